@@ -1,0 +1,82 @@
+"""The controller's goal API, as its clients see it.
+
+`GoalAPI` is the contract between the agent (and any other client) and the
+controller actor: `controller.actor.ControllerActor` implements it as Ray
+actor methods, `controller.client.ControllerClient` forwards to the actor,
+and tests of the agent pass in fakes that implement the same protocol.
+
+Rules every implementation keeps:
+- Every state-changing call is idempotent and returns a goal id. An
+  identical repeated call changes nothing and returns a goal that is met.
+- A goal is a predicate over observed state, re-checked every control-loop
+  tick, so it survives a controller restart.
+- Invalid requests (unknown backend in traffic, weights not summing to 1,
+  deleting a backend that still has traffic) raise `ValueError` with a clear
+  message and change nothing.
+
+Long-poll keys (see `LongPollKey`) and their payloads:
+- `routes` -> `RouteTable`
+- `endpoint:<name>` -> `EndpointConfig`, or None once deleted
+- `replicas:<backend>` -> `ReplicaSet`, or None once deleted
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from controller.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
+
+__all__ = ["GoalAPI", "LongPollKey", "CONTROLLER_NAME", "DEFAULT_NAMESPACE"]
+
+CONTROLLER_NAME = "gitops-controller"
+DEFAULT_NAMESPACE = "ray-gitops"
+
+
+class LongPollKey:
+    ROUTES = "routes"
+
+    @staticmethod
+    def endpoint(name: str) -> str:
+        return f"endpoint:{name}"
+
+    @staticmethod
+    def replicas(backend: str) -> str:
+        return f"replicas:{backend}"
+
+
+class GoalAPI(Protocol):
+    async def apply_backend(self, config: BackendConfig) -> str:
+        """Create or update a backend; returns a goal id.
+
+        Met when the backend runs `config.version` with its target number of
+        RUNNING replicas and none of another version.
+        """
+
+    async def delete_backend(self, name: str) -> str:
+        """Drain and remove a backend; raises ValueError while an endpoint uses it."""
+
+    async def apply_endpoint(self, config: EndpointConfig) -> str:
+        """Create or update an endpoint (route, methods, traffic, shadow, timeout).
+
+        Met when every live proxy has acknowledged the resulting snapshot.
+        """
+
+    async def delete_endpoint(self, name: str) -> str:
+        """Remove an endpoint; met when every live proxy has acknowledged it."""
+
+    async def wait_for_goal(self, goal_id: str, timeout_s: float) -> GoalResult:
+        """Block up to `timeout_s`; returns the goal's state (PENDING on timeout)."""
+
+    async def get_state(self) -> ServingState:
+        """The configured state: what the planner diffs against."""
+
+    async def get_status(self) -> dict[str, Any]:
+        """Observed state for status pages and metrics (JSON-serialisable).
+
+        Shape: {"backends": {name: {"version", "target_replicas",
+        "replicas": [{"replica_id", "state", "version", "node_id"}],
+        "restarts": {reason: count}, "last_error"}},
+        "endpoints": {name: {"route", "traffic", "shadow"}},
+        "proxies": {node_id: {"actor_name", "state"}},
+        "goals_pending": int}
+        """

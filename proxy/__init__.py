@@ -1,0 +1,1 @@
+"""ray-gitops data plane: the HTTP proxy actor, one per Ray node."""

@@ -1,0 +1,91 @@
+"""The request/response format between a proxy and a replica.
+
+A request crosses one Ray call as a plain tuple (cheap to pickle, no class
+lookups on the hot path); the replica rebuilds a `starlette.requests.Request`
+for user code and turns whatever the handler returned into a response tuple,
+following PRODUCT.md "User code":
+
+- a Starlette `Response` is sent as is;
+- `bytes` as application/octet-stream, `str` as text/plain;
+- anything else as JSON.
+
+Owned here: the tuple layouts and both conversions. Not here: routing,
+replica choice, and the ASGI server (see `proxy.app`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+__all__ = [
+    "WireRequest",
+    "WireResponse",
+    "make_request",
+    "to_starlette_request",
+    "to_wire_response",
+]
+
+# (method, path, query_string, headers, body)
+WireRequest = tuple[str, str, bytes, list[tuple[bytes, bytes]], bytes]
+# (status, headers, body)
+WireResponse = tuple[int, list[tuple[bytes, bytes]], bytes]
+
+
+def make_request(
+    method: str,
+    path: str,
+    query_string: bytes = b"",
+    headers: list[tuple[bytes, bytes]] | None = None,
+    body: bytes = b"",
+) -> WireRequest:
+    return (method, path, query_string, headers or [], body)
+
+
+def to_starlette_request(wire: WireRequest) -> Request:
+    method, path, query_string, headers, body = wire
+    scope = {
+        "type": "http",
+        "http_version": "1.1",
+        "method": method,
+        "path": path,
+        "raw_path": path.encode("latin-1", "replace"),
+        "root_path": "",
+        "scheme": "http",
+        "query_string": query_string,
+        "headers": headers,
+        "client": None,
+        "server": None,
+    }
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return Request(scope, receive)
+
+
+def to_wire_response(result: Any) -> WireResponse:
+    if isinstance(result, Response):
+        return (result.status_code, list(result.raw_headers), bytes(result.body))
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        return _plain(bytes(result), b"application/octet-stream")
+    if isinstance(result, str):
+        return _plain(result.encode(), b"text/plain; charset=utf-8")
+    payload = json.dumps(result, separators=(",", ":")).encode()
+    return _plain(payload, b"application/json")
+
+
+def _plain(body: bytes, content_type: bytes) -> WireResponse:
+    return (
+        200,
+        [(b"content-type", content_type), (b"content-length", str(len(body)).encode())],
+        body,
+    )

@@ -1,0 +1,73 @@
+"""Fixtures shared by every tier.
+
+- `repo`: a real git repository in a temp dir, built file by file.
+- `ray_session`: one real local Ray for the whole test session (started on
+  first use, shut down at the end), so the real tier pays Ray's start-up once.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+
+class GitRepo:
+    """A real git repository that tests write to and commit in."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.git("init", "-q", "-b", "main")
+        self.git("config", "user.email", "tests@example.invalid")
+        self.git("config", "user.name", "tests")
+        self.git("config", "commit.gpgsign", "false")
+
+    def git(self, *args: str) -> str:
+        done = subprocess.run(
+            ["git", *args], cwd=self.root, check=True, capture_output=True, text=True
+        )
+        return done.stdout.strip()
+
+    def write(self, relpath: str, text: str) -> Path:
+        path = self.root / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    def remove(self, relpath: str) -> None:
+        self.git("rm", "-q", "-r", relpath)
+
+    def commit(self, message: str = "change") -> str:
+        self.git("add", "-A")
+        self.git("commit", "-q", "--allow-empty", "-m", message)
+        return self.head()
+
+    def head(self) -> str:
+        return self.git("rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> GitRepo:
+    return GitRepo(tmp_path / "repo")
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A real local Ray shared by the whole session, in its own namespace."""
+    from controller.cluster import init_ray, shutdown_ray
+
+    namespace = f"gitops-test-{uuid.uuid4().hex[:8]}"
+    init_ray(address=None, namespace=namespace)
+    yield namespace
+    shutdown_ray()
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    path = Path(os.environ.get("GITOPS_TEST_ARTIFACTS", "test-artifacts"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
