@@ -1,0 +1,152 @@
+"""The replica actor: hosts one backend's user code and serves its requests.
+
+Owns loading the user's callable (`import_path` "module:attr", resolved from
+the working_dir Ray puts on sys.path), calling it with a Starlette request,
+`reconfigure`, `check_health` and graceful draining. It does not know about
+routing, retries or its own lifecycle: `controller.ray_adapter` wraps this
+plain class with `ray.remote` and options; the proxy calls `handle_request`.
+
+`__init__` stays cheap and never runs user code, so a failing constructor
+surfaces as an error from `initialize()` with the user's own text instead of
+an actor that dies during creation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import sys
+from typing import Any, Callable
+
+from proxy.wire import WireRequest, WireResponse, to_starlette_request, to_wire_response
+
+__all__ = ["Replica", "load_callable", "call_handler"]
+
+
+def load_callable(
+    import_path: str, init_args: tuple[Any, ...], init_kwargs: dict[str, Any]
+) -> Any:
+    """Import "module:attr" and construct it if it is a class."""
+    module_name, sep, attr = import_path.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"import_path {import_path!r} must look like 'module:attribute'")
+    if "" not in sys.path:
+        # The working_dir is the worker's cwd; make it importable like a script's folder.
+        sys.path.insert(0, "")
+    module = importlib.import_module(module_name)
+    target: Any = module
+    for part in attr.split("."):
+        target = getattr(target, part)
+    if inspect.isclass(target):
+        return target(*init_args, **init_kwargs)
+    if init_args or init_kwargs:
+        raise ValueError(f"{import_path} is a function; init_args/init_kwargs are for classes")
+    return target
+
+
+async def call_handler(handler: Callable[..., Any], wire: WireRequest) -> WireResponse:
+    """Run one request through user code; user exceptions propagate."""
+    request = to_starlette_request(wire)
+    if _is_async(handler):
+        result = await handler(request)
+    else:
+        # A sync handler runs in a thread so it does not block other requests;
+        # the body is read here first because Request.body() needs the loop.
+        await request.body()
+        result = await asyncio.to_thread(handler, request)
+        if inspect.isawaitable(result):
+            result = await result
+    return to_wire_response(result)
+
+
+def _is_async(handler: Callable[..., Any]) -> bool:
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = getattr(handler, "__call__", None)
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+async def _call_optional(target: Any, method: str, *args: Any) -> None:
+    fn = getattr(target, method, None)
+    if fn is None or not callable(fn):
+        return
+    if inspect.iscoroutinefunction(fn):
+        await fn(*args)
+    else:
+        result = await asyncio.to_thread(fn, *args)
+        if inspect.isawaitable(result):
+            await result
+
+
+class Replica:
+    """One replica of one backend version (a plain class; Ray wraps it)."""
+
+    def __init__(
+        self,
+        backend: str,
+        replica_id: str,
+        version: str,
+        import_path: str,
+        init_args: tuple[Any, ...] = (),
+        init_kwargs: dict[str, Any] | None = None,
+        user_config: Any = None,
+    ) -> None:
+        self.backend = backend
+        self.replica_id = replica_id
+        self.version = version
+        self._import_path = import_path
+        self._init_args = tuple(init_args)
+        self._init_kwargs = dict(init_kwargs or {})
+        self._user_config = user_config
+        self._handler: Any = None
+        self._ongoing = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def initialize(self) -> None:
+        """Load and construct the user code; idempotent once it succeeded."""
+        if self._handler is not None:
+            return
+        handler = await asyncio.to_thread(
+            load_callable, self._import_path, self._init_args, self._init_kwargs
+        )
+        if self._user_config is not None:
+            await _call_optional(handler, "reconfigure", self._user_config)
+        self._handler = handler
+
+    async def handle_request(self, wire: WireRequest) -> WireResponse:
+        if self._handler is None:
+            raise RuntimeError(f"replica {self.replica_id} is not initialized")
+        self._ongoing += 1
+        self._idle.clear()
+        try:
+            return await call_handler(self._handler, wire)
+        finally:
+            self._ongoing -= 1
+            if self._ongoing == 0:
+                self._idle.set()
+
+    async def reconfigure(self, user_config: Any) -> None:
+        self._user_config = user_config
+        if self._handler is not None:
+            await _call_optional(self._handler, "reconfigure", user_config)
+
+    async def check_health(self) -> None:
+        if self._handler is None:
+            raise RuntimeError(f"replica {self.replica_id} is not initialized")
+        await _call_optional(self._handler, "check_health")
+
+    async def prepare_for_shutdown(self, timeout_s: float) -> None:
+        """Wait for in-flight requests to finish, at most `timeout_s`."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout=max(timeout_s, 0.0))
+        except asyncio.TimeoutError:
+            pass
+
+    def num_ongoing(self) -> int:
+        return self._ongoing
+
+    def ready(self) -> str:
+        """Cheap liveness probe that never touches user code."""
+        return self.replica_id
