@@ -18,6 +18,11 @@ Long-poll keys (see `LongPollKey`) and their payloads:
 - `routes` -> `RouteTable`
 - `endpoint:<name>` -> `EndpointConfig`, or None once deleted
 - `replicas:<backend>` -> `ReplicaSet`, or None once deleted
+
+A proxy subscribes with `listen_for_change(keys_to_snapshot_ids, proxy_id=
+node_id)` on the controller actor. Passing `proxy_id` (the proxy's node id)
+is how the controller knows WHICH proxy acknowledged a snapshot; without it
+endpoint goals ("every live proxy has acked") cannot be met for that proxy.
 """
 
 from __future__ import annotations
