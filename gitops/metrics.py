@@ -1,0 +1,274 @@
+"""Every agent-side Prometheus metric of PRODUCT.md "Metrics", and nothing else.
+
+Owned here: metric names, types, labels and histogram buckets on the agent
+(served at `GET /metrics` on the admin port), and the translation of the
+controller's `get_status()` dict into gauges and counters. Not here: when
+the agent records what (that is `gitops.agent`), and the proxy's request
+metrics (`proxy.metrics`).
+
+Each `AgentMetrics` owns its own `CollectorRegistry`, never the global one,
+so a process (or a test) can hold several agents without name clashes.
+
+Label cardinality is bounded by the spec, not by traffic: per backend one
+series per replica state (6), one target series and one per restart reason;
+per endpoint one weight series per backend in its traffic; exactly one
+applied-commit series (the previous commit's series is removed).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from controller.configs import ReplicaState
+
+__all__ = [
+    "AgentMetrics",
+    "CONTENT_TYPE",
+    "RECONCILE_BUCKETS",
+    "ReconcileResult",
+    "SyncStatusValue",
+    "restart_increments",
+]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# The text format exposes every counter's and histogram's creation time as an
+# extra `<name>_created` gauge series that Prometheus stores but nothing here
+# queries; it would double the series count. The switch is process-wide, and
+# the processes exporting these metrics export nothing else.
+disable_created_metrics()
+
+# Reconciles and goals take tenths of a second (a no-op) to minutes (a
+# rolling update of slow-starting replicas); commit-to-apply adds the poll
+# interval (30 s by default), so the top buckets reach ten minutes.
+RECONCILE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+class ReconcileResult(enum.StrEnum):
+    SUCCESS = "success"
+    FAILURE = "failure"
+    NOOP = "noop"
+
+
+class SyncStatusValue(enum.StrEnum):
+    SYNCED = "Synced"
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+RestartKey = tuple[str, str]  # (backend, reason)
+
+
+def restart_increments(
+    previous: Mapping[RestartKey, int], current: Mapping[RestartKey, int]
+) -> dict[RestartKey, int]:
+    """How much each restart counter must grow, from two cumulative readings.
+
+    The controller reports cumulative counts. A count lower than last time
+    means the controller restarted and counted again from zero, so the whole
+    new count happened since the reset; a Prometheus counter must never go
+    back, so it grows by that count instead.
+    """
+    increments: dict[RestartKey, int] = {}
+    for key, count in current.items():
+        before = previous.get(key, 0)
+        grown = count - before if count >= before else count
+        if grown > 0:
+            increments[key] = grown
+    return increments
+
+
+class AgentMetrics:
+    """The agent's metrics, recorded through named events."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._define(self.registry)
+        self._applied: tuple[str, str] | None = None
+        self._restart_counts: dict[RestartKey, int] = {}
+        self._backends: set[str] = set()
+        self._weights: set[tuple[str, str]] = set()
+        for status in SyncStatusValue:
+            self._sync_status.labels(status=status.value).set(0)
+
+    def _define(self, r: CollectorRegistry) -> None:
+        self._reconciles = Counter(
+            "gitops_reconcile", "Reconciles by result.", ["result"], registry=r
+        )
+        for result in ReconcileResult:
+            self._reconciles.labels(result=result.value)
+        self._reconcile_duration = Histogram(
+            "gitops_reconcile_duration_seconds",
+            "Time from a reconcile's wake-up to its end.",
+            buckets=RECONCILE_BUCKETS,
+            registry=r,
+        )
+        self._commit_to_apply = Histogram(
+            "gitops_commit_to_apply_seconds",
+            "Time from a commit's commit time to its successful apply.",
+            buckets=RECONCILE_BUCKETS,
+            registry=r,
+        )
+        self._applied_info = Gauge(
+            "gitops_applied_commit_info",
+            "1 for the commit that is applied.",
+            ["commit", "branch"],
+            registry=r,
+        )
+        self._sync_status = Gauge(
+            "gitops_sync_status", "1 for the current sync status.", ["status"], registry=r
+        )
+        self._git_fetches = Counter(
+            "gitops_git_fetch", "Git fetches by result.", ["result"], registry=r
+        )
+        self._spec_errors = Gauge(
+            "gitops_spec_errors", "Spec errors in the newest commit.", registry=r
+        )
+        self._drift = Counter(
+            "gitops_drift_corrections", "Resyncs that found and corrected drift.", registry=r
+        )
+        self._goals_pending = Gauge(
+            "gitops_goals_pending", "Controller goals the agent is waiting for.", registry=r
+        )
+        self._goal_duration = Histogram(
+            "gitops_goal_duration_seconds",
+            "Time from a goal's request to its end, by goal kind.",
+            ["kind"],
+            buckets=RECONCILE_BUCKETS,
+            registry=r,
+        )
+        self._replicas = Gauge(
+            "gitops_backend_replicas", "Replicas by state.", ["backend", "state"], registry=r
+        )
+        self._target = Gauge(
+            "gitops_backend_target_replicas", "Target replicas.", ["backend"], registry=r
+        )
+        self._restarts = Counter(
+            "gitops_replica_restarts",
+            "Replica restarts by reason.",
+            ["backend", "reason"],
+            registry=r,
+        )
+        self._traffic = Gauge(
+            "gitops_endpoint_traffic_weight",
+            "Share of an endpoint's traffic sent to a backend.",
+            ["endpoint", "backend"],
+            registry=r,
+        )
+
+    # --- reconcile loop events ------------------------------------------------
+
+    def reconcile_finished(self, result: str, duration_s: float) -> None:
+        self._reconciles.labels(result=ReconcileResult(result).value).inc()
+        self._reconcile_duration.observe(duration_s)
+
+    def commit_applied(self, commit: str, branch: str, commit_time: float) -> None:
+        """Record a successful apply; a re-apply of the same commit adds no latency."""
+        if self._applied == (commit, branch):
+            return
+        self._commit_to_apply.observe(max(0.0, self._clock() - commit_time))
+        if self._applied is not None:
+            self._applied_info.remove(*self._applied)
+        self._applied_info.labels(commit=commit, branch=branch).set(1)
+        self._applied = (commit, branch)
+
+    def sync_status(self, status: str) -> None:
+        current = SyncStatusValue(status)
+        for value in SyncStatusValue:
+            self._sync_status.labels(status=value.value).set(1 if value is current else 0)
+
+    def git_fetch(self, result: str) -> None:
+        self._git_fetches.labels(result=result).inc()
+
+    def spec_errors(self, count: int) -> None:
+        self._spec_errors.set(count)
+
+    def drift_corrected(self) -> None:
+        self._drift.inc()
+
+    def goals_pending(self, n: int) -> None:
+        self._goals_pending.set(n)
+
+    def goal_finished(self, kind: str, duration_s: float) -> None:
+        self._goal_duration.labels(kind=kind).observe(duration_s)
+
+    # --- observed cluster -----------------------------------------------------
+
+    def cluster_observed(self, controller_status: Mapping[str, Any]) -> None:
+        """Mirror the controller's `get_status()` dict (shape in controller/api.py)."""
+        backends: Mapping[str, Any] = controller_status.get("backends") or {}
+        endpoints: Mapping[str, Any] = controller_status.get("endpoints") or {}
+        for name in self._backends - set(backends):
+            self._forget_backend(name)
+        for name, backend in backends.items():
+            self._observe_backend(name, backend)
+        self._backends = set(backends)
+        self._observe_restarts(backends)
+        self._observe_traffic(endpoints)
+
+    def _observe_backend(self, name: str, backend: Mapping[str, Any]) -> None:
+        counts = {state.value: 0 for state in ReplicaState}
+        for replica in backend.get("replicas") or ():
+            state = str(replica.get("state", ""))
+            if state in counts:
+                counts[state] += 1
+        for state, count in counts.items():
+            self._replicas.labels(backend=name, state=state).set(count)
+        self._target.labels(backend=name).set(backend.get("target_replicas") or 0)
+
+    def _observe_restarts(self, backends: Mapping[str, Any]) -> None:
+        current = {
+            (name, str(reason)): int(count)
+            for name, backend in backends.items()
+            for reason, count in (backend.get("restarts") or {}).items()
+        }
+        for (backend, reason), grown in restart_increments(self._restart_counts, current).items():
+            self._restarts.labels(backend=backend, reason=reason).inc(grown)
+        self._restart_counts = current
+
+    def _observe_traffic(self, endpoints: Mapping[str, Any]) -> None:
+        current: dict[tuple[str, str], float] = {
+            (name, backend): float(weight)
+            for name, endpoint in endpoints.items()
+            for backend, weight in (endpoint.get("traffic") or {}).items()
+        }
+        for pair in self._weights - set(current):
+            self._traffic.remove(*pair)
+        for (endpoint, backend), weight in current.items():
+            self._traffic.labels(endpoint=endpoint, backend=backend).set(weight)
+        self._weights = set(current)
+
+    def _forget_backend(self, name: str) -> None:
+        for state in ReplicaState:
+            _remove_quietly(self._replicas, (name, state.value))
+        _remove_quietly(self._target, (name,))
+        for key in [key for key in self._restart_counts if key[0] == name]:
+            _remove_quietly(self._restarts, key)
+
+    # --- exposition -----------------------------------------------------------
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _remove_quietly(metric: Gauge | Counter, labels: Iterable[str]) -> None:
+    """Remove one labelled series; a series never created is already gone."""
+    try:
+        metric.remove(*labels)
+    except KeyError:
+        pass

@@ -1,0 +1,193 @@
+"""The proxy's Prometheus metrics and the port they are scraped from.
+
+Owned here: the names, labels and buckets of the data-plane metrics of
+PRODUCT.md "Metrics" (`gitops_http_requests_total`,
+`gitops_http_request_duration_seconds`, `gitops_shadow_requests_total`,
+`gitops_backend_ongoing_requests`), and serving them. Not here: when a
+request counts as finished (the proxy's request path calls
+`request_finished` from exactly one place).
+
+How they reach Prometheus: every proxy (one per Ray node) serves its own
+registry on its own metrics port on its node (`serve(host, port)`), and
+Prometheus scrapes each node's proxy directly. A restarted proxy comes back
+on the same host:port, so Prometheus sees the same target whose counters
+restarted from zero: an ordinary process-restart counter reset that
+`rate()`/`increase()` handle, never a second set of series to double count.
+
+Cost: `request_finished` runs once per request, so the labelled children are
+resolved once per (endpoint, backend, code) and cached; a finished request
+is two dict lookups, one counter increment and one histogram observation.
+
+Cardinality per endpoint × backend pair: one request counter per status
+code seen (a handful), one histogram (len(REQUEST_BUCKETS) + 3 series), one
+shadow counter per result (<= 4); plus one ongoing gauge per backend.
+Requests that match no endpoint are counted under `UNROUTED`.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, start_http_server
+
+__all__ = [
+    "CONTENT_TYPE",
+    "DEFAULT_METRICS_PORT",
+    "REQUEST_BUCKETS",
+    "ProxyMetrics",
+    "ShadowResult",
+    "UNROUTED",
+]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# The text format exposes every counter's and histogram's creation time as an
+# extra `<name>_created` gauge series that Prometheus stores but nothing here
+# queries; it would double the series count. The switch is process-wide, and
+# the processes exporting these metrics export nothing else.
+disable_created_metrics()
+
+# The proxy's traffic port is 8000 and the agent's admin port 8001 by default.
+DEFAULT_METRICS_PORT = 8002
+
+# Label value for requests that reached no endpoint or backend (404, 405).
+UNROUTED = "-"
+
+# From a cached in-process reply (sub-millisecond) through one Ray call
+# (~1-50 ms measured) to slow model handlers and endpoint timeouts (seconds).
+REQUEST_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+
+
+REQUEST_LABELS = ("endpoint", "backend", "code")
+DURATION_LABELS = ("endpoint", "backend")
+SHADOW_LABELS = ("endpoint", "backend", "result")
+ONGOING_LABELS = ("backend",)
+
+
+class ShadowResult(enum.StrEnum):
+    """The bounded set of `result` values of `gitops_shadow_requests_total`."""
+
+    OK = "ok"
+    ERROR = "error"
+    DROPPED = "dropped"
+    TIMEOUT = "timeout"
+
+
+class ProxyMetrics:
+    """One proxy's metrics in its own registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self._requests = Counter(
+            "gitops_http_requests",
+            "Requests answered by the proxy, by endpoint, backend and status code.",
+            REQUEST_LABELS,
+            registry=r,
+        )
+        self._duration = Histogram(
+            "gitops_http_request_duration_seconds",
+            "Time from receiving a request to sending its reply.",
+            DURATION_LABELS,
+            buckets=REQUEST_BUCKETS,
+            registry=r,
+        )
+        self._shadows = Counter(
+            "gitops_shadow_requests",
+            "Shadow copies of requests, by result.",
+            SHADOW_LABELS,
+            registry=r,
+        )
+        self._ongoing = Gauge(
+            "gitops_backend_ongoing_requests",
+            "Requests this proxy has in flight to a backend.",
+            ONGOING_LABELS,
+            registry=r,
+        )
+        self._finished: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def request_finished(self, endpoint: str, backend: str, code: int, duration_s: float) -> None:
+        key = (endpoint, backend, code)
+        children = self._finished.get(key)
+        if children is None:
+            children = (
+                self._requests.labels(endpoint, backend, str(code)),
+                self._duration.labels(endpoint, backend),
+            )
+            self._finished[key] = children
+        counter, histogram = children
+        counter.inc()
+        histogram.observe(duration_s)
+
+    def shadow_finished(self, endpoint: str, backend: str, result: str) -> None:
+        self._shadows.labels(endpoint, backend, result).inc()
+
+    def set_ongoing(self, backend: str, n: int) -> None:
+        self._ongoing.labels(backend).set(n)
+
+    def forget_endpoint(self, endpoint: str) -> None:
+        """Drop a deleted endpoint's series so churn cannot grow cardinality."""
+        self._finished = {k: v for k, v in self._finished.items() if k[0] != endpoint}
+        for metric, names in self._by_route():
+            _remove_where(metric, names, "endpoint", endpoint)
+
+    def forget_backend(self, backend: str) -> None:
+        """Drop a deleted backend's series."""
+        self._finished = {k: v for k, v in self._finished.items() if k[1] != backend}
+        for metric, names in self._by_route():
+            _remove_where(metric, names, "backend", backend)
+        _remove_where(self._ongoing, ONGOING_LABELS, "backend", backend)
+
+    def _by_route(self) -> list[tuple[Counter | Histogram, tuple[str, ...]]]:
+        return [
+            (self._requests, REQUEST_LABELS),
+            (self._duration, DURATION_LABELS),
+            (self._shadows, SHADOW_LABELS),
+        ]
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def serve(self, host: str = "127.0.0.1", port: int = DEFAULT_METRICS_PORT) -> int:
+        """Serve `/metrics` on a background thread; returns the bound port.
+
+        Port 0 picks a free port (tests). Call `close()` when the proxy stops.
+        """
+        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        return int(self._server.server_port)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+def _remove_where(
+    metric: Counter | Gauge | Histogram, names: tuple[str, ...], name: str, value: str
+) -> None:
+    """Remove every series of `metric` whose label `name` equals `value`."""
+    found = {
+        tuple(sample.labels[label] for label in names)
+        for family in metric.collect()
+        for sample in family.samples
+    }
+    at = names.index(name)
+    for labels in found:
+        if labels[at] == value:
+            metric.remove(*labels)

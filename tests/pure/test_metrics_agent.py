@@ -1,0 +1,181 @@
+"""The agent's metrics carry PRODUCT.md's names, types, labels and true values."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gitops.metrics import AgentMetrics, restart_increments
+
+
+def samples(metrics: AgentMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = metrics.render().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(metrics: AgentMetrics, name: str, **labels: str) -> float | None:
+    return samples(metrics).get((name, tuple(sorted(labels.items()))))
+
+
+def types(metrics: AgentMetrics) -> dict[str, str]:
+    text = metrics.render().decode()
+    return {family.name: family.type for family in text_string_to_metric_families(text)}
+
+
+def status(backends: dict | None = None, endpoints: dict | None = None) -> dict:
+    return {"backends": backends or {}, "endpoints": endpoints or {}, "proxies": {}, "goals_pending": 0}
+
+
+def backend(target: int, states: list[str], restarts: dict | None = None) -> dict:
+    replicas = [
+        {"replica_id": f"r{i}", "state": state, "version": "v1", "node_id": "n"}
+        for i, state in enumerate(states)
+    ]
+    return {
+        "version": "v1",
+        "target_replicas": target,
+        "replicas": replicas,
+        "restarts": restarts or {},
+        "last_error": None,
+    }
+
+
+def test_every_agent_metric_of_the_product_contract_is_exported_with_its_type() -> None:
+    metrics = AgentMetrics()
+    metrics.reconcile_finished("success", 1.0)
+    metrics.commit_applied("abc", "main", 0.0)
+    metrics.git_fetch("success")
+    metrics.goal_finished("apply_backend", 1.0)
+    metrics.cluster_observed(
+        status({"b": backend(1, ["RUNNING"], {"health_check": 1})}, {"e": {"traffic": {"b": 1.0}}})
+    )
+    assert types(metrics) == {
+        "gitops_reconcile": "counter",
+        "gitops_reconcile_duration_seconds": "histogram",
+        "gitops_commit_to_apply_seconds": "histogram",
+        "gitops_applied_commit_info": "gauge",
+        "gitops_sync_status": "gauge",
+        "gitops_git_fetch": "counter",
+        "gitops_spec_errors": "gauge",
+        "gitops_drift_corrections": "counter",
+        "gitops_goals_pending": "gauge",
+        "gitops_goal_duration_seconds": "histogram",
+        "gitops_backend_replicas": "gauge",
+        "gitops_backend_target_replicas": "gauge",
+        "gitops_replica_restarts": "counter",
+        "gitops_endpoint_traffic_weight": "gauge",
+    }
+
+
+def test_reconciles_are_counted_by_result_and_timed() -> None:
+    metrics = AgentMetrics()
+    metrics.reconcile_finished("success", 0.3)
+    metrics.reconcile_finished("noop", 0.05)
+    metrics.reconcile_finished("noop", 0.05)
+    assert value(metrics, "gitops_reconcile_total", result="noop") == 2
+    assert value(metrics, "gitops_reconcile_total", result="failure") == 0
+    assert value(metrics, "gitops_reconcile_duration_seconds_count") == 3
+    assert value(metrics, "gitops_reconcile_duration_seconds_bucket", le="0.1") == 2
+
+
+def test_an_unknown_reconcile_result_is_refused_not_exported() -> None:
+    with pytest.raises(ValueError):
+        AgentMetrics().reconcile_finished("maybe", 1.0)
+
+
+def test_applied_commit_info_keeps_only_the_newest_commit() -> None:
+    metrics = AgentMetrics(clock=lambda: 100.0)
+    metrics.commit_applied("aaa", "main", 90.0)
+    metrics.commit_applied("bbb", "main", 95.0)
+    assert value(metrics, "gitops_applied_commit_info", commit="bbb", branch="main") == 1
+    assert value(metrics, "gitops_applied_commit_info", commit="aaa", branch="main") is None
+
+
+def test_commit_to_apply_latency_is_now_minus_commit_time_once_per_commit() -> None:
+    metrics = AgentMetrics(clock=lambda: 100.0)
+    metrics.commit_applied("aaa", "main", 88.0)
+    metrics.commit_applied("aaa", "main", 88.0)
+    assert value(metrics, "gitops_commit_to_apply_seconds_count") == 1
+    assert value(metrics, "gitops_commit_to_apply_seconds_sum") == 12.0
+
+
+def test_sync_status_is_one_for_the_current_status_and_zero_for_the_others() -> None:
+    metrics = AgentMetrics()
+    metrics.sync_status("Degraded")
+    assert value(metrics, "gitops_sync_status", status="Degraded") == 1
+    for other in ["Synced", "Progressing", "Failed", "Suspended"]:
+        assert value(metrics, "gitops_sync_status", status=other) == 0
+
+
+def test_replicas_are_counted_by_state_with_zeros_for_empty_states() -> None:
+    metrics = AgentMetrics()
+    metrics.cluster_observed(status({"b": backend(3, ["RUNNING", "RUNNING", "STARTING"])}))
+    assert value(metrics, "gitops_backend_replicas", backend="b", state="RUNNING") == 2
+    assert value(metrics, "gitops_backend_replicas", backend="b", state="STARTING") == 1
+    assert value(metrics, "gitops_backend_replicas", backend="b", state="STOPPING") == 0
+    assert value(metrics, "gitops_backend_target_replicas", backend="b") == 3
+
+
+def test_a_deleted_backend_and_endpoint_leave_no_series_behind() -> None:
+    metrics = AgentMetrics()
+    metrics.cluster_observed(
+        status({"b": backend(1, ["RUNNING"], {"crash": 2})}, {"e": {"traffic": {"b": 1.0}}})
+    )
+    metrics.cluster_observed(status())
+    names = {name for name, labels in samples(metrics) if ("backend", "b") in labels}
+    assert names == set()
+
+
+def test_restart_counter_grows_by_the_controllers_cumulative_delta() -> None:
+    metrics = AgentMetrics()
+    metrics.cluster_observed(status({"b": backend(1, ["RUNNING"], {"crash": 2})}))
+    metrics.cluster_observed(status({"b": backend(1, ["RUNNING"], {"crash": 5})}))
+    assert value(metrics, "gitops_replica_restarts_total", backend="b", reason="crash") == 5
+
+
+def test_restart_counter_never_goes_back_when_the_controller_restarts() -> None:
+    metrics = AgentMetrics()
+    metrics.cluster_observed(status({"b": backend(1, ["RUNNING"], {"crash": 5})}))
+    metrics.cluster_observed(status({"b": backend(1, ["RUNNING"], {"crash": 1})}))
+    assert value(metrics, "gitops_replica_restarts_total", backend="b", reason="crash") == 6
+
+
+def test_restart_increments_count_a_reset_as_growth_from_zero() -> None:
+    assert restart_increments({("b", "x"): 4}, {("b", "x"): 6, ("c", "y"): 1}) == {
+        ("b", "x"): 2,
+        ("c", "y"): 1,
+    }
+    assert restart_increments({("b", "x"): 4}, {("b", "x"): 3}) == {("b", "x"): 3}
+    assert restart_increments({("b", "x"): 4}, {("b", "x"): 4}) == {}
+
+
+def test_traffic_weights_follow_the_controller_and_drop_removed_backends() -> None:
+    metrics = AgentMetrics()
+    metrics.cluster_observed(status(endpoints={"e": {"traffic": {"v1": 0.9, "v2": 0.1}}}))
+    metrics.cluster_observed(status(endpoints={"e": {"traffic": {"v2": 1.0}}}))
+    assert value(metrics, "gitops_endpoint_traffic_weight", endpoint="e", backend="v2") == 1.0
+    assert value(metrics, "gitops_endpoint_traffic_weight", endpoint="e", backend="v1") is None
+
+
+def test_goal_gauges_and_counters_carry_what_they_were_given() -> None:
+    metrics = AgentMetrics()
+    metrics.goals_pending(3)
+    metrics.spec_errors(2)
+    metrics.drift_corrected()
+    metrics.git_fetch("failure")
+    metrics.goal_finished("apply_endpoint", 0.4)
+    assert value(metrics, "gitops_goals_pending") == 3
+    assert value(metrics, "gitops_spec_errors") == 2
+    assert value(metrics, "gitops_drift_corrections_total") == 1
+    assert value(metrics, "gitops_git_fetch_total", result="failure") == 1
+    assert value(metrics, "gitops_goal_duration_seconds_count", kind="apply_endpoint") == 1
+
+
+def test_two_agents_in_one_process_keep_separate_registries() -> None:
+    first, second = AgentMetrics(), AgentMetrics()
+    first.drift_corrected()
+    assert value(second, "gitops_drift_corrections_total") == 0

@@ -1,0 +1,86 @@
+"""The proxy's metrics carry PRODUCT.md's names, labels and true values."""
+
+from __future__ import annotations
+
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy.metrics import REQUEST_BUCKETS, ProxyMetrics, ShadowResult
+
+
+def value(metrics: ProxyMetrics, name: str, **labels: str) -> float | None:
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return None
+
+
+def test_finished_requests_are_counted_by_endpoint_backend_and_code() -> None:
+    metrics = ProxyMetrics()
+    metrics.request_finished("echo", "v1", 200, 0.002)
+    metrics.request_finished("echo", "v1", 200, 0.004)
+    metrics.request_finished("echo", "v1", 503, 0.0001)
+    total = "gitops_http_requests_total"
+    assert value(metrics, total, endpoint="echo", backend="v1", code="200") == 2
+    assert value(metrics, total, endpoint="echo", backend="v1", code="503") == 1
+
+
+def test_request_durations_fall_into_sub_millisecond_to_second_buckets() -> None:
+    metrics = ProxyMetrics()
+    metrics.request_finished("echo", "v1", 200, 0.0003)
+    metrics.request_finished("echo", "v1", 200, 2.0)
+    bucket = "gitops_http_request_duration_seconds_bucket"
+    assert value(metrics, bucket, endpoint="echo", backend="v1", le="0.0005") == 1
+    assert value(metrics, bucket, endpoint="echo", backend="v1", le="2.5") == 2
+    assert REQUEST_BUCKETS[0] < 0.001 and REQUEST_BUCKETS[-1] >= 10
+
+
+def test_shadow_requests_are_counted_by_result() -> None:
+    metrics = ProxyMetrics()
+    metrics.shadow_finished("echo", "v3", ShadowResult.OK)
+    metrics.shadow_finished("echo", "v3", ShadowResult.DROPPED)
+    name = "gitops_shadow_requests_total"
+    assert value(metrics, name, endpoint="echo", backend="v3", result="ok") == 1
+    assert value(metrics, name, endpoint="echo", backend="v3", result="dropped") == 1
+
+
+def test_ongoing_requests_gauge_shows_the_latest_count() -> None:
+    metrics = ProxyMetrics()
+    metrics.set_ongoing("v1", 4)
+    metrics.set_ongoing("v1", 1)
+    assert value(metrics, "gitops_backend_ongoing_requests", backend="v1") == 1
+
+
+def test_a_forgotten_endpoint_leaves_no_series_and_counts_afresh() -> None:
+    metrics = ProxyMetrics()
+    metrics.request_finished("echo", "v1", 200, 0.01)
+    metrics.request_finished("other", "v1", 200, 0.01)
+    metrics.forget_endpoint("echo")
+    total = "gitops_http_requests_total"
+    assert value(metrics, total, endpoint="echo", backend="v1", code="200") is None
+    assert value(metrics, total, endpoint="other", backend="v1", code="200") == 1
+    metrics.request_finished("echo", "v1", 200, 0.01)
+    assert value(metrics, total, endpoint="echo", backend="v1", code="200") == 1
+
+
+def test_a_forgotten_backend_leaves_no_series() -> None:
+    metrics = ProxyMetrics()
+    metrics.request_finished("echo", "v1", 200, 0.01)
+    metrics.shadow_finished("echo", "v1", ShadowResult.ERROR)
+    metrics.set_ongoing("v1", 2)
+    metrics.forget_backend("v1")
+    assert "v1" not in metrics.render().decode()
+
+
+def test_metrics_are_served_on_their_own_port() -> None:
+    metrics = ProxyMetrics()
+    port = metrics.serve("127.0.0.1", 0)
+    try:
+        metrics.request_finished("echo", "v1", 200, 0.01)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            body = reply.read().decode()
+        assert 'gitops_http_requests_total{backend="v1",code="200",endpoint="echo"} 1.0' in body
+    finally:
+        metrics.close()
