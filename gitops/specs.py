@@ -1,0 +1,280 @@
+"""The spec format as pydantic models: every key, type, default and range.
+
+This module owns what one `[backends.NAME]` or `[endpoints.NAME]` table may
+contain, exactly as PRODUCT.md "Spec format" states. It validates one table
+at a time and knows nothing about files, line numbers, other files, git or
+Ray: cross-file rules and locations belong to `gitops.loading`.
+
+Models are strict (TOML `"2"` is not the integer 2, `true` is not 1) and
+reject unknown keys, so a typo is an error rather than a silently ignored
+setting.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Mapping, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
+
+__all__ = [
+    "NAME_PATTERN",
+    "HTTP_METHODS",
+    "AutoscalingSpec",
+    "RayActorOptionsSpec",
+    "RuntimeEnvSpec",
+    "BackendSpec",
+    "EndpointSpec",
+    "is_valid_name",
+    "Loc",
+    "Problem",
+    "check_backend",
+    "check_endpoint",
+]
+
+NAME_PATTERN = re.compile(r"[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?")
+HTTP_METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
+)
+_IMPORT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+# The proxy answers these itself (`/-/routes`, `/-/healthz`).
+_RESERVED_ROUTE_PREFIX = "/-/"
+
+NonNegative = Annotated[float, Field(ge=0)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+ShadowFraction = Annotated[float, Field(gt=0, le=1)]
+
+
+def is_valid_name(name: str) -> bool:
+    return NAME_PATTERN.fullmatch(name) is not None
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class AutoscalingSpec(_Spec):
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int = Field(ge=1)
+    target_ongoing_requests: float = Field(default=2.0, gt=0)
+    upscale_delay_s: float = Field(default=5.0, ge=0)
+    downscale_delay_s: float = Field(default=30.0, ge=0)
+
+
+class RayActorOptionsSpec(_Spec):
+    num_cpus: NonNegative | None = None
+    num_gpus: NonNegative | None = None
+    memory: NonNegative | None = None
+    resources: dict[str, NonNegative] | None = None
+
+
+class RuntimeEnvSpec(_Spec):
+    """The runtime_env keys a backend may set.
+
+    `working_dir` and `py_modules` are deliberately absent: a backend's code
+    always comes from the applied commit.
+    """
+
+    env_vars: dict[str, str] | None = None
+    pip: list[str] | None = None
+
+
+class BackendSpec(_Spec):
+    import_path: str
+    init_args: list[Any] = Field(default_factory=list)
+    init_kwargs: dict[str, Any] = Field(default_factory=dict)
+    num_replicas: int = Field(default=1, ge=0)
+    max_concurrent_queries: int = Field(default=100, ge=1)
+    user_config: Any = None
+    graceful_shutdown_timeout_s: float = Field(default=20.0, ge=0)
+    health_check_period_s: float = Field(default=10.0, gt=0)
+    health_check_timeout_s: float = Field(default=30.0, gt=0)
+    ray_actor_options: RayActorOptionsSpec = Field(default_factory=RayActorOptionsSpec)
+    runtime_env: RuntimeEnvSpec = Field(default_factory=RuntimeEnvSpec)
+    code_paths: list[str] | None = None
+    version: str | None = None
+    autoscaling: AutoscalingSpec | None = None
+
+    @field_validator("import_path")
+    @classmethod
+    def _import_path_shape(cls, value: str) -> str:
+        if _IMPORT_PATH.fullmatch(value) is None:
+            raise ValueError(f"must look like 'package.module:attribute' (got '{value}')")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version_shape(cls, value: str | None) -> str | None:
+        if value is not None and _VERSION.fullmatch(value) is None:
+            raise ValueError(
+                f"must be 1-64 letters, digits, '.', '_', '+' or '-' (got '{value}')"
+            )
+        return value
+
+    @field_validator("code_paths")
+    @classmethod
+    def _code_paths_relative(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        return [_normalise_code_path(path) for path in value]
+
+    def can_have_zero_replicas(self) -> bool:
+        if self.autoscaling is not None:
+            return self.autoscaling.min_replicas == 0
+        return self.num_replicas == 0
+
+    def replica_target(self) -> int:
+        """Replicas to start with: autoscaled backends start at their minimum."""
+        return self.autoscaling.min_replicas if self.autoscaling else self.num_replicas
+
+
+def _normalise_code_path(path: str) -> str:
+    parts = [part for part in path.replace("\\", "/").split("/") if part not in ("", ".")]
+    if path.startswith("/") or ".." in parts or not parts:
+        raise ValueError(f"must be relative paths inside the repository (got '{path}')")
+    return "/".join(parts)
+
+
+class EndpointSpec(_Spec):
+    route: str
+    methods: list[str] = Field(default_factory=lambda: ["GET", "POST"])
+    traffic: dict[str, Fraction]
+    shadow: dict[str, ShadowFraction] = Field(default_factory=dict)
+    timeout_s: float = Field(default=30.0, gt=0)
+
+    @field_validator("route")
+    @classmethod
+    def _route_shape(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"must start with '/' (got '{value}')")
+        if any(char.isspace() or char in "?#" for char in value):
+            raise ValueError(f"must not contain spaces, '?' or '#' (got '{value}')")
+        if value.startswith(_RESERVED_ROUTE_PREFIX) or value == "/-":
+            raise ValueError(f"'{value}' is reserved for the proxy's own paths (/-/...)")
+        return value
+
+    @field_validator("methods")
+    @classmethod
+    def _methods_known(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("methods must not be empty")
+        unknown = [method for method in value if method not in HTTP_METHODS]
+        if unknown:
+            raise ValueError(
+                f"'{unknown[0]}' is not an HTTP method (one of {', '.join(sorted(HTTP_METHODS))})"
+            )
+        if len(set(value)) != len(value):
+            raise ValueError("methods must not repeat")
+        return value
+
+    @field_validator("traffic")
+    @classmethod
+    def _traffic_not_empty(cls, value: dict[str, float]) -> dict[str, float]:
+        if not value:
+            raise ValueError("must send traffic to at least one backend")
+        return value
+
+
+# --- checking one table --------------------------------------------------------
+
+Loc = tuple[str | int, ...]
+_S = TypeVar("_S", bound=_Spec)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong in a table; `loc` is the key path inside the table."""
+
+    loc: Loc
+    message: str
+
+
+def check_backend(raw: Any, at: Loc) -> tuple[BackendSpec | None, tuple[Problem, ...]]:
+    """Validate the `[backends.NAME]` table found at key path `at`; the spec
+    is returned only when the table has no problem."""
+    return _check(BackendSpec, raw, at, _backend_rules(raw, at))
+
+
+def check_endpoint(raw: Any, at: Loc) -> tuple[EndpointSpec | None, tuple[Problem, ...]]:
+    return _check(EndpointSpec, raw, at, ())
+
+
+def _check(
+    model: type[_S], raw: Any, at: Loc, rules: tuple[Problem, ...]
+) -> tuple[_S | None, tuple[Problem, ...]]:
+    try:
+        spec = model.model_validate(raw)
+    except ValidationError as error:
+        return None, tuple(_describe(detail, at) for detail in error.errors()) + rules
+    return (None if rules else spec), rules
+
+
+def _backend_rules(raw: Any, at: Loc) -> tuple[Problem, ...]:
+    """Rules between keys, checked on the raw table so they are reported
+    together with type errors elsewhere in the same table."""
+    if not isinstance(raw, Mapping):
+        return ()
+    problems: list[Problem] = []
+    scaling = raw.get("autoscaling")
+    if isinstance(scaling, Mapping) and "num_replicas" in raw:
+        problems.append(
+            Problem((*at, "num_replicas"), f"{_dotted(at)}: num_replicas cannot be combined with [autoscaling]")
+        )
+    if isinstance(scaling, Mapping):
+        low, high = scaling.get("min_replicas", 1), scaling.get("max_replicas")
+        if _is_int(low) and _is_int(high) and low > high:
+            where = (*at, "autoscaling")
+            problems.append(
+                Problem(where, f"{_dotted(where)}: min_replicas ({low}) must be <= max_replicas ({high})")
+            )
+    return tuple(problems)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_MESSAGES = {
+    "int_type": "must be an integer",
+    "float_type": "must be a number",
+    "string_type": "must be a string",
+    "list_type": "must be an array",
+    "dict_type": "must be a table",
+    "model_type": "must be a table",
+    "model_attributes_type": "must be a table",
+}
+
+
+def _describe(detail: ErrorDetails, at: Loc) -> Problem:
+    loc = (*at, *detail["loc"])
+    kind, ctx = detail["type"], detail.get("ctx", {})
+    if kind == "extra_forbidden":
+        return Problem(loc, f"{_dotted(loc[:-1])}: unknown key '{loc[-1]}'")
+    if kind == "missing":
+        return Problem(loc, f"{_dotted(loc[:-1])}: missing required key '{loc[-1]}'")
+    if kind == "value_error":
+        return Problem(loc, f"{_dotted(loc)}: {ctx['error']}")
+    bound = next((f"{op} {_number(ctx[key])}" for key, op in _BOUNDS if key in ctx), None)
+    text = f"must be {bound}" if bound else _MESSAGES.get(kind, detail["msg"])
+    return Problem(loc, f"{_dotted(loc)}: {text} (got {_short(detail['input'])})")
+
+
+_BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+
+
+def _dotted(loc: Loc) -> str:
+    return ".".join(f"[{part}]" if isinstance(part, int) else str(part) for part in loc) or "file"
+
+
+def _number(value: Any) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a table"
+    text = repr(value) if not isinstance(value, bool) else str(value).lower()
+    return text if len(text) <= 40 else text[:37] + "..."
