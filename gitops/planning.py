@@ -1,0 +1,203 @@
+"""Planning: the ordered actions that take the actual serving state to the desired one.
+
+`plan(desired, actual)` is pure and deterministic: no I/O, no clock, and the
+same inputs always give the same actions in the same order. It assumes
+`desired` is valid (as `gitops.loading` guarantees) and `actual` is what a
+controller reports; it never talks to either.
+
+Apply order (PRODUCT.md "Reconciliation semantics"), with the refinements
+that keep every intermediate state safe (`gitops.simulating.unsafe_reasons`):
+
+1. Create and update backends, by name — so every backend an endpoint will
+   name exists, at its new version and size, before traffic moves to it.
+2. Create and update endpoints (route, methods, traffic, shadow), by name.
+   Route handoff: an endpoint that takes a route another endpoint still
+   holds waits until that endpoint has moved away; if the holder is being
+   removed, its delete comes forward to just before the taker. Routes that
+   move in a cycle (a swap) cannot be handed over one call at a time
+   without a duplicate route, so the first endpoint of the cycle (by name)
+   is deleted and recreated: its old and new routes answer 404 for the
+   moment between those calls, and no two endpoints ever share a route.
+3. Delete the remaining endpoints that left git, by name.
+4. Deferred backend updates, by name: a backend whose new config may run
+   zero replicas while some endpoint still sends it positive traffic is
+   updated only now, after the endpoints have moved that traffic away.
+   Doing it in step 1 would leave an endpoint routing to a backend with no
+   replicas. (Shadow and zero-weight references do not defer: shadow
+   copies are fire-and-forget and can never fail the primary request.)
+5. Delete backends that left git, by name; by now no endpoint names them,
+   not even as shadow.
+
+Comparisons: a backend differs when `BackendConfig.comparable()` differs,
+except that `num_replicas` is the autoscaler's business for a backend that
+autoscales in `desired`. An update restarts replicas exactly when `version`
+changes; every other difference is applied in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from controller.configs import BackendConfig, EndpointConfig, ServingState
+from gitops.plans import Action, ActionKind, FieldChange, Plan
+
+__all__ = ["plan", "backend_changes", "endpoint_changes"]
+
+_DEFERRED = "after endpoints move its traffic away"
+
+
+def plan(desired: ServingState, actual: ServingState) -> Plan:
+    """The actions, in apply order, that turn `actual` into `desired`."""
+    early, deferred = _backend_updates(desired, actual)
+    endpoint_actions = _endpoint_actions(desired, actual)
+    return Plan(actions=(*early, *endpoint_actions, *deferred, *_backend_deletes(desired, actual)))
+
+
+def backend_changes(old: BackendConfig, new: BackendConfig) -> tuple[FieldChange, ...]:
+    """What differs between two configs of one backend, as `new` sees it."""
+    before, after = old.comparable(), new.comparable()
+    if new.autoscaling is not None:
+        # The autoscaler owns the replica count; git only sets its bounds.
+        before.pop("num_replicas")
+        after.pop("num_replicas")
+    return _field_changes(before, after)
+
+
+def endpoint_changes(old: EndpointConfig, new: EndpointConfig) -> tuple[FieldChange, ...]:
+    return _field_changes(old.model_dump(mode="json"), new.model_dump(mode="json"))
+
+
+def _field_changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> tuple[FieldChange, ...]:
+    changes: list[FieldChange] = []
+    for field, new_value in new.items():
+        old_value = old.get(field)
+        if old_value == new_value:
+            continue
+        if field == "autoscaling" and isinstance(old_value, dict) and isinstance(new_value, dict):
+            changes.extend(_field_changes(old_value, new_value, prefix=f"{field}."))
+        else:
+            changes.append(FieldChange(field=prefix + field, old=old_value, new=new_value))
+    return tuple(changes)
+
+
+# --- backends -----------------------------------------------------------------
+
+
+def _backend_updates(desired: ServingState, actual: ServingState) -> tuple[list[Action], list[Action]]:
+    """Creates and updates: those safe to run first, and those deferred to step 4."""
+    early: list[Action] = []
+    deferred: list[Action] = []
+    carrying = _backends_with_positive_traffic(actual)
+    for name, new in sorted(desired.backends.items()):
+        old = actual.backends.get(name)
+        if old is None:
+            early.append(Action(kind=ActionKind.CREATE_BACKEND, name=name, backend=new))
+            continue
+        changes = backend_changes(old, new)
+        if not changes:
+            continue
+        must_wait = name in carrying and new.can_have_zero_replicas()
+        action = Action(
+            kind=ActionKind.UPDATE_BACKEND,
+            name=name,
+            backend=new,
+            restarts=old.code_identity() != new.code_identity(),
+            changes=changes,
+            reason=_DEFERRED if must_wait else "",
+        )
+        (deferred if must_wait else early).append(action)
+    return early, deferred
+
+
+def _backends_with_positive_traffic(state: ServingState) -> frozenset[str]:
+    return frozenset(
+        backend
+        for endpoint in state.endpoints.values()
+        for backend, weight in endpoint.traffic.items()
+        if weight > 0
+    )
+
+
+def _backend_deletes(desired: ServingState, actual: ServingState) -> list[Action]:
+    gone = sorted(set(actual.backends) - set(desired.backends))
+    return [Action(kind=ActionKind.DELETE_BACKEND, name=name) for name in gone]
+
+
+# --- endpoints ----------------------------------------------------------------
+
+
+class _EndpointSequencer:
+    """Orders endpoint creates, updates and deletes so that no route is ever held twice.
+
+    It walks the changes like the controller will apply them, tracking which
+    endpoint holds each route after every emitted action.
+    """
+
+    def __init__(self, desired: ServingState, actual: ServingState) -> None:
+        self.current: dict[str, EndpointConfig] = dict(actual.endpoints)
+        self.holders: dict[str, str] = {config.route: name for name, config in actual.endpoints.items()}
+        self.pending: dict[str, EndpointConfig] = {
+            name: config
+            for name, config in sorted(desired.endpoints.items())
+            if name not in actual.endpoints or endpoint_changes(actual.endpoints[name], config)
+        }
+        self.leaving: set[str] = set(actual.endpoints) - set(desired.endpoints)
+        self.actions: list[Action] = []
+
+    def run(self) -> list[Action]:
+        while self.pending:
+            if not self._apply_first_unblocked():
+                self._break_cycle()
+        for name in sorted(self.leaving):
+            self._delete(name)
+        return self.actions
+
+    def _apply_first_unblocked(self) -> bool:
+        for name, config in self.pending.items():
+            holder = self.holders.get(config.route, name)
+            if holder in self.leaving:
+                self._delete(holder, reason=f"frees route {config.route} for endpoint {name}")
+                holder = name
+            if holder == name or holder not in self.pending:
+                # A holder that neither leaves nor moves means `desired` itself
+                # has a duplicate route; plan it anyway and let validation or the
+                # controller say so, rather than never finishing.
+                self._upsert(name, config)
+                return True
+        return False
+
+    def _break_cycle(self) -> None:
+        """Every pending change waits on another: delete one member of a cycle."""
+        name = next(iter(self.pending))
+        seen: list[str] = []
+        while name not in seen:
+            seen.append(name)
+            name = self.holders[self.pending[name].route]
+        cycle = seen[seen.index(name) :]
+        victim = min(cycle)
+        self._delete(victim, reason="recreated: its route moves in a cycle")
+
+    def _upsert(self, name: str, config: EndpointConfig) -> None:
+        old = self.current.get(name)
+        if old is None:
+            action = Action(kind=ActionKind.CREATE_ENDPOINT, name=name, endpoint=config)
+        else:
+            changes = endpoint_changes(old, config)
+            action = Action(kind=ActionKind.UPDATE_ENDPOINT, name=name, endpoint=config, changes=changes)
+            if self.holders.get(old.route) == name:
+                del self.holders[old.route]
+        self.actions.append(action)
+        self.current[name] = config
+        self.holders[config.route] = name
+        del self.pending[name]
+
+    def _delete(self, name: str, reason: str = "") -> None:
+        old = self.current.pop(name)
+        if self.holders.get(old.route) == name:
+            del self.holders[old.route]
+        self.leaving.discard(name)
+        self.actions.append(Action(kind=ActionKind.DELETE_ENDPOINT, name=name, reason=reason))
+
+
+def _endpoint_actions(desired: ServingState, actual: ServingState) -> list[Action]:
+    return _EndpointSequencer(desired, actual).run()
