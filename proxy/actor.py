@@ -1,0 +1,114 @@
+"""The proxy actor: uvicorn serving `ProxyApp` inside an async Ray actor.
+
+One per Ray node, created, pinned and replaced by the controller (which wraps
+this plain class with `ray.remote`). The constructor binds the listening
+socket (so a taken port fails the actor's creation with a clear error) and
+starts two tasks on the actor's event loop: the HTTP server and the long
+poll. Owns the proxy's lifecycle only; the request path is `proxy.app`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import socket
+
+import uvicorn
+
+from proxy.app import ProxyApp, Recorder
+from proxy.longpoll_client import LongPollClient
+from proxy.raycalls import RayCaller
+from proxy.settings import ProxySettings
+from proxy.subscriptions import Subscriptions
+
+__all__ = ["ProxyActor"]
+
+logger = logging.getLogger(__name__)
+
+_READY_POLL_S = 0.01
+_SHUTDOWN_GRACE_S = 5.0
+
+
+class ProxyActor:
+    def __init__(
+        self,
+        controller_name: str,
+        namespace: str,
+        node_id: str,
+        host: str,
+        port: int,
+        settings: ProxySettings | None = None,
+        recorder: Recorder | None = None,
+    ) -> None:
+        self._node_id = node_id
+        settings = settings or ProxySettings()
+        rng = random.Random()
+        self._app = ProxyApp(RayCaller(), settings, rng, recorder)
+        self._subscriptions = Subscriptions(settings, rng)
+        self._longpoll = LongPollClient(
+            controller_name, namespace, self._subscriptions, self._app.install, settings
+        )
+        self._socket = _bind(host, port)
+        self._host = host
+        self._port = self._socket.getsockname()[1]
+        self._server = uvicorn.Server(
+            uvicorn.Config(
+                self._app,
+                lifespan="off",
+                loop="none",
+                http="httptools",
+                ws="none",
+                log_config=None,
+                access_log=False,
+                log_level="warning",
+            )
+        )
+        loop = asyncio.get_event_loop()
+        self._server_task = loop.create_task(self._server.serve(sockets=[self._socket]))
+        self._longpoll_task = loop.create_task(self._longpoll.run())
+
+    async def ready(self) -> str:
+        """Returns `host:port` once the HTTP server listens; raises if it failed."""
+        while not self._server.started:
+            if self._server_task.done():
+                self._server_task.result()
+                raise RuntimeError(f"proxy HTTP server on {self._host}:{self._port} stopped before it started")
+            await asyncio.sleep(_READY_POLL_S)
+        return f"{self._host}:{self._port}"
+
+    async def shutdown(self) -> None:
+        """Stop polling, let in-flight requests finish (bounded), close the socket."""
+        self._longpoll_task.cancel()
+        self._server.should_exit = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self._server_task), _SHUTDOWN_GRACE_S)
+        except (TimeoutError, asyncio.CancelledError):
+            self._server.force_exit = True
+        await self._app.stop_shadows()
+        self._socket.close()
+
+    async def backend_load(self) -> dict[str, dict[str, int]]:
+        """Per backend: requests in flight and queued here (for autoscaling)."""
+        return self._app.backend_load()
+
+    async def routes(self) -> dict[str, str]:
+        """The route prefix -> endpoint table currently served (for tests and status)."""
+        return {prefix: route.endpoint for prefix, route in self._app.snapshot.routes.by_prefix.items()}
+
+    async def longpoll_rounds(self) -> int:
+        """How many long-poll answers arrived; tests wait on it instead of sleeping."""
+        return self._longpoll.rounds
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise OSError(f"proxy cannot listen on {host}:{port}: {error.strerror}") from None
+    sock.set_inheritable(True)
+    return sock

@@ -1,0 +1,249 @@
+"""The proxy's ASGI application: one request in, one replica call out.
+
+Owns the request path: read the snapshot once, resolve the route, read the
+body (bounded), pick a backend by weight, copy to shadows, get a replica slot
+(waiting in the bounded queue if needed), call it under the endpoint's
+timeout, retry once on another replica when an idempotent request's replica
+died, and map every outcome to the status codes of PRODUCT.md "HTTP".
+
+Deliberately a bare ASGI callable rather than a Starlette app: the hot path
+allocates only the wire tuple and the response events, and logs nothing
+unless something failed. Replica calls go through `proxy.calling`; results
+are reported through one `Recorder`, the single place metrics hook in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from typing import Any, Awaitable, Callable, Protocol
+
+from proxy.calling import HandlerError, ReplicaCaller, ReplicaDiedError
+from proxy.choosing import Random
+from proxy.config import EndpointPlan, Snapshot
+from proxy.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
+from proxy.routing import Resolution, resolve
+from proxy.settings import ProxySettings
+from proxy.wire import WireRequest, WireResponse
+
+__all__ = ["ProxyApp", "Recorder", "ShadowResult", "NullRecorder"]
+
+logger = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+_IDEMPOTENT = frozenset({"GET", "HEAD"})
+_TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
+_JSON = [(b"content-type", b"application/json")]
+
+
+class ShadowResult:
+    """Values of the `result` label of gitops_shadow_requests_total."""
+
+    OK = "ok"
+    ERROR = "error"
+    DROPPED = "dropped"
+
+
+class Recorder(Protocol):
+    def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None: ...
+
+    def shadow_done(self, endpoint: str, backend: str, result: str) -> None: ...
+
+
+class NullRecorder:
+    def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None:
+        pass
+
+    def shadow_done(self, endpoint: str, backend: str, result: str) -> None:
+        pass
+
+
+class _Reply(Exception):
+    """Ends a request early with a proxy-made answer."""
+
+    def __init__(self, status: int, text: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+        self.headers = headers or []
+
+
+class ProxyApp:
+    def __init__(
+        self,
+        caller: ReplicaCaller,
+        settings: ProxySettings = ProxySettings(),
+        rng: Random | None = None,
+        recorder: Recorder | None = None,
+    ) -> None:
+        self._caller = caller
+        self._settings = settings
+        self._rng = rng or random.Random()
+        self._recorder = recorder or NullRecorder()
+        self._snapshot = Snapshot()
+        self._shadow_tasks: set[asyncio.Task[None]] = set()
+        self._shadow_in_flight: dict[str, int] = {}
+        self._retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
+
+    # --- the config side -----------------------------------------------------
+
+    def install(self, snapshot: Snapshot) -> None:
+        """Serve `snapshot` from the next request on (one atomic assignment)."""
+        self._snapshot = snapshot
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def backend_load(self) -> dict[str, dict[str, int]]:
+        """Per backend: requests in flight on replicas and waiting in the queue."""
+        return {
+            name: {"ongoing": pool.ongoing(), "queued": pool.queued()}
+            for name, pool in self._snapshot.pools.items()
+        }
+
+    # --- the request side ----------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        if path.startswith("/-/"):
+            await self._admin(scope, send)
+            return
+        snapshot = self._snapshot
+        resolution, route = resolve(snapshot.routes, path, scope["method"])
+        if route is None:
+            await _send(send, 404, _TEXT, b"Not Found")
+            return
+        if resolution is Resolution.METHOD_NOT_ALLOWED:
+            await _send(send, 405, [*_TEXT, (b"allow", route.allow.encode())], b"Method Not Allowed")
+            return
+        plan = snapshot.endpoints[route.endpoint]
+        started = time.perf_counter()
+        backend = plan.traffic.pick(self._rng.random()) or ""
+        try:
+            body = await _read_body(receive, self._settings.max_body_bytes)
+            request: WireRequest = (scope["method"], path, scope["query_string"], scope["headers"], body)
+            if plan.shadow.shares:
+                self._copy_to_shadows(snapshot, plan, request)
+            status, headers, payload = await self._forward(snapshot.pools.get(backend), plan, request)
+        except _Reply as reply:
+            status, headers, payload = reply.status, [*_TEXT, *reply.headers], reply.text.encode()
+        await _send(send, status, headers, payload)
+        self._recorder.request_done(plan.name, backend, status, time.perf_counter() - started)
+
+    async def _forward(self, pool: ReplicaPool | None, plan: EndpointPlan, request: WireRequest) -> WireResponse:
+        if pool is None:
+            raise _Reply(503, "No replica available", self._retry_after)
+        try:
+            async with asyncio.timeout(plan.timeout_s):
+                return await self._call_with_retry(pool, request)
+        except TimeoutError:
+            raise _Reply(504, "Gateway Timeout") from None
+
+    async def _call_with_retry(self, pool: ReplicaPool, request: WireRequest) -> WireResponse:
+        attempts = 2 if request[0] in _IDEMPOTENT else 1
+        for attempt in range(attempts):
+            slot = await self._acquire(pool)
+            try:
+                return await self._caller.call(slot.handle, request)
+            except ReplicaDiedError as error:
+                pool.drop(slot)
+                logger.warning("replica %s of %s died under a request: %s", slot.replica_id, pool.backend, error)
+            except HandlerError as error:
+                logger.error("handler of backend %s raised:\n%s", pool.backend, error)
+                raise _Reply(500, "Internal Server Error") from None
+            finally:
+                pool.release(slot)
+        raise _Reply(502, "Bad Gateway: the replica died")
+
+    async def _acquire(self, pool: ReplicaPool) -> ReplicaSlot:
+        try:
+            return await pool.acquire()
+        except NoReplicaError:
+            raise _Reply(503, "No replica available", self._retry_after) from None
+        except QueueFullError:
+            raise _Reply(503, "Backend queue is full", self._retry_after) from None
+
+    # --- shadow traffic ---------------------------------------------------------
+
+    def _copy_to_shadows(self, snapshot: Snapshot, plan: EndpointPlan, request: WireRequest) -> None:
+        for backend in plan.shadow.sample(self._rng):
+            pool = snapshot.pools.get(backend)
+            slot = self._shadow_slot(backend, pool)
+            if pool is None or slot is None:
+                self._recorder.shadow_done(plan.name, backend, ShadowResult.DROPPED)
+                continue
+            task = asyncio.ensure_future(self._shadow(plan, pool, slot, request))
+            self._shadow_tasks.add(task)
+            task.add_done_callback(self._shadow_tasks.discard)
+
+    def _shadow_slot(self, backend: str, pool: ReplicaPool | None) -> ReplicaSlot | None:
+        # Shadows never wait: a saturated shadow backend drops the copy.
+        if pool is None or self._shadow_in_flight.get(backend, 0) >= self._settings.max_shadow_in_flight:
+            return None
+        slot = pool.try_acquire()
+        if slot is not None:
+            self._shadow_in_flight[backend] = self._shadow_in_flight.get(backend, 0) + 1
+        return slot
+
+    async def _shadow(self, plan: EndpointPlan, pool: ReplicaPool, slot: ReplicaSlot, request: WireRequest) -> None:
+        result = ShadowResult.OK
+        try:
+            async with asyncio.timeout(plan.timeout_s):
+                await self._caller.call(slot.handle, request)
+        except ReplicaDiedError:
+            pool.drop(slot)
+            result = ShadowResult.ERROR
+        except (HandlerError, TimeoutError):
+            result = ShadowResult.ERROR
+        finally:
+            pool.release(slot)
+            self._shadow_in_flight[pool.backend] -= 1
+        self._recorder.shadow_done(plan.name, pool.backend, result)
+
+    # --- the proxy's own routes ------------------------------------------------
+
+    async def _admin(self, scope: Scope, send: Send) -> None:
+        path = scope["path"]
+        if path == "/-/healthz":
+            await _send(send, 200, _TEXT, b"ok")
+        elif path == "/-/routes":
+            await _send(send, 200, _JSON, self._snapshot.routes_json)
+        else:
+            await _send(send, 404, _TEXT, b"Not Found")
+
+    async def stop_shadows(self) -> None:
+        for task in list(self._shadow_tasks):
+            task.cancel()
+        await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    message = await receive()
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):
+        if len(body) > limit:
+            raise _Reply(413, "Request body too large")
+        return body
+    chunks = [body]
+    size = len(body)
+    while message.get("more_body", False):
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _Reply(413, "Request body too large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

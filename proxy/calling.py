@@ -1,0 +1,32 @@
+"""The seam between the HTTP app and replicas: one call per request, and its failures.
+
+`ReplicaCaller` is what `proxy.app` needs from the outside world; the Ray
+implementation lives in `proxy.raycalls`, and component tests pass in fakes.
+The exceptions say what the app must answer, so the app never sees a Ray
+exception type.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from proxy.wire import WireRequest, WireResponse
+
+__all__ = ["ReplicaCaller", "ReplicaDiedError", "HandlerError"]
+
+
+class ReplicaDiedError(Exception):
+    """The replica is gone (died or unreachable): drop it; retry if idempotent."""
+
+
+class HandlerError(Exception):
+    """User code raised; the message holds the replica-side traceback for the log."""
+
+
+class ReplicaCaller(Protocol):
+    async def call(self, handle: Any, request: WireRequest) -> WireResponse:
+        """Run `request` on the replica behind `handle`.
+
+        Cancelling the awaiting task cancels the call on the replica.
+        Raises `ReplicaDiedError` or `HandlerError`.
+        """

@@ -1,0 +1,65 @@
+"""The proxy's serving snapshot: one immutable object a request reads once.
+
+`Snapshot` bundles the route index, each endpoint's traffic/shadow/timeout
+and the replica pool of every backend in use. The long-poll side builds a new
+snapshot from the controller's payloads and swaps it in with one assignment,
+so a request sees either the old or the new table, never a mix. Pools are
+shared between snapshots (they carry in-flight counts) and are not part of
+the table's identity.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from controller.configs import EndpointConfig, RouteTable
+from proxy.choosing import ShadowPlan, WeightedChoice
+from proxy.replicas import ReplicaPool
+from proxy.routing import Route, RouteIndex
+
+__all__ = ["EndpointPlan", "Snapshot", "build_snapshot"]
+
+
+@dataclass(frozen=True)
+class EndpointPlan:
+    name: str
+    traffic: WeightedChoice
+    shadow: ShadowPlan
+    timeout_s: float
+
+    @classmethod
+    def from_config(cls, config: EndpointConfig) -> "EndpointPlan":
+        return cls(
+            config.name,
+            WeightedChoice.from_weights(config.traffic),
+            ShadowPlan.from_shares(config.shadow),
+            config.timeout_s,
+        )
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    routes: RouteIndex = field(default_factory=RouteIndex)
+    endpoints: Mapping[str, EndpointPlan] = field(default_factory=dict)
+    pools: Mapping[str, ReplicaPool] = field(default_factory=dict)
+    # GET /-/routes, rendered once per snapshot.
+    routes_json: bytes = b"{}"
+
+
+def build_snapshot(
+    table: RouteTable,
+    endpoints: Mapping[str, EndpointConfig],
+    pools: Mapping[str, ReplicaPool],
+) -> Snapshot:
+    """A snapshot serving only endpoints whose config has arrived.
+
+    A route whose endpoint config is still unknown is left out (404) rather
+    than half-served.
+    """
+    entries = [entry for entry in table.entries if entry.endpoint in endpoints]
+    plans = {entry.endpoint: EndpointPlan.from_config(endpoints[entry.endpoint]) for entry in entries}
+    routes = RouteIndex.build(Route.build(e.route, e.methods, e.endpoint) for e in entries)
+    listing = {e.route: {"endpoint": e.endpoint, "methods": list(e.methods)} for e in entries}
+    return Snapshot(routes, plans, dict(pools), json.dumps(listing, sort_keys=True).encode())

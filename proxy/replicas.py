@@ -1,0 +1,156 @@
+"""Per-backend replica pools: in-flight counts, the bounded wait queue, dead replicas.
+
+A `ReplicaPool` is the proxy's live view of one backend: which RUNNING
+replicas may take requests, how many requests each has in flight (never more
+than `max_concurrent_queries`), and who waits for a slot. It lives across
+config snapshots so counts survive a table switch; the controller's
+`ReplicaSet` updates it in place. A replica that died under a request is
+dropped at once and kept out until the controller stops listing it.
+
+Decisions come from `proxy.choosing`; this module only keeps the state and
+wakes waiters. No Ray, no HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Any, Iterable
+
+from proxy.choosing import Admission, Random, admit, pick_replica
+
+__all__ = ["ReplicaSlot", "ReplicaPool", "NoReplicaError", "QueueFullError"]
+
+
+class NoReplicaError(Exception):
+    """The backend has no RUNNING replica right now (answer 503)."""
+
+
+class QueueFullError(Exception):
+    """Every replica is full and so is the wait queue (answer 503)."""
+
+
+class ReplicaSlot:
+    """One replica and its in-flight count; mutable proxy-side bookkeeping."""
+
+    __slots__ = ("replica_id", "handle", "in_flight")
+
+    def __init__(self, replica_id: str, handle: Any) -> None:
+        self.replica_id = replica_id
+        self.handle = handle
+        self.in_flight = 0
+
+    def __repr__(self) -> str:
+        return f"ReplicaSlot({self.replica_id!r}, in_flight={self.in_flight})"
+
+
+class ReplicaPool:
+    def __init__(self, backend: str, rng: Random, max_queued: int, max_concurrent: int = 1) -> None:
+        self.backend = backend
+        self.max_concurrent = max_concurrent
+        self._rng = rng
+        self._max_queued = max_queued
+        self._slots: list[ReplicaSlot] = []
+        self._waiters: collections.deque[asyncio.Future[ReplicaSlot]] = collections.deque()
+        self._dead: set[str] = set()
+
+    # --- what autoscaling and metrics read ---------------------------------
+
+    def ongoing(self) -> int:
+        return sum(slot.in_flight for slot in self._slots)
+
+    def queued(self) -> int:
+        return len(self._waiters)
+
+    def replica_ids(self) -> list[str]:
+        return [slot.replica_id for slot in self._slots]
+
+    # --- membership --------------------------------------------------------
+
+    def update(self, max_concurrent: int, replicas: Iterable[tuple[str, Any]]) -> None:
+        """Adopt the controller's RUNNING set; counts of kept replicas carry over."""
+        self.max_concurrent = max_concurrent
+        listed = dict(replicas)
+        # Forget a dead replica once the controller has stopped listing it.
+        self._dead &= set(listed)
+        current = {slot.replica_id: slot for slot in self._slots}
+        self._slots = [
+            current.get(replica_id) or ReplicaSlot(replica_id, handle)
+            for replica_id, handle in listed.items()
+            if replica_id not in self._dead
+        ]
+        self._after_membership_change()
+
+    def drop(self, slot: ReplicaSlot) -> None:
+        """Take a replica that failed under a request out of rotation now."""
+        self._dead.add(slot.replica_id)
+        self._slots = [s for s in self._slots if s is not slot]
+        self._after_membership_change()
+
+    def _after_membership_change(self) -> None:
+        if not self._slots:
+            self._fail_waiters(NoReplicaError(self.backend))
+        else:
+            self._serve_waiters()
+
+    # --- acquiring and releasing ----------------------------------------------
+
+    def try_acquire(self) -> ReplicaSlot | None:
+        """A slot now, or None; never waits and never jumps the queue."""
+        if self._waiters:
+            return None
+        return self._take()
+
+    async def acquire(self) -> ReplicaSlot:
+        """A slot with room for one more request, waiting in line if all are full."""
+        if not self._slots:
+            raise NoReplicaError(self.backend)
+        if not self._waiters:
+            slot = self._take()
+            if slot is not None:
+                return slot
+        if admit(len(self._waiters), self._max_queued) is Admission.REJECT:
+            raise QueueFullError(self.backend)
+        waiter: asyncio.Future[ReplicaSlot] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            self._abandon(waiter)
+            raise
+
+    def release(self, slot: ReplicaSlot) -> None:
+        slot.in_flight -= 1
+        if self._waiters:
+            self._serve_waiters()
+
+    def _take(self) -> ReplicaSlot | None:
+        slots = self._slots
+        index = pick_replica([s.in_flight for s in slots], self.max_concurrent, self._rng)
+        if index is None:
+            return None
+        slot = slots[index]
+        slot.in_flight += 1
+        return slot
+
+    def _serve_waiters(self) -> None:
+        while self._waiters:
+            slot = self._take()
+            if slot is None:
+                return
+            waiter = self._waiters.popleft()
+            waiter.set_result(slot)
+
+    def _fail_waiters(self, error: Exception) -> None:
+        while self._waiters:
+            self._waiters.popleft().set_exception(error)
+
+    def _abandon(self, waiter: asyncio.Future[ReplicaSlot]) -> None:
+        if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+            # The slot was handed over just as the wait was cancelled.
+            self.release(waiter.result())
+            return
+        try:
+            self._waiters.remove(waiter)
+        except ValueError:
+            pass

@@ -1,0 +1,28 @@
+"""Tunables of one proxy: body limit, queue bounds, shadow bounds, long-poll backoff.
+
+A frozen value passed into the app and the actor, so tests can shrink every
+bound without patching. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ProxySettings"]
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ProxySettings:
+    # Larger request bodies are refused with 413 before any replica sees them.
+    max_body_bytes: int = 10 * MIB
+    # Requests waiting for a free replica slot, per backend; past it, 503.
+    max_queued_per_backend: int = 1024
+    # Seconds a client is told to wait after a 503.
+    retry_after_s: int = 1
+    # Shadow copies in flight per shadow backend; past it, copies are dropped.
+    max_shadow_in_flight: int = 64
+    # Long poll: first and largest pause after the controller is unreachable.
+    longpoll_backoff_s: float = 0.2
+    longpoll_max_backoff_s: float = 5.0

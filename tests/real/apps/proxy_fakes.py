@@ -1,0 +1,49 @@
+"""Test-only stand-ins for the proxy's real-tier tests: a long-poll controller.
+
+`FakeController` implements just `listen_for_change` as the controller's
+long poll does (answer changed keys at once, else block until a change or a
+short timeout), plus `publish` for tests to push payloads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+__all__ = ["FakeController"]
+
+
+class FakeController:
+    def __init__(self, timeout_s: float = 2.0) -> None:
+        self._values: dict[str, tuple[int, Any]] = {}
+        self._next_id = 0
+        self._changed = asyncio.Event()
+        self._timeout_s = timeout_s
+        self.acks: dict[str, int] = {}
+
+    async def publish(self, updates: dict[str, Any]) -> None:
+        for key, payload in updates.items():
+            self._next_id += 1
+            self._values[key] = (self._next_id, payload)
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def listen_for_change(self, keys_to_snapshot_ids: dict[str, int]) -> dict[str, tuple[int, Any]]:
+        self.acks = dict(keys_to_snapshot_ids)
+        deadline = asyncio.get_running_loop().time() + self._timeout_s
+        while True:
+            changed = {
+                key: value
+                for key, value in self._values.items()
+                if key in keys_to_snapshot_ids and keys_to_snapshot_ids[key] != value[0]
+            }
+            remaining = deadline - asyncio.get_running_loop().time()
+            if changed or remaining <= 0:
+                return changed
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                pass
+
+    async def acked(self) -> dict[str, int]:
+        return self.acks

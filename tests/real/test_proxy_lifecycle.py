@@ -1,0 +1,61 @@
+"""The proxy actor's lifecycle as the controller drives it: start, ready, serve, shut down."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+
+import httpx
+import pytest
+import ray
+
+from proxy.actor import ProxyActor
+from tests.real.apps.proxy_fakes import FakeController
+
+pytestmark = pytest.mark.real
+
+
+@pytest.fixture
+def controller(ray_session):
+    name = f"fake-controller-{uuid.uuid4().hex[:6]}"
+    handle = ray.remote(FakeController).options(name=name, num_cpus=0).remote()
+    yield name, handle
+    ray.kill(handle)
+
+
+def test_ready_returns_the_listening_address_and_healthz_answers(ray_session, controller):
+    name, _ = controller
+    proxy = ray.remote(ProxyActor).options(num_cpus=0).remote(name, ray_session, "node-a", "127.0.0.1", 0)
+    try:
+        address = ray.get(proxy.ready.remote(), timeout=30)
+        assert address.startswith("127.0.0.1:")
+        assert httpx.get(f"http://{address}/-/healthz", timeout=5).status_code == 200
+    finally:
+        ray.get(proxy.shutdown.remote(), timeout=30)
+        ray.kill(proxy)
+
+
+def test_shutdown_stops_listening(ray_session, controller):
+    name, _ = controller
+    proxy = ray.remote(ProxyActor).options(num_cpus=0).remote(name, ray_session, "node-a", "127.0.0.1", 0)
+    address = ray.get(proxy.ready.remote(), timeout=30)
+    ray.get(proxy.shutdown.remote(), timeout=30)
+    ray.kill(proxy)
+    host, port = address.rsplit(":", 1)
+    with pytest.raises(OSError):
+        socket.create_connection((host, int(port)), timeout=2).close()
+
+
+def test_a_taken_port_fails_the_proxy_with_the_address(ray_session, controller):
+    name, _ = controller
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    proxy = ray.remote(ProxyActor).options(num_cpus=0, max_restarts=0).remote(name, ray_session, "n", "127.0.0.1", port)
+    try:
+        with pytest.raises(Exception, match=f"127.0.0.1:{port}"):
+            ray.get(proxy.ready.remote(), timeout=30)
+    finally:
+        taken.close()
+        ray.kill(proxy)
