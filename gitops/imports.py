@@ -1,0 +1,134 @@
+"""Static check of a backend's `module:attribute` import path at one commit.
+
+The module is resolved from the repository root as Python would
+(`a/b/__init__.py` before `a/b.py`) and parsed with `ast`; the attribute
+must be bound at module level (def, async def, class, assignment, import).
+User code is never imported or executed here: validation must be safe on
+any commit and must not need the code's dependencies.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import warnings
+from dataclasses import dataclass
+
+from gitops.sources.trees import Tree
+
+__all__ = ["AttributeKind", "ResolvedImport", "module_files", "resolve_import"]
+
+
+class AttributeKind(str, enum.Enum):
+    CLASS = "class"
+    FUNCTION = "function"
+    # Bound by assignment, import or `import *`: what it is is only known at run time.
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class ResolvedImport:
+    """Where an import path leads; `error` is set when it leads nowhere."""
+
+    module_file: str | None
+    kind: AttributeKind | None
+    error: str | None = None
+
+
+def module_files(module: str) -> tuple[str, str]:
+    """The files that could hold `module`, in the order Python tries them."""
+    base = module.replace(".", "/")
+    return f"{base}/__init__.py", f"{base}.py"
+
+
+def resolve_import(tree: Tree, import_path: str) -> ResolvedImport:
+    module, _, attribute = import_path.partition(":")
+    candidates = module_files(module)
+    found = next((path for path in candidates if tree.exists(path) and not tree.is_dir(path)), None)
+    if found is None:
+        return ResolvedImport(None, None, f"module '{module}' not found (no {' or '.join(candidates)})")
+    try:
+        syntax = _parse(tree.read(found).decode("utf-8"), found)
+    except UnicodeDecodeError:
+        return ResolvedImport(found, None, f"{found} is not valid UTF-8")
+    except SyntaxError as error:
+        return ResolvedImport(found, None, f"{found}:{error.lineno}: cannot parse: {error.msg}")
+    except (ValueError, RecursionError, MemoryError) as error:
+        return ResolvedImport(found, None, f"{found}: cannot parse: {error}")
+    names, has_star = _module_names(syntax.body)
+    kind = names.get(attribute, AttributeKind.UNKNOWN if has_star else None)
+    if kind is None:
+        return ResolvedImport(found, None, f"'{attribute}' is not defined at module level in {found}")
+    error = _class_error(syntax.body, attribute, found) if kind is AttributeKind.CLASS else None
+    return ResolvedImport(found, kind, error)
+
+
+def _parse(source: str, filename: str) -> ast.Module:
+    # Warnings about the user's code (e.g. invalid escapes) are not ours to raise.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(source, filename=filename)
+
+
+def _module_names(body: list[ast.stmt]) -> tuple[dict[str, AttributeKind], bool]:
+    """Names bound at module level (also inside if/try/with), the last binding winning."""
+    names: dict[str, AttributeKind] = {}
+    has_star = False
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names[node.name] = AttributeKind.FUNCTION
+        elif isinstance(node, ast.ClassDef):
+            names[node.name] = AttributeKind.CLASS
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(dict.fromkeys(_bound_names(targets), AttributeKind.UNKNOWN))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                has_star |= alias.name == "*"
+                names[alias.asname or alias.name.split(".")[0]] = AttributeKind.UNKNOWN
+        for nested in _nested_bodies(node):
+            inner, star = _module_names(nested)
+            names.update(inner)
+            has_star |= star
+    return names, has_star
+
+
+def _nested_bodies(node: ast.stmt) -> list[list[ast.stmt]]:
+    if isinstance(node, (ast.If, ast.For, ast.AsyncFor, ast.While)):
+        return [node.body, node.orelse]
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        return [node.body]
+    if isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+        handlers = [handler.body for handler in getattr(node, "handlers", [])]
+        return [node.body, *handlers, node.orelse, node.finalbody]  # type: ignore[attr-defined]
+    return []
+
+
+def _bound_names(targets: list[ast.expr]) -> list[str]:
+    found: list[str] = []
+    for target in targets:
+        if isinstance(target, ast.Name):
+            found.append(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            found.extend(_bound_names(list(target.elts)))
+    return found
+
+
+def _class_error(body: list[ast.stmt], name: str, module_file: str) -> str | None:
+    """A class without bases must define `__call__` itself to handle requests."""
+    last = _module_classes(body)[name]
+    if any(not (isinstance(base, ast.Name) and base.id == "object") for base in last.bases):
+        return None  # `__call__` may be inherited; only run time can tell
+    if "__call__" in _module_names(last.body)[0]:
+        return None
+    return f"class '{name}' in {module_file} has no __call__ method to handle requests"
+
+
+def _module_classes(body: list[ast.stmt]) -> dict[str, ast.ClassDef]:
+    found: dict[str, ast.ClassDef] = {}
+    for node in body:
+        if isinstance(node, ast.ClassDef):
+            found[node.name] = node
+        for nested in _nested_bodies(node):
+            found.update(_module_classes(nested))
+    return found
