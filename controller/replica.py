@@ -79,6 +79,15 @@ async def _call_optional(target: Any, method: str, *args: Any) -> None:
             await result
 
 
+def _node_id() -> str:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # outside Ray (pure tests): placement is unknown
+        return ""
+
+
 class Replica:
     """One replica of one backend version (a plain class; Ray wraps it)."""
 
@@ -104,16 +113,24 @@ class Replica:
         self._idle = asyncio.Event()
         self._idle.set()
 
-    async def initialize(self) -> None:
-        """Load and construct the user code; idempotent once it succeeded."""
-        if self._handler is not None:
-            return
-        handler = await asyncio.to_thread(
-            load_callable, self._import_path, self._init_args, self._init_kwargs
-        )
-        if self._user_config is not None:
-            await _call_optional(handler, "reconfigure", self._user_config)
-        self._handler = handler
+    async def initialize(self) -> str:
+        """Load, construct, configure and health-check the user code.
+
+        Idempotent once it succeeded (the controller calls it again after its
+        own restart). Returns the node id, so the controller learns placement
+        from the same call that tells it the replica is ready.
+        """
+        if self._handler is None:
+            handler = await asyncio.to_thread(
+                load_callable, self._import_path, self._init_args, self._init_kwargs
+            )
+            if self._user_config is not None:
+                await _call_optional(handler, "reconfigure", self._user_config)
+            # Not ready until healthy: a version whose check_health always
+            # raises must never receive traffic.
+            await _call_optional(handler, "check_health")
+            self._handler = handler
+        return _node_id()
 
     async def handle_request(self, wire: WireRequest) -> WireResponse:
         if self._handler is None:
