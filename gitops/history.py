@@ -1,0 +1,137 @@
+"""The history ledger: every attempted commit, in an embedded SQLite file.
+
+Owns `<state-dir>/history.db`. One row per attempt: commit, author time,
+apply start and end, result, plan summary, errors. It survives agent and
+Ray restarts, and it is the only thing a restarted agent reads from its
+previous run (the last applied revision). Must not: decide what to record;
+the agent calls `record` once at the end of a tick.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import sqlite3
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Outcome", "HistoryEntry", "History"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS attempts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    commit_sha TEXT NOT NULL,
+    branch TEXT NOT NULL,
+    author_time REAL NOT NULL,
+    summary TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    finished_at REAL NOT NULL,
+    result TEXT NOT NULL,
+    plan_summary TEXT NOT NULL,
+    actions INTEGER NOT NULL,
+    errors TEXT NOT NULL
+)
+"""
+
+
+class Outcome(str, enum.Enum):
+    """What one reconcile of a commit came to."""
+
+    APPLIED = "applied"  # the plan ran and every goal was met
+    NOOP = "noop"  # nothing to change
+    INVALID = "invalid"  # the specs have errors; nothing was touched
+    FAILED = "failed"  # an action or goal failed; the rest was not applied
+    SUPERSEDED = "superseded"  # a newer commit arrived mid-apply
+
+    @property
+    def ok(self) -> bool:
+        return self in (Outcome.APPLIED, Outcome.NOOP)
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    commit: str
+    branch: str
+    author_time: float
+    summary: str
+    started_at: float
+    finished_at: float
+    result: Outcome
+    plan_summary: str = ""
+    actions: int = 0
+    errors: tuple[str, ...] = ()
+    id: int | None = field(default=None, compare=False)
+
+    @property
+    def duration_s(self) -> float:
+        return self.finished_at - self.started_at
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["result"] = self.result.value
+        data["errors"] = list(self.errors)
+        data["duration_s"] = round(self.duration_s, 3)
+        return data
+
+
+class History:
+    """The ledger file; safe to call from the agent's loop and the admin app."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(_SCHEMA)
+
+    def record(self, entry: HistoryEntry) -> HistoryEntry:
+        row = (
+            entry.commit, entry.branch, entry.author_time, entry.summary, entry.started_at,
+            entry.finished_at, entry.result.value, entry.plan_summary, entry.actions,
+            json.dumps(list(entry.errors)),
+        )
+        with self._lock:
+            cursor = self._db.execute(
+                "INSERT INTO attempts (commit_sha, branch, author_time, summary, started_at,"
+                " finished_at, result, plan_summary, actions, errors)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+        return HistoryEntry(**{**asdict(entry), "errors": entry.errors, "id": cursor.lastrowid})
+
+    def recent(self, limit: int = 50) -> list[HistoryEntry]:
+        """Newest first."""
+        return self._select("ORDER BY id DESC LIMIT ?", (limit,))
+
+    def last(self) -> HistoryEntry | None:
+        rows = self.recent(1)
+        return rows[0] if rows else None
+
+    def last_applied(self) -> HistoryEntry | None:
+        """The newest attempt whose state is what the cluster runs."""
+        rows = self._select("WHERE result IN (?, ?) ORDER BY id DESC LIMIT 1", ("applied", "noop"))
+        return rows[0] if rows else None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _select(self, clause: str, params: tuple) -> list[HistoryEntry]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, commit_sha, branch, author_time, summary, started_at, finished_at,"
+                f" result, plan_summary, actions, errors FROM attempts {clause}",
+                params,
+            ).fetchall()
+        return [_entry(row) for row in rows]
+
+
+def _entry(row: tuple) -> HistoryEntry:
+    (id_, commit, branch, author_time, summary, started, finished, result, plan_summary, actions, errors) = row
+    return HistoryEntry(
+        commit=commit, branch=branch, author_time=author_time, summary=summary,
+        started_at=started, finished_at=finished, result=Outcome(result),
+        plan_summary=plan_summary, actions=actions, errors=tuple(json.loads(errors)), id=id_,
+    )
