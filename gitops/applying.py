@@ -1,0 +1,241 @@
+"""Carry out a `Plan` against the controller's goal API, waiting for goals.
+
+Owns the apply order's phases and their safety: backend creates/updates
+first (their goals awaited together), then a readiness gate for every
+backend that is about to receive traffic, then endpoint creates/updates,
+then endpoint deletes, then backend deletes. It stops at the first failure
+with an error naming the action, the object and the controller's reason
+(the replica's own error text), and between goal waits it asks
+`superseded()` so a newer commit wins at the next safe point instead of
+queueing behind a long rollout. Every call is idempotent, so an apply cut
+short (failure, supersede, agent killed) is finished by the next tick's
+plan. Must not: plan, read git, or write status, history or metrics (it
+reports goal timings through `on_goal`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Iterable, Sequence
+
+from controller.api import GoalAPI
+from controller.configs import GoalResult, GoalState, ServingState
+from gitops.plans import Action, ActionKind, Plan
+
+__all__ = ["Deadlines", "ApplyOutcome", "ApplyResult", "ApplyError", "apply", "describe"]
+
+_WAIT_STEP_S = 0.5  # how often a long goal wait looks up to check for a newer commit
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """How long each kind of goal may take before the apply fails."""
+
+    backend_s: float = 600.0
+    endpoint_s: float = 30.0
+    delete_backend_s: float = 120.0
+    delete_endpoint_s: float = 30.0
+
+    def for_kind(self, kind: ActionKind) -> float:
+        if kind is ActionKind.DELETE_BACKEND:
+            return self.delete_backend_s
+        if kind is ActionKind.DELETE_ENDPOINT:
+            return self.delete_endpoint_s
+        return self.backend_s if kind.is_backend else self.endpoint_s
+
+
+class ApplyOutcome(str, enum.Enum):
+    APPLIED = "applied"
+    FAILED = "failed"
+    SUPERSEDED = "superseded"
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    outcome: ApplyOutcome
+    done: tuple[Action, ...] = ()
+    error: str | None = None
+
+
+class ApplyError(Exception):
+    """One action could not be carried out; the message names it and says why."""
+
+
+Superseded = Callable[[], Awaitable[bool]]
+OnGoal = Callable[[str, float], None]  # (action kind, seconds)
+OnProgress = Callable[[str], None]
+
+
+class _Superseded(Exception):
+    pass
+
+
+def describe(action: Action) -> str:
+    verb, _, noun = action.kind.value.partition("_")
+    restart = " (rolling restart)" if action.restarts else ""
+    return f"{verb} {noun} {action.name}{restart}"
+
+
+async def apply(
+    plan: Plan,
+    client: GoalAPI,
+    *,
+    actual: ServingState,
+    working_dir: str | None = None,
+    deadlines: Deadlines = Deadlines(),
+    superseded: Superseded | None = None,
+    on_goal: OnGoal | None = None,
+    on_progress: OnProgress | None = None,
+) -> ApplyResult:
+    """Run `plan` phase by phase; `actual` is the state the plan was made from."""
+    run = _Run(client, deadlines, superseded, on_goal or (lambda kind, s: None), on_progress or (lambda m: None))
+    actions = [_with_working_dir(a, working_dir) for a in plan.actions]
+    run.planned = {id(a) for a in actions}
+    try:
+        for phase in _phases(actions, actual):
+            await run.phase(phase)
+    except _Superseded:
+        return ApplyResult(ApplyOutcome.SUPERSEDED, tuple(run.done))
+    except ApplyError as error:
+        return ApplyResult(ApplyOutcome.FAILED, tuple(run.done), str(error))
+    return ApplyResult(ApplyOutcome.APPLIED, tuple(run.done))
+
+
+def _with_working_dir(action: Action, working_dir: str | None) -> Action:
+    if action.backend is None or working_dir is None:
+        return action
+    return action.model_copy(update={"backend": action.backend.model_copy(update={"working_dir": working_dir})})
+
+
+def _phases(actions: Sequence[Action], actual: ServingState) -> list[list[Action]]:
+    """Runs of consecutive actions of one class, whose goals can be awaited together.
+
+    The planner's order is kept exactly (it defers some backend updates
+    until after endpoints and brings some deletes forward for route
+    handoffs); only neighbours of the same class share a phase.
+    """
+    phases: list[list[Action]] = []
+    for action in actions:
+        if phases and _CLASS[phases[-1][0].kind] == _CLASS[action.kind]:
+            phases[-1].append(action)
+        else:
+            phases.append([action])
+    first_endpoint = next((i for i, p in enumerate(phases) if _CLASS[p[0].kind] == "endpoint"), None)
+    if first_endpoint is not None:
+        earlier = [a for phase in phases[:first_endpoint] for a in phase]
+        later = [a for phase in phases[first_endpoint:] for a in phase]
+        gate = _readiness_gate(later, earlier, actual)
+        if gate:
+            phases.insert(first_endpoint, gate)
+    return phases
+
+
+_CLASS = {
+    ActionKind.CREATE_BACKEND: "backend",
+    ActionKind.UPDATE_BACKEND: "backend",
+    ActionKind.CREATE_ENDPOINT: "endpoint",
+    ActionKind.UPDATE_ENDPOINT: "endpoint",
+    ActionKind.DELETE_ENDPOINT: "delete_endpoint",
+    ActionKind.DELETE_BACKEND: "delete_backend",
+}
+
+
+def _readiness_gate(endpoints: Iterable[Action], applied: Iterable[Action], actual: ServingState) -> list[Action]:
+    """Re-assert (idempotently) every untouched backend that is about to get traffic.
+
+    A backend whose rollout failed earlier keeps its new config in the
+    controller, so a later plan has no backend action for it; without this
+    gate, traffic could be sent to it although none of its replicas is ready.
+    The repeated call is a no-op for a ready backend and its goal is met.
+    """
+    covered = {a.name for a in applied if a.kind is not ActionKind.DELETE_BACKEND}
+    needed = sorted(
+        {name for a in endpoints if a.endpoint for name, w in a.endpoint.traffic.items() if w > 0} - covered
+    )
+    return [
+        Action(kind=ActionKind.UPDATE_BACKEND, name=name, backend=actual.backends[name])
+        for name in needed
+        if name in actual.backends
+    ]
+
+
+class _Run:
+    def __init__(
+        self, client: GoalAPI, deadlines: Deadlines, superseded: Superseded | None, on_goal: OnGoal,
+        on_progress: OnProgress,
+    ) -> None:
+        self._client = client
+        self._deadlines = deadlines
+        self._superseded = superseded
+        self._on_goal = on_goal
+        self._on_progress = on_progress
+        self.done: list[Action] = []
+        self.planned: set[int] = set()  # ids of the plan's own actions (not the gate's)
+
+    async def phase(self, actions: list[Action]) -> None:
+        await self._check_superseded()
+        goals = [(action, await self._call(action)) for action in actions]
+        if any(a.kind.is_backend for a in actions):  # the slow ones: say what we wait for
+            self._on_progress("waiting for " + ", ".join(describe(a) for a in actions))
+        waits = [asyncio.ensure_future(self._wait(action, goal)) for action, goal in goals]
+        try:
+            for finished in asyncio.as_completed(waits):
+                action = await finished
+                if id(action) in self.planned:
+                    self.done.append(action)
+        finally:
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+
+    async def _call(self, action: Action) -> str:
+        try:
+            if action.kind in (ActionKind.CREATE_BACKEND, ActionKind.UPDATE_BACKEND):
+                return await self._client.apply_backend(action.backend)
+            if action.kind in (ActionKind.CREATE_ENDPOINT, ActionKind.UPDATE_ENDPOINT):
+                return await self._client.apply_endpoint(action.endpoint)
+            if action.kind is ActionKind.DELETE_ENDPOINT:
+                return await self._client.delete_endpoint(action.name)
+            return await self._client.delete_backend(action.name)
+        except Exception as error:  # noqa: BLE001 — the controller's refusal is the message
+            raise ApplyError(f"{describe(action)}: controller refused: {_reason(error)}") from None
+
+    async def _wait(self, action: Action, goal_id: str) -> Action:
+        started = time.monotonic()
+        deadline = started + self._deadlines.for_kind(action.kind)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ApplyError(f"{describe(action)}: not done after {self._deadlines.for_kind(action.kind):g} s")
+            result = await self._client.wait_for_goal(goal_id, min(remaining, _WAIT_STEP_S))
+            if result.state is not GoalState.PENDING:
+                break
+            await self._check_superseded()
+        self._on_goal(action.kind.value, time.monotonic() - started)
+        return _settled(action, result)
+
+    async def _check_superseded(self) -> None:
+        if self._superseded is not None and await self._superseded():
+            raise _Superseded()
+
+
+def _settled(action: Action, result: GoalResult) -> Action:
+    if result.state is GoalState.MET:
+        return action
+    if result.state is GoalState.SUPERSEDED:
+        # Someone else (another agent, a manual call) changed it since: the
+        # next tick re-reads the controller and plans again.
+        raise ApplyError(f"{describe(action)}: superseded by another change to {action.name}")
+    raise ApplyError(f"{describe(action)}: {result.reason or 'goal failed'}")
+
+
+def _reason(error: Exception) -> str:
+    """The controller's own message, without Ray's wrapping."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, Exception):
+        error = cause
+    text = str(error).strip().splitlines()
+    return text[-1] if text else type(error).__name__
