@@ -1,0 +1,185 @@
+"""The read-only status page served at `/` on the agent's admin port.
+
+Owned here: one self-contained HTML document (inline CSS and JavaScript, no
+framework, no build step, nothing fetched from outside). The page reads
+`/status` and `/history` from the same origin and redraws every few
+seconds: overall sync status and conditions, watched vs applied commit,
+recent history, backends with replicas by state and version, endpoints with
+traffic weights drawn as bars, and every error in full. It never writes
+(no buttons for sync or suspend: the page is read-only by design).
+
+Not here: the JSON it reads (`gitops.status`, `gitops.history`) and serving
+it (`gitops.admin`). Every value from the JSON is inserted as text, never as
+HTML, so a commit message or error text cannot inject markup.
+"""
+
+from __future__ import annotations
+
+__all__ = ["render_page", "REFRESH_S"]
+
+REFRESH_S = 3.0
+
+_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>ray-gitops status</title>
+<style>
+  :root { --ok: #1a7f37; --warn: #9a6700; --bad: #cf222e; --muted: #57606a; --line: #d0d7de; }
+  body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1100px; padding: 16px; color: #1f2328; }
+  h1 { font-size: 20px; margin: 0 0 4px; }
+  h2 { font-size: 16px; margin: 22px 0 8px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }
+  code, pre { font-family: ui-monospace, monospace; font-size: 12.5px; }
+  pre { white-space: pre-wrap; word-break: break-word; background: #fff8f8; border: 1px solid #ffcecb; padding: 8px; margin: 4px 0; }
+  table { border-collapse: collapse; width: 100%; }
+  th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
+  th { color: var(--muted); font-weight: 600; }
+  .badge { display: inline-block; padding: 2px 10px; border-radius: 12px; color: #fff; font-weight: 600; }
+  .Synced { background: var(--ok); } .Progressing { background: var(--warn); }
+  .Degraded, .Failed { background: var(--bad); } .Suspended { background: var(--muted); }
+  .muted { color: var(--muted); }
+  .bar { display: flex; align-items: center; gap: 8px; margin: 2px 0; }
+  .bar .track { flex: 0 0 260px; height: 12px; background: #eaeef2; border-radius: 3px; overflow: hidden; }
+  .bar .fill { height: 100%; background: #0969da; }
+  .bar .fill.shadow { background: #8250df; }
+  .state { display: inline-block; margin-right: 8px; }
+  #stale { display: none; color: var(--bad); font-weight: 600; }
+</style>
+</head>
+<body>
+<h1>ray-gitops <span id="status" class="badge">…</span></h1>
+<div class="muted"><span id="source"></span> · refreshed <span id="refreshed">never</span>
+  <span id="stale">· agent unreachable, showing the last data</span></div>
+
+<h2>Commits</h2>
+<table><tbody>
+  <tr><th>watched (last attempted)</th><td><code id="watched">–</code></td></tr>
+  <tr><th>applied</th><td><code id="applied">–</code></td></tr>
+</tbody></table>
+
+<h2>Conditions</h2>
+<table><thead><tr><th>type</th><th>status</th><th>reason</th><th>message</th></tr></thead>
+<tbody id="conditions"></tbody></table>
+
+<h2>Last error</h2>
+<div id="errors"><span class="muted">none</span></div>
+
+<h2>Backends</h2>
+<table><thead><tr><th>backend</th><th>version</th><th>ready / target</th><th>replicas by state</th>
+<th>replicas by version</th><th>restarts</th></tr></thead>
+<tbody id="backends"></tbody></table>
+
+<h2>Endpoints</h2>
+<table><thead><tr><th>endpoint</th><th>route</th><th>traffic</th></tr></thead>
+<tbody id="endpoints"></tbody></table>
+
+<h2>History</h2>
+<table><thead><tr><th>commit</th><th>finished</th><th>result</th><th>duration</th><th>plan</th></tr></thead>
+<tbody id="history"></tbody></table>
+
+<script>
+"use strict";
+const REFRESH_MS = __REFRESH_MS__;
+
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (cls) node.className = cls;
+  return node;
+}
+function row(cells) {
+  const tr = document.createElement("tr");
+  for (const cell of cells) {
+    const td = document.createElement("td");
+    if (cell instanceof Node) td.appendChild(cell); else td.textContent = cell == null ? "–" : String(cell);
+    tr.appendChild(td);
+  }
+  return tr;
+}
+function fill(id, rows, empty) {
+  const body = document.getElementById(id);
+  body.replaceChildren(...rows);
+  if (!rows.length) body.appendChild(row([el("span", empty, "muted")]));
+}
+function short(sha) { return sha ? String(sha).slice(0, 12) : "–"; }
+function counts(map) {
+  const box = el("span");
+  for (const [key, n] of Object.entries(map || {}).sort()) box.appendChild(el("span", key + ": " + n, "state"));
+  return box;
+}
+function bars(weights, shadow) {
+  const box = el("div");
+  for (const [backend, weight] of Object.entries(weights || {}).sort()) {
+    const bar = el("div", null, "bar");
+    const track = el("div", null, "track");
+    const part = el("div", null, shadow ? "fill shadow" : "fill");
+    part.style.width = (Math.max(0, Math.min(1, Number(weight))) * 100).toFixed(1) + "%";
+    track.appendChild(part);
+    bar.append(track, el("span", (shadow ? "shadow " : "") + backend + " " + (Number(weight) * 100).toFixed(1) + "%"));
+    box.appendChild(bar);
+  }
+  return box;
+}
+
+function drawStatus(s) {
+  const badge = document.getElementById("status");
+  badge.textContent = s.status; badge.className = "badge " + s.status;
+  document.getElementById("source").textContent = (s.repo || "") + " @ " + (s.branch || "") + " : " + (s.path || "");
+  document.getElementById("watched").textContent = s.watched_revision || s.last_attempted_revision || "–";
+  document.getElementById("applied").textContent = s.last_applied_revision || "–";
+  fill("conditions", (s.conditions || []).map(c => row([c.type, c.status, c.reason, c.message])), "no conditions");
+  const errors = [...(s.errors || [])];
+  for (const [name, b] of Object.entries(s.backends || {})) if (b.last_error) errors.push(name + ": " + b.last_error);
+  const box = document.getElementById("errors");
+  box.replaceChildren(...errors.map(e => el("pre", e)));
+  if (!errors.length) box.appendChild(el("span", "none", "muted"));
+  fill("backends", Object.entries(s.backends || {}).sort().map(([name, b]) => row([
+    name, short(b.version), (b.ready ?? "–") + " / " + (b.target_replicas ?? "–"),
+    counts(b.replicas), counts(Object.fromEntries(Object.entries(b.versions || {}).map(([v, n]) => [short(v), n]))),
+    counts(b.restarts),
+  ])), "no backends");
+  fill("endpoints", Object.entries(s.endpoints || {}).sort().map(([name, e]) => {
+    const cell = bars(e.traffic, false);
+    if (e.shadow && Object.keys(e.shadow).length) cell.appendChild(bars(e.shadow, true));
+    return row([name, e.route, cell]);
+  }), "no endpoints");
+}
+
+function drawHistory(h) {
+  const entries = Array.isArray(h) ? h : (h.entries || h.history || []);
+  fill("history", entries.slice(0, 20).map(e => row([
+    short(e.commit) + (e.summary ? " " + e.summary : ""),
+    e.finished_at ? new Date(e.finished_at * 1000).toLocaleString() : "–",
+    e.result, e.duration_s == null ? "–" : Number(e.duration_s).toFixed(2) + " s",
+    e.plan_summary || (e.errors && e.errors.length ? e.errors[0] : ""),
+  ])), "no commits attempted yet");
+}
+
+async function refresh() {
+  try {
+    const [status, history] = await Promise.all(
+      ["status", "history"].map(p => fetch(p, {cache: "no-store"}).then(r => {
+        if (!r.ok) throw new Error(p + ": HTTP " + r.status);
+        return r.json();
+      })));
+    drawStatus(status); drawHistory(history);
+    document.getElementById("refreshed").textContent = new Date().toLocaleTimeString();
+    document.getElementById("stale").style.display = "none";
+    document.body.dataset.loaded = "true";
+  } catch (error) {
+    document.getElementById("stale").style.display = "inline";
+  } finally {
+    setTimeout(refresh, REFRESH_MS);
+  }
+}
+refresh();
+</script>
+</body>
+</html>
+"""
+
+
+def render_page(refresh_s: float = REFRESH_S) -> str:
+    """The status page; it refreshes itself every `refresh_s` seconds."""
+    return _PAGE.replace("__REFRESH_MS__", str(int(refresh_s * 1000)))

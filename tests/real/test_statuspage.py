@@ -1,0 +1,141 @@
+"""The status page in a real headless Chromium shows what the agent reports."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from starlette.applications import Starlette
+from starlette.responses import HTMLResponse, JSONResponse
+from starlette.routing import Route
+
+from gitops.statuspage import render_page
+
+pytestmark = pytest.mark.real
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+STATUS = {
+    "status": "Degraded",
+    "conditions": [
+        {"type": "Ready", "status": "False", "reason": "HealthCheckFailed", "message": "echo-v2: 1/2 replicas ready"}
+    ],
+    "repo": "/srv/specs",
+    "branch": "main",
+    "path": "deployments",
+    "last_attempted_revision": "b" * 40,
+    "last_applied_revision": "a" * 40,
+    "errors": ["Traceback (most recent call last):\n  File \"echo.py\", line 3\nImportError: no module <b>x</b>"],
+    "backends": {
+        "echo-v1": {"version": "v1abc", "target_replicas": 2, "ready": 2, "replicas": {"RUNNING": 2},
+                    "versions": {"v1abc": 2}, "restarts": {}, "last_error": None},
+    },
+    "endpoints": {"echo": {"route": "/echo", "traffic": {"echo-v1": 0.75, "echo-v2": 0.25}, "shadow": {}}},
+}
+HISTORY = [
+    {"commit": "a" * 40, "summary": "roll out v1", "finished_at": 1700000000.0, "result": "applied",
+     "duration_s": 1.5, "plan_summary": "1 backend created", "errors": []},
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def served_status() -> dict:
+    return dict(STATUS)
+
+
+@pytest.fixture
+def fixture_agent(served_status: dict) -> Iterator[str]:
+    """A stand-in admin app serving the page and `served_status` on loopback."""
+    app = Starlette(routes=[
+        Route("/", lambda r: HTMLResponse(render_page(refresh_s=0.5))),
+        Route("/status", lambda r: JSONResponse(served_status)),
+        Route("/history", lambda r: JSONResponse(HISTORY)),
+    ])
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}/"
+    server.should_exit = True
+    thread.join(5)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--no-first-run", f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1200,1400",
+    ]:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_loaded(driver: webdriver.Chrome, timeout_s: float = 15) -> None:
+    deadline = time.monotonic() + timeout_s
+    while driver.execute_script("return document.body.dataset.loaded") != "true":
+        assert time.monotonic() < deadline, "the page never drew the agent's status"
+        time.sleep(0.1)
+
+
+def text(driver: webdriver.Chrome, element_id: str) -> str:
+    return driver.find_element(By.ID, element_id).text
+
+
+def test_status_page_shows_the_agents_status_in_a_real_browser(
+    fixture_agent: str, browser: webdriver.Chrome, artifacts_dir: Path
+) -> None:
+    browser.get(fixture_agent)
+    wait_loaded(browser)
+    browser.save_screenshot(str(artifacts_dir / "statuspage-fixture.png"))
+    assert text(browser, "status") == "Degraded"
+    assert text(browser, "watched") == "b" * 40
+    assert text(browser, "applied") == "a" * 40
+    assert "HealthCheckFailed" in text(browser, "conditions")
+    assert "ImportError: no module <b>x</b>" in text(browser, "errors")
+    assert "echo-v1" in text(browser, "backends") and "RUNNING: 2" in text(browser, "backends")
+    assert "roll out v1" in text(browser, "history")
+    assert "echo-v1 75.0%" in text(browser, "endpoints")
+    drawn = browser.execute_script(
+        "return [...document.querySelectorAll('#endpoints .fill')]"
+        ".map(e => e.getBoundingClientRect().width / e.parentNode.getBoundingClientRect().width)"
+    )
+    assert drawn == pytest.approx([0.75, 0.25], abs=0.01)
+
+
+def test_status_page_redraws_by_itself_when_the_status_changes(
+    fixture_agent: str, served_status: dict, browser: webdriver.Chrome
+) -> None:
+    browser.get(fixture_agent)
+    wait_loaded(browser)
+    served_status.update(status="Synced", last_applied_revision="c" * 40, errors=[])
+    deadline = time.monotonic() + 10
+    while text(browser, "status") != "Synced":
+        assert time.monotonic() < deadline, "the page did not refresh itself"
+        time.sleep(0.1)
+    assert text(browser, "applied") == "c" * 40
+    assert text(browser, "errors") == "none"
