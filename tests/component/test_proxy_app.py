@@ -364,6 +364,7 @@ def test_shadow_copies_to_a_saturated_backend_are_dropped_and_counted() -> None:
         proxy.publish(replicas__v3=replica_set("v3", [shadow], cap=1))
         codes = [(await get(proxy, "/e")).status_code for _ in range(3)]
         assert codes == [200, 200, 200]
+        await asyncio.sleep(0.01)
         results = [result for _, _, result in proxy.recorded.shadows]
         assert len(shadow.seen) == 1
         await proxy.app.stop_shadows()
