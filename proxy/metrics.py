@@ -137,6 +137,11 @@ class ProxyMetrics:
     def shadow_finished(self, endpoint: str, backend: str, result: str) -> None:
         self._shadows.labels(endpoint, backend, result).inc()
 
+    # `proxy.app.Recorder` names the same two events this way; with these a
+    # ProxyMetrics is passed to ProxyApp as its recorder, no adapter needed.
+    request_done = request_finished
+    shadow_done = shadow_finished
+
     def set_ongoing(self, backend: str, n: int) -> None:
         self._ongoing.labels(backend).set(n)
 

@@ -84,3 +84,14 @@ def test_metrics_are_served_on_their_own_port() -> None:
         assert 'gitops_http_requests_total{backend="v1",code="200",endpoint="echo"} 1.0' in body
     finally:
         metrics.close()
+
+
+def test_proxy_metrics_serve_as_the_proxy_apps_recorder() -> None:
+    from proxy.app import Recorder
+
+    metrics: Recorder = ProxyMetrics()
+    metrics.request_done("echo", "v1", 500, 0.01)
+    metrics.shadow_done("echo", "v2", "dropped")
+    assert value(metrics, "gitops_http_requests_total", endpoint="echo", backend="v1", code="500") == 1
+    name = "gitops_shadow_requests_total"
+    assert value(metrics, name, endpoint="echo", backend="v2", result="dropped") == 1
