@@ -1,0 +1,207 @@
+"""TOML spec files -> declared backends and endpoints, with every error that
+needs no code: syntax, table contents, names, and the rules across files
+(duplicate names and routes, traffic sums, references, zero-replica targets).
+
+Pure: it takes file contents, not a tree, and never raises on bad input.
+Import paths and code paths are checked later, against the tree, by
+`gitops.loading`.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from controller.configs import weights_sum_to_one
+from gitops.locating import Locations, locate
+from gitops.specs import NAME_PATTERN, BackendSpec, EndpointSpec, Loc, check_backend, check_endpoint
+
+__all__ = ["SpecError", "Declared", "Documents", "parse_documents"]
+
+_SECTIONS = ("backends", "endpoints")
+_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+
+
+@dataclass(frozen=True)
+class SpecError:
+    """One problem in the specs, located in a file relative to the repo root."""
+
+    file: str
+    line: int
+    col: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}: {self.message}"
+
+    def sort_key(self) -> tuple[str, int, int, str]:
+        return (self.file, self.line, self.col, self.message)
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A backend or endpoint table as written; `spec` is None if it is invalid."""
+
+    name: str
+    file: str
+    locations: Locations
+    spec: Any = None
+
+    def error(self, loc: Loc, message: str) -> SpecError:
+        line, col = self.locations.find(loc)
+        return SpecError(self.file, line, col, message)
+
+    def where(self, loc: Loc) -> str:
+        line, col = self.locations.find(loc)
+        return f"{self.file}:{line}:{col}"
+
+
+@dataclass(frozen=True)
+class Documents:
+    backends: dict[str, Declared] = field(default_factory=dict)
+    endpoints: dict[str, Declared] = field(default_factory=dict)
+    errors: tuple[SpecError, ...] = ()
+
+
+def parse_documents(files: Mapping[str, bytes]) -> Documents:
+    """Parse and check every spec file; `files` maps repo-relative paths to bytes."""
+    backends: dict[str, Declared] = {}
+    endpoints: dict[str, Declared] = {}
+    errors: list[SpecError] = []
+    for path in sorted(files):
+        document, locations, error = _parse(path, files[path])
+        if error is not None:
+            errors.append(error)
+            continue
+        for section, declared in _tables(path, document, locations, errors):
+            _declare(backends if section == "backends" else endpoints, section, declared, errors)
+    errors.extend(_cross_file_errors(backends, endpoints))
+    return Documents(backends, endpoints, tuple(errors))
+
+
+def _parse(path: str, data: bytes) -> tuple[dict[str, Any], Locations, SpecError | None]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        return {}, Locations(), SpecError(path, line, 1, "file is not valid UTF-8")
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        return {}, Locations(), _syntax_error(path, text, str(error))
+    except RecursionError:
+        return {}, Locations(), SpecError(path, 1, 1, "TOML syntax: nested too deeply")
+    return document, locate(text), None
+
+
+def _syntax_error(path: str, text: str, message: str) -> SpecError:
+    """tomllib says "... (at line L, column C)" or "... (at end of document)"."""
+    found = _TOML_POSITION.search(message)
+    if found:
+        line, col = int(found.group(1)), int(found.group(2))
+        return SpecError(path, line, col, f"TOML syntax: {message[: found.start()]}")
+    reason = message.removesuffix(" (at end of document)")
+    lines = text.split("\n")
+    return SpecError(path, len(lines), len(lines[-1]) + 1, f"TOML syntax: {reason} (at end of file)")
+
+
+def _tables(
+    path: str, document: dict[str, Any], locations: Locations, errors: list[SpecError]
+) -> list[tuple[str, Declared]]:
+    """Each backend and endpoint table in a file, checked on its own."""
+    found: list[tuple[str, Declared]] = []
+    for key, value in document.items():
+        line, col = locations.find((key,))
+        if key not in _SECTIONS:
+            errors.append(SpecError(path, line, col, f"unknown table '{key}' (expected [backends.NAME] or [endpoints.NAME])"))
+        elif not isinstance(value, dict):
+            errors.append(SpecError(path, line, col, f"'{key}' must be a table of named {key}"))
+        else:
+            found.extend((key, _check_table(path, key, name, raw, locations, errors)) for name, raw in value.items())
+    return found
+
+
+def _check_table(
+    path: str, section: str, name: str, raw: Any, locations: Locations, errors: list[SpecError]
+) -> Declared:
+    declared = Declared(name, path, locations)
+    if NAME_PATTERN.fullmatch(name) is None:
+        errors.append(
+            declared.error((section, name), f"{section}.{name}: name must match {NAME_PATTERN.pattern}")
+        )
+    check = check_backend if section == "backends" else check_endpoint
+    spec, problems = check(raw, (section, name))
+    errors.extend(declared.error(problem.loc, problem.message) for problem in problems)
+    return Declared(name, path, locations, spec)
+
+
+def _declare(
+    table: dict[str, Declared], section: str, declared: Declared, errors: list[SpecError]
+) -> None:
+    earlier = table.get(declared.name)
+    if earlier is None:
+        table[declared.name] = declared
+        return
+    kind = section[:-1]
+    at = (section, declared.name)
+    errors.append(
+        declared.error(
+            at, f"{kind} '{declared.name}' is defined twice: in {earlier.where(at)} and in {declared.file}"
+        )
+    )
+
+
+# --- rules across files ------------------------------------------------------------
+
+
+def _cross_file_errors(backends: dict[str, Declared], endpoints: dict[str, Declared]) -> list[SpecError]:
+    errors: list[SpecError] = []
+    routes: dict[str, Declared] = {}
+    for name, declared in endpoints.items():
+        spec: EndpointSpec | None = declared.spec
+        if spec is None:
+            continue
+        errors.extend(_traffic_errors(name, declared, spec, backends))
+        at = ("endpoints", name, "route")
+        owner = routes.setdefault(spec.route, declared)
+        if owner is not declared:
+            errors.append(
+                declared.error(
+                    at, f"endpoints.{name}.route: '{spec.route}' is already the route of endpoint '{owner.name}' ({owner.where(('endpoints', owner.name, 'route'))})"
+                )
+            )
+    return errors
+
+
+def _traffic_errors(
+    name: str, declared: Declared, spec: EndpointSpec, backends: dict[str, Declared]
+) -> list[SpecError]:
+    errors: list[SpecError] = []
+    if not weights_sum_to_one(spec.traffic):
+        total = sum(spec.traffic.values())
+        errors.append(
+            declared.error(("endpoints", name, "traffic"), f"endpoints.{name}.traffic: weights sum to {total:g}, not 1")
+        )
+    for key, weights in (("traffic", spec.traffic), ("shadow", spec.shadow)):
+        for backend, weight in weights.items():
+            at = ("endpoints", name, key, backend)
+            target = backends.get(backend)
+            if target is None:
+                errors.append(declared.error(at, f"endpoints.{name}.{key}: backend '{backend}' is not defined"))
+            elif key == "traffic" and weight > 0 and _zero_reason(target.spec):
+                errors.append(
+                    declared.error(
+                        at,
+                        f"endpoints.{name}.traffic: backend '{backend}' gets {weight:g} of the traffic "
+                        f"but can have 0 replicas ({_zero_reason(target.spec)})",
+                    )
+                )
+    return errors
+
+
+def _zero_reason(spec: BackendSpec | None) -> str | None:
+    if spec is None or not spec.can_have_zero_replicas():
+        return None
+    return "autoscaling.min_replicas = 0" if spec.autoscaling else "num_replicas = 0"

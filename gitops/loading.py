@@ -1,0 +1,226 @@
+"""Spec tree -> the frozen desired state, or every error in it with its location.
+
+Public API (other modules code against exactly this):
+`load_tree(tree, spec_path)`, `load_commit(repo, rev, spec_path)`,
+`load_directory(path, root)`, returning a `LoadResult` of a `DesiredState`
+(a fully resolved `controller.configs.ServingState`) or `SpecError`s.
+
+Loading never raises on bad input: TOML syntax, table contents
+(`gitops.specs`), rules across files (`gitops.documents`), import paths
+(`gitops.imports`) and code paths all become `SpecError`s, reported at once.
+
+Results are cached by git hashes: the spec path's tree hash, then the hashes
+of every path the backends' code depends on, so re-loading an unchanged
+commit costs a few hash look-ups.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Hashable
+
+from controller.configs import AutoscalingConfig, BackendConfig, EndpointConfig, ServingState
+from gitops.imports import AttributeKind, module_files, resolve_import
+from gitops.documents import Declared, Documents, SpecError, parse_documents
+from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel
+from gitops.specs import BackendSpec, Loc
+from gitops.versions import code_paths, default_code_path, derive_version
+
+__all__ = [
+    "DesiredState",
+    "SpecError",
+    "LoadResult",
+    "load_tree",
+    "load_commit",
+    "load_directory",
+    "clear_cache",
+]
+
+DesiredState = ServingState
+_CACHE_SIZE = 64
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    state: ServingState | None
+    errors: tuple[SpecError, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+class _LRU:
+    """A small thread-safe LRU: the agent may load from more than one thread."""
+
+    def __init__(self, size: int) -> None:
+        self._items: OrderedDict[Hashable, object] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> object | None:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+            return self._items.get(key)
+
+    def put(self, key: Hashable, value: object) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+_documents = _LRU(_CACHE_SIZE)
+_results = _LRU(_CACHE_SIZE)
+
+
+def clear_cache() -> None:
+    _documents.clear()
+    _results.clear()
+
+
+# --- public entry points ------------------------------------------------------
+
+
+def load_tree(tree: Tree, spec_path: str = "deployments") -> LoadResult:
+    spec_path = spec_path.strip("/") or ""
+    spec_hash = tree.hash(spec_path)
+    if spec_hash is None:
+        missing = SpecError(spec_path or ".", 1, 1, f"spec path '{spec_path}' does not exist")
+        return LoadResult(None, (missing,))
+    documents = _read_documents(tree, spec_path, spec_hash)
+    dependencies = tuple((path, tree.hash(path)) for path in _dependency_paths(documents))
+    key = (spec_path, spec_hash, dependencies)
+    cached = _results.get(key)
+    if isinstance(cached, LoadResult):
+        return cached
+    result = _resolve(tree, documents)
+    _results.put(key, result)
+    return result
+
+
+def load_commit(repo_path: str | Path, rev: str = "HEAD", spec_path: str = "deployments") -> LoadResult:
+    """Load the specs of one commit; raises UserError only for a bad repo or rev."""
+    return load_tree(CommitTree(repo_path, rev), spec_path)
+
+
+def load_directory(path: str | Path, root: str | Path | None = None) -> LoadResult:
+    """Load a spec directory on disk; import paths resolve from `root`
+    (default: the git top level containing `path`, else its parent)."""
+    target = Path(path).resolve()
+    base = Path(root).resolve() if root is not None else find_toplevel(target) or target.parent
+    try:
+        spec_path = target.relative_to(base).as_posix()
+    except ValueError:
+        outside = SpecError(str(path), 1, 1, f"spec path is outside the root {base}")
+        return LoadResult(None, (outside,))
+    return load_tree(DirectoryTree(base), "" if spec_path == "." else spec_path)
+
+
+# --- stages -------------------------------------------------------------------------
+
+
+def _read_documents(tree: Tree, spec_path: str, spec_hash: str) -> Documents:
+    key = (spec_path, spec_hash)
+    cached = _documents.get(key)
+    if isinstance(cached, Documents):
+        return cached
+    files = [path for path in tree.files(spec_path) if path.endswith(".toml")]
+    documents = parse_documents({path: tree.read(path) for path in files})
+    _documents.put(key, documents)
+    return documents
+
+
+def _dependency_paths(documents: Documents) -> list[str]:
+    """Every path whose content can change a backend's import check or version."""
+    paths: set[str] = set()
+    for declared in documents.backends.values():
+        if declared.spec is None:
+            continue
+        module = declared.spec.import_path.partition(":")[0]
+        for candidate in module_files(module):
+            paths |= {candidate, default_code_path(candidate)}
+        paths |= set(declared.spec.code_paths or ())
+    return sorted(paths)
+
+
+def _resolve(tree: Tree, documents: Documents) -> LoadResult:
+    errors = list(documents.errors)
+    backends: dict[str, BackendConfig] = {}
+    for name, declared in documents.backends.items():
+        if declared.spec is None:
+            continue
+        config, problems = _resolve_backend(tree, name, declared.spec)
+        errors.extend(declared.error(loc, message) for loc, message in problems)
+        if config is not None:
+            backends[name] = config
+    if errors:
+        return LoadResult(None, tuple(sorted(set(errors), key=SpecError.sort_key)))
+    endpoints = {name: _endpoint_config(name, d) for name, d in documents.endpoints.items()}
+    return LoadResult(ServingState(backends=backends, endpoints=endpoints))
+
+
+def _resolve_backend(
+    tree: Tree, name: str, spec: BackendSpec
+) -> tuple[BackendConfig | None, list[tuple[Loc, str]]]:
+    at: Loc = ("backends", name)
+    problems: list[tuple[Loc, str]] = []
+    target = resolve_import(tree, spec.import_path)
+    if target.error is not None:
+        problems.append(((*at, "import_path"), f"backends.{name}.import_path: {target.error}"))
+    if target.kind is AttributeKind.FUNCTION:
+        attribute = spec.import_path.partition(":")[2]
+        for key in ("init_args", "init_kwargs"):
+            if getattr(spec, key):
+                problems.append(
+                    ((*at, key), f"backends.{name}.{key}: '{attribute}' is a function; {key} is only for a class")
+                )
+    for index, path in enumerate(spec.code_paths or ()):
+        if not tree.exists(path):
+            problems.append(((*at, "code_paths", index), f"backends.{name}.code_paths: '{path}' does not exist"))
+    if problems:
+        return None, problems
+    paths = code_paths(spec, target.module_file)
+    version = derive_version(spec, {path: tree.hash(path) for path in paths})
+    return _backend_config(name, version, spec), []
+
+
+def _backend_config(name: str, version: str, spec: BackendSpec) -> BackendConfig:
+    scaling = spec.autoscaling
+    return BackendConfig(
+        name=name,
+        version=version,
+        import_path=spec.import_path,
+        init_args=tuple(spec.init_args),
+        init_kwargs=dict(spec.init_kwargs),
+        num_replicas=spec.replica_target(),
+        max_concurrent_queries=spec.max_concurrent_queries,
+        user_config=spec.user_config,
+        graceful_shutdown_timeout_s=spec.graceful_shutdown_timeout_s,
+        health_check_period_s=spec.health_check_period_s,
+        health_check_timeout_s=spec.health_check_timeout_s,
+        ray_actor_options=spec.ray_actor_options.model_dump(exclude_none=True),
+        runtime_env=spec.runtime_env.model_dump(exclude_none=True),
+        autoscaling=AutoscalingConfig(**scaling.model_dump()) if scaling else None,
+    )
+
+
+def _endpoint_config(name: str, declared: Declared) -> EndpointConfig:
+    spec = declared.spec
+    return EndpointConfig(
+        name=name,
+        route=spec.route,
+        methods=tuple(spec.methods),
+        traffic=dict(spec.traffic),
+        shadow=dict(spec.shadow),
+        timeout_s=spec.timeout_s,
+    )
