@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from gitops.history import HistoryEntry, Outcome
 
-__all__ = ["SyncStatus", "Condition", "StatusFacts", "AgentStatus", "roll_up", "worst"]
+__all__ = ["SyncStatus", "Condition", "StatusFacts", "AgentStatus", "roll_up"]
 
 
 class SyncStatus(str, enum.Enum):
@@ -29,13 +29,6 @@ class SyncStatus(str, enum.Enum):
     DEGRADED = "Degraded"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
-
-
-_ORDER = [SyncStatus.SYNCED, SyncStatus.PROGRESSING, SyncStatus.DEGRADED, SyncStatus.FAILED]
-
-
-def worst(*statuses: SyncStatus) -> SyncStatus:
-    return max(statuses, key=_ORDER.index, default=SyncStatus.SYNCED)
 
 
 @dataclass(frozen=True)

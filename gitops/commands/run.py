@@ -1,0 +1,158 @@
+"""`gitops run`: the agent process — Ray, controller, reconcile loop, admin API.
+
+Owns the process's lifetime: check the flags (bad ones are one-line
+errors before anything starts), start or join Ray quietly, start or find
+the controller (which starts the proxies), run the agent and the admin
+server on one event loop, and on Ctrl-C / SIGTERM stop all of it cleanly:
+an embedded Ray is shut down with everything it ran, a joined cluster
+keeps serving. Must not: contain reconcile logic (that is `gitops.agent`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import json
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from gitops.errors import UserError
+
+__all__ = ["run_command", "bind_admin_socket", "console_printer"]
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from gitops.sources.repos import GitSource
+    from gitops.webhooks import read_secret
+
+    secret = read_secret(args.webhook_secret_file) if args.webhook_secret_file else None
+    _check_intervals(args)
+    source = GitSource(args.repo, args.branch, Path(args.state_dir))
+    admin_socket = bind_admin_socket(args.admin_host, args.admin_port)
+    console = console_printer(args.log_format)
+    console(
+        f"gitops: watching {source.location} branch {source.branch} path {args.path}; "
+        f"proxy http://{args.proxy_host}:{args.proxy_port}, admin http://{args.admin_host}:{args.admin_port}"
+    )
+    from controller.cluster import init_ray, shutdown_ray
+
+    embedded = args.ray_address is None
+    try:
+        console("gitops: starting Ray" if embedded else f"gitops: joining Ray at {args.ray_address}")
+        init_ray(args.ray_address)
+        asyncio.run(_serve(args, source, secret, admin_socket, console, embedded))
+    except KeyboardInterrupt:
+        pass  # Ctrl-C during start-up: fall through to the same clean stop
+    finally:
+        admin_socket.close()
+        if embedded:
+            shutdown_ray()
+    console("gitops: stopped")
+    return 0
+
+
+async def _serve(
+    args: argparse.Namespace,
+    source: Any,
+    secret: bytes | None,
+    admin_socket: socket.socket,
+    console: Callable[[str], None],
+    embedded: bool,
+) -> None:
+    from controller import client as controller_client
+    from controller.api import DEFAULT_NAMESPACE
+    from gitops import admin, planning
+    from gitops.agent import Agent, AgentSettings, Trigger
+    from gitops.history import History
+    from gitops.loading import load_commit
+    from gitops.metrics import CONTENT_TYPE, AgentMetrics
+    from gitops.webhooks import RateLimiter
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+
+    client = await _maybe_await(
+        controller_client.start_or_connect(
+            namespace=DEFAULT_NAMESPACE, proxy_host=args.proxy_host, proxy_port=args.proxy_port
+        )
+    )
+    metrics = AgentMetrics()
+    agent = Agent(
+        source,
+        client,
+        History(Path(args.state_dir) / "history.db"),
+        load=lambda repo, rev, path: load_commit(repo, rev=rev, spec_path=path),
+        plan=planning.plan,
+        metrics=metrics,
+        settings=AgentSettings(
+            spec_path=args.path, interval_s=args.interval, resync_interval_s=args.resync_interval
+        ),
+        console=console,
+    )
+    guard = admin.WebhookGuard(secret, RateLimiter()) if secret else None
+    app = admin.build_app(
+        agent,
+        sync=lambda: agent.notify(Trigger.SYNC),
+        webhook_fetch=lambda: agent.notify(Trigger.WEBHOOK),
+        metrics=lambda: (metrics.render(), CONTENT_TYPE),
+        webhook=guard,
+    )
+    server = admin.server(app, args.admin_host, args.admin_port)
+    reconciling = asyncio.create_task(agent.run())
+    serving = asyncio.create_task(server.serve(sockets=[admin_socket]))
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait([stopping, reconciling, serving], return_when=asyncio.FIRST_COMPLETED)
+    console("gitops: stopping")
+    # An apply cut short here is safe: the next run plans from the controller's state.
+    reconciling.cancel()
+    stopping.cancel()
+    server.should_exit = True
+    await asyncio.gather(reconciling, serving, stopping, return_exceptions=True)
+    for task in (reconciling, serving):
+        if not task.cancelled() and task.exception() is not None:
+            console(f"gitops: error: {type(task.exception()).__name__}: {task.exception()}")
+    if embedded:
+        await _maybe_await(client.shutdown())
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+def _check_intervals(args: argparse.Namespace) -> None:
+    for flag, value in (("--interval", args.interval), ("--resync-interval", args.resync_interval)):
+        if value <= 0:
+            raise UserError(f"{flag} must be a positive number of seconds, not {value:g}")
+
+
+def bind_admin_socket(host: str, port: int) -> socket.socket:
+    """Bind the admin port first, so a busy port is a one-line error before Ray starts."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise UserError(f"admin address {host}:{port}: {error.strerror} (use --admin-port)") from None
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+def console_printer(log_format: str) -> Callable[[str], None]:
+    """One line per event on stdout: plain text, or JSON objects for log shippers."""
+
+    def text(line: str) -> None:
+        print(line, flush=True)
+
+    def as_json(line: str) -> None:
+        event = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "msg": line}
+        print(json.dumps(event), flush=True)
+
+    return as_json if log_format == "json" else text

@@ -1,0 +1,192 @@
+"""The applier against a fake controller: order, goals, failures, supersede."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from controller.configs import BackendConfig, EndpointConfig, GoalResult, GoalState, ServingState
+from gitops.applying import ApplyOutcome, Deadlines, apply
+from gitops.planning import plan
+
+
+class FakeController:
+    """Implements the goal API over a dict; goals are met unless told otherwise."""
+
+    def __init__(self, state: ServingState | None = None, failing: dict[str, str] | None = None,
+                 stuck: set[str] | None = None, refuse: dict[str, str] | None = None) -> None:
+        self.state = state or ServingState()
+        self.failing = failing or {}
+        self.stuck = stuck or set()
+        self.refuse = refuse or {}
+        self.calls: list[tuple[str, str]] = []
+        self.configs: list[Any] = []
+        self._goals: dict[str, tuple[str, GoalResult]] = {}
+
+    def _goal(self, name: str) -> str:
+        goal_id = f"g{len(self._goals)}"
+        state = GoalState.FAILED if name in self.failing else GoalState.MET
+        self._goals[goal_id] = (name, GoalResult(goal_id=goal_id, state=state, reason=self.failing.get(name, "")))
+        return goal_id
+
+    def _call(self, verb: str, name: str) -> None:
+        self.calls.append((verb, name))
+        if name in self.refuse:
+            raise ValueError(self.refuse[name])
+
+    async def apply_backend(self, config: BackendConfig) -> str:
+        self._call("apply_backend", config.name)
+        self.configs.append(config)
+        self.state = self.state.model_copy(update={"backends": {**self.state.backends, config.name: config}})
+        return self._goal(config.name)
+
+    async def delete_backend(self, name: str) -> str:
+        self._call("delete_backend", name)
+        self.state = self.state.model_copy(
+            update={"backends": {k: v for k, v in self.state.backends.items() if k != name}})
+        return self._goal(name)
+
+    async def apply_endpoint(self, config: EndpointConfig) -> str:
+        self._call("apply_endpoint", config.name)
+        self.state = self.state.model_copy(update={"endpoints": {**self.state.endpoints, config.name: config}})
+        return self._goal(config.name)
+
+    async def delete_endpoint(self, name: str) -> str:
+        self._call("delete_endpoint", name)
+        self.state = self.state.model_copy(
+            update={"endpoints": {k: v for k, v in self.state.endpoints.items() if k != name}})
+        return self._goal(name)
+
+    async def wait_for_goal(self, goal_id: str, timeout_s: float) -> GoalResult:
+        name, result = self._goals[goal_id]
+        if name in self.stuck:
+            await asyncio.sleep(timeout_s)
+            return GoalResult(goal_id=goal_id, state=GoalState.PENDING)
+        return result
+
+    async def get_state(self) -> ServingState:
+        return self.state
+
+
+def backend(name: str, version: str = "v1", replicas: int = 1) -> BackendConfig:
+    return BackendConfig(name=name, version=version, import_path="apps.echo:Echo", num_replicas=replicas)
+
+
+def endpoint(name: str, traffic: dict[str, float], route: str | None = None) -> EndpointConfig:
+    return EndpointConfig(name=name, route=route or f"/{name}", traffic=traffic)
+
+
+def state(*objects: BackendConfig | EndpointConfig) -> ServingState:
+    return ServingState(
+        backends={o.name: o for o in objects if isinstance(o, BackendConfig)},
+        endpoints={o.name: o for o in objects if isinstance(o, EndpointConfig)},
+    )
+
+
+def run_apply(desired: ServingState, controller: FakeController, **options: Any):
+    actual = controller.state
+    return asyncio.run(apply(plan(desired, actual), controller, actual=actual, **options))
+
+
+def test_new_backend_and_endpoint_are_applied_backend_first() -> None:
+    controller = FakeController()
+    result = run_apply(state(backend("b1"), endpoint("e", {"b1": 1.0})), controller)
+    assert result.outcome is ApplyOutcome.APPLIED
+    assert controller.calls == [("apply_backend", "b1"), ("apply_endpoint", "e")]
+    assert len(result.done) == 2
+
+
+def test_removed_objects_are_deleted_endpoint_before_backend() -> None:
+    controller = FakeController(state(backend("b1"), endpoint("e", {"b1": 1.0})))
+    result = run_apply(ServingState(), controller)
+    assert result.outcome is ApplyOutcome.APPLIED
+    assert controller.calls == [("delete_endpoint", "e"), ("delete_backend", "b1")]
+
+
+def test_backends_carry_the_commits_export_as_working_dir() -> None:
+    controller = FakeController()
+    run_apply(state(backend("b1")), controller, working_dir="/exports/tree1")
+    assert [c.working_dir for c in controller.configs] == ["/exports/tree1"]
+
+
+def test_failed_backend_goal_stops_the_apply_and_names_action_backend_and_reason() -> None:
+    controller = FakeController(failing={"b2": "ImportError: No module named 'nope'"})
+    desired = state(backend("b2"), endpoint("e", {"b2": 1.0}))
+    result = run_apply(desired, controller)
+    assert result.outcome is ApplyOutcome.FAILED
+    assert result.error == "create backend b2: ImportError: No module named 'nope'"
+    assert ("apply_endpoint", "e") not in controller.calls
+
+
+def test_controller_refusal_is_a_failure_with_the_controllers_message() -> None:
+    controller = FakeController(refuse={"e": "traffic names unknown backend 'zz'"})
+    result = run_apply(state(backend("b1"), endpoint("e", {"b1": 1.0})), controller)
+    assert result.outcome is ApplyOutcome.FAILED
+    assert result.error == "create endpoint e: controller refused: traffic names unknown backend 'zz'"
+
+
+def test_goal_not_met_before_its_deadline_fails_the_apply() -> None:
+    controller = FakeController(stuck={"b1"})
+    result = run_apply(state(backend("b1")), controller, deadlines=Deadlines(backend_s=0.05))
+    assert result.outcome is ApplyOutcome.FAILED
+    assert result.error == "create backend b1: not done after 0.05 s"
+
+
+def test_newer_commit_supersedes_the_apply_at_the_next_safe_point() -> None:
+    controller = FakeController()
+
+    async def newer_commit_arrived() -> bool:
+        return ("apply_backend", "b1") in controller.calls
+
+    result = run_apply(state(backend("b1"), endpoint("e", {"b1": 1.0})), controller,
+                       superseded=newer_commit_arrived)
+    assert result.outcome is ApplyOutcome.SUPERSEDED
+    assert controller.calls == [("apply_backend", "b1")]
+
+
+def test_long_goal_wait_notices_a_newer_commit() -> None:
+    controller = FakeController(stuck={"b1"})
+    checks: list[int] = []
+
+    async def newer_commit_arrived() -> bool:
+        checks.append(1)
+        return len(checks) > 1
+
+    result = asyncio.run(asyncio.wait_for(apply(
+        plan(state(backend("b1")), ServingState()), controller, actual=ServingState(),
+        superseded=newer_commit_arrived), timeout=5))
+    assert result.outcome is ApplyOutcome.SUPERSEDED
+
+
+def test_traffic_is_not_moved_to_an_untouched_backend_that_is_not_ready() -> None:
+    # b2's rollout failed in an earlier commit: the controller holds its
+    # config, so the plan has no backend action for it, only the traffic.
+    actual = state(backend("b1"), backend("b2"), endpoint("e", {"b1": 1.0}))
+    controller = FakeController(actual, failing={"b2": "constructor raised"})
+    result = run_apply(state(backend("b1"), backend("b2"), endpoint("e", {"b2": 1.0})), controller)
+    assert result.outcome is ApplyOutcome.FAILED
+    assert "b2" in result.error and "constructor raised" in result.error
+    assert ("apply_endpoint", "e") not in controller.calls
+
+
+def test_readiness_gate_is_a_repeat_of_the_current_config_and_not_counted_as_done() -> None:
+    actual = state(backend("b1"), backend("b2"), endpoint("e", {"b1": 1.0}))
+    controller = FakeController(actual)
+    result = run_apply(state(backend("b1"), backend("b2"), endpoint("e", {"b2": 1.0})), controller)
+    assert result.outcome is ApplyOutcome.APPLIED
+    assert controller.configs == [actual.backends["b2"]]
+    assert [a.name for a in result.done] == ["e"]
+
+
+def test_goal_timings_are_reported_per_kind() -> None:
+    timings: list[str] = []
+    run_apply(state(backend("b1"), endpoint("e", {"b1": 1.0})), FakeController(),
+              on_goal=lambda kind, seconds: timings.append(kind))
+    assert timings == ["create_backend", "create_endpoint"]
+
+
+def test_reapplying_the_same_state_calls_nothing() -> None:
+    desired = state(backend("b1"), endpoint("e", {"b1": 1.0}))
+    controller = FakeController(desired)
+    result = run_apply(desired, controller)
+    assert result.outcome is ApplyOutcome.APPLIED and controller.calls == []

@@ -1,0 +1,103 @@
+"""Status roll-up: Flux conditions, overall status, backends and endpoints."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gitops.history import HistoryEntry, Outcome
+from gitops.status import StatusFacts, SyncStatus, roll_up
+
+SHA_A = "a" * 40
+SHA_B = "b" * 40
+
+
+def entry(commit: str = SHA_A, result: Outcome = Outcome.APPLIED, errors: tuple[str, ...] = ()) -> HistoryEntry:
+    return HistoryEntry(
+        commit=commit, branch="main", author_time=1.0, summary="msg", started_at=10.0,
+        finished_at=11.0, result=result, errors=errors,
+    )
+
+
+def cluster(ready: int = 2, target: int = 2, last_error: str | None = None) -> dict:
+    replicas = [{"replica_id": f"r{i}", "state": "RUNNING", "version": "v1", "node_id": "n"} for i in range(ready)]
+    return {
+        "backends": {"echo": {"version": "v1", "target_replicas": target, "replicas": replicas,
+                              "restarts": {}, "last_error": last_error}},
+        "endpoints": {"echo": {"route": "/echo", "traffic": {"echo": 1.0}, "shadow": {}}},
+        "proxies": {},
+        "goals_pending": 0,
+    }
+
+
+BASE = StatusFacts(repo="/r", branch="main", path="deployments", last_attempt=entry(), last_applied=entry(),
+                   cluster=cluster())
+
+
+@pytest.mark.parametrize(
+    ("facts", "expected", "reason"),
+    [
+        (BASE, SyncStatus.SYNCED, "ReconciliationSucceeded"),
+        (replace(BASE, suspended=True), SyncStatus.SUSPENDED, "Suspended"),
+        (replace(BASE, applying=SHA_B), SyncStatus.PROGRESSING, "Progressing"),
+        (replace(BASE, last_attempt=None, last_applied=None), SyncStatus.PROGRESSING, "Progressing"),
+        (replace(BASE, last_attempt=entry(SHA_B, Outcome.INVALID, ("d/a.toml:3:1: bad",))),
+         SyncStatus.FAILED, "ValidationFailed"),
+        (replace(BASE, last_attempt=entry(SHA_B, Outcome.FAILED, ("create backend x: boom",))),
+         SyncStatus.FAILED, "ReconciliationFailed"),
+        (replace(BASE, last_attempt=entry(SHA_B, Outcome.SUPERSEDED)), SyncStatus.PROGRESSING, "Progressing"),
+        (replace(BASE, cluster=cluster(ready=1, last_error="ImportError: no module")),
+         SyncStatus.DEGRADED, "HealthCheckFailed"),
+        (replace(BASE, git_error="fetch x: unreachable"), SyncStatus.FAILED, "GitOperationFailed"),
+        (replace(BASE, controller_error="controller unavailable"), SyncStatus.FAILED, "ControllerUnavailable"),
+    ],
+)
+def test_overall_status_and_ready_reason(facts: StatusFacts, expected: SyncStatus, reason: str) -> None:
+    status = roll_up(facts)
+    ready = next(c for c in status.conditions if c.type == "Ready")
+    assert (status.status, ready.reason, ready.status) == (expected, reason, expected is SyncStatus.SYNCED)
+
+
+def test_invalid_commit_is_stalled_and_shows_errors_with_their_location() -> None:
+    status = roll_up(replace(BASE, last_attempt=entry(SHA_B, Outcome.INVALID, ("deployments/a.toml:3:1: bad",))))
+    assert [c.type for c in status.conditions if c.status] == ["Stalled"]
+    assert status.errors == ("deployments/a.toml:3:1: bad",)
+    assert SHA_B[:7] in status.conditions[0].message
+
+
+def test_failed_commit_keeps_the_last_applied_revision() -> None:
+    status = roll_up(replace(BASE, last_attempt=entry(SHA_B, Outcome.FAILED, ("boom",))))
+    assert (status.last_attempted_revision, status.last_applied_revision) == (SHA_B, SHA_A)
+
+
+def test_progressing_has_a_reconciling_condition_naming_the_commit() -> None:
+    status = roll_up(replace(BASE, applying=SHA_B, progress="waiting for create backend x"))
+    reconciling = next(c for c in status.conditions if c.type == "Reconciling")
+    assert reconciling.status and SHA_B[:7] in reconciling.message and "create backend x" in reconciling.message
+
+
+def test_backends_are_counted_by_state_and_version() -> None:
+    raw = cluster()
+    raw["backends"]["echo"]["replicas"].append(
+        {"replica_id": "old", "state": "STOPPING", "version": "v0", "node_id": "n"}
+    )
+    backend = roll_up(replace(BASE, cluster=raw)).backends["echo"]
+    assert backend["replicas"] == {"RUNNING": 2, "STOPPING": 1}
+    assert backend["versions"] == {"v1": 2, "v0": 1}
+    assert backend["ready"] == 2
+
+
+def test_endpoints_show_their_traffic() -> None:
+    assert roll_up(BASE).endpoints == {"echo": {"route": "/echo", "traffic": {"echo": 1.0}, "shadow": {}}}
+
+
+def test_json_form_uses_flux_field_names() -> None:
+    data = roll_up(BASE).to_json()
+    assert data["status"] == "Synced"
+    assert data["conditions"][0] == {
+        "type": "Ready", "status": "True", "reason": "ReconciliationSucceeded",
+        "message": f"applied revision main@{SHA_A[:7]}",
+    }
+    assert data["last_applied_revision"] == SHA_A
+
