@@ -160,14 +160,14 @@ class EndpointSpec(_Spec):
     @classmethod
     def _methods_known(cls, value: list[str]) -> list[str]:
         if not value:
-            raise ValueError("methods must not be empty")
+            raise ValueError("must not be empty")
         unknown = [method for method in value if method not in HTTP_METHODS]
         if unknown:
             raise ValueError(
                 f"'{unknown[0]}' is not an HTTP method (one of {', '.join(sorted(HTTP_METHODS))})"
             )
         if len(set(value)) != len(value):
-            raise ValueError("methods must not repeat")
+            raise ValueError("must not list a method twice")
         return value
 
     @field_validator("traffic")
