@@ -1,0 +1,61 @@
+"""Test user code for the proxy's real tier: handlers as a user would write them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+__all__ = ["Echo", "Named", "Raises", "Sleeps", "Mortal"]
+
+
+class Echo:
+    """Sends back the body with what it saw of the request in headers."""
+
+    async def __call__(self, request: Request) -> Response:
+        body = await request.body()
+        return Response(
+            body,
+            headers={
+                "x-method": request.method,
+                "x-path": request.url.path,
+                "x-query": request.url.query,
+                "x-custom": request.headers.get("x-custom", ""),
+            },
+            media_type="application/octet-stream",
+        )
+
+
+class Named:
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __call__(self, request: Request) -> dict[str, str]:
+        return {"backend": self._name}
+
+
+def Raises(request: Request) -> str:  # noqa: N802 — a user's function handler
+    raise RuntimeError("secret detail from user code")
+
+
+class Sleeps:
+    def __init__(self) -> None:
+        self.ongoing = 0
+
+    async def __call__(self, request: Request) -> str:
+        await asyncio.sleep(float(request.query_params.get("s", "3")))
+        return "slept"
+
+
+class Mortal:
+    """Exits its process on ?die=1 when built mortal: a replica dying mid-request."""
+
+    def __init__(self, mortal: bool) -> None:
+        self._mortal = mortal
+
+    async def __call__(self, request: Request) -> str:
+        if self._mortal and request.query_params.get("die") == "1":
+            os._exit(1)
+        return "survivor" if not self._mortal else "mortal"
