@@ -1,0 +1,156 @@
+"""The admin API in-process (httpx ASGI transport) with a fake agent."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from gitops.admin import WebhookGuard, build_app
+from gitops.history import HistoryEntry, Outcome
+from gitops.status import StatusFacts, roll_up
+from gitops.webhooks import RateLimiter, sign
+
+SECRET = b"hook-secret"
+BODY = b'{"ref": "refs/heads/main", "after": "abc"}'
+
+
+class FakeAgent:
+    def __init__(self) -> None:
+        self.suspended = False
+        self.syncs = 0
+        self.fetches = 0
+
+    def status(self):
+        return roll_up(StatusFacts(repo="/r", branch="main", path="deployments", suspended=self.suspended))
+
+    def history(self, limit: int = 50) -> list[HistoryEntry]:
+        entry = HistoryEntry(commit="c" * 40, branch="main", author_time=1.0, summary="s", started_at=2.0,
+                             finished_at=3.0, result=Outcome.APPLIED)
+        return [entry][:limit]
+
+    def suspend(self) -> None:
+        self.suspended = True
+
+    def resume(self) -> None:
+        self.suspended = False
+
+
+def request(agent: FakeAgent, method: str, path: str, webhook: WebhookGuard | None = None,
+            **kwargs: Any) -> httpx.Response:
+    def sync() -> None:
+        agent.syncs += 1
+
+    def fetch() -> None:
+        agent.fetches += 1
+
+    app = build_app(agent, sync=sync, webhook_fetch=fetch, metrics=lambda: (b"gitops_x 1\n", "text/plain"),
+                    webhook=webhook)
+
+    async def go() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://admin") as client:
+            return await client.request(method, path, **kwargs)
+
+    return asyncio.run(go())
+
+
+def guard(**options: Any) -> WebhookGuard:
+    return WebhookGuard(SECRET, **options)
+
+
+def test_status_is_json_with_the_overall_status() -> None:
+    response = request(FakeAgent(), "GET", "/status")
+    assert response.status_code == 200 and response.json()["status"] == "Progressing"
+
+
+def test_history_lists_entries() -> None:
+    response = request(FakeAgent(), "GET", "/history")
+    assert [e["commit"] for e in response.json()["entries"]] == ["c" * 40]
+
+
+def test_history_limit_must_be_a_number() -> None:
+    assert request(FakeAgent(), "GET", "/history?limit=x").status_code == 400
+
+
+def test_metrics_are_served_in_prometheus_format() -> None:
+    response = request(FakeAgent(), "GET", "/metrics")
+    assert response.text == "gitops_x 1\n"
+
+
+def test_healthz_answers() -> None:
+    assert request(FakeAgent(), "GET", "/healthz").status_code == 200
+
+
+def test_sync_wakes_the_agent() -> None:
+    agent = FakeAgent()
+    assert request(agent, "POST", "/sync").status_code == 202
+    assert agent.syncs == 1
+
+
+def test_sync_while_suspended_is_refused() -> None:
+    agent = FakeAgent()
+    agent.suspended = True
+    response = request(agent, "POST", "/sync")
+    assert response.status_code == 409 and "suspended" in response.json()["error"]
+    assert agent.syncs == 0
+
+
+def test_suspend_and_resume_switch_the_status() -> None:
+    agent = FakeAgent()
+    assert request(agent, "POST", "/suspend").json() == {"status": "Suspended"}
+    assert request(agent, "POST", "/resume").json()["status"] != "Suspended"
+
+
+def test_sync_needs_post() -> None:
+    assert request(FakeAgent(), "GET", "/sync").status_code == 405
+
+
+def test_webhook_with_a_valid_signature_triggers_a_fetch() -> None:
+    agent = FakeAgent()
+    response = request(agent, "POST", "/hooks/git", webhook=guard(), content=BODY,
+                       headers={"X-Hub-Signature-256": sign(SECRET, BODY)})
+    assert response.status_code == 202 and agent.fetches == 1
+
+
+def test_webhook_without_a_signature_is_401_and_fetches_nothing() -> None:
+    agent = FakeAgent()
+    assert request(agent, "POST", "/hooks/git", webhook=guard(), content=BODY).status_code == 401
+    assert agent.fetches == 0
+
+
+def test_webhook_with_a_wrong_signature_is_403_and_fetches_nothing() -> None:
+    agent = FakeAgent()
+    response = request(agent, "POST", "/hooks/git", webhook=guard(), content=BODY,
+                       headers={"X-Hub-Signature-256": sign(b"wrong", BODY)})
+    assert response.status_code == 403 and agent.fetches == 0
+
+
+def test_webhook_is_off_without_a_secret() -> None:
+    agent = FakeAgent()
+    response = request(agent, "POST", "/hooks/git", content=BODY,
+                       headers={"X-Hub-Signature-256": sign(SECRET, BODY)})
+    assert response.status_code == 404 and agent.fetches == 0
+
+
+def test_webhook_body_over_the_limit_is_413() -> None:
+    agent = FakeAgent()
+    big = b"x" * 2048
+    response = request(agent, "POST", "/hooks/git", webhook=guard(max_body=1024), content=big,
+                       headers={"X-Hub-Signature-256": sign(SECRET, big)})
+    assert response.status_code == 413 and agent.fetches == 0
+
+
+def test_webhook_is_rate_limited() -> None:
+    agent = FakeAgent()
+    limited = guard(limiter=RateLimiter(per_second=0.001, burst=1), clock=lambda: 0.0)
+    codes = [
+        request(agent, "POST", "/hooks/git", webhook=limited, content=BODY,
+                headers={"X-Hub-Signature-256": sign(SECRET, BODY)}).status_code
+        for _ in range(3)
+    ]
+    assert codes == [202, 429, 429] and agent.fetches == 1
+
+
+def test_status_page_is_served_at_the_root() -> None:
+    response = request(FakeAgent(), "GET", "/")
+    assert response.status_code == 200 and "<html" in response.text

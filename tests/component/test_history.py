@@ -1,0 +1,51 @@
+"""The history ledger in its SQLite file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gitops.history import History, HistoryEntry, Outcome
+
+
+def entry(commit: str, result: Outcome, errors: tuple[str, ...] = ()) -> HistoryEntry:
+    return HistoryEntry(
+        commit=commit, branch="main", author_time=100.0, summary=f"commit {commit}", started_at=200.0,
+        finished_at=201.5, result=result, plan_summary="Plan: 1 to create, 0 to update, 0 to delete.",
+        actions=1, errors=errors,
+    )
+
+
+def test_entries_come_back_newest_first_with_every_field(tmp_path: Path) -> None:
+    history = History(tmp_path / "history.db")
+    history.record(entry("a", Outcome.APPLIED))
+    history.record(entry("b", Outcome.INVALID, ("deployments/x.toml:2:1: unknown key 'foo'",)))
+    newest, oldest = history.recent()
+    assert (newest.commit, oldest.commit) == ("b", "a")
+    assert newest.errors == ("deployments/x.toml:2:1: unknown key 'foo'",)
+    assert newest.duration_s == 1.5 and newest.summary == "commit b"
+
+
+def test_ledger_survives_a_restart_of_the_agent(tmp_path: Path) -> None:
+    History(tmp_path / "history.db").record(entry("a", Outcome.APPLIED))
+    reopened = History(tmp_path / "history.db")
+    assert [e.commit for e in reopened.recent()] == ["a"]
+
+
+def test_last_applied_skips_failed_and_invalid_attempts(tmp_path: Path) -> None:
+    history = History(tmp_path / "history.db")
+    history.record(entry("a", Outcome.APPLIED))
+    history.record(entry("b", Outcome.FAILED, ("boom",)))
+    history.record(entry("c", Outcome.INVALID, ("bad",)))
+    assert history.last_applied().commit == "a"
+    assert history.last().commit == "c"
+
+
+def test_empty_ledger_has_no_last_entry(tmp_path: Path) -> None:
+    history = History(tmp_path / "state" / "history.db")
+    assert history.last() is None and history.last_applied() is None and history.recent() == []
+
+
+def test_json_form_has_result_duration_and_errors(tmp_path: Path) -> None:
+    recorded = History(tmp_path / "h.db").record(entry("a", Outcome.FAILED, ("x",)))
+    data = recorded.to_json()
+    assert (data["result"], data["duration_s"], data["errors"], data["id"]) == ("failed", 1.5, ["x"], 1)
