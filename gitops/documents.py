@@ -48,6 +48,7 @@ class Declared:
     file: str
     locations: Locations
     spec: Any = None
+    raw: Any = None
 
     def error(self, loc: Loc, message: str) -> SpecError:
         line, col = self.locations.find(loc)
@@ -126,7 +127,7 @@ def _tables(
 def _check_table(
     path: str, section: str, name: str, raw: Any, locations: Locations, errors: list[SpecError]
 ) -> Declared:
-    declared = Declared(name, path, locations)
+    declared = Declared(name, path, locations, raw=raw)
     if NAME_PATTERN.fullmatch(name) is None:
         errors.append(
             declared.error((section, name), f"{section}.{name}: name must match {NAME_PATTERN.pattern}")
@@ -134,7 +135,7 @@ def _check_table(
     check = check_backend if section == "backends" else check_endpoint
     spec, problems = check(raw, (section, name))
     errors.extend(declared.error(problem.loc, problem.message) for problem in problems)
-    return Declared(name, path, locations, spec)
+    return Declared(name, path, locations, spec, raw)
 
 
 def _declare(
@@ -161,6 +162,7 @@ def _cross_file_errors(backends: dict[str, Declared], endpoints: dict[str, Decla
     routes: dict[str, Declared] = {}
     for name, declared in endpoints.items():
         spec: EndpointSpec | None = declared.spec
+        errors.extend(_reference_errors(name, declared, backends))
         if spec is None:
             continue
         errors.extend(_traffic_errors(name, declared, spec, backends))
@@ -184,20 +186,29 @@ def _traffic_errors(
         errors.append(
             declared.error(("endpoints", name, "traffic"), f"endpoints.{name}.traffic: weights sum to {total:g}, not 1")
         )
-    for key, weights in (("traffic", spec.traffic), ("shadow", spec.shadow)):
-        for backend, weight in weights.items():
-            at = ("endpoints", name, key, backend)
-            target = backends.get(backend)
-            if target is None:
-                errors.append(declared.error(at, f"endpoints.{name}.{key}: backend '{backend}' is not defined"))
-            elif key == "traffic" and weight > 0 and _zero_reason(target.spec):
-                errors.append(
-                    declared.error(
-                        at,
-                        f"endpoints.{name}.traffic: backend '{backend}' gets {weight:g} of the traffic "
-                        f"but can have 0 replicas ({_zero_reason(target.spec)})",
-                    )
+    for backend, weight in spec.traffic.items():
+        target = backends.get(backend)
+        if target is not None and weight > 0 and _zero_reason(target.spec):
+            errors.append(
+                declared.error(
+                    ("endpoints", name, "traffic", backend),
+                    f"endpoints.{name}.traffic: backend '{backend}' gets {weight:g} of the traffic "
+                    f"but can have 0 replicas ({_zero_reason(target.spec)})",
                 )
+            )
+    return errors
+
+
+def _reference_errors(name: str, declared: Declared, backends: dict[str, Declared]) -> list[SpecError]:
+    """Checked on the raw table, so an endpoint with other errors still gets these."""
+    raw = declared.raw if isinstance(declared.raw, dict) else {}
+    errors: list[SpecError] = []
+    for key in ("traffic", "shadow"):
+        weights = raw.get(key)
+        for backend in weights if isinstance(weights, dict) else ():
+            if backend not in backends:
+                at = ("endpoints", name, key, backend)
+                errors.append(declared.error(at, f"endpoints.{name}.{key}: backend '{backend}' is not defined"))
     return errors
 
 

@@ -1,0 +1,274 @@
+"""Loading a spec tree: the resolved desired state, or every error located."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.configs import AutoscalingConfig
+from gitops.loading import DesiredState, LoadResult, SpecError, clear_cache, load_tree
+from gitops.sources.trees import MemoryTree
+
+ECHO_PY = """
+class Echo:
+    def __init__(self, label):
+        self.label = label
+
+    async def __call__(self, request):
+        return self.label
+
+
+def hello(request):
+    return "hello"
+"""
+
+ECHO_TOML = """
+[backends.echo-v1]
+import_path = "apps.echo:Echo"
+init_args = ["v1"]
+num_replicas = 2
+user_config = { greeting = "hi" }
+ray_actor_options = { num_cpus = 0.1 }
+runtime_env = { env_vars = { MODE = "prod" } }
+
+[backends.echo-v2]
+import_path = "apps.echo:Echo"
+init_args = ["v2"]
+
+[backends.echo-v2.autoscaling]
+min_replicas = 1
+max_replicas = 4
+target_ongoing_requests = 3
+
+[endpoints.echo]
+route = "/echo"
+traffic = { echo-v1 = 0.9, echo-v2 = 0.1 }
+"""
+
+
+def tree(specs: dict[str, str], code: dict[str, str] | None = None) -> MemoryTree:
+    return MemoryTree({**{f"deployments/{k}": v for k, v in specs.items()}, **(code or {"apps/echo.py": ECHO_PY})})
+
+
+def errors(result: LoadResult) -> list[str]:
+    return [str(error) for error in result.errors]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    clear_cache()
+
+
+def test_a_valid_tree_loads_into_a_resolved_desired_state() -> None:
+    result = load_tree(tree({"echo.toml": ECHO_TOML}))
+    assert result.ok and isinstance(result.state, DesiredState)
+    v1 = result.state.backends["echo-v1"]
+    assert v1.init_args == ("v1",) and v1.num_replicas == 2 and v1.working_dir is None
+    assert v1.ray_actor_options == {"num_cpus": 0.1}
+    assert v1.runtime_env == {"env_vars": {"MODE": "prod"}}
+    assert v1.user_config == {"greeting": "hi"}
+    assert len(v1.version) == 12
+
+
+def test_autoscaling_is_carried_into_the_backend_config() -> None:
+    state = load_tree(tree({"echo.toml": ECHO_TOML})).state
+    assert state is not None
+    v2 = state.backends["echo-v2"]
+    assert v2.autoscaling == AutoscalingConfig(min_replicas=1, max_replicas=4, target_ongoing_requests=3)
+    assert v2.num_replicas == 1
+
+
+def test_endpoint_defaults_are_filled_in() -> None:
+    state = load_tree(tree({"echo.toml": ECHO_TOML})).state
+    assert state is not None
+    echo = state.endpoints["echo"]
+    assert echo.methods == ("GET", "POST") and echo.shadow == {} and echo.timeout_s == 30
+    assert echo.traffic == {"echo-v1": 0.9, "echo-v2": 0.1}
+
+
+def test_specs_are_merged_from_every_toml_file_below_the_spec_path() -> None:
+    split = ECHO_TOML.split("[endpoints.echo]")
+    result = load_tree(tree({"backends.toml": split[0], "nested/endpoints.toml": "[endpoints.echo]" + split[1]}))
+    assert result.ok and result.state is not None
+    assert set(result.state.backends) == {"echo-v1", "echo-v2"} and set(result.state.endpoints) == {"echo"}
+
+
+def test_files_that_are_not_toml_are_ignored() -> None:
+    result = load_tree(tree({"echo.toml": ECHO_TOML, "README.md": "not toml ["}))
+    assert result.ok
+
+
+def test_an_empty_spec_directory_is_an_empty_desired_state() -> None:
+    result = load_tree(MemoryTree({"deployments/README.md": "nothing yet"}))
+    assert result.ok and result.state == DesiredState()
+
+
+def test_a_missing_spec_path_is_an_error_not_an_empty_state() -> None:
+    result = load_tree(MemoryTree({"other/x.toml": ""}))
+    assert result.state is None
+    assert errors(result) == ["deployments:1:1: spec path 'deployments' does not exist"]
+
+
+def test_a_spec_error_reads_file_line_col_message() -> None:
+    assert str(SpecError("deployments/a.toml", 3, 5, "bad")) == "deployments/a.toml:3:5: bad"
+
+
+def test_a_toml_syntax_error_is_located_by_tomllib() -> None:
+    result = load_tree(tree({"bad.toml": "[backends.x]\nimport_path = \n"}))
+    assert errors(result) == ["deployments/bad.toml:2:15: TOML syntax: Invalid value"]
+
+
+def test_a_file_that_is_not_utf8_is_an_error() -> None:
+    result = load_tree(MemoryTree({"deployments/bad.toml": b"# caf\xe9\n"}))
+    assert errors(result) == ["deployments/bad.toml:1:1: file is not valid UTF-8"]
+
+
+def test_an_error_is_located_at_the_offending_key() -> None:
+    text = ECHO_TOML.replace("num_replicas = 2", "num_replicas = -2")
+    assert errors(load_tree(tree({"echo.toml": text}))) == [
+        "deployments/echo.toml:5:1: backends.echo-v1.num_replicas: must be >= 0 (got -2)"
+    ]
+
+
+def test_every_error_is_reported_at_once_in_file_order() -> None:
+    result = load_tree(
+        tree(
+            {
+                "a.toml": ECHO_TOML.replace("num_replicas = 2", "num_replicas = '2'"),
+                "b.toml": "[endpoints.other]\nroute = 'x'\ntraffic = { nope = 1 }\n",
+                "c.toml": "oops",
+            }
+        )
+    )
+    assert [(e.file, e.line) for e in result.errors] == [
+        ("deployments/a.toml", 5),
+        ("deployments/b.toml", 2),
+        ("deployments/b.toml", 3),
+        ("deployments/c.toml", 1),
+    ]
+    assert result.state is None
+
+
+def test_a_name_defined_in_two_files_names_both_files() -> None:
+    second = "\n\n[backends.echo-v1]\nimport_path = 'apps.echo:hello'\n"
+    assert errors(load_tree(tree({"a.toml": ECHO_TOML, "b.toml": second}))) == [
+        "deployments/b.toml:3:1: backend 'echo-v1' is defined twice: in deployments/a.toml:2:1 and in deployments/b.toml"
+    ]
+
+
+def test_two_endpoints_on_one_route_are_an_error() -> None:
+    second = "[endpoints.again]\nroute = '/echo'\ntraffic = { echo-v1 = 1.0 }\n"
+    assert errors(load_tree(tree({"a.toml": ECHO_TOML, "b.toml": second}))) == [
+        "deployments/b.toml:2:1: endpoints.again.route: '/echo' is already the route of endpoint 'echo' (deployments/a.toml:20:1)"
+    ]
+
+
+def test_traffic_must_sum_to_one() -> None:
+    text = ECHO_TOML.replace("echo-v2 = 0.1", "echo-v2 = 0.2")
+    assert errors(load_tree(tree({"echo.toml": text}))) == [
+        "deployments/echo.toml:21:1: endpoints.echo.traffic: weights sum to 1.1, not 1"
+    ]
+
+
+def test_traffic_within_tolerance_of_one_is_accepted() -> None:
+    text = ECHO_TOML.replace("echo-v1 = 0.9, echo-v2 = 0.1", "echo-v1 = 0.3333333, echo-v2 = 0.6666667")
+    assert load_tree(tree({"echo.toml": text})).ok
+
+
+def test_traffic_to_an_undefined_backend_is_located_at_its_weight() -> None:
+    text = ECHO_TOML.replace("echo-v2 = 0.1 }", "echo-v3 = 0.1 }")
+    assert errors(load_tree(tree({"echo.toml": text}))) == [
+        "deployments/echo.toml:21:28: endpoints.echo.traffic: backend 'echo-v3' is not defined"
+    ]
+
+
+def test_shadow_to_an_undefined_backend_is_an_error() -> None:
+    text = ECHO_TOML + "shadow = { candidate = 0.5 }\n"
+    assert errors(load_tree(tree({"echo.toml": text}))) == [
+        "deployments/echo.toml:22:12: endpoints.echo.shadow: backend 'candidate' is not defined"
+    ]
+
+
+def test_an_invalid_backend_does_not_also_count_as_undefined() -> None:
+    text = ECHO_TOML.replace("init_args = [\"v2\"]", "init_args = \"v2\"")
+    assert errors(load_tree(tree({"echo.toml": text}))) == [
+        "deployments/echo.toml:12:1: backends.echo-v2.init_args: must be an array (got 'v2')"
+    ]
+
+
+def test_positive_traffic_to_a_backend_with_zero_replicas_is_an_error() -> None:
+    text = ECHO_TOML.replace("num_replicas = 2", "num_replicas = 0")
+    assert errors(load_tree(tree({"echo.toml": text}))) == [
+        "deployments/echo.toml:21:13: endpoints.echo.traffic: backend 'echo-v1' gets 0.9 of the traffic "
+        "but can have 0 replicas (num_replicas = 0)"
+    ]
+
+
+def test_positive_traffic_to_an_autoscaled_backend_that_can_reach_zero_is_an_error() -> None:
+    text = ECHO_TOML.replace("min_replicas = 1", "min_replicas = 0")
+    [message] = errors(load_tree(tree({"echo.toml": text})))
+    assert message.endswith("backend 'echo-v2' gets 0.1 of the traffic but can have 0 replicas (autoscaling.min_replicas = 0)")
+
+
+def test_zero_traffic_to_a_backend_with_zero_replicas_is_fine() -> None:
+    text = ECHO_TOML.replace("num_replicas = 2", "num_replicas = 0").replace(
+        "echo-v1 = 0.9, echo-v2 = 0.1", "echo-v1 = 0.0, echo-v2 = 1.0"
+    )
+    assert load_tree(tree({"echo.toml": text})).ok
+
+
+def test_an_unknown_top_level_table_is_an_error() -> None:
+    assert errors(load_tree(tree({"x.toml": "[backend.echo]\nimport_path = 'a:b'\n"}))) == [
+        "deployments/x.toml:1:1: unknown table 'backend' (expected [backends.NAME] or [endpoints.NAME])"
+    ]
+
+
+def test_an_invalid_name_is_located_at_its_table() -> None:
+    assert errors(load_tree(tree({"x.toml": "\n[backends.Echo]\nimport_path = 'apps.echo:hello'\n"}))) == [
+        "deployments/x.toml:2:1: backends.Echo: name must match [a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?"
+    ]
+
+
+def test_a_missing_module_is_located_at_the_import_path() -> None:
+    text = ECHO_TOML.replace('"apps.echo:Echo"\ninit_args = ["v2"]', '"apps.gone:Echo"\ninit_args = ["v2"]')
+    assert errors(load_tree(tree({"echo.toml": text}))) == [
+        "deployments/echo.toml:11:1: backends.echo-v2.import_path: module 'apps.gone' not found "
+        "(no apps/gone/__init__.py or apps/gone.py)"
+    ]
+
+
+def test_a_missing_attribute_is_an_error() -> None:
+    text = ECHO_TOML.replace('"apps.echo:Echo"\ninit_args = ["v2"]', '"apps.echo:Missing"\ninit_args = ["v2"]')
+    assert errors(load_tree(tree({"echo.toml": text}))) == [
+        "deployments/echo.toml:11:1: backends.echo-v2.import_path: 'Missing' is not defined at module level in apps/echo.py"
+    ]
+
+
+def test_init_args_for_a_function_are_an_error() -> None:
+    text = ECHO_TOML.replace('"apps.echo:Echo"\ninit_args = ["v2"]', '"apps.echo:hello"\ninit_args = ["v2"]')
+    assert errors(load_tree(tree({"echo.toml": text}))) == [
+        "deployments/echo.toml:12:1: backends.echo-v2.init_args: 'hello' is a function; init_args is only for a class"
+    ]
+
+
+def test_a_code_path_that_does_not_exist_is_an_error() -> None:
+    text = ECHO_TOML.replace('init_args = ["v2"]', 'init_args = ["v2"]\ncode_paths = ["apps", "lib"]')
+    assert errors(load_tree(tree({"echo.toml": text}))) == [
+        "deployments/echo.toml:13:23: backends.echo-v2.code_paths: 'lib' does not exist"
+    ]
+
+
+def test_user_code_is_read_from_the_tree_not_imported() -> None:
+    code = {"apps/echo.py": ECHO_PY + "\nraise SystemExit('imported!')\n"}
+    assert load_tree(tree({"echo.toml": ECHO_TOML}, code)).ok
+
+
+def test_reloading_an_unchanged_tree_returns_the_cached_result() -> None:
+    first = load_tree(tree({"echo.toml": ECHO_TOML}))
+    again = load_tree(tree({"echo.toml": ECHO_TOML}))
+    assert again is first
+
+
+def test_a_change_to_code_outside_the_specs_is_not_served_from_the_cache() -> None:
+    load_tree(tree({"echo.toml": ECHO_TOML}))
+    changed = load_tree(tree({"echo.toml": ECHO_TOML}, {"apps/echo.py": "def hello(r): pass\n"}))
+    assert not changed.ok
