@@ -3,8 +3,8 @@
 One per Ray node, created, pinned and replaced by the controller (which wraps
 this plain class with `ray.remote`). The constructor binds the listening
 socket (so a taken port fails the actor's creation with a clear error) and
-starts two tasks on the actor's event loop: the HTTP server and the long
-poll. Owns the proxy's lifecycle only; the request path is `proxy.app`.
+starts tasks on the actor's event loop: the HTTP server, the long poll and
+the load reports. Owns the proxy's lifecycle only; the request path is `proxy.app`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import socket
 import uvicorn
 
 from proxy.app import ProxyApp, Recorder
+from proxy.controller_link import ControllerLink
+from proxy.load_reporting import report_load_forever
 from proxy.longpoll_client import LongPollClient
 from proxy.raycalls import RayCaller
 from proxy.settings import ProxySettings
@@ -46,9 +48,8 @@ class ProxyActor:
         rng = random.Random()
         self._app = ProxyApp(RayCaller(), settings, rng, recorder)
         self._subscriptions = Subscriptions(settings, rng)
-        self._longpoll = LongPollClient(
-            controller_name, namespace, self._subscriptions, self._app.install, settings
-        )
+        link = ControllerLink(controller_name, namespace)
+        self._longpoll = LongPollClient(link, node_id, self._subscriptions, self._app.install, settings)
         self._socket = _bind(host, port)
         self._host = host
         self._port = self._socket.getsockname()[1]
@@ -66,7 +67,12 @@ class ProxyActor:
         )
         loop = asyncio.get_event_loop()
         self._server_task = loop.create_task(self._server.serve(sockets=[self._socket]))
-        self._longpoll_task = loop.create_task(self._longpoll.run())
+        self._background = [
+            loop.create_task(self._longpoll.run()),
+            loop.create_task(
+                report_load_forever(link, node_id, self._app.backend_load, settings.load_report_interval_s)
+            ),
+        ]
 
     async def ready(self) -> str:
         """Returns `host:port` once the HTTP server listens; raises if it failed."""
@@ -79,7 +85,8 @@ class ProxyActor:
 
     async def shutdown(self) -> None:
         """Stop polling, let in-flight requests finish (bounded), close the socket."""
-        self._longpoll_task.cancel()
+        for task in self._background:
+            task.cancel()
         self._server.should_exit = True
         try:
             await asyncio.wait_for(asyncio.shield(self._server_task), _SHUTDOWN_GRACE_S)

@@ -1,8 +1,9 @@
 """The proxy's long poll on the controller: fetch changes, build and install snapshots.
 
-Loops on `controller.listen_for_change(keys_to_snapshot_ids)`; each answer is
-fed to `Subscriptions` and the resulting snapshot is installed in one step.
-The call also acknowledges what we hold. When the controller is unreachable
+Loops on `controller.listen_for_change(keys_to_snapshot_ids, proxy_id=node_id)`;
+each answer is fed to `Subscriptions` and the resulting snapshot is installed
+in one step. The call also acknowledges what we hold, attributed to this
+proxy by `proxy_id`. When the controller is unreachable
 (restarting, not yet started) the proxy keeps serving its last snapshot and
 retries with capped exponential backoff; snapshot ids from a restarted
 controller are taken as they come.
@@ -12,11 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
-
-import ray
+from typing import Callable
 
 from proxy.config import Snapshot
+from proxy.controller_link import ControllerLink
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions
 
@@ -28,18 +28,17 @@ logger = logging.getLogger(__name__)
 class LongPollClient:
     def __init__(
         self,
-        controller_name: str,
-        namespace: str,
+        link: ControllerLink,
+        proxy_id: str,
         subscriptions: Subscriptions,
         install: Callable[[Snapshot], None],
         settings: ProxySettings,
     ) -> None:
-        self._name = controller_name
-        self._namespace = namespace
+        self._link = link
+        self._proxy_id = proxy_id
         self._subscriptions = subscriptions
         self._install = install
         self._settings = settings
-        self._controller: Any = None
         self.rounds = 0
 
     async def run(self) -> None:
@@ -52,27 +51,21 @@ class LongPollClient:
                 raise
             except Exception as error:  # noqa: BLE001 — the data plane must outlive any controller failure
                 if not failing:
-                    logger.warning("controller %s unreachable, serving the last config: %s", self._name, error)
+                    logger.warning("controller %s unreachable, serving the last config: %s", self._link.name, error)
                 failing = True
-                self._controller = None
+                self._link.forget()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._settings.longpoll_max_backoff_s)
                 continue
             if failing:
-                logger.info("controller %s reachable again", self._name)
+                logger.info("controller %s reachable again", self._link.name)
             failing = False
             backoff = self._settings.longpoll_backoff_s
 
     async def _poll_once(self) -> None:
-        if self._controller is None:
-            loop = asyncio.get_running_loop()
-            # get_actor is a blocking GCS lookup: keep it off the event loop.
-            self._controller = await loop.run_in_executor(None, self._lookup)
+        controller = await self._link.get()
         keys = self._subscriptions.keys_to_snapshot_ids()
-        updates = await self._controller.listen_for_change.remote(keys)
+        updates = await controller.listen_for_change.remote(keys, proxy_id=self._proxy_id)
         self.rounds += 1
         if updates:
             self._install(self._subscriptions.apply(updates))
-
-    def _lookup(self) -> Any:
-        return ray.get_actor(self._name, namespace=self._namespace)

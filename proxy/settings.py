@@ -26,3 +26,5 @@ class ProxySettings:
     # Long poll: first and largest pause after the controller is unreachable.
     longpoll_backoff_s: float = 0.2
     longpoll_max_backoff_s: float = 5.0
+    # Load reports for autoscaling; the controller forgets them after ~2 s.
+    load_report_interval_s: float = 0.5

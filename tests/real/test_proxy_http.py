@@ -240,3 +240,16 @@ def test_traffic_switches_under_concurrent_load_fail_no_request(stack: Stack) ->
     assert len(seen) > 50
     assert {code for code, _ in seen} == {200}
     assert {text for _, text in seen} == {'{"backend":"v1"}', '{"backend":"v2"}'}
+
+
+def test_acks_and_load_reports_reach_the_controller_under_the_proxy_id(stack: Stack) -> None:
+    stack.serve(endpoint("reported", {"reported-v1": 1.0}), {"reported-v1": []})
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        loads = ray.get(stack.controller.reported_loads.remote(), timeout=10)
+        if "reported-v1" in loads.get("node-test", {}):
+            break
+        time.sleep(0.1)
+    assert loads["node-test"]["reported-v1"] == (0, 0)
+    acked = ray.get(stack.controller.acked.remote(), timeout=10)["node-test"]
+    assert "endpoint:reported" in acked and acked["routes"] > 0

@@ -1,8 +1,9 @@
 """Test-only stand-ins for the proxy's real-tier tests: a long-poll controller.
 
-`FakeController` implements just `listen_for_change` as the controller's
-long poll does (answer changed keys at once, else block until a change or a
-short timeout), plus `publish` for tests to push payloads.
+`FakeController` implements just what a proxy calls: `listen_for_change` as
+the controller's long poll does (answer changed keys at once, else block
+until a change or a short timeout) and `report_load`; plus `publish` for
+tests to push payloads.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ class FakeController:
         self._next_id = 0
         self._changed = asyncio.Event()
         self._timeout_s = timeout_s
-        self.acks: dict[str, int] = {}
+        self.acks: dict[str, dict[str, int]] = {}
+        self.loads: dict[str, dict[str, tuple[int, int]]] = {}
 
     async def publish(self, updates: dict[str, Any]) -> None:
         for key, payload in updates.items():
@@ -28,8 +30,10 @@ class FakeController:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def listen_for_change(self, keys_to_snapshot_ids: dict[str, int]) -> dict[str, tuple[int, Any]]:
-        self.acks = dict(keys_to_snapshot_ids)
+    async def listen_for_change(
+        self, keys_to_snapshot_ids: dict[str, int], proxy_id: str = ""
+    ) -> dict[str, tuple[int, Any]]:
+        self.acks[proxy_id] = dict(keys_to_snapshot_ids)
         deadline = asyncio.get_running_loop().time() + self._timeout_s
         while True:
             changed = {
@@ -45,5 +49,11 @@ class FakeController:
             except TimeoutError:
                 pass
 
-    async def acked(self) -> dict[str, int]:
+    async def report_load(self, proxy_id: str, loads: dict[str, tuple[int, int]]) -> None:
+        self.loads[proxy_id] = dict(loads)
+
+    async def reported_loads(self) -> dict[str, dict[str, tuple[int, int]]]:
+        return self.loads
+
+    async def acked(self) -> dict[str, dict[str, int]]:
         return self.acks

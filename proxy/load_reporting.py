@@ -1,0 +1,41 @@
+"""Periodic load reports to the controller: per backend, requests in flight and queued.
+
+The controller's autoscaler reads these (`report_load(proxy_id, {backend:
+(ongoing, queued)})`); reports expire there after a few seconds, so a
+missed one costs nothing and failures are only logged once per streak.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable
+
+from proxy.controller_link import ControllerLink
+
+__all__ = ["report_load_forever"]
+
+logger = logging.getLogger(__name__)
+
+Loads = dict[str, dict[str, int]]
+
+
+async def report_load_forever(
+    link: ControllerLink, proxy_id: str, loads: Callable[[], Loads], interval_s: float
+) -> None:
+    failing = False
+    while True:
+        await asyncio.sleep(interval_s)
+        report = {backend: (load["ongoing"], load["queued"]) for backend, load in loads().items()}
+        try:
+            controller = await link.get()
+            await controller.report_load.remote(proxy_id, report)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 — reporting must never stop serving
+            if not failing:
+                logger.info("load report to %s failed: %s", link.name, error)
+            failing = True
+            link.forget()
+            continue
+        failing = False
