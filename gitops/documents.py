@@ -22,6 +22,7 @@ __all__ = ["SpecError", "Declared", "Documents", "parse_documents"]
 
 _SECTIONS = ("backends", "endpoints")
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+_DECLARED_TWICE = re.compile(r"Cannot declare \((.*)\) twice")
 
 
 @dataclass(frozen=True)
@@ -102,10 +103,19 @@ def _syntax_error(path: str, text: str, message: str) -> SpecError:
     found = _TOML_POSITION.search(message)
     if found:
         line, col = int(found.group(1)), int(found.group(2))
-        return SpecError(path, line, col, f"TOML syntax: {message[: found.start()]}")
+        return SpecError(path, line, col, f"TOML syntax: {_plain(message[: found.start()])}")
     reason = message.removesuffix(" (at end of document)")
     lines = text.split("\n")
     return SpecError(path, len(lines), len(lines[-1]) + 1, f"TOML syntax: {reason} (at end of file)")
+
+
+def _plain(message: str) -> str:
+    """tomllib names a table as a Python tuple; show it as TOML does."""
+    found = _DECLARED_TWICE.fullmatch(message)
+    if found is None:
+        return message
+    parts = [part.strip().strip("'\"") for part in found.group(1).split(",") if part.strip()]
+    return f"table [{'.'.join(parts)}] is declared twice"
 
 
 def _tables(
@@ -192,7 +202,7 @@ def _traffic_errors(
             errors.append(
                 declared.error(
                     ("endpoints", name, "traffic", backend),
-                    f"endpoints.{name}.traffic: backend '{backend}' gets {weight:g} of the traffic "
+                    f"endpoints.{name}.traffic: backend '{backend}' gets {weight * 100:g}% of the traffic "
                     f"but can have 0 replicas ({_zero_reason(target.spec)})",
                 )
             )

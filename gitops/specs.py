@@ -162,6 +162,8 @@ class EndpointSpec(_Spec):
         if not value:
             raise ValueError("must not be empty")
         unknown = [method for method in value if method not in HTTP_METHODS]
+        if unknown and unknown[0].upper() in HTTP_METHODS:
+            raise ValueError(f"'{unknown[0]}' must be upper case ('{unknown[0].upper()}')")
         if unknown:
             raise ValueError(
                 f"'{unknown[0]}' is not an HTTP method (one of {', '.join(sorted(HTTP_METHODS))})"

@@ -198,7 +198,7 @@ def test_an_invalid_backend_does_not_also_count_as_undefined() -> None:
 def test_positive_traffic_to_a_backend_with_zero_replicas_is_an_error() -> None:
     text = ECHO_TOML.replace("num_replicas = 2", "num_replicas = 0")
     assert errors(load_tree(tree({"echo.toml": text}))) == [
-        "deployments/echo.toml:21:13: endpoints.echo.traffic: backend 'echo-v1' gets 0.9 of the traffic "
+        "deployments/echo.toml:21:13: endpoints.echo.traffic: backend 'echo-v1' gets 90% of the traffic "
         "but can have 0 replicas (num_replicas = 0)"
     ]
 
@@ -206,7 +206,7 @@ def test_positive_traffic_to_a_backend_with_zero_replicas_is_an_error() -> None:
 def test_positive_traffic_to_an_autoscaled_backend_that_can_reach_zero_is_an_error() -> None:
     text = ECHO_TOML.replace("min_replicas = 1", "min_replicas = 0")
     [message] = errors(load_tree(tree({"echo.toml": text})))
-    assert message.endswith("backend 'echo-v2' gets 0.1 of the traffic but can have 0 replicas (autoscaling.min_replicas = 0)")
+    assert message.endswith("backend 'echo-v2' gets 10% of the traffic but can have 0 replicas (autoscaling.min_replicas = 0)")
 
 
 def test_zero_traffic_to_a_backend_with_zero_replicas_is_fine() -> None:

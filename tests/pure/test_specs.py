@@ -141,9 +141,15 @@ def test_proxy_paths_are_reserved() -> None:
     ]
 
 
-def test_methods_must_be_upper_case_http_methods() -> None:
-    [message] = messages(endpoint(methods=["get"]), check_endpoint, EP)
-    assert message.startswith("endpoints.e.methods: 'get' is not an HTTP method")
+def test_methods_must_be_upper_case() -> None:
+    assert messages(endpoint(methods=["get"]), check_endpoint, EP) == [
+        "endpoints.e.methods: 'get' must be upper case ('GET')"
+    ]
+
+
+def test_methods_must_be_http_methods() -> None:
+    [message] = messages(endpoint(methods=["FETCH"]), check_endpoint, EP)
+    assert message.startswith("endpoints.e.methods: 'FETCH' is not an HTTP method (one of CONNECT, DELETE, GET")
 
 
 def test_methods_must_not_be_empty() -> None:

@@ -1,0 +1,2 @@
+def handler(request)
+    return 1
