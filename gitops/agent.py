@@ -98,8 +98,8 @@ class Agent:
         self.metrics = metrics
         self._settings = settings
         self._console = console
-        self._wake = asyncio.Event()
-        self._triggers: set[Trigger] = {Trigger.START}
+        self._wake: asyncio.Event | None = None  # made by run(), on its own loop
+        self._triggers: set[Trigger] = set()
         self._wakes = 0  # bumped by every wake-up; lets an apply notice news
         self._wakes_seen = 0
         self._suspended = False
@@ -117,7 +117,8 @@ class Agent:
         """Ask for a tick; call on the agent's event loop."""
         self._triggers.add(trigger)
         self._wakes += 1
-        self._wake.set()
+        if self._wake is not None:
+            self._wake.set()
 
     def suspend(self) -> None:
         self._suspended = True
@@ -160,10 +161,12 @@ class Agent:
             asyncio.create_task(self._every(self._settings.resync_interval_s, Trigger.RESYNC, jitter=0.0)),
         ]
         watcher = self._start_watch()
+        self._wake = wake = asyncio.Event()
+        self.notify(Trigger.START)
         try:
             while True:
-                await self._wake.wait()
-                self._wake.clear()
+                await wake.wait()
+                wake.clear()
                 triggers, self._triggers = self._triggers, set()
                 if not self._suspended:
                     await self.tick(full=bool(triggers & _FULL))
@@ -172,6 +175,7 @@ class Agent:
                 timer.cancel()
             if watcher is not None:
                 watcher.stop()
+            self._wake = None
 
     async def _every(self, interval_s: float, trigger: Trigger, jitter: float) -> None:
         while True:

@@ -144,20 +144,25 @@ _CLASS = {
 
 
 def _readiness_gate(endpoints: Iterable[Action], applied: Iterable[Action], actual: ServingState) -> list[Action]:
-    """Re-assert (idempotently) every untouched backend that is about to get traffic.
+    """Re-assert (idempotently) each untouched backend that is about to get more traffic.
 
     A backend whose rollout failed earlier keeps its new config in the
     controller, so a later plan has no backend action for it; without this
-    gate, traffic could be sent to it although none of its replicas is ready.
-    The repeated call is a no-op for a ready backend and its goal is met.
+    gate, traffic could be moved to it although none of its replicas is
+    ready. The repeated call is a no-op for a ready backend and its goal is
+    met at once. Backends whose share stays or shrinks need no gate.
     """
     covered = {a.name for a in applied if a.kind is not ActionKind.DELETE_BACKEND}
-    needed = sorted(
-        {name for a in endpoints if a.endpoint for name, w in a.endpoint.traffic.items() if w > 0} - covered
-    )
+    needed: set[str] = set()
+    for action in endpoints:
+        if action.endpoint is None:
+            continue
+        before = actual.endpoints.get(action.name)
+        old = before.traffic if before is not None else {}
+        needed |= {name for name, w in action.endpoint.traffic.items() if w > old.get(name, 0.0)}
     return [
         Action(kind=ActionKind.UPDATE_BACKEND, name=name, backend=actual.backends[name])
-        for name in needed
+        for name in sorted(needed - covered)
         if name in actual.backends
     ]
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import inspect
 import json
 import signal
 import socket
@@ -41,30 +40,49 @@ def run_command(args: argparse.Namespace) -> int:
     from controller.cluster import init_ray, shutdown_ray
 
     embedded = args.ray_address is None
+    client = None
     try:
         console("gitops: starting Ray" if embedded else f"gitops: joining Ray at {args.ray_address}")
         init_ray(args.ray_address)
-        asyncio.run(_serve(args, source, secret, admin_socket, console, embedded))
+        client = _controller(args)
+        asyncio.run(_serve(args, source, client, secret, admin_socket, console))
     except KeyboardInterrupt:
-        pass  # Ctrl-C during start-up: fall through to the same clean stop
+        pass  # Ctrl-C during start-up: the same clean stop as later
     finally:
         admin_socket.close()
         if embedded:
+            # A joined cluster keeps serving without the agent; an embedded
+            # one goes away with it, replicas and proxies drained first.
+            _stop_quietly(client, console)
             shutdown_ray()
     console("gitops: stopped")
     return 0
 
 
+def _controller(args: argparse.Namespace) -> Any:
+    from controller.api import DEFAULT_NAMESPACE
+    from controller.client import start_or_connect
+
+    return start_or_connect(namespace=DEFAULT_NAMESPACE, proxy_host=args.proxy_host, proxy_port=args.proxy_port)
+
+
+def _stop_quietly(client: Any, console: Callable[[str], None]) -> None:
+    if client is None:
+        return
+    try:
+        client.shutdown()
+    except Exception as error:  # noqa: BLE001 — Ray is stopped right after anyway
+        console(f"gitops: controller shutdown: {type(error).__name__}: {error}")
+
+
 async def _serve(
     args: argparse.Namespace,
     source: Any,
+    client: Any,
     secret: bytes | None,
     admin_socket: socket.socket,
     console: Callable[[str], None],
-    embedded: bool,
 ) -> None:
-    from controller import client as controller_client
-    from controller.api import DEFAULT_NAMESPACE
     from gitops import admin, planning
     from gitops.agent import Agent, AgentSettings, Trigger
     from gitops.history import History
@@ -77,11 +95,6 @@ async def _serve(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
 
-    client = await _maybe_await(
-        controller_client.start_or_connect(
-            namespace=DEFAULT_NAMESPACE, proxy_host=args.proxy_host, proxy_port=args.proxy_port
-        )
-    )
     metrics = AgentMetrics()
     agent = Agent(
         source,
@@ -117,12 +130,6 @@ async def _serve(
     for task in (reconciling, serving):
         if not task.cancelled() and task.exception() is not None:
             console(f"gitops: error: {type(task.exception()).__name__}: {task.exception()}")
-    if embedded:
-        await _maybe_await(client.shutdown())
-
-
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
 
 
 def _check_intervals(args: argparse.Namespace) -> None:
