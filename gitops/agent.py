@@ -103,6 +103,7 @@ class Agent:
         self._wakes = 0  # bumped by every wake-up; lets an apply notice news
         self._wakes_seen = 0
         self._suspended = False
+        self._watched: Revision | None = None
         self._applying: Revision | None = None
         self._progress = ""
         self._git_error: str | None = None
@@ -139,6 +140,7 @@ class Agent:
                 branch=self._source.branch,
                 path=self._settings.spec_path,
                 suspended=self._suspended,
+                watched=self._watched.sha if self._watched else None,
                 applying=self._applying.sha if self._applying else None,
                 progress=self._progress,
                 last_attempt=self._history.last(),
@@ -213,6 +215,7 @@ class Agent:
             self.metrics.git_fetch("failure")
             return None
         self._git_error = None
+        self._watched = revision
         self.metrics.git_fetch("success")
         return revision
 

@@ -4,9 +4,10 @@
 is being applied, the last attempt and the last applied commit from the
 ledger, a git error, the controller's observed status) into `AgentStatus`:
 Ready / Reconciling / Stalled conditions with a CamelCase reason and a
-message, `last_attempted_revision`, `last_applied_revision`, each backend's
-replicas by state and version, each endpoint's traffic, and one overall
-`SyncStatus`. Must not: do I/O or keep state; the agent owns both.
+message, `watched_revision`, `last_attempted_revision`,
+`last_applied_revision`, each backend's replicas by state and version,
+each endpoint's traffic, and one overall `SyncStatus`. Must not: do I/O or
+keep state; the agent owns both.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class StatusFacts:
     branch: str
     path: str
     suspended: bool = False
+    watched: str | None = None  # the branch's newest commit, as last fetched
     applying: str | None = None  # commit being applied right now
     progress: str = ""  # e.g. "waiting for backend echo-v2 (2/5 actions)"
     last_attempt: HistoryEntry | None = None
@@ -64,6 +66,7 @@ class AgentStatus:
     repo: str
     branch: str
     path: str
+    watched_revision: str | None
     last_attempted_revision: str | None
     last_applied_revision: str | None
     errors: tuple[str, ...]
@@ -77,6 +80,7 @@ class AgentStatus:
             "repo": self.repo,
             "branch": self.branch,
             "path": self.path,
+            "watched_revision": self.watched_revision,
             "last_attempted_revision": self.last_attempted_revision,
             "last_applied_revision": self.last_applied_revision,
             "errors": list(self.errors),
@@ -95,6 +99,7 @@ def roll_up(facts: StatusFacts) -> AgentStatus:
         repo=facts.repo,
         branch=facts.branch,
         path=facts.path,
+        watched_revision=facts.watched,
         last_attempted_revision=facts.applying or (facts.last_attempt.commit if facts.last_attempt else None),
         last_applied_revision=facts.last_applied.commit if facts.last_applied else None,
         errors=_errors(facts),

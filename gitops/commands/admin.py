@@ -81,6 +81,7 @@ def render_status(data: dict[str, Any]) -> str:
     lines = [
         f"Status:     {data['status']}" + (f" ({ready['reason']}: {ready['message']})" if ready else ""),
         f"Repository: {data['repo']}  branch {data['branch']}  path {data['path']}",
+        f"Watched:    {_short(data.get('watched_revision'))}",
         f"Attempted:  {_short(data.get('last_attempted_revision'))}",
         f"Applied:    {_short(data.get('last_applied_revision'))}",
     ]
