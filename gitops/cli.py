@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ray-address", default=None, help="join this Ray cluster")
     run.add_argument("--proxy-host", default="127.0.0.1")
     run.add_argument("--proxy-port", type=int, default=8000)
+    run.add_argument(
+        "--proxy-metrics-port", type=int, default=8002, help="each proxy's /metrics port (Prometheus)"
+    )
     run.add_argument("--admin-host", default="127.0.0.1")
     run.add_argument("--admin-port", type=int, default=8001)
     run.add_argument("--interval", type=float, default=30.0, help="poll interval, s")
