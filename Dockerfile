@@ -1,0 +1,54 @@
+# The ray-gitops agent: `gitops run` against a repository URL, with an
+# embedded Ray (or `--ray-address` to join a cluster).
+#
+#   docker build -t ray-gitops .
+#   docker run --rm --shm-size=2g -p 8000:8000 -p 127.0.0.1:8001:8001 \
+#     -e GITOPS_REPO=https://github.com/you/specs.git -v gitops-state:/state ray-gitops
+#
+# Settings (environment, or extra flags after the image name, which win):
+#   GITOPS_REPO                 repository URL (required): https://, ssh:// or file://
+#   GITOPS_BRANCH               branch to watch (default: the remote's default branch)
+#   GITOPS_PATH                 spec path in the repository (default: deployments)
+#   GITOPS_WEBHOOK_SECRET_FILE  turns on POST /hooks/git (mount the secret as a file)
+# The state dir (history ledger, clone cache, code exports) is the /state volume.
+# Ray keeps its object store in /dev/shm: give the container a big one
+# (--shm-size), or Ray falls back to slower disk-backed memory.
+# Inside the container the proxy (8000) and admin API (8001) listen on all
+# interfaces so they can be published; the admin API has no authentication
+# (its verbs are sync, suspend and resume), so publish 8001 on loopback or a
+# private network only.
+
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY gitops ./gitops
+COPY controller ./controller
+COPY proxy ./proxy
+RUN python -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check .
+
+FROM python:3.11-slim
+# git for fetching (gitpython drives the git binary), ssh for ssh:// URLs,
+# tini so Ctrl-C / SIGTERM reach the agent, which then stops Ray cleanly.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends git openssh-client ca-certificates tini \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --create-home --uid 10001 gitops \
+ && mkdir /state && chown gitops:gitops /state
+COPY --from=build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    GITOPS_PATH=deployments
+USER gitops
+WORKDIR /home/gitops
+VOLUME ["/state"]
+EXPOSE 8000 8001
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s \
+  CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8001/healthz', timeout=4)"
+ENTRYPOINT ["/usr/bin/tini", "--", "/bin/sh", "-c", "\
+: \"${GITOPS_REPO:?set GITOPS_REPO to the repository URL}\"; \
+exec gitops run --repo \"$GITOPS_REPO\" --path \"$GITOPS_PATH\" --state-dir /state \
+  --proxy-host 0.0.0.0 --admin-host 0.0.0.0 \
+  ${GITOPS_BRANCH:+--branch \"$GITOPS_BRANCH\"} \
+  ${GITOPS_WEBHOOK_SECRET_FILE:+--webhook-secret-file \"$GITOPS_WEBHOOK_SECRET_FILE\"} \
+  \"$@\"", "gitops"]
