@@ -76,16 +76,25 @@ class CommitTree:
         self.repo = repo if isinstance(repo, git.Repo) else _open_repo(repo)
         self.sha = resolve_revision(self.repo, rev)
         self._root = self.repo.commit(self.sha).tree
+        self._objects: dict[str, git.Tree | git.Blob | None] = {}
 
     def _object(self, path: str) -> git.Tree | git.Blob | None:
         path = _clean(path)
         if not path:
             return self._root
-        try:
-            found = self._root / path
-        except KeyError:
-            return None
-        return found if isinstance(found, (git.Tree, git.Blob)) else None
+        if path not in self._objects:
+            # Walk from the memoised parent: gitpython re-parses a tree object
+            # on every lookup through it, and a commit never changes.
+            parent, _, name = path.rpartition("/")
+            container = self._object(parent)
+            found = None
+            if isinstance(container, git.Tree):
+                try:
+                    found = container[name]
+                except KeyError:
+                    found = None
+            self._objects[path] = found if isinstance(found, (git.Tree, git.Blob)) else None
+        return self._objects[path]
 
     def files(self, path: str) -> list[str]:
         found = self._object(path)
