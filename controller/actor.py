@@ -1,0 +1,340 @@
+"""The controller actor: a thin RPC façade over the state modules and the loop.
+
+Owns the control loop (one tick: observe and decide in `BackendState`,
+checkpoint, apply effects through `RayAdapter`, publish long-poll keys,
+judge goals), recovery from the checkpoint at start, and the Ray-facing
+methods of `controller.api.GoalAPI` plus `listen_for_change`, load reports
+and status. Every state change is checkpointed before any actor is started
+or stopped. The loop catches, logs and counts every error and never dies.
+
+Runs as one detached, named Ray actor (see `controller.client`); it holds no
+state that the checkpoint and a look at live actors cannot rebuild.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from controller.api import CONTROLLER_NAME, LongPollKey
+from controller.backend_state import BackendOptions, BackendState, Effect
+from controller.checkpoint import RayKVStorage, Storage, decode, encode
+from controller.configs import (
+    BackendConfig,
+    EndpointConfig,
+    GoalResult,
+    ReplicaInfo,
+    ReplicaSet,
+    ServingState,
+)
+from controller.endpoint_state import EndpointState, check_backend_deletable
+from controller.goals import GoalKind, GoalTable
+from controller.judging import fingerprint, judge
+from controller.longpoll import LongPollHost
+from controller.ray_adapter import RayAdapter
+
+__all__ = ["ControllerActor", "ControllerOptions"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    """Tunables, passed as a plain dict so they survive actor restarts."""
+
+    tick_s: float = 0.1
+    proxy_class: str | None = "proxy.actor:ProxyActor"
+    proxy_host: str = "127.0.0.1"
+    proxy_port: int = 8000
+    proxy_check_s: float = 1.0
+    longpoll_timeout_s: float = 30.0
+    startup_timeout_s: float = 60.0
+    max_failures: int = 3
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    unschedulable_grace_s: float = 3.0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "ControllerOptions":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data or {}) - known)
+        if unknown:
+            raise ValueError(f"unknown controller option(s): {', '.join(unknown)}")
+        return cls(**(data or {}))
+
+    def backend_options(self) -> BackendOptions:
+        return BackendOptions(
+            startup_timeout_s=self.startup_timeout_s,
+            max_failures=self.max_failures,
+            backoff_base_s=self.backoff_base_s,
+            backoff_max_s=self.backoff_max_s,
+            unschedulable_grace_s=self.unschedulable_grace_s,
+        )
+
+
+class ControllerActor:
+    def __init__(self, namespace: str, options: dict[str, Any] | None = None,
+                 controller_name: str = CONTROLLER_NAME) -> None:
+        self._namespace = namespace
+        self._name = controller_name
+        self._options = ControllerOptions.from_dict(options)
+        self._storage: Storage = RayKVStorage(namespace)
+        self._adapter = RayAdapter(namespace)
+        self._longpoll = LongPollHost()
+        self._errors: Counter = Counter()
+        self._loads: dict[str, dict[str, tuple[int, int]]] = {}
+        self._kill_at: str | None = None
+        self._ticked = asyncio.Event()
+        self._stopping = False
+        self._ticks = 0
+        self._next_proxy_check = 0.0
+        self._published_endpoints: set[str] = set()
+        self._published_backends: set[str] = set()
+        self._recover()
+        self._publish_endpoints()
+        self._loop_task = asyncio.get_event_loop().create_task(self._run())
+
+    # --- recovery and checkpoints -------------------------------------------
+
+    def _recover(self) -> None:
+        data = self._storage.get()
+        options = self._options.backend_options()
+        if data is None:
+            self._backends = BackendState(options)
+            self._endpoints = EndpointState()
+            self._goals = GoalTable()
+            return
+        body = decode(data)
+        self._backends = BackendState.from_json(body["backends"], options)
+        self._endpoints = EndpointState.from_json(body["endpoints"])
+        self._goals = GoalTable.from_json(body["goals"])
+        found = self._adapter.adopt(self._backends.all_actor_names())
+        effects = self._backends.recover(time.monotonic(), found)
+        self._save()
+        self._adapter.apply(effects)
+        leaked = self._adapter.sweep_leaks(self._backends.all_actor_names())
+        if leaked:
+            logger.warning("killed %d replica actors unknown to the checkpoint", len(leaked))
+
+    def _save(self) -> None:
+        body = {
+            "backends": self._backends.to_json(),
+            "endpoints": self._endpoints.to_json(),
+            "goals": self._goals.to_json(),
+        }
+        self._storage.put(encode(body))
+        self._backends.dirty = False
+
+    def _maybe_die(self, point: str) -> None:
+        if self._kill_at == point:
+            logger.warning("kill switch at %s", point)
+            os._exit(1)
+
+    # --- the control loop ----------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            try:
+                self._tick()
+            except Exception:  # never die: count, log, try again next tick
+                self._errors["tick"] += 1
+                logger.exception("controller tick failed")
+            await asyncio.sleep(self._options.tick_s)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        self._ticks += 1
+        self._check_proxies(now)
+        effects = self._backends.tick(now, self._adapter)
+        if self._backends.dirty:
+            self._save()
+        self._maybe_die("after_checkpoint")
+        self._apply(effects)
+        self._maybe_die("after_effects")
+        self._publish_replicas()
+        if self._goals.evaluate(self._judge, time.time()):
+            self._save()
+        self._ticked.set()
+        self._ticked = asyncio.Event()
+
+    def _apply(self, effects: list[Effect]) -> None:
+        if effects:
+            self._adapter.apply(effects)
+
+    def _check_proxies(self, now: float) -> None:
+        opts = self._options
+        if opts.proxy_class is None or now < self._next_proxy_check:
+            return
+        self._next_proxy_check = now + opts.proxy_check_s
+        try:
+            gone = self._adapter.reconcile_proxies(
+                opts.proxy_class, self._name, opts.proxy_host, opts.proxy_port, now
+            )
+        except Exception:
+            self._errors["proxies"] += 1
+            logger.exception("proxy reconciliation failed")
+            return
+        for node in gone:
+            self._longpoll.forget(node)
+
+    def _judge(self, goal: Any) -> Any:
+        return judge(goal, self._backends, self._endpoints, self._longpoll,
+                     self._adapter.running_proxies())
+
+    # --- long-poll publishing ------------------------------------------------
+
+    def _publish_replicas(self) -> None:
+        names = set(self._backends.names())
+        for name in names:
+            running = self._backends.running(name)
+            config = self._backends.config(name)
+            mcq = config.max_concurrent_queries if config else 1
+            key = (mcq, tuple(r.replica_id for r in running))
+            if self._longpoll.fingerprint(LongPollKey.replicas(name)) == key:
+                continue
+            infos = tuple(
+                ReplicaInfo(replica_id=r.replica_id, actor_name=r.actor_name,
+                            handle=self._adapter.handle(r.actor_name))
+                for r in running
+            )
+            payload = ReplicaSet(backend=name, max_concurrent_queries=mcq, replicas=infos)
+            self._longpoll.publish(LongPollKey.replicas(name), payload, key)
+        for name in self._published_backends - names:
+            self._longpoll.publish(LongPollKey.replicas(name), None, None)
+        self._published_backends = names
+
+    def _publish_endpoints(self) -> None:
+        """Routes and every endpoint key; unchanged ones cost nothing."""
+        self._longpoll.publish(LongPollKey.ROUTES, self._endpoints.route_table(),
+                               self._endpoints.route_table())
+        current = self._endpoints.all()
+        for name, config in current.items():
+            self._longpoll.publish(LongPollKey.endpoint(name), config, config)
+        for name in self._published_endpoints - set(current):
+            self._longpoll.publish(LongPollKey.endpoint(name), None, None)
+        self._published_endpoints = set(current)
+
+    def _publish_endpoint(self, name: str) -> None:
+        config = self._endpoints.get(name)
+        self._longpoll.publish(LongPollKey.ROUTES, self._endpoints.route_table(),
+                               self._endpoints.route_table())
+        self._longpoll.publish(LongPollKey.endpoint(name), config, config)
+        if config is None:
+            self._published_endpoints.discard(name)
+        else:
+            self._published_endpoints.add(name)
+
+    # --- GoalAPI ------------------------------------------------------------------
+
+    async def apply_backend(self, config: BackendConfig) -> str:
+        config = BackendConfig.model_validate(config)
+        effects = self._backends.apply(config)
+        goal_id = self._goals.request(GoalKind.BACKEND_READY, config.name,
+                                      fingerprint(config), time.time())
+        self._save()
+        self._maybe_die("after_api_checkpoint")
+        self._apply(effects)
+        return goal_id
+
+    async def delete_backend(self, name: str) -> str:
+        check_backend_deletable(name, self._endpoints)
+        self._backends.delete(name)
+        goal_id = self._goals.request(GoalKind.BACKEND_DELETED, name, "", time.time())
+        self._save()
+        return goal_id
+
+    async def apply_endpoint(self, config: EndpointConfig) -> str:
+        config = EndpointConfig.model_validate(config)
+        self._endpoints.apply(config, self._backends.configs())
+        goal_id = self._goals.request(GoalKind.ENDPOINT_ACKED, config.name,
+                                      fingerprint(config), time.time())
+        self._save()
+        self._publish_endpoint(config.name)
+        return goal_id
+
+    async def delete_endpoint(self, name: str) -> str:
+        self._endpoints.delete(name)
+        goal_id = self._goals.request(GoalKind.ENDPOINT_DELETED, name, "", time.time())
+        self._save()
+        self._publish_endpoint(name)
+        return goal_id
+
+    async def wait_for_goal(self, goal_id: str, timeout_s: float) -> GoalResult:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            result = self._goals.result(goal_id)
+            if result is None:
+                raise ValueError(f"unknown goal {goal_id!r} (never issued, or long forgotten)")
+            remaining = deadline - time.monotonic()
+            if result.state.value != "pending" or remaining <= 0:
+                return result
+            try:
+                await asyncio.wait_for(self._ticked.wait(), timeout=min(remaining, 1.0))
+            except asyncio.TimeoutError:
+                pass
+
+    async def get_state(self) -> ServingState:
+        return ServingState(backends=self._backends.configs(), endpoints=self._endpoints.all())
+
+    async def get_status(self) -> dict[str, Any]:
+        return {
+            "backends": {n: self._backends.status(n) for n in self._backends.names()},
+            "endpoints": self._endpoints.status(),
+            "proxies": self._adapter.proxy_status(),
+            "goals_pending": len(self._goals.pending()),
+            "goal_durations": self._goals.durations()[-100:],
+            "errors": dict(self._errors),
+            "ticks": self._ticks,
+            "load": {p: {b: list(v) for b, v in loads.items()} for p, loads in self._loads.items()},
+        }
+
+    # --- proxies, load and autoscaling -------------------------------------------
+
+    async def listen_for_change(
+        self, keys_to_snapshot_ids: dict[str, int], proxy_id: str | None = None
+    ) -> dict[str, tuple[int, Any]]:
+        return await self._longpoll.listen(
+            dict(keys_to_snapshot_ids), proxy_id, self._options.longpoll_timeout_s
+        )
+
+    async def report_load(self, proxy_id: str, loads: dict[str, tuple[int, int]]) -> None:
+        """Latest (ongoing, queued) per backend from one proxy; policy lives elsewhere."""
+        self._loads[proxy_id] = {b: (int(o), int(q)) for b, (o, q) in loads.items()}
+
+    async def get_load(self) -> dict[str, dict[str, tuple[int, int]]]:
+        return dict(self._loads)
+
+    async def set_target_replicas(self, backend: str, target: int) -> None:
+        """For the autoscaler: the one knob for how many replicas a backend wants."""
+        if not self._backends.exists(backend):
+            raise ValueError(f"unknown backend {backend!r}")
+        self._backends.set_target(backend, target)
+        self._save()
+
+    # --- lifecycle and test hooks --------------------------------------------------
+
+    async def ping(self) -> str:
+        return "ok"
+
+    async def arm_kill_switch(self, point: str) -> None:
+        """Test hook: exit the process the next time the loop reaches `point`.
+
+        Points: after_checkpoint, after_effects, after_api_checkpoint. Armed in
+        memory only, so the restarted controller does not die again.
+        """
+        self._kill_at = point
+
+    async def shutdown_all(self) -> None:
+        """Stop the loop, every proxy and replica, and forget the checkpoint."""
+        self._stopping = True
+        self._loop_task.cancel()
+        self._adapter.stop_everything(self._backends.all_actor_names())
+        self._storage.delete()
+
+    async def debug_options(self) -> dict[str, Any]:
+        return asdict(self._options)

@@ -1,0 +1,513 @@
+"""Backends and their replicas: the replica state machine, as pure logic.
+
+Owns, per backend: the configured `BackendConfig`, the target number of
+replicas (`set_target`, the one knob the autoscaler turns), every replica's
+state (SHOULD_START -> STARTING -> RUNNING -> SHOULD_STOP -> STOPPING ->
+STOPPED), rolling updates with a surge of one, health checks, failure
+counting with exponential backoff, restarts by reason, and the JSON form of
+all that for the checkpoint.
+
+It never touches Ray. Each `tick` reads the world through an `Observer`
+(probes the adapter answers from finished Ray calls) and returns the side
+effects to carry out as plain values; the caller checkpoints first, then
+applies them. So every decision is testable with a fake observer and a
+hand-moved clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from controller.configs import BackendConfig, ReplicaState
+
+__all__ = [
+    "BackendState",
+    "BackendOptions",
+    "Observer",
+    "Probe",
+    "ProbeStatus",
+    "ReplicaRecord",
+    "StartReplica",
+    "StopReplica",
+    "CheckHealth",
+    "Reconfigure",
+    "Effect",
+    "replica_actor_name",
+]
+
+LIVE = (ReplicaState.SHOULD_START, ReplicaState.STARTING, ReplicaState.RUNNING)
+REPLICA_PREFIX = "gitops-replica-"
+
+
+class ProbeStatus(str, enum.Enum):
+    PENDING = "pending"
+    OK = "ok"
+    FAILED = "failed"  # user code raised
+    DEAD = "dead"  # the actor process is gone
+
+
+@dataclass(frozen=True)
+class Probe:
+    status: ProbeStatus
+    error: str = ""
+
+
+class Observer(Protocol):
+    """What the state machine may ask of the world (the Ray adapter, or a fake)."""
+
+    def start_probe(self, actor_name: str) -> Probe: ...
+
+    def health_probe(self, actor_name: str) -> Probe | None:
+        """The last health check's outcome; None when none is in flight."""
+
+    def drained(self, actor_name: str) -> bool: ...
+
+    def node_of(self, actor_name: str) -> str: ...
+
+    def cannot_fit(self, ray_actor_options: dict[str, Any], count: int) -> str:
+        """Why `count` more replicas cannot be placed now; "" when they can."""
+
+
+# --- effects ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartReplica:
+    actor_name: str
+    replica_id: str
+    config: BackendConfig
+
+
+@dataclass(frozen=True)
+class StopReplica:
+    actor_name: str
+    graceful_timeout_s: float  # 0 = kill at once
+
+
+@dataclass(frozen=True)
+class CheckHealth:
+    actor_name: str
+
+
+@dataclass(frozen=True)
+class Reconfigure:
+    actor_name: str
+    user_config: Any
+
+
+Effect = StartReplica | StopReplica | CheckHealth | Reconfigure
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    startup_timeout_s: float = 60.0
+    max_failures: int = 3
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    surge: int = 1
+    # Extra time past graceful_shutdown_timeout_s before a kill, for the drain call itself.
+    stop_grace_s: float = 2.0
+    unschedulable_grace_s: float = 3.0
+
+
+def replica_actor_name(replica_id: str) -> str:
+    return REPLICA_PREFIX + replica_id
+
+
+@dataclass
+class ReplicaRecord:
+    replica_id: str
+    version: str
+    state: ReplicaState
+    since: float = 0.0
+    node_id: str = ""
+    last_health: float = 0.0
+    health_in_flight: bool = False
+    force_stop: bool = False
+    checked_ok: bool = False
+
+    @property
+    def actor_name(self) -> str:
+        return replica_actor_name(self.replica_id)
+
+    def move(self, state: ReplicaState, now: float) -> None:
+        self.state = state
+        self.since = now
+
+
+@dataclass
+class _Backend:
+    config: BackendConfig
+    target: int
+    next_index: int = 0
+    deleting: bool = False
+    failures: int = 0
+    last_error: str = ""
+    backoff_until: float = 0.0
+    unschedulable: str = ""
+    unschedulable_since: float = 0.0
+    restarts: Counter = field(default_factory=Counter)
+    replicas: list[ReplicaRecord] = field(default_factory=list)
+
+    def live(self) -> list[ReplicaRecord]:
+        return [r for r in self.replicas if r.state in LIVE]
+
+
+class BackendState:
+    def __init__(self, options: BackendOptions | None = None) -> None:
+        self.options = options or BackendOptions()
+        self._backends: dict[str, _Backend] = {}
+        self.dirty = False  # something worth a checkpoint changed
+
+    # --- the goal API's writes ------------------------------------------------
+
+    def apply(self, config: BackendConfig) -> list[Effect]:
+        """Create or update; returns in-place effects (reconfigure) to carry out."""
+        current = self._backends.get(config.name)
+        if current is None or current.deleting:
+            self._backends[config.name] = _Backend(
+                config=config, target=_initial_target(config),
+                next_index=current.next_index if current else 0,
+                replicas=current.replicas if current else [],
+            )
+            self.dirty = True
+            return []
+        if current.config == config:
+            return []
+        effects: list[Effect] = []
+        if config.version != current.config.version:
+            current.failures, current.last_error, current.backoff_until = 0, "", 0.0
+        elif config.user_config != current.config.user_config:
+            effects = [
+                Reconfigure(r.actor_name, config.user_config)
+                for r in current.live() if r.state != ReplicaState.SHOULD_START
+            ]
+        if config.num_replicas != current.config.num_replicas and config.autoscaling is None:
+            current.target = config.num_replicas
+        current.config = config
+        self.dirty = True
+        return effects
+
+    def delete(self, name: str) -> None:
+        backend = self._backends.get(name)
+        if backend is not None and not backend.deleting:
+            backend.deleting = True
+            backend.target = 0
+            self.dirty = True
+
+    def set_target(self, name: str, target: int) -> None:
+        """The single place the number of wanted replicas is set (autoscaler too)."""
+        backend = self._backends.get(name)
+        if backend is not None and not backend.deleting and backend.target != target:
+            backend.target = max(0, target)
+            self.dirty = True
+
+    # --- reads ------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        return list(self._backends)
+
+    def configs(self) -> dict[str, BackendConfig]:
+        return {n: b.config for n, b in self._backends.items() if not b.deleting}
+
+    def config(self, name: str) -> BackendConfig | None:
+        backend = self._backends.get(name)
+        return None if backend is None or backend.deleting else backend.config
+
+    def exists(self, name: str) -> bool:
+        return name in self._backends
+
+    def target(self, name: str) -> int:
+        return self._backends[name].target
+
+    def running(self, name: str) -> list[ReplicaRecord]:
+        backend = self._backends.get(name)
+        if backend is None:
+            return []
+        return [r for r in backend.replicas if r.state == ReplicaState.RUNNING]
+
+    def all_actor_names(self) -> set[str]:
+        return {r.actor_name for b in self._backends.values() for r in b.replicas}
+
+    def readiness(self, name: str, version: str) -> tuple[str, str]:
+        """("met" | "failed" | "pending" | "superseded", reason) for a version."""
+        backend = self._backends.get(name)
+        if backend is None or backend.deleting or backend.config.version != version:
+            return "superseded", ""
+        if backend.failures >= self.options.max_failures:
+            return "failed", backend.last_error
+        if backend.unschedulable:
+            return "failed", backend.unschedulable
+        live = backend.live()
+        wanted = [r for r in live if r.version == version and r.state == ReplicaState.RUNNING]
+        if len(wanted) == backend.target and len(live) == backend.target:
+            return "met", ""
+        return "pending", ""
+
+    def is_gone(self, name: str) -> bool:
+        return name not in self._backends
+
+    def status(self, name: str) -> dict[str, Any]:
+        backend = self._backends[name]
+        return {
+            "version": backend.config.version,
+            "target_replicas": backend.target,
+            "deleting": backend.deleting,
+            "replicas": [
+                {"replica_id": r.replica_id, "state": r.state.value,
+                 "version": r.version, "node_id": r.node_id}
+                for r in backend.replicas
+            ],
+            "restarts": dict(backend.restarts),
+            "last_error": backend.last_error,
+            "failures": backend.failures,
+            "unschedulable": backend.unschedulable,
+        }
+
+    # --- the control loop ------------------------------------------------------
+
+    def tick(self, now: float, observer: Observer) -> list[Effect]:
+        """Observe every replica, decide scaling, and return the effects to apply."""
+        effects: list[Effect] = []
+        for name in list(self._backends):
+            backend = self._backends[name]
+            self._observe(backend, now, observer, effects)
+            self._scale(backend, now, observer)
+            effects.extend(self._act(backend, now))
+            if backend.deleting and not backend.replicas:
+                del self._backends[name]
+                self.dirty = True
+        return effects
+
+    def _observe(
+        self, backend: _Backend, now: float, observer: Observer, effects: list[Effect]
+    ) -> None:
+        for record in list(backend.replicas):
+            if record.state == ReplicaState.STARTING:
+                self._observe_starting(backend, record, now, observer)
+            elif record.state == ReplicaState.RUNNING:
+                self._observe_running(backend, record, now, observer, effects)
+            elif record.state == ReplicaState.STOPPING:
+                deadline = record.since + backend.config.graceful_shutdown_timeout_s
+                if observer.drained(record.actor_name) or now >= deadline + self.options.stop_grace_s:
+                    record.move(ReplicaState.STOPPED, now)
+                    self.dirty = True
+            elif record.state == ReplicaState.STOPPED:
+                backend.replicas.remove(record)
+                self.dirty = True
+
+    def _observe_starting(
+        self, backend: _Backend, record: ReplicaRecord, now: float, observer: Observer
+    ) -> None:
+        probe = observer.start_probe(record.actor_name)
+        if probe.status == ProbeStatus.OK:
+            record.move(ReplicaState.RUNNING, now)
+            record.node_id = observer.node_of(record.actor_name)
+            record.last_health = now
+            self.dirty = True
+        elif probe.status in (ProbeStatus.FAILED, ProbeStatus.DEAD):
+            reason = "startup_failed" if probe.status == ProbeStatus.FAILED else "died"
+            self._fail(backend, record, now, reason, probe.error, counts=True)
+        elif now - record.since >= self.options.startup_timeout_s:
+            error = f"replica {record.replica_id} not ready within {self.options.startup_timeout_s:g}s"
+            self._fail(backend, record, now, "startup_timeout", error, counts=True)
+
+    def _observe_running(
+        self, backend: _Backend, record: ReplicaRecord, now: float,
+        observer: Observer, effects: list[Effect],
+    ) -> None:
+        config = backend.config
+        if record.health_in_flight:
+            probe = observer.health_probe(record.actor_name)
+            if probe is None or probe.status == ProbeStatus.PENDING:
+                if now - record.last_health >= config.health_check_timeout_s:
+                    error = f"health check of {record.replica_id} timed out"
+                    self._fail(backend, record, now, "health_check_timeout", error, counts=True)
+                return
+            record.health_in_flight = False
+            if probe.status == ProbeStatus.OK:
+                if not record.checked_ok:
+                    record.checked_ok = True
+                    backend.failures = 0
+                return
+            if probe.status == ProbeStatus.DEAD:
+                self._fail(backend, record, now, "died", probe.error, counts=False)
+            else:
+                self._fail(backend, record, now, "health_check", probe.error, counts=True)
+            return
+        if now - record.last_health >= config.health_check_period_s:
+            record.last_health = now
+            record.health_in_flight = True
+            effects.append(CheckHealth(record.actor_name))
+
+    def _fail(
+        self, backend: _Backend, record: ReplicaRecord, now: float,
+        reason: str, error: str, counts: bool,
+    ) -> None:
+        """Replace a broken replica: kill it now and back off before the next start."""
+        backend.restarts[reason] += 1
+        backend.last_error = error or reason
+        if counts:
+            backend.failures += 1
+            delay = self.options.backoff_base_s * 2 ** (backend.failures - 1)
+            backend.backoff_until = now + min(delay, self.options.backoff_max_s)
+        record.force_stop = True
+        record.health_in_flight = False
+        record.move(ReplicaState.SHOULD_STOP, now)
+        self.dirty = True
+
+    def _scale(self, backend: _Backend, now: float, observer: Observer) -> None:
+        version = backend.config.version
+        live = backend.live()
+        new = [r for r in live if r.version == version]
+        old = [r for r in live if r.version != version]
+        for record in old:
+            if record.state != ReplicaState.RUNNING:
+                self._stop(record, now, force=True)
+        old_running = [r for r in old if r.state == ReplicaState.RUNNING]
+        new_running = sum(1 for r in new if r.state == ReplicaState.RUNNING)
+        keep_old = max(0, backend.target - new_running)
+        for record in old_running[keep_old:]:
+            self._stop(record, now, force=False)
+        old_kept = min(keep_old, len(old_running))
+        if len(new) > backend.target:
+            for record in _stop_order(new)[: len(new) - backend.target]:
+                self._stop(record, now, force=record.state != ReplicaState.RUNNING)
+            return
+        missing = backend.target - len(new)
+        if old_kept:
+            missing = min(missing, backend.target + self.options.surge - len(new) - old_kept)
+        if missing <= 0 or now < backend.backoff_until:
+            return
+        why = observer.cannot_fit(backend.config.ray_actor_options, 1)
+        if why:
+            if not backend.unschedulable_since:
+                backend.unschedulable_since = now
+            if now - backend.unschedulable_since >= self.options.unschedulable_grace_s:
+                backend.unschedulable = f"cluster cannot fit a replica of {backend.config.name}: {why}"
+            return
+        backend.unschedulable, backend.unschedulable_since = "", 0.0
+        for _ in range(missing):
+            self._add(backend, now)
+
+    def _add(self, backend: _Backend, now: float) -> None:
+        version = backend.config.version
+        replica_id = f"{backend.config.name}-{version[:8]}-{backend.next_index}"
+        backend.next_index += 1
+        backend.replicas.append(ReplicaRecord(replica_id, version, ReplicaState.SHOULD_START, now))
+        self.dirty = True
+
+    def _stop(self, record: ReplicaRecord, now: float, force: bool) -> None:
+        record.force_stop = record.force_stop or force
+        record.move(ReplicaState.SHOULD_STOP, now)
+        self.dirty = True
+
+    def _act(self, backend: _Backend, now: float) -> list[Effect]:
+        """Turn SHOULD_* records into effects; the caller checkpoints before applying."""
+        effects: list[Effect] = []
+        for record in backend.replicas:
+            if record.state == ReplicaState.SHOULD_START:
+                effects.append(StartReplica(record.actor_name, record.replica_id, backend.config))
+                record.move(ReplicaState.STARTING, now)
+            elif record.state == ReplicaState.SHOULD_STOP:
+                timeout = 0.0 if record.force_stop else backend.config.graceful_shutdown_timeout_s
+                effects.append(StopReplica(record.actor_name, timeout))
+                record.move(ReplicaState.STOPPING, now)
+                if record.force_stop:
+                    # A killed replica has nothing to drain; don't wait out the grace.
+                    record.since = now - backend.config.graceful_shutdown_timeout_s
+        return effects
+
+    # --- checkpoint form and recovery ---------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: _backend_json(b) for name, b in self._backends.items()}
+
+    @classmethod
+    def from_json(
+        cls, data: dict[str, Any], options: BackendOptions | None = None
+    ) -> "BackendState":
+        state = cls(options)
+        for name, item in data.items():
+            state._backends[name] = _backend_from(item)
+        return state
+
+    def recover(self, now: float, found: set[str]) -> list[Effect]:
+        """After a restart: adopt replicas still alive (`found`), replace lost ones.
+
+        RUNNING replicas that still exist keep serving untouched; ones that
+        were being started are started again (starting is get-or-create, so
+        no duplicate actor); anything on its way out is stopped again.
+        """
+        effects: list[Effect] = []
+        for backend in self._backends.values():
+            for record in list(backend.replicas):
+                record.health_in_flight = False
+                if record.state == ReplicaState.RUNNING:
+                    if record.actor_name in found:
+                        record.last_health = now
+                    else:
+                        backend.restarts["lost"] += 1
+                        backend.replicas.remove(record)
+                elif record.state in (ReplicaState.SHOULD_START, ReplicaState.STARTING):
+                    record.move(ReplicaState.SHOULD_START, now)
+                elif record.state in (ReplicaState.SHOULD_STOP, ReplicaState.STOPPING):
+                    record.force_stop = True
+                    record.move(ReplicaState.SHOULD_STOP, now)
+                else:
+                    effects.append(StopReplica(record.actor_name, 0.0))
+                    backend.replicas.remove(record)
+        self.dirty = True
+        return effects
+
+
+def _initial_target(config: BackendConfig) -> int:
+    if config.autoscaling is not None:
+        return config.autoscaling.min_replicas
+    return config.num_replicas
+
+
+def _stop_order(records: list[ReplicaRecord]) -> list[ReplicaRecord]:
+    """Least useful first: not yet started, then starting, then running."""
+    rank = {ReplicaState.SHOULD_START: 0, ReplicaState.STARTING: 1, ReplicaState.RUNNING: 2}
+    return sorted(records, key=lambda r: rank[r.state])
+
+
+def _backend_json(backend: _Backend) -> dict[str, Any]:
+    return {
+        "config": backend.config.model_dump(mode="json"),
+        "target": backend.target,
+        "next_index": backend.next_index,
+        "deleting": backend.deleting,
+        "failures": backend.failures,
+        "last_error": backend.last_error,
+        "restarts": dict(backend.restarts),
+        "replicas": [
+            {"replica_id": r.replica_id, "version": r.version, "state": r.state.value,
+             "node_id": r.node_id, "force_stop": r.force_stop}
+            for r in backend.replicas
+        ],
+    }
+
+
+def _backend_from(item: dict[str, Any]) -> _Backend:
+    return _Backend(
+        config=BackendConfig.model_validate(item["config"]),
+        target=int(item["target"]),
+        next_index=int(item["next_index"]),
+        deleting=bool(item["deleting"]),
+        failures=int(item.get("failures", 0)),
+        last_error=item.get("last_error", ""),
+        restarts=Counter(item.get("restarts", {})),
+        replicas=[
+            ReplicaRecord(
+                replica_id=r["replica_id"], version=r["version"],
+                state=ReplicaState(r["state"]), node_id=r.get("node_id", ""),
+                force_stop=bool(r.get("force_stop", False)),
+            )
+            for r in item["replicas"]
+        ],
+    )

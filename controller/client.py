@@ -1,0 +1,104 @@
+"""The agent's handle on the controller: `GoalAPI` over Ray calls.
+
+Owns finding or starting the named, detached controller actor
+(`start_or_connect`), forwarding each `GoalAPI` call to it, turning Ray's
+wrapped errors back into the plain `ValueError` the controller raised, and
+`shutdown`, which stops the controller, its proxies and its replicas.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+from ray.exceptions import RayTaskError
+
+from controller.actor import ControllerActor
+from controller.api import CONTROLLER_NAME, DEFAULT_NAMESPACE
+from controller.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
+
+__all__ = ["ControllerClient", "start_or_connect"]
+
+
+class ControllerClient:
+    """Implements `controller.api.GoalAPI` by forwarding to the controller actor."""
+
+    def __init__(self, handle: Any, namespace: str) -> None:
+        self.handle = handle
+        self.namespace = namespace
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return await getattr(self.handle, method).remote(*args)
+        except RayTaskError as err:
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, ValueError):
+                raise ValueError(str(cause)) from None
+            raise
+
+    async def apply_backend(self, config: BackendConfig) -> str:
+        return await self._call("apply_backend", config)
+
+    async def delete_backend(self, name: str) -> str:
+        return await self._call("delete_backend", name)
+
+    async def apply_endpoint(self, config: EndpointConfig) -> str:
+        return await self._call("apply_endpoint", config)
+
+    async def delete_endpoint(self, name: str) -> str:
+        return await self._call("delete_endpoint", name)
+
+    async def wait_for_goal(self, goal_id: str, timeout_s: float) -> GoalResult:
+        return await self._call("wait_for_goal", goal_id, timeout_s)
+
+    async def get_state(self) -> ServingState:
+        return await self._call("get_state")
+
+    async def get_status(self) -> dict[str, Any]:
+        return await self._call("get_status")
+
+    async def report_load(self, proxy_id: str, loads: dict[str, tuple[int, int]]) -> None:
+        await self._call("report_load", proxy_id, loads)
+
+    async def set_target_replicas(self, backend: str, target: int) -> None:
+        await self._call("set_target_replicas", backend, target)
+
+    def shutdown(self) -> None:
+        """Stop proxies, replicas and the controller, and forget its checkpoint."""
+        try:
+            ray.get(self.handle.shutdown_all.remote(), timeout=60)
+        finally:
+            ray.kill(self.handle, no_restart=True)
+
+
+def start_or_connect(
+    namespace: str = DEFAULT_NAMESPACE,
+    proxy_host: str = "127.0.0.1",
+    proxy_port: int = 8000,
+    options: dict[str, Any] | None = None,
+) -> ControllerClient:
+    """Find the named detached controller in `namespace`, or start it.
+
+    Needs a connected Ray (`controller.cluster.init_ray`). `options` are
+    `controller.actor.ControllerOptions` fields; they only apply when the
+    controller is started here.
+    """
+    if not ray.is_initialized():
+        from controller.cluster import init_ray
+
+        init_ray(namespace=namespace)
+    settings = {"proxy_host": proxy_host, "proxy_port": proxy_port, **(options or {})}
+    handle = ray.remote(ControllerActor).options(
+        name=CONTROLLER_NAME,
+        namespace=namespace,
+        lifetime="detached",
+        get_if_exists=True,
+        num_cpus=0,
+        # Restarts rebuild from the checkpoint; every call is idempotent, so
+        # retrying one that was in flight when the controller died is safe.
+        max_restarts=-1,
+        max_task_retries=-1,
+        max_concurrency=10_000,
+    ).remote(namespace, settings)
+    ray.get(handle.ping.remote(), timeout=120)
+    return ControllerClient(handle, namespace)

@@ -1,0 +1,91 @@
+"""Endpoints: routes, methods, traffic and shadow policies, as pure logic.
+
+Owns the configured endpoints, the validation that protects them (unknown
+backends, weights that do not sum to 1, clashing routes, deleting a backend
+that still receives traffic) and the route table the proxies match against.
+Every invalid request raises `ValueError` with a clear message and changes
+nothing. No Ray here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Collection
+
+from controller.configs import EndpointConfig, RouteEntry, RouteTable, weights_sum_to_one
+
+__all__ = ["EndpointState", "check_backend_deletable"]
+
+
+class EndpointState:
+    def __init__(self, endpoints: dict[str, EndpointConfig] | None = None) -> None:
+        self._endpoints: dict[str, EndpointConfig] = dict(endpoints or {})
+
+    def validate(self, config: EndpointConfig, backends: Collection[str]) -> None:
+        where = f"endpoint {config.name!r}"
+        if not config.route.startswith("/"):
+            raise ValueError(f"{where}: route {config.route!r} must start with '/'")
+        if not config.traffic:
+            raise ValueError(f"{where}: traffic must name at least one backend")
+        for policy, weights in (("traffic", config.traffic), ("shadow", config.shadow)):
+            unknown = sorted(set(weights) - set(backends))
+            if unknown:
+                raise ValueError(f"{where}: {policy} names unknown backend(s) {', '.join(unknown)}")
+            negative = sorted(b for b, w in weights.items() if not 0 <= w <= 1)
+            if negative:
+                raise ValueError(f"{where}: {policy} weight of {', '.join(negative)} must be in [0, 1]")
+        if not weights_sum_to_one(config.traffic):
+            total = sum(config.traffic.values())
+            raise ValueError(f"{where}: traffic weights sum to {total:g}, not 1")
+        for other in self._endpoints.values():
+            if other.name != config.name and other.route == config.route:
+                raise ValueError(f"{where}: route {config.route} is already used by endpoint {other.name!r}")
+
+    def apply(self, config: EndpointConfig, backends: Collection[str]) -> bool:
+        """Validate and store; False when nothing changed."""
+        self.validate(config, backends)
+        if self._endpoints.get(config.name) == config:
+            return False
+        self._endpoints[config.name] = config
+        return True
+
+    def delete(self, name: str) -> bool:
+        return self._endpoints.pop(name, None) is not None
+
+    def get(self, name: str) -> EndpointConfig | None:
+        return self._endpoints.get(name)
+
+    def all(self) -> dict[str, EndpointConfig]:
+        return dict(self._endpoints)
+
+    def users_of(self, backend: str) -> list[str]:
+        return sorted(e.name for e in self._endpoints.values() if backend in e.backends())
+
+    def route_table(self) -> RouteTable:
+        entries = sorted(
+            (RouteEntry(route=e.route, methods=e.methods, endpoint=e.name) for e in self._endpoints.values()),
+            key=lambda entry: entry.route,
+        )
+        return RouteTable(entries=tuple(entries))
+
+    def status(self) -> dict[str, Any]:
+        return {
+            name: {"route": e.route, "methods": list(e.methods), "traffic": dict(e.traffic),
+                   "shadow": dict(e.shadow), "timeout_s": e.timeout_s}
+            for name, e in self._endpoints.items()
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: e.model_dump(mode="json") for name, e in self._endpoints.items()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "EndpointState":
+        return cls({name: EndpointConfig.model_validate(item) for name, item in data.items()})
+
+
+def check_backend_deletable(backend: str, endpoints: EndpointState) -> None:
+    users = endpoints.users_of(backend)
+    if users:
+        raise ValueError(
+            f"backend {backend!r} still receives traffic from endpoint(s) {', '.join(users)}; "
+            "remove it from their traffic and shadow first"
+        )

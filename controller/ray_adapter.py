@@ -1,0 +1,390 @@
+"""Every `ray.*` call the controller makes, behind one class.
+
+Owns creating, finding, calling and killing replica and proxy actors (named,
+detached, in the controller's namespace), turning finished Ray calls into
+`Probe`s for the pure state machine (`controller.backend_state.Observer`),
+the resource check before scale-up, and the one-proxy-per-alive-node rule.
+
+Calls are never awaited on the control loop: each remote call's future
+stores its outcome in a dict when it finishes, and the next tick reads it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import ray
+from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+from ray.exceptions import RayActorError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from controller.backend_state import (
+    REPLICA_PREFIX,
+    CheckHealth,
+    Effect,
+    Probe,
+    ProbeStatus,
+    Reconfigure,
+    StartReplica,
+    StopReplica,
+)
+from controller.configs import BackendConfig
+from controller.replica import Replica
+
+__all__ = ["RayAdapter", "PROXY_PREFIX", "proxy_actor_name", "error_text"]
+
+logger = logging.getLogger(__name__)
+
+PROXY_PREFIX = "gitops-proxy-"
+_PENDING = Probe(ProbeStatus.PENDING)
+_REPLICA_CONCURRENCY = 1000
+
+
+def proxy_actor_name(node_id: str) -> str:
+    return PROXY_PREFIX + node_id
+
+
+def error_text(err: BaseException) -> str:
+    """The user's own error text, without Ray's wrapping and traceback."""
+    if isinstance(err, RayTaskError):
+        cause = getattr(err, "cause", None)
+        if cause is not None and not isinstance(cause, RayTaskError):
+            return f"{type(cause).__name__}: {cause}"
+    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else type(err).__name__
+
+
+def _outcome(future: Future) -> Probe:
+    try:
+        future.result()
+    except RayActorError as err:
+        return Probe(ProbeStatus.DEAD, error_text(err))
+    except Exception as err:  # the replica's own failure, or runtime_env setup
+        return Probe(ProbeStatus.FAILED, error_text(err))
+    return Probe(ProbeStatus.OK)
+
+
+@dataclass
+class _Call:
+    future: Future
+    started: float
+
+
+@dataclass
+class ProxyRecord:
+    node_id: str
+    actor_name: str
+    handle: Any
+    ready: _Call
+    state: str = "starting"  # starting | running
+    last_ping: float = 0.0
+
+
+class RayAdapter:
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self._handles: dict[str, Any] = {}
+        self._starts: dict[str, _Call] = {}
+        self._nodes: dict[str, str] = {}
+        self._health: dict[str, _Call] = {}
+        self._drains: dict[str, _Call] = {}
+        self.proxies: dict[str, ProxyRecord] = {}
+        self._uploaded: dict[str, str] = {}
+
+    # --- Observer (read by backend_state.tick) ------------------------------
+
+    def start_probe(self, actor_name: str) -> Probe:
+        call = self._starts.get(actor_name)
+        if call is None or not call.future.done():
+            return _PENDING
+        probe = _outcome(call.future)
+        if probe.status == ProbeStatus.OK:
+            self._nodes[actor_name] = call.future.result() or ""
+        return probe
+
+    def health_probe(self, actor_name: str) -> Probe | None:
+        call = self._health.get(actor_name)
+        if call is None:
+            return None
+        if not call.future.done():
+            return _PENDING
+        del self._health[actor_name]
+        return _outcome(call.future)
+
+    def drained(self, actor_name: str) -> bool:
+        call = self._drains.get(actor_name)
+        if call is not None and not call.future.done():
+            return False
+        self._drains.pop(actor_name, None)
+        self._kill(actor_name)
+        return True
+
+    def node_of(self, actor_name: str) -> str:
+        return self._nodes.get(actor_name, "")
+
+    def cannot_fit(self, ray_actor_options: dict[str, Any], count: int) -> str:
+        needs = _resource_needs(ray_actor_options)
+        if not needs:
+            return ""
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        per_node = ray._private.state.available_resources_per_node()
+        for node_id, available in per_node.items():
+            if node_id in alive and all(available.get(k, 0.0) >= v * count for k, v in needs.items()):
+                return ""
+        wanted = ", ".join(f"{k}={v:g}" for k, v in sorted(needs.items()))
+        return f"no alive node has {wanted} available"
+
+    # --- effects --------------------------------------------------------------
+
+    def apply(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            try:
+                self._apply_one(effect)
+            except Exception:  # one bad effect must not stop the others
+                logger.exception("controller effect %r failed", effect)
+
+    def _apply_one(self, effect: Effect) -> None:
+        if isinstance(effect, StartReplica):
+            try:
+                self._start(effect)
+            except Exception as err:  # e.g. a working_dir that cannot be packaged
+                failed: Future = Future()
+                failed.set_exception(err)
+                self._starts[effect.actor_name] = _Call(failed, time.monotonic())
+        elif isinstance(effect, StopReplica):
+            self._stop(effect)
+        elif isinstance(effect, CheckHealth):
+            handle = self._replica_handle(effect.actor_name)
+            if handle is not None:
+                self._health[effect.actor_name] = _call(handle.check_health.remote())
+        elif isinstance(effect, Reconfigure):
+            handle = self._replica_handle(effect.actor_name)
+            if handle is not None:
+                handle.reconfigure.remote(effect.user_config)
+
+    def _start(self, effect: StartReplica) -> None:
+        """Get-or-create the named actor, then (re)run its idempotent initialize."""
+        config = effect.config
+        cls = _replica_class().options(
+            name=effect.actor_name,
+            namespace=self.namespace,
+            lifetime="detached",
+            get_if_exists=True,
+            max_restarts=0,
+            max_concurrency=_REPLICA_CONCURRENCY,
+            runtime_env=self._runtime_env(config),
+            **_actor_resources(config.ray_actor_options),
+        )
+        handle = cls.remote(
+            config.name, effect.replica_id, config.version, config.import_path,
+            tuple(config.init_args), dict(config.init_kwargs), config.user_config,
+        )
+        self._handles[effect.actor_name] = handle
+        self._starts[effect.actor_name] = _call(handle.initialize.remote())
+
+    def _runtime_env(self, config: BackendConfig) -> dict[str, Any]:
+        """The backend's runtime_env with its working_dir uploaded to the GCS.
+
+        Ray accepts local directories only at job level, so the controller
+        packages the exported commit itself; exports are immutable, so the
+        URI is cached per directory.
+        """
+        env = dict(config.runtime_env)
+        working_dir = config.working_dir or env.get("working_dir")
+        if not working_dir:
+            return env
+        uri = self._uploaded.get(working_dir)
+        if uri is None:
+            packed = upload_working_dir_if_needed({"working_dir": working_dir}, include_gitignore=True, logger=logger)
+            uri = self._uploaded[working_dir] = packed["working_dir"]
+        env["working_dir"] = uri
+        return env
+
+    def _stop(self, effect: StopReplica) -> None:
+        self._starts.pop(effect.actor_name, None)
+        self._health.pop(effect.actor_name, None)
+        handle = self._replica_handle(effect.actor_name)
+        if handle is None:
+            return
+        if effect.graceful_timeout_s <= 0:
+            self._kill(effect.actor_name)
+            return
+        self._drains[effect.actor_name] = _call(
+            handle.prepare_for_shutdown.remote(effect.graceful_timeout_s)
+        )
+
+    def _kill(self, actor_name: str) -> None:
+        handle = self._handles.pop(actor_name, None) or self._find(actor_name)
+        self._nodes.pop(actor_name, None)
+        if handle is not None:
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception:  # already gone
+                pass
+
+    # --- finding actors --------------------------------------------------------
+
+    def _find(self, actor_name: str) -> Any:
+        try:
+            return ray.get_actor(actor_name, namespace=self.namespace)
+        except ValueError:
+            return None
+
+    def _replica_handle(self, actor_name: str) -> Any:
+        handle = self._handles.get(actor_name)
+        if handle is None:
+            handle = self._find(actor_name)
+            if handle is not None:
+                self._handles[actor_name] = handle
+        return handle
+
+    def handle(self, actor_name: str) -> Any:
+        return self._replica_handle(actor_name)
+
+    def adopt(self, actor_names: set[str]) -> set[str]:
+        """The replicas of a checkpoint still alive after a controller restart."""
+        found = set()
+        for name in actor_names:
+            if self._replica_handle(name) is not None:
+                found.add(name)
+        return found
+
+    def sweep_leaks(self, known: set[str]) -> list[str]:
+        """Kill replica actors of this namespace that no checkpoint knows about."""
+        leaked = [
+            name for name in _named_actors(self.namespace)
+            if name.startswith(REPLICA_PREFIX) and name not in known
+        ]
+        for name in leaked:
+            self._kill(name)
+        return leaked
+
+    # --- proxies --------------------------------------------------------------
+
+    def reconcile_proxies(
+        self, proxy_class: str, controller_name: str, host: str, port: int, now: float,
+        ping_period_s: float = 2.0,
+    ) -> list[str]:
+        """One proxy per alive node: start missing, replace dead, drop removed.
+
+        Returns the node ids whose proxy went away (their acks are forgotten).
+        """
+        alive = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+        gone = [node for node in self.proxies if node not in alive]
+        for node in gone:
+            self._kill_proxy(node)
+        for node in alive:
+            record = self.proxies.get(node)
+            if record is None:
+                self.proxies[node] = self._start_proxy(proxy_class, controller_name, node, host, port)
+                continue
+            self._watch_proxy(record, node, now, ping_period_s)
+            if record.state == "dead":
+                self._kill_proxy(node)
+                gone.append(node)
+        return gone
+
+    def _watch_proxy(self, record: ProxyRecord, node: str, now: float, ping_period_s: float) -> None:
+        if not record.ready.future.done():
+            return
+        probe = _outcome(record.ready.future)
+        if probe.status != ProbeStatus.OK:
+            logger.warning("proxy on node %s failed: %s", node, probe.error)
+            record.state = "dead"
+            return
+        record.state = "running"
+        if now - record.last_ping >= ping_period_s:
+            record.last_ping = now
+            record.ready = _call(record.handle.ready.remote())
+
+    def _start_proxy(
+        self, proxy_class: str, controller_name: str, node_id: str, host: str, port: int
+    ) -> ProxyRecord:
+        cls = ray.remote(_load_class(proxy_class)).options(
+            name=proxy_actor_name(node_id),
+            namespace=self.namespace,
+            lifetime="detached",
+            get_if_exists=True,
+            max_restarts=0,
+            num_cpus=0,
+            max_concurrency=_REPLICA_CONCURRENCY,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+        )
+        handle = cls.remote(controller_name, self.namespace, node_id, host, port)
+        return ProxyRecord(node_id, proxy_actor_name(node_id), handle, _call(handle.ready.remote()))
+
+    def _kill_proxy(self, node_id: str) -> None:
+        record = self.proxies.pop(node_id, None)
+        if record is not None:
+            try:
+                ray.kill(record.handle, no_restart=True)
+            except Exception:
+                pass
+
+    def running_proxies(self) -> list[str]:
+        return [node for node, r in self.proxies.items() if r.state == "running"]
+
+    def proxy_status(self) -> dict[str, dict[str, str]]:
+        return {node: {"actor_name": r.actor_name, "state": r.state} for node, r in self.proxies.items()}
+
+    def stop_everything(self, replica_names: set[str]) -> None:
+        """Shutdown: kill every proxy and replica of this namespace."""
+        for node in list(self.proxies):
+            self._kill_proxy(node)
+        for name in _named_actors(self.namespace):
+            if name.startswith(PROXY_PREFIX) or name.startswith(REPLICA_PREFIX):
+                self._kill(name)
+        for name in replica_names:
+            self._kill(name)
+
+
+_REPLICA_CLASS: Any = None
+
+
+def _replica_class() -> Any:
+    # One ActorClass for all replicas: each ray.remote() would export the class again.
+    global _REPLICA_CLASS
+    if _REPLICA_CLASS is None:
+        _REPLICA_CLASS = ray.remote(Replica)
+    return _REPLICA_CLASS
+
+
+def _call(ref: Any) -> _Call:
+    return _Call(ref.future(), time.monotonic())
+
+
+def _named_actors(namespace: str) -> list[str]:
+    names = []
+    for item in ray.util.list_named_actors(all_namespaces=True):
+        if isinstance(item, dict):
+            if item.get("namespace") == namespace:
+                names.append(item["name"])
+    return names
+
+
+def _load_class(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+_RESOURCE_KEYS = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
+
+
+def _resource_needs(options: dict[str, Any]) -> dict[str, float]:
+    needs = {_RESOURCE_KEYS[k]: float(v) for k, v in options.items() if k in _RESOURCE_KEYS and v}
+    for key, value in (options.get("resources") or {}).items():
+        if value:
+            needs[key] = float(value)
+    return needs
+
+
+def _actor_resources(options: dict[str, Any]) -> dict[str, Any]:
+    allowed = ("num_cpus", "num_gpus", "memory", "resources")
+    return {k: v for k, v in options.items() if k in allowed}
+
+
