@@ -55,6 +55,7 @@ __all__ = [
     "ScalingDecision",
     "ScalingDirection",
     "REPORT_TTL_S",
+    "SAMPLE_INTERVAL_S",
     "SUSTAINED_SHARE",
     "decide",
     "horizon_s",
@@ -68,6 +69,9 @@ __all__ = [
 REPORT_TTL_S = 2.0
 # Share of a delay's samples that must agree before a level counts as held.
 SUSTAINED_SHARE = 0.9
+# Proxies report every half second or so: sampling much faster than that
+# only repeats figures and makes each tick's window longer to scan.
+SAMPLE_INTERVAL_S = 0.25
 # Guards ceil() against float error: 8.000000001 / 4 must still want 2.
 _EPSILON = 1e-9
 
@@ -283,8 +287,11 @@ class Autoscaler:
     controller restart the windows refill within one delay.
     """
 
-    def __init__(self, report_ttl_s: float = REPORT_TTL_S) -> None:
+    def __init__(
+        self, report_ttl_s: float = REPORT_TTL_S, sample_interval_s: float = SAMPLE_INTERVAL_S
+    ) -> None:
         self._report_ttl_s = report_ttl_s
+        self._sample_interval_s = sample_interval_s
         self._reports = LoadReports()
         self._windows: dict[str, LoadWindow] = {}
         self._decisions: dict[str, dict[ScalingDirection, int]] = {}
@@ -324,10 +331,13 @@ class Autoscaler:
     def _tick_one(
         self, name: str, current: int, config: AutoscalingConfig, now: float
     ) -> ScalingDecision:
-        ongoing, queued = self.load(name, now)
-        sample = LoadSample(at=now, ongoing=ongoing, queued=queued, replicas=current)
-        window = self._windows.get(name, LoadWindow()).observe(sample, horizon_s(config))
-        self._windows[name] = window
+        window = self._windows.get(name, LoadWindow())
+        last = window.samples[-1] if window.samples else None
+        if last is None or now - last.at >= self._sample_interval_s or last.replicas != current:
+            ongoing, queued = self.load(name, now)
+            sample = LoadSample(at=now, ongoing=ongoing, queued=queued, replicas=current)
+            window = window.observe(sample, horizon_s(config))
+            self._windows[name] = window
         decision = decide(window, current, config, now, backend=name)
         if decision.changed:
             counts = self._decisions.setdefault(name, {})

@@ -158,3 +158,13 @@ def test_the_autoscaler_reports_current_load_per_backend():
     scaler.record_report("node-a", {"api": (3, 2)}, now=0.0)
     scaler.record_report("node-b", {"api": (1, 0)}, now=0.0)
     assert scaler.load("api", now=1.0) == (4.0, 2.0)
+
+
+def test_fast_controller_ticks_scale_up_after_the_same_delay():
+    # The autoscaler samples at most every 0.25 s, however fast the loop ticks.
+    scaler = Autoscaler(sample_interval_s=0.25)
+    cfg = config(upscale_delay_s=1)
+    scaler.record_report("node-a", {"api": (20, 0)}, now=0.0)
+    decisions = [scaler.tick({"api": (1, cfg)}, now=step * 0.1)["api"] for step in range(12)]
+    first_up = next(i for i, d in enumerate(decisions) if d.changed)
+    assert 0.9 <= first_up * 0.1 <= 1.1
