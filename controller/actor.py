@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from controller.api import CONTROLLER_NAME, LongPollKey
+from controller.autoscaling import Autoscaler
 from controller.backend_state import BackendOptions, BackendState, Effect
 from controller.checkpoint import RayKVStorage, Storage, decode, encode
 from controller.configs import (
@@ -88,6 +89,7 @@ class ControllerActor:
         self._longpoll = LongPollHost()
         self._errors: Counter = Counter()
         self._loads: dict[str, dict[str, tuple[int, int]]] = {}
+        self._autoscaler = Autoscaler()
         self._kill_at: str | None = None
         self._ticked = asyncio.Event()
         self._stopping = False
@@ -150,6 +152,7 @@ class ControllerActor:
         now = time.monotonic()
         self._ticks += 1
         self._check_proxies(now)
+        self._autoscale(now)
         effects = self._backends.tick(now, self._adapter)
         if self._backends.dirty:
             self._save()
@@ -161,6 +164,19 @@ class ControllerActor:
             self._save()
         self._ticked.set()
         self._ticked = asyncio.Event()
+
+    def _autoscale(self, now: float) -> None:
+        """Turn the target-replicas knob of autoscaled backends (policy: controller.autoscaling)."""
+        autoscaled = {
+            name: (self._backends.target(name), config.autoscaling)
+            for name, config in self._backends.configs().items()
+            if config.autoscaling is not None
+        }
+        for decision in self._autoscaler.tick(autoscaled, now).values():
+            if decision.changed:
+                logger.info("autoscaling %s: %d -> %d replicas, %s", decision.backend,
+                            decision.current, decision.desired, decision.reason)
+                self._backends.set_target(decision.backend, decision.desired)
 
     def _apply(self, effects: list[Effect]) -> None:
         if effects:
@@ -283,7 +299,10 @@ class ControllerActor:
 
     async def get_status(self) -> dict[str, Any]:
         return {
-            "backends": {n: self._backends.status(n) for n in self._backends.names()},
+            "backends": {
+                n: {**self._backends.status(n), "scaling_decisions": self._autoscaler.decisions(n)}
+                for n in self._backends.names()
+            },
             "endpoints": self._endpoints.status(),
             "proxies": self._adapter.proxy_status(),
             "goals_pending": len(self._goals.pending()),
@@ -305,6 +324,7 @@ class ControllerActor:
     async def report_load(self, proxy_id: str, loads: dict[str, tuple[int, int]]) -> None:
         """Latest (ongoing, queued) per backend from one proxy; policy lives elsewhere."""
         self._loads[proxy_id] = {b: (int(o), int(q)) for b, (o, q) in loads.items()}
+        self._autoscaler.record_report(proxy_id, self._loads[proxy_id], time.monotonic())
 
     async def get_load(self) -> dict[str, dict[str, tuple[int, int]]]:
         return dict(self._loads)
