@@ -148,7 +148,7 @@ class _Backend:
     last_error: str = ""
     backoff_until: float = 0.0
     unschedulable: str = ""
-    unschedulable_since: float = 0.0
+    unschedulable_since: float | None = None
     restarts: Counter = field(default_factory=Counter)
     replicas: list[ReplicaRecord] = field(default_factory=list)
 
@@ -384,12 +384,12 @@ class BackendState:
             return
         why = observer.cannot_fit(backend.config.ray_actor_options, 1)
         if why:
-            if not backend.unschedulable_since:
+            if backend.unschedulable_since is None:
                 backend.unschedulable_since = now
             if now - backend.unschedulable_since >= self.options.unschedulable_grace_s:
                 backend.unschedulable = f"cluster cannot fit a replica of {backend.config.name}: {why}"
             return
-        backend.unschedulable, backend.unschedulable_since = "", 0.0
+        backend.unschedulable, backend.unschedulable_since = "", None
         for _ in range(missing):
             self._add(backend, now)
 

@@ -1,0 +1,285 @@
+"""The replica state machine with a fake observer and a hand-moved clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from controller.backend_state import (
+    BackendOptions,
+    BackendState,
+    CheckHealth,
+    Probe,
+    ProbeStatus,
+    Reconfigure,
+    StartReplica,
+    StopReplica,
+)
+from controller.configs import BackendConfig, ReplicaState
+
+OK = Probe(ProbeStatus.OK)
+
+
+@dataclass
+class FakeWorld:
+    """Answers probes from dicts the test fills in; everything else is 'fine'."""
+
+    starts: dict[str, Probe] = field(default_factory=dict)
+    health: dict[str, Probe] = field(default_factory=dict)
+    no_room: str = ""
+
+    def start_probe(self, actor_name: str) -> Probe:
+        return self.starts.get(actor_name, Probe(ProbeStatus.PENDING))
+
+    def health_probe(self, actor_name: str) -> Probe | None:
+        return self.health.pop(actor_name, OK)
+
+    def drained(self, actor_name: str) -> bool:
+        return True
+
+    def node_of(self, actor_name: str) -> str:
+        return "node-1"
+
+    def cannot_fit(self, ray_actor_options: dict, count: int) -> str:
+        return self.no_room
+
+
+def config(version: str = "v1", replicas: int = 2, **extra) -> BackendConfig:
+    return BackendConfig(name="echo", version=version, import_path="m:f", num_replicas=replicas,
+                         health_check_period_s=1.0, health_check_timeout_s=5.0,
+                         graceful_shutdown_timeout_s=2.0, **extra)
+
+
+def starts(effects) -> list[StartReplica]:
+    return [e for e in effects if isinstance(e, StartReplica)]
+
+
+def stops(effects) -> list[StopReplica]:
+    return [e for e in effects if isinstance(e, StopReplica)]
+
+
+def run_ready(state: BackendState, world: FakeWorld, now: float) -> list:
+    """One tick that starts, then one that finds every started replica ready."""
+    effects = state.tick(now, world)
+    for e in starts(effects):
+        world.starts[e.actor_name] = OK
+    later = state.tick(now + 0.1, world)
+    for e in starts(later):
+        world.starts[e.actor_name] = OK
+    return effects + later
+
+
+def states(state: BackendState) -> list[tuple[str, str]]:
+    return [(r["version"], r["state"]) for r in state.status("echo")["replicas"]]
+
+
+def test_new_backend_starts_its_target_number_of_replicas_at_once():
+    state = BackendState()
+    state.apply(config(replicas=3))
+    effects = state.tick(0.0, FakeWorld())
+    assert len(starts(effects)) == 3
+    assert state.readiness("echo", "v1") == ("pending", "")
+
+
+def test_backend_is_ready_once_every_replica_of_the_version_runs():
+    state, world = BackendState(), FakeWorld()
+    state.apply(config())
+    run_ready(state, world, 0.0)
+    assert state.readiness("echo", "v1") == ("met", "")
+    assert states(state) == [("v1", "RUNNING"), ("v1", "RUNNING")]
+
+
+def test_replica_names_are_deterministic_and_never_reused():
+    state, world = BackendState(), FakeWorld()
+    state.apply(config(replicas=1))
+    first = starts(state.tick(0.0, world))[0]
+    assert first.actor_name == "gitops-replica-echo-v1-0"
+    world.starts[first.actor_name] = Probe(ProbeStatus.FAILED, "boom")
+    state.tick(1.0, world)
+    again = starts(state.tick(5.0, world))
+    assert [e.actor_name for e in again] == ["gitops-replica-echo-v1-1"]
+
+
+def test_rolling_update_starts_one_new_replica_before_draining_any_old_one():
+    state, world = BackendState(), FakeWorld()
+    state.apply(config(replicas=2))
+    run_ready(state, world, 0.0)
+    state.apply(config(version="v2", replicas=2))
+    effects = state.tick(1.0, world)
+    assert len(starts(effects)) == 1 and not stops(effects)
+    world.starts[starts(effects)[0].actor_name] = OK
+    effects = state.tick(1.1, world)
+    assert len(stops(effects)) == 1 and stops(effects)[0].graceful_timeout_s == 2.0
+    assert len(starts(effects)) == 1
+
+
+def test_rolling_update_ends_with_only_the_new_version():
+    state, world = BackendState(), FakeWorld()
+    state.apply(config(replicas=3))
+    run_ready(state, world, 0.0)
+    state.apply(config(version="v2", replicas=3))
+    now = 1.0
+    for _ in range(20):
+        run_ready(state, world, now)
+        now += 0.2
+    assert state.readiness("echo", "v2") == ("met", "")
+    assert states(state) == [("v2", "RUNNING")] * 3
+
+
+def test_in_place_user_config_change_reconfigures_without_restarting():
+    state, world = BackendState(), FakeWorld()
+    state.apply(config())
+    run_ready(state, world, 0.0)
+    effects = state.apply(config(user_config={"greeting": "hi"}))
+    assert [type(e) for e in effects] == [Reconfigure, Reconfigure]
+    later = state.tick(0.5, world)
+    assert not starts(later) and not stops(later)
+
+
+def test_scaling_down_stops_extra_replicas_gracefully():
+    state, world = BackendState(), FakeWorld()
+    state.apply(config(replicas=3))
+    run_ready(state, world, 0.0)
+    state.apply(config(replicas=1))
+    effects = state.tick(0.5, world)
+    assert len(stops(effects)) == 2 and all(s.graceful_timeout_s == 2.0 for s in stops(effects))
+
+
+def test_failing_new_version_fails_its_goal_with_the_user_error_and_keeps_old_replicas():
+    state = BackendState(BackendOptions(max_failures=3, backoff_base_s=0.5))
+    world = FakeWorld()
+    state.apply(config(replicas=2))
+    run_ready(state, world, 0.0)
+    state.apply(config(version="v2", replicas=2))
+    now = 1.0
+    for _ in range(60):
+        for e in starts(state.tick(now, world)):
+            world.starts[e.actor_name] = Probe(ProbeStatus.FAILED, "ImportError: no module named torch")
+        now += 0.25
+    assert state.readiness("echo", "v2") == ("failed", "ImportError: no module named torch")
+    running = [s for s in states(state) if s == ("v1", "RUNNING")]
+    assert len(running) == 2
+    assert state.status("echo")["restarts"]["startup_failed"] >= 3
+
+
+def test_failed_starts_back_off_exponentially():
+    state = BackendState(BackendOptions(backoff_base_s=1.0, max_failures=10))
+    world = FakeWorld()
+    state.apply(config(replicas=1))
+    start_times = []
+    now = 0.0
+    while now < 10.0:
+        for e in starts(state.tick(now, world)):
+            start_times.append(now)
+            world.starts[e.actor_name] = Probe(ProbeStatus.FAILED, "boom")
+        now = round(now + 0.1, 1)
+    gaps = [round(b - a, 1) for a, b in zip(start_times, start_times[1:])]
+    assert gaps[:3] == sorted(gaps[:3]) and gaps[2] >= 2 * gaps[0]
+
+
+def test_replica_not_ready_within_startup_timeout_is_replaced():
+    state = BackendState(BackendOptions(startup_timeout_s=5.0))
+    world = FakeWorld()
+    state.apply(config(replicas=1))
+    state.tick(0.0, world)
+    effects = state.tick(5.0, world)
+    assert stops(effects) and stops(effects)[0].graceful_timeout_s == 0
+    assert "not ready within 5s" in state.status("echo")["last_error"]
+    assert state.status("echo")["restarts"] == {"startup_timeout": 1}
+
+
+def test_failed_health_check_replaces_the_replica_and_counts_the_reason():
+    state, world = BackendState(), FakeWorld()
+    state.apply(config(replicas=1))
+    run_ready(state, world, 0.0)
+    effects = state.tick(1.5, world)
+    [check] = [e for e in effects if isinstance(e, CheckHealth)]
+    world.health[check.actor_name] = Probe(ProbeStatus.FAILED, "RuntimeError: sick")
+    effects = state.tick(1.6, world)
+    assert stops(effects)[0].actor_name == check.actor_name
+    assert state.status("echo")["restarts"] == {"health_check": 1}
+    assert state.status("echo")["last_error"] == "RuntimeError: sick"
+
+
+def test_dead_replica_is_replaced_without_counting_as_a_user_failure():
+    state, world = BackendState(), FakeWorld()
+    state.apply(config(replicas=1))
+    run_ready(state, world, 0.0)
+    [check] = [e for e in state.tick(1.5, world) if isinstance(e, CheckHealth)]
+    world.health[check.actor_name] = Probe(ProbeStatus.DEAD, "actor died")
+    effects = state.tick(1.6, world) + state.tick(1.7, world)
+    assert len(starts(effects)) == 1
+    assert state.status("echo")["restarts"] == {"died": 1}
+    assert state.status("echo")["failures"] == 0
+
+
+def test_cluster_without_room_fails_the_goal_with_the_reason_after_a_grace():
+    state = BackendState(BackendOptions(unschedulable_grace_s=2.0))
+    world = FakeWorld(no_room="no alive node has GPU=1 available")
+    state.apply(config(replicas=1, ray_actor_options={"num_gpus": 1}))
+    assert not starts(state.tick(0.0, world))
+    assert state.readiness("echo", "v1")[0] == "pending"
+    state.tick(2.5, world)
+    verdict, reason = state.readiness("echo", "v1")
+    assert verdict == "failed" and "GPU=1" in reason
+
+
+def test_delete_drains_every_replica_then_forgets_the_backend():
+    state, world = BackendState(), FakeWorld()
+    state.apply(config())
+    run_ready(state, world, 0.0)
+    state.delete("echo")
+    effects = state.tick(1.0, world)
+    assert len(stops(effects)) == 2
+    for t in (1.1, 1.2, 1.3):
+        state.tick(t, world)
+    assert state.is_gone("echo")
+
+
+def test_set_target_is_the_one_knob_for_replica_count():
+    state, world = BackendState(), FakeWorld()
+    state.apply(config(replicas=1))
+    run_ready(state, world, 0.0)
+    state.set_target("echo", 3)
+    assert len(starts(state.tick(1.0, world))) == 2
+
+
+def test_checkpoint_round_trip_keeps_replicas_and_counters():
+    state, world = BackendState(), FakeWorld()
+    state.apply(config())
+    run_ready(state, world, 0.0)
+    copy = BackendState.from_json(state.to_json())
+    assert copy.to_json() == state.to_json()
+
+
+def test_recovery_keeps_found_running_replicas_and_replaces_lost_ones():
+    state, world = BackendState(), FakeWorld()
+    state.apply(config())
+    run_ready(state, world, 0.0)
+    names = sorted(state.all_actor_names())
+    restored = BackendState.from_json(state.to_json())
+    restored.recover(0.0, found={names[0]})
+    assert states(restored) == [("v1", "RUNNING")]
+    assert restored.status("echo")["restarts"] == {"lost": 1}
+    effects = restored.tick(0.1, FakeWorld())
+    assert len(starts(effects)) == 1 and starts(effects)[0].actor_name not in names
+
+
+def test_recovery_restarts_starting_replicas_under_the_same_name():
+    state = BackendState()
+    state.apply(config(replicas=1))
+    [start] = starts(state.tick(0.0, FakeWorld()))
+    restored = BackendState.from_json(state.to_json())
+    restored.recover(0.0, found=set())
+    [again] = starts(restored.tick(0.1, FakeWorld()))
+    assert again.actor_name == start.actor_name
+
+
+def test_recovery_stops_replicas_that_were_on_their_way_out():
+    state, world = BackendState(), FakeWorld()
+    state.apply(config(replicas=1))
+    run_ready(state, world, 0.0)
+    state.set_target("echo", 0)
+    state._backends["echo"].replicas[0].move(ReplicaState.SHOULD_STOP, 1.0)
+    restored = BackendState.from_json(state.to_json())
+    restored.recover(0.0, found=set(state.all_actor_names()))
+    assert stops(restored.tick(0.1, FakeWorld()))

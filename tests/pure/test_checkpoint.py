@@ -1,0 +1,37 @@
+"""The checkpoint envelope: versioned JSON, never pickle."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from controller.checkpoint import SCHEMA_VERSION, CheckpointError, MemoryStorage, decode, encode
+
+
+def test_checkpoint_is_plain_json_with_a_schema_version():
+    data = encode({"backends": {"a": 1}})
+    envelope = json.loads(data)
+    assert envelope["schema"] == SCHEMA_VERSION
+    assert decode(data) == {"backends": {"a": 1}}
+
+
+def test_checkpoint_from_another_schema_is_refused_with_a_clear_error():
+    data = json.dumps({"schema": 99, "body": {}}).encode()
+    with pytest.raises(CheckpointError, match="schema 99; this controller reads 1"):
+        decode(data)
+
+
+def test_pickled_checkpoint_is_refused():
+    with pytest.raises(CheckpointError, match="not JSON"):
+        decode(pickle.dumps({"backends": {}}))
+
+
+def test_memory_storage_keeps_the_last_write():
+    storage = MemoryStorage()
+    storage.put(encode({"n": 1}))
+    storage.put(encode({"n": 2}))
+    assert decode(storage.get()) == {"n": 2}
+    storage.delete()
+    assert storage.get() is None

@@ -1,0 +1,148 @@
+"""Goals as predicates: idempotent requests, supersession, and the judge."""
+
+from __future__ import annotations
+
+from controller.api import LongPollKey
+from controller.backend_state import BackendState, Probe, ProbeStatus, StartReplica
+from controller.configs import BackendConfig, EndpointConfig, GoalState
+from controller.endpoint_state import EndpointState
+from controller.goals import PENDING, GoalKind, GoalTable, Verdict
+from controller.judging import fingerprint, judge
+from controller.longpoll import LongPollHost
+
+MET = Verdict(GoalState.MET)
+
+
+class ReadyWorld:
+    def start_probe(self, actor_name):
+        return Probe(ProbeStatus.OK)
+
+    def health_probe(self, actor_name):
+        return None
+
+    def drained(self, actor_name):
+        return True
+
+    def node_of(self, actor_name):
+        return "n"
+
+    def cannot_fit(self, options, count):
+        return ""
+
+
+def backend(version: str = "v1", replicas: int = 1) -> BackendConfig:
+    return BackendConfig(name="echo", version=version, import_path="m:f", num_replicas=replicas)
+
+
+def test_identical_request_returns_the_same_pending_goal():
+    table = GoalTable()
+    first = table.request(GoalKind.BACKEND_READY, "echo", "fp", 0.0)
+    assert table.request(GoalKind.BACKEND_READY, "echo", "fp", 1.0) == first
+
+
+def test_identical_request_after_the_goal_was_met_returns_a_met_goal():
+    table = GoalTable()
+    goal_id = table.request(GoalKind.BACKEND_READY, "echo", "fp", 0.0)
+    table.evaluate(lambda goal: MET, 1.0)
+    again = table.request(GoalKind.BACKEND_READY, "echo", "fp", 2.0)
+    assert table.result(again).state == GoalState.MET and again == goal_id
+
+
+def test_request_after_a_failed_goal_is_judged_afresh():
+    table = GoalTable()
+    failed = table.request(GoalKind.BACKEND_READY, "echo", "fp", 0.0)
+    table.evaluate(lambda goal: Verdict(GoalState.FAILED, "boom"), 1.0)
+    retry = table.request(GoalKind.BACKEND_READY, "echo", "fp", 2.0)
+    assert retry != failed and table.result(retry).state == GoalState.PENDING
+
+
+def test_finished_goals_are_final():
+    table = GoalTable()
+    goal_id = table.request(GoalKind.BACKEND_READY, "echo", "fp", 0.0)
+    table.evaluate(lambda goal: MET, 1.0)
+    table.evaluate(lambda goal: Verdict(GoalState.FAILED, "late"), 2.0)
+    assert table.result(goal_id).state == GoalState.MET
+
+
+def test_pending_goals_survive_a_json_round_trip():
+    table = GoalTable()
+    goal_id = table.request(GoalKind.ENDPOINT_ACKED, "api", "fp", 0.0)
+    restored = GoalTable.from_json(table.to_json())
+    assert restored.result(goal_id).state == GoalState.PENDING
+    restored.evaluate(lambda goal: MET, 1.0)
+    assert restored.result(goal_id).state == GoalState.MET
+
+
+def test_goal_durations_are_reported_for_metrics():
+    table = GoalTable()
+    table.request(GoalKind.BACKEND_READY, "echo", "fp", 10.0)
+    table.evaluate(lambda goal: MET, 12.5)
+    [entry] = table.durations()
+    assert entry["duration_s"] == 2.5 and entry["kind"] == "backend_ready"
+
+
+def judged(goal_id, table, backends, endpoints, longpoll, proxies=()):
+    table.evaluate(lambda g: judge(g, backends, endpoints, longpoll, proxies), 0.0)
+    return table.result(goal_id)
+
+
+def test_backend_goal_is_met_when_its_version_runs_its_target():
+    backends, table = BackendState(), GoalTable()
+    backends.apply(backend())
+    goal_id = table.request(GoalKind.BACKEND_READY, "echo", fingerprint(backend()), 0.0)
+    assert judged(goal_id, table, backends, EndpointState(), LongPollHost()).state == GoalState.PENDING
+    backends.tick(0.0, ReadyWorld())
+    backends.tick(0.1, ReadyWorld())
+    assert judged(goal_id, table, backends, EndpointState(), LongPollHost()).state == GoalState.MET
+
+
+def test_backend_goal_is_superseded_by_a_newer_version():
+    backends, table = BackendState(), GoalTable()
+    backends.apply(backend())
+    goal_id = table.request(GoalKind.BACKEND_READY, "echo", fingerprint(backend()), 0.0)
+    backends.apply(backend(version="v2"))
+    assert judged(goal_id, table, backends, EndpointState(), LongPollHost()).state == GoalState.SUPERSEDED
+
+
+def test_backend_goal_waits_for_subscribed_proxies_to_hold_the_new_replica_set():
+    backends, table, longpoll = BackendState(), GoalTable(), LongPollHost()
+    backends.apply(backend())
+    backends.tick(0.0, ReadyWorld())
+    backends.tick(0.1, ReadyWorld())
+    key = LongPollKey.replicas("echo")
+    longpoll.record_ack("p1", {key: 1})
+    longpoll.publish(key, "set", "set")
+    goal_id = table.request(GoalKind.BACKEND_READY, "echo", fingerprint(backend()), 0.0)
+    assert judged(goal_id, table, backends, EndpointState(), longpoll, ["p1"]).state == GoalState.PENDING
+    longpoll.record_ack("p1", {key: longpoll.snapshot_id(key)})
+    assert judged(goal_id, table, backends, EndpointState(), longpoll, ["p1"]).state == GoalState.MET
+
+
+def test_endpoint_goal_needs_every_live_proxy_to_acknowledge():
+    backends, endpoints, table, longpoll = BackendState(), EndpointState(), GoalTable(), LongPollHost()
+    backends.apply(backend())
+    config = EndpointConfig(name="api", route="/api", traffic={"echo": 1.0})
+    endpoints.apply(config, {"echo"})
+    for key, value in [("routes", "t"), ("endpoint:api", config), ("replicas:echo", "s")]:
+        longpoll.publish(key, value, value)
+    goal_id = table.request(GoalKind.ENDPOINT_ACKED, "api", fingerprint(config), 0.0)
+    current = {k: longpoll.snapshot_id(k) for k in longpoll.keys()}
+    longpoll.record_ack("p1", current)
+    assert judged(goal_id, table, backends, endpoints, longpoll, ["p1", "p2"]).state == GoalState.PENDING
+    longpoll.record_ack("p2", current)
+    assert judged(goal_id, table, backends, endpoints, longpoll, ["p1", "p2"]).state == GoalState.MET
+
+
+def test_endpoint_goal_with_no_live_proxy_is_met_at_once():
+    endpoints, table = EndpointState(), GoalTable()
+    config = EndpointConfig(name="api", route="/api", traffic={"echo": 1.0})
+    endpoints.apply(config, {"echo"})
+    goal_id = table.request(GoalKind.ENDPOINT_ACKED, "api", fingerprint(config), 0.0)
+    assert judged(goal_id, table, BackendState(), endpoints, LongPollHost()).state == GoalState.MET
+
+
+def test_unjudged_goal_stays_pending():
+    table = GoalTable()
+    goal_id = table.request(GoalKind.BACKEND_DELETED, "x", "", 0.0)
+    table.evaluate(lambda goal: PENDING, 1.0)
+    assert table.result(goal_id).state == GoalState.PENDING
