@@ -18,9 +18,11 @@ from controller.configs import weights_sum_to_one
 from gitops.locating import Locations, locate
 from gitops.specs import NAME_PATTERN, BackendSpec, EndpointSpec, Loc, check_backend, check_endpoint
 
-__all__ = ["SpecError", "Declared", "Documents", "parse_documents"]
+__all__ = ["SpecError", "Declared", "Documents", "MAX_DEPTH", "parse_documents"]
 
 _SECTIONS = ("backends", "endpoints")
+# Configs travel as JSON to the controller and replicas; deeper values are a mistake.
+MAX_DEPTH = 32
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 _DECLARED_TWICE = re.compile(r"Cannot declare \((.*)\) twice")
 
@@ -94,8 +96,25 @@ def _parse(path: str, data: bytes) -> tuple[dict[str, Any], Locations, SpecError
     except tomllib.TOMLDecodeError as error:
         return {}, Locations(), _syntax_error(path, text, str(error))
     except RecursionError:
-        return {}, Locations(), SpecError(path, 1, 1, "TOML syntax: nested too deeply")
-    return document, locate(text), None
+        return {}, Locations(), SpecError(path, 1, 1, f"values nest more than {MAX_DEPTH} levels deep")
+    locations = locate(text)
+    too_deep = _too_deep(document, ())
+    if too_deep is not None:
+        line, col = locations.find(too_deep)
+        return {}, locations, SpecError(path, line, col, f"values nest more than {MAX_DEPTH} levels deep")
+    return document, locations, None
+
+
+def _too_deep(value: Any, at: Loc) -> Loc | None:
+    """The first key path nested beyond MAX_DEPTH, if any."""
+    if len(at) > MAX_DEPTH:
+        return at
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        found = _too_deep(child, (*at, key))
+        if found is not None:
+            return found
+    return None
 
 
 def _syntax_error(path: str, text: str, message: str) -> SpecError:

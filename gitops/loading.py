@@ -92,7 +92,16 @@ def clear_cache() -> None:
 
 
 def load_tree(tree: Tree, spec_path: str = "deployments") -> LoadResult:
-    spec_path = spec_path.strip("/") or ""
+    spec_path = spec_path.strip("/")
+    try:
+        return _load(tree, spec_path)
+    except (OSError, KeyError) as error:
+        # An unreadable file (permissions, a dangling link) is reported, not raised.
+        unreadable = SpecError(spec_path or ".", 1, 1, f"cannot read the spec tree: {error}")
+        return LoadResult(None, (unreadable,))
+
+
+def _load(tree: Tree, spec_path: str) -> LoadResult:
     spec_hash = tree.hash(spec_path)
     if spec_hash is None:
         missing = SpecError(spec_path or ".", 1, 1, f"spec path '{spec_path}' does not exist")

@@ -42,7 +42,7 @@ def locate(text: str) -> Locations:
     scanner = _Scanner(text)
     try:
         scanner.document()
-    except (IndexError, ValueError):
+    except (IndexError, ValueError, RecursionError):
         pass  # lenient by design: keep what was found before the surprise
     return Locations(scanner.found)
 

@@ -36,6 +36,7 @@ __all__ = [
     "DirectoryTree",
     "MemoryTree",
     "resolve_revision",
+    "tree_sha",
     "find_toplevel",
 ]
 
@@ -137,6 +138,11 @@ def resolve_revision(repo: str | Path | git.Repo, rev: str) -> str:
         return opened.commit(rev).hexsha
     except (gitdb.exc.ODBError, ValueError, git.GitError):
         raise UserError(f"revision '{rev}' not found in {opened.working_dir or opened.git_dir}") from None
+
+
+def tree_sha(repo: str | Path | git.Repo, rev: str, path: str) -> str | None:
+    """The git hash of `path` at `rev` (None if absent): equal hashes, equal contents."""
+    return CommitTree(repo, rev).hash(path)
 
 
 def find_toplevel(path: str | Path) -> Path | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -100,3 +101,13 @@ def test_toml_punctuation_soup_never_raises(text: str) -> None:
 def test_random_user_code_never_raises(source: str) -> None:
     spec = '[backends.b]\nimport_path = "apps.fuzz:handler"\n[endpoints.e]\nroute = "/"\ntraffic = { b = 1.0 }\n'
     load({"deployments/a.toml": spec, "apps/fuzz.py": source})
+
+
+@pytest.mark.parametrize("depth", [20, 40, 500, 3000])
+@pytest.mark.parametrize("opener", ["[", "{a = "])
+def test_deeply_nested_values_are_an_error_not_a_crash(depth: int, opener: str) -> None:
+    closer = "]" if opener == "[" else "}"
+    value = opener * depth + ("" if opener == "[" else "1") + closer * depth
+    spec = f'[backends.b]\nimport_path = "apps.echo:Echo"\nuser_config = {value}\n'
+    result = load({"deployments/a.toml": spec})
+    assert result.ok is (depth == 20)
