@@ -21,8 +21,9 @@ import asyncio
 import enum
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Protocol
+
+import git
 
 from controller.api import GoalAPI
 from controller.configs import ServingState
@@ -64,7 +65,7 @@ class Loaded(Protocol):
     def ok(self) -> bool: ...
 
 
-Loader = Callable[[Path, str, str], Loaded]  # (repo path, commit, spec path)
+Loader = Callable[[git.Repo, str, str], Loaded]  # (repository, commit, spec path)
 Planner = Callable[[ServingState, ServingState], Plan]
 
 
@@ -220,7 +221,7 @@ class Agent:
         return revision
 
     async def _reconcile(self, revision: Revision, started: float) -> HistoryEntry | None:
-        loaded = await asyncio.to_thread(self._load, self._source.path, revision.sha, self._settings.spec_path)
+        loaded = await asyncio.to_thread(self._load, self._source.repo, revision.sha, self._settings.spec_path)
         errors = tuple(str(error) for error in loaded.errors)
         self.metrics.spec_errors(len(errors))
         if not loaded.ok or loaded.state is None:

@@ -94,7 +94,8 @@ async def _serve(
     from gitops import admin, planning
     from gitops.agent import Agent, AgentSettings, Trigger
     from gitops.history import History
-    from gitops.loading import load_commit
+    from gitops.loading import load_tree
+    from gitops.sources.trees import CommitTree
     from gitops.metrics import CONTENT_TYPE, AgentMetrics
     from gitops.webhooks import RateLimiter
 
@@ -108,7 +109,7 @@ async def _serve(
         source,
         client,
         History(Path(args.state_dir) / "history.db"),
-        load=lambda repo, rev, path: load_commit(repo, rev=rev, spec_path=path),
+        load=lambda repo, rev, path: load_tree(CommitTree(repo, rev), path),
         plan=planning.plan,
         metrics=metrics,
         settings=AgentSettings(

@@ -79,8 +79,14 @@ class GitSource:
 
     @property
     def path(self) -> Path:
-        """Where the loader reads commits from (the repository or its cache)."""
+        """Where commits are read from (the repository or its cache)."""
         return Path(self._repo.git_dir if self._repo.bare else self._repo.working_tree_dir)
+
+    @property
+    def repo(self) -> git.Repo:
+        """The open repository, for the loader: reusing it keeps one set of
+        git helper processes instead of one per commit read."""
+        return self._repo
 
     @property
     def refs_dir(self) -> Path | None:

@@ -13,10 +13,11 @@ import pytest
 from controller.configs import BackendConfig, EndpointConfig, GoalResult, GoalState, ServingState
 from gitops.agent import Agent, AgentSettings, Trigger
 from gitops.history import History, Outcome
-from gitops.loading import load_commit
+from gitops.loading import load_tree
 from gitops.metrics import AgentMetrics
 from gitops.planning import plan
 from gitops.sources.repos import GitSource
+from gitops.sources.trees import CommitTree
 
 pytestmark = pytest.mark.real
 
@@ -115,7 +116,7 @@ def make_agent(spec_repo, tmp_path: Path, controller: FakeController, **settings
         GitSource(str(spec_repo.root), None, state_dir),
         controller,
         History(state_dir / "history.db"),
-        load=lambda repo, rev, path: load_commit(repo, rev=rev, spec_path=path),
+        load=lambda repo, rev, path: load_tree(CommitTree(repo, rev), path),
         plan=plan,
         metrics=AgentMetrics(),
         settings=AgentSettings(**{"interval_s": 30.0, "resync_interval_s": 60.0, **settings}),
