@@ -10,7 +10,8 @@ Each `AgentMetrics` owns its own `CollectorRegistry`, never the global one,
 so a process (or a test) can hold several agents without name clashes.
 
 Label cardinality is bounded by the spec, not by traffic: per backend one
-series per replica state (6), one target series and one per restart reason;
+series per replica state (6), one target series, one per restart reason and
+two for autoscaling decisions (up, down);
 per endpoint one weight series per backend in its traffic; exactly one
 applied-commit series (the previous commit's series is removed).
 """
@@ -101,6 +102,7 @@ class AgentMetrics:
         self._define(self.registry)
         self._applied: tuple[str, str] | None = None
         self._restart_counts: dict[RestartKey, int] = {}
+        self._decision_counts: dict[tuple[str, str], int] = {}  # (backend, direction)
         self._backends: set[str] = set()
         self._weights: set[tuple[str, str]] = set()
         for status in SyncStatusValue:
@@ -164,6 +166,12 @@ class AgentMetrics:
             ["backend", "reason"],
             registry=r,
         )
+        self._decisions = Counter(
+            "gitops_autoscaling_decisions",
+            "Autoscaling decisions that changed a backend's target replicas, by direction.",
+            ["backend", "direction"],
+            registry=r,
+        )
         self._traffic = Gauge(
             "gitops_endpoint_traffic_weight",
             "Share of an endpoint's traffic sent to a backend.",
@@ -219,6 +227,7 @@ class AgentMetrics:
             self._observe_backend(name, backend)
         self._backends = set(backends)
         self._observe_restarts(backends)
+        self._observe_decisions(backends)
         self._observe_traffic(endpoints)
 
     def _observe_backend(self, name: str, backend: Mapping[str, Any]) -> None:
@@ -241,6 +250,19 @@ class AgentMetrics:
             self._restarts.labels(backend=backend, reason=reason).inc(grown)
         self._restart_counts = current
 
+    def _observe_decisions(self, backends: Mapping[str, Any]) -> None:
+        # Cumulative counts from the controller, reset by its restarts, exactly like restarts.
+        current = {
+            (name, str(direction)): int(count)
+            for name, backend in backends.items()
+            for direction, count in (backend.get("scaling_decisions") or {}).items()
+        }
+        grown = restart_increments(self._decision_counts, current)
+        for backend, direction in current:
+            # Touch every series so a backend that never scaled shows 0, not nothing.
+            self._decisions.labels(backend=backend, direction=direction).inc(grown.get((backend, direction), 0))
+        self._decision_counts = current
+
     def _observe_traffic(self, endpoints: Mapping[str, Any]) -> None:
         current: dict[tuple[str, str], float] = {
             (name, backend): float(weight)
@@ -259,6 +281,8 @@ class AgentMetrics:
         _remove_quietly(self._target, (name,))
         for key in [key for key in self._restart_counts if key[0] == name]:
             _remove_quietly(self._restarts, key)
+        for key in [key for key in self._decision_counts if key[0] == name]:
+            _remove_quietly(self._decisions, key)
 
     # --- exposition -----------------------------------------------------------
 

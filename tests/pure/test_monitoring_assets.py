@@ -39,6 +39,8 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_http_request_duration_seconds": ("histogram", frozenset({"endpoint", "backend"})),
     "gitops_shadow_requests_total": ("counter", frozenset({"endpoint", "backend", "result"})),
     "gitops_backend_ongoing_requests": ("gauge", frozenset({"backend"})),
+    # Added with issue #7 (autoscaling), which asks for decisions by direction.
+    "gitops_autoscaling_decisions_total": ("counter", frozenset({"backend", "direction"})),
 }
 
 # Labels Prometheus itself adds (target labels) or that histograms carry.
