@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from controller.configs import weights_sum_to_one
@@ -145,11 +145,13 @@ def _tables(
     for key, value in document.items():
         line, col = locations.find((key,))
         if key not in _SECTIONS:
-            errors.append(SpecError(path, line, col, f"unknown table '{key}' (expected [backends.NAME] or [endpoints.NAME])"))
+            expected = "expected [backends.NAME] or [endpoints.NAME]"
+            errors.append(SpecError(path, line, col, f"unknown table '{key}' ({expected})"))
         elif not isinstance(value, dict):
             errors.append(SpecError(path, line, col, f"'{key}' must be a table of named {key}"))
         else:
-            found.extend((key, _check_table(path, key, name, raw, locations, errors)) for name, raw in value.items())
+            for name, raw in value.items():
+                found.append((key, _check_table(path, key, name, raw, locations, errors)))
     return found
 
 
@@ -164,7 +166,7 @@ def _check_table(
     check = check_backend if section == "backends" else check_endpoint
     spec, problems = check(raw, (section, name))
     errors.extend(declared.error(problem.loc, problem.message) for problem in problems)
-    return Declared(name, path, locations, spec, raw)
+    return replace(declared, spec=spec)
 
 
 def _declare(
@@ -195,14 +197,11 @@ def _cross_file_errors(backends: dict[str, Declared], endpoints: dict[str, Decla
         if spec is None:
             continue
         errors.extend(_traffic_errors(name, declared, spec, backends))
-        at = ("endpoints", name, "route")
         owner = routes.setdefault(spec.route, declared)
         if owner is not declared:
-            errors.append(
-                declared.error(
-                    at, f"endpoints.{name}.route: '{spec.route}' is already the route of endpoint '{owner.name}' ({owner.where(('endpoints', owner.name, 'route'))})"
-                )
-            )
+            first = owner.where(("endpoints", owner.name, "route"))
+            message = f"endpoints.{name}.route: '{spec.route}' is already the route of endpoint '{owner.name}' ({first})"
+            errors.append(declared.error(("endpoints", name, "route"), message))
     return errors
 
 
@@ -212,9 +211,8 @@ def _traffic_errors(
     errors: list[SpecError] = []
     if not weights_sum_to_one(spec.traffic):
         total = sum(spec.traffic.values())
-        errors.append(
-            declared.error(("endpoints", name, "traffic"), f"endpoints.{name}.traffic: weights sum to {total:g}, not 1")
-        )
+        message = f"endpoints.{name}.traffic: weights sum to {total:g}, not 1"
+        errors.append(declared.error(("endpoints", name, "traffic"), message))
     for backend, weight in spec.traffic.items():
         target = backends.get(backend)
         if target is not None and weight > 0 and _zero_reason(target.spec):

@@ -20,7 +20,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Hashable
+from typing import TYPE_CHECKING, Hashable
 
 from controller.configs import AutoscalingConfig, BackendConfig, EndpointConfig, ServingState
 from gitops.imports import AttributeKind, module_files, resolve_import
@@ -38,6 +38,9 @@ __all__ = [
     "load_directory",
     "clear_cache",
 ]
+
+if TYPE_CHECKING:
+    import git
 
 DesiredState = ServingState
 _CACHE_SIZE = 64
@@ -117,8 +120,11 @@ def _load(tree: Tree, spec_path: str) -> LoadResult:
     return result
 
 
-def load_commit(repo_path: str | Path, rev: str = "HEAD", spec_path: str = "deployments") -> LoadResult:
-    """Load the specs of one commit; raises UserError only for a bad repo or rev."""
+def load_commit(
+    repo_path: str | Path | git.Repo, rev: str = "HEAD", spec_path: str = "deployments"
+) -> LoadResult:
+    """Load the specs of one commit (a path or an open gitpython Repo);
+    raises UserError only for a bad repository or revision."""
     return load_tree(CommitTree(repo_path, rev), spec_path)
 
 
