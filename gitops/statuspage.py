@@ -75,7 +75,7 @@ _PAGE = """<!doctype html>
 <tbody id="endpoints"></tbody></table>
 
 <h2>History</h2>
-<table><thead><tr><th>commit</th><th>finished</th><th>result</th><th>duration</th><th>plan</th></tr></thead>
+<table><thead><tr><th>commit</th><th>finished</th><th>result</th><th>duration</th><th>plan or error</th></tr></thead>
 <tbody id="history"></tbody></table>
 
 <script>
@@ -152,7 +152,7 @@ function drawHistory(h) {
     short(e.commit) + (e.summary ? " " + e.summary : ""),
     e.finished_at ? new Date(e.finished_at * 1000).toLocaleString() : "–",
     e.result, e.duration_s == null ? "–" : Number(e.duration_s).toFixed(2) + " s",
-    e.plan_summary || (e.errors && e.errors.length ? e.errors[0] : ""),
+    e.errors && e.errors.length ? e.errors[0] : (e.plan_summary || ""),
   ])), "no commits attempted yet");
 }
 

@@ -1,8 +1,17 @@
-"""The status page in a real headless Chromium shows what the agent reports."""
+"""The status page in a real headless Chromium shows what the agent reports.
+
+First against a stand-in app serving fixed JSON (every field drawn, markup
+in errors shown as text, self-refresh), then against a real `gitops run`
+joined to the session's Ray, after a good commit and an invalid one.
+"""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +26,7 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route
 
+from controller.api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from gitops.statuspage import render_page
 
 pytestmark = pytest.mark.real
@@ -139,3 +149,106 @@ def test_status_page_redraws_by_itself_when_the_status_changes(
         time.sleep(0.1)
     assert text(browser, "applied") == "c" * 40
     assert text(browser, "errors") == "none"
+
+
+# --- against a real agent ---------------------------------------------------------
+
+APP = """
+class Hello:
+    def __call__(self, request):
+        return "hello"
+"""
+
+SPEC = """
+[backends.hello-v1]
+import_path = "apps.hello:Hello"
+num_replicas = 1
+ray_actor_options = { num_cpus = 0 }
+
+[endpoints.hello]
+route = "/hello"
+traffic = { hello-v1 = 1.0 }
+"""
+
+
+@pytest.fixture
+def real_agent(ray_session: str, repo, tmp_path: Path) -> Iterator[tuple[str, object]]:
+    """`gitops run` on a real repository, joined to the session's Ray."""
+    import httpx
+    import ray
+
+    from controller.client import ControllerClient
+
+    repo.write("apps/__init__.py", "")
+    repo.write("apps/hello.py", APP)
+    repo.write("deployments/hello.toml", SPEC)
+    repo.commit("hello")
+    admin_port = free_port()
+    log = (tmp_path / "agent.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gitops", "run", "--repo", str(repo.root),
+         "--ray-address", ray.get_runtime_context().gcs_address,
+         "--proxy-port", str(free_port()), "--proxy-metrics-port", str(free_port()),
+         "--admin-port", str(admin_port), "--interval", "0.5",
+         "--state-dir", str(tmp_path / "state")],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        yield f"http://127.0.0.1:{admin_port}/", httpx.Client(timeout=5)
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+        log.close()
+        # A joined cluster keeps serving after the agent stops: stop what it ran.
+        try:
+            handle = ray.get_actor(CONTROLLER_NAME, namespace=DEFAULT_NAMESPACE)
+        except ValueError:
+            pass
+        else:
+            ControllerClient(handle, DEFAULT_NAMESPACE).shutdown()
+
+
+def wait_for_text(driver: webdriver.Chrome, element_id: str, wanted: str, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if wanted in text(driver, element_id):
+                return
+        except Exception:  # noqa: BLE001 — the page may be between redraws
+            pass
+        assert time.monotonic() < deadline, f"#{element_id} never showed {wanted!r}: {text(driver, element_id)!r}"
+        time.sleep(0.2)
+
+
+def test_status_page_shows_a_real_agents_sync_backends_traffic_and_errors(
+    real_agent: tuple[str, object], repo, browser: webdriver.Chrome, artifacts_dir: Path
+) -> None:
+    url, _ = real_agent
+    good = repo.head()
+    deadline = time.monotonic() + 60
+    while True:  # the admin port opens a moment after the process starts
+        try:
+            browser.get(url)
+            break
+        except Exception:  # noqa: BLE001 — connection refused until it listens
+            assert time.monotonic() < deadline, "the agent's admin port never opened"
+            time.sleep(0.3)
+    wait_for_text(browser, "status", "Synced")
+    assert text(browser, "applied") == good
+    assert "hello-v1" in text(browser, "backends") and "RUNNING: 1" in text(browser, "backends")
+    assert "hello-v1 100.0%" in text(browser, "endpoints")
+    wait_for_text(browser, "history", good[:12])
+    browser.save_screenshot(str(artifacts_dir / "statuspage-agent-synced.png"))
+
+    repo.write("deployments/hello.toml", SPEC + "no_such_key = 1\n")
+    bad = repo.commit("a typo")
+    wait_for_text(browser, "status", "Failed")
+    wait_for_text(browser, "errors", "no_such_key")
+    assert "deployments/hello.toml:" in text(browser, "errors")
+    assert text(browser, "watched") == bad and text(browser, "applied") == good
+    wait_for_text(browser, "history", "unknown key")
+    browser.save_screenshot(str(artifacts_dir / "statuspage-agent-failed.png"))
