@@ -21,7 +21,6 @@ is two dict lookups, one counter increment and one histogram observation.
 Cardinality per endpoint × backend pair: one request counter per status
 code seen (a handful), one histogram (len(REQUEST_BUCKETS) + 3 series), one
 shadow counter per result (<= 4); plus one ongoing gauge per backend.
-Requests that match no endpoint are counted under `UNROUTED`.
 """
 
 from __future__ import annotations
@@ -46,7 +45,6 @@ __all__ = [
     "REQUEST_BUCKETS",
     "ProxyMetrics",
     "ShadowResult",
-    "UNROUTED",
 ]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -59,9 +57,6 @@ disable_created_metrics()
 
 # The proxy's traffic port is 8000 and the agent's admin port 8001 by default.
 DEFAULT_METRICS_PORT = 8002
-
-# Label value for requests that reached no endpoint or backend (404, 405).
-UNROUTED = "-"
 
 # From a cached in-process reply (sub-millisecond) through one Ray call
 # (~1-50 ms measured) to slow model handlers and endpoint timeouts (seconds).
