@@ -99,6 +99,8 @@ class ControllerActor:
         self._published_backends: set[str] = set()
         self._recover()
         self._publish_endpoints()
+        # Know the proxies before the first call, so no goal is judged against none.
+        self._check_proxies(time.monotonic())
         self._loop_task = asyncio.get_event_loop().create_task(self._run())
 
     # --- recovery and checkpoints -------------------------------------------
@@ -200,7 +202,7 @@ class ControllerActor:
 
     def _judge(self, goal: Any) -> Any:
         return judge(goal, self._backends, self._endpoints, self._longpoll,
-                     self._adapter.running_proxies())
+                     self._adapter.live_proxies())
 
     # --- long-poll publishing ------------------------------------------------
 

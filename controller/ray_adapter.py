@@ -326,8 +326,10 @@ class RayAdapter:
             except Exception:
                 pass
 
-    def running_proxies(self) -> list[str]:
-        return [node for node, r in self.proxies.items() if r.state == "running"]
+    def live_proxies(self) -> list[str]:
+        """Proxies that goals wait for: starting ones too, so a goal met means
+        every node's proxy holds the change, not just the ones up so far."""
+        return [node for node, r in self.proxies.items() if r.state != "dead"]
 
     def proxy_status(self) -> dict[str, dict[str, str]]:
         return {node: {"actor_name": r.actor_name, "state": r.state} for node, r in self.proxies.items()}
