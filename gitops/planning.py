@@ -55,6 +55,8 @@ def plan(desired: ServingState, actual: ServingState) -> Plan:
 
 def backend_changes(old: BackendConfig, new: BackendConfig) -> tuple[FieldChange, ...]:
     """What differs between two configs of one backend, as `new` sees it."""
+    if _same_backend(old, new):
+        return ()
     before, after = old.comparable(), new.comparable()
     if new.autoscaling is not None:
         # The autoscaler owns the replica count; git only sets its bounds.
@@ -64,7 +66,21 @@ def backend_changes(old: BackendConfig, new: BackendConfig) -> tuple[FieldChange
 
 
 def endpoint_changes(old: EndpointConfig, new: EndpointConfig) -> tuple[FieldChange, ...]:
+    if old.__dict__ == new.__dict__:
+        return ()
     return _field_changes(old.model_dump(mode="json"), new.model_dump(mode="json"))
+
+
+# Fields left out of the quick equality check, as `comparable()` leaves them out.
+_UNCOMPARED = {"working_dir": None}
+_UNCOMPARED_AUTOSCALED = {"working_dir": None, "num_replicas": 0}
+
+
+def _same_backend(old: BackendConfig, new: BackendConfig) -> bool:
+    """Equal for planning, without dumping: the steady state (an agent tick
+    on an unchanged commit) compares every backend, so this must be cheap."""
+    masked = _UNCOMPARED_AUTOSCALED if new.autoscaling is not None else _UNCOMPARED
+    return {**old.__dict__, **masked} == {**new.__dict__, **masked}
 
 
 def _field_changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> tuple[FieldChange, ...]:
