@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from controller.autoscaling import initial_replicas
 from controller.configs import BackendConfig, ReplicaState
 
 __all__ = [
@@ -185,7 +186,10 @@ class BackendState:
                 Reconfigure(r.actor_name, config.user_config)
                 for r in current.live() if r.state != ReplicaState.SHOULD_START
             ]
-        if config.num_replicas != current.config.num_replicas and config.autoscaling is None:
+        if config.autoscaling is not None:
+            # Git owns the bounds, the autoscaler the count: keep it, within the new bounds.
+            current.target = initial_replicas(config.autoscaling, current.target)
+        elif config.num_replicas != current.config.num_replicas or current.config.autoscaling is not None:
             current.target = config.num_replicas
         current.config = config
         self.dirty = True
