@@ -1,0 +1,97 @@
+"""Multi-node scenario for tests/real/test_multinode.py, run in its own process.
+
+A process can join only one Ray, so this runs outside the test session's
+Ray: it starts a 3-node `ray.cluster_utils.Cluster` on this machine, starts
+the controller with a proxy per node, places one replica on a worker node,
+removes that node, and prints what it observed as one JSON line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+for key, value in {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}.items():
+    os.environ.setdefault(key, value)
+
+import ray  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from controller.client import start_or_connect  # noqa: E402
+from controller.configs import BackendConfig, GoalState  # noqa: E402
+
+APPS = str(Path(__file__).parent)
+NAMESPACE = "gitops-multinode"
+
+
+def wait(check, timeout_s: float = 40.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    return check()
+
+
+def status(client):
+    return asyncio.run(client.get_status())
+
+
+def running_proxies(client) -> list[str]:
+    return sorted(n for n, p in status(client)["proxies"].items() if p["state"] == "running")
+
+
+def replicas(client) -> list[dict]:
+    return status(client)["backends"]["echo"]["replicas"]
+
+
+def main() -> None:
+    system = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "include_dashboard": False, "_system_config": system})
+    workers = [cluster.add_node(num_cpus=1, resources={"worker": 1}) for _ in range(2)]
+    ray.init(address=cluster.address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
+    out: dict = {}
+    client = start_or_connect(NAMESPACE, proxy_port=0, options={
+        "tick_s": 0.05, "proxy_check_s": 0.3, "backoff_base_s": 0.2, "backoff_max_s": 1.0})
+    try:
+        alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+        out["nodes"] = len(alive)
+        out["proxies_before"] = len(wait(lambda: len(running_proxies(client)) == 3 and running_proxies(client)))
+        config = BackendConfig(
+            name="echo", version="v1", import_path="controller_apps:Echo", num_replicas=1,
+            working_dir=APPS, health_check_period_s=0.5,
+            ray_actor_options={"num_cpus": 0, "resources": {"worker": 0.6}})
+        goal = asyncio.run(client.apply_backend(config))
+        out["first_goal"] = asyncio.run(client.wait_for_goal(goal, 60)).state.value
+        [first] = replicas(client)
+        victim = next(w for w in workers if w.node_id == first["node_id"])
+        cluster.remove_node(victim)
+        out["removed_had_replica"] = True
+
+        def replaced():
+            now = replicas(client)
+            return [r for r in now if r["state"] == "RUNNING" and r["replica_id"] != first["replica_id"]]
+
+        [second] = wait(replaced, 60) or [{}]
+        out["replacement_node_differs"] = second.get("node_id") not in ("", first["node_id"])
+        out["restarts"] = status(client)["backends"]["echo"]["restarts"]
+        out["proxies_after"] = len(wait(lambda: len(running_proxies(client)) == 2 and running_proxies(client)))
+        out["removed_node_has_proxy"] = victim.node_id in status(client)["proxies"]
+        names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                 if a["namespace"] == NAMESPACE and a["name"].startswith("gitops-replica-")]
+        out["replica_actors"] = len(names)
+    finally:
+        client.shutdown()
+        ray.shutdown()
+        cluster.shutdown()
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
