@@ -57,6 +57,7 @@ class ProxyActor:
             uvicorn.Config(
                 self._app,
                 lifespan="off",
+                interface="asgi3",
                 loop="none",
                 http="httptools",
                 ws="none",
