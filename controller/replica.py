@@ -17,9 +17,18 @@ import asyncio
 import importlib
 import inspect
 import sys
+import traceback
 from typing import Any, Callable
 
-from proxy.wire import WireRequest, WireResponse, to_starlette_request, to_wire_response
+from proxy.wire import (
+    BatchItem,
+    BatchOutcome,
+    BatchResult,
+    WireRequest,
+    WireResponse,
+    to_starlette_request,
+    to_wire_response,
+)
 
 __all__ = ["Replica", "load_callable", "call_handler"]
 
@@ -143,6 +152,24 @@ class Replica:
             self._ongoing -= 1
             if self._ongoing == 0:
                 self._idle.set()
+
+    async def handle_batch(self, batch: list[BatchItem]) -> list[BatchResult]:
+        """Several requests in one Ray call, answered in order.
+
+        The proxy coalesces requests queued for this replica under load, so
+        one Ray call carries many. Each runs concurrently under its own time
+        limit (cancelled when it runs out, as a timed-out single call is),
+        and one item's failure never affects another's.
+        """
+        return list(await asyncio.gather(*(self._batch_item(wire, limit_s) for wire, limit_s in batch)))
+
+    async def _batch_item(self, wire: WireRequest, limit_s: float) -> BatchResult:
+        try:
+            return BatchOutcome.OK, await asyncio.wait_for(self.handle_request(wire), limit_s)
+        except asyncio.TimeoutError:
+            return BatchOutcome.TIMEOUT, ""
+        except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
+            return BatchOutcome.ERROR, traceback.format_exc()
 
     async def reconfigure(self, user_config: Any) -> None:
         self._user_config = user_config

@@ -9,12 +9,17 @@ following PRODUCT.md "User code":
 - `bytes` as application/octet-stream, `str` as text/plain;
 - anything else as JSON.
 
+Under load the proxy coalesces requests queued for one replica into one
+`handle_batch` call: a list of (request, seconds it may run) in, a list of
+(`BatchOutcome`, response or error text) out, in the same order.
+
 Owned here: the tuple layouts and both conversions. Not here: routing,
 replica choice, and the ASGI server (see `proxy.app`).
 """
 
 from __future__ import annotations
 
+import enum
 import json
 from typing import Any
 
@@ -24,6 +29,9 @@ from starlette.responses import Response
 __all__ = [
     "WireRequest",
     "WireResponse",
+    "BatchItem",
+    "BatchOutcome",
+    "BatchResult",
     "make_request",
     "to_starlette_request",
     "to_wire_response",
@@ -33,6 +41,17 @@ __all__ = [
 WireRequest = tuple[str, str, bytes, list[tuple[bytes, bytes]], bytes]
 # (status, headers, body)
 WireResponse = tuple[int, list[tuple[bytes, bytes]], bytes]
+
+
+class BatchOutcome(str, enum.Enum):
+    OK = "ok"  # with the WireResponse
+    ERROR = "error"  # user code raised; with the traceback text, for the proxy's log
+    TIMEOUT = "timeout"  # the item's time ran out and its handler was cancelled
+
+
+# (request, seconds it may run before its handler is cancelled)
+BatchItem = tuple[WireRequest, float]
+BatchResult = tuple[BatchOutcome, Any]
 
 
 def make_request(
