@@ -12,7 +12,7 @@ that keep every intermediate state safe (`gitops.simulating.unsafe_reasons`):
    name exists, at its new version and size, before traffic moves to it.
 2. Create and update endpoints (route, methods, traffic, shadow), by name.
    Route handoff: an endpoint that takes a route another endpoint still
-   holds waits until that endpoint has moved away; if the holder is being
+   holds waits (for the next pass by name) until that endpoint has moved away; if the holder is being
    removed, its delete comes forward to just before the taker. Routes that
    move in a cycle (a swap) cannot be handed over one call at a time
    without a duplicate route, so the first endpoint of the cycle (by name)
@@ -161,26 +161,29 @@ class _EndpointSequencer:
         self.actions: list[Action] = []
 
     def run(self) -> list[Action]:
+        # Passes in name order: each applies every change whose route is free;
+        # a change that waits for a route is retried in the next pass.
         while self.pending:
-            if not self._apply_first_unblocked():
+            progressed = [name for name in list(self.pending) if self._try(name)]
+            if not progressed:
                 self._break_cycle()
         for name in sorted(self.leaving):
             self._delete(name)
         return self.actions
 
-    def _apply_first_unblocked(self) -> bool:
-        for name, config in self.pending.items():
-            holder = self.holders.get(config.route, name)
-            if holder in self.leaving:
-                self._delete(holder, reason=f"frees route {config.route} for endpoint {name}")
-                holder = name
-            if holder == name or holder not in self.pending:
-                # A holder that neither leaves nor moves means `desired` itself
-                # has a duplicate route; plan it anyway and let validation or the
-                # controller say so, rather than never finishing.
-                self._upsert(name, config)
-                return True
-        return False
+    def _try(self, name: str) -> bool:
+        config = self.pending[name]
+        holder = self.holders.get(config.route, name)
+        if holder in self.leaving:
+            self._delete(holder, reason=f"frees route {config.route} for endpoint {name}")
+            holder = name
+        if holder != name and holder in self.pending:
+            return False
+        # A holder that neither leaves nor moves means `desired` itself has a
+        # duplicate route; plan it anyway and let validation or the controller
+        # say so, rather than never finishing.
+        self._upsert(name, config)
+        return True
 
     def _break_cycle(self) -> None:
         """Every pending change waits on another: delete one member of a cycle."""
