@@ -76,6 +76,7 @@ class Figures:
     plan_empty_s: float
     plan_equal_s: float
     replan_s: float
+    cached_load_s: float
     peak_mb: float
     actions: int
 
@@ -129,7 +130,10 @@ def measure(repo: Path, size: int) -> Figures:
 
     replan()  # warm the loader's cache with this commit
     replan_s = best_of(5, replan)
-    return Figures(size, load_s, plan_empty_s, plan_equal_s, replan_s, peak_mb(repo), len(plan(desired, empty)))
+    cached_load_s = best_of(5, lambda: loading.load_commit(repo, "HEAD", "deployments"))
+    return Figures(
+        size, load_s, plan_empty_s, plan_equal_s, replan_s, cached_load_s, peak_mb(repo), len(plan(desired, empty))
+    )
 
 
 def peak_mb(repo: Path) -> float:
@@ -161,12 +165,16 @@ def ms(seconds: float) -> str:
 
 
 def print_table(rows: list[Figures]) -> None:
-    print(f"{'specs':>6} {'load ms':>9} {'plan∅ ms':>9} {'plan= ms':>9} {'total ms':>9} {'replan ms':>9} {'peak MB':>8} {'actions':>8}")
+    print("load = cold load+validate; plan∅ / plan= = plan against an empty / equal actual;")
+    print("total = load + plan∅; replan = cached load + plan= (an agent tick on an unchanged commit),")
+    print("of which cached = the cached load alone; peak = tracemalloc peak of load + plan∅\n")
+    header = ["specs", "load ms", "plan∅ ms", "plan= ms", "total ms", "replan ms", "cached ms", "peak MB", "actions"]
+    print(" ".join(f"{h:>9}" for h in header))
     for f in rows:
         total = f.load_s + f.plan_empty_s
         print(
-            f"{f.size:>6} {ms(f.load_s)} {ms(f.plan_empty_s)} {ms(f.plan_equal_s)} {ms(total)} "
-            f"{ms(f.replan_s)} {f.peak_mb:8.1f} {f.actions:>8}"
+            f"{f.size:>9} {ms(f.load_s)} {ms(f.plan_empty_s)} {ms(f.plan_equal_s)} {ms(total)} "
+            f"{ms(f.replan_s)} {ms(f.cached_load_s)} {f.peak_mb:9.1f} {f.actions:>9}"
         )
 
 
@@ -177,7 +185,7 @@ def print_growth(rows: list[Figures]) -> None:
         parts = [
             f"{label} {getattr(larger, field) / max(getattr(smaller, field), 1e-9) / factor:5.2f}"
             for label, field in [("load", "load_s"), ("plan∅", "plan_empty_s"), ("plan=", "plan_equal_s"),
-                                 ("replan", "replan_s"), ("memory", "peak_mb")]
+                                 ("replan", "replan_s"), ("cached", "cached_load_s"), ("memory", "peak_mb")]
         ]
         print(f"  {smaller.size:>5} → {larger.size:<5} (x{factor:g}): " + ", ".join(parts))
 
@@ -195,12 +203,21 @@ def print_targets(rows: list[Figures]) -> None:
         print("to see where load time goes: bench/plan_scaling.py --sizes 1000 --profile 1000")
 
 
+def load_average() -> str:
+    """The machine is shared: a busy one inflates every wall-clock figure."""
+    try:
+        return Path("/proc/loadavg").read_text().split(" ", 1)[0]
+    except OSError:
+        return "unknown"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--profile", type=int, metavar="N", help="profile the cold load of the N-spec repo")
     args = parser.parse_args()
     rows: list[Figures] = []
+    print(f"load average at start: {load_average()}")
     with tempfile.TemporaryDirectory(prefix="plan-scaling-") as tmp:
         repos = {}
         for size in args.sizes:
@@ -210,7 +227,7 @@ def main() -> None:
         for size in args.sizes:
             rows.append(measure(repos[size], size))
             print(f"measured {size}", flush=True)
-        print()
+        print(f"load average after measuring: {load_average()}\n")
         print_table(rows)
         print_growth(rows)
         print_targets(rows)
