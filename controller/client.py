@@ -17,7 +17,7 @@ from controller.actor import ControllerActor
 from controller.api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from controller.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
 
-__all__ = ["ControllerClient", "start_or_connect"]
+__all__ = ["ControllerClient", "connect", "start_or_connect"]
 
 
 class ControllerClient:
@@ -69,6 +69,19 @@ class ControllerClient:
             ray.get(self.handle.shutdown_all.remote(), timeout=60)
         finally:
             ray.kill(self.handle, no_restart=True)
+
+
+def connect(namespace: str = DEFAULT_NAMESPACE) -> ControllerClient:
+    """The controller already running in `namespace`; never starts one.
+
+    Needs a connected Ray. Raises LookupError when no controller runs there
+    (read-only callers such as `gitops plan --live` must not create one).
+    """
+    try:
+        handle = ray.get_actor(CONTROLLER_NAME, namespace=namespace)
+    except ValueError:
+        raise LookupError(f"no gitops controller is running in Ray namespace '{namespace}'") from None
+    return ControllerClient(handle, namespace)
 
 
 def start_or_connect(
