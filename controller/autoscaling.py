@@ -29,7 +29,11 @@ The policy, and why:
   the capacity of one replica fewer, and the band between is a whole replica
   wide (see tests/pure/test_autoscaling_curves.py).
 - Only samples taken since the count last changed count, so every step waits
-  its own delay and judges load against the capacity it actually had.
+  its own delay and judges load against the capacity it actually had. An
+  upscale also waits until the previous step's replicas run: while they
+  start, queued requests pile up and would overstate what is needed. A
+  scale-down never waits for replicas that are not running (they may never
+  start).
 - One step grows by at most 100% or 4 replicas, whichever is more (the
   Kubernetes HPA default), because queued demand read while capacity is short
   overstates what is needed; the next step follows one delay later.
@@ -102,12 +106,14 @@ class ScalingDecision:
 
 @dataclass(frozen=True)
 class LoadSample:
-    """A backend's total load at `at`, while `replicas` was its target count."""
+    """A backend's total load at `at`, while `replicas` was its target count
+    and `running` of its replicas were RUNNING."""
 
     at: float
     ongoing: float
     queued: float
     replicas: int
+    running: int = -1  # -1: unknown, taken as `replicas`
 
     @property
     def demand(self) -> float:
@@ -185,6 +191,18 @@ class LoadWindow:
             start -= 1
         return self.samples[start:]
 
+    def since_running(self, replicas: int) -> tuple[LoadSample, ...]:
+        """The trailing samples taken while `replicas` was the target and all of them ran."""
+        settled = self.since_count(replicas)
+        start = len(settled)
+        while start > 0 and _all_running(settled[start - 1]):
+            start -= 1
+        return settled[start:]
+
+
+def _all_running(sample: LoadSample) -> bool:
+    return sample.running < 0 or sample.running >= sample.replicas
+
 
 def horizon_s(config: AutoscalingConfig) -> float:
     return max(config.upscale_delay_s, config.downscale_delay_s)
@@ -223,7 +241,7 @@ def decide(
     if bounded != current:
         return _decision(backend, current, bounded, "the count is outside [min_replicas, max_replicas]")
     settled = window.since_count(current)
-    up = _held_level(settled, config.upscale_delay_s, now, low=True)
+    up = _held_level(window.since_running(current), config.upscale_delay_s, now, low=True)
     if up is not None:
         wanted = wanted_replicas(up, config)
         if wanted > current:
@@ -300,9 +318,15 @@ class Autoscaler:
         self._reports = self._reports.with_report(proxy_id, loads, now)
 
     def tick(
-        self, backends: Mapping[str, tuple[int, AutoscalingConfig]], now: float
+        self,
+        backends: Mapping[str, tuple[int, AutoscalingConfig]],
+        now: float,
+        running: Mapping[str, int] | None = None,
     ) -> dict[str, ScalingDecision]:
         """Observe and decide for each autoscaled backend: name -> (current, config).
+
+        `running`: RUNNING replicas per backend; a backend missing from it is
+        taken to run its whole target.
 
         Backends no longer listed are forgotten. Returns every backend's
         decision; the caller acts on those whose `changed` is True.
@@ -311,7 +335,7 @@ class Autoscaler:
         for gone in set(self._windows) - set(backends):
             self.forget(gone)
         return {
-            name: self._tick_one(name, current, config, now)
+            name: self._tick_one(name, current, (running or {}).get(name, -1), config, now)
             for name, (current, config) in backends.items()
         }
 
@@ -329,13 +353,14 @@ class Autoscaler:
         self._decisions.pop(backend, None)
 
     def _tick_one(
-        self, name: str, current: int, config: AutoscalingConfig, now: float
+        self, name: str, current: int, running: int, config: AutoscalingConfig, now: float
     ) -> ScalingDecision:
         window = self._windows.get(name, LoadWindow())
         last = window.samples[-1] if window.samples else None
-        if last is None or now - last.at >= self._sample_interval_s or last.replicas != current:
+        fleet_changed = last is not None and (last.replicas, last.running) != (current, running)
+        if last is None or now - last.at >= self._sample_interval_s or fleet_changed:
             ongoing, queued = self.load(name, now)
-            sample = LoadSample(at=now, ongoing=ongoing, queued=queued, replicas=current)
+            sample = LoadSample(at=now, ongoing=ongoing, queued=queued, replicas=current, running=running)
             window = window.observe(sample, horizon_s(config))
             self._windows[name] = window
         decision = decide(window, current, config, now, backend=name)

@@ -36,16 +36,30 @@ def config(**overrides: float) -> AutoscalingConfig:
 
 
 def simulate(
-    curve: Curve, cfg: AutoscalingConfig, duration_s: float, start: int | None = None
+    curve: Curve,
+    cfg: AutoscalingConfig,
+    duration_s: float,
+    start: int | None = None,
+    replica_start_s: float = 0.0,
+    never_start: bool = False,
 ) -> list[tuple[float, int, ScalingDirection]]:
-    """[(t, replica count after the tick, direction of the tick's decision)]."""
+    """[(t, replica count after the tick, direction of the tick's decision)].
+
+    A new replica runs `replica_start_s` after the decision that added it
+    (never, with `never_start`); a removed one stops at once.
+    """
     scaler = Autoscaler()
     current = cfg.min_replicas if start is None else start
+    ready_at = [0.0] * current  # when each replica of the target runs
     timeline = []
     for step in range(int(duration_s / TICK_S) + 1):
         now = step * TICK_S
+        running = sum(1 for t in ready_at if t <= now)
         scaler.record_report("proxy-1", {BACKEND: (curve(now), 0.0)}, now)
-        decision = scaler.tick({BACKEND: (current, cfg)}, now)[BACKEND]
+        decision = scaler.tick({BACKEND: (current, cfg)}, now, running={BACKEND: running})[BACKEND]
+        added = max(0, decision.desired - current)
+        ready_at = sorted(ready_at)[: decision.desired]
+        ready_at += [float("inf") if never_start else now + replica_start_s] * added
         current = decision.desired
         timeline.append((now, current, decision.direction))
     return timeline
@@ -77,6 +91,20 @@ def test_step_up_grows_at_most_double_or_four_per_step_and_each_step_waits_its_d
     assert [c for _, c, _ in steps] == [5, 10, 20]
     times = [0.0] + [when for when, _, _ in steps]
     assert all(b - a >= 0.9 * 5 for a, b in zip(times, times[1:]))
+
+
+def test_the_next_upscale_step_waits_until_the_previous_steps_replicas_run():
+    timeline = simulate(lambda t: 80.0, config(max_replicas=20), 40, replica_start_s=10.0)
+    steps = changes(timeline)
+    assert [c for _, c, _ in steps] == [5, 10, 20]
+    first, second = steps[0][0], steps[1][0]
+    assert second - first >= 10.0 + 0.9 * 5
+
+
+def test_a_scale_down_does_not_wait_for_replicas_that_never_start():
+    timeline = simulate(lambda t: 14.0 if t < 10 else 0.0, config(), 60, never_start=True)
+    assert count_at(timeline, 10) == 4
+    assert count_at(timeline, 60) == 1
 
 
 def test_step_down_waits_the_downscale_delay_then_drops_to_the_load_in_one_step():
