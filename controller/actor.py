@@ -36,7 +36,7 @@ from controller.configs import (
 from controller.endpoint_state import EndpointState, check_backend_deletable
 from controller.goals import GoalKind, GoalTable
 from controller.judging import fingerprint, judge
-from controller.longpoll import LongPollHost
+from controller.longpoll import ANONYMOUS, LongPollHost
 from controller.ray_adapter import RayAdapter
 
 __all__ = ["ControllerActor", "ControllerOptions"]
@@ -97,6 +97,7 @@ class ControllerActor:
         self._next_proxy_check = 0.0
         self._published_endpoints: set[str] = set()
         self._published_backends: set[str] = set()
+        self._saved: dict[str, Any] | None = None
         self._recover()
         self._publish_endpoints()
         # Know the proxies before the first call, so no goal is judged against none.
@@ -131,8 +132,12 @@ class ControllerActor:
             "endpoints": self._endpoints.to_json(),
             "goals": self._goals.to_json(),
         }
-        self._storage.put(encode(body))
         self._backends.dirty = False
+        if body == self._saved:
+            # An idempotent repeat changed nothing: no write.
+            return
+        self._storage.put(encode(body))
+        self._saved = body
 
     def _maybe_die(self, point: str) -> None:
         if self._kill_at == point:
@@ -162,6 +167,9 @@ class ControllerActor:
         self._apply(effects)
         self._maybe_die("after_effects")
         self._publish_replicas()
+        self._judge_goals()
+
+    def _judge_goals(self) -> None:
         if self._goals.evaluate(self._judge, time.time()):
             self._save()
         self._ticked.set()
@@ -319,9 +327,12 @@ class ControllerActor:
     async def listen_for_change(
         self, keys_to_snapshot_ids: dict[str, int], proxy_id: str | None = None
     ) -> dict[str, tuple[int, Any]]:
-        return await self._longpoll.listen(
-            dict(keys_to_snapshot_ids), proxy_id, self._options.longpoll_timeout_s
-        )
+        held = dict(keys_to_snapshot_ids)
+        if self._goals.pending():
+            # This call is an acknowledgement: judge at once rather than next tick.
+            self._longpoll.record_ack(proxy_id or ANONYMOUS, held)
+            self._judge_goals()
+        return await self._longpoll.listen(held, proxy_id, self._options.longpoll_timeout_s)
 
     async def report_load(self, proxy_id: str, loads: dict[str, tuple[int, int]]) -> None:
         """Latest (ongoing, queued) per backend from one proxy; policy lives elsewhere."""
@@ -355,6 +366,10 @@ class ControllerActor:
         """Stop the loop, every proxy and replica, and forget the checkpoint."""
         self._stopping = True
         self._loop_task.cancel()
+        # Proxies stop taking requests first, then replicas finish theirs.
+        for stage in (self._adapter.begin_proxy_shutdown(), self._adapter.begin_replica_drain(5.0)):
+            if stage:
+                await asyncio.wait([asyncio.ensure_future(_awaited(ref)) for ref in stage], timeout=6.0)
         self._adapter.stop_everything(self._backends.all_actor_names())
         self._storage.delete()
 
@@ -365,3 +380,10 @@ class ControllerActor:
 
     async def debug_options(self) -> dict[str, Any]:
         return asdict(self._options)
+
+
+async def _awaited(ref: Any) -> None:
+    try:
+        await ref
+    except Exception:  # a proxy or replica already gone has nothing to finish
+        pass

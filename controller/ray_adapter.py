@@ -334,6 +334,14 @@ class RayAdapter:
     def proxy_status(self) -> dict[str, dict[str, str]]:
         return {node: {"actor_name": r.actor_name, "state": r.state} for node, r in self.proxies.items()}
 
+    def begin_proxy_shutdown(self) -> list[Any]:
+        """Ask every proxy to stop serving; returns the calls to wait for."""
+        return [r.handle.shutdown.remote() for r in self.proxies.values()]
+
+    def begin_replica_drain(self, timeout_s: float) -> list[Any]:
+        """Ask every known replica to finish in-flight requests."""
+        return [h.prepare_for_shutdown.remote(timeout_s) for h in self._handles.values()]
+
     def stop_everything(self, replica_names: set[str]) -> None:
         """Shutdown: kill every proxy and replica of this namespace."""
         for node in list(self.proxies):
