@@ -182,7 +182,8 @@ class ControllerActor:
             for name, config in self._backends.configs().items()
             if config.autoscaling is not None
         }
-        for decision in self._autoscaler.tick(autoscaled, now).values():
+        running = {name: len(self._backends.running(name)) for name in autoscaled}
+        for decision in self._autoscaler.tick(autoscaled, now, running).values():
             if decision.changed:
                 logger.info("autoscaling %s: %d -> %d replicas, %s", decision.backend,
                             decision.current, decision.desired, decision.reason)
