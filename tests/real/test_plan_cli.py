@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import ray
 
+from controller.api import DEFAULT_NAMESPACE
+from controller.client import start_or_connect
+from gitops.loading import load_commit
 from tests.conftest import GitRepo
 
 pytestmark = pytest.mark.real
@@ -134,8 +139,32 @@ def test_plan_with_an_unknown_revision_is_one_line_error(repo: GitRepo) -> None:
     assert "no-such-rev" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_plan_live_is_not_available_yet_and_says_so(repo: GitRepo) -> None:
-    commit_specs(repo, V1)
-    done = gitops_plan(repo, "--live")
+def test_plan_live_with_from_is_a_usage_error(repo: GitRepo) -> None:
+    head = commit_specs(repo, V1)
+    done = gitops_plan(repo, "--live", "--from", head)
     assert done.returncode == 1
-    assert done.stderr.strip() == "gitops plan: --live is not available yet; plan between commits with --from/--to"
+    assert done.stderr.strip() == "gitops plan: --live plans against the running controller; leave out --from"
+
+
+def test_plan_live_without_a_controller_says_so_in_one_line(repo: GitRepo, ray_session: str) -> None:
+    commit_specs(repo, V1)
+    done = gitops_plan(repo, "--live", "--ray-address", ray.get_runtime_context().gcs_address)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"gitops plan: --live: no gitops controller is running in Ray namespace '{DEFAULT_NAMESPACE}'"
+    )
+
+
+def test_plan_live_diffs_the_commit_against_the_running_controller(repo: GitRepo, ray_session: str) -> None:
+    commit_specs(repo, V1)
+    running = load_commit(repo.root).state.backends["echo-v1"].model_copy(update={"num_replicas": 0})
+    # No proxies: this test needs only the controller's configured state.
+    client = start_or_connect(DEFAULT_NAMESPACE, proxy_port=0, options={"proxy_class": None})
+    try:
+        asyncio.run(client.apply_backend(running))
+        done = gitops_plan(repo, "--live", "--ray-address", ray.get_runtime_context().gcs_address)
+    finally:
+        client.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[:3] == ["~ backend echo-v1 (in place)", "    num_replicas: 0 → 1", "+ endpoint echo"]
+    assert done.stdout.splitlines()[-1] == "Plan: 1 to create, 1 to update, 0 to delete."
