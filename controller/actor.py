@@ -195,9 +195,12 @@ class ControllerActor:
 
     def _check_proxies(self, now: float) -> None:
         opts = self._options
-        if opts.proxy_class is None or now < self._next_proxy_check:
+        if now < self._next_proxy_check:
             return
         self._next_proxy_check = now + opts.proxy_check_s
+        if opts.proxy_class is None:
+            self._adapter.refresh_nodes()
+            return
         try:
             gone = self._adapter.reconcile_proxies(
                 opts.proxy_class, self._name, opts.proxy_host, opts.proxy_port, now

@@ -68,6 +68,9 @@ class Observer(Protocol):
 
     def node_of(self, actor_name: str) -> str: ...
 
+    def node_alive(self, node_id: str) -> bool:
+        """False once the cluster has declared `node_id` dead."""
+
     def cannot_fit(self, ray_actor_options: dict[str, Any], count: int) -> str:
         """Why `count` more replicas cannot be placed now; "" when they can."""
 
@@ -324,6 +327,10 @@ class BackendState:
         observer: Observer, effects: list[Effect],
     ) -> None:
         config = backend.config
+        if record.node_id and not observer.node_alive(record.node_id):
+            # Faster than waiting for a health check to time out on a lost node.
+            self._fail(backend, record, now, "node_lost", f"node {record.node_id} is gone", counts=False)
+            return
         if record.health_in_flight:
             probe = observer.health_probe(record.actor_name)
             if probe is None or probe.status == ProbeStatus.PENDING:

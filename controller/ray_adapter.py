@@ -95,6 +95,7 @@ class RayAdapter:
         self._drains: dict[str, _Call] = {}
         self.proxies: dict[str, ProxyRecord] = {}
         self._uploaded: dict[str, str] = {}
+        self._dead_nodes: set[str] = set()
 
     # --- Observer (read by backend_state.tick) ------------------------------
 
@@ -126,6 +127,15 @@ class RayAdapter:
 
     def node_of(self, actor_name: str) -> str:
         return self._nodes.get(actor_name, "")
+
+    def node_alive(self, node_id: str) -> bool:
+        return node_id not in self._dead_nodes
+
+    def refresh_nodes(self) -> list[str]:
+        """Read which nodes are alive (one GCS call); returns them."""
+        nodes = ray.nodes()
+        self._dead_nodes = {n["NodeID"] for n in nodes if not n.get("Alive")}
+        return sorted(n["NodeID"] for n in nodes if n.get("Alive"))
 
     def cannot_fit(self, ray_actor_options: dict[str, Any], count: int) -> str:
         needs = _resource_needs(ray_actor_options)
@@ -274,7 +284,7 @@ class RayAdapter:
 
         Returns the node ids whose proxy went away (their acks are forgotten).
         """
-        alive = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+        alive = self.refresh_nodes()
         gone = [node for node in self.proxies if node not in alive]
         for node in gone:
             self._kill_proxy(node)

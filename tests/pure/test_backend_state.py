@@ -36,8 +36,13 @@ class FakeWorld:
     def drained(self, actor_name: str) -> bool:
         return True
 
+    dead_nodes: set = field(default_factory=set)
+
     def node_of(self, actor_name: str) -> str:
         return "node-1"
+
+    def node_alive(self, node_id: str) -> bool:
+        return node_id not in self.dead_nodes
 
     def cannot_fit(self, ray_actor_options: dict, count: int) -> str:
         return self.no_room
@@ -210,6 +215,16 @@ def test_dead_replica_is_replaced_without_counting_as_a_user_failure():
     assert len(starts(effects)) == 1
     assert state.status("echo")["restarts"] == {"died": 1}
     assert state.status("echo")["failures"] == 0
+
+
+def test_replica_on_a_lost_node_is_replaced_without_waiting_for_a_health_check():
+    state, world = BackendState(), FakeWorld()
+    state.apply(config(replicas=1))
+    run_ready(state, world, 0.0)
+    world.dead_nodes.add("node-1")
+    effects = state.tick(0.3, world)
+    assert len(stops(effects)) == 1 and len(starts(effects)) == 1
+    assert state.status("echo")["restarts"] == {"node_lost": 1}
 
 
 def test_cluster_without_room_fails_the_goal_with_the_reason_after_a_grace():

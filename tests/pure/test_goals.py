@@ -26,6 +26,9 @@ class ReadyWorld:
     def node_of(self, actor_name):
         return "n"
 
+    def node_alive(self, node_id):
+        return True
+
     def cannot_fit(self, options, count):
         return ""
 
