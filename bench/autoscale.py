@@ -169,7 +169,8 @@ def _print_summary(seconds: list[Second], args: argparse.Namespace) -> None:
           f"downscale_delay_s={args.downscale_delay:g}")
     print(f"first scale-up visible after {first_up} s; {peak} replicas running after {full} s; "
           f"back to 1 running replica {down} s after the step down")
-    print(f"p99 before the step {_worst_p99(seconds[:step]):.0f} ms, "
+    # The last second before the step holds requests that were queued behind it.
+    print(f"p99 before the step {_worst_p99(seconds[:step - 1]):.0f} ms, "
           f"while scaling {_worst_p99([s for s in high if full is None or s.t - step <= full]):.0f} ms, "
           f"once scaled {_worst_p99(scaled):.0f} ms (worst 1 s window each)")
     print(f"requests {sum(s.requests for s in seconds)}, failed {sum(s.failed for s in seconds)}")
