@@ -127,6 +127,7 @@ def target_ours(duration_s: int, connections: int) -> dict[str, float]:
 
     from controller.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
     from proxy.actor import ProxyActor
+    from proxy.settings import ProxySettings
 
     replica = start_noop_replica()
     values = {
@@ -139,8 +140,9 @@ def target_ours(duration_s: int, connections: int) -> dict[str, float]:
     }
     # Held in a local: a named actor without references is collected.
     controller = ray.remote(StaticController).options(name="bench-controller", num_cpus=0).remote(values)
+    settings = ProxySettings(max_calls_per_replica=int(os.environ.get("BENCH_MAX_CALLS", "2")))
     proxy = ray.remote(ProxyActor).options(num_cpus=0).remote(
-        "bench-controller", ray.get_runtime_context().namespace, "bench", "127.0.0.1", 0
+        "bench-controller", ray.get_runtime_context().namespace, "bench", "127.0.0.1", 0, settings
     )
     url = "http://" + ray.get(proxy.ready.remote()) + "/"
     wait_for_http(url)

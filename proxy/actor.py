@@ -46,7 +46,7 @@ class ProxyActor:
         self._node_id = node_id
         settings = settings or ProxySettings()
         rng = random.Random()
-        self._app = ProxyApp(RayCaller(), settings, rng, recorder)
+        self._app = ProxyApp(RayCaller(settings.max_calls_per_replica, settings.coalesce_window_s), settings, rng, recorder)
         self._subscriptions = Subscriptions(settings, rng)
         link = ControllerLink(controller_name, namespace)
         self._longpoll = LongPollClient(link, node_id, self._subscriptions, self._app.install, settings)

@@ -142,17 +142,17 @@ class ProxyApp:
         if pool is None:
             raise _Reply(503, "No replica available", self._retry_after)
         try:
-            async with asyncio.timeout(plan.timeout_s):
-                return await self._call_with_retry(pool, request)
+            async with asyncio.timeout(plan.timeout_s) as deadline:
+                return await self._call_with_retry(pool, request, deadline)
         except TimeoutError:
             raise _Reply(504, "Gateway Timeout") from None
 
-    async def _call_with_retry(self, pool: ReplicaPool, request: WireRequest) -> WireResponse:
+    async def _call_with_retry(self, pool: ReplicaPool, request: WireRequest, deadline: asyncio.Timeout) -> WireResponse:
         attempts = 2 if request[0] in _IDEMPOTENT else 1
         for attempt in range(attempts):
             slot = await self._acquire(pool)
             try:
-                return await self._caller.call(slot.handle, request)
+                return await self._caller.call(slot.handle, request, _remaining(deadline))
             except ReplicaDiedError as error:
                 pool.drop(slot)
                 logger.warning("replica %s of %s died under a request: %s", slot.replica_id, pool.backend, error)
@@ -196,8 +196,8 @@ class ProxyApp:
     async def _shadow(self, plan: EndpointPlan, pool: ReplicaPool, slot: ReplicaSlot, request: WireRequest) -> None:
         result = ShadowResult.OK
         try:
-            async with asyncio.timeout(plan.timeout_s):
-                await self._caller.call(slot.handle, request)
+            async with asyncio.timeout(plan.timeout_s) as deadline:
+                await self._caller.call(slot.handle, request, _remaining(deadline))
         except ReplicaDiedError:
             pool.drop(slot)
             result = ShadowResult.ERROR
@@ -223,6 +223,11 @@ class ProxyApp:
         for task in list(self._shadow_tasks):
             task.cancel()
         await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
+
+
+def _remaining(deadline: asyncio.Timeout) -> float:
+    when = deadline.when()
+    return when - asyncio.get_running_loop().time() if when is not None else float("inf")
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes:

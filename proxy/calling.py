@@ -24,9 +24,10 @@ class HandlerError(Exception):
 
 
 class ReplicaCaller(Protocol):
-    async def call(self, handle: Any, request: WireRequest) -> WireResponse:
-        """Run `request` on the replica behind `handle`.
+    async def call(self, handle: Any, request: WireRequest, timeout_s: float) -> WireResponse:
+        """Run `request` on the replica behind `handle`, for at most `timeout_s`.
 
-        Cancelling the awaiting task cancels the call on the replica.
-        Raises `ReplicaDiedError` or `HandlerError`.
+        Cancelling the awaiting task, or running out of time, cancels the
+        handler on the replica. Raises `ReplicaDiedError`, `HandlerError` or
+        `TimeoutError`.
         """

@@ -1,9 +1,12 @@
 """`ReplicaCaller` over Ray actor calls: the only place the request path touches Ray.
 
-One `handle_request` actor call per request. Ray's error types are mapped to
-`proxy.calling`'s, and a cancelled wait cancels the replica-side task (that
-is how an endpoint timeout stops user code). Never blocks the event loop:
-results are awaited, never fetched with `ray.get`.
+`RayTransport` makes the two kinds of replica call — `handle_request` for
+one request, `handle_batch` for many — and maps Ray's error types to
+`proxy.calling`'s; `RayCaller` puts `proxy.coalescing` in front so that,
+under load, requests queued for one replica share one Ray call. A cancelled
+single call cancels the replica-side task (that is how an endpoint timeout
+stops user code). Never blocks the event loop: results are awaited, never
+fetched with `ray.get`.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ import ray
 from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
 
 from proxy.calling import HandlerError, ReplicaDiedError
-from proxy.wire import WireRequest, WireResponse
+from proxy.coalescing import Coalescer
+from proxy.wire import BatchItem, BatchResult, WireRequest, WireResponse
 
-__all__ = ["RayCaller"]
+__all__ = ["RayCaller", "RayTransport"]
 
 
-class RayCaller:
-    async def call(self, handle: Any, request: WireRequest) -> WireResponse:
+class RayTransport:
+    async def one(self, handle: Any, request: WireRequest) -> WireResponse:
         ref = handle.handle_request.remote(request)
         try:
             return await ref
@@ -32,3 +36,17 @@ class RayCaller:
             raise ReplicaDiedError(str(error)) from None
         except RayTaskError as error:
             raise HandlerError(str(error)) from None
+
+    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+        try:
+            return await handle.handle_batch.remote(items)
+        except (RayActorError, ActorUnschedulableError) as error:
+            raise ReplicaDiedError(str(error)) from None
+
+
+class RayCaller:
+    def __init__(self, max_calls_per_replica: int, coalesce_window_s: float) -> None:
+        self._coalescer = Coalescer(RayTransport(), max_calls_per_replica, coalesce_window_s)
+
+    async def call(self, handle: Any, request: WireRequest, timeout_s: float) -> WireResponse:
+        return await self._coalescer.call(handle, request, timeout_s)

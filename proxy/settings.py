@@ -23,6 +23,11 @@ class ProxySettings:
     retry_after_s: int = 1
     # Shadow copies in flight per shadow backend; past it, copies are dropped.
     max_shadow_in_flight: int = 64
+    # Fresh Ray calls in flight per replica before further requests are
+    # coalesced into one batch call, and how long a call stays fresh (the
+    # most a request waits behind a slow one); see proxy.coalescing.
+    max_calls_per_replica: int = 1
+    coalesce_window_s: float = 0.005
     # Long poll: first and largest pause after the controller is unreachable.
     longpoll_backoff_s: float = 0.2
     longpoll_max_backoff_s: float = 5.0

@@ -33,7 +33,7 @@ class FakeReplica:
 
 
 class FakeCaller:
-    async def call(self, handle: FakeReplica, request: WireRequest) -> WireResponse:
+    async def call(self, handle: FakeReplica, request: WireRequest, timeout_s: float) -> WireResponse:
         handle.seen.append(request)
         try:
             return await handle.handler(request)
