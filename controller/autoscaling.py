@@ -5,7 +5,8 @@ Owns, all pure (no Ray, no clock: `now` is always passed in):
   backend. A report older than its TTL counts as zero, so a dead proxy's load
   does not linger.
 - `LoadWindow`: a backend's recent total load, one `LoadSample` per controller
-  tick, each tagged with the replica count that was in effect.
+  tick (at most every `SAMPLE_INTERVAL_S`), each tagged with the target and
+  RUNNING replica counts of that moment.
 - `decide()`: the policy, `(window, current, config, now) -> ScalingDecision`.
 - `initial_replicas()`: the count for a new backend or after git changes its
   bounds.
@@ -36,7 +37,8 @@ The policy, and why:
   start).
 - One step grows by at most 100% or 4 replicas, whichever is more (the
   Kubernetes HPA default), because queued demand read while capacity is short
-  overstates what is needed; the next step follows one delay later.
+  overstates what is needed; the next step follows once the step's replicas
+  run and the load held for one more delay.
   Scale-down is not limited per step: its delay already demands that the low
   load held.
 """
