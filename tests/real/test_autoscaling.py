@@ -3,8 +3,9 @@
 One scenario, in the order a user would see it: a backend with min 1 / max 4
 under a load step from a loopback client scales up within the upscale delay
 plus replica start time, keeps its count across a commit that changes only
-traffic and across drift checks, scales back down when the load stops, and
-no request fails at any point (scale-down drains like any stop).
+traffic and across drift checks, is clamped in place by a commit lowering
+max_replicas, scales back down when the load stops, and no request fails at
+any point (scale-down drains like any stop).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ HIGH_LOAD_WORKERS = 12  # ~11 ongoing at 50 ms per request: wants 6, capped at 4
 TARGET_ONGOING = 2
 
 
-def spec(slow_weight: float) -> str:
+def spec(slow_weight: float, max_replicas: int = 4) -> str:
     return f"""
 [backends.slow]
 import_path = "apps.slow:slow"
@@ -40,7 +41,7 @@ ray_actor_options = {{ num_cpus = 0 }}
 
 [backends.slow.autoscaling]
 min_replicas = 1
-max_replicas = 4
+max_replicas = {max_replicas}
 target_ongoing_requests = {TARGET_ONGOING}
 upscale_delay_s = {UPSCALE_DELAY_S}
 downscale_delay_s = {DOWNSCALE_DELAY_S}
@@ -111,6 +112,15 @@ def test_a_load_step_scales_up_and_back_down_without_failed_requests(stack, arti
         time.sleep(2.5)  # longer than --resync-interval 2
         assert backend("slow")["target_replicas"] == 4
         assert running("slow") == replicas_before
+
+        # Narrower bounds are an in-place update: the count is clamped, and
+        # the replicas that stay are the same ones (no restart).
+        repo.write("deployments/slow.toml", spec(0.8, max_replicas=3))
+        third = repo.commit("slow: at most 3 replicas")
+        agent.wait_applied(third)
+        agent.wait("3 running replicas", lambda: len(running("slow")) == 3, timeout_s=30)
+        assert backend("slow")["target_replicas"] == 3
+        assert running("slow") < replicas_before
 
         # The load stops; one light client keeps probing while replicas drain.
         load.set_workers(1)
