@@ -1,0 +1,388 @@
+"""End to end: a commit in a real git repository becomes served HTTP traffic.
+
+Real Ray (the session's), the real controller and proxy on a free loopback
+port, the agent running its loop in a thread, real HTTP. One controller for
+the module; each test starts from an empty cluster and its own repository.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+import pytest
+import ray
+
+from controller.actor import ControllerOptions
+from controller.client import start_or_connect
+from controller.configs import ServingState
+from gitops import planning
+from gitops.admin import WebhookGuard, build_app, server
+from gitops.agent import Agent, AgentSettings, Trigger
+from gitops.applying import Deadlines, apply
+from gitops.history import History, Outcome
+from gitops.loading import load_tree
+from gitops.metrics import AgentMetrics
+from gitops.sources.repos import GitSource
+from gitops.sources.trees import CommitTree
+from gitops.webhooks import sign
+
+pytestmark = pytest.mark.real
+
+APP = '''
+import time
+
+CODE = "{code}"
+
+
+class Echo:
+    def __init__(self, label, start_delay_s=0.0):
+        time.sleep(start_delay_s)
+        self.label = label
+
+    def __call__(self, request):
+        return {{"label": self.label, "code": CODE}}
+'''
+
+
+def backend_toml(name: str, label: str, delay_s: float = 0.0) -> str:
+    return (
+        f'[backends.{name}]\nimport_path = "deployments.apps.echo:Echo"\n'
+        f'init_args = ["{label}", {delay_s}]\nray_actor_options = {{ num_cpus = 0.01 }}\n'
+        "graceful_shutdown_timeout_s = 1\n\n"
+    )
+
+
+class Specs:
+    """Writes `deployments/echo.toml`; backend names carry a per-test tag so
+    that no test re-creates a backend another test deleted."""
+
+    def __init__(self, repo) -> None:
+        self.repo = repo
+        self.tag = uuid.uuid4().hex[:6]
+
+    def name(self, label: str) -> str:
+        return f"t{self.tag}-{label}"
+
+    def write(self, traffic: dict[str, float], labels: tuple[str, ...] = ("v1", "v2"), delay_s: float = 0.0) -> None:
+        weights = ", ".join(f'"{self.name(k)}" = {v}' for k, v in traffic.items())
+        text = "".join(backend_toml(self.name(label), label, delay_s) for label in labels)
+        self.repo.write("deployments/echo.toml", text + f'[endpoints.echo]\nroute = "/echo"\ntraffic = {{ {weights} }}\n')
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_session):
+    """The controller (and its proxy) in a namespace of this module's own."""
+    namespace = f"{ray_session}-agent-{uuid.uuid4().hex[:6]}"
+    port = free_port()
+    known = {f.name for f in fields(ControllerOptions)}
+    options = {k: v for k, v in {"proxy_metrics_port": free_port(), "startup_timeout_s": 20.0,
+                                 "backoff_max_s": 2.0}.items() if k in known}
+    client = start_or_connect(namespace=namespace, proxy_host="127.0.0.1", proxy_port=port, options=options)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:  # the proxy starts with the controller; wait until it answers
+        try:
+            if httpx.get(f"{url}/-/healthz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "proxy did not come up"
+        time.sleep(0.2)
+    yield client, url, namespace
+    client.shutdown()
+
+
+@pytest.fixture
+def empty_cluster(cluster):
+    client, url, namespace = cluster
+    yield cluster
+    # Leave nothing behind for the next test, whatever this one did.
+    async def clear() -> None:
+        actual = await client.get_state()
+        await apply(planning.plan(ServingState(), actual), client, actual=actual)
+
+    asyncio.run(clear())
+
+
+class RunningAgent:
+    """The agent's loop (and optionally its admin server) on a thread of its own."""
+
+    def __init__(self, agent: Agent, admin_port: int | None = None, webhook: WebhookGuard | None = None) -> None:
+        self.agent = agent
+        self._admin_port = admin_port
+        self._webhook = webhook
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True)
+        self._thread.start()
+        assert self._ready.wait(10)
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._task = self._loop.create_task(self._serve())
+        try:
+            self._loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._loop.close()
+
+    async def _serve(self) -> None:
+        tasks = [asyncio.ensure_future(self.agent.run())]
+        if self._admin_port is not None:
+            app = build_app(self.agent, sync=lambda: self.agent.notify(Trigger.SYNC),
+                            webhook_fetch=lambda: self.agent.notify(Trigger.WEBHOOK),
+                            metrics=lambda: (self.agent.metrics.render(), "text/plain"), webhook=self._webhook)
+            admin = server(app, "127.0.0.1", self._admin_port)
+            tasks.append(asyncio.ensure_future(admin.serve()))
+            while not admin.started:
+                await asyncio.sleep(0.01)
+        self._ready.set()
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            if self._admin_port is not None:
+                admin.should_exit = True
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def stop(self) -> None:
+        """Like a kill: the loop is cancelled wherever it is."""
+        self._loop.call_soon_threadsafe(self._task.cancel)
+        self._thread.join(15)
+
+
+class RequestLoop:
+    """A steady stream of GET requests, counting status codes and answers."""
+
+    def __init__(self, url: str) -> None:
+        self.codes: Counter[int] = Counter()
+        self.bodies: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(url,), daemon=True)
+        self._thread.start()
+
+    def _run(self, url: str) -> None:
+        with httpx.Client(timeout=10) as http:
+            while not self._stop.is_set():
+                response = http.get(url)
+                self.codes[response.status_code] += 1
+                if response.status_code == 200:
+                    self.bodies.append(response.json())
+                time.sleep(0.01)
+
+    def stop(self) -> Counter[int]:
+        self._stop.set()
+        self._thread.join(15)
+        return self.codes
+
+
+def make_agent(repo, state_dir: Path, client, *, watch: bool = True, interval_s: float = 30.0) -> Agent:
+    return Agent(
+        GitSource(str(repo.root), None, state_dir),
+        client,
+        History(state_dir / "history.db"),
+        load=lambda r, rev, path: load_tree(CommitTree(r, rev), path),
+        plan=planning.plan,
+        metrics=AgentMetrics(),
+        settings=AgentSettings(interval_s=interval_s, resync_interval_s=60.0, watch=watch,
+                               deadlines=Deadlines(backend_s=60.0, endpoint_s=15.0)),
+        console=print,  # shown by pytest when a test fails
+    )
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 60.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            value = predicate()
+        except httpx.HTTPError:
+            value = None
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what} not reached within {timeout_s} s"
+        time.sleep(0.05)
+
+
+def answer(url: str) -> dict | None:
+    response = httpx.get(f"{url}/echo", timeout=5)
+    return response.json() if response.status_code == 200 else None
+
+
+def applied(agent: Agent, commit: str) -> bool:
+    entries = agent.history(5)
+    return bool(entries) and entries[0].commit == commit and entries[0].result.ok
+
+
+def replica_actors(namespace: str) -> list[str]:
+    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a.get("namespace") == namespace and a["name"].startswith("gitops-replica-")]
+
+
+@pytest.fixture
+def specs(repo) -> Specs:
+    repo.write("deployments/__init__.py", "")
+    repo.write("deployments/apps/__init__.py", "")
+    repo.write("deployments/apps/echo.py", APP.format(code="one"))
+    specs = Specs(repo)
+    specs.write({"v1": 1.0}, labels=("v1",))
+    repo.commit("v1")
+    return specs
+
+
+def test_commit_adding_an_endpoint_makes_it_answer(specs, tmp_path, empty_cluster) -> None:
+    client, url, _ = empty_cluster
+    running = RunningAgent(make_agent(specs.repo, tmp_path / "state", client))
+    try:
+        wait_for(lambda: applied(running.agent, specs.repo.head()), what="first apply")
+        assert answer(url) == {"label": "v1", "code": "one"}
+        assert running.agent.status().status.value == "Synced"
+    finally:
+        running.stop()
+
+
+def test_commit_changing_traffic_changes_the_split(specs, tmp_path, empty_cluster) -> None:
+    client, url, _ = empty_cluster
+    specs.write({"v1": 1.0})
+    specs.repo.commit("v1 and v2")
+    running = RunningAgent(make_agent(specs.repo, tmp_path / "state", client))
+    try:
+        wait_for(lambda: applied(running.agent, specs.repo.head()), what="first apply")
+        specs.write({"v1": 0.5, "v2": 0.5})
+        split = specs.repo.commit("50/50")
+        wait_for(lambda: applied(running.agent, split), timeout_s=20, what="split applied")
+        labels = Counter(answer(url)["label"] for _ in range(60))
+        assert set(labels) == {"v1", "v2"} and min(labels.values()) >= 10
+    finally:
+        running.stop()
+
+
+def test_commit_changing_code_rolls_replicas_without_failed_requests(specs, tmp_path, empty_cluster) -> None:
+    client, url, _ = empty_cluster
+    running = RunningAgent(make_agent(specs.repo, tmp_path / "state", client))
+    try:
+        wait_for(lambda: answer(url), what="/echo answering")
+        requests = RequestLoop(f"{url}/echo")
+        specs.repo.write("deployments/apps/echo.py", APP.format(code="two"))
+        new_code = specs.repo.commit("new code")
+        wait_for(lambda: applied(running.agent, new_code), what="rollout")
+        wait_for(lambda: answer(url)["code"] == "two", timeout_s=10, what="new code serving")
+        codes = requests.stop()
+        assert set(codes) == {200} and codes[200] > 10
+        assert requests.bodies[-1]["code"] == "two"
+    finally:
+        running.stop()
+
+
+def test_commit_removing_the_endpoint_gives_404_and_its_actors_are_gone(specs, tmp_path, empty_cluster) -> None:
+    client, url, namespace = empty_cluster
+    running = RunningAgent(make_agent(specs.repo, tmp_path / "state", client))
+    try:
+        wait_for(lambda: answer(url), what="/echo answering")
+        assert len(replica_actors(namespace)) == 1
+        specs.repo.write("deployments/echo.toml", "")
+        removed = specs.repo.commit("remove everything")
+        wait_for(lambda: applied(running.agent, removed), what="removal applied")
+        assert httpx.get(f"{url}/echo", timeout=5).status_code == 404
+        wait_for(lambda: replica_actors(namespace) == [], timeout_s=15, what="replica actors gone")
+    finally:
+        running.stop()
+
+
+def test_broken_commit_fails_no_request_and_the_next_good_commit_applies(specs, tmp_path, empty_cluster) -> None:
+    client, url, _ = empty_cluster
+    running = RunningAgent(make_agent(specs.repo, tmp_path / "state", client))
+    try:
+        wait_for(lambda: answer(url), what="/echo answering")
+        requests = RequestLoop(f"{url}/echo")
+        specs.write({"v1": 0.5, "v9": 0.5}, labels=("v1",))
+        broken = specs.repo.commit("traffic to a backend that does not exist")
+        wait_for(lambda: running.agent.history(1)[0].commit == broken, timeout_s=10, what="broken commit seen")
+        status = running.agent.status()
+        assert status.status.value == "Failed" and status.last_applied_revision != broken
+        assert any(e.startswith("deployments/echo.toml:") and specs.name("v9") in e for e in status.errors)
+        specs.write({"v1": 0.5, "v2": 0.5})
+        fixed = specs.repo.commit("fixed")
+        wait_for(lambda: applied(running.agent, fixed), what="fixed commit applied")
+        codes = requests.stop()
+        assert set(codes) == {200}
+        assert running.agent.status().status.value == "Synced"
+    finally:
+        running.stop()
+
+
+def test_webhook_with_a_valid_signature_triggers_a_fetch(specs, tmp_path, empty_cluster) -> None:
+    client, url, _ = empty_cluster
+    secret, port = b"hook", free_port()
+    agent = make_agent(specs.repo, tmp_path / "state", client, watch=False, interval_s=600)
+    running = RunningAgent(agent, admin_port=port, webhook=WebhookGuard(secret))
+    try:
+        wait_for(lambda: applied(agent, specs.repo.head()), what="first apply")
+        specs.write({"v2": 1.0}, labels=("v2",))
+        pushed = specs.repo.commit("pushed")
+        body = b'{"ref": "refs/heads/main"}'
+        hook = f"http://127.0.0.1:{port}/hooks/git"
+        assert httpx.post(hook, content=body, headers={"X-Hub-Signature-256": sign(secret, body)}).status_code == 202
+        wait_for(lambda: applied(agent, pushed), what="pushed commit applied")
+        assert answer(url)["label"] == "v2"
+    finally:
+        running.stop()
+
+
+def test_webhook_without_a_valid_signature_is_refused_and_fetches_nothing(specs, tmp_path, empty_cluster) -> None:
+    client, url, _ = empty_cluster
+    secret, port = b"hook", free_port()
+    agent = make_agent(specs.repo, tmp_path / "state", client, watch=False, interval_s=600)
+    running = RunningAgent(agent, admin_port=port, webhook=WebhookGuard(secret))
+    try:
+        wait_for(lambda: applied(agent, specs.repo.head()), what="first apply")
+        ticks = agent.ticks
+        specs.write({"v2": 1.0}, labels=("v2",))
+        specs.repo.commit("pushed")
+        body = b'{"ref": "refs/heads/main"}'
+        hook = f"http://127.0.0.1:{port}/hooks/git"
+        assert httpx.post(hook, content=body).status_code == 401
+        assert httpx.post(hook, content=body, headers={"X-Hub-Signature-256": sign(b"guess", body)}).status_code == 403
+        time.sleep(0.5)
+        assert agent.ticks == ticks
+        assert answer(url)["label"] == "v1"
+    finally:
+        running.stop()
+
+
+def test_agent_killed_mid_apply_converges_after_restart_without_duplicates(
+    specs, tmp_path, empty_cluster
+) -> None:
+    client, url, namespace = empty_cluster
+    specs.write({"v1": 0.5, "v2": 0.5}, delay_s=1.5)
+    specs.repo.commit("two slow-starting backends")
+    first = RunningAgent(make_agent(specs.repo, tmp_path / "state", client))
+    wait_for(lambda: replica_actors(namespace), timeout_s=30, what="replicas starting")
+    assert first.agent.history() == []  # still waiting for the backends' goals
+    first.stop()  # killed mid-apply
+    second = RunningAgent(make_agent(specs.repo, tmp_path / "state", client))
+    try:
+        wait_for(lambda: applied(second.agent, specs.repo.head()), what="converged after restart")
+        assert {answer(url)["label"] for _ in range(30)} == {"v1", "v2"}
+        backends = [name.removeprefix("gitops-replica-").rsplit("-", 2)[0] for name in replica_actors(namespace)]
+        assert sorted(backends) == [specs.name("v1"), specs.name("v2")]
+        results = [e.result for e in second.agent.history()]
+        assert results.count(Outcome.APPLIED) == 1
+    finally:
+        second.stop()
