@@ -1,7 +1,10 @@
-"""The proxy actor over real HTTP, with real replica actors on a local Ray.
+"""Proxy edge cases over real HTTP with real replica actors, fed by a fake long poll.
 
-The controller's long poll is played by a small fake so each test can
-publish exactly the routes, endpoints and replica sets it needs.
+Most real-tier proxy tests run through the real controller
+(test_proxy_with_controller.py). These need what it cannot give: a proxy
+with tiny queue bounds, a backend with no replica at all, and a controller
+that has not yet noticed a replica's death — so a small fake plays the
+controller's long poll and publishes exactly the payloads each test needs.
 """
 
 from __future__ import annotations
@@ -90,68 +93,13 @@ def endpoint(name: str, traffic: dict[str, float], **fields: Any) -> EndpointCon
     return EndpointConfig(name=name, route=f"/{name}", traffic=traffic, **fields)
 
 
-# --- routing and the request as user code sees it ------------------------------------
-
-
-def test_the_request_reaches_user_code_intact_and_its_answer_comes_back(stack: Stack) -> None:
-    stack.serve(endpoint("echo", {"echo-v1": 1.0}), {"echo-v1": stack.start_replicas("echo-v1", "Echo")})
-    body = bytes(range(256)) * 100
-    response = httpx.post(f"{stack.url}/echo/deep/path?a=1&b=two", content=body, headers={"x-custom": "yes"}, timeout=10)
-    assert response.status_code == 200
-    assert response.content == body
-    assert (response.headers["x-method"], response.headers["x-path"]) == ("POST", "/echo/deep/path")
-    assert (response.headers["x-query"], response.headers["x-custom"]) == ("a=1&b=two", "yes")
-
-
-def test_unknown_paths_are_404_and_wrong_methods_405_with_allow(stack: Stack) -> None:
-    stack.serve(endpoint("getonly", {"getonly-v1": 1.0}, methods=("GET",)),
-                {"getonly-v1": stack.start_replicas("getonly-v1", "Named", "getonly")})
-    assert httpx.get(f"{stack.url}/getonlyx", timeout=10).status_code == 404
-    response = httpx.post(f"{stack.url}/getonly", timeout=10)
-    assert (response.status_code, response.headers["allow"]) == (405, "GET, HEAD")
-    assert httpx.get(f"{stack.url}/getonly", timeout=10).json() == {"backend": "getonly"}
-
-
-def test_a_body_over_the_limit_is_413(stack: Stack) -> None:
-    stack.serve(endpoint("big", {"big-v1": 1.0}), {"big-v1": stack.start_replicas("big-v1", "Echo")})
-    response = httpx.post(f"{stack.url}/big", content=b"x" * (64 * 1024 + 1), timeout=10)
-    assert response.status_code == 413
-
-
-def test_routes_and_healthz(stack: Stack) -> None:
-    assert httpx.get(f"{stack.url}/-/healthz", timeout=10).status_code == 200
-    stack.serve(endpoint("listed", {"listed-v1": 1.0}), {"listed-v1": []})
-    assert httpx.get(f"{stack.url}/-/routes", timeout=10).json()["/listed"] == {
-        "endpoint": "listed", "methods": ["GET", "POST"],
-    }
-
-
-# --- failures -------------------------------------------------------------------------
+# --- backpressure and dead replicas -----------------------------------------------------
 
 
 def test_no_ready_replica_is_503_with_retry_after(stack: Stack) -> None:
     stack.serve(endpoint("empty", {"empty-v1": 1.0}), {"empty-v1": []})
     response = httpx.get(f"{stack.url}/empty", timeout=10)
     assert response.status_code == 503 and response.headers["retry-after"] == "1"
-
-
-def test_a_raising_handler_is_500_without_the_traceback(stack: Stack) -> None:
-    stack.serve(endpoint("raises", {"raises-v1": 1.0}), {"raises-v1": stack.start_replicas("raises-v1", "Raises")})
-    response = httpx.get(f"{stack.url}/raises", timeout=10)
-    assert response.status_code == 500
-    assert "secret" not in response.text and "Traceback" not in response.text
-
-
-def test_a_timed_out_request_is_504_and_stops_running_on_the_replica(stack: Stack) -> None:
-    [replica] = stack.start_replicas("slow-v1", "Sleeps")
-    stack.serve(endpoint("slow", {"slow-v1": 1.0}, timeout_s=0.5), {"slow-v1": [replica]})
-    started = time.monotonic()
-    response = httpx.get(f"{stack.url}/slow?s=20", timeout=10)
-    assert response.status_code == 504 and time.monotonic() - started < 5
-    deadline = time.monotonic() + 10
-    while ray.get(replica.handle.num_ongoing.remote(), timeout=10) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert ray.get(replica.handle.num_ongoing.remote(), timeout=10) == 0
 
 
 def test_a_full_queue_is_503_with_retry_after(stack: Stack) -> None:
@@ -168,88 +116,14 @@ def test_a_full_queue_is_503_with_retry_after(stack: Stack) -> None:
     assert asyncio.run(scenario()) == [503, 200, 200, 200]
 
 
-def test_a_get_whose_replica_died_is_retried_on_another(stack: Stack) -> None:
-    mortal = stack.start_replicas("mortal-v1", "Mortal", True)
-    survivor = stack.start_replicas("mortal-v1", "Mortal", False)
-    stack.serve(endpoint("mortal", {"mortal-v1": 1.0}), {"mortal-v1": mortal + survivor})
-    codes = [httpx.get(f"{stack.url}/mortal?die=1", timeout=20).status_code for _ in range(12)]
-    assert codes == [200] * 12
-    with pytest.raises(ray.exceptions.RayActorError):
-        ray.get(mortal[0].handle.ready.remote(), timeout=10)
-
-
-def test_a_post_whose_replica_died_is_502_and_the_replica_is_dropped(stack: Stack) -> None:
-    stack.serve(endpoint("fragile", {"fragile-v1": 1.0}), {"fragile-v1": stack.start_replicas("fragile-v1", "Mortal", True)})
+def test_a_replica_that_died_is_dropped_before_the_controller_notices(stack: Stack) -> None:
+    stack.serve(endpoint("fragile", {"fragile-v1": 1.0}), {"fragile-v1": stack.start_replicas("fragile-v1", "Mortal")})
     assert httpx.post(f"{stack.url}/fragile?die=1", timeout=20).status_code == 502
-    # The controller still lists the dead replica; the proxy no longer uses it.
+    # The (fake) controller still lists the dead replica; the proxy no longer uses it.
     assert httpx.get(f"{stack.url}/fragile", timeout=20).status_code == 503
 
 
-# --- shadow ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("shadow_handler", ["Sleeps", "Raises"])
-def test_a_sleeping_or_raising_shadow_changes_neither_answers_nor_latency(stack: Stack, shadow_handler: str) -> None:
-    name = f"primary-{shadow_handler.lower()}"
-    primary = stack.start_replicas(f"{name}-v1", "Named", "primary")
-    shadow = stack.start_replicas(f"{name}-shadow", shadow_handler)
-    stack.serve(
-        endpoint(name, {f"{name}-v1": 1.0}, shadow={f"{name}-shadow": 1.0}),
-        {f"{name}-v1": primary, f"{name}-shadow": shadow},
-        cap=2,
-    )
-    latencies, answers = [], []
-    with httpx.Client(base_url=stack.url, timeout=10) as client:
-        for _ in range(20):
-            started = time.monotonic()
-            response = client.get(f"/{name}?s=3")
-            latencies.append(time.monotonic() - started)
-            answers.append((response.status_code, response.json()))
-    assert answers == [(200, {"backend": "primary"})] * 20
-    # The shadow sleeps 3 s per copy; the primary never waits for it.
-    assert max(latencies) < 1.5
-
-
-# --- config switches -------------------------------------------------------------------------
-
-
-def test_traffic_switches_under_concurrent_load_fail_no_request(stack: Stack) -> None:
-    v1 = stack.start_replicas("switch-v1", "Named", "v1")
-    v2 = stack.start_replicas("switch-v2", "Named", "v2")
-    stack.serve(endpoint("switch", {"switch-v1": 1.0}), {"switch-v1": v1, "switch-v2": v2})
-    stack.publish({"replicas:switch-v2": ReplicaSet(backend="switch-v2", max_concurrent_queries=100, replicas=tuple(v2))})
-    plans = [{"switch-v2": 1.0}, {"switch-v1": 0.5, "switch-v2": 0.5}, {"switch-v1": 1.0}] * 3
-
-    async def load(stop: asyncio.Event, seen: list[tuple[int, str]]) -> None:
-        async with httpx.AsyncClient(base_url=stack.url, timeout=20) as client:
-            while not stop.is_set():
-                response = await client.get("/switch")
-                seen.append((response.status_code, response.text))
-
-    async def scenario() -> list[tuple[int, str]]:
-        stop, seen = asyncio.Event(), []
-        clients = [asyncio.ensure_future(load(stop, seen)) for _ in range(8)]
-        for traffic in plans:
-            await asyncio.to_thread(stack.publish, {"endpoint:switch": endpoint("switch", traffic)})
-            await asyncio.sleep(0.2)
-        stop.set()
-        await asyncio.gather(*clients)
-        return seen
-
-    seen = asyncio.run(scenario())
-    assert len(seen) > 50
-    assert {code for code, _ in seen} == {200}
-    assert {text for _, text in seen} == {'{"backend":"v1"}', '{"backend":"v2"}'}
-
-
-def test_acks_and_load_reports_reach_the_controller_under_the_proxy_id(stack: Stack) -> None:
-    stack.serve(endpoint("reported", {"reported-v1": 1.0}), {"reported-v1": []})
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        loads = ray.get(stack.controller.reported_loads.remote(), timeout=10)
-        if "reported-v1" in loads.get("node-test", {}):
-            break
-        time.sleep(0.1)
-    assert loads["node-test"]["reported-v1"] == (0, 0)
+def test_acks_reach_the_controller_under_the_proxy_id(stack: Stack) -> None:
+    stack.serve(endpoint("acked", {"acked-v1": 1.0}), {"acked-v1": []})
     acked = ray.get(stack.controller.acked.remote(), timeout=10)["node-test"]
-    assert "endpoint:reported" in acked and acked["routes"] > 0
+    assert "endpoint:acked" in acked and acked["routes"] > 0

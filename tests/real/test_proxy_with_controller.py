@@ -1,8 +1,9 @@
-"""The proxy as the controller runs it: configured only through the goal API.
+"""The proxy as the controller runs it, configured only through the goal API.
 
-Complements test_proxy_http.py (which feeds the proxy exact long-poll
-payloads to reach every status code): here the real controller starts the
-proxy and the replicas, and pushes every change.
+The real controller starts the proxy and the replicas and pushes every
+change by long poll; requests go over real HTTP on loopback. The few cases
+that need a proxy with tiny bounds or a controller that has not yet noticed
+a death are in test_proxy_http.py.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import httpx
 import pytest
 import ray
 
+from controller.backend_state import REPLICA_PREFIX
 from controller.client import ControllerClient, start_or_connect
 from controller.configs import BackendConfig, EndpointConfig, GoalState
 from controller.ray_adapter import PROXY_PREFIX
@@ -36,44 +38,63 @@ FAST = {
 }
 # Chi-square critical value for one degree of freedom at p = 0.001.
 CHI2_DF1_P001 = 10.83
+TEN_MIB = 10 * 1024 * 1024
 
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
+def eventually(check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
 class Cluster:
+    """A real controller in its own namespace, its proxy, and goal helpers."""
+
     def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
         self.client: ControllerClient = start_or_connect(
             namespace=namespace, proxy_host="127.0.0.1", proxy_port=0, options=FAST
         )
-        self.url = "http://" + self._proxy_address(namespace)
+        self.url = "http://" + self._proxy_address()
 
-    def _proxy_address(self, namespace: str, timeout_s: float = 60.0) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            names = [
-                a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                if a["namespace"] == namespace and a["name"].startswith(PROXY_PREFIX)
-            ]
-            if names:
-                return ray.get(ray.get_actor(names[0], namespace=namespace).ready.remote(), timeout=30)
-            time.sleep(0.1)
-        raise AssertionError("the controller started no proxy")
+    def _proxy_address(self) -> str:
+        names = eventually(lambda: [
+            a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["namespace"] == self.namespace and a["name"].startswith(PROXY_PREFIX)
+        ], 60)
+        assert names, "the controller started no proxy"
+        return ray.get(ray.get_actor(names[0], namespace=self.namespace).ready.remote(), timeout=30)
 
     def met(self, goal_id: str) -> None:
         result = run(self.client.wait_for_goal(goal_id, 60))
         assert result.state == GoalState.MET, result
 
-    def backend(self, name: str, handler: str, *init_args: Any, max_concurrent_queries: int = 100) -> None:
+    def backend(self, name: str, handler: str, *init_args: Any, replicas: int = 1, cap: int = 100) -> None:
         self.met(run(self.client.apply_backend(BackendConfig(
             name=name, version="v1", import_path=f"proxy_handlers:{handler}", init_args=init_args,
-            num_replicas=1, max_concurrent_queries=max_concurrent_queries, working_dir=APPS,
+            num_replicas=replicas, max_concurrent_queries=cap, working_dir=APPS,
             ray_actor_options={"num_cpus": 0}, graceful_shutdown_timeout_s=1.0,
+            health_check_period_s=0.5, health_check_timeout_s=5.0,
         ))))
 
     def endpoint(self, name: str, traffic: dict[str, float], **fields: Any) -> None:
-        self.met(run(self.client.apply_endpoint(EndpointConfig(name=name, route=f"/{name}", traffic=traffic, **fields))))
+        self.met(run(self.client.apply_endpoint(
+            EndpointConfig(name=name, route=f"/{name}", traffic=traffic, **fields)
+        )))
+
+    def replica_handles(self, backend: str) -> list[Any]:
+        replicas = run(self.client.get_status())["backends"][backend]["replicas"]
+        return [
+            ray.get_actor(REPLICA_PREFIX + r["replica_id"], namespace=self.namespace)
+            for r in replicas if r["state"] == "RUNNING"
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -83,12 +104,86 @@ def cluster(ray_session: str) -> Iterator[Cluster]:
     built.client.shutdown()
 
 
-def test_an_endpoint_applied_through_the_controller_is_served(cluster: Cluster) -> None:
-    cluster.backend("served-v1", "Named", "served")
-    cluster.endpoint("served", {"served-v1": 1.0}, methods=("GET",))
-    assert httpx.get(f"{cluster.url}/served", timeout=10).json() == {"backend": "served"}
-    assert httpx.post(f"{cluster.url}/served", timeout=10).status_code == 405
-    assert httpx.get(f"{cluster.url}/-/routes", timeout=10).json()["/served"]["endpoint"] == "served"
+# --- routing and the request as user code sees it ------------------------------------
+
+
+def test_the_request_reaches_user_code_intact_and_its_answer_comes_back(cluster: Cluster) -> None:
+    cluster.backend("echo-v1", "Echo")
+    cluster.endpoint("echo", {"echo-v1": 1.0})
+    body = bytes(range(256)) * 100
+    response = httpx.post(f"{cluster.url}/echo/deep/path?a=1&b=two", content=body,
+                          headers={"x-custom": "yes"}, timeout=10)
+    assert response.status_code == 200
+    assert response.content == body
+    assert (response.headers["x-method"], response.headers["x-path"]) == ("POST", "/echo/deep/path")
+    assert (response.headers["x-query"], response.headers["x-custom"]) == ("a=1&b=two", "yes")
+
+
+def test_unknown_paths_are_404_and_wrong_methods_405_with_allow(cluster: Cluster) -> None:
+    cluster.backend("getonly-v1", "Named", "getonly")
+    cluster.endpoint("getonly", {"getonly-v1": 1.0}, methods=("GET",))
+    assert httpx.get(f"{cluster.url}/getonlyx", timeout=10).status_code == 404
+    response = httpx.post(f"{cluster.url}/getonly", timeout=10)
+    assert (response.status_code, response.headers["allow"]) == (405, "GET, HEAD")
+    assert httpx.get(f"{cluster.url}/getonly/sub", timeout=10).json() == {"backend": "getonly"}
+
+
+def test_routes_lists_the_table_and_healthz_answers(cluster: Cluster) -> None:
+    cluster.backend("listed-v1", "Named", "listed")
+    cluster.endpoint("listed", {"listed-v1": 1.0})
+    assert httpx.get(f"{cluster.url}/-/healthz", timeout=10).status_code == 200
+    assert httpx.get(f"{cluster.url}/-/routes", timeout=10).json()["/listed"] == {
+        "endpoint": "listed", "methods": ["GET", "POST"],
+    }
+
+
+def test_a_body_over_ten_mib_is_413_and_one_at_the_limit_is_served(cluster: Cluster) -> None:
+    cluster.backend("big-v1", "Echo")
+    cluster.endpoint("big", {"big-v1": 1.0})
+    assert httpx.post(f"{cluster.url}/big", content=b"x" * (TEN_MIB + 1), timeout=30).status_code == 413
+    response = httpx.post(f"{cluster.url}/big", content=b"y" * TEN_MIB, timeout=30)
+    assert response.status_code == 200 and len(response.content) == TEN_MIB
+
+
+# --- failures -----------------------------------------------------------------------------
+
+
+def test_a_raising_handler_is_500_without_the_traceback(cluster: Cluster) -> None:
+    cluster.backend("raises-v1", "Raises")
+    cluster.endpoint("raises", {"raises-v1": 1.0})
+    response = httpx.get(f"{cluster.url}/raises", timeout=10)
+    assert response.status_code == 500
+    assert "secret" not in response.text and "Traceback" not in response.text
+
+
+def test_a_timed_out_request_is_504_and_stops_running_on_the_replica(cluster: Cluster) -> None:
+    cluster.backend("slow-v1", "Sleeps")
+    cluster.endpoint("slow", {"slow-v1": 1.0}, timeout_s=0.5)
+    started = time.monotonic()
+    response = httpx.get(f"{cluster.url}/slow?s=20", timeout=10)
+    assert response.status_code == 504 and time.monotonic() - started < 5
+    [replica] = cluster.replica_handles("slow-v1")
+    assert eventually(lambda: ray.get(replica.num_ongoing.remote(), timeout=10) == 0, 10)
+
+
+def test_a_get_whose_replica_died_is_retried_on_another(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.backend("mortal-v1", "Mortal", replicas=2)
+    cluster.endpoint("mortal", {"mortal-v1": 1.0})
+    marker = tmp_path / "died"
+    response = httpx.get(f"{cluster.url}/mortal", params={"die_once": str(marker)}, timeout=20)
+    assert (response.status_code, response.text) == (200, "survivor")
+    assert marker.exists()
+
+
+def test_a_post_whose_replica_died_is_not_retried(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.backend("fragile-v1", "Mortal", replicas=2)
+    cluster.endpoint("fragile", {"fragile-v1": 1.0})
+    marker = tmp_path / "died"
+    response = httpx.post(f"{cluster.url}/fragile", params={"die_once": str(marker)}, timeout=20)
+    assert response.status_code == 502
+
+
+# --- traffic -------------------------------------------------------------------------------
 
 
 def test_a_ninety_ten_split_is_served_within_statistical_tolerance(cluster: Cluster) -> None:
@@ -101,7 +196,7 @@ def test_a_ninety_ten_split_is_served_within_statistical_tolerance(cluster: Clus
     assert chi2 < CHI2_DF1_P001, counts
 
 
-def test_traffic_switches_through_the_controller_under_load_fail_no_request(cluster: Cluster) -> None:
+def test_traffic_switches_under_load_fail_no_request(cluster: Cluster) -> None:
     cluster.backend("switch-one", "Named", "one")
     cluster.backend("switch-two", "Named", "two")
     cluster.endpoint("switch", {"switch-one": 1.0})
@@ -130,16 +225,30 @@ def test_traffic_switches_through_the_controller_under_load_fail_no_request(clus
     assert {text for _, text in seen} == {'{"backend":"one"}', '{"backend":"two"}'}
 
 
-def test_a_sleeping_shadow_changes_neither_answers_nor_latency(cluster: Cluster) -> None:
-    cluster.backend("shadowed-v1", "Named", "primary")
-    cluster.backend("shadowed-copy", "Sleeps", max_concurrent_queries=2)
-    cluster.endpoint("shadowed", {"shadowed-v1": 1.0}, shadow={"shadowed-copy": 1.0})
+@pytest.mark.parametrize("shadow_handler", ["Sleeps", "Raises"])
+def test_a_sleeping_or_raising_shadow_changes_neither_answers_nor_latency(cluster: Cluster, shadow_handler: str) -> None:
+    name = f"shadowed-{shadow_handler.lower()}"
+    cluster.backend(f"{name}-v1", "Named", "primary")
+    cluster.backend(f"{name}-copy", shadow_handler, cap=2)
+    cluster.endpoint(name, {f"{name}-v1": 1.0}, shadow={f"{name}-copy": 1.0})
     latencies, answers = [], []
     with httpx.Client(base_url=cluster.url, timeout=10) as client:
         for _ in range(20):
             started = time.monotonic()
-            response = client.get("/shadowed?s=3")
+            response = client.get(f"/{name}?s=3")
             latencies.append(time.monotonic() - started)
             answers.append((response.status_code, response.json()))
     assert answers == [(200, {"backend": "primary"})] * 20
+    # A shadow copy sleeps 3 s; the primary never waits for it.
     assert max(latencies) < 1.5
+
+
+def test_the_proxy_reports_backend_load_to_the_controller(cluster: Cluster) -> None:
+    cluster.backend("reported-v1", "Named", "reported")
+    cluster.endpoint("reported", {"reported-v1": 1.0})
+
+    def reported() -> bool:
+        loads = ray.get(cluster.client.handle.get_load.remote(), timeout=10)
+        return any("reported-v1" in per_proxy for per_proxy in loads.values())
+
+    assert eventually(reported, 10)

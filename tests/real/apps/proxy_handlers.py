@@ -50,12 +50,20 @@ class Sleeps:
 
 
 class Mortal:
-    """Exits its process on ?die=1 when built mortal: a replica dying mid-request."""
+    """A replica dying mid-request.
 
-    def __init__(self, mortal: bool) -> None:
-        self._mortal = mortal
+    `?die=1` kills every replica it reaches; `?die_once=PATH` kills only the
+    first one to create PATH, so a retry on another replica survives.
+    """
 
     async def __call__(self, request: Request) -> str:
-        if self._mortal and request.query_params.get("die") == "1":
+        if request.query_params.get("die") == "1":
             os._exit(1)
-        return "survivor" if not self._mortal else "mortal"
+        marker = request.query_params.get("die_once")
+        if marker:
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return "survivor"
+            os._exit(1)
+        return "alive"
