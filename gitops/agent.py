@@ -172,13 +172,25 @@ class Agent:
                 wake.clear()
                 triggers, self._triggers = self._triggers, set()
                 if not self._suspended:
-                    await self.tick(full=bool(triggers & _FULL))
+                    await self._guarded_tick(full=bool(triggers & _FULL))
         finally:
             for timer in timers:
                 timer.cancel()
             if watcher is not None:
                 watcher.stop()
             self._wake = None
+
+    async def _guarded_tick(self, full: bool) -> None:
+        """A tick that cannot end the loop: an unexpected error is shown and
+        counted, and the next tick starts from scratch (level-triggered)."""
+        started = time.monotonic()
+        try:
+            await self.tick(full=full)
+        except Exception as error:  # noqa: BLE001 — the loop must outlive any one tick
+            self._controller_error = f"reconcile error: {type(error).__name__}: {error}"
+            self.metrics.reconcile_finished("failure", time.monotonic() - started)
+            self._console(f"{_now()} error: {self._controller_error}")
+            self._publish_status()
 
     async def _every(self, interval_s: float, trigger: Trigger, jitter: float) -> None:
         while True:
@@ -290,6 +302,7 @@ class Agent:
         except Exception as error:  # noqa: BLE001 — reported in status, retried next tick
             self._controller_error = f"controller unavailable: {error}"
             return
+        self._controller_error = None
         self.metrics.cluster_observed(self._cluster)
         self.metrics.goals_pending(int(self._cluster.get("goals_pending", 0)))
 
@@ -318,9 +331,10 @@ class Agent:
     def _finish(self, entry: HistoryEntry | None, duration_s: float) -> None:
         """Status, metrics and the console line: once per tick."""
         if entry is not None:
-            result = "noop" if entry.result is Outcome.NOOP else "success" if entry.result.ok else "failure"
-            self.metrics.reconcile_finished(result, duration_s)
             self._console(_console_line(entry, duration_s))
+            # A superseded apply is neither: the next tick reconciles the newer commit.
+            if entry.result is not Outcome.SUPERSEDED:
+                self.metrics.reconcile_finished(_METRIC_RESULT[entry.result], duration_s)
         elif self._git_error or self._controller_error:
             self.metrics.reconcile_finished("failure", duration_s)
             self._console(f"{_now()} error: {self._git_error or self._controller_error}")
@@ -340,6 +354,14 @@ class Agent:
             return
         self._source.prune_exports(self._exports_in_use)
         self._exports_in_use = None
+
+
+_METRIC_RESULT = {
+    Outcome.APPLIED: "success",
+    Outcome.NOOP: "noop",
+    Outcome.INVALID: "failure",
+    Outcome.FAILED: "failure",
+}
 
 
 def _worth_recording(entry: HistoryEntry, last: HistoryEntry | None) -> bool:

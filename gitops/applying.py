@@ -215,7 +215,10 @@ class _Run:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ApplyError(f"{describe(action)}: not done after {self._deadlines.for_kind(action.kind):g} s")
-            result = await self._client.wait_for_goal(goal_id, min(remaining, _WAIT_STEP_S))
+            try:
+                result = await self._client.wait_for_goal(goal_id, min(remaining, _WAIT_STEP_S))
+            except Exception as error:  # noqa: BLE001 — e.g. the controller died mid-wait
+                raise ApplyError(f"{describe(action)}: lost the controller while waiting: {_reason(error)}") from None
             if result.state is not GoalState.PENDING:
                 break
             await self._check_superseded()

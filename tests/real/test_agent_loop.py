@@ -338,3 +338,47 @@ def test_suspended_agent_applies_nothing_until_resumed(spec_repo, tmp_path) -> N
             await asyncio.gather(runner, return_exceptions=True)
 
     asyncio.run(scenario())
+
+
+def test_unreachable_controller_is_reported_and_the_next_tick_recovers(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller)
+
+    async def unreachable() -> Any:
+        raise ConnectionError("controller actor is restarting")
+
+    controller.get_state = controller.get_status = unreachable
+    assert tick(agent) is None
+    status = agent.status()
+    assert status.status.value == "Failed" and "controller actor is restarting" in status.errors[0]
+    del controller.get_state, controller.get_status  # back to the class's methods
+    assert tick(agent).result is Outcome.APPLIED
+    assert agent.status().status.value == "Synced"
+
+
+def test_an_unexpected_error_in_a_tick_does_not_end_the_loop(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller, watch=False)
+    calls = []
+
+    def flaky_plan(desired: ServingState, actual: ServingState):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("planner bug")
+        return plan(desired, actual)
+
+    agent._plan = flaky_plan
+
+    async def scenario() -> None:
+        runner = asyncio.ensure_future(agent.run())
+        try:
+            await until(lambda: calls)
+            await asyncio.sleep(0.05)
+            assert "planner bug" in agent.status().errors[0]
+            agent.notify(Trigger.SYNC)
+            await until(lambda: "echo" in controller.state.endpoints)
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+
+    asyncio.run(scenario())
