@@ -166,6 +166,19 @@ def test_a_timed_out_request_is_504_and_stops_running_on_the_replica(cluster: Cl
     assert eventually(lambda: ray.get(replica.num_ongoing.remote(), timeout=10) == 0, 10)
 
 
+def test_timed_out_requests_coalesced_into_one_call_are_all_504_and_stop_on_the_replica(cluster: Cluster) -> None:
+    cluster.backend("slowbatch-v1", "Sleeps")
+    cluster.endpoint("slowbatch", {"slowbatch-v1": 1.0}, timeout_s=0.5)
+
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(base_url=cluster.url, timeout=10) as client:
+            return [r.status_code for r in await asyncio.gather(*(client.get("/slowbatch?s=20") for _ in range(8)))]
+
+    assert run(burst()) == [504] * 8
+    [replica] = cluster.replica_handles("slowbatch-v1")
+    assert eventually(lambda: ray.get(replica.num_ongoing.remote(), timeout=10) == 0, 10)
+
+
 def test_a_get_whose_replica_died_is_retried_on_another(cluster: Cluster, tmp_path: Path) -> None:
     cluster.backend("mortal-v1", "Mortal", replicas=2)
     cluster.endpoint("mortal", {"mortal-v1": 1.0})
