@@ -50,9 +50,10 @@ _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
 def run_wrk(url: str, duration_s: int, connections: int) -> dict[str, float]:
-    subprocess.run(["wrk", "-t2", f"-c{connections}", "-d2s", url], capture_output=True, check=True)
+    threads = f"-t{min(2, connections)}"  # wrk needs a connection per thread
+    subprocess.run(["wrk", threads, f"-c{connections}", "-d2s", url], capture_output=True, check=True)
     done = subprocess.run(
-        ["wrk", "-t2", f"-c{connections}", f"-d{duration_s}s", "--latency", url],
+        ["wrk", threads, f"-c{connections}", f"-d{duration_s}s", "--latency", url],
         capture_output=True, text=True, check=True,
     )
     return parse_wrk(done.stdout)
