@@ -21,6 +21,7 @@ import asyncio
 import enum
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import git
@@ -75,6 +76,8 @@ class AgentSettings:
     interval_s: float = 30.0
     resync_interval_s: float = 60.0
     watch: bool = True  # the ref watch, for a local repository
+    # Where a suspension is remembered, so a restart does not silently resume.
+    suspend_marker: Path | None = None
     deadlines: Deadlines = field(default_factory=Deadlines)
 
 
@@ -103,7 +106,8 @@ class Agent:
         self._triggers: set[Trigger] = set()
         self._wakes = 0  # bumped by every wake-up; lets an apply notice news
         self._wakes_seen = 0
-        self._suspended = False
+        marker = settings.suspend_marker
+        self._suspended = marker is not None and marker.exists()
         self._watched: Revision | None = None
         self._applying: Revision | None = None
         self._progress = ""
@@ -124,10 +128,15 @@ class Agent:
 
     def suspend(self) -> None:
         self._suspended = True
+        if self._settings.suspend_marker is not None:
+            self._settings.suspend_marker.parent.mkdir(parents=True, exist_ok=True)
+            self._settings.suspend_marker.touch()
         self._publish_status()
 
     def resume(self) -> None:
         self._suspended = False
+        if self._settings.suspend_marker is not None:
+            self._settings.suspend_marker.unlink(missing_ok=True)
         self.notify(Trigger.SYNC)
 
     @property

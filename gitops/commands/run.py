@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import logging
 import signal
 import socket
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 from gitops.errors import UserError
+from gitops.logs import LogFormat, configure_logging
 
 __all__ = ["run_command", "bind_admin_socket", "console_printer"]
 
@@ -113,7 +113,10 @@ async def _serve(
         plan=planning.plan,
         metrics=metrics,
         settings=AgentSettings(
-            spec_path=args.path, interval_s=args.interval, resync_interval_s=args.resync_interval
+            spec_path=args.path,
+            interval_s=args.interval,
+            resync_interval_s=args.resync_interval,
+            suspend_marker=Path(args.state_dir) / "suspended",
         ),
         console=console,
     )
@@ -126,6 +129,8 @@ async def _serve(
         webhook=guard,
     )
     server = admin.server(app, args.admin_host, args.admin_port)
+    if agent.suspended:
+        console("gitops: reconciliation is suspended (since before this start); `gitops resume` resumes it")
     reconciling = asyncio.create_task(agent.run())
     serving = asyncio.create_task(server.serve(sockets=[admin_socket]))
     stopping = asyncio.create_task(stop.wait())
@@ -162,13 +167,17 @@ def bind_admin_socket(host: str, port: int) -> socket.socket:
 
 
 def console_printer(log_format: str) -> Callable[[str], None]:
-    """One line per event on stdout: plain text, or JSON objects for log shippers."""
+    """One line per event: plain text on stdout, or JSON log events on stderr.
+
+    Other libraries' warnings and errors go through the same formatter.
+    """
+    configure_logging(log_format, level=logging.WARNING)
+    if log_format == LogFormat.JSON:
+        log = logging.getLogger("gitops.agent")
+        log.setLevel(logging.INFO)
+        return log.info
 
     def text(line: str) -> None:
         print(line, flush=True)
 
-    def as_json(line: str) -> None:
-        event = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "msg": line}
-        print(json.dumps(event), flush=True)
-
-    return as_json if log_format == "json" else text
+    return text

@@ -382,3 +382,27 @@ def test_an_unexpected_error_in_a_tick_does_not_end_the_loop(spec_repo, tmp_path
             await asyncio.gather(runner, return_exceptions=True)
 
     asyncio.run(scenario())
+
+
+def test_suspension_survives_a_restart_of_the_agent(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    marker = tmp_path / "state" / "suspended"
+    make_agent(spec_repo, tmp_path, controller, suspend_marker=marker).suspend()
+    restarted = make_agent(spec_repo, tmp_path, controller, suspend_marker=marker)
+    assert restarted.suspended and restarted.status().status.value == "Suspended"
+    restarted.resume()
+    assert not make_agent(spec_repo, tmp_path, controller, suspend_marker=marker).suspended
+
+
+def test_code_exports_no_backend_uses_are_removed(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller)
+    tick(agent)
+    first = Path(controller.state.backends["v1"].working_dir)
+    spec_repo.write("deployments/apps/echo.py", APP + "\n# new code\n")
+    spec_repo.commit("new code")
+    tick(agent)
+    second = Path(controller.state.backends["v1"].working_dir)
+    assert first != second and first.exists()  # kept one tick: the rollout may still need it
+    tick(agent)
+    assert not first.exists() and second.exists()
