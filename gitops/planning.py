@@ -12,8 +12,9 @@ that keep every intermediate state safe (`gitops.simulating.unsafe_reasons`):
    name exists, at its new version and size, before traffic moves to it.
 2. Create and update endpoints (route, methods, traffic, shadow), by name.
    Route handoff: an endpoint that takes a route another endpoint still
-   holds waits (for the next pass by name) until that endpoint has moved away; if the holder is being
-   removed, its delete comes forward to just before the taker. Routes that
+   holds waits (for the next pass by name) until that endpoint has moved
+   away; if the holder is being removed, its delete comes forward to just
+   before the taker. Routes that
    move in a cycle (a swap) cannot be handed over one call at a time
    without a duplicate route, so the first endpoint of the cycle (by name)
    is deleted and recreated: its old and new routes answer 404 for the
@@ -23,7 +24,8 @@ that keep every intermediate state safe (`gitops.simulating.unsafe_reasons`):
    zero replicas while some endpoint still sends it positive traffic is
    updated only now, after the endpoints have moved that traffic away.
    Doing it in step 1 would leave an endpoint routing to a backend with no
-   replicas. (Shadow and zero-weight references do not defer: shadow
+   replicas. The whole update waits, not just the scale-down: splitting it
+   would roll out a new version only to stop it a moment later. (Shadow and zero-weight references do not defer: shadow
    copies are fire-and-forget and can never fail the primary request.)
 5. Delete backends that left git, by name; by now no endpoint names them,
    not even as shadow.
