@@ -15,6 +15,7 @@ are reported through one `Recorder`, the single place metrics hook in.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import random
 import time
@@ -41,7 +42,7 @@ _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 _JSON = [(b"content-type", b"application/json")]
 
 
-class ShadowResult:
+class ShadowResult(enum.StrEnum):
     """Values of the `result` label of gitops_shadow_requests_total."""
 
     OK = "ok"
@@ -52,14 +53,14 @@ class ShadowResult:
 class Recorder(Protocol):
     def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None: ...
 
-    def shadow_done(self, endpoint: str, backend: str, result: str) -> None: ...
+    def shadow_done(self, endpoint: str, backend: str, result: ShadowResult) -> None: ...
 
 
 class NullRecorder:
     def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None:
         pass
 
-    def shadow_done(self, endpoint: str, backend: str, result: str) -> None:
+    def shadow_done(self, endpoint: str, backend: str, result: ShadowResult) -> None:
         pass
 
 
@@ -149,7 +150,7 @@ class ProxyApp:
 
     async def _call_with_retry(self, pool: ReplicaPool, request: WireRequest, deadline: asyncio.Timeout) -> WireResponse:
         attempts = 2 if request[0] in _IDEMPOTENT else 1
-        for attempt in range(attempts):
+        for _ in range(attempts):
             slot = await self._acquire(pool)
             try:
                 return await self._caller.call(slot.handle, request, _remaining(deadline))

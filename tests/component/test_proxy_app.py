@@ -50,7 +50,7 @@ class Recorded:
     def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None:
         self.requests.append((endpoint, backend, code))
 
-    def shadow_done(self, endpoint: str, backend: str, result: str) -> None:
+    def shadow_done(self, endpoint: str, backend: str, result: ShadowResult) -> None:
         self.shadows.append((endpoint, backend, result))
 
 
