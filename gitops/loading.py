@@ -84,11 +84,14 @@ class _LRU:
 
 _documents = _LRU(_CACHE_SIZE)
 _results = _LRU(_CACHE_SIZE)
+# A commit never changes, so its result is final: re-loading it skips hashing.
+_by_identity = _LRU(_CACHE_SIZE)
 
 
 def clear_cache() -> None:
     _documents.clear()
     _results.clear()
+    _by_identity.clear()
 
 
 # --- public entry points ------------------------------------------------------
@@ -96,12 +99,19 @@ def clear_cache() -> None:
 
 def load_tree(tree: Tree, spec_path: str = "deployments") -> LoadResult:
     spec_path = spec_path.strip("/")
+    key = None if tree.identity is None else (tree.identity, spec_path)
+    cached = None if key is None else _by_identity.get(key)
+    if isinstance(cached, LoadResult):
+        return cached
     try:
-        return _load(tree, spec_path)
+        result = _load(tree, spec_path)
     except (OSError, KeyError) as error:
         # An unreadable file (permissions, a dangling link) is reported, not raised.
         unreadable = SpecError(spec_path or ".", 1, 1, f"cannot read the spec tree: {error}")
         return LoadResult(None, (unreadable,))
+    if key is not None:
+        _by_identity.put(key, result)
+    return result
 
 
 def _load(tree: Tree, spec_path: str) -> LoadResult:

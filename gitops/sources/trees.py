@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Iterator, Mapping, Protocol
+from typing import Hashable, Iterator, Mapping, Protocol
 
 import git
 import gitdb.exc
@@ -62,6 +62,11 @@ class Tree(Protocol):
         """The git object hash of the blob or tree at `path` ("" = root), None if missing."""
         ...
 
+    @property
+    def identity(self) -> Hashable | None:
+        """Names content that can never change (a commit), or None (a directory)."""
+        ...
+
 
 def _clean(path: str) -> str:
     return "/".join(part for part in path.split("/") if part not in ("", "."))
@@ -78,6 +83,10 @@ class CommitTree:
         self.sha = resolve_revision(self.repo, rev)
         self._root = self.repo.commit(self.sha).tree
         self._objects: dict[str, git.Tree | git.Blob | None] = {}
+
+    @property
+    def identity(self) -> Hashable:
+        return (self.repo.git_dir, self.sha)
 
     def _object(self, path: str) -> git.Tree | git.Blob | None:
         path = _clean(path)
@@ -173,6 +182,8 @@ def _tree_hash(entries: list[tuple[str, str, str]]) -> str:
 
 class _HashingTree:
     """Shared hashing for trees that list entries themselves; hashes are memoised."""
+
+    identity: Hashable | None = None
 
     def __init__(self) -> None:
         self._hashes: dict[str, str | None] = {}
