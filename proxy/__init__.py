@@ -1,1 +1,13 @@
-"""ray-gitops data plane: the HTTP proxy actor, one per Ray node."""
+"""ray-gitops data plane: the HTTP proxy actor, one per Ray node.
+
+Map (layers import only downward):
+- pure: `routing` (longest-prefix match, 405), `choosing` (weighted backend,
+  shadow sampling, power-of-two replica, queue admission), `settings`,
+  `wire` (proxy <-> replica tuples, shared with controller.replica);
+- state without I/O: `replicas` (per-backend pools, wait queue), `config`
+  (the immutable snapshot), `subscriptions` (long-poll payloads -> snapshot),
+  `coalescing` (batching calls per replica over an injected transport);
+- request path: `calling` (the caller seam and its errors), `app` (ASGI);
+- Ray shell: `raycalls`, `controller_link`, `longpoll_client`,
+  `load_reporting`, `actor` (uvicorn inside the Ray actor).
+"""
