@@ -11,10 +11,9 @@ loop) is `server`. Must not: reconcile or touch git; it only asks the agent.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 import uvicorn
 from starlette.applications import Starlette
@@ -24,6 +23,7 @@ from starlette.routing import Route
 
 from gitops.history import HistoryEntry
 from gitops.status import AgentStatus
+from gitops.statuspage import render_page
 from gitops.webhooks import MAX_BODY_BYTES, SIGNATURE_HEADER, RateLimiter, Verdict, verify
 
 __all__ = ["AdminTarget", "WebhookGuard", "build_app", "server"]
@@ -113,9 +113,10 @@ def build_app(
         Route("/resume", do_resume, methods=["POST"]),
         Route("/hooks/git", hook, methods=["POST"]),
     ]
-    page = _status_page()
-    if page is not None:
-        routes.append(Route("/", page))
+    async def status_page(request: Request) -> Response:
+        return HTMLResponse(render_page())
+
+    routes.append(Route("/", status_page))
     return Starlette(routes=routes)
 
 
@@ -155,19 +156,6 @@ async def _read_limited(request: Request, limit: int) -> bytes | None:
 
 def _error(code: int, message: str, headers: dict[str, str] | None = None) -> Response:
     return JSONResponse({"error": message}, status_code=code, headers=headers)
-
-
-def _status_page() -> Callable[[Request], Any] | None:
-    """GET / — the HTML status page, when `gitops.statuspage` is installed."""
-    try:
-        render_page = importlib.import_module("gitops.statuspage").render_page
-    except (ImportError, AttributeError):
-        return None
-
-    async def page(request: Request) -> Response:
-        return HTMLResponse(render_page())
-
-    return page
 
 
 class _Server(uvicorn.Server):

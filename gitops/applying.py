@@ -28,6 +28,7 @@ from gitops.plans import Action, ActionKind, Plan
 __all__ = ["Deadlines", "ApplyOutcome", "ApplyResult", "ApplyError", "apply", "describe"]
 
 _WAIT_STEP_S = 0.5  # how often a long goal wait looks up to check for a newer commit
+_SLOW_GOAL_S = 2.0  # backend goals slower than this are reported as progress when met
 
 
 @dataclass(frozen=True)
@@ -222,8 +223,12 @@ class _Run:
             if result.state is not GoalState.PENDING:
                 break
             await self._check_superseded()
-        self._on_goal(action.kind.value, time.monotonic() - started)
-        return _settled(action, result)
+        elapsed = time.monotonic() - started
+        self._on_goal(action.kind.value, elapsed)
+        settled = _settled(action, result)
+        if action.kind.is_backend and elapsed >= _SLOW_GOAL_S:
+            self._on_progress(f"{describe(action)}: done in {elapsed:.1f} s")
+        return settled
 
     async def _check_superseded(self) -> None:
         if self._superseded is not None and await self._superseded():
