@@ -1,8 +1,8 @@
 """The agent's admin HTTP API: status, history, metrics, verbs and the webhook.
 
 Owns the routes of PRODUCT.md "Agent admin API" and how they map onto the
-agent: `GET /status`, `GET /history`, `GET /metrics`, `GET /healthz`,
-`POST /sync`, `/suspend`, `/resume`, and `POST /hooks/git`, which only
+agent: `GET /` (the status page), `GET /status`, `GET /history`,
+`GET /metrics`, `GET /healthz`, `POST /sync`, `/suspend`, `/resume`, and `POST /hooks/git`, which only
 wakes the agent to fetch (the payload is never read for specs) and only
 with a valid GitHub-style signature. Serving (uvicorn on the agent's event
 loop) is `server`. Must not: reconcile or touch git; it only asks the agent.
