@@ -37,7 +37,7 @@ from controller.endpoint_state import EndpointState, check_backend_deletable
 from controller.goals import GoalKind, GoalTable
 from controller.judging import fingerprint, judge
 from controller.longpoll import ANONYMOUS, LongPollHost
-from controller.ray_adapter import RayAdapter
+from controller.ray_adapter import ProxySpec, RayAdapter
 
 __all__ = ["ControllerActor", "ControllerOptions"]
 
@@ -52,6 +52,8 @@ class ControllerOptions:
     proxy_class: str | None = "proxy.actor:ProxyActor"
     proxy_host: str = "127.0.0.1"
     proxy_port: int = 8000
+    # Passed to each proxy as `metrics_port` when its class takes that argument.
+    proxy_metrics_port: int | None = None
     proxy_check_s: float = 1.0
     longpoll_timeout_s: float = 30.0
     startup_timeout_s: float = 60.0
@@ -202,9 +204,9 @@ class ControllerActor:
             self._adapter.refresh_nodes()
             return
         try:
-            gone = self._adapter.reconcile_proxies(
-                opts.proxy_class, self._name, opts.proxy_host, opts.proxy_port, now
-            )
+            spec = ProxySpec(opts.proxy_class, self._name, opts.proxy_host, opts.proxy_port,
+                             opts.proxy_metrics_port)
+            gone = self._adapter.reconcile_proxies(spec, now)
         except Exception:
             self._errors["proxies"] += 1
             logger.exception("proxy reconciliation failed")

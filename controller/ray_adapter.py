@@ -12,6 +12,7 @@ stores its outcome in a dict when it finishes, and the next tick reads it.
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import time
 from concurrent.futures import Future
@@ -36,7 +37,7 @@ from controller.backend_state import (
 from controller.configs import BackendConfig
 from controller.replica import Replica
 
-__all__ = ["RayAdapter", "PROXY_PREFIX", "proxy_actor_name", "error_text"]
+__all__ = ["RayAdapter", "ProxySpec", "PROXY_PREFIX", "proxy_actor_name", "error_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,17 @@ def _outcome(future: Future) -> Probe:
 class _Call:
     future: Future
     started: float
+
+
+@dataclass(frozen=True)
+class ProxySpec:
+    """How every node's proxy is started."""
+
+    proxy_class: str  # "module:Class"
+    controller_name: str
+    host: str
+    port: int
+    metrics_port: int | None = None
 
 
 @dataclass
@@ -276,10 +288,7 @@ class RayAdapter:
 
     # --- proxies --------------------------------------------------------------
 
-    def reconcile_proxies(
-        self, proxy_class: str, controller_name: str, host: str, port: int, now: float,
-        ping_period_s: float = 2.0,
-    ) -> list[str]:
+    def reconcile_proxies(self, spec: "ProxySpec", now: float, ping_period_s: float = 2.0) -> list[str]:
         """One proxy per alive node: start missing, replace dead, drop removed.
 
         Returns the node ids whose proxy went away (their acks are forgotten).
@@ -291,7 +300,7 @@ class RayAdapter:
         for node in alive:
             record = self.proxies.get(node)
             if record is None:
-                self.proxies[node] = self._start_proxy(proxy_class, controller_name, node, host, port)
+                self.proxies[node] = self._start_proxy(spec, node)
                 continue
             self._watch_proxy(record, node, now, ping_period_s)
             if record.state == "dead":
@@ -312,10 +321,9 @@ class RayAdapter:
             record.last_ping = now
             record.ready = _call(record.handle.ready.remote())
 
-    def _start_proxy(
-        self, proxy_class: str, controller_name: str, node_id: str, host: str, port: int
-    ) -> ProxyRecord:
-        cls = ray.remote(_load_class(proxy_class)).options(
+    def _start_proxy(self, spec: "ProxySpec", node_id: str) -> ProxyRecord:
+        proxy_class = _load_class(spec.proxy_class)
+        cls = ray.remote(proxy_class).options(
             name=proxy_actor_name(node_id),
             namespace=self.namespace,
             lifetime="detached",
@@ -325,7 +333,10 @@ class RayAdapter:
             max_concurrency=_REPLICA_CONCURRENCY,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
         )
-        handle = cls.remote(controller_name, self.namespace, node_id, host, port)
+        extra = {}
+        if spec.metrics_port is not None and _accepts(proxy_class, "metrics_port"):
+            extra["metrics_port"] = spec.metrics_port
+        handle = cls.remote(spec.controller_name, self.namespace, node_id, spec.host, spec.port, **extra)
         return ProxyRecord(node_id, proxy_actor_name(node_id), handle, _call(handle.ready.remote()))
 
     def _kill_proxy(self, node_id: str) -> None:
@@ -385,6 +396,11 @@ def _named_actors(namespace: str) -> list[str]:
             if item.get("namespace") == namespace:
                 names.append(item["name"])
     return names
+
+
+def _accepts(cls: Any, parameter: str) -> bool:
+    # The proxy grows options over time; pass only what this proxy class takes.
+    return parameter in inspect.signature(cls.__init__).parameters
 
 
 def _load_class(path: str) -> Any:
