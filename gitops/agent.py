@@ -28,7 +28,7 @@ import git
 
 from controller.api import GoalAPI
 from controller.configs import ServingState
-from gitops.applying import ApplyOutcome, Deadlines, apply
+from gitops.applying import Deadlines, apply
 from gitops.history import History, HistoryEntry, Outcome
 from gitops.metrics import AgentMetrics
 from gitops.plans import Plan
@@ -282,13 +282,8 @@ class Agent:
             )
         finally:
             self._applying, self._progress = None, ""
-        outcome = {
-            ApplyOutcome.APPLIED: Outcome.APPLIED,
-            ApplyOutcome.FAILED: Outcome.FAILED,
-            ApplyOutcome.SUPERSEDED: Outcome.SUPERSEDED,
-        }[result.outcome]
         errors = (result.error,) if result.error else ()
-        return self._record(revision, started, outcome, plan=plan, errors=errors)
+        return self._record(revision, started, Outcome(result.outcome.value), plan=plan, errors=errors)
 
     async def _superseded(self, applying: Revision) -> bool:
         """Newest commit wins: has the branch moved since this apply began?"""
@@ -340,7 +335,8 @@ class Agent:
     def _finish(self, entry: HistoryEntry | None, duration_s: float) -> None:
         """Status, metrics and the console line: once per tick."""
         if entry is not None:
-            self._console(_console_line(entry, duration_s))
+            if entry.id is not None:  # recorded: new commit, change made or new failure
+                self._console(_console_line(entry, duration_s))
             # A superseded apply is neither: the next tick reconciles the newer commit.
             if entry.result is not Outcome.SUPERSEDED:
                 self.metrics.reconcile_finished(_METRIC_RESULT[entry.result], duration_s)

@@ -46,6 +46,7 @@ class FakeController:
         self.state = ServingState()
         self.calls: list[tuple[str, str]] = []
         self.stuck: set[str] = set()
+        self.failing: dict[str, str] = {}  # backend -> the replica's error
         self._goals: dict[str, str] = {}
 
     def _goal(self, verb: str, name: str) -> str:
@@ -79,6 +80,8 @@ class FakeController:
         return self._goal("delete_endpoint", name)
 
     async def wait_for_goal(self, goal_id: str, timeout_s: float) -> GoalResult:
+        if self._goals[goal_id] in self.failing:
+            return GoalResult(goal_id=goal_id, state=GoalState.FAILED, reason=self.failing[self._goals[goal_id]])
         if self._goals[goal_id] in self.stuck:
             await asyncio.sleep(timeout_s)
             return GoalResult(goal_id=goal_id, state=GoalState.PENDING)
@@ -406,3 +409,19 @@ def test_code_exports_no_backend_uses_are_removed(spec_repo, tmp_path) -> None:
     assert first != second and first.exists()  # kept one tick: the rollout may still need it
     tick(agent)
     assert not first.exists() and second.exists()
+
+
+def test_failed_rollout_is_recorded_with_the_replicas_error_and_traffic_stays(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller)
+    tick(agent)
+    controller.failing["v3"] = "ImportError: cannot import name 'Echo3'"
+    spec_repo.write("deployments/echo.toml", spec({"v3": 1.0}, backends=("v1", "v3")))
+    failed = spec_repo.commit("move traffic to v3, which cannot start")
+    entry = tick(agent, full=False)
+    assert entry.result is Outcome.FAILED
+    assert entry.errors == ("create backend v3: ImportError: cannot import name 'Echo3'",)
+    assert controller.state.endpoints["echo"].traffic == {"v1": 1.0}
+    status = agent.status()
+    assert (status.status.value, status.last_attempted_revision) == ("Failed", failed)
+    assert status.last_applied_revision != failed
