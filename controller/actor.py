@@ -82,12 +82,14 @@ class ControllerOptions:
 
 class ControllerActor:
     def __init__(self, namespace: str, options: dict[str, Any] | None = None,
-                 controller_name: str = CONTROLLER_NAME) -> None:
+                 controller_name: str = CONTROLLER_NAME, *,
+                 storage: Storage | None = None, adapter: Any = None) -> None:
+        """`storage` and `adapter` default to Ray's KV and Ray; tests pass fakes."""
         self._namespace = namespace
         self._name = controller_name
         self._options = ControllerOptions.from_dict(options)
-        self._storage: Storage = RayKVStorage(namespace)
-        self._adapter = RayAdapter(namespace)
+        self._storage: Storage = storage or RayKVStorage(namespace)
+        self._adapter = adapter or RayAdapter(namespace)
         self._longpoll = LongPollHost()
         self._errors: Counter = Counter()
         self._loads: dict[str, dict[str, tuple[int, int]]] = {}
