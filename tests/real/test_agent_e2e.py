@@ -386,3 +386,26 @@ def test_agent_killed_mid_apply_converges_after_restart_without_duplicates(
         assert results.count(Outcome.APPLIED) == 1
     finally:
         second.stop()
+
+
+def test_code_that_cannot_start_fails_the_apply_and_the_old_version_keeps_serving(
+    specs, tmp_path, empty_cluster
+) -> None:
+    client, url, _ = empty_cluster
+    running = RunningAgent(make_agent(specs.repo, tmp_path / "state", client))
+    try:
+        wait_for(lambda: applied(running.agent, specs.repo.head()), what="first apply")
+        requests = RequestLoop(f"{url}/echo")
+        specs.repo.write("deployments/apps/echo.py", APP.format(code="two").replace(
+            "self.label = label", "raise RuntimeError('model file missing')"))
+        broken = specs.repo.commit("constructor raises")
+        entry = wait_for(lambda: next((e for e in running.agent.history(3) if e.commit == broken), None),
+                         what="broken rollout recorded")
+        codes = requests.stop()
+        assert entry.result is Outcome.FAILED
+        assert entry.errors[0].startswith(f"update backend {specs.name('v1')} (rolling restart): ")
+        assert "model file missing" in entry.errors[0]
+        assert set(codes) == {200} and {b["code"] for b in requests.bodies} == {"one"}
+        assert running.agent.status().status.value == "Failed"
+    finally:
+        running.stop()
