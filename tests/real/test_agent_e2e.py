@@ -193,7 +193,9 @@ class RequestLoop:
         return self.codes
 
 
-def make_agent(repo, state_dir: Path, client, *, watch: bool = True, interval_s: float = 30.0) -> Agent:
+def make_agent(
+    repo, state_dir: Path, client, *, watch: bool = True, interval_s: float = 30.0, resync_s: float = 60.0
+) -> Agent:
     return Agent(
         GitSource(str(repo.root), None, state_dir),
         client,
@@ -201,7 +203,7 @@ def make_agent(repo, state_dir: Path, client, *, watch: bool = True, interval_s:
         load=lambda r, rev, path: load_tree(CommitTree(r, rev), path),
         plan=planning.plan,
         metrics=AgentMetrics(),
-        settings=AgentSettings(interval_s=interval_s, resync_interval_s=60.0, watch=watch,
+        settings=AgentSettings(interval_s=interval_s, resync_interval_s=resync_s, watch=watch,
                                deadlines=Deadlines(backend_s=60.0, endpoint_s=15.0)),
         console=print,  # shown by pytest when a test fails
     )
@@ -407,5 +409,26 @@ def test_code_that_cannot_start_fails_the_apply_and_the_old_version_keeps_servin
         assert "model file missing" in entry.errors[0]
         assert set(codes) == {200} and {b["code"] for b in requests.bodies} == {"one"}
         assert running.agent.status().status.value == "Failed"
+    finally:
+        running.stop()
+
+
+def test_traffic_changed_behind_the_agents_back_is_corrected_and_counted(specs, tmp_path, empty_cluster) -> None:
+    client, url, _ = empty_cluster
+    specs.write({"v1": 1.0})
+    specs.repo.commit("v1 and v2, all traffic to v1")
+    agent = make_agent(specs.repo, tmp_path / "state", client, resync_s=1.0)
+    running = RunningAgent(agent)
+    try:
+        wait_for(lambda: applied(agent, specs.repo.head()), what="first apply")
+
+        async def by_hand() -> None:
+            endpoint = (await client.get_state()).endpoints["echo"]
+            goal = await client.apply_endpoint(endpoint.model_copy(update={"traffic": {specs.name("v2"): 1.0}}))
+            await client.wait_for_goal(goal, 10)
+
+        asyncio.run(by_hand())
+        wait_for(lambda: answer(url)["label"] == "v1", timeout_s=15, what="drift corrected")
+        assert b"gitops_drift_corrections_total 1.0" in agent.metrics.render()
     finally:
         running.stop()
