@@ -93,8 +93,9 @@ class ProxyRecord:
     actor_name: str
     handle: Any
     ready: _Call
-    state: str = "starting"  # starting | running
+    state: str = "starting"  # starting | running | dead
     last_ping: float = 0.0
+    error: str = ""
 
 
 class RayAdapter:
@@ -108,6 +109,9 @@ class RayAdapter:
         self.proxies: dict[str, ProxyRecord] = {}
         self._uploaded: dict[str, str] = {}
         self._dead_nodes: set[str] = set()
+        self._proxy_failures: dict[str, int] = {}
+        self._proxy_retry_at: dict[str, float] = {}
+        self._proxy_errors: dict[str, str] = {}
 
     # --- Observer (read by backend_state.tick) ------------------------------
 
@@ -300,12 +304,19 @@ class RayAdapter:
         for node in alive:
             record = self.proxies.get(node)
             if record is None:
-                self.proxies[node] = self._start_proxy(spec, node)
+                if now >= self._proxy_retry_at.get(node, 0.0):
+                    self.proxies[node] = self._start_proxy(spec, node)
                 continue
             self._watch_proxy(record, node, now, ping_period_s)
             if record.state == "dead":
+                # Back off, so a proxy that cannot start (port taken) is not crash-looped.
+                failures = self._proxy_failures[node] = self._proxy_failures.get(node, 0) + 1
+                self._proxy_retry_at[node] = now + min(0.5 * 2 ** (failures - 1), 30.0)
+                self._proxy_errors[node] = record.error
                 self._kill_proxy(node)
                 gone.append(node)
+            elif record.state == "running":
+                self._proxy_failures.pop(node, None)
         return gone
 
     def _watch_proxy(self, record: ProxyRecord, node: str, now: float, ping_period_s: float) -> None:
@@ -315,6 +326,7 @@ class RayAdapter:
         if probe.status != ProbeStatus.OK:
             logger.warning("proxy on node %s failed: %s", node, probe.error)
             record.state = "dead"
+            record.error = probe.error
             return
         record.state = "running"
         if now - record.last_ping >= ping_period_s:
@@ -323,7 +335,7 @@ class RayAdapter:
 
     def _start_proxy(self, spec: "ProxySpec", node_id: str) -> ProxyRecord:
         proxy_class = _load_class(spec.proxy_class)
-        cls = ray.remote(proxy_class).options(
+        cls = _remote_class(proxy_class).options(
             name=proxy_actor_name(node_id),
             namespace=self.namespace,
             lifetime="detached",
@@ -352,8 +364,18 @@ class RayAdapter:
         every node's proxy holds the change, not just the ones up so far."""
         return [node for node, r in self.proxies.items() if r.state != "dead"]
 
-    def proxy_status(self) -> dict[str, dict[str, str]]:
-        return {node: {"actor_name": r.actor_name, "state": r.state} for node, r in self.proxies.items()}
+    def proxy_status(self) -> dict[str, dict[str, Any]]:
+        """Every node's proxy; a node waiting out a failed start shows "backoff"."""
+        nodes = set(self.proxies) | set(self._proxy_failures)
+        return {
+            node: {
+                "actor_name": proxy_actor_name(node),
+                "state": self.proxies[node].state if node in self.proxies else "backoff",
+                "failures": self._proxy_failures.get(node, 0),
+                "last_error": self._proxy_errors.get(node, ""),
+            }
+            for node in sorted(nodes)
+        }
 
     def begin_proxy_shutdown(self) -> list[Any]:
         """Ask every proxy to stop serving; returns the calls to wait for."""
@@ -374,15 +396,18 @@ class RayAdapter:
             self._kill(name)
 
 
-_REPLICA_CLASS: Any = None
+_ACTOR_CLASSES: dict[Any, Any] = {}
+
+
+def _remote_class(cls: Any) -> Any:
+    # One ActorClass per class: each ray.remote() would export the class again.
+    if cls not in _ACTOR_CLASSES:
+        _ACTOR_CLASSES[cls] = ray.remote(cls)
+    return _ACTOR_CLASSES[cls]
 
 
 def _replica_class() -> Any:
-    # One ActorClass for all replicas: each ray.remote() would export the class again.
-    global _REPLICA_CLASS
-    if _REPLICA_CLASS is None:
-        _REPLICA_CLASS = ray.remote(Replica)
-    return _REPLICA_CLASS
+    return _remote_class(Replica)
 
 
 def _call(ref: Any) -> _Call:

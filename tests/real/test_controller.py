@@ -300,6 +300,27 @@ def test_dead_proxy_is_replaced(proxied, namespace):
     eventually(lambda: _proxy_answers(namespace), 30)
 
 
+def test_proxy_that_cannot_bind_its_port_is_retried_with_backoff_and_reported(namespace):
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    client = start_or_connect(namespace=namespace, proxy_host="127.0.0.1", proxy_port=port,
+                              options={**FAST, "proxy_class": "proxy.actor:ProxyActor"})
+    try:
+        def failing():
+            proxies = run(client.get_status())["proxies"].values()
+            return [p for p in proxies if p["failures"] >= 2]
+
+        [proxy] = eventually(failing, 30)
+        assert str(port) in proxy["last_error"]
+    finally:
+        taken.close()
+        client.shutdown()
+
+
 def _proxy_answers(namespace: str) -> bool:
     try:
         return bool(proxy_address(namespace))
