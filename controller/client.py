@@ -17,6 +17,8 @@ from controller.actor import ControllerActor
 from controller.api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from controller.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
 
+_HEAD_NODE_RESOURCE = "node:__internal_head__"
+
 __all__ = ["ControllerClient", "connect", "start_or_connect"]
 
 
@@ -107,6 +109,9 @@ def start_or_connect(
         lifetime="detached",
         get_if_exists=True,
         num_cpus=0,
+        # On the head node: it lives as long as the cluster, so losing a
+        # worker node never takes the control plane with it.
+        resources={_HEAD_NODE_RESOURCE: 0.001},
         # Restarts rebuild from the checkpoint; every call is idempotent, so
         # retrying one that was in flight when the controller died is safe.
         max_restarts=-1,

@@ -43,5 +43,5 @@ def test_a_replica_on_a_removed_node_is_replaced_on_another_node(observed):
     assert observed["first_goal"] == "met"
     assert observed["replacement_node_differs"] is True
     restarts = observed["restarts"]
-    assert restarts.get("node_lost", 0) + restarts.get("died", 0) >= 1
+    assert restarts.get("node_lost", 0) + restarts.get("died", 0) >= 1, restarts
     assert observed["replica_actors"] == 1
