@@ -218,7 +218,7 @@ class ControllerActor:
 
     def _judge(self, goal: Any) -> Any:
         return judge(goal, self._backends, self._endpoints, self._longpoll,
-                     self._adapter.live_proxies())
+                     self._adapter.live_proxies(), self._adapter.serving_proxies())
 
     # --- long-poll publishing ------------------------------------------------
 

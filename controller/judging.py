@@ -38,8 +38,12 @@ def judge(
     endpoints: EndpointState,
     longpoll: LongPollHost,
     live_proxies: Iterable[str],
+    serving_proxies: Iterable[str] | None = None,
 ) -> Verdict:
+    """`live_proxies`: every node's proxy not known dead; `serving_proxies`:
+    those whose HTTP server answers (all live ones when not given)."""
     proxies = list(live_proxies)
+    serving = set(proxies if serving_proxies is None else serving_proxies)
     if goal.kind == GoalKind.BACKEND_READY:
         return _backend_ready(goal, backends, longpoll, proxies)
     if goal.kind == GoalKind.BACKEND_DELETED:
@@ -52,10 +56,14 @@ def judge(
             return _SUPERSEDED
         keys = [LongPollKey.ROUTES, LongPollKey.endpoint(goal.name)]
         keys += [LongPollKey.replicas(b) for b in sorted(config.backends())]
-        return _MET if _all_acked(longpoll, proxies, keys) else PENDING
+        # Met means every node's proxy serves the change over HTTP, so a
+        # starting proxy holds the goal until its server listens.
+        serves = set(proxies) <= serving
+        return _MET if serves and _all_acked(longpoll, proxies, keys) else PENDING
     if endpoints.get(goal.name) is not None:
         return _SUPERSEDED
-    return _MET if _all_acked(longpoll, proxies, [LongPollKey.ROUTES]) else PENDING
+    serves = set(proxies) <= serving
+    return _MET if serves and _all_acked(longpoll, proxies, [LongPollKey.ROUTES]) else PENDING
 
 
 def _backend_ready(

@@ -359,6 +359,9 @@ class RayAdapter:
             except Exception:
                 pass
 
+    def serving_proxies(self) -> list[str]:
+        return [node for node, r in self.proxies.items() if r.state == "running"]
+
     def live_proxies(self) -> list[str]:
         """Proxies that goals wait for: starting ones too, so a goal met means
         every node's proxy holds the change, not just the ones up so far."""

@@ -136,6 +136,20 @@ def test_endpoint_goal_needs_every_live_proxy_to_acknowledge():
     assert judged(goal_id, table, backends, endpoints, longpoll, ["p1", "p2"]).state == GoalState.MET
 
 
+def test_endpoint_goal_waits_for_a_starting_proxy_to_serve():
+    endpoints, table, longpoll = EndpointState(), GoalTable(), LongPollHost()
+    config = EndpointConfig(name="api", route="/api", traffic={"echo": 1.0})
+    endpoints.apply(config, {"echo"})
+    for key, value in [("routes", "t"), ("endpoint:api", config), ("replicas:echo", "s")]:
+        longpoll.publish(key, value, value)
+    longpoll.record_ack("p1", {k: longpoll.snapshot_id(k) for k in longpoll.keys()})
+    goal_id = table.request(GoalKind.ENDPOINT_ACKED, "api", fingerprint(config), 0.0)
+    table.evaluate(lambda g: judge(g, BackendState(), endpoints, longpoll, ["p1"], []), 0.0)
+    assert table.result(goal_id).state == GoalState.PENDING
+    table.evaluate(lambda g: judge(g, BackendState(), endpoints, longpoll, ["p1"], ["p1"]), 0.0)
+    assert table.result(goal_id).state == GoalState.MET
+
+
 def test_endpoint_goal_with_no_live_proxy_is_met_at_once():
     endpoints, table = EndpointState(), GoalTable()
     config = EndpointConfig(name="api", route="/api", traffic={"echo": 1.0})

@@ -76,6 +76,9 @@ class FakeAdapter:
     def live_proxies(self) -> list[str]:
         return []
 
+    def serving_proxies(self) -> list[str]:
+        return []
+
     def proxy_status(self) -> dict:
         return {}
 
