@@ -41,14 +41,17 @@ def run_command(args: argparse.Namespace) -> int:
 
     embedded = args.ray_address is None
     client = None
+    _sigterm_interrupts()
     try:
         console("gitops: starting Ray" if embedded else f"gitops: joining Ray at {args.ray_address}")
         init_ray(args.ray_address)
+        _sigterm_interrupts()  # ray.init installed its own, which exits at once
         client = _controller(args)
         asyncio.run(_serve(args, source, client, secret, admin_socket, console))
-    except KeyboardInterrupt:
-        pass  # Ctrl-C during start-up: the same clean stop as later
+    except (KeyboardInterrupt, SystemExit):
+        pass  # Ctrl-C or SIGTERM during start-up: the same clean stop as later
     finally:
+        _sigterm_interrupts()  # asyncio.run reset it to the default on exit
         admin_socket.close()
         if embedded:
             # A joined cluster keeps serving without the agent; an embedded
@@ -57,6 +60,16 @@ def run_command(args: argparse.Namespace) -> int:
             shutdown_ray()
     console("gitops: stopped")
     return 0
+
+
+def _sigterm_interrupts() -> None:
+    """SIGTERM outside the event loop (Ray starting or stopping) stops cleanly
+    too, like Ctrl-C, instead of killing the process and orphaning Ray."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _controller(args: argparse.Namespace) -> Any:
