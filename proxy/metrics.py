@@ -14,6 +14,12 @@ on the same host:port, so Prometheus sees the same target whose counters
 restarted from zero: an ordinary process-restart counter reset that
 `rate()`/`increase()` handle, never a second set of series to double count.
 
+Wiring in the proxy actor: given `metrics_port` (the controller passes
+`gitops run --proxy-metrics-port`), create one `ProxyMetrics`, call
+`serve(host, metrics_port)`, hand it to `ProxyApp` as its recorder (it has
+`request_done`/`shadow_done`), call `set_ongoing(backend, n)` wherever the
+per-backend load is sampled, and `close()` on shutdown.
+
 Cost: `request_finished` runs once per request, so the labelled children are
 resolved once per (endpoint, backend, code) and cached; a finished request
 is two dict lookups, one counter increment and one histogram observation.
