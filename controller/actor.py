@@ -168,9 +168,10 @@ class ControllerActor:
         if self._backends.dirty:
             self._save()
         self._maybe_die("after_checkpoint")
+        # Proxies learn a replica is leaving before it starts to drain.
+        self._publish_replicas()
         self._apply(effects)
         self._maybe_die("after_effects")
-        self._publish_replicas()
         self._judge_goals()
 
     def _judge_goals(self) -> None:

@@ -17,6 +17,7 @@ import asyncio
 import importlib
 import inspect
 import sys
+import time
 import traceback
 from typing import Any, Callable
 
@@ -29,6 +30,9 @@ from proxy.wire import (
     to_starlette_request,
     to_wire_response,
 )
+
+# Long enough for every proxy to receive the replica set without this replica.
+_DRAIN_LINGER_S = 1.0
 
 __all__ = ["Replica", "load_callable", "call_handler"]
 
@@ -182,9 +186,15 @@ class Replica:
         await _call_optional(self._handler, "check_health")
 
     async def prepare_for_shutdown(self, timeout_s: float) -> None:
-        """Wait for in-flight requests to finish, at most `timeout_s`."""
+        """Wait for in-flight requests to finish, at most `timeout_s`.
+
+        First linger briefly: proxies may still route a request here until
+        the long poll tells them this replica left, and those must be served.
+        """
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        await asyncio.sleep(min(_DRAIN_LINGER_S, max(timeout_s, 0.0)))
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout=max(timeout_s, 0.0))
+            await asyncio.wait_for(self._idle.wait(), timeout=max(deadline - time.monotonic(), 0.0))
         except asyncio.TimeoutError:
             pass
 

@@ -293,6 +293,31 @@ def test_traffic_keeps_flowing_while_the_controller_is_down(proxied, namespace):
     assert actors(namespace, PROXY_PREFIX) == proxies_before
 
 
+def test_rolling_update_behind_a_proxy_fails_no_request(proxied, namespace):
+    import threading
+
+    met(proxied, run(proxied.apply_backend(backend(replicas=2))))
+    met(proxied, run(proxied.apply_endpoint(EndpointConfig(name="e", route="/e", traffic={"echo": 1.0}))))
+    url = f"http://{proxy_address(namespace)}/e"
+    codes: list[int] = []
+    done = threading.Event()
+
+    def hammer() -> None:
+        with httpx.Client(timeout=10) as http:
+            while not done.is_set():
+                codes.append(http.post(url, content=b"x").status_code)  # POST: never retried
+
+    thread = threading.Thread(target=hammer)
+    thread.start()
+    try:
+        met(proxied, run(proxied.apply_backend(backend(version="v2", replicas=2))))
+        eventually(lambda: len(actors(namespace, REPLICA_PREFIX)) == 2)
+    finally:
+        done.set()
+        thread.join()
+    assert codes and set(codes) == {200}
+
+
 def test_dead_proxy_is_replaced(proxied, namespace):
     [name] = eventually(lambda: actors(namespace, PROXY_PREFIX))
     eventually(lambda: [p["state"] for p in run(proxied.get_status())["proxies"].values()] == ["running"])
