@@ -84,4 +84,12 @@ class GoalAPI(Protocol):
         "endpoints": {name: {"route", "traffic", "shadow"}},
         "proxies": {node_id: {"actor_name", "state"}},
         "goals_pending": int}
+
+        The controller adds (additive, for status and metrics): per backend
+        "deleting", "failures", "unschedulable", "scaling_decisions"; restart
+        reasons startup_failed | startup_timeout | health_check |
+        health_check_timeout | died | node_lost | lost; per proxy "failures",
+        "last_error" and state starting | running | backoff; top level
+        "goal_durations" [{"goal_id", "kind", "name", "state", "duration_s"}]
+        (last 100 finished), "errors" {where: count}, "ticks".
         """
