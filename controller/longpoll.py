@@ -105,8 +105,9 @@ class LongPollHost:
     # --- acknowledgements ---------------------------------------------------
 
     def record_ack(self, proxy_id: str, held: dict[str, int]) -> None:
-        acks = self._acks.setdefault(proxy_id, {})
-        acks.update(held)
+        # Each listen call names the proxy's whole subscription, so it replaces
+        # the last one: a key the proxy dropped is no longer awaited for acks.
+        self._acks[proxy_id] = dict(held)
 
     def forget(self, proxy_id: str) -> None:
         self._acks.pop(proxy_id, None)

@@ -90,3 +90,15 @@ def test_a_proxy_acknowledges_a_snapshot_by_listening_with_its_id():
     asyncio.run(host.listen({key: host.snapshot_id(key)}, "p1", timeout_s=0.01))
     assert host.acked("p1", key)
     assert not host.acked("p2", key)
+
+
+def test_a_key_the_proxy_stopped_listening_to_is_no_longer_counted_as_subscribed():
+    # A backend deleted while routed, then re-created: its goal must not wait for
+    # an ack from a proxy that dropped the key in between.
+    host = host_with(2)
+    both = {key: host.snapshot_id(key) for key in ("endpoint:e0", "endpoint:e1")}
+    host.record_ack("p1", both)
+    assert host.subscribed("p1", "endpoint:e1")
+    host.record_ack("p1", {"endpoint:e0": both["endpoint:e0"]})
+    assert not host.subscribed("p1", "endpoint:e1")
+    assert host.acked("p1", "endpoint:e0")
