@@ -38,8 +38,16 @@ class LogFormat(enum.StrEnum):
 
 
 def event_fields(record: logging.LogRecord) -> dict[str, Any]:
-    """The fields an event was logged with, in the order they were given."""
-    return {key: value for key, value in vars(record).items() if key not in _STANDARD}
+    """The fields an event was logged with, in the order they were given.
+
+    Underscored attributes are left out: libraries add private ones to every
+    record (Ray's log-record factory adds `_ray_timestamp_ns` once imported).
+    """
+    return {
+        key: value
+        for key, value in vars(record).items()
+        if key not in _STANDARD and not key.startswith("_")
+    }
 
 
 def _timestamp(record: logging.LogRecord) -> str:

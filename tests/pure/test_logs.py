@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gitops.logs import configure_logging, with_fields
+from gitops.logs import configure_logging, event_fields, with_fields
 
 
 @pytest.fixture
@@ -88,3 +88,10 @@ def test_events_below_the_level_are_not_written(restore_root_logging) -> None:
     configure_logging("json", "WARNING", stream=stream)
     logging.getLogger("gitops").info("quiet")
     assert stream.getvalue() == ""
+
+
+def test_private_attributes_added_by_libraries_are_not_event_fields() -> None:
+    record = logging.LogRecord("gitops.agent", logging.INFO, __file__, 1, "applied", (), None)
+    record._ray_timestamp_ns = 1  # what Ray's record factory adds
+    record.commit = "abc123"
+    assert event_fields(record) == {"commit": "abc123"}
