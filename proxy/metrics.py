@@ -17,8 +17,8 @@ restarted from zero: an ordinary process-restart counter reset that
 Wiring in the proxy actor: given `metrics_port` (the controller passes
 `gitops run --proxy-metrics-port`), create one `ProxyMetrics`, call
 `serve(host, metrics_port)`, hand it to `ProxyApp` as its recorder (it has
-`request_done`/`shadow_done`), call `set_ongoing(backend, n)` wherever the
-per-backend load is sampled, and `close()` on shutdown.
+`request_done`/`shadow_done`), run `sample_load_forever(app.backend_load)`
+as a task on the actor's loop, and `close()` on shutdown.
 
 Cost: `request_finished` runs once per request, so the labelled children are
 resolved once per (endpoint, backend, code) and cached; a finished request
@@ -31,9 +31,10 @@ shadow counter per result (<= 4); plus one ongoing gauge per backend.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import threading
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from prometheus_client import (
     CollectorRegistry,
@@ -119,6 +120,7 @@ class ProxyMetrics:
             registry=r,
         )
         self._finished: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._ongoing_backends: set[str] = set()
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -145,6 +147,27 @@ class ProxyMetrics:
 
     def set_ongoing(self, backend: str, n: int) -> None:
         self._ongoing.labels(backend).set(n)
+
+    def observe_load(self, loads: Mapping[str, Mapping[str, int]]) -> None:
+        """Set every backend's ongoing requests from `ProxyApp.backend_load()`.
+
+        Ongoing = in flight on replicas + waiting in this proxy's queue: every
+        request the proxy holds for that backend. Backends gone from the
+        proxy's snapshot lose their series.
+        """
+        for backend in self._ongoing_backends - set(loads):
+            _remove_where(self._ongoing, ONGOING_LABELS, "backend", backend)
+        for backend, load in loads.items():
+            self.set_ongoing(backend, load.get("ongoing", 0) + load.get("queued", 0))
+        self._ongoing_backends = set(loads)
+
+    async def sample_load_forever(
+        self, loads: Callable[[], Mapping[str, Mapping[str, int]]], interval_s: float = 1.0
+    ) -> None:
+        """Run on the proxy's event loop: the load is read where it is written."""
+        while True:
+            self.observe_load(loads())
+            await asyncio.sleep(interval_s)
 
     def forget_endpoint(self, endpoint: str) -> None:
         """Drop a deleted endpoint's series so churn cannot grow cardinality."""

@@ -95,3 +95,11 @@ def test_proxy_metrics_serve_as_the_proxy_apps_recorder() -> None:
     assert value(metrics, "gitops_http_requests_total", endpoint="echo", backend="v1", code="500") == 1
     name = "gitops_shadow_requests_total"
     assert value(metrics, name, endpoint="echo", backend="v2", result="dropped") == 1
+
+
+def test_ongoing_requests_count_in_flight_and_queued_and_drop_gone_backends() -> None:
+    metrics = ProxyMetrics()
+    metrics.observe_load({"v1": {"ongoing": 3, "queued": 2}, "v2": {"ongoing": 1, "queued": 0}})
+    metrics.observe_load({"v1": {"ongoing": 1, "queued": 1}})
+    assert value(metrics, "gitops_backend_ongoing_requests", backend="v1") == 2
+    assert value(metrics, "gitops_backend_ongoing_requests", backend="v2") is None
