@@ -197,7 +197,10 @@ class ProxyMetrics:
 
         Port 0 picks a free port (tests). Call `close()` when the proxy stops.
         """
-        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as error:
+            raise OSError(f"proxy metrics cannot listen on {host}:{port}: {error.strerror}") from None
         return int(self._server.server_port)
 
     def close(self) -> None:

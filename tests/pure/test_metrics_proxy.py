@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import urllib.request
 
+import pytest
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.metrics import REQUEST_BUCKETS, ProxyMetrics, ShadowResult
@@ -103,3 +105,13 @@ def test_ongoing_requests_count_in_flight_and_queued_and_drop_gone_backends() ->
     metrics.observe_load({"v1": {"ongoing": 1, "queued": 1}})
     assert value(metrics, "gitops_backend_ongoing_requests", backend="v1") == 2
     assert value(metrics, "gitops_backend_ongoing_requests", backend="v2") is None
+
+
+def test_a_taken_metrics_port_is_a_clear_error_naming_the_address() -> None:
+    first = ProxyMetrics()
+    port = first.serve("127.0.0.1", 0)
+    try:
+        with pytest.raises(OSError, match=f"proxy metrics cannot listen on 127.0.0.1:{port}"):
+            ProxyMetrics().serve("127.0.0.1", port)
+    finally:
+        first.close()
