@@ -20,6 +20,7 @@ from proxy.app import ProxyApp, Recorder
 from proxy.controller_link import ControllerLink
 from proxy.load_reporting import report_load_forever
 from proxy.longpoll_client import LongPollClient
+from proxy.metrics import ProxyMetrics
 from proxy.raycalls import RayCaller
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions
@@ -42,10 +43,16 @@ class ProxyActor:
         port: int,
         settings: ProxySettings | None = None,
         recorder: Recorder | None = None,
+        metrics_port: int | None = None,
     ) -> None:
         self._node_id = node_id
         settings = settings or ProxySettings()
         rng = random.Random()
+        # Prometheus scrapes each node's proxy on its own metrics port (see proxy.metrics).
+        self._metrics = ProxyMetrics() if metrics_port is not None else None
+        if self._metrics is not None:
+            self._metrics.serve(host, metrics_port)
+            recorder = recorder or self._metrics
         self._app = ProxyApp(RayCaller(settings.max_calls_per_replica, settings.coalesce_window_s), settings, rng, recorder)
         self._subscriptions = Subscriptions(settings, rng)
         link = ControllerLink(controller_name, namespace)
@@ -74,6 +81,8 @@ class ProxyActor:
                 report_load_forever(link, node_id, self._app.backend_load, settings.load_report_interval_s)
             ),
         ]
+        if self._metrics is not None:
+            self._background.append(loop.create_task(self._metrics.sample_load_forever(self._app.backend_load)))
 
     async def ready(self) -> str:
         """Returns `host:port` once the HTTP server listens; raises if it failed."""
@@ -95,6 +104,8 @@ class ProxyActor:
             self._server.force_exit = True
         await self._app.stop_shadows()
         self._socket.close()
+        if self._metrics is not None:
+            self._metrics.close()
 
     async def backend_load(self) -> dict[str, dict[str, int]]:
         """Per backend: requests in flight and queued here (for autoscaling)."""
