@@ -1,15 +1,29 @@
-"""A real Prometheus scrapes the agent and the proxy with the shipped config.
+"""A real Prometheus scrapes a real agent and proxy with the shipped config.
 
 Prometheus (Debian's package, installed by `make test`) runs on loopback
 with a copy of monitoring/prometheus.yml whose only changes are the
 targets, a 1 s scrape and evaluation interval, and the absolute path of the
 shipped alert rules. There is no skip when it is missing: the test fails.
+
+The full-stack test runs `gitops run` joined to the session's Ray against a
+real git repository, makes a few commits (good, traffic change, invalid,
+fixed), sends traffic (including handler errors, so 5xx series exist, and
+shadow copies), kills one replica (so a restart is counted), and then
+evaluates every query of the shipped dashboard and alert rules through
+Prometheus's HTTP API. Alert rules are conditions that are normally false;
+each is written as `<query> <comparison> <threshold>`, and the test
+evaluates the query without the comparison, which must return data.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,12 +33,14 @@ import httpx
 import pytest
 import yaml
 
+from controller.api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from proxy.metrics import ProxyMetrics
 
 pytestmark = pytest.mark.real
 
 MONITORING = Path(__file__).resolve().parents[2] / "monitoring"
 PROMETHEUS = "/usr/bin/prometheus"
+THRESHOLD = re.compile(r"^(?P<query>.+?)\s*(?:>|<|>=|<=|==|!=)\s*[0-9.]+$")
 
 
 def free_port() -> int:
@@ -93,9 +109,16 @@ class Prometheus:
             assert time.monotonic() < deadline, f"{expr} never satisfied; last result {result}"
             time.sleep(0.25)
 
-    def targets_up(self) -> dict[str, str]:
-        active = self.http.get("/api/v1/targets").json()["data"]["activeTargets"]
-        return {target["scrapeUrl"]: target["health"] for target in active}
+    def target_health(self, expected: int, timeout_s: float = 20) -> dict[str, str]:
+        """scrape URL -> health, once `expected` targets have been scraped at least once."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            active = self.http.get("/api/v1/targets").json()["data"]["activeTargets"]
+            health = {target["scrapeUrl"]: target["health"] for target in active}
+            if len(health) >= expected and "unknown" not in health.values():
+                return health
+            assert time.monotonic() < deadline, f"targets never all scraped: {health}"
+            time.sleep(0.25)
 
     def stop(self) -> None:
         self.http.close()
@@ -150,3 +173,265 @@ def test_a_restarted_proxy_is_one_series_whose_counter_resets_like_any_process(
         assert prometheus.value(f"increase({total}[5m])") >= 2
     finally:
         after.close()
+
+
+# --- the full stack ---------------------------------------------------------------
+
+APP = '''
+from starlette.requests import Request
+
+
+class Hello:
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __call__(self, request: Request) -> dict:
+        if request.query_params.get("fail"):
+            raise RuntimeError("asked to fail")
+        return {"backend": self.label}
+'''
+
+
+def spec(traffic: dict[str, float], broken: bool = False) -> str:
+    text = ""
+    for label in ("v1", "v2", "shadow"):
+        text += (
+            f'[backends.hello-{label}]\nimport_path = "apps.hello:Hello"\ninit_args = ["{label}"]\n'
+            "num_replicas = 1\nray_actor_options = { num_cpus = 0 }\n"
+            "health_check_period_s = 0.5\nhealth_check_timeout_s = 5\n\n"
+        )
+    weights = ", ".join(f'"hello-{k}" = {v}' for k, v in traffic.items())
+    text += (
+        f'[endpoints.hello]\nroute = "/hello"\ntraffic = {{ {weights} }}\n'
+        'shadow = { "hello-shadow" = 1.0 }\ntimeout_s = 5\n'
+    )
+    return text + ("no_such_key = 1\n" if broken else "")
+
+
+class SpecRepo:
+    """A real git repository for a module-scoped fixture (`repo` is per test)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True)
+        self.git("init", "-q", "-b", "main")
+        self.git("config", "user.email", "tests@example.invalid")
+        self.git("config", "user.name", "tests")
+        self.git("config", "commit.gpgsign", "false")
+
+    def git(self, *args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=self.root, check=True, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    def write(self, relpath: str, text: str) -> None:
+        path = self.root / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    def commit(self, message: str) -> str:
+        self.git("add", "-A")
+        self.git("commit", "-q", "-m", message)
+        return self.git("rev-parse", "HEAD")
+
+
+class AgentProcess:
+    """`gitops run` as a user starts it, joined to the test session's Ray."""
+
+    def __init__(self, repo: Path, workdir: Path) -> None:
+        import ray
+
+        self.admin_port, self.proxy_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.admin = f"http://127.0.0.1:{self.admin_port}"
+        self.proxy = f"http://127.0.0.1:{self.proxy_port}"
+        self.log_path = workdir / "agent.log"
+        self._log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [
+                sys.executable, "-m", "gitops", "run",
+                "--repo", str(repo), "--path", "deployments",
+                "--ray-address", ray.get_runtime_context().gcs_address,
+                "--proxy-port", str(self.proxy_port),
+                "--proxy-metrics-port", str(self.metrics_port),
+                "--admin-port", str(self.admin_port),
+                "--interval", "0.5", "--resync-interval", "2",
+                "--state-dir", str(workdir / "state"),
+                "--log-format", "json",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.http = httpx.Client(timeout=10)
+
+    def log_tail(self) -> str:
+        return "\n".join(self.log_path.read_text().splitlines()[-30:])
+
+    def get(self, path: str) -> Any:
+        return self.http.get(self.admin + path).json()
+
+    def wait(self, what: str, done: Callable[[], bool], timeout_s: float = 90) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            assert self.process.poll() is None, f"gitops run exited:\n{self.log_tail()}"
+            try:
+                if done():
+                    return
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{self.log_tail()}"
+            time.sleep(0.2)
+
+    def wait_applied(self, commit: str) -> None:
+        self.wait(
+            f"{commit[:7]} applied",
+            lambda: (s := self.get("/status"))["last_applied_revision"] == commit
+            and s["status"] == "Synced",
+        )
+
+    def wait_attempted(self, commit: str) -> None:
+        self.wait(
+            f"{commit[:7]} attempted",
+            lambda: any(e["commit"] == commit for e in _entries(self.get("/history"))),
+        )
+
+    def stop(self) -> None:
+        self.http.close()
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+        self._log.close()
+        _shutdown_controller()
+
+
+def _entries(history: Any) -> list[dict[str, Any]]:
+    return history if isinstance(history, list) else history.get("entries", [])
+
+
+def _shutdown_controller() -> None:
+    """A joined cluster keeps serving after the agent stops: stop what it ran."""
+    import ray
+
+    from controller.client import ControllerClient
+
+    try:
+        handle = ray.get_actor(CONTROLLER_NAME, namespace=DEFAULT_NAMESPACE)
+    except ValueError:
+        return
+    ControllerClient(handle, DEFAULT_NAMESPACE).shutdown()
+
+
+def _kill_one_replica(backend: str) -> None:
+    """Kill a replica actor the way a crash would; the controller must restart it."""
+    import ray
+
+    names = [
+        actor["name"]
+        for actor in ray.util.list_named_actors(all_namespaces=True)
+        if actor["namespace"] == DEFAULT_NAMESPACE and backend in actor["name"]
+    ]
+    assert names, f"no replica actor of {backend} found"
+    ray.kill(ray.get_actor(names[0], namespace=DEFAULT_NAMESPACE), no_restart=True)
+
+
+def _shipped_queries() -> list[tuple[str, str]]:
+    """(id, query) for every dashboard target and every alert rule's query."""
+    dashboard = json.loads((MONITORING / "grafana-dashboard.json").read_text())
+    queries = [
+        (f"panel:{panel['title']}:{target['refId']}", target["expr"])
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+    ]
+    rules = yaml.safe_load((MONITORING / "alerts.yml").read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            condition = THRESHOLD.match(rule["expr"])
+            assert condition, f"{rule['alert']}: not <query> <comparison> <threshold>"
+            queries.append((f"alert:{rule['alert']}", condition["query"]))
+    return queries
+
+
+SHIPPED = _shipped_queries()
+
+
+@pytest.fixture(scope="module")
+def stack(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AgentProcess, Prometheus]]:
+    workdir = tmp_path_factory.mktemp("stack")
+    repo = SpecRepo(workdir / "repo")
+    repo.write("apps/__init__.py", "")
+    repo.write("apps/hello.py", APP)
+    repo.write("deployments/hello.toml", spec({"v1": 0.5, "v2": 0.5}))
+    first = repo.commit("hello, split 50/50")
+    agent = AgentProcess(repo.root, workdir)
+    prometheus = None
+    try:
+        agent.wait_applied(first)
+        prometheus = Prometheus(
+            workdir,
+            {
+                "gitops-agent": [f"127.0.0.1:{agent.admin_port}"],
+                "gitops-proxy": [f"127.0.0.1:{agent.metrics_port}"],
+            },
+        )
+        _drive(agent, repo)
+        # rate() needs two samples after the last traffic: wait for three scrapes.
+        driven = time.time()
+        prometheus.wait_for(f"min(timestamp(up)) > {driven + 2.5}", bool, timeout_s=15)
+        yield agent, prometheus
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        agent.stop()
+
+
+def _drive(agent: AgentProcess, repo: SpecRepo) -> None:
+    """Traffic, a traffic change, an invalid commit, its fix and a replica crash."""
+    for i in range(40):
+        agent.http.get(agent.proxy + "/hello" + ("?fail=1" if i % 10 == 0 else ""))
+    repo.write("deployments/hello.toml", spec({"v1": 0.8, "v2": 0.2}))
+    agent.wait_applied(repo.commit("shift traffic to v1"))
+    repo.write("deployments/hello.toml", spec({"v1": 0.8, "v2": 0.2}, broken=True))
+    agent.wait_attempted(repo.commit("a typo"))
+    _kill_one_replica("hello-v2")
+    repo.write("deployments/hello.toml", spec({"v1": 0.9, "v2": 0.1}))
+    agent.wait_applied(repo.commit("fix the typo, 90/10"))
+    for i in range(40):
+        agent.http.get(agent.proxy + "/hello" + ("?fail=1" if i % 10 == 0 else ""))
+
+
+@pytest.mark.parametrize("query", [q for _, q in SHIPPED], ids=[i for i, _ in SHIPPED])
+def test_every_shipped_dashboard_and_alert_query_returns_data(
+    stack: tuple[AgentProcess, Prometheus], query: str
+) -> None:
+    _, prometheus = stack
+    prometheus.wait_for(query, bool, timeout_s=5)
+
+
+def test_prometheus_scrapes_the_agent_and_the_proxy(stack: tuple[AgentProcess, Prometheus]) -> None:
+    _, prometheus = stack
+    health = prometheus.target_health(expected=2)
+    assert set(health.values()) == {"up"}, health
+
+
+def test_the_shipped_alert_rules_load_and_evaluate_cleanly(stack: tuple[AgentProcess, Prometheus]) -> None:
+    _, prometheus = stack
+    groups = prometheus.http.get("/api/v1/rules").json()["data"]["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    shipped = yaml.safe_load((MONITORING / "alerts.yml").read_text())["groups"]
+    assert len(rules) == sum(len(group["rules"]) for group in shipped)
+    assert {rule["health"] for rule in rules} == {"ok"}, rules
+
+
+def test_metrics_carry_the_true_state_of_the_stack(stack: tuple[AgentProcess, Prometheus]) -> None:
+    agent, prometheus = stack
+    applied = agent.get("/status")["last_applied_revision"]
+    prometheus.wait_for(f'gitops_applied_commit_info{{commit="{applied}"}}', bool)
+    prometheus.wait_for('gitops_sync_status{status="Synced"} == 1', bool)
+    weight = 'gitops_endpoint_traffic_weight{endpoint="hello",backend="hello-v1"}'
+    prometheus.wait_for(weight, lambda r: bool(r) and float(r[0]["value"][1]) == 0.9)
+    assert prometheus.value('sum(gitops_reconcile_total{result="failure"})') >= 1
+    assert prometheus.value('sum(gitops_replica_restarts_total{backend="hello-v2"})') >= 1
+    assert prometheus.value('sum(gitops_http_requests_total{endpoint="hello",code="500"})') >= 8
+    assert prometheus.value('sum(gitops_http_requests_total{endpoint="hello",code="200"})') >= 70
