@@ -15,7 +15,6 @@ are reported through one `Recorder`, the single place metrics hook in.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import random
 import time
@@ -24,12 +23,13 @@ from typing import Any, Awaitable, Callable, Protocol
 from proxy.calling import HandlerError, ReplicaCaller, ReplicaDiedError
 from proxy.choosing import Random
 from proxy.config import EndpointPlan, Snapshot
+from proxy.metrics import ShadowResult
 from proxy.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
 from proxy.routing import Resolution, resolve
 from proxy.settings import ProxySettings
 from proxy.wire import WireRequest, WireResponse
 
-__all__ = ["ProxyApp", "Recorder", "ShadowResult", "NullRecorder"]
+__all__ = ["ProxyApp", "Recorder", "NullRecorder"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,14 +40,6 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 _IDEMPOTENT = frozenset({"GET", "HEAD"})
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 _JSON = [(b"content-type", b"application/json")]
-
-
-class ShadowResult(enum.StrEnum):
-    """Values of the `result` label of gitops_shadow_requests_total."""
-
-    OK = "ok"
-    ERROR = "error"
-    DROPPED = "dropped"
 
 
 class Recorder(Protocol):
