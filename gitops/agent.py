@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +38,11 @@ from gitops.sources.repos import GitSource, Revision, SourceError
 from gitops.sources.watching import RefWatcher, jittered
 from gitops.status import AgentStatus, StatusFacts, roll_up
 
-__all__ = ["Agent", "AgentSettings", "Trigger", "Loaded", "Loader", "Planner"]
+__all__ = ["Agent", "AgentSettings", "Trigger", "Loaded", "Loader", "Planner", "reconcile_event", "progress_event"]
+
+_LOG = logging.getLogger("gitops.agent")
+Logger = logging.Logger | logging.LoggerAdapter
+Fields = dict[str, Any]
 
 
 class Trigger(str, enum.Enum):
@@ -92,7 +98,7 @@ class Agent:
         plan: Planner,
         metrics: AgentMetrics,
         settings: AgentSettings = AgentSettings(),
-        console: Callable[[str], None] = print,
+        log: Logger = _LOG,
     ) -> None:
         self._source = source
         self._client = client
@@ -101,7 +107,8 @@ class Agent:
         self._plan = plan
         self.metrics = metrics
         self._settings = settings
-        self._console = console
+        self._log = log
+        self._tick_plan: Plan | None = None  # the plan of the tick under way, for event fields
         self._wake: asyncio.Event | None = None  # made by run(), on its own loop
         self._triggers: set[Trigger] = set()
         self._wakes = 0  # bumped by every wake-up; lets an apply notice news
@@ -198,7 +205,7 @@ class Agent:
         except Exception as error:  # noqa: BLE001 — the loop must outlive any one tick
             self._controller_error = f"reconcile error: {type(error).__name__}: {error}"
             self.metrics.reconcile_finished("failure", time.monotonic() - started)
-            self._console(f"{_now()} error: {self._controller_error}")
+            self._log.error(self._controller_error, extra={"result": "error"})
             self._publish_status()
 
     async def _every(self, interval_s: float, trigger: Trigger, jitter: float) -> None:
@@ -255,6 +262,7 @@ class Agent:
         self._controller_error = None
         self._exports_in_use = [b.working_dir for b in actual.backends.values()]
         plan = self._plan(loaded.state, actual)
+        self._tick_plan = plan
         if not plan:
             return self._record(revision, started, Outcome.NOOP)
         return await self._apply(revision, started, plan, actual)
@@ -298,7 +306,8 @@ class Agent:
 
     def _show_progress(self, revision: Revision, message: str) -> None:
         self._progress = message
-        self._console(f"{_now()} {revision.short} … {message}")
+        text, fields = progress_event(revision.short, message)
+        self._log.info(text, extra=fields)
 
     async def _observe(self) -> None:
         try:
@@ -336,13 +345,15 @@ class Agent:
         """Status, metrics and the console line: once per tick."""
         if entry is not None:
             if entry.id is not None:  # recorded: new commit, change made or new failure
-                self._console(_console_line(entry, duration_s))
+                text, fields = reconcile_event(entry, duration_s, self._tick_plan)
+                self._log.info(text, extra=fields)  # `result` says how it went; the look stays calm
             # A superseded apply is neither: the next tick reconciles the newer commit.
             if entry.result is not Outcome.SUPERSEDED:
                 self.metrics.reconcile_finished(_METRIC_RESULT[entry.result], duration_s)
         elif self._git_error or self._controller_error:
             self.metrics.reconcile_finished("failure", duration_s)
-            self._console(f"{_now()} error: {self._git_error or self._controller_error}")
+            self._log.error(self._git_error or self._controller_error, extra={"result": "error"})
+        self._tick_plan = None
         self._export_cleanup()
         self._publish_status()
 
@@ -378,14 +389,40 @@ def _worth_recording(entry: HistoryEntry, last: HistoryEntry | None) -> bool:
     return (entry.result, entry.errors) != (last.result, last.errors) and entry.result is not Outcome.NOOP
 
 
-def _now() -> str:
-    return time.strftime("%H:%M:%S")
+def reconcile_event(entry: HistoryEntry, duration_s: float, plan: Plan | None) -> tuple[str, Fields]:
+    """The one line a reconcile prints, and its fields.
 
-
-def _console_line(entry: HistoryEntry, duration_s: float) -> str:
-    line = f"{_now()} {entry.commit[:7]} {entry.result.value} in {duration_s:.2f}s"
+    `commit`, `result` and `duration_s` always; `plan` and `actions` when it
+    changed something; `errors` when it failed; `backend` when one backend
+    is concerned (the one whose action failed, or the only one changed),
+    else `backends` when several are.
+    """
+    commit = entry.commit[:7]
+    text = f"{commit} {entry.result.value} in {duration_s:.2f}s"
+    fields: Fields = {"commit": commit, "result": entry.result.value, "duration_s": round(duration_s, 3)}
     if entry.actions:
-        line += f" — {entry.plan_summary}"
-    for error in entry.errors:
-        line += f"\n    {error}"
-    return line
+        text += f" — {entry.plan_summary}"
+        fields.update(plan=entry.plan_summary, actions=entry.actions)
+    failed = [m.group(1) for e in entry.errors if (m := _BACKEND_ACTION.match(e))][:1]
+    changed = sorted({a.name for a in (plan.actions if plan else ()) if a.kind.is_backend})
+    fields.update(_backend_fields(failed or changed))
+    if entry.errors:
+        fields["errors"] = list(entry.errors)
+    return text, fields
+
+
+def progress_event(commit: str, message: str) -> tuple[str, Fields]:
+    """A "waiting for …" / "… done in" line of a long apply, with its backend(s)."""
+    # Only the actions the line is about, never a replica's own error text after ": ".
+    named = _BACKEND_ACTION.findall(message.split(": ", 1)[0])
+    return f"{commit} … {message}", {"commit": commit, **_backend_fields(named)}
+
+
+# How `gitops.applying.describe` names a backend action (names never hold spaces, commas or colons).
+_BACKEND_ACTION = re.compile(r"(?:create|update|delete) backend ([a-z0-9._-]+)")
+
+
+def _backend_fields(names: list[str]) -> Fields:
+    if len(names) == 1:
+        return {"backend": names[0]}
+    return {"backends": names} if names else {}

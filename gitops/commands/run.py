@@ -15,13 +15,16 @@ import asyncio
 import logging
 import signal
 import socket
+import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from gitops.errors import UserError
-from gitops.logs import LogFormat, configure_logging
+from gitops.logs import configure_logging
 
-__all__ = ["run_command", "bind_admin_socket", "console_printer"]
+__all__ = ["run_command", "bind_admin_socket", "start_logging"]
+
+_LOG = logging.getLogger("gitops.run")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -32,8 +35,8 @@ def run_command(args: argparse.Namespace) -> int:
     _check_intervals(args)
     source = GitSource(args.repo, args.branch, Path(args.state_dir))
     admin_socket = bind_admin_socket(args.admin_host, args.admin_port)
-    console = console_printer(args.log_format)
-    console(
+    start_logging(args.log_format)
+    _LOG.info(
         f"gitops: watching {source.location} branch {source.branch} path {args.path}; "
         f"proxy http://{args.proxy_host}:{args.proxy_port}, admin http://{args.admin_host}:{args.admin_port}"
     )
@@ -43,11 +46,11 @@ def run_command(args: argparse.Namespace) -> int:
     client = None
     _sigterm_interrupts()
     try:
-        console("gitops: starting Ray" if embedded else f"gitops: joining Ray at {args.ray_address}")
+        _LOG.info("gitops: starting Ray" if embedded else f"gitops: joining Ray at {args.ray_address}")
         init_ray(args.ray_address)
         _sigterm_interrupts()  # ray.init installed its own, which exits at once
         client = _controller(args)
-        asyncio.run(_serve(args, source, client, secret, admin_socket, console))
+        asyncio.run(_serve(args, source, client, secret, admin_socket))
     except (KeyboardInterrupt, SystemExit):
         pass  # Ctrl-C or SIGTERM during start-up: the same clean stop as later
     finally:
@@ -56,9 +59,9 @@ def run_command(args: argparse.Namespace) -> int:
         if embedded:
             # A joined cluster keeps serving without the agent; an embedded
             # one goes away with it, replicas and proxies drained first.
-            _stop_quietly(client, console)
+            _stop_quietly(client)
             shutdown_ray()
-    console("gitops: stopped")
+    _LOG.info("gitops: stopped")
     return 0
 
 
@@ -87,13 +90,13 @@ def _controller(args: argparse.Namespace) -> Any:
     )
 
 
-def _stop_quietly(client: Any, console: Callable[[str], None]) -> None:
+def _stop_quietly(client: Any) -> None:
     if client is None:
         return
     try:
         client.shutdown()
     except Exception as error:  # noqa: BLE001 — Ray is stopped right after anyway
-        console(f"gitops: controller shutdown: {type(error).__name__}: {error}")
+        _LOG.error(f"gitops: controller shutdown: {type(error).__name__}: {error}")
 
 
 async def _serve(
@@ -102,7 +105,6 @@ async def _serve(
     client: Any,
     secret: bytes | None,
     admin_socket: socket.socket,
-    console: Callable[[str], None],
 ) -> None:
     from gitops import admin, planning
     from gitops.agent import Agent, AgentSettings, Trigger
@@ -131,7 +133,6 @@ async def _serve(
             resync_interval_s=args.resync_interval,
             suspend_marker=Path(args.state_dir) / "suspended",
         ),
-        console=console,
     )
     guard = admin.WebhookGuard(secret, RateLimiter()) if secret else None
     app = admin.build_app(
@@ -143,12 +144,12 @@ async def _serve(
     )
     server = admin.server(app, args.admin_host, args.admin_port)
     if agent.suspended:
-        console("gitops: reconciliation is suspended (since before this start); `gitops resume` resumes it")
+        _LOG.warning("gitops: reconciliation is suspended (since before this start); `gitops resume` resumes it")
     reconciling = asyncio.create_task(agent.run())
     serving = asyncio.create_task(server.serve(sockets=[admin_socket]))
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait([stopping, reconciling, serving], return_when=asyncio.FIRST_COMPLETED)
-    console("gitops: stopping")
+    _LOG.info("gitops: stopping")
     # An apply cut short here is safe: the next run plans from the controller's state.
     reconciling.cancel()
     stopping.cancel()
@@ -156,7 +157,7 @@ async def _serve(
     await asyncio.gather(reconciling, serving, stopping, return_exceptions=True)
     for task in (reconciling, serving):
         if not task.cancelled() and task.exception() is not None:
-            console(f"gitops: error: {type(task.exception()).__name__}: {task.exception()}")
+            _LOG.error(f"gitops: {type(task.exception()).__name__}: {task.exception()}")
 
 
 def _check_intervals(args: argparse.Namespace) -> None:
@@ -179,18 +180,11 @@ def bind_admin_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def console_printer(log_format: str) -> Callable[[str], None]:
-    """One line per event: plain text on stdout, or JSON log events on stderr.
+def start_logging(log_format: str) -> None:
+    """Every event of the process on stdout, one per line, in `log_format`.
 
-    Other libraries' warnings and errors go through the same formatter.
+    The agent's own events from INFO up; other libraries' (Ray's) only from
+    WARNING, so the console shows what the agent does, not its plumbing.
     """
-    configure_logging(log_format, level=logging.WARNING)
-    if log_format == LogFormat.JSON:
-        log = logging.getLogger("gitops.agent")
-        log.setLevel(logging.INFO)
-        return log.info
-
-    def text(line: str) -> None:
-        print(line, flush=True)
-
-    return text
+    configure_logging(log_format, level=logging.WARNING, stream=sys.stdout)
+    logging.getLogger("gitops").setLevel(logging.INFO)

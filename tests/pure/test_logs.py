@@ -5,11 +5,15 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 from collections.abc import Iterator
 
 import pytest
 
+from gitops.agent import progress_event, reconcile_event
+from gitops.history import HistoryEntry, Outcome
 from gitops.logs import configure_logging, event_fields, with_fields
+from gitops.plans import Action, ActionKind, Plan
 
 
 @pytest.fixture
@@ -40,15 +44,24 @@ def test_json_format_writes_one_object_per_event_with_its_fields(restore_root_lo
     assert event["logger"] == "gitops.agent" and event["ts"].endswith("Z")
 
 
-def test_text_format_shows_the_message_then_key_value_fields(restore_root_logging) -> None:
+def test_text_format_is_the_console_look_time_then_message(restore_root_logging) -> None:
     out = emit("text", extra={"commit": "abc123", "backend": "echo-v1"})
-    assert out.rstrip("\n").endswith("gitops.agent: applied commit commit=abc123 backend=echo-v1")
-    assert " INFO " in out
+    assert re.fullmatch(r"\d\d:\d\d:\d\d applied commit\n", out)
 
 
-def test_text_values_with_spaces_are_quoted_so_fields_stay_parseable(restore_root_logging) -> None:
-    out = emit("text", extra={"error": "import failed: no module x"})
-    assert 'error="import failed: no module x"' in out
+def test_text_format_shows_errors_as_indented_lines_under_the_event(restore_root_logging) -> None:
+    out = emit("text", extra={"errors": ["deployments/echo.toml:24:11: traffic names undefined backend 'x'"]})
+    assert out.splitlines()[1] == "    deployments/echo.toml:24:11: traffic names undefined backend 'x'"
+
+
+def test_text_format_names_the_level_of_warnings_and_the_logger_of_libraries(restore_root_logging) -> None:
+    stream = io.StringIO()
+    configure_logging("text", logging.INFO, stream=stream)
+    logging.getLogger("gitops.agent").error("controller unavailable: gone")
+    logging.getLogger("ray.serve").warning("slow")
+    first, second = stream.getvalue().splitlines()
+    assert first.endswith(" error: controller unavailable: gone")
+    assert second.endswith(" warning: ray.serve: slow")
 
 
 def test_an_exception_stays_on_one_line_in_both_formats(restore_root_logging) -> None:
@@ -61,7 +74,7 @@ def test_an_exception_stays_on_one_line_in_both_formats(restore_root_logging) ->
             logging.getLogger("gitops.agent").exception("apply failed", extra={"commit": "c1"})
         out = stream.getvalue()
         assert out.count("\n") == 1, fmt
-        assert "RuntimeError" in out and "c1" in out
+        assert "RuntimeError" in out
 
 
 def test_bound_fields_are_on_every_event_and_per_call_fields_win(restore_root_logging) -> None:
@@ -95,3 +108,58 @@ def test_private_attributes_added_by_libraries_are_not_event_fields() -> None:
     record._ray_timestamp_ns = 1  # what Ray's record factory adds
     record.commit = "abc123"
     assert event_fields(record) == {"commit": "abc123"}
+
+
+SHA = "3f2a9c1" + "0" * 33
+
+
+def entry(result: Outcome, *, actions: int = 0, plan: str = "No changes.", errors: tuple[str, ...] = ()) -> HistoryEntry:
+    return HistoryEntry(commit=SHA, branch="main", author_time=0.0, summary="s", started_at=0.0, finished_at=1.0,
+                        result=result, plan_summary=plan, actions=actions, errors=errors)
+
+
+def plan_of(*names: str) -> Plan:
+    return Plan(actions=tuple(Action(kind=ActionKind.DELETE_BACKEND, name=n) for n in names))
+
+
+def test_reconcile_line_reads_commit_result_duration_and_plan() -> None:
+    text, fields = reconcile_event(entry(Outcome.APPLIED, actions=1, plan="Plan: 0 to delete."), 4.8123, plan_of("echo-v1"))
+    assert text == "3f2a9c1 applied in 4.81s — Plan: 0 to delete."
+    assert fields == {"commit": "3f2a9c1", "result": "applied", "duration_s": 4.812, "plan": "Plan: 0 to delete.",
+                      "actions": 1, "backend": "echo-v1"}
+
+
+def test_reconcile_event_without_changes_carries_no_plan_or_backend() -> None:
+    text, fields = reconcile_event(entry(Outcome.NOOP), 0.02, None)
+    assert text == "3f2a9c1 noop in 0.02s"
+    assert fields == {"commit": "3f2a9c1", "result": "noop", "duration_s": 0.02}
+
+
+def test_a_failed_apply_names_the_backend_whose_action_failed() -> None:
+    error = "update backend echo-v2 (rolling restart): replica failed: create backend echo-v1 raised"
+    _, fields = reconcile_event(entry(Outcome.FAILED, actions=2, plan="p", errors=(error,)), 3.0,
+                                plan_of("echo-v1", "echo-v2"))
+    assert fields["backend"] == "echo-v2" and fields["errors"] == [error]
+
+
+def test_a_reconcile_changing_several_backends_lists_them() -> None:
+    _, fields = reconcile_event(entry(Outcome.APPLIED, actions=2, plan="p"), 1.0, plan_of("b", "a"))
+    assert fields["backends"] == ["a", "b"] and "backend" not in fields
+
+
+def test_progress_lines_carry_the_commit_and_the_backends_waited_for() -> None:
+    text, fields = progress_event("3f2a9c1", "waiting for update backend echo-v2 (rolling restart)")
+    assert text == "3f2a9c1 … waiting for update backend echo-v2 (rolling restart)"
+    assert fields == {"commit": "3f2a9c1", "backend": "echo-v2"}
+    _, several = progress_event("3f2a9c1", "waiting for create backend a, create backend b")
+    assert several["backends"] == ["a", "b"]
+
+
+def test_a_reconcile_event_in_json_is_one_object_with_its_fields(restore_root_logging) -> None:
+    stream = io.StringIO()
+    configure_logging("json", logging.INFO, stream=stream)
+    text, fields = reconcile_event(entry(Outcome.INVALID, errors=("a.toml:1:1: bad",)), 0.04, None)
+    logging.getLogger("gitops.agent").info(text, extra=fields)
+    event = json.loads(stream.getvalue())
+    assert (event["commit"], event["result"], event["duration_s"]) == ("3f2a9c1", "invalid", 0.04)
+    assert event["errors"] == ["a.toml:1:1: bad"]

@@ -205,7 +205,6 @@ def make_agent(
         metrics=AgentMetrics(),
         settings=AgentSettings(interval_s=interval_s, resync_interval_s=resync_s, watch=watch,
                                deadlines=Deadlines(backend_s=60.0, endpoint_s=15.0)),
-        console=print,  # shown by pytest when a test fails
     )
 
 

@@ -123,7 +123,6 @@ def make_agent(spec_repo, tmp_path: Path, controller: FakeController, **settings
         plan=plan,
         metrics=AgentMetrics(),
         settings=AgentSettings(**{"interval_s": 30.0, "resync_interval_s": 60.0, **settings}),
-        console=lambda line: None,
     )
 
 

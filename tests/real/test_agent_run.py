@@ -88,7 +88,7 @@ def test_run_from_a_fresh_clone_serves_the_examples_and_stops_cleanly(clone: Pat
     assert agent.returncode == 0
     lines = out.splitlines()
     assert any(re.match(r"\d\d:\d\d:\d\d [0-9a-f]{7} applied in \d+\.\d\ds", line) for line in lines), out
-    assert lines[-1] == "gitops: stopped"
+    assert re.fullmatch(r"\d\d:\d\d:\d\d gitops: stopped", lines[-1]), out
     assert "Traceback" not in out + err and "WARN" not in out + err, err
     deadline = time.monotonic() + 20
     while any(alive(pid) for pid in processes):
