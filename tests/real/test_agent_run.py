@@ -3,14 +3,17 @@ quiet on the console, and gone without a trace on SIGTERM."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import httpx
 import pytest
@@ -118,3 +121,114 @@ def test_run_outside_a_git_repository_is_a_one_line_error(tmp_path: Path) -> Non
     )
     assert done.returncode == 1
     assert done.stderr.strip() == f"gitops run: {tmp_path / 'nothing'}: not a git repository"
+
+
+APP = '''
+import time
+
+
+class Echo:
+    def __init__(self, start_delay_s):
+        time.sleep(start_delay_s)
+
+    def __call__(self, request):
+        return "echo"
+'''
+
+
+def echo_repo(repo, start_delay_s: float) -> str:
+    """A repository serving one backend whose replica takes `start_delay_s` to start."""
+    repo.write("deployments/__init__.py", "")
+    repo.write("deployments/apps/__init__.py", "")
+    repo.write("deployments/apps/echo.py", APP)
+    repo.write(
+        "deployments/echo.toml",
+        '[backends.echo-v1]\nimport_path = "deployments.apps.echo:Echo"\n'
+        f"init_args = [{start_delay_s}]\nray_actor_options = {{ num_cpus = 0.01 }}\n"
+        'graceful_shutdown_timeout_s = 1\n\n[endpoints.echo]\nroute = "/echo"\ntraffic = { "echo-v1" = 1.0 }\n',
+    )
+    return repo.commit("echo")
+
+
+class RunningCommand:
+    """`gitops run` on a repository, its stdout lines collected as they come."""
+
+    def __init__(self, repo_root: Path, state_dir: Path, *flags: str) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gitops", "run", "--repo", str(repo_root), "--state-dir", str(state_dir),
+             "--proxy-port", str(free_port()), "--admin-port", str(free_port()), *flags],
+            cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for_line(self, matches: Callable[[str], bool], timeout_s: float = 180) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = next((line for line in self.lines if matches(line)), None)
+            if found is not None:
+                return found
+            assert self.process.poll() is None, (self.lines, self.process.stderr.read())
+            assert time.monotonic() < deadline, f"no such line within {timeout_s} s: {self.lines}"
+            time.sleep(0.2)
+
+    def terminate(self, timeout_s: float = 120) -> tuple[str, float]:
+        """SIGTERM; returns stderr and how long the process took to exit."""
+        started = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout_s)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+        took = time.monotonic() - started
+        self._reader.join(10)
+        return self.process.stderr.read(), took
+
+
+def wait_gone(processes: set[int], timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(alive(pid) for pid in processes):
+        assert time.monotonic() < deadline, f"left running: {[p for p in processes if alive(p)]}"
+        time.sleep(0.2)
+
+
+def test_run_with_json_logs_writes_one_json_object_per_line_with_reconcile_fields(repo, tmp_path: Path) -> None:
+    head = echo_repo(repo, start_delay_s=0.0)
+    run = RunningCommand(repo.root, tmp_path / "state", "--log-format", "json")
+    try:
+        run.wait_for_line(lambda line: '"result": "applied"' in line)
+        processes = descendants(run.process.pid)
+    finally:
+        err, _ = run.terminate()
+    assert run.process.returncode == 0 and "Traceback" not in err, err
+    events = [json.loads(line) for line in run.lines]
+    reconcile = next(e for e in events if e.get("result") == "applied")
+    assert reconcile["commit"] == head[:7] and reconcile["backend"] == "echo-v1"
+    assert isinstance(reconcile["duration_s"], float) and reconcile["duration_s"] > 0
+    assert events[-1]["msg"] == "gitops: stopped"
+    wait_gone(processes)
+
+
+def test_sigterm_while_an_apply_waits_for_a_slow_replica_stops_cleanly_within_seconds(
+    repo, tmp_path: Path
+) -> None:
+    echo_repo(repo, start_delay_s=120.0)
+    run = RunningCommand(repo.root, tmp_path / "state")
+    try:
+        run.wait_for_line(lambda line: "… waiting for create backend echo-v1" in line)
+        processes = descendants(run.process.pid)
+        time.sleep(1)  # the replica is inside its slow constructor, the apply in its goal wait
+    finally:
+        err, took = run.terminate()
+    assert run.process.returncode == 0, (run.lines, err)
+    assert "Traceback" not in "\n".join(run.lines) + err, err
+    assert re.fullmatch(r"\d\d:\d\d:\d\d gitops: stopped", run.lines[-1]), run.lines
+    assert took < 20, f"took {took:.1f} s to stop"
+    wait_gone(processes)
