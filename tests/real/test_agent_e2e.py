@@ -431,3 +431,23 @@ def test_traffic_changed_behind_the_agents_back_is_corrected_and_counted(specs, 
         assert b"gitops_drift_corrections_total 1.0" in agent.metrics.render()
     finally:
         running.stop()
+
+
+def test_reverting_a_removal_brings_the_endpoint_and_its_backend_back(specs, tmp_path, empty_cluster) -> None:
+    client, url, namespace = empty_cluster
+    running = RunningAgent(make_agent(specs.repo, tmp_path / "state", client))
+    try:
+        wait_for(lambda: answer(url), what="/echo answering")
+        specs.repo.write("deployments/echo.toml", "")
+        removed = specs.repo.commit("remove the endpoint and its backend")
+        wait_for(lambda: applied(running.agent, removed), what="removal applied")
+        assert httpx.get(f"{url}/echo", timeout=5).status_code == 404
+        wait_for(lambda: replica_actors(namespace) == [], timeout_s=15, what="replica actors gone")
+        specs.repo.git("revert", "--no-edit", removed)
+        wait_for(lambda: applied(running.agent, specs.repo.head()), timeout_s=30, what="revert applied")
+        # Not at once: the proxy may say 503 "No replica available" for about a second after
+        # the goals are met (the re-created backend's replica set reaches it late; see report).
+        assert wait_for(lambda: answer(url), timeout_s=10, what="/echo answering again") == {"label": "v1", "code": "one"}
+        assert len(replica_actors(namespace)) == 1
+    finally:
+        running.stop()
