@@ -7,71 +7,29 @@ User code is tests/real/apps/controller_apps.py, shipped as a working_dir.
 
 from __future__ import annotations
 
-import asyncio
+import json
 import time
 import uuid
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import pytest
 import ray
 
-from controller.client import ControllerClient, start_or_connect
+from controller.backend_state import REPLICA_PREFIX
+from controller.client import ControllerClient
 from controller.configs import BackendConfig, EndpointConfig, GoalState
 from controller.ray_adapter import PROXY_PREFIX
-from controller.backend_state import REPLICA_PREFIX
+from proxy.wire import make_request
+from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
 
 pytestmark = pytest.mark.real
-
-APPS = str(Path(__file__).parent / "apps")
-FAST = {
-    "tick_s": 0.05,
-    "proxy_check_s": 0.3,
-    "longpoll_timeout_s": 5.0,
-    "startup_timeout_s": 30.0,
-    "backoff_base_s": 0.2,
-    "backoff_max_s": 1.0,
-    "unschedulable_grace_s": 0.5,
-}
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
 
 
 def backend(version: str = "v1", replicas: int = 1, **extra: Any) -> BackendConfig:
     extra.setdefault("import_path", "controller_apps:Echo")
     extra.setdefault("init_args", (version,))
-    extra.setdefault("ray_actor_options", {"num_cpus": 0})
-    return BackendConfig(
-        name="echo", version=version, num_replicas=replicas, working_dir=APPS,
-        health_check_period_s=0.5, health_check_timeout_s=5.0, graceful_shutdown_timeout_s=1.0,
-        **extra,
-    )
-
-
-def actors(namespace: str, prefix: str) -> set[str]:
-    return {
-        a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["namespace"] == namespace and a["name"].startswith(prefix)
-    }
-
-
-def eventually(check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout_s}s: {check}")
-        time.sleep(0.1)
-
-
-def met(client: ControllerClient, goal_id: str, timeout_s: float = 60.0) -> None:
-    result = run(client.wait_for_goal(goal_id, timeout_s))
-    assert result.state == GoalState.MET, result
+    return quick_backend("echo", version=version, num_replicas=replicas, **extra)
 
 
 def replica_states(client: ControllerClient, name: str = "echo") -> list[tuple[str, str]]:
@@ -81,20 +39,11 @@ def replica_states(client: ControllerClient, name: str = "echo") -> list[tuple[s
 
 def ask(client: ControllerClient, name: str = "echo") -> dict:
     """Call one RUNNING replica of `name` directly, as a proxy would."""
-    from proxy.wire import make_request
-
     running = [rid for rid, state in replica_states(client, name) if state == "RUNNING"]
     handle = ray.get_actor(REPLICA_PREFIX + running[0], namespace=client.namespace)
     status, _, body = ray.get(handle.handle_request.remote(make_request("GET", "/")), timeout=30)
     assert status == 200
-    import json
-
     return json.loads(body)
-
-
-def start(namespace: str, proxies: bool = False, **options: Any) -> ControllerClient:
-    settings = {**FAST, "proxy_class": "proxy.actor:ProxyActor" if proxies else None, **options}
-    return start_or_connect(namespace=namespace, proxy_host="127.0.0.1", proxy_port=0, options=settings)
 
 
 @pytest.fixture
@@ -104,14 +53,14 @@ def namespace(ray_session: str) -> str:
 
 @pytest.fixture
 def client(namespace: str):
-    client = start(namespace)
+    client = start_controller(namespace)
     yield client
     client.shutdown()
 
 
 @pytest.fixture
 def proxied(namespace: str):
-    client = start(namespace, proxies=True)
+    client = start_controller(namespace, proxies=True)
     yield client
     client.shutdown()
 
@@ -121,33 +70,33 @@ def proxied(namespace: str):
 
 def test_backend_scales_up_and_down_with_exactly_its_target_of_actors(client, namespace):
     met(client, run(client.apply_backend(backend(replicas=2))))
-    assert len(actors(namespace, REPLICA_PREFIX)) == 2
+    assert len(named_actors(namespace, REPLICA_PREFIX)) == 2
     met(client, run(client.apply_backend(backend(replicas=1))))
-    eventually(lambda: len(actors(namespace, REPLICA_PREFIX)) == 1)
+    eventually(lambda: len(named_actors(namespace, REPLICA_PREFIX)) == 1)
 
 
 def test_repeating_an_identical_apply_returns_a_met_goal_and_restarts_nothing(client, namespace):
     met(client, run(client.apply_backend(backend())))
-    before = actors(namespace, REPLICA_PREFIX)
+    before = named_actors(namespace, REPLICA_PREFIX)
     again = run(client.apply_backend(backend()))
     assert run(client.wait_for_goal(again, 0)).state == GoalState.MET
-    assert actors(namespace, REPLICA_PREFIX) == before
+    assert named_actors(namespace, REPLICA_PREFIX) == before
 
 
 def test_rolling_update_leaves_only_new_version_replicas(client, namespace):
     met(client, run(client.apply_backend(backend(replicas=2))))
     met(client, run(client.apply_backend(backend(version="v2", replicas=2))))
     assert ask(client)["tag"] == "v2"
-    eventually(lambda: actors(namespace, REPLICA_PREFIX) == {
+    eventually(lambda: named_actors(namespace, REPLICA_PREFIX) == {
         REPLICA_PREFIX + rid for rid, _ in replica_states(client)
-    } and all("-v2-" in name for name in actors(namespace, REPLICA_PREFIX)))
+    } and all("-v2-" in name for name in named_actors(namespace, REPLICA_PREFIX)))
 
 
 def test_user_config_change_reconfigures_in_place_without_restarting(client, namespace):
     met(client, run(client.apply_backend(backend())))
-    before = actors(namespace, REPLICA_PREFIX)
+    before = named_actors(namespace, REPLICA_PREFIX)
     met(client, run(client.apply_backend(backend(user_config={"greeting": "hi"}))))
-    assert actors(namespace, REPLICA_PREFIX) == before
+    assert named_actors(namespace, REPLICA_PREFIX) == before
     eventually(lambda: ask(client)["config"] == {"greeting": "hi"}, 10)
 
 
@@ -162,11 +111,11 @@ def test_failing_new_version_fails_its_goal_with_the_user_error_and_old_keeps_se
 
 def test_killed_replica_is_replaced_and_the_restart_counted(client, namespace):
     met(client, run(client.apply_backend(backend())))
-    [victim] = actors(namespace, REPLICA_PREFIX)
+    [victim] = named_actors(namespace, REPLICA_PREFIX)
     ray.kill(ray.get_actor(victim, namespace=namespace))
     eventually(lambda: run(client.get_status())["backends"]["echo"]["restarts"].get("died"))
     eventually(lambda: [s for _, s in replica_states(client)] == ["RUNNING"])
-    assert actors(namespace, REPLICA_PREFIX) - {victim}
+    assert named_actors(namespace, REPLICA_PREFIX) - {victim}
 
 
 def test_failed_health_check_replaces_the_replica(client, namespace, tmp_path):
@@ -188,7 +137,7 @@ def test_replica_that_cannot_fit_fails_the_goal_with_the_reason(client):
 def test_deleting_a_backend_removes_all_its_actors(client, namespace):
     met(client, run(client.apply_backend(backend(replicas=2))))
     met(client, run(client.delete_backend("echo")))
-    assert actors(namespace, REPLICA_PREFIX) == set()
+    assert named_actors(namespace, REPLICA_PREFIX) == set()
     assert "echo" not in run(client.get_state()).backends
 
 
@@ -219,20 +168,20 @@ def test_controller_killed_mid_rollout_recovers_without_leaks_or_duplicates(clie
     met(client, goal_id, 90)
     expected = {REPLICA_PREFIX + rid for rid, state in replica_states(client) if state == "RUNNING"}
     assert len(expected) == 2 and all("-v2-" in name for name in expected)
-    eventually(lambda: actors(namespace, REPLICA_PREFIX) == expected)
+    eventually(lambda: named_actors(namespace, REPLICA_PREFIX) == expected)
     assert ask(client)["tag"] == "v2"
 
 
 def test_state_survives_a_controller_restart(client, namespace):
     met(client, run(client.apply_backend(backend(replicas=2))))
     met(client, run(client.apply_endpoint(EndpointConfig(name="e", route="/e", traffic={"echo": 1.0}))))
-    before = actors(namespace, REPLICA_PREFIX)
+    before = named_actors(namespace, REPLICA_PREFIX)
     ray.kill(client.handle, no_restart=False)
     eventually(lambda: _pings(client), 30)
     state = run(client.get_state())
     assert set(state.backends) == {"echo"} and set(state.endpoints) == {"e"}
     eventually(lambda: [s for _, s in replica_states(client)] == ["RUNNING", "RUNNING"])
-    assert actors(namespace, REPLICA_PREFIX) == before
+    assert named_actors(namespace, REPLICA_PREFIX) == before
 
 
 def test_long_poll_client_with_ids_from_before_a_restart_gets_fresh_data_at_once(client):
@@ -257,18 +206,18 @@ def _pings(client: ControllerClient) -> bool:
 
 
 def test_shutdown_stops_every_actor_it_started(namespace):
-    client = start(namespace, proxies=True)
+    client = start_controller(namespace, proxies=True)
     met(client, run(client.apply_backend(backend(replicas=2))))
-    eventually(lambda: actors(namespace, PROXY_PREFIX))
+    eventually(lambda: named_actors(namespace, PROXY_PREFIX))
     client.shutdown()
-    eventually(lambda: not actors(namespace, ""), 15)
+    eventually(lambda: not named_actors(namespace, ""), 15)
 
 
 # --- proxies and endpoints ------------------------------------------------------------------
 
 
 def proxy_address(namespace: str) -> str:
-    [name] = eventually(lambda: actors(namespace, PROXY_PREFIX))
+    [name] = eventually(lambda: named_actors(namespace, PROXY_PREFIX))
     return ray.get(ray.get_actor(name, namespace=namespace).ready.remote(), timeout=30)
 
 
@@ -285,12 +234,12 @@ def test_traffic_keeps_flowing_while_the_controller_is_down(proxied, namespace):
     met(proxied, run(proxied.apply_backend(backend())))
     met(proxied, run(proxied.apply_endpoint(EndpointConfig(name="e", route="/e", traffic={"echo": 1.0}))))
     url = f"http://{proxy_address(namespace)}/e"
-    proxies_before = actors(namespace, PROXY_PREFIX)
+    proxies_before = named_actors(namespace, PROXY_PREFIX)
     ray.kill(proxied.handle, no_restart=False)
     codes = [httpx.get(url, timeout=10).status_code for _ in range(20)]
     assert codes == [200] * 20
     eventually(lambda: _pings(proxied), 30)
-    assert actors(namespace, PROXY_PREFIX) == proxies_before
+    assert named_actors(namespace, PROXY_PREFIX) == proxies_before
 
 
 def test_rolling_update_behind_a_proxy_fails_no_request(proxied, namespace):
@@ -311,7 +260,7 @@ def test_rolling_update_behind_a_proxy_fails_no_request(proxied, namespace):
     thread.start()
     try:
         met(proxied, run(proxied.apply_backend(backend(version="v2", replicas=2))))
-        eventually(lambda: len(actors(namespace, REPLICA_PREFIX)) == 2)
+        eventually(lambda: len(named_actors(namespace, REPLICA_PREFIX)) == 2)
     finally:
         done.set()
         thread.join()
@@ -319,7 +268,7 @@ def test_rolling_update_behind_a_proxy_fails_no_request(proxied, namespace):
 
 
 def test_dead_proxy_is_replaced(proxied, namespace):
-    [name] = eventually(lambda: actors(namespace, PROXY_PREFIX))
+    [name] = eventually(lambda: named_actors(namespace, PROXY_PREFIX))
     eventually(lambda: [p["state"] for p in run(proxied.get_status())["proxies"].values()] == ["running"])
     ray.kill(ray.get_actor(name, namespace=namespace))
     eventually(lambda: _proxy_answers(namespace), 30)
@@ -332,8 +281,7 @@ def test_proxy_that_cannot_bind_its_port_is_retried_with_backoff_and_reported(na
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     port = taken.getsockname()[1]
-    client = start_or_connect(namespace=namespace, proxy_host="127.0.0.1", proxy_port=port,
-                              options={**FAST, "proxy_class": "proxy.actor:ProxyActor"})
+    client = start_controller(namespace, proxies=True, proxy_port=port)
     try:
         def failing():
             proxies = run(client.get_status())["proxies"].values()

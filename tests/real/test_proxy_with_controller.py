@@ -13,45 +13,23 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import httpx
 import pytest
 import ray
 
 from controller.backend_state import REPLICA_PREFIX
-from controller.client import ControllerClient, start_or_connect
-from controller.configs import BackendConfig, EndpointConfig, GoalState
+from controller.client import ControllerClient
+from controller.configs import EndpointConfig
 from controller.ray_adapter import PROXY_PREFIX
+from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
 
 pytestmark = pytest.mark.real
 
-APPS = str(Path(__file__).parent / "apps")
-FAST = {
-    "tick_s": 0.05,
-    "proxy_check_s": 0.3,
-    "longpoll_timeout_s": 5.0,
-    "startup_timeout_s": 30.0,
-    "backoff_base_s": 0.2,
-    "backoff_max_s": 1.0,
-    "proxy_class": "proxy.actor:ProxyActor",
-}
 # Chi-square critical value for one degree of freedom at p = 0.001.
 CHI2_DF1_P001 = 10.83
 TEN_MIB = 10 * 1024 * 1024
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
-
-
-def eventually(check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.05)
 
 
 class Cluster:
@@ -59,33 +37,21 @@ class Cluster:
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
-        self.client: ControllerClient = start_or_connect(
-            namespace=namespace, proxy_host="127.0.0.1", proxy_port=0, options=FAST
-        )
+        self.client: ControllerClient = start_controller(namespace, proxies=True)
         self.url = "http://" + self._proxy_address()
 
     def _proxy_address(self) -> str:
-        names = eventually(lambda: [
-            a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-            if a["namespace"] == self.namespace and a["name"].startswith(PROXY_PREFIX)
-        ], 60)
+        names = eventually(lambda: named_actors(self.namespace, PROXY_PREFIX), 60)
         assert names, "the controller started no proxy"
-        return ray.get(ray.get_actor(names[0], namespace=self.namespace).ready.remote(), timeout=30)
-
-    def met(self, goal_id: str) -> None:
-        result = run(self.client.wait_for_goal(goal_id, 60))
-        assert result.state == GoalState.MET, result
+        return ray.get(ray.get_actor(min(names), namespace=self.namespace).ready.remote(), timeout=30)
 
     def backend(self, name: str, handler: str, *init_args: Any, replicas: int = 1, cap: int = 100) -> None:
-        self.met(run(self.client.apply_backend(BackendConfig(
-            name=name, version="v1", import_path=f"proxy_handlers:{handler}", init_args=init_args,
-            num_replicas=replicas, max_concurrent_queries=cap, working_dir=APPS,
-            ray_actor_options={"num_cpus": 0}, graceful_shutdown_timeout_s=1.0,
-            health_check_period_s=0.5, health_check_timeout_s=5.0,
+        met(self.client, run(self.client.apply_backend(quick_backend(
+            name, f"proxy_handlers:{handler}", init_args=init_args, num_replicas=replicas, max_concurrent_queries=cap,
         ))))
 
     def endpoint(self, name: str, traffic: dict[str, float], **fields: Any) -> None:
-        self.met(run(self.client.apply_endpoint(
+        met(self.client, run(self.client.apply_endpoint(
             EndpointConfig(name=name, route=f"/{name}", traffic=traffic, **fields)
         )))
 

@@ -1,0 +1,221 @@
+"""Helpers shared by the real-tier tests (and the benchmarks built on them).
+
+Owned here: how a test starts a controller at test speed and waits on it
+(`start_controller`, `met`, `eventually`, `named_actors`), the test-speed
+backend every controller test deploys from tests/real/apps (`quick_backend`),
+and `gitops run` as a user starts it, joined to the session's Ray
+(`AgentProcess`). A plain module rather than fixtures: each test module
+decides its own fixture scope and cleanup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Coroutine, Sequence, TypeVar
+
+import httpx
+import ray
+
+from controller.api import CONTROLLER_NAME, DEFAULT_NAMESPACE
+from controller.client import ControllerClient, start_or_connect
+from controller.configs import BackendConfig, GoalState
+
+__all__ = [
+    "APPS",
+    "FAST_CONTROLLER_OPTIONS",
+    "PROXY_CLASS",
+    "run",
+    "eventually",
+    "named_actors",
+    "start_controller",
+    "met",
+    "quick_backend",
+    "free_port",
+    "AgentProcess",
+]
+
+T = TypeVar("T")
+
+# User code of the controller tests, shipped to replicas as their working_dir.
+APPS = str(Path(__file__).parent / "apps")
+
+# Ticks, polls and backoffs short enough that a goal is met in about a
+# second, yet long enough not to starve the two cores other tests share.
+FAST_CONTROLLER_OPTIONS: dict[str, Any] = {
+    "tick_s": 0.05,
+    "proxy_check_s": 0.3,
+    "longpoll_timeout_s": 5.0,
+    "startup_timeout_s": 30.0,
+    "backoff_base_s": 0.2,
+    "backoff_max_s": 1.0,
+    "unschedulable_grace_s": 0.5,
+}
+PROXY_CLASS = "proxy.actor:ProxyActor"
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def eventually(check: Callable[[], T], timeout_s: float = 30.0, interval_s: float = 0.05) -> T:
+    """Poll `check` until it returns something truthy, and return that.
+
+    Past the deadline it fails the test, naming the check.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout_s}s: {check}")
+        time.sleep(interval_s)
+
+
+def named_actors(namespace: str, prefix: str) -> set[str]:
+    """Names of the live named actors in `namespace` that start with `prefix`."""
+    return {
+        actor["name"] for actor in ray.util.list_named_actors(all_namespaces=True)
+        if actor["namespace"] == namespace and actor["name"].startswith(prefix)
+    }
+
+
+def start_controller(namespace: str, proxies: bool = False, proxy_port: int = 0, **options: Any) -> ControllerClient:
+    """A controller of its own in `namespace`, at test speed; the caller shuts it down.
+
+    Proxies (one per node, on loopback) only when asked: most controller
+    tests are about replicas and need no HTTP.
+    """
+    settings = {**FAST_CONTROLLER_OPTIONS, "proxy_class": PROXY_CLASS if proxies else None, **options}
+    return start_or_connect(namespace=namespace, proxy_host="127.0.0.1", proxy_port=proxy_port, options=settings)
+
+
+def met(client: ControllerClient, goal_id: str, timeout_s: float = 60.0) -> None:
+    result = run(client.wait_for_goal(goal_id, timeout_s))
+    assert result.state == GoalState.MET, result
+
+
+def quick_backend(name: str, import_path: str, **fields: Any) -> BackendConfig:
+    """A backend from tests/real/apps that takes no CPU and checks health and stops fast.
+
+    `fields` are BackendConfig fields and override these defaults.
+    """
+    defaults: dict[str, Any] = {
+        "version": "v1",
+        "num_replicas": 1,
+        "working_dir": APPS,
+        "ray_actor_options": {"num_cpus": 0},
+        "health_check_period_s": 0.5,
+        "health_check_timeout_s": 5.0,
+        "graceful_shutdown_timeout_s": 1.0,
+    }
+    return BackendConfig(name=name, import_path=import_path, **{**defaults, **fields})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class AgentProcess:
+    """`gitops run --ray-address <address>` on loopback ports, short intervals.
+
+    Joined to an existing Ray (the test session's), as a user starts it;
+    `stop()` ends it and shuts down the controller it left running.
+    `extra_args` are appended to the command line (e.g. `--log-format json`).
+    """
+
+    def __init__(self, repo: Path, workdir: Path, ray_address: str, extra_args: Sequence[str] = ()) -> None:
+        self.admin_port, self.proxy_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.admin = f"http://127.0.0.1:{self.admin_port}"
+        self.proxy = f"http://127.0.0.1:{self.proxy_port}"
+        self.log_path = workdir / "agent.log"
+        self._log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [
+                sys.executable, "-m", "gitops", "run",
+                "--repo", str(repo), "--path", "deployments",
+                "--ray-address", ray_address,
+                "--proxy-port", str(self.proxy_port),
+                "--proxy-metrics-port", str(self.metrics_port),
+                "--admin-port", str(self.admin_port),
+                "--interval", "0.5", "--resync-interval", "2",
+                "--state-dir", str(workdir / "state"),
+                *extra_args,
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.http = httpx.Client(timeout=10)
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_path.read_text().splitlines()[-lines:])
+
+    def get(self, path: str) -> Any:
+        return self.http.get(self.admin + path).json()
+
+    def metrics(self) -> str:
+        return self.http.get(self.admin + "/metrics").text
+
+    def wait(self, what: str, done: Callable[[], bool], timeout_s: float = 90) -> float:
+        """Poll `done` until true; returns the seconds it took.
+
+        An agent still starting (connection refused) or answering without
+        the field yet counts as not done; an agent that exited fails at once.
+        """
+        start = time.monotonic()
+        while True:
+            assert self.process.poll() is None, f"gitops run exited:\n{self.log_tail()}"
+            try:
+                if done():
+                    return time.monotonic() - start
+            except (httpx.TransportError, ValueError, KeyError):
+                pass
+            assert time.monotonic() - start < timeout_s, f"timed out waiting for {what}:\n{self.log_tail()}"
+            time.sleep(0.1)
+
+    def wait_applied(self, commit: str) -> None:
+        self.wait(
+            f"{commit[:7]} applied",
+            lambda: (s := self.get("/status"))["last_applied_revision"] == commit and s["status"] == "Synced",
+        )
+
+    def wait_attempted(self, commit: str) -> None:
+        """Wait until `commit` is in the history, applied or not (an invalid commit never applies)."""
+        self.wait(
+            f"{commit[:7]} attempted",
+            lambda: any(entry["commit"] == commit for entry in _history_entries(self.get("/history"))),
+        )
+
+    def stop(self) -> None:
+        self.http.close()
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+        self._log.close()
+        _shutdown_controller()
+
+
+def _history_entries(history: Any) -> list[dict[str, Any]]:
+    return history if isinstance(history, list) else history.get("entries", [])
+
+
+def _shutdown_controller() -> None:
+    """A joined cluster keeps serving after the agent stops: stop what it ran."""
+    try:
+        handle = ray.get_actor(CONTROLLER_NAME, namespace=DEFAULT_NAMESPACE)
+    except ValueError:
+        return
+    ControllerClient(handle, DEFAULT_NAMESPACE).shutdown()
