@@ -18,12 +18,8 @@ evaluates the query without the comparison, which must return data.
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import socket
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -33,22 +29,18 @@ from typing import Any
 
 import httpx
 import pytest
+import ray
 import yaml
 
-from controller.api import CONTROLLER_NAME, DEFAULT_NAMESPACE
+from controller.api import DEFAULT_NAMESPACE
 from proxy.metrics import ProxyMetrics
+from tests.real.support import AgentProcess, free_port
 
 pytestmark = pytest.mark.real
 
 MONITORING = Path(__file__).resolve().parents[2] / "monitoring"
 PROMETHEUS = "/usr/bin/prometheus"
 THRESHOLD = re.compile(r"^(?P<query>.+?)\s*(?:>|<|>=|<=|==|!=)\s*[0-9.]+$")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Prometheus:
@@ -236,99 +228,8 @@ class SpecRepo:
         return self.git("rev-parse", "HEAD")
 
 
-class AgentProcess:
-    """`gitops run` as a user starts it, joined to the test session's Ray."""
-
-    def __init__(self, repo: Path, workdir: Path) -> None:
-        import ray
-
-        self.admin_port, self.proxy_port, self.metrics_port = free_port(), free_port(), free_port()
-        self.admin = f"http://127.0.0.1:{self.admin_port}"
-        self.proxy = f"http://127.0.0.1:{self.proxy_port}"
-        self.log_path = workdir / "agent.log"
-        self._log = self.log_path.open("w")
-        self.process = subprocess.Popen(
-            [
-                sys.executable, "-m", "gitops", "run",
-                "--repo", str(repo), "--path", "deployments",
-                "--ray-address", ray.get_runtime_context().gcs_address,
-                "--proxy-port", str(self.proxy_port),
-                "--proxy-metrics-port", str(self.metrics_port),
-                "--admin-port", str(self.admin_port),
-                "--interval", "0.5", "--resync-interval", "2",
-                "--state-dir", str(workdir / "state"),
-                "--log-format", "json",
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        self.http = httpx.Client(timeout=10)
-
-    def log_tail(self) -> str:
-        return "\n".join(self.log_path.read_text().splitlines()[-30:])
-
-    def get(self, path: str) -> Any:
-        return self.http.get(self.admin + path).json()
-
-    def wait(self, what: str, done: Callable[[], bool], timeout_s: float = 90) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            assert self.process.poll() is None, f"gitops run exited:\n{self.log_tail()}"
-            try:
-                if done():
-                    return
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{self.log_tail()}"
-            time.sleep(0.2)
-
-    def wait_applied(self, commit: str) -> None:
-        self.wait(
-            f"{commit[:7]} applied",
-            lambda: (s := self.get("/status"))["last_applied_revision"] == commit
-            and s["status"] == "Synced",
-        )
-
-    def wait_attempted(self, commit: str) -> None:
-        self.wait(
-            f"{commit[:7]} attempted",
-            lambda: any(e["commit"] == commit for e in _entries(self.get("/history"))),
-        )
-
-    def stop(self) -> None:
-        self.http.close()
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
-        self._log.close()
-        _shutdown_controller()
-
-
-def _entries(history: Any) -> list[dict[str, Any]]:
-    return history if isinstance(history, list) else history.get("entries", [])
-
-
-def _shutdown_controller() -> None:
-    """A joined cluster keeps serving after the agent stops: stop what it ran."""
-    import ray
-
-    from controller.client import ControllerClient
-
-    try:
-        handle = ray.get_actor(CONTROLLER_NAME, namespace=DEFAULT_NAMESPACE)
-    except ValueError:
-        return
-    ControllerClient(handle, DEFAULT_NAMESPACE).shutdown()
-
-
 def _kill_one_replica(backend: str) -> None:
     """Kill a replica actor the way a crash would; the controller must restart it."""
-    import ray
-
     names = [
         actor["name"]
         for actor in ray.util.list_named_actors(all_namespaces=True)
@@ -373,7 +274,7 @@ def stack(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     repo.write("apps/hello.py", APP)
     repo.write("deployments/hello.toml", spec({"v1": 0.5, "v2": 0.5}))
     first = repo.commit("hello, split 50/50")
-    agent = AgentProcess(repo.root, workdir)
+    agent = AgentProcess(repo.root, workdir, ray.get_runtime_context().gcs_address, ["--log-format", "json"])
     prometheus = None
     try:
         agent.wait_applied(first)
