@@ -3,20 +3,19 @@
 One per Ray node, created, pinned and replaced by the controller (which wraps
 this plain class with `ray.remote`). The constructor binds the listening
 socket (so a taken port fails the actor's creation with a clear error) and
-starts tasks on the actor's event loop: the HTTP server, the long poll and
-the load reports. Owns the proxy's lifecycle only; the request path is `proxy.app`.
+starts tasks on the actor's event loop: the HTTP server, the long poll, the
+load reports and, given a metrics port, the metrics' load sampler. Owns the proxy's lifecycle only; the request path is `proxy.app`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import socket
 
 import uvicorn
 
-from proxy.app import ProxyApp, Recorder
+from proxy.app import ProxyApp
 from proxy.controller_link import ControllerLink
 from proxy.load_reporting import report_load_forever
 from proxy.longpoll_client import LongPollClient
@@ -27,13 +26,13 @@ from proxy.subscriptions import Subscriptions
 
 __all__ = ["ProxyActor"]
 
-logger = logging.getLogger(__name__)
-
 _READY_POLL_S = 0.01
 _SHUTDOWN_GRACE_S = 5.0
 
 
 class ProxyActor:
+    """One node's proxy: HTTP in, replica calls out, config by long poll from the controller."""
+
     def __init__(
         self,
         controller_name: str,
@@ -42,41 +41,25 @@ class ProxyActor:
         host: str,
         port: int,
         settings: ProxySettings | None = None,
-        recorder: Recorder | None = None,
         metrics_port: int | None = None,
     ) -> None:
-        self._node_id = node_id
         settings = settings or ProxySettings()
         rng = random.Random()
         # Prometheus scrapes each node's proxy on its own metrics port (see proxy.metrics).
-        self._metrics = ProxyMetrics() if metrics_port is not None else None
-        if self._metrics is not None:
-            self._metrics.serve(host, metrics_port)
-            recorder = recorder or self._metrics
-        self._app = ProxyApp(RayCaller(settings.max_calls_per_replica, settings.coalesce_window_s), settings, rng, recorder)
-        self._subscriptions = Subscriptions(settings, rng)
+        self._metrics = _serve_metrics(host, metrics_port) if metrics_port is not None else None
+        self._app = ProxyApp(
+            RayCaller(settings.max_calls_per_replica, settings.coalesce_window_s), settings, rng, self._metrics
+        )
         link = ControllerLink(controller_name, namespace)
-        self._longpoll = LongPollClient(link, node_id, self._subscriptions, self._app.install, settings)
+        longpoll = LongPollClient(link, node_id, Subscriptions(settings, rng), self._app.install, settings)
         self._socket = _bind(host, port)
         self._host = host
         self._port = self._socket.getsockname()[1]
-        self._server = uvicorn.Server(
-            uvicorn.Config(
-                self._app,
-                lifespan="off",
-                interface="asgi3",
-                loop="none",
-                http="httptools",
-                ws="none",
-                log_config=None,
-                access_log=False,
-                log_level="warning",
-            )
-        )
+        self._server = _http_server(self._app)
         loop = asyncio.get_event_loop()
         self._server_task = loop.create_task(self._server.serve(sockets=[self._socket]))
         self._background = [
-            loop.create_task(self._longpoll.run()),
+            loop.create_task(longpoll.run()),
             loop.create_task(
                 report_load_forever(link, node_id, self._app.backend_load, settings.load_report_interval_s)
             ),
@@ -107,17 +90,30 @@ class ProxyActor:
         if self._metrics is not None:
             self._metrics.close()
 
-    async def backend_load(self) -> dict[str, dict[str, int]]:
-        """Per backend: requests in flight and queued here (for autoscaling)."""
-        return self._app.backend_load()
 
-    async def routes(self) -> dict[str, str]:
-        """The route prefix -> endpoint table currently served (for tests and status)."""
-        return {prefix: route.endpoint for prefix, route in self._app.snapshot.routes.by_prefix.items()}
+def _serve_metrics(host: str, port: int) -> ProxyMetrics:
+    metrics = ProxyMetrics()
+    metrics.serve(host, port)
+    return metrics
 
-    async def longpoll_rounds(self) -> int:
-        """How many long-poll answers arrived; tests wait on it instead of sleeping."""
-        return self._longpoll.rounds
+
+def _http_server(app: ProxyApp) -> uvicorn.Server:
+    # Served on the actor's own event loop (loop="none"); log_config=None
+    # leaves the worker's logging setup alone, and the hot path writes no
+    # access log.
+    return uvicorn.Server(
+        uvicorn.Config(
+            app,
+            lifespan="off",
+            interface="asgi3",
+            loop="none",
+            http="httptools",
+            ws="none",
+            log_config=None,
+            access_log=False,
+            log_level="warning",
+        )
+    )
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -39,7 +39,6 @@ class LongPollClient:
         self._subscriptions = subscriptions
         self._install = install
         self._settings = settings
-        self.rounds = 0
 
     async def run(self) -> None:
         backoff = self._settings.longpoll_backoff_s
@@ -66,6 +65,5 @@ class LongPollClient:
         controller = await self._link.get()
         keys = self._subscriptions.keys_to_snapshot_ids()
         updates = await controller.listen_for_change.remote(keys, proxy_id=self._proxy_id)
-        self.rounds += 1
         if updates:
             self._install(self._subscriptions.apply(updates))
