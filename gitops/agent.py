@@ -98,7 +98,7 @@ class Agent:
         plan: Planner,
         metrics: AgentMetrics,
         settings: AgentSettings = AgentSettings(),
-        log: Logger = _LOG,
+        log: Logger = _LOG,  # every event (reconcile, progress, errors) with its fields
     ) -> None:
         self._source = source
         self._client = client

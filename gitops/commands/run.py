@@ -5,7 +5,9 @@ errors before anything starts), start or join Ray quietly, start or find
 the controller (which starts the proxies), run the agent and the admin
 server on one event loop, and on Ctrl-C / SIGTERM stop all of it cleanly:
 an embedded Ray is shut down with everything it ran, a joined cluster
-keeps serving. Must not: contain reconcile logic (that is `gitops.agent`).
+keeps serving. Every event of the process goes to stdout through logging
+(`--log-format text|json`, see `gitops.logs`). Must not: contain reconcile
+logic (that is `gitops.agent`).
 """
 
 from __future__ import annotations

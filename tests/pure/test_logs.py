@@ -58,10 +58,10 @@ def test_text_format_names_the_level_of_warnings_and_the_logger_of_libraries(res
     stream = io.StringIO()
     configure_logging("text", logging.INFO, stream=stream)
     logging.getLogger("gitops.agent").error("controller unavailable: gone")
-    logging.getLogger("ray.serve").warning("slow")
+    logging.getLogger("somelib.io").warning("slow")
     first, second = stream.getvalue().splitlines()
     assert first.endswith(" error: controller unavailable: gone")
-    assert second.endswith(" warning: ray.serve: slow")
+    assert second.endswith(" warning: somelib.io: slow")
 
 
 def test_an_exception_stays_on_one_line_in_both_formats(restore_root_logging) -> None:
