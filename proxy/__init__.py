@@ -7,7 +7,8 @@ Map (layers import only downward):
 - state without I/O: `replicas` (per-backend pools, wait queue), `config`
   (the immutable snapshot), `subscriptions` (long-poll payloads -> snapshot),
   `coalescing` (batching calls per replica over an injected transport);
-- request path: `calling` (the caller seam and its errors), `app` (ASGI);
+- request path: `calling` (the caller seam and its errors), `app` (ASGI),
+  `metrics` (its Prometheus recorder and the port they are scraped from);
 - Ray shell: `raycalls`, `controller_link`, `longpoll_client`,
   `load_reporting`, `actor` (uvicorn inside the Ray actor).
 """

@@ -44,17 +44,14 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, start_http_server
+from prometheus_client.exposition import start_http_server
 
 __all__ = [
-    "CONTENT_TYPE",
     "DEFAULT_METRICS_PORT",
     "REQUEST_BUCKETS",
     "ProxyMetrics",
     "ShadowResult",
 ]
-
-CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 # The text format exposes every counter's and histogram's creation time as an
 # extra `<name>_created` gauge series that Prometheus stores but nothing here
