@@ -144,9 +144,10 @@ def _settle(future: asyncio.Future[WireResponse], result: BatchResult) -> None:
     if future.done():
         return
     outcome, value = result
-    if outcome is BatchOutcome.OK or outcome == BatchOutcome.OK.value:
+    # A str enum: equal to its plain-string value too, however it was pickled.
+    if outcome == BatchOutcome.OK:
         future.set_result(value)
-    elif outcome is BatchOutcome.TIMEOUT or outcome == BatchOutcome.TIMEOUT.value:
+    elif outcome == BatchOutcome.TIMEOUT:
         future.set_exception(TimeoutError())
     else:
         future.set_exception(HandlerError(str(value)))

@@ -49,8 +49,7 @@ class RouteIndex:
 
 def normalise_prefix(prefix: str) -> str:
     """`/a/` and `/a` are the same route; `/` stays `/`."""
-    stripped = "/" + prefix.strip("/")
-    return stripped
+    return "/" + prefix.strip("/")
 
 
 def resolve(index: RouteIndex, path: str, method: str) -> tuple[Resolution, Route | None]:
