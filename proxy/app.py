@@ -43,12 +43,16 @@ _JSON = [(b"content-type", b"application/json")]
 
 
 class Recorder(Protocol):
+    """Where the outcome of every request and shadow copy is reported (`proxy.metrics.ProxyMetrics`)."""
+
     def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None: ...
 
     def shadow_done(self, endpoint: str, backend: str, result: ShadowResult) -> None: ...
 
 
 class NullRecorder:
+    """Records nothing: a proxy started without a metrics port."""
+
     def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None:
         pass
 
@@ -67,6 +71,8 @@ class _Reply(Exception):
 
 
 class ProxyApp:
+    """The ASGI callable uvicorn serves; holds the current snapshot and the shadow copies in flight."""
+
     def __init__(
         self,
         caller: ReplicaCaller,
