@@ -3,7 +3,7 @@
 Owned here: how a test starts a controller at test speed and waits on it
 (`start_controller`, `met`, `eventually`, `named_actors`), the test-speed
 backend every controller test deploys from tests/real/apps (`quick_backend`),
-and `gitops run` as a user starts it, joined to the session's Ray
+loopback ports free or taken (`free_port`, `occupied_port`), and `gitops run` as a user starts it, joined to the session's Ray
 (`AgentProcess`). A plain module rather than fixtures: each test module
 decides its own fixture scope and cleanup.
 """
@@ -11,6 +11,7 @@ decides its own fixture scope and cleanup.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Coroutine, Sequence, TypeVar
+from typing import Any, Callable, Coroutine, Iterator, Sequence, TypeVar
 
 import httpx
 import ray
@@ -38,6 +39,7 @@ __all__ = [
     "met",
     "quick_backend",
     "free_port",
+    "occupied_port",
     "AgentProcess",
 ]
 
@@ -123,6 +125,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def occupied_port() -> Iterator[int]:
+    """A loopback port something else already listens on, for the duration."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield int(taken.getsockname()[1])
 
 
 class AgentProcess:

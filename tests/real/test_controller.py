@@ -21,7 +21,7 @@ from controller.client import ControllerClient
 from controller.configs import BackendConfig, EndpointConfig, GoalState
 from controller.ray_adapter import PROXY_PREFIX
 from proxy.wire import make_request
-from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
+from tests.real.support import eventually, met, named_actors, occupied_port, quick_backend, run, start_controller
 
 pytestmark = pytest.mark.real
 
@@ -275,23 +275,17 @@ def test_dead_proxy_is_replaced(proxied, namespace):
 
 
 def test_proxy_that_cannot_bind_its_port_is_retried_with_backoff_and_reported(namespace):
-    import socket
+    with occupied_port() as port:
+        client = start_controller(namespace, proxies=True, proxy_port=port)
+        try:
+            def failing():
+                proxies = run(client.get_status())["proxies"].values()
+                return [p for p in proxies if p["failures"] >= 2]
 
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    port = taken.getsockname()[1]
-    client = start_controller(namespace, proxies=True, proxy_port=port)
-    try:
-        def failing():
-            proxies = run(client.get_status())["proxies"].values()
-            return [p for p in proxies if p["failures"] >= 2]
-
-        [proxy] = eventually(failing, 30)
-        assert str(port) in proxy["last_error"]
-    finally:
-        taken.close()
-        client.shutdown()
+            [proxy] = eventually(failing, 30)
+            assert str(port) in proxy["last_error"]
+        finally:
+            client.shutdown()
 
 
 def _proxy_answers(namespace: str) -> bool:

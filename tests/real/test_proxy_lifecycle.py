@@ -11,6 +11,7 @@ import ray
 
 from proxy.actor import ProxyActor
 from tests.real.apps.proxy_fakes import FakeController
+from tests.real.support import occupied_port
 
 pytestmark = pytest.mark.real
 
@@ -48,14 +49,10 @@ def test_shutdown_stops_listening(ray_session, controller):
 
 def test_a_taken_port_fails_the_proxy_with_the_address(ray_session, controller):
     name, _ = controller
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    port = taken.getsockname()[1]
-    proxy = ray.remote(ProxyActor).options(num_cpus=0, max_restarts=0).remote(name, ray_session, "n", "127.0.0.1", port)
-    try:
-        with pytest.raises(Exception, match=f"127.0.0.1:{port}"):
-            ray.get(proxy.ready.remote(), timeout=30)
-    finally:
-        taken.close()
-        ray.kill(proxy)
+    with occupied_port() as port:
+        proxy = ray.remote(ProxyActor).options(num_cpus=0, max_restarts=0).remote(name, ray_session, "n", "127.0.0.1", port)
+        try:
+            with pytest.raises(Exception, match=f"127.0.0.1:{port}"):
+                ray.get(proxy.ready.remote(), timeout=30)
+        finally:
+            ray.kill(proxy)
