@@ -52,7 +52,7 @@ class ControllerOptions:
     proxy_class: str | None = "proxy.actor:ProxyActor"
     proxy_host: str = "127.0.0.1"
     proxy_port: int = 8000
-    # Passed to each proxy as `metrics_port` when its class takes that argument.
+    # Each proxy serves its Prometheus metrics on this port of its node (None: off).
     proxy_metrics_port: int | None = None
     proxy_check_s: float = 1.0
     longpoll_timeout_s: float = 30.0

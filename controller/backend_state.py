@@ -146,7 +146,6 @@ class ReplicaRecord:
 class _Backend:
     config: BackendConfig
     target: int
-    next_index: int = 0
     deleting: bool = False
     failures: int = 0
     last_error: str = ""
@@ -164,6 +163,10 @@ class BackendState:
     def __init__(self, options: BackendOptions | None = None) -> None:
         self.options = options or BackendOptions()
         self._backends: dict[str, _Backend] = {}
+        # Replica ids are never reused, not even by a backend deleted and
+        # created again: a reused actor name could find the old actor still
+        # draining (get-or-create), and proxies would route to a dying replica.
+        self._next_serial = 0
         self.dirty = False  # something worth a checkpoint changed
 
     # --- the goal API's writes ------------------------------------------------
@@ -174,7 +177,6 @@ class BackendState:
         if current is None or current.deleting:
             self._backends[config.name] = _Backend(
                 config=config, target=_initial_target(config),
-                next_index=current.next_index if current else 0,
                 replicas=current.replicas if current else [],
             )
             self.dirty = True
@@ -406,8 +408,8 @@ class BackendState:
 
     def _add(self, backend: _Backend, now: float) -> None:
         version = backend.config.version
-        replica_id = f"{backend.config.name}-{version[:8]}-{backend.next_index}"
-        backend.next_index += 1
+        replica_id = f"{backend.config.name}-{version[:8]}-{self._next_serial}"
+        self._next_serial += 1
         backend.replicas.append(ReplicaRecord(replica_id, version, ReplicaState.SHOULD_START, now))
         self.dirty = True
 
@@ -435,14 +437,18 @@ class BackendState:
     # --- checkpoint form and recovery ---------------------------------------
 
     def to_json(self) -> dict[str, Any]:
-        return {name: _backend_json(b) for name, b in self._backends.items()}
+        return {
+            "next_serial": self._next_serial,
+            "backends": {name: _backend_json(b) for name, b in self._backends.items()},
+        }
 
     @classmethod
     def from_json(
         cls, data: dict[str, Any], options: BackendOptions | None = None
     ) -> "BackendState":
         state = cls(options)
-        for name, item in data.items():
+        state._next_serial = int(data["next_serial"])
+        for name, item in data["backends"].items():
             state._backends[name] = _backend_from(item)
         return state
 
@@ -491,7 +497,6 @@ def _backend_json(backend: _Backend) -> dict[str, Any]:
     return {
         "config": backend.config.model_dump(mode="json"),
         "target": backend.target,
-        "next_index": backend.next_index,
         "deleting": backend.deleting,
         "failures": backend.failures,
         "last_error": backend.last_error,
@@ -508,7 +513,6 @@ def _backend_from(item: dict[str, Any]) -> _Backend:
     return _Backend(
         config=BackendConfig.model_validate(item["config"]),
         target=int(item["target"]),
-        next_index=int(item["next_index"]),
         deleting=bool(item["deleting"]),
         failures=int(item.get("failures", 0)),
         last_error=item.get("last_error", ""),

@@ -22,7 +22,7 @@ __all__ = [
     "decode",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: replica ids from one controller-wide serial
 _KEY = "gitops-controller-checkpoint"
 
 

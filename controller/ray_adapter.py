@@ -12,7 +12,6 @@ stores its outcome in a dict when it finishes, and the next tick reads it.
 from __future__ import annotations
 
 import importlib
-import inspect
 import logging
 import time
 from concurrent.futures import Future
@@ -345,10 +344,10 @@ class RayAdapter:
             max_concurrency=_REPLICA_CONCURRENCY,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
         )
-        extra = {}
-        if spec.metrics_port is not None and _accepts(proxy_class, "metrics_port"):
-            extra["metrics_port"] = spec.metrics_port
-        handle = cls.remote(spec.controller_name, self.namespace, node_id, spec.host, spec.port, **extra)
+        handle = cls.remote(
+            spec.controller_name, self.namespace, node_id, spec.host, spec.port,
+            metrics_port=spec.metrics_port,
+        )
         return ProxyRecord(node_id, proxy_actor_name(node_id), handle, _call(handle.ready.remote()))
 
     def _kill_proxy(self, node_id: str) -> None:
@@ -426,10 +425,6 @@ def _named_actors(namespace: str) -> list[str]:
     return names
 
 
-def _accepts(cls: Any, parameter: str) -> bool:
-    # The proxy grows options over time; pass only what this proxy class takes.
-    return parameter in inspect.signature(cls.__init__).parameters
-
 
 def _load_class(path: str) -> Any:
     module, _, attr = path.partition(":")
@@ -450,5 +445,3 @@ def _resource_needs(options: dict[str, Any]) -> dict[str, float]:
 def _actor_resources(options: dict[str, Any]) -> dict[str, Any]:
     allowed = ("num_cpus", "num_gpus", "memory", "resources")
     return {k: v for k, v in options.items() if k in allowed}
-
-

@@ -104,6 +104,21 @@ def test_replica_names_are_deterministic_and_never_reused():
     assert [e.actor_name for e in again] == ["gitops-replica-echo-v1-1"]
 
 
+def test_a_backend_deleted_and_created_again_never_reuses_a_replica_name():
+    # The old replica may still be draining under its name (a quick git revert).
+    state, world = BackendState(), FakeWorld()
+    state.apply(config(replicas=1))
+    first = run_ready(state, world, 0.0)[0]
+    state.delete("echo")
+    for now in (1.0, 2.0, 3.0):
+        state.tick(now, world)
+    assert state.all_actor_names() == set()  # fully gone: stopped and forgotten
+    state.apply(config(replicas=1))
+    restored = BackendState.from_json(state.to_json())
+    later = starts(state.tick(4.0, world)) + starts(restored.tick(4.0, world))
+    assert len(later) == 2 and first.actor_name not in {e.actor_name for e in later}
+
+
 def test_rolling_update_starts_one_new_replica_before_draining_any_old_one():
     state, world = BackendState(), FakeWorld()
     state.apply(config(replicas=2))

@@ -34,7 +34,7 @@ class FakeAdapter:
         for effect in effects:
             if isinstance(effect, StartReplica):
                 saved = decode(self.storage.get())
-                names = {r["replica_id"] for b in saved["backends"].values() for r in b["replicas"]}
+                names = {r["replica_id"] for b in saved["backends"]["backends"].values() for r in b["replicas"]}
                 self.checkpointed_at_start.append(effect.replica_id in names)
                 self.started.append(effect.actor_name)
                 if not self.error:
