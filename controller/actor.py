@@ -270,7 +270,7 @@ class ControllerActor:
         config = BackendConfig.model_validate(config)
         effects = self._backends.apply(config)
         goal_id = self._goals.request(GoalKind.BACKEND_READY, config.name,
-                                      fingerprint(config), time.time())
+                                      fingerprint(config), time.time(), self._judge)
         self._save()
         self._maybe_die("after_api_checkpoint")
         self._apply(effects)
@@ -279,7 +279,7 @@ class ControllerActor:
     async def delete_backend(self, name: str) -> str:
         check_backend_deletable(name, self._endpoints)
         self._backends.delete(name)
-        goal_id = self._goals.request(GoalKind.BACKEND_DELETED, name, "", time.time())
+        goal_id = self._goals.request(GoalKind.BACKEND_DELETED, name, "", time.time(), self._judge)
         self._save()
         return goal_id
 
@@ -287,14 +287,14 @@ class ControllerActor:
         config = EndpointConfig.model_validate(config)
         self._endpoints.apply(config, self._backends.configs())
         goal_id = self._goals.request(GoalKind.ENDPOINT_ACKED, config.name,
-                                      fingerprint(config), time.time())
+                                      fingerprint(config), time.time(), self._judge)
         self._save()
         self._publish_endpoint(config.name)
         return goal_id
 
     async def delete_endpoint(self, name: str) -> str:
         self._endpoints.delete(name)
-        goal_id = self._goals.request(GoalKind.ENDPOINT_DELETED, name, "", time.time())
+        goal_id = self._goals.request(GoalKind.ENDPOINT_DELETED, name, "", time.time(), self._judge)
         self._save()
         self._publish_endpoint(name)
         return goal_id

@@ -63,15 +63,21 @@ class GoalTable:
         self._pending: dict[str, Goal] = {}
         self._finished: OrderedDict[str, _Finished] = OrderedDict()
 
-    def request(self, kind: GoalKind, name: str, fingerprint: str, now: float) -> str:
-        """The goal for this exact request: reuse a pending or met one."""
+    def request(
+        self, kind: GoalKind, name: str, fingerprint: str, now: float,
+        judge: Callable[[Goal], Verdict] | None = None,
+    ) -> str:
+        """The goal for this exact request: reuse a pending one, or a met one
+        that `judge` still finds met (the same config deleted and created again
+        is a new goal, not the old success)."""
         for goal in self._pending.values():
             if (goal.kind, goal.name, goal.fingerprint) == (kind, name, fingerprint):
                 return goal.goal_id
         for done in reversed(self._finished.values()):
             goal = done.goal
             if (goal.kind, goal.name, goal.fingerprint) == (kind, name, fingerprint):
-                if done.state == GoalState.MET:
+                still_met = judge is None or judge(goal).state == GoalState.MET
+                if done.state == GoalState.MET and still_met:
                     return goal.goal_id
                 break
         goal = Goal(uuid.uuid4().hex, kind, name, fingerprint, now)

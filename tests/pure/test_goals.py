@@ -163,3 +163,13 @@ def test_unjudged_goal_stays_pending():
     goal_id = table.request(GoalKind.BACKEND_DELETED, "x", "", 0.0)
     table.evaluate(lambda goal: PENDING, 1.0)
     assert table.result(goal_id).state == GoalState.PENDING
+
+
+def test_request_matching_a_met_goal_that_no_longer_holds_is_judged_afresh():
+    # The same backend config deleted and created again: the first creation's
+    # success says nothing about the new replicas.
+    table = GoalTable()
+    first = table.request(GoalKind.BACKEND_READY, "echo", "fp", 0.0)
+    table.evaluate(lambda goal: MET, 1.0)
+    again = table.request(GoalKind.BACKEND_READY, "echo", "fp", 2.0, judge=lambda goal: PENDING)
+    assert again != first and table.result(again).state == GoalState.PENDING
