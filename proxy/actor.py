@@ -16,6 +16,7 @@ import socket
 import uvicorn
 
 from proxy.app import ProxyApp
+from proxy.config import Snapshot
 from proxy.controller_link import ControllerLink
 from proxy.load_reporting import report_load_forever
 from proxy.longpoll_client import LongPollClient
@@ -51,7 +52,7 @@ class ProxyActor:
             RayCaller(settings.max_calls_per_replica, settings.coalesce_window_s), settings, rng, self._metrics
         )
         link = ControllerLink(controller_name, namespace)
-        longpoll = LongPollClient(link, node_id, Subscriptions(settings, rng), self._app.install, settings)
+        longpoll = LongPollClient(link, node_id, Subscriptions(settings, rng), self._install, settings)
         self._socket = _bind(host, port)
         self._host = host
         self._port = self._socket.getsockname()[1]
@@ -66,6 +67,11 @@ class ProxyActor:
         ]
         if self._metrics is not None:
             self._background.append(loop.create_task(self._metrics.sample_load_forever(self._app.backend_load)))
+
+    def _install(self, snapshot: Snapshot) -> None:
+        self._app.install(snapshot)
+        if self._metrics is not None:
+            self._metrics.retain(snapshot.endpoints, snapshot.pools)
 
     async def ready(self) -> str:
         """Returns `host:port` once the HTTP server listens; raises if it failed."""

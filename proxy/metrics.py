@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import threading
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from prometheus_client import (
     CollectorRegistry,
@@ -178,6 +178,22 @@ class ProxyMetrics:
         for metric, names in self._by_route():
             _remove_where(metric, names, "backend", backend)
         _remove_where(self._ongoing, ONGOING_LABELS, "backend", backend)
+
+    def retain(self, endpoints: Collection[str], backends: Collection[str]) -> None:
+        """Forget every series of an endpoint or backend the proxy no longer
+        serves, so config churn cannot grow cardinality; called per snapshot."""
+        for endpoint in self._labelled("endpoint") - set(endpoints):
+            self.forget_endpoint(endpoint)
+        for backend in self._labelled("backend") - set(backends):
+            self.forget_backend(backend)
+
+    def _labelled(self, name: str) -> set[str]:
+        return {
+            sample.labels[name]
+            for metric, _ in self._by_route()
+            for family in metric.collect()
+            for sample in family.samples
+        }
 
     def _by_route(self) -> list[tuple[Counter | Histogram, tuple[str, ...]]]:
         return [

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from controller.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
-from proxy.app import ProxyApp, ShadowResult
+from proxy.app import ProxyApp
+from proxy.metrics import ShadowResult
 from proxy.calling import HandlerError, ReplicaDiedError
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions

@@ -76,6 +76,17 @@ def test_a_forgotten_backend_leaves_no_series() -> None:
     assert "v1" not in metrics.render().decode()
 
 
+def test_endpoints_and_backends_gone_from_the_config_lose_their_series() -> None:
+    metrics = ProxyMetrics()
+    metrics.request_finished("echo", "v1", 200, 0.01)
+    metrics.request_finished("keep", "v2", 200, 0.01)
+    metrics.shadow_finished("keep", "v3", ShadowResult.OK)
+    metrics.retain(endpoints={"keep"}, backends={"v2"})
+    text = metrics.render().decode()
+    assert 'endpoint="echo"' not in text and 'backend="v3"' not in text
+    assert value(metrics, "gitops_http_requests_total", endpoint="keep", backend="v2", code="200") == 1
+
+
 def test_metrics_are_served_on_their_own_port() -> None:
     metrics = ProxyMetrics()
     port = metrics.serve("127.0.0.1", 0)
