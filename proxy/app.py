@@ -100,9 +100,10 @@ class ProxyApp:
         return self._snapshot
 
     def backend_load(self) -> dict[str, dict[str, int]]:
-        """Per backend: requests in flight on replicas and waiting in the queue."""
+        """Per backend: requests in flight on replicas, waiting in the queue,
+        and turned away in the last second because it had no replica."""
         return {
-            name: {"ongoing": pool.ongoing(), "queued": pool.queued()}
+            name: {"ongoing": pool.ongoing(), "queued": pool.queued(), "unserved": pool.unserved()}
             for name, pool in self._snapshot.pools.items()
         }
 

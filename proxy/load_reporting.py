@@ -26,7 +26,12 @@ async def report_load_forever(
     failing = False
     while True:
         await asyncio.sleep(interval_s)
-        report = {backend: (load["ongoing"], load["queued"]) for backend, load in loads().items()}
+        # Requests turned away for want of a replica count as queued demand,
+        # so a backend scaled to zero is scaled up again by its traffic.
+        report = {
+            backend: (load["ongoing"], load["queued"] + load.get("unserved", 0))
+            for backend, load in loads().items()
+        }
         try:
             controller = await link.get()
             await controller.report_load.remote(proxy_id, report)

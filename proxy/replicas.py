@@ -15,11 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Any, Iterable
+import time
+from typing import Any, Callable, Iterable
 
 from proxy.choosing import Admission, Random, admit, pick_replica
 
 __all__ = ["ReplicaSlot", "ReplicaPool", "NoReplicaError", "QueueFullError"]
+
+# Requests turned away because a backend has no replica are demand too: the
+# autoscaler must see them, or a backend at zero replicas never scales up.
+_UNSERVED_WINDOW_S = 1.0
+_UNSERVED_KEPT = 10_000
 
 
 class NoReplicaError(Exception):
@@ -45,7 +51,10 @@ class ReplicaSlot:
 
 
 class ReplicaPool:
-    def __init__(self, backend: str, rng: Random, max_queued: int, max_concurrent: int = 1) -> None:
+    def __init__(
+        self, backend: str, rng: Random, max_queued: int, max_concurrent: int = 1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.backend = backend
         self.max_concurrent = max_concurrent
         self._rng = rng
@@ -53,6 +62,8 @@ class ReplicaPool:
         self._slots: list[ReplicaSlot] = []
         self._waiters: collections.deque[asyncio.Future[ReplicaSlot]] = collections.deque()
         self._dead: set[str] = set()
+        self._clock = clock
+        self._unserved: collections.deque[float] = collections.deque(maxlen=_UNSERVED_KEPT)
 
     # --- what autoscaling and metrics read ---------------------------------
 
@@ -61,6 +72,13 @@ class ReplicaPool:
 
     def queued(self) -> int:
         return len(self._waiters)
+
+    def unserved(self) -> int:
+        """Requests turned away in the last second for want of any replica."""
+        horizon = self._clock() - _UNSERVED_WINDOW_S
+        while self._unserved and self._unserved[0] < horizon:
+            self._unserved.popleft()
+        return len(self._unserved)
 
     def replica_ids(self) -> list[str]:
         return [slot.replica_id for slot in self._slots]
@@ -97,6 +115,9 @@ class ReplicaPool:
 
     def try_acquire(self) -> ReplicaSlot | None:
         """A slot now, or None; never waits and never jumps the queue."""
+        if not self._slots:
+            self._unserved.append(self._clock())
+            return None
         if self._waiters:
             return None
         return self._take()
@@ -104,6 +125,7 @@ class ReplicaPool:
     async def acquire(self) -> ReplicaSlot:
         """A slot with room for one more request, waiting in line if all are full."""
         if not self._slots:
+            self._unserved.append(self._clock())
             raise NoReplicaError(self.backend)
         if not self._waiters:
             slot = self._take()

@@ -284,7 +284,7 @@ def test_requests_beyond_the_replica_cap_wait_and_then_succeed() -> None:
         async with proxy.client() as client:
             pending = [asyncio.ensure_future(client.get("/e")) for _ in range(3)]
             await asyncio.sleep(0.05)
-            assert proxy.app.backend_load() == {"v1": {"ongoing": 1, "queued": 2}}
+            assert proxy.app.backend_load() == {"v1": {"ongoing": 1, "queued": 2, "unserved": 0}}
             release.set()
             return [(await p).status_code for p in pending]
 

@@ -197,3 +197,10 @@ def test_any_load_within_one_replica_of_capacity_keeps_the_count(replicas, fract
         lambda t: (replicas - 1 + next(samples, fractions[-1])) * 4.0, cfg, len(fractions) * TICK_S, start=replicas
     )
     assert changes(timeline) == []
+
+
+def test_demand_at_zero_replicas_scales_up_from_zero():
+    # Proxies report requests they turned away for want of a replica as queued.
+    timeline = simulate(lambda t: 0.0 if t < 10 else 3.0, config(min_replicas=0), 30, start=0)
+    assert count_at(timeline, 9.5) == 0
+    assert count_at(timeline, 30) >= 1

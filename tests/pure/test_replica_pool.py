@@ -148,3 +148,18 @@ def test_shadow_acquire_never_waits() -> None:
         return p.try_acquire()
 
     assert run(scenario()) is None
+
+
+def test_requests_turned_away_for_want_of_a_replica_are_demand_for_a_second() -> None:
+    now = [100.0]
+    p = ReplicaPool("b", random.Random(0), 2, clock=lambda: now[0])
+
+    async def scenario() -> None:
+        with pytest.raises(NoReplicaError):
+            await p.acquire()
+
+    run(scenario())
+    assert p.try_acquire() is None
+    assert p.unserved() == 2
+    now[0] += 1.5
+    assert p.unserved() == 0
