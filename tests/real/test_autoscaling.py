@@ -5,7 +5,8 @@ under a load step from a loopback client scales up within the upscale delay
 plus replica start time, keeps its count across a commit that changes only
 traffic and across drift checks, is clamped in place by a commit lowering
 max_replicas, scales back down when the load stops, and no request fails at
-any point (scale-down drains like any stop).
+any point (scale-down drains like any stop). A second one: a shadow-only
+backend autoscaled down to zero comes up once copies of traffic arrive.
 """
 
 from __future__ import annotations
@@ -143,3 +144,50 @@ def test_a_load_step_scales_up_and_back_down_without_failed_requests(stack, arti
         "scaled_up_s": round(scaled_up_s, 2), "scaled_down_s": round(scaled_down_s, 2),
         "requests": len(answers), "failed": len(failed), "decisions": decisions,
     }))
+
+
+SHADOW_FROM_ZERO = f"""
+[backends.steady]
+import_path = "apps.slow:slow"
+num_replicas = 1
+ray_actor_options = {{ num_cpus = 0 }}
+
+[backends.candidate]
+import_path = "apps.slow:slow"
+ray_actor_options = {{ num_cpus = 0 }}
+
+[backends.candidate.autoscaling]
+min_replicas = 0
+max_replicas = 2
+target_ongoing_requests = {TARGET_ONGOING}
+upscale_delay_s = {UPSCALE_DELAY_S}
+downscale_delay_s = 60
+
+[endpoints.slow]
+route = "/slow"
+traffic = {{ steady = 1.0 }}
+shadow = {{ candidate = 1.0 }}
+"""
+
+
+def test_a_shadow_backend_scaled_to_zero_comes_up_when_copies_arrive(ray_session, repo, tmp_path):
+    import ray
+
+    repo.write("apps/__init__.py", "")
+    repo.write("apps/slow.py", APP_SOURCE)
+    repo.write("deployments/slow.toml", SHADOW_FROM_ZERO)
+    first = repo.commit("candidate: shadow-only, autoscaled from 0")
+    agent = AgentProcess(repo.root, tmp_path, ray.get_runtime_context().gcs_address)
+    load = None
+    try:
+        agent.wait_applied(first)
+        assert backend("candidate")["target_replicas"] == 0
+        load = Load(agent.proxy + "/slow")
+        load.set_workers(4)
+        agent.wait("a candidate replica running", lambda: len(running("candidate")) >= 1,
+                   timeout_s=UPSCALE_DELAY_S + REPLICA_START_ALLOWANCE_S)
+    finally:
+        if load is not None:
+            load.stop()
+        agent.stop()
+    assert [a for a in load.answers() if a.status != 200] == []
