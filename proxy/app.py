@@ -201,8 +201,10 @@ class ProxyApp:
         except ReplicaDiedError:
             pool.drop(slot)
             result = ShadowResult.ERROR
-        except (HandlerError, TimeoutError):
+        except HandlerError:
             result = ShadowResult.ERROR
+        except TimeoutError:
+            result = ShadowResult.TIMEOUT
         finally:
             pool.release(slot)
             self._shadow_in_flight[pool.backend] -= 1

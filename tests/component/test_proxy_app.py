@@ -355,6 +355,18 @@ def test_a_slow_shadow_does_not_delay_the_primary() -> None:
     assert run(scenario()) < 1.0
 
 
+def test_a_shadow_copy_past_the_endpoint_timeout_is_counted_as_a_timeout() -> None:
+    async def scenario() -> None:
+        proxy = Proxy()
+        proxy.serve("e", "/e", {"v1": [FakeReplica("primary")], "v3": [FakeReplica("s", await sleeping(5))]},
+                    traffic={"v1": 1.0}, shadow={"v3": 1.0}, timeout_s=0.05)
+        assert (await get(proxy, "/e")).text == "primary"
+        await asyncio.sleep(0.2)
+        assert proxy.recorded.shadows == [("e", "v3", ShadowResult.TIMEOUT)]
+
+    run(scenario())
+
+
 def test_shadow_copies_to_a_saturated_backend_are_dropped_and_counted() -> None:
     async def scenario() -> list[str]:
         never = asyncio.Event()
