@@ -3,8 +3,10 @@
 Owns `<state-dir>/history.db`. One row per attempt: commit, author time,
 apply start and end, result, plan summary, errors. It survives agent and
 Ray restarts, and it is the only thing a restarted agent reads from its
-previous run (the last applied revision). Must not: decide what to record;
-the agent calls `record` once at the end of a tick.
+previous run (the last applied revision). It keeps the newest `keep`
+attempts (and always the last applied one), so a long-lived agent's file
+stays small. Must not: decide what to record; the agent calls `record` once
+at the end of a tick.
 """
 
 from __future__ import annotations
@@ -79,8 +81,9 @@ class HistoryEntry:
 class History:
     """The ledger file; safe to call from the agent's loop and the admin app."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, keep: int = 10_000) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._keep = keep
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -98,6 +101,11 @@ class History:
                 " finished_at, result, plan_summary, actions, errors)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 row,
+            )
+            self._db.execute(
+                "DELETE FROM attempts WHERE id <= ? AND id IS NOT ("
+                " SELECT MAX(id) FROM attempts WHERE result IN ('applied', 'noop'))",
+                (cursor.lastrowid - self._keep,),
             )
         return HistoryEntry(**{**asdict(entry), "errors": entry.errors, "id": cursor.lastrowid})
 

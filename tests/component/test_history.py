@@ -49,3 +49,12 @@ def test_json_form_has_result_duration_and_errors(tmp_path: Path) -> None:
     recorded = History(tmp_path / "h.db").record(entry("a", Outcome.FAILED, ("x",)))
     data = recorded.to_json()
     assert (data["result"], data["duration_s"], data["errors"], data["id"]) == ("failed", 1.5, ["x"], 1)
+
+
+def test_only_the_newest_attempts_are_kept_but_never_the_last_applied_one(tmp_path: Path) -> None:
+    history = History(tmp_path / "history.db", keep=3)
+    history.record(entry("a", Outcome.APPLIED))
+    for commit in "bcde":
+        history.record(entry(commit, Outcome.INVALID, ("bad",)))
+    assert [e.commit for e in history.recent()] == ["e", "d", "c", "a"]
+    assert history.last_applied().commit == "a"
