@@ -15,7 +15,7 @@ import uuid
 from collections import Counter
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import httpx
 import pytest
@@ -328,43 +328,44 @@ def test_broken_commit_fails_no_request_and_the_next_good_commit_applies(specs, 
         running.stop()
 
 
-def test_webhook_with_a_valid_signature_triggers_a_fetch(specs, tmp_path, empty_cluster) -> None:
-    client, url, _ = empty_cluster
-    secret, port = b"hook", free_port()
-    agent = make_agent(specs.repo, tmp_path / "state", client, watch=False, interval_s=600)
-    running = RunningAgent(agent, admin_port=port, webhook=WebhookGuard(secret))
-    try:
-        wait_for(lambda: applied(agent, specs.repo.head()), what="first apply")
-        specs.write({"v2": 1.0}, labels=("v2",))
-        pushed = specs.repo.commit("pushed")
-        body = b'{"ref": "refs/heads/main"}'
-        hook = f"http://127.0.0.1:{port}/hooks/git"
-        assert httpx.post(hook, content=body, headers={"X-Hub-Signature-256": sign(secret, body)}).status_code == 202
-        wait_for(lambda: applied(agent, pushed), what="pushed commit applied")
-        assert answer(url)["label"] == "v2"
-    finally:
-        running.stop()
+WEBHOOK_SECRET = b"hook"
+PUSH_BODY = b'{"ref": "refs/heads/main"}'
 
 
-def test_webhook_without_a_valid_signature_is_refused_and_fetches_nothing(specs, tmp_path, empty_cluster) -> None:
+@pytest.fixture
+def hooked(specs, tmp_path, empty_cluster) -> Iterator[tuple[Agent, str, str]]:
+    """An agent that only fetches on its webhook (no watch, no poll), after
+    its first apply, and a commit pushed since: (agent, hook URL, proxy URL)."""
     client, url, _ = empty_cluster
-    secret, port = b"hook", free_port()
+    port = free_port()
     agent = make_agent(specs.repo, tmp_path / "state", client, watch=False, interval_s=600)
-    running = RunningAgent(agent, admin_port=port, webhook=WebhookGuard(secret))
+    running = RunningAgent(agent, admin_port=port, webhook=WebhookGuard(WEBHOOK_SECRET))
     try:
         wait_for(lambda: applied(agent, specs.repo.head()), what="first apply")
-        ticks = agent.ticks
         specs.write({"v2": 1.0}, labels=("v2",))
         specs.repo.commit("pushed")
-        body = b'{"ref": "refs/heads/main"}'
-        hook = f"http://127.0.0.1:{port}/hooks/git"
-        assert httpx.post(hook, content=body).status_code == 401
-        assert httpx.post(hook, content=body, headers={"X-Hub-Signature-256": sign(b"guess", body)}).status_code == 403
-        time.sleep(0.5)
-        assert agent.ticks == ticks
-        assert answer(url)["label"] == "v1"
+        yield agent, f"http://127.0.0.1:{port}/hooks/git", url
     finally:
         running.stop()
+
+
+def test_webhook_with_a_valid_signature_triggers_a_fetch(hooked, specs) -> None:
+    agent, hook, url = hooked
+    signed = {"X-Hub-Signature-256": sign(WEBHOOK_SECRET, PUSH_BODY)}
+    assert httpx.post(hook, content=PUSH_BODY, headers=signed).status_code == 202
+    wait_for(lambda: applied(agent, specs.repo.head()), what="pushed commit applied")
+    assert answer(url)["label"] == "v2"
+
+
+def test_webhook_without_a_valid_signature_is_refused_and_fetches_nothing(hooked) -> None:
+    agent, hook, url = hooked
+    ticks = agent.ticks
+    assert httpx.post(hook, content=PUSH_BODY).status_code == 401
+    wrong = {"X-Hub-Signature-256": sign(b"guess", PUSH_BODY)}
+    assert httpx.post(hook, content=PUSH_BODY, headers=wrong).status_code == 403
+    time.sleep(0.5)
+    assert agent.ticks == ticks
+    assert answer(url)["label"] == "v1"
 
 
 def test_agent_killed_mid_apply_converges_after_restart_without_duplicates(
