@@ -93,12 +93,13 @@ async def _call_optional(target: Any, method: str, *args: Any) -> None:
 
 
 def _node_id() -> str:
-    try:
-        import ray
+    import ray
 
-        return ray.get_runtime_context().get_node_id()
-    except Exception:  # outside Ray (pure tests): placement is unknown
+    # Outside Ray (pure tests) placement is unknown; asking the runtime
+    # context there would start a local Ray.
+    if not ray.is_initialized():
         return ""
+    return ray.get_runtime_context().get_node_id()
 
 
 class Replica:
