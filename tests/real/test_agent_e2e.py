@@ -247,15 +247,22 @@ def specs(repo) -> Specs:
     return specs
 
 
-def test_commit_adding_an_endpoint_makes_it_answer(specs, tmp_path, empty_cluster) -> None:
-    client, url, _ = empty_cluster
+@pytest.fixture
+def served(specs, tmp_path, empty_cluster) -> Iterator[tuple[Agent, str, str]]:
+    """The agent running on the test's repo: (agent, proxy URL, namespace)."""
+    client, url, namespace = empty_cluster
     running = RunningAgent(make_agent(specs.repo, tmp_path / "state", client))
     try:
-        wait_for(lambda: applied(running.agent, specs.repo.head()), what="first apply")
-        assert answer(url) == {"label": "v1", "code": "one"}
-        assert running.agent.status().status.value == "Synced"
+        yield running.agent, url, namespace
     finally:
         running.stop()
+
+
+def test_commit_adding_an_endpoint_makes_it_answer(specs, served) -> None:
+    agent, url, _ = served
+    wait_for(lambda: applied(agent, specs.repo.head()), what="first apply")
+    assert answer(url) == {"label": "v1", "code": "one"}
+    assert agent.status().status.value == "Synced"
 
 
 def test_commit_changing_traffic_changes_the_split(specs, tmp_path, empty_cluster) -> None:
@@ -274,58 +281,46 @@ def test_commit_changing_traffic_changes_the_split(specs, tmp_path, empty_cluste
         running.stop()
 
 
-def test_commit_changing_code_rolls_replicas_without_failed_requests(specs, tmp_path, empty_cluster) -> None:
-    client, url, _ = empty_cluster
-    running = RunningAgent(make_agent(specs.repo, tmp_path / "state", client))
-    try:
-        wait_for(lambda: answer(url), what="/echo answering")
-        requests = RequestLoop(f"{url}/echo")
-        specs.repo.write("deployments/apps/echo.py", APP.format(code="two"))
-        new_code = specs.repo.commit("new code")
-        wait_for(lambda: applied(running.agent, new_code), what="rollout")
-        wait_for(lambda: answer(url)["code"] == "two", timeout_s=10, what="new code serving")
-        codes = requests.stop()
-        assert set(codes) == {200} and codes[200] > 10
-        assert requests.bodies[-1]["code"] == "two"
-    finally:
-        running.stop()
+def test_commit_changing_code_rolls_replicas_without_failed_requests(specs, served) -> None:
+    agent, url, _ = served
+    wait_for(lambda: answer(url), what="/echo answering")
+    requests = RequestLoop(f"{url}/echo")
+    specs.repo.write("deployments/apps/echo.py", APP.format(code="two"))
+    new_code = specs.repo.commit("new code")
+    wait_for(lambda: applied(agent, new_code), what="rollout")
+    wait_for(lambda: answer(url)["code"] == "two", timeout_s=10, what="new code serving")
+    codes = requests.stop()
+    assert set(codes) == {200} and codes[200] > 10
+    assert requests.bodies[-1]["code"] == "two"
 
 
-def test_commit_removing_the_endpoint_gives_404_and_its_actors_are_gone(specs, tmp_path, empty_cluster) -> None:
-    client, url, namespace = empty_cluster
-    running = RunningAgent(make_agent(specs.repo, tmp_path / "state", client))
-    try:
-        wait_for(lambda: answer(url), what="/echo answering")
-        assert len(replica_actors(namespace)) == 1
-        specs.repo.write("deployments/echo.toml", "")
-        removed = specs.repo.commit("remove everything")
-        wait_for(lambda: applied(running.agent, removed), what="removal applied")
-        assert httpx.get(f"{url}/echo", timeout=5).status_code == 404
-        wait_for(lambda: replica_actors(namespace) == [], timeout_s=15, what="replica actors gone")
-    finally:
-        running.stop()
+def test_commit_removing_the_endpoint_gives_404_and_its_actors_are_gone(specs, served) -> None:
+    agent, url, namespace = served
+    wait_for(lambda: answer(url), what="/echo answering")
+    assert len(replica_actors(namespace)) == 1
+    specs.repo.write("deployments/echo.toml", "")
+    removed = specs.repo.commit("remove everything")
+    wait_for(lambda: applied(agent, removed), what="removal applied")
+    assert httpx.get(f"{url}/echo", timeout=5).status_code == 404
+    wait_for(lambda: replica_actors(namespace) == [], timeout_s=15, what="replica actors gone")
 
 
-def test_broken_commit_fails_no_request_and_the_next_good_commit_applies(specs, tmp_path, empty_cluster) -> None:
-    client, url, _ = empty_cluster
-    running = RunningAgent(make_agent(specs.repo, tmp_path / "state", client))
-    try:
-        wait_for(lambda: answer(url), what="/echo answering")
-        requests = RequestLoop(f"{url}/echo")
-        specs.write({"v1": 0.5, "v9": 0.5}, labels=("v1",))
-        broken = specs.repo.commit("traffic to a backend that does not exist")
-        wait_for(lambda: running.agent.history(1)[0].commit == broken, timeout_s=10, what="broken commit seen")
-        status = running.agent.status()
-        assert status.status.value == "Failed" and status.last_applied_revision != broken
-        assert any(e.startswith("deployments/echo.toml:") and specs.name("v9") in e for e in status.errors)
-        specs.write({"v1": 0.5, "v2": 0.5})
-        fixed = specs.repo.commit("fixed")
-        wait_for(lambda: applied(running.agent, fixed), what="fixed commit applied")
-        codes = requests.stop()
-        assert set(codes) == {200}
-        assert running.agent.status().status.value == "Synced"
-    finally:
-        running.stop()
+def test_broken_commit_fails_no_request_and_the_next_good_commit_applies(specs, served) -> None:
+    agent, url, _ = served
+    wait_for(lambda: answer(url), what="/echo answering")
+    requests = RequestLoop(f"{url}/echo")
+    specs.write({"v1": 0.5, "v9": 0.5}, labels=("v1",))
+    broken = specs.repo.commit("traffic to a backend that does not exist")
+    wait_for(lambda: agent.history(1)[0].commit == broken, timeout_s=10, what="broken commit seen")
+    status = agent.status()
+    assert status.status.value == "Failed" and status.last_applied_revision != broken
+    assert any(e.startswith("deployments/echo.toml:") and specs.name("v9") in e for e in status.errors)
+    specs.write({"v1": 0.5, "v2": 0.5})
+    fixed = specs.repo.commit("fixed")
+    wait_for(lambda: applied(agent, fixed), what="fixed commit applied")
+    codes = requests.stop()
+    assert set(codes) == {200}
+    assert agent.status().status.value == "Synced"
 
 
 WEBHOOK_SECRET = b"hook"
@@ -390,27 +385,21 @@ def test_agent_killed_mid_apply_converges_after_restart_without_duplicates(
         second.stop()
 
 
-def test_code_that_cannot_start_fails_the_apply_and_the_old_version_keeps_serving(
-    specs, tmp_path, empty_cluster
-) -> None:
-    client, url, _ = empty_cluster
-    running = RunningAgent(make_agent(specs.repo, tmp_path / "state", client))
-    try:
-        wait_for(lambda: applied(running.agent, specs.repo.head()), what="first apply")
-        requests = RequestLoop(f"{url}/echo")
-        specs.repo.write("deployments/apps/echo.py", APP.format(code="two").replace(
-            "self.label = label", "raise RuntimeError('model file missing')"))
-        broken = specs.repo.commit("constructor raises")
-        entry = wait_for(lambda: next((e for e in running.agent.history(3) if e.commit == broken), None),
-                         what="broken rollout recorded")
-        codes = requests.stop()
-        assert entry.result is Outcome.FAILED
-        assert entry.errors[0].startswith(f"update backend {specs.name('v1')} (rolling restart): ")
-        assert "model file missing" in entry.errors[0]
-        assert set(codes) == {200} and {b["code"] for b in requests.bodies} == {"one"}
-        assert running.agent.status().status.value == "Failed"
-    finally:
-        running.stop()
+def test_code_that_cannot_start_fails_the_apply_and_the_old_version_keeps_serving(specs, served) -> None:
+    agent, url, _ = served
+    wait_for(lambda: applied(agent, specs.repo.head()), what="first apply")
+    requests = RequestLoop(f"{url}/echo")
+    specs.repo.write("deployments/apps/echo.py", APP.format(code="two").replace(
+        "self.label = label", "raise RuntimeError('model file missing')"))
+    broken = specs.repo.commit("constructor raises")
+    entry = wait_for(lambda: next((e for e in agent.history(3) if e.commit == broken), None),
+                     what="broken rollout recorded")
+    codes = requests.stop()
+    assert entry.result is Outcome.FAILED
+    assert entry.errors[0].startswith(f"update backend {specs.name('v1')} (rolling restart): ")
+    assert "model file missing" in entry.errors[0]
+    assert set(codes) == {200} and {b["code"] for b in requests.bodies} == {"one"}
+    assert agent.status().status.value == "Failed"
 
 
 def test_traffic_changed_behind_the_agents_back_is_corrected_and_counted(specs, tmp_path, empty_cluster) -> None:
@@ -434,19 +423,15 @@ def test_traffic_changed_behind_the_agents_back_is_corrected_and_counted(specs, 
         running.stop()
 
 
-def test_reverting_a_removal_brings_the_endpoint_and_its_backend_back(specs, tmp_path, empty_cluster) -> None:
-    client, url, namespace = empty_cluster
-    running = RunningAgent(make_agent(specs.repo, tmp_path / "state", client))
-    try:
-        wait_for(lambda: answer(url), what="/echo answering")
-        specs.repo.write("deployments/echo.toml", "")
-        removed = specs.repo.commit("remove the endpoint and its backend")
-        wait_for(lambda: applied(running.agent, removed), what="removal applied")
-        assert httpx.get(f"{url}/echo", timeout=5).status_code == 404
-        wait_for(lambda: replica_actors(namespace) == [], timeout_s=15, what="replica actors gone")
-        specs.repo.git("revert", "--no-edit", removed)
-        wait_for(lambda: applied(running.agent, specs.repo.head()), timeout_s=30, what="revert applied")
-        assert answer(url) == {"label": "v1", "code": "one"}
-        assert len(replica_actors(namespace)) == 1
-    finally:
-        running.stop()
+def test_reverting_a_removal_brings_the_endpoint_and_its_backend_back(specs, served) -> None:
+    agent, url, namespace = served
+    wait_for(lambda: answer(url), what="/echo answering")
+    specs.repo.write("deployments/echo.toml", "")
+    removed = specs.repo.commit("remove the endpoint and its backend")
+    wait_for(lambda: applied(agent, removed), what="removal applied")
+    assert httpx.get(f"{url}/echo", timeout=5).status_code == 404
+    wait_for(lambda: replica_actors(namespace) == [], timeout_s=15, what="replica actors gone")
+    specs.repo.git("revert", "--no-edit", removed)
+    wait_for(lambda: applied(agent, specs.repo.head()), timeout_s=30, what="revert applied")
+    assert answer(url) == {"label": "v1", "code": "one"}
+    assert len(replica_actors(namespace)) == 1
