@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from controller.api import CONTROLLER_NAME, LongPollKey
@@ -56,28 +56,20 @@ class ControllerOptions:
     proxy_metrics_port: int | None = None
     proxy_check_s: float = 1.0
     longpoll_timeout_s: float = 30.0
-    startup_timeout_s: float = 60.0
-    max_failures: int = 3
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 30.0
-    unschedulable_grace_s: float = 3.0
+    # Replica start-up, failure and backoff tunables; given flat in the dict.
+    backend: BackendOptions = field(default_factory=BackendOptions)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> "ControllerOptions":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data or {}) - known)
+        """Options from one flat dict: this class's fields and `BackendOptions`'."""
+        own = {f.name for f in fields(cls)} - {"backend"}
+        backend = {f.name for f in fields(BackendOptions)}
+        data = dict(data or {})
+        unknown = sorted(set(data) - own - backend)
         if unknown:
             raise ValueError(f"unknown controller option(s): {', '.join(unknown)}")
-        return cls(**(data or {}))
-
-    def backend_options(self) -> BackendOptions:
-        return BackendOptions(
-            startup_timeout_s=self.startup_timeout_s,
-            max_failures=self.max_failures,
-            backoff_base_s=self.backoff_base_s,
-            backoff_max_s=self.backoff_max_s,
-            unschedulable_grace_s=self.unschedulable_grace_s,
-        )
+        backend_options = BackendOptions(**{k: data.pop(k) for k in backend & set(data)})
+        return cls(**data, backend=backend_options)
 
 
 class ControllerActor:
@@ -112,7 +104,7 @@ class ControllerActor:
 
     def _recover(self) -> None:
         data = self._storage.get()
-        options = self._options.backend_options()
+        options = self._options.backend
         if data is None:
             self._backends = BackendState(options)
             self._endpoints = EndpointState()
@@ -386,9 +378,6 @@ class ControllerActor:
         """This process's CPU seconds so far, for the idle-CPU benchmark."""
         times = os.times()
         return {"pid": os.getpid(), "cpu_s": times.user + times.system, "ticks": self._ticks}
-
-    async def debug_options(self) -> dict[str, Any]:
-        return asdict(self._options)
 
 
 async def _awaited(ref: Any) -> None:

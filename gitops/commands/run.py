@@ -78,15 +78,10 @@ def _sigterm_interrupts() -> None:
 
 
 def _controller(args: argparse.Namespace) -> Any:
-    from dataclasses import fields
-
-    from controller.actor import ControllerOptions
     from controller.api import DEFAULT_NAMESPACE
     from controller.client import start_or_connect
 
-    known = {f.name for f in fields(ControllerOptions)}
-    # Only options the controller knows: it refuses unknown ones.
-    options = {k: v for k, v in {"proxy_metrics_port": args.proxy_metrics_port}.items() if k in known}
+    options = {"proxy_metrics_port": args.proxy_metrics_port}
     return start_or_connect(
         namespace=DEFAULT_NAMESPACE, proxy_host=args.proxy_host, proxy_port=args.proxy_port, options=options
     )

@@ -13,7 +13,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -21,7 +20,6 @@ import httpx
 import pytest
 import ray
 
-from controller.actor import ControllerOptions
 from controller.client import start_or_connect
 from controller.configs import ServingState
 from gitops import planning
@@ -89,9 +87,7 @@ def cluster(ray_session):
     """The controller (and its proxy) in a namespace of this module's own."""
     namespace = f"{ray_session}-agent-{uuid.uuid4().hex[:6]}"
     port = free_port()
-    known = {f.name for f in fields(ControllerOptions)}
-    options = {k: v for k, v in {"proxy_metrics_port": free_port(), "startup_timeout_s": 20.0,
-                                 "backoff_max_s": 2.0}.items() if k in known}
+    options = {"proxy_metrics_port": free_port(), "startup_timeout_s": 20.0, "backoff_max_s": 2.0}
     client = start_or_connect(namespace=namespace, proxy_host="127.0.0.1", proxy_port=port, options=options)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
