@@ -94,9 +94,9 @@ def start_or_connect(
 ) -> ControllerClient:
     """Find the named detached controller in `namespace`, or start it.
 
-    Needs a connected Ray (`controller.cluster.init_ray`). `options` are
-    `controller.actor.ControllerOptions` fields; they only apply when the
-    controller is started here.
+    Needs a connected Ray (`controller.cluster.init_ray`). `options` is the
+    flat dict `controller.actor.ControllerOptions.from_dict` takes; it only
+    applies when the controller is started here.
     """
     if not ray.is_initialized():
         from controller.cluster import init_ray
