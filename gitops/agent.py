@@ -24,7 +24,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import git
 
@@ -32,13 +32,14 @@ from controller.api import GoalAPI
 from controller.configs import ServingState
 from gitops.applying import Deadlines, apply
 from gitops.history import History, HistoryEntry, Outcome
+from gitops.loading import LoadResult
 from gitops.metrics import AgentMetrics
 from gitops.plans import Plan
 from gitops.sources.repos import GitSource, Revision, SourceError
 from gitops.sources.watching import RefWatcher, jittered
 from gitops.status import AgentStatus, StatusFacts, roll_up
 
-__all__ = ["Agent", "AgentSettings", "Trigger", "Loaded", "Loader", "Planner", "reconcile_event", "progress_event"]
+__all__ = ["Agent", "AgentSettings", "Trigger", "Loader", "Planner", "reconcile_event", "progress_event"]
 
 _LOG = logging.getLogger("gitops.agent")
 Logger = logging.Logger | logging.LoggerAdapter
@@ -59,20 +60,7 @@ class Trigger(str, enum.Enum):
 _FULL = {Trigger.START, Trigger.SYNC, Trigger.RESYNC}
 
 
-class Loaded(Protocol):
-    """What `gitops.loading.load_commit` returns."""
-
-    @property
-    def state(self) -> ServingState | None: ...
-
-    @property
-    def errors(self) -> tuple[Any, ...]: ...
-
-    @property
-    def ok(self) -> bool: ...
-
-
-Loader = Callable[[git.Repo, str, str], Loaded]  # (repository, commit, spec path)
+Loader = Callable[[git.Repo, str, str], LoadResult]  # (repository, commit, spec path)
 Planner = Callable[[ServingState, ServingState], Plan]
 
 
