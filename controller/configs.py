@@ -108,12 +108,6 @@ class ServingState(_Value):
     backends: dict[str, BackendConfig] = Field(default_factory=dict)
     endpoints: dict[str, EndpointConfig] = Field(default_factory=dict)
 
-    def referenced_backends(self) -> frozenset[str]:
-        names: set[str] = set()
-        for endpoint in self.endpoints.values():
-            names |= endpoint.backends()
-        return frozenset(names)
-
 
 def weights_sum_to_one(weights: Mapping[str, float]) -> bool:
     return math.isclose(sum(weights.values()), 1.0, abs_tol=WEIGHT_TOLERANCE)

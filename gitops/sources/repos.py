@@ -151,9 +151,6 @@ class GitSource:
             removed.append(entry.name)
         return removed
 
-    def export_path(self, tree: str) -> Path:
-        return self._exports / tree
-
     # --- opening ---------------------------------------------------------------
 
     @staticmethod
