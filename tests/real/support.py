@@ -66,18 +66,25 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-def eventually(check: Callable[[], T], timeout_s: float = 30.0, interval_s: float = 0.05) -> T:
+def eventually(
+    check: Callable[[], T], timeout_s: float = 30.0, interval_s: float = 0.05, *,
+    what: str = "", retry_on: tuple[type[Exception], ...] = (),
+) -> T:
     """Poll `check` until it returns something truthy, and return that.
 
-    Past the deadline it fails the test, naming the check.
+    Exceptions in `retry_on` (e.g. a server not listening yet) count as not
+    yet. Past the deadline it fails the test, naming `what` or the check.
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        value = check()
+        try:
+            value = check()
+        except retry_on:
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout_s}s: {check}")
+            raise AssertionError(f"not true within {timeout_s}s: {what or check}")
         time.sleep(interval_s)
 
 

@@ -8,7 +8,6 @@ the module; each test starts from an empty cluster and its own repository.
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 import uuid
@@ -32,6 +31,7 @@ from gitops.metrics import AgentMetrics
 from gitops.sources.repos import GitSource
 from gitops.sources.trees import CommitTree
 from gitops.webhooks import sign
+from tests.real.support import eventually, free_port
 
 pytestmark = pytest.mark.real
 
@@ -76,12 +76,6 @@ class Specs:
         self.repo.write("deployments/echo.toml", text + f'[endpoints.echo]\nroute = "/echo"\ntraffic = {{ {weights} }}\n')
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def cluster(ray_session):
     """The controller (and its proxy) in a namespace of this module's own."""
@@ -90,15 +84,8 @@ def cluster(ray_session):
     options = {"proxy_metrics_port": free_port(), "startup_timeout_s": 20.0, "backoff_max_s": 2.0}
     client = start_or_connect(namespace=namespace, proxy_host="127.0.0.1", proxy_port=port, options=options)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:  # the proxy starts with the controller; wait until it answers
-        try:
-            if httpx.get(f"{url}/-/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "proxy did not come up"
-        time.sleep(0.2)
+    # The proxy starts with the controller; wait until it answers.
+    wait_for(lambda: httpx.get(f"{url}/-/healthz", timeout=2).status_code == 200, what="proxy up")
     yield client, url, namespace
     client.shutdown()
 
@@ -205,16 +192,8 @@ def make_agent(
 
 
 def wait_for(predicate: Callable[[], Any], timeout_s: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            value = predicate()
-        except httpx.HTTPError:
-            value = None
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout_s} s"
-        time.sleep(0.05)
+    """`eventually`, with this module's longer default and HTTP errors as "not yet"."""
+    return eventually(predicate, timeout_s, what=what, retry_on=(httpx.HTTPError,))
 
 
 def answer(url: str) -> dict | None:

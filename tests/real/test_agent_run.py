@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,15 +17,11 @@ from typing import Callable
 import httpx
 import pytest
 
+from tests.real.support import free_port, occupied_port
+
 pytestmark = pytest.mark.real
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def descendants(pid: int) -> set[int]:
@@ -100,16 +95,11 @@ def test_run_from_a_fresh_clone_serves_the_examples_and_stops_cleanly(clone: Pat
 
 
 def test_run_with_a_taken_admin_port_is_a_one_line_error(clone: Path) -> None:
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    try:
+    with occupied_port() as port:
         done = subprocess.run(
-            [sys.executable, "-m", "gitops", "run", "--admin-port", str(taken.getsockname()[1])],
+            [sys.executable, "-m", "gitops", "run", "--admin-port", str(port)],
             cwd=clone, capture_output=True, text=True, timeout=60,
         )
-    finally:
-        taken.close()
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "admin address 127.0.0.1:" in done.stderr
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from starlette.routing import Route
 
 from controller.api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from gitops.statuspage import render_page
+from tests.real.support import free_port
 
 pytestmark = pytest.mark.real
 
@@ -55,12 +55,6 @@ HISTORY = [
     {"commit": "a" * 40, "summary": "roll out v1", "finished_at": 1700000000.0, "result": "applied",
      "duration_s": 1.5, "plan_summary": "1 backend created", "errors": []},
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
