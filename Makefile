@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 SYSTEM_TOOLS := prometheus promtool wrk chromium chromedriver
 SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver
 
-.PHONY: run test test-pure system-deps bench clean
+.PHONY: run test test-pure lint-imports system-deps bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,8 +35,12 @@ system-deps:
 	  fi; \
 	fi
 
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps lint-imports
 	$(PY) -m pytest -q -p no:cacheprovider tests
+
+# The layering contracts of pyproject.toml [tool.importlinter]: a broken layer fails the build.
+lint-imports: $(STAMP)
+	$(VENV)/bin/lint-imports --no-cache
 
 test-pure: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/pure tests/component

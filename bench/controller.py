@@ -22,13 +22,13 @@ sys.path.insert(0, str(ROOT))
 
 import ray  # noqa: E402
 
-from controller.api import LongPollKey  # noqa: E402
+from vocabulary.goal_api import PROXY_CLASS, LongPollKey  # noqa: E402
 from controller.client import ControllerClient, start_or_connect  # noqa: E402
 from controller.cluster import init_ray  # noqa: E402
-from controller.configs import BackendConfig, EndpointConfig, GoalState  # noqa: E402
+from vocabulary.configs import BackendConfig, EndpointConfig, GoalState  # noqa: E402
 
 APPS = str(ROOT / "tests" / "real" / "apps")
-OPTIONS = {"proxy_class": "proxy.actor:ProxyActor"}
+OPTIONS = {"proxy_class": PROXY_CLASS}
 
 
 def backend(name: str, version: str, replicas: int) -> BackendConfig:

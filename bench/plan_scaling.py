@@ -4,7 +4,7 @@ For 10, 100, 1,000 and 5,000 backends (each with one endpoint, one spec file
 per service, as a real repo would hold them) it builds a real git repository
 in a temp dir and prints:
 
-- cold load+validate of HEAD (`gitops.loading.load_commit`, cache cleared),
+- cold load+validate of HEAD (`gitops.specs.loading.load_commit`, cache cleared),
 - plan against an empty actual state (first deploy) and against an equal
   one (the steady state; a fresh copy, as the controller would report it),
 - the unchanged re-plan an agent tick pays: a cached load of the same
@@ -36,8 +36,8 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.configs import ServingState  # noqa: E402
-from gitops import loading  # noqa: E402
+from vocabulary.configs import ServingState  # noqa: E402
+from gitops.specs import loading  # noqa: E402
 from gitops.planning import plan  # noqa: E402
 
 SIZES = (10, 100, 1_000, 5_000)

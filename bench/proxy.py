@@ -100,7 +100,7 @@ def wait_for_http(url: str, timeout_s: float = 60.0) -> None:
 def start_noop_replica() -> Any:
     import ray
 
-    from controller.replica import Replica
+    from replica.host import Replica
 
     handle = ray.remote(Replica).options(num_cpus=0).remote("noop", "noop-0", "v", NOOP_PATH)
     ray.get(handle.initialize.remote())
@@ -126,7 +126,7 @@ class StaticController:
 def target_ours(duration_s: int, connections: int) -> dict[str, float]:
     import ray
 
-    from controller.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+    from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
     from proxy.actor import ProxyActor
     from proxy.settings import ProxySettings
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import git  # noqa: E402
 
-from gitops.loading import clear_cache, load_commit, load_tree  # noqa: E402
+from gitops.specs.loading import clear_cache, load_commit, load_tree  # noqa: E402
 from gitops.sources.trees import CommitTree  # noqa: E402
 
 APP = "class Echo:\n    def __init__(self, label):\n        self.label = label\n\n    def __call__(self, request):\n        return self.label\n"

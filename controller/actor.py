@@ -3,7 +3,7 @@
 Owns the control loop (one tick: observe and decide in `BackendState`,
 checkpoint, apply effects through `RayAdapter`, publish long-poll keys,
 judge goals), recovery from the checkpoint at start, and the Ray-facing
-methods of `controller.api.GoalAPI` plus `listen_for_change`, load reports
+methods of `vocabulary.goal_api.GoalAPI` plus `listen_for_change`, load reports
 and status. Every state change is checkpointed before any actor is started
 or stopped. The loop catches, logs and counts every error and never dies.
 
@@ -21,11 +21,11 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from controller.api import CONTROLLER_NAME, LongPollKey
+from vocabulary.goal_api import CONTROLLER_NAME, PROXY_CLASS, LongPollKey
 from controller.autoscaling import Autoscaler
 from controller.backend_state import BackendOptions, BackendState, Effect
 from controller.checkpoint import RayKVStorage, Storage, decode, encode
-from controller.configs import (
+from vocabulary.configs import (
     BackendConfig,
     EndpointConfig,
     GoalResult,
@@ -49,7 +49,7 @@ class ControllerOptions:
     """Tunables, passed as a plain dict so they survive actor restarts."""
 
     tick_s: float = 0.1
-    proxy_class: str | None = "proxy.actor:ProxyActor"
+    proxy_class: str | None = PROXY_CLASS
     proxy_host: str = "127.0.0.1"
     proxy_port: int = 8000
     # Each proxy serves its Prometheus metrics on this port of its node (None: off).

@@ -50,7 +50,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from controller.configs import AutoscalingConfig
+from vocabulary.configs import AutoscalingConfig
 
 __all__ = [
     "Autoscaler",

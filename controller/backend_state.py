@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from controller.autoscaling import initial_replicas
-from controller.configs import BackendConfig, ReplicaState
+from vocabulary.configs import BackendConfig, ReplicaState
 
 __all__ = [
     "BackendState",

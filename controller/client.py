@@ -14,8 +14,8 @@ import ray
 from ray.exceptions import RayTaskError
 
 from controller.actor import ControllerActor
-from controller.api import CONTROLLER_NAME, DEFAULT_NAMESPACE
-from controller.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
+from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
+from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
 
 _HEAD_NODE_RESOURCE = "node:__internal_head__"
 
@@ -23,7 +23,7 @@ __all__ = ["ControllerClient", "connect", "start_or_connect"]
 
 
 class ControllerClient:
-    """Implements `controller.api.GoalAPI` by forwarding to the controller actor."""
+    """Implements `vocabulary.goal_api.GoalAPI` by forwarding to the controller actor."""
 
     def __init__(self, handle: Any, namespace: str) -> None:
         self.handle = handle

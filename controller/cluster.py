@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 
-from controller.api import DEFAULT_NAMESPACE
+from vocabulary.goal_api import DEFAULT_NAMESPACE
 
 __all__ = ["init_ray", "shutdown_ray"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Collection
 
-from controller.configs import EndpointConfig, RouteEntry, RouteTable, weights_sum_to_one
+from vocabulary.configs import EndpointConfig, RouteEntry, RouteTable, weights_sum_to_one
 
 __all__ = ["EndpointState", "check_backend_deletable"]
 

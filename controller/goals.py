@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from controller.configs import GoalResult, GoalState
+from vocabulary.configs import GoalResult, GoalState
 
 __all__ = ["GoalKind", "Goal", "Verdict", "GoalTable", "PENDING"]
 

@@ -12,9 +12,9 @@ import hashlib
 import json
 from typing import Iterable
 
-from controller.api import LongPollKey
+from vocabulary.goal_api import LongPollKey
 from controller.backend_state import BackendState
-from controller.configs import BackendConfig, EndpointConfig, GoalState
+from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
 from controller.endpoint_state import EndpointState
 from controller.goals import PENDING, Goal, GoalKind, Verdict
 from controller.longpoll import LongPollHost

@@ -33,8 +33,8 @@ from controller.backend_state import (
     StartReplica,
     StopReplica,
 )
-from controller.configs import BackendConfig
-from controller.replica import Replica
+from vocabulary.configs import BackendConfig
+from vocabulary.goal_api import REPLICA_CLASS
 
 __all__ = ["RayAdapter", "ProxySpec", "PROXY_PREFIX", "proxy_actor_name", "error_text"]
 
@@ -409,7 +409,7 @@ def _remote_class(cls: Any) -> Any:
 
 
 def _replica_class() -> Any:
-    return _remote_class(Replica)
+    return _remote_class(_load_class(REPLICA_CLASS))
 
 
 def _call(ref: Any) -> _Call:

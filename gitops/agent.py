@@ -28,11 +28,11 @@ from typing import Any, Callable
 
 import git
 
-from controller.api import GoalAPI
-from controller.configs import ServingState
+from vocabulary.goal_api import GoalAPI
+from vocabulary.configs import ServingState
 from gitops.applying import Deadlines, apply
 from gitops.history import History, HistoryEntry, Outcome
-from gitops.loading import LoadResult
+from gitops.specs.loading import LoadResult
 from gitops.metrics import AgentMetrics
 from gitops.plans import Plan
 from gitops.sources.repos import GitSource, Revision, SourceError

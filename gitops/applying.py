@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Iterable, Sequence
 
-from controller.api import GoalAPI
-from controller.configs import GoalResult, GoalState, ServingState
+from vocabulary.goal_api import GoalAPI
+from vocabulary.configs import GoalResult, GoalState, ServingState
 from gitops.plans import Action, ActionKind, Plan
 
 __all__ = ["Deadlines", "ApplyOutcome", "ApplyResult", "ApplyError", "apply", "describe"]

@@ -32,7 +32,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from controller.configs import ReplicaState
+from vocabulary.configs import ReplicaState
 
 __all__ = [
     "AgentMetrics",

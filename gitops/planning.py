@@ -2,7 +2,7 @@
 
 `plan(desired, actual)` is pure and deterministic: no I/O, no clock, and the
 same inputs always give the same actions in the same order. It assumes
-`desired` is valid (as `gitops.loading` guarantees) and `actual` is what a
+`desired` is valid (as `gitops.specs.loading` guarantees) and `actual` is what a
 controller reports; it never talks to either.
 
 Apply order (PRODUCT.md "Reconciliation semantics"), with the refinements
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from controller.configs import BackendConfig, EndpointConfig, ServingState
+from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
 from gitops.plans import Action, ActionKind, FieldChange, Plan
 
 __all__ = ["plan", "backend_changes", "endpoint_changes"]

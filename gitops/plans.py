@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from controller.configs import BackendConfig, EndpointConfig
+from vocabulary.configs import BackendConfig, EndpointConfig
 
 __all__ = ["ActionKind", "Action", "FieldChange", "Plan", "PlanSummary"]
 

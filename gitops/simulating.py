@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
-from controller.configs import ServingState, weights_sum_to_one
+from vocabulary.configs import ServingState, weights_sum_to_one
 from gitops.plans import Action, ActionKind
 
 __all__ = ["SimulationError", "apply_action", "apply_plan", "unsafe_reasons"]

@@ -3,7 +3,7 @@
 Map (layers import only downward):
 - pure: `routing` (longest-prefix match, 405), `choosing` (weighted backend,
   shadow sampling, power-of-two replica, queue admission), `settings`,
-  `wire` (proxy <-> replica tuples, shared with controller.replica);
+  `wire` (proxy <-> replica tuples, shared with replica.host);
 - state without I/O: `replicas` (per-backend pools, wait queue), `config`
   (the immutable snapshot), `subscriptions` (long-poll payloads -> snapshot),
   `coalescing` (batching calls per replica over an injected transport);

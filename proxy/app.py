@@ -27,7 +27,7 @@ from proxy.metrics import ShadowResult
 from proxy.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
 from proxy.routing import Resolution, resolve
 from proxy.settings import ProxySettings
-from proxy.wire import WireRequest, WireResponse
+from vocabulary.wire import WireRequest, WireResponse
 
 __all__ = ["ProxyApp", "Recorder", "NullRecorder"]
 

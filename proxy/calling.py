@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from proxy.wire import WireRequest, WireResponse
+from vocabulary.wire import WireRequest, WireResponse
 
 __all__ = ["ReplicaCaller", "ReplicaDiedError", "HandlerError"]
 

@@ -21,7 +21,7 @@ import asyncio
 from typing import Any, Protocol
 
 from proxy.calling import HandlerError, ReplicaDiedError
-from proxy.wire import BatchItem, BatchOutcome, BatchResult, WireRequest, WireResponse
+from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, WireRequest, WireResponse
 
 __all__ = ["Transport", "Coalescer"]
 

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from controller.configs import EndpointConfig, RouteTable
+from vocabulary.configs import EndpointConfig, RouteTable
 from proxy.choosing import ShadowPlan, WeightedChoice
 from proxy.replicas import ReplicaPool
 from proxy.routing import Route, RouteIndex

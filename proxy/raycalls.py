@@ -19,7 +19,7 @@ from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
 
 from proxy.calling import HandlerError, ReplicaDiedError
 from proxy.coalescing import Coalescer
-from proxy.wire import BatchItem, BatchResult, WireRequest, WireResponse
+from vocabulary.wire import BatchItem, BatchResult, WireRequest, WireResponse
 
 __all__ = ["RayCaller", "RayTransport"]
 

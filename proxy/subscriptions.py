@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from controller.api import LongPollKey
-from controller.configs import EndpointConfig, ReplicaSet, RouteTable
+from vocabulary.goal_api import LongPollKey
+from vocabulary.configs import EndpointConfig, ReplicaSet, RouteTable
 from proxy.choosing import Random
 from proxy.config import Snapshot, build_snapshot
 from proxy.replicas import ReplicaPool

@@ -1,7 +1,7 @@
 """`gitops plan`: the changes between two desired states, in apply order.
 
 Offline by default: loads the `--from` and `--to` commits with
-`gitops.loading` (an empty state when `--from` is absent). With `--live` the
+`gitops.specs.loading` (an empty state when `--from` is absent). With `--live` the
 "from" side is what the running controller is configured with, read through
 `controller.client.connect` (never starting a controller). Prints the plan
 (text or `--json`) on stdout; spec errors go to stderr as
@@ -15,9 +15,9 @@ import asyncio
 import sys
 from pathlib import Path
 
-from controller.configs import ServingState
+from vocabulary.configs import ServingState
 from gitops.errors import UserError
-from gitops.loading import load_commit
+from gitops.specs.loading import load_commit
 from gitops.planning import plan
 
 __all__ = ["plan_command"]

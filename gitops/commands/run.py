@@ -78,7 +78,7 @@ def _sigterm_interrupts() -> None:
 
 
 def _controller(args: argparse.Namespace) -> Any:
-    from controller.api import DEFAULT_NAMESPACE
+    from vocabulary.goal_api import DEFAULT_NAMESPACE
     from controller.client import start_or_connect
 
     options = {"proxy_metrics_port": args.proxy_metrics_port}
@@ -106,7 +106,7 @@ async def _serve(
     from gitops import admin, planning
     from gitops.agent import Agent, AgentSettings, Trigger
     from gitops.history import History
-    from gitops.loading import load_tree
+    from gitops.specs.loading import load_tree
     from gitops.sources.trees import CommitTree
     from gitops.metrics import CONTENT_TYPE, AgentMetrics
     from gitops.webhooks import RateLimiter

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from gitops.errors import UserError
-from gitops.loading import LoadResult, load_commit, load_directory
+from gitops.specs.loading import LoadResult, load_commit, load_directory
 from gitops.sources.trees import find_toplevel
 
 __all__ = ["validate_command"]

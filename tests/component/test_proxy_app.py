@@ -9,13 +9,13 @@ from typing import Any, Awaitable, Callable
 import httpx
 import pytest
 
-from controller.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from proxy.app import ProxyApp
 from proxy.metrics import ShadowResult
 from proxy.calling import HandlerError, ReplicaDiedError
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions
-from proxy.wire import WireRequest, WireResponse
+from vocabulary.wire import WireRequest, WireResponse
 
 Handler = Callable[[WireRequest], Awaitable[WireResponse]]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from proxy.calling import HandlerError, ReplicaDiedError
 from proxy.coalescing import Coalescer
-from proxy.wire import BatchItem, BatchOutcome, BatchResult, WireRequest, WireResponse, make_request
+from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, WireRequest, WireResponse, make_request
 
 WINDOW_S = 0.05
 

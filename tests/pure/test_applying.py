@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from controller.configs import BackendConfig, EndpointConfig, GoalResult, GoalState, ServingState
+from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, GoalState, ServingState
 from gitops.applying import ApplyOutcome, Deadlines, apply
 from gitops.planning import plan
 

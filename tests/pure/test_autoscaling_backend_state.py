@@ -8,7 +8,7 @@ the count back to `num_replicas`.
 from __future__ import annotations
 
 from controller.backend_state import BackendState
-from controller.configs import AutoscalingConfig, BackendConfig
+from vocabulary.configs import AutoscalingConfig, BackendConfig
 
 
 def backend(autoscaling: AutoscalingConfig | None = None, num_replicas: int = 1, **fields) -> BackendConfig:

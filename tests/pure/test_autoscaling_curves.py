@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.autoscaling import Autoscaler, ScalingDirection
-from controller.configs import AutoscalingConfig
+from vocabulary.configs import AutoscalingConfig
 
 TICK_S = 0.5
 BACKEND = "api"

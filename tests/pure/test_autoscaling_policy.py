@@ -14,7 +14,7 @@ from controller.autoscaling import (
     upscale_limit,
     wanted_replicas,
 )
-from controller.configs import AutoscalingConfig
+from vocabulary.configs import AutoscalingConfig
 
 
 def config(**overrides: float) -> AutoscalingConfig:

@@ -14,7 +14,7 @@ from controller.backend_state import (
     StartReplica,
     StopReplica,
 )
-from controller.configs import BackendConfig, ReplicaState
+from vocabulary.configs import BackendConfig, ReplicaState
 
 OK = Probe(ProbeStatus.OK)
 

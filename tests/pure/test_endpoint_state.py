@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.configs import EndpointConfig
+from vocabulary.configs import EndpointConfig
 from controller.endpoint_state import EndpointState, check_backend_deletable
 
 BACKENDS = {"a", "b"}

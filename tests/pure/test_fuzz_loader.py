@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gitops.loading import LoadResult, clear_cache, load_tree
+from gitops.specs.loading import LoadResult, clear_cache, load_tree
 from gitops.sources.trees import MemoryTree
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

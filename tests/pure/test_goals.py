@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from controller.api import LongPollKey
+from vocabulary.goal_api import LongPollKey
 from controller.backend_state import BackendState, Probe, ProbeStatus, StartReplica
-from controller.configs import BackendConfig, EndpointConfig, GoalState
+from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
 from controller.endpoint_state import EndpointState
 from controller.goals import PENDING, GoalKind, GoalTable, Verdict
 from controller.judging import fingerprint, judge

@@ -15,7 +15,7 @@ import pytest
 from controller.actor import ControllerActor
 from controller.backend_state import Probe, ProbeStatus, StartReplica, StopReplica
 from controller.checkpoint import MemoryStorage, decode
-from controller.configs import BackendConfig, EndpointConfig, GoalState
+from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
 
 OPTIONS = {"tick_s": 0.01, "proxy_class": None, "backoff_base_s": 0.01, "backoff_max_s": 0.02}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.configs import AutoscalingConfig
-from gitops.loading import DesiredState, LoadResult, SpecError, clear_cache, load_tree
+from vocabulary.configs import AutoscalingConfig
+from gitops.specs.loading import DesiredState, LoadResult, SpecError, clear_cache, load_tree
 from gitops.sources.trees import MemoryTree
 
 ECHO_PY = """

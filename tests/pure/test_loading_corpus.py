@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gitops.loading import clear_cache, load_tree
+from gitops.specs.loading import clear_cache, load_tree
 from gitops.sources.trees import MemoryTree
 
 CORPUS = Path(__file__).resolve().parent.parent / "spec_corpus"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.configs import ServingState
-from gitops.loading import clear_cache, load_directory
+from vocabulary.configs import ServingState
+from gitops.specs.loading import clear_cache, load_directory
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gitops.imports import AttributeKind, resolve_import
+from gitops.specs.imports import AttributeKind, resolve_import
 from gitops.sources.trees import MemoryTree
 
 MODULE = '''

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gitops.locating import locate
+from gitops.specs.locating import locate
 
 SPEC = '''# a comment with [brackets] and key = "value"
 [backends.echo-v1]

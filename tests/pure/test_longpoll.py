@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 
-from controller.configs import EndpointConfig
+from vocabulary.configs import EndpointConfig
 from controller.longpoll import LongPollHost
 
 

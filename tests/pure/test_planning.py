@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from controller.configs import AutoscalingConfig, BackendConfig, EndpointConfig, ServingState
+from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig, ServingState
 from gitops.planning import plan
 from gitops.plans import ActionKind, FieldChange
 from gitops.simulating import apply_plan, unsafe_reasons

@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.configs import AutoscalingConfig, BackendConfig, EndpointConfig, ServingState
+from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig, ServingState
 from gitops.planning import plan
 from gitops.plans import ActionKind
 from gitops.simulating import apply_plan, unsafe_reasons

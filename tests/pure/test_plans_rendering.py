@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from controller.configs import BackendConfig, EndpointConfig, ServingState
+from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
 from gitops.planning import plan
 from gitops.plans import Action, ActionKind, FieldChange, Plan, PlanSummary
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from controller.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from proxy.routing import Resolution, resolve
 from proxy.settings import ProxySettings
 from proxy.subscriptions import UNSEEN, Subscriptions

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gitops.specs import check_backend, check_endpoint, is_valid_name
+from gitops.specs.models import check_backend, check_endpoint, is_valid_name
 
 AT = ("backends", "b")
 EP = ("endpoints", "e")

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from gitops.loading import clear_cache, load_tree
+from gitops.specs.loading import clear_cache, load_tree
 from gitops.sources.trees import MemoryTree
-from gitops.specs import check_backend
-from gitops.versions import code_paths, derive_version
+from gitops.specs.models import check_backend
+from gitops.specs.versions import code_paths, derive_version
 
 BASE_SPEC = """
 [backends.model]

@@ -24,9 +24,10 @@ from typing import Any, Callable, Coroutine, Iterator, Sequence, TypeVar
 import httpx
 import ray
 
-from controller.api import CONTROLLER_NAME, DEFAULT_NAMESPACE
+from vocabulary import goal_api
+from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from controller.client import ControllerClient, start_or_connect
-from controller.configs import BackendConfig, GoalState
+from vocabulary.configs import BackendConfig, GoalState
 
 __all__ = [
     "APPS",
@@ -59,7 +60,7 @@ FAST_CONTROLLER_OPTIONS: dict[str, Any] = {
     "backoff_max_s": 1.0,
     "unschedulable_grace_s": 0.5,
 }
-PROXY_CLASS = "proxy.actor:ProxyActor"
+PROXY_CLASS = goal_api.PROXY_CLASS
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

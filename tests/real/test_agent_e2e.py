@@ -20,13 +20,13 @@ import pytest
 import ray
 
 from controller.client import start_or_connect
-from controller.configs import ServingState
+from vocabulary.configs import ServingState
 from gitops import planning
 from gitops.admin import WebhookGuard, build_app, server
 from gitops.agent import Agent, AgentSettings, Trigger
 from gitops.applying import Deadlines, apply
 from gitops.history import History, Outcome
-from gitops.loading import load_tree
+from gitops.specs.loading import load_tree
 from gitops.metrics import AgentMetrics
 from gitops.sources.repos import GitSource
 from gitops.sources.trees import CommitTree

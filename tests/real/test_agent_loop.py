@@ -10,10 +10,10 @@ from typing import Any, Callable
 
 import pytest
 
-from controller.configs import BackendConfig, EndpointConfig, GoalResult, GoalState, ServingState
+from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, GoalState, ServingState
 from gitops.agent import Agent, AgentSettings, Trigger
 from gitops.history import History, Outcome
-from gitops.loading import load_tree
+from gitops.specs.loading import load_tree
 from gitops.metrics import AgentMetrics
 from gitops.planning import plan
 from gitops.sources.repos import GitSource

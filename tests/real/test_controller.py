@@ -18,9 +18,9 @@ import ray
 
 from controller.backend_state import REPLICA_PREFIX
 from controller.client import ControllerClient
-from controller.configs import BackendConfig, EndpointConfig, GoalState
+from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
 from controller.ray_adapter import PROXY_PREFIX
-from proxy.wire import make_request
+from vocabulary.wire import make_request
 from tests.real.support import eventually, met, named_actors, occupied_port, quick_backend, run, start_controller
 
 pytestmark = pytest.mark.real

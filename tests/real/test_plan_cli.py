@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import ray
 
-from controller.api import DEFAULT_NAMESPACE
+from vocabulary.goal_api import DEFAULT_NAMESPACE
 from controller.client import start_or_connect
-from gitops.loading import load_commit
+from gitops.specs.loading import load_commit
 from tests.conftest import GitRepo
 
 pytestmark = pytest.mark.real

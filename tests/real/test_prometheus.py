@@ -32,7 +32,7 @@ import pytest
 import ray
 import yaml
 
-from controller.api import DEFAULT_NAMESPACE
+from vocabulary.goal_api import DEFAULT_NAMESPACE
 from proxy.metrics import ProxyMetrics
 from tests.real.support import AgentProcess, free_port
 

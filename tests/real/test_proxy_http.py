@@ -18,8 +18,8 @@ import httpx
 import pytest
 import ray
 
-from controller.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
-from controller.replica import Replica
+from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from replica.host import Replica
 from proxy.actor import ProxyActor
 from proxy.settings import ProxySettings
 from tests.real.apps.proxy_fakes import FakeController

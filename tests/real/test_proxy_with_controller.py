@@ -21,7 +21,7 @@ import ray
 
 from controller.backend_state import REPLICA_PREFIX
 from controller.client import ControllerClient
-from controller.configs import EndpointConfig
+from vocabulary.configs import EndpointConfig
 from controller.ray_adapter import PROXY_PREFIX
 from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
 

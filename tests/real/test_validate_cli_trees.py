@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gitops.errors import UserError
-from gitops.loading import clear_cache, load_commit, load_directory
+from gitops.specs.loading import clear_cache, load_commit, load_directory
 from gitops.sources.trees import CommitTree, DirectoryTree, resolve_revision
 from tests.conftest import GitRepo
 from tests.real.test_validate_cli import APP, SPEC

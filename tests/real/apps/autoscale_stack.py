@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from controller.api import CONTROLLER_NAME, DEFAULT_NAMESPACE
+from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from tests.real.support import AgentProcess
 
 __all__ = ["AgentProcess", "Load", "Answer", "controller_status", "APP_SOURCE"]

@@ -22,7 +22,7 @@ import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from controller.client import start_or_connect  # noqa: E402
-from controller.configs import BackendConfig, GoalState  # noqa: E402
+from vocabulary.configs import BackendConfig, GoalState  # noqa: E402
 
 APPS = str(Path(__file__).parent)
 NAMESPACE = "gitops-multinode"

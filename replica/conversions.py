@@ -1,67 +1,24 @@
-"""The request/response format between a proxy and a replica.
+"""Wire tuples to and from what user code sees.
 
-A request crosses one Ray call as a plain tuple (cheap to pickle, no class
-lookups on the hot path); the replica rebuilds a `starlette.requests.Request`
-for user code and turns whatever the handler returned into a response tuple,
-following PRODUCT.md "User code":
+A request tuple becomes a `starlette.requests.Request`; whatever a handler
+returned becomes a response tuple, following the README's "User code":
 
 - a Starlette `Response` is sent as is;
 - `bytes` as application/octet-stream, `str` as text/plain;
 - anything else as JSON.
-
-Under load the proxy coalesces requests queued for one replica into one
-`handle_batch` call: a list of (request, seconds it may run) in, a list of
-(`BatchOutcome`, response or error text) out, in the same order.
-
-Owned here: the tuple layouts and both conversions. Not here: routing,
-replica choice, and the ASGI server (see `proxy.app`).
 """
 
 from __future__ import annotations
 
-import enum
 import json
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-__all__ = [
-    "WireRequest",
-    "WireResponse",
-    "BatchItem",
-    "BatchOutcome",
-    "BatchResult",
-    "make_request",
-    "to_starlette_request",
-    "to_wire_response",
-]
+from vocabulary.wire import WireRequest, WireResponse
 
-# (method, path, query_string, headers, body)
-WireRequest = tuple[str, str, bytes, list[tuple[bytes, bytes]], bytes]
-# (status, headers, body)
-WireResponse = tuple[int, list[tuple[bytes, bytes]], bytes]
-
-
-class BatchOutcome(str, enum.Enum):
-    OK = "ok"  # with the WireResponse
-    ERROR = "error"  # user code raised; with the traceback text, for the proxy's log
-    TIMEOUT = "timeout"  # the item's time ran out and its handler was cancelled
-
-
-# (request, seconds it may run before its handler is cancelled)
-BatchItem = tuple[WireRequest, float]
-BatchResult = tuple[BatchOutcome, Any]
-
-
-def make_request(
-    method: str,
-    path: str,
-    query_string: bytes = b"",
-    headers: list[tuple[bytes, bytes]] | None = None,
-    body: bytes = b"",
-) -> WireRequest:
-    return (method, path, query_string, headers or [], body)
+__all__ = ["to_starlette_request", "to_wire_response"]
 
 
 def to_starlette_request(wire: WireRequest) -> Request:

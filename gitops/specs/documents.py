@@ -4,7 +4,7 @@ needs no code: syntax, table contents, names, and the rules across files
 
 Pure: it takes file contents, not a tree, and never raises on bad input.
 Import paths and code paths are checked later, against the tree, by
-`gitops.loading`.
+`gitops.specs.loading`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from controller.configs import weights_sum_to_one
-from gitops.locating import Locations, locate
-from gitops.specs import NAME_PATTERN, BackendSpec, EndpointSpec, Loc, check_backend, check_endpoint
+from vocabulary.configs import weights_sum_to_one
+from gitops.specs.locating import Locations, locate
+from gitops.specs.models import NAME_PATTERN, BackendSpec, EndpointSpec, Loc, check_backend, check_endpoint
 
 __all__ = ["SpecError", "Declared", "Documents", "MAX_DEPTH", "parse_documents"]
 

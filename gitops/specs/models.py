@@ -3,7 +3,7 @@
 This module owns what one `[backends.NAME]` or `[endpoints.NAME]` table may
 contain, exactly as PRODUCT.md "Spec format" states. It validates one table
 at a time and knows nothing about files, line numbers, other files, git or
-Ray: cross-file rules and locations belong to `gitops.loading`.
+Ray: cross-file rules and locations belong to `gitops.specs.loading`.
 
 Models are strict (TOML `"2"` is not the integer 2, `true` is not 1) and
 reject unknown keys, so a typo is an error rather than a silently ignored

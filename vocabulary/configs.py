@@ -4,7 +4,7 @@ These frozen models are what the agent asks for (its desired state), what
 the controller stores, checkpoints as JSON and reports back (the actual
 state), and what the proxy receives by long poll. They are plain values: no
 Ray, no git, no I/O, and no spec-file concerns (file locations, defaults
-from TOML) — those belong to `gitops.specs`.
+from TOML) — those belong to `gitops.specs.models`.
 
 Comparison rules live here so that every component agrees on them:
 `BackendConfig.code_identity()` says what forces a restart, and

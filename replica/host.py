@@ -21,15 +21,14 @@ import time
 import traceback
 from typing import Any, Callable
 
-from proxy.wire import (
+from vocabulary.wire import (
     BatchItem,
     BatchOutcome,
     BatchResult,
     WireRequest,
     WireResponse,
-    to_starlette_request,
-    to_wire_response,
 )
+from replica.conversions import to_starlette_request, to_wire_response
 
 # Long enough for every proxy to receive the replica set without this replica.
 _DRAIN_LINGER_S = 1.0

@@ -3,11 +3,11 @@
 Public API (other modules code against exactly this):
 `load_tree(tree, spec_path)`, `load_commit(repo, rev, spec_path)`,
 `load_directory(path, root)`, returning a `LoadResult` of a `DesiredState`
-(a fully resolved `controller.configs.ServingState`) or `SpecError`s.
+(a fully resolved `vocabulary.configs.ServingState`) or `SpecError`s.
 
 Loading never raises on bad input: TOML syntax, table contents
-(`gitops.specs`), rules across files (`gitops.documents`), import paths
-(`gitops.imports`) and code paths all become `SpecError`s, reported at once.
+(`gitops.specs.models`), rules across files (`gitops.specs.documents`), import paths
+(`gitops.specs.imports`) and code paths all become `SpecError`s, reported at once.
 
 Results are cached by git hashes: the spec path's tree hash, then the hashes
 of every path the backends' code depends on, so re-loading an unchanged
@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Hashable
 
-from controller.configs import AutoscalingConfig, BackendConfig, EndpointConfig, ServingState
-from gitops.imports import AttributeKind, module_files, resolve_import
-from gitops.documents import Declared, Documents, SpecError, parse_documents
+from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig, ServingState
+from gitops.specs.imports import AttributeKind, module_files, resolve_import
+from gitops.specs.documents import Declared, Documents, SpecError, parse_documents
 from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel
-from gitops.specs import BackendSpec, Loc
-from gitops.versions import code_paths, default_code_path, derive_version
+from gitops.specs.models import BackendSpec, Loc
+from gitops.specs.versions import code_paths, default_code_path, derive_version
 
 __all__ = [
     "DesiredState",

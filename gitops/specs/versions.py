@@ -14,7 +14,7 @@ import json
 import posixpath
 from typing import Mapping
 
-from gitops.specs import BackendSpec
+from gitops.specs.models import BackendSpec
 
 __all__ = ["CODE_FIELDS", "VERSION_LENGTH", "default_code_path", "code_paths", "derive_version"]
 

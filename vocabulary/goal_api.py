@@ -29,12 +29,16 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from controller.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
+from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
 
-__all__ = ["GoalAPI", "LongPollKey", "CONTROLLER_NAME", "DEFAULT_NAMESPACE"]
+__all__ = ["GoalAPI", "LongPollKey", "CONTROLLER_NAME", "DEFAULT_NAMESPACE", "PROXY_CLASS", "REPLICA_CLASS"]
 
 CONTROLLER_NAME = "gitops-controller"
 DEFAULT_NAMESPACE = "ray-gitops"
+# The actor classes the controller starts, named here rather than imported so
+# that the control plane never imports the data plane or the user-code host.
+PROXY_CLASS = "proxy.actor:ProxyActor"
+REPLICA_CLASS = "replica.host:Replica"
 
 
 class LongPollKey:

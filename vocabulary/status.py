@@ -1,0 +1,145 @@
+"""Observed state: what the controller reports about the cluster.
+
+`ClusterStatus` is the answer of `GoalAPI.get_status()`. The controller
+builds it from its state machines; the agent reads it for status, metrics
+and the status page; fakes build it with the same constructors. It crosses
+a Ray call and the admin API as JSON (`model_dump(mode="json")`), so every
+field is a plain value.
+
+`Health` orders health codes from best to worst, as Argo's gitops-engine
+does, and `worst()` rolls several up into one.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Iterable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vocabulary.configs import GoalState, ReplicaState
+
+__all__ = [
+    "Health",
+    "worst",
+    "RestartReason",
+    "ProxyState",
+    "ReplicaStatus",
+    "BackendStatus",
+    "EndpointStatus",
+    "ProxyStatus",
+    "GoalTiming",
+    "ClusterStatus",
+]
+
+
+class Health(str, enum.Enum):
+    """Best to worst; the order of declaration is the order of badness."""
+
+    HEALTHY = "Healthy"
+    PROGRESSING = "Progressing"
+    SUSPENDED = "Suspended"
+    DEGRADED = "Degraded"
+    MISSING = "Missing"
+
+    @property
+    def rank(self) -> int:
+        return _HEALTH_ORDER.index(self)
+
+
+_HEALTH_ORDER = list(Health)
+
+
+def worst(healths: Iterable[Health]) -> Health:
+    """The worst of `healths`; HEALTHY when there are none."""
+    return max(healths, key=lambda health: health.rank, default=Health.HEALTHY)
+
+
+class RestartReason(str, enum.Enum):
+    """Why the controller replaced a replica (or a proxy, or itself)."""
+
+    STARTUP_FAILED = "startup_failed"
+    STARTUP_TIMEOUT = "startup_timeout"
+    HEALTH_CHECK = "health_check"
+    HEALTH_CHECK_TIMEOUT = "health_check_timeout"
+    DIED = "died"
+    NODE_LOST = "node_lost"
+    LOST = "lost"
+
+
+class ProxyState(str, enum.Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    DEAD = "dead"
+    BACKOFF = "backoff"  # waiting out a failed start before the next try
+
+
+class _Observed(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ReplicaStatus(_Observed):
+    replica_id: str
+    state: ReplicaState
+    version: str
+    node_id: str = ""
+
+
+class BackendStatus(_Observed):
+    version: str
+    target_replicas: int = Field(ge=0)
+    deleting: bool = False
+    replicas: tuple[ReplicaStatus, ...] = ()
+    restarts: dict[RestartReason, int] = Field(default_factory=dict)
+    last_error: str = ""
+    failures: int = 0
+    unschedulable: str = ""
+    scaling_decisions: dict[str, int] = Field(default_factory=dict)  # direction (up|down) -> count
+
+    def ready(self) -> int:
+        """Replicas RUNNING the backend's current version."""
+        return sum(1 for r in self.replicas if r.state is ReplicaState.RUNNING and r.version == self.version)
+
+    def health(self) -> Health:
+        if self.ready() >= self.target_replicas:
+            return Health.HEALTHY
+        if self.failures or self.unschedulable:
+            return Health.DEGRADED
+        return Health.PROGRESSING
+
+
+class EndpointStatus(_Observed):
+    route: str
+    traffic: dict[str, float] = Field(default_factory=dict)
+    shadow: dict[str, float] = Field(default_factory=dict)
+
+
+class ProxyStatus(_Observed):
+    actor_name: str
+    state: ProxyState
+    failures: int = 0
+    last_error: str = ""
+
+
+class GoalTiming(_Observed):
+    """A finished goal, for `gitops_goal_duration_seconds`."""
+
+    goal_id: str
+    kind: str
+    name: str
+    state: GoalState
+    duration_s: float
+
+
+class ClusterStatus(_Observed):
+    backends: dict[str, BackendStatus] = Field(default_factory=dict)
+    endpoints: dict[str, EndpointStatus] = Field(default_factory=dict)
+    proxies: dict[str, ProxyStatus] = Field(default_factory=dict)  # by node id
+    goals_pending: int = 0
+    goal_durations: tuple[GoalTiming, ...] = ()  # the last 100 finished
+    errors: dict[str, int] = Field(default_factory=dict)  # control-loop errors by where
+    ticks: int = 0
+    load: dict[str, dict[str, tuple[int, int]]] = Field(default_factory=dict)  # proxy -> backend -> (ongoing, queued)
+
+    def health(self) -> Health:
+        return worst(backend.health() for backend in self.backends.values())
