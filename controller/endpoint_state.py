@@ -1,17 +1,19 @@
 """Endpoints: routes, methods, traffic and shadow policies, as pure logic.
 
-Owns the configured endpoints, the validation that protects them (unknown
-backends, weights that do not sum to 1, clashing routes, deleting a backend
-that still receives traffic) and the route table the proxies match against.
-Every invalid request raises `ValueError` with a clear message and changes
-nothing. No Ray here.
+Owns the configured endpoints, the validation that protects them and the
+route table the proxies match against. The serving rules (unknown backends,
+weights that do not sum to 1, clashing routes, deleting a backend that still
+receives traffic) are `vocabulary.serving_rules`'; this module turns their
+problems into its messages. Every invalid request raises `ValueError` with a
+clear message and changes nothing. No Ray here.
 """
 
 from __future__ import annotations
 
 from typing import Any, Collection
 
-from vocabulary.configs import EndpointConfig, RouteEntry, RouteTable, weights_sum_to_one
+from vocabulary.configs import EndpointConfig, RouteEntry, RouteTable
+from vocabulary.serving_rules import backend_in_use, taken_routes, unknown_backends, weight_sum
 
 __all__ = ["EndpointState", "check_backend_deletable"]
 
@@ -27,18 +29,19 @@ class EndpointState:
         if not config.traffic:
             raise ValueError(f"{where}: traffic must name at least one backend")
         for policy, weights in (("traffic", config.traffic), ("shadow", config.shadow)):
-            unknown = sorted(set(weights) - set(backends))
+            unknown = sorted(p.backend or "" for p in unknown_backends(config.name, policy, weights, backends))
             if unknown:
                 raise ValueError(f"{where}: {policy} names unknown backend(s) {', '.join(unknown)}")
             negative = sorted(b for b, w in weights.items() if not 0 <= w <= 1)
             if negative:
                 raise ValueError(f"{where}: {policy} weight of {', '.join(negative)} must be in [0, 1]")
-        if not weights_sum_to_one(config.traffic):
+        if weight_sum(config.name, config.traffic):
             total = sum(config.traffic.values())
             raise ValueError(f"{where}: traffic weights sum to {total:g}, not 1")
-        for other in self._endpoints.values():
-            if other.name != config.name and other.route == config.route:
-                raise ValueError(f"{where}: route {config.route} is already used by endpoint {other.name!r}")
+        others = {name: e for name, e in self._endpoints.items() if name != config.name}
+        taken = taken_routes({**others, config.name: config})
+        if taken:
+            raise ValueError(f"{where}: route {config.route} is already used by endpoint {taken[0].other!r}")
 
     def apply(self, config: EndpointConfig, backends: Collection[str]) -> bool:
         """Validate and store; False when nothing changed."""
@@ -56,9 +59,6 @@ class EndpointState:
 
     def all(self) -> dict[str, EndpointConfig]:
         return dict(self._endpoints)
-
-    def users_of(self, backend: str) -> list[str]:
-        return sorted(e.name for e in self._endpoints.values() if backend in e.backends())
 
     def route_table(self) -> RouteTable:
         entries = sorted(
@@ -83,9 +83,9 @@ class EndpointState:
 
 
 def check_backend_deletable(backend: str, endpoints: EndpointState) -> None:
-    users = endpoints.users_of(backend)
-    if users:
+    in_use = backend_in_use(backend, endpoints.all())
+    if in_use:
         raise ValueError(
-            f"backend {backend!r} still receives traffic from endpoint(s) {', '.join(users)}; "
+            f"backend {backend!r} still receives traffic from endpoint(s) {', '.join(in_use[0].endpoints)}; "
             "remove it from their traffic and shadow first"
         )

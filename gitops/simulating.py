@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
-from vocabulary.configs import ServingState, weights_sum_to_one
+from vocabulary.configs import EndpointConfig, ServingState
+from vocabulary.serving_rules import Rule, ServingProblem, state_problems
 from gitops.plans import Action, ActionKind
 
 __all__ = ["SimulationError", "apply_action", "apply_plan", "unsafe_reasons"]
@@ -65,30 +66,35 @@ def _check_target(state: ServingState, action: Action) -> None:
 
 
 def unsafe_reasons(state: ServingState) -> list[str]:
-    """Why a proxy serving `state` could fail a request; empty when it is safe."""
-    reasons: list[str] = []
-    for name, endpoint in sorted(state.endpoints.items()):
-        for backend, weight in sorted(endpoint.traffic.items()):
-            config = state.backends.get(backend)
-            if config is None:
-                reasons.append(f"endpoint {name} sends traffic to missing backend {backend}")
-            elif weight > 0 and config.can_have_zero_replicas():
-                reasons.append(f"endpoint {name} sends traffic to backend {backend}, which may have 0 replicas")
-        for backend in sorted(endpoint.shadow):
-            if backend not in state.backends:
-                reasons.append(f"endpoint {name} shadows to missing backend {backend}")
-        if not weights_sum_to_one(endpoint.traffic):
-            reasons.append(f"endpoint {name} traffic weights sum to {sum(endpoint.traffic.values())}, not 1")
-    reasons.extend(_duplicate_routes(state))
-    return reasons
+    """Why a proxy serving `state` could fail a request; empty when it is safe.
+
+    The invariants are the serving rules of `vocabulary.serving_rules`."""
+    endpoints = dict(sorted(state.endpoints.items()))
+    problems = state_problems(state.backends, endpoints)
+    reasons = [
+        _reason(problem, endpoints[str(problem.endpoint)].traffic)
+        for problem in problems
+        if problem.rule is not Rule.ROUTE_TAKEN
+    ]
+    return reasons + _shared_routes(endpoints, [p for p in problems if p.rule is Rule.ROUTE_TAKEN])
 
 
-def _duplicate_routes(state: ServingState) -> list[str]:
-    by_route: dict[str, list[str]] = defaultdict(list)
-    for name, endpoint in sorted(state.endpoints.items()):
-        by_route[endpoint.route].append(name)
+def _reason(problem: ServingProblem, traffic: dict[str, float]) -> str:
+    name, backend = problem.endpoint, problem.backend
+    if problem.rule is Rule.UNKNOWN_BACKEND and problem.path[2] == "traffic":
+        return f"endpoint {name} sends traffic to missing backend {backend}"
+    if problem.rule is Rule.UNKNOWN_BACKEND:
+        return f"endpoint {name} shadows to missing backend {backend}"
+    if problem.rule is Rule.ZERO_REPLICA_TRAFFIC:
+        return f"endpoint {name} sends traffic to backend {backend}, which may have 0 replicas"
+    return f"endpoint {name} traffic weights sum to {sum(traffic.values())}, not 1"
+
+
+def _shared_routes(endpoints: dict[str, EndpointConfig], taken: list[ServingProblem]) -> list[str]:
+    holders: dict[str, list[str]] = defaultdict(list)
+    for problem in taken:
+        holders[str(problem.other)].append(str(problem.endpoint))
     return [
-        f"route {route} is held by endpoints {', '.join(names)}"
-        for route, names in sorted(by_route.items())
-        if len(names) > 1
+        f"route {endpoints[owner].route} is held by endpoints {', '.join([owner, *names])}"
+        for owner, names in sorted(holders.items(), key=lambda item: endpoints[item[0]].route)
     ]

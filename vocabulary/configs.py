@@ -3,8 +3,14 @@
 These frozen models are what the agent asks for (its desired state), what
 the controller stores, checkpoints as JSON and reports back (the actual
 state), and what the proxy receives by long poll. They are plain values: no
-Ray, no git, no I/O, and no spec-file concerns (file locations, defaults
-from TOML) — those belong to `gitops.specs.models`.
+Ray, no git, no I/O.
+
+Each field is declared here once, with its default, its range and a
+`description` (what a user reads about the spec key of the same name). The
+spec file format (`gitops.specs.models`) derives its tables from these
+models and adds only file concerns: strict TOML typing, unknown keys
+rejected, keys a file may leave out (`version`) or that only a file has
+(`code_paths`).
 
 Comparison rules live here so that every component agrees on them:
 `BackendConfig.code_identity()` says what forces a restart, and
@@ -14,10 +20,11 @@ Comparison rules live here so that every component agrees on them:
 from __future__ import annotations
 
 import enum
-import math
-from typing import Any, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from vocabulary.serving_rules import zero_replica_reason
 
 __all__ = [
     "AutoscalingConfig",
@@ -31,23 +38,28 @@ __all__ = [
     "ReplicaSet",
     "RouteEntry",
     "RouteTable",
-    "WEIGHT_TOLERANCE",
-    "weights_sum_to_one",
 ]
-
-WEIGHT_TOLERANCE = 1e-6
-
 
 class _Value(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class AutoscalingConfig(_Value):
-    min_replicas: int = Field(ge=0)
-    max_replicas: int = Field(ge=1)
-    target_ongoing_requests: float = Field(gt=0)
-    upscale_delay_s: float = Field(default=5.0, ge=0)
-    downscale_delay_s: float = Field(default=30.0, ge=0)
+    """A backend's replica count bounds and the load the autoscaler aims for."""
+
+    min_replicas: int = Field(
+        default=1, ge=0, description="Fewest replicas the autoscaler keeps; 0 lets an idle backend stop."
+    )
+    max_replicas: int = Field(ge=1, description="Most replicas the autoscaler starts.")
+    target_ongoing_requests: float = Field(
+        default=2.0, gt=0, description="Requests in flight per replica the autoscaler aims for."
+    )
+    upscale_delay_s: float = Field(
+        default=5.0, ge=0, description="Seconds the load must stay above target before adding replicas."
+    )
+    downscale_delay_s: float = Field(
+        default=30.0, ge=0, description="Seconds the load must stay below target before removing replicas."
+    )
 
 
 class BackendConfig(_Value):
@@ -59,21 +71,51 @@ class BackendConfig(_Value):
     restart on its own and is left out of comparisons.
     """
 
-    name: str
-    version: str
-    import_path: str
-    init_args: tuple[Any, ...] = ()
-    init_kwargs: dict[str, Any] = Field(default_factory=dict)
-    num_replicas: int = Field(default=1, ge=0)
-    max_concurrent_queries: int = Field(default=100, ge=1)
-    user_config: Any = None
-    graceful_shutdown_timeout_s: float = Field(default=20.0, ge=0)
-    health_check_period_s: float = Field(default=10.0, gt=0)
-    health_check_timeout_s: float = Field(default=30.0, gt=0)
-    ray_actor_options: dict[str, Any] = Field(default_factory=dict)
-    runtime_env: dict[str, Any] = Field(default_factory=dict)
-    autoscaling: AutoscalingConfig | None = None
-    working_dir: str | None = None
+    name: str = Field(description="The backend's name: the key of its [backends.NAME] table.")
+    version: str = Field(
+        description="What the replicas' code is: the spec's `version`, else a hash of the code paths and code fields."
+    )
+    import_path: str = Field(
+        description="`package.module:attribute` of the class or function that handles requests, "
+        "resolved from the repository root."
+    )
+    init_args: tuple[Any, ...] = Field(
+        default=(), description="Positional arguments for the class's constructor (a class only)."
+    )
+    init_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments for the class's constructor (a class only)."
+    )
+    num_replicas: int = Field(
+        default=1, ge=0, description="Replicas to run; not together with [autoscaling], which starts at its minimum."
+    )
+    max_concurrent_queries: int = Field(
+        default=100, ge=1, description="Requests one replica handles at once; more wait in the proxy."
+    )
+    user_config: Any = Field(
+        default=None, description="Any value, passed to the replica's `reconfigure()`; a change restarts nothing."
+    )
+    graceful_shutdown_timeout_s: float = Field(
+        default=20.0, ge=0, description="Seconds a stopping replica may finish its requests before it is killed."
+    )
+    health_check_period_s: float = Field(
+        default=10.0, gt=0, description="Seconds between two health checks of a replica."
+    )
+    health_check_timeout_s: float = Field(
+        default=30.0, gt=0, description="Seconds a health check may take before the replica is replaced."
+    )
+    ray_actor_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Resources of each replica's Ray actor: num_cpus, num_gpus, memory (bytes), resources.",
+    )
+    runtime_env: dict[str, Any] = Field(
+        default_factory=dict, description="The replicas' Ray runtime environment: env_vars and pip packages."
+    )
+    autoscaling: AutoscalingConfig | None = Field(
+        default=None, description="Scale the replica count with load, within bounds; none: a fixed count."
+    )
+    working_dir: str | None = Field(
+        default=None, description="Where this version's code is fetched from (an export of the applied commit)."
+    )
 
     def comparable(self) -> dict[str, Any]:
         """Every field that matters to the cluster, without `working_dir`."""
@@ -84,18 +126,27 @@ class BackendConfig(_Value):
         return self.version
 
     def can_have_zero_replicas(self) -> bool:
-        if self.autoscaling is not None:
-            return self.autoscaling.min_replicas == 0
-        return self.num_replicas == 0
+        return zero_replica_reason(self) is not None
 
 
 class EndpointConfig(_Value):
-    name: str
-    route: str
-    methods: tuple[str, ...] = ("GET", "POST")
-    traffic: dict[str, float]
-    shadow: dict[str, float] = Field(default_factory=dict)
-    timeout_s: float = Field(default=30.0, gt=0)
+    """A route of the proxy and how its requests are shared between backends."""
+
+    name: str = Field(description="The endpoint's name: the key of its [endpoints.NAME] table.")
+    route: str = Field(description="Path prefix this endpoint serves; the longest matching prefix wins.")
+    methods: tuple[str, ...] = Field(
+        default=("GET", "POST"), description="HTTP methods the route accepts (upper case); GET implies HEAD."
+    )
+    traffic: dict[str, float] = Field(
+        description="Backend name -> share of the requests it answers, from 0 to 1; the shares sum to 1."
+    )
+    shadow: dict[str, float] = Field(
+        default_factory=dict,
+        description="Backend name -> share of the requests copied to it; its replies never reach clients.",
+    )
+    timeout_s: float = Field(
+        default=30.0, gt=0, description="Seconds a request may take before the client gets 504."
+    )
 
     def backends(self) -> frozenset[str]:
         """Every backend this endpoint sends requests to, primary or shadow."""
@@ -107,10 +158,6 @@ class ServingState(_Value):
 
     backends: dict[str, BackendConfig] = Field(default_factory=dict)
     endpoints: dict[str, EndpointConfig] = Field(default_factory=dict)
-
-
-def weights_sum_to_one(weights: Mapping[str, float]) -> bool:
-    return math.isclose(sum(weights.values()), 1.0, abs_tol=WEIGHT_TOLERANCE)
 
 
 # --- goals -----------------------------------------------------------------

@@ -1,6 +1,7 @@
 """TOML spec files -> declared backends and endpoints, with every error that
 needs no code: syntax, table contents, names, and the rules across files
-(duplicate names and routes, traffic sums, references, zero-replica targets).
+(duplicate names, and the serving rules of `vocabulary.serving_rules`:
+routes, traffic sums, references, zero-replica targets).
 
 Pure: it takes file contents, not a tree, and never raises on bad input.
 Import paths and code paths are checked later, against the tree, by
@@ -14,9 +15,9 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from vocabulary.configs import weights_sum_to_one
+from vocabulary.serving_rules import ServingProblem, taken_routes, unknown_backends, weight_sum, zero_replica_traffic
 from gitops.specs.locating import Locations, locate
-from gitops.specs.models import NAME_PATTERN, BackendSpec, EndpointSpec, Loc, check_backend, check_endpoint
+from gitops.specs.models import NAME_PATTERN, EndpointSpec, Loc, check_backend, check_endpoint
 
 __all__ = ["SpecError", "Declared", "Documents", "MAX_DEPTH", "parse_documents"]
 
@@ -189,57 +190,29 @@ def _declare(
 
 
 def _cross_file_errors(backends: dict[str, Declared], endpoints: dict[str, Declared]) -> list[SpecError]:
+    """The serving rules of `vocabulary.serving_rules`, located in the files."""
+    scaled = {name: declared.spec for name, declared in backends.items()}
+    valid: dict[str, EndpointSpec] = {}
     errors: list[SpecError] = []
-    routes: dict[str, Declared] = {}
     for name, declared in endpoints.items():
+        problems = _reference_problems(name, declared, backends)
         spec: EndpointSpec | None = declared.spec
-        errors.extend(_reference_errors(name, declared, backends))
-        if spec is None:
-            continue
-        errors.extend(_traffic_errors(name, declared, spec, backends))
-        owner = routes.setdefault(spec.route, declared)
-        if owner is not declared:
-            first = owner.where(("endpoints", owner.name, "route"))
-            message = f"endpoints.{name}.route: '{spec.route}' is already the route of endpoint '{owner.name}' ({first})"
-            errors.append(declared.error(("endpoints", name, "route"), message))
+        if spec is not None:
+            valid[name] = spec
+            problems += weight_sum(name, spec.traffic) + zero_replica_traffic(name, spec.traffic, scaled)
+        errors.extend(declared.error(problem.path, problem.message) for problem in problems)
+    for problem in taken_routes(valid):
+        owner = endpoints[str(problem.other)]
+        first = owner.where(("endpoints", owner.name, "route"))
+        errors.append(endpoints[str(problem.endpoint)].error(problem.path, f"{problem.message} ({first})"))
     return errors
 
 
-def _traffic_errors(
-    name: str, declared: Declared, spec: EndpointSpec, backends: dict[str, Declared]
-) -> list[SpecError]:
-    errors: list[SpecError] = []
-    if not weights_sum_to_one(spec.traffic):
-        total = sum(spec.traffic.values())
-        message = f"endpoints.{name}.traffic: weights sum to {total:g}, not 1"
-        errors.append(declared.error(("endpoints", name, "traffic"), message))
-    for backend, weight in spec.traffic.items():
-        target = backends.get(backend)
-        if target is not None and weight > 0 and _zero_reason(target.spec):
-            errors.append(
-                declared.error(
-                    ("endpoints", name, "traffic", backend),
-                    f"endpoints.{name}.traffic: backend '{backend}' gets {weight * 100:g}% of the traffic "
-                    f"but can have 0 replicas ({_zero_reason(target.spec)})",
-                )
-            )
-    return errors
-
-
-def _reference_errors(name: str, declared: Declared, backends: dict[str, Declared]) -> list[SpecError]:
+def _reference_problems(name: str, declared: Declared, backends: dict[str, Declared]) -> list[ServingProblem]:
     """Checked on the raw table, so an endpoint with other errors still gets these."""
     raw = declared.raw if isinstance(declared.raw, dict) else {}
-    errors: list[SpecError] = []
+    problems: list[ServingProblem] = []
     for key in ("traffic", "shadow"):
         weights = raw.get(key)
-        for backend in weights if isinstance(weights, dict) else ():
-            if backend not in backends:
-                at = ("endpoints", name, key, backend)
-                errors.append(declared.error(at, f"endpoints.{name}.{key}: backend '{backend}' is not defined"))
-    return errors
-
-
-def _zero_reason(spec: BackendSpec | None) -> str | None:
-    if spec is None or not spec.can_have_zero_replicas():
-        return None
-    return "autoscaling.min_replicas = 0" if spec.autoscaling else "num_replicas = 0"
+        problems += unknown_backends(name, key, weights if isinstance(weights, dict) else (), backends)
+    return problems

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Hashable
 
-from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig, ServingState
+from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
 from gitops.specs.imports import AttributeKind, module_files, resolve_import
-from gitops.specs.documents import Declared, Documents, SpecError, parse_documents
+from gitops.specs.documents import Documents, SpecError, parse_documents
 from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel
-from gitops.specs.models import BackendSpec, Loc
+from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS, BackendSpec, EndpointSpec, Loc
 from gitops.specs.versions import code_paths, default_code_path, derive_version
 
 __all__ = [
@@ -190,7 +190,7 @@ def _resolve(tree: Tree, documents: Documents) -> LoadResult:
             backends[name] = config
     if errors:
         return LoadResult(None, tuple(sorted(set(errors), key=SpecError.sort_key)))
-    endpoints = {name: _endpoint_config(name, d) for name, d in documents.endpoints.items()}
+    endpoints = {name: _endpoint_config(name, d.spec) for name, d in documents.endpoints.items()}
     return LoadResult(ServingState(backends=backends, endpoints=endpoints))
 
 
@@ -220,32 +220,17 @@ def _resolve_backend(
 
 
 def _backend_config(name: str, version: str, spec: BackendSpec) -> BackendConfig:
-    scaling = spec.autoscaling
-    return BackendConfig(
-        name=name,
-        version=version,
-        import_path=spec.import_path,
-        init_args=tuple(spec.init_args),
-        init_kwargs=dict(spec.init_kwargs),
-        num_replicas=spec.replica_target(),
-        max_concurrent_queries=spec.max_concurrent_queries,
-        user_config=spec.user_config,
-        graceful_shutdown_timeout_s=spec.graceful_shutdown_timeout_s,
-        health_check_period_s=spec.health_check_period_s,
-        health_check_timeout_s=spec.health_check_timeout_s,
-        ray_actor_options=spec.ray_actor_options.model_dump(exclude_none=True),
-        runtime_env=spec.runtime_env.model_dump(exclude_none=True),
-        autoscaling=AutoscalingConfig(**scaling.model_dump()) if scaling else None,
+    """Every key a file set goes to the config field of the same name;
+    autoscaled backends start at their minimum."""
+    keys = spec.model_dump(include=_BACKEND_KEYS, exclude_none=True)
+    return BackendConfig.model_validate(
+        {**keys, "name": name, "version": version, "num_replicas": spec.replica_target()}
     )
 
 
-def _endpoint_config(name: str, declared: Declared) -> EndpointConfig:
-    spec = declared.spec
-    return EndpointConfig(
-        name=name,
-        route=spec.route,
-        methods=tuple(spec.methods),
-        traffic=dict(spec.traffic),
-        shadow=dict(spec.shadow),
-        timeout_s=spec.timeout_s,
-    )
+def _endpoint_config(name: str, spec: EndpointSpec) -> EndpointConfig:
+    return EndpointConfig.model_validate({**spec.model_dump(include=_ENDPOINT_KEYS), "name": name})
+
+
+_BACKEND_KEYS = set(BackendConfig.model_fields) - DERIVED_BACKEND_FIELDS
+_ENDPOINT_KEYS = set(EndpointConfig.model_fields) - DERIVED_ENDPOINT_FIELDS

@@ -3,25 +3,38 @@
 This module owns what one `[backends.NAME]` or `[endpoints.NAME]` table may
 contain, exactly as PRODUCT.md "Spec format" states. It validates one table
 at a time and knows nothing about files, line numbers, other files, git or
-Ray: cross-file rules and locations belong to `gitops.specs.loading`.
+Ray: cross-file rules and locations belong to `gitops.specs.documents`.
 
-Models are strict (TOML `"2"` is not the integer 2, `true` is not 1) and
-reject unknown keys, so a typo is an error rather than a silently ignored
-setting.
+A table's keys are not declared here: they are the fields of the runtime
+config in `vocabulary.configs` (same name, default, range and description),
+less the fields the loader derives (`DERIVED_BACKEND_FIELDS`,
+`DERIVED_ENDPOINT_FIELDS`). This module adds only what a file needs: strict
+typing (TOML `"2"` is not the integer 2, `true` is not 1), unknown keys
+rejected so a typo is an error rather than a silently ignored setting, a
+TOML type where the runtime type differs (an array for a tuple, a checked
+table for a free dict), the keys only a file has (`code_paths`, an optional
+`version`) and the validators of written values.
 """
 
 from __future__ import annotations
 
 import re
+from copy import copy
 from dataclasses import dataclass
 from typing import Annotated, Any, Mapping, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_core import ErrorDetails
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails, to_jsonable_python
+
+from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig
+from vocabulary.serving_rules import zero_replica_reason
 
 __all__ = [
     "NAME_PATTERN",
     "HTTP_METHODS",
+    "DERIVED_BACKEND_FIELDS",
+    "DERIVED_ENDPOINT_FIELDS",
     "AutoscalingSpec",
     "RayActorOptionsSpec",
     "RuntimeEnvSpec",
@@ -38,6 +51,10 @@ NAME_PATTERN = re.compile(r"[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?")
 HTTP_METHODS = frozenset(
     {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
 )
+# Config fields no file sets: the loader derives them (name from the table's
+# key, version from the code, working_dir from the applied commit).
+DERIVED_BACKEND_FIELDS = frozenset({"name", "version", "working_dir"})
+DERIVED_ENDPOINT_FIELDS = frozenset({"name"})
 _IMPORT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 # The proxy answers these itself (`/-/routes`, `/-/healthz`).
@@ -56,19 +73,46 @@ class _Spec(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
 
-class AutoscalingSpec(_Spec):
-    min_replicas: int = Field(default=1, ge=0)
-    max_replicas: int = Field(ge=1)
-    target_ongoing_requests: float = Field(default=2.0, gt=0)
-    upscale_delay_s: float = Field(default=5.0, ge=0)
-    downscale_delay_s: float = Field(default=30.0, ge=0)
+def _file_keys(
+    config: type[BaseModel], derived: frozenset[str], file_types: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The keys of a file table: `config`'s fields less `derived`, each with
+    the config's default, range and description. `file_types` gives the type
+    a file writes where it differs from the runtime type; the default is then
+    the runtime default read as that type."""
+    keys: dict[str, Any] = {}
+    for name, info in config.model_fields.items():
+        if name in derived:
+            continue
+        if name not in file_types:
+            keys[name] = (info.annotation, copy(info))
+            continue
+        file_type = Annotated[file_types[name], *info.metadata] if info.metadata else file_types[name]
+        keys[name] = (file_type, _file_default(info, file_types[name]))
+    return keys
+
+
+def _file_default(info: FieldInfo, file_type: Any) -> FieldInfo:
+    if info.is_required():
+        return Field(description=info.description)
+    runtime_default = to_jsonable_python(info.get_default(call_default_factory=True))
+    return Field(default=TypeAdapter(file_type).validate_python(runtime_default), description=info.description)
+
+
+AutoscalingSpec = create_model(
+    "AutoscalingSpec", __base__=_Spec, __doc__=AutoscalingConfig.__doc__, **_file_keys(AutoscalingConfig, frozenset(), {})
+)
 
 
 class RayActorOptionsSpec(_Spec):
-    num_cpus: NonNegative | None = None
-    num_gpus: NonNegative | None = None
-    memory: NonNegative | None = None
-    resources: dict[str, NonNegative] | None = None
+    """The Ray actor options a backend may set; the config holds them as a dict for Ray."""
+
+    num_cpus: NonNegative | None = Field(default=None, description="CPUs reserved for each replica.")
+    num_gpus: NonNegative | None = Field(default=None, description="GPUs reserved for each replica.")
+    memory: NonNegative | None = Field(default=None, description="Memory reserved for each replica, in bytes.")
+    resources: dict[str, NonNegative] | None = Field(
+        default=None, description="Custom Ray resources reserved for each replica: name -> amount."
+    )
 
 
 class RuntimeEnvSpec(_Spec):
@@ -78,25 +122,37 @@ class RuntimeEnvSpec(_Spec):
     always comes from the applied commit.
     """
 
-    env_vars: dict[str, str] | None = None
-    pip: list[str] | None = None
+    env_vars: dict[str, str] | None = Field(default=None, description="Environment variables of each replica.")
+    pip: list[str] | None = Field(default=None, description="pip requirements installed for the replicas.")
 
 
-class BackendSpec(_Spec):
-    import_path: str
-    init_args: list[Any] = Field(default_factory=list)
-    init_kwargs: dict[str, Any] = Field(default_factory=dict)
-    num_replicas: int = Field(default=1, ge=0)
-    max_concurrent_queries: int = Field(default=100, ge=1)
-    user_config: Any = None
-    graceful_shutdown_timeout_s: float = Field(default=20.0, ge=0)
-    health_check_period_s: float = Field(default=10.0, gt=0)
-    health_check_timeout_s: float = Field(default=30.0, gt=0)
-    ray_actor_options: RayActorOptionsSpec = Field(default_factory=RayActorOptionsSpec)
-    runtime_env: RuntimeEnvSpec = Field(default_factory=RuntimeEnvSpec)
-    code_paths: list[str] | None = None
-    version: str | None = None
-    autoscaling: AutoscalingSpec | None = None
+_BackendKeys = create_model(
+    "_BackendKeys",
+    __base__=_Spec,
+    **_file_keys(
+        BackendConfig,
+        DERIVED_BACKEND_FIELDS,
+        {
+            "init_args": list[Any],
+            "ray_actor_options": RayActorOptionsSpec,
+            "runtime_env": RuntimeEnvSpec,
+            "autoscaling": AutoscalingSpec | None,
+        },
+    ),
+)
+
+
+class BackendSpec(_BackendKeys):  # type: ignore[misc,valid-type]
+    """A `[backends.NAME]` table: a `BackendConfig` as a file writes it."""
+
+    code_paths: list[str] | None = Field(
+        default=None,
+        description="Paths (from the repository root) whose files make up the code; "
+        "default: the imported module's folder.",
+    )
+    version: str | None = Field(
+        default=None, description="The code's version, when set by hand; default: derived from the code paths."
+    )
 
     @field_validator("import_path")
     @classmethod
@@ -122,9 +178,7 @@ class BackendSpec(_Spec):
         return [_normalise_code_path(path) for path in value]
 
     def can_have_zero_replicas(self) -> bool:
-        if self.autoscaling is not None:
-            return self.autoscaling.min_replicas == 0
-        return self.num_replicas == 0
+        return zero_replica_reason(self) is not None
 
     def replica_target(self) -> int:
         """Replicas to start with: autoscaled backends start at their minimum."""
@@ -138,12 +192,19 @@ def _normalise_code_path(path: str) -> str:
     return "/".join(parts)
 
 
-class EndpointSpec(_Spec):
-    route: str
-    methods: list[str] = Field(default_factory=lambda: ["GET", "POST"])
-    traffic: dict[str, Fraction]
-    shadow: dict[str, ShadowFraction] = Field(default_factory=dict)
-    timeout_s: float = Field(default=30.0, gt=0)
+_EndpointKeys = create_model(
+    "_EndpointKeys",
+    __base__=_Spec,
+    **_file_keys(
+        EndpointConfig,
+        DERIVED_ENDPOINT_FIELDS,
+        {"methods": list[str], "traffic": dict[str, Fraction], "shadow": dict[str, ShadowFraction]},
+    ),
+)
+
+
+class EndpointSpec(_EndpointKeys):  # type: ignore[misc,valid-type]
+    """An `[endpoints.NAME]` table: an `EndpointConfig` as a file writes it."""
 
     @field_validator("route")
     @classmethod
@@ -226,7 +287,8 @@ def _backend_rules(raw: Any, at: Loc) -> tuple[Problem, ...]:
             Problem((*at, "num_replicas"), f"{_dotted(at)}: num_replicas cannot be combined with [autoscaling]")
         )
     if isinstance(scaling, Mapping):
-        low, high = scaling.get("min_replicas", 1), scaling.get("max_replicas")
+        low = scaling.get("min_replicas", AutoscalingSpec.model_fields["min_replicas"].default)
+        high = scaling.get("max_replicas")
         if _is_int(low) and _is_int(high) and low > high:
             where = (*at, "autoscaling")
             problems.append(

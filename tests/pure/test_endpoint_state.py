@@ -70,3 +70,10 @@ def test_endpoints_survive_a_json_round_trip():
     state = EndpointState()
     state.apply(endpoint(shadow={"b": 0.25}), BACKENDS)
     assert EndpointState.from_json(state.to_json()).all() == state.all()
+
+
+def test_a_route_differing_only_in_slashes_is_the_same_route():
+    state = EndpointState()
+    state.apply(endpoint(), BACKENDS)
+    with pytest.raises(ValueError, match="endpoint 'other': route /api/ is already used by endpoint 'api'"):
+        state.apply(endpoint(name="other", route="/api/"), BACKENDS)

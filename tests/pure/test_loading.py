@@ -162,6 +162,13 @@ def test_two_endpoints_on_one_route_are_an_error() -> None:
     ]
 
 
+def test_routes_differing_only_in_slashes_are_one_route() -> None:
+    second = "[endpoints.again]\nroute = '/echo/'\ntraffic = { echo-v1 = 1.0 }\n"
+    assert errors(load_tree(tree({"a.toml": ECHO_TOML, "b.toml": second}))) == [
+        "deployments/b.toml:2:1: endpoints.again.route: '/echo/' is already the route of endpoint 'echo' (deployments/a.toml:20:1)"
+    ]
+
+
 def test_traffic_must_sum_to_one() -> None:
     text = ECHO_TOML.replace("echo-v2 = 0.1", "echo-v2 = 0.2")
     assert errors(load_tree(tree({"echo.toml": text}))) == [

@@ -189,3 +189,19 @@ def test_plan_order_does_not_depend_on_dict_order() -> None:
     backward = state(*(backend(n) for n in reversed(names)))
     assert plan(forward, state()) == plan(backward, state())
     assert steps(forward, state()) == [(ActionKind.CREATE_BACKEND, n) for n in sorted(names)]
+
+
+def test_the_simulator_names_every_unsafe_serving_state() -> None:
+    unsafe = state(
+        backend("zero", num_replicas=0),
+        endpoint("api", traffic={"zero": 0.5, "gone": 0.4}, shadow={"lost": 0.1}),
+        endpoint("copy", route="/api/", traffic={"zero": 0.0, "x": 1.0}),
+        backend("x"),
+    )
+    assert unsafe_reasons(unsafe) == [
+        "endpoint api sends traffic to missing backend gone",
+        "endpoint api shadows to missing backend lost",
+        "endpoint api traffic weights sum to 0.9, not 1",
+        "endpoint api sends traffic to backend zero, which may have 0 replicas",
+        "route /api is held by endpoints api, copy",
+    ]

@@ -6,7 +6,21 @@ from typing import Any
 
 import pytest
 
-from gitops.specs.models import check_backend, check_endpoint, is_valid_name
+from pydantic import BaseModel
+
+from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig
+from gitops.specs.models import (
+    DERIVED_BACKEND_FIELDS,
+    DERIVED_ENDPOINT_FIELDS,
+    AutoscalingSpec,
+    BackendSpec,
+    EndpointSpec,
+    RayActorOptionsSpec,
+    RuntimeEnvSpec,
+    check_backend,
+    check_endpoint,
+    is_valid_name,
+)
 
 AT = ("backends", "b")
 EP = ("endpoints", "e")
@@ -179,3 +193,54 @@ def test_valid_names(name: str) -> None:
 @pytest.mark.parametrize("name", ["", "Echo", "-echo", "echo-", "echo v1", "x" * 64, "é"])
 def test_invalid_names(name: str) -> None:
     assert not is_valid_name(name)
+
+
+# --- one definition: the spec is the runtime config as a file writes it ---------------
+
+SPEC_OF = [
+    (BackendConfig, BackendSpec, DERIVED_BACKEND_FIELDS),
+    (EndpointConfig, EndpointSpec, DERIVED_ENDPOINT_FIELDS),
+    (AutoscalingConfig, AutoscalingSpec, frozenset()),
+]
+
+
+@pytest.mark.parametrize(("config", "spec", "derived"), SPEC_OF, ids=lambda v: getattr(v, "__name__", ""))
+def test_every_config_field_is_a_spec_key_of_the_same_name_or_derived(
+    config: type[BaseModel], spec: type[BaseModel], derived: frozenset[str]
+) -> None:
+    assert set(config.model_fields) - derived <= set(spec.model_fields)
+    assert derived <= set(config.model_fields)
+
+
+@pytest.mark.parametrize(("config", "spec", "derived"), SPEC_OF, ids=lambda v: getattr(v, "__name__", ""))
+def test_a_spec_key_has_the_default_and_description_of_its_config_field(
+    config: type[BaseModel], spec: type[BaseModel], derived: frozenset[str]
+) -> None:
+    for name, field in config.model_fields.items():
+        if name not in derived:
+            key = spec.model_fields[name]
+            assert key.description == field.description, name
+            assert key.is_required() == field.is_required(), name
+
+
+@pytest.mark.parametrize(
+    "model",
+    [BackendConfig, EndpointConfig, AutoscalingConfig, BackendSpec, EndpointSpec, AutoscalingSpec,
+     RayActorOptionsSpec, RuntimeEnvSpec],
+    ids=lambda model: model.__name__,
+)
+def test_every_field_has_a_description(model: type[BaseModel]) -> None:
+    assert [name for name, field in model.model_fields.items() if not field.description] == []
+
+
+def test_autoscaling_defaults_follow_the_product_contract() -> None:
+    spec, _ = check_backend(backend(autoscaling={"max_replicas": 3}), AT)
+    assert spec is not None and spec.autoscaling is not None
+    assert (spec.autoscaling.min_replicas, spec.autoscaling.target_ongoing_requests) == (1, 2.0)
+    assert (spec.autoscaling.upscale_delay_s, spec.autoscaling.downscale_delay_s) == (5.0, 30.0)
+
+
+def test_a_range_declared_on_the_config_is_checked_in_the_file() -> None:
+    assert messages(backend(autoscaling={"min_replicas": 0, "max_replicas": 0})) == [
+        "backends.b.autoscaling.max_replicas: must be >= 1 (got 0)"
+    ]

@@ -1,0 +1,198 @@
+"""The rules every serving state keeps, checked in one place.
+
+A serving state is safe to hand to a proxy when each endpoint's traffic
+weights sum to 1 (within `WEIGHT_TOLERANCE`), its traffic and shadow name
+backends that exist, no backend that can have 0 replicas gets positive
+traffic, no two endpoints hold the same route (compared after
+`route_key`), and no backend an endpoint still names is deleted.
+
+Each rule is a pure function over plain values returning `ServingProblem`s:
+which rule, the endpoint (and backend) concerned, the key path in the spec
+format (`("endpoints", "api", "traffic", "v2")`) and a message as a spec
+file's reader sees it. The spec loader (`gitops.specs.documents`) locates
+the path as FILE:LINE:COL; the controller (`controller.endpoint_state`)
+raises them as its `ValueError`; the simulator (`gitops.simulating`) uses
+them as the invariants of every step of a plan. No I/O here.
+
+The rules read only the attributes below, so both the runtime configs of
+`vocabulary.configs` and the file specs of `gitops.specs.models` fit.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Collection, Iterable, Mapping, Protocol
+
+__all__ = [
+    "WEIGHT_TOLERANCE",
+    "Rule",
+    "ServingProblem",
+    "Routed",
+    "Scaled",
+    "route_key",
+    "weights_sum_to_one",
+    "zero_replica_reason",
+    "unknown_backends",
+    "weight_sum",
+    "zero_replica_traffic",
+    "taken_routes",
+    "backend_in_use",
+    "state_problems",
+]
+
+WEIGHT_TOLERANCE = 1e-6
+
+
+class Rule(str, enum.Enum):
+    UNKNOWN_BACKEND = "unknown_backend"
+    WEIGHT_SUM = "weight_sum"
+    ZERO_REPLICA_TRAFFIC = "zero_replica_traffic"
+    ROUTE_TAKEN = "route_taken"
+    BACKEND_IN_USE = "backend_in_use"
+
+
+KeyPath = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class ServingProblem:
+    """One broken rule. `other` is the endpoint already holding a route
+    (ROUTE_TAKEN); `endpoints` are those still naming a backend (BACKEND_IN_USE)."""
+
+    rule: Rule
+    path: KeyPath
+    message: str
+    endpoint: str | None = None
+    backend: str | None = None
+    other: str | None = None
+    endpoints: tuple[str, ...] = ()
+
+
+class Routed(Protocol):
+    """An endpoint as the rules read it."""
+
+    @property
+    def route(self) -> str: ...
+
+    @property
+    def traffic(self) -> Mapping[str, float]: ...
+
+    @property
+    def shadow(self) -> Mapping[str, float]: ...
+
+
+class _Bounds(Protocol):
+    @property
+    def min_replicas(self) -> int: ...
+
+
+class Scaled(Protocol):
+    """A backend as the rules read it."""
+
+    @property
+    def num_replicas(self) -> int: ...
+
+    @property
+    def autoscaling(self) -> _Bounds | None: ...
+
+
+def route_key(route: str) -> str:
+    """What makes two routes the same for the proxy: `/a`, `/a/` and `//a//` are one route."""
+    return "/" + route.strip("/")
+
+
+def weights_sum_to_one(weights: Mapping[str, float]) -> bool:
+    return math.isclose(sum(weights.values()), 1.0, abs_tol=WEIGHT_TOLERANCE)
+
+
+def zero_replica_reason(backend: Scaled) -> str | None:
+    """Why a backend can have 0 replicas (the key that allows it), or None."""
+    if backend.autoscaling is not None:
+        return "autoscaling.min_replicas = 0" if backend.autoscaling.min_replicas == 0 else None
+    return "num_replicas = 0" if backend.num_replicas == 0 else None
+
+
+# --- one endpoint -------------------------------------------------------------------
+
+
+def unknown_backends(endpoint: str, key: str, named: Iterable[str], backends: Collection[str]) -> list[ServingProblem]:
+    """Each backend that `key` ("traffic" or "shadow") names and that does not exist."""
+    return [
+        ServingProblem(
+            Rule.UNKNOWN_BACKEND,
+            ("endpoints", endpoint, key, backend),
+            f"endpoints.{endpoint}.{key}: backend '{backend}' is not defined",
+            endpoint=endpoint,
+            backend=backend,
+        )
+        for backend in named
+        if backend not in backends
+    ]
+
+
+def weight_sum(endpoint: str, traffic: Mapping[str, float]) -> list[ServingProblem]:
+    if weights_sum_to_one(traffic):
+        return []
+    message = f"endpoints.{endpoint}.traffic: weights sum to {sum(traffic.values()):g}, not 1"
+    return [ServingProblem(Rule.WEIGHT_SUM, ("endpoints", endpoint, "traffic"), message, endpoint=endpoint)]
+
+
+def zero_replica_traffic(
+    endpoint: str, traffic: Mapping[str, float], backends: Mapping[str, Scaled | None]
+) -> list[ServingProblem]:
+    """Positive traffic to a backend that can have 0 replicas (None: a backend not known well enough to tell)."""
+    problems: list[ServingProblem] = []
+    for backend, weight in traffic.items():
+        target = backends.get(backend)
+        reason = None if target is None or weight <= 0 else zero_replica_reason(target)
+        if reason is not None:
+            message = (
+                f"endpoints.{endpoint}.traffic: backend '{backend}' gets {weight * 100:g}% of the traffic "
+                f"but can have 0 replicas ({reason})"
+            )
+            path = ("endpoints", endpoint, "traffic", backend)
+            problems.append(
+                ServingProblem(Rule.ZERO_REPLICA_TRAFFIC, path, message, endpoint=endpoint, backend=backend)
+            )
+    return problems
+
+
+# --- across endpoints ------------------------------------------------------------------
+
+
+def taken_routes(endpoints: Mapping[str, Routed]) -> list[ServingProblem]:
+    """Each endpoint whose route an earlier one (in `endpoints`' order) already holds."""
+    owners: dict[str, str] = {}
+    problems: list[ServingProblem] = []
+    for name, endpoint in endpoints.items():
+        owner = owners.setdefault(route_key(endpoint.route), name)
+        if owner != name:
+            message = f"endpoints.{name}.route: '{endpoint.route}' is already the route of endpoint '{owner}'"
+            problems.append(
+                ServingProblem(Rule.ROUTE_TAKEN, ("endpoints", name, "route"), message, endpoint=name, other=owner)
+            )
+    return problems
+
+
+def backend_in_use(backend: str, endpoints: Mapping[str, Routed]) -> list[ServingProblem]:
+    """Deleting `backend` while endpoints still send it traffic or shadow copies."""
+    users = tuple(
+        sorted(name for name, e in endpoints.items() if backend in e.traffic or backend in e.shadow)
+    )
+    if not users:
+        return []
+    message = f"backends.{backend}: still named by endpoint(s) {', '.join(users)}"
+    return [ServingProblem(Rule.BACKEND_IN_USE, ("backends", backend), message, backend=backend, endpoints=users)]
+
+
+def state_problems(backends: Mapping[str, Scaled], endpoints: Mapping[str, Routed]) -> list[ServingProblem]:
+    """Every rule a whole serving state breaks, endpoint by endpoint, then routes."""
+    problems: list[ServingProblem] = []
+    for name, endpoint in endpoints.items():
+        problems += unknown_backends(name, "traffic", endpoint.traffic, backends)
+        problems += unknown_backends(name, "shadow", endpoint.shadow, backends)
+        problems += weight_sum(name, endpoint.traffic)
+        problems += zero_replica_traffic(name, endpoint.traffic, backends)
+    return problems + taken_routes(endpoints)
