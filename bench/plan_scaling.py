@@ -4,7 +4,7 @@ For 10, 100, 1,000 and 5,000 backends (each with one endpoint, one spec file
 per service, as a real repo would hold them) it builds a real git repository
 in a temp dir and prints:
 
-- cold load+validate of HEAD (`gitops.specs.loading.load_commit`, cache cleared),
+- cold load+validate of HEAD (`gitops.specs.loading.Loader.load_commit`, a fresh loader),
 - plan against an empty actual state (first deploy) and against an equal
   one (the steady state; a fresh copy, as the controller would report it),
 - the unchanged re-plan an agent tick pays: a cached load of the same
@@ -37,7 +37,7 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vocabulary.configs import ServingState  # noqa: E402
-from gitops.specs import loading  # noqa: E402
+from gitops.specs.loading import Loader  # noqa: E402
 from gitops.planning import plan  # noqa: E402
 
 SIZES = (10, 100, 1_000, 5_000)
@@ -107,8 +107,7 @@ def best_of(repeats: int, run: Callable[[], object]) -> float:
 
 
 def cold_load(repo: Path) -> ServingState:
-    loading.clear_cache()
-    result = loading.load_commit(repo, "HEAD", "deployments")
+    result = Loader().load_commit(repo, "HEAD", "deployments")
     if result.state is None:
         raise SystemExit(f"bench specs do not load: {[str(e) for e in result.errors[:3]]}")
     return result.state
@@ -125,12 +124,14 @@ def measure(repo: Path, size: int) -> Figures:
     plan_equal_s = best_of(repeats, lambda: plan(desired, actual))
     assert not plan(desired, actual), "an equal state must plan nothing"
 
+    loader = Loader()
+
     def replan() -> None:
-        plan(loading.load_commit(repo, "HEAD", "deployments").state, actual)
+        plan(loader.load_commit(repo, "HEAD", "deployments").state, actual)
 
     replan()  # warm the loader's cache with this commit
     replan_s = best_of(5, replan)
-    cached_load_s = best_of(5, lambda: loading.load_commit(repo, "HEAD", "deployments"))
+    cached_load_s = best_of(5, lambda: loader.load_commit(repo, "HEAD", "deployments"))
     return Figures(
         size, load_s, plan_empty_s, plan_equal_s, replan_s, cached_load_s, peak_mb(repo), len(plan(desired, empty))
     )
@@ -149,9 +150,9 @@ def peak_mb(repo: Path) -> float:
 def profile_load(repo: Path, top: int = 20) -> None:
     """Where a cold load of `repo` spends its time, by own time per function."""
     profiler = cProfile.Profile()
-    loading.clear_cache()
+    loader = Loader()
     profiler.enable()
-    loading.load_commit(repo, "HEAD", "deployments")
+    loader.load_commit(repo, "HEAD", "deployments")
     profiler.disable()
     stats = pstats.Stats(profiler)
     print(f"\n-- cold load profile ({repo.name}), top {top} by own time --")

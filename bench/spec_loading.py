@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import git  # noqa: E402
 
-from gitops.specs.loading import clear_cache, load_commit, load_tree  # noqa: E402
+from gitops.specs.loading import Loader  # noqa: E402
 from gitops.sources.trees import CommitTree  # noqa: E402
 
 APP = "class Echo:\n    def __init__(self, label):\n        self.label = label\n\n    def __call__(self, request):\n        return self.label\n"
@@ -53,16 +53,16 @@ def main() -> None:
             root = Path(tmp)
             make_repo(root, endpoints)
             repo = git.Repo(root)
+            loader = Loader()
 
             def cold() -> None:
-                clear_cache()
-                assert load_commit(root).ok
+                assert Loader().load_commit(root).ok
 
             report(f"{endpoints} endpoints: cold load_commit", timed_ms(cold, 5))
-            report(f"{endpoints} endpoints: unchanged commit, load_commit", timed_ms(lambda: load_commit(root), 50))
+            report(f"{endpoints} endpoints: unchanged commit, load_commit", timed_ms(lambda: loader.load_commit(root), 50))
             report(
                 f"{endpoints} endpoints: unchanged commit, shared Repo",
-                timed_ms(lambda: load_tree(CommitTree(repo, "HEAD")), 50),
+                timed_ms(lambda: loader.load_tree(CommitTree(repo, "HEAD")), 50),
             )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from vocabulary.configs import ServingState
 from gitops.errors import UserError
-from gitops.specs.loading import load_commit
+from gitops.specs.loading import Loader
 from gitops.planning import plan
 
 __all__ = ["plan_command"]
@@ -29,10 +29,11 @@ def plan_command(args: argparse.Namespace) -> int:
     repo = Path(args.repo)
     if not repo.is_dir():
         raise UserError(f"--repo {args.repo}: no such directory")
-    desired, desired_errors = _load(repo, args.to_rev, args.path)
+    loader = Loader()
+    desired, desired_errors = _load(loader, repo, args.to_rev, args.path)
     actual, actual_errors = ServingState(), []
     if args.from_rev is not None:
-        actual, actual_errors = _load(repo, args.from_rev, args.path)
+        actual, actual_errors = _load(loader, repo, args.from_rev, args.path)
     if desired_errors or actual_errors:
         _print_errors(args.from_rev, actual_errors)
         _print_errors(args.to_rev, desired_errors)
@@ -44,9 +45,9 @@ def plan_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(repo: Path, rev: str, spec_path: str) -> tuple[ServingState, list[str]]:
+def _load(loader: Loader, repo: Path, rev: str, spec_path: str) -> tuple[ServingState, list[str]]:
     """One commit's desired state (empty when it has errors) and its errors as printable lines."""
-    loaded = load_commit(repo, rev=rev, spec_path=spec_path)
+    loaded = loader.load_commit(repo, rev=rev, spec_path=spec_path)
     return loaded.state or ServingState(), [str(error) for error in loaded.errors]
 
 

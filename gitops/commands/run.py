@@ -106,7 +106,7 @@ async def _serve(
     from gitops import admin, planning
     from gitops.agent import Agent, AgentSettings, Trigger
     from gitops.history import History
-    from gitops.specs.loading import load_tree
+    from gitops.specs.loading import Loader
     from gitops.sources.trees import CommitTree
     from gitops.metrics import CONTENT_TYPE, AgentMetrics
     from gitops.webhooks import RateLimiter
@@ -117,11 +117,12 @@ async def _serve(
         loop.add_signal_handler(signum, stop.set)
 
     metrics = AgentMetrics()
+    loader = Loader()
     agent = Agent(
         source,
         client,
         History(Path(args.state_dir) / "history.db"),
-        load=lambda repo, rev, path: load_tree(CommitTree(repo, rev), path),
+        load=lambda repo, rev, path: loader.load_tree(CommitTree(repo, rev), path),
         plan=planning.plan,
         metrics=metrics,
         settings=AgentSettings(

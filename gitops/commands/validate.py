@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from gitops.errors import UserError
-from gitops.specs.loading import LoadResult, load_commit, load_directory
+from gitops.specs.loading import LoadResult, Loader
 from gitops.sources.trees import find_toplevel
 
 __all__ = ["validate_command"]
@@ -44,7 +44,7 @@ def _load(path: Path, rev: str | None, root: str | None) -> LoadResult:
     base = Path(root) if root is not None else find_toplevel(path) or Path.cwd()
     if not _inside(path, base):
         raise _UsageError(f"{path} is not inside {base}, where import paths resolve from; pass --root")
-    return load_directory(path, base)
+    return Loader().load_directory(path, base)
 
 
 def _load_revision(path: Path, rev: str, root: str | None) -> LoadResult:
@@ -57,7 +57,7 @@ def _load_revision(path: Path, rev: str, root: str | None) -> LoadResult:
         raise _UsageError(f"{path} is not inside the repository {toplevel}")
     spec_path = path.resolve().relative_to(toplevel.resolve()).as_posix()
     try:
-        return load_commit(toplevel, rev, "" if spec_path == "." else spec_path)
+        return Loader().load_commit(toplevel, rev, "" if spec_path == "." else spec_path)
     except UserError as error:
         raise _UsageError(str(error)) from None
 

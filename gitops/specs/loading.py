@@ -1,17 +1,20 @@
 """Spec tree -> the frozen desired state, or every error in it with its location.
 
-Public API (other modules code against exactly this):
-`load_tree(tree, spec_path)`, `load_commit(repo, rev, spec_path)`,
-`load_directory(path, root)`, returning a `LoadResult` of a `DesiredState`
-(a fully resolved `vocabulary.configs.ServingState`) or `SpecError`s.
+Public API (other modules code against exactly this): a `Loader`, with
+`load_tree(tree, spec_path)`, `load_commit(repo, rev, spec_path)` and
+`load_directory(path, root)`, each returning a `LoadResult` of a
+`DesiredState` (a fully resolved `vocabulary.configs.ServingState`) or
+`SpecError`s. Trees are read only through `gitops.sources.trees.Tree`.
 
 Loading never raises on bad input: TOML syntax, table contents
 (`gitops.specs.models`), rules across files (`gitops.specs.documents`), import paths
 (`gitops.specs.imports`) and code paths all become `SpecError`s, reported at once.
 
-Results are cached by git hashes: the spec path's tree hash, then the hashes
-of every path the backends' code depends on, so re-loading an unchanged
-commit costs a few hash look-ups.
+A loader caches its results by git hashes: the spec path's tree hash, then
+the hashes of every path the backends' code depends on, so re-loading an
+unchanged commit costs a few hash look-ups. The caches belong to the loader
+object: whoever loads (a command, the agent, a bench, a test) makes one and
+passes it on; a fresh loader starts cold.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Hashable
+from typing import Hashable
 
 from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
 from gitops.specs.imports import AttributeKind, module_files, resolve_import
@@ -29,21 +32,10 @@ from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel
 from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS, BackendSpec, EndpointSpec, Loc
 from gitops.specs.versions import code_paths, default_code_path, derive_version
 
-__all__ = [
-    "DesiredState",
-    "SpecError",
-    "LoadResult",
-    "load_tree",
-    "load_commit",
-    "load_directory",
-    "clear_cache",
-]
-
-if TYPE_CHECKING:
-    import git
+__all__ = ["DesiredState", "SpecError", "LoadResult", "Loader"]
 
 DesiredState = ServingState
-_CACHE_SIZE = 64
+CACHE_SIZE = 64
 
 
 @dataclass(frozen=True)
@@ -77,92 +69,76 @@ class _LRU:
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
 
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
 
+class Loader:
+    """Loads spec trees, remembering the last `cache_size` results of each stage."""
 
-_documents = _LRU(_CACHE_SIZE)
-_results = _LRU(_CACHE_SIZE)
-# A commit never changes, so its result is final: re-loading it skips hashing.
-_by_identity = _LRU(_CACHE_SIZE)
+    def __init__(self, cache_size: int = CACHE_SIZE) -> None:
+        self._documents = _LRU(cache_size)
+        self._results = _LRU(cache_size)
+        # A commit never changes, so its result is final: re-loading it skips hashing.
+        self._by_identity = _LRU(cache_size)
 
+    def load_tree(self, tree: Tree, spec_path: str = "deployments") -> LoadResult:
+        spec_path = spec_path.strip("/")
+        key = None if tree.identity is None else (tree.identity, spec_path)
+        cached = None if key is None else self._by_identity.get(key)
+        if isinstance(cached, LoadResult):
+            return cached
+        try:
+            result = self._load(tree, spec_path)
+        except (OSError, KeyError) as error:
+            # An unreadable file (permissions, a dangling link) is reported, not raised.
+            unreadable = SpecError(spec_path or ".", 1, 1, f"cannot read the spec tree: {error}")
+            return LoadResult(None, (unreadable,))
+        if key is not None:
+            self._by_identity.put(key, result)
+        return result
 
-def clear_cache() -> None:
-    _documents.clear()
-    _results.clear()
-    _by_identity.clear()
+    def load_commit(self, repo_path: str | Path, rev: str = "HEAD", spec_path: str = "deployments") -> LoadResult:
+        """Load the specs of one commit of the repository at `repo_path`;
+        raises UserError only for a bad repository or revision."""
+        return self.load_tree(CommitTree(repo_path, rev), spec_path)
 
+    def load_directory(self, path: str | Path, root: str | Path | None = None) -> LoadResult:
+        """Load a spec directory on disk; import paths resolve from `root`
+        (default: the git top level containing `path`, else its parent)."""
+        target = Path(path).resolve()
+        base = Path(root).resolve() if root is not None else find_toplevel(target) or target.parent
+        try:
+            spec_path = target.relative_to(base).as_posix()
+        except ValueError:
+            outside = SpecError(str(path), 1, 1, f"spec path is outside the root {base}")
+            return LoadResult(None, (outside,))
+        return self.load_tree(DirectoryTree(base), "" if spec_path == "." else spec_path)
 
-# --- public entry points ------------------------------------------------------
+    def _load(self, tree: Tree, spec_path: str) -> LoadResult:
+        spec_hash = tree.hash(spec_path)
+        if spec_hash is None:
+            missing = SpecError(spec_path or ".", 1, 1, f"spec path '{spec_path}' does not exist")
+            return LoadResult(None, (missing,))
+        documents = self._read_documents(tree, spec_path, spec_hash)
+        dependencies = tuple((path, tree.hash(path)) for path in _dependency_paths(documents))
+        key = (spec_path, spec_hash, dependencies)
+        cached = self._results.get(key)
+        if isinstance(cached, LoadResult):
+            return cached
+        result = _resolve(tree, documents)
+        self._results.put(key, result)
+        return result
 
-
-def load_tree(tree: Tree, spec_path: str = "deployments") -> LoadResult:
-    spec_path = spec_path.strip("/")
-    key = None if tree.identity is None else (tree.identity, spec_path)
-    cached = None if key is None else _by_identity.get(key)
-    if isinstance(cached, LoadResult):
-        return cached
-    try:
-        result = _load(tree, spec_path)
-    except (OSError, KeyError) as error:
-        # An unreadable file (permissions, a dangling link) is reported, not raised.
-        unreadable = SpecError(spec_path or ".", 1, 1, f"cannot read the spec tree: {error}")
-        return LoadResult(None, (unreadable,))
-    if key is not None:
-        _by_identity.put(key, result)
-    return result
-
-
-def _load(tree: Tree, spec_path: str) -> LoadResult:
-    spec_hash = tree.hash(spec_path)
-    if spec_hash is None:
-        missing = SpecError(spec_path or ".", 1, 1, f"spec path '{spec_path}' does not exist")
-        return LoadResult(None, (missing,))
-    documents = _read_documents(tree, spec_path, spec_hash)
-    dependencies = tuple((path, tree.hash(path)) for path in _dependency_paths(documents))
-    key = (spec_path, spec_hash, dependencies)
-    cached = _results.get(key)
-    if isinstance(cached, LoadResult):
-        return cached
-    result = _resolve(tree, documents)
-    _results.put(key, result)
-    return result
-
-
-def load_commit(
-    repo_path: str | Path | git.Repo, rev: str = "HEAD", spec_path: str = "deployments"
-) -> LoadResult:
-    """Load the specs of one commit (a path or an open gitpython Repo);
-    raises UserError only for a bad repository or revision."""
-    return load_tree(CommitTree(repo_path, rev), spec_path)
-
-
-def load_directory(path: str | Path, root: str | Path | None = None) -> LoadResult:
-    """Load a spec directory on disk; import paths resolve from `root`
-    (default: the git top level containing `path`, else its parent)."""
-    target = Path(path).resolve()
-    base = Path(root).resolve() if root is not None else find_toplevel(target) or target.parent
-    try:
-        spec_path = target.relative_to(base).as_posix()
-    except ValueError:
-        outside = SpecError(str(path), 1, 1, f"spec path is outside the root {base}")
-        return LoadResult(None, (outside,))
-    return load_tree(DirectoryTree(base), "" if spec_path == "." else spec_path)
+    def _read_documents(self, tree: Tree, spec_path: str, spec_hash: str) -> Documents:
+        key = (spec_path, spec_hash)
+        cached = self._documents.get(key)
+        if isinstance(cached, Documents):
+            return cached
+        files = [path for path in tree.files(spec_path) if path.endswith(".toml")]
+        documents = parse_documents({path: tree.read(path) for path in files})
+        self._documents.put(key, documents)
+        return documents
 
 
 # --- stages -------------------------------------------------------------------------
-
-
-def _read_documents(tree: Tree, spec_path: str, spec_hash: str) -> Documents:
-    key = (spec_path, spec_hash)
-    cached = _documents.get(key)
-    if isinstance(cached, Documents):
-        return cached
-    files = [path for path in tree.files(spec_path) if path.endswith(".toml")]
-    documents = parse_documents({path: tree.read(path) for path in files})
-    _documents.put(key, documents)
-    return documents
 
 
 def _dependency_paths(documents: Documents) -> list[str]:

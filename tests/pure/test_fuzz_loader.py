@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gitops.specs.loading import LoadResult, clear_cache, load_tree
+from gitops.specs.loading import LoadResult, Loader
 from gitops.sources.trees import MemoryTree
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -63,8 +63,7 @@ def toml_document(document: dict[str, Any]) -> str:
 
 
 def load(files: dict[str, str | bytes]) -> LoadResult:
-    clear_cache()
-    result = load_tree(MemoryTree({"apps/echo.py": APP, **files}))
+    result = Loader().load_tree(MemoryTree({"apps/echo.py": APP, **files}))
     assert isinstance(result, LoadResult)
     assert (result.state is None) == bool(result.errors)
     return result

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from vocabulary.configs import AutoscalingConfig
-from gitops.specs.loading import DesiredState, LoadResult, SpecError, clear_cache, load_tree
+from gitops.specs.loading import DesiredState, LoadResult, Loader, SpecError
 from gitops.sources.trees import MemoryTree
 
 ECHO_PY = """
@@ -53,9 +51,9 @@ def errors(result: LoadResult) -> list[str]:
     return [str(error) for error in result.errors]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache() -> None:
-    clear_cache()
+def load_tree(tree: MemoryTree) -> LoadResult:
+    """A load by a fresh loader: nothing cached by an earlier test."""
+    return Loader().load_tree(tree)
 
 
 def test_a_valid_tree_loads_into_a_resolved_desired_state() -> None:
@@ -270,12 +268,20 @@ def test_user_code_is_read_from_the_tree_not_imported() -> None:
 
 
 def test_reloading_an_unchanged_tree_returns_the_cached_result() -> None:
-    first = load_tree(tree({"echo.toml": ECHO_TOML}))
-    again = load_tree(tree({"echo.toml": ECHO_TOML}))
+    loader = Loader()
+    first = loader.load_tree(tree({"echo.toml": ECHO_TOML}))
+    again = loader.load_tree(tree({"echo.toml": ECHO_TOML}))
     assert again is first
 
 
+def test_a_fresh_loader_starts_with_an_empty_cache() -> None:
+    first = Loader().load_tree(tree({"echo.toml": ECHO_TOML}))
+    again = Loader().load_tree(tree({"echo.toml": ECHO_TOML}))
+    assert again is not first and again == first
+
+
 def test_a_change_to_code_outside_the_specs_is_not_served_from_the_cache() -> None:
-    load_tree(tree({"echo.toml": ECHO_TOML}))
-    changed = load_tree(tree({"echo.toml": ECHO_TOML}, {"apps/echo.py": "def hello(r): pass\n"}))
+    loader = Loader()
+    loader.load_tree(tree({"echo.toml": ECHO_TOML}))
+    changed = loader.load_tree(tree({"echo.toml": ECHO_TOML}, {"apps/echo.py": "def hello(r): pass\n"}))
     assert not changed.ok

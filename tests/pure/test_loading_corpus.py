@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gitops.specs.loading import clear_cache, load_tree
+from gitops.specs.loading import Loader
 from gitops.sources.trees import MemoryTree
 
 CORPUS = Path(__file__).resolve().parent.parent / "spec_corpus"
@@ -35,8 +35,7 @@ def test_the_corpus_has_at_least_thirty_cases() -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_broken_spec_tree_reports_its_expected_errors(case: Path) -> None:
-    clear_cache()
     expected = (case / "expected.txt").read_text().splitlines()
-    result = load_tree(read_tree(SHARED, case))
+    result = Loader().load_tree(read_tree(SHARED, case))
     assert result.state is None
     assert [str(error) for error in result.errors] == expected

@@ -7,15 +7,14 @@ from pathlib import Path
 import pytest
 
 from vocabulary.configs import ServingState
-from gitops.specs.loading import clear_cache, load_directory
+from gitops.specs.loading import Loader
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def shipped() -> ServingState:
-    clear_cache()
-    result = load_directory(REPO_ROOT / "deployments", root=REPO_ROOT)
+    result = Loader().load_directory(REPO_ROOT / "deployments", root=REPO_ROOT)
     assert result.ok, [str(error) for error in result.errors]
     assert result.state is not None
     return result.state

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gitops.specs.loading import clear_cache, load_tree
+from gitops.specs.loading import Loader
 from gitops.sources.trees import MemoryTree
 from gitops.specs.models import check_backend
 from gitops.specs.versions import code_paths, derive_version
@@ -27,13 +27,8 @@ MODEL_PY = "class Model:\n    def __call__(self, request):\n        return 1\n"
 FILES = {"apps/model.py": MODEL_PY, "apps/vocab.txt": "a b c", "docs/README.md": "docs"}
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache() -> None:
-    clear_cache()
-
-
 def version_of(spec: str = BASE_SPEC, files: dict[str, str] | None = None) -> str:
-    result = load_tree(MemoryTree({"deployments/model.toml": spec, **(files or FILES)}))
+    result = Loader().load_tree(MemoryTree({"deployments/model.toml": spec, **(files or FILES)}))
     assert result.ok and result.state is not None, result.errors
     return result.state.backends["model"].version
 

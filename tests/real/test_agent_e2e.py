@@ -26,7 +26,7 @@ from gitops.admin import WebhookGuard, build_app, server
 from gitops.agent import Agent, AgentSettings, Trigger
 from gitops.applying import Deadlines, apply
 from gitops.history import History, Outcome
-from gitops.specs.loading import load_tree
+from gitops.specs.loading import Loader
 from gitops.metrics import AgentMetrics
 from gitops.sources.repos import GitSource
 from gitops.sources.trees import CommitTree
@@ -179,11 +179,12 @@ class RequestLoop:
 def make_agent(
     repo, state_dir: Path, client, *, watch: bool = True, interval_s: float = 30.0, resync_s: float = 60.0
 ) -> Agent:
+    loader = Loader()
     return Agent(
         GitSource(str(repo.root), None, state_dir),
         client,
         History(state_dir / "history.db"),
-        load=lambda r, rev, path: load_tree(CommitTree(r, rev), path),
+        load=lambda r, rev, path: loader.load_tree(CommitTree(r, rev), path),
         plan=planning.plan,
         metrics=AgentMetrics(),
         settings=AgentSettings(interval_s=interval_s, resync_interval_s=resync_s, watch=watch,

@@ -13,7 +13,7 @@ import pytest
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, GoalState, ServingState
 from gitops.agent import Agent, AgentSettings, Trigger
 from gitops.history import History, Outcome
-from gitops.specs.loading import load_tree
+from gitops.specs.loading import Loader
 from gitops.metrics import AgentMetrics
 from gitops.planning import plan
 from gitops.sources.repos import GitSource
@@ -115,11 +115,12 @@ def spec_repo(repo):
 
 def make_agent(spec_repo, tmp_path: Path, controller: FakeController, **settings: Any) -> Agent:
     state_dir = tmp_path / "state"
+    loader = Loader()
     return Agent(
         GitSource(str(spec_repo.root), None, state_dir),
         controller,
         History(state_dir / "history.db"),
-        load=lambda repo, rev, path: load_tree(CommitTree(repo, rev), path),
+        load=lambda repo, rev, path: loader.load_tree(CommitTree(repo, rev), path),
         plan=plan,
         metrics=AgentMetrics(),
         settings=AgentSettings(**{"interval_s": 30.0, "resync_interval_s": 60.0, **settings}),

@@ -13,7 +13,7 @@ import ray
 
 from vocabulary.goal_api import DEFAULT_NAMESPACE
 from controller.client import start_or_connect
-from gitops.specs.loading import load_commit
+from gitops.specs.loading import Loader
 from tests.conftest import GitRepo
 
 pytestmark = pytest.mark.real
@@ -157,7 +157,7 @@ def test_plan_live_without_a_controller_says_so_in_one_line(repo: GitRepo, ray_s
 
 def test_plan_live_diffs_the_commit_against_the_running_controller(repo: GitRepo, ray_session: str) -> None:
     commit_specs(repo, V1)
-    running = load_commit(repo.root).state.backends["echo-v1"].model_copy(update={"num_replicas": 0})
+    running = Loader().load_commit(repo.root).state.backends["echo-v1"].model_copy(update={"num_replicas": 0})
     # No proxies: this test needs only the controller's configured state.
     client = start_or_connect(DEFAULT_NAMESPACE, proxy_port=0, options={"proxy_class": None})
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gitops.errors import UserError
-from gitops.specs.loading import clear_cache, load_commit, load_directory
+from gitops.specs.loading import Loader
 from gitops.sources.trees import CommitTree, DirectoryTree, resolve_revision
 from tests.conftest import GitRepo
 from tests.real.test_validate_cli import APP, SPEC
@@ -18,7 +18,6 @@ pytestmark = pytest.mark.real
 
 @pytest.fixture
 def echo_repo(repo: GitRepo) -> GitRepo:
-    clear_cache()
     repo.write("deployments/apps/echo.py", APP)
     repo.write("deployments/echo.toml", SPEC)
     repo.write("deployments/apps/data/words.txt", "a b c\n")
@@ -46,23 +45,25 @@ def test_a_commit_tree_lists_and_reads_the_commit(echo_repo: GitRepo) -> None:
 
 
 def test_loading_a_commit_gives_the_same_state_as_its_checkout(echo_repo: GitRepo) -> None:
-    from_commit = load_commit(echo_repo.root)
-    from_directory = load_directory(echo_repo.root / "deployments")
+    from_commit = Loader().load_commit(echo_repo.root)
+    from_directory = Loader().load_directory(echo_repo.root / "deployments")
     assert from_commit.ok and from_commit.state == from_directory.state
 
 
 def test_reloading_an_unchanged_commit_is_served_from_the_cache(echo_repo: GitRepo) -> None:
-    first = load_commit(echo_repo.root)
+    loader = Loader()
+    first = loader.load_commit(echo_repo.root)
     echo_repo.write("README.md", "docs only")
     echo_repo.commit("docs")
-    assert load_commit(echo_repo.root) is first
+    assert loader.load_commit(echo_repo.root) is first
 
 
 def test_a_commit_changing_code_changes_the_version(echo_repo: GitRepo) -> None:
-    before = load_commit(echo_repo.root).state
+    loader = Loader()
+    before = loader.load_commit(echo_repo.root).state
     echo_repo.write("deployments/apps/data/words.txt", "a b c d\n")
     echo_repo.commit("more words")
-    after = load_commit(echo_repo.root).state
+    after = loader.load_commit(echo_repo.root).state
     assert before is not None and after is not None
     assert before.backends["echo-v1"].version != after.backends["echo-v1"].version
 
@@ -73,4 +74,4 @@ def test_resolve_revision_gives_the_full_sha(echo_repo: GitRepo) -> None:
 
 def test_a_path_that_is_not_a_repository_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="is not inside a git repository"):
-        load_commit(tmp_path)
+        Loader().load_commit(tmp_path)
