@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from vocabulary.configs import AutoscalingConfig
+from pydantic import BaseModel
+
+from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig
 from gitops.specs.loading import DesiredState, LoadResult, Loader, SpecError
+from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS
 from gitops.sources.trees import MemoryTree
 
 ECHO_PY = """
@@ -285,3 +288,51 @@ def test_a_change_to_code_outside_the_specs_is_not_served_from_the_cache() -> No
     loader.load_tree(tree({"echo.toml": ECHO_TOML}))
     changed = loader.load_tree(tree({"echo.toml": ECHO_TOML}, {"apps/echo.py": "def hello(r): pass\n"}))
     assert not changed.ok
+
+
+EVERY_KEY_TOML = """
+[backends.full]
+import_path = "apps.echo:Echo"
+init_args = ["x"]
+init_kwargs = { label = "y" }
+num_replicas = 3
+max_concurrent_queries = 7
+user_config = { a = 1 }
+graceful_shutdown_timeout_s = 1
+health_check_period_s = 2
+health_check_timeout_s = 3
+ray_actor_options = { num_cpus = 0.5 }
+runtime_env = { env_vars = { A = "b" } }
+
+[backends.scaled]
+import_path = "apps.echo:hello"
+autoscaling = { min_replicas = 2, max_replicas = 5, target_ongoing_requests = 4, upscale_delay_s = 1, downscale_delay_s = 2 }
+
+[endpoints.full]
+route = "/full"
+methods = ["PUT"]
+traffic = { full = 1.0 }
+shadow = { scaled = 0.5 }
+timeout_s = 9
+"""
+
+
+def _set_by_the_file(model: type[BaseModel], values: list[BaseModel], derived: frozenset[str]) -> set[str]:
+    """The fields of `model` that differ from their default in one of `values`."""
+    fields = {name: field for name, field in model.model_fields.items() if name not in derived}
+    defaults = {name: field.get_default(call_default_factory=True) for name, field in fields.items()}
+    return {name for name in fields for value in values if getattr(value, name) != defaults.get(name)}
+
+
+def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
+    state = load_tree(tree({"full.toml": EVERY_KEY_TOML})).state
+    assert state is not None
+    backends, endpoints = list(state.backends.values()), list(state.endpoints.values())
+    scaling = [b.autoscaling for b in backends if b.autoscaling is not None]
+    expected = [
+        (BackendConfig, backends, DERIVED_BACKEND_FIELDS),
+        (EndpointConfig, endpoints, DERIVED_ENDPOINT_FIELDS),
+        (AutoscalingConfig, scaling, frozenset()),
+    ]
+    for model, values, derived in expected:
+        assert _set_by_the_file(model, values, derived) == set(model.model_fields) - derived, model.__name__
