@@ -63,6 +63,7 @@ def build_app(
     webhook_fetch: Callable[[], None],
     metrics: Callable[[], tuple[bytes, str]],
     webhook: WebhookGuard | None = None,
+    commit_url_template: str | None = None,
 ) -> Starlette:
     """The admin app; `sync` and `webhook_fetch` wake the agent."""
 
@@ -114,7 +115,7 @@ def build_app(
         Route("/hooks/git", hook, methods=["POST"]),
     ]
     async def status_page(request: Request) -> Response:
-        return HTMLResponse(render_page())
+        return HTMLResponse(render_page(commit_url_template=commit_url_template))
 
     routes.append(Route("/", status_page))
     return Starlette(routes=routes)

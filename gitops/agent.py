@@ -34,6 +34,8 @@ from gitops.applying import Deadlines, apply
 from gitops.history import History, HistoryEntry, Outcome
 from gitops.specs.loading import LoadResult
 from gitops.metrics import AgentMetrics
+from gitops.notifications.delivering import Notifier
+from gitops.notifications.events import TickOutcome
 from gitops.plans import Plan
 from gitops.sources.repos import GitSource, Revision, SourceError
 from gitops.sources.watching import RefWatcher, jittered
@@ -87,7 +89,9 @@ class Agent:
         metrics: AgentMetrics,
         settings: AgentSettings = AgentSettings(),
         log: Logger = _LOG,  # every event (reconcile, progress, errors) with its fields
+        notifier: Notifier | None = None,  # told each tick's outcome; never waited for
     ) -> None:
+        self._notifier = notifier
         self._source = source
         self._client = client
         self._history = history
@@ -153,6 +157,7 @@ class Agent:
                 git_error=self._git_error,
                 controller_error=self._controller_error,
                 cluster=self._cluster,
+                notifications=self._notifier.health() if self._notifier else None,
             )
         )
 
@@ -344,6 +349,20 @@ class Agent:
         self._tick_plan = None
         self._export_cleanup()
         self._publish_status()
+        if self._notifier is not None:
+            self._notifier.observe(self._outcome(entry))
+
+    def _outcome(self, entry: HistoryEntry | None) -> TickOutcome:
+        """This tick in plain values, for the notifier."""
+        recorded = entry is not None and entry.id is not None
+        return TickOutcome(
+            commit=entry.commit if entry else (self._watched.sha if self._watched else None),
+            branch=self._source.branch,
+            status=self.status().status.value,
+            result=entry.result.value if recorded and entry else None,
+            errors=entry.errors if recorded and entry else (),
+            git_error=self._git_error,
+        )
 
     def _publish_status(self) -> None:
         self.metrics.sync_status(self.status().status.value)

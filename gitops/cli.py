@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--state-dir", default=".gitops-state")
     run.add_argument("--webhook-secret-file", default=None)
     run.add_argument("--log-format", choices=["text", "json"], default="text")
+    run.add_argument("--notify", default=None, metavar="FILE", help="notification providers (TOML, see README)")
+    run.add_argument("--public-url", default=None, help="where people reach this agent's status page")
+    run.add_argument("--commit-url-template", default=None, help="e.g. https://github.com/you/specs/commit/{sha}")
     run.set_defaults(func=_command("run", "run_command"))
 
     validate = verbs.add_parser("validate", help="validate specs offline")

@@ -172,6 +172,9 @@ class AgentMetrics:
             ["backend", "direction"],
             registry=r,
         )
+        self._notifications = Counter(
+            "gitops_notifications", "Notifications by provider and result.", ["provider", "result"], registry=r
+        )
         self._traffic = Gauge(
             "gitops_endpoint_traffic_weight",
             "Share of an endpoint's traffic sent to a backend.",
@@ -214,6 +217,10 @@ class AgentMetrics:
 
     def goal_finished(self, kind: str, duration_s: float) -> None:
         self._goal_duration.labels(kind=kind).observe(duration_s)
+
+    def notification_finished(self, provider: str, result: str) -> None:
+        """One notification delivered, given up on, or dropped (`gitops.notifications`)."""
+        self._notifications.labels(provider=provider, result=result).inc()
 
     # --- observed cluster -----------------------------------------------------
 

@@ -57,6 +57,7 @@ class StatusFacts:
     git_error: str | None = None
     controller_error: str | None = None
     cluster: Mapping[str, Any] | None = None  # controller.get_status()
+    notifications: Mapping[str, Mapping[str, Any]] | None = None  # per provider, from gitops.notifications
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class AgentStatus:
     errors: tuple[str, ...]
     backends: dict[str, dict[str, Any]] = field(default_factory=dict)
     endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notifications: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,6 +88,7 @@ class AgentStatus:
             "errors": list(self.errors),
             "backends": self.backends,
             "endpoints": self.endpoints,
+            "notifications": self.notifications,
         }
 
 
@@ -105,6 +108,7 @@ def roll_up(facts: StatusFacts) -> AgentStatus:
         errors=_errors(facts),
         backends=backends,
         endpoints=endpoints,
+        notifications={name: dict(health) for name, health in (facts.notifications or {}).items()},
     )
 
 

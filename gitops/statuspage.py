@@ -4,7 +4,8 @@ Owned here: one self-contained HTML document (inline CSS and JavaScript, no
 framework, no build step, nothing fetched from outside). The page reads
 `/status` and `/history` from the same origin and redraws every few
 seconds: overall sync status and conditions, watched vs applied commit,
-recent history, backends with replicas by state and version, endpoints with
+recent history (each row's id is `commit-<sha>`, the anchor notifications
+link to; a commit links to the forge with `--commit-url-template`), backends with replicas by state and version, endpoints with
 traffic weights drawn as bars, and every error in full. It never writes
 (no buttons for sync or suspend: the page is read-only by design).
 
@@ -14,6 +15,8 @@ HTML, so a commit message or error text cannot inject markup.
 """
 
 from __future__ import annotations
+
+import json
 
 __all__ = ["render_page", "REFRESH_S"]
 
@@ -44,6 +47,7 @@ _PAGE = """<!doctype html>
   .bar .fill { height: 100%; background: #0969da; }
   .bar .fill.shadow { background: #8250df; }
   .state { display: inline-block; margin-right: 8px; }
+  tr.target { background: #fff8c5; }
   #stale { display: none; color: var(--bad); font-weight: 600; }
 </style>
 </head>
@@ -81,6 +85,8 @@ _PAGE = """<!doctype html>
 <script>
 "use strict";
 const REFRESH_MS = __REFRESH_MS__;
+const COMMIT_URL = __COMMIT_URL_TEMPLATE__;
+let scrolledToTarget = false;
 
 function el(tag, text, cls) {
   const node = document.createElement(tag);
@@ -103,6 +109,12 @@ function fill(id, rows, empty) {
   if (!rows.length) body.appendChild(row([el("span", empty, "muted")]));
 }
 function short(sha) { return sha ? String(sha).slice(0, 12) : "–"; }
+function commit(sha, text) {
+  if (!sha || !COMMIT_URL) return el("span", text);
+  const link = el("a", text);
+  link.href = COMMIT_URL.split("{sha}").join(encodeURIComponent(sha));
+  return link;
+}
 function counts(map) {
   const box = el("span");
   for (const [key, n] of Object.entries(map || {}).sort()) box.appendChild(el("span", key + ": " + n, "state"));
@@ -126,8 +138,9 @@ function drawStatus(s) {
   const badge = document.getElementById("status");
   badge.textContent = s.status; badge.className = "badge " + s.status;
   document.getElementById("source").textContent = (s.repo || "") + " @ " + (s.branch || "") + " : " + (s.path || "");
-  document.getElementById("watched").textContent = s.watched_revision || s.last_attempted_revision || "–";
-  document.getElementById("applied").textContent = s.last_applied_revision || "–";
+  const watched = s.watched_revision || s.last_attempted_revision;
+  document.getElementById("watched").replaceChildren(commit(watched, watched || "–"));
+  document.getElementById("applied").replaceChildren(commit(s.last_applied_revision, s.last_applied_revision || "–"));
   fill("conditions", (s.conditions || []).map(c => row([c.type, c.status, c.reason, c.message])), "no conditions");
   const errors = [...(s.errors || [])];
   for (const [name, b] of Object.entries(s.backends || {})) if (b.last_error) errors.push(name + ": " + b.last_error);
@@ -148,12 +161,28 @@ function drawStatus(s) {
 
 function drawHistory(h) {
   const entries = Array.isArray(h) ? h : (h.entries || h.history || []);
-  fill("history", entries.slice(0, 20).map(e => row([
-    short(e.commit) + (e.summary ? " " + e.summary : ""),
-    e.finished_at ? new Date(e.finished_at * 1000).toLocaleString() : "–",
-    e.result, e.duration_s == null ? "–" : Number(e.duration_s).toFixed(2) + " s",
-    e.errors && e.errors.length ? e.errors[0] : (e.plan_summary || ""),
-  ])), "no commits attempted yet");
+  const anchored = new Set();
+  fill("history", entries.slice(0, 20).map(e => {
+    const cell = el("span");
+    cell.append(commit(e.commit, short(e.commit)), e.summary ? " " + e.summary : "");
+    const tr = row([
+      cell,
+      e.finished_at ? new Date(e.finished_at * 1000).toLocaleString() : "–",
+      e.result, e.duration_s == null ? "–" : Number(e.duration_s).toFixed(2) + " s",
+      e.errors && e.errors.length ? e.errors[0] : (e.plan_summary || ""),
+    ]);
+    if (!anchored.has(e.commit)) { tr.id = "commit-" + e.commit; anchored.add(e.commit); }  // the newest row
+    return tr;
+  }), "no commits attempted yet");
+  showTarget();
+}
+
+function showTarget() {
+  // Rows are drawn after the page loads, so the browser cannot scroll to #commit-<sha> itself.
+  const target = location.hash ? document.getElementById(decodeURIComponent(location.hash.slice(1))) : null;
+  if (!target) return;
+  target.classList.add("target");
+  if (!scrolledToTarget) { target.scrollIntoView(); scrolledToTarget = true; }
 }
 
 async function refresh() {
@@ -180,6 +209,12 @@ refresh();
 """
 
 
-def render_page(refresh_s: float = REFRESH_S) -> str:
-    """The status page; it refreshes itself every `refresh_s` seconds."""
-    return _PAGE.replace("__REFRESH_MS__", str(int(refresh_s * 1000)))
+def render_page(refresh_s: float = REFRESH_S, commit_url_template: str | None = None) -> str:
+    """The status page; it refreshes itself every `refresh_s` seconds.
+
+    `commit_url_template` (already checked: http(s), with `{sha}`) makes
+    commits links to the forge.
+    """
+    # JSON is a JavaScript literal; "</" is escaped so the value cannot end the <script>.
+    template = json.dumps(commit_url_template).replace("</", "<\\/")
+    return _PAGE.replace("__REFRESH_MS__", str(int(refresh_s * 1000))).replace("__COMMIT_URL_TEMPLATE__", template)

@@ -19,10 +19,16 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from gitops.errors import UserError
 from gitops.logs import configure_logging
+
+if TYPE_CHECKING:
+    from gitops.metrics import AgentMetrics
+    from gitops.notifications.config import Channel
+    from gitops.notifications.delivering import HttpSender, Notifier
+    from gitops.notifications.links import Links
 
 __all__ = ["run_command", "bind_admin_socket", "start_logging"]
 
@@ -35,6 +41,8 @@ def run_command(args: argparse.Namespace) -> int:
 
     secret = read_secret(args.webhook_secret_file) if args.webhook_secret_file else None
     _check_intervals(args)
+    links = _links(args)
+    channels = _notify_channels(args.notify, args.repo) if args.notify else ()
     source = GitSource(args.repo, args.branch, Path(args.state_dir))
     admin_socket = bind_admin_socket(args.admin_host, args.admin_port)
     start_logging(args.log_format)
@@ -52,7 +60,7 @@ def run_command(args: argparse.Namespace) -> int:
         init_ray(args.ray_address)
         _sigterm_interrupts()  # ray.init installed its own, which exits at once
         client = _controller(args)
-        asyncio.run(_serve(args, source, client, secret, admin_socket))
+        asyncio.run(_serve(args, source, client, secret, admin_socket, links, channels))
     except (KeyboardInterrupt, SystemExit):
         pass  # Ctrl-C or SIGTERM during start-up: the same clean stop as later
     finally:
@@ -102,6 +110,8 @@ async def _serve(
     client: Any,
     secret: bytes | None,
     admin_socket: socket.socket,
+    links: Links,
+    channels: Sequence[Channel],
 ) -> None:
     from gitops import admin, planning
     from gitops.agent import Agent, AgentSettings, Trigger
@@ -118,6 +128,7 @@ async def _serve(
 
     metrics = AgentMetrics()
     loader = Loader()
+    sender, notifier = _notifier(channels, links, metrics)
     agent = Agent(
         source,
         client,
@@ -131,6 +142,7 @@ async def _serve(
             resync_interval_s=args.resync_interval,
             suspend_marker=Path(args.state_dir) / "suspended",
         ),
+        notifier=notifier,
     )
     guard = admin.WebhookGuard(secret, RateLimiter()) if secret else None
     app = admin.build_app(
@@ -139,6 +151,7 @@ async def _serve(
         webhook_fetch=lambda: agent.notify(Trigger.WEBHOOK),
         metrics=lambda: (metrics.render(), CONTENT_TYPE),
         webhook=guard,
+        commit_url_template=links.commit_url_template,
     )
     server = admin.server(app, args.admin_host, args.admin_port)
     if agent.suspended:
@@ -146,6 +159,7 @@ async def _serve(
     reconciling = asyncio.create_task(agent.run())
     serving = asyncio.create_task(server.serve(sockets=[admin_socket]))
     stopping = asyncio.create_task(stop.wait())
+    notifying = asyncio.create_task(notifier.run()) if notifier else None
     await asyncio.wait([stopping, reconciling, serving], return_when=asyncio.FIRST_COMPLETED)
     _LOG.info("gitops: stopping")
     # An apply cut short here is safe: the next run plans from the controller's state.
@@ -153,9 +167,65 @@ async def _serve(
     stopping.cancel()
     server.should_exit = True
     await asyncio.gather(reconciling, serving, stopping, return_exceptions=True)
+    if notifying is not None:
+        notifying.cancel()
+        await asyncio.gather(notifying, return_exceptions=True)
+    if sender is not None:
+        await sender.aclose()
     for task in (reconciling, serving):
         if not task.cancelled() and task.exception() is not None:
             _LOG.error(f"gitops: {type(task.exception()).__name__}: {task.exception()}")
+
+
+def _links(args: argparse.Namespace) -> Links:
+    from gitops.notifications.links import Links, check_commit_url_template, check_public_url
+
+    try:
+        return Links(
+            public_url=check_public_url(args.public_url) if args.public_url else None,
+            commit_url_template=(
+                check_commit_url_template(args.commit_url_template) if args.commit_url_template else None
+            ),
+        )
+    except ValueError as error:
+        raise UserError(str(error)) from None
+
+
+def _notify_channels(path: str, repo: str) -> tuple[Channel, ...]:
+    """The `--notify` file's providers, their secret files read; every error located."""
+    from gitops.notifications.config import NotifyFileError, parse_notify_file
+
+    if Path(repo).is_dir() and Path(path).resolve().is_relative_to(Path(repo).resolve()):
+        raise UserError(f"--notify {path}: keep it outside the watched repository {repo}; it holds secrets")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"--notify {path}: {getattr(error, 'strerror', None) or error}") from None
+    try:
+        return parse_notify_file(path, text, _read_secret_file)
+    except NotifyFileError as error:
+        raise UserError(f"--notify {path} is invalid:\n" + "\n".join(error.errors)) from None
+
+
+def _read_secret_file(path: str) -> str:
+    return Path(path).read_text(encoding="utf-8", errors="replace").strip()
+
+
+def _notifier(
+    channels: Sequence[Channel], links: Links, metrics: AgentMetrics
+) -> tuple[HttpSender | None, Notifier | None]:
+    """The notifier and its HTTP sender, or (None, None) without `--notify`."""
+    if not channels:
+        return None, None
+    from vocabulary.goal_api import DEFAULT_NAMESPACE
+    from gitops.notifications.delivering import HttpSender, Notifier
+    from gitops.notifications.formats import Context
+
+    sender = HttpSender()
+    notifier = Notifier(
+        channels, Context(DEFAULT_NAMESPACE, links), send=sender, on_result=metrics.notification_finished
+    )
+    return sender, notifier
 
 
 def _check_intervals(args: argparse.Namespace) -> None:

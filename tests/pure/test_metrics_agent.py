@@ -69,6 +69,7 @@ def test_every_agent_metric_of_the_product_contract_is_exported_with_its_type() 
         "gitops_replica_restarts": "counter",
         "gitops_endpoint_traffic_weight": "gauge",
         "gitops_autoscaling_decisions": "counter",
+        "gitops_notifications": "counter",
     }
 
 

@@ -1,0 +1,143 @@
+"""Which notification events one reconcile tick produces. Pure.
+
+`events_for(previous, current)` compares two ticks' outcomes, given as plain
+values (`TickOutcome`): the result the tick recorded for a commit, the sync
+status after it and the git error, if any. A recorded result becomes its
+event (applied, invalid, apply_failed, …); a status that comes back to
+Synced from Degraded or Failed becomes `synced`; a git error that was not
+there before becomes `git_unreachable`. Must not: do I/O, know providers or
+keep state (the notifier keeps the previous outcome).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = ["EventKind", "CommitState", "TickOutcome", "Event", "events_for", "describe", "headline"]
+
+
+class EventKind(str, enum.Enum):
+    APPLIED = "applied"
+    INVALID = "invalid"
+    APPLY_FAILED = "apply_failed"
+    ROLLOUT_ABORTED = "rollout_aborted"
+    ROLLED_BACK = "rolled_back"
+    COMMIT_QUARANTINED = "commit_quarantined"
+    SYNCED = "synced"
+    GIT_UNREACHABLE = "git_unreachable"
+
+
+class CommitState(str, enum.Enum):
+    """What an event says about its commit, in forge-neutral words."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"
+    ERROR = "error"  # the commit was fine, something else went wrong
+
+
+# A recorded result (history's `Outcome` values, and the rollout and
+# rollback results) -> the event it announces. noop and superseded say nothing.
+_RESULT_EVENTS = {
+    "applied": EventKind.APPLIED,
+    "invalid": EventKind.INVALID,
+    "failed": EventKind.APPLY_FAILED,
+    "aborted": EventKind.ROLLOUT_ABORTED,
+    "rolled_back": EventKind.ROLLED_BACK,
+    "quarantined": EventKind.COMMIT_QUARANTINED,
+}
+
+_COMMIT_STATES = {
+    EventKind.APPLIED: CommitState.SUCCESS,
+    EventKind.SYNCED: CommitState.SUCCESS,
+    EventKind.INVALID: CommitState.FAILURE,
+    EventKind.APPLY_FAILED: CommitState.FAILURE,
+    EventKind.ROLLOUT_ABORTED: CommitState.FAILURE,
+    EventKind.ROLLED_BACK: CommitState.FAILURE,
+    EventKind.COMMIT_QUARANTINED: CommitState.ERROR,
+}
+
+_UNHEALTHY = frozenset({"Degraded", "Failed"})
+
+
+@dataclass(frozen=True)
+class TickOutcome:
+    """What one tick came to, in plain values.
+
+    `result` is set only when the tick recorded an attempt (a new commit, a
+    change made, a new failure); `commit` is that attempt's commit, else the
+    newest commit known.
+    """
+
+    commit: str | None
+    branch: str
+    status: str
+    result: str | None = None
+    errors: tuple[str, ...] = ()
+    git_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: EventKind
+    commit: str | None
+    branch: str
+    status: str
+    errors: tuple[str, ...] = ()
+
+    @property
+    def commit_state(self) -> CommitState | None:
+        """None when the event says nothing about a commit (git unreachable)."""
+        return _COMMIT_STATES.get(self.kind) if self.commit else None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "event": self.kind.value,
+            "commit": self.commit,
+            "branch": self.branch,
+            "status": self.status,
+            "errors": list(self.errors),
+            "message": describe(self),
+        }
+
+
+def events_for(previous: TickOutcome | None, current: TickOutcome) -> tuple[Event, ...]:
+    """The events `current` announces, given the tick before it (None at start)."""
+    events: list[Event] = []
+    kind = _RESULT_EVENTS.get(current.result or "")
+    if kind is not None:
+        events.append(Event(kind, current.commit, current.branch, current.status, current.errors))
+    if previous is not None and previous.status in _UNHEALTHY and current.status == "Synced":
+        events.append(Event(EventKind.SYNCED, current.commit, current.branch, current.status))
+    if current.git_error and not (previous and previous.git_error):
+        events.append(
+            Event(EventKind.GIT_UNREACHABLE, None, current.branch, current.status, (current.git_error,))
+        )
+    return tuple(events)
+
+
+_SAYS = {
+    EventKind.APPLIED: "applied",
+    EventKind.INVALID: "invalid, nothing changed",
+    EventKind.APPLY_FAILED: "apply failed, the previous state keeps serving",
+    EventKind.ROLLOUT_ABORTED: "rollout aborted, traffic sent back",
+    EventKind.ROLLED_BACK: "rolled back",
+    EventKind.COMMIT_QUARANTINED: "quarantined, not applied again until a newer commit",
+    EventKind.SYNCED: "back to Synced",
+    EventKind.GIT_UNREACHABLE: "git unreachable",
+}
+
+
+def headline(event: Event) -> str:
+    """What happened, with the first error: a commit status's description."""
+    text = _SAYS[event.kind]
+    if event.errors:
+        more = len(event.errors) - 1
+        text += f": {event.errors[0]}" + (f" (and {more} more)" if more else "")
+    return text
+
+
+def describe(event: Event) -> str:
+    """One line for people: which commit, what happened, the first error."""
+    subject = f"{event.commit[:7]} on {event.branch}" if event.commit else f"branch {event.branch}"
+    return f"{subject}: {headline(event)}"
