@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("path", nargs="?", default="deployments")
     validate.add_argument("--rev", default=None, help="validate this commit instead")
     validate.add_argument("--root", default=None, help="where import paths resolve from")
+    validate.add_argument("--format", choices=["text", "json", "github"], default="text", help="how errors are printed")
     validate.set_defaults(func=_command("validate", "validate_command"))
 
     plan = verbs.add_parser("plan", help="the changes between two commits' desired states")
@@ -74,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--live", action="store_true", help="against the running controller")
     plan.add_argument("--ray-address", default="auto")
     plan.add_argument("--json", action="store_true")
+    plan.add_argument("--format", choices=["text", "json", "markdown"], default=None, help="markdown: a PR comment")
+    plan.add_argument("--exit-code", action="store_true", help="exit 0 no change, 2 changes, 1 errors")
     plan.set_defaults(func=_command("plan", "plan_command"))
 
     for verb, help_text in [

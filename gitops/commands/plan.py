@@ -4,8 +4,12 @@ Offline by default: loads the `--from` and `--to` commits with
 `gitops.specs.loading` (an empty state when `--from` is absent). With `--live` the
 "from" side is what the running controller is configured with, read through
 `controller.client.connect` (never starting a controller). Prints the plan
-(text or `--json`) on stdout; spec errors go to stderr as
-`FILE:LINE:COL: message` with exit 1. Must not change anything.
+on stdout as `--format text|json|markdown` (`--json` = `--format json`;
+markdown is a pull-request comment: a summary table and the actions in
+apply order, each marked restart or in place); spec errors go to stderr as
+`FILE:LINE:COL: message` with exit 1 (and, in markdown, into the comment).
+Exit 0 otherwise, or with `--exit-code` 0 for no change, 2 for changes.
+Must not change anything.
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ from vocabulary.configs import ServingState
 from gitops.errors import UserError
 from gitops.specs.loading import Loader
 from gitops.planning import plan
+from gitops.plans import Action, ActionKind, Plan
 
-__all__ = ["plan_command"]
+__all__ = ["plan_command", "render_markdown", "render_markdown_errors"]
+
+EXIT_NO_CHANGES, EXIT_ERRORS, EXIT_CHANGES = 0, 1, 2
 
 
 def plan_command(args: argparse.Namespace) -> int:
@@ -34,15 +41,21 @@ def plan_command(args: argparse.Namespace) -> int:
     actual, actual_errors = ServingState(), []
     if args.from_rev is not None:
         actual, actual_errors = _load(loader, repo, args.from_rev, args.path)
+    output = "json" if args.json else (args.format or "text")
     if desired_errors or actual_errors:
         _print_errors(args.from_rev, actual_errors)
         _print_errors(args.to_rev, desired_errors)
-        return 1
+        if output == "markdown":
+            sys.stdout.write(render_markdown_errors({args.from_rev: actual_errors, args.to_rev: desired_errors}))
+        return EXIT_ERRORS
     if args.live:
         actual = _live_state(args.ray_address)
     result = plan(desired, actual)
-    sys.stdout.write(result.render_json() if args.json else result.render_text())
-    return 0
+    if output == "markdown":
+        sys.stdout.write(render_markdown(result, "live" if args.live else args.from_rev, args.to_rev))
+    else:
+        sys.stdout.write(result.render_json() if output == "json" else result.render_text())
+    return EXIT_CHANGES if args.exit_code and result else EXIT_NO_CHANGES
 
 
 def _load(loader: Loader, repo: Path, rev: str, spec_path: str) -> tuple[ServingState, list[str]]:
@@ -76,3 +89,69 @@ def _live_state(address: str) -> ServingState:
     except LookupError as error:
         raise UserError(f"--live: {error}") from None
     return asyncio.run(client.get_state())
+
+
+# --- markdown, for a pull-request comment ----------------------------------------------
+
+_EFFECTS = {
+    ActionKind.CREATE_BACKEND: "starts replicas",
+    ActionKind.CREATE_ENDPOINT: "new route",
+    ActionKind.UPDATE_ENDPOINT: "in place",
+    ActionKind.DELETE_ENDPOINT: "route removed",
+    ActionKind.DELETE_BACKEND: "stops replicas",
+}
+
+
+def render_markdown(result: Plan, from_rev: str | None, to_rev: str) -> str:
+    """The plan as GitHub-flavoured markdown: title, summary table, actions in apply order."""
+    title = f"### ray-gitops plan: {_code(from_rev or 'nothing')} → {_code(to_rev)}"
+    if not result:
+        return f"{title}\n\nNo changes.\n"
+    summary = result.summary()
+    lines = [
+        title,
+        "",
+        "| create | update | of which restart | delete |",
+        "|---:|---:|---:|---:|",
+        f"| {summary.create} | {summary.update} | {summary.restart} | {summary.delete} |",
+        "",
+        "| # | action | effect | changes |",
+        "|---:|---|---|---|",
+    ]
+    lines += [_action_row(number, action) for number, action in enumerate(result.actions, start=1)]
+    return "\n".join([*lines, "", summary.text()]) + "\n"
+
+
+def _action_row(number: int, action: Action) -> str:
+    what = f"{action.kind.verb} {action.kind.noun} {_code(action.name)}"
+    details = [_code(detail) for detail in action.details()]
+    if action.reason:
+        details.append(f"*{_cell(action.reason)}*")
+    return f"| {number} | {what} | {_effect(action)} | {'<br>'.join(details)} |"
+
+
+def _effect(action: Action) -> str:
+    if action.kind is ActionKind.UPDATE_BACKEND:
+        return "**restart** (rolling update)" if action.restarts else "in place"
+    return _EFFECTS[action.kind]
+
+
+def render_markdown_errors(errors_by_rev: dict[str | None, list[str]]) -> str:
+    """The spec errors that stopped a plan, for the same comment."""
+    lines = ["### ray-gitops plan: spec errors", ""]
+    for rev, errors in errors_by_rev.items():
+        if errors:
+            lines += [f"{_code(str(rev))} has {len(errors)} error{'' if len(errors) == 1 else 's'}:", "", "```"]
+            lines += [error.replace("```", "'''") for error in errors]
+            lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    """Text inside a table cell: a pipe would end the cell, a newline the row."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    # A code span cannot hold its own delimiter; a plan's values rarely hold a backtick.
+    return f"`{_cell(text).replace('`', chr(39))}`"

@@ -1,21 +1,27 @@
-"""`gitops validate [PATH] [--rev REV] [--root DIR]`: offline spec validation.
+"""`gitops validate [PATH] [--rev REV] [--root DIR] [--format F]`: offline spec validation.
 
-Exit 0 when valid (a one-line summary on stdout), 1 when invalid (every
-error on stderr as FILE:LINE:COL: message), 2 for a usage error. Only reads:
-the working tree, or with `--rev` a commit of the repository holding PATH.
+Exit 0 when valid, 1 when invalid, 2 for a usage error, in every format:
+- text: every error on stderr as FILE:LINE:COL: message, a one-line summary on stdout;
+- json: one JSON document on stdout (`valid`, counts, `errors` with file, line, col, message);
+- github: GitHub Actions workflow commands on stdout,
+  `::error file=F,line=L,col=C::message`, so errors show on the pull
+  request's diff (FILE is relative to the repository root, as Actions wants).
+Only reads: the working tree, or with `--rev` a commit of the repository holding PATH.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from gitops.errors import UserError
+from gitops.specs.documents import SpecError
 from gitops.specs.loading import LoadResult, Loader
 from gitops.sources.trees import find_toplevel
 
-__all__ = ["validate_command"]
+__all__ = ["validate_command", "render_json", "render_github", "escape_data", "escape_property"]
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -27,7 +33,13 @@ def validate_command(args: argparse.Namespace) -> int:
     except _UsageError as error:
         print(f"gitops validate: {error}", file=sys.stderr)
         return EXIT_USAGE
-    return _report(args.path, result)
+    if args.format == "json":
+        sys.stdout.write(render_json(args.path, result))
+    elif args.format == "github":
+        sys.stdout.write(render_github(args.path, result))
+    else:
+        _report(args.path, result)
+    return EXIT_VALID if _valid(result) else EXIT_INVALID
 
 
 class _UsageError(Exception):
@@ -74,18 +86,58 @@ def _inside(path: Path, root: str | Path) -> bool:
     return path.resolve().is_relative_to(Path(root).resolve())
 
 
-def _report(label: str, result: LoadResult) -> int:
-    if not result.ok or result.state is None:
-        for error in result.errors:
-            print(error, file=sys.stderr)
-        count = len(result.errors)
-        # The summary goes to stdout so that stderr holds nothing but errors.
-        print(f"{label}: {_plural(count, 'error')}, invalid")
-        return EXIT_INVALID
-    state = result.state
-    backends, endpoints = len(state.backends), len(state.endpoints)
-    print(f"{label}: {_plural(backends, 'backend')}, {_plural(endpoints, 'endpoint')}, valid")
-    return EXIT_VALID
+def _valid(result: LoadResult) -> bool:
+    return result.ok and result.state is not None
+
+
+def _report(label: str, result: LoadResult) -> None:
+    for error in result.errors:
+        print(error, file=sys.stderr)
+    # The summary goes to stdout so that stderr holds nothing but errors.
+    print(_summary(label, result))
+
+
+def _summary(label: str, result: LoadResult) -> str:
+    if not _valid(result) or result.state is None:
+        return f"{label}: {_plural(len(result.errors), 'error')}, invalid"
+    backends, endpoints = len(result.state.backends), len(result.state.endpoints)
+    return f"{label}: {_plural(backends, 'backend')}, {_plural(endpoints, 'endpoint')}, valid"
+
+
+def render_json(label: str, result: LoadResult) -> str:
+    state = result.state if _valid(result) else None
+    document = {
+        "path": label,
+        "valid": state is not None,
+        "backends": len(state.backends) if state else None,
+        "endpoints": len(state.endpoints) if state else None,
+        "errors": [_error_json(error) for error in result.errors],
+    }
+    return json.dumps(document, indent=2) + "\n"
+
+
+def _error_json(error: SpecError) -> dict[str, object]:
+    return {"file": error.file, "line": error.line, "col": error.col, "message": error.message}
+
+
+def render_github(label: str, result: LoadResult) -> str:
+    """One `::error` command per error, then the summary as a plain log line."""
+    lines = [
+        f"::error file={escape_property(error.file)},line={error.line},col={error.col},"
+        f"title={escape_property('gitops validate')}::{escape_data(error.message)}"
+        for error in result.errors
+    ]
+    return "\n".join([*lines, _summary(label, result)]) + "\n"
+
+
+def escape_data(text: str) -> str:
+    """A workflow command's message: %, CR and LF escaped (GitHub's rules)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A workflow command's property value: the message escapes, plus ':' and ','."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
 def _plural(count: int, noun: str) -> str:
