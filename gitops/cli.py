@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--exit-code", action="store_true", help="exit 0 no change, 2 changes, 1 errors")
     plan.set_defaults(func=_command("plan", "plan_command"))
 
+    schema = verbs.add_parser("schema", help="the JSON Schema of the spec format, for editors")
+    schema.set_defaults(func=_command("schema", "schema_command"))
+
     for verb, help_text in [
         ("status", "sync status of the running agent"),
         ("history", "the applied-commit ledger"),
