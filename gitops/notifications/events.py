@@ -37,9 +37,12 @@ class CommitState(str, enum.Enum):
 
 
 # A recorded result (history's `Outcome` values, and the rollout and
-# rollback results) -> the event it announces. noop and superseded say nothing.
+# rollback results) -> the event it announces. A noop is recorded only for a
+# new commit: it is applied too (it runs now; its commit status is success).
+# superseded says nothing: the newer commit will.
 _RESULT_EVENTS = {
     "applied": EventKind.APPLIED,
+    "noop": EventKind.APPLIED,
     "invalid": EventKind.INVALID,
     "failed": EventKind.APPLY_FAILED,
     "aborted": EventKind.ROLLOUT_ABORTED,

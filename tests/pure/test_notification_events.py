@@ -17,6 +17,7 @@ def outcome(**fields: object) -> TickOutcome:
     "result, kind",
     [
         ("applied", EventKind.APPLIED),
+        ("noop", EventKind.APPLIED),  # recorded for a new commit that changes nothing: it runs now
         ("invalid", EventKind.INVALID),
         ("failed", EventKind.APPLY_FAILED),
         ("aborted", EventKind.ROLLOUT_ABORTED),
@@ -29,7 +30,7 @@ def test_a_recorded_result_announces_its_event(result: str, kind: EventKind) -> 
     assert (event.kind, event.commit, event.errors) == (kind, SHA, ("a.toml:1:1: bad",))
 
 
-@pytest.mark.parametrize("result", [None, "noop", "superseded"])
+@pytest.mark.parametrize("result", [None, "superseded"])
 def test_a_tick_that_recorded_nothing_worth_telling_announces_nothing(result: str | None) -> None:
     assert events_for(outcome(), outcome(result=result)) == ()
 
