@@ -155,8 +155,12 @@ def parse_notify_file(label: str, text: str, read_secret: ReadSecret) -> tuple[C
 
 
 class _Located:
+    """Errors of one file, each placed at the key path it is about."""
+
     def __init__(self, label: str, locations: Locations) -> None:
-        self.label, self.locations, self.errors = label, locations, []
+        self.label = label
+        self.locations = locations
+        self.errors: list[str] = []
 
     def add(self, path: tuple[str | int, ...], message: str) -> None:
         line, col = self.locations.find(path)
@@ -170,7 +174,8 @@ def _channel(name: str, raw: Any, located: _Located, read_secret: ReadSecret) ->
     if not isinstance(raw, dict):
         located.add(at, f"providers.{name} must be a table")
         return None
-    model = _MODELS.get(raw.get("type")) if isinstance(raw.get("type"), str) else None
+    kind = raw.get("type")
+    model = _MODELS.get(kind) if isinstance(kind, str) else None
     if model is None:
         where = (*at, "type") if "type" in raw else at
         located.add(where, f"providers.{name}.type: must be one of {', '.join(_MODELS)}")
@@ -182,13 +187,15 @@ def _channel(name: str, raw: Any, located: _Located, read_secret: ReadSecret) ->
             loc = (*at, *detail["loc"])
             located.add(loc, _describe(loc, detail))
         return None
-    resolved = _with_secret(provider, at, located, read_secret)
-    return Channel(name, resolved) if resolved is not None else None  # type: ignore[arg-type]
+    resolved = _with_secret(provider, kind, at, located, read_secret)  # type: ignore[arg-type]
+    return Channel(name, resolved) if resolved is not None else None
 
 
-def _with_secret(provider: _Provider, at: tuple[str, ...], located: _Located, read: ReadSecret) -> _Provider | None:
+def _with_secret(
+    provider: Provider, kind: str, at: tuple[str, ...], located: _Located, read: ReadSecret
+) -> Provider | None:
     """Exactly one of the inline secret and its file; the file read into the inline key."""
-    key, file_key, required = _SECRETS[provider.type]  # type: ignore[attr-defined]
+    key, file_key, required = _SECRETS[kind]
     inline, path = getattr(provider, key), getattr(provider, file_key)
     dotted = ".".join(at)
     if inline is not None and path is not None:
