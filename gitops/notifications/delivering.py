@@ -106,6 +106,7 @@ class _ChannelState:
     delivered: int = 0
     failed: int = 0
     dropped: int = 0
+    dropping: bool = False  # since the queue last ran empty; one warning per episode
     last_failure: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -164,11 +165,20 @@ class Notifier:
             if request is None:
                 continue
             if len(state.queue) == state.queue.maxlen:
-                state.dropped += 1
-                self._on_result(state.channel.name, DeliveryResult.DROPPED.value)
-                self._log.warning(f"notifications: {state.channel.name}: queue full, dropped the oldest message")
+                self._drop_oldest(state)
             state.queue.append((event, request))
             state.ready.set()
+
+    def _drop_oldest(self, state: _ChannelState) -> None:
+        """The deque drops it on append; count it, and warn once until the queue drains."""
+        state.dropped += 1
+        self._on_result(state.channel.name, DeliveryResult.DROPPED.value)
+        if not state.dropping:
+            state.dropping = True
+            self._log.warning(
+                f"notifications: {state.channel.name}: queue full, dropping the oldest messages",
+                extra={"provider": state.channel.name, "result": "dropped"},
+            )
 
     def health(self) -> dict[str, dict[str, Any]]:
         """Per provider: counts and the last failure (no secret in it)."""
@@ -183,6 +193,7 @@ class Notifier:
     async def _work(self, state: _ChannelState) -> None:
         while True:
             while not state.queue:
+                state.dropping = False
                 state.ready.clear()
                 await state.ready.wait()
             event, request = state.queue.popleft()

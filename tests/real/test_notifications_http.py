@@ -210,7 +210,8 @@ def test_an_unreachable_receiver_is_described_by_the_error_type_only() -> None:
     assert notifier.health()["hook"]["last_failure"]["error"] == "ConnectError"
 
 
-def test_a_full_queue_drops_the_oldest_messages_and_counts_them() -> None:
+def test_a_full_queue_drops_the_oldest_messages_and_counts_them(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="gitops.notifications")
     events = [Event(EventKind.APPLIED, f"{n:040d}", "main", "Synced") for n in range(5)]
     results: list[str] = []
     with Receiver() as receiver:
@@ -231,6 +232,9 @@ def test_a_full_queue_drops_the_oldest_messages_and_counts_them() -> None:
     assert [request.json()["commit"] for request in receiver.requests] == [events[3].commit, events[4].commit]
     assert notifier.health()["hook"]["dropped"] == 3
     assert results == ["dropped"] * 3 + ["success"] * 2
+    assert [record.getMessage() for record in caplog.records] == [
+        "notifications: hook: queue full, dropping the oldest messages"  # once, not once per message
+    ]
 
 
 def test_a_hanging_receiver_delays_only_its_own_provider() -> None:
