@@ -71,10 +71,11 @@ def _named_tables(name_pattern: str, ref: dict[str, Any], description: str) -> d
 
 
 def _draft_4(value: Any) -> Any:
-    """Pydantic writes draft 2020-12; draft 4 spells exclusive bounds as booleans.
+    """Pydantic writes draft 2020-12; draft 4 spells exclusive bounds as booleans
+    and ignores the keys beside a `$ref`.
 
     TOML has no null: an optional key is one that is left out, so the
-    `null` branch of an optional field and a `null` default go (editors
+    `null` branch of an optional field and `null` defaults go (editors
     then complete the real type).
     """
     if isinstance(value, list):
@@ -82,7 +83,12 @@ def _draft_4(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
     converted = {key: _draft_4(item) for key, item in value.items() if not (key == "default" and item is None)}
+    if isinstance(converted.get("default"), dict):
+        converted["default"] = {key: item for key, item in converted["default"].items() if item is not None}
     converted = _without_null(converted)
+    if "$ref" in converted and len(converted) > 1:
+        # Draft 4 ignores a $ref's sibling keys; under allOf the description still shows in editors.
+        converted = {"allOf": [{"$ref": converted.pop("$ref")}], **converted}
     for exclusive, inclusive in _BOUNDS.items():
         if isinstance(converted.get(exclusive), (int, float)) and not isinstance(converted[exclusive], bool):
             converted[inclusive] = converted.pop(exclusive)

@@ -26,7 +26,7 @@ from gitops.notifications.links import Links
 from gitops.planning import plan
 from gitops.sources.repos import GitSource
 from gitops.sources.trees import CommitTree
-from gitops.specs.loading import load_tree
+from gitops.specs.loading import Loader
 from tests.conftest import GitRepo
 from tests.real.receivers import Receiver
 from tests.real.test_agent_loop import APP, FakeController, spec
@@ -256,10 +256,11 @@ def test_a_reconcile_tick_never_waits_for_a_hanging_receiver(repo: GitRepo, tmp_
     async def scenario(receiver: Receiver) -> tuple[Outcome, int]:
         sender = HttpSender(timeout_s=30)
         notifier = Notifier([webhook(receiver.url)], CONTEXT, send=sender, on_result=metrics.notification_finished)
+        loader = Loader()
         agent = Agent(
             GitSource(str(repo.root), None, tmp_path / "state"), FakeController(),
             History(tmp_path / "state" / "history.db"),
-            load=lambda git_repo, rev, path: load_tree(CommitTree(git_repo, rev), path), plan=plan,
+            load=lambda git_repo, rev, path: loader.load_tree(CommitTree(git_repo, rev), path), plan=plan,
             metrics=metrics, settings=AgentSettings(watch=False), notifier=notifier,
         )
         delivery = asyncio.create_task(notifier.run())

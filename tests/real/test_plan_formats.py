@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gitops.specs.loading import load_commit
+from gitops.specs.loading import Loader
 from tests.conftest import GitRepo
 
 pytestmark = pytest.mark.real
@@ -61,7 +61,7 @@ def commit(repo: GitRepo, specs: str) -> str:
 
 
 def version(repo: GitRepo, rev: str, backend: str) -> str:
-    return load_commit(repo.root, rev=rev).state.backends[backend].version
+    return Loader().load_commit(repo.root, rev=rev).state.backends[backend].version
 
 
 def test_exit_code_is_2_when_the_plan_changes_something(repo: GitRepo) -> None:
