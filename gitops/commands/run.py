@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["run_command", "bind_admin_socket", "start_logging"]
 
 _LOG = logging.getLogger("gitops.run")
+_NOTIFY_DRAIN_S = 5.0  # at stop, how long queued notifications may still take
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -167,7 +168,8 @@ async def _serve(
     stopping.cancel()
     server.should_exit = True
     await asyncio.gather(reconciling, serving, stopping, return_exceptions=True)
-    if notifying is not None:
+    if notifying is not None and notifier is not None:
+        await notifier.drain(_NOTIFY_DRAIN_S)  # e.g. the commit status of the last apply
         notifying.cancel()
         await asyncio.gather(notifying, return_exceptions=True)
     if sender is not None:

@@ -4,7 +4,8 @@
 it derives the events (`events_for`), formats each provider's request and
 appends it to that provider's bounded queue, and returns; it never waits.
 `Notifier.run()` is a task beside the reconcile loop with one worker per
-provider, so a slow or hanging receiver delays only its own messages. A
+provider, so a slow or hanging receiver delays only its own messages;
+`drain()` gives queued messages a bounded time to go out at shutdown. A
 worker sends with a timeout and retries transport errors, 408, 429 and 5xx
 with exponential backoff and jitter; a full queue drops its oldest message
 and counts it. Each end (success, failure, dropped) goes to `on_result`
@@ -102,7 +103,8 @@ class HttpSender:
 class _ChannelState:
     channel: Channel
     queue: collections.deque[tuple[Event, Request]]
-    ready: asyncio.Event
+    ready: asyncio.Event  # set when something is queued
+    idle: asyncio.Event  # set while nothing is queued or being sent
     delivered: int = 0
     failed: int = 0
     dropped: int = 0
@@ -144,7 +146,8 @@ class Notifier:
         self._clock = clock
         self._log = log
         self._channels = [
-            _ChannelState(channel, collections.deque(maxlen=queue_size), asyncio.Event()) for channel in channels
+            _ChannelState(channel, collections.deque(maxlen=queue_size), asyncio.Event(), asyncio.Event())
+            for channel in channels
         ]
         self._previous: TickOutcome | None = None
 
@@ -167,6 +170,7 @@ class Notifier:
             if len(state.queue) == state.queue.maxlen:
                 self._drop_oldest(state)
             state.queue.append((event, request))
+            state.idle.clear()
             state.ready.set()
 
     def _drop_oldest(self, state: _ChannelState) -> None:
@@ -190,10 +194,18 @@ class Notifier:
         """Deliver until cancelled, one worker per provider."""
         await asyncio.gather(*(self._work(state) for state in self._channels))
 
+    async def drain(self, timeout_s: float) -> None:
+        """At shutdown: give what is queued up to `timeout_s` to go out."""
+        waits = [asyncio.create_task(state.idle.wait()) for state in self._channels]
+        _, pending = await asyncio.wait(waits, timeout=timeout_s)
+        for wait in pending:
+            wait.cancel()
+
     async def _work(self, state: _ChannelState) -> None:
         while True:
             while not state.queue:
                 state.dropping = False
+                state.idle.set()
                 state.ready.clear()
                 await state.ready.wait()
             event, request = state.queue.popleft()

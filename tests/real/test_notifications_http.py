@@ -245,6 +245,41 @@ def test_a_hanging_receiver_delays_only_its_own_provider() -> None:
         assert len(stuck.requests) == 1 and len(healthy.requests) == 1
 
 
+def test_draining_at_shutdown_sends_what_is_queued() -> None:
+    async def scenario(receiver: Receiver) -> None:
+        sender = HttpSender(timeout_s=5)
+        notifier = Notifier([webhook(receiver.url)], CONTEXT, send=sender)
+        task = asyncio.create_task(notifier.run())
+        notifier.publish(INVALID)
+        await notifier.drain(10)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await sender.aclose()
+
+    with Receiver() as receiver:
+        asyncio.run(scenario(receiver))
+        assert [request.json()["event"] for request in receiver.requests] == ["invalid"]
+
+
+def test_draining_gives_up_on_a_hanging_receiver_after_its_time() -> None:
+    async def scenario(receiver: Receiver) -> bool:
+        sender = HttpSender(timeout_s=30)
+        notifier = Notifier([webhook(receiver.url)], CONTEXT, send=sender)
+        task = asyncio.create_task(notifier.run())
+        notifier.publish(INVALID)
+        await until(lambda: len(receiver.requests) == 1)
+        await notifier.drain(0.2)  # returns although the receiver still holds the request
+        still_held = notifier.health()["hook"]["delivered"] == 0
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await sender.aclose()
+        return still_held
+
+    with Receiver() as receiver:
+        receiver.hang()
+        assert asyncio.run(scenario(receiver))
+
+
 def test_a_reconcile_tick_never_waits_for_a_hanging_receiver(repo: GitRepo, tmp_path: Path) -> None:
     repo.write("deployments/__init__.py", "")
     repo.write("deployments/apps/__init__.py", "")
