@@ -32,10 +32,10 @@ from typing import Any, Awaitable, Callable, Sequence
 import httpx
 
 from gitops.notifications.config import Channel
-from gitops.notifications.events import Event, TickOutcome, events_for
+from gitops.notifications.events import Event, EventKind, TickOutcome, events_for
 from gitops.notifications.formats import Context, Request, request_for
 
-__all__ = ["Attempt", "DeliveryResult", "RetryPolicy", "HttpSender", "Notifier", "Send"]
+__all__ = ["Attempt", "DeliveryResult", "Failure", "RetryPolicy", "HttpSender", "Notifier", "Send"]
 
 _LOG = logging.getLogger("gitops.notifications")
 _RETRY_STATUSES = frozenset({408, 429})
@@ -99,6 +99,19 @@ class HttpSender:
         await self._client.aclose()
 
 
+@dataclass(frozen=True)
+class Failure:
+    """The last message a provider did not take; no URL, header or body in it."""
+
+    at: float
+    event: EventKind
+    commit: str | None
+    error: str  # "HTTP 502" or a transport error's type name
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": self.at, "event": self.event.value, "commit": self.commit, "error": self.error}
+
+
 @dataclass
 class _ChannelState:
     channel: Channel
@@ -109,7 +122,7 @@ class _ChannelState:
     failed: int = 0
     dropped: int = 0
     dropping: bool = False  # since the queue last ran empty; one warning per episode
-    last_failure: dict[str, Any] | None = None
+    last_failure: Failure | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -118,7 +131,7 @@ class _ChannelState:
             "failed": self.failed,
             "dropped": self.dropped,
             "queued": len(self.queue),
-            "last_failure": self.last_failure,
+            "last_failure": self.last_failure.to_json() if self.last_failure else None,
         }
 
 
@@ -149,6 +162,8 @@ class Notifier:
             _ChannelState(channel, collections.deque(maxlen=queue_size), asyncio.Event(), asyncio.Event())
             for channel in channels
         ]
+        for state in self._channels:
+            state.idle.set()
         self._previous: TickOutcome | None = None
 
     # --- the agent's side: never waits ------------------------------------------
@@ -224,8 +239,7 @@ class Notifier:
             if not attempt.retryable:
                 break
         state.failed += 1
-        state.last_failure = {"at": self._clock(), "event": event.kind.value, "commit": event.commit,
-                              "error": str(attempt)}
+        state.last_failure = Failure(self._clock(), event.kind, event.commit, str(attempt))
         self._on_result(state.channel.name, DeliveryResult.FAILURE.value)
         self._log.warning(
             f"notifications: {state.channel.name}: {event.kind.value} not delivered ({attempt})",
