@@ -4,9 +4,10 @@ Owned here: one self-contained HTML document (inline CSS and JavaScript, no
 framework, no build step, nothing fetched from outside). The page reads
 `/status` and `/history` from the same origin and redraws every few
 seconds: overall sync status and conditions, watched vs applied commit,
-recent history (each row's id is `commit-<sha>`, the anchor notifications
-link to; a commit links to the forge with `--commit-url-template`), backends with replicas by state and version, endpoints with
-traffic weights drawn as bars, and every error in full. It never writes
+recent history (each commit's newest row has the id `commit-<sha>`, the
+anchor notifications link to), backends with replicas by state and
+version, endpoints with traffic weights drawn as bars, and every error in
+full. With `--commit-url-template` commits link to the forge. It never writes
 (no buttons for sync or suspend: the page is read-only by design).
 
 Not here: the JSON it reads (`gitops.status`, `gitops.history`) and serving
