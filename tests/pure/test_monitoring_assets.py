@@ -41,6 +41,8 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_backend_ongoing_requests": ("gauge", frozenset({"backend"})),
     # Added with issue #7 (autoscaling), which asks for decisions by direction.
     "gitops_autoscaling_decisions_total": ("counter", frozenset({"backend", "direction"})),
+    # Added with issue #14 (notifications), which asks for deliveries by provider and result.
+    "gitops_notifications_total": ("counter", frozenset({"provider", "result"})),
 }
 
 # Labels Prometheus itself adds (target labels) or that histograms carry.
