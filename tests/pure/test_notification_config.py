@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gitops.notifications.config import (
@@ -136,3 +138,11 @@ def test_a_secret_never_appears_in_an_error() -> None:
     errors = errors_of('[providers.gh]\ntype = "github"\nrepository = "you/specs"\ntoken = 12345\n')
     assert errors == ["notify.toml:4:1: providers.gh.token: input should be a valid string"]
     assert "12345" not in "\n".join(errors)
+
+
+def test_the_readmes_example_is_a_valid_notify_file() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Notifications", 1)[1]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    channels = parse_notify_file("README.md", example, lambda path: f"secret from {path}")
+    assert [channel.provider.type for channel in channels] == ["slack", "github", "gitlab", "webhook"]
