@@ -1,14 +1,18 @@
 """The controller actor: a thin RPC façade over the state modules and the loop.
 
-Owns the control loop (one tick: observe and decide in `BackendState`,
-checkpoint, apply effects through `RayAdapter`, publish long-poll keys,
-judge goals), recovery from the checkpoint at start, and the Ray-facing
-methods of `vocabulary.goal_api.GoalAPI` plus `listen_for_change`, load reports
-and status. Every state change is checkpointed before any actor is started
-or stopped. The loop catches, logs and counts every error and never dies.
+Owns the control loop (one tick: observe and decide in `BackendState` and
+`ProxyFleet`, checkpoint, apply their effects through a `ClusterAdapter`,
+publish long-poll keys, judge goals), recovery from the checkpoint at start,
+and the Ray-facing methods of `vocabulary.goal_api.GoalAPI` plus
+`listen_for_change`, load reports and status. Every state change is
+checkpointed before any actor is started or stopped. The loop catches, logs
+and counts every error and never dies.
 
 Runs as one detached, named Ray actor (see `controller.client`); it holds no
-state that the checkpoint and a look at live actors cannot rebuild.
+state that the checkpoint and a look at live actors cannot rebuild. Ray
+itself is reached only through the adapter and storage, which default to
+`controller.ray_adapter` and `controller.ray_kv`, imported when first built,
+so this module loads without Ray (tests pass `controller.testing` fakes).
 """
 
 from __future__ import annotations
@@ -19,12 +23,12 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol, Sequence
 
 from vocabulary.goal_api import CONTROLLER_NAME, PROXY_CLASS, LongPollKey
 from controller.autoscaling import Autoscaler
-from controller.backend_state import BackendOptions, BackendState, Effect
-from controller.checkpoint import RayKVStorage, Storage, decode, encode
+from controller.backend_state import BackendOptions, BackendState, Effect, Observer, Probe
+from controller.checkpoint import Storage, decode, encode
 from vocabulary.configs import (
     BackendConfig,
     EndpointConfig,
@@ -37,9 +41,9 @@ from controller.endpoint_state import EndpointState, check_backend_deletable
 from controller.goals import GoalKind, GoalTable
 from controller.judging import fingerprint, judge
 from controller.longpoll import ANONYMOUS, LongPollHost
-from controller.ray_adapter import ProxySpec, RayAdapter
+from controller.proxy_fleet import ProxyEffect, ProxyFleet, ProxySpec, StopProxy
 
-__all__ = ["ControllerActor", "ControllerOptions"]
+__all__ = ["ControllerActor", "ControllerOptions", "ClusterAdapter"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,16 +76,56 @@ class ControllerOptions:
         return cls(**data, backend=backend_options)
 
 
+class ClusterAdapter(Observer, Protocol):
+    """What the controller needs of the cluster: the replica state machine's
+    probes and node facts, the proxies' probes, and effects carried out."""
+
+    def refresh_nodes(self) -> list[str]:
+        """Read which nodes are alive; returns them."""
+
+    def proxy_probes(self) -> dict[str, Probe]:
+        """Per node, the outcome of its proxy's last ready or ping call, once finished."""
+
+    def apply(self, effects: Sequence[Effect | ProxyEffect]) -> None: ...
+
+    def adopt(self, actor_names: set[str]) -> set[str]:
+        """The replicas of a checkpoint still alive after a controller restart."""
+
+    def sweep_leaks(self, known: set[str]) -> list[str]:
+        """Kill replica actors no checkpoint knows about; returns their names."""
+
+    def handle(self, actor_name: str) -> Any: ...
+
+    def begin_proxy_shutdown(self) -> list[Any]: ...
+
+    def begin_replica_drain(self, timeout_s: float) -> list[Any]: ...
+
+    def stop_everything(self, replica_names: set[str]) -> None: ...
+
+
+def _ray_storage(namespace: str) -> Storage:
+    from controller.ray_kv import RayKVStorage
+
+    return RayKVStorage(namespace)
+
+
+def _ray_adapter(namespace: str) -> ClusterAdapter:
+    from controller.ray_adapter import RayAdapter
+
+    return RayAdapter(namespace)
+
+
 class ControllerActor:
     def __init__(self, namespace: str, options: dict[str, Any] | None = None,
                  controller_name: str = CONTROLLER_NAME, *,
-                 storage: Storage | None = None, adapter: Any = None) -> None:
+                 storage: Storage | None = None, adapter: ClusterAdapter | None = None) -> None:
         """`storage` and `adapter` default to Ray's KV and Ray; tests pass fakes."""
         self._namespace = namespace
         self._name = controller_name
         self._options = ControllerOptions.from_dict(options)
-        self._storage: Storage = storage or RayKVStorage(namespace)
-        self._adapter = adapter or RayAdapter(namespace)
+        self._storage: Storage = storage or _ray_storage(namespace)
+        self._adapter: ClusterAdapter = adapter or _ray_adapter(namespace)
+        self._proxies = ProxyFleet(self._proxy_spec())
         self._longpoll = LongPollHost()
         self._errors: Counter = Counter()
         self._loads: dict[str, dict[str, tuple[int, int]]] = {}
@@ -190,28 +234,33 @@ class ControllerActor:
         if effects:
             self._adapter.apply(effects)
 
-    def _check_proxies(self, now: float) -> None:
+    def _proxy_spec(self) -> ProxySpec | None:
         opts = self._options
+        if opts.proxy_class is None:
+            return None
+        return ProxySpec(opts.proxy_class, self._name, opts.proxy_host, opts.proxy_port,
+                         opts.proxy_metrics_port)
+
+    def _check_proxies(self, now: float) -> None:
+        """Refresh node facts and keep one proxy per alive node; a gone proxy's acks are forgotten."""
         if now < self._next_proxy_check:
             return
-        self._next_proxy_check = now + opts.proxy_check_s
-        if opts.proxy_class is None:
-            self._adapter.refresh_nodes()
-            return
+        self._next_proxy_check = now + self._options.proxy_check_s
         try:
-            spec = ProxySpec(opts.proxy_class, self._name, opts.proxy_host, opts.proxy_port,
-                             opts.proxy_metrics_port)
-            gone = self._adapter.reconcile_proxies(spec, now)
+            alive = self._adapter.refresh_nodes()
+            effects = self._proxies.tick(now, alive, self._adapter.proxy_probes())
+            self._adapter.apply(effects)
         except Exception:
             self._errors["proxies"] += 1
             logger.exception("proxy reconciliation failed")
             return
-        for node in gone:
-            self._longpoll.forget(node)
+        for effect in effects:
+            if isinstance(effect, StopProxy):
+                self._longpoll.forget(effect.node_id)
 
     def _judge(self, goal: Any) -> Any:
         return judge(goal, self._backends, self._endpoints, self._longpoll,
-                     self._adapter.live_proxies(), self._adapter.serving_proxies())
+                     self._proxies.live(), self._proxies.serving())
 
     # --- long-poll publishing ------------------------------------------------
 
@@ -315,7 +364,7 @@ class ControllerActor:
                 for n in self._backends.names()
             },
             "endpoints": self._endpoints.status(),
-            "proxies": self._adapter.proxy_status(),
+            "proxies": {n: p.model_dump(mode="json") for n, p in self._proxies.proxy_status().items()},
             "goals_pending": len(self._goals.pending()),
             "goal_durations": self._goals.durations()[-100:],
             "errors": dict(self._errors),

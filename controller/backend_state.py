@@ -3,9 +3,10 @@
 Owns, per backend: the configured `BackendConfig`, the target number of
 replicas (`set_target`, the one knob the autoscaler turns), every replica's
 state (SHOULD_START -> STARTING -> RUNNING -> SHOULD_STOP -> STOPPING ->
-STOPPED), rolling updates with a surge of one, health checks, failure
-counting with exponential backoff, restarts by reason, and the JSON form of
-all that for the checkpoint.
+STOPPED, checked against `TRANSITIONS` on every move), the rolling-update
+and scaling step (`scale_decisions`, a pure function: surge 1, unavailable 0
+by default), health checks, failure counting with exponential backoff,
+restarts by reason, and the JSON form of all that for the checkpoint.
 
 It never touches Ray. Each `tick` reads the world through an `Observer`
 (probes the adapter answers from finished Ray calls) and returns the side
@@ -19,7 +20,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 from controller.autoscaling import initial_replicas
 from vocabulary.configs import BackendConfig, ReplicaState
@@ -35,8 +36,14 @@ __all__ = [
     "StopReplica",
     "CheckHealth",
     "Reconfigure",
+    "KillReplica",
     "Effect",
     "replica_actor_name",
+    "TRANSITIONS",
+    "IllegalTransition",
+    "ScaleDecisions",
+    "StopDecision",
+    "scale_decisions",
 ]
 
 LIVE = (ReplicaState.SHOULD_START, ReplicaState.STARTING, ReplicaState.RUNNING)
@@ -64,7 +71,8 @@ class Observer(Protocol):
     def health_probe(self, actor_name: str) -> Probe | None:
         """The last health check's outcome; None when none is in flight."""
 
-    def drained(self, actor_name: str) -> bool: ...
+    def drained(self, actor_name: str) -> bool:
+        """True once the replica's drain call finished (or none was made); a pure read."""
 
     def node_of(self, actor_name: str) -> str: ...
 
@@ -102,7 +110,14 @@ class Reconfigure:
     user_config: Any
 
 
-Effect = StartReplica | StopReplica | CheckHealth | Reconfigure
+@dataclass(frozen=True)
+class KillReplica:
+    """A stopped replica's actor goes away (after its drain, or past its deadline)."""
+
+    actor_name: str
+
+
+Effect = StartReplica | StopReplica | CheckHealth | Reconfigure | KillReplica
 
 
 @dataclass(frozen=True)
@@ -111,7 +126,9 @@ class BackendOptions:
     max_failures: int = 3
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
-    surge: int = 1
+    # The rolling-update limits of `scale_decisions` (no spec fields yet).
+    max_surge: int = 1
+    max_unavailable: int = 0
     # Extra time past graceful_shutdown_timeout_s before a kill, for the drain call itself.
     stop_grace_s: float = 2.0
     unschedulable_grace_s: float = 3.0
@@ -119,6 +136,24 @@ class BackendOptions:
 
 def replica_actor_name(replica_id: str) -> str:
     return REPLICA_PREFIX + replica_id
+
+
+_S = ReplicaState
+# Every move a replica may make. Recovery after a restart re-issues a
+# command, so SHOULD_START and SHOULD_STOP may be entered again from
+# themselves and from the state that was carrying them out.
+TRANSITIONS: dict[ReplicaState, frozenset[ReplicaState]] = {
+    _S.SHOULD_START: frozenset({_S.STARTING, _S.SHOULD_START, _S.SHOULD_STOP}),
+    _S.STARTING: frozenset({_S.RUNNING, _S.SHOULD_START, _S.SHOULD_STOP}),
+    _S.RUNNING: frozenset({_S.SHOULD_STOP}),
+    _S.SHOULD_STOP: frozenset({_S.STOPPING, _S.SHOULD_STOP}),
+    _S.STOPPING: frozenset({_S.STOPPED, _S.SHOULD_STOP}),
+    _S.STOPPED: frozenset(),
+}
+
+
+class IllegalTransition(ValueError):
+    """A replica was asked to make a move `TRANSITIONS` does not allow (a bug)."""
 
 
 @dataclass
@@ -138,6 +173,10 @@ class ReplicaRecord:
         return replica_actor_name(self.replica_id)
 
     def move(self, state: ReplicaState, now: float) -> None:
+        if state not in TRANSITIONS[self.state]:
+            raise IllegalTransition(
+                f"replica {self.replica_id}: {self.state.value} -> {state.value} is not allowed"
+            )
         self.state = state
         self.since = now
 
@@ -303,6 +342,7 @@ class BackendState:
                 deadline = record.since + backend.config.graceful_shutdown_timeout_s
                 if observer.drained(record.actor_name) or now >= deadline + self.options.stop_grace_s:
                     record.move(ReplicaState.STOPPED, now)
+                    effects.append(KillReplica(record.actor_name))
                     self.dirty = True
             elif record.state == ReplicaState.STOPPED:
                 backend.replicas.remove(record)
@@ -373,27 +413,15 @@ class BackendState:
         self.dirty = True
 
     def _scale(self, backend: _Backend, now: float, observer: Observer) -> None:
-        version = backend.config.version
-        live = backend.live()
-        new = [r for r in live if r.version == version]
-        old = [r for r in live if r.version != version]
-        for record in old:
-            if record.state != ReplicaState.RUNNING:
-                self._stop(record, now, force=True)
-        old_running = [r for r in old if r.state == ReplicaState.RUNNING]
-        new_running = sum(1 for r in new if r.state == ReplicaState.RUNNING)
-        keep_old = max(0, backend.target - new_running)
-        for record in old_running[keep_old:]:
-            self._stop(record, now, force=False)
-        old_kept = min(keep_old, len(old_running))
-        if len(new) > backend.target:
-            for record in _stop_order(new)[: len(new) - backend.target]:
-                self._stop(record, now, force=record.state != ReplicaState.RUNNING)
-            return
-        missing = backend.target - len(new)
-        if old_kept:
-            missing = min(missing, backend.target + self.options.surge - len(new) - old_kept)
-        if missing <= 0 or now < backend.backoff_until:
+        """Carry out `scale_decisions`: stops at once, starts unless backing off or no room."""
+        decisions = scale_decisions(
+            backend.live(), backend.target, backend.config.version,
+            max_surge=self.options.max_surge, max_unavailable=self.options.max_unavailable,
+        )
+        records = {r.replica_id: r for r in backend.replicas}
+        for stop in decisions.stop:
+            self._stop(records[stop.replica_id], now, force=stop.force)
+        if decisions.start <= 0 or now < backend.backoff_until:
             return
         why = observer.cannot_fit(backend.config.ray_actor_options, 1)
         if why:
@@ -403,7 +431,7 @@ class BackendState:
                 backend.unschedulable = f"cluster cannot fit a replica of {backend.config.name}: {why}"
             return
         backend.unschedulable, backend.unschedulable_since = "", None
-        for _ in range(missing):
+        for _ in range(decisions.start):
             self._add(backend, now)
 
     def _add(self, backend: _Backend, now: float) -> None:
@@ -479,6 +507,54 @@ class BackendState:
                     backend.replicas.remove(record)
         self.dirty = True
         return effects
+
+
+# --- the rolling-update and scaling step ---------------------------------------
+
+
+@dataclass(frozen=True)
+class StopDecision:
+    replica_id: str
+    force: bool  # kill at once instead of draining
+
+
+@dataclass(frozen=True)
+class ScaleDecisions:
+    """What one scaling step does: replicas to stop, and how many to start."""
+
+    stop: tuple[StopDecision, ...] = ()
+    start: int = 0
+
+
+def scale_decisions(
+    replicas: Sequence[ReplicaRecord], target: int, version: str, *,
+    max_surge: int = 1, max_unavailable: int = 0,
+) -> ScaleDecisions:
+    """One step towards `target` RUNNING replicas of `version` (pure).
+
+    `replicas` are the backend's live ones (SHOULD_START, STARTING, RUNNING).
+    Old versions that are not running are stopped at once; old running ones
+    are kept while the new version is short of `target - max_unavailable`
+    running; new replicas are started up to `target`, and while old ones
+    still serve, at most `max_surge` above `target` in all. Extra new
+    replicas are stopped least useful first.
+    """
+    new = [r for r in replicas if r.version == version]
+    old = [r for r in replicas if r.version != version]
+    stop = [StopDecision(r.replica_id, True) for r in old if r.state != ReplicaState.RUNNING]
+    old_running = [r for r in old if r.state == ReplicaState.RUNNING]
+    new_running = sum(1 for r in new if r.state == ReplicaState.RUNNING)
+    keep_old = max(0, target - max_unavailable - new_running)
+    stop += [StopDecision(r.replica_id, False) for r in old_running[keep_old:]]
+    old_kept = min(keep_old, len(old_running))
+    if len(new) > target:
+        extra = _stop_order(new)[: len(new) - target]
+        stop += [StopDecision(r.replica_id, r.state != ReplicaState.RUNNING) for r in extra]
+        return ScaleDecisions(tuple(stop))
+    missing = target - len(new)
+    if old_kept:
+        missing = min(missing, target + max_surge - len(new) - old_kept)
+    return ScaleDecisions(tuple(stop), max(0, missing))
 
 
 def _initial_target(config: BackendConfig) -> int:

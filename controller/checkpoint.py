@@ -1,9 +1,11 @@
 """The controller's checkpoint: versioned JSON behind a small storage interface.
 
 Owns the checkpoint's envelope (schema version, written-at), encoding and
-decoding (JSON only, never pickle), and two storages: Ray's internal KV for
-the real controller and an in-memory one for tests. What goes inside is the
-state modules' `to_json` output; this module does not interpret it.
+decoding (JSON only, never pickle), and the `Storage` protocol the controller
+writes through. Pure: the storages live at the edges (Ray's internal KV in
+`controller.ray_kv`, an in-memory one in `controller.testing`). What goes
+inside is the state modules' `to_json` output; this module does not
+interpret it.
 """
 
 from __future__ import annotations
@@ -16,14 +18,11 @@ __all__ = [
     "SCHEMA_VERSION",
     "CheckpointError",
     "Storage",
-    "MemoryStorage",
-    "RayKVStorage",
     "encode",
     "decode",
 ]
 
 SCHEMA_VERSION = 2  # 2: replica ids from one controller-wide serial
-_KEY = "gitops-controller-checkpoint"
 
 
 class CheckpointError(Exception):
@@ -31,49 +30,13 @@ class CheckpointError(Exception):
 
 
 class Storage(Protocol):
+    """Where the one checkpoint of a controller lives."""
+
     def put(self, data: bytes) -> None: ...
 
     def get(self) -> bytes | None: ...
 
     def delete(self) -> None: ...
-
-
-class MemoryStorage:
-    def __init__(self) -> None:
-        self.data: bytes | None = None
-        self.writes = 0
-
-    def put(self, data: bytes) -> None:
-        self.data = data
-        self.writes += 1
-
-    def get(self) -> bytes | None:
-        return self.data
-
-    def delete(self) -> None:
-        self.data = None
-
-
-class RayKVStorage:
-    """Ray's internal KV (GCS), one key per controller namespace."""
-
-    def __init__(self, namespace: str) -> None:
-        self._namespace = namespace
-
-    def put(self, data: bytes) -> None:
-        from ray.experimental import internal_kv
-
-        internal_kv._internal_kv_put(_KEY, data, overwrite=True, namespace=self._namespace)
-
-    def get(self) -> bytes | None:
-        from ray.experimental import internal_kv
-
-        return internal_kv._internal_kv_get(_KEY, namespace=self._namespace)
-
-    def delete(self) -> None:
-        from ray.experimental import internal_kv
-
-        internal_kv._internal_kv_del(_KEY, namespace=self._namespace)
 
 
 def encode(body: dict[str, Any]) -> bytes:

@@ -1,9 +1,11 @@
 """Every `ray.*` call the controller makes, behind one class.
 
 Owns creating, finding, calling and killing replica and proxy actors (named,
-detached, in the controller's namespace), turning finished Ray calls into
-`Probe`s for the pure state machine (`controller.backend_state.Observer`),
-the resource check before scale-up, and the one-proxy-per-alive-node rule.
+detached, in the controller's namespace), carrying out the effects the pure
+state machines decide (`controller.backend_state`, `controller.proxy_fleet`),
+turning finished Ray calls into `Probe`s for them, node facts, and the
+resource check before scale-up. It decides nothing: reads only read, and
+every actor start, call or kill is an effect it was given.
 
 Calls are never awaited on the control loop: each remote call's future
 stores its outcome in a dict when it finishes, and the next tick reads it.
@@ -16,7 +18,7 @@ import logging
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Sequence
 
 import ray
 from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
@@ -27,26 +29,31 @@ from controller.backend_state import (
     REPLICA_PREFIX,
     CheckHealth,
     Effect,
+    KillReplica,
     Probe,
     ProbeStatus,
     Reconfigure,
     StartReplica,
     StopReplica,
 )
+from controller.proxy_fleet import (
+    PROXY_PREFIX,
+    PingProxy,
+    ProxyEffect,
+    ProxySpec,
+    StartProxy,
+    StopProxy,
+    proxy_actor_name,
+)
 from vocabulary.configs import BackendConfig
 from vocabulary.goal_api import REPLICA_CLASS
 
-__all__ = ["RayAdapter", "ProxySpec", "PROXY_PREFIX", "proxy_actor_name", "error_text"]
+__all__ = ["RayAdapter", "error_text"]
 
 logger = logging.getLogger(__name__)
 
-PROXY_PREFIX = "gitops-proxy-"
 _PENDING = Probe(ProbeStatus.PENDING)
 _REPLICA_CONCURRENCY = 1000
-
-
-def proxy_actor_name(node_id: str) -> str:
-    return PROXY_PREFIX + node_id
 
 
 def error_text(err: BaseException) -> str:
@@ -75,26 +82,10 @@ class _Call:
     started: float
 
 
-@dataclass(frozen=True)
-class ProxySpec:
-    """How every node's proxy is started."""
-
-    proxy_class: str  # "module:Class"
-    controller_name: str
-    host: str
-    port: int
-    metrics_port: int | None = None
-
-
 @dataclass
-class ProxyRecord:
-    node_id: str
-    actor_name: str
+class _Proxy:
     handle: Any
-    ready: _Call
-    state: str = "starting"  # starting | running | dead
-    last_ping: float = 0.0
-    error: str = ""
+    call: _Call  # the last ready or ping call
 
 
 class RayAdapter:
@@ -105,12 +96,9 @@ class RayAdapter:
         self._nodes: dict[str, str] = {}
         self._health: dict[str, _Call] = {}
         self._drains: dict[str, _Call] = {}
-        self.proxies: dict[str, ProxyRecord] = {}
+        self._proxies: dict[str, _Proxy] = {}
         self._uploaded: dict[str, str] = {}
         self._dead_nodes: set[str] = set()
-        self._proxy_failures: dict[str, int] = {}
-        self._proxy_retry_at: dict[str, float] = {}
-        self._proxy_errors: dict[str, str] = {}
 
     # --- Observer (read by backend_state.tick) ------------------------------
 
@@ -134,11 +122,7 @@ class RayAdapter:
 
     def drained(self, actor_name: str) -> bool:
         call = self._drains.get(actor_name)
-        if call is not None and not call.future.done():
-            return False
-        self._drains.pop(actor_name, None)
-        self._kill(actor_name)
-        return True
+        return call is None or call.future.done()
 
     def node_of(self, actor_name: str) -> str:
         return self._nodes.get(actor_name, "")
@@ -166,7 +150,7 @@ class RayAdapter:
 
     # --- effects --------------------------------------------------------------
 
-    def apply(self, effects: list[Effect]) -> None:
+    def apply(self, effects: Sequence[Effect | ProxyEffect]) -> None:
         for effect in effects:
             try:
                 self._apply_one(effect)
@@ -191,6 +175,17 @@ class RayAdapter:
             handle = self._replica_handle(effect.actor_name)
             if handle is not None:
                 handle.reconfigure.remote(effect.user_config)
+        elif isinstance(effect, KillReplica):
+            self._drains.pop(effect.actor_name, None)
+            self._kill(effect.actor_name)
+        elif isinstance(effect, StartProxy):
+            self._start_proxy(effect)
+        elif isinstance(effect, StopProxy):
+            self._kill_proxy(effect.node_id)
+        elif isinstance(effect, PingProxy):
+            proxy = self._proxies.get(effect.node_id)
+            if proxy is not None:
+                proxy.call = _call(proxy.handle.ready.remote())
 
     def _start(self, effect: StartReplica) -> None:
         """Get-or-create the named actor, then (re)run its idempotent initialize."""
@@ -291,48 +286,23 @@ class RayAdapter:
 
     # --- proxies --------------------------------------------------------------
 
-    def reconcile_proxies(self, spec: "ProxySpec", now: float, ping_period_s: float = 2.0) -> list[str]:
-        """One proxy per alive node: start missing, replace dead, drop removed.
+    def proxy_probes(self) -> dict[str, Probe]:
+        """Per node, the outcome of its proxy's last ready or ping call, once finished."""
+        return {
+            node_id: _outcome(proxy.call.future)
+            for node_id, proxy in self._proxies.items() if proxy.call.future.done()
+        }
 
-        Returns the node ids whose proxy went away (their acks are forgotten).
-        """
-        alive = self.refresh_nodes()
-        gone = [node for node in self.proxies if node not in alive]
-        for node in gone:
-            self._kill_proxy(node)
-        for node in alive:
-            record = self.proxies.get(node)
-            if record is None:
-                if now >= self._proxy_retry_at.get(node, 0.0):
-                    self.proxies[node] = self._start_proxy(spec, node)
-                continue
-            self._watch_proxy(record, node, now, ping_period_s)
-            if record.state == "dead":
-                # Back off, so a proxy that cannot start (port taken) is not crash-looped.
-                failures = self._proxy_failures[node] = self._proxy_failures.get(node, 0) + 1
-                self._proxy_retry_at[node] = now + min(0.5 * 2 ** (failures - 1), 30.0)
-                self._proxy_errors[node] = record.error
-                self._kill_proxy(node)
-                gone.append(node)
-            elif record.state == "running":
-                self._proxy_failures.pop(node, None)
-        return gone
+    def _start_proxy(self, effect: StartProxy) -> None:
+        """Start the node's proxy; a failure to even submit it becomes its probe."""
+        try:
+            self._proxies[effect.node_id] = self._submit_proxy(effect.spec, effect.node_id)
+        except Exception as err:  # e.g. the proxy class cannot be imported
+            failed: Future = Future()
+            failed.set_exception(err)
+            self._proxies[effect.node_id] = _Proxy(None, _Call(failed, time.monotonic()))
 
-    def _watch_proxy(self, record: ProxyRecord, node: str, now: float, ping_period_s: float) -> None:
-        if not record.ready.future.done():
-            return
-        probe = _outcome(record.ready.future)
-        if probe.status != ProbeStatus.OK:
-            logger.warning("proxy on node %s failed: %s", node, probe.error)
-            record.state = "dead"
-            record.error = probe.error
-            return
-        record.state = "running"
-        if now - record.last_ping >= ping_period_s:
-            record.last_ping = now
-            record.ready = _call(record.handle.ready.remote())
-
-    def _start_proxy(self, spec: "ProxySpec", node_id: str) -> ProxyRecord:
+    def _submit_proxy(self, spec: ProxySpec, node_id: str) -> _Proxy:
         proxy_class = _load_class(spec.proxy_class)
         cls = _remote_class(proxy_class).options(
             name=proxy_actor_name(node_id),
@@ -348,40 +318,19 @@ class RayAdapter:
             spec.controller_name, self.namespace, node_id, spec.host, spec.port,
             metrics_port=spec.metrics_port,
         )
-        return ProxyRecord(node_id, proxy_actor_name(node_id), handle, _call(handle.ready.remote()))
+        return _Proxy(handle, _call(handle.ready.remote()))
 
     def _kill_proxy(self, node_id: str) -> None:
-        record = self.proxies.pop(node_id, None)
-        if record is not None:
+        proxy = self._proxies.pop(node_id, None)
+        if proxy is not None and proxy.handle is not None:
             try:
-                ray.kill(record.handle, no_restart=True)
+                ray.kill(proxy.handle, no_restart=True)
             except Exception:
                 pass
 
-    def serving_proxies(self) -> list[str]:
-        return [node for node, r in self.proxies.items() if r.state == "running"]
-
-    def live_proxies(self) -> list[str]:
-        """Proxies that goals wait for: starting ones too, so a goal met means
-        every node's proxy holds the change, not just the ones up so far."""
-        return [node for node, r in self.proxies.items() if r.state != "dead"]
-
-    def proxy_status(self) -> dict[str, dict[str, Any]]:
-        """Every node's proxy; a node waiting out a failed start shows "backoff"."""
-        nodes = set(self.proxies) | set(self._proxy_failures)
-        return {
-            node: {
-                "actor_name": proxy_actor_name(node),
-                "state": self.proxies[node].state if node in self.proxies else "backoff",
-                "failures": self._proxy_failures.get(node, 0),
-                "last_error": self._proxy_errors.get(node, ""),
-            }
-            for node in sorted(nodes)
-        }
-
     def begin_proxy_shutdown(self) -> list[Any]:
         """Ask every proxy to stop serving; returns the calls to wait for."""
-        return [r.handle.shutdown.remote() for r in self.proxies.values()]
+        return [p.handle.shutdown.remote() for p in self._proxies.values() if p.handle is not None]
 
     def begin_replica_drain(self, timeout_s: float) -> list[Any]:
         """Ask every known replica to finish in-flight requests."""
@@ -389,7 +338,7 @@ class RayAdapter:
 
     def stop_everything(self, replica_names: set[str]) -> None:
         """Shutdown: kill every proxy and replica of this namespace."""
-        for node in list(self.proxies):
+        for node in list(self._proxies):
             self._kill_proxy(node)
         for name in _named_actors(self.namespace):
             if name.startswith(PROXY_PREFIX) or name.startswith(REPLICA_PREFIX):

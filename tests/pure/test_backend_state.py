@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from controller.backend_state import (
     BackendOptions,
     BackendState,
@@ -14,38 +12,10 @@ from controller.backend_state import (
     StartReplica,
     StopReplica,
 )
+from controller.testing import FakeAdapter
 from vocabulary.configs import BackendConfig, ReplicaState
 
 OK = Probe(ProbeStatus.OK)
-
-
-@dataclass
-class FakeWorld:
-    """Answers probes from dicts the test fills in; everything else is 'fine'."""
-
-    starts: dict[str, Probe] = field(default_factory=dict)
-    health: dict[str, Probe] = field(default_factory=dict)
-    no_room: str = ""
-
-    def start_probe(self, actor_name: str) -> Probe:
-        return self.starts.get(actor_name, Probe(ProbeStatus.PENDING))
-
-    def health_probe(self, actor_name: str) -> Probe | None:
-        return self.health.pop(actor_name, OK)
-
-    def drained(self, actor_name: str) -> bool:
-        return True
-
-    dead_nodes: set = field(default_factory=set)
-
-    def node_of(self, actor_name: str) -> str:
-        return "node-1"
-
-    def node_alive(self, node_id: str) -> bool:
-        return node_id not in self.dead_nodes
-
-    def cannot_fit(self, ray_actor_options: dict, count: int) -> str:
-        return self.no_room
 
 
 def config(version: str = "v1", replicas: int = 2, **extra) -> BackendConfig:
@@ -62,7 +32,7 @@ def stops(effects) -> list[StopReplica]:
     return [e for e in effects if isinstance(e, StopReplica)]
 
 
-def run_ready(state: BackendState, world: FakeWorld, now: float) -> list:
+def run_ready(state: BackendState, world: FakeAdapter, now: float) -> list:
     """One tick that starts, then one that finds every started replica ready."""
     effects = state.tick(now, world)
     for e in starts(effects):
@@ -80,13 +50,13 @@ def states(state: BackendState) -> list[tuple[str, str]]:
 def test_new_backend_starts_its_target_number_of_replicas_at_once():
     state = BackendState()
     state.apply(config(replicas=3))
-    effects = state.tick(0.0, FakeWorld())
+    effects = state.tick(0.0, FakeAdapter())
     assert len(starts(effects)) == 3
     assert state.readiness("echo", "v1") == ("pending", "")
 
 
 def test_backend_is_ready_once_every_replica_of_the_version_runs():
-    state, world = BackendState(), FakeWorld()
+    state, world = BackendState(), FakeAdapter()
     state.apply(config())
     run_ready(state, world, 0.0)
     assert state.readiness("echo", "v1") == ("met", "")
@@ -94,7 +64,7 @@ def test_backend_is_ready_once_every_replica_of_the_version_runs():
 
 
 def test_replica_names_are_deterministic_and_never_reused():
-    state, world = BackendState(), FakeWorld()
+    state, world = BackendState(), FakeAdapter()
     state.apply(config(replicas=1))
     first = starts(state.tick(0.0, world))[0]
     assert first.actor_name == "gitops-replica-echo-v1-0"
@@ -106,7 +76,7 @@ def test_replica_names_are_deterministic_and_never_reused():
 
 def test_a_backend_deleted_and_created_again_never_reuses_a_replica_name():
     # The old replica may still be draining under its name (a quick git revert).
-    state, world = BackendState(), FakeWorld()
+    state, world = BackendState(), FakeAdapter()
     state.apply(config(replicas=1))
     first = run_ready(state, world, 0.0)[0]
     state.delete("echo")
@@ -120,7 +90,7 @@ def test_a_backend_deleted_and_created_again_never_reuses_a_replica_name():
 
 
 def test_rolling_update_starts_one_new_replica_before_draining_any_old_one():
-    state, world = BackendState(), FakeWorld()
+    state, world = BackendState(), FakeAdapter()
     state.apply(config(replicas=2))
     run_ready(state, world, 0.0)
     state.apply(config(version="v2", replicas=2))
@@ -133,7 +103,7 @@ def test_rolling_update_starts_one_new_replica_before_draining_any_old_one():
 
 
 def test_rolling_update_ends_with_only_the_new_version():
-    state, world = BackendState(), FakeWorld()
+    state, world = BackendState(), FakeAdapter()
     state.apply(config(replicas=3))
     run_ready(state, world, 0.0)
     state.apply(config(version="v2", replicas=3))
@@ -146,7 +116,7 @@ def test_rolling_update_ends_with_only_the_new_version():
 
 
 def test_in_place_user_config_change_reconfigures_without_restarting():
-    state, world = BackendState(), FakeWorld()
+    state, world = BackendState(), FakeAdapter()
     state.apply(config())
     run_ready(state, world, 0.0)
     effects = state.apply(config(user_config={"greeting": "hi"}))
@@ -156,7 +126,7 @@ def test_in_place_user_config_change_reconfigures_without_restarting():
 
 
 def test_scaling_down_stops_extra_replicas_gracefully():
-    state, world = BackendState(), FakeWorld()
+    state, world = BackendState(), FakeAdapter()
     state.apply(config(replicas=3))
     run_ready(state, world, 0.0)
     state.apply(config(replicas=1))
@@ -166,7 +136,7 @@ def test_scaling_down_stops_extra_replicas_gracefully():
 
 def test_failing_new_version_fails_its_goal_with_the_user_error_and_keeps_old_replicas():
     state = BackendState(BackendOptions(max_failures=3, backoff_base_s=0.5))
-    world = FakeWorld()
+    world = FakeAdapter()
     state.apply(config(replicas=2))
     run_ready(state, world, 0.0)
     state.apply(config(version="v2", replicas=2))
@@ -183,7 +153,7 @@ def test_failing_new_version_fails_its_goal_with_the_user_error_and_keeps_old_re
 
 def test_failed_starts_back_off_exponentially():
     state = BackendState(BackendOptions(backoff_base_s=1.0, max_failures=10))
-    world = FakeWorld()
+    world = FakeAdapter()
     state.apply(config(replicas=1))
     start_times = []
     now = 0.0
@@ -198,7 +168,7 @@ def test_failed_starts_back_off_exponentially():
 
 def test_replica_not_ready_within_startup_timeout_is_replaced():
     state = BackendState(BackendOptions(startup_timeout_s=5.0))
-    world = FakeWorld()
+    world = FakeAdapter()
     state.apply(config(replicas=1))
     state.tick(0.0, world)
     effects = state.tick(5.0, world)
@@ -208,7 +178,7 @@ def test_replica_not_ready_within_startup_timeout_is_replaced():
 
 
 def test_failed_health_check_replaces_the_replica_and_counts_the_reason():
-    state, world = BackendState(), FakeWorld()
+    state, world = BackendState(), FakeAdapter()
     state.apply(config(replicas=1))
     run_ready(state, world, 0.0)
     effects = state.tick(1.5, world)
@@ -221,7 +191,7 @@ def test_failed_health_check_replaces_the_replica_and_counts_the_reason():
 
 
 def test_dead_replica_is_replaced_without_counting_as_a_user_failure():
-    state, world = BackendState(), FakeWorld()
+    state, world = BackendState(), FakeAdapter()
     state.apply(config(replicas=1))
     run_ready(state, world, 0.0)
     [check] = [e for e in state.tick(1.5, world) if isinstance(e, CheckHealth)]
@@ -233,7 +203,7 @@ def test_dead_replica_is_replaced_without_counting_as_a_user_failure():
 
 
 def test_replica_on_a_lost_node_is_replaced_without_waiting_for_a_health_check():
-    state, world = BackendState(), FakeWorld()
+    state, world = BackendState(), FakeAdapter()
     state.apply(config(replicas=1))
     run_ready(state, world, 0.0)
     world.dead_nodes.add("node-1")
@@ -244,7 +214,7 @@ def test_replica_on_a_lost_node_is_replaced_without_waiting_for_a_health_check()
 
 def test_cluster_without_room_fails_the_goal_with_the_reason_after_a_grace():
     state = BackendState(BackendOptions(unschedulable_grace_s=2.0))
-    world = FakeWorld(no_room="no alive node has GPU=1 available")
+    world = FakeAdapter(no_room="no alive node has GPU=1 available")
     state.apply(config(replicas=1, ray_actor_options={"num_gpus": 1}))
     assert not starts(state.tick(0.0, world))
     assert state.readiness("echo", "v1")[0] == "pending"
@@ -254,7 +224,7 @@ def test_cluster_without_room_fails_the_goal_with_the_reason_after_a_grace():
 
 
 def test_delete_drains_every_replica_then_forgets_the_backend():
-    state, world = BackendState(), FakeWorld()
+    state, world = BackendState(), FakeAdapter()
     state.apply(config())
     run_ready(state, world, 0.0)
     state.delete("echo")
@@ -266,7 +236,7 @@ def test_delete_drains_every_replica_then_forgets_the_backend():
 
 
 def test_set_target_is_the_one_knob_for_replica_count():
-    state, world = BackendState(), FakeWorld()
+    state, world = BackendState(), FakeAdapter()
     state.apply(config(replicas=1))
     run_ready(state, world, 0.0)
     state.set_target("echo", 3)
@@ -274,7 +244,7 @@ def test_set_target_is_the_one_knob_for_replica_count():
 
 
 def test_checkpoint_round_trip_keeps_replicas_and_counters():
-    state, world = BackendState(), FakeWorld()
+    state, world = BackendState(), FakeAdapter()
     state.apply(config())
     run_ready(state, world, 0.0)
     copy = BackendState.from_json(state.to_json())
@@ -282,7 +252,7 @@ def test_checkpoint_round_trip_keeps_replicas_and_counters():
 
 
 def test_recovery_keeps_found_running_replicas_and_replaces_lost_ones():
-    state, world = BackendState(), FakeWorld()
+    state, world = BackendState(), FakeAdapter()
     state.apply(config())
     run_ready(state, world, 0.0)
     names = sorted(state.all_actor_names())
@@ -290,26 +260,26 @@ def test_recovery_keeps_found_running_replicas_and_replaces_lost_ones():
     restored.recover(0.0, found={names[0]})
     assert states(restored) == [("v1", "RUNNING")]
     assert restored.status("echo")["restarts"] == {"lost": 1}
-    effects = restored.tick(0.1, FakeWorld())
+    effects = restored.tick(0.1, FakeAdapter())
     assert len(starts(effects)) == 1 and starts(effects)[0].actor_name not in names
 
 
 def test_recovery_restarts_starting_replicas_under_the_same_name():
     state = BackendState()
     state.apply(config(replicas=1))
-    [start] = starts(state.tick(0.0, FakeWorld()))
+    [start] = starts(state.tick(0.0, FakeAdapter()))
     restored = BackendState.from_json(state.to_json())
     restored.recover(0.0, found=set())
-    [again] = starts(restored.tick(0.1, FakeWorld()))
+    [again] = starts(restored.tick(0.1, FakeAdapter()))
     assert again.actor_name == start.actor_name
 
 
 def test_recovery_stops_replicas_that_were_on_their_way_out():
-    state, world = BackendState(), FakeWorld()
+    state, world = BackendState(), FakeAdapter()
     state.apply(config(replicas=1))
     run_ready(state, world, 0.0)
     state.set_target("echo", 0)
     state._backends["echo"].replicas[0].move(ReplicaState.SHOULD_STOP, 1.0)
     restored = BackendState.from_json(state.to_json())
     restored.recover(0.0, found=set(state.all_actor_names()))
-    assert stops(restored.tick(0.1, FakeWorld()))
+    assert stops(restored.tick(0.1, FakeAdapter()))

@@ -7,7 +7,8 @@ import pickle
 
 import pytest
 
-from controller.checkpoint import SCHEMA_VERSION, CheckpointError, MemoryStorage, decode, encode
+from controller.checkpoint import SCHEMA_VERSION, CheckpointError, decode, encode
+from controller.testing import MemoryStorage
 
 
 def test_checkpoint_is_plain_json_with_a_schema_version():

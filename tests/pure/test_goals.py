@@ -3,34 +3,22 @@
 from __future__ import annotations
 
 from vocabulary.goal_api import LongPollKey
-from controller.backend_state import BackendState, Probe, ProbeStatus, StartReplica
+from controller.backend_state import BackendState
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
 from controller.endpoint_state import EndpointState
 from controller.goals import PENDING, GoalKind, GoalTable, Verdict
 from controller.judging import fingerprint, judge
 from controller.longpoll import LongPollHost
+from controller.testing import FakeAdapter
 
 MET = Verdict(GoalState.MET)
 
 
-class ReadyWorld:
-    def start_probe(self, actor_name):
-        return Probe(ProbeStatus.OK)
-
-    def health_probe(self, actor_name):
-        return None
-
-    def drained(self, actor_name):
-        return True
-
-    def node_of(self, actor_name):
-        return "n"
-
-    def node_alive(self, node_id):
-        return True
-
-    def cannot_fit(self, options, count):
-        return ""
+def run_ready(backends: BackendState) -> None:
+    """Two ticks of a cluster where every replica is ready as soon as it is started."""
+    cluster = FakeAdapter()
+    cluster.apply(backends.tick(0.0, cluster))
+    backends.tick(0.1, cluster)
 
 
 def backend(version: str = "v1", replicas: int = 1) -> BackendConfig:
@@ -94,8 +82,7 @@ def test_backend_goal_is_met_when_its_version_runs_its_target():
     backends.apply(backend())
     goal_id = table.request(GoalKind.BACKEND_READY, "echo", fingerprint(backend()), 0.0)
     assert judged(goal_id, table, backends, EndpointState(), LongPollHost()).state == GoalState.PENDING
-    backends.tick(0.0, ReadyWorld())
-    backends.tick(0.1, ReadyWorld())
+    run_ready(backends)
     assert judged(goal_id, table, backends, EndpointState(), LongPollHost()).state == GoalState.MET
 
 
@@ -110,8 +97,7 @@ def test_backend_goal_is_superseded_by_a_newer_version():
 def test_backend_goal_waits_for_subscribed_proxies_to_hold_the_new_replica_set():
     backends, table, longpoll = BackendState(), GoalTable(), LongPollHost()
     backends.apply(backend())
-    backends.tick(0.0, ReadyWorld())
-    backends.tick(0.1, ReadyWorld())
+    run_ready(backends)
     key = LongPollKey.replicas("echo")
     longpoll.record_ack("p1", {key: 1})
     longpoll.publish(key, "set", "set")

@@ -8,82 +8,23 @@ and recovery from a checkpoint deterministically.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
 from controller.actor import ControllerActor
-from controller.backend_state import Probe, ProbeStatus, StartReplica, StopReplica
-from controller.checkpoint import MemoryStorage, decode
+from controller.backend_state import replica_actor_name
+from controller.checkpoint import decode
+from controller.testing import FakeAdapter, MemoryStorage
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
 
 OPTIONS = {"tick_s": 0.01, "proxy_class": None, "backoff_base_s": 0.01, "backoff_max_s": 0.02}
 
 
-class FakeAdapter:
-    """Replicas start instantly (or fail with `error`); records what it was asked."""
-
-    def __init__(self, storage: MemoryStorage, error: str = "") -> None:
-        self.storage = storage
-        self.error = error
-        self.alive: set[str] = set()
-        self.started: list[str] = []
-        self.checkpointed_at_start: list[bool] = []
-
-    def apply(self, effects: list[Any]) -> None:
-        for effect in effects:
-            if isinstance(effect, StartReplica):
-                saved = decode(self.storage.get())
-                names = {r["replica_id"] for b in saved["backends"]["backends"].values() for r in b["replicas"]}
-                self.checkpointed_at_start.append(effect.replica_id in names)
-                self.started.append(effect.actor_name)
-                if not self.error:
-                    self.alive.add(effect.actor_name)
-            elif isinstance(effect, StopReplica):
-                self.alive.discard(effect.actor_name)
-
-    def start_probe(self, actor_name: str) -> Probe:
-        if self.error:
-            return Probe(ProbeStatus.FAILED, self.error)
-        return Probe(ProbeStatus.OK if actor_name in self.alive else ProbeStatus.PENDING)
-
-    def health_probe(self, actor_name: str) -> Probe | None:
-        return None
-
-    def drained(self, actor_name: str) -> bool:
-        return True
-
-    def node_of(self, actor_name: str) -> str:
-        return "node"
-
-    def node_alive(self, node_id: str) -> bool:
-        return True
-
-    def cannot_fit(self, options: dict, count: int) -> str:
-        return ""
-
-    def adopt(self, names: set[str]) -> set[str]:
-        return names & self.alive
-
-    def sweep_leaks(self, known: set[str]) -> list[str]:
-        leaked = sorted(self.alive - known)
-        self.alive -= set(leaked)
-        return leaked
-
-    def refresh_nodes(self) -> list[str]:
-        return ["node"]
-
-    def live_proxies(self) -> list[str]:
-        return []
-
-    def serving_proxies(self) -> list[str]:
-        return []
-
-    def proxy_status(self) -> dict:
-        return {}
-
-    def handle(self, actor_name: str) -> Any:
-        return None
+def checkpointed(data: bytes | None) -> set[str]:
+    """The replica actors a stored checkpoint knows."""
+    saved = decode(data)
+    return {replica_actor_name(r["replica_id"])
+            for b in saved["backends"]["backends"].values() for r in b["replicas"]}
 
 
 def backend(version: str = "v1", replicas: int = 2) -> BackendConfig:
@@ -102,7 +43,7 @@ async def stop(ctl: ControllerActor) -> None:
 def test_every_replica_is_in_the_checkpoint_before_it_is_started():
     async def scenario():
         storage = MemoryStorage()
-        adapter = FakeAdapter(storage)
+        adapter = FakeAdapter(storage=storage)
         ctl = controller(storage, adapter)
         result = await ctl.wait_for_goal(await ctl.apply_backend(backend()), 5)
         await stop(ctl)
@@ -110,13 +51,15 @@ def test_every_replica_is_in_the_checkpoint_before_it_is_started():
 
     result, adapter = asyncio.run(scenario())
     assert result.state == GoalState.MET
-    assert len(adapter.started) == 2 and all(adapter.checkpointed_at_start)
+    assert len(adapter.started) == 2
+    assert all(name in checkpointed(data)
+               for name, data in zip(adapter.started, adapter.checkpoints_at_start))
 
 
 def test_identical_apply_returns_a_met_goal_and_writes_nothing():
     async def scenario():
         storage = MemoryStorage()
-        ctl = controller(storage, FakeAdapter(storage))
+        ctl = controller(storage, FakeAdapter())
         first = await ctl.apply_backend(backend())
         await ctl.wait_for_goal(first, 5)
         writes = storage.writes
@@ -132,7 +75,7 @@ def test_identical_apply_returns_a_met_goal_and_writes_nothing():
 def test_restarted_controller_recovers_state_and_adopts_live_replicas():
     async def scenario():
         storage = MemoryStorage()
-        adapter = FakeAdapter(storage)
+        adapter = FakeAdapter()
         ctl = controller(storage, adapter)
         await ctl.wait_for_goal(await ctl.apply_backend(backend()), 5)
         await ctl.apply_endpoint(EndpointConfig(name="e", route="/e", traffic={"echo": 1.0}))
@@ -154,7 +97,7 @@ def test_restarted_controller_recovers_state_and_adopts_live_replicas():
 def test_replica_unknown_to_the_checkpoint_is_killed_on_recovery():
     async def scenario():
         storage = MemoryStorage()
-        adapter = FakeAdapter(storage)
+        adapter = FakeAdapter()
         ctl = controller(storage, adapter)
         await ctl.wait_for_goal(await ctl.apply_backend(backend(replicas=1)), 5)
         await stop(ctl)
@@ -169,7 +112,7 @@ def test_replica_unknown_to_the_checkpoint_is_killed_on_recovery():
 def test_failing_version_fails_its_goal_with_the_replica_error():
     async def scenario():
         storage = MemoryStorage()
-        ctl = controller(storage, FakeAdapter(storage, error="ImportError: no module named x"))
+        ctl = controller(storage, FakeAdapter(start_error="ImportError: no module named x"))
         result = await ctl.wait_for_goal(await ctl.apply_backend(backend()), 5)
         await stop(ctl)
         return result
@@ -181,7 +124,7 @@ def test_failing_version_fails_its_goal_with_the_replica_error():
 def test_invalid_endpoint_raises_and_leaves_the_checkpoint_untouched():
     async def scenario():
         storage = MemoryStorage()
-        ctl = controller(storage, FakeAdapter(storage))
+        ctl = controller(storage, FakeAdapter())
         await ctl.apply_backend(backend())
         writes = storage.writes
         with pytest.raises(ValueError, match="sum to 0.5"):

@@ -1,0 +1,156 @@
+"""The proxy fleet: one proxy per alive node, as a pure state machine.
+
+Owns, per node: the proxy's `ProxyState` (STARTING until its first ready
+call answers, RUNNING while its pings answer, BACKOFF after a failure until
+the next try), its consecutive failures, when it may be tried again, and its
+last error. `tick` reads the alive nodes and the outcome of each proxy's
+last ready/ping call (`Probe`s the adapter reports) and returns the effects
+to carry out: `StartProxy`, `StopProxy`, `PingProxy`.
+
+It never touches Ray and never reads a clock: the controller passes `now`,
+the adapter carries the effects out. A proxy that cannot start (a port
+taken) is retried with exponential backoff rather than crash-looped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from controller.backend_state import Probe, ProbeStatus
+from vocabulary.status import ProxyState, ProxyStatus
+
+__all__ = [
+    "PROXY_PREFIX",
+    "proxy_actor_name",
+    "ProxySpec",
+    "StartProxy",
+    "StopProxy",
+    "PingProxy",
+    "ProxyEffect",
+    "ProxyFleet",
+]
+
+PROXY_PREFIX = "gitops-proxy-"
+
+
+def proxy_actor_name(node_id: str) -> str:
+    return PROXY_PREFIX + node_id
+
+
+@dataclass(frozen=True)
+class ProxySpec:
+    """How every node's proxy is started."""
+
+    proxy_class: str  # "module:Class"
+    controller_name: str
+    host: str
+    port: int
+    metrics_port: int | None = None
+
+
+@dataclass(frozen=True)
+class StartProxy:
+    node_id: str
+    spec: ProxySpec
+
+
+@dataclass(frozen=True)
+class StopProxy:
+    node_id: str
+
+
+@dataclass(frozen=True)
+class PingProxy:
+    """Ask a running proxy whether it still serves; its answer is the node's next probe."""
+
+    node_id: str
+
+
+ProxyEffect = StartProxy | StopProxy | PingProxy
+
+
+@dataclass
+class _Node:
+    state: ProxyState
+    failures: int = 0
+    retry_at: float = 0.0
+    last_error: str = ""
+    last_ping: float = 0.0
+
+
+class ProxyFleet:
+    """`spec` None: this controller runs no proxies (tests of the goal API)."""
+
+    def __init__(
+        self, spec: ProxySpec | None, ping_period_s: float = 2.0,
+        backoff_base_s: float = 0.5, backoff_max_s: float = 30.0,
+    ) -> None:
+        self.spec = spec
+        self.ping_period_s = ping_period_s
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self._nodes: dict[str, _Node] = {}
+
+    def tick(
+        self, now: float, alive_nodes: Sequence[str], probes: Mapping[str, Probe]
+    ) -> list[ProxyEffect]:
+        """One proxy per alive node: start missing, replace failed, drop removed.
+
+        `probes`: per node, the outcome of its proxy's last ready or ping
+        call; a node missing from it has a call still in flight.
+        """
+        if self.spec is None:
+            return []
+        effects: list[ProxyEffect] = []
+        for node_id in [n for n in self._nodes if n not in alive_nodes]:
+            if self._nodes.pop(node_id).state is not ProxyState.BACKOFF:
+                effects.append(StopProxy(node_id))
+        for node_id in alive_nodes:
+            node = self._nodes.setdefault(node_id, _Node(ProxyState.BACKOFF))
+            effects.extend(self._step(node_id, node, now, probes.get(node_id), self.spec))
+        return effects
+
+    def _step(
+        self, node_id: str, node: _Node, now: float, probe: Probe | None, spec: ProxySpec
+    ) -> list[ProxyEffect]:
+        if node.state is ProxyState.BACKOFF:
+            if now < node.retry_at:
+                return []
+            node.state, node.last_ping = ProxyState.STARTING, 0.0
+            return [StartProxy(node_id, spec)]
+        if probe is None or probe.status is ProbeStatus.PENDING:
+            return []
+        if probe.status is not ProbeStatus.OK:
+            node.failures += 1
+            node.retry_at = now + min(self.backoff_base_s * 2 ** (node.failures - 1), self.backoff_max_s)
+            node.last_error = probe.error
+            node.state = ProxyState.BACKOFF
+            return [StopProxy(node_id)]
+        node.state, node.failures = ProxyState.RUNNING, 0
+        if now - node.last_ping < self.ping_period_s:
+            return []
+        node.last_ping = now
+        return [PingProxy(node_id)]
+
+    # --- reads ------------------------------------------------------------------
+
+    def serving(self) -> list[str]:
+        """Nodes whose proxy answers."""
+        return [n for n, node in self._nodes.items() if node.state is ProxyState.RUNNING]
+
+    def live(self) -> list[str]:
+        """Proxies that goals wait for: starting ones too, so a goal met means
+        every node's proxy holds the change, not just the ones up so far."""
+        live = (ProxyState.STARTING, ProxyState.RUNNING)
+        return [n for n, node in self._nodes.items() if node.state in live]
+
+    def proxy_status(self) -> dict[str, ProxyStatus]:
+        """Every alive node's proxy; a node waiting out a failed start shows BACKOFF."""
+        return {
+            node_id: ProxyStatus(
+                actor_name=proxy_actor_name(node_id), state=node.state,
+                failures=node.failures, last_error=node.last_error,
+            )
+            for node_id, node in sorted(self._nodes.items())
+        }

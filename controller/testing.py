@@ -1,0 +1,143 @@
+"""Fakes of the controller's two edges, for tests of every tier.
+
+`FakeAdapter` is a cluster in memory that satisfies
+`controller.actor.ClusterAdapter` (and so `backend_state.Observer`):
+replicas it is told to start are ready at once (or fail with `start_error`),
+probes can be set per actor, and it records what it was asked to do.
+`MemoryStorage` is a checkpoint storage in memory.
+
+Shipped with the code so the state machines and `ControllerActor` run
+without Ray; nothing here is used in production.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from controller.backend_state import (
+    Effect,
+    KillReplica,
+    Probe,
+    ProbeStatus,
+    StartReplica,
+    StopReplica,
+)
+from controller.checkpoint import Storage
+from controller.proxy_fleet import ProxyEffect
+
+__all__ = ["FakeAdapter", "MemoryStorage"]
+
+OK = Probe(ProbeStatus.OK)
+
+
+class MemoryStorage:
+    """A checkpoint storage in memory that counts its writes."""
+
+    def __init__(self) -> None:
+        self.data: bytes | None = None
+        self.writes = 0
+
+    def put(self, data: bytes) -> None:
+        self.data = data
+        self.writes += 1
+
+    def get(self) -> bytes | None:
+        return self.data
+
+    def delete(self) -> None:
+        self.data = None
+
+
+@dataclass
+class FakeAdapter:
+    """A cluster in memory.
+
+    - `starts`: each actor's start probe (PENDING when absent); a started
+      replica gets OK, or FAILED with `start_error`.
+    - `health`: the next health probe per actor, consumed when read; OK when absent.
+    - `dead_nodes`, `no_room` (why nothing fits; "" = room), `node`: node facts.
+    - `alive`: replica actors that exist; `started`, `killed`, `applied`: what it was asked.
+    - `storage`: when given, `checkpoints_at_start` holds its content at each start.
+    """
+
+    starts: dict[str, Probe] = field(default_factory=dict)
+    health: dict[str, Probe] = field(default_factory=dict)
+    dead_nodes: set[str] = field(default_factory=set)
+    no_room: str = ""
+    node: str = "node-1"
+    start_error: str = ""
+    storage: Storage | None = None
+    alive: set[str] = field(default_factory=set)
+    started: list[str] = field(default_factory=list)
+    killed: list[str] = field(default_factory=list)
+    applied: list[Effect | ProxyEffect] = field(default_factory=list)
+    checkpoints_at_start: list[bytes | None] = field(default_factory=list)
+
+    # --- Observer ---------------------------------------------------------------
+
+    def start_probe(self, actor_name: str) -> Probe:
+        return self.starts.get(actor_name, Probe(ProbeStatus.PENDING))
+
+    def health_probe(self, actor_name: str) -> Probe | None:
+        return self.health.pop(actor_name, OK)
+
+    def drained(self, actor_name: str) -> bool:
+        return True
+
+    def node_of(self, actor_name: str) -> str:
+        return self.node
+
+    def node_alive(self, node_id: str) -> bool:
+        return node_id not in self.dead_nodes
+
+    def cannot_fit(self, ray_actor_options: dict[str, Any], count: int) -> str:
+        return self.no_room
+
+    # --- the rest of ClusterAdapter --------------------------------------------
+
+    def apply(self, effects: Sequence[Effect | ProxyEffect]) -> None:
+        for effect in effects:
+            self.applied.append(effect)
+            if isinstance(effect, StartReplica):
+                self._start(effect.actor_name)
+            elif isinstance(effect, (StopReplica, KillReplica)):
+                self.alive.discard(effect.actor_name)
+                if isinstance(effect, KillReplica):
+                    self.killed.append(effect.actor_name)
+
+    def _start(self, actor_name: str) -> None:
+        if self.storage is not None:
+            self.checkpoints_at_start.append(self.storage.get())
+        self.started.append(actor_name)
+        if self.start_error:
+            self.starts[actor_name] = Probe(ProbeStatus.FAILED, self.start_error)
+            return
+        self.starts[actor_name] = OK
+        self.alive.add(actor_name)
+
+    def refresh_nodes(self) -> list[str]:
+        return [] if self.node in self.dead_nodes else [self.node]
+
+    def proxy_probes(self) -> dict[str, Probe]:
+        return {}
+
+    def adopt(self, actor_names: set[str]) -> set[str]:
+        return actor_names & self.alive
+
+    def sweep_leaks(self, known: set[str]) -> list[str]:
+        leaked = sorted(self.alive - known)
+        self.alive -= set(leaked)
+        return leaked
+
+    def handle(self, actor_name: str) -> Any:
+        return None
+
+    def begin_proxy_shutdown(self) -> list[Any]:
+        return []
+
+    def begin_replica_drain(self, timeout_s: float) -> list[Any]:
+        return []
+
+    def stop_everything(self, replica_names: set[str]) -> None:
+        self.alive.clear()
