@@ -14,6 +14,7 @@ taken) is retried with exponential backoff rather than crash-looped.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -76,7 +77,7 @@ class _Node:
     failures: int = 0
     retry_at: float = 0.0
     last_error: str = ""
-    last_ping: float = 0.0
+    last_ping: float = -math.inf  # never: a proxy is pinged as soon as it is ready
 
 
 class ProxyFleet:
@@ -117,7 +118,7 @@ class ProxyFleet:
         if node.state is ProxyState.BACKOFF:
             if now < node.retry_at:
                 return []
-            node.state, node.last_ping = ProxyState.STARTING, 0.0
+            node.state, node.last_ping = ProxyState.STARTING, -math.inf
             return [StartProxy(node_id, spec)]
         if probe is None or probe.status is ProbeStatus.PENDING:
             return []

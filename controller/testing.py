@@ -56,6 +56,7 @@ class FakeAdapter:
     - `starts`: each actor's start probe (PENDING when absent); a started
       replica gets OK, or FAILED with `start_error`.
     - `health`: the next health probe per actor, consumed when read; OK when absent.
+    - `draining`: replica actors whose drain call has not finished.
     - `dead_nodes`, `no_room` (why nothing fits; "" = room), `node`: node facts.
     - `alive`: replica actors that exist; `started`, `killed`, `applied`: what it was asked.
     - `storage`: when given, `checkpoints_at_start` holds its content at each start.
@@ -63,6 +64,7 @@ class FakeAdapter:
 
     starts: dict[str, Probe] = field(default_factory=dict)
     health: dict[str, Probe] = field(default_factory=dict)
+    draining: set[str] = field(default_factory=set)
     dead_nodes: set[str] = field(default_factory=set)
     no_room: str = ""
     node: str = "node-1"
@@ -83,7 +85,7 @@ class FakeAdapter:
         return self.health.pop(actor_name, OK)
 
     def drained(self, actor_name: str) -> bool:
-        return True
+        return actor_name not in self.draining
 
     def node_of(self, actor_name: str) -> str:
         return self.node

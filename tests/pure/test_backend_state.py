@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import pytest
+
 from controller.backend_state import (
     BackendOptions,
     BackendState,
     CheckHealth,
+    KillReplica,
     Probe,
     ProbeStatus,
     Reconfigure,
+    ReplicaRecord,
     StartReplica,
     StopReplica,
+    TRANSITIONS,
+    IllegalTransition,
 )
 from controller.testing import FakeAdapter
 from vocabulary.configs import BackendConfig, ReplicaState
@@ -30,6 +36,10 @@ def starts(effects) -> list[StartReplica]:
 
 def stops(effects) -> list[StopReplica]:
     return [e for e in effects if isinstance(e, StopReplica)]
+
+
+def kills(effects) -> list[KillReplica]:
+    return [e for e in effects if isinstance(e, KillReplica)]
 
 
 def run_ready(state: BackendState, world: FakeAdapter, now: float) -> list:
@@ -235,6 +245,30 @@ def test_delete_drains_every_replica_then_forgets_the_backend():
     assert state.is_gone("echo")
 
 
+def test_stopped_replica_is_killed_once_its_drain_finished():
+    state, world = BackendState(), FakeAdapter()
+    state.apply(config(replicas=1))
+    run_ready(state, world, 0.0)
+    state.set_target("echo", 0)
+    [stop] = stops(state.tick(1.0, world))
+    world.draining.add(stop.actor_name)
+    assert not kills(state.tick(1.1, world))
+    world.draining.clear()
+    assert kills(state.tick(1.2, world)) == [KillReplica(stop.actor_name)]
+
+
+def test_replica_whose_drain_hangs_is_killed_past_its_deadline():
+    state = BackendState(BackendOptions(stop_grace_s=2.0))
+    world = FakeAdapter()
+    state.apply(config(replicas=1))  # graceful_shutdown_timeout_s=2.0
+    run_ready(state, world, 0.0)
+    state.set_target("echo", 0)
+    [stop] = stops(state.tick(1.0, world))
+    world.draining.add(stop.actor_name)
+    assert not kills(state.tick(4.9, world))
+    assert kills(state.tick(5.0, world)) == [KillReplica(stop.actor_name)]
+
+
 def test_set_target_is_the_one_knob_for_replica_count():
     state, world = BackendState(), FakeAdapter()
     state.apply(config(replicas=1))
@@ -283,3 +317,35 @@ def test_recovery_stops_replicas_that_were_on_their_way_out():
     restored = BackendState.from_json(state.to_json())
     restored.recover(0.0, found=set(state.all_actor_names()))
     assert stops(restored.tick(0.1, FakeAdapter()))
+
+
+# --- the lifecycle's transition table -----------------------------------------------
+
+S = ReplicaState
+LIFECYCLE = [
+    (S.SHOULD_START, S.STARTING), (S.STARTING, S.RUNNING), (S.RUNNING, S.SHOULD_STOP),
+    (S.SHOULD_STOP, S.STOPPING), (S.STOPPING, S.STOPPED),
+]
+ALL_MOVES = [(a, b) for a in S for b in S]
+
+
+@pytest.mark.parametrize("before,after", LIFECYCLE, ids=lambda s: s.value)
+def test_replica_lifecycle_moves_forward_through_each_state(before, after):
+    record = ReplicaRecord("r", "v1", before)
+    record.move(after, 1.0)
+    assert (record.state, record.since) == (after, 1.0)
+
+
+@pytest.mark.parametrize(
+    "before,after", [m for m in ALL_MOVES if m[1] not in TRANSITIONS[m[0]]],
+    ids=lambda s: s.value,
+)
+def test_move_outside_the_transition_table_is_refused(before, after):
+    record = ReplicaRecord("r", "v1", before)
+    with pytest.raises(IllegalTransition, match=f"{before.value} -> {after.value}"):
+        record.move(after, 1.0)
+    assert record.state == before
+
+
+def test_stopped_is_the_only_final_state():
+    assert [state for state in S if not TRANSITIONS[state]] == [S.STOPPED]

@@ -1,0 +1,86 @@
+"""The proxy fleet as a table: (now, alive nodes, probes) steps in, effects and status out."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.backend_state import Probe, ProbeStatus
+from controller.proxy_fleet import PingProxy, ProxyFleet, ProxySpec, StartProxy, StopProxy
+from vocabulary.status import ProxyState, ProxyStatus
+
+SPEC = ProxySpec("proxy.actor:ProxyActor", "controller", "127.0.0.1", 8000)
+OK = Probe(ProbeStatus.OK)
+PENDING = Probe(ProbeStatus.PENDING)
+TAKEN = Probe(ProbeStatus.FAILED, "OSError: port 8000 taken")
+DEAD = Probe(ProbeStatus.DEAD, "actor died")
+START, STOP, PING = StartProxy("n1", SPEC), StopProxy("n1"), PingProxy("n1")
+N1 = ["n1"]
+
+CASES = [
+    # name, steps [(now, alive, probes, effects)], final status of n1 (state, failures, last_error) or None
+    ("an alive node gets a proxy", [(0.0, N1, {}, [START])], (ProxyState.STARTING, 0, "")),
+    ("a proxy whose call is in flight stays as it was",
+     [(0.0, N1, {}, [START]), (1.0, N1, {"n1": PENDING}, [])], (ProxyState.STARTING, 0, "")),
+    ("a ready proxy runs and is pinged",
+     [(0.0, N1, {}, [START]), (1.0, N1, {"n1": OK}, [PING])], (ProxyState.RUNNING, 0, "")),
+    ("a running proxy is pinged once per period",
+     [(0.0, N1, {}, [START]), (1.0, N1, {"n1": OK}, [PING]), (2.9, N1, {"n1": OK}, []),
+      (3.0, N1, {"n1": OK}, [PING])], (ProxyState.RUNNING, 0, "")),
+    ("a proxy that fails to start is stopped and waits out a backoff",
+     [(0.0, N1, {}, [START]), (1.0, N1, {"n1": TAKEN}, [STOP]), (1.4, N1, {}, []),
+      (1.5, N1, {}, [START])], (ProxyState.STARTING, 1, TAKEN.error)),
+    ("the backoff doubles with each failure",
+     [(0.0, N1, {}, [START]), (1.0, N1, {"n1": TAKEN}, [STOP]), (1.5, N1, {}, [START]),
+      (2.0, N1, {"n1": TAKEN}, [STOP]), (2.9, N1, {}, []), (3.0, N1, {}, [START])],
+     (ProxyState.STARTING, 2, TAKEN.error)),
+    ("a proxy that dies while running is replaced",
+     [(0.0, N1, {}, [START]), (1.0, N1, {"n1": OK}, [PING]), (2.0, N1, {"n1": DEAD}, [STOP])],
+     (ProxyState.BACKOFF, 1, "actor died")),
+    ("running again clears the failures but keeps the last error",
+     [(0.0, N1, {}, [START]), (1.0, N1, {"n1": TAKEN}, [STOP]), (1.5, N1, {}, [START]),
+      (2.0, N1, {"n1": OK}, [PING])], (ProxyState.RUNNING, 0, TAKEN.error)),
+    ("a removed node's proxy is stopped and forgotten",
+     [(0.0, N1, {}, [START]), (1.0, [], {}, [STOP])], None),
+    ("a removed node waiting out a backoff has nothing to stop",
+     [(0.0, N1, {}, [START]), (1.0, N1, {"n1": TAKEN}, [STOP]), (1.2, [], {}, [])], None),
+]
+
+
+@pytest.mark.parametrize("name,steps,final", CASES, ids=[c[0] for c in CASES])
+def test_proxy_fleet(name, steps, final):
+    fleet = ProxyFleet(SPEC)
+    for now, alive, probes, effects in steps:
+        assert fleet.tick(now, alive, probes) == effects, f"at {now}"
+    status = fleet.proxy_status().get("n1")
+    expected = None if final is None else ProxyStatus(
+        actor_name="gitops-proxy-n1", state=final[0], failures=final[1], last_error=final[2])
+    assert status == expected
+
+
+def test_backoff_is_capped_at_thirty_seconds():
+    fleet = ProxyFleet(SPEC)
+    now = 0.0
+    for _ in range(10):
+        fleet.tick(now, N1, {})  # starts
+        now += 0.1
+        fleet.tick(now, N1, {"n1": TAKEN})  # fails
+        now += 30.0
+    assert fleet.tick(now - 0.1, N1, {}) == [] and fleet.tick(now, N1, {}) == [START]
+
+
+def test_goals_wait_for_starting_proxies_but_only_running_ones_serve():
+    fleet = ProxyFleet(SPEC)
+    fleet.tick(0.0, ["n1", "n2"], {})
+    fleet.tick(1.0, ["n1", "n2"], {"n1": OK})
+    assert (fleet.live(), fleet.serving()) == (["n1", "n2"], ["n1"])
+
+
+def test_a_proxy_in_backoff_is_neither_live_nor_serving():
+    fleet = ProxyFleet(SPEC)
+    fleet.tick(0.0, N1, {})
+    fleet.tick(1.0, N1, {"n1": TAKEN})
+    assert (fleet.live(), fleet.serving()) == ([], [])
+
+
+def test_a_controller_without_proxies_starts_none():
+    assert ProxyFleet(None).tick(0.0, N1, {}) == []
