@@ -59,6 +59,7 @@ class StartProxy:
 @dataclass(frozen=True)
 class StopProxy:
     node_id: str
+    error: str = ""  # why its proxy failed; "" when the node went away
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class ProxyFleet:
             node.retry_at = now + min(self.backoff_base_s * 2 ** (node.failures - 1), self.backoff_max_s)
             node.last_error = probe.error
             node.state = ProxyState.BACKOFF
-            return [StopProxy(node_id)]
+            return [StopProxy(node_id, probe.error)]
         node.state, node.failures = ProxyState.RUNNING, 0
         if now - node.last_ping < self.ping_period_s:
             return []

@@ -181,6 +181,8 @@ class RayAdapter:
         elif isinstance(effect, StartProxy):
             self._start_proxy(effect)
         elif isinstance(effect, StopProxy):
+            if effect.error:
+                logger.warning("proxy on node %s failed: %s", effect.node_id, effect.error)
             self._kill_proxy(effect.node_id)
         elif isinstance(effect, PingProxy):
             proxy = self._proxies.get(effect.node_id)

@@ -57,6 +57,7 @@ class FakeAdapter:
       replica gets OK, or FAILED with `start_error`.
     - `health`: the next health probe per actor, consumed when read; OK when absent.
     - `draining`: replica actors whose drain call has not finished.
+    - `proxy_calls`: per node, the outcome of its proxy's last call (absent: in flight).
     - `dead_nodes`, `no_room` (why nothing fits; "" = room), `node`: node facts.
     - `alive`: replica actors that exist; `started`, `killed`, `applied`: what it was asked.
     - `storage`: when given, `checkpoints_at_start` holds its content at each start.
@@ -65,6 +66,7 @@ class FakeAdapter:
     starts: dict[str, Probe] = field(default_factory=dict)
     health: dict[str, Probe] = field(default_factory=dict)
     draining: set[str] = field(default_factory=set)
+    proxy_calls: dict[str, Probe] = field(default_factory=dict)
     dead_nodes: set[str] = field(default_factory=set)
     no_room: str = ""
     node: str = "node-1"
@@ -122,7 +124,7 @@ class FakeAdapter:
         return [] if self.node in self.dead_nodes else [self.node]
 
     def proxy_probes(self) -> dict[str, Probe]:
-        return {}
+        return dict(self.proxy_calls)
 
     def adopt(self, actor_names: set[str]) -> set[str]:
         return actor_names & self.alive

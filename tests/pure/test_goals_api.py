@@ -12,7 +12,8 @@ import asyncio
 import pytest
 
 from controller.actor import ControllerActor
-from controller.backend_state import replica_actor_name
+from controller.backend_state import Probe, ProbeStatus, replica_actor_name
+from controller.proxy_fleet import ProxySpec, StartProxy
 from controller.checkpoint import decode
 from controller.testing import FakeAdapter, MemoryStorage
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
@@ -33,6 +34,17 @@ def backend(version: str = "v1", replicas: int = 2) -> BackendConfig:
 
 def controller(storage: MemoryStorage, adapter: FakeAdapter) -> ControllerActor:
     return ControllerActor("ns", OPTIONS, storage=storage, adapter=adapter)
+
+
+async def poll(ctl: ControllerActor, done, timeout_s: float = 5.0) -> dict:
+    """The controller's status once `done(status)` holds; fails after `timeout_s`."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        status = await ctl.get_status()
+        if done(status):
+            return status
+        assert asyncio.get_running_loop().time() < deadline, f"status never matched: {status}"
+        await asyncio.sleep(0.01)
 
 
 async def stop(ctl: ControllerActor) -> None:
@@ -136,3 +148,22 @@ def test_invalid_endpoint_raises_and_leaves_the_checkpoint_untouched():
 
     before, after, state = asyncio.run(scenario())
     assert after == before and state.endpoints == {}
+
+
+def test_status_reports_each_nodes_proxy_from_starting_to_running():
+    async def scenario():
+        adapter = FakeAdapter()
+        options = {**OPTIONS, "proxy_class": "proxy.actor:ProxyActor", "proxy_check_s": 0.01}
+        ctl = ControllerActor("ns", options, storage=MemoryStorage(), adapter=adapter)
+        starting = (await ctl.get_status())["proxies"]
+        adapter.proxy_calls["node-1"] = Probe(ProbeStatus.OK)
+        running = await poll(ctl, lambda status: status["proxies"]["node-1"]["state"] == "running")
+        await stop(ctl)
+        return starting, running, adapter.applied
+
+    starting, running, applied = asyncio.run(scenario())
+    assert starting == {"node-1": {"actor_name": "gitops-proxy-node-1", "state": "starting",
+                                   "failures": 0, "last_error": ""}}
+    assert running["proxies"]["node-1"]["state"] == "running"
+    assert StartProxy("node-1", ProxySpec("proxy.actor:ProxyActor", "gitops-controller",
+                                          "127.0.0.1", 8000)) in applied

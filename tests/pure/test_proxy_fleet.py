@@ -13,7 +13,8 @@ OK = Probe(ProbeStatus.OK)
 PENDING = Probe(ProbeStatus.PENDING)
 TAKEN = Probe(ProbeStatus.FAILED, "OSError: port 8000 taken")
 DEAD = Probe(ProbeStatus.DEAD, "actor died")
-START, STOP, PING = StartProxy("n1", SPEC), StopProxy("n1"), PingProxy("n1")
+START, PING, GONE = StartProxy("n1", SPEC), PingProxy("n1"), StopProxy("n1")
+STOP, DIED = StopProxy("n1", TAKEN.error), StopProxy("n1", DEAD.error)
 N1 = ["n1"]
 
 CASES = [
@@ -34,13 +35,13 @@ CASES = [
       (2.0, N1, {"n1": TAKEN}, [STOP]), (2.9, N1, {}, []), (3.0, N1, {}, [START])],
      (ProxyState.STARTING, 2, TAKEN.error)),
     ("a proxy that dies while running is replaced",
-     [(0.0, N1, {}, [START]), (1.0, N1, {"n1": OK}, [PING]), (2.0, N1, {"n1": DEAD}, [STOP])],
+     [(0.0, N1, {}, [START]), (1.0, N1, {"n1": OK}, [PING]), (2.0, N1, {"n1": DEAD}, [DIED])],
      (ProxyState.BACKOFF, 1, "actor died")),
     ("running again clears the failures but keeps the last error",
      [(0.0, N1, {}, [START]), (1.0, N1, {"n1": TAKEN}, [STOP]), (1.5, N1, {}, [START]),
       (2.0, N1, {"n1": OK}, [PING])], (ProxyState.RUNNING, 0, TAKEN.error)),
     ("a removed node's proxy is stopped and forgotten",
-     [(0.0, N1, {}, [START]), (1.0, [], {}, [STOP])], None),
+     [(0.0, N1, {}, [START]), (1.0, [], {}, [GONE])], None),
     ("a removed node waiting out a backoff has nothing to stop",
      [(0.0, N1, {}, [START]), (1.0, N1, {"n1": TAKEN}, [STOP]), (1.2, [], {}, [])], None),
 ]

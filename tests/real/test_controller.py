@@ -19,7 +19,7 @@ import ray
 from controller.backend_state import REPLICA_PREFIX
 from controller.client import ControllerClient
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
-from controller.ray_adapter import PROXY_PREFIX
+from controller.proxy_fleet import PROXY_PREFIX
 from vocabulary.wire import make_request
 from tests.real.support import eventually, met, named_actors, occupied_port, quick_backend, run, start_controller
 

@@ -22,7 +22,7 @@ import ray
 from controller.backend_state import REPLICA_PREFIX
 from controller.client import ControllerClient
 from vocabulary.configs import EndpointConfig
-from controller.ray_adapter import PROXY_PREFIX
+from controller.proxy_fleet import PROXY_PREFIX
 from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
 
 pytestmark = pytest.mark.real
