@@ -36,7 +36,9 @@ system-deps:
 	fi
 
 test: $(STAMP) system-deps lint-imports
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	# The pure tier runs alone first: its conftest fails it if Ray, git, SQLite or HTTP got imported.
+	$(PY) -m pytest -q -p no:cacheprovider tests/pure
+	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/pure
 
 # The layering contracts of pyproject.toml [tool.importlinter]: a broken layer fails the build.
 lint-imports: $(STAMP)
