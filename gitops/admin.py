@@ -1,15 +1,20 @@
 """The agent's admin HTTP API: status, history, metrics, verbs and the webhook.
 
-Owns the routes of PRODUCT.md "Agent admin API" and how they map onto the
-agent: `GET /` (the status page), `GET /status`, `GET /history`,
-`GET /metrics`, `GET /healthz`, `POST /sync`, `/suspend`, `/resume`, and `POST /hooks/git`, which only
-wakes the agent to fetch (the payload is never read for specs) and only
-with a valid GitHub-style signature. Serving (uvicorn on the agent's event
-loop) is `server`. Must not: reconcile or touch git; it only asks the agent.
+Owns the routes of the admin API and how they map onto the agent: `GET /`
+(the status page), `GET /status`, `GET /history`, `GET /metrics`,
+`GET /healthz`, `POST /sync`, `/suspend`, `/resume`, and `POST /hooks/git`,
+which only wakes the agent to fetch (the payload is never read for specs)
+and only with a valid GitHub-style signature, once per delivery. Every
+request passes `gitops.access.check` first (token, Host, Origin).
+`build_webhook_app` is `/hooks/git` alone, for its own listener
+(`--webhook-port`), so publishing the webhook publishes nothing else.
+Serving (uvicorn on the agent's event loop, bounded by `httpedge`) is
+`server`. Must not: reconcile or touch git; it only asks the agent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
@@ -20,13 +25,28 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gitops.access import AccessPolicy, check
 from gitops.history import HistoryEntry
 from gitops.status import AgentStatus
 from gitops.statuspage import render_page
-from gitops.webhooks import MAX_BODY_BYTES, SIGNATURE_HEADER, RateLimiter, Verdict, verify
+from gitops.webhooks import (
+    DELIVERY_HEADER,
+    MAX_BODY_BYTES,
+    SIGNATURE_HEADER,
+    DeliveryLog,
+    RateLimiter,
+    Verdict,
+    verify,
+)
+from httpedge.bounds import EdgeLimits, uvicorn_options
 
-__all__ = ["AdminTarget", "WebhookGuard", "build_app", "server"]
+__all__ = ["AdminTarget", "WebhookGuard", "build_app", "build_webhook_app", "server", "ADMIN_LIMITS"]
+
+# An admin API has a handful of clients: few connections, short deadlines.
+ADMIN_LIMITS = EdgeLimits(header_timeout_s=5.0, body_timeout_s=10.0, max_connections=64)
+LOOPBACK_POLICY = AccessPolicy.build(None, "127.0.0.1")
 
 _HISTORY_LIMIT_MAX = 1000
 
@@ -48,12 +68,14 @@ class AdminTarget(Protocol):
 
 @dataclass
 class WebhookGuard:
-    """The webhook's secret, body limit and rate limit; absent means the webhook is off."""
+    """The webhook's secret, body limit, replay log and rate limit; absent means the webhook is off."""
 
     secret: bytes
     limiter: RateLimiter = field(default_factory=RateLimiter)
     max_body: int = MAX_BODY_BYTES
     clock: Callable[[], float] = time.monotonic
+    deliveries: DeliveryLog = field(default_factory=DeliveryLog)
+    body_timeout_s: float = ADMIN_LIMITS.body_timeout_s
 
 
 def build_app(
@@ -64,8 +86,13 @@ def build_app(
     metrics: Callable[[], tuple[bytes, str]],
     webhook: WebhookGuard | None = None,
     commit_url_template: str | None = None,
-) -> Starlette:
-    """The admin app; `sync` and `webhook_fetch` wake the agent."""
+    policy: AccessPolicy = LOOPBACK_POLICY,
+) -> ASGIApp:
+    """The admin app behind `policy`; `sync` and `webhook_fetch` wake the agent.
+
+    Without `webhook` (no secret, or the webhook on its own listener)
+    `/hooks/git` answers 404 here.
+    """
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True})
@@ -101,7 +128,8 @@ def build_app(
 
     async def hook(request: Request) -> Response:
         if webhook is None:
-            return _error(404, "the webhook is off (start the agent with --webhook-secret-file)")
+            return _error(404, "no webhook on this listener (it needs --webhook-secret-file; "
+                               "with --webhook-port it has its own listener)")
         return await _hook(request, webhook, webhook_fetch)
 
     routes = [
@@ -118,40 +146,88 @@ def build_app(
         return HTMLResponse(render_page(commit_url_template=commit_url_template))
 
     routes.append(Route("/", status_page))
-    return Starlette(routes=routes)
+    return _Guarded(Starlette(routes=routes), policy)
+
+
+def build_webhook_app(webhook: WebhookGuard, webhook_fetch: Callable[[], None]) -> ASGIApp:
+    """`POST /hooks/git` and nothing else: what a forge may reach."""
+
+    async def hook(request: Request) -> Response:
+        return await _hook(request, webhook, webhook_fetch)
+
+    return Starlette(routes=[Route("/hooks/git", hook, methods=["POST"])])
+
+
+class _Guarded:
+    """Applies the access policy to every HTTP request before routing."""
+
+    def __init__(self, app: ASGIApp, policy: AccessPolicy) -> None:
+        self._app = app
+        self._policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers: dict[str, str] = {}
+            for name, value in scope["headers"]:  # the first of repeated headers counts
+                headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+            refusal = check(self._policy, scope["method"], scope["path"], headers)
+            if refusal is not None:
+                response = _error(refusal.status, refusal.message, dict(refusal.headers))
+                await response(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
+
+
+class _BodyError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 async def _hook(request: Request, guard: WebhookGuard, fetch: Callable[[], None]) -> Response:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > guard.max_body:
         return _error(413, f"body larger than {guard.max_body} bytes")
-    body = await _read_limited(request, guard.max_body)
-    if body is None:
-        return _error(413, f"body larger than {guard.max_body} bytes")
+    try:
+        body = await _read_limited(request, guard.max_body, guard.body_timeout_s)
+    except _BodyError as error:
+        return _error(error.status, str(error), {"Connection": "close"})
     verdict = verify(guard.secret, body, request.headers.get(SIGNATURE_HEADER))
     if verdict is Verdict.MISSING:
         return _error(401, f"missing {SIGNATURE_HEADER}")
     if verdict is Verdict.INVALID:
         return _error(403, f"{SIGNATURE_HEADER} does not match")
+    delivery = request.headers.get(DELIVERY_HEADER)
+    if guard.deliveries.seen(delivery, body):
+        # Before the rate limit: a replay must not use up what real pushes need.
+        return _error(409, "this delivery was already received")
     if not guard.limiter.allow(guard.clock()):
         retry = max(1, round(guard.limiter.retry_after()))
         return _error(429, "too many webhook calls", headers={"Retry-After": str(retry)})
+    guard.deliveries.record(delivery, body)
     fetch()
     return JSONResponse({"accepted": True}, status_code=202)
 
 
-async def _read_limited(request: Request, limit: int) -> bytes | None:
-    """The body, or None once it exceeds `limit` (chunked bodies have no length)."""
+async def _read_limited(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The whole body, within `limit` bytes and `timeout_s` seconds, or `_BodyError`.
+
+    A client that leaves mid-body gets nothing verified: its truncated body
+    is an error, never a delivery.
+    """
     chunks: list[bytes] = []
     size = 0
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                return None
-            chunks.append(chunk)
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _BodyError(413, f"body larger than {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise _BodyError(408, f"body not complete within {timeout_s:g} s") from None
     except ClientDisconnect:
-        return b""
+        raise _BodyError(400, "the client left before its body was complete") from None
     return b"".join(chunks)
 
 
@@ -167,7 +243,9 @@ class _Server(uvicorn.Server):
         yield
 
 
-def server(app: Starlette, host: str, port: int) -> uvicorn.Server:
-    """A quiet uvicorn server to `await server.serve()` on the agent's loop."""
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
+def server(app: ASGIApp, host: str, port: int, limits: EdgeLimits = ADMIN_LIMITS) -> uvicorn.Server:
+    """A quiet uvicorn server, bounded by `limits`, to `await server.serve()` on the agent's loop."""
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", access_log=False, lifespan="off", **uvicorn_options(limits)
+    )
     return _Server(config)

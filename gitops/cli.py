@@ -50,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--admin-host", default="127.0.0.1")
     run.add_argument("--admin-port", type=int, default=8001)
+    run.add_argument("--admin-token-file", default=None, help="bearer token the admin API requires")
+    run.add_argument("--admin-allowed-hosts", default="", help="more Host names the admin API answers, comma-separated")
+    run.add_argument("--webhook-host", default="127.0.0.1", help="the webhook's own listener (with --webhook-port)")
+    run.add_argument("--webhook-port", type=int, default=None, help="serve /hooks/git alone on this port")
     run.add_argument("--interval", type=float, default=30.0, help="poll interval, s")
     run.add_argument("--resync-interval", type=float, default=60.0, help="drift check, s")
     run.add_argument("--state-dir", default=".gitops-state")
@@ -92,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         admin = verbs.add_parser(verb, help=help_text)
         admin.add_argument("--agent", default=DEFAULT_AGENT, help="agent admin URL")
         admin.add_argument("--json", action="store_true")
+        admin.add_argument("--token-file", default=None, help="the admin token (default: $GITOPS_TOKEN)")
         admin.set_defaults(func=_command("admin", f"{verb}_command"))
     return parser
 
@@ -102,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except UserError as error:
         print(f"gitops {args.verb}: {error}", file=sys.stderr)
-        return 1
+        return error.exit_code
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # noqa: BLE001 — the last line of defence

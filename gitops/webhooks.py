@@ -1,8 +1,10 @@
-"""Push-webhook checks: GitHub-style HMAC-SHA256 signatures and a rate limit.
+"""Push-webhook checks: GitHub-style HMAC-SHA256 signatures, replays and a rate limit.
 
 Pure: no HTTP, no clock of its own (the limiter is given the time). The
 admin app turns a `Verdict` into a status code; a verified webhook only
 ever triggers a fetch, so nothing in the payload is trusted or read.
+`DeliveryLog` remembers the recent accepted deliveries, so a captured
+delivery sent again is refused before it can drain the rate limit.
 """
 
 from __future__ import annotations
@@ -10,14 +12,19 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gitops.errors import UserError
+from gitops.access import read_token
 
-__all__ = ["Verdict", "verify", "sign", "RateLimiter", "read_secret", "SIGNATURE_HEADER", "MAX_BODY_BYTES"]
+__all__ = [
+    "Verdict", "verify", "sign", "RateLimiter", "DeliveryLog", "read_secret",
+    "SIGNATURE_HEADER", "DELIVERY_HEADER", "MAX_BODY_BYTES",
+]
 
 SIGNATURE_HEADER = "X-Hub-Signature-256"
+DELIVERY_HEADER = "X-GitHub-Delivery"
 MAX_BODY_BYTES = 1 << 20  # GitHub caps payloads at 25 MB; a push we only need to notice.
 _PREFIX = "sha256="
 
@@ -43,13 +50,7 @@ def verify(secret: bytes, body: bytes, header: str | None) -> Verdict:
 
 def read_secret(path: str | Path) -> bytes:
     """The secret file's content without trailing newline; errors say which file."""
-    try:
-        secret = Path(path).read_bytes().strip()
-    except OSError as error:
-        raise UserError(f"--webhook-secret-file {path}: {error.strerror}") from None
-    if not secret:
-        raise UserError(f"--webhook-secret-file {path}: the file is empty")
-    return secret
+    return read_token(path, "--webhook-secret-file")
 
 
 @dataclass
@@ -73,3 +74,30 @@ class RateLimiter:
 
     def retry_after(self) -> float:
         return max(0.0, (1 - self._tokens) / self.per_second)
+
+
+@dataclass
+class DeliveryLog:
+    """The last `capacity` accepted deliveries, by delivery id and by body digest.
+
+    The id header is not covered by the signature, so a replay with a fresh
+    id is still caught by its (signed) body; a forge's redelivery of a call
+    that was refused (rate limit) is let through, as it was never recorded.
+    """
+
+    capacity: int = 1024
+    _seen: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
+
+    def seen(self, delivery: str | None, body: bytes) -> bool:
+        return any(key in self._seen for key in _keys(delivery, body))
+
+    def record(self, delivery: str | None, body: bytes) -> None:
+        for key in _keys(delivery, body):
+            self._seen[key] = None
+        while len(self._seen) > self.capacity:
+            self._seen.popitem(last=False)
+
+
+def _keys(delivery: str | None, body: bytes) -> list[str]:
+    digest = "body:" + hashlib.sha256(body).hexdigest()
+    return [digest, "id:" + delivery] if delivery else [digest]

@@ -1,18 +1,22 @@
 """`gitops status|history|sync|suspend|resume`: the running agent's admin API.
 
 Owns the client side of the admin API and the human tables; `--json`
-prints the API's JSON as is, for scripts. Must not: reconcile or read git.
+prints the API's JSON as is, for scripts. The admin token (if the agent has
+one) comes from `--token-file` or `GITOPS_TOKEN`. Must not: reconcile or
+read git.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any
 
 import httpx
 
+from gitops.access import read_token
 from gitops.errors import UserError
 
 __all__ = [
@@ -29,13 +33,13 @@ _TIMEOUT_S = 10.0
 
 
 def status_command(args: argparse.Namespace) -> int:
-    data = _call(args.agent, "GET", "/status")
+    data = _call(args, "GET", "/status")
     print(json.dumps(data, indent=2) if args.json else render_status(data))
     return 0
 
 
 def history_command(args: argparse.Namespace) -> int:
-    data = _call(args.agent, "GET", "/history")
+    data = _call(args, "GET", "/history")
     print(json.dumps(data, indent=2) if args.json else render_history(data.get("entries", [])))
     return 0
 
@@ -53,15 +57,16 @@ def resume_command(args: argparse.Namespace) -> int:
 
 
 def _verb(args: argparse.Namespace, path: str, done: str) -> int:
-    data = _call(args.agent, "POST", path)
+    data = _call(args, "POST", path)
     print(json.dumps(data) if args.json else done)
     return 0
 
 
-def _call(agent: str, method: str, path: str) -> dict[str, Any]:
+def _call(args: argparse.Namespace, method: str, path: str) -> dict[str, Any]:
+    agent: str = args.agent
     url = agent.rstrip("/") + path
     try:
-        response = httpx.request(method, url, timeout=_TIMEOUT_S)
+        response = httpx.request(method, url, headers=_authorization(args.token_file), timeout=_TIMEOUT_S)
     except httpx.HTTPError as error:
         raise UserError(f"no agent answering at {agent} ({type(error).__name__}); is `gitops run` running?") from None
     try:
@@ -71,6 +76,11 @@ def _call(agent: str, method: str, path: str) -> dict[str, Any]:
     if response.status_code >= 400:
         raise UserError(f"{url}: {data.get('error', response.reason_phrase)}")
     return data
+
+
+def _authorization(token_file: str | None) -> dict[str, str]:
+    token = read_token(token_file, "--token-file").decode() if token_file else os.environ.get("GITOPS_TOKEN", "").strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 # --- tables ---------------------------------------------------------------------

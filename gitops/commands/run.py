@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from gitops.errors import UserError
+from gitops.errors import UsageError, UserError
 from gitops.logs import configure_logging
 
 if TYPE_CHECKING:
@@ -30,22 +30,27 @@ if TYPE_CHECKING:
     from gitops.notifications.delivering import HttpSender, Notifier
     from gitops.notifications.links import Links
 
-__all__ = ["run_command", "bind_admin_socket", "start_logging"]
+__all__ = ["run_command", "bind_socket", "start_logging"]
 
 _LOG = logging.getLogger("gitops.run")
 _NOTIFY_DRAIN_S = 5.0  # at stop, how long queued notifications may still take
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from gitops.access import read_token
     from gitops.sources.repos import GitSource
     from gitops.webhooks import read_secret
 
     secret = read_secret(args.webhook_secret_file) if args.webhook_secret_file else None
+    token = read_token(args.admin_token_file, "--admin-token-file") if args.admin_token_file else None
+    _check_exposure(args, token, secret)
     _check_intervals(args)
     links = _links(args)
     channels = _notify_channels(args.notify, args.repo) if args.notify else ()
     source = GitSource(args.repo, args.branch, Path(args.state_dir))
-    admin_socket = bind_admin_socket(args.admin_host, args.admin_port)
+    sockets = [bind_socket(args.admin_host, args.admin_port, "--admin-port")]
+    if args.webhook_port is not None:
+        sockets.append(bind_socket(args.webhook_host, args.webhook_port, "--webhook-port"))
     start_logging(args.log_format)
     _LOG.info(
         f"gitops: watching {source.location} branch {source.branch} path {args.path}; "
@@ -58,15 +63,16 @@ def run_command(args: argparse.Namespace) -> int:
     _sigterm_interrupts()
     try:
         _LOG.info("gitops: starting Ray" if embedded else f"gitops: joining Ray at {args.ray_address}")
-        init_ray(args.ray_address)
+        init_ray(args.ray_address, state_dir=Path(args.state_dir))
         _sigterm_interrupts()  # ray.init installed its own, which exits at once
         client = _controller(args)
-        asyncio.run(_serve(args, source, client, secret, admin_socket, links, channels))
+        asyncio.run(_serve(args, source, client, secret, token, sockets, links, channels))
     except (KeyboardInterrupt, SystemExit):
         pass  # Ctrl-C or SIGTERM during start-up: the same clean stop as later
     finally:
         _sigterm_interrupts()  # asyncio.run reset it to the default on exit
-        admin_socket.close()
+        for sock in sockets:
+            sock.close()
         if embedded:
             # A joined cluster keeps serving without the agent; an embedded
             # one goes away with it, replicas and proxies drained first.
@@ -110,11 +116,13 @@ async def _serve(
     source: Any,
     client: Any,
     secret: bytes | None,
-    admin_socket: socket.socket,
+    token: bytes | None,
+    sockets: list[socket.socket],
     links: Links,
     channels: Sequence[Channel],
 ) -> None:
     from gitops import admin, planning
+    from gitops.access import AccessPolicy
     from gitops.agent import Agent, AgentSettings, Trigger
     from gitops.history import History
     from gitops.specs.loading import Loader
@@ -146,35 +154,44 @@ async def _serve(
         notifier=notifier,
     )
     guard = admin.WebhookGuard(secret, RateLimiter()) if secret else None
+
+    def webhook_fetch() -> None:
+        agent.notify(Trigger.WEBHOOK)
+
+    separate_webhook = len(sockets) > 1
     app = admin.build_app(
         agent,
         sync=lambda: agent.notify(Trigger.SYNC),
-        webhook_fetch=lambda: agent.notify(Trigger.WEBHOOK),
+        webhook_fetch=webhook_fetch,
         metrics=lambda: (metrics.render(), CONTENT_TYPE),
-        webhook=guard,
+        webhook=None if separate_webhook else guard,
         commit_url_template=links.commit_url_template,
+        policy=AccessPolicy.build(token, args.admin_host, _hosts(args.admin_allowed_hosts)),
     )
-    server = admin.server(app, args.admin_host, args.admin_port)
+    servers = [admin.server(app, args.admin_host, args.admin_port)]
+    if separate_webhook and guard is not None:
+        servers.append(admin.server(admin.build_webhook_app(guard, webhook_fetch), args.webhook_host, args.webhook_port))
     if agent.suspended:
         _LOG.warning("gitops: reconciliation is suspended (since before this start); `gitops resume` resumes it")
     reconciling = asyncio.create_task(agent.run())
-    serving = asyncio.create_task(server.serve(sockets=[admin_socket]))
+    serving = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in zip(servers, sockets)]
     stopping = asyncio.create_task(stop.wait())
     notifying = asyncio.create_task(notifier.run()) if notifier else None
-    await asyncio.wait([stopping, reconciling, serving], return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait([stopping, reconciling, *serving], return_when=asyncio.FIRST_COMPLETED)
     _LOG.info("gitops: stopping")
     # An apply cut short here is safe: the next run plans from the controller's state.
     reconciling.cancel()
     stopping.cancel()
-    server.should_exit = True
-    await asyncio.gather(reconciling, serving, stopping, return_exceptions=True)
+    for server in servers:
+        server.should_exit = True
+    await asyncio.gather(reconciling, *serving, stopping, return_exceptions=True)
     if notifying is not None and notifier is not None:
         await notifier.drain(_NOTIFY_DRAIN_S)  # e.g. the commit status of the last apply
         notifying.cancel()
         await asyncio.gather(notifying, return_exceptions=True)
     if sender is not None:
         await sender.aclose()
-    for task in (reconciling, serving):
+    for task in (reconciling, *serving):
         if not task.cancelled() and task.exception() is not None:
             _LOG.error(f"gitops: {type(task.exception()).__name__}: {task.exception()}")
 
@@ -236,15 +253,33 @@ def _check_intervals(args: argparse.Namespace) -> None:
             raise UserError(f"{flag} must be a positive number of seconds, not {value:g}")
 
 
-def bind_admin_socket(host: str, port: int) -> socket.socket:
-    """Bind the admin port first, so a busy port is a one-line error before Ray starts."""
+def _check_exposure(args: argparse.Namespace, token: bytes | None, secret: bytes | None) -> None:
+    """Usage errors (exit 2) for listeners that would be open to the network unguarded."""
+    from gitops.access import is_loopback
+
+    if token is None and not is_loopback(args.admin_host):
+        raise UsageError(
+            f"--admin-host {args.admin_host} is not loopback: give --admin-token-file "
+            "(the admin API can sync and suspend the agent)"
+        )
+    if args.webhook_port is not None and secret is None:
+        raise UsageError("--webhook-port needs --webhook-secret-file (the webhook accepts only signed calls)")
+
+
+def _hosts(value: str) -> list[str]:
+    return [host for host in value.split(",") if host.strip()]
+
+
+def bind_socket(host: str, port: int, flag: str) -> socket.socket:
+    """Bind a listener first, so a busy port is a one-line error before Ray starts."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
     except OSError as error:
         sock.close()
-        raise UserError(f"admin address {host}:{port}: {error.strerror} (use --admin-port)") from None
+        listener = flag.removeprefix("--").removesuffix("-port")
+        raise UserError(f"{listener} address {host}:{port}: {error.strerror} (use {flag})") from None
     sock.listen(128)
     sock.setblocking(False)
     return sock

@@ -1,4 +1,8 @@
-"""The admin API in-process (httpx ASGI transport) with a fake agent."""
+"""The admin API in-process (httpx ASGI transport) with a fake agent.
+
+Requests go to `http://127.0.0.1` (an allowed Host); the hostile cases of
+the access policy are in tests/security/test_admin_access.py.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import asyncio
 from typing import Any
 
 import httpx
+from gitops.access import AccessPolicy
 from gitops.admin import WebhookGuard, build_app
 from gitops.history import HistoryEntry, Outcome
 from gitops.status import StatusFacts, roll_up
@@ -37,7 +42,7 @@ class FakeAgent:
 
 
 def request(agent: FakeAgent, method: str, path: str, webhook: WebhookGuard | None = None,
-            **kwargs: Any) -> httpx.Response:
+            policy: AccessPolicy = AccessPolicy.build(None, "127.0.0.1"), **kwargs: Any) -> httpx.Response:
     def sync() -> None:
         agent.syncs += 1
 
@@ -45,10 +50,10 @@ def request(agent: FakeAgent, method: str, path: str, webhook: WebhookGuard | No
         agent.fetches += 1
 
     app = build_app(agent, sync=sync, webhook_fetch=fetch, metrics=lambda: (b"gitops_x 1\n", "text/plain"),
-                    webhook=webhook)
+                    webhook=webhook, policy=policy)
 
     async def go() -> httpx.Response:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://admin") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
             return await client.request(method, path, **kwargs)
 
     return asyncio.run(go())
@@ -143,10 +148,11 @@ def test_webhook_body_over_the_limit_is_413() -> None:
 def test_webhook_is_rate_limited() -> None:
     agent = FakeAgent()
     limited = guard(limiter=RateLimiter(per_second=0.001, burst=1), clock=lambda: 0.0)
+    bodies = [BODY.replace(b"abc", sha) for sha in (b"a1", b"a2", b"a3")]  # three pushes, not one replayed
     codes = [
-        request(agent, "POST", "/hooks/git", webhook=limited, content=BODY,
-                headers={"X-Hub-Signature-256": sign(SECRET, BODY)}).status_code
-        for _ in range(3)
+        request(agent, "POST", "/hooks/git", webhook=limited, content=body,
+                headers={"X-Hub-Signature-256": sign(SECRET, body)}).status_code
+        for body in bodies
     ]
     assert codes == [202, 429, 429] and agent.fetches == 1
 

@@ -1,0 +1,6 @@
+"""ray-gitops HTTP edge: bounds on slow, oversized and excess clients.
+
+Shared by every HTTP server of ours (the proxy's public listener, the agent's
+admin and webhook listeners), which otherwise import nothing of each other.
+Imports nothing of ours; see `httpedge.bounds`.
+"""
