@@ -21,27 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import http
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from httpedge.limits import EdgeLimits
+
 __all__ = ["EdgeLimits", "protocol_class", "uvicorn_options"]
-
-KIB = 1024
-
-
-@dataclass(frozen=True)
-class EdgeLimits:
-    """The bounds of one listener; every value shrinkable in tests."""
-
-    max_header_bytes: int = 64 * KIB
-    header_timeout_s: float = 10.0
-    body_timeout_s: float = 30.0
-    max_connections: int = 4096
-    retry_after_s: int = 1
-    keep_alive_s: float = 5.0
 
 
 def uvicorn_options(limits: EdgeLimits) -> dict[str, Any]:

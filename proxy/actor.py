@@ -4,7 +4,9 @@ One per Ray node, created, pinned and replaced by the controller (which wraps
 this plain class with `ray.remote`). The constructor binds the listening
 socket (so a taken port fails the actor's creation with a clear error) and
 starts tasks on the actor's event loop: the HTTP server, the long poll, the
-load reports and, given a metrics port, the metrics' load sampler. Owns the proxy's lifecycle only; the request path is `proxy.app`.
+load reports and, given a metrics port, the metrics' load sampler. The
+server's protocol is `httpedge.bounds`' (header size and time, connection
+cap). Owns the proxy's lifecycle only; the request path is `proxy.app`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import socket
 
 import uvicorn
 
+from httpedge.bounds import uvicorn_options
 from proxy.app import ProxyApp
 from proxy.config import Snapshot
 from proxy.controller_link import ControllerLink
@@ -56,7 +59,7 @@ class ProxyActor:
         self._socket = _bind(host, port)
         self._host = host
         self._port = self._socket.getsockname()[1]
-        self._server = _http_server(self._app)
+        self._server = _http_server(self._app, settings)
         loop = asyncio.get_event_loop()
         self._server_task = loop.create_task(self._server.serve(sockets=[self._socket]))
         self._background = [
@@ -103,21 +106,20 @@ def _serve_metrics(host: str, port: int) -> ProxyMetrics:
     return metrics
 
 
-def _http_server(app: ProxyApp) -> uvicorn.Server:
+def _http_server(app: ProxyApp, settings: ProxySettings) -> uvicorn.Server:
     # Served on the actor's own event loop (loop="none"); log_config=None
     # leaves the worker's logging setup alone, and the hot path writes no
-    # access log.
+    # access log. httptools, bounded against slow and oversized clients.
     return uvicorn.Server(
         uvicorn.Config(
             app,
             lifespan="off",
             interface="asgi3",
             loop="none",
-            http="httptools",
-            ws="none",
             log_config=None,
             access_log=False,
             log_level="warning",
+            **uvicorn_options(settings.edge),
         )
     )
 

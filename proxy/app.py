@@ -1,10 +1,16 @@
 """The proxy's ASGI application: one request in, one replica call out.
 
-Owns the request path: read the snapshot once, resolve the route, read the
-body (bounded), pick a backend by weight, copy to shadows, get a replica slot
-(waiting in the bounded queue if needed), call it under the endpoint's
-timeout, retry once on another replica when an idempotent request's replica
-died, and map every outcome to the status codes of PRODUCT.md "HTTP".
+Owns the request path: read the snapshot once, normalise the path (400 for
+dot segments and encoded slashes) and resolve the route, read the body
+(bounded in size and time: 413, 408), pick a backend by weight, copy to
+shadows, get a replica slot (waiting in the bounded queue if needed), call it
+under the endpoint's timeout, retry once on another replica when an
+idempotent request's replica died, and map every outcome to the status codes
+of the README's HTTP table. A client that leaves before its body is read
+causes no replica call (recorded as 499); a truncated body is never
+forwarded. Hop-by-hop headers are dropped both ways; shadow copies also lose
+`Authorization` and `Cookie` (no endpoint can opt back in: a candidate
+backend is not trusted with users' credentials).
 
 Deliberately a bare ASGI callable rather than a Starlette app: the hot path
 allocates only the wire tuple and the response events, and logs nothing
@@ -25,7 +31,7 @@ from proxy.choosing import Random
 from proxy.config import EndpointPlan, Snapshot
 from proxy.metrics import ShadowResult
 from proxy.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
-from proxy.routing import Resolution, resolve
+from proxy.routing import Resolution, normalise_path, resolve
 from proxy.settings import ProxySettings
 from vocabulary.wire import WireRequest, WireResponse
 
@@ -40,6 +46,13 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 _IDEMPOTENT = frozenset({"GET", "HEAD"})
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 _JSON = [(b"content-type", b"application/json")]
+_CLOSE = [(b"connection", b"close")]
+# RFC 9110 7.6.1: meaningful for one connection only, never forwarded.
+_HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"te", b"trailer", b"transfer-encoding", b"upgrade"}
+)
+_SHADOW_WITHHELD = frozenset({b"authorization", b"cookie"})
+CLIENT_LEFT = 499  # nginx's code for a client that closed the connection first
 
 
 class Recorder(Protocol):
@@ -58,6 +71,10 @@ class NullRecorder:
 
     def shadow_done(self, endpoint: str, backend: str, result: ShadowResult) -> None:
         pass
+
+
+class _ClientLeft(Exception):
+    """The client disconnected before its request was read."""
 
 
 class _Reply(Exception):
@@ -112,9 +129,12 @@ class ProxyApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        path: str = scope["path"]
+        path = normalise_path(scope.get("raw_path") or scope["path"].encode())
+        if path is None:
+            await _send(send, 400, _TEXT, b"Bad Request: dot segments and encoded slashes are not allowed in paths")
+            return
         if path.startswith("/-/"):
-            await self._admin(scope, send)
+            await self._admin(path, send)
             return
         snapshot = self._snapshot
         resolution, route = resolve(snapshot.routes, path, scope["method"])
@@ -128,13 +148,19 @@ class ProxyApp:
         started = time.perf_counter()
         backend = plan.traffic.pick(self._rng.random()) or ""
         try:
-            body = await _read_body(receive, self._settings.max_body_bytes)
-            request: WireRequest = (scope["method"], path, scope["query_string"], scope["headers"], body)
+            body = await _read_body(receive, self._settings.max_body_bytes, self._settings.edge.body_timeout_s)
+            request: WireRequest = (scope["method"], path, scope["query_string"], _end_to_end(scope["headers"]), body)
             if plan.shadow.shares:
                 self._copy_to_shadows(snapshot, plan, request)
             status, headers, payload = await self._forward(snapshot.pools.get(backend), plan, request)
+            headers = _end_to_end(headers)
         except _Reply as reply:
             status, headers, payload = reply.status, [*_TEXT, *reply.headers], reply.text.encode()
+        except _ClientLeft:
+            logger.info("%s %s: client left before its request was read (499); no replica called",
+                        scope["method"], path)
+            self._recorder.request_done(plan.name, backend, CLIENT_LEFT, time.perf_counter() - started)
+            return
         await _send(send, status, headers, payload)
         self._recorder.request_done(plan.name, backend, status, time.perf_counter() - started)
 
@@ -174,6 +200,8 @@ class ProxyApp:
     # --- shadow traffic ---------------------------------------------------------
 
     def _copy_to_shadows(self, snapshot: Snapshot, plan: EndpointPlan, request: WireRequest) -> None:
+        method, path, query, headers, body = request
+        request = (method, path, query, [(n, v) for n, v in headers if n not in _SHADOW_WITHHELD], body)
         for backend in plan.shadow.sample(self._rng):
             pool = snapshot.pools.get(backend)
             slot = self._shadow_slot(backend, pool)
@@ -212,8 +240,7 @@ class ProxyApp:
 
     # --- the proxy's own routes ------------------------------------------------
 
-    async def _admin(self, scope: Scope, send: Send) -> None:
-        path = scope["path"]
+    async def _admin(self, path: str, send: Send) -> None:
         if path == "/-/healthz":
             await _send(send, 200, _TEXT, b"ok")
         elif path == "/-/routes":
@@ -232,8 +259,28 @@ def _remaining(deadline: asyncio.Timeout) -> float:
     return when - asyncio.get_running_loop().time() if when is not None else float("inf")
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes:
+def _end_to_end(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """`headers` without hop-by-hop ones: the fixed set, `Proxy-*`, and any `Connection` names."""
+    named = {token.strip().lower() for name, value in headers if name == b"connection" for token in value.split(b",")}
+    return [
+        (name, value) for name, value in headers
+        if name not in _HOP_BY_HOP and not name.startswith(b"proxy-") and name not in named
+    ]
+
+
+async def _read_body(receive: Receive, limit: int, timeout_s: float) -> bytes:
+    """The whole body: 413 past `limit`, 408 past `timeout_s`, `_ClientLeft` if the client went away."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read_all(receive, limit)
+    except TimeoutError:
+        raise _Reply(408, "Request body not complete in time", _CLOSE) from None
+
+
+async def _read_all(receive: Receive, limit: int) -> bytes:
     message = await receive()
+    if message["type"] == "http.disconnect":
+        raise _ClientLeft
     body: bytes = message.get("body", b"")
     if not message.get("more_body", False):
         if len(body) > limit:
@@ -243,6 +290,8 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
     size = len(body)
     while message.get("more_body", False):
         message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientLeft  # a truncated body is never forwarded
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:

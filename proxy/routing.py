@@ -3,7 +3,11 @@
 Pure: a `RouteIndex` is built once per route table and `resolve` is a
 function of (index, path, method). The longest matching prefix wins, and a
 prefix matches only at a path-segment boundary: `/a` matches `/a` and `/a/x`
-but not `/ab`. Not here: what happens to the request afterwards.
+but not `/ab`. `normalise_path` runs before it on the raw request path:
+empty segments collapse (`//e//x` is `/e/x`), and a dot segment or an encoded
+slash, plain or percent-encoded (`..`, `%2e%2e`, `%2F`), is refused, so no
+path can step out of the prefix it was routed by. Not here: what happens to
+the request afterwards.
 """
 
 from __future__ import annotations
@@ -11,8 +15,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from typing import Iterable
+from urllib.parse import unquote_to_bytes
 
-__all__ = ["Route", "RouteIndex", "Resolution", "resolve", "normalise_prefix"]
+__all__ = ["Route", "RouteIndex", "Resolution", "resolve", "normalise_prefix", "normalise_path"]
+
+_DOT_SEGMENTS = frozenset({b".", b".."})
 
 
 class Resolution(str, enum.Enum):
@@ -50,6 +57,22 @@ class RouteIndex:
 def normalise_prefix(prefix: str) -> str:
     """`/a/` and `/a` are the same route; `/` stays `/`."""
     return "/" + prefix.strip("/")
+
+
+def normalise_path(raw: bytes) -> str | None:
+    """The request path to route and forward, or None for a path to refuse (400)."""
+    if b"%" not in raw and b"/." not in raw and b"//" not in raw and b"\\" not in raw:
+        return raw.decode("utf-8", "replace")  # the common case, unchanged
+    segments = []
+    for segment in raw.split(b"/"):
+        if not segment:
+            continue
+        decoded = unquote_to_bytes(segment)
+        if decoded in _DOT_SEGMENTS or b"/" in decoded or b"\\" in decoded:
+            return None
+        segments.append(decoded)
+    trailing = b"/" if raw.endswith(b"/") and segments else b""
+    return (b"/" + b"/".join(segments) + trailing).decode("utf-8", "replace")
 
 
 def resolve(index: RouteIndex, path: str, method: str) -> tuple[Resolution, Route | None]:

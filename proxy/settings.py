@@ -1,4 +1,4 @@
-"""Tunables of one proxy: body limit, queue bounds, shadow bounds, long-poll backoff.
+"""Tunables of one proxy: HTTP edge bounds, body limit, queue bounds, shadow bounds, long-poll backoff.
 
 A frozen value passed into the app and the actor, so tests can shrink every
 bound without patching. Nothing here does I/O.
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from httpedge.limits import EdgeLimits
+
 __all__ = ["ProxySettings"]
 
 MIB = 1024 * 1024
@@ -15,6 +17,10 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True)
 class ProxySettings:
+    # Slow, oversized and excess clients (see httpedge.bounds): headers above
+    # 64 KiB are 431, headers not complete in 10 s or a body not complete in
+    # 30 s are 408, connections past 4096 are 503 with Retry-After.
+    edge: EdgeLimits = EdgeLimits()
     # Larger request bodies are refused with 413 before any replica sees them.
     max_body_bytes: int = 10 * MIB
     # Requests waiting for a free replica slot, per backend; past it, 503.
