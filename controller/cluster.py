@@ -1,22 +1,35 @@
-"""Starting or joining Ray, quietly.
+"""Starting or joining Ray, quietly, with Ray's token authentication on.
 
 Owns the process-wide Ray connection settings: an embedded local Ray with no
-dashboard, no usage stats, no token-auth warning and enough worker start-up
-concurrency for a burst of replicas (see ../shared/RAY_NOTES.md), or a join
-of an existing cluster. Nothing else here: actors live in other modules.
+dashboard, no usage stats and enough worker start-up concurrency for a burst
+of replicas, or a join of an existing cluster. Nothing else here: actors
+live in other modules.
+
+Authentication (Ray's token auth, `RAY_AUTH_MODE=token`): an embedded Ray
+uses the token in `<state dir>/ray_token` (mode 0600), made on the first
+start and found again on every restart; `RAY_AUTH_TOKEN_PATH` points Ray and
+every process it starts (GCS, raylet, workers) at it, so only holders of the
+token can connect, submit work or call the controller. A join
+(`--ray-address`) authenticates as the cluster's other nodes do, with the
+`RAY_AUTH_MODE` and `RAY_AUTH_TOKEN` / `RAY_AUTH_TOKEN_PATH` of the
+environment, which this module leaves as they are.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
+import stat
+from pathlib import Path
 
 from vocabulary.goal_api import DEFAULT_NAMESPACE
 
-__all__ = ["init_ray", "shutdown_ray"]
+__all__ = ["init_ray", "shutdown_ray", "ray_token_path", "TOKEN_FILE"]
+
+TOKEN_FILE = "ray_token"
 
 _QUIET_ENV = {
-    "RAY_AUTH_MODE": "disabled",
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_worker_maximum_startup_concurrency": "16",
     # Ray prints a deduplication notice and progress bars otherwise.
@@ -24,8 +37,12 @@ _QUIET_ENV = {
 }
 
 
-def init_ray(address: str | None = None, namespace: str = DEFAULT_NAMESPACE) -> None:
-    """Connect this process to Ray: join `address`, or start a local instance."""
+def init_ray(address: str | None = None, namespace: str = DEFAULT_NAMESPACE, state_dir: Path | None = None) -> None:
+    """Connect this process to Ray: join `address`, or start a local instance.
+
+    A local instance's token is kept in `state_dir` (without one, Ray's own
+    default, `~/.ray/auth_token`).
+    """
     import ray
 
     for key, value in _QUIET_ENV.items():
@@ -38,10 +55,40 @@ def init_ray(address: str | None = None, namespace: str = DEFAULT_NAMESPACE) -> 
         "log_to_driver": False,
     }
     if address is None:
+        _embedded_token_auth(state_dir)
         options["include_dashboard"] = False
     else:
         options["address"] = address
     ray.init(**options)
+
+
+def ray_token_path(state_dir: Path) -> Path:
+    """The embedded cluster's token file, created (0600) if it is not there yet."""
+    path = state_dir / TOKEN_FILE
+    state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if stat.S_IMODE(path.stat().st_mode) & 0o077:
+            path.chmod(0o600)
+        if path.read_text().strip():
+            return path
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    with os.fdopen(fd, "w") as file:
+        file.write(secrets.token_hex(32))  # 256 bits, as Ray's own generator
+    return path
+
+
+def _embedded_token_auth(state_dir: Path | None) -> None:
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    os.environ["RAY_AUTH_MODE"] = "token"
+    if state_dir is not None:
+        os.environ["RAY_AUTH_TOKEN_PATH"] = str(ray_token_path(state_dir))
+        os.environ.pop("RAY_AUTH_TOKEN", None)  # it would win over the file
+    # Ray read its config when first imported; make it see token mode and this token.
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def shutdown_ray() -> None:

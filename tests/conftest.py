@@ -3,6 +3,9 @@
 - `repo`: a real git repository in a temp dir, built file by file.
 - `ray_session`: one real local Ray for the whole test session (started on
   first use, shut down at the end), so the real tier pays Ray's start-up once.
+  Its token auth is on, as `gitops run`'s: the token is in a temp state dir,
+  and `RAY_AUTH_MODE` / `RAY_AUTH_TOKEN_PATH` in this process's environment
+  let the agents the tests start (`--ray-address`) join it.
 """
 
 from __future__ import annotations
@@ -56,12 +59,12 @@ def repo(tmp_path: Path) -> GitRepo:
 
 
 @pytest.fixture(scope="session")
-def ray_session():
+def ray_session(tmp_path_factory: pytest.TempPathFactory):
     """A real local Ray shared by the whole session, in its own namespace."""
     from controller.cluster import init_ray, shutdown_ray
 
     namespace = f"gitops-test-{uuid.uuid4().hex[:8]}"
-    init_ray(address=None, namespace=namespace)
+    init_ray(address=None, namespace=namespace, state_dir=tmp_path_factory.mktemp("ray-state"))
     yield namespace
     shutdown_ray()
 
