@@ -12,7 +12,10 @@ protocol class built by `protocol_class` fixes those three at the socket:
 - a request on a connection beyond `max_connections` is answered 503 with
   `Retry-After` and the connection closed; the app is never called.
 
-Each of these answers closes the connection. Body deadlines are the app's
+Each of these answers ends the connection: the answer is written, our
+side shut for writing, and whatever the client still sends is discarded
+until it closes (or `_LINGER_S` passes), so the client reads the answer
+rather than a connection reset. Body deadlines are the app's
 (`body_timeout_s` is carried here so one value configures a listener); the
 app reads the body under it. Must not: know routes, replicas or the agent.
 """
@@ -29,6 +32,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from httpedge.limits import EdgeLimits
 
 __all__ = ["EdgeLimits", "protocol_class", "uvicorn_options"]
+
+_LINGER_S = 2.0
 
 
 def uvicorn_options(limits: EdgeLimits) -> dict[str, Any]:
@@ -131,4 +136,8 @@ class _BoundedProtocol(HttpToolsProtocol):
         lines += [name + b": " + value for name, value in headers or []]
         lines += [b"connection: close", b"", body]
         self.transport.write(b"\r\n".join(lines))
-        self.transport.close()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self.loop.call_later(_LINGER_S, self.transport.close)
+        else:
+            self.transport.close()

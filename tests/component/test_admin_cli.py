@@ -2,34 +2,37 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
-import threading
+from pathlib import Path
 
 import pytest
 
-from gitops.admin import build_app, server
+from gitops.access import AccessPolicy
+from gitops.admin import build_app
 from gitops.cli import main
 from tests.component.test_admin import FakeAgent
+from tests.security.listeners import serving
+
+TOKEN = "cli-admin-token"
+
+
+def agent_at(policy: AccessPolicy):
+    agent = FakeAgent()
+    app = build_app(agent, sync=lambda: None, webhook_fetch=lambda: None, metrics=lambda: (b"", "text/plain"),
+                    policy=policy)
+    with serving(app) as port:
+        yield f"http://127.0.0.1:{port}", agent
 
 
 @pytest.fixture
 def agent_url():
-    agent = FakeAgent()
-    app = build_app(agent, sync=lambda: None, webhook_fetch=lambda: None, metrics=lambda: (b"", "text/plain"))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    uvicorn_server = server(app, "127.0.0.1", 0)
-    thread = threading.Thread(target=lambda: asyncio.run(uvicorn_server.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    while not uvicorn_server.started:
-        thread.join(0.01)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}", agent
-    uvicorn_server.should_exit = True
-    thread.join(5)
-    sock.close()
+    yield from agent_at(AccessPolicy.build(None, "127.0.0.1"))
+
+
+@pytest.fixture
+def guarded_agent_url():
+    yield from agent_at(AccessPolicy.build(TOKEN.encode(), "127.0.0.1"))
 
 
 def test_status_prints_a_table(agent_url, capsys) -> None:
@@ -65,3 +68,33 @@ def test_no_agent_running_is_a_one_line_error(capsys) -> None:
     assert main(["status", "--agent", f"http://127.0.0.1:{port}"]) == 1
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "is `gitops run` running?" in err
+
+
+def test_the_token_file_is_sent_as_a_bearer_token(guarded_agent_url, tmp_path: Path) -> None:
+    url, agent = guarded_agent_url
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    assert main(["suspend", "--agent", url, "--token-file", str(token_file)]) == 0 and agent.suspended
+
+
+def test_gitops_token_is_sent_as_a_bearer_token(guarded_agent_url, monkeypatch, capsys) -> None:
+    url, _ = guarded_agent_url
+    monkeypatch.setenv("GITOPS_TOKEN", TOKEN)
+    assert main(["status", "--agent", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["branch"] == "main"
+
+
+def test_without_the_token_is_a_one_line_error_naming_where_it_comes_from(guarded_agent_url, monkeypatch, capsys) -> None:
+    url, agent = guarded_agent_url
+    monkeypatch.delenv("GITOPS_TOKEN", raising=False)
+    assert main(["suspend", "--agent", url]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--token-file or GITOPS_TOKEN" in err
+    assert not agent.suspended
+
+
+def test_a_missing_token_file_is_a_one_line_error(agent_url, tmp_path: Path, capsys) -> None:
+    url, _ = agent_url
+    assert main(["status", "--agent", url, "--token-file", str(tmp_path / "nope")]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--token-file" in err and "nope" in err

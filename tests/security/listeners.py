@@ -1,0 +1,87 @@
+"""Real listeners on loopback for the security and admin tests, and a raw-socket client.
+
+`serving` runs one of the agent's uvicorn servers (`gitops.admin.server`)
+in a thread for the duration; `RawClient` speaks HTTP/1.1 byte by byte, so
+tests can drip, truncate or oversize a request the way an attacker would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import select
+import socket
+import threading
+import time
+from typing import Iterator
+
+from gitops.admin import ADMIN_LIMITS, server
+from httpedge.limits import EdgeLimits
+from starlette.types import ASGIApp
+
+__all__ = ["serving", "RawClient"]
+
+
+@contextlib.contextmanager
+def serving(app: ASGIApp, limits: EdgeLimits = ADMIN_LIMITS) -> Iterator[int]:
+    """Serve `app` on a free loopback port; yields the port."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    uvicorn_server = server(app, "127.0.0.1", 0, limits)
+    thread = threading.Thread(target=lambda: asyncio.run(uvicorn_server.serve(sockets=[sock])), daemon=True)
+    thread.start()
+    while not uvicorn_server.started:
+        thread.join(0.01)
+    try:
+        yield int(sock.getsockname()[1])
+    finally:
+        uvicorn_server.should_exit = True
+        thread.join(5)
+        sock.close()
+
+
+class RawClient:
+    """One TCP connection; `answer()` reads the status line and headers of the reply."""
+
+    def __init__(self, port: int, timeout_s: float = 10.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+        self.opened = time.monotonic()
+
+    def send(self, data: bytes) -> bool:
+        """False once the server answered (or stopped taking bytes)."""
+        if self.replied():
+            return False
+        try:
+            self.sock.sendall(data)
+            return True
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+
+    def replied(self) -> bool:
+        return bool(select.select([self.sock], [], [], 0)[0])
+
+    def drip(self, data: bytes, every_s: float, until_s: float) -> None:
+        """A byte at a time, `every_s` apart, for at most `until_s` or until answered."""
+        for byte in data:
+            if time.monotonic() - self.opened > until_s or not self.send(bytes([byte])):
+                return
+            time.sleep(every_s)  # the attack itself: a slow client, not a wait for a result
+
+    def answer(self) -> tuple[int, dict[str, str]]:
+        received = b""
+        while b"\r\n\r\n" not in received:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+        head = received.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+        status = int(head[0].split()[1]) if head[0] else 0
+        headers = dict(line.lower().split(": ", 1) for line in head[1:] if ": " in line)
+        return status, headers
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.opened
+
+    def close(self) -> None:
+        self.sock.close()

@@ -1,0 +1,150 @@
+"""Hostile requests at the proxy's ASGI app (issue 11 rows 6, 8, 9 and 15), in-process.
+
+Each case asserts the precise answer and that no replica saw the request
+(or, for shadows and hop-by-hop headers, exactly what it saw).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from httpedge.limits import EdgeLimits
+from proxy.settings import ProxySettings
+from tests.component.test_proxy_app import FakeReplica, Proxy, run
+from vocabulary.wire import WireRequest, WireResponse
+
+
+def served(settings: ProxySettings = ProxySettings()) -> tuple[Proxy, FakeReplica]:
+    replica = FakeReplica("r1")
+    proxy = Proxy(settings)
+    proxy.serve("api", "/api", {"v1": [replica]})
+    return proxy, replica
+
+
+class Client:
+    """Plays uvicorn's side of ASGI: hands over `messages`, then waits (a silent client)."""
+
+    def __init__(self, messages: list[dict[str, Any]]) -> None:
+        self.messages = list(messages)
+        self.sent: list[dict[str, Any]] = []
+
+    async def receive(self) -> dict[str, Any]:
+        if self.messages:
+            return self.messages.pop(0)
+        await asyncio.Event().wait()  # a client that never sends the rest
+        raise AssertionError("unreachable")
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+
+    def status(self) -> int | None:
+        return next((m["status"] for m in self.sent if m["type"] == "http.response.start"), None)
+
+
+def post(proxy: Proxy, client: Client, path: bytes = b"/api") -> None:
+    scope = {"type": "http", "method": "POST", "path": path.decode(), "raw_path": path, "query_string": b"",
+             "headers": [(b"host", b"proxy"), (b"content-length", b"100")]}
+    run(proxy.app(scope, client.receive, client.send))
+
+
+@pytest.mark.parametrize("raw", [
+    b"/api/%2e%2e/admin", b"/api/%2E%2E/admin", b"/api/../admin", b"/api/./x", b"/api/.%2e/admin",
+    b"/api%2fadmin", b"/api/a%2Fb", b"/api/a%5cb",
+])
+def test_dot_segments_and_encoded_slashes_are_400_and_reach_no_replica(raw: bytes) -> None:
+    proxy, replica = served()
+    client = Client([{"type": "http.request", "body": b"", "more_body": False}])
+    post(proxy, client, raw)
+    assert client.status() == 400 and replica.seen == []
+
+
+def test_empty_segments_collapse_before_routing() -> None:
+    proxy, replica = served()
+    client = Client([{"type": "http.request", "body": b"", "more_body": False}])
+    post(proxy, client, b"//api//v1/")
+    assert client.status() == 200 and replica.seen[0][1] == "/api/v1/"
+
+
+def test_a_client_that_leaves_mid_body_gets_no_replica_call_and_is_recorded_as_499() -> None:
+    proxy, replica = served()
+    client = Client([{"type": "http.request", "body": b"half of it", "more_body": True}, {"type": "http.disconnect"}])
+    post(proxy, client)
+    assert replica.seen == [] and client.sent == []
+    assert proxy.recorded.requests == [("api", "v1", 499)]
+
+
+def test_a_client_that_leaves_before_any_body_gets_no_replica_call() -> None:
+    proxy, replica = served()
+    client = Client([{"type": "http.disconnect"}])
+    post(proxy, client)
+    assert replica.seen == [] and proxy.recorded.requests == [("api", "v1", 499)]
+
+
+def test_a_body_slower_than_the_deadline_is_408_and_reaches_no_replica() -> None:
+    proxy, replica = served(ProxySettings(edge=EdgeLimits(body_timeout_s=0.2)))
+    client = Client([{"type": "http.request", "body": b"a trickle", "more_body": True}])
+    post(proxy, client)
+    assert client.status() == 408 and replica.seen == []
+    start = client.sent[0]
+    assert (b"connection", b"close") in start["headers"]
+
+
+HOP_BY_HOP = {
+    "Connection": "keep-alive, X-Secret-Hop", "Keep-Alive": "timeout=5", "Proxy-Authorization": "Basic eA==",
+    "TE": "trailers", "Trailer": "X-T", "Upgrade": "h2c", "X-Secret-Hop": "1", "X-Kept": "yes",
+}
+
+
+def test_hop_by_hop_request_headers_never_reach_the_replica() -> None:
+    proxy, replica = served()
+
+    async def scenario() -> int:
+        async with proxy.client() as client:
+            return (await client.get("/api", headers=HOP_BY_HOP)).status_code
+
+    assert run(scenario()) == 200
+    names = {name.decode() for name, _ in replica.seen[0][3]}
+    assert "x-kept" in names
+    assert names.isdisjoint({"connection", "keep-alive", "proxy-authorization", "te", "trailer", "upgrade",
+                             "x-secret-hop", "transfer-encoding"})
+
+
+def test_hop_by_hop_response_headers_never_reach_the_client() -> None:
+    async def hoppy(request: WireRequest) -> WireResponse:
+        return 200, [(b"connection", b"x-internal"), (b"x-internal", b"1"), (b"keep-alive", b"timeout=99"),
+                     (b"proxy-authenticate", b"Basic"), (b"upgrade", b"h2c"), (b"x-kept", b"yes")], b"ok"
+
+    proxy = Proxy()
+    proxy.serve("api", "/api", {"v1": [FakeReplica("r1", hoppy)]})
+
+    async def scenario() -> Any:
+        async with proxy.client() as client:
+            return (await client.get("/api")).headers
+
+    headers = run(scenario())
+    assert headers["x-kept"] == "yes"
+    assert not {"x-internal", "keep-alive", "proxy-authenticate", "upgrade"} & set(headers)
+
+
+def test_shadow_copies_carry_no_authorization_or_cookie() -> None:
+    primary, shadow = FakeReplica("primary"), FakeReplica("shadow")
+    proxy = Proxy()
+    proxy.serve("api", "/api", {"v1": [primary], "v2": [shadow]}, traffic={"v1": 1.0}, shadow={"v2": 1.0})
+
+    async def scenario() -> None:
+        async with proxy.client() as client:
+            await client.get("/api", headers={"Authorization": "Bearer user-secret", "Cookie": "session=abc",
+                                              "X-Kept": "yes"})
+        for _ in range(1000):  # the copy runs on later turns of the loop
+            if proxy.recorded.shadows:
+                return
+            await asyncio.sleep(0)
+
+    run(scenario())
+    primary_names = {name for name, _ in primary.seen[0][3]}
+    shadow_names = {name for name, _ in shadow.seen[0][3]}
+    assert {b"authorization", b"cookie", b"x-kept"} <= primary_names
+    assert b"x-kept" in shadow_names and not {b"authorization", b"cookie"} & shadow_names

@@ -1,0 +1,43 @@
+"""`gitops run` refuses to expose its admin API or webhook unguarded (issue 11 row 3).
+
+Usage errors: exit 2, one line on stderr, before anything starts (no state
+dir, no Ray, no listener).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def gitops_run(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gitops", "run", "--repo", str(tmp_path / "repo"), "--state-dir",
+         str(tmp_path / "state"), *flags],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.10", "gitops.example"])
+def test_a_non_loopback_admin_host_without_a_token_is_a_usage_error(tmp_path: Path, host: str) -> None:
+    done = gitops_run(tmp_path, "--admin-host", host)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "--admin-token-file" in done.stderr and host in done.stderr
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_webhook_listener_without_a_secret_is_a_usage_error(tmp_path: Path) -> None:
+    done = gitops_run(tmp_path, "--webhook-port", "0")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "--webhook-secret-file" in done.stderr
+
+
+def test_an_empty_admin_token_file_is_a_one_line_error(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("\n")
+    done = gitops_run(tmp_path, "--admin-host", "0.0.0.0", "--admin-token-file", str(token))
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "--admin-token-file" in done.stderr and "empty" in done.stderr
