@@ -20,14 +20,19 @@ import ray
 
 from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from replica.host import Replica
+from httpedge.limits import EdgeLimits
 from proxy.actor import ProxyActor
 from proxy.settings import ProxySettings
 from tests.real.apps.proxy_fakes import FakeController
+from tests.security.listeners import RawClient
 
 pytestmark = pytest.mark.real
 
 APPS = "tests.real.apps.proxy_handlers"
-SETTINGS = ProxySettings(max_body_bytes=64 * 1024, max_queued_per_backend=2, max_shadow_in_flight=2)
+SETTINGS = ProxySettings(
+    max_body_bytes=64 * 1024, max_queued_per_backend=2, max_shadow_in_flight=2,
+    edge=EdgeLimits(header_timeout_s=1.0, body_timeout_s=1.0),
+)
 
 
 class Stack:
@@ -127,3 +132,51 @@ def test_acks_reach_the_controller_under_the_proxy_id(stack: Stack) -> None:
     stack.serve(endpoint("acked", {"acked-v1": 1.0}), {"acked-v1": []})
     acked = ray.get(stack.controller.acked.remote(), timeout=10)["node-test"]
     assert "endpoint:acked" in acked and acked["routes"] > 0
+
+
+# --- hostile clients (issue 11 rows 6, 8, 9) ---------------------------------------------
+
+
+def port_of(stack: Stack) -> int:
+    return int(stack.url.rsplit(":", 1)[1])
+
+
+def test_a_body_cut_off_by_its_client_never_reaches_the_replica(stack: Stack) -> None:
+    stack.serve(endpoint("kept", {"kept-v1": 1.0}), {"kept-v1": stack.start_replicas("kept-v1", "Keeps")})
+    cut = RawClient(port_of(stack))
+    cut.send(b"POST /kept HTTP/1.1\r\nHost: proxy\r\nContent-Length: 1000\r\n\r\n" + b"h" * 500)
+    cut.close()
+    assert httpx.post(f"{stack.url}/kept", content=b"whole", timeout=20).json() == {"bodies": ["whole"]}
+
+
+def test_a_body_slower_than_the_deadline_is_408_and_never_reaches_the_replica(stack: Stack) -> None:
+    stack.serve(endpoint("slowbody", {"slowbody-v1": 1.0}),
+                {"slowbody-v1": stack.start_replicas("slowbody-v1", "Keeps")})
+    client = RawClient(port_of(stack))
+    client.send(b"POST /slowbody HTTP/1.1\r\nHost: proxy\r\nContent-Length: 100\r\n\r\n")
+    client.drip(b"d" * 100, every_s=0.1, until_s=5)
+    assert client.answer()[0] == 408 and client.elapsed() < 3
+    client.close()
+    assert httpx.get(f"{stack.url}/slowbody", timeout=20).json() == {"bodies": []}
+
+
+def test_a_dripped_header_is_408_within_the_deadline(stack: Stack) -> None:
+    client = RawClient(port_of(stack))
+    client.drip(b"GET /-/healthz HTTP/1.1\r\nHost: proxy\r\nX-Slow: " + b"a" * 200, every_s=0.1, until_s=5)
+    assert client.answer()[0] == 408 and client.elapsed() < 3
+    client.close()
+
+
+def test_a_header_above_64_kib_is_431(stack: Stack) -> None:
+    client = RawClient(port_of(stack))
+    client.send(b"GET /-/healthz HTTP/1.1\r\nHost: proxy\r\nX-Big: " + b"a" * (65 * 1024) + b"\r\n\r\n")
+    assert client.answer()[0] == 431
+    client.close()
+
+
+def test_an_encoded_dot_segment_is_400(stack: Stack) -> None:
+    stack.serve(endpoint("inner", {"inner-v1": 1.0}), {"inner-v1": stack.start_replicas("inner-v1", "Echo")})
+    client = RawClient(port_of(stack))
+    client.send(b"GET /inner/%2e%2e/-/routes HTTP/1.1\r\nHost: proxy\r\n\r\n")
+    assert client.answer()[0] == 400
+    client.close()

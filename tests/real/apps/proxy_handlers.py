@@ -8,7 +8,7 @@ import os
 from starlette.requests import Request
 from starlette.responses import Response
 
-__all__ = ["Echo", "Named", "Raises", "Sleeps", "Mortal"]
+__all__ = ["Echo", "Named", "Raises", "Sleeps", "Mortal", "Keeps"]
 
 
 class Echo:
@@ -67,3 +67,15 @@ class Mortal:
                 return "survivor"
             os._exit(1)
         return "alive"
+
+
+class Keeps:
+    """Keeps every POST body it is given; a GET answers them all, so tests see what arrived."""
+
+    def __init__(self) -> None:
+        self.bodies: list[str] = []
+
+    async def __call__(self, request: Request) -> dict[str, list[str]]:
+        if request.method == "POST":
+            self.bodies.append((await request.body()).decode())
+        return {"bodies": self.bodies}
