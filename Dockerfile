@@ -2,21 +2,26 @@
 # embedded Ray (or `--ray-address` to join a cluster).
 #
 #   docker build -t ray-gitops .
-#   docker run --rm --shm-size=2g -p 8000:8000 -p 127.0.0.1:8001:8001 \
-#     -e GITOPS_REPO=https://github.com/you/specs.git -v gitops-state:/state ray-gitops
+#   docker run --rm --shm-size=2g -p 8000:8000 -p 127.0.0.1:8001:8001 -p 8003:8003 \
+#     -e GITOPS_REPO=https://github.com/you/specs.git -v gitops-state:/state \
+#     -v /etc/gitops:/secrets:ro -e GITOPS_ADMIN_TOKEN_FILE=/secrets/admin-token \
+#     -e GITOPS_WEBHOOK_SECRET_FILE=/secrets/hook-secret ray-gitops
 #
 # Settings (environment, or extra flags after the image name, which win):
 #   GITOPS_REPO                 repository URL (required): https://, ssh:// or file://
 #   GITOPS_BRANCH               branch to watch (default: the remote's default branch)
 #   GITOPS_PATH                 spec path in the repository (default: deployments)
-#   GITOPS_WEBHOOK_SECRET_FILE  turns on POST /hooks/git (mount the secret as a file)
+#   GITOPS_ADMIN_TOKEN_FILE     bearer token of the admin API (required: it listens on 0.0.0.0)
+#   GITOPS_ADMIN_ALLOWED_HOSTS  Host names the admin API answers besides loopback, comma-separated
+#   GITOPS_WEBHOOK_SECRET_FILE  turns on POST /hooks/git, alone on port 8003 (mount the secret as a file)
 # The state dir (history ledger, clone cache, code exports) is the /state volume.
 # Ray keeps its object store in /dev/shm: give the container a big one
 # (--shm-size), or Ray falls back to slower disk-backed memory.
-# Inside the container the proxy (8000) and admin API (8001) listen on all
-# interfaces so they can be published; the admin API has no authentication
-# (its verbs are sync, suspend and resume), so publish 8001 on loopback or a
-# private network only.
+# Inside the container the proxy (8000), the admin API (8001) and the webhook
+# (8003) listen on all interfaces so they can be published. The admin API
+# needs the token on every path but /metrics and /healthz; still publish 8001
+# on loopback or a private network only, and put TLS in front of 8000/8003
+# (README "Security model").
 
 FROM python:3.11-slim AS build
 WORKDIR /src
@@ -42,13 +47,15 @@ ENV PATH=/opt/venv/bin:$PATH \
 USER gitops
 WORKDIR /home/gitops
 VOLUME ["/state"]
-EXPOSE 8000 8001
+EXPOSE 8000 8001 8003
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s \
   CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8001/healthz', timeout=4)"
 ENTRYPOINT ["/usr/bin/tini", "--", "/bin/sh", "-c", "\
 : \"${GITOPS_REPO:?set GITOPS_REPO to the repository URL}\"; \
+: \"${GITOPS_ADMIN_TOKEN_FILE:?set GITOPS_ADMIN_TOKEN_FILE to the admin token file}\"; \
 exec gitops run --repo \"$GITOPS_REPO\" --path \"$GITOPS_PATH\" --state-dir /state \
-  --proxy-host 0.0.0.0 --admin-host 0.0.0.0 \
+  --proxy-host 0.0.0.0 --admin-host 0.0.0.0 --admin-token-file \"$GITOPS_ADMIN_TOKEN_FILE\" \
+  ${GITOPS_ADMIN_ALLOWED_HOSTS:+--admin-allowed-hosts \"$GITOPS_ADMIN_ALLOWED_HOSTS\"} \
   ${GITOPS_BRANCH:+--branch \"$GITOPS_BRANCH\"} \
-  ${GITOPS_WEBHOOK_SECRET_FILE:+--webhook-secret-file \"$GITOPS_WEBHOOK_SECRET_FILE\"} \
+  ${GITOPS_WEBHOOK_SECRET_FILE:+--webhook-secret-file \"$GITOPS_WEBHOOK_SECRET_FILE\" --webhook-host 0.0.0.0 --webhook-port 8003} \
   \"$@\"", "gitops"]
