@@ -63,8 +63,8 @@ def init_ray(address: str | None = None, namespace: str = DEFAULT_NAMESPACE, sta
 
 
 def ray_token_path(state_dir: Path) -> Path:
-    """The embedded cluster's token file, created (0600) if it is not there yet."""
-    path = state_dir / TOKEN_FILE
+    """The embedded cluster's token file (absolute), created (0600) if it is not there yet."""
+    path = state_dir.absolute() / TOKEN_FILE  # Ray's workers start in other directories
     state_dir.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -28,6 +28,12 @@ def test_the_token_is_made_once_private_and_found_again(tmp_path: Path) -> None:
     assert ray_token_path(tmp_path / "state").read_text() == token
 
 
+def test_the_token_path_is_absolute_for_workers_that_start_elsewhere(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = ray_token_path(Path(".gitops-state"))
+    assert path.is_absolute() and path == tmp_path / ".gitops-state" / TOKEN_FILE
+
+
 def test_a_token_file_readable_by_others_is_made_private(tmp_path: Path) -> None:
     path = ray_token_path(tmp_path)
     path.chmod(0o644)
