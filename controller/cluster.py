@@ -56,6 +56,9 @@ def init_ray(address: str | None = None, namespace: str = DEFAULT_NAMESPACE, sta
     }
     if address is None:
         _embedded_token_auth(state_dir)
+        # "local": always a new instance; Ray would otherwise join whatever
+        # `ray start` left in /tmp/ray/ray_current_cluster on this machine.
+        options["address"] = "local"
         options["include_dashboard"] = False
     else:
         options["address"] = address
