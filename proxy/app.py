@@ -261,6 +261,11 @@ def _remaining(deadline: asyncio.Timeout) -> float:
 
 def _end_to_end(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """`headers` without hop-by-hop ones: the fixed set, `Proxy-*`, and any `Connection` names."""
+    for name, _ in headers:
+        if name in _HOP_BY_HOP or name[:6] == b"proxy-":
+            break
+    else:
+        return headers  # the common case: nothing to drop (names in `Connection` need a `Connection`)
     named = {token.strip().lower() for name, value in headers if name == b"connection" for token in value.split(b",")}
     return [
         (name, value) for name, value in headers
