@@ -62,7 +62,15 @@ def init_ray(address: str | None = None, namespace: str = DEFAULT_NAMESPACE, sta
         options["include_dashboard"] = False
     else:
         options["address"] = address
-    ray.init(**options)
+    try:
+        ray.init(**options)
+    except ConnectionError as error:
+        if _refused_for_auth(error):
+            raise ConnectionError(
+                f"Ray at {address} refused this process's token: start it with the RAY_AUTH_MODE=token and "
+                "RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH the cluster uses"
+            ) from None
+        raise
 
 
 def ray_token_path(state_dir: Path) -> Path:
@@ -92,6 +100,15 @@ def _embedded_token_auth(state_dir: Path | None) -> None:
     # Ray read its config when first imported; make it see token mode and this token.
     Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()
+
+
+def _refused_for_auth(error: BaseException | None) -> bool:
+    """Whether Ray's connection error comes from its token check (Ray nests the reason)."""
+    while error is not None:
+        if type(error).__name__ == "AuthenticationError" or "InvalidAuthToken" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def shutdown_ray() -> None:

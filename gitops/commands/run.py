@@ -63,7 +63,10 @@ def run_command(args: argparse.Namespace) -> int:
     _sigterm_interrupts()
     try:
         _LOG.info("gitops: starting Ray" if embedded else f"gitops: joining Ray at {args.ray_address}")
-        init_ray(args.ray_address, state_dir=Path(args.state_dir))
+        try:
+            init_ray(args.ray_address, state_dir=Path(args.state_dir))
+        except ConnectionError as error:
+            raise UserError(str(error)) from None
         _sigterm_interrupts()  # ray.init installed its own, which exits at once
         client = _controller(args)
         asyncio.run(_serve(args, source, client, secret, token, sockets, links, channels))

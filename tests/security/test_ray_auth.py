@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from controller.cluster import TOKEN_FILE, ray_token_path
+from tests.conftest import GitRepo
 
 JOIN = "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); print('joined')"
 
@@ -81,3 +82,22 @@ def test_a_driver_with_the_state_dirs_token_joins(ray_session: str) -> None:
     env = {**without_auth(), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path}
     done = join(ray.get_runtime_context().gcs_address, env)
     assert done.returncode == 0 and "joined" in done.stdout
+
+
+@pytest.mark.real
+def test_an_agent_joining_without_the_token_ends_with_one_line_naming_the_settings(
+    ray_session: str, repo: GitRepo, tmp_path: Path
+) -> None:
+    import ray
+
+    repo.write("deployments/empty.toml", "")
+    repo.commit()
+    env = {**without_auth(), "HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "gitops", "run", "--ray-address", ray.get_runtime_context().gcs_address,
+         "--repo", str(repo.root), "--state-dir", str(tmp_path / "state"), "--admin-port", "0"],
+        env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("gitops run: Ray at ") and "RAY_AUTH_TOKEN_PATH" in last and "internal error" not in last
