@@ -30,6 +30,7 @@ import git
 
 from vocabulary.goal_api import GoalAPI
 from vocabulary.configs import ServingState
+from vocabulary.status import ClusterStatus
 from gitops.applying import Deadlines, apply
 from gitops.history import History, HistoryEntry, Outcome
 from gitops.specs.loading import LoadResult
@@ -37,7 +38,8 @@ from gitops.metrics import AgentMetrics
 from gitops.notifications.delivering import Notifier
 from gitops.notifications.events import TickOutcome
 from gitops.plans import Plan
-from gitops.sources.repos import GitSource, Revision, SourceError
+from gitops.errors import SourceError
+from gitops.sources.repos import GitSource, Revision
 from gitops.sources.watching import RefWatcher, jittered
 from gitops.status import AgentStatus, StatusFacts, roll_up
 
@@ -112,7 +114,7 @@ class Agent:
         self._progress = ""
         self._git_error: str | None = None
         self._controller_error: str | None = None
-        self._cluster: dict[str, Any] | None = None
+        self._cluster: ClusterStatus | None = None
         self._exports_in_use: list[str | None] | None = None  # set by a tick that read the controller
         self.ticks = 0
 
@@ -310,7 +312,6 @@ class Agent:
             return
         self._controller_error = None
         self.metrics.cluster_observed(self._cluster)
-        self.metrics.goals_pending(int(self._cluster.get("goals_pending", 0)))
 
     def _record(
         self, revision: Revision, started: float, outcome: Outcome, *, plan: Plan | None = None,

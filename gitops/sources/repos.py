@@ -32,17 +32,13 @@ from typing import Iterable
 
 import git
 
-from gitops.errors import UserError
+from gitops.errors import SourceError
 
-__all__ = ["Revision", "GitSource", "SourceError", "is_url"]
+__all__ = ["Revision", "GitSource", "is_url"]
 
 _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
 # Never wait for a password or a host-key prompt: the agent runs unattended.
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": "ssh -o BatchMode=yes"}
-
-
-class SourceError(UserError):
-    """Git could not be read or fetched; the message says what and where."""
 
 
 @dataclass(frozen=True)

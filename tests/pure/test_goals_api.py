@@ -103,7 +103,7 @@ def test_restarted_controller_recovers_state_and_adopts_live_replicas():
     before, after, state, status = asyncio.run(scenario())
     assert after == before  # nothing started again
     assert set(state.backends) == {"echo"} and set(state.endpoints) == {"e"}
-    assert [r["state"] for r in status["backends"]["echo"]["replicas"]] == ["RUNNING", "RUNNING"]
+    assert [r.state.value for r in status.backends["echo"].replicas] == ["RUNNING", "RUNNING"]
 
 
 def test_replica_unknown_to_the_checkpoint_is_killed_on_recovery():

@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 import pytest
 
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, GoalState, ServingState
+from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, GoalState, ReplicaState, ServingState
+from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
 from gitops.agent import Agent, AgentSettings, Trigger
 from gitops.history import History, Outcome
 from gitops.specs.loading import Loader
@@ -90,17 +91,15 @@ class FakeController:
     async def get_state(self) -> ServingState:
         return self.state
 
-    async def get_status(self) -> dict[str, Any]:
-        return {
-            "backends": {n: {"version": b.version, "target_replicas": b.num_replicas, "restarts": {},
-                             "replicas": [{"replica_id": f"{n}-0", "state": "RUNNING", "version": b.version,
-                                           "node_id": "n"}] * b.num_replicas, "last_error": None}
-                         for n, b in self.state.backends.items()},
-            "endpoints": {n: {"route": e.route, "traffic": e.traffic, "shadow": e.shadow}
-                          for n, e in self.state.endpoints.items()},
-            "proxies": {},
-            "goals_pending": 0,
-        }
+    async def get_status(self) -> ClusterStatus:
+        return ClusterStatus(
+            backends={n: BackendStatus(version=b.version, target_replicas=b.num_replicas, replicas=tuple(
+                ReplicaStatus(replica_id=f"{n}-0", state=ReplicaState.RUNNING, version=b.version, node_id="n")
+                for _ in range(b.num_replicas)))
+                for n, b in self.state.backends.items()},
+            endpoints={n: EndpointStatus(route=e.route, traffic=e.traffic, shadow=e.shadow)
+                       for n, e in self.state.endpoints.items()},
+        )
 
 
 @pytest.fixture
