@@ -29,7 +29,6 @@ from gitops.history import History, Outcome
 from gitops.specs.loading import Loader
 from gitops.metrics import AgentMetrics
 from gitops.sources.repos import GitSource
-from gitops.sources.trees import CommitTree
 from gitops.webhooks import sign
 from tests.real.support import eventually, free_port
 
@@ -184,7 +183,7 @@ def make_agent(
         GitSource(str(repo.root), None, state_dir),
         client,
         History(state_dir / "history.db"),
-        load=lambda r, rev, path: loader.load_tree(CommitTree(r, rev), path),
+        load=loader.load_tree,
         plan=planning.plan,
         metrics=AgentMetrics(),
         settings=AgentSettings(interval_s=interval_s, resync_interval_s=resync_s, watch=watch,
