@@ -3,7 +3,8 @@
 `GoalAPI` is the contract between the agent (and any other client) and the
 controller actor: `controller.actor.ControllerActor` implements it as Ray
 actor methods, `controller.client.ControllerClient` forwards to the actor,
-and tests of the agent pass in fakes that implement the same protocol.
+and tests of the agent pass in `gitops.testing.FakeController`, which
+implements the same protocol.
 
 Rules every implementation keeps:
 - Every state-changing call is idempotent and returns a goal id. An
