@@ -37,7 +37,7 @@ from gitops.notifications.delivering import Notifier
 from gitops.plans import Plan
 from gitops.sources.hashing import Tree
 from gitops.sources.source import Revision, Source
-from gitops.sources.watching import RefWatcher, jittered
+from gitops.sources.watching import RefWatcher, backoff, jittered
 from gitops.specs.loading import LoadResult
 from gitops.status import AgentStatus, StatusFacts, roll_up
 from gitops.ticks import (
@@ -222,7 +222,7 @@ class Agent:
             self._retries = 0
             return
         self._retries += 1
-        delay = min(self._settings.interval_s, self._settings.retry_base_s * 2 ** (self._retries - 1))
+        delay = backoff(self._retries, self._settings.retry_base_s, self._settings.interval_s)
         if self._retry is not None:
             self._retry.cancel()
         self._retry = asyncio.get_running_loop().call_later(delay, self.notify, Trigger.RETRY)

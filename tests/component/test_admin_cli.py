@@ -3,33 +3,47 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
+from collections.abc import Iterator
 
 import pytest
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from gitops.admin import build_app, server
 from gitops.cli import main
 from tests.component.test_admin import FakeAgent
 
 
-@pytest.fixture
-def agent_url():
-    agent = FakeAgent()
-    app = build_app(agent, sync=lambda: None, webhook_fetch=lambda: None, metrics=lambda: (b"", "text/plain"))
+@contextlib.contextmanager
+def serving(app: Starlette) -> Iterator[str]:
+    """`app` on a real loopback port, for as long as the block runs; yields its URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()
     uvicorn_server = server(app, "127.0.0.1", 0)
     thread = threading.Thread(target=lambda: asyncio.run(uvicorn_server.serve(sockets=[sock])), daemon=True)
     thread.start()
-    while not uvicorn_server.started:
-        thread.join(0.01)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}", agent
-    uvicorn_server.should_exit = True
-    thread.join(5)
-    sock.close()
+    try:
+        while not uvicorn_server.started:
+            thread.join(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        uvicorn_server.should_exit = True
+        thread.join(5)
+        sock.close()
+
+
+@pytest.fixture
+def agent_url():
+    agent = FakeAgent()
+    app = build_app(agent, sync=lambda: None, webhook_fetch=lambda: None, metrics=lambda: (b"", "text/plain"))
+    with serving(app) as url:
+        yield url, agent
 
 
 def test_status_prints_a_table(agent_url, capsys) -> None:
@@ -65,3 +79,13 @@ def test_no_agent_running_is_a_one_line_error(capsys) -> None:
     assert main(["status", "--agent", f"http://127.0.0.1:{port}"]) == 1
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "is `gitops run` running?" in err
+
+
+def test_a_status_answer_that_is_no_agent_status_is_a_one_line_error(capsys) -> None:
+    async def not_a_status(request):
+        return JSONResponse({"status": "Fine", "conditions": "none"})
+
+    with serving(Starlette(routes=[Route("/status", not_a_status)])) as url:
+        assert main(["status", "--agent", url]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "not an agent status" in err

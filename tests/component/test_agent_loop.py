@@ -276,7 +276,7 @@ def test_an_unexpected_error_in_a_tick_does_not_end_the_loop(spec_repo, tmp_path
         runner = asyncio.ensure_future(agent.run())
         try:
             await until(lambda: calls)
-            await asyncio.sleep(0.05)
+            await until(lambda: bool(agent.status().errors))  # the failed tick has finished
             assert "planner bug" in agent.status().errors[0]
             agent.notify(Trigger.SYNC)
             await until(lambda: "echo" in controller.state.endpoints)
