@@ -134,11 +134,8 @@ def roll_up(facts: StatusFacts) -> AgentStatus:
     )
 
 
-# The Ready condition's reason for each failure, and what retrying can do about it.
-_FAILED_REASONS = {
-    Outcome.INVALID: ("ValidationFailed", ErrorKind.STALLED),
-    Outcome.FAILED: ("ReconciliationFailed", ErrorKind.RETRY),
-}
+# The Ready condition's reason for each failed outcome.
+_FAILED_REASONS = {Outcome.INVALID: "ValidationFailed", Outcome.FAILED: "ReconciliationFailed"}
 
 
 def _overall(facts: StatusFacts, backends: Mapping[str, BackendSummary]) -> tuple[SyncStatus, str, str]:
@@ -155,7 +152,7 @@ def _overall(facts: StatusFacts, backends: Mapping[str, BackendSummary]) -> tupl
     if last is None:
         return SyncStatus.PROGRESSING, "Progressing", "waiting for the first reconcile"
     if last.result in _FAILED_REASONS:
-        return SyncStatus.FAILED, _FAILED_REASONS[last.result][0], _failure_message(last)
+        return SyncStatus.FAILED, _FAILED_REASONS[last.result], _failure_message(last)
     if last.result is Outcome.SUPERSEDED:
         return SyncStatus.PROGRESSING, "Progressing", f"{last.commit[:7]} superseded by a newer commit"
     unhealthy = [f"{name}: {b.problem()}" for name, b in sorted(backends.items()) if b.problem()]
@@ -175,7 +172,7 @@ def _stalled(facts: StatusFacts, status: SyncStatus) -> bool:
     last = facts.last_attempt
     if status is not SyncStatus.FAILED or last is None or facts.git_error or facts.controller_error:
         return False
-    return last.result in _FAILED_REASONS and _FAILED_REASONS[last.result][1] is ErrorKind.STALLED
+    return last.result.error_kind is ErrorKind.STALLED
 
 
 def _conditions(facts: StatusFacts, status: SyncStatus, reason: str, message: str) -> tuple[Condition, ...]:

@@ -115,3 +115,8 @@ def test_json_form_of_a_backend_keeps_todays_fields() -> None:
         "version": "v1", "target_replicas": 2, "ready": 1, "replicas": {"RUNNING": 1}, "versions": {"v1": 1},
         "restarts": {}, "last_error": "boom",
     }
+
+
+def test_a_failed_apply_is_not_stalled_a_retry_may_help() -> None:
+    status = roll_up(replace(BASE, last_attempt=entry(SHA_B, Outcome.FAILED, ("create backend x: boom",))))
+    assert status.condition("Stalled") is None
