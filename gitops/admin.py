@@ -98,7 +98,7 @@ def build_app(
         return JSONResponse({"ok": True})
 
     async def status(request: Request) -> Response:
-        return JSONResponse(agent.status().to_json())
+        return JSONResponse(agent.status().model_dump(mode="json"))
 
     async def history(request: Request) -> Response:
         try:

@@ -3,8 +3,8 @@
 Each verb's behaviour lives in `gitops.commands.<verb>`; a command function
 takes the parsed arguments and returns the exit code. This module guarantees
 the contract every verb shares: usage errors exit 2 (argparse), a
-`UserError` is one line on stderr and exit 1, and no traceback ever reaches
-the user.
+`GitopsError` (`UserError`, `SourceError`, whatever its kind) is one line on
+stderr and exit 1, and no traceback ever reaches the user.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 from typing import Callable, Sequence
 
 from gitops import __version__
-from gitops.errors import UserError
+from gitops.errors import GitopsError
 
 __all__ = ["main", "build_parser"]
 
@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except UserError as error:
+    except GitopsError as error:
         print(f"gitops {args.verb}: {error}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gitops.errors import ErrorKind
+
 __all__ = ["Outcome", "HistoryEntry", "History"]
 
 _SCHEMA = """
@@ -50,6 +52,11 @@ class Outcome(str, enum.Enum):
     @property
     def ok(self) -> bool:
         return self in (Outcome.APPLIED, Outcome.NOOP)
+
+    @property
+    def error_kind(self) -> ErrorKind | None:
+        """What can help a failed commit: only a new commit (invalid), or a retry (failed)."""
+        return {Outcome.INVALID: ErrorKind.STALLED, Outcome.FAILED: ErrorKind.RETRY}.get(self)
 
 
 @dataclass(frozen=True)

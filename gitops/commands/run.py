@@ -129,7 +129,6 @@ async def _serve(
     from gitops.agent import Agent, AgentSettings, Trigger
     from gitops.history import History
     from gitops.specs.loading import Loader
-    from gitops.sources.trees import CommitTree
     from gitops.metrics import CONTENT_TYPE, AgentMetrics
     from gitops.webhooks import RateLimiter
 
@@ -145,7 +144,7 @@ async def _serve(
         source,
         client,
         History(Path(args.state_dir) / "history.db"),
-        load=lambda repo, rev, path: loader.load_tree(CommitTree(repo, rev), path),
+        load=loader.load_tree,
         plan=planning.plan,
         metrics=metrics,
         settings=AgentSettings(

@@ -8,27 +8,27 @@ what make loading cacheable and versions reproducible.
 - `CommitTree` reads blobs from a commit with gitpython, never from the
   working directory, and reports git's own hashes.
 - `DirectoryTree` reads a plain directory and computes git-compatible
-  hashes in Python (blob: sha1 of "blob LEN\\0" + bytes; tree: git's tree
-  object format and entry order). They equal the commit's hashes for a clean
-  checkout; `.git` and `__pycache__` directories are skipped, but
-  `.gitignore` is not consulted, so ignored files in the directory do change
-  them.
-- `MemoryTree` holds files in a dict, for tests and tools.
+  hashes in Python (`gitops.sources.hashing`). They equal the commit's
+  hashes for a clean checkout; `.git` and `__pycache__` directories are
+  skipped, but `.gitignore` is not consulted, so ignored files in the
+  directory do change them.
+- `MemoryTree` (defined in `gitops.sources.hashing`, which needs no git)
+  holds files in a dict, for tests and tools.
 
 This module never imports user code and never writes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
-from typing import Hashable, Iterator, Mapping, Protocol
+from typing import Hashable, Iterator
 
 import git
 import gitdb.exc
 
 from gitops.errors import UserError
+from gitops.sources.hashing import MODE_DIR, MODE_EXEC, MODE_FILE, MODE_LINK, HashingTree, MemoryTree, Tree, clean
 
 __all__ = [
     "Tree",
@@ -41,35 +41,6 @@ __all__ = [
 ]
 
 _SKIPPED_DIRS = frozenset({".git", "__pycache__"})
-_EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-_MODE_FILE, _MODE_EXEC, _MODE_LINK, _MODE_DIR = "100644", "100755", "120000", "40000"
-
-
-class Tree(Protocol):
-    def files(self, path: str) -> list[str]:
-        """Every file under `path` (recursive), sorted; `[path]` for a file; [] if missing."""
-        ...
-
-    def read(self, path: str) -> bytes:
-        """A file's bytes; raises KeyError if it is not a file of this tree."""
-        ...
-
-    def exists(self, path: str) -> bool: ...
-
-    def is_dir(self, path: str) -> bool: ...
-
-    def hash(self, path: str) -> str | None:
-        """The git object hash of the blob or tree at `path` ("" = root), None if missing."""
-        ...
-
-    @property
-    def identity(self) -> Hashable | None:
-        """Names content that can never change (a commit), or None (a directory)."""
-        ...
-
-
-def _clean(path: str) -> str:
-    return "/".join(part for part in path.split("/") if part not in ("", "."))
 
 
 # --- a commit ------------------------------------------------------------------
@@ -89,7 +60,7 @@ class CommitTree:
         return (self.repo.git_dir, self.sha)
 
     def _object(self, path: str) -> git.Tree | git.Blob | None:
-        path = _clean(path)
+        path = clean(path)
         if not path:
             return self._root
         if path not in self._objects:
@@ -163,78 +134,7 @@ def find_toplevel(path: str | Path) -> Path | None:
     return None if found is None else Path(found)
 
 
-# --- git-compatible hashing for trees that are not commits -----------------------
-
-
-def _blob_hash(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def _tree_hash(entries: list[tuple[str, str, str]]) -> str:
-    """Hash (mode, name, sha) entries the way `git write-tree` would."""
-    # git orders a directory as if its name ended with '/'.
-    ordered = sorted(entries, key=lambda e: e[1] + "/" if e[0] == _MODE_DIR else e[1])
-    body = b"".join(
-        f"{mode} {name}".encode() + b"\0" + bytes.fromhex(sha) for mode, name, sha in ordered
-    )
-    return hashlib.sha1(b"tree %d\0" % len(body) + body).hexdigest()
-
-
-class _HashingTree:
-    """Shared hashing for trees that list entries themselves; hashes are memoised."""
-
-    identity: Hashable | None = None
-
-    def __init__(self) -> None:
-        self._hashes: dict[str, str | None] = {}
-
-    def entries(self, path: str) -> Iterator[tuple[str, str]]:
-        """(name, mode) of each direct child of the directory at `path`."""
-        raise NotImplementedError
-
-    def blob_bytes(self, path: str, mode: str) -> bytes:
-        raise NotImplementedError
-
-    def is_dir(self, path: str) -> bool:
-        raise NotImplementedError
-
-    def exists(self, path: str) -> bool:
-        raise NotImplementedError
-
-    def hash(self, path: str) -> str | None:
-        path = _clean(path)
-        if path not in self._hashes:
-            self._hashes[path] = self._compute_hash(path)
-        return self._hashes[path]
-
-    def _compute_hash(self, path: str) -> str | None:
-        if not self.exists(path):
-            return None
-        if not self.is_dir(path):
-            return _blob_hash(self.blob_bytes(path, _MODE_FILE))
-        rows = []
-        for name, mode in self.entries(path):
-            child = f"{path}/{name}" if path else name
-            sha = self.hash(child) if mode == _MODE_DIR else _blob_hash(self.blob_bytes(child, mode))
-            # git does not record directories without files.
-            if sha is not None and sha != _EMPTY_TREE:
-                rows.append((mode, name, sha))
-        return _tree_hash(rows)
-
-    def files(self, path: str) -> list[str]:
-        path = _clean(path)
-        if not self.exists(path):
-            return []
-        if not self.is_dir(path):
-            return [path]
-        found: list[str] = []
-        for name, mode in self.entries(path):
-            child = f"{path}/{name}" if path else name
-            found.extend(self.files(child) if mode == _MODE_DIR else [child])
-        return sorted(found)
-
-
-class DirectoryTree(_HashingTree):
+class DirectoryTree(HashingTree):
     """A plain directory on disk (the working tree for `gitops validate PATH`)."""
 
     def __init__(self, root: str | Path) -> None:
@@ -242,17 +142,17 @@ class DirectoryTree(_HashingTree):
         self.root = Path(root)
 
     def _path(self, path: str) -> Path:
-        return self.root / _clean(path) if _clean(path) else self.root
+        return self.root / clean(path) if clean(path) else self.root
 
     def entries(self, path: str) -> Iterator[tuple[str, str]]:
         for child in self._path(path).iterdir():
             if child.is_symlink():
-                yield child.name, _MODE_LINK
+                yield child.name, MODE_LINK
             elif child.is_dir():
                 if child.name not in _SKIPPED_DIRS:
-                    yield child.name, _MODE_DIR
+                    yield child.name, MODE_DIR
             elif child.is_file():
-                yield child.name, _MODE_EXEC if os.access(child, os.X_OK) else _MODE_FILE
+                yield child.name, MODE_EXEC if os.access(child, os.X_OK) else MODE_FILE
 
     def blob_bytes(self, path: str, mode: str) -> bytes:
         # git stores a symlink as a blob holding its target.
@@ -266,42 +166,10 @@ class DirectoryTree(_HashingTree):
         return target.read_bytes()
 
     def exists(self, path: str) -> bool:
-        parts = _clean(path).split("/")
+        parts = clean(path).split("/")
         return self._path(path).exists() and not _SKIPPED_DIRS.intersection(parts)
 
     def is_dir(self, path: str) -> bool:
         return self._path(path).is_dir() and not self._path(path).is_symlink()
 
 
-class MemoryTree(_HashingTree):
-    """Files held in memory: {"deployments/echo.toml": b"..."}."""
-
-    def __init__(self, files: Mapping[str, bytes | str]) -> None:
-        super().__init__()
-        self._files = {
-            _clean(path): data.encode() if isinstance(data, str) else data
-            for path, data in files.items()
-        }
-        self._dirs = {"/".join(p.split("/")[:i]) for p in self._files for i in range(len(p.split("/")))}
-
-    def entries(self, path: str) -> Iterator[tuple[str, str]]:
-        prefix = f"{path}/" if path else ""
-        children: dict[str, str] = {}
-        for name in list(self._files) + list(self._dirs):
-            if name.startswith(prefix) and name != path:
-                head = name[len(prefix) :].split("/")[0]
-                children[head] = _MODE_DIR if f"{prefix}{head}" in self._dirs else _MODE_FILE
-        return iter(sorted(children.items()))
-
-    def blob_bytes(self, path: str, mode: str) -> bytes:
-        return self._files[path]
-
-    def read(self, path: str) -> bytes:
-        return self._files[_clean(path)]
-
-    def exists(self, path: str) -> bool:
-        path = _clean(path)
-        return path in self._files or path in self._dirs
-
-    def is_dir(self, path: str) -> bool:
-        return _clean(path) in self._dirs
