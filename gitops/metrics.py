@@ -33,6 +33,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gitops.status import SyncStatus
 from vocabulary.configs import ReplicaState
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus
 
@@ -41,7 +42,6 @@ __all__ = [
     "CONTENT_TYPE",
     "RECONCILE_BUCKETS",
     "ReconcileResult",
-    "SyncStatusValue",
     "restart_increments",
 ]
 
@@ -65,12 +65,6 @@ class ReconcileResult(enum.StrEnum):
     NOOP = "noop"
 
 
-class SyncStatusValue(enum.StrEnum):
-    SYNCED = "Synced"
-    PROGRESSING = "Progressing"
-    DEGRADED = "Degraded"
-    FAILED = "Failed"
-    SUSPENDED = "Suspended"
 
 
 RestartKey = tuple[str, str]  # (backend, reason)
@@ -107,7 +101,7 @@ class AgentMetrics:
         self._decision_counts: dict[tuple[str, str], int] = {}  # (backend, direction)
         self._backends: set[str] = set()
         self._weights: set[tuple[str, str]] = set()
-        for status in SyncStatusValue:
+        for status in SyncStatus:
             self._sync_status.labels(status=status.value).set(0)
 
     def _define(self, r: CollectorRegistry) -> None:
@@ -201,8 +195,8 @@ class AgentMetrics:
         self._applied = (commit, branch)
 
     def sync_status(self, status: str) -> None:
-        current = SyncStatusValue(status)
-        for value in SyncStatusValue:
+        current = SyncStatus(status)
+        for value in SyncStatus:
             self._sync_status.labels(status=value.value).set(1 if value is current else 0)
 
     def git_fetch(self, result: str) -> None:
