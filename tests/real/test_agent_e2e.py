@@ -233,6 +233,7 @@ def served(specs, tmp_path, empty_cluster) -> Iterator[tuple[Agent, str, str]]:
         running.stop()
 
 
+@pytest.mark.smoke
 def test_commit_adding_an_endpoint_makes_it_answer(specs, served) -> None:
     agent, url, _ = served
     wait_for(lambda: applied(agent, specs.repo.head()), what="first apply")

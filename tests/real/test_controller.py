@@ -84,6 +84,7 @@ def test_repeating_an_identical_apply_returns_a_met_goal_and_restarts_nothing(cl
     assert named_actors(namespace, REPLICA_PREFIX) == before
 
 
+@pytest.mark.smoke
 def test_rolling_update_leaves_only_new_version_replicas(client, namespace):
     met(client, run(client.apply_backend(backend(replicas=2))))
     met(client, run(client.apply_backend(backend(version="v2", replicas=2))))
@@ -173,6 +174,7 @@ def test_controller_killed_mid_rollout_recovers_without_leaks_or_duplicates(clie
     assert ask(client)["tag"] == "v2"
 
 
+@pytest.mark.smoke
 def test_state_survives_a_controller_restart(client, namespace):
     met(client, run(client.apply_backend(backend(replicas=2))))
     met(client, run(client.apply_endpoint(EndpointConfig(name="e", route="/e", traffic={"echo": 1.0}))))

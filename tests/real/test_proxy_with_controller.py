@@ -73,6 +73,7 @@ def cluster(ray_session: str) -> Iterator[Cluster]:
 # --- routing and the request as user code sees it ------------------------------------
 
 
+@pytest.mark.smoke
 def test_the_request_reaches_user_code_intact_and_its_answer_comes_back(cluster: Cluster) -> None:
     cluster.backend("echo-v1", "Echo")
     cluster.endpoint("echo", {"echo-v1": 1.0})
