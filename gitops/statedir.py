@@ -39,7 +39,13 @@ class StateDir:
 
 
 def prepare(root: Path) -> StateDir:
-    """Create (or tighten) the state dir: 0700, ignored by git, history 0600."""
+    """Create (or tighten) the state dir: 0700, ignored by git, history 0600.
+
+    The paths it hands out are absolute: code exports under it become
+    replicas' working_dir, which the controller resolves in its own process,
+    in another directory or on another machine's view of this one.
+    """
+    root = root.absolute()
     state = StateDir(root)
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -6,6 +6,8 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from gitops import statedir
 from gitops.history import History
 
@@ -42,3 +44,9 @@ def test_git_status_never_shows_the_state_dir(tmp_path: Path) -> None:
     )
     assert status.stdout == ""
 
+
+
+def test_a_relative_state_dir_is_handed_out_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    state = statedir.prepare(Path(".gitops-state"))
+    assert state.root == tmp_path / ".gitops-state" and state.history.is_absolute()
