@@ -79,7 +79,7 @@ def test_the_tutorial_runs_as_written(installed: Installed, tmp_path: Path, ray_
                 agent = subprocess.Popen(["bash", "-c", script], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
                 continue
             if agent is not None:
-                wait_applied(agent, admin, Path(where.read_text()), log)
+                wait_applied(agent, admin, Path(where.read_text().strip()), log)
             done = subprocess.run(
                 ["bash", "-c", f"{script}\npwd > {where}\n"], env=env, capture_output=True, text=True, timeout=300
             )
