@@ -22,8 +22,9 @@ from proxy.metrics import ProxyMetrics
 
 ROOT = docgen.ROOT
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
-# A TOML block preceded by this comment is a deliberate fragment (say, one table of a larger spec).
-PARTIAL = "<!-- partial -->"
+# A TOML block preceded by one of these comments is left out: a deliberate fragment (say, one
+# table of a larger spec), or another TOML file (a notify file, an editor's config).
+SKIP_MARKERS = ("<!-- partial -->", "<!-- not a spec -->")
 _TOML_BLOCK = re.compile(r"(?P<before>[^\n]*)\n+```toml\n(?P<body>.*?)```", re.DOTALL)
 
 
@@ -32,7 +33,7 @@ def toml_blocks() -> list[tuple[str, str]]:
     for page in PAGES:
         text = page.read_text()
         for n, match in enumerate(_TOML_BLOCK.finditer("\n" + text)):
-            if match["before"].strip() != PARTIAL:
+            if match["before"].strip() not in SKIP_MARKERS:
                 blocks.append((f"{page.relative_to(ROOT)}#{n + 1}", match["body"]))
     return blocks
 

@@ -8,7 +8,7 @@ import pytest
 
 from gitops.cli import main
 from gitops.commands.init import SCAFFOLD, next_steps
-from gitops.specs.loading import load_directory
+from gitops.specs.loading import Loader
 
 
 def test_init_writes_the_spec_and_its_app(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -19,7 +19,7 @@ def test_init_writes_the_spec_and_its_app(tmp_path: Path, capsys: pytest.Capture
 
 def test_the_scaffold_validates(tmp_path: Path) -> None:
     main(["init", str(tmp_path)])
-    result = load_directory(tmp_path / "deployments", tmp_path)
+    result = Loader().load_directory(tmp_path / "deployments", tmp_path)
     assert result.ok, result.errors
     assert result.state is not None and set(result.state.endpoints) == {"hello"}
 
