@@ -21,11 +21,19 @@ __all__ = ["REPO_ROOT", "build_wheel", "Installed", "clean_env"]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+# A user joining a cluster runs with its token settings, like the cluster's other nodes.
+_RAY_CREDENTIALS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
 def clean_env() -> dict[str, str]:
-    """The environment a user's shell would have: no Ray address of ours, no venv,
-    and byte-compiling on (build warns when PYTHONDONTWRITEBYTECODE is set)."""
+    """The environment a user's shell would have: no venv, no Ray settings of this
+    session but the cluster's token ones, and byte-compiling on (build warns
+    when PYTHONDONTWRITEBYTECODE is set)."""
     dropped = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
-    return {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k not in dropped}
+    return {
+        k: v for k, v in os.environ.items()
+        if (not k.startswith("RAY_") or k in _RAY_CREDENTIALS) and k not in dropped
+    }
 
 
 def build_wheel(outdir: Path) -> tuple[Path, str]:
