@@ -12,32 +12,34 @@ from packaging.utils import canonicalize_name
 
 from docgen import ROOT
 
-PACKAGES = ("gitops", "controller", "proxy", "replica", "vocabulary")
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+# The packages the wheel ships (pyproject's setuptools include patterns).
+PACKAGES = tuple(pattern.rstrip("*") for pattern in PROJECT["tool"]["setuptools"]["packages"]["find"]["include"])
 
 
-def _name(requirement: str) -> str:
-    return canonicalize_name(Requirement(requirement).name)
-
-
-def _applies(requirement: str) -> bool:
-    """Needed here without extras: no marker, or one true on this Python."""
-    marker = Requirement(requirement).marker
-    return marker is None or marker.evaluate({"extra": ""})
+def _applies(requirement: Requirement, extras: frozenset[str]) -> bool:
+    """Needed with these extras on this Python: no marker, or one that holds."""
+    if requirement.marker is None:
+        return True
+    return any(requirement.marker.evaluate({"extra": extra}) for extra in extras | {""})
 
 
 def _runtime_closure() -> set[str]:
-    """The declared runtime dependencies and everything they require, without extras."""
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    todo, seen = [_name(r) for r in declared], set()
+    """The declared runtime dependencies and everything they require, with the
+    extras they ask for (uvicorn[standard]) and none of ours."""
+    todo = [Requirement(r) for r in PROJECT["project"]["dependencies"]]
+    seen: set[tuple[str, frozenset[str]]] = set()
     while todo:
-        name = todo.pop()
-        if name in seen:
+        requirement = todo.pop()
+        key = (canonicalize_name(requirement.name), frozenset(requirement.extras))
+        if key in seen:
             continue
-        seen.add(name)
-        for requirement in requires(name) or []:
-            if _applies(requirement):
-                todo.append(_name(requirement))
-    return seen
+        seen.add(key)
+        for text in requires(requirement.name) or []:
+            needed = Requirement(text)
+            if _applies(needed, key[1]):
+                todo.append(needed)
+    return {name for name, _ in seen}
 
 
 def _imported_top_levels() -> set[str]:
