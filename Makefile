@@ -62,9 +62,14 @@ test-ray-oldest: system-deps
 	$(OLDEST_VENV)/bin/python -c "import ray; assert ray.__version__ == '$(RAY_OLDEST)', ray.__version__"
 	$(OLDEST_VENV)/bin/python -m pytest -q -p no:cacheprovider -m smoke tests/real
 
+# Every measurement of issue 15, side by side with Ray Serve: writes
+# bench/results/latest.json, bench/results/REPORT.md and its plots (about
+# half an hour on 2 cores). wrk loads HTTP; haproxy is for Serve's HAProxy
+# mode (ray[serve] ships one too; the Debian one is installed when root).
 bench: $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@$(MAKE) --no-print-directory system-deps SYSTEM_TOOLS="wrk haproxy" SYSTEM_PACKAGES="wrk haproxy"
+	$(PY) -m bench.report
 
 clean:
 	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache .hypothesis test-artifacts build
