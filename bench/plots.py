@@ -57,8 +57,10 @@ def _proxy(doc: dict[str, Any], handler: str, machine_info: dict[str, Any], out:
             low = [max(0.0, r[field]["median"] - r[field]["min"]) if r[field]["min"] is not None else 0 for r in mine]
             high = [max(0.0, r[field]["max"] - r[field]["median"]) if r[field]["max"] is not None else 0 for r in mine]
             ax.errorbar(x, y, yerr=[low, high], label=system, color=color, marker=marker, linewidth=width, capsize=3)
+    levels = sorted({r["connections"] for r in runs})
     for ax, title in ((rps_ax, "requests per second (higher is better)"), (p99_ax, "p99 latency, ms (lower is better)")):
         ax.set_xscale("log", base=2)
+        ax.set_xticks(levels, [str(level) for level in levels])
         ax.set_yscale("log")
         ax.set_xlabel("connections (wrk)")
         ax.set_title(title)
