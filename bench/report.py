@@ -6,8 +6,9 @@ Runs each measurement module (`bench.<name>`) in its own process with
 `--json`, collects their files into `latest.json` (with the machine and the
 command of each), and renders `REPORT.md` and the PNG plots from that file
 alone: nothing in the report is typed by hand. A measurement that fails is
-recorded with its error and the others still run. `--render-only` re-renders
-from an existing `latest.json`.
+recorded with its error and the others still run. `--only` re-runs some
+measurements and keeps the others of an existing `latest.json`;
+`--render-only` re-renders from it.
 """
 
 from __future__ import annotations
@@ -59,6 +60,19 @@ def run_all(names: list[str], tiny: bool, out: Path) -> dict[str, Any]:
     document["finished_at"] = _now()
     document["load_average_end"] = machine.describe()["load_average_1m"]
     return document
+
+
+def merged(previous: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """`previous` with the measurements `update` re-ran replaced (each keeps its own command and time)."""
+    rerun = set(update["measurements"]) | set(update["failures"])
+    return {
+        **update,
+        "command": f"{previous['command']}, then {update['command']}",
+        "started_at": previous["started_at"],
+        "measurements": {**{k: v for k, v in previous["measurements"].items() if k not in rerun},
+                         **update["measurements"]},
+        "failures": {**{k: v for k, v in previous["failures"].items() if k not in rerun}, **update["failures"]},
+    }
 
 
 def _run(command: list[str], path: Path, timeout_s: float, env: dict[str, str]) -> str:
@@ -274,10 +288,13 @@ def main() -> int:
     parser.add_argument("--render-only", action="store_true", help="re-render REPORT.md from latest.json")
     args = parser.parse_args()
     latest = args.out / "latest.json"
+    names = [n for n in args.only.split(",") if n]
     if args.render_only:
         document = json.loads(latest.read_text())
     else:
-        document = run_all([n for n in args.only.split(",") if n], args.tiny, args.out)
+        document = run_all(names, args.tiny, args.out)
+        if set(names) != set(MEASUREMENTS) and latest.exists():
+            document = merged(json.loads(latest.read_text()), document)
         latest.write_text(json.dumps(document, indent=1))
     print(f"report: {render(document, args.out)}")
     return 0

@@ -62,6 +62,10 @@ traffic = {{ {to} = 1.0 }}
 '''
 
 
+# As quiet as `gitops run` starts Ray: no token-auth warning, no usage stats.
+QUIET_RAY = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -185,10 +189,9 @@ class Serve:
 
         import ray
 
-        from controller.cluster import init_ray
-
-        init_ray()  # its quiet environment; Ray is started below, with the dashboard Serve's REST API needs
-        ray.shutdown()
+        for key, value in QUIET_RAY.items():
+            os.environ.setdefault(key, value)
+        # Not controller.cluster.init_ray: Serve's REST API needs the dashboard it leaves out.
         self._dashboard_port, self._port = free_port(), free_port()
         ray.init(include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=self._dashboard_port,
                  logging_level=logging.ERROR, log_to_driver=False, namespace=f"bench-{uuid.uuid4().hex[:6]}")
