@@ -100,7 +100,7 @@ def render(document: dict[str, Any], out: Path) -> Path:
     from bench import plots
 
     figures = plots.draw_all(document, out)
-    lines = _header(document) + _targets_table(targets(document))
+    lines = _header(document) + _headline(document["measurements"]) + _targets_table(targets(document))
     measurements = document["measurements"]
     for section in (_proxy, _update, _rollout, _faults, _reconcile, _fanout, _memory):
         lines += section(measurements, figures)
@@ -133,6 +133,22 @@ def _header(document: dict[str, Any]) -> list[str]:
     ]
 
 
+def _headline(measurements: dict[str, Any]) -> list[str]:
+    """Every system at 32 connections, noop handler, next to ours."""
+    doc = measurements.get("proxy")
+    runs = [r for r in (doc["figures"]["runs"] if doc else []) if r["handler"] == "noop" and r["connections"] == 32]
+    ours = next((r for r in runs if r["system"] == "ours"), None)
+    if not runs:
+        return []
+    lines = ["## Headline: one noop replica, 32 connections", "",
+             "| system | req/s | p50 ms | p99 ms | ours ÷ this (req/s) |", "| --- | ---: | ---: | ---: | ---: |"]
+    for r in runs:
+        ratio = f"×{ours['rps']['median'] / r['rps']['median']:.2f}" if ours and r["rps"]["median"] else "–"
+        lines.append(f"| {r['system']} | {_spread(r['rps'], digits=0)} | {_spread(r['p50_ms'], digits=2)} | "
+                     f"{_spread(r['p99_ms'], digits=1)} | {ratio} |")
+    return lines + [""]
+
+
 def _targets_table(rows: list[Target]) -> list[str]:
     lines = ["## Where we stand against the targets (issue 15)", "",
              "| target | measured | |", "| --- | --- | --- |"]
@@ -159,7 +175,10 @@ def _proxy(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
     f = doc["figures"]
     lines = ["## 1–2. Proxy throughput and latency", "",
              "wrk on loopback, one noop replica (5 ms handlers: two replicas). "
-             f"{f['duration_s']:g} s per run, {f['repeats']} runs per point. {_command(doc)}", ""]
+             f"{f['duration_s']:g} s per run, {f['repeats']} runs per point. {_command(doc)}", "",
+             "Serve's access log is off in every configuration. serve-direct with two replicas: the connections "
+             "are split between the replicas' own ports (the best a client-side balancer could do). uvicorn and "
+             "granian run one worker process per replica.", ""]
     for handler in ("noop", "async5", "cpu5"):
         runs = [r for r in f["runs"] if r["handler"] == handler]
         if not runs:
@@ -220,7 +239,8 @@ def _faults(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
     f = doc["figures"]
     lines = ["## 5. kill -9 under load", "",
              f"{f['rate']:g} req/s open loop, {f['kills']} kill(s) each. Controller: time until the goal API "
-             f"answers; proxy: time until a new connection gets a 200. {_command(doc)}", "",
+             f"answers; proxy: time until a new connection gets a 200 (Serve: its default Python proxy). "
+             f"{_command(doc)}", "",
              "| system | killed | back after s | failed / requests |", "| --- | --- | ---: | ---: |"]
     for system in ("ours", "serve"):
         for role, got in f.get(system, {}).items():
@@ -265,7 +285,10 @@ def _memory(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
     if not doc:
         return []
     f = doc["figures"]
-    lines = ["## 8. Memory (PSS, MB)", "", f"Idle, and the peak under wrk -c32. {_command(doc)}", ""]
+    lines = ["## 8. Memory (PSS, MB)", "",
+             f"Idle, and the peak under wrk -c32. One replica. \"All processes\" is every process the run's Ray "
+             f"and agent started, Ray's own daemons included; Serve's includes the dashboard its REST API needs, "
+             f"which ours runs without. {_command(doc)}", ""]
     if "memory" in figures:
         lines += [f"![memory]({figures['memory']})", ""]
     lines += ["| system | state | agent | controller | proxy | replica | all processes |",
