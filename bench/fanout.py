@@ -18,6 +18,7 @@ import uuid
 from typing import Any
 
 from bench import results
+from bench.stacks import own_ray
 
 SIZES = (10, 100, 1_000)
 
@@ -51,6 +52,7 @@ def measure(sizes: tuple[int, ...]) -> list[dict[str, int]]:
     from controller.client import start_or_connect
     from controller.cluster import init_ray, shutdown_ray
 
+    own_ray()
     init_ray(namespace="bench-fanout")
     client = start_or_connect(namespace=f"bench-fanout-{uuid.uuid4().hex[:6]}", proxy_port=0,
                               options={"proxy_class": None})

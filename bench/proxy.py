@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from bench import machine, results, stats, wrk
-from bench.stacks import free_port, serve_installed
+from bench.stacks import free_port, own_ray, serve_installed
 from bench.proxy_apps import HANDLERS, REPLICAS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +76,7 @@ def serving(system: str, handler: str) -> Iterator[list[str]]:
         return
     from controller.cluster import init_ray, shutdown_ray
 
+    own_ray()
     init_ray(namespace=f"bench-{uuid.uuid4().hex[:6]}")
     try:
         if system == "ours":
@@ -286,7 +287,7 @@ def in_subprocess(system: str, handler: str, args: Any) -> list[dict[str, Any]]:
     command = [sys.executable, "-m", "bench.proxy", "--child", system, "--handlers", handler,
                "--connections", ",".join(map(str, args.connections)), "--duration", str(args.duration),
                "--repeats", str(args.repeats), "--warmup", str(args.warmup)]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=480)
     lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
     if done.returncode != 0 or not lines:
         tail = "\n".join(done.stderr.strip().splitlines()[-6:])

@@ -66,6 +66,16 @@ traffic = {{ {to} = 1.0 }}
 QUIET_RAY = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}
 
 
+def own_ray() -> None:
+    """Make this process's next `ray.init()` start a local Ray of its own.
+
+    Without an address Ray 2.60 joins any Ray already running on the machine
+    (found through /tmp/ray/ray_current_cluster): on a shared machine that is
+    someone else's, or a dead one it waits for. Children inherit the setting.
+    """
+    os.environ["RAY_ADDRESS"] = "local"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -109,6 +119,7 @@ class Ours:
 
         self._tmp = tempfile.TemporaryDirectory(prefix="bench-ours-")
         work = Path(self._tmp.name)
+        own_ray()
         init_ray(namespace=f"bench-{uuid.uuid4().hex[:6]}")
         self.replicas = replicas
         self._backends = ("blue", "green") if two_backends else ("blue",)
@@ -191,6 +202,7 @@ class Serve:
 
         for key, value in QUIET_RAY.items():
             os.environ.setdefault(key, value)
+        own_ray()
         # Not controller.cluster.init_ray: Serve's REST API needs the dashboard it leaves out.
         self._dashboard_port, self._port = free_port(), free_port()
         ray.init(include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=self._dashboard_port,
