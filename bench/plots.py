@@ -7,6 +7,7 @@ machine and the command that produced its figures. Measures nothing.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,12 @@ STYLE = {  # ours stands out; Serve in blues; the limits in greys
 
 
 def draw_all(document: dict[str, Any], out: Path) -> dict[str, Any]:
-    """Draw every plot the results allow; returns their file names (relative to `out`)."""
+    """Draw every plot the results allow; returns their file names (relative to `out`).
+
+    Without matplotlib (the `bench` extra) it draws nothing and returns {}.
+    """
+    if not installed():
+        return {}
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,6 +41,10 @@ def draw_all(document: dict[str, Any], out: Path) -> dict[str, Any]:
     if "memory" in m:
         drawn["memory"] = _memory(m["memory"], document["machine"], out)
     return drawn
+
+
+def installed() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def _caption(fig: Any, machine_info: dict[str, Any], command: str) -> None:

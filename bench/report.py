@@ -28,6 +28,7 @@ from bench.targets import Target, targets
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ("proxy", "update_latency", "rollout", "faults", "reconcile", "fanout", "memory")
 TIMEOUT_S = {"proxy": 3600, "reconcile": 1800}
+NO_PLOTS = "No plots: matplotlib is not installed here (`pip install -e '.[bench]'`, as `make bench` does)."
 NOISE = ("The machine is shared with other work and noisy (see the load average): read the figures as "
          "ratios within this run, not as absolutes.")
 
@@ -100,7 +101,7 @@ def render(document: dict[str, Any], out: Path) -> Path:
     from bench import plots
 
     figures = plots.draw_all(document, out)
-    lines = _header(document) + _headline(document["measurements"]) + _targets_table(targets(document))
+    lines = _header(document) + ([] if plots.installed() else [NO_PLOTS, ""]) + _headline(document["measurements"]) + _targets_table(targets(document))
     measurements = document["measurements"]
     for section in (_proxy, _update, _rollout, _faults, _reconcile, _fanout, _memory):
         lines += section(measurements, figures)
