@@ -6,9 +6,9 @@ repository in a temp dir and times what the agent does (`gitops.specs.loading.Lo
 then `gitops.planning.plan`, the agent's load and plan steps):
 
 - cold: load+validate HEAD with a fresh loader, plan against nothing (first deploy);
-- unchanged tick: load the same commit again (cached) and plan against an
-  equal actual state (a fresh copy, as the controller reports it) — every
-  resync tick pays this;
+- unchanged tick: load the same commit again (cached, through the open
+  repository the agent keeps) and plan against an equal actual state (a
+  fresh copy, as the controller reports it) — every resync tick pays this;
 - one-file change: a commit changing one spec's `user_config`, loaded with
   the cache warm from its parent and planned against the parent's state;
 - memory: the Python heap's peak (tracemalloc) during a cold load+plan, and
@@ -34,8 +34,11 @@ import tracemalloc
 from pathlib import Path
 from typing import Any, Callable
 
+import git
+
 from bench import results, stats
 from gitops.planning import plan
+from gitops.sources.trees import CommitTree
 from gitops.specs.loading import Loader
 from vocabulary.configs import ServingState
 
@@ -92,8 +95,9 @@ def change_one_file(repo: Path, serial: int) -> None:
     subprocess.run([*GIT, "commit", "-q", "-am", f"change {serial}"], cwd=repo, check=True)
 
 
-def load(loader: Loader, repo: Path) -> ServingState:
-    result = loader.load_commit(repo, "HEAD", SPEC_PATH)
+def load(loader: Loader, repo: Path | git.Repo) -> ServingState:
+    """Load HEAD as the agent does: its loader, its open repository (a path opens a new one)."""
+    result = loader.load_tree(CommitTree(repo, "HEAD"), SPEC_PATH)
     if result.state is None:
         raise SystemExit(f"bench specs do not load: {[str(e) for e in result.errors[:3]]}")
     return result.state
@@ -112,17 +116,17 @@ def cold(repo: Path) -> None:
 
 def measure(repo: Path, size: int, repeats: int) -> dict[str, Any]:
     cold_s = [timed(lambda: cold(repo)) for _ in range(repeats)]
-    loader = Loader()  # the agent's: warm from here on
-    desired = load(loader, repo)
+    loader, opened = Loader(), git.Repo(repo)  # the agent's, kept from tick to tick: warm from here on
+    desired = load(loader, opened)
     actual = ServingState.model_validate(desired.model_dump())  # equal, not the same objects
     if plan(desired, actual):
         raise SystemExit("an equal state must plan nothing")
-    unchanged_s = [timed(lambda: plan(load(loader, repo), actual)) for _ in range(max(repeats, 5))]
+    unchanged_s = [timed(lambda: plan(load(loader, opened), actual)) for _ in range(max(repeats, 5))]
     changed_s = []
     for serial in range(repeats):
-        parent = ServingState.model_validate(load(loader, repo).model_dump())
+        parent = ServingState.model_validate(load(loader, opened).model_dump())
         change_one_file(repo, serial)
-        changed_s.append(timed(lambda: plan(load(loader, repo), parent)))
+        changed_s.append(timed(lambda: plan(load(loader, opened), parent)))
     peak_mb, held_mb = memory_mb(repo)
     return {
         "specs": size, "cold_s": stats.spread(cold_s), "unchanged_s": stats.spread(unchanged_s),
