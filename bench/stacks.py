@@ -62,7 +62,7 @@ traffic = {{ {to} = 1.0 }}
 '''
 
 
-# As quiet as `gitops run` starts Ray: no token-auth warning, no usage stats.
+# Serve as a user starts it from CI here: no usage stats, no token auth (its REST API has none).
 QUIET_RAY = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}
 
 
@@ -200,8 +200,7 @@ class Serve:
 
         import ray
 
-        for key, value in QUIET_RAY.items():
-            os.environ.setdefault(key, value)
+        os.environ.update(QUIET_RAY)  # also after `Ours` turned token auth on in this process
         own_ray()
         # Not controller.cluster.init_ray: Serve's REST API needs the dashboard it leaves out.
         self._dashboard_port, self._port = free_port(), free_port()
@@ -282,5 +281,5 @@ def start(system: str, replicas: int = 1, two_backends: bool = False) -> Ours | 
 
 
 def systems() -> list[str]:
-    """Ours always; Serve when it is installed."""
-    return ["ours", "serve"] if serve_installed() else ["ours"]
+    """Ours always; Serve, first, when it is installed (ours turns Ray's token auth on for the process)."""
+    return ["serve", "ours"] if serve_installed() else ["ours"]
