@@ -31,7 +31,8 @@ from typing import Callable
 
 from gitops.applying import Deadlines, Progress, apply
 from gitops.errors import ErrorKind, SourceError
-from gitops.history import History, HistoryEntry, Outcome
+from gitops.history import History
+from gitops.ledger import HistoryEntry, Outcome
 from gitops.metrics import AgentMetrics
 from gitops.notifications.delivering import Notifier
 from gitops.plans import Plan

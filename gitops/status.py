@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from gitops.errors import ErrorKind
-from gitops.history import HistoryEntry, Outcome
+from gitops.ledger import HistoryEntry, Outcome
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus
 
 __all__ = ["SyncStatus", "Condition", "StatusFacts", "BackendSummary", "EndpointSummary", "AgentStatus", "roll_up"]

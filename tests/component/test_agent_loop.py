@@ -14,7 +14,8 @@ import pytest
 
 from vocabulary.configs import ServingState
 from gitops.agent import Agent, AgentSettings, Planner, Trigger
-from gitops.history import History, Outcome
+from gitops.history import History
+from gitops.ledger import Outcome
 from gitops.specs.loading import Loader
 from gitops.metrics import AgentMetrics
 from gitops.planning import plan

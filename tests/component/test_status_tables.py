@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gitops.commands.admin import render_history, render_status
-from gitops.history import HistoryEntry, Outcome
+from gitops.ledger import HistoryEntry, Outcome
 from gitops.status import AgentStatus, StatusFacts, roll_up
 from vocabulary.configs import ReplicaState
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
