@@ -39,6 +39,7 @@ from gitops.plans import Plan
 from gitops.sources.hashing import Tree
 from gitops.sources.source import Revision, Source
 from gitops.sources.watching import RefWatcher, backoff, jittered
+from gitops.statedir import private_file
 from gitops.specs.loading import LoadResult
 from gitops.status import AgentStatus, StatusFacts, roll_up
 from gitops.ticks import (
@@ -136,8 +137,7 @@ class Agent:
     def suspend(self) -> None:
         self._suspended = True
         if self._settings.suspend_marker is not None:
-            self._settings.suspend_marker.parent.mkdir(parents=True, exist_ok=True)
-            self._settings.suspend_marker.touch()
+            private_file(self._settings.suspend_marker)
         self._publish_status()
 
     def resume(self) -> None:

@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = verb("run", "the agent: watch git and reconcile the cluster")
     run.add_argument("--repo", default=".", help="repository path or URL (file://, https://, ssh://)")
+    run.add_argument("--git-token-file", default=None, help="password or token for an https --repo (not in argv)")
     run.add_argument("--branch", default=None, help="branch to watch (default: the current or the remote's default)")
     run.add_argument("--path", default="deployments", help="spec path inside the repository")
     run.add_argument(

@@ -5,8 +5,9 @@ apply start and end, result, plan summary, errors. It survives agent and
 Ray restarts, and it is the only thing a restarted agent reads from its
 previous run (the last applied revision). It keeps the newest `keep`
 attempts (and always the last applied one), so a long-lived agent's file
-stays small. Must not: decide what to record; the agent calls `record` once
-at the end of a tick.
+stays small. The file and its WAL/SHM are private to their user (0600),
+and errors are stored redacted (`gitops.redaction`). Must not: decide what
+to record; the agent calls `record` once at the end of a tick.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from gitops.ledger import HistoryEntry, Outcome
+from gitops.redaction import redact
+from gitops.statedir import private_file
 
 __all__ = ["History"]
 
@@ -43,7 +46,9 @@ class History:
     """The ledger file; safe to call from the agent's loop and the admin app."""
 
     def __init__(self, path: Path, keep: int = 10_000) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # SQLite gives the WAL and SHM files the database file's mode.
+        for private in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            private_file(private)
         self._keep = keep
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
@@ -51,6 +56,7 @@ class History:
         self._db.execute(_SCHEMA)
 
     def record(self, entry: HistoryEntry) -> HistoryEntry:
+        entry = replace(entry, errors=tuple(redact(error) for error in entry.errors))
         row = (
             entry.commit, entry.branch, entry.author_time, entry.summary, entry.started_at,
             entry.finished_at, entry.result.value, entry.plan_summary, entry.actions,

@@ -15,7 +15,8 @@ out, except `errors`, shown as indented lines under the event (the README's
 look). Warnings and errors say their level, and events of other libraries
 their logger. JSON is one object per line with every field; even an
 exception stays on its line (text escapes the traceback's newlines, JSON
-carries it in the `exc` field).
+carries it in the `exc` field). Every record passes `RedactingFilter`
+first, so no line carries a URL's credentials or a registered secret.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ import time
 from datetime import datetime, timezone
 from typing import Any, MutableMapping, TextIO
 
-__all__ = ["LogFormat", "configure_logging", "with_fields", "event_fields", "TextFormatter", "JsonFormatter"]
+from gitops.redaction import redact
+
+__all__ = ["LogFormat", "RedactingFilter", "configure_logging", "with_fields", "event_fields", "TextFormatter", "JsonFormatter"]
 
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
@@ -71,11 +74,16 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = f"{_clock(record)} {_level_prefix(record)}{_logger_prefix(record)}{record.getMessage()}"
         line = _one_line(line)
-        if record.exc_info:
-            line += " " + _one_line(self.formatException(record.exc_info))
+        if record.exc_info or record.exc_text:
+            line += " " + _one_line(_exception(self, record))
         errors = getattr(record, "errors", ())
         details = [errors] if isinstance(errors, str) else list(errors or ())
         return "\n".join([line, *(f"    {_one_line(str(error))}" for error in details)])
+
+
+def _exception(formatter: logging.Formatter, record: logging.LogRecord) -> str:
+    # The text `RedactingFilter` left, else the exception formatted here.
+    return record.exc_text or formatter.formatException(record.exc_info)  # type: ignore[arg-type]
 
 
 def _clock(record: logging.LogRecord) -> str:
@@ -104,8 +112,8 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         event.update(event_fields(record))
-        if record.exc_info:
-            event["exc"] = self.formatException(record.exc_info)
+        if record.exc_info or record.exc_text:
+            event["exc"] = _exception(self, record)
         return json.dumps(event, default=str, ensure_ascii=False)
 
 
@@ -120,12 +128,31 @@ def configure_logging(
     formatter = JsonFormatter() if LogFormat(fmt) is LogFormat.JSON else TextFormatter()
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(formatter)
+    handler.addFilter(RedactingFilter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
     return handler
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts a record's message, its string fields and its exception text in place."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = redact(record.getMessage())
+        record.args = None
+        for key, value in event_fields(record).items():
+            if isinstance(value, str):
+                setattr(record, key, redact(value))
+            elif isinstance(value, (list, tuple)):
+                setattr(record, key, [redact(item) if isinstance(item, str) else item for item in value])
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        return True
 
 
 class _FieldsAdapter(logging.LoggerAdapter):

@@ -6,20 +6,27 @@ repository, the code exports and the suspend marker. `prepare` creates it
 readable by its owner only (0700) with a `.gitignore` of `*`, so `git
 status` never shows it and `git add -A` never commits it, and creates the
 history database 0600 before SQLite opens it (SQLite gives its journal
-files the database's mode). Must not: read or write what the files hold;
+files the database's mode). Owns too: `private_file` (0600, for the
+suspend marker, the history's WAL/SHM left by older agents) and the lock
+one `gitops run` holds on the dir for its lifetime (`flock` on
+`<state dir>/lock`), so a second agent on the same state dir stops at
+start with one line. Must not: read or write what the files hold;
 `gitops.history`, `gitops.sources.repos` and `gitops.agent` do that.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from gitops.errors import UserError
 
-__all__ = ["GITIGNORE", "StateDir", "prepare"]
+__all__ = ["GITIGNORE", "LOCK_FILE", "StateDir", "lock", "prepare", "private_file"]
 
+LOCK_FILE = "lock"
 GITIGNORE = "# Written by `gitops run`: nothing in the agent's state dir belongs in git.\n*\n"
 
 
@@ -58,3 +65,32 @@ def prepare(root: Path) -> StateDir:
     except OSError as error:
         raise UserError(f"--state-dir {root}: {error.strerror}") from None
     return state
+
+
+def private_file(path: Path) -> Path:
+    """`path`, created empty if missing, readable and writable by its owner only (0600)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    path.chmod(0o600)
+    return path
+
+
+def lock(root: Path) -> IO[str]:
+    """Hold the state dir for this process; the lock goes with the returned file.
+
+    Raises `UserError` naming the holder's pid when another process holds it.
+    """
+    handle = private_file(root / LOCK_FILE).open("r+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise UserError(
+            f"state dir {root} is in use by gitops run (pid {holder}); give each agent its own --state-dir"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle

@@ -8,7 +8,8 @@ reason and a message, `watched_revision`, `last_attempted_revision`,
 `last_applied_revision`, each backend's replicas by state and version,
 each endpoint's traffic, and one overall `SyncStatus`. `AgentStatus` is a
 pydantic model: the admin API serves `model_dump(mode="json")` and
-`gitops status` parses the same JSON back with `model_validate`. Must not:
+`gitops status` parses the same JSON back with `model_validate`. Every
+text it carries (repo, messages, errors) passes `gitops.redaction.redact`. Must not:
 do I/O or keep state; the agent owns both.
 """
 
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from gitops.errors import ErrorKind
 from gitops.ledger import HistoryEntry, Outcome
+from gitops.redaction import redact
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus
 
 __all__ = ["SyncStatus", "Condition", "StatusFacts", "BackendSummary", "EndpointSummary", "AgentStatus", "roll_up"]
@@ -120,14 +122,14 @@ def roll_up(facts: StatusFacts) -> AgentStatus:
     status, reason, message = _overall(facts, backends)
     return AgentStatus(
         status=status,
-        conditions=_conditions(facts, status, reason, message),
-        repo=facts.repo,
+        conditions=_conditions(facts, status, reason, redact(message)),
+        repo=redact(facts.repo),
         branch=facts.branch,
         path=facts.path,
         watched_revision=facts.watched,
         last_attempted_revision=facts.applying or (facts.last_attempt.commit if facts.last_attempt else None),
         last_applied_revision=facts.last_applied.commit if facts.last_applied else None,
-        errors=_errors(facts),
+        errors=tuple(redact(error) for error in _errors(facts)),
         backends=backends,
         endpoints=endpoints,
         notifications={name: dict(health) for name, health in (facts.notifications or {}).items()},

@@ -44,12 +44,17 @@ def run_command(args: argparse.Namespace) -> int:
 
     secret = read_secret(args.webhook_secret_file) if args.webhook_secret_file else None
     token = read_token(args.admin_token_file, "--admin-token-file") if args.admin_token_file else None
+    git_token = read_token(args.git_token_file, "--git-token-file").decode() if args.git_token_file else None
+    _register_secrets(args.repo, token, secret, git_token)
+    _redact_command_line()
     _check_exposure(args, token, secret)
     _check_intervals(args)
     links = _links(args)
     channels = _notify_channels(args.notify, args.repo) if args.notify else ()
     state = statedir.prepare(Path(args.state_dir))
-    source = GitSource(args.repo, args.branch, state.root)
+    state_lock = statedir.lock(state.root)  # held until this process exits
+    source = GitSource(args.repo, args.branch, state.root, password=git_token)
+    source.discard_unfinished_exports()
     sockets = [bind_socket(args.admin_host, args.admin_port, "--admin-port")]
     if args.webhook_port is not None:
         sockets.append(bind_socket(args.webhook_host, args.webhook_port, "--webhook-port"))
@@ -83,6 +88,7 @@ def run_command(args: argparse.Namespace) -> int:
             # one goes away with it, replicas and proxies drained first.
             _stop_quietly(client)
             shutdown_ray()
+        state_lock.close()
     _LOG.info("gitops: stopped")
     return 0
 
@@ -96,6 +102,29 @@ def join_ray(start: Callable[[], None], address: str | None) -> None:
         if line is None:
             raise
         raise UserError(f"--ray-address {address}: {line}") from None
+
+
+def _register_secrets(repo: str, *secrets: bytes | str | None) -> None:
+    """Every secret this process was given is masked wherever it would be shown."""
+    from gitops.redaction import register_secret, split_credentials
+
+    _, credentials = split_credentials(repo)
+    if credentials is not None:
+        # A token alone in the URL (https://TOKEN@host) is its user name.
+        register_secret(credentials.password or credentials.username)
+    for secret in secrets:
+        if secret:
+            register_secret(secret)
+
+
+def _redact_command_line() -> None:
+    """`ps` shows this process's command line without the secrets it was given."""
+    from gitops.proctitle import retitle
+    from gitops.redaction import redact
+
+    shown = [redact(arg) for arg in sys.orig_argv]
+    if shown != sys.orig_argv and not retitle(shown):
+        _LOG.warning("gitops: this system shows the --repo URL's credentials in `ps`; use --git-token-file")
 
 
 def _sigterm_interrupts() -> None:
@@ -243,7 +272,11 @@ def _notify_channels(path: str, repo: str) -> tuple[Channel, ...]:
 
 
 def _read_secret_file(path: str) -> str:
-    return Path(path).read_text(encoding="utf-8", errors="replace").strip()
+    from gitops.redaction import register_secret
+
+    secret = Path(path).read_text(encoding="utf-8", errors="replace").strip()
+    register_secret(secret)
+    return secret
 
 
 def _notifier(

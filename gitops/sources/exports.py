@@ -44,6 +44,15 @@ class Exports:
             shutil.rmtree(scratch, ignore_errors=True)
         return target
 
+    def discard_unfinished(self) -> list[str]:
+        """Remove scratch dirs a crashed run left; only while no export is being made."""
+        removed = []
+        for entry in self.root.iterdir():
+            if entry.name.startswith(_SCRATCH):
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry.name)
+        return removed
+
     def prune(self, in_use: Iterable[str | Path | None]) -> list[str]:
         """Remove exports not in `in_use` (paths); returns the removed tree hashes."""
         keep = {Path(p).resolve() for p in in_use if p}

@@ -13,13 +13,21 @@ a URL (file://, https, ssh, scp-style `user@host:path`):
 `GitSource` implements `gitops.sources.source.Source`: `tree` reads a
 commit's files for the loader, `export` writes a commit's tree, without
 `.git`, into the content-addressed `Exports` for replicas' runtime_env
-`working_dir`. Must not: parse specs or talk to Ray.
+`working_dir`.
+
+Credentials never reach git's argv: an https URL's userinfo (or a token
+given apart, `password=`) is taken off the URL git is given and answered
+through `GIT_ASKPASS`, a tiny script in the state dir that prints them from
+the environment of that one git call; git's credential helpers are switched
+off for those calls, so nothing stores them. `location` is the URL as shown
+to people: without userinfo. Must not: parse specs or talk to Ray.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
 import subprocess
 import tarfile
@@ -29,6 +37,7 @@ from typing import Iterable
 import git
 
 from gitops.errors import SourceError
+from gitops.redaction import Credentials, redact, split_credentials
 from gitops.sources.exports import Exports
 from gitops.sources.source import Revision
 from gitops.sources.trees import CommitTree
@@ -38,6 +47,14 @@ __all__ = ["GitSource", "is_url"]
 _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
 # Never wait for a password or a host-key prompt: the agent runs unattended.
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": "ssh -o BatchMode=yes"}
+# git asks "Username for '…': " then "Password for '…': "; the answers come
+# from this call's environment only.
+_ASKPASS = """#!/bin/sh
+case "$1" in
+  Username*) printf '%s\\n' "$GITOPS_GIT_USERNAME" ;;
+  *) printf '%s\\n' "$GITOPS_GIT_PASSWORD" ;;
+esac
+"""
 
 
 def is_url(repo: str) -> bool:
@@ -47,11 +64,18 @@ def is_url(repo: str) -> bool:
 class GitSource:
     """The watched branch of one repository, read in place or from a cache clone."""
 
-    def __init__(self, repo: str, branch: str | None, cache_dir: Path) -> None:
-        self.location = repo
-        self.remote = is_url(repo)
+    def __init__(self, repo: str, branch: str | None, cache_dir: Path, password: str | None = None) -> None:
+        url, credentials = split_credentials(repo)
+        if password is not None:
+            credentials = Credentials(credentials.username if credentials else "git", password)
+        self.location = redact(url)
+        self.remote = is_url(url)
+        self._url = url
         self._exports = Exports(cache_dir / "exports")
-        self._repo = self._open_cache(repo, cache_dir) if self.remote else self._open_local(repo)
+        self._repo = self._open_cache(url, cache_dir) if self.remote else self._open_local(url)
+        self._env = dict(_GIT_ENV)
+        if credentials is not None and self.remote:
+            self._env.update(_askpass_env(cache_dir, credentials))
         self.branch = branch or self._default_branch()
 
     @property
@@ -87,10 +111,10 @@ class GitSource:
     def fetch(self) -> None:
         refspec = f"+refs/heads/{self.branch}:refs/heads/{self.branch}"
         try:
-            with self._repo.git.custom_environment(**_GIT_ENV):
-                self._repo.git.fetch("--quiet", "--no-tags", self.location, refspec)
+            with self._repo.git.custom_environment(**self._env):
+                self._repo.git.fetch("--quiet", "--no-tags", self._url, refspec)
         except git.GitCommandError as error:
-            raise SourceError(f"fetch {self.location} {self.branch}: {_git_message(error)}") from None
+            raise SourceError(redact(f"fetch {self.location} {self.branch}: {_git_message(error)}")) from None
 
     # --- exports ---------------------------------------------------------------
 
@@ -106,6 +130,10 @@ class GitSource:
     def prune_exports(self, in_use: Iterable[str | Path | None]) -> list[str]:
         """Remove exports not in `in_use` (paths); returns the removed tree hashes."""
         return self._exports.prune(in_use)
+
+    def discard_unfinished_exports(self) -> list[str]:
+        """Remove exports a crashed run left half-made (call with the state dir locked)."""
+        return self._exports.discard_unfinished()
 
     # --- opening ---------------------------------------------------------------
 
@@ -134,10 +162,10 @@ class GitSource:
 
     def _remote_head(self) -> str:
         try:
-            with self._repo.git.custom_environment(**_GIT_ENV):
-                out = self._repo.git.ls_remote("--symref", self.location, "HEAD")
+            with self._repo.git.custom_environment(**self._env):
+                out = self._repo.git.ls_remote("--symref", self._url, "HEAD")
         except git.GitCommandError as error:
-            raise SourceError(f"{self.location}: {_git_message(error)}") from None
+            raise SourceError(redact(f"{self.location}: {_git_message(error)}")) from None
         for line in out.splitlines():
             if line.startswith("ref: refs/heads/"):
                 return line.split()[1].removeprefix("refs/heads/")
@@ -153,6 +181,25 @@ class GitSource:
             raise SourceError(f"export {tree}: {archive.stderr.decode(errors='replace').strip()}")
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
             tar.extractall(into, filter="data")
+
+
+def _askpass_env(cache_dir: Path, credentials: Credentials) -> dict[str, str]:
+    """The environment that makes git ask `credentials` from the askpass script."""
+    script = cache_dir / "git-askpass"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
+    with os.fdopen(fd, "w") as out:
+        out.write(_ASKPASS)
+    os.chmod(script, 0o700)
+    return {
+        "GIT_ASKPASS": str(script),
+        "GITOPS_GIT_USERNAME": credentials.username,
+        "GITOPS_GIT_PASSWORD": credentials.password,
+        # No credential helper of the user's config may store the secret.
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "credential.helper",
+        "GIT_CONFIG_VALUE_0": "",
+    }
 
 
 def _git_message(error: git.GitCommandError) -> str:
