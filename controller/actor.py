@@ -29,6 +29,7 @@ from vocabulary.goal_api import CONTROLLER_NAME, PROXY_CLASS, LongPollKey
 from controller.autoscaling import Autoscaler
 from controller.backend_state import BackendOptions, BackendState, Effect, Observer, Probe
 from controller.checkpoint import Storage, decode, encode
+from controller.ownership import Owner, claim
 from vocabulary.configs import (
     BackendConfig,
     EndpointConfig,
@@ -139,6 +140,7 @@ class ControllerActor:
         self._published_endpoints: set[str] = set()
         self._published_backends: set[str] = set()
         self._saved: dict[str, Any] | None = None
+        self._owner: Owner | None = None
         self._recover()
         self._publish_endpoints()
         # Know the proxies before the first call, so no goal is judged against none.
@@ -156,6 +158,7 @@ class ControllerActor:
             self._goals = GoalTable()
             return
         body = decode(data)
+        self._owner = Owner.from_json(body["owner"]) if body.get("owner") else None
         self._backends = BackendState.from_json(body["backends"], options)
         self._endpoints = EndpointState.from_json(body["endpoints"])
         self._goals = GoalTable.from_json(body["goals"])
@@ -172,6 +175,7 @@ class ControllerActor:
             "backends": self._backends.to_json(),
             "endpoints": self._endpoints.to_json(),
             "goals": self._goals.to_json(),
+            "owner": self._owner.to_json() if self._owner else None,
         }
         self._backends.dirty = False
         if body == self._saved:
@@ -305,6 +309,29 @@ class ControllerActor:
             self._published_endpoints.discard(name)
         else:
             self._published_endpoints.add(name)
+
+    # --- the owning agent ------------------------------------------------------------
+
+    async def claim(self, owner: dict[str, Any], take_over: bool) -> dict[str, Any] | None:
+        """Record `owner` as this controller's agent; the other owner's record if refused."""
+        candidate = Owner.from_json(owner)
+        holder = claim(self._owner, candidate, take_over)
+        if holder is not None:
+            return holder.to_json()
+        if self._owner is not None and self._owner.agent_id != candidate.agent_id:
+            logger.warning("agent %s took over from %s", candidate.agent_id, self._owner.agent_id)
+        self._owner = candidate
+        self._save()
+        return None
+
+    async def owner(self) -> dict[str, Any] | None:
+        return self._owner.to_json() if self._owner else None
+
+    async def release(self, agent_id: str) -> None:
+        """Forget the owner if it is still `agent_id` (its agent stopped cleanly)."""
+        if self._owner is not None and self._owner.agent_id == agent_id:
+            self._owner = None
+            self._save()
 
     # --- GoalAPI ------------------------------------------------------------------
 

@@ -3,7 +3,9 @@
 Owns finding or starting the named, detached controller actor
 (`start_or_connect`), forwarding each `GoalAPI` call to it, turning Ray's
 wrapped errors back into the plain `ValueError` the controller raised, and
-`shutdown`, which stops the controller, its proxies and its replicas.
+`shutdown`, which stops the controller, its proxies and its replicas, and
+the owning agent's record (`claim`, `owner`, `release`; see
+`controller.ownership`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import ray
 from ray.exceptions import RayTaskError
 
 from controller.actor import ControllerActor
+from controller.ownership import Owner
 from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
 from vocabulary.status import ClusterStatus
@@ -65,6 +68,18 @@ class ControllerClient:
 
     async def set_target_replicas(self, backend: str, target: int) -> None:
         await self._call("set_target_replicas", backend, target)
+
+    def claim(self, owner: Owner, take_over: bool = False) -> Owner | None:
+        """Make `owner` the controller's agent; the other agent's record if refused."""
+        holder = ray.get(self.handle.claim.remote(owner.to_json(), take_over), timeout=60)
+        return Owner.from_json(holder) if holder else None
+
+    def owner(self) -> Owner | None:
+        record = ray.get(self.handle.owner.remote(), timeout=60)
+        return Owner.from_json(record) if record else None
+
+    def release(self, agent_id: str) -> None:
+        ray.get(self.handle.release.remote(agent_id), timeout=60)
 
     def shutdown(self) -> None:
         """Stop proxies, replicas and the controller, and forget its checkpoint."""

@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 from gitops import __version__
 from gitops.errors import GitopsError
+from vocabulary.goal_api import DEFAULT_NAMESPACE
 
 __all__ = ["main", "build_parser"]
 
@@ -65,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--ray-address", default=None, help="join this Ray cluster (default: start an embedded local Ray)"
     )
+    run.add_argument(
+        "--namespace", default=DEFAULT_NAMESPACE, help="Ray namespace of this agent's controller (one agent each)"
+    )
+    run.add_argument("--take-over", action="store_true", help="take the namespace over from the agent owning it")
     run.add_argument("--proxy-host", default="127.0.0.1", help="address the HTTP proxy listens on")
     run.add_argument("--proxy-port", type=int, default=8000, help="port of the HTTP proxy on every node")
     run.add_argument(

@@ -10,7 +10,8 @@ files the database's mode). Owns too: `private_file` (0600, for the
 suspend marker, the history's WAL/SHM left by older agents) and the lock
 one `gitops run` holds on the dir for its lifetime (`flock` on
 `<state dir>/lock`), so a second agent on the same state dir stops at
-start with one line. Must not: read or write what the files hold;
+start with one line; and the agent's id (`agent_id`), made once and kept
+there, so a restarted agent is known as the owner it was. Must not: read or write what the files hold;
 `gitops.history`, `gitops.sources.repos` and `gitops.agent` do that.
 """
 
@@ -18,15 +19,17 @@ from __future__ import annotations
 
 import fcntl
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from gitops.errors import UserError
 
-__all__ = ["GITIGNORE", "LOCK_FILE", "StateDir", "lock", "prepare", "private_file"]
+__all__ = ["AGENT_ID_FILE", "GITIGNORE", "LOCK_FILE", "agent_id", "StateDir", "lock", "prepare", "private_file"]
 
 LOCK_FILE = "lock"
+AGENT_ID_FILE = "agent_id"
 GITIGNORE = "# Written by `gitops run`: nothing in the agent's state dir belongs in git.\n*\n"
 
 
@@ -94,3 +97,14 @@ def lock(root: Path) -> IO[str]:
     handle.write(str(os.getpid()))
     handle.flush()
     return handle
+
+
+def agent_id(root: Path) -> str:
+    """This state dir's agent id, made on first use and kept (0600)."""
+    path = private_file(root / AGENT_ID_FILE)
+    known = path.read_text(encoding="utf-8").strip()
+    if known:
+        return known
+    made = uuid.uuid4().hex[:12]
+    path.write_text(made + "\n", encoding="utf-8")
+    return made

@@ -15,9 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -26,6 +28,7 @@ from gitops.errors import UsageError, UserError
 from gitops.logs import configure_logging
 
 if TYPE_CHECKING:
+    from controller.ownership import Owner
     from gitops.metrics import AgentMetrics
     from gitops.notifications.config import Channel
     from gitops.notifications.delivering import HttpSender, Notifier
@@ -51,6 +54,7 @@ def run_command(args: argparse.Namespace) -> int:
     _check_intervals(args)
     links = _links(args)
     channels = _notify_channels(args.notify, args.repo) if args.notify else ()
+    _check_namespace(args.namespace)
     state = statedir.prepare(Path(args.state_dir))
     state_lock = statedir.lock(state.root)  # held until this process exits
     source = GitSource(args.repo, args.branch, state.root, password=git_token)
@@ -71,12 +75,15 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         _LOG.info("gitops: starting Ray" if embedded else f"gitops: joining Ray at {args.ray_address}")
         try:
-            join_ray(lambda: init_ray(args.ray_address, state_dir=state.root), args.ray_address)
+            join_ray(lambda: init_ray(args.ray_address, namespace=args.namespace, state_dir=state.root), args.ray_address)
         except ConnectionError as error:
             raise UserError(str(error)) from None
         _sigterm_interrupts()  # ray.init installed its own, which exits at once
         client = _controller(args)
-        asyncio.run(_serve(args, state, source, client, secret, token, sockets, links, channels))
+        owner = _claim(client, args, source, statedir.agent_id(state.root))
+        asyncio.run(_serve(args, state, source, client, owner.agent_id, secret, token, sockets, links, channels))
+        if not embedded:
+            _release_quietly(client, owner.agent_id)
     except (KeyboardInterrupt, SystemExit):
         pass  # Ctrl-C or SIGTERM during start-up: the same clean stop as later
     finally:
@@ -138,13 +145,52 @@ def _sigterm_interrupts() -> None:
 
 
 def _controller(args: argparse.Namespace) -> Any:
-    from vocabulary.goal_api import DEFAULT_NAMESPACE
     from controller.client import start_or_connect
 
     options = {"proxy_metrics_port": args.proxy_metrics_port}
     return start_or_connect(
-        namespace=DEFAULT_NAMESPACE, proxy_host=args.proxy_host, proxy_port=args.proxy_port, options=options
+        namespace=args.namespace, proxy_host=args.proxy_host, proxy_port=args.proxy_port, options=options
     )
+
+
+def _claim(client: Any, args: argparse.Namespace, source: Any, agent_id: str) -> Owner:
+    """Become the namespace's one agent, or a one-line error naming the agent that is."""
+    from controller.ownership import Owner
+
+    owner = Owner(
+        agent_id=agent_id, repo=source.location, branch=source.branch, path=args.path,
+        host=socket.gethostname(), pid=os.getpid(), started_at=time.time(),
+    )
+    holder = client.claim(owner, take_over=args.take_over)
+    if holder is not None:
+        raise UserError(
+            f"Ray namespace '{args.namespace}' is reconciled by {holder.describe()}; "
+            "stop that agent, use another --namespace, or pass --take-over"
+        )
+    if args.take_over:
+        _LOG.warning(f"gitops: took Ray namespace '{args.namespace}' over as agent {agent_id}")
+    return owner
+
+
+async def _watch_ownership(client: Any, agent_id: str, namespace: str, interval_s: float, stop: asyncio.Event) -> None:
+    """Stop this agent once another one took its namespace over (`--take-over`)."""
+    while not stop.is_set():
+        await asyncio.sleep(interval_s)
+        try:
+            holder = await asyncio.to_thread(client.owner)
+        except Exception:  # noqa: BLE001 — the controller restarting: ask again next time
+            continue
+        if holder is not None and holder.agent_id != agent_id:
+            _LOG.error(f"gitops: Ray namespace '{namespace}' was taken over by {holder.describe()}; stopping")
+            stop.set()
+
+
+def _release_quietly(client: Any, agent_id: str) -> None:
+    """A clean stop frees the namespace: the next agent needs no --take-over."""
+    try:
+        client.release(agent_id)
+    except Exception as error:  # noqa: BLE001 — the cluster is gone; nothing to free
+        _LOG.error(f"gitops: releasing the namespace: {type(error).__name__}: {error}")
 
 
 def _stop_quietly(client: Any) -> None:
@@ -161,6 +207,7 @@ async def _serve(
     state: statedir.StateDir,
     source: Any,
     client: Any,
+    agent_id: str,
     secret: bytes | None,
     token: bytes | None,
     sockets: list[socket.socket],
@@ -182,7 +229,7 @@ async def _serve(
 
     metrics = AgentMetrics()
     loader = Loader()
-    sender, notifier = _notifier(channels, links, metrics)
+    sender, notifier = _notifier(channels, links, metrics, args.namespace)
     agent = Agent(
         source,
         client,
@@ -221,15 +268,17 @@ async def _serve(
     reconciling = asyncio.create_task(agent.run())
     serving = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in zip(servers, sockets)]
     stopping = asyncio.create_task(stop.wait())
+    watching = asyncio.create_task(_watch_ownership(client, agent_id, args.namespace, args.interval, stop))
     notifying = asyncio.create_task(notifier.run()) if notifier else None
     await asyncio.wait([stopping, reconciling, *serving], return_when=asyncio.FIRST_COMPLETED)
     _LOG.info("gitops: stopping")
     # An apply cut short here is safe: the next run plans from the controller's state.
     reconciling.cancel()
     stopping.cancel()
+    watching.cancel()
     for server in servers:
         server.should_exit = True
-    await asyncio.gather(reconciling, *serving, stopping, return_exceptions=True)
+    await asyncio.gather(reconciling, *serving, stopping, watching, return_exceptions=True)
     if notifying is not None and notifier is not None:
         await notifier.drain(_NOTIFY_DRAIN_S)  # e.g. the commit status of the last apply
         notifying.cancel()
@@ -280,18 +329,17 @@ def _read_secret_file(path: str) -> str:
 
 
 def _notifier(
-    channels: Sequence[Channel], links: Links, metrics: AgentMetrics
+    channels: Sequence[Channel], links: Links, metrics: AgentMetrics, namespace: str
 ) -> tuple[HttpSender | None, Notifier | None]:
     """The notifier and its HTTP sender, or (None, None) without `--notify`."""
     if not channels:
         return None, None
-    from vocabulary.goal_api import DEFAULT_NAMESPACE
     from gitops.notifications.delivering import HttpSender, Notifier
     from gitops.notifications.formats import Context
 
     sender = HttpSender()
     notifier = Notifier(
-        channels, Context(DEFAULT_NAMESPACE, links), send=sender, on_result=metrics.notification_finished
+        channels, Context(namespace, links), send=sender, on_result=metrics.notification_finished
     )
     return sender, notifier
 
@@ -313,6 +361,11 @@ def _check_exposure(args: argparse.Namespace, token: bytes | None, secret: bytes
         )
     if args.webhook_port is not None and secret is None:
         raise UsageError("--webhook-port needs --webhook-secret-file (the webhook accepts only signed calls)")
+
+
+def _check_namespace(namespace: str) -> None:
+    if not namespace.strip() or any(not (ch.isalnum() or ch in "-_.") for ch in namespace):
+        raise UsageError(f"--namespace {namespace!r}: use letters, digits, '-', '_' or '.'")
 
 
 def _hosts(value: str) -> list[str]:
