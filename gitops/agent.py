@@ -273,6 +273,8 @@ class Agent:
     async def _reconcile(self, report: TickReport) -> TickReport:
         revision = report.revision
         assert revision is not None
+        if revision.unverified:
+            return replace(report, reconciled_at=time.time())  # not applied: see its history row
         tree = await asyncio.to_thread(self._source.tree, revision)
         loaded = await asyncio.to_thread(self._load, tree, self._settings.spec_path)
         report = replace(report, loaded=loaded)

@@ -24,6 +24,7 @@ class Outcome(str, enum.Enum):
     INVALID = "invalid"  # the specs have errors; nothing was touched
     FAILED = "failed"  # an action or goal failed; the rest was not applied
     SUPERSEDED = "superseded"  # a newer commit arrived mid-apply
+    UNVERIFIED = "unverified"  # --verify-commits: unsigned or untrusted; nothing was touched
 
     @property
     def ok(self) -> bool:
@@ -32,7 +33,11 @@ class Outcome(str, enum.Enum):
     @property
     def error_kind(self) -> ErrorKind | None:
         """What can help a failed commit: only a new commit (invalid), or a retry (failed)."""
-        return {Outcome.INVALID: ErrorKind.STALLED, Outcome.FAILED: ErrorKind.RETRY}.get(self)
+        return {
+            Outcome.INVALID: ErrorKind.STALLED,
+            Outcome.UNVERIFIED: ErrorKind.STALLED,
+            Outcome.FAILED: ErrorKind.RETRY,
+        }.get(self)
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,12 @@ class AgentMetrics:
         self._git_fetches = Counter(
             "gitops_git_fetch", "Git fetches by result.", ["result"], registry=r
         )
+        self._verifications = Counter(
+            "gitops_commit_verification",
+            "Signature verdicts of attempted commits (--verify-commits).",
+            ["result"],
+            registry=r,
+        )
         self._spec_errors = Gauge(
             "gitops_spec_errors", "Spec errors in the newest commit.", registry=r
         )
@@ -201,6 +207,10 @@ class AgentMetrics:
 
     def git_fetch(self, result: str) -> None:
         self._git_fetches.labels(result=result).inc()
+
+    def commit_verified(self, result: str) -> None:
+        """One attempted commit's signature verdict: valid, unsigned or untrusted."""
+        self._verifications.labels(result=result).inc()
 
     def spec_errors(self, count: int) -> None:
         self._spec_errors.set(count)

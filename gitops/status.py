@@ -137,7 +137,11 @@ def roll_up(facts: StatusFacts) -> AgentStatus:
 
 
 # The Ready condition's reason for each failed outcome.
-_FAILED_REASONS = {Outcome.INVALID: "ValidationFailed", Outcome.FAILED: "ReconciliationFailed"}
+_FAILED_REASONS = {
+    Outcome.INVALID: "ValidationFailed",
+    Outcome.UNVERIFIED: "CommitNotVerified",
+    Outcome.FAILED: "ReconciliationFailed",
+}
 
 
 def _overall(facts: StatusFacts, backends: Mapping[str, BackendSummary]) -> tuple[SyncStatus, str, str]:

@@ -124,6 +124,8 @@ class TickReport:
     @property
     def outcome(self) -> Outcome | None:
         """What the reconcile of the revision came to; None if there was none."""
+        if self.attempted and self.revision is not None and self.revision.unverified:
+            return Outcome.UNVERIFIED
         if not self.attempted or self.loaded is None:
             return None
         if not self.loaded.ok or self.loaded.state is None:
@@ -170,6 +172,9 @@ def history_entry(report: TickReport) -> HistoryEntry | None:
 
 
 def _entry_errors(report: TickReport, outcome: Outcome) -> tuple[str, ...]:
+    revision = report.revision
+    if outcome is Outcome.UNVERIFIED and revision is not None and revision.verification is not None:
+        return (revision.verification.message(revision.sha),)
     if outcome is Outcome.INVALID and report.loaded is not None:
         return tuple(str(error) for error in report.loaded.errors)
     if report.applied is not None and report.applied.error:
@@ -184,6 +189,7 @@ _METRIC_RESULT = {
     Outcome.NOOP: "noop",
     Outcome.INVALID: "failure",
     Outcome.FAILED: "failure",
+    Outcome.UNVERIFIED: "failure",
 }
 
 
@@ -193,6 +199,8 @@ def write_metrics(metrics: AgentMetrics, report: TickReport) -> None:
         metrics.git_fetch("failure")
     elif report.revision is not None:
         metrics.git_fetch("success")
+    if report.attempted and report.revision is not None and report.revision.verification is not None:
+        metrics.commit_verified(report.revision.verification.verdict.value)
     if report.loaded is not None:
         metrics.spec_errors(len(report.loaded.errors))
     if report.drift and report.plan:

@@ -29,6 +29,7 @@ from gitops.logs import configure_logging
 
 if TYPE_CHECKING:
     from controller.ownership import Owner
+    from gitops.sources.verifying import CommitVerifier
     from gitops.metrics import AgentMetrics
     from gitops.notifications.config import Channel
     from gitops.notifications.delivering import HttpSender, Notifier
@@ -57,7 +58,7 @@ def run_command(args: argparse.Namespace) -> int:
     _check_namespace(args.namespace)
     state = statedir.prepare(Path(args.state_dir))
     state_lock = statedir.lock(state.root)  # held until this process exits
-    source = GitSource(args.repo, args.branch, state.root, password=git_token)
+    source = GitSource(args.repo, args.branch, state.root, password=git_token, verifier=_verifier(args))
     source.discard_unfinished_exports()
     sockets = [bind_socket(args.admin_host, args.admin_port, "--admin-port")]
     if args.webhook_port is not None:
@@ -361,6 +362,18 @@ def _check_exposure(args: argparse.Namespace, token: bytes | None, secret: bytes
         )
     if args.webhook_port is not None and secret is None:
         raise UsageError("--webhook-port needs --webhook-secret-file (the webhook accepts only signed calls)")
+
+
+def _verifier(args: argparse.Namespace) -> CommitVerifier | None:
+    from gitops.sources.verifying import CommitVerifier
+
+    if args.allowed_signers and not args.verify_commits:
+        raise UsageError("--allowed-signers needs --verify-commits")
+    if not args.verify_commits:
+        return None
+    if not args.allowed_signers:
+        raise UsageError("--verify-commits needs --allowed-signers FILE (who may sign commits)")
+    return CommitVerifier(Path(args.allowed_signers))
 
 
 def _check_namespace(namespace: str) -> None:

@@ -13,7 +13,8 @@ a URL (file://, https, ssh, scp-style `user@host:path`):
 `GitSource` implements `gitops.sources.source.Source`: `tree` reads a
 commit's files for the loader, `export` writes a commit's tree, without
 `.git`, into the content-addressed `Exports` for replicas' runtime_env
-`working_dir`.
+`working_dir`. With a `CommitVerifier` (`--verify-commits`), each newest
+revision carries its signature's verdict.
 
 Credentials never reach git's argv: an https URL's userinfo (or a token
 given apart, `password=`) is taken off the URL git is given and answered
@@ -41,6 +42,7 @@ from gitops.redaction import Credentials, redact, split_credentials
 from gitops.sources.exports import Exports
 from gitops.sources.source import Revision
 from gitops.sources.trees import CommitTree
+from gitops.sources.verifying import CommitVerifier
 
 __all__ = ["GitSource", "is_url"]
 
@@ -64,13 +66,21 @@ def is_url(repo: str) -> bool:
 class GitSource:
     """The watched branch of one repository, read in place or from a cache clone."""
 
-    def __init__(self, repo: str, branch: str | None, cache_dir: Path, password: str | None = None) -> None:
+    def __init__(
+        self,
+        repo: str,
+        branch: str | None,
+        cache_dir: Path,
+        password: str | None = None,
+        verifier: CommitVerifier | None = None,
+    ) -> None:
         url, credentials = split_credentials(repo)
         if password is not None:
             credentials = Credentials(credentials.username if credentials else "git", password)
         self.location = redact(url)
         self.remote = is_url(url)
         self._url = url
+        self._verifier = verifier
         self._exports = Exports(cache_dir / "exports")
         self._repo = self._open_cache(url, cache_dir) if self.remote else self._open_local(url)
         self._env = dict(_GIT_ENV)
@@ -106,6 +116,7 @@ class GitSource:
             author_time=float(commit.authored_date),
             author=str(commit.author.name),
             summary=str(commit.summary),
+            verification=self._verifier.verify(Path(self._repo.git_dir), commit.hexsha) if self._verifier else None,
         )
 
     def fetch(self) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterable, Protocol
 
 from gitops.sources.hashing import Tree
+from gitops.sources.verifying import Verification
 
 __all__ = ["Revision", "Source"]
 
@@ -29,6 +30,12 @@ class Revision:
     author_time: float
     author: str
     summary: str
+    verification: Verification | None = None  # its signature's verdict, with --verify-commits
+
+    @property
+    def unverified(self) -> bool:
+        """Verification is on and this commit did not pass it: it must not be applied."""
+        return self.verification is not None and not self.verification.ok
 
     @property
     def short(self) -> str:

@@ -73,6 +73,7 @@ def test_every_agent_metric_of_the_product_contract_is_exported_with_its_type() 
         "gitops_endpoint_traffic_weight": "gauge",
         "gitops_autoscaling_decisions": "counter",
         "gitops_notifications": "counter",
+        "gitops_commit_verification": "counter",
     }
 
 

@@ -44,6 +44,7 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_autoscaling_decisions_total": ("counter", frozenset({"backend", "direction"})),
     # Added with issue #14 (notifications), which asks for deliveries by provider and result.
     "gitops_notifications_total": ("counter", frozenset({"provider", "result"})),
+    "gitops_commit_verification_total": ("counter", frozenset({"result"})),
 }
 
 # Labels Prometheus itself adds (target labels) or that histograms carry.
