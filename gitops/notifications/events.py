@@ -44,6 +44,7 @@ _RESULT_EVENTS = {
     "applied": EventKind.APPLIED,
     "noop": EventKind.APPLIED,
     "invalid": EventKind.INVALID,
+    "unverified": EventKind.INVALID,  # --verify-commits refused it: a failed commit, with git's reason
     "failed": EventKind.APPLY_FAILED,
     "aborted": EventKind.ROLLOUT_ABORTED,
     "rolled_back": EventKind.ROLLED_BACK,

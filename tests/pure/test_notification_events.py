@@ -19,6 +19,7 @@ def outcome(**fields: object) -> TickOutcome:
         ("applied", EventKind.APPLIED),
         ("noop", EventKind.APPLIED),  # recorded for a new commit that changes nothing: it runs now
         ("invalid", EventKind.INVALID),
+        ("unverified", EventKind.INVALID),  # --verify-commits refused the commit
         ("failed", EventKind.APPLY_FAILED),
         ("aborted", EventKind.ROLLOUT_ABORTED),
         ("rolled_back", EventKind.ROLLED_BACK),
