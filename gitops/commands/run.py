@@ -1,8 +1,12 @@
 """`gitops run`: the agent process — Ray, controller, reconcile loop, admin API.
 
 Owns the process's lifetime: check the flags (bad ones are one-line
-errors before anything starts), start or join Ray quietly, start or find
-the controller (which starts the proxies), run the agent and the admin
+errors before anything starts), register the secrets it was given for
+redaction and take them out of its own command line, lock the state dir,
+start or join Ray quietly in `--namespace`, start or find the controller
+(which starts the proxies) and claim it as its one agent (refused with one
+line when another agent owns it, unless `--take-over`; stopped when taken
+over), run the agent and the admin
 server on one event loop, and on Ctrl-C / SIGTERM stop all of it cleanly:
 an embedded Ray is shut down with everything it ran, a joined cluster
 keeps serving. Every event of the process goes to stdout through logging
@@ -56,9 +60,10 @@ def run_command(args: argparse.Namespace) -> int:
     links = _links(args)
     channels = _notify_channels(args.notify, args.repo) if args.notify else ()
     _check_namespace(args.namespace)
+    verifier = _verifier(args)
     state = statedir.prepare(Path(args.state_dir))
     state_lock = statedir.lock(state.root)  # held until this process exits
-    source = GitSource(args.repo, args.branch, state.root, password=git_token, verifier=_verifier(args))
+    source = GitSource(args.repo, args.branch, state.root, password=git_token, verifier=verifier)
     source.discard_unfinished_exports()
     sockets = [bind_socket(args.admin_host, args.admin_port, "--admin-port")]
     if args.webhook_port is not None:
@@ -76,7 +81,9 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         _LOG.info("gitops: starting Ray" if embedded else f"gitops: joining Ray at {args.ray_address}")
         try:
-            join_ray(lambda: init_ray(args.ray_address, namespace=args.namespace, state_dir=state.root), args.ray_address)
+            join_ray(
+                lambda: init_ray(args.ray_address, namespace=args.namespace, state_dir=state.root), args.ray_address
+            )
         except ConnectionError as error:
             raise UserError(str(error)) from None
         _sigterm_interrupts()  # ray.init installed its own, which exits at once
