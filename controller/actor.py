@@ -275,7 +275,8 @@ class ControllerActor:
             running = self._backends.running(name)
             config = self._backends.config(name)
             mcq = config.max_concurrent_queries if config else 1
-            key = (mcq, tuple(r.replica_id for r in running))
+            batching = config.batching if config else None
+            key = (mcq, batching, tuple(r.replica_id for r in running))
             if self._longpoll.fingerprint(LongPollKey.replicas(name)) == key:
                 continue
             infos = tuple(
@@ -283,7 +284,7 @@ class ControllerActor:
                             handle=self._adapter.handle(r.actor_name))
                 for r in running
             )
-            payload = ReplicaSet(backend=name, max_concurrent_queries=mcq, replicas=infos)
+            payload = ReplicaSet(backend=name, max_concurrent_queries=mcq, replicas=infos, batching=batching)
             self._longpoll.publish(LongPollKey.replicas(name), payload, key)
         for name in self._published_backends - names:
             self._longpoll.publish(LongPollKey.replicas(name), None, None)

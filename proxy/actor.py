@@ -52,7 +52,14 @@ class ProxyActor:
         # Prometheus scrapes each node's proxy on its own metrics port (see proxy.metrics).
         self._metrics = _serve_metrics(host, metrics_port) if metrics_port is not None else None
         self._app = ProxyApp(
-            RayCaller(settings.max_calls_per_replica, settings.coalesce_window_s), settings, rng, self._metrics
+            RayCaller(
+                settings.max_calls_per_replica,
+                settings.coalesce_window_s,
+                self._metrics.batch_sent if self._metrics is not None else None,
+            ),
+            settings,
+            rng,
+            self._metrics,
         )
         link = ControllerLink(controller_name, namespace)
         longpoll = LongPollClient(link, node_id, Subscriptions(settings, rng), self._install, settings)

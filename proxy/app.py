@@ -178,7 +178,7 @@ class ProxyApp:
         for _ in range(attempts):
             slot = await self._acquire(pool)
             try:
-                return await self._caller.call(slot.handle, request, _remaining(deadline))
+                return await self._caller.call(slot.handle, request, _remaining(deadline), pool.batching)
             except ReplicaDiedError as error:
                 pool.drop(slot)
                 logger.warning("replica %s of %s died under a request: %s", slot.replica_id, pool.backend, error)
@@ -225,7 +225,7 @@ class ProxyApp:
         result = ShadowResult.OK
         try:
             async with asyncio.timeout(plan.timeout_s) as deadline:
-                await self._caller.call(slot.handle, request, _remaining(deadline))
+                await self._caller.call(slot.handle, request, _remaining(deadline), pool.batching)
         except ReplicaDiedError:
             pool.drop(slot)
             result = ShadowResult.ERROR

@@ -8,11 +8,23 @@ exception type.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from vocabulary.wire import WireRequest, WireResponse
 
-__all__ = ["ReplicaCaller", "ReplicaDiedError", "HandlerError"]
+__all__ = ["Batching", "ReplicaCaller", "ReplicaDiedError", "HandlerError"]
+
+
+@dataclass(frozen=True)
+class Batching:
+    """A batched backend's settings as its requests are grouped: its handler
+    receives up to `max_batch_size` requests in one call, and the first of a
+    batch waits at most `wait_s` for the others."""
+
+    backend: str
+    max_batch_size: int
+    wait_s: float
 
 
 class ReplicaDiedError(Exception):
@@ -24,8 +36,11 @@ class HandlerError(Exception):
 
 
 class ReplicaCaller(Protocol):
-    async def call(self, handle: Any, request: WireRequest, timeout_s: float) -> WireResponse:
-        """Run `request` on the replica behind `handle`, for at most `timeout_s`.
+    async def call(
+        self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching | None = None
+    ) -> WireResponse:
+        """Run `request` on the replica behind `handle`, for at most `timeout_s`;
+        with `batching`, as one of a list its handler receives in one call.
 
         Cancelling the awaiting task, or running out of time, cancels the
         handler on the replica. Raises `ReplicaDiedError`, `HandlerError` or

@@ -11,16 +11,25 @@ fast as load does.
 
 Each batched request carries the time it has left, so the replica cancels a
 handler that runs past its endpoint's timeout just as a cancelled single
-call would. The transport (`Transport`) is injected: Ray in production, a
-fake in tests. No Ray here.
+call would.
+
+A batched backend (`Batching`: its handler takes a list of requests) is fed
+differently: every request waits to be gathered, and the gathered requests
+leave as one handler call when there are `max_batch_size` of them or when
+the first has waited `wait_s`. An idle backend thus gets batches of one
+after `wait_s`; a loaded one gets full batches at once. The settings come
+with each call, so a changed `max_batch_size` applies to the next batch.
+
+The transport (`Transport`) is injected: Ray in production, a fake in
+tests. No Ray here.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
-from proxy.calling import HandlerError, ReplicaDiedError
+from proxy.calling import Batching, HandlerError, ReplicaDiedError
 from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, WireRequest, WireResponse
 
 __all__ = ["Transport", "Coalescer"]
@@ -33,6 +42,13 @@ class Transport(Protocol):
     async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
         """Many requests in one call; raises ReplicaDiedError."""
 
+    async def together(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+        """Many requests in one call of a batched handler; raises ReplicaDiedError."""
+
+
+# (request, deadline on the loop clock, future of its response)
+_Waiting = tuple[WireRequest, float, "asyncio.Future[WireResponse]"]
+
 
 class _Outbox:
     __slots__ = ("calls", "fresh", "waiting")
@@ -40,8 +56,17 @@ class _Outbox:
     def __init__(self) -> None:
         self.calls = 0  # calls in flight
         self.fresh = 0  # of those, the ones sent less than a window ago
-        # (request, deadline on the loop clock, future of its response)
-        self.waiting: list[tuple[WireRequest, float, asyncio.Future[WireResponse]]] = []
+        self.waiting: list[_Waiting] = []
+
+
+class _Gathering:
+    """Requests waiting to leave together for one replica of a batched backend."""
+
+    __slots__ = ("waiting", "timer")
+
+    def __init__(self) -> None:
+        self.waiting: list[_Waiting] = []
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class _Call:
@@ -54,15 +79,32 @@ class _Call:
         self.timer: asyncio.TimerHandle | None = None
 
 
+def _ignore_batch(backend: str, size: int) -> None:
+    pass
+
+
 class Coalescer:
-    def __init__(self, transport: Transport, max_calls: int, window_s: float) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        max_calls: int,
+        window_s: float,
+        observe_batch: Callable[[str, int], None] | None = None,
+    ) -> None:
+        """`observe_batch(backend, size)` is told each batch a batched handler receives."""
         self._transport = transport
         self._max_calls = max_calls
         self._window_s = window_s
+        self._observe_batch = observe_batch or _ignore_batch
         self._outboxes: dict[Any, _Outbox] = {}
+        self._gatherings: dict[Any, _Gathering] = {}
         self._batches: set[asyncio.Task[None]] = set()
 
-    async def call(self, handle: Any, request: WireRequest, timeout_s: float) -> WireResponse:
+    async def call(
+        self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching | None = None
+    ) -> WireResponse:
+        if batching is not None:
+            return await self._gather(handle, request, timeout_s, batching)
         outbox = self._outboxes.get(handle)
         if outbox is None:
             outbox = self._outboxes[handle] = _Outbox()
@@ -122,11 +164,60 @@ class Coalescer:
         handle: Any,
         outbox: _Outbox,
         call: _Call,
-        waiting: list[tuple[WireRequest, float, asyncio.Future[WireResponse]]],
+        waiting: list[_Waiting],
+    ) -> None:
+        try:
+            await self._deliver(self._transport.batch, handle, waiting)
+        finally:
+            self._finish(handle, outbox, call)
+
+    # --- batched backends -------------------------------------------------------
+
+    async def _gather(self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching) -> WireResponse:
+        gathering = self._gatherings.get(handle)
+        if gathering is None:
+            gathering = self._gatherings[handle] = _Gathering()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[WireResponse] = loop.create_future()
+        gathering.waiting.append((request, loop.time() + timeout_s, future))
+        if len(gathering.waiting) >= batching.max_batch_size:
+            self._send_gathered(handle, gathering, batching)
+        elif gathering.timer is None:
+            gathering.timer = loop.call_later(batching.wait_s, self._send_gathered, handle, gathering, batching)
+        # Cancelling the await cancels the future; a batch skips cancelled ones.
+        return await future
+
+    def _send_gathered(self, handle: Any, gathering: _Gathering, batching: Batching) -> None:
+        """Send full batches now; what is left waits for a new timer."""
+        if gathering.timer is not None:
+            gathering.timer.cancel()
+            gathering.timer = None
+        waiting = [entry for entry in gathering.waiting if not entry[2].done()]
+        size = batching.max_batch_size
+        while waiting:
+            batch, waiting = waiting[:size], waiting[size:]
+            self._observe_batch(batching.backend, len(batch))
+            task = asyncio.ensure_future(self._deliver(self._transport.together, handle, batch))
+            self._batches.add(task)
+            task.add_done_callback(self._batches.discard)
+            if len(waiting) < size:
+                break
+        gathering.waiting = waiting
+        if waiting:
+            loop = asyncio.get_running_loop()
+            gathering.timer = loop.call_later(batching.wait_s, self._send_gathered, handle, gathering, batching)
+        else:
+            self._gatherings.pop(handle, None)
+
+    async def _deliver(
+        self,
+        send: Callable[[Any, list[BatchItem]], Any],
+        handle: Any,
+        waiting: list[_Waiting],
     ) -> None:
         now = asyncio.get_running_loop().time()
         try:
-            results = await self._transport.batch(handle, [(request, deadline - now) for request, deadline, _ in waiting])
+            results = await send(handle, [(request, deadline - now) for request, deadline, _ in waiting])
         except ReplicaDiedError as error:
             for _, _, future in waiting:
                 _fail(future, ReplicaDiedError(str(error)))
@@ -136,8 +227,6 @@ class Coalescer:
         else:
             for (_, _, future), result in zip(waiting, results):
                 _settle(future, result)
-        finally:
-            self._finish(handle, outbox, call)
 
 
 def _settle(future: asyncio.Future[WireResponse], result: BatchResult) -> None:

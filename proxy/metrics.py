@@ -3,7 +3,7 @@
 Owned here: the names, labels and buckets of the data-plane metrics of
 PRODUCT.md "Metrics" (`gitops_http_requests_total`,
 `gitops_http_request_duration_seconds`, `gitops_shadow_requests_total`,
-`gitops_backend_ongoing_requests`), and serving them. Not here: when a
+`gitops_backend_ongoing_requests`, `gitops_batch_size`), and serving them. Not here: when a
 request counts as finished (the proxy's request path calls
 `request_finished` from exactly one place).
 
@@ -69,11 +69,14 @@ REQUEST_BUCKETS = (
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )
 
+# Requests one batched handler call receives (`max_batch_size` >= 1).
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 REQUEST_LABELS = ("endpoint", "backend", "code")
 DURATION_LABELS = ("endpoint", "backend")
 SHADOW_LABELS = ("endpoint", "backend", "result")
 ONGOING_LABELS = ("backend",)
+BATCH_LABELS = ("backend",)
 
 
 class ShadowResult(enum.StrEnum):
@@ -116,6 +119,13 @@ class ProxyMetrics:
             ONGOING_LABELS,
             registry=r,
         )
+        self._batch_size = Histogram(
+            "gitops_batch_size",
+            "Requests a batched backend's handler received in one call.",
+            BATCH_LABELS,
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
         self._finished: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._ongoing_backends: set[str] = set()
         self._server: Any = None
@@ -141,6 +151,9 @@ class ProxyMetrics:
     # ProxyMetrics is passed to ProxyApp as its recorder, no adapter needed.
     request_done = request_finished
     shadow_done = shadow_finished
+
+    def batch_sent(self, backend: str, size: int) -> None:
+        self._batch_size.labels(backend).observe(size)
 
     def set_ongoing(self, backend: str, n: int) -> None:
         self._ongoing.labels(backend).set(n)
@@ -178,6 +191,7 @@ class ProxyMetrics:
         for metric, names in self._by_route():
             _remove_where(metric, names, "backend", backend)
         _remove_where(self._ongoing, ONGOING_LABELS, "backend", backend)
+        _remove_where(self._batch_size, BATCH_LABELS, "backend", backend)
 
     def retain(self, endpoints: Collection[str], backends: Collection[str]) -> None:
         """Forget every series of an endpoint or backend the proxy no longer

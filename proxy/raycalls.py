@@ -1,7 +1,8 @@
 """`ReplicaCaller` over Ray actor calls: the only place the request path touches Ray.
 
-`RayTransport` makes the two kinds of replica call — `handle_request` for
-one request, `handle_batch` for many — and maps Ray's error types to
+`RayTransport` makes the three kinds of replica call — `handle_request` for
+one request, `handle_batch` for many, `handle_together` for a batched
+handler's list — and maps Ray's error types to
 `proxy.calling`'s; `RayCaller` puts `proxy.coalescing` in front so that,
 under load, requests queued for one replica share one Ray call. A cancelled
 single call cancels the replica-side task (that is how an endpoint timeout
@@ -12,12 +13,12 @@ fetched with `ray.get`.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Callable
 
 import ray
 from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
 
-from proxy.calling import HandlerError, ReplicaDiedError
+from proxy.calling import Batching, HandlerError, ReplicaDiedError
 from proxy.coalescing import Coalescer
 from vocabulary.wire import BatchItem, BatchResult, WireRequest, WireResponse
 
@@ -43,10 +44,23 @@ class RayTransport:
         except (RayActorError, ActorUnschedulableError) as error:
             raise ReplicaDiedError(str(error)) from None
 
+    async def together(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+        try:
+            return await handle.handle_together.remote(items)
+        except (RayActorError, ActorUnschedulableError) as error:
+            raise ReplicaDiedError(str(error)) from None
+
 
 class RayCaller:
-    def __init__(self, max_calls_per_replica: int, coalesce_window_s: float) -> None:
-        self._coalescer = Coalescer(RayTransport(), max_calls_per_replica, coalesce_window_s)
+    def __init__(
+        self,
+        max_calls_per_replica: int,
+        coalesce_window_s: float,
+        observe_batch: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self._coalescer = Coalescer(RayTransport(), max_calls_per_replica, coalesce_window_s, observe_batch)
 
-    async def call(self, handle: Any, request: WireRequest, timeout_s: float) -> WireResponse:
-        return await self._coalescer.call(handle, request, timeout_s)
+    async def call(
+        self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching | None = None
+    ) -> WireResponse:
+        return await self._coalescer.call(handle, request, timeout_s, batching)

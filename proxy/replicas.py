@@ -4,7 +4,7 @@ A `ReplicaPool` is the proxy's live view of one backend: which RUNNING
 replicas may take requests, how many requests each has in flight (never more
 than `max_concurrent_queries`), and who waits for a slot. It lives across
 config snapshots so counts survive a table switch; the controller's
-`ReplicaSet` updates it in place. A replica that died under a request is
+`ReplicaSet` updates it in place, batching settings included. A replica that died under a request is
 dropped at once and kept out until the controller stops listing it.
 
 Decisions come from `proxy.choosing`; this module only keeps the state and
@@ -18,7 +18,9 @@ import collections
 import time
 from typing import Any, Callable, Iterable
 
+from proxy.calling import Batching
 from proxy.choosing import Admission, Random, admit, pick_replica
+from vocabulary.configs import BatchingConfig
 
 __all__ = ["ReplicaSlot", "ReplicaPool", "NoReplicaError", "QueueFullError"]
 
@@ -57,6 +59,8 @@ class ReplicaPool:
     ) -> None:
         self.backend = backend
         self.max_concurrent = max_concurrent
+        # How requests are grouped for a batched handler; None: one at a time.
+        self.batching: Batching | None = None
         self._rng = rng
         self._max_queued = max_queued
         self._slots: list[ReplicaSlot] = []
@@ -85,9 +89,16 @@ class ReplicaPool:
 
     # --- membership --------------------------------------------------------
 
-    def update(self, max_concurrent: int, replicas: Iterable[tuple[str, Any]]) -> None:
-        """Adopt the controller's RUNNING set; counts of kept replicas carry over."""
+    def update(
+        self, max_concurrent: int, replicas: Iterable[tuple[str, Any]], batching: BatchingConfig | None = None
+    ) -> None:
+        """Adopt the controller's RUNNING set and settings; counts of kept replicas carry over."""
         self.max_concurrent = max_concurrent
+        self.batching = (
+            None
+            if batching is None
+            else Batching(self.backend, batching.max_batch_size, batching.batch_wait_timeout_s)
+        )
         listed = dict(replicas)
         # Forget a dead replica once the controller has stopped listing it.
         self._dead &= set(listed)

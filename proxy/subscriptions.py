@@ -97,6 +97,7 @@ class Subscriptions:
         pool.update(
             replica_set.max_concurrent_queries,
             ((r.replica_id, r.handle) for r in replica_set.replicas),
+            replica_set.batching,
         )
 
     def _forget_unused(self) -> None:

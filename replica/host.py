@@ -4,7 +4,11 @@ Owns loading the user's callable (`import_path` "module:attr", resolved from
 the working_dir Ray puts on sys.path), calling it with a Starlette request,
 `reconfigure`, `check_health` and graceful draining. It does not know about
 routing, retries or its own lifecycle: `controller.ray_adapter` wraps this
-plain class with `ray.remote` and options; the proxy calls `handle_request`.
+plain class with `ray.remote` and options; the proxy calls `handle_request`
+(or `handle_batch` for several requests coalesced into one Ray call), and
+`handle_together` for a batched backend, whose handler takes a list of
+requests and returns a list of the same length. Which requests form a batch
+is the caller's choice (`proxy.coalescing`); the replica runs what it is given.
 
 `__init__` stays cheap and never runs user code, so a failing constructor
 surfaces as an error from `initialize()` with the user's own text instead of
@@ -14,12 +18,14 @@ an actor that dies during creation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import inspect
+import logging
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from vocabulary.wire import (
     BatchItem,
@@ -33,7 +39,13 @@ from replica.conversions import to_starlette_request, to_wire_response
 # Long enough for every proxy to receive the replica set without this replica.
 _DRAIN_LINGER_S = 1.0
 
-__all__ = ["Replica", "load_callable", "call_handler"]
+__all__ = ["Replica", "BatchLengthError", "load_callable", "call_handler", "call_batch_handler"]
+
+logger = logging.getLogger(__name__)
+
+
+class BatchLengthError(Exception):
+    """A batched handler returned something other than one result per request."""
 
 
 def load_callable(
@@ -72,6 +84,34 @@ async def call_handler(handler: Callable[..., Any], wire: WireRequest) -> WireRe
     return to_wire_response(result)
 
 
+async def call_batch_handler(handler: Callable[..., Any], wires: list[WireRequest]) -> list[Any]:
+    """Run a batched handler once over `wires`; its results, one per request.
+
+    User exceptions propagate; a result that is not a list of the same length
+    raises `BatchLengthError`, since no request could be matched to its answer.
+    """
+    requests = [to_starlette_request(wire) for wire in wires]
+    for request in requests:
+        # Request.body() needs the loop, so a sync handler gets bodies read.
+        await request.body()
+    if _is_async(handler):
+        results = await handler(requests)
+    else:
+        results = await asyncio.to_thread(handler, requests)
+        if inspect.isawaitable(results):
+            results = await results
+    if not isinstance(results, (list, tuple)):
+        raise BatchLengthError(
+            f"the batch handler returned {type(results).__name__}, not a list with one result per request"
+        )
+    if len(results) != len(requests):
+        raise BatchLengthError(
+            f"the batch handler returned {len(results)} results for {len(requests)} requests; "
+            "it must return one result per request, in order"
+        )
+    return list(results)
+
+
 def _is_async(handler: Callable[..., Any]) -> bool:
     if inspect.iscoroutinefunction(handler):
         return True
@@ -89,6 +129,14 @@ async def _call_optional(target: Any, method: str, *args: Any) -> None:
         result = await asyncio.to_thread(fn, *args)
         if inspect.isawaitable(result):
             await result
+
+
+def _converted(result: Any) -> BatchResult:
+    """One batch result as a response; one unconvertible result fails alone."""
+    try:
+        return BatchOutcome.OK, to_wire_response(result)
+    except Exception:  # noqa: BLE001 — e.g. a value that is not JSON-serialisable
+        return BatchOutcome.ERROR, traceback.format_exc()
 
 
 def _node_id() -> str:
@@ -146,16 +194,46 @@ class Replica:
         return _node_id()
 
     async def handle_request(self, wire: WireRequest) -> WireResponse:
+        with self._serving(1):
+            return await call_handler(self._handler, wire)
+
+    @contextlib.contextmanager
+    def _serving(self, requests: int) -> Iterator[None]:
+        """Count `requests` in flight (draining waits for them) around user code."""
         if self._handler is None:
             raise RuntimeError(f"replica {self.replica_id} is not initialized")
-        self._ongoing += 1
+        self._ongoing += requests
         self._idle.clear()
         try:
-            return await call_handler(self._handler, wire)
+            yield
         finally:
-            self._ongoing -= 1
+            self._ongoing -= requests
             if self._ongoing == 0:
                 self._idle.set()
+
+    async def handle_together(self, batch: list[BatchItem]) -> list[BatchResult]:
+        """A batched backend's requests in one handler call, answered in order.
+
+        The call may run as long as the longest-lived request allows; a
+        request whose own time runs out first is answered by the proxy. A
+        failure (user code raised, a wrong-length result, the time ran out)
+        is every request's answer: they shared one call.
+        """
+        limit_s = max(limit for _, limit in batch)
+        with self._serving(len(batch)):
+            try:
+                results = await asyncio.wait_for(
+                    call_batch_handler(self._handler, [wire for wire, _ in batch]), limit_s
+                )
+            except asyncio.TimeoutError:
+                return [(BatchOutcome.TIMEOUT, "")] * len(batch)
+            except BatchLengthError as error:
+                text = f"backend {self.backend}: {error}"
+                logger.error("%s", text)
+                return [(BatchOutcome.ERROR, text)] * len(batch)
+            except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
+                return [(BatchOutcome.ERROR, traceback.format_exc())] * len(batch)
+        return [_converted(result) for result in results]
 
     async def handle_batch(self, batch: list[BatchItem]) -> list[BatchResult]:
         """Several requests in one Ray call, answered in order.

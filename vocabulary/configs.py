@@ -28,6 +28,7 @@ from vocabulary.serving_rules import zero_replica_reason
 
 __all__ = [
     "AutoscalingConfig",
+    "BatchingConfig",
     "BackendConfig",
     "EndpointConfig",
     "ServingState",
@@ -59,6 +60,19 @@ class AutoscalingConfig(_Value):
     )
     downscale_delay_s: float = Field(
         default=30.0, ge=0, description="Seconds the load must stay below target before removing replicas."
+    )
+
+
+class BatchingConfig(_Value):
+    """How requests to a batched backend are grouped into one handler call."""
+
+    max_batch_size: int = Field(
+        default=8, ge=1, description="Most requests one handler call receives (as a list); changed in place."
+    )
+    batch_wait_timeout_s: float = Field(
+        default=0.01,
+        ge=0,
+        description="Seconds the first request of a batch waits for more before the batch is sent; changed in place.",
     )
 
 
@@ -112,6 +126,10 @@ class BackendConfig(_Value):
     )
     autoscaling: AutoscalingConfig | None = Field(
         default=None, description="Scale the replica count with load, within bounds; none: a fixed count."
+    )
+    batching: BatchingConfig | None = Field(
+        default=None,
+        description="The handler receives list[Request] and returns a list of the same length; none: one request a call.",
     )
     working_dir: str | None = Field(
         default=None, description="Where this version's code is fetched from (an export of the applied commit)."
@@ -208,6 +226,7 @@ class ReplicaSet(_Value):
     backend: str
     max_concurrent_queries: int
     replicas: tuple[ReplicaInfo, ...] = ()
+    batching: BatchingConfig | None = None
 
 
 class RouteEntry(_Value):

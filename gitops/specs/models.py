@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, to_jsonable_python
 
-from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig
+from vocabulary.configs import AutoscalingConfig, BackendConfig, BatchingConfig, EndpointConfig
 from vocabulary.serving_rules import zero_replica_reason
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "DERIVED_BACKEND_FIELDS",
     "DERIVED_ENDPOINT_FIELDS",
     "AutoscalingSpec",
+    "BatchingSpec",
     "RayActorOptionsSpec",
     "RuntimeEnvSpec",
     "BackendSpec",
@@ -103,6 +104,10 @@ AutoscalingSpec = create_model(
     "AutoscalingSpec", __base__=_Spec, __doc__=AutoscalingConfig.__doc__, **_file_keys(AutoscalingConfig, frozenset(), {})
 )
 
+BatchingSpec = create_model(
+    "BatchingSpec", __base__=_Spec, __doc__=BatchingConfig.__doc__, **_file_keys(BatchingConfig, frozenset(), {})
+)
+
 
 class RayActorOptionsSpec(_Spec):
     """The Ray actor options a backend may set; the config holds them as a dict for Ray."""
@@ -137,6 +142,7 @@ _BackendKeys = create_model(
             "ray_actor_options": RayActorOptionsSpec,
             "runtime_env": RuntimeEnvSpec,
             "autoscaling": AutoscalingSpec | None,
+            "batching": BatchingSpec | None,
         },
     ),
 )

@@ -12,7 +12,7 @@ import pytest
 from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from proxy.app import ProxyApp
 from proxy.metrics import ShadowResult
-from proxy.calling import HandlerError, ReplicaDiedError
+from proxy.calling import Batching, HandlerError, ReplicaDiedError
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions
 from vocabulary.wire import WireRequest, WireResponse
@@ -34,7 +34,9 @@ class FakeReplica:
 
 
 class FakeCaller:
-    async def call(self, handle: FakeReplica, request: WireRequest, timeout_s: float) -> WireResponse:
+    async def call(
+        self, handle: FakeReplica, request: WireRequest, timeout_s: float, batching: Batching | None = None
+    ) -> WireResponse:
         handle.seen.append(request)
         try:
             return await handle.handler(request)

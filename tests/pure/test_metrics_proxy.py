@@ -126,3 +126,14 @@ def test_a_taken_metrics_port_is_a_clear_error_naming_the_address() -> None:
             ProxyMetrics().serve("127.0.0.1", port)
     finally:
         first.close()
+
+
+def test_batch_sizes_are_a_histogram_per_backend_forgotten_with_the_backend() -> None:
+    metrics = ProxyMetrics()
+    metrics.batch_sent("vowels", 1)
+    metrics.batch_sent("vowels", 6)
+    bucket = "gitops_batch_size_bucket"
+    assert value(metrics, bucket, backend="vowels", le="1.0") == 1
+    assert value(metrics, bucket, backend="vowels", le="8.0") == 2
+    metrics.forget_backend("vowels")
+    assert value(metrics, "gitops_batch_size_count", backend="vowels") is None

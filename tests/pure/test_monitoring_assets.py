@@ -45,6 +45,8 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     # Added with issue #14 (notifications), which asks for deliveries by provider and result.
     "gitops_notifications_total": ("counter", frozenset({"provider", "result"})),
     "gitops_commit_verification_total": ("counter", frozenset({"result"})),
+    # Added with issue #13 (serving what users run on Ray Serve).
+    "gitops_batch_size": ("histogram", frozenset({"backend"})),
 }
 
 # Labels Prometheus itself adds (target labels) or that histograms carry.
