@@ -276,7 +276,8 @@ class ControllerActor:
             config = self._backends.config(name)
             mcq = config.max_concurrent_queries if config else 1
             batching = config.batching if config else None
-            key = (mcq, batching, tuple(r.replica_id for r in running))
+            cold_start_s = config.cold_start_timeout_s if config else None
+            key = (mcq, batching, cold_start_s, tuple(r.replica_id for r in running))
             if self._longpoll.fingerprint(LongPollKey.replicas(name)) == key:
                 continue
             infos = tuple(
@@ -284,7 +285,10 @@ class ControllerActor:
                             handle=self._adapter.handle(r.actor_name))
                 for r in running
             )
-            payload = ReplicaSet(backend=name, max_concurrent_queries=mcq, replicas=infos, batching=batching)
+            payload = ReplicaSet(
+                backend=name, max_concurrent_queries=mcq, replicas=infos,
+                batching=batching, cold_start_timeout_s=cold_start_s,
+            )
             self._longpoll.publish(LongPollKey.replicas(name), payload, key)
         for name in self._published_backends - names:
             self._longpoll.publish(LongPollKey.replicas(name), None, None)

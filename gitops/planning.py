@@ -114,7 +114,7 @@ def _backend_updates(desired: ServingState, actual: ServingState) -> tuple[list[
         changes = backend_changes(old, new)
         if not changes:
             continue
-        must_wait = name in carrying and new.can_have_zero_replicas()
+        must_wait = name in carrying and new.refuses_traffic()
         action = Action(
             kind=ActionKind.UPDATE_BACKEND,
             name=name,

@@ -4,7 +4,11 @@ A `ReplicaPool` is the proxy's live view of one backend: which RUNNING
 replicas may take requests, how many requests each has in flight (never more
 than `max_concurrent_queries`), and who waits for a slot. It lives across
 config snapshots so counts survive a table switch; the controller's
-`ReplicaSet` updates it in place, batching settings included. A replica that died under a request is
+`ReplicaSet` updates it in place, batching settings included.
+
+A backend that scales from zero (`cold_start_timeout_s`) holds requests that
+find no replica in its wait queue, where the autoscaler sees them as demand,
+until a first replica arrives or that time runs out (`NoReplicaError`). A replica that died under a request is
 dropped at once and kept out until the controller stops listing it.
 
 Decisions come from `proxy.choosing`; this module only keeps the state and
@@ -61,6 +65,8 @@ class ReplicaPool:
         self.max_concurrent = max_concurrent
         # How requests are grouped for a batched handler; None: one at a time.
         self.batching: Batching | None = None
+        # How long a request may wait for a first replica; None: not at all.
+        self.cold_start_s: float | None = None
         self._rng = rng
         self._max_queued = max_queued
         self._slots: list[ReplicaSlot] = []
@@ -90,10 +96,15 @@ class ReplicaPool:
     # --- membership --------------------------------------------------------
 
     def update(
-        self, max_concurrent: int, replicas: Iterable[tuple[str, Any]], batching: BatchingConfig | None = None
+        self,
+        max_concurrent: int,
+        replicas: Iterable[tuple[str, Any]],
+        batching: BatchingConfig | None = None,
+        cold_start_s: float | None = None,
     ) -> None:
         """Adopt the controller's RUNNING set and settings; counts of kept replicas carry over."""
         self.max_concurrent = max_concurrent
+        self.cold_start_s = cold_start_s
         self.batching = (
             None
             if batching is None
@@ -117,10 +128,10 @@ class ReplicaPool:
         self._after_membership_change()
 
     def _after_membership_change(self) -> None:
-        if not self._slots:
-            self._fail_waiters(NoReplicaError(self.backend))
-        else:
+        if self._slots:
             self._serve_waiters()
+        elif self.cold_start_s is None:
+            self._fail_waiters(NoReplicaError(self.backend))
 
     # --- acquiring and releasing ----------------------------------------------
 
@@ -134,20 +145,31 @@ class ReplicaPool:
         return self._take()
 
     async def acquire(self) -> ReplicaSlot:
-        """A slot with room for one more request, waiting in line if all are full."""
+        """A slot with room for one more request, waiting in line if all are full
+        (or, for a backend that scales from zero, until a first replica starts)."""
         if not self._slots:
-            self._unserved.append(self._clock())
-            raise NoReplicaError(self.backend)
+            if self.cold_start_s is None:
+                self._unserved.append(self._clock())
+                raise NoReplicaError(self.backend)
+            return await self._wait_in_line(self.cold_start_s)
         if not self._waiters:
             slot = self._take()
             if slot is not None:
                 return slot
+        return await self._wait_in_line(None)
+
+    async def _wait_in_line(self, limit_s: float | None) -> ReplicaSlot:
         if admit(len(self._waiters), self._max_queued) is Admission.REJECT:
             raise QueueFullError(self.backend)
         waiter: asyncio.Future[ReplicaSlot] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            return await waiter
+            async with asyncio.timeout(limit_s):
+                return await waiter
+        except TimeoutError:
+            self._abandon(waiter)
+            self._unserved.append(self._clock())
+            raise NoReplicaError(self.backend) from None
         except asyncio.CancelledError:
             self._abandon(waiter)
             raise

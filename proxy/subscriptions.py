@@ -98,6 +98,7 @@ class Subscriptions:
             replica_set.max_concurrent_queries,
             ((r.replica_id, r.handle) for r in replica_set.replicas),
             replica_set.batching,
+            replica_set.cold_start_timeout_s,
         )
 
     def _forget_unused(self) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vocabulary.serving_rules import zero_replica_reason
+from vocabulary.serving_rules import refused_traffic_reason, zero_replica_reason
 
 __all__ = [
     "AutoscalingConfig",
@@ -127,6 +127,12 @@ class BackendConfig(_Value):
     autoscaling: AutoscalingConfig | None = Field(
         default=None, description="Scale the replica count with load, within bounds; none: a fixed count."
     )
+    cold_start_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="With [autoscaling] min_replicas = 0: requests may be routed here and wait this long "
+        "for a first replica to start (then 503); none: traffic needs a replica to exist.",
+    )
     batching: BatchingConfig | None = Field(
         default=None,
         description="The handler receives list[Request] and returns a list of the same length; none: one request a call.",
@@ -145,6 +151,10 @@ class BackendConfig(_Value):
 
     def can_have_zero_replicas(self) -> bool:
         return zero_replica_reason(self) is not None
+
+    def refuses_traffic(self) -> bool:
+        """Traffic here could find no replica and no one waiting for one."""
+        return refused_traffic_reason(self) is not None
 
 
 class EndpointConfig(_Value):
@@ -227,6 +237,8 @@ class ReplicaSet(_Value):
     max_concurrent_queries: int
     replicas: tuple[ReplicaInfo, ...] = ()
     batching: BatchingConfig | None = None
+    # Seconds a request may wait for a first replica; None: 503 at once.
+    cold_start_timeout_s: float | None = None
 
 
 class RouteEntry(_Value):

@@ -3,7 +3,8 @@
 A serving state is safe to hand to a proxy when each endpoint's traffic
 weights sum to 1 (within `WEIGHT_TOLERANCE`), its traffic and shadow name
 backends that exist, no backend that can have 0 replicas gets positive
-traffic, no two endpoints hold the same route (compared after
+traffic (unless it scales up from zero and requests wait for its cold start,
+`waits_for_cold_start`), no two endpoints hold the same route (compared after
 `route_key`), and no backend an endpoint still names is deleted.
 
 Each rule is a pure function over plain values returning `ServingProblem`s:
@@ -34,6 +35,8 @@ __all__ = [
     "route_key",
     "weights_sum_to_one",
     "zero_replica_reason",
+    "waits_for_cold_start",
+    "refused_traffic_reason",
     "unknown_backends",
     "weight_sum",
     "zero_replica_traffic",
@@ -97,6 +100,9 @@ class Scaled(Protocol):
     @property
     def autoscaling(self) -> _Bounds | None: ...
 
+    @property
+    def cold_start_timeout_s(self) -> float | None: ...
+
 
 def route_key(route: str) -> str:
     """What makes two routes the same for the proxy: `/a`, `/a/` and `//a//` are one route."""
@@ -112,6 +118,20 @@ def zero_replica_reason(backend: Scaled) -> str | None:
     if backend.autoscaling is not None:
         return "autoscaling.min_replicas = 0" if backend.autoscaling.min_replicas == 0 else None
     return "num_replicas = 0" if backend.num_replicas == 0 else None
+
+
+def waits_for_cold_start(backend: Scaled) -> bool:
+    """Requests to `backend` at 0 replicas wait for the autoscaler to start one.
+
+    Only an autoscaled backend can come back from zero by itself; with a fixed
+    `num_replicas = 0` nothing would ever start the replica they wait for.
+    """
+    return backend.cold_start_timeout_s is not None and backend.autoscaling is not None
+
+
+def refused_traffic_reason(backend: Scaled) -> str | None:
+    """Why positive traffic to `backend` is refused (the key that makes it so), or None."""
+    return None if waits_for_cold_start(backend) else zero_replica_reason(backend)
 
 
 # --- one endpoint -------------------------------------------------------------------
@@ -142,11 +162,12 @@ def weight_sum(endpoint: str, traffic: Mapping[str, float]) -> list[ServingProbl
 def zero_replica_traffic(
     endpoint: str, traffic: Mapping[str, float], backends: Mapping[str, Scaled | None]
 ) -> list[ServingProblem]:
-    """Positive traffic to a backend that can have 0 replicas (None: a backend not known well enough to tell)."""
+    """Positive traffic to a backend that can have 0 replicas and does not wait
+    for a cold start (None: a backend not known well enough to tell)."""
     problems: list[ServingProblem] = []
     for backend, weight in traffic.items():
         target = backends.get(backend)
-        reason = None if target is None or weight <= 0 else zero_replica_reason(target)
+        reason = None if target is None or weight <= 0 else refused_traffic_reason(target)
         if reason is not None:
             message = (
                 f"endpoints.{endpoint}.traffic: backend '{backend}' gets {weight * 100:g}% of the traffic "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig
+from vocabulary.configs import AutoscalingConfig, BackendConfig, BatchingConfig, EndpointConfig
 from gitops.specs.loading import DesiredState, LoadResult, Loader, SpecError
 from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS
 from gitops.sources.trees import MemoryTree
@@ -303,10 +303,12 @@ health_check_period_s = 2
 health_check_timeout_s = 3
 ray_actor_options = { num_cpus = 0.5 }
 runtime_env = { env_vars = { A = "b" } }
+batching = { max_batch_size = 4, batch_wait_timeout_s = 0.5 }
 
 [backends.scaled]
 import_path = "apps.echo:hello"
 autoscaling = { min_replicas = 2, max_replicas = 5, target_ongoing_requests = 4, upscale_delay_s = 1, downscale_delay_s = 2 }
+cold_start_timeout_s = 5
 
 [endpoints.full]
 route = "/full"
@@ -329,10 +331,12 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
     assert state is not None
     backends, endpoints = list(state.backends.values()), list(state.endpoints.values())
     scaling = [b.autoscaling for b in backends if b.autoscaling is not None]
+    batching = [b.batching for b in backends if b.batching is not None]
     expected = [
         (BackendConfig, backends, DERIVED_BACKEND_FIELDS),
         (EndpointConfig, endpoints, DERIVED_ENDPOINT_FIELDS),
         (AutoscalingConfig, scaling, frozenset()),
+        (BatchingConfig, batching, frozenset()),
     ]
     for model, values, derived in expected:
         assert _set_by_the_file(model, values, derived) == set(model.model_fields) - derived, model.__name__
