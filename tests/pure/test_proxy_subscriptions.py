@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from vocabulary.configs import BatchingConfig, EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from proxy.calling import Batching
 from proxy.routing import Resolution, resolve
 from proxy.settings import ProxySettings
 from proxy.subscriptions import UNSEEN, Subscriptions
@@ -93,3 +94,15 @@ def test_the_route_listing_names_each_route_and_endpoint() -> None:
     s.apply({"routes": (1, routes(("/e", "e"))), "endpoint:e": (2, endpoint("e", {"v1": 1.0}))})
     snapshot = s.apply({"replicas:v1": (3, replicas("v1", "r1"))})
     assert snapshot.routes_json == b'{"/e": {"endpoint": "e", "methods": ["GET"]}}'
+
+
+def test_batching_and_cold_start_settings_reach_the_pool_and_change_in_place() -> None:
+    s = subs()
+    s.apply({"routes": (1, routes(("/e", "e"))), "endpoint:e": (2, endpoint("e", {"v1": 1.0}))})
+    tuned = replicas("v1", "r1").model_copy(
+        update={"batching": BatchingConfig(max_batch_size=4, batch_wait_timeout_s=0.5), "cold_start_timeout_s": 9.0}
+    )
+    pool = s.apply({"replicas:v1": (3, tuned)}).pools["v1"]
+    assert (pool.batching, pool.cold_start_s) == (Batching("v1", 4, 0.5), 9.0)
+    assert s.apply({"replicas:v1": (4, replicas("v1", "r1"))}).pools["v1"] is pool
+    assert (pool.batching, pool.cold_start_s) == (None, None)
