@@ -129,6 +129,9 @@ def waits_for_cold_start(backend: Scaled) -> bool:
     return backend.cold_start_timeout_s is not None and backend.autoscaling is not None
 
 
+_COLD_START_HINT = "; set cold_start_timeout_s to hold its requests while a first replica starts"
+
+
 def refused_traffic_reason(backend: Scaled) -> str | None:
     """Why positive traffic to `backend` is refused (the key that makes it so), or None."""
     return None if waits_for_cold_start(backend) else zero_replica_reason(backend)
@@ -171,7 +174,7 @@ def zero_replica_traffic(
         if reason is not None:
             message = (
                 f"endpoints.{endpoint}.traffic: backend '{backend}' gets {weight * 100:g}% of the traffic "
-                f"but can have 0 replicas ({reason})"
+                f"but can have 0 replicas ({reason}){_COLD_START_HINT if target.autoscaling else ''}"
             )
             path = ("endpoints", endpoint, "traffic", backend)
             problems.append(

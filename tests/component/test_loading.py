@@ -214,7 +214,10 @@ def test_positive_traffic_to_a_backend_with_zero_replicas_is_an_error() -> None:
 def test_positive_traffic_to_an_autoscaled_backend_that_can_reach_zero_is_an_error() -> None:
     text = ECHO_TOML.replace("min_replicas = 1", "min_replicas = 0")
     [message] = errors(load_tree(tree({"echo.toml": text})))
-    assert message.endswith("backend 'echo-v2' gets 10% of the traffic but can have 0 replicas (autoscaling.min_replicas = 0)")
+    assert message.endswith(
+        "backend 'echo-v2' gets 10% of the traffic but can have 0 replicas (autoscaling.min_replicas = 0)"
+        "; set cold_start_timeout_s to hold its requests while a first replica starts"
+    )
 
 
 def test_zero_traffic_to_a_backend_with_zero_replicas_is_fine() -> None:

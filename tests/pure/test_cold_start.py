@@ -73,7 +73,7 @@ def test_traffic_to_a_backend_scaling_from_zero_is_allowed_with_a_cold_start_tim
 def test_traffic_to_a_backend_scaling_from_zero_without_a_cold_start_timeout_is_still_refused() -> None:
     assert rules(scaled_from_zero()) == [
         "endpoints.api.traffic: backend 'b' gets 100% of the traffic but can have 0 replicas "
-        "(autoscaling.min_replicas = 0)"
+        "(autoscaling.min_replicas = 0); set cold_start_timeout_s to hold its requests while a first replica starts"
     ]
 
 
