@@ -1,9 +1,10 @@
 """ray-gitops data plane: the HTTP proxy actor, one per Ray node.
 
 Map (layers import only downward):
-- pure: `routing` (longest-prefix match, 405), `choosing` (weighted backend,
-  shadow sampling, power-of-two replica, queue admission), `settings`,
-  `wire` (proxy <-> replica tuples, shared with replica.host);
+- pure: `routing` (longest-prefix match, 405), `settings`; the choices
+  (weighted backend, shadow sampling, power-of-two replica, queue admission)
+  are `vocabulary.choosing`, shared with the replicas' handles, and the
+  proxy <-> replica tuples `vocabulary.wire`;
 - state without I/O: `replicas` (per-backend pools, wait queue), `config`
   (the immutable snapshot), `subscriptions` (long-poll payloads -> snapshot),
   `coalescing` (batching calls per replica over an injected transport);

@@ -27,7 +27,7 @@ import time
 from typing import Any, Awaitable, Callable, Protocol
 
 from proxy.calling import HandlerError, ReplicaCaller, ReplicaDiedError
-from proxy.choosing import Random
+from vocabulary.choosing import Random
 from proxy.config import EndpointPlan, Snapshot
 from proxy.metrics import ShadowResult
 from proxy.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot

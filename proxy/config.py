@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from vocabulary.configs import EndpointConfig, RouteTable
-from proxy.choosing import ShadowPlan, WeightedChoice
+from vocabulary.choosing import ShadowPlan, WeightedChoice
 from proxy.replicas import ReplicaPool
 from proxy.routing import Route, RouteIndex
 

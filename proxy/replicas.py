@@ -23,7 +23,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from proxy.calling import Batching
-from proxy.choosing import Admission, Random, admit, pick_replica
+from vocabulary.choosing import Admission, Random, admit, pick_replica
 from vocabulary.configs import BatchingConfig
 
 __all__ = ["ReplicaSlot", "ReplicaPool", "NoReplicaError", "QueueFullError"]

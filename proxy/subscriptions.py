@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from vocabulary.goal_api import LongPollKey
 from vocabulary.configs import EndpointConfig, ReplicaSet, RouteTable
-from proxy.choosing import Random
+from vocabulary.choosing import Random
 from proxy.config import Snapshot, build_snapshot
 from proxy.replicas import ReplicaPool
 from proxy.settings import ProxySettings

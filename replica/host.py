@@ -9,6 +9,10 @@ plain class with `ray.remote` and options; the proxy calls `handle_request`
 `handle_together` for a batched backend, whose handler takes a list of
 requests and returns a list of the same length. Which requests form a batch
 is the caller's choice (`proxy.coalescing`); the replica runs what it is given.
+Other replicas' handles (`gitops.serving.handle`) call `handle_call`, which
+passes their arguments to the handler as they are. Before any user code
+runs, the replica installs its context and its own handles
+(`replica.handles`) for `gitops.serving`.
 
 `__init__` stays cheap and never runs user code, so a failing constructor
 surfaces as an error from `initialize()` with the user's own text instead of
@@ -22,6 +26,7 @@ import contextlib
 import importlib
 import inspect
 import logging
+import random
 import sys
 import time
 import traceback
@@ -35,6 +40,8 @@ from vocabulary.wire import (
     WireResponse,
 )
 from replica.conversions import to_starlette_request, to_wire_response
+from replica.handles import HandleRouter
+from vocabulary.serving import ReplicaContext, install
 
 # Long enough for every proxy to receive the replica set without this replica.
 _DRAIN_LINGER_S = 1.0
@@ -161,7 +168,9 @@ class Replica:
         init_args: tuple[Any, ...] = (),
         init_kwargs: dict[str, Any] | None = None,
         user_config: Any = None,
+        namespace: str = "",
     ) -> None:
+        """`namespace` is where the controller runs, for this replica's handles."""
         self.backend = backend
         self.replica_id = replica_id
         self.version = version
@@ -170,6 +179,7 @@ class Replica:
         self._init_kwargs = dict(init_kwargs or {})
         self._user_config = user_config
         self._handler: Any = None
+        self._handles = HandleRouter(f"handles:{replica_id}", namespace, random.Random())
         self._ongoing = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -182,6 +192,7 @@ class Replica:
         from the same call that tells it the replica is ready.
         """
         if self._handler is None:
+            install(ReplicaContext(self.backend, self.replica_id, self.version), self._handles)
             handler = await asyncio.to_thread(
                 load_callable, self._import_path, self._init_args, self._init_kwargs
             )
@@ -210,6 +221,18 @@ class Replica:
             self._ongoing -= requests
             if self._ongoing == 0:
                 self._idle.set()
+
+    async def handle_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A handle's call: the arguments go to the handler as they are, and
+        its return value goes back as it is; user exceptions propagate."""
+        with self._serving(1):
+            handler = self._handler
+            if _is_async(handler):
+                return await handler(*args, **kwargs)
+            result = await asyncio.to_thread(handler, *args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
 
     async def handle_together(self, batch: list[BatchItem]) -> list[BatchResult]:
         """A batched backend's requests in one handler call, answered in order.

@@ -55,6 +55,12 @@ class ShippedExamples:
         met(self.client, run(self.client.apply_endpoint(config)))
         return config
 
+    def shipped_endpoint(self, name: str) -> EndpointConfig:
+        """Apply the shipped endpoint `name` as it is."""
+        config = self.state.endpoints[name]
+        met(self.client, run(self.client.apply_endpoint(config)))
+        return config
+
     def running_ids(self, backend: str) -> set[str]:
         replicas = run(self.client.get_status()).backends[backend].replicas
         return {r.replica_id for r in replicas if r.state is ReplicaState.RUNNING}

@@ -1,0 +1,131 @@
+"""Handle calls from user code in a replica: choice and calls over Ray, config by long poll.
+
+`HandleRouter` is the `vocabulary.serving.HandleCalls` the replica host
+installs. A target may name an endpoint or a backend, so its first call
+subscribes to both controller keys (`endpoint:<name>`, `replicas:<name>`)
+and waits for their first answer; a background long poll on the controller
+keeps every subscribed key current, as the proxy's does. A call to an
+endpoint draws a backend by its traffic weights; then the least busy of two
+random replicas with room is called (`vocabulary.choosing`, the proxy's own
+choices), where room is the callee's `max_concurrent_queries` less this
+replica's calls in flight to it. No room anywhere is backpressure, answered
+at once rather than queued. The call is `handle_call` on the callee replica.
+
+Owns the Ray side of handles; the user-facing API is `gitops.serving`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import ray
+from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
+
+from vocabulary.choosing import Random, WeightedChoice, pick_replica
+from vocabulary.configs import EndpointConfig, ReplicaSet
+from vocabulary.goal_api import CONTROLLER_NAME, LongPollKey
+from vocabulary.serving import HandleOutcome
+
+__all__ = ["HandleRouter"]
+
+logger = logging.getLogger(__name__)
+
+_UNSEEN = -1
+_FIRST_ANSWER_S = 10.0
+_RETRY_S = 0.5
+
+Reply = tuple[HandleOutcome, Any]
+
+
+class HandleRouter:
+    def __init__(self, subscriber_id: str, namespace: str, rng: Random) -> None:
+        self._subscriber_id = subscriber_id
+        self._namespace = namespace
+        self._rng = rng
+        self._held: dict[str, int] = {}
+        self._payloads: dict[str, Any] = {}
+        self._in_flight: dict[str, int] = {}  # replica id -> this replica's calls to it
+        self._answered = asyncio.Event()
+        self._poll: asyncio.Task[None] | None = None
+
+    async def call(self, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Reply:
+        try:
+            backend = await self._backend_for(target)
+        except TimeoutError:
+            return HandleOutcome.UNAVAILABLE, f"the controller did not answer within {_FIRST_ANSWER_S:g} s"
+        replica_set = self._payloads.get(LongPollKey.replicas(backend))
+        if not isinstance(replica_set, ReplicaSet):
+            return HandleOutcome.UNAVAILABLE, f"there is no backend or endpoint named '{target}'"
+        return await self._call_replica(replica_set, args, kwargs)
+
+    async def _backend_for(self, target: str) -> str:
+        """The backend to call: `target` itself, or one drawn by the endpoint's weights."""
+        await self._subscribe([LongPollKey.endpoint(target), LongPollKey.replicas(target)])
+        endpoint = self._payloads.get(LongPollKey.endpoint(target))
+        if not isinstance(endpoint, EndpointConfig):
+            return target
+        await self._subscribe([LongPollKey.replicas(name) for name in endpoint.traffic])
+        return WeightedChoice.from_weights(endpoint.traffic).pick(self._rng.random()) or ""
+
+    async def _call_replica(self, replica_set: ReplicaSet, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Reply:
+        replicas = replica_set.replicas
+        if not replicas:
+            return HandleOutcome.UNAVAILABLE, f"backend '{replica_set.backend}' has no running replica"
+        cap = replica_set.max_concurrent_queries
+        index = pick_replica([self._in_flight.get(r.replica_id, 0) for r in replicas], cap, self._rng)
+        if index is None:
+            return HandleOutcome.BACKPRESSURE, (
+                f"backend '{replica_set.backend}' is at capacity: {len(replicas)} replica(s), "
+                f"each with {cap} call(s) in flight (max_concurrent_queries)"
+            )
+        chosen = replicas[index]
+        self._in_flight[chosen.replica_id] = self._in_flight.get(chosen.replica_id, 0) + 1
+        try:
+            return HandleOutcome.OK, await chosen.handle.handle_call.remote(args, kwargs)
+        except RayTaskError as error:
+            return HandleOutcome.ERROR, str(error)
+        except (RayActorError, ActorUnschedulableError) as error:
+            return HandleOutcome.UNAVAILABLE, f"replica {chosen.replica_id} of '{replica_set.backend}' died: {error}"
+        finally:
+            self._in_flight[chosen.replica_id] -= 1
+
+    # --- the long poll -------------------------------------------------------------
+
+    async def _subscribe(self, keys: list[str]) -> None:
+        """Hold `keys` from now on; returns once each has had its first answer."""
+        new = [key for key in keys if key not in self._held]
+        if new:
+            for key in new:
+                self._held[key] = _UNSEEN
+            # The listen in flight names the old keys: start one that names all.
+            if self._poll is not None:
+                self._poll.cancel()
+            self._poll = asyncio.ensure_future(self._poll_forever())
+        async with asyncio.timeout(_FIRST_ANSWER_S):
+            while any(self._held[key] == _UNSEEN for key in keys):
+                await self._answered.wait()
+
+    async def _poll_forever(self) -> None:
+        failing = False
+        while True:
+            try:
+                controller = ray.get_actor(CONTROLLER_NAME, namespace=self._namespace)
+                updates = await controller.listen_for_change.remote(
+                    dict(self._held), proxy_id=self._subscriber_id
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # noqa: BLE001 — keep the last config while the controller is away
+                if not failing:
+                    logger.warning("handles: controller unreachable, keeping the last config: %s", error)
+                failing = True
+                await asyncio.sleep(_RETRY_S)
+                continue
+            failing = False
+            for key, (snapshot_id, payload) in updates.items():
+                if key in self._held:
+                    self._held[key], self._payloads[key] = snapshot_id, payload
+            self._answered.set()
+            self._answered = asyncio.Event()

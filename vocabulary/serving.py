@@ -1,0 +1,104 @@
+"""What user code inside a replica may ask of ray-gitops: handles and its context.
+
+`gitops.serving` is the module users import; it is a façade over this one.
+The replica host (`replica.host`) installs, once at start-up and before any
+user code runs, the replica's `ReplicaContext` and the `HandleCalls` that
+carry handle calls (`replica.handles`: Ray, a long poll on the controller).
+Outside a replica nothing is installed and both functions say so.
+
+A handle's answers and failures cross as plain values (`HandleOutcome`), so
+the exceptions user code catches are the ones below, never a Ray type. No
+Ray, no I/O here.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = [
+    "ReplicaContext",
+    "HandleOutcome",
+    "HandleCalls",
+    "HandleError",
+    "BackpressureError",
+    "Handle",
+    "install",
+    "installed_context",
+    "installed_calls",
+]
+
+
+@dataclass(frozen=True)
+class ReplicaContext:
+    """The replica user code runs in."""
+
+    backend: str
+    replica_id: str
+    version: str
+
+
+class HandleOutcome(str, enum.Enum):
+    OK = "ok"  # with the callee's return value
+    ERROR = "error"  # the callee raised; with its traceback text
+    BACKPRESSURE = "backpressure"  # every replica of the target is full; with why
+    UNAVAILABLE = "unavailable"  # no such backend or endpoint, or no replica; with why
+
+
+class HandleCalls(Protocol):
+    async def call(self, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[HandleOutcome, Any]:
+        """Call backend or endpoint `target` once; never raises for the callee's failures."""
+
+
+class HandleError(Exception):
+    """A handle call failed: the callee raised, or it cannot be reached."""
+
+
+class BackpressureError(HandleError):
+    """Every replica of the callee is busy: try again later, or shed the load."""
+
+
+class Handle:
+    """Calls one backend or endpoint: `await handle.remote(*args, **kwargs)`."""
+
+    def __init__(self, target: str, calls: HandleCalls) -> None:
+        self.target = target
+        self._calls = calls
+
+    async def remote(self, *args: Any, **kwargs: Any) -> Any:
+        outcome, value = await self._calls.call(self.target, args, kwargs)
+        if outcome == HandleOutcome.OK:
+            return value
+        if outcome == HandleOutcome.BACKPRESSURE:
+            raise BackpressureError(f"handle to '{self.target}': {value}")
+        if outcome == HandleOutcome.ERROR:
+            raise HandleError(f"handle to '{self.target}': the callee raised:\n{value}")
+        raise HandleError(f"handle to '{self.target}': {value}")
+
+    def __repr__(self) -> str:
+        return f"Handle({self.target!r})"
+
+
+_installed: dict[str, Any] = {}
+
+
+def install(context: ReplicaContext, calls: HandleCalls) -> None:
+    """Called by the replica host before user code runs."""
+    _installed["context"] = context
+    _installed["calls"] = calls
+
+
+def installed_context() -> ReplicaContext:
+    return _require("context")
+
+
+def installed_calls() -> HandleCalls:
+    return _require("calls")
+
+
+def _require(what: str) -> Any:
+    value = _installed.get(what)
+    if value is None:
+        raise RuntimeError("gitops.serving works only inside a replica (user code that a backend runs)")
+    return value
