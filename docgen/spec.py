@@ -45,12 +45,18 @@ version = "2026-11-01"
 ray_actor_options = { num_cpus = 0.5, num_gpus = 0, memory = 1000000000, resources = { model_slot = 1 } }
 runtime_env = { env_vars = { LOG_LEVEL = "info" }, pip = ["numpy"] }
 
+cold_start_timeout_s = 30
+
 [backends.echo-v1.autoscaling]
 min_replicas = 1
 max_replicas = 4
 target_ongoing_requests = 2
 upscale_delay_s = 5
 downscale_delay_s = 30
+
+[backends.echo-v1.batching]
+max_batch_size = 8
+batch_wait_timeout_s = 0.01
 
 [backends.echo-v2]
 import_path = "deployments.apps.echo:Echo"
@@ -87,14 +93,15 @@ def render_spec() -> str:
         "Rules that span keys and files, checked as well:",
         "",
         "- an endpoint's `traffic` weights sum to 1 and name backends defined in some file; `shadow`",
-        "  names defined backends too, and traffic may not go to a backend that can have zero replicas;",
+        "  names defined backends too, and traffic may not go to a backend that can have zero replicas",
+        "  (unless it autoscales from zero and sets `cold_start_timeout_s`);",
         "- `num_replicas` and `[autoscaling]` exclude each other, and `min_replicas <= max_replicas`;",
         "- `import_path` is `package.module:attribute`, resolved from the repository root at the",
         "  commit (the module is parsed, never imported); `code_paths` are relative paths that exist;",
         "- `route` starts with `/`, is unique, and `/-/` is reserved for the proxy's own paths;",
         "- a backend's replicas restart only when its version changes: the git tree hash of its code",
         "  paths plus the code-affecting keys (or `version` when set); `num_replicas`, `user_config`,",
-        "  traffic and health settings change in place.",
+        "  traffic, health and `[batching]` settings change in place.",
     ]
     for table, heading, model in TABLES:
         name = next(iter(example[table]))
