@@ -6,6 +6,7 @@ import pytest
 
 from vocabulary.request_stats import LATENCY_BOUNDS_S, RequestStats, bucket_of
 from controller.request_totals import RequestTotals
+from proxy.request_stats import RequestCounter
 
 
 def stats(latencies: list[float], errors: int = 0) -> RequestStats:
@@ -58,3 +59,13 @@ def test_totals_keep_growing_across_a_proxy_restart() -> None:
 def test_totals_survive_a_json_round_trip() -> None:
     totals = RequestTotals().absorb("p1", {"v2": stats([0.01, 0.3], errors=1)})
     assert RequestTotals.model_validate_json(totals.model_dump_json()) == totals
+
+
+def test_the_proxy_counts_answers_5xx_and_latency_per_backend() -> None:
+    counter = RequestCounter()
+    for status, duration in ((200, 0.01), (500, 0.01), (503, 2.0), (404, 0.01)):
+        counter.record("v2", status, duration)
+    counter.record("v1", 200, 0.01)
+    seen = counter.snapshot()
+    assert (seen["v2"].requests, seen["v2"].errors, seen["v2"].quantile(0.99)) == (4, 2, 2.0)
+    assert seen["v1"] == stats([0.01])
