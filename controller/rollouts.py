@@ -40,8 +40,11 @@ def begin(
     endpoint: str, before: Mapping[str, float], target: Mapping[str, float], config: RolloutConfig,
     totals: Totals, now: float,
 ) -> Rollout:
+    """A rollout from `before` to `target` at its first step (promoted at once when they are equal)."""
+    phase = RolloutPhase.PROMOTED if dict(before) == dict(target) else RolloutPhase.STEPPING
     rollout = Rollout(
-        endpoint=endpoint, before=dict(before), target=dict(target), config=config, step_started_at=now
+        endpoint=endpoint, before=dict(before), target=dict(target), config=config, phase=phase,
+        step_started_at=now,
     )
     return rollout.model_copy(update={"baseline": _baseline(rollout, totals)})
 
@@ -58,13 +61,14 @@ def on_config(
     target = dict(config.traffic)
     if config.rollout is None or live is None:
         return None
-    if current is None or current.phase is RolloutPhase.PROMOTED:
-        return None if dict(live) == target else begin(config.name, live, target, config.rollout, totals, now)
-    if current.target == target:
-        return current.model_copy(update={"config": config.rollout, "next_target": None, "next_config": None})
-    if current.phase is RolloutPhase.STEPPING:
-        return current.model_copy(update={"next_target": target, "next_config": config.rollout})
-    return begin(config.name, current.weights(), target, config.rollout, totals, now)
+    start = dict(live)
+    if current is not None and current.phase is not RolloutPhase.PROMOTED:
+        if current.target == target:
+            return current.model_copy(update={"config": config.rollout, "next_target": None, "next_config": None})
+        if current.phase is RolloutPhase.STEPPING:
+            return current.model_copy(update={"next_target": target, "next_config": config.rollout})
+        start = current.weights()
+    return None if start == target else begin(config.name, start, target, config.rollout, totals, now)
 
 
 def advance(rollout: Rollout, totals: Totals, now: float) -> Decision:

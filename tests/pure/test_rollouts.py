@@ -180,3 +180,14 @@ def test_a_newer_target_after_an_abort_starts_from_the_restored_split() -> None:
 def test_a_rollout_survives_a_json_round_trip() -> None:
     rollout = advance(started(), {"v2": stats(20, errors=20)}, now=101.0).rollout
     assert Rollout.model_validate_json(rollout.model_dump_json()) == rollout
+
+
+def test_going_back_to_the_split_an_abort_restored_needs_no_rollout() -> None:
+    aborted = advance(started(), {"v2": stats(20, errors=20)}, now=101.0).rollout
+    assert on_config(aborted, OLD, endpoint(OLD), {}, now=200.0) is None
+
+
+def test_a_newer_target_equal_to_the_current_weights_is_promoted_at_the_boundary() -> None:
+    waiting = on_config(started(), OLD, endpoint(started().weights()), {}, now=102.0)
+    assert waiting is not None
+    assert advance(waiting, {"v2": stats(20)}, now=110.0).rollout.phase is RolloutPhase.PROMOTED
