@@ -3,7 +3,7 @@
 Owned here: the names, labels and buckets of the data-plane metrics of
 PRODUCT.md "Metrics" (`gitops_http_requests_total`,
 `gitops_http_request_duration_seconds`, `gitops_shadow_requests_total`,
-`gitops_backend_ongoing_requests`), and serving them. Not here: when a
+`gitops_shadow_comparisons_total`, `gitops_backend_ongoing_requests`), and serving them. Not here: when a
 request counts as finished (the proxy's request path calls
 `request_finished` from exactly one place).
 
@@ -73,6 +73,7 @@ REQUEST_BUCKETS = (
 REQUEST_LABELS = ("endpoint", "backend", "code")
 DURATION_LABELS = ("endpoint", "backend")
 SHADOW_LABELS = ("endpoint", "backend", "result")
+COMPARISON_LABELS = ("endpoint", "backend", "result")
 ONGOING_LABELS = ("backend",)
 
 
@@ -110,6 +111,12 @@ class ProxyMetrics:
             SHADOW_LABELS,
             registry=r,
         )
+        self._comparisons = Counter(
+            "gitops_shadow_comparisons",
+            "Shadow replies compared with the primary's, by result (match, mismatch).",
+            COMPARISON_LABELS,
+            registry=r,
+        )
         self._ongoing = Gauge(
             "gitops_backend_ongoing_requests",
             "Requests this proxy has in flight to a backend.",
@@ -136,6 +143,9 @@ class ProxyMetrics:
 
     def shadow_finished(self, endpoint: str, backend: str, result: str) -> None:
         self._shadows.labels(endpoint, backend, result).inc()
+
+    def shadow_compared(self, endpoint: str, backend: str, matched: bool) -> None:
+        self._comparisons.labels(endpoint, backend, "match" if matched else "mismatch").inc()
 
     # `proxy.app.Recorder` names the same two events this way; with these a
     # ProxyMetrics is passed to ProxyApp as its recorder, no adapter needed.
@@ -200,6 +210,7 @@ class ProxyMetrics:
             (self._requests, REQUEST_LABELS),
             (self._duration, DURATION_LABELS),
             (self._shadows, SHADOW_LABELS),
+            (self._comparisons, COMPARISON_LABELS),
         ]
 
     def render(self) -> bytes:

@@ -19,7 +19,7 @@ from typing import Sequence
 
 from vocabulary.configs import EndpointConfig, StickyKey
 
-__all__ = ["Steering", "sticky_point", "cookie_value"]
+__all__ = ["Headers", "Steering", "sticky_point", "cookie_value"]
 
 Headers = Sequence[tuple[bytes, bytes]]
 _SCALE = float(2**64)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from vocabulary.configs import RolloutConfig
 from vocabulary.request_stats import RequestStats
 
-__all__ = ["RolloutPhase", "CheckName", "Check", "Rollout", "interpolate"]
+__all__ = ["RolloutPhase", "CheckName", "Check", "CheckCount", "Rollout", "interpolate"]
 
 Weights = dict[str, float]
 
@@ -55,6 +55,18 @@ class Check(BaseModel):
             return f"{self.backend}: {self.measured:g} requests {relation} {self.threshold:g}"
         relation = "<=" if self.passed else ">"
         return f"{self.backend}: {self.name.value} {self.measured:g} {relation} {self.threshold:g}"
+
+
+class CheckCount(BaseModel):
+    """How often a check of one endpoint's backend passed or failed (`gitops_rollout_checks_total`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    endpoint: str
+    backend: str
+    check: CheckName
+    result: str  # pass | fail
+    count: int = Field(ge=0)
 
 
 def interpolate(before: Mapping[str, float], target: Mapping[str, float], share: float) -> Weights:
