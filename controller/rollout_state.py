@@ -52,7 +52,9 @@ class RolloutState:
         rollout = self._rollouts.get(config.name)
         if rollout is None:
             return config
-        weights = rollout.weights()
+        # Backends of git's split stay in at weight 0: proxies keep their replicas
+        # at hand, and the endpoint's goal sees every backend it names served.
+        weights = {**{backend: 0.0 for backend in config.traffic}, **rollout.weights()}
         return config if weights == config.traffic else config.model_copy(update={"traffic": weights})
 
     def record(self, proxy: str, requests: Mapping[str, Any]) -> None:

@@ -32,6 +32,13 @@ def test_proxies_are_served_the_current_step_not_git_s_split() -> None:
     assert rolling().served(config(NEW)).traffic == {"v1": 0.5, "v2": 0.5}
 
 
+def test_every_backend_of_git_s_split_stays_served_at_weight_zero_at_least() -> None:
+    state = rolling()
+    state.record("p1", report(20, errors=10))
+    state.tick(now=1.0)
+    assert set(state.served(config(NEW)).backends()) == {"v1", "v2"}
+
+
 def test_an_endpoint_without_a_rollout_is_served_as_configured() -> None:
     plain = EndpointConfig(name="api", route="/api", traffic=NEW)
     assert RolloutState().served(plain) == plain
@@ -50,7 +57,7 @@ def test_a_failed_check_serves_the_old_split_again_and_is_counted() -> None:
     state = rolling()
     state.record("p1", report(20, errors=10))
     assert state.tick(now=1.0) == ["api"]
-    assert state.served(config(NEW)).traffic == OLD
+    assert state.served(config(NEW)).traffic == {"v1": 1.0, "v2": 0.0}
     counts = {(c.check, c.result): c.count for c in state.check_counts()}
     assert counts == {(CheckName.REQUESTS, "pass"): 1, (CheckName.ERROR_RATIO, "fail"): 1}
 
