@@ -21,6 +21,7 @@ are reported through one `Recorder`, the single place metrics hook in.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
@@ -294,6 +295,9 @@ class ProxyApp:
             await _send(send, 200, _TEXT, b"ok")
         elif path == "/-/routes":
             await _send(send, 200, _JSON, self._snapshot.routes_json)
+        elif path == "/-/shadow/mismatches":
+            sample = [mismatch.to_json() for mismatch in self.mismatches.recent()]
+            await _send(send, 200, _JSON, json.dumps(sample).encode())
         else:
             await _send(send, 404, _TEXT, b"Not Found")
 
