@@ -8,7 +8,7 @@ recorded once; the commit is not retried (the controller keeps the aborted
 target and ignores it when asked again). `rollout_message` is what the
 status says while rollouts run.
 
-Pure: rollouts and ledger rows in, a row or a (status, reason, message) out.
+Pure: rollouts and ledger rows in, a row or a line of text out.
 """
 
 from __future__ import annotations
