@@ -45,6 +45,8 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     # Added with issue #14 (notifications), which asks for deliveries by provider and result.
     "gitops_notifications_total": ("counter", frozenset({"provider", "result"})),
     "gitops_commit_verification_total": ("counter", frozenset({"result"})),
+    # Added with issue #12 (progressive delivery).
+    "gitops_shadow_comparisons_total": ("counter", frozenset({"endpoint", "backend", "result"})),
 }
 
 # Labels Prometheus itself adds (target labels) or that histograms carry.
@@ -110,6 +112,7 @@ def test_the_metric_modules_export_exactly_the_contracts_metrics() -> None:
     )
     proxy.request_finished("e", "b", 200, 0.01)
     proxy.shadow_finished("e", "b", "ok")
+    proxy.shadow_compared("e", "b", True)
     proxy.set_ongoing("b", 0)
     exported = exported_families(agent.render().decode(), proxy.render().decode())
     expected = {name.removesuffix("_total"): kind for name, (kind, _) in CONTRACT.items()}
