@@ -138,3 +138,20 @@ def test_a_canary_failing_a_fifth_of_its_requests_is_aborted_at_its_first_step(c
     # The same target again is not retried.
     cluster.endpoint("bad", {"bad-v2": 1.0}, steps)
     assert cluster.rollout("bad") == aborted
+
+
+def test_a_rollout_goes_on_from_its_step_after_a_controller_kill(cluster: Cluster) -> None:
+    cluster.backend("kept-v1")
+    cluster.backend("kept-v2")
+    steps = RolloutConfig(steps=(0.2, 0.4, 0.6, 1.0), step_interval_s=2.0, min_requests=5, max_error_ratio=0.05)
+    cluster.endpoint("kept", {"kept-v1": 1.0}, steps)
+    traffic = Traffic(f"{cluster.url}/kept")
+    try:
+        cluster.endpoint("kept", {"kept-v2": 1.0}, steps)
+        before = eventually(lambda: (r := cluster.rollout("kept")) is not None and r.step >= 1 and r, 30, 0.1)
+        ray.kill(cluster.client.handle, no_restart=False)
+        after = eventually(lambda: cluster.rollout("kept"), 30, 0.2, retry_on=(Exception,))
+        assert after.step >= before.step and after.before == {"kept-v1": 1.0}
+        eventually(lambda: cluster.rollout("kept").phase is RolloutPhase.PROMOTED, 60, 0.2, retry_on=(Exception,))
+    finally:
+        traffic.stop()
