@@ -1,9 +1,11 @@
-"""Rollouts on a real controller and proxy with real traffic on loopback.
+"""Progressive delivery on a real controller and proxy, with real traffic on loopback.
 
 A traffic change of an endpoint with [rollout] moves in steps, judged on the
 proxy's own counts (its load reports): a good canary is promoted through
 every step; one that fails 20% of its requests is aborted at its first step
-and its traffic goes back to the old split within one step interval.
+and its traffic goes back to the old split within one step interval; a step
+survives a controller kill. Header match, sticky users and shadow
+comparison go through the same real proxy.
 """
 
 from __future__ import annotations
@@ -155,3 +157,31 @@ def test_a_rollout_goes_on_from_its_step_after_a_controller_kill(cluster: Cluste
         eventually(lambda: cluster.rollout("kept").phase is RolloutPhase.PROMOTED, 60, 0.2, retry_on=(Exception,))
     finally:
         traffic.stop()
+
+
+def test_header_match_and_sticky_users_through_a_real_proxy(cluster: Cluster) -> None:
+    cluster.backend("pin-v1")
+    cluster.backend("pin-v2")
+    config = EndpointConfig(
+        name="pin", route="/pin", methods=("GET",), traffic={"pin-v1": 0.5, "pin-v2": 0.5}, sticky="header:x-user",
+        match=({"header": "x-canary", "value": "always", "backend": "pin-v2"},),
+    )
+    met(cluster.client, run(cluster.client.apply_endpoint(config)))
+    with httpx.Client(base_url=cluster.url, timeout=5) as client:
+        pinned = {client.get("/pin", headers={"x-canary": "always", "x-user": f"u{n}"}).json()["backend"] for n in range(20)}
+        users = [{client.get("/pin", headers={"x-user": f"u{n}"}).json()["backend"] for _ in range(5)} for n in range(20)]
+    assert pinned == {"pin-v2"}
+    assert all(len(seen) == 1 for seen in users)
+    assert {backend for seen in users for backend in seen} == {"pin-v1", "pin-v2"}
+
+
+def test_shadow_replies_are_compared_and_mismatches_sampled_at_the_proxy(cluster: Cluster) -> None:
+    cluster.backend("cmp-v1")
+    cluster.backend("cmp-v2", error_share=1.0)
+    config = EndpointConfig(name="cmp", route="/cmp", methods=("GET",), traffic={"cmp-v1": 1.0},
+                            shadow={"cmp-v2": 1.0}, shadow_compare="status")
+    met(cluster.client, run(cluster.client.apply_endpoint(config)))
+    with httpx.Client(base_url=cluster.url, timeout=5) as client:
+        assert [client.get("/cmp").status_code for _ in range(5)] == [200] * 5
+        sample = eventually(lambda: client.get("/-/shadow/mismatches").json(), 10)
+    assert (sample[0]["endpoint"], sample[0]["backend"], sample[0]["diff"]) == ("cmp", "cmp-v2", "status 200 != 500")
