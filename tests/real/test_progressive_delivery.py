@@ -67,8 +67,8 @@ class Cluster:
         proxy = ray.get_actor(min(names), namespace=namespace)
         self.url = "http://" + ray.get(proxy.ready.remote(), timeout=30)
 
-    def backend(self, name: str, error_share: float = 0.0) -> None:
-        config = quick_backend(name, "canary_handlers:Versioned", init_args=(name, error_share), version=name)
+    def backend(self, name: str, error_share: float = 0.0, delay_s: float = 0.0) -> None:
+        config = quick_backend(name, "canary_handlers:Versioned", init_args=(name, error_share, delay_s), version=name)
         met(self.client, run(self.client.apply_backend(config)))
 
     def endpoint(self, name: str, traffic: dict[str, float], rollout: RolloutConfig) -> None:
@@ -140,6 +140,26 @@ def test_a_canary_failing_a_fifth_of_its_requests_is_aborted_at_its_first_step(c
     # The same target again is not retried.
     cluster.endpoint("bad", {"bad-v2": 1.0}, steps)
     assert cluster.rollout("bad") == aborted
+
+
+def test_a_slow_canary_is_aborted_on_its_p99(cluster: Cluster) -> None:
+    cluster.backend("slow-v1")
+    cluster.backend("slow-v2", delay_s=0.3)
+    steps = RolloutConfig(steps=(0.5, 1.0), step_interval_s=5, min_requests=5, max_p99_latency_s=0.1)
+    cluster.endpoint("slow", {"slow-v1": 1.0}, steps)
+    traffic = Traffic(f"{cluster.url}/slow")
+    try:
+        cluster.endpoint("slow", {"slow-v2": 1.0}, steps)
+        aborted = eventually(
+            lambda: (r := cluster.rollout("slow")) is not None and r.phase is RolloutPhase.ABORTED and r, 30, 0.05,
+            what="the rollout to be aborted",
+        )
+    finally:
+        traffic.stop()
+    [failed] = aborted.failed()
+    assert (failed.name, failed.backend, failed.threshold) == (CheckName.P99_LATENCY, "slow-v2", 0.1)
+    assert failed.measured >= 0.3
+    assert "slow-v2: p99_latency" in aborted.message()
 
 
 def test_a_rollout_goes_on_from_its_step_after_a_controller_kill(cluster: Cluster) -> None:
