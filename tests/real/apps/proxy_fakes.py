@@ -22,7 +22,6 @@ class FakeController:
         self._timeout_s = timeout_s
         self.acks: dict[str, dict[str, int]] = {}
         self.loads: dict[str, dict[str, tuple[int, int]]] = {}
-        self.requests: dict[str, dict[str, Any]] = {}
 
     async def publish(self, updates: dict[str, Any]) -> None:
         for key, payload in updates.items():
@@ -54,10 +53,6 @@ class FakeController:
         self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None
     ) -> None:
         self.loads[proxy_id] = dict(loads)
-        self.requests[proxy_id] = dict(requests or {})
-
-    async def reported_requests(self) -> dict[str, dict[str, Any]]:
-        return self.requests
 
     async def reported_loads(self) -> dict[str, dict[str, tuple[int, int]]]:
         return self.loads
