@@ -120,7 +120,7 @@ def test_an_update_without_surge_replaces_a_replica_in_place_before_starting_its
     state.apply(config(version="v2", replicas=2, **in_place))
     effects = state.tick(1.0, world)
     assert len(stops(effects)) == 1 and len(starts(effects)) == 1
-    live = [r for r in state.status("echo")["replicas"] if r["state"] in ("SHOULD_START", "STARTING", "RUNNING")]
+    live = [r for r in state.status("echo").replicas if r.state.value in ("SHOULD_START", "STARTING", "RUNNING")]
     assert len(live) == 2  # never above the target: no spare capacity needed
 
 

@@ -76,8 +76,7 @@ class Cluster:
         met(self.client, run(self.client.apply_endpoint(config)))
 
     def rollout(self, endpoint: str) -> Rollout | None:
-        found = run(self.client.get_status())["rollouts"].get(endpoint)
-        return None if found is None else Rollout.model_validate(found)
+        return run(self.client.get_status()).rollouts.get(endpoint)
 
 
 @pytest.fixture(scope="module")
