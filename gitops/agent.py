@@ -33,6 +33,7 @@ from gitops.applying import Deadlines, Progress, apply
 from gitops.errors import ErrorKind, SourceError
 from gitops.history import History
 from gitops.ledger import HistoryEntry, Outcome
+from gitops.rollout_outcomes import aborted_entry
 from gitops.metrics import AgentMetrics
 from gitops.notifications.delivering import Notifier
 from gitops.plans import Plan
@@ -358,11 +359,15 @@ class Agent:
             self._notifier.observe(notification_outcome(report, recorded, status, watched, self._source.branch))
 
     def _write_history(self, report: TickReport) -> HistoryEntry | None:
-        """Every new commit, every change made, every new failure; not repeats."""
+        """Every new commit, every change made, every new failure; not repeats.
+        Then, once, a rollout the controller stopped, against the newest commit."""
         entry = history_entry(report)
-        if entry is None or not _worth_recording(entry, self._history.last()):
-            return None
-        return self._history.record(entry)
+        recorded = None
+        if entry is not None and _worth_recording(entry, self._history.last()):
+            recorded = self._history.record(entry)
+        rollouts = report.observed.rollouts if report.observed is not None else {}
+        stopped = aborted_entry(rollouts, self._history.last(), report.started_at + report.duration_s)
+        return recorded if stopped is None else self._history.record(stopped)
 
     def _publish_status(self) -> None:
         self.metrics.sync_status(self.status().status.value)

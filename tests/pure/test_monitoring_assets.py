@@ -47,6 +47,8 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_commit_verification_total": ("counter", frozenset({"result"})),
     # Added with issue #12 (progressive delivery).
     "gitops_shadow_comparisons_total": ("counter", frozenset({"endpoint", "backend", "result"})),
+    "gitops_rollout_step": ("gauge", frozenset({"endpoint"})),
+    "gitops_rollout_checks_total": ("counter", frozenset({"endpoint", "backend", "check", "result"})),
 }
 
 # Labels Prometheus itself adds (target labels) or that histograms carry.
