@@ -33,6 +33,8 @@ from gitops.applying import Deadlines, Progress, apply
 from gitops.errors import ErrorKind, SourceError
 from gitops.history import History
 from gitops.ledger import HistoryEntry, Outcome
+from gitops.quarantine_file import QuarantineFile
+from gitops.rollback import Quarantine, RollbackRefused, auto_revert_reason, commit_to_apply, quarantine
 from gitops.rollout_outcomes import aborted_entry
 from gitops.metrics import AgentMetrics
 from gitops.notifications.delivering import Notifier
@@ -79,6 +81,10 @@ class AgentSettings:
     deadlines: Deadlines = field(default_factory=Deadlines)
     # After a transient error: retry after this, doubling, never later than the poll.
     retry_base_s: float = 1.0
+    # --auto-revert: after a failed apply or an aborted rollout, go back to the last
+    # applied commit and hold the newer ones back (kept in `quarantine_file`).
+    auto_revert: bool = False
+    quarantine_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,8 @@ class Agent:
         self.metrics = metrics
         self._settings = settings
         self._log = log
+        self._quarantines = QuarantineFile(settings.quarantine_file) if settings.quarantine_file else None
+        self._quarantine = self._quarantines.load() if self._quarantines else None
         self._wake: asyncio.Event | None = None  # made by run(), on its own loop
         self._triggers: set[Trigger] = set()
         self._wakes = 0  # bumped by every wake-up; lets an apply notice news
@@ -265,11 +273,39 @@ class Agent:
         return report
 
     async def _fetch(self, report: TickReport) -> TickReport:
+        """The newest revision, or the good one of a quarantine that holds it back."""
         try:
             revision = await asyncio.to_thread(self._source.newest)
+            chosen, held = commit_to_apply(revision.sha, self._quarantine)
+            if held is None and self._quarantine is not None:
+                self._log.info("quarantine lifted: %s is newer than the held commits", revision.short)
+                self._keep_quarantine(None)
+            if chosen != revision.sha:
+                revision = await asyncio.to_thread(self._source.revision, chosen)
         except SourceError as error:
             return _failed(report, Stage.FETCH, error.kind, str(error))
         return replace(report, revision=revision)
+
+    def _revert(self, recorded: HistoryEntry | None) -> None:
+        """With --auto-revert: a failed or aborted commit sends the cluster back to the last applied one."""
+        reason = auto_revert_reason(recorded.result.value) if recorded and self._settings.auto_revert else None
+        if reason is None or recorded is None:
+            return
+        try:
+            held = quarantine(self._history.recent(500), recorded.commit, reason, detail="; ".join(recorded.errors))
+        except RollbackRefused as error:
+            self._log.warning("auto-revert of %s not possible: %s", recorded.commit[:7], error)
+            return
+        self._log.warning("auto-revert (%s): back to %s, holding %s", reason.value, held.good[:7],
+                          ", ".join(sorted(sha[:7] for sha in held.held)))
+        self._keep_quarantine(held)
+        self.metrics.rolled_back(reason.value)
+        self.notify(Trigger.RETRY)
+
+    def _keep_quarantine(self, held: Quarantine | None) -> None:
+        self._quarantine = held
+        if self._quarantines is not None:
+            self._quarantines.save(held)
 
     async def _reconcile(self, report: TickReport) -> TickReport:
         revision = report.revision
@@ -325,7 +361,7 @@ class Agent:
             newest = await asyncio.to_thread(self._source.newest)
         except SourceError:
             return False
-        return newest.sha != applying.sha
+        return commit_to_apply(newest.sha, self._quarantine)[0] != applying.sha
 
     def _show_progress(self, revision: Revision, progress: Progress) -> None:
         self._applying = _Applying(revision, progress)
@@ -347,6 +383,7 @@ class Agent:
         self._watched = report.revision or self._watched
         self._cluster = report.observed or self._cluster
         recorded = self._write_history(report)
+        self._revert(recorded)
         write_metrics(self.metrics, report)
         line = log_line(report, recorded)
         if line is not None:

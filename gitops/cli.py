@@ -113,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--commit-url-template", default=None, help="link to a commit, e.g. https://github.com/you/specs/commit/{sha}"
     )
+    run.add_argument(
+        "--auto-revert", action="store_true",
+        help="after a failed apply or an aborted rollout, go back to the last applied commit "
+        "and hold the newer ones back until a newer commit arrives",
+    )
     run.set_defaults(func=_command("run", "run_command"))
 
     validate = verb("validate", "validate specs offline")

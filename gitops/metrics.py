@@ -184,6 +184,11 @@ class AgentMetrics:
             ["endpoint", "backend"],
             registry=r,
         )
+        self._rollbacks = Counter(
+            "gitops_rollbacks", "Rollbacks to an earlier commit, by reason.", ["reason"], registry=r
+        )
+        for reason in ("analysis", "apply_failed", "manual"):
+            self._rollbacks.labels(reason=reason)
         self._rollout_step = Gauge(
             "gitops_rollout_step", "Current rollout step of an endpoint (1-based); 0 when none runs.",
             ["endpoint"], registry=r,
@@ -231,6 +236,10 @@ class AgentMetrics:
 
     def goal_finished(self, kind: str, duration_s: float) -> None:
         self._goal_duration.labels(kind=kind).observe(duration_s)
+
+    def rolled_back(self, reason: str) -> None:
+        """The agent went back to an earlier commit (`gitops.rollback.RollbackReason`)."""
+        self._rollbacks.labels(reason=reason).inc()
 
     def notification_finished(self, provider: str, result: str) -> None:
         """One notification delivered, given up on, or dropped (`gitops.notifications`)."""

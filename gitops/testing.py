@@ -182,6 +182,9 @@ class MemorySource:
             raise SourceError(f"{self.location}: branch {self.branch!r} not found (no commits)")
         return self._commits[-1][0]
 
+    def revision(self, sha: str) -> Revision:
+        return next(known for known, _ in self._commits if known.sha == sha)
+
     def tree(self, revision: Revision) -> MemoryTree:
         return next(tree for known, tree in self._commits if known.sha == revision.sha)
 

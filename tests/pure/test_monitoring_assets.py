@@ -48,6 +48,7 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     # Added with issue #12 (progressive delivery).
     "gitops_shadow_comparisons_total": ("counter", frozenset({"endpoint", "backend", "result"})),
     "gitops_rollout_step": ("gauge", frozenset({"endpoint"})),
+    "gitops_rollbacks_total": ("counter", frozenset({"reason"})),
     "gitops_rollout_checks_total": ("counter", frozenset({"endpoint", "backend", "check", "result"})),
 }
 
