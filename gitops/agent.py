@@ -34,7 +34,14 @@ from gitops.errors import ErrorKind, SourceError
 from gitops.history import History
 from gitops.ledger import HistoryEntry, Outcome
 from gitops.quarantine_file import QuarantineFile
-from gitops.rollback import Quarantine, RollbackRefused, auto_revert_reason, commit_to_apply, quarantine
+from gitops.rollback import (
+    Quarantine,
+    RollbackReason,
+    RollbackRefused,
+    auto_revert_reason,
+    commit_to_apply,
+    quarantine,
+)
 from gitops.rollout_outcomes import aborted_entry
 from gitops.metrics import AgentMetrics
 from gitops.notifications.delivering import Notifier
@@ -120,6 +127,7 @@ class Agent:
         self._log = log
         self._quarantines = QuarantineFile(settings.quarantine_file) if settings.quarantine_file else None
         self._quarantine = self._quarantines.load() if self._quarantines else None
+        self._head: str | None = None  # the branch's newest commit, as last fetched
         self._wake: asyncio.Event | None = None  # made by run(), on its own loop
         self._triggers: set[Trigger] = set()
         self._wakes = 0  # bumped by every wake-up; lets an apply notice news
@@ -276,6 +284,7 @@ class Agent:
         """The newest revision, or the good one of a quarantine that holds it back."""
         try:
             revision = await asyncio.to_thread(self._source.newest)
+            self._head = revision.sha
             chosen, held = commit_to_apply(revision.sha, self._quarantine)
             if held is None and self._quarantine is not None:
                 self._log.info("quarantine lifted: %s is newer than the held commits", revision.short)
@@ -285,6 +294,20 @@ class Agent:
         except SourceError as error:
             return _failed(report, Stage.FETCH, error.kind, str(error))
         return replace(report, revision=revision)
+
+    def rollback(self, commit: str | None = None) -> Quarantine:
+        """`gitops rollback [COMMIT]`: apply the last applied (or the given) commit's
+        state and hold the newer ones back; raises `RollbackRefused` with the reason."""
+        if self._head is None:
+            raise RollbackRefused("the agent has not read the branch yet; try again in a moment")
+        held = quarantine(self._history.recent(500), self._head, RollbackReason.MANUAL, requested=commit,
+                          detail="gitops rollback")
+        self._log.warning("rollback by hand: back to %s, holding %s", held.good[:7],
+                          ", ".join(sorted(sha[:7] for sha in held.held)))
+        self._keep_quarantine(held)
+        self.metrics.rolled_back(RollbackReason.MANUAL.value)
+        self.notify(Trigger.SYNC)
+        return held
 
     def _revert(self, recorded: HistoryEntry | None) -> None:
         """With --auto-revert: a failed or aborted commit sends the cluster back to the last applied one."""

@@ -153,8 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
         ("sync", "reconcile now"),
         ("suspend", "pause reconciliation"),
         ("resume", "resume reconciliation"),
+        ("rollback", "apply the last applied (or given) commit and hold the newer ones back"),
     ]:
         admin = verb(name, help_text)
+        if name == "rollback":
+            admin.add_argument("commit", nargs="?", default=None, help="a commit applied before (default: the last)")
         admin.add_argument("--agent", default=DEFAULT_AGENT, help="the agent's admin URL")
         admin.add_argument("--json", action="store_true", help="print the admin API's JSON")
         admin.add_argument("--token-file", default=None, help="file holding the admin token (default: $GITOPS_TOKEN)")

@@ -1,12 +1,17 @@
-"""--auto-revert: a failed apply or an aborted rollout sends the cluster back to the last applied commit;
-the held commits are not applied again until a newer commit arrives, across an agent restart."""
+"""Rollback: `--auto-revert` (after a failed apply or an aborted rollout) and `gitops rollback` by hand
+send the cluster back to the last applied commit; the held commits are not applied again until a newer
+commit arrives, across an agent restart."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+
+import httpx
 
 from vocabulary.configs import RolloutConfig
 from vocabulary.rollouts import Check, CheckName, Rollout, RolloutPhase
+from gitops.admin import build_app
 from gitops.history import Outcome
 from gitops.testing import FakeController, MemorySource
 from tests.component.test_agent_loop import make_agent, metric, spec, spec_repo, tick  # noqa: F401 (fixture)
@@ -76,3 +81,27 @@ def test_an_aborted_rollout_goes_back_too(spec_repo: MemorySource, tmp_path: Pat
     assert results(agent)[-2:] == [(canary, Outcome.ABORTED), (good, Outcome.APPLIED)]
     assert controller.state.endpoints["echo"].traffic == {"v1": 1.0}
     assert metric(agent, 'gitops_rollbacks_total{reason="analysis"}') == 1
+
+
+def test_gitops_rollback_goes_back_by_hand_through_the_admin_api(spec_repo: MemorySource, tmp_path: Path) -> None:
+    first = spec_repo.head()
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller, quarantine_file=tmp_path / "state" / "quarantine.json")
+    tick(agent)
+    spec_repo.write("deployments/echo.toml", spec({"v2": 1.0}))
+    second = spec_repo.commit("v2 takes over")
+    tick(agent)
+    app = build_app(agent, sync=lambda: None, webhook_fetch=lambda: None, metrics=lambda: (b"", "text/plain"))
+
+    async def post(path: str) -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
+            return await client.post(path)
+
+    refused = asyncio.run(post("/rollback?commit=0000000"))
+    assert refused.status_code == 409 and "was never applied here" in refused.json()["error"]
+    answer = asyncio.run(post("/rollback"))
+    assert answer.status_code == 200 and (answer.json()["good"], answer.json()["held"]) == (first, [second])
+    tick(agent)
+    tick(agent)
+    assert results(agent)[-1] == (first, Outcome.APPLIED) and controller.state.endpoints["echo"].traffic == {"v1": 1.0}
+    assert metric(agent, 'gitops_rollbacks_total{reason="manual"}') == 1
