@@ -39,11 +39,12 @@ from vocabulary.configs import (
     ServingState,
 )
 from controller.endpoint_state import EndpointState, check_backend_deletable
+from controller.rollout_state import RolloutState
 from controller.goals import GoalKind, GoalTable
 from controller.judging import fingerprint, judge
 from controller.longpoll import ANONYMOUS, LongPollHost
 from controller.proxy_fleet import ProxyEffect, ProxyFleet, ProxySpec, StopProxy
-from vocabulary.status import ClusterStatus, GoalTiming
+from vocabulary.status import ClusterStatus, EndpointStatus, GoalTiming
 
 __all__ = ["ControllerActor", "ControllerOptions", "ClusterAdapter"]
 
@@ -156,12 +157,14 @@ class ControllerActor:
             self._backends = BackendState(options)
             self._endpoints = EndpointState()
             self._goals = GoalTable()
+            self._rollouts = RolloutState()
             return
         body = decode(data)
         self._owner = Owner.from_json(body["owner"]) if body.get("owner") else None
         self._backends = BackendState.from_json(body["backends"], options)
         self._endpoints = EndpointState.from_json(body["endpoints"])
         self._goals = GoalTable.from_json(body["goals"])
+        self._rollouts = RolloutState.from_json(body.get("rollouts"))
         found = self._adapter.adopt(self._backends.all_actor_names())
         effects = self._backends.recover(time.monotonic(), found)
         self._save()
@@ -176,8 +179,10 @@ class ControllerActor:
             "endpoints": self._endpoints.to_json(),
             "goals": self._goals.to_json(),
             "owner": self._owner.to_json() if self._owner else None,
+            "rollouts": self._rollouts.to_json(),
         }
         self._backends.dirty = False
+        self._rollouts.dirty = False
         if body == self._saved:
             # An idempotent repeat changed nothing: no write.
             return
@@ -213,7 +218,16 @@ class ControllerActor:
         self._publish_replicas()
         self._apply(effects)
         self._maybe_die("after_effects")
+        self._step_rollouts()
         self._judge_goals()
+
+    def _step_rollouts(self) -> None:
+        """Advance every rollout; checkpoint a step before proxies are told of it."""
+        moved = self._rollouts.tick(time.time())
+        if self._rollouts.dirty:
+            self._save()
+        for name in moved:
+            self._publish_endpoint(name)
 
     def _judge_goals(self) -> None:
         if self._goals.evaluate(self._judge, time.time()):
@@ -300,16 +314,18 @@ class ControllerActor:
                                self._endpoints.route_table())
         current = self._endpoints.all()
         for name, config in current.items():
-            self._longpoll.publish(LongPollKey.endpoint(name), config, config)
+            served = self._rollouts.served(config)
+            self._longpoll.publish(LongPollKey.endpoint(name), served, served)
         for name in self._published_endpoints - set(current):
             self._longpoll.publish(LongPollKey.endpoint(name), None, None)
         self._published_endpoints = set(current)
 
     def _publish_endpoint(self, name: str) -> None:
         config = self._endpoints.get(name)
+        served = None if config is None else self._rollouts.served(config)
         self._longpoll.publish(LongPollKey.ROUTES, self._endpoints.route_table(),
                                self._endpoints.route_table())
-        self._longpoll.publish(LongPollKey.endpoint(name), config, config)
+        self._longpoll.publish(LongPollKey.endpoint(name), served, served)
         if config is None:
             self._published_endpoints.discard(name)
         else:
@@ -359,7 +375,10 @@ class ControllerActor:
 
     async def apply_endpoint(self, config: EndpointConfig) -> str:
         config = EndpointConfig.model_validate(config)
+        current = self._endpoints.get(config.name)
+        live = None if current is None else self._rollouts.served(current).traffic
         self._endpoints.apply(config, self._backends.configs())
+        self._rollouts.on_endpoint(config, live, time.time())
         goal_id = self._goals.request(GoalKind.ENDPOINT_ACKED, config.name,
                                       fingerprint(config), time.time(), self._judge)
         self._save()
@@ -368,6 +387,7 @@ class ControllerActor:
 
     async def delete_endpoint(self, name: str) -> str:
         self._endpoints.delete(name)
+        self._rollouts.forget(name)
         goal_id = self._goals.request(GoalKind.ENDPOINT_DELETED, name, "", time.time(), self._judge)
         self._save()
         self._publish_endpoint(name)
@@ -396,14 +416,24 @@ class ControllerActor:
                 n: self._backends.status(n).model_copy(update={"scaling_decisions": self._autoscaler.decisions(n)})
                 for n in self._backends.names()
             },
-            endpoints=self._endpoints.status(),
+            endpoints=self._endpoint_status(),
             proxies=self._proxies.proxy_status(),
             goals_pending=len(self._goals.pending()),
             goal_durations=tuple(GoalTiming.model_validate(d) for d in self._goals.durations()[-100:]),
             errors=dict(self._errors),
             ticks=self._ticks,
             load={p: dict(loads) for p, loads in self._loads.items()},
+            rollouts=self._rollouts.rollouts(),
+            rollout_checks=self._rollouts.check_counts(),
         )
+
+    def _endpoint_status(self) -> dict[str, EndpointStatus]:
+        """Each endpoint as the proxies serve it: during a rollout, at its current step's weights."""
+        configs = self._endpoints.all()
+        return {
+            name: status.model_copy(update={"traffic": self._rollouts.served(configs[name]).traffic})
+            for name, status in self._endpoints.status().items()
+        }
 
     # --- proxies, load and autoscaling -------------------------------------------
 
@@ -417,9 +447,14 @@ class ControllerActor:
             self._judge_goals()
         return await self._longpoll.listen(held, proxy_id, self._options.longpoll_timeout_s)
 
-    async def report_load(self, proxy_id: str, loads: dict[str, tuple[int, int]]) -> None:
-        """Latest (ongoing, queued) per backend from one proxy; policy lives elsewhere."""
+    async def report_load(
+        self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None
+    ) -> None:
+        """Latest (ongoing, queued) per backend from one proxy; policy lives elsewhere.
+        `requests`: the proxy's answers counted per backend, for rollout checks."""
         self._loads[proxy_id] = {b: (int(o), int(q)) for b, (o, q) in loads.items()}
+        if requests:
+            self._rollouts.record(proxy_id, requests)
         self._autoscaler.record_report(proxy_id, self._loads[proxy_id], time.monotonic())
 
     async def get_load(self) -> dict[str, dict[str, tuple[int, int]]]:

@@ -4,8 +4,8 @@ Owns, per backend: the configured `BackendConfig`, the target number of
 replicas (`set_target`, the one knob the autoscaler turns), every replica's
 state (SHOULD_START -> STARTING -> RUNNING -> SHOULD_STOP -> STOPPING ->
 STOPPED, checked against `TRANSITIONS` on every move), the rolling-update
-and scaling step (`scale_decisions`, a pure function: surge 1, unavailable 0
-by default), health checks, failure counting with exponential backoff,
+and scaling step (`scale_decisions`, a pure function, within the backend's
+`[update]` limits: surge 1, unavailable 0 by default), health checks, failure counting with exponential backoff,
 restarts by reason, and the JSON form of all that for the checkpoint.
 
 It never touches Ray. Each `tick` reads the world through an `Observer`
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from controller.autoscaling import initial_replicas
-from vocabulary.configs import BackendConfig, ReplicaState
+from vocabulary.configs import BackendConfig, ReplicaState, UpdateConfig
 from vocabulary.status import BackendStatus, ReplicaStatus
 
 __all__ = [
@@ -127,9 +127,6 @@ class BackendOptions:
     max_failures: int = 3
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
-    # The rolling-update limits of `scale_decisions` (no spec fields yet).
-    max_surge: int = 1
-    max_unavailable: int = 0
     # Extra time past graceful_shutdown_timeout_s before a kill, for the drain call itself.
     stop_grace_s: float = 2.0
     unschedulable_grace_s: float = 3.0
@@ -414,9 +411,10 @@ class BackendState:
 
     def _scale(self, backend: _Backend, now: float, observer: Observer) -> None:
         """Carry out `scale_decisions`: stops at once, starts unless backing off or no room."""
+        update = backend.config.update or UpdateConfig()
         decisions = scale_decisions(
             backend.live(), backend.target, backend.config.version,
-            max_surge=self.options.max_surge, max_unavailable=self.options.max_unavailable,
+            max_surge=update.max_surge, max_unavailable=update.max_unavailable,
         )
         records = {r.replica_id: r for r in backend.replicas}
         for stop in decisions.stop:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Collection
 
 from vocabulary.configs import EndpointConfig, RouteEntry, RouteTable
-from vocabulary.serving_rules import backend_in_use, taken_routes, unknown_backends, weight_sum
+from vocabulary.serving_rules import backend_in_use, taken_routes, unknown_backends, unknown_match_backends, weight_sum
 from vocabulary.status import EndpointStatus
 
 __all__ = ["EndpointState", "check_backend_deletable"]
@@ -36,6 +36,9 @@ class EndpointState:
             negative = sorted(b for b, w in weights.items() if not 0 <= w <= 1)
             if negative:
                 raise ValueError(f"{where}: {policy} weight of {', '.join(negative)} must be in [0, 1]")
+        matched = unknown_match_backends(config.name, [rule.backend for rule in config.match], backends)
+        if matched:
+            raise ValueError(f"{where}: match names unknown backend {matched[0].backend!r}")
         if weight_sum(config.name, config.traffic):
             total = sum(config.traffic.values())
             raise ValueError(f"{where}: traffic weights sum to {total:g}, not 1")

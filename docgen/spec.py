@@ -57,6 +57,9 @@ downscale_delay_s = 30
 [backends.echo-v1.batching]
 max_batch_size = 8
 batch_wait_timeout_s = 0.01
+[backends.echo-v1.update]
+max_surge = 1
+max_unavailable = 0
 
 [backends.echo-v2]
 import_path = "deployments.apps.echo:Echo"
@@ -69,6 +72,18 @@ methods = ["GET", "POST"]
 traffic = { echo-v1 = 1.0 }
 shadow = { echo-v2 = 0.1 }
 timeout_s = 10
+match = [{ header = "x-canary", value = "always", backend = "echo-v2" }]
+sticky = "header:x-user-id"
+shadow_compare = "json"
+shadow_ignore = ["timestamp"]
+
+[endpoints.echo.rollout]
+steps = [0.05, 0.25, 0.5, 1.0]
+step_interval_s = 30
+min_requests = 50
+max_error_ratio = 0.01
+max_p99_latency_s = 0.5
+on_failure = "rollback"
 """
 
 
@@ -95,6 +110,9 @@ def render_spec() -> str:
         "- an endpoint's `traffic` weights sum to 1 and name backends defined in some file; `shadow`",
         "  names defined backends too, and traffic may not go to a backend that can have zero replicas",
         "  (unless it autoscales from zero and sets `cold_start_timeout_s`);",
+        "- a `match` rule names a defined backend; `shadow_ignore` needs `shadow_compare = \"json\"`;",
+        "- `rollout.steps` rise strictly within (0, 1] and end at 1.0; `[update]` may not set both",
+        "  `max_surge` and `max_unavailable` to 0;",
         "- `num_replicas` and `[autoscaling]` exclude each other, and `min_replicas <= max_replicas`;",
         "- `import_path` is `package.module:attribute`, resolved from the repository root at the",
         "  commit (the module is parsed, never imported); `code_paths` are relative paths that exist;",
@@ -132,7 +150,9 @@ def _section(heading: str, model: type[BaseModel], example: dict[str, Any], at: 
             )
         )
         if sub:
-            nested.append((f"{heading[:-1]}.{key}]", sub, value, (*at, key)))
+            # An array of tables ([[...match]]) is shown by its first entry.
+            first = value[0] if isinstance(value, list) else value
+            nested.append((f"{heading[:-1]}.{key}]", sub, first, (*at, key)))
     for sub_heading, sub, value, where in nested:
         lines += _section(sub_heading, sub, value, where)
     return lines

@@ -2,7 +2,7 @@
 
 Owns the routes of the admin API and how they map onto the agent: `GET /`
 (the status page), `GET /status`, `GET /history`, `GET /metrics`,
-`GET /healthz`, `POST /sync`, `/suspend`, `/resume`, and `POST /hooks/git`,
+`GET /healthz`, `POST /sync`, `/suspend`, `/resume`, `/rollback[?commit=SHA]`, and `POST /hooks/git`,
 which only wakes the agent to fetch (the payload is never read for specs)
 and only with a valid GitHub-style signature, once per delivery. Every
 request passes `gitops.access.check` first (token, Host, Origin).
@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gitops.access import AccessPolicy, check
 from gitops.ledger import HistoryEntry
+from gitops.rollback import Quarantine, RollbackRefused
 from gitops.status import AgentStatus
 from gitops.statuspage import render_page
 from gitops.webhooks import (
@@ -64,6 +65,8 @@ class AdminTarget(Protocol):
     def suspend(self) -> None: ...
 
     def resume(self) -> None: ...
+
+    def rollback(self, commit: str | None = None) -> Quarantine: ...
 
 
 @dataclass
@@ -126,6 +129,13 @@ def build_app(
         agent.resume()
         return JSONResponse({"status": agent.status().status.value})
 
+    async def do_rollback(request: Request) -> Response:
+        try:
+            held = agent.rollback(request.query_params.get("commit") or None)
+        except RollbackRefused as error:
+            return _error(409, str(error))
+        return JSONResponse(held.to_json())
+
     async def hook(request: Request) -> Response:
         if webhook is None:
             return _error(404, "no webhook on this listener (it needs --webhook-secret-file; "
@@ -140,6 +150,7 @@ def build_app(
         Route("/sync", do_sync, methods=["POST"]),
         Route("/suspend", do_suspend, methods=["POST"]),
         Route("/resume", do_resume, methods=["POST"]),
+        Route("/rollback", do_rollback, methods=["POST"]),
         Route("/hooks/git", hook, methods=["POST"]),
     ]
     async def status_page(request: Request) -> Response:

@@ -33,6 +33,16 @@ from gitops.applying import Deadlines, Progress, apply
 from gitops.errors import ErrorKind, SourceError
 from gitops.history import History
 from gitops.ledger import HistoryEntry, Outcome
+from gitops.quarantine_file import QuarantineFile
+from gitops.rollback import (
+    Quarantine,
+    RollbackReason,
+    RollbackRefused,
+    auto_revert_reason,
+    commit_to_apply,
+    quarantine,
+)
+from gitops.rollout_outcomes import aborted_entry
 from gitops.metrics import AgentMetrics
 from gitops.notifications.delivering import Notifier
 from gitops.plans import Plan
@@ -78,6 +88,10 @@ class AgentSettings:
     deadlines: Deadlines = field(default_factory=Deadlines)
     # After a transient error: retry after this, doubling, never later than the poll.
     retry_base_s: float = 1.0
+    # --auto-revert: after a failed apply or an aborted rollout, go back to the last
+    # applied commit and hold the newer ones back (kept in `quarantine_file`).
+    auto_revert: bool = False
+    quarantine_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +125,9 @@ class Agent:
         self.metrics = metrics
         self._settings = settings
         self._log = log
+        self._quarantines = QuarantineFile(settings.quarantine_file) if settings.quarantine_file else None
+        self._quarantine = self._quarantines.load() if self._quarantines else None
+        self._head: str | None = None  # the branch's newest commit, as last fetched
         self._wake: asyncio.Event | None = None  # made by run(), on its own loop
         self._triggers: set[Trigger] = set()
         self._wakes = 0  # bumped by every wake-up; lets an apply notice news
@@ -264,11 +281,54 @@ class Agent:
         return report
 
     async def _fetch(self, report: TickReport) -> TickReport:
+        """The newest revision, or the good one of a quarantine that holds it back."""
         try:
             revision = await asyncio.to_thread(self._source.newest)
+            self._head = revision.sha
+            chosen, held = commit_to_apply(revision.sha, self._quarantine)
+            if held is None and self._quarantine is not None:
+                self._log.info("quarantine lifted: %s is newer than the held commits", revision.short)
+                self._keep_quarantine(None)
+            if chosen != revision.sha:
+                revision = await asyncio.to_thread(self._source.revision, chosen)
         except SourceError as error:
             return _failed(report, Stage.FETCH, error.kind, str(error))
         return replace(report, revision=revision)
+
+    def rollback(self, commit: str | None = None) -> Quarantine:
+        """`gitops rollback [COMMIT]`: apply the last applied (or the given) commit's
+        state and hold the newer ones back; raises `RollbackRefused` with the reason."""
+        if self._head is None:
+            raise RollbackRefused("the agent has not read the branch yet; try again in a moment")
+        held = quarantine(self._history.recent(500), self._head, RollbackReason.MANUAL, requested=commit,
+                          detail="gitops rollback")
+        self._log.warning("rollback by hand: back to %s, holding %s", held.good[:7],
+                          ", ".join(sorted(sha[:7] for sha in held.held)))
+        self._keep_quarantine(held)
+        self.metrics.rolled_back(RollbackReason.MANUAL.value)
+        self.notify(Trigger.SYNC)
+        return held
+
+    def _revert(self, recorded: HistoryEntry | None) -> None:
+        """With --auto-revert: a failed or aborted commit sends the cluster back to the last applied one."""
+        reason = auto_revert_reason(recorded.result.value) if recorded and self._settings.auto_revert else None
+        if reason is None or recorded is None:
+            return
+        try:
+            held = quarantine(self._history.recent(500), recorded.commit, reason, detail="; ".join(recorded.errors))
+        except RollbackRefused as error:
+            self._log.warning("auto-revert of %s not possible: %s", recorded.commit[:7], error)
+            return
+        self._log.warning("auto-revert (%s): back to %s, holding %s", reason.value, held.good[:7],
+                          ", ".join(sorted(sha[:7] for sha in held.held)))
+        self._keep_quarantine(held)
+        self.metrics.rolled_back(reason.value)
+        self.notify(Trigger.RETRY)
+
+    def _keep_quarantine(self, held: Quarantine | None) -> None:
+        self._quarantine = held
+        if self._quarantines is not None:
+            self._quarantines.save(held)
 
     async def _reconcile(self, report: TickReport) -> TickReport:
         revision = report.revision
@@ -324,7 +384,7 @@ class Agent:
             newest = await asyncio.to_thread(self._source.newest)
         except SourceError:
             return False
-        return newest.sha != applying.sha
+        return commit_to_apply(newest.sha, self._quarantine)[0] != applying.sha
 
     def _show_progress(self, revision: Revision, progress: Progress) -> None:
         self._applying = _Applying(revision, progress)
@@ -346,6 +406,7 @@ class Agent:
         self._watched = report.revision or self._watched
         self._cluster = report.observed or self._cluster
         recorded = self._write_history(report)
+        self._revert(recorded)
         write_metrics(self.metrics, report)
         line = log_line(report, recorded)
         if line is not None:
@@ -358,11 +419,15 @@ class Agent:
             self._notifier.observe(notification_outcome(report, recorded, status, watched, self._source.branch))
 
     def _write_history(self, report: TickReport) -> HistoryEntry | None:
-        """Every new commit, every change made, every new failure; not repeats."""
+        """Every new commit, every change made, every new failure; not repeats.
+        Then, once, a rollout the controller stopped, against the newest commit."""
         entry = history_entry(report)
-        if entry is None or not _worth_recording(entry, self._history.last()):
-            return None
-        return self._history.record(entry)
+        recorded = None
+        if entry is not None and _worth_recording(entry, self._history.last()):
+            recorded = self._history.record(entry)
+        rollouts = report.observed.rollouts if report.observed is not None else {}
+        stopped = aborted_entry(rollouts, self._history.last(), report.started_at + report.duration_s)
+        return recorded if stopped is None else self._history.record(stopped)
 
     def _publish_status(self) -> None:
         self.metrics.sync_status(self.status().status.value)

@@ -113,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--commit-url-template", default=None, help="link to a commit, e.g. https://github.com/you/specs/commit/{sha}"
     )
+    run.add_argument(
+        "--auto-revert", action="store_true",
+        help="after a failed apply or an aborted rollout, go back to the last applied commit "
+        "and hold the newer ones back until a newer commit arrives",
+    )
     run.set_defaults(func=_command("run", "run_command"))
 
     validate = verb("validate", "validate specs offline")
@@ -148,8 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
         ("sync", "reconcile now"),
         ("suspend", "pause reconciliation"),
         ("resume", "resume reconciliation"),
+        ("rollback", "apply the last applied (or given) commit and hold the newer ones back"),
     ]:
         admin = verb(name, help_text)
+        if name == "rollback":
+            admin.add_argument("commit", nargs="?", default=None, help="a commit applied before (default: the last)")
         admin.add_argument("--agent", default=DEFAULT_AGENT, help="the agent's admin URL")
         admin.add_argument("--json", action="store_true", help="print the admin API's JSON")
         admin.add_argument("--token-file", default=None, help="file holding the admin token (default: $GITOPS_TOKEN)")

@@ -25,6 +25,7 @@ class Outcome(str, enum.Enum):
     FAILED = "failed"  # an action or goal failed; the rest was not applied
     SUPERSEDED = "superseded"  # a newer commit arrived mid-apply
     UNVERIFIED = "unverified"  # --verify-commits: unsigned or untrusted; nothing was touched
+    ABORTED = "aborted"  # applied, then a rollout check failed: traffic went back (or paused)
 
     @property
     def ok(self) -> bool:

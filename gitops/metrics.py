@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections
 import enum
 import time
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Hashable, Iterable, Mapping, TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -68,11 +68,10 @@ class ReconcileResult(enum.StrEnum):
 
 
 RestartKey = tuple[str, str]  # (backend, reason)
+_Key = TypeVar("_Key", bound=Hashable)  # the labels of one cumulative count
 
 
-def restart_increments(
-    previous: Mapping[RestartKey, int], current: Mapping[RestartKey, int]
-) -> dict[RestartKey, int]:
+def restart_increments(previous: Mapping[_Key, int], current: Mapping[_Key, int]) -> dict[_Key, int]:
     """How much each restart counter must grow, from two cumulative readings.
 
     The controller reports cumulative counts. A count lower than last time
@@ -80,7 +79,7 @@ def restart_increments(
     new count happened since the reset; a Prometheus counter must never go
     back, so it grows by that count instead.
     """
-    increments: dict[RestartKey, int] = {}
+    increments: dict[_Key, int] = {}
     for key, count in current.items():
         before = previous.get(key, 0)
         grown = count - before if count >= before else count
@@ -101,6 +100,8 @@ class AgentMetrics:
         self._decision_counts: dict[tuple[str, str], int] = {}  # (backend, direction)
         self._backends: set[str] = set()
         self._weights: set[tuple[str, str]] = set()
+        self._endpoints: set[str] = set()
+        self._check_counts: dict[tuple[str, str, str, str], int] = {}
         for status in SyncStatus:
             self._sync_status.labels(status=status.value).set(0)
 
@@ -183,6 +184,21 @@ class AgentMetrics:
             ["endpoint", "backend"],
             registry=r,
         )
+        self._rollbacks = Counter(
+            "gitops_rollbacks", "Rollbacks to an earlier commit, by reason.", ["reason"], registry=r
+        )
+        for reason in ("analysis", "apply_failed", "manual"):
+            self._rollbacks.labels(reason=reason)
+        self._rollout_step = Gauge(
+            "gitops_rollout_step", "Current rollout step of an endpoint (1-based); 0 when none runs.",
+            ["endpoint"], registry=r,
+        )
+        self._rollout_checks = Counter(
+            "gitops_rollout_checks",
+            "Rollout step checks decided, by endpoint, backend, check and result (pass, fail).",
+            ["endpoint", "backend", "check", "result"],
+            registry=r,
+        )
 
     # --- reconcile loop events ------------------------------------------------
 
@@ -221,6 +237,10 @@ class AgentMetrics:
     def goal_finished(self, kind: str, duration_s: float) -> None:
         self._goal_duration.labels(kind=kind).observe(duration_s)
 
+    def rolled_back(self, reason: str) -> None:
+        """The agent went back to an earlier commit (`gitops.rollback.RollbackReason`)."""
+        self._rollbacks.labels(reason=reason).inc()
+
     def notification_finished(self, provider: str, result: str) -> None:
         """One notification delivered, given up on, or dropped (`gitops.notifications`)."""
         self._notifications.labels(provider=provider, result=result).inc()
@@ -237,7 +257,21 @@ class AgentMetrics:
         self._observe_restarts(cluster.backends)
         self._observe_decisions(cluster.backends)
         self._observe_traffic(cluster.endpoints)
+        self._observe_rollouts(cluster)
         self._goals_pending.set(cluster.goals_pending)
+
+    def _observe_rollouts(self, cluster: ClusterStatus) -> None:
+        for name in self._endpoints - set(cluster.endpoints):
+            _remove_quietly(self._rollout_step, (name,))
+        for name in cluster.endpoints:
+            rollout = cluster.rollouts.get(name)
+            self._rollout_step.labels(endpoint=name).set(rollout.display_step() if rollout else 0)
+        self._endpoints = set(cluster.endpoints)
+        # Cumulative counts from the controller, kept across its restarts by its checkpoint.
+        current = {(c.endpoint, c.backend, c.check.value, c.result): c.count for c in cluster.rollout_checks}
+        for (endpoint, backend, check, result), grown in restart_increments(self._check_counts, current).items():
+            self._rollout_checks.labels(endpoint=endpoint, backend=backend, check=check, result=result).inc(grown)
+        self._check_counts = current
 
     def _observe_backend(self, name: str, backend: BackendStatus) -> None:
         counts = collections.Counter(replica.state for replica in backend.replicas)

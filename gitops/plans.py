@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vocabulary.configs import BackendConfig, EndpointConfig
+from vocabulary.configs import BackendConfig, EndpointConfig, UpdateConfig
 
 __all__ = ["ActionKind", "Action", "FieldChange", "Plan", "PlanSummary"]
 
@@ -93,9 +93,11 @@ class Action(BaseModel):
         return line
 
     def details(self) -> list[str]:
-        """Indented lines under the headline: changed fields, or a new object's gist."""
+        """Indented lines under the headline: changed fields (and the capacity
+        a rolling update keeps), or a new object's gist."""
         if self.changes:
-            return [change.render() for change in self.changes]
+            lines = [change.render() for change in self.changes]
+            return lines + [_capacity(self.backend)] if self.restarts and self.backend else lines
         if self.backend is not None and self.kind is ActionKind.CREATE_BACKEND:
             return _backend_gist(self.backend)
         if self.endpoint is not None and self.kind is ActionKind.CREATE_ENDPOINT:
@@ -176,6 +178,17 @@ def _backend_gist(config: BackendConfig) -> list[str]:
     else:
         scale = f"num_replicas: {config.num_replicas}"
     return [f"version: {_json(config.version)}", f"import_path: {_json(config.import_path)}", scale]
+
+
+def _capacity(config: BackendConfig) -> str:
+    """What a rolling update does to the serving capacity, from the backend's [update] limits."""
+    update = config.update or UpdateConfig()
+    target = config.autoscaling.min_replicas if config.autoscaling else config.num_replicas
+    limits = f"max_surge = {update.max_surge}, max_unavailable = {update.max_unavailable}"
+    lowest = max(target - update.max_unavailable, 0)
+    if lowest < target:
+        return f"capacity dips to {lowest} of {target} replica(s) while updating ({limits})"
+    return f"capacity stays at {target} replica(s), up to {update.max_surge} extra while updating ({limits})"
 
 
 def _endpoint_gist(config: EndpointConfig) -> list[str]:

@@ -2,7 +2,7 @@
 
 `gitops run --state-dir` (default `.gitops-state/`, often inside the watched
 repository) holds the history ledger, the clone cache of a remote
-repository, the code exports and the suspend marker. `prepare` creates it
+repository, the code exports, the suspend marker and the quarantine. `prepare` creates it
 readable by its owner only (0700) with a `.gitignore` of `*`, so `git
 status` never shows it and `git add -A` never commits it, and creates the
 history database 0600 before SQLite opens it (SQLite gives its journal
@@ -46,6 +46,10 @@ class StateDir:
     @property
     def suspend_marker(self) -> Path:
         return self.root / "suspended"
+
+    @property
+    def quarantine(self) -> Path:
+        return self.root / "quarantine.json"
 
 
 def prepare(root: Path) -> StateDir:

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer
 from gitops.errors import ErrorKind
 from gitops.ledger import HistoryEntry, Outcome
 from gitops.redaction import redact
+from gitops.rollout_outcomes import rollout_message
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus
 
 __all__ = ["SyncStatus", "Condition", "StatusFacts", "BackendSummary", "EndpointSummary", "AgentStatus", "roll_up"]
@@ -161,6 +162,11 @@ def _overall(facts: StatusFacts, backends: Mapping[str, BackendSummary]) -> tupl
         return SyncStatus.FAILED, _FAILED_REASONS[last.result], _failure_message(last)
     if last.result is Outcome.SUPERSEDED:
         return SyncStatus.PROGRESSING, "Progressing", f"{last.commit[:7]} superseded by a newer commit"
+    if last.result is Outcome.ABORTED:
+        return SyncStatus.DEGRADED, "RolloutAborted", _failure_message(last)
+    rolling = rollout_message(facts.cluster.rollouts) if facts.cluster is not None else ""
+    if rolling:
+        return SyncStatus.PROGRESSING, "RollingOut", rolling
     unhealthy = [f"{name}: {b.problem()}" for name, b in sorted(backends.items()) if b.problem()]
     if unhealthy:
         return SyncStatus.DEGRADED, "HealthCheckFailed", "; ".join(unhealthy)

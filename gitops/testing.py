@@ -27,6 +27,7 @@ from gitops.sources.source import Revision
 from gitops.sources.hashing import MemoryTree
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, GoalState, ReplicaState, ServingState
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
+from vocabulary.rollouts import Rollout
 
 __all__ = ["FakeController", "MemorySource"]
 
@@ -49,6 +50,7 @@ class FakeController:
         self.unreachable: str | None = None
         self.calls: list[tuple[str, str]] = []  # (verb, name), in order
         self.configs: list[BackendConfig] = []  # every backend config applied, in order
+        self.rollouts: dict[str, Rollout] = {}  # reported as the controller's, by endpoint
         self._goals: dict[str, str] = {}  # goal id -> object name
 
     # --- writes -------------------------------------------------------------------
@@ -99,6 +101,7 @@ class FakeController:
                                      shadow=dict(e.shadow), timeout_s=e.timeout_s)
                 for name, e in self.state.endpoints.items()
             },
+            rollouts=dict(self.rollouts),
         )
 
     # --- internals ------------------------------------------------------------------
@@ -178,6 +181,9 @@ class MemorySource:
         if not self._commits:
             raise SourceError(f"{self.location}: branch {self.branch!r} not found (no commits)")
         return self._commits[-1][0]
+
+    def revision(self, sha: str) -> Revision:
+        return next(known for known, _ in self._commits if known.sha == sha)
 
     def tree(self, revision: Revision) -> MemoryTree:
         return next(tree for known, tree in self._commits if known.sha == revision.sha)

@@ -72,7 +72,9 @@ class ProxyActor:
         self._background = [
             loop.create_task(longpoll.run()),
             loop.create_task(
-                report_load_forever(link, node_id, self._app.backend_load, settings.load_report_interval_s)
+                report_load_forever(
+                    link, node_id, self._app.backend_load, settings.load_report_interval_s, self._app.request_stats
+                )
             ),
         ]
         if self._metrics is not None:

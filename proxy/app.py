@@ -21,6 +21,7 @@ are reported through one `Recorder`, the single place metrics hook in.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
@@ -31,8 +32,12 @@ from vocabulary.choosing import Random
 from proxy.config import EndpointPlan, Snapshot
 from proxy.metrics import ShadowResult
 from proxy.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
+from proxy.request_stats import RequestCounter
 from proxy.routing import Resolution, normalise_path, resolve
 from proxy.settings import ProxySettings
+from proxy.shadow_compare import Mismatch, MismatchLog, compare
+from vocabulary.configs import ShadowCompare
+from vocabulary.request_stats import RequestStats
 from vocabulary.wire import WireRequest, WireResponse
 
 __all__ = ["ProxyApp", "Recorder", "NullRecorder"]
@@ -62,6 +67,8 @@ class Recorder(Protocol):
 
     def shadow_done(self, endpoint: str, backend: str, result: ShadowResult) -> None: ...
 
+    def shadow_compared(self, endpoint: str, backend: str, matched: bool) -> None: ...
+
 
 class NullRecorder:
     """Records nothing: a proxy started without a metrics port."""
@@ -70,6 +77,9 @@ class NullRecorder:
         pass
 
     def shadow_done(self, endpoint: str, backend: str, result: ShadowResult) -> None:
+        pass
+
+    def shadow_compared(self, endpoint: str, backend: str, matched: bool) -> None:
         pass
 
 
@@ -105,6 +115,8 @@ class ProxyApp:
         self._shadow_tasks: set[asyncio.Task[None]] = set()
         self._shadow_in_flight: dict[str, int] = {}
         self._retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
+        self._counts = RequestCounter()
+        self.mismatches = MismatchLog()
 
     # --- the config side -----------------------------------------------------
 
@@ -123,6 +135,10 @@ class ProxyApp:
             name: {"ongoing": pool.ongoing(), "queued": pool.queued(), "unserved": pool.unserved()}
             for name, pool in self._snapshot.pools.items()
         }
+
+    def request_stats(self) -> dict[str, RequestStats]:
+        """Per backend, the answers counted since this proxy started (for rollout checks)."""
+        return self._counts.snapshot()
 
     # --- the request side ----------------------------------------------------
 
@@ -146,12 +162,13 @@ class ProxyApp:
             return
         plan = snapshot.endpoints[route.endpoint]
         started = time.perf_counter()
-        backend = plan.traffic.pick(self._rng.random()) or ""
+        backend = plan.pick(scope["headers"], self._rng)
+        primary: asyncio.Future[WireResponse] | None = None
         try:
             body = await _read_body(receive, self._settings.max_body_bytes, self._settings.edge.body_timeout_s)
             request: WireRequest = (scope["method"], path, scope["query_string"], _end_to_end(scope["headers"]), body)
             if plan.shadow.shares:
-                self._copy_to_shadows(snapshot, plan, request)
+                primary = self._copy_to_shadows(snapshot, plan, request)
             status, headers, payload = await self._forward(snapshot.pools.get(backend), plan, request)
             headers = _end_to_end(headers)
         except _Reply as reply:
@@ -162,7 +179,12 @@ class ProxyApp:
             self._recorder.request_done(plan.name, backend, CLIENT_LEFT, time.perf_counter() - started)
             return
         await _send(send, status, headers, payload)
-        self._recorder.request_done(plan.name, backend, status, time.perf_counter() - started)
+        duration_s = time.perf_counter() - started
+        self._recorder.request_done(plan.name, backend, status, duration_s)
+        self._counts.record(backend, status, duration_s)
+        if primary is not None:
+            # Compared only now: the primary's answer has already gone out.
+            primary.set_result((status, headers, payload))
 
     async def _forward(self, pool: ReplicaPool | None, plan: EndpointPlan, request: WireRequest) -> WireResponse:
         if pool is None:
@@ -199,18 +221,26 @@ class ProxyApp:
 
     # --- shadow traffic ---------------------------------------------------------
 
-    def _copy_to_shadows(self, snapshot: Snapshot, plan: EndpointPlan, request: WireRequest) -> None:
+    def _copy_to_shadows(
+        self, snapshot: Snapshot, plan: EndpointPlan, request: WireRequest
+    ) -> asyncio.Future[WireResponse] | None:
+        """Start the shadow copies; with a comparison, the future the primary's
+        reply is set on (None when nothing is compared)."""
         method, path, query, headers, body = request
         request = (method, path, query, [(n, v) for n, v in headers if n not in _SHADOW_WITHHELD], body)
+        primary: asyncio.Future[WireResponse] | None = None
         for backend in plan.shadow.sample(self._rng):
             pool = snapshot.pools.get(backend)
             slot = self._shadow_slot(backend, pool)
             if pool is None or slot is None:
                 self._recorder.shadow_done(plan.name, backend, ShadowResult.DROPPED)
                 continue
-            task = asyncio.ensure_future(self._shadow(plan, pool, slot, request))
+            if primary is None and plan.compare is not ShadowCompare.NONE:
+                primary = asyncio.get_running_loop().create_future()
+            task = asyncio.ensure_future(self._shadow(plan, pool, slot, request, primary))
             self._shadow_tasks.add(task)
             task.add_done_callback(self._shadow_tasks.discard)
+        return primary
 
     def _shadow_slot(self, backend: str, pool: ReplicaPool | None) -> ReplicaSlot | None:
         # Shadows never wait: a saturated shadow backend drops the copy.
@@ -221,22 +251,42 @@ class ProxyApp:
             self._shadow_in_flight[backend] = self._shadow_in_flight.get(backend, 0) + 1
         return slot
 
-    async def _shadow(self, plan: EndpointPlan, pool: ReplicaPool, slot: ReplicaSlot, request: WireRequest) -> None:
+    async def _shadow(
+        self, plan: EndpointPlan, pool: ReplicaPool, slot: ReplicaSlot, request: WireRequest,
+        primary: asyncio.Future[WireResponse] | None,
+    ) -> None:
         result = ShadowResult.OK
+        reply: WireResponse | None = None
         try:
             async with asyncio.timeout(plan.timeout_s) as deadline:
-                await self._caller.call(slot.handle, request, _remaining(deadline), pool.batching)
+                reply = await self._caller.call(slot.handle, request, _remaining(deadline), pool.batching)
         except ReplicaDiedError:
             pool.drop(slot)
             result = ShadowResult.ERROR
         except HandlerError:
             result = ShadowResult.ERROR
+            reply = (500, _TEXT, b"Internal Server Error")  # what a client would have got
         except TimeoutError:
             result = ShadowResult.TIMEOUT
         finally:
             pool.release(slot)
             self._shadow_in_flight[pool.backend] -= 1
         self._recorder.shadow_done(plan.name, pool.backend, result)
+        if primary is not None and reply is not None:
+            await self._compare(plan, pool.backend, request[1], primary, reply)
+
+    async def _compare(
+        self, plan: EndpointPlan, backend: str, path: str, primary: asyncio.Future[WireResponse], reply: WireResponse
+    ) -> None:
+        try:
+            async with asyncio.timeout(plan.timeout_s):
+                answered = await asyncio.shield(primary)
+        except TimeoutError:
+            return  # the primary never answered: nothing to compare with
+        found = compare(plan.compare, plan.ignore, answered, reply)
+        self._recorder.shadow_compared(plan.name, backend, found.matched)
+        if not found.matched:
+            self.mismatches.record(Mismatch(time.time(), plan.name, backend, path, answered[0], reply[0], found.diff))
 
     # --- the proxy's own routes ------------------------------------------------
 
@@ -245,6 +295,9 @@ class ProxyApp:
             await _send(send, 200, _TEXT, b"ok")
         elif path == "/-/routes":
             await _send(send, 200, _JSON, self._snapshot.routes_json)
+        elif path == "/-/shadow/mismatches":
+            sample = [mismatch.to_json() for mismatch in self.mismatches.recent()]
+            await _send(send, 200, _JSON, json.dumps(sample).encode())
         else:
             await _send(send, 404, _TEXT, b"Not Found")
 

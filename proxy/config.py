@@ -14,10 +14,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from vocabulary.configs import EndpointConfig, RouteTable
-from vocabulary.choosing import ShadowPlan, WeightedChoice
+from vocabulary.configs import EndpointConfig, RouteTable, ShadowCompare
+from vocabulary.choosing import Random, ShadowPlan, WeightedChoice
 from proxy.replicas import ReplicaPool
 from proxy.routing import Route, RouteIndex
+from proxy.steering import Headers, Steering
 
 __all__ = ["EndpointPlan", "Snapshot", "build_snapshot"]
 
@@ -28,6 +29,9 @@ class EndpointPlan:
     traffic: WeightedChoice
     shadow: ShadowPlan
     timeout_s: float
+    steering: Steering = Steering()
+    compare: ShadowCompare = ShadowCompare.NONE
+    ignore: frozenset[str] = frozenset()
 
     @classmethod
     def from_config(cls, config: EndpointConfig) -> "EndpointPlan":
@@ -36,7 +40,23 @@ class EndpointPlan:
             WeightedChoice.from_weights(config.traffic),
             ShadowPlan.from_shares(config.shadow),
             config.timeout_s,
+            Steering.from_config(config),
+            config.shadow_compare,
+            frozenset(config.shadow_ignore),
         )
+
+    def pick(self, headers: Headers, rng: Random) -> str:
+        """The backend for a request: a matching header rule, else the weights,
+        drawn at the request's sticky point if it has one, else at random."""
+        steering = self.steering
+        if steering:
+            matched = steering.matched(headers)
+            if matched is not None:
+                return matched
+            point = steering.point(headers)
+            if point is not None:
+                return self.traffic.pick(point) or ""
+        return self.traffic.pick(rng.random()) or ""
 
 
 @dataclass(frozen=True)

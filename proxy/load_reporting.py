@@ -1,8 +1,11 @@
-"""Periodic load reports to the controller: per backend, requests in flight and queued.
+"""Periodic load reports to the controller: per backend, requests in flight and queued,
+and the answers counted so far.
 
-The controller's autoscaler reads these (`report_load(proxy_id, {backend:
-(ongoing, queued)})`); reports expire there after a few seconds, so a
-missed one costs nothing and failures are only logged once per streak.
+The controller's autoscaler reads the load (`report_load(proxy_id, {backend:
+(ongoing, queued)}, requests)`); reports expire there after a few seconds, so a
+missed one costs nothing and failures are only logged once per streak. The
+request counts (`vocabulary.request_stats.RequestStats` as JSON, cumulative
+since the proxy started) are what rollout checks judge.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import logging
 from typing import Callable
 
 from proxy.controller_link import ControllerLink
+from vocabulary.request_stats import RequestStats
 
 __all__ = ["report_load_forever"]
 
@@ -21,7 +25,8 @@ Loads = dict[str, dict[str, int]]
 
 
 async def report_load_forever(
-    link: ControllerLink, proxy_id: str, loads: Callable[[], Loads], interval_s: float
+    link: ControllerLink, proxy_id: str, loads: Callable[[], Loads], interval_s: float,
+    requests: Callable[[], dict[str, RequestStats]],
 ) -> None:
     failing = False
     while True:
@@ -32,9 +37,10 @@ async def report_load_forever(
             backend: (load["ongoing"], load["queued"] + load.get("unserved", 0))
             for backend, load in loads().items()
         }
+        counted = {backend: stats.model_dump(mode="json") for backend, stats in requests().items()}
         try:
             controller = await link.get()
-            await controller.report_load.remote(proxy_id, report)
+            await controller.report_load.remote(proxy_id, report, counted)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001 — reporting must never stop serving

@@ -3,7 +3,8 @@
 Owned here: the names, labels and buckets of the data-plane metrics of
 PRODUCT.md "Metrics" (`gitops_http_requests_total`,
 `gitops_http_request_duration_seconds`, `gitops_shadow_requests_total`,
-`gitops_backend_ongoing_requests`, `gitops_batch_size`), and serving them. Not here: when a
+`gitops_shadow_comparisons_total`, `gitops_backend_ongoing_requests`, `gitops_batch_size`), and serving
+them. Not here: when a
 request counts as finished (the proxy's request path calls
 `request_finished` from exactly one place).
 
@@ -75,6 +76,7 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 REQUEST_LABELS = ("endpoint", "backend", "code")
 DURATION_LABELS = ("endpoint", "backend")
 SHADOW_LABELS = ("endpoint", "backend", "result")
+COMPARISON_LABELS = ("endpoint", "backend", "result")
 ONGOING_LABELS = ("backend",)
 BATCH_LABELS = ("backend",)
 
@@ -113,6 +115,12 @@ class ProxyMetrics:
             SHADOW_LABELS,
             registry=r,
         )
+        self._comparisons = Counter(
+            "gitops_shadow_comparisons",
+            "Shadow replies compared with the primary's, by result (match, mismatch).",
+            COMPARISON_LABELS,
+            registry=r,
+        )
         self._ongoing = Gauge(
             "gitops_backend_ongoing_requests",
             "Requests this proxy has in flight to a backend.",
@@ -146,6 +154,9 @@ class ProxyMetrics:
 
     def shadow_finished(self, endpoint: str, backend: str, result: str) -> None:
         self._shadows.labels(endpoint, backend, result).inc()
+
+    def shadow_compared(self, endpoint: str, backend: str, matched: bool) -> None:
+        self._comparisons.labels(endpoint, backend, "match" if matched else "mismatch").inc()
 
     # `proxy.app.Recorder` names the same two events this way; with these a
     # ProxyMetrics is passed to ProxyApp as its recorder, no adapter needed.
@@ -214,6 +225,7 @@ class ProxyMetrics:
             (self._requests, REQUEST_LABELS),
             (self._duration, DURATION_LABELS),
             (self._shadows, SHADOW_LABELS),
+            (self._comparisons, COMPARISON_LABELS),
         ]
 
     def render(self) -> bytes:

@@ -11,7 +11,7 @@ find no replica in its wait queue, where the autoscaler sees them as demand,
 until a first replica arrives or that time runs out (`NoReplicaError`). A replica that died under a request is
 dropped at once and kept out until the controller stops listing it.
 
-Decisions come from `proxy.choosing`; this module only keeps the state and
+Decisions come from `vocabulary.choosing`; this module only keeps the state and
 wakes waiters. No Ray, no HTTP.
 """
 

@@ -20,15 +20,22 @@ Comparison rules live here so that every component agrees on them:
 from __future__ import annotations
 
 import enum
-from typing import Any
+import re
+from typing import Annotated, Any, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from vocabulary.serving_rules import refused_traffic_reason, zero_replica_reason
 
 __all__ = [
     "AutoscalingConfig",
     "BatchingConfig",
+    "UpdateConfig",
+    "OnFailure",
+    "RolloutConfig",
+    "MatchRule",
+    "ShadowCompare",
+    "StickyKey",
     "BackendConfig",
     "EndpointConfig",
     "ServingState",
@@ -73,6 +80,27 @@ class BatchingConfig(_Value):
         default=0.01,
         ge=0,
         description="Seconds the first request of a batch waits for more before the batch is sent; changed in place.",
+    )
+
+
+def _surge_or_unavailable(update: Any) -> Any:
+    """A rolling update must be able to make progress: some spare or some gap."""
+    if update is not None and update.max_surge == 0 and update.max_unavailable == 0:
+        raise ValueError(
+            "max_surge and max_unavailable cannot both be 0 "
+            "(max_surge = 0 with max_unavailable = 1 replaces replicas in place, one at a time)"
+        )
+    return update
+
+
+class UpdateConfig(_Value):
+    """How a backend's replicas are replaced when its code changes."""
+
+    max_surge: int = Field(
+        default=1, ge=0, description="Replicas started beyond the target while updating; 0: replace in place."
+    )
+    max_unavailable: int = Field(
+        default=0, ge=0, description="Replicas that may be missing from the target while updating."
     )
 
 
@@ -137,6 +165,10 @@ class BackendConfig(_Value):
         default=None,
         description="The handler receives list[Request] and returns a list of the same length; none: one request a call.",
     )
+    update: Annotated[UpdateConfig | None, AfterValidator(_surge_or_unavailable)] = Field(
+        default=None,
+        description="How new code replaces running replicas; none: one extra replica at a time, none missing.",
+    )
     working_dir: str | None = Field(
         default=None, description="Where this version's code is fetched from (an export of the applied commit)."
     )
@@ -157,6 +189,98 @@ class BackendConfig(_Value):
         return refused_traffic_reason(self) is not None
 
 
+# --- progressive delivery ---------------------------------------------------------
+
+
+class OnFailure(str, enum.Enum):
+    """What a rollout does when a step's check fails."""
+
+    ROLLBACK = "rollback"  # traffic back to the split before the rollout
+    PAUSE = "pause"  # hold the current step
+
+
+def _steps_shape(steps: Sequence[float]) -> Sequence[float]:
+    if not steps:
+        raise ValueError("must list at least one step")
+    outside = [step for step in steps if not 0 < step <= 1]
+    if outside:
+        raise ValueError(f"each step must be in (0, 1] (got {outside[0]:g})")
+    if any(later <= earlier for earlier, later in zip(steps, steps[1:])):
+        raise ValueError("must be strictly increasing")
+    if steps[-1] != 1.0:
+        raise ValueError(f"must end at 1.0, the split in git (ends at {steps[-1]:g})")
+    return steps
+
+
+class RolloutConfig(_Value):
+    """How traffic moves from the live split to the split in git, and when a step may pass."""
+
+    steps: Annotated[tuple[float, ...], AfterValidator(_steps_shape)] = Field(
+        default=(0.1, 0.5, 1.0),
+        description="Share of the change applied at each step: strictly increasing, in (0, 1], ending at 1.0.",
+    )
+    step_interval_s: float = Field(default=30.0, gt=0, description="Seconds each step must hold before it passes.")
+    min_requests: int = Field(
+        default=20, ge=0, description="Requests each backend gaining weight must answer in a step before it passes."
+    )
+    max_error_ratio: float = Field(
+        default=0.01, ge=0, le=1, description="Highest share of 5xx answers of a backend gaining weight."
+    )
+    max_p99_latency_s: float | None = Field(
+        default=None, gt=0, description="Highest p99 latency of a backend gaining weight; none: not checked."
+    )
+    on_failure: OnFailure = Field(
+        default=OnFailure.ROLLBACK,
+        description="rollback: traffic back to the split before the rollout; pause: hold the current step.",
+    )
+
+
+_HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+_STICKY = re.compile(r"(header|cookie):(.+)")
+
+
+def _header_name(name: str) -> str:
+    if _HEADER_NAME.fullmatch(name) is None:
+        raise ValueError(f"'{name}' is not an HTTP header name")
+    return name.lower()
+
+
+def _sticky_shape(key: str | None) -> str | None:
+    if key is None:
+        return None
+    found = _STICKY.fullmatch(key)
+    if found is None or _HEADER_NAME.fullmatch(found.group(2)) is None:
+        raise ValueError(f"must be 'header:NAME' or 'cookie:NAME' (got '{key}')")
+    kind, name = found.groups()
+    return f"{kind}:{name.lower()}" if kind == "header" else key
+
+
+class StickyKey(str, enum.Enum):
+    """Where a sticky split reads the key it hashes."""
+
+    HEADER = "header"
+    COOKIE = "cookie"
+
+
+class ShadowCompare(str, enum.Enum):
+    """How a shadow's reply is compared with the primary's."""
+
+    NONE = "none"
+    STATUS = "status"
+    JSON = "json"
+    EXACT = "exact"
+
+
+class MatchRule(_Value):
+    """Requests carrying a header with this exact value go to `backend`, before the weights."""
+
+    header: Annotated[str, AfterValidator(_header_name)] = Field(
+        description="The request header to read (case-insensitive)."
+    )
+    value: str = Field(description="The exact header value that selects the backend.")
+    backend: str = Field(description="The backend that answers matching requests.")
+
+
 class EndpointConfig(_Value):
     """A route of the proxy and how its requests are shared between backends."""
 
@@ -175,10 +299,35 @@ class EndpointConfig(_Value):
     timeout_s: float = Field(
         default=30.0, gt=0, description="Seconds a request may take before the client gets 504."
     )
+    match: tuple[MatchRule, ...] = Field(
+        default=(), description="Header rules checked in order before the weights; the first that matches wins."
+    )
+    sticky: Annotated[str | None, AfterValidator(_sticky_shape)] = Field(
+        default=None,
+        description="'header:NAME' or 'cookie:NAME': requests with the same key go to the same backend; "
+        "none: each request is drawn on its own.",
+    )
+    shadow_compare: ShadowCompare = Field(
+        default=ShadowCompare.NONE,
+        description="Compare each shadow reply with the primary's: none, status, json or exact (bytes).",
+    )
+    shadow_ignore: tuple[str, ...] = Field(
+        default=(), description="JSON keys left out of a json comparison, at any depth."
+    )
+    rollout: RolloutConfig | None = Field(
+        default=None, description="Move traffic toward the split in git in checked steps; none: at once."
+    )
 
     def backends(self) -> frozenset[str]:
-        """Every backend this endpoint sends requests to, primary or shadow."""
-        return frozenset(self.traffic) | frozenset(self.shadow)
+        """Every backend this endpoint sends requests to: by weight, by match or as a shadow."""
+        return frozenset(self.traffic) | frozenset(self.shadow) | frozenset(rule.backend for rule in self.match)
+
+    def sticky_key(self) -> tuple[StickyKey, str] | None:
+        """Where the sticky key is read: (header or cookie, its name)."""
+        if self.sticky is None:
+            return None
+        kind, name = self.sticky.split(":", 1)
+        return StickyKey(kind), name
 
 
 class ServingState(_Value):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import Collection, Iterable, Mapping, Protocol
+from typing import Collection, Iterable, Mapping, Protocol, Sequence
 
 __all__ = [
     "WEIGHT_TOLERANCE",
@@ -38,6 +38,7 @@ __all__ = [
     "waits_for_cold_start",
     "refused_traffic_reason",
     "unknown_backends",
+    "unknown_match_backends",
     "weight_sum",
     "zero_replica_traffic",
     "taken_routes",
@@ -73,8 +74,16 @@ class ServingProblem:
     endpoints: tuple[str, ...] = ()
 
 
+class _Matched(Protocol):
+    @property
+    def backend(self) -> str: ...
+
+
 class Routed(Protocol):
     """An endpoint as the rules read it."""
+
+    @property
+    def match(self) -> Sequence[_Matched]: ...
 
     @property
     def route(self) -> str: ...
@@ -155,6 +164,24 @@ def unknown_backends(endpoint: str, key: str, named: Iterable[str], backends: Co
     ]
 
 
+def unknown_match_backends(
+    endpoint: str, backends_named: Sequence[str | None], backends: Collection[str]
+) -> list[ServingProblem]:
+    """Each `[[endpoints.X.match]]` rule (by position) whose backend does not exist
+    (None: a rule that names no backend, reported as such elsewhere)."""
+    return [
+        ServingProblem(
+            Rule.UNKNOWN_BACKEND,
+            ("endpoints", endpoint, "match", index, "backend"),
+            f"endpoints.{endpoint}.match[{index}].backend: backend '{backend}' is not defined",
+            endpoint=endpoint,
+            backend=backend,
+        )
+        for index, backend in enumerate(backends_named)
+        if backend is not None and backend not in backends
+    ]
+
+
 def weight_sum(endpoint: str, traffic: Mapping[str, float]) -> list[ServingProblem]:
     if weights_sum_to_one(traffic):
         return []
@@ -201,14 +228,16 @@ def taken_routes(endpoints: Mapping[str, Routed]) -> list[ServingProblem]:
 
 
 def backend_in_use(backend: str, endpoints: Mapping[str, Routed]) -> list[ServingProblem]:
-    """Deleting `backend` while endpoints still send it traffic or shadow copies."""
-    users = tuple(
-        sorted(name for name, e in endpoints.items() if backend in e.traffic or backend in e.shadow)
-    )
+    """Deleting `backend` while endpoints still send it traffic, matched requests or shadow copies."""
+    users = tuple(sorted(name for name, e in endpoints.items() if backend in _named(e)))
     if not users:
         return []
     message = f"backends.{backend}: still named by endpoint(s) {', '.join(users)}"
     return [ServingProblem(Rule.BACKEND_IN_USE, ("backends", backend), message, backend=backend, endpoints=users)]
+
+
+def _named(endpoint: Routed) -> set[str]:
+    return {*endpoint.traffic, *endpoint.shadow, *(rule.backend for rule in endpoint.match)}
 
 
 def state_problems(backends: Mapping[str, Scaled], endpoints: Mapping[str, Routed]) -> list[ServingProblem]:
@@ -217,6 +246,7 @@ def state_problems(backends: Mapping[str, Scaled], endpoints: Mapping[str, Route
     for name, endpoint in endpoints.items():
         problems += unknown_backends(name, "traffic", endpoint.traffic, backends)
         problems += unknown_backends(name, "shadow", endpoint.shadow, backends)
+        problems += unknown_match_backends(name, [rule.backend for rule in endpoint.match], backends)
         problems += weight_sum(name, endpoint.traffic)
         problems += zero_replica_traffic(name, endpoint.traffic, backends)
     return problems + taken_routes(endpoints)

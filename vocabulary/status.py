@@ -18,6 +18,7 @@ from typing import Iterable
 from pydantic import BaseModel, ConfigDict, Field
 
 from vocabulary.configs import GoalState, ReplicaState
+from vocabulary.rollouts import CheckCount, Rollout
 
 __all__ = [
     "Health",
@@ -142,6 +143,8 @@ class ClusterStatus(_Observed):
     errors: dict[str, int] = Field(default_factory=dict)  # control-loop errors by where
     ticks: int = 0
     load: dict[str, dict[str, tuple[int, int]]] = Field(default_factory=dict)  # proxy -> backend -> (ongoing, queued)
+    rollouts: dict[str, Rollout] = Field(default_factory=dict)  # by endpoint: running, stopped or promoted
+    rollout_checks: tuple[CheckCount, ...] = ()  # how often each check passed and failed
 
     def health(self) -> Health:
         return worst(backend.health() for backend in self.backends.values())

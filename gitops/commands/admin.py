@@ -1,4 +1,4 @@
-"""`gitops status|history|sync|suspend|resume`: the running agent's admin API.
+"""`gitops status|history|sync|suspend|resume|rollback`: the running agent's admin API.
 
 Owns the client side of the admin API and the human tables: `/status` is
 parsed into the agent's own `AgentStatus` model before it is drawn; `--json`
@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import time
+import urllib.parse
 from typing import Any
 
 import httpx
@@ -28,6 +29,7 @@ __all__ = [
     "sync_command",
     "suspend_command",
     "resume_command",
+    "rollback_command",
     "render_status",
     "render_history",
 ]
@@ -57,6 +59,14 @@ def suspend_command(args: argparse.Namespace) -> int:
 
 def resume_command(args: argparse.Namespace) -> int:
     return _verb(args, "/resume", "reconciliation resumed")
+
+
+def rollback_command(args: argparse.Namespace) -> int:
+    path = "/rollback" + (f"?commit={urllib.parse.quote(args.commit)}" if args.commit else "")
+    data = _call(args, "POST", path)
+    held = ", ".join(sha[:7] for sha in data["held"])
+    print(json.dumps(data) if args.json else f"rolling back to {data['good'][:7]}; holding {held} until a newer commit")
+    return 0
 
 
 def _verb(args: argparse.Namespace, path: str, done: str) -> int:

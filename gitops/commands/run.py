@@ -250,6 +250,8 @@ async def _serve(
             interval_s=args.interval,
             resync_interval_s=args.resync_interval,
             suspend_marker=state.suspend_marker,
+            auto_revert=args.auto_revert,
+            quarantine_file=state.quarantine,
         ),
         notifier=notifier,
     )

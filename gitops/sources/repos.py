@@ -108,6 +108,16 @@ class GitSource:
             commit = git.Reference(self._repo, f"refs/heads/{self.branch}").commit
         except (ValueError, git.BadName, git.GitCommandError) as error:
             raise SourceError(f"{self.location}: branch {self.branch!r} not found ({error})") from None
+        return self._revision(commit)
+
+    def revision(self, sha: str) -> Revision:
+        try:
+            commit = self._repo.commit(sha)
+        except (ValueError, git.BadName, git.GitCommandError) as error:
+            raise SourceError(f"{self.location}: commit {sha[:12]} not found ({error})") from None
+        return self._revision(commit)
+
+    def _revision(self, commit: git.Commit) -> Revision:
         return Revision(
             sha=commit.hexsha,
             tree=commit.tree.hexsha,

@@ -62,6 +62,10 @@ class Source(Protocol):
         """The branch's newest commit (fetching first if remote); raises `SourceError`."""
         ...
 
+    def revision(self, sha: str) -> Revision:
+        """An earlier commit of the branch, by sha (to go back to it); raises `SourceError`."""
+        ...
+
     def tree(self, revision: Revision) -> Tree:
         """The files of `revision`, read-only, for the spec loader."""
         ...

@@ -15,7 +15,14 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from vocabulary.serving_rules import ServingProblem, taken_routes, unknown_backends, weight_sum, zero_replica_traffic
+from vocabulary.serving_rules import (
+    ServingProblem,
+    taken_routes,
+    unknown_backends,
+    unknown_match_backends,
+    weight_sum,
+    zero_replica_traffic,
+)
 from gitops.specs.locating import Locations, locate
 from gitops.specs.models import NAME_PATTERN, EndpointSpec, Loc, check_backend, check_endpoint
 
@@ -215,4 +222,12 @@ def _reference_problems(name: str, declared: Declared, backends: dict[str, Decla
     for key in ("traffic", "shadow"):
         weights = raw.get(key)
         problems += unknown_backends(name, key, weights if isinstance(weights, dict) else (), backends)
-    return problems
+    return problems + unknown_match_backends(name, _matched_backends(raw.get("match")), backends)
+
+
+def _matched_backends(rules: Any) -> list[str | None]:
+    """The backend of each match rule, by position; None for a rule that names none."""
+    if not isinstance(rules, list):
+        return []
+    named = [rule.get("backend") if isinstance(rule, dict) else None for rule in rules]
+    return [name if isinstance(name, str) else None for name in named]

@@ -18,16 +18,27 @@ table for a free dict), the keys only a file has (`code_paths`, an optional
 
 from __future__ import annotations
 
+import enum
 import re
 from copy import copy
 from dataclasses import dataclass
-from typing import Annotated, Any, Mapping, TypeVar
+from typing import Annotated, Any, Literal, Mapping, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, to_jsonable_python
 
-from vocabulary.configs import AutoscalingConfig, BackendConfig, BatchingConfig, EndpointConfig
+from vocabulary.configs import (
+    AutoscalingConfig,
+    BackendConfig,
+    BatchingConfig,
+    EndpointConfig,
+    MatchRule,
+    OnFailure,
+    RolloutConfig,
+    ShadowCompare,
+    UpdateConfig,
+)
 from vocabulary.serving_rules import zero_replica_reason
 
 __all__ = [
@@ -37,6 +48,9 @@ __all__ = [
     "DERIVED_ENDPOINT_FIELDS",
     "AutoscalingSpec",
     "BatchingSpec",
+    "UpdateSpec",
+    "RolloutSpec",
+    "MatchSpec",
     "RayActorOptionsSpec",
     "RuntimeEnvSpec",
     "BackendSpec",
@@ -100,6 +114,11 @@ def _file_default(info: FieldInfo, file_type: Any) -> FieldInfo:
     return Field(default=TypeAdapter(file_type).validate_python(runtime_default), description=info.description)
 
 
+def _one_of(values: type[enum.Enum]) -> Any:
+    """A str enum as a file writes it: one of its values (strict mode takes no strings for enums)."""
+    return Literal[tuple(value.value for value in values)]
+
+
 AutoscalingSpec = create_model(
     "AutoscalingSpec", __base__=_Spec, __doc__=AutoscalingConfig.__doc__, **_file_keys(AutoscalingConfig, frozenset(), {})
 )
@@ -107,6 +126,16 @@ AutoscalingSpec = create_model(
 BatchingSpec = create_model(
     "BatchingSpec", __base__=_Spec, __doc__=BatchingConfig.__doc__, **_file_keys(BatchingConfig, frozenset(), {})
 )
+UpdateSpec = create_model(
+    "UpdateSpec", __base__=_Spec, __doc__=UpdateConfig.__doc__, **_file_keys(UpdateConfig, frozenset(), {})
+)
+RolloutSpec = create_model(
+    "RolloutSpec",
+    __base__=_Spec,
+    __doc__=RolloutConfig.__doc__,
+    **_file_keys(RolloutConfig, frozenset(), {"steps": list[float], "on_failure": _one_of(OnFailure)}),
+)
+MatchSpec = create_model("MatchSpec", __base__=_Spec, __doc__=MatchRule.__doc__, **_file_keys(MatchRule, frozenset(), {}))
 
 
 class RayActorOptionsSpec(_Spec):
@@ -143,6 +172,7 @@ _BackendKeys = create_model(
             "runtime_env": RuntimeEnvSpec,
             "autoscaling": AutoscalingSpec | None,
             "batching": BatchingSpec | None,
+            "update": UpdateSpec | None,
         },
     ),
 )
@@ -204,7 +234,15 @@ _EndpointKeys = create_model(
     **_file_keys(
         EndpointConfig,
         DERIVED_ENDPOINT_FIELDS,
-        {"methods": list[str], "traffic": dict[str, Fraction], "shadow": dict[str, ShadowFraction]},
+        {
+            "methods": list[str],
+            "traffic": dict[str, Fraction],
+            "shadow": dict[str, ShadowFraction],
+            "match": list[MatchSpec],
+            "shadow_compare": _one_of(ShadowCompare),
+            "shadow_ignore": list[str],
+            "rollout": RolloutSpec | None,
+        },
     ),
 )
 
@@ -268,7 +306,7 @@ def check_backend(raw: Any, at: Loc) -> tuple[BackendSpec | None, tuple[Problem,
 
 
 def check_endpoint(raw: Any, at: Loc) -> tuple[EndpointSpec | None, tuple[Problem, ...]]:
-    return _check(EndpointSpec, raw, at, ())
+    return _check(EndpointSpec, raw, at, _endpoint_rules(raw, at))
 
 
 def _check(
@@ -303,6 +341,15 @@ def _backend_rules(raw: Any, at: Loc) -> tuple[Problem, ...]:
     return tuple(problems)
 
 
+def _endpoint_rules(raw: Any, at: Loc) -> tuple[Problem, ...]:
+    if not isinstance(raw, Mapping) or "shadow_ignore" not in raw:
+        return ()
+    if raw.get("shadow_compare") == ShadowCompare.JSON.value:
+        return ()
+    where = (*at, "shadow_ignore")
+    return (Problem(where, f"{_dotted(where)}: only a json comparison ignores keys; set shadow_compare = \"json\""),)
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -318,6 +365,10 @@ _MESSAGES = {
 }
 
 
+def _literal_text(ctx: Mapping[str, Any]) -> str:
+    return f"must be {ctx['expected']}"
+
+
 def _describe(detail: ErrorDetails, at: Loc) -> Problem:
     loc = (*at, *detail["loc"])
     kind, ctx = detail["type"], detail.get("ctx", {})
@@ -327,6 +378,8 @@ def _describe(detail: ErrorDetails, at: Loc) -> Problem:
         return Problem(loc, f"{_dotted(loc[:-1])}: missing required key '{loc[-1]}'")
     if kind == "value_error":
         return Problem(loc, f"{_dotted(loc)}: {ctx['error']}")
+    if kind == "literal_error":
+        return Problem(loc, f"{_dotted(loc)}: {_literal_text(ctx)} (got {_short(detail['input'])})")
     bound = next((f"{op} {_number(ctx[key])}" for key, op in _BOUNDS if key in ctx), None)
     text = f"must be {bound}" if bound else _MESSAGES.get(kind, detail["msg"])
     return Problem(loc, f"{_dotted(loc)}: {text} (got {_short(detail['input'])})")
@@ -336,7 +389,8 @@ _BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
 
 
 def _dotted(loc: Loc) -> str:
-    return ".".join(f"[{part}]" if isinstance(part, int) else str(part) for part in loc) or "file"
+    text = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+    return text.removeprefix(".") or "file"
 
 
 def _number(value: Any) -> str:

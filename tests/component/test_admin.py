@@ -13,6 +13,7 @@ import httpx
 from gitops.access import AccessPolicy
 from gitops.admin import WebhookGuard, build_app
 from gitops.ledger import HistoryEntry, Outcome
+from gitops.rollback import Quarantine, RollbackReason, RollbackRefused
 from gitops.status import StatusFacts, roll_up
 from gitops.webhooks import RateLimiter, sign
 
@@ -39,6 +40,11 @@ class FakeAgent:
 
     def resume(self) -> None:
         self.suspended = False
+
+    def rollback(self, commit: str | None = None) -> Quarantine:
+        if commit == "0000000":
+            raise RollbackRefused("commit 0000000 was never applied here")
+        return Quarantine(good=commit or "b" * 40, held=frozenset({"c" * 40}), reason=RollbackReason.MANUAL)
 
 
 def request(agent: FakeAgent, method: str, path: str, webhook: WebhookGuard | None = None,

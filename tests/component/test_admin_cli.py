@@ -57,6 +57,14 @@ def test_suspend_then_sync_is_a_one_line_error(agent_url, capsys) -> None:
     assert capsys.readouterr().err.strip().endswith("reconciliation is suspended; resume it first")
 
 
+def test_rollback_says_where_it_goes_and_what_it_holds(agent_url, capsys) -> None:
+    url, _ = agent_url
+    assert main(["rollback", "--agent", url, "a" * 40]) == 0
+    assert capsys.readouterr().out.strip() == "rolling back to aaaaaaa; holding ccccccc until a newer commit"
+    assert main(["rollback", "--agent", url, "0000000"]) == 1
+    assert capsys.readouterr().err.strip().endswith("commit 0000000 was never applied here")
+
+
 def test_history_prints_the_ledger(agent_url, capsys) -> None:
     url, _ = agent_url
     assert main(["history", "--agent", url]) == 0

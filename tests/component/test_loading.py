@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from vocabulary.configs import AutoscalingConfig, BackendConfig, BatchingConfig, EndpointConfig
+from vocabulary.configs import (
+    AutoscalingConfig,
+    BackendConfig,
+    BatchingConfig,
+    EndpointConfig,
+    RolloutConfig,
+    UpdateConfig,
+)
 from gitops.specs.loading import DesiredState, LoadResult, Loader, SpecError
 from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS
 from gitops.sources.trees import MemoryTree
@@ -307,6 +314,7 @@ health_check_timeout_s = 3
 ray_actor_options = { num_cpus = 0.5 }
 runtime_env = { env_vars = { A = "b" } }
 batching = { max_batch_size = 4, batch_wait_timeout_s = 0.5 }
+update = { max_surge = 0, max_unavailable = 2 }
 
 [backends.scaled]
 import_path = "apps.echo:hello"
@@ -319,6 +327,11 @@ methods = ["PUT"]
 traffic = { full = 1.0 }
 shadow = { scaled = 0.5 }
 timeout_s = 9
+match = [{ header = "x-canary", value = "yes", backend = "scaled" }]
+sticky = "cookie:user"
+shadow_compare = "json"
+shadow_ignore = ["at"]
+rollout = { steps = [0.2, 1.0], step_interval_s = 5, min_requests = 3, max_error_ratio = 0.5, max_p99_latency_s = 2, on_failure = "pause" }
 """
 
 
@@ -335,11 +348,15 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
     backends, endpoints = list(state.backends.values()), list(state.endpoints.values())
     scaling = [b.autoscaling for b in backends if b.autoscaling is not None]
     batching = [b.batching for b in backends if b.batching is not None]
+    updates = [b.update for b in backends if b.update is not None]
+    rollouts = [e.rollout for e in endpoints if e.rollout is not None]
     expected = [
         (BackendConfig, backends, DERIVED_BACKEND_FIELDS),
         (EndpointConfig, endpoints, DERIVED_ENDPOINT_FIELDS),
         (AutoscalingConfig, scaling, frozenset()),
         (BatchingConfig, batching, frozenset()),
+        (UpdateConfig, updates, frozenset()),
+        (RolloutConfig, rollouts, frozenset()),
     ]
     for model, values, derived in expected:
         assert _set_by_the_file(model, values, derived) == set(model.model_fields) - derived, model.__name__

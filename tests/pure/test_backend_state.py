@@ -112,6 +112,18 @@ def test_rolling_update_starts_one_new_replica_before_draining_any_old_one():
     assert len(starts(effects)) == 1
 
 
+def test_an_update_without_surge_replaces_a_replica_in_place_before_starting_its_successor():
+    state, world = BackendState(), FakeAdapter()
+    in_place = {"update": {"max_surge": 0, "max_unavailable": 1}}
+    state.apply(config(replicas=2, **in_place))
+    run_ready(state, world, 0.0)
+    state.apply(config(version="v2", replicas=2, **in_place))
+    effects = state.tick(1.0, world)
+    assert len(stops(effects)) == 1 and len(starts(effects)) == 1
+    live = [r for r in state.status("echo").replicas if r.state.value in ("SHOULD_START", "STARTING", "RUNNING")]
+    assert len(live) == 2  # never above the target: no spare capacity needed
+
+
 def test_rolling_update_ends_with_only_the_new_version():
     state, world = BackendState(), FakeAdapter()
     state.apply(config(replicas=3))

@@ -8,6 +8,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gitops.metrics import AgentMetrics, restart_increments
 from vocabulary.configs import ReplicaState
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
+from vocabulary.configs import RolloutConfig
+from vocabulary.rollouts import CheckCount, CheckName, Rollout, RolloutPhase
 
 
 def samples(metrics: AgentMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -74,6 +76,9 @@ def test_every_agent_metric_of_the_product_contract_is_exported_with_its_type() 
         "gitops_autoscaling_decisions": "counter",
         "gitops_notifications": "counter",
         "gitops_commit_verification": "counter",
+        "gitops_rollout_step": "gauge",
+        "gitops_rollout_checks": "counter",
+        "gitops_rollbacks": "counter",
     }
 
 
@@ -185,3 +190,32 @@ def test_two_agents_in_one_process_keep_separate_registries() -> None:
     first, second = AgentMetrics(), AgentMetrics()
     first.drift_corrected()
     assert value(second, "gitops_drift_corrections_total") == 0
+
+
+def rolling(step: int, phase: str = "stepping") -> Rollout:
+    return Rollout(endpoint="e", before={"b": 1.0}, target={"c": 1.0}, config=RolloutConfig(),
+                   phase=RolloutPhase(phase), step=step, step_started_at=0.0)
+
+
+def test_the_rollout_step_of_each_endpoint_is_1_based_and_0_without_a_rollout() -> None:
+    metrics = AgentMetrics()
+    cluster = status(endpoints={"e": {"b": 1.0}, "f": {"b": 1.0}})
+    metrics.cluster_observed(cluster.model_copy(update={"rollouts": {"e": rolling(1)}}))
+    assert value(metrics, "gitops_rollout_step", endpoint="e") == 2
+    assert value(metrics, "gitops_rollout_step", endpoint="f") == 0
+    metrics.cluster_observed(cluster.model_copy(update={"rollouts": {"e": rolling(1, "aborted")}}))
+    assert value(metrics, "gitops_rollout_step", endpoint="e") == 0
+
+
+def test_rollout_checks_follow_the_controller_s_cumulative_counts() -> None:
+    metrics = AgentMetrics()
+    cluster = status(endpoints={"e": {"b": 1.0}})
+
+    def counted(n: int) -> ClusterStatus:
+        count = CheckCount(endpoint="e", backend="c", check=CheckName.ERROR_RATIO, result="fail", count=n)
+        return cluster.model_copy(update={"rollout_checks": (count,)})
+
+    for n in (1, 3, 3):
+        metrics.cluster_observed(counted(n))
+    labels = {"endpoint": "e", "backend": "c", "check": "error_ratio", "result": "fail"}
+    assert value(metrics, "gitops_rollout_checks_total", **labels) == 3

@@ -47,6 +47,11 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_commit_verification_total": ("counter", frozenset({"result"})),
     # Added with issue #13 (serving what users run on Ray Serve).
     "gitops_batch_size": ("histogram", frozenset({"backend"})),
+    # Added with issue #12 (progressive delivery).
+    "gitops_shadow_comparisons_total": ("counter", frozenset({"endpoint", "backend", "result"})),
+    "gitops_rollout_step": ("gauge", frozenset({"endpoint"})),
+    "gitops_rollbacks_total": ("counter", frozenset({"reason"})),
+    "gitops_rollout_checks_total": ("counter", frozenset({"endpoint", "backend", "check", "result"})),
 }
 
 # Labels Prometheus itself adds (target labels) or that histograms carry.
@@ -112,6 +117,7 @@ def test_the_metric_modules_export_exactly_the_contracts_metrics() -> None:
     )
     proxy.request_finished("e", "b", 200, 0.01)
     proxy.shadow_finished("e", "b", "ok")
+    proxy.shadow_compared("e", "b", True)
     proxy.set_ongoing("b", 0)
     exported = exported_families(agent.render().decode(), proxy.render().decode())
     expected = {name.removesuffix("_total"): kind for name, (kind, _) in CONTRACT.items()}

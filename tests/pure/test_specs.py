@@ -8,11 +8,14 @@ import pytest
 
 from pydantic import BaseModel
 
-from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig
+from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig, MatchRule, RolloutConfig, UpdateConfig
 from gitops.specs.models import (
     DERIVED_BACKEND_FIELDS,
     DERIVED_ENDPOINT_FIELDS,
     AutoscalingSpec,
+    MatchSpec,
+    RolloutSpec,
+    UpdateSpec,
     BackendSpec,
     EndpointSpec,
     RayActorOptionsSpec,
@@ -201,6 +204,9 @@ SPEC_OF = [
     (BackendConfig, BackendSpec, DERIVED_BACKEND_FIELDS),
     (EndpointConfig, EndpointSpec, DERIVED_ENDPOINT_FIELDS),
     (AutoscalingConfig, AutoscalingSpec, frozenset()),
+    (UpdateConfig, UpdateSpec, frozenset()),
+    (RolloutConfig, RolloutSpec, frozenset()),
+    (MatchRule, MatchSpec, frozenset()),
 ]
 
 
@@ -226,7 +232,7 @@ def test_a_spec_key_has_the_default_and_description_of_its_config_field(
 @pytest.mark.parametrize(
     "model",
     [BackendConfig, EndpointConfig, AutoscalingConfig, BackendSpec, EndpointSpec, AutoscalingSpec,
-     RayActorOptionsSpec, RuntimeEnvSpec],
+     RayActorOptionsSpec, RuntimeEnvSpec, UpdateConfig, UpdateSpec, RolloutConfig, RolloutSpec, MatchRule, MatchSpec],
     ids=lambda model: model.__name__,
 )
 def test_every_field_has_a_description(model: type[BaseModel]) -> None:

@@ -105,7 +105,7 @@ def test_markdown_is_a_pull_request_comment_with_summary_and_marked_actions(repo
 | # | action | effect | changes |
 |---:|---|---|---|
 | 1 | update backend `echo-v1` | in place | `max_concurrent_queries: 100 → 10` |
-| 2 | update backend `echo-v2` | **restart** (rolling update) | `version: "{old_v2}" → "{new_v2}"`<br>`init_args: ["a"] → ["b"]` |
+| 2 | update backend `echo-v2` | **restart** (rolling update) | `version: "{old_v2}" → "{new_v2}"`<br>`init_args: ["a"] → ["b"]`<br>`capacity stays at 1 replica(s), up to 1 extra while updating (max_surge = 1, max_unavailable = 0)` |
 | 3 | create backend `echo-v3` | starts replicas | `version: "{v3}"`<br>`import_path: "deployments.apps.echo:Echo"`<br>`num_replicas: 1` |
 | 4 | update endpoint `echo` | in place | `traffic: {{"echo-v1": 1.0}} → {{"echo-v1": 0.5, "echo-v3": 0.5}}` |
 

@@ -25,6 +25,19 @@ def test_newest_revision_is_the_branch_head(repo, tmp_path: Path) -> None:
     assert (newest.sha, newest.summary, newest.author) == (second, "second", "tests")
 
 
+def test_an_earlier_commit_is_read_by_its_sha_for_a_rollback(repo, tmp_path: Path) -> None:
+    repo.write("deployments/a.toml", "# one\n")
+    first = repo.commit("first")
+    repo.write("deployments/a.toml", "# two\n")
+    repo.commit("second")
+    source = GitSource(str(repo.root), None, tmp_path / "state")
+    earlier = source.revision(first)
+    assert (earlier.sha, earlier.summary) == (first, "first")
+    assert source.tree(earlier).read("deployments/a.toml") == b"# one\n"
+    with pytest.raises(SourceError, match="commit 0000000 not found"):
+        source.revision("0000000")
+
+
 def test_uncommitted_edits_are_not_seen(repo, tmp_path: Path) -> None:
     repo.write("app.py", "committed = True\n")
     repo.commit()

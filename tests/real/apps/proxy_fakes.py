@@ -49,7 +49,9 @@ class FakeController:
             except TimeoutError:
                 pass
 
-    async def report_load(self, proxy_id: str, loads: dict[str, tuple[int, int]]) -> None:
+    async def report_load(
+        self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None
+    ) -> None:
         self.loads[proxy_id] = dict(loads)
 
     async def reported_loads(self) -> dict[str, dict[str, tuple[int, int]]]:

@@ -1,0 +1,115 @@
+"""Every endpoint's rollout, the request totals they are judged on, and the checks counted.
+
+The controller's holder of rollouts, beside `EndpointState` (which keeps the
+split git asked for). `on_endpoint` is called when an endpoint's config is
+set, `record` with each proxy's request counts, `tick` on every control-loop
+tick; `served` is what the proxies get: the endpoint's config with the
+rollout's current weights in place of git's split. State crosses restarts
+through `to_json`/`from_json` in the controller's checkpoint, so a step in
+progress goes on where it was. Transitions are `controller.rollouts`'; no
+Ray, no clock (`now` is passed in, wall-clock seconds).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any, Mapping
+
+from vocabulary.configs import EndpointConfig
+from vocabulary.request_stats import RequestStats
+from vocabulary.rollouts import CheckCount, CheckName, Rollout
+from controller.request_totals import RequestTotals
+from controller.rollouts import advance, on_config
+
+__all__ = ["RolloutState"]
+
+logger = logging.getLogger(__name__)
+
+
+class RolloutState:
+    def __init__(
+        self,
+        rollouts: Mapping[str, Rollout] | None = None,
+        totals: RequestTotals | None = None,
+        checks: Counter[tuple[str, str, CheckName, str]] | None = None,
+    ) -> None:
+        self._rollouts: dict[str, Rollout] = dict(rollouts or {})
+        self._totals = totals or RequestTotals()
+        self._checks: Counter[tuple[str, str, CheckName, str]] = checks or Counter()
+        self.dirty = False
+
+    def on_endpoint(self, config: EndpointConfig, live: Mapping[str, float] | None, now: float) -> None:
+        """`config` replaces the endpoint's config whose served split was `live` (None: a new endpoint)."""
+        rollout = on_config(self._rollouts.get(config.name), live, config, self._totals.totals, now)
+        self._set(config.name, rollout)
+
+    def forget(self, endpoint: str) -> None:
+        self._set(endpoint, None)
+
+    def served(self, config: EndpointConfig) -> EndpointConfig:
+        """The config the proxies serve: git's, with the rollout's weights while one runs."""
+        rollout = self._rollouts.get(config.name)
+        if rollout is None:
+            return config
+        # Backends of git's split stay in at weight 0: proxies keep their replicas
+        # at hand, and the endpoint's goal sees every backend it names served.
+        weights = {**{backend: 0.0 for backend in config.traffic}, **rollout.weights()}
+        return config if weights == config.traffic else config.model_copy(update={"traffic": weights})
+
+    def record(self, proxy: str, requests: Mapping[str, Any]) -> None:
+        """A proxy's cumulative counts (`RequestStats` as JSON) from its load report."""
+        report = {backend: RequestStats.model_validate(stats) for backend, stats in requests.items()}
+        self._totals = self._totals.absorb(proxy, report)
+
+    def tick(self, now: float) -> list[str]:
+        """Advance every rollout; the endpoints whose served weights changed."""
+        moved: list[str] = []
+        for name, rollout in list(self._rollouts.items()):
+            decision = advance(rollout, self._totals.totals, now)
+            for check in decision.checks:
+                result = "pass" if check.passed else "fail"
+                self._checks[(name, check.backend, check.name, result)] += 1
+            if decision.rollout == rollout:
+                continue
+            if decision.rollout.phase != rollout.phase or decision.rollout.step != rollout.step:
+                logger.info("rollout %s", decision.rollout.message())
+            if decision.rollout.weights() != rollout.weights():
+                moved.append(name)
+            self._set(name, decision.rollout)
+        return moved
+
+    def rollouts(self) -> dict[str, Rollout]:
+        return dict(self._rollouts)
+
+    def check_counts(self) -> tuple[CheckCount, ...]:
+        return tuple(
+            CheckCount(endpoint=e, backend=b, check=c, result=r, count=n)
+            for (e, b, c, r), n in sorted(self._checks.items())
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rollouts": {name: rollout.model_dump(mode="json") for name, rollout in self._rollouts.items()},
+            "totals": self._totals.model_dump(mode="json"),
+            "checks": [count.model_dump(mode="json") for count in self.check_counts()],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> "RolloutState":
+        data = data or {}
+        counts = (CheckCount.model_validate(item) for item in data.get("checks", []))
+        return cls(
+            {name: Rollout.model_validate(item) for name, item in data.get("rollouts", {}).items()},
+            RequestTotals.model_validate(data.get("totals", {})),
+            Counter({(c.endpoint, c.backend, c.check, c.result): c.count for c in counts}),
+        )
+
+    def _set(self, endpoint: str, rollout: Rollout | None) -> None:
+        if self._rollouts.get(endpoint) == rollout:
+            return
+        if rollout is None:
+            del self._rollouts[endpoint]
+        else:
+            self._rollouts[endpoint] = rollout
+        self.dirty = True

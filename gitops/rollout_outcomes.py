@@ -1,0 +1,47 @@
+"""What the controller's rollouts mean for the history ledger and the status.
+
+A rollout the controller stopped (aborted, or paused on a failed check)
+belongs to the commit whose split it was moving to: git's current split for
+that endpoint, so the newest applied commit. `aborted_entry` turns that into
+one ledger row, `aborted`, with the failed checks and their measured values,
+recorded once; the commit is not retried (the controller keeps the aborted
+target and ignores it when asked again). `rollout_message` is what the
+status says while rollouts run.
+
+Pure: rollouts and ledger rows in, a row or a line of text out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping
+
+from gitops.ledger import HistoryEntry, Outcome
+from vocabulary.rollouts import Rollout, RolloutPhase
+
+__all__ = ["STOPPED", "stopped", "aborted_entry", "rollout_message"]
+
+STOPPED = frozenset({RolloutPhase.ABORTED, RolloutPhase.PAUSED})
+
+
+def stopped(rollouts: Mapping[str, Rollout]) -> list[Rollout]:
+    """Rollouts a failed check stopped, by endpoint name."""
+    return [rollouts[name] for name in sorted(rollouts) if rollouts[name].phase in STOPPED]
+
+
+def aborted_entry(rollouts: Mapping[str, Rollout], last: HistoryEntry | None, now: float) -> HistoryEntry | None:
+    """The `aborted` row for the newest commit, once, when a rollout of it stopped."""
+    failed = stopped(rollouts)
+    if not failed or last is None or not last.result.ok:
+        return None
+    return replace(
+        last, result=Outcome.ABORTED, started_at=now, finished_at=now,
+        errors=tuple(rollout.message() for rollout in failed), id=None,
+    )
+
+
+def rollout_message(rollouts: Mapping[str, Rollout]) -> str:
+    """The steps of the rollouts under way, for the status while they run; "" when none runs."""
+    return "; ".join(
+        rollouts[name].message() for name in sorted(rollouts) if rollouts[name].phase is RolloutPhase.STEPPING
+    )

@@ -1,0 +1,126 @@
+"""Shadow replies compared with the primary's, and a bounded sample of the mismatches.
+
+`compare` is pure: two `WireResponse`s and the endpoint's mode in, a
+`Comparison` (match or mismatch, and a one-line diff) out. Modes: `status`
+compares status codes; `json` also compares the bodies as JSON with the
+`shadow_ignore` keys left out at any depth; `exact` compares status and
+body bytes. `MismatchLog` keeps the most recent mismatches (path, both
+statuses, the diff) for the admin API and the status page; it holds no
+bodies, only the short diff. The proxy compares after the primary's reply
+has been sent, so a comparison never delays it.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from vocabulary.configs import ShadowCompare
+from vocabulary.wire import WireResponse
+
+__all__ = ["Comparison", "Mismatch", "MismatchLog", "compare", "DIFF_LIMIT"]
+
+DIFF_LIMIT = 200  # characters of a diff kept per mismatch
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Comparison:
+    matched: bool
+    diff: str = ""
+
+
+_MATCH = Comparison(True)
+
+
+def compare(mode: ShadowCompare, ignore: frozenset[str], primary: WireResponse, shadow: WireResponse) -> Comparison:
+    if primary[0] != shadow[0]:
+        return Comparison(False, f"status {primary[0]} != {shadow[0]}")
+    if mode is ShadowCompare.JSON:
+        return _compare_json(ignore, primary[2], shadow[2])
+    if mode is ShadowCompare.EXACT and primary[2] != shadow[2]:
+        return Comparison(False, _byte_diff(primary[2], shadow[2]))
+    return _MATCH
+
+
+def _compare_json(ignore: frozenset[str], primary: bytes, shadow: bytes) -> Comparison:
+    try:
+        left, right = json.loads(primary), json.loads(shadow)
+    except ValueError:
+        return _MATCH if primary == shadow else Comparison(False, "bodies differ and are not both JSON")
+    found = _first_difference("$", _without(left, ignore), _without(right, ignore))
+    return _MATCH if found is None else Comparison(False, found[: DIFF_LIMIT])
+
+
+def _without(value: Any, ignore: frozenset[str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _without(v, ignore) for k, v in value.items() if k not in ignore}
+    if isinstance(value, list):
+        return [_without(item, ignore) for item in value]
+    return value
+
+
+def _first_difference(path: str, left: Any, right: Any) -> str | None:
+    """Where two JSON values first differ, as `$.a[2].b: 1 != 2`; None when equal."""
+    if isinstance(left, dict) and isinstance(right, dict):
+        for key in sorted(set(left) | set(right)):
+            found = _first_difference(f"{path}.{key}", left.get(key, _MISSING), right.get(key, _MISSING))
+            if found is not None:
+                return found
+        return None
+    if isinstance(left, list) and isinstance(right, list):
+        if len(left) != len(right):
+            return f"{path}: {len(left)} items != {len(right)} items"
+        for index, (a, b) in enumerate(zip(left, right)):
+            found = _first_difference(f"{path}[{index}]", a, b)
+            if found is not None:
+                return found
+        return None
+    # JSON has one number type (1 == 1.0) but true is not 1.
+    if left == right and isinstance(left, bool) == isinstance(right, bool):
+        return None
+    return f"{path}: {_show(left)} != {_show(right)}"
+
+
+def _show(value: Any) -> str:
+    if value is _MISSING:
+        return "(missing)"
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _byte_diff(primary: bytes, shadow: bytes) -> str:
+    offset = next((i for i, (a, b) in enumerate(zip(primary, shadow)) if a != b), min(len(primary), len(shadow)))
+    return f"bodies differ from byte {offset} ({len(primary)} vs {len(shadow)} bytes)"
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One shadow reply that differed from the primary's."""
+
+    at: float  # wall clock, seconds
+    endpoint: str
+    backend: str
+    path: str
+    primary_status: int
+    shadow_status: int
+    diff: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class MismatchLog:
+    """The newest `size` mismatches, oldest dropped first."""
+
+    def __init__(self, size: int = 50) -> None:
+        self._recent: collections.deque[Mismatch] = collections.deque(maxlen=size)
+
+    def record(self, mismatch: Mismatch) -> None:
+        self._recent.append(mismatch)
+
+    def recent(self) -> list[Mismatch]:
+        """Newest first."""
+        return list(reversed(self._recent))

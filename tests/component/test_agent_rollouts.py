@@ -1,0 +1,50 @@
+"""The agent and the controller's rollouts: an aborted rollout marks the commit aborted, once, with the
+numbers; the status says Degraded / RolloutAborted, or Progressing / RollingOut while one runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vocabulary.configs import RolloutConfig
+from vocabulary.rollouts import Check, CheckName, Rollout, RolloutPhase
+from gitops.ledger import Outcome
+from gitops.status import SyncStatus
+from gitops.testing import FakeController, MemorySource
+from tests.component.test_agent_loop import make_agent, spec, spec_repo, tick  # noqa: F401 (spec_repo: fixture)
+
+BROKEN = Check(name=CheckName.ERROR_RATIO, backend="v2", measured=0.2, threshold=0.01, passed=False)
+
+
+def rollout(phase: RolloutPhase) -> Rollout:
+    return Rollout(endpoint="echo", before={"v1": 1.0}, target={"v1": 0.5, "v2": 0.5}, config=RolloutConfig(),
+                   phase=phase, step_started_at=0.0, checks=(BROKEN,) if phase is RolloutPhase.ABORTED else ())
+
+
+def test_an_aborted_rollout_is_recorded_once_against_the_applied_commit(spec_repo: MemorySource, tmp_path: Path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller)
+    spec_repo.write("deployments/echo.toml", spec({"v1": 0.5, "v2": 0.5}))
+    canary = spec_repo.commit("canary")
+    assert tick(agent).result is Outcome.APPLIED
+    controller.rollouts = {"echo": rollout(RolloutPhase.ABORTED)}
+    tick(agent, full=False)
+    tick(agent, full=True)
+    entries = agent.history(10)
+    assert [(e.commit, e.result) for e in entries[:2]] == [(canary, Outcome.ABORTED), (canary, Outcome.APPLIED)]
+    assert entries[0].errors == ("endpoint echo: aborted at step 1/3, traffic back: v2: error_ratio 0.2 > 0.01",)
+    status = agent.status()
+    ready = status.condition("Ready")
+    assert status.status is SyncStatus.DEGRADED and ready is not None and ready.reason == "RolloutAborted"
+    assert "error_ratio 0.2 > 0.01" in ready.message
+
+
+def test_a_rollout_under_way_shows_as_progressing_with_its_step(spec_repo: MemorySource, tmp_path: Path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller)
+    tick(agent)
+    controller.rollouts = {"echo": rollout(RolloutPhase.STEPPING)}
+    tick(agent, full=False)
+    status = agent.status()
+    ready = status.condition("Ready")
+    assert status.status is SyncStatus.PROGRESSING and ready is not None and ready.reason == "RollingOut"
+    assert ready.message == "endpoint echo: step 1/3 (10% of the change)"

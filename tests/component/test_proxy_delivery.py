@@ -1,0 +1,162 @@
+"""The proxy's progressive-delivery behaviour in-process: header match, sticky split,
+shadow comparison and the per-backend counts its load reports carry."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections import Counter
+from typing import Any
+
+import httpx
+
+from vocabulary.configs import EndpointConfig, RouteEntry, RouteTable
+from proxy.app import ProxyApp
+from proxy.metrics import ShadowResult
+from proxy.settings import ProxySettings
+from proxy.subscriptions import Subscriptions
+from vocabulary.wire import WireRequest, WireResponse
+from tests.component.test_proxy_app import FakeCaller, FakeReplica, replica_set
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.compared: list[tuple[str, str, bool]] = []
+
+    def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None:
+        pass
+
+    def shadow_done(self, endpoint: str, backend: str, result: ShadowResult) -> None:
+        pass
+
+    def shadow_compared(self, endpoint: str, backend: str, matched: bool) -> None:
+        self.compared.append((endpoint, backend, matched))
+
+
+def proxy(backends: dict[str, FakeReplica], **endpoint: Any) -> tuple[ProxyApp, Recorded]:
+    recorded = Recorded()
+    settings = ProxySettings()
+    app = ProxyApp(FakeCaller(), settings, random.Random(0), recorded)
+    subscriptions = Subscriptions(settings, random.Random(0))
+    config = EndpointConfig.model_validate({"name": "e", "route": "/e", **endpoint})
+    table = RouteTable(entries=(RouteEntry(route="/e", methods=config.methods, endpoint="e"),))
+    answer: dict[str, tuple[int, Any]] = {"routes": (1, table), "endpoint:e": (2, config)}
+    for n, (name, replica) in enumerate(backends.items(), start=3):
+        answer[f"replicas:{name}"] = (n, replica_set(name, [replica]))
+    app.install(subscriptions.apply(answer))
+    return app, recorded
+
+
+async def get_all(app: ProxyApp, headers: list[dict[str, str]]) -> list[httpx.Response]:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+        return [await client.get("/e", headers=h) for h in headers]
+
+
+def answering(body: Any, status: int = 200):
+    async def handler(request: WireRequest) -> WireResponse:
+        return status, [(b"content-type", b"application/json")], json.dumps(body).encode()
+    return handler
+
+
+SPLIT = {"traffic": {"v1": 0.5, "v2": 0.5}}
+
+
+def test_a_matching_header_pins_the_request_to_its_backend_whatever_the_weights() -> None:
+    app, _ = proxy({"v1": FakeReplica("v1"), "v2": FakeReplica("v2")}, traffic={"v1": 1.0},
+                   match=[{"header": "x-canary", "value": "always", "backend": "v2"}])
+    replies = asyncio.run(get_all(app, [{"x-canary": "always"}] * 20 + [{}] * 20))
+    assert [r.text for r in replies] == ["v2"] * 20 + ["v1"] * 20
+
+
+def test_one_sticky_user_always_reaches_the_same_backend() -> None:
+    app, _ = proxy({"v1": FakeReplica("v1"), "v2": FakeReplica("v2")}, sticky="header:x-user", **SPLIT)
+    for user in ("ada", "bob", "cy"):
+        replies = asyncio.run(get_all(app, [{"x-user": user}] * 10))
+        assert len({r.text for r in replies}) == 1
+
+
+def test_sticky_users_as_a_whole_follow_the_split() -> None:
+    app, _ = proxy({"v1": FakeReplica("v1"), "v2": FakeReplica("v2")}, sticky="cookie:uid",
+                   traffic={"v1": 0.8, "v2": 0.2})
+    replies = asyncio.run(get_all(app, [{"cookie": f"uid=user-{n}"} for n in range(2000)]))
+    seen = Counter(r.text for r in replies)
+    # Chi-square with 1 degree of freedom under 10.83 (p = 0.001).
+    assert sum((seen[b] - 2000 * w) ** 2 / (2000 * w) for b, w in {"v1": 0.8, "v2": 0.2}.items()) < 10.83
+
+
+async def settle(app: ProxyApp) -> None:
+    """Wait for the shadow copies (and their comparisons) in flight."""
+    await asyncio.wait_for(asyncio.gather(*app._shadow_tasks), timeout=5)
+
+
+def test_shadow_replies_are_compared_with_the_primary_s_and_mismatches_sampled() -> None:
+    primary = FakeReplica("v1", answering({"n": 1, "at": 1}))
+    candidate = FakeReplica("v2", answering({"n": 2, "at": 2}))
+    app, recorded = proxy({"v1": primary, "v2": candidate}, traffic={"v1": 1.0}, shadow={"v2": 1.0},
+                          shadow_compare="json", shadow_ignore=["at"])
+
+    async def scenario() -> None:
+        await get_all(app, [{}] * 3)
+        await settle(app)
+
+    asyncio.run(scenario())
+    assert recorded.compared == [("e", "v2", False)] * 3
+    sample = app.mismatches.recent()[0]
+    assert (sample.path, sample.primary_status, sample.shadow_status, sample.diff) == ("/e", 200, 200, "$.n: 1 != 2")
+
+
+def test_the_mismatch_sample_is_served_at_the_proxy_s_own_path() -> None:
+    app, _ = proxy({"v1": FakeReplica("v1", answering({"n": 1})), "v2": FakeReplica("v2", answering({"n": 2}))},
+                   traffic={"v1": 1.0}, shadow={"v2": 1.0}, shadow_compare="json")
+
+    async def scenario() -> list[dict[str, Any]]:
+        await get_all(app, [{}])
+        await settle(app)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+            return (await client.get("/-/shadow/mismatches")).json()
+
+    [sample] = asyncio.run(scenario())
+    assert (sample["endpoint"], sample["backend"], sample["diff"]) == ("e", "v2", "$.n: 1 != 2")
+
+
+def test_ignored_keys_make_replies_that_differ_only_there_a_match() -> None:
+    app, recorded = proxy({"v1": FakeReplica("v1", answering({"n": 1, "at": 1})),
+                           "v2": FakeReplica("v2", answering({"n": 1, "at": 2}))},
+                          traffic={"v1": 1.0}, shadow={"v2": 1.0}, shadow_compare="json", shadow_ignore=["at"])
+
+    async def scenario() -> None:
+        await get_all(app, [{}] * 2)
+        await settle(app)
+
+    asyncio.run(scenario())
+    assert recorded.compared == [("e", "v2", True)] * 2 and app.mismatches.recent() == []
+
+
+def test_a_slow_shadow_is_compared_without_delaying_the_primary() -> None:
+    gate = asyncio.Event()
+
+    async def slow(request: WireRequest) -> WireResponse:
+        await gate.wait()
+        return 500, [], b"late"
+
+    app, recorded = proxy({"v1": FakeReplica("v1"), "v2": FakeReplica("v2", slow)},
+                          traffic={"v1": 1.0}, shadow={"v2": 1.0}, shadow_compare="status")
+
+    async def scenario() -> str:
+        reply = (await asyncio.wait_for(get_all(app, [{}]), timeout=5))[0]
+        gate.set()
+        await settle(app)
+        return reply.text
+
+    assert asyncio.run(scenario()) == "v1"
+    assert recorded.compared == [("e", "v2", False)]
+
+
+def test_the_proxy_counts_answers_and_5xx_per_backend_for_its_load_reports() -> None:
+    app, _ = proxy({"v1": FakeReplica("v1"), "v2": FakeReplica("v2", answering({}, 500))},
+                   traffic={"v1": 1.0}, match=[{"header": "x-canary", "value": "1", "backend": "v2"}])
+    asyncio.run(get_all(app, [{}] * 4 + [{"x-canary": "1"}] * 3))
+    stats = app.request_stats()
+    assert (stats["v1"].requests, stats["v1"].errors) == (4, 0)
+    assert (stats["v2"].requests, stats["v2"].errors) == (3, 3)

@@ -1,0 +1,130 @@
+"""A rollout as a value: where an endpoint's traffic is on its way to git's split.
+
+The controller owns the transitions (`controller.rollouts`), keeps a
+`Rollout` per endpoint in its checkpoint (so steps survive a restart) and
+reports it in `ClusterStatus`; the agent reads it for history, status and
+metrics. Plain values, no I/O.
+
+Weights at step `i` move each backend from its weight before the rollout
+toward its target by the share `steps[i]`, so every step's weights still sum
+to 1. The backends *gaining* weight are the ones a step's checks judge.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vocabulary.configs import RolloutConfig
+from vocabulary.request_stats import RequestStats
+
+__all__ = ["RolloutPhase", "CheckName", "Check", "CheckCount", "Rollout", "interpolate"]
+
+Weights = dict[str, float]
+
+
+class RolloutPhase(str, enum.Enum):
+    STEPPING = "stepping"  # a step holds; its checks run
+    PAUSED = "paused"  # a check failed with on_failure = pause: the step holds, no further steps
+    ABORTED = "aborted"  # a check failed with on_failure = rollback: traffic is back at `before`
+    PROMOTED = "promoted"  # every step passed: traffic is at `target`
+
+
+class CheckName(str, enum.Enum):
+    REQUESTS = "requests"  # at least min_requests (measured >= threshold)
+    ERROR_RATIO = "error_ratio"  # 5xx share at most max_error_ratio
+    P99_LATENCY = "p99_latency"  # p99 at most max_p99_latency_s
+
+
+class Check(BaseModel):
+    """One check of one backend over one step, with what was measured."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: CheckName
+    backend: str
+    measured: float
+    threshold: float
+    passed: bool
+
+    def describe(self) -> str:
+        if self.name is CheckName.REQUESTS:
+            relation = ">=" if self.passed else "<"
+            return f"{self.backend}: {self.measured:g} requests {relation} {self.threshold:g}"
+        relation = "<=" if self.passed else ">"
+        return f"{self.backend}: {self.name.value} {self.measured:g} {relation} {self.threshold:g}"
+
+
+class CheckCount(BaseModel):
+    """How often a check of one endpoint's backend passed or failed (`gitops_rollout_checks_total`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    endpoint: str
+    backend: str
+    check: CheckName
+    result: str  # pass | fail
+    count: int = Field(ge=0)
+
+
+def interpolate(before: Mapping[str, float], target: Mapping[str, float], share: float) -> Weights:
+    """Weights `share` of the way from `before` to `target`; backends at 0 are left out."""
+    names = sorted(set(before) | set(target))
+    weights = {
+        name: before.get(name, 0.0) + share * (target.get(name, 0.0) - before.get(name, 0.0)) for name in names
+    }
+    return {name: round(weight, 12) for name, weight in weights.items() if weight > 1e-12}
+
+
+class Rollout(BaseModel):
+    """One endpoint's rollout. `step` indexes `config.steps`; `baseline` holds
+    the gaining backends' request totals when the step began, so a step is
+    judged on its own requests. `next_target` is a newer split waiting for
+    the next step boundary."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    endpoint: str
+    before: Weights
+    target: Weights
+    config: RolloutConfig
+    phase: RolloutPhase = RolloutPhase.STEPPING
+    step: int = Field(default=0, ge=0)
+    step_started_at: float
+    baseline: dict[str, RequestStats] = Field(default_factory=dict)
+    checks: tuple[Check, ...] = ()  # those of the last decision (a step passed or failed)
+    next_target: Weights | None = None
+    next_config: RolloutConfig | None = None
+
+    def weights(self) -> Weights:
+        """The split the proxies serve now."""
+        if self.phase is RolloutPhase.ABORTED:
+            return dict(self.before)
+        if self.phase is RolloutPhase.PROMOTED:
+            return dict(self.target)
+        return interpolate(self.before, self.target, self.config.steps[self.step])
+
+    def gaining(self) -> tuple[str, ...]:
+        """Backends whose target weight is above their weight before the rollout."""
+        return tuple(sorted(b for b, w in self.target.items() if w > self.before.get(b, 0.0) + 1e-12))
+
+    def failed(self) -> tuple[Check, ...]:
+        return tuple(check for check in self.checks if not check.passed and check.name is not CheckName.REQUESTS)
+
+    def display_step(self) -> int:
+        """1-based step for people and `gitops_rollout_step`; 0 once the rollout is over."""
+        return 0 if self.phase in (RolloutPhase.ABORTED, RolloutPhase.PROMOTED) else self.step + 1
+
+    def message(self) -> str:
+        steps = len(self.config.steps)
+        if self.phase is RolloutPhase.PROMOTED:
+            return f"endpoint {self.endpoint}: promoted through {steps} step(s)"
+        if self.phase is RolloutPhase.STEPPING:
+            share = self.config.steps[self.step]
+            return f"endpoint {self.endpoint}: step {self.step + 1}/{steps} ({share:.0%} of the change)"
+        failures = "; ".join(check.describe() for check in self.failed())
+        if self.phase is RolloutPhase.PAUSED:
+            return f"endpoint {self.endpoint}: paused at step {self.step + 1}/{steps}: {failures}"
+        return f"endpoint {self.endpoint}: aborted at step {self.step + 1}/{steps}, traffic back: {failures}"
