@@ -13,7 +13,7 @@ from typing import Any
 from tests.conftest import GitRepo
 from tests.real.support import AgentProcess
 
-__all__ = ["write_service", "conditions", "condition_reasons", "LOAD_PATH"]
+__all__ = ["write_service", "conditions", "LOAD_PATH"]
 
 LOAD_PATH = "/svc"
 
@@ -58,7 +58,3 @@ def write_service(repo: GitRepo, code: str, start_delay_s: float = 0.0) -> str:
 
 def conditions(agent: AgentProcess) -> list[dict[str, Any]]:
     return list(agent.get("/status").get("conditions", []))
-
-
-def condition_reasons(agent: AgentProcess) -> set[str]:
-    return {c["reason"] for c in conditions(agent)}

@@ -131,6 +131,13 @@ class HttpGitServer:
         self._server.owner = self
         threading.Thread(target=self._server.serve_forever, name="git-http", daemon=True).start()
 
+    def serve(self) -> None:
+        """Answer again (ends any stalled request)."""
+        self.mode = Mode.SERVE
+        self.release.set()
+        self.release = threading.Event()
+        self.stalled.clear()
+
     def refuse(self) -> None:
         """Close the listening socket: connections are refused until `start()`."""
         assert self._server is not None
