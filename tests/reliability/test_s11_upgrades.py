@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from ray.experimental import internal_kv
 
-from gitops.history import History
+from gitops.history import History, HistoryError
 from tests.real.support import APPS, eventually, run, start_controller
 from tests.reliability.faults import leftover_actors
 from tests.reliability.results import ScenarioResult, record
@@ -90,3 +90,11 @@ def test_a_history_db_from_before_schema_versions_is_migrated_with_its_rows(tmp_
     finally:
         history.close()
     assert _user_version(path) >= 1
+
+
+def test_a_history_db_of_a_newer_schema_is_refused_with_a_readable_error(tmp_path: Path) -> None:
+    path = tmp_path / "history.db"
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA user_version = 99")
+    with pytest.raises(HistoryError, match="history schema 99 is newer than this gitops reads"):
+        History(path)
