@@ -16,10 +16,10 @@ from tests.reliability.scenario import record_run, under_load
 from tests.reliability.serving import Serving
 from vocabulary.configs import GoalResult, GoalState
 
-WATCH_S = 8.0
+WATCH_S = 5.0
 # With the test backoff (0.2 s doubling to 1 s) a crash loop restarts at most
 # about once a second; a hot loop would start dozens.
-MAX_CREATIONS = 16
+MAX_CREATIONS = 10
 
 
 def _creations(serving: Serving, backend: str) -> int:
