@@ -144,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--exit-code", action="store_true", help="exit 0 no change, 2 changes, 1 errors")
     plan.set_defaults(func=_command("plan", "plan_command"))
 
+    reset = verb("reset-controller", "discard the controller's stored state (it is rebuilt from git)")
+    reset.add_argument("--ray-address", required=True, help="the Ray cluster the controller ran on")
+    reset.set_defaults(func=_command("reset", "reset_controller_command"))
+
     schema = verb("schema", "the JSON Schema of the spec format, for editors")
     schema.set_defaults(func=_command("schema", "schema_command"))
 

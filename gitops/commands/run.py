@@ -153,12 +153,16 @@ def _sigterm_interrupts() -> None:
 
 
 def _controller(args: argparse.Namespace) -> Any:
+    from controller.checkpoint import CheckpointError
     from controller.client import start_or_connect
 
     options = {"proxy_metrics_port": args.proxy_metrics_port}
-    return start_or_connect(
-        namespace=args.namespace, proxy_host=args.proxy_host, proxy_port=args.proxy_port, options=options
-    )
+    try:
+        return start_or_connect(
+            namespace=args.namespace, proxy_host=args.proxy_host, proxy_port=args.proxy_port, options=options
+        )
+    except CheckpointError as error:
+        raise UserError(str(error)) from None
 
 
 def _claim(client: Any, args: argparse.Namespace, source: Any, agent_id: str) -> Owner:

@@ -27,7 +27,7 @@ import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from controller.client import ControllerClient, start_or_connect  # noqa: E402
-from controller.ray_adapter import proxy_actor_name  # noqa: E402
+from controller.proxy_fleet import proxy_actor_name  # noqa: E402
 from tests.real.support import APPS, FAST_CONTROLLER_OPTIONS, eventually  # noqa: E402
 from tests.reliability.faults import leaked_replicas  # noqa: E402
 from tests.reliability.load import LoadReport, SteadyLoad  # noqa: E402
