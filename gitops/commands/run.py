@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from gitops import rayversions, statedir
 from gitops.errors import UsageError, UserError
 from gitops.logs import configure_logging
+from gitops.supervising import CHILD_ENV, supervise, watch_ray
 
 if TYPE_CHECKING:
     from controller.ownership import Owner
@@ -49,6 +50,12 @@ def run_command(args: argparse.Namespace) -> int:
     from gitops.access import read_token
     from gitops.sources.repos import GitSource
     from gitops.webhooks import read_secret
+
+    if args.ray_address is not None and not os.environ.get(CHILD_ENV):
+        # A driver dies with its cluster: a joined agent runs in a child that
+        # is started again when Ray restarts (gitops.supervising).
+        start_logging(args.log_format)
+        return supervise(sys.argv[1:], args.ray_address)
 
     secret = read_secret(args.webhook_secret_file) if args.webhook_secret_file else None
     token = read_token(args.admin_token_file, "--admin-token-file") if args.admin_token_file else None
@@ -87,6 +94,8 @@ def run_command(args: argparse.Namespace) -> int:
         except ConnectionError as error:
             raise UserError(str(error)) from None
         _sigterm_interrupts()  # ray.init installed its own, which exits at once
+        if not embedded:
+            _watch_ray()
         client = _controller(args)
         owner = _claim(client, args, source, statedir.agent_id(state.root))
         asyncio.run(_serve(args, state, source, client, owner.agent_id, secret, token, sockets, links, channels))
@@ -150,6 +159,13 @@ def _sigterm_interrupts() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
+
+
+def _watch_ray() -> None:
+    import ray
+
+    node = ray._private.worker.global_worker.node
+    watch_ray(node.gcs_address, node.raylet_socket_name)
 
 
 def _controller(args: argparse.Namespace) -> Any:

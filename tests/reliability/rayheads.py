@@ -12,6 +12,7 @@ default /tmp/ray (a bare `ray.init()` elsewhere would join this cluster).
 from __future__ import annotations
 
 import os
+import re
 import sys
 import shutil
 import signal
@@ -68,20 +69,27 @@ class RayHead:
 
     def kill_gcs(self) -> list[str]:
         """SIGKILL the GCS server alone; returns its command line (to start it again)."""
-        [pid] = _pids_matching(f"--gcs_server_port={self.port}")
+        [pid] = self._gcs_pids()
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         _kill(pid)
-        eventually(lambda: not _pids_matching(f"--gcs_server_port={self.port}"), 30, what="the GCS gone")
+        eventually(lambda: not self._gcs_pids(), 30, what="the GCS gone")
         return [part.decode() for part in command if part]
 
     def start_gcs(self, command: list[str]) -> None:
         with self._log.open("a") as log:
             subprocess.Popen(command, env=self._env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        eventually(lambda: _pids_matching(f"--gcs_server_port={self.port}"), 30, what="the GCS running again")
+        eventually(self._gcs_pids, 30, what="the GCS running again")
 
     def _pids(self) -> list[int]:
-        # Ray may pick the machine's address over the one given: match the port of any address.
-        return sorted(set(_pids_matching(f"--gcs_server_port={self.port}")) | set(_pids_matching(f":{self.port} ")))
+        # Every Ray process names the GCS (`--gcs-address=HOST:PORT`, any
+        # host: Ray may pick the machine's address over the one given); a
+        # driver such as the agent does not, and is left alone.
+        ours = re.compile(rf"(--gcs_server_port={self.port}|gcs[-_]address=\S+:{self.port})\b")
+        return _pids_matching(ours)
+
+
+    def _gcs_pids(self) -> list[int]:
+        return _pids_matching(re.compile(rf"--gcs_server_port={self.port}\b"))
 
 
 def _kill(pid: int) -> None:
@@ -91,8 +99,8 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _pids_matching(fragment: str) -> list[int]:
-    """Processes whose command line contains `fragment` (Ray's processes all name the GCS address)."""
+def _pids_matching(pattern: re.Pattern[str]) -> list[int]:
+    """Processes whose command line matches `pattern`."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -101,7 +109,7 @@ def _pids_matching(fragment: str) -> list[int]:
             command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if fragment in command:
+        if pattern.search(command):
             found.append(int(entry.name))
     return found
 
