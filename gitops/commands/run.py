@@ -80,7 +80,7 @@ def run_command(args: argparse.Namespace) -> int:
         f"gitops: watching {source.location} branch {source.branch} path {args.path}; "
         f"proxy http://{args.proxy_host}:{args.proxy_port}, admin http://{args.admin_host}:{args.admin_port}"
     )
-    from controller.cluster import init_ray, shutdown_ray
+    from controller.cluster import init_ray, ray_endpoints, shutdown_ray
 
     embedded = args.ray_address is None
     client = None
@@ -95,7 +95,7 @@ def run_command(args: argparse.Namespace) -> int:
             raise UserError(str(error)) from None
         _sigterm_interrupts()  # ray.init installed its own, which exits at once
         if not embedded:
-            _watch_ray()
+            watch_ray(*ray_endpoints())
         client = _controller(args)
         owner = _claim(client, args, source, statedir.agent_id(state.root))
         asyncio.run(_serve(args, state, source, client, owner.agent_id, secret, token, sockets, links, channels))
@@ -159,13 +159,6 @@ def _sigterm_interrupts() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
-
-
-def _watch_ray() -> None:
-    import ray
-
-    node = ray._private.worker.global_worker.node
-    watch_ray(node.gcs_address, node.raylet_socket_name)
 
 
 def _controller(args: argparse.Namespace) -> Any:
