@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from gitops import rayversions, statedir
 from gitops.errors import UsageError, UserError
 from gitops.logs import configure_logging
+from gitops.quieting import quiet_ray_output
 from gitops.supervising import CHILD_ENV, supervise, watch_ray
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ def run_command(args: argparse.Namespace) -> int:
     from gitops.sources.repos import GitSource
     from gitops.webhooks import read_secret
 
+    quiet_ray_output()
     if args.ray_address is not None and not os.environ.get(CHILD_ENV):
         # A driver dies with its cluster: a joined agent runs in a child that
         # is started again when Ray restarts (gitops.supervising).

@@ -8,6 +8,7 @@ and in its log. Requests fail only while Ray is down.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Iterator
@@ -60,4 +61,5 @@ def test_the_agent_recreates_everything_after_ray_restarts(
     assert recovery_s is not None and recovery_s < SERVE_AGAIN_WITHIN_S
     assert "lost Ray at" in log, log[-2000:]
     assert "Traceback" not in log
+    assert not re.search(r"\] \w+\.cc:\d+: ", log), "Ray's raw C++ lines in the agent's output"
     assert events
