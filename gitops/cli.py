@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--interval", type=float, default=30.0, help="seconds between git polls (with jitter)")
     run.add_argument(
+        "--fetch-timeout", type=float, default=60.0, help="seconds a git fetch may take before it is abandoned and retried"
+    )
+    run.add_argument(
         "--resync-interval", type=float, default=60.0, help="seconds between drift checks against the controller"
     )
     run.add_argument(

@@ -72,7 +72,8 @@ def run_command(args: argparse.Namespace) -> int:
     verifier = _verifier(args)
     state = statedir.prepare(Path(args.state_dir))
     state_lock = statedir.lock(state.root)  # held until this process exits
-    source = GitSource(args.repo, args.branch, state.root, password=git_token, verifier=verifier)
+    source = GitSource(args.repo, args.branch, state.root, password=git_token, verifier=verifier,
+                       fetch_timeout_s=args.fetch_timeout)
     source.discard_unfinished_exports()
     sockets = [bind_socket(args.admin_host, args.admin_port, "--admin-port")]
     if args.webhook_port is not None:
@@ -370,7 +371,9 @@ def _notifier(
 
 
 def _check_intervals(args: argparse.Namespace) -> None:
-    for flag, value in (("--interval", args.interval), ("--resync-interval", args.resync_interval)):
+    for flag, value in (
+        ("--interval", args.interval), ("--resync-interval", args.resync_interval), ("--fetch-timeout", args.fetch_timeout),
+    ):
         if value <= 0:
             raise UserError(f"{flag} must be a positive number of seconds, not {value:g}")
 

@@ -15,6 +15,7 @@ from typing import Any
 import ray
 
 from controller.backend_state import REPLICA_PREFIX
+from vocabulary.status import ClusterStatus
 
 __all__ = ["actor_pid", "kill9", "leaked_replicas", "leftover_actors"]
 
@@ -41,12 +42,12 @@ def _names(namespace: str) -> list[str]:
     ]
 
 
-def leaked_replicas(namespace: str, status: dict[str, Any]) -> int:
+def leaked_replicas(namespace: str, status: ClusterStatus) -> int:
     """Replica actors alive in Ray that the controller's status does not list, plus duplicates."""
     listed = [
-        REPLICA_PREFIX + replica["replica_id"]
-        for backend in status["backends"].values()
-        for replica in backend["replicas"]
+        REPLICA_PREFIX + replica.replica_id
+        for backend in status.backends.values()
+        for replica in backend.replicas
     ]
     alive = {name for name in _names(namespace) if name.startswith(REPLICA_PREFIX)}
     return len(alive - set(listed)) + (len(listed) - len(set(listed)))

@@ -32,16 +32,17 @@ from tests.real.support import APPS, FAST_CONTROLLER_OPTIONS, eventually  # noqa
 from tests.reliability.faults import leaked_replicas  # noqa: E402
 from tests.reliability.load import LoadReport, SteadyLoad  # noqa: E402
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalState  # noqa: E402
+from vocabulary.status import ClusterStatus, ReplicaStatus  # noqa: E402
 
 NAMESPACE = "gitops-reliability-multinode"
 
 
-def _status(client: ControllerClient) -> dict[str, Any]:
+def _status(client: ControllerClient) -> ClusterStatus:
     return asyncio.run(client.get_status())
 
 
-def _running(client: ControllerClient) -> list[dict[str, Any]]:
-    return [r for r in _status(client)["backends"]["svc"]["replicas"] if r["state"] == "RUNNING"]
+def _running(client: ControllerClient) -> list[ReplicaStatus]:
+    return [r for r in _status(client).backends["svc"].replicas if r.state == "RUNNING"]
 
 
 def _met(client: ControllerClient, goal: str) -> None:
@@ -73,7 +74,7 @@ def run_scenario(cluster: Cluster, workers: list[Any], window_s: float) -> dict[
     client = start_or_connect(NAMESPACE, proxy_port=0, options=dict(FAST_CONTROLLER_OPTIONS))
     try:
         _serve(client)
-        victim_node = _running(client)[0]["node_id"]
+        victim_node = _running(client)[0].node_id
         victim = next(w for w in workers if w.node_id == victim_node)
         survivor = next(w for w in workers if w.node_id != victim_node)
         head_url = _proxy_url(ray.get_runtime_context().get_node_id())
@@ -83,7 +84,7 @@ def run_scenario(cluster: Cluster, workers: list[Any], window_s: float) -> dict[
             time.sleep(window_s)  # steady load before the fault
             removed = time.monotonic()
             cluster.remove_node(victim)
-            eventually(lambda: len(_running(client)) == 2 and victim_node not in {r["node_id"] for r in _running(client)},
+            eventually(lambda: len(_running(client)) == 2 and victim_node not in {r.node_id for r in _running(client)},
                        120, interval_s=0.2, what="a replacement replica on a surviving node")
             recovery_s = time.monotonic() - removed
             time.sleep(window_s)  # and after recovery

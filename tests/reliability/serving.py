@@ -20,6 +20,7 @@ from tests.real.support import eventually, free_port, met, quick_backend, run, s
 from tests.reliability.faults import leaked_replicas, leftover_actors
 from vocabulary.configs import EndpointConfig
 from vocabulary.goal_api import CONTROLLER_NAME
+from vocabulary.status import ClusterStatus, ReplicaStatus
 
 __all__ = ["Serving"]
 
@@ -65,12 +66,13 @@ class Serving:
 
     # --- what a scenario reads ---------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ClusterStatus:
         return run(self.client.get_status())
 
-    def replicas(self, backend: str, *states: str) -> list[dict[str, Any]]:
-        replicas = self.status()["backends"].get(backend, {}).get("replicas", [])
-        return [r for r in replicas if not states or r["state"] in states]
+    def replicas(self, backend: str, *states: str) -> list[ReplicaStatus]:
+        status = self.status().backends.get(backend)
+        replicas = status.replicas if status is not None else ()
+        return [r for r in replicas if not states or r.state in states]
 
     def replica_handle(self, replica_id: str) -> Any:
         return ray.get_actor(REPLICA_PREFIX + replica_id, namespace=self.namespace)

@@ -18,10 +18,10 @@ def test_killing_one_of_two_replicas_fails_no_request(serving: Serving, backend:
 
     def kill_one_replica(_: SteadyLoad) -> float:
         started = time.monotonic()
-        kill9(serving.replica_handle(victim["replica_id"]))
+        kill9(serving.replica_handle(victim.replica_id))
         eventually(
             lambda: len(serving.replicas(backend, "RUNNING")) == 2
-            and victim["replica_id"] not in {r["replica_id"] for r in serving.replicas(backend)},
+            and victim.replica_id not in {r.replica_id for r in serving.replicas(backend)},
             60, what="a replacement replica running",
         )
         return time.monotonic() - started

@@ -33,7 +33,7 @@ def _back(serving: Serving) -> float:
 def test_an_idle_controller_killed_costs_no_request_and_recovers(serving: Serving, backend: str, window_s: float) -> None:
     serving.deploy(backend, 2)
     serving.route(backend)
-    before = {r["replica_id"] for r in serving.replicas(backend, "RUNNING")}
+    before = {r.replica_id for r in serving.replicas(backend, "RUNNING")}
 
     def kill_the_controller(_: SteadyLoad) -> float:
         killed = time.monotonic()
@@ -41,7 +41,7 @@ def test_an_idle_controller_killed_costs_no_request_and_recovers(serving: Servin
         return _back(serving) - killed
 
     report, recovery_s = under_load(serving.load_url(backend), window_s, kill_the_controller)
-    after = {r["replica_id"] for r in serving.replicas(backend, "RUNNING")}
+    after = {r.replica_id for r in serving.replicas(backend, "RUNNING")}
     leaked = serving.leaked()
     record_run("2a", "kill -9 the idle controller", report, recovery_s, leaked)
     assert report.failed == 0, report.summary()
@@ -75,4 +75,4 @@ def test_a_controller_killed_at_every_point_of_a_rollout_completes_it_without_fa
     record_run("2b", "kill -9 the controller at each point of a rollout, while draining, while recovering",
                report, rollout_s, leaked, "recovery = rollout time with 6 kills")
     assert report.failed == 0, report.summary()
-    assert [r["version"] for r in replicas] == ["v2", "v2"] and leaked == 0
+    assert [r.version for r in replicas] == ["v2", "v2"] and leaked == 0

@@ -26,7 +26,7 @@ def test_a_rolling_update_fails_no_request_on_keep_alive_connections(
         return time.monotonic() - started
 
     report, rollout_s = under_load(serving.load_url(backend), window_s, roll_out)
-    versions = {r["version"] for r in serving.replicas(backend, "RUNNING")}
+    versions = {r.version for r in serving.replicas(backend, "RUNNING")}
     leaked = serving.leaked()
     record_run(row, f"rolling update of {replicas} replicas", report, rollout_s, leaked, "recovery = rollout time")
     assert report.failed == 0, report.summary()

@@ -18,13 +18,14 @@ from tests.real.support import AgentProcess, eventually, run
 from tests.reliability.agents import LOAD_PATH, write_service
 from tests.reliability.load import SteadyLoad
 from tests.reliability.scenario import record_run, under_load
+from vocabulary.status import ReplicaStatus
 
 NEW_VERSION_DELAY_S = 2.0
 
 
-def _svc_replicas(state: str | None = None) -> list[dict]:
-    replicas = run(connect().get_status())["backends"]["svc"]["replicas"]
-    return [r for r in replicas if state is None or r["state"] == state]
+def _svc_replicas(state: str | None = None) -> list[ReplicaStatus]:
+    replicas = run(connect().get_status()).backends["svc"].replicas
+    return [r for r in replicas if state is None or r.state == state]
 
 
 def _during_export(agent: AgentProcess, before: set[str]) -> None:
@@ -39,7 +40,7 @@ def _writing_history(agent: AgentProcess, before: set[str]) -> None:
     """The moment the new version's goal is met: the agent records it next."""
     def new_version_ready() -> bool:
         replicas = _svc_replicas()
-        return len(replicas) == 2 and all(r["state"] == "RUNNING" and r["replica_id"] not in before for r in replicas)
+        return len(replicas) == 2 and all(r.state == "RUNNING" and r.replica_id not in before for r in replicas)
 
     eventually(new_version_ready, 60, interval_s=0.01, what="the new version running")
 
@@ -64,7 +65,7 @@ def test_an_agent_killed_at_each_point_of_an_apply_converges_without_repeating_a
             nonlocal agent
             started = time.monotonic()
             for code, wait_for_point in zip(("two", "three", "four"), KILL_POINTS.values()):
-                before = {r["replica_id"] for r in _svc_replicas()}
+                before = {r.replica_id for r in _svc_replicas()}
                 commit = write_service(repo, code, NEW_VERSION_DELAY_S)
                 wait_for_point(agent, before)
                 agent.process.kill()
@@ -76,7 +77,7 @@ def test_an_agent_killed_at_each_point_of_an_apply_converges_without_repeating_a
 
         report, converged_s = under_load(url, window_s, kill_through_three_applies)
         replicas = _svc_replicas()
-        serials = sorted(int(r["replica_id"].rsplit("-", 1)[-1]) for r in replicas)
+        serials = sorted(int(r.replica_id.rsplit("-", 1)[-1]) for r in replicas)
         history = agent.get("/history")
     finally:
         agent.stop()
@@ -88,6 +89,6 @@ def test_an_agent_killed_at_each_point_of_an_apply_converges_without_repeating_a
     assert integrity == "ok"
     entries = history if isinstance(history, list) else history["entries"]
     assert {e["commit"] for e in entries if e["result"] in ("applied", "noop")} >= set(applied)
-    assert len(replicas) == 2 and all(r["state"] == "RUNNING" for r in replicas)
+    assert len(replicas) == 2 and all(r.state == "RUNNING" for r in replicas)
     # Two replicas per version, four versions: serials 0..7 and no more (no repeated start).
     assert serials[-1] < 8, serials

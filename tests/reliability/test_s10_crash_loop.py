@@ -23,7 +23,7 @@ MAX_CREATIONS = 10
 
 
 def _creations(serving: Serving, backend: str) -> int:
-    return sum(serving.status()["backends"][backend]["restarts"].values())
+    return sum(serving.status().backends[backend].restarts.values())
 
 
 def _crash_loop(
@@ -42,7 +42,7 @@ def _crash_loop(
         return None
 
     report, _ = under_load(serving.load_url(backend), window_s, roll_out_a_broken_version)
-    serving_versions = {r["version"] for r in serving.replicas(backend, "RUNNING")}
+    serving_versions = {r.version for r in serving.replicas(backend, "RUNNING")}
     leaked = serving.leaked()
     record_run(row, title, report, None, leaked, f"{outcome['creations']} replica starts in {WATCH_S:g} s")
     goal = outcome["goal"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from ray.experimental import internal_kv
 
+from controller.client import discard_checkpoint
 from gitops.history import History, HistoryError
 from tests.real.support import APPS, eventually, run, start_controller
 from tests.reliability.faults import leftover_actors
@@ -38,7 +39,7 @@ def test_a_checkpoint_of_the_previous_schema_is_migrated_and_served(ray_session:
     try:
         state = run(client.get_state())
         eventually(
-            lambda: [r["state"] for r in run(client.get_status())["backends"]["echo"]["replicas"]] == ["RUNNING"] * 2,
+            lambda: [r.state for r in run(client.get_status()).backends["echo"].replicas] == ["RUNNING"] * 2,
             60, what="the checkpoint's two replicas running again",
         )
         assert set(state.backends) == {"echo"} and set(state.endpoints) == {"echo"}
@@ -49,8 +50,6 @@ def test_a_checkpoint_of_the_previous_schema_is_migrated_and_served(ray_session:
 
 
 def test_a_checkpoint_of_a_newer_schema_names_the_reset_and_the_reset_works(ray_session: str) -> None:
-    from controller.client import discard_checkpoint  # the documented reset, new with schema migrations
-
     namespace = f"{ray_session}-newer-{uuid.uuid4().hex[:6]}"
     _store_checkpoint(namespace, b'{"schema": 999, "written_at": 0, "body": {}}')
     with pytest.raises(Exception) as refused:
