@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # The command line as given: `gitops run` re-runs it in a supervised child.
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return args.func(args)
     except GitopsError as error:

@@ -57,7 +57,7 @@ def run_command(args: argparse.Namespace) -> int:
         # A driver dies with its cluster: a joined agent runs in a child that
         # is started again when Ray restarts (gitops.supervising).
         start_logging(args.log_format)
-        return supervise(sys.argv[1:], args.ray_address)
+        return supervise(args.argv, args.ray_address)
 
     secret = read_secret(args.webhook_secret_file) if args.webhook_secret_file else None
     token = read_token(args.admin_token_file, "--admin-token-file") if args.admin_token_file else None
