@@ -13,11 +13,15 @@ own format (a replica restart, Ray lost). `is_ray_line` is pure.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import sys
 import threading
 
 __all__ = ["is_ray_line", "quiet_ray_output"]
+
+_DRAIN_S = 2.0
 
 _RAY_LINE = re.compile(rb"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [DIWEF] \d+ \d+\] [\w./-]+\.(?:cc|h):\d+: ")
 
@@ -28,7 +32,11 @@ def is_ray_line(line: bytes) -> bool:
 
 
 def quiet_ray_output() -> None:
-    """From now on, Ray's C++ lines written to fd 2 are dropped; the rest still reaches stderr."""
+    """From now on, Ray's C++ lines written to fd 2 are dropped; the rest still reaches stderr.
+
+    At exit fd 2 is given back and everything still in the pipe is written
+    out first, so a last error line is never lost.
+    """
     read_end, write_end = os.pipe()
     original = os.dup(2)
     os.dup2(write_end, 2)
@@ -40,4 +48,12 @@ def quiet_ray_output() -> None:
                 if not is_ray_line(line):
                     os.write(original, line)
 
-    threading.Thread(target=pump, name="stderr-filter", daemon=True).start()
+    thread = threading.Thread(target=pump, name="stderr-filter", daemon=True)
+    thread.start()
+
+    def drain() -> None:
+        sys.stderr.flush()
+        os.dup2(original, 2)  # closes the pipe's last write end: the pump reads to its end
+        thread.join(_DRAIN_S)
+
+    atexit.register(drain)
