@@ -9,9 +9,10 @@ parent starts it again, with backoff (`restart_delay_s`, pure): the new
 agent joins the cluster as soon as it is back, starts the controller (which
 starts the proxies) and re-applies the newest commit from git. Each loss and
 restart is one log line in the agent's format. Owns that loop only; the
-agent is unchanged. Must not: restart an agent that failed before it ever
-ran (bad flags, a taken port: the user must see that at once) or one
-stopped by the user.
+agent is unchanged. Must not: restart an agent that failed for another
+reason (bad flags, a taken port, a refused join: the user must see that at
+once) or one stopped by the user; once restarting, it keeps trying while the
+cluster is still away.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ _MISSES_BEFORE_LOST = 2
 CHILD_ENV = "GITOPS_SUPERVISED"  # set in the child: it runs the agent itself
 _RESTARTS_ENV = "GITOPS_AGENT_RESTARTS"
 _LOG = logging.getLogger("gitops.run")
-_RAN_S = 5.0  # an agent that lived this long had started: its end is a loss, not a usage error
 _HEALTHY_S = 60.0  # ... and one that lived this long starts the backoff again from the base
 _BASE_S, _MAX_S = 0.5, 10.0
 
@@ -58,7 +58,7 @@ def supervise(argv: Sequence[str], ray_address: str) -> int:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, forward)
-    restarts, failures, ever_ran = 0, 0, False
+    restarts, failures = 0, 0
     while True:
         started = time.monotonic()
         child = subprocess.Popen(
@@ -67,8 +67,7 @@ def supervise(argv: Sequence[str], ray_address: str) -> int:
         )
         code = child.wait()
         lived_s = time.monotonic() - started
-        ever_ran = ever_ran or lived_s >= _RAN_S or code == RAY_LOST_EXIT
-        if stopping or code == 0 or not ever_ran:
+        if stopping or code == 0 or (code != RAY_LOST_EXIT and restarts == 0):
             return code
         failures = 1 if lived_s >= _HEALTHY_S else failures + 1
         delay = restart_delay_s(failures)
