@@ -25,7 +25,7 @@ import sqlite3
 import threading
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from gitops.errors import UserError
 from gitops.ledger import HistoryEntry, Outcome
