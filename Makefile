@@ -5,10 +5,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-SYSTEM_TOOLS := prometheus promtool wrk chromium chromedriver
-SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver
+SYSTEM_TOOLS := prometheus promtool wrk chromium chromedriver redis-server
+SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver redis-server
 
-.PHONY: run test test-pure test-ray-oldest docs lint-imports system-deps bench clean
+.PHONY: run test test-pure test-ray-oldest docs lint-imports system-deps bench reliability clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,19 @@ lint-imports: $(STAMP)
 
 test-pure: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/pure tests/component
+
+# The fault scenarios of tests/reliability with a longer steady load around
+# each fault; writes the "What we survive" table to docs/reliability.md from
+# the numbers the run recorded (written even when a scenario fails, which
+# the table then shows), and fails if any scenario failed.
+RELIABILITY_LOAD_S ?= 15
+RELIABILITY_RESULTS := test-artifacts/reliability.jsonl
+reliability: $(STAMP) system-deps
+	rm -f $(RELIABILITY_RESULTS)
+	GITOPS_RELIABILITY_LOAD_S=$(RELIABILITY_LOAD_S) GITOPS_RELIABILITY_RESULTS=$(RELIABILITY_RESULTS) \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/reliability; status=$$?; \
+	GITOPS_RELIABILITY_LOAD_S=$(RELIABILITY_LOAD_S) $(PY) -m tests.reliability.report $(RELIABILITY_RESULTS) docs/reliability.md \
+	  && exit $$status
 
 # Regenerates the reference pages of docs/ from the code (a test fails when they are stale).
 docs: $(STAMP)

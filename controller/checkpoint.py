@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 __all__ = [
     "SCHEMA_VERSION",
+    "RESET_HINT",
     "CheckpointError",
     "Storage",
     "encode",
@@ -23,6 +24,12 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 2  # 2: replica ids from one controller-wide serial
+# What a user does about a checkpoint this controller cannot read. Nothing in
+# it is lost for good: the agent re-applies everything from git.
+RESET_HINT = (
+    "discard it with `gitops reset-controller --ray-address ADDRESS` while no controller runs; "
+    "the agent then rebuilds the controller's state from git"
+)
 
 
 class CheckpointError(Exception):
@@ -51,7 +58,14 @@ def decode(data: bytes) -> dict[str, Any]:
         raise CheckpointError(f"controller checkpoint is not JSON: {err}") from err
     schema = envelope.get("schema") if isinstance(envelope, dict) else None
     if schema != SCHEMA_VERSION:
-        raise CheckpointError(
-            f"controller checkpoint has schema {schema!r}; this controller reads {SCHEMA_VERSION}"
-        )
+        raise CheckpointError(_unreadable(schema))
     return envelope["body"]
+
+
+def _unreadable(schema: object) -> str:
+    if isinstance(schema, int) and schema > SCHEMA_VERSION:
+        return (
+            f"controller checkpoint has schema {schema}, newer than this controller reads ({SCHEMA_VERSION}): "
+            f"a newer ray-gitops wrote it. Upgrade ray-gitops, or {RESET_HINT}"
+        )
+    return f"controller checkpoint has schema {schema!r}, which this controller ({SCHEMA_VERSION}) cannot read; {RESET_HINT}"

@@ -1,11 +1,13 @@
 """The agent's handle on the controller: `GoalAPI` over Ray calls.
 
 Owns finding or starting the named, detached controller actor
-(`start_or_connect`), forwarding each `GoalAPI` call to it, turning Ray's
-wrapped errors back into the plain `ValueError` the controller raised, and
-`shutdown`, which stops the controller, its proxies and its replicas, and
-the owning agent's record (`claim`, `owner`, `release`; see
-`controller.ownership`).
+(`start_or_connect`, which first checks that a stored checkpoint is one this
+controller can read, so an unreadable one is a clear `CheckpointError`
+rather than an actor that dies at start), forwarding each `GoalAPI` call to
+it, turning Ray's wrapped errors back into the plain `ValueError` the
+controller raised, `shutdown`, which stops the controller, its proxies and
+its replicas, `discard_checkpoint`, the documented reset, and the owning
+agent's record (`claim`, `owner`, `release`; see `controller.ownership`).
 """
 
 from __future__ import annotations
@@ -16,14 +18,16 @@ import ray
 from ray.exceptions import RayTaskError
 
 from controller.actor import ControllerActor
+from controller.checkpoint import decode
 from controller.ownership import Owner
+from controller.ray_kv import RayKVStorage
 from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
 from vocabulary.status import ClusterStatus
 
 _HEAD_NODE_RESOURCE = "node:__internal_head__"
 
-__all__ = ["ControllerClient", "connect", "start_or_connect"]
+__all__ = ["ControllerClient", "connect", "start_or_connect", "discard_checkpoint"]
 
 
 class ControllerClient:
@@ -118,6 +122,8 @@ def start_or_connect(
         from controller.cluster import init_ray
 
         init_ray(namespace=namespace)
+    if not _running(namespace):
+        _check_checkpoint(namespace)
     settings = {"proxy_host": proxy_host, "proxy_port": proxy_port, **(options or {})}
     handle = ray.remote(ControllerActor).options(
         name=CONTROLLER_NAME,
@@ -136,3 +142,32 @@ def start_or_connect(
     ).remote(namespace, settings)
     ray.get(handle.ping.remote(), timeout=120)
     return ControllerClient(handle, namespace)
+
+
+def discard_checkpoint(namespace: str = DEFAULT_NAMESPACE) -> bool:
+    """Forget the stored controller state; returns whether there was one.
+
+    The reset for a checkpoint this controller cannot read. Refuses (with
+    RuntimeError) while a controller runs: it would write its state again.
+    """
+    if _running(namespace):
+        raise RuntimeError(f"a gitops controller is running in Ray namespace '{namespace}'; stop its agent first")
+    storage = RayKVStorage(namespace)
+    existed = storage.get() is not None
+    storage.delete()
+    return existed
+
+
+def _running(namespace: str) -> bool:
+    try:
+        ray.get_actor(CONTROLLER_NAME, namespace=namespace)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_checkpoint(namespace: str) -> None:
+    """Raises `CheckpointError` (readable, naming the reset) for a checkpoint this controller cannot read."""
+    data = RayKVStorage(namespace).get()
+    if data is not None:
+        decode(data)

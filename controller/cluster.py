@@ -25,7 +25,7 @@ from pathlib import Path
 
 from vocabulary.goal_api import DEFAULT_NAMESPACE
 
-__all__ = ["init_ray", "shutdown_ray", "ray_token_path", "TOKEN_FILE"]
+__all__ = ["init_ray", "shutdown_ray", "ray_token_path", "ray_endpoints", "TOKEN_FILE"]
 
 TOKEN_FILE = "ray_token"
 
@@ -119,3 +119,11 @@ def shutdown_ray() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
+
+
+def ray_endpoints() -> tuple[str, str]:
+    """This process's Ray: the GCS address and the local raylet's socket (for a liveness watch)."""
+    import ray
+
+    node = ray._private.worker.global_worker.node
+    return node.gcs_address, node.raylet_socket_name

@@ -63,6 +63,7 @@ _GITIGNORE_OPTION = (
     else {}
 )
 _REPLICA_CONCURRENCY = 1000
+_PROXY_RESTARTS_IN_PLACE = 3
 
 
 def error_text(err: BaseException) -> str:
@@ -321,7 +322,13 @@ class RayAdapter:
             namespace=self.namespace,
             lifetime="detached",
             get_if_exists=True,
-            max_restarts=0,
+            # A proxy process that dies is restarted in place by Ray at once
+            # (its constructor binds the same port and long-polls its routes),
+            # well before the fleet's next ping would notice; the ping in
+            # flight waits for the restart. Past this budget the fleet
+            # replaces the actor, with backoff.
+            max_restarts=_PROXY_RESTARTS_IN_PLACE,
+            max_task_retries=-1,
             num_cpus=0,
             max_concurrency=_REPLICA_CONCURRENCY,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),

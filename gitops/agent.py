@@ -181,6 +181,7 @@ class Agent:
                 last_attempt=self._history.last(),
                 last_applied=self._history.last_applied(),
                 git_error=last.error(Stage.FETCH) if last else None,
+                git_reason=last.reason(Stage.FETCH) if last else "",
                 controller_error=last.error(Stage.CONTROLLER, Stage.TICK) if last else None,
                 cluster=self._cluster,
                 notifications=self._notifier.health() if self._notifier else None,
@@ -240,7 +241,8 @@ class Agent:
             self._retries = 0
             return
         self._retries += 1
-        delay = backoff(self._retries, self._settings.retry_base_s, self._settings.interval_s)
+        # Jittered, so that many agents behind one git host do not retry in step.
+        delay = jittered(backoff(self._retries, self._settings.retry_base_s, self._settings.interval_s), 0.2)
         if self._retry is not None:
             self._retry.cancel()
         self._retry = asyncio.get_running_loop().call_later(delay, self.notify, Trigger.RETRY)
@@ -292,7 +294,7 @@ class Agent:
             if chosen != revision.sha:
                 revision = await asyncio.to_thread(self._source.revision, chosen)
         except SourceError as error:
-            return _failed(report, Stage.FETCH, error.kind, str(error))
+            return _failed(report, Stage.FETCH, error.kind, str(error), error.reason)
         return replace(report, revision=revision)
 
     def rollback(self, commit: str | None = None) -> Quarantine:
@@ -443,8 +445,8 @@ class Agent:
             self._source.prune_exports(in_use)
 
 
-def _failed(report: TickReport, stage: Stage, kind: ErrorKind, message: str) -> TickReport:
-    return replace(report, errors=report.errors + (TickError(stage, kind, message),))
+def _failed(report: TickReport, stage: Stage, kind: ErrorKind, message: str, reason: str = "") -> TickReport:
+    return replace(report, errors=report.errors + (TickError(stage, kind, message, reason),))
 
 
 def _worth_recording(entry: HistoryEntry, last: HistoryEntry | None) -> bool:

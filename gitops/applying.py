@@ -24,11 +24,11 @@ from typing import Awaitable, Callable, Iterable, Sequence
 
 from vocabulary.goal_api import GoalAPI
 from vocabulary.configs import GoalResult, GoalState, ServingState
+from gitops.ledger import Outcome
 from gitops.plans import Action, ActionKind, Plan
 
 __all__ = [
     "Deadlines",
-    "ApplyOutcome",
     "ApplyResult",
     "ApplyError",
     "GoalTook",
@@ -59,10 +59,6 @@ class Deadlines:
         return self.backend_s if kind.is_backend else self.endpoint_s
 
 
-class ApplyOutcome(str, enum.Enum):
-    APPLIED = "applied"
-    FAILED = "failed"
-    SUPERSEDED = "superseded"
 
 
 @dataclass(frozen=True)
@@ -75,7 +71,7 @@ class GoalTook:
 
 @dataclass(frozen=True)
 class ApplyResult:
-    outcome: ApplyOutcome
+    outcome: Outcome
     done: tuple[Action, ...] = ()
     failed_action: Action | None = None  # the action that failed (FAILED only)
     error: str | None = None  # names the failed action and says why
@@ -145,12 +141,12 @@ async def apply(
         for phase in _phases(actions, actual):
             await run.phase(phase)
     except _Superseded:
-        return ApplyResult(ApplyOutcome.SUPERSEDED, tuple(run.done), goals=tuple(run.goals))
+        return ApplyResult(Outcome.SUPERSEDED, tuple(run.done), goals=tuple(run.goals))
     except ApplyError as error:
         return ApplyResult(
-            ApplyOutcome.FAILED, tuple(run.done), failed_action=error.action, error=str(error), goals=tuple(run.goals)
+            Outcome.FAILED, tuple(run.done), failed_action=error.action, error=str(error), goals=tuple(run.goals)
         )
-    return ApplyResult(ApplyOutcome.APPLIED, tuple(run.done), goals=tuple(run.goals))
+    return ApplyResult(Outcome.APPLIED, tuple(run.done), goals=tuple(run.goals))
 
 
 def _with_working_dir(action: Action, working_dir: str | None) -> Action:

@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--interval", type=float, default=30.0, help="seconds between git polls (with jitter)")
     run.add_argument(
+        "--fetch-timeout", type=float, default=60.0, help="seconds a git fetch may take before it is abandoned and retried"
+    )
+    run.add_argument(
         "--resync-interval", type=float, default=60.0, help="seconds between drift checks against the controller"
     )
     run.add_argument(
@@ -144,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--exit-code", action="store_true", help="exit 0 no change, 2 changes, 1 errors")
     plan.set_defaults(func=_command("plan", "plan_command"))
 
+    reset = verb("reset-controller", "discard the controller's stored state (it is rebuilt from git)")
+    reset.add_argument("--ray-address", required=True, help="the Ray cluster the controller ran on")
+    reset.set_defaults(func=_command("reset", "reset_controller_command"))
+
     schema = verb("schema", "the JSON Schema of the spec format, for editors")
     schema.set_defaults(func=_command("schema", "schema_command"))
 
@@ -167,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # The command line as given: `gitops run` re-runs it in a supervised child.
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return args.func(args)
     except GitopsError as error:

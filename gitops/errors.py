@@ -47,6 +47,15 @@ class UsageError(UserError):
 
 
 class SourceError(GitopsError):
-    """Git could not be read or fetched; the message says what and where."""
+    """Git could not be read or fetched; the message says what and where.
+
+    `reason` is the status condition's reason: the remote could not be
+    reached or did not answer (refused, timed out, not git), or it answered
+    without the watched branch.
+    """
 
     kind = ErrorKind.RETRY
+
+    def __init__(self, message: str, reason: str = "GitUnreachable") -> None:
+        super().__init__(message)
+        self.reason = reason

@@ -8,24 +8,37 @@ attempts (and always the last applied one), so a long-lived agent's file
 stays small. The file and its WAL/SHM are private to their user (0600),
 and errors are stored redacted (`gitops.redaction`). Must not: decide what
 to record; the agent calls `record` once at the end of a tick.
+
+The file carries its schema version in `PRAGMA user_version`; opening it
+runs the migrations it has not had yet, each in one transaction, so an
+upgraded agent reads a ledger written by an older one. A ledger of a newer
+schema is refused with a readable error (`HistoryError`). Writes are
+transactions in write-ahead-log mode: an agent killed mid-write leaves the
+previous ledger intact.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Iterator
 
+from gitops.errors import UserError
 from gitops.ledger import HistoryEntry, Outcome
 from gitops.redaction import redact
 from gitops.statedir import private_file
 
-__all__ = ["History"]
+__all__ = ["History", "HistoryError", "SCHEMA_VERSION"]
 
-_SCHEMA = """
+# Migration N takes the file from user_version N to N + 1. Version 0 is a
+# new file or one written before schema versions (it already has the table,
+# hence IF NOT EXISTS).
+_MIGRATIONS: tuple[str, ...] = (
+    """
 CREATE TABLE IF NOT EXISTS attempts (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     commit_sha TEXT NOT NULL,
@@ -39,7 +52,13 @@ CREATE TABLE IF NOT EXISTS attempts (
     actions INTEGER NOT NULL,
     errors TEXT NOT NULL
 )
-"""
+""",
+)
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+
+class HistoryError(UserError):
+    """The ledger file cannot be read by this version of the agent."""
 
 
 class History:
@@ -53,7 +72,7 @@ class History:
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(_SCHEMA)
+        _migrate(self._db, path)
 
     def record(self, entry: HistoryEntry) -> HistoryEntry:
         entry = replace(entry, errors=tuple(redact(error) for error in entry.errors))
@@ -62,7 +81,7 @@ class History:
             entry.finished_at, entry.result.value, entry.plan_summary, entry.actions,
             json.dumps(list(entry.errors)),
         )
-        with self._lock:
+        with self._lock, _transaction(self._db):
             cursor = self._db.execute(
                 "INSERT INTO attempts (commit_sha, branch, author_time, summary, started_at,"
                 " finished_at, result, plan_summary, actions, errors)"
@@ -101,6 +120,32 @@ class History:
                 params,
             ).fetchall()
         return [_entry(row) for row in rows]
+
+
+@contextlib.contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """All of the block's writes or none of them."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _migrate(db: sqlite3.Connection, path: Path) -> None:
+    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    if version > SCHEMA_VERSION:
+        db.close()
+        raise HistoryError(
+            f"{path}: history schema {version} is newer than this gitops reads ({SCHEMA_VERSION}); "
+            "upgrade gitops, or move the file away to start a new ledger (the cluster's state comes from git)"
+        )
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        with _transaction(db):
+            db.execute(_MIGRATIONS[target - 1])
+            db.execute(f"PRAGMA user_version = {target}")
 
 
 def _entry(row: tuple) -> HistoryEntry:

@@ -141,6 +141,12 @@ class AgentMetrics:
             ["result"],
             registry=r,
         )
+        # Absent until the first success: an agent that never reached git has no last success.
+        self._last_fetch_success = Gauge(
+            "gitops_last_fetch_success_timestamp_seconds",
+            "Unix time of the last successful read of the watched branch.",
+            registry=r,
+        )
         self._spec_errors = Gauge(
             "gitops_spec_errors", "Spec errors in the newest commit.", registry=r
         )
@@ -223,6 +229,8 @@ class AgentMetrics:
 
     def git_fetch(self, result: str) -> None:
         self._git_fetches.labels(result=result).inc()
+        if result == "success":
+            self._last_fetch_success.set(self._clock())
 
     def commit_verified(self, result: str) -> None:
         """One attempted commit's signature verdict: valid, unsigned or untrusted."""

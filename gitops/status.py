@@ -68,6 +68,7 @@ class StatusFacts:
     last_attempt: HistoryEntry | None = None
     last_applied: HistoryEntry | None = None
     git_error: str | None = None
+    git_reason: str = ""  # the git error's own reason (GitUnreachable, BranchNotFound)
     controller_error: str | None = None
     cluster: ClusterStatus | None = None  # controller.get_status()
     notifications: Mapping[str, Mapping[str, Any]] | None = None  # per provider, from gitops.notifications
@@ -153,7 +154,7 @@ def _overall(facts: StatusFacts, backends: Mapping[str, BackendSummary]) -> tupl
     if facts.applying:
         return SyncStatus.PROGRESSING, "Progressing", f"applying {facts.applying[:7]} {facts.progress}".strip()
     if facts.git_error:
-        return SyncStatus.FAILED, "GitOperationFailed", facts.git_error
+        return SyncStatus.FAILED, facts.git_reason or "GitOperationFailed", facts.git_error
     if facts.controller_error:
         return SyncStatus.FAILED, "ControllerUnavailable", facts.controller_error
     if last is None:

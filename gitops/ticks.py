@@ -88,6 +88,7 @@ class TickError:
     stage: Stage
     kind: ErrorKind
     message: str
+    reason: str = ""  # a status reason of its own (e.g. GitUnreachable), if the error has one
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,10 @@ class TickReport:
     def error(self, *stages: Stage) -> str | None:
         """The first error of `stages`, or None."""
         return next((e.message for e in self.errors if e.stage in stages), None)
+
+    def reason(self, *stages: Stage) -> str:
+        """The status reason of the first error of `stages`, or ""."""
+        return next((e.reason for e in self.errors if e.stage in stages), "")
 
     @property
     def stopped_by(self) -> TickError | None:

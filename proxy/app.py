@@ -112,6 +112,11 @@ class ProxyApp:
         self._rng = rng or random.Random()
         self._recorder = recorder or NullRecorder()
         self._snapshot = Snapshot()
+        # Until its first complete route table arrives a proxy (new, or
+        # restarted) does not know which paths exist: it answers 503 +
+        # Retry-After (never a 404 that a client would cache or give up on)
+        # and is not healthy.
+        self._routed = False
         self._shadow_tasks: set[asyncio.Task[None]] = set()
         self._shadow_in_flight: dict[str, int] = {}
         self._retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
@@ -123,6 +128,7 @@ class ProxyApp:
     def install(self, snapshot: Snapshot) -> None:
         """Serve `snapshot` from the next request on (one atomic assignment)."""
         self._snapshot = snapshot
+        self._routed = self._routed or snapshot.complete
 
     @property
     def snapshot(self) -> Snapshot:
@@ -151,6 +157,9 @@ class ProxyApp:
             return
         if path.startswith("/-/"):
             await self._admin(path, send)
+            return
+        if not self._routed:
+            await _send(send, 503, [*_TEXT, *self._retry_after], b"Starting: no route table yet")
             return
         snapshot = self._snapshot
         resolution, route = resolve(snapshot.routes, path, scope["method"])
@@ -292,7 +301,7 @@ class ProxyApp:
 
     async def _admin(self, path: str, send: Send) -> None:
         if path == "/-/healthz":
-            await _send(send, 200, _TEXT, b"ok")
+            await _send(send, *((200, _TEXT, b"ok") if self._routed else (503, _TEXT, b"starting")))
         elif path == "/-/routes":
             await _send(send, 200, _JSON, self._snapshot.routes_json)
         elif path == "/-/shadow/mismatches":

@@ -66,6 +66,9 @@ class Snapshot:
     pools: Mapping[str, ReplicaPool] = field(default_factory=dict)
     # GET /-/routes, rendered once per snapshot.
     routes_json: bytes = b"{}"
+    # Every route of the table has its endpoint's config and replicas: a
+    # proxy starting up serves from the first complete snapshot on.
+    complete: bool = True
 
 
 def build_snapshot(
@@ -82,4 +85,5 @@ def build_snapshot(
     plans = {entry.endpoint: EndpointPlan.from_config(endpoints[entry.endpoint]) for entry in entries}
     routes = RouteIndex.build(Route.build(e.route, e.methods, e.endpoint) for e in entries)
     listing = {e.route: {"endpoint": e.endpoint, "methods": list(e.methods)} for e in entries}
-    return Snapshot(routes, plans, dict(pools), json.dumps(listing, sort_keys=True).encode())
+    complete = len(entries) == len(table.entries)
+    return Snapshot(routes, plans, dict(pools), json.dumps(listing, sort_keys=True).encode(), complete)

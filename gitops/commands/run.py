@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from gitops import rayversions, statedir
 from gitops.errors import UsageError, UserError
 from gitops.logs import configure_logging
+from gitops.quieting import quiet_ray_output
+from gitops.supervising import CHILD_ENV, supervise, watch_ray
 
 if TYPE_CHECKING:
     from controller.ownership import Owner
@@ -50,6 +52,13 @@ def run_command(args: argparse.Namespace) -> int:
     from gitops.sources.repos import GitSource
     from gitops.webhooks import read_secret
 
+    quiet_ray_output()
+    if args.ray_address is not None and not os.environ.get(CHILD_ENV):
+        # A driver dies with its cluster: a joined agent runs in a child that
+        # is started again when Ray restarts (gitops.supervising).
+        start_logging(args.log_format)
+        return supervise(args.argv, args.ray_address)
+
     secret = read_secret(args.webhook_secret_file) if args.webhook_secret_file else None
     token = read_token(args.admin_token_file, "--admin-token-file") if args.admin_token_file else None
     git_token = read_token(args.git_token_file, "--git-token-file").decode() if args.git_token_file else None
@@ -63,7 +72,8 @@ def run_command(args: argparse.Namespace) -> int:
     verifier = _verifier(args)
     state = statedir.prepare(Path(args.state_dir))
     state_lock = statedir.lock(state.root)  # held until this process exits
-    source = GitSource(args.repo, args.branch, state.root, password=git_token, verifier=verifier)
+    source = GitSource(args.repo, args.branch, state.root, password=git_token, verifier=verifier,
+                       fetch_timeout_s=args.fetch_timeout)
     source.discard_unfinished_exports()
     sockets = [bind_socket(args.admin_host, args.admin_port, "--admin-port")]
     if args.webhook_port is not None:
@@ -73,7 +83,7 @@ def run_command(args: argparse.Namespace) -> int:
         f"gitops: watching {source.location} branch {source.branch} path {args.path}; "
         f"proxy http://{args.proxy_host}:{args.proxy_port}, admin http://{args.admin_host}:{args.admin_port}"
     )
-    from controller.cluster import init_ray, shutdown_ray
+    from controller.cluster import init_ray, ray_endpoints, shutdown_ray
 
     embedded = args.ray_address is None
     client = None
@@ -87,6 +97,8 @@ def run_command(args: argparse.Namespace) -> int:
         except ConnectionError as error:
             raise UserError(str(error)) from None
         _sigterm_interrupts()  # ray.init installed its own, which exits at once
+        if not embedded:
+            watch_ray(*ray_endpoints())
         client = _controller(args)
         owner = _claim(client, args, source, statedir.agent_id(state.root))
         asyncio.run(_serve(args, state, source, client, owner.agent_id, secret, token, sockets, links, channels))
@@ -153,12 +165,16 @@ def _sigterm_interrupts() -> None:
 
 
 def _controller(args: argparse.Namespace) -> Any:
+    from controller.checkpoint import CheckpointError
     from controller.client import start_or_connect
 
     options = {"proxy_metrics_port": args.proxy_metrics_port}
-    return start_or_connect(
-        namespace=args.namespace, proxy_host=args.proxy_host, proxy_port=args.proxy_port, options=options
-    )
+    try:
+        return start_or_connect(
+            namespace=args.namespace, proxy_host=args.proxy_host, proxy_port=args.proxy_port, options=options
+        )
+    except CheckpointError as error:
+        raise UserError(str(error)) from None
 
 
 def _claim(client: Any, args: argparse.Namespace, source: Any, agent_id: str) -> Owner:
@@ -355,7 +371,9 @@ def _notifier(
 
 
 def _check_intervals(args: argparse.Namespace) -> None:
-    for flag, value in (("--interval", args.interval), ("--resync-interval", args.resync_interval)):
+    for flag, value in (
+        ("--interval", args.interval), ("--resync-interval", args.resync_interval), ("--fetch-timeout", args.fetch_timeout),
+    ):
         if value <= 0:
             raise UserError(f"{flag} must be a positive number of seconds, not {value:g}")
 

@@ -10,6 +10,11 @@ a URL (file://, https, ssh, scp-style `user@host:path`):
   forced refspec, so a force-push simply moves the branch: the newest
   commit of the branch is the truth.
 
+Every network call (fetch, ls-remote) ends after `fetch_timeout_s`: a
+remote that accepts and never answers costs one timeout, not the agent. A
+failed fetch is a `SourceError` with reason GitUnreachable, or BranchNotFound
+when the remote answers without the watched branch.
+
 `GitSource` implements `gitops.sources.source.Source`: `tree` reads a
 commit's files for the loader, `export` writes a commit's tree, without
 `.git`, into the content-addressed `Exports` for replicas' runtime_env
@@ -44,8 +49,9 @@ from gitops.sources.source import Revision
 from gitops.sources.trees import CommitTree
 from gitops.sources.verifying import CommitVerifier
 
-__all__ = ["GitSource", "is_url"]
+__all__ = ["GitSource", "is_url", "DEFAULT_FETCH_TIMEOUT_S"]
 
+DEFAULT_FETCH_TIMEOUT_S = 60.0
 _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
 # Never wait for a password or a host-key prompt: the agent runs unattended.
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": "ssh -o BatchMode=yes"}
@@ -73,6 +79,7 @@ class GitSource:
         cache_dir: Path,
         password: str | None = None,
         verifier: CommitVerifier | None = None,
+        fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S,
     ) -> None:
         url, credentials = split_credentials(repo)
         if password is not None:
@@ -81,6 +88,7 @@ class GitSource:
         self.remote = is_url(url)
         self._url = url
         self._verifier = verifier
+        self._fetch_timeout_s = fetch_timeout_s
         self._exports = Exports(cache_dir / "exports")
         self._repo = self._open_cache(url, cache_dir) if self.remote else self._open_local(url)
         self._env = dict(_GIT_ENV)
@@ -132,10 +140,35 @@ class GitSource:
     def fetch(self) -> None:
         refspec = f"+refs/heads/{self.branch}:refs/heads/{self.branch}"
         try:
+            self._remote_git("fetch", "--quiet", "--no-tags", self._url, refspec)
+        except SourceError as error:
+            if error.reason == "GitUnreachable" and self._branch_missing():
+                raise SourceError(
+                    f"fetch {self.location}: the remote has no branch {self.branch!r} (deleted?)", "BranchNotFound"
+                ) from None
+            raise SourceError(f"fetch {self.location} {self.branch}: {error}") from None
+
+    def _branch_missing(self) -> bool:
+        """True when the remote answers and lists no such branch (False if it does not answer)."""
+        try:
+            return not self._remote_git("ls-remote", "--heads", self._url, f"refs/heads/{self.branch}").strip()
+        except SourceError:
+            return False
+
+    def _remote_git(self, command: str, *args: str) -> str:
+        """One git call that talks to the remote, ended after the fetch timeout."""
+        try:
             with self._repo.git.custom_environment(**self._env):
-                self._repo.git.fetch("--quiet", "--no-tags", self._url, refspec)
+                return str(getattr(self._repo.git, command.replace("-", "_"))(
+                    *args, kill_after_timeout=self._fetch_timeout_s))
         except git.GitCommandError as error:
-            raise SourceError(redact(f"fetch {self.location} {self.branch}: {_git_message(error)}")) from None
+            raise SourceError(redact(self._timeout_or(error))) from None
+
+    def _timeout_or(self, error: git.GitCommandError) -> str:
+        # GitPython kills the command at kill_after_timeout and says so on its stderr.
+        if "did not complete in" in str(error.stderr or ""):
+            return f"no answer within {self._fetch_timeout_s:g} s (--fetch-timeout)"
+        return _git_message(error)
 
     # --- exports ---------------------------------------------------------------
 
@@ -183,10 +216,9 @@ class GitSource:
 
     def _remote_head(self) -> str:
         try:
-            with self._repo.git.custom_environment(**self._env):
-                out = self._repo.git.ls_remote("--symref", self._url, "HEAD")
-        except git.GitCommandError as error:
-            raise SourceError(redact(f"{self.location}: {_git_message(error)}")) from None
+            out = self._remote_git("ls-remote", "--symref", self._url, "HEAD")
+        except SourceError as error:
+            raise SourceError(f"{self.location}: {error}") from None
         for line in out.splitlines():
             if line.startswith("ref: refs/heads/"):
                 return line.split()[1].removeprefix("refs/heads/")
@@ -225,5 +257,7 @@ def _askpass_env(cache_dir: Path, credentials: Credentials) -> dict[str, str]:
 
 def _git_message(error: git.GitCommandError) -> str:
     stderr = str(error.stderr or "").strip().removeprefix("stderr:").strip().strip("'").strip()
-    return stderr.splitlines()[-1] if stderr else f"git exited {error.status}"
+    last = stderr.splitlines()[-1] if stderr else f"git exited {error.status}"
+    # A remote answering garbage gets its bytes quoted by git: keep the line printable.
+    return "".join(c if c.isprintable() else "?" for c in last)
 

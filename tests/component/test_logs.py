@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gitops.applying import ApplyOutcome, ApplyResult, Progress, ProgressKind
+from gitops.applying import ApplyResult, Progress, ProgressKind
 from gitops.sources.source import Revision
 from gitops.ticks import TickReport, Trigger, progress_line, reconcile_event
 from gitops.ledger import HistoryEntry, Outcome
@@ -132,7 +132,7 @@ def plan_of(*names: str) -> Plan:
 def report(duration_s: float, plan: Plan | None = None, failed: Action | None = None) -> TickReport:
     applied = None
     if failed is not None:
-        applied = ApplyResult(ApplyOutcome.FAILED, failed_action=failed, error="x")
+        applied = ApplyResult(Outcome.FAILED, failed_action=failed, error="x")
     return TickReport(triggers=frozenset({Trigger.POLL}), full=False, started_at=0.0, duration_s=duration_s,
                       revision=REVISION, attempted=True, plan=plan, applied=applied)
 

@@ -152,8 +152,10 @@ def test_a_disallowed_method_is_405_with_allow() -> None:
     assert response.headers["allow"] == "POST"
 
 
-def test_healthz_answers_200() -> None:
-    assert run(get(Proxy(), "/-/healthz")).status_code == 200
+def test_healthz_answers_200_once_the_route_table_arrived() -> None:
+    proxy = Proxy()
+    proxy.serve("e", "/e", {"v1": [FakeReplica("r1")]})
+    assert run(get(proxy, "/-/healthz")).status_code == 200
 
 
 def test_routes_lists_the_route_table_as_json() -> None:

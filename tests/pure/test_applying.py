@@ -6,7 +6,8 @@ import asyncio
 from typing import Any
 
 from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
-from gitops.applying import ApplyOutcome, Deadlines, Progress, ProgressKind, apply
+from gitops.ledger import Outcome
+from gitops.applying import Deadlines, Progress, ProgressKind, apply
 from gitops.planning import plan
 from gitops.plans import ActionKind
 from gitops.testing import FakeController
@@ -35,7 +36,7 @@ def run_apply(desired: ServingState, controller: FakeController, **options: Any)
 def test_new_backend_and_endpoint_are_applied_backend_first() -> None:
     controller = FakeController()
     result = run_apply(state(backend("b1"), endpoint("e", {"b1": 1.0})), controller)
-    assert result.outcome is ApplyOutcome.APPLIED
+    assert result.outcome is Outcome.APPLIED
     assert controller.calls == [("apply_backend", "b1"), ("apply_endpoint", "e")]
     assert len(result.done) == 2
 
@@ -43,7 +44,7 @@ def test_new_backend_and_endpoint_are_applied_backend_first() -> None:
 def test_removed_objects_are_deleted_endpoint_before_backend() -> None:
     controller = FakeController(state(backend("b1"), endpoint("e", {"b1": 1.0})))
     result = run_apply(ServingState(), controller)
-    assert result.outcome is ApplyOutcome.APPLIED
+    assert result.outcome is Outcome.APPLIED
     assert controller.calls == [("delete_endpoint", "e"), ("delete_backend", "b1")]
 
 
@@ -57,7 +58,7 @@ def test_failed_backend_goal_stops_the_apply_and_names_action_backend_and_reason
     controller = FakeController(failing={"b2": "ImportError: No module named 'nope'"})
     desired = state(backend("b2"), endpoint("e", {"b2": 1.0}))
     result = run_apply(desired, controller)
-    assert result.outcome is ApplyOutcome.FAILED
+    assert result.outcome is Outcome.FAILED
     assert result.error == "create backend b2: ImportError: No module named 'nope'"
     assert ("apply_endpoint", "e") not in controller.calls
 
@@ -65,14 +66,14 @@ def test_failed_backend_goal_stops_the_apply_and_names_action_backend_and_reason
 def test_controller_refusal_is_a_failure_with_the_controllers_message() -> None:
     controller = FakeController(refuse={"e": "traffic names unknown backend 'zz'"})
     result = run_apply(state(backend("b1"), endpoint("e", {"b1": 1.0})), controller)
-    assert result.outcome is ApplyOutcome.FAILED
+    assert result.outcome is Outcome.FAILED
     assert result.error == "create endpoint e: controller refused: traffic names unknown backend 'zz'"
 
 
 def test_goal_not_met_before_its_deadline_fails_the_apply() -> None:
     controller = FakeController(stuck={"b1"})
     result = run_apply(state(backend("b1")), controller, deadlines=Deadlines(backend_s=0.05))
-    assert result.outcome is ApplyOutcome.FAILED
+    assert result.outcome is Outcome.FAILED
     assert result.error == "create backend b1: not done after 0.05 s"
 
 
@@ -84,7 +85,7 @@ def test_newer_commit_supersedes_the_apply_at_the_next_safe_point() -> None:
 
     result = run_apply(state(backend("b1"), endpoint("e", {"b1": 1.0})), controller,
                        superseded=newer_commit_arrived)
-    assert result.outcome is ApplyOutcome.SUPERSEDED
+    assert result.outcome is Outcome.SUPERSEDED
     assert controller.calls == [("apply_backend", "b1")]
 
 
@@ -99,7 +100,7 @@ def test_long_goal_wait_notices_a_newer_commit() -> None:
     result = asyncio.run(asyncio.wait_for(apply(
         plan(state(backend("b1")), ServingState()), controller, actual=ServingState(),
         superseded=newer_commit_arrived), timeout=5))
-    assert result.outcome is ApplyOutcome.SUPERSEDED
+    assert result.outcome is Outcome.SUPERSEDED
 
 
 def test_traffic_is_not_moved_to_an_untouched_backend_that_is_not_ready() -> None:
@@ -108,7 +109,7 @@ def test_traffic_is_not_moved_to_an_untouched_backend_that_is_not_ready() -> Non
     actual = state(backend("b1"), backend("b2"), endpoint("e", {"b1": 1.0}))
     controller = FakeController(actual, failing={"b2": "constructor raised"})
     result = run_apply(state(backend("b1"), backend("b2"), endpoint("e", {"b2": 1.0})), controller)
-    assert result.outcome is ApplyOutcome.FAILED
+    assert result.outcome is Outcome.FAILED
     assert "b2" in result.error and "constructor raised" in result.error
     assert ("apply_endpoint", "e") not in controller.calls
 
@@ -117,7 +118,7 @@ def test_readiness_gate_is_a_repeat_of_the_current_config_and_not_counted_as_don
     actual = state(backend("b1"), backend("b2"), endpoint("e", {"b1": 1.0}))
     controller = FakeController(actual)
     result = run_apply(state(backend("b1"), backend("b2"), endpoint("e", {"b2": 1.0})), controller)
-    assert result.outcome is ApplyOutcome.APPLIED
+    assert result.outcome is Outcome.APPLIED
     assert controller.configs == [actual.backends["b2"]]
     assert [a.name for a in result.done] == ["e"]
 
@@ -147,4 +148,4 @@ def test_reapplying_the_same_state_calls_nothing() -> None:
     desired = state(backend("b1"), endpoint("e", {"b1": 1.0}))
     controller = FakeController(desired)
     result = run_apply(desired, controller)
-    assert result.outcome is ApplyOutcome.APPLIED and controller.calls == []
+    assert result.outcome is Outcome.APPLIED and controller.calls == []

@@ -65,6 +65,7 @@ def test_every_agent_metric_of_the_product_contract_is_exported_with_its_type() 
         "gitops_applied_commit_info": "gauge",
         "gitops_sync_status": "gauge",
         "gitops_git_fetch": "counter",
+        "gitops_last_fetch_success_timestamp_seconds": "gauge",
         "gitops_spec_errors": "gauge",
         "gitops_drift_corrections": "counter",
         "gitops_goals_pending": "gauge",
@@ -219,3 +220,12 @@ def test_rollout_checks_follow_the_controller_s_cumulative_counts() -> None:
         metrics.cluster_observed(counted(n))
     labels = {"endpoint": "e", "backend": "c", "check": "error_ratio", "result": "fail"}
     assert value(metrics, "gitops_rollout_checks_total", **labels) == 3
+
+
+def test_the_last_successful_fetch_is_a_timestamp_that_failures_do_not_move() -> None:
+    now = [1000.0]
+    metrics = AgentMetrics(clock=lambda: now[0])
+    metrics.git_fetch("success")
+    now[0] = 1060.0
+    metrics.git_fetch("failure")
+    assert value(metrics, "gitops_last_fetch_success_timestamp_seconds") == 1000.0

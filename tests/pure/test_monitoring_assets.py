@@ -28,6 +28,8 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_applied_commit_info": ("gauge", frozenset({"commit", "branch"})),
     "gitops_sync_status": ("gauge", frozenset({"status"})),
     "gitops_git_fetch_total": ("counter", frozenset({"result"})),
+    # Added with issue 16 (reliability): the alert on git going unreachable reads it.
+    "gitops_last_fetch_success_timestamp_seconds": ("gauge", frozenset()),
     "gitops_spec_errors": ("gauge", frozenset()),
     "gitops_drift_corrections_total": ("counter", frozenset()),
     "gitops_goals_pending": ("gauge", frozenset()),
@@ -168,6 +170,7 @@ def test_the_required_alerts_exist_with_a_duration_and_a_summary() -> None:
     for wanted in [
         "GitopsReconcileFailing",
         "GitopsSyncStalled",
+        "GitopsGitUnreachable",
         "GitopsBackendBelowTarget",
         "GitopsHigh5xxRatio",
         "GitopsHighP99Latency",

@@ -1,0 +1,33 @@
+"""Scenario 1: kill -9 one replica of a 2-replica backend under load — 0 failed."""
+
+from __future__ import annotations
+
+import time
+
+from tests.real.support import eventually
+from tests.reliability.faults import kill9
+from tests.reliability.load import SteadyLoad
+from tests.reliability.scenario import record_run, under_load
+from tests.reliability.serving import Serving
+
+
+def test_killing_one_of_two_replicas_fails_no_request(serving: Serving, backend: str, window_s: float) -> None:
+    serving.deploy(backend, 2)
+    serving.route(backend)
+    [victim, _] = serving.replicas(backend, "RUNNING")
+
+    def kill_one_replica(_: SteadyLoad) -> float:
+        started = time.monotonic()
+        kill9(serving.replica_handle(victim.replica_id))
+        eventually(
+            lambda: len(serving.replicas(backend, "RUNNING")) == 2
+            and victim.replica_id not in {r.replica_id for r in serving.replicas(backend)},
+            60, what="a replacement replica running",
+        )
+        return time.monotonic() - started
+
+    report, recovery_s = under_load(serving.load_url(backend), window_s, kill_one_replica)
+    leaked = serving.leaked()
+    record_run("1", "kill -9 one replica of 2", report, recovery_s, leaked)
+    assert report.failed == 0, report.summary()
+    assert leaked == 0
