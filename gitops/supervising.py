@@ -17,6 +17,7 @@ cluster is still away.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -70,6 +71,7 @@ def supervise(argv: Sequence[str], ray_address: str) -> int:
         child = subprocess.Popen(
             [sys.executable, "-m", "gitops", *(redact(arg) for arg in argv)],
             env={**os.environ, CHILD_ENV: "1", _RESTARTS_ENV: str(restarts), ARGV_ENV: json.dumps(list(argv))},
+            preexec_fn=_die_with_parent,
         )
         code = child.wait()
         lived_s = time.monotonic() - started
@@ -86,6 +88,17 @@ def supervise(argv: Sequence[str], ray_address: str) -> int:
         time.sleep(delay)
         if stopping:
             return code
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Run in the child before it starts: the kernel kills it when the
+    supervisor dies, so a supervisor killed with SIGKILL leaves no orphan
+    agent holding the state dir's lock (Linux; elsewhere a no-op)."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _exit_text(code: int) -> str:
