@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import os
 import sys
 from typing import Callable, Sequence
 
 from gitops import __version__
 from gitops.errors import GitopsError
+from gitops.supervising import ARGV_ENV
 from vocabulary.goal_api import DEFAULT_NAMESPACE
 
 __all__ = ["main", "build_parser"]
@@ -173,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None and ARGV_ENV in os.environ:
+        # A supervised agent: its true command line (credentials included) came
+        # by environment, so that its visible argv could be redacted.
+        argv = json.loads(os.environ.pop(ARGV_ENV))
     args = build_parser().parse_args(argv)
     # The command line as given: `gitops run` re-runs it in a supervised child.
     args.argv = list(sys.argv[1:] if argv is None else argv)

@@ -17,6 +17,8 @@ cluster is still away.
 
 from __future__ import annotations
 
+import ctypes
+import json
 import logging
 import os
 import signal
@@ -27,13 +29,18 @@ import threading
 import time
 from typing import Callable, Sequence
 
-__all__ = ["CHILD_ENV", "RAY_LOST_EXIT", "restart_delay_s", "supervise", "watch_ray"]
+from gitops.redaction import redact
+
+__all__ = ["ARGV_ENV", "CHILD_ENV", "RAY_LOST_EXIT", "restart_delay_s", "supervise", "watch_ray"]
 
 RAY_LOST_EXIT = 75  # EX_TEMPFAIL: the child lost Ray; start it again
 _WATCH_PERIOD_S = 1.0
 _MISSES_BEFORE_LOST = 2
 
 CHILD_ENV = "GITOPS_SUPERVISED"  # set in the child: it runs the agent itself
+# The child's true command line travels here, so that its argv (which `ps`
+# shows to everyone) carries no credential; `gitops.cli.main` reads it back.
+ARGV_ENV = "GITOPS_SUPERVISED_ARGV"
 _RESTARTS_ENV = "GITOPS_AGENT_RESTARTS"
 _LOG = logging.getLogger("gitops.run")
 _HEALTHY_S = 60.0  # ... and one that lived this long starts the backoff again from the base
@@ -62,8 +69,9 @@ def supervise(argv: Sequence[str], ray_address: str) -> int:
     while True:
         started = time.monotonic()
         child = subprocess.Popen(
-            [sys.executable, "-m", "gitops", *argv],
-            env={**os.environ, CHILD_ENV: "1", _RESTARTS_ENV: str(restarts)},
+            [sys.executable, "-m", "gitops", *(redact(arg) for arg in argv)],
+            env={**os.environ, CHILD_ENV: "1", _RESTARTS_ENV: str(restarts), ARGV_ENV: json.dumps(list(argv))},
+            preexec_fn=_die_with_parent,
         )
         code = child.wait()
         lived_s = time.monotonic() - started
@@ -80,6 +88,17 @@ def supervise(argv: Sequence[str], ray_address: str) -> int:
         time.sleep(delay)
         if stopping:
             return code
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Run in the child before it starts: the kernel kills it when the
+    supervisor dies, so a supervisor killed with SIGKILL leaves no orphan
+    agent holding the state dir's lock (Linux; elsewhere a no-op)."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _exit_text(code: int) -> str:

@@ -53,17 +53,16 @@ def run_command(args: argparse.Namespace) -> int:
     from gitops.webhooks import read_secret
 
     quiet_ray_output()
-    if args.ray_address is not None and not os.environ.get(CHILD_ENV):
-        # A driver dies with its cluster: a joined agent runs in a child that
-        # is started again when Ray restarts (gitops.supervising).
-        start_logging(args.log_format)
-        return supervise(args.argv, args.ray_address)
-
     secret = read_secret(args.webhook_secret_file) if args.webhook_secret_file else None
     token = read_token(args.admin_token_file, "--admin-token-file") if args.admin_token_file else None
     git_token = read_token(args.git_token_file, "--git-token-file").decode() if args.git_token_file else None
     _register_secrets(args.repo, token, secret, git_token)
     _redact_command_line()
+    if args.ray_address is not None and not os.environ.get(CHILD_ENV):
+        # A driver dies with its cluster: a joined agent runs in a child that
+        # is started again when Ray restarts (gitops.supervising).
+        start_logging(args.log_format)
+        return supervise(args.argv, args.ray_address)
     _check_exposure(args, token, secret)
     _check_intervals(args)
     links = _links(args)

@@ -18,26 +18,9 @@ from gitops.metrics import AgentMetrics
 from gitops.planning import plan
 from gitops.sources.repos import GitSource
 from gitops.testing import FakeController
+from tests.component.test_agent_loop import APP, spec
 
 pytestmark = pytest.mark.real
-
-APP = '''
-class Echo:
-    def __init__(self, label):
-        self.label = label
-
-    def __call__(self, request):
-        return self.label
-'''
-
-
-def spec(traffic: dict[str, float], backends: tuple[str, ...] = ("v1", "v2")) -> str:
-    text = ""
-    for name in backends:
-        text += f'[backends.{name}]\nimport_path = "deployments.apps.echo:Echo"\ninit_args = ["{name}"]\n\n'
-    weights = ", ".join(f"{k} = {v}" for k, v in traffic.items())
-    return text + f'[endpoints.echo]\nroute = "/echo"\ntraffic = {{ {weights} }}\n'
-
 
 @pytest.fixture
 def spec_repo(repo):

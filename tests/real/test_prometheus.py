@@ -200,7 +200,11 @@ def spec(traffic: dict[str, float], broken: bool = False) -> str:
     weights = ", ".join(f'"hello-{k}" = {v}' for k, v in traffic.items())
     text += (
         f'[endpoints.hello]\nroute = "/hello"\ntraffic = {{ {weights} }}\n'
-        'shadow = { "hello-shadow" = 1.0 }\ntimeout_s = 5\n'
+        'shadow = { "hello-shadow" = 1.0 }\ntimeout_s = 5\nshadow_compare = "status"\n'
+        # One lenient step: every traffic change is judged once, so the rollout
+        # panels have checks to show without holding the test's traffic back.
+        "\n[endpoints.hello.rollout]\nsteps = [1.0]\nstep_interval_s = 1\nmin_requests = 0\n"
+        "max_error_ratio = 1.0\nmax_p99_latency_s = 60\n"
     )
     return text + ("no_such_key = 1\n" if broken else "")
 
@@ -208,13 +212,16 @@ def spec(traffic: dict[str, float], broken: bool = False) -> str:
 class SpecRepo:
     """A real git repository for a module-scoped fixture (`repo` is per test)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, signing_key: Path) -> None:
         self.root = root
         root.mkdir(parents=True)
         self.git("init", "-q", "-b", "main")
         self.git("config", "user.email", "tests@example.invalid")
         self.git("config", "user.name", "tests")
-        self.git("config", "commit.gpgsign", "false")
+        # Every commit is ssh-signed, so the agent runs with --verify-commits.
+        self.git("config", "gpg.format", "ssh")
+        self.git("config", "user.signingkey", str(signing_key))
+        self.git("config", "commit.gpgsign", "true")
 
     def git(self, *args: str) -> str:
         done = subprocess.run(["git", *args], cwd=self.root, check=True, capture_output=True, text=True)
@@ -295,8 +302,10 @@ def _refusing_receiver() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def stack(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """The agent with a notification receiver that refuses it, so the shipped
-    notification panel and alert have series to show."""
+    """The agent as the shipped dashboard expects it: signed commits checked
+    (--verify-commits), shadow replies compared, traffic changes rolled out,
+    and a notification receiver that refuses it, so every shipped panel and
+    alert has series to show."""
     with _refusing_receiver() as receiver:
         yield from _stack(tmp_path_factory, receiver)
 
@@ -305,13 +314,17 @@ def _stack(tmp_path_factory: pytest.TempPathFactory, receiver: str) -> Iterator[
     workdir = tmp_path_factory.mktemp("stack")
     notify = workdir / "notify.toml"
     notify.write_text(f'[providers.ci]\ntype = "webhook"\nurl = "{receiver}"\n')
-    repo = SpecRepo(workdir / "repo")
+    key = workdir / "tests"  # the principal tests@example.invalid, the repository's committer
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "tests", "-f", str(key)], check=True)
+    allowed = workdir / "allowed_signers"
+    allowed.write_text(f"tests@example.invalid {key.with_suffix('.pub').read_text().strip()}\n")
+    repo = SpecRepo(workdir / "repo", key)
     repo.write("apps/__init__.py", "")
     repo.write("apps/hello.py", APP)
     repo.write("deployments/hello.toml", spec({"v1": 0.5, "v2": 0.5}))
     first = repo.commit("hello, split 50/50")
     agent = AgentProcess(
-        repo.root, workdir, ray.get_runtime_context().gcs_address, ["--log-format", "json", "--notify", str(notify)]
+        repo.root, workdir, ray.get_runtime_context().gcs_address, ["--log-format", "json", "--notify", str(notify), "--verify-commits", "--allowed-signers", str(allowed)]
     )
     prometheus = None
     try:

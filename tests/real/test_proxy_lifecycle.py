@@ -10,8 +10,10 @@ import pytest
 import ray
 
 from proxy.actor import ProxyActor
+from vocabulary.configs import RouteTable
+from vocabulary.goal_api import LongPollKey
 from tests.real.apps.proxy_fakes import FakeController
-from tests.real.support import occupied_port
+from tests.real.support import eventually, occupied_port
 
 pytestmark = pytest.mark.real
 
@@ -25,12 +27,16 @@ def controller(ray_session):
 
 
 def test_ready_returns_the_listening_address_and_healthz_answers(ray_session, controller):
-    name, _ = controller
+    name, fake = controller
     proxy = ray.remote(ProxyActor).options(num_cpus=0).remote(name, ray_session, "node-a", "127.0.0.1", 0)
     try:
         address = ray.get(proxy.ready.remote(), timeout=30)
         assert address.startswith("127.0.0.1:")
-        assert httpx.get(f"http://{address}/-/healthz", timeout=5).status_code == 200
+        # 503 until the first route table arrives by long poll, then 200 while it serves.
+        assert httpx.get(f"http://{address}/-/healthz", timeout=5).status_code == 503
+        ray.get(fake.publish.remote({LongPollKey.ROUTES: RouteTable()}), timeout=30)
+        eventually(lambda: httpx.get(f"http://{address}/-/healthz", timeout=5).status_code == 200,
+                   timeout_s=15, what="/-/healthz answering 200")
     finally:
         ray.get(proxy.shutdown.remote(), timeout=30)
         ray.kill(proxy)
