@@ -17,6 +17,7 @@ evaluates the query without the comparison, which must return data.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import http.server
 import json
@@ -186,6 +187,11 @@ class Hello:
         if request.query_params.get("fail"):
             raise RuntimeError("asked to fail")
         return {"backend": self.label}
+
+
+class Batched:
+    async def __call__(self, requests: list[Request]) -> list[dict]:
+        return [{"batch_size": len(requests)} for _ in requests]
 '''
 
 
@@ -197,6 +203,12 @@ def spec(traffic: dict[str, float], broken: bool = False) -> str:
             "num_replicas = 1\nray_actor_options = { num_cpus = 0 }\n"
             "health_check_period_s = 0.5\nhealth_check_timeout_s = 5\n\n"
         )
+    text += (
+        '[backends.batched]\nimport_path = "apps.hello:Batched"\nnum_replicas = 1\n'
+        "max_concurrent_queries = 32\nray_actor_options = { num_cpus = 0 }\n"
+        "[backends.batched.batching]\nmax_batch_size = 8\nbatch_wait_timeout_s = 0.05\n\n"
+        '[endpoints.batched]\nroute = "/batched"\ntraffic = { batched = 1.0 }\n\n'
+    )
     weights = ", ".join(f'"hello-{k}" = {v}' for k, v in traffic.items())
     text += (
         f'[endpoints.hello]\nroute = "/hello"\ntraffic = {{ {weights} }}\n'
@@ -352,6 +364,10 @@ def _traffic(agent: AgentProcess, codes: Counter[int]) -> None:
     for i in range(40):
         reply = agent.http.get(agent.proxy + "/hello" + ("?fail=1" if i % 10 == 0 else ""))
         codes[reply.status_code] += 1
+    # Concurrent requests to the batched backend, so its batch-size panel has data.
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        batched = list(pool.map(lambda _: agent.http.get(agent.proxy + "/batched").status_code, range(32)))
+    assert batched == [200] * 32
 
 
 def _drive(agent: AgentProcess, repo: SpecRepo) -> Counter[int]:
