@@ -19,7 +19,7 @@ import uvicorn
 
 from httpedge.bounds import uvicorn_options
 from proxy.app import ProxyApp
-from proxy.config import Snapshot
+from proxy.snapshot import Snapshot
 from proxy.controller_link import ControllerLink
 from proxy.load_reporting import report_load_forever
 from proxy.longpoll_client import LongPollClient

@@ -29,7 +29,7 @@ from typing import Any, Awaitable, Callable, Protocol
 
 from proxy.calling import HandlerError, ReplicaCaller, ReplicaDiedError
 from vocabulary.choosing import Random
-from proxy.config import EndpointPlan, Snapshot
+from proxy.snapshot import ServedEndpoint, Snapshot
 from proxy.metrics import ShadowResult
 from proxy.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
 from proxy.request_stats import RequestCounter
@@ -169,37 +169,37 @@ class ProxyApp:
         if resolution is Resolution.METHOD_NOT_ALLOWED:
             await _send(send, 405, [*_TEXT, (b"allow", route.allow.encode())], b"Method Not Allowed")
             return
-        plan = snapshot.endpoints[route.endpoint]
+        served = snapshot.endpoints[route.endpoint]
         started = time.perf_counter()
-        backend = plan.pick(scope["headers"], self._rng)
+        backend = served.pick(scope["headers"], self._rng)
         primary: asyncio.Future[WireResponse] | None = None
         try:
             body = await _read_body(receive, self._settings.max_body_bytes, self._settings.edge.body_timeout_s)
             request: WireRequest = (scope["method"], path, scope["query_string"], _end_to_end(scope["headers"]), body)
-            if plan.shadow.shares:
-                primary = self._copy_to_shadows(snapshot, plan, request)
-            status, headers, payload = await self._forward(snapshot.pools.get(backend), plan, request)
+            if served.shadow.shares:
+                primary = self._copy_to_shadows(snapshot, served, request)
+            status, headers, payload = await self._forward(snapshot.pools.get(backend), served, request)
             headers = _end_to_end(headers)
         except _Reply as reply:
             status, headers, payload = reply.status, [*_TEXT, *reply.headers], reply.text.encode()
         except _ClientLeft:
             logger.info("%s %s: client left before its request was read (499); no replica called",
                         scope["method"], path)
-            self._recorder.request_done(plan.name, backend, CLIENT_LEFT, time.perf_counter() - started)
+            self._recorder.request_done(served.name, backend, CLIENT_LEFT, time.perf_counter() - started)
             return
         await _send(send, status, headers, payload)
         duration_s = time.perf_counter() - started
-        self._recorder.request_done(plan.name, backend, status, duration_s)
+        self._recorder.request_done(served.name, backend, status, duration_s)
         self._counts.record(backend, status, duration_s)
         if primary is not None:
             # Compared only now: the primary's answer has already gone out.
             primary.set_result((status, headers, payload))
 
-    async def _forward(self, pool: ReplicaPool | None, plan: EndpointPlan, request: WireRequest) -> WireResponse:
+    async def _forward(self, pool: ReplicaPool | None, served: ServedEndpoint, request: WireRequest) -> WireResponse:
         if pool is None:
             raise _Reply(503, "No replica available", self._retry_after)
         try:
-            async with asyncio.timeout(plan.timeout_s) as deadline:
+            async with asyncio.timeout(served.timeout_s) as deadline:
                 return await self._call_with_retry(pool, request, deadline)
         except TimeoutError:
             raise _Reply(504, "Gateway Timeout") from None
@@ -231,22 +231,22 @@ class ProxyApp:
     # --- shadow traffic ---------------------------------------------------------
 
     def _copy_to_shadows(
-        self, snapshot: Snapshot, plan: EndpointPlan, request: WireRequest
+        self, snapshot: Snapshot, served: ServedEndpoint, request: WireRequest
     ) -> asyncio.Future[WireResponse] | None:
         """Start the shadow copies; with a comparison, the future the primary's
         reply is set on (None when nothing is compared)."""
         method, path, query, headers, body = request
         request = (method, path, query, [(n, v) for n, v in headers if n not in _SHADOW_WITHHELD], body)
         primary: asyncio.Future[WireResponse] | None = None
-        for backend in plan.shadow.sample(self._rng):
+        for backend in served.shadow.sample(self._rng):
             pool = snapshot.pools.get(backend)
             slot = self._shadow_slot(backend, pool)
             if pool is None or slot is None:
-                self._recorder.shadow_done(plan.name, backend, ShadowResult.DROPPED)
+                self._recorder.shadow_done(served.name, backend, ShadowResult.DROPPED)
                 continue
-            if primary is None and plan.compare is not ShadowCompare.NONE:
+            if primary is None and served.compare is not ShadowCompare.NONE:
                 primary = asyncio.get_running_loop().create_future()
-            task = asyncio.ensure_future(self._shadow(plan, pool, slot, request, primary))
+            task = asyncio.ensure_future(self._shadow(served, pool, slot, request, primary))
             self._shadow_tasks.add(task)
             task.add_done_callback(self._shadow_tasks.discard)
         return primary
@@ -261,13 +261,13 @@ class ProxyApp:
         return slot
 
     async def _shadow(
-        self, plan: EndpointPlan, pool: ReplicaPool, slot: ReplicaSlot, request: WireRequest,
+        self, served: ServedEndpoint, pool: ReplicaPool, slot: ReplicaSlot, request: WireRequest,
         primary: asyncio.Future[WireResponse] | None,
     ) -> None:
         result = ShadowResult.OK
         reply: WireResponse | None = None
         try:
-            async with asyncio.timeout(plan.timeout_s) as deadline:
+            async with asyncio.timeout(served.timeout_s) as deadline:
                 reply = await self._caller.call(slot.handle, request, _remaining(deadline), pool.batching)
         except ReplicaDiedError:
             pool.drop(slot)
@@ -280,22 +280,22 @@ class ProxyApp:
         finally:
             pool.release(slot)
             self._shadow_in_flight[pool.backend] -= 1
-        self._recorder.shadow_done(plan.name, pool.backend, result)
+        self._recorder.shadow_done(served.name, pool.backend, result)
         if primary is not None and reply is not None:
-            await self._compare(plan, pool.backend, request[1], primary, reply)
+            await self._compare(served, pool.backend, request[1], primary, reply)
 
     async def _compare(
-        self, plan: EndpointPlan, backend: str, path: str, primary: asyncio.Future[WireResponse], reply: WireResponse
+        self, served: ServedEndpoint, backend: str, path: str, primary: asyncio.Future[WireResponse], reply: WireResponse
     ) -> None:
         try:
-            async with asyncio.timeout(plan.timeout_s):
+            async with asyncio.timeout(served.timeout_s):
                 answered = await asyncio.shield(primary)
         except TimeoutError:
             return  # the primary never answered: nothing to compare with
-        found = compare(plan.compare, plan.ignore, answered, reply)
-        self._recorder.shadow_compared(plan.name, backend, found.matched)
+        found = compare(served.compare, served.ignore, answered, reply)
+        self._recorder.shadow_compared(served.name, backend, found.matched)
         if not found.matched:
-            self.mismatches.record(Mismatch(time.time(), plan.name, backend, path, answered[0], reply[0], found.diff))
+            self.mismatches.record(Mismatch(time.time(), served.name, backend, path, answered[0], reply[0], found.diff))
 
     # --- the proxy's own routes ------------------------------------------------
 

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from typing import Callable
 
-from proxy.config import Snapshot
+from proxy.snapshot import Snapshot
 from proxy.controller_link import ControllerLink
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from vocabulary.goal_api import LongPollKey
 from vocabulary.configs import EndpointConfig, ReplicaSet, RouteTable
 from vocabulary.choosing import Random
-from proxy.config import Snapshot, build_snapshot
+from proxy.snapshot import Snapshot, build_snapshot
 from proxy.replicas import ReplicaPool
 from proxy.settings import ProxySettings
 

@@ -15,7 +15,7 @@ from typing import Mapping, Protocol, Sequence
 __all__ = [
     "Random",
     "WeightedChoice",
-    "ShadowPlan",
+    "ShadowSampler",
     "Admission",
     "pick_replica",
     "admit",
@@ -60,13 +60,13 @@ class WeightedChoice:
 
 
 @dataclass(frozen=True)
-class ShadowPlan:
+class ShadowSampler:
     """Shadow backends with the share of requests each receives a copy of."""
 
     shares: tuple[tuple[str, float], ...] = ()
 
     @classmethod
-    def from_shares(cls, shares: Mapping[str, float]) -> "ShadowPlan":
+    def from_shares(cls, shares: Mapping[str, float]) -> "ShadowSampler":
         return cls(tuple((name, share) for name, share in sorted(shares.items()) if share > 0))
 
     def sample(self, rng: Random) -> list[str]:

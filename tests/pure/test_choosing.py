@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from vocabulary.choosing import Admission, ShadowPlan, WeightedChoice, admit, pick_replica
+from vocabulary.choosing import Admission, ShadowSampler, WeightedChoice, admit, pick_replica
 
 # Chi-square critical value for one degree of freedom at p = 0.001.
 CHI2_DF1_P001 = 10.83
@@ -41,14 +41,14 @@ def test_no_traffic_picks_nothing() -> None:
 
 def test_shadow_copies_about_the_configured_share() -> None:
     rng = random.Random(7)
-    plan = ShadowPlan.from_shares({"shadow": 0.25})
+    plan = ShadowSampler.from_shares({"shadow": 0.25})
     copies = sum(len(plan.sample(rng)) for _ in range(10_000))
     chi2 = (copies - 2_500) ** 2 / 2_500 + (copies - 2_500) ** 2 / 7_500
     assert chi2 < CHI2_DF1_P001, copies
 
 
 def test_zero_share_shadows_are_never_sampled() -> None:
-    assert ShadowPlan.from_shares({"s": 0.0}).sample(random.Random(1)) == []
+    assert ShadowSampler.from_shares({"s": 0.0}).sample(random.Random(1)) == []
 
 
 def test_replica_choice_prefers_the_less_loaded_of_two() -> None:

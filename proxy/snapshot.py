@@ -15,30 +15,30 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from vocabulary.configs import EndpointConfig, RouteTable, ShadowCompare
-from vocabulary.choosing import Random, ShadowPlan, WeightedChoice
+from vocabulary.choosing import Random, ShadowSampler, WeightedChoice
 from proxy.replicas import ReplicaPool
 from proxy.routing import Route, RouteIndex
 from proxy.steering import Headers, Steering
 
-__all__ = ["EndpointPlan", "Snapshot", "build_snapshot"]
+__all__ = ["ServedEndpoint", "Snapshot", "build_snapshot"]
 
 
 @dataclass(frozen=True)
-class EndpointPlan:
+class ServedEndpoint:
     name: str
     traffic: WeightedChoice
-    shadow: ShadowPlan
+    shadow: ShadowSampler
     timeout_s: float
     steering: Steering = Steering()
     compare: ShadowCompare = ShadowCompare.NONE
     ignore: frozenset[str] = frozenset()
 
     @classmethod
-    def from_config(cls, config: EndpointConfig) -> "EndpointPlan":
+    def from_config(cls, config: EndpointConfig) -> "ServedEndpoint":
         return cls(
             config.name,
             WeightedChoice.from_weights(config.traffic),
-            ShadowPlan.from_shares(config.shadow),
+            ShadowSampler.from_shares(config.shadow),
             config.timeout_s,
             Steering.from_config(config),
             config.shadow_compare,
@@ -62,7 +62,7 @@ class EndpointPlan:
 @dataclass(frozen=True)
 class Snapshot:
     routes: RouteIndex = field(default_factory=RouteIndex)
-    endpoints: Mapping[str, EndpointPlan] = field(default_factory=dict)
+    endpoints: Mapping[str, ServedEndpoint] = field(default_factory=dict)
     pools: Mapping[str, ReplicaPool] = field(default_factory=dict)
     # GET /-/routes, rendered once per snapshot.
     routes_json: bytes = b"{}"
@@ -82,7 +82,7 @@ def build_snapshot(
     than half-served.
     """
     entries = [entry for entry in table.entries if entry.endpoint in endpoints]
-    plans = {entry.endpoint: EndpointPlan.from_config(endpoints[entry.endpoint]) for entry in entries}
+    plans = {entry.endpoint: ServedEndpoint.from_config(endpoints[entry.endpoint]) for entry in entries}
     routes = RouteIndex.build(Route.build(e.route, e.methods, e.endpoint) for e in entries)
     listing = {e.route: {"endpoint": e.endpoint, "methods": list(e.methods)} for e in entries}
     complete = len(entries) == len(table.entries)
