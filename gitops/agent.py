@@ -267,7 +267,10 @@ class Agent:
                 self.metrics.drift_corrected()
         working_dir = None
         if any(action.backend is not None for action in plan.actions):
-            working_dir = str(await asyncio.to_thread(self._source.export, revision))
+            try:
+                working_dir = str(await asyncio.to_thread(self._source.export, revision))
+            except SourceError as error:  # a commit that cannot be exported (a link leading outside)
+                return self._record(revision, started, Outcome.FAILED, plan=plan, errors=(str(error),))
             self._exports_in_use = [*(self._exports_in_use or []), working_dir]
         self._applying, self._progress = revision, ""
         try:

@@ -16,6 +16,8 @@ from typing import Callable, Sequence
 
 from gitops import __version__
 from gitops.errors import UserError
+from gitops.printable import printable
+from gitops.specs.limits import DEFAULT_MAX_REPLICAS
 
 __all__ = ["main", "build_parser"]
 
@@ -62,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--notify", default=None, metavar="FILE", help="notification providers (TOML, see README)")
     run.add_argument("--public-url", default=None, help="where people reach this agent's status page")
     run.add_argument("--commit-url-template", default=None, help="e.g. https://github.com/you/specs/commit/{sha}")
+    _max_replicas_flag(run)
     run.set_defaults(func=_command("run", "run_command"))
 
     validate = verbs.add_parser("validate", help="validate specs offline")
@@ -69,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--rev", default=None, help="validate this commit instead")
     validate.add_argument("--root", default=None, help="where import paths resolve from")
     validate.add_argument("--format", choices=["text", "json", "github"], default="text", help="how errors are printed")
+    _max_replicas_flag(validate)
     validate.set_defaults(func=_command("validate", "validate_command"))
 
     plan = verbs.add_parser("plan", help="the changes between two commits' desired states")
@@ -101,15 +105,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _max_replicas_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-replicas",
+        type=int,
+        default=DEFAULT_MAX_REPLICAS,
+        help=f"most replicas a backend may ask for (num_replicas, autoscaling.max_replicas; default {DEFAULT_MAX_REPLICAS})",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except UserError as error:
-        print(f"gitops {args.verb}: {error}", file=sys.stderr)
+        print(printable(f"gitops {args.verb}: {error}"), file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # noqa: BLE001 — the last line of defence
-        print(f"gitops {args.verb}: internal error: {type(error).__name__}: {error}", file=sys.stderr)
+        print(printable(f"gitops {args.verb}: internal error: {type(error).__name__}: {error}"), file=sys.stderr)
         return 1

@@ -15,7 +15,9 @@ out, except `errors`, shown as indented lines under the event (the README's
 look). Warnings and errors say their level, and events of other libraries
 their logger. JSON is one object per line with every field; even an
 exception stays on its line (text escapes the traceback's newlines, JSON
-carries it in the `exc` field).
+carries it in the `exc` field). Both formats escape control characters and
+undecodable bytes (`gitops.printable`): a key or file name from a
+repository never reaches the terminal raw.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import sys
 import time
 from datetime import datetime, timezone
 from typing import Any, MutableMapping, TextIO
+
+from gitops.printable import printable, printable_json
 
 __all__ = ["LogFormat", "configure_logging", "with_fields", "event_fields", "TextFormatter", "JsonFormatter"]
 
@@ -61,21 +65,17 @@ def _timestamp(record: logging.LogRecord) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _one_line(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-
-
 class TextFormatter(logging.Formatter):
     """`HH:MM:SS [level: ][logger: ]message`, then `errors` as indented lines."""
 
     def format(self, record: logging.LogRecord) -> str:
         line = f"{_clock(record)} {_level_prefix(record)}{_logger_prefix(record)}{record.getMessage()}"
-        line = _one_line(line)
+        line = printable(line)
         if record.exc_info:
-            line += " " + _one_line(self.formatException(record.exc_info))
+            line += " " + printable(self.formatException(record.exc_info))
         errors = getattr(record, "errors", ())
         details = [errors] if isinstance(errors, str) else list(errors or ())
-        return "\n".join([line, *(f"    {_one_line(str(error))}" for error in details)])
+        return "\n".join([line, *(f"    {printable(str(error))}" for error in details)])
 
 
 def _clock(record: logging.LogRecord) -> str:
@@ -106,7 +106,7 @@ class JsonFormatter(logging.Formatter):
         event.update(event_fields(record))
         if record.exc_info:
             event["exc"] = self.formatException(record.exc_info)
-        return json.dumps(event, default=str, ensure_ascii=False)
+        return printable_json(json.dumps(event, default=str, ensure_ascii=False))
 
 
 def configure_logging(

@@ -45,6 +45,8 @@ def run_command(args: argparse.Namespace) -> int:
     token = read_token(args.admin_token_file, "--admin-token-file") if args.admin_token_file else None
     _check_exposure(args, token, secret)
     _check_intervals(args)
+    if args.max_replicas < 1:
+        raise UserError(f"--max-replicas must be at least 1, not {args.max_replicas}")
     links = _links(args)
     channels = _notify_channels(args.notify, args.repo) if args.notify else ()
     source = GitSource(args.repo, args.branch, Path(args.state_dir))
@@ -128,6 +130,7 @@ async def _serve(
     from gitops.access import AccessPolicy
     from gitops.agent import Agent, AgentSettings, Trigger
     from gitops.history import History
+    from gitops.specs.limits import SpecLimits
     from gitops.specs.loading import Loader
     from gitops.sources.trees import CommitTree
     from gitops.metrics import CONTENT_TYPE, AgentMetrics
@@ -139,7 +142,7 @@ async def _serve(
         loop.add_signal_handler(signum, stop.set)
 
     metrics = AgentMetrics()
-    loader = Loader()
+    loader = Loader(limits=SpecLimits(max_replicas=args.max_replicas))
     sender, notifier = _notifier(channels, links, metrics)
     agent = Agent(
         source,

@@ -13,7 +13,12 @@ a URL (file://, https, ssh, scp-style `user@host:path`):
 `export` writes a commit's tree, without `.git`, to a directory named by
 the tree hash (content-addressed: two commits with the same tree share one
 export) for replicas' runtime_env `working_dir`; `prune_exports` removes
-exports no backend uses any more. Must not: parse specs or talk to Ray.
+exports no backend uses any more. An export never follows a link outside
+the tree: a commit holding a symbolic link that leads outside (absolute, or
+'..' above the root, also through other links) is refused with a
+`SourceError` naming the link, before anything is written, and the refusal
+is remembered for that tree (a tree never changes). Must not: parse specs
+or talk to Ray.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Iterable
 import git
 
 from gitops.errors import UserError
+from gitops.sources.trees import CommitTree, resolve_inside
 
 __all__ = ["Revision", "GitSource", "SourceError", "is_url"]
 
@@ -74,6 +80,7 @@ class GitSource:
         self.remote = is_url(repo)
         self._exports = cache_dir / "exports"
         self._exports.mkdir(parents=True, exist_ok=True)
+        self._refused: dict[str, str] = {}  # tree hash -> why it cannot be exported
         self._repo = self._open_cache(repo, cache_dir) if self.remote else self._open_local(repo)
         self.branch = branch or self._default_branch()
 
@@ -128,6 +135,12 @@ class GitSource:
         target = self._exports / revision.tree
         if target.is_dir():
             return target
+        if revision.tree not in self._refused:
+            problem = _escaping_link(CommitTree(self._repo, revision.sha))
+            if problem is not None:
+                self._refused[revision.tree] = f"export {revision.short}: {problem}"
+        if revision.tree in self._refused:
+            raise SourceError(self._refused[revision.tree])
         scratch = Path(tempfile.mkdtemp(prefix=".export-", dir=self._exports))
         try:
             self._extract(revision.tree, scratch)
@@ -195,8 +208,21 @@ class GitSource:
         )
         if archive.returncode != 0:
             raise SourceError(f"export {tree}: {archive.stderr.decode(errors='replace').strip()}")
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(into, filter="data")
+        try:
+            with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+                # The second line of defence: links were checked before.
+                tar.extractall(into, filter="data")
+        except tarfile.FilterError as error:
+            raise SourceError(f"export {tree}: {error}") from None
+
+
+def _escaping_link(tree: CommitTree) -> str | None:
+    """The first symbolic link of the tree that leads outside it, described."""
+    for path in tree.files(""):
+        target = tree.link_target(path)
+        if target is not None and resolve_inside(tree, path) is None:
+            return f"{path} is a symbolic link to '{target}', outside the repository"
+    return None
 
 
 def _git_message(error: git.GitCommandError) -> str:

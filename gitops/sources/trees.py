@@ -13,7 +13,15 @@ what make loading cacheable and versions reproducible.
   checkout; `.git` and `__pycache__` directories are skipped, but
   `.gitignore` is not consulted, so ignored files in the directory do change
   them.
-- `MemoryTree` holds files in a dict, for tests and tools.
+- `MemoryTree` holds files (and symbolic links) in dicts, for tests and tools.
+
+Symbolic links are data, never followed blindly: `link_target` says where a
+link points, `resolve_inside` follows links component by component as the
+operating system would but inside the tree only, and gives None for a path
+that leaves it (an absolute target, or '..' above the root). Reading a link
+reads what it leads to inside the tree; a link leading outside cannot be
+read (KeyError). File names that are not UTF-8 are carried as Python does
+(lone surrogates) and hashed as their original bytes.
 
 This module never imports user code and never writes.
 """
@@ -23,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Hashable, Iterator, Mapping, Protocol
+from typing import Callable, Hashable, Iterator, Mapping, Protocol
 
 import git
 import gitdb.exc
@@ -38,11 +46,16 @@ __all__ = [
     "resolve_revision",
     "tree_sha",
     "find_toplevel",
+    "resolve_inside",
+    "MAX_LINK_HOPS",
 ]
 
 _SKIPPED_DIRS = frozenset({".git", "__pycache__"})
 _EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _MODE_FILE, _MODE_EXEC, _MODE_LINK, _MODE_DIR = "100644", "100755", "120000", "40000"
+_GIT_LINK_MODE = 0o120000
+# As Linux's limit on links followed in one path (ELOOP).
+MAX_LINK_HOPS = 40
 
 
 class Tree(Protocol):
@@ -58,6 +71,14 @@ class Tree(Protocol):
 
     def is_dir(self, path: str) -> bool: ...
 
+    def size(self, path: str) -> int:
+        """A file's size in bytes, without reading it; raises KeyError if it is not a file."""
+        ...
+
+    def link_target(self, path: str) -> str | None:
+        """What the symbolic link at `path` points to, as written; None if it is no link."""
+        ...
+
     def hash(self, path: str) -> str | None:
         """The git object hash of the blob or tree at `path` ("" = root), None if missing."""
         ...
@@ -70,6 +91,40 @@ class Tree(Protocol):
 
 def _clean(path: str) -> str:
     return "/".join(part for part in path.split("/") if part not in ("", "."))
+
+
+def resolve_inside(tree: Tree, path: str) -> str | None:
+    """The path `path` leads to with every link in it followed, or None if it
+    leaves the tree (absolute target, '..' above the root, too many links)."""
+    pending = [part for part in reversed(path.split("/"))]
+    resolved: list[str] = []
+    hops = 0
+    while pending:
+        part = pending.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not resolved:
+                return None
+            resolved.pop()
+            continue
+        target = tree.link_target("/".join([*resolved, part]))
+        if target is None:
+            resolved.append(part)
+            continue
+        hops += 1
+        if hops > MAX_LINK_HOPS or target.startswith("/"):
+            return None
+        pending.extend(reversed(target.split("/")))
+    return "/".join(resolved)
+
+
+def _read_inside(tree: Tree, path: str, read: Callable[[str], bytes]) -> bytes:
+    """Read `path` through `read` after following its links inside the tree."""
+    resolved = resolve_inside(tree, path)
+    if resolved is None:
+        raise KeyError(path)
+    return read(resolved)
 
 
 # --- a commit ------------------------------------------------------------------
@@ -115,10 +170,26 @@ class CommitTree:
         return sorted(item.path for item in found.traverse() if isinstance(item, git.Blob))
 
     def read(self, path: str) -> bytes:
+        return _read_inside(self, path, self._blob_data)
+
+    def _blob_data(self, path: str) -> bytes:
         found = self._object(path)
         if not isinstance(found, git.Blob):
             raise KeyError(path)
         return found.data_stream.read()
+
+    def size(self, path: str) -> int:
+        resolved = resolve_inside(self, path)
+        found = None if resolved is None else self._object(resolved)
+        if not isinstance(found, git.Blob):
+            raise KeyError(path)
+        return int(found.size)
+
+    def link_target(self, path: str) -> str | None:
+        found = self._object(path)
+        if not isinstance(found, git.Blob) or found.mode != _GIT_LINK_MODE:
+            return None
+        return found.data_stream.read().decode("utf-8", "surrogateescape")
 
     def exists(self, path: str) -> bool:
         return self._object(path) is not None
@@ -175,7 +246,8 @@ def _tree_hash(entries: list[tuple[str, str, str]]) -> str:
     # git orders a directory as if its name ended with '/'.
     ordered = sorted(entries, key=lambda e: e[1] + "/" if e[0] == _MODE_DIR else e[1])
     body = b"".join(
-        f"{mode} {name}".encode() + b"\0" + bytes.fromhex(sha) for mode, name, sha in ordered
+        f"{mode} {name}".encode("utf-8", "surrogateescape") + b"\0" + bytes.fromhex(sha)
+        for mode, name, sha in ordered
     )
     return hashlib.sha1(b"tree %d\0" % len(body) + body).hexdigest()
 
@@ -195,6 +267,9 @@ class _HashingTree:
     def blob_bytes(self, path: str, mode: str) -> bytes:
         raise NotImplementedError
 
+    def link_target(self, path: str) -> str | None:
+        raise NotImplementedError
+
     def is_dir(self, path: str) -> bool:
         raise NotImplementedError
 
@@ -211,7 +286,8 @@ class _HashingTree:
         if not self.exists(path):
             return None
         if not self.is_dir(path):
-            return _blob_hash(self.blob_bytes(path, _MODE_FILE))
+            mode = _MODE_FILE if self.link_target(path) is None else _MODE_LINK
+            return _blob_hash(self.blob_bytes(path, mode))
         rows = []
         for name, mode in self.entries(path):
             child = f"{path}/{name}" if path else name
@@ -257,13 +333,29 @@ class DirectoryTree(_HashingTree):
     def blob_bytes(self, path: str, mode: str) -> bytes:
         # git stores a symlink as a blob holding its target.
         target = self._path(path)
-        return os.readlink(target).encode() if target.is_symlink() else target.read_bytes()
+        if target.is_symlink():
+            return os.readlink(target).encode("utf-8", "surrogateescape")
+        return target.read_bytes()
 
     def read(self, path: str) -> bytes:
-        target = self._path(path)
-        if not target.is_file():
+        return _read_inside(self, path, lambda inside: self._file(inside).read_bytes())
+
+    def size(self, path: str) -> int:
+        resolved = resolve_inside(self, path)
+        if resolved is None:
             raise KeyError(path)
-        return target.read_bytes()
+        return self._file(resolved).stat().st_size
+
+    def _file(self, path: str) -> Path:
+        """A regular file of the tree, never through a link (links are resolved before)."""
+        target = self._path(path)
+        if target.is_symlink() or not target.is_file():
+            raise KeyError(path)
+        return target
+
+    def link_target(self, path: str) -> str | None:
+        target = self._path(path)
+        return os.readlink(target) if _clean(path) and target.is_symlink() else None
 
     def exists(self, path: str) -> bool:
         parts = _clean(path).split("/")
@@ -274,34 +366,44 @@ class DirectoryTree(_HashingTree):
 
 
 class MemoryTree(_HashingTree):
-    """Files held in memory: {"deployments/echo.toml": b"..."}."""
+    """Files held in memory: {"deployments/echo.toml": b"..."}, and links:
+    {"apps/data": "../data"} (link path -> target as written)."""
 
-    def __init__(self, files: Mapping[str, bytes | str]) -> None:
+    def __init__(self, files: Mapping[str, bytes | str], links: Mapping[str, str] | None = None) -> None:
         super().__init__()
         self._files = {
             _clean(path): data.encode() if isinstance(data, str) else data
             for path, data in files.items()
         }
-        self._dirs = {"/".join(p.split("/")[:i]) for p in self._files for i in range(len(p.split("/")))}
+        self._links = {_clean(path): target for path, target in (links or {}).items()}
+        entries = [*self._files, *self._links]
+        self._dirs = {"/".join(p.split("/")[:i]) for p in entries for i in range(len(p.split("/")))}
 
     def entries(self, path: str) -> Iterator[tuple[str, str]]:
         prefix = f"{path}/" if path else ""
         children: dict[str, str] = {}
-        for name in list(self._files) + list(self._dirs):
+        for name in [*self._files, *self._links, *self._dirs]:
             if name.startswith(prefix) and name != path:
                 head = name[len(prefix) :].split("/")[0]
-                children[head] = _MODE_DIR if f"{prefix}{head}" in self._dirs else _MODE_FILE
+                child = f"{prefix}{head}"
+                children[head] = _MODE_DIR if child in self._dirs else _MODE_LINK if child in self._links else _MODE_FILE
         return iter(sorted(children.items()))
 
     def blob_bytes(self, path: str, mode: str) -> bytes:
-        return self._files[path]
+        return self._links[path].encode() if mode == _MODE_LINK else self._files[path]
 
     def read(self, path: str) -> bytes:
-        return self._files[_clean(path)]
+        return _read_inside(self, path, lambda inside: self._files[inside])
+
+    def size(self, path: str) -> int:
+        return len(_read_inside(self, path, lambda inside: self._files[inside]))
+
+    def link_target(self, path: str) -> str | None:
+        return self._links.get(_clean(path))
 
     def exists(self, path: str) -> bool:
         path = _clean(path)
-        return path in self._files or path in self._dirs
+        return path in self._files or path in self._dirs or path in self._links
 
     def is_dir(self, path: str) -> bool:
         return _clean(path) in self._dirs
