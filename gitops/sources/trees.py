@@ -67,9 +67,13 @@ class Tree(Protocol):
         """A file's bytes; raises KeyError if it is not a file of this tree."""
         ...
 
-    def exists(self, path: str) -> bool: ...
+    def exists(self, path: str) -> bool:
+        """Whether `path` leads to a file or directory, following links inside the tree."""
+        ...
 
-    def is_dir(self, path: str) -> bool: ...
+    def is_dir(self, path: str) -> bool:
+        """Whether `path` leads to a directory, following links inside the tree."""
+        ...
 
     def size(self, path: str) -> int:
         """A file's size in bytes, without reading it; raises KeyError if it is not a file."""
@@ -192,10 +196,14 @@ class CommitTree:
         return found.data_stream.read().decode("utf-8", "surrogateescape")
 
     def exists(self, path: str) -> bool:
-        return self._object(path) is not None
+        return self._followed(path) is not None
 
     def is_dir(self, path: str) -> bool:
-        return isinstance(self._object(path), git.Tree)
+        return isinstance(self._followed(path), git.Tree)
+
+    def _followed(self, path: str) -> git.Tree | git.Blob | None:
+        resolved = resolve_inside(self, path)
+        return None if resolved is None else self._object(resolved)
 
     def hash(self, path: str) -> str | None:
         found = self._object(path)
@@ -270,11 +278,21 @@ class _HashingTree:
     def link_target(self, path: str) -> str | None:
         raise NotImplementedError
 
-    def is_dir(self, path: str) -> bool:
+    def here(self, path: str) -> bool:
+        """Whether `path` itself is an entry (a link counts, unfollowed)."""
+        raise NotImplementedError
+
+    def dir_here(self, path: str) -> bool:
+        """Whether `path` itself is a directory (a link to one is not)."""
         raise NotImplementedError
 
     def exists(self, path: str) -> bool:
-        raise NotImplementedError
+        resolved = resolve_inside(self, path)
+        return resolved is not None and self.here(resolved)
+
+    def is_dir(self, path: str) -> bool:
+        resolved = resolve_inside(self, path)
+        return resolved is not None and self.dir_here(resolved)
 
     def hash(self, path: str) -> str | None:
         path = _clean(path)
@@ -283,9 +301,9 @@ class _HashingTree:
         return self._hashes[path]
 
     def _compute_hash(self, path: str) -> str | None:
-        if not self.exists(path):
+        if not self.here(path):
             return None
-        if not self.is_dir(path):
+        if not self.dir_here(path):
             mode = _MODE_FILE if self.link_target(path) is None else _MODE_LINK
             return _blob_hash(self.blob_bytes(path, mode))
         rows = []
@@ -299,9 +317,9 @@ class _HashingTree:
 
     def files(self, path: str) -> list[str]:
         path = _clean(path)
-        if not self.exists(path):
+        if not self.here(path):
             return []
-        if not self.is_dir(path):
+        if not self.dir_here(path):
             return [path]
         found: list[str] = []
         for name, mode in self.entries(path):
@@ -357,11 +375,11 @@ class DirectoryTree(_HashingTree):
         target = self._path(path)
         return os.readlink(target) if _clean(path) and target.is_symlink() else None
 
-    def exists(self, path: str) -> bool:
+    def here(self, path: str) -> bool:
         parts = _clean(path).split("/")
-        return self._path(path).exists() and not _SKIPPED_DIRS.intersection(parts)
+        return os.path.lexists(self._path(path)) and not _SKIPPED_DIRS.intersection(parts)
 
-    def is_dir(self, path: str) -> bool:
+    def dir_here(self, path: str) -> bool:
         return self._path(path).is_dir() and not self._path(path).is_symlink()
 
 
@@ -401,9 +419,9 @@ class MemoryTree(_HashingTree):
     def link_target(self, path: str) -> str | None:
         return self._links.get(_clean(path))
 
-    def exists(self, path: str) -> bool:
+    def here(self, path: str) -> bool:
         path = _clean(path)
         return path in self._files or path in self._dirs or path in self._links
 
-    def is_dir(self, path: str) -> bool:
+    def dir_here(self, path: str) -> bool:
         return _clean(path) in self._dirs

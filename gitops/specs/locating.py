@@ -234,11 +234,17 @@ class _Scanner:
             return _unescape(self.text[start:end]) if quote == '"' else self.text[start:end]
 
 
+_ESCAPE = re.compile(r"\\(?:u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|(.))", re.DOTALL)
+_SHORT_ESCAPES = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
+
+
 def _unescape(raw: str) -> str:
-    """Decode a basic string's escapes well enough to compare key names."""
-    if "\\" not in raw:
-        return raw
-    try:
-        return raw.encode("utf-8").decode("unicode_escape").encode("latin-1").decode("utf-8")
-    except (UnicodeDecodeError, UnicodeEncodeError):
-        return raw
+    """Decode a basic string's escapes as TOML does, to compare key names."""
+    return _ESCAPE.sub(_unescaped, raw) if "\\" in raw else raw
+
+
+def _unescaped(match: re.Match[str]) -> str:
+    code = match.group(1) or match.group(2)
+    if code is not None:
+        return chr(int(code, 16)) if int(code, 16) <= 0x10FFFF else match.group()
+    return _SHORT_ESCAPES.get(match.group(3), match.group())
