@@ -32,7 +32,8 @@ _Path = tuple[str | int, ...]
 _BLANK = re.compile(r"[ \t\r]*")
 _BLANK_LINES = re.compile(r"[ \t\r\n]*")
 _NEWLINE = re.compile(r"\n")
-_BARE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]*")
+_PLAIN_VALUE = re.compile(r"[^,\]}\n#]*")  # a number, boolean or date: up to what ends it
 
 
 @dataclass(frozen=True)
@@ -154,8 +155,7 @@ class _Scanner:
         if quote in "\"'":
             return self.string()
         start = self.pos
-        while self.pos < len(self.text) and self.text[self.pos] in _BARE:
-            self.pos += 1
+        self.pos = _BARE_KEY.match(self.text, self.pos).end()
         if self.pos == start:
             raise ValueError("not a key")
         return self.text[start : self.pos]
@@ -179,8 +179,7 @@ class _Scanner:
         elif char in "\"'":
             self.string()
         else:
-            while self.pos < len(self.text) and self.text[self.pos] not in ",]}\n#":
-                self.pos += 1
+            self.pos = _PLAIN_VALUE.match(self.text, self.pos).end()
 
     def inline_table(self, path: _Path) -> None:
         self.pos += 1
