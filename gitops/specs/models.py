@@ -45,7 +45,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, to_jsonable_python
 
 from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig
-from vocabulary.serving_rules import zero_replica_reason
+from vocabulary.serving_rules import route_problem, zero_replica_reason
 from gitops.specs.limits import DEFAULT_MAX_REPLICAS
 
 __all__ = [
@@ -79,11 +79,6 @@ DERIVED_BACKEND_FIELDS = frozenset({"name", "version", "working_dir"})
 DERIVED_ENDPOINT_FIELDS = frozenset({"name"})
 _IMPORT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
-# The proxy answers these itself (`/-/routes`, `/-/healthz`).
-_RESERVED_ROUTE_PREFIX = "/-/"
-# A route segment as the proxy matches it: RFC 3986 path characters, never
-# '%' (the proxy matches decoded paths) and never a dot segment (it refuses those).
-_ROUTE_SEGMENT = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@-]+")
 
 # Ray holds resource amounts as 64-bit integers of 0.0001 units and rounds
 # anything finer (ray._raylet.RESOURCE_UNIT_SCALING = 10000).
@@ -311,20 +306,9 @@ class EndpointSpec(_EndpointKeys):  # type: ignore[misc,valid-type]
     @field_validator("route")
     @classmethod
     def _route_shape(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError(f"must start with '/' (got '{value}')")
-        if any(char.isspace() or char in "?#" for char in value):
-            raise ValueError(f"must not contain spaces, '?' or '#' (got '{value}')")
-        if value.startswith(_RESERVED_ROUTE_PREFIX) or value == "/-":
-            raise ValueError(f"'{value}' is reserved for the proxy's own paths (/-/...)")
-        segments = [segment for segment in value.split("/") if segment]
-        if any(segment in (".", "..") for segment in segments):
-            raise ValueError(f"must not contain '.' or '..' segments: the proxy refuses such paths (got '{value}')")
-        if any(_ROUTE_SEGMENT.fullmatch(segment) is None for segment in segments):
-            raise ValueError(
-                f"must be written as the proxy matches it: letters, digits and -._~!$&'()*+,;=:@ "
-                f"between slashes, no '%' escapes (got '{value}')"
-            )
+        problem = route_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("methods")
