@@ -143,6 +143,8 @@ def test_the_agent_records_a_failed_apply_once_and_applies_nothing(docs_link_rep
     entry = asyncio.run(agent.tick(full=True))
     assert entry.result is Outcome.FAILED
     assert entry.errors == (f"export {docs_link_repo.head()[:7]}: docs/etc is a symbolic link to '/etc', outside the repository",)
+    status = agent.status()
+    assert (status.status.value, status.errors) == ("Failed", entry.errors)
     asyncio.run(agent.tick(full=True))  # a resync: the same commit stays failed, not recorded again
     assert (controller.writes, len(agent.history())) == ([], 1)
     docs_link_repo.remove("docs/etc")
