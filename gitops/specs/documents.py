@@ -27,7 +27,7 @@ from gitops.specs.limits import SpecLimits, size_text
 from gitops.specs.locating import Locations, locate
 from gitops.specs.models import NAME_PATTERN, EndpointSpec, Loc, check_backend, check_endpoint, dotted
 
-__all__ = ["SpecError", "Declared", "Documents", "parse_documents"]
+__all__ = ["SpecError", "Declared", "Documents", "parse_documents", "oversized_file"]
 
 _SECTIONS = ("backends", "endpoints")
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
@@ -98,13 +98,13 @@ def parse_documents(
 
 def _parse(path: str, data: bytes, limits: SpecLimits) -> tuple[dict[str, Any], Locations, list[SpecError]]:
     if len(data) > limits.max_file_bytes:
-        return {}, Locations(), [_too_big(path, len(data), limits)]
+        return {}, Locations(), [oversized_file(path, len(data), limits)]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
         return {}, Locations(), [SpecError(path, line, 1, "file is not valid UTF-8")]
-    too_deep = f"values nest more than {limits.max_depth} levels deep"
+    too_deep = _too_deep(limits)
     locations = locate(text, limits.max_depth)  # the nesting guard, before tomllib
     if locations.too_deep is not None:
         return {}, locations, [SpecError(path, *locations.too_deep, too_deep)]
@@ -118,8 +118,12 @@ def _parse(path: str, data: bytes, limits: SpecLimits) -> tuple[dict[str, Any], 
     return document, locations, problems
 
 
-def _too_big(path: str, size: int, limits: SpecLimits) -> SpecError:
+def oversized_file(path: str, size: int, limits: SpecLimits) -> SpecError:
     return SpecError(path, 1, 1, f"file is {size} bytes; a spec file may have at most {size_text(limits.max_file_bytes)}")
+
+
+def _too_deep(limits: SpecLimits) -> str:
+    return f"values nest more than {limits.max_depth} levels deep"
 
 
 def _value_problems(document: dict[str, Any], limits: SpecLimits) -> list[tuple[Loc, str]]:
@@ -133,7 +137,7 @@ def _value_problems(document: dict[str, Any], limits: SpecLimits) -> list[tuple[
     while pending:
         at, value = pending.pop()
         if len(at) > limits.max_depth:
-            problems.append((at, f"values nest more than {limits.max_depth} levels deep"))
+            problems.append((at, _too_deep(limits)))
         elif isinstance(value, dict):
             for key, child in value.items():
                 if _utf8_size(key) > limits.max_string_bytes:

@@ -36,7 +36,7 @@ from typing import Hashable
 
 from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
 from gitops.specs.imports import AttributeKind, module_files, resolve_import
-from gitops.specs.documents import Documents, SpecError, parse_documents
+from gitops.specs.documents import Documents, SpecError, oversized_file, parse_documents
 from gitops.specs.limits import SpecLimits, size_text
 from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel, resolve_inside
 from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS, BackendSpec, EndpointSpec, Loc
@@ -129,13 +129,17 @@ class Loader:
             missing = SpecError(spec_path or ".", 1, 1, f"spec path '{spec_path}' does not exist")
             return LoadResult(None, (missing,))
         documents = self._read_documents(tree, spec_path, spec_hash)
-        dependencies = tuple((path, tree.hash(path)) for path in _dependency_paths(documents))
-        key = (spec_path, spec_hash, dependencies)
+        paths = _dependency_paths(documents)
+        # Checked on every load, not cached: links and top-level modules
+        # depend on more of the tree than the hashed paths.
+        code_errors = _escaping_links(tree, paths) + _shadowing_modules(tree, documents)
+        if code_errors:
+            return _failed([*documents.errors, *code_errors])
+        key = (spec_path, spec_hash, tuple((path, tree.hash(path)) for path in paths))
         cached = self._results.get(key)
         if isinstance(cached, LoadResult):
             return cached
-        code_errors = _escaping_links(tree, _dependency_paths(documents)) + _shadowing_modules(tree, documents)
-        result = _failed([*documents.errors, *code_errors]) if code_errors else _resolve(tree, documents)
+        result = _resolve(tree, documents)
         self._results.put(key, result)
         return result
 
@@ -167,8 +171,7 @@ def _within_limits(tree: Tree, files: list[str], limits: SpecLimits) -> tuple[li
         size = tree.size(path)
         total += size
         if size > limits.max_file_bytes:
-            limit = size_text(limits.max_file_bytes)
-            errors.append(SpecError(path, 1, 1, f"file is {size} bytes; a spec file may have at most {limit}"))
+            errors.append(oversized_file(path, size, limits))
         elif total > limits.max_tree_bytes:
             limit = size_text(limits.max_tree_bytes)
             errors.append(SpecError(path, 1, 1, f"spec files reach {total} bytes here; together they may have at most {limit}"))

@@ -46,3 +46,10 @@ def test_a_checkout_of_ray_gitops_itself_keeps_its_own_packages_but_not_a_stdlib
     own = {f"{name}/__init__.py": "" for name in OWN}
     assert load(own).ok
     assert [error.file for error in load({**own, "types.py": ""}).errors] == ["types.py"]
+
+
+def test_a_module_added_beside_unchanged_specs_is_found_by_a_warm_loader() -> None:
+    loader = Loader()
+    files = {"apps/echo.py": ECHO_PY, "deployments/echo.toml": SPEC}
+    assert loader.load_tree(MemoryTree(files)).ok
+    assert [error.file for error in loader.load_tree(MemoryTree({**files, "os.py": ""})).errors] == ["os.py"]
