@@ -79,6 +79,10 @@ class Tree(Protocol):
         """A file's size in bytes, without reading it; raises KeyError if it is not a file."""
         ...
 
+    def children(self, path: str) -> list[str]:
+        """The names directly under the directory `path` leads to, sorted; [] if it is none."""
+        ...
+
     def link_target(self, path: str) -> str | None:
         """What the symbolic link at `path` points to, as written; None if it is no link."""
         ...
@@ -201,6 +205,10 @@ class CommitTree:
     def is_dir(self, path: str) -> bool:
         return isinstance(self._followed(path), git.Tree)
 
+    def children(self, path: str) -> list[str]:
+        found = self._followed(path)
+        return sorted(item.name for item in found) if isinstance(found, git.Tree) else []
+
     def _followed(self, path: str) -> git.Tree | git.Blob | None:
         resolved = resolve_inside(self, path)
         return None if resolved is None else self._object(resolved)
@@ -289,6 +297,12 @@ class _HashingTree:
     def exists(self, path: str) -> bool:
         resolved = resolve_inside(self, path)
         return resolved is not None and self.here(resolved)
+
+    def children(self, path: str) -> list[str]:
+        resolved = resolve_inside(self, path)
+        if resolved is None or not self.dir_here(resolved):
+            return []
+        return sorted(name for name, _ in self.entries(resolved))
 
     def is_dir(self, path: str) -> bool:
         resolved = resolve_inside(self, path)

@@ -208,18 +208,20 @@ def _shadowing_modules(tree: Tree, documents: Documents) -> list[SpecError]:
     if not documents.backends:
         return []
     own_checkout = all(tree.exists(f"{name}/__init__.py") for name in _OWN_PACKAGES)
+    taken = _TAKEN_MODULES - (_OWN_PACKAGES if own_checkout else frozenset())
     errors: list[SpecError] = []
-    for name in sorted(_TAKEN_MODULES - (_OWN_PACKAGES if own_checkout else frozenset())):
-        for path in (f"{name}.py", f"{name}/__init__.py"):
-            if tree.exists(path):
-                owner = "Python's standard library" if name in sys.stdlib_module_names else "ray-gitops or Ray"
-                errors.append(
-                    SpecError(
-                        path, 1, 1,
-                        f"module '{name}' is also a module of {owner}: replicas import the repository's "
-                        f"'{name}' instead (the repository root is first on their import path); rename it",
-                    )
+    for entry in tree.children(""):
+        name = entry.removesuffix(".py")
+        path = entry if entry.endswith(".py") else f"{entry}/__init__.py"
+        if name in taken and tree.exists(path):
+            owner = "Python's standard library" if name in sys.stdlib_module_names else "ray-gitops or Ray"
+            errors.append(
+                SpecError(
+                    path, 1, 1,
+                    f"module '{name}' is also a module of {owner}: replicas import the repository's "
+                    f"'{name}' instead (the repository root is first on their import path); rename it",
                 )
+            )
     return errors
 
 
