@@ -104,7 +104,7 @@ def _clean(path: str) -> str:
 def resolve_inside(tree: Tree, path: str) -> str | None:
     """The path `path` leads to with every link in it followed, or None if it
     leaves the tree (absolute target, '..' above the root, too many links)."""
-    pending = [part for part in reversed(path.split("/"))]
+    pending = list(reversed(path.split("/")))
     resolved: list[str] = []
     hops = 0
     while pending:
