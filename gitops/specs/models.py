@@ -402,7 +402,7 @@ def _replica_cap(raw: Any, at: Loc, max_replicas: int) -> tuple[Problem, ...]:
     if isinstance(scaling, Mapping):
         counts.append(((*at, "autoscaling", "max_replicas"), scaling.get("max_replicas")))
     return tuple(
-        Problem(loc, f"{dotted(loc)}: must be <= {max_replicas}, this agent's --max-replicas (got {count})")
+        Problem(loc, f"{dotted(loc)}: {count} is above this agent's --max-replicas ({max_replicas})")
         for loc, count in counts
         if _is_int(count) and count > max_replicas
     )

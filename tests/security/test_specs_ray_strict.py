@@ -98,15 +98,14 @@ def test_plain_requirements_are_accepted() -> None:
 
 def test_num_replicas_above_the_default_cap_of_1000_is_refused() -> None:
     assert errors("num_replicas = 100000\n") == [
-        "deployments/echo.toml:3:1: backends.echo.num_replicas: must be <= 1000, "
-        "this agent's --max-replicas (got 100000)"
+        "deployments/echo.toml:3:1: backends.echo.num_replicas: 100000 is above this agent's --max-replicas (1000)"
     ]
 
 
 def test_autoscaling_max_replicas_above_the_cap_is_refused() -> None:
     assert errors("autoscaling = { max_replicas = 1001 }\n") == [
-        "deployments/echo.toml:3:17: backends.echo.autoscaling.max_replicas: must be <= 1000, "
-        "this agent's --max-replicas (got 1001)"
+        "deployments/echo.toml:3:17: backends.echo.autoscaling.max_replicas: "
+        "1001 is above this agent's --max-replicas (1000)"
     ]
 
 
@@ -119,7 +118,7 @@ def test_validate_max_replicas_sets_the_cap(tmp_path: Path, capsys: pytest.Captu
     assert main([*args, "--max-replicas", "8"]) == 0
     assert main([*args, "--max-replicas", "4"]) == 1
     assert capsys.readouterr().err.splitlines() == [
-        "deployments/echo.toml:3:1: backends.echo.num_replicas: must be <= 4, this agent's --max-replicas (got 8)"
+        "deployments/echo.toml:3:1: backends.echo.num_replicas: 8 is above this agent's --max-replicas (4)"
     ]
 
 
