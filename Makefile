@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 SYSTEM_TOOLS := prometheus promtool wrk chromium chromedriver
 SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver
 
-.PHONY: run test test-pure lint-imports system-deps bench clean
+.PHONY: run test test-pure test-ray-oldest docs lint-imports system-deps bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,9 +47,29 @@ lint-imports: $(STAMP)
 test-pure: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/pure tests/component
 
+# Regenerates the reference pages of docs/ from the code (a test fails when they are stale).
+docs: $(STAMP)
+	$(PY) -m docgen
+
+# The real-tier smoke subset against the oldest Ray of the supported range
+# (the lower bound of `ray` in pyproject.toml), in a venv of its own.
+RAY_OLDEST = $(shell $(PYTHON) -c "import re, tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; print(next(re.search(r'>=([0-9.]+)', d)[1] for d in deps if d.startswith('ray')))")
+OLDEST_VENV := .venv-ray-oldest
+
+test-ray-oldest: system-deps
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 'ray==$(RAY_OLDEST)'
+	$(OLDEST_VENV)/bin/python -c "import ray; assert ray.__version__ == '$(RAY_OLDEST)', ray.__version__"
+	$(OLDEST_VENV)/bin/python -m pytest -q -p no:cacheprovider -m smoke tests/real
+
+# Every measurement of issue 15, side by side with Ray Serve: writes
+# bench/results/latest.json, bench/results/REPORT.md and its plots (about
+# half an hour on 2 cores). wrk loads HTTP; haproxy is for Serve's HAProxy
+# mode (ray[serve] ships one too; the Debian one is installed when root).
 bench: $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@$(MAKE) --no-print-directory system-deps SYSTEM_TOOLS="wrk haproxy" SYSTEM_PACKAGES="wrk haproxy"
+	$(PY) -m bench.report
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis test-artifacts
+	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache .hypothesis test-artifacts build

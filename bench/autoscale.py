@@ -27,6 +27,7 @@ if __name__ == "__main__" and Path(sys.path[0]).resolve() == ROOT / "bench":
     sys.path[0] = str(ROOT)
 
 from tests.conftest import GitRepo  # noqa: E402  (after the sys.path fix)
+from vocabulary.configs import ReplicaState  # noqa: E402
 from tests.real.apps.autoscale_stack import (  # noqa: E402
     APP_SOURCE,
     AgentProcess,
@@ -127,9 +128,9 @@ def _run(agent: AgentProcess, args: argparse.Namespace) -> list[Second]:
 
 
 def _replicas() -> tuple[int, int]:
-    backend = controller_status()["backends"]["slow"]
-    running = sum(1 for r in backend["replicas"] if r["state"] == "RUNNING")
-    return backend["target_replicas"], running
+    backend = controller_status().backends["slow"]
+    running = sum(1 for r in backend.replicas if r.state is ReplicaState.RUNNING)
+    return backend.target_replicas, running
 
 
 def _second(t: int, workers: int, target: int, running: int, answers: list[Answer], start: float) -> Second:

@@ -3,15 +3,13 @@
 Prints figures; never asserts on time. Starts its own local Ray.
 - time for the goal to be met: scale a backend 0 -> 1, 0 -> 8, a rolling
   update of 4 replicas, a traffic change acknowledged by every proxy;
-- the controller's idle CPU with 20 backends (one replica each);
-- bytes pushed to a subscriber for a one-endpoint traffic change with 10 and
-  with 1,000 endpoints, next to what a broadcast of every endpoint would cost.
+- the controller's idle CPU with 20 backends (one replica each).
+The bytes a traffic change pushes to proxies are measured by `bench.fanout`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import pickle
 import sys
 import time
 import uuid
@@ -22,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 import ray  # noqa: E402
 
-from vocabulary.goal_api import PROXY_CLASS, LongPollKey  # noqa: E402
+from vocabulary.goal_api import PROXY_CLASS  # noqa: E402
 from controller.client import ControllerClient, start_or_connect  # noqa: E402
 from controller.cluster import init_ray  # noqa: E402
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalState  # noqa: E402
@@ -80,27 +78,6 @@ async def idle_cpu(client: ControllerClient) -> None:
         await client.delete_backend(f"idle{i}")
 
 
-async def longpoll_bytes(client: ControllerClient) -> None:
-    for name in ("b0", "b1"):
-        await client.wait_for_goal(await client.apply_backend(backend(name, "v1", 0)), 60)
-    made = 0
-    for count in (10, 1000):
-        for i in range(made, count):
-            await client.apply_endpoint(EndpointConfig(name=f"e{i}", route=f"/e{i}", traffic={"b0": 1.0}))
-        made = count
-        keys = {LongPollKey.ROUTES: -1, **{LongPollKey.endpoint(f"e{i}"): -1 for i in range(count)}}
-        first = await client.handle.listen_for_change.remote(keys, "bench")
-        held = {key: snapshot for key, (snapshot, _) in first.items()}
-        changed = EndpointConfig(name="e3", route="/e3", traffic={"b0": 0.9, "b1": 0.1})
-        await client.apply_endpoint(changed)
-        pushed = await client.handle.listen_for_change.remote(held, "bench")
-        everything = {k: v for k, (_, v) in first.items() if k.startswith("endpoint:")}
-        print(f"one traffic change, {count:5d} endpoints: pushed {len(pickle.dumps(pushed)):6d} B "
-              f"in {len(pushed)} key(s); broadcasting all endpoints would be "
-              f"{len(pickle.dumps(everything)):8d} B")
-        await client.apply_endpoint(EndpointConfig(name="e3", route="/e3", traffic={"b0": 1.0}))
-
-
 async def main() -> None:
     init_ray(namespace="bench-controller")
     namespace = f"bench-controller-{uuid.uuid4().hex[:6]}"
@@ -108,7 +85,6 @@ async def main() -> None:
     try:
         await goal_times(client)
         await idle_cpu(client)
-        await longpoll_bytes(client)
     finally:
         client.shutdown()
         ray.shutdown()

@@ -1,178 +1,146 @@
-"""HTTP proxy throughput and latency against Ray Serve and the two natural limits.
+"""Measurements 1 and 2: HTTP req/s, p50 and p99 through each system, by connections.
 
-One noop replica behind each target, the same load generator for all (wrk,
-32 connections, 10 s after a short warm-up):
+The same user code (`bench.proxy_apps`: noop on one replica; a 5 ms async
+and a 5 ms CPU-bound handler on two) behind every system, loaded by `wrk`
+on loopback at 1, 8, 32 and 128 connections:
 
-- ours: `proxy.actor.ProxyActor` fed by a static long-poll controller;
-- serve-100: Ray Serve with `max_ongoing_requests=100`;
-- serve-default: Ray Serve with its defaults;
-- uvicorn: a bare uvicorn hello world (the HTTP limit);
-- forwarder: uvicorn in an async actor making one Ray call per request (the
-  Ray-call limit).
+- ours: `gitops`' controller starts the proxy and the replicas, as for a user;
+- forwarder: uvicorn in an async actor making one Ray call per request;
+- serve-default / serve-100: Ray Serve through its Python proxy, with its
+  defaults and with `max_ongoing_requests=100`;
+- serve-direct: `RAY_SERVE_ENABLE_DIRECT_INGRESS=1`, each replica serves HTTP
+  itself (with two replicas the connections are split between their ports,
+  the best a client-side balancer could do);
+- serve-haproxy: `RAY_SERVE_ENABLE_HA_PROXY=1`, Serve's bundled HAProxy in front;
+- uvicorn / granian: Starlette answering directly, no Ray (one worker per
+  replica): the limit of an ordinary Python web app here;
+- raw: asyncio.Protocol + httptools on uvloop (noop only): the ceiling of one
+  Python process.
 
-Every target runs in its own subprocess with its own local Ray, so Serve's
-global state cannot leak into the others. Prints req/s, p50, p99 and our
-ratios; never asserts on time.
+Serve runs with its access log off. Every (system, handler) runs in its own
+subprocess with its own local Ray, so nothing leaks between them; each
+connection level is warmed up once, then measured `--repeats` times.
 
-    python bench/proxy.py [--duration 10] [--connections 32] [--only ours,forwarder]
+    python -m bench.proxy [--tiny] [--json PATH] [--systems ours,serve-direct] [--handlers noop]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import json
 import os
-import re
-import socket
 import subprocess
 import sys
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+from bench import machine, results, stats, wrk
+from bench.stacks import free_port, own_ray, serve_installed
+from bench.proxy_apps import HANDLERS, REPLICAS
 
 ROOT = Path(__file__).resolve().parent.parent
-if __name__ == "__main__" and Path(sys.path[0]).resolve() == ROOT / "bench":
-    # Run as a script, this file's folder would shadow the `proxy` package.
-    sys.path[0] = str(ROOT)
-TARGETS = ("ours", "forwarder", "uvicorn", "serve-100", "serve-default")
-NOOP_PATH = "bench.proxy:noop"
+SYSTEMS = (
+    "ours", "forwarder", "serve-default", "serve-100", "serve-direct", "serve-haproxy", "uvicorn", "granian", "raw",
+)
+# With a 5 ms handler the questions are coalescing and starvation, not the framework's limit.
+SLOW_HANDLER_SYSTEMS = ("ours", "forwarder", "serve-100", "serve-direct", "serve-haproxy", "uvicorn")
+SERVE_SYSTEMS = ("serve-default", "serve-100", "serve-direct", "serve-haproxy")
+CONNECTIONS = (1, 8, 32, 128)
+SERVE_ENV = {
+    "serve-direct": {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"},
+    "serve-haproxy": {"RAY_SERVE_ENABLE_HA_PROXY": "1"},
+}
 
 
-async def noop(request: Any) -> str:
-    """The user code of every target's replica."""
-    return "ok"
+def systems_for(handler: str, chosen: tuple[str, ...]) -> list[str]:
+    allowed = SYSTEMS if handler == "noop" else SLOW_HANDLER_SYSTEMS
+    return [s for s in chosen if s in allowed and (s not in SERVE_SYSTEMS or serve_installed())]
 
 
-# --- load generation --------------------------------------------------------------
-
-_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+# --- the systems (each in the child process) --------------------------------------------
 
 
-def run_wrk(url: str, duration_s: int, connections: int) -> dict[str, float]:
-    threads = f"-t{min(2, connections)}"  # wrk needs a connection per thread
-    subprocess.run(["wrk", threads, f"-c{connections}", "-d2s", url], capture_output=True, check=True)
-    done = subprocess.run(
-        ["wrk", threads, f"-c{connections}", f"-d{duration_s}s", "--latency", url],
-        capture_output=True, text=True, check=True,
-    )
-    return parse_wrk(done.stdout)
+@contextlib.contextmanager
+def serving(system: str, handler: str) -> Iterator[list[str]]:
+    """Run `system` with `handler`; yield the URLs to load (more than one: split the connections)."""
+    replicas = REPLICAS[handler]
+    if system in ("uvicorn", "granian", "raw"):
+        with _process_server(system, handler, replicas) as urls:
+            yield urls
+        return
+    from controller.cluster import init_ray, shutdown_ray
+
+    own_ray()
+    init_ray(namespace=f"bench-{uuid.uuid4().hex[:6]}")
+    try:
+        if system == "ours":
+            with _ours(handler, replicas) as urls:
+                yield urls
+        elif system == "forwarder":
+            with _forwarder(handler, replicas) as urls:
+                yield urls
+        else:
+            with serve_app(system, handler, replicas) as urls:
+                yield urls
+    finally:
+        shutdown_ray()
 
 
-def parse_wrk(text: str) -> dict[str, float]:
-    def latency(percent: str) -> float:
-        match = re.search(rf"^\s+{percent}%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)
-        return float(match.group(1)) * _UNITS[match.group(2)] if match else float("nan")
+@contextlib.contextmanager
+def _ours(handler: str, replicas: int) -> Iterator[list[str]]:
+    from controller.client import start_or_connect
+    from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
+    from vocabulary.goal_api import PROXY_CLASS
 
-    rps = re.search(r"Requests/sec:\s+([\d.]+)", text)
-    errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
-    return {
-        "rps": float(rps.group(1)) if rps else 0.0,
-        "p50_ms": latency("50"),
-        "p99_ms": latency("99"),
-        "non_2xx": float(errors.group(1)) if errors else 0.0,
-    }
+    port = free_port()
+    client = start_or_connect(namespace=f"bench-{uuid.uuid4().hex[:6]}", proxy_port=port,
+                              options={"proxy_class": PROXY_CLASS})
 
+    async def deploy() -> None:
+        backend = BackendConfig(name="bench", version="v1", import_path=f"bench.proxy_apps:{handler}",
+                                num_replicas=replicas, ray_actor_options={"num_cpus": 0})
+        for goal in (await client.apply_backend(backend),
+                     await client.apply_endpoint(EndpointConfig(name="bench", route="/", traffic={"bench": 1.0}))):
+            result = await client.wait_for_goal(goal, 120)
+            if result.state != GoalState.MET:
+                raise RuntimeError(f"goal not met: {result}")
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for_http(url: str, timeout_s: float = 60.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} never answered 200")
-
-
-# --- targets ---------------------------------------------------------------------------
-
-
-def start_noop_replica() -> Any:
-    import ray
-
-    from replica.host import Replica
-
-    handle = ray.remote(Replica).options(num_cpus=0).remote("noop", "noop-0", "v", NOOP_PATH)
-    ray.get(handle.initialize.remote())
-    return handle
-
-
-class StaticController:
-    """Answers the proxy's long poll with one fixed configuration."""
-
-    def __init__(self, values: dict[str, Any]) -> None:
-        self._values = {key: (1, value) for key, value in values.items()}
-
-    async def listen_for_change(self, keys: dict[str, int], proxy_id: str = "") -> dict[str, Any]:
-        changed = {k: v for k, v in self._values.items() if k in keys and keys[k] != v[0]}
-        if not changed:
-            await asyncio.sleep(30)
-        return changed
-
-    async def report_load(self, proxy_id: str, loads: dict[str, Any]) -> None:
-        pass
-
-
-def target_ours(duration_s: int, connections: int) -> dict[str, float]:
-    import ray
-
-    from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
-    from proxy.actor import ProxyActor
-    from proxy.settings import ProxySettings
-
-    replica = start_noop_replica()
-    values = {
-        "routes": RouteTable(entries=(RouteEntry(route="/", methods=("GET",), endpoint="noop"),)),
-        "endpoint:noop": EndpointConfig(name="noop", route="/", methods=("GET",), traffic={"noop": 1.0}),
-        "replicas:noop": ReplicaSet(
-            backend="noop", max_concurrent_queries=100,
-            replicas=(ReplicaInfo(replica_id="noop-0", actor_name="noop-0", handle=replica),),
-        ),
-    }
-    # Held in a local: a named actor without references is collected.
-    controller = ray.remote(StaticController).options(name="bench-controller", num_cpus=0).remote(values)
-    settings = ProxySettings(max_calls_per_replica=int(os.environ.get("BENCH_MAX_CALLS", "2")))
-    proxy = ray.remote(ProxyActor).options(num_cpus=0).remote(
-        "bench-controller", ray.get_runtime_context().namespace, "bench", "127.0.0.1", 0, settings
-    )
-    url = "http://" + ray.get(proxy.ready.remote()) + "/"
-    wait_for_http(url)
-    result = run_wrk(url, duration_s, connections)
-    ray.kill(controller)
-    return result
+    try:
+        asyncio.run(deploy())
+        url = f"http://127.0.0.1:{port}/"
+        wrk.wait_for_http(url)
+        yield [url]
+    finally:
+        client.shutdown()
 
 
 class ForwardApp:
-    """One `handle_request` call per request, nothing else."""
+    """One `handle_request` Ray call per request, round robin over the replicas, nothing else."""
 
-    def __init__(self, replica: Any) -> None:
-        self._replica = replica
+    def __init__(self, replicas: list[Any]) -> None:
+        self._replicas = itertools.cycle(replicas)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         message = await receive()
         wire = (scope["method"], scope["path"], scope["query_string"], scope["headers"], message.get("body", b""))
-        status, headers, body = await self._replica.handle_request.remote(wire)
+        status, headers, body = await next(self._replicas).handle_request.remote(wire)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 
 class Forwarder:
-    """`ForwardApp` under uvicorn in an async actor, set up like our proxy."""
+    """`ForwardApp` under uvicorn in an async actor, set up like a proxy actor."""
 
-    def __init__(self, replica: Any, port: int) -> None:
+    def __init__(self, replicas: list[Any], port: int) -> None:
         import uvicorn
 
-        config = uvicorn.Config(ForwardApp(replica), host="127.0.0.1", port=port, lifespan="off", loop="none",
+        config = uvicorn.Config(ForwardApp(replicas), host="127.0.0.1", port=port, lifespan="off", loop="none",
                                 interface="asgi3", http="httptools", log_config=None, access_log=False)
         self._server = uvicorn.Server(config)
         asyncio.get_event_loop().create_task(self._server.serve())
@@ -183,125 +151,198 @@ class Forwarder:
         return True
 
 
-def target_forwarder(duration_s: int, connections: int) -> dict[str, float]:
+@contextlib.contextmanager
+def _forwarder(handler: str, replicas: int) -> Iterator[list[str]]:
     import ray
 
-    replica = start_noop_replica()
+    from replica.host import Replica
+
+    handles = [ray.remote(Replica).options(num_cpus=0).remote("bench", f"bench-{i}", "v1", f"bench.proxy_apps:{handler}")
+               for i in range(replicas)]
+    ray.get([h.initialize.remote() for h in handles])
     port = free_port()
-    forwarder = ray.remote(Forwarder).options(num_cpus=0).remote(replica, port)
+    forwarder = ray.remote(Forwarder).options(num_cpus=0).remote(handles, port)
     ray.get(forwarder.ready.remote())
     url = f"http://127.0.0.1:{port}/"
-    wait_for_http(url)
-    return run_wrk(url, duration_s, connections)
+    wrk.wait_for_http(url)
+    yield [url]
 
 
-_HELLO = """
-import uvicorn
-async def app(scope, receive, send):
-    if scope["type"] != "http":
-        return
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
-    await send({"type": "http.response.body", "body": b"ok"})
-uvicorn.run(app, host="127.0.0.1", port=%d, log_level="warning", access_log=False, http="httptools")
-"""
-
-
-def target_uvicorn(duration_s: int, connections: int) -> dict[str, float]:
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-c", _HELLO % port])
-    try:
-        url = f"http://127.0.0.1:{port}/"
-        wait_for_http(url)
-        return run_wrk(url, duration_s, connections)
-    finally:
-        server.terminate()
-        server.wait()
-
-
-def target_serve(duration_s: int, connections: int, max_ongoing: int | None) -> dict[str, float]:
+@contextlib.contextmanager
+def serve_app(system: str, handler: str, replicas: int, port: int | None = None) -> Iterator[list[str]]:
+    """A Serve application of `handler` in the configuration `system`; HAProxy is killed after."""
+    import ray
     from ray import serve
 
-    port = free_port()
+    from bench.proxy_apps import serve_deployment
+
+    port = port or free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    options = {} if max_ongoing is None else {"max_ongoing_requests": max_ongoing}
-
-    @serve.deployment(**options)
-    class Noop:
-        async def __call__(self, request: Any) -> str:
-            return "ok"
-
-    serve.run(Noop.bind(), route_prefix="/")
-    url = f"http://127.0.0.1:{port}/"
-    wait_for_http(url)
+    options: dict[str, Any] = {"num_replicas": replicas, "logging_config": {"enable_access_log": False}}
+    if system != "serve-default":
+        options["max_ongoing_requests"] = 100
+    serve.run(serve_deployment(handler).options(**options).bind(handler), route_prefix="/")
     try:
-        return run_wrk(url, duration_s, connections)
+        if system == "serve-direct":
+            controller = ray.get_actor("SERVE_CONTROLLER_ACTOR", namespace="serve")
+            urls = wait_for_targets(controller, replicas)
+        else:
+            urls = [f"http://127.0.0.1:{port}/"]
+        for url in urls:
+            wrk.wait_for_http(url)
+        yield urls
     finally:
         serve.shutdown()
+        kill_haproxy(port)
 
 
-def run_target(name: str, duration_s: int, connections: int) -> dict[str, float]:
-    if name == "uvicorn":
-        return target_uvicorn(duration_s, connections)
-    from controller.cluster import init_ray, shutdown_ray
+def wait_for_targets(controller: Any, replicas: int, timeout_s: float = 60) -> list[str]:
+    """The replicas' own HTTP ports once all `replicas` serve (direct ingress)."""
+    import ray
 
-    init_ray()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        # The replicas listen on loopback (http_options.host); Serve reports the node's address.
+        urls = sorted({f"http://127.0.0.1:{t.port}/" for group in ray.get(controller.get_target_groups.remote())
+                       if group.protocol == "HTTP" for t in group.targets})
+        if len(urls) == replicas and all(":8000/" not in u for u in urls):
+            return urls
+        time.sleep(0.2)
+    raise RuntimeError("Serve never reported its direct-ingress replica ports")
+
+
+def kill_haproxy(port: int) -> None:
+    """Serve's HAProxy outlives the driver and keeps the port: end the one on ours."""
+    for pid in machine.listener_pids(port):
+        if "haproxy" in machine.command_line(pid):
+            machine.kill9(pid)
+
+
+@contextlib.contextmanager
+def _process_server(system: str, handler: str, replicas: int) -> Iterator[list[str]]:
+    port = free_port()
+    app = "bench.proxy_apps:starlette_app"
+    commands = {
+        "uvicorn": [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
+                    "--workers", str(replicas), "--http", "httptools", "--loop", "uvloop",
+                    "--no-access-log", "--log-level", "warning"],
+        "granian": [sys.executable, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1", "--port",
+                    str(port), "--workers", str(replicas), "--no-access-log", "--log-level", "warning", app],
+        "raw": [sys.executable, "-c", f"from bench.proxy_apps import serve_raw; serve_raw({port})"],
+    }
+    server = subprocess.Popen(commands[system], cwd=ROOT, env={**os.environ, "BENCH_HANDLER": handler})
     try:
-        if name == "ours":
-            return target_ours(duration_s, connections)
-        if name == "forwarder":
-            return target_forwarder(duration_s, connections)
-        if name == "serve-100":
-            return target_serve(duration_s, connections, 100)
-        return target_serve(duration_s, connections, None)
+        url = f"http://127.0.0.1:{port}/"
+        wrk.wait_for_http(url, timeout_s=30)
+        yield [url]
     finally:
-        shutdown_ray()
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
-# --- the driver ------------------------------------------------------------------------------
+# --- measuring -------------------------------------------------------------------------------------
 
 
-def measure_in_subprocess(name: str, duration_s: int, connections: int) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(
-        [sys.executable, __file__, "--target", name, "--duration", str(duration_s), "--connections", str(connections)],
-        capture_output=True, text=True, env=env, cwd=ROOT,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+def load(urls: list[str], duration_s: float, connections: int, warmup_s: float) -> dict[str, float]:
+    """wrk against one URL, or split across several at once (summed req/s, worst p99)."""
+    if len(urls) == 1 or connections < len(urls):
+        return wrk.run(urls[0], duration_s, connections, warmup_s)
+    share = connections // len(urls)
+    with ThreadPoolExecutor(len(urls)) as pool:
+        parts = list(pool.map(lambda u: wrk.run(u, duration_s, share, warmup_s), urls))
+    return {
+        "rps": sum(p["rps"] for p in parts),
+        "p50_ms": sum(p["p50_ms"] for p in parts) / len(parts),
+        "p99_ms": max(p["p99_ms"] for p in parts),
+        "non_2xx": sum(p["non_2xx"] for p in parts),
+        "socket_errors": sum(p["socket_errors"] for p in parts),
+    }
+
+
+def measure(system: str, handler: str, connections: tuple[int, ...], duration_s: float, repeats: int,
+            warmup_s: float) -> list[dict[str, Any]]:
+    """Every connection level of one system: the spread of `repeats` runs each."""
+    rows = []
+    with serving(system, handler) as urls:
+        for count in connections:
+            samples = [load(urls, duration_s, count, warmup_s if i == 0 else 0) for i in range(repeats)]
+            rows.append({
+                "system": system, "handler": handler, "replicas": REPLICAS[handler], "connections": count,
+                "rps": stats.spread(s["rps"] for s in samples),
+                "p50_ms": stats.spread(s["p50_ms"] for s in samples),
+                "p99_ms": stats.spread(s["p99_ms"] for s in samples),
+                "non_2xx": sum(s["non_2xx"] for s in samples),
+                "socket_errors": sum(s["socket_errors"] for s in samples),
+            })
+    return rows
+
+
+def in_subprocess(system: str, handler: str, args: Any) -> list[dict[str, Any]]:
+    env = {**os.environ, **SERVE_ENV.get(system, {}),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "bench.proxy", "--child", system, "--handlers", handler,
+               "--connections", ",".join(map(str, args.connections)), "--duration", str(args.duration),
+               "--repeats", str(args.repeats), "--warmup", str(args.warmup)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=480)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
     if done.returncode != 0 or not lines:
-        tail = "\n".join(done.stderr.splitlines()[-15:])
-        raise RuntimeError(f"target {name} failed (exit {done.returncode}):\n{tail}")
+        tail = "\n".join(done.stderr.strip().splitlines()[-6:])
+        raise RuntimeError(f"exit {done.returncode}: {tail}")
     return json.loads(lines[-1])
 
 
-def report(results: dict[str, dict[str, float]]) -> None:
-    print(f"{'target':<15}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>10}")
-    for name, r in results.items():
-        print(f"{name:<15}{r['rps']:>10.0f}{r['p50_ms']:>10.2f}{r['p99_ms']:>10.2f}{r['non_2xx']:>10.0f}")
-    ours = results.get("ours")
-    if not ours:
-        return
-    print()
-    for name, r in results.items():
-        if name == "ours" or not r["rps"]:
-            continue
-        print(f"ours vs {name:<14} throughput x{ours['rps'] / r['rps']:.2f}   p99 x{ours['p99_ms'] / r['p99_ms']:.2f}")
+def measured_once_or_twice(system: str, handler: str, args: Any) -> list[dict[str, Any]]:
+    """A local Ray may fail to start on a busy machine: one more try before it counts as failed."""
+    try:
+        return in_subprocess(system, handler, args)
+    except (RuntimeError, subprocess.TimeoutExpired) as error:
+        print(f"  {system} / {handler} failed, once more: {str(error).splitlines()[-1]}", file=sys.stderr)
+        return in_subprocess(system, handler, args)
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print(f"{'handler':<8}{'system':<15}{'conns':>6}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'non-2xx':>9}")
+    for r in rows:
+        print(f"{r['handler']:<8}{r['system']:<15}{r['connections']:>6}{r['rps']['median']:>10.0f}"
+              f"{r['p50_ms']['median']:>9.2f}{r['p99_ms']['median']:>9.2f}{r['non_2xx'] + r['socket_errors']:>9.0f}")
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=int, default=10)
-    parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--only", default=",".join(TARGETS))
-    parser.add_argument("--target", help=argparse.SUPPRESS)
+    parser = results.parser(__doc__.splitlines()[0])
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--handlers", default=",".join(HANDLERS))
+    parser.add_argument("--connections", default=",".join(map(str, CONNECTIONS)))
+    parser.add_argument("--duration", type=float, default=2.0, help="seconds per measured run")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.target:
-        print(json.dumps(run_target(args.target, args.duration, args.connections)))
+    args.connections = tuple(int(c) for c in str(args.connections).split(","))
+    if args.child:
+        print(json.dumps(measure(args.child, args.handlers, args.connections, args.duration, args.repeats,
+                                 args.warmup)))
         return 0
-    results: dict[str, dict[str, float]] = {}
-    for name in args.only.split(","):
-        print(f"measuring {name} ...", file=sys.stderr, flush=True)
-        results[name] = measure_in_subprocess(name, args.duration, args.connections)
-    report(results)
+    if args.tiny:
+        args.handlers, args.connections, args.duration, args.repeats, args.warmup = "noop", (8,), 1.0, 1, 0.0
+        args.systems = "ours,raw,serve-direct"
+    rows, failures = [], {}
+    for handler in args.handlers.split(","):
+        for system in systems_for(handler, tuple(args.systems.split(","))):
+            print(f"measuring {system} / {handler} ...", file=sys.stderr, flush=True)
+            try:
+                rows.extend(measured_once_or_twice(system, handler, args))
+            except (RuntimeError, subprocess.TimeoutExpired) as error:
+                failures[f"{system}/{handler}"] = str(error)
+                print(f"  {system} / {handler} failed: {error}", file=sys.stderr)
+    print_table(rows)
+    results.write(args.json, "proxy", args.tiny, {
+        "runs": rows, "failures": failures, "serve_installed": serve_installed(),
+        "duration_s": args.duration, "repeats": args.repeats,
+    })
     return 0
 
 

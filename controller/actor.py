@@ -42,6 +42,7 @@ from controller.goals import GoalKind, GoalTable
 from controller.judging import fingerprint, judge
 from controller.longpoll import ANONYMOUS, LongPollHost
 from controller.proxy_fleet import ProxyEffect, ProxyFleet, ProxySpec, StopProxy
+from vocabulary.status import ClusterStatus, GoalTiming
 
 __all__ = ["ControllerActor", "ControllerOptions", "ClusterAdapter"]
 
@@ -357,20 +358,20 @@ class ControllerActor:
     async def get_state(self) -> ServingState:
         return ServingState(backends=self._backends.configs(), endpoints=self._endpoints.all())
 
-    async def get_status(self) -> dict[str, Any]:
-        return {
-            "backends": {
-                n: {**self._backends.status(n), "scaling_decisions": self._autoscaler.decisions(n)}
+    async def get_status(self) -> ClusterStatus:
+        return ClusterStatus(
+            backends={
+                n: self._backends.status(n).model_copy(update={"scaling_decisions": self._autoscaler.decisions(n)})
                 for n in self._backends.names()
             },
-            "endpoints": self._endpoints.status(),
-            "proxies": {n: p.model_dump(mode="json") for n, p in self._proxies.proxy_status().items()},
-            "goals_pending": len(self._goals.pending()),
-            "goal_durations": self._goals.durations()[-100:],
-            "errors": dict(self._errors),
-            "ticks": self._ticks,
-            "load": {p: {b: list(v) for b, v in loads.items()} for p, loads in self._loads.items()},
-        }
+            endpoints=self._endpoints.status(),
+            proxies=self._proxies.proxy_status(),
+            goals_pending=len(self._goals.pending()),
+            goal_durations=tuple(GoalTiming.model_validate(d) for d in self._goals.durations()[-100:]),
+            errors=dict(self._errors),
+            ticks=self._ticks,
+            load={p: dict(loads) for p, loads in self._loads.items()},
+        )
 
     # --- proxies, load and autoscaling -------------------------------------------
 

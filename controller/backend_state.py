@@ -24,6 +24,7 @@ from typing import Any, Protocol, Sequence
 
 from controller.autoscaling import initial_replicas
 from vocabulary.configs import BackendConfig, ReplicaState
+from vocabulary.status import BackendStatus, ReplicaStatus
 
 __all__ = [
     "BackendState",
@@ -298,22 +299,21 @@ class BackendState:
     def is_gone(self, name: str) -> bool:
         return name not in self._backends
 
-    def status(self, name: str) -> dict[str, Any]:
+    def status(self, name: str) -> BackendStatus:
         backend = self._backends[name]
-        return {
-            "version": backend.config.version,
-            "target_replicas": backend.target,
-            "deleting": backend.deleting,
-            "replicas": [
-                {"replica_id": r.replica_id, "state": r.state.value,
-                 "version": r.version, "node_id": r.node_id}
+        return BackendStatus(
+            version=backend.config.version,
+            target_replicas=backend.target,
+            deleting=backend.deleting,
+            replicas=tuple(
+                ReplicaStatus(replica_id=r.replica_id, state=r.state, version=r.version, node_id=r.node_id)
                 for r in backend.replicas
-            ],
-            "restarts": dict(backend.restarts),
-            "last_error": backend.last_error,
-            "failures": backend.failures,
-            "unschedulable": backend.unschedulable,
-        }
+            ),
+            restarts=dict(backend.restarts),
+            last_error=backend.last_error,
+            failures=backend.failures,
+            unschedulable=backend.unschedulable,
+        )
 
     # --- the control loop ------------------------------------------------------
 

@@ -16,6 +16,7 @@ from ray.exceptions import RayTaskError
 from controller.actor import ControllerActor
 from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
+from vocabulary.status import ClusterStatus
 
 _HEAD_NODE_RESOURCE = "node:__internal_head__"
 
@@ -56,7 +57,7 @@ class ControllerClient:
     async def get_state(self) -> ServingState:
         return await self._call("get_state")
 
-    async def get_status(self) -> dict[str, Any]:
+    async def get_status(self) -> ClusterStatus:
         return await self._call("get_status")
 
     async def report_load(self, proxy_id: str, loads: dict[str, tuple[int, int]]) -> None:

@@ -34,6 +34,9 @@ _QUIET_ENV = {
     "RAY_worker_maximum_startup_concurrency": "16",
     # Ray prints a deduplication notice and progress bars otherwise.
     "RAY_DEDUP_LOGS": "0",
+    # Ray 2.60's default; older releases of the supported range warn on every
+    # start until it is set, and would hide GPUs from num_gpus=0 actors.
+    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
 }
 
 

@@ -14,6 +14,7 @@ from typing import Any, Collection
 
 from vocabulary.configs import EndpointConfig, RouteEntry, RouteTable
 from vocabulary.serving_rules import backend_in_use, taken_routes, unknown_backends, weight_sum
+from vocabulary.status import EndpointStatus
 
 __all__ = ["EndpointState", "check_backend_deletable"]
 
@@ -67,10 +68,10 @@ class EndpointState:
         )
         return RouteTable(entries=tuple(entries))
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, EndpointStatus]:
         return {
-            name: {"route": e.route, "methods": list(e.methods), "traffic": dict(e.traffic),
-                   "shadow": dict(e.shadow), "timeout_s": e.timeout_s}
+            name: EndpointStatus(route=e.route, methods=e.methods, traffic=dict(e.traffic), shadow=dict(e.shadow),
+                                 timeout_s=e.timeout_s)
             for name, e in self._endpoints.items()
         }
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from vocabulary.configs import GoalResult, GoalState
 
-__all__ = ["GoalKind", "Goal", "Verdict", "GoalTable", "PENDING"]
+__all__ = ["GoalKind", "Goal", "Judgement", "GoalTable", "PENDING"]
 
 _KEEP_FINISHED = 2000
 
@@ -42,12 +42,12 @@ class Goal:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Judgement:
     state: GoalState
     reason: str = ""
 
 
-PENDING = Verdict(GoalState.PENDING)
+PENDING = Judgement(GoalState.PENDING)
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class GoalTable:
 
     def request(
         self, kind: GoalKind, name: str, fingerprint: str, now: float,
-        judge: Callable[[Goal], Verdict] | None = None,
+        judge: Callable[[Goal], Judgement] | None = None,
     ) -> str:
         """The goal for this exact request: reuse a pending one, or a met one
         that `judge` still finds met (the same config deleted and created again
@@ -84,7 +84,7 @@ class GoalTable:
         self._pending[goal.goal_id] = goal
         return goal.goal_id
 
-    def evaluate(self, judge: Callable[[Goal], Verdict], now: float) -> list[str]:
+    def evaluate(self, judge: Callable[[Goal], Judgement], now: float) -> list[str]:
         """Judge every pending goal; final verdicts are recorded for good."""
         resolved: list[str] = []
         for goal in list(self._pending.values()):
@@ -94,7 +94,7 @@ class GoalTable:
                 resolved.append(goal.goal_id)
         return resolved
 
-    def _finish(self, goal: Goal, verdict: Verdict, now: float) -> None:
+    def _finish(self, goal: Goal, verdict: Judgement, now: float) -> None:
         del self._pending[goal.goal_id]
         self._finished[goal.goal_id] = _Finished(goal, verdict.state, verdict.reason, now)
         while len(self._finished) > _KEEP_FINISHED:

@@ -2,7 +2,7 @@
 
 Owns the fingerprints that identify a requested config (so a changed request
 supersedes an older goal) and `judge`, which looks at backends, endpoints,
-long-poll acknowledgements and the live proxies, and returns a `Verdict`.
+long-poll acknowledgements and the live proxies, and returns a `Judgement`.
 Pure: every input is passed in.
 """
 
@@ -16,13 +16,13 @@ from vocabulary.goal_api import LongPollKey
 from controller.backend_state import BackendState
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
 from controller.endpoint_state import EndpointState
-from controller.goals import PENDING, Goal, GoalKind, Verdict
+from controller.goals import PENDING, Goal, GoalKind, Judgement
 from controller.longpoll import LongPollHost
 
 __all__ = ["fingerprint", "judge"]
 
-_MET = Verdict(GoalState.MET)
-_SUPERSEDED = Verdict(GoalState.SUPERSEDED)
+_MET = Judgement(GoalState.MET)
+_SUPERSEDED = Judgement(GoalState.SUPERSEDED)
 
 
 def fingerprint(config: BackendConfig | EndpointConfig | None) -> str:
@@ -39,7 +39,7 @@ def judge(
     longpoll: LongPollHost,
     live_proxies: Iterable[str],
     serving_proxies: Iterable[str] | None = None,
-) -> Verdict:
+) -> Judgement:
     """`live_proxies`: every node's proxy not known dead; `serving_proxies`:
     those whose HTTP server answers (all live ones when not given)."""
     proxies = list(live_proxies)
@@ -68,13 +68,13 @@ def judge(
 
 def _backend_ready(
     goal: Goal, backends: BackendState, longpoll: LongPollHost, proxies: list[str]
-) -> Verdict:
+) -> Judgement:
     config = backends.config(goal.name)
     if config is None or fingerprint(config) != goal.fingerprint:
         return _SUPERSEDED
     verdict, reason = backends.readiness(goal.name, config.version)
     if verdict == "failed":
-        return Verdict(GoalState.FAILED, reason)
+        return Judgement(GoalState.FAILED, reason)
     if verdict != "met":
         return PENDING
     # Proxies already routing to this backend must hold its new replica set.

@@ -14,6 +14,7 @@ stores its outcome in a dict when it finishes, and the next tick reads it.
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import time
 from concurrent.futures import Future
@@ -53,6 +54,14 @@ __all__ = ["RayAdapter", "error_text"]
 logger = logging.getLogger(__name__)
 
 _PENDING = Probe(ProbeStatus.PENDING)
+# Honour the export's .gitignore files on every supported Ray: later releases
+# ask for it with a required `include_gitignore`, 2.52 has no such keyword
+# and always honours them.
+_GITIGNORE_OPTION = (
+    {"include_gitignore": True}
+    if "include_gitignore" in inspect.signature(upload_working_dir_if_needed).parameters
+    else {}
+)
 _REPLICA_CONCURRENCY = 1000
 
 
@@ -222,7 +231,7 @@ class RayAdapter:
             return env
         uri = self._uploaded.get(working_dir)
         if uri is None:
-            packed = upload_working_dir_if_needed({"working_dir": working_dir}, include_gitignore=True, logger=logger)
+            packed = upload_working_dir_if_needed({"working_dir": working_dir}, logger=logger, **_GITIGNORE_OPTION)
             uri = self._uploaded[working_dir] = packed["working_dir"]
         env["working_dir"] = uri
         return env

@@ -1,7 +1,10 @@
 """ray-gitops agent side: specs, planning, applying, the agent loop and its CLI.
 
 Nothing in this package defines or runs Ray actors; it talks to the
-controller through `controller.client`.
+controller through `controller.client`. `__version__` is the installed
+distribution's version, so `gitops --version` says what pip installed.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+__version__ = version("ray-gitops")

@@ -28,7 +28,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gitops.access import AccessPolicy, check
-from gitops.history import HistoryEntry
+from gitops.ledger import HistoryEntry
 from gitops.status import AgentStatus
 from gitops.statuspage import render_page
 from gitops.webhooks import (
@@ -98,7 +98,7 @@ def build_app(
         return JSONResponse({"ok": True})
 
     async def status(request: Request) -> Response:
-        return JSONResponse(agent.status().to_json())
+        return JSONResponse(agent.status().model_dump(mode="json"))
 
     async def history(request: Request) -> Response:
         try:

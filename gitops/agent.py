@@ -2,67 +2,68 @@
 
 Owns when to reconcile and the order of one tick. Wake sources (a poll
 timer with jitter, the ref watch of a local repository, the webhook, a
-manual sync, the resync timer) all feed one asyncio.Event; each tick is
-level-triggered and reads both sides again:
+manual sync, the resync timer, the retry after a transient error) all feed
+one asyncio.Event; each tick is level-triggered and reads both sides again:
 
     newest revision → desired state (or its errors) → actual state
-    → plan → apply (goals awaited, newest commit wins) → status, history,
-    metrics written once
+    → plan → apply (goals awaited, newest commit wins) → observed status
+
+A tick builds one `gitops.ticks.TickReport`; history, metrics and the log
+line are then written once, from that value. What the loop does after an
+error follows its kind (`gitops.errors.ErrorKind`): a transient one (git or
+the controller unreachable, a bug in a tick) is retried with backoff; a
+stalled one (invalid specs, a commit that cannot be exported) waits for a
+new commit.
 
 A restart needs nothing from the previous run except the history ledger:
 the plan is always made against what the controller reports, so an apply
 cut short is completed, never repeated. Must not: touch git, Ray or HTTP
-directly — those arrive as collaborators (`GitSource`, a `GoalAPI` client).
+directly — those arrive as collaborators (a `Source`, a `GoalAPI` client).
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
-import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-import git
-
-from vocabulary.goal_api import GoalAPI
-from vocabulary.configs import ServingState
-from gitops.applying import Deadlines, apply
-from gitops.history import History, HistoryEntry, Outcome
-from gitops.specs.loading import LoadResult
+from gitops.applying import ApplyOutcome, ApplyResult, Deadlines, Progress, apply
+from gitops.errors import ErrorKind, SourceError
+from gitops.history import History
+from gitops.ledger import HistoryEntry, Outcome
 from gitops.metrics import AgentMetrics
 from gitops.notifications.delivering import Notifier
-from gitops.notifications.events import TickOutcome
 from gitops.plans import Plan
-from gitops.sources.repos import GitSource, Revision, SourceError
-from gitops.sources.watching import RefWatcher, jittered
+from gitops.sources.hashing import Tree
+from gitops.sources.source import Revision, Source
+from gitops.sources.watching import RefWatcher, backoff, jittered
+from gitops.specs.loading import LoadResult
 from gitops.status import AgentStatus, StatusFacts, roll_up
+from gitops.ticks import (
+    FULL_TRIGGERS,
+    Stage,
+    TickError,
+    TickReport,
+    Trigger,
+    history_entry,
+    log_line,
+    notification_outcome,
+    progress_line,
+    write_metrics,
+)
+from vocabulary.configs import ServingState
+from vocabulary.goal_api import GoalAPI
+from vocabulary.status import ClusterStatus
 
-__all__ = ["Agent", "AgentSettings", "Trigger", "Loader", "Planner", "reconcile_event", "progress_event"]
+__all__ = ["Agent", "AgentSettings", "Trigger", "Loader", "Planner"]
 
 _LOG = logging.getLogger("gitops.agent")
 Logger = logging.Logger | logging.LoggerAdapter
-Fields = dict[str, Any]
 
-
-class Trigger(str, enum.Enum):
-    START = "start"
-    POLL = "poll"
-    WATCH = "watch"
-    WEBHOOK = "webhook"
-    SYNC = "sync"
-    RESYNC = "resync"
-
-
-# A manual sync and the resync timer compare with the cluster even when
-# the commit is unchanged: that is how drift is found.
-_FULL = {Trigger.START, Trigger.SYNC, Trigger.RESYNC}
-
-
-Loader = Callable[[git.Repo, str, str], LoadResult]  # (repository, commit, spec path)
+Loader = Callable[[Tree, str], LoadResult]  # (a revision's files, spec path)
 Planner = Callable[[ServingState, ServingState], Plan]
 
 
@@ -75,12 +76,22 @@ class AgentSettings:
     # Where a suspension is remembered, so a restart does not silently resume.
     suspend_marker: Path | None = None
     deadlines: Deadlines = field(default_factory=Deadlines)
+    # After a transient error: retry after this, doubling, never later than the poll.
+    retry_base_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class _Applying:
+    """The apply under way, for the status: which commit and its latest step."""
+
+    revision: Revision
+    progress: Progress | None = None
 
 
 class Agent:
     def __init__(
         self,
-        source: GitSource,
+        source: Source,
         client: GoalAPI,
         history: History,
         *,
@@ -100,20 +111,18 @@ class Agent:
         self.metrics = metrics
         self._settings = settings
         self._log = log
-        self._tick_plan: Plan | None = None  # the plan of the tick under way, for event fields
         self._wake: asyncio.Event | None = None  # made by run(), on its own loop
         self._triggers: set[Trigger] = set()
         self._wakes = 0  # bumped by every wake-up; lets an apply notice news
         self._wakes_seen = 0
         marker = settings.suspend_marker
         self._suspended = marker is not None and marker.exists()
-        self._watched: Revision | None = None
-        self._applying: Revision | None = None
-        self._progress = ""
-        self._git_error: str | None = None
-        self._controller_error: str | None = None
-        self._cluster: dict[str, Any] | None = None
-        self._exports_in_use: list[str | None] | None = None  # set by a tick that read the controller
+        self._last: TickReport | None = None  # the last finished tick
+        self._watched: Revision | None = None  # the newest revision seen by any tick
+        self._cluster: ClusterStatus | None = None  # the newest observed status
+        self._applying: _Applying | None = None
+        self._retries = 0  # transient failures in a row
+        self._retry: asyncio.TimerHandle | None = None
         self.ticks = 0
 
     # --- wake-ups and admin verbs ---------------------------------------------
@@ -143,6 +152,7 @@ class Agent:
         return self._suspended
 
     def status(self) -> AgentStatus:
+        last, applying = self._last, self._applying
         return roll_up(
             StatusFacts(
                 repo=self._source.location,
@@ -150,12 +160,12 @@ class Agent:
                 path=self._settings.spec_path,
                 suspended=self._suspended,
                 watched=self._watched.sha if self._watched else None,
-                applying=self._applying.sha if self._applying else None,
-                progress=self._progress,
+                applying=applying.revision.sha if applying else None,
+                progress=applying.progress.text() if applying and applying.progress else "",
                 last_attempt=self._history.last(),
                 last_applied=self._history.last_applied(),
-                git_error=self._git_error,
-                controller_error=self._controller_error,
+                git_error=last.error(Stage.FETCH) if last else None,
+                controller_error=last.error(Stage.CONTROLLER, Stage.TICK) if last else None,
                 cluster=self._cluster,
                 notifications=self._notifier.health() if self._notifier else None,
             )
@@ -179,27 +189,45 @@ class Agent:
             while True:
                 await wake.wait()
                 wake.clear()
-                triggers, self._triggers = self._triggers, set()
+                triggers, self._triggers = frozenset(self._triggers), set()
                 if not self._suspended:
-                    await self._guarded_tick(full=bool(triggers & _FULL))
+                    report = await self._guarded_tick(triggers)
+                    self._schedule_retry(report)
         finally:
             for timer in timers:
                 timer.cancel()
+            if self._retry is not None:
+                self._retry.cancel()
             if watcher is not None:
                 watcher.stop()
             self._wake = None
 
-    async def _guarded_tick(self, full: bool) -> None:
+    async def _guarded_tick(self, triggers: frozenset[Trigger]) -> TickReport:
         """A tick that cannot end the loop: an unexpected error is shown and
         counted, and the next tick starts from scratch (level-triggered)."""
-        started = time.monotonic()
+        started, clock = time.time(), time.monotonic()
         try:
-            await self.tick(full=full)
+            return await self._tick(triggers, full=bool(triggers & FULL_TRIGGERS))
         except Exception as error:  # noqa: BLE001 — the loop must outlive any one tick
-            self._controller_error = f"reconcile error: {type(error).__name__}: {error}"
-            self.metrics.reconcile_finished("failure", time.monotonic() - started)
-            self._log.error(self._controller_error, extra={"result": "error"})
-            self._publish_status()
+            message = f"reconcile error: {type(error).__name__}: {error}"
+            report = TickReport(
+                triggers=triggers, full=True, started_at=started, duration_s=time.monotonic() - clock,
+                errors=(TickError(Stage.TICK, ErrorKind.RETRY, message),),
+            )
+            self._finish(report)
+            return report
+
+    def _schedule_retry(self, report: TickReport) -> None:
+        """A transient error is retried with backoff; anything else waits for news."""
+        stopped = report.stopped_by
+        if stopped is None or stopped.kind is not ErrorKind.RETRY:
+            self._retries = 0
+            return
+        self._retries += 1
+        delay = backoff(self._retries, self._settings.retry_base_s, self._settings.interval_s)
+        if self._retry is not None:
+            self._retry.cancel()
+        self._retry = asyncio.get_running_loop().call_later(delay, self.notify, Trigger.RETRY)
 
     async def _every(self, interval_s: float, trigger: Trigger, jitter: float) -> None:
         while True:
@@ -215,79 +243,87 @@ class Agent:
         watcher.start()
         return watcher
 
-    async def tick(self, full: bool = True) -> HistoryEntry | None:
-        """One reconcile; returns what it recorded, or None if nothing was attempted."""
-        self.ticks += 1
-        started, clock = time.time(), time.monotonic()
-        revision = await self._newest()
-        entry = None
-        if revision is not None:
-            last = self._history.last()
-            if full or last is None or last.commit != revision.sha:
-                entry = await self._reconcile(revision, started)
-        await self._observe()
-        self._finish(entry, time.monotonic() - clock)
-        return entry
+    # --- one tick ------------------------------------------------------------------
 
-    async def _newest(self) -> Revision | None:
+    async def tick(self, full: bool = True) -> HistoryEntry | None:
+        """One reconcile; returns what it amounts to, or None if nothing was attempted."""
+        report = await self._tick(frozenset({Trigger.SYNC if full else Trigger.POLL}), full)
+        return history_entry(report)
+
+    async def _tick(self, triggers: frozenset[Trigger], full: bool) -> TickReport:
+        self.ticks += 1
+        clock = time.monotonic()
+        report = TickReport(triggers=triggers, full=full, started_at=time.time())
+        report = await self._fetch(report)
+        if report.revision is not None:
+            last = self._history.last()
+            if full or last is None or last.commit != report.revision.sha:
+                report = await self._reconcile(replace(report, attempted=True))
+        report = await self._observe(report)
+        report = replace(report, duration_s=time.monotonic() - clock)
+        self._finish(report)
+        return report
+
+    async def _fetch(self, report: TickReport) -> TickReport:
         try:
             revision = await asyncio.to_thread(self._source.newest)
         except SourceError as error:
-            self._git_error = str(error)
-            self.metrics.git_fetch("failure")
-            return None
-        self._git_error = None
-        self._watched = revision
-        self.metrics.git_fetch("success")
-        return revision
+            return _failed(report, Stage.FETCH, error.kind, str(error))
+        return replace(report, revision=revision)
 
-    async def _reconcile(self, revision: Revision, started: float) -> HistoryEntry | None:
-        loaded = await asyncio.to_thread(self._load, self._source.repo, revision.sha, self._settings.spec_path)
-        errors = tuple(str(error) for error in loaded.errors)
-        self.metrics.spec_errors(len(errors))
+    async def _reconcile(self, report: TickReport) -> TickReport:
+        revision = report.revision
+        assert revision is not None
+        tree = await asyncio.to_thread(self._source.tree, revision)
+        loaded = await asyncio.to_thread(self._load, tree, self._settings.spec_path)
+        report = replace(report, loaded=loaded)
         if not loaded.ok or loaded.state is None:
-            return self._record(revision, started, Outcome.INVALID, errors=errors)
+            errors = tuple(TickError(Stage.LOAD, ErrorKind.STALLED, str(e)) for e in loaded.errors)
+            return replace(report, errors=report.errors + errors, reconciled_at=time.time())
         try:
             actual = await self._client.get_state()
-        except Exception as error:  # noqa: BLE001 — reported in status, retried next tick
-            self._controller_error = f"controller unavailable: {error}"
-            return None
-        self._controller_error = None
-        self._exports_in_use = [b.working_dir for b in actual.backends.values()]
+        except Exception as error:  # noqa: BLE001 — reported in status, retried with backoff
+            return _failed(report, Stage.CONTROLLER, ErrorKind.RETRY, f"controller unavailable: {error}")
         plan = self._plan(loaded.state, actual)
-        self._tick_plan = plan
+        report = replace(report, actual=actual, plan=plan)
         if not plan:
-            return self._record(revision, started, Outcome.NOOP)
-        return await self._apply(revision, started, plan, actual)
+            return replace(report, reconciled_at=time.time())
+        return await self._apply(report, revision, plan, actual)
 
-    async def _apply(self, revision: Revision, started: float, plan: Plan, actual: ServingState) -> HistoryEntry:
-        drift = self._history.last_applied()
-        if drift is not None and drift.commit == revision.sha:
-            for _ in plan.actions:
-                self.metrics.drift_corrected()
-        working_dir = None
+    async def _apply(self, report: TickReport, revision: Revision, plan: Plan, actual: ServingState) -> TickReport:
+        last_applied = self._history.last_applied()
+        report = replace(report, applied_before=last_applied.commit if last_applied else None)
         if any(action.backend is not None for action in plan.actions):
             try:
                 working_dir = str(await asyncio.to_thread(self._source.export, revision))
-            except SourceError as error:  # a commit that cannot be exported (a link leading outside)
-                return self._record(revision, started, Outcome.FAILED, plan=plan, errors=(str(error),))
-            self._exports_in_use = [*(self._exports_in_use or []), working_dir]
-        self._applying, self._progress = revision, ""
+            except SourceError as error:
+                return self._export_refused(report, error)
+            report = replace(report, working_dir=working_dir)
+        self._applying = _Applying(revision)
         try:
             result = await apply(
                 plan,
                 self._client,
                 actual=actual,
-                working_dir=working_dir,
+                working_dir=report.working_dir,
                 deadlines=self._settings.deadlines,
                 superseded=lambda: self._superseded(revision),
-                on_goal=self.metrics.goal_finished,
-                on_progress=lambda message: self._show_progress(revision, message),
+                on_progress=lambda progress: self._show_progress(revision, progress),
             )
         finally:
-            self._applying, self._progress = None, ""
-        errors = (result.error,) if result.error else ()
-        return self._record(revision, started, Outcome(result.outcome.value), plan=plan, errors=errors)
+            self._applying = None
+        report = replace(report, applied=result, reconciled_at=time.time())
+        if result.error:
+            report = _failed(report, Stage.APPLY, ErrorKind.RETRY, result.error)
+        return report
+
+    @staticmethod
+    def _export_refused(report: TickReport, error: SourceError) -> TickReport:
+        """A commit that cannot be exported (a link leading outside) fails before
+        anything is changed; the refusal stands until a new commit."""
+        failed = ApplyResult(ApplyOutcome.FAILED, error=str(error))
+        report = replace(report, applied=failed, reconciled_at=time.time())
+        return _failed(report, Stage.APPLY, ErrorKind.STALLED, str(error))
 
     async def _superseded(self, applying: Revision) -> bool:
         """Newest commit wins: has the branch moved since this apply began?"""
@@ -300,94 +336,60 @@ class Agent:
             return False
         return newest.sha != applying.sha
 
-    def _show_progress(self, revision: Revision, message: str) -> None:
-        self._progress = message
-        text, fields = progress_event(revision.short, message)
+    def _show_progress(self, revision: Revision, progress: Progress) -> None:
+        self._applying = _Applying(revision, progress)
+        text, fields = progress_line(revision.short, progress)
         self._log.info(text, extra=fields)
 
-    async def _observe(self) -> None:
+    async def _observe(self, report: TickReport) -> TickReport:
         try:
-            self._cluster = await self._client.get_status()
-        except Exception as error:  # noqa: BLE001 — reported in status, retried next tick
-            self._controller_error = f"controller unavailable: {error}"
-            return
-        self._controller_error = None
-        self.metrics.cluster_observed(self._cluster)
-        self.metrics.goals_pending(int(self._cluster.get("goals_pending", 0)))
+            observed = await self._client.get_status()
+        except Exception as error:  # noqa: BLE001 — reported in status, retried with backoff
+            return _failed(report, Stage.CONTROLLER, ErrorKind.RETRY, f"controller unavailable: {error}")
+        return replace(report, observed=observed)
 
-    def _record(
-        self, revision: Revision, started: float, outcome: Outcome, *, plan: Plan | None = None,
-        errors: tuple[str, ...] = (),
-    ) -> HistoryEntry:
-        entry = HistoryEntry(
-            commit=revision.sha,
-            branch=revision.branch,
-            author_time=revision.author_time,
-            summary=revision.summary,
-            started_at=started,
-            finished_at=time.time(),
-            result=outcome,
-            plan_summary=plan.summary().text() if plan else "No changes.",
-            actions=len(plan) if plan else 0,
-            errors=errors,
-        )
-        if _worth_recording(entry, self._history.last()):
-            entry = self._history.record(entry)
-        if outcome.ok:
-            self.metrics.commit_applied(revision.sha, revision.branch, revision.commit_time)
-        return entry
+    # --- written once per tick, from its report -------------------------------------
 
-    def _finish(self, entry: HistoryEntry | None, duration_s: float) -> None:
-        """Status, metrics and the console line: once per tick."""
-        if entry is not None:
-            if entry.id is not None:  # recorded: new commit, change made or new failure
-                text, fields = reconcile_event(entry, duration_s, self._tick_plan)
-                self._log.info(text, extra=fields)  # `result` says how it went; the look stays calm
-            # A superseded apply is neither: the next tick reconciles the newer commit.
-            if entry.result is not Outcome.SUPERSEDED:
-                self.metrics.reconcile_finished(_METRIC_RESULT[entry.result], duration_s)
-        elif self._git_error or self._controller_error:
-            self.metrics.reconcile_finished("failure", duration_s)
-            self._log.error(self._git_error or self._controller_error, extra={"result": "error"})
-        self._tick_plan = None
-        self._export_cleanup()
+    def _finish(self, report: TickReport) -> None:
+        """History, metrics, the log line and the status: once per tick."""
+        self._last = report
+        self._watched = report.revision or self._watched
+        self._cluster = report.observed or self._cluster
+        recorded = self._write_history(report)
+        write_metrics(self.metrics, report)
+        line = log_line(report, recorded)
+        if line is not None:
+            self._log.log(line.level, line.text, extra=line.fields)
+        self._prune_exports(report)
         self._publish_status()
         if self._notifier is not None:
-            self._notifier.observe(self._outcome(entry))
+            status = self.status().status.value
+            watched = self._watched.sha if self._watched else None
+            self._notifier.observe(notification_outcome(report, recorded, status, watched, self._source.branch))
 
-    def _outcome(self, entry: HistoryEntry | None) -> TickOutcome:
-        """This tick in plain values, for the notifier."""
-        recorded = entry is not None and entry.id is not None
-        return TickOutcome(
-            commit=entry.commit if entry else (self._watched.sha if self._watched else None),
-            branch=self._source.branch,
-            status=self.status().status.value,
-            result=entry.result.value if recorded and entry else None,
-            errors=entry.errors if recorded and entry else (),
-            git_error=self._git_error,
-        )
+    def _write_history(self, report: TickReport) -> HistoryEntry | None:
+        """Every new commit, every change made, every new failure; not repeats."""
+        entry = history_entry(report)
+        if entry is None or not _worth_recording(entry, self._history.last()):
+            return None
+        return self._history.record(entry)
 
     def _publish_status(self) -> None:
         self.metrics.sync_status(self.status().status.value)
 
-    def _export_cleanup(self) -> None:
+    def _prune_exports(self, report: TickReport) -> None:
         """Drop exports that neither the old nor the new configs point at.
 
         Running replicas no longer need their export (Ray uploaded it when
         they were created), so one tick of grace is enough.
         """
-        if self._exports_in_use is None:
-            return
-        self._source.prune_exports(self._exports_in_use)
-        self._exports_in_use = None
+        in_use = report.exports_in_use()
+        if in_use is not None:
+            self._source.prune_exports(in_use)
 
 
-_METRIC_RESULT = {
-    Outcome.APPLIED: "success",
-    Outcome.NOOP: "noop",
-    Outcome.INVALID: "failure",
-    Outcome.FAILED: "failure",
-}
+def _failed(report: TickReport, stage: Stage, kind: ErrorKind, message: str) -> TickReport:
+    return replace(report, errors=report.errors + (TickError(stage, kind, message),))
 
 
 def _worth_recording(entry: HistoryEntry, last: HistoryEntry | None) -> bool:
@@ -397,42 +399,3 @@ def _worth_recording(entry: HistoryEntry, last: HistoryEntry | None) -> bool:
     if entry.result is Outcome.APPLIED:
         return True
     return (entry.result, entry.errors) != (last.result, last.errors) and entry.result is not Outcome.NOOP
-
-
-def reconcile_event(entry: HistoryEntry, duration_s: float, plan: Plan | None) -> tuple[str, Fields]:
-    """The one line a reconcile prints, and its fields.
-
-    `commit`, `result` and `duration_s` always; `plan` and `actions` when it
-    changed something; `errors` when it failed; `backend` when one backend
-    is concerned (the one whose action failed, or the only one changed),
-    else `backends` when several are.
-    """
-    commit = entry.commit[:7]
-    text = f"{commit} {entry.result.value} in {duration_s:.2f}s"
-    fields: Fields = {"commit": commit, "result": entry.result.value, "duration_s": round(duration_s, 3)}
-    if entry.actions:
-        text += f" — {entry.plan_summary}"
-        fields.update(plan=entry.plan_summary, actions=entry.actions)
-    failed = [m.group(1) for e in entry.errors if (m := _BACKEND_ACTION.match(e))][:1]
-    changed = sorted({a.name for a in (plan.actions if plan else ()) if a.kind.is_backend})
-    fields.update(_backend_fields(failed or changed))
-    if entry.errors:
-        fields["errors"] = list(entry.errors)
-    return text, fields
-
-
-def progress_event(commit: str, message: str) -> tuple[str, Fields]:
-    """A "waiting for …" / "… done in" line of a long apply, with its backend(s)."""
-    # Only the actions the line is about, never a replica's own error text after ": ".
-    named = _BACKEND_ACTION.findall(message.split(": ", 1)[0])
-    return f"{commit} … {message}", {"commit": commit, **_backend_fields(named)}
-
-
-# How `gitops.applying.describe` names a backend action (names never hold spaces, commas or colons).
-_BACKEND_ACTION = re.compile(r"(?:create|update|delete) backend ([a-z0-9._-]+)")
-
-
-def _backend_fields(names: list[str]) -> Fields:
-    if len(names) == 1:
-        return {"backend": names[0]}
-    return {"backends": names} if names else {}

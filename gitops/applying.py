@@ -9,8 +9,9 @@ with an error naming the action, the object and the controller's reason
 `superseded()` so a newer commit wins at the next safe point instead of
 queueing behind a long rollout. Every call is idempotent, so an apply cut
 short (failure, supersede, agent killed) is finished by the next tick's
-plan. Must not: plan, read git, or write status, history or metrics (it
-reports goal timings through `on_goal`).
+plan. Must not: plan, read git, or write status, history or metrics: what happened is
+data, in the `ApplyResult` (the actions done, the failed action and why, how
+long each goal took) and in the `Progress` values handed to `on_progress`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,17 @@ from vocabulary.goal_api import GoalAPI
 from vocabulary.configs import GoalResult, GoalState, ServingState
 from gitops.plans import Action, ActionKind, Plan
 
-__all__ = ["Deadlines", "ApplyOutcome", "ApplyResult", "ApplyError", "apply", "describe"]
+__all__ = [
+    "Deadlines",
+    "ApplyOutcome",
+    "ApplyResult",
+    "ApplyError",
+    "GoalTook",
+    "Progress",
+    "ProgressKind",
+    "apply",
+    "describe",
+]
 
 _WAIT_STEP_S = 0.5  # how often a long goal wait looks up to check for a newer commit
 _SLOW_GOAL_S = 2.0  # backend goals slower than this are reported as progress when met
@@ -55,19 +66,55 @@ class ApplyOutcome(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class GoalTook:
+    """How long one action's goal took to settle, for `gitops_goal_duration_seconds`."""
+
+    kind: ActionKind
+    seconds: float
+
+
+@dataclass(frozen=True)
 class ApplyResult:
     outcome: ApplyOutcome
     done: tuple[Action, ...] = ()
-    error: str | None = None
+    failed_action: Action | None = None  # the action that failed (FAILED only)
+    error: str | None = None  # names the failed action and says why
+    goals: tuple[GoalTook, ...] = ()
+
+
+class ProgressKind(str, enum.Enum):
+    WAITING = "waiting"  # a phase's goals were requested; the apply waits for them
+    DONE = "done"  # a slow backend goal was met
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A step of a long apply: which actions it is about, as data."""
+
+    kind: ProgressKind
+    actions: tuple[Action, ...]
+    elapsed_s: float = 0.0
+
+    def text(self) -> str:
+        if self.kind is ProgressKind.WAITING:
+            return "waiting for " + ", ".join(describe(a) for a in self.actions)
+        return f"{describe(self.actions[0])}: done in {self.elapsed_s:.1f} s"
+
+    def backends(self) -> list[str]:
+        """The backends the step is about, in the order of its actions."""
+        return [a.name for a in self.actions if a.kind.is_backend]
 
 
 class ApplyError(Exception):
     """One action could not be carried out; the message names it and says why."""
 
+    def __init__(self, action: Action, reason: str) -> None:
+        super().__init__(f"{describe(action)}: {reason}")
+        self.action = action
+
 
 Superseded = Callable[[], Awaitable[bool]]
-OnGoal = Callable[[str, float], None]  # (action kind, seconds)
-OnProgress = Callable[[str], None]
+OnProgress = Callable[[Progress], None]
 
 
 class _Superseded(Exception):
@@ -88,21 +135,22 @@ async def apply(
     working_dir: str | None = None,
     deadlines: Deadlines = Deadlines(),
     superseded: Superseded | None = None,
-    on_goal: OnGoal | None = None,
     on_progress: OnProgress | None = None,
 ) -> ApplyResult:
     """Run `plan` phase by phase; `actual` is the state the plan was made from."""
-    run = _Run(client, deadlines, superseded, on_goal or (lambda kind, s: None), on_progress or (lambda m: None))
+    run = _Run(client, deadlines, superseded, on_progress or (lambda progress: None))
     actions = [_with_working_dir(a, working_dir) for a in plan.actions]
     run.planned = {id(a) for a in actions}
     try:
         for phase in _phases(actions, actual):
             await run.phase(phase)
     except _Superseded:
-        return ApplyResult(ApplyOutcome.SUPERSEDED, tuple(run.done))
+        return ApplyResult(ApplyOutcome.SUPERSEDED, tuple(run.done), goals=tuple(run.goals))
     except ApplyError as error:
-        return ApplyResult(ApplyOutcome.FAILED, tuple(run.done), str(error))
-    return ApplyResult(ApplyOutcome.APPLIED, tuple(run.done))
+        return ApplyResult(
+            ApplyOutcome.FAILED, tuple(run.done), failed_action=error.action, error=str(error), goals=tuple(run.goals)
+        )
+    return ApplyResult(ApplyOutcome.APPLIED, tuple(run.done), goals=tuple(run.goals))
 
 
 def _with_working_dir(action: Action, working_dir: str | None) -> Action:
@@ -170,22 +218,21 @@ def _readiness_gate(endpoints: Iterable[Action], applied: Iterable[Action], actu
 
 class _Run:
     def __init__(
-        self, client: GoalAPI, deadlines: Deadlines, superseded: Superseded | None, on_goal: OnGoal,
-        on_progress: OnProgress,
+        self, client: GoalAPI, deadlines: Deadlines, superseded: Superseded | None, on_progress: OnProgress
     ) -> None:
         self._client = client
         self._deadlines = deadlines
         self._superseded = superseded
-        self._on_goal = on_goal
         self._on_progress = on_progress
         self.done: list[Action] = []
+        self.goals: list[GoalTook] = []
         self.planned: set[int] = set()  # ids of the plan's own actions (not the gate's)
 
     async def phase(self, actions: list[Action]) -> None:
         await self._check_superseded()
         goals = [(action, await self._call(action)) for action in actions]
         if any(a.kind.is_backend for a in actions):  # the slow ones: say what we wait for
-            self._on_progress("waiting for " + ", ".join(describe(a) for a in actions))
+            self._on_progress(Progress(ProgressKind.WAITING, tuple(actions)))
         waits = [asyncio.ensure_future(self._wait(action, goal)) for action, goal in goals]
         try:
             for finished in asyncio.as_completed(waits):
@@ -207,7 +254,7 @@ class _Run:
                 return await self._client.delete_endpoint(action.name)
             return await self._client.delete_backend(action.name)
         except Exception as error:  # noqa: BLE001 — the controller's refusal is the message
-            raise ApplyError(f"{describe(action)}: controller refused: {_reason(error)}") from None
+            raise ApplyError(action, f"controller refused: {_reason(error)}") from None
 
     async def _wait(self, action: Action, goal_id: str) -> Action:
         started = time.monotonic()
@@ -215,19 +262,19 @@ class _Run:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ApplyError(f"{describe(action)}: not done after {self._deadlines.for_kind(action.kind):g} s")
+                raise ApplyError(action, f"not done after {self._deadlines.for_kind(action.kind):g} s")
             try:
                 result = await self._client.wait_for_goal(goal_id, min(remaining, _WAIT_STEP_S))
             except Exception as error:  # noqa: BLE001 — e.g. the controller died mid-wait
-                raise ApplyError(f"{describe(action)}: lost the controller while waiting: {_reason(error)}") from None
+                raise ApplyError(action, f"lost the controller while waiting: {_reason(error)}") from None
             if result.state is not GoalState.PENDING:
                 break
             await self._check_superseded()
         elapsed = time.monotonic() - started
-        self._on_goal(action.kind.value, elapsed)
+        self.goals.append(GoalTook(action.kind, elapsed))
         settled = _settled(action, result)
         if action.kind.is_backend and elapsed >= _SLOW_GOAL_S:
-            self._on_progress(f"{describe(action)}: done in {elapsed:.1f} s")
+            self._on_progress(Progress(ProgressKind.DONE, (action,), elapsed))
         return settled
 
     async def _check_superseded(self) -> None:
@@ -241,8 +288,8 @@ def _settled(action: Action, result: GoalResult) -> Action:
     if result.state is GoalState.SUPERSEDED:
         # Someone else (another agent, a manual call) changed it since: the
         # next tick re-reads the controller and plans again.
-        raise ApplyError(f"{describe(action)}: superseded by another change to {action.name}")
-    raise ApplyError(f"{describe(action)}: {result.reason or 'goal failed'}")
+        raise ApplyError(action, f"superseded by another change to {action.name}")
+    raise ApplyError(action, result.reason or "goal failed")
 
 
 def _reason(error: Exception) -> str:

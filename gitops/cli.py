@@ -3,8 +3,8 @@
 Each verb's behaviour lives in `gitops.commands.<verb>`; a command function
 takes the parsed arguments and returns the exit code. This module guarantees
 the contract every verb shares: usage errors exit 2 (argparse), a
-`UserError` is one line on stderr and exit 1, and no traceback ever reaches
-the user.
+`GitopsError` (`UserError`, `SourceError`, whatever its kind) is one line on
+stderr and exit 1, and no traceback ever reaches the user.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 from typing import Callable, Sequence
 
 from gitops import __version__
-from gitops.errors import UserError
+from gitops.errors import GitopsError
 from gitops.printable import printable
 from gitops.specs.limits import DEFAULT_MAX_REPLICAS
 
@@ -33,75 +33,121 @@ def _command(module: str, function: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every flag's help ends with its default; a flag whose default is
+    "not given" (None, empty, or off for a switch) says in its help what that means."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == "":
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gitops", description="Run HTTP and model-serving backends on Ray from git."
+        prog="gitops",
+        description="Run HTTP and model-serving backends on Ray from git.",
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"gitops {__version__}")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND")
 
-    run = verbs.add_parser("run", help="the agent: watch git and reconcile the cluster")
-    run.add_argument("--repo", default=".", help="repository path or URL (default: .)")
-    run.add_argument("--branch", default=None, help="branch to watch (default: current)")
-    run.add_argument("--path", default="deployments", help="spec path in the repo")
-    run.add_argument("--ray-address", default=None, help="join this Ray cluster")
-    run.add_argument("--proxy-host", default="127.0.0.1")
-    run.add_argument("--proxy-port", type=int, default=8000)
+    def verb(name: str, help_text: str) -> argparse.ArgumentParser:
+        return verbs.add_parser(name, help=help_text, description=help_text, formatter_class=_HelpFormatter)
+
+    init = verb("init", "scaffold deployments/ with an example spec and its app")
+    init.add_argument("dir", nargs="?", default=".", help="directory to scaffold in")
+    init.set_defaults(func=_command("init", "init_command"))
+
+    run = verb("run", "the agent: watch git and reconcile the cluster")
+    run.add_argument("--repo", default=".", help="repository path or URL (file://, https://, ssh://)")
+    run.add_argument("--branch", default=None, help="branch to watch (default: the current or the remote's default)")
+    run.add_argument("--path", default="deployments", help="spec path inside the repository")
+    run.add_argument(
+        "--ray-address", default=None, help="join this Ray cluster (default: start an embedded local Ray)"
+    )
+    run.add_argument("--proxy-host", default="127.0.0.1", help="address the HTTP proxy listens on")
+    run.add_argument("--proxy-port", type=int, default=8000, help="port of the HTTP proxy on every node")
     run.add_argument(
         "--proxy-metrics-port", type=int, default=8002, help="each proxy's /metrics port (Prometheus)"
     )
-    run.add_argument("--admin-host", default="127.0.0.1")
-    run.add_argument("--admin-port", type=int, default=8001)
-    run.add_argument("--admin-token-file", default=None, help="bearer token the admin API requires")
-    run.add_argument("--admin-allowed-hosts", default="", help="more Host names the admin API answers, comma-separated")
-    run.add_argument("--webhook-host", default="127.0.0.1", help="the webhook's own listener (with --webhook-port)")
-    run.add_argument("--webhook-port", type=int, default=None, help="serve /hooks/git alone on this port")
-    run.add_argument("--interval", type=float, default=30.0, help="poll interval, s")
-    run.add_argument("--resync-interval", type=float, default=60.0, help="drift check, s")
-    run.add_argument("--state-dir", default=".gitops-state")
-    run.add_argument("--webhook-secret-file", default=None)
-    run.add_argument("--log-format", choices=["text", "json"], default="text")
-    run.add_argument("--notify", default=None, metavar="FILE", help="notification providers (TOML, see README)")
-    run.add_argument("--public-url", default=None, help="where people reach this agent's status page")
-    run.add_argument("--commit-url-template", default=None, help="e.g. https://github.com/you/specs/commit/{sha}")
+    run.add_argument("--admin-host", default="127.0.0.1", help="address of the admin API, status page and /metrics")
+    run.add_argument("--admin-port", type=int, default=8001, help="port of the admin API")
+    run.add_argument(
+        "--admin-token-file", default=None, help="file holding the bearer token the admin API requires (default: none)"
+    )
+    run.add_argument(
+        "--admin-allowed-hosts", default="", help="more Host names the admin API answers, comma-separated (default: none)"
+    )
+    run.add_argument(
+        "--webhook-host", default="127.0.0.1", help="address of the webhook's own listener (with --webhook-port)"
+    )
+    run.add_argument(
+        "--webhook-port", type=int, default=None, help="serve /hooks/git alone on this port (default: on the admin port)"
+    )
+    run.add_argument("--interval", type=float, default=30.0, help="seconds between git polls (with jitter)")
+    run.add_argument(
+        "--resync-interval", type=float, default=60.0, help="seconds between drift checks against the controller"
+    )
+    run.add_argument(
+        "--state-dir", default=".gitops-state", help="history, clone cache and code exports (created 0700)"
+    )
+    run.add_argument(
+        "--webhook-secret-file", default=None, help="file holding the push webhook's secret (default: webhook off)"
+    )
+    run.add_argument("--log-format", choices=["text", "json"], default="text", help="console log format")
+    run.add_argument(
+        "--notify", default=None, metavar="FILE", help="notification providers, a TOML file (default: none; see README)"
+    )
+    run.add_argument(
+        "--public-url", default=None, help="where people reach this agent's status page, for notification links"
+    )
+    run.add_argument(
+        "--commit-url-template", default=None, help="link to a commit, e.g. https://github.com/you/specs/commit/{sha}"
+    )
     _max_replicas_flag(run)
     run.set_defaults(func=_command("run", "run_command"))
 
-    validate = verbs.add_parser("validate", help="validate specs offline")
-    validate.add_argument("path", nargs="?", default="deployments")
-    validate.add_argument("--rev", default=None, help="validate this commit instead")
-    validate.add_argument("--root", default=None, help="where import paths resolve from")
+    validate = verb("validate", "validate specs offline")
+    validate.add_argument("path", nargs="?", default="deployments", help="spec directory")
+    validate.add_argument("--rev", default=None, help="validate this commit instead of the working tree")
+    validate.add_argument(
+        "--root", default=None, help="where import paths resolve from (default: the repository's top level)"
+    )
     validate.add_argument("--format", choices=["text", "json", "github"], default="text", help="how errors are printed")
     _max_replicas_flag(validate)
     validate.set_defaults(func=_command("validate", "validate_command"))
 
-    plan = verbs.add_parser("plan", help="the changes between two commits' desired states")
-    plan.add_argument("--repo", default=".")
-    plan.add_argument("--path", default="deployments")
-    plan.add_argument("--from", dest="from_rev", default=None)
-    plan.add_argument("--to", dest="to_rev", default="HEAD")
-    plan.add_argument("--live", action="store_true", help="against the running controller")
-    plan.add_argument("--ray-address", default="auto")
-    plan.add_argument("--json", action="store_true")
-    plan.add_argument("--format", choices=["text", "json", "markdown"], default=None, help="markdown: a PR comment")
+    plan = verb("plan", "the changes between two commits' desired states")
+    plan.add_argument("--repo", default=".", help="repository path")
+    plan.add_argument("--path", default="deployments", help="spec path inside the repository")
+    plan.add_argument("--from", dest="from_rev", default=None, help="commit to plan from (default: nothing deployed)")
+    plan.add_argument("--to", dest="to_rev", default="HEAD", help="commit to plan to")
+    plan.add_argument("--live", action="store_true", help="plan from the running controller instead of --from")
+    plan.add_argument("--ray-address", default="auto", help="Ray cluster of the running controller (with --live)")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument(
+        "--format", choices=["text", "json", "markdown"], default=None,
+        help="how the plan is printed; markdown makes a PR comment (default: text, or json with --json)",
+    )
     plan.add_argument("--exit-code", action="store_true", help="exit 0 no change, 2 changes, 1 errors")
     plan.set_defaults(func=_command("plan", "plan_command"))
 
-    schema = verbs.add_parser("schema", help="the JSON Schema of the spec format, for editors")
+    schema = verb("schema", "the JSON Schema of the spec format, for editors")
     schema.set_defaults(func=_command("schema", "schema_command"))
 
-    for verb, help_text in [
+    for name, help_text in [
         ("status", "sync status of the running agent"),
         ("history", "the applied-commit ledger"),
         ("sync", "reconcile now"),
         ("suspend", "pause reconciliation"),
         ("resume", "resume reconciliation"),
     ]:
-        admin = verbs.add_parser(verb, help=help_text)
-        admin.add_argument("--agent", default=DEFAULT_AGENT, help="agent admin URL")
-        admin.add_argument("--json", action="store_true")
-        admin.add_argument("--token-file", default=None, help="the admin token (default: $GITOPS_TOKEN)")
-        admin.set_defaults(func=_command("admin", f"{verb}_command"))
+        admin = verb(name, help_text)
+        admin.add_argument("--agent", default=DEFAULT_AGENT, help="the agent's admin URL")
+        admin.add_argument("--json", action="store_true", help="print the admin API's JSON")
+        admin.add_argument("--token-file", default=None, help="file holding the admin token (default: $GITOPS_TOKEN)")
+        admin.set_defaults(func=_command("admin", f"{name}_command"))
     return parser
 
 
@@ -118,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except UserError as error:
+    except GitopsError as error:
         print(printable(f"gitops {args.verb}: {error}"), file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:

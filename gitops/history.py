@@ -11,15 +11,16 @@ at the end of a tick.
 
 from __future__ import annotations
 
-import enum
 import json
 import sqlite3
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Outcome", "HistoryEntry", "History"]
+from gitops.ledger import HistoryEntry, Outcome
+
+__all__ = ["History"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS attempts (
@@ -36,46 +37,6 @@ CREATE TABLE IF NOT EXISTS attempts (
     errors TEXT NOT NULL
 )
 """
-
-
-class Outcome(str, enum.Enum):
-    """What one reconcile of a commit came to."""
-
-    APPLIED = "applied"  # the plan ran and every goal was met
-    NOOP = "noop"  # nothing to change
-    INVALID = "invalid"  # the specs have errors; nothing was touched
-    FAILED = "failed"  # an action or goal failed; the rest was not applied
-    SUPERSEDED = "superseded"  # a newer commit arrived mid-apply
-
-    @property
-    def ok(self) -> bool:
-        return self in (Outcome.APPLIED, Outcome.NOOP)
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    commit: str
-    branch: str
-    author_time: float
-    summary: str
-    started_at: float
-    finished_at: float
-    result: Outcome
-    plan_summary: str = ""
-    actions: int = 0
-    errors: tuple[str, ...] = ()
-    id: int | None = field(default=None, compare=False)
-
-    @property
-    def duration_s(self) -> float:
-        return self.finished_at - self.started_at
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["result"] = self.result.value
-        data["errors"] = list(self.errors)
-        data["duration_s"] = round(self.duration_s, 3)
-        return data
 
 
 class History:

@@ -2,7 +2,7 @@
 
 Owned here: metric names, types, labels and histogram buckets on the agent
 (served at `GET /metrics` on the admin port), and the translation of the
-controller's `get_status()` dict into gauges and counters. Not here: when
+controller's observed `ClusterStatus` into gauges and counters. Not here: when
 the agent records what (that is `gitops.agent`), and the proxy's request
 metrics (`proxy.metrics`).
 
@@ -18,9 +18,10 @@ applied-commit series (the previous commit's series is removed).
 
 from __future__ import annotations
 
+import collections
 import enum
 import time
-from typing import Any, Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from prometheus_client import (
     CollectorRegistry,
@@ -32,14 +33,15 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gitops.status import SyncStatus
 from vocabulary.configs import ReplicaState
+from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus
 
 __all__ = [
     "AgentMetrics",
     "CONTENT_TYPE",
     "RECONCILE_BUCKETS",
     "ReconcileResult",
-    "SyncStatusValue",
     "restart_increments",
 ]
 
@@ -63,12 +65,6 @@ class ReconcileResult(enum.StrEnum):
     NOOP = "noop"
 
 
-class SyncStatusValue(enum.StrEnum):
-    SYNCED = "Synced"
-    PROGRESSING = "Progressing"
-    DEGRADED = "Degraded"
-    FAILED = "Failed"
-    SUSPENDED = "Suspended"
 
 
 RestartKey = tuple[str, str]  # (backend, reason)
@@ -105,7 +101,7 @@ class AgentMetrics:
         self._decision_counts: dict[tuple[str, str], int] = {}  # (backend, direction)
         self._backends: set[str] = set()
         self._weights: set[tuple[str, str]] = set()
-        for status in SyncStatusValue:
+        for status in SyncStatus:
             self._sync_status.labels(status=status.value).set(0)
 
     def _define(self, r: CollectorRegistry) -> None:
@@ -199,8 +195,8 @@ class AgentMetrics:
         self._applied = (commit, branch)
 
     def sync_status(self, status: str) -> None:
-        current = SyncStatusValue(status)
-        for value in SyncStatusValue:
+        current = SyncStatus(status)
+        for value in SyncStatus:
             self._sync_status.labels(status=value.value).set(1 if value is current else 0)
 
     def git_fetch(self, result: str) -> None:
@@ -212,9 +208,6 @@ class AgentMetrics:
     def drift_corrected(self) -> None:
         self._drift.inc()
 
-    def goals_pending(self, n: int) -> None:
-        self._goals_pending.set(n)
-
     def goal_finished(self, kind: str, duration_s: float) -> None:
         self._goal_duration.labels(kind=kind).observe(duration_s)
 
@@ -224,45 +217,40 @@ class AgentMetrics:
 
     # --- observed cluster -----------------------------------------------------
 
-    def cluster_observed(self, controller_status: Mapping[str, Any]) -> None:
-        """Mirror the controller's `get_status()` dict (shape in controller/api.py)."""
-        backends: Mapping[str, Any] = controller_status.get("backends") or {}
-        endpoints: Mapping[str, Any] = controller_status.get("endpoints") or {}
-        for name in self._backends - set(backends):
+    def cluster_observed(self, cluster: ClusterStatus) -> None:
+        """Mirror the controller's observed state (`vocabulary.status.ClusterStatus`)."""
+        for name in self._backends - set(cluster.backends):
             self._forget_backend(name)
-        for name, backend in backends.items():
+        for name, backend in cluster.backends.items():
             self._observe_backend(name, backend)
-        self._backends = set(backends)
-        self._observe_restarts(backends)
-        self._observe_decisions(backends)
-        self._observe_traffic(endpoints)
+        self._backends = set(cluster.backends)
+        self._observe_restarts(cluster.backends)
+        self._observe_decisions(cluster.backends)
+        self._observe_traffic(cluster.endpoints)
+        self._goals_pending.set(cluster.goals_pending)
 
-    def _observe_backend(self, name: str, backend: Mapping[str, Any]) -> None:
-        counts = {state.value: 0 for state in ReplicaState}
-        for replica in backend.get("replicas") or ():
-            state = str(replica.get("state", ""))
-            if state in counts:
-                counts[state] += 1
-        for state, count in counts.items():
-            self._replicas.labels(backend=name, state=state).set(count)
-        self._target.labels(backend=name).set(backend.get("target_replicas") or 0)
+    def _observe_backend(self, name: str, backend: BackendStatus) -> None:
+        counts = collections.Counter(replica.state for replica in backend.replicas)
+        for state in ReplicaState:
+            self._replicas.labels(backend=name, state=state.value).set(counts[state])
+        self._target.labels(backend=name).set(backend.target_replicas)
 
-    def _observe_restarts(self, backends: Mapping[str, Any]) -> None:
+    def _observe_restarts(self, backends: Mapping[str, BackendStatus]) -> None:
         current = {
-            (name, str(reason)): int(count)
+            (name, reason.value): count
             for name, backend in backends.items()
-            for reason, count in (backend.get("restarts") or {}).items()
+            for reason, count in backend.restarts.items()
         }
         for (backend, reason), grown in restart_increments(self._restart_counts, current).items():
             self._restarts.labels(backend=backend, reason=reason).inc(grown)
         self._restart_counts = current
 
-    def _observe_decisions(self, backends: Mapping[str, Any]) -> None:
+    def _observe_decisions(self, backends: Mapping[str, BackendStatus]) -> None:
         # Cumulative counts from the controller, reset by its restarts, exactly like restarts.
         current = {
-            (name, str(direction)): int(count)
+            (name, direction): count
             for name, backend in backends.items()
-            for direction, count in (backend.get("scaling_decisions") or {}).items()
+            for direction, count in backend.scaling_decisions.items()
         }
         grown = restart_increments(self._decision_counts, current)
         for backend, direction in current:
@@ -270,11 +258,11 @@ class AgentMetrics:
             self._decisions.labels(backend=backend, direction=direction).inc(grown.get((backend, direction), 0))
         self._decision_counts = current
 
-    def _observe_traffic(self, endpoints: Mapping[str, Any]) -> None:
+    def _observe_traffic(self, endpoints: Mapping[str, EndpointStatus]) -> None:
         current: dict[tuple[str, str], float] = {
-            (name, backend): float(weight)
+            (name, backend): weight
             for name, endpoint in endpoints.items()
-            for backend, weight in (endpoint.get("traffic") or {}).items()
+            for backend, weight in endpoint.traffic.items()
         }
         for pair in self._weights - set(current):
             self._traffic.remove(*pair)

@@ -2,24 +2,30 @@
 
 `roll_up(facts)` turns what the agent knows after a tick (suspended?, what
 is being applied, the last attempt and the last applied commit from the
-ledger, a git error, the controller's observed status) into `AgentStatus`:
-Ready / Reconciling / Stalled conditions with a CamelCase reason and a
-message, `watched_revision`, `last_attempted_revision`,
+ledger, a git error, the controller's observed `ClusterStatus`) into
+`AgentStatus`: Ready / Reconciling / Stalled conditions with a CamelCase
+reason and a message, `watched_revision`, `last_attempted_revision`,
 `last_applied_revision`, each backend's replicas by state and version,
-each endpoint's traffic, and one overall `SyncStatus`. Must not: do I/O or
-keep state; the agent owns both.
+each endpoint's traffic, and one overall `SyncStatus`. `AgentStatus` is a
+pydantic model: the admin API serves `model_dump(mode="json")` and
+`gitops status` parses the same JSON back with `model_validate`. Must not:
+do I/O or keep state; the agent owns both.
 """
 
 from __future__ import annotations
 
 import enum
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
-from gitops.history import HistoryEntry, Outcome
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
-__all__ = ["SyncStatus", "Condition", "StatusFacts", "AgentStatus", "roll_up"]
+from gitops.errors import ErrorKind
+from gitops.ledger import HistoryEntry, Outcome
+from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus
+
+__all__ = ["SyncStatus", "Condition", "StatusFacts", "BackendSummary", "EndpointSummary", "AgentStatus", "roll_up"]
 
 
 class SyncStatus(str, enum.Enum):
@@ -32,15 +38,19 @@ class SyncStatus(str, enum.Enum):
     SUSPENDED = "Suspended"
 
 
-@dataclass(frozen=True)
-class Condition:
+class _Value(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Condition(_Value):
     type: str  # Ready | Reconciling | Stalled
-    status: bool
+    status: bool  # serialised as "True" / "False", as Kubernetes conditions are
     reason: str
     message: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.type, "status": str(self.status), "reason": self.reason, "message": self.message}
+    @field_serializer("status")
+    def _status_text(self, status: bool) -> str:
+        return str(status)
 
 
 @dataclass(frozen=True)
@@ -56,12 +66,36 @@ class StatusFacts:
     last_applied: HistoryEntry | None = None
     git_error: str | None = None
     controller_error: str | None = None
-    cluster: Mapping[str, Any] | None = None  # controller.get_status()
+    cluster: ClusterStatus | None = None  # controller.get_status()
     notifications: Mapping[str, Mapping[str, Any]] | None = None  # per provider, from gitops.notifications
 
 
-@dataclass(frozen=True)
-class AgentStatus:
+class BackendSummary(_Value):
+    """One backend as the status shows it: replicas counted by state and by version."""
+
+    version: str
+    target_replicas: int
+    ready: int
+    replicas: dict[str, int] = Field(default_factory=dict)  # state -> count
+    versions: dict[str, int] = Field(default_factory=dict)  # version -> count
+    restarts: dict[str, int] = Field(default_factory=dict)  # reason -> count
+    last_error: str | None = None
+
+    def problem(self) -> str:
+        """Why the backend is unhealthy, or "" when it is not."""
+        if self.ready < self.target_replicas:
+            detail = f": {self.last_error}" if self.last_error else ""
+            return f"{self.ready}/{self.target_replicas} replicas ready{detail}"
+        return ""
+
+
+class EndpointSummary(_Value):
+    route: str
+    traffic: dict[str, float] = Field(default_factory=dict)
+    shadow: dict[str, float] = Field(default_factory=dict)
+
+
+class AgentStatus(_Value):
     status: SyncStatus
     conditions: tuple[Condition, ...]
     repo: str
@@ -71,30 +105,18 @@ class AgentStatus:
     last_attempted_revision: str | None
     last_applied_revision: str | None
     errors: tuple[str, ...]
-    backends: dict[str, dict[str, Any]] = field(default_factory=dict)
-    endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
-    notifications: dict[str, dict[str, Any]] = field(default_factory=dict)
+    backends: dict[str, BackendSummary] = Field(default_factory=dict)
+    endpoints: dict[str, EndpointSummary] = Field(default_factory=dict)
+    notifications: dict[str, dict[str, Any]] = Field(default_factory=dict)  # per provider
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "status": self.status.value,
-            "conditions": [c.to_json() for c in self.conditions],
-            "repo": self.repo,
-            "branch": self.branch,
-            "path": self.path,
-            "watched_revision": self.watched_revision,
-            "last_attempted_revision": self.last_attempted_revision,
-            "last_applied_revision": self.last_applied_revision,
-            "errors": list(self.errors),
-            "backends": self.backends,
-            "endpoints": self.endpoints,
-            "notifications": self.notifications,
-        }
+    def condition(self, type_: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
 
 
 def roll_up(facts: StatusFacts) -> AgentStatus:
-    backends = {name: _backend(raw) for name, raw in (facts.cluster or {}).get("backends", {}).items()}
-    endpoints = {name: _endpoint(raw) for name, raw in (facts.cluster or {}).get("endpoints", {}).items()}
+    cluster = facts.cluster or ClusterStatus()
+    backends = {name: _backend(observed) for name, observed in cluster.backends.items()}
+    endpoints = {name: _endpoint(observed) for name, observed in cluster.endpoints.items()}
     status, reason, message = _overall(facts, backends)
     return AgentStatus(
         status=status,
@@ -112,7 +134,11 @@ def roll_up(facts: StatusFacts) -> AgentStatus:
     )
 
 
-def _overall(facts: StatusFacts, backends: Mapping[str, Mapping[str, Any]]) -> tuple[SyncStatus, str, str]:
+# The Ready condition's reason for each failed outcome.
+_FAILED_REASONS = {Outcome.INVALID: "ValidationFailed", Outcome.FAILED: "ReconciliationFailed"}
+
+
+def _overall(facts: StatusFacts, backends: Mapping[str, BackendSummary]) -> tuple[SyncStatus, str, str]:
     """The status with the Ready condition's reason and message."""
     last = facts.last_attempt
     if facts.suspended:
@@ -125,13 +151,11 @@ def _overall(facts: StatusFacts, backends: Mapping[str, Mapping[str, Any]]) -> t
         return SyncStatus.FAILED, "ControllerUnavailable", facts.controller_error
     if last is None:
         return SyncStatus.PROGRESSING, "Progressing", "waiting for the first reconcile"
-    if last.result is Outcome.INVALID:
-        return SyncStatus.FAILED, "ValidationFailed", _failure_message(last)
-    if last.result is Outcome.FAILED:
-        return SyncStatus.FAILED, "ReconciliationFailed", _failure_message(last)
+    if last.result in _FAILED_REASONS:
+        return SyncStatus.FAILED, _FAILED_REASONS[last.result], _failure_message(last)
     if last.result is Outcome.SUPERSEDED:
         return SyncStatus.PROGRESSING, "Progressing", f"{last.commit[:7]} superseded by a newer commit"
-    unhealthy = [f"{name}: {_health_problem(b)}" for name, b in sorted(backends.items()) if _health_problem(b)]
+    unhealthy = [f"{name}: {b.problem()}" for name, b in sorted(backends.items()) if b.problem()]
     if unhealthy:
         return SyncStatus.DEGRADED, "HealthCheckFailed", "; ".join(unhealthy)
     return SyncStatus.SYNCED, "ReconciliationSucceeded", f"applied revision {last.branch}@{last.commit[:7]}"
@@ -143,14 +167,21 @@ def _failure_message(entry: HistoryEntry) -> str:
     return f"{entry.commit[:7]}: {first}{more}"
 
 
+def _stalled(facts: StatusFacts, status: SyncStatus) -> bool:
+    """Retrying the same input cannot help: only a new commit can."""
+    last = facts.last_attempt
+    if status is not SyncStatus.FAILED or last is None or facts.git_error or facts.controller_error:
+        return False
+    return last.result.error_kind is ErrorKind.STALLED
+
+
 def _conditions(facts: StatusFacts, status: SyncStatus, reason: str, message: str) -> tuple[Condition, ...]:
     ready = status is SyncStatus.SYNCED
-    conditions = [Condition("Ready", ready, reason, message)]
+    conditions = [Condition(type="Ready", status=ready, reason=reason, message=message)]
     if status is SyncStatus.PROGRESSING:
-        conditions.append(Condition("Reconciling", True, "Progressing", message))
-    if reason == "ValidationFailed":
-        # Retrying the same commit cannot help: only a new commit can.
-        conditions.append(Condition("Stalled", True, reason, message))
+        conditions.append(Condition(type="Reconciling", status=True, reason="Progressing", message=message))
+    if _stalled(facts, status):
+        conditions.append(Condition(type="Stalled", status=True, reason=reason, message=message))
     return tuple(conditions)
 
 
@@ -165,26 +196,17 @@ def _errors(facts: StatusFacts) -> tuple[str, ...]:
     return tuple(errors)
 
 
-def _backend(raw: Mapping[str, Any]) -> dict[str, Any]:
-    replicas = raw.get("replicas", [])
-    version = raw.get("version")
-    return {
-        "version": version,
-        "target_replicas": raw.get("target_replicas", 0),
-        "ready": sum(1 for r in replicas if r.get("state") == "RUNNING" and r.get("version") == version),
-        "replicas": dict(Counter(str(r.get("state")) for r in replicas)),
-        "versions": dict(Counter(str(r.get("version")) for r in replicas)),
-        "restarts": dict(raw.get("restarts", {})),
-        "last_error": raw.get("last_error") or None,
-    }
+def _backend(observed: BackendStatus) -> BackendSummary:
+    return BackendSummary(
+        version=observed.version,
+        target_replicas=observed.target_replicas,
+        ready=observed.ready(),
+        replicas=dict(Counter(r.state.value for r in observed.replicas)),
+        versions=dict(Counter(r.version for r in observed.replicas)),
+        restarts={reason.value: count for reason, count in observed.restarts.items()},
+        last_error=observed.last_error or None,
+    )
 
 
-def _health_problem(backend: Mapping[str, Any]) -> str:
-    if backend["ready"] < backend["target_replicas"]:
-        detail = f": {backend['last_error']}" if backend["last_error"] else ""
-        return f"{backend['ready']}/{backend['target_replicas']} replicas ready{detail}"
-    return ""
-
-
-def _endpoint(raw: Mapping[str, Any]) -> dict[str, Any]:
-    return {"route": raw.get("route"), "traffic": dict(raw.get("traffic", {})), "shadow": dict(raw.get("shadow", {}))}
+def _endpoint(observed: EndpointStatus) -> EndpointSummary:
+    return EndpointSummary(route=observed.route, traffic=dict(observed.traffic), shadow=dict(observed.shadow))

@@ -3,7 +3,8 @@
 `GoalAPI` is the contract between the agent (and any other client) and the
 controller actor: `controller.actor.ControllerActor` implements it as Ray
 actor methods, `controller.client.ControllerClient` forwards to the actor,
-and tests of the agent pass in fakes that implement the same protocol.
+and tests of the agent pass in `gitops.testing.FakeController`, which
+implements the same protocol.
 
 Rules every implementation keeps:
 - Every state-changing call is idempotent and returns a goal id. An
@@ -27,9 +28,10 @@ endpoint goals ("every live proxy has acked") cannot be met for that proxy.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
+from vocabulary.status import ClusterStatus
 
 __all__ = ["GoalAPI", "LongPollKey", "CONTROLLER_NAME", "DEFAULT_NAMESPACE", "PROXY_CLASS", "REPLICA_CLASS"]
 
@@ -79,21 +81,5 @@ class GoalAPI(Protocol):
     async def get_state(self) -> ServingState:
         """The configured state: what the planner diffs against."""
 
-    async def get_status(self) -> dict[str, Any]:
-        """Observed state for status pages and metrics (JSON-serialisable).
-
-        Shape: {"backends": {name: {"version", "target_replicas",
-        "replicas": [{"replica_id", "state", "version", "node_id"}],
-        "restarts": {reason: count}, "last_error"}},
-        "endpoints": {name: {"route", "traffic", "shadow"}},
-        "proxies": {node_id: {"actor_name", "state"}},
-        "goals_pending": int}
-
-        The controller adds (additive, for status and metrics): per backend
-        "deleting", "failures", "unschedulable", "scaling_decisions"; restart
-        reasons startup_failed | startup_timeout | health_check |
-        health_check_timeout | died | node_lost | lost; per proxy "failures",
-        "last_error" and state starting | running | backoff; top level
-        "goal_durations" [{"goal_id", "kind", "name", "state", "duration_s"}]
-        (last 100 finished), "errors" {where: count}, "ticks".
-        """
+    async def get_status(self) -> ClusterStatus:
+        """Observed state for status pages and metrics (`vocabulary.status`)."""

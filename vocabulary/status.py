@@ -1,10 +1,10 @@
 """Observed state: what the controller reports about the cluster.
 
 `ClusterStatus` is the answer of `GoalAPI.get_status()`. The controller
-builds it from its state machines; the agent reads it for status, metrics
-and the status page; fakes build it with the same constructors. It crosses
-a Ray call and the admin API as JSON (`model_dump(mode="json")`), so every
-field is a plain value.
+builds it from its state machines; the agent reads its fields (never
+`.get()`) for status, metrics and the status page; fakes build it with the
+same constructors. It crosses a Ray call as the model itself and is
+JSON-serialisable (`model_dump(mode="json")`): every field is a plain value.
 
 `Health` orders health codes from best to worst, as Argo's gitops-engine
 does, and `worst()` rolls several up into one.
@@ -110,8 +110,10 @@ class BackendStatus(_Observed):
 
 class EndpointStatus(_Observed):
     route: str
+    methods: tuple[str, ...] = ("GET", "POST")
     traffic: dict[str, float] = Field(default_factory=dict)
     shadow: dict[str, float] = Field(default_factory=dict)
+    timeout_s: float = 30.0
 
 
 class ProxyStatus(_Observed):

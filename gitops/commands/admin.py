@@ -1,6 +1,7 @@
 """`gitops status|history|sync|suspend|resume`: the running agent's admin API.
 
-Owns the client side of the admin API and the human tables; `--json`
+Owns the client side of the admin API and the human tables: `/status` is
+parsed into the agent's own `AgentStatus` model before it is drawn; `--json`
 prints the API's JSON as is, for scripts. The admin token (if the agent has
 one) comes from `--token-file` or `GITOPS_TOKEN`. Must not: reconcile or
 read git.
@@ -15,9 +16,11 @@ import time
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from gitops.access import read_token
 from gitops.errors import UserError
+from gitops.status import AgentStatus
 
 __all__ = [
     "status_command",
@@ -34,7 +37,7 @@ _TIMEOUT_S = 10.0
 
 def status_command(args: argparse.Namespace) -> int:
     data = _call(args, "GET", "/status")
-    print(json.dumps(data, indent=2) if args.json else render_status(data))
+    print(json.dumps(data, indent=2) if args.json else render_status(_agent_status(args.agent, data)))
     return 0
 
 
@@ -86,31 +89,35 @@ def _authorization(token_file: str | None) -> dict[str, str]:
 # --- tables ---------------------------------------------------------------------
 
 
-def render_status(data: dict[str, Any]) -> str:
-    ready = next((c for c in data.get("conditions", []) if c["type"] == "Ready"), None)
+def _agent_status(agent: str, data: dict[str, Any]) -> AgentStatus:
+    try:
+        return AgentStatus.model_validate(data)
+    except ValidationError as error:
+        raise UserError(f"{agent}/status: not an agent status ({error.error_count()} problems); "
+                        "is the agent the same version as this command?") from None
+
+
+def render_status(status: AgentStatus) -> str:
+    ready = status.condition("Ready")
     lines = [
-        f"Status:     {data['status']}" + (f" ({ready['reason']}: {ready['message']})" if ready else ""),
-        f"Repository: {data['repo']}  branch {data['branch']}  path {data['path']}",
-        f"Watched:    {_short(data.get('watched_revision'))}",
-        f"Attempted:  {_short(data.get('last_attempted_revision'))}",
-        f"Applied:    {_short(data.get('last_applied_revision'))}",
+        f"Status:     {status.status.value}" + (f" ({ready.reason}: {ready.message})" if ready else ""),
+        f"Repository: {status.repo}  branch {status.branch}  path {status.path}",
+        f"Watched:    {_short(status.watched_revision)}",
+        f"Attempted:  {_short(status.last_attempted_revision)}",
+        f"Applied:    {_short(status.last_applied_revision)}",
     ]
-    backends = data.get("backends", {})
-    if backends:
+    if status.backends:
         lines += ["", _table(["BACKEND", "VERSION", "READY", "REPLICAS", "LAST ERROR"], [
-            [name, str(b.get("version") or "-")[:12], f"{b.get('ready', 0)}/{b.get('target_replicas', 0)}",
-             _pairs(b.get("replicas", {})), b.get("last_error") or ""]
-            for name, b in sorted(backends.items())
+            [name, (b.version or "-")[:12], f"{b.ready}/{b.target_replicas}", _pairs(b.replicas), b.last_error or ""]
+            for name, b in sorted(status.backends.items())
         ])]
-    endpoints = data.get("endpoints", {})
-    if endpoints:
+    if status.endpoints:
         lines += ["", _table(["ENDPOINT", "ROUTE", "TRAFFIC", "SHADOW"], [
-            [name, e.get("route") or "", _percent(e.get("traffic", {})), _percent(e.get("shadow", {}))]
-            for name, e in sorted(endpoints.items())
+            [name, e.route, _percent(e.traffic), _percent(e.shadow)]
+            for name, e in sorted(status.endpoints.items())
         ])]
-    errors = data.get("errors", [])
-    if errors:
-        lines += ["", "Errors:"] + [f"  {error}" for error in errors]
+    if status.errors:
+        lines += ["", "Errors:"] + [f"  {error}" for error in status.errors]
     return "\n".join(lines)
 
 

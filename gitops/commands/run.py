@@ -19,8 +19,9 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from gitops import rayversions, statedir
 from gitops.errors import UsageError, UserError
 from gitops.logs import configure_logging
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from gitops.notifications.delivering import HttpSender, Notifier
     from gitops.notifications.links import Links
 
-__all__ = ["run_command", "bind_socket", "start_logging"]
+__all__ = ["run_command", "join_ray", "bind_socket", "start_logging"]
 
 _LOG = logging.getLogger("gitops.run")
 _NOTIFY_DRAIN_S = 5.0  # at stop, how long queued notifications may still take
@@ -46,10 +47,11 @@ def run_command(args: argparse.Namespace) -> int:
     _check_exposure(args, token, secret)
     _check_intervals(args)
     if args.max_replicas < 1:
-        raise UserError(f"--max-replicas must be at least 1, not {args.max_replicas}")
+        raise UsageError(f"--max-replicas must be at least 1, not {args.max_replicas}")
     links = _links(args)
     channels = _notify_channels(args.notify, args.repo) if args.notify else ()
-    source = GitSource(args.repo, args.branch, Path(args.state_dir))
+    state = statedir.prepare(Path(args.state_dir))
+    source = GitSource(args.repo, args.branch, state.root)
     sockets = [bind_socket(args.admin_host, args.admin_port, "--admin-port")]
     if args.webhook_port is not None:
         sockets.append(bind_socket(args.webhook_host, args.webhook_port, "--webhook-port"))
@@ -66,12 +68,12 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         _LOG.info("gitops: starting Ray" if embedded else f"gitops: joining Ray at {args.ray_address}")
         try:
-            init_ray(args.ray_address, state_dir=Path(args.state_dir))
+            join_ray(lambda: init_ray(args.ray_address, state_dir=state.root), args.ray_address)
         except ConnectionError as error:
             raise UserError(str(error)) from None
         _sigterm_interrupts()  # ray.init installed its own, which exits at once
         client = _controller(args)
-        asyncio.run(_serve(args, source, client, secret, token, sockets, links, channels))
+        asyncio.run(_serve(args, state, source, client, secret, token, sockets, links, channels))
     except (KeyboardInterrupt, SystemExit):
         pass  # Ctrl-C or SIGTERM during start-up: the same clean stop as later
     finally:
@@ -85,6 +87,17 @@ def run_command(args: argparse.Namespace) -> int:
             shutdown_ray()
     _LOG.info("gitops: stopped")
     return 0
+
+
+def join_ray(start: Callable[[], None], address: str | None) -> None:
+    """Start or join Ray; a cluster of another Ray or Python version is a one-line error."""
+    try:
+        start()
+    except RuntimeError as error:
+        line = rayversions.mismatch_line(str(error))
+        if line is None:
+            raise
+        raise UserError(f"--ray-address {address}: {line}") from None
 
 
 def _sigterm_interrupts() -> None:
@@ -118,6 +131,7 @@ def _stop_quietly(client: Any) -> None:
 
 async def _serve(
     args: argparse.Namespace,
+    state: statedir.StateDir,
     source: Any,
     client: Any,
     secret: bytes | None,
@@ -132,7 +146,6 @@ async def _serve(
     from gitops.history import History
     from gitops.specs.limits import SpecLimits
     from gitops.specs.loading import Loader
-    from gitops.sources.trees import CommitTree
     from gitops.metrics import CONTENT_TYPE, AgentMetrics
     from gitops.webhooks import RateLimiter
 
@@ -147,15 +160,15 @@ async def _serve(
     agent = Agent(
         source,
         client,
-        History(Path(args.state_dir) / "history.db"),
-        load=lambda repo, rev, path: loader.load_tree(CommitTree(repo, rev), path),
+        History(state.history),
+        load=loader.load_tree,
         plan=planning.plan,
         metrics=metrics,
         settings=AgentSettings(
             spec_path=args.path,
             interval_s=args.interval,
             resync_interval_s=args.resync_interval,
-            suspend_marker=Path(args.state_dir) / "suspended",
+            suspend_marker=state.suspend_marker,
         ),
         notifier=notifier,
     )

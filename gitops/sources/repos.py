@@ -10,62 +10,39 @@ a URL (file://, https, ssh, scp-style `user@host:path`):
   forced refspec, so a force-push simply moves the branch: the newest
   commit of the branch is the truth.
 
-`export` writes a commit's tree, without `.git`, to a directory named by
-the tree hash (content-addressed: two commits with the same tree share one
-export) for replicas' runtime_env `working_dir`; `prune_exports` removes
-exports no backend uses any more. An export never follows a link outside
-the tree: a commit holding a symbolic link that leads outside (absolute, or
-'..' above the root, also through other links) is refused with a
-`SourceError` naming the link, before anything is written, and the refusal
-is remembered for that tree (a tree never changes). Must not: parse specs
-or talk to Ray.
+`GitSource` implements `gitops.sources.source.Source`: `tree` reads a
+commit's files for the loader, `export` writes a commit's tree, without
+`.git`, into the content-addressed `Exports` for replicas' runtime_env
+`working_dir`. An export never follows a link outside the tree: a commit
+holding a symbolic link that leads outside (absolute, or '..' above the
+root, also through other links) is refused with a `SourceError` naming the
+link, before anything is written, and the refusal is remembered for that
+tree (a tree never changes). Must not: parse specs or talk to Ray.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import os
 import re
-import shutil
 import subprocess
 import tarfile
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 import git
 
-from gitops.errors import UserError
-from gitops.sources.trees import CommitTree, resolve_inside
+from gitops.errors import SourceError
+from gitops.sources.exports import Exports
+from gitops.sources.hashing import escaping_links
+from gitops.sources.source import Revision
+from gitops.sources.trees import CommitTree
 
-__all__ = ["Revision", "GitSource", "SourceError", "is_url"]
+__all__ = ["GitSource", "is_url"]
 
 _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
 # Never wait for a password or a host-key prompt: the agent runs unattended.
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": "ssh -o BatchMode=yes"}
-
-
-class SourceError(UserError):
-    """Git could not be read or fetched; the message says what and where."""
-
-
-@dataclass(frozen=True)
-class Revision:
-    """One commit of the watched branch, as the agent reconciles it."""
-
-    sha: str
-    tree: str
-    branch: str
-    commit_time: float
-    author_time: float
-    author: str
-    summary: str
-
-    @property
-    def short(self) -> str:
-        return self.sha[:7]
 
 
 def is_url(repo: str) -> bool:
@@ -78,8 +55,7 @@ class GitSource:
     def __init__(self, repo: str, branch: str | None, cache_dir: Path) -> None:
         self.location = repo
         self.remote = is_url(repo)
-        self._exports = cache_dir / "exports"
-        self._exports.mkdir(parents=True, exist_ok=True)
+        self._exports = Exports(cache_dir / "exports")
         self._refused: dict[str, str] = {}  # tree hash -> why it cannot be exported
         self._repo = self._open_cache(repo, cache_dir) if self.remote else self._open_local(repo)
         self.branch = branch or self._default_branch()
@@ -88,12 +64,6 @@ class GitSource:
     def path(self) -> Path:
         """Where commits are read from (the repository or its cache)."""
         return Path(self._repo.git_dir if self._repo.bare else self._repo.working_tree_dir)
-
-    @property
-    def repo(self) -> git.Repo:
-        """The open repository, for the loader: reusing it keeps one set of
-        git helper processes instead of one per commit read."""
-        return self._repo
 
     @property
     def refs_dir(self) -> Path | None:
@@ -130,39 +100,28 @@ class GitSource:
 
     # --- exports ---------------------------------------------------------------
 
+    def tree(self, revision: Revision) -> CommitTree:
+        # The open repository is reused: one set of git helper processes
+        # instead of one per commit read.
+        return CommitTree(self._repo, revision.sha)
+
     def export(self, revision: Revision) -> Path:
         """The commit's files without `.git`, in a directory named by its tree."""
-        target = self._exports / revision.tree
-        if target.is_dir():
-            return target
+        return self._exports.ensure(revision.tree, lambda scratch: self._fill(revision, scratch))
+
+    def _fill(self, revision: Revision, scratch: Path) -> None:
+        """Write the export, unless a link in the tree leads outside it (checked once per tree)."""
         if revision.tree not in self._refused:
-            problem = _escaping_link(CommitTree(self._repo, revision.sha))
+            problem = _escaping_link(self.tree(revision))
             if problem is not None:
                 self._refused[revision.tree] = f"export {revision.short}: {problem}"
         if revision.tree in self._refused:
             raise SourceError(self._refused[revision.tree])
-        scratch = Path(tempfile.mkdtemp(prefix=".export-", dir=self._exports))
-        try:
-            self._extract(revision.tree, scratch)
-            # rename is atomic: a reader sees no export or a complete one.
-            os.rename(scratch, target)
-        except OSError:
-            if not target.is_dir():
-                raise
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        return target
+        self._extract(revision.tree, scratch)
 
     def prune_exports(self, in_use: Iterable[str | Path | None]) -> list[str]:
         """Remove exports not in `in_use` (paths); returns the removed tree hashes."""
-        keep = {Path(p).resolve() for p in in_use if p}
-        removed = []
-        for entry in self._exports.iterdir():
-            if entry.name.startswith(".export-") or entry.resolve() in keep:
-                continue
-            shutil.rmtree(entry, ignore_errors=True)
-            removed.append(entry.name)
-        return removed
+        return self._exports.prune(in_use)
 
     # --- opening ---------------------------------------------------------------
 
@@ -218,10 +177,8 @@ class GitSource:
 
 def _escaping_link(tree: CommitTree) -> str | None:
     """The first symbolic link of the tree that leads outside it, described."""
-    for path in tree.files(""):
-        target = tree.link_target(path)
-        if target is not None and resolve_inside(tree, path) is None:
-            return f"{path} is a symbolic link to '{target}', outside the repository"
+    for path, target in escaping_links(tree, tree.files("")):
+        return f"{path} is a symbolic link to '{target}', outside the repository"
     return None
 
 

@@ -2,6 +2,8 @@
 
 - `jittered(interval, jitter, rng)`: the next poll delay; the jitter keeps a
   fleet of agents from fetching the same server in lockstep.
+- `backoff(failures, base_s, cap_s)`: the delay before retrying after
+  transient failures in a row: doubling, never longer than the cap.
 - `RefWatcher`: a watchdog observer on a local repository's git dir that
   calls back when a branch ref, `packed-refs` or `HEAD` changes, so a
   `git commit` there is noticed at once instead of at the next poll.
@@ -21,13 +23,18 @@ from typing import Callable
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-__all__ = ["jittered", "RefWatcher", "is_ref_path"]
+__all__ = ["jittered", "backoff", "RefWatcher", "is_ref_path"]
 
 
 def jittered(interval: float, jitter: float = 0.1, rng: random.Random | None = None) -> float:
     """`interval` give or take `jitter` (a fraction), never negative."""
     spread = interval * jitter
     return max(0.0, interval + (rng or random).uniform(-spread, spread))
+
+
+def backoff(failures: int, base_s: float, cap_s: float) -> float:
+    """`base_s` after the first failure, doubling with each further one, at most `cap_s`."""
+    return min(cap_s, base_s * 2 ** max(0, failures - 1))
 
 
 def is_ref_path(git_dir: Path, path: str) -> bool:

@@ -38,7 +38,8 @@ from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
 from gitops.specs.imports import AttributeKind, module_files, resolve_import
 from gitops.specs.documents import Documents, SpecError, oversized_file, parse_documents
 from gitops.specs.limits import SpecLimits, size_text
-from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel, resolve_inside
+from gitops.sources.hashing import escaping_links
+from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel
 from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS, BackendSpec, EndpointSpec, Loc
 from gitops.specs.versions import code_paths, default_code_path, derive_version
 
@@ -187,12 +188,11 @@ def _escaping_links(tree: Tree, paths: list[str]) -> list[SpecError]:
     The repository root ("", a root-level module's code path) is left to the
     export, which refuses such links anywhere: a working directory's root
     holds things git never sees (a virtualenv's links to the interpreter)."""
-    errors: list[SpecError] = []
-    for path in sorted({file for top in paths if top for file in tree.files(top)}):
-        target = tree.link_target(path)
-        if target is not None and resolve_inside(tree, path) is None:
-            errors.append(SpecError(path, 1, 1, f"symbolic link to '{target}' leads outside the repository"))
-    return errors
+    files = sorted({file for top in paths if top for file in tree.files(top)})
+    return [
+        SpecError(path, 1, 1, f"symbolic link to '{target}' leads outside the repository")
+        for path, target in escaping_links(tree, files)
+    ]
 
 
 # Top-level modules a replica imports besides the user's: Python's own, ray-gitops' and Ray's.

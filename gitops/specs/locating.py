@@ -179,7 +179,10 @@ class _Scanner:
         elif char in "\"'":
             self.string()
         else:
+            start = self.pos
             self.pos = _PLAIN_VALUE.match(self.text, self.pos).end()
+            if self.pos == start:  # not TOML; without this an array would loop here
+                raise ValueError("not a value")
 
     def inline_table(self, path: _Path) -> None:
         self.pos += 1

@@ -7,6 +7,9 @@ import socket
 from pathlib import Path
 
 import pytest
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from gitops.access import AccessPolicy
 from gitops.admin import build_app
@@ -98,3 +101,13 @@ def test_a_missing_token_file_is_a_one_line_error(agent_url, tmp_path: Path, cap
     assert main(["status", "--agent", url, "--token-file", str(tmp_path / "nope")]) == 1
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--token-file" in err and "nope" in err
+
+
+def test_a_status_answer_that_is_no_agent_status_is_a_one_line_error(capsys) -> None:
+    async def not_a_status(request):
+        return JSONResponse({"status": "Fine", "conditions": "none"})
+
+    with serving(Starlette(routes=[Route("/status", not_a_status)])) as port:
+        assert main(["status", "--agent", f"http://127.0.0.1:{port}"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "not an agent status" in err

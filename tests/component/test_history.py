@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gitops.history import History, HistoryEntry, Outcome
+from gitops.history import History
+from gitops.ledger import HistoryEntry, Outcome
 
 
 def entry(commit: str, result: Outcome, errors: tuple[str, ...] = ()) -> HistoryEntry:

@@ -10,8 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from gitops.agent import progress_event, reconcile_event
-from gitops.history import HistoryEntry, Outcome
+from gitops.applying import ApplyOutcome, ApplyResult, Progress, ProgressKind
+from gitops.sources.source import Revision
+from gitops.ticks import TickReport, Trigger, progress_line, reconcile_event
+from gitops.ledger import HistoryEntry, Outcome
 from gitops.logs import configure_logging, event_fields, with_fields
 from gitops.plans import Action, ActionKind, Plan
 
@@ -111,54 +113,84 @@ def test_private_attributes_added_by_libraries_are_not_event_fields() -> None:
 
 
 SHA = "3f2a9c1" + "0" * 33
+REVISION = Revision(sha=SHA, tree="t" * 40, branch="main", commit_time=0.0, author_time=0.0, author="a", summary="s")
 
 
 def entry(result: Outcome, *, actions: int = 0, plan: str = "No changes.", errors: tuple[str, ...] = ()) -> HistoryEntry:
     return HistoryEntry(commit=SHA, branch="main", author_time=0.0, summary="s", started_at=0.0, finished_at=1.0,
-                        result=result, plan_summary=plan, actions=actions, errors=errors)
+                        result=result, plan_summary=plan, actions=actions, errors=errors, id=1)
+
+
+def action(name: str, kind: ActionKind = ActionKind.DELETE_BACKEND) -> Action:
+    return Action(kind=kind, name=name)
 
 
 def plan_of(*names: str) -> Plan:
-    return Plan(actions=tuple(Action(kind=ActionKind.DELETE_BACKEND, name=n) for n in names))
+    return Plan(actions=tuple(action(n) for n in names))
+
+
+def report(duration_s: float, plan: Plan | None = None, failed: Action | None = None) -> TickReport:
+    applied = None
+    if failed is not None:
+        applied = ApplyResult(ApplyOutcome.FAILED, failed_action=failed, error="x")
+    return TickReport(triggers=frozenset({Trigger.POLL}), full=False, started_at=0.0, duration_s=duration_s,
+                      revision=REVISION, attempted=True, plan=plan, applied=applied)
 
 
 def test_reconcile_line_reads_commit_result_duration_and_plan() -> None:
-    text, fields = reconcile_event(entry(Outcome.APPLIED, actions=1, plan="Plan: 0 to delete."), 4.8123, plan_of("echo-v1"))
+    text, fields = reconcile_event(report(4.8123, plan_of("echo-v1")),
+                                   entry(Outcome.APPLIED, actions=1, plan="Plan: 0 to delete."))
     assert text == "3f2a9c1 applied in 4.81s — Plan: 0 to delete."
     assert fields == {"commit": "3f2a9c1", "result": "applied", "duration_s": 4.812, "plan": "Plan: 0 to delete.",
                       "actions": 1, "backend": "echo-v1"}
 
 
 def test_reconcile_event_without_changes_carries_no_plan_or_backend() -> None:
-    text, fields = reconcile_event(entry(Outcome.NOOP), 0.02, None)
+    text, fields = reconcile_event(report(0.02), entry(Outcome.NOOP))
     assert text == "3f2a9c1 noop in 0.02s"
     assert fields == {"commit": "3f2a9c1", "result": "noop", "duration_s": 0.02}
 
 
 def test_a_failed_apply_names_the_backend_whose_action_failed() -> None:
     error = "update backend echo-v2 (rolling restart): replica failed: create backend echo-v1 raised"
-    _, fields = reconcile_event(entry(Outcome.FAILED, actions=2, plan="p", errors=(error,)), 3.0,
-                                plan_of("echo-v1", "echo-v2"))
+    failed = action("echo-v2", ActionKind.UPDATE_BACKEND)
+    _, fields = reconcile_event(report(3.0, plan_of("echo-v1", "echo-v2"), failed=failed),
+                                entry(Outcome.FAILED, actions=2, plan="p", errors=(error,)))
     assert fields["backend"] == "echo-v2" and fields["errors"] == [error]
 
 
+def test_a_failed_endpoint_action_names_the_backends_changed() -> None:
+    failed = action("e", ActionKind.UPDATE_ENDPOINT)
+    _, fields = reconcile_event(report(3.0, plan_of("b"), failed=failed),
+                                entry(Outcome.FAILED, actions=2, plan="p", errors=("update endpoint e: x",)))
+    assert fields["backend"] == "b"
+
+
 def test_a_reconcile_changing_several_backends_lists_them() -> None:
-    _, fields = reconcile_event(entry(Outcome.APPLIED, actions=2, plan="p"), 1.0, plan_of("b", "a"))
+    _, fields = reconcile_event(report(1.0, plan_of("b", "a")), entry(Outcome.APPLIED, actions=2, plan="p"))
     assert fields["backends"] == ["a", "b"] and "backend" not in fields
 
 
 def test_progress_lines_carry_the_commit_and_the_backends_waited_for() -> None:
-    text, fields = progress_event("3f2a9c1", "waiting for update backend echo-v2 (rolling restart)")
+    waiting = Progress(ProgressKind.WAITING, (Action(kind=ActionKind.UPDATE_BACKEND, name="echo-v2", restarts=True),))
+    text, fields = progress_line("3f2a9c1", waiting)
     assert text == "3f2a9c1 … waiting for update backend echo-v2 (rolling restart)"
     assert fields == {"commit": "3f2a9c1", "backend": "echo-v2"}
-    _, several = progress_event("3f2a9c1", "waiting for create backend a, create backend b")
+    two = Progress(ProgressKind.WAITING, (action("a", ActionKind.CREATE_BACKEND), action("b", ActionKind.CREATE_BACKEND)))
+    _, several = progress_line("3f2a9c1", two)
     assert several["backends"] == ["a", "b"]
+
+
+def test_a_progress_line_for_a_slow_goal_says_how_long_it_took() -> None:
+    done = Progress(ProgressKind.DONE, (action("a", ActionKind.CREATE_BACKEND),), elapsed_s=12.34)
+    assert progress_line("3f2a9c1", done) == ("3f2a9c1 … create backend a: done in 12.3 s",
+                                              {"commit": "3f2a9c1", "backend": "a"})
 
 
 def test_a_reconcile_event_in_json_is_one_object_with_its_fields(restore_root_logging) -> None:
     stream = io.StringIO()
     configure_logging("json", logging.INFO, stream=stream)
-    text, fields = reconcile_event(entry(Outcome.INVALID, errors=("a.toml:1:1: bad",)), 0.04, None)
+    text, fields = reconcile_event(report(0.04), entry(Outcome.INVALID, errors=("a.toml:1:1: bad",)))
     logging.getLogger("gitops.agent").info(text, extra=fields)
     event = json.loads(stream.getvalue())
     assert (event["commit"], event["result"], event["duration_s"]) == ("3f2a9c1", "invalid", 0.04)

@@ -6,8 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from gitops.history import HistoryEntry, Outcome
-from gitops.status import StatusFacts, SyncStatus, roll_up
+from gitops.ledger import HistoryEntry, Outcome
+from gitops.status import AgentStatus, StatusFacts, SyncStatus, roll_up
+from vocabulary.configs import ReplicaState
+from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
 
 SHA_A = "a" * 40
 SHA_B = "b" * 40
@@ -20,15 +22,16 @@ def entry(commit: str = SHA_A, result: Outcome = Outcome.APPLIED, errors: tuple[
     )
 
 
-def cluster(ready: int = 2, target: int = 2, last_error: str | None = None) -> dict:
-    replicas = [{"replica_id": f"r{i}", "state": "RUNNING", "version": "v1", "node_id": "n"} for i in range(ready)]
-    return {
-        "backends": {"echo": {"version": "v1", "target_replicas": target, "replicas": replicas,
-                              "restarts": {}, "last_error": last_error}},
-        "endpoints": {"echo": {"route": "/echo", "traffic": {"echo": 1.0}, "shadow": {}}},
-        "proxies": {},
-        "goals_pending": 0,
-    }
+def running(replica_id: str, version: str = "v1") -> ReplicaStatus:
+    return ReplicaStatus(replica_id=replica_id, state=ReplicaState.RUNNING, version=version, node_id="n")
+
+
+def cluster(ready: int = 2, target: int = 2, last_error: str = "", extra: tuple[ReplicaStatus, ...] = ()) -> ClusterStatus:
+    replicas = tuple(running(f"r{i}") for i in range(ready)) + extra
+    return ClusterStatus(
+        backends={"echo": BackendStatus(version="v1", target_replicas=target, replicas=replicas, last_error=last_error)},
+        endpoints={"echo": EndpointStatus(route="/echo", traffic={"echo": 1.0})},
+    )
 
 
 BASE = StatusFacts(repo="/r", branch="main", path="deployments", last_attempt=entry(), last_applied=entry(),
@@ -78,22 +81,20 @@ def test_progressing_has_a_reconciling_condition_naming_the_commit() -> None:
 
 
 def test_backends_are_counted_by_state_and_version() -> None:
-    raw = cluster()
-    raw["backends"]["echo"]["replicas"].append(
-        {"replica_id": "old", "state": "STOPPING", "version": "v0", "node_id": "n"}
-    )
-    backend = roll_up(replace(BASE, cluster=raw)).backends["echo"]
-    assert backend["replicas"] == {"RUNNING": 2, "STOPPING": 1}
-    assert backend["versions"] == {"v1": 2, "v0": 1}
-    assert backend["ready"] == 2
+    stopping = ReplicaStatus(replica_id="old", state=ReplicaState.STOPPING, version="v0", node_id="n")
+    backend = roll_up(replace(BASE, cluster=cluster(extra=(stopping,)))).backends["echo"]
+    assert backend.replicas == {"RUNNING": 2, "STOPPING": 1}
+    assert backend.versions == {"v1": 2, "v0": 1}
+    assert backend.ready == 2
 
 
 def test_endpoints_show_their_traffic() -> None:
-    assert roll_up(BASE).endpoints == {"echo": {"route": "/echo", "traffic": {"echo": 1.0}, "shadow": {}}}
+    data = roll_up(BASE).model_dump(mode="json")
+    assert data["endpoints"] == {"echo": {"route": "/echo", "traffic": {"echo": 1.0}, "shadow": {}}}
 
 
 def test_json_form_uses_flux_field_names() -> None:
-    data = roll_up(BASE).to_json()
+    data = roll_up(BASE).model_dump(mode="json")
     assert data["status"] == "Synced"
     assert data["conditions"][0] == {
         "type": "Ready", "status": "True", "reason": "ReconciliationSucceeded",
@@ -101,3 +102,21 @@ def test_json_form_uses_flux_field_names() -> None:
     }
     assert data["last_applied_revision"] == SHA_A
 
+
+
+def test_json_form_parses_back_into_the_same_status() -> None:
+    status = roll_up(replace(BASE, last_attempt=entry(SHA_B, Outcome.INVALID, ("deployments/a.toml:3:1: bad",))))
+    assert AgentStatus.model_validate(status.model_dump(mode="json")) == status
+
+
+def test_json_form_of_a_backend_keeps_todays_fields() -> None:
+    data = roll_up(replace(BASE, cluster=cluster(ready=1, last_error="boom"))).model_dump(mode="json")
+    assert data["backends"]["echo"] == {
+        "version": "v1", "target_replicas": 2, "ready": 1, "replicas": {"RUNNING": 1}, "versions": {"v1": 1},
+        "restarts": {}, "last_error": "boom",
+    }
+
+
+def test_a_failed_apply_is_not_stalled_a_retry_may_help() -> None:
+    status = roll_up(replace(BASE, last_attempt=entry(SHA_B, Outcome.FAILED, ("create backend x: boom",))))
+    assert status.condition("Stalled") is None

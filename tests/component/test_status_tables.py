@@ -3,28 +3,32 @@
 from __future__ import annotations
 
 from gitops.commands.admin import render_history, render_status
-from gitops.history import HistoryEntry, Outcome
-from gitops.status import StatusFacts, roll_up
+from gitops.ledger import HistoryEntry, Outcome
+from gitops.status import AgentStatus, StatusFacts, roll_up
+from vocabulary.configs import ReplicaState
+from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
 
 SHA = "0123456789abcdef" * 2 + "01234567"
 
 
-def status_json(**facts) -> dict:
-    cluster = {
-        "backends": {"echo-v1": {"version": "abcdef1234567890", "target_replicas": 2, "restarts": {},
-                                 "replicas": [{"state": "RUNNING", "version": "abcdef1234567890"}] * 2,
-                                 "last_error": None}},
-        "endpoints": {"echo": {"route": "/echo", "traffic": {"echo-v1": 0.9, "echo-v2": 0.1}, "shadow": {}}},
-    }
+def agent_status(**facts) -> AgentStatus:
+    version = "abcdef1234567890"
+    replicas = tuple(
+        ReplicaStatus(replica_id=f"r{i}", state=ReplicaState.RUNNING, version=version) for i in range(2)
+    )
+    cluster = ClusterStatus(
+        backends={"echo-v1": BackendStatus(version=version, target_replicas=2, replicas=replicas)},
+        endpoints={"echo": EndpointStatus(route="/echo", traffic={"echo-v1": 0.9, "echo-v2": 0.1})},
+    )
     entry = HistoryEntry(commit=SHA, branch="main", author_time=0, summary="s", started_at=0, finished_at=1,
                          result=Outcome.APPLIED)
     base = dict(repo="/srv/repo", branch="main", path="deployments", last_attempt=entry, last_applied=entry,
                 cluster=cluster)
-    return roll_up(StatusFacts(**{**base, **facts})).to_json()
+    return roll_up(StatusFacts(**{**base, **facts}))
 
 
 def test_status_table_shows_status_commits_backends_and_traffic() -> None:
-    text = render_status(status_json())
+    text = render_status(agent_status())
     assert text.splitlines()[0].startswith("Status:     Synced (ReconciliationSucceeded")
     assert f"Applied:    {SHA[:7]}" in text
     assert "echo-v1  abcdef123456  2/2    RUNNING=2" in text
@@ -32,7 +36,7 @@ def test_status_table_shows_status_commits_backends_and_traffic() -> None:
 
 
 def test_status_table_lists_the_errors_in_full() -> None:
-    text = render_status(status_json(git_error="fetch https://x/r.git main: could not resolve host"))
+    text = render_status(agent_status(git_error="fetch https://x/r.git main: could not resolve host"))
     assert text.splitlines()[0].startswith("Status:     Failed (GitOperationFailed")
     assert text.endswith("Errors:\n  fetch https://x/r.git main: could not resolve host")
 

@@ -5,67 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, GoalState, ServingState
-from gitops.applying import ApplyOutcome, Deadlines, apply
+from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
+from gitops.applying import ApplyOutcome, Deadlines, Progress, ProgressKind, apply
 from gitops.planning import plan
-
-
-class FakeController:
-    """Implements the goal API over a dict; goals are met unless told otherwise."""
-
-    def __init__(self, state: ServingState | None = None, failing: dict[str, str] | None = None,
-                 stuck: set[str] | None = None, refuse: dict[str, str] | None = None) -> None:
-        self.state = state or ServingState()
-        self.failing = failing or {}
-        self.stuck = stuck or set()
-        self.refuse = refuse or {}
-        self.calls: list[tuple[str, str]] = []
-        self.configs: list[Any] = []
-        self._goals: dict[str, tuple[str, GoalResult]] = {}
-
-    def _goal(self, name: str) -> str:
-        goal_id = f"g{len(self._goals)}"
-        state = GoalState.FAILED if name in self.failing else GoalState.MET
-        self._goals[goal_id] = (name, GoalResult(goal_id=goal_id, state=state, reason=self.failing.get(name, "")))
-        return goal_id
-
-    def _call(self, verb: str, name: str) -> None:
-        self.calls.append((verb, name))
-        if name in self.refuse:
-            raise ValueError(self.refuse[name])
-
-    async def apply_backend(self, config: BackendConfig) -> str:
-        self._call("apply_backend", config.name)
-        self.configs.append(config)
-        self.state = self.state.model_copy(update={"backends": {**self.state.backends, config.name: config}})
-        return self._goal(config.name)
-
-    async def delete_backend(self, name: str) -> str:
-        self._call("delete_backend", name)
-        self.state = self.state.model_copy(
-            update={"backends": {k: v for k, v in self.state.backends.items() if k != name}})
-        return self._goal(name)
-
-    async def apply_endpoint(self, config: EndpointConfig) -> str:
-        self._call("apply_endpoint", config.name)
-        self.state = self.state.model_copy(update={"endpoints": {**self.state.endpoints, config.name: config}})
-        return self._goal(config.name)
-
-    async def delete_endpoint(self, name: str) -> str:
-        self._call("delete_endpoint", name)
-        self.state = self.state.model_copy(
-            update={"endpoints": {k: v for k, v in self.state.endpoints.items() if k != name}})
-        return self._goal(name)
-
-    async def wait_for_goal(self, goal_id: str, timeout_s: float) -> GoalResult:
-        name, result = self._goals[goal_id]
-        if name in self.stuck:
-            await asyncio.sleep(timeout_s)
-            return GoalResult(goal_id=goal_id, state=GoalState.PENDING)
-        return result
-
-    async def get_state(self) -> ServingState:
-        return self.state
+from gitops.plans import ActionKind
+from gitops.testing import FakeController
 
 
 def backend(name: str, version: str = "v1", replicas: int = 1) -> BackendConfig:
@@ -179,10 +123,24 @@ def test_readiness_gate_is_a_repeat_of_the_current_config_and_not_counted_as_don
 
 
 def test_goal_timings_are_reported_per_kind() -> None:
-    timings: list[str] = []
-    run_apply(state(backend("b1"), endpoint("e", {"b1": 1.0})), FakeController(),
-              on_goal=lambda kind, seconds: timings.append(kind))
-    assert timings == ["create_backend", "create_endpoint"]
+    result = run_apply(state(backend("b1"), endpoint("e", {"b1": 1.0})), FakeController())
+    assert [goal.kind.value for goal in result.goals] == ["create_backend", "create_endpoint"]
+
+
+def test_a_failed_apply_carries_the_failed_action_as_data() -> None:
+    controller = FakeController(failing={"b2": "ImportError: No module named 'nope'"})
+    result = run_apply(state(backend("b2"), endpoint("e", {"b2": 1.0})), controller)
+    assert result.failed_action is not None
+    assert (result.failed_action.kind, result.failed_action.name) == (ActionKind.CREATE_BACKEND, "b2")
+
+
+def test_progress_names_the_actions_waited_for_as_data() -> None:
+    seen: list[Progress] = []
+    run_apply(state(backend("a"), backend("b"), endpoint("e", {"a": 1.0})), FakeController(),
+              on_progress=seen.append)
+    waiting = [p for p in seen if p.kind is ProgressKind.WAITING]
+    assert [p.backends() for p in waiting] == [["a", "b"]]
+    assert waiting[0].text() == "waiting for create backend a, create backend b"
 
 
 def test_reapplying_the_same_state_calls_nothing() -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from gitops.metrics import AgentMetrics
+from vocabulary.status import BackendStatus, ClusterStatus
 
 
-def status(target: int, up: int, down: int) -> dict:
-    return {"backends": {"api": {"target_replicas": target, "replicas": [],
-                                 "scaling_decisions": {"up": up, "down": down}}}}
+def status(target: int, up: int, down: int) -> ClusterStatus:
+    backend = BackendStatus(version="v1", target_replicas=target, scaling_decisions={"up": up, "down": down})
+    return ClusterStatus(backends={"api": backend})
 
 
 def samples(metrics: AgentMetrics, name: str) -> dict[tuple, float]:
@@ -49,7 +50,7 @@ def test_decisions_counter_never_goes_back_when_the_controller_restarts():
 def test_a_deleted_backend_loses_its_decision_series():
     metrics = AgentMetrics()
     metrics.cluster_observed(status(target=4, up=1, down=0))
-    metrics.cluster_observed({"backends": {}})
+    metrics.cluster_observed(ClusterStatus())
     assert samples(metrics, "gitops_autoscaling_decisions_total") == {}
 
 

@@ -54,7 +54,7 @@ def run_ready(state: BackendState, world: FakeAdapter, now: float) -> list:
 
 
 def states(state: BackendState) -> list[tuple[str, str]]:
-    return [(r["version"], r["state"]) for r in state.status("echo")["replicas"]]
+    return [(r.version, r.state) for r in state.status("echo").replicas]
 
 
 def test_new_backend_starts_its_target_number_of_replicas_at_once():
@@ -158,7 +158,7 @@ def test_failing_new_version_fails_its_goal_with_the_user_error_and_keeps_old_re
     assert state.readiness("echo", "v2") == ("failed", "ImportError: no module named torch")
     running = [s for s in states(state) if s == ("v1", "RUNNING")]
     assert len(running) == 2
-    assert state.status("echo")["restarts"]["startup_failed"] >= 3
+    assert state.status("echo").restarts["startup_failed"] >= 3
 
 
 def test_failed_starts_back_off_exponentially():
@@ -183,8 +183,8 @@ def test_replica_not_ready_within_startup_timeout_is_replaced():
     state.tick(0.0, world)
     effects = state.tick(5.0, world)
     assert stops(effects) and stops(effects)[0].graceful_timeout_s == 0
-    assert "not ready within 5s" in state.status("echo")["last_error"]
-    assert state.status("echo")["restarts"] == {"startup_timeout": 1}
+    assert "not ready within 5s" in state.status("echo").last_error
+    assert state.status("echo").restarts == {"startup_timeout": 1}
 
 
 def test_failed_health_check_replaces_the_replica_and_counts_the_reason():
@@ -196,8 +196,8 @@ def test_failed_health_check_replaces_the_replica_and_counts_the_reason():
     world.health[check.actor_name] = Probe(ProbeStatus.FAILED, "RuntimeError: sick")
     effects = state.tick(1.6, world)
     assert stops(effects)[0].actor_name == check.actor_name
-    assert state.status("echo")["restarts"] == {"health_check": 1}
-    assert state.status("echo")["last_error"] == "RuntimeError: sick"
+    assert state.status("echo").restarts == {"health_check": 1}
+    assert state.status("echo").last_error == "RuntimeError: sick"
 
 
 def test_dead_replica_is_replaced_without_counting_as_a_user_failure():
@@ -208,8 +208,8 @@ def test_dead_replica_is_replaced_without_counting_as_a_user_failure():
     world.health[check.actor_name] = Probe(ProbeStatus.DEAD, "actor died")
     effects = state.tick(1.6, world) + state.tick(1.7, world)
     assert len(starts(effects)) == 1
-    assert state.status("echo")["restarts"] == {"died": 1}
-    assert state.status("echo")["failures"] == 0
+    assert state.status("echo").restarts == {"died": 1}
+    assert state.status("echo").failures == 0
 
 
 def test_replica_on_a_lost_node_is_replaced_without_waiting_for_a_health_check():
@@ -219,7 +219,7 @@ def test_replica_on_a_lost_node_is_replaced_without_waiting_for_a_health_check()
     world.dead_nodes.add("node-1")
     effects = state.tick(0.3, world)
     assert len(stops(effects)) == 1 and len(starts(effects)) == 1
-    assert state.status("echo")["restarts"] == {"node_lost": 1}
+    assert state.status("echo").restarts == {"node_lost": 1}
 
 
 def test_cluster_without_room_fails_the_goal_with_the_reason_after_a_grace():
@@ -293,7 +293,7 @@ def test_recovery_keeps_found_running_replicas_and_replaces_lost_ones():
     restored = BackendState.from_json(state.to_json())
     restored.recover(0.0, found={names[0]})
     assert states(restored) == [("v1", "RUNNING")]
-    assert restored.status("echo")["restarts"] == {"lost": 1}
+    assert restored.status("echo").restarts == {"lost": 1}
     effects = restored.tick(0.1, FakeAdapter())
     assert len(starts(effects)) == 1 and starts(effects)[0].actor_name not in names
 

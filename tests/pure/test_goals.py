@@ -6,12 +6,12 @@ from vocabulary.goal_api import LongPollKey
 from controller.backend_state import BackendState
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
 from controller.endpoint_state import EndpointState
-from controller.goals import PENDING, GoalKind, GoalTable, Verdict
+from controller.goals import PENDING, GoalKind, GoalTable, Judgement
 from controller.judging import fingerprint, judge
 from controller.longpoll import LongPollHost
 from controller.testing import FakeAdapter
 
-MET = Verdict(GoalState.MET)
+MET = Judgement(GoalState.MET)
 
 
 def run_ready(backends: BackendState) -> None:
@@ -42,7 +42,7 @@ def test_identical_request_after_the_goal_was_met_returns_a_met_goal():
 def test_request_after_a_failed_goal_is_judged_afresh():
     table = GoalTable()
     failed = table.request(GoalKind.BACKEND_READY, "echo", "fp", 0.0)
-    table.evaluate(lambda goal: Verdict(GoalState.FAILED, "boom"), 1.0)
+    table.evaluate(lambda goal: Judgement(GoalState.FAILED, "boom"), 1.0)
     retry = table.request(GoalKind.BACKEND_READY, "echo", "fp", 2.0)
     assert retry != failed and table.result(retry).state == GoalState.PENDING
 
@@ -51,7 +51,7 @@ def test_finished_goals_are_final():
     table = GoalTable()
     goal_id = table.request(GoalKind.BACKEND_READY, "echo", "fp", 0.0)
     table.evaluate(lambda goal: MET, 1.0)
-    table.evaluate(lambda goal: Verdict(GoalState.FAILED, "late"), 2.0)
+    table.evaluate(lambda goal: Judgement(GoalState.FAILED, "late"), 2.0)
     assert table.result(goal_id).state == GoalState.MET
 
 

@@ -17,6 +17,7 @@ from controller.proxy_fleet import ProxySpec, StartProxy
 from controller.checkpoint import decode
 from controller.testing import FakeAdapter, MemoryStorage
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
+from vocabulary.status import ClusterStatus, ProxyState, ProxyStatus
 
 OPTIONS = {"tick_s": 0.01, "proxy_class": None, "backoff_base_s": 0.01, "backoff_max_s": 0.02}
 
@@ -36,7 +37,7 @@ def controller(storage: MemoryStorage, adapter: FakeAdapter) -> ControllerActor:
     return ControllerActor("ns", OPTIONS, storage=storage, adapter=adapter)
 
 
-async def poll(ctl: ControllerActor, done, timeout_s: float = 5.0) -> dict:
+async def poll(ctl: ControllerActor, done, timeout_s: float = 5.0) -> ClusterStatus:
     """The controller's status once `done(status)` holds; fails after `timeout_s`."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
@@ -103,7 +104,7 @@ def test_restarted_controller_recovers_state_and_adopts_live_replicas():
     before, after, state, status = asyncio.run(scenario())
     assert after == before  # nothing started again
     assert set(state.backends) == {"echo"} and set(state.endpoints) == {"e"}
-    assert [r["state"] for r in status["backends"]["echo"]["replicas"]] == ["RUNNING", "RUNNING"]
+    assert [r.state.value for r in status.backends["echo"].replicas] == ["RUNNING", "RUNNING"]
 
 
 def test_replica_unknown_to_the_checkpoint_is_killed_on_recovery():
@@ -155,15 +156,15 @@ def test_status_reports_each_nodes_proxy_from_starting_to_running():
         adapter = FakeAdapter()
         options = {**OPTIONS, "proxy_class": "proxy.actor:ProxyActor", "proxy_check_s": 0.01}
         ctl = ControllerActor("ns", options, storage=MemoryStorage(), adapter=adapter)
-        starting = (await ctl.get_status())["proxies"]
+        starting = (await ctl.get_status()).proxies
         adapter.proxy_calls["node-1"] = Probe(ProbeStatus.OK)
-        running = await poll(ctl, lambda status: status["proxies"]["node-1"]["state"] == "running")
+        running = await poll(ctl, lambda status: status.proxies["node-1"].state is ProxyState.RUNNING)
         await stop(ctl)
         return starting, running, adapter.applied
 
     starting, running, applied = asyncio.run(scenario())
-    assert starting == {"node-1": {"actor_name": "gitops-proxy-node-1", "state": "starting",
-                                   "failures": 0, "last_error": ""}}
-    assert running["proxies"]["node-1"]["state"] == "running"
+    assert starting == {"node-1": ProxyStatus(actor_name="gitops-proxy-node-1", state=ProxyState.STARTING,
+                                              failures=0, last_error="")}
+    assert running.proxies["node-1"].state is ProxyState.RUNNING
     assert StartProxy("node-1", ProxySpec("proxy.actor:ProxyActor", "gitops-controller",
                                           "127.0.0.1", 8000)) in applied

@@ -6,6 +6,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gitops.metrics import AgentMetrics, restart_increments
+from vocabulary.configs import ReplicaState
+from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
 
 
 def samples(metrics: AgentMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -26,22 +28,23 @@ def types(metrics: AgentMetrics) -> dict[str, str]:
     return {family.name: family.type for family in text_string_to_metric_families(text)}
 
 
-def status(backends: dict | None = None, endpoints: dict | None = None) -> dict:
-    return {"backends": backends or {}, "endpoints": endpoints or {}, "proxies": {}, "goals_pending": 0}
+def status(
+    backends: dict[str, BackendStatus] | None = None, endpoints: dict[str, dict[str, float]] | None = None,
+    goals_pending: int = 0,
+) -> ClusterStatus:
+    return ClusterStatus(
+        backends=backends or {},
+        endpoints={name: EndpointStatus(route=f"/{name}", traffic=traffic) for name, traffic in (endpoints or {}).items()},
+        goals_pending=goals_pending,
+    )
 
 
-def backend(target: int, states: list[str], restarts: dict | None = None) -> dict:
-    replicas = [
-        {"replica_id": f"r{i}", "state": state, "version": "v1", "node_id": "n"}
+def backend(target: int, states: list[str], restarts: dict[str, int] | None = None) -> BackendStatus:
+    replicas = tuple(
+        ReplicaStatus(replica_id=f"r{i}", state=ReplicaState(state), version="v1", node_id="n")
         for i, state in enumerate(states)
-    ]
-    return {
-        "version": "v1",
-        "target_replicas": target,
-        "replicas": replicas,
-        "restarts": restarts or {},
-        "last_error": None,
-    }
+    )
+    return BackendStatus(version="v1", target_replicas=target, replicas=replicas, restarts=restarts or {})
 
 
 def test_every_agent_metric_of_the_product_contract_is_exported_with_its_type() -> None:
@@ -51,7 +54,7 @@ def test_every_agent_metric_of_the_product_contract_is_exported_with_its_type() 
     metrics.git_fetch("success")
     metrics.goal_finished("apply_backend", 1.0)
     metrics.cluster_observed(
-        status({"b": backend(1, ["RUNNING"], {"health_check": 1})}, {"e": {"traffic": {"b": 1.0}}})
+        status({"b": backend(1, ["RUNNING"], {"health_check": 1})}, {"e": {"b": 1.0}})
     )
     assert types(metrics) == {
         "gitops_reconcile": "counter",
@@ -125,7 +128,7 @@ def test_replicas_are_counted_by_state_with_zeros_for_empty_states() -> None:
 def test_a_deleted_backend_and_endpoint_leave_no_series_behind() -> None:
     metrics = AgentMetrics()
     metrics.cluster_observed(
-        status({"b": backend(1, ["RUNNING"], {"crash": 2})}, {"e": {"traffic": {"b": 1.0}}})
+        status({"b": backend(1, ["RUNNING"], {"died": 2})}, {"e": {"b": 1.0}})
     )
     metrics.cluster_observed(status())
     names = {name for name, labels in samples(metrics) if ("backend", "b") in labels}
@@ -134,16 +137,16 @@ def test_a_deleted_backend_and_endpoint_leave_no_series_behind() -> None:
 
 def test_restart_counter_grows_by_the_controllers_cumulative_delta() -> None:
     metrics = AgentMetrics()
-    metrics.cluster_observed(status({"b": backend(1, ["RUNNING"], {"crash": 2})}))
-    metrics.cluster_observed(status({"b": backend(1, ["RUNNING"], {"crash": 5})}))
-    assert value(metrics, "gitops_replica_restarts_total", backend="b", reason="crash") == 5
+    metrics.cluster_observed(status({"b": backend(1, ["RUNNING"], {"died": 2})}))
+    metrics.cluster_observed(status({"b": backend(1, ["RUNNING"], {"died": 5})}))
+    assert value(metrics, "gitops_replica_restarts_total", backend="b", reason="died") == 5
 
 
 def test_restart_counter_never_goes_back_when_the_controller_restarts() -> None:
     metrics = AgentMetrics()
-    metrics.cluster_observed(status({"b": backend(1, ["RUNNING"], {"crash": 5})}))
-    metrics.cluster_observed(status({"b": backend(1, ["RUNNING"], {"crash": 1})}))
-    assert value(metrics, "gitops_replica_restarts_total", backend="b", reason="crash") == 6
+    metrics.cluster_observed(status({"b": backend(1, ["RUNNING"], {"died": 5})}))
+    metrics.cluster_observed(status({"b": backend(1, ["RUNNING"], {"died": 1})}))
+    assert value(metrics, "gitops_replica_restarts_total", backend="b", reason="died") == 6
 
 
 def test_restart_increments_count_a_reset_as_growth_from_zero() -> None:
@@ -157,15 +160,15 @@ def test_restart_increments_count_a_reset_as_growth_from_zero() -> None:
 
 def test_traffic_weights_follow_the_controller_and_drop_removed_backends() -> None:
     metrics = AgentMetrics()
-    metrics.cluster_observed(status(endpoints={"e": {"traffic": {"v1": 0.9, "v2": 0.1}}}))
-    metrics.cluster_observed(status(endpoints={"e": {"traffic": {"v2": 1.0}}}))
+    metrics.cluster_observed(status(endpoints={"e": {"v1": 0.9, "v2": 0.1}}))
+    metrics.cluster_observed(status(endpoints={"e": {"v2": 1.0}}))
     assert value(metrics, "gitops_endpoint_traffic_weight", endpoint="e", backend="v2") == 1.0
     assert value(metrics, "gitops_endpoint_traffic_weight", endpoint="e", backend="v1") is None
 
 
 def test_goal_gauges_and_counters_carry_what_they_were_given() -> None:
     metrics = AgentMetrics()
-    metrics.goals_pending(3)
+    metrics.cluster_observed(status(goals_pending=3))
     metrics.spec_errors(2)
     metrics.drift_corrected()
     metrics.git_fetch("failure")

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gitops.metrics import AgentMetrics
 from proxy.metrics import ProxyMetrics
+from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, RestartReason
 
 MONITORING = Path(__file__).resolve().parents[2] / "monitoring"
 
@@ -101,12 +102,10 @@ def test_the_metric_modules_export_exactly_the_contracts_metrics() -> None:
     agent.git_fetch("success")
     agent.commit_applied("c", "main", 0.0)
     agent.cluster_observed(
-        {
-            "backends": {
-                "b": {"target_replicas": 1, "replicas": [], "restarts": {"crash": 1}},
-            },
-            "endpoints": {"e": {"traffic": {"b": 1.0}}},
-        }
+        ClusterStatus(
+            backends={"b": BackendStatus(version="v1", target_replicas=1, restarts={RestartReason.DIED: 1})},
+            endpoints={"e": EndpointStatus(route="/e", traffic={"b": 1.0})},
+        )
     )
     proxy.request_finished("e", "b", 200, 0.01)
     proxy.shadow_finished("e", "b", "ok")

@@ -57,6 +57,7 @@ def clone(tmp_path: Path) -> Path:
     return target
 
 
+@pytest.mark.smoke
 def test_run_from_a_fresh_clone_serves_the_examples_and_stops_cleanly(clone: Path) -> None:
     proxy, admin = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}

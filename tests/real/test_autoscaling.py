@@ -20,6 +20,8 @@ from typing import Iterator
 import pytest
 
 from tests.conftest import GitRepo
+from vocabulary.configs import ReplicaState
+from vocabulary.status import BackendStatus
 from tests.real.apps.autoscale_stack import APP_SOURCE, AgentProcess, Load, controller_status
 
 pytestmark = pytest.mark.real
@@ -73,12 +75,12 @@ def stack(ray_session: str, repo: GitRepo, tmp_path: Path) -> Iterator[tuple[Age
         agent.stop()
 
 
-def backend(name: str) -> dict:
-    return controller_status()["backends"][name]
+def backend(name: str) -> BackendStatus:
+    return controller_status().backends[name]
 
 
 def running(name: str) -> set[str]:
-    return {r["replica_id"] for r in backend(name)["replicas"] if r["state"] == "RUNNING"}
+    return {r.replica_id for r in backend(name).replicas if r.state is ReplicaState.RUNNING}
 
 
 def exported_target(agent: AgentProcess, name: str) -> float | None:
@@ -89,13 +91,13 @@ def exported_target(agent: AgentProcess, name: str) -> float | None:
 def test_a_load_step_scales_up_and_back_down_without_failed_requests(stack, artifacts_dir):
     agent, repo, first = stack
     agent.wait_applied(first)
-    assert backend("slow")["target_replicas"] == 1
+    assert backend("slow").target_replicas == 1
 
     load = Load(agent.proxy + "/slow")
     try:
         load.set_workers(HIGH_LOAD_WORKERS)
         step_at = time.monotonic()
-        agent.wait("target 4", lambda: backend("slow")["target_replicas"] == 4,
+        agent.wait("target 4", lambda: backend("slow").target_replicas == 4,
                    timeout_s=UPSCALE_DELAY_S + 10)
         agent.wait("4 running replicas", lambda: len(running("slow")) == 4,
                    timeout_s=UPSCALE_DELAY_S + REPLICA_START_ALLOWANCE_S)
@@ -111,7 +113,7 @@ def test_a_load_step_scales_up_and_back_down_without_failed_requests(stack, arti
         second = repo.commit("slow: 80%, traffic only")
         agent.wait_applied(second)
         time.sleep(2.5)  # longer than --resync-interval 2
-        assert backend("slow")["target_replicas"] == 4
+        assert backend("slow").target_replicas == 4
         assert running("slow") == replicas_before
 
         # Narrower bounds are an in-place update: the count is clamped, and
@@ -120,13 +122,13 @@ def test_a_load_step_scales_up_and_back_down_without_failed_requests(stack, arti
         third = repo.commit("slow: at most 3 replicas")
         agent.wait_applied(third)
         agent.wait("3 running replicas", lambda: len(running("slow")) == 3, timeout_s=30)
-        assert backend("slow")["target_replicas"] == 3
+        assert backend("slow").target_replicas == 3
         assert running("slow") < replicas_before
 
         # The load stops; one light client keeps probing while replicas drain.
         load.set_workers(1)
         stopped_at = time.monotonic()
-        agent.wait("scaled back to 1", lambda: backend("slow")["target_replicas"] == 1,
+        agent.wait("scaled back to 1", lambda: backend("slow").target_replicas == 1,
                    timeout_s=DOWNSCALE_DELAY_S + 15)
         agent.wait("3 replicas drained", lambda: len(running("slow")) == 1, timeout_s=30)
         scaled_down_s = time.monotonic() - stopped_at
@@ -138,7 +140,7 @@ def test_a_load_step_scales_up_and_back_down_without_failed_requests(stack, arti
     failed = [a for a in answers if a.status != 200]
     assert len(answers) > 200
     assert failed == [], f"{len(failed)} of {len(answers)} requests failed: {failed[:5]}"
-    decisions = backend("slow")["scaling_decisions"]
+    decisions = backend("slow").scaling_decisions
     assert decisions["up"] >= 1 and decisions["down"] >= 1
     (artifacts_dir / "autoscaling.json").write_text(json.dumps({
         "scaled_up_s": round(scaled_up_s, 2), "scaled_down_s": round(scaled_down_s, 2),
@@ -181,7 +183,7 @@ def test_a_shadow_backend_scaled_to_zero_comes_up_when_copies_arrive(ray_session
     load = None
     try:
         agent.wait_applied(first)
-        assert backend("candidate")["target_replicas"] == 0
+        assert backend("candidate").target_replicas == 0
         load = Load(agent.proxy + "/slow")
         load.set_workers(4)
         agent.wait("a candidate replica running", lambda: len(running("candidate")) >= 1,

@@ -19,6 +19,7 @@ import ray
 from controller.backend_state import REPLICA_PREFIX
 from controller.client import ControllerClient
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
+from vocabulary.status import RestartReason
 from controller.proxy_fleet import PROXY_PREFIX
 from vocabulary.wire import make_request
 from tests.real.support import eventually, met, named_actors, occupied_port, quick_backend, run, start_controller
@@ -34,7 +35,7 @@ def backend(version: str = "v1", replicas: int = 1, **extra: Any) -> BackendConf
 
 def replica_states(client: ControllerClient, name: str = "echo") -> list[tuple[str, str]]:
     status = run(client.get_status())
-    return sorted((r["replica_id"], r["state"]) for r in status["backends"][name]["replicas"])
+    return sorted((r.replica_id, r.state.value) for r in status.backends[name].replicas)
 
 
 def ask(client: ControllerClient, name: str = "echo") -> dict:
@@ -83,6 +84,7 @@ def test_repeating_an_identical_apply_returns_a_met_goal_and_restarts_nothing(cl
     assert named_actors(namespace, REPLICA_PREFIX) == before
 
 
+@pytest.mark.smoke
 def test_rolling_update_leaves_only_new_version_replicas(client, namespace):
     met(client, run(client.apply_backend(backend(replicas=2))))
     met(client, run(client.apply_backend(backend(version="v2", replicas=2))))
@@ -113,7 +115,7 @@ def test_killed_replica_is_replaced_and_the_restart_counted(client, namespace):
     met(client, run(client.apply_backend(backend())))
     [victim] = named_actors(namespace, REPLICA_PREFIX)
     ray.kill(ray.get_actor(victim, namespace=namespace))
-    eventually(lambda: run(client.get_status())["backends"]["echo"]["restarts"].get("died"))
+    eventually(lambda: run(client.get_status()).backends["echo"].restarts.get(RestartReason.DIED))
     eventually(lambda: [s for _, s in replica_states(client)] == ["RUNNING"])
     assert named_actors(namespace, REPLICA_PREFIX) - {victim}
 
@@ -122,7 +124,7 @@ def test_failed_health_check_replaces_the_replica(client, namespace, tmp_path):
     marker = tmp_path / "sick"
     met(client, run(client.apply_backend(backend(user_config={"unhealthy_if": str(marker)}))))
     marker.write_text("x")
-    eventually(lambda: run(client.get_status())["backends"]["echo"]["restarts"].get("health_check"))
+    eventually(lambda: run(client.get_status()).backends["echo"].restarts.get(RestartReason.HEALTH_CHECK))
     marker.unlink()
     eventually(lambda: [s for _, s in replica_states(client)] == ["RUNNING"])
 
@@ -172,6 +174,7 @@ def test_controller_killed_mid_rollout_recovers_without_leaks_or_duplicates(clie
     assert ask(client)["tag"] == "v2"
 
 
+@pytest.mark.smoke
 def test_state_survives_a_controller_restart(client, namespace):
     met(client, run(client.apply_backend(backend(replicas=2))))
     met(client, run(client.apply_endpoint(EndpointConfig(name="e", route="/e", traffic={"echo": 1.0}))))
@@ -225,7 +228,7 @@ def test_one_proxy_per_node_serves_an_endpoint_once_its_goal_is_met(proxied, nam
     met(proxied, run(proxied.apply_backend(backend())))
     met(proxied, run(proxied.apply_endpoint(EndpointConfig(name="e", route="/e", traffic={"echo": 1.0}))))
     status = run(proxied.get_status())
-    assert [p["state"] for p in status["proxies"].values()] == ["running"]
+    assert [p.state.value for p in status.proxies.values()] == ["running"]
     reply = httpx.get(f"http://{proxy_address(namespace)}/e", timeout=10)
     assert reply.status_code == 200 and reply.json()["tag"] == "v1"
 
@@ -269,7 +272,7 @@ def test_rolling_update_behind_a_proxy_fails_no_request(proxied, namespace):
 
 def test_dead_proxy_is_replaced(proxied, namespace):
     [name] = eventually(lambda: named_actors(namespace, PROXY_PREFIX))
-    eventually(lambda: [p["state"] for p in run(proxied.get_status())["proxies"].values()] == ["running"])
+    eventually(lambda: [p.state.value for p in run(proxied.get_status()).proxies.values()] == ["running"])
     ray.kill(ray.get_actor(name, namespace=namespace))
     eventually(lambda: _proxy_answers(namespace), 30)
 
@@ -279,11 +282,11 @@ def test_proxy_that_cannot_bind_its_port_is_retried_with_backoff_and_reported(na
         client = start_controller(namespace, proxies=True, proxy_port=port)
         try:
             def failing():
-                proxies = run(client.get_status())["proxies"].values()
-                return [p for p in proxies if p["failures"] >= 2]
+                proxies = run(client.get_status()).proxies.values()
+                return [p for p in proxies if p.failures >= 2]
 
             [proxy] = eventually(failing, 30)
-            assert str(port) in proxy["last_error"]
+            assert str(port) in proxy.last_error
         finally:
             client.shutdown()
 

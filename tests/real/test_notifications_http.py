@@ -16,7 +16,8 @@ import pytest
 from pydantic import SecretStr
 
 from gitops.agent import Agent, AgentSettings
-from gitops.history import History, Outcome
+from gitops.history import History
+from gitops.ledger import Outcome
 from gitops.metrics import AgentMetrics
 from gitops.notifications.config import Channel, GitHubProvider, GitLabProvider, SlackProvider, WebhookProvider
 from gitops.notifications.delivering import HttpSender, Notifier, RetryPolicy
@@ -25,11 +26,11 @@ from gitops.notifications.formats import GITHUB_API_VERSION, Context
 from gitops.notifications.links import Links
 from gitops.planning import plan
 from gitops.sources.repos import GitSource
-from gitops.sources.trees import CommitTree
 from gitops.specs.loading import Loader
 from tests.conftest import GitRepo
 from tests.real.receivers import Receiver
-from tests.real.test_agent_loop import APP, FakeController, spec
+from gitops.testing import FakeController
+from tests.real.test_agent_loop import APP, spec
 
 pytestmark = pytest.mark.real
 
@@ -295,7 +296,7 @@ def test_a_reconcile_tick_never_waits_for_a_hanging_receiver(repo: GitRepo, tmp_
         agent = Agent(
             GitSource(str(repo.root), None, tmp_path / "state"), FakeController(),
             History(tmp_path / "state" / "history.db"),
-            load=lambda git_repo, rev, path: loader.load_tree(CommitTree(git_repo, rev), path), plan=plan,
+            load=loader.load_tree, plan=plan,
             metrics=metrics, settings=AgentSettings(watch=False), notifier=notifier,
         )
         delivery = asyncio.create_task(notifier.run())
@@ -310,7 +311,7 @@ def test_a_reconcile_tick_never_waits_for_a_hanging_receiver(repo: GitRepo, tmp_
         delivery.cancel()
         await asyncio.gather(delivery, return_exceptions=True)
         await sender.aclose()
-        assert agent.status().to_json()["notifications"]["hook"]["delivered"] == 2
+        assert agent.status().model_dump(mode="json")["notifications"]["hook"]["delivered"] == 2
         return entry.result, in_flight
 
     with Receiver() as receiver:

@@ -17,9 +17,12 @@ evaluates the query without the comparison, which must return data.
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import re
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -266,15 +269,50 @@ class Stack:
     codes: Counter[int]  # status codes the clients received from the proxy
 
 
+class _RefusingReceiver(http.server.BaseHTTPRequestHandler):
+    """A notification receiver that refuses us: every delivery fails at once (403, not retried)."""
+
+    def do_POST(self) -> None:  # noqa: N802 — http.server's naming
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(403)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _refusing_receiver() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RefusingReceiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hook"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture(scope="module")
 def stack(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The agent with a notification receiver that refuses it, so the shipped
+    notification panel and alert have series to show."""
+    with _refusing_receiver() as receiver:
+        yield from _stack(tmp_path_factory, receiver)
+
+
+def _stack(tmp_path_factory: pytest.TempPathFactory, receiver: str) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("stack")
+    notify = workdir / "notify.toml"
+    notify.write_text(f'[providers.ci]\ntype = "webhook"\nurl = "{receiver}"\n')
     repo = SpecRepo(workdir / "repo")
     repo.write("apps/__init__.py", "")
     repo.write("apps/hello.py", APP)
     repo.write("deployments/hello.toml", spec({"v1": 0.5, "v2": 0.5}))
     first = repo.commit("hello, split 50/50")
-    agent = AgentProcess(repo.root, workdir, ray.get_runtime_context().gcs_address, ["--log-format", "json"])
+    agent = AgentProcess(
+        repo.root, workdir, ray.get_runtime_context().gcs_address, ["--log-format", "json", "--notify", str(notify)]
+    )
     prometheus = None
     try:
         agent.wait_applied(first)

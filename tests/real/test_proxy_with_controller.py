@@ -21,7 +21,7 @@ import ray
 
 from controller.backend_state import REPLICA_PREFIX
 from controller.client import ControllerClient
-from vocabulary.configs import EndpointConfig
+from vocabulary.configs import EndpointConfig, ReplicaState
 from controller.proxy_fleet import PROXY_PREFIX
 from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
 
@@ -56,10 +56,10 @@ class Cluster:
         )))
 
     def replica_handles(self, backend: str) -> list[Any]:
-        replicas = run(self.client.get_status())["backends"][backend]["replicas"]
+        replicas = run(self.client.get_status()).backends[backend].replicas
         return [
-            ray.get_actor(REPLICA_PREFIX + r["replica_id"], namespace=self.namespace)
-            for r in replicas if r["state"] == "RUNNING"
+            ray.get_actor(REPLICA_PREFIX + r.replica_id, namespace=self.namespace)
+            for r in replicas if r.state is ReplicaState.RUNNING
         ]
 
 
@@ -73,6 +73,7 @@ def cluster(ray_session: str) -> Iterator[Cluster]:
 # --- routing and the request as user code sees it ------------------------------------
 
 
+@pytest.mark.smoke
 def test_the_request_reaches_user_code_intact_and_its_answer_comes_back(cluster: Cluster) -> None:
     cluster.backend("echo-v1", "Echo")
     cluster.endpoint("echo", {"echo-v1": 1.0})

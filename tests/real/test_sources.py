@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gitops.sources.repos import GitSource, SourceError
+from gitops.errors import SourceError
+from gitops.sources.repos import GitSource
 from gitops.sources.watching import RefWatcher, is_ref_path
 
 pytestmark = pytest.mark.real

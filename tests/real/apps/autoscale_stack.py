@@ -14,11 +14,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
+from vocabulary.status import ClusterStatus
 from tests.real.support import AgentProcess
 
 __all__ = ["AgentProcess", "Load", "Answer", "controller_status", "APP_SOURCE"]
@@ -26,7 +26,7 @@ __all__ = ["AgentProcess", "Load", "Answer", "controller_status", "APP_SOURCE"]
 APP_SOURCE = (Path(__file__).parent / "autoscale_slow.py").read_text()
 
 
-def controller_status() -> dict[str, Any]:
+def controller_status() -> ClusterStatus:
     import ray
 
     handle = ray.get_actor(CONTROLLER_NAME, namespace=DEFAULT_NAMESPACE)

@@ -22,7 +22,8 @@ import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from controller.client import start_or_connect  # noqa: E402
-from vocabulary.configs import BackendConfig, GoalState  # noqa: E402
+from vocabulary.configs import BackendConfig, GoalState, ReplicaState  # noqa: E402
+from vocabulary.status import ClusterStatus, ProxyState, ReplicaStatus  # noqa: E402
 
 APPS = str(Path(__file__).parent)
 NAMESPACE = "gitops-multinode"
@@ -38,16 +39,16 @@ def wait(check, timeout_s: float = 40.0):
     return check()
 
 
-def status(client):
+def status(client) -> ClusterStatus:
     return asyncio.run(client.get_status())
 
 
 def running_proxies(client) -> list[str]:
-    return sorted(n for n, p in status(client)["proxies"].items() if p["state"] == "running")
+    return sorted(n for n, p in status(client).proxies.items() if p.state is ProxyState.RUNNING)
 
 
-def replicas(client) -> list[dict]:
-    return status(client)["backends"]["echo"]["replicas"]
+def replicas(client) -> list[ReplicaStatus]:
+    return list(status(client).backends["echo"].replicas)
 
 
 def main() -> None:
@@ -70,19 +71,19 @@ def main() -> None:
         goal = asyncio.run(client.apply_backend(config))
         out["first_goal"] = asyncio.run(client.wait_for_goal(goal, 60)).state.value
         [first] = replicas(client)
-        victim = next(w for w in workers if w.node_id == first["node_id"])
+        victim = next(w for w in workers if w.node_id == first.node_id)
         cluster.remove_node(victim)
         out["removed_had_replica"] = True
 
         def replaced():
             now = replicas(client)
-            return [r for r in now if r["state"] == "RUNNING" and r["replica_id"] != first["replica_id"]]
+            return [r for r in now if r.state is ReplicaState.RUNNING and r.replica_id != first.replica_id]
 
-        [second] = wait(replaced, 60) or [{}]
-        out["replacement_node_differs"] = second.get("node_id") not in ("", first["node_id"])
-        out["restarts"] = status(client)["backends"]["echo"]["restarts"]
+        [second] = wait(replaced, 60) or [None]
+        out["replacement_node_differs"] = second is not None and second.node_id not in ("", first.node_id)
+        out["restarts"] = {reason.value: n for reason, n in status(client).backends["echo"].restarts.items()}
         out["proxies_after"] = len(wait(lambda: len(running_proxies(client)) == 2 and running_proxies(client)))
-        out["removed_node_has_proxy"] = victim.node_id in status(client)["proxies"]
+        out["removed_node_has_proxy"] = victim.node_id in status(client).proxies
         names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                  if a["namespace"] == NAMESPACE and a["name"].startswith("gitops-replica-")]
         out["replica_actors"] = len(names)

@@ -1,0 +1,137 @@
+"""The report's plots, drawn from the results document with matplotlib (PNG, no display).
+
+Owns: req/s and p99 vs connections per system (one figure per handler),
+reconcile time vs specs (log-log), memory bars. Every figure carries the
+machine and the command that produced its figures. Measures nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from bench import machine
+
+STYLE = {  # ours stands out; Serve in blues; the limits in greys
+    "ours": ("tab:red", "o", 2.5), "forwarder": ("tab:orange", "v", 1.2),
+    "serve-default": ("#9ecae1", "s", 1.2), "serve-100": ("#6baed6", "s", 1.2),
+    "serve-direct": ("#3182bd", "D", 1.5), "serve-haproxy": ("#08519c", "^", 1.5),
+    "uvicorn": ("#636363", "x", 1.2), "granian": ("#969696", "+", 1.2), "raw": ("#252525", "*", 1.2),
+}
+
+
+def draw_all(document: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Draw every plot the results allow; returns their file names (relative to `out`).
+
+    Without matplotlib (the `bench` extra) it draws nothing and returns {}.
+    """
+    if not installed():
+        return {}
+    import matplotlib
+
+    matplotlib.use("Agg")
+    m = document["measurements"]
+    drawn: dict[str, Any] = {}
+    if "proxy" in m:
+        drawn["proxy"] = {h: name for h in ("noop", "async5", "cpu5")
+                          if (name := _proxy(m["proxy"], h, document["machine"], out))}
+    if "reconcile" in m:
+        drawn["reconcile"] = _reconcile(m["reconcile"], document["machine"], out)
+    if "memory" in m:
+        drawn["memory"] = _memory(m["memory"], document["machine"], out)
+    return drawn
+
+
+def installed() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def _caption(fig: Any, machine_info: dict[str, Any], command: str) -> None:
+    fig.text(0.01, 0.01, f"{machine.label(machine_info)}\n{command}", fontsize=7, color="#555555", va="bottom")
+
+
+def _proxy(doc: dict[str, Any], handler: str, machine_info: dict[str, Any], out: Path) -> str | None:
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in doc["figures"]["runs"] if r["handler"] == handler]
+    if not runs:
+        return None
+    fig, (rps_ax, p99_ax) = plt.subplots(1, 2, figsize=(12, 5.2))
+    for system in dict.fromkeys(r["system"] for r in runs):
+        mine = sorted((r for r in runs if r["system"] == system), key=lambda r: r["connections"])
+        color, marker, width = STYLE.get(system, ("black", ".", 1))
+        x = [r["connections"] for r in mine]
+        for ax, field in ((rps_ax, "rps"), (p99_ax, "p99_ms")):
+            y = [r[field]["median"] for r in mine]
+            low = [max(0.0, r[field]["median"] - r[field]["min"]) if r[field]["min"] is not None else 0 for r in mine]
+            high = [max(0.0, r[field]["max"] - r[field]["median"]) if r[field]["max"] is not None else 0 for r in mine]
+            ax.errorbar(x, y, yerr=[low, high], label=system, color=color, marker=marker, linewidth=width, capsize=3)
+    levels = sorted({r["connections"] for r in runs})
+    for ax, title in ((rps_ax, "requests per second (higher is better)"), (p99_ax, "p99 latency, ms (lower is better)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(levels, [str(level) for level in levels])
+        ax.set_yscale("log")
+        ax.set_xlabel("connections (wrk)")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    rps_ax.legend(fontsize=8)
+    fig.suptitle(f"Proxy: handler {handler}, {runs[0]['replicas']} replica(s); median of runs, bars min–max")
+    _caption(fig, machine_info, doc["command"])
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    name = f"proxy_{handler}.png"
+    fig.savefig(out / name, dpi=90)
+    plt.close(fig)
+    return name
+
+
+def _reconcile(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> str:
+    import matplotlib.pyplot as plt
+
+    rows = doc["figures"]["rows"]
+    fig, ax = plt.subplots(figsize=(8, 5.2))
+    x = [r["specs"] for r in rows]
+    for field, label in (("cold_s", "cold load+validate+plan"), ("one_file_s", "one-file change"),
+                         ("unchanged_s", "unchanged tick")):
+        y = [r[field]["median"] for r in rows]
+        yerr = [[r[field]["median"] - r[field]["min"] for r in rows], [r[field]["max"] - r[field]["median"] for r in rows]]
+        ax.errorbar(x, y, yerr=yerr, marker="o", capsize=3, label=label)
+    ax.plot(x, [rows[0]["cold_s"]["median"] * n / x[0] for n in x], linestyle=":", color="grey", label="linear from the first point")
+    ax.axhline(5.0, color="tab:red", linestyle="--", linewidth=1, label="target: 10,000 cold < 5 s")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("specs in the repository")
+    ax.set_ylabel("seconds")
+    ax.set_title("Agent reconcile cost vs repository size (median, bars min–max)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    _caption(fig, machine_info, doc["command"])
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(out / "reconcile.png", dpi=90)
+    plt.close(fig)
+    return "reconcile.png"
+
+
+def _memory(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> str:
+    import matplotlib.pyplot as plt
+
+    roles = ("agent", "controller", "proxy", "replica")
+    bars = [(system, state) for system in ("ours", "serve") for state in ("idle", "load") if system in doc["figures"]]
+    fig, ax = plt.subplots(figsize=(9, 5))
+    width = 0.8 / max(1, len(bars))
+    colors = {("ours", "idle"): "#fc9272", ("ours", "load"): "tab:red",
+              ("serve", "idle"): "#9ecae1", ("serve", "load"): "#08519c"}
+    for i, (system, state) in enumerate(bars):
+        values = [doc["figures"][system][state].get(role, 0.0) for role in roles]
+        ax.bar([j + i * width for j in range(len(roles))], values, width, label=f"{system} {state}",
+               color=colors[(system, state)])
+    ax.set_xticks([j + width * (len(bars) - 1) / 2 for j in range(len(roles))], roles)
+    ax.set_ylabel("PSS, MB")
+    ax.set_title("Memory per process (Serve has no agent); idle and under wrk -c32")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    _caption(fig, machine_info, doc["command"])
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(out / "memory.png", dpi=90)
+    plt.close(fig)
+    return "memory.png"

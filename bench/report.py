@@ -1,0 +1,328 @@
+"""The benchmark runner: every measurement, one results file, one report with plots.
+
+    python -m bench.report [--tiny] [--out bench/results] [--only proxy,reconcile] [--render-only]
+
+Runs each measurement module (`bench.<name>`) in its own process with
+`--json`, collects their files into `latest.json` (with the machine and the
+command of each), and renders `REPORT.md` and the PNG plots from that file
+alone: nothing in the report is typed by hand. A measurement that fails is
+recorded with its error and the others still run. `--only` re-runs some
+measurements and keeps the others of an existing `latest.json`;
+`--render-only` re-renders from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import machine
+from bench.targets import Target, targets
+
+ROOT = Path(__file__).resolve().parent.parent
+MEASUREMENTS = ("proxy", "update_latency", "rollout", "faults", "reconcile", "fanout", "memory")
+TIMEOUT_S = {"proxy": 3600, "reconcile": 1800}
+NO_PLOTS = "No plots: matplotlib is not installed here (`pip install -e '.[bench]'`, as `make bench` does)."
+NOISE = ("The machine is shared with other work and noisy (see the load average): read the figures as "
+         "ratios within this run, not as absolutes.")
+
+
+def run_all(names: list[str], tiny: bool, out: Path) -> dict[str, Any]:
+    """Run every named measurement; returns the combined results document."""
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    document: dict[str, Any] = {
+        "command": " ".join(["python", "-m", "bench.report", *sys.argv[1:]]),
+        "started_at": _now(), "machine": machine.describe(), "measurements": {}, "failures": {},
+    }
+    for name in names:
+        path = out / f"{name}.json"
+        path.unlink(missing_ok=True)
+        command = [sys.executable, "-m", f"bench.{name}", "--json", str(path), *(["--tiny"] if tiny else [])]
+        print(f"== bench.{name}", flush=True)
+        started = time.monotonic()
+        error = _run(command, path, TIMEOUT_S.get(name, 900), env)
+        if error:  # a local Ray that did not start on a busy machine: once more
+            print(f"   bench.{name} failed, once more: {error.splitlines()[-1] if error else ''}", flush=True)
+            error = _run(command, path, TIMEOUT_S.get(name, 900), env)
+        if error:
+            print(f"   bench.{name} failed: {error}", flush=True)
+            document["failures"][name] = error
+        else:
+            document["measurements"][name] = json.loads(path.read_text())
+            document["measurements"][name]["wall_s"] = time.monotonic() - started
+            path.unlink()
+    document["finished_at"] = _now()
+    document["load_average_end"] = machine.describe()["load_average_1m"]
+    return document
+
+
+def merged(previous: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """`previous` with the measurements `update` re-ran replaced (each keeps its own command and time)."""
+    rerun = set(update["measurements"]) | set(update["failures"])
+    return {
+        **update,
+        "command": f"{previous['command']}, then {update['command']}",
+        "started_at": previous["started_at"],
+        "measurements": {**{k: v for k, v in previous["measurements"].items() if k not in rerun},
+                         **update["measurements"]},
+        "failures": {**{k: v for k, v in previous["failures"].items() if k not in rerun}, **update["failures"]},
+    }
+
+
+def _run(command: list[str], path: Path, timeout_s: float, env: dict[str, str]) -> str:
+    """Run one measurement; returns its error, or "" when it wrote its figures."""
+    try:
+        done = subprocess.run(command, cwd=ROOT, env=env, timeout=timeout_s, stderr=subprocess.PIPE, text=True)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout_s:.0f} s"
+    return "" if done.returncode == 0 and path.exists() else f"exit {done.returncode}: {_tail(done.stderr)}"
+
+
+def _tail(text: str, lines: int = 8) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# --- rendering ---------------------------------------------------------------------------------------
+
+
+def render(document: dict[str, Any], out: Path) -> Path:
+    """REPORT.md and its plots in `out`, from the results document only."""
+    from bench import plots
+
+    figures = plots.draw_all(document, out)
+    lines = _header(document) + ([] if plots.installed() else [NO_PLOTS, ""]) + _headline(document["measurements"]) + _targets_table(targets(document))
+    measurements = document["measurements"]
+    for section in (_proxy, _update, _rollout, _faults, _reconcile, _fanout, _memory):
+        lines += section(measurements, figures)
+    if document["failures"]:
+        lines += ["## Measurements that failed", ""]
+        lines += [f"- `bench.{name}`: {error.splitlines()[-1] if error else ''}" for name, error in
+                  document["failures"].items()]
+        lines.append("")
+    report = out / "REPORT.md"
+    report.write_text("\n".join(lines) + "\n")
+    return report
+
+
+def _header(document: dict[str, Any]) -> list[str]:
+    m = document["machine"]
+    tiny = any(doc.get("tiny") for doc in document["measurements"].values())
+    return [
+        "# Benchmarks: ray-gitops next to Ray Serve and the limits of this machine",
+        "",
+        f"Generated by `{document['command']}` (what `make bench` runs) into `latest.json`, and rendered from it: "
+        "nothing here is typed by hand.",
+        f"Run {document['started_at']} → {document['finished_at']}{' at the TINY smoke size' if tiny else ''}.",
+        "",
+        f"Machine: {machine.label(m)}; load average {m['load_average_1m']} at the start, "
+        f"{document.get('load_average_end', '?')} at the end. {NOISE}",
+        "",
+        "Every figure is the median of repeated runs with [min–max]; every plot names the machine and the "
+        "command that produced it.",
+        "",
+    ]
+
+
+def _headline(measurements: dict[str, Any]) -> list[str]:
+    """Every system at 32 connections, noop handler, next to ours."""
+    doc = measurements.get("proxy")
+    runs = [r for r in (doc["figures"]["runs"] if doc else []) if r["handler"] == "noop" and r["connections"] == 32]
+    ours = next((r for r in runs if r["system"] == "ours"), None)
+    if not runs:
+        return []
+    lines = ["## Headline: one noop replica, 32 connections", "",
+             "| system | req/s | p50 ms | p99 ms | ours ÷ this (req/s) |", "| --- | ---: | ---: | ---: | ---: |"]
+    for r in runs:
+        ratio = f"×{ours['rps']['median'] / r['rps']['median']:.2f}" if ours and r["rps"]["median"] else "–"
+        lines.append(f"| {r['system']} | {_spread(r['rps'], digits=0)} | {_spread(r['p50_ms'], digits=2)} | "
+                     f"{_spread(r['p99_ms'], digits=1)} | {ratio} |")
+    return lines + [""]
+
+
+def _targets_table(rows: list[Target]) -> list[str]:
+    lines = ["## Where we stand against the targets (issue 15)", "",
+             "| target | measured | |", "| --- | --- | --- |"]
+    for row in rows:
+        verdict = {True: "met", False: "**missed**", None: "not measured"}[row.met]
+        lines.append(f"| {row.target} | {row.measured} | {verdict} |")
+    return lines + [""]
+
+
+def _spread(s: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
+    if not s or s.get("median") is None:
+        return "–"
+    return (f"{s['median'] * scale:,.{digits}f} [{s['min'] * scale:,.{digits}f}–{s['max'] * scale:,.{digits}f}]")
+
+
+def _command(doc: dict[str, Any]) -> str:
+    return f"Command: `{doc['command']}`."
+
+
+def _proxy(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+    doc = measurements.get("proxy")
+    if not doc:
+        return []
+    f = doc["figures"]
+    lines = ["## 1–2. Proxy throughput and latency", "",
+             "wrk on loopback, one noop replica (5 ms handlers: two replicas). "
+             f"{f['duration_s']:g} s per run, {f['repeats']} runs per point. {_command(doc)}", "",
+             "Serve's access log is off in every configuration. serve-direct with two replicas: the connections "
+             "are split between the replicas' own ports (the best a client-side balancer could do). uvicorn and "
+             "granian run one worker process per replica.", ""]
+    for handler in ("noop", "async5", "cpu5"):
+        runs = [r for r in f["runs"] if r["handler"] == handler]
+        if not runs:
+            continue
+        lines += [f"### handler `{handler}` ({runs[0]['replicas']} replica(s))", ""]
+        if handler in figures.get("proxy", {}):
+            lines += [f"![{handler}]({figures['proxy'][handler]})", ""]
+        lines += ["| system | connections | req/s | p50 ms | p99 ms | non-2xx + errors |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for r in runs:
+            lines.append(f"| {r['system']} | {r['connections']} | {_spread(r['rps'], digits=0)} | "
+                         f"{_spread(r['p50_ms'], digits=2)} | {_spread(r['p99_ms'], digits=2)} | "
+                         f"{r['non_2xx'] + r['socket_errors']:.0f} |")
+        lines.append("")
+    if f["failures"]:
+        lines += ["Systems that could not be measured here:", ""]
+        lines += [f"- {key}: `{error.splitlines()[-1][:200] if error else ''}`" for key, error in f["failures"].items()]
+        lines.append("")
+    return lines
+
+
+def _update(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+    doc = measurements.get("update_latency")
+    if not doc:
+        return []
+    f = doc["figures"]
+    lines = ["## 3. Lightweight update: action → effective at the proxy", "",
+             f"{f['changes']} changes each; ms. {_command(doc)}", "",
+             "| system | change | median [min–max] ms |", "| --- | --- | ---: |"]
+    for system in ("ours", "serve"):
+        for kind, got in f.get(system, {}).items():
+            action = "git commit" if system == "ours" else "REST PUT (serve deploy)"
+            lines.append(f"| {system} | {kind} by {action} | {_spread(got['seconds'], 1e3)} |")
+    return lines + [""]
+
+
+def _rollout(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+    doc = measurements.get("rollout")
+    if not doc:
+        return []
+    f = doc["figures"]
+    lines = ["## 4. Code rollout under load", "",
+             f"{f['replicas']} replicas, {f['rate']:g} req/s open loop, {f['rollouts']} rollouts each. "
+             f"{_command(doc)}", "",
+             "| system | total s | failed / requests | p99 ms |", "| --- | ---: | ---: | ---: |"]
+    for system in ("ours", "serve"):
+        got = f.get(system)
+        if got:
+            lines.append(f"| {system} | {_spread(got['total_s'], digits=2)} | {got['failed']} / {got['requests']} | "
+                         f"{_spread(got['p99_ms'], digits=0)} |")
+    return lines + [""]
+
+
+def _faults(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+    doc = measurements.get("faults")
+    if not doc:
+        return []
+    f = doc["figures"]
+    lines = ["## 5. kill -9 under load", "",
+             f"{f['rate']:g} req/s open loop, {f['kills']} kill(s) each. Controller: time until the goal API "
+             f"answers; proxy: time until a new connection gets a 200 (Serve: its default Python proxy). "
+             f"{_command(doc)}", "",
+             "| system | killed | back after s | failed / requests |", "| --- | --- | ---: | ---: |"]
+    for system in ("ours", "serve"):
+        for role, got in f.get(system, {}).items():
+            lines.append(f"| {system} | {role} | {_spread(got['recovery_s'], digits=2)} | "
+                         f"{got['failed']} / {got['requests']} |")
+    return lines + [""]
+
+
+def _reconcile(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+    doc = measurements.get("reconcile")
+    if not doc:
+        return []
+    f = doc["figures"]
+    lines = ["## 6. Reconcile cost vs repository size", "",
+             f"The agent's load+validate+plan; {f['repeats']} runs per point. {_command(doc)}", ""]
+    if "reconcile" in figures:
+        lines += [f"![reconcile]({figures['reconcile']})", ""]
+    lines += ["| specs | cold ms | unchanged tick ms | one-file change ms | peak MB | held MB |",
+              "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in f["rows"]:
+        lines.append(f"| {r['specs']:,} | {_spread(r['cold_s'], 1e3)} | {_spread(r['unchanged_s'], 1e3, 2)} | "
+                     f"{_spread(r['one_file_s'], 1e3)} | {r['peak_mb']:.1f} | {r['held_mb']:.1f} |")
+    lines += ["", "Growth per 10× more specs (1.0 = linear):", ""]
+    for field, steps in f["growth"].items():
+        lines.append(f"- {field}: " + ", ".join(f"{s['from']:,}→{s['to']:,} ×{s['growth']:.2f}" for s in steps))
+    return lines + [""]
+
+
+def _fanout(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+    doc = measurements.get("fanout")
+    if not doc:
+        return []
+    lines = ["## 7. Config fan-out for one traffic change", "", _command(doc), "",
+             "| endpoints | bytes pushed | keys | a broadcast of every endpoint |", "| ---: | ---: | ---: | ---: |"]
+    for r in doc["figures"]["rows"]:
+        lines.append(f"| {r['endpoints']:,} | {r['pushed_bytes']:,} | {r['pushed_keys']} | {r['broadcast_bytes']:,} |")
+    return lines + [""]
+
+
+def _memory(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+    doc = measurements.get("memory")
+    if not doc:
+        return []
+    f = doc["figures"]
+    lines = ["## 8. Memory (PSS, MB)", "",
+             f"Idle, and the peak under wrk -c32. One replica. \"All processes\" is every process the run's Ray "
+             f"and agent started, Ray's own daemons included; Serve's includes the dashboard its REST API needs, "
+             f"which ours runs without. {_command(doc)}", ""]
+    if "memory" in figures:
+        lines += [f"![memory]({figures['memory']})", ""]
+    lines += ["| system | state | agent | controller | proxy | replica | all processes |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for system in ("ours", "serve"):
+        for state in ("idle", "load"):
+            got = f.get(system, {}).get(state)
+            if got:
+                cells = " | ".join(f"{got[r]:.0f}" if r in got else "–"
+                                   for r in ("agent", "controller", "proxy", "replica", "ray_total"))
+                lines.append(f"| {system} | {state} | {cells} |")
+    return lines + [""]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiny", action="store_true", help="every measurement at its smoke-test size")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--only", default=",".join(MEASUREMENTS))
+    parser.add_argument("--render-only", action="store_true", help="re-render REPORT.md from latest.json")
+    args = parser.parse_args()
+    latest = args.out / "latest.json"
+    names = [n for n in args.only.split(",") if n]
+    if args.render_only:
+        document = json.loads(latest.read_text())
+    else:
+        document = run_all(names, args.tiny, args.out)
+        if set(names) != set(MEASUREMENTS) and latest.exists():
+            document = merged(json.loads(latest.read_text()), document)
+        latest.write_text(json.dumps(document, indent=1))
+    print(f"report: {render(document, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

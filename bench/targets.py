@@ -1,0 +1,144 @@
+"""Issue 15's targets, judged against one results document.
+
+Pure: takes the document `bench.report` writes (plain dicts) and says, for
+each target, what was measured and whether it is met (None: not measured in
+this run). Measures and renders nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SERVE_CONFIGS = ("serve-default", "serve-100", "serve-direct", "serve-haproxy")
+
+
+@dataclass(frozen=True)
+class Target:
+    target: str
+    measured: str
+    met: bool | None
+
+
+def targets(document: dict[str, Any]) -> list[Target]:
+    m = document.get("measurements", {})
+    return [
+        *_proxy(m.get("proxy")),
+        *_update(m.get("update_latency")),
+        *_rollout(m.get("rollout")),
+        *_controller_kill(m.get("faults")),
+        *_reconcile(m.get("reconcile")),
+        _fanout(m.get("fanout")),
+    ]
+
+
+def _median(spread: dict[str, Any] | None) -> float | None:
+    return None if not spread else spread.get("median")
+
+
+def _at(runs: list[dict[str, Any]], system: str, connections: int) -> dict[str, Any] | None:
+    return next((r for r in runs if r["system"] == system and r["handler"] == "noop"
+                 and r["connections"] == connections), None)
+
+
+def best_serve(runs: list[dict[str, Any]], connections: int = 32) -> dict[str, Any] | None:
+    """Serve's fastest configuration (by req/s) at `connections`, noop handler."""
+    measured = [r for s in SERVE_CONFIGS if (r := _at(runs, s, connections)) and _median(r["rps"])]
+    return max(measured, key=lambda r: r["rps"]["median"], default=None)
+
+
+def _proxy(doc: dict[str, Any] | None) -> list[Target]:
+    names = ("Proxy at 32 connections: ≥ 10× Serve's best req/s", "…and p99 ≤ 0.1× Serve's best",
+             "…and ≥ 0.5× bare uvicorn+Starlette req/s")
+    runs = doc["figures"]["runs"] if doc else []
+    ours, serve, uvicorn = _at(runs, "ours", 32), best_serve(runs), _at(runs, "uvicorn", 32)
+    rows = []
+    if ours and serve:
+        ratio = ours["rps"]["median"] / serve["rps"]["median"]
+        rows.append(Target(names[0], f"×{ratio:.2f} ({ours['rps']['median']:,.0f} vs {serve['system']} "
+                                     f"{serve['rps']['median']:,.0f} req/s)", ratio >= 10))
+        p99 = ours["p99_ms"]["median"] / serve["p99_ms"]["median"]
+        rows.append(Target(names[1], f"×{p99:.2f} ({ours['p99_ms']['median']:.1f} vs "
+                                     f"{serve['p99_ms']['median']:.1f} ms)", p99 <= 0.1))
+    else:
+        rows += [Target(names[0], "–", None), Target(names[1], "–", None)]
+    if ours and uvicorn:
+        ratio = ours["rps"]["median"] / uvicorn["rps"]["median"]
+        rows.append(Target(names[2], f"×{ratio:.2f} ({uvicorn['rps']['median']:,.0f} req/s bare)", ratio >= 0.5))
+    else:
+        rows.append(Target(names[2], "–", None))
+    return rows
+
+
+def _update(doc: dict[str, Any] | None) -> list[Target]:
+    names = ("Lightweight update: commit → effective p50 < 100 ms", "…and faster than Serve's API call → effective")
+    if not doc:
+        return [Target(n, "–", None) for n in names]
+    f = doc["figures"]
+    ours = {kind: _median(got["seconds"]) for kind, got in f.get("ours", {}).items()}
+    serve = _median(f.get("serve", {}).get("user_config", {}).get("seconds"))
+    worst = max((v for v in ours.values() if v is not None), default=None)
+    rows = [Target(names[0], ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in ours.items() if v is not None) or "–",
+                   None if worst is None else worst < 0.1)]
+    ours_config = ours.get("user_config")
+    if serve is None or ours_config is None:
+        rows.append(Target(names[1], "–", None))
+    else:
+        rows.append(Target(names[1], f"user_config: ours {ours_config * 1e3:.0f} ms vs Serve {serve * 1e3:.0f} ms",
+                           ours_config < serve))
+    return rows
+
+
+def _rollout(doc: dict[str, Any] | None) -> list[Target]:
+    names = ("Code rollout under load: 0 failed requests", "…and total time no worse than Serve's")
+    ours = doc["figures"].get("ours") if doc else None
+    serve = doc["figures"].get("serve") if doc else None
+    rows = [Target(names[0], f"{ours['failed']} of {ours['requests']}", ours["failed"] == 0) if ours
+            else Target(names[0], "–", None)]
+    if ours and serve:
+        a, b = ours["total_s"]["median"], serve["total_s"]["median"]
+        rows.append(Target(names[1], f"ours {a:.1f} s vs Serve {b:.1f} s", a <= b))
+    else:
+        rows.append(Target(names[1], "–", None))
+    return rows
+
+
+def _controller_kill(doc: dict[str, Any] | None) -> list[Target]:
+    name = "Controller kill -9 under load: 0 failed requests"
+    ours = (doc["figures"].get("ours") or {}).get("controller") if doc else None
+    if not ours:
+        return [Target(name, "–", None)]
+    return [Target(name, f"{ours['failed']} of {ours['requests']}; goal API back in "
+                         f"{ours['recovery_s']['median']:.1f} s", ours["failed"] == 0)]
+
+
+def _reconcile(doc: dict[str, Any] | None) -> list[Target]:
+    names = ("Reconcile: 10,000 specs cold < 5 s", "…linear: growth per 10× ≤ 1.1",
+             "…unchanged tick < 5 ms at 1,000 specs")
+    if not doc:
+        return [Target(n, "–", None) for n in names]
+    f = doc["figures"]
+    by_size = {r["specs"]: r for r in f["rows"]}
+    rows = []
+    big = by_size.get(10_000)
+    rows.append(Target(names[0], f"{big['cold_s']['median']:.2f} s", big["cold_s"]["median"] < 5) if big
+                else Target(names[0], "–", None))
+    steps = [s for s in f["growth"]["cold_s"] if s["from"] >= 100]
+    worst = max((s["growth"] for s in steps), default=None)
+    rows.append(Target(names[1], ", ".join(f"{s['from']:,}→{s['to']:,} ×{s['growth']:.2f}" for s in steps) or "–",
+                       None if worst is None else worst <= 1.1))
+    thousand = by_size.get(1_000)
+    rows.append(Target(names[2], f"{thousand['unchanged_s']['median'] * 1e3:.1f} ms",
+                       thousand["unchanged_s"]["median"] < 0.005) if thousand else Target(names[2], "–", None))
+    return rows
+
+
+def _fanout(doc: dict[str, Any] | None) -> Target:
+    name = "Fan-out: bytes per traffic change flat in the number of endpoints"
+    rows = doc["figures"]["rows"] if doc else []
+    if len(rows) < 2:
+        return Target(name, "–", None)
+    small, large = rows[0], rows[-1]
+    growth = large["pushed_bytes"] / small["pushed_bytes"]
+    return Target(name, f"{small['pushed_bytes']:,} B at {small['endpoints']:,} → {large['pushed_bytes']:,} B at "
+                        f"{large['endpoints']:,} endpoints (×{growth:.2f})", growth <= 1.1)

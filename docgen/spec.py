@@ -1,0 +1,236 @@
+"""docs/spec.md from the spec models: every key with type, default, constraints and example.
+
+Types and constraints come from each model's JSON schema, defaults from its
+`model_fields`, descriptions from wherever the models carry them (a field's
+description, else its schema's, else the model's docstring for a table).
+Each key's example is taken from `EXAMPLE`, a complete spec that also opens
+the page (and is validated with every other TOML block of docs/); a key
+the models gain without an example there fails the generator, so the page
+cannot miss one.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+
+from gitops.specs.models import BackendSpec, EndpointSpec
+
+__all__ = ["EXAMPLE", "TABLES", "render_spec"]
+
+HEADER = "<!-- Generated from gitops/specs/models.py by `make docs`; edit the models, not this file. -->\n"
+
+# The top-level tables of a spec file and the model of one entry of each.
+TABLES: tuple[tuple[str, str, type[BaseModel]], ...] = (
+    ("backends", "[backends.NAME]", BackendSpec),
+    ("endpoints", "[endpoints.NAME]", EndpointSpec),
+)
+
+EXAMPLE = """\
+[backends.echo-v1]
+import_path = "deployments.apps.echo:Echo"
+init_args = ["v1"]
+init_kwargs = { greeting = "hello" }
+max_concurrent_queries = 20
+user_config = { greeting = "hi" }
+graceful_shutdown_timeout_s = 10
+health_check_period_s = 5
+health_check_timeout_s = 10
+code_paths = ["deployments/apps"]
+version = "2026-11-01"
+ray_actor_options = { num_cpus = 0.5, num_gpus = 0, memory = 1000000000, resources = { model_slot = 1 } }
+runtime_env = { env_vars = { LOG_LEVEL = "info" }, pip = ["numpy"] }
+
+[backends.echo-v1.autoscaling]
+min_replicas = 1
+max_replicas = 4
+target_ongoing_requests = 2
+upscale_delay_s = 5
+downscale_delay_s = 30
+
+[backends.echo-v2]
+import_path = "deployments.apps.echo:Echo"
+init_args = ["v2"]
+num_replicas = 1
+
+[endpoints.echo]
+route = "/echo"
+methods = ["GET", "POST"]
+traffic = { echo-v1 = 1.0 }
+shadow = { echo-v2 = 0.1 }
+timeout_s = 10
+"""
+
+
+def render_spec() -> str:
+    example = tomllib.loads(EXAMPLE)
+    lines = [
+        HEADER,
+        "# Spec format",
+        "",
+        "Every `*.toml` file under the spec path (`deployments/` by default, recursively) is part",
+        "of one desired state: `[backends.NAME]` tables say what code runs and how, `[endpoints.NAME]`",
+        "tables which route reaches which backends. Names are 1-63 lower-case letters, digits, `.`,",
+        "`_` or `-`, starting and ending with a letter or digit, and unique across all files.",
+        "Unknown keys are errors, types are strict (`\"2\"` is not `2`), and `gitops validate` reports",
+        "every error as `FILE:LINE:COL: message`; editors can check files as you type against",
+        "`docs/spec.schema.json` (`gitops schema` prints it). A complete example:",
+        "",
+        "```toml",
+        EXAMPLE.rstrip(),
+        "```",
+        "",
+        "Rules that span keys and files, checked as well:",
+        "",
+        "- an endpoint's `traffic` weights sum to 1 and name backends defined in some file; `shadow`",
+        "  names defined backends too, and traffic may not go to a backend that can have zero replicas;",
+        "- `num_replicas` and `[autoscaling]` exclude each other, and `min_replicas <= max_replicas`;",
+        "- `import_path` is `package.module:attribute`, resolved from the repository root at the",
+        "  commit (the module is parsed, never imported); `code_paths` are relative paths that exist;",
+        "- `route` starts with `/`, is unique, and `/-/` is reserved for the proxy's own paths;",
+        "- a backend's replicas restart only when its version changes: the git tree hash of its code",
+        "  paths plus the code-affecting keys (or `version` when set); `num_replicas`, `user_config`,",
+        "  traffic and health settings change in place.",
+    ]
+    for table, heading, model in TABLES:
+        name = next(iter(example[table]))
+        lines += _section(heading, model, example[table][name], (table, name))
+    return "\n".join(lines) + "\n"
+
+
+def _section(heading: str, model: type[BaseModel], example: dict[str, Any], at: tuple[str, ...]) -> list[str]:
+    schema = model.model_json_schema()
+    lines = ["", f"## `{heading}`", ""]
+    if schema.get("description"):
+        lines += [" ".join(schema["description"].split()), ""]
+    lines += ["| key | type | default | constraints | description | example |", "| --- | --- | --- | --- | --- | --- |"]
+    nested = []
+    for key, field in model.model_fields.items():
+        prop = _resolve(schema["properties"][key], schema)
+        sub = _submodel(field.annotation)
+        value = _example(prop, example, key, at)
+        lines.append(
+            "| `{}` | {} | {} | {} | {} | {} |".format(
+                key,
+                f"table, see [`{heading[:-1]}.{key}]`](#{_anchor(heading[:-1] + '.' + key + ']')})"
+                if sub else _type(prop),
+                "required" if field.is_required() else f"`{_toml(field.get_default(call_default_factory=True))}`",
+                _constraints(prop),
+                _cell(field.description or prop.get("description", "")),
+                "" if sub else f"`{key} = {_toml(value)}`",
+            )
+        )
+        if sub:
+            nested.append((f"{heading[:-1]}.{key}]", sub, value, (*at, key)))
+    for sub_heading, sub, value, where in nested:
+        lines += _section(sub_heading, sub, value, where)
+    return lines
+
+
+def _example(prop: dict[str, Any], example: dict[str, Any], key: str, at: tuple[str, ...]) -> Any:
+    if prop.get("examples"):
+        return prop["examples"][0]
+    for source in (example, *_siblings(at)):
+        if key in source:
+            return source[key]
+    raise KeyError(f"docgen.spec.EXAMPLE has no example of {'.'.join((*at, key))}")
+
+
+def _siblings(at: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Other entries of the same table in EXAMPLE (a key one backend cannot show, another does)."""
+    document = tomllib.loads(EXAMPLE)
+    table = document[at[0]]
+    found = []
+    for entry in table.values():
+        for part in at[2:]:
+            entry = entry.get(part, {})
+        found.append(entry)
+    return found
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    candidates = [annotation, *typing.get_args(annotation)]
+    return next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+
+
+def _resolve(prop: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """The property without `null` alternatives and `$ref`s (a model field's own keys win)."""
+    options = [p for p in prop.get("anyOf", [prop]) if p.get("type") != "null"]
+    resolved = dict(options[0]) if len(options) == 1 else {"anyOf": options}
+    if "$ref" in resolved:
+        resolved = {**schema["$defs"][resolved.pop("$ref").rsplit("/", 1)[1]], **resolved}
+    for key in ("description", "examples"):
+        if key in prop:
+            resolved[key] = prop[key]
+    return resolved
+
+
+def _type(prop: dict[str, Any]) -> str:
+    if "anyOf" in prop:
+        return " or ".join(_type(option) for option in prop["anyOf"])
+    kind = prop.get("type")
+    if kind == "array":
+        items = prop.get("items", {})
+        return f"array of {_type(items)}s" if items else "array"
+    if kind == "object":
+        values = prop.get("additionalProperties")
+        return f"table of {_type(values)}s" if isinstance(values, dict) and values else "table"
+    return {"integer": "integer", "number": "number", "string": "string", "boolean": "boolean"}.get(kind, "any")
+
+
+_BOUNDS = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
+
+
+def _constraints(prop: dict[str, Any]) -> str:
+    found = [f"{op} {_number(prop[key])}" for key, op in _BOUNDS if key in prop]
+    for key, text in (("minItems", "at least {} items"), ("maxItems", "at most {} items"),
+                      ("minLength", "at least {} characters"), ("maxLength", "at most {} characters"),
+                      ("pattern", "matches `{}`")):
+        if key in prop:
+            found.append(text.format(prop[key]))
+    if "enum" in prop:
+        found.append("one of " + ", ".join(f"`{value}`" for value in prop["enum"]))
+    for key, what in (("items", "each item"), ("additionalProperties", "each value")):
+        inner = prop.get(key)
+        if isinstance(inner, dict) and _constraints(inner):
+            found.append(f"{what} {_constraints(inner)}")
+    return ", ".join(found)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _toml(value: Any) -> str:
+    """A value written as TOML (an inline table for a mapping)."""
+    if value is None:
+        return "unset"
+    if isinstance(value, BaseModel):
+        return _toml(value.model_dump(exclude_none=True))
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return _number(value) if isinstance(value, float) and value.is_integer() and abs(value) < 1e15 else str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_key(k)} = {_toml(v)}" for k, v in value.items()) + " }" if value else "{}"
+    raise TypeError(f"no TOML form for {type(value).__name__}")
+
+
+def _key(key: str) -> str:
+    return key if key and all(c.isalnum() or c in "-_" for c in key) else json.dumps(key)
+
+
+def _anchor(heading: str) -> str:
+    return "".join(c for c in heading.lower().replace(" ", "-") if c.isalnum() or c in "-_")
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")

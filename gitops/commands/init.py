@@ -1,0 +1,115 @@
+"""`gitops init [DIR]`: scaffold a first deployment a new user can commit and serve.
+
+Writes `deployments/hello.toml` (a commented spec: one backend, one
+endpoint) and `deployments/hello.py` (the class it serves) under DIR, then
+prints the next three commands. All or nothing: when any of the files
+already exists nothing is written and the command fails naming it, so a
+user's own files are never overwritten. Must not: run git, validate or
+start anything (the printed commands do that).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Mapping
+
+from gitops.errors import UserError
+
+__all__ = ["SCAFFOLD", "init_command", "write_scaffold", "next_steps"]
+
+_SPEC = '''\
+# A first deployment, made by `gitops init`. Every *.toml file under
+# deployments/ is part of one desired state; commit a change and the running
+# agent applies it. Every key, its type and default: docs/spec.md of ray-gitops.
+
+# A backend is a class (or function) of this repository, run as Ray actors.
+[backends.hello-v1]
+import_path = "deployments.hello:Hello"   # module:attribute, from the repository root
+init_args = ["v1"]                        # passed to Hello(...) once per replica
+num_replicas = 1
+ray_actor_options = { num_cpus = 0.1 }
+# user_config = { greeting = "hi" }       # handed to reconfigure() without a restart
+# max_concurrent_queries = 100            # requests one replica handles at once
+# health_check_period_s = 10              # how often check_health() runs
+
+# An endpoint is an HTTP route on the proxy and how its traffic is split.
+[endpoints.hello]
+route = "/hello"
+methods = ["GET", "POST"]
+traffic = { hello-v1 = 1.0 }              # weights summing to 1; add a backend for a canary
+# timeout_s = 30                          # the proxy answers 504 after this
+'''
+
+_APP = '''\
+"""The backend of deployments/hello.toml: answers with a greeting and its version."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+
+
+class Hello:
+    def __init__(self, version: str) -> None:
+        self.version = version
+        self.greeting = "hello"
+
+    def reconfigure(self, user_config: dict[str, Any]) -> None:
+        # Called on every replica when the spec's user_config changes.
+        self.greeting = str(user_config.get("greeting", self.greeting))
+
+    async def __call__(self, request: Request) -> dict[str, Any]:
+        # A dict is answered as JSON; str, bytes and Starlette responses work too.
+        return {"greeting": self.greeting, "version": self.version, "path": request.url.path}
+'''
+
+SCAFFOLD: Mapping[str, str] = {
+    "deployments/hello.toml": _SPEC,
+    "deployments/hello.py": _APP,
+}
+
+
+def init_command(args: argparse.Namespace) -> int:
+    target = Path(args.dir)
+    written = write_scaffold(target, SCAFFOLD)
+    for path in written:
+        print(f"created {path}")
+    print()
+    print(next_steps(target))
+    return 0
+
+
+def write_scaffold(target: Path, files: Mapping[str, str]) -> list[Path]:
+    """Write `files` under `target`, or nothing at all if any already exists."""
+    existing = [target / name for name in files if (target / name).exists()]
+    if existing:
+        raise UserError(f"{existing[0]} already exists; nothing was written (move it away or pick another DIR)")
+    written = []
+    for name, text in files.items():
+        path = target / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
+def next_steps(target: Path) -> str:
+    """The three commands that take the scaffold to a served request."""
+    where = "" if target.resolve() == Path.cwd().resolve() else f"cd {target}\n"
+    git_init = "" if _in_git_repository(target) else "git init && "
+    return (
+        f"Next:\n{where}"
+        "gitops validate                      # check the specs offline\n"
+        f'{git_init}git add deployments && git commit -m "Add the hello deployment"\n'
+        "gitops run                           # then: curl localhost:8000/hello"
+    )
+
+
+def _in_git_repository(path: Path) -> bool:
+    candidate = path.resolve()
+    for directory in (candidate, *candidate.parents):
+        if (directory / ".git").exists():
+            return True
+    return False

@@ -1,0 +1,131 @@
+"""Every benchmark runs at its tiny size and the runner turns the figures into the report.
+
+One run of `python -m bench.report --tiny` (each measurement in its own
+process, real Ray, real HTTP on loopback) feeds every test below. Ray Serve
+is measured too when it is installed (the `bench` extra); without it our
+side still runs. Asserts that figures exist and make sense, never how fast.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.report import MEASUREMENTS, NO_PLOTS
+from bench.stacks import serve_installed
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.real, pytest.mark.timeout(1800)]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bench")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-m", "bench.report", "--tiny", "--out", str(out)],
+                   cwd=ROOT, env=env, check=True, timeout=1700)
+    return out
+
+
+@pytest.fixture(scope="module")
+def measured(report: Path) -> dict[str, Any]:
+    return json.loads((report / "latest.json").read_text())
+
+
+def figures(measured: dict[str, Any], name: str) -> dict[str, Any]:
+    return measured["measurements"][name]["figures"]
+
+
+def systems() -> set[str]:
+    return {"ours", "serve"} if serve_installed() else {"ours"}
+
+
+def test_every_measurement_ran(measured: dict[str, Any]) -> None:
+    assert measured["failures"] == {}
+    assert set(measured["measurements"]) == set(MEASUREMENTS)
+
+
+def test_every_measurement_records_the_machine_and_its_command(measured: dict[str, Any]) -> None:
+    for name, doc in measured["measurements"].items():
+        assert doc["machine"]["cores"] > 0 and doc["machine"]["memory_gb"] > 0, name
+        assert doc["command"].startswith(f"python -m bench.{name}"), doc["command"]
+
+
+def test_proxy_bench_serves_requests_through_our_proxy_without_errors(measured: dict[str, Any]) -> None:
+    ours = [r for r in figures(measured, "proxy")["runs"] if r["system"] == "ours"]
+
+    assert ours and all(r["rps"]["median"] > 0 and r["non_2xx"] == 0 for r in ours)
+
+
+def test_proxy_bench_measures_serve_when_it_is_installed(measured: dict[str, Any]) -> None:
+    measured_systems = {r["system"].split("-")[0] for r in figures(measured, "proxy")["runs"]}
+
+    assert measured_systems & {"ours", "serve"} == systems()
+
+
+def test_update_latency_times_every_change(measured: dict[str, Any]) -> None:
+    got = figures(measured, "update_latency")
+
+    assert set(got) - {"changes"} == systems()
+    for system in systems():
+        for kind in got[system].values():
+            assert len(kind["samples"]) == got["changes"] and all(s > 0 for s in kind["samples"])
+
+
+def test_rollout_counts_the_requests_sent_during_it(measured: dict[str, Any]) -> None:
+    got = figures(measured, "rollout")
+
+    for system in systems():
+        assert got[system]["requests"] > 0 and got[system]["total_s"]["median"] > 0
+
+
+def test_faults_time_the_recovery_of_the_controller_and_the_proxy(measured: dict[str, Any]) -> None:
+    got = figures(measured, "faults")
+
+    for system in systems():
+        assert set(got[system]) == {"controller", "proxy"}
+        assert all(role["recovery_s"]["median"] > 0 for role in got[system].values())
+
+
+def test_reconcile_measures_every_size_and_its_growth(measured: dict[str, Any]) -> None:
+    got = figures(measured, "reconcile")
+
+    assert [r["specs"] for r in got["rows"]] == [10, 100]
+    assert math.isfinite(got["growth"]["cold_s"][0]["growth"])
+
+
+def test_fanout_measures_one_change_at_each_size(measured: dict[str, Any]) -> None:
+    rows = figures(measured, "fanout")["rows"]
+
+    assert [r["endpoints"] for r in rows] == [10, 100]
+    assert all(0 < r["pushed_bytes"] < r["broadcast_bytes"] for r in rows)
+
+
+def test_memory_reads_each_process_of_our_stack(measured: dict[str, Any]) -> None:
+    got = figures(measured, "memory")["ours"]
+
+    for state in ("idle", "load"):
+        assert all(got[state][role] > 0 for role in ("agent", "controller", "proxy", "replica")), got[state]
+
+
+def test_report_has_the_targets_table(report: Path) -> None:
+    assert "Where we stand against the targets" in (report / "REPORT.md").read_text()
+
+
+def test_report_shows_the_plots_or_says_why_not(report: Path) -> None:
+    text = (report / "REPORT.md").read_text()
+    plots = ("proxy_noop.png", "reconcile.png", "memory.png")
+
+    if importlib.util.find_spec("matplotlib") is None:  # the `bench` extra is not installed
+        assert NO_PLOTS in text and not any((report / plot).exists() for plot in plots)
+    else:
+        assert all((report / plot).stat().st_size > 0 and f"]({plot})" in text for plot in plots)

@@ -1,0 +1,54 @@
+"""Issue 15's targets are judged from the results document the way a reader would."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.targets import targets
+
+
+def spread(value: float) -> dict[str, float]:
+    return {"median": value, "min": value, "max": value, "n": 1}
+
+
+def run(system: str, rps: float, p99_ms: float, connections: int = 32) -> dict[str, Any]:
+    return {"system": system, "handler": "noop", "replicas": 1, "connections": connections,
+            "rps": spread(rps), "p50_ms": spread(p99_ms / 2), "p99_ms": spread(p99_ms),
+            "non_2xx": 0, "socket_errors": 0}
+
+
+def proxy_document(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"measurements": {"proxy": {"figures": {"runs": runs}}}}
+
+
+def verdict(document: dict[str, Any], starts_with: str) -> bool | None:
+    return next(t.met for t in targets(document) if t.target.startswith(starts_with))
+
+
+def test_proxy_throughput_is_compared_with_serves_fastest_configuration() -> None:
+    document = proxy_document([run("ours", 10_000, 5), run("serve-100", 300, 150), run("serve-direct", 2_000, 25)])
+
+    assert verdict(document, "Proxy at 32 connections") is False  # 5x the fastest, though 33x the slowest
+
+
+def test_proxy_target_is_met_at_ten_times_serves_best() -> None:
+    document = proxy_document([run("ours", 20_000, 2), run("serve-direct", 2_000, 25)])
+
+    assert verdict(document, "Proxy at 32 connections") is True
+
+
+def test_targets_without_figures_are_reported_as_not_measured() -> None:
+    document = proxy_document([run("ours", 10_000, 5)])  # no Serve in this run
+
+    assert verdict(document, "Proxy at 32 connections") is None
+    assert verdict(document, "Reconcile: 10,000 specs") is None
+
+
+def test_reconcile_growth_above_linear_misses_the_target() -> None:
+    rows = [{"specs": n, "cold_s": spread(t), "unchanged_s": spread(0.001), "one_file_s": spread(t / 10)}
+            for n, t in ((100, 0.06), (1_000, 0.6), (10_000, 9.0))]
+    growth = [{"from": 100, "to": 1_000, "growth": 1.0}, {"from": 1_000, "to": 10_000, "growth": 1.5}]
+    document = {"measurements": {"reconcile": {"figures": {"rows": rows, "growth": {"cold_s": growth}}}}}
+
+    assert verdict(document, "…linear") is False
+    assert verdict(document, "Reconcile: 10,000 specs cold") is False

@@ -1,0 +1,387 @@
+"""The reconcile loop over an in-memory source, with the real loader and
+planner and the fake controller (no git, no Ray): what each commit does,
+and when."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from vocabulary.configs import ServingState
+from gitops.agent import Agent, AgentSettings, Planner, Trigger
+from gitops.history import History
+from gitops.ledger import Outcome
+from gitops.specs.loading import Loader
+from gitops.metrics import AgentMetrics
+from gitops.planning import plan
+from gitops.testing import FakeController, MemorySource
+
+APP = '''
+class Echo:
+    def __init__(self, label):
+        self.label = label
+
+    def __call__(self, request):
+        return self.label
+'''
+
+
+def spec(traffic: dict[str, float], backends: tuple[str, ...] = ("v1", "v2")) -> str:
+    text = ""
+    for name in backends:
+        text += f'[backends.{name}]\nimport_path = "deployments.apps.echo:Echo"\ninit_args = ["{name}"]\n\n'
+    weights = ", ".join(f"{k} = {v}" for k, v in traffic.items())
+    return text + f'[endpoints.echo]\nroute = "/echo"\ntraffic = {{ {weights} }}\n'
+
+
+@pytest.fixture
+def spec_repo(tmp_path: Path) -> MemorySource:
+    source = MemorySource(tmp_path / "exports")
+    source.write("deployments/__init__.py", "")
+    source.write("deployments/apps/__init__.py", "")
+    source.write("deployments/apps/echo.py", APP)
+    source.write("deployments/echo.toml", spec({"v1": 1.0}))
+    source.commit("v1 only")
+    return source
+
+
+def make_agent(
+    spec_repo: MemorySource, tmp_path: Path, controller: FakeController, *, planner: Planner = plan,
+    log: logging.Logger | None = None, **settings: Any,
+) -> Agent:
+    return Agent(
+        spec_repo,
+        controller,
+        History(tmp_path / "state" / "history.db"),
+        load=Loader().load_tree,
+        plan=planner,
+        metrics=AgentMetrics(),
+        settings=AgentSettings(**{"interval_s": 30.0, "resync_interval_s": 60.0, **settings}),
+        **({"log": log} if log is not None else {}),
+    )
+
+
+async def until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+def tick(agent: Agent, full: bool = True):
+    return asyncio.run(agent.tick(full=full))
+
+
+def metric(agent: Agent, name: str) -> float:
+    for line in agent.metrics.render().decode().splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not exported")
+
+
+def test_first_tick_applies_the_commit_and_reports_synced(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller)
+    entry = tick(agent)
+    assert entry.result is Outcome.APPLIED and entry.commit == spec_repo.head()
+    assert set(controller.state.backends) == {"v1", "v2"}
+    assert controller.state.endpoints["echo"].traffic == {"v1": 1.0}
+    assert agent.status().status.value == "Synced"
+    assert agent.status().last_applied_revision == spec_repo.head()
+
+
+def test_reapplying_the_same_commit_is_a_noop_without_controller_writes(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller)
+    tick(agent)
+    writes = len(controller.calls)
+    assert tick(agent).result is Outcome.NOOP
+    assert len(controller.calls) == writes
+    assert len(agent.history()) == 1
+
+
+def test_traffic_change_commit_changes_the_split(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller)
+    tick(agent)
+    spec_repo.write("deployments/echo.toml", spec({"v1": 0.5, "v2": 0.5}))
+    spec_repo.commit("split")
+    del controller.calls[:]
+    assert tick(agent, full=False).result is Outcome.APPLIED
+    # v2 gains traffic: its (unchanged) config is re-asserted first, as a readiness gate.
+    assert controller.calls == [("apply_backend", "v2"), ("apply_endpoint", "echo")]
+    assert controller.state.endpoints["echo"].traffic == {"v1": 0.5, "v2": 0.5}
+
+
+def test_invalid_commit_changes_nothing_and_shows_errors_with_location(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller)
+    tick(agent)
+    good = controller.state
+    spec_repo.write("deployments/echo.toml", spec({"v1": 0.5, "v3": 0.5}))
+    bad = spec_repo.commit("typo")
+    entry = tick(agent, full=False)
+    assert entry.result is Outcome.INVALID and entry.commit == bad
+    assert controller.state == good
+    status = agent.status()
+    assert status.status.value == "Failed"
+    assert any(e.startswith("deployments/echo.toml:") and "v3" in e for e in status.errors)
+    assert metric(agent, "gitops_spec_errors") >= 1
+
+
+def test_next_good_commit_after_a_broken_one_applies(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller)
+    tick(agent)
+    spec_repo.write("deployments/echo.toml", "[backends.x\n")
+    spec_repo.commit("broken toml")
+    assert tick(agent, full=False).result is Outcome.INVALID
+    spec_repo.write("deployments/echo.toml", spec({"v2": 1.0}))
+    spec_repo.commit("fixed")
+    assert tick(agent, full=False).result is Outcome.APPLIED
+    assert controller.state.endpoints["echo"].traffic == {"v2": 1.0}
+    assert agent.status().status.value == "Synced"
+
+
+def test_removed_specs_are_pruned_from_the_cluster(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller)
+    tick(agent)
+    spec_repo.write("deployments/echo.toml", "")
+    spec_repo.commit("remove all")
+    tick(agent, full=False)
+    assert controller.state == ServingState()
+    assert controller.calls[-3:] == [("delete_endpoint", "echo"), ("delete_backend", "v1"), ("delete_backend", "v2")]
+
+
+def test_drift_is_corrected_and_counted_on_resync(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller)
+    tick(agent)
+    drifted = controller.state.endpoints["echo"].model_copy(update={"traffic": {"v2": 1.0}})
+    asyncio.run(controller.apply_endpoint(drifted))  # someone changed traffic by hand
+    assert tick(agent, full=False) is None  # a poll with no new commit does not compare
+    tick(agent, full=True)
+    assert controller.state.endpoints["echo"].traffic == {"v1": 1.0}
+    assert metric(agent, "gitops_drift_corrections_total") == 1
+
+
+def test_restarted_agent_converges_without_repeating_actions(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    tick(make_agent(spec_repo, tmp_path, controller))
+    writes = len(controller.calls)
+    restarted = make_agent(spec_repo, tmp_path, controller)
+    assert tick(restarted).result is Outcome.NOOP
+    assert len(controller.calls) == writes
+    assert restarted.status().last_applied_revision == spec_repo.head()
+
+
+def test_agent_killed_mid_apply_finishes_the_rest_after_restart(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    controller.stuck.add("v1")
+
+    async def killed_while_waiting() -> None:
+        task = asyncio.ensure_future(make_agent(spec_repo, tmp_path, controller).tick())
+        await until(lambda: ("apply_backend", "v1") in controller.calls)
+        task.cancel()
+
+    asyncio.run(killed_while_waiting())
+    controller.stuck.clear()
+    entry = tick(make_agent(spec_repo, tmp_path, controller))
+    assert entry.result is Outcome.APPLIED
+    assert controller.calls.count(("apply_endpoint", "echo")) == 1
+    assert controller.calls.count(("apply_backend", "v2")) == 1
+
+
+def test_newest_commit_wins_over_a_waiting_apply(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller, watch=False)
+    tick(agent)
+    controller.stuck.add("v3")
+    spec_repo.write("deployments/echo.toml", spec({"v1": 1.0}, backends=("v1", "v2", "v3")))
+    slow = spec_repo.commit("add v3, which never gets ready")
+
+    async def scenario() -> None:
+        runner = asyncio.ensure_future(agent.run())
+        try:
+            await until(lambda: ("apply_backend", "v3") in controller.calls)
+            spec_repo.write("deployments/echo.toml", spec({"v2": 1.0}))
+            spec_repo.commit("give up on v3")
+            agent.notify(Trigger.WEBHOOK)
+            await until(lambda: any(e.result is Outcome.SUPERSEDED for e in agent.history()), timeout_s=5)
+            controller.stuck.clear()  # v3's deletion may complete
+            await until(lambda: agent.history()[0].commit == spec_repo.head(), timeout_s=5)
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+
+    asyncio.run(scenario())
+    results = {e.commit: e.result for e in agent.history()}
+    assert results[slow] is Outcome.SUPERSEDED
+    assert results[spec_repo.head()] is Outcome.APPLIED
+    assert "v3" not in controller.state.backends
+    assert controller.state.endpoints["echo"].traffic == {"v2": 1.0}
+
+
+def test_suspended_agent_applies_nothing_until_resumed(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller, watch=False)
+
+    async def scenario() -> None:
+        agent.suspend()
+        runner = asyncio.ensure_future(agent.run())
+        try:
+            agent.notify(Trigger.SYNC)
+            await asyncio.sleep(0.3)
+            assert controller.calls == [] and agent.status().status.value == "Suspended"
+            agent.resume()
+            await until(lambda: "echo" in controller.state.endpoints)
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+def test_unreachable_controller_is_reported_and_the_next_tick_recovers(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller)
+
+    controller.unreachable = "controller actor is restarting"
+    assert tick(agent) is None
+    status = agent.status()
+    assert status.status.value == "Failed" and "controller actor is restarting" in status.errors[0]
+    controller.unreachable = None
+    assert tick(agent).result is Outcome.APPLIED
+    assert agent.status().status.value == "Synced"
+
+
+def test_an_unexpected_error_in_a_tick_does_not_end_the_loop(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    calls = []
+
+    def flaky_plan(desired: ServingState, actual: ServingState):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("planner bug")
+        return plan(desired, actual)
+
+    agent = make_agent(spec_repo, tmp_path, controller, planner=flaky_plan, watch=False)
+
+    async def scenario() -> None:
+        runner = asyncio.ensure_future(agent.run())
+        try:
+            await until(lambda: calls)
+            await until(lambda: bool(agent.status().errors))  # the failed tick has finished
+            assert "planner bug" in agent.status().errors[0]
+            agent.notify(Trigger.SYNC)
+            await until(lambda: "echo" in controller.state.endpoints)
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+def test_suspension_survives_a_restart_of_the_agent(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    marker = tmp_path / "state" / "suspended"
+    make_agent(spec_repo, tmp_path, controller, suspend_marker=marker).suspend()
+    restarted = make_agent(spec_repo, tmp_path, controller, suspend_marker=marker)
+    assert restarted.suspended and restarted.status().status.value == "Suspended"
+    restarted.resume()
+    assert not make_agent(spec_repo, tmp_path, controller, suspend_marker=marker).suspended
+
+
+def test_code_exports_no_backend_uses_are_removed(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller)
+    tick(agent)
+    first = Path(controller.state.backends["v1"].working_dir)
+    spec_repo.write("deployments/apps/echo.py", APP + "\n# new code\n")
+    spec_repo.commit("new code")
+    tick(agent)
+    second = Path(controller.state.backends["v1"].working_dir)
+    assert first != second and first.exists()  # kept one tick: the rollout may still need it
+    tick(agent)
+    assert not first.exists() and second.exists()
+
+
+def test_failed_rollout_is_recorded_with_the_replicas_error_and_traffic_stays(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller)
+    tick(agent)
+    controller.failing["v3"] = "ImportError: cannot import name 'Echo3'"
+    spec_repo.write("deployments/echo.toml", spec({"v3": 1.0}, backends=("v1", "v3")))
+    failed = spec_repo.commit("move traffic to v3, which cannot start")
+    entry = tick(agent, full=False)
+    assert entry.result is Outcome.FAILED
+    assert entry.errors == ("create backend v3: ImportError: cannot import name 'Echo3'",)
+    assert controller.state.endpoints["echo"].traffic == {"v1": 1.0}
+    status = agent.status()
+    assert (status.status.value, status.last_attempted_revision) == ("Failed", failed)
+    assert status.last_applied_revision != failed
+
+
+def test_an_unreachable_git_server_is_retried_with_backoff_before_the_next_poll(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    spec_repo.fetch_error = "could not resolve host"
+    agent = make_agent(spec_repo, tmp_path, controller, watch=False, interval_s=30.0, retry_base_s=0.05)
+
+    async def scenario() -> None:
+        runner = asyncio.ensure_future(agent.run())
+        try:
+            await until(lambda: agent.status().status.value == "Failed")
+            assert "could not resolve host" in agent.status().errors[0]
+            spec_repo.fetch_error = None  # the server is back; no poll is due for 30 s
+            await until(lambda: "echo" in controller.state.endpoints, timeout_s=5)
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert agent.status().status.value == "Synced"
+
+
+def test_an_invalid_commit_is_stalled_until_a_new_commit(spec_repo, tmp_path) -> None:
+    agent = make_agent(spec_repo, tmp_path, FakeController())
+    spec_repo.write("deployments/echo.toml", "[backends.x\n")
+    spec_repo.commit("broken toml")
+    tick(agent)
+    stalled = agent.status().condition("Stalled")
+    assert stalled is not None and stalled.status and stalled.reason == "ValidationFailed"
+
+
+def test_a_failed_apply_logs_the_failed_backend_from_data_not_text(spec_repo, tmp_path) -> None:
+    controller = FakeController()
+    records: list[logging.LogRecord] = []
+    log = logging.getLogger(f"test.agent.{tmp_path.name}")
+    log.addHandler(_Collect(records))
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    agent = make_agent(spec_repo, tmp_path, controller, log=log)
+    tick(agent)
+    # The replica's own error names another backend action; the field must not be fooled by it.
+    controller.failing["v3"] = "constructor raised: create backend v1 failed"
+    spec_repo.write("deployments/echo.toml", spec({"v1": 1.0}, backends=("v1", "v2", "v3")))
+    spec_repo.commit("add v3")
+    tick(agent, full=False)
+    [line] = [r for r in records if getattr(r, "result", None) == "failed"]
+    assert (line.backend, line.commit, line.actions) == ("v3", spec_repo.head()[:7], 1)
+    assert line.errors == ["create backend v3: constructor raised: create backend v1 failed"]
+    waiting = [r for r in records if r.getMessage().endswith("waiting for create backend v3")]
+    assert [r.backend for r in waiting] == ["v3"]
+
+
+class _Collect(logging.Handler):
+    def __init__(self, into: list[logging.LogRecord]) -> None:
+        super().__init__()
+        self._into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._into.append(record)

@@ -1,0 +1,27 @@
+"""The install tier's session fixtures: the wheel, built once, installed once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.install.support import Installed, build_wheel
+
+
+@dataclass(frozen=True)
+class Built:
+    wheel: Path
+    output: str
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    wheel, output = build_wheel(tmp_path_factory.mktemp("dist"))
+    return Built(wheel, output)
+
+
+@pytest.fixture(scope="session")
+def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    return Installed.create(tmp_path_factory.mktemp("user") / "venv", built.wheel)

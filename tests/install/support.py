@@ -1,0 +1,82 @@
+"""The install tier's fixtures: the wheel as built for users, installed the way users install it.
+
+`build_wheel` runs `python -m build --wheel` on this checkout; `Installed`
+is a fresh virtualenv outside the checkout with that wheel installed
+without extras (pip may use its cache), and runs its console scripts from
+a directory of the test's choosing with an environment free of this test
+session's Ray and virtualenv. A plain module: the test modules choose
+their fixture scopes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["REPO_ROOT", "build_wheel", "Installed", "clean_env"]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+# A user joining a cluster runs with its token settings, like the cluster's other nodes.
+_RAY_CREDENTIALS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
+def clean_env() -> dict[str, str]:
+    """The environment a user's shell would have: no venv, no Ray settings of this
+    session but the cluster's token ones, and byte-compiling on (build warns
+    when PYTHONDONTWRITEBYTECODE is set)."""
+    dropped = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
+    return {
+        k: v for k, v in os.environ.items()
+        if (not k.startswith("RAY_") or k in _RAY_CREDENTIALS) and k not in dropped
+    }
+
+
+def build_wheel(outdir: Path) -> tuple[Path, str]:
+    """Build the wheel into `outdir`; returns it and everything the build printed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(outdir), str(REPO_ROOT)],
+        capture_output=True, text=True, env=clean_env(), timeout=600,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    wheels = sorted(outdir.glob("ray_gitops-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0], output
+
+
+@dataclass(frozen=True)
+class Installed:
+    """A virtualenv with the wheel installed, and nothing else of ours."""
+
+    venv: Path
+
+    @classmethod
+    def create(cls, venv: Path, wheel: Path) -> "Installed":
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=clean_env())
+        done = subprocess.run(
+            [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(wheel)],
+            capture_output=True, text=True, env=clean_env(), timeout=900,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return cls(venv)
+
+    @property
+    def bin(self) -> Path:
+        return self.venv / "bin"
+
+    def env(self) -> dict[str, str]:
+        """A shell's environment with this venv's scripts first on PATH."""
+        env = clean_env()
+        env["PATH"] = f"{self.bin}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def gitops(self, *args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.bin / "gitops"), *args], cwd=cwd, capture_output=True, text=True,
+            env=self.env(), timeout=timeout,
+        )

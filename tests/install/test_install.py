@@ -1,0 +1,138 @@
+"""A stranger's first hour, on the wheel as pip installs it: no extras, no checkout.
+
+The wheel is built from this checkout and installed into a fresh virtualenv
+in a temp dir; every command runs from a new git repository elsewhere, as
+the README's quick start tells a user to: `gitops --version`, `init`,
+`validate`, `run` (joined to the test session's Ray, which runs the same Ray
+and Python as the wheel's; tests/real/test_agent_run.py covers an embedded
+Ray, and starting a second one would double this tier's cost), a request
+through the proxy, `status`, `history`, `sync`, `suspend`, `resume`, and
+SIGTERM. The tests run in file order against one agent; the last stops it.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+import ray
+
+from tests.conftest import GitRepo
+from tests.install.conftest import Built
+from tests.install.support import Installed
+from tests.real.support import _shutdown_controller, eventually, free_port
+
+pytestmark = pytest.mark.real
+
+
+@dataclass
+class Running:
+    repo: GitRepo
+    process: subprocess.Popen[str]
+    proxy: str
+    admin: str
+    commit: str
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+
+@pytest.fixture(scope="module")
+def project(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> GitRepo:
+    """A user's new repository with the scaffold committed."""
+    repo = GitRepo(tmp_path_factory.mktemp("home") / "specs")
+    done = installed.gitops("init", cwd=repo.root)
+    assert done.returncode == 0, done.stderr
+    repo.commit("Add the hello deployment")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def running(installed: Installed, project: GitRepo, ray_session: str) -> Iterator[Running]:
+    proxy_port, admin_port = free_port(), free_port()
+    log = project.root.parent / "gitops-run.log"
+    process = subprocess.Popen(
+        [str(installed.bin / "gitops"), "run", "--proxy-port", str(proxy_port), "--admin-port", str(admin_port),
+         "--proxy-metrics-port", str(free_port()), "--interval", "1",
+         "--ray-address", ray.get_runtime_context().gcs_address],
+        cwd=project.root, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, env=installed.env(),
+    )
+    yield Running(
+        project, process, f"http://127.0.0.1:{proxy_port}", f"http://127.0.0.1:{admin_port}", project.head(), log
+    )
+    if process.poll() is None:
+        process.kill()
+        process.wait(timeout=60)
+    _shutdown_controller()
+
+
+def test_the_wheel_builds_without_a_warning(built: Built) -> None:
+    warnings = [line for line in built.output.splitlines() if "warning" in line.lower()]
+    assert warnings == [], built.output
+
+
+def test_version_is_the_installed_package_version(installed: Installed, tmp_path: Path) -> None:
+    done = installed.gitops("--version", cwd=tmp_path)
+    assert (done.returncode, done.stdout.strip()) == (0, f"gitops {version('ray-gitops')}")
+
+
+def test_the_scaffold_validates(installed: Installed, project: GitRepo) -> None:
+    done = installed.gitops("validate", cwd=project.root)
+    assert (done.returncode, done.stdout.strip()) == (0, "deployments: 1 backend, 1 endpoint, valid"), done.stderr
+
+
+def test_the_scaffold_is_served_through_the_proxy(running: Running) -> None:
+    def hello() -> httpx.Response | None:
+        assert running.process.poll() is None, running.output()
+        response = httpx.get(f"{running.proxy}/hello", timeout=5)
+        return response if response.status_code == 200 else None
+
+    answer = eventually(hello, timeout_s=240, interval_s=0.5, what="/hello served", retry_on=(httpx.HTTPError,))
+    assert answer.json() == {"greeting": "hello", "version": "v1", "path": "/hello"}
+
+
+def test_status_says_synced_at_the_commit(installed: Installed, running: Running) -> None:
+    def synced() -> str | None:
+        done = installed.gitops("status", "--agent", running.admin, cwd=running.repo.root)
+        return done.stdout if done.returncode == 0 and "Status:     Synced" in done.stdout else None
+
+    assert running.commit[:7] in eventually(synced, timeout_s=60, interval_s=0.5, what="gitops status Synced")
+
+
+def test_history_lists_the_applied_commit(installed: Installed, running: Running) -> None:
+    done = installed.gitops("history", "--agent", running.admin, cwd=running.repo.root)
+    assert done.returncode == 0, done.stderr
+    assert any(line.startswith(running.commit[:7]) and " applied " in line for line in done.stdout.splitlines())
+
+
+@pytest.mark.parametrize(
+    "verb, said",
+    [
+        ("sync", "sync requested; the agent reconciles now"),
+        ("suspend", "reconciliation suspended"),
+        ("resume", "reconciliation resumed"),
+    ],
+)
+def test_control_verbs_answer(installed: Installed, running: Running, verb: str, said: str) -> None:
+    done = installed.gitops(verb, "--agent", running.admin, cwd=running.repo.root)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, said, "")
+
+
+def test_the_state_dir_stays_out_of_git(running: Running) -> None:
+    state = running.repo.root / ".gitops-state"
+    assert state.stat().st_mode & 0o777 == 0o700
+    assert running.repo.git("status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_sigterm_stops_with_exit_0_and_no_traceback(running: Running) -> None:
+    running.process.send_signal(signal.SIGTERM)
+    assert running.process.wait(timeout=120) == 0, running.output()
+    assert "Traceback" not in running.output(), running.output()
+    assert running.output().splitlines()[-1].endswith("gitops: stopped"), running.output()
