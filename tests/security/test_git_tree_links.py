@@ -7,19 +7,19 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, GoalState, ServingState
 from gitops.agent import Agent
 from gitops.cli import main
-from gitops.history import History, Outcome
+from gitops.history import History
+from gitops.ledger import Outcome
 from gitops.metrics import AgentMetrics
 from gitops.planning import plan
 from gitops.specs.loading import Loader
 from gitops.sources.repos import GitSource, SourceError
-from gitops.sources.trees import CommitTree, MemoryTree
+from gitops.sources.trees import MemoryTree
+from gitops.testing import FakeController
 
 ECHO_PY = "class Echo:\n    def __call__(self, request):\n        return 'hi'\n"
 SPEC = (
@@ -102,41 +102,14 @@ def test_export_refuses_a_link_outside_before_writing_anything(docs_link_repo, t
     assert list((tmp_path / "state/exports").iterdir()) == []
 
 
-class Controller:
-    """The goal API over plain values, remembering every write."""
-
-    def __init__(self) -> None:
-        self.state = ServingState()
-        self.writes: list[str] = []
-
-    async def apply_backend(self, config: BackendConfig) -> str:
-        self.writes.append(config.name)
-        self.state = self.state.model_copy(update={"backends": {**self.state.backends, config.name: config}})
-        return config.name
-
-    async def apply_endpoint(self, config: EndpointConfig) -> str:
-        self.writes.append(config.name)
-        self.state = self.state.model_copy(update={"endpoints": {**self.state.endpoints, config.name: config}})
-        return config.name
-
-    async def wait_for_goal(self, goal_id: str, timeout_s: float) -> GoalResult:
-        return GoalResult(goal_id=goal_id, state=GoalState.MET)
-
-    async def get_state(self) -> ServingState:
-        return self.state
-
-    async def get_status(self) -> dict[str, Any]:
-        return {"backends": {}, "endpoints": {}, "proxies": {}, "goals_pending": 0}
-
-
 @pytest.mark.real
 def test_the_agent_records_a_failed_apply_once_and_applies_nothing(docs_link_repo, tmp_path: Path) -> None:
-    controller, loader = Controller(), Loader()
+    controller, loader = FakeController(), Loader()
     agent = Agent(
         GitSource(str(docs_link_repo.root), None, tmp_path / "state"),
         controller,
         History(tmp_path / "state/history.db"),
-        load=lambda repo, rev, path: loader.load_tree(CommitTree(repo, rev), path),
+        load=loader.load_tree,
         plan=plan,
         metrics=AgentMetrics(),
     )
@@ -146,7 +119,7 @@ def test_the_agent_records_a_failed_apply_once_and_applies_nothing(docs_link_rep
     status = agent.status()
     assert (status.status.value, status.errors) == ("Failed", entry.errors)
     asyncio.run(agent.tick(full=True))  # a resync: the same commit stays failed, not recorded again
-    assert (controller.writes, len(agent.history())) == ([], 1)
+    assert (controller.calls, len(agent.history())) == ([], 1)
     docs_link_repo.remove("docs/etc")
     docs_link_repo.commit("drop the link")
     assert asyncio.run(agent.tick(full=False)).result is Outcome.APPLIED

@@ -126,6 +126,6 @@ def test_run_refuses_a_max_replicas_below_one_before_starting_anything(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state_dir = tmp_path / "state"
-    assert main(["run", "--max-replicas", "0", "--state-dir", str(state_dir)]) == 1
+    assert main(["run", "--max-replicas", "0", "--state-dir", str(state_dir)]) == 2
     assert capsys.readouterr().err.strip() == "gitops run: --max-replicas must be at least 1, not 0"
     assert not state_dir.exists()
