@@ -12,7 +12,8 @@ A tick builds one `gitops.ticks.TickReport`; history, metrics and the log
 line are then written once, from that value. What the loop does after an
 error follows its kind (`gitops.errors.ErrorKind`): a transient one (git or
 the controller unreachable, a bug in a tick) is retried with backoff; a
-stalled one (invalid specs) waits for a new commit.
+stalled one (invalid specs, a commit that cannot be exported) waits for a
+new commit.
 
 A restart needs nothing from the previous run except the history ledger:
 the plan is always made against what the controller reports, so an apply
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from gitops.applying import Deadlines, Progress, apply
+from gitops.applying import ApplyResult, Deadlines, Progress, apply
 from gitops.errors import ErrorKind, SourceError
 from gitops.history import History
 from gitops.ledger import HistoryEntry, Outcome
@@ -357,7 +358,10 @@ class Agent:
         last_applied = self._history.last_applied()
         report = replace(report, applied_before=last_applied.commit if last_applied else None)
         if any(action.backend is not None for action in plan.actions):
-            working_dir = str(await asyncio.to_thread(self._source.export, revision))
+            try:
+                working_dir = str(await asyncio.to_thread(self._source.export, revision))
+            except SourceError as error:
+                return self._export_refused(report, error)
             report = replace(report, working_dir=working_dir)
         self._applying = _Applying(revision)
         try:
@@ -376,6 +380,14 @@ class Agent:
         if result.error:
             report = _failed(report, Stage.APPLY, ErrorKind.RETRY, result.error)
         return report
+
+    @staticmethod
+    def _export_refused(report: TickReport, error: SourceError) -> TickReport:
+        """A commit that cannot be exported (a link leading outside) fails before
+        anything is changed; the refusal stands until a new commit."""
+        failed = ApplyResult(Outcome.FAILED, error=str(error))
+        report = replace(report, applied=failed, reconciled_at=time.time())
+        return _failed(report, Stage.APPLY, ErrorKind.STALLED, str(error))
 
     async def _superseded(self, applying: Revision) -> bool:
         """Newest commit wins: has the branch moved since this apply began?"""

@@ -18,6 +18,8 @@ from typing import Callable, Sequence
 
 from gitops import __version__
 from gitops.errors import GitopsError
+from gitops.printable import printable
+from gitops.specs.limits import DEFAULT_MAX_REPLICAS
 from gitops.supervising import ARGV_ENV
 from vocabulary.goal_api import DEFAULT_NAMESPACE
 
@@ -124,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="after a failed apply or an aborted rollout, go back to the last applied commit "
         "and hold the newer ones back until a newer commit arrives",
     )
+    _max_replicas_flag(run)
     run.set_defaults(func=_command("run", "run_command"))
 
     validate = verb("validate", "validate specs offline")
@@ -133,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--root", default=None, help="where import paths resolve from (default: the repository's top level)"
     )
     validate.add_argument("--format", choices=["text", "json", "github"], default="text", help="how errors are printed")
+    _max_replicas_flag(validate)
     validate.set_defaults(func=_command("validate", "validate_command"))
 
     plan = verb("plan", "the changes between two commits' desired states")
@@ -175,6 +179,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _max_replicas_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-replicas",
+        type=int,
+        default=DEFAULT_MAX_REPLICAS,
+        help=f"most replicas a backend may ask for (num_replicas, autoscaling.max_replicas; default {DEFAULT_MAX_REPLICAS})",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None and ARGV_ENV in os.environ:
         # A supervised agent: its true command line (credentials included) came
@@ -186,10 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except GitopsError as error:
-        print(f"gitops {args.verb}: {error}", file=sys.stderr)
+        print(printable(f"gitops {args.verb}: {error}"), file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # noqa: BLE001 — the last line of defence
-        print(f"gitops {args.verb}: internal error: {type(error).__name__}: {error}", file=sys.stderr)
+        print(printable(f"gitops {args.verb}: internal error: {type(error).__name__}: {error}"), file=sys.stderr)
         return 1

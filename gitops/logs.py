@@ -16,7 +16,10 @@ look). Warnings and errors say their level, and events of other libraries
 their logger. JSON is one object per line with every field; even an
 exception stays on its line (text escapes the traceback's newlines, JSON
 carries it in the `exc` field). Every record passes `RedactingFilter`
-first, so no line carries a URL's credentials or a registered secret.
+first, so no line carries a URL's credentials or a registered secret, and
+both formats escape control characters and undecodable bytes
+(`gitops.printable`): a key or file name from a repository never reaches
+the terminal raw.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, MutableMapping, TextIO
 
+from gitops.printable import printable, printable_json
 from gitops.redaction import redact
 
 __all__ = ["LogFormat", "RedactingFilter", "configure_logging", "with_fields", "event_fields", "TextFormatter", "JsonFormatter"]
@@ -64,21 +68,17 @@ def _timestamp(record: logging.LogRecord) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _one_line(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-
-
 class TextFormatter(logging.Formatter):
     """`HH:MM:SS [level: ][logger: ]message`, then `errors` as indented lines."""
 
     def format(self, record: logging.LogRecord) -> str:
         line = f"{_clock(record)} {_level_prefix(record)}{_logger_prefix(record)}{record.getMessage()}"
-        line = _one_line(line)
+        line = printable(line)
         if record.exc_info or record.exc_text:
-            line += " " + _one_line(_exception(self, record))
+            line += " " + printable(_exception(self, record))
         errors = getattr(record, "errors", ())
         details = [errors] if isinstance(errors, str) else list(errors or ())
-        return "\n".join([line, *(f"    {_one_line(str(error))}" for error in details)])
+        return "\n".join([line, *(f"    {printable(str(error))}" for error in details)])
 
 
 def _exception(formatter: logging.Formatter, record: logging.LogRecord) -> str:
@@ -114,7 +114,7 @@ class JsonFormatter(logging.Formatter):
         event.update(event_fields(record))
         if record.exc_info or record.exc_text:
             event["exc"] = _exception(self, record)
-        return json.dumps(event, default=str, ensure_ascii=False)
+        return printable_json(json.dumps(event, default=str, ensure_ascii=False))
 
 
 def configure_logging(

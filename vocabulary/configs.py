@@ -49,7 +49,8 @@ __all__ = [
 ]
 
 class _Value(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Numbers are finite everywhere: configs travel as JSON, and Ray rejects inf and nan.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class AutoscalingConfig(_Value):

@@ -1,6 +1,7 @@
 """The rules every serving state keeps, checked in one place.
 
-A serving state is safe to hand to a proxy when each endpoint's traffic
+A route is one the proxy can match as written (`route_problem`), and a
+serving state is safe to hand to a proxy when each endpoint's traffic
 weights sum to 1 (within `WEIGHT_TOLERANCE`), its traffic and shadow name
 backends that exist, no backend that can have 0 replicas gets positive
 traffic (unless it scales up from zero and requests wait for its cold start,
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from dataclasses import dataclass
 from typing import Collection, Iterable, Mapping, Protocol, Sequence
 
@@ -33,6 +35,7 @@ __all__ = [
     "Routed",
     "Scaled",
     "route_key",
+    "route_problem",
     "weights_sum_to_one",
     "zero_replica_reason",
     "waits_for_cold_start",
@@ -116,6 +119,32 @@ class Scaled(Protocol):
 def route_key(route: str) -> str:
     """What makes two routes the same for the proxy: `/a`, `/a/` and `//a//` are one route."""
     return "/" + route.strip("/")
+
+
+# The proxy answers these itself (`/-/routes`, `/-/healthz`).
+_RESERVED_ROUTE_PREFIX = "/-/"
+# A route segment as the proxy matches it: RFC 3986 path characters, never
+# '%' (the proxy matches decoded paths) and never a dot segment (it refuses those).
+_ROUTE_SEGMENT = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@-]+")
+
+
+def route_problem(route: str) -> str | None:
+    """Why the proxy could not match `route` as written, or None."""
+    if not route.startswith("/"):
+        return f"must start with '/' (got '{route}')"
+    if any(char.isspace() or char in "?#" for char in route):
+        return f"must not contain spaces, '?' or '#' (got '{route}')"
+    if route.startswith(_RESERVED_ROUTE_PREFIX) or route == "/-":
+        return f"'{route}' is reserved for the proxy's own paths (/-/...)"
+    segments = [segment for segment in route.split("/") if segment]
+    if any(segment in (".", "..") for segment in segments):
+        return f"must not contain '.' or '..' segments: the proxy refuses such paths (got '{route}')"
+    if any(_ROUTE_SEGMENT.fullmatch(segment) is None for segment in segments):
+        return (
+            "must be written as the proxy matches it: letters, digits and -._~!$&'()*+,;=:@ "
+            f"between slashes, no '%' escapes (got '{route}')"
+        )
+    return None
 
 
 def weights_sum_to_one(weights: Mapping[str, float]) -> bool:

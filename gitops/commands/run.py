@@ -65,6 +65,8 @@ def run_command(args: argparse.Namespace) -> int:
         return supervise(args.argv, args.ray_address)
     _check_exposure(args, token, secret)
     _check_intervals(args)
+    if args.max_replicas < 1:
+        raise UsageError(f"--max-replicas must be at least 1, not {args.max_replicas}")
     links = _links(args)
     channels = _notify_channels(args.notify, args.repo) if args.notify else ()
     _check_namespace(args.namespace)
@@ -241,6 +243,7 @@ async def _serve(
     from gitops.access import AccessPolicy
     from gitops.agent import Agent, AgentSettings, Trigger
     from gitops.history import History
+    from gitops.specs.limits import SpecLimits
     from gitops.specs.loading import Loader
     from gitops.metrics import CONTENT_TYPE, AgentMetrics
     from gitops.webhooks import RateLimiter
@@ -251,7 +254,7 @@ async def _serve(
         loop.add_signal_handler(signum, stop.set)
 
     metrics = AgentMetrics()
-    loader = Loader()
+    loader = Loader(limits=SpecLimits(max_replicas=args.max_replicas))
     sender, notifier = _notifier(channels, links, metrics, args.namespace)
     agent = Agent(
         source,

@@ -1,4 +1,4 @@
-"""`gitops validate [PATH] [--rev REV] [--root DIR] [--format F]`: offline spec validation.
+"""`gitops validate [PATH] [--rev REV] [--root DIR] [--format F] [--max-replicas N]`: offline spec validation.
 
 Exit 0 when valid, 1 when invalid, 2 for a usage error, in every format:
 - text: every error on stderr as FILE:LINE:COL: message, a one-line summary on stdout;
@@ -7,6 +7,8 @@ Exit 0 when valid, 1 when invalid, 2 for a usage error, in every format:
   `::error file=F,line=L,col=C::message`, so errors show on the pull
   request's diff (FILE is relative to the repository root, as Actions wants).
 Only reads: the working tree, or with `--rev` a commit of the repository holding PATH.
+`--max-replicas` is the agent's cap on replica counts (default 1,000): pass
+the value the agent runs with.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 
 from gitops.errors import UserError
 from gitops.specs.documents import SpecError
+from gitops.printable import printable
+from gitops.specs.limits import SpecLimits
 from gitops.specs.loading import LoadResult, Loader
 from gitops.sources.trees import find_toplevel
 
@@ -29,9 +33,10 @@ EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 def validate_command(args: argparse.Namespace) -> int:
     path = Path(args.path)
     try:
-        result = _load(path, args.rev, args.root)
+        loader = Loader(limits=_limits(args.max_replicas))
+        result = _load(loader, path, args.rev, args.root)
     except _UsageError as error:
-        print(f"gitops validate: {error}", file=sys.stderr)
+        print(printable(f"gitops validate: {error}"), file=sys.stderr)
         return EXIT_USAGE
     if args.format == "json":
         sys.stdout.write(render_json(args.path, result))
@@ -46,20 +51,26 @@ class _UsageError(Exception):
     pass
 
 
-def _load(path: Path, rev: str | None, root: str | None) -> LoadResult:
+def _limits(max_replicas: int) -> SpecLimits:
+    if max_replicas < 1:
+        raise _UsageError(f"--max-replicas must be at least 1, not {max_replicas}")
+    return SpecLimits(max_replicas=max_replicas)
+
+
+def _load(loader: Loader, path: Path, rev: str | None, root: str | None) -> LoadResult:
     if root is not None and not Path(root).is_dir():
         raise _UsageError(f"--root {root} is not a directory")
     if rev is not None:
-        return _load_revision(path, rev, root)
+        return _load_revision(loader, path, rev, root)
     if not path.exists():
         raise _UsageError(f"{path} does not exist")
     base = Path(root) if root is not None else find_toplevel(path) or Path.cwd()
     if not _inside(path, base):
         raise _UsageError(f"{path} is not inside {base}, where import paths resolve from; pass --root")
-    return Loader().load_directory(path, base)
+    return loader.load_directory(path, base)
 
 
-def _load_revision(path: Path, rev: str, root: str | None) -> LoadResult:
+def _load_revision(loader: Loader, path: Path, rev: str, root: str | None) -> LoadResult:
     """PATH names the spec path inside the repository holding it (or holding --root)."""
     anchor = Path(root) if root is not None else _existing_parent(path)
     toplevel = find_toplevel(anchor)
@@ -69,7 +80,7 @@ def _load_revision(path: Path, rev: str, root: str | None) -> LoadResult:
         raise _UsageError(f"{path} is not inside the repository {toplevel}")
     spec_path = path.resolve().relative_to(toplevel.resolve()).as_posix()
     try:
-        return Loader().load_commit(toplevel, rev, "" if spec_path == "." else spec_path)
+        return loader.load_commit(toplevel, rev, "" if spec_path == "." else spec_path)
     except UserError as error:
         raise _UsageError(str(error)) from None
 
@@ -94,7 +105,7 @@ def _report(label: str, result: LoadResult) -> None:
     for error in result.errors:
         print(error, file=sys.stderr)
     # The summary goes to stdout so that stderr holds nothing but errors.
-    print(_summary(label, result))
+    print(printable(_summary(label, result)))
 
 
 def _summary(label: str, result: LoadResult) -> str:
@@ -123,8 +134,8 @@ def _error_json(error: SpecError) -> dict[str, object]:
 def render_github(label: str, result: LoadResult) -> str:
     """One `::error` command per error, then the summary as a plain log line."""
     lines = [
-        f"::error file={escape_property(error.file)},line={error.line},col={error.col},"
-        f"title={escape_property('gitops validate')}::{escape_data(error.message)}"
+        f"::error file={escape_property(printable(error.file))},line={error.line},col={error.col},"
+        f"title={escape_property('gitops validate')}::{escape_data(printable(error.message))}"
         for error in result.errors
     ]
     return "\n".join([*lines, _summary(label, result)]) + "\n"

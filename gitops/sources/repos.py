@@ -19,7 +19,11 @@ when the remote answers without the watched branch.
 commit's files for the loader, `export` writes a commit's tree, without
 `.git`, into the content-addressed `Exports` for replicas' runtime_env
 `working_dir`. With a `CommitVerifier` (`--verify-commits`), each newest
-revision carries its signature's verdict.
+revision carries its signature's verdict. An export never follows a link
+outside the tree: a commit holding a symbolic link that leads outside
+(absolute, or '..' above the root, also through other links) is refused
+with a `SourceError` naming the link, before anything is written, and the
+refusal is remembered for that tree (a tree never changes).
 
 Credentials never reach git's argv: an https URL's userinfo (or a token
 given apart, `password=`) is taken off the URL git is given and answered
@@ -45,6 +49,7 @@ import git
 from gitops.errors import SourceError
 from gitops.redaction import Credentials, redact, split_credentials
 from gitops.sources.exports import Exports
+from gitops.sources.hashing import escaping_links
 from gitops.sources.source import Revision
 from gitops.sources.trees import CommitTree
 from gitops.sources.verifying import CommitVerifier
@@ -90,6 +95,7 @@ class GitSource:
         self._verifier = verifier
         self._fetch_timeout_s = fetch_timeout_s
         self._exports = Exports(cache_dir / "exports")
+        self._refused: dict[str, str] = {}  # tree hash -> why it cannot be exported
         self._repo = self._open_cache(url, cache_dir) if self.remote else self._open_local(url)
         self._env = dict(_GIT_ENV)
         if credentials is not None and self.remote:
@@ -179,7 +185,17 @@ class GitSource:
 
     def export(self, revision: Revision) -> Path:
         """The commit's files without `.git`, in a directory named by its tree."""
-        return self._exports.ensure(revision.tree, lambda scratch: self._extract(revision.tree, scratch))
+        return self._exports.ensure(revision.tree, lambda scratch: self._fill(revision, scratch))
+
+    def _fill(self, revision: Revision, scratch: Path) -> None:
+        """Write the export, unless a link in the tree leads outside it (checked once per tree)."""
+        if revision.tree not in self._refused:
+            problem = _escaping_link(self.tree(revision))
+            if problem is not None:
+                self._refused[revision.tree] = f"export {revision.short}: {problem}"
+        if revision.tree in self._refused:
+            raise SourceError(self._refused[revision.tree])
+        self._extract(revision.tree, scratch)
 
     def prune_exports(self, in_use: Iterable[str | Path | None]) -> list[str]:
         """Remove exports not in `in_use` (paths); returns the removed tree hashes."""
@@ -232,8 +248,19 @@ class GitSource:
         )
         if archive.returncode != 0:
             raise SourceError(f"export {tree}: {archive.stderr.decode(errors='replace').strip()}")
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(into, filter="data")
+        try:
+            with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+                # The second line of defence: links were checked before.
+                tar.extractall(into, filter="data")
+        except tarfile.FilterError as error:
+            raise SourceError(f"export {tree}: {error}") from None
+
+
+def _escaping_link(tree: CommitTree) -> str | None:
+    """The first symbolic link of the tree that leads outside it, described."""
+    for path, target in escaping_links(tree, tree.files("")):
+        return f"{path} is a symbolic link to '{target}', outside the repository"
+    return None
 
 
 def _askpass_env(cache_dir: Path, credentials: Credentials) -> dict[str, str]:

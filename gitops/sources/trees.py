@@ -13,7 +13,10 @@ what make loading cacheable and versions reproducible.
   skipped, but `.gitignore` is not consulted, so ignored files in the
   directory do change them.
 - `MemoryTree` (defined in `gitops.sources.hashing`, which needs no git)
-  holds files in a dict, for tests and tools.
+  holds files and symbolic links in dicts, for tests and tools.
+
+Symbolic links are followed inside the tree only (`resolve_inside`, in
+`gitops.sources.hashing`): a link leading outside reads as missing.
 
 This module never imports user code and never writes.
 """
@@ -28,7 +31,18 @@ import git
 import gitdb.exc
 
 from gitops.errors import UserError
-from gitops.sources.hashing import MODE_DIR, MODE_EXEC, MODE_FILE, MODE_LINK, HashingTree, MemoryTree, Tree, clean
+from gitops.sources.hashing import (
+    MODE_DIR,
+    MODE_EXEC,
+    MODE_FILE,
+    MODE_LINK,
+    HashingTree,
+    MemoryTree,
+    Tree,
+    clean,
+    read_inside,
+    resolve_inside,
+)
 
 __all__ = [
     "Tree",
@@ -41,6 +55,7 @@ __all__ = [
 ]
 
 _SKIPPED_DIRS = frozenset({".git", "__pycache__"})
+_GIT_LINK_MODE = 0o120000
 
 
 # --- a commit ------------------------------------------------------------------
@@ -86,16 +101,39 @@ class CommitTree:
         return sorted(item.path for item in found.traverse() if isinstance(item, git.Blob))
 
     def read(self, path: str) -> bytes:
+        return read_inside(self, path, self._blob_data)
+
+    def _blob_data(self, path: str) -> bytes:
         found = self._object(path)
         if not isinstance(found, git.Blob):
             raise KeyError(path)
         return found.data_stream.read()
 
+    def size(self, path: str) -> int:
+        found = self._followed(path)
+        if not isinstance(found, git.Blob):
+            raise KeyError(path)
+        return int(found.size)
+
+    def link_target(self, path: str) -> str | None:
+        found = self._object(path)
+        if not isinstance(found, git.Blob) or found.mode != _GIT_LINK_MODE:
+            return None
+        return found.data_stream.read().decode("utf-8", "surrogateescape")
+
     def exists(self, path: str) -> bool:
-        return self._object(path) is not None
+        return self._followed(path) is not None
 
     def is_dir(self, path: str) -> bool:
-        return isinstance(self._object(path), git.Tree)
+        return isinstance(self._followed(path), git.Tree)
+
+    def children(self, path: str) -> list[str]:
+        found = self._followed(path)
+        return sorted(item.name for item in found) if isinstance(found, git.Tree) else []
+
+    def _followed(self, path: str) -> git.Tree | git.Blob | None:
+        resolved = resolve_inside(self, path)
+        return None if resolved is None else self._object(resolved)
 
     def hash(self, path: str) -> str | None:
         found = self._object(path)
@@ -134,6 +172,9 @@ def find_toplevel(path: str | Path) -> Path | None:
     return None if found is None else Path(found)
 
 
+# --- a directory -------------------------------------------------------------------
+
+
 class DirectoryTree(HashingTree):
     """A plain directory on disk (the working tree for `gitops validate PATH`)."""
 
@@ -157,19 +198,33 @@ class DirectoryTree(HashingTree):
     def blob_bytes(self, path: str, mode: str) -> bytes:
         # git stores a symlink as a blob holding its target.
         target = self._path(path)
-        return os.readlink(target).encode() if target.is_symlink() else target.read_bytes()
-
-    def read(self, path: str) -> bytes:
-        target = self._path(path)
-        if not target.is_file():
-            raise KeyError(path)
+        if target.is_symlink():
+            return os.readlink(target).encode("utf-8", "surrogateescape")
         return target.read_bytes()
 
-    def exists(self, path: str) -> bool:
+    def read(self, path: str) -> bytes:
+        return read_inside(self, path, lambda inside: self._file(inside).read_bytes())
+
+    def size(self, path: str) -> int:
+        resolved = resolve_inside(self, path)
+        if resolved is None:
+            raise KeyError(path)
+        return self._file(resolved).stat().st_size
+
+    def _file(self, path: str) -> Path:
+        """A regular file of the tree, never through a link (links are resolved before)."""
+        target = self._path(path)
+        if target.is_symlink() or not target.is_file():
+            raise KeyError(path)
+        return target
+
+    def link_target(self, path: str) -> str | None:
+        target = self._path(path)
+        return os.readlink(target) if clean(path) and target.is_symlink() else None
+
+    def here(self, path: str) -> bool:
         parts = clean(path).split("/")
-        return self._path(path).exists() and not _SKIPPED_DIRS.intersection(parts)
+        return os.path.lexists(self._path(path)) and not _SKIPPED_DIRS.intersection(parts)
 
-    def is_dir(self, path: str) -> bool:
+    def dir_here(self, path: str) -> bool:
         return self._path(path).is_dir() and not self._path(path).is_symlink()
-
-

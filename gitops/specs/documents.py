@@ -3,6 +3,11 @@ needs no code: syntax, table contents, names, and the rules across files
 (duplicate names, and the serving rules of `vocabulary.serving_rules`:
 routes, traffic sums, references, zero-replica targets).
 
+Hostile input is bounded here (`gitops.specs.limits`): the nesting guard of
+`gitops.specs.locating` runs before `tomllib`, and the parsed values are
+checked for their size and for numbers that are not finite before any table
+is validated; a file that breaks a limit is reported and not read further.
+
 Pure: it takes file contents, not a tree, and never raises on bad input.
 Import paths and code paths are checked later, against the tree, by
 `gitops.specs.loading`.
@@ -10,6 +15,7 @@ Import paths and code paths are checked later, against the tree, by
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -23,14 +29,14 @@ from vocabulary.serving_rules import (
     weight_sum,
     zero_replica_traffic,
 )
+from gitops.printable import printable
+from gitops.specs.limits import SpecLimits, size_text
 from gitops.specs.locating import Locations, locate
-from gitops.specs.models import NAME_PATTERN, EndpointSpec, Loc, check_backend, check_endpoint
+from gitops.specs.models import NAME_PATTERN, EndpointSpec, Loc, check_backend, check_endpoint, dotted
 
-__all__ = ["SpecError", "Declared", "Documents", "MAX_DEPTH", "parse_documents"]
+__all__ = ["SpecError", "Declared", "Documents", "parse_documents", "oversized_file"]
 
 _SECTIONS = ("backends", "endpoints")
-# Configs travel as JSON to the controller and replicas; deeper values are a mistake.
-MAX_DEPTH = 32
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 _DECLARED_TWICE = re.compile(r"Cannot declare \((.*)\) twice")
 
@@ -45,7 +51,8 @@ class SpecError:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.col}: {self.message}"
+        """One printable line: names and values from a file may hold control characters."""
+        return printable(f"{self.file}:{self.line}:{self.col}: {self.message}")
 
     def sort_key(self) -> tuple[str, int, int, str]:
         return (self.file, self.line, self.col, self.message)
@@ -77,52 +84,88 @@ class Documents:
     errors: tuple[SpecError, ...] = ()
 
 
-def parse_documents(files: Mapping[str, bytes]) -> Documents:
-    """Parse and check every spec file; `files` maps repo-relative paths to bytes."""
+def parse_documents(
+    files: Mapping[str, bytes], limits: SpecLimits = SpecLimits(), errors: tuple[SpecError, ...] = ()
+) -> Documents:
+    """Parse and check every spec file; `files` maps repo-relative paths to
+    bytes; `errors` found before reading (sizes, links) are reported with them."""
     backends: dict[str, Declared] = {}
     endpoints: dict[str, Declared] = {}
-    errors: list[SpecError] = []
+    found: list[SpecError] = list(errors)
     for path in sorted(files):
-        document, locations, error = _parse(path, files[path])
-        if error is not None:
-            errors.append(error)
+        document, locations, problems = _parse(path, files[path], limits)
+        if problems:
+            found.extend(problems)
             continue
-        for section, declared in _tables(path, document, locations, errors):
-            _declare(backends if section == "backends" else endpoints, section, declared, errors)
-    errors.extend(_cross_file_errors(backends, endpoints))
-    return Documents(backends, endpoints, tuple(errors))
+        for section, declared in _tables(path, document, locations, found, limits):
+            _declare(backends if section == "backends" else endpoints, section, declared, found)
+    found.extend(_cross_file_errors(backends, endpoints))
+    return Documents(backends, endpoints, tuple(found))
 
 
-def _parse(path: str, data: bytes) -> tuple[dict[str, Any], Locations, SpecError | None]:
+def _parse(path: str, data: bytes, limits: SpecLimits) -> tuple[dict[str, Any], Locations, list[SpecError]]:
+    if len(data) > limits.max_file_bytes:
+        return {}, Locations(), [oversized_file(path, len(data), limits)]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
-        return {}, Locations(), SpecError(path, line, 1, "file is not valid UTF-8")
+        return {}, Locations(), [SpecError(path, line, 1, "file is not valid UTF-8")]
+    too_deep = _too_deep(limits)
+    locations = locate(text, limits.max_depth)  # the nesting guard, before tomllib
+    if locations.too_deep is not None:
+        return {}, locations, [SpecError(path, *locations.too_deep, too_deep)]
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        return {}, Locations(), _syntax_error(path, text, str(error))
+        return {}, locations, [_syntax_error(path, text, str(error))]
     except RecursionError:
-        return {}, Locations(), SpecError(path, 1, 1, f"values nest more than {MAX_DEPTH} levels deep")
-    locations = locate(text)
-    too_deep = _too_deep(document, ())
-    if too_deep is not None:
-        line, col = locations.find(too_deep)
-        return {}, locations, SpecError(path, line, col, f"values nest more than {MAX_DEPTH} levels deep")
-    return document, locations, None
+        return {}, locations, [SpecError(path, 1, 1, too_deep)]
+    problems = [SpecError(path, *locations.find(loc), message) for loc, message in _value_problems(document, limits)]
+    return document, locations, problems
 
 
-def _too_deep(value: Any, at: Loc) -> Loc | None:
-    """The first key path nested beyond MAX_DEPTH, if any."""
-    if len(at) > MAX_DEPTH:
-        return at
-    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, child in children:
-        found = _too_deep(child, (*at, key))
-        if found is not None:
-            return found
-    return None
+def oversized_file(path: str, size: int, limits: SpecLimits) -> SpecError:
+    return SpecError(path, 1, 1, f"file is {size} bytes; a spec file may have at most {size_text(limits.max_file_bytes)}")
+
+
+def _too_deep(limits: SpecLimits) -> str:
+    return f"values nest more than {limits.max_depth} levels deep"
+
+
+def _value_problems(document: dict[str, Any], limits: SpecLimits) -> list[tuple[Loc, str]]:
+    """Values nested too deep, strings (keys too) too long, numbers not finite.
+
+    Iterative, so no value can exhaust the stack; the nesting guard before
+    `tomllib` has already bounded the depth, which is checked again here on
+    the parsed structure."""
+    problems: list[tuple[Loc, str]] = []
+    pending: list[tuple[Loc, Any]] = [((), document)]
+    while pending:
+        at, value = pending.pop()
+        if len(at) > limits.max_depth:
+            problems.append((at, _too_deep(limits)))
+        elif isinstance(value, dict):
+            for key, child in value.items():
+                if _utf8_size(key) > limits.max_string_bytes:
+                    problems.append((at, f"{dotted(at)}: a key is {_utf8_size(key)} bytes; {_string_limit(limits)}"))
+                else:
+                    pending.append(((*at, key), child))
+        elif isinstance(value, list):
+            pending.extend(((*at, index), child) for index, child in enumerate(value))
+        elif isinstance(value, str) and _utf8_size(value) > limits.max_string_bytes:
+            problems.append((at, f"{dotted(at)}: string is {_utf8_size(value)} bytes; {_string_limit(limits)}"))
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append((at, f"{dotted(at)}: must be a finite number (got {value})"))
+    return sorted(problems, key=lambda problem: [str(part) for part in problem[0]])
+
+
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _string_limit(limits: SpecLimits) -> str:
+    return f"a string may have at most {size_text(limits.max_string_bytes)}"
 
 
 def _syntax_error(path: str, text: str, message: str) -> SpecError:
@@ -146,7 +189,7 @@ def _plain(message: str) -> str:
 
 
 def _tables(
-    path: str, document: dict[str, Any], locations: Locations, errors: list[SpecError]
+    path: str, document: dict[str, Any], locations: Locations, errors: list[SpecError], limits: SpecLimits
 ) -> list[tuple[str, Declared]]:
     """Each backend and endpoint table in a file, checked on its own."""
     found: list[tuple[str, Declared]] = []
@@ -159,20 +202,22 @@ def _tables(
             errors.append(SpecError(path, line, col, f"'{key}' must be a table of named {key}"))
         else:
             for name, raw in value.items():
-                found.append((key, _check_table(path, key, name, raw, locations, errors)))
+                found.append((key, _check_table(path, key, name, raw, locations, errors, limits)))
     return found
 
 
 def _check_table(
-    path: str, section: str, name: str, raw: Any, locations: Locations, errors: list[SpecError]
+    path: str, section: str, name: str, raw: Any, locations: Locations, errors: list[SpecError], limits: SpecLimits
 ) -> Declared:
     declared = Declared(name, path, locations, raw=raw)
     if NAME_PATTERN.fullmatch(name) is None:
         errors.append(
             declared.error((section, name), f"{section}.{name}: name must match {NAME_PATTERN.pattern}")
         )
-    check = check_backend if section == "backends" else check_endpoint
-    spec, problems = check(raw, (section, name))
+    if section == "backends":
+        spec, problems = check_backend(raw, (section, name), limits.max_replicas)
+    else:
+        spec, problems = check_endpoint(raw, (section, name))
     errors.extend(declared.error(problem.loc, problem.message) for problem in problems)
     return replace(declared, spec=spec)
 

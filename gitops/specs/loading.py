@@ -10,6 +10,14 @@ Loading never raises on bad input: TOML syntax, table contents
 (`gitops.specs.models`), rules across files (`gitops.specs.documents`), import paths
 (`gitops.specs.imports`) and code paths all become `SpecError`s, reported at once.
 
+Hostile trees are bounded (`gitops.specs.limits`, docs/security.md): spec
+files are sized before they are read; a symbolic link under the spec path
+or a backend's code paths that leads outside the repository is an error at
+its file (the export refuses any other); a top-level module of the
+repository named like a module of the standard library, of ray-gitops or of
+Ray is an error at its file, since the repository root comes first on the
+replicas' import path.
+
 A loader caches its results by git hashes: the spec path's tree hash, then
 the hashes of every path the backends' code depends on, so re-loading an
 unchanged commit costs a few hash look-ups. The caches belong to the loader
@@ -19,6 +27,7 @@ passes it on; a fresh loader starts cold.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -27,7 +36,9 @@ from typing import Hashable
 
 from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
 from gitops.specs.imports import AttributeKind, module_files, resolve_import
-from gitops.specs.documents import Documents, SpecError, parse_documents
+from gitops.specs.documents import Documents, SpecError, oversized_file, parse_documents
+from gitops.specs.limits import SpecLimits, size_text
+from gitops.sources.hashing import escaping_links
 from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel
 from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS, BackendSpec, EndpointSpec, Loc
 from gitops.specs.versions import code_paths, default_code_path, derive_version
@@ -73,7 +84,8 @@ class _LRU:
 class Loader:
     """Loads spec trees, remembering the last `cache_size` results of each stage."""
 
-    def __init__(self, cache_size: int = CACHE_SIZE) -> None:
+    def __init__(self, cache_size: int = CACHE_SIZE, limits: SpecLimits = SpecLimits()) -> None:
+        self.limits = limits
         self._documents = _LRU(cache_size)
         self._results = _LRU(cache_size)
         # A commit never changes, so its result is final: re-loading it skips hashing.
@@ -118,8 +130,13 @@ class Loader:
             missing = SpecError(spec_path or ".", 1, 1, f"spec path '{spec_path}' does not exist")
             return LoadResult(None, (missing,))
         documents = self._read_documents(tree, spec_path, spec_hash)
-        dependencies = tuple((path, tree.hash(path)) for path in _dependency_paths(documents))
-        key = (spec_path, spec_hash, dependencies)
+        paths = _dependency_paths(documents)
+        # Checked on every load, not cached: links and top-level modules
+        # depend on more of the tree than the hashed paths.
+        code_errors = _escaping_links(tree, paths) + _shadowing_modules(tree, documents)
+        if code_errors:
+            return _failed([*documents.errors, *code_errors])
+        key = (spec_path, spec_hash, tuple((path, tree.hash(path)) for path in paths))
         cached = self._results.get(key)
         if isinstance(cached, LoadResult):
             return cached
@@ -132,13 +149,84 @@ class Loader:
         cached = self._documents.get(key)
         if isinstance(cached, Documents):
             return cached
-        files = [path for path in tree.files(spec_path) if path.endswith(".toml")]
-        documents = parse_documents({path: tree.read(path) for path in files})
+        listed = tree.files(spec_path)
+        errors = _escaping_links(tree, listed)
+        unsafe = {error.file for error in errors}
+        files, size_errors = _within_limits(tree, [p for p in listed if p.endswith(".toml") and p not in unsafe], self.limits)
+        contents = {path: tree.read(path) for path in files}
+        documents = parse_documents(contents, self.limits, tuple(errors + size_errors))
         self._documents.put(key, documents)
         return documents
 
 
 # --- stages -------------------------------------------------------------------------
+
+
+def _within_limits(tree: Tree, files: list[str], limits: SpecLimits) -> tuple[list[str], list[SpecError]]:
+    """The spec files to read: each within the file limit, all within the tree
+    limit; sizes come from the tree, so nothing too big is ever read."""
+    accepted: list[str] = []
+    errors: list[SpecError] = []
+    total = 0
+    for path in files:
+        size = tree.size(path)
+        total += size
+        if size > limits.max_file_bytes:
+            errors.append(oversized_file(path, size, limits))
+        elif total > limits.max_tree_bytes:
+            limit = size_text(limits.max_tree_bytes)
+            errors.append(SpecError(path, 1, 1, f"spec files reach {total} bytes here; together they may have at most {limit}"))
+            break
+        else:
+            accepted.append(path)
+    return accepted, errors
+
+
+def _escaping_links(tree: Tree, paths: list[str]) -> list[SpecError]:
+    """Each symbolic link under `paths` that leads outside the repository.
+
+    The repository root ("", a root-level module's code path) is left to the
+    export, which refuses such links anywhere: a working directory's root
+    holds things git never sees (a virtualenv's links to the interpreter)."""
+    files = sorted({file for top in paths if top for file in tree.files(top)})
+    return [
+        SpecError(path, 1, 1, f"symbolic link to '{target}' leads outside the repository")
+        for path, target in escaping_links(tree, files)
+    ]
+
+
+# Top-level modules a replica imports besides the user's: Python's own, ray-gitops' and Ray's.
+_OWN_PACKAGES = frozenset({"gitops", "controller", "proxy", "replica", "vocabulary"})
+_TAKEN_MODULES = frozenset(sys.stdlib_module_names) | _OWN_PACKAGES | {"ray"}
+
+
+def _shadowing_modules(tree: Tree, documents: Documents) -> list[SpecError]:
+    """Top-level modules of the repository that would replace one the replicas need.
+
+    A checkout of ray-gitops itself (all of its packages at the root) is the
+    exception for its own packages: they are the code the replicas run."""
+    if not documents.backends:
+        return []
+    own_checkout = all(tree.exists(f"{name}/__init__.py") for name in _OWN_PACKAGES)
+    taken = _TAKEN_MODULES - (_OWN_PACKAGES if own_checkout else frozenset())
+    errors: list[SpecError] = []
+    for entry in tree.children(""):
+        name = entry.removesuffix(".py")
+        path = entry if entry.endswith(".py") else f"{entry}/__init__.py"
+        if name in taken and tree.exists(path):
+            owner = "Python's standard library" if name in sys.stdlib_module_names else "ray-gitops or Ray"
+            errors.append(
+                SpecError(
+                    path, 1, 1,
+                    f"module '{name}' is also a module of {owner}: replicas import the repository's "
+                    f"'{name}' instead (the repository root is first on their import path); rename it",
+                )
+            )
+    return errors
+
+
+def _failed(errors: tuple[SpecError, ...] | list[SpecError]) -> LoadResult:
+    return LoadResult(None, tuple(sorted(set(errors), key=SpecError.sort_key)))
 
 
 def _dependency_paths(documents: Documents) -> list[str]:
@@ -165,7 +253,7 @@ def _resolve(tree: Tree, documents: Documents) -> LoadResult:
         if config is not None:
             backends[name] = config
     if errors:
-        return LoadResult(None, tuple(sorted(set(errors), key=SpecError.sort_key)))
+        return _failed(errors)
     endpoints = {name: _endpoint_config(name, d.spec) for name, d in documents.endpoints.items()}
     return LoadResult(ServingState(backends=backends, endpoints=endpoints))
 

@@ -3,9 +3,15 @@
 `tomllib` parses without positions, so errors found after parsing are
 located by scanning the text once more for table headers (`[a.b]`,
 `[[a]]`), keys (bare, quoted, dotted) and the keys and elements of inline
-tables and arrays. The scanner only runs on text tomllib has accepted, so it
-can be lenient; it never raises, and a path it cannot find falls back to its
-nearest written parent.
+tables and arrays. The scanner is lenient: it never raises, and a path it
+cannot find falls back to its nearest written parent.
+
+It also runs before `tomllib`, as the nesting guard: it stops at the first
+key path longer than `max_depth` (dotted keys, headers, arrays and inline
+tables all count) and reports where, so `tomllib`, whose dotted keys cost
+time quadratic in their length, never sees one. Its own cost is linear: a
+key records only the prefixes not recorded before, and no path is longer
+than `max_depth` + 1.
 
 Key paths are tuples like `("backends", "echo-v1", "autoscaling")`, with
 integer indexes for array elements, matching pydantic's error locations.
@@ -14,20 +20,29 @@ integer indexes for array elements, matching pydantic's error locations.
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass, field
+
+from gitops.specs.limits import MAX_DEPTH
 
 __all__ = ["Position", "Locations", "locate"]
 
 Position = tuple[int, int]  # 1-based line and column
 _Path = tuple[str | int, ...]
-_BARE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_BLANK = re.compile(r"[ \t\r]*")
+_BLANK_LINES = re.compile(r"[ \t\r\n]*")
+_NEWLINE = re.compile(r"\n")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]*")
+_PLAIN_VALUE = re.compile(r"[^,\]}\n#]*")  # a number, boolean or date: up to what ends it
 
 
 @dataclass(frozen=True)
 class Locations:
-    """The first place each key path is written in one document."""
+    """The first place each key path is written in one document; `too_deep`
+    is where the first key path longer than the scan's `max_depth` starts."""
 
     positions: dict[_Path, Position] = field(default_factory=dict)
+    too_deep: Position | None = None
 
     def find(self, path: _Path) -> Position:
         """The position of `path`, or of its nearest written parent, or 1:1."""
@@ -38,22 +53,31 @@ class Locations:
         return (1, 1)
 
 
-def locate(text: str) -> Locations:
-    scanner = _Scanner(text)
+def locate(text: str, max_depth: int = MAX_DEPTH) -> Locations:
+    scanner = _Scanner(text, max_depth)
     try:
         scanner.document()
+    except _TooDeep as error:
+        return Locations(scanner.found, scanner.position(error.offset))
     except (IndexError, ValueError, RecursionError):
         pass  # lenient by design: keep what was found before the surprise
     return Locations(scanner.found)
 
 
+class _TooDeep(Exception):
+    def __init__(self, offset: int) -> None:
+        super().__init__(offset)
+        self.offset = offset
+
+
 class _Scanner:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, max_depth: int) -> None:
         self.text = text
+        self.max_depth = max_depth
         self.pos = 0
         self.found: dict[_Path, Position] = {}
         self.array_tables: dict[_Path, int] = {}
-        self.line_starts = [0] + [i + 1 for i, char in enumerate(text) if char == "\n"]
+        self.line_starts = [0] + [match.end() for match in _NEWLINE.finditer(text)]
 
     # --- positions ---------------------------------------------------------
 
@@ -62,8 +86,17 @@ class _Scanner:
         return line, offset - self.line_starts[line - 1] + 1
 
     def record(self, path: _Path, offset: int) -> None:
-        for end in range(1, len(path) + 1):
-            self.found.setdefault(tuple(path[:end]), self.position(offset))
+        """Record `path` and its unrecorded prefixes; every recorded path's
+        prefixes are recorded too, so the walk up stops at the first one found."""
+        if len(path) > self.max_depth:
+            raise _TooDeep(offset)
+        position = None
+        for end in range(len(path), 0, -1):
+            prefix = path if end == len(path) else path[:end]
+            if prefix in self.found:
+                return
+            position = position or self.position(offset)
+            self.found[prefix] = position
 
     # --- reading -------------------------------------------------------------
 
@@ -71,15 +104,13 @@ class _Scanner:
         return self.text[self.pos : self.pos + length]
 
     def skip_blank(self, newlines: bool) -> None:
-        while self.pos < len(self.text):
-            char = self.text[self.pos]
-            if char == "#":
-                while self.pos < len(self.text) and self.text[self.pos] != "\n":
-                    self.pos += 1
-            elif char in " \t\r" or (newlines and char == "\n"):
-                self.pos += 1
-            else:
+        blank = _BLANK_LINES if newlines else _BLANK
+        while True:
+            self.pos = blank.match(self.text, self.pos).end()
+            if self.peek() != "#":
                 return
+            end = self.text.find("\n", self.pos)
+            self.pos = len(self.text) if end < 0 else end
 
     def document(self) -> None:
         table: _Path = ()
@@ -96,7 +127,7 @@ class _Scanner:
         start = self.pos
         is_array = self.peek(2) == "[["
         self.pos += 2 if is_array else 1
-        path = self.key_path()
+        path = self.key_path(start)
         self.pos += 2 if is_array else 1
         if is_array:
             index = self.array_tables.get(path, -1) + 1
@@ -105,11 +136,15 @@ class _Scanner:
         self.record(path, start)
         return path
 
-    def key_path(self) -> _Path:
+    def key_path(self, start: int | None = None) -> _Path:
+        """A dotted key; `start` is where a path too deep is reported (default: here)."""
+        start = self.pos if start is None else start
         parts: list[str] = []
         while True:
             self.skip_blank(newlines=False)
             parts.append(self.key_part())
+            if len(parts) > self.max_depth:
+                raise _TooDeep(start)
             self.skip_blank(newlines=False)
             if self.peek() != ".":
                 return tuple(parts)
@@ -120,8 +155,7 @@ class _Scanner:
         if quote in "\"'":
             return self.string()
         start = self.pos
-        while self.pos < len(self.text) and self.text[self.pos] in _BARE:
-            self.pos += 1
+        self.pos = _BARE_KEY.match(self.text, self.pos).end()
         if self.pos == start:
             raise ValueError("not a key")
         return self.text[start : self.pos]
@@ -145,8 +179,10 @@ class _Scanner:
         elif char in "\"'":
             self.string()
         else:
-            while self.pos < len(self.text) and self.text[self.pos] not in ",]}\n#":
-                self.pos += 1
+            start = self.pos
+            self.pos = _PLAIN_VALUE.match(self.text, self.pos).end()
+            if self.pos == start:  # not TOML; without this an array would loop here
+                raise ValueError("not a value")
 
     def inline_table(self, path: _Path) -> None:
         self.pos += 1
@@ -181,26 +217,36 @@ class _Scanner:
         delimiter = quote * 3 if self.peek(3) == quote * 3 else quote
         self.pos += len(delimiter)
         start = self.pos
-        while self.pos < len(self.text):
-            if quote == '"' and self.text[self.pos] == "\\":
-                self.pos += 2
+        found = -1
+        while True:
+            if found < self.pos:
+                found = self.text.find(delimiter, self.pos)
+                if found < 0:
+                    raise ValueError("unterminated string")
+            escape = self.text.find("\\", self.pos, found) if quote == '"' else -1
+            if escape >= 0:
+                self.pos = escape + 2  # an escaped character may be the quote
                 continue
-            if self.text.startswith(delimiter, self.pos):
-                # A multi-line string may end with up to two extra quotes.
-                while len(delimiter) == 3 and self.text.startswith(quote * 4, self.pos):
-                    self.pos += 1
-                end = self.pos
-                self.pos += len(delimiter)
-                return _unescape(self.text[start:end]) if quote == '"' else self.text[start:end]
-            self.pos += 1
-        raise ValueError("unterminated string")
+            self.pos = found
+            # A multi-line string may end with up to two extra quotes.
+            while len(delimiter) == 3 and self.text.startswith(quote * 4, self.pos):
+                self.pos += 1
+            end = self.pos
+            self.pos += len(delimiter)
+            return _unescape(self.text[start:end]) if quote == '"' else self.text[start:end]
+
+
+_ESCAPE = re.compile(r"\\(?:u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|(.))", re.DOTALL)
+_SHORT_ESCAPES = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
 
 
 def _unescape(raw: str) -> str:
-    """Decode a basic string's escapes well enough to compare key names."""
-    if "\\" not in raw:
-        return raw
-    try:
-        return raw.encode("utf-8").decode("unicode_escape").encode("latin-1").decode("utf-8")
-    except (UnicodeDecodeError, UnicodeEncodeError):
-        return raw
+    """Decode a basic string's escapes as TOML does, to compare key names."""
+    return _ESCAPE.sub(_unescaped, raw) if "\\" in raw else raw
+
+
+def _unescaped(match: re.Match[str]) -> str:
+    code = match.group(1) or match.group(2)
+    if code is not None:
+        return chr(int(code, 16)) if int(code, 16) <= 0x10FFFF else match.group()
+    return _SHORT_ESCAPES.get(match.group(3), match.group())

@@ -14,17 +14,34 @@ rejected so a typo is an error rather than a silently ignored setting, a
 TOML type where the runtime type differs (an array for a tuple, a checked
 table for a free dict), the keys only a file has (`code_paths`, an optional
 `version`) and the validators of written values.
+
+Validation is as strict as Ray, so that nothing valid here fails at apply:
+numbers are finite, resource amounts are multiples of Ray's resource unit
+(0.0001) and below its fixed-point ceiling, `resources` holds no CPU, GPU
+or memory (their own keys say those), environment variable names are names,
+pip entries are requirements, never pip options, local paths or URLs with
+credentials, and replica counts stay under the agent's `--max-replicas`.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 import re
 from copy import copy
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Mapping, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+    field_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, to_jsonable_python
 
@@ -39,7 +56,8 @@ from vocabulary.configs import (
     ShadowCompare,
     UpdateConfig,
 )
-from vocabulary.serving_rules import zero_replica_reason
+from vocabulary.serving_rules import route_problem, zero_replica_reason
+from gitops.specs.limits import DEFAULT_MAX_REPLICAS
 
 __all__ = [
     "NAME_PATTERN",
@@ -56,6 +74,10 @@ __all__ = [
     "BackendSpec",
     "EndpointSpec",
     "is_valid_name",
+    "RAY_RESOURCE_UNIT",
+    "RAY_RESOURCE_MAX",
+    "ENV_VAR_NAME",
+    "dotted",
     "Loc",
     "Problem",
     "check_backend",
@@ -72,10 +94,27 @@ DERIVED_BACKEND_FIELDS = frozenset({"name", "version", "working_dir"})
 DERIVED_ENDPOINT_FIELDS = frozenset({"name"})
 _IMPORT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
-# The proxy answers these itself (`/-/routes`, `/-/healthz`).
-_RESERVED_ROUTE_PREFIX = "/-/"
+
+# Ray holds resource amounts as 64-bit integers of 0.0001 units and rounds
+# anything finer (ray._raylet.RESOURCE_UNIT_SCALING = 10000).
+RAY_RESOURCE_UNIT = 0.0001
+RAY_RESOURCE_MAX = float(2**63 // 10000 // 10**9 * 10**9)  # 922,337,000,000,000
+ENV_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Names the replica's Ray options own; `resources` must not repeat them.
+_BUILT_IN_RESOURCES = frozenset({"CPU", "GPU", "memory"})
+_PIP_REQUIREMENT_START = re.compile(r"[A-Za-z0-9]")
+_URL_WITH_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s]*@")
+
+
+def _in_resource_units(value: float) -> float:
+    units = value / RAY_RESOURCE_UNIT
+    if not math.isclose(units, round(units), rel_tol=1e-9, abs_tol=1e-6):
+        raise ValueError(f"Ray counts resources in steps of {RAY_RESOURCE_UNIT} (got {value})")
+    return value
+
 
 NonNegative = Annotated[float, Field(ge=0)]
+ResourceAmount = Annotated[float, Field(ge=0, le=RAY_RESOURCE_MAX), AfterValidator(_in_resource_units)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 ShadowFraction = Annotated[float, Field(gt=0, le=1)]
 
@@ -85,7 +124,7 @@ def is_valid_name(name: str) -> bool:
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _file_keys(
@@ -141,12 +180,25 @@ MatchSpec = create_model("MatchSpec", __base__=_Spec, __doc__=MatchRule.__doc__,
 class RayActorOptionsSpec(_Spec):
     """The Ray actor options a backend may set; the config holds them as a dict for Ray."""
 
-    num_cpus: NonNegative | None = Field(default=None, description="CPUs reserved for each replica.")
-    num_gpus: NonNegative | None = Field(default=None, description="GPUs reserved for each replica.")
-    memory: NonNegative | None = Field(default=None, description="Memory reserved for each replica, in bytes.")
-    resources: dict[str, NonNegative] | None = Field(
-        default=None, description="Custom Ray resources reserved for each replica: name -> amount."
+    num_cpus: ResourceAmount | None = Field(default=None, description="CPUs reserved for each replica.")
+    num_gpus: ResourceAmount | None = Field(default=None, description="GPUs reserved for each replica.")
+    memory: ResourceAmount | None = Field(default=None, description="Memory reserved for each replica, in bytes.")
+    resources: dict[str, ResourceAmount] | None = Field(
+        default=None,
+        description="Custom Ray resources reserved for each replica: name -> amount "
+        "(not CPU, GPU or memory: num_cpus, num_gpus and memory say those).",
     )
+
+    @field_validator("resources")
+    @classmethod
+    def _custom_resources_only(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for name in value or {}:
+            if name in _BUILT_IN_RESOURCES:
+                key = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}[name]
+                raise ValueError(f"'{name}' is not a custom resource; set ray_actor_options.{key} instead")
+            if not name.strip():
+                raise ValueError("a resource name must not be empty")
+        return value
 
 
 class RuntimeEnvSpec(_Spec):
@@ -156,8 +208,53 @@ class RuntimeEnvSpec(_Spec):
     always comes from the applied commit.
     """
 
-    env_vars: dict[str, str] | None = Field(default=None, description="Environment variables of each replica.")
-    pip: list[str] | None = Field(default=None, description="pip requirements installed for the replicas.")
+    env_vars: dict[str, str] | None = Field(
+        default=None,
+        description="Environment variables of each replica: names match [A-Za-z_][A-Za-z0-9_]*.",
+    )
+    pip: list[str] | None = Field(
+        default=None,
+        description="pip requirements installed for the replicas ('name', 'name==1.0', 'name @ https://...'); "
+        "no pip options, local paths or URLs with credentials.",
+    )
+
+    @field_validator("env_vars")
+    @classmethod
+    def _env_var_names(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for name, text in (value or {}).items():
+            if ENV_VAR_NAME.fullmatch(name) is None:
+                raise ValueError(f"'{name}' is not an environment variable name ({ENV_VAR_NAME.pattern})")
+            if "\0" in text:
+                raise ValueError(f"the value of {name} must not contain a NUL character")
+        return value
+
+    @field_validator("pip")
+    @classmethod
+    def _requirements_only(cls, value: list[str] | None) -> list[str] | None:
+        for entry in value or ():
+            problem = _pip_problem(entry)
+            if problem is not None:
+                raise ValueError(f"'{entry}' {problem}")
+        return value
+
+
+def _pip_problem(entry: str) -> str | None:
+    """Why a pip entry is not a plain requirement, or None.
+
+    Ray writes the entries into a requirements file, one a line: an option
+    there (`-r FILE`, `--index-url`, `-e PATH`) or a line break would make
+    pip read files or trust indexes the spec's reviewer never saw."""
+    if entry.startswith("-"):
+        return "is a pip option; only requirements are allowed"
+    if _PIP_REQUIREMENT_START.match(entry) is None:
+        return "must start with a project name (no local paths)"
+    if any(char in entry for char in "\n\r\0"):
+        return "must be one line"
+    if _URL_WITH_CREDENTIALS.search(entry):
+        return "holds a URL with credentials; a spec is no place for secrets"
+    if "file:" in entry:
+        return "names a local file; only requirements from an index or a remote URL are allowed"
+    return None
 
 
 _BackendKeys = create_model(
@@ -253,12 +350,9 @@ class EndpointSpec(_EndpointKeys):  # type: ignore[misc,valid-type]
     @field_validator("route")
     @classmethod
     def _route_shape(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError(f"must start with '/' (got '{value}')")
-        if any(char.isspace() or char in "?#" for char in value):
-            raise ValueError(f"must not contain spaces, '?' or '#' (got '{value}')")
-        if value.startswith(_RESERVED_ROUTE_PREFIX) or value == "/-":
-            raise ValueError(f"'{value}' is reserved for the proxy's own paths (/-/...)")
+        problem = route_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("methods")
@@ -299,10 +393,13 @@ class Problem:
     message: str
 
 
-def check_backend(raw: Any, at: Loc) -> tuple[BackendSpec | None, tuple[Problem, ...]]:
+def check_backend(
+    raw: Any, at: Loc, max_replicas: int = DEFAULT_MAX_REPLICAS
+) -> tuple[BackendSpec | None, tuple[Problem, ...]]:
     """Validate the `[backends.NAME]` table found at key path `at`; the spec
-    is returned only when the table has no problem."""
-    return _check(BackendSpec, raw, at, _backend_rules(raw, at))
+    is returned only when the table has no problem. Replica counts above
+    `max_replicas` (the agent's `--max-replicas`) are problems too."""
+    return _check(BackendSpec, raw, at, _backend_rules(raw, at) + _replica_cap(raw, at, max_replicas))
 
 
 def check_endpoint(raw: Any, at: Loc) -> tuple[EndpointSpec | None, tuple[Problem, ...]]:
@@ -328,7 +425,7 @@ def _backend_rules(raw: Any, at: Loc) -> tuple[Problem, ...]:
     scaling = raw.get("autoscaling")
     if isinstance(scaling, Mapping) and "num_replicas" in raw:
         problems.append(
-            Problem((*at, "num_replicas"), f"{_dotted(at)}: num_replicas cannot be combined with [autoscaling]")
+            Problem((*at, "num_replicas"), f"{dotted(at)}: num_replicas cannot be combined with [autoscaling]")
         )
     if isinstance(scaling, Mapping):
         low = scaling.get("min_replicas", AutoscalingSpec.model_fields["min_replicas"].default)
@@ -336,7 +433,7 @@ def _backend_rules(raw: Any, at: Loc) -> tuple[Problem, ...]:
         if _is_int(low) and _is_int(high) and low > high:
             where = (*at, "autoscaling")
             problems.append(
-                Problem(where, f"{_dotted(where)}: min_replicas ({low}) must be <= max_replicas ({high})")
+                Problem(where, f"{dotted(where)}: min_replicas ({low}) must be <= max_replicas ({high})")
             )
     return tuple(problems)
 
@@ -347,7 +444,21 @@ def _endpoint_rules(raw: Any, at: Loc) -> tuple[Problem, ...]:
     if raw.get("shadow_compare") == ShadowCompare.JSON.value:
         return ()
     where = (*at, "shadow_ignore")
-    return (Problem(where, f"{_dotted(where)}: only a json comparison ignores keys; set shadow_compare = \"json\""),)
+    return (Problem(where, f"{dotted(where)}: only a json comparison ignores keys; set shadow_compare = \"json\""),)
+
+
+def _replica_cap(raw: Any, at: Loc, max_replicas: int) -> tuple[Problem, ...]:
+    if not isinstance(raw, Mapping):
+        return ()
+    scaling = raw.get("autoscaling")
+    counts = [((*at, "num_replicas"), raw.get("num_replicas"))]
+    if isinstance(scaling, Mapping):
+        counts.append(((*at, "autoscaling", "max_replicas"), scaling.get("max_replicas")))
+    return tuple(
+        Problem(loc, f"{dotted(loc)}: {count} is above this agent's --max-replicas ({max_replicas})")
+        for loc, count in counts
+        if _is_int(count) and count > max_replicas
+    )
 
 
 def _is_int(value: Any) -> bool:
@@ -357,6 +468,7 @@ def _is_int(value: Any) -> bool:
 _MESSAGES = {
     "int_type": "must be an integer",
     "float_type": "must be a number",
+    "finite_number": "must be a finite number",
     "string_type": "must be a string",
     "list_type": "must be an array",
     "dict_type": "must be a table",
@@ -373,22 +485,23 @@ def _describe(detail: ErrorDetails, at: Loc) -> Problem:
     loc = (*at, *detail["loc"])
     kind, ctx = detail["type"], detail.get("ctx", {})
     if kind == "extra_forbidden":
-        return Problem(loc, f"{_dotted(loc[:-1])}: unknown key '{loc[-1]}'")
+        return Problem(loc, f"{dotted(loc[:-1])}: unknown key '{loc[-1]}'")
     if kind == "missing":
-        return Problem(loc, f"{_dotted(loc[:-1])}: missing required key '{loc[-1]}'")
+        return Problem(loc, f"{dotted(loc[:-1])}: missing required key '{loc[-1]}'")
     if kind == "value_error":
-        return Problem(loc, f"{_dotted(loc)}: {ctx['error']}")
+        return Problem(loc, f"{dotted(loc)}: {ctx['error']}")
     if kind == "literal_error":
-        return Problem(loc, f"{_dotted(loc)}: {_literal_text(ctx)} (got {_short(detail['input'])})")
+        return Problem(loc, f"{dotted(loc)}: {_literal_text(ctx)} (got {_short(detail['input'])})")
     bound = next((f"{op} {_number(ctx[key])}" for key, op in _BOUNDS if key in ctx), None)
     text = f"must be {bound}" if bound else _MESSAGES.get(kind, detail["msg"])
-    return Problem(loc, f"{_dotted(loc)}: {text} (got {_short(detail['input'])})")
+    return Problem(loc, f"{dotted(loc)}: {text} (got {_short(detail['input'])})")
 
 
 _BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
 
 
-def _dotted(loc: Loc) -> str:
+def dotted(loc: Loc) -> str:
+    """A key path as a reader writes it: `backends.echo.init_args[0]`."""
     text = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
     return text.removeprefix(".") or "file"
 

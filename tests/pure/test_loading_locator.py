@@ -75,3 +75,8 @@ def test_arrays_of_tables_are_indexed() -> None:
 
 def test_text_tomllib_would_reject_never_raises() -> None:
     assert locate('a = "unterminated\n[b\n= {').find(("b",)) == (1, 1)
+
+
+def test_an_array_holding_a_stray_closer_ends_the_scan() -> None:
+    # Once an array took "}" as an endless run of empty values and filled memory.
+    assert locate("a = [}]\nb = 1\n").positions == {("a",): (1, 1), ("a", 0): (1, 6)}

@@ -70,7 +70,7 @@ def test_github_format_prints_one_escaped_error_annotation_per_error(broken_repo
     assert (done.returncode, done.stderr) == (1, "")
     assert done.stdout == (
         "::error file=deployments/echo%2Cv2.toml,line=4,col=1,title=gitops validate::"
-        f"backends.Echo%0Av2: {NAME_RULE}\n"
+        f"backends.Echo\\nv2: {NAME_RULE}\n"
         "::error file=deployments/echo%2Cv2.toml,line=9,col=13,title=gitops validate::"
         "endpoints.echo.traffic.echo: must be a number (got '100%25')\n"
         "deployments: 2 errors, invalid\n"
@@ -110,7 +110,7 @@ def test_text_format_keeps_errors_on_stderr_and_the_summary_on_stdout(broken_rep
     done = validate(broken_repo, "--format", "text")
     assert (done.returncode, done.stdout) == (1, "deployments: 2 errors, invalid\n")
     assert done.stderr == (
-        f"deployments/echo,v2.toml:4:1: backends.Echo\nv2: {NAME_RULE}\n"
+        f"deployments/echo,v2.toml:4:1: backends.Echo\\nv2: {NAME_RULE}\n"
         "deployments/echo,v2.toml:9:13: endpoints.echo.traffic.echo: must be a number (got '100%')\n"
     )
 
