@@ -75,9 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--namespace", default=DEFAULT_NAMESPACE, help="Ray namespace of this agent's controller (one agent each)"
     )
     run.add_argument(
-        "--verify-commits", action="store_true", help="apply only commits signed by a key in --allowed-signers"
+        "--verify-commits", action="store_true",
+        help="apply only commits with an SSH signature by a key in --allowed-signers "
+        "(GPG- and X.509-signed commits are refused)",
     )
-    run.add_argument("--allowed-signers", default=None, metavar="FILE", help="ssh allowed-signers file (git's format)")
+    run.add_argument(
+        "--allowed-signers", default=None, metavar="FILE",
+        help="SSH allowed-signers file (git's format: 'ops@example.com ssh-ed25519 AAAA...')",
+    )
     run.add_argument("--take-over", action="store_true", help="take the namespace over from the agent owning it")
     run.add_argument("--proxy-host", default="127.0.0.1", help="address the HTTP proxy listens on")
     run.add_argument("--proxy-port", type=int, default=8000, help="port of the HTTP proxy on every node")

@@ -6,9 +6,16 @@ verification (`git verify-commit`), with `gpg.format=ssh` and
 ever written), and the verdict in plain values: `valid`, `unsigned` (no
 signature header) or `untrusted` (a signature git does not accept: an
 unknown key, a bad signature, a signer the allowed-signers file does not
-name), with git's reason. `classify` is pure; `CommitVerifier` runs git and
-remembers verdicts per commit (a commit never changes). Must not: decide
-what happens to an unverified commit (the agent does not apply it).
+name), with git's reason.
+
+Only SSH signatures are verified. git picks the verifying program from the
+signature itself, so it would check a GPG (OpenPGP) or X.509 signature
+against the keyring of the user running the agent, which the allowed-signers
+file does not govern: such a commit is `untrusted` from its header alone,
+and git is never asked. `signature_kind` and `classify` are pure;
+`CommitVerifier` runs git and remembers verdicts per commit (a commit never
+changes). Must not: decide what happens to an unverified commit (the agent
+does not apply it).
 """
 
 from __future__ import annotations
@@ -20,13 +27,30 @@ from pathlib import Path
 
 from gitops.errors import UserError
 
-__all__ = ["CommitVerifier", "Verdict", "Verification", "classify", "has_signature"]
+__all__ = ["CommitVerifier", "SignatureKind", "Verdict", "Verification", "classify", "signature_kind"]
 
 
 class Verdict(str, enum.Enum):
     VALID = "valid"
     UNSIGNED = "unsigned"
     UNTRUSTED = "untrusted"
+
+
+class SignatureKind(str, enum.Enum):
+    """What signed a commit, by the first line of its signature (as git tells them apart)."""
+
+    SSH = "SSH"
+    GPG = "GPG (OpenPGP)"
+    X509 = "X.509"
+    UNKNOWN = "unknown"
+
+
+_ARMOR = {
+    "-----BEGIN SSH SIGNATURE-----": SignatureKind.SSH,
+    "-----BEGIN PGP SIGNATURE-----": SignatureKind.GPG,
+    "-----BEGIN PGP MESSAGE-----": SignatureKind.GPG,
+    "-----BEGIN SIGNED MESSAGE-----": SignatureKind.X509,
+}
 
 
 @dataclass(frozen=True)
@@ -45,16 +69,27 @@ class Verification:
         return f"commit {sha[:7]} has a signature the allowed signers do not accept: {self.reason}"
 
 
-def has_signature(raw_commit: str) -> bool:
-    """Whether a commit object (`git cat-file commit`) carries a signature header."""
+def signature_kind(raw_commit: str) -> SignatureKind | None:
+    """What signed a commit object (`git cat-file commit`); None when its header has no signature."""
     header = raw_commit.split("\n\n", 1)[0]
-    return any(line.startswith(("gpgsig ", "gpgsig-sha256 ")) for line in header.splitlines())
+    for line in header.splitlines():
+        for prefix in ("gpgsig ", "gpgsig-sha256 "):
+            if line.startswith(prefix):
+                return _ARMOR.get(line.removeprefix(prefix).strip(), SignatureKind.UNKNOWN)
+    return None
 
 
-def classify(signed: bool, returncode: int, stderr: str) -> Verification:
-    """The verdict from whether the commit is signed and how `git verify-commit` ended."""
-    if not signed:
+def classify(kind: SignatureKind | None, returncode: int, stderr: str) -> Verification:
+    """The verdict from what signed the commit and how `git verify-commit` ended
+    (the return code and stderr matter only for an SSH signature)."""
+    if kind is None:
         return Verification(Verdict.UNSIGNED, "no signature")
+    if kind is not SignatureKind.SSH:
+        return Verification(
+            Verdict.UNTRUSTED,
+            f"it is a {kind.value} signature; --verify-commits checks only SSH signatures "
+            "against --allowed-signers",
+        )
     if returncode == 0:
         return Verification(Verdict.VALID)
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
@@ -76,12 +111,15 @@ class CommitVerifier:
         return self._known[sha]
 
     def _run(self, git_dir: Path, sha: str) -> Verification:
-        raw = _git(git_dir, "cat-file", "commit", sha)
+        kind = signature_kind(_git(git_dir, "cat-file", "commit", sha).stdout)
+        if kind is not SignatureKind.SSH:
+            # Decided by the header: git would ask gpg and the agent user's keyring.
+            return classify(kind, 1, "")
         done = _git(
             git_dir, "-c", "gpg.format=ssh", "-c", f"gpg.ssh.allowedSignersFile={self._allowed}",
             "verify-commit", sha,
         )
-        return classify(has_signature(raw.stdout), done.returncode, done.stderr)
+        return classify(kind, done.returncode, done.stderr)
 
 
 def _git(git_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,10 +1,14 @@
 """Commit signatures (issue 11): only commits signed by an allowed key are applied.
 
-Real keys made here (`ssh-keygen -t ed25519`), real signed commits (`git
-commit -S` with `gpg.format=ssh`), git's own verification. First the
-verdicts, then a real agent (`gitops run --verify-commits`, joined to the
-session's Ray) that applies a signed commit and refuses an unsigned and an
-untrusted one: not applied, `unverified` in history, Stalled with reason
+Real keys made here (`ssh-keygen -t ed25519`; `gpg --quick-gen-key` in a
+GNUPGHOME of the test), real signed commits (`git commit -S` with
+`gpg.format=ssh`, or GPG's), git's own verification. Only SSH signatures
+are checked against the allowed-signers file: a GPG-signed commit is
+refused even when the keyring of the agent's user holds the key, since
+that keyring is not what the operator allowed. First the verdicts, then a
+real agent (`gitops run --verify-commits`, joined to the session's Ray)
+that applies a signed commit and refuses an unsigned, an untrusted and a
+GPG-signed one: not applied, `unverified` in history, Stalled with reason
 `CommitNotVerified` in status, counted in
 `gitops_commit_verification_total`.
 """
@@ -40,6 +44,29 @@ def signed_commit(repo: GitRepo, key: Path, message: str) -> str:
     return repo.head()
 
 
+GPG_SIGNER = "ops@example.invalid"
+
+
+@pytest.fixture
+def gpg_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A GPG keyring holding one signing key, made the keyring of this process (and its children)."""
+    home = tmp_path / "gnupg"
+    home.mkdir(mode=0o700)
+    monkeypatch.setenv("GNUPGHOME", str(home))
+    subprocess.run(
+        ["gpg", "--batch", "--quiet", "--passphrase", "", "--quick-gen-key", GPG_SIGNER, "ed25519", "sign", "never"],
+        check=True, capture_output=True,
+    )
+    return home
+
+
+def gpg_signed_commit(repo: GitRepo, message: str) -> str:
+    repo.git("add", "-A")
+    repo.git("-c", "gpg.format=openpgp", "-c", f"user.signingkey={GPG_SIGNER}", "commit", "-q", "--allow-empty",
+             "-S", "-m", message)
+    return repo.head()
+
+
 @pytest.fixture
 def keys(tmp_path: Path) -> tuple[Path, Path, Path]:
     """(trusted key, stranger's key, allowed-signers file naming only the trusted one)."""
@@ -68,6 +95,20 @@ def test_a_commit_signed_by_another_key_is_untrusted_with_gits_reason(
     assert verification.reason
 
 
+def test_a_gpg_signed_commit_is_refused_though_the_agent_users_keyring_holds_the_key(
+    repo: GitRepo, keys: tuple[Path, Path, Path], gpg_home: Path
+) -> None:
+    sha = gpg_signed_commit(repo, "signed with gpg")
+    # git alone accepts it: gpg finds the key in the keyring, whatever --allowed-signers says.
+    assert subprocess.run(["git", "-C", str(repo.root), "verify-commit", sha], capture_output=True).returncode == 0
+    verification = CommitVerifier(keys[2]).verify(repo.root / ".git", sha)
+    assert verification.verdict is Verdict.UNTRUSTED
+    assert verification.message(sha) == (
+        f"commit {sha[:7]} has a signature the allowed signers do not accept: it is a GPG (OpenPGP) signature; "
+        "--verify-commits checks only SSH signatures against --allowed-signers"
+    )
+
+
 def test_verification_writes_no_git_config(repo: GitRepo, keys: tuple[Path, Path, Path], tmp_path: Path) -> None:
     trusted, _, allowed = keys
     sha = signed_commit(repo, trusted, "signed")
@@ -85,8 +126,8 @@ def test_verify_commits_without_allowed_signers_is_a_usage_error(
 
 
 @pytest.mark.real
-def test_a_real_agent_applies_signed_commits_and_refuses_unsigned_and_untrusted_ones(
-    ray_session: str, tmp_path: Path, keys: tuple[Path, Path, Path]
+def test_a_real_agent_applies_signed_commits_and_refuses_unsigned_untrusted_and_gpg_signed_ones(
+    ray_session: str, tmp_path: Path, keys: tuple[Path, Path, Path], gpg_home: Path
 ) -> None:
     import ray
 
@@ -114,6 +155,12 @@ def test_a_real_agent_applies_signed_commits_and_refuses_unsigned_and_untrusted_
         assert status["last_applied_revision"] == good
         result, error = history_result(agent, untrusted)
         assert result == "unverified" and "signature the allowed signers do not accept" in error
+
+        gpg_signed = gpg_signed_commit(repo, "signed with a key of the agent user's gpg keyring")
+        status = agent_status_for(agent, gpg_signed)
+        assert status["last_applied_revision"] == good
+        result, error = history_result(agent, gpg_signed)
+        assert result == "unverified" and "it is a GPG (OpenPGP) signature" in error
 
         metrics = agent.metrics()
         for verdict in ("valid", "unsigned", "untrusted"):
