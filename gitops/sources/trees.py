@@ -66,9 +66,13 @@ class CommitTree:
 
     def __init__(self, repo: str | Path | git.Repo, rev: str = "HEAD") -> None:
         self.repo = repo if isinstance(repo, git.Repo) else _open_repo(repo)
-        self.sha = resolve_revision(self.repo, rev)
-        self._root = self.repo.commit(self.sha).tree
+        self._commit = _commit(self.repo, rev)
+        self.sha = self._commit.hexsha
+        self._root: git.Tree | None = None  # read on first use: a cached load never needs it
         self._objects: dict[str, git.Tree | git.Blob | None] = {}
+        # Directory path -> its entries by name: gitpython finds a name in a
+        # tree by a linear scan, which over a directory of n files is n^2.
+        self._entries: dict[str, dict[str, git.Tree | git.Blob]] = {}
 
     @property
     def identity(self) -> Hashable:
@@ -77,20 +81,23 @@ class CommitTree:
     def _object(self, path: str) -> git.Tree | git.Blob | None:
         path = clean(path)
         if not path:
+            if self._root is None:
+                self._root = self._commit.tree
             return self._root
         if path not in self._objects:
             # Walk from the memoised parent: gitpython re-parses a tree object
             # on every lookup through it, and a commit never changes.
             parent, _, name = path.rpartition("/")
-            container = self._object(parent)
-            found = None
-            if isinstance(container, git.Tree):
-                try:
-                    found = container[name]
-                except KeyError:
-                    found = None
-            self._objects[path] = found if isinstance(found, (git.Tree, git.Blob)) else None
+            self._objects[path] = self._entries_of(parent).get(name)
         return self._objects[path]
+
+    def _entries_of(self, path: str) -> dict[str, git.Tree | git.Blob]:
+        """The trees and blobs directly in directory `path` ({} if it is none)."""
+        if path not in self._entries:
+            container = self._object(path)
+            items = container if isinstance(container, git.Tree) else ()
+            self._entries[path] = {item.name: item for item in items if isinstance(item, (git.Tree, git.Blob))}
+        return self._entries[path]
 
     def files(self, path: str) -> list[str]:
         found = self._object(path)
@@ -151,9 +158,12 @@ def _open_repo(path: str | Path) -> git.Repo:
 
 def resolve_revision(repo: str | Path | git.Repo, rev: str) -> str:
     """The full commit sha `rev` names in `repo`; UserError if it names none."""
-    opened = repo if isinstance(repo, git.Repo) else _open_repo(repo)
+    return _commit(repo if isinstance(repo, git.Repo) else _open_repo(repo), rev).hexsha
+
+
+def _commit(opened: git.Repo, rev: str) -> git.Commit:
     try:
-        return opened.commit(rev).hexsha
+        return opened.commit(rev)
     except (gitdb.exc.ODBError, ValueError, git.GitError):
         raise UserError(f"revision '{rev}' not found in {opened.working_dir or opened.git_dir}") from None
 

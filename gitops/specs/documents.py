@@ -31,10 +31,10 @@ from vocabulary.serving_rules import (
 )
 from gitops.printable import printable
 from gitops.specs.limits import SpecLimits, size_text
-from gitops.specs.locating import Locations, locate
+from gitops.specs.locating import LazyLocations, Locations, locate_later
 from gitops.specs.models import NAME_PATTERN, EndpointSpec, Loc, check_backend, check_endpoint, dotted
 
-__all__ = ["SpecError", "Declared", "Documents", "parse_documents", "oversized_file"]
+__all__ = ["SpecError", "Declared", "Documents", "ParsedFile", "parse_documents", "parse_file", "combine", "oversized_file"]
 
 _SECTIONS = ("backends", "endpoints")
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
@@ -64,7 +64,7 @@ class Declared:
 
     name: str
     file: str
-    locations: Locations
+    locations: Locations | LazyLocations
     spec: Any = None
     raw: Any = None
 
@@ -84,26 +84,49 @@ class Documents:
     errors: tuple[SpecError, ...] = ()
 
 
+@dataclass(frozen=True)
+class ParsedFile:
+    """One spec file parsed, its tables checked on their own: a function of
+    the file's path and bytes alone, so a loader may keep it by blob hash."""
+
+    tables: tuple[tuple[str, Declared], ...] = ()
+    errors: tuple[SpecError, ...] = ()
+
+
 def parse_documents(
     files: Mapping[str, bytes], limits: SpecLimits = SpecLimits(), errors: tuple[SpecError, ...] = ()
 ) -> Documents:
     """Parse and check every spec file; `files` maps repo-relative paths to
     bytes; `errors` found before reading (sizes, links) are reported with them."""
+    return combine({path: parse_file(path, data, limits) for path, data in files.items()}, errors)
+
+
+def parse_file(path: str, data: bytes, limits: SpecLimits = SpecLimits()) -> ParsedFile:
+    """One file's syntax, limits and tables; the rules across files come in `combine`."""
+    document, locations, problems = _parse(path, data, limits)
+    if problems:
+        return ParsedFile(errors=tuple(problems))
+    errors: list[SpecError] = []
+    tables = _tables(path, document, locations, errors, limits)
+    return ParsedFile(tuple(tables), tuple(errors))
+
+
+def combine(files: Mapping[str, ParsedFile], errors: tuple[SpecError, ...] = ()) -> Documents:
+    """The parsed files (in path order) as one set of documents, with the rules across files."""
     backends: dict[str, Declared] = {}
     endpoints: dict[str, Declared] = {}
     found: list[SpecError] = list(errors)
     for path in sorted(files):
-        document, locations, problems = _parse(path, files[path], limits)
-        if problems:
-            found.extend(problems)
-            continue
-        for section, declared in _tables(path, document, locations, found, limits):
+        found.extend(files[path].errors)
+        for section, declared in files[path].tables:
             _declare(backends if section == "backends" else endpoints, section, declared, found)
     found.extend(_cross_file_errors(backends, endpoints))
     return Documents(backends, endpoints, tuple(found))
 
 
-def _parse(path: str, data: bytes, limits: SpecLimits) -> tuple[dict[str, Any], Locations, list[SpecError]]:
+def _parse(
+    path: str, data: bytes, limits: SpecLimits
+) -> tuple[dict[str, Any], Locations | LazyLocations, list[SpecError]]:
     if len(data) > limits.max_file_bytes:
         return {}, Locations(), [oversized_file(path, len(data), limits)]
     try:
@@ -112,8 +135,8 @@ def _parse(path: str, data: bytes, limits: SpecLimits) -> tuple[dict[str, Any], 
         line = data[: error.start].count(b"\n") + 1
         return {}, Locations(), [SpecError(path, line, 1, "file is not valid UTF-8")]
     too_deep = _too_deep(limits)
-    locations = locate(text, limits.max_depth)  # the nesting guard, before tomllib
-    if locations.too_deep is not None:
+    locations = locate_later(text, limits.max_depth)  # the nesting guard, before tomllib
+    if isinstance(locations, Locations) and locations.too_deep is not None:
         return {}, locations, [SpecError(path, *locations.too_deep, too_deep)]
     try:
         document = tomllib.loads(text)
@@ -189,17 +212,20 @@ def _plain(message: str) -> str:
 
 
 def _tables(
-    path: str, document: dict[str, Any], locations: Locations, errors: list[SpecError], limits: SpecLimits
+    path: str,
+    document: dict[str, Any],
+    locations: Locations | LazyLocations,
+    errors: list[SpecError],
+    limits: SpecLimits,
 ) -> list[tuple[str, Declared]]:
     """Each backend and endpoint table in a file, checked on its own."""
     found: list[tuple[str, Declared]] = []
     for key, value in document.items():
-        line, col = locations.find((key,))
         if key not in _SECTIONS:
             expected = "expected [backends.NAME] or [endpoints.NAME]"
-            errors.append(SpecError(path, line, col, f"unknown table '{key}' ({expected})"))
+            errors.append(SpecError(path, *locations.find((key,)), f"unknown table '{key}' ({expected})"))
         elif not isinstance(value, dict):
-            errors.append(SpecError(path, line, col, f"'{key}' must be a table of named {key}"))
+            errors.append(SpecError(path, *locations.find((key,)), f"'{key}' must be a table of named {key}"))
         else:
             for name, raw in value.items():
                 found.append((key, _check_table(path, key, name, raw, locations, errors, limits)))
@@ -207,7 +233,13 @@ def _tables(
 
 
 def _check_table(
-    path: str, section: str, name: str, raw: Any, locations: Locations, errors: list[SpecError], limits: SpecLimits
+    path: str,
+    section: str,
+    name: str,
+    raw: Any,
+    locations: Locations | LazyLocations,
+    errors: list[SpecError],
+    limits: SpecLimits,
 ) -> Declared:
     declared = Declared(name, path, locations, raw=raw)
     if NAME_PATTERN.fullmatch(name) is None:

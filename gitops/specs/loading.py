@@ -20,9 +20,11 @@ replicas' import path.
 
 A loader caches its results by git hashes: the spec path's tree hash, then
 the hashes of every path the backends' code depends on, so re-loading an
-unchanged commit costs a few hash look-ups. The caches belong to the loader
-object: whoever loads (a command, the agent, a bench, a test) makes one and
-passes it on; a fresh loader starts cold.
+unchanged commit costs a few hash look-ups. Each spec file's parse is kept
+by its path and blob hash too (for the files of the last tree loaded), so a
+commit changing one file of thousands parses one file. The caches belong to
+the loader object: whoever loads (a command, the agent, a bench, a test)
+makes one and passes it on; a fresh loader starts cold.
 """
 
 from __future__ import annotations
@@ -35,10 +37,10 @@ from pathlib import Path
 from typing import Hashable
 
 from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
-from gitops.specs.imports import AttributeKind, module_files, resolve_import
-from gitops.specs.documents import Documents, SpecError, oversized_file, parse_documents
+from gitops.specs.imports import AttributeKind, ResolvedImport, module_files, resolve_import
+from gitops.specs.documents import Documents, ParsedFile, SpecError, combine, oversized_file, parse_file
 from gitops.specs.limits import SpecLimits, size_text
-from gitops.sources.hashing import escaping_links
+from gitops.sources.hashing import escaping_links, resolve_inside
 from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel
 from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS, BackendSpec, EndpointSpec, Loc
 from gitops.specs.versions import code_paths, default_code_path, derive_version
@@ -90,6 +92,9 @@ class Loader:
         self._results = _LRU(cache_size)
         # A commit never changes, so its result is final: re-loading it skips hashing.
         self._by_identity = _LRU(cache_size)
+        # (path, blob hash) -> (size, parse) for the spec files of the last tree read.
+        self._files: dict[tuple[str, str], tuple[int, ParsedFile]] = {}
+        self._files_lock = threading.Lock()
 
     def load_tree(self, tree: Tree, spec_path: str = "deployments") -> LoadResult:
         spec_path = spec_path.strip("/")
@@ -129,14 +134,18 @@ class Loader:
         if spec_hash is None:
             missing = SpecError(spec_path or ".", 1, 1, f"spec path '{spec_path}' does not exist")
             return LoadResult(None, (missing,))
-        documents = self._read_documents(tree, spec_path, spec_hash)
+        listed = tree.files(spec_path)
+        # A spec file may be a link to a file outside the spec path, whose
+        # content the spec path's hash does not cover: the keys name it.
+        linked = tuple(_blob_key(tree, path) for path in listed if tree.link_target(path) is not None)
+        documents = self._read_documents(tree, listed, (spec_path, spec_hash, linked))
         paths = _dependency_paths(documents)
         # Checked on every load, not cached: links and top-level modules
         # depend on more of the tree than the hashed paths.
         code_errors = _escaping_links(tree, paths) + _shadowing_modules(tree, documents)
         if code_errors:
             return _failed([*documents.errors, *code_errors])
-        key = (spec_path, spec_hash, tuple((path, tree.hash(path)) for path in paths))
+        key = (spec_path, spec_hash, linked, tuple((path, tree.hash(path)) for path in paths))
         cached = self._results.get(key)
         if isinstance(cached, LoadResult):
             return cached
@@ -144,32 +153,54 @@ class Loader:
         self._results.put(key, result)
         return result
 
-    def _read_documents(self, tree: Tree, spec_path: str, spec_hash: str) -> Documents:
-        key = (spec_path, spec_hash)
+    def _read_documents(self, tree: Tree, listed: list[str], key: Hashable) -> Documents:
         cached = self._documents.get(key)
         if isinstance(cached, Documents):
             return cached
-        listed = tree.files(spec_path)
         errors = _escaping_links(tree, listed)
         unsafe = {error.file for error in errors}
-        files, size_errors = _within_limits(tree, [p for p in listed if p.endswith(".toml") and p not in unsafe], self.limits)
-        contents = {path: tree.read(path) for path in files}
-        documents = parse_documents(contents, self.limits, tuple(errors + size_errors))
+        tomls = [path for path in listed if path.endswith(".toml") and path not in unsafe]
+        with self._files_lock:
+            known = self._files
+        blobs = {path: _blob_key(tree, path) for path in tomls}
+        sizes = {path: known[blobs[path]][0] if blobs[path] in known else tree.size(path) for path in tomls}
+        files, size_errors = _within_limits(tomls, sizes, self.limits)
+        parsed = {path: self._parse_file(tree, path, blobs[path], known) for path in files}
+        with self._files_lock:
+            self._files = {blobs[path]: (sizes[path], parsed[path]) for path in files if blobs[path][1]}
+        documents = combine(parsed, tuple(errors + size_errors))
         self._documents.put(key, documents)
         return documents
+
+    def _parse_file(
+        self, tree: Tree, path: str, blob: tuple[str, str], known: dict[tuple[str, str], tuple[int, ParsedFile]]
+    ) -> ParsedFile:
+        if blob in known:
+            return known[blob][1]
+        return parse_file(path, tree.read(path), self.limits)
+
+
+def _blob_key(tree: Tree, path: str) -> tuple[str, str]:
+    """What a file's parse is kept by: its path and the blob hash of what it
+    reads as (through a link inside the tree: the target's); "" when it
+    leads nowhere, and such a file's parse is never kept."""
+    resolved = resolve_inside(tree, path) if tree.link_target(path) is not None else path
+    return (path, (tree.hash(resolved) if resolved is not None else None) or "")
 
 
 # --- stages -------------------------------------------------------------------------
 
 
-def _within_limits(tree: Tree, files: list[str], limits: SpecLimits) -> tuple[list[str], list[SpecError]]:
+def _within_limits(
+    files: list[str], sizes: dict[str, int], limits: SpecLimits
+) -> tuple[list[str], list[SpecError]]:
     """The spec files to read: each within the file limit, all within the tree
     limit; sizes come from the tree, so nothing too big is ever read."""
     accepted: list[str] = []
     errors: list[SpecError] = []
     total = 0
     for path in files:
-        size = tree.size(path)
+        size = sizes[path]
         total += size
         if size > limits.max_file_bytes:
             errors.append(oversized_file(path, size, limits))
@@ -245,10 +276,14 @@ def _dependency_paths(documents: Documents) -> list[str]:
 def _resolve(tree: Tree, documents: Documents) -> LoadResult:
     errors = list(documents.errors)
     backends: dict[str, BackendConfig] = {}
+    imports: dict[str, ResolvedImport] = {}  # one tree: an import path resolves once
     for name, declared in documents.backends.items():
         if declared.spec is None:
             continue
-        config, problems = _resolve_backend(tree, name, declared.spec)
+        import_path = declared.spec.import_path
+        if import_path not in imports:
+            imports[import_path] = resolve_import(tree, import_path)
+        config, problems = _resolve_backend(tree, name, declared.spec, imports[import_path])
         errors.extend(declared.error(loc, message) for loc, message in problems)
         if config is not None:
             backends[name] = config
@@ -259,11 +294,10 @@ def _resolve(tree: Tree, documents: Documents) -> LoadResult:
 
 
 def _resolve_backend(
-    tree: Tree, name: str, spec: BackendSpec
+    tree: Tree, name: str, spec: BackendSpec, target: ResolvedImport
 ) -> tuple[BackendConfig | None, list[tuple[Loc, str]]]:
     at: Loc = ("backends", name)
     problems: list[tuple[Loc, str]] = []
-    target = resolve_import(tree, spec.import_path)
     if target.error is not None:
         problems.append(((*at, "import_path"), f"backends.{name}.import_path: {target.error}"))
     if target.kind is AttributeKind.FUNCTION:

@@ -13,6 +13,11 @@ time quadratic in their length, never sees one. Its own cost is linear: a
 key records only the prefixes not recorded before, and no path is longer
 than `max_depth` + 1.
 
+Most documents have no error to locate and nest far less than the limit,
+so the scan is skipped for them: `cannot_nest_deeper` bounds every key
+path's length by counting the characters a level needs ('.', '[', '{'),
+and `locate_later` scans on the first `find` only.
+
 Key paths are tuples like `("backends", "echo-v1", "autoscaling")`, with
 integer indexes for array elements, matching pydantic's error locations.
 """
@@ -25,7 +30,7 @@ from dataclasses import dataclass, field
 
 from gitops.specs.limits import MAX_DEPTH
 
-__all__ = ["Position", "Locations", "locate"]
+__all__ = ["Position", "Locations", "LazyLocations", "locate", "locate_later", "cannot_nest_deeper"]
 
 Position = tuple[int, int]  # 1-based line and column
 _Path = tuple[str | int, ...]
@@ -51,6 +56,38 @@ class Locations:
             if found is not None:
                 return found
         return (1, 1)
+
+
+def cannot_nest_deeper(text: str, max_depth: int = MAX_DEPTH) -> bool:
+    """True when no key path of `text` can be longer than `max_depth`.
+
+    Each level of a key path beyond the first needs a character of its
+    own: a '.' between key parts, a '[' for a header, an array-of-tables
+    index or an array element, a '{' for an inline table. Counting them all
+    (in strings and comments too) bounds every path, at C speed."""
+    return 1 + text.count(".") + text.count("[") + text.count("{") <= max_depth
+
+
+class LazyLocations:
+    """The `Locations` of one text, scanned on the first `find`: most
+    documents never have an error to locate."""
+
+    def __init__(self, text: str, max_depth: int = MAX_DEPTH) -> None:
+        self._text = text
+        self._max_depth = max_depth
+        self._scanned: Locations | None = None
+
+    def find(self, path: _Path) -> Position:
+        if self._scanned is None:
+            # Two threads may both scan: the same answer, so no lock.
+            self._scanned = locate(self._text, self._max_depth)
+        return self._scanned.find(path)
+
+
+def locate_later(text: str, max_depth: int = MAX_DEPTH) -> Locations | LazyLocations:
+    """What `locate` gives, scanned now only when `text` might nest deeper
+    than `max_depth` (the nesting guard must answer before `tomllib`)."""
+    return LazyLocations(text, max_depth) if cannot_nest_deeper(text, max_depth) else locate(text, max_depth)
 
 
 def locate(text: str, max_depth: int = MAX_DEPTH) -> Locations:
