@@ -67,6 +67,14 @@ class Tree(Protocol):
         """A file's size in bytes, without reading it; raises KeyError if it is not a file."""
         ...
 
+    def sizes(self, paths: list[str]) -> dict[str, int]:
+        """`size` of each path, at once (a commit asks git once for them all)."""
+        ...
+
+    def read_files(self, paths: list[str]) -> dict[str, bytes]:
+        """`read` of each path, at once (a commit asks git once for them all)."""
+        ...
+
     def children(self, path: str) -> list[str]:
         """The names directly under the directory `path` leads to, sorted; [] if it is none."""
         ...
@@ -186,6 +194,18 @@ class HashingTree:
     def is_dir(self, path: str) -> bool:
         resolved = resolve_inside(self, path)
         return resolved is not None and self.dir_here(resolved)
+
+    def read(self, path: str) -> bytes:
+        raise NotImplementedError
+
+    def size(self, path: str) -> int:
+        raise NotImplementedError
+
+    def sizes(self, paths: list[str]) -> dict[str, int]:
+        return {path: self.size(path) for path in paths}
+
+    def read_files(self, paths: list[str]) -> dict[str, bytes]:
+        return {path: self.read(path) for path in paths}
 
     def hash(self, path: str) -> str | None:
         path = clean(path)

@@ -24,6 +24,7 @@ This module never imports user code and never writes.
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 from typing import Hashable, Iterator
 
@@ -79,6 +80,8 @@ class CommitTree:
         return (self.repo.git_dir, self.sha)
 
     def _object(self, path: str) -> git.Tree | git.Blob | None:
+        if path in self._objects:  # the common case: a clean path asked before
+            return self._objects[path]
         path = clean(path)
         if not path:
             if self._root is None:
@@ -105,7 +108,16 @@ class CommitTree:
             return [found.path]
         if found is None:
             return []
-        return sorted(item.path for item in found.traverse() if isinstance(item, git.Blob))
+        return sorted(self._walk(clean(path)))
+
+    def _walk(self, path: str) -> Iterator[str]:
+        """Every blob under the directory `path`, through the entry index."""
+        for name, item in self._entries_of(path).items():
+            child = f"{path}/{name}" if path else name
+            if isinstance(item, git.Tree):
+                yield from self._walk(child)
+            else:
+                yield child
 
     def read(self, path: str) -> bytes:
         return read_inside(self, path, self._blob_data)
@@ -121,6 +133,26 @@ class CommitTree:
         if not isinstance(found, git.Blob):
             raise KeyError(path)
         return int(found.size)
+
+    def sizes(self, paths: list[str]) -> dict[str, int]:
+        blobs = self._blobs(paths)
+        found = _cat_file(self.repo, "--batch-check", {blob.hexsha for blob in blobs.values()})
+        return {path: found[blob.hexsha][0] for path, blob in blobs.items()}
+
+    def read_files(self, paths: list[str]) -> dict[str, bytes]:
+        blobs = self._blobs(paths)
+        found = _cat_file(self.repo, "--batch", {blob.hexsha for blob in blobs.values()})
+        return {path: found[blob.hexsha][1] for path, blob in blobs.items()}
+
+    def _blobs(self, paths: list[str]) -> dict[str, git.Blob]:
+        """The blob each path leads to (links followed inside the tree); KeyError for a non-file."""
+        blobs: dict[str, git.Blob] = {}
+        for path in paths:
+            found = self._followed(path)
+            if not isinstance(found, git.Blob):
+                raise KeyError(path)
+            blobs[path] = found
+        return blobs
 
     def link_target(self, path: str) -> str | None:
         found = self._object(path)
@@ -145,6 +177,33 @@ class CommitTree:
     def hash(self, path: str) -> str | None:
         found = self._object(path)
         return None if found is None else found.hexsha
+
+
+def _cat_file(repo: git.Repo, mode: str, shas: set[str]) -> dict[str, tuple[int, bytes]]:
+    """sha -> (size, content) of blobs, from one `git cat-file --batch[-check]`
+    (content is b"" with --batch-check): one process, not a round trip each."""
+    if not shas:
+        return {}
+    done = subprocess.run(
+        ["git", "--git-dir", str(repo.git_dir), "cat-file", mode],
+        input="".join(f"{sha}\n" for sha in shas).encode(), capture_output=True, check=False,
+    )
+    if done.returncode != 0:
+        raise OSError(f"git cat-file: {done.stderr.decode(errors='replace').strip()}")
+    found: dict[str, tuple[int, bytes]] = {}
+    out, at = done.stdout, 0
+    while at < len(out):
+        end = out.index(b"\n", at)
+        sha, kind, size = (out[at:end].decode().split(" ") + ["", ""])[:3]
+        if kind != "blob":
+            raise KeyError(sha)
+        at = end + 1
+        if mode == "--batch":
+            found[sha] = (int(size), out[at : at + int(size)])
+            at += int(size) + 1
+        else:
+            found[sha] = (int(size), b"")
+    return found
 
 
 def _open_repo(path: str | Path) -> git.Repo:

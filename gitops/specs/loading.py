@@ -32,9 +32,9 @@ from __future__ import annotations
 import sys
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Hashable
+from typing import Hashable, Mapping
 
 from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
 from gitops.specs.imports import AttributeKind, ResolvedImport, module_files, resolve_import
@@ -94,7 +94,8 @@ class Loader:
         self._by_identity = _LRU(cache_size)
         # (path, blob hash) -> (size, parse) for the spec files of the last tree read.
         self._files: dict[tuple[str, str], tuple[int, ParsedFile]] = {}
-        self._files_lock = threading.Lock()
+        self._built = _Built()  # the configs of the last resolve
+        self._files_lock = threading.Lock()  # guards _files and _built
 
     def load_tree(self, tree: Tree, spec_path: str = "deployments") -> LoadResult:
         spec_path = spec_path.strip("/")
@@ -149,7 +150,11 @@ class Loader:
         cached = self._results.get(key)
         if isinstance(cached, LoadResult):
             return cached
-        result = _resolve(tree, documents)
+        with self._files_lock:
+            before = self._built
+        result, built = _resolve(tree, documents, before)
+        with self._files_lock:
+            self._built = built
         self._results.put(key, result)
         return result
 
@@ -163,21 +168,17 @@ class Loader:
         with self._files_lock:
             known = self._files
         blobs = {path: _blob_key(tree, path) for path in tomls}
-        sizes = {path: known[blobs[path]][0] if blobs[path] in known else tree.size(path) for path in tomls}
+        sizes = {path: known[blobs[path]][0] for path in tomls if blobs[path] in known}
+        sizes.update(tree.sizes([path for path in tomls if path not in sizes]))
         files, size_errors = _within_limits(tomls, sizes, self.limits)
-        parsed = {path: self._parse_file(tree, path, blobs[path], known) for path in files}
+        parsed = {path: known[blobs[path]][1] for path in files if blobs[path] in known}
+        contents = tree.read_files([path for path in files if path not in parsed])
+        parsed.update({path: parse_file(path, data, self.limits) for path, data in contents.items()})
         with self._files_lock:
             self._files = {blobs[path]: (sizes[path], parsed[path]) for path in files if blobs[path][1]}
         documents = combine(parsed, tuple(errors + size_errors))
         self._documents.put(key, documents)
         return documents
-
-    def _parse_file(
-        self, tree: Tree, path: str, blob: tuple[str, str], known: dict[tuple[str, str], tuple[int, ParsedFile]]
-    ) -> ParsedFile:
-        if blob in known:
-            return known[blob][1]
-        return parse_file(path, tree.read(path), self.limits)
 
 
 def _blob_key(tree: Tree, path: str) -> tuple[str, str]:
@@ -273,9 +274,23 @@ def _dependency_paths(documents: Documents) -> list[str]:
     return sorted(paths)
 
 
-def _resolve(tree: Tree, documents: Documents) -> LoadResult:
+_CodeHashes = tuple[tuple[str, str | None], ...]
+
+
+@dataclass(frozen=True)
+class _Built:
+    """The configs the last resolve built, by name, with the spec object each
+    came from (a file's parse is kept, so an unchanged file gives the same
+    objects) and, for a backend, its code paths' hashes: a config is built
+    again only when one of them changed."""
+
+    backends: Mapping[str, tuple[BackendSpec, _CodeHashes, BackendConfig]] = field(default_factory=dict)
+    endpoints: Mapping[str, tuple[EndpointSpec, EndpointConfig]] = field(default_factory=dict)
+
+
+def _resolve(tree: Tree, documents: Documents, before: _Built) -> tuple[LoadResult, _Built]:
     errors = list(documents.errors)
-    backends: dict[str, BackendConfig] = {}
+    built: dict[str, tuple[BackendSpec, _CodeHashes, BackendConfig]] = {}
     imports: dict[str, ResolvedImport] = {}  # one tree: an import path resolves once
     for name, declared in documents.backends.items():
         if declared.spec is None:
@@ -283,19 +298,27 @@ def _resolve(tree: Tree, documents: Documents) -> LoadResult:
         import_path = declared.spec.import_path
         if import_path not in imports:
             imports[import_path] = resolve_import(tree, import_path)
-        config, problems = _resolve_backend(tree, name, declared.spec, imports[import_path])
+        resolved, problems = _resolve_backend(tree, name, declared.spec, imports[import_path], before.backends.get(name))
         errors.extend(declared.error(loc, message) for loc, message in problems)
-        if config is not None:
-            backends[name] = config
+        if resolved is not None:
+            built[name] = resolved
     if errors:
-        return _failed(errors)
-    endpoints = {name: _endpoint_config(name, d.spec) for name, d in documents.endpoints.items()}
-    return LoadResult(ServingState(backends=backends, endpoints=endpoints))
+        return _failed(errors), before
+    endpoints = {name: _endpoint_built(name, d.spec, before.endpoints.get(name)) for name, d in documents.endpoints.items()}
+    state = ServingState(
+        backends={name: config for name, (_, _, config) in built.items()},
+        endpoints={name: config for name, (_, config) in endpoints.items()},
+    )
+    return LoadResult(state), _Built(built, endpoints)
 
 
 def _resolve_backend(
-    tree: Tree, name: str, spec: BackendSpec, target: ResolvedImport
-) -> tuple[BackendConfig | None, list[tuple[Loc, str]]]:
+    tree: Tree,
+    name: str,
+    spec: BackendSpec,
+    target: ResolvedImport,
+    before: tuple[BackendSpec, _CodeHashes, BackendConfig] | None,
+) -> tuple[tuple[BackendSpec, _CodeHashes, BackendConfig] | None, list[tuple[Loc, str]]]:
     at: Loc = ("backends", name)
     problems: list[tuple[Loc, str]] = []
     if target.error is not None:
@@ -312,9 +335,19 @@ def _resolve_backend(
             problems.append(((*at, "code_paths", index), f"backends.{name}.code_paths: '{path}' does not exist"))
     if problems:
         return None, problems
-    paths = code_paths(spec, target.module_file)
-    version = derive_version(spec, {path: tree.hash(path) for path in paths})
-    return _backend_config(name, version, spec), []
+    hashes = tuple((path, tree.hash(path)) for path in code_paths(spec, target.module_file))
+    if before is not None and before[0] is spec and before[1] == hashes:
+        return before, []
+    version = derive_version(spec, dict(hashes))
+    return (spec, hashes, _backend_config(name, version, spec)), []
+
+
+def _endpoint_built(
+    name: str, spec: EndpointSpec, before: tuple[EndpointSpec, EndpointConfig] | None
+) -> tuple[EndpointSpec, EndpointConfig]:
+    if before is not None and before[0] is spec:
+        return before
+    return spec, _endpoint_config(name, spec)
 
 
 def _backend_config(name: str, version: str, spec: BackendSpec) -> BackendConfig:

@@ -95,3 +95,13 @@ def test_a_linked_spec_file_is_read_again_when_its_target_changes() -> None:
     result = loader.load_tree(changed)
     assert result.state is not None
     assert result.state.backends["svc-0"].user_config == {"greeting": "changed"}
+
+
+def test_a_code_change_gives_new_versions_though_no_spec_file_changed() -> None:
+    loader = Loader()
+    before = loader.load_tree(tree(services(2))).state
+    changed = CountingTree({"apps/__init__.py": "", "apps/echo.py": APP + "\nVERSION = 2\n", **services(2)})
+    after = loader.load_tree(changed).state
+    assert before is not None and after is not None
+    assert after.backends["svc-0"].version != before.backends["svc-0"].version
+    assert after == Loader().load_tree(changed).state
