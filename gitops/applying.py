@@ -160,11 +160,13 @@ def _phases(actions: Sequence[Action], actual: ServingState) -> list[list[Action
 
     The planner's order is kept exactly (it defers some backend updates
     until after endpoints and brings some deletes forward for route
-    handoffs); only neighbours of the same class share a phase.
+    handoffs); only neighbours of the same class share a phase, and an
+    action that waits for one of them (`Action.after`: a backend's callees)
+    starts the next phase.
     """
     phases: list[list[Action]] = []
     for action in actions:
-        if phases and _CLASS[phases[-1][0].kind] == _CLASS[action.kind]:
+        if phases and _CLASS[phases[-1][0].kind] == _CLASS[action.kind] and not _waits_on(action, phases[-1]):
             phases[-1].append(action)
         else:
             phases.append([action])
@@ -176,6 +178,11 @@ def _phases(actions: Sequence[Action], actual: ServingState) -> list[list[Action
         if gate:
             phases.insert(first_endpoint, gate)
     return phases
+
+
+def _waits_on(action: Action, phase: list[Action]) -> bool:
+    """`action` must start after a goal of `phase` is met (`Action.after`)."""
+    return bool(action.after) and any(earlier.name in action.after for earlier in phase)
 
 
 _CLASS = {

@@ -36,6 +36,7 @@ __all__ = [
     "MatchRule",
     "ShadowCompare",
     "StickyKey",
+    "SOURCE_FIELDS",
     "BackendConfig",
     "EndpointConfig",
     "ServingState",
@@ -47,6 +48,11 @@ __all__ = [
     "RouteEntry",
     "RouteTable",
 ]
+
+# Where a backend's config came from, not what it is: never compared, never
+# a reason to restart or update (set by the agent on each create or update).
+SOURCE_FIELDS = frozenset({"working_dir", "commit"})
+
 
 class _Value(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -169,13 +175,24 @@ class BackendConfig(_Value):
         default=None,
         description="How new code replaces running replicas; none: one extra replica at a time, none missing.",
     )
+    uses: tuple[str, ...] = Field(
+        default=(),
+        description="Backends and endpoints this backend calls through handles (`gitops.serving.handle`): "
+        "validation checks the names, and they are created and updated before this backend.",
+    )
     working_dir: str | None = Field(
         default=None, description="Where this version's code is fetched from (an export of the applied commit)."
     )
+    commit: str | None = Field(
+        default=None,
+        description="The commit this backend's config was last applied from, for `gitops.serving.context()`.",
+    )
 
     def comparable(self) -> dict[str, Any]:
-        """Every field that matters to the cluster, without `working_dir`."""
-        return self.model_dump(mode="json", exclude={"working_dir"})
+        """Every field that matters to the cluster, without where it came from
+        (`working_dir`, `commit`): a commit that leaves the backend as it was
+        changes nothing."""
+        return self.model_dump(mode="json", exclude=SOURCE_FIELDS)
 
     def code_identity(self) -> str:
         """What a running replica is bound to: change it and replicas restart."""
@@ -388,6 +405,8 @@ class ReplicaSet(_Value):
     batching: BatchingConfig | None = None
     # Seconds a request may wait for a first replica; None: 503 at once.
     cold_start_timeout_s: float | None = None
+    # The commit the backend's config was last applied from (`BackendConfig.commit`).
+    commit: str | None = None
 
 
 class RouteEntry(_Value):

@@ -67,8 +67,8 @@ HTTP_METHODS = frozenset(
     {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
 )
 # Config fields no file sets: the loader derives them (name from the table's
-# key, version from the code, working_dir from the applied commit).
-DERIVED_BACKEND_FIELDS = frozenset({"name", "version", "working_dir"})
+# key, version from the code, working_dir and commit from the applied commit).
+DERIVED_BACKEND_FIELDS = frozenset({"name", "version", "working_dir", "commit"})
 DERIVED_ENDPOINT_FIELDS = frozenset({"name"})
 _IMPORT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
@@ -168,6 +168,7 @@ _BackendKeys = create_model(
         DERIVED_BACKEND_FIELDS,
         {
             "init_args": list[Any],
+            "uses": list[str],
             "ray_actor_options": RayActorOptionsSpec,
             "runtime_env": RuntimeEnvSpec,
             "autoscaling": AutoscalingSpec | None,

@@ -315,6 +315,7 @@ ray_actor_options = { num_cpus = 0.5 }
 runtime_env = { env_vars = { A = "b" } }
 batching = { max_batch_size = 4, batch_wait_timeout_s = 0.5 }
 update = { max_surge = 0, max_unavailable = 2 }
+uses = ["scaled"]
 
 [backends.scaled]
 import_path = "apps.echo:hello"
