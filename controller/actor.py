@@ -291,7 +291,8 @@ class ControllerActor:
             mcq = config.max_concurrent_queries if config else 1
             batching = config.batching if config else None
             cold_start_s = config.cold_start_timeout_s if config else None
-            key = (mcq, batching, cold_start_s, tuple(r.replica_id for r in running))
+            commit = config.commit if config else None
+            key = (mcq, batching, cold_start_s, commit, tuple(r.replica_id for r in running))
             if self._longpoll.fingerprint(LongPollKey.replicas(name)) == key:
                 continue
             infos = tuple(
@@ -301,7 +302,7 @@ class ControllerActor:
             )
             payload = ReplicaSet(
                 backend=name, max_concurrent_queries=mcq, replicas=infos,
-                batching=batching, cold_start_timeout_s=cold_start_s,
+                batching=batching, cold_start_timeout_s=cold_start_s, commit=commit,
             )
             self._longpoll.publish(LongPollKey.replicas(name), payload, key)
         for name in self._published_backends - names:

@@ -366,6 +366,7 @@ class Agent:
                 self._client,
                 actual=actual,
                 working_dir=report.working_dir,
+                commit=revision.sha,
                 deadlines=self._settings.deadlines,
                 superseded=lambda: self._superseded(revision),
                 on_progress=lambda progress: self._show_progress(revision, progress),

@@ -169,11 +169,14 @@ class Replica:
         init_kwargs: dict[str, Any] | None = None,
         user_config: Any = None,
         namespace: str = "",
+        commit: str | None = None,
     ) -> None:
-        """`namespace` is where the controller runs, for this replica's handles."""
+        """`namespace` is where the controller runs, for this replica's handles;
+        `commit` the one the backend's config came from (for `context()`)."""
         self.backend = backend
         self.replica_id = replica_id
         self.version = version
+        self._commit = commit
         self._import_path = import_path
         self._init_args = tuple(init_args)
         self._init_kwargs = dict(init_kwargs or {})
@@ -192,7 +195,8 @@ class Replica:
         from the same call that tells it the replica is ready.
         """
         if self._handler is None:
-            install(ReplicaContext(self.backend, self.replica_id, self.version), self._handles)
+            self._handles.attach(asyncio.get_running_loop())
+            install(ReplicaContext(self.backend, self.replica_id, self.version, self._commit), self._handles)
             handler = await asyncio.to_thread(
                 load_callable, self._import_path, self._init_args, self._init_kwargs
             )

@@ -54,6 +54,12 @@ def test_backends_carry_the_commits_export_as_working_dir() -> None:
     assert [c.working_dir for c in controller.configs] == ["/exports/tree1"]
 
 
+def test_backends_carry_the_commit_they_are_applied_from() -> None:
+    controller = FakeController()
+    run_apply(state(backend("b1"), endpoint("e", {"b1": 1.0})), controller, working_dir="/x", commit="abc123")
+    assert [c.commit for c in controller.configs] == ["abc123"]
+
+
 def test_failed_backend_goal_stops_the_apply_and_names_action_backend_and_reason() -> None:
     controller = FakeController(failing={"b2": "ImportError: No module named 'nope'"})
     desired = state(backend("b2"), endpoint("e", {"b2": 1.0}))
