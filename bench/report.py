@@ -313,11 +313,12 @@ def _serving(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]
     systems = f["systems"]
     serve_mode = "direct ingress" if f.get("serve_direct_ingress") else "its Python proxy"
 
-    def cells(part: dict[str, Any], keys: tuple[str, ...], digits: int) -> str:
+    def cells(part: dict[str, Any], keys: tuple[str, ...], digits: int = 0) -> str:
+        """Rates as whole numbers, milliseconds (`*_ms`) with 1 + `digits` decimals."""
         reason = part.get("failed") or part.get("skipped")
         if reason is not None:
             return f"{'failed' if 'failed' in part else 'skipped'}: {reason}" + " |" * (len(keys) - 1)
-        return " | ".join(f"{part[key]:.{digits}f}" for key in keys)
+        return " | ".join(f"{part[key]:,.{1 + digits if key.endswith('_ms') else 0}f}" for key in keys)
 
     lines = ["## Serving: batching, handles, streaming (issue 13)", "",
              f"Ray Serve through {serve_mode}, `max_ongoing_requests=100`, access log off. {_command(doc)}", "",
@@ -325,16 +326,16 @@ def _serving(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]
              f"wrk -c{f['connections']}; batched: max_batch_size {f['max_batch_size']}, 5 ms wait "
              "(ours `[batching]`, Serve `@serve.batch`).", "",
              "| system | plain req/s | p99 ms | batched req/s | p99 ms |", "| --- | ---: | ---: | ---: | ---: |"]
-    lines += [f"| {system} | {cells(got['model'], ('rps', 'p99_ms'), 0)} | {cells(got['batched'], ('rps', 'p99_ms'), 0)} |"
+    lines += [f"| {system} | {cells(got['model'], ('rps', 'p99_ms'))} | {cells(got['batched'], ('rps', 'p99_ms'))} |"
               for system, got in systems.items()]
     lines += ["", f"Handle calls replica to replica ({f['handle_calls']:,} calls, timed inside the caller: "
               "ours `gitops.serving.handle`, Serve `DeploymentHandle`).", "",
               "| system | p50 ms | p99 ms | calls/s, 16 at a time |", "| --- | ---: | ---: | ---: |"]
-    lines += [f"| {system} | {cells(got['handles'], ('p50_ms', 'p99_ms', 'concurrent_calls_per_s'), 2)} |"
+    lines += [f"| {system} | {cells(got['handles'], ('p50_ms', 'p99_ms', 'concurrent_calls_per_s'), 1)} |"
               for system, got in systems.items()]
     lines += ["", f"Streaming ({f['stream_chunks']:,} chunks of 1 KiB, httpx streaming client).", "",
               "| system | time to first byte ms | chunks/s |", "| --- | ---: | ---: |"]
-    lines += [f"| {system} | {cells(got['stream'], ('ttfb_p50_ms', 'chunks_per_s'), 2)} |"
+    lines += [f"| {system} | {cells(got['stream'], ('ttfb_p50_ms', 'chunks_per_s'), 1)} |"
               for system, got in systems.items()]
     if f.get("ratios"):
         lines += ["", "Ours / Serve (above 1: ours better): "
@@ -355,8 +356,10 @@ def _profile(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]
     lines = ["## Profile: where a request's time goes (issue 19)", "",
              f"One noop replica, wrk -c{f['connections']} for {f['duration_s']:.0f} s "
              f"({f['load']['rps']:.0f} req/s, p99 {f['load']['p99_ms']:.1f} ms), py-spy at {f['rate']} Hz on the "
-             "proxy and the replica; each sampled stack goes to the stage of its innermost recognised frame; "
-             "CPU those processes used outside Python (from /proc) is the native row. "
+             "proxy and the replica, sampling the thread that holds the GIL; each stack goes to the stage of its "
+             "innermost recognised frame. The native row is the rest of each process's CPU time (from /proc): "
+             "threads that ran without the GIL. Approximate: a thread that blocks while holding the GIL is "
+             "sampled as busy, so a process's Python rows can exceed its CPU time (its native row is then 0). "
              f"{_command(doc)}", "",
              "| stage | process | share of CPU | µs per request |", "| --- | --- | ---: | ---: |"]
     for row in f["rows"]:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from bench.proxy_profile import EVENT_LOOP, NATIVE, _seconds, classify, table, tally
 
-LOOP = "run_forever (/usr/lib/python3.11/asyncio/base_events.py:608);_run_once (/usr/lib/python3.11/asyncio/base_events.py:1936)"
+LOOP = "Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982)"
 
 
 def test_a_stack_belongs_to_its_innermost_recognised_frame() -> None:
-    stack = f"{LOOP};__call__ (/w/proxy/app.py:120);inc (/v/site-packages/prometheus_client/metrics.py:300)"
+    stack = f"{LOOP};ProxyApp.__call__ (proxy/app.py:190);Counter.inc (prometheus_client/metrics.py:300)"
     assert classify(stack) == "metrics"
 
 
 def test_stdlib_frames_inside_a_stage_are_passed_over_towards_the_caller() -> None:
-    stack = f"{LOOP};data_received (/v/site-packages/uvicorn/protocols/http/httptools_impl.py:1);write (/usr/lib/python3.11/asyncio/selector_events.py:1)"
+    stack = f"{LOOP};RequestResponseCycle.send (uvicorn/protocols/http/httptools_impl.py:524);write (asyncio/selector_events.py:1)"
     assert classify(stack) == "HTTP: parse and framework (uvicorn, httptools)"
 
 
@@ -21,8 +21,14 @@ def test_a_stack_of_only_the_event_loop_is_the_event_loop() -> None:
     assert classify(LOOP) == EVENT_LOOP
 
 
+def test_ray_task_submission_is_told_from_ray_transport() -> None:
+    submit = f"{LOOP};RayTransport.batch (proxy/raycalls.py:43);ActorMethod._remote (ray/actor.py:1178)"
+    loop = "<module> (ray/_private/workers/default_worker.py:323);Worker.main_loop (ray/_private/worker.py:1069)"
+    assert (classify(submit), classify(loop)) == ("Ray: call submit", "Ray: transport (task loop, serialise, deliver)")
+
+
 def test_raw_output_is_tallied_by_stage() -> None:
-    raw = [f"{LOOP};noop (/w/bench/proxy_apps.py:40) 7", f"{LOOP} 3", ""]
+    raw = [f"{LOOP};noop (bench/proxy_apps.py:40) 7", f"{LOOP} 3", ""]
     assert tally(raw) == {"replica: user code": 7, EVENT_LOOP: 3}
 
 
