@@ -146,7 +146,10 @@ def _backend_deletes(desired: ServingState, actual: ServingState) -> list[Action
     if not gone:
         return []
     layers = _layers(actual)
-    callers = {name: {c for c in gone if name in _callees(c, actual) and c != name} for name in gone}
+    callers: dict[str, set[str]] = {name: set() for name in gone}
+    for caller in gone:
+        for callee in _callees(caller, actual) & gone - {caller}:
+            callers[callee].add(caller)
     return [
         Action(kind=ActionKind.DELETE_BACKEND, name=name, after=tuple(sorted(callers[name])))
         for name in sorted(gone, key=lambda name: (-layers[name], name))
@@ -179,33 +182,42 @@ def _layers(state: ServingState) -> dict[str, int]:
 
 
 def _cycles_grouped(graph: Mapping[str, frozenset[str]]) -> list[list[str]]:
-    """Strongly connected components (Tarjan), each after every component it points to."""
+    """Strongly connected components (Tarjan's, iterative: no recursion limit
+    on long `uses` chains), each after every component it points to."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
     components: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for callee in sorted(graph[node]):
-            if callee not in index:
-                visit(callee)
-                low[node] = min(low[node], low[callee])
-            elif callee in on_stack:
-                low[node] = min(low[node], index[callee])
-        if low[node] == index[node]:
-            component: list[str] = []
-            while not component or component[-1] != node:
-                component.append(stack.pop())
-                on_stack.discard(component[-1])
-            components.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, list[str]]] = [(root, sorted(graph[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, callees = work[-1]
+            if callees:
+                callee = callees.pop(0)
+                if callee not in index:
+                    index[callee] = low[callee] = len(index)
+                    stack.append(callee)
+                    on_stack.add(callee)
+                    work.append((callee, sorted(graph[callee])))
+                elif callee in on_stack:
+                    low[node] = min(low[node], index[callee])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component: list[str] = []
+                while not component or component[-1] != node:
+                    component.append(stack.pop())
+                    on_stack.discard(component[-1])
+                components.append(sorted(component))
     return components
 
 

@@ -249,3 +249,9 @@ def test_a_change_to_uses_alone_updates_in_place() -> None:
 
 def test_a_new_commit_for_an_unchanged_backend_changes_nothing() -> None:
     assert not plan(state(backend("echo", commit="c2")), state(backend("echo", commit="c1")))
+
+
+def test_a_long_chain_of_uses_is_planned_callee_first() -> None:
+    chain = [backend(f"b{i:04d}", uses=(f"b{i + 1:04d}",) if i < 1999 else ()) for i in range(2000)]
+    names = [action.name for action in plan(state(*chain), state()).actions]
+    assert names == [f"b{i:04d}" for i in reversed(range(2000))]
