@@ -167,7 +167,7 @@ def _controller(args: argparse.Namespace) -> Any:
     from controller.checkpoint import CheckpointError
     from controller.client import start_or_connect
 
-    options = {"proxy_metrics_port": args.proxy_metrics_port}
+    options = {"proxy_metrics_port": args.proxy_metrics_port, "prometheus_url": args.prometheus_url}
     try:
         return start_or_connect(
             namespace=args.namespace, proxy_host=args.proxy_host, proxy_port=args.proxy_port, options=options
