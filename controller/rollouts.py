@@ -28,7 +28,7 @@ from typing import Mapping
 
 from vocabulary.configs import EndpointConfig, MetricCheck, OnFailure, RolloutConfig
 from vocabulary.request_stats import RequestStats
-from vocabulary.rollouts import Check, CheckName, MetricQuery, MetricReading, Rollout, RolloutPhase
+from vocabulary.rollouts import Check, CheckName, MetricQuery, MetricReading, Rollout, RolloutPhase, StepRecord
 
 __all__ = ["Decision", "Readings", "begin", "on_config", "advance", "judge", "due_queries", "RETRY_S"]
 
@@ -194,7 +194,8 @@ def _fail(rollout: Rollout, checks: tuple[Check, ...]) -> Rollout:
 
 
 def _pass(rollout: Rollout, checks: tuple[Check, ...], totals: Totals, now: float) -> Rollout:
-    decided = {"checks": checks, "analysis_error": None}
+    record = StepRecord(step=rollout.step, weights=rollout.weights(), checks=checks, at=now)
+    decided = {"checks": checks, "analysis_error": None, "passed": (*rollout.passed, record)}
     if rollout.step + 1 >= len(rollout.config.steps):
         return rollout.model_copy(update={"phase": RolloutPhase.PROMOTED, **decided})
     moved = rollout.model_copy(update={"step": rollout.step + 1, "step_started_at": now, **decided})

@@ -42,7 +42,7 @@ from gitops.rollback import (
     commit_to_apply,
     quarantine,
 )
-from gitops.rollout_outcomes import aborted_entry
+from gitops.rollout_outcomes import aborted_entry, step_entries
 from gitops.metrics import AgentMetrics
 from gitops.notifications.delivering import Notifier
 from gitops.plans import Plan
@@ -71,6 +71,8 @@ from vocabulary.status import ClusterStatus
 __all__ = ["Agent", "AgentSettings", "Trigger", "Loader", "Planner"]
 
 _LOG = logging.getLogger("gitops.agent")
+# Step rows already recorded are looked for among this many newest rows.
+_STEP_ROWS_SEEN = 200
 Logger = logging.Logger | logging.LoggerAdapter
 
 Loader = Callable[[Tree, str], LoadResult]  # (a revision's files, spec path)
@@ -422,12 +424,15 @@ class Agent:
 
     def _write_history(self, report: TickReport) -> HistoryEntry | None:
         """Every new commit, every change made, every new failure; not repeats.
-        Then, once, a rollout the controller stopped, against the newest commit."""
+        Then each rollout step passed, and once a rollout the controller
+        stopped, against the newest commit."""
         entry = history_entry(report)
         recorded = None
         if entry is not None and _worth_recording(entry, self._history.last()):
             recorded = self._history.record(entry)
         rollouts = report.observed.rollouts if report.observed is not None else {}
+        for step in step_entries(rollouts, self._history.last_applied(), self._history.recent(_STEP_ROWS_SEEN)):
+            self._history.record(step)
         stopped = aborted_entry(rollouts, self._history.last(), report.started_at + report.duration_s)
         return recorded if stopped is None else self._history.record(stopped)
 

@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from vocabulary.configs import RolloutConfig
 from vocabulary.request_stats import RequestStats
 
-__all__ = ["RolloutPhase", "CheckName", "Check", "CheckCount", "MetricQuery", "MetricReading", "Rollout", "interpolate"]
+__all__ = ["RolloutPhase", "CheckName", "Check", "CheckCount", "MetricQuery", "MetricReading", "StepRecord", "Rollout",
+           "interpolate"]
 
 Weights = dict[str, float]
 
@@ -112,6 +113,22 @@ def interpolate(before: Mapping[str, float], target: Mapping[str, float], share:
     return {name: round(weight, 12) for name, weight in weights.items() if weight > 1e-12}
 
 
+class StepRecord(BaseModel):
+    """A step that passed: its weights and the checks it passed on, at wall-clock `at`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step: int = Field(ge=0)
+    weights: Weights
+    checks: tuple[Check, ...]
+    at: float
+
+    def describe(self, endpoint: str, steps: int) -> str:
+        split = ", ".join(f"{backend} {weight:.0%}" for backend, weight in sorted(self.weights.items()))
+        checks = "; ".join(check.describe() for check in self.checks) or "no checks"
+        return f"endpoint {endpoint}: step {self.step + 1}/{steps} passed at {split}: {checks}"
+
+
 class Rollout(BaseModel):
     """One endpoint's rollout. `step` indexes `config.steps`; `baseline` holds
     the gaining backends' request totals when the step began, so a step is
@@ -134,6 +151,7 @@ class Rollout(BaseModel):
     # Why the step's PromQL checks cannot be judged (Prometheus unreachable, a
     # bad query): the step holds, visibly, rather than passing unjudged.
     analysis_error: str | None = None
+    passed: tuple[StepRecord, ...] = ()  # the steps passed so far, oldest first
 
     def weights(self) -> Weights:
         """The split the proxies serve now."""

@@ -73,6 +73,9 @@ def test_a_healthy_step_passes_and_the_next_one_starts_from_the_current_totals()
     assert decision.rollout.step == 1 and decision.rollout.step_started_at == 110.0
     assert decision.rollout.baseline == {"v2": stats(20)}
     assert {check.name for check in decision.checks} == set(CheckName) - {CheckName.METRIC}
+    (record,) = decision.rollout.passed
+    assert (record.step, record.at, record.checks) == (0, 110.0, decision.checks)
+    assert record.weights == pytest.approx({"v1": 0.9, "v2": 0.1})
     assert all(check.passed for check in decision.checks)
 
 
