@@ -243,6 +243,7 @@ async def _serve(
     from gitops.history import History
     from gitops.specs.loading import Loader
     from gitops.metrics import CONTENT_TYPE, AgentMetrics
+    from gitops.shadow_mismatches import collector, proxy_url
     from gitops.webhooks import RateLimiter
 
     stop = asyncio.Event()
@@ -284,6 +285,7 @@ async def _serve(
         webhook=None if separate_webhook else guard,
         commit_url_template=links.commit_url_template,
         policy=AccessPolicy.build(token, args.admin_host, _hosts(args.admin_allowed_hosts)),
+        shadow_mismatches=collector([proxy_url(args.proxy_host, args.proxy_port)]),
     )
     servers = [admin.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:
