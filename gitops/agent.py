@@ -187,6 +187,7 @@ class Agent:
                 controller_error=last.error(Stage.CONTROLLER, Stage.TICK) if last else None,
                 cluster=self._cluster,
                 notifications=self._notifier.health() if self._notifier else None,
+                quarantine=self._quarantine,
             )
         )
 
