@@ -61,8 +61,8 @@ def answered(traffic: Traffic, since: float, at_least: int) -> Counter[str] | No
 
 
 class Cluster:
-    def __init__(self, namespace: str) -> None:
-        self.client: ControllerClient = start_controller(namespace, proxies=True)
+    def __init__(self, namespace: str, **options: Any) -> None:
+        self.client: ControllerClient = start_controller(namespace, proxies=True, **options)
         names = eventually(lambda: named_actors(namespace, PROXY_PREFIX), 60)
         proxy = ray.get_actor(min(names), namespace=namespace)
         self.url = "http://" + ray.get(proxy.ready.remote(), timeout=30)

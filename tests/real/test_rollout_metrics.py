@@ -10,19 +10,21 @@ it with the reason in its message.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+import time
+import uuid
 from typing import Iterator
 
 import httpx
 import pytest
 
 from vocabulary.configs import MetricCheck, RolloutConfig
-from vocabulary.rollouts import MetricQuery, MetricReading, Rollout, RolloutPhase
+from vocabulary.rollouts import CheckName, MetricQuery, MetricReading, Rollout, RolloutPhase
 from controller.prometheus import ask_all
 from controller.rollouts import advance, begin, due_queries
 from proxy.metrics import ProxyMetrics
 from tests.real.prometheus import Prometheus
-from tests.real.support import free_port
+from tests.real.support import eventually, free_port
+from tests.real.test_progressive_delivery import Cluster, Traffic, answered
 
 pytestmark = pytest.mark.real
 
@@ -101,3 +103,57 @@ def test_a_promql_syntax_error_holds_the_step_with_prometheus_error(prometheus: 
 def test_without_a_prometheus_url_a_metric_check_holds_the_step_and_names_the_flag() -> None:
     held = judged(None, MetricCheck(name="error-share", query=ERROR_SHARE, max=0.1))
     assert held.step == 0 and "--prometheus-url" in (held.analysis_error or "")
+
+
+# --- the whole loop: real Ray, real proxy, Prometheus scraping it ------------------------------
+
+RATE_SHARE = (
+    '(sum(increase(gitops_http_requests_total{endpoint="$endpoint",backend="$backend",code=~"5.."}[$interval]))'
+    ' or vector(0)) / sum(increase(gitops_http_requests_total{endpoint="$endpoint",backend="$backend"}[$interval]))'
+)
+
+
+@pytest.fixture(scope="module")
+def scraped_cluster(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Prometheus]]:
+    """A controller asking a Prometheus that scrapes its proxy every second."""
+    metrics_port = free_port()
+    prometheus = Prometheus(tmp_path_factory.mktemp("scraping"),
+                            {"gitops-agent": [], "gitops-proxy": [f"127.0.0.1:{metrics_port}"]})
+    cluster = Cluster(f"{ray_session}-promql-{uuid.uuid4().hex[:6]}", proxy_metrics_port=metrics_port,
+                      prometheus_url=prometheus.url)
+    try:
+        yield cluster, prometheus
+    finally:
+        cluster.client.shutdown()
+        prometheus.stop()
+
+
+def test_a_canary_is_aborted_by_its_promql_check_on_prometheus_scraping_the_proxy(
+    scraped_cluster: tuple[Cluster, Prometheus],
+) -> None:
+    cluster, prometheus = scraped_cluster
+    cluster.backend("pq-v1")
+    cluster.backend("pq-v2", error_share=0.2)
+    # The proxy's own thresholds let everything pass: only the PromQL check can stop this canary.
+    steps = RolloutConfig(steps=(0.5, 1.0), step_interval_s=4, min_requests=5, max_error_ratio=1.0,
+                          metrics=(MetricCheck(name="error-share", query=RATE_SHARE, max=0.05),))
+    cluster.endpoint("pq", {"pq-v1": 1.0}, steps)
+    traffic = Traffic(f"{cluster.url}/pq")
+    try:
+        cluster.endpoint("pq", {"pq-v1": 0.5, "pq-v2": 0.5}, steps)
+        aborted = eventually(
+            lambda: (r := cluster.rollout("pq")) is not None and r.phase is RolloutPhase.ABORTED and r, 60, 0.1,
+            what="the PromQL check to abort the rollout",
+        )
+        stopped = time.monotonic()
+        after = eventually(lambda: answered(traffic, stopped + 1.0, 30), 20)
+    finally:
+        traffic.stop()
+    [failed] = aborted.failed()
+    assert (failed.name, failed.metric, failed.backend, failed.threshold) == (
+        CheckName.METRIC, "error-share", "pq-v2", 0.05
+    )
+    assert 0.05 < failed.measured <= 0.5
+    assert set(after) == {"pq-v1"}
+    counted = prometheus.value('sum(gitops_http_requests_total{endpoint="pq",backend="pq-v2"})')
+    assert counted is not None and counted > 0
