@@ -55,8 +55,10 @@ def aborted_entry(rollouts: Mapping[str, Rollout], last: HistoryEntry | None, no
     failed = stopped(rollouts)
     if not failed or last is None or not last.result.ok:
         return None
+    # A step row's summary is that step's; the abort keeps only the apply's.
+    summary = "" if last.result is Outcome.STEP else last.plan_summary
     return replace(
-        last, result=Outcome.ABORTED, started_at=now, finished_at=now,
+        last, result=Outcome.ABORTED, started_at=now, finished_at=now, plan_summary=summary,
         errors=tuple(rollout.message() for rollout in failed), id=None,
     )
 

@@ -68,4 +68,5 @@ def test_a_step_already_in_history_is_not_recorded_again() -> None:
 
 def test_a_step_row_counts_as_a_good_commit_so_a_later_abort_is_still_recorded() -> None:
     (step,) = step_entries({"api": stepped(1)}, APPLIED, recent=[APPLIED])
-    assert aborted_entry({"api": rollout(RolloutPhase.ABORTED)}, step, now=12.0) is not None
+    aborted = aborted_entry({"api": rollout(RolloutPhase.ABORTED)}, step, now=12.0)
+    assert aborted is not None and aborted.result is Outcome.ABORTED and aborted.plan_summary == ""
