@@ -84,6 +84,11 @@ min_requests = 50
 max_error_ratio = 0.01
 max_p99_latency_s = 0.5
 on_failure = "rollback"
+
+[[endpoints.echo.rollout.metrics]]
+name = "error-share"
+query = 'sum(rate(gitops_http_requests_total{endpoint="$endpoint",backend="$backend",code=~"5.."}[$interval])) / sum(rate(gitops_http_requests_total{endpoint="$endpoint",backend="$backend"}[$interval]))'
+max = 0.01
 """
 
 

@@ -23,7 +23,7 @@ import enum
 import re
 from typing import Annotated, Any, Sequence
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from vocabulary.serving_rules import refused_traffic_reason, zero_replica_reason
 
@@ -32,6 +32,8 @@ __all__ = [
     "BatchingConfig",
     "UpdateConfig",
     "OnFailure",
+    "MetricCheck",
+    "bounded_check",
     "RolloutConfig",
     "MatchRule",
     "ShadowCompare",
@@ -229,6 +231,49 @@ def _steps_shape(steps: Sequence[float]) -> Sequence[float]:
     return steps
 
 
+_CHECK_NAME = r"[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?"
+
+
+def bounded_check(check: Any) -> Any:
+    """A metric check's bounds rule; the spec table (`gitops.specs.models`) applies it too."""
+    if check.min is None and check.max is None:
+        raise ValueError("needs min or max (or both)")
+    if check.min is not None and check.max is not None and check.min > check.max:
+        raise ValueError(f"min ({check.min:g}) is above max ({check.max:g})")
+    return check
+
+
+class MetricCheck(_Value):
+    """A PromQL query judged at the end of each rollout step, once per backend gaining weight."""
+
+    name: str = Field(
+        pattern=_CHECK_NAME,
+        description="Names the check in status, history and the check label of gitops_rollout_checks_total.",
+    )
+    query: str = Field(
+        min_length=1,
+        description="PromQL evaluated at the agent's --prometheus-url; it must return one number. "
+        "$endpoint, $backend (the backend gaining weight) and $interval (the step interval, e.g. 30s) are filled in.",
+    )
+    min: float | None = Field(
+        default=None, examples=[0.99], description="Lowest value that passes; none: no lower bound."
+    )
+    max: float | None = Field(default=None, description="Highest value that passes; none: no upper bound.")
+
+    _bounded = model_validator(mode="after")(bounded_check)
+
+    def passes(self, value: float) -> bool:
+        return (self.min is None or value >= self.min) and (self.max is None or value <= self.max)
+
+
+def _distinct_names(checks: Sequence[MetricCheck]) -> Sequence[MetricCheck]:
+    names = [check.name for check in checks]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"check names must differ ('{twice[0]}' is used twice)")
+    return checks
+
+
 class RolloutConfig(_Value):
     """How traffic moves from the live split to the split in git, and when a step may pass."""
 
@@ -249,6 +294,11 @@ class RolloutConfig(_Value):
     on_failure: OnFailure = Field(
         default=OnFailure.ROLLBACK,
         description="rollback: traffic back to the split before the rollout; pause: hold the current step.",
+    )
+    metrics: Annotated[tuple[MetricCheck, ...], AfterValidator(_distinct_names)] = Field(
+        default=(),
+        description="PromQL checks ([[endpoints.NAME.rollout.metrics]]) judged at the end of each step "
+        "against the agent's --prometheus-url, besides the proxies' own counts.",
     )
 
 

@@ -24,7 +24,7 @@ from copy import copy
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Mapping, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, to_jsonable_python
 
@@ -34,10 +34,12 @@ from vocabulary.configs import (
     BatchingConfig,
     EndpointConfig,
     MatchRule,
+    MetricCheck,
     OnFailure,
     RolloutConfig,
     ShadowCompare,
     UpdateConfig,
+    bounded_check,
 )
 from vocabulary.serving_rules import zero_replica_reason
 
@@ -129,11 +131,22 @@ BatchingSpec = create_model(
 UpdateSpec = create_model(
     "UpdateSpec", __base__=_Spec, __doc__=UpdateConfig.__doc__, **_file_keys(UpdateConfig, frozenset(), {})
 )
+MetricCheckSpec = create_model(
+    "MetricCheckSpec",
+    __base__=_Spec,
+    __doc__=MetricCheck.__doc__,
+    __validators__={"_bounded": model_validator(mode="after")(bounded_check)},
+    **_file_keys(MetricCheck, frozenset(), {}),
+)
 RolloutSpec = create_model(
     "RolloutSpec",
     __base__=_Spec,
     __doc__=RolloutConfig.__doc__,
-    **_file_keys(RolloutConfig, frozenset(), {"steps": list[float], "on_failure": _one_of(OnFailure)}),
+    **_file_keys(
+        RolloutConfig,
+        frozenset(),
+        {"steps": list[float], "on_failure": _one_of(OnFailure), "metrics": list[MetricCheckSpec]},
+    ),
 )
 MatchSpec = create_model("MatchSpec", __base__=_Spec, __doc__=MatchRule.__doc__, **_file_keys(MatchRule, frozenset(), {}))
 
