@@ -9,6 +9,12 @@ plain class with `ray.remote` and options; the proxy calls `handle_request`
 `handle_together` for a batched backend, whose handler takes a list of
 requests and returns a list of the same length. Which requests form a batch
 is the caller's choice (`proxy.coalescing`); the replica runs what it is given.
+A handler (or an ASGI app, which serves everything under its route) that
+streams answers `handle_request` with a `StreamStart`; the proxy pulls the
+rest with `stream` (a Ray streaming generator; cancelling it stops the user
+code) or lets it go with `close_stream`. A WebSocket lives in `socket` (a
+streaming generator of what the app sends) and `socket_message` (what the
+client sent), both on this one replica for the connection's lifetime.
 Other replicas' handles (`gitops.serving.handle`) call `handle_call`, which
 passes their arguments to the handler as they are. Before any user code
 runs, the replica installs its context and its own handles
@@ -30,16 +36,19 @@ import random
 import sys
 import time
 import traceback
-from typing import Any, Callable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 from vocabulary.wire import (
     BatchItem,
     BatchOutcome,
     BatchResult,
+    StreamStart,
     WireRequest,
     WireResponse,
 )
-from replica.conversions import to_starlette_request, to_wire_response
+from replica.asgi import BodyStream, Socket, is_asgi_app, serve_http
+from replica.conversions import to_reply, to_starlette_request, to_wire_response
+from replica.streams import StreamTable
 from replica.handles import HandleRouter
 from vocabulary.serving import ReplicaContext, install
 
@@ -76,7 +85,7 @@ def load_callable(
     return target
 
 
-async def call_handler(handler: Callable[..., Any], wire: WireRequest) -> WireResponse:
+async def call_handler(handler: Callable[..., Any], wire: WireRequest) -> WireResponse | BodyStream:
     """Run one request through user code; user exceptions propagate."""
     request = to_starlette_request(wire)
     if _is_async(handler):
@@ -88,7 +97,7 @@ async def call_handler(handler: Callable[..., Any], wire: WireRequest) -> WireRe
         result = await asyncio.to_thread(handler, request)
         if inspect.isawaitable(result):
             result = await result
-    return to_wire_response(result)
+    return await to_reply(result, wire)
 
 
 async def call_batch_handler(handler: Callable[..., Any], wires: list[WireRequest]) -> list[Any]:
@@ -120,10 +129,11 @@ async def call_batch_handler(handler: Callable[..., Any], wires: list[WireReques
 
 
 def _is_async(handler: Callable[..., Any]) -> bool:
-    if inspect.iscoroutinefunction(handler):
-        return True
+    """Called on the loop: a coroutine function, or an async generator function."""
     call = getattr(handler, "__call__", None)
-    return call is not None and inspect.iscoroutinefunction(call)
+    return any(
+        inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn) for fn in (handler, call) if fn is not None
+    )
 
 
 async def _call_optional(target: Any, method: str, *args: Any) -> None:
@@ -182,7 +192,10 @@ class Replica:
         self._init_kwargs = dict(init_kwargs or {})
         self._user_config = user_config
         self._handler: Any = None
+        self._serve: Callable[[Any, WireRequest], Any] = call_handler
         self._handles = HandleRouter(f"handles:{replica_id}", namespace, random.Random())
+        self._streams = StreamTable(replica_id)
+        self._sockets: dict[str, Socket] = {}
         self._ongoing = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -205,12 +218,54 @@ class Replica:
             # Not ready until healthy: a version whose check_health always
             # raises must never receive traffic.
             await _call_optional(handler, "check_health")
+            # An ASGI app serves everything under its route itself.
+            self._serve = serve_http if is_asgi_app(handler) else call_handler
             self._handler = handler
         return _node_id()
 
-    async def handle_request(self, wire: WireRequest) -> WireResponse:
+    async def handle_request(self, wire: WireRequest) -> WireResponse | StreamStart:
         with self._serving(1):
-            return await call_handler(self._handler, wire)
+            reply = await self._serve(self._handler, wire)
+        if isinstance(reply, BodyStream):
+            return StreamStart(reply.status, reply.headers, reply.first_chunk, self._streams.hold(reply.rest))
+        return reply
+
+    async def stream(self, stream_id: str) -> AsyncIterator[bytes]:
+        """The rest of a streaming answer, chunk by chunk (a Ray streaming
+        generator); cancelling the call closes the stream and stops user code."""
+        rest = self._streams.claim(stream_id)
+        if rest is None:
+            raise LookupError(f"replica {self.replica_id} holds no stream {stream_id} (it waited too long)")
+        with self._serving(1):
+            try:
+                async for chunk in rest:
+                    yield chunk
+            finally:
+                await rest.aclose()  # type: ignore[attr-defined]
+
+    def close_stream(self, stream_id: str) -> None:
+        """Let a streaming answer go unread (a shadow copy's)."""
+        self._streams.close(stream_id)
+
+    async def socket(self, socket_id: str, wire: WireRequest) -> AsyncIterator[dict[str, Any]]:
+        """A WebSocket to the app: yields what it sends (accept, messages,
+        close) until it closes; cancelling the call stops the app."""
+        if self._handler is None:
+            raise RuntimeError(f"replica {self.replica_id} is not initialized")
+        socket = self._sockets[socket_id] = Socket(self._handler, wire)
+        with self._serving(1):
+            try:
+                async for message in socket.outbound():
+                    yield message
+            finally:
+                del self._sockets[socket_id]
+
+    def socket_message(self, socket_id: str, message: dict[str, Any]) -> bool:
+        """A message from the client of `socket_id`; False when that socket is gone."""
+        socket = self._sockets.get(socket_id)
+        if socket is not None:
+            socket.push(message)
+        return socket is not None
 
     @contextlib.contextmanager
     def _serving(self, requests: int) -> Iterator[None]:
