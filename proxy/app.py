@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
-from proxy.calling import HandlerError, ReplicaCaller, ReplicaDiedError
+from proxy.calling import Caller, HandlerError, ReplicaDiedError
 from vocabulary.choosing import Random
 from proxy.snapshot import ServedEndpoint, Snapshot
 from proxy.metrics import ShadowResult
@@ -127,7 +127,7 @@ class ProxyApp:
 
     def __init__(
         self,
-        caller: ReplicaCaller,
+        caller: Caller,
         settings: ProxySettings = ProxySettings(),
         rng: Random | None = None,
         recorder: Recorder | None = None,
@@ -146,7 +146,7 @@ class ProxyApp:
         self._shadow_in_flight: dict[str, int] = {}
         self._retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
         self._counts = RequestCounter()
-        self._sockets = SocketCarrier(caller, self._rng)  # type: ignore[arg-type]
+        self._sockets = SocketCarrier(caller, self._rng)
         self.mismatches = MismatchLog()
 
     # --- the config side -----------------------------------------------------
@@ -238,7 +238,7 @@ class ProxyApp:
             await send({"type": "http.response.start", "status": start.status, "headers": _end_to_end(start.headers)})
             await send({"type": "http.response.body", "body": start.first_chunk, "more_body": True})
             self._recorder.first_byte(served.name, backend, time.perf_counter() - started)
-            chunks = self._caller.stream(streaming.slot.handle, start)  # type: ignore[attr-defined]
+            chunks = self._caller.stream(streaming.slot.handle, start)
             status = await relay(chunks, send, served.timeout_s, receive, start.status)
         finally:
             streaming.pool.release(streaming.slot)
@@ -337,7 +337,7 @@ class ProxyApp:
             async with asyncio.timeout(served.timeout_s) as deadline:
                 answer = await self._caller.call(slot.handle, request, _remaining(deadline), pool.batching)
             if isinstance(answer, StreamStart):
-                self._caller.discard(slot.handle, answer)  # type: ignore[attr-defined]
+                self._caller.discard(slot.handle, answer)
             else:
                 reply = answer  # a stream is never compared
         except ReplicaDiedError:

@@ -14,11 +14,11 @@ exception type.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Protocol
+from typing import Any, AsyncGenerator, Protocol
 
 from vocabulary.wire import StreamStart, WireRequest, WireResponse
 
-__all__ = ["Batching", "ReplicaCaller", "StreamCaller", "ReplicaDiedError", "HandlerError"]
+__all__ = ["Batching", "Caller", "ReplicaCaller", "StreamCaller", "ReplicaDiedError", "HandlerError"]
 
 
 @dataclass(frozen=True)
@@ -56,16 +56,20 @@ class ReplicaCaller(Protocol):
 class StreamCaller(Protocol):
     """What streaming answers and WebSockets need beyond `ReplicaCaller`."""
 
-    def stream(self, handle: Any, start: StreamStart) -> AsyncIterator[bytes]:
+    def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
         """The chunks after `start.first_chunk`; closing the iterator early
         cancels the replica's generator. Raises `ReplicaDiedError`, `HandlerError`."""
 
     def discard(self, handle: Any, start: StreamStart) -> None:
         """Let a stream go unread (fire and forget)."""
 
-    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncIterator[dict[str, Any]]:
+    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
         """What the app sends on WebSocket `socket_id`; closing it early stops
         the app. Raises `ReplicaDiedError`, `HandlerError`."""
 
     async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
         """One message from the client; False when the replica no longer holds the socket."""
+
+
+class Caller(ReplicaCaller, StreamCaller, Protocol):
+    """Everything the proxy's app calls replicas with (`proxy.raycalls.RayCaller`)."""

@@ -17,7 +17,7 @@ it (`ray.cancel`), which cancels the generator's task on the replica.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncGenerator, Callable
 
 import ray
 from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
@@ -55,7 +55,7 @@ class RayTransport:
             raise ReplicaDiedError(str(error)) from None
 
 
-async def _generated(generator: Any) -> AsyncIterator[Any]:
+async def _generated(generator: Any) -> AsyncGenerator[Any, None]:
     """The values of a Ray streaming generator; leaving early cancels it on the replica."""
     finished = False
     try:
@@ -87,13 +87,13 @@ class RayCaller:
     ) -> WireResponse | StreamStart:
         return await self._coalescer.call(handle, request, timeout_s, batching)
 
-    def stream(self, handle: Any, start: StreamStart) -> AsyncIterator[bytes]:
+    def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
         return _generated(handle.stream.remote(start.stream_id))
 
     def discard(self, handle: Any, start: StreamStart) -> None:
         handle.close_stream.remote(start.stream_id)
 
-    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncIterator[dict[str, Any]]:
+    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
         return _generated(handle.socket.remote(socket_id, request))
 
     async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:

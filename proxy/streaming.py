@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncGenerator, Awaitable, Callable
 
 from proxy.calling import HandlerError, ReplicaDiedError
 
@@ -50,7 +50,7 @@ def stream_code(end: StreamEnd, status: int) -> int:
     return _CODES.get(end, status)
 
 
-async def relay(chunks: AsyncIterator[bytes], send: Send, idle_s: float, receive: Receive, status: int) -> StreamEnd:
+async def relay(chunks: AsyncGenerator[bytes, None], send: Send, idle_s: float, receive: Receive, status: int) -> StreamEnd:
     """Send `chunks` until they end, and say how they ended."""
     pump = asyncio.ensure_future(_pump(chunks, send, idle_s))
     watch = asyncio.ensure_future(receive())
@@ -66,7 +66,7 @@ async def relay(chunks: AsyncIterator[bytes], send: Send, idle_s: float, receive
     return pump.result()
 
 
-async def _pump(chunks: AsyncIterator[bytes], send: Send, idle_s: float) -> StreamEnd:
+async def _pump(chunks: AsyncGenerator[bytes, None], send: Send, idle_s: float) -> StreamEnd:
     try:
         while True:
             try:
@@ -83,6 +83,6 @@ async def _pump(chunks: AsyncIterator[bytes], send: Send, idle_s: float) -> Stre
         logger.error("a streaming handler raised:\n%s", error)
         return StreamEnd.HANDLER_RAISED
     finally:
-        await chunks.aclose()  # type: ignore[attr-defined]
+        await chunks.aclose()
     await send({"type": "http.response.body", "body": b"", "more_body": False})
     return StreamEnd.COMPLETE

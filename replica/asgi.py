@@ -20,7 +20,7 @@ import asyncio
 import inspect
 import logging
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncGenerator, Awaitable, Callable
 
 from vocabulary.wire import WireRequest, WireResponse, split_root_path
 
@@ -48,7 +48,7 @@ class BodyStream:
     status: int
     headers: list[tuple[bytes, bytes]]
     first_chunk: bytes
-    rest: AsyncIterator[bytes]
+    rest: AsyncGenerator[bytes, None]
 
 
 def is_asgi_app(target: Any) -> bool:
@@ -136,7 +136,7 @@ async def serve_http(app: App, wire: WireRequest) -> WireResponse | BodyStream:
                       _rest(outbox, task))
 
 
-async def _rest(outbox: asyncio.Queue[Any], task: asyncio.Future[None]) -> AsyncIterator[bytes]:
+async def _rest(outbox: asyncio.Queue[Any], task: asyncio.Future[None]) -> AsyncGenerator[bytes, None]:
     try:
         while True:
             message = await outbox.get()
@@ -154,9 +154,8 @@ async def _rest(outbox: asyncio.Queue[Any], task: asyncio.Future[None]) -> Async
 
 
 def _raise_from(task: asyncio.Future[None], text: str) -> None:
-    if task.done() and not task.cancelled() and task.exception() is not None:
-        raise task.exception()  # type: ignore[misc]
-    raise AppError(text)
+    error = task.exception() if task.done() and not task.cancelled() else None
+    raise error if error is not None else AppError(text)
 
 
 def _log_failure(task: asyncio.Future[None]) -> None:
@@ -186,7 +185,7 @@ class Socket:
         """A message from the client (`websocket.receive` or `websocket.disconnect`)."""
         self._inbound.put_nowait(message)
 
-    async def outbound(self) -> AsyncIterator[Message]:
+    async def outbound(self) -> AsyncGenerator[Message, None]:
         """What the app sends, until it closes or returns; closing this stops the app."""
         try:
             while True:

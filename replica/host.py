@@ -36,7 +36,7 @@ import random
 import sys
 import time
 import traceback
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any, AsyncGenerator, Callable, Iterator
 
 from vocabulary.wire import (
     BatchItem,
@@ -230,7 +230,7 @@ class Replica:
             return StreamStart(reply.status, reply.headers, reply.first_chunk, self._streams.hold(reply.rest))
         return reply
 
-    async def stream(self, stream_id: str) -> AsyncIterator[bytes]:
+    async def stream(self, stream_id: str) -> AsyncGenerator[bytes, None]:
         """The rest of a streaming answer, chunk by chunk (a Ray streaming
         generator); cancelling the call closes the stream and stops user code."""
         rest = self._streams.claim(stream_id)
@@ -241,13 +241,13 @@ class Replica:
                 async for chunk in rest:
                     yield chunk
             finally:
-                await rest.aclose()  # type: ignore[attr-defined]
+                await rest.aclose()
 
     def close_stream(self, stream_id: str) -> None:
         """Let a streaming answer go unread (a shadow copy's)."""
         self._streams.close(stream_id)
 
-    async def socket(self, socket_id: str, wire: WireRequest) -> AsyncIterator[dict[str, Any]]:
+    async def socket(self, socket_id: str, wire: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
         """A WebSocket to the app: yields what it sends (accept, messages,
         close) until it closes; cancelling the call stops the app."""
         if self._handler is None:

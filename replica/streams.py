@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import AsyncIterator
+from typing import AsyncGenerator
 
 __all__ = ["StreamTable", "UNCLAIMED_S"]
 
@@ -24,23 +24,23 @@ class StreamTable:
         self._prefix = prefix
         self._unclaimed_s = unclaimed_s
         self._ids = itertools.count()
-        self._held: dict[str, AsyncIterator[bytes]] = {}
+        self._held: dict[str, AsyncGenerator[bytes, None]] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
-    def hold(self, rest: AsyncIterator[bytes]) -> str:
+    def hold(self, rest: AsyncGenerator[bytes, None]) -> str:
         stream_id = f"{self._prefix}:{next(self._ids)}"
         self._held[stream_id] = rest
         asyncio.get_running_loop().call_later(self._unclaimed_s, self.close, stream_id)
         return stream_id
 
-    def claim(self, stream_id: str) -> AsyncIterator[bytes] | None:
+    def claim(self, stream_id: str) -> AsyncGenerator[bytes, None] | None:
         """The stream, once; None when it was closed or never existed."""
         return self._held.pop(stream_id, None)
 
     def close(self, stream_id: str) -> None:
         rest = self._held.pop(stream_id, None)
         if rest is not None:
-            task = asyncio.ensure_future(rest.aclose())  # type: ignore[attr-defined]
+            task = asyncio.ensure_future(rest.aclose())
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
 

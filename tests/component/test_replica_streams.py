@@ -1,0 +1,112 @@
+"""The replica's side of streaming and ASGI apps, in-process (no Ray): what
+a streaming handler's call answers, how the rest is read, and which
+`import_path` targets count as ASGI apps."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncIterator, Iterator
+
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+
+from replica.asgi import is_asgi_app
+from replica.host import Replica
+from replica.streams import StreamTable
+from vocabulary.wire import StreamStart, make_request, with_root_path
+
+class AsyncTicks:
+    async def __call__(self, request: Request) -> AsyncIterator[str]:
+        async def ticks() -> AsyncIterator[str]:
+            for n in range(3):
+                yield f"{n};"
+                await asyncio.sleep(0.01)
+
+        return ticks()
+
+
+def sync_ticks(request: Request) -> Iterator[bytes]:
+    yield from (b"a", b"b", b"c")
+
+
+class EventStream:
+    async def __call__(self, request: Request) -> StreamingResponse:
+        async def events() -> AsyncIterator[str]:
+            yield "data: 1\n\n"
+            yield "data: 2\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+
+api = FastAPI()
+
+
+@api.get("/where")
+def where(request: Request) -> dict[str, str]:
+    return {"root_path": request.scope["root_path"], "path": request.url.path}
+
+
+class AsgiClass:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        raise NotImplementedError
+
+
+async def streamed(target: str) -> tuple[StreamStart, list[bytes]]:
+    replica = Replica("b", "r1", "v1", f"{__name__}:{target}")
+    await replica.initialize()
+    start = await replica.handle_request(make_request("GET", "/s"))
+    assert isinstance(start, StreamStart)
+    return start, [chunk async for chunk in replica.stream(start.stream_id)]
+
+
+def test_an_async_generator_streams_its_chunks_as_text() -> None:
+    start, rest = asyncio.run(streamed("AsyncTicks"))
+    assert (start.status, start.first_chunk, rest) == (200, b"0;", [b"1;", b"2;"])
+    assert (b"content-type", b"text/plain; charset=utf-8") in start.headers
+
+
+def test_a_sync_generator_streams_its_chunks() -> None:
+    start, rest = asyncio.run(streamed("sync_ticks"))
+    assert [start.first_chunk, *rest] == [b"a", b"b", b"c"]
+
+
+def test_a_streaming_response_keeps_its_media_type() -> None:
+    start, rest = asyncio.run(streamed("EventStream"))
+    assert (b"content-type", b"text/event-stream; charset=utf-8") in start.headers
+    assert [start.first_chunk, *rest] == [b"data: 1\n\n", b"data: 2\n\n"]
+
+
+def test_an_asgi_app_sees_the_route_prefix_as_its_root_path() -> None:
+    async def scenario() -> Any:
+        replica = Replica("b", "r1", "v1", f"{__name__}:api")
+        await replica.initialize()
+        return await replica.handle_request(make_request("GET", "/api/where", headers=with_root_path([], "/api")))
+
+    status, _, body = asyncio.run(scenario())
+    assert (status, body) == (200, b'{"root_path":"/api","path":"/api/where"}')
+
+
+def test_apps_and_asgi_classes_count_as_asgi_apps_and_handlers_do_not() -> None:
+    assert is_asgi_app(api) and is_asgi_app(AsgiClass())
+    assert not is_asgi_app(AsyncTicks()) and not is_asgi_app(sync_ticks) and not is_asgi_app(EventStream())
+
+
+def test_a_stream_nobody_claims_in_time_is_closed() -> None:
+    async def scenario() -> bool:
+        closed = asyncio.Event()
+
+        async def rest() -> AsyncIterator[bytes]:
+            try:
+                yield b"never read"
+            finally:
+                closed.set()
+
+        table = StreamTable("r1", unclaimed_s=0.01)
+        body = rest()
+        await body.__anext__()  # started, as a stream the replica holds is
+        stream_id = table.hold(body)
+        await asyncio.wait_for(closed.wait(), 5)
+        return table.claim(stream_id) is None
+
+    assert asyncio.run(scenario())
