@@ -68,6 +68,7 @@ _HOP_BY_HOP = frozenset(
 )
 _SHADOW_WITHHELD = frozenset({b"authorization", b"cookie"})
 CLIENT_LEFT = 499  # nginx's code for a client that closed the connection first
+_WATCH_AFTER_S = 0.05  # a request running longer than this is watched for its client leaving
 
 
 class Recorder(Protocol):
@@ -396,21 +397,40 @@ _T = TypeVar("_T")
 
 async def _unless_client_leaves(receive: Receive, work: Awaitable[_T]) -> _T:
     """`work`'s result; if the client disconnects first, `work` is cancelled
-    (and with it the replica call) and `_ClientLeft` raised."""
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(receive())
+    (and with it the replica call) and `_ClientLeft` raised.
+
+    Watching costs a task, so it starts only once `work` has run for
+    `_WATCH_AFTER_S`: the many quick requests pay one timer, and a client
+    that leaves a slow request stops it at most that much later.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    left = False
+    watch: asyncio.Future[dict[str, Any]] | None = None
+
+    def on_message(message: asyncio.Future[dict[str, Any]]) -> None:
+        nonlocal left
+        if not message.cancelled() and message.exception() is None and message.result()["type"] == "http.disconnect":
+            left = True
+            task.cancel()
+
+    def start_watching() -> None:
+        nonlocal watch
+        watch = asyncio.ensure_future(receive())
+        watch.add_done_callback(on_message)
+
+    timer = asyncio.get_running_loop().call_later(_WATCH_AFTER_S, start_watching)
     try:
-        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+        return await work
     except asyncio.CancelledError:
-        task.cancel()
+        # The cancellation is ours alone unless someone else (server shutdown) asked too.
+        if left and task.uncancel() == 0:
+            raise _ClientLeft("while its request ran; the replica call was cancelled") from None
         raise
     finally:
-        watch.cancel()
-    if task.done() or watch.cancelled() or watch.result()["type"] != "http.disconnect":
-        return await task
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    raise _ClientLeft("while its request ran; the replica call was cancelled")
+        timer.cancel()
+        if watch is not None:
+            watch.cancel()
 
 
 def _remaining(deadline: asyncio.Timeout) -> float:
