@@ -8,7 +8,10 @@ as an async iterator) when it streams. The same code runs a user's FastAPI or
 Starlette app and a `StreamingResponse` a plain handler returned (a Starlette
 response is an ASGI app). A WebSocket is a `Socket`: the app runs as a task,
 messages from the client are `push`ed in, and what the app sends comes out
-of `outbound()` until it closes.
+of `outbound()` until it closes. An app's lifespan (FastAPI's startup and
+shutdown, e.g. loading a model) runs with the replica: `Lifespan.start`
+before the first request, `stop` when the replica drains; an app that does
+not speak the lifespan protocol is served without it.
 
 Not here: keeping streams and sockets between Ray calls (`replica.host`),
 what a handler's plain return values become (`replica.conversions`).
@@ -24,7 +27,7 @@ from typing import Any, AsyncGenerator, Awaitable, Callable
 
 from vocabulary.wire import WireRequest, WireResponse, split_root_path
 
-__all__ = ["BodyStream", "Socket", "is_asgi_app", "serve_http", "socket_scope"]
+__all__ = ["AppError", "BodyStream", "Lifespan", "Socket", "is_asgi_app", "serve_http", "socket_scope"]
 
 logger = logging.getLogger(__name__)
 
@@ -197,3 +200,46 @@ class Socket:
                     return
         finally:
             self._task.cancel()
+
+
+class Lifespan:
+    """One app's lifespan protocol: startup before serving, shutdown after."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+        self._inbound: asyncio.Queue[Message] = asyncio.Queue()
+        self._outbound: asyncio.Queue[Any] = asyncio.Queue()
+        self._task: asyncio.Future[None] | None = None
+
+    async def _run(self) -> None:
+        try:
+            await self._app({"type": "lifespan", "asgi": _ASGI, "state": {}}, self._inbound.get, self._outbound.put)
+        finally:
+            self._outbound.put_nowait(_END)
+
+    async def start(self) -> None:
+        """Run the app's startup; raises `AppError` with its message if it failed."""
+        self._task = asyncio.ensure_future(self._run())
+        self._inbound.put_nowait({"type": "lifespan.startup"})
+        answer = await self._outbound.get()
+        if answer is _END:
+            # Raised or returned at once: the app has no lifespan (ASGI spec), so serve without one.
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+            return
+        if answer.get("type") == "lifespan.startup.failed":
+            await asyncio.gather(self._task, return_exceptions=True)  # Starlette re-raises after reporting
+            self._task = None
+            raise AppError(f"the app's startup failed: {answer.get('message', '')}")
+
+    async def stop(self) -> None:
+        """Run the app's shutdown, if it took part in startup."""
+        if self._task is None:
+            return
+        self._inbound.put_nowait({"type": "lifespan.shutdown"})
+        answer = await self._outbound.get()
+        if answer is not _END and answer.get("type") == "lifespan.shutdown.failed":
+            logger.error("the app's shutdown failed: %s", answer.get("message", ""))
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        self._task = None

@@ -46,7 +46,7 @@ from vocabulary.wire import (
     WireRequest,
     WireResponse,
 )
-from replica.asgi import BodyStream, Socket, is_asgi_app, serve_http
+from replica.asgi import BodyStream, Lifespan, Socket, is_asgi_app, serve_http
 from replica.conversions import to_reply, to_starlette_request, to_wire_response
 from replica.streams import StreamTable
 from replica.handles import HandleRouter
@@ -193,6 +193,7 @@ class Replica:
         self._user_config = user_config
         self._handler: Any = None
         self._serve: Callable[[Any, WireRequest], Any] = call_handler
+        self._lifespan: Lifespan | None = None
         self._handles = HandleRouter(f"handles:{replica_id}", namespace, random.Random())
         self._streams = StreamTable(replica_id)
         self._sockets: dict[str, Socket] = {}
@@ -218,8 +219,11 @@ class Replica:
             # Not ready until healthy: a version whose check_health always
             # raises must never receive traffic.
             await _call_optional(handler, "check_health")
-            # An ASGI app serves everything under its route itself.
-            self._serve = serve_http if is_asgi_app(handler) else call_handler
+            if is_asgi_app(handler):
+                # An ASGI app serves everything under its route itself, after its startup.
+                lifespan = Lifespan(handler)
+                await lifespan.start()
+                self._lifespan, self._serve = lifespan, serve_http
             self._handler = handler
         return _node_id()
 
@@ -357,6 +361,9 @@ class Replica:
             await asyncio.wait_for(self._idle.wait(), timeout=max(deadline - time.monotonic(), 0.0))
         except asyncio.TimeoutError:
             pass
+        if self._lifespan is not None:
+            await self._lifespan.stop()
+            self._lifespan = None
 
     def num_ongoing(self) -> int:
         return self._ongoing

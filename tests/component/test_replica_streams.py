@@ -1,11 +1,14 @@
 """The replica's side of streaming and ASGI apps, in-process (no Ray): what
-a streaming handler's call answers, how the rest is read, and which
-`import_path` targets count as ASGI apps."""
+a streaming handler's call answers, how the rest is read, which
+`import_path` targets count as ASGI apps, and an app's lifespan."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any, AsyncIterator, Iterator
+
+import pytest
 
 from fastapi import FastAPI
 from starlette.requests import Request
@@ -45,6 +48,33 @@ api = FastAPI()
 @api.get("/where")
 def where(request: Request) -> dict[str, str]:
     return {"root_path": request.scope["root_path"], "path": request.url.path}
+
+
+lifecycle: list[str] = []
+
+
+@contextlib.asynccontextmanager
+async def loaded(app: FastAPI) -> AsyncIterator[None]:
+    lifecycle.append("startup")
+    yield
+    lifecycle.append("shutdown")
+
+
+with_lifespan = FastAPI(lifespan=loaded)
+
+
+@with_lifespan.get("/seen")
+def seen() -> list[str]:
+    return lifecycle
+
+
+@contextlib.asynccontextmanager
+async def broken(app: FastAPI) -> AsyncIterator[None]:
+    raise RuntimeError("no model file")
+    yield
+
+
+failing_startup = FastAPI(lifespan=broken)
 
 
 class AsgiClass:
@@ -110,3 +140,22 @@ def test_a_stream_nobody_claims_in_time_is_closed() -> None:
         return table.claim(stream_id) is None
 
     assert asyncio.run(scenario())
+
+
+def test_an_apps_startup_runs_before_its_first_request_and_its_shutdown_when_the_replica_drains() -> None:
+    async def scenario() -> tuple[Any, list[str]]:
+        replica = Replica("b", "r1", "v1", f"{__name__}:with_lifespan")
+        await replica.initialize()
+        answer = await replica.handle_request(make_request("GET", "/seen"))
+        await replica.prepare_for_shutdown(0)
+        return answer, list(lifecycle)
+
+    lifecycle.clear()
+    (status, _, body), after = asyncio.run(scenario())
+    assert (status, body, after) == (200, b'["startup"]', ["startup", "shutdown"])
+
+
+def test_an_app_whose_startup_fails_never_becomes_ready_and_says_why() -> None:
+    replica = Replica("b", "r1", "v1", f"{__name__}:failing_startup")
+    with pytest.raises(Exception, match="no model file"):
+        asyncio.run(replica.initialize())
