@@ -15,7 +15,9 @@ app in the replica serves under it.
 A streaming answer (`StreamStart`, see `proxy.streaming`) is sent as it
 comes: the endpoint's `timeout_s` bounds the time to its first chunk and
 each gap between chunks; it is never copied to shadows or compared.
-WebSockets are `proxy.sockets`'. Hop-by-hop headers are dropped both ways; shadow copies also lose
+WebSocket connections are handed to `proxy.sockets`.
+
+Hop-by-hop headers are dropped both ways; shadow copies also lose
 `Authorization` and `Cookie` (no endpoint can opt back in: a candidate
 backend is not trusted with users' credentials).
 
@@ -101,7 +103,7 @@ class NullRecorder:
 
 
 class _ClientLeft(Exception):
-    """The client disconnected before its request was read."""
+    """The client disconnected before its answer; the message says when."""
 
 
 @dataclass(frozen=True)

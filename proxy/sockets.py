@@ -36,6 +36,7 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
+NORMAL = 1000
 INTERNAL_ERROR = 1011  # RFC 6455 7.4.1: the server hit a condition it could not handle
 TRY_AGAIN_LATER = 1013
 # How long a gone client's app may take to see the disconnect before it is cancelled.
@@ -116,10 +117,11 @@ class SocketCarrier:
             await asyncio.gather(down, up, return_exceptions=True)
         client_left = up.done() and not up.cancelled() and up.exception() is None
         error = _failure(down) or _failure(up)
-        if error is not None and not closed and not client_left:
-            if not isinstance(error, ReplicaDiedError):
-                logger.error("WebSocket app raised:\n%s", error)
-            await send({"type": "websocket.close", "code": INTERNAL_ERROR})
+        if error is not None and not isinstance(error, ReplicaDiedError):
+            logger.error("WebSocket app raised:\n%s", error)
+        if not closed and not client_left:
+            # An app that returned without closing is closed normally (ASGI).
+            await send({"type": "websocket.close", "code": NORMAL if error is None else INTERNAL_ERROR})
         return isinstance(error, ReplicaDiedError)
 
 

@@ -112,8 +112,9 @@ async def serve_http(app: App, wire: WireRequest) -> WireResponse | BodyStream:
         if not given:
             given = True
             return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.Event().wait()  # the client never leaves on its own; the task is cancelled
-        raise AssertionError("unreachable")
+        # No disconnect is ever reported: a gone client cancels this task instead (spec 2.4).
+        never: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        return await never
 
     async def run() -> None:
         try:
@@ -156,9 +157,15 @@ async def _rest(outbox: asyncio.Queue[Any], task: asyncio.Future[None]) -> Async
         task.cancel()
 
 
-def _raise_from(task: asyncio.Future[None], text: str) -> None:
+def _raise_failure(task: asyncio.Future[None]) -> None:
     error = task.exception() if task.done() and not task.cancelled() else None
-    raise error if error is not None else AppError(text)
+    if error is not None:
+        raise error
+
+
+def _raise_from(task: asyncio.Future[None], text: str) -> None:
+    _raise_failure(task)
+    raise AppError(text)
 
 
 def _log_failure(task: asyncio.Future[None]) -> None:
@@ -189,11 +196,13 @@ class Socket:
         self._inbound.put_nowait(message)
 
     async def outbound(self) -> AsyncGenerator[Message, None]:
-        """What the app sends, until it closes or returns; closing this stops the app."""
+        """What the app sends, until it closes or returns; closing this stops
+        the app. An app that raised raises here, after what it sent."""
         try:
             while True:
                 message = await self._outbound.get()
                 if message is _END:
+                    _raise_failure(self._task)
                     return
                 yield message
                 if message.get("type") == "websocket.close":
