@@ -89,7 +89,9 @@ async def call_handler(handler: Callable[..., Any], wire: WireRequest) -> WireRe
     """Run one request through user code; user exceptions propagate."""
     request = to_starlette_request(wire)
     if _is_async(handler):
-        result = await handler(request)
+        result = handler(request)  # an async generator function's result is not awaited
+        if inspect.isawaitable(result):
+            result = await result
     else:
         # A sync handler runs in a thread so it does not block other requests;
         # the body is read here first because Request.body() needs the loop.

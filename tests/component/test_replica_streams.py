@@ -29,6 +29,12 @@ class AsyncTicks:
         return ticks()
 
 
+class AsyncGeneratorHandler:
+    async def __call__(self, request: Request) -> AsyncIterator[bytes]:
+        for chunk in (b"x", b"y"):
+            yield chunk
+
+
 def sync_ticks(request: Request) -> Iterator[bytes]:
     yield from (b"a", b"b", b"c")
 
@@ -94,6 +100,11 @@ def test_an_async_generator_streams_its_chunks_as_text() -> None:
     start, rest = asyncio.run(streamed("AsyncTicks"))
     assert (start.status, start.first_chunk, rest) == (200, b"0;", [b"1;", b"2;"])
     assert (b"content-type", b"text/plain; charset=utf-8") in start.headers
+
+
+def test_a_handler_that_is_an_async_generator_streams_what_it_yields() -> None:
+    start, rest = asyncio.run(streamed("AsyncGeneratorHandler"))
+    assert [start.first_chunk, *rest] == [b"x", b"y"]
 
 
 def test_a_sync_generator_streams_its_chunks() -> None:
