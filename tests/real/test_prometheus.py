@@ -109,6 +109,12 @@ class Hello:
 class Batched:
     async def __call__(self, requests: list[Request]) -> list[dict]:
         return [{"batch_size": len(requests)} for _ in requests]
+
+
+class Ticks:
+    async def __call__(self, request: Request):
+        for tick in range(3):
+            yield f"data: {tick}\\n\\n"
 '''
 
 
@@ -125,6 +131,9 @@ def spec(traffic: dict[str, float], broken: bool = False) -> str:
         "max_concurrent_queries = 32\nray_actor_options = { num_cpus = 0 }\n"
         "[backends.batched.batching]\nmax_batch_size = 8\nbatch_wait_timeout_s = 0.05\n\n"
         '[endpoints.batched]\nroute = "/batched"\ntraffic = { batched = 1.0 }\n\n'
+        '[backends.ticks]\nimport_path = "apps.hello:Ticks"\nnum_replicas = 1\n'
+        "ray_actor_options = { num_cpus = 0 }\n\n"
+        '[endpoints.ticks]\nroute = "/ticks"\ntraffic = { ticks = 1.0 }\n\n'
     )
     weights = ", ".join(f'"hello-{k}" = {v}' for k, v in traffic.items())
     text += (
@@ -285,6 +294,9 @@ def _traffic(agent: AgentProcess, codes: Counter[int]) -> None:
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         batched = list(pool.map(lambda _: agent.http.get(agent.proxy + "/batched").status_code, range(32)))
     assert batched == [200] * 32
+    # Streamed answers, so the time-to-first-byte panel has data.
+    streamed = [agent.http.get(agent.proxy + "/ticks") for _ in range(5)]
+    assert [(r.status_code, r.text) for r in streamed] == [(200, "data: 0\n\ndata: 1\n\ndata: 2\n\n")] * 5
 
 
 def _drive(agent: AgentProcess, repo: SpecRepo) -> Counter[int]:
