@@ -198,17 +198,22 @@ def serve_app(system: str, handler: str, replicas: int, port: int | None = None)
 
 def wait_for_targets(controller: Any, replicas: int, timeout_s: float = 60) -> list[str]:
     """The replicas' own HTTP ports once all `replicas` serve (direct ingress)."""
-    import ray
-
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        # The replicas listen on loopback (http_options.host); Serve reports the node's address.
-        urls = sorted({f"http://127.0.0.1:{t.port}/" for group in ray.get(controller.get_target_groups.remote())
-                       if group.protocol == "HTTP" for t in group.targets})
+        urls = direct_targets(controller)
         if len(urls) == replicas and all(":8000/" not in u for u in urls):
             return urls
         time.sleep(0.2)
     raise RuntimeError("Serve never reported its direct-ingress replica ports")
+
+
+def direct_targets(controller: Any) -> list[str]:
+    """The HTTP targets Serve reports now (direct ingress: the replicas' own ports)."""
+    import ray
+
+    # The replicas listen on loopback (http_options.host); Serve reports the node's address.
+    return sorted({f"http://127.0.0.1:{t.port}/" for group in ray.get(controller.get_target_groups.remote())
+                   if group.protocol == "HTTP" for t in group.targets})
 
 
 def kill_haproxy(port: int) -> None:

@@ -26,7 +26,8 @@ from bench import machine
 from bench.targets import Target, targets
 
 ROOT = Path(__file__).resolve().parent.parent
-MEASUREMENTS = ("proxy", "update_latency", "rollout", "faults", "reconcile", "fanout", "memory")
+MEASUREMENTS = ("proxy", "update_latency", "rollout", "faults", "reconcile", "fanout", "memory", "serving",
+                "proxy_profile")
 TIMEOUT_S = {"proxy": 3600, "reconcile": 1800}
 NO_PLOTS = "No plots: matplotlib is not installed here (`pip install -e '.[bench]'`, as `make bench` does)."
 NOISE = ("The machine is shared with other work and noisy (see the load average): read the figures as "
@@ -103,7 +104,7 @@ def render(document: dict[str, Any], out: Path) -> Path:
     figures = plots.draw_all(document, out)
     lines = _header(document) + ([] if plots.installed() else [NO_PLOTS, ""]) + _headline(document["measurements"]) + _targets_table(targets(document))
     measurements = document["measurements"]
-    for section in (_proxy, _update, _rollout, _faults, _reconcile, _fanout, _memory):
+    for section in (_proxy, _update, _rollout, _faults, _reconcile, _fanout, _memory, _serving, _profile):
         lines += section(measurements, figures)
     if document["failures"]:
         lines += ["## Measurements that failed", ""]
@@ -301,6 +302,69 @@ def _memory(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
                 cells = " | ".join(f"{got[r]:.0f}" if r in got else "–"
                                    for r in ("agent", "controller", "proxy", "replica", "ray_total"))
                 lines.append(f"| {system} | {state} | {cells} |")
+    return lines + [""]
+
+
+def _serving(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+    doc = measurements.get("serving")
+    if not doc:
+        return []
+    f = doc["figures"]
+    systems = f["systems"]
+    serve_mode = "direct ingress" if f.get("serve_direct_ingress") else "its Python proxy"
+
+    def cells(part: dict[str, Any], keys: tuple[str, ...], digits: int = 0) -> str:
+        """Rates as whole numbers, milliseconds (`*_ms`) with 1 + `digits` decimals."""
+        reason = part.get("failed") or part.get("skipped")
+        if reason is not None:
+            return f"{'failed' if 'failed' in part else 'skipped'}: {reason}" + " |" * (len(keys) - 1)
+        return " | ".join(f"{part[key]:,.{1 + digits if key.endswith('_ms') else 0}f}" for key in keys)
+
+    lines = ["## Serving: batching, handles, streaming (issue 13)", "",
+             f"Ray Serve through {serve_mode}, `max_ongoing_requests=100`, access log off. {_command(doc)}", "",
+             f"Batched numpy model (`tanh(x @ W)`, W {f['dim']}×{f['dim']} float32), one replica, "
+             f"wrk -c{f['connections']}; batched: max_batch_size {f['max_batch_size']}, 5 ms wait "
+             "(ours `[batching]`, Serve `@serve.batch`).", "",
+             "| system | plain req/s | p99 ms | batched req/s | p99 ms |", "| --- | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {system} | {cells(got['model'], ('rps', 'p99_ms'))} | {cells(got['batched'], ('rps', 'p99_ms'))} |"
+              for system, got in systems.items()]
+    lines += ["", f"Handle calls replica to replica ({f['handle_calls']:,} calls, timed inside the caller: "
+              "ours `gitops.serving.handle`, Serve `DeploymentHandle`).", "",
+              "| system | p50 ms | p99 ms | calls/s, 16 at a time |", "| --- | ---: | ---: | ---: |"]
+    lines += [f"| {system} | {cells(got['handles'], ('p50_ms', 'p99_ms', 'concurrent_calls_per_s'), 1)} |"
+              for system, got in systems.items()]
+    lines += ["", f"Streaming ({f['stream_chunks']:,} chunks of 1 KiB, httpx streaming client).", "",
+              "| system | time to first byte ms | chunks/s |", "| --- | ---: | ---: |"]
+    lines += [f"| {system} | {cells(got['stream'], ('ttfb_p50_ms', 'chunks_per_s'), 1)} |"
+              for system, got in systems.items()]
+    if f.get("ratios"):
+        lines += ["", "Ours / Serve (above 1: ours better): "
+                  + ", ".join(f"{label} {value:.2f}×" for label, value in f["ratios"].items()) + "."]
+    if f.get("failures"):
+        lines += ["", "Failed: " + "; ".join(f"{s}: {e.splitlines()[-1]}" for s, e in f["failures"].items())]
+    return lines + [""]
+
+
+def _profile(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+    doc = measurements.get("proxy_profile")
+    if not doc:
+        return []
+    f = doc["figures"]
+    if "skipped" in f:
+        return ["## Profile: where a request's time goes (issue 19)", "", f"Skipped: {f['skipped']}.", ""]
+    requests = f["load"]["rps"] * f["duration_s"]
+    lines = ["## Profile: where a request's time goes (issue 19)", "",
+             f"One noop replica, wrk -c{f['connections']} for {f['duration_s']:.0f} s "
+             f"({f['load']['rps']:.0f} req/s, p99 {f['load']['p99_ms']:.1f} ms), py-spy at {f['rate']} Hz on the "
+             "proxy and the replica, sampling the thread that holds the GIL; each stack goes to the stage of its "
+             "innermost recognised frame. The native row is the rest of each process's CPU time (from /proc): "
+             "threads that ran without the GIL. Approximate: a thread that blocks while holding the GIL is "
+             "sampled as busy, so a process's Python rows can exceed its CPU time (its native row is then 0). "
+             f"{_command(doc)}", "",
+             "| stage | process | share of CPU | µs per request |", "| --- | --- | ---: | ---: |"]
+    for row in f["rows"]:
+        per_request = row["cpu_s"] / requests * 1e6 if requests else float("nan")
+        lines.append(f"| {row['stage']} | {row['process']} | {row['share']:.1%} | {per_request:.1f} |")
     return lines + [""]
 
 

@@ -23,7 +23,7 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from vocabulary.goal_api import CONTROLLER_NAME, PROXY_CLASS, LongPollKey
 from controller.autoscaling import Autoscaler
@@ -44,6 +44,7 @@ from controller.goals import GoalKind, GoalTable
 from controller.judging import fingerprint, judge
 from controller.longpoll import ANONYMOUS, LongPollHost
 from controller.proxy_fleet import ProxyEffect, ProxyFleet, ProxySpec, StopProxy
+from vocabulary.rollouts import MetricQuery, MetricReading
 from vocabulary.status import ClusterStatus, EndpointStatus, GoalTiming
 
 __all__ = ["ControllerActor", "ControllerOptions", "ClusterAdapter"]
@@ -61,6 +62,9 @@ class ControllerOptions:
     proxy_port: int = 8000
     # Each proxy serves its Prometheus metrics on this port of its node (None: off).
     proxy_metrics_port: int | None = None
+    # Where rollouts' PromQL checks are asked (the agent's --prometheus-url; None: none).
+    prometheus_url: str | None = None
+    prometheus_timeout_s: float = 5.0
     proxy_check_s: float = 1.0
     longpoll_timeout_s: float = 30.0
     # Replica start-up, failure and backoff tunables; given flat in the dict.
@@ -106,6 +110,16 @@ class ClusterAdapter(Observer, Protocol):
     def stop_everything(self, replica_names: set[str]) -> None: ...
 
 
+# Asks rollouts' PromQL checks: each query with its reading (see controller.prometheus).
+Asker = Callable[[tuple[MetricQuery, ...]], Awaitable[list[tuple[MetricQuery, MetricReading]]]]
+
+
+def _prometheus_asker(options: ControllerOptions) -> Asker:
+    from controller.prometheus import asker
+
+    return asker(options.prometheus_url, options.prometheus_timeout_s)
+
+
 def _ray_storage(namespace: str) -> Storage:
     from controller.ray_kv import RayKVStorage
 
@@ -121,8 +135,10 @@ def _ray_adapter(namespace: str) -> ClusterAdapter:
 class ControllerActor:
     def __init__(self, namespace: str, options: dict[str, Any] | None = None,
                  controller_name: str = CONTROLLER_NAME, *,
-                 storage: Storage | None = None, adapter: ClusterAdapter | None = None) -> None:
-        """`storage` and `adapter` default to Ray's KV and Ray; tests pass fakes."""
+                 storage: Storage | None = None, adapter: ClusterAdapter | None = None,
+                 asker: Asker | None = None) -> None:
+        """`storage`, `adapter` and `asker` default to Ray's KV, Ray and
+        `--prometheus-url` (built when first needed); tests pass fakes."""
         self._namespace = namespace
         self._name = controller_name
         self._options = ControllerOptions.from_dict(options)
@@ -146,6 +162,8 @@ class ControllerActor:
         self._publish_endpoints()
         # Know the proxies before the first call, so no goal is judged against none.
         self._check_proxies(time.monotonic())
+        self._asker = asker
+        self._analysis: asyncio.Future[None] | None = None
         self._loop_task = asyncio.get_event_loop().create_task(self._run())
 
     # --- recovery and checkpoints -------------------------------------------
@@ -200,6 +218,7 @@ class ControllerActor:
         while not self._stopping:
             try:
                 self._tick()
+                self._analyse()
             except Exception:  # never die: count, log, try again next tick
                 self._errors["tick"] += 1
                 logger.exception("controller tick failed")
@@ -228,6 +247,29 @@ class ControllerActor:
             self._save()
         for name in moved:
             self._publish_endpoint(name)
+
+    def _analyse(self) -> None:
+        """Ask Prometheus the rollouts' due PromQL checks, one batch at a time, beside the loop."""
+        if self._analysis is not None and not self._analysis.done():
+            return
+        due = self._rollouts.due_queries(time.time())
+        if due:
+            self._analysis = asyncio.ensure_future(self._ask(due))
+
+    async def _ask(self, due: tuple[MetricQuery, ...]) -> None:
+        try:
+            if self._asker is None:
+                self._asker = _prometheus_asker(self._options)
+            answers = await self._asker(due)
+        except Exception:
+            self._errors["analysis"] += 1
+            logger.exception("asking Prometheus failed")
+            return
+        for query, reading in answers:
+            if reading.error is not None:
+                logger.warning("rollout %s: metric check %s for %s: %s",
+                               query.endpoint, query.check, query.backend, reading.error)
+            self._rollouts.record_readings(query.endpoint, [reading])
 
     def _judge_goals(self) -> None:
         if self._goals.evaluate(self._judge, time.time()):
@@ -291,7 +333,8 @@ class ControllerActor:
             mcq = config.max_concurrent_queries if config else 1
             batching = config.batching if config else None
             cold_start_s = config.cold_start_timeout_s if config else None
-            key = (mcq, batching, cold_start_s, tuple(r.replica_id for r in running))
+            commit = config.commit if config else None
+            key = (mcq, batching, cold_start_s, commit, tuple(r.replica_id for r in running))
             if self._longpoll.fingerprint(LongPollKey.replicas(name)) == key:
                 continue
             infos = tuple(
@@ -301,7 +344,7 @@ class ControllerActor:
             )
             payload = ReplicaSet(
                 backend=name, max_concurrent_queries=mcq, replicas=infos,
-                batching=batching, cold_start_timeout_s=cold_start_s,
+                batching=batching, cold_start_timeout_s=cold_start_s, commit=commit,
             )
             self._longpoll.publish(LongPollKey.replicas(name), payload, key)
         for name in self._published_backends - names:

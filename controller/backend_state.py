@@ -422,6 +422,11 @@ class BackendState:
         if decisions.start <= 0 or now < backend.backoff_until:
             return
         why = observer.cannot_fit(backend.config.ray_actor_options, 1)
+        if why and _draining(backend):
+            # Its own replicas are stopping and give their resources back (max_surge = 0
+            # replaces in place on a full cluster): wait for them, that is not unschedulable.
+            backend.unschedulable_since = None
+            return
         if why:
             if backend.unschedulable_since is None:
                 backend.unschedulable_since = now
@@ -600,3 +605,7 @@ def _backend_from(item: dict[str, Any]) -> _Backend:
             for r in item["replicas"]
         ],
     )
+
+
+def _draining(backend: _Backend) -> bool:
+    return any(r.state in (ReplicaState.SHOULD_STOP, ReplicaState.STOPPING) for r in backend.replicas)

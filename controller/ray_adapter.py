@@ -215,7 +215,7 @@ class RayAdapter:
         handle = cls.remote(
             config.name, effect.replica_id, config.version, config.import_path,
             tuple(config.init_args), dict(config.init_kwargs), config.user_config,
-            namespace=self.namespace,
+            namespace=self.namespace, commit=config.commit,
         )
         self._handles[effect.actor_name] = handle
         self._starts[effect.actor_name] = _call(handle.initialize.remote())

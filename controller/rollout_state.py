@@ -2,11 +2,12 @@
 
 The controller's holder of rollouts, beside `EndpointState` (which keeps the
 split git asked for). `on_endpoint` is called when an endpoint's config is
-set, `record` with each proxy's request counts, `tick` on every control-loop
-tick; `served` is what the proxies get: the endpoint's config with the
+set, `record` with each proxy's request counts, `record_readings` with
+Prometheus' answers to `due_queries`, `tick` on every control-loop tick; `served` is what the proxies get: the endpoint's config with the
 rollout's current weights in place of git's split. State crosses restarts
 through `to_json`/`from_json` in the controller's checkpoint, so a step in
-progress goes on where it was. Transitions are `controller.rollouts`'; no
+progress goes on where it was (PromQL readings are not kept: a restarted
+controller asks again). Transitions are `controller.rollouts`'; no
 Ray, no clock (`now` is passed in, wall-clock seconds).
 """
 
@@ -18,9 +19,9 @@ from typing import Any, Mapping
 
 from vocabulary.configs import EndpointConfig
 from vocabulary.request_stats import RequestStats
-from vocabulary.rollouts import CheckCount, CheckName, Rollout
+from vocabulary.rollouts import CheckCount, MetricQuery, MetricReading, Rollout
 from controller.request_totals import RequestTotals
-from controller.rollouts import advance, on_config
+from controller.rollouts import advance, due_queries, on_config
 
 __all__ = ["RolloutState"]
 
@@ -32,11 +33,12 @@ class RolloutState:
         self,
         rollouts: Mapping[str, Rollout] | None = None,
         totals: RequestTotals | None = None,
-        checks: Counter[tuple[str, str, CheckName, str]] | None = None,
+        checks: Counter[tuple[str, str, str, str]] | None = None,
     ) -> None:
         self._rollouts: dict[str, Rollout] = dict(rollouts or {})
         self._totals = totals or RequestTotals()
-        self._checks: Counter[tuple[str, str, CheckName, str]] = checks or Counter()
+        self._checks: Counter[tuple[str, str, str, str]] = checks or Counter()
+        self._readings: dict[str, dict[tuple[str, str], MetricReading]] = {}
         self.dirty = False
 
     def on_endpoint(self, config: EndpointConfig, live: Mapping[str, float] | None, now: float) -> None:
@@ -46,6 +48,22 @@ class RolloutState:
 
     def forget(self, endpoint: str) -> None:
         self._set(endpoint, None)
+
+    def due_queries(self, now: float) -> tuple[MetricQuery, ...]:
+        """The PromQL queries the running rollouts need asked now."""
+        return tuple(
+            query
+            for name, rollout in sorted(self._rollouts.items())
+            for query in due_queries(rollout, self._readings.get(name, {}), now)
+        )
+
+    def record_readings(self, endpoint: str, readings: list[MetricReading]) -> None:
+        """Prometheus' answers for `endpoint`'s rollout; each replaces the older one of its check and backend."""
+        if endpoint not in self._rollouts:
+            return
+        held = self._readings.setdefault(endpoint, {})
+        for reading in readings:
+            held[(reading.check, reading.backend)] = reading
 
     def served(self, config: EndpointConfig) -> EndpointConfig:
         """The config the proxies serve: git's, with the rollout's weights while one runs."""
@@ -66,10 +84,10 @@ class RolloutState:
         """Advance every rollout; the endpoints whose served weights changed."""
         moved: list[str] = []
         for name, rollout in list(self._rollouts.items()):
-            decision = advance(rollout, self._totals.totals, now)
+            decision = advance(rollout, self._totals.totals, now, self._readings.get(name))
             for check in decision.checks:
                 result = "pass" if check.passed else "fail"
-                self._checks[(name, check.backend, check.name, result)] += 1
+                self._checks[(name, check.backend, check.label(), result)] += 1
             if decision.rollout == rollout:
                 continue
             if decision.rollout.phase != rollout.phase or decision.rollout.step != rollout.step:
@@ -109,6 +127,8 @@ class RolloutState:
         if self._rollouts.get(endpoint) == rollout:
             return
         if rollout is None:
+            # Readings older than a step's hold are ignored, so only a gone rollout drops them.
+            self._readings.pop(endpoint, None)
             del self._rollouts[endpoint]
         else:
             self._rollouts[endpoint] = rollout

@@ -44,7 +44,7 @@ code_paths = ["deployments/apps"]
 version = "2026-11-01"
 ray_actor_options = { num_cpus = 0.5, num_gpus = 0, memory = 1000000000, resources = { model_slot = 1 } }
 runtime_env = { env_vars = { LOG_LEVEL = "info" }, pip = ["numpy"] }
-
+uses = ["echo-v2"]
 cold_start_timeout_s = 30
 
 [backends.echo-v1.autoscaling]
@@ -84,6 +84,11 @@ min_requests = 50
 max_error_ratio = 0.01
 max_p99_latency_s = 0.5
 on_failure = "rollback"
+
+[[endpoints.echo.rollout.metrics]]
+name = "error-share"
+query = 'sum(rate(gitops_http_requests_total{endpoint="$endpoint",backend="$backend",code=~"5.."}[$interval])) / sum(rate(gitops_http_requests_total{endpoint="$endpoint",backend="$backend"}[$interval]))'
+max = 0.01
 """
 
 
@@ -110,6 +115,8 @@ def render_spec() -> str:
         "- an endpoint's `traffic` weights sum to 1 and name backends defined in some file; `shadow`",
         "  names defined backends too, and traffic may not go to a backend that can have zero replicas",
         "  (unless it autoscales from zero and sets `cold_start_timeout_s`);",
+        "- every name in a backend's `uses` is a backend or an endpoint; callees are created and updated",
+        "  before the backends that use them (backends that use each other, together);",
         "- a `match` rule names a defined backend; `shadow_ignore` needs `shadow_compare = \"json\"`;",
         "- `rollout.steps` rise strictly within (0, 1] and end at 1.0; `[update]` may not set both",
         "  `max_surge` and `max_unavailable` to 0;",

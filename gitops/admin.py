@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol
+from typing import Any, Awaitable, Callable, Iterator, Protocol
 
 import uvicorn
 from starlette.applications import Starlette
@@ -90,8 +90,10 @@ def build_app(
     webhook: WebhookGuard | None = None,
     commit_url_template: str | None = None,
     policy: AccessPolicy = LOOPBACK_POLICY,
+    shadow_mismatches: Callable[[], Awaitable[dict[str, Any]]] | None = None,
 ) -> ASGIApp:
-    """The admin app behind `policy`; `sync` and `webhook_fetch` wake the agent.
+    """The admin app behind `policy`; `sync` and `webhook_fetch` wake the agent;
+    `shadow_mismatches` gathers the proxies' samples (`gitops.shadow_mismatches`).
 
     Without `webhook` (no secret, or the webhook on its own listener)
     `/hooks/git` answers 404 here.
@@ -136,6 +138,11 @@ def build_app(
             return _error(409, str(error))
         return JSONResponse(held.to_json())
 
+    async def mismatches(request: Request) -> Response:
+        if shadow_mismatches is None:
+            return JSONResponse({"mismatches": [], "unreachable": []})
+        return JSONResponse(await shadow_mismatches())
+
     async def hook(request: Request) -> Response:
         if webhook is None:
             return _error(404, "no webhook on this listener (it needs --webhook-secret-file; "
@@ -151,6 +158,7 @@ def build_app(
         Route("/suspend", do_suspend, methods=["POST"]),
         Route("/resume", do_resume, methods=["POST"]),
         Route("/rollback", do_rollback, methods=["POST"]),
+        Route("/shadow/mismatches", mismatches),
         Route("/hooks/git", hook, methods=["POST"]),
     ]
     async def status_page(request: Request) -> Response:

@@ -43,9 +43,10 @@ from gitops.rollback import (
     commit_to_apply,
     quarantine,
 )
-from gitops.rollout_outcomes import aborted_entry
+from gitops.rollout_outcomes import aborted_entry, step_entries
 from gitops.metrics import AgentMetrics
 from gitops.notifications.delivering import Notifier
+from gitops.notifications.events import Event, EventKind, rollback_events
 from gitops.plans import Plan
 from gitops.sources.hashing import Tree
 from gitops.sources.source import Revision, Source
@@ -72,6 +73,8 @@ from vocabulary.status import ClusterStatus
 __all__ = ["Agent", "AgentSettings", "Trigger", "Loader", "Planner"]
 
 _LOG = logging.getLogger("gitops.agent")
+# Step rows already recorded are looked for among this many newest rows.
+_STEP_ROWS_SEEN = 200
 Logger = logging.Logger | logging.LoggerAdapter
 
 Loader = Callable[[Tree, str], LoadResult]  # (a revision's files, spec path)
@@ -129,6 +132,7 @@ class Agent:
         self._quarantines = QuarantineFile(settings.quarantine_file) if settings.quarantine_file else None
         self._quarantine = self._quarantines.load() if self._quarantines else None
         self._head: str | None = None  # the branch's newest commit, as last fetched
+        self._announced: str | None = None  # the last commit announced as seen
         self._wake: asyncio.Event | None = None  # made by run(), on its own loop
         self._triggers: set[Trigger] = set()
         self._wakes = 0  # bumped by every wake-up; lets an apply notice news
@@ -186,6 +190,7 @@ class Agent:
                 controller_error=last.error(Stage.CONTROLLER, Stage.TICK) if last else None,
                 cluster=self._cluster,
                 notifications=self._notifier.health() if self._notifier else None,
+                quarantine=self._quarantine,
             )
         )
 
@@ -276,6 +281,9 @@ class Agent:
         report = await self._fetch(report)
         if report.revision is not None:
             last = self._history.last()
+            if (last is None or last.commit != report.revision.sha) and self._announced != report.revision.sha:
+                self._announced = report.revision.sha
+                self._announce(EventKind.SEEN, report.revision.sha)
             if full or last is None or last.commit != report.revision.sha:
                 report = await self._reconcile(replace(report, attempted=True))
         report = await self._observe(report)
@@ -309,6 +317,7 @@ class Agent:
                           ", ".join(sorted(sha[:7] for sha in held.held)))
         self._keep_quarantine(held)
         self.metrics.rolled_back(RollbackReason.MANUAL.value)
+        self._announce_rollback(self._head, held)
         self.notify(Trigger.SYNC)
         return held
 
@@ -326,7 +335,20 @@ class Agent:
                           ", ".join(sorted(sha[:7] for sha in held.held)))
         self._keep_quarantine(held)
         self.metrics.rolled_back(reason.value)
+        self._announce_rollback(recorded.commit, held)
         self.notify(Trigger.RETRY)
+
+    def _announce(self, kind: EventKind, commit: str) -> None:
+        """A commit's progress (seen, applying) to the commit-status providers, as it happens."""
+        if self._notifier is not None:
+            self._notifier.publish(Event(kind, commit, self._source.branch, self.status().status.value))
+
+    def _announce_rollback(self, reverted: str, held: Quarantine) -> None:
+        if self._notifier is None:
+            return
+        status = self.status().status.value
+        for event in rollback_events(reverted, held.good, held.held, held.reason.value, self._source.branch, status):
+            self._notifier.publish(event)
 
     def _keep_quarantine(self, held: Quarantine | None) -> None:
         self._quarantine = held
@@ -364,12 +386,14 @@ class Agent:
                 return self._export_refused(report, error)
             report = replace(report, working_dir=working_dir)
         self._applying = _Applying(revision)
+        self._announce(EventKind.APPLYING, revision.sha)
         try:
             result = await apply(
                 plan,
                 self._client,
                 actual=actual,
                 working_dir=report.working_dir,
+                commit=revision.sha,
                 deadlines=self._settings.deadlines,
                 superseded=lambda: self._superseded(revision),
                 on_progress=lambda progress: self._show_progress(revision, progress),
@@ -420,7 +444,6 @@ class Agent:
         self._watched = report.revision or self._watched
         self._cluster = report.observed or self._cluster
         recorded = self._write_history(report)
-        self._revert(recorded)
         write_metrics(self.metrics, report)
         line = log_line(report, recorded)
         if line is not None:
@@ -431,15 +454,20 @@ class Agent:
             status = self.status().status.value
             watched = self._watched.sha if self._watched else None
             self._notifier.observe(notification_outcome(report, recorded, status, watched, self._source.branch))
+        # After the tick's own result went out, so a rollback is announced after what caused it.
+        self._revert(recorded)
 
     def _write_history(self, report: TickReport) -> HistoryEntry | None:
         """Every new commit, every change made, every new failure; not repeats.
-        Then, once, a rollout the controller stopped, against the newest commit."""
+        Then each rollout step passed, and once a rollout the controller
+        stopped, against the newest commit."""
         entry = history_entry(report)
         recorded = None
         if entry is not None and _worth_recording(entry, self._history.last()):
             recorded = self._history.record(entry)
         rollouts = report.observed.rollouts if report.observed is not None else {}
+        for step in step_entries(rollouts, self._history.last_applied(), self._history.recent(_STEP_ROWS_SEEN)):
+            self._history.record(step)
         stopped = aborted_entry(rollouts, self._history.last(), report.started_at + report.duration_s)
         return recorded if stopped is None else self._history.record(stopped)
 

@@ -129,13 +129,17 @@ async def apply(
     *,
     actual: ServingState,
     working_dir: str | None = None,
+    commit: str | None = None,
     deadlines: Deadlines = Deadlines(),
     superseded: Superseded | None = None,
     on_progress: OnProgress | None = None,
 ) -> ApplyResult:
-    """Run `plan` phase by phase; `actual` is the state the plan was made from."""
+    """Run `plan` phase by phase; `actual` is the state the plan was made from.
+
+    Each backend created or updated carries `working_dir` (the export of the
+    commit) and `commit`, where its config now comes from."""
     run = _Run(client, deadlines, superseded, on_progress or (lambda progress: None))
-    actions = [_with_working_dir(a, working_dir) for a in plan.actions]
+    actions = [_from_source(a, working_dir, commit) for a in plan.actions]
     run.planned = {id(a) for a in actions}
     try:
         for phase in _phases(actions, actual):
@@ -149,10 +153,11 @@ async def apply(
     return ApplyResult(Outcome.APPLIED, tuple(run.done), goals=tuple(run.goals))
 
 
-def _with_working_dir(action: Action, working_dir: str | None) -> Action:
-    if action.backend is None or working_dir is None:
+def _from_source(action: Action, working_dir: str | None, commit: str | None) -> Action:
+    source = {key: value for key, value in (("working_dir", working_dir), ("commit", commit)) if value is not None}
+    if action.backend is None or not source:
         return action
-    return action.model_copy(update={"backend": action.backend.model_copy(update={"working_dir": working_dir})})
+    return action.model_copy(update={"backend": action.backend.model_copy(update=source)})
 
 
 def _phases(actions: Sequence[Action], actual: ServingState) -> list[list[Action]]:
@@ -160,11 +165,13 @@ def _phases(actions: Sequence[Action], actual: ServingState) -> list[list[Action
 
     The planner's order is kept exactly (it defers some backend updates
     until after endpoints and brings some deletes forward for route
-    handoffs); only neighbours of the same class share a phase.
+    handoffs); only neighbours of the same class share a phase, and an
+    action that waits for one of them (`Action.after`: a backend's callees)
+    starts the next phase.
     """
     phases: list[list[Action]] = []
     for action in actions:
-        if phases and _CLASS[phases[-1][0].kind] == _CLASS[action.kind]:
+        if phases and _CLASS[phases[-1][0].kind] == _CLASS[action.kind] and not _waits_on(action, phases[-1]):
             phases[-1].append(action)
         else:
             phases.append([action])
@@ -176,6 +183,11 @@ def _phases(actions: Sequence[Action], actual: ServingState) -> list[list[Action
         if gate:
             phases.insert(first_endpoint, gate)
     return phases
+
+
+def _waits_on(action: Action, phase: list[Action]) -> bool:
+    """`action` must start after a goal of `phase` is met (`Action.after`)."""
+    return bool(action.after) and any(earlier.name in action.after for earlier in phase)
 
 
 _CLASS = {

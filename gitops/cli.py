@@ -89,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--proxy-metrics-port", type=int, default=8002, help="each proxy's /metrics port (Prometheus)"
     )
+    run.add_argument(
+        "--prometheus-url", default=None, metavar="URL",
+        help="Prometheus asked the rollouts' [[rollout.metrics]] PromQL checks (default: none; such a step holds)",
+    )
     run.add_argument("--admin-host", default="127.0.0.1", help="address of the admin API, status page and /metrics")
     run.add_argument("--admin-port", type=int, default=8001, help="port of the admin API")
     run.add_argument(

@@ -26,10 +26,11 @@ class Outcome(str, enum.Enum):
     SUPERSEDED = "superseded"  # a newer commit arrived mid-apply
     UNVERIFIED = "unverified"  # --verify-commits: unsigned or untrusted; nothing was touched
     ABORTED = "aborted"  # applied, then a rollout check failed: traffic went back (or paused)
+    STEP = "step"  # applied, and one of its rollout steps passed its checks
 
     @property
     def ok(self) -> bool:
-        return self in (Outcome.APPLIED, Outcome.NOOP)
+        return self in (Outcome.APPLIED, Outcome.NOOP, Outcome.STEP)
 
     @property
     def error_kind(self) -> ErrorKind | None:

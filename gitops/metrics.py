@@ -276,7 +276,7 @@ class AgentMetrics:
             self._rollout_step.labels(endpoint=name).set(rollout.display_step() if rollout else 0)
         self._endpoints = set(cluster.endpoints)
         # Cumulative counts from the controller, kept across its restarts by its checkpoint.
-        current = {(c.endpoint, c.backend, c.check.value, c.result): c.count for c in cluster.rollout_checks}
+        current = {(c.endpoint, c.backend, c.check, c.result): c.count for c in cluster.rollout_checks}
         for (endpoint, backend, check, result), grown in restart_increments(self._check_counts, current).items():
             self._rollout_checks.labels(endpoint=endpoint, backend=backend, check=check, result=result).inc(grown)
         self._check_counts = current

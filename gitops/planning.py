@@ -8,8 +8,12 @@ controller reports; it never talks to either.
 Apply order (PRODUCT.md "Reconciliation semantics"), with the refinements
 that keep every intermediate state safe (`gitops.simulating.unsafe_reasons`):
 
-1. Create and update backends, by name — so every backend an endpoint will
-   name exists, at its new version and size, before traffic moves to it.
+1. Create and update backends — so every backend an endpoint will name
+   exists, at its new version and size, before traffic moves to it. Callees
+   come first: a backend that `uses` another backend (or an endpoint, and so
+   that endpoint's backends) is created or updated after it, and its action
+   names them in `after` so the applier waits for their goals; backends that
+   use each other (a cycle) share a layer. Within a layer, by name.
 2. Create and update endpoints (route, methods, traffic, shadow), by name.
    Route handoff: an endpoint that takes a route another endpoint still
    holds waits (for the next pass by name) until that endpoint has moved
@@ -27,8 +31,9 @@ that keep every intermediate state safe (`gitops.simulating.unsafe_reasons`):
    replicas. The whole update waits, not just the scale-down: splitting it
    would roll out a new version only to stop it a moment later. (Shadow and zero-weight references do not defer: shadow
    copies are fire-and-forget and can never fail the primary request.)
-5. Delete backends that left git, by name; by now no endpoint names them,
-   not even as shadow.
+5. Delete backends that left git, callers before the callees they `use`
+   (named in `after`), then by name; by now no endpoint names them, not even
+   as shadow.
 
 Comparisons: a backend differs when `BackendConfig.comparable()` differs,
 except that `num_replicas` is the autoscaler's business for a backend that
@@ -40,7 +45,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
+from vocabulary.configs import SOURCE_FIELDS, BackendConfig, EndpointConfig, ServingState
 from gitops.plans import Action, ActionKind, FieldChange, Plan
 
 __all__ = ["plan", "backend_changes", "endpoint_changes"]
@@ -50,7 +55,7 @@ _DEFERRED = "after endpoints move its traffic away"
 
 def plan(desired: ServingState, actual: ServingState) -> Plan:
     """The actions, in apply order, that turn `actual` into `desired`."""
-    early, deferred = _backend_updates(desired, actual)
+    early, deferred = (_callees_first(actions, desired) for actions in _backend_updates(desired, actual))
     endpoint_actions = _endpoint_actions(desired, actual)
     return Plan(actions=(*early, *endpoint_actions, *deferred, *_backend_deletes(desired, actual)))
 
@@ -74,8 +79,8 @@ def endpoint_changes(old: EndpointConfig, new: EndpointConfig) -> tuple[FieldCha
 
 
 # Fields left out of the quick equality check, as `comparable()` leaves them out.
-_UNCOMPARED = {"working_dir": None}
-_UNCOMPARED_AUTOSCALED = {"working_dir": None, "num_replicas": 0}
+_UNCOMPARED: dict[str, Any] = dict.fromkeys(SOURCE_FIELDS)
+_UNCOMPARED_AUTOSCALED: dict[str, Any] = {**_UNCOMPARED, "num_replicas": 0}
 
 
 def _same_backend(old: BackendConfig, new: BackendConfig) -> bool:
@@ -137,8 +142,101 @@ def _backends_with_positive_traffic(state: ServingState) -> frozenset[str]:
 
 
 def _backend_deletes(desired: ServingState, actual: ServingState) -> list[Action]:
-    gone = sorted(set(actual.backends) - set(desired.backends))
-    return [Action(kind=ActionKind.DELETE_BACKEND, name=name) for name in gone]
+    gone = set(actual.backends) - set(desired.backends)
+    if not gone:
+        return []
+    layers = _layers(actual)
+    callers: dict[str, set[str]] = {name: set() for name in gone}
+    for caller in gone:
+        for callee in _callees(caller, actual) & gone - {caller}:
+            callers[callee].add(caller)
+    return [
+        Action(kind=ActionKind.DELETE_BACKEND, name=name, after=tuple(sorted(callers[name])))
+        for name in sorted(gone, key=lambda name: (-layers[name], name))
+    ]
+
+
+# --- `uses`: callees before callers -------------------------------------------------
+
+
+def _callees(name: str, state: ServingState) -> frozenset[str]:
+    """The backends `name` calls through handles: those it uses, and the
+    backends of the endpoints it uses."""
+    called: set[str] = set()
+    for used in state.backends[name].uses:
+        endpoint = state.endpoints.get(used)
+        called |= endpoint.backends() if endpoint is not None else {used}
+    return frozenset(called & set(state.backends))
+
+
+def _layers(state: ServingState) -> dict[str, int]:
+    """Each backend's layer: 0 calls nothing, a caller is one above its
+    highest callee; the members of a cycle share a layer."""
+    graph = {name: _callees(name, state) for name in state.backends}
+    layers: dict[str, int] = {}
+    for component in _cycles_grouped(graph):  # callees' components come first
+        members = set(component)
+        below = [layers[c] + 1 for name in component for c in graph[name] if c not in members]
+        layers.update(dict.fromkeys(component, max(below, default=0)))
+    return layers
+
+
+def _cycles_grouped(graph: Mapping[str, frozenset[str]]) -> list[list[str]]:
+    """Strongly connected components (Tarjan's, iterative: no recursion limit
+    on long `uses` chains), each after every component it points to."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, list[str]]] = [(root, sorted(graph[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, callees = work[-1]
+            if callees:
+                callee = callees.pop(0)
+                if callee not in index:
+                    index[callee] = low[callee] = len(index)
+                    stack.append(callee)
+                    on_stack.add(callee)
+                    work.append((callee, sorted(graph[callee])))
+                elif callee in on_stack:
+                    low[node] = min(low[node], index[callee])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component: list[str] = []
+                while not component or component[-1] != node:
+                    component.append(stack.pop())
+                    on_stack.discard(component[-1])
+                components.append(sorted(component))
+    return components
+
+
+def _callees_first(actions: list[Action], desired: ServingState) -> list[Action]:
+    """Backend creates and updates by layer, then name; each names its callees
+    among them in `after`."""
+    if not actions:
+        return []
+    layers = _layers(desired)
+    acting = {action.name for action in actions}
+    ordered = sorted(actions, key=lambda action: (layers[action.name], action.name))
+    return [
+        action.model_copy(update={"after": _after(action.name, desired, layers, acting)}) for action in ordered
+    ]
+
+
+def _after(name: str, desired: ServingState, layers: Mapping[str, int], acting: set[str]) -> tuple[str, ...]:
+    """The callees of `name` whose actions must finish first (not those in its own cycle)."""
+    return tuple(sorted(c for c in _callees(name, desired) & acting if layers[c] < layers[name]))
 
 
 # --- endpoints ----------------------------------------------------------------

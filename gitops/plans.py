@@ -70,7 +70,10 @@ class Action(BaseModel):
     deletes carry only `name`. `restarts` is True exactly for a backend
     update that changes its version (a rolling update). `reason` is empty
     unless the planner moved the action out of its usual place for safety;
-    then it says why (shown to humans, kept in JSON).
+    then it says why (shown to humans, kept in JSON). `after` names earlier
+    actions of the plan whose goals must be met before this one starts: the
+    callees a backend `uses`, or for a backend delete the callers leaving
+    with it.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -82,6 +85,7 @@ class Action(BaseModel):
     restarts: bool = False
     changes: tuple[FieldChange, ...] = ()
     reason: str = ""
+    after: tuple[str, ...] = ()
 
     def headline(self) -> str:
         """`+ backend echo-v2`, `~ backend echo-v1 (restart)`, `- endpoint old`."""
@@ -90,6 +94,8 @@ class Action(BaseModel):
             line += " (restart)" if self.restarts else " (in place)"
         if self.reason:
             line += f"  # {self.reason}"
+        elif self.after:
+            line += f"  # after {', '.join(self.after)}"
         return line
 
     def details(self) -> list[str]:

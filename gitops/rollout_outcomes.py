@@ -2,8 +2,9 @@
 
 A rollout the controller stopped (aborted, or paused on a failed check)
 belongs to the commit whose split it was moving to: git's current split for
-that endpoint, so the newest applied commit. `aborted_entry` turns that into
-one ledger row, `aborted`, with the failed checks and their measured values,
+that endpoint, so the newest applied commit. `step_entries` gives that
+commit one `step` row per step passed (its weights and checks), each once;
+`aborted_entry` turns a stopped rollout into one ledger row, `aborted`, with the failed checks and their measured values,
 recorded once; the commit is not retried (the controller keeps the aborted
 target and ignores it when asked again). `rollout_message` is what the
 status says while rollouts run.
@@ -14,12 +15,12 @@ Pure: rollouts and ledger rows in, a row or a line of text out.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from gitops.ledger import HistoryEntry, Outcome
 from vocabulary.rollouts import Rollout, RolloutPhase
 
-__all__ = ["STOPPED", "stopped", "aborted_entry", "rollout_message"]
+__all__ = ["STOPPED", "stopped", "step_entries", "aborted_entry", "rollout_message"]
 
 STOPPED = frozenset({RolloutPhase.ABORTED, RolloutPhase.PAUSED})
 
@@ -29,13 +30,35 @@ def stopped(rollouts: Mapping[str, Rollout]) -> list[Rollout]:
     return [rollouts[name] for name in sorted(rollouts) if rollouts[name].phase in STOPPED]
 
 
+def step_entries(
+    rollouts: Mapping[str, Rollout], applied: HistoryEntry | None, recent: Iterable[HistoryEntry]
+) -> list[HistoryEntry]:
+    """A `step` row of the applied commit for each step passed that `recent` rows do not hold yet."""
+    if applied is None:
+        return []
+    known = {entry.plan_summary for entry in recent if entry.commit == applied.commit and entry.result is Outcome.STEP}
+    rows = []
+    for name in sorted(rollouts):
+        rollout = rollouts[name]
+        for record in rollout.passed:
+            text = record.describe(name, len(rollout.config.steps))
+            if text not in known:
+                rows.append(replace(
+                    applied, result=Outcome.STEP, started_at=record.at, finished_at=record.at,
+                    plan_summary=text, actions=0, errors=(), id=None,
+                ))
+    return rows
+
+
 def aborted_entry(rollouts: Mapping[str, Rollout], last: HistoryEntry | None, now: float) -> HistoryEntry | None:
     """The `aborted` row for the newest commit, once, when a rollout of it stopped."""
     failed = stopped(rollouts)
     if not failed or last is None or not last.result.ok:
         return None
+    # A step row's summary is that step's; the abort keeps only the apply's.
+    summary = "" if last.result is Outcome.STEP else last.plan_summary
     return replace(
-        last, result=Outcome.ABORTED, started_at=now, finished_at=now,
+        last, result=Outcome.ABORTED, started_at=now, finished_at=now, plan_summary=summary,
         errors=tuple(rollout.message() for rollout in failed), id=None,
     )
 

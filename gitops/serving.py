@@ -8,7 +8,8 @@
 
         async def __call__(self, request):
             vector = await self.embedder.remote(await request.body())
-            return {"replica": serving.context().replica_id, "dims": len(vector)}
+            ctx = serving.context()          # backend, replica_id, version, commit
+            return {"replica": ctx.replica_id, "commit": ctx.commit, "dims": len(vector)}
 
 A handle calls the callee's handler with the given arguments (not an HTTP
 request) and returns its return value. It makes the proxy's choices: an
@@ -40,5 +41,9 @@ def handle(name: str) -> Handle:
 
 
 def context() -> ReplicaContext:
-    """The backend, replica id and version this code runs as."""
+    """The backend, replica id, version and commit this code runs as.
+
+    `commit` is the commit the backend's config was last applied from; it
+    follows in-place changes (no restart) and stays put for commits that
+    leave the backend as it was."""
     return installed_context()

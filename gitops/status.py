@@ -6,7 +6,8 @@ ledger, a git error, the controller's observed `ClusterStatus`) into
 `AgentStatus`: Ready / Reconciling / Stalled conditions with a CamelCase
 reason and a message, `watched_revision`, `last_attempted_revision`,
 `last_applied_revision`, each backend's replicas by state and version,
-each endpoint's traffic, and one overall `SyncStatus`. `AgentStatus` is a
+each endpoint's traffic, each rollout's step and checks, the quarantine
+held by a rollback, and one overall `SyncStatus`. `AgentStatus` is a
 pydantic model: the admin API serves `model_dump(mode="json")` and
 `gitops status` parses the same JSON back with `model_validate`. Every
 text it carries (repo, messages, errors) passes `gitops.redaction.redact`. Must not:
@@ -25,10 +26,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer
 from gitops.errors import ErrorKind
 from gitops.ledger import HistoryEntry, Outcome
 from gitops.redaction import redact
+from gitops.rollback import Quarantine
 from gitops.rollout_outcomes import rollout_message
+from vocabulary.rollouts import Rollout
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus
 
-__all__ = ["SyncStatus", "Condition", "StatusFacts", "BackendSummary", "EndpointSummary", "AgentStatus", "roll_up"]
+__all__ = [
+    "SyncStatus", "Condition", "StatusFacts", "BackendSummary", "EndpointSummary", "RolloutSummary", "AgentStatus",
+    "roll_up",
+]
 
 
 class SyncStatus(str, enum.Enum):
@@ -72,6 +78,7 @@ class StatusFacts:
     controller_error: str | None = None
     cluster: ClusterStatus | None = None  # controller.get_status()
     notifications: Mapping[str, Mapping[str, Any]] | None = None  # per provider, from gitops.notifications
+    quarantine: Quarantine | None = None  # held back by a rollback (gitops.rollback)
 
 
 class BackendSummary(_Value):
@@ -99,6 +106,19 @@ class EndpointSummary(_Value):
     shadow: dict[str, float] = Field(default_factory=dict)
 
 
+class RolloutSummary(_Value):
+    """One endpoint's rollout as the status shows it: where it is among its steps, and its last checks."""
+
+    phase: str  # stepping | paused | aborted | promoted
+    step: int  # 1-based; 0 once over
+    steps: tuple[float, ...]  # each step's share of the change
+    passed: int  # steps passed
+    weights: dict[str, float]
+    target: dict[str, float]
+    message: str
+    checks: tuple[str, ...] = ()  # the last decision's checks, described
+
+
 class AgentStatus(_Value):
     status: SyncStatus
     conditions: tuple[Condition, ...]
@@ -112,6 +132,8 @@ class AgentStatus(_Value):
     backends: dict[str, BackendSummary] = Field(default_factory=dict)
     endpoints: dict[str, EndpointSummary] = Field(default_factory=dict)
     notifications: dict[str, dict[str, Any]] = Field(default_factory=dict)  # per provider
+    rollouts: dict[str, RolloutSummary] = Field(default_factory=dict)  # by endpoint
+    quarantine: dict[str, Any] | None = None  # good commit, held commits, reason (Quarantine.to_json)
 
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)
@@ -135,6 +157,8 @@ def roll_up(facts: StatusFacts) -> AgentStatus:
         backends=backends,
         endpoints=endpoints,
         notifications={name: dict(health) for name, health in (facts.notifications or {}).items()},
+        rollouts={name: _rollout(rollout) for name, rollout in cluster.rollouts.items()},
+        quarantine=facts.quarantine.to_json() if facts.quarantine is not None else None,
     )
 
 
@@ -223,3 +247,16 @@ def _backend(observed: BackendStatus) -> BackendSummary:
 
 def _endpoint(observed: EndpointStatus) -> EndpointSummary:
     return EndpointSummary(route=observed.route, traffic=dict(observed.traffic), shadow=dict(observed.shadow))
+
+
+def _rollout(rollout: Rollout) -> RolloutSummary:
+    return RolloutSummary(
+        phase=rollout.phase.value,
+        step=rollout.display_step(),
+        steps=rollout.config.steps,
+        passed=len(rollout.passed),
+        weights=rollout.weights(),
+        target=dict(rollout.target),
+        message=redact(rollout.message()),
+        checks=tuple(check.describe() for check in rollout.checks),
+    )

@@ -6,7 +6,10 @@ framework, no build step, nothing fetched from outside). The page reads
 seconds: overall sync status and conditions, watched vs applied commit,
 recent history (each commit's newest row has the id `commit-<sha>`, the
 anchor notifications link to), backends with replicas by state and
-version, endpoints with traffic weights drawn as bars, and every error in
+version, endpoints with traffic weights drawn as bars, each rollout's step
+bar (steps passed, the one holding, the ones to come) with its checks, the
+commits a rollback quarantined, the proxies' recent shadow mismatches (from
+`/shadow/mismatches`; the page still draws when that fails), and every error in
 full. With `--commit-url-template` commits link to the forge. It never writes
 (no buttons for sync or suspend: the page is read-only by design).
 
@@ -49,6 +52,10 @@ _PAGE = """<!doctype html>
   .bar .fill.shadow { background: #8250df; }
   .state { display: inline-block; margin-right: 8px; }
   tr.target { background: #fff8c5; }
+  .steps { display: flex; gap: 3px; }
+  .steps span { width: 34px; height: 12px; border-radius: 3px; background: #eaeef2; }
+  .steps span.passed { background: var(--ok); } .steps span.holding { background: var(--warn); }
+  .steps span.failed { background: var(--bad); }
   #stale { display: none; color: var(--bad); font-weight: 600; }
 </style>
 </head>
@@ -78,6 +85,17 @@ _PAGE = """<!doctype html>
 <h2>Endpoints</h2>
 <table><thead><tr><th>endpoint</th><th>route</th><th>traffic</th></tr></thead>
 <tbody id="endpoints"></tbody></table>
+
+<h2>Rollouts</h2>
+<table><thead><tr><th>endpoint</th><th>phase</th><th>steps</th><th>weights</th><th>checks</th></tr></thead>
+<tbody id="rollouts"></tbody></table>
+
+<h2>Quarantined commits</h2>
+<div id="quarantine"><span class="muted">none</span></div>
+
+<h2>Shadow mismatches</h2>
+<table><thead><tr><th>when</th><th>endpoint</th><th>shadow backend</th><th>path</th><th>statuses</th><th>diff</th></tr></thead>
+<tbody id="mismatches"></tbody></table>
 
 <h2>History</h2>
 <table><thead><tr><th>commit</th><th>finished</th><th>result</th><th>duration</th><th>plan or error</th></tr></thead>
@@ -160,6 +178,51 @@ function drawStatus(s) {
   }), "no endpoints");
 }
 
+function stepBar(r) {
+  // One box per step: passed, holding (or stopped there), to come.
+  const box = el("div", null, "steps");
+  r.steps.forEach((share, i) => {
+    let cls = i < r.passed ? "passed" : "";
+    if (i === r.passed && r.phase !== "promoted") cls = r.phase === "stepping" ? "holding" : "failed";
+    const part = el("span", null, cls);
+    part.title = "step " + (i + 1) + ": " + (share * 100).toFixed(0) + "% of the change";
+    box.appendChild(part);
+  });
+  const cell = el("div");
+  cell.append(box, el("span", r.message, "muted"));
+  return cell;
+}
+
+function drawRollouts(s) {
+  fill("rollouts", Object.entries(s.rollouts || {}).sort().map(([name, r]) => row([
+    name, r.phase, stepBar(r), bars(r.weights, false), (r.checks || []).join("; ") || "–",
+  ])), "no rollouts");
+  const box = document.getElementById("quarantine");
+  const q = s.quarantine;
+  if (!q) { box.replaceChildren(el("span", "none", "muted")); return; }
+  const line = el("div");
+  line.append("held: ");
+  (q.held || []).forEach((sha, i) => { if (i) line.append(", "); line.append(commit(sha, short(sha))); });
+  line.append(" · rolled back to ", commit(q.good, short(q.good)), " · reason: " + q.reason + (q.detail ? " (" + q.detail + ")" : ""),
+              " · lifted by a newer commit");
+  box.replaceChildren(line);
+}
+
+function drawMismatches(m) {
+  fill("mismatches", (m.mismatches || []).slice(0, 20).map(x => row([
+    new Date(x.at * 1000).toLocaleString(), x.endpoint, x.backend, x.path,
+    x.primary_status + " vs " + x.shadow_status, x.diff,
+  ])), (m.unreachable || []).length ? "proxies unreachable: " + m.unreachable.map(u => u.proxy).join(", ")
+                                     : "no mismatches");
+}
+
+async function refreshMismatches() {
+  try {
+    const r = await fetch("shadow/mismatches", {cache: "no-store"});
+    if (r.ok) drawMismatches(await r.json());
+  } catch (error) { /* the rest of the page does not depend on it */ }
+}
+
 function drawHistory(h) {
   const entries = Array.isArray(h) ? h : (h.entries || h.history || []);
   const anchored = new Set();
@@ -193,7 +256,8 @@ async function refresh() {
         if (!r.ok) throw new Error(p + ": HTTP " + r.status);
         return r.json();
       })));
-    drawStatus(status); drawHistory(history);
+    drawStatus(status); drawRollouts(status); drawHistory(history);
+    await refreshMismatches();
     document.getElementById("refreshed").textContent = new Date().toLocaleTimeString();
     document.getElementById("stale").style.display = "none";
     document.body.dataset.loaded = "true";

@@ -85,7 +85,11 @@ class _BoundedProtocol(HttpToolsProtocol):
                 self.send_400_response("Invalid HTTP request received.")
             return
         except httptools.HttpParserUpgrade:
-            self._unsupported_upgrade_warning()
+            if self._should_upgrade():  # a WebSocket, when the server is given a ws protocol
+                self._stop_header_clock()
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
             return
         if self._awaiting_headers and self._header_bytes > self.limits.max_header_bytes:
             self._refuse(431, "Request header fields too large")

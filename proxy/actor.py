@@ -128,7 +128,7 @@ def _http_server(app: ProxyApp, settings: ProxySettings) -> uvicorn.Server:
             log_config=None,
             access_log=False,
             log_level="warning",
-            **uvicorn_options(settings.edge),
+            **{**uvicorn_options(settings.edge), "ws": "websockets-sansio"},  # proxy.sockets carries WebSockets
         )
     )
 

@@ -8,7 +8,16 @@ under the endpoint's timeout, retry once on another replica when an
 idempotent request's replica died, and map every outcome to the status codes
 of the README's HTTP table. A client that leaves before its body is read
 causes no replica call (recorded as 499); a truncated body is never
-forwarded. Hop-by-hop headers are dropped both ways; shadow copies also lose
+forwarded; a client that leaves while its call runs cancels it (499). The
+route prefix goes along with each request (`with_root_path`), so an ASGI
+app in the replica serves under it.
+
+A streaming answer (`StreamStart`, see `proxy.streaming`) is sent as it
+comes: the endpoint's `timeout_s` bounds the time to its first chunk and
+each gap between chunks; it is never copied to shadows or compared.
+WebSocket connections are handed to `proxy.sockets`.
+
+Hop-by-hop headers are dropped both ways; shadow copies also lose
 `Authorization` and `Cookie` (no endpoint can opt back in: a candidate
 backend is not trusted with users' credentials).
 
@@ -25,9 +34,10 @@ import json
 import logging
 import random
 import time
-from typing import Any, Awaitable, Callable, Protocol
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
-from proxy.calling import HandlerError, ReplicaCaller, ReplicaDiedError
+from proxy.calling import Caller, HandlerError, ReplicaDiedError
 from vocabulary.choosing import Random
 from proxy.snapshot import ServedEndpoint, Snapshot
 from proxy.metrics import ShadowResult
@@ -35,10 +45,12 @@ from proxy.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaS
 from proxy.request_stats import RequestCounter
 from proxy.routing import Resolution, normalise_path, resolve
 from proxy.settings import ProxySettings
+from proxy.sockets import SocketCarrier
+from proxy.streaming import StreamEnd, relay, stream_code
 from proxy.shadow_compare import Mismatch, MismatchLog, compare
 from vocabulary.configs import ShadowCompare
 from vocabulary.request_stats import RequestStats
-from vocabulary.wire import WireRequest, WireResponse
+from vocabulary.wire import Reply, StreamStart, WireRequest, WireResponse, with_root_path
 
 __all__ = ["ProxyApp", "Recorder", "NullRecorder"]
 
@@ -58,6 +70,7 @@ _HOP_BY_HOP = frozenset(
 )
 _SHADOW_WITHHELD = frozenset({b"authorization", b"cookie"})
 CLIENT_LEFT = 499  # nginx's code for a client that closed the connection first
+_WATCH_AFTER_S = 0.05  # a request running longer than this is watched for its client leaving
 
 
 class Recorder(Protocol):
@@ -68,6 +81,9 @@ class Recorder(Protocol):
     def shadow_done(self, endpoint: str, backend: str, result: ShadowResult) -> None: ...
 
     def shadow_compared(self, endpoint: str, backend: str, matched: bool) -> None: ...
+
+    def first_byte(self, endpoint: str, backend: str, seconds: float) -> None:
+        """A streamed answer's time to its first chunk."""
 
 
 class NullRecorder:
@@ -82,9 +98,21 @@ class NullRecorder:
     def shadow_compared(self, endpoint: str, backend: str, matched: bool) -> None:
         pass
 
+    def first_byte(self, endpoint: str, backend: str, seconds: float) -> None:
+        pass
+
 
 class _ClientLeft(Exception):
-    """The client disconnected before its request was read."""
+    """The client disconnected before its answer; the message says when."""
+
+
+@dataclass(frozen=True)
+class _Streaming:
+    """A streaming answer's head, with the replica slot it keeps until it ends."""
+
+    pool: ReplicaPool
+    slot: ReplicaSlot
+    start: StreamStart
 
 
 class _Reply(Exception):
@@ -102,7 +130,7 @@ class ProxyApp:
 
     def __init__(
         self,
-        caller: ReplicaCaller,
+        caller: Caller,
         settings: ProxySettings = ProxySettings(),
         rng: Random | None = None,
         recorder: Recorder | None = None,
@@ -121,6 +149,7 @@ class ProxyApp:
         self._shadow_in_flight: dict[str, int] = {}
         self._retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
         self._counts = RequestCounter()
+        self._sockets = SocketCarrier(caller, self._rng)
         self.mismatches = MismatchLog()
 
     # --- the config side -----------------------------------------------------
@@ -150,6 +179,8 @@ class ProxyApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            if scope["type"] == "websocket":
+                await self._sockets.carry(self._snapshot if self._routed else None, scope, receive, send)
             return
         path = normalise_path(scope.get("raw_path") or scope["path"].encode())
         if path is None:
@@ -175,16 +206,22 @@ class ProxyApp:
         primary: asyncio.Future[WireResponse] | None = None
         try:
             body = await _read_body(receive, self._settings.max_body_bytes, self._settings.edge.body_timeout_s)
-            request: WireRequest = (scope["method"], path, scope["query_string"], _end_to_end(scope["headers"]), body)
+            headers = with_root_path(_end_to_end(scope["headers"]), route.prefix)
+            request: WireRequest = (scope["method"], path, scope["query_string"], headers, body)
             if served.shadow.shares:
                 primary = self._copy_to_shadows(snapshot, served, request)
-            status, headers, payload = await self._forward(snapshot.pools.get(backend), served, request)
+            reply = await _unless_client_leaves(receive, self._forward(snapshot.pools.get(backend), served, request))
+            if isinstance(reply, _Streaming):
+                if primary is not None:
+                    primary.cancel()  # a stream is never compared
+                await self._stream(reply, served, backend, started, receive, send)
+                return
+            status, headers, payload = reply
             headers = _end_to_end(headers)
         except _Reply as reply:
             status, headers, payload = reply.status, [*_TEXT, *reply.headers], reply.text.encode()
-        except _ClientLeft:
-            logger.info("%s %s: client left before its request was read (499); no replica called",
-                        scope["method"], path)
+        except _ClientLeft as left:
+            logger.info("%s %s: client left %s (499)", scope["method"], path, left)
             self._recorder.request_done(served.name, backend, CLIENT_LEFT, time.perf_counter() - started)
             return
         await _send(send, status, headers, payload)
@@ -195,7 +232,32 @@ class ProxyApp:
             # Compared only now: the primary's answer has already gone out.
             primary.set_result((status, headers, payload))
 
-    async def _forward(self, pool: ReplicaPool | None, served: ServedEndpoint, request: WireRequest) -> WireResponse:
+    async def _stream(
+        self, streaming: "_Streaming", served: ServedEndpoint, backend: str, started: float, receive: Receive,
+        send: Send,
+    ) -> None:
+        start = streaming.start
+        try:
+            await send({"type": "http.response.start", "status": start.status, "headers": _end_to_end(start.headers)})
+            await send({"type": "http.response.body", "body": start.first_chunk, "more_body": True})
+            self._recorder.first_byte(served.name, backend, time.perf_counter() - started)
+            chunks = self._caller.stream(streaming.slot.handle, start)
+            status = await relay(chunks, send, served.timeout_s, receive, start.status)
+        finally:
+            streaming.pool.release(streaming.slot)
+        if status == StreamEnd.REPLICA_DIED:
+            streaming.pool.drop(streaming.slot)
+        code = stream_code(status, start.status)
+        if code != start.status:
+            logger.warning("stream of %s from backend %s ended early: %s", served.name, backend, status.value)
+        duration_s = time.perf_counter() - started
+        self._recorder.request_done(served.name, backend, code, duration_s)
+        if code != CLIENT_LEFT:
+            self._counts.record(backend, code, duration_s)
+
+    async def _forward(
+        self, pool: ReplicaPool | None, served: ServedEndpoint, request: WireRequest
+    ) -> "WireResponse | _Streaming":
         if pool is None:
             raise _Reply(503, "No replica available", self._retry_after)
         try:
@@ -204,12 +266,19 @@ class ProxyApp:
         except TimeoutError:
             raise _Reply(504, "Gateway Timeout") from None
 
-    async def _call_with_retry(self, pool: ReplicaPool, request: WireRequest, deadline: asyncio.Timeout) -> WireResponse:
+    async def _call_with_retry(
+        self, pool: ReplicaPool, request: WireRequest, deadline: asyncio.Timeout
+    ) -> "WireResponse | _Streaming":
         attempts = 2 if request[0] in _IDEMPOTENT else 1
         for _ in range(attempts):
             slot = await self._acquire(pool)
+            held = False
             try:
-                return await self._caller.call(slot.handle, request, _remaining(deadline), pool.batching)
+                reply: Reply = await self._caller.call(slot.handle, request, _remaining(deadline), pool.batching)
+                if isinstance(reply, StreamStart):
+                    held = True  # the slot stays taken until the stream ends
+                    return _Streaming(pool, slot, reply)
+                return reply
             except ReplicaDiedError as error:
                 pool.drop(slot)
                 logger.warning("replica %s of %s died under a request: %s", slot.replica_id, pool.backend, error)
@@ -217,7 +286,8 @@ class ProxyApp:
                 logger.error("handler of backend %s raised:\n%s", pool.backend, error)
                 raise _Reply(500, "Internal Server Error") from None
             finally:
-                pool.release(slot)
+                if not held:
+                    pool.release(slot)
         raise _Reply(502, "Bad Gateway: the replica died")
 
     async def _acquire(self, pool: ReplicaPool) -> ReplicaSlot:
@@ -268,7 +338,11 @@ class ProxyApp:
         reply: WireResponse | None = None
         try:
             async with asyncio.timeout(served.timeout_s) as deadline:
-                reply = await self._caller.call(slot.handle, request, _remaining(deadline), pool.batching)
+                answer = await self._caller.call(slot.handle, request, _remaining(deadline), pool.batching)
+            if isinstance(answer, StreamStart):
+                self._caller.discard(slot.handle, answer)
+            else:
+                reply = answer  # a stream is never compared
         except ReplicaDiedError:
             pool.drop(slot)
             result = ShadowResult.ERROR
@@ -292,6 +366,10 @@ class ProxyApp:
                 answered = await asyncio.shield(primary)
         except TimeoutError:
             return  # the primary never answered: nothing to compare with
+        except asyncio.CancelledError:
+            if primary.cancelled():
+                return  # the primary streamed: nothing to compare with
+            raise
         found = compare(served.compare, served.ignore, answered, reply)
         self._recorder.shadow_compared(served.name, backend, found.matched)
         if not found.matched:
@@ -314,6 +392,47 @@ class ProxyApp:
         for task in list(self._shadow_tasks):
             task.cancel()
         await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
+
+
+_T = TypeVar("_T")
+
+
+async def _unless_client_leaves(receive: Receive, work: Awaitable[_T]) -> _T:
+    """`work`'s result; if the client disconnects first, `work` is cancelled
+    (and with it the replica call) and `_ClientLeft` raised.
+
+    Watching costs a task, so it starts only once `work` has run for
+    `_WATCH_AFTER_S`: the many quick requests pay one timer, and a client
+    that leaves a slow request stops it at most that much later.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    left = False
+    watch: asyncio.Future[dict[str, Any]] | None = None
+
+    def on_message(message: asyncio.Future[dict[str, Any]]) -> None:
+        nonlocal left
+        if not message.cancelled() and message.exception() is None and message.result()["type"] == "http.disconnect":
+            left = True
+            task.cancel()
+
+    def start_watching() -> None:
+        nonlocal watch
+        watch = asyncio.ensure_future(receive())
+        watch.add_done_callback(on_message)
+
+    timer = asyncio.get_running_loop().call_later(_WATCH_AFTER_S, start_watching)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        # The cancellation is ours alone unless someone else (server shutdown) asked too.
+        if left and task.uncancel() == 0:
+            raise _ClientLeft("while its request ran; the replica call was cancelled") from None
+        raise
+    finally:
+        timer.cancel()
+        if watch is not None:
+            watch.cancel()
 
 
 def _remaining(deadline: asyncio.Timeout) -> float:
@@ -347,7 +466,7 @@ async def _read_body(receive: Receive, limit: int, timeout_s: float) -> bytes:
 async def _read_all(receive: Receive, limit: int) -> bytes:
     message = await receive()
     if message["type"] == "http.disconnect":
-        raise _ClientLeft
+        raise _ClientLeft("before its request was read; no replica called")
     body: bytes = message.get("body", b"")
     if not message.get("more_body", False):
         if len(body) > limit:
@@ -358,7 +477,7 @@ async def _read_all(receive: Receive, limit: int) -> bytes:
     while message.get("more_body", False):
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise _ClientLeft  # a truncated body is never forwarded
+            raise _ClientLeft("before its body was read; no replica called")  # a truncated body is never forwarded
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:

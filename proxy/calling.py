@@ -1,5 +1,10 @@
 """The seam between the HTTP app and replicas: one call per request, and its failures.
 
+A call answers a `WireResponse`, or a `StreamStart` when the handler streams:
+then `stream` yields the rest of it, and `discard` lets it go unread. A
+WebSocket is `open_socket` (what the app sends) and `push` (what the client
+sent), both to the one replica that holds the connection.
+
 `ReplicaCaller` is what `proxy.app` needs from the outside world; the Ray
 implementation lives in `proxy.raycalls`, and component tests pass in fakes.
 The exceptions say what the app must answer, so the app never sees a Ray
@@ -9,11 +14,11 @@ exception type.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, AsyncGenerator, Protocol
 
-from vocabulary.wire import WireRequest, WireResponse
+from vocabulary.wire import StreamStart, WireRequest, WireResponse
 
-__all__ = ["Batching", "ReplicaCaller", "ReplicaDiedError", "HandlerError"]
+__all__ = ["Batching", "Caller", "ReplicaCaller", "StreamCaller", "ReplicaDiedError", "HandlerError"]
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,7 @@ class HandlerError(Exception):
 class ReplicaCaller(Protocol):
     async def call(
         self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching | None = None
-    ) -> WireResponse:
+    ) -> WireResponse | StreamStart:
         """Run `request` on the replica behind `handle`, for at most `timeout_s`;
         with `batching`, as one of a list its handler receives in one call.
 
@@ -46,3 +51,25 @@ class ReplicaCaller(Protocol):
         handler on the replica. Raises `ReplicaDiedError`, `HandlerError` or
         `TimeoutError`.
         """
+
+
+class StreamCaller(Protocol):
+    """What streaming answers and WebSockets need beyond `ReplicaCaller`."""
+
+    def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
+        """The chunks after `start.first_chunk`; closing the iterator early
+        cancels the replica's generator. Raises `ReplicaDiedError`, `HandlerError`."""
+
+    def discard(self, handle: Any, start: StreamStart) -> None:
+        """Let a stream go unread (fire and forget)."""
+
+    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+        """What the app sends on WebSocket `socket_id`; closing it early stops
+        the app. Raises `ReplicaDiedError`, `HandlerError`."""
+
+    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
+        """One message from the client; False when the replica no longer holds the socket."""
+
+
+class Caller(ReplicaCaller, StreamCaller, Protocol):
+    """Everything the proxy's app calls replicas with (`proxy.raycalls.RayCaller`)."""

@@ -20,6 +20,10 @@ the first has waited `wait_s`. An idle backend thus gets batches of one
 after `wait_s`; a loaded one gets full batches at once. The settings come
 with each call, so a changed `max_batch_size` applies to the next batch.
 
+A reply that is the head of a stream (`StreamStart`) comes back like any
+other; the rest of the stream is one streaming call of its own, never
+coalesced (`proxy.app`).
+
 The transport (`Transport`) is injected: Ray in production, a fake in
 tests. No Ray here.
 """
@@ -30,13 +34,13 @@ import asyncio
 from typing import Any, Callable, Protocol
 
 from proxy.calling import Batching, HandlerError, ReplicaDiedError
-from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, WireRequest, WireResponse
+from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, WireRequest
 
 __all__ = ["Transport", "Coalescer"]
 
 
 class Transport(Protocol):
-    async def one(self, handle: Any, request: WireRequest) -> WireResponse:
+    async def one(self, handle: Any, request: WireRequest) -> Reply:
         """One request; raises ReplicaDiedError or HandlerError; cancellable."""
 
     async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
@@ -47,7 +51,7 @@ class Transport(Protocol):
 
 
 # (request, deadline on the loop clock, future of its response)
-_Waiting = tuple[WireRequest, float, "asyncio.Future[WireResponse]"]
+_Waiting = tuple[WireRequest, float, "asyncio.Future[Reply]"]
 
 
 class _Outbox:
@@ -102,7 +106,7 @@ class Coalescer:
 
     async def call(
         self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching | None = None
-    ) -> WireResponse:
+    ) -> Reply:
         if batching is not None:
             return await self._gather(handle, request, timeout_s, batching)
         outbox = self._outboxes.get(handle)
@@ -115,7 +119,7 @@ class Coalescer:
             finally:
                 self._finish(handle, outbox, call)
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[WireResponse] = loop.create_future()
+        future: asyncio.Future[Reply] = loop.create_future()
         outbox.waiting.append((request, loop.time() + timeout_s, future))
         # Cancelling the await cancels the future; a batch skips cancelled ones.
         return await future
@@ -173,12 +177,12 @@ class Coalescer:
 
     # --- batched backends -------------------------------------------------------
 
-    async def _gather(self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching) -> WireResponse:
+    async def _gather(self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching) -> Reply:
         gathering = self._gatherings.get(handle)
         if gathering is None:
             gathering = self._gatherings[handle] = _Gathering()
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[WireResponse] = loop.create_future()
+        future: asyncio.Future[Reply] = loop.create_future()
         gathering.waiting.append((request, loop.time() + timeout_s, future))
         if len(gathering.waiting) >= batching.max_batch_size:
             self._send_gathered(handle, gathering, batching)
@@ -229,7 +233,7 @@ class Coalescer:
                 _settle(future, result)
 
 
-def _settle(future: asyncio.Future[WireResponse], result: BatchResult) -> None:
+def _settle(future: asyncio.Future[Reply], result: BatchResult) -> None:
     if future.done():
         return
     outcome, value = result
@@ -242,6 +246,6 @@ def _settle(future: asyncio.Future[WireResponse], result: BatchResult) -> None:
         future.set_exception(HandlerError(str(value)))
 
 
-def _fail(future: asyncio.Future[WireResponse], error: Exception) -> None:
+def _fail(future: asyncio.Future[Reply], error: Exception) -> None:
     if not future.done():
         future.set_exception(error)

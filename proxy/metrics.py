@@ -3,7 +3,8 @@
 Owned here: the names, labels and buckets of the data-plane metrics of
 PRODUCT.md "Metrics" (`gitops_http_requests_total`,
 `gitops_http_request_duration_seconds`, `gitops_shadow_requests_total`,
-`gitops_shadow_comparisons_total`, `gitops_backend_ongoing_requests`, `gitops_batch_size`), and serving
+`gitops_shadow_comparisons_total`, `gitops_backend_ongoing_requests`, `gitops_batch_size`,
+`gitops_http_time_to_first_byte_seconds`), and serving
 them. Not here: when a
 request counts as finished (the proxy's request path calls
 `request_finished` from exactly one place).
@@ -134,6 +135,13 @@ class ProxyMetrics:
             buckets=BATCH_BUCKETS,
             registry=r,
         )
+        self._first_byte = Histogram(
+            "gitops_http_time_to_first_byte_seconds",
+            "Time from receiving a request to sending the first chunk of its streamed reply.",
+            DURATION_LABELS,
+            buckets=REQUEST_BUCKETS,
+            registry=r,
+        )
         self._finished: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._ongoing_backends: set[str] = set()
         self._server: Any = None
@@ -162,6 +170,9 @@ class ProxyMetrics:
     # ProxyMetrics is passed to ProxyApp as its recorder, no adapter needed.
     request_done = request_finished
     shadow_done = shadow_finished
+
+    def first_byte(self, endpoint: str, backend: str, seconds: float) -> None:
+        self._first_byte.labels(endpoint, backend).observe(seconds)
 
     def batch_sent(self, backend: str, size: int) -> None:
         self._batch_size.labels(backend).observe(size)
@@ -226,6 +237,7 @@ class ProxyMetrics:
             (self._duration, DURATION_LABELS),
             (self._shadows, SHADOW_LABELS),
             (self._comparisons, COMPARISON_LABELS),
+            (self._first_byte, DURATION_LABELS),
         ]
 
     def render(self) -> bytes:

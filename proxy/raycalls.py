@@ -8,25 +8,29 @@ under load, requests queued for one replica share one Ray call. A cancelled
 single call cancels the replica-side task (that is how an endpoint timeout
 stops user code). Never blocks the event loop: results are awaited, never
 fetched with `ray.get`.
+
+A streaming answer's rest and a WebSocket's outbound messages come through
+Ray streaming generators (`ObjectRefGenerator`); leaving one early cancels
+it (`ray.cancel`), which cancels the generator's task on the replica.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from typing import Any, AsyncGenerator, Callable
 
 import ray
 from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
 
 from proxy.calling import Batching, HandlerError, ReplicaDiedError
 from proxy.coalescing import Coalescer
-from vocabulary.wire import BatchItem, BatchResult, WireRequest, WireResponse
+from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, WireResponse
 
 __all__ = ["RayCaller", "RayTransport"]
 
 
 class RayTransport:
-    async def one(self, handle: Any, request: WireRequest) -> WireResponse:
+    async def one(self, handle: Any, request: WireRequest) -> WireResponse | StreamStart:
         ref = handle.handle_request.remote(request)
         try:
             return await ref
@@ -51,6 +55,24 @@ class RayTransport:
             raise ReplicaDiedError(str(error)) from None
 
 
+async def _generated(generator: Any) -> AsyncGenerator[Any, None]:
+    """The values of a Ray streaming generator; leaving early cancels it on the replica."""
+    finished = False
+    try:
+        async for ref in generator:
+            yield await ref
+        finished = True
+    except (RayActorError, ActorUnschedulableError) as error:
+        finished = True
+        raise ReplicaDiedError(str(error)) from None
+    except RayTaskError as error:
+        finished = True
+        raise HandlerError(str(error)) from None
+    finally:
+        if not finished:
+            ray.cancel(generator)
+
+
 class RayCaller:
     def __init__(
         self,
@@ -62,5 +84,20 @@ class RayCaller:
 
     async def call(
         self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching | None = None
-    ) -> WireResponse:
+    ) -> WireResponse | StreamStart:
         return await self._coalescer.call(handle, request, timeout_s, batching)
+
+    def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
+        return _generated(handle.stream.remote(start.stream_id))
+
+    def discard(self, handle: Any, start: StreamStart) -> None:
+        handle.close_stream.remote(start.stream_id)
+
+    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+        return _generated(handle.socket.remote(socket_id, request))
+
+    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
+        try:
+            return bool(await handle.socket_message.remote(socket_id, message))
+        except (RayActorError, ActorUnschedulableError) as error:
+            raise ReplicaDiedError(str(error)) from None

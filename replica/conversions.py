@@ -3,33 +3,44 @@
 A request tuple becomes a `starlette.requests.Request`; whatever a handler
 returned becomes a response tuple, following the README's "User code":
 
-- a Starlette `Response` is sent as is;
+- a Starlette `Response` is sent as is; a `StreamingResponse` (or any
+  response without a ready body, such as a `FileResponse`) streams;
+- an (async) generator streams its chunks as text/plain, `str` chunks
+  encoded as UTF-8 (a `StreamingResponse` chooses another media type, such
+  as text/event-stream for server-sent events);
 - `bytes` as application/octet-stream, `str` as text/plain;
 - anything else as JSON.
+
+The route prefix the request was routed by is the request's `root_path`.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
-from vocabulary.wire import WireRequest, WireResponse
+from replica.asgi import BodyStream, serve_http
+from vocabulary.wire import WireRequest, WireResponse, split_root_path
 
-__all__ = ["to_starlette_request", "to_wire_response"]
+__all__ = ["to_starlette_request", "to_wire_response", "to_reply"]
+
+_STREAMED_TEXT = "text/plain; charset=utf-8"
 
 
 def to_starlette_request(wire: WireRequest) -> Request:
     method, path, query_string, headers, body = wire
+    headers, root_path = split_root_path(headers)
     scope = {
         "type": "http",
         "http_version": "1.1",
         "method": method,
         "path": path,
         "raw_path": path.encode("latin-1", "replace"),
-        "root_path": "",
+        "root_path": root_path,
         "scheme": "http",
         "query_string": query_string,
         "headers": headers,
@@ -46,6 +57,15 @@ def to_starlette_request(wire: WireRequest) -> Request:
         return {"type": "http.request", "body": body, "more_body": False}
 
     return Request(scope, receive)
+
+
+async def to_reply(result: Any, wire: WireRequest) -> WireResponse | BodyStream:
+    """A handler's return value as a whole answer, or as a stream when it streams."""
+    if inspect.isasyncgen(result) or inspect.isgenerator(result):
+        result = StreamingResponse(result, media_type=_STREAMED_TEXT)
+    if isinstance(result, Response) and not hasattr(result, "body"):
+        return await serve_http(result, wire)
+    return to_wire_response(result)
 
 
 def to_wire_response(result: Any) -> WireResponse:

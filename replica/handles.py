@@ -49,6 +49,28 @@ class HandleRouter:
         self._in_flight: dict[str, int] = {}  # replica id -> this replica's calls to it
         self._answered = asyncio.Event()
         self._poll: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The replica's event loop, where the long poll runs; asks from other
+        threads (sync handlers) are handed to it."""
+        self._loop = loop
+
+    def commit_of(self, backend: str) -> str | None:
+        key = LongPollKey.replicas(backend)
+        if key not in self._held:
+            self._follow(key)
+        payload = self._payloads.get(key)
+        return payload.commit if isinstance(payload, ReplicaSet) else None
+
+    def _follow(self, key: str) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a thread of a sync handler
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._hold, [key])
+            return
+        self._hold([key])
 
     async def call(self, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Reply:
         try:
@@ -95,17 +117,22 @@ class HandleRouter:
 
     async def _subscribe(self, keys: list[str]) -> None:
         """Hold `keys` from now on; returns once each has had its first answer."""
-        new = [key for key in keys if key not in self._held]
-        if new:
-            for key in new:
-                self._held[key] = _UNSEEN
-            # The listen in flight names the old keys: start one that names all.
-            if self._poll is not None:
-                self._poll.cancel()
-            self._poll = asyncio.ensure_future(self._poll_forever())
+        self._hold(keys)
         async with asyncio.timeout(_FIRST_ANSWER_S):
             while any(self._held[key] == _UNSEEN for key in keys):
                 await self._answered.wait()
+
+    def _hold(self, keys: list[str]) -> None:
+        """Hold `keys` from now on (on the loop); their answers come later."""
+        new = [key for key in keys if key not in self._held]
+        if not new:
+            return
+        for key in new:
+            self._held[key] = _UNSEEN
+        # The listen in flight names the old keys: start one that names all.
+        if self._poll is not None:
+            self._poll.cancel()
+        self._poll = asyncio.ensure_future(self._poll_forever())
 
     async def _poll_forever(self) -> None:
         failing = False

@@ -9,6 +9,12 @@ plain class with `ray.remote` and options; the proxy calls `handle_request`
 `handle_together` for a batched backend, whose handler takes a list of
 requests and returns a list of the same length. Which requests form a batch
 is the caller's choice (`proxy.coalescing`); the replica runs what it is given.
+A handler (or an ASGI app, which serves everything under its route) that
+streams answers `handle_request` with a `StreamStart`; the proxy pulls the
+rest with `stream` (a Ray streaming generator; cancelling it stops the user
+code) or lets it go with `close_stream`. A WebSocket lives in `socket` (a
+streaming generator of what the app sends) and `socket_message` (what the
+client sent), both on this one replica for the connection's lifetime.
 Other replicas' handles (`gitops.serving.handle`) call `handle_call`, which
 passes their arguments to the handler as they are. Before any user code
 runs, the replica installs its context and its own handles
@@ -30,16 +36,19 @@ import random
 import sys
 import time
 import traceback
-from typing import Any, Callable, Iterator
+from typing import Any, AsyncGenerator, Callable, Iterator
 
 from vocabulary.wire import (
     BatchItem,
     BatchOutcome,
     BatchResult,
+    StreamStart,
     WireRequest,
     WireResponse,
 )
-from replica.conversions import to_starlette_request, to_wire_response
+from replica.asgi import BodyStream, Lifespan, Socket, is_asgi_app, serve_http
+from replica.conversions import to_reply, to_starlette_request, to_wire_response
+from replica.streams import StreamTable
 from replica.handles import HandleRouter
 from vocabulary.serving import ReplicaContext, install
 
@@ -76,11 +85,13 @@ def load_callable(
     return target
 
 
-async def call_handler(handler: Callable[..., Any], wire: WireRequest) -> WireResponse:
+async def call_handler(handler: Callable[..., Any], wire: WireRequest) -> WireResponse | BodyStream:
     """Run one request through user code; user exceptions propagate."""
     request = to_starlette_request(wire)
     if _is_async(handler):
-        result = await handler(request)
+        result = handler(request)  # an async generator function's result is not awaited
+        if inspect.isawaitable(result):
+            result = await result
     else:
         # A sync handler runs in a thread so it does not block other requests;
         # the body is read here first because Request.body() needs the loop.
@@ -88,7 +99,7 @@ async def call_handler(handler: Callable[..., Any], wire: WireRequest) -> WireRe
         result = await asyncio.to_thread(handler, request)
         if inspect.isawaitable(result):
             result = await result
-    return to_wire_response(result)
+    return await to_reply(result, wire)
 
 
 async def call_batch_handler(handler: Callable[..., Any], wires: list[WireRequest]) -> list[Any]:
@@ -120,10 +131,11 @@ async def call_batch_handler(handler: Callable[..., Any], wires: list[WireReques
 
 
 def _is_async(handler: Callable[..., Any]) -> bool:
-    if inspect.iscoroutinefunction(handler):
-        return True
+    """Called on the loop: a coroutine function, or an async generator function."""
     call = getattr(handler, "__call__", None)
-    return call is not None and inspect.iscoroutinefunction(call)
+    return any(
+        inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn) for fn in (handler, call) if fn is not None
+    )
 
 
 async def _call_optional(target: Any, method: str, *args: Any) -> None:
@@ -169,17 +181,24 @@ class Replica:
         init_kwargs: dict[str, Any] | None = None,
         user_config: Any = None,
         namespace: str = "",
+        commit: str | None = None,
     ) -> None:
-        """`namespace` is where the controller runs, for this replica's handles."""
+        """`namespace` is where the controller runs, for this replica's handles;
+        `commit` the one the backend's config came from (for `context()`)."""
         self.backend = backend
         self.replica_id = replica_id
         self.version = version
+        self._commit = commit
         self._import_path = import_path
         self._init_args = tuple(init_args)
         self._init_kwargs = dict(init_kwargs or {})
         self._user_config = user_config
         self._handler: Any = None
+        self._serve: Callable[[Any, WireRequest], Any] = call_handler
+        self._lifespan: Lifespan | None = None
         self._handles = HandleRouter(f"handles:{replica_id}", namespace, random.Random())
+        self._streams = StreamTable(replica_id)
+        self._sockets: dict[str, Socket] = {}
         self._ongoing = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -192,7 +211,8 @@ class Replica:
         from the same call that tells it the replica is ready.
         """
         if self._handler is None:
-            install(ReplicaContext(self.backend, self.replica_id, self.version), self._handles)
+            self._handles.attach(asyncio.get_running_loop())
+            install(ReplicaContext(self.backend, self.replica_id, self.version, self._commit), self._handles)
             handler = await asyncio.to_thread(
                 load_callable, self._import_path, self._init_args, self._init_kwargs
             )
@@ -201,12 +221,57 @@ class Replica:
             # Not ready until healthy: a version whose check_health always
             # raises must never receive traffic.
             await _call_optional(handler, "check_health")
+            if is_asgi_app(handler):
+                # An ASGI app serves everything under its route itself, after its startup.
+                lifespan = Lifespan(handler)
+                await lifespan.start()
+                self._lifespan, self._serve = lifespan, serve_http
             self._handler = handler
         return _node_id()
 
-    async def handle_request(self, wire: WireRequest) -> WireResponse:
+    async def handle_request(self, wire: WireRequest) -> WireResponse | StreamStart:
         with self._serving(1):
-            return await call_handler(self._handler, wire)
+            reply = await self._serve(self._handler, wire)
+        if isinstance(reply, BodyStream):
+            return StreamStart(reply.status, reply.headers, reply.first_chunk, self._streams.hold(reply.rest))
+        return reply
+
+    async def stream(self, stream_id: str) -> AsyncGenerator[bytes, None]:
+        """The rest of a streaming answer, chunk by chunk (a Ray streaming
+        generator); cancelling the call closes the stream and stops user code."""
+        rest = self._streams.claim(stream_id)
+        if rest is None:
+            raise LookupError(f"replica {self.replica_id} holds no stream {stream_id} (it waited too long)")
+        with self._serving(1):
+            try:
+                async for chunk in rest:
+                    yield chunk
+            finally:
+                await rest.aclose()
+
+    def close_stream(self, stream_id: str) -> None:
+        """Let a streaming answer go unread (a shadow copy's)."""
+        self._streams.close(stream_id)
+
+    async def socket(self, socket_id: str, wire: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+        """A WebSocket to the app: yields what it sends (accept, messages,
+        close) until it closes; cancelling the call stops the app."""
+        if self._handler is None:
+            raise RuntimeError(f"replica {self.replica_id} is not initialized")
+        socket = self._sockets[socket_id] = Socket(self._handler, wire)
+        with self._serving(1):
+            try:
+                async for message in socket.outbound():
+                    yield message
+            finally:
+                del self._sockets[socket_id]
+
+    def socket_message(self, socket_id: str, message: dict[str, Any]) -> bool:
+        """A message from the client of `socket_id`; False when that socket is gone."""
+        socket = self._sockets.get(socket_id)
+        if socket is not None:
+            socket.push(message)
+        return socket is not None
 
     @contextlib.contextmanager
     def _serving(self, requests: int) -> Iterator[None]:
@@ -298,6 +363,9 @@ class Replica:
             await asyncio.wait_for(self._idle.wait(), timeout=max(deadline - time.monotonic(), 0.0))
         except asyncio.TimeoutError:
             pass
+        if self._lifespan is not None:
+            await self._lifespan.stop()
+            self._lifespan = None
 
     def num_ongoing(self) -> int:
         return self._ongoing

@@ -23,7 +23,7 @@ import enum
 import re
 from typing import Annotated, Any, Sequence
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from vocabulary.serving_rules import refused_traffic_reason, zero_replica_reason
 
@@ -32,10 +32,13 @@ __all__ = [
     "BatchingConfig",
     "UpdateConfig",
     "OnFailure",
+    "MetricCheck",
+    "bounded_check",
     "RolloutConfig",
     "MatchRule",
     "ShadowCompare",
     "StickyKey",
+    "SOURCE_FIELDS",
     "BackendConfig",
     "EndpointConfig",
     "ServingState",
@@ -47,6 +50,11 @@ __all__ = [
     "RouteEntry",
     "RouteTable",
 ]
+
+# Where a backend's config came from, not what it is: never compared, never
+# a reason to restart or update (set by the agent on each create or update).
+SOURCE_FIELDS = frozenset({"working_dir", "commit"})
+
 
 class _Value(BaseModel):
     # Numbers are finite everywhere: configs travel as JSON, and Ray rejects inf and nan.
@@ -170,13 +178,24 @@ class BackendConfig(_Value):
         default=None,
         description="How new code replaces running replicas; none: one extra replica at a time, none missing.",
     )
+    uses: tuple[str, ...] = Field(
+        default=(),
+        description="Backends and endpoints this backend calls through handles (`gitops.serving.handle`): "
+        "validation checks the names, and they are created and updated before this backend.",
+    )
     working_dir: str | None = Field(
         default=None, description="Where this version's code is fetched from (an export of the applied commit)."
     )
+    commit: str | None = Field(
+        default=None,
+        description="The commit this backend's config was last applied from, for `gitops.serving.context()`.",
+    )
 
     def comparable(self) -> dict[str, Any]:
-        """Every field that matters to the cluster, without `working_dir`."""
-        return self.model_dump(mode="json", exclude={"working_dir"})
+        """Every field that matters to the cluster, without where it came from
+        (`working_dir`, `commit`): a commit that leaves the backend as it was
+        changes nothing."""
+        return self.model_dump(mode="json", exclude=SOURCE_FIELDS)
 
     def code_identity(self) -> str:
         """What a running replica is bound to: change it and replicas restart."""
@@ -213,6 +232,49 @@ def _steps_shape(steps: Sequence[float]) -> Sequence[float]:
     return steps
 
 
+_CHECK_NAME = r"[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?"
+
+
+def bounded_check(check: Any) -> Any:
+    """A metric check's bounds rule; the spec table (`gitops.specs.models`) applies it too."""
+    if check.min is None and check.max is None:
+        raise ValueError("needs min or max (or both)")
+    if check.min is not None and check.max is not None and check.min > check.max:
+        raise ValueError(f"min ({check.min:g}) is above max ({check.max:g})")
+    return check
+
+
+class MetricCheck(_Value):
+    """A PromQL query judged at the end of each rollout step, once per backend gaining weight."""
+
+    name: str = Field(
+        pattern=_CHECK_NAME,
+        description="Names the check in status, history and the check label of gitops_rollout_checks_total.",
+    )
+    query: str = Field(
+        min_length=1,
+        description="PromQL evaluated at the agent's --prometheus-url; it must return one number. "
+        "$endpoint, $backend (the backend gaining weight) and $interval (the step interval, e.g. 30s) are filled in.",
+    )
+    min: float | None = Field(
+        default=None, examples=[0.99], description="Lowest value that passes; none: no lower bound."
+    )
+    max: float | None = Field(default=None, description="Highest value that passes; none: no upper bound.")
+
+    _bounded = model_validator(mode="after")(bounded_check)
+
+    def passes(self, value: float) -> bool:
+        return (self.min is None or value >= self.min) and (self.max is None or value <= self.max)
+
+
+def _distinct_names(checks: Sequence[MetricCheck]) -> Sequence[MetricCheck]:
+    names = [check.name for check in checks]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"check names must differ ('{twice[0]}' is used twice)")
+    return checks
+
+
 class RolloutConfig(_Value):
     """How traffic moves from the live split to the split in git, and when a step may pass."""
 
@@ -233,6 +295,11 @@ class RolloutConfig(_Value):
     on_failure: OnFailure = Field(
         default=OnFailure.ROLLBACK,
         description="rollback: traffic back to the split before the rollout; pause: hold the current step.",
+    )
+    metrics: Annotated[tuple[MetricCheck, ...], AfterValidator(_distinct_names)] = Field(
+        default=(),
+        description="PromQL checks ([[endpoints.NAME.rollout.metrics]]) judged at the end of each step "
+        "against the agent's --prometheus-url, besides the proxies' own counts.",
     )
 
 
@@ -389,6 +456,8 @@ class ReplicaSet(_Value):
     batching: BatchingConfig | None = None
     # Seconds a request may wait for a first replica; None: 503 at once.
     cold_start_timeout_s: float | None = None
+    # The commit the backend's config was last applied from (`BackendConfig.commit`).
+    commit: str | None = None
 
 
 class RouteEntry(_Value):

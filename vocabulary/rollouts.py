@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from vocabulary.configs import RolloutConfig
 from vocabulary.request_stats import RequestStats
 
-__all__ = ["RolloutPhase", "CheckName", "Check", "CheckCount", "Rollout", "interpolate"]
+__all__ = ["RolloutPhase", "CheckName", "Check", "CheckCount", "MetricQuery", "MetricReading", "StepRecord", "Rollout",
+           "interpolate"]
 
 Weights = dict[str, float]
 
@@ -36,6 +37,7 @@ class CheckName(str, enum.Enum):
     REQUESTS = "requests"  # at least min_requests (measured >= threshold)
     ERROR_RATIO = "error_ratio"  # 5xx share at most max_error_ratio
     P99_LATENCY = "p99_latency"  # p99 at most max_p99_latency_s
+    METRIC = "metric"  # a [[rollout.metrics]] PromQL check, named by `Check.metric`
 
 
 class Check(BaseModel):
@@ -48,8 +50,18 @@ class Check(BaseModel):
     measured: float
     threshold: float
     passed: bool
+    metric: str | None = None  # the PromQL check's name, for CheckName.METRIC
+
+    def label(self) -> str:
+        """The `check` label of `gitops_rollout_checks_total`: a PromQL check goes by its own name."""
+        return self.metric or self.name.value
 
     def describe(self) -> str:
+        if self.name is CheckName.METRIC:
+            if self.passed:
+                return f"{self.backend}: {self.metric} {self.measured:g} within bounds"
+            relation = ">" if self.measured > self.threshold else "<"
+            return f"{self.backend}: {self.metric} {self.measured:g} {relation} {self.threshold:g}"
         if self.name is CheckName.REQUESTS:
             relation = ">=" if self.passed else "<"
             return f"{self.backend}: {self.measured:g} requests {relation} {self.threshold:g}"
@@ -64,9 +76,32 @@ class CheckCount(BaseModel):
 
     endpoint: str
     backend: str
-    check: CheckName
+    check: str  # `Check.label()`
     result: str  # pass | fail
     count: int = Field(ge=0)
+
+
+class MetricQuery(BaseModel):
+    """One PromQL query a rollout's step needs answered: a check for one gaining backend."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    endpoint: str
+    check: str
+    backend: str
+    promql: str  # with $endpoint, $backend and $interval filled in
+
+
+class MetricReading(BaseModel):
+    """What Prometheus answered to a `MetricQuery` at wall-clock `at`: a value, or why there is none."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    check: str
+    backend: str
+    at: float
+    value: float | None = None
+    error: str | None = None  # Prometheus unreachable, a query error, or no single number
 
 
 def interpolate(before: Mapping[str, float], target: Mapping[str, float], share: float) -> Weights:
@@ -76,6 +111,22 @@ def interpolate(before: Mapping[str, float], target: Mapping[str, float], share:
         name: before.get(name, 0.0) + share * (target.get(name, 0.0) - before.get(name, 0.0)) for name in names
     }
     return {name: round(weight, 12) for name, weight in weights.items() if weight > 1e-12}
+
+
+class StepRecord(BaseModel):
+    """A step that passed: its weights and the checks it passed on, at wall-clock `at`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step: int = Field(ge=0)
+    weights: Weights
+    checks: tuple[Check, ...]
+    at: float
+
+    def describe(self, endpoint: str, steps: int) -> str:
+        split = ", ".join(f"{backend} {weight:.0%}" for backend, weight in sorted(self.weights.items()))
+        checks = "; ".join(check.describe() for check in self.checks) or "no checks"
+        return f"endpoint {endpoint}: step {self.step + 1}/{steps} passed at {split}: {checks}"
 
 
 class Rollout(BaseModel):
@@ -97,6 +148,10 @@ class Rollout(BaseModel):
     checks: tuple[Check, ...] = ()  # those of the last decision (a step passed or failed)
     next_target: Weights | None = None
     next_config: RolloutConfig | None = None
+    # Why the step's PromQL checks cannot be judged (Prometheus unreachable, a
+    # bad query): the step holds, visibly, rather than passing unjudged.
+    analysis_error: str | None = None
+    passed: tuple[StepRecord, ...] = ()  # the steps passed so far, oldest first
 
     def weights(self) -> Weights:
         """The split the proxies serve now."""
@@ -123,7 +178,8 @@ class Rollout(BaseModel):
             return f"endpoint {self.endpoint}: promoted through {steps} step(s)"
         if self.phase is RolloutPhase.STEPPING:
             share = self.config.steps[self.step]
-            return f"endpoint {self.endpoint}: step {self.step + 1}/{steps} ({share:.0%} of the change)"
+            text = f"endpoint {self.endpoint}: step {self.step + 1}/{steps} ({share:.0%} of the change)"
+            return text if self.analysis_error is None else f"{text}, held: {self.analysis_error}"
         failures = "; ".join(check.describe() for check in self.failed())
         if self.phase is RolloutPhase.PAUSED:
             return f"endpoint {self.endpoint}: paused at step {self.step + 1}/{steps}: {failures}"

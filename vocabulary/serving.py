@@ -6,6 +6,13 @@ user code runs, the replica's `ReplicaContext` and the `HandleCalls` that
 carry handle calls (`replica.handles`: Ray, a long poll on the controller).
 Outside a replica nothing is installed and both functions say so.
 
+The context's `commit` is the commit the backend's config was last applied
+from. The replica starts with the one it was created under; a later commit
+that changes the backend in place (its `user_config`, replica count,
+batching...) restarts nothing, so `HandleCalls.commit_of` reads the newer one
+from the controller's long poll, lazily: the first `context()` starts
+following it. A commit that leaves the backend unchanged does not move it.
+
 A handle's answers and failures cross as plain values (`HandleOutcome`), so
 the exceptions user code catches are the ones below, never a Ray type. No
 Ray, no I/O here.
@@ -14,7 +21,7 @@ Ray, no I/O here.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 __all__ = [
@@ -37,6 +44,7 @@ class ReplicaContext:
     backend: str
     replica_id: str
     version: str
+    commit: str | None = None  # None: applied by something other than the agent (tests, by hand)
 
 
 class HandleOutcome(str, enum.Enum):
@@ -49,6 +57,11 @@ class HandleOutcome(str, enum.Enum):
 class HandleCalls(Protocol):
     async def call(self, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[HandleOutcome, Any]:
         """Call backend or endpoint `target` once; never raises for the callee's failures."""
+
+    def commit_of(self, backend: str) -> str | None:
+        """The newest commit the controller published for `backend`, or None
+        while not known yet (the first ask starts following it). Callable
+        from any thread: a sync handler runs in one."""
 
 
 class HandleError(Exception):
@@ -90,7 +103,10 @@ def install(context: ReplicaContext, calls: HandleCalls) -> None:
 
 
 def installed_context() -> ReplicaContext:
-    return _require("context")
+    """The installed context, with the newest commit published for its backend."""
+    context: ReplicaContext = _require("context")
+    newer = installed_calls().commit_of(context.backend)
+    return context if newer is None or newer == context.commit else replace(context, commit=newer)
 
 
 def installed_calls() -> HandleCalls:

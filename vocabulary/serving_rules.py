@@ -5,7 +5,8 @@ serving state is safe to hand to a proxy when each endpoint's traffic
 weights sum to 1 (within `WEIGHT_TOLERANCE`), its traffic and shadow name
 backends that exist, no backend that can have 0 replicas gets positive
 traffic (unless it scales up from zero and requests wait for its cold start,
-`waits_for_cold_start`), no two endpoints hold the same route (compared after
+`waits_for_cold_start`), a backend `uses` only backends and endpoints
+that exist, no two endpoints hold the same route (compared after
 `route_key`), and no backend an endpoint still names is deleted.
 
 Each rule is a pure function over plain values returning `ServingProblem`s:
@@ -42,6 +43,7 @@ __all__ = [
     "refused_traffic_reason",
     "unknown_backends",
     "unknown_match_backends",
+    "unknown_callees",
     "weight_sum",
     "zero_replica_traffic",
     "taken_routes",
@@ -58,6 +60,7 @@ class Rule(str, enum.Enum):
     ZERO_REPLICA_TRAFFIC = "zero_replica_traffic"
     ROUTE_TAKEN = "route_taken"
     BACKEND_IN_USE = "backend_in_use"
+    UNKNOWN_CALLEE = "unknown_callee"
 
 
 KeyPath = tuple[str | int, ...]
@@ -208,6 +211,23 @@ def unknown_match_backends(
         )
         for index, backend in enumerate(backends_named)
         if backend is not None and backend not in backends
+    ]
+
+
+def unknown_callees(
+    backend: str, uses: Sequence[str | None], backends: Collection[str], endpoints: Collection[str]
+) -> list[ServingProblem]:
+    """Each name in `[backends.X] uses` (by position) that is neither a backend
+    nor an endpoint (None: an entry that is not a name, reported as such elsewhere)."""
+    return [
+        ServingProblem(
+            Rule.UNKNOWN_CALLEE,
+            ("backends", backend, "uses", index),
+            f"backends.{backend}.uses[{index}]: '{name}' is neither a backend nor an endpoint",
+            backend=backend,
+        )
+        for index, name in enumerate(uses)
+        if name is not None and name not in backends and name not in endpoints
     ]
 
 

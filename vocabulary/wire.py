@@ -8,6 +8,14 @@ Under load the proxy coalesces requests queued for one replica into one
 `handle_batch` call: a list of (request, seconds it may run) in, a list of
 (`BatchOutcome`, response or error text) out, in the same order.
 
+A handler's answer that streams crosses as a `StreamStart` (status,
+headers, the first chunk, and the id under which the replica holds the rest);
+the proxy then pulls the rest through one Ray streaming generator call. A
+route prefix reaches the replica as the request's last header,
+`ROOT_PATH_HEADER`: a name with a colon cannot come from an HTTP/1.1 client,
+so a client cannot forge it. A WebSocket is carried as ASGI message dicts
+both ways.
+
 Owned here: the tuple layouts. Not here: the conversions to and from
 Starlette (`replica.conversions`), routing and the ASGI server (`proxy.app`).
 """
@@ -15,6 +23,7 @@ Starlette (`replica.conversions`), routing and the ASGI server (`proxy.app`).
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -24,6 +33,11 @@ __all__ = [
     "BatchOutcome",
     "BatchResult",
     "make_request",
+    "StreamStart",
+    "Reply",
+    "ROOT_PATH_HEADER",
+    "with_root_path",
+    "split_root_path",
 ]
 
 # (method, path, query_string, headers, body)
@@ -51,3 +65,33 @@ def make_request(
     body: bytes = b"",
 ) -> WireRequest:
     return (method, path, query_string, headers or [], body)
+
+
+@dataclass(frozen=True)
+class StreamStart:
+    """A streaming answer's head: the rest is pulled by `stream_id` from the same replica."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    first_chunk: bytes
+    stream_id: str
+
+
+# What one replica call answers: the whole response, or the head of a stream.
+Reply = WireResponse | StreamStart
+
+ROOT_PATH_HEADER = b":root-path"
+
+
+def with_root_path(headers: list[tuple[bytes, bytes]], root_path: str) -> list[tuple[bytes, bytes]]:
+    """`headers` plus the route prefix the request was routed by (none for `/`)."""
+    if root_path == "/":
+        return headers
+    return [*headers, (ROOT_PATH_HEADER, root_path.encode())]
+
+
+def split_root_path(headers: list[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], str]:
+    """The client's headers and the route prefix (`""` for `/`), as `with_root_path` joined them."""
+    if headers and headers[-1][0] == ROOT_PATH_HEADER:
+        return headers[:-1], headers[-1][1].decode()
+    return headers, ""

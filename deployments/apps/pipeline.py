@@ -49,4 +49,5 @@ class Pipeline:
         except serving.BackpressureError as error:
             return JSONResponse({"error": str(error)}, status_code=503, headers={"retry-after": "1"})
         tagged = await self.tagger.remote(words)
-        return {**tagged, "by": serving.context().backend}
+        context = serving.context()  # backend, replica id, version and the commit applied
+        return {**tagged, "by": context.backend, "commit": context.commit}

@@ -126,9 +126,40 @@ def render_status(status: AgentStatus) -> str:
             [name, e.route, _percent(e.traffic), _percent(e.shadow)]
             for name, e in sorted(status.endpoints.items())
         ])]
+    if status.rollouts:
+        lines += ["", _table(["ROLLOUT", "PHASE", "STEP", "WEIGHTS", "CHECKS"], [
+            [name, r.phase, _step_bar(r.step, r.passed, len(r.steps)), _percent(r.weights), "; ".join(r.checks) or "-"]
+            for name, r in sorted(status.rollouts.items())
+        ])]
+    if status.quarantine:
+        held = ", ".join(_short(sha) for sha in status.quarantine.get("held", []))
+        lines += ["", f"Quarantined: {held} (rolled back to {_short(status.quarantine.get('good'))}, "
+                      f"{status.quarantine.get('reason')}; lifted by a newer commit)"]
+    failing = _failing_notifications(status.notifications)
+    if failing:
+        lines += ["", "Notifications failing:"] + [f"  {line}" for line in failing]
     if status.errors:
         lines += ["", "Errors:"] + [f"  {error}" for error in status.errors]
     return "\n".join(lines)
+
+
+def _step_bar(step: int, passed: int, steps: int) -> str:
+    """`[##>.] 3/4`: steps passed, the one holding, the ones to come."""
+    marks = "#" * passed + (">" if step else "") + "." * max(0, steps - passed - (1 if step else 0))
+    return f"[{marks}] {step or passed}/{steps}"
+
+
+def _failing_notifications(health: dict[str, dict[str, Any]]) -> list[str]:
+    """A line per provider whose deliveries failed or were dropped, with its last failure."""
+    lines = []
+    for name, counts in sorted(health.items()):
+        if not counts.get("failed") and not counts.get("dropped"):
+            continue
+        last = counts.get("last_failure") or {}
+        detail = f"; last: {last.get('event')} {_short(last.get('commit'))}: {last.get('error')}" if last else ""
+        lines.append(f"{name} ({counts.get('type')}): {counts.get('failed', 0)} failed, "
+                     f"{counts.get('dropped', 0)} dropped, {counts.get('delivered', 0)} delivered{detail}")
+    return lines
 
 
 def render_history(entries: list[dict[str, Any]]) -> str:

@@ -169,7 +169,7 @@ def _controller(args: argparse.Namespace) -> Any:
     from controller.checkpoint import CheckpointError
     from controller.client import start_or_connect
 
-    options = {"proxy_metrics_port": args.proxy_metrics_port}
+    options = {"proxy_metrics_port": args.proxy_metrics_port, "prometheus_url": args.prometheus_url}
     try:
         return start_or_connect(
             namespace=args.namespace, proxy_host=args.proxy_host, proxy_port=args.proxy_port, options=options
@@ -246,6 +246,7 @@ async def _serve(
     from gitops.specs.limits import SpecLimits
     from gitops.specs.loading import Loader
     from gitops.metrics import CONTENT_TYPE, AgentMetrics
+    from gitops.shadow_mismatches import collector, proxy_url
     from gitops.webhooks import RateLimiter
 
     stop = asyncio.Event()
@@ -287,6 +288,7 @@ async def _serve(
         webhook=None if separate_webhook else guard,
         commit_url_template=links.commit_url_template,
         policy=AccessPolicy.build(token, args.admin_host, _hosts(args.admin_allowed_hosts)),
+        shadow_mismatches=collector([proxy_url(args.proxy_host, args.proxy_port)]),
     )
     servers = [admin.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:

@@ -7,7 +7,8 @@ holds tokens inline, or names files that hold them (`token_file`,
     [providers.chat]
     type = "slack"                      # webhook | slack | github | gitlab
     url_file = "/etc/gitops/slack-url"  # a Slack webhook URL is a secret too
-    events = ["invalid", "apply_failed", "synced"]   # default: every event
+    events = ["invalid", "apply_failed", "synced"]   # default: every event (chat and
+                                                     # webhooks: but "seen" and "applying")
 
 `parse_notify_file` returns the channels, or every problem as
 `FILE:LINE:COL: message` (located with `gitops.specs.locating`). Reading a
@@ -24,7 +25,7 @@ from typing import Any, Callable, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictInt, StrictStr, ValidationError, field_validator
 
-from gitops.notifications.events import EventKind
+from gitops.notifications.events import PROGRESS_EVENTS, EventKind
 from gitops.specs.locating import Locations, locate
 
 __all__ = [
@@ -63,6 +64,7 @@ class _Provider(BaseModel):
 class WebhookProvider(_Provider):
     """Any HTTP receiver: the event as JSON, signed like Flux's generic-hmac."""
 
+    events: frozenset[EventKind] = frozenset(EventKind) - PROGRESS_EVENTS
     type: Literal["webhook"]
     url: StrictStr
     secret: SecretStr | None = None  # signs the body (HMAC-SHA256) when set
@@ -72,6 +74,7 @@ class WebhookProvider(_Provider):
 
 
 class SlackProvider(_Provider):
+    events: frozenset[EventKind] = frozenset(EventKind) - PROGRESS_EVENTS
     type: Literal["slack"]
     url: SecretStr | None = None  # the incoming webhook's URL is its credential
     url_file: StrictStr | None = None

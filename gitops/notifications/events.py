@@ -5,7 +5,10 @@ values (`TickOutcome`): the result the tick recorded for a commit, the sync
 status after it and the git error, if any. A recorded result becomes its
 event (applied, invalid, apply_failed, …); a status that comes back to
 Synced from Degraded or Failed becomes `synced`; a git error that was not
-there before becomes `git_unreachable`. Must not: do I/O, know providers or
+there before becomes `git_unreachable`. The agent announces the rest
+itself as they happen: a new commit `seen` (commit status pending) and
+`applying` (running), and after a rollback (`rollback_events`) the commit
+`rolled_back` and every other commit held back `commit_quarantined`. Must not: do I/O, know providers or
 keep state (the notifier keeps the previous outcome).
 """
 
@@ -14,10 +17,15 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["EventKind", "CommitState", "TickOutcome", "Event", "events_for", "describe", "headline"]
+__all__ = [
+    "EventKind", "CommitState", "PROGRESS_EVENTS", "TickOutcome", "Event", "events_for", "rollback_events", "describe",
+    "headline",
+]
 
 
 class EventKind(str, enum.Enum):
+    SEEN = "seen"  # a new commit noticed; it waits for its turn
+    APPLYING = "applying"  # its changes are being applied
     APPLIED = "applied"
     INVALID = "invalid"
     APPLY_FAILED = "apply_failed"
@@ -31,6 +39,8 @@ class EventKind(str, enum.Enum):
 class CommitState(str, enum.Enum):
     """What an event says about its commit, in forge-neutral words."""
 
+    PENDING = "pending"  # noticed, not applied yet
+    RUNNING = "running"  # being applied
     SUCCESS = "success"
     FAILURE = "failure"
     ERROR = "error"  # the commit was fine, something else went wrong
@@ -51,7 +61,12 @@ _RESULT_EVENTS = {
     "quarantined": EventKind.COMMIT_QUARANTINED,
 }
 
+# A commit's way to its result: commit statuses want them, chat does not by default.
+PROGRESS_EVENTS = frozenset({EventKind.SEEN, EventKind.APPLYING})
+
 _COMMIT_STATES = {
+    EventKind.SEEN: CommitState.PENDING,
+    EventKind.APPLYING: CommitState.RUNNING,
     EventKind.APPLIED: CommitState.SUCCESS,
     EventKind.SYNCED: CommitState.SUCCESS,
     EventKind.INVALID: CommitState.FAILURE,
@@ -120,7 +135,22 @@ def events_for(previous: TickOutcome | None, current: TickOutcome) -> tuple[Even
     return tuple(events)
 
 
+def rollback_events(
+    reverted: str, good: str, held: frozenset[str], reason: str, branch: str, status: str
+) -> tuple[Event, ...]:
+    """`reverted` rolled back to `good` (and held back), and each other held commit quarantined."""
+    back = (f"back to {good[:7]} ({reason}); not applied again until a newer commit",)
+    events = [Event(EventKind.ROLLED_BACK, reverted, branch, status, back)]
+    events += [
+        Event(EventKind.COMMIT_QUARANTINED, sha, branch, status, (f"held back with {reverted[:7]} ({reason})",))
+        for sha in sorted(held - {reverted})
+    ]
+    return tuple(events)
+
+
 _SAYS = {
+    EventKind.SEEN: "noticed, waiting to be applied",
+    EventKind.APPLYING: "applying",
     EventKind.APPLIED: "applied",
     EventKind.INVALID: "invalid, nothing changed",
     EventKind.APPLY_FAILED: "apply failed, the previous state keeps serving",

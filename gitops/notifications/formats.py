@@ -35,8 +35,15 @@ DESCRIPTION_LIMIT = 140  # GitHub's limit for a commit status description
 SLACK_ERRORS_SHOWN = 5
 _SLACK_TEXT_LIMIT = 3000  # a section block's text
 _USER_AGENT = "ray-gitops"
-_GITHUB_STATES = {CommitState.SUCCESS: "success", CommitState.FAILURE: "failure", CommitState.ERROR: "error"}
-_GITLAB_STATES = {CommitState.SUCCESS: "success", CommitState.FAILURE: "failed", CommitState.ERROR: "canceled"}
+# GitHub has no "running": an apply under way stays pending, its description says "applying".
+_GITHUB_STATES = {
+    CommitState.PENDING: "pending", CommitState.RUNNING: "pending", CommitState.SUCCESS: "success",
+    CommitState.FAILURE: "failure", CommitState.ERROR: "error",
+}
+_GITLAB_STATES = {
+    CommitState.PENDING: "pending", CommitState.RUNNING: "running", CommitState.SUCCESS: "success",
+    CommitState.FAILURE: "failed", CommitState.ERROR: "canceled",
+}
 
 
 @dataclass(frozen=True)

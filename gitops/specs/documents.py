@@ -1,7 +1,8 @@
 """TOML spec files -> declared backends and endpoints, with every error that
 needs no code: syntax, table contents, names, and the rules across files
 (duplicate names, and the serving rules of `vocabulary.serving_rules`:
-routes, traffic sums, references, zero-replica targets).
+routes, traffic sums, references, zero-replica targets, the names a
+backend `uses`).
 
 Hostile input is bounded here (`gitops.specs.limits`): the nesting guard of
 `gitops.specs.locating` runs before `tomllib`, and the parsed values are
@@ -25,6 +26,7 @@ from vocabulary.serving_rules import (
     ServingProblem,
     taken_routes,
     unknown_backends,
+    unknown_callees,
     unknown_match_backends,
     weight_sum,
     zero_replica_traffic,
@@ -289,6 +291,10 @@ def _cross_file_errors(backends: dict[str, Declared], endpoints: dict[str, Decla
         owner = endpoints[str(problem.other)]
         first = owner.where(("endpoints", owner.name, "route"))
         errors.append(endpoints[str(problem.endpoint)].error(problem.path, f"{problem.message} ({first})"))
+    for name, declared in backends.items():
+        uses = declared.raw.get("uses") if isinstance(declared.raw, dict) else None
+        named = [used if isinstance(used, str) else None for used in uses] if isinstance(uses, list) else []
+        errors.extend(declared.error(p.path, p.message) for p in unknown_callees(name, named, backends, endpoints))
     return errors
 
 

@@ -41,6 +41,7 @@ from pydantic import (
     ValidationError,
     create_model,
     field_validator,
+    model_validator,
 )
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, to_jsonable_python
@@ -51,10 +52,12 @@ from vocabulary.configs import (
     BatchingConfig,
     EndpointConfig,
     MatchRule,
+    MetricCheck,
     OnFailure,
     RolloutConfig,
     ShadowCompare,
     UpdateConfig,
+    bounded_check,
 )
 from vocabulary.serving_rules import route_problem, zero_replica_reason
 from gitops.specs.limits import DEFAULT_MAX_REPLICAS
@@ -89,8 +92,8 @@ HTTP_METHODS = frozenset(
     {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
 )
 # Config fields no file sets: the loader derives them (name from the table's
-# key, version from the code, working_dir from the applied commit).
-DERIVED_BACKEND_FIELDS = frozenset({"name", "version", "working_dir"})
+# key, version from the code, working_dir and commit from the applied commit).
+DERIVED_BACKEND_FIELDS = frozenset({"name", "version", "working_dir", "commit"})
 DERIVED_ENDPOINT_FIELDS = frozenset({"name"})
 _IMPORT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
@@ -168,11 +171,22 @@ BatchingSpec = create_model(
 UpdateSpec = create_model(
     "UpdateSpec", __base__=_Spec, __doc__=UpdateConfig.__doc__, **_file_keys(UpdateConfig, frozenset(), {})
 )
+MetricCheckSpec = create_model(
+    "MetricCheckSpec",
+    __base__=_Spec,
+    __doc__=MetricCheck.__doc__,
+    __validators__={"_bounded": model_validator(mode="after")(bounded_check)},
+    **_file_keys(MetricCheck, frozenset(), {}),
+)
 RolloutSpec = create_model(
     "RolloutSpec",
     __base__=_Spec,
     __doc__=RolloutConfig.__doc__,
-    **_file_keys(RolloutConfig, frozenset(), {"steps": list[float], "on_failure": _one_of(OnFailure)}),
+    **_file_keys(
+        RolloutConfig,
+        frozenset(),
+        {"steps": list[float], "on_failure": _one_of(OnFailure), "metrics": list[MetricCheckSpec]},
+    ),
 )
 MatchSpec = create_model("MatchSpec", __base__=_Spec, __doc__=MatchRule.__doc__, **_file_keys(MatchRule, frozenset(), {}))
 
@@ -265,6 +279,7 @@ _BackendKeys = create_model(
         DERIVED_BACKEND_FIELDS,
         {
             "init_args": list[Any],
+            "uses": list[str],
             "ray_actor_options": RayActorOptionsSpec,
             "runtime_env": RuntimeEnvSpec,
             "autoscaling": AutoscalingSpec | None,

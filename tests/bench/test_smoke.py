@@ -129,3 +129,19 @@ def test_report_shows_the_plots_or_says_why_not(report: Path) -> None:
         assert NO_PLOTS in text and not any((report / plot).exists() for plot in plots)
     else:
         assert all((report / plot).stat().st_size > 0 and f"]({plot})" in text for plot in plots)
+
+
+def test_serving_bench_measures_batching_handles_and_streaming_per_system(measured: dict[str, Any]) -> None:
+    got = figures(measured, "serving")["systems"]
+
+    assert set(got) == systems()
+    for system in got.values():
+        assert system["model"]["rps"] > 0 and system["batched"]["rps"] > 0
+        assert system["handles"]["p50_ms"] > 0
+        assert "skipped" in system["stream"] or system["stream"]["chunks_per_s"] > 0
+
+
+def test_proxy_profile_shares_add_up_to_the_whole(measured: dict[str, Any]) -> None:
+    got = figures(measured, "proxy_profile")
+
+    assert "skipped" in got or abs(sum(row["share"] for row in got["rows"]) - 1) < 1e-6

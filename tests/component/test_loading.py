@@ -9,6 +9,7 @@ from vocabulary.configs import (
     BackendConfig,
     BatchingConfig,
     EndpointConfig,
+    MetricCheck,
     RolloutConfig,
     UpdateConfig,
 )
@@ -315,6 +316,7 @@ ray_actor_options = { num_cpus = 0.5 }
 runtime_env = { env_vars = { A = "b" } }
 batching = { max_batch_size = 4, batch_wait_timeout_s = 0.5 }
 update = { max_surge = 0, max_unavailable = 2 }
+uses = ["scaled"]
 
 [backends.scaled]
 import_path = "apps.echo:hello"
@@ -331,7 +333,7 @@ match = [{ header = "x-canary", value = "yes", backend = "scaled" }]
 sticky = "cookie:user"
 shadow_compare = "json"
 shadow_ignore = ["at"]
-rollout = { steps = [0.2, 1.0], step_interval_s = 5, min_requests = 3, max_error_ratio = 0.5, max_p99_latency_s = 2, on_failure = "pause" }
+rollout = { steps = [0.2, 1.0], step_interval_s = 5, min_requests = 3, max_error_ratio = 0.5, max_p99_latency_s = 2, on_failure = "pause", metrics = [{ name = "errors", query = "up", min = 0, max = 1 }] }
 """
 
 
@@ -350,6 +352,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
     batching = [b.batching for b in backends if b.batching is not None]
     updates = [b.update for b in backends if b.update is not None]
     rollouts = [e.rollout for e in endpoints if e.rollout is not None]
+    checks = [check for rollout in rollouts for check in rollout.metrics]
     expected = [
         (BackendConfig, backends, DERIVED_BACKEND_FIELDS),
         (EndpointConfig, endpoints, DERIVED_ENDPOINT_FIELDS),
@@ -357,6 +360,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
         (BatchingConfig, batching, frozenset()),
         (UpdateConfig, updates, frozenset()),
         (RolloutConfig, rollouts, frozenset()),
+        (MetricCheck, checks, frozenset()),
     ]
     for model, values, derived in expected:
         assert _set_by_the_file(model, values, derived) == set(model.model_fields) - derived, model.__name__

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from gitops.commands.admin import render_history, render_status
 from gitops.ledger import HistoryEntry, Outcome
+from gitops.rollback import Quarantine, RollbackReason
 from gitops.status import AgentStatus, StatusFacts, roll_up
-from vocabulary.configs import ReplicaState
+from vocabulary.configs import ReplicaState, RolloutConfig
+from vocabulary.rollouts import Check, CheckName, Rollout, StepRecord
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
 
 SHA = "0123456789abcdef" * 2 + "01234567"
@@ -56,3 +58,29 @@ def test_history_table_has_one_row_per_attempt_with_plan_or_error() -> None:
 
 def test_empty_history_says_so() -> None:
     assert render_history([]) == "No reconciles recorded yet."
+
+
+def test_status_table_shows_each_rollout_s_step_bar_weights_and_checks() -> None:
+    check = Check(name=CheckName.REQUESTS, backend="echo-v2", measured=30, threshold=20, passed=True)
+    rollout = Rollout(endpoint="echo", before={"echo-v1": 1.0}, target={"echo-v2": 1.0},
+                      config=RolloutConfig(steps=(0.1, 0.5, 0.75, 1.0)), step=2, step_started_at=0.0, checks=(check,),
+                      passed=tuple(StepRecord(step=i, weights={}, checks=(), at=0.0) for i in range(2)))
+    text = render_status(agent_status(cluster=ClusterStatus(rollouts={"echo": rollout})))
+    assert "echo     stepping  [##>.] 3/4  echo-v1=25% echo-v2=75%  echo-v2: 30 requests >= 20" in text
+
+
+def test_status_table_shows_the_quarantined_commits_and_why() -> None:
+    held = Quarantine(good=SHA, held=frozenset({"f" * 40}), reason=RollbackReason.ANALYSIS)
+    text = render_status(agent_status(quarantine=held))
+    assert f"Quarantined: fffffff (rolled back to {SHA[:7]}, analysis; lifted by a newer commit)" in text
+
+
+def test_status_table_shows_notification_providers_that_fail_with_their_last_failure() -> None:
+    health = {
+        "chat": {"type": "slack", "delivered": 3, "failed": 2, "dropped": 0, "queued": 0,
+                 "last_failure": {"at": 1.0, "event": "applied", "commit": SHA, "error": "HTTP 502"}},
+        "ci": {"type": "github", "delivered": 4, "failed": 0, "dropped": 0, "queued": 0, "last_failure": None},
+    }
+    text = render_status(agent_status(notifications=health))
+    assert f"Notifications failing:\n  chat (slack): 2 failed, 0 dropped, 3 delivered; last: applied {SHA[:7]}: HTTP 502" in text
+    assert "ci (github)" not in text

@@ -54,6 +54,12 @@ def test_backends_carry_the_commits_export_as_working_dir() -> None:
     assert [c.working_dir for c in controller.configs] == ["/exports/tree1"]
 
 
+def test_backends_carry_the_commit_they_are_applied_from() -> None:
+    controller = FakeController()
+    run_apply(state(backend("b1"), endpoint("e", {"b1": 1.0})), controller, working_dir="/x", commit="abc123")
+    assert [c.commit for c in controller.configs] == ["abc123"]
+
+
 def test_failed_backend_goal_stops_the_apply_and_names_action_backend_and_reason() -> None:
     controller = FakeController(failing={"b2": "ImportError: No module named 'nope'"})
     desired = state(backend("b2"), endpoint("e", {"b2": 1.0}))
@@ -149,3 +155,23 @@ def test_reapplying_the_same_state_calls_nothing() -> None:
     controller = FakeController(desired)
     result = run_apply(desired, controller)
     assert result.outcome is Outcome.APPLIED and controller.calls == []
+
+
+def test_a_backend_starts_only_after_the_backends_it_uses_are_ready() -> None:
+    controller = FakeController()
+    calls_seen_at_wait: list[list[tuple[str, str]]] = []
+    progress = lambda p: calls_seen_at_wait.append(list(controller.calls))  # noqa: E731
+    caller = backend("app").model_copy(update={"uses": ("model",)})
+    run_apply(state(caller, backend("model"), backend("other")), controller, on_progress=progress)
+    assert calls_seen_at_wait == [
+        [("apply_backend", "model"), ("apply_backend", "other")],
+        [("apply_backend", "model"), ("apply_backend", "other"), ("apply_backend", "app")],
+    ]
+
+
+def test_a_backend_is_not_started_when_a_backend_it_uses_fails() -> None:
+    controller = FakeController(failing={"model": "ImportError: no module named torch"})
+    caller = backend("app").model_copy(update={"uses": ("model",)})
+    result = run_apply(state(caller, backend("model")), controller)
+    assert result.outcome is Outcome.FAILED
+    assert controller.calls == [("apply_backend", "model")]

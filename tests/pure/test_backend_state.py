@@ -19,7 +19,7 @@ from controller.backend_state import (
     IllegalTransition,
 )
 from controller.testing import FakeAdapter
-from vocabulary.configs import BackendConfig, ReplicaState
+from vocabulary.configs import BackendConfig, ReplicaState, UpdateConfig
 
 OK = Probe(ProbeStatus.OK)
 
@@ -243,6 +243,18 @@ def test_cluster_without_room_fails_the_goal_with_the_reason_after_a_grace():
     state.tick(2.5, world)
     verdict, reason = state.readiness("echo", "v1")
     assert verdict == "failed" and "GPU=1" in reason
+
+
+def test_an_in_place_update_on_a_full_cluster_waits_for_its_stopping_replica_instead_of_failing():
+    state = BackendState(BackendOptions(unschedulable_grace_s=2.0))
+    world = FakeAdapter()
+    state.apply(config(replicas=1))
+    run_ready(state, world, 0.0)
+    world.no_room = "no alive node has CPU=1 available"  # the old replica holds the last CPU
+    state.apply(config("v2", replicas=1, update=UpdateConfig(max_surge=0, max_unavailable=1)))
+    assert len(stops(state.tick(1.0, world))) == 1
+    state.tick(5.0, world)  # still draining, well past the grace
+    assert state.readiness("echo", "v2")[0] == "pending"
 
 
 def test_delete_drains_every_replica_then_forgets_the_backend():

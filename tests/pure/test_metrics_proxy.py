@@ -137,3 +137,14 @@ def test_batch_sizes_are_a_histogram_per_backend_forgotten_with_the_backend() ->
     assert value(metrics, bucket, backend="vowels", le="8.0") == 2
     metrics.forget_backend("vowels")
     assert value(metrics, "gitops_batch_size_count", backend="vowels") is None
+
+
+def test_time_to_first_byte_is_a_histogram_per_endpoint_and_backend_forgotten_with_the_endpoint() -> None:
+    metrics = ProxyMetrics()
+    metrics.first_byte("ticker", "v1", 0.004)
+    metrics.first_byte("ticker", "v1", 0.3)
+    bucket = "gitops_http_time_to_first_byte_seconds_bucket"
+    assert value(metrics, bucket, endpoint="ticker", backend="v1", le="0.005") == 1
+    assert value(metrics, bucket, endpoint="ticker", backend="v1", le="0.5") == 2
+    metrics.retain(endpoints=[], backends=["v1"])
+    assert value(metrics, "gitops_http_time_to_first_byte_seconds_count", endpoint="ticker", backend="v1") is None

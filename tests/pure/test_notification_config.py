@@ -14,7 +14,7 @@ from gitops.notifications.config import (
     WebhookProvider,
     parse_notify_file,
 )
-from gitops.notifications.events import EventKind
+from gitops.notifications.events import PROGRESS_EVENTS, EventKind
 
 SECRETS = {"/etc/gitops/github-token": "ghp_filetoken", "/etc/gitops/empty": ""}
 
@@ -67,9 +67,20 @@ token = "glpat-inline"
     assert isinstance(gitlab, GitLabProvider) and gitlab.api_url == "https://gitlab.com/api/v4"
 
 
-def test_a_provider_gets_every_event_unless_it_lists_some() -> None:
+def test_a_webhook_gets_every_result_event_but_not_a_commit_s_progress_unless_it_lists_some() -> None:
     (channel,) = parse_notify_file(
         "n.toml", '[providers.hook]\ntype = "webhook"\nurl = "http://127.0.0.1:9/x"\n', read_secret
+    )
+    assert {kind for kind in EventKind if channel.provider.wants(kind)} == set(EventKind) - PROGRESS_EVENTS
+    (listed,) = parse_notify_file(
+        "n.toml", '[providers.hook]\ntype = "webhook"\nurl = "http://127.0.0.1:9/x"\nevents = ["seen"]\n', read_secret
+    )
+    assert {kind for kind in EventKind if listed.provider.wants(kind)} == {EventKind.SEEN}
+
+
+def test_a_commit_status_provider_gets_every_event_pending_and_running_included() -> None:
+    (channel,) = parse_notify_file(
+        "n.toml", '[providers.ci]\ntype = "github"\nrepository = "o/r"\ntoken = "t"\n', read_secret
     )
     assert all(channel.provider.wants(kind) for kind in EventKind)
 
@@ -90,7 +101,7 @@ events = ["applied", "deployed"]
     ) == [
         "notify.toml:3:1: providers.gh.repository: must be OWNER/REPO (got 'specs')",
         "notify.toml:5:1: providers.gh: unknown key 'colour'",
-        "notify.toml:10:22: providers.chat.events.1: must be one of applied, invalid, apply_failed, "
+        "notify.toml:10:22: providers.chat.events.1: must be one of seen, applying, applied, invalid, apply_failed, "
         "rollout_aborted, rolled_back, commit_quarantined, synced, git_unreachable",
     ]
 

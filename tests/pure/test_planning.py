@@ -205,3 +205,53 @@ def test_the_simulator_names_every_unsafe_serving_state() -> None:
         "endpoint api sends traffic to backend zero, which may have 0 replicas",
         "route /api is held by endpoints api, copy",
     ]
+
+
+def test_a_backend_is_created_after_the_backends_it_uses() -> None:
+    desired = state(backend("a-app", uses=("z-model",)), backend("z-model"))
+    assert [(a.name, a.after) for a in plan(desired, state()).actions] == [("z-model", ()), ("a-app", ("z-model",))]
+
+
+def test_a_backend_that_uses_an_endpoint_comes_after_that_endpoints_backends() -> None:
+    desired = state(
+        backend("app", uses=("tagger",)), backend("t1"), backend("t2"),
+        endpoint("tagger", traffic={"t1": 0.5, "t2": 0.5}),
+    )
+    assert [(a.name, a.after) for a in plan(desired, state()).actions] == [
+        ("t1", ()), ("t2", ()), ("app", ("t1", "t2")), ("tagger", ()),
+    ]
+
+
+def test_a_caller_waits_only_for_callees_that_change() -> None:
+    desired = state(backend("app", uses=("model",), version="v2"), backend("model"))
+    actual = state(backend("app", uses=("model",)), backend("model"))
+    [action] = plan(desired, actual).actions
+    assert (action.name, action.after) == ("app", ())
+
+
+def test_backends_that_use_each_other_share_a_layer_after_their_common_callee() -> None:
+    desired = state(backend("a", uses=("b", "c")), backend("b", uses=("a",)), backend("c"))
+    assert [(a.name, a.after) for a in plan(desired, state()).actions] == [("c", ()), ("a", ("c",)), ("b", ())]
+
+
+def test_removed_callers_are_deleted_before_the_backends_they_used() -> None:
+    actual = state(backend("a-model"), backend("z-app", uses=("a-model",)))
+    assert [(a.kind, a.name, a.after) for a in plan(state(), actual).actions] == [
+        (ActionKind.DELETE_BACKEND, "z-app", ()),
+        (ActionKind.DELETE_BACKEND, "a-model", ("z-app",)),
+    ]
+
+
+def test_a_change_to_uses_alone_updates_in_place() -> None:
+    [action] = plan(state(backend("app", uses=("model",)), backend("model")), state(backend("app"), backend("model"))).actions
+    assert (action.kind, action.restarts) == (ActionKind.UPDATE_BACKEND, False)
+
+
+def test_a_new_commit_for_an_unchanged_backend_changes_nothing() -> None:
+    assert not plan(state(backend("echo", commit="c2")), state(backend("echo", commit="c1")))
+
+
+def test_a_long_chain_of_uses_is_planned_callee_first() -> None:
+    chain = [backend(f"b{i:04d}", uses=(f"b{i + 1:04d}",) if i < 1999 else ()) for i in range(2000)]
+    names = [action.name for action in plan(state(*chain), state()).actions]
+    assert names == [f"b{i:04d}" for i in reversed(range(2000))]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from vocabulary.configs import RolloutConfig
-from vocabulary.rollouts import Check, CheckName, Rollout, RolloutPhase
+from vocabulary.rollouts import Check, CheckName, Rollout, RolloutPhase, StepRecord
 from gitops.ledger import HistoryEntry, Outcome
-from gitops.rollout_outcomes import aborted_entry, rollout_message
+from gitops.rollout_outcomes import aborted_entry, rollout_message, step_entries
 
 APPLIED = HistoryEntry(commit="c2", branch="main", author_time=1.0, summary="canary", started_at=2.0,
                        finished_at=3.0, result=Outcome.APPLIED, plan_summary="1 to update", actions=1)
@@ -41,3 +41,32 @@ def test_running_or_promoted_rollouts_record_nothing() -> None:
 def test_the_status_shows_the_step_of_each_rollout_under_way() -> None:
     assert rollout_message({"api": rollout(RolloutPhase.STEPPING)}) == "endpoint api: step 1/3 (10% of the change)"
     assert rollout_message({"api": rollout(RolloutPhase.PROMOTED)}) == ""
+
+
+PASSED_CHECK = Check(name=CheckName.REQUESTS, backend="v2", measured=25, threshold=20, passed=True)
+
+
+def stepped(passed: int) -> Rollout:
+    records = tuple(
+        StepRecord(step=i, weights={"v1": 1 - share, "v2": share}, checks=(PASSED_CHECK,), at=10.0 + i)
+        for i, share in enumerate((0.1, 0.5, 1.0)[:passed])
+    )
+    return rollout(RolloutPhase.STEPPING).model_copy(update={"step": passed, "passed": records})
+
+
+def test_each_passed_step_is_one_row_of_the_applied_commit_with_its_weights_and_checks() -> None:
+    rows = step_entries({"api": stepped(2)}, APPLIED, recent=[APPLIED])
+    assert [(row.commit, row.result, row.finished_at) for row in rows] == [("c2", Outcome.STEP, 10.0), ("c2", Outcome.STEP, 11.0)]
+    assert rows[1].plan_summary == "endpoint api: step 2/3 passed at v1 50%, v2 50%: v2: 25 requests >= 20"
+
+
+def test_a_step_already_in_history_is_not_recorded_again() -> None:
+    first = step_entries({"api": stepped(1)}, APPLIED, recent=[APPLIED])
+    later = step_entries({"api": stepped(2)}, APPLIED, recent=[*first, APPLIED])
+    assert [row.plan_summary.split(" passed")[0] for row in later] == ["endpoint api: step 2/3"]
+
+
+def test_a_step_row_counts_as_a_good_commit_so_a_later_abort_is_still_recorded() -> None:
+    (step,) = step_entries({"api": stepped(1)}, APPLIED, recent=[APPLIED])
+    aborted = aborted_entry({"api": rollout(RolloutPhase.ABORTED)}, step, now=12.0)
+    assert aborted is not None and aborted.result is Outcome.ABORTED and aborted.plan_summary == ""

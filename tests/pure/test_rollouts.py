@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from vocabulary.configs import EndpointConfig, OnFailure, RolloutConfig
+from vocabulary.configs import EndpointConfig, MetricCheck, OnFailure, RolloutConfig
 from vocabulary.request_stats import LATENCY_BOUNDS_S, RequestStats, bucket_of
-from vocabulary.rollouts import CheckName, Rollout, RolloutPhase, interpolate
-from controller.rollouts import advance, begin, judge, on_config
+from vocabulary.rollouts import CheckName, MetricReading, Rollout, RolloutPhase, interpolate
+from controller.rollouts import RETRY_S, advance, begin, due_queries, judge, on_config
 
 OLD = {"v1": 1.0}
 NEW = {"v1": 0.5, "v2": 0.5}
@@ -72,7 +72,10 @@ def test_a_healthy_step_passes_and_the_next_one_starts_from_the_current_totals()
     decision = advance(started(), {"v2": stats(20)}, now=110.0)
     assert decision.rollout.step == 1 and decision.rollout.step_started_at == 110.0
     assert decision.rollout.baseline == {"v2": stats(20)}
-    assert {check.name for check in decision.checks} == set(CheckName)
+    assert {check.name for check in decision.checks} == set(CheckName) - {CheckName.METRIC}
+    (record,) = decision.rollout.passed
+    assert (record.step, record.at, record.checks) == (0, 110.0, decision.checks)
+    assert record.weights == pytest.approx({"v1": 0.9, "v2": 0.1})
     assert all(check.passed for check in decision.checks)
 
 
@@ -191,3 +194,71 @@ def test_a_newer_target_equal_to_the_current_weights_is_promoted_at_the_boundary
     waiting = on_config(started(), OLD, endpoint(started().weights()), {}, now=102.0)
     assert waiting is not None
     assert advance(waiting, {"v2": stats(20)}, now=110.0).rollout.phase is RolloutPhase.PROMOTED
+
+
+# --- PromQL checks ([[rollout.metrics]]) ----------------------------------------------------
+
+ERRORS = MetricCheck(name="errors", query='sum(rate(x{endpoint="$endpoint",backend="$backend"}[$interval]))', max=0.1)
+WITH_METRIC = CONFIG.model_copy(update={"metrics": (ERRORS,)})
+HELD = 110.0  # the first step (started at 100, 10 s interval) has held
+
+
+def reading(value: float | None, at: float = HELD, error: str | None = None) -> dict[tuple[str, str], MetricReading]:
+    return {("errors", "v2"): MetricReading(check="errors", backend="v2", at=at, value=value, error=error)}
+
+
+def test_a_metric_check_is_asked_once_the_step_has_held_with_its_variables_filled_in() -> None:
+    rollout = started(WITH_METRIC)
+    assert due_queries(rollout, {}, now=105.0) == ()
+    (query,) = due_queries(rollout, {}, now=HELD)
+    assert (query.check, query.backend) == ("errors", "v2")
+    assert query.promql == 'sum(rate(x{endpoint="api",backend="v2"}[10s]))'
+
+
+def test_a_reading_from_before_the_step_held_is_asked_again() -> None:
+    assert len(due_queries(started(WITH_METRIC), reading(0.0, at=105.0), now=HELD)) == 1
+    assert due_queries(started(WITH_METRIC), reading(0.0), now=HELD + 1) == ()
+
+
+def test_a_step_whose_metric_is_within_bounds_passes_with_the_metric_among_its_checks() -> None:
+    decision = advance(started(WITH_METRIC), {"v2": stats(20)}, now=HELD, readings=reading(0.05))
+    assert decision.rollout.step == 1
+    metric = [c for c in decision.checks if c.name is CheckName.METRIC]
+    assert [(c.metric, c.measured, c.passed, c.label()) for c in metric] == [("errors", 0.05, True, "errors")]
+
+
+def test_a_metric_out_of_bounds_aborts_the_rollout_with_the_value_in_its_message() -> None:
+    decision = advance(started(WITH_METRIC), {"v2": stats(20)}, now=HELD, readings=reading(0.3))
+    assert decision.rollout.phase is RolloutPhase.ABORTED
+    assert decision.rollout.weights() == OLD
+    assert "v2: errors 0.3 > 0.1" in decision.rollout.message()
+
+
+def test_a_metric_below_its_min_aborts_too() -> None:
+    config = CONFIG.model_copy(update={"metrics": (MetricCheck(name="errors", query="q", min=1.0),)})
+    decision = advance(started(config), {"v2": stats(20)}, now=HELD, readings=reading(0.5))
+    assert decision.rollout.phase is RolloutPhase.ABORTED and "errors 0.5 < 1" in decision.rollout.message()
+
+
+def test_a_step_without_a_metric_reading_holds_and_does_not_pass() -> None:
+    decision = advance(started(WITH_METRIC), {"v2": stats(20)}, now=HELD + 30, readings={})
+    assert decision.rollout.step == 0 and decision.rollout.phase is RolloutPhase.STEPPING
+
+
+def test_an_unreachable_prometheus_holds_the_step_and_says_why() -> None:
+    unreachable = reading(None, error="Prometheus at 127.0.0.1:9 unreachable (ConnectError)")
+    decision = advance(started(WITH_METRIC), {"v2": stats(20)}, now=HELD + 30, readings=unreachable)
+    assert decision.rollout.step == 0 and decision.rollout.phase is RolloutPhase.STEPPING
+    assert "held: metric check errors for v2: Prometheus at 127.0.0.1:9 unreachable" in decision.rollout.message()
+
+
+def test_a_reading_without_a_value_is_asked_again_after_the_retry_delay() -> None:
+    failed = reading(None, error="unreachable")
+    assert due_queries(started(WITH_METRIC), failed, now=HELD + 1) == ()
+    assert len(due_queries(started(WITH_METRIC), failed, now=HELD + RETRY_S)) == 1
+
+
+def test_the_step_passes_once_prometheus_answers_again_and_forgets_the_error() -> None:
+    held = advance(started(WITH_METRIC), {"v2": stats(20)}, now=HELD, readings=reading(None, error="down")).rollout
+    decision = advance(held, {"v2": stats(20)}, now=HELD + 6, readings=reading(0.0, at=HELD + 6))
+    assert decision.rollout.step == 1 and decision.rollout.analysis_error is None

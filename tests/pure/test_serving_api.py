@@ -17,15 +17,19 @@ class ScriptedCalls:
     def __init__(self, outcome: HandleOutcome, value: Any) -> None:
         self.reply = (outcome, value)
         self.asked: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self.published: dict[str, str] = {}  # backend -> the newest commit the controller published
 
     async def call(self, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[HandleOutcome, Any]:
         self.asked.append((target, args, kwargs))
         return self.reply
 
+    def commit_of(self, backend: str) -> str | None:
+        return self.published.get(backend)
+
 
 def installed(outcome: HandleOutcome, value: Any) -> ScriptedCalls:
     calls = ScriptedCalls(outcome, value)
-    install(ReplicaContext("pipeline", "pipeline#3", "v7"), calls)
+    install(ReplicaContext("pipeline", "pipeline#3", "v7", "c1"), calls)
     return calls
 
 
@@ -54,6 +58,12 @@ def test_an_unknown_callee_is_a_handle_error_saying_so() -> None:
         asyncio.run(serving.handle("nope").remote())
 
 
-def test_the_context_names_the_backend_replica_and_version() -> None:
+def test_the_context_names_the_backend_replica_version_and_commit() -> None:
     installed(HandleOutcome.OK, None)
-    assert serving.context() == ReplicaContext(backend="pipeline", replica_id="pipeline#3", version="v7")
+    assert serving.context() == ReplicaContext(backend="pipeline", replica_id="pipeline#3", version="v7", commit="c1")
+
+
+def test_the_context_follows_a_newer_commit_published_for_its_backend() -> None:
+    calls = installed(HandleOutcome.OK, None)
+    calls.published = {"pipeline": "c2", "words": "c9"}
+    assert serving.context().commit == "c2"

@@ -12,6 +12,7 @@ from vocabulary.serving_rules import (
     state_problems,
     taken_routes,
     unknown_backends,
+    unknown_callees,
     weight_sum,
     zero_replica_reason,
     zero_replica_traffic,
@@ -31,6 +32,12 @@ def test_an_unknown_backend_is_located_at_its_key() -> None:
     [problem] = unknown_backends("api", "shadow", ["a", "zzz"], {"a"})
     assert (problem.rule, problem.path, problem.backend) == (Rule.UNKNOWN_BACKEND, ("endpoints", "api", "shadow", "zzz"), "zzz")
     assert problem.message == "endpoints.api.shadow: backend 'zzz' is not defined"
+
+
+def test_a_backend_may_use_backends_and_endpoints_and_nothing_else() -> None:
+    [problem] = unknown_callees("pipeline", ["words", "tagger", "nowhere"], {"words", "pipeline"}, {"tagger"})
+    assert (problem.rule, problem.path) == (Rule.UNKNOWN_CALLEE, ("backends", "pipeline", "uses", 2))
+    assert problem.message == "backends.pipeline.uses[2]: 'nowhere' is neither a backend nor an endpoint"
 
 
 def test_weights_within_the_tolerance_sum_to_one() -> None:

@@ -128,3 +128,22 @@ class _Backend:
     num_replicas = 1
     autoscaling = None
     cold_start_timeout_s = None
+
+
+def test_a_rollout_metric_check_reads_its_query_and_bounds() -> None:
+    check = {"name": "error-share", "query": 'sum(rate(x{backend="$backend"}[$interval]))', "max": 0.01}
+    spec, problems = check_endpoint(endpoint(rollout={"metrics": [check]}), EP)
+    assert problems == () and spec is not None and spec.rollout is not None
+    assert spec.rollout.metrics[0].max == 0.01 and spec.rollout.metrics[0].min is None
+
+
+@pytest.mark.parametrize(
+    ("checks", "message"),
+    [
+        ([{"name": "e", "query": "q"}], "metrics[0]: needs min or max (or both)"),
+        ([{"name": "e", "query": "q", "min": 2, "max": 1}], "metrics[0]: min (2) is above max (1)"),
+        ([{"name": "e", "query": "q", "max": 1}] * 2, "metrics: check names must differ ('e' is used twice)"),
+    ],
+)
+def test_a_rollout_metric_check_needs_a_bound_and_its_own_name(checks: list[dict[str, Any]], message: str) -> None:
+    assert endpoint_messages(rollout={"metrics": checks}) == [f"endpoints.e.rollout.{message}"]

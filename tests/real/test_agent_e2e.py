@@ -177,7 +177,8 @@ class RequestLoop:
 
 
 def make_agent(
-    repo, state_dir: Path, client, *, watch: bool = True, interval_s: float = 30.0, resync_s: float = 60.0
+    repo, state_dir: Path, client, *, watch: bool = True, interval_s: float = 30.0, resync_s: float = 60.0,
+    **settings: Any,
 ) -> Agent:
     loader = Loader()
     return Agent(
@@ -188,7 +189,7 @@ def make_agent(
         plan=planning.plan,
         metrics=AgentMetrics(),
         settings=AgentSettings(interval_s=interval_s, resync_interval_s=resync_s, watch=watch,
-                               deadlines=Deadlines(backend_s=60.0, endpoint_s=15.0)),
+                               deadlines=Deadlines(backend_s=60.0, endpoint_s=15.0), **settings),
     )
 
 

@@ -9,6 +9,8 @@ status says Degraded / RolloutAborted, and traffic is back on the old version.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -19,11 +21,13 @@ from gitops.status import SyncStatus
 from tests.real.test_agent_e2e import (  # noqa: F401 (cluster, empty_cluster: fixtures)
     RequestLoop,
     RunningAgent,
+    applied,
     cluster,
     empty_cluster,
     make_agent,
     wait_for,
 )
+from tests.real.support import free_port
 
 pytestmark = pytest.mark.real
 
@@ -45,17 +49,28 @@ class Greeter:
 '''
 
 
-def canary_toml(tag: str, traffic: str) -> str:
+def canary_toml(tag: str, traffic: str, canary_errors: float = 0.2, rollout: bool = True) -> str:
     backends = "".join(
         f'[backends.{tag}-{label}]\nimport_path = "deployments.apps.greeter:Greeter"\ninit_args = ["{label}"]\n'
         f"user_config = {{ error_share = {share} }}\nray_actor_options = {{ num_cpus = 0.01 }}\n"
         "graceful_shutdown_timeout_s = 1\n\n"
-        for label, share in (("v1", 0.0), ("v2", 0.2))
+        for label, share in (("v1", 0.0), ("v2", canary_errors))
     )
-    return backends + (
-        f'[endpoints.greet]\nroute = "/greet"\ntraffic = {{ {traffic} }}\n\n'
-        "[endpoints.greet.rollout]\nsteps = [0.5, 1.0]\nstep_interval_s = 10\nmin_requests = 10\nmax_error_ratio = 0.05\n"
-    )
+    endpoint = f'[endpoints.greet]\nroute = "/greet"\ntraffic = {{ {traffic} }}\n\n'
+    steps = "[endpoints.greet.rollout]\nsteps = [0.5, 1.0]\nstep_interval_s = 10\nmin_requests = 10\nmax_error_ratio = 0.05\n"
+    return backends + endpoint + (steps if rollout else "")
+
+
+def reverting_agent(repo, state_dir: Path, client, auto_revert: bool):
+    """`make_agent` with a quarantine file, and `--auto-revert` when asked."""
+    return make_agent(repo, state_dir, client, auto_revert=auto_revert, quarantine_file=state_dir / "quarantine.json")
+
+
+def labels_after(load: RequestLoop, count: int = 30) -> set[str]:
+    """The labels of `count` answers that come after this moment, skipping the first few in flight."""
+    seen = len(load.bodies)
+    wait_for(lambda: len(load.bodies) >= seen + count, 30, what=f"{count} answers")
+    return {body["label"] for body in load.bodies[seen + 5:]}
 
 
 def test_a_canary_commit_failing_a_fifth_of_its_requests_is_aborted_and_recorded(
@@ -90,3 +105,73 @@ def test_a_canary_commit_failing_a_fifth_of_its_requests_is_aborted_and_recorded
     ready = status.condition("Ready")
     assert status.status is SyncStatus.DEGRADED and ready is not None and ready.reason == "RolloutAborted"
     assert after == {"v1"}
+
+
+def test_auto_revert_after_an_aborted_canary_goes_back_to_the_last_good_commit_and_holds_the_canary(
+    repo, tmp_path: Path, empty_cluster
+) -> None:
+    client, url, _ = empty_cluster
+    tag = f"t{uuid.uuid4().hex[:6]}"
+    repo.write("deployments/__init__.py", "")
+    repo.write("deployments/apps/__init__.py", "")
+    repo.write("deployments/apps/greeter.py", APP)
+    repo.write("deployments/greet.toml", canary_toml(tag, f'"{tag}-v1" = 1.0'))
+    good = repo.commit("v1 serves")
+    running = RunningAgent(reverting_agent(repo, tmp_path / "state", client, auto_revert=True))
+    load = RequestLoop(f"{url}/greet")
+    try:
+        agent = running.agent
+        wait_for(lambda: applied(agent, good), what="v1 applied")
+        repo.write("deployments/greet.toml", canary_toml(tag, f'"{tag}-v2" = 1.0'))
+        canary = repo.commit("v2 takes over")
+        wait_for(lambda: [(e.commit, e.result) for e in agent.history(2)] == [
+            (good, Outcome.APPLIED), (canary, Outcome.ABORTED)], 60, what="the abort, then the revert applied")
+        after = labels_after(load)
+        quarantine = agent.status().quarantine
+        repo.write("deployments/greet.toml", canary_toml(tag, f'"{tag}-v2" = 1.0', canary_errors=0.0, rollout=False))
+        fixed = repo.commit("v2 fixed")
+        wait_for(lambda: applied(agent, fixed), what="the newer commit applied normally")
+        later = labels_after(load)
+    finally:
+        load.stop()
+        running.stop()
+    assert after == {"v1"}
+    assert quarantine is not None and quarantine["good"] == good and quarantine["held"] == [canary]
+    assert quarantine["reason"] == "analysis"
+    assert later == {"v2"} and agent.status().quarantine is None
+
+
+def test_gitops_rollback_by_hand_returns_the_cluster_to_an_earlier_commit_and_holds_the_newer_one(
+    repo, tmp_path: Path, empty_cluster
+) -> None:
+    client, url, _ = empty_cluster
+    tag = f"t{uuid.uuid4().hex[:6]}"
+    repo.write("deployments/__init__.py", "")
+    repo.write("deployments/apps/__init__.py", "")
+    repo.write("deployments/apps/greeter.py", APP)
+    repo.write("deployments/greet.toml", canary_toml(tag, f'"{tag}-v1" = 1.0', rollout=False))
+    first = repo.commit("v1 serves")
+    admin_port = free_port()
+    running = RunningAgent(reverting_agent(repo, tmp_path / "state", client, auto_revert=False), admin_port=admin_port)
+    load = RequestLoop(f"{url}/greet")
+    try:
+        agent = running.agent
+        wait_for(lambda: applied(agent, first), what="v1 applied")
+        repo.write("deployments/greet.toml", canary_toml(tag, f'"{tag}-v2" = 1.0', canary_errors=0.0, rollout=False))
+        second = repo.commit("v2 takes over")
+        wait_for(lambda: applied(agent, second), what="v2 applied")
+        before = labels_after(load)
+        done = subprocess.run(
+            [sys.executable, "-m", "gitops", "rollback", first[:7], "--agent", f"http://127.0.0.1:{admin_port}"],
+            capture_output=True, text=True, timeout=30,
+        )
+        wait_for(lambda: [(e.commit, e.result) for e in agent.history(1)] == [(first, Outcome.APPLIED)],
+                 what="the first commit applied again")
+        after = labels_after(load)
+    finally:
+        load.stop()
+        running.stop()
+    assert done.returncode == 0, done.stderr
+    assert before == {"v2"} and after == {"v1"}
+    quarantine = agent.status().quarantine
+    assert quarantine is not None and quarantine["held"] == [second] and quarantine["reason"] == "manual"

@@ -71,13 +71,15 @@ def test_run_from_a_fresh_clone_serves_the_examples_and_stops_cleanly(clone: Pat
         while True:
             assert agent.poll() is None, agent.communicate()
             try:
-                if httpx.get(f"http://127.0.0.1:{proxy}/echo", timeout=5).status_code == 200:
+                status = httpx.get(f"http://127.0.0.1:{admin}/status", timeout=5).json()
+                # The whole example tree applied (not only /echo, which can answer first).
+                if status["last_applied_revision"] is not None:
                     break
             except httpx.HTTPError:
                 pass
-            assert time.monotonic() < deadline, "the example /echo never answered"
+            assert time.monotonic() < deadline, "the example tree was never applied"
             time.sleep(0.5)
-        status = httpx.get(f"http://127.0.0.1:{admin}/status", timeout=5).json()
+        assert httpx.get(f"http://127.0.0.1:{proxy}/echo", timeout=5).status_code == 200
         assert status["branch"] == "main" and status["path"] == "deployments"
         processes = descendants(agent.pid)
         assert processes, "an embedded Ray runs below the agent"

@@ -24,8 +24,9 @@ CALLS = 200
 def served(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ShippedExamples]:
     for examples in serve_shipped_examples(ray_session, tmp_path_factory.mktemp("code")):
         # The callees first: the pipeline's constructor makes its handles.
-        for backend in ("words", "tagger-v1", "tagger-v2", "pipeline"):
+        for backend in ("words", "tagger-v1", "tagger-v2"):
             examples.backend(backend, backend)
+        examples.backend("pipeline", "pipeline", commit="c0ffee1")
         examples.shipped_endpoint("tagger")
         examples.shipped_endpoint("pipeline")
         yield examples
@@ -54,3 +55,14 @@ def test_backpressure_from_a_callee_is_a_clear_error_in_the_caller(served: Shipp
     ok, refused = eventually(one_refused, 30)
     assert ok.status_code == 200 and ok.json()["tags"] == ["slow/4", "words/5"]
     assert "backend 'words' is at capacity" in refused.json()["error"]
+
+
+def test_the_context_carries_the_applied_commit_and_follows_it_without_a_restart(served: ShippedExamples) -> None:
+    body = json.dumps({"text": "a"})
+    [first] = served.burst("/pipeline", [body])
+    assert first.json()["commit"] == "c0ffee1"
+    before = served.running_ids("pipeline")
+    # A later commit changes the backend in place (here its max_concurrent_queries).
+    served.backend("pipeline", "pipeline", commit="beef002", max_concurrent_queries=50)
+    eventually(lambda: served.burst("/pipeline", [body])[0].json()["commit"] == "beef002", 30)
+    assert served.running_ids("pipeline") == before

@@ -165,6 +165,41 @@ def test_gitlab_commit_status_follows_the_rest_api() -> None:
     assert status["target_url"] == f"https://gitops.example.com/#commit-{SHA}"
 
 
+PROGRESS = [Event(EventKind.SEEN, SHA, "main", "Progressing"), Event(EventKind.APPLYING, SHA, "main", "Progressing"),
+            Event(EventKind.APPLIED, SHA, "main", "Synced")]
+
+
+def test_github_commit_status_is_pending_when_seen_and_while_applying_then_success() -> None:
+    with Receiver() as receiver:
+        provider = GitHubProvider(
+            type="github", repository="you/specs", token=SecretStr("ghp_token"), api_url=receiver.url + "/api/v3"
+        )
+        deliver([Channel("gh", provider)], PROGRESS, delivered("gh", 3))
+    states = [(r.json()["state"], r.json()["description"]) for r in receiver.requests]
+    assert states == [("pending", "noticed, waiting to be applied"), ("pending", "applying"), ("success", "applied")]
+    assert {r.path for r in receiver.requests} == {f"/api/v3/repos/you/specs/statuses/{SHA}"}
+
+
+def test_gitlab_commit_status_is_pending_when_seen_running_while_applying_then_success() -> None:
+    with Receiver() as receiver:
+        provider = GitLabProvider(
+            type="gitlab", project=42, token=SecretStr("glpat-token"), api_url=receiver.url + "/api/v4"
+        )
+        deliver([Channel("gl", provider)], PROGRESS, delivered("gl", 3))
+    assert [r.json()["state"] for r in receiver.requests] == ["pending", "running", "success"]
+    assert {r.path for r in receiver.requests} == {f"/api/v4/projects/42/statuses/{SHA}"}
+
+
+def test_rolled_back_and_quarantined_commits_reach_a_webhook_with_the_reason() -> None:
+    rolled = Event(EventKind.ROLLED_BACK, SHA, "main", "Progressing", ("back to 1111111 (apply_failed)",))
+    held = Event(EventKind.COMMIT_QUARANTINED, "2" * 40, "main", "Progressing", ("held back with 3f2a9c1 (apply_failed)",))
+    with Receiver() as receiver:
+        deliver([webhook(receiver.url + "/hook")], [rolled, held], delivered("hook", 2))
+    bodies = [r.json() for r in receiver.requests]
+    assert [(b["event"], b["commit"]) for b in bodies] == [("rolled_back", SHA), ("commit_quarantined", "2" * 40)]
+    assert bodies[0]["message"] == "3f2a9c1 on main: rolled back: back to 1111111 (apply_failed)"
+
+
 # --- delivery ----------------------------------------------------------------------------
 
 

@@ -60,7 +60,7 @@ def test_a_notify_file_with_mistakes_stops_run_with_every_error_located(repo: Gi
     assert done.stderr.splitlines() == [
         f"gitops run: --notify {notify} is invalid:",
         f"{notify}:4:1: providers.gh.token_file: cannot read /nonexistent: No such file or directory",
-        f"{notify}:9:11: providers.chat.events.0: must be one of applied, invalid, apply_failed, rollout_aborted, "
+        f"{notify}:9:11: providers.chat.events.0: must be one of seen, applying, applied, invalid, apply_failed, rollout_aborted, "
         "rolled_back, commit_quarantined, synced, git_unreachable",
     ]
 
@@ -83,10 +83,11 @@ def test_a_real_agent_notifies_a_bad_commit_and_the_good_one_after_it(
     repo.write("deployments/hello.toml", SPEC)
     first = repo.commit("hello")
     (tmp_path / "hmac-key").write_text("k3y\n")
-    with Receiver() as receiver:
+    with Receiver() as receiver, Receiver() as forge:
         notify = tmp_path / "notify.toml"
         notify.write_text(f'[providers.hook]\ntype = "webhook"\nurl = "{receiver.url}/hook"\n'
-                          f'secret_file = "{tmp_path / "hmac-key"}"\n')
+                          f'secret_file = "{tmp_path / "hmac-key"}"\n'
+                          f'[providers.ci]\ntype = "gitlab"\nproject = 7\ntoken = "glpat-x"\napi_url = "{forge.url}"\n')
         agent = AgentProcess(repo.root, tmp_path, ray.get_runtime_context().gcs_address, extra_args=[
             "--notify", str(notify), "--public-url", "https://gitops.example.com", "--commit-url-template", TEMPLATE,
         ])
@@ -100,6 +101,7 @@ def test_a_real_agent_notifies_a_bad_commit_and_the_good_one_after_it(
             good = repo.commit("fixed")
             agent.wait_applied(good)
             received = receiver.wait_for(4, timeout_s=60)
+            statuses = forge.wait_for(8, timeout_s=30)
             status = agent.get("/status")
             metrics = agent.metrics()
         finally:
@@ -114,4 +116,10 @@ def test_a_real_agent_notifies_a_bad_commit_and_the_good_one_after_it(
         signature = hmac.new(b"k3y", request.body, hashlib.sha256).hexdigest()
         assert (request.path, request.headers["x-signature"]) == ("/hook", f"sha256={signature}")
     assert status["notifications"]["hook"]["delivered"] == 4
+    states = [(request.path.rsplit("/", 1)[1], request.json()["state"]) for request in statuses]
+    assert states == [
+        (first, "pending"), (first, "running"), (first, "success"), (bad, "pending"), (bad, "failed"),
+        # The fix restores the running state: nothing to apply, so no running state.
+        (good, "pending"), (good, "success"), (good, "success"),
+    ]
     assert 'gitops_notifications_total{provider="hook",result="success"} 4.0' in metrics

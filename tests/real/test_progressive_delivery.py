@@ -22,7 +22,7 @@ import ray
 
 from controller.client import ControllerClient
 from controller.ray_adapter import PROXY_PREFIX
-from vocabulary.configs import EndpointConfig, RolloutConfig
+from vocabulary.configs import EndpointConfig, GoalState, ReplicaState, RolloutConfig, UpdateConfig
 from vocabulary.rollouts import CheckName, Rollout, RolloutPhase
 from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
 
@@ -61,8 +61,8 @@ def answered(traffic: Traffic, since: float, at_least: int) -> Counter[str] | No
 
 
 class Cluster:
-    def __init__(self, namespace: str) -> None:
-        self.client: ControllerClient = start_controller(namespace, proxies=True)
+    def __init__(self, namespace: str, **options: Any) -> None:
+        self.client: ControllerClient = start_controller(namespace, proxies=True, **options)
         names = eventually(lambda: named_actors(namespace, PROXY_PREFIX), 60)
         proxy = ray.get_actor(min(names), namespace=namespace)
         self.url = "http://" + ray.get(proxy.ready.remote(), timeout=30)
@@ -204,3 +204,32 @@ def test_shadow_replies_are_compared_and_mismatches_sampled_at_the_proxy(cluster
         assert [client.get("/cmp").status_code for _ in range(5)] == [200] * 5
         sample = eventually(lambda: client.get("/-/shadow/mismatches").json(), 10)
     assert (sample[0]["endpoint"], sample[0]["backend"], sample[0]["diff"]) == ("cmp", "cmp-v2", "status 200 != 500")
+
+
+def test_max_surge_zero_updates_a_backend_that_fills_the_cluster_in_place(cluster: Cluster) -> None:
+    """Two replicas take every free CPU: a code update with max_surge = 0 still finishes, one
+    replica at a time, never serving or starting more than the target."""
+    share = float(ray.available_resources().get("CPU", 0.0)) / 2
+    assert share > 0, "the session's Ray has no free CPU to fill"
+    first = quick_backend("inplace", "canary_handlers:Versioned", init_args=("a",), version="a", num_replicas=2,
+                          ray_actor_options={"num_cpus": share})
+    met(cluster.client, run(cluster.client.apply_backend(first)))
+    update = UpdateConfig(max_surge=0, max_unavailable=1)
+    second = first.model_copy(update={"version": "b", "init_args": ("b",), "update": update})
+    goal = run(cluster.client.apply_backend(second))
+    active: list[int] = []
+
+    def updated() -> bool:
+        replicas = run(cluster.client.get_status()).backends["inplace"].replicas
+        active.append(sum(r.state in (ReplicaState.STARTING, ReplicaState.RUNNING) for r in replicas))
+        result = run(cluster.client.wait_for_goal(goal, 0.01))
+        assert result.state is not GoalState.FAILED, result
+        return result.state is GoalState.MET
+
+    try:
+        eventually(updated, 90, 0.02, what="the in-place update to finish on a full cluster")
+        final = run(cluster.client.get_status()).backends["inplace"].replicas
+    finally:
+        met(cluster.client, run(cluster.client.delete_backend("inplace")))  # give the CPUs back
+    assert max(active) <= 2
+    assert sorted(r.version for r in final if r.state is ReplicaState.RUNNING) == ["b", "b"]

@@ -50,7 +50,15 @@ STATUS = {
                     "versions": {"v1abc": 2}, "restarts": {}, "last_error": None},
     },
     "endpoints": {"echo": {"route": "/echo", "traffic": {"echo-v1": 0.75, "echo-v2": 0.25}, "shadow": {}}},
+    "rollouts": {"echo": {"phase": "stepping", "step": 3, "steps": [0.1, 0.5, 0.75, 1.0], "passed": 2,
+                          "weights": {"echo-v1": 0.25, "echo-v2": 0.75}, "target": {"echo-v2": 1.0},
+                          "message": "endpoint echo: step 3/4 (75% of the change)",
+                          "checks": ["echo-v2: 30 requests >= 20"]}},
+    "quarantine": {"good": "a" * 40, "held": ["d" * 40], "reason": "analysis", "detail": ""},
 }
+MISMATCHES = {"mismatches": [{"at": 1700000000.0, "endpoint": "echo", "backend": "echo-v3", "path": "/echo/x",
+                              "primary_status": 200, "shadow_status": 500, "diff": "status 200 vs 500",
+                              "proxy": "http://127.0.0.1:8000"}], "unreachable": []}
 HISTORY = [
     {"commit": "a" * 40, "summary": "roll out v1", "finished_at": 1700000000.0, "result": "applied",
      "duration_s": 1.5, "plan_summary": "1 backend created", "errors": []},
@@ -69,6 +77,7 @@ def fixture_agent(served_status: dict) -> Iterator[str]:
         Route("/", lambda r: HTMLResponse(render_page(refresh_s=0.5))),
         Route("/status", lambda r: JSONResponse(served_status)),
         Route("/history", lambda r: JSONResponse(HISTORY)),
+        Route("/shadow/mismatches", lambda r: JSONResponse(MISMATCHES)),
     ])
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
@@ -129,6 +138,21 @@ def test_status_page_shows_the_agents_status_in_a_real_browser(
         ".map(e => e.getBoundingClientRect().width / e.parentNode.getBoundingClientRect().width)"
     )
     assert drawn == pytest.approx([0.75, 0.25], abs=0.01)
+
+
+def test_status_page_shows_rollout_steps_quarantined_commits_and_shadow_mismatches(
+    fixture_agent: str, browser: webdriver.Chrome, artifacts_dir: Path
+) -> None:
+    browser.get(fixture_agent)
+    wait_loaded(browser)
+    browser.save_screenshot(str(artifacts_dir / "statuspage-rollouts.png"))
+    boxes = browser.execute_script("return [...document.querySelectorAll('#rollouts .steps span')].map(e => e.className)")
+    assert boxes == ["passed", "passed", "holding", ""]
+    assert "step 3/4" in text(browser, "rollouts") and "echo-v2: 30 requests >= 20" in text(browser, "rollouts")
+    quarantine = text(browser, "quarantine")
+    assert "held: " + "d" * 12 in quarantine and "rolled back to " + "a" * 12 in quarantine and "analysis" in quarantine
+    mismatches = text(browser, "mismatches")
+    assert "/echo/x" in mismatches and "200 vs 500" in mismatches and "echo-v3" in mismatches
 
 
 def test_status_page_redraws_by_itself_when_the_status_changes(

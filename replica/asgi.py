@@ -1,0 +1,254 @@
+"""Running ASGI callables inside a replica: one HTTP request, or one WebSocket.
+
+Owns the replica half of the ASGI contract: building the scope (the route
+prefix as `root_path`, `path` the full path), feeding `receive`, and turning
+what the app `send`s into a `WireResponse` when the whole body came in one
+message, or into a `BodyStream` (status, headers, first chunk, and the rest
+as an async iterator) when it streams. The same code runs a user's FastAPI or
+Starlette app and a `StreamingResponse` a plain handler returned (a Starlette
+response is an ASGI app). A WebSocket is a `Socket`: the app runs as a task,
+messages from the client are `push`ed in, and what the app sends comes out
+of `outbound()` until it closes. An app's lifespan (FastAPI's startup and
+shutdown, e.g. loading a model) runs with the replica: `Lifespan.start`
+before the first request, `stop` when the replica drains; an app that does
+not speak the lifespan protocol is served without it.
+
+Not here: keeping streams and sockets between Ray calls (`replica.host`),
+what a handler's plain return values become (`replica.conversions`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from dataclasses import dataclass
+from typing import Any, AsyncGenerator, Awaitable, Callable
+
+from vocabulary.wire import WireRequest, WireResponse, split_root_path
+
+__all__ = ["AppError", "BodyStream", "Lifespan", "Socket", "is_asgi_app", "serve_http", "socket_scope"]
+
+logger = logging.getLogger(__name__)
+
+Message = dict[str, Any]
+App = Callable[[dict[str, Any], Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
+
+# Spec 2.4: a streaming response learns of a gone client by its task being
+# cancelled, so nothing needs to listen on `receive` for a disconnect.
+_ASGI = {"version": "3.0", "spec_version": "2.4"}
+_END = object()  # the app returned
+
+
+class AppError(Exception):
+    """The app returned or raised without starting a response; the text is for the log."""
+
+
+@dataclass(frozen=True)
+class BodyStream:
+    """A streaming answer: closing `rest` stops the app that produces it."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    first_chunk: bytes
+    rest: AsyncGenerator[bytes, None]
+
+
+def is_asgi_app(target: Any) -> bool:
+    """A FastAPI/Starlette instance, or anything called as `await app(scope, receive, send)`."""
+    call = target if inspect.isfunction(target) else getattr(target, "__call__", None)
+    if call is None or not inspect.iscoroutinefunction(call):
+        return False
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    required = [p for p in parameters if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(required) == 3
+
+
+def _scope(kind: str, wire: WireRequest) -> dict[str, Any]:
+    method, path, query_string, headers, _ = wire
+    headers, root_path = split_root_path(headers)
+    scope: dict[str, Any] = {
+        "type": kind,
+        "asgi": _ASGI,
+        "http_version": "1.1",
+        "path": path,
+        "raw_path": path.encode("latin-1", "replace"),
+        "root_path": root_path,
+        "query_string": query_string,
+        "headers": headers,
+        "client": None,
+        "server": None,
+    }
+    if kind == "http":
+        scope.update(method=method, scheme="http")
+    else:
+        scope.update(scheme="ws", subprotocols=_subprotocols(headers))
+    return scope
+
+
+def socket_scope(wire: WireRequest) -> dict[str, Any]:
+    return _scope("websocket", wire)
+
+
+def _subprotocols(headers: list[tuple[bytes, bytes]]) -> list[str]:
+    return [
+        token.strip().decode("latin-1")
+        for name, value in headers if name == b"sec-websocket-protocol"
+        for token in value.split(b",") if token.strip()
+    ]
+
+
+async def serve_http(app: App, wire: WireRequest) -> WireResponse | BodyStream:
+    """Run `app` for one request: the whole answer, or its head and the rest as a stream."""
+    body = wire[4]
+    given = False
+    outbox: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def receive() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        # No disconnect is ever reported: a gone client cancels this task instead (spec 2.4).
+        never: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        return await never
+
+    async def run() -> None:
+        try:
+            await app(_scope("http", wire), receive, outbox.put)
+        finally:
+            outbox.put_nowait(_END)
+
+    task = asyncio.ensure_future(run())
+    task.add_done_callback(_log_failure)
+    try:
+        start = await outbox.get()
+        if start is _END or start.get("type") != "http.response.start":
+            _raise_from(task, "the app returned without starting a response")
+        message = await outbox.get()
+        if message is _END:
+            return start["status"], list(start.get("headers", [])), b""
+        if not message.get("more_body", False):
+            return start["status"], list(start.get("headers", [])), bytes(message.get("body", b""))
+    except BaseException:
+        task.cancel()
+        raise
+    return BodyStream(start["status"], list(start.get("headers", [])), bytes(message.get("body", b"")),
+                      _rest(outbox, task))
+
+
+async def _rest(outbox: asyncio.Queue[Any], task: asyncio.Future[None]) -> AsyncGenerator[bytes, None]:
+    try:
+        while True:
+            message = await outbox.get()
+            if message is _END:
+                return
+            if message.get("type") != "http.response.body":
+                continue
+            chunk = bytes(message.get("body", b""))
+            if chunk:
+                yield chunk
+            if not message.get("more_body", False):
+                return
+    finally:
+        task.cancel()
+
+
+def _raise_failure(task: asyncio.Future[None]) -> None:
+    error = task.exception() if task.done() and not task.cancelled() else None
+    if error is not None:
+        raise error
+
+
+def _raise_from(task: asyncio.Future[None], text: str) -> None:
+    _raise_failure(task)
+    raise AppError(text)
+
+
+def _log_failure(task: asyncio.Future[None]) -> None:
+    # An app that raised after answering (Starlette re-raises behind its own
+    # 500) has nobody left to tell: its traceback goes to the log.
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("ASGI app raised", exc_info=task.exception())
+
+
+class Socket:
+    """One WebSocket connection's app, between the proxy's two pumps."""
+
+    def __init__(self, app: App, wire: WireRequest) -> None:
+        self._inbound: asyncio.Queue[Message] = asyncio.Queue()
+        self._outbound: asyncio.Queue[Any] = asyncio.Queue()
+        self._inbound.put_nowait({"type": "websocket.connect"})
+        self._task = asyncio.ensure_future(self._run(app, socket_scope(wire)))
+        self._task.add_done_callback(_log_failure)
+
+    async def _run(self, app: App, scope: dict[str, Any]) -> None:
+        try:
+            await app(scope, self._inbound.get, self._outbound.put)
+        finally:
+            self._outbound.put_nowait(_END)
+
+    def push(self, message: Message) -> None:
+        """A message from the client (`websocket.receive` or `websocket.disconnect`)."""
+        self._inbound.put_nowait(message)
+
+    async def outbound(self) -> AsyncGenerator[Message, None]:
+        """What the app sends, until it closes or returns; closing this stops
+        the app. An app that raised raises here, after what it sent."""
+        try:
+            while True:
+                message = await self._outbound.get()
+                if message is _END:
+                    _raise_failure(self._task)
+                    return
+                yield message
+                if message.get("type") == "websocket.close":
+                    return
+        finally:
+            self._task.cancel()
+
+
+class Lifespan:
+    """One app's lifespan protocol: startup before serving, shutdown after."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+        self._inbound: asyncio.Queue[Message] = asyncio.Queue()
+        self._outbound: asyncio.Queue[Any] = asyncio.Queue()
+        self._task: asyncio.Future[None] | None = None
+
+    async def _run(self) -> None:
+        try:
+            await self._app({"type": "lifespan", "asgi": _ASGI, "state": {}}, self._inbound.get, self._outbound.put)
+        finally:
+            self._outbound.put_nowait(_END)
+
+    async def start(self) -> None:
+        """Run the app's startup; raises `AppError` with its message if it failed."""
+        self._task = asyncio.ensure_future(self._run())
+        self._inbound.put_nowait({"type": "lifespan.startup"})
+        answer = await self._outbound.get()
+        if answer is _END:
+            # Raised or returned at once: the app has no lifespan (ASGI spec), so serve without one.
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+            return
+        if answer.get("type") == "lifespan.startup.failed":
+            await asyncio.gather(self._task, return_exceptions=True)  # Starlette re-raises after reporting
+            self._task = None
+            raise AppError(f"the app's startup failed: {answer.get('message', '')}")
+
+    async def stop(self) -> None:
+        """Run the app's shutdown, if it took part in startup."""
+        if self._task is None:
+            return
+        self._inbound.put_nowait({"type": "lifespan.shutdown"})
+        answer = await self._outbound.get()
+        if answer is not _END and answer.get("type") == "lifespan.shutdown.failed":
+            logger.error("the app's shutdown failed: %s", answer.get("message", ""))
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        self._task = None

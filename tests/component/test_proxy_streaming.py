@@ -1,0 +1,180 @@
+"""Streamed answers and leaving clients in the proxy's ASGI app, driven
+in-process with fake replicas whose answers stream (no Ray, no sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any, AsyncIterator
+
+from proxy.app import ProxyApp
+from proxy.calling import Batching, ReplicaDiedError
+from proxy.settings import ProxySettings
+from proxy.subscriptions import Subscriptions
+from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from vocabulary.wire import Reply, StreamStart, WireRequest
+
+SSE = [(b"content-type", b"text/event-stream")]
+
+
+class StreamingReplica:
+    """Answers every call with a stream: `first`, then `rest` with `gap_s` before each chunk."""
+
+    def __init__(self, rest: list[bytes], gap_s: float = 0.0, dies_after: int | None = None) -> None:
+        self.rest, self.gap_s, self.dies_after = rest, gap_s, dies_after
+        self.closed_early = 0
+        self.discarded: list[str] = []
+        self.calls = 0
+
+
+class StreamingCaller:
+    async def call(self, handle: StreamingReplica, request: WireRequest, timeout_s: float,
+                   batching: Batching | None = None) -> Reply:
+        handle.calls += 1
+        return StreamStart(200, SSE, b"first;", f"s{handle.calls}")
+
+    async def stream(self, handle: StreamingReplica, start: StreamStart) -> AsyncIterator[bytes]:
+        finished = False
+        try:
+            for n, chunk in enumerate(handle.rest):
+                if handle.dies_after is not None and n == handle.dies_after:
+                    raise ReplicaDiedError("gone")
+                await asyncio.sleep(handle.gap_s)
+                yield chunk
+            finished = True
+        finally:
+            handle.closed_early += not finished
+
+    def discard(self, handle: StreamingReplica, start: StreamStart) -> None:
+        handle.discarded.append(start.stream_id)
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, int]] = []
+        self.first_bytes: list[tuple[str, str]] = []
+        self.shadows: list[tuple[str, str, str]] = []
+
+    def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None:
+        self.requests.append((endpoint, backend, code))
+
+    def shadow_done(self, endpoint: str, backend: str, result: str) -> None:
+        self.shadows.append((endpoint, backend, result))
+
+    def shadow_compared(self, endpoint: str, backend: str, matched: bool) -> None:
+        raise AssertionError("a stream is never compared")
+
+    def first_byte(self, endpoint: str, backend: str, seconds: float) -> None:
+        self.first_bytes.append((endpoint, backend))
+
+
+def proxy(backends: dict[str, StreamingReplica], timeout_s: float = 5.0,
+          shadow: dict[str, float] | None = None) -> tuple[ProxyApp, Recorded]:
+    recorded = Recorded()
+    rng = random.Random(0)
+    app = ProxyApp(StreamingCaller(), ProxySettings(), rng, recorded)  # type: ignore[arg-type]
+    subscriptions = Subscriptions(ProxySettings(), rng)
+    config = EndpointConfig(name="e", route="/e", traffic={"v1": 1.0}, shadow=shadow or {}, timeout_s=timeout_s,
+                            shadow_compare="json" if shadow else "none")
+    answer: dict[str, Any] = {
+        "routes": (1, RouteTable(entries=(RouteEntry(route="/e", methods=("GET",), endpoint="e"),))),
+        "endpoint:e": (2, config),
+    }
+    for n, (name, replica) in enumerate(backends.items()):
+        info = ReplicaInfo(replica_id=name, actor_name=name, handle=replica)
+        answer[f"replicas:{name}"] = (3 + n, ReplicaSet(backend=name, max_concurrent_queries=10, replicas=(info,)))
+    app.install(subscriptions.apply(answer))
+    return app, recorded
+
+
+class Client:
+    """One request's ASGI side: what the app sent, and a disconnect the test can trigger."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.leave = asyncio.Event()
+        self._asked = 0
+
+    async def receive(self) -> dict[str, Any]:
+        self._asked += 1
+        if self._asked == 1:
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await self.leave.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body")
+
+    def complete(self) -> bool:
+        return any(m["type"] == "http.response.body" and not m.get("more_body") for m in self.sent)
+
+
+def scope(path: str = "/e") -> dict[str, Any]:
+    return {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
+            "headers": [], "http_version": "1.1"}
+
+
+async def request(app: ProxyApp, client: Client) -> None:
+    await app(scope(), client.receive, client.send)
+
+
+def test_a_streamed_answer_reaches_the_client_chunk_by_chunk_and_completes() -> None:
+    app, recorded = proxy({"v1": StreamingReplica([b"a;", b"b;"])})
+    client = Client()
+    asyncio.run(request(app, client))
+    assert client.sent[0]["status"] == 200 and (b"content-type", b"text/event-stream") in client.sent[0]["headers"]
+    assert [m["body"] for m in client.sent[1:]] == [b"first;", b"a;", b"b;", b""]
+    assert client.complete()
+    assert recorded.requests == [("e", "v1", 200)] and recorded.first_bytes == [("e", "v1")]
+
+
+def test_a_gap_between_chunks_above_timeout_s_cuts_the_stream_and_counts_504() -> None:
+    replica = StreamingReplica([b"slow"], gap_s=0.5)
+    app, recorded = proxy({"v1": replica}, timeout_s=0.05)
+    client = Client()
+    asyncio.run(request(app, client))
+    assert client.body() == b"first;" and not client.complete()
+    assert recorded.requests == [("e", "v1", 504)] and replica.closed_early == 1
+
+
+def test_a_replica_that_dies_mid_stream_cuts_it_and_counts_502() -> None:
+    app, recorded = proxy({"v1": StreamingReplica([b"a;", b"b;"], dies_after=1)})
+    client = Client()
+    asyncio.run(request(app, client))
+    assert client.body() == b"first;a;" and not client.complete()
+    assert recorded.requests == [("e", "v1", 502)]
+
+
+def test_a_client_that_leaves_mid_stream_closes_the_replicas_stream() -> None:
+    replica = StreamingReplica([b"x"] * 100, gap_s=0.01)
+
+    async def scenario() -> Client:
+        app, _ = proxy({"v1": replica})
+        client = Client()
+        call = asyncio.ensure_future(request(app, client))
+        while len(client.sent) < 4:
+            await asyncio.sleep(0.005)
+        client.leave.set()
+        await call
+        return client
+
+    client = asyncio.run(scenario())
+    assert not client.complete() and replica.closed_early == 1
+
+
+def test_a_shadow_copy_that_streams_is_discarded_unread() -> None:
+    shadow = StreamingReplica([b"never read"])
+    app, recorded = proxy({"v1": StreamingReplica([]), "v2": shadow}, shadow={"v2": 1.0})
+
+    async def scenario() -> None:
+        await request(app, Client())
+        for _ in range(1000):  # the copy runs on later turns of the loop
+            if recorded.shadows:
+                return
+            await asyncio.sleep(0)
+
+    asyncio.run(scenario())
+    assert shadow.discarded == ["s1"] and recorded.shadows == [("e", "v2", "ok")]

@@ -1,0 +1,172 @@
+"""The replica's side of streaming and ASGI apps, in-process (no Ray): what
+a streaming handler's call answers, how the rest is read, which
+`import_path` targets count as ASGI apps, and an app's lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, AsyncIterator, Iterator
+
+import pytest
+
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+
+from replica.asgi import is_asgi_app
+from replica.host import Replica
+from replica.streams import StreamTable
+from vocabulary.wire import StreamStart, make_request, with_root_path
+
+class AsyncTicks:
+    async def __call__(self, request: Request) -> AsyncIterator[str]:
+        async def ticks() -> AsyncIterator[str]:
+            for n in range(3):
+                yield f"{n};"
+                await asyncio.sleep(0.01)
+
+        return ticks()
+
+
+class AsyncGeneratorHandler:
+    async def __call__(self, request: Request) -> AsyncIterator[bytes]:
+        for chunk in (b"x", b"y"):
+            yield chunk
+
+
+def sync_ticks(request: Request) -> Iterator[bytes]:
+    yield from (b"a", b"b", b"c")
+
+
+class EventStream:
+    async def __call__(self, request: Request) -> StreamingResponse:
+        async def events() -> AsyncIterator[str]:
+            yield "data: 1\n\n"
+            yield "data: 2\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+
+api = FastAPI()
+
+
+@api.get("/where")
+def where(request: Request) -> dict[str, str]:
+    return {"root_path": request.scope["root_path"], "path": request.url.path}
+
+
+lifecycle: list[str] = []
+
+
+@contextlib.asynccontextmanager
+async def loaded(app: FastAPI) -> AsyncIterator[None]:
+    lifecycle.append("startup")
+    yield
+    lifecycle.append("shutdown")
+
+
+with_lifespan = FastAPI(lifespan=loaded)
+
+
+@with_lifespan.get("/seen")
+def seen() -> list[str]:
+    return lifecycle
+
+
+@contextlib.asynccontextmanager
+async def broken(app: FastAPI) -> AsyncIterator[None]:
+    raise RuntimeError("no model file")
+    yield
+
+
+failing_startup = FastAPI(lifespan=broken)
+
+
+class AsgiClass:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        raise NotImplementedError
+
+
+async def streamed(target: str) -> tuple[StreamStart, list[bytes]]:
+    replica = Replica("b", "r1", "v1", f"{__name__}:{target}")
+    await replica.initialize()
+    start = await replica.handle_request(make_request("GET", "/s"))
+    assert isinstance(start, StreamStart)
+    return start, [chunk async for chunk in replica.stream(start.stream_id)]
+
+
+def test_an_async_generator_streams_its_chunks_as_text() -> None:
+    start, rest = asyncio.run(streamed("AsyncTicks"))
+    assert (start.status, start.first_chunk, rest) == (200, b"0;", [b"1;", b"2;"])
+    assert (b"content-type", b"text/plain; charset=utf-8") in start.headers
+
+
+def test_a_handler_that_is_an_async_generator_streams_what_it_yields() -> None:
+    start, rest = asyncio.run(streamed("AsyncGeneratorHandler"))
+    assert [start.first_chunk, *rest] == [b"x", b"y"]
+
+
+def test_a_sync_generator_streams_its_chunks() -> None:
+    start, rest = asyncio.run(streamed("sync_ticks"))
+    assert [start.first_chunk, *rest] == [b"a", b"b", b"c"]
+
+
+def test_a_streaming_response_keeps_its_media_type() -> None:
+    start, rest = asyncio.run(streamed("EventStream"))
+    assert (b"content-type", b"text/event-stream; charset=utf-8") in start.headers
+    assert [start.first_chunk, *rest] == [b"data: 1\n\n", b"data: 2\n\n"]
+
+
+def test_an_asgi_app_sees_the_route_prefix_as_its_root_path() -> None:
+    async def scenario() -> Any:
+        replica = Replica("b", "r1", "v1", f"{__name__}:api")
+        await replica.initialize()
+        return await replica.handle_request(make_request("GET", "/api/where", headers=with_root_path([], "/api")))
+
+    status, _, body = asyncio.run(scenario())
+    assert (status, body) == (200, b'{"root_path":"/api","path":"/api/where"}')
+
+
+def test_apps_and_asgi_classes_count_as_asgi_apps_and_handlers_do_not() -> None:
+    assert is_asgi_app(api) and is_asgi_app(AsgiClass())
+    assert not is_asgi_app(AsyncTicks()) and not is_asgi_app(sync_ticks) and not is_asgi_app(EventStream())
+
+
+def test_a_stream_nobody_claims_in_time_is_closed() -> None:
+    async def scenario() -> bool:
+        closed = asyncio.Event()
+
+        async def rest() -> AsyncIterator[bytes]:
+            try:
+                yield b"never read"
+            finally:
+                closed.set()
+
+        table = StreamTable("r1", unclaimed_s=0.01)
+        body = rest()
+        await body.__anext__()  # started, as a stream the replica holds is
+        stream_id = table.hold(body)
+        await asyncio.wait_for(closed.wait(), 5)
+        return table.claim(stream_id) is None
+
+    assert asyncio.run(scenario())
+
+
+def test_an_apps_startup_runs_before_its_first_request_and_its_shutdown_when_the_replica_drains() -> None:
+    async def scenario() -> tuple[Any, list[str]]:
+        replica = Replica("b", "r1", "v1", f"{__name__}:with_lifespan")
+        await replica.initialize()
+        answer = await replica.handle_request(make_request("GET", "/seen"))
+        await replica.prepare_for_shutdown(0)
+        return answer, list(lifecycle)
+
+    lifecycle.clear()
+    (status, _, body), after = asyncio.run(scenario())
+    assert (status, body, after) == (200, b'["startup"]', ["startup", "shutdown"])
+
+
+def test_an_app_whose_startup_fails_never_becomes_ready_and_says_why() -> None:
+    replica = Replica("b", "r1", "v1", f"{__name__}:failing_startup")
+    with pytest.raises(Exception, match="no model file"):
+        asyncio.run(replica.initialize())
