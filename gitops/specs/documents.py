@@ -9,6 +9,11 @@ Hostile input is bounded here (`gitops.specs.limits`): the nesting guard of
 checked for their size and for numbers that are not finite before any table
 is validated; a file that breaks a limit is reported and not read further.
 
+`parse_file` checks one file on its own, a function of its path and bytes
+(so a loader keeps it by blob hash); `combine` joins the files and applies
+the rules across them. Error locations are scanned only for a file with an
+error (`gitops.specs.locating.locate_later`).
+
 Pure: it takes file contents, not a tree, and never raises on bad input.
 Import paths and code paths are checked later, against the tree, by
 `gitops.specs.loading`.
@@ -36,7 +41,7 @@ from gitops.specs.limits import SpecLimits, size_text
 from gitops.specs.locating import LazyLocations, Locations, locate_later
 from gitops.specs.models import NAME_PATTERN, EndpointSpec, Loc, check_backend, check_endpoint, dotted
 
-__all__ = ["SpecError", "Declared", "Documents", "ParsedFile", "parse_documents", "parse_file", "combine", "oversized_file"]
+__all__ = ["SpecError", "Declared", "Documents", "ParsedFile", "parse_file", "combine", "oversized_file"]
 
 _SECTIONS = ("backends", "endpoints")
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
@@ -93,14 +98,6 @@ class ParsedFile:
 
     tables: tuple[tuple[str, Declared], ...] = ()
     errors: tuple[SpecError, ...] = ()
-
-
-def parse_documents(
-    files: Mapping[str, bytes], limits: SpecLimits = SpecLimits(), errors: tuple[SpecError, ...] = ()
-) -> Documents:
-    """Parse and check every spec file; `files` maps repo-relative paths to
-    bytes; `errors` found before reading (sizes, links) are reported with them."""
-    return combine({path: parse_file(path, data, limits) for path, data in files.items()}, errors)
 
 
 def parse_file(path: str, data: bytes, limits: SpecLimits = SpecLimits()) -> ParsedFile:
