@@ -53,6 +53,10 @@ CREATE TABLE IF NOT EXISTS attempts (
     errors TEXT NOT NULL
 )
 """,
+    # Version 2 brings rollout `step` rows, which an older agent cannot read:
+    # the bump makes it refuse the file with its clear message instead. The
+    # index serves `last_applied`, which filters on the result.
+    "CREATE INDEX IF NOT EXISTS attempts_by_result ON attempts (result, id)",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
-from gitops.history import History
+from gitops.history import _MIGRATIONS, SCHEMA_VERSION, History
 from gitops.ledger import HistoryEntry, Outcome
 
 
@@ -59,3 +60,17 @@ def test_only_the_newest_attempts_are_kept_but_never_the_last_applied_one(tmp_pa
         history.record(entry(commit, Outcome.INVALID, ("bad",)))
     assert [e.commit for e in history.recent()] == ["e", "d", "c", "a"]
     assert history.last_applied().commit == "a"
+
+
+def test_a_version_1_ledger_is_migrated_so_older_agents_refuse_its_step_rows(tmp_path: Path) -> None:
+    path = tmp_path / "history.db"
+    with sqlite3.connect(path) as db:  # what the previous release wrote: schema 1
+        db.execute(_MIGRATIONS[0])
+        db.execute("PRAGMA user_version = 1")
+    history = History(path)
+    history.record(entry("a", Outcome.APPLIED))
+    history.record(entry("a", Outcome.STEP))
+    assert [e.result for e in history.recent()] == [Outcome.STEP, Outcome.APPLIED]
+    history.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
