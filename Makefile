@@ -5,8 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-SYSTEM_TOOLS := prometheus promtool wrk chromium chromedriver redis-server
-SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver redis-server
+SYSTEM_TOOLS := prometheus promtool wrk chromium chromedriver redis-server gpg
+SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver redis-server gnupg
 
 .PHONY: run test test-pure test-ray-oldest docs lint-imports system-deps bench reliability clean
 
