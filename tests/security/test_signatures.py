@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -48,8 +48,9 @@ GPG_SIGNER = "ops@example.invalid"
 
 
 @pytest.fixture
-def gpg_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A GPG keyring holding one signing key, made the keyring of this process (and its children)."""
+def gpg_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A GPG keyring holding one signing key, made the keyring of this process
+    (and its children); the gpg-agent it starts is stopped afterwards."""
     home = tmp_path / "gnupg"
     home.mkdir(mode=0o700)
     monkeypatch.setenv("GNUPGHOME", str(home))
@@ -57,7 +58,8 @@ def gpg_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         ["gpg", "--batch", "--quiet", "--passphrase", "", "--quick-gen-key", GPG_SIGNER, "ed25519", "sign", "never"],
         check=True, capture_output=True,
     )
-    return home
+    yield home
+    subprocess.run(["gpgconf", "--kill", "gpg-agent"], check=False, capture_output=True)
 
 
 def gpg_signed_commit(repo: GitRepo, message: str) -> str:
