@@ -22,9 +22,11 @@ from tests.reliability.load import FailureKind, SteadyLoad
 from tests.reliability.scenario import record_run, under_load
 from tests.reliability.serving import Serving
 
-# The issue asks for 1 s on one node; Ray's restart of the actor process
-# alone takes ~1-2 s on this loaded 2-core machine (docs/reliability.md has
-# the measured figure), so the bound here is generous.
+# The issue asks for 1 s on one node. Measured from the SIGKILL: Ray starts
+# the new worker process in 0.6 s quiet, ~1.9 s on this loaded 2-core machine;
+# the proxy's own part (imports, bind, its whole table in one long-poll round
+# trip) is 0.3-0.7 s. Quiet runs serve again in ~0.9-1.1 s; the bound here
+# is generous for a loaded machine.
 SERVE_AGAIN_WITHIN_S = 4.0
 
 
