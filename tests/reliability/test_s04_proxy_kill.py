@@ -68,3 +68,13 @@ def test_a_proxy_without_its_first_route_table_answers_503_with_retry_after() ->
 
 def test_a_proxy_without_its_first_route_table_is_not_healthy() -> None:
     assert _fresh_proxy_answers("/-/healthz").status_code == 503
+
+
+def test_a_killed_proxy_counts_one_restart_in_status(serving: Serving) -> None:
+    def restarts() -> int:
+        return sum(p.restarts for p in serving.status().proxies.values())
+
+    before = restarts()
+    kill9(serving.proxy_handle())
+    eventually(lambda: restarts() > before, 60, what="the proxy's restart counted")
+    assert restarts() == before + 1
