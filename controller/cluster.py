@@ -121,6 +121,17 @@ def shutdown_ray() -> None:
         ray.shutdown()
 
 
+def kill_embedded_ray() -> None:
+    """After the Ray this process started lost a part (its GCS or raylet died):
+    kill what is left of it (raylet, dashboard, workers), without asking the
+    dead parts anything, so no orphan outlives the agent."""
+    import ray
+
+    node = ray._private.worker.global_worker.node
+    if node is not None and node.head:
+        node.kill_all_processes(check_alive=False, allow_graceful=False)
+
+
 def ray_endpoints() -> tuple[str, str]:
     """This process's Ray: the GCS address and the local raylet's socket (for a liveness watch)."""
     import ray
