@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import httpx
 import pytest
@@ -93,7 +93,7 @@ def test_run_from_a_fresh_clone_serves_the_examples_and_stops_cleanly(clone: Pat
     assert "Traceback" not in out + err and "WARN" not in out + err, err
     deadline = time.monotonic() + 20
     while any(alive(pid) for pid in processes):
-        assert time.monotonic() < deadline, f"left running: {[p for p in processes if alive(p)]}"
+        assert time.monotonic() < deadline, f"left running: {_commands(p for p in processes if alive(p))}"
         time.sleep(0.2)
 
 
@@ -185,10 +185,20 @@ class RunningCommand:
         return self.process.stderr.read(), took
 
 
+def _commands(pids: Iterable[int]) -> list[str]:
+    found = []
+    for pid in pids:
+        try:
+            found.append(f"{pid} " + (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+        except OSError:
+            continue
+    return found
+
+
 def wait_gone(processes: set[int], timeout_s: float = 20) -> None:
     deadline = time.monotonic() + timeout_s
     while any(alive(pid) for pid in processes):
-        assert time.monotonic() < deadline, f"left running: {[p for p in processes if alive(p)]}"
+        assert time.monotonic() < deadline, f"left running: {_commands(p for p in processes if alive(p))}"
         time.sleep(0.2)
 
 
