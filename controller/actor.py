@@ -21,7 +21,7 @@ import asyncio
 import logging
 import os
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field, fields
 from typing import Any, Awaitable, Callable, Protocol, Sequence
 
@@ -45,7 +45,7 @@ from controller.judging import fingerprint, judge
 from controller.longpoll import ANONYMOUS, LongPollHost
 from controller.proxy_fleet import ProxyEffect, ProxyFleet, ProxySpec, StopProxy
 from vocabulary.rollouts import MetricQuery, MetricReading
-from vocabulary.status import ClusterStatus, EndpointStatus, GoalTiming
+from vocabulary.status import ClusterStatus, EndpointStatus, GoalTiming, ReplicaFailure
 
 __all__ = ["ControllerActor", "ControllerOptions", "ClusterAdapter"]
 
@@ -158,6 +158,8 @@ class ControllerActor:
         self._published_backends: set[str] = set()
         self._saved: dict[str, Any] | None = None
         self._owner: Owner | None = None
+        self._restarts = 0  # starts that found a checkpoint, this one included
+        self._failures: deque[ReplicaFailure] = deque(maxlen=100)  # shown in status, for the agent's log
         self._recover()
         self._publish_endpoints()
         # Know the proxies before the first call, so no goal is judged against none.
@@ -178,6 +180,7 @@ class ControllerActor:
             self._rollouts = RolloutState()
             return
         body = decode(data)
+        self._restarts = int(body.get("restarts", 0)) + 1
         self._owner = Owner.from_json(body["owner"]) if body.get("owner") else None
         self._backends = BackendState.from_json(body["backends"], options)
         self._endpoints = EndpointState.from_json(body["endpoints"])
@@ -185,6 +188,12 @@ class ControllerActor:
         self._rollouts = RolloutState.from_json(body.get("rollouts"))
         found = self._adapter.adopt(self._backends.all_actor_names())
         effects = self._backends.recover(time.monotonic(), found)
+        logger.warning(
+            "controller restarted (restart %d): recovered %d backends, %d endpoints from its checkpoint; "
+            "%d replica actors found alive", self._restarts, len(self._backends.names()), len(self._endpoints.all()),
+            len(found),
+        )
+        self._log_failures()
         self._save()
         self._adapter.apply(effects)
         leaked = self._adapter.sweep_leaks(self._backends.all_actor_names())
@@ -198,6 +207,7 @@ class ControllerActor:
             "goals": self._goals.to_json(),
             "owner": self._owner.to_json() if self._owner else None,
             "rollouts": self._rollouts.to_json(),
+            "restarts": self._restarts,
         }
         self._backends.dirty = False
         self._rollouts.dirty = False
@@ -230,6 +240,7 @@ class ControllerActor:
         self._check_proxies(now)
         self._autoscale(now)
         effects = self._backends.tick(now, self._adapter)
+        self._log_failures()
         if self._backends.dirty:
             self._save()
         self._maybe_die("after_checkpoint")
@@ -239,6 +250,11 @@ class ControllerActor:
         self._maybe_die("after_effects")
         self._step_rollouts()
         self._judge_goals()
+
+    def _log_failures(self) -> None:
+        for failure in self._backends.take_failures():
+            logger.warning("%s", failure.message())
+            self._failures.append(failure)
 
     def _step_rollouts(self) -> None:
         """Advance every rollout; checkpoint a step before proxies are told of it."""
@@ -465,6 +481,8 @@ class ControllerActor:
             goal_durations=tuple(GoalTiming.model_validate(d) for d in self._goals.durations()[-100:]),
             errors=dict(self._errors),
             ticks=self._ticks,
+            controller_restarts=self._restarts,
+            replica_failures=tuple(self._failures),
             load={p: dict(loads) for p, loads in self._loads.items()},
             rollouts=self._rollouts.rollouts(),
             rollout_checks=self._rollouts.check_counts(),

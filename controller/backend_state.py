@@ -6,7 +6,9 @@ state (SHOULD_START -> STARTING -> RUNNING -> SHOULD_STOP -> STOPPING ->
 STOPPED, checked against `TRANSITIONS` on every move), the rolling-update
 and scaling step (`scale_decisions`, a pure function, within the backend's
 `[update]` limits: surge 1, unavailable 0 by default), health checks, failure counting with exponential backoff,
-restarts by reason, and the JSON form of all that for the checkpoint.
+restarts by reason (each one also kept as a `ReplicaFailure` until the
+caller takes it, to say so in the log), and the JSON form of all that for
+the checkpoint.
 
 It never touches Ray. Each `tick` reads the world through an `Observer`
 (probes the adapter answers from finished Ray calls) and returns the side
@@ -24,7 +26,7 @@ from typing import Any, Protocol, Sequence
 
 from controller.autoscaling import initial_replicas
 from vocabulary.configs import BackendConfig, ReplicaState, UpdateConfig
-from vocabulary.status import BackendStatus, ReplicaStatus
+from vocabulary.status import BackendStatus, ReplicaFailure, ReplicaStatus
 
 __all__ = [
     "BackendState",
@@ -62,6 +64,7 @@ class ProbeStatus(str, enum.Enum):
 class Probe:
     status: ProbeStatus
     error: str = ""
+    incarnation: int | None = None  # a proxy's answer to a ping: its process; a new one means it restarted
 
 
 class Observer(Protocol):
@@ -200,6 +203,8 @@ class BackendState:
     def __init__(self, options: BackendOptions | None = None) -> None:
         self.options = options or BackendOptions()
         self._backends: dict[str, _Backend] = {}
+        self._failures: list[ReplicaFailure] = []
+        self._failure_serial = 0
         # Replica ids are never reused, not even by a backend deleted and
         # created again: a reused actor name could find the old actor still
         # draining (get-or-create), and proxies would route to a dying replica.
@@ -314,6 +319,16 @@ class BackendState:
 
     # --- the control loop ------------------------------------------------------
 
+    def _failed(self, backend: str, replica_id: str, reason: str, error: str) -> None:
+        self._failure_serial += 1
+        self._failures.append(ReplicaFailure(
+            serial=self._failure_serial, backend=backend, replica_id=replica_id, reason=reason, error=error))
+
+    def take_failures(self) -> list[ReplicaFailure]:
+        """The replicas replaced since the last call, oldest first."""
+        failures, self._failures = self._failures, []
+        return failures
+
     def tick(self, now: float, observer: Observer) -> list[Effect]:
         """Observe every replica, decide scaling, and return the effects to apply."""
         effects: list[Effect] = []
@@ -399,6 +414,7 @@ class BackendState:
     ) -> None:
         """Replace a broken replica: kill it now and back off before the next start."""
         backend.restarts[reason] += 1
+        self._failed(backend.config.name, record.replica_id, reason, error)
         backend.last_error = error or reason
         if counts:
             backend.failures += 1
@@ -499,6 +515,7 @@ class BackendState:
                         record.last_health = now
                     else:
                         backend.restarts["lost"] += 1
+                        self._failed(backend.config.name, record.replica_id, "lost", "")
                         backend.replicas.remove(record)
                 elif record.state in (ReplicaState.SHOULD_START, ReplicaState.STARTING):
                     record.move(ReplicaState.SHOULD_START, now)

@@ -27,7 +27,7 @@ SCHEMA_VERSION = 2  # 2: replica ids from one controller-wide serial
 # What a user does about a checkpoint this controller cannot read. Nothing in
 # it is lost for good: the agent re-applies everything from git.
 RESET_HINT = (
-    "discard it with `gitops reset-controller --ray-address ADDRESS` while no controller runs; "
+    "discard it with `gitops reset-controller --ray-address ADDRESS --namespace NAMESPACE` while no controller runs; "
     "the agent then rebuilds the controller's state from git"
 )
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import signal
 import stat
 from pathlib import Path
 
@@ -119,6 +120,45 @@ def shutdown_ray() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
+
+
+def kill_embedded_ray() -> None:
+    """After the Ray this process started lost a part (its GCS or raylet died):
+    kill what is left of it, without asking the dead parts anything, so no
+    orphan outlives the agent. Ray's node kills what it started (GCS, raylet,
+    dashboard); the raylet's own children (its agents, the workers) are this
+    process's descendants too, and are killed with them."""
+    import ray
+
+    node = ray._private.worker.global_worker.node
+    if node is None or not node.head:
+        return
+    left = _descendants(os.getpid())
+    node.kill_all_processes(check_alive=False, allow_graceful=False)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:  # gone already
+            continue
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below `pid`, from /proc (empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    proc = Path("/proc")
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
 
 
 def ray_endpoints() -> tuple[str, str]:

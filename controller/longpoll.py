@@ -4,12 +4,16 @@ Owns the snapshot id of every key, the latest payload, waking blocked
 listeners, and the record of which snapshot ids each proxy last reported
 (an acknowledgement). It pushes only keys whose snapshot differs from what
 the listener holds, so a one-endpoint change costs one key, not the world.
+An answer also carries the keys its payloads imply that the listener does
+not hold yet (`LongPollKey.implied`: a route table's endpoints, their
+replica sets), so a fresh or restarted proxy gets its whole table in one
+round trip instead of one per level.
 
 Snapshot ids start from the wall clock in microseconds at construction, so
 an id held from an earlier controller incarnation never equals a current
 one: a client holding a stale id after a restart simply gets fresh data.
 
-No Ray here; payloads are opaque values.
+No Ray here; payloads are opaque values to it beyond `LongPollKey.implied`.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from vocabulary.goal_api import LongPollKey
 
 __all__ = ["LongPollHost", "ANONYMOUS"]
 
@@ -68,7 +74,8 @@ class LongPollHost:
     # --- listening ----------------------------------------------------------
 
     def updates_for(self, held: dict[str, int]) -> dict[str, tuple[int, Any]]:
-        """Every requested key whose current snapshot differs from `held`."""
+        """Every requested key whose current snapshot differs from `held`, and
+        every published key those updates imply that `held` lacks."""
         out: dict[str, tuple[int, Any]] = {}
         for key, snapshot_id in held.items():
             entry = self._entries.get(key)
@@ -79,7 +86,19 @@ class LongPollHost:
                     out[key] = (0, None)
             elif entry.snapshot_id != snapshot_id:
                 out[key] = (entry.snapshot_id, entry.payload)
+        self._add_implied(out, held)
         return out
+
+    def _add_implied(self, out: dict[str, tuple[int, Any]], held: dict[str, int]) -> None:
+        pending = list(out.values())
+        while pending:
+            _, payload = pending.pop()
+            for key in LongPollKey.implied(payload):
+                entry = self._entries.get(key)
+                if key in held or key in out or entry is None:
+                    continue
+                out[key] = (entry.snapshot_id, entry.payload)
+                pending.append(out[key])
 
     async def listen(
         self, held: dict[str, int], proxy_id: str | None, timeout_s: float

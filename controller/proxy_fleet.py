@@ -10,6 +10,10 @@ to carry out: `StartProxy`, `StopProxy`, `PingProxy`.
 It never touches Ray and never reads a clock: the controller passes `now`,
 the adapter carries the effects out. A proxy that cannot start (a port
 taken) is retried with exponential backoff rather than crash-looped.
+
+It also counts restarts: a ping answered by another process than the last
+one (Ray restarted the proxy in place, or the fleet replaced it) is one, and
+yields `ProxyRestarted` for the adapter to log.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ __all__ = [
     "StartProxy",
     "StopProxy",
     "PingProxy",
+    "ProxyRestarted",
     "ProxyEffect",
     "ProxyFleet",
 ]
@@ -69,7 +74,17 @@ class PingProxy:
     node_id: str
 
 
-ProxyEffect = StartProxy | StopProxy | PingProxy
+@dataclass(frozen=True)
+class ProxyRestarted:
+    """The node's proxy answers from a new process: nothing to do but say so."""
+
+    node_id: str
+    restarts: int
+    previous: int  # the process that answered before
+    current: int
+
+
+ProxyEffect = StartProxy | StopProxy | PingProxy | ProxyRestarted
 
 
 @dataclass
@@ -79,6 +94,8 @@ class _Node:
     retry_at: float = 0.0
     last_error: str = ""
     last_ping: float = -math.inf  # never: a proxy is pinged as soon as it is ready
+    incarnation: int | None = None  # the process that last answered a ping
+    restarts: int = 0
 
 
 class ProxyFleet:
@@ -130,10 +147,22 @@ class ProxyFleet:
             node.state = ProxyState.BACKOFF
             return [StopProxy(node_id, probe.error)]
         node.state, node.failures = ProxyState.RUNNING, 0
+        effects: list[ProxyEffect] = self._restarted(node_id, node, probe.incarnation)
         if now - node.last_ping < self.ping_period_s:
-            return []
+            return effects
         node.last_ping = now
-        return [PingProxy(node_id)]
+        return [*effects, PingProxy(node_id)]
+
+    @staticmethod
+    def _restarted(node_id: str, node: _Node, incarnation: int | None) -> list[ProxyEffect]:
+        previous = node.incarnation
+        if incarnation is None or incarnation == previous:
+            return []
+        node.incarnation = incarnation
+        if previous is None:
+            return []
+        node.restarts += 1
+        return [ProxyRestarted(node_id, node.restarts, previous, incarnation)]
 
     # --- reads ------------------------------------------------------------------
 
@@ -152,7 +181,7 @@ class ProxyFleet:
         return {
             node_id: ProxyStatus(
                 actor_name=proxy_actor_name(node_id), state=node.state,
-                failures=node.failures, last_error=node.last_error,
+                failures=node.failures, last_error=node.last_error, restarts=node.restarts,
             )
             for node_id, node in sorted(self._nodes.items())
         }

@@ -41,6 +41,7 @@ from controller.proxy_fleet import (
     PROXY_PREFIX,
     PingProxy,
     ProxyEffect,
+    ProxyRestarted,
     ProxySpec,
     StartProxy,
     StopProxy,
@@ -78,12 +79,13 @@ def error_text(err: BaseException) -> str:
 
 def _outcome(future: Future) -> Probe:
     try:
-        future.result()
+        answer = future.result()
     except RayActorError as err:
         return Probe(ProbeStatus.DEAD, error_text(err))
     except Exception as err:  # the replica's own failure, or runtime_env setup
         return Probe(ProbeStatus.FAILED, error_text(err))
-    return Probe(ProbeStatus.OK)
+    # A proxy's ping answers its process id; other calls' answers mean nothing here.
+    return Probe(ProbeStatus.OK, incarnation=answer if type(answer) is int else None)
 
 
 @dataclass
@@ -197,7 +199,12 @@ class RayAdapter:
         elif isinstance(effect, PingProxy):
             proxy = self._proxies.get(effect.node_id)
             if proxy is not None:
-                proxy.call = _call(proxy.handle.ready.remote())
+                proxy.call = _call(proxy.handle.ping.remote())
+        elif isinstance(effect, ProxyRestarted):
+            logger.warning(
+                "proxy on node %s restarted: process %d died, process %d serves (restart %d)",
+                effect.node_id, effect.previous, effect.current, effect.restarts,
+            )
 
     def _start(self, effect: StartReplica) -> None:
         """Get-or-create the named actor, then (re)run its idempotent initialize."""

@@ -48,6 +48,7 @@ from gitops.metrics import AgentMetrics
 from gitops.notifications.delivering import Notifier
 from gitops.notifications.events import Event, EventKind, rollback_events
 from gitops.plans import Plan
+from gitops.process_events import restart_lines
 from gitops.sources.hashing import Tree
 from gitops.sources.source import Revision, Source
 from gitops.sources.watching import RefWatcher, backoff, jittered
@@ -442,6 +443,8 @@ class Agent:
         """History, metrics, the log line and the status: once per tick."""
         self._last = report
         self._watched = report.revision or self._watched
+        for text in restart_lines(self._cluster, report.observed) if report.observed is not None else ():
+            self._log.warning(text)
         self._cluster = report.observed or self._cluster
         recorded = self._write_history(report)
         write_metrics(self.metrics, report)

@@ -165,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     reset = verb("reset-controller", "discard the controller's stored state (it is rebuilt from git)")
     reset.add_argument("--ray-address", required=True, help="the Ray cluster the controller ran on")
+    reset.add_argument(
+        "--namespace", default=DEFAULT_NAMESPACE, help="Ray namespace of the controller whose state is discarded"
+    )
     reset.set_defaults(func=_command("reset", "reset_controller_command"))
 
     schema = verb("schema", "the JSON Schema of the spec format, for editors")

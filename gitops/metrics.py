@@ -11,7 +11,7 @@ so a process (or a test) can hold several agents without name clashes.
 
 Label cardinality is bounded by the spec, not by traffic: per backend one
 series per replica state (6), one target series, one per restart reason and
-two for autoscaling decisions (up, down);
+two for autoscaling decisions (up, down); one proxy-restart series per node;
 per endpoint one weight series per backend in its traffic; exactly one
 applied-commit series (the previous commit's series is removed).
 """
@@ -97,6 +97,8 @@ class AgentMetrics:
         self._define(self.registry)
         self._applied: tuple[str, str] | None = None
         self._restart_counts: dict[RestartKey, int] = {}
+        self._controller_restart_count = 0
+        self._proxy_restart_counts: dict[str, int] = {}  # node -> count
         self._decision_counts: dict[tuple[str, str], int] = {}  # (backend, direction)
         self._backends: set[str] = set()
         self._weights: set[tuple[str, str]] = set()
@@ -173,6 +175,17 @@ class AgentMetrics:
             "gitops_replica_restarts",
             "Replica restarts by reason.",
             ["backend", "reason"],
+            registry=r,
+        )
+        self._controller_restarts = Counter(
+            "gitops_controller_restarts",
+            "Times the controller came back (restarted by Ray or by the agent) and recovered its checkpoint.",
+            registry=r,
+        )
+        self._proxy_restarts = Counter(
+            "gitops_proxy_restarts",
+            "Times a node's proxy came back as a new process (restarted in place by Ray, or replaced).",
+            ["node"],
             registry=r,
         )
         self._decisions = Counter(
@@ -263,6 +276,7 @@ class AgentMetrics:
             self._observe_backend(name, backend)
         self._backends = set(cluster.backends)
         self._observe_restarts(cluster.backends)
+        self._observe_process_restarts(cluster)
         self._observe_decisions(cluster.backends)
         self._observe_traffic(cluster.endpoints)
         self._observe_rollouts(cluster)
@@ -296,6 +310,20 @@ class AgentMetrics:
         for (backend, reason), grown in restart_increments(self._restart_counts, current).items():
             self._restarts.labels(backend=backend, reason=reason).inc(grown)
         self._restart_counts = current
+
+    def _observe_process_restarts(self, cluster: ClusterStatus) -> None:
+        """The controller's count survives its restarts (checkpoint); the proxies'
+        counts start again from zero with each controller, which
+        `restart_increments` takes as a reset."""
+        grown = restart_increments({(): self._controller_restart_count}, {(): cluster.controller_restarts})
+        self._controller_restarts.inc(grown.get((), 0))
+        self._controller_restart_count = cluster.controller_restarts
+        current = {node: proxy.restarts for node, proxy in cluster.proxies.items()}
+        for node in current:
+            self._proxy_restarts.labels(node=node)  # every node's series exists, at 0 until a restart
+        for node, count in restart_increments(self._proxy_restart_counts, current).items():
+            self._proxy_restarts.labels(node=node).inc(count)
+        self._proxy_restart_counts = current
 
     def _observe_decisions(self, backends: Mapping[str, BackendStatus]) -> None:
         # Cumulative counts from the controller, reset by its restarts, exactly like restarts.

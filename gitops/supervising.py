@@ -1,4 +1,5 @@
-"""Keeps `gitops run --ray-address` running when its Ray cluster restarts.
+"""Keeps `gitops run --ray-address` running when its Ray cluster restarts,
+and ends `gitops run` without it when the Ray it started itself dies.
 
 A Ray driver cannot outlive its cluster: once the cluster's GCS or the
 node's raylet is gone, the driver's Ray calls hang or the process is ended.
@@ -8,7 +9,12 @@ answer) and exits with `RAY_LOST_EXIT` when they stop answering, and the
 parent starts it again, with backoff (`restart_delay_s`, pure): the new
 agent joins the cluster as soon as it is back, starts the controller (which
 starts the proxies) and re-applies the newest commit from git. Each loss and
-restart is one log line in the agent's format. Owns that loop only; the
+restart is one log line in the agent's format. An agent that started its
+own Ray (no `--ray-address`) watches it the same way; when it dies the agent
+says so in one line, kills what is left of that Ray and exits with
+`RAY_LOST_EXIT`, for its process supervisor (systemd `Restart=on-failure`,
+a container's restart policy) to start it again with a fresh Ray, since a
+driver cannot start a new Ray under itself. Owns that loop only; the
 agent is unchanged. Must not: restart an agent that failed for another
 reason (bad flags, a taken port, a refused join: the user must see that at
 once) or one stopped by the user; once restarting, it keeps trying while the
@@ -107,12 +113,18 @@ def _exit_text(code: int) -> str:
     return f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
 
 
-def watch_ray(gcs_address: str, raylet_socket: str | None, exit_process: Callable[[int], None] = os._exit) -> None:
-    """In the agent child: end the process when Ray stops answering (a daemon thread).
+def watch_ray(
+    gcs_address: str, raylet_socket: str | None, exit_process: Callable[[int], None] = os._exit,
+    embedded: Callable[[], None] | None = None,
+) -> threading.Event:
+    """In the agent (child): end the process when Ray stops answering (a daemon thread).
 
     Ray's own calls would hang on a cluster that went away, and cannot be
-    cancelled; ending the process is the one clean way out.
+    cancelled; ending the process is the one clean way out. `embedded`: the
+    agent started this Ray; called before exiting, to kill what is left of it.
+    Returns the event that ends the watch: set it before stopping Ray on purpose.
     """
+    stopped = threading.Event()
     host, _, port = gcs_address.rpartition(":")
 
     def answers() -> bool:
@@ -129,9 +141,20 @@ def watch_ray(gcs_address: str, raylet_socket: str | None, exit_process: Callabl
     def watch() -> None:
         misses = 0
         while misses < _MISSES_BEFORE_LOST:
-            time.sleep(_WATCH_PERIOD_S)
+            if stopped.wait(_WATCH_PERIOD_S):
+                return
             misses = 0 if answers() else misses + 1
-        _LOG.warning(f"gitops: Ray at {gcs_address} stopped answering; this agent process ends to start afresh")
+        if stopped.is_set():
+            return
+        if embedded is None:
+            _LOG.warning(f"gitops: Ray at {gcs_address} stopped answering; this agent process ends to start afresh")
+        else:
+            _LOG.error(
+                f"gitops: the Ray this agent started (GCS {gcs_address}) died; serving stopped. Exiting with "
+                f"{RAY_LOST_EXIT} so that a process supervisor starts the agent again with a fresh Ray"
+            )
+            embedded()
         exit_process(RAY_LOST_EXIT)
 
     threading.Thread(target=watch, name="ray-watch", daemon=True).start()
+    return stopped

@@ -12,6 +12,7 @@ cap). Owns the proxy's lifecycle only; the request path is `proxy.app`.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import socket
 
@@ -93,6 +94,11 @@ class ProxyActor:
                 raise RuntimeError(f"proxy HTTP server on {self._host}:{self._port} stopped before it started")
             await asyncio.sleep(_READY_POLL_S)
         return f"{self._host}:{self._port}"
+
+    async def ping(self) -> int:
+        """The controller's liveness check: answers this proxy's process id,
+        so a restart (a new process) shows as a new answer."""
+        return os.getpid()
 
     async def shutdown(self) -> None:
         """Stop polling, let in-flight requests finish (bounded), close the socket."""

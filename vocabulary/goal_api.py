@@ -28,9 +28,9 @@ endpoint goals ("every live proxy has acked") cannot be met for that proxy.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
+from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, RouteTable, ServingState
 from vocabulary.status import ClusterStatus
 
 __all__ = ["GoalAPI", "LongPollKey", "CONTROLLER_NAME", "DEFAULT_NAMESPACE", "PROXY_CLASS", "REPLICA_CLASS"]
@@ -53,6 +53,16 @@ class LongPollKey:
     @staticmethod
     def replicas(backend: str) -> str:
         return f"replicas:{backend}"
+
+    @staticmethod
+    def implied(payload: Any) -> frozenset[str]:
+        """The keys a subscriber needs next once it holds `payload`: a route
+        table's endpoints, an endpoint's backends' replica sets."""
+        if isinstance(payload, RouteTable):
+            return frozenset(LongPollKey.endpoint(entry.endpoint) for entry in payload.entries)
+        if isinstance(payload, EndpointConfig):
+            return frozenset(LongPollKey.replicas(backend) for backend in payload.backends())
+        return frozenset()
 
 
 class GoalAPI(Protocol):

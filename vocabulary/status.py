@@ -122,6 +122,23 @@ class ProxyStatus(_Observed):
     state: ProxyState
     failures: int = 0
     last_error: str = ""
+    restarts: int = 0  # times this node's proxy came back as a new process (in place by Ray, or replaced)
+
+
+class ReplicaFailure(_Observed):
+    """One replica the controller replaced, numbered in the order it happened."""
+
+    serial: int  # counts from 1 with each controller start
+    backend: str
+    replica_id: str
+    reason: str  # a RestartReason value
+    error: str = ""
+
+    def message(self) -> str:
+        what = {"died": "died", "health_check": "failed its health check", "lost": "was lost"}.get(
+            self.reason, self.reason)
+        detail = f": {self.error}" if self.error and self.error != self.reason else ""
+        return f"replica {self.replica_id} of backend {self.backend} {what}{detail}; a replacement starts"
 
 
 class GoalTiming(_Observed):
@@ -142,6 +159,8 @@ class ClusterStatus(_Observed):
     goal_durations: tuple[GoalTiming, ...] = ()  # the last 100 finished
     errors: dict[str, int] = Field(default_factory=dict)  # control-loop errors by where
     ticks: int = 0
+    controller_restarts: int = 0  # starts of the controller that found a checkpoint to recover from
+    replica_failures: tuple[ReplicaFailure, ...] = ()  # the last 100 replicas replaced, oldest first
     load: dict[str, dict[str, tuple[int, int]]] = Field(default_factory=dict)  # proxy -> backend -> (ongoing, queued)
     rollouts: dict[str, Rollout] = Field(default_factory=dict)  # by endpoint: running, stopped or promoted
     rollout_checks: tuple[CheckCount, ...] = ()  # how often each check passed and failed

@@ -2,8 +2,9 @@
 
 The documented way out when the controller cannot read its checkpoint (one
 written by a newer ray-gitops, or damaged): the checkpoint is deleted from
-the cluster's KV, and the next `gitops run` starts a fresh controller and
-re-applies everything from git. Refuses while a controller runs. Must not:
+the cluster's KV under `--namespace` (another namespace's controller keeps
+its state), and the next `gitops run` starts a fresh controller and
+re-applies everything from git. Refuses while that controller runs. Must not:
 touch replicas or proxies (the next agent adopts or replaces them).
 """
 
@@ -19,14 +20,13 @@ __all__ = ["reset_controller_command"]
 def reset_controller_command(args: argparse.Namespace) -> int:
     from controller.client import discard_checkpoint
     from controller.cluster import init_ray, shutdown_ray
-    from vocabulary.goal_api import DEFAULT_NAMESPACE
-
     init_ray(args.ray_address)
     try:
-        existed = discard_checkpoint(DEFAULT_NAMESPACE)
+        existed = discard_checkpoint(args.namespace)
     except RuntimeError as error:
         raise UserError(str(error)) from None
     finally:
         shutdown_ray()
-    print("discarded the controller's checkpoint" if existed else "no controller checkpoint was stored")
+    where = f"in Ray namespace '{args.namespace}'"
+    print(f"discarded the controller's checkpoint {where}" if existed else f"no controller checkpoint was stored {where}")
     return 0

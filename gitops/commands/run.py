@@ -23,6 +23,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -84,10 +85,11 @@ def run_command(args: argparse.Namespace) -> int:
         f"gitops: watching {source.location} branch {source.branch} path {args.path}; "
         f"proxy http://{args.proxy_host}:{args.proxy_port}, admin http://{args.admin_host}:{args.admin_port}"
     )
-    from controller.cluster import init_ray, ray_endpoints, shutdown_ray
+    from controller.cluster import init_ray, kill_embedded_ray, ray_endpoints, shutdown_ray
 
     embedded = args.ray_address is None
     client = None
+    ray_watch = threading.Event()  # replaced by the live watch once Ray is up
     _sigterm_interrupts()
     try:
         _LOG.info("gitops: starting Ray" if embedded else f"gitops: joining Ray at {args.ray_address}")
@@ -98,8 +100,7 @@ def run_command(args: argparse.Namespace) -> int:
         except ConnectionError as error:
             raise UserError(str(error)) from None
         _sigterm_interrupts()  # ray.init installed its own, which exits at once
-        if not embedded:
-            watch_ray(*ray_endpoints())
+        ray_watch = watch_ray(*ray_endpoints(), embedded=kill_embedded_ray if embedded else None)
         client = _controller(args)
         owner = _claim(client, args, source, statedir.agent_id(state.root))
         asyncio.run(_serve(args, state, source, client, owner.agent_id, secret, token, sockets, links, channels))
@@ -109,6 +110,7 @@ def run_command(args: argparse.Namespace) -> int:
         pass  # Ctrl-C or SIGTERM during start-up: the same clean stop as later
     finally:
         _sigterm_interrupts()  # asyncio.run reset it to the default on exit
+        ray_watch.set()  # stopping Ray from here on is on purpose
         for sock in sockets:
             sock.close()
         if embedded:

@@ -224,6 +224,19 @@ def test_dead_replica_is_replaced_without_counting_as_a_user_failure():
     assert state.status("echo").failures == 0
 
 
+def test_a_dead_replica_is_reported_once_by_backend_replica_and_reason():
+    state, world = BackendState(), FakeAdapter()
+    state.apply(config(replicas=1))
+    run_ready(state, world, 0.0)
+    [check] = [e for e in state.tick(1.5, world) if isinstance(e, CheckHealth)]
+    world.health[check.actor_name] = Probe(ProbeStatus.DEAD, "exit SIGKILL")
+    state.take_failures()
+    state.tick(1.6, world)
+    [failure] = state.take_failures()
+    assert failure.message() == f"replica {failure.replica_id} of backend echo died: exit SIGKILL; a replacement starts"
+    assert check.actor_name.endswith(failure.replica_id) and state.take_failures() == []
+
+
 def test_replica_on_a_lost_node_is_replaced_without_waiting_for_a_health_check():
     state, world = BackendState(), FakeAdapter()
     state.apply(config(replicas=1))

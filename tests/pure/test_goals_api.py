@@ -107,6 +107,20 @@ def test_restarted_controller_recovers_state_and_adopts_live_replicas():
     assert [r.state.value for r in status.backends["echo"].replicas] == ["RUNNING", "RUNNING"]
 
 
+def test_each_start_over_a_checkpoint_counts_as_a_controller_restart():
+    async def scenario():
+        storage, adapter = MemoryStorage(), FakeAdapter()
+        counts = []
+        for _ in range(3):
+            ctl = controller(storage, adapter)
+            await ctl.wait_for_goal(await ctl.apply_backend(backend()), 5)
+            counts.append((await ctl.get_status()).controller_restarts)
+            await stop(ctl)
+        return counts
+
+    assert asyncio.run(scenario()) == [0, 1, 2]
+
+
 def test_replica_unknown_to_the_checkpoint_is_killed_on_recovery():
     async def scenario():
         storage = MemoryStorage()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 
-from vocabulary.configs import EndpointConfig
+from vocabulary.configs import EndpointConfig, RouteEntry, RouteTable
 from controller.longpoll import LongPollHost
 
 
@@ -102,3 +102,23 @@ def test_a_key_the_proxy_stopped_listening_to_is_no_longer_counted_as_subscribed
     host.record_ack("p1", {"endpoint:e0": both["endpoint:e0"]})
     assert not host.subscribed("p1", "endpoint:e1")
     assert host.acked("p1", "endpoint:e0")
+
+
+def routed_host() -> LongPollHost:
+    host = host_with(1)
+    table = RouteTable(entries=(RouteEntry(route="/e0", methods=("GET",), endpoint="e0"),))
+    host.publish("routes", table, table)
+    host.publish("replicas:b0", "replica set of b0", "b0")
+    return host
+
+
+def test_a_fresh_proxy_gets_its_whole_table_in_one_answer():
+    # A restarted proxy serves after one round trip, not one per level.
+    updates = routed_host().updates_for({"routes": -1})
+    assert set(updates) == {"routes", "endpoint:e0", "replicas:b0"}
+
+
+def test_implied_keys_the_listener_holds_are_not_sent_again():
+    host = routed_host()
+    held = {"routes": -1, "endpoint:e0": host.snapshot_id("endpoint:e0"), "replicas:b0": host.snapshot_id("replicas:b0")}
+    assert set(host.updates_for(held)) == {"routes"}

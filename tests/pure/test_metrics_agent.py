@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gitops.metrics import AgentMetrics, restart_increments
 from vocabulary.configs import ReplicaState
-from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
+from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ProxyState, ProxyStatus, ReplicaStatus
 from vocabulary.configs import RolloutConfig
 from vocabulary.rollouts import CheckCount, CheckName, Rollout, RolloutPhase
 
@@ -73,6 +73,8 @@ def test_every_agent_metric_of_the_product_contract_is_exported_with_its_type() 
         "gitops_backend_replicas": "gauge",
         "gitops_backend_target_replicas": "gauge",
         "gitops_replica_restarts": "counter",
+        "gitops_controller_restarts": "counter",
+        "gitops_proxy_restarts": "counter",
         "gitops_endpoint_traffic_weight": "gauge",
         "gitops_autoscaling_decisions": "counter",
         "gitops_notifications": "counter",
@@ -147,6 +149,25 @@ def test_restart_counter_grows_by_the_controllers_cumulative_delta() -> None:
     metrics.cluster_observed(status({"b": backend(1, ["RUNNING"], {"died": 2})}))
     metrics.cluster_observed(status({"b": backend(1, ["RUNNING"], {"died": 5})}))
     assert value(metrics, "gitops_replica_restarts_total", backend="b", reason="died") == 5
+
+
+def test_controller_restarts_are_counted_from_its_status() -> None:
+    metrics = AgentMetrics()
+    metrics.cluster_observed(ClusterStatus(controller_restarts=0))
+    metrics.cluster_observed(ClusterStatus(controller_restarts=2))
+    assert value(metrics, "gitops_controller_restarts_total") == 2
+
+
+def _proxy_restarts(count: int) -> ClusterStatus:
+    proxy = ProxyStatus(actor_name="gitops-proxy-n1", state=ProxyState.RUNNING, restarts=count)
+    return ClusterStatus(proxies={"n1": proxy})
+
+
+def test_proxy_restarts_are_counted_per_node_and_survive_a_controller_restart() -> None:
+    metrics = AgentMetrics()
+    for count in (1, 3, 1):  # the last reading comes from a new controller, counting from zero
+        metrics.cluster_observed(_proxy_restarts(count))
+    assert value(metrics, "gitops_proxy_restarts_total", node="n1") == 4
 
 
 def test_restart_counter_never_goes_back_when_the_controller_restarts() -> None:

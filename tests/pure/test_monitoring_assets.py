@@ -37,6 +37,10 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_backend_replicas": ("gauge", frozenset({"backend", "state"})),
     "gitops_backend_target_replicas": ("gauge", frozenset({"backend"})),
     "gitops_replica_restarts_total": ("counter", frozenset({"backend", "reason"})),
+    # Added with issue 16 (reliability), which asks for the replica restarts' analogue
+    # for the controller and the proxies.
+    "gitops_controller_restarts_total": ("counter", frozenset()),
+    "gitops_proxy_restarts_total": ("counter", frozenset({"node"})),
     "gitops_endpoint_traffic_weight": ("gauge", frozenset({"endpoint", "backend"})),
     "gitops_http_requests_total": ("counter", frozenset({"endpoint", "backend", "code"})),
     "gitops_http_request_duration_seconds": ("histogram", frozenset({"endpoint", "backend"})),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controller.backend_state import Probe, ProbeStatus
-from controller.proxy_fleet import PingProxy, ProxyFleet, ProxySpec, StartProxy, StopProxy
+from controller.proxy_fleet import PingProxy, ProxyFleet, ProxyRestarted, ProxySpec, StartProxy, StopProxy
 from vocabulary.status import ProxyState, ProxyStatus
 
 SPEC = ProxySpec("proxy.actor:ProxyActor", "controller", "127.0.0.1", 8000)
@@ -85,3 +85,25 @@ def test_a_proxy_in_backoff_is_neither_live_nor_serving():
 
 def test_a_controller_without_proxies_starts_none():
     assert ProxyFleet(None).tick(0.0, N1, {}) == []
+
+
+def _pinged(fleet: ProxyFleet, now: float, pid: int) -> list:
+    return fleet.tick(now, N1, {"n1": Probe(ProbeStatus.OK, incarnation=pid)})
+
+
+def test_a_proxy_answering_from_a_new_process_counts_one_restart():
+    fleet = ProxyFleet(SPEC)
+    fleet.tick(0.0, N1, {})
+    _pinged(fleet, 1.0, 100)
+    assert _pinged(fleet, 1.5, 100) == []
+    assert _pinged(fleet, 4.0, 200) == [ProxyRestarted("n1", 1, 100, 200), PING]
+    assert fleet.proxy_status()["n1"].restarts == 1
+
+
+def test_a_proxy_replaced_after_dying_counts_as_restarted():
+    fleet = ProxyFleet(SPEC)
+    fleet.tick(0.0, N1, {})
+    _pinged(fleet, 1.0, 100)
+    fleet.tick(2.0, N1, {"n1": DEAD})
+    fleet.tick(3.0, N1, {})
+    assert _pinged(fleet, 4.0, 300)[0] == ProxyRestarted("n1", 1, 100, 300)

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import httpx
 import pytest
@@ -93,7 +93,7 @@ def test_run_from_a_fresh_clone_serves_the_examples_and_stops_cleanly(clone: Pat
     assert "Traceback" not in out + err and "WARN" not in out + err, err
     deadline = time.monotonic() + 20
     while any(alive(pid) for pid in processes):
-        assert time.monotonic() < deadline, f"left running: {[p for p in processes if alive(p)]}"
+        assert time.monotonic() < deadline, f"left running: {_commands(p for p in processes if alive(p))}"
         time.sleep(0.2)
 
 
@@ -185,10 +185,20 @@ class RunningCommand:
         return self.process.stderr.read(), took
 
 
+def _commands(pids: Iterable[int]) -> list[str]:
+    found = []
+    for pid in pids:
+        try:
+            found.append(f"{pid} " + (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+        except OSError:
+            continue
+    return found
+
+
 def wait_gone(processes: set[int], timeout_s: float = 20) -> None:
     deadline = time.monotonic() + timeout_s
     while any(alive(pid) for pid in processes):
-        assert time.monotonic() < deadline, f"left running: {[p for p in processes if alive(p)]}"
+        assert time.monotonic() < deadline, f"left running: {_commands(p for p in processes if alive(p))}"
         time.sleep(0.2)
 
 
@@ -224,4 +234,48 @@ def test_sigterm_while_an_apply_waits_for_a_slow_replica_stops_cleanly_within_se
     assert "Traceback" not in "\n".join(run.lines) + err, err
     assert re.fullmatch(r"\d\d:\d\d:\d\d gitops: stopped", run.lines[-1]), run.lines
     assert took < 20, f"took {took:.1f} s to stop"
+    wait_gone(processes)
+
+
+def _named(pids: set[int], name: str) -> list[int]:
+    found = []
+    for pid in pids:
+        try:
+            if (Path("/proc") / str(pid) / "comm").read_text().strip() == name:
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def test_an_agent_whose_embedded_ray_dies_says_so_once_and_exits_for_its_supervisor(clone: Path) -> None:
+    admin = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "gitops", "run", "--proxy-port", str(free_port()), "--admin-port", str(admin),
+         "--proxy-metrics-port", str(free_port())],
+        cwd=clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert agent.poll() is None, agent.communicate()
+            try:
+                if httpx.get(f"http://127.0.0.1:{admin}/status", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the agent never answered /status"
+            time.sleep(0.5)
+        processes = descendants(agent.pid)
+        [gcs] = _named(processes, "gcs_server")
+        os.kill(gcs, signal.SIGKILL)
+        out, err = agent.communicate(timeout=60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.communicate()
+    assert agent.returncode == 75, out + err
+    said = [line for line in (out + err).splitlines() if "the Ray this agent started" in line]
+    assert len(said) == 1 and "Traceback" not in out + err, out + err
     wait_gone(processes)

@@ -31,3 +31,14 @@ def test_killing_one_of_two_replicas_fails_no_request(serving: Serving, backend:
     record_run("1", "kill -9 one replica of 2", report, recovery_s, leaked)
     assert report.failed == 0, report.summary()
     assert leaked == 0
+
+
+def test_a_killed_replica_is_reported_in_status_by_backend_replica_and_reason(serving: Serving, backend: str) -> None:
+    serving.deploy(backend, 1)
+    [victim] = serving.replicas(backend, "RUNNING")
+    kill9(serving.replica_handle(victim.replica_id))
+    reported = eventually(
+        lambda: [f for f in serving.status().replica_failures if f.replica_id == victim.replica_id],
+        60, what="the killed replica in status",
+    )
+    assert [(f.backend, f.reason) for f in reported] == [(backend, "died")]

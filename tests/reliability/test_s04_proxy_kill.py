@@ -22,9 +22,11 @@ from tests.reliability.load import FailureKind, SteadyLoad
 from tests.reliability.scenario import record_run, under_load
 from tests.reliability.serving import Serving
 
-# The issue asks for 1 s on one node; Ray's restart of the actor process
-# alone takes ~1-2 s on this loaded 2-core machine (docs/reliability.md has
-# the measured figure), so the bound here is generous.
+# The issue asks for 1 s on one node. Measured from the SIGKILL: Ray starts
+# the new worker process in 0.6 s quiet, ~1.9 s on this loaded 2-core machine;
+# the proxy's own part (imports, bind, its whole table in one long-poll round
+# trip) is 0.3-0.7 s. Quiet runs serve again in ~0.9-1.1 s; the bound here
+# is generous for a loaded machine.
 SERVE_AGAIN_WITHIN_S = 4.0
 
 
@@ -66,3 +68,13 @@ def test_a_proxy_without_its_first_route_table_answers_503_with_retry_after() ->
 
 def test_a_proxy_without_its_first_route_table_is_not_healthy() -> None:
     assert _fresh_proxy_answers("/-/healthz").status_code == 503
+
+
+def test_a_killed_proxy_counts_one_restart_in_status(serving: Serving) -> None:
+    def restarts() -> int:
+        return sum(p.restarts for p in serving.status().proxies.values())
+
+    before = restarts()
+    kill9(serving.proxy_handle())
+    eventually(lambda: restarts() > before, 60, what="the proxy's restart counted")
+    assert restarts() == before + 1

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
+import ray
 from ray.experimental import internal_kv
 
 from controller.client import discard_checkpoint
@@ -63,6 +66,25 @@ def test_a_checkpoint_of_a_newer_schema_names_the_reset_and_the_reset_works(ray_
         assert run(client.get_state()).backends == {}
     finally:
         client.shutdown()
+
+
+def _stored_checkpoint(namespace: str) -> bytes | None:
+    return internal_kv._internal_kv_get(CHECKPOINT_KEY, namespace=namespace)
+
+
+def test_reset_controller_discards_only_its_own_namespace_checkpoint(ray_session: str) -> None:
+    reset, kept = (f"{ray_session}-reset-{which}-{uuid.uuid4().hex[:6]}" for which in ("a", "b"))
+    for namespace in (reset, kept):
+        _store_checkpoint(namespace, b'{"schema": 999, "written_at": 0, "body": {}}')
+    address = ray.get_runtime_context().gcs_address
+    done = subprocess.run(
+        [sys.executable, "-m", "gitops", "reset-controller", "--ray-address", address, "--namespace", reset],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"discarded the controller's checkpoint in Ray namespace '{reset}'" in done.stdout
+    assert _stored_checkpoint(reset) is None and _stored_checkpoint(kept) is not None
+    internal_kv._internal_kv_del(CHECKPOINT_KEY, namespace=kept)
 
 
 def _user_version(path: Path) -> int:
