@@ -22,4 +22,7 @@ class EdgeLimits:
     body_timeout_s: float = 30.0
     max_connections: int = 4096
     retry_after_s: int = 1
-    keep_alive_s: float = 5.0
+    # Longer than clients' and load balancers' idle timeouts (httpx 5 s,
+    # cloud load balancers 60 s): the client closes an idle connection first,
+    # so a request never races the server's close and meets a reset.
+    keep_alive_s: float = 75.0
