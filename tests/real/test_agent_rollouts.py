@@ -1,4 +1,5 @@
-"""End to end: a canary commit in a real git repository is rolled out, judged and aborted.
+"""End to end: a canary commit in a real git repository is rolled out, judged and aborted;
+--auto-revert and `gitops rollback` return the cluster to a good commit.
 
 The real agent, controller and proxy (the session's Ray, loopback HTTP):
 a commit moving an endpoint's traffic to a backend that fails 20% of its
@@ -175,3 +176,40 @@ def test_gitops_rollback_by_hand_returns_the_cluster_to_an_earlier_commit_and_ho
     assert before == {"v2"} and after == {"v1"}
     quarantine = agent.status().quarantine
     assert quarantine is not None and quarantine["held"] == [second] and quarantine["reason"] == "manual"
+
+
+def test_auto_revert_after_a_failed_apply_goes_back_to_the_last_good_commit_and_holds_the_head(
+    repo, tmp_path: Path, empty_cluster
+) -> None:
+    client, url, _ = empty_cluster
+    tag = f"t{uuid.uuid4().hex[:6]}"
+    repo.write("deployments/__init__.py", "")
+    repo.write("deployments/apps/__init__.py", "")
+    repo.write("deployments/apps/greeter.py", APP)
+    repo.write("deployments/greet.toml", canary_toml(tag, f'"{tag}-v1" = 1.0', rollout=False))
+    good = repo.commit("v1 serves")
+    running = RunningAgent(reverting_agent(repo, tmp_path / "state", client, auto_revert=True))
+    agent = running.agent
+    try:
+        wait_for(lambda: applied(agent, good), what="v1 applied")
+        load = RequestLoop(f"{url}/greet")
+        try:
+            repo.write("deployments/apps/greeter.py", APP.replace(
+                "self.label = label", "raise RuntimeError('model file missing')"))
+            broken = repo.commit("v2 code that cannot start")
+            wait_for(lambda: [(e.commit, e.result) for e in agent.history(2)] == [
+                (good, Outcome.APPLIED), (broken, Outcome.FAILED)], 90, what="the failed apply, then the revert applied")
+            quarantine = agent.status().quarantine
+            after = labels_after(load)
+            repo.write("deployments/apps/greeter.py", APP)
+            fixed = repo.commit("v2 code fixed")
+            wait_for(lambda: applied(agent, fixed), what="the newer commit applied normally")
+            later = labels_after(load)
+        finally:
+            codes = load.stop()
+    finally:
+        running.stop()
+    assert quarantine is not None and quarantine["good"] == good and quarantine["held"] == [broken]
+    assert quarantine["reason"] == "apply_failed"
+    assert after == {"v1"} and later == {"v1"} and agent.status().quarantine is None
+    assert set(codes) == {200}  # the old version served throughout
