@@ -87,8 +87,8 @@ class ClusterAdapter(Observer, Protocol):
     """What the controller needs of the cluster: the replica state machine's
     probes and node facts, the proxies' probes, and effects carried out."""
 
-    def refresh_nodes(self) -> list[str]:
-        """Read which nodes are alive; returns them."""
+    def refresh_nodes(self) -> dict[str, str]:
+        """Read which nodes are alive; returns them, each with its IP."""
 
     def proxy_probes(self) -> dict[str, Probe]:
         """Per node, the outcome of its proxy's last ready or ping call, once finished."""

@@ -3,7 +3,9 @@
 Owns, per node: the proxy's `ProxyState` (STARTING until its first ready
 call answers, RUNNING while its pings answer, BACKOFF after a failure until
 the next try), its consecutive failures, when it may be tried again, and its
-last error. `tick` reads the alive nodes and the outcome of each proxy's
+last error, and the address the proxy is reached at (the node's IP for a
+proxy bound to every interface, else the address it is bound to, with its
+port). `tick` reads the alive nodes with their IPs and the outcome of each proxy's
 last ready/ping call (`Probe`s the adapter reports) and returns the effects
 to carry out: `StartProxy`, `StopProxy`, `PingProxy`.
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from controller.backend_state import Probe, ProbeStatus
 from vocabulary.status import ProxyState, ProxyStatus
@@ -35,6 +37,7 @@ __all__ = [
     "ProxyRestarted",
     "ProxyEffect",
     "ProxyFleet",
+    "proxy_address",
 ]
 
 PROXY_PREFIX = "gitops-proxy-"
@@ -42,6 +45,12 @@ PROXY_PREFIX = "gitops-proxy-"
 
 def proxy_actor_name(node_id: str) -> str:
     return PROXY_PREFIX + node_id
+
+
+def proxy_address(host: str, port: int, node_ip: str) -> str:
+    """"host:port" a proxy bound to `host` on the node at `node_ip` is reached at."""
+    reachable = node_ip if host in ("0.0.0.0", "", "::") else host
+    return f"[{reachable}]:{port}" if ":" in reachable else f"{reachable}:{port}"
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,7 @@ ProxyEffect = StartProxy | StopProxy | PingProxy | ProxyRestarted
 @dataclass
 class _Node:
     state: ProxyState
+    ip: str = ""  # the node's, as Ray reports it
     failures: int = 0
     retry_at: float = 0.0
     last_error: str = ""
@@ -112,11 +122,11 @@ class ProxyFleet:
         self._nodes: dict[str, _Node] = {}
 
     def tick(
-        self, now: float, alive_nodes: Sequence[str], probes: Mapping[str, Probe]
+        self, now: float, alive_nodes: Mapping[str, str], probes: Mapping[str, Probe]
     ) -> list[ProxyEffect]:
         """One proxy per alive node: start missing, replace failed, drop removed.
 
-        `probes`: per node, the outcome of its proxy's last ready or ping
+        `alive_nodes`: node id -> the node's IP. `probes`: per node, the outcome of its proxy's last ready or ping
         call; a node missing from it has a call still in flight.
         """
         if self.spec is None:
@@ -125,8 +135,9 @@ class ProxyFleet:
         for node_id in [n for n in self._nodes if n not in alive_nodes]:
             if self._nodes.pop(node_id).state is not ProxyState.BACKOFF:
                 effects.append(StopProxy(node_id))
-        for node_id in alive_nodes:
+        for node_id, ip in alive_nodes.items():
             node = self._nodes.setdefault(node_id, _Node(ProxyState.BACKOFF))
+            node.ip = ip
             effects.extend(self._step(node_id, node, now, probes.get(node_id), self.spec))
         return effects
 
@@ -178,10 +189,12 @@ class ProxyFleet:
 
     def proxy_status(self) -> dict[str, ProxyStatus]:
         """Every alive node's proxy; a node waiting out a failed start shows BACKOFF."""
+        spec = self.spec
         return {
             node_id: ProxyStatus(
                 actor_name=proxy_actor_name(node_id), state=node.state,
                 failures=node.failures, last_error=node.last_error, restarts=node.restarts,
+                address=proxy_address(spec.host, spec.port, node.ip) if spec is not None else "",
             )
             for node_id, node in sorted(self._nodes.items())
         }

@@ -142,11 +142,12 @@ class RayAdapter:
     def node_alive(self, node_id: str) -> bool:
         return node_id not in self._dead_nodes
 
-    def refresh_nodes(self) -> list[str]:
-        """Read which nodes are alive (one GCS call); returns them."""
+    def refresh_nodes(self) -> dict[str, str]:
+        """Read which nodes are alive (one GCS call); returns them, each with its IP."""
         nodes = ray.nodes()
         self._dead_nodes = {n["NodeID"] for n in nodes if not n.get("Alive")}
-        return sorted(n["NodeID"] for n in nodes if n.get("Alive"))
+        return {n["NodeID"]: n.get("NodeManagerAddress", "") for n in sorted(nodes, key=lambda n: n["NodeID"])
+                if n.get("Alive")}
 
     def cannot_fit(self, ray_actor_options: dict[str, Any], count: int) -> str:
         needs = _resource_needs(ray_actor_options)
