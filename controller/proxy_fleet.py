@@ -4,9 +4,10 @@ Owns, per node: the proxy's `ProxyState` (STARTING until its first ready
 call answers, RUNNING while its pings answer, BACKOFF after a failure until
 the next try), its consecutive failures, when it may be tried again, and its
 last error, and the address the proxy is reached at (the node's IP for a
-proxy bound to every interface, else the address it is bound to, with its
-port). `tick` reads the alive nodes with their IPs and the outcome of each proxy's
-last ready/ping call (`Probe`s the adapter reports) and returns the effects
+proxy bound to every interface, else the address it is bound to, with the
+port its ready call answered, or the configured one until then). `tick`
+reads the alive nodes with their IPs and the outcome of each proxy's last
+ready/ping call (`Probe`s the adapter reports) and returns the effects
 to carry out: `StartProxy`, `StopProxy`, `PingProxy`.
 
 It never touches Ray and never reads a clock: the controller passes `now`,
@@ -100,6 +101,7 @@ ProxyEffect = StartProxy | StopProxy | PingProxy | ProxyRestarted
 class _Node:
     state: ProxyState
     ip: str = ""  # the node's, as Ray reports it
+    port: int | None = None  # the one its ready call answered
     failures: int = 0
     retry_at: float = 0.0
     last_error: str = ""
@@ -147,7 +149,7 @@ class ProxyFleet:
         if node.state is ProxyState.BACKOFF:
             if now < node.retry_at:
                 return []
-            node.state, node.last_ping = ProxyState.STARTING, -math.inf
+            node.state, node.last_ping, node.port = ProxyState.STARTING, -math.inf, None
             return [StartProxy(node_id, spec)]
         if probe is None or probe.status is ProbeStatus.PENDING:
             return []
@@ -158,6 +160,7 @@ class ProxyFleet:
             node.state = ProxyState.BACKOFF
             return [StopProxy(node_id, probe.error)]
         node.state, node.failures = ProxyState.RUNNING, 0
+        node.port = probe.port if probe.port is not None else node.port
         effects: list[ProxyEffect] = self._restarted(node_id, node, probe.incarnation)
         if now - node.last_ping < self.ping_period_s:
             return effects
@@ -187,14 +190,20 @@ class ProxyFleet:
         live = (ProxyState.STARTING, ProxyState.RUNNING)
         return [n for n, node in self._nodes.items() if node.state in live]
 
+    def _address(self, node: _Node) -> str:
+        """"" while it is unknown: any free port (0) asked for, and no ready answer yet."""
+        if self.spec is None:
+            return ""
+        port = node.port if node.port is not None else self.spec.port
+        return proxy_address(self.spec.host, port, node.ip) if port else ""
+
     def proxy_status(self) -> dict[str, ProxyStatus]:
         """Every alive node's proxy; a node waiting out a failed start shows BACKOFF."""
-        spec = self.spec
         return {
             node_id: ProxyStatus(
                 actor_name=proxy_actor_name(node_id), state=node.state,
                 failures=node.failures, last_error=node.last_error, restarts=node.restarts,
-                address=proxy_address(spec.host, spec.port, node.ip) if spec is not None else "",
+                address=self._address(node),
             )
             for node_id, node in sorted(self._nodes.items())
         }

@@ -18,7 +18,7 @@ import inspect
 import logging
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import ray
@@ -86,6 +86,15 @@ def _outcome(future: Future) -> Probe:
         return Probe(ProbeStatus.FAILED, error_text(err))
     # A proxy's ping answers its process id; other calls' answers mean nothing here.
     return Probe(ProbeStatus.OK, incarnation=answer if type(answer) is int else None)
+
+
+def _proxy_outcome(future: Future) -> Probe:
+    """A proxy call's outcome; its ready call's answer ("host:port") gives the port it listens on."""
+    probe = _outcome(future)
+    answer = future.result() if probe.status is ProbeStatus.OK else None
+    if isinstance(answer, str):
+        return replace(probe, port=int(answer.rsplit(":", 1)[1]))
+    return probe
 
 
 @dataclass
@@ -310,7 +319,7 @@ class RayAdapter:
     def proxy_probes(self) -> dict[str, Probe]:
         """Per node, the outcome of its proxy's last ready or ping call, once finished."""
         return {
-            node_id: _outcome(proxy.call.future)
+            node_id: _proxy_outcome(proxy.call.future)
             for node_id, proxy in self._proxies.items() if proxy.call.future.done()
         }
 

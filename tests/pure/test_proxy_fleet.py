@@ -122,3 +122,12 @@ def test_a_proxy_replaced_after_dying_counts_as_restarted():
     fleet.tick(2.0, N1, {"n1": DEAD})
     fleet.tick(3.0, N1, {})
     assert _pinged(fleet, 4.0, 300)[0] == ProxyRestarted("n1", 1, 100, 300)
+
+
+def test_a_proxy_asked_for_any_free_port_is_reached_at_the_one_its_ready_call_answered():
+    fleet = ProxyFleet(ProxySpec("proxy.actor:ProxyActor", "controller", "0.0.0.0", 0))
+    fleet.tick(0.0, N1, {})
+    starting = fleet.proxy_status()["n1"].address
+    fleet.tick(1.0, N1, {"n1": Probe(ProbeStatus.OK, port=41234)})
+    fleet.tick(4.0, N1, {"n1": Probe(ProbeStatus.OK, incarnation=7)})  # a ping's answer keeps the port
+    assert (starting, fleet.proxy_status()["n1"].address) == ("", "10.0.0.1:41234")
