@@ -24,6 +24,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field, fields
 from typing import Any, Awaitable, Callable, Protocol, Sequence
+from urllib.parse import urlsplit
 
 from vocabulary.goal_api import CONTROLLER_NAME, PROXY_CLASS, LongPollKey
 from controller.autoscaling import Autoscaler
@@ -423,7 +424,9 @@ class ControllerActor:
         controller already running, and is checkpointed so a restart keeps it."""
         if url == self._prometheus_url:
             return
-        logger.info("rollouts' metric checks now ask %s", url or "no Prometheus")
+        # Its host and port only: a URL may hold credentials.
+        where = f"Prometheus at {urlsplit(url).netloc.rpartition('@')[2]}" if url else "no Prometheus"
+        logger.info("rollouts' metric checks now ask %s", where)
         self._prometheus_url = url
         self._save()
 

@@ -11,6 +11,9 @@ in for Prometheus (the real one is tests/real/test_rollout_metrics.py).
 from __future__ import annotations
 
 import asyncio
+import logging
+
+import pytest
 
 from controller.actor import ControllerActor
 from controller.checkpoint import Storage
@@ -117,3 +120,14 @@ def test_an_unreachable_prometheus_holds_the_step_visibly_in_status() -> None:
         assert "held: metric check error-share for v2: Prometheus at 127.0.0.1:9 unreachable" in held.message()
 
     asyncio.run(scenario())
+
+
+def test_a_new_prometheus_url_is_logged_without_its_credentials(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        ctl = controller(FakePrometheus(0.0), MemoryStorage())
+        with caplog.at_level(logging.INFO, logger="controller.actor"):
+            await ctl.set_prometheus_url("http://scraper:s3cret@prom:9090")
+        await stop(ctl)
+
+    asyncio.run(scenario())
+    assert "now ask Prometheus at prom:9090" in caplog.text and "s3cret" not in caplog.text
