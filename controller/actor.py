@@ -24,6 +24,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field, fields
 from typing import Any, Awaitable, Callable, Protocol, Sequence
+from urllib.parse import urlsplit
 
 from vocabulary.goal_api import CONTROLLER_NAME, PROXY_CLASS, LongPollKey
 from controller.autoscaling import Autoscaler
@@ -62,7 +63,8 @@ class ControllerOptions:
     proxy_port: int = 8000
     # Each proxy serves its Prometheus metrics on this port of its node (None: off).
     proxy_metrics_port: int | None = None
-    # Where rollouts' PromQL checks are asked (the agent's --prometheus-url; None: none).
+    # Where rollouts' PromQL checks are asked until a checkpoint or the agent
+    # (`set_prometheus_url`, its --prometheus-url) says otherwise; None: nowhere.
     prometheus_url: str | None = None
     prometheus_timeout_s: float = 5.0
     proxy_check_s: float = 1.0
@@ -87,8 +89,8 @@ class ClusterAdapter(Observer, Protocol):
     """What the controller needs of the cluster: the replica state machine's
     probes and node facts, the proxies' probes, and effects carried out."""
 
-    def refresh_nodes(self) -> list[str]:
-        """Read which nodes are alive; returns them."""
+    def refresh_nodes(self) -> dict[str, str]:
+        """Read which nodes are alive; returns them, each with its IP."""
 
     def proxy_probes(self) -> dict[str, Probe]:
         """Per node, the outcome of its proxy's last ready or ping call, once finished."""
@@ -110,14 +112,15 @@ class ClusterAdapter(Observer, Protocol):
     def stop_everything(self, replica_names: set[str]) -> None: ...
 
 
-# Asks rollouts' PromQL checks: each query with its reading (see controller.prometheus).
-Asker = Callable[[tuple[MetricQuery, ...]], Awaitable[list[tuple[MetricQuery, MetricReading]]]]
+# Asks rollouts' PromQL checks of the Prometheus at a base URL (None: none):
+# each query with its reading (see controller.prometheus).
+Asker = Callable[[str | None, tuple[MetricQuery, ...]], Awaitable[list[tuple[MetricQuery, MetricReading]]]]
 
 
 def _prometheus_asker(options: ControllerOptions) -> Asker:
     from controller.prometheus import asker
 
-    return asker(options.prometheus_url, options.prometheus_timeout_s)
+    return asker(options.prometheus_timeout_s)
 
 
 def _ray_storage(namespace: str) -> Storage:
@@ -138,10 +141,11 @@ class ControllerActor:
                  storage: Storage | None = None, adapter: ClusterAdapter | None = None,
                  asker: Asker | None = None) -> None:
         """`storage`, `adapter` and `asker` default to Ray's KV, Ray and
-        `--prometheus-url` (built when first needed); tests pass fakes."""
+        Prometheus over HTTP (built when first needed); tests pass fakes."""
         self._namespace = namespace
         self._name = controller_name
         self._options = ControllerOptions.from_dict(options)
+        self._prometheus_url = self._options.prometheus_url  # the checkpoint's wins (`_recover`)
         self._storage: Storage = storage or _ray_storage(namespace)
         self._adapter: ClusterAdapter = adapter or _ray_adapter(namespace)
         self._proxies = ProxyFleet(self._proxy_spec())
@@ -181,6 +185,7 @@ class ControllerActor:
             return
         body = decode(data)
         self._restarts = int(body.get("restarts", 0)) + 1
+        self._prometheus_url = body.get("prometheus_url", self._prometheus_url)
         self._owner = Owner.from_json(body["owner"]) if body.get("owner") else None
         self._backends = BackendState.from_json(body["backends"], options)
         self._endpoints = EndpointState.from_json(body["endpoints"])
@@ -208,6 +213,7 @@ class ControllerActor:
             "owner": self._owner.to_json() if self._owner else None,
             "rollouts": self._rollouts.to_json(),
             "restarts": self._restarts,
+            "prometheus_url": self._prometheus_url,
         }
         self._backends.dirty = False
         self._rollouts.dirty = False
@@ -276,7 +282,7 @@ class ControllerActor:
         try:
             if self._asker is None:
                 self._asker = _prometheus_asker(self._options)
-            answers = await self._asker(due)
+            answers = await self._asker(self._prometheus_url, due)
         except Exception:
             self._errors["analysis"] += 1
             logger.exception("asking Prometheus failed")
@@ -412,6 +418,17 @@ class ControllerActor:
         if self._owner is not None and self._owner.agent_id == agent_id:
             self._owner = None
             self._save()
+
+    async def set_prometheus_url(self, url: str | None) -> None:
+        """The agent's --prometheus-url, given at each of its starts: it reaches a
+        controller already running, and is checkpointed so a restart keeps it."""
+        if url == self._prometheus_url:
+            return
+        # Its host and port only: a URL may hold credentials.
+        where = f"Prometheus at {urlsplit(url).netloc.rpartition('@')[2]}" if url else "no Prometheus"
+        logger.info("rollouts' metric checks now ask %s", where)
+        self._prometheus_url = url
+        self._save()
 
     # --- GoalAPI ------------------------------------------------------------------
 

@@ -65,6 +65,7 @@ class Probe:
     status: ProbeStatus
     error: str = ""
     incarnation: int | None = None  # a proxy's answer to a ping: its process; a new one means it restarted
+    port: int | None = None  # a proxy's answer to its ready call: the port it listens on (given 0: the one it got)
 
 
 class Observer(Protocol):

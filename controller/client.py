@@ -6,8 +6,9 @@ controller can read, so an unreadable one is a clear `CheckpointError`
 rather than an actor that dies at start), forwarding each `GoalAPI` call to
 it, turning Ray's wrapped errors back into the plain `ValueError` the
 controller raised, `shutdown`, which stops the controller, its proxies and
-its replicas, `discard_checkpoint`, the documented reset, and the owning
-agent's record (`claim`, `owner`, `release`; see `controller.ownership`).
+its replicas, `discard_checkpoint`, the documented reset, the owning
+agent's record (`claim`, `owner`, `release`; see `controller.ownership`)
+and its settings that outlive a controller start (`set_prometheus_url`).
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ class ControllerClient:
     def release(self, agent_id: str) -> None:
         ray.get(self.handle.release.remote(agent_id), timeout=60)
 
+    def set_prometheus_url(self, url: str | None) -> None:
+        """Where rollouts' PromQL checks are asked from now on (None: nowhere)."""
+        ray.get(self.handle.set_prometheus_url.remote(url), timeout=60)
+
     def shutdown(self) -> None:
         """Stop proxies, replicas and the controller, and forget its checkpoint."""
         try:
@@ -116,7 +121,8 @@ def start_or_connect(
 
     Needs a connected Ray (`controller.cluster.init_ray`). `options` is the
     flat dict `controller.actor.ControllerOptions.from_dict` takes; it only
-    applies when the controller is started here.
+    applies when the controller is started here (settings an agent changes
+    on a running controller have their own calls, e.g. `set_prometheus_url`).
     """
     if not ray.is_initialized():
         from controller.cluster import init_ray

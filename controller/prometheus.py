@@ -25,11 +25,13 @@ NO_PROMETHEUS = "no Prometheus to ask: the agent runs without --prometheus-url"
 
 
 def asker(
-    base_url: str | None, timeout_s: float
-) -> Callable[[tuple[MetricQuery, ...]], Awaitable[list[tuple[MetricQuery, MetricReading]]]]:
-    """The controller's asker: each batch of queries on one short-lived client."""
+    timeout_s: float,
+) -> Callable[[str | None, tuple[MetricQuery, ...]], Awaitable[list[tuple[MetricQuery, MetricReading]]]]:
+    """The controller's asker: each batch of queries to the Prometheus at `base_url`, on one short-lived client."""
 
-    async def ask_batch(queries: tuple[MetricQuery, ...]) -> list[tuple[MetricQuery, MetricReading]]:
+    async def ask_batch(
+        base_url: str | None, queries: tuple[MetricQuery, ...]
+    ) -> list[tuple[MetricQuery, MetricReading]]:
         async with httpx.AsyncClient(timeout=timeout_s) as client:
             return await ask_all(client, base_url, queries)
 

@@ -3,8 +3,11 @@
 Owns, per node: the proxy's `ProxyState` (STARTING until its first ready
 call answers, RUNNING while its pings answer, BACKOFF after a failure until
 the next try), its consecutive failures, when it may be tried again, and its
-last error. `tick` reads the alive nodes and the outcome of each proxy's
-last ready/ping call (`Probe`s the adapter reports) and returns the effects
+last error, and the address the proxy is reached at (the node's IP for a
+proxy bound to every interface, else the address it is bound to, with the
+port its ready call answered, or the configured one until then). `tick`
+reads the alive nodes with their IPs and the outcome of each proxy's last
+ready/ping call (`Probe`s the adapter reports) and returns the effects
 to carry out: `StartProxy`, `StopProxy`, `PingProxy`.
 
 It never touches Ray and never reads a clock: the controller passes `now`,
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from controller.backend_state import Probe, ProbeStatus
 from vocabulary.status import ProxyState, ProxyStatus
@@ -35,6 +38,7 @@ __all__ = [
     "ProxyRestarted",
     "ProxyEffect",
     "ProxyFleet",
+    "proxy_address",
 ]
 
 PROXY_PREFIX = "gitops-proxy-"
@@ -42,6 +46,12 @@ PROXY_PREFIX = "gitops-proxy-"
 
 def proxy_actor_name(node_id: str) -> str:
     return PROXY_PREFIX + node_id
+
+
+def proxy_address(host: str, port: int, node_ip: str) -> str:
+    """"host:port" a proxy bound to `host` on the node at `node_ip` is reached at."""
+    reachable = node_ip if host in ("0.0.0.0", "", "::") else host
+    return f"[{reachable}]:{port}" if ":" in reachable else f"{reachable}:{port}"
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,8 @@ ProxyEffect = StartProxy | StopProxy | PingProxy | ProxyRestarted
 @dataclass
 class _Node:
     state: ProxyState
+    ip: str = ""  # the node's, as Ray reports it
+    port: int | None = None  # the one its ready call answered
     failures: int = 0
     retry_at: float = 0.0
     last_error: str = ""
@@ -112,11 +124,11 @@ class ProxyFleet:
         self._nodes: dict[str, _Node] = {}
 
     def tick(
-        self, now: float, alive_nodes: Sequence[str], probes: Mapping[str, Probe]
+        self, now: float, alive_nodes: Mapping[str, str], probes: Mapping[str, Probe]
     ) -> list[ProxyEffect]:
         """One proxy per alive node: start missing, replace failed, drop removed.
 
-        `probes`: per node, the outcome of its proxy's last ready or ping
+        `alive_nodes`: node id -> the node's IP. `probes`: per node, the outcome of its proxy's last ready or ping
         call; a node missing from it has a call still in flight.
         """
         if self.spec is None:
@@ -125,8 +137,9 @@ class ProxyFleet:
         for node_id in [n for n in self._nodes if n not in alive_nodes]:
             if self._nodes.pop(node_id).state is not ProxyState.BACKOFF:
                 effects.append(StopProxy(node_id))
-        for node_id in alive_nodes:
+        for node_id, ip in alive_nodes.items():
             node = self._nodes.setdefault(node_id, _Node(ProxyState.BACKOFF))
+            node.ip = ip
             effects.extend(self._step(node_id, node, now, probes.get(node_id), self.spec))
         return effects
 
@@ -136,7 +149,7 @@ class ProxyFleet:
         if node.state is ProxyState.BACKOFF:
             if now < node.retry_at:
                 return []
-            node.state, node.last_ping = ProxyState.STARTING, -math.inf
+            node.state, node.last_ping, node.port = ProxyState.STARTING, -math.inf, None
             return [StartProxy(node_id, spec)]
         if probe is None or probe.status is ProbeStatus.PENDING:
             return []
@@ -147,6 +160,7 @@ class ProxyFleet:
             node.state = ProxyState.BACKOFF
             return [StopProxy(node_id, probe.error)]
         node.state, node.failures = ProxyState.RUNNING, 0
+        node.port = probe.port if probe.port is not None else node.port
         effects: list[ProxyEffect] = self._restarted(node_id, node, probe.incarnation)
         if now - node.last_ping < self.ping_period_s:
             return effects
@@ -176,12 +190,20 @@ class ProxyFleet:
         live = (ProxyState.STARTING, ProxyState.RUNNING)
         return [n for n, node in self._nodes.items() if node.state in live]
 
+    def _address(self, node: _Node) -> str:
+        """"" while it is unknown: any free port (0) asked for, and no ready answer yet."""
+        if self.spec is None:
+            return ""
+        port = node.port if node.port is not None else self.spec.port
+        return proxy_address(self.spec.host, port, node.ip) if port else ""
+
     def proxy_status(self) -> dict[str, ProxyStatus]:
         """Every alive node's proxy; a node waiting out a failed start shows BACKOFF."""
         return {
             node_id: ProxyStatus(
                 actor_name=proxy_actor_name(node_id), state=node.state,
                 failures=node.failures, last_error=node.last_error, restarts=node.restarts,
+                address=self._address(node),
             )
             for node_id, node in sorted(self._nodes.items())
         }

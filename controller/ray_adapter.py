@@ -18,7 +18,7 @@ import inspect
 import logging
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import ray
@@ -88,6 +88,15 @@ def _outcome(future: Future) -> Probe:
     return Probe(ProbeStatus.OK, incarnation=answer if type(answer) is int else None)
 
 
+def _proxy_outcome(future: Future) -> Probe:
+    """A proxy call's outcome; its ready call's answer ("host:port") gives the port it listens on."""
+    probe = _outcome(future)
+    answer = future.result() if probe.status is ProbeStatus.OK else None
+    if isinstance(answer, str):
+        return replace(probe, port=int(answer.rsplit(":", 1)[1]))
+    return probe
+
+
 @dataclass
 class _Call:
     future: Future
@@ -142,11 +151,12 @@ class RayAdapter:
     def node_alive(self, node_id: str) -> bool:
         return node_id not in self._dead_nodes
 
-    def refresh_nodes(self) -> list[str]:
-        """Read which nodes are alive (one GCS call); returns them."""
+    def refresh_nodes(self) -> dict[str, str]:
+        """Read which nodes are alive (one GCS call); returns them, each with its IP."""
         nodes = ray.nodes()
         self._dead_nodes = {n["NodeID"] for n in nodes if not n.get("Alive")}
-        return sorted(n["NodeID"] for n in nodes if n.get("Alive"))
+        return {n["NodeID"]: n.get("NodeManagerAddress", "") for n in sorted(nodes, key=lambda n: n["NodeID"])
+                if n.get("Alive")}
 
     def cannot_fit(self, ray_actor_options: dict[str, Any], count: int) -> str:
         needs = _resource_needs(ray_actor_options)
@@ -309,7 +319,7 @@ class RayAdapter:
     def proxy_probes(self) -> dict[str, Probe]:
         """Per node, the outcome of its proxy's last ready or ping call, once finished."""
         return {
-            node_id: _outcome(proxy.call.future)
+            node_id: _proxy_outcome(proxy.call.future)
             for node_id, proxy in self._proxies.items() if proxy.call.future.done()
         }
 

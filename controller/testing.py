@@ -120,8 +120,8 @@ class FakeAdapter:
         self.starts[actor_name] = OK
         self.alive.add(actor_name)
 
-    def refresh_nodes(self) -> list[str]:
-        return [] if self.node in self.dead_nodes else [self.node]
+    def refresh_nodes(self) -> dict[str, str]:
+        return {} if self.node in self.dead_nodes else {self.node: "127.0.0.1"}
 
     def proxy_probes(self) -> dict[str, Probe]:
         return dict(self.proxy_calls)

@@ -195,6 +195,10 @@ class Agent:
             )
         )
 
+    def observed(self) -> ClusterStatus | None:
+        """The newest status the controller reported; None before the first."""
+        return self._cluster
+
     def history(self, limit: int = 50) -> list[HistoryEntry]:
         return self._history.recent(limit)
 

@@ -1,8 +1,10 @@
 """The agent's `GET /shadow/mismatches`: every proxy's sample of shadow mismatches, in one list.
 
 Each proxy keeps its newest mismatches (path, both statuses, a short diff)
-at `/-/shadow/mismatches` on its public port. `collect` asks each proxy it
-is given concurrently, and `merge` (pure) puts the samples together newest
+at `/-/shadow/mismatches` on its public port. `proxy_urls` (pure) names
+every proxy of the last observed cluster status by its address (the
+agent's own proxy until a status names one), `collect` asks each
+concurrently, and `merge` (pure) puts the samples together newest
 first, each tagged with its proxy, and lists the proxies that did not
 answer (a proxy down is shown, not hidden). The admin API serves the result
 behind its token; the status page draws it. Must not: compare replies (the
@@ -16,7 +18,9 @@ from typing import Any, Awaitable, Callable, Iterable
 
 import httpx
 
-__all__ = ["collector", "collect", "merge", "proxy_url", "LIMIT"]
+from vocabulary.status import ClusterStatus
+
+__all__ = ["collector", "collect", "merge", "proxy_url", "proxy_urls", "LIMIT"]
 
 LIMIT = 100  # mismatches returned, newest first, over all proxies
 _PATH = "/-/shadow/mismatches"
@@ -28,12 +32,18 @@ def proxy_url(host: str, port: int) -> str:
     return f"http://[{reachable}]:{port}" if ":" in reachable else f"http://{reachable}:{port}"
 
 
-def collector(proxies: list[str], timeout_s: float = 2.0) -> Callable[[], Awaitable[dict[str, Any]]]:
-    """What the admin API calls per request: `collect` on a short-lived client."""
+def proxy_urls(cluster: ClusterStatus | None, own: str) -> list[str]:
+    """Every proxy's base URL in `cluster`, each once; `[own]` while it names none."""
+    found = {"http://" + proxy.address for proxy in (cluster.proxies.values() if cluster else ()) if proxy.address}
+    return sorted(found) or [own]
+
+
+def collector(proxies: Callable[[], list[str]], timeout_s: float = 2.0) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """What the admin API calls per request: `collect` from the `proxies()` of the moment, on a short-lived client."""
 
     async def run() -> dict[str, Any]:
         async with httpx.AsyncClient(timeout=timeout_s) as client:
-            return await collect(client, proxies)
+            return await collect(client, proxies())
 
     return run
 

@@ -123,6 +123,7 @@ class ProxyStatus(_Observed):
     failures: int = 0
     last_error: str = ""
     restarts: int = 0  # times this node's proxy came back as a new process (in place by Ray, or replaced)
+    address: str = ""  # "host:port" it serves at: its node's IP (bound to every interface) or its bound host
 
 
 class ReplicaFailure(_Observed):

@@ -6,7 +6,7 @@ redaction and take them out of its own command line, lock the state dir,
 start or join Ray quietly in `--namespace`, start or find the controller
 (which starts the proxies) and claim it as its one agent (refused with one
 line when another agent owns it, unless `--take-over`; stopped when taken
-over), run the agent and the admin
+over) and give it this start's `--prometheus-url`, run the agent and the admin
 server on one event loop, and on Ctrl-C / SIGTERM stop all of it cleanly:
 an embedded Ray is shut down with everything it ran, a joined cluster
 keeps serving. Every event of the process goes to stdout through logging
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from gitops.notifications.delivering import HttpSender, Notifier
     from gitops.notifications.links import Links
 
-__all__ = ["run_command", "join_ray", "bind_socket", "start_logging"]
+__all__ = ["run_command", "join_ray", "take_charge", "bind_socket", "start_logging"]
 
 _LOG = logging.getLogger("gitops.run")
 _NOTIFY_DRAIN_S = 5.0  # at stop, how long queued notifications may still take
@@ -102,7 +102,7 @@ def run_command(args: argparse.Namespace) -> int:
         _sigterm_interrupts()  # ray.init installed its own, which exits at once
         ray_watch = watch_ray(*ray_endpoints(), embedded=kill_embedded_ray if embedded else None)
         client = _controller(args)
-        owner = _claim(client, args, source, statedir.agent_id(state.root))
+        owner = take_charge(client, args, source, statedir.agent_id(state.root))
         asyncio.run(_serve(args, state, source, client, owner.agent_id, secret, token, sockets, links, channels))
         if not embedded:
             _release_quietly(client, owner.agent_id)
@@ -171,13 +171,22 @@ def _controller(args: argparse.Namespace) -> Any:
     from controller.checkpoint import CheckpointError
     from controller.client import start_or_connect
 
-    options = {"proxy_metrics_port": args.proxy_metrics_port, "prometheus_url": args.prometheus_url}
+    options = {"proxy_metrics_port": args.proxy_metrics_port}
     try:
         return start_or_connect(
             namespace=args.namespace, proxy_host=args.proxy_host, proxy_port=args.proxy_port, options=options
         )
     except CheckpointError as error:
         raise UserError(str(error)) from None
+
+
+def take_charge(client: Any, args: argparse.Namespace, source: Any, agent_id: str) -> Owner:
+    """Become the namespace's one agent, then give the controller this start's
+    `--prometheus-url`: one already running (a restarted agent, a joined
+    cluster) must not keep an earlier agent's. Refused: the controller is untouched."""
+    owner = _claim(client, args, source, agent_id)
+    client.set_prometheus_url(args.prometheus_url)
+    return owner
 
 
 def _claim(client: Any, args: argparse.Namespace, source: Any, agent_id: str) -> Owner:
@@ -248,7 +257,7 @@ async def _serve(
     from gitops.specs.limits import SpecLimits
     from gitops.specs.loading import Loader
     from gitops.metrics import CONTENT_TYPE, AgentMetrics
-    from gitops.shadow_mismatches import collector, proxy_url
+    from gitops.shadow_mismatches import collector, proxy_url, proxy_urls
     from gitops.webhooks import RateLimiter
 
     stop = asyncio.Event()
@@ -277,6 +286,7 @@ async def _serve(
         notifier=notifier,
     )
     guard = admin.WebhookGuard(secret, RateLimiter()) if secret else None
+    own_proxy = proxy_url(args.proxy_host, args.proxy_port)
 
     def webhook_fetch() -> None:
         agent.notify(Trigger.WEBHOOK)
@@ -290,7 +300,7 @@ async def _serve(
         webhook=None if separate_webhook else guard,
         commit_url_template=links.commit_url_template,
         policy=AccessPolicy.build(token, args.admin_host, _hosts(args.admin_allowed_hosts)),
-        shadow_mismatches=collector([proxy_url(args.proxy_host, args.proxy_port)]),
+        shadow_mismatches=collector(lambda: proxy_urls(agent.observed(), own_proxy)),
     )
     servers = [admin.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:

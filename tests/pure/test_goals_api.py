@@ -178,7 +178,7 @@ def test_status_reports_each_nodes_proxy_from_starting_to_running():
 
     starting, running, applied = asyncio.run(scenario())
     assert starting == {"node-1": ProxyStatus(actor_name="gitops-proxy-node-1", state=ProxyState.STARTING,
-                                              failures=0, last_error="")}
+                                              failures=0, last_error="", address="127.0.0.1:8000")}
     assert running.proxies["node-1"].state is ProxyState.RUNNING
     assert StartProxy("node-1", ProxySpec("proxy.actor:ProxyActor", "gitops-controller",
                                           "127.0.0.1", 8000)) in applied

@@ -15,7 +15,8 @@ TAKEN = Probe(ProbeStatus.FAILED, "OSError: port 8000 taken")
 DEAD = Probe(ProbeStatus.DEAD, "actor died")
 START, PING, GONE = StartProxy("n1", SPEC), PingProxy("n1"), StopProxy("n1")
 STOP, DIED = StopProxy("n1", TAKEN.error), StopProxy("n1", DEAD.error)
-N1 = ["n1"]
+N1 = {"n1": "10.0.0.1"}
+N1_N2 = {"n1": "10.0.0.1", "n2": "10.0.0.2"}
 
 CASES = [
     # name, steps [(now, alive, probes, effects)], final status of n1 (state, failures, last_error) or None
@@ -41,9 +42,9 @@ CASES = [
      [(0.0, N1, {}, [START]), (1.0, N1, {"n1": TAKEN}, [STOP]), (1.5, N1, {}, [START]),
       (2.0, N1, {"n1": OK}, [PING])], (ProxyState.RUNNING, 0, TAKEN.error)),
     ("a removed node's proxy is stopped and forgotten",
-     [(0.0, N1, {}, [START]), (1.0, [], {}, [GONE])], None),
+     [(0.0, N1, {}, [START]), (1.0, {}, {}, [GONE])], None),
     ("a removed node waiting out a backoff has nothing to stop",
-     [(0.0, N1, {}, [START]), (1.0, N1, {"n1": TAKEN}, [STOP]), (1.2, [], {}, [])], None),
+     [(0.0, N1, {}, [START]), (1.0, N1, {"n1": TAKEN}, [STOP]), (1.2, {}, {}, [])], None),
 ]
 
 
@@ -54,8 +55,22 @@ def test_proxy_fleet(name, steps, final):
         assert fleet.tick(now, alive, probes) == effects, f"at {now}"
     status = fleet.proxy_status().get("n1")
     expected = None if final is None else ProxyStatus(
-        actor_name="gitops-proxy-n1", state=final[0], failures=final[1], last_error=final[2])
+        actor_name="gitops-proxy-n1", state=final[0], failures=final[1], last_error=final[2],
+        address="127.0.0.1:8000")
     assert status == expected
+
+
+def test_a_proxy_bound_to_every_interface_is_reached_at_its_node_s_ip():
+    fleet = ProxyFleet(ProxySpec("proxy.actor:ProxyActor", "controller", "0.0.0.0", 8000))
+    fleet.tick(0.0, {"n1": "10.0.0.1", "n2": "10.0.0.2"}, {})
+    assert {node: proxy.address for node, proxy in fleet.proxy_status().items()} == {
+        "n1": "10.0.0.1:8000", "n2": "10.0.0.2:8000"}
+
+
+def test_a_proxy_bound_to_one_ipv6_address_is_reached_there_in_brackets():
+    fleet = ProxyFleet(ProxySpec("proxy.actor:ProxyActor", "controller", "::1", 8000))
+    fleet.tick(0.0, N1, {})
+    assert fleet.proxy_status()["n1"].address == "[::1]:8000"
 
 
 def test_backoff_is_capped_at_thirty_seconds():
@@ -71,8 +86,8 @@ def test_backoff_is_capped_at_thirty_seconds():
 
 def test_goals_wait_for_starting_proxies_but_only_running_ones_serve():
     fleet = ProxyFleet(SPEC)
-    fleet.tick(0.0, ["n1", "n2"], {})
-    fleet.tick(1.0, ["n1", "n2"], {"n1": OK})
+    fleet.tick(0.0, N1_N2, {})
+    fleet.tick(1.0, N1_N2, {"n1": OK})
     assert (fleet.live(), fleet.serving()) == (["n1", "n2"], ["n1"])
 
 
@@ -107,3 +122,12 @@ def test_a_proxy_replaced_after_dying_counts_as_restarted():
     fleet.tick(2.0, N1, {"n1": DEAD})
     fleet.tick(3.0, N1, {})
     assert _pinged(fleet, 4.0, 300)[0] == ProxyRestarted("n1", 1, 100, 300)
+
+
+def test_a_proxy_asked_for_any_free_port_is_reached_at_the_one_its_ready_call_answered():
+    fleet = ProxyFleet(ProxySpec("proxy.actor:ProxyActor", "controller", "0.0.0.0", 0))
+    fleet.tick(0.0, N1, {})
+    starting = fleet.proxy_status()["n1"].address
+    fleet.tick(1.0, N1, {"n1": Probe(ProbeStatus.OK, port=41234)})
+    fleet.tick(4.0, N1, {"n1": Probe(ProbeStatus.OK, incarnation=7)})  # a ping's answer keeps the port
+    assert (starting, fleet.proxy_status()["n1"].address) == ("", "10.0.0.1:41234")

@@ -34,6 +34,11 @@ def test_the_controller_starts_one_proxy_per_alive_node(observed):
     assert observed["nodes"] == 3 and observed["proxies_before"] == 3
 
 
+def test_every_node_s_proxy_is_asked_for_shadow_mismatches_at_its_address_in_status(observed):
+    assert len(set(observed["proxy_urls"])) == 3
+    assert observed["mismatches_answer"] == {"mismatches": [], "unreachable": []}
+
+
 def test_a_removed_nodes_proxy_is_dropped(observed):
     assert observed["proxies_after"] == 2
     assert observed["removed_node_has_proxy"] is False

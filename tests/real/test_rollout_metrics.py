@@ -115,12 +115,16 @@ RATE_SHARE = (
 
 @pytest.fixture(scope="module")
 def scraped_cluster(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Prometheus]]:
-    """A controller asking a Prometheus that scrapes its proxy every second."""
+    """A controller asking a Prometheus that scrapes its proxy every second.
+
+    Started with an earlier agent's Prometheus (nothing listens there), then
+    given this one as a restarted agent gives it: the checks must ask this one."""
     metrics_port = free_port()
     prometheus = Prometheus(tmp_path_factory.mktemp("scraping"),
                             {"gitops-agent": [], "gitops-proxy": [f"127.0.0.1:{metrics_port}"]})
     cluster = Cluster(f"{ray_session}-promql-{uuid.uuid4().hex[:6]}", proxy_metrics_port=metrics_port,
-                      prometheus_url=prometheus.url)
+                      prometheus_url=f"http://127.0.0.1:{free_port()}")
+    cluster.client.set_prometheus_url(prometheus.url)
     try:
         yield cluster, prometheus
     finally:

@@ -2,8 +2,10 @@
 
 A process can join only one Ray, so this runs outside the test session's
 Ray: it starts a 3-node `ray.cluster_utils.Cluster` on this machine, starts
-the controller with a proxy per node, places one replica on a worker node,
-removes that node, and prints what it observed as one JSON line.
+the controller with a proxy per node, asks every proxy the status names for
+its shadow mismatches (as the agent's `GET /shadow/mismatches` does), places
+one replica on a worker node, removes that node, and prints what it
+observed as one JSON line.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from pathlib import Path
 for key, value in {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}.items():
     os.environ.setdefault(key, value)
 
+import httpx  # noqa: E402
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from controller.client import start_or_connect  # noqa: E402
+from gitops.shadow_mismatches import collect, proxy_urls  # noqa: E402
 from vocabulary.configs import BackendConfig, GoalState, ReplicaState  # noqa: E402
 from vocabulary.status import ClusterStatus, ProxyState, ReplicaStatus  # noqa: E402
 
@@ -51,6 +55,17 @@ def replicas(client) -> list[ReplicaStatus]:
     return list(status(client).backends["echo"].replicas)
 
 
+def mismatches_from_every_proxy(client) -> tuple[list[str], dict]:
+    """The proxies the agent would ask, and what asking them gives."""
+    urls = proxy_urls(status(client), "http://127.0.0.1:1")
+
+    async def ask() -> dict:
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            return await collect(http, urls)
+
+    return urls, asyncio.run(ask())
+
+
 def main() -> None:
     system = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
     cluster = Cluster(initialize_head=True, head_node_args={
@@ -64,6 +79,8 @@ def main() -> None:
         alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
         out["nodes"] = len(alive)
         out["proxies_before"] = len(wait(lambda: len(running_proxies(client)) == 3 and running_proxies(client)))
+        urls, answer = mismatches_from_every_proxy(client)
+        out["proxy_urls"], out["mismatches_answer"] = urls, answer
         config = BackendConfig(
             name="echo", version="v1", import_path="controller_apps:Echo", num_replicas=1,
             working_dir=APPS, health_check_period_s=0.5,

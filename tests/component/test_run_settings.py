@@ -1,0 +1,59 @@
+"""`gitops run` gives the controller it claims this start's `--prometheus-url`, even one already running.
+
+The controller client is a fake holding the owner record and the setting
+(`controller.ownership.claim` decides, as in the controller); the real
+controller's side is tests/pure/test_controller_rollout_metrics.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+import pytest
+
+from controller.ownership import Owner, claim
+from gitops.commands.run import take_charge
+from gitops.errors import UserError
+
+SOURCE = SimpleNamespace(location="/srv/repo", branch="main")
+
+
+class RunningController:
+    """A controller some agent started earlier, with that agent's Prometheus."""
+
+    def __init__(self, owner: Owner | None, prometheus_url: str | None) -> None:
+        self.owner = owner
+        self.prometheus_url = prometheus_url
+
+    def claim(self, owner: Owner, take_over: bool = False) -> Owner | None:
+        holder = claim(self.owner, owner, take_over)
+        if holder is None:
+            self.owner = owner
+        return holder
+
+    def set_prometheus_url(self, url: str | None) -> None:
+        self.prometheus_url = url
+
+
+def args(prometheus_url: str | None) -> argparse.Namespace:
+    return argparse.Namespace(path="deployments", take_over=False, namespace="gitops", prometheus_url=prometheus_url)
+
+
+def earlier(agent_id: str) -> Owner:
+    return Owner(agent_id=agent_id, repo="/srv/repo", branch="main", path="deployments", host="h", pid=1,
+                 started_at=0.0)
+
+
+@pytest.mark.parametrize("url", ["http://prometheus-2:9090", None])
+def test_a_restarted_agent_s_prometheus_url_reaches_its_running_controller(url: str | None) -> None:
+    controller = RunningController(earlier("agent-1"), "http://prometheus-1:9090")
+    take_charge(controller, args(url), SOURCE, "agent-1")
+    assert controller.prometheus_url == url
+
+
+def test_an_agent_refused_the_controller_leaves_its_prometheus_url_alone() -> None:
+    controller = RunningController(earlier("agent-1"), "http://prometheus-1:9090")
+    with pytest.raises(UserError, match="is reconciled by agent agent-1"):
+        take_charge(controller, args("http://prometheus-2:9090"), SOURCE, "agent-2")
+    assert controller.prometheus_url == "http://prometheus-1:9090"
