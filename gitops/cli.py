@@ -211,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except GitopsError as error:
-        print(printable(f"gitops {args.verb}: {error}"), file=sys.stderr)
+        for line in (f"gitops {args.verb}: {error}", *error.details):
+            print(printable(line), file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         return 130

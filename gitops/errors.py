@@ -28,10 +28,19 @@ class ErrorKind(str, enum.Enum):
 
 
 class GitopsError(Exception):
-    """A failure with a message fit to show as is, and what to do about it."""
+    """A failure with a message fit to show as is, and what to do about it.
+
+    `details` are further lines under the message (one located error each):
+    each is printed, escaped, on a line of its own, so a newline inside one
+    can never forge another.
+    """
 
     kind: ErrorKind = ErrorKind.STALLED
     exit_code = 1
+
+    def __init__(self, message: str, details: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.details = details
 
 
 class UserError(GitopsError):

@@ -359,7 +359,7 @@ def _notify_channels(path: str, repo: str) -> tuple[Channel, ...]:
     try:
         return parse_notify_file(path, text, _read_secret_file)
     except NotifyFileError as error:
-        raise UserError(f"--notify {path} is invalid:\n" + "\n".join(error.errors)) from None
+        raise UserError(f"--notify {path} is invalid:", tuple(error.errors)) from None
 
 
 def _read_secret_file(path: str) -> str:
