@@ -14,6 +14,8 @@ import signal
 from importlib import metadata
 from pathlib import Path
 
+from controller.cluster import descendants
+
 
 def describe() -> dict[str, object]:
     """Cores, memory, CPU model, load average and the versions that matter."""
@@ -40,25 +42,6 @@ def pss_mb(pid: int) -> float:
         if line.startswith("Pss:"):
             return int(line.split()[1]) / 1024
     raise ValueError(f"no Pss line for pid {pid}")
-
-
-def descendants(root: int) -> list[int]:
-    """Every live process below `root` in the process tree."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def command_line(pid: int) -> str:

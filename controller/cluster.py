@@ -26,7 +26,7 @@ from pathlib import Path
 
 from vocabulary.goal_api import DEFAULT_NAMESPACE
 
-__all__ = ["init_ray", "shutdown_ray", "ray_token_path", "ray_endpoints", "TOKEN_FILE"]
+__all__ = ["init_ray", "shutdown_ray", "ray_token_path", "ray_endpoints", "descendants", "TOKEN_FILE"]
 
 TOKEN_FILE = "ray_token"
 
@@ -133,7 +133,7 @@ def kill_embedded_ray() -> None:
     node = ray._private.worker.global_worker.node
     if node is None or not node.head:
         return
-    left = _descendants(os.getpid())
+    left = descendants(os.getpid())
     node.kill_all_processes(check_alive=False, allow_graceful=False)
     for pid in left:
         try:
@@ -142,7 +142,7 @@ def kill_embedded_ray() -> None:
             continue
 
 
-def _descendants(pid: int) -> set[int]:
+def descendants(pid: int) -> set[int]:
     """Every process below `pid`, from /proc (empty where there is none)."""
     children: dict[int, list[int]] = {}
     proc = Path("/proc")

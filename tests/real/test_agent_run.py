@@ -17,29 +17,12 @@ from typing import Callable, Iterable
 import httpx
 import pytest
 
+from controller.cluster import descendants
 from tests.real.support import free_port, occupied_port
 
 pytestmark = pytest.mark.real
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below `pid`, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
 
 
 def alive(pid: int) -> bool:
