@@ -62,6 +62,13 @@ def canary_toml(tag: str, traffic: str, canary_errors: float = 0.2, rollout: boo
     return backends + endpoint + (steps if rollout else "")
 
 
+def write_greeter_app(repo) -> None:
+    """The greeter app (APP) at deployments/apps/greeter.py, importable as a package."""
+    repo.write("deployments/__init__.py", "")
+    repo.write("deployments/apps/__init__.py", "")
+    repo.write("deployments/apps/greeter.py", APP)
+
+
 def reverting_agent(repo, state_dir: Path, client, auto_revert: bool):
     """`make_agent` with a quarantine file, and `--auto-revert` when asked."""
     return make_agent(repo, state_dir, client, auto_revert=auto_revert, quarantine_file=state_dir / "quarantine.json")
@@ -79,9 +86,7 @@ def test_a_canary_commit_failing_a_fifth_of_its_requests_is_aborted_and_recorded
 ) -> None:
     client, url, _ = empty_cluster
     tag = f"t{uuid.uuid4().hex[:6]}"
-    repo.write("deployments/__init__.py", "")
-    repo.write("deployments/apps/__init__.py", "")
-    repo.write("deployments/apps/greeter.py", APP)
+    write_greeter_app(repo)
     repo.write("deployments/greet.toml", canary_toml(tag, f'"{tag}-v1" = 1.0'))
     repo.commit("v1 serves")
     running = RunningAgent(make_agent(repo, tmp_path / "state", client))
@@ -113,9 +118,7 @@ def test_auto_revert_after_an_aborted_canary_goes_back_to_the_last_good_commit_a
 ) -> None:
     client, url, _ = empty_cluster
     tag = f"t{uuid.uuid4().hex[:6]}"
-    repo.write("deployments/__init__.py", "")
-    repo.write("deployments/apps/__init__.py", "")
-    repo.write("deployments/apps/greeter.py", APP)
+    write_greeter_app(repo)
     repo.write("deployments/greet.toml", canary_toml(tag, f'"{tag}-v1" = 1.0'))
     good = repo.commit("v1 serves")
     running = RunningAgent(reverting_agent(repo, tmp_path / "state", client, auto_revert=True))
@@ -147,9 +150,7 @@ def test_gitops_rollback_by_hand_returns_the_cluster_to_an_earlier_commit_and_ho
 ) -> None:
     client, url, _ = empty_cluster
     tag = f"t{uuid.uuid4().hex[:6]}"
-    repo.write("deployments/__init__.py", "")
-    repo.write("deployments/apps/__init__.py", "")
-    repo.write("deployments/apps/greeter.py", APP)
+    write_greeter_app(repo)
     repo.write("deployments/greet.toml", canary_toml(tag, f'"{tag}-v1" = 1.0', rollout=False))
     first = repo.commit("v1 serves")
     admin_port = free_port()
@@ -183,9 +184,7 @@ def test_auto_revert_after_a_failed_apply_goes_back_to_the_last_good_commit_and_
 ) -> None:
     client, url, _ = empty_cluster
     tag = f"t{uuid.uuid4().hex[:6]}"
-    repo.write("deployments/__init__.py", "")
-    repo.write("deployments/apps/__init__.py", "")
-    repo.write("deployments/apps/greeter.py", APP)
+    write_greeter_app(repo)
     repo.write("deployments/greet.toml", canary_toml(tag, f'"{tag}-v1" = 1.0', rollout=False))
     good = repo.commit("v1 serves")
     running = RunningAgent(reverting_agent(repo, tmp_path / "state", client, auto_revert=True))
