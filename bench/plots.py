@@ -14,7 +14,7 @@ from typing import Any
 from bench import machine
 
 STYLE = {  # ours stands out; Serve in blues; the limits in greys
-    "ours": ("tab:red", "o", 2.5), "forwarder": ("tab:orange", "v", 1.2),
+    "ours": ("tab:red", "o", 2.5), "ours-1w": ("#fb6a4a", "o", 1.5), "forwarder": ("tab:orange", "v", 1.2),
     "serve-default": ("#9ecae1", "s", 1.2), "serve-100": ("#6baed6", "s", 1.2),
     "serve-direct": ("#3182bd", "D", 1.5), "serve-haproxy": ("#08519c", "^", 1.5),
     "uvicorn": ("#636363", "x", 1.2), "granian": ("#969696", "+", 1.2), "raw": ("#252525", "*", 1.2),

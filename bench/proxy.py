@@ -4,7 +4,8 @@ The same user code (`bench.proxy_apps`: noop on one replica; a 5 ms async
 and a 5 ms CPU-bound handler on two) behind every system, loaded by `wrk`
 on loopback at 1, 8, 32 and 128 connections:
 
-- ours: `gitops`' controller starts the proxy and the replicas, as for a user;
+- ours: `gitops`' controller starts the proxy and the replicas, as for a user
+  (its default proxy workers per node); ours-1w: the same with one proxy worker;
 - forwarder: uvicorn in an async actor making one Ray call per request;
 - serve-default / serve-100: Ray Serve through its Python proxy, with its
   defaults and with `max_ongoing_requests=100`;
@@ -46,10 +47,10 @@ from bench.proxy_apps import HANDLERS, REPLICAS
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = (
-    "ours", "forwarder", "serve-default", "serve-100", "serve-direct", "serve-haproxy", "uvicorn", "granian", "raw",
+    "ours", "ours-1w", "forwarder", "serve-default", "serve-100", "serve-direct", "serve-haproxy", "uvicorn", "granian", "raw",
 )
 # With a 5 ms handler the questions are coalescing and starvation, not the framework's limit.
-SLOW_HANDLER_SYSTEMS = ("ours", "forwarder", "serve-100", "serve-direct", "serve-haproxy", "uvicorn")
+SLOW_HANDLER_SYSTEMS = ("ours", "ours-1w", "forwarder", "serve-100", "serve-direct", "serve-haproxy", "uvicorn")
 SERVE_SYSTEMS = ("serve-default", "serve-100", "serve-direct", "serve-haproxy")
 CONNECTIONS = (1, 8, 32, 128)
 SERVE_ENV = {
@@ -79,8 +80,8 @@ def serving(system: str, handler: str) -> Iterator[list[str]]:
     own_ray()
     init_ray(namespace=f"bench-{uuid.uuid4().hex[:6]}")
     try:
-        if system == "ours":
-            with _ours(handler, replicas) as urls:
+        if system in ("ours", "ours-1w"):
+            with _ours(handler, replicas, 1 if system == "ours-1w" else None) as urls:
                 yield urls
         elif system == "forwarder":
             with _forwarder(handler, replicas) as urls:
@@ -93,14 +94,17 @@ def serving(system: str, handler: str) -> Iterator[list[str]]:
 
 
 @contextlib.contextmanager
-def _ours(handler: str, replicas: int) -> Iterator[list[str]]:
+def _ours(handler: str, replicas: int, proxy_workers: int | None) -> Iterator[list[str]]:
+    """`proxy_workers` None: the controller's default (the node's cores, capped)."""
     from controller.client import start_or_connect
     from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
     from vocabulary.goal_api import PROXY_CLASS
 
     port = free_port()
-    client = start_or_connect(namespace=f"bench-{uuid.uuid4().hex[:6]}", proxy_port=port,
-                              options={"proxy_class": PROXY_CLASS})
+    options: dict[str, Any] = {"proxy_class": PROXY_CLASS}
+    if proxy_workers is not None:
+        options["proxy_workers"] = proxy_workers
+    client = start_or_connect(namespace=f"bench-{uuid.uuid4().hex[:6]}", proxy_port=port, options=options)
 
     async def deploy() -> None:
         backend = BackendConfig(name="bench", version="v1", import_path=f"bench.proxy_apps:{handler}",
@@ -316,6 +320,38 @@ def print_table(rows: list[dict[str, Any]]) -> None:
               f"{r['p50_ms']['median']:>9.2f}{r['p99_ms']['median']:>9.2f}{r['non_2xx'] + r['socket_errors']:>9.0f}")
 
 
+def ratio_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every system's req/s and p99 as ratios to Serve's fastest configuration
+    and to the raw ceiling (req/s only) at the same handler and connections."""
+    def median(row: dict[str, Any], key: str) -> float:
+        return row[key]["median"]
+
+    out = []
+    for row in rows:
+        peers = [r for r in rows if r["handler"] == row["handler"] and r["connections"] == row["connections"]]
+        serve = max((r for r in peers if r["system"] in SERVE_SYSTEMS), key=lambda r: median(r, "rps"), default=None)
+        raw = next((r for r in peers if r["system"] == "raw"), None)
+        out.append({
+            "system": row["system"], "handler": row["handler"], "connections": row["connections"],
+            "serve_fastest": serve["system"] if serve else None,
+            "rps_vs_serve": median(row, "rps") / median(serve, "rps") if serve else None,
+            "p99_vs_serve": median(row, "p99_ms") / median(serve, "p99_ms") if serve else None,
+            "rps_vs_raw": median(row, "rps") / median(raw, "rps") if raw else None,
+        })
+    return out
+
+
+def print_ratios(ratios: list[dict[str, Any]]) -> None:
+    def cell(value: float | None) -> str:
+        return f"×{value:.2f}" if value is not None else "–"
+
+    print(f"{'handler':<8}{'system':<15}{'conns':>6}{'req/s vs Serve':>16}{'p99 vs Serve':>14}{'req/s vs raw':>14}"
+          "  (Serve's fastest)")
+    for r in ratios:
+        print(f"{r['handler']:<8}{r['system']:<15}{r['connections']:>6}{cell(r['rps_vs_serve']):>16}"
+              f"{cell(r['p99_vs_serve']):>14}{cell(r['rps_vs_raw']):>14}  {r['serve_fastest'] or '–'}")
+
+
 def main() -> int:
     parser = results.parser(__doc__.splitlines()[0])
     parser.add_argument("--systems", default=",".join(SYSTEMS))
@@ -344,8 +380,10 @@ def main() -> int:
                 failures[f"{system}/{handler}"] = str(error)
                 print(f"  {system} / {handler} failed: {error}", file=sys.stderr)
     print_table(rows)
+    ratios = ratio_rows(rows)
+    print_ratios(ratios)
     results.write(args.json, "proxy", args.tiny, {
-        "runs": rows, "failures": failures, "serve_installed": serve_installed(),
+        "runs": rows, "ratios": ratios, "failures": failures, "serve_installed": serve_installed(),
         "duration_s": args.duration, "repeats": args.repeats,
     })
     return 0

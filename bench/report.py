@@ -152,7 +152,7 @@ def _headline(measurements: dict[str, Any]) -> list[str]:
 
 
 def _targets_table(rows: list[Target]) -> list[str]:
-    lines = ["## Where we stand against the targets (issue 15)", "",
+    lines = ["## Where we stand against the targets (issues 15 and 19)", "",
              "| target | measured | |", "| --- | --- | --- |"]
     for row in rows:
         verdict = {True: "met", False: "**missed**", None: "not measured"}[row.met]
@@ -164,6 +164,10 @@ def _spread(s: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> st
     if not s or s.get("median") is None:
         return "–"
     return (f"{s['median'] * scale:,.{digits}f} [{s['min'] * scale:,.{digits}f}–{s['max'] * scale:,.{digits}f}]")
+
+
+def _times(ratio: float | None) -> str:
+    return "–" if ratio is None else f"×{ratio:.2f}"
 
 
 def _command(doc: dict[str, Any]) -> str:
@@ -195,6 +199,16 @@ def _proxy(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
                          f"{_spread(r['p50_ms'], digits=2)} | {_spread(r['p99_ms'], digits=2)} | "
                          f"{r['non_2xx'] + r['socket_errors']:.0f} |")
         lines.append("")
+        ratios = [r for r in f.get("ratios", []) if r["handler"] == handler]
+        if ratios:
+            lines += ["Ratios at the same connections: req/s and p99 against Serve's fastest configuration in this "
+                      "run, req/s against the raw httptools ceiling.", "",
+                      "| system | connections | req/s vs Serve | p99 vs Serve | req/s vs raw | Serve's fastest |",
+                      "| --- | ---: | ---: | ---: | ---: | --- |"]
+            lines += [f"| {r['system']} | {r['connections']} | {_times(r['rps_vs_serve'])} | "
+                      f"{_times(r['p99_vs_serve'])} | {_times(r['rps_vs_raw'])} | {r['serve_fastest'] or '–'} |"
+                      for r in ratios]
+            lines.append("")
     if f["failures"]:
         lines += ["Systems that could not be measured here:", ""]
         lines += [f"- {key}: `{error.splitlines()[-1][:200] if error else ''}`" for key, error in f["failures"].items()]

@@ -24,6 +24,7 @@ def targets(document: dict[str, Any]) -> list[Target]:
     m = document.get("measurements", {})
     return [
         *_proxy(m.get("proxy")),
+        *_ceiling(m.get("proxy")),
         *_update(m.get("update_latency")),
         *_rollout(m.get("rollout")),
         *_controller_kill(m.get("faults")),
@@ -36,14 +37,14 @@ def _median(spread: dict[str, Any] | None) -> float | None:
     return None if not spread else spread.get("median")
 
 
-def _at(runs: list[dict[str, Any]], system: str, connections: int) -> dict[str, Any] | None:
-    return next((r for r in runs if r["system"] == system and r["handler"] == "noop"
+def _at(runs: list[dict[str, Any]], system: str, connections: int, handler: str = "noop") -> dict[str, Any] | None:
+    return next((r for r in runs if r["system"] == system and r["handler"] == handler
                  and r["connections"] == connections), None)
 
 
-def best_serve(runs: list[dict[str, Any]], connections: int = 32) -> dict[str, Any] | None:
-    """Serve's fastest configuration (by req/s) at `connections`, noop handler."""
-    measured = [r for s in SERVE_CONFIGS if (r := _at(runs, s, connections)) and _median(r["rps"])]
+def best_serve(runs: list[dict[str, Any]], connections: int = 32, handler: str = "noop") -> dict[str, Any] | None:
+    """Serve's fastest configuration (by req/s) at `connections` with `handler`."""
+    measured = [r for s in SERVE_CONFIGS if (r := _at(runs, s, connections, handler)) and _median(r["rps"])]
     return max(measured, key=lambda r: r["rps"]["median"], default=None)
 
 
@@ -67,6 +68,48 @@ def _proxy(doc: dict[str, Any] | None) -> list[Target]:
         rows.append(Target(names[2], f"×{ratio:.2f} ({uvicorn['rps']['median']:,.0f} req/s bare)", ratio >= 0.5))
     else:
         rows.append(Target(names[2], "–", None))
+    return rows
+
+
+def _ceiling(doc: dict[str, Any] | None) -> list[Target]:
+    """Issue 19's targets: the proxy at the HTTP ceiling."""
+    runs = doc["figures"]["runs"] if doc else []
+    ours, serve = _at(runs, "ours", 32), best_serve(runs)
+    rows = []
+    name = "Proxy (issue 19) at 32 connections: p99 ≤ 0.25× Serve's fastest, 0 non-2xx"
+    if ours and serve:
+        p99 = ours["p99_ms"]["median"] / serve["p99_ms"]["median"]
+        failed = ours["non_2xx"] + ours["socket_errors"]
+        rows.append(Target(name, f"×{p99:.2f} ({ours['p99_ms']['median']:.1f} vs {serve['p99_ms']['median']:.1f} ms), "
+                                 f"{failed:.0f} non-2xx", p99 <= 0.25 and failed == 0))
+    else:
+        rows.append(Target(name, "–", None))
+    name = "…at 1 connection: p50 within 0.3 ms of uvicorn answering directly"
+    ours_one, uvicorn_one = _at(runs, "ours", 1), _at(runs, "uvicorn", 1)
+    if ours_one and uvicorn_one:
+        gap = ours_one["p50_ms"]["median"] - uvicorn_one["p50_ms"]["median"]
+        rows.append(Target(name, f"+{gap:.2f} ms ({ours_one['p50_ms']['median']:.2f} vs "
+                                 f"{uvicorn_one['p50_ms']['median']:.2f} ms)", gap <= 0.3))
+    else:
+        rows.append(Target(name, "–", None))
+    for handler, label in (("async5", "5 ms async"), ("cpu5", "5 ms CPU-bound")):
+        name = f"…{label} handler, 2 replicas: req/s and p99 no worse than Serve's fastest"
+        ours_slow, serve_slow = _at(runs, "ours", 32, handler), best_serve(runs, 32, handler)
+        if ours_slow and serve_slow:
+            a, b = ours_slow["rps"]["median"], serve_slow["rps"]["median"]
+            pa, pb = ours_slow["p99_ms"]["median"], serve_slow["p99_ms"]["median"]
+            rows.append(Target(name, f"{a:,.0f} vs {b:,.0f} req/s, p99 {pa:.1f} vs {pb:.1f} ms ({serve_slow['system']})",
+                               a >= b and pa <= pb))
+        else:
+            rows.append(Target(name, "–", None))
+    name = "…throughput grows with proxy workers (2 vs 1, 32 connections)"
+    one_worker = _at(runs, "ours-1w", 32)
+    if ours and one_worker:
+        growth = ours["rps"]["median"] / one_worker["rps"]["median"]
+        rows.append(Target(name, f"×{growth:.2f} ({ours['rps']['median']:,.0f} vs {one_worker['rps']['median']:,.0f} "
+                                 "req/s)", growth > 1.0))
+    else:
+        rows.append(Target(name, "–", None))
     return rows
 
 

@@ -52,3 +52,23 @@ def test_reconcile_growth_above_linear_misses_the_target() -> None:
 
     assert verdict(document, "…linear") is False
     assert verdict(document, "Reconcile: 10,000 specs cold") is False
+
+
+def test_the_ceiling_targets_judge_p99_failures_latency_and_slow_handlers() -> None:
+    runs = [run("ours", 9_000, 5), run("serve-direct", 2_000, 25), run("ours", 900, 1.2, connections=1),
+            run("uvicorn", 9_000, 0.4, connections=1), run("ours-1w", 6_000, 7)]
+    runs += [{**run("ours", 400, 90), "handler": "async5"}, {**run("serve-direct", 380, 100), "handler": "async5"},
+             {**run("ours", 300, 120), "handler": "cpu5"}, {**run("serve-haproxy", 350, 100), "handler": "cpu5"}]
+    document = proxy_document(runs)
+
+    assert verdict(document, "Proxy (issue 19) at 32 connections: p99") is True  # 5 ms is 0.2x of 25 ms
+    assert verdict(document, "…at 1 connection") is False  # 0.6 ms p50 against 0.2 ms: 0.4 ms apart
+    assert verdict(document, "…5 ms async") is True
+    assert verdict(document, "…5 ms CPU-bound") is False  # fewer req/s than Serve's HAProxy mode
+    assert verdict(document, "…throughput grows with proxy workers") is True
+
+
+def test_a_failed_request_misses_the_ceiling_target_whatever_the_latency() -> None:
+    document = proxy_document([{**run("ours", 9_000, 2), "non_2xx": 3}, run("serve-direct", 2_000, 25)])
+
+    assert verdict(document, "Proxy (issue 19) at 32 connections: p99") is False
