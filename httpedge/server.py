@@ -27,6 +27,13 @@ small exchange object and the response head. It serves:
 - graceful shutdown: stop accepting, close idle connections, let answers in
   flight finish within a bound, then close everything.
 
+Header deadlines and idle keep-alive are deadlines on the connection,
+checked by one sweep of all connections (at most every second), rather
+than timers armed and cancelled on every request. Nagle is switched off on
+every connection: asyncio does so only for sockets made with
+`proto=IPPROTO_TCP`, and an answer written in more than one write (a
+stream) would otherwise wait on the client's delayed ACK.
+
 Must not: know routes, replicas or the agent (the app does); imports nothing
 of ours but `httpedge`.
 """
@@ -115,6 +122,10 @@ class Server:
         self.websockets = _WebSockets(app, self.connections) if websockets else None
         self._servers: list[asyncio.Server] = []
         self._stopped: asyncio.Future[None] | None = None
+        # Header deadlines and idle keep-alive are checked by one sweep, not
+        # a timer armed and cancelled per request; its period bounds their lateness.
+        self._sweep_s = min(1.0, limits.header_timeout_s / 4, limits.keep_alive_s / 4)
+        self._sweep: asyncio.TimerHandle | None = None
 
     async def serve(self, sockets: list[socket.socket]) -> None:
         """Listen on `sockets` (bound, not yet listening); returns once `shutdown` is done."""
@@ -122,6 +133,7 @@ class Server:
         self._stopped = loop.create_future()
         for sock in sockets:
             self._servers.append(await loop.create_server(lambda: _Connection(self), sock=sock, backlog=_BACKLOG))
+        self._sweep = loop.call_later(self._sweep_s, self._check_deadlines)
         self.started = True
         await self._stopped
 
@@ -129,6 +141,8 @@ class Server:
         """Stop accepting, close idle connections, give answers in flight `grace_s`, then close the rest."""
         for server in self._servers:
             server.close()
+        if self._sweep is not None:
+            self._sweep.cancel()
         for connection in list(self.connections):
             connection.shutdown()
         in_flight = set(self.tasks)
@@ -144,6 +158,14 @@ class Server:
             connection.transport.close()
         if self._stopped is not None and not self._stopped.done():
             self._stopped.set_result(None)
+
+    def _check_deadlines(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for connection in list(self.connections):
+            if isinstance(connection, _Connection):
+                connection.check_deadlines(now)
+        self._sweep = loop.call_later(self._sweep_s, self._check_deadlines)
 
 
 class _WebSockets:
@@ -194,12 +216,12 @@ class _Connection(asyncio.Protocol):
         # The edge bounds.
         self.awaiting_headers = True
         self.header_bytes = 0
-        self.header_clock: asyncio.TimerHandle | None = None
+        self.header_deadline: float | None = None  # loop time; checked by the server's sweep
         self.over_cap = False
         self.refused = False
         self.upgrading = False
         # Flow and lifetime.
-        self.idle_clock: asyncio.TimerHandle | None = None
+        self.idle_deadline: float | None = None
         self.read_paused = False
         self.write_paused = False
         self.drained: asyncio.Future[None] | None = None
@@ -214,12 +236,12 @@ class _Connection(asyncio.Protocol):
         self.over_cap = len(connections) > self.limits.max_connections
         self.local = _address(transport.get_extra_info("sockname"))
         self.peer = _address(transport.get_extra_info("peername"))
+        _no_delay(transport)
         self._start_header_clock()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
-        self._stop_header_clock()
-        self._stop_idle_clock()
+        self.header_deadline = self.idle_deadline = None
         active = self.active
         if active is not None:
             active.gone()
@@ -232,11 +254,10 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.refused:
             return  # lingering after an edge answer: what the client still sends is dropped
-        if self.idle_clock is not None:
-            self._stop_idle_clock()
+        self.idle_deadline = None
         if self.awaiting_headers:
             self.header_bytes += len(data)
-            if self.header_clock is None:
+            if self.header_deadline is None:
                 self._start_header_clock()
         try:
             self.parser.feed_data(data)
@@ -287,7 +308,7 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.awaiting_headers = False
-        self._stop_header_clock()
+        self.header_deadline = None
         self.header_bytes = 0
         if header_size(self.url, self.headers) > self.limits.max_header_bytes:
             self._refuse(431, "Request header fields too large")
@@ -363,7 +384,7 @@ class _Connection(asyncio.Protocol):
             if self.pipeline:
                 return
         else:
-            self.idle_clock = self.loop.call_later(self.limits.keep_alive_s, self._idle_too_long)
+            self.idle_deadline = self.loop.time() + self.limits.keep_alive_s
         self._resume_reading()
 
     def _pause_reading(self) -> None:
@@ -382,28 +403,22 @@ class _Connection(asyncio.Protocol):
             self.drained = self.loop.create_future()
         await asyncio.shield(self.drained)
 
-    def _idle_too_long(self) -> None:
-        self.idle_clock = None
-        self.transport.close()
-
-    def _stop_idle_clock(self) -> None:
-        if self.idle_clock is not None:
-            self.idle_clock.cancel()
-            self.idle_clock = None
+    def check_deadlines(self, now: float) -> None:
+        """The server's sweep: close a connection idle too long, answer headers too slow."""
+        if self.idle_deadline is not None and now >= self.idle_deadline:
+            self.idle_deadline = None
+            self.transport.close()
+        if self.header_deadline is not None and now >= self.header_deadline:
+            self._headers_too_slow()
 
     # --- the edge bounds ----------------------------------------------------------
 
     def _start_header_clock(self) -> None:
-        if self.header_clock is None and not self.refused:
-            self.header_clock = self.loop.call_later(self.limits.header_timeout_s, self._headers_too_slow)
-
-    def _stop_header_clock(self) -> None:
-        if self.header_clock is not None:
-            self.header_clock.cancel()
-            self.header_clock = None
+        if not self.refused:
+            self.header_deadline = self.loop.time() + self.limits.header_timeout_s
 
     def _headers_too_slow(self) -> None:
-        self.header_clock = None
+        self.header_deadline = None
         if self.active is not None:
             self._start_header_clock()  # the previous answer is still being made: not the client's delay
         elif self.awaiting_headers and not self.refused:
@@ -411,8 +426,7 @@ class _Connection(asyncio.Protocol):
 
     def _refuse(self, status: int, text: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
         self.refused = True
-        self._stop_header_clock()
-        self._stop_idle_clock()
+        self.header_deadline = self.idle_deadline = None
         if self.active is not None:
             self.active.gone()  # its answer could not follow ours on this connection
         self.pipeline.clear()
@@ -420,8 +434,7 @@ class _Connection(asyncio.Protocol):
 
     def _hand_over(self) -> None:
         assert self.server.websockets is not None
-        self._stop_header_clock()
-        self._stop_idle_clock()
+        self.header_deadline = self.idle_deadline = None
         self.server.connections.discard(self)
         request = [self.parser.get_method(), b" ", self.url, b" HTTP/1.1\r\n"]
         for name, value in self.headers:
@@ -627,6 +640,16 @@ class _Exchange:
             self.conn.transport.close()
             raise RuntimeError("Response content longer than Content-Length")
         return body
+
+
+def _no_delay(transport: asyncio.BaseTransport) -> None:
+    """Nagle off, as asyncio does only for sockets made with proto=IPPROTO_TCP: a
+    listening socket made as `socket.socket(family, SOCK_STREAM)` has proto 0,
+    and its connections would hold each small write behind the client's
+    delayed ACK (~40 ms per keep-alive answer written in more than one write)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _address(name: Any) -> tuple[str, int] | None:

@@ -174,6 +174,20 @@ def test_a_connection_is_reused_for_the_next_request() -> None:
     run(scenario)
 
 
+def test_connections_send_small_writes_at_once_whatever_the_listening_sockets_protocol() -> None:
+    async def scenario() -> None:
+        async with serving(App()) as (server, port):  # bound as socket.socket(): proto 0, like the proxy's
+            conn = await Conn.open(port)
+            conn.send(GET % b"/a")
+            await conn.answer()
+            (connection,) = server.connections
+            sock = connection.transport.get_extra_info("socket")
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)  # no Nagle wait on a streamed chunk
+            conn.close()
+
+    run(scenario)
+
+
 def test_pipelined_requests_are_answered_in_order_even_when_the_first_is_slowest() -> None:
     async def scenario() -> None:
         async with serving(App()) as (_, port):
