@@ -27,9 +27,11 @@ small exchange object and the response head. It serves:
 - graceful shutdown: stop accepting, close idle connections, let answers in
   flight finish within a bound, then close everything.
 
-Header deadlines and idle keep-alive are deadlines on the connection,
-checked by one sweep of all connections (at most every second), rather
-than timers armed and cancelled on every request. Nagle is switched off on
+The header deadline and the keep-alive idle timeout are two deadlines on
+the connection served by one timer, re-armed only when a deadline comes
+before the one it waits for: a busy keep-alive connection moves its
+deadlines on every request but touches the timer a few times a minute,
+where a timer per deadline would be armed and cancelled twice a request. Nagle is switched off on
 every connection: asyncio does so only for sockets made with
 `proto=IPPROTO_TCP`, and an answer written in more than one write (a
 stream) would otherwise wait on the client's delayed ACK.
@@ -68,6 +70,7 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _HIGH_WATER = 64 * 1024  # buffered request body above which reading pauses
 _BACKLOG = 2048
+_TIMER_SLACK_S = 0.001  # the loop may run a timer up to its clock resolution early
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _LAST_CHUNK = b"0\r\n\r\n"
@@ -122,10 +125,6 @@ class Server:
         self.websockets = _WebSockets(app, self.connections) if websockets else None
         self._servers: list[asyncio.Server] = []
         self._stopped: asyncio.Future[None] | None = None
-        # Header deadlines and idle keep-alive are checked by one sweep, not
-        # a timer armed and cancelled per request; its period bounds their lateness.
-        self._sweep_s = min(1.0, limits.header_timeout_s / 4, limits.keep_alive_s / 4)
-        self._sweep: asyncio.TimerHandle | None = None
 
     async def serve(self, sockets: list[socket.socket]) -> None:
         """Listen on `sockets` (bound, not yet listening); returns once `shutdown` is done."""
@@ -133,7 +132,6 @@ class Server:
         self._stopped = loop.create_future()
         for sock in sockets:
             self._servers.append(await loop.create_server(lambda: _Connection(self), sock=sock, backlog=_BACKLOG))
-        self._sweep = loop.call_later(self._sweep_s, self._check_deadlines)
         self.started = True
         await self._stopped
 
@@ -141,8 +139,6 @@ class Server:
         """Stop accepting, close idle connections, give answers in flight `grace_s`, then close the rest."""
         for server in self._servers:
             server.close()
-        if self._sweep is not None:
-            self._sweep.cancel()
         for connection in list(self.connections):
             connection.shutdown()
         in_flight = set(self.tasks)
@@ -158,14 +154,6 @@ class Server:
             connection.transport.close()
         if self._stopped is not None and not self._stopped.done():
             self._stopped.set_result(None)
-
-    def _check_deadlines(self) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        for connection in list(self.connections):
-            if isinstance(connection, _Connection):
-                connection.check_deadlines(now)
-        self._sweep = loop.call_later(self._sweep_s, self._check_deadlines)
 
 
 class _WebSockets:
@@ -216,12 +204,14 @@ class _Connection(asyncio.Protocol):
         # The edge bounds.
         self.awaiting_headers = True
         self.header_bytes = 0
-        self.header_deadline: float | None = None  # loop time; checked by the server's sweep
+        self.header_deadline: float | None = None  # loop time
         self.over_cap = False
         self.refused = False
         self.upgrading = False
         # Flow and lifetime.
         self.idle_deadline: float | None = None
+        self.timer: asyncio.TimerHandle | None = None  # fires by the earlier deadline
+        self.timer_at = 0.0
         self.read_paused = False
         self.write_paused = False
         self.drained: asyncio.Future[None] | None = None
@@ -241,7 +231,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
-        self.header_deadline = self.idle_deadline = None
+        self._stop_timer()
         active = self.active
         if active is not None:
             active.gone()
@@ -385,6 +375,7 @@ class _Connection(asyncio.Protocol):
                 return
         else:
             self.idle_deadline = self.loop.time() + self.limits.keep_alive_s
+            self._wake_by(self.idle_deadline)
         self._resume_reading()
 
     def _pause_reading(self) -> None:
@@ -403,19 +394,39 @@ class _Connection(asyncio.Protocol):
             self.drained = self.loop.create_future()
         await asyncio.shield(self.drained)
 
-    def check_deadlines(self, now: float) -> None:
-        """The server's sweep: close a connection idle too long, answer headers too slow."""
+    def _wake_by(self, when: float) -> None:
+        """Make sure the connection's timer fires no later than `when`."""
+        if self.timer is None or self.timer_at > when:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = self.loop.call_at(when, self._on_timer)
+            self.timer_at = when
+
+    def _stop_timer(self) -> None:
+        self.header_deadline = self.idle_deadline = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _on_timer(self) -> None:
+        self.timer = None
+        now = self.loop.time() + _TIMER_SLACK_S
         if self.idle_deadline is not None and now >= self.idle_deadline:
             self.idle_deadline = None
             self.transport.close()
+            return
         if self.header_deadline is not None and now >= self.header_deadline:
             self._headers_too_slow()
+        later = [d for d in (self.header_deadline, self.idle_deadline) if d is not None]
+        if later:
+            self._wake_by(min(later))
 
     # --- the edge bounds ----------------------------------------------------------
 
     def _start_header_clock(self) -> None:
         if not self.refused:
             self.header_deadline = self.loop.time() + self.limits.header_timeout_s
+            self._wake_by(self.header_deadline)
 
     def _headers_too_slow(self) -> None:
         self.header_deadline = None
@@ -426,7 +437,7 @@ class _Connection(asyncio.Protocol):
 
     def _refuse(self, status: int, text: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
         self.refused = True
-        self.header_deadline = self.idle_deadline = None
+        self._stop_timer()
         if self.active is not None:
             self.active.gone()  # its answer could not follow ours on this connection
         self.pipeline.clear()
@@ -434,7 +445,7 @@ class _Connection(asyncio.Protocol):
 
     def _hand_over(self) -> None:
         assert self.server.websockets is not None
-        self.header_deadline = self.idle_deadline = None
+        self._stop_timer()
         self.server.connections.discard(self)
         request = [self.parser.get_method(), b" ", self.url, b" HTTP/1.1\r\n"]
         for name, value in self.headers:

@@ -188,6 +188,22 @@ def test_connections_send_small_writes_at_once_whatever_the_listening_sockets_pr
     run(scenario)
 
 
+def test_a_keep_alive_connection_is_closed_once_idle_for_keep_alive_s_and_not_while_in_use() -> None:
+    async def scenario() -> None:
+        limits = EdgeLimits(header_timeout_s=0.2, keep_alive_s=0.3)
+        async with serving(App(), limits) as (_, port):
+            conn = await Conn.open(port)
+            for _ in range(6):  # in use for longer than either deadline
+                conn.send(GET % b"/a")
+                assert (await conn.answer())[0] == 200
+                await asyncio.sleep(0.1)
+            idle_from = time.monotonic()
+            assert await conn.closed()
+            assert time.monotonic() - idle_from < limits.keep_alive_s + 2
+
+    run(scenario)
+
+
 def test_pipelined_requests_are_answered_in_order_even_when_the_first_is_slowest() -> None:
     async def scenario() -> None:
         async with serving(App()) as (_, port):
