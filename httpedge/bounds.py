@@ -12,28 +12,27 @@ protocol class built by `protocol_class` fixes those three at the socket:
 - a request on a connection beyond `max_connections` is answered 503 with
   `Retry-After` and the connection closed; the app is never called.
 
-Each of these answers ends the connection: the answer is written, our
-side shut for writing, and whatever the client still sends is discarded
-until it closes (or `_LINGER_S` passes), so the client reads the answer
-rather than a connection reset. Body deadlines are the app's
-(`body_timeout_s` is carried here so one value configures a listener); the
-app reads the body under it. Must not: know routes, replicas or the agent.
+Each of these answers ends the connection with a linger
+(`httpedge.answers`), so the client reads the answer rather than a
+connection reset. The proxy's own server (`httpedge.server`) applies the
+same bounds with the same answers; this subclass serves the agent's
+listeners. Body deadlines are the app's (`body_timeout_s` is carried here
+so one value configures a listener); the app reads the body under it.
+Must not: know routes, replicas or the agent.
 """
 
 from __future__ import annotations
 
 import asyncio
-import http
 from typing import Any, ClassVar
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from httpedge.answers import end_with, header_size, refusal
 from httpedge.limits import EdgeLimits
 
 __all__ = ["EdgeLimits", "protocol_class", "uvicorn_options"]
-
-_LINGER_S = 2.0
 
 
 def uvicorn_options(limits: EdgeLimits) -> dict[str, Any]:
@@ -97,7 +96,7 @@ class _BoundedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._awaiting_headers = False
         self._stop_header_clock()
-        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        size = header_size(self.url, self.headers)
         self._header_bytes = 0
         if size > self.limits.max_header_bytes:
             self._refuse(431, "Request header fields too large")
@@ -134,14 +133,4 @@ class _BoundedProtocol(HttpToolsProtocol):
     def _refuse(self, status: int, text: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
         self._refused = True
         self._stop_header_clock()
-        body = text.encode()
-        lines = [f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}".encode()]
-        lines += [b"content-type: text/plain; charset=utf-8", b"content-length: " + str(len(body)).encode()]
-        lines += [name + b": " + value for name, value in headers or []]
-        lines += [b"connection: close", b"", body]
-        self.transport.write(b"\r\n".join(lines))
-        if self.transport.can_write_eof():
-            self.transport.write_eof()
-            self.loop.call_later(_LINGER_S, self.transport.close)
-        else:
-            self.transport.close()
+        end_with(self.transport, refusal(status, text, headers))

@@ -11,5 +11,5 @@ Map (layers import only downward):
 - request path: `calling` (the caller seam and its errors), `app` (ASGI),
   `metrics` (its Prometheus recorder and the port they are scraped from);
 - Ray shell: `raycalls`, `controller_link`, `longpoll_client`,
-  `load_reporting`, `actor` (uvicorn inside the Ray actor).
+  `load_reporting`, `actor` (`httpedge.server` inside the Ray actor).
 """

@@ -1,12 +1,13 @@
-"""The proxy actor: uvicorn serving `ProxyApp` inside an async Ray actor.
+"""The proxy actor: `httpedge.server` serving `ProxyApp` inside an async Ray actor.
 
 One per Ray node, created, pinned and replaced by the controller (which wraps
 this plain class with `ray.remote`). The constructor binds the listening
 socket (so a taken port fails the actor's creation with a clear error) and
 starts tasks on the actor's event loop: the HTTP server, the long poll, the
 load reports and, given a metrics port, the metrics' load sampler. The
-server's protocol is `httpedge.bounds`' (header size and time, connection
-cap). Owns the proxy's lifecycle only; the request path is `proxy.app`.
+server is our lean HTTP/1.1 one, bounded at the socket (header size and
+time, connection cap) and handing WebSockets to uvicorn's. Owns the
+proxy's lifecycle only; the request path is `proxy.app`.
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ import os
 import random
 import socket
 
-import uvicorn
-
-from httpedge.bounds import uvicorn_options
+from httpedge.server import Server
 from proxy.app import ProxyApp
 from proxy.snapshot import Snapshot
 from proxy.controller_link import ControllerLink
@@ -104,11 +103,7 @@ class ProxyActor:
         """Stop polling, let in-flight requests finish (bounded), close the socket."""
         for task in self._background:
             task.cancel()
-        self._server.should_exit = True
-        try:
-            await asyncio.wait_for(asyncio.shield(self._server_task), _SHUTDOWN_GRACE_S)
-        except (TimeoutError, asyncio.CancelledError):
-            self._server.force_exit = True
+        await self._server.shutdown(_SHUTDOWN_GRACE_S)
         await self._app.stop_shadows()
         self._socket.close()
         if self._metrics is not None:
@@ -121,22 +116,10 @@ def _serve_metrics(host: str, port: int) -> ProxyMetrics:
     return metrics
 
 
-def _http_server(app: ProxyApp, settings: ProxySettings) -> uvicorn.Server:
-    # Served on the actor's own event loop (loop="none"); log_config=None
-    # leaves the worker's logging setup alone, and the hot path writes no
-    # access log. httptools, bounded against slow and oversized clients.
-    return uvicorn.Server(
-        uvicorn.Config(
-            app,
-            lifespan="off",
-            interface="asgi3",
-            loop="none",
-            log_config=None,
-            access_log=False,
-            log_level="warning",
-            **{**uvicorn_options(settings.edge), "ws": "websockets-sansio"},  # proxy.sockets carries WebSockets
-        )
-    )
+def _http_server(app: ProxyApp, settings: ProxySettings) -> Server:
+    # Served on the actor's own event loop; the hot path writes no access
+    # log. WebSockets go on to proxy.sockets through uvicorn's protocol.
+    return Server(app, settings.edge, websockets=True)
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -4,7 +4,7 @@ Owns the body of a streamed response after its head went out: each chunk is
 sent as it arrives; a gap between chunks longer than the endpoint's
 `timeout_s`, a replica that dies, a handler that raises, or a client that
 disconnects ends it. The client's answer has started by then, so an early
-end cannot change its status: the response is left incomplete (uvicorn
+end cannot change its status: the response is left incomplete (the server
 closes the connection, which a client sees as a broken body), and the
 request is recorded with the status the failure would have had (`stream_code`).
 Leaving the chunk iterator early cancels the replica's generator.
