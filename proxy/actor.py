@@ -21,6 +21,7 @@ import asyncio
 import os
 import random
 import socket
+from typing import Any, Callable, Coroutine
 
 import uvicorn
 
@@ -74,13 +75,17 @@ class ProxyActor:
             self._metrics,
         )
         link = ControllerLink(controller_name, namespace)
-        longpoll = LongPollClient(link, me, Subscriptions(settings, rng), self._install, settings)
+        configured = asyncio.Event()
+        longpoll = LongPollClient(link, me, Subscriptions(settings, rng), _noting(self._install, configured), settings)
         self._socket = _bind(host, port, shared_dir)
         self._host = host
         self._port = self._socket.getsockname()[1]
         self._server = _http_server(self._app, settings)
         loop = asyncio.get_event_loop()
-        self._server_task = loop.create_task(self._server.serve(sockets=[self._socket]))
+        serving = self._server.serve(sockets=[self._socket])
+        # A worker sharing the port listens (joins the kernel's spread) only once it can route: a replacement
+        # that listened at once would answer its share of new connections 503 until its first route table.
+        self._server_task = loop.create_task(_after(configured, serving) if shared_dir is not None else serving)
         self._background = [
             loop.create_task(longpoll.run()),
             loop.create_task(
@@ -150,6 +155,26 @@ def _http_server(app: ProxyApp, settings: ProxySettings) -> uvicorn.Server:
             **{**uvicorn_options(settings.edge), "ws": "websockets-sansio"},  # proxy.sockets carries WebSockets
         )
     )
+
+
+def _noting(install: Callable[[Snapshot], None], configured: asyncio.Event) -> Callable[[Snapshot], None]:
+    """`install`, then `configured` set from the first complete snapshot on."""
+
+    def installing(snapshot: Snapshot) -> None:
+        install(snapshot)
+        if snapshot.complete:
+            configured.set()
+
+    return installing
+
+
+async def _after(event: asyncio.Event, work: Coroutine[Any, Any, None]) -> None:
+    try:
+        await event.wait()
+    except BaseException:
+        work.close()
+        raise
+    await work
 
 
 def _bind(host: str, port: int, shared_dir: str | None) -> socket.socket:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from controller.backend_state import Probe, ProbeStatus
 from controller.proxy_fleet import (
     MAX_PROXY_WORKERS,
