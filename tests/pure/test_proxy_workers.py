@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from controller.backend_state import Probe, ProbeStatus
 from controller.proxy_fleet import (
     MAX_PROXY_WORKERS,
@@ -13,6 +15,9 @@ from controller.proxy_fleet import (
     StopProxy,
     workers_on,
 )
+from controller.actor import ControllerActor
+from controller.testing import FakeAdapter, MemoryStorage
+from tests.pure.test_goals_api import poll, stop
 from vocabulary.status import ProxyState
 
 SPEC = ProxySpec("proxy.actor:ProxyActor", "controller", "127.0.0.1", 8000, workers=3)
@@ -80,3 +85,23 @@ def test_zero_workers_means_the_node_s_cpus_capped() -> None:
     assert sorted(e.proxy_id for e in effects) == ["big", "big:1", "big:2", "big:3", "small", "small:1"]
     assert (workers_on(0, None), workers_on(0, 1), workers_on(2, 64)) == (1, 1, 2)
     assert workers_on(0, 64) == MAX_PROXY_WORKERS == 4
+
+
+def test_the_controller_runs_as_many_workers_as_the_node_has_cpus_and_sums_their_loads() -> None:
+    async def scenario():
+        adapter = FakeAdapter(cpus=3)
+        options = {"tick_s": 0.01, "proxy_check_s": 0.01, "proxy_workers": 0}
+        ctl = ControllerActor("ns", options, storage=MemoryStorage(), adapter=adapter)
+        for key in ("node-1", "node-1:1", "node-1:2"):
+            adapter.proxy_calls[key] = OK
+        running = await poll(ctl, lambda s: [p.state for p in s.proxies.values()] == [ProxyState.RUNNING] * 3)
+        await ctl.report_load("node-1", {"b": (2, 1)})
+        await ctl.report_load("node-1:1", {"b": (3, 0)})
+        loads = await ctl.get_load()
+        await stop(ctl)
+        return running, loads, adapter.applied
+
+    running, loads, applied = asyncio.run(scenario())
+    assert list(running.proxies) == ["node-1", "node-1:1", "node-1:2"]
+    assert [e.worker for e in applied if isinstance(e, StartProxy)] == [0, 1, 2]
+    assert loads == {"node-1": {"b": (2, 1)}, "node-1:1": {"b": (3, 0)}}  # one report per worker, none overwritten
