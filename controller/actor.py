@@ -61,8 +61,11 @@ class ControllerOptions:
     proxy_class: str | None = PROXY_CLASS
     proxy_host: str = "127.0.0.1"
     proxy_port: int = 8000
-    # Each proxy serves its Prometheus metrics on this port of its node (None: off).
+    # Each node's proxies serve their Prometheus metrics on this port of the node (None: off).
     proxy_metrics_port: int | None = None
+    # Proxy workers per node, sharing the proxy port (SO_REUSEPORT); 0: the
+    # node's CPUs, at most controller.proxy_fleet.MAX_PROXY_WORKERS.
+    proxy_workers: int = 1
     # Where rollouts' PromQL checks are asked until a checkpoint or the agent
     # (`set_prometheus_url`, its --prometheus-url) says otherwise; None: nowhere.
     prometheus_url: str | None = None
@@ -93,7 +96,10 @@ class ClusterAdapter(Observer, Protocol):
         """Read which nodes are alive; returns them, each with its IP."""
 
     def proxy_probes(self) -> dict[str, Probe]:
-        """Per node, the outcome of its proxy's last ready or ping call, once finished."""
+        """Per proxy id, the outcome of its worker's last ready or ping call, once finished."""
+
+    def node_cpus(self) -> dict[str, int]:
+        """Each alive node's CPUs, as of the last `refresh_nodes`."""
 
     def apply(self, effects: Sequence[Effect | ProxyEffect]) -> None: ...
 
@@ -322,16 +328,17 @@ class ControllerActor:
         if opts.proxy_class is None:
             return None
         return ProxySpec(opts.proxy_class, self._name, opts.proxy_host, opts.proxy_port,
-                         opts.proxy_metrics_port)
+                         opts.proxy_metrics_port, opts.proxy_workers)
 
     def _check_proxies(self, now: float) -> None:
-        """Refresh node facts and keep one proxy per alive node; a gone proxy's acks are forgotten."""
+        """Refresh node facts and keep each alive node's proxy workers; a stopped worker's acks are
+        forgotten, and so is the load of one that is gone for good (its node left, or fewer workers)."""
         if now < self._next_proxy_check:
             return
         self._next_proxy_check = now + self._options.proxy_check_s
         try:
             alive = self._adapter.refresh_nodes()
-            effects = self._proxies.tick(now, alive, self._adapter.proxy_probes())
+            effects = self._proxies.tick(now, alive, self._adapter.proxy_probes(), self._adapter.node_cpus())
             self._adapter.apply(effects)
         except Exception:
             self._errors["proxies"] += 1
@@ -339,7 +346,9 @@ class ControllerActor:
             return
         for effect in effects:
             if isinstance(effect, StopProxy):
-                self._longpoll.forget(effect.node_id)
+                self._longpoll.forget(effect.proxy_id)
+                if not effect.error:
+                    self._loads.pop(effect.proxy_id, None)
 
     def _judge(self, goal: Any) -> Any:
         return judge(goal, self._backends, self._endpoints, self._longpoll,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import os
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -45,7 +46,6 @@ from controller.proxy_fleet import (
     ProxySpec,
     StartProxy,
     StopProxy,
-    proxy_actor_name,
 )
 from vocabulary.configs import BackendConfig
 from vocabulary.goal_api import REPLICA_CLASS
@@ -117,7 +117,8 @@ class RayAdapter:
         self._nodes: dict[str, str] = {}
         self._health: dict[str, _Call] = {}
         self._drains: dict[str, _Call] = {}
-        self._proxies: dict[str, _Proxy] = {}
+        self._proxies: dict[str, _Proxy] = {}  # by proxy id (one per worker)
+        self._cpus: dict[str, int] = {}
         self._uploaded: dict[str, str] = {}
         self._dead_nodes: set[str] = set()
 
@@ -155,8 +156,13 @@ class RayAdapter:
         """Read which nodes are alive (one GCS call); returns them, each with its IP."""
         nodes = ray.nodes()
         self._dead_nodes = {n["NodeID"] for n in nodes if not n.get("Alive")}
+        self._cpus = {n["NodeID"]: int((n.get("Resources") or {}).get("CPU", 0)) for n in nodes if n.get("Alive")}
         return {n["NodeID"]: n.get("NodeManagerAddress", "") for n in sorted(nodes, key=lambda n: n["NodeID"])
                 if n.get("Alive")}
+
+    def node_cpus(self) -> dict[str, int]:
+        """Each alive node's CPUs as Ray counts them, as of the last `refresh_nodes`."""
+        return dict(self._cpus)
 
     def cannot_fit(self, ray_actor_options: dict[str, Any], count: int) -> str:
         needs = _resource_needs(ray_actor_options)
@@ -204,16 +210,16 @@ class RayAdapter:
             self._start_proxy(effect)
         elif isinstance(effect, StopProxy):
             if effect.error:
-                logger.warning("proxy on node %s failed: %s", effect.node_id, effect.error)
-            self._kill_proxy(effect.node_id)
+                logger.warning("proxy %s failed: %s", effect.proxy_id, effect.error)
+            self._kill_proxy(effect.proxy_id)
         elif isinstance(effect, PingProxy):
-            proxy = self._proxies.get(effect.node_id)
+            proxy = self._proxies.get(effect.proxy_id)
             if proxy is not None:
                 proxy.call = _call(proxy.handle.ping.remote())
         elif isinstance(effect, ProxyRestarted):
             logger.warning(
-                "proxy on node %s restarted: process %d died, process %d serves (restart %d)",
-                effect.node_id, effect.previous, effect.current, effect.restarts,
+                "proxy %s restarted: process %d died, process %d serves (restart %d)",
+                effect.proxy_id, effect.previous, effect.current, effect.restarts,
             )
 
     def _start(self, effect: StartReplica) -> None:
@@ -317,30 +323,32 @@ class RayAdapter:
     # --- proxies --------------------------------------------------------------
 
     def proxy_probes(self) -> dict[str, Probe]:
-        """Per node, the outcome of its proxy's last ready or ping call, once finished."""
+        """Per proxy id, the outcome of its worker's last ready or ping call, once finished."""
         return {
-            node_id: _proxy_outcome(proxy.call.future)
-            for node_id, proxy in self._proxies.items() if proxy.call.future.done()
+            key: _proxy_outcome(proxy.call.future)
+            for key, proxy in self._proxies.items() if proxy.call.future.done()
         }
 
     def _start_proxy(self, effect: StartProxy) -> None:
-        """Start the node's proxy; a failure to even submit it becomes its probe."""
+        """Start one proxy worker; a failure to even submit it becomes its probe."""
         try:
-            self._proxies[effect.node_id] = self._submit_proxy(effect.spec, effect.node_id)
+            self._proxies[effect.proxy_id] = self._submit_proxy(effect)
         except Exception as err:  # e.g. the proxy class cannot be imported
             failed: Future = Future()
             failed.set_exception(err)
-            self._proxies[effect.node_id] = _Proxy(None, _Call(failed, time.monotonic()))
+            self._proxies[effect.proxy_id] = _Proxy(None, _Call(failed, time.monotonic()))
 
-    def _submit_proxy(self, spec: ProxySpec, node_id: str) -> _Proxy:
+    def _submit_proxy(self, effect: StartProxy) -> _Proxy:
+        spec, node_id = effect.spec, effect.node_id
         proxy_class = _load_class(spec.proxy_class)
         cls = _remote_class(proxy_class).options(
-            name=proxy_actor_name(node_id),
+            name=effect.actor_name,
             namespace=self.namespace,
             lifetime="detached",
             get_if_exists=True,
             # A proxy process that dies is restarted in place by Ray at once
-            # (its constructor binds the same port and long-polls its routes),
+            # (its constructor binds the same port, shared with the node's
+            # other workers by SO_REUSEPORT, and long-polls its routes),
             # well before the fleet's next ping would notice; the ping in
             # flight waits for the restart. Past this budget the fleet
             # replaces the actor, with backoff.
@@ -352,12 +360,21 @@ class RayAdapter:
         )
         handle = cls.remote(
             spec.controller_name, self.namespace, node_id, spec.host, spec.port,
-            metrics_port=spec.metrics_port,
+            metrics_port=spec.metrics_port, worker=effect.worker, shared_dir=self._shared_dir(node_id),
         )
         return _Proxy(handle, _call(handle.ready.remote()))
 
-    def _kill_proxy(self, node_id: str) -> None:
-        proxy = self._proxies.pop(node_id, None)
+    def _shared_dir(self, node_id: str) -> str:
+        """Where the node's proxy workers of this namespace share their metrics (and what names their group).
+
+        In this Ray session's directory, so a new session starts from no files
+        (see proxy.metrics). Ray gives every node the head's temp dir, so the
+        path is the same on the proxy's node as here."""
+        session = ray._private.worker.global_worker.node.get_session_dir_path()
+        return os.path.join(session, f"gitops-proxy-metrics-{self.namespace}-{node_id}")
+
+    def _kill_proxy(self, key: str) -> None:
+        proxy = self._proxies.pop(key, None)
         if proxy is not None and proxy.handle is not None:
             try:
                 ray.kill(proxy.handle, no_restart=True)
@@ -374,8 +391,8 @@ class RayAdapter:
 
     def stop_everything(self, replica_names: set[str]) -> None:
         """Shutdown: kill every proxy and replica of this namespace."""
-        for node in list(self._proxies):
-            self._kill_proxy(node)
+        for key in list(self._proxies):
+            self._kill_proxy(key)
         for name in _named_actors(self.namespace):
             if name.startswith(PROXY_PREFIX) or name.startswith(REPLICA_PREFIX):
                 self._kill(name)

@@ -57,8 +57,8 @@ class FakeAdapter:
       replica gets OK, or FAILED with `start_error`.
     - `health`: the next health probe per actor, consumed when read; OK when absent.
     - `draining`: replica actors whose drain call has not finished.
-    - `proxy_calls`: per node, the outcome of its proxy's last call (absent: in flight).
-    - `dead_nodes`, `no_room` (why nothing fits; "" = room), `node`: node facts.
+    - `proxy_calls`: per proxy id, the outcome of its proxy's last call (absent: in flight).
+    - `dead_nodes`, `no_room` (why nothing fits; "" = room), `node`, `cpus`: node facts.
     - `alive`: replica actors that exist; `started`, `killed`, `applied`: what it was asked.
     - `storage`: when given, `checkpoints_at_start` holds its content at each start.
     """
@@ -70,6 +70,7 @@ class FakeAdapter:
     dead_nodes: set[str] = field(default_factory=set)
     no_room: str = ""
     node: str = "node-1"
+    cpus: int = 1
     start_error: str = ""
     storage: Storage | None = None
     alive: set[str] = field(default_factory=set)
@@ -125,6 +126,9 @@ class FakeAdapter:
 
     def proxy_probes(self) -> dict[str, Probe]:
         return dict(self.proxy_calls)
+
+    def node_cpus(self) -> dict[str, int]:
+        return {self.node: self.cpus}
 
     def adopt(self, actor_names: set[str]) -> set[str]:
         return actor_names & self.alive

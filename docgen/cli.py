@@ -60,7 +60,8 @@ def _name(action: argparse.Action) -> str:
 
 
 def _default(action: argparse.Action) -> str:
-    if action.default in (None, False, argparse.SUPPRESS) or action.nargs == 0:
+    # By identity: a default of 0 is a value to show, though 0 == False.
+    if action.default is None or action.default is False or action.default is argparse.SUPPRESS or action.nargs == 0:
         return "-"
     return f"`{action.default}`"
 

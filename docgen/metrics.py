@@ -16,7 +16,8 @@ HEADER = (
 
 _WHERE = {
     "agent": "the agent, on its admin port: `http://127.0.0.1:8001/metrics` by default",
-    "proxy": "every proxy, one per Ray node, on its metrics port: `http://<node>:8002/metrics` by default",
+    "proxy": "the proxies of every Ray node, on the node's one metrics port (any worker answers the sum of all "
+    "the node's workers): `http://<node>:8002/metrics` by default",
 }
 
 

@@ -16,6 +16,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
+from controller.proxy_fleet import MAX_PROXY_WORKERS
 from gitops import __version__
 from gitops.errors import GitopsError
 from gitops.printable import printable
@@ -87,7 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--proxy-host", default="127.0.0.1", help="address the HTTP proxy listens on")
     run.add_argument("--proxy-port", type=int, default=8000, help="port of the HTTP proxy on every node")
     run.add_argument(
-        "--proxy-metrics-port", type=int, default=8002, help="each proxy's /metrics port (Prometheus)"
+        "--proxy-metrics-port", type=int, default=8002,
+        help="each node's proxy /metrics port (Prometheus), shared by its proxy workers",
+    )
+    run.add_argument(
+        "--proxy-workers", type=int, default=0, metavar="N",
+        help=f"proxy processes per node, sharing --proxy-port (1..{MAX_PROXY_WORKERS}; "
+        f"0: the node's CPUs, at most {MAX_PROXY_WORKERS})",
     )
     run.add_argument(
         "--prometheus-url", default=None, metavar="URL",

@@ -184,7 +184,8 @@ class AgentMetrics:
         )
         self._proxy_restarts = Counter(
             "gitops_proxy_restarts",
-            "Times a node's proxy came back as a new process (restarted in place by Ray, or replaced).",
+            "Times a proxy worker came back as a new process (restarted in place by Ray, or replaced); "
+            "node is the node id for a node's first worker, node:worker for the others.",
             ["node"],
             registry=r,
         )

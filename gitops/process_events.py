@@ -35,7 +35,9 @@ def restart_lines(before: ClusterStatus | None, now: ClusterStatus) -> list[str]
         earlier = before.proxies.get(node)
         counted = earlier.restarts if earlier is not None and not restarted else 0
         if proxy.restarts > counted:
-            lines.append(f"proxy on node {node} restarted as a new process (restart {proxy.restarts})")
+            node_id, _, worker = node.partition(":")
+            which = f"proxy worker {worker} on node {node_id}" if worker else f"proxy on node {node_id}"
+            lines.append(f"{which} restarted as a new process (restart {proxy.restarts})")
     return lines
 
 

@@ -7,7 +7,8 @@ ledger, a git error, the controller's observed `ClusterStatus`) into
 reason and a message, `watched_revision`, `last_attempted_revision`,
 `last_applied_revision`, each backend's replicas by state and version,
 each endpoint's traffic, each rollout's step and checks, the quarantine
-held by a rollback, and one overall `SyncStatus`. `AgentStatus` is a
+held by a rollback, every proxy worker of every node (`node:worker`), and one
+overall `SyncStatus`. `AgentStatus` is a
 pydantic model: the admin API serves `model_dump(mode="json")` and
 `gitops status` parses the same JSON back with `model_validate`. Every
 text it carries (repo, messages, errors) passes `gitops.redaction.redact`. Must not:
@@ -29,10 +30,11 @@ from gitops.redaction import redact
 from gitops.rollback import Quarantine
 from gitops.rollout_outcomes import rollout_message
 from vocabulary.rollouts import Rollout
-from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus
+from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ProxyStatus
 
 __all__ = [
-    "SyncStatus", "Condition", "StatusFacts", "BackendSummary", "EndpointSummary", "RolloutSummary", "AgentStatus",
+    "SyncStatus", "Condition", "StatusFacts", "BackendSummary", "EndpointSummary", "RolloutSummary", "ProxySummary",
+    "AgentStatus",
     "roll_up",
 ]
 
@@ -106,6 +108,17 @@ class EndpointSummary(_Value):
     shadow: dict[str, float] = Field(default_factory=dict)
 
 
+class ProxySummary(_Value):
+    """One proxy worker as the status shows it; a node's workers share its address."""
+
+    node: str
+    worker: int
+    state: str  # starting | running | backoff
+    address: str = ""
+    restarts: int = 0
+    last_error: str = ""
+
+
 class RolloutSummary(_Value):
     """One endpoint's rollout as the status shows it: where it is among its steps, and its last checks."""
 
@@ -134,6 +147,7 @@ class AgentStatus(_Value):
     notifications: dict[str, dict[str, Any]] = Field(default_factory=dict)  # per provider
     rollouts: dict[str, RolloutSummary] = Field(default_factory=dict)  # by endpoint
     quarantine: dict[str, Any] | None = None  # good commit, held commits, reason (Quarantine.to_json)
+    proxies: dict[str, ProxySummary] = Field(default_factory=dict)  # by proxy id: node, or node:worker past the first
 
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)
@@ -159,6 +173,14 @@ def roll_up(facts: StatusFacts) -> AgentStatus:
         notifications={name: dict(health) for name, health in (facts.notifications or {}).items()},
         rollouts={name: _rollout(rollout) for name, rollout in cluster.rollouts.items()},
         quarantine=facts.quarantine.to_json() if facts.quarantine is not None else None,
+        proxies={key: _proxy(key, observed) for key, observed in cluster.proxies.items()},
+    )
+
+
+def _proxy(key: str, observed: ProxyStatus) -> ProxySummary:
+    return ProxySummary(
+        node=key.partition(":")[0], worker=observed.worker, state=observed.state.value, address=observed.address,
+        restarts=observed.restarts, last_error=redact(observed.last_error),
     )
 
 

@@ -1,7 +1,13 @@
 """The proxy actor: `httpedge.server` serving `ProxyApp` inside an async Ray actor.
 
-One per Ray node, created, pinned and replaced by the controller (which wraps
-this plain class with `ray.remote`). The constructor binds the listening
+A few per Ray node (its proxy workers), created, pinned and replaced by the
+controller (which wraps this plain class with `ray.remote`); each is one
+proxy to the controller, under its own proxy id. Given `shared_dir` (the
+controller passes the node's, inside the Ray session directory), the
+node's workers share the HTTP port and the metrics port (SO_REUSEPORT,
+claimed for this group of workers by `proxy.shared_ports`) and record
+metrics into that directory, so a scrape of any worker answers the node's
+sum. The constructor binds the listening
 socket (so a taken port fails the actor's creation with a clear error) and
 starts tasks on the actor's event loop: the HTTP server, the long poll, the
 load reports and, given a metrics port, the metrics' load sampler. The
@@ -16,6 +22,7 @@ import asyncio
 import os
 import random
 import socket
+from typing import Any, Callable, Coroutine
 
 from httpedge.server import Server
 from proxy.app import ProxyApp
@@ -23,10 +30,12 @@ from proxy.snapshot import Snapshot
 from proxy.controller_link import ControllerLink
 from proxy.load_reporting import report_load_forever
 from proxy.longpoll_client import LongPollClient
-from proxy.metrics import ProxyMetrics
+from proxy import shared_ports
+from proxy.metrics import ProxyMetrics, use_multiprocess_dir
 from proxy.raycalls import RayCaller
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions
+from vocabulary.goal_api import proxy_id
 
 __all__ = ["ProxyActor"]
 
@@ -46,11 +55,14 @@ class ProxyActor:
         port: int,
         settings: ProxySettings | None = None,
         metrics_port: int | None = None,
+        worker: int = 0,
+        shared_dir: str | None = None,
     ) -> None:
         settings = settings or ProxySettings()
         rng = random.Random()
-        # Prometheus scrapes each node's proxy on its own metrics port (see proxy.metrics).
-        self._metrics = _serve_metrics(host, metrics_port) if metrics_port is not None else None
+        me = proxy_id(node_id, worker)
+        # Prometheus scrapes each node on its metrics port; with shared_dir, any worker answers the node's sum.
+        self._metrics = _serve_metrics(host, metrics_port, shared_dir) if metrics_port is not None else None
         self._app = ProxyApp(
             RayCaller(
                 settings.max_calls_per_replica,
@@ -62,18 +74,22 @@ class ProxyActor:
             self._metrics,
         )
         link = ControllerLink(controller_name, namespace)
-        longpoll = LongPollClient(link, node_id, Subscriptions(settings, rng), self._install, settings)
-        self._socket = _bind(host, port)
+        configured = asyncio.Event()
+        longpoll = LongPollClient(link, me, Subscriptions(settings, rng), _noting(self._install, configured), settings)
+        self._socket = _bind(host, port, shared_dir)
         self._host = host
         self._port = self._socket.getsockname()[1]
         self._server = _http_server(self._app, settings)
         loop = asyncio.get_event_loop()
-        self._server_task = loop.create_task(self._server.serve(sockets=[self._socket]))
+        serving = self._server.serve(sockets=[self._socket])
+        # A worker sharing the port listens (joins the kernel's spread) only once it can route: a replacement
+        # that listened at once would answer its share of new connections 503 until its first route table.
+        self._server_task = loop.create_task(_after(configured, serving) if shared_dir is not None else serving)
         self._background = [
             loop.create_task(longpoll.run()),
             loop.create_task(
                 report_load_forever(
-                    link, node_id, self._app.backend_load, settings.load_report_interval_s, self._app.request_stats
+                    link, me, self._app.backend_load, settings.load_report_interval_s, self._app.request_stats
                 )
             ),
         ]
@@ -110,7 +126,9 @@ class ProxyActor:
             self._metrics.close()
 
 
-def _serve_metrics(host: str, port: int) -> ProxyMetrics:
+def _serve_metrics(host: str, port: int, shared_dir: str | None) -> ProxyMetrics:
+    if shared_dir is not None:
+        use_multiprocess_dir(shared_dir)  # before the metrics exist: they pick their storage when made
     metrics = ProxyMetrics()
     metrics.serve(host, port)
     return metrics
@@ -122,14 +140,34 @@ def _http_server(app: ProxyApp, settings: ProxySettings) -> Server:
     return Server(app, settings.edge, websockets=True)
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def _noting(install: Callable[[Snapshot], None], configured: asyncio.Event) -> Callable[[Snapshot], None]:
+    """`install`, then `configured` set from the first complete snapshot on."""
+
+    def installing(snapshot: Snapshot) -> None:
+        install(snapshot)
+        if snapshot.complete:
+            configured.set()
+
+    return installing
+
+
+async def _after(event: asyncio.Event, work: Coroutine[Any, Any, None]) -> None:
     try:
-        sock.bind((host, port))
+        await event.wait()
+    except BaseException:
+        work.close()
+        raise
+    await work
+
+
+def _bind(host: str, port: int, shared_dir: str | None) -> socket.socket:
+    """The listening socket; with `shared_dir`, shared by the node's workers (SO_REUSEPORT), and
+    claimed for them for this process's life: a port another agent's proxies share is refused, not joined."""
+    try:
+        if shared_dir is not None:
+            shared_ports.claim(host, port, shared_dir)  # held until the process exits
+        sock = shared_ports.bind(host, port, shared_dir)
     except OSError as error:
-        sock.close()
-        raise OSError(f"proxy cannot listen on {host}:{port}: {error.strerror}") from None
+        raise OSError(f"proxy cannot listen on {host}:{port}: {error.strerror or error}") from None
     sock.set_inheritable(True)
     return sock

@@ -9,12 +9,25 @@ them. Not here: when a
 request counts as finished (the proxy's request path calls
 `request_finished` from exactly one place).
 
-How they reach Prometheus: every proxy (one per Ray node) serves its own
-registry on its own metrics port on its node (`serve(host, port)`), and
-Prometheus scrapes each node's proxy directly. A restarted proxy comes back
-on the same host:port, so Prometheus sees the same target whose counters
-restarted from zero: an ordinary process-restart counter reset that
-`rate()`/`increase()` handle, never a second set of series to double count.
+How they reach Prometheus: a node runs several proxy workers (processes),
+and Prometheus scrapes the node once, on its one metrics port. Each worker
+records into files of a private per-node directory (prometheus_client's
+multiprocess mode: `use_multiprocess_dir` before any `ProxyMetrics` is
+made; the controller names the directory, inside the Ray session's own
+directory, so a new Ray session starts from no files while a worker or
+controller restarted in the same session adds to the node's counts so far), and each serves the port (`serve(host, port)`, SO_REUSEPORT shared
+with the node's other workers) answering with the sum over the directory:
+whichever worker answers a scrape, the numbers are the whole node's, not
+one worker's. Counters and histograms of a worker that died stay in its
+files, so the node's counters never go backwards when a worker is replaced;
+the in-flight gauge counts live workers only (`livesum`: a dead worker's
+gauge file is removed at the next scrape or worker start). Without a
+directory (unit tests) the metrics are this process's alone.
+
+Deleted series: prometheus_client cannot remove a series from the files, so
+a served scrape leaves out every series of an endpoint or backend this
+worker no longer serves (`retain`); the files keep it, and a re-created
+backend resumes its counts rather than going backwards.
 
 Wiring in the proxy actor: given `metrics_port` (the controller passes
 `gitops run --proxy-metrics-port`), create one `ProxyMetrics`, call
@@ -35,8 +48,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import glob
+import os
+import socket
+import stat
 import threading
-from typing import Any, Callable, Collection, Mapping
+import warnings
+from typing import Any, Callable, Collection, Iterable, Mapping
+from wsgiref.simple_server import make_server
 
 from prometheus_client import (
     CollectorRegistry,
@@ -45,15 +64,24 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
     generate_latest,
+    values,
 )
-from prometheus_client.exposition import start_http_server
+from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler, make_wsgi_app
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.registry import Collector
+
+from proxy import shared_ports
 
 __all__ = [
     "DEFAULT_METRICS_PORT",
+    "MULTIPROCESS_ENV",
     "REQUEST_BUCKETS",
     "ProxyMetrics",
     "ShadowResult",
+    "use_multiprocess_dir",
 ]
+
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 # The text format exposes every counter's and histogram's creation time as an
 # extra `<name>_created` gauge series that Prometheus stores but nothing here
@@ -91,11 +119,73 @@ class ShadowResult(enum.StrEnum):
     TIMEOUT = "timeout"
 
 
+def use_multiprocess_dir(path: str) -> None:
+    """From now on this process's metrics live in files in `path`, shared with its node's other workers.
+
+    Creates `path` 0700; refuses one that is not a directory of this user's,
+    private to it (another user could plant or read the files). Call before
+    any `ProxyMetrics` is made: prometheus_client picks a metric's storage
+    when it is created. Marks the dead workers' gauges dead (see module doc).
+    """
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError(f"proxy metrics directory {path} is not a private directory of this user (0700)")
+    os.environ[MULTIPROCESS_ENV] = path
+    values.ValueClass = values.MultiProcessValue()
+    _mark_dead_workers(path)
+
+
+def _mark_dead_workers(path: str) -> None:
+    """Drop the live-gauge files of processes that are gone, so a dead worker's in-flight count leaves the sum."""
+    for name in glob.glob(os.path.join(path, "gauge_live*_*.db")):
+        pid = os.path.basename(name).rsplit("_", 1)[1].removesuffix(".db")
+        if pid.isdigit() and not _alive(int(pid)):
+            mark_process_dead(int(pid), path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # some other user's process
+        return True
+    return True
+
+
+class _NodeCollector(Collector):
+    """The sum of every worker's files in the directory, less the series of endpoints and backends gone."""
+
+    def __init__(self, path: str, serving: Callable[[], tuple[set[str], set[str]] | None]) -> None:
+        self._path = path
+        self._serving = serving
+        self._files = CollectorRegistry()
+        MultiProcessCollector(self._files, path)
+
+    def collect(self) -> Iterable[Any]:
+        _mark_dead_workers(self._path)
+        serving = self._serving()
+        for family in self._files.collect():
+            if serving is not None:
+                endpoints, backends = serving
+                family.samples = [
+                    s for s in family.samples
+                    if s.labels.get("endpoint", "") in endpoints | {""} and s.labels.get("backend", "") in backends | {""}
+                ]
+            yield family
+
+
 class ProxyMetrics:
-    """One proxy's metrics in its own registry."""
+    """One proxy worker's metrics: in its own registry, or in its node's shared files (`use_multiprocess_dir`)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._shared = os.environ.get(MULTIPROCESS_ENV) if getattr(values.ValueClass, "_multiprocess", False) else None
+        self._serving: tuple[set[str], set[str]] | None = None
         r = self.registry
         self._requests = Counter(
             "gitops_http_requests",
@@ -124,9 +214,10 @@ class ProxyMetrics:
         )
         self._ongoing = Gauge(
             "gitops_backend_ongoing_requests",
-            "Requests this proxy has in flight to a backend.",
+            "Requests the node's proxies have in flight to a backend.",
             ONGOING_LABELS,
             registry=r,
+            multiprocess_mode="livesum",
         )
         self._batch_size = Histogram(
             "gitops_batch_size",
@@ -146,6 +237,7 @@ class ProxyMetrics:
         self._ongoing_backends: set[str] = set()
         self._server: Any = None
         self._thread: threading.Thread | None = None
+        self._claim = -1
 
     def request_finished(self, endpoint: str, backend: str, code: int, duration_s: float) -> None:
         key = (endpoint, backend, code)
@@ -188,6 +280,7 @@ class ProxyMetrics:
         proxy's snapshot lose their series.
         """
         for backend in self._ongoing_backends - set(loads):
+            self.set_ongoing(backend, 0)  # shared files keep a removed series: zero it first
             _remove_where(self._ongoing, ONGOING_LABELS, "backend", backend)
         for backend, load in loads.items():
             self.set_ongoing(backend, load.get("ongoing", 0) + load.get("queued", 0))
@@ -218,6 +311,7 @@ class ProxyMetrics:
     def retain(self, endpoints: Collection[str], backends: Collection[str]) -> None:
         """Forget every series of an endpoint or backend the proxy no longer
         serves, so config churn cannot grow cardinality; called per snapshot."""
+        self._serving = (set(endpoints), set(backends))
         for endpoint in self._labelled("endpoint") - set(endpoints):
             self.forget_endpoint(endpoint)
         for backend in self._labelled("backend") - set(backends):
@@ -241,17 +335,39 @@ class ProxyMetrics:
         ]
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """What a scrape answers: the node's sum in shared mode, else this process's metrics."""
+        return generate_latest(self._served())
+
+    def _served(self) -> CollectorRegistry:
+        if self._shared is None:
+            return self.registry
+        served = CollectorRegistry(auto_describe=False)
+        served.register(_NodeCollector(self._shared, lambda: self._serving))
+        return served
 
     def serve(self, host: str = "127.0.0.1", port: int = DEFAULT_METRICS_PORT) -> int:
         """Serve `/metrics` on a background thread; returns the bound port.
 
-        Port 0 picks a free port (tests). Call `close()` when the proxy stops.
+        In shared mode the port is shared (SO_REUSEPORT, `proxy.shared_ports`)
+        with the node's other proxy workers: whichever answers, it answers the
+        node's sum. Port 0 picks a free port (tests). Call `close()` when the
+        proxy stops.
         """
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        class Server(_SharedPortServer if self._shared is not None else ThreadingWSGIServer):  # type: ignore[misc]
+            address_family = family
+
         try:
-            self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+            if self._shared is not None:
+                self._claim = shared_ports.claim(host, port, self._shared)
+            self._server = make_server(host, port, make_wsgi_app(self._served()), Server, handler_class=_SilentHandler)
         except OSError as error:
-            raise OSError(f"proxy metrics cannot listen on {host}:{port}: {error.strerror}") from None
+            shared_ports.release(self._claim)
+            self._claim = -1
+            raise OSError(f"proxy metrics cannot listen on {host}:{port}: {error.strerror or error}") from None
+        self._thread = threading.Thread(target=self._server.serve_forever, name="proxy-metrics", daemon=True)
+        self._thread.start()
         return int(self._server.server_port)
 
     def close(self) -> None:
@@ -259,6 +375,16 @@ class ProxyMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+        shared_ports.release(self._claim)
+        self._claim = -1
+
+
+class _SharedPortServer(ThreadingWSGIServer):
+    """prometheus_client's threading WSGI server, its port shared by the node's proxy workers."""
+
+    def server_bind(self) -> None:
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        super().server_bind()
 
 
 def _remove_where(
@@ -271,6 +397,9 @@ def _remove_where(
         for sample in family.samples
     }
     at = names.index(name)
-    for labels in found:
-        if labels[at] == value:
-            metric.remove(*labels)
+    with warnings.catch_warnings():
+        # Shared files cannot drop a series (a served scrape leaves it out instead); the local child goes.
+        warnings.simplefilter("ignore", UserWarning)
+        for labels in found:
+            if labels[at] == value:
+                metric.remove(*labels)

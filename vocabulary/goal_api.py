@@ -21,9 +21,11 @@ Long-poll keys (see `LongPollKey`) and their payloads:
 - `replicas:<backend>` -> `ReplicaSet`, or None once deleted
 
 A proxy subscribes with `listen_for_change(keys_to_snapshot_ids, proxy_id=
-node_id)` on the controller actor. Passing `proxy_id` (the proxy's node id)
-is how the controller knows WHICH proxy acknowledged a snapshot; without it
-endpoint goals ("every live proxy has acked") cannot be met for that proxy.
+proxy_id(node_id, worker))` on the controller actor, and reports its load
+under the same id. Passing `proxy_id` (one per proxy worker: a node runs
+several) is how the controller knows WHICH proxy acknowledged a snapshot;
+without it endpoint goals ("every live proxy has acked") cannot be met for
+that proxy.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from typing import Any, Protocol
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, RouteTable, ServingState
 from vocabulary.status import ClusterStatus
 
-__all__ = ["GoalAPI", "LongPollKey", "CONTROLLER_NAME", "DEFAULT_NAMESPACE", "PROXY_CLASS", "REPLICA_CLASS"]
+__all__ = [
+    "GoalAPI", "LongPollKey", "CONTROLLER_NAME", "DEFAULT_NAMESPACE", "PROXY_CLASS", "REPLICA_CLASS", "proxy_id",
+]
 
 CONTROLLER_NAME = "gitops-controller"
 DEFAULT_NAMESPACE = "ray-gitops"
@@ -41,6 +45,12 @@ DEFAULT_NAMESPACE = "ray-gitops"
 # that the control plane never imports the data plane or the user-code host.
 PROXY_CLASS = "proxy.actor:ProxyActor"
 REPLICA_CLASS = "replica.host:Replica"
+
+
+def proxy_id(node_id: str, worker: int = 0) -> str:
+    """One proxy worker's id, wherever the controller keys a proxy: the node id
+    for worker 0 (as with one proxy per node), "node:worker" for the others."""
+    return node_id if worker == 0 else f"{node_id}:{worker}"
 
 
 class LongPollKey:

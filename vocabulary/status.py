@@ -122,8 +122,9 @@ class ProxyStatus(_Observed):
     state: ProxyState
     failures: int = 0
     last_error: str = ""
-    restarts: int = 0  # times this node's proxy came back as a new process (in place by Ray, or replaced)
+    restarts: int = 0  # times this worker came back as a new process (in place by Ray, or replaced)
     address: str = ""  # "host:port" it serves at: its node's IP (bound to every interface) or its bound host
+    worker: int = 0  # which of its node's proxy workers (all share the address, by SO_REUSEPORT)
 
 
 class ReplicaFailure(_Observed):
@@ -155,7 +156,7 @@ class GoalTiming(_Observed):
 class ClusterStatus(_Observed):
     backends: dict[str, BackendStatus] = Field(default_factory=dict)
     endpoints: dict[str, EndpointStatus] = Field(default_factory=dict)
-    proxies: dict[str, ProxyStatus] = Field(default_factory=dict)  # by node id
+    proxies: dict[str, ProxyStatus] = Field(default_factory=dict)  # by proxy id: "node" for worker 0, else "node:worker"
     goals_pending: int = 0
     goal_durations: tuple[GoalTiming, ...] = ()  # the last 100 finished
     errors: dict[str, int] = Field(default_factory=dict)  # control-loop errors by where

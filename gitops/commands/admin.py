@@ -131,6 +131,11 @@ def render_status(status: AgentStatus) -> str:
             [name, r.phase, _step_bar(r.step, r.passed, len(r.steps)), _percent(r.weights), "; ".join(r.checks) or "-"]
             for name, r in sorted(status.rollouts.items())
         ])]
+    if status.proxies:
+        lines += ["", _table(["PROXY", "STATE", "ADDRESS", "RESTARTS", "LAST ERROR"], [
+            [f"{p.node[:12]}:{p.worker}", p.state, p.address or "-", str(p.restarts), p.last_error]
+            for p in sorted(status.proxies.values(), key=lambda p: (p.node, p.worker))
+        ])]
     if status.quarantine:
         held = ", ".join(_short(sha) for sha in status.quarantine.get("held", []))
         lines += ["", f"Quarantined: {held} (rolled back to {_short(status.quarantine.get('good'))}, "

@@ -68,6 +68,7 @@ def run_command(args: argparse.Namespace) -> int:
     _check_intervals(args)
     if args.max_replicas < 1:
         raise UsageError(f"--max-replicas must be at least 1, not {args.max_replicas}")
+    _check_proxy_workers(args.proxy_workers)
     links = _links(args)
     channels = _notify_channels(args.notify, args.repo) if args.notify else ()
     _check_namespace(args.namespace)
@@ -171,7 +172,7 @@ def _controller(args: argparse.Namespace) -> Any:
     from controller.checkpoint import CheckpointError
     from controller.client import start_or_connect
 
-    options = {"proxy_metrics_port": args.proxy_metrics_port}
+    options = {"proxy_metrics_port": args.proxy_metrics_port, "proxy_workers": args.proxy_workers}
     try:
         return start_or_connect(
             namespace=args.namespace, proxy_host=args.proxy_host, proxy_port=args.proxy_port, options=options
@@ -257,7 +258,7 @@ async def _serve(
     from gitops.specs.limits import SpecLimits
     from gitops.specs.loading import Loader
     from gitops.metrics import CONTENT_TYPE, AgentMetrics
-    from gitops.shadow_mismatches import collector, proxy_url, proxy_urls
+    from gitops.shadow_mismatches import collector, proxy_url, proxy_urls, workers_at
     from gitops.webhooks import RateLimiter
 
     stop = asyncio.Event()
@@ -300,7 +301,8 @@ async def _serve(
         webhook=None if separate_webhook else guard,
         commit_url_template=links.commit_url_template,
         policy=AccessPolicy.build(token, args.admin_host, _hosts(args.admin_allowed_hosts)),
-        shadow_mismatches=collector(lambda: proxy_urls(agent.observed(), own_proxy)),
+        shadow_mismatches=collector(lambda: proxy_urls(agent.observed(), own_proxy),
+                                    workers=lambda: workers_at(agent.observed())),
     )
     servers = [admin.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:
@@ -392,6 +394,16 @@ def _check_intervals(args: argparse.Namespace) -> None:
     ):
         if value <= 0:
             raise UserError(f"{flag} must be a positive number of seconds, not {value:g}")
+
+
+def _check_proxy_workers(workers: int) -> None:
+    from controller.proxy_fleet import MAX_PROXY_WORKERS
+
+    if not 0 <= workers <= MAX_PROXY_WORKERS:
+        raise UsageError(
+            f"--proxy-workers must be 1 to {MAX_PROXY_WORKERS} (or 0: the node's CPUs, at most {MAX_PROXY_WORKERS}), "
+            f"not {workers}"
+        )
 
 
 def _check_exposure(args: argparse.Namespace, token: bytes | None, secret: bytes | None) -> None:

@@ -8,7 +8,7 @@ from gitops.rollback import Quarantine, RollbackReason
 from gitops.status import AgentStatus, StatusFacts, roll_up
 from vocabulary.configs import ReplicaState, RolloutConfig
 from vocabulary.rollouts import Check, CheckName, Rollout, StepRecord
-from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
+from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ProxyState, ProxyStatus, ReplicaStatus
 
 SHA = "0123456789abcdef" * 2 + "01234567"
 
@@ -84,3 +84,23 @@ def test_status_table_shows_notification_providers_that_fail_with_their_last_fai
     text = render_status(agent_status(notifications=health))
     assert f"Notifications failing:\n  chat (slack): 2 failed, 0 dropped, 3 delivered; last: applied {SHA[:7]}: HTTP 502" in text
     assert "ci (github)" not in text
+
+
+def test_status_shows_every_proxy_worker_of_every_node_as_node_colon_worker_in_text_and_json() -> None:
+    node = "e7c0b8aadd8dd583a31e04a0"
+    proxies = {
+        key: ProxyStatus(actor_name=f"gitops-proxy-{key}", state=state, worker=worker, address="10.0.0.1:8000",
+                         restarts=restarts)
+        for key, worker, state, restarts in [
+            (node, 0, ProxyState.RUNNING, 0), (f"{node}:1", 1, ProxyState.BACKOFF, 2)]
+    }
+    facts = agent_status().model_dump()
+    cluster = ClusterStatus(proxies=proxies)
+    status = roll_up(StatusFacts(repo="/srv/repo", branch="main", path="deployments", cluster=cluster))
+    text = render_status(status)
+    assert "e7c0b8aadd8d:0  running  10.0.0.1:8000  0" in text
+    assert "e7c0b8aadd8d:1  backoff  10.0.0.1:8000  2" in text
+    shown = AgentStatus.model_validate(status.model_dump(mode="json")).proxies
+    assert {key: (p.node, p.worker, p.state) for key, p in shown.items()} == {
+        node: (node, 0, "running"), f"{node}:1": (node, 1, "backoff")}
+    assert facts["proxies"] == {}
