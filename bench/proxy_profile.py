@@ -1,6 +1,7 @@
 """Where one request's time goes in the proxy and the replica, under load (issue 19, step 1).
 
-One noop replica behind our proxy (`bench.proxy`'s "ours" stack), loaded by
+One noop replica behind our proxy with one worker (`bench.proxy`'s "ours-1w"
+stack, so one process holds every request), loaded by
 `wrk` at 32 connections while `py-spy` samples the proxy and the replica
 processes. Only the thread holding the GIL is sampled (`--gil`),
 so samples are Python CPU time; each stack is put in one stage by its
@@ -43,7 +44,8 @@ STAGES: tuple[tuple[str, re.Pattern[str]], ...] = (
                                     r"|^ray/util/tracing/")),
     ("Ray: transport (task loop, serialise, deliver)", re.compile(r"^ray/|_raylet|^cloudpickle/|^msgpack")),
     ("proxy: request path (proxy.app, calls, coalescing)", re.compile(r"^proxy/(app|calling|raycalls|coalescing)\.py")),
-    ("HTTP: parse and framework (uvicorn, httptools)", re.compile(r"^uvicorn/|^httptools/|^h11/|^proxy/actor\.py")),
+    ("HTTP: parse and framework (httpedge.server, httptools)",
+     re.compile(r"^httpedge/|^uvicorn/|^httptools/|^h11/|^proxy/actor\.py")),
 )
 EVENT_LOOP = "event loop (asyncio/uvloop: scheduling, socket I/O)"
 NATIVE = "native threads without the GIL (Ray core worker, gRPC)"
@@ -85,7 +87,7 @@ def py_spy() -> str | None:
 
 def profile(spy: str, duration_s: float, rate: int, keep: Path | None = None) -> dict[str, object]:
     """Figures of one profiled run; `keep` is where py-spy's raw stacks are copied to, if anywhere."""
-    with serving("ours", "noop") as urls, tempfile.TemporaryDirectory() as tmp:
+    with serving("ours-1w", "noop") as urls, tempfile.TemporaryDirectory() as tmp:
         wrk.run(urls[0], 2, CONNECTIONS, 0)  # warm up
         pids = {"proxy": machine.find(os.getpid(), "ray::ProxyActor")[0],
                 "replica": machine.find(os.getpid(), "ray::Replica")[0]}

@@ -14,7 +14,7 @@ def test_a_stack_belongs_to_its_innermost_recognised_frame() -> None:
 
 def test_stdlib_frames_inside_a_stage_are_passed_over_towards_the_caller() -> None:
     stack = f"{LOOP};RequestResponseCycle.send (uvicorn/protocols/http/httptools_impl.py:524);write (asyncio/selector_events.py:1)"
-    assert classify(stack) == "HTTP: parse and framework (uvicorn, httptools)"
+    assert classify(stack) == "HTTP: parse and framework (httpedge.server, httptools)"
 
 
 def test_a_stack_of_only_the_event_loop_is_the_event_loop() -> None:
