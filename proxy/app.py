@@ -126,7 +126,8 @@ class _Reply(Exception):
 
 
 class ProxyApp:
-    """The ASGI callable the HTTP server (`httpedge.server`) serves; holds the current snapshot and the shadow copies in flight."""
+    """The ASGI callable `httpedge.server` serves; holds the current snapshot
+    and the shadow copies in flight."""
 
     def __init__(
         self,
