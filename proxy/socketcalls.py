@@ -105,8 +105,7 @@ class FramedConnection(asyncio.Protocol):
     # --- asyncio.Protocol -----------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
 
     def data_received(self, data: bytes) -> None:
         try:

@@ -162,8 +162,7 @@ class _Connection(asyncio.Protocol):
         self._out: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
         sock = transport.get_extra_info("socket")
         try:
             uid = peer_uid(sock)

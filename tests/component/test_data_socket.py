@@ -1,5 +1,8 @@
 """The same-node data path: a real replica serving frames on a real Unix socket,
-called through the proxy's `SocketTransport` in the same process (no Ray)."""
+called through the proxy's `SocketTransport` in the same process (no Ray).
+
+Every scenario runs on asyncio's own loop and on uvloop, which Ray's actors
+(the proxy's and the replica's) run on."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import tempfile
 from typing import Any, Awaitable, Callable
 
 import pytest
+import uvloop
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -88,6 +92,16 @@ class Scene:
         self.handle = FakeHandle("r1")
 
 
+LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+_loop_factory: list[Callable[[], asyncio.AbstractEventLoop]] = [asyncio.new_event_loop]
+
+
+@pytest.fixture(autouse=True, params=sorted(LOOPS))
+def event_loop_kind(request: pytest.FixtureRequest) -> str:
+    _loop_factory[0] = LOOPS[request.param]
+    return str(request.param)
+
+
 def run(
     scenario: Callable[[Scene], Awaitable[None]],
     handler: str = "App",
@@ -110,12 +124,14 @@ def run(
         options = {} if proxy_max_frame is None else {"max_frame": proxy_max_frame}
         transport = SocketTransport(fallback, lambda: "node-a", ask, **options)
         try:
-            await scenario(Scene(replica, path, transport, fallback))
+            async with asyncio.timeout(60):  # a hang fails the test instead of the run
+                await scenario(Scene(replica, path, transport, fallback))
         finally:
             transport.close()
             await replica.prepare_for_shutdown(0)
 
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=_loop_factory[0]) as runner:
+        runner.run(main())
 
 
 def get(path: str, body: bytes = b"") -> WireRequest:
