@@ -247,18 +247,21 @@ class SocketTransport:
         """Ask once where the replica serves frames; connect if it is on our node."""
         name = repr(handle)
         try:
-            async with asyncio.timeout(_ASK_TIMEOUT_S):
-                address = await self._ask_address(handle)
+            try:
+                async with asyncio.timeout(_ASK_TIMEOUT_S):
+                    address = await self._ask_address(handle)
+            except Exception as error:  # noqa: BLE001 — e.g. the actor died: Ray will say so on the next call
+                logger.info("replica %s stays on Ray calls: no data address (%r)", name, error)
+                return
             if address is None:
                 return
             node, path = address
             if node != self._local_node() or not isinstance(path, str):
                 return
-            route.connection = await connect(path, name, self._max_frame)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # noqa: BLE001 — any failure here just means: stay on Ray
-            logger.info("replica %s stays on Ray calls: %s", name, error)
+            try:
+                route.connection = await connect(path, name, self._max_frame)
+            except (OSError, TimeoutError) as error:
+                logger.warning("replica %s stays on Ray calls: its data socket %s: %s", name, path, error)
         finally:
             route.asking = None
 

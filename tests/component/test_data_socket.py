@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable
 import pytest
 import uvloop
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from proxy.calling import HandlerError, ReplicaDiedError
 from proxy.coalescing import Coalescer
@@ -37,6 +37,12 @@ class App:
 
     async def __call__(self, request: Request) -> Response:
         path = request.url.path
+        if path == "/stream":
+            async def chunks() -> Any:
+                for n in range(3):
+                    yield f"chunk {n};".encode()
+
+            return StreamingResponse(chunks())
         if path == "/slow":
             assert App.started is not None and App.cancelled is not None
             App.started.set()
@@ -253,6 +259,17 @@ def test_a_reply_too_large_for_one_frame_is_held_and_streamed() -> None:
         assert small == (200, [(b"content-length", b"10")], b"z" * 10)
 
     run(scenario, replica_max_frame=1_000_000)
+
+
+def test_a_streaming_answers_head_comes_over_the_socket_and_its_rest_from_the_replica() -> None:
+    async def scenario(scene: Scene) -> None:
+        await scene.transport.settled(scene.handle)
+        reply = await scene.transport.one(scene.handle, make_request("GET", "/stream"))
+        assert isinstance(reply, StreamStart) and reply.status == 200
+        rest = [chunk async for chunk in scene.replica.stream(reply.stream_id)]  # the Ray `stream` method's code
+        assert reply.first_chunk + b"".join(rest) == b"chunk 0;chunk 1;chunk 2;"
+
+    run(scenario)
 
 
 def test_the_socket_is_private_and_leaves_with_draining_while_open_connections_are_served() -> None:
