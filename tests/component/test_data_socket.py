@@ -326,3 +326,14 @@ def test_the_peer_credentials_the_server_checks_are_the_connecting_process() -> 
     left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with left, right:
         assert peer_uid(left) == os.getuid()
+
+
+def test_a_base_too_long_for_a_socket_path_is_passed_over_for_the_next() -> None:
+    from replica.data_socket import SUN_PATH_MAX, socket_dir
+
+    too_long = os.path.join(tempfile.gettempdir(), "x" * SUN_PATH_MAX)
+    directory = socket_dir([too_long, tempfile.gettempdir()])
+    assert directory is not None and os.path.dirname(directory) == tempfile.gettempdir()
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+    os.rmdir(directory)
+    assert socket_dir([too_long]) is None
