@@ -9,7 +9,9 @@ Map (layers import only downward):
   (the immutable snapshot), `subscriptions` (long-poll payloads -> snapshot),
   `coalescing` (batching calls per replica over an injected transport);
 - request path: `calling` (the caller seam and its errors), `app` (ASGI),
-  `metrics` (its Prometheus recorder and the port they are scraped from);
+  `metrics` (its Prometheus recorder and the port they are scraped from),
+  `socketcalls` (the transport to same-node replicas over Unix sockets,
+  Ray injected as its fallback);
 - Ray shell: `raycalls`, `controller_link`, `longpoll_client`,
   `load_reporting`, `actor` (`httpedge.server` inside the Ray actor).
 """

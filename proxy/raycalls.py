@@ -7,7 +7,10 @@ handler's list — and maps Ray's error types to
 under load, requests queued for one replica share one Ray call. A cancelled
 single call cancels the replica-side task (that is how an endpoint timeout
 stops user code). Never blocks the event loop: results are awaited, never
-fetched with `ray.get`.
+fetched with `ray.get`. Behind the coalescer, `proxy.socketcalls` sends a
+replica on the proxy's own node its requests as frames over a Unix socket
+instead, with `RayTransport` as the fallback; this module gives it the node
+id and the Ray call that asks a replica for its data address.
 
 A streaming answer's rest and a WebSocket's outbound messages come through
 Ray streaming generators (`ObjectRefGenerator`); leaving one early cancels
@@ -23,7 +26,8 @@ import ray
 from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
 
 from proxy.calling import Batching, HandlerError, ReplicaDiedError
-from proxy.coalescing import Coalescer
+from proxy.coalescing import Coalescer, Transport
+from proxy.socketcalls import Address, SocketTransport
 from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, WireResponse
 
 __all__ = ["RayCaller", "RayTransport"]
@@ -73,14 +77,27 @@ async def _generated(generator: Any) -> AsyncGenerator[Any, None]:
             ray.cancel(generator)
 
 
+async def _data_address(handle: Any) -> Address:
+    return await handle.data_address.remote()
+
+
+def _local_node() -> str:
+    return ray.get_runtime_context().get_node_id()
+
+
 class RayCaller:
     def __init__(
         self,
         max_calls_per_replica: int,
         coalesce_window_s: float,
         observe_batch: Callable[[str, int], None] | None = None,
+        data_socket: bool = True,
     ) -> None:
-        self._coalescer = Coalescer(RayTransport(), max_calls_per_replica, coalesce_window_s, observe_batch)
+        """`data_socket=False`: every request is a Ray call, even to a replica on this node."""
+        transport: Transport = RayTransport()
+        if data_socket:
+            transport = SocketTransport(transport, _local_node, _data_address)
+        self._coalescer = Coalescer(transport, max_calls_per_replica, coalesce_window_s, observe_batch)
 
     async def call(
         self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching | None = None

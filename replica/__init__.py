@@ -4,5 +4,6 @@ Owns loading a backend's handler from its commit's code, calling it with a
 Starlette request, turning its return value into a wire response, health
 checks, reconfigure and graceful drain. Started and stopped by the
 controller's Ray adapter by class path (`vocabulary.goal_api.REPLICA_CLASS`);
-talks to the proxy only through `vocabulary.wire`.
+talks to the proxy only through `vocabulary.wire` (as Ray calls, or as
+`vocabulary.frames` over its same-node Unix socket, `replica.data_socket`).
 """

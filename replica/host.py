@@ -15,6 +15,9 @@ rest with `stream` (a Ray streaming generator; cancelling it stops the user
 code) or lets it go with `close_stream`. A WebSocket lives in `socket` (a
 streaming generator of what the app sends) and `socket_message` (what the
 client sent), both on this one replica for the connection's lifetime.
+Under Ray, the replica also serves the same three calls as frames over a
+private Unix socket (`replica.data_socket`) for a proxy on its own node,
+which asks `data_address()` where it is; it stops listening when draining.
 Other replicas' handles (`gitops.serving.handle`) call `handle_call`, which
 passes their arguments to the handler as they are. Before any user code
 runs, the replica installs its context and its own handles
@@ -34,6 +37,7 @@ import inspect
 import logging
 import random
 import sys
+import tempfile
 import time
 import traceback
 from typing import Any, AsyncGenerator, Callable, Iterator
@@ -46,11 +50,16 @@ from vocabulary.wire import (
     WireRequest,
     WireResponse,
 )
+from replica.data_socket import DataSocket, Serving
 from replica.asgi import BodyStream, Lifespan, Socket, is_asgi_app, serve_http
 from replica.conversions import to_reply, to_starlette_request, to_wire_response
 from replica.streams import StreamTable
 from replica.handles import HandleRouter
+from vocabulary.frames import MAX_FRAME_BYTES
 from vocabulary.serving import ReplicaContext, install
+
+# A large reply held for the proxy to stream leaves in slices of this size.
+_HELD_SLICE_BYTES = 1024 * 1024
 
 # Long enough for every proxy to receive the replica set without this replica.
 _DRAIN_LINGER_S = 1.0
@@ -168,6 +177,25 @@ def _node_id() -> str:
     return ray.get_runtime_context().get_node_id()
 
 
+def _socket_bases() -> list[str]:
+    """Where the data socket's private directory may go: the Ray session dir
+    (removed with the session, even after a kill -9), else the temp dir."""
+    import ray
+
+    bases = []
+    try:
+        # No public API names the session dir; without it, the temp dir serves.
+        bases.append(ray._private.worker._global_node.get_session_dir_path())
+    except Exception:  # noqa: BLE001 — a private API that may move between Ray versions
+        pass
+    return [*bases, tempfile.gettempdir()]
+
+
+async def _slices(body: bytes) -> AsyncGenerator[bytes, None]:
+    for start in range(0, len(body), _HELD_SLICE_BYTES):
+        yield body[start : start + _HELD_SLICE_BYTES]
+
+
 class Replica:
     """One replica of one backend version (a plain class; Ray wraps it)."""
 
@@ -202,6 +230,7 @@ class Replica:
         self._ongoing = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._data: DataSocket | None = None
 
     async def initialize(self) -> str:
         """Load, construct, configure and health-check the user code.
@@ -227,7 +256,36 @@ class Replica:
                 await lifespan.start()
                 self._lifespan, self._serve = lifespan, serve_http
             self._handler = handler
+            import ray
+
+            # Only under Ray can a proxy find the socket; tests of this class run without one.
+            if ray.is_initialized():
+                await self.serve_frames(_socket_bases())
         return _node_id()
+
+    async def serve_frames(self, bases: list[str], max_frame: int = MAX_FRAME_BYTES) -> str | None:
+        """Serve requests as frames on a Unix socket in a new private directory
+        under the first of `bases` that fits; its path, or None (Ray only).
+        `initialize` does this under Ray."""
+        if self._data is None:
+            self._data = DataSocket(
+                Serving(self.handle_request, self.handle_batch, self.handle_together, self._hold), max_frame
+            )
+        return await self._data.start(bases)
+
+    def data_address(self) -> tuple[str, str] | None:
+        """(node id, Unix socket path) where this replica serves frames, or
+        None when it does not (not initialized, draining, unsupported)."""
+        if self._data is None or self._data.path is None:
+            return None
+        return _node_id(), self._data.path
+
+    def frames_served(self) -> int:
+        """Requests answered over the data socket so far (each batch item counts)."""
+        return 0 if self._data is None else self._data.served
+
+    def _hold(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> StreamStart:
+        return StreamStart(status, headers, b"", self._streams.hold(_slices(body)))
 
     async def handle_request(self, wire: WireRequest) -> WireResponse | StreamStart:
         with self._serving(1):
@@ -358,6 +416,9 @@ class Replica:
         the long poll tells them this replica left, and those must be served.
         """
         deadline = time.monotonic() + max(timeout_s, 0.0)
+        # New proxies connect no more; open connections are served to the end.
+        if self._data is not None:
+            self._data.stop_listening()
         await asyncio.sleep(min(_DRAIN_LINGER_S, max(timeout_s, 0.0)))
         try:
             await asyncio.wait_for(self._idle.wait(), timeout=max(deadline - time.monotonic(), 0.0))

@@ -1,0 +1,285 @@
+"""Calls to same-node replicas as frames over one Unix socket each; Ray for the rest.
+
+A Ray actor call costs the proxy and the replica far more than the request
+it carries (submitting, the task loop, serialisation, core-worker threads).
+For a replica on the proxy's own node, `SocketTransport` instead keeps one
+persistent Unix-socket connection and multiplexes every call to that replica
+on it as `vocabulary.frames` frames (served by `replica.data_socket`). It is
+a `proxy.coalescing.Transport`, so the coalescer still batches in front of it
+(a batch is one frame each way: fewer syscalls and pickles).
+
+Per replica handle it asks once, in the background, for the replica's data
+address (`(node id, socket path)`); until that answer comes, when the
+replica is on another node, has no socket, or the connection cannot be made,
+its calls go to the fallback transport (Ray) — as they do for good once the
+connection is lost. A lost connection (EOF, a reset, a malformed frame)
+fails every call pending on it with `ReplicaDiedError`, so the proxy's
+retry and 502 semantics are unchanged; the replica's next calls go over Ray,
+which says itself whether the actor is dead. A cancelled call sends a CANCEL
+frame, which cancels the handler on the replica. Frames written in one loop
+iteration leave in one write. The socket's peer must be our own OS user
+(SO_PEERCRED), since replies are unpickled.
+
+No Ray here: the fallback, the node id and the address lookup are injected
+(`proxy.raycalls` passes Ray's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+import struct
+import weakref
+from typing import Any, Awaitable, Callable
+
+from proxy.calling import HandlerError, ReplicaDiedError
+from proxy.coalescing import Transport
+from vocabulary.frames import MAX_FRAME_BYTES, Frame, FrameDecoder, FrameError, Kind, encode, peer_allowed
+from vocabulary.wire import BatchItem, BatchResult, Reply, WireRequest
+
+__all__ = ["Address", "SocketTransport", "FramedConnection", "connect"]
+
+logger = logging.getLogger(__name__)
+
+_CONNECT_TIMEOUT_S = 5.0
+_ASK_TIMEOUT_S = 30.0
+_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+# A replica's data address: (node id, Unix socket path), or None.
+Address = tuple[str, str] | None
+
+
+class FramedConnection(asyncio.Protocol):
+    """One connection to one replica: calls out by id, replies matched back."""
+
+    def __init__(self, name: str, max_frame: int = MAX_FRAME_BYTES) -> None:
+        self.name = name
+        self.max_frame = max_frame
+        self._decoder = FrameDecoder(max_frame)
+        self._transport: asyncio.Transport | None = None
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._out: list[bytes] = []
+        self.lost: str | None = None  # why the connection ended, once it did
+
+    @property
+    def open(self) -> bool:
+        return self.lost is None and self._transport is not None
+
+    def frame(self, kind: Kind, payload: Any) -> tuple[int, bytes] | None:
+        """A new call's id and frame; None when it is too large for the replica to accept."""
+        call_id = next(self._ids)
+        frame = encode(kind, call_id, payload)
+        return (call_id, frame) if len(frame) - 4 <= self.max_frame else None
+
+    async def send(self, call_id: int, frame: bytes) -> Any:
+        """Send one call (from `frame`) and await its reply; raises
+        ReplicaDiedError or HandlerError; cancelling it cancels the call."""
+        if not self.open:
+            raise ReplicaDiedError(f"the data socket to {self.name} is closed: {self.lost}")
+        self._write(frame)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[call_id] = future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if self._pending.pop(call_id, None) is not None and self.open:
+                self._write(encode(Kind.CANCEL, call_id))
+            raise
+
+    def _write(self, frame: bytes) -> None:
+        # Frames sent within one loop iteration leave in one write.
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(frame)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if self.open and out:
+            assert self._transport is not None
+            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    # --- asyncio.Protocol -----------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._decoder.feed(data)
+        except FrameError as error:
+            self.close(f"malformed frame from the replica: {error}")
+            return
+        for frame in frames:
+            self._settle(frame)
+
+    def _settle(self, frame: Frame) -> None:
+        future = self._pending.pop(frame.call_id, None)
+        if future is None or future.done():
+            return  # a call cancelled meanwhile: its answer is not wanted
+        if frame.kind is Kind.RESULT or frame.kind is Kind.RESULTS:
+            future.set_result(frame.payload)
+        elif frame.kind is Kind.ERROR:
+            future.set_exception(HandlerError(str(frame.payload)))
+        else:
+            future.set_exception(ReplicaDiedError(f"replica {self.name} answered with a {frame.kind.name} frame"))
+            self.close(f"a {frame.kind.name} frame from the replica")
+
+    def close(self, reason: str) -> None:
+        """End the connection; every pending call fails with ReplicaDiedError."""
+        if self.lost is None:
+            logger.warning("data socket to %s closed: %s", self.name, reason)
+            self.lost = reason
+        if self._transport is not None:
+            self._transport.abort()
+        self._fail_pending()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.lost is None:
+            self.lost = f"the replica closed it ({exc!r})" if exc else "the replica closed it"
+            if self._pending:
+                logger.warning("data socket to %s lost with %d calls pending: %s", self.name, len(self._pending), self.lost)
+        self._transport = None
+        self._fail_pending()
+
+    def _fail_pending(self) -> None:
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(ReplicaDiedError(f"the data socket to {self.name} closed: {self.lost}"))
+
+
+async def connect(path: str, name: str, max_frame: int = MAX_FRAME_BYTES) -> FramedConnection:
+    """A connection to the replica serving frames at `path`; raises OSError when
+    it cannot be made or the peer is not our own OS user."""
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(_CONNECT_TIMEOUT_S):
+        transport, connection = await loop.create_unix_connection(lambda: FramedConnection(name, max_frame), path)
+    sock = transport.get_extra_info("socket")
+    _, uid, _ = _CREDENTIALS.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size))
+    if not peer_allowed(uid, os.getuid()):
+        transport.abort()
+        raise OSError(f"the data socket {path} belongs to uid {uid}, not to us (uid {os.getuid()})")
+    return connection
+
+
+class _Route:
+    """How one replica is called: over Ray until `connection` is open."""
+
+    __slots__ = ("connection", "asking")
+
+    def __init__(self) -> None:
+        self.connection: FramedConnection | None = None
+        self.asking: asyncio.Task[None] | None = None
+
+
+class SocketTransport:
+    """A `Transport`: frames to same-node replicas, `fallback` for everything else."""
+
+    def __init__(
+        self,
+        fallback: Transport,
+        local_node: Callable[[], str],
+        ask_address: Callable[[Any], Awaitable[Address]],
+        max_frame: int = MAX_FRAME_BYTES,
+    ) -> None:
+        """`local_node()` names the proxy's node; `ask_address(handle)` the
+        replica's `(node id, socket path)` or None."""
+        self._fallback = fallback
+        self._local_node = local_node
+        self._ask_address = ask_address
+        self._max_frame = max_frame
+        # Forgotten with the handle: a replica that left leaves no entry behind.
+        self._routes: weakref.WeakKeyDictionary[Any, _Route] = weakref.WeakKeyDictionary()
+
+    async def one(self, handle: Any, request: WireRequest) -> Reply:
+        connection = self._connection(handle)
+        if connection is not None:
+            framed = connection.frame(Kind.REQUEST, request)
+            if framed is not None:
+                return await connection.send(*framed)
+        return await self._fallback.one(handle, request)
+
+    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+        return await self._many(Kind.BATCH, self._fallback.batch, handle, items)
+
+    async def together(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+        return await self._many(Kind.TOGETHER, self._fallback.together, handle, items)
+
+    async def _many(
+        self,
+        kind: Kind,
+        fallback: Callable[[Any, list[BatchItem]], Awaitable[list[BatchResult]]],
+        handle: Any,
+        items: list[BatchItem],
+    ) -> list[BatchResult]:
+        connection = self._connection(handle)
+        if connection is not None:
+            framed = connection.frame(kind, items)
+            if framed is not None:
+                results = await connection.send(*framed)
+                if not isinstance(results, list) or len(results) != len(items):
+                    connection.close(f"a {kind.name} call of {len(items)} answered with something else")
+                    raise ReplicaDiedError(f"replica {connection.name} answered a batch with the wrong number of results")
+                return results
+        return await fallback(handle, items)
+
+    def _connection(self, handle: Any) -> FramedConnection | None:
+        """The open connection to `handle`'s replica; None means: call it over the fallback."""
+        route = self._routes.get(handle)
+        if route is None:
+            route = _Route()
+            try:
+                self._routes[handle] = route
+            except TypeError:
+                return None  # not weakly referenceable: never framed
+            route.asking = asyncio.ensure_future(self._discover(handle, route))
+        connection = route.connection
+        if connection is not None and not connection.open:
+            route.connection = None  # lost: Ray from now on
+            return None
+        return connection
+
+    async def _discover(self, handle: Any, route: _Route) -> None:
+        """Ask once where the replica serves frames; connect if it is on our node."""
+        name = repr(handle)
+        try:
+            try:
+                async with asyncio.timeout(_ASK_TIMEOUT_S):
+                    address = await self._ask_address(handle)
+            except Exception as error:  # noqa: BLE001 — e.g. the actor died: Ray will say so on the next call
+                logger.info("replica %s stays on Ray calls: no data address (%r)", name, error)
+                return
+            if address is None:
+                return
+            node, path = address
+            if node != self._local_node() or not isinstance(path, str):
+                return
+            try:
+                route.connection = await connect(path, name, self._max_frame)
+            except (OSError, TimeoutError) as error:
+                logger.warning("replica %s stays on Ray calls: its data socket %s: %s", name, path, error)
+        finally:
+            route.asking = None
+
+    async def settled(self, handle: Any) -> bool:
+        """Once it is known how `handle`'s replica is called: True for frames.
+        (Calls never wait for this; tests and diagnostics do.)"""
+        self._connection(handle)
+        route = self._routes.get(handle)
+        if route is None:
+            return False
+        if route.asking is not None:
+            await asyncio.shield(route.asking)
+        return self._connection(handle) is not None
+
+    def close(self) -> None:
+        """Close every connection (tests; a proxy's end closes them with its process)."""
+        for route in list(self._routes.values()):
+            if route.asking is not None:
+                route.asking.cancel()
+            if route.connection is not None:
+                route.connection.close("the proxy closed it")

@@ -1,0 +1,265 @@
+"""The replica's end of the same-node data path: frames over a private Unix socket.
+
+A proxy on this replica's node sends requests here instead of as Ray actor
+calls (`proxy.socketcalls`), which saves Ray's per-call machinery on both
+sides; Ray stays the control plane and the fallback. `DataSocket` listens on
+`<private dir>/data.sock`: the directory is made by this user with mode 0700
+(under the Ray session dir, else the system temp dir), the socket is mode
+0600, and a connecting peer whose SO_PEERCRED uid is not ours is refused
+before any byte of it is read (`vocabulary.frames.peer_allowed`) — the frames
+carry pickles, so only our own user may write them.
+
+Each call runs as its own task through the same code the Ray methods use
+(`Serving`: the replica's `handle_request`, `handle_batch`,
+`handle_together`); a CANCEL frame cancels its task, which cancels the user
+code as a cancelled Ray call would. A streaming answer's head comes back
+here as a `StreamStart`, and the proxy pulls the rest with the replica's Ray
+`stream` method. A reply too large for one frame is held and streamed the
+same way (`hold`), so no answer is ever too big for this path. A malformed
+frame closes its connection (the proxy then treats the replica as died and
+falls back to Ray); a connection that closes cancels its calls, since
+nobody is left to answer.
+
+Not here: the frame format (`vocabulary.frames`), the replica's methods
+(`replica.host`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import socket
+import struct
+import tempfile
+import traceback
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from vocabulary.frames import MAX_FRAME_BYTES, Frame, FrameDecoder, FrameError, Kind, encode, peer_allowed
+from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, StreamStart, WireRequest
+
+__all__ = ["DataSocket", "Serving", "socket_dir", "peer_uid", "SUN_PATH_MAX"]
+
+logger = logging.getLogger(__name__)
+
+# sun_path holds 108 bytes on Linux, its terminating NUL included.
+SUN_PATH_MAX = 107
+_SOCKET_NAME = "data.sock"
+_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What the replica answers frames with: the code paths of its Ray methods."""
+
+    one: Callable[[WireRequest], Awaitable[Reply]]
+    batch: Callable[[list[BatchItem]], Awaitable[list[BatchResult]]]
+    together: Callable[[list[BatchItem]], Awaitable[list[BatchResult]]]
+    # A response too large for one frame: its status, headers and body, held as a stream.
+    hold: Callable[[int, list[tuple[bytes, bytes]], bytes], StreamStart]
+
+
+def socket_dir(bases: list[str]) -> str | None:
+    """A fresh private directory (mode 0700) under the first base whose socket
+    path fits sun_path; None when none fits or none can be made."""
+    for base in bases:
+        if len(os.path.join(base, "rgd-XXXXXXXX", _SOCKET_NAME).encode()) > SUN_PATH_MAX:
+            continue
+        try:
+            # mkdtemp creates it 0700 and owned by us, under a name nobody could claim first.
+            return tempfile.mkdtemp(prefix="rgd-", dir=base)
+        except OSError as error:
+            logger.warning("no data socket directory under %s: %s", base, error)
+    return None
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a connected Unix socket."""
+    _, uid, _ = _CREDENTIALS.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size))
+    return uid
+
+
+class DataSocket:
+    """Listens on one Unix socket and serves every connection's frames."""
+
+    def __init__(self, serving: Serving, max_frame: int = MAX_FRAME_BYTES) -> None:
+        self._serving = serving
+        self._max_frame = max_frame
+        self._server: asyncio.AbstractServer | None = None
+        self._dir: str | None = None
+        self.path: str | None = None
+        self.served = 0  # requests answered over the socket (a batch counts each of its items)
+        self._connections: set[_Connection] = set()
+
+    @staticmethod
+    def supported() -> bool:
+        return hasattr(socket, "AF_UNIX") and hasattr(socket, "SO_PEERCRED")
+
+    async def start(self, bases: list[str]) -> str | None:
+        """Listen in a new private directory under the first fitting base; the path, or None."""
+        if self.path is not None:
+            return self.path
+        if not self.supported():
+            return None
+        directory = socket_dir(bases)
+        if directory is None:
+            return None
+        path = os.path.join(directory, _SOCKET_NAME)
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                # Bound and chmod-ed before listen(): nobody can connect in between,
+                # and the directory keeps everyone else out anyway.
+                sock.bind(path)
+                os.chmod(path, 0o600)
+                sock.listen(1024)
+                sock.setblocking(False)
+                self._server = await asyncio.get_running_loop().create_unix_server(self._connection, sock=sock)
+            except BaseException:
+                sock.close()
+                raise
+        except OSError as error:
+            logger.warning("the data socket %s could not listen, requests come over Ray: %s", path, error)
+            shutil.rmtree(directory, ignore_errors=True)
+            return None
+        self._dir, self.path = directory, path
+        return path
+
+    def stop_listening(self) -> None:
+        """No new connections; the socket and its directory are removed.
+
+        Connections already open keep being served: a proxy may still send
+        requests until it learns this replica is leaving, and those are served.
+        """
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+        self.path = None
+
+    def close(self) -> None:
+        """Stop listening and drop every connection (their calls are cancelled)."""
+        self.stop_listening()
+        for connection in list(self._connections):
+            connection.abort("the replica closed its data socket")
+
+    def _connection(self) -> "_Connection":
+        return _Connection(self)
+
+
+class _Connection(asyncio.Protocol):
+    """One proxy's connection: frames in, one task per call, replies out."""
+
+    def __init__(self, owner: DataSocket) -> None:
+        self._owner = owner
+        self._decoder = FrameDecoder(owner._max_frame)
+        self._transport: asyncio.Transport | None = None
+        self._calls: dict[int, asyncio.Task[None]] = {}
+        self._out: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
+        sock = transport.get_extra_info("socket")
+        try:
+            uid = peer_uid(sock)
+        except OSError as error:
+            logger.warning("data socket: refused a peer whose credentials could not be read: %s", error)
+            transport.abort()
+            return
+        if not peer_allowed(uid, os.getuid()):
+            logger.warning("data socket: refused a peer with uid %d (only uid %d may connect)", uid, os.getuid())
+            transport.abort()
+            return
+        self._owner._connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._decoder.feed(data)
+        except FrameError as error:
+            self.abort(f"malformed frame: {error}")
+            return
+        for frame in frames:
+            self._dispatch(frame)
+
+    def _dispatch(self, frame: Frame) -> None:
+        if frame.kind is Kind.CANCEL:
+            task = self._calls.get(frame.call_id)
+            if task is not None:
+                task.cancel()
+            return
+        if frame.kind not in (Kind.REQUEST, Kind.BATCH, Kind.TOGETHER):
+            self.abort(f"a {frame.kind.name} frame from the proxy")
+            return
+        if frame.call_id in self._calls:
+            self.abort(f"call id {frame.call_id} is already in flight")
+            return
+        task = asyncio.ensure_future(self._call(frame))
+        self._calls[frame.call_id] = task
+        task.add_done_callback(lambda _, call_id=frame.call_id: self._calls.pop(call_id, None))
+
+    async def _call(self, frame: Frame) -> None:
+        serving = self._owner._serving
+        try:
+            if frame.kind is Kind.REQUEST:
+                reply = await serving.one(frame.payload)
+                self._owner.served += 1
+                self._send(Kind.RESULT, frame.call_id, self._fitted(reply, self._owner._max_frame // 2))
+            else:
+                items = list(frame.payload)
+                results = await (serving.batch if frame.kind is Kind.BATCH else serving.together)(items)
+                self._owner.served += len(items)
+                budget = self._owner._max_frame // (2 * max(len(results), 1))
+                self._send(Kind.RESULTS, frame.call_id, [self._fitted_result(result, budget) for result in results])
+        except asyncio.CancelledError:
+            raise  # a CANCEL frame or a closed connection: nobody waits for an answer
+        except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
+            self._send(Kind.ERROR, frame.call_id, traceback.format_exc())
+
+    def _fitted(self, reply: Reply, budget: int) -> Reply:
+        """`reply`, or a body larger than `budget` held as a stream the proxy pulls over Ray."""
+        if isinstance(reply, tuple) and len(reply[2]) > budget:
+            status, headers, body = reply
+            return self._owner._serving.hold(status, headers, body)
+        return reply
+
+    def _fitted_result(self, result: BatchResult, budget: int) -> BatchResult:
+        outcome, value = result
+        if outcome == BatchOutcome.OK:
+            return outcome, self._fitted(value, budget)
+        return result
+
+    def _send(self, kind: Kind, call_id: int, payload: Any) -> None:
+        if self._transport is None or self._transport.is_closing():
+            return
+        try:
+            frame = encode(kind, call_id, payload)
+        except Exception:  # noqa: BLE001 — e.g. an unpicklable value in a handler's headers
+            frame = encode(Kind.ERROR, call_id, f"the reply could not be framed:\n{traceback.format_exc()}")
+        if len(frame) - 4 > self._owner._max_frame:
+            # Headers alone past the bound: too big for this path, and an error is better than a stuck call.
+            frame = encode(Kind.ERROR, call_id, f"a reply of {len(frame)} bytes is too large for the data socket")
+        # Replies finishing in one loop iteration leave in one write.
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(frame)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def abort(self, reason: str) -> None:
+        logger.warning("data socket: closing a connection: %s", reason)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._owner._connections.discard(self)
+        self._transport = None
+        for task in list(self._calls.values()):
+            task.cancel()
+        self._calls.clear()

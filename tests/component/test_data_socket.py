@@ -1,0 +1,339 @@
+"""The same-node data path: a real replica serving frames on a real Unix socket,
+called through the proxy's `SocketTransport` in the same process (no Ray).
+
+Every scenario runs on asyncio's own loop and on uvloop, which Ray's actors
+(the proxy's and the replica's) run on."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import stat
+import struct
+import tempfile
+from typing import Any, Awaitable, Callable
+
+import pytest
+import uvloop
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from proxy.calling import HandlerError, ReplicaDiedError
+from proxy.coalescing import Coalescer
+from proxy.socketcalls import SocketTransport
+from replica.host import Replica
+from vocabulary.frames import FrameDecoder, Kind, encode
+from vocabulary.wire import BatchOutcome, BatchItem, BatchResult, Reply, StreamStart, WireRequest, make_request
+
+MODULE = __name__
+
+
+class App:
+    """Echoes; /slow waits until cancelled (and says so); /boom raises; /big answers ?n bytes."""
+
+    started: asyncio.Event | None = None
+    cancelled: asyncio.Event | None = None
+
+    async def __call__(self, request: Request) -> Response:
+        path = request.url.path
+        if path == "/stream":
+            async def chunks() -> Any:
+                for n in range(3):
+                    yield f"chunk {n};".encode()
+
+            return StreamingResponse(chunks())
+        if path == "/slow":
+            assert App.started is not None and App.cancelled is not None
+            App.started.set()
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                App.cancelled.set()
+                raise
+        if path == "/boom":
+            raise ValueError("the model exploded")
+        if path == "/big":
+            return Response(b"z" * int(request.query_params["n"]))
+        return Response(b"echo:" + await request.body())
+
+
+class Batched:
+    async def __call__(self, requests: list[Request]) -> list[str]:
+        return [f"{len(requests)}:{(await request.body()).decode()}" for request in requests]
+
+
+class FakeHandle:
+    """Stands for a Ray actor handle: only its identity matters to the transport."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"FakeHandle({self.name})"
+
+
+class RecordingFallback:
+    """The Ray transport's stand-in: answers 203 so a test sees which path served."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def one(self, handle: Any, request: WireRequest) -> Reply:
+        self.calls.append("one")
+        return (203, [], b"over ray")
+
+    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+        self.calls.append("batch")
+        return [(BatchOutcome.OK, (203, [], b"over ray"))] * len(items)
+
+    async def together(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+        self.calls.append("together")
+        return [(BatchOutcome.OK, (203, [], b"over ray"))] * len(items)
+
+
+class Scene:
+    def __init__(self, replica: Replica, path: str, transport: SocketTransport, fallback: RecordingFallback) -> None:
+        self.replica, self.path, self.transport, self.fallback = replica, path, transport, fallback
+        self.handle = FakeHandle("r1")
+
+
+LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+_loop_factory: list[Callable[[], asyncio.AbstractEventLoop]] = [asyncio.new_event_loop]
+
+
+@pytest.fixture(autouse=True, params=sorted(LOOPS))
+def event_loop_kind(request: pytest.FixtureRequest) -> str:
+    _loop_factory[0] = LOOPS[request.param]
+    return str(request.param)
+
+
+def run(
+    scenario: Callable[[Scene], Awaitable[None]],
+    handler: str = "App",
+    node: str = "node-a",
+    replica_max_frame: int | None = None,
+    proxy_max_frame: int | None = None,
+) -> None:
+    async def main() -> None:
+        App.started, App.cancelled = asyncio.Event(), asyncio.Event()
+        replica = Replica("echo", "r1", "v1", f"{MODULE}:{handler}")
+        await replica.initialize()
+        extra = {} if replica_max_frame is None else {"max_frame": replica_max_frame}
+        path = await replica.serve_frames([tempfile.gettempdir()], **extra)
+        assert path is not None
+
+        async def ask(handle: Any) -> tuple[str, str] | None:
+            return (node, path)
+
+        fallback = RecordingFallback()
+        options = {} if proxy_max_frame is None else {"max_frame": proxy_max_frame}
+        transport = SocketTransport(fallback, lambda: "node-a", ask, **options)
+        try:
+            async with asyncio.timeout(60):  # a hang fails the test instead of the run
+                await scenario(Scene(replica, path, transport, fallback))
+        finally:
+            transport.close()
+            await replica.prepare_for_shutdown(0)
+
+    with asyncio.Runner(loop_factory=_loop_factory[0]) as runner:
+        runner.run(main())
+
+
+def get(path: str, body: bytes = b"") -> WireRequest:
+    return make_request("POST", path, body=body)
+
+
+def test_requests_and_batches_go_over_the_socket_once_it_is_connected() -> None:
+    async def scenario(scene: Scene) -> None:
+        assert await scene.transport.settled(scene.handle) is True
+        assert await scene.transport.one(scene.handle, get("/", b"one")) == (200, [(b"content-length", b"8")], b"echo:one")
+        results = await scene.transport.batch(scene.handle, [(get("/", b"a"), 5.0), (get("/boom"), 5.0)])
+        assert results[0] == (BatchOutcome.OK, (200, [(b"content-length", b"6")], b"echo:a"))
+        assert results[1][0] == BatchOutcome.ERROR and "the model exploded" in results[1][1]
+        assert scene.fallback.calls == []
+        assert scene.replica.frames_served() == 3
+
+    run(scenario)
+
+
+def test_the_first_call_goes_over_ray_while_the_address_is_asked() -> None:
+    async def scenario(scene: Scene) -> None:
+        assert await scene.transport.one(scene.handle, get("/")) == (203, [], b"over ray")
+        assert await scene.transport.settled(scene.handle) is True
+        assert (await scene.transport.one(scene.handle, get("/")))[2] == b"echo:"
+
+    run(scenario)
+
+
+def test_a_batched_handler_gets_its_list_over_the_socket() -> None:
+    async def scenario(scene: Scene) -> None:
+        await scene.transport.settled(scene.handle)
+        results = await scene.transport.together(scene.handle, [(get("/", b"x"), 5.0), (get("/", b"y"), 5.0)])
+        assert [response[2] for _, response in results] == [b"2:x", b"2:y"]
+        assert scene.fallback.calls == []
+
+    run(scenario, handler="Batched")
+
+
+def test_the_coalescer_in_front_sends_queued_requests_as_one_batch_frame() -> None:
+    async def scenario(scene: Scene) -> None:
+        await scene.transport.settled(scene.handle)
+        coalescer = Coalescer(scene.transport, max_calls=1, window_s=5.0)
+        replies = await asyncio.gather(*(coalescer.call(scene.handle, get("/", str(n).encode()), 5.0) for n in range(20)))
+        assert [reply[2] for reply in replies] == [f"echo:{n}".encode() for n in range(20)]
+        assert scene.replica.frames_served() == 20
+        assert scene.fallback.calls == []
+
+    run(scenario)
+
+
+def test_a_handler_that_raises_is_a_handler_error_with_its_traceback() -> None:
+    async def scenario(scene: Scene) -> None:
+        await scene.transport.settled(scene.handle)
+        with pytest.raises(HandlerError, match="the model exploded"):
+            await scene.transport.one(scene.handle, get("/boom"))
+        # The connection is fine afterwards.
+        assert (await scene.transport.one(scene.handle, get("/", b"ok")))[2] == b"echo:ok"
+
+    run(scenario)
+
+
+def test_a_cancelled_call_cancels_the_handler_on_the_replica() -> None:
+    async def scenario(scene: Scene) -> None:
+        await scene.transport.settled(scene.handle)
+        call = asyncio.ensure_future(scene.transport.one(scene.handle, get("/slow")))
+        assert App.started is not None and App.cancelled is not None
+        await asyncio.wait_for(App.started.wait(), 10)
+        call.cancel()
+        await asyncio.wait_for(App.cancelled.wait(), 10)
+        assert scene.replica.num_ongoing() == 0
+        assert (await scene.transport.one(scene.handle, get("/", b"after")))[2] == b"echo:after"
+
+    run(scenario)
+
+
+def test_a_connection_closed_mid_call_fails_every_pending_call_and_the_replica_falls_back_to_ray() -> None:
+    async def scenario(scene: Scene) -> None:
+        await scene.transport.settled(scene.handle)
+        calls = [asyncio.ensure_future(scene.transport.one(scene.handle, get("/slow"))) for _ in range(3)]
+        calls.append(asyncio.ensure_future(scene.transport.batch(scene.handle, [(get("/slow"), 60.0)])))
+        assert App.started is not None
+        await asyncio.wait_for(App.started.wait(), 10)
+        assert scene.replica._data is not None
+        scene.replica._data.close()  # as a replica process that dies closes it
+        outcomes = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 10)
+        assert all(isinstance(outcome, ReplicaDiedError) for outcome in outcomes), outcomes
+        assert await scene.transport.one(scene.handle, get("/")) == (203, [], b"over ray")
+
+    run(scenario)
+
+
+def test_a_replica_on_another_node_is_called_over_ray() -> None:
+    async def scenario(scene: Scene) -> None:
+        assert await scene.transport.settled(scene.handle) is False
+        assert await scene.transport.one(scene.handle, get("/")) == (203, [], b"over ray")
+        assert scene.replica.frames_served() == 0
+
+    run(scenario, node="node-b")
+
+
+def test_a_request_too_large_for_one_frame_goes_over_ray() -> None:
+    async def scenario(scene: Scene) -> None:
+        await scene.transport.settled(scene.handle)
+        assert (await scene.transport.one(scene.handle, get("/", b"small")))[2] == b"echo:small"
+        assert await scene.transport.one(scene.handle, get("/", b"x" * 5000)) == (203, [], b"over ray")
+
+    run(scenario, proxy_max_frame=4000)
+
+
+def test_a_reply_too_large_for_one_frame_is_held_and_streamed() -> None:
+    async def scenario(scene: Scene) -> None:
+        await scene.transport.settled(scene.handle)
+        reply = await scene.transport.one(scene.handle, make_request("GET", "/big", b"n=3000000"))
+        assert isinstance(reply, StreamStart)
+        assert reply.status == 200 and (b"content-length", b"3000000") in reply.headers
+        chunks = [chunk async for chunk in scene.replica.stream(reply.stream_id)]
+        assert reply.first_chunk + b"".join(chunks) == b"z" * 3_000_000
+        small = await scene.transport.one(scene.handle, make_request("GET", "/big", b"n=10"))
+        assert small == (200, [(b"content-length", b"10")], b"z" * 10)
+
+    run(scenario, replica_max_frame=1_000_000)
+
+
+def test_a_streaming_answers_head_comes_over_the_socket_and_its_rest_from_the_replica() -> None:
+    async def scenario(scene: Scene) -> None:
+        await scene.transport.settled(scene.handle)
+        reply = await scene.transport.one(scene.handle, make_request("GET", "/stream"))
+        assert isinstance(reply, StreamStart) and reply.status == 200
+        rest = [chunk async for chunk in scene.replica.stream(reply.stream_id)]  # the Ray `stream` method's code
+        assert reply.first_chunk + b"".join(rest) == b"chunk 0;chunk 1;chunk 2;"
+
+    run(scenario)
+
+
+def test_the_socket_is_private_and_leaves_with_draining_while_open_connections_are_served() -> None:
+    async def scenario(scene: Scene) -> None:
+        directory = os.path.dirname(scene.path)
+        assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(scene.path).st_mode) == 0o600
+        assert os.stat(directory).st_uid == os.getuid()
+        assert len(scene.path.encode()) < 108
+        assert scene.replica.data_address() == ("", scene.path)
+        await scene.transport.settled(scene.handle)
+        await scene.replica.prepare_for_shutdown(0)
+        assert not os.path.exists(directory)
+        assert scene.replica.data_address() is None
+        assert (await scene.transport.one(scene.handle, get("/", b"late")))[2] == b"echo:late"
+
+    run(scenario)
+
+
+async def _raw(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_unix_connection(path)
+
+
+def test_a_malformed_frame_closes_only_its_own_connection() -> None:
+    async def scenario(scene: Scene) -> None:
+        await scene.transport.settled(scene.handle)
+        reader, writer = await _raw(scene.path)
+        writer.write(struct.pack(">I", 2**31))  # far over the bound
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, nothing answered
+        writer.close()
+        assert (await scene.transport.one(scene.handle, get("/", b"still")))[2] == b"echo:still"
+
+    run(scenario)
+
+
+def test_frames_written_together_are_all_answered() -> None:
+    async def scenario(scene: Scene) -> None:
+        reader, writer = await _raw(scene.path)
+        writer.write(b"".join(encode(Kind.REQUEST, n, get("/", str(n).encode())) for n in range(1, 6)))
+        decoder, frames = FrameDecoder(), []
+        while len(frames) < 5:
+            frames += decoder.feed(await asyncio.wait_for(reader.read(65536), 10))
+        assert sorted((frame.call_id, frame.payload[2]) for frame in frames) == [
+            (n, f"echo:{n}".encode()) for n in range(1, 6)
+        ]
+        writer.close()
+
+    run(scenario)
+
+
+def test_the_peer_credentials_the_server_checks_are_the_connecting_process() -> None:
+    from replica.data_socket import peer_uid
+
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with left, right:
+        assert peer_uid(left) == os.getuid()
+
+
+def test_a_base_too_long_for_a_socket_path_is_passed_over_for_the_next() -> None:
+    from replica.data_socket import SUN_PATH_MAX, socket_dir
+
+    too_long = os.path.join(tempfile.gettempdir(), "x" * SUN_PATH_MAX)
+    directory = socket_dir([too_long, tempfile.gettempdir()])
+    assert directory is not None and os.path.dirname(directory) == tempfile.gettempdir()
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+    os.rmdir(directory)
+    assert socket_dir([too_long]) is None

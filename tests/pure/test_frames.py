@@ -1,0 +1,113 @@
+"""The same-node data path's frames: what goes in comes out, however the bytes are split."""
+
+from __future__ import annotations
+
+import pickle
+import struct
+
+import pytest
+from hypothesis import given, strategies as st
+
+from vocabulary.frames import HEADER_BYTES, Frame, FrameDecoder, FrameError, Kind, encode, peer_allowed
+from vocabulary.wire import BatchOutcome, StreamStart, make_request
+
+REQUEST = make_request("POST", "/echo", b"a=1", [(b"content-type", b"text/plain")], b"hello")
+RESPONSE = (200, [(b"content-length", b"5")], b"hello")
+
+
+def test_every_kind_round_trips_with_its_call_id_and_payload() -> None:
+    payloads = {
+        Kind.REQUEST: REQUEST,
+        Kind.BATCH: [(REQUEST, 1.5), (REQUEST, 0.25)],
+        Kind.TOGETHER: [(REQUEST, 2.0)],
+        Kind.CANCEL: None,
+        Kind.RESULT: StreamStart(200, [], b"first", "r1:0"),
+        Kind.RESULTS: [(BatchOutcome.OK, RESPONSE), (BatchOutcome.ERROR, "Traceback ..."), (BatchOutcome.TIMEOUT, "")],
+        Kind.ERROR: "Traceback (most recent call last): ...",
+    }
+    for call_id, (kind, payload) in enumerate(payloads.items()):
+        assert FrameDecoder().feed(encode(kind, call_id, payload)) == [Frame(kind, call_id, payload)]
+
+
+def test_the_largest_call_id_fits() -> None:
+    assert FrameDecoder().feed(encode(Kind.CANCEL, 2**64 - 1)) == [Frame(Kind.CANCEL, 2**64 - 1, None)]
+    with pytest.raises(ValueError):
+        encode(Kind.CANCEL, 2**64)
+
+
+def test_many_frames_in_one_read_all_come_out_in_order() -> None:
+    data = b"".join(encode(Kind.REQUEST, n, (n, b"x" * n)) for n in range(50))
+    assert FrameDecoder().feed(data) == [Frame(Kind.REQUEST, n, (n, b"x" * n)) for n in range(50)]
+
+
+def test_a_frame_split_byte_by_byte_comes_out_once_complete() -> None:
+    frame = encode(Kind.RESULT, 7, RESPONSE)
+    decoder = FrameDecoder()
+    for byte in frame[:-1]:
+        assert decoder.feed(bytes([byte])) == []
+    assert len(decoder) == len(frame) - 1
+    assert decoder.feed(frame[-1:]) == [Frame(Kind.RESULT, 7, RESPONSE)]
+    assert len(decoder) == 0
+
+
+@given(
+    bodies=st.lists(st.binary(max_size=300), min_size=1, max_size=8),
+    cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=10),
+)
+def test_frames_come_out_whole_and_in_order_however_the_stream_is_cut(bodies: list[bytes], cuts: list[int]) -> None:
+    stream = b"".join(encode(Kind.REQUEST, n, make_request("GET", "/", body=body)) for n, body in enumerate(bodies))
+    points = sorted({0, len(stream), *(cut % (len(stream) + 1) for cut in cuts)})
+    decoder = FrameDecoder()
+    frames: list[Frame] = []
+    for start, end in zip(points, points[1:]):
+        frames += decoder.feed(stream[start:end])
+    assert frames == [Frame(Kind.REQUEST, n, make_request("GET", "/", body=body)) for n, body in enumerate(bodies)]
+    assert len(decoder) == 0
+
+
+def test_a_frame_over_the_bound_is_refused_from_its_length_alone() -> None:
+    decoder = FrameDecoder(max_frame=1000)
+    with pytest.raises(FrameError, match="1001 bytes"):
+        # Only the length has arrived: the decoder does not wait for (or buffer) the body.
+        decoder.feed(struct.pack(">I", 1001))
+    assert len(decoder) == 0
+
+
+def test_a_frame_at_the_bound_is_accepted() -> None:
+    frame = encode(Kind.RESULT, 1, b"")
+    bound = len(frame) - 4
+    assert FrameDecoder(max_frame=bound).feed(frame) == [Frame(Kind.RESULT, 1, b"")]
+    with pytest.raises(FrameError):
+        FrameDecoder(max_frame=bound - 1).feed(frame)
+
+
+def test_a_length_shorter_than_the_header_is_malformed() -> None:
+    with pytest.raises(FrameError, match="allowed"):
+        FrameDecoder().feed(struct.pack(">I", HEADER_BYTES - 1) + b"\0" * 20)
+
+
+def test_an_unknown_kind_is_malformed() -> None:
+    body = pickle.dumps(None, protocol=5)
+    with pytest.raises(FrameError, match="unknown kind 99"):
+        FrameDecoder().feed(struct.pack(">IBQ", HEADER_BYTES + len(body), 99, 1) + body)
+
+
+def test_an_undecodable_payload_is_malformed() -> None:
+    junk = b"\x80\x05not a pickle"
+    with pytest.raises(FrameError, match="undecodable"):
+        FrameDecoder().feed(struct.pack(">IBQ", HEADER_BYTES + len(junk), Kind.REQUEST, 1) + junk)
+
+
+def test_after_a_malformed_frame_the_stream_stays_broken() -> None:
+    decoder = FrameDecoder(max_frame=100)
+    with pytest.raises(FrameError):
+        decoder.feed(struct.pack(">I", 101))
+    with pytest.raises(FrameError):
+        decoder.feed(encode(Kind.CANCEL, 1))
+
+
+def test_only_our_own_uid_may_be_a_peer() -> None:
+    assert peer_allowed(1000, 1000)
+    assert not peer_allowed(1001, 1000)
+    assert not peer_allowed(0, 1000)  # not even root: nobody else's pickles
+    assert not peer_allowed(1000, 0)

@@ -1,0 +1,156 @@
+"""The frames a proxy and a replica on the same node exchange over one Unix socket.
+
+Ray stays the control plane and the fallback; on one node, the proxy sends a
+replica's requests over one persistent connection (`proxy.socketcalls`,
+served by `replica.data_socket`), many calls multiplexed on it by call id.
+
+A frame is a 4-byte big-endian length, then that many bytes: a one-byte
+`Kind`, an 8-byte big-endian call id, and the payload. The length is at
+least `HEADER_BYTES` and at most the decoder's `max_frame` (`MAX_FRAME_BYTES`
+unless told): a frame outside that, an unknown kind or an undecodable payload
+is a `FrameError`, and whoever reads it closes the connection with the reason
+in its log. Many frames may go out in one write and come in with one read:
+`FrameDecoder.feed` answers every complete frame in what it has so far.
+
+Calls (proxy to replica) and their replies (replica to proxy), by call id:
+  REQUEST   a `WireRequest`                -> RESULT (a `Reply`) or ERROR
+  BATCH     a list of `BatchItem`          -> RESULTS (one `BatchResult` each)
+  TOGETHER  a list of `BatchItem` (one call of a batched handler) -> RESULTS
+  CANCEL    no payload: stop that call's handler; nothing is answered
+  ERROR     the handler's traceback text (str)
+
+Payloads are pickled (protocol 5), and unpickling runs whatever the bytes
+say. That is acceptable ONLY because of the socket's access control: it lives
+in a directory only this OS user can enter (mode 0700), it is mode 0600
+itself, and the replica refuses a peer whose SO_PEERCRED uid is not its own
+(`peer_allowed`), so nothing another OS user can write is ever unpickled.
+Never carry these frames over anything weaker (TCP, a shared directory).
+
+Pure: bytes in, frames out; no sockets here.
+"""
+
+from __future__ import annotations
+
+import enum
+import pickle
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "Kind",
+    "Frame",
+    "FrameError",
+    "FrameDecoder",
+    "encode",
+    "peer_allowed",
+    "HEADER_BYTES",
+    "MAX_FRAME_BYTES",
+]
+
+# Ten times the proxy's default body limit (10 MiB): a request that would not
+# fit goes over Ray instead (`proxy.socketcalls`), and a larger reply is held
+# by the replica and streamed (`replica.data_socket`).
+MAX_FRAME_BYTES = 100 * 1024 * 1024
+
+_LENGTH = struct.Struct(">I")
+_HEAD = struct.Struct(">IBQ")  # length, kind, call id
+HEADER_BYTES = _HEAD.size - _LENGTH.size  # what the length counts besides the payload
+_MAX_CALL_ID = 2**64 - 1
+
+
+class Kind(enum.IntEnum):
+    REQUEST = 1
+    BATCH = 2
+    TOGETHER = 3
+    CANCEL = 4
+    RESULT = 5
+    RESULTS = 6
+    ERROR = 7
+
+
+_KINDS = {int(kind): kind for kind in Kind}
+
+
+class FrameError(Exception):
+    """The peer sent something that is not a frame: close the connection."""
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    kind: Kind
+    call_id: int
+    payload: Any
+
+
+def encode(kind: Kind, call_id: int, payload: Any = None) -> bytes:
+    """One frame, ready to write; callers check `len()` against their peer's bound."""
+    if not 0 <= call_id <= _MAX_CALL_ID:
+        raise ValueError(f"call id {call_id} does not fit in 8 bytes")
+    body = pickle.dumps(payload, protocol=5)
+    length = HEADER_BYTES + len(body)
+    if length > 0xFFFFFFFF:
+        raise ValueError(f"a frame of {length} bytes does not fit a 4-byte length")
+    return _HEAD.pack(length, kind, call_id) + body
+
+
+class FrameDecoder:
+    """Frames out of a byte stream, however it was split into reads."""
+
+    def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
+        self._max_frame = max_frame
+        self._buffer = bytearray()
+        self._broken: FrameError | None = None
+
+    def feed(self, data: bytes) -> list[Frame]:
+        """Every frame complete after `data`; the rest waits for the next read.
+
+        Raises `FrameError` on the first malformed frame, and again on every
+        later feed: after one, the stream has no frame boundaries left.
+        """
+        if self._broken is not None:
+            raise self._broken
+        buffer = self._buffer
+        buffer += data
+        frames: list[Frame] = []
+        offset = 0
+        try:
+            while len(buffer) - offset >= _LENGTH.size:
+                (length,) = _LENGTH.unpack_from(buffer, offset)
+                if length < HEADER_BYTES or length > self._max_frame:
+                    raise FrameError(f"a frame of {length} bytes (allowed {HEADER_BYTES} to {self._max_frame})")
+                end = offset + _LENGTH.size + length
+                if len(buffer) < end:
+                    break
+                _, kind_byte, call_id = _HEAD.unpack_from(buffer, offset)
+                kind = _KINDS.get(kind_byte)
+                if kind is None:
+                    raise FrameError(f"a frame of unknown kind {kind_byte}")
+                with memoryview(buffer) as view:
+                    body = view[offset + _HEAD.size : end]
+                    try:
+                        payload = pickle.loads(body)
+                    except Exception as error:  # noqa: BLE001 — any undecodable payload is malformed
+                        raise FrameError(f"a {kind.name} frame with an undecodable payload: {error!r}") from None
+                    finally:
+                        body.release()
+                frames.append(Frame(kind, call_id, payload))
+                offset = end
+        except FrameError as error:
+            self._broken = error
+            self._buffer = bytearray()
+            raise
+        del buffer[:offset]
+        return frames
+
+    def __len__(self) -> int:
+        """Bytes held back, waiting for the rest of a frame."""
+        return len(self._buffer)
+
+
+def peer_allowed(peer_uid: int, own_uid: int) -> bool:
+    """Whether a peer whose SO_PEERCRED says `peer_uid` may talk frames with us.
+
+    Only our own OS user: root included, nobody else is trusted with pickles.
+    """
+    return peer_uid == own_uid
