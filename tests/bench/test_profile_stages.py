@@ -39,3 +39,9 @@ def test_cpu_time_python_did_not_account_for_is_native() -> None:
 def test_shares_add_up_to_one_across_both_processes() -> None:
     rows = table({"proxy": {"metrics": 1.0, NATIVE: 1.0}, "replica": {EVENT_LOOP: 2.0}})
     assert [row["share"] for row in rows] == [0.5, 0.25, 0.25] and rows[0]["process"] == "replica"
+
+
+def test_frames_on_the_unix_socket_are_their_own_stage_on_both_sides() -> None:
+    proxy = f"{LOOP};SocketTransport.one (proxy/socketcalls.py:120);encode (vocabulary/frames.py:80)"
+    replica = f"{LOOP};_Connection.data_received (replica/data_socket.py:150)"
+    assert classify(proxy) == classify(replica) == "data path: frames over the Unix socket"
