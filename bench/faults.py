@@ -5,9 +5,9 @@ Under an open-loop 50 req/s load over keep-alive connections:
   actor; Serve: its ServeController); time until the goal API answers again
   (ours: `get_status`; Serve: `get_serve_instance_details`), and the requests
   that failed meanwhile (the data plane should not notice);
-- proxy: SIGKILL the HTTP proxy process (ours: ProxyActor; Serve: its
-  ProxyActor); time until a fresh connection gets a 200 again, and the
-  requests that failed.
+- proxy: SIGKILL the HTTP proxy (ours: every ProxyActor worker of the
+  node at once, the whole proxy; Serve: its ProxyActor); time until a fresh
+  connection gets a 200 again, and the requests that failed.
 
     python -m bench.faults [--tiny] [--json PATH] [--kills 2]
 """
@@ -31,18 +31,20 @@ def serves(url: str) -> bool:
 
 
 def one_kill(stack: stacks.Ours | stacks.Serve, role: str, back: Callable[[], bool], rate: float) -> dict[str, float]:
+    """Kill every process of `role` (the proxy's workers all at once) under load."""
     pids = stack.pids()[role]
-    if len(pids) != 1:
-        raise RuntimeError(f"expected one {role} process, found {pids}")
+    if not pids:
+        raise RuntimeError(f"no {role} process found")
     with load.PacedLoad(stack.url, rate) as paced:
         time.sleep(2)
         killed = time.perf_counter()
-        machine.kill9(pids[0])
+        for pid in pids:
+            machine.kill9(pid)
         time.sleep(0.05)  # let the kill land before asking
         recovered = stacks.poll(back, 120, f"{role} back", interval_s=0.01)
-        # Wait until the replacement is a running process again before the next kill.
-        stacks.poll(lambda: len(stack.pids()[role]) == 1 and stack.pids()[role] != pids, 60, f"new {role}",
-                    interval_s=0.1)
+        # Wait until every replacement is a running process again before the next kill.
+        stacks.poll(lambda: len(now := stack.pids()[role]) == len(pids) and not set(now) & set(pids), 60,
+                    f"new {role}", interval_s=0.1)
         time.sleep(2)
     return {"recovery_s": recovered - killed, **load.summary(paced.answers())}
 

@@ -14,14 +14,17 @@ and Prometheus scrapes the node once, on its one metrics port. Each worker
 records into files of a private per-node directory (prometheus_client's
 multiprocess mode: `use_multiprocess_dir` before any `ProxyMetrics` is
 made; the controller names the directory, inside the Ray session's own
-directory, so a new Ray session starts from no files while a worker or
-controller restarted in the same session adds to the node's counts so far), and each serves the port (`serve(host, port)`, SO_REUSEPORT shared
-with the node's other workers) answering with the sum over the directory:
+directory), and each serves the port (`serve(host, port)`, SO_REUSEPORT
+shared with the node's other workers) answering with the sum over the directory:
 whichever worker answers a scrape, the numbers are the whole node's, not
 one worker's. Counters and histograms of a worker that died stay in its
 files, so the node's counters never go backwards when a worker is replaced;
 the in-flight gauge counts live workers only (`livesum`: a dead worker's
-gauge file is removed at the next scrape or worker start). Without a
+gauge file is removed at the next scrape or worker start). The node's
+counts live as long as one of its workers does: a worker that starts when
+no worker of the group is alive (a new agent, a new Ray session, or the
+only worker restarted) starts the node from zero, as any new process's
+counters do, and never inherits an earlier agent's requests. Without a
 directory (unit tests) the metrics are this process's alone.
 
 Deleted series: prometheus_client cannot remove a series from the files, so
@@ -48,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import fcntl
 import glob
 import os
 import socket
@@ -134,9 +138,27 @@ def use_multiprocess_dir(path: str) -> None:
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise PermissionError(f"proxy metrics directory {path} is not a private directory of this user (0700)")
+    with open(os.path.join(path, ".lock"), "w") as lock:
+        # One worker at a time decides: never wipe files a live worker writes into.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _start_from_zero_unless_a_worker_lives(path)
     os.environ[MULTIPROCESS_ENV] = path
     values.ValueClass = values.MultiProcessValue()
     _mark_dead_workers(path)
+
+
+def _start_from_zero_unless_a_worker_lives(path: str) -> None:
+    files = glob.glob(os.path.join(path, "*.db"))
+    if any(_alive(pid) for pid in filter(None, map(_file_pid, files))):
+        return
+    for name in files:
+        os.unlink(name)
+
+
+def _file_pid(name: str) -> int | None:
+    """The worker's pid in a metrics file's name (`counter_1234.db`), None for another file."""
+    pid = os.path.basename(name).rsplit("_", 1)[-1].removesuffix(".db")
+    return int(pid) if pid.isdigit() else None
 
 
 def _mark_dead_workers(path: str) -> None:

@@ -110,6 +110,20 @@ def test_a_dead_worker_s_counts_stay_and_its_in_flight_gauge_goes(node) -> None:
     assert {(a[REQUESTS], a[ONGOING]) for a in answers} == {(8, 3)}
 
 
+def test_a_node_whose_workers_all_died_starts_again_from_zero(node) -> None:
+    """A new agent (or the only worker restarted) never inherits an earlier group's requests."""
+    directory, port, workers = node
+    workers += [Worker(directory, port), Worker(directory, port)]
+    workers[0].count(3, 0)
+    workers[1].count(4, 0)
+    for worker in workers:
+        worker.kill()
+    workers.append(Worker(directory, port))
+    workers[2].count(2, 1)
+    answers = [scrape(port) for _ in range(5)]
+    assert {(a[REQUESTS], a[ONGOING]) for a in answers} == {(2, 1)}
+
+
 def test_a_directory_other_users_can_enter_is_refused(tmp_path: Path) -> None:
     open_dir = tmp_path / "open"
     open_dir.mkdir(mode=0o755)
