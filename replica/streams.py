@@ -1,7 +1,8 @@
 """The streams a replica holds between the call that started them and the call that reads them.
 
 A streaming answer's head goes back with the first Ray call; the proxy then
-claims the rest by id with a streaming generator call. A stream nobody
+claims the rest by id with a streaming generator call (or a STREAM frame
+over the same-node data socket, `replica.data_socket`). A stream nobody
 claims within `unclaimed_s` (its proxy died, or its client left in between,
 or it was a shadow copy's) is closed, which stops the user code producing it.
 
