@@ -127,7 +127,8 @@ class Opening:
 
 def item_bytes(item: Any) -> int:
     """What one ITEM counts against a window's bytes: a chunk's length, or a
-    WebSocket message's body (its bytes or text); other messages count 0."""
+    WebSocket message's body (its bytes, or its text's characters); other
+    messages count 0."""
     if isinstance(item, (bytes, bytearray, memoryview)):
         return len(item)
     if isinstance(item, dict):
