@@ -62,7 +62,7 @@ from vocabulary.frames import (
 )
 from vocabulary.wire import BatchItem, BatchResult, Reply, StreamStart, WireRequest
 
-__all__ = ["Address", "SocketTransport", "FramedConnection", "connect", "Window"]
+__all__ = ["Address", "SocketTransport", "FramedConnection", "connect"]
 
 logger = logging.getLogger(__name__)
 
