@@ -13,8 +13,11 @@ instead, with `RayTransport` as the fallback; this module gives it the node
 id and the Ray call that asks a replica for its data address.
 
 A streaming answer's rest and a WebSocket's outbound messages come through
-Ray streaming generators (`ObjectRefGenerator`); leaving one early cancels
-it (`ray.cancel`), which cancels the generator's task on the replica.
+Ray streaming generators (`ObjectRefGenerator`, `RayStreams`); leaving one
+early cancels it (`ray.cancel`), which cancels the generator's task on the
+replica. To a replica with an open data-socket connection they travel as
+frames instead (`SocketTransport` is the `StreamCaller` then, with
+`RayStreams` as its fallback).
 """
 
 from __future__ import annotations
@@ -25,12 +28,12 @@ from typing import Any, AsyncGenerator, Callable
 import ray
 from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
 
-from proxy.calling import Batching, HandlerError, ReplicaDiedError
+from proxy.calling import Batching, HandlerError, ReplicaDiedError, StreamCaller
 from proxy.coalescing import Coalescer, Transport
 from proxy.socketcalls import Address, SocketTransport
 from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, WireResponse
 
-__all__ = ["RayCaller", "RayTransport"]
+__all__ = ["RayCaller", "RayTransport", "RayStreams"]
 
 
 class RayTransport:
@@ -85,24 +88,8 @@ def _local_node() -> str:
     return ray.get_runtime_context().get_node_id()
 
 
-class RayCaller:
-    def __init__(
-        self,
-        max_calls_per_replica: int,
-        coalesce_window_s: float,
-        observe_batch: Callable[[str, int], None] | None = None,
-        data_socket: bool = True,
-    ) -> None:
-        """`data_socket=False`: every request is a Ray call, even to a replica on this node."""
-        transport: Transport = RayTransport()
-        if data_socket:
-            transport = SocketTransport(transport, _local_node, _data_address)
-        self._coalescer = Coalescer(transport, max_calls_per_replica, coalesce_window_s, observe_batch)
-
-    async def call(
-        self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching | None = None
-    ) -> WireResponse | StreamStart:
-        return await self._coalescer.call(handle, request, timeout_s, batching)
+class RayStreams:
+    """A `StreamCaller` over the replica's Ray methods."""
 
     def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
         return _generated(handle.stream.remote(start.stream_id))
@@ -118,3 +105,36 @@ class RayCaller:
             return bool(await handle.socket_message.remote(socket_id, message))
         except (RayActorError, ActorUnschedulableError) as error:
             raise ReplicaDiedError(str(error)) from None
+
+
+class RayCaller:
+    def __init__(
+        self,
+        max_calls_per_replica: int,
+        coalesce_window_s: float,
+        observe_batch: Callable[[str, int], None] | None = None,
+        data_socket: bool = True,
+    ) -> None:
+        """`data_socket=False`: every request is a Ray call, even to a replica on this node."""
+        transport: Transport = RayTransport()
+        self._streams: StreamCaller = RayStreams()
+        if data_socket:
+            transport = self._streams = SocketTransport(transport, _local_node, _data_address, streams=self._streams)
+        self._coalescer = Coalescer(transport, max_calls_per_replica, coalesce_window_s, observe_batch)
+
+    async def call(
+        self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching | None = None
+    ) -> WireResponse | StreamStart:
+        return await self._coalescer.call(handle, request, timeout_s, batching)
+
+    def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
+        return self._streams.stream(handle, start)
+
+    def discard(self, handle: Any, start: StreamStart) -> None:
+        self._streams.discard(handle, start)
+
+    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+        return self._streams.open_socket(handle, socket_id, request)
+
+    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
+        return await self._streams.push(handle, socket_id, message)

@@ -20,7 +20,17 @@ frame, which cancels the handler on the replica. Frames written in one loop
 iteration leave in one write. The socket's peer must be our own OS user
 (SO_PEERCRED), since replies are unpickled.
 
-No Ray here: the fallback, the node id and the address lookup are injected
+It is a `proxy.calling.StreamCaller` too: a streaming answer's rest and a
+WebSocket to a replica with an open connection travel on it as well (a
+STREAM or SOCKET call whose items the replica pushes; PUSH calls carry what
+a WebSocket's client sends). The proxy grants credit for items as its
+consumer takes the next one — that is, once the previous one went to the
+client — so the replica is never more than a `Window` ahead of a slow
+client. Leaving the iterator early sends a CANCEL, which stops the user's
+generator; a lost connection ends it with `ReplicaDiedError`. Without a
+connection, the injected stream caller (Ray's) serves them.
+
+No Ray here: the fallbacks, the node id and the address lookup are injected
 (`proxy.raycalls` passes Ray's).
 """
 
@@ -33,12 +43,24 @@ import os
 import socket
 import struct
 import weakref
-from typing import Any, Awaitable, Callable
+from collections import deque
+from typing import Any, AsyncGenerator, Awaitable, Callable
 
-from proxy.calling import HandlerError, ReplicaDiedError
+from proxy.calling import HandlerError, ReplicaDiedError, StreamCaller
 from proxy.coalescing import Transport
-from vocabulary.frames import MAX_FRAME_BYTES, Frame, FrameDecoder, FrameError, Kind, encode, peer_allowed
-from vocabulary.wire import BatchItem, BatchResult, Reply, WireRequest
+from vocabulary.frames import (
+    MAX_FRAME_BYTES,
+    Frame,
+    FrameDecoder,
+    FrameError,
+    Kind,
+    Opening,
+    Window,
+    encode,
+    item_bytes,
+    peer_allowed,
+)
+from vocabulary.wire import BatchItem, BatchResult, Reply, StreamStart, WireRequest
 
 __all__ = ["Address", "SocketTransport", "FramedConnection", "connect"]
 
@@ -52,6 +74,37 @@ _CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 Address = tuple[str, str] | None
 
 
+class _Flow:
+    """One STREAM or SOCKET call's items as they arrive, and how it ended."""
+
+    __slots__ = ("window", "items", "outcome", "waiter", "unacked", "owed_items", "owed_bytes")
+
+    def __init__(self, window: Window) -> None:
+        self.window = window
+        self.items: deque[Any] = deque()
+        self.outcome: BaseException | None = None  # StopAsyncIteration: it completed
+        self.waiter: asyncio.Future[None] | None = None
+        self.unacked = 0  # items received and not yet credited back
+        self.owed_items = 0  # items passed on, to credit
+        self.owed_bytes = 0
+
+    def put(self, item: Any) -> bool:
+        """One more item; False when the replica sent past its window."""
+        self.items.append(item)
+        self.unacked += 1
+        self._wake()
+        return self.unacked <= self.window.items
+
+    def finish(self, outcome: BaseException) -> None:
+        if self.outcome is None:
+            self.outcome = outcome
+            self._wake()
+
+    def _wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+
 class FramedConnection(asyncio.Protocol):
     """One connection to one replica: calls out by id, replies matched back."""
 
@@ -62,6 +115,7 @@ class FramedConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._flows: dict[int, _Flow] = {}
         self._out: list[bytes] = []
         self.lost: str | None = None  # why the connection ended, once it did
 
@@ -90,6 +144,57 @@ class FramedConnection(asyncio.Protocol):
                 self._write(encode(Kind.CANCEL, call_id))
             raise
 
+    async def items(self, call_id: int, frame: bytes, window: Window) -> AsyncGenerator[Any, None]:
+        """A STREAM or SOCKET call (from `frame`, sent at the first `anext`):
+        its items as the replica pushes them. Taking the next item credits the
+        previous one back; leaving early cancels the call on the replica.
+        Raises ReplicaDiedError or HandlerError."""
+        if not self.open:
+            raise ReplicaDiedError(f"the data socket to {self.name} is closed: {self.lost}")
+        flow = self._flows[call_id] = _Flow(window)
+        self._write(frame)
+        ended = False
+        try:
+            while True:
+                if not flow.items:
+                    if flow.outcome is not None:
+                        ended = True
+                        if isinstance(flow.outcome, StopAsyncIteration):
+                            return
+                        raise flow.outcome
+                    self._credit(call_id, flow)  # all passed on: the replica may need it to go on
+                    flow.waiter = asyncio.get_running_loop().create_future()
+                    try:
+                        await flow.waiter
+                    finally:
+                        flow.waiter = None
+                    continue
+                item = flow.items.popleft()
+                yield item
+                # Asked for the next one: the consumer has passed this one on.
+                flow.owed_items += 1
+                flow.owed_bytes += item_bytes(item)
+                if 2 * flow.owed_items >= window.items or 2 * flow.owed_bytes >= window.bytes:
+                    self._credit(call_id, flow)
+        finally:
+            self._flows.pop(call_id, None)
+            if not ended and self.open:
+                self._write(encode(Kind.CANCEL, call_id))
+
+    def _credit(self, call_id: int, flow: _Flow) -> None:
+        if flow.owed_items and self.open:
+            self._write(encode(Kind.CREDIT, call_id, (flow.owed_items, flow.owed_bytes)))
+            flow.unacked -= flow.owed_items
+            flow.owed_items = flow.owed_bytes = 0
+
+    def tell(self, kind: Kind, payload: Any) -> bool:
+        """Send a frame nothing answers; False when the connection is closed or it is too large."""
+        framed = self.frame(kind, payload)
+        if framed is None or not self.open:
+            return False
+        self._write(framed[1])
+        return True
+
     def _write(self, frame: bytes) -> None:
         # Frames sent within one loop iteration leave in one write.
         if not self._out:
@@ -117,6 +222,18 @@ class FramedConnection(asyncio.Protocol):
             self._settle(frame)
 
     def _settle(self, frame: Frame) -> None:
+        flow = self._flows.get(frame.call_id)
+        if flow is not None:
+            if frame.kind is Kind.ITEM:
+                if not flow.put(frame.payload):
+                    self.close(f"the replica sent past a window of {flow.window.items} items")
+            elif frame.kind is Kind.END:
+                flow.finish(StopAsyncIteration())
+            elif frame.kind is Kind.ERROR:
+                flow.finish(HandlerError(str(frame.payload)))
+            else:
+                self.close(f"a {frame.kind.name} frame from the replica for a stream")
+            return
         future = self._pending.pop(frame.call_id, None)
         if future is None or future.done():
             return  # a call cancelled meanwhile: its answer is not wanted
@@ -150,6 +267,8 @@ class FramedConnection(asyncio.Protocol):
         for future in pending.values():
             if not future.done():
                 future.set_exception(ReplicaDiedError(f"the data socket to {self.name} closed: {self.lost}"))
+        for flow in self._flows.values():
+            flow.finish(ReplicaDiedError(f"the data socket to {self.name} closed: {self.lost}"))
 
 
 async def connect(path: str, name: str, max_frame: int = MAX_FRAME_BYTES) -> FramedConnection:
@@ -176,8 +295,28 @@ class _Route:
         self.asking: asyncio.Task[None] | None = None
 
 
+class _NoStreams:
+    """Without an injected stream caller, streams need the replica's connection."""
+
+    def _none(self) -> ReplicaDiedError:
+        return ReplicaDiedError("no data socket connection to this replica, and no other way to stream")
+
+    def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
+        raise self._none()
+
+    def discard(self, handle: Any, start: StreamStart) -> None:
+        pass
+
+    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+        raise self._none()
+
+    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
+        raise self._none()
+
+
 class SocketTransport:
-    """A `Transport`: frames to same-node replicas, `fallback` for everything else."""
+    """A `Transport` and a `StreamCaller`: frames to same-node replicas,
+    `fallback` (and `streams`) for everything else."""
 
     def __init__(
         self,
@@ -185,9 +324,14 @@ class SocketTransport:
         local_node: Callable[[], str],
         ask_address: Callable[[Any], Awaitable[Address]],
         max_frame: int = MAX_FRAME_BYTES,
+        streams: StreamCaller | None = None,
+        window: Window = Window(),
     ) -> None:
         """`local_node()` names the proxy's node; `ask_address(handle)` the
-        replica's `(node id, socket path)` or None."""
+        replica's `(node id, socket path)` or None; `window` how far ahead of
+        its client a stream's replica may push."""
+        self._streams: StreamCaller = streams if streams is not None else _NoStreams()
+        self._window = window
         self._fallback = fallback
         self._local_node = local_node
         self._ask_address = ask_address
@@ -226,6 +370,37 @@ class SocketTransport:
                     raise ReplicaDiedError(f"replica {connection.name} answered a batch with the wrong number of results")
                 return results
         return await fallback(handle, items)
+
+    # --- StreamCaller ---------------------------------------------------------
+
+    def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
+        connection = self._connection(handle)
+        if connection is not None:
+            framed = connection.frame(Kind.STREAM, Opening(start.stream_id, self._window))
+            if framed is not None:
+                return connection.items(*framed, self._window)
+        return self._streams.stream(handle, start)
+
+    def discard(self, handle: Any, start: StreamStart) -> None:
+        connection = self._connection(handle)
+        if connection is None or not connection.tell(Kind.DISCARD, start.stream_id):
+            self._streams.discard(handle, start)
+
+    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+        connection = self._connection(handle)
+        if connection is not None:
+            framed = connection.frame(Kind.SOCKET, Opening((socket_id, request), self._window))
+            if framed is not None:
+                return connection.items(*framed, self._window)
+        return self._streams.open_socket(handle, socket_id, request)
+
+    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
+        connection = self._connection(handle)
+        if connection is not None:
+            framed = connection.frame(Kind.PUSH, (socket_id, message))
+            if framed is not None:
+                return bool(await connection.send(*framed))
+        return await self._streams.push(handle, socket_id, message)
 
     def _connection(self, handle: Any) -> FramedConnection | None:
         """The open connection to `handle`'s replica; None means: call it over the fallback."""

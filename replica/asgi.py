@@ -40,6 +40,9 @@ _ASGI = {"version": "3.0", "spec_version": "2.4"}
 _END = object()  # the app returned
 # At most this much of a stream is joined into one item sent back to the proxy.
 _JOIN_BYTES = 256 * 1024
+# At most this many messages of an app's answer wait for the proxy to take
+# them; the app's `send` waits beyond that, so a slow client pauses the app.
+_AHEAD_MESSAGES = 64
 
 
 class AppError(Exception):
@@ -108,6 +111,7 @@ async def serve_http(app: App, wire: WireRequest) -> WireResponse | BodyStream:
     body = wire[4]
     given = False
     outbox: asyncio.Queue[Any] = asyncio.Queue()
+    room = asyncio.Semaphore(_AHEAD_MESSAGES)  # released as messages are taken
 
     async def receive() -> Message:
         nonlocal given
@@ -118,19 +122,23 @@ async def serve_http(app: App, wire: WireRequest) -> WireResponse | BodyStream:
         never: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         return await never
 
+    async def send(message: Message) -> None:
+        await room.acquire()
+        outbox.put_nowait(message)
+
     async def run() -> None:
         try:
-            await app(_scope("http", wire), receive, outbox.put)
+            await app(_scope("http", wire), receive, send)
         finally:
             outbox.put_nowait(_END)
 
     task = asyncio.ensure_future(run())
     task.add_done_callback(_log_failure)
     try:
-        start = await outbox.get()
+        start = await _taken(outbox, room)
         if start is _END or start.get("type") != "http.response.start":
             _raise_from(task, "the app returned without starting a response")
-        message = await outbox.get()
+        message = await _taken(outbox, room)
         if message is _END:
             return start["status"], list(start.get("headers", [])), b""
         if not message.get("more_body", False):
@@ -139,10 +147,17 @@ async def serve_http(app: App, wire: WireRequest) -> WireResponse | BodyStream:
         task.cancel()
         raise
     return BodyStream(start["status"], list(start.get("headers", [])), bytes(message.get("body", b"")),
-                      _rest(outbox, task))
+                      _rest(outbox, room, task))
 
 
-async def _rest(outbox: asyncio.Queue[Any], task: asyncio.Future[None]) -> AsyncGenerator[bytes, None]:
+async def _taken(outbox: asyncio.Queue[Any], room: asyncio.Semaphore) -> Any:
+    message = await outbox.get()
+    room.release()
+    return message
+
+
+async def _rest(outbox: asyncio.Queue[Any], room: asyncio.Semaphore,
+                task: asyncio.Future[None]) -> AsyncGenerator[bytes, None]:
     """The body after its first chunk. Each item waits for one chunk, then
     joins every chunk the app has already sent (up to `_JOIN_BYTES`): a fast
     producer pays one Ray object per batch instead of per chunk, while a slow
@@ -150,14 +165,19 @@ async def _rest(outbox: asyncio.Queue[Any], task: asyncio.Future[None]) -> Async
     try:
         done = False
         while not done:
-            chunks, done = _body_chunks(await outbox.get())
+            chunks, done = _body_chunks(await _taken(outbox, room))
             size = sum(map(len, chunks))
             while not done and size < _JOIN_BYTES and not outbox.empty():
                 more, done = _body_chunks(outbox.get_nowait())
+                room.release()
                 chunks += more
                 size += sum(map(len, more))
             if size:
                 yield b"".join(chunks)
+        if task.done():
+            # Ended by the app returning or raising, not by its last chunk: one
+            # that raised breaks the stream (README: "handler raised").
+            _raise_failure(task)
     finally:
         task.cancel()
 

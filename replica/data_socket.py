@@ -13,9 +13,15 @@ Each call runs as its own task through the same code the Ray methods use
 (`Serving`: the replica's `handle_request`, `handle_batch`,
 `handle_together`); a CANCEL frame cancels its task, which cancels the user
 code as a cancelled Ray call would. A streaming answer's head comes back
-here as a `StreamStart`, and the proxy pulls the rest with the replica's Ray
-`stream` method. A reply too large for one frame is held and streamed the
-same way (`hold`), so no answer is ever too big for this path. A malformed
+here as a `StreamStart`; a STREAM frame then claims its rest and the chunks
+go out as ITEM frames, then END (or ERROR when the handler raised). A
+WebSocket is a SOCKET frame: what the app sends goes out as ITEMs the same
+way, and what the client sends comes in as PUSH calls. Both are pushed only
+as far ahead as the proxy's window allows (`vocabulary.frames.Window`,
+replenished by its CREDIT frames), so a slow client pauses the producer; a
+CANCEL stops the user's generator. A reply too large for one frame is held
+and streamed the same way (`hold`), so no answer is ever too big for this
+path. A malformed
 frame closes its connection (the proxy then treats the replica as died and
 falls back to Ray); a connection that closes cancels its calls, since
 nobody is left to answer.
@@ -35,9 +41,20 @@ import struct
 import tempfile
 import traceback
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncGenerator, Awaitable, Callable
 
-from vocabulary.frames import MAX_FRAME_BYTES, Frame, FrameDecoder, FrameError, Kind, encode, peer_allowed
+from vocabulary.frames import (
+    MAX_FRAME_BYTES,
+    Frame,
+    FrameDecoder,
+    FrameError,
+    Kind,
+    Opening,
+    Window,
+    encode,
+    item_bytes,
+    peer_allowed,
+)
 from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, StreamStart, WireRequest
 
 __all__ = ["DataSocket", "Serving", "socket_dir", "peer_uid", "SUN_PATH_MAX"]
@@ -59,6 +76,12 @@ class Serving:
     together: Callable[[list[BatchItem]], Awaitable[list[BatchResult]]]
     # A response too large for one frame: its status, headers and body, held as a stream.
     hold: Callable[[int, list[tuple[bytes, bytes]], bytes], StreamStart]
+    # A held stream's rest, by id (raises inside when it is not held); letting one go unread.
+    stream: Callable[[str], AsyncGenerator[bytes, None]]
+    close_stream: Callable[[str], None]
+    # A WebSocket's app: what it sends; and one message from its client (False: no such socket).
+    socket: Callable[[str, WireRequest], AsyncGenerator[dict[str, Any], None]]
+    socket_message: Callable[[str, dict[str, Any]], bool]
 
 
 def socket_dir(bases: list[str]) -> str | None:
@@ -91,6 +114,7 @@ class DataSocket:
         self._dir: str | None = None
         self.path: str | None = None
         self.served = 0  # requests answered over the socket (a batch counts each of its items)
+        self.streamed = 0  # streams and WebSockets whose items went out over the socket
         self._connections: set[_Connection] = set()
 
     @staticmethod
@@ -159,6 +183,7 @@ class _Connection(asyncio.Protocol):
         self._decoder = FrameDecoder(owner._max_frame)
         self._transport: asyncio.Transport | None = None
         self._calls: dict[int, asyncio.Task[None]] = {}
+        self._credits: dict[int, _Credit] = {}
         self._out: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -186,20 +211,92 @@ class _Connection(asyncio.Protocol):
             self._dispatch(frame)
 
     def _dispatch(self, frame: Frame) -> None:
-        if frame.kind is Kind.CANCEL:
+        kind = frame.kind
+        if kind is Kind.CANCEL:
             task = self._calls.get(frame.call_id)
             if task is not None:
                 task.cancel()
             return
-        if frame.kind not in (Kind.REQUEST, Kind.BATCH, Kind.TOGETHER):
-            self.abort(f"a {frame.kind.name} frame from the proxy")
+        if kind is Kind.CREDIT:
+            credit = self._credits.get(frame.call_id)
+            if not _is_credit(frame.payload):
+                self.abort(f"a CREDIT frame of {frame.payload!r}")
+            elif credit is not None:  # else: its stream ended meanwhile
+                credit.grant(*frame.payload)
+            return
+        if kind is Kind.DISCARD:
+            if not isinstance(frame.payload, str):
+                self.abort("a DISCARD frame without a stream id")
+                return
+            self._owner._serving.close_stream(frame.payload)
+            return
+        if kind is Kind.PUSH:
+            # Handled here, in arrival order: a WebSocket's messages reach its app in order.
+            payload = frame.payload
+            if not (isinstance(payload, tuple) and len(payload) == 2 and isinstance(payload[0], str)
+                    and isinstance(payload[1], dict)):
+                self.abort("a PUSH frame without (socket id, message)")
+                return
+            self._send(Kind.RESULT, frame.call_id, bool(self._owner._serving.socket_message(*payload)))
+            return
+        if kind not in (Kind.REQUEST, Kind.BATCH, Kind.TOGETHER, Kind.STREAM, Kind.SOCKET):
+            self.abort(f"a {kind.name} frame from the proxy")
             return
         if frame.call_id in self._calls:
             self.abort(f"call id {frame.call_id} is already in flight")
             return
-        task = asyncio.ensure_future(self._call(frame))
+        if kind is Kind.STREAM or kind is Kind.SOCKET:
+            items = self._opened(frame)
+            if items is None:
+                self.abort(f"a {kind.name} frame with {frame.payload!r}")
+                return
+            self._credits[frame.call_id] = _Credit(frame.payload.window)
+            task = asyncio.ensure_future(self._generate(frame.call_id, items))
+        else:
+            task = asyncio.ensure_future(self._call(frame))
         self._calls[frame.call_id] = task
-        task.add_done_callback(lambda _, call_id=frame.call_id: self._calls.pop(call_id, None))
+        task.add_done_callback(lambda _, call_id=frame.call_id: self._ended(call_id))
+
+    def _ended(self, call_id: int) -> None:
+        self._calls.pop(call_id, None)
+        self._credits.pop(call_id, None)  # a stream cancelled before it ever ran included
+
+    def _opened(self, frame: Frame) -> AsyncGenerator[Any, None] | None:
+        """The generator a STREAM or SOCKET frame asks for; None when its payload is malformed."""
+        opening = frame.payload
+        if not (isinstance(opening, Opening) and isinstance(opening.window, Window)):
+            return None
+        serving = self._owner._serving
+        if frame.kind is Kind.STREAM:
+            return serving.stream(opening.target) if isinstance(opening.target, str) else None
+        target = opening.target
+        if not (isinstance(target, tuple) and len(target) == 2 and isinstance(target[0], str)):
+            return None
+        return serving.socket(*target)
+
+    async def _generate(self, call_id: int, items: AsyncGenerator[Any, None]) -> None:
+        """Push `items` as ITEM frames, within the proxy's credit, then END or ERROR."""
+        credit = self._credits[call_id]
+        self._owner.streamed += 1
+        try:
+            while True:
+                # Room first, then the next item: a proxy that reads nothing pauses the producer.
+                await credit.room()
+                try:
+                    item = await anext(items)
+                except StopAsyncIteration:
+                    break
+                credit.sent(item_bytes(item))
+                if not self._send(Kind.ITEM, call_id, item):
+                    return  # an ERROR went instead: the stream ends there
+            self._send(Kind.END, call_id, None)
+        except asyncio.CancelledError:
+            raise  # a CANCEL frame or a closed connection: nobody reads on
+        except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
+            self._send(Kind.ERROR, call_id, traceback.format_exc())
+        finally:
+            self._credits.pop(call_id, None)
+            await items.aclose()  # stops the user's generator when it did not finish
 
     async def _call(self, frame: Frame) -> None:
         serving = self._owner._serving
@@ -232,20 +329,25 @@ class _Connection(asyncio.Protocol):
             return outcome, self._fitted(value, budget)
         return result
 
-    def _send(self, kind: Kind, call_id: int, payload: Any) -> None:
+    def _send(self, kind: Kind, call_id: int, payload: Any) -> bool:
+        """Queue one frame; False when an ERROR frame had to go instead (or nothing could)."""
         if self._transport is None or self._transport.is_closing():
-            return
+            return False
+        sent = True
         try:
             frame = encode(kind, call_id, payload)
         except Exception:  # noqa: BLE001 — e.g. an unpicklable value in a handler's headers
             frame = encode(Kind.ERROR, call_id, f"the reply could not be framed:\n{traceback.format_exc()}")
+            sent = False
         if len(frame) - 4 > self._owner._max_frame:
             # Headers alone past the bound: too big for this path, and an error is better than a stuck call.
             frame = encode(Kind.ERROR, call_id, f"a reply of {len(frame)} bytes is too large for the data socket")
+            sent = False
         # Replies finishing in one loop iteration leave in one write.
         if not self._out:
             asyncio.get_running_loop().call_soon(self._flush)
         self._out.append(frame)
+        return sent
 
     def _flush(self) -> None:
         out, self._out = self._out, []
@@ -263,3 +365,41 @@ class _Connection(asyncio.Protocol):
         for task in list(self._calls.values()):
             task.cancel()
         self._calls.clear()
+
+
+def _is_credit(payload: Any) -> bool:
+    return (isinstance(payload, tuple) and len(payload) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in payload))
+
+
+class _Credit:
+    """What one stream may still send: its window less what the proxy has not acknowledged."""
+
+    __slots__ = ("_window", "_items", "_bytes", "_room")
+
+    def __init__(self, window: Window) -> None:
+        self._window = window
+        self._items = 0
+        self._bytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
+
+    def _full(self) -> bool:
+        # Always room for one item, however large: nothing else could ever move it.
+        return self._items > 0 and (self._items >= self._window.items or self._bytes >= self._window.bytes)
+
+    def sent(self, size: int) -> None:
+        self._items += 1
+        self._bytes += size
+        if self._full():
+            self._room.clear()
+
+    def grant(self, items: int, size: int) -> None:
+        self._items = max(0, self._items - items)
+        self._bytes = max(0, self._bytes - size)
+        if not self._full():
+            self._room.set()
+
+    async def room(self) -> None:
+        while self._full():
+            await self._room.wait()

@@ -15,8 +15,9 @@ rest with `stream` (a Ray streaming generator; cancelling it stops the user
 code) or lets it go with `close_stream`. A WebSocket lives in `socket` (a
 streaming generator of what the app sends) and `socket_message` (what the
 client sent), both on this one replica for the connection's lifetime.
-Under Ray, the replica also serves the same three calls as frames over a
-private Unix socket (`replica.data_socket`) for a proxy on its own node,
+Under Ray, the replica also serves the same calls as frames over a private
+Unix socket (`replica.data_socket`) for a proxy on its own node — streams'
+rests and WebSockets included, through these same methods —
 which asks `data_address()` where it is; it stops listening when draining.
 Other replicas' handles (`gitops.serving.handle`) call `handle_call`, which
 passes their arguments to the handler as they are. Before any user code
@@ -269,7 +270,11 @@ class Replica:
         `initialize` does this under Ray."""
         if self._data is None:
             self._data = DataSocket(
-                Serving(self.handle_request, self.handle_batch, self.handle_together, self._hold), max_frame
+                Serving(
+                    self.handle_request, self.handle_batch, self.handle_together, self._hold,
+                    self.stream, self.close_stream, self.socket, self.socket_message,
+                ),
+                max_frame,
             )
         return await self._data.start(bases)
 
@@ -283,6 +288,10 @@ class Replica:
     def frames_served(self) -> int:
         """Requests answered over the data socket so far (each batch item counts)."""
         return 0 if self._data is None else self._data.served
+
+    def frames_streamed(self) -> int:
+        """Streams and WebSockets served over the data socket so far."""
+        return 0 if self._data is None else self._data.streamed
 
     def _hold(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> StreamStart:
         return StreamStart(status, headers, b"", self._streams.hold(_slices(body)))

@@ -1,7 +1,8 @@
 """The streams a replica holds between the call that started them and the call that reads them.
 
 A streaming answer's head goes back with the first Ray call; the proxy then
-claims the rest by id with a streaming generator call. A stream nobody
+claims the rest by id with a streaming generator call (or a STREAM frame
+over the same-node data socket, `replica.data_socket`). A stream nobody
 claims within `unclaimed_s` (its proxy died, or its client left in between,
 or it was a shadow copy's) is closed, which stops the user code producing it.
 
@@ -40,9 +41,21 @@ class StreamTable:
     def close(self, stream_id: str) -> None:
         rest = self._held.pop(stream_id, None)
         if rest is not None:
-            task = asyncio.ensure_future(rest.aclose())
+            task = asyncio.ensure_future(_closed(rest))
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
 
     def __len__(self) -> int:
         return len(self._held)
+
+
+async def _closed(rest: AsyncGenerator[bytes, None]) -> None:
+    """Close `rest`, running its cleanup (which stops its producer) even when
+    nobody ever iterated it: closing a generator that never started skips its
+    `finally`, so it is stepped into first (its chunk, if any, is dropped)
+    and cancelled there."""
+    step = asyncio.ensure_future(anext(rest))
+    await asyncio.sleep(0)  # the step runs up to its first wait (or its first chunk)
+    step.cancel()
+    await asyncio.gather(step, return_exceptions=True)
+    await rest.aclose()

@@ -16,8 +16,20 @@ Calls (proxy to replica) and their replies (replica to proxy), by call id:
   REQUEST   a `WireRequest`                -> RESULT (a `Reply`) or ERROR
   BATCH     a list of `BatchItem`          -> RESULTS (one `BatchResult` each)
   TOGETHER  a list of `BatchItem` (one call of a batched handler) -> RESULTS
-  CANCEL    no payload: stop that call's handler; nothing is answered
+  CANCEL    no payload: stop that call's handler (or stream, or WebSocket); nothing is answered
   ERROR     the handler's traceback text (str)
+
+Streams and WebSockets, by call id (the replica pushes ITEMs as they come):
+  STREAM    an `Opening` of (stream id, window)       -> ITEM (bytes)... then END or ERROR
+  SOCKET    an `Opening` of ((socket id, request), window) -> ITEM (an ASGI message)... then END or ERROR
+  CREDIT    (items, bytes) the proxy has passed on: that much more may come; nothing is answered
+  DISCARD   a stream id to let go unread; nothing is answered
+  PUSH      (socket id, a client's ASGI message)      -> RESULT (False: no such socket any more)
+
+Flow control: a STREAM or SOCKET call's `Window` bounds what the replica may
+have sent ahead of the proxy's CREDITs — it sends while fewer than `items`
+ITEMs and `bytes` bytes (`item_bytes`) are unacknowledged (always at least
+one), so a slow client holds the replica's producer instead of its memory.
 
 Payloads are pickled (protocol 5), and unpickling runs whatever the bytes
 say. That is acceptable ONLY because of the socket's access control: it lives
@@ -39,6 +51,9 @@ from typing import Any
 
 __all__ = [
     "Kind",
+    "Window",
+    "Opening",
+    "item_bytes",
     "Frame",
     "FrameError",
     "FrameDecoder",
@@ -67,6 +82,13 @@ class Kind(enum.IntEnum):
     RESULT = 5
     RESULTS = 6
     ERROR = 7
+    STREAM = 8
+    SOCKET = 9
+    ITEM = 10
+    END = 11
+    CREDIT = 12
+    DISCARD = 13
+    PUSH = 14
 
 
 _KINDS = {int(kind): kind for kind in Kind}
@@ -81,6 +103,38 @@ class Frame:
     kind: Kind
     call_id: int
     payload: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """How far ahead of the proxy's credit a replica may push a stream's items."""
+
+    items: int = 32
+    bytes: int = 2 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.items < 1 or self.bytes < 1:
+            raise ValueError(f"a window must allow at least one item and one byte, not {self}")
+
+
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """A STREAM's stream id, or a SOCKET's (socket id, request); and the window."""
+
+    target: Any
+    window: Window
+
+
+def item_bytes(item: Any) -> int:
+    """What one ITEM counts against a window's bytes: a chunk's length, or a
+    WebSocket message's body (its bytes, or its text's characters); other
+    messages count 0."""
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return len(item)
+    if isinstance(item, dict):
+        body = item.get("bytes") or item.get("text") or b""
+        return len(body) if isinstance(body, (bytes, bytearray, str)) else 0
+    return 0
 
 
 def encode(kind: Kind, call_id: int, payload: Any = None) -> bytes:

@@ -192,3 +192,56 @@ def test_an_app_whose_startup_fails_never_becomes_ready_and_says_why() -> None:
     replica = Replica("b", "r1", "v1", f"{__name__}:failing_startup")
     with pytest.raises(Exception, match="no model file"):
         asyncio.run(replica.initialize())
+
+
+class Endless:
+    """Chunks until stopped (records that it was); or, on /boom, two chunks and a failure."""
+
+    stopped: asyncio.Event | None = None
+    made = 0
+
+    async def __call__(self, request: Request) -> AsyncIterator[bytes]:
+        assert Endless.stopped is not None
+        try:
+            while True:
+                Endless.made += 1
+                if request.url.path == "/boom" and Endless.made > 2:
+                    raise ValueError("the model exploded mid-stream")
+                yield b"."
+                await asyncio.sleep(0)
+        finally:
+            Endless.stopped.set()
+
+
+def test_a_handler_that_raises_mid_stream_ends_its_stream_with_its_error() -> None:
+    async def scenario() -> list[bytes]:
+        Endless.stopped, Endless.made = asyncio.Event(), 0
+        replica = Replica("b", "r1", "v1", f"{__name__}:Endless")
+        await replica.initialize()
+        start = await replica.handle_request(make_request("GET", "/boom"))
+        assert isinstance(start, StreamStart)
+        chunks: list[bytes] = []
+        with pytest.raises(ValueError, match="the model exploded mid-stream"):
+            async for chunk in replica.stream(start.stream_id):
+                chunks.append(chunk)
+        return [start.first_chunk, *chunks]
+
+    assert b"".join(asyncio.run(scenario())) == b".."
+
+
+def test_a_stream_that_is_never_read_stops_its_app_when_let_go_and_waits_meanwhile() -> None:
+    async def scenario() -> None:
+        Endless.stopped, Endless.made = asyncio.Event(), 0
+        replica = Replica("b", "r1", "v1", f"{__name__}:Endless")
+        await replica.initialize()
+        start = await replica.handle_request(make_request("GET", "/"))
+        assert isinstance(start, StreamStart)
+        made = -1
+        while Endless.made != made:  # an app that never stops fails by the timeout below
+            made = Endless.made
+            await asyncio.sleep(0.1)
+        assert made <= 100  # unread, the app waits a few chunks ahead instead of filling memory
+        replica.close_stream(start.stream_id)
+        await Endless.stopped.wait()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -111,3 +111,40 @@ def test_only_our_own_uid_may_be_a_peer() -> None:
     assert not peer_allowed(1001, 1000)
     assert not peer_allowed(0, 1000)  # not even root: nobody else's pickles
     assert not peer_allowed(1000, 0)
+
+
+def test_the_stream_and_websocket_kinds_round_trip() -> None:
+    from vocabulary.frames import Opening, Window
+
+    payloads = {
+        Kind.STREAM: Opening("r1:7", Window(4, 1000)),
+        Kind.SOCKET: Opening(("socket-1", REQUEST), Window()),
+        Kind.ITEM: b"a chunk",
+        Kind.END: None,
+        Kind.CREDIT: (3, 2048),
+        Kind.DISCARD: "r1:8",
+        Kind.PUSH: ("socket-1", {"type": "websocket.receive", "text": "hi"}),
+    }
+    for call_id, (kind, payload) in enumerate(payloads.items(), start=1):
+        assert FrameDecoder().feed(encode(kind, call_id, payload)) == [Frame(kind, call_id, payload)]
+    message = {"type": "websocket.send", "bytes": b"\x00\x01"}
+    assert FrameDecoder().feed(encode(Kind.ITEM, 9, message)) == [Frame(Kind.ITEM, 9, message)]
+
+
+def test_a_window_allows_at_least_one_item_and_one_byte() -> None:
+    from vocabulary.frames import Window
+
+    assert Window().items >= 1 and Window().bytes >= 1
+    for items, size in ((0, 10), (10, 0), (-1, -1)):
+        with pytest.raises(ValueError):
+            Window(items, size)
+
+
+def test_an_item_counts_its_body_against_the_window() -> None:
+    from vocabulary.frames import item_bytes
+
+    assert item_bytes(b"12345") == 5
+    assert item_bytes({"type": "websocket.send", "text": "héllo"}) == 5
+    assert item_bytes({"type": "websocket.send", "bytes": b"\x00" * 7, "text": None}) == 7
+    assert item_bytes({"type": "websocket.close", "code": 1000}) == 0
+    assert item_bytes(None) == 0
