@@ -64,7 +64,7 @@ class ControllerOptions:
     # Each node's proxies serve their Prometheus metrics on this port of the node (None: off).
     proxy_metrics_port: int | None = None
     # Proxy workers per node, sharing the proxy port (SO_REUSEPORT); 0: the
-    # node's CPUs, at most controller.proxy_fleet.MAX_PROXY_WORKERS.
+    # node's CPUs, at most controller.proxy_fleet.DEFAULT_WORKERS_CAP.
     proxy_workers: int = 1
     # Where rollouts' PromQL checks are asked until a checkpoint or the agent
     # (`set_prometheus_url`, its --prometheus-url) says otherwise; None: nowhere.

@@ -1,7 +1,7 @@
 """The proxy fleet: `workers` proxy processes per alive node, as a pure state machine.
 
 Each node runs `ProxySpec.workers` proxies (0: as many as the node has CPUs,
-at most `MAX_PROXY_WORKERS`), all listening on the same port with
+at most `DEFAULT_WORKERS_CAP`), all listening on the same port with
 SO_REUSEPORT so the kernel spreads new connections over them. Each worker
 is a proxy of its own everywhere the controller keys one: by its proxy id
 (`proxy_id`: the node id for worker 0, "node:worker" for the others, so a
@@ -40,6 +40,7 @@ from vocabulary.goal_api import proxy_id
 from vocabulary.status import ProxyState, ProxyStatus
 
 __all__ = [
+    "DEFAULT_WORKERS_CAP",
     "MAX_PROXY_WORKERS",
     "PROXY_PREFIX",
     "proxy_actor_name",
@@ -57,12 +58,15 @@ __all__ = [
 
 PROXY_PREFIX = "gitops-proxy-"
 
-# Proxy workers per node at most. One worker saturates about one core (the
-# HTTP parsing and Ray calls of a request run on its one event loop), and the
-# replicas, Raylet and GCS need cores of the node too: past four, more
-# workers buy little and cost each ~100 MB of memory, a long poll and a load
-# report stream to the controller.
-MAX_PROXY_WORKERS = 4
+# Proxy workers per node when not told. One worker saturates about one core
+# (the HTTP parsing and replica calls of a request run on its one event
+# loop), and the replicas, Raylet and GCS need cores of the node too: past
+# four, more workers buy little unless the node is mostly proxy, and each
+# costs ~100 MB of memory, a long poll and a load report stream to the
+# controller. A node that is mostly proxy is told more (`--proxy-workers`).
+DEFAULT_WORKERS_CAP = 4
+# The most a node may be told to run: a bound on a flag, not advice.
+MAX_PROXY_WORKERS = 32
 
 
 def proxy_actor_name(node_id: str, worker: int = 0) -> str:
@@ -70,10 +74,11 @@ def proxy_actor_name(node_id: str, worker: int = 0) -> str:
 
 
 def workers_on(wanted: int, cpus: int | None) -> int:
-    """Workers a node runs: `wanted` (1..MAX_PROXY_WORKERS), or for 0 its CPUs, capped (1 when unknown)."""
+    """Workers a node runs: `wanted` (1..MAX_PROXY_WORKERS), or for 0 its CPUs, at most DEFAULT_WORKERS_CAP
+    (1 when unknown)."""
     if wanted > 0:
         return min(wanted, MAX_PROXY_WORKERS)
-    return max(1, min(cpus or 1, MAX_PROXY_WORKERS))
+    return max(1, min(cpus or 1, DEFAULT_WORKERS_CAP))
 
 
 def proxy_address(host: str, port: int, node_ip: str) -> str:
@@ -91,7 +96,7 @@ class ProxySpec:
     host: str
     port: int
     metrics_port: int | None = None
-    workers: int = 1  # per node; 0: the node's CPUs, at most MAX_PROXY_WORKERS
+    workers: int = 1  # per node; 0: the node's CPUs, at most DEFAULT_WORKERS_CAP
 
 
 class _Worker:

@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from controller.proxy_fleet import MAX_PROXY_WORKERS
+from controller.proxy_fleet import DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
 from gitops import __version__
 from gitops.errors import GitopsError
 from gitops.printable import printable
@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--proxy-workers", type=int, default=0, metavar="N",
         help=f"proxy processes per node, sharing --proxy-port (1..{MAX_PROXY_WORKERS}; "
-        f"0: the node's CPUs, at most {MAX_PROXY_WORKERS})",
+        f"0: the node's CPUs, at most {DEFAULT_WORKERS_CAP})",
     )
     run.add_argument(
         "--prometheus-url", default=None, metavar="URL",

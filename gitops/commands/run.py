@@ -397,11 +397,11 @@ def _check_intervals(args: argparse.Namespace) -> None:
 
 
 def _check_proxy_workers(workers: int) -> None:
-    from controller.proxy_fleet import MAX_PROXY_WORKERS
+    from controller.proxy_fleet import DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
 
     if not 0 <= workers <= MAX_PROXY_WORKERS:
         raise UsageError(
-            f"--proxy-workers must be 1 to {MAX_PROXY_WORKERS} (or 0: the node's CPUs, at most {MAX_PROXY_WORKERS}), "
+            f"--proxy-workers must be 1 to {MAX_PROXY_WORKERS} (or 0: the node's CPUs, at most {DEFAULT_WORKERS_CAP}), "
             f"not {workers}"
         )
 

@@ -9,12 +9,12 @@ import pytest
 from gitops.cli import main
 
 
-@pytest.mark.parametrize("workers", ["-1", "5"])
+@pytest.mark.parametrize("workers", ["-1", "33"])
 def test_run_refuses_proxy_workers_out_of_range_before_starting_anything(
     workers: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state_dir = tmp_path / "state"
     assert main(["run", "--proxy-workers", workers, "--state-dir", str(state_dir)]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"gitops run: --proxy-workers must be 1 to 4 (or 0: the node's CPUs, at most 4), not {workers}")
+        f"gitops run: --proxy-workers must be 1 to 32 (or 0: the node's CPUs, at most 4), not {workers}")
     assert not state_dir.exists()

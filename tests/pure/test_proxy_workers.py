@@ -6,6 +6,7 @@ import asyncio
 
 from controller.backend_state import Probe, ProbeStatus
 from controller.proxy_fleet import (
+    DEFAULT_WORKERS_CAP,
     MAX_PROXY_WORKERS,
     PingProxy,
     ProxyFleet,
@@ -84,7 +85,11 @@ def test_zero_workers_means_the_node_s_cpus_capped() -> None:
     effects = fleet.tick(0.0, {"small": "10.0.0.1", "big": "10.0.0.2"}, {}, {"small": 2, "big": 64})
     assert sorted(e.proxy_id for e in effects) == ["big", "big:1", "big:2", "big:3", "small", "small:1"]
     assert (workers_on(0, None), workers_on(0, 1), workers_on(2, 64)) == (1, 1, 2)
-    assert workers_on(0, 64) == MAX_PROXY_WORKERS == 4
+    assert workers_on(0, 64) == DEFAULT_WORKERS_CAP == 4
+
+
+def test_a_node_told_more_workers_than_the_default_cap_runs_them_up_to_the_bound() -> None:
+    assert (workers_on(16, 16), workers_on(1000, 16)) == (16, MAX_PROXY_WORKERS)
 
 
 def test_the_controller_runs_as_many_workers_as_the_node_has_cpus_and_sums_their_loads() -> None:
