@@ -6,15 +6,9 @@ every proxy of the last observed cluster status by its address (the
 agent's own proxy until a status names one), `collect` asks each
 concurrently, and `merge` (pure) puts the samples together newest
 first, each tagged with its proxy, and lists the proxies that did not
-answer (a proxy down is shown, not hidden).
-
-A node's proxy workers share one address (SO_REUSEPORT), and which one
-answers a new connection is the kernel's choice. So an address with
-several workers behind it (`workers_at`) is asked `ASKS_PER_WORKER` times
-as often, each on a new connection, and the distinct mismatches of all the
-answers are kept: with 4 workers, the chance that one of them answered none
-of the 32 asks is below 1 in 2,000 (4 × 0.75^32), and a worker's sample
-missed once is there at the next look. The admin API serves the result
+answer (a proxy down is shown, not hidden). A node's proxy workers share
+one address and each answers the whole node's mismatches
+(`proxy.node_mismatches`), so one ask per address hears them all. The admin API serves the result
 behind its token; the status page draws it. Must not: compare replies (the
 proxy does) or keep mismatches itself.
 """
@@ -22,17 +16,15 @@ proxy does) or keep mismatches itself.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any, Awaitable, Callable, Iterable
 
 import httpx
 
 from vocabulary.status import ClusterStatus
 
-__all__ = ["collector", "collect", "merge", "proxy_url", "proxy_urls", "workers_at", "ASKS_PER_WORKER", "LIMIT"]
+__all__ = ["collector", "collect", "merge", "proxy_url", "proxy_urls", "LIMIT"]
 
 LIMIT = 100  # mismatches returned, newest first, over all proxies
-ASKS_PER_WORKER = 8  # asks of an address per proxy worker behind it, when there are several
 _PATH = "/-/shadow/mismatches"
 
 
@@ -48,47 +40,21 @@ def proxy_urls(cluster: ClusterStatus | None, own: str) -> list[str]:
     return sorted(found) or [own]
 
 
-def workers_at(cluster: ClusterStatus | None) -> dict[str, int]:
-    """Per base URL of `cluster`, how many proxy workers answer there."""
-    found: dict[str, int] = {}
-    for proxy in cluster.proxies.values() if cluster else ():
-        if proxy.address:
-            found["http://" + proxy.address] = found.get("http://" + proxy.address, 0) + 1
-    return found
-
-
-def collector(
-    proxies: Callable[[], list[str]], timeout_s: float = 2.0, workers: Callable[[], dict[str, int]] | None = None,
-) -> Callable[[], Awaitable[dict[str, Any]]]:
-    """What the admin API calls per request: `collect` from the `proxies()` (and `workers()`) of the moment,
-    on a short-lived client."""
+def collector(proxies: Callable[[], list[str]], timeout_s: float = 2.0) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """What the admin API calls per request: `collect` from the `proxies()` of the moment, on a short-lived client."""
 
     async def run() -> dict[str, Any]:
         async with httpx.AsyncClient(timeout=timeout_s) as client:
-            return await collect(client, proxies(), workers() if workers is not None else None)
+            return await collect(client, proxies())
 
     return run
 
 
-async def collect(
-    client: httpx.AsyncClient, proxies: Iterable[str], workers: dict[str, int] | None = None,
-) -> dict[str, Any]:
-    """Every proxy's sample, merged; `proxies` are base URLs, `workers` how many workers answer at each (default 1)."""
+async def collect(client: httpx.AsyncClient, proxies: Iterable[str]) -> dict[str, Any]:
+    """Every proxy's sample, merged; `proxies` are base URLs."""
     urls = list(proxies)
-    answers = await asyncio.gather(*(_samples(client, url, (workers or {}).get(url, 1)) for url in urls))
+    answers = await asyncio.gather(*(_sample(client, url) for url in urls))
     return merge(dict(zip(urls, answers)))
-
-
-async def _samples(client: httpx.AsyncClient, url: str, workers: int) -> list[dict[str, Any]] | str:
-    """One worker's sample; with several behind `url`, the distinct mismatches of many asks (see module doc)."""
-    if workers <= 1:
-        return await _sample(client, url)
-    answers = await asyncio.gather(*(_sample(client, url, fresh=True) for _ in range(ASKS_PER_WORKER * workers)))
-    samples = [answer for answer in answers if isinstance(answer, list)]
-    if not samples:
-        return next(answer for answer in answers if isinstance(answer, str))
-    distinct = {json.dumps(m, sort_keys=True): m for sample in samples for m in sample}
-    return list(distinct.values())
 
 
 def merge(answers: dict[str, list[dict[str, Any]] | str]) -> dict[str, Any]:
@@ -103,9 +69,9 @@ def merge(answers: dict[str, list[dict[str, Any]] | str]) -> dict[str, Any]:
     return {"mismatches": found[:LIMIT], "unreachable": unreachable}
 
 
-async def _sample(client: httpx.AsyncClient, url: str, fresh: bool = False) -> list[dict[str, Any]] | str:
+async def _sample(client: httpx.AsyncClient, url: str) -> list[dict[str, Any]] | str:
     try:
-        response = await client.get(url + _PATH, headers={"Connection": "close"} if fresh else None)
+        response = await client.get(url + _PATH)
     except httpx.HTTPError as error:
         return f"unreachable ({type(error).__name__})"
     if response.status_code != 200:

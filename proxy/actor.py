@@ -6,8 +6,9 @@ proxy to the controller, under its own proxy id. Given `shared_dir` (the
 controller passes the node's, inside the Ray session directory), the
 node's workers share the HTTP port and the metrics port (SO_REUSEPORT,
 claimed for this group of workers by `proxy.shared_ports`) and record
-metrics into that directory, so a scrape of any worker answers the node's
-sum. The constructor binds the listening
+metrics and shadow mismatches into that directory, so a scrape of any
+worker answers the node's sum, and its `/-/shadow/mismatches` the node's
+mismatches (`proxy.node_mismatches`). The constructor binds the listening
 socket (so a taken port fails the actor's creation with a clear error) and
 starts tasks on the actor's event loop: the HTTP server, the long poll, the
 load reports and, given a metrics port, the metrics' load sampler. The
@@ -31,7 +32,8 @@ from proxy.controller_link import ControllerLink
 from proxy.load_reporting import report_load_forever
 from proxy.longpoll_client import LongPollClient
 from proxy import shared_ports
-from proxy.metrics import ProxyMetrics, use_multiprocess_dir
+from proxy.metrics import ProxyMetrics, private_dir, use_multiprocess_dir
+from proxy.node_mismatches import NodeMismatchLog
 from proxy.raycalls import RayCaller
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions
@@ -72,6 +74,7 @@ class ProxyActor:
             settings,
             rng,
             self._metrics,
+            _node_mismatches(shared_dir) if shared_dir is not None else None,
         )
         link = ControllerLink(controller_name, namespace)
         configured = asyncio.Event()
@@ -124,6 +127,11 @@ class ProxyActor:
         self._socket.close()
         if self._metrics is not None:
             self._metrics.close()
+
+
+def _node_mismatches(shared_dir: str) -> NodeMismatchLog:
+    private_dir(shared_dir)
+    return NodeMismatchLog(shared_dir)
 
 
 def _serve_metrics(host: str, port: int, shared_dir: str | None) -> ProxyMetrics:

@@ -135,7 +135,9 @@ class ProxyApp:
         settings: ProxySettings = ProxySettings(),
         rng: Random | None = None,
         recorder: Recorder | None = None,
+        mismatches: MismatchLog | None = None,
     ) -> None:
+        """`mismatches`: where shadow mismatches are kept and answered from (default: this process's memory)."""
         self._caller = caller
         self._settings = settings
         self._rng = rng or random.Random()
@@ -151,7 +153,7 @@ class ProxyApp:
         self._retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
         self._counts = RequestCounter()
         self._sockets = SocketCarrier(caller, self._rng)
-        self.mismatches = MismatchLog()
+        self.mismatches = mismatches if mismatches is not None else MismatchLog()
 
     # --- the config side -----------------------------------------------------
 

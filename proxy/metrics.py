@@ -82,7 +82,9 @@ __all__ = [
     "REQUEST_BUCKETS",
     "ProxyMetrics",
     "ShadowResult",
+    "private_dir",
     "use_multiprocess_dir",
+    "worker_alive",
 ]
 
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -131,13 +133,7 @@ def use_multiprocess_dir(path: str) -> None:
     any `ProxyMetrics` is made: prometheus_client picks a metric's storage
     when it is created. Marks the dead workers' gauges dead (see module doc).
     """
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise PermissionError(f"proxy metrics directory {path} is not a private directory of this user (0700)")
+    private_dir(path)
     with open(os.path.join(path, ".lock"), "w") as lock:
         # One worker at a time decides: never wipe files a live worker writes into.
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -147,9 +143,21 @@ def use_multiprocess_dir(path: str) -> None:
     _mark_dead_workers(path)
 
 
+def private_dir(path: str) -> None:
+    """Make `path` (0700) unless it exists; refuse one that is not a directory private to this user,
+    since another user could plant or read what the node's workers share in it."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError(f"proxy workers' shared directory {path} is not a private directory of this user (0700)")
+
+
 def _start_from_zero_unless_a_worker_lives(path: str) -> None:
     files = glob.glob(os.path.join(path, "*.db"))
-    if any(_alive(pid) for pid in filter(None, map(_file_pid, files))):
+    if any(worker_alive(pid) for pid in filter(None, map(_file_pid, files))):
         return
     for name in files:
         os.unlink(name)
@@ -165,11 +173,12 @@ def _mark_dead_workers(path: str) -> None:
     """Drop the live-gauge files of processes that are gone, so a dead worker's in-flight count leaves the sum."""
     for name in glob.glob(os.path.join(path, "gauge_live*_*.db")):
         pid = os.path.basename(name).rsplit("_", 1)[1].removesuffix(".db")
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not worker_alive(int(pid)):
             mark_process_dead(int(pid), path)
 
 
-def _alive(pid: int) -> bool:
+def worker_alive(pid: int) -> bool:
+    """Whether the process `pid` (a worker that wrote into the node's directory) still runs."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -258,7 +258,7 @@ async def _serve(
     from gitops.specs.limits import SpecLimits
     from gitops.specs.loading import Loader
     from gitops.metrics import CONTENT_TYPE, AgentMetrics
-    from gitops.shadow_mismatches import collector, proxy_url, proxy_urls, workers_at
+    from gitops.shadow_mismatches import collector, proxy_url, proxy_urls
     from gitops.webhooks import RateLimiter
 
     stop = asyncio.Event()
@@ -301,8 +301,7 @@ async def _serve(
         webhook=None if separate_webhook else guard,
         commit_url_template=links.commit_url_template,
         policy=AccessPolicy.build(token, args.admin_host, _hosts(args.admin_allowed_hosts)),
-        shadow_mismatches=collector(lambda: proxy_urls(agent.observed(), own_proxy),
-                                    workers=lambda: workers_at(agent.observed())),
+        shadow_mismatches=collector(lambda: proxy_urls(agent.observed(), own_proxy)),
     )
     servers = [admin.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:

@@ -20,7 +20,7 @@ import pytest
 
 from gitops.access import AccessPolicy
 from gitops.admin import build_app
-from gitops.shadow_mismatches import collector, merge, proxy_url, proxy_urls, workers_at
+from gitops.shadow_mismatches import collector, merge, proxy_url, proxy_urls
 from tests.component.test_admin import FakeAgent
 from tests.real.support import free_port
 from vocabulary.status import ClusterStatus, ProxyState, ProxyStatus
@@ -148,53 +148,3 @@ def test_proxies_sharing_one_address_are_asked_once() -> None:
     # Proxies bound to 127.0.0.1 on every node: from the agent, all are its own node's.
     assert proxy_urls(cluster("http://127.0.0.1:8000", "http://127.0.0.1:8000"), "http://own:1") == [
         "http://127.0.0.1:8000"]
-
-
-@contextlib.contextmanager
-def workers_on_one_port(*samples: list[dict[str, Any]]) -> Iterator[str]:
-    """One address, several proxy workers behind it (SO_REUSEPORT), each with its own sample."""
-    port = free_port()
-    servers = []
-    for sample in samples:
-        body = json.dumps(sample).encode()
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self, body: bytes = body) -> None:  # noqa: N802 — http.server's naming
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        class Shared(http.server.ThreadingHTTPServer):
-            def server_bind(self) -> None:
-                import socket
-
-                self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-                super().server_bind()
-
-        server = Shared(("127.0.0.1", port), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        for server in servers:
-            server.shutdown()
-            server.server_close()
-
-
-def test_every_worker_sharing_a_node_s_address_is_heard() -> None:
-    with workers_on_one_port([mismatch(10.0, "/a")], [mismatch(20.0, "/b")], [mismatch(30.0, "/c")]) as url:
-        observed = ClusterStatus(proxies={
-            key: ProxyStatus(actor_name=f"gitops-proxy-{key}", state=ProxyState.RUNNING, worker=w,
-                             address=url.removeprefix("http://"))
-            for w, key in enumerate(["n1", "n1:1", "n1:2"])
-        })
-        body = asyncio.run(collector(lambda: proxy_urls(observed, "http://own:1"),
-                                     workers=lambda: workers_at(observed))())
-    assert [(m["path"], m["proxy"]) for m in body["mismatches"]] == [("/c", url), ("/b", url), ("/a", url)]
-    assert body["unreachable"] == []
