@@ -7,7 +7,10 @@ stops being fresh: `window_s` after it was sent, so a slow handler never
 holds back the requests behind it for longer) everything waiting leaves
 together in one batch call. The per-call cost — for Ray, the dominant cost
 of a proxy — is then shared by the whole batch, and batches grow exactly as
-fast as load does.
+fast as load does. A replica the transport reaches directly (`direct`: a
+frame connection on the proxy's node, where a call costs about what a
+request does) gets every request at once: holding one back would only add
+latency, up to a window behind a slow handler.
 
 Each batched request carries the time it has left, so the replica cancels a
 handler that runs past its endpoint's timeout just as a cancelled single
@@ -40,6 +43,10 @@ __all__ = ["Transport", "Coalescer"]
 
 
 class Transport(Protocol):
+    def direct(self, handle: Any) -> bool:
+        """True when a call to this replica costs too little to be worth holding
+        back for a batch (a frame connection on the node, not a Ray call)."""
+
     async def one(self, handle: Any, request: WireRequest) -> Reply:
         """One request; raises ReplicaDiedError or HandlerError; cancellable."""
 
@@ -109,6 +116,10 @@ class Coalescer:
     ) -> Reply:
         if batching is not None:
             return await self._gather(handle, request, timeout_s, batching)
+        if self._transport.direct(handle):
+            # Sent at once, so a request never waits behind a slow one; frames
+            # written in one loop iteration still leave in one write.
+            return await self._transport.one(handle, request)
         outbox = self._outboxes.get(handle)
         if outbox is None:
             outbox = self._outboxes[handle] = _Outbox()

@@ -37,6 +37,9 @@ __all__ = ["RayCaller", "RayTransport", "RayStreams"]
 
 
 class RayTransport:
+    def direct(self, handle: Any) -> bool:
+        return False  # a Ray call costs far more than a request: coalesce under load
+
     async def one(self, handle: Any, request: WireRequest) -> WireResponse | StreamStart:
         ref = handle.handle_request.remote(request)
         try:

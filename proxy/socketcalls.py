@@ -339,6 +339,9 @@ class SocketTransport:
         # Forgotten with the handle: a replica that left leaves no entry behind.
         self._routes: weakref.WeakKeyDictionary[Any, _Route] = weakref.WeakKeyDictionary()
 
+    def direct(self, handle: Any) -> bool:
+        return self._connection(handle) is not None
+
     async def one(self, handle: Any, request: WireRequest) -> Reply:
         connection = self._connection(handle)
         if connection is not None:

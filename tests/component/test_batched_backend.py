@@ -41,6 +41,9 @@ class DropsOne:
 class InProcess:
     """The replica calls of `proxy.raycalls.RayTransport`, without Ray."""
 
+    def direct(self, handle: Any) -> bool:
+        return False
+
     async def one(self, handle: Replica, request: WireRequest) -> WireResponse:
         return await handle.handle_request(request)
 

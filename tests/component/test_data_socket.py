@@ -79,6 +79,9 @@ class RecordingFallback:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
+    def direct(self, handle: Any) -> bool:
+        return False
+
     async def one(self, handle: Any, request: WireRequest) -> Reply:
         self.calls.append("one")
         return (203, [], b"over ray")
@@ -176,14 +179,19 @@ def test_a_batched_handler_gets_its_list_over_the_socket() -> None:
     run(scenario, handler="Batched")
 
 
-def test_the_coalescer_in_front_sends_queued_requests_as_one_batch_frame() -> None:
+def test_the_coalescer_in_front_sends_each_request_at_once_never_behind_a_slow_one() -> None:
+    """Over Ray the second request would wait in the outbox for the first's window (an hour here)."""
     async def scenario(scene: Scene) -> None:
         await scene.transport.settled(scene.handle)
-        coalescer = Coalescer(scene.transport, max_calls=1, window_s=5.0)
+        coalescer = Coalescer(scene.transport, max_calls=1, window_s=3600.0)
+        slow = asyncio.ensure_future(coalescer.call(scene.handle, get("/slow"), 3600.0))
+        assert App.started is not None
+        await App.started.wait()
         replies = await asyncio.gather(*(coalescer.call(scene.handle, get("/", str(n).encode()), 5.0) for n in range(20)))
         assert [reply[2] for reply in replies] == [f"echo:{n}".encode() for n in range(20)]
-        assert scene.replica.frames_served() == 20
+        assert not slow.done() and scene.replica.frames_served() == 20
         assert scene.fallback.calls == []
+        slow.cancel()
 
     run(scenario)
 

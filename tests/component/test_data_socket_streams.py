@@ -103,6 +103,9 @@ class NoRay:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
+    def direct(self, handle: Any) -> bool:
+        return False
+
     async def one(self, handle: Any, request: WireRequest) -> Reply:
         self.calls.append("one")
         return (203, [], b"over ray")

@@ -23,6 +23,9 @@ class FakeTransport:
         self.batch_results: list[BatchResult] | None = None
         self.dead = False
 
+    def direct(self, handle: Any) -> bool:
+        return False
+
     async def one(self, handle: Any, request: WireRequest) -> WireResponse:
         self.singles.append(request[1])
         await self.hold.wait()

@@ -17,6 +17,9 @@ class ListTransport:
         self.lists: list[list[str]] = []
         self.results: list[BatchResult] | None = None
 
+    def direct(self, handle: Any) -> bool:
+        return False
+
     async def one(self, handle: Any, request: WireRequest) -> WireResponse:
         raise AssertionError("a batched backend never gets a single call")
 
