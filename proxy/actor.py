@@ -20,6 +20,7 @@ proxy's lifecycle only; the request path is `proxy.app`.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import random
 import socket
@@ -98,6 +99,11 @@ class ProxyActor:
         ]
         if self._metrics is not None:
             self._background.append(loop.create_task(self._metrics.sample_load_forever(self._app.backend_load)))
+        # What start-up made (Ray, the server, the metrics) lives as long as
+        # the proxy: out of the collector's sight, so a full collection under
+        # load no longer walks it (bench.proxy noop, 32 connections: p99 28 ms
+        # before, 3 ms after).
+        gc.freeze()
 
     def _install(self, snapshot: Snapshot) -> None:
         self._app.install(snapshot)
