@@ -33,7 +33,7 @@ from proxy.controller_link import ControllerLink
 from proxy.load_reporting import report_load_forever
 from proxy.longpoll_client import LongPollClient
 from proxy import shared_ports
-from proxy.metrics import ProxyMetrics, private_dir, use_multiprocess_dir
+from proxy.metrics import ProxyMetrics, use_multiprocess_dir
 from proxy.node_mismatches import NodeMismatchLog
 from proxy.raycalls import RayCaller
 from proxy.settings import ProxySettings
@@ -136,7 +136,7 @@ class ProxyActor:
 
 
 def _node_mismatches(shared_dir: str) -> NodeMismatchLog:
-    private_dir(shared_dir)
+    shared_ports.private_dir(shared_dir)
     return NodeMismatchLog(shared_dir)
 
 

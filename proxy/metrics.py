@@ -55,7 +55,6 @@ import fcntl
 import glob
 import os
 import socket
-import stat
 import threading
 import warnings
 from typing import Any, Callable, Collection, Iterable, Mapping
@@ -82,7 +81,6 @@ __all__ = [
     "REQUEST_BUCKETS",
     "ProxyMetrics",
     "ShadowResult",
-    "private_dir",
     "use_multiprocess_dir",
     "worker_alive",
 ]
@@ -133,7 +131,7 @@ def use_multiprocess_dir(path: str) -> None:
     any `ProxyMetrics` is made: prometheus_client picks a metric's storage
     when it is created. Marks the dead workers' gauges dead (see module doc).
     """
-    private_dir(path)
+    shared_ports.private_dir(path)
     with open(os.path.join(path, ".lock"), "w") as lock:
         # One worker at a time decides: never wipe files a live worker writes into.
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -141,18 +139,6 @@ def use_multiprocess_dir(path: str) -> None:
     os.environ[MULTIPROCESS_ENV] = path
     values.ValueClass = values.MultiProcessValue()
     _mark_dead_workers(path)
-
-
-def private_dir(path: str) -> None:
-    """Make `path` (0700) unless it exists; refuse one that is not a directory private to this user,
-    since another user could plant or read what the node's workers share in it."""
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise PermissionError(f"proxy workers' shared directory {path} is not a private directory of this user (0700)")
 
 
 def _start_from_zero_unless_a_worker_lives(path: str) -> None:

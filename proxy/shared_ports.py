@@ -26,7 +26,7 @@ import stat
 import tempfile
 import time
 
-__all__ = ["claim", "release", "bind"]
+__all__ = ["claim", "release", "bind", "private_dir"]
 
 _ATTEMPTS = 200
 _RETRY_S = 0.01
@@ -113,11 +113,17 @@ def _read(fd: int) -> bytes:
 
 def _claims_dir() -> str:
     path = os.path.join(tempfile.gettempdir(), f"gitops-proxy-ports-{os.getuid()}")
+    private_dir(path)
+    return path
+
+
+def private_dir(path: str) -> None:
+    """Make `path` (0700) unless it exists; refuse one that is not a directory private to this user,
+    since another user could plant or read what the node's workers share in it."""
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise PermissionError(f"{path} is not a private directory of this user (0700)")
-    return path
+        raise PermissionError(f"proxy workers' shared directory {path} is not a private directory of this user (0700)")

@@ -40,8 +40,6 @@ import asyncio
 import itertools
 import logging
 import os
-import socket
-import struct
 import weakref
 from collections import deque
 from typing import Any, AsyncGenerator, Awaitable, Callable
@@ -59,6 +57,7 @@ from vocabulary.frames import (
     encode,
     item_bytes,
     peer_allowed,
+    peer_uid,
 )
 from vocabulary.wire import BatchItem, BatchResult, Reply, StreamStart, WireRequest
 
@@ -68,7 +67,6 @@ logger = logging.getLogger(__name__)
 
 _CONNECT_TIMEOUT_S = 5.0
 _ASK_TIMEOUT_S = 30.0
-_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 # A replica's data address: (node id, Unix socket path), or None.
 Address = tuple[str, str] | None
@@ -278,7 +276,7 @@ async def connect(path: str, name: str, max_frame: int = MAX_FRAME_BYTES) -> Fra
     async with asyncio.timeout(_CONNECT_TIMEOUT_S):
         transport, connection = await loop.create_unix_connection(lambda: FramedConnection(name, max_frame), path)
     sock = transport.get_extra_info("socket")
-    _, uid, _ = _CREDENTIALS.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size))
+    uid = peer_uid(sock)
     if not peer_allowed(uid, os.getuid()):
         transport.abort()
         raise OSError(f"the data socket {path} belongs to uid {uid}, not to us (uid {os.getuid()})")

@@ -37,7 +37,6 @@ import logging
 import os
 import shutil
 import socket
-import struct
 import tempfile
 import traceback
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ from vocabulary.frames import (
     encode,
     item_bytes,
     peer_allowed,
+    peer_uid,
 )
 from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, StreamStart, WireRequest
 
@@ -64,7 +64,6 @@ logger = logging.getLogger(__name__)
 # sun_path holds 108 bytes on Linux, its terminating NUL included.
 SUN_PATH_MAX = 107
 _SOCKET_NAME = "data.sock"
-_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 @dataclass(frozen=True)
@@ -96,12 +95,6 @@ def socket_dir(bases: list[str]) -> str | None:
         except OSError as error:
             logger.warning("no data socket directory under %s: %s", base, error)
     return None
-
-
-def peer_uid(sock: socket.socket) -> int:
-    """The uid of the process at the other end of a connected Unix socket."""
-    _, uid, _ = _CREDENTIALS.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size))
-    return uid
 
 
 class DataSocket:

@@ -38,13 +38,15 @@ itself, and the replica refuses a peer whose SO_PEERCRED uid is not its own
 (`peer_allowed`), so nothing another OS user can write is ever unpickled.
 Never carry these frames over anything weaker (TCP, a shared directory).
 
-Pure: bytes in, frames out; no sockets here.
+Pure: bytes in, frames out; the only socket call is `peer_uid`, which reads
+a connected socket's peer credentials for both ends' access check.
 """
 
 from __future__ import annotations
 
 import enum
 import pickle
+import socket
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +61,7 @@ __all__ = [
     "FrameDecoder",
     "encode",
     "peer_allowed",
+    "peer_uid",
     "HEADER_BYTES",
     "MAX_FRAME_BYTES",
 ]
@@ -68,6 +71,7 @@ __all__ = [
 # by the replica and streamed (`replica.data_socket`).
 MAX_FRAME_BYTES = 100 * 1024 * 1024
 
+_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _LENGTH = struct.Struct(">I")
 _HEAD = struct.Struct(">IBQ")  # length, kind, call id
 HEADER_BYTES = _HEAD.size - _LENGTH.size  # what the length counts besides the payload
@@ -200,6 +204,14 @@ class FrameDecoder:
     def __len__(self) -> int:
         """Bytes held back, waiting for the rest of a frame."""
         return len(self._buffer)
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a connected Unix socket (SO_PEERCRED).
+
+    The one socket call here: it reads the kernel's record of the peer, never the stream."""
+    _, uid, _ = _CREDENTIALS.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size))
+    return uid
 
 
 def peer_allowed(peer_uid: int, own_uid: int) -> bool:

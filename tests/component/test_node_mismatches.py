@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from proxy.metrics import private_dir
+from proxy.shared_ports import private_dir
 from proxy.node_mismatches import NodeMismatchLog
 from proxy.shadow_compare import Mismatch
 
