@@ -156,7 +156,10 @@ def _targets_table(rows: list[Target]) -> list[str]:
              "| target | measured | |", "| --- | --- | --- |"]
     for row in rows:
         verdict = {True: "met", False: "**missed**", None: "not measured"}[row.met]
-        lines.append(f"| {row.target} | {row.measured} | {verdict} |")
+        measured = row.measured
+        if row.met is False and row.beyond:
+            verdict, measured = "**missed**: beyond this machine", f"{measured}; {row.beyond}"
+        lines.append(f"| {row.target} | {measured} | {verdict} |")
     return lines + [""]
 
 

@@ -72,3 +72,25 @@ def test_a_failed_request_misses_the_ceiling_target_whatever_the_latency() -> No
     document = proxy_document([{**run("ours", 9_000, 2), "non_2xx": 3}, run("serve-direct", 2_000, 25)])
 
     assert verdict(document, "Proxy (issue 19) at 32 connections: p99") is False
+
+
+def beyond(document: dict[str, Any], starts_with: str) -> str:
+    return next(t.beyond for t in targets(document) if t.target.startswith(starts_with))
+
+
+def test_a_throughput_above_any_starlette_app_answering_alone_is_beyond_this_machine() -> None:
+    document = proxy_document([run("ours", 15_000, 3), run("serve-direct", 4_800, 14),
+                               run("uvicorn", 27_000, 2.3), run("granian", 39_000, 1.7)])
+
+    assert verdict(document, "Proxy at 32 connections") is False
+    assert "48,000 req/s" in beyond(document, "Proxy at 32 connections")  # 10x Serve
+    assert "granian" in beyond(document, "Proxy at 32 connections")  # the faster of the two, 39,000
+    assert "1.40 ms" in beyond(document, "…and p99 ≤ 0.1×")  # 0.1x of 14 ms, under granian's 1.7 ms
+
+
+def test_a_missed_target_that_a_starlette_app_alone_reaches_is_not_excused() -> None:
+    document = proxy_document([run("ours", 15_000, 3), run("serve-direct", 2_000, 30), run("uvicorn", 27_000, 2.3)])
+
+    assert verdict(document, "Proxy at 32 connections") is False  # 7.5x, and 20,000 is within uvicorn's reach
+    assert beyond(document, "Proxy at 32 connections") == ""
+    assert beyond(document, "…and p99 ≤ 0.1×") == ""  # 3 ms asked, uvicorn's p99 is 2.3 ms
