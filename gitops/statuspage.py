@@ -6,7 +6,8 @@ framework, no build step, nothing fetched from outside). The page reads
 seconds: overall sync status and conditions, watched vs applied commit,
 recent history (each commit's newest row has the id `commit-<sha>`, the
 anchor notifications link to), backends with replicas by state and
-version, endpoints with traffic weights drawn as bars, each rollout's step
+version, endpoints with traffic weights drawn as bars, every proxy worker (state,
+address, restarts, last error), each rollout's step
 bar (steps passed, the one holding, the ones to come) with its checks, the
 commits a rollback quarantined, the proxies' recent shadow mismatches (from
 `/shadow/mismatches`; the page still draws when that fails), and every error in
@@ -85,6 +86,10 @@ _PAGE = """<!doctype html>
 <h2>Endpoints</h2>
 <table><thead><tr><th>endpoint</th><th>route</th><th>traffic</th></tr></thead>
 <tbody id="endpoints"></tbody></table>
+
+<h2>Proxies</h2>
+<table><thead><tr><th>proxy</th><th>state</th><th>address</th><th>restarts</th><th>last error</th></tr></thead>
+<tbody id="proxies"></tbody></table>
 
 <h2>Rollouts</h2>
 <table><thead><tr><th>endpoint</th><th>phase</th><th>steps</th><th>weights</th><th>checks</th></tr></thead>
@@ -176,6 +181,9 @@ function drawStatus(s) {
     if (e.shadow && Object.keys(e.shadow).length) cell.appendChild(bars(e.shadow, true));
     return row([name, e.route, cell]);
   }), "no endpoints");
+  fill("proxies", Object.entries(s.proxies || {}).sort().map(([id, p]) => row([
+    id, p.state, p.address || "–", p.restarts, p.last_error || "–",
+  ])), "no proxies");
 }
 
 function stepBar(r) {

@@ -55,6 +55,10 @@ STATUS = {
                           "message": "endpoint echo: step 3/4 (75% of the change)",
                           "checks": ["echo-v2: 30 requests >= 20"]}},
     "quarantine": {"good": "a" * 40, "held": ["d" * 40], "reason": "analysis", "detail": ""},
+    "proxies": {"node-a": {"node": "node-a", "worker": 0, "state": "running", "address": "http://10.0.0.5:8000",
+                           "restarts": 0, "last_error": ""},
+                "node-a:1": {"node": "node-a", "worker": 1, "state": "backoff", "address": "http://10.0.0.5:8000",
+                             "restarts": 3, "last_error": "killed <b>by</b> signal 9"}},
 }
 MISMATCHES = {"mismatches": [{"at": 1700000000.0, "endpoint": "echo", "backend": "echo-v3", "path": "/echo/x",
                               "primary_status": 200, "shadow_status": 500, "diff": "status 200 vs 500",
@@ -133,6 +137,9 @@ def test_status_page_shows_the_agents_status_in_a_real_browser(
     assert "echo-v1" in text(browser, "backends") and "RUNNING: 2" in text(browser, "backends")
     assert "roll out v1" in text(browser, "history")
     assert "echo-v1 75.0%" in text(browser, "endpoints")
+    proxies = text(browser, "proxies").splitlines()
+    assert proxies[0].startswith("node-a running http://10.0.0.5:8000 0")
+    assert proxies[1] == "node-a:1 backoff http://10.0.0.5:8000 3 killed <b>by</b> signal 9"  # text, not markup
     drawn = browser.execute_script(
         "return [...document.querySelectorAll('#endpoints .fill')]"
         ".map(e => e.getBoundingClientRect().width / e.parentNode.getBoundingClientRect().width)"
@@ -259,6 +266,7 @@ def test_status_page_shows_a_real_agents_sync_backends_traffic_and_errors(
     assert text(browser, "applied") == good
     assert "hello-v1" in text(browser, "backends") and "RUNNING: 1" in text(browser, "backends")
     assert "hello-v1 100.0%" in text(browser, "endpoints")
+    wait_for_text(browser, "proxies", "running")
     wait_for_text(browser, "history", good[:12])
     browser.save_screenshot(str(artifacts_dir / "statuspage-agent-synced.png"))
 
