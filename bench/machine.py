@@ -1,7 +1,8 @@
 """What machine a figure was measured on, and what memory a process holds.
 
 Owns: the machine description every result carries (cores, memory, CPU
-model, load average, versions) and process look-ups by the process tree a
+model, load average, versions), how busy the machine was during a run, and
+process look-ups by the process tree a
 benchmark started (so a measurement never touches another user's Ray).
 Reads /proc only; starts and stops nothing.
 """
@@ -10,8 +11,12 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import signal
+import time
+from contextlib import contextmanager
 from importlib import metadata
+from typing import Iterator
 from pathlib import Path
 
 from controller.cluster import descendants
@@ -34,6 +39,33 @@ def label(machine: dict[str, object]) -> str:
     """One line naming the machine, for figure captions."""
     return (f"{machine['cores']} cores, {machine['memory_gb']} GB, {machine['cpu_model']}; "
             f"Python {machine['python']}, Ray {machine['ray']}")
+
+
+@contextmanager
+def cpu_used() -> Iterator[dict[str, float]]:
+    """While the block runs: how many cores the whole machine kept busy, and how
+    many of them went to this process's waited-for children (the load generator).
+
+    Fills the yielded dict on exit: `busy_cores` (from /proc/stat, every process
+    and the kernel) and `children_cores` (getrusage of reaped children)."""
+    figures: dict[str, float] = {}
+    busy, children, started = _busy_s(), _children_s(), time.monotonic()
+    yield figures
+    elapsed = max(time.monotonic() - started, 1e-9)
+    figures["busy_cores"] = (_busy_s() - busy) / elapsed
+    figures["children_cores"] = (_children_s() - children) / elapsed
+
+
+def _busy_s() -> float:
+    """CPU seconds the machine spent on anything but idle and I/O wait since boot."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # guest time is already in user
+
+
+def _children_s() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def pss_mb(pid: int) -> float:

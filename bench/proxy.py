@@ -257,18 +257,23 @@ def _process_server(system: str, handler: str, replicas: int) -> Iterator[list[s
 
 
 def load(urls: list[str], duration_s: float, connections: int, warmup_s: float) -> dict[str, float]:
-    """wrk against one URL, or split across several at once (summed req/s, worst p99)."""
-    if len(urls) == 1 or connections < len(urls):
-        return wrk.run(urls[0], duration_s, connections, warmup_s)
-    share = connections // len(urls)
-    with ThreadPoolExecutor(len(urls)) as pool:
-        parts = list(pool.map(lambda u: wrk.run(u, duration_s, share, warmup_s), urls))
+    """wrk against one URL, or split across several at once (summed req/s, worst p99), with
+    the cores the machine kept busy meanwhile (`busy_cores`) and wrk's share of them (`wrk_cores`)."""
+    split = urls if len(urls) > 1 and connections >= len(urls) else urls[:1]
+    share = connections // len(split)
+    with ThreadPoolExecutor(len(split)) as pool:
+        if warmup_s > 0:
+            list(pool.map(lambda u: wrk.warm_up(u, warmup_s, share), split))
+        with machine.cpu_used() as cpu:
+            parts = list(pool.map(lambda u: wrk.run(u, duration_s, share, 0), split))
     return {
         "rps": sum(p["rps"] for p in parts),
         "p50_ms": sum(p["p50_ms"] for p in parts) / len(parts),
         "p99_ms": max(p["p99_ms"] for p in parts),
         "non_2xx": sum(p["non_2xx"] for p in parts),
         "socket_errors": sum(p["socket_errors"] for p in parts),
+        "busy_cores": cpu["busy_cores"],
+        "wrk_cores": cpu["children_cores"],
     }
 
 
@@ -286,6 +291,8 @@ def measure(system: str, handler: str, connections: tuple[int, ...], duration_s:
                 "p99_ms": stats.spread(s["p99_ms"] for s in samples),
                 "non_2xx": sum(s["non_2xx"] for s in samples),
                 "socket_errors": sum(s["socket_errors"] for s in samples),
+                "busy_cores": stats.spread(s["busy_cores"] for s in samples),
+                "wrk_cores": stats.spread(s["wrk_cores"] for s in samples),
             })
     return rows
 

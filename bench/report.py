@@ -169,6 +169,16 @@ def _spread(s: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> st
     return (f"{s['median'] * scale:,.{digits}f} [{s['min'] * scale:,.{digits}f}–{s['max'] * scale:,.{digits}f}]")
 
 
+def _cores(run: dict[str, Any]) -> str:
+    """How many of the machine's cores were busy during the run, and how many of them wrk used."""
+    busy, load = _median_of(run.get("busy_cores")), _median_of(run.get("wrk_cores"))
+    return "–" if busy is None or load is None else f"{busy:.2f} ({load:.2f})"
+
+
+def _median_of(s: dict[str, Any] | None) -> float | None:
+    return None if not s or s.get("median") is None else s["median"]
+
+
 def _times(ratio: float | None) -> str:
     return "–" if ratio is None else f"×{ratio:.2f}"
 
@@ -185,6 +195,8 @@ def _proxy(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
     lines = ["## 1–2. Proxy throughput and latency", "",
              "wrk on loopback, one noop replica (5 ms handlers: two replicas). "
              f"{f['duration_s']:g} s per run, {f['repeats']} runs per point. {_command(doc)}", "",
+             "Cores busy: the whole machine's busy CPU during the measured runs (every process and the kernel), "
+             "with wrk's own share in brackets. "
              "Serve's access log is off in every configuration. serve-direct with two replicas: the connections "
              "are split between the replicas' own ports (the best a client-side balancer could do). uvicorn and "
              "granian run one worker process per replica.", ""]
@@ -195,12 +207,12 @@ def _proxy(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
         lines += [f"### handler `{handler}` ({runs[0]['replicas']} replica(s))", ""]
         if handler in figures.get("proxy", {}):
             lines += [f"![{handler}]({figures['proxy'][handler]})", ""]
-        lines += ["| system | connections | req/s | p50 ms | p99 ms | non-2xx + errors |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        lines += ["| system | connections | req/s | p50 ms | p99 ms | non-2xx + errors | cores busy (wrk's) |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in runs:
             lines.append(f"| {r['system']} | {r['connections']} | {_spread(r['rps'], digits=0)} | "
                          f"{_spread(r['p50_ms'], digits=2)} | {_spread(r['p99_ms'], digits=2)} | "
-                         f"{r['non_2xx'] + r['socket_errors']:.0f} |")
+                         f"{r['non_2xx'] + r['socket_errors']:.0f} | {_cores(r)} |")
         lines.append("")
         ratios = [r for r in f.get("ratios", []) if r["handler"] == handler]
         if ratios:

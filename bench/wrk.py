@@ -19,15 +19,23 @@ _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 def run(url: str, duration_s: float, connections: int, warmup_s: float = 1.0) -> dict[str, float]:
     """Warm up, then load `url` for `duration_s` with `connections` connections."""
-    threads = f"-t{min(2, connections)}"  # wrk needs a connection per thread
     if warmup_s > 0:
-        subprocess.run(["wrk", threads, f"-c{connections}", f"-d{_seconds(warmup_s)}", url],
-                       capture_output=True, check=True)
+        warm_up(url, warmup_s, connections)
     done = subprocess.run(
-        ["wrk", threads, f"-c{connections}", f"-d{_seconds(duration_s)}", "--timeout", "10s", "--latency", url],
+        ["wrk", _threads(connections), f"-c{connections}", f"-d{_seconds(duration_s)}", "--timeout", "10s", "--latency", url],
         capture_output=True, text=True, check=True,
     )
     return parse(done.stdout)
+
+
+def warm_up(url: str, duration_s: float, connections: int) -> None:
+    """Load `url` for `duration_s` and throw the figures away."""
+    subprocess.run(["wrk", _threads(connections), f"-c{connections}", f"-d{_seconds(duration_s)}", url],
+                   capture_output=True, check=True)
+
+
+def _threads(connections: int) -> str:
+    return f"-t{min(2, connections)}"  # wrk needs a connection per thread
 
 
 def parse(text: str) -> dict[str, float]:

@@ -94,3 +94,19 @@ def test_a_missed_target_that_a_starlette_app_alone_reaches_is_not_excused() -> 
     assert verdict(document, "Proxy at 32 connections") is False  # 7.5x, and 20,000 is within uvicorn's reach
     assert beyond(document, "Proxy at 32 connections") == ""
     assert beyond(document, "…and p99 ≤ 0.1×") == ""  # 3 ms asked, uvicorn's p99 is 2.3 ms
+
+
+def test_workers_that_do_not_add_throughput_on_a_saturated_machine_say_why() -> None:
+    one_worker = {**run("ours-1w", 15_000, 30), "busy_cores": spread(1.96), "wrk_cores": spread(0.7)}
+    document = {**proxy_document([run("ours", 15_100, 28), one_worker]), "machine": {"cores": 2}}
+
+    assert verdict(document, "…throughput grows with proxy workers") is False  # x1.01 is not growth
+    assert "98% busy" in beyond(document, "…throughput grows with proxy workers")
+
+
+def test_workers_that_do_not_add_throughput_with_a_core_idle_are_simply_missed() -> None:
+    one_worker = {**run("ours-1w", 15_000, 30), "busy_cores": spread(1.2), "wrk_cores": spread(0.5)}
+    document = {**proxy_document([run("ours", 15_100, 28), one_worker]), "machine": {"cores": 2}}
+
+    assert verdict(document, "…throughput grows with proxy workers") is False
+    assert beyond(document, "…throughput grows with proxy workers") == ""
