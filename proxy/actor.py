@@ -183,5 +183,6 @@ def _bind(host: str, port: int, shared_dir: str | None) -> socket.socket:
         sock = shared_ports.bind(host, port, shared_dir)
     except OSError as error:
         raise OSError(f"proxy cannot listen on {host}:{port}: {error.strerror or error}") from None
-    sock.set_inheritable(True)
+    # Not inheritable (Python's default, kept): a child that held it would keep it in the port's group after this
+    # worker died, and the kernel would go on queuing connections on it that nobody accepts.
     return sock
