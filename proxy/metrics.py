@@ -158,9 +158,9 @@ def _file_pid(name: str) -> int | None:
 def _mark_dead_workers(path: str) -> None:
     """Drop the live-gauge files of processes that are gone, so a dead worker's in-flight count leaves the sum."""
     for name in glob.glob(os.path.join(path, "gauge_live*_*.db")):
-        pid = os.path.basename(name).rsplit("_", 1)[1].removesuffix(".db")
-        if pid.isdigit() and not worker_alive(int(pid)):
-            mark_process_dead(int(pid), path)
+        pid = _file_pid(name)
+        if pid is not None and not worker_alive(pid):
+            mark_process_dead(pid, path)
 
 
 def worker_alive(pid: int) -> bool:
@@ -186,12 +186,12 @@ class _NodeCollector(Collector):
     def collect(self) -> Iterable[Any]:
         _mark_dead_workers(self._path)
         serving = self._serving()
+        endpoints, backends = (serving[0] | {""}, serving[1] | {""}) if serving is not None else (None, None)
         for family in self._files.collect():
-            if serving is not None:
-                endpoints, backends = serving
+            if endpoints is not None and backends is not None:
                 family.samples = [
                     s for s in family.samples
-                    if s.labels.get("endpoint", "") in endpoints | {""} and s.labels.get("backend", "") in backends | {""}
+                    if s.labels.get("endpoint", "") in endpoints and s.labels.get("backend", "") in backends
                 ]
             yield family
 
