@@ -45,7 +45,8 @@ def run_all(names: list[str], tiny: bool, out: Path) -> dict[str, Any]:
     for name in names:
         path = out / f"{name}.json"
         path.unlink(missing_ok=True)
-        command = [sys.executable, "-m", f"bench.{name}", "--json", str(path), *(["--tiny"] if tiny else [])]
+        shown = os.path.relpath(path.resolve(), ROOT)  # run from ROOT: the report names no machine's paths
+        command = [sys.executable, "-m", f"bench.{name}", "--json", shown, *(["--tiny"] if tiny else [])]
         print(f"== bench.{name}", flush=True)
         started = time.monotonic()
         error = _run(command, path, TIMEOUT_S.get(name, 900), env)
