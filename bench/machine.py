@@ -2,9 +2,8 @@
 
 Owns: the machine description every result carries (cores, memory, CPU
 model, load average, versions), how busy the machine was during a run, and
-process look-ups by the process tree a
-benchmark started (so a measurement never touches another user's Ray).
-Reads /proc only; starts and stops nothing.
+process look-ups by the process tree a benchmark started (so a measurement
+never touches another user's Ray). Reads /proc only; starts and stops nothing.
 """
 
 from __future__ import annotations
@@ -16,8 +15,8 @@ import signal
 import time
 from contextlib import contextmanager
 from importlib import metadata
-from typing import Iterator
 from pathlib import Path
+from typing import Iterator
 
 from controller.cluster import descendants
 
