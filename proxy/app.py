@@ -35,9 +35,10 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol, TypeVar
+from typing import Any, Awaitable, Callable, Protocol
 
 from proxy.calling import Caller, HandlerError, ReplicaDiedError
+from proxy.client_watch import ClientLeft, ClientWatch
 from vocabulary.choosing import Random
 from proxy.snapshot import ServedEndpoint, Snapshot
 from proxy.metrics import ShadowResult
@@ -102,10 +103,6 @@ class NullRecorder:
         pass
 
 
-class _ClientLeft(Exception):
-    """The client disconnected before its answer; the message says when."""
-
-
 @dataclass(frozen=True)
 class _Streaming:
     """A streaming answer's head, with the replica slot it keeps until it ends."""
@@ -153,6 +150,7 @@ class ProxyApp:
         self._retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
         self._counts = RequestCounter()
         self._sockets = SocketCarrier(caller, self._rng)
+        self._watch = ClientWatch(_WATCH_AFTER_S)
         self.mismatches = mismatches if mismatches is not None else MismatchLog()
 
     # --- the config side -----------------------------------------------------
@@ -208,12 +206,13 @@ class ProxyApp:
         backend = served.pick(scope["headers"], self._rng)
         primary: asyncio.Future[WireResponse] | None = None
         try:
-            body = await _read_body(receive, self._settings.max_body_bytes, self._settings.edge.body_timeout_s)
+            body = await _read_body(receive, self._settings.max_body_bytes, self._settings.edge.body_timeout_s,
+                                    _framed(scope["headers"]))
             headers = with_root_path(_end_to_end(scope["headers"]), route.prefix)
             request: WireRequest = (scope["method"], path, scope["query_string"], headers, body)
             if served.shadow.shares:
                 primary = self._copy_to_shadows(snapshot, served, request)
-            reply = await _unless_client_leaves(receive, self._forward(snapshot.pools.get(backend), served, request))
+            reply = await self._watch.unless_client_leaves(receive, self._forward(snapshot.pools.get(backend), served, request))
             if isinstance(reply, _Streaming):
                 if primary is not None:
                     primary.cancel()  # a stream is never compared
@@ -223,7 +222,7 @@ class ProxyApp:
             headers = _end_to_end(headers)
         except _Reply as reply:
             status, headers, payload = reply.status, [*_TEXT, *reply.headers], reply.text.encode()
-        except _ClientLeft as left:
+        except ClientLeft as left:
             logger.info("%s %s: client left %s (499)", scope["method"], path, left)
             self._recorder.request_done(served.name, backend, CLIENT_LEFT, time.perf_counter() - started)
             return
@@ -397,47 +396,6 @@ class ProxyApp:
         await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
 
 
-_T = TypeVar("_T")
-
-
-async def _unless_client_leaves(receive: Receive, work: Awaitable[_T]) -> _T:
-    """`work`'s result; if the client disconnects first, `work` is cancelled
-    (and with it the replica call) and `_ClientLeft` raised.
-
-    Watching costs a task, so it starts only once `work` has run for
-    `_WATCH_AFTER_S`: the many quick requests pay one timer, and a client
-    that leaves a slow request stops it at most that much later.
-    """
-    task = asyncio.current_task()
-    assert task is not None
-    left = False
-    watch: asyncio.Future[dict[str, Any]] | None = None
-
-    def on_message(message: asyncio.Future[dict[str, Any]]) -> None:
-        nonlocal left
-        if not message.cancelled() and message.exception() is None and message.result()["type"] == "http.disconnect":
-            left = True
-            task.cancel()
-
-    def start_watching() -> None:
-        nonlocal watch
-        watch = asyncio.ensure_future(receive())
-        watch.add_done_callback(on_message)
-
-    timer = asyncio.get_running_loop().call_later(_WATCH_AFTER_S, start_watching)
-    try:
-        return await work
-    except asyncio.CancelledError:
-        # The cancellation is ours alone unless someone else (server shutdown) asked too.
-        if left and task.uncancel() == 0:
-            raise _ClientLeft("while its request ran; the replica call was cancelled") from None
-        raise
-    finally:
-        timer.cancel()
-        if watch is not None:
-            watch.cancel()
-
-
 def _remaining(deadline: asyncio.Timeout) -> float:
     when = deadline.when()
     return when - asyncio.get_running_loop().time() if when is not None else float("inf")
@@ -457,8 +415,21 @@ def _end_to_end(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]
     ]
 
 
-async def _read_body(receive: Receive, limit: int, timeout_s: float) -> bytes:
-    """The whole body: 413 past `limit`, 408 past `timeout_s`, `_ClientLeft` if the client went away."""
+def _framed(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether the request says it has a body (Content-Length other than 0, or Transfer-Encoding)."""
+    for name, value in headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
+
+
+async def _read_body(receive: Receive, limit: int, timeout_s: float, framed: bool) -> bytes:
+    """The whole body: 413 past `limit`, 408 past `timeout_s`, `ClientLeft` if the client went away.
+
+    A request that frames no body has none (RFC 9112 6.3), and the server hands
+    its one empty message over at once: read without arming a deadline."""
+    if not framed:
+        return await _read_all(receive, limit)
     try:
         async with asyncio.timeout(timeout_s):
             return await _read_all(receive, limit)
@@ -469,7 +440,7 @@ async def _read_body(receive: Receive, limit: int, timeout_s: float) -> bytes:
 async def _read_all(receive: Receive, limit: int) -> bytes:
     message = await receive()
     if message["type"] == "http.disconnect":
-        raise _ClientLeft("before its request was read; no replica called")
+        raise ClientLeft("before its request was read; no replica called")
     body: bytes = message.get("body", b"")
     if not message.get("more_body", False):
         if len(body) > limit:
@@ -480,7 +451,7 @@ async def _read_all(receive: Receive, limit: int) -> bytes:
     while message.get("more_body", False):
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise _ClientLeft("before its body was read; no replica called")  # a truncated body is never forwarded
+            raise ClientLeft("before its body was read; no replica called")  # a truncated body is never forwarded
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
