@@ -4,7 +4,8 @@ Owns the request path: read the snapshot once, normalise the path (400 for
 dot segments and encoded slashes) and resolve the route, read the body
 (bounded in size and time: 413, 408), pick a backend by weight, copy to
 shadows, get a replica slot (waiting in the bounded queue if needed), call it
-under the endpoint's timeout, retry once on another replica when an
+under the endpoint's timeout (the deadline, and the client's leaving, kept by
+`proxy.running_calls`), retry once on another replica when an
 idempotent request's replica died, and map every outcome to the status codes
 of the README's HTTP table. A client that leaves before its body is read
 causes no replica call (recorded as 499); a truncated body is never
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
 
 from proxy.calling import Caller, HandlerError, ReplicaDiedError
-from proxy.client_watch import ClientLeft, ClientWatch
+from proxy.running_calls import ClientLeft, RunningCalls
 from vocabulary.choosing import Random
 from proxy.snapshot import ServedEndpoint, Snapshot
 from proxy.metrics import ShadowResult
@@ -150,7 +151,7 @@ class ProxyApp:
         self._retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
         self._counts = RequestCounter()
         self._sockets = SocketCarrier(caller, self._rng)
-        self._watch = ClientWatch(_WATCH_AFTER_S)
+        self._calls = RunningCalls(_WATCH_AFTER_S)
         self.mismatches = mismatches if mismatches is not None else MismatchLog()
 
     # --- the config side -----------------------------------------------------
@@ -212,7 +213,12 @@ class ProxyApp:
             request: WireRequest = (scope["method"], path, scope["query_string"], headers, body)
             if served.shadow.shares:
                 primary = self._copy_to_shadows(snapshot, served, request)
-            reply = await self._watch.unless_client_leaves(receive, self._forward(snapshot.pools.get(backend), served, request))
+            deadline_at = asyncio.get_running_loop().time() + served.timeout_s
+            try:
+                reply = await self._calls.run(
+                    receive, deadline_at, self._forward(snapshot.pools.get(backend), request, deadline_at))
+            except TimeoutError:
+                raise _Reply(504, "Gateway Timeout") from None
             if isinstance(reply, _Streaming):
                 if primary is not None:
                     primary.cancel()  # a stream is never compared
@@ -258,25 +264,23 @@ class ProxyApp:
             self._counts.record(backend, code, duration_s)
 
     async def _forward(
-        self, pool: ReplicaPool | None, served: ServedEndpoint, request: WireRequest
+        self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float
     ) -> "WireResponse | _Streaming":
+        """The replica's answer, under the endpoint's deadline (`RunningCalls.run` holds it)."""
         if pool is None:
             raise _Reply(503, "No replica available", self._retry_after)
-        try:
-            async with asyncio.timeout(served.timeout_s) as deadline:
-                return await self._call_with_retry(pool, request, deadline)
-        except TimeoutError:
-            raise _Reply(504, "Gateway Timeout") from None
+        return await self._call_with_retry(pool, request, deadline_at)
 
     async def _call_with_retry(
-        self, pool: ReplicaPool, request: WireRequest, deadline: asyncio.Timeout
+        self, pool: ReplicaPool, request: WireRequest, deadline_at: float
     ) -> "WireResponse | _Streaming":
         attempts = 2 if request[0] in _IDEMPOTENT else 1
         for _ in range(attempts):
             slot = await self._acquire(pool)
             held = False
             try:
-                reply: Reply = await self._caller.call(slot.handle, request, _remaining(deadline), pool.batching)
+                remaining = deadline_at - asyncio.get_running_loop().time()
+                reply: Reply = await self._caller.call(slot.handle, request, remaining, pool.batching)
                 if isinstance(reply, StreamStart):
                     held = True  # the slot stays taken until the stream ends
                     return _Streaming(pool, slot, reply)
@@ -339,8 +343,8 @@ class ProxyApp:
         result = ShadowResult.OK
         reply: WireResponse | None = None
         try:
-            async with asyncio.timeout(served.timeout_s) as deadline:
-                answer = await self._caller.call(slot.handle, request, _remaining(deadline), pool.batching)
+            async with asyncio.timeout(served.timeout_s):
+                answer = await self._caller.call(slot.handle, request, served.timeout_s, pool.batching)
             if isinstance(answer, StreamStart):
                 self._caller.discard(slot.handle, answer)
             else:
@@ -394,11 +398,6 @@ class ProxyApp:
         for task in list(self._shadow_tasks):
             task.cancel()
         await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
-
-
-def _remaining(deadline: asyncio.Timeout) -> float:
-    when = deadline.when()
-    return when - asyncio.get_running_loop().time() if when is not None else float("inf")
 
 
 def _end_to_end(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

@@ -1,0 +1,159 @@
+"""A call past its deadline or whose client left is cancelled; quick calls never watch; one sweep serves them all."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from proxy.running_calls import ClientLeft, RunningCalls
+
+AFTER_S = 0.02
+FAR = float("inf")  # no deadline
+
+
+class Client:
+    """An ASGI `receive` whose only message, once asked, is the disconnect when `leave()` is called."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+        self._left = asyncio.Event()
+
+    async def receive(self) -> dict[str, Any]:
+        self.asked += 1
+        await self._left.wait()
+        return {"type": "http.disconnect"}
+
+    def leave(self) -> None:
+        self._left.set()
+
+
+def test_a_client_that_leaves_a_slow_request_cancels_its_work() -> None:
+    async def scenario() -> None:
+        calls, client, cancelled = RunningCalls(AFTER_S), Client(), asyncio.Event()
+
+        async def slow() -> str:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            return "answer"
+
+        request = asyncio.ensure_future(calls.run(client.receive, FAR, slow()))
+        await asyncio.sleep(AFTER_S * 2)  # past the watch's start, its sweep included
+        assert client.asked == 1 and calls.watching() == 1
+        client.leave()
+        with pytest.raises(ClientLeft):
+            await request
+        assert cancelled.is_set() and calls.running() == 0
+
+    asyncio.run(scenario())
+
+
+def test_quick_requests_never_ask_for_the_clients_messages() -> None:
+    async def scenario() -> None:
+        calls = RunningCalls(AFTER_S)
+        clients = [Client() for _ in range(50)]
+
+        async def quick(n: int) -> int:
+            await asyncio.sleep(0)
+            return n
+
+        answers = await asyncio.gather(*(calls.run(c.receive, FAR, quick(n)) for n, c in enumerate(clients)))
+        assert answers == list(range(50))
+        await asyncio.sleep(AFTER_S * 2)  # the sweep finds nothing to watch and stops
+        assert [c.asked for c in clients] == [0] * 50 and calls.running() == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_cancellation_from_elsewhere_stays_a_cancellation() -> None:
+    async def scenario() -> None:
+        calls, client = RunningCalls(AFTER_S), Client()
+        request = asyncio.ensure_future(calls.run(client.receive, FAR, asyncio.sleep(10)))
+        await asyncio.sleep(AFTER_S * 2)
+        request.cancel()  # e.g. the server shutting down, the client still there
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        assert calls.running() == 0
+
+    asyncio.run(scenario())
+
+
+def test_requests_started_at_different_times_each_watch_once_past_their_own_start() -> None:
+    after = 0.2  # wide enough that a busy machine's scheduling delays cannot blur the two starts
+
+    async def scenario() -> None:
+        calls = RunningCalls(after)
+        early, late = Client(), Client()
+        first = asyncio.ensure_future(calls.run(early.receive, FAR, asyncio.sleep(after * 4)))
+        await asyncio.sleep(after * 2)
+        second = asyncio.ensure_future(calls.run(late.receive, FAR, asyncio.sleep(after * 4)))
+        await asyncio.sleep(0)
+        assert early.asked == 1 and late.asked == 0  # the late one has not run long enough yet
+        await asyncio.sleep(after * 2)
+        assert late.asked == 1
+        await asyncio.gather(first, second)
+        assert early.asked == 1 and late.asked == 1  # each asked once, however many sweeps passed
+
+    asyncio.run(scenario())
+
+
+def test_a_call_past_its_deadline_is_cancelled_and_times_out() -> None:
+    async def scenario() -> None:
+        calls, client, cancelled = RunningCalls(AFTER_S), Client(), asyncio.Event()
+
+        async def slow() -> None:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+        loop = asyncio.get_running_loop()
+        with pytest.raises(TimeoutError):
+            await calls.run(client.receive, loop.time() + AFTER_S * 3, slow())
+        assert cancelled.is_set() and calls.running() == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_deadline_nearer_than_the_next_sweep_fires_first() -> None:
+    after = 1.0  # sweeps every 0.5 s
+
+    async def scenario() -> None:
+        calls, client = RunningCalls(after), Client()
+        loop = asyncio.get_running_loop()
+        late = asyncio.ensure_future(calls.run(client.receive, FAR, asyncio.sleep(after * 2)))  # arms the sweep
+        await asyncio.sleep(0)
+        order: list[str] = []
+
+        async def short() -> None:
+            try:
+                await calls.run(client.receive, loop.time() + 0.01, asyncio.sleep(10))
+            except TimeoutError:
+                order.append("deadline")
+
+        async def marker() -> None:
+            await asyncio.sleep(0.1)  # well before the next sweep, well after the deadline
+            order.append("marker")
+
+        await asyncio.gather(short(), marker())
+        assert order == ["deadline", "marker"]
+        late.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await late
+
+    asyncio.run(scenario())
+
+
+def test_a_call_that_answers_in_time_is_untouched_by_its_deadline() -> None:
+    async def scenario() -> None:
+        calls, client = RunningCalls(AFTER_S), Client()
+        loop = asyncio.get_running_loop()
+        assert await calls.run(client.receive, loop.time() + 5, asyncio.sleep(AFTER_S * 3, "answer")) == "answer"
+        assert client.asked == 1  # watched meanwhile, as a call past AFTER_S is
+
+    asyncio.run(scenario())
