@@ -56,9 +56,8 @@ from vocabulary.frames import (
     Window,
     encode,
     item_bytes,
-    peer_allowed,
-    peer_uid,
 )
+from vocabulary.peers import peer_allowed, peer_uid
 from vocabulary.wire import BatchItem, BatchResult, Reply, StreamStart, WireRequest
 
 __all__ = ["Address", "SocketTransport", "FramedConnection", "connect"]

@@ -6,7 +6,7 @@ sides; Ray stays the control plane and the fallback. `DataSocket` listens on
 `<private dir>/data.sock`: the directory is made by this user with mode 0700
 (under the Ray session dir, else the system temp dir), the socket is mode
 0600, and a connecting peer whose SO_PEERCRED uid is not ours is refused
-before any byte of it is read (`vocabulary.frames.peer_allowed`) — the frames
+before any byte of it is read (`vocabulary.peers`) — the frames
 carry pickles, so only our own user may write them.
 
 Each call runs as its own task through the same code the Ray methods use
@@ -52,12 +52,11 @@ from vocabulary.frames import (
     Window,
     encode,
     item_bytes,
-    peer_allowed,
-    peer_uid,
 )
+from vocabulary.peers import peer_allowed, peer_uid
 from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, StreamStart, WireRequest
 
-__all__ = ["DataSocket", "Serving", "socket_dir", "peer_uid", "SUN_PATH_MAX"]
+__all__ = ["DataSocket", "Serving", "socket_dir", "SUN_PATH_MAX"]
 
 logger = logging.getLogger(__name__)
 

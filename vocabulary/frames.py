@@ -35,18 +35,16 @@ Payloads are pickled (protocol 5), and unpickling runs whatever the bytes
 say. That is acceptable ONLY because of the socket's access control: it lives
 in a directory only this OS user can enter (mode 0700), it is mode 0600
 itself, and the replica refuses a peer whose SO_PEERCRED uid is not its own
-(`peer_allowed`), so nothing another OS user can write is ever unpickled.
+(`vocabulary.peers`), so nothing another OS user can write is ever unpickled.
 Never carry these frames over anything weaker (TCP, a shared directory).
 
-Pure: bytes in, frames out; the only socket call is `peer_uid`, which reads
-a connected socket's peer credentials for both ends' access check.
+Pure: bytes in, frames out; no sockets here.
 """
 
 from __future__ import annotations
 
 import enum
 import pickle
-import socket
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -60,8 +58,6 @@ __all__ = [
     "FrameError",
     "FrameDecoder",
     "encode",
-    "peer_allowed",
-    "peer_uid",
     "HEADER_BYTES",
     "MAX_FRAME_BYTES",
 ]
@@ -71,7 +67,6 @@ __all__ = [
 # by the replica and streamed (`replica.data_socket`).
 MAX_FRAME_BYTES = 100 * 1024 * 1024
 
-_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _LENGTH = struct.Struct(">I")
 _HEAD = struct.Struct(">IBQ")  # length, kind, call id
 HEADER_BYTES = _HEAD.size - _LENGTH.size  # what the length counts besides the payload
@@ -204,19 +199,3 @@ class FrameDecoder:
     def __len__(self) -> int:
         """Bytes held back, waiting for the rest of a frame."""
         return len(self._buffer)
-
-
-def peer_uid(sock: socket.socket) -> int:
-    """The uid of the process at the other end of a connected Unix socket (SO_PEERCRED).
-
-    The one socket call here: it reads the kernel's record of the peer, never the stream."""
-    _, uid, _ = _CREDENTIALS.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size))
-    return uid
-
-
-def peer_allowed(peer_uid: int, own_uid: int) -> bool:
-    """Whether a peer whose SO_PEERCRED says `peer_uid` may talk frames with us.
-
-    Only our own OS user: root included, nobody else is trusted with pickles.
-    """
-    return peer_uid == own_uid

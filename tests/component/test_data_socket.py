@@ -329,7 +329,7 @@ def test_frames_written_together_are_all_answered() -> None:
 
 
 def test_the_peer_credentials_the_server_checks_are_the_connecting_process() -> None:
-    from replica.data_socket import peer_uid
+    from vocabulary.peers import peer_uid
 
     left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with left, right:

@@ -8,7 +8,8 @@ import struct
 import pytest
 from hypothesis import given, strategies as st
 
-from vocabulary.frames import HEADER_BYTES, Frame, FrameDecoder, FrameError, Kind, encode, peer_allowed
+from vocabulary.frames import HEADER_BYTES, Frame, FrameDecoder, FrameError, Kind, encode
+from vocabulary.peers import peer_allowed
 from vocabulary.wire import BatchOutcome, StreamStart, make_request
 
 REQUEST = make_request("POST", "/echo", b"a=1", [(b"content-type", b"text/plain")], b"hello")

@@ -1,0 +1,31 @@
+"""Who is at the other end of a Unix socket, and whether they may talk frames with us.
+
+Both ends of the same-node data path (`proxy.socketcalls`, `replica.data_socket`)
+check their peer here before any frame is read: the frames carry pickles
+(`vocabulary.frames`), so only our own OS user may send them. `peer_uid` is the
+one socket call (the kernel's SO_PEERCRED record, never the stream);
+`peer_allowed` is the rule.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+__all__ = ["peer_uid", "peer_allowed"]
+
+_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a connected Unix socket."""
+    _, uid, _ = _CREDENTIALS.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size))
+    return uid
+
+
+def peer_allowed(peer_uid: int, own_uid: int) -> bool:
+    """Whether a peer whose SO_PEERCRED says `peer_uid` may talk frames with us.
+
+    Only our own OS user: root included, nobody else is trusted with pickles.
+    """
+    return peer_uid == own_uid
