@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine
-from bench.targets import Target, targets
+from bench.targets import Target, median, targets
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ("proxy", "update_latency", "rollout", "faults", "reconcile", "fanout", "memory", "serving",
@@ -179,12 +179,8 @@ def _spread(s: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> st
 
 def _cores(run: dict[str, Any]) -> str:
     """How many of the machine's cores were busy during the run, and how many of them wrk used."""
-    busy, load = _median_of(run.get("busy_cores")), _median_of(run.get("wrk_cores"))
+    busy, load = median(run.get("busy_cores")), median(run.get("wrk_cores"))
     return "–" if busy is None or load is None else f"{busy:.2f} ({load:.2f})"
-
-
-def _median_of(s: dict[str, Any] | None) -> float | None:
-    return None if not s or s.get("median") is None else s["median"]
 
 
 def _times(ratio: float | None) -> str:

@@ -37,7 +37,8 @@ def targets(document: dict[str, Any]) -> list[Target]:
     ]
 
 
-def _median(spread: dict[str, Any] | None) -> float | None:
+def median(spread: dict[str, Any] | None) -> float | None:
+    """The median of a `bench.stats.spread`, None when nothing was measured."""
     return None if not spread else spread.get("median")
 
 
@@ -48,13 +49,13 @@ def _at(runs: list[dict[str, Any]], system: str, connections: int, handler: str 
 
 def best_serve(runs: list[dict[str, Any]], connections: int = 32, handler: str = "noop") -> dict[str, Any] | None:
     """Serve's fastest configuration (by req/s) at `connections` with `handler`."""
-    measured = [r for s in SERVE_CONFIGS if (r := _at(runs, s, connections, handler)) and _median(r["rps"])]
+    measured = [r for s in SERVE_CONFIGS if (r := _at(runs, s, connections, handler)) and median(r["rps"])]
     return max(measured, key=lambda r: r["rps"]["median"], default=None)
 
 
 def fastest_direct(runs: list[dict[str, Any]], connections: int = 32) -> dict[str, Any] | None:
     """The fastest Starlette app answering by itself (no proxy, no replica): what no proxy in front of one can beat."""
-    measured = [r for s in DIRECT_STARLETTE if (r := _at(runs, s, connections)) and _median(r["rps"])]
+    measured = [r for s in DIRECT_STARLETTE if (r := _at(runs, s, connections)) and median(r["rps"])]
     return max(measured, key=lambda r: r["rps"]["median"], default=None)
 
 
@@ -142,7 +143,7 @@ def _workers(runs: list[dict[str, Any]]) -> Target:
     best = None
     for two in (r for r in runs if r["system"] == "ours"):
         one = _at(runs, "ours-1w", two["connections"], two["handler"])
-        if one is None or not _median(one["rps"]):
+        if one is None or not median(one["rps"]):
             continue
         growth = two["rps"]["median"] / one["rps"]["median"]
         best = growth if best is None else max(best, growth)
@@ -158,8 +159,8 @@ def _update(doc: dict[str, Any] | None) -> list[Target]:
     if not doc:
         return [Target(n, "–", None) for n in names]
     f = doc["figures"]
-    ours = {kind: _median(got["seconds"]) for kind, got in f.get("ours", {}).items()}
-    serve = _median(f.get("serve", {}).get("user_config", {}).get("seconds"))
+    ours = {kind: median(got["seconds"]) for kind, got in f.get("ours", {}).items()}
+    serve = median(f.get("serve", {}).get("user_config", {}).get("seconds"))
     worst = max((v for v in ours.values() if v is not None), default=None)
     rows = [Target(names[0], ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in ours.items() if v is not None) or "–",
                    None if worst is None else worst < 0.1)]

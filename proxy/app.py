@@ -266,14 +266,10 @@ class ProxyApp:
     async def _forward(
         self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float
     ) -> "WireResponse | _Streaming":
-        """The replica's answer, under the endpoint's deadline (`RunningCalls.run` holds it)."""
+        """The replica's answer, retried once on another replica for GET and HEAD when
+        the first died; the endpoint's deadline is held by `RunningCalls.run`."""
         if pool is None:
             raise _Reply(503, "No replica available", self._retry_after)
-        return await self._call_with_retry(pool, request, deadline_at)
-
-    async def _call_with_retry(
-        self, pool: ReplicaPool, request: WireRequest, deadline_at: float
-    ) -> "WireResponse | _Streaming":
         attempts = 2 if request[0] in _IDEMPOTENT else 1
         for _ in range(attempts):
             slot = await self._acquire(pool)

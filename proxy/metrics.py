@@ -186,13 +186,15 @@ class _NodeCollector(Collector):
     def collect(self) -> Iterable[Any]:
         _mark_dead_workers(self._path)
         serving = self._serving()
-        endpoints, backends = (serving[0] | {""}, serving[1] | {""}) if serving is not None else (None, None)
+        if serving is None:
+            yield from self._files.collect()
+            return
+        endpoints, backends = serving[0] | {""}, serving[1] | {""}
         for family in self._files.collect():
-            if endpoints is not None and backends is not None:
-                family.samples = [
-                    s for s in family.samples
-                    if s.labels.get("endpoint", "") in endpoints and s.labels.get("backend", "") in backends
-                ]
+            family.samples = [
+                s for s in family.samples
+                if s.labels.get("endpoint", "") in endpoints and s.labels.get("backend", "") in backends
+            ]
             yield family
 
 

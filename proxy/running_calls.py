@@ -67,7 +67,7 @@ class RunningCalls:
 
     def __init__(self, watch_after_s: float) -> None:
         self._after_s = watch_after_s
-        self._running: dict[int, _Running] = {}
+        self._running: set[_Running] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
 
@@ -75,7 +75,7 @@ class RunningCalls:
         return len(self._running)
 
     def watching(self) -> int:
-        return sum(1 for running in self._running.values() if running.watch is not None)
+        return sum(1 for running in self._running if running.watch is not None)
 
     async def run(self, receive: Receive, deadline_at: float, work: Awaitable[_T]) -> _T:
         """`work`'s result. Past `deadline_at` (the loop's clock) `work` is cancelled and TimeoutError
@@ -83,10 +83,10 @@ class RunningCalls:
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
-        running = _Running(task, receive, loop.time() + self._after_s, deadline_at)
-        key = id(running)
-        self._running[key] = running
-        self._arm(loop, min(loop.time() + self._after_s / 2, deadline_at))
+        now = loop.time()
+        running = _Running(task, receive, now + self._after_s, deadline_at)
+        self._running.add(running)
+        self._arm(loop, min(now + self._after_s / 2, deadline_at))
         cancelling = task.cancelling()
         try:
             return await work
@@ -98,7 +98,7 @@ class RunningCalls:
                 raise ClientLeft("while its request ran; the replica call was cancelled") from None
             raise
         finally:
-            del self._running[key]
+            self._running.discard(running)
             if running.watch is not None:
                 running.watch.cancel()
 
@@ -118,7 +118,7 @@ class RunningCalls:
         loop = asyncio.get_running_loop()
         now = loop.time() + _SLACK_S
         next_at = now + self._after_s / 2
-        for running in self._running.values():
+        for running in self._running:
             if running.ended_by is not None:
                 continue
             if now >= running.deadline_at:

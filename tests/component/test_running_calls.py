@@ -29,19 +29,19 @@ class Client:
         self._left.set()
 
 
+async def slow(cancelled: asyncio.Event) -> None:
+    """Work that would run for 10 s; sets `cancelled` when it is cancelled instead."""
+    try:
+        await asyncio.sleep(10)
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise
+
+
 def test_a_client_that_leaves_a_slow_request_cancels_its_work() -> None:
     async def scenario() -> None:
         calls, client, cancelled = RunningCalls(AFTER_S), Client(), asyncio.Event()
-
-        async def slow() -> str:
-            try:
-                await asyncio.sleep(10)
-            except asyncio.CancelledError:
-                cancelled.set()
-                raise
-            return "answer"
-
-        request = asyncio.ensure_future(calls.run(client.receive, FAR, slow()))
+        request = asyncio.ensure_future(calls.run(client.receive, FAR, slow(cancelled)))
         await asyncio.sleep(AFTER_S * 2)  # past the watch's start, its sweep included
         assert client.asked == 1 and calls.watching() == 1
         client.leave()
@@ -104,17 +104,9 @@ def test_requests_started_at_different_times_each_watch_once_past_their_own_star
 def test_a_call_past_its_deadline_is_cancelled_and_times_out() -> None:
     async def scenario() -> None:
         calls, client, cancelled = RunningCalls(AFTER_S), Client(), asyncio.Event()
-
-        async def slow() -> None:
-            try:
-                await asyncio.sleep(10)
-            except asyncio.CancelledError:
-                cancelled.set()
-                raise
-
         loop = asyncio.get_running_loop()
         with pytest.raises(TimeoutError):
-            await calls.run(client.receive, loop.time() + AFTER_S * 3, slow())
+            await calls.run(client.receive, loop.time() + AFTER_S * 3, slow(cancelled))
         assert cancelled.is_set() and calls.running() == 0
 
     asyncio.run(scenario())
