@@ -119,11 +119,12 @@ def _claims_dir() -> str:
 
 def private_dir(path: str) -> None:
     """Make `path` (0700) unless it exists; refuse one that is not a directory private to this user,
-    since another user could plant or read what the node's workers share in it."""
+    since another user could plant or read what the node's workers keep in it (port claims, metrics,
+    shadow mismatches)."""
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise PermissionError(f"proxy workers' shared directory {path} is not a private directory of this user (0700)")
+        raise PermissionError(f"proxy workers' directory {path} is not a private directory of this user (0700)")
