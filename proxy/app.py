@@ -85,7 +85,10 @@ class Recorder(Protocol):
     def shadow_compared(self, endpoint: str, backend: str, matched: bool) -> None: ...
 
     def first_byte(self, endpoint: str, backend: str, seconds: float) -> None:
-        """A streamed answer's time to its first chunk."""
+        """A streamed answer's time to its first chunk, or a WebSocket's to its accept."""
+
+    def session_done(self, endpoint: str, backend: str, code: int) -> None:
+        """A WebSocket session ended (`proxy.sockets` says with which code)."""
 
 
 class NullRecorder:
@@ -101,6 +104,9 @@ class NullRecorder:
         pass
 
     def first_byte(self, endpoint: str, backend: str, seconds: float) -> None:
+        pass
+
+    def session_done(self, endpoint: str, backend: str, code: int) -> None:
         pass
 
 
@@ -150,7 +156,7 @@ class ProxyApp:
         self._shadow_in_flight: dict[str, int] = {}
         self._retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
         self._counts = RequestCounter()
-        self._sockets = SocketCarrier(caller, self._rng)
+        self._sockets = SocketCarrier(caller, self._rng, self._recorder, self._counts)
         self._calls = RunningCalls(_WATCH_AFTER_S)
         self.mismatches = mismatches if mismatches is not None else MismatchLog()
 

@@ -7,7 +7,14 @@ PRODUCT.md "Metrics" (`gitops_http_requests_total`,
 `gitops_http_time_to_first_byte_seconds`), and serving
 them. Not here: when a
 request counts as finished (the proxy's request path calls
-`request_finished` from exactly one place).
+`request_finished` from exactly one place, `proxy.sockets` calls
+`session_finished` once per WebSocket).
+
+WebSockets: a session is one request in `gitops_http_requests_total`,
+counted when it ends, with the code `proxy.sockets` gives it (101 for a
+session the app accepted); its lifetime is never a request duration (it
+would swamp the latency histogram), its time to accept is its time to first
+byte, and while open it holds a replica slot, so it is in the ongoing gauge.
 
 How they reach Prometheus: a node runs several proxy workers (processes),
 and Prometheus scrapes the node once, on its one metrics port. Each worker
@@ -41,6 +48,9 @@ as a task on the actor's loop, and `close()` on shutdown.
 Cost: `request_finished` runs once per request, so the labelled children are
 resolved once per (endpoint, backend, code) and cached; a finished request
 is two dict lookups, one counter increment and one histogram observation.
+A finished WebSocket session is one dict lookup and one increment; a time to
+first byte one lookup and one observation (children cached the same way,
+dropped with the endpoint or backend).
 
 Cardinality per endpoint × backend pair: one request counter per status
 code seen (a handful), one histogram (len(REQUEST_BUCKETS) + 3 series), one
@@ -208,13 +218,14 @@ class ProxyMetrics:
         r = self.registry
         self._requests = Counter(
             "gitops_http_requests",
-            "Requests answered by the proxy, by endpoint, backend and status code.",
+            "Requests answered by the proxy, by endpoint, backend and status code; "
+            "a WebSocket session is one request, counted when it ends (101: the app accepted it).",
             REQUEST_LABELS,
             registry=r,
         )
         self._duration = Histogram(
             "gitops_http_request_duration_seconds",
-            "Time from receiving a request to sending its reply.",
+            "Time from receiving a request to sending its reply (WebSocket sessions not included).",
             DURATION_LABELS,
             buckets=REQUEST_BUCKETS,
             registry=r,
@@ -247,12 +258,15 @@ class ProxyMetrics:
         )
         self._first_byte = Histogram(
             "gitops_http_time_to_first_byte_seconds",
-            "Time from receiving a request to sending the first chunk of its streamed reply.",
+            "Time from receiving a request to sending the first chunk of its streamed reply, "
+            "or a WebSocket's accept.",
             DURATION_LABELS,
             buckets=REQUEST_BUCKETS,
             registry=r,
         )
         self._finished: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._sessions: dict[tuple[str, str, int], Any] = {}
+        self._first_bytes: dict[tuple[str, str], Any] = {}
         self._ongoing_backends: set[str] = set()
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -271,6 +285,14 @@ class ProxyMetrics:
         counter.inc()
         histogram.observe(duration_s)
 
+    def session_finished(self, endpoint: str, backend: str, code: int) -> None:
+        """A WebSocket session ended: one request, no duration (a lifetime is no latency)."""
+        key = (endpoint, backend, code)
+        counter = self._sessions.get(key)
+        if counter is None:
+            counter = self._sessions[key] = self._requests.labels(endpoint, backend, str(code))
+        counter.inc()
+
     def shadow_finished(self, endpoint: str, backend: str, result: str) -> None:
         self._shadows.labels(endpoint, backend, result).inc()
 
@@ -281,9 +303,15 @@ class ProxyMetrics:
     # ProxyMetrics is passed to ProxyApp as its recorder, no adapter needed.
     request_done = request_finished
     shadow_done = shadow_finished
+    session_done = session_finished
 
     def first_byte(self, endpoint: str, backend: str, seconds: float) -> None:
-        self._first_byte.labels(endpoint, backend).observe(seconds)
+        """A streamed answer's first chunk, or a WebSocket's accept, went out `seconds` after the request came."""
+        key = (endpoint, backend)
+        histogram = self._first_bytes.get(key)
+        if histogram is None:
+            histogram = self._first_bytes[key] = self._first_byte.labels(endpoint, backend)
+        histogram.observe(seconds)
 
     def batch_sent(self, backend: str, size: int) -> None:
         self._batch_size.labels(backend).observe(size)
@@ -316,12 +344,16 @@ class ProxyMetrics:
     def forget_endpoint(self, endpoint: str) -> None:
         """Drop a deleted endpoint's series so churn cannot grow cardinality."""
         self._finished = {k: v for k, v in self._finished.items() if k[0] != endpoint}
+        self._sessions = {k: v for k, v in self._sessions.items() if k[0] != endpoint}
+        self._first_bytes = {k: v for k, v in self._first_bytes.items() if k[0] != endpoint}
         for metric, names in self._by_route():
             _remove_where(metric, names, "endpoint", endpoint)
 
     def forget_backend(self, backend: str) -> None:
         """Drop a deleted backend's series."""
         self._finished = {k: v for k, v in self._finished.items() if k[1] != backend}
+        self._sessions = {k: v for k, v in self._sessions.items() if k[1] != backend}
+        self._first_bytes = {k: v for k, v in self._first_bytes.items() if k[1] != backend}
         for metric, names in self._by_route():
             _remove_where(metric, names, "backend", backend)
         _remove_where(self._ongoing, ONGOING_LABELS, "backend", backend)

@@ -9,26 +9,47 @@ comes from the replica's streaming generator to the client; what the client
 sends (messages, its disconnect with its close code) goes to that same
 replica, one message at a time and in order. A replica that dies closes the
 socket with 1011; a client that leaves cancels the replica's generator once
-the app had a moment to see the disconnect.
+the app had a moment to see the disconnect. A backend with no free replica
+accepts the socket and closes it at once with 1013 (try again later): a close
+code exists only after the handshake, and closed before it uvicorn would
+answer 403, which says "refused", not "come back".
 
-Not here: Ray (`proxy.raycalls`), plain requests (`proxy.app`).
+Also owned here: what a session counts as (`session_code`), reported once
+when it ends to the recorder (`session_done`) and the rollout counts
+(`record_session`), with the code the HTTP path gives the same outcome:
+101 for a session the app accepted (whoever closed it, with any code), the
+status the client got when the app refused the handshake (403 for a close
+before accept, else its `websocket.http.response.start` status), 503 for no
+free replica, 502 for a replica that died and 500 for an app that raised
+(after the accept too, as a stream that broke after its first chunk), 499 for
+a client that left before the app answered it. Refusals before an endpoint is
+known (no route, no route table, a refused path: 403) are counted by no one,
+as plain 404s are not. Its time to accept goes to the recorder as its time to
+first byte (`first_byte`) when it is accepted; its lifetime is no request
+duration.
+
+Not here: Ray (`proxy.raycalls`), plain requests (`proxy.app`), the metrics
+themselves (`proxy.metrics`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
-from typing import Any, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Protocol
 
 from proxy.calling import ReplicaDiedError, StreamCaller
 from proxy.replicas import NoReplicaError, QueueFullError
+from proxy.request_stats import RequestCounter
 from proxy.routing import Resolution, normalise_path, resolve
 from proxy.snapshot import Snapshot
 from vocabulary.choosing import Random
 from vocabulary.wire import WireRequest, with_root_path
 
-__all__ = ["SocketCarrier", "INTERNAL_ERROR", "TRY_AGAIN_LATER"]
+__all__ = ["SocketCarrier", "SessionRecorder", "Session", "session_code", "INTERNAL_ERROR", "TRY_AGAIN_LATER"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +66,55 @@ _DISCONNECT_GRACE_S = 1.0
 _HANDSHAKE_ONLY = frozenset({b"connection", b"upgrade", b"sec-websocket-key", b"sec-websocket-version",
                              b"sec-websocket-extensions"})
 
+# The codes of a session's outcomes (see the module doc), as the HTTP path counts the same outcomes.
+ACCEPTED = 101
+REFUSED = 403  # what uvicorn answers a close before the accept
+NO_REPLICA = 503
+REPLICA_DIED = 502
+APP_FAILED = 500
+CLIENT_LEFT = 499
+
+
+class SessionRecorder(Protocol):
+    """Where a WebSocket session is reported (`proxy.metrics.ProxyMetrics`, through `proxy.app.Recorder`)."""
+
+    def session_done(self, endpoint: str, backend: str, code: int) -> None: ...
+
+    def first_byte(self, endpoint: str, backend: str, seconds: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class Session:
+    """How a session with a replica went, as `_pump` saw it."""
+
+    accepted: bool = False
+    refused: int | None = None  # the handshake status the app answered instead of accepting
+    died: bool = False
+    failed: bool = False  # the app raised
+    client_left: bool = False
+
+
+def session_code(session: Session) -> int:
+    """The code a session is counted with (see the module doc)."""
+    if session.died:
+        return REPLICA_DIED
+    if session.failed:
+        return APP_FAILED
+    if session.accepted:
+        return ACCEPTED
+    if session.refused is not None:
+        return session.refused
+    # Gone before the app answered; an app that returned without answering is closed before the accept: 403.
+    return CLIENT_LEFT if session.client_left else REFUSED
+
 
 class SocketCarrier:
-    def __init__(self, caller: StreamCaller, rng: Random) -> None:
+    def __init__(self, caller: StreamCaller, rng: Random, recorder: SessionRecorder,
+                 counts: RequestCounter | None = None) -> None:
         self._caller = caller
         self._rng = rng
+        self._recorder = recorder
+        self._counts = counts if counts is not None else RequestCounter()
 
     async def carry(self, snapshot: Snapshot | None, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one WebSocket connection (`snapshot` None: no route table yet)."""
@@ -63,36 +128,63 @@ class SocketCarrier:
             return
         if (await receive())["type"] != "websocket.connect":
             return
+        started = time.perf_counter()
         served = snapshot.endpoints[route.endpoint]
-        pool = snapshot.pools.get(served.pick(scope["headers"], self._rng))
-        if pool is None:
-            await send({"type": "websocket.close", "code": TRY_AGAIN_LATER})
-            return
+        backend = served.pick(scope["headers"], self._rng)
+        pool = snapshot.pools.get(backend)
         try:
+            if pool is None:
+                raise NoReplicaError(backend)
             slot = await pool.acquire()
         except (NoReplicaError, QueueFullError):
+            await send({"type": "websocket.accept"})
             await send({"type": "websocket.close", "code": TRY_AGAIN_LATER})
+            self._done(served.name, backend, NO_REPLICA)
             return
         headers = [(n, v) for n, v in scope["headers"] if n not in _HANDSHAKE_ONLY]
         request: WireRequest = ("GET", path, scope["query_string"], with_root_path(headers, route.prefix), b"")
+
+        def accepted() -> None:
+            self._recorder.first_byte(served.name, backend, time.perf_counter() - started)
+
         try:
-            died = await self._pump(slot.handle, request, receive, send)
+            session = await self._pump(slot.handle, request, receive, send, accepted)
         finally:
             pool.release(slot)
-        if died:
+        if session.died:
             pool.drop(slot)
             logger.warning("replica %s of %s died under a WebSocket", slot.replica_id, pool.backend)
+        self._done(served.name, backend, session_code(session))
 
-    async def _pump(self, handle: Any, request: WireRequest, receive: Receive, send: Send) -> bool:
-        """Both directions until either side ends; True when the replica died."""
+    def _done(self, endpoint: str, backend: str, code: int) -> None:
+        self._recorder.session_done(endpoint, backend, code)
+        if code != CLIENT_LEFT:
+            self._counts.record_session(backend, code)
+
+    async def _pump(self, handle: Any, request: WireRequest, receive: Receive, send: Send,
+                    accepted: Callable[[], None]) -> Session:
+        """Both directions until either side ends; how the session went."""
         socket_id = uuid.uuid4().hex
         closed = False
+        answered = False  # the app accepted or refused the handshake
+        refused: int | None = None
 
         async def downstream() -> None:
-            nonlocal closed
+            nonlocal closed, answered, refused
             async for message in self._caller.open_socket(handle, socket_id, request):
+                kind = message["type"]
+                if not answered:
+                    if kind == "websocket.http.response.start":
+                        refused = int(message.get("status", REFUSED))
+                    elif kind == "websocket.close":
+                        refused = REFUSED
                 await send(message)
-                closed = closed or message["type"] == "websocket.close"
+                if not answered and kind in ("websocket.accept", "websocket.close", "websocket.http.response.start"):
+                    answered = True
+                    if kind == "websocket.accept":
+                        accepted()
+                closed = closed or kind == "websocket.close" or (
+                    kind == "websocket.http.response.body" and not message.get("more_body", False))
 
         async def upstream() -> None:
             while True:
@@ -122,7 +214,9 @@ class SocketCarrier:
         if not closed and not client_left:
             # An app that returned without closing is closed normally (ASGI).
             await send({"type": "websocket.close", "code": NORMAL if error is None else INTERNAL_ERROR})
-        return isinstance(error, ReplicaDiedError)
+        died = isinstance(error, ReplicaDiedError)
+        return Session(accepted=answered and refused is None, refused=refused, died=died,
+                       failed=error is not None and not died, client_left=client_left)
 
 
 def _failure(task: asyncio.Future[None]) -> BaseException | None:

@@ -1,15 +1,26 @@
-"""WebSockets through the proxy's ASGI app, in-process with a fake replica
-(no Ray, no sockets): what reaches the replica from the client, in order,
-and how the client's connection ends."""
+"""WebSockets through the proxy's ASGI app, with a fake replica (no Ray):
+what reaches the replica from the client, in order, how the client's
+connection ends, and what each session counts as in the proxy's metrics and
+rollout counts. In-process, and behind the proxy's HTTP server on 127.0.0.1
+for what a WebSocket client actually sees."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from typing import Any, AsyncGenerator
+import socket
+from typing import Any, AsyncGenerator, AsyncIterator
 
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from httpedge.server import Server
 from proxy.app import ProxyApp
-from proxy.calling import ReplicaDiedError
+from proxy.calling import HandlerError, ReplicaDiedError
+from proxy.metrics import ProxyMetrics
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions
 from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
@@ -21,8 +32,10 @@ Message = dict[str, Any]
 class EchoReplica:
     """Accepts, then echoes each client message until the client leaves (or it dies)."""
 
-    def __init__(self, dies: bool = False) -> None:
+    def __init__(self, dies: bool = False, refuses: bool = False, raises: bool = False) -> None:
         self.dies = dies
+        self.refuses = refuses
+        self.raises = raises
         self.pushed: list[Message] = []
         self.requests: list[WireRequest] = []
         self.inbox: asyncio.Queue[Message] = asyncio.Queue()
@@ -32,9 +45,14 @@ class SocketCaller:
     async def open_socket(self, handle: EchoReplica, socket_id: str,
                           request: WireRequest) -> AsyncGenerator[Message, None]:
         handle.requests.append(request)
+        if handle.refuses:
+            yield {"type": "websocket.close", "code": 1000}
+            return
         yield {"type": "websocket.accept"}
         if handle.dies:
             raise ReplicaDiedError("gone")
+        if handle.raises:
+            raise HandlerError("boom")
         while True:
             message = await handle.inbox.get()
             if message["type"] == "websocket.disconnect":
@@ -47,16 +65,36 @@ class SocketCaller:
         return True
 
 
-def proxy(replica: EchoReplica) -> ProxyApp:
+def proxy(replica: EchoReplica | None, recorder: Any = None) -> ProxyApp:
+    """`replica` None: the backend has no replica."""
     rng = random.Random(0)
-    app = ProxyApp(SocketCaller(), ProxySettings(), rng)  # type: ignore[arg-type]
-    info = ReplicaInfo(replica_id="r1", actor_name="r1", handle=replica)
+    app = ProxyApp(SocketCaller(), ProxySettings(), rng, recorder)  # type: ignore[arg-type]
+    replicas = () if replica is None else (ReplicaInfo(replica_id="r1", actor_name="r1", handle=replica),)
     app.install(Subscriptions(ProxySettings(), rng).apply({
         "routes": (1, RouteTable(entries=(RouteEntry(route="/chat", methods=("GET",), endpoint="chat"),))),
         "endpoint:chat": (2, EndpointConfig(name="chat", route="/chat", traffic={"v1": 1.0})),
-        "replicas:v1": (3, ReplicaSet(backend="v1", max_concurrent_queries=10, replicas=(info,))),
+        "replicas:v1": (3, ReplicaSet(backend="v1", max_concurrent_queries=10, replicas=replicas)),
     }))
     return app
+
+
+class Recorded:
+    """A recorder that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.sessions: list[tuple[str, str, int]] = []
+        self.first_bytes: list[tuple[str, str]] = []
+        self.requests: list[tuple[str, str, int]] = []
+
+    def session_done(self, endpoint: str, backend: str, code: int) -> None:
+        self.sessions.append((endpoint, backend, code))
+
+    def first_byte(self, endpoint: str, backend: str, seconds: float) -> None:
+        assert seconds >= 0
+        self.first_bytes.append((endpoint, backend))
+
+    def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None:
+        self.requests.append((endpoint, backend, code))
 
 
 class Client:
@@ -121,3 +159,124 @@ def test_a_socket_to_no_route_is_refused_before_the_handshake() -> None:
     client = Client([])
     connect(replica, client, "/elsewhere")
     assert client.sent == [{"type": "websocket.close", "code": 1008}] and replica.requests == []
+
+
+def counted(replica: EchoReplica | None, client: Client, path: str = "/chat/room") -> tuple[Recorded, ProxyApp]:
+    """Run one session; what the recorder was told, and the app (for its rollout counts)."""
+    recorded = Recorded()
+    app = proxy(replica, recorded)
+    asyncio.run(asyncio.wait_for(app(scope(path), client.receive, client.send), 5))
+    return recorded, app
+
+
+def test_an_accepted_session_is_one_101_request_with_its_accept_as_first_byte_and_no_latency() -> None:
+    client = Client([{"type": "websocket.receive", "text": "a"}, {"type": "websocket.disconnect", "code": 1000}],
+                    echoes=1)
+    recorded, app = counted(EchoReplica(), client)
+    assert recorded.sessions == [("chat", "v1", 101)] and recorded.first_bytes == [("chat", "v1")]
+    assert recorded.requests == []  # a session's lifetime is no request duration
+    stats = app.request_stats()["v1"]
+    assert (stats.requests, stats.errors, sum(stats.buckets)) == (1, 0, 0)
+
+
+def test_a_session_the_app_refuses_counts_as_the_403_the_client_got() -> None:
+    client = Client([])
+    recorded, app = counted(EchoReplica(refuses=True), client)
+    assert client.sent == [{"type": "websocket.close", "code": 1000}]  # before the accept: uvicorn answers 403
+    assert recorded.sessions == [("chat", "v1", 403)] and recorded.first_bytes == []
+    assert app.request_stats()["v1"].errors == 0
+
+
+@pytest.mark.parametrize(("replica", "code"), [(EchoReplica(dies=True), 502), (EchoReplica(raises=True), 500)])
+def test_a_session_broken_by_its_replica_counts_as_the_5xx_of_a_broken_stream(replica: EchoReplica,
+                                                                              code: int) -> None:
+    client = Client([{"type": "websocket.receive", "text": "a"}])
+    recorded, app = counted(replica, client)
+    assert client.sent[-1] == {"type": "websocket.close", "code": 1011}
+    assert recorded.sessions == [("chat", "v1", code)]
+    stats = app.request_stats()["v1"]
+    assert (stats.requests, stats.errors) == (1, 1)  # in the rollout's error share
+
+
+def test_no_free_replica_accepts_and_closes_with_1013_counted_as_503() -> None:
+    client = Client([])
+    recorded, app = counted(None, client)
+    assert client.sent == [{"type": "websocket.accept"}, {"type": "websocket.close", "code": 1013}]
+    assert recorded.sessions == [("chat", "v1", 503)]
+    assert (app.request_stats()["v1"].requests, app.request_stats()["v1"].errors) == (1, 1)
+
+
+def test_a_socket_refused_before_any_endpoint_is_known_is_counted_by_no_one() -> None:
+    recorded, app = counted(EchoReplica(), Client([]), "/elsewhere")
+    assert recorded.sessions == [] and app.request_stats() == {}
+
+
+def value(metrics: ProxyMetrics, name: str, **labels: str) -> float | None:
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return None
+
+
+def test_an_open_session_is_an_ongoing_request_until_it_ends_then_one_101_in_the_metrics() -> None:
+    async def scenario() -> None:
+        metrics = ProxyMetrics()
+        replica = EchoReplica()
+        app = proxy(replica, metrics)
+        leave = asyncio.Event()
+        client = Client([{"type": "websocket.receive", "text": "a"}], echoes=1)
+
+        async def receive() -> Message:
+            if not client.script:
+                await leave.wait()
+                return {"type": "websocket.disconnect", "code": 1000}
+            return await client.receive()
+
+        session = asyncio.ensure_future(app(scope("/chat/room"), receive, client.send))
+        await asyncio.wait_for(client.echoed.wait(), 5)
+        metrics.observe_load(app.backend_load())
+        assert value(metrics, "gitops_backend_ongoing_requests", backend="v1") == 1
+        assert value(metrics, "gitops_http_time_to_first_byte_seconds_count", endpoint="chat", backend="v1") == 1
+        assert value(metrics, "gitops_http_requests_total", endpoint="chat", backend="v1", code="101") is None
+        leave.set()
+        await asyncio.wait_for(session, 5)
+        metrics.observe_load(app.backend_load())
+        assert value(metrics, "gitops_backend_ongoing_requests", backend="v1") == 0
+        assert value(metrics, "gitops_http_requests_total", endpoint="chat", backend="v1", code="101") == 1
+        assert value(metrics, "gitops_http_request_duration_seconds_count", endpoint="chat", backend="v1") is None
+
+    asyncio.run(scenario())
+
+
+@contextlib.asynccontextmanager
+async def edge(app: ProxyApp) -> AsyncIterator[str]:
+    """`app` behind the proxy's HTTP server on 127.0.0.1: its ws:// base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = Server(app, ProxySettings().edge, websockets=True)
+    task = asyncio.ensure_future(server.serve([sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        yield f"ws://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        await server.shutdown(1.0)
+        await task
+
+
+def test_what_a_websocket_client_sees_is_what_the_session_is_counted_as() -> None:
+    async def scenario() -> None:
+        refused, busy = Recorded(), Recorded()
+        async with edge(proxy(EchoReplica(refuses=True), refused)) as url:
+            with pytest.raises(InvalidStatus) as status:
+                await ws_connect(url + "/chat/room", open_timeout=5)
+            assert status.value.response.status_code == 403
+        async with edge(proxy(None, busy)) as url:
+            async with ws_connect(url + "/chat/room", open_timeout=5) as websocket:
+                with pytest.raises(ConnectionClosed) as closed:
+                    await asyncio.wait_for(websocket.recv(), 5)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+        assert refused.sessions == [("chat", "v1", 403)] and busy.sessions == [("chat", "v1", 503)]
+
+    asyncio.run(scenario())

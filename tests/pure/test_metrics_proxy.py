@@ -148,3 +148,21 @@ def test_time_to_first_byte_is_a_histogram_per_endpoint_and_backend_forgotten_wi
     assert value(metrics, bucket, endpoint="ticker", backend="v1", le="0.5") == 2
     metrics.retain(endpoints=[], backends=["v1"])
     assert value(metrics, "gitops_http_time_to_first_byte_seconds_count", endpoint="ticker", backend="v1") is None
+
+
+def test_a_websocket_session_is_one_request_with_no_duration_and_counts_afresh_once_forgotten() -> None:
+    metrics = ProxyMetrics()
+    metrics.session_finished("chat", "v1", 101)
+    metrics.session_finished("chat", "v1", 101)
+    metrics.session_finished("chat", "v1", 502)
+    metrics.first_byte("chat", "v1", 0.01)
+    total = "gitops_http_requests_total"
+    assert value(metrics, total, endpoint="chat", backend="v1", code="101") == 2
+    assert value(metrics, total, endpoint="chat", backend="v1", code="502") == 1
+    assert value(metrics, "gitops_http_request_duration_seconds_count", endpoint="chat", backend="v1") is None
+    metrics.forget_backend("v1")
+    assert "chat" not in metrics.render().decode()
+    metrics.session_finished("chat", "v1", 101)
+    metrics.first_byte("chat", "v1", 0.01)
+    assert value(metrics, total, endpoint="chat", backend="v1", code="101") == 1
+    assert value(metrics, "gitops_http_time_to_first_byte_seconds_count", endpoint="chat", backend="v1") == 1

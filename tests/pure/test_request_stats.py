@@ -69,3 +69,16 @@ def test_the_proxy_counts_answers_5xx_and_latency_per_backend() -> None:
     seen = counter.snapshot()
     assert (seen["v2"].requests, seen["v2"].errors, seen["v2"].quantile(0.99)) == (4, 2, 2.0)
     assert seen["v1"] == stats([0.01])
+
+
+def test_a_websocket_session_is_a_request_and_a_5xx_one_an_error_but_never_a_latency() -> None:
+    counter = RequestCounter()
+    counter.record("v1", 200, 0.01)
+    earlier = counter.snapshot()["v1"]
+    counter.record_session("v1", 101)
+    counter.record_session("v1", 502)
+    now = counter.snapshot()["v1"]
+    assert (now.requests, now.errors, sum(now.buckets)) == (3, 1, 1)
+    assert now.quantile(0.99) == 0.01  # an hour-long session is no p99
+    interval = now.since(earlier)
+    assert (interval.requests, interval.errors, interval.error_ratio()) == (2, 1, 0.5)
