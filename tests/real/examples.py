@@ -75,13 +75,14 @@ class ShippedExamples:
         return run(send())
 
 
-def serve_shipped_examples(ray_session: str, tmp: Path) -> Iterator[ShippedExamples]:
-    """Body of a module fixture: a controller with a proxy and the shipped specs."""
+def serve_shipped_examples(ray_session: str, tmp: Path, **options: Any) -> Iterator[ShippedExamples]:
+    """Body of a module fixture: a controller with a proxy and the shipped specs;
+    `options` go to the controller (e.g. `proxy_metrics_port`)."""
     loaded = Loader().load_directory(REPO_ROOT / "deployments", root=REPO_ROOT)
     assert loaded.state is not None, [str(error) for error in loaded.errors]
     shutil.copytree(REPO_ROOT / "deployments", tmp / "deployments", ignore=shutil.ignore_patterns("__pycache__"))
     namespace = f"{ray_session}-examples-{uuid.uuid4().hex[:6]}"
-    client = start_controller(namespace, proxies=True)
+    client = start_controller(namespace, proxies=True, **options)
     try:
         yield ShippedExamples(client, namespace, loaded.state, str(tmp))
     finally:

@@ -1,7 +1,7 @@
 """ASGI apps as backends end to end: the shipped FastAPI app
 (deployments/notes.toml) mounted under /notes behind the real controller and
 proxy, used over HTTP on loopback with httpx and over WebSockets with the
-`websockets` client library."""
+`websockets` client library; the proxy's metrics port counts the sessions."""
 
 from __future__ import annotations
 
@@ -11,18 +11,26 @@ from typing import Iterator
 import httpx
 import pytest
 import ray
-from websockets.exceptions import ConnectionClosed
+from prometheus_client.parser import text_string_to_metric_families
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from controller.backend_state import REPLICA_PREFIX
 from tests.real.examples import ShippedExamples, serve_shipped_examples
+from tests.real.support import eventually, free_port
 
 pytestmark = pytest.mark.real
 
 
 @pytest.fixture(scope="module")
-def served(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ShippedExamples]:
-    for examples in serve_shipped_examples(ray_session, tmp_path_factory.mktemp("code")):
+def metrics_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def served(ray_session: str, tmp_path_factory: pytest.TempPathFactory, metrics_port: int) -> Iterator[ShippedExamples]:
+    for examples in serve_shipped_examples(ray_session, tmp_path_factory.mktemp("code"),
+                                           proxy_metrics_port=metrics_port):
         examples.backend("notes", "notes")
         examples.shipped_endpoint("notes")
         yield examples
@@ -92,3 +100,30 @@ def test_a_replica_that_dies_closes_its_websockets_with_1011(served: ShippedExam
         with pytest.raises(ConnectionClosed) as closed:
             socket.recv(timeout=30)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
+
+
+def sessions(metrics_port: int, endpoint: str, code: str) -> float:
+    """`gitops_http_requests_total` of `endpoint` on the notes backend with `code`, from the proxy's metrics port."""
+    text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text) for sample in family.samples
+        if sample.name == "gitops_http_requests_total"
+        and sample.labels == {"endpoint": endpoint, "backend": "notes", "code": code}
+    )
+
+
+def test_a_websocket_session_is_counted_101_and_one_the_app_refuses_with_its_403(
+    served: ShippedExamples, metrics_port: int,
+) -> None:
+    served.endpoint("notes", "counted", "notes")  # its own endpoint: no other test's session lands in its counts
+    with connect(ws_url(served, "/counted/chat"), open_timeout=10) as socket:
+        socket.recv(timeout=10)
+        socket.send("bye")
+        with pytest.raises(ConnectionClosed):
+            socket.recv(timeout=10)
+    with pytest.raises(InvalidStatus) as status:
+        connect(ws_url(served, "/counted/no-such-socket"), open_timeout=10)  # FastAPI closes it before accepting
+    assert status.value.response.status_code == 403
+    eventually(lambda: (sessions(metrics_port, "counted", "101"), sessions(metrics_port, "counted", "403")) == (1, 1),
+               30, what="both sessions counted")
