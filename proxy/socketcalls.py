@@ -40,6 +40,7 @@ import asyncio
 import itertools
 import logging
 import os
+import time
 import weakref
 from collections import deque
 from typing import Any, AsyncGenerator, Awaitable, Callable
@@ -57,18 +58,23 @@ from vocabulary.frames import (
     encode,
     item_bytes,
 )
-from vocabulary.peers import peer_allowed, peer_uid
+from vocabulary.handshake import DataAddress, Handshake, HandshakeError, Role
+from vocabulary.peers import peer_allowed, peer_uid, set_nodelay
 from vocabulary.wire import BatchItem, BatchResult, Reply, StreamStart, WireRequest
 
-__all__ = ["Address", "SocketTransport", "FramedConnection", "connect"]
+__all__ = ["Address", "SocketTransport", "FramedConnection", "connect", "connect_tcp"]
 
 logger = logging.getLogger(__name__)
 
-_CONNECT_TIMEOUT_S = 5.0
+_CONNECT_TIMEOUT_S = 5.0  # the TCP handshake included
 _ASK_TIMEOUT_S = 30.0
+# After a lost connection (or a failed attempt), the next one waits this long,
+# doubling per consecutive failure up to the cap: a dead replica is not hammered.
+_BACKOFF_FIRST_S = 0.1
+_BACKOFF_MAX_S = 5.0
 
-# A replica's data address: (node id, Unix socket path), or None.
-Address = tuple[str, str] | None
+# A replica's data address; a bare (node id, Unix socket path) names a Unix socket alone.
+Address = DataAddress | tuple[str, str] | None
 
 
 class _Flow:
@@ -105,9 +111,16 @@ class _Flow:
 class FramedConnection(asyncio.Protocol):
     """One connection to one replica: calls out by id, replies matched back."""
 
-    def __init__(self, name: str, max_frame: int = MAX_FRAME_BYTES) -> None:
+    def __init__(self, name: str, max_frame: int = MAX_FRAME_BYTES, handshake: Handshake | None = None) -> None:
+        """With a `handshake` (TCP), nothing is sent or decoded before the
+        replica has proven itself: `proven` says whether it did, once known."""
         self.name = name
         self.max_frame = max_frame
+        self.via = "unix" if handshake is None else "tcp"
+        self._handshake = handshake
+        self.proven: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if handshake is None:
+            self.proven.set_result(True)
         self._decoder = FrameDecoder(max_frame)
         self._transport: asyncio.Transport | None = None
         self._ids = itertools.count(1)
@@ -118,7 +131,7 @@ class FramedConnection(asyncio.Protocol):
 
     @property
     def open(self) -> bool:
-        return self.lost is None and self._transport is not None
+        return self.lost is None and self._transport is not None and self._handshake is None
 
     def frame(self, kind: Kind, payload: Any) -> tuple[int, bytes] | None:
         """A new call's id and frame; None when it is too large for the replica to accept."""
@@ -208,8 +221,16 @@ class FramedConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
+        if self._handshake is not None:
+            set_nodelay(transport.get_extra_info("socket"))
+            transport.write(self._handshake.greeting())  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
+        if self._handshake is not None:
+            rest = self._prove(data)
+            if not rest:
+                return
+            data = rest
         try:
             frames = self._decoder.feed(data)
         except FrameError as error:
@@ -217,6 +238,24 @@ class FramedConnection(asyncio.Protocol):
             return
         for frame in frames:
             self._settle(frame)
+
+    def _prove(self, data: bytes) -> bytes | None:
+        """The handshake's next step; what came after the replica's proof once it is proven."""
+        assert self._handshake is not None
+        if self._transport is None:
+            return None
+        try:
+            out, rest = self._handshake.feed(data)
+        except HandshakeError as error:
+            self.close(f"the handshake failed: {error}")
+            return None
+        if out:
+            self._transport.write(out)
+        if rest is not None:
+            self._handshake = None
+            if not self.proven.done():
+                self.proven.set_result(True)
+        return rest
 
     def _settle(self, frame: Frame) -> None:
         flow = self._flows.get(frame.call_id)
@@ -260,6 +299,8 @@ class FramedConnection(asyncio.Protocol):
         self._fail_pending()
 
     def _fail_pending(self) -> None:
+        if not self.proven.done():
+            self.proven.set_result(False)
         pending, self._pending = self._pending, {}
         for future in pending.values():
             if not future.done():
@@ -282,14 +323,41 @@ async def connect(path: str, name: str, max_frame: int = MAX_FRAME_BYTES) -> Fra
     return connection
 
 
-class _Route:
-    """How one replica is called: over Ray until `connection` is open."""
+async def connect_tcp(
+    host: str, port: int, secret: bytes, name: str, max_frame: int = MAX_FRAME_BYTES, timeout_s: float = _CONNECT_TIMEOUT_S
+) -> FramedConnection:
+    """A connection to the replica serving frames at TCP `(host, port)`, once
+    both ends proved they know `secret` (`vocabulary.handshake`); raises
+    OSError (ConnectionError when the handshake failed) or TimeoutError."""
+    loop = asyncio.get_running_loop()
+    handshake = Handshake(Role.PROXY, secret)
+    connection: FramedConnection | None = None
+    try:
+        async with asyncio.timeout(timeout_s):
+            _, connection = await loop.create_connection(
+                lambda: FramedConnection(name, max_frame, handshake), host, port
+            )
+            if not await asyncio.shield(connection.proven):
+                raise ConnectionError(f"no data connection to {name}: {connection.lost}")
+    except BaseException:
+        if connection is not None and connection.lost is None:
+            connection.close("it did not complete the handshake in time")
+        raise
+    return connection
 
-    __slots__ = ("connection", "asking")
+
+class _Route:
+    """How one replica is called: over Ray until `connection` is open; after a
+    lost connection, over Ray until `retry_at`, when the next call tries again."""
+
+    __slots__ = ("connection", "asking", "failures", "retry_at", "connected_at")
 
     def __init__(self) -> None:
         self.connection: FramedConnection | None = None
         self.asking: asyncio.Task[None] | None = None
+        self.failures = 0  # lost connections and failed attempts in a row
+        self.retry_at: float | None = None  # None: no attempt is due (connected, asking, or Ray for good)
+        self.connected_at = 0.0
 
 
 class _NoStreams:
@@ -323,10 +391,12 @@ class SocketTransport:
         max_frame: int = MAX_FRAME_BYTES,
         streams: StreamCaller | None = None,
         window: Window = Window(),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`local_node()` names the proxy's node; `ask_address(handle)` the
-        replica's `(node id, socket path)` or None; `window` how far ahead of
-        its client a stream's replica may push."""
+        replica's `DataAddress` or None; `window` how far ahead of its client
+        a stream's replica may push; `clock` times reconnection back-offs."""
+        self._clock = clock
         self._streams: StreamCaller = streams if streams is not None else _NoStreams()
         self._window = window
         self._fallback = fallback
@@ -402,6 +472,11 @@ class SocketTransport:
                 return bool(await connection.send(*framed))
         return await self._streams.push(handle, socket_id, message)
 
+    def via(self, handle: Any) -> str | None:
+        """How `handle`'s replica is called now: "unix", "tcp", or None (the fallback)."""
+        connection = self._connection(handle)
+        return None if connection is None else connection.via
+
     def _connection(self, handle: Any) -> FramedConnection | None:
         """The open connection to `handle`'s replica; None means: call it over the fallback."""
         route = self._routes.get(handle)
@@ -413,13 +488,26 @@ class SocketTransport:
                 return None  # not weakly referenceable: never framed
             route.asking = asyncio.ensure_future(self._discover(handle, route))
         connection = route.connection
-        if connection is not None and not connection.open:
-            route.connection = None  # lost: Ray from now on
-            return None
-        return connection
+        if connection is not None:
+            if connection.open:
+                return connection
+            route.connection = None  # lost: over Ray until the back-off has passed
+            if self._clock() - route.connected_at >= _BACKOFF_MAX_S:
+                route.failures = 0  # it had lasted: start the back-off over
+            self._back_off(route)
+        if route.retry_at is not None and self._clock() >= route.retry_at:
+            route.retry_at = None
+            route.asking = asyncio.ensure_future(self._discover(handle, route))
+        return None
+
+    def _back_off(self, route: _Route) -> None:
+        route.retry_at = self._clock() + min(_BACKOFF_FIRST_S * 2**route.failures, _BACKOFF_MAX_S)
+        route.failures += 1
 
     async def _discover(self, handle: Any, route: _Route) -> None:
-        """Ask once where the replica serves frames; connect if it is on our node."""
+        """Ask where the replica serves frames and connect: to its Unix socket
+        on our node, over TCP from another; a failed connection is tried again
+        after a back-off, a replica without a way in stays on Ray."""
         name = repr(handle)
         try:
             try:
@@ -428,15 +516,27 @@ class SocketTransport:
             except Exception as error:  # noqa: BLE001 — e.g. the actor died: Ray will say so on the next call
                 logger.info("replica %s stays on Ray calls: no data address (%r)", name, error)
                 return
-            if address is None:
-                return
-            node, path = address
-            if node != self._local_node() or not isinstance(path, str):
+            if isinstance(address, tuple):
+                address = DataAddress(*address)
+            if not isinstance(address, DataAddress):
                 return
             try:
-                route.connection = await connect(path, name, self._max_frame)
+                if address.node == self._local_node():
+                    if not isinstance(address.path, str):
+                        return
+                    where = address.path
+                    connection = await connect(address.path, name, self._max_frame)
+                else:
+                    if address.tcp is None or not address.secret:
+                        return
+                    host, port = address.tcp
+                    where = f"{host}:{port}"
+                    connection = await connect_tcp(host, port, address.secret, name, self._max_frame)
             except (OSError, TimeoutError) as error:
-                logger.warning("replica %s stays on Ray calls: its data socket %s: %s", name, path, error)
+                logger.warning("replica %s is called over Ray for now: its data socket %s: %s", name, where, error)
+                self._back_off(route)
+                return
+            route.connection, route.connected_at = connection, self._clock()
         finally:
             route.asking = None
 
