@@ -346,6 +346,14 @@ async def connect_tcp(
     return connection
 
 
+def _close_soon(loop: asyncio.AbstractEventLoop, connection: FramedConnection) -> None:
+    """Close `connection` on its loop, from whichever thread dropped its replica's handle."""
+    try:
+        loop.call_soon_threadsafe(connection.close, "the replica left the table")
+    except RuntimeError:
+        pass  # the loop is closed, and its connections with it
+
+
 class _Route:
     """How one replica is called: over Ray until `connection` is open; after a
     lost connection, over Ray until `retry_at`, when the next call tries again."""
@@ -537,6 +545,8 @@ class SocketTransport:
                 self._back_off(route)
                 return
             route.connection, route.connected_at = connection, self._clock()
+            # A replica that leaves the table takes its connection along.
+            weakref.finalize(handle, _close_soon, asyncio.get_running_loop(), connection).atexit = False
         finally:
             route.asking = None
 
