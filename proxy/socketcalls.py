@@ -1,24 +1,31 @@
-"""Calls to same-node replicas as frames over one Unix socket each; Ray for the rest.
+"""Calls to replicas as frames over one persistent connection each; Ray as the fallback.
 
 A Ray actor call costs the proxy and the replica far more than the request
 it carries (submitting, the task loop, serialisation, core-worker threads).
-For a replica on the proxy's own node, `SocketTransport` instead keeps one
-persistent Unix-socket connection and multiplexes every call to that replica
-on it as `vocabulary.frames` frames (served by `replica.data_socket`). It is
-a `proxy.coalescing.Transport`, so the coalescer still batches in front of it
-(a batch is one frame each way: fewer syscalls and pickles).
+`SocketTransport` instead keeps one persistent connection per replica and
+multiplexes every call to it as `vocabulary.frames` frames (served by
+`replica.data_socket`): the replica's private Unix socket when it is on the
+proxy's own node, its TCP listener (`connect_tcp`, TCP_NODELAY) when it is on
+another. It is a `proxy.coalescing.Transport`, so the coalescer still batches
+in front of it (a batch is one frame each way: fewer syscalls and pickles).
 
-Per replica handle it asks once, in the background, for the replica's data
-address (`(node id, socket path)`); until that answer comes, when the
-replica is on another node, has no socket, or the connection cannot be made,
-its calls go to the fallback transport (Ray) — as they do for good once the
-connection is lost. A lost connection (EOF, a reset, a malformed frame)
-fails every call pending on it with `ReplicaDiedError`, so the proxy's
-retry and 502 semantics are unchanged; the replica's next calls go over Ray,
-which says itself whether the actor is dead. A cancelled call sends a CANCEL
-frame, which cancels the handler on the replica. Frames written in one loop
-iteration leave in one write. The socket's peer must be our own OS user
-(SO_PEERCRED), since replies are unpickled.
+Per replica handle it asks, in the background, for the replica's
+`DataAddress` (over Ray); until that answer comes, when the replica has no
+way in for us (draining, no socket, no TCP listener), or while a connection
+cannot be made, its calls go to the fallback transport (Ray). A lost
+connection (EOF, a reset, a malformed frame) fails every call pending on it
+with `ReplicaDiedError`, so the proxy's retry and 502 semantics are
+unchanged; the replica's next calls go over Ray, which says itself whether
+the actor is dead, and the first one after a back-off (0.1 s, doubling per
+failure in a row up to 5 s; a connection that lasted that long starts it
+over) asks again and connects in the background, so a dead replica is not
+hammered. A replica that leaves the table (its handle is dropped) is
+forgotten, and its connection closed. A cancelled call sends a CANCEL frame,
+which cancels the handler on the replica. Frames written in one loop
+iteration leave in one write. Replies are unpickled, so a Unix socket's peer
+must be our own OS user (SO_PEERCRED), and a TCP peer must first prove it
+knows the replica's secret, which only Ray told us (`vocabulary.handshake`;
+`FramedConnection` decodes nothing before).
 
 It is a `proxy.calling.StreamCaller` too: a streaming answer's rest and a
 WebSocket to a replica with an open connection travel on it as well (a
@@ -30,8 +37,8 @@ client. Leaving the iterator early sends a CANCEL, which stops the user's
 generator; a lost connection ends it with `ReplicaDiedError`. Without a
 connection, the injected stream caller (Ray's) serves them.
 
-No Ray here: the fallbacks, the node id and the address lookup are injected
-(`proxy.raycalls` passes Ray's).
+No Ray here: the fallbacks, the node id, the address lookup and the clock
+are injected (`proxy.raycalls` passes Ray's).
 """
 
 from __future__ import annotations

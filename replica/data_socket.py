@@ -1,13 +1,20 @@
-"""The replica's end of the same-node data path: frames over a private Unix socket.
+"""The replica's end of the data path: frames over a private Unix socket, and over TCP.
 
-A proxy on this replica's node sends requests here instead of as Ray actor
-calls (`proxy.socketcalls`), which saves Ray's per-call machinery on both
-sides; Ray stays the control plane and the fallback. `DataSocket` listens on
-`<private dir>/data.sock`: the directory is made by this user with mode 0700
-(under the Ray session dir, else the system temp dir), the socket is mode
-0600, and a connecting peer whose SO_PEERCRED uid is not ours is refused
-before any byte of it is read (`vocabulary.peers`) — the frames
-carry pickles, so only our own user may write them.
+Proxies send requests here instead of as Ray actor calls
+(`proxy.socketcalls`), which saves Ray's per-call machinery on both sides;
+Ray stays the control plane and the fallback. `DataSocket` listens on
+`<private dir>/data.sock` for a proxy on this node: the directory is made by
+this user with mode 0700 (under the Ray session dir, else the system temp
+dir), the socket is mode 0600, and a connecting peer whose SO_PEERCRED uid is
+not ours is refused before any byte of it is read (`vocabulary.peers`) — the
+frames carry pickles, so only our own user may write them. For proxies on
+other nodes it also listens on TCP (`start_tcp`) at the node's address (never
+a wildcard) on a port the kernel picks; a TCP peer must prove within
+`HANDSHAKE_TIMEOUT_S` that it knows the secret this `DataSocket` made at
+start (`vocabulary.handshake`) — until then none of its bytes reaches a
+decoder, and a peer that fails is closed and logged (with its address, never
+the secret). The secret leaves only in `address()`, which the replica
+answers over Ray. TCP frames are authenticated, not encrypted.
 
 Each call runs as its own task through the same code the Ray methods use
 (`Serving`: the replica's `handle_request`, `handle_batch`,
