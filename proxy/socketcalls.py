@@ -365,7 +365,7 @@ class _Route:
     """How one replica is called: over Ray until `connection` is open; after a
     lost connection, over Ray until `retry_at`, when the next call tries again."""
 
-    __slots__ = ("connection", "asking", "failures", "retry_at", "connected_at")
+    __slots__ = ("connection", "asking", "failures", "retry_at", "connected_at", "closer")
 
     def __init__(self) -> None:
         self.connection: FramedConnection | None = None
@@ -373,6 +373,7 @@ class _Route:
         self.failures = 0  # lost connections and failed attempts in a row
         self.retry_at: float | None = None  # None: no attempt is due (connected, asking, or Ray for good)
         self.connected_at = 0.0
+        self.closer: weakref.finalize | None = None  # closes `connection` when the handle goes
 
 
 class _NoStreams:
@@ -395,8 +396,9 @@ class _NoStreams:
 
 
 class SocketTransport:
-    """A `Transport` and a `StreamCaller`: frames to same-node replicas,
-    `fallback` (and `streams`) for everything else."""
+    """A `Transport` and a `StreamCaller`: frames to every replica with a
+    connection (Unix socket on this node, TCP elsewhere), `fallback` (and
+    `streams`) for everything else."""
 
     def __init__(
         self,
@@ -531,7 +533,7 @@ class SocketTransport:
             except Exception as error:  # noqa: BLE001 — e.g. the actor died: Ray will say so on the next call
                 logger.info("replica %s stays on Ray calls: no data address (%r)", name, error)
                 return
-            if isinstance(address, tuple):
+            if isinstance(address, tuple) and len(address) == 2:
                 address = DataAddress(*address)
             if not isinstance(address, DataAddress):
                 return
@@ -553,7 +555,10 @@ class SocketTransport:
                 return
             route.connection, route.connected_at = connection, self._clock()
             # A replica that leaves the table takes its connection along.
-            weakref.finalize(handle, _close_soon, asyncio.get_running_loop(), connection).atexit = False
+            if route.closer is not None:
+                route.closer.detach()  # the lost connection's: one per handle, however often it reconnects
+            route.closer = weakref.finalize(handle, _close_soon, asyncio.get_running_loop(), connection)
+            route.closer.atexit = False
         finally:
             route.asking = None
 
