@@ -550,7 +550,9 @@ class SocketTransport:
                     where = f"{host}:{port}"
                     connection = await connect_tcp(host, port, address.secret, name, self._max_frame)
             except (OSError, TimeoutError) as error:
-                logger.warning("replica %s is called over Ray for now: its data socket %s: %s", name, where, error)
+                # Once per run of failures (a firewalled port fails every attempt): the rest at debug.
+                log = logger.warning if route.failures == 0 else logger.debug
+                log("replica %s is called over Ray for now: its data socket %s: %s", name, where, error)
                 self._back_off(route)
                 return
             route.connection, route.connected_at = connection, self._clock()

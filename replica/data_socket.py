@@ -229,6 +229,7 @@ class _Connection(asyncio.Protocol):
         self._handshake = handshake
         self._deadline: asyncio.TimerHandle | None = None
         self._peer = "a Unix socket peer"
+        self._aborted = False
         self._decoder = FrameDecoder(owner._max_frame)
         self._transport: asyncio.Transport | None = None
         self._calls: dict[int, asyncio.Task[None]] = {}
@@ -441,10 +442,13 @@ class _Connection(asyncio.Protocol):
 
     def abort(self, reason: str) -> None:
         logger.warning("data socket: closing the connection of %s: %s", self._peer, reason)
+        self._aborted = True
         if self._transport is not None:
             self._transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._handshake is not None and not self._aborted:
+            logger.info("data socket: %s left before proving itself", self._peer)
         self._owner._connections.discard(self)
         self._transport = None
         if self._deadline is not None:
