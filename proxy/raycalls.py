@@ -8,14 +8,16 @@ under load, requests queued for one replica share one Ray call. A cancelled
 single call cancels the replica-side task (that is how an endpoint timeout
 stops user code). Never blocks the event loop: results are awaited, never
 fetched with `ray.get`. Behind the coalescer, `proxy.socketcalls` sends a
-replica on the proxy's own node its requests as frames over a Unix socket
-instead, with `RayTransport` as the fallback; this module gives it the node
-id and the Ray call that asks a replica for its data address.
+replica its requests as frames instead — over a Unix socket on the proxy's
+own node, over authenticated TCP from another — with `RayTransport` as the
+fallback; this module gives it the node id and the Ray call that asks a
+replica for its data address (the TCP secret included: it travels only
+over Ray, the control plane).
 
 A streaming answer's rest and a WebSocket's outbound messages come through
 Ray streaming generators (`ObjectRefGenerator`, `RayStreams`); leaving one
 early cancels it (`ray.cancel`), which cancels the generator's task on the
-replica. To a replica with an open data-socket connection they travel as
+replica. To a replica with an open data connection they travel as
 frames instead (`SocketTransport` is the `StreamCaller` then, with
 `RayStreams` as its fallback).
 """
@@ -117,12 +119,17 @@ class RayCaller:
         coalesce_window_s: float,
         observe_batch: Callable[[str, int], None] | None = None,
         data_socket: bool = True,
+        local_node: Callable[[], str] = _local_node,
     ) -> None:
-        """`data_socket=False`: every request is a Ray call, even to a replica on this node."""
+        """`data_socket=False`: every request is a Ray call, even to a replica
+        on this node. `local_node` names the proxy's node (tests: another one)."""
         transport: Transport = RayTransport()
         self._streams: StreamCaller = RayStreams()
+        self.frames: SocketTransport | None = None
         if data_socket:
-            transport = self._streams = SocketTransport(transport, _local_node, _data_address, streams=self._streams)
+            transport = self._streams = self.frames = SocketTransport(
+                transport, local_node, _data_address, streams=self._streams
+            )
         self._coalescer = Coalescer(transport, max_calls_per_replica, coalesce_window_s, observe_batch)
 
     async def call(

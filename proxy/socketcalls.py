@@ -1,24 +1,31 @@
-"""Calls to same-node replicas as frames over one Unix socket each; Ray for the rest.
+"""Calls to replicas as frames over one persistent connection each; Ray as the fallback.
 
 A Ray actor call costs the proxy and the replica far more than the request
 it carries (submitting, the task loop, serialisation, core-worker threads).
-For a replica on the proxy's own node, `SocketTransport` instead keeps one
-persistent Unix-socket connection and multiplexes every call to that replica
-on it as `vocabulary.frames` frames (served by `replica.data_socket`). It is
-a `proxy.coalescing.Transport`, so the coalescer still batches in front of it
-(a batch is one frame each way: fewer syscalls and pickles).
+`SocketTransport` instead keeps one persistent connection per replica and
+multiplexes every call to it as `vocabulary.frames` frames (served by
+`replica.data_socket`): the replica's private Unix socket when it is on the
+proxy's own node, its TCP listener (`connect_tcp`, TCP_NODELAY) when it is on
+another. It is a `proxy.coalescing.Transport`, so the coalescer still batches
+in front of it (a batch is one frame each way: fewer syscalls and pickles).
 
-Per replica handle it asks once, in the background, for the replica's data
-address (`(node id, socket path)`); until that answer comes, when the
-replica is on another node, has no socket, or the connection cannot be made,
-its calls go to the fallback transport (Ray) — as they do for good once the
-connection is lost. A lost connection (EOF, a reset, a malformed frame)
-fails every call pending on it with `ReplicaDiedError`, so the proxy's
-retry and 502 semantics are unchanged; the replica's next calls go over Ray,
-which says itself whether the actor is dead. A cancelled call sends a CANCEL
-frame, which cancels the handler on the replica. Frames written in one loop
-iteration leave in one write. The socket's peer must be our own OS user
-(SO_PEERCRED), since replies are unpickled.
+Per replica handle it asks, in the background, for the replica's
+`DataAddress` (over Ray); until that answer comes, when the replica has no
+way in for us (draining, no socket, no TCP listener), or while a connection
+cannot be made, its calls go to the fallback transport (Ray). A lost
+connection (EOF, a reset, a malformed frame) fails every call pending on it
+with `ReplicaDiedError`, so the proxy's retry and 502 semantics are
+unchanged; the replica's next calls go over Ray, which says itself whether
+the actor is dead, and the first one after a back-off (0.1 s, doubling per
+failure in a row up to 5 s; a connection that lasted that long starts it
+over) asks again and connects in the background, so a dead replica is not
+hammered. A replica that leaves the table (its handle is dropped) is
+forgotten, and its connection closed. A cancelled call sends a CANCEL frame,
+which cancels the handler on the replica. Frames written in one loop
+iteration leave in one write. Replies are unpickled, so a Unix socket's peer
+must be our own OS user (SO_PEERCRED), and a TCP peer must first prove it
+knows the replica's secret, which only Ray told us (`vocabulary.handshake`;
+`FramedConnection` decodes nothing before).
 
 It is a `proxy.calling.StreamCaller` too: a streaming answer's rest and a
 WebSocket to a replica with an open connection travel on it as well (a
@@ -30,8 +37,8 @@ client. Leaving the iterator early sends a CANCEL, which stops the user's
 generator; a lost connection ends it with `ReplicaDiedError`. Without a
 connection, the injected stream caller (Ray's) serves them.
 
-No Ray here: the fallbacks, the node id and the address lookup are injected
-(`proxy.raycalls` passes Ray's).
+No Ray here: the fallbacks, the node id, the address lookup and the clock
+are injected (`proxy.raycalls` passes Ray's).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import asyncio
 import itertools
 import logging
 import os
+import time
 import weakref
 from collections import deque
 from typing import Any, AsyncGenerator, Awaitable, Callable
@@ -57,18 +65,23 @@ from vocabulary.frames import (
     encode,
     item_bytes,
 )
-from vocabulary.peers import peer_allowed, peer_uid
+from vocabulary.handshake import DataAddress, Handshake, HandshakeError, Role
+from vocabulary.peers import peer_allowed, peer_uid, set_nodelay
 from vocabulary.wire import BatchItem, BatchResult, Reply, StreamStart, WireRequest
 
-__all__ = ["Address", "SocketTransport", "FramedConnection", "connect"]
+__all__ = ["Address", "SocketTransport", "FramedConnection", "connect", "connect_tcp"]
 
 logger = logging.getLogger(__name__)
 
-_CONNECT_TIMEOUT_S = 5.0
+_CONNECT_TIMEOUT_S = 5.0  # the TCP handshake included
 _ASK_TIMEOUT_S = 30.0
+# After a lost connection (or a failed attempt), the next one waits this long,
+# doubling per consecutive failure up to the cap: a dead replica is not hammered.
+_BACKOFF_FIRST_S = 0.1
+_BACKOFF_MAX_S = 5.0
 
-# A replica's data address: (node id, Unix socket path), or None.
-Address = tuple[str, str] | None
+# A replica's data address; a bare (node id, Unix socket path) names a Unix socket alone.
+Address = DataAddress | tuple[str, str] | None
 
 
 class _Flow:
@@ -105,9 +118,16 @@ class _Flow:
 class FramedConnection(asyncio.Protocol):
     """One connection to one replica: calls out by id, replies matched back."""
 
-    def __init__(self, name: str, max_frame: int = MAX_FRAME_BYTES) -> None:
+    def __init__(self, name: str, max_frame: int = MAX_FRAME_BYTES, handshake: Handshake | None = None) -> None:
+        """With a `handshake` (TCP), nothing is sent or decoded before the
+        replica has proven itself: `proven` says whether it did, once known."""
         self.name = name
         self.max_frame = max_frame
+        self.via = "unix" if handshake is None else "tcp"
+        self._handshake = handshake
+        self.proven: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if handshake is None:
+            self.proven.set_result(True)
         self._decoder = FrameDecoder(max_frame)
         self._transport: asyncio.Transport | None = None
         self._ids = itertools.count(1)
@@ -118,7 +138,7 @@ class FramedConnection(asyncio.Protocol):
 
     @property
     def open(self) -> bool:
-        return self.lost is None and self._transport is not None
+        return self.lost is None and self._transport is not None and self._handshake is None
 
     def frame(self, kind: Kind, payload: Any) -> tuple[int, bytes] | None:
         """A new call's id and frame; None when it is too large for the replica to accept."""
@@ -208,8 +228,16 @@ class FramedConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
+        if self._handshake is not None:
+            set_nodelay(transport.get_extra_info("socket"))
+            transport.write(self._handshake.greeting())  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
+        if self._handshake is not None:
+            rest = self._prove(data)
+            if not rest:
+                return
+            data = rest
         try:
             frames = self._decoder.feed(data)
         except FrameError as error:
@@ -217,6 +245,24 @@ class FramedConnection(asyncio.Protocol):
             return
         for frame in frames:
             self._settle(frame)
+
+    def _prove(self, data: bytes) -> bytes | None:
+        """The handshake's next step; what came after the replica's proof once it is proven."""
+        assert self._handshake is not None
+        if self._transport is None:
+            return None
+        try:
+            out, rest = self._handshake.feed(data)
+        except HandshakeError as error:
+            self.close(f"the handshake failed: {error}")
+            return None
+        if out:
+            self._transport.write(out)
+        if rest is not None:
+            self._handshake = None
+            if not self.proven.done():
+                self.proven.set_result(True)
+        return rest
 
     def _settle(self, frame: Frame) -> None:
         flow = self._flows.get(frame.call_id)
@@ -260,6 +306,8 @@ class FramedConnection(asyncio.Protocol):
         self._fail_pending()
 
     def _fail_pending(self) -> None:
+        if not self.proven.done():
+            self.proven.set_result(False)
         pending, self._pending = self._pending, {}
         for future in pending.values():
             if not future.done():
@@ -282,14 +330,50 @@ async def connect(path: str, name: str, max_frame: int = MAX_FRAME_BYTES) -> Fra
     return connection
 
 
-class _Route:
-    """How one replica is called: over Ray until `connection` is open."""
+async def connect_tcp(
+    host: str, port: int, secret: bytes, name: str, max_frame: int = MAX_FRAME_BYTES, timeout_s: float = _CONNECT_TIMEOUT_S
+) -> FramedConnection:
+    """A connection to the replica serving frames at TCP `(host, port)`, once
+    both ends proved they know `secret` (`vocabulary.handshake`); raises
+    OSError (ConnectionError when the handshake failed) or TimeoutError."""
+    loop = asyncio.get_running_loop()
+    handshake = Handshake(Role.PROXY, secret)
+    connection: FramedConnection | None = None
+    try:
+        async with asyncio.timeout(timeout_s):
+            _, connection = await loop.create_connection(
+                lambda: FramedConnection(name, max_frame, handshake), host, port
+            )
+            if not await asyncio.shield(connection.proven):
+                raise ConnectionError(f"no data connection to {name}: {connection.lost}")
+    except BaseException:
+        if connection is not None and connection.lost is None:
+            connection.close("it did not complete the handshake in time")
+        raise
+    return connection
 
-    __slots__ = ("connection", "asking")
+
+def _close_soon(loop: asyncio.AbstractEventLoop, connection: FramedConnection) -> None:
+    """Close `connection` on its loop, from whichever thread dropped its replica's handle."""
+    try:
+        loop.call_soon_threadsafe(connection.close, "the replica left the table")
+    except RuntimeError:
+        pass  # the loop is closed, and its connections with it
+
+
+class _Route:
+    """How one replica is called: over Ray until `connection` is open; after a
+    lost connection, over Ray until `retry_at`, when the next call tries again."""
+
+    __slots__ = ("connection", "asking", "failures", "retry_at", "connected_at", "closer")
 
     def __init__(self) -> None:
         self.connection: FramedConnection | None = None
         self.asking: asyncio.Task[None] | None = None
+        self.failures = 0  # lost connections and failed attempts in a row
+        self.retry_at: float | None = None  # None: no attempt is due (connected, asking, or Ray for good)
+        self.connected_at = 0.0
+        self.closer: weakref.finalize | None = None  # closes `connection` when the handle goes
 
 
 class _NoStreams:
@@ -312,8 +396,9 @@ class _NoStreams:
 
 
 class SocketTransport:
-    """A `Transport` and a `StreamCaller`: frames to same-node replicas,
-    `fallback` (and `streams`) for everything else."""
+    """A `Transport` and a `StreamCaller`: frames to every replica with a
+    connection (Unix socket on this node, TCP elsewhere), `fallback` (and
+    `streams`) for everything else."""
 
     def __init__(
         self,
@@ -323,10 +408,12 @@ class SocketTransport:
         max_frame: int = MAX_FRAME_BYTES,
         streams: StreamCaller | None = None,
         window: Window = Window(),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`local_node()` names the proxy's node; `ask_address(handle)` the
-        replica's `(node id, socket path)` or None; `window` how far ahead of
-        its client a stream's replica may push."""
+        replica's `DataAddress` or None; `window` how far ahead of its client
+        a stream's replica may push; `clock` times reconnection back-offs."""
+        self._clock = clock
         self._streams: StreamCaller = streams if streams is not None else _NoStreams()
         self._window = window
         self._fallback = fallback
@@ -402,6 +489,11 @@ class SocketTransport:
                 return bool(await connection.send(*framed))
         return await self._streams.push(handle, socket_id, message)
 
+    def via(self, handle: Any) -> str | None:
+        """How `handle`'s replica is called now: "unix", "tcp", or None (the fallback)."""
+        connection = self._connection(handle)
+        return None if connection is None else connection.via
+
     def _connection(self, handle: Any) -> FramedConnection | None:
         """The open connection to `handle`'s replica; None means: call it over the fallback."""
         route = self._routes.get(handle)
@@ -413,13 +505,26 @@ class SocketTransport:
                 return None  # not weakly referenceable: never framed
             route.asking = asyncio.ensure_future(self._discover(handle, route))
         connection = route.connection
-        if connection is not None and not connection.open:
-            route.connection = None  # lost: Ray from now on
-            return None
-        return connection
+        if connection is not None:
+            if connection.open:
+                return connection
+            route.connection = None  # lost: over Ray until the back-off has passed
+            if self._clock() - route.connected_at >= _BACKOFF_MAX_S:
+                route.failures = 0  # it had lasted: start the back-off over
+            self._back_off(route)
+        if route.retry_at is not None and self._clock() >= route.retry_at:
+            route.retry_at = None
+            route.asking = asyncio.ensure_future(self._discover(handle, route))
+        return None
+
+    def _back_off(self, route: _Route) -> None:
+        route.retry_at = self._clock() + min(_BACKOFF_FIRST_S * 2**route.failures, _BACKOFF_MAX_S)
+        route.failures += 1
 
     async def _discover(self, handle: Any, route: _Route) -> None:
-        """Ask once where the replica serves frames; connect if it is on our node."""
+        """Ask where the replica serves frames and connect: to its Unix socket
+        on our node, over TCP from another; a failed connection is tried again
+        after a back-off, a replica without a way in stays on Ray."""
         name = repr(handle)
         try:
             try:
@@ -428,15 +533,34 @@ class SocketTransport:
             except Exception as error:  # noqa: BLE001 — e.g. the actor died: Ray will say so on the next call
                 logger.info("replica %s stays on Ray calls: no data address (%r)", name, error)
                 return
-            if address is None:
-                return
-            node, path = address
-            if node != self._local_node() or not isinstance(path, str):
+            if isinstance(address, tuple) and len(address) == 2:
+                address = DataAddress(*address)
+            if not isinstance(address, DataAddress):
                 return
             try:
-                route.connection = await connect(path, name, self._max_frame)
+                if address.node == self._local_node():
+                    if not isinstance(address.path, str):
+                        return
+                    where = address.path
+                    connection = await connect(address.path, name, self._max_frame)
+                else:
+                    if address.tcp is None or not address.secret:
+                        return
+                    host, port = address.tcp
+                    where = f"{host}:{port}"
+                    connection = await connect_tcp(host, port, address.secret, name, self._max_frame)
             except (OSError, TimeoutError) as error:
-                logger.warning("replica %s stays on Ray calls: its data socket %s: %s", name, path, error)
+                # Once per run of failures (a firewalled port fails every attempt): the rest at debug.
+                log = logger.warning if route.failures == 0 else logger.debug
+                log("replica %s is called over Ray for now: its data socket %s: %s", name, where, error)
+                self._back_off(route)
+                return
+            route.connection, route.connected_at = connection, self._clock()
+            # A replica that leaves the table takes its connection along.
+            if route.closer is not None:
+                route.closer.detach()  # the lost connection's: one per handle, however often it reconnects
+            route.closer = weakref.finalize(handle, _close_soon, asyncio.get_running_loop(), connection)
+            route.closer.atexit = False
         finally:
             route.asking = None
 

@@ -1,13 +1,20 @@
-"""The replica's end of the same-node data path: frames over a private Unix socket.
+"""The replica's end of the data path: frames over a private Unix socket, and over TCP.
 
-A proxy on this replica's node sends requests here instead of as Ray actor
-calls (`proxy.socketcalls`), which saves Ray's per-call machinery on both
-sides; Ray stays the control plane and the fallback. `DataSocket` listens on
-`<private dir>/data.sock`: the directory is made by this user with mode 0700
-(under the Ray session dir, else the system temp dir), the socket is mode
-0600, and a connecting peer whose SO_PEERCRED uid is not ours is refused
-before any byte of it is read (`vocabulary.peers`) — the frames
-carry pickles, so only our own user may write them.
+Proxies send requests here instead of as Ray actor calls
+(`proxy.socketcalls`), which saves Ray's per-call machinery on both sides;
+Ray stays the control plane and the fallback. `DataSocket` listens on
+`<private dir>/data.sock` for a proxy on this node: the directory is made by
+this user with mode 0700 (under the Ray session dir, else the system temp
+dir), the socket is mode 0600, and a connecting peer whose SO_PEERCRED uid is
+not ours is refused before any byte of it is read (`vocabulary.peers`) — the
+frames carry pickles, so only our own user may write them. For proxies on
+other nodes it also listens on TCP (`start_tcp`) at the node's address (never
+a wildcard) on a port the kernel picks; a TCP peer must prove within
+`HANDSHAKE_TIMEOUT_S` that it knows the secret this `DataSocket` made at
+start (`vocabulary.handshake`) — until then none of its bytes reaches a
+decoder, and a peer that fails is closed and logged (with its address, never
+the secret). The secret leaves only in `address()`, which the replica
+answers over Ray. TCP frames are authenticated, not encrypted.
 
 Each call runs as its own task through the same code the Ray methods use
 (`Serving`: the replica's `handle_request`, `handle_batch`,
@@ -33,6 +40,7 @@ Not here: the frame format (`vocabulary.frames`), the replica's methods
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import shutil
@@ -53,7 +61,8 @@ from vocabulary.frames import (
     encode,
     item_bytes,
 )
-from vocabulary.peers import peer_allowed, peer_uid
+from vocabulary.handshake import DataAddress, Handshake, HandshakeError, Role, new_secret
+from vocabulary.peers import peer_allowed, peer_uid, set_nodelay
 from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, StreamStart, WireRequest
 
 __all__ = ["DataSocket", "Serving", "socket_dir", "SUN_PATH_MAX"]
@@ -63,6 +72,8 @@ logger = logging.getLogger(__name__)
 # sun_path holds 108 bytes on Linux, its terminating NUL included.
 SUN_PATH_MAX = 107
 _SOCKET_NAME = "data.sock"
+# How long a TCP peer may take to prove itself before it is closed.
+HANDSHAKE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -97,17 +108,33 @@ def socket_dir(bases: list[str]) -> str | None:
 
 
 class DataSocket:
-    """Listens on one Unix socket and serves every connection's frames."""
+    """Listens on one Unix socket (and on TCP for other nodes) and serves every connection's frames."""
 
-    def __init__(self, serving: Serving, max_frame: int = MAX_FRAME_BYTES) -> None:
+    def __init__(
+        self, serving: Serving, max_frame: int = MAX_FRAME_BYTES, handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+    ) -> None:
         self._serving = serving
         self._max_frame = max_frame
+        self._handshake_timeout_s = handshake_timeout_s
         self._server: asyncio.AbstractServer | None = None
+        self._tcp_server: asyncio.AbstractServer | None = None
         self._dir: str | None = None
+        self._secret = new_secret()  # handed out only in `address()`, over Ray
         self.path: str | None = None
+        self.tcp: tuple[str, int] | None = None
         self.served = 0  # requests answered over the socket (a batch counts each of its items)
         self.streamed = 0  # streams and WebSockets whose items went out over the socket
+        self.accepted = {"unix": 0, "tcp": 0}  # connections served, TCP ones once they proved themselves
         self._connections: set[_Connection] = set()
+
+    def __repr__(self) -> str:
+        return f"DataSocket(path={self.path!r}, tcp={self.tcp!r})"  # never the secret
+
+    def address(self, node: str) -> DataAddress | None:
+        """Where a proxy finds this replica's frames (the secret included: for Ray's eyes only); None when nowhere."""
+        if self.path is None and self.tcp is None:
+            return None
+        return DataAddress(node, self.path, self.tcp, self._secret if self.tcp is not None else b"")
 
     @staticmethod
     def supported() -> bool:
@@ -143,15 +170,39 @@ class DataSocket:
         self._dir, self.path = directory, path
         return path
 
+    async def start_tcp(self, host: str) -> tuple[str, int] | None:
+        """Listen on TCP at `host` (this node's address as Ray knows it, never
+        a wildcard), on a port the kernel picks; `(host, port)`, or None."""
+        if self.tcp is not None:
+            return self.tcp
+        try:
+            if ipaddress.ip_address(host).is_unspecified:
+                raise ValueError("a wildcard address would listen on every interface")
+        except ValueError as error:
+            logger.warning("no TCP data socket at %r, other nodes' proxies call over Ray: %s", host, error)
+            return None
+        try:
+            server = await asyncio.get_running_loop().create_server(
+                lambda: _Connection(self, Handshake(Role.REPLICA, self._secret)), host, 0, backlog=1024
+            )
+        except OSError as error:
+            logger.warning("no TCP data socket at %s, other nodes' proxies call over Ray: %s", host, error)
+            return None
+        self._tcp_server = server
+        self.tcp = (host, int(server.sockets[0].getsockname()[1]))
+        return self.tcp
+
     def stop_listening(self) -> None:
-        """No new connections; the socket and its directory are removed.
+        """No new connections; the socket and its directory are removed, the TCP listener closed.
 
         Connections already open keep being served: a proxy may still send
         requests until it learns this replica is leaving, and those are served.
         """
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        for server in (self._server, self._tcp_server):
+            if server is not None:
+                server.close()
+        self._server = self._tcp_server = None
+        self.tcp = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
@@ -164,14 +215,21 @@ class DataSocket:
             connection.abort("the replica closed its data socket")
 
     def _connection(self) -> "_Connection":
-        return _Connection(self)
+        return _Connection(self, None)
 
 
 class _Connection(asyncio.Protocol):
-    """One proxy's connection: frames in, one task per call, replies out."""
+    """One proxy's connection: frames in, one task per call, replies out.
 
-    def __init__(self, owner: DataSocket) -> None:
+    Over TCP (`handshake` given), nothing is decoded until the peer has
+    proven itself (`vocabulary.handshake`) within the handshake timeout."""
+
+    def __init__(self, owner: DataSocket, handshake: Handshake | None) -> None:
         self._owner = owner
+        self._handshake = handshake
+        self._deadline: asyncio.TimerHandle | None = None
+        self._peer = "a Unix socket peer"
+        self._aborted = False
         self._decoder = FrameDecoder(owner._max_frame)
         self._transport: asyncio.Transport | None = None
         self._calls: dict[int, asyncio.Task[None]] = {}
@@ -181,6 +239,15 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
         sock = transport.get_extra_info("socket")
+        if self._handshake is not None:
+            self._peer = f"TCP peer {transport.get_extra_info('peername')!r}"
+            set_nodelay(sock)
+            self._owner._connections.add(self)
+            self._deadline = asyncio.get_running_loop().call_later(
+                self._owner._handshake_timeout_s, self.abort, "it did not complete the handshake in time"
+            )
+            transport.write(self._handshake.greeting())
+            return
         try:
             uid = peer_uid(sock)
         except OSError as error:
@@ -192,8 +259,14 @@ class _Connection(asyncio.Protocol):
             transport.abort()
             return
         self._owner._connections.add(self)
+        self._owner.accepted["unix"] += 1
 
     def data_received(self, data: bytes) -> None:
+        if self._handshake is not None:
+            rest = self._proven(data)
+            if not rest:
+                return
+            data = rest
         try:
             frames = self._decoder.feed(data)
         except FrameError as error:
@@ -201,6 +274,27 @@ class _Connection(asyncio.Protocol):
             return
         for frame in frames:
             self._dispatch(frame)
+
+    def _proven(self, data: bytes) -> bytes | None:
+        """The handshake's next step; what came after the peer's proof once it is proven."""
+        assert self._handshake is not None
+        if self._transport is None:
+            return None
+        try:
+            out, rest = self._handshake.feed(data)
+        except HandshakeError as error:
+            self.abort(f"the handshake failed: {error}")
+            return None
+        if out:
+            self._transport.write(out)
+        if rest is None:
+            return None
+        self._handshake = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self._owner.accepted["tcp"] += 1
+        return rest
 
     def _dispatch(self, frame: Frame) -> None:
         kind = frame.kind
@@ -347,13 +441,19 @@ class _Connection(asyncio.Protocol):
             self._transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def abort(self, reason: str) -> None:
-        logger.warning("data socket: closing a connection: %s", reason)
+        logger.warning("data socket: closing the connection of %s: %s", self._peer, reason)
+        self._aborted = True
         if self._transport is not None:
             self._transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._handshake is not None and not self._aborted:
+            logger.info("data socket: %s left before proving itself", self._peer)
         self._owner._connections.discard(self)
         self._transport = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         for task in list(self._calls.values()):
             task.cancel()
         self._calls.clear()

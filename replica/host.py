@@ -16,9 +16,11 @@ code) or lets it go with `close_stream`. A WebSocket lives in `socket` (a
 streaming generator of what the app sends) and `socket_message` (what the
 client sent), both on this one replica for the connection's lifetime.
 Under Ray, the replica also serves the same calls as frames over a private
-Unix socket (`replica.data_socket`) for a proxy on its own node — streams'
-rests and WebSockets included, through these same methods —
-which asks `data_address()` where it is; it stops listening when draining.
+Unix socket (`replica.data_socket`) for a proxy on its own node, and on TCP
+at the node's IP address for proxies on other nodes (authenticated with a
+secret only `data_address()` tells) — streams' rests and WebSockets
+included, through these same methods; a proxy asks `data_address()` where
+they are; it stops listening when draining.
 Other replicas' handles (`gitops.serving.handle`) call `handle_call`, which
 passes their arguments to the handler as they are. Before any user code
 runs, the replica installs its context and its own handles
@@ -58,6 +60,7 @@ from replica.conversions import to_reply, to_starlette_request, to_wire_response
 from replica.streams import StreamTable
 from replica.handles import HandleRouter
 from vocabulary.frames import MAX_FRAME_BYTES
+from vocabulary.handshake import DataAddress
 from vocabulary.serving import ReplicaContext, install
 
 # A large reply held for the proxy to stream leaves in slices of this size.
@@ -262,7 +265,8 @@ class Replica:
 
             # Only under Ray can a proxy find the socket; tests of this class run without one.
             if ray.is_initialized():
-                await self.serve_frames(_socket_bases())
+                # Other nodes' proxies reach this node at the address Ray knows it by.
+                await self.serve_frames(_socket_bases(), tcp_host=ray.util.get_node_ip_address())
                 # What start-up made (Ray, the user's code and model) lives as
                 # long as the replica: out of the collector's sight, so a full
                 # collection under load no longer walks it (28 ms p99 at 32
@@ -270,10 +274,13 @@ class Replica:
                 gc.freeze()
         return _node_id()
 
-    async def serve_frames(self, bases: list[str], max_frame: int = MAX_FRAME_BYTES) -> str | None:
+    async def serve_frames(
+        self, bases: list[str], max_frame: int = MAX_FRAME_BYTES, tcp_host: str | None = None
+    ) -> str | None:
         """Serve requests as frames on a Unix socket in a new private directory
-        under the first of `bases` that fits; its path, or None (Ray only).
-        `initialize` does this under Ray."""
+        under the first of `bases` that fits, and, given `tcp_host`, on TCP
+        there for other nodes' proxies; the socket's path, or None (Ray only).
+        `initialize` does this under Ray, at the node's IP address."""
         if self._data is None:
             self._data = DataSocket(
                 Serving(
@@ -282,14 +289,22 @@ class Replica:
                 ),
                 max_frame,
             )
-        return await self._data.start(bases)
+        path = await self._data.start(bases)
+        if tcp_host is not None:
+            await self._data.start_tcp(tcp_host)
+        return path
 
-    def data_address(self) -> tuple[str, str] | None:
-        """(node id, Unix socket path) where this replica serves frames, or
+    def data_address(self) -> DataAddress | None:
+        """Where this replica serves frames (node id, Unix socket path, TCP
+        address and its secret: asked over Ray, the control plane, only), or
         None when it does not (not initialized, draining, unsupported)."""
-        if self._data is None or self._data.path is None:
+        if self._data is None:
             return None
-        return _node_id(), self._data.path
+        return self._data.address(_node_id())
+
+    def data_connections(self) -> dict[str, int]:
+        """Data connections served so far, by "unix" and "tcp" (proven ones only)."""
+        return {"unix": 0, "tcp": 0} if self._data is None else dict(self._data.accepted)
 
     def frames_served(self) -> int:
         """Requests answered over the data socket so far (each batch item counts)."""

@@ -1,8 +1,9 @@
-"""The frames a proxy and a replica on the same node exchange over one Unix socket.
+"""The frames a proxy and a replica exchange over one persistent connection.
 
-Ray stays the control plane and the fallback; on one node, the proxy sends a
-replica's requests over one persistent connection (`proxy.socketcalls`,
-served by `replica.data_socket`), many calls multiplexed on it by call id.
+Ray stays the control plane and the fallback; the proxy sends a replica's
+requests over one persistent connection (`proxy.socketcalls`, served by
+`replica.data_socket`) — a Unix socket on the same node, TCP across nodes —
+many calls multiplexed on it by call id.
 
 A frame is a 4-byte big-endian length, then that many bytes: a one-byte
 `Kind`, an 8-byte big-endian call id, and the payload. The length is at
@@ -32,11 +33,16 @@ ITEMs and `bytes` bytes (`item_bytes`) are unacknowledged (always at least
 one), so a slow client holds the replica's producer instead of its memory.
 
 Payloads are pickled (protocol 5), and unpickling runs whatever the bytes
-say. That is acceptable ONLY because of the socket's access control: it lives
-in a directory only this OS user can enter (mode 0700), it is mode 0600
-itself, and the replica refuses a peer whose SO_PEERCRED uid is not its own
-(`vocabulary.peers`), so nothing another OS user can write is ever unpickled.
-Never carry these frames over anything weaker (TCP, a shared directory).
+say. That is acceptable ONLY because of each connection's access control. The
+Unix socket lives in a directory only this OS user can enter (mode 0700), it
+is mode 0600 itself, and both ends refuse a peer whose SO_PEERCRED uid is not
+their own (`vocabulary.peers`), so nothing another OS user can write is ever
+unpickled. On TCP, both ends first prove they know the replica's secret
+(`vocabulary.handshake`), and no byte is given to a `FrameDecoder` before
+that. Never carry these frames over anything weaker (a shared directory, TCP
+without the handshake). The handshake authenticates, it does not encrypt:
+TCP frames cross the cluster's network in the clear, as Ray's own traffic
+does without TLS.
 
 Pure: bytes in, frames out; no sockets here.
 """

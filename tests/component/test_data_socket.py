@@ -24,6 +24,7 @@ from proxy.coalescing import Coalescer
 from proxy.socketcalls import SocketTransport
 from replica.host import Replica
 from vocabulary.frames import FrameDecoder, Kind, encode
+from vocabulary.handshake import DataAddress
 from vocabulary.wire import BatchOutcome, BatchItem, BatchResult, Reply, StreamStart, WireRequest, make_request
 
 MODULE = __name__
@@ -287,7 +288,7 @@ def test_the_socket_is_private_and_leaves_with_draining_while_open_connections_a
         assert stat.S_IMODE(os.stat(scene.path).st_mode) == 0o600
         assert os.stat(directory).st_uid == os.getuid()
         assert len(scene.path.encode()) < 108
-        assert scene.replica.data_address() == ("", scene.path)
+        assert scene.replica.data_address() == DataAddress("", scene.path)
         await scene.transport.settled(scene.handle)
         await scene.replica.prepare_for_shutdown(0)
         assert not os.path.exists(directory)

@@ -1,6 +1,7 @@
-"""Streams and WebSockets over the same-node data path: a real replica pushing
-frames on a real Unix socket to the proxy's `SocketTransport` in the same
-process (no Ray), on asyncio's own loop and on uvloop (Ray's actors run on it).
+"""Streams and WebSockets over the data path: a real replica pushing frames on
+a real Unix socket (the same node) or on TCP over loopback (another node) to
+the proxy's `SocketTransport` in the same process (no Ray), on asyncio's own
+loop and on uvloop (Ray's actors run on it).
 
 The proxy reads a stream's chunks in order, grants credit only as it passes
 them on (so a proxy that reads nothing holds the replica to its window),
@@ -142,6 +143,7 @@ class Scene:
 
     async def start(self, target: str) -> StreamStart:
         assert await self.transport.settled(self.handle) is True
+        assert self.transport.via(self.handle) == _via[0]
         reply = await self.transport.one(self.handle, make_request("GET", target.partition("?")[0],
                                                                    target.partition("?")[2].encode()))
         assert isinstance(reply, StreamStart), reply
@@ -158,19 +160,31 @@ def event_loop_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+_via = ["unix"]
+
+
+@pytest.fixture(autouse=True, params=["unix", "tcp"])
+def via(request: pytest.FixtureRequest) -> str:
+    """The same node (its Unix socket), or another node (TCP, after the handshake)."""
+    _via[0] = str(request.param)
+    return _via[0]
+
+
 def run(scenario: Callable[[Scene], Awaitable[None]], handler: str = "Streamer", window: Window = Window()) -> None:
     async def main() -> None:
         Probe.produced, Probe.stopped, Probe.seen_close = 0, asyncio.Event(), []
         replica = Replica("streams", "r1", "v1", f"{MODULE}:{handler}")
         await replica.initialize()
-        path = await replica.serve_frames([tempfile.gettempdir()])
+        tcp = _via[0] == "tcp"
+        path = await replica.serve_frames([tempfile.gettempdir()], tcp_host="127.0.0.1" if tcp else None)
         assert path is not None
 
-        async def ask(handle: Any) -> tuple[str, str] | None:
-            return ("node-a", path)
+        async def ask(handle: Any) -> Any:
+            return replica.data_address() if tcp else ("node-a", path)
 
         ray = NoRay()
-        transport = SocketTransport(ray, lambda: "node-a", ask, streams=ray, window=window)
+        # The replica's node id is "" without Ray: "node-b" is another node, reached over TCP.
+        transport = SocketTransport(ray, lambda: "node-b" if tcp else "node-a", ask, streams=ray, window=window)
         try:
             async with asyncio.timeout(60):  # a hang fails the test instead of the run
                 await scenario(Scene(replica, path, transport, ray))

@@ -25,7 +25,10 @@ def test_requests_to_a_replica_on_the_proxys_node_go_over_its_unix_socket(servin
     serving.deploy(backend, 1)
     serving.route(backend)
     [replica] = serving.replicas(backend, "RUNNING")
-    node, path = ray.get(serving.replica_handle(replica.replica_id).data_address.remote(), timeout=30)
+    address = ray.get(serving.replica_handle(replica.replica_id).data_address.remote(), timeout=30)
+    node, path = address.node, address.path
+    # Other nodes' proxies would come over TCP, at the node's address (never a wildcard).
+    assert address.tcp is not None and address.tcp[0] == ray.util.get_node_ip_address()
     assert node == ray.get_runtime_context().get_node_id()  # one node: the proxy's
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
