@@ -55,7 +55,7 @@ from typing import Any, Awaitable, Callable
 
 import httptools
 
-from httpedge.answers import end_with, header_size, refusal
+from httpedge.answers import end_with, refusal
 from httpedge.limits import EdgeLimits
 
 __all__ = ["Server", "App"]
@@ -196,6 +196,7 @@ class _Connection(asyncio.Protocol):
         # Per request being parsed.
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
+        self.header_size = 0  # the target's and headers' bytes, counted as they are parsed
         self.expect_continue = False
         self.parsing: _Exchange | None = None
         # The exchange being answered, and those parsed behind it.
@@ -285,22 +286,25 @@ class _Connection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self.url = b""
         self.headers = []
+        self.header_size = 0
         self.expect_continue = False
 
     def on_url(self, url: bytes) -> None:
         self.url += url
+        self.header_size += len(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
             self.expect_continue = True
         self.headers.append((name, value))
+        self.header_size += len(name) + len(value) + 4  # as `httpedge.answers.header_size` counts
 
     def on_headers_complete(self) -> None:
         self.awaiting_headers = False
         self.header_deadline = None
         self.header_bytes = 0
-        if header_size(self.url, self.headers) > self.limits.max_header_bytes:
+        if self.header_size > self.limits.max_header_bytes:
             self._refuse(431, "Request header fields too large")
         elif self.over_cap:
             self._refuse(503, "Too many connections", [(b"retry-after", str(self.limits.retry_after_s).encode())])
@@ -356,10 +360,9 @@ class _Connection(asyncio.Protocol):
 
     def _start(self, exchange: _Exchange) -> None:
         self.active = exchange
-        task = self.loop.create_task(exchange.run(self.app))
-        tasks = self.server.tasks
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        # Named, since a default name is formatted per task; leaves `tasks` itself when it ends.
+        exchange.task = task = self.loop.create_task(exchange.run(self.app), name="http")
+        self.server.tasks.add(task)
 
     def response_done(self, exchange: _Exchange) -> None:
         """`exchange`'s answer is complete: the next one in line, or wait idle for one."""
@@ -459,7 +462,7 @@ class _Exchange:
 
     __slots__ = ("conn", "scope", "keep_alive", "expect_continue", "chunks", "buffered", "more_body", "ended",
                  "waiters", "disconnected", "started", "status", "headers", "written", "complete", "chunked",
-                 "remaining", "bodiless")
+                 "remaining", "bodiless", "task")
 
     def __init__(self, conn: _Connection, scope: Scope, keep_alive: bool, expect_continue: bool) -> None:
         self.conn = conn
@@ -480,6 +483,7 @@ class _Exchange:
         self.chunked = False
         self.remaining = 0
         self.bodiless = False
+        self.task: asyncio.Task[None] | None = None
 
     def wake(self) -> None:
         waiters = self.waiters
@@ -512,6 +516,8 @@ class _Exchange:
             elif not self.complete and not self.disconnected:
                 logger.error("ASGI callable returned without completing response.")
                 self._fail()
+        finally:
+            self.conn.server.tasks.discard(self.task)  # type: ignore[arg-type]
 
     def _fail(self) -> None:
         """A 500 if nothing of the answer went out yet; otherwise the connection is closed mid-answer."""
