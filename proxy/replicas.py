@@ -144,6 +144,13 @@ class ReplicaPool:
             return None
         return self._take()
 
+    def free_slot(self) -> ReplicaSlot | None:
+        """A slot at once when one has room and nobody waits in line; else None
+        (nothing recorded: `acquire` then waits or refuses)."""
+        if self._waiters or not self._slots:
+            return None
+        return self._take()
+
     async def acquire(self) -> ReplicaSlot:
         """A slot with room for one more request, waiting in line if all are full
         (or, for a backend that scales from zero, until a first replica starts)."""
