@@ -208,6 +208,10 @@ class DataSocket:
             self._dir = None
         self.path = None
 
+    def calls_in_flight(self) -> int:
+        """Calls and streams held on all connections: started, or cancelled and not yet ended."""
+        return sum(len(connection._calls) for connection in self._connections)
+
     def close(self) -> None:
         """Stop listening and drop every connection (their calls are cancelled)."""
         self.stop_listening()
@@ -299,8 +303,10 @@ class _Connection(asyncio.Protocol):
     def _dispatch(self, frame: Frame) -> None:
         kind = frame.kind
         if kind is Kind.CANCEL:
-            task = self._calls.get(frame.call_id)
+            # Forgotten here: a call cancelled before it ran never reaches its own `finally`.
+            task = self._calls.pop(frame.call_id, None)
             if task is not None:
+                self._credits.pop(frame.call_id, None)
                 task.cancel()
             return
         if kind is Kind.CREDIT:
@@ -338,10 +344,11 @@ class _Connection(asyncio.Protocol):
                 return
             self._credits[frame.call_id] = _Credit(frame.payload.window)
             task = asyncio.ensure_future(self._generate(frame.call_id, items))
+            task.add_done_callback(lambda _, call_id=frame.call_id: self._ended(call_id))
         else:
+            # Forgets itself as it ends (no done callback: one scheduled callback less per request).
             task = asyncio.ensure_future(self._call(frame))
         self._calls[frame.call_id] = task
-        task.add_done_callback(lambda _, call_id=frame.call_id: self._ended(call_id))
 
     def _ended(self, call_id: int) -> None:
         self._calls.pop(call_id, None)
@@ -401,6 +408,8 @@ class _Connection(asyncio.Protocol):
             raise  # a CANCEL frame or a closed connection: nobody waits for an answer
         except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
             self._send(Kind.ERROR, frame.call_id, traceback.format_exc())
+        finally:
+            self._calls.pop(frame.call_id, None)
 
     def _fitted(self, reply: Reply, budget: int) -> Reply:
         """`reply`, or a body larger than `budget` held as a stream the proxy pulls over Ray."""

@@ -329,6 +329,28 @@ def test_frames_written_together_are_all_answered() -> None:
     run(scenario)
 
 
+def test_calls_are_forgotten_once_answered_or_cancelled_even_before_they_ran() -> None:
+    async def scenario(scene: Scene) -> None:
+        reader, writer = await _raw(scene.path)
+        # 2 is cancelled in the same write that asks for it: it never runs, and is never answered.
+        writer.write(encode(Kind.REQUEST, 1, get("/", b"one")) + encode(Kind.REQUEST, 2, get("/", b"two"))
+                     + encode(Kind.CANCEL, 2) + encode(Kind.REQUEST, 3, get("/", b"three")))
+        decoder, frames = FrameDecoder(), []
+        while len(frames) < 2:
+            frames += decoder.feed(await asyncio.wait_for(reader.read(65536), 10))
+        assert sorted(frame.call_id for frame in frames) == [1, 3]
+        data = scene.replica._data
+        assert data is not None
+        for _ in range(100):  # the answered calls forget themselves as their tasks end
+            if data.calls_in_flight() == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert data.calls_in_flight() == 0
+        writer.close()
+
+    run(scenario)
+
+
 def test_the_peer_credentials_the_server_checks_are_the_connecting_process() -> None:
     from vocabulary.peers import peer_uid
 
