@@ -7,9 +7,9 @@ stops being fresh: `window_s` after it was sent, so a slow handler never
 holds back the requests behind it for longer) everything waiting leaves
 together in one batch call. The per-call cost — for Ray, the dominant cost
 of a proxy — is then shared by the whole batch, and batches grow exactly as
-fast as load does. A replica the transport reaches directly (`direct`: a
-frame connection on the proxy's node, where a call costs about what a
-request does) gets every request at once: holding one back would only add
+fast as load does. A replica the transport reaches directly (`at_once`: a
+frame connection, where a call costs about what a request does) gets every
+request at once: holding one back would only add
 latency, up to a window behind a slow handler.
 
 Each batched request carries the time it has left, so the replica cancels a
@@ -34,7 +34,7 @@ tests. No Ray here.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from proxy.calling import Batching, HandlerError, ReplicaDiedError
 from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, WireRequest
@@ -43,9 +43,10 @@ __all__ = ["Transport", "Coalescer"]
 
 
 class Transport(Protocol):
-    def direct(self, handle: Any) -> bool:
-        """True when a call to this replica costs too little to be worth holding
-        back for a batch (a frame connection on the node, not a Ray call)."""
+    def at_once(self, handle: Any, request: WireRequest) -> Awaitable[Reply] | None:
+        """The call of `request`, sent at once, when a call to this replica costs
+        too little to be worth holding back for a batch (a frame connection, not
+        a Ray call); None: let the coalescer decide."""
 
     async def one(self, handle: Any, request: WireRequest) -> Reply:
         """One request; raises ReplicaDiedError or HandlerError; cancellable."""
@@ -116,10 +117,11 @@ class Coalescer:
     ) -> Reply:
         if batching is not None:
             return await self._gather(handle, request, timeout_s, batching)
-        if self._transport.direct(handle):
+        sent = self._transport.at_once(handle, request)
+        if sent is not None:
             # Sent at once, so a request never waits behind a slow one; frames
             # written in one loop iteration still leave in one write.
-            return await self._transport.one(handle, request)
+            return await sent
         outbox = self._outboxes.get(handle)
         if outbox is None:
             outbox = self._outboxes[handle] = _Outbox()

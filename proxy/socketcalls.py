@@ -125,7 +125,8 @@ class FramedConnection(asyncio.Protocol):
         self.max_frame = max_frame
         self.via = "unix" if handshake is None else "tcp"
         self._handshake = handshake
-        self.proven: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()  # made on the loop it serves; asked once, not per call
+        self.proven: asyncio.Future[bool] = self._loop.create_future()
         if handshake is None:
             self.proven.set_result(True)
         self._decoder = FrameDecoder(max_frame)
@@ -152,7 +153,7 @@ class FramedConnection(asyncio.Protocol):
         if not self.open:
             raise ReplicaDiedError(f"the data socket to {self.name} is closed: {self.lost}")
         self._write(frame)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = self._loop.create_future()
         self._pending[call_id] = future
         try:
             return await future
@@ -180,7 +181,7 @@ class FramedConnection(asyncio.Protocol):
                             return
                         raise flow.outcome
                     self._credit(call_id, flow)  # all passed on: the replica may need it to go on
-                    flow.waiter = asyncio.get_running_loop().create_future()
+                    flow.waiter = self._loop.create_future()
                     try:
                         await flow.waiter
                     finally:
@@ -215,7 +216,7 @@ class FramedConnection(asyncio.Protocol):
     def _write(self, frame: bytes) -> None:
         # Frames sent within one loop iteration leave in one write.
         if not self._out:
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
         self._out.append(frame)
 
     def _flush(self) -> None:
@@ -423,8 +424,14 @@ class SocketTransport:
         # Forgotten with the handle: a replica that left leaves no entry behind.
         self._routes: weakref.WeakKeyDictionary[Any, _Route] = weakref.WeakKeyDictionary()
 
-    def direct(self, handle: Any) -> bool:
-        return self._connection(handle) is not None
+    def at_once(self, handle: Any, request: WireRequest) -> Awaitable[Reply] | None:
+        """The call over the replica's open connection (or over Ray when it is too
+        large for a frame); None when there is no connection."""
+        connection = self._connection(handle)
+        if connection is None:
+            return None
+        framed = connection.frame(Kind.REQUEST, request)
+        return self._fallback.one(handle, request) if framed is None else connection.send(*framed)
 
     async def one(self, handle: Any, request: WireRequest) -> Reply:
         connection = self._connection(handle)

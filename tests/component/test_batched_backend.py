@@ -41,8 +41,8 @@ class DropsOne:
 class InProcess:
     """The replica calls of `proxy.raycalls.RayTransport`, without Ray."""
 
-    def direct(self, handle: Any) -> bool:
-        return False
+    def at_once(self, handle: Any, request: WireRequest) -> None:
+        return None
 
     async def one(self, handle: Replica, request: WireRequest) -> WireResponse:
         return await handle.handle_request(request)

@@ -80,8 +80,8 @@ class RecordingFallback:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def direct(self, handle: Any) -> bool:
-        return False
+    def at_once(self, handle: Any, request: WireRequest) -> None:
+        return None
 
     async def one(self, handle: Any, request: WireRequest) -> Reply:
         self.calls.append("one")

@@ -23,8 +23,8 @@ class FakeTransport:
         self.batch_results: list[BatchResult] | None = None
         self.dead = False
 
-    def direct(self, handle: Any) -> bool:
-        return False
+    def at_once(self, handle: Any, request: WireRequest) -> None:
+        return None
 
     async def one(self, handle: Any, request: WireRequest) -> WireResponse:
         self.singles.append(request[1])

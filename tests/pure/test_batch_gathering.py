@@ -17,8 +17,8 @@ class ListTransport:
         self.lists: list[list[str]] = []
         self.results: list[BatchResult] | None = None
 
-    def direct(self, handle: Any) -> bool:
-        return False
+    def at_once(self, handle: Any, request: WireRequest) -> None:
+        return None
 
     async def one(self, handle: Any, request: WireRequest) -> WireResponse:
         raise AssertionError("a batched backend never gets a single call")
