@@ -231,6 +231,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self, owner: DataSocket, handshake: Handshake | None) -> None:
         self._owner = owner
         self._handshake = handshake
+        self._loop = asyncio.get_running_loop()  # the server's, made per connection: asked once, not per reply
         self._deadline: asyncio.TimerHandle | None = None
         self._peer = "a Unix socket peer"
         self._aborted = False
@@ -247,7 +248,7 @@ class _Connection(asyncio.Protocol):
             self._peer = f"TCP peer {transport.get_extra_info('peername')!r}"
             set_nodelay(sock)
             self._owner._connections.add(self)
-            self._deadline = asyncio.get_running_loop().call_later(
+            self._deadline = self._loop.call_later(
                 self._owner._handshake_timeout_s, self.abort, "it did not complete the handshake in time"
             )
             transport.write(self._handshake.greeting())
@@ -343,11 +344,11 @@ class _Connection(asyncio.Protocol):
                 self.abort(f"a {kind.name} frame with {frame.payload!r}")
                 return
             self._credits[frame.call_id] = _Credit(frame.payload.window)
-            task = asyncio.ensure_future(self._generate(frame.call_id, items))
+            task = self._loop.create_task(self._generate(frame.call_id, items))
             task.add_done_callback(lambda _, call_id=frame.call_id: self._ended(call_id))
         else:
             # Forgets itself as it ends (no done callback: one scheduled callback less per request).
-            task = asyncio.ensure_future(self._call(frame))
+            task = self._loop.create_task(self._call(frame))
         self._calls[frame.call_id] = task
 
     def _ended(self, call_id: int) -> None:
@@ -440,7 +441,7 @@ class _Connection(asyncio.Protocol):
             sent = False
         # Replies finishing in one loop iteration leave in one write.
         if not self._out:
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
         self._out.append(frame)
         return sent
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import importlib
 import inspect
@@ -99,10 +100,13 @@ def load_callable(
     return target
 
 
-async def call_handler(handler: Callable[..., Any], wire: WireRequest) -> WireResponse | BodyStream:
-    """Run one request through user code; user exceptions propagate."""
+async def call_handler(
+    handler: Callable[..., Any], wire: WireRequest, is_async: bool | None = None
+) -> WireResponse | BodyStream:
+    """Run one request through user code; user exceptions propagate. `is_async`:
+    whether `handler` is async, when the caller knows (a replica asks once, not per request)."""
     request = to_starlette_request(wire)
-    if _is_async(handler):
+    if _is_async(handler) if is_async is None else is_async:
         result = handler(request)  # an async generator function's result is not awaited
         if inspect.isawaitable(result):
             result = await result
@@ -260,6 +264,8 @@ class Replica:
                 lifespan = Lifespan(handler)
                 await lifespan.start()
                 self._lifespan, self._serve = lifespan, serve_http
+            else:
+                self._serve = functools.partial(call_handler, is_async=_is_async(handler))
             self._handler = handler
             import ray
 
@@ -318,8 +324,12 @@ class Replica:
         return StreamStart(status, headers, b"", self._streams.hold(_slices(body)))
 
     async def handle_request(self, wire: WireRequest) -> WireResponse | StreamStart:
-        with self._serving(1):
+        # `_serving`'s counting, spelt out: the context manager costs more than a noop request.
+        self._begin(1)
+        try:
             reply = await self._serve(self._handler, wire)
+        finally:
+            self._end(1)
         if isinstance(reply, BodyStream):
             return StreamStart(reply.status, reply.headers, reply.first_chunk, self._streams.hold(reply.rest))
         return reply
@@ -364,16 +374,22 @@ class Replica:
     @contextlib.contextmanager
     def _serving(self, requests: int) -> Iterator[None]:
         """Count `requests` in flight (draining waits for them) around user code."""
+        self._begin(requests)
+        try:
+            yield
+        finally:
+            self._end(requests)
+
+    def _begin(self, requests: int) -> None:
         if self._handler is None:
             raise RuntimeError(f"replica {self.replica_id} is not initialized")
         self._ongoing += requests
         self._idle.clear()
-        try:
-            yield
-        finally:
-            self._ongoing -= requests
-            if self._ongoing == 0:
-                self._idle.set()
+
+    def _end(self, requests: int) -> None:
+        self._ongoing -= requests
+        if self._ongoing == 0:
+            self._idle.set()
 
     async def handle_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A handle's call: the arguments go to the handler as they are, and
