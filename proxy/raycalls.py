@@ -85,8 +85,9 @@ async def _generated(generator: Any) -> AsyncGenerator[Any, None]:
             ray.cancel(generator)
 
 
-async def _data_address(handle: Any) -> Address:
-    return await handle.data_address.remote()
+async def _data_address(handle: Any, node: str) -> Address:
+    """The replica's data address, asked for a proxy on `node` (another node's opens its TCP listener)."""
+    return await handle.data_address.remote(node)
 
 
 def _local_node() -> str:
@@ -128,7 +129,7 @@ class RayCaller:
         self.frames: SocketTransport | None = None
         if data_socket:
             transport = self._streams = self.frames = SocketTransport(
-                transport, local_node, _data_address, streams=self._streams
+                transport, local_node, lambda handle: _data_address(handle, local_node()), streams=self._streams
             )
         self._coalescer = Coalescer(transport, max_calls_per_replica, coalesce_window_s, observe_batch)
 

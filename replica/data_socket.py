@@ -126,6 +126,7 @@ class DataSocket:
         self.streamed = 0  # streams and WebSockets whose items went out over the socket
         self.accepted = {"unix": 0, "tcp": 0}  # connections served, TCP ones once they proved themselves
         self._connections: set[_Connection] = set()
+        self._stopped = False  # stop_listening was called: nothing listens again
 
     def __repr__(self) -> str:
         return f"DataSocket(path={self.path!r}, tcp={self.tcp!r})"  # never the secret
@@ -175,6 +176,8 @@ class DataSocket:
         a wildcard), on a port the kernel picks; `(host, port)`, or None."""
         if self.tcp is not None:
             return self.tcp
+        if self._stopped:
+            return None  # draining: no new way in
         try:
             if ipaddress.ip_address(host).is_unspecified:
                 raise ValueError("a wildcard address would listen on every interface")
@@ -198,6 +201,7 @@ class DataSocket:
         Connections already open keep being served: a proxy may still send
         requests until it learns this replica is leaving, and those are served.
         """
+        self._stopped = True
         for server in (self._server, self._tcp_server):
             if server is not None:
                 server.close()

@@ -15,12 +15,12 @@ rest with `stream` (a Ray streaming generator; cancelling it stops the user
 code) or lets it go with `close_stream`. A WebSocket lives in `socket` (a
 streaming generator of what the app sends) and `socket_message` (what the
 client sent), both on this one replica for the connection's lifetime.
-Under Ray, the replica also serves the same calls as frames over a private
+Under Ray, the replica also serves the same calls as frames — streams'
+rests and WebSockets included, through these same methods — over a private
 Unix socket (`replica.data_socket`) for a proxy on its own node, and on TCP
-at the node's IP address for proxies on other nodes (authenticated with a
-secret only `data_address()` tells) — streams' rests and WebSockets
-included, through these same methods; a proxy asks `data_address()` where
-they are; it stops listening when draining.
+at the node's IP address for proxies on other nodes (opened when the first
+of them asks, and authenticated with a secret only `data_address` tells); a
+proxy asks `data_address` where they are; it stops listening when draining.
 Other replicas' handles (`gitops.serving.handle`) call `handle_call`, which
 passes their arguments to the handler as they are. Before any user code
 runs, the replica installs its context and its own handles
@@ -240,6 +240,7 @@ class Replica:
         self._idle = asyncio.Event()
         self._idle.set()
         self._data: DataSocket | None = None
+        self._tcp_host: str | None = None  # where to open the TCP listener when another node's proxy asks
 
     async def initialize(self) -> str:
         """Load, construct, configure and health-check the user code.
@@ -271,8 +272,10 @@ class Replica:
 
             # Only under Ray can a proxy find the socket; tests of this class run without one.
             if ray.is_initialized():
-                # Other nodes' proxies reach this node at the address Ray knows it by.
-                await self.serve_frames(_socket_bases(), tcp_host=ray.util.get_node_ip_address())
+                await self.serve_frames(_socket_bases())
+                # Other nodes' proxies reach this node at the address Ray knows it by,
+                # once one asks: a one-node cluster never listens on TCP.
+                self._tcp_host = ray.util.get_node_ip_address()
                 # What start-up made (Ray, the user's code and model) lives as
                 # long as the replica: out of the collector's sight, so a full
                 # collection under load no longer walks it (28 ms p99 at 32
@@ -285,8 +288,9 @@ class Replica:
     ) -> str | None:
         """Serve requests as frames on a Unix socket in a new private directory
         under the first of `bases` that fits, and, given `tcp_host`, on TCP
-        there for other nodes' proxies; the socket's path, or None (Ray only).
-        `initialize` does this under Ray, at the node's IP address."""
+        there for other nodes' proxies at once; the socket's path, or None (Ray
+        only). `initialize` does this under Ray, and leaves the TCP listener to
+        `data_address`."""
         if self._data is None:
             self._data = DataSocket(
                 Serving(
@@ -300,13 +304,18 @@ class Replica:
             await self._data.start_tcp(tcp_host)
         return path
 
-    def data_address(self) -> DataAddress | None:
+    async def data_address(self, for_node: str | None = None) -> DataAddress | None:
         """Where this replica serves frames (node id, Unix socket path, TCP
         address and its secret: asked over Ray, the control plane, only), or
-        None when it does not (not initialized, draining, unsupported)."""
+        None when it does not (not initialized, draining, unsupported). Asked
+        for a proxy on another node (`for_node`, its node id), it opens its TCP
+        listener first, at the node's address, unless it is draining."""
         if self._data is None:
             return None
-        return self._data.address(_node_id())
+        node = _node_id()
+        if for_node is not None and for_node != node and self._tcp_host is not None:
+            await self._data.start_tcp(self._tcp_host)
+        return self._data.address(node)
 
     def data_connections(self) -> dict[str, int]:
         """Data connections served so far, by "unix" and "tcp" (proven ones only)."""

@@ -288,11 +288,11 @@ def test_the_socket_is_private_and_leaves_with_draining_while_open_connections_a
         assert stat.S_IMODE(os.stat(scene.path).st_mode) == 0o600
         assert os.stat(directory).st_uid == os.getuid()
         assert len(scene.path.encode()) < 108
-        assert scene.replica.data_address() == DataAddress("", scene.path)
+        assert await scene.replica.data_address() == DataAddress("", scene.path)
         await scene.transport.settled(scene.handle)
         await scene.replica.prepare_for_shutdown(0)
         assert not os.path.exists(directory)
-        assert scene.replica.data_address() is None
+        assert await scene.replica.data_address() is None
         assert (await scene.transport.one(scene.handle, get("/", b"late")))[2] == b"echo:late"
 
     run(scenario)

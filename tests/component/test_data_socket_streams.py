@@ -180,7 +180,7 @@ def run(scenario: Callable[[Scene], Awaitable[None]], handler: str = "Streamer",
         assert path is not None
 
         async def ask(handle: Any) -> Any:
-            return replica.data_address() if tcp else ("node-a", path)
+            return await replica.data_address() if tcp else ("node-a", path)
 
         ray = NoRay()
         # The replica's node id is "" without Ray: "node-b" is another node, reached over TCP.

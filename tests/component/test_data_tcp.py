@@ -111,7 +111,9 @@ class Scene:
 
     @property
     def address(self) -> DataAddress:
-        address = self.replica.data_address()
+        # What `Replica.data_address` answers, without its await: the listener is already open.
+        assert self.replica._data is not None
+        address = self.replica._data.address("")
         assert address is not None and address.tcp is not None
         return address
 
@@ -153,7 +155,7 @@ def run(
         asked: list[DataAddress] = []
 
         async def ask(handle: Any) -> DataAddress | None:
-            address = replica.data_address()
+            address = await replica.data_address()
             assert address is not None
             if secret is not None:
                 address = DataAddress(address.node, address.path, address.tcp, secret)
@@ -220,11 +222,38 @@ def test_the_replica_listens_at_the_address_it_is_given_and_never_on_a_wildcard(
         wildcard = Replica("echo", "r2", "v1", f"{MODULE}:App")
         await wildcard.initialize()
         await wildcard.serve_frames([tempfile.gettempdir()], tcp_host="0.0.0.0")
-        address = wildcard.data_address()
+        address = await wildcard.data_address()
         assert address is not None and address.path is not None and address.tcp is None and address.secret == b""
         await wildcard.prepare_for_shutdown(0)
 
     run(scenario)
+
+
+def test_the_tcp_listener_opens_only_when_a_proxy_on_another_node_asks_and_never_while_draining() -> None:
+    async def main() -> None:
+        replica = Replica("echo", "r3", "v1", f"{MODULE}:App")
+        await replica.initialize()
+        await replica.serve_frames([tempfile.gettempdir()])
+        replica._tcp_host = LOOPBACK  # what `initialize` takes from Ray: the node's address
+        # The replica's node id is "" without Ray.
+        assert (await replica.data_address()).tcp is None  # type: ignore[union-attr]
+        assert (await replica.data_address(for_node="")).tcp is None  # type: ignore[union-attr]  # its own node's proxy
+        address = await replica.data_address(for_node="node-b")
+        assert address is not None and address.tcp is not None and address.tcp[0] == LOOPBACK
+        assert (await replica.data_address()).tcp == address.tcp  # type: ignore[union-attr]  # opened once, kept
+        await replica.prepare_for_shutdown(0)
+        assert await replica.data_address(for_node="node-c") is None  # draining: no way in, none opened
+
+        late = Replica("echo", "r4", "v1", f"{MODULE}:App")
+        await late.initialize()
+        await late.serve_frames([tempfile.gettempdir()])
+        late._tcp_host = LOOPBACK
+        assert late._data is not None
+        late._data.stop_listening()  # what draining does first
+        assert await late.data_address(for_node="node-b") is None
+        await late.prepare_for_shutdown(0)
+
+    asyncio.run(main())
 
 
 def test_a_proxy_with_the_wrong_secret_is_refused_and_its_replica_stays_on_ray() -> None:

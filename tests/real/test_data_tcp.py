@@ -59,9 +59,8 @@ def replica(ray_session: str) -> Iterator[Any]:
 
 
 def test_a_proxy_on_another_node_sends_its_requests_over_the_replicas_tcp_listener(replica: Any) -> None:
-    address = ray.get(replica.data_address.remote(), timeout=30)
-    assert address.tcp is not None and address.tcp[0] == ray.util.get_node_ip_address()  # never a wildcard
-    assert address.secret.hex() not in repr(address)
+    # Until a proxy on another node asks, the replica listens on no TCP port.
+    assert ray.get(replica.data_address.remote(), timeout=30).tcp is None
 
     async def calls() -> tuple[str | None, list[bytes]]:
         caller = RayCaller(max_calls_per_replica=8, coalesce_window_s=0.001, local_node=lambda: "another-node")
@@ -80,6 +79,9 @@ def test_a_proxy_on_another_node_sends_its_requests_over_the_replicas_tcp_listen
 
     via, bodies = asyncio.run(calls())
     assert via == "tcp"
+    address = ray.get(replica.data_address.remote(), timeout=30)
+    assert address.tcp is not None and address.tcp[0] == ray.util.get_node_ip_address()  # never a wildcard
+    assert address.secret.hex() not in repr(address)
     assert bodies == [str(n).encode() for n in range(20)]
     assert ray.get(replica.frames_served.remote(), timeout=30) == 20
     assert ray.get(replica.data_connections.remote(), timeout=30) == {"unix": 0, "tcp": 1}

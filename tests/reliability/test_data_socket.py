@@ -27,8 +27,8 @@ def test_requests_to_a_replica_on_the_proxys_node_go_over_its_unix_socket(servin
     [replica] = serving.replicas(backend, "RUNNING")
     address = ray.get(serving.replica_handle(replica.replica_id).data_address.remote(), timeout=30)
     node, path = address.node, address.path
-    # Other nodes' proxies would come over TCP, at the node's address (never a wildcard).
-    assert address.tcp is not None and address.tcp[0] == ray.util.get_node_ip_address()
+    # No proxy on another node asked: the replica listens on no TCP port.
+    assert address.tcp is None
     assert node == ray.get_runtime_context().get_node_id()  # one node: the proxy's
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
@@ -44,6 +44,8 @@ def test_requests_to_a_replica_on_the_proxys_node_go_over_its_unix_socket(servin
         answers = [client.post(url, content=f"body {n}".encode()) for n in range(20)]
     assert [answer.status_code for answer in answers] == [200] * 20
     assert frames_served(serving, replica.replica_id) - before == 20
+    # Its proxy, on its own node, asked too: still no TCP port.
+    assert ray.get(serving.replica_handle(replica.replica_id).data_address.remote(), timeout=30).tcp is None
 
 
 def test_killing_a_replica_with_requests_in_flight_on_its_socket_fails_no_get(

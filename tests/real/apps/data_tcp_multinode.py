@@ -72,9 +72,6 @@ def main() -> None:
         [replica] = status().backends["echo"].replicas
         out["replica_on_worker_node"] = replica.node_id == worker.node_id and replica.node_id != head
         handle = ray.get_actor(REPLICA_PREFIX + replica.replica_id, namespace=NAMESPACE)
-        data = ray.get(handle.data_address.remote(), timeout=30)
-        out["tcp_host_is_the_nodes"] = data.tcp is not None and data.tcp[0] == worker.node_ip_address
-
         url = f"http://{address}/e"
         with httpx.Client(timeout=10) as http:
             def over_tcp() -> bool:
@@ -87,6 +84,9 @@ def main() -> None:
             before = ray.get(handle.frames_served.remote(), timeout=30)
             answers = [http.post(url, content=f"body {n}".encode()).status_code for n in range(20)]
         out["answers"] = answers
+        # Opened when the head node's proxy asked for it, at the worker node's address.
+        data = ray.get(handle.data_address.remote(), timeout=30)
+        out["tcp_host_is_the_nodes"] = data.tcp is not None and data.tcp[0] == worker.node_ip_address
         out["served_since"] = ray.get(handle.frames_served.remote(), timeout=30) - before
         out["connections"] = ray.get(handle.data_connections.remote(), timeout=30)
     finally:
