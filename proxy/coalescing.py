@@ -9,8 +9,8 @@ together in one batch call. The per-call cost — for Ray, the dominant cost
 of a proxy — is then shared by the whole batch, and batches grow exactly as
 fast as load does. A replica the transport reaches directly (`at_once`: a
 frame connection, where a call costs about what a request does) gets every
-request at once: holding one back would only add
-latency, up to a window behind a slow handler.
+request at once: holding one back would only add latency, up to a window
+behind a slow handler.
 
 Each batched request carries the time it has left, so the replica cancels a
 handler that runs past its endpoint's timeout just as a cancelled single
