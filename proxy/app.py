@@ -217,9 +217,7 @@ class ProxyApp:
                 body = await _read_body(receive, self._settings.max_body_bytes, self._settings.edge.body_timeout_s)
             else:
                 # No body (RFC 9112 6.3): the server hands its one empty message over at once, so no deadline.
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise ClientLeft("before its request was read; no replica called")
+                _request_message(await receive())
                 body = b""
             headers = with_root_path(_end_to_end(scope["headers"]), route.prefix)
             request: WireRequest = (scope["method"], path, scope["query_string"], headers, body)
@@ -448,10 +446,15 @@ async def _read_body(receive: Receive, limit: int, timeout_s: float) -> bytes:
         raise _Reply(408, "Request body not complete in time", _CLOSE) from None
 
 
-async def _read_all(receive: Receive, limit: int) -> bytes:
-    message = await receive()
+def _request_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The request's first message; `ClientLeft` when it says the client went away."""
     if message["type"] == "http.disconnect":
         raise ClientLeft("before its request was read; no replica called")
+    return message
+
+
+async def _read_all(receive: Receive, limit: int) -> bytes:
+    message = _request_message(await receive())
     body: bytes = message.get("body", b"")
     if not message.get("more_body", False):
         if len(body) > limit:

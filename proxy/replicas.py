@@ -136,13 +136,11 @@ class ReplicaPool:
     # --- acquiring and releasing ----------------------------------------------
 
     def try_acquire(self) -> ReplicaSlot | None:
-        """A slot now, or None; never waits and never jumps the queue."""
+        """A slot now, or None; never waits and never jumps the queue; with no
+        replica at all, the request counts as unserved."""
         if not self._slots:
             self._unserved.append(self._clock())
-            return None
-        if self._waiters:
-            return None
-        return self._take()
+        return self.free_slot()
 
     def free_slot(self) -> ReplicaSlot | None:
         """A slot at once when one has room and nobody waits in line; else None

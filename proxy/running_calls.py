@@ -1,16 +1,15 @@
 """The replica calls running on one event loop: their deadlines and their clients, kept by one sweep.
 
-Each request's call runs between `RunningCalls.enter` and `leave` (or
-under `run`, which does both around an awaitable), with the endpoint's
-deadline. Past the deadline the request's task is cancelled, and with it the
+Each request's call runs between `RunningCalls.enter` and `leave`, with
+the endpoint's deadline. Past the deadline the request's task is cancelled, and with it the
 replica call, and `TimeoutError` is raised in it. A call still running after
 `watch_after_s` starts watching its client (a `receive()` waiting for
 `http.disconnect`); when the client leaves, the call is cancelled the same
 way and `ClientLeft` raised. Quick requests never watch: they only enter and
-leave a set. A request path that awaits its call itself, between `enter`
-and `leave`, asks `why_cancelled` what a CancelledError meant; this saves
-the coroutine `run` wraps around the call, a noticeable share of a noop
-answer's cost in the proxy.
+leave a set. The request path awaits its call itself, between `enter` and
+`leave`, and asks `why_cancelled` what a CancelledError meant: a coroutine
+wrapped around each call was a noticeable share of a noop answer's cost in
+the proxy.
 
 One timer serves every call. It is armed only while calls run, for the
 earlier of the next sweep (every `watch_after_s / 2`) and the earliest
@@ -26,12 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable
 
 __all__ = ["ClientLeft", "RunningCall", "RunningCalls"]
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
-_T = TypeVar("_T")
 _SLACK_S = 0.001  # a timer may fire this much before its time (the loop rounds to its clock's resolution)
 
 
@@ -91,14 +89,9 @@ class RunningCalls:
         assert task is not None
         loop = task.get_loop()
         now = loop.time()
-        return self._enter(task, loop, now, receive, now + timeout_s)
-
-    def _enter(
-        self, task: asyncio.Task[Any], loop: asyncio.AbstractEventLoop, now: float, receive: Receive, deadline_at: float
-    ) -> RunningCall:
-        running = RunningCall(task, receive, now + self._after_s, deadline_at)
+        running = RunningCall(task, receive, now + self._after_s, now + timeout_s)
         self._running.add(running)
-        self._arm(loop, min(now + self._after_s / 2, deadline_at))
+        self._arm(loop, min(now + self._after_s / 2, running.deadline_at))
         return running
 
     @staticmethod
@@ -117,23 +110,6 @@ class RunningCalls:
         self._running.discard(running)
         if running.watch is not None:
             running.watch.cancel()
-
-    async def run(self, receive: Receive, deadline_at: float, work: Awaitable[_T]) -> _T:
-        """`work`'s result. Past `deadline_at` (the loop's clock) `work` is cancelled and TimeoutError
-        raised; if the client disconnects first, it is cancelled and `ClientLeft` raised."""
-        task = asyncio.current_task()
-        assert task is not None
-        loop = task.get_loop()
-        running = self._enter(task, loop, loop.time(), receive, deadline_at)
-        try:
-            return await work
-        except asyncio.CancelledError:
-            instead = self.why_cancelled(running)
-            if instead is None:
-                raise
-            raise instead from None
-        finally:
-            self.leave(running)
 
     def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         """Make sure the sweep runs no later than `when`."""

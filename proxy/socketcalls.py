@@ -80,8 +80,8 @@ _ASK_TIMEOUT_S = 30.0
 _BACKOFF_FIRST_S = 0.1
 _BACKOFF_MAX_S = 5.0
 
-# A replica's data address; a bare (node id, Unix socket path) names a Unix socket alone.
-Address = DataAddress | tuple[str, str] | None
+# A replica's data address, or None (it serves no frames).
+Address = DataAddress | None
 
 
 class _Flow:
@@ -434,12 +434,8 @@ class SocketTransport:
         return self._fallback.one(handle, request) if framed is None else connection.send(*framed)
 
     async def one(self, handle: Any, request: WireRequest) -> Reply:
-        connection = self._connection(handle)
-        if connection is not None:
-            framed = connection.frame(Kind.REQUEST, request)
-            if framed is not None:
-                return await connection.send(*framed)
-        return await self._fallback.one(handle, request)
+        sent = self.at_once(handle, request)
+        return await (sent if sent is not None else self._fallback.one(handle, request))
 
     async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
         return await self._many(Kind.BATCH, self._fallback.batch, handle, items)
@@ -540,8 +536,6 @@ class SocketTransport:
             except Exception as error:  # noqa: BLE001 — e.g. the actor died: Ray will say so on the next call
                 logger.info("replica %s stays on Ray calls: no data address (%r)", name, error)
                 return
-            if isinstance(address, tuple) and len(address) == 2:
-                address = DataAddress(*address)
             if not isinstance(address, DataAddress):
                 return
             try:

@@ -100,13 +100,11 @@ def load_callable(
     return target
 
 
-async def call_handler(
-    handler: Callable[..., Any], wire: WireRequest, is_async: bool | None = None
-) -> WireResponse | BodyStream:
+async def call_handler(handler: Callable[..., Any], wire: WireRequest, is_async: bool) -> WireResponse | BodyStream:
     """Run one request through user code; user exceptions propagate. `is_async`:
-    whether `handler` is async, when the caller knows (a replica asks once, not per request)."""
+    `_is_async(handler)`, which a replica asks once, not per request."""
     request = to_starlette_request(wire)
-    if _is_async(handler) if is_async is None else is_async:
+    if is_async:
         result = handler(request)  # an async generator function's result is not awaited
         if inspect.isawaitable(result):
             result = await result
@@ -120,8 +118,9 @@ async def call_handler(
     return await to_reply(result, wire)
 
 
-async def call_batch_handler(handler: Callable[..., Any], wires: list[WireRequest]) -> list[Any]:
-    """Run a batched handler once over `wires`; its results, one per request.
+async def call_batch_handler(handler: Callable[..., Any], wires: list[WireRequest], is_async: bool) -> list[Any]:
+    """Run a batched handler once over `wires` (`is_async`: as for `call_handler`);
+    its results, one per request.
 
     User exceptions propagate; a result that is not a list of the same length
     raises `BatchLengthError`, since no request could be matched to its answer.
@@ -130,7 +129,7 @@ async def call_batch_handler(handler: Callable[..., Any], wires: list[WireReques
     for request in requests:
         # Request.body() needs the loop, so a sync handler gets bodies read.
         await request.body()
-    if _is_async(handler):
+    if is_async:
         results = await handler(requests)
     else:
         results = await asyncio.to_thread(handler, requests)
@@ -231,7 +230,8 @@ class Replica:
         self._init_kwargs = dict(init_kwargs or {})
         self._user_config = user_config
         self._handler: Any = None
-        self._serve: Callable[[Any, WireRequest], Any] = call_handler
+        self._handler_is_async = False  # `_is_async(self._handler)`, decided once it is loaded
+        self._serve: Callable[[Any, WireRequest], Any] = functools.partial(call_handler, is_async=False)
         self._lifespan: Lifespan | None = None
         self._handles = HandleRouter(f"handles:{replica_id}", namespace, random.Random())
         self._streams = StreamTable(replica_id)
@@ -260,13 +260,14 @@ class Replica:
             # Not ready until healthy: a version whose check_health always
             # raises must never receive traffic.
             await _call_optional(handler, "check_health")
+            self._handler_is_async = _is_async(handler)
             if is_asgi_app(handler):
                 # An ASGI app serves everything under its route itself, after its startup.
                 lifespan = Lifespan(handler)
                 await lifespan.start()
                 self._lifespan, self._serve = lifespan, serve_http
             else:
-                self._serve = functools.partial(call_handler, is_async=_is_async(handler))
+                self._serve = functools.partial(call_handler, is_async=self._handler_is_async)
             self._handler = handler
             import ray
 
@@ -405,7 +406,7 @@ class Replica:
         its return value goes back as it is; user exceptions propagate."""
         with self._serving(1):
             handler = self._handler
-            if _is_async(handler):
+            if self._handler_is_async:
                 return await handler(*args, **kwargs)
             result = await asyncio.to_thread(handler, *args, **kwargs)
             if inspect.isawaitable(result):
@@ -424,7 +425,7 @@ class Replica:
         with self._serving(len(batch)):
             try:
                 results = await asyncio.wait_for(
-                    call_batch_handler(self._handler, [wire for wire, _ in batch]), limit_s
+                    call_batch_handler(self._handler, [wire for wire, _ in batch], self._handler_is_async), limit_s
                 )
             except asyncio.TimeoutError:
                 return [(BatchOutcome.TIMEOUT, "")] * len(batch)

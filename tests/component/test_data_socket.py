@@ -127,8 +127,8 @@ def run(
         path = await replica.serve_frames([tempfile.gettempdir()], **extra)
         assert path is not None
 
-        async def ask(handle: Any) -> tuple[str, str] | None:
-            return (node, path)
+        async def ask(handle: Any) -> DataAddress | None:
+            return DataAddress(node, path)
 
         fallback = RecordingFallback()
         options = {} if proxy_max_frame is None else {"max_frame": proxy_max_frame}

@@ -25,6 +25,7 @@ from proxy.socketcalls import SocketTransport
 from proxy.streaming import StreamEnd, relay
 from replica.host import Replica
 from vocabulary.frames import Frame, FrameDecoder, Kind, Opening, Window, encode
+from vocabulary.handshake import DataAddress
 from vocabulary.wire import BatchItem, BatchResult, Reply, StreamStart, WireRequest, make_request
 
 MODULE = __name__
@@ -180,7 +181,7 @@ def run(scenario: Callable[[Scene], Awaitable[None]], handler: str = "Streamer",
         assert path is not None
 
         async def ask(handle: Any) -> Any:
-            return await replica.data_address() if tcp else ("node-a", path)
+            return await replica.data_address() if tcp else DataAddress("node-a", path)
 
         ray = NoRay()
         # The replica's node id is "" without Ray: "node-b" is another node, reached over TCP.

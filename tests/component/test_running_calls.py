@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Awaitable, TypeVar
 
 import pytest
 
@@ -11,6 +11,22 @@ from proxy.running_calls import ClientLeft, RunningCalls
 
 AFTER_S = 0.02
 FAR = float("inf")  # no deadline
+T = TypeVar("T")
+
+
+async def run(calls: RunningCalls, receive: Any, deadline_at: float, work: Awaitable[T]) -> T:
+    """`work` as the proxy's request path runs its call: between `enter` and
+    `leave`, a cancellation of the sweep's raised as what it meant."""
+    running = calls.enter(receive, deadline_at - asyncio.get_running_loop().time())
+    try:
+        return await work
+    except asyncio.CancelledError:
+        instead = calls.why_cancelled(running)
+        if instead is None:
+            raise
+        raise instead from None
+    finally:
+        calls.leave(running)
 
 
 class Client:
@@ -41,7 +57,7 @@ async def slow(cancelled: asyncio.Event) -> None:
 def test_a_client_that_leaves_a_slow_request_cancels_its_work() -> None:
     async def scenario() -> None:
         calls, client, cancelled = RunningCalls(AFTER_S), Client(), asyncio.Event()
-        request = asyncio.ensure_future(calls.run(client.receive, FAR, slow(cancelled)))
+        request = asyncio.ensure_future(run(calls, client.receive, FAR, slow(cancelled)))
         await asyncio.sleep(AFTER_S * 2)  # past the watch's start, its sweep included
         assert client.asked == 1 and calls.watching() == 1
         client.leave()
@@ -61,7 +77,7 @@ def test_quick_requests_never_ask_for_the_clients_messages() -> None:
             await asyncio.sleep(0)
             return n
 
-        answers = await asyncio.gather(*(calls.run(c.receive, FAR, quick(n)) for n, c in enumerate(clients)))
+        answers = await asyncio.gather(*(run(calls, c.receive, FAR, quick(n)) for n, c in enumerate(clients)))
         assert answers == list(range(50))
         await asyncio.sleep(AFTER_S * 2)  # the sweep finds nothing to watch and stops
         assert [c.asked for c in clients] == [0] * 50 and calls.running() == 0
@@ -72,7 +88,7 @@ def test_quick_requests_never_ask_for_the_clients_messages() -> None:
 def test_a_cancellation_from_elsewhere_stays_a_cancellation() -> None:
     async def scenario() -> None:
         calls, client = RunningCalls(AFTER_S), Client()
-        request = asyncio.ensure_future(calls.run(client.receive, FAR, asyncio.sleep(10)))
+        request = asyncio.ensure_future(run(calls, client.receive, FAR, asyncio.sleep(10)))
         await asyncio.sleep(AFTER_S * 2)
         request.cancel()  # e.g. the server shutting down, the client still there
         with pytest.raises(asyncio.CancelledError):
@@ -88,9 +104,9 @@ def test_requests_started_at_different_times_each_watch_once_past_their_own_star
     async def scenario() -> None:
         calls = RunningCalls(after)
         early, late = Client(), Client()
-        first = asyncio.ensure_future(calls.run(early.receive, FAR, asyncio.sleep(after * 4)))
+        first = asyncio.ensure_future(run(calls, early.receive, FAR, asyncio.sleep(after * 4)))
         await asyncio.sleep(after * 2)
-        second = asyncio.ensure_future(calls.run(late.receive, FAR, asyncio.sleep(after * 4)))
+        second = asyncio.ensure_future(run(calls, late.receive, FAR, asyncio.sleep(after * 4)))
         await asyncio.sleep(0)
         assert early.asked == 1 and late.asked == 0  # the late one has not run long enough yet
         await asyncio.sleep(after * 2)
@@ -106,7 +122,7 @@ def test_a_call_past_its_deadline_is_cancelled_and_times_out() -> None:
         calls, client, cancelled = RunningCalls(AFTER_S), Client(), asyncio.Event()
         loop = asyncio.get_running_loop()
         with pytest.raises(TimeoutError):
-            await calls.run(client.receive, loop.time() + AFTER_S * 3, slow(cancelled))
+            await run(calls, client.receive, loop.time() + AFTER_S * 3, slow(cancelled))
         assert cancelled.is_set() and calls.running() == 0
 
     asyncio.run(scenario())
@@ -118,13 +134,13 @@ def test_a_deadline_nearer_than_the_next_sweep_fires_first() -> None:
     async def scenario() -> None:
         calls, client = RunningCalls(after), Client()
         loop = asyncio.get_running_loop()
-        late = asyncio.ensure_future(calls.run(client.receive, FAR, asyncio.sleep(after * 2)))  # arms the sweep
+        late = asyncio.ensure_future(run(calls, client.receive, FAR, asyncio.sleep(after * 2)))  # arms the sweep
         await asyncio.sleep(0)
         order: list[str] = []
 
         async def short() -> None:
             try:
-                await calls.run(client.receive, loop.time() + 0.01, asyncio.sleep(10))
+                await run(calls, client.receive, loop.time() + 0.01, asyncio.sleep(10))
             except TimeoutError:
                 order.append("deadline")
 
@@ -145,7 +161,7 @@ def test_a_call_that_answers_in_time_is_untouched_by_its_deadline() -> None:
     async def scenario() -> None:
         calls, client = RunningCalls(AFTER_S), Client()
         loop = asyncio.get_running_loop()
-        assert await calls.run(client.receive, loop.time() + 5, asyncio.sleep(AFTER_S * 3, "answer")) == "answer"
+        assert await run(calls, client.receive, loop.time() + 5, asyncio.sleep(AFTER_S * 3, "answer")) == "answer"
         assert client.asked == 1  # watched meanwhile, as a call past AFTER_S is
 
     asyncio.run(scenario())
