@@ -16,84 +16,16 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 import uvloop
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
 
 from proxy.calling import HandlerError, ReplicaDiedError
 from proxy.coalescing import Coalescer
 from proxy.socketcalls import SocketTransport
 from replica.host import Replica
+from tests.component.data_path import APPS, App, FakeHandle, RecordingFallback
 from vocabulary.frames import FrameDecoder, Kind, encode
 from vocabulary.handshake import DataAddress
-from vocabulary.wire import BatchOutcome, BatchItem, BatchResult, Reply, StreamStart, WireRequest, make_request
+from vocabulary.wire import BatchOutcome, StreamStart, WireRequest, make_request
 
-MODULE = __name__
-
-
-class App:
-    """Echoes; /slow waits until cancelled (and says so); /boom raises; /big answers ?n bytes."""
-
-    started: asyncio.Event | None = None
-    cancelled: asyncio.Event | None = None
-
-    async def __call__(self, request: Request) -> Response:
-        path = request.url.path
-        if path == "/stream":
-            async def chunks() -> Any:
-                for n in range(3):
-                    yield f"chunk {n};".encode()
-
-            return StreamingResponse(chunks())
-        if path == "/slow":
-            assert App.started is not None and App.cancelled is not None
-            App.started.set()
-            try:
-                await asyncio.sleep(3600)
-            except asyncio.CancelledError:
-                App.cancelled.set()
-                raise
-        if path == "/boom":
-            raise ValueError("the model exploded")
-        if path == "/big":
-            return Response(b"z" * int(request.query_params["n"]))
-        return Response(b"echo:" + await request.body())
-
-
-class Batched:
-    async def __call__(self, requests: list[Request]) -> list[str]:
-        return [f"{len(requests)}:{(await request.body()).decode()}" for request in requests]
-
-
-class FakeHandle:
-    """Stands for a Ray actor handle: only its identity matters to the transport."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"FakeHandle({self.name})"
-
-
-class RecordingFallback:
-    """The Ray transport's stand-in: answers 203 so a test sees which path served."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def at_once(self, handle: Any, request: WireRequest) -> None:
-        return None
-
-    async def one(self, handle: Any, request: WireRequest) -> Reply:
-        self.calls.append("one")
-        return (203, [], b"over ray")
-
-    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
-        self.calls.append("batch")
-        return [(BatchOutcome.OK, (203, [], b"over ray"))] * len(items)
-
-    async def together(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
-        self.calls.append("together")
-        return [(BatchOutcome.OK, (203, [], b"over ray"))] * len(items)
 
 
 class Scene:
@@ -121,7 +53,7 @@ def run(
 ) -> None:
     async def main() -> None:
         App.started, App.cancelled = asyncio.Event(), asyncio.Event()
-        replica = Replica("echo", "r1", "v1", f"{MODULE}:{handler}")
+        replica = Replica("echo", "r1", "v1", f"{APPS}:{handler}")
         await replica.initialize()
         extra = {} if replica_max_frame is None else {"max_frame": replica_max_frame}
         path = await replica.serve_frames([tempfile.gettempdir()], **extra)

@@ -24,9 +24,10 @@ from proxy.calling import HandlerError, ReplicaDiedError
 from proxy.socketcalls import SocketTransport
 from proxy.streaming import StreamEnd, relay
 from replica.host import Replica
+from tests.component.data_path import FakeHandle, RecordingFallback
 from vocabulary.frames import Frame, FrameDecoder, Kind, Opening, Window, encode
 from vocabulary.handshake import DataAddress
-from vocabulary.wire import BatchItem, BatchResult, Reply, StreamStart, WireRequest, make_request
+from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, make_request
 
 MODULE = __name__
 
@@ -94,23 +95,8 @@ async def chat(scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, 
         await send({"type": "websocket.send", "text": f"echo: {message.get('text')}"})
 
 
-class FakeHandle:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-class NoRay:
-    """The fallbacks: a test fails loudly if anything went over "Ray"."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def at_once(self, handle: Any, request: WireRequest) -> None:
-        return None
-
-    async def one(self, handle: Any, request: WireRequest) -> Reply:
-        self.calls.append("one")
-        return (203, [], b"over ray")
+class NoRay(RecordingFallback):
+    """The fallbacks, streams included: what went over "Ray" is recorded, and a batch fails the test."""
 
     async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
         raise AssertionError("no batches here")

@@ -14,17 +14,15 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 import uvloop
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
 
 from proxy.calling import ReplicaDiedError
 from proxy.socketcalls import SocketTransport, connect_tcp
 from replica.host import Replica
+from tests.component.data_path import APPS, App, FakeHandle, RecordingFallback
 from vocabulary.frames import Kind, encode
 from vocabulary.handshake import HELLO_BYTES, MAGIC, DataAddress, Handshake, Role
-from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, StreamStart, WireRequest, make_request
+from vocabulary.wire import StreamStart, WireRequest, make_request
 
-MODULE = __name__
 LOOPBACK = "127.0.0.1"
 
 # What a pickle that runs code on decode did: it must stay empty.
@@ -39,58 +37,6 @@ def detonate(what: str) -> str:
 class Bomb:
     def __reduce__(self) -> Any:
         return (detonate, ("a pickle from an unproven peer was decoded",))
-
-
-class App:
-    """Echoes; /slow waits until cancelled; /stream answers three chunks."""
-
-    started: asyncio.Event | None = None
-
-    async def __call__(self, request: Request) -> Response:
-        if request.url.path == "/slow":
-            assert App.started is not None
-            App.started.set()
-            await asyncio.sleep(3600)
-        if request.url.path == "/stream":
-            async def chunks() -> Any:
-                for n in range(3):
-                    yield f"chunk {n};".encode()
-
-            return StreamingResponse(chunks())
-        return Response(b"echo:" + await request.body())
-
-
-class Batched:
-    async def __call__(self, requests: list[Request]) -> list[str]:
-        return [f"{len(requests)}:{(await request.body()).decode()}" for request in requests]
-
-
-class FakeHandle:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"FakeHandle({self.name})"
-
-
-class RecordingFallback:
-    """Ray's stand-in: answers 203 so a test sees which path served."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def at_once(self, handle: Any, request: WireRequest) -> None:
-        return None
-
-    async def one(self, handle: Any, request: WireRequest) -> Reply:
-        self.calls.append("one")
-        return (203, [], b"over ray")
-
-    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
-        self.calls.append("batch")
-        return [(BatchOutcome.OK, (203, [], b"over ray"))] * len(items)
-
-    together = batch
 
 
 class Clock:
@@ -144,9 +90,9 @@ def run(
     handshake_timeout_s: float | None = None,
 ) -> None:
     async def main() -> None:
-        App.started = asyncio.Event()
+        App.started, App.cancelled = asyncio.Event(), asyncio.Event()
         DETONATED.clear()
-        replica = Replica("echo", "r1", "v1", f"{MODULE}:{handler}")
+        replica = Replica("echo", "r1", "v1", f"{APPS}:{handler}")
         await replica.initialize()
         await replica.serve_frames([tempfile.gettempdir()], tcp_host=LOOPBACK)
         assert replica._data is not None
@@ -219,7 +165,7 @@ def test_the_replica_listens_at_the_address_it_is_given_and_never_on_a_wildcard(
         host, port = scene.address.tcp  # type: ignore[misc]
         assert host == LOOPBACK and port > 0 and len(scene.address.secret) == 32
         assert scene.address.secret.hex() not in repr(scene.address) + repr(scene.replica._data)
-        wildcard = Replica("echo", "r2", "v1", f"{MODULE}:App")
+        wildcard = Replica("echo", "r2", "v1", f"{APPS}:App")
         await wildcard.initialize()
         await wildcard.serve_frames([tempfile.gettempdir()], tcp_host="0.0.0.0")
         address = await wildcard.data_address()
@@ -231,7 +177,7 @@ def test_the_replica_listens_at_the_address_it_is_given_and_never_on_a_wildcard(
 
 def test_the_tcp_listener_opens_only_when_a_proxy_on_another_node_asks_and_never_while_draining() -> None:
     async def main() -> None:
-        replica = Replica("echo", "r3", "v1", f"{MODULE}:App")
+        replica = Replica("echo", "r3", "v1", f"{APPS}:App")
         await replica.initialize()
         await replica.serve_frames([tempfile.gettempdir()])
         replica._tcp_host = LOOPBACK  # what `initialize` takes from Ray: the node's address
@@ -244,7 +190,7 @@ def test_the_tcp_listener_opens_only_when_a_proxy_on_another_node_asks_and_never
         await replica.prepare_for_shutdown(0)
         assert await replica.data_address(for_node="node-c") is None  # draining: no way in, none opened
 
-        late = Replica("echo", "r4", "v1", f"{MODULE}:App")
+        late = Replica("echo", "r4", "v1", f"{APPS}:App")
         await late.initialize()
         await late.serve_frames([tempfile.gettempdir()])
         late._tcp_host = LOOPBACK

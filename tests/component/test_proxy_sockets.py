@@ -13,7 +13,6 @@ import socket
 from typing import Any, AsyncGenerator, AsyncIterator
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -23,6 +22,7 @@ from proxy.calling import HandlerError, ReplicaDiedError
 from proxy.metrics import ProxyMetrics
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions
+from tests.pure.test_metrics_proxy import value
 from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from vocabulary.wire import WireRequest
 
@@ -209,14 +209,6 @@ def test_no_free_replica_accepts_and_closes_with_1013_counted_as_503() -> None:
 def test_a_socket_refused_before_any_endpoint_is_known_is_counted_by_no_one() -> None:
     recorded, app = counted(EchoReplica(), Client([]), "/elsewhere")
     assert recorded.sessions == [] and app.request_stats() == {}
-
-
-def value(metrics: ProxyMetrics, name: str, **labels: str) -> float | None:
-    for family in text_string_to_metric_families(metrics.render().decode()):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return sample.value
-    return None
 
 
 def test_an_open_session_is_an_ongoing_request_until_it_ends_then_one_101_in_the_metrics() -> None:

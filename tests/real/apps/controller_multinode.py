@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
-import time
-from pathlib import Path
 
-for key, value in {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}.items():
-    os.environ.setdefault(key, value)
+from cluster_scenario import APPS, wait  # a sibling: sets Ray's environment, so before Ray
 
 import httpx  # noqa: E402
 import ray  # noqa: E402
@@ -29,18 +25,7 @@ from gitops.shadow_mismatches import collect, proxy_urls  # noqa: E402
 from vocabulary.configs import BackendConfig, GoalState, ReplicaState  # noqa: E402
 from vocabulary.status import ClusterStatus, ProxyState, ReplicaStatus  # noqa: E402
 
-APPS = str(Path(__file__).parent)
 NAMESPACE = "gitops-multinode"
-
-
-def wait(check, timeout_s: float = 40.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    return check()
 
 
 def status(client) -> ClusterStatus:
@@ -78,7 +63,7 @@ def main() -> None:
     try:
         alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
         out["nodes"] = len(alive)
-        out["proxies_before"] = len(wait(lambda: len(running_proxies(client)) == 3 and running_proxies(client)))
+        out["proxies_before"] = len(wait(lambda: len(running_proxies(client)) == 3 and running_proxies(client), 40))
         urls, answer = mismatches_from_every_proxy(client)
         out["proxy_urls"], out["mismatches_answer"] = urls, answer
         config = BackendConfig(
@@ -99,7 +84,7 @@ def main() -> None:
         [second] = wait(replaced, 60) or [None]
         out["replacement_node_differs"] = second is not None and second.node_id not in ("", first.node_id)
         out["restarts"] = {reason.value: n for reason, n in status(client).backends["echo"].restarts.items()}
-        out["proxies_after"] = len(wait(lambda: len(running_proxies(client)) == 2 and running_proxies(client)))
+        out["proxies_after"] = len(wait(lambda: len(running_proxies(client)) == 2 and running_proxies(client), 40))
         out["removed_node_has_proxy"] = victim.node_id in status(client).proxies
         names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                  if a["namespace"] == NAMESPACE and a["name"].startswith("gitops-replica-")]

@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
-import time
-from pathlib import Path
 
-for key, value in {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}.items():
-    os.environ.setdefault(key, value)
+from cluster_scenario import APPS, wait  # a sibling: sets Ray's environment, so before Ray
 
 import httpx  # noqa: E402
 import ray  # noqa: E402
@@ -29,18 +25,7 @@ from controller.client import start_or_connect  # noqa: E402
 from vocabulary.configs import BackendConfig, EndpointConfig  # noqa: E402
 from vocabulary.status import ProxyState  # noqa: E402
 
-APPS = str(Path(__file__).parent)
 NAMESPACE = "gitops-data-tcp"
-
-
-def wait(check, timeout_s: float = 60.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    return check()
 
 
 def main() -> None:
@@ -60,7 +45,7 @@ def main() -> None:
             proxy = status().proxies.get(head)
             return proxy.address if proxy is not None and proxy.state is ProxyState.RUNNING else None
 
-        address = wait(head_proxy)
+        address = wait(head_proxy, 60)
         out["head_proxy"] = bool(address)
         backend = BackendConfig(
             name="echo", version="v1", import_path="controller_apps:Echo", num_replicas=1,
