@@ -136,16 +136,19 @@ def join_ray(start: Callable[[], None], address: str | None) -> None:
 
 
 def _register_secrets(repo: str, *secrets: bytes | str | None) -> None:
-    """Every secret this process was given is masked wherever it would be shown."""
-    from gitops.redaction import register_secret, split_credentials
+    """Every secret this process was given is masked wherever it would be shown;
+    an ssh URL with a password is refused (ssh takes its secrets from a key)."""
+    from gitops.redaction import SshPasswordError, register_secret, register_url_credentials, split_credentials
 
-    _, credentials = split_credentials(repo)
-    if credentials is not None:
-        # A token alone in the URL (https://TOKEN@host) is its user name.
-        register_secret(credentials.password or credentials.username)
+    # Both parts: a token alone in the URL (https://TOKEN@host) is its user name.
+    register_url_credentials(repo)
     for secret in secrets:
         if secret:
             register_secret(secret)
+    try:
+        split_credentials(repo)
+    except SshPasswordError as error:
+        raise UsageError(f"--repo {error}") from None
 
 
 def _redact_command_line() -> None:

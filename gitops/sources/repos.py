@@ -25,12 +25,20 @@ outside the tree: a commit holding a symbolic link that leads outside
 with a `SourceError` naming the link, before anything is written, and the
 refusal is remembered for that tree (a tree never changes).
 
-Credentials never reach git's argv: an https URL's userinfo (or a token
-given apart, `password=`) is taken off the URL git is given and answered
-through `GIT_ASKPASS`, a tiny script in the state dir that prints them from
-the environment of that one git call; git's credential helpers are switched
-off for those calls, so nothing stores them. `location` is the URL as shown
-to people: without userinfo. Must not: parse specs or talk to Ray.
+Credentials never reach a command line, nor another host: an https URL's
+userinfo (or a token given apart, `password=`) is taken off the URL git is
+given and answered by a credential helper configured for the remote's
+exact scheme, host and port only (`credential.<scheme>://<host:port>.helper`,
+set through `GIT_CONFIG_*` variables that hold no secret). The helper is a
+shell function that prints the credentials from the environment of that
+one git call with the shell's built-in `printf` (no process gets them as
+arguments). Every other credential helper and askpass program is switched
+off for those calls, so nothing stores the secret and a redirect to
+another host is answered by nobody (git fails with "could not read
+Username"). ssh is told never to prompt (`BatchMode=yes`), added to the
+user's own `GIT_SSH_COMMAND` or `core.sshCommand` (the way to pick a
+deploy key), which is kept. `location` is the URL as shown to people:
+without userinfo. Must not: parse specs or talk to Ray.
 """
 
 from __future__ import annotations
@@ -42,32 +50,35 @@ import re
 import subprocess
 import tarfile
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
+from urllib.parse import urlsplit
 
 import git
 
 from gitops.errors import SourceError
-from gitops.redaction import Credentials, redact, split_credentials
+from gitops.redaction import Credentials, SshPasswordError, redact, split_credentials
 from gitops.sources.exports import Exports
 from gitops.sources.hashing import escaping_links
 from gitops.sources.source import Revision
 from gitops.sources.trees import CommitTree
 from gitops.sources.verifying import CommitVerifier
 
-__all__ = ["GitSource", "is_url", "DEFAULT_FETCH_TIMEOUT_S"]
+__all__ = ["GitSource", "is_url", "credential_env", "ssh_command", "ssh_env", "DEFAULT_FETCH_TIMEOUT_S"]
 
 DEFAULT_FETCH_TIMEOUT_S = 60.0
 _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
 # Never wait for a password or a host-key prompt: the agent runs unattended.
-_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": "ssh -o BatchMode=yes"}
-# git asks "Username for '…': " then "Password for '…': "; the answers come
-# from this call's environment only.
-_ASKPASS = """#!/bin/sh
-case "$1" in
-  Username*) printf '%s\\n' "$GITOPS_GIT_USERNAME" ;;
-  *) printf '%s\\n' "$GITOPS_GIT_PASSWORD" ;;
-esac
-"""
+# An empty GIT_ASKPASS ends git's search for an askpass program (core.askPass,
+# SSH_ASKPASS): nothing answers a prompt the credential helper did not.
+_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": ""}
+_SSH_OPTIONS = "-o BatchMode=yes"
+# git runs a helper starting with `!` through the shell, with `get`, `store`
+# or `erase`; only `get` is answered, from this git call's environment.
+# `printf` is the shell's own: the secret is never a process's argument.
+_HELPER = (
+    '!f() { test "$1" = get || return 0; '
+    "printf 'username=%s\\npassword=%s\\n' \"$GITOPS_GIT_USERNAME\" \"$GITOPS_GIT_PASSWORD\"; }; f"
+)
 
 
 def is_url(repo: str) -> bool:
@@ -86,7 +97,10 @@ class GitSource:
         verifier: CommitVerifier | None = None,
         fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S,
     ) -> None:
-        url, credentials = split_credentials(repo)
+        try:
+            url, credentials = split_credentials(repo)
+        except SshPasswordError as error:
+            raise SourceError(str(error)) from None
         if password is not None:
             credentials = Credentials(credentials.username if credentials else "git", password)
         self.location = redact(url)
@@ -98,8 +112,9 @@ class GitSource:
         self._refused: dict[str, str] = {}  # tree hash -> why it cannot be exported
         self._repo = self._open_cache(url, cache_dir) if self.remote else self._open_local(url)
         self._env = dict(_GIT_ENV)
-        if credentials is not None and self.remote:
-            self._env.update(_askpass_env(cache_dir, credentials))
+        if self.remote:
+            self._env.update(ssh_env(os.environ, self._configured_ssh_command()))
+            self._env.update(credential_env(url, credentials))
         self.branch = branch or self._default_branch()
 
     @property
@@ -222,6 +237,13 @@ class GitSource:
         path.mkdir(parents=True, exist_ok=True)
         return git.Repo.init(path, bare=True)
 
+    def _configured_ssh_command(self) -> str | None:
+        """The user's `core.sshCommand` (global or system config), if any."""
+        try:
+            return str(self._repo.git.config("--get", "core.sshCommand")) or None
+        except git.GitCommandError:
+            return None  # not set
+
     def _default_branch(self) -> str:
         if not self.remote:
             try:
@@ -263,23 +285,48 @@ def _escaping_link(tree: CommitTree) -> str | None:
     return None
 
 
-def _askpass_env(cache_dir: Path, credentials: Credentials) -> dict[str, str]:
-    """The environment that makes git ask `credentials` from the askpass script."""
-    script = cache_dir / "git-askpass"
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
-    with os.fdopen(fd, "w") as out:
-        out.write(_ASKPASS)
-    os.chmod(script, 0o700)
-    return {
-        "GIT_ASKPASS": str(script),
+def credential_env(url: str, credentials: Credentials | None) -> dict[str, str]:
+    """The environment of a git call that talks to `url`: only `credentials`, only to its host.
+
+    Every credential helper of the user's config is switched off first (an
+    empty `credential.helper` empties the list), so nothing stores the
+    secret; then one helper answers for the URL's exact scheme, host and
+    port (git compares those, and its path is ignored). Without credentials,
+    no helper at all: git fails instead of asking.
+    """
+    env = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "credential.helper", "GIT_CONFIG_VALUE_0": ""}
+    if credentials is None:
+        return env
+    for value in (credentials.username, credentials.password):
+        if "\n" in value or "\0" in value:
+            raise SourceError(f"{redact(url)}: the credentials hold a line break or NUL, which git cannot pass on")
+    parts = urlsplit(url)
+    env.update({
+        "GIT_CONFIG_COUNT": "2",
+        "GIT_CONFIG_KEY_1": f"credential.{parts.scheme}://{parts.netloc}.helper",
+        "GIT_CONFIG_VALUE_1": _HELPER,
         "GITOPS_GIT_USERNAME": credentials.username,
         "GITOPS_GIT_PASSWORD": credentials.password,
-        # No credential helper of the user's config may store the secret.
-        "GIT_CONFIG_COUNT": "1",
-        "GIT_CONFIG_KEY_0": "credential.helper",
-        "GIT_CONFIG_VALUE_0": "",
-    }
+    })
+    return env
+
+
+def ssh_command(user_command: str | None) -> str:
+    """The user's ssh command (`GIT_SSH_COMMAND` or `core.sshCommand`) with ours added, or plain ssh."""
+    return f"{user_command.strip() or 'ssh'} {_SSH_OPTIONS}" if user_command else f"ssh {_SSH_OPTIONS}"
+
+
+def ssh_env(environ: Mapping[str, str], configured: str | None) -> dict[str, str]:
+    """`GIT_SSH_COMMAND` for a git call: the user's, kept, with BatchMode added.
+
+    `GIT_SSH_COMMAND` wins over `core.sshCommand` (`configured`), as in git.
+    A bare `GIT_SSH` program is left alone (setting `GIT_SSH_COMMAND` would
+    replace it; it gets no options from us).
+    """
+    user = environ.get("GIT_SSH_COMMAND") or configured
+    if not user and environ.get("GIT_SSH"):
+        return {}
+    return {"GIT_SSH_COMMAND": ssh_command(user)}
 
 
 def _git_message(error: git.GitCommandError) -> str:

@@ -6,14 +6,14 @@ fetch (the server refuses everyone) and a successful one; neither secret
 may appear in /status, /history, /metrics, the status page, `gitops status
 --json`, the agent's log, or any process's command line while the fetches
 run once the agent has started (the URL git is given carries no userinfo;
-git gets the password through GIT_ASKPASS; the agent's own command line is
-rewritten without it).
+git gets the password from a credential helper for that host only; the
+agent's own command line is rewritten without it). Issue 27's rows 5 and 6
+(a token as the user name, redirects) are in test_git_credentials.py.
 """
 
 from __future__ import annotations
 
 import subprocess
-import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -22,7 +22,7 @@ import pytest
 from gitops.cli import main
 from tests.conftest import GitRepo
 from tests.real.support import AgentProcess
-from tests.security.gitserver import GitHttpServer, serving
+from tests.security.gitserver import CommandLines, GitHttpServer, serving
 
 pytestmark = pytest.mark.real
 
@@ -30,29 +30,6 @@ URL_TOKEN = "url-token-7d3f0a9c51e2"
 ADMIN_TOKEN = "admin-token-b84e62c01f9d"
 SECRETS = (URL_TOKEN, ADMIN_TOKEN)
 BEARER = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-
-
-class CommandLines:
-    """Every process's command line, sampled from /proc until stopped."""
-
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.01):
-            for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-                try:
-                    self.seen.add(cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-                except OSError:
-                    pass  # the process ended
-
-    def stop(self) -> set[str]:
-        self._stop.set()
-        self._thread.join()
-        return self.seen
 
 
 class Run:

@@ -41,3 +41,15 @@ def test_an_empty_admin_token_file_is_a_one_line_error(tmp_path: Path) -> None:
     done = gitops_run(tmp_path, "--admin-host", "0.0.0.0", "--admin-token-file", str(token))
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "--admin-token-file" in done.stderr and "empty" in done.stderr
+
+
+def test_row7_an_ssh_url_with_a_password_is_refused_without_showing_it(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gitops", "run", "--repo", "ssh://git:ssh-secret-81f0@git.example/specs.git",
+         "--state-dir", str(tmp_path / "state")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "ssh-agent" in done.stderr, done.stderr
+    assert "ssh-secret-81f0" not in done.stderr + done.stdout
+    assert not (tmp_path / "state").exists()
