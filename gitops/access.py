@@ -10,7 +10,12 @@ headers, and answers with the `Refusal` to send or None. The admin server
 - Host: against DNS rebinding, a request's `Host` must name an allowed host
   (loopback names, the bound address, `--admin-allowed-hosts`; `*` allows any).
 - Origin: a POST from a browser page of another origin is refused (CSRF);
-  a POST without `Origin` (a command-line client) passes.
+  a POST without `Origin` (a command-line client) passes. The admin
+  listener's own origin is the scheme, host and port the request was sent
+  to: an `Origin` passes only with `http` or `https`, the `Host` header's
+  port (a scheme's default port when `Host` names none) and the `Host`
+  header's name or another allowed name. A page on another port of the
+  same host (an app the proxy serves on :8000) is another origin.
 Must not: do I/O beyond reading the token file in `read_token`.
 """
 
@@ -32,6 +37,7 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 OPEN_PATHS = frozenset({"/metrics", "/healthz", "/hooks/git"})
 ANY_HOST = "*"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 @dataclass(frozen=True)
@@ -99,12 +105,30 @@ def _bearer_matches(expected: bytes, header: str | None) -> bool:
 
 
 def _origin_allowed(origin: str | None, host: str | None, hosts: frozenset[str]) -> bool:
+    """Whether `origin` is this listener's own: its scheme is http(s), its port the
+    request's and its host the request's or another allowed name."""
     if origin is None:
         return True
-    name = urlsplit(origin).hostname  # "null" (sandboxed pages, file://) has none
-    if not name:
+    try:
+        parts = urlsplit(origin.strip())
+        name, port = parts.hostname, parts.port  # "null" (sandboxed pages, file://) has no host
+    except ValueError:  # a port that is not a number
+        return False
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not name:
+        return False
+    listener_port = _host_port(host or "") or _DEFAULT_PORTS[scheme]
+    if (port or _DEFAULT_PORTS[scheme]) != listener_port:
         return False
     return name == _host_name(host or "") or name in hosts - {ANY_HOST}
+
+
+def _host_port(value: str) -> int | None:
+    """The port of a `Host` header, or None when it names none (or none that is a number)."""
+    value = value.strip()
+    tail = value.rpartition("]")[2] if value.startswith("[") else (value if value.count(":") == 1 else "")
+    digits = tail.rpartition(":")[2] if ":" in tail else ""
+    return int(digits) if digits.isdigit() else None
 
 
 def _host_name(value: str) -> str:

@@ -89,7 +89,7 @@ def test_a_post_from_an_opaque_origin_is_403() -> None:
 
 def test_a_post_from_the_agents_own_page_is_allowed() -> None:
     agent = FakeAgent()
-    response = request(agent, "POST", "/suspend", headers={"Origin": "http://127.0.0.1:8001"})
+    response = request(agent, "POST", "/suspend", headers={"Host": "127.0.0.1:8001", "Origin": "http://127.0.0.1:8001"})
     assert response.status_code == 200 and agent.suspended
 
 
@@ -138,3 +138,39 @@ def test_the_webhook_listener_takes_a_signed_push_under_any_host_name() -> None:
     response = webhook_listener(agent, "POST", "/hooks/git", content=BODY,
                                 headers={"X-Hub-Signature-256": sign(SECRET, BODY)})
     assert response.status_code == 202 and agent.fetches == 1
+
+
+def test_row9_a_page_on_another_loopback_port_cannot_post() -> None:
+    # An app the proxy serves on :8000 is same-site, not same-origin: no token needed otherwise.
+    for origin in ("http://127.0.0.1:8000", "http://localhost:8000", "http://127.0.0.1", "https://127.0.0.1:8000"):
+        for path in ("/suspend", "/sync", "/rollback"):
+            agent = FakeAgent()
+            response = request(agent, "POST", path, headers={"Host": "127.0.0.1:8001", "Origin": origin})
+            assert response.status_code == 403 and "cross-origin" in response.json()["error"], (origin, path)
+            assert untouched(agent), (origin, path)
+
+
+def test_row9_the_listener_s_own_origin_under_any_allowed_name_may_post() -> None:
+    for origin in ("http://127.0.0.1:8001", "http://localhost:8001", "http://[::1]:8001"):
+        agent = FakeAgent()
+        response = request(agent, "POST", "/suspend", headers={"Host": "127.0.0.1:8001", "Origin": origin})
+        assert response.status_code == 200 and agent.suspended, origin
+
+
+def test_row9_a_reverse_proxy_s_https_origin_on_its_default_port_may_post() -> None:
+    policy = AccessPolicy.build(None, "127.0.0.1", ["gitops.internal"])
+    agent = FakeAgent()
+    response = request(agent, "POST", "/suspend", policy=policy,
+                       headers={"Host": "gitops.internal", "Origin": "https://gitops.internal"})
+    assert response.status_code == 200 and agent.suspended
+    agent = FakeAgent()
+    response = request(agent, "POST", "/suspend", policy=policy,
+                       headers={"Host": "gitops.internal", "Origin": "https://gitops.internal:8443"})
+    assert response.status_code == 403 and untouched(agent)
+
+
+def test_row9_an_origin_of_another_scheme_or_a_bad_port_is_refused() -> None:
+    for origin in ("ftp://127.0.0.1:8001", "http://127.0.0.1:notaport", "chrome-extension://abc"):
+        agent = FakeAgent()
+        response = request(agent, "POST", "/sync", headers={"Host": "127.0.0.1:8001", "Origin": origin})
+        assert response.status_code == 403 and untouched(agent), origin

@@ -101,3 +101,14 @@ def test_a_signed_push_is_taken_once_and_its_replay_refused(exposed: Exposed) ->
 def test_a_foreign_host_is_refused(exposed: Exposed) -> None:
     response = exposed.agent.http.get(exposed.agent.admin + "/metrics", headers={"Host": "rebound.example"})
     assert response.status_code == 403
+
+
+def test_row9_a_page_on_the_proxy_s_port_cannot_post_to_the_admin_listener(exposed: Exposed) -> None:
+    agent = exposed.agent
+    page = f"http://127.0.0.1:{agent.proxy_port}"  # an app the proxy serves, in the operator's browser
+    for path in ("/suspend", "/sync", "/rollback"):
+        response = agent.http.post(agent.admin + path, headers={**BEARER, "Origin": page})
+        assert response.status_code == 403 and "cross-origin" in response.json()["error"], path
+    assert agent.http.get(agent.admin + "/status", headers=BEARER).json()["status"] != "Suspended"
+    own = agent.http.post(agent.admin + "/sync", headers={**BEARER, "Origin": agent.admin})
+    assert own.status_code == 202, own.text
