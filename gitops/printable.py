@@ -9,6 +9,8 @@ such character is shown as an escape instead:
 
 - `printable`: for people (error lines, text logs): `\\n`, `\\r`, `\\t`,
   `\\x1b`, `\\u202e`; a non-UTF-8 byte of a file name as `\\xff`;
+- `printable_lines`: the same for text of several lines (a table, an
+  exception's traceback), whose line breaks are kept;
 - `printable_json`: for a JSON document's text, as `\\u001b` escapes, so the
   document stays valid and its values decode to the original strings.
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["printable", "printable_json"]
+__all__ = ["printable", "printable_json", "printable_lines"]
 
 # C0 and C1 controls and DEL; the Arabic letter mark, zero-width and
 # direction marks, line and paragraph separators, bidi embeddings, overrides
@@ -45,6 +47,11 @@ def _human(match: re.Match[str]) -> str:
 def printable(text: str) -> str:
     """`text` as one line a terminal shows as written, unsafe characters escaped."""
     return _UNSAFE.sub(_human, text)
+
+
+def printable_lines(text: str) -> str:
+    """`text` with its line breaks kept and every other unsafe character escaped."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def printable_json(text: str) -> str:

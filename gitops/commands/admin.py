@@ -2,7 +2,10 @@
 
 Owns the client side of the admin API and the human tables: `/status` is
 parsed into the agent's own `AgentStatus` model before it is drawn; `--json`
-prints the API's JSON as is, for scripts. The admin token (if the agent has
+prints the API's JSON as is, for scripts (JSON escapes control characters).
+Every piece of text the agent sends (replica exceptions, git errors, names)
+reaches the terminal through `gitops.printable`: escaped, line breaks of
+multi-line text kept. The admin token (if the agent has
 one) comes from `--token-file` or `GITOPS_TOKEN`. Must not: reconcile or
 read git.
 """
@@ -21,6 +24,7 @@ from pydantic import ValidationError
 
 from gitops.access import read_token
 from gitops.errors import UserError
+from gitops.printable import printable, printable_lines
 from gitops.status import AgentStatus
 
 __all__ = [
@@ -65,7 +69,8 @@ def rollback_command(args: argparse.Namespace) -> int:
     path = "/rollback" + (f"?commit={urllib.parse.quote(args.commit)}" if args.commit else "")
     data = _call(args, "POST", path)
     held = ", ".join(sha[:7] for sha in data["held"])
-    print(json.dumps(data) if args.json else f"rolling back to {data['good'][:7]}; holding {held} until a newer commit")
+    print(json.dumps(data) if args.json else printable(
+        f"rolling back to {data['good'][:7]}; holding {held} until a newer commit"))
     return 0
 
 
@@ -144,8 +149,8 @@ def render_status(status: AgentStatus) -> str:
     if failing:
         lines += ["", "Notifications failing:"] + [f"  {line}" for line in failing]
     if status.errors:
-        lines += ["", "Errors:"] + [f"  {error}" for error in status.errors]
-    return "\n".join(lines)
+        lines += ["", "Errors:"] + [f"  {line}" for error in status.errors for line in error.split("\n")]
+    return printable_lines("\n".join(lines))
 
 
 def _step_bar(step: int, passed: int, steps: int) -> str:
@@ -180,10 +185,12 @@ def render_history(entries: list[dict[str, Any]]) -> str:
         ]
         for entry in entries
     ]
-    return _table(["COMMIT", "STARTED", "RESULT", "DURATION", "PLAN / ERROR"], rows)
+    return printable_lines(_table(["COMMIT", "STARTED", "RESULT", "DURATION", "PLAN / ERROR"], rows))
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
+    """Columns of one-line cells: a cell's line breaks and controls are escaped first."""
+    rows = [[printable(str(cell)) for cell in row] for row in rows]
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
     lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [header, *rows]]
     return "\n".join(lines)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from vocabulary.configs import ServingState
 from gitops.errors import UserError
+from gitops.printable import printable_lines
 from gitops.specs.loading import Loader
 from gitops.planning import plan
 from gitops.plans import Action, ActionKind, Plan
@@ -54,7 +55,8 @@ def plan_command(args: argparse.Namespace) -> int:
     if output == "markdown":
         sys.stdout.write(render_markdown(result, "live" if args.live else args.from_rev, args.to_rev))
     else:
-        sys.stdout.write(result.render_json() if output == "json" else result.render_text())
+        # Values from the repository may hold C1 controls or bidi marks, which JSON keeps.
+        sys.stdout.write(result.render_json() if output == "json" else printable_lines(result.render_text()))
     return EXIT_CHANGES if args.exit_code and result else EXIT_NO_CHANGES
 
 

@@ -16,6 +16,7 @@ from gitops.cli import main
 from gitops.logs import JsonFormatter, TextFormatter
 from gitops.specs.loading import Loader
 from gitops.sources.trees import MemoryTree
+from tests.conftest import GitRepo
 
 ECHO_PY = "class Echo:\n    def __call__(self, request):\n        return 'hi'\n"
 # What a terminal must never receive from a repository: C0/C1 controls, DEL,
@@ -88,3 +89,20 @@ def test_an_error_line_escaped_once_is_logged_unchanged() -> None:
     [line] = spec_errors('[backends.echo]\nimport_path = "apps.echo:Echo"\n"x\\u001b" = 1\n')
     logged = TextFormatter().format(record("c0ffee1 invalid", errors=[line])).split("\n")[1]
     assert logged == f"    {line}"
+
+
+def test_row10_gitops_plan_escapes_values_from_the_repository(
+    repo: GitRepo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # JSON keeps C1 controls and bidi marks as they are; the plan's text must not.
+    repo.write("apps/__init__.py", "")
+    repo.write("apps/echo.py", ECHO_PY)
+    spec = '[backends.echo]\nimport_path = "apps.echo:Echo"\nuser_config = {{ banner = "{}" }}\n'
+    repo.write("deployments/echo.toml", spec.format("plain"))
+    before = repo.commit("plain user_config")
+    repo.write("deployments/echo.toml", spec.format("\\u009b2J\\u202eevil"))
+    head = repo.commit("hostile user_config")
+    assert main(["plan", "--from", before, "--to", head, "--repo", str(repo.root)]) in (0, 2)
+    out = capsys.readouterr().out
+    assert "banner" in out and not RAW.search(out.replace("\n", "")), out
+    assert "\\x9b2J\\u202eevil" in out
