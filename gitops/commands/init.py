@@ -4,13 +4,19 @@ Writes `deployments/hello.toml` (a commented spec: one backend, one
 endpoint) and `deployments/hello.py` (the class it serves) under DIR, then
 prints the next three commands. All or nothing: when any of the files
 already exists nothing is written and the command fails naming it, so a
-user's own files are never overwritten. Must not: run git, validate or
-start anything (the printed commands do that).
+user's own files are never overwritten. Nothing is written through a
+symbolic link under DIR (a dangling `deployments/hello.py` link, or a
+`deployments` link to elsewhere, would put files outside DIR): such a link
+is refused, named, before anything is written, and each file is created
+with `O_CREAT | O_EXCL | O_NOFOLLOW` relative to its directory's
+descriptor, so a link made meanwhile is refused too. Must not: run git,
+validate or start anything (the printed commands do that).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Mapping
 
@@ -82,17 +88,56 @@ def init_command(args: argparse.Namespace) -> int:
 
 
 def write_scaffold(target: Path, files: Mapping[str, str]) -> list[Path]:
-    """Write `files` under `target`, or nothing at all if any already exists."""
-    existing = [target / name for name in files if (target / name).exists()]
+    """Write `files` under `target`, or nothing at all if any already exists or is a link."""
+    for name in files:
+        _refuse_links(target, name)
+    existing = [target / name for name in files if os.path.lexists(target / name)]
     if existing:
         raise UserError(f"{existing[0]} already exists; nothing was written (move it away or pick another DIR)")
     written = []
     for name, text in files.items():
-        path = target / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        written.append(path)
+        _create(target, name, text)
+        written.append(target / name)
     return written
+
+
+def _refuse_links(target: Path, name: str) -> None:
+    """A UserError when a directory or the file of `name` under `target` is a symbolic link."""
+    path = target
+    for part in Path(name).parts:
+        path = path / part
+        if path.is_symlink():
+            raise UserError(f"{path} is a symbolic link; nothing was written (gitops init writes only "
+                            "inside DIR: remove the link or pick another DIR)")
+
+
+def _create(target: Path, name: str, text: str) -> None:
+    """Create `target/name` and its directories, following no link below `target`."""
+    *directories, filename = Path(name).parts
+    target.mkdir(parents=True, exist_ok=True)
+    fds = [os.open(target, os.O_RDONLY | os.O_DIRECTORY)]
+    try:
+        for directory in directories:
+            try:
+                os.mkdir(directory, 0o777, dir_fd=fds[-1])
+            except FileExistsError:
+                pass
+            fds.append(_open_at(fds[-1], directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, target / name))
+        out = _open_at(fds[-1], filename, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, target / name)
+        with os.fdopen(out, "w") as file:
+            file.write(text)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _open_at(directory: int, name: str, flags: int, shown: Path) -> int:
+    """Open `name` in the directory `directory`; a link or a file in the way is a UserError."""
+    try:
+        return os.open(name, flags, 0o666, dir_fd=directory)
+    except OSError as error:
+        raise UserError(f"{shown}: {error.strerror} (a symbolic link or a file appeared while writing; "
+                        "gitops init writes only inside DIR)") from None
 
 
 def next_steps(target: Path) -> str:

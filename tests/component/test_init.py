@@ -46,3 +46,40 @@ def test_next_steps_outside_a_repository_start_one(tmp_path: Path, monkeypatch: 
     monkeypatch.chdir(tmp_path.parent)
     steps = next_steps(tmp_path)
     assert steps.splitlines()[1] == f"cd {tmp_path}" and "git init && git add deployments" in steps
+
+
+def test_row13_a_dangling_link_is_refused_and_nothing_is_written_outside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target, outside = tmp_path / "target", tmp_path / "outside"
+    (target / "deployments").mkdir(parents=True)
+    outside.mkdir()
+    link = target / "deployments" / "hello.py"
+    link.symlink_to(outside / "planted.py")  # dangling: .exists() is False
+    assert main(["init", str(target)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"gitops init: {link} is a symbolic link; nothing was written"), err
+    assert list(outside.iterdir()) == [] and not (target / "deployments" / "hello.toml").exists()
+
+
+def test_row13_a_linked_directory_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target, outside = tmp_path / "target", tmp_path / "outside"
+    target.mkdir()
+    outside.mkdir()
+    (target / "deployments").symlink_to(outside)
+    assert main(["init", str(target)]) == 1
+    assert f"{target / 'deployments'} is a symbolic link" in capsys.readouterr().err
+    assert list(outside.iterdir()) == []
+
+
+def test_row13_a_link_made_after_the_check_is_not_followed(tmp_path: Path) -> None:
+    from gitops.commands.init import _create
+    from gitops.errors import UserError
+
+    target, outside = tmp_path / "target", tmp_path / "outside"
+    (target / "deployments").mkdir(parents=True)
+    outside.mkdir()
+    (target / "deployments" / "hello.py").symlink_to(outside / "planted.py")
+    with pytest.raises(UserError, match="hello.py"):
+        _create(target, "deployments/hello.py", "x = 1\n")
+    assert list(outside.iterdir()) == []
