@@ -13,6 +13,14 @@ token can connect, submit work or call the controller. A join
 (`--ray-address`) authenticates as the cluster's other nodes do, with the
 `RAY_AUTH_MODE` and `RAY_AUTH_TOKEN` / `RAY_AUTH_TOKEN_PATH` of the
 environment, which this module leaves as they are.
+
+Environment: an embedded Ray's processes, replicas included, start with
+`controller.environment.inherited` of this process's environment (an
+allow-list: never the agent's `GITOPS_*` settings and secrets), not all of
+it. The variables left out are taken away only while `ray.init` starts GCS
+and raylet (the raylet passes its environment on to every worker it
+starts) and put back right after, for the agent itself. A joined cluster's
+processes have the environment their nodes were started with.
 """
 
 from __future__ import annotations
@@ -22,8 +30,11 @@ import os
 import secrets
 import signal
 import stat
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterable, Iterator, Mapping
 
+from controller.environment import inherited
 from vocabulary.goal_api import DEFAULT_NAMESPACE
 
 __all__ = ["init_ray", "shutdown_ray", "ray_token_path", "ray_endpoints", "descendants", "TOKEN_FILE"]
@@ -41,11 +52,17 @@ _QUIET_ENV = {
 }
 
 
-def init_ray(address: str | None = None, namespace: str = DEFAULT_NAMESPACE, state_dir: Path | None = None) -> None:
+def init_ray(
+    address: str | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    state_dir: Path | None = None,
+    replica_env: Iterable[str] = (),
+) -> None:
     """Connect this process to Ray: join `address`, or start a local instance.
 
     A local instance's token is kept in `state_dir` (without one, Ray's own
-    default, `~/.ray/auth_token`).
+    default, `~/.ray/auth_token`); its processes inherit only the allow-listed
+    part of this process's environment, plus the names `replica_env` adds.
     """
     import ray
 
@@ -67,7 +84,8 @@ def init_ray(address: str | None = None, namespace: str = DEFAULT_NAMESPACE, sta
     else:
         options["address"] = address
     try:
-        ray.init(**options)
+        with _only(inherited(os.environ, replica_env) if address is None else os.environ):
+            ray.init(**options)
     except ConnectionError as error:
         if _refused_for_auth(error):
             raise ConnectionError(
@@ -75,6 +93,21 @@ def init_ray(address: str | None = None, namespace: str = DEFAULT_NAMESPACE, sta
                 "RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH the cluster uses"
             ) from None
         raise
+
+
+@contextmanager
+def _only(environment: Mapping[str, str]) -> Iterator[None]:
+    """This process's environment without what `environment` leaves out, for the block.
+
+    Variables set meanwhile (Ray sets its own) stay; the ones taken away come back.
+    """
+    removed = {name: value for name, value in os.environ.items() if name not in environment}
+    for name in removed:
+        del os.environ[name]
+    try:
+        yield
+    finally:
+        os.environ.update(removed)
 
 
 def ray_token_path(state_dir: Path) -> Path:

@@ -73,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--ray-address", default=None, help="join this Ray cluster (default: start an embedded local Ray)"
     )
     run.add_argument(
+        "--replica-env", default=None, metavar="NAMES",
+        help="more environment variables an embedded Ray's replicas inherit, comma-separated; PREFIX_* for a "
+        "prefix (default: only the allow-list of docs/security.md; GITOPS_* never)",
+    )
+    run.add_argument(
         "--namespace", default=DEFAULT_NAMESPACE, help="Ray namespace of this agent's controller (one agent each)"
     )
     run.add_argument(

@@ -3,7 +3,9 @@
 Owns the process's lifetime: check the flags (bad ones are one-line
 errors before anything starts), register the secrets it was given for
 redaction and take them out of its own command line, lock the state dir,
-start or join Ray quietly in `--namespace`, start or find the controller
+start or join Ray quietly in `--namespace` (an embedded Ray with only the
+allow-listed part of this process's environment, `--replica-env` adding
+names: `controller.environment`), start or find the controller
 (which starts the proxies) and claim it as its one agent (refused with one
 line when another agent owns it, unless `--take-over`; stopped when taken
 over) and give it this start's `--prometheus-url`, run the agent and the admin
@@ -69,6 +71,7 @@ def run_command(args: argparse.Namespace) -> int:
     if args.max_replicas < 1:
         raise UsageError(f"--max-replicas must be at least 1, not {args.max_replicas}")
     _check_proxy_workers(args.proxy_workers)
+    replica_env = _replica_env(args.replica_env or "")
     links = _links(args)
     channels = _notify_channels(args.notify, args.repo) if args.notify else ()
     _check_namespace(args.namespace)
@@ -96,7 +99,9 @@ def run_command(args: argparse.Namespace) -> int:
         _LOG.info("gitops: starting Ray" if embedded else f"gitops: joining Ray at {args.ray_address}")
         try:
             join_ray(
-                lambda: init_ray(args.ray_address, namespace=args.namespace, state_dir=state.root), args.ray_address
+                lambda: init_ray(args.ray_address, namespace=args.namespace, state_dir=state.root,
+                                 replica_env=replica_env),
+                args.ray_address,
             )
         except ConnectionError as error:
             raise UserError(str(error)) from None
@@ -436,6 +441,17 @@ def _verifier(args: argparse.Namespace) -> CommitVerifier | None:
 def _check_namespace(namespace: str) -> None:
     if not namespace.strip() or any(not (ch.isalnum() or ch in "-_.") for ch in namespace):
         raise UsageError(f"--namespace {namespace!r}: use letters, digits, '-', '_' or '.'")
+
+
+def _replica_env(value: str) -> list[str]:
+    """`--replica-env` as names and PREFIX_* patterns; a bad one is a usage error."""
+    from controller.environment import check_patterns
+
+    patterns = [pattern.strip() for pattern in value.split(",") if pattern.strip()]
+    problems = check_patterns(patterns)
+    if problems:
+        raise UsageError(f"--replica-env: {problems[0]}")
+    return patterns
 
 
 def _hosts(value: str) -> list[str]:

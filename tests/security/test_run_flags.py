@@ -53,3 +53,11 @@ def test_row7_an_ssh_url_with_a_password_is_refused_without_showing_it(tmp_path:
     assert done.stderr.count("\n") == 1 and "ssh-agent" in done.stderr, done.stderr
     assert "ssh-secret-81f0" not in done.stderr + done.stdout
     assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("pattern, problem", [("GITOPS_*", "GITOPS_"), ("BAD-NAME", "not an environment variable")])
+def test_row16_a_bad_replica_env_is_a_usage_error(tmp_path: Path, pattern: str, problem: str) -> None:
+    done = gitops_run(tmp_path, "--replica-env", pattern)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "--replica-env" in done.stderr and problem in done.stderr, done.stderr
+    assert not (tmp_path / "state").exists()
