@@ -68,9 +68,7 @@ __all__ = ["GitSource", "is_url", "credential_env", "ssh_command", "ssh_env", "D
 DEFAULT_FETCH_TIMEOUT_S = 60.0
 _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
 # Never wait for a password or a host-key prompt: the agent runs unattended.
-# An empty GIT_ASKPASS ends git's search for an askpass program (core.askPass,
-# SSH_ASKPASS): nothing answers a prompt the credential helper did not.
-_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": ""}
+_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}
 _SSH_OPTIONS = "-o BatchMode=yes"
 # git runs a helper starting with `!` through the shell, with `get`, `store`
 # or `erase`; only `get` is answered, from this git call's environment.
@@ -290,25 +288,30 @@ def credential_env(url: str, credentials: Credentials | None) -> dict[str, str]:
 
     Every credential helper of the user's config is switched off first (an
     empty `credential.helper` empties the list), so nothing stores the
-    secret; then one helper answers for the URL's exact scheme, host and
-    port (git compares those, and its path is ignored). Without credentials,
-    no helper at all: git fails instead of asking.
+    secret, and askpass programs too; then one helper answers for the URL's
+    exact scheme, host and port (git compares those, and its path is
+    ignored). Without credentials of the agent's own, the user's git
+    configuration (`~/.git-credentials`, a credential manager) is used as
+    it is.
     """
-    env = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "credential.helper", "GIT_CONFIG_VALUE_0": ""}
     if credentials is None:
-        return env
+        return {}
     for value in (credentials.username, credentials.password):
         if "\n" in value or "\0" in value:
             raise SourceError(f"{redact(url)}: the credentials hold a line break or NUL, which git cannot pass on")
     parts = urlsplit(url)
-    env.update({
+    return {
+        # An empty GIT_ASKPASS ends git's search for an askpass program
+        # (core.askPass, SSH_ASKPASS): nothing answers what the helper did not.
+        "GIT_ASKPASS": "",
         "GIT_CONFIG_COUNT": "2",
+        "GIT_CONFIG_KEY_0": "credential.helper",
+        "GIT_CONFIG_VALUE_0": "",
         "GIT_CONFIG_KEY_1": f"credential.{parts.scheme}://{parts.netloc}.helper",
         "GIT_CONFIG_VALUE_1": _HELPER,
         "GITOPS_GIT_USERNAME": credentials.username,
         "GITOPS_GIT_PASSWORD": credentials.password,
-    })
-    return env
+    }
 
 
 def ssh_command(user_command: str | None) -> str:

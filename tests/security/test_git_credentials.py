@@ -158,3 +158,17 @@ def test_row8_core_ssh_command_of_the_user_s_config_is_kept_too(tmp_path: Path, 
     assert fetched.result == {"sha": head}, fetched.result
     calls = record.read_text().splitlines()
     assert calls and all("-i /keys/other" in call and "-o BatchMode=yes" in call for call in calls), calls
+
+
+def test_without_credentials_of_its_own_the_user_s_credential_helper_answers(
+    tmp_path: Path, served: tuple[Path, str]
+) -> None:
+    """A URL without userinfo leaves the agent user's git configuration (~/.git-credentials) in charge."""
+    root, head = served
+    with serving(root, PASSWORD, delay_s=0.0) as server:
+        store = tmp_path / "git-credentials"
+        store.write_text(f"http://deploy:{PASSWORD}@127.0.0.1:{server.port}\n")
+        config = tmp_path / "gitconfig"
+        config.write_text(f"[credential]\n\thelper = store --file {store}\n")
+        fetched = fetch(server.url("specs.git"), tmp_path / "cache", env={"GIT_CONFIG_GLOBAL": str(config)})
+    assert fetched.result == {"sha": head}, fetched.result
