@@ -35,7 +35,7 @@ from gitops.quieting import quiet_ray_output
 from gitops.supervising import CHILD_ENV, supervise, watch_ray
 
 if TYPE_CHECKING:
-    from controller.ownership import Owner
+    from vocabulary.ownership import Owner
     from gitops.sources.verifying import CommitVerifier
     from gitops.metrics import AgentMetrics
     from gitops.notifications.config import Channel
@@ -169,8 +169,7 @@ def _sigterm_interrupts() -> None:
 
 
 def _controller(args: argparse.Namespace) -> Any:
-    from controller.checkpoint import CheckpointError
-    from controller.client import start_or_connect
+    from controller.client import CheckpointError, start_or_connect
 
     options = {"proxy_metrics_port": args.proxy_metrics_port, "proxy_workers": args.proxy_workers}
     try:
@@ -192,7 +191,7 @@ def take_charge(client: Any, args: argparse.Namespace, source: Any, agent_id: st
 
 def _claim(client: Any, args: argparse.Namespace, source: Any, agent_id: str) -> Owner:
     """Become the namespace's one agent, or a one-line error naming the agent that is."""
-    from controller.ownership import Owner
+    from vocabulary.ownership import Owner
 
     owner = Owner(
         agent_id=agent_id, repo=source.location, branch=source.branch, path=args.path,
@@ -396,7 +395,7 @@ def _check_intervals(args: argparse.Namespace) -> None:
 
 
 def _check_proxy_workers(workers: int) -> None:
-    from controller.proxy_fleet import DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
+    from vocabulary.proxy_workers import DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
 
     if not 0 <= workers <= MAX_PROXY_WORKERS:
         raise UsageError(
