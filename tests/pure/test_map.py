@@ -8,7 +8,7 @@
   of `[tool.setuptools.packages.find]`, and each package's bullet names
   every module and subpackage directly in it, as its docstring does.
 - No tracked file cites a repository path (`docs/spec.md`,
-  `gitops/agent.py`) or a root document (`NOTES.md`) that is not there.
+  `gitops/agent.py`) or a document by name (`CHANGELOG.md`) that is not there.
 - `ray._private` is used only in `controller.ray_private`, and the import
   contracts stay whole: a module that says it is pure is not a named shell,
   each shell is also protected, and every module of a layered package is in
@@ -200,7 +200,7 @@ def prose(path: Path, text: str) -> str:
 def cited_paths(text: str, top_level: set[str], documents: set[str]) -> set[str]:
     """The repository paths `text` cites that are not there: under one of the
     repository's top-level directories (`docs/spec.md`), or a document named
-    by itself (`NOTES.md`) that no directory holds. `deployments/` is left
+    by itself (`CHANGELOG.md`) that no directory holds. `deployments/` is left
     out: it is our example spec tree and every user's spec directory, so a
     guide's `deployments/hello.toml` is a file of the reader's repository."""
     cited = set()
