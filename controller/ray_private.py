@@ -28,16 +28,16 @@ __all__ = ["upload_working_dir", "available_resources_per_node", "session_dir", 
 # Honour the export's .gitignore files on every supported Ray: later releases
 # ask for it with a required `include_gitignore`, 2.52 has no such keyword
 # and always honours them.
-_GITIGNORE_OPTION = (
-    {"include_gitignore": True}
-    if "include_gitignore" in inspect.signature(upload_working_dir_if_needed).parameters
-    else {}
-)
+_TAKES_GITIGNORE = "include_gitignore" in inspect.signature(upload_working_dir_if_needed).parameters
 
 
 def upload_working_dir(working_dir: str, logger: logging.Logger) -> str:
     """The URI of `working_dir` packaged and uploaded to the GCS (once per content)."""
-    packed = upload_working_dir_if_needed({"working_dir": working_dir}, logger=logger, **_GITIGNORE_OPTION)
+    env = {"working_dir": working_dir}
+    if _TAKES_GITIGNORE:
+        packed = upload_working_dir_if_needed(env, logger=logger, include_gitignore=True)
+    else:
+        packed = upload_working_dir_if_needed(env, logger=logger)  # type: ignore[call-arg]  # Ray 2.52's signature
     uri: str = packed["working_dir"]
     return uri
 
@@ -54,7 +54,10 @@ def session_dir() -> str:
     context = ray.get_runtime_context()
     if hasattr(context, "get_session_name"):
         return os.path.join(context.get_temp_dir(), context.get_session_name())
-    path: str = ray._private.worker.global_worker.node.get_session_dir_path()
+    node = ray._private.worker.global_worker.node
+    if node is None:
+        raise RuntimeError("Ray is not initialized in this process")
+    path: str = node.get_session_dir_path()
     return path
 
 
@@ -67,4 +70,6 @@ def started_local_ray() -> bool:
 def kill_local_ray() -> None:
     """Kill what this process's local Ray started (GCS, raylet, dashboard),
     without asking the parts anything."""
-    ray._private.worker.global_worker.node.kill_all_processes(check_alive=False, allow_graceful=False)
+    node = ray._private.worker.global_worker.node
+    if node is not None:
+        node.kill_all_processes(check_alive=False, allow_graceful=False)

@@ -29,6 +29,7 @@ import tokenize
 import tomllib
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,12 +40,13 @@ _NAME = re.compile(r"`([a-z_][a-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)/?`")
 _PATH = re.compile(
     r"(?<![\w/.*<>{}$~:-])((?:[\w.-]+/)*[\w-]+\.(?:md|py|toml|json|ya?ml|txt|sh|cfg|ini|html))(?![\w/*>}-])"
 )
+_DOCUMENTED = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 # Files that may cite what is gone: the changelog tells history.
 _HISTORY = {"CHANGELOG.md"}
 
 
 @cache
-def pyproject() -> dict:
+def pyproject() -> dict[str, Any]:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
@@ -55,7 +57,7 @@ def top_packages() -> list[str]:
 
 def packages() -> list[Path]:
     """Every package directory of ours, subpackages included."""
-    found = []
+    found: list[Path] = []
     for top in top_packages():
         found += sorted(init.parent for init in (ROOT / top).rglob("__init__.py"))
     return found
@@ -112,7 +114,8 @@ def naming_problems(words: str, package: Path, where: str) -> list[str]:
     """What `words` (a docstring, a README bullet) get wrong about `package`'s modules."""
     dotted_package = ".".join(package.relative_to(ROOT).parts)
     ours = children(package)
-    named, problems = set(), []
+    named: set[str] = set()
+    problems: list[str] = []
     for name in _NAME.findall(words):
         if (name.startswith("__") and name not in ours) or name in top_packages():  # `__version__`, `gitops`
             continue
@@ -187,9 +190,10 @@ def prose(path: Path, text: str) -> str:
     tests write paths of their own temporary repositories."""
     if path.suffix == ".py":
         tree = ast.parse(text)
-        documented = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)))]
+        documented = [tree, *(n for n in ast.walk(tree) if isinstance(n, _DOCUMENTED))]
         docs = [ast.get_docstring(node) or "" for node in documented]
-        comments = [tok.string for tok in tokenize.generate_tokens(io.StringIO(text).readline) if tok.type == tokenize.COMMENT]
+        tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+        comments = [token.string for token in tokens if token.type == tokenize.COMMENT]
         return "\n".join(docs + comments)
     if path.suffix == ".md":
         text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
@@ -203,7 +207,7 @@ def cited_paths(text: str, top_level: set[str], documents: set[str]) -> set[str]
     by itself (`CHANGELOG.md`) that no directory holds. `deployments/` is left
     out: it is our example spec tree and every user's spec directory, so a
     guide's `deployments/hello.toml` is a file of the reader's repository."""
-    cited = set()
+    cited: set[str] = set()
     for path in _PATH.findall(text):
         first = path.split("/", 1)[0]
         if "/" in path and first in top_level - {"deployments"} and not (ROOT / path).exists():
@@ -218,7 +222,7 @@ def missing_citations(files: list[Path]) -> list[str]:
     top_level = {parts.parts[0] for parts in relative if len(parts.parts) > 1}
     documents = {parts.name for parts in relative}
     problems = []
-    for path, name in zip(files, relative):
+    for path, name in zip(files, relative, strict=True):
         if str(name) in _HISTORY or path.suffix not in {".py", ".md", ".toml", ".cfg", ".yml", ".yaml"}:
             continue
         try:
@@ -247,7 +251,7 @@ def test_a_citation_of_a_missing_file_is_found_and_a_reader_s_file_is_not() -> N
 
 
 def product_modules() -> dict[str, Path]:
-    found = {}
+    found: dict[str, Path] = {}
     for top in top_packages():
         for path in sorted((ROOT / top).rglob("*.py")):
             dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
@@ -278,7 +282,7 @@ def test_ray_s_private_api_is_used_only_in_its_adapter() -> None:
     assert ray_private_uses(product_modules()["controller.ray_private"])
 
 
-def contracts(kind: str) -> list[dict]:
+def contracts(kind: str) -> list[dict[str, Any]]:
     return [c for c in pyproject()["tool"]["importlinter"]["contracts"] if c["type"] == kind]
 
 
