@@ -298,6 +298,16 @@ def test_every_shell_is_protected_and_no_shell_says_it_is_pure() -> None:
     assert not claims, f"named as I/O shells, yet their docstrings say Pure: {claims}"
 
 
+def test_a_spec_repository_may_shadow_none_of_our_packages() -> None:
+    # A replica imports the repository's top-level modules before ours; the
+    # loader refuses those that would replace one of our packages.
+    loading = ast.parse((ROOT / "gitops" / "specs" / "loading.py").read_text())
+    [own] = [node.value for node in loading.body if isinstance(node, ast.Assign)
+             and any(isinstance(t, ast.Name) and t.id == "_OWN_PACKAGES" for t in node.targets)]
+    named = {c.value for c in ast.walk(own) if isinstance(c, ast.Constant)}
+    assert named == set(top_packages())
+
+
 def test_every_module_of_a_layered_package_is_in_one_of_its_layers() -> None:
     problems = []
     for contract in contracts("layers"):
