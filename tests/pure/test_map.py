@@ -13,6 +13,8 @@
   contracts stay whole: a module that says it is pure is not a named shell,
   each shell is also protected, and every module of a layered package is in
   one of its layers.
+- The spec loader's list of our packages (which a spec repository may not
+  shadow) is the list of packages we ship.
 
 A backticked lowercase word in a package docstring or a README bullet is
 read as a module name: write functions with their module (`ticks.tick`) or
