@@ -1,8 +1,29 @@
 """ray-gitops control plane: the goal-API controller actor and its client.
 
-`configs` and `api` are the vocabulary every other package shares; they do
-not import Ray.
+One detached, named Ray actor per namespace. The agent reaches it only
+through `client` (and starts or joins Ray with `cluster`); the proxies and
+replicas share only the vocabulary with it (`vocabulary.goal_api`,
+`vocabulary.configs`). Layers, from the top (each imports only the layers
+below it; a contract in `pyproject.toml` keeps them):
 
-- `environment`: what an embedded Ray's processes (replicas included)
-  inherit of the agent's environment: an allow-list, never `GITOPS_*`.
+- `client`: the agent's handle — find or start the actor, `GoalAPI` over
+  Ray calls, claim the namespace, the documented reset.
+- `actor`: the thin RPC façade and the control loop: observe, decide in
+  the state machines, checkpoint, carry the effects out, judge goals.
+- I/O shells: `ray_adapter` (every `ray.*` call that manages actors),
+  `ray_kv` (the checkpoint's storage in Ray's internal KV), `prometheus`
+  (the rollouts' PromQL checks), `cluster` (starting or joining Ray, token
+  auth) and `testing` (a fake adapter and storage for tests); below them
+  `ray_private`, the one module that uses Ray's private API.
+- `judging`: what "met" means for each goal kind, over observed state.
+- Pure state machines: `proxy_fleet` (N proxy workers per node),
+  `endpoint_state` (routes, traffic, shadows), `rollout_state` (each
+  endpoint's rollout and its request totals), `goals` (what a call asked
+  for), `longpoll` (per-key snapshots and acknowledgements), `checkpoint`
+  (versioned JSON, written before any actor is started or stopped),
+  `ownership` (whether an agent's claim is granted).
+- `backend_state`: replicas as a transition table, the rolling-update
+  step, health checks, backoff.
+- Pure policies: `autoscaling`, `rollouts` (how a rollout step passes or
+  fails), `request_totals` (requests summed over proxies).
 """

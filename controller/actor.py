@@ -30,7 +30,8 @@ from vocabulary.goal_api import CONTROLLER_NAME, PROXY_CLASS, LongPollKey
 from controller.autoscaling import Autoscaler
 from controller.backend_state import BackendOptions, BackendState, Effect, Observer, Probe
 from controller.checkpoint import Storage, decode, encode
-from controller.ownership import Owner, claim
+from controller.ownership import claim
+from vocabulary.ownership import Owner
 from vocabulary.configs import (
     BackendConfig,
     EndpointConfig,
@@ -64,7 +65,7 @@ class ControllerOptions:
     # Each node's proxies serve their Prometheus metrics on this port of the node (None: off).
     proxy_metrics_port: int | None = None
     # Proxy workers per node, sharing the proxy port (SO_REUSEPORT); 0: the
-    # node's CPUs, at most controller.proxy_fleet.DEFAULT_WORKERS_CAP.
+    # node's CPUs, at most vocabulary.proxy_workers.DEFAULT_WORKERS_CAP.
     proxy_workers: int = 1
     # Where rollouts' PromQL checks are asked until a checkpoint or the agent
     # (`set_prometheus_url`, its --prometheus-url) says otherwise; None: nowhere.

@@ -7,7 +7,8 @@ rather than an actor that dies at start), forwarding each `GoalAPI` call to
 it, turning Ray's wrapped errors back into the plain `ValueError` the
 controller raised, `shutdown`, which stops the controller, its proxies and
 its replicas, `discard_checkpoint`, the documented reset, the owning
-agent's record (`claim`, `owner`, `release`; see `controller.ownership`)
+agent's record (`claim`, `owner`, `release` of a `vocabulary.ownership.Owner`;
+see `controller.ownership`)
 and its settings that outlive a controller start (`set_prometheus_url`).
 """
 
@@ -19,8 +20,8 @@ import ray
 from ray.exceptions import RayTaskError
 
 from controller.actor import ControllerActor
-from controller.checkpoint import decode
-from controller.ownership import Owner
+from controller.checkpoint import CheckpointError, decode
+from vocabulary.ownership import Owner
 from controller.ray_kv import RayKVStorage
 from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
@@ -28,7 +29,8 @@ from vocabulary.status import ClusterStatus
 
 _HEAD_NODE_RESOURCE = "node:__internal_head__"
 
-__all__ = ["ControllerClient", "connect", "start_or_connect", "discard_checkpoint"]
+# CheckpointError is what start_or_connect raises: the agent catches it from here.
+__all__ = ["ControllerClient", "CheckpointError", "connect", "start_or_connect", "discard_checkpoint"]
 
 
 class ControllerClient:

@@ -15,7 +15,7 @@ token can connect, submit work or call the controller. A join
 environment, which this module leaves as they are.
 
 Environment: an embedded Ray's processes, replicas included, start with
-`controller.environment.inherited` of this process's environment (an
+`vocabulary.replica_env.inherited` of this process's environment (an
 allow-list: never the agent's `GITOPS_*` settings and secrets), not all of
 it. The variables left out are taken away only while `ray.init` starts GCS
 and raylet (the raylet passes its environment on to every worker it
@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
-from controller.environment import inherited
+from vocabulary.replica_env import inherited
 from vocabulary.goal_api import DEFAULT_NAMESPACE
 
 __all__ = ["init_ray", "shutdown_ray", "ray_token_path", "ray_endpoints", "descendants", "TOKEN_FILE"]
@@ -161,13 +161,12 @@ def kill_embedded_ray() -> None:
     orphan outlives the agent. Ray's node kills what it started (GCS, raylet,
     dashboard); the raylet's own children (its agents, the workers) are this
     process's descendants too, and are killed with them."""
-    import ray
+    from controller.ray_private import kill_local_ray, started_local_ray
 
-    node = ray._private.worker.global_worker.node
-    if node is None or not node.head:
+    if not started_local_ray():
         return
     left = descendants(os.getpid())
-    node.kill_all_processes(check_alive=False, allow_graceful=False)
+    kill_local_ray()
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -198,5 +197,7 @@ def ray_endpoints() -> tuple[str, str]:
     """This process's Ray: the GCS address and the local raylet's socket (for a liveness watch)."""
     import ray
 
-    node = ray._private.worker.global_worker.node
-    return node.gcs_address, node.raylet_socket_name
+    context = ray.get_runtime_context()
+    node_id = context.get_node_id()
+    raylet = next(node["RayletSocketName"] for node in ray.nodes() if node["NodeID"] == node_id)
+    return context.gcs_address, raylet

@@ -1,7 +1,7 @@
 """The proxy fleet: `workers` proxy processes per alive node, as a pure state machine.
 
 Each node runs `ProxySpec.workers` proxies (0: as many as the node has CPUs,
-at most `DEFAULT_WORKERS_CAP`), all listening on the same port with
+at most `vocabulary.proxy_workers.DEFAULT_WORKERS_CAP`), all listening on the same port with
 SO_REUSEPORT so the kernel spreads new connections over them. Each worker
 is a proxy of its own everywhere the controller keys one: by its proxy id
 (`proxy_id`: the node id for worker 0, "node:worker" for the others, so a
@@ -37,11 +37,10 @@ from typing import Mapping
 
 from controller.backend_state import Probe, ProbeStatus
 from vocabulary.goal_api import proxy_id
+from vocabulary.proxy_workers import DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
 from vocabulary.status import ProxyState, ProxyStatus
 
 __all__ = [
-    "DEFAULT_WORKERS_CAP",
-    "MAX_PROXY_WORKERS",
     "PROXY_PREFIX",
     "proxy_actor_name",
     "proxy_id",
@@ -57,16 +56,6 @@ __all__ = [
 ]
 
 PROXY_PREFIX = "gitops-proxy-"
-
-# Proxy workers per node when not told. One worker saturates about one core
-# (the HTTP parsing and replica calls of a request run on its one event
-# loop), and the replicas, Raylet and GCS need cores of the node too: past
-# four, more workers buy little unless the node is mostly proxy, and each
-# costs ~100 MB of memory, a long poll and a load report stream to the
-# controller. A node that is mostly proxy is told more (`--proxy-workers`).
-DEFAULT_WORKERS_CAP = 4
-# The most a node may be told to run: a bound on a flag, not advice.
-MAX_PROXY_WORKERS = 32
 
 
 def proxy_actor_name(node_id: str, worker: int = 0) -> str:

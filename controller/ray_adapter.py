@@ -14,7 +14,6 @@ stores its outcome in a dict when it finishes, and the next tick reads it.
 from __future__ import annotations
 
 import importlib
-import inspect
 import logging
 import os
 import time
@@ -23,7 +22,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import ray
-from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -47,6 +45,7 @@ from controller.proxy_fleet import (
     StartProxy,
     StopProxy,
 )
+from controller.ray_private import available_resources_per_node, session_dir, upload_working_dir
 from vocabulary.configs import BackendConfig
 from vocabulary.goal_api import REPLICA_CLASS
 
@@ -55,14 +54,6 @@ __all__ = ["RayAdapter", "error_text"]
 logger = logging.getLogger(__name__)
 
 _PENDING = Probe(ProbeStatus.PENDING)
-# Honour the export's .gitignore files on every supported Ray: later releases
-# ask for it with a required `include_gitignore`, 2.52 has no such keyword
-# and always honours them.
-_GITIGNORE_OPTION = (
-    {"include_gitignore": True}
-    if "include_gitignore" in inspect.signature(upload_working_dir_if_needed).parameters
-    else {}
-)
 _REPLICA_CONCURRENCY = 1000
 _PROXY_RESTARTS_IN_PLACE = 3
 
@@ -169,7 +160,7 @@ class RayAdapter:
         if not needs:
             return ""
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-        per_node = ray._private.state.available_resources_per_node()
+        per_node = available_resources_per_node()
         for node_id, available in per_node.items():
             if node_id in alive and all(available.get(k, 0.0) >= v * count for k, v in needs.items()):
                 return ""
@@ -256,8 +247,7 @@ class RayAdapter:
             return env
         uri = self._uploaded.get(working_dir)
         if uri is None:
-            packed = upload_working_dir_if_needed({"working_dir": working_dir}, logger=logger, **_GITIGNORE_OPTION)
-            uri = self._uploaded[working_dir] = packed["working_dir"]
+            uri = self._uploaded[working_dir] = upload_working_dir(working_dir, logger)
         env["working_dir"] = uri
         return env
 
@@ -370,8 +360,7 @@ class RayAdapter:
         In this Ray session's directory, so a new session starts from no files
         (see proxy.metrics). Ray gives every node the head's temp dir, so the
         path is the same on the proxy's node as here."""
-        session = ray._private.worker.global_worker.node.get_session_dir_path()
-        return os.path.join(session, f"gitops-proxy-metrics-{self.namespace}-{node_id}")
+        return os.path.join(session_dir(), f"gitops-proxy-metrics-{self.namespace}-{node_id}")
 
     def _kill_proxy(self, key: str) -> None:
         proxy = self._proxies.pop(key, None)

@@ -1,8 +1,37 @@
 """ray-gitops agent side: specs, planning, applying, the agent loop and its CLI.
 
-Nothing in this package defines or runs Ray actors; it talks to the
-controller through `controller.client`. `__version__` is the installed
-distribution's version, so `gitops --version` says what pip installed.
+Nothing in this package defines or runs Ray actors. It reaches the
+controller only through `controller.client` (the goal API over Ray calls)
+and `controller.cluster` (starting or joining Ray); what else it shares
+with the controller is vocabulary (`vocabulary.goal_api`,
+`vocabulary.ownership`, `vocabulary.proxy_workers`). `__version__` is the
+installed distribution's version, so `gitops --version` says what pip
+installed.
+
+- Where specs come from and what they say: `sources/` (the only git code),
+  `specs/` (TOML to a desired state, or every error with FILE:LINE:COL).
+- Deciding, pure: `planning` (desired x actual -> ordered plan) and `plans`
+  (its values), `simulating` (a model of the controller for property tests
+  and dry runs), `rollback` (which commit applies when the newest is held
+  back), `rollout_outcomes` (what rollouts mean for history and status),
+  `outcomes` (`Outcome` and `HistoryEntry`), `status` (Flux-style
+  conditions), `process_events`, `errors` (every error's kind: stalled or
+  retry).
+- Doing: `applying` (a plan against the goal API), `agent` (the reconcile
+  loop), `ticks` (one tick as a value, and what is written from it),
+  `history` (the SQLite ledger), `quarantine_file`, `statedir`, `metrics`,
+  `logs`, `redaction` (secrets kept out of everything shown),
+  `notifications/`.
+- Serving people: `cli` and `commands/` (one module per verb), `__main__`,
+  `admin` (the HTTP API), `access` (token, Host/Origin checks), `webhooks`
+  (push signatures, replays, rate limit), `statuspage`,
+  `shadow_mismatches` (every proxy's sample, in one list), `printable`
+  (escaped terminal output).
+- Process: `supervising` (the agent's Ray watch and restart), `rayversions`
+  (agent and cluster Ray versions agree), `quieting` (Ray's C++ log lines
+  kept out), `proctitle`.
+- `serving`: the API user code in a replica imports (`handle()`, `context()`).
+- `testing`: fakes other tests use (an in-memory source, a fake controller).
 """
 
 from importlib.metadata import version

@@ -28,7 +28,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gitops.access import AccessPolicy, check
-from gitops.ledger import HistoryEntry
+from gitops.outcomes import HistoryEntry
 from gitops.rollback import Quarantine, RollbackRefused
 from gitops.status import AgentStatus
 from gitops.statuspage import render_page

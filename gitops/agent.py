@@ -33,7 +33,7 @@ from typing import Callable
 from gitops.applying import ApplyResult, Deadlines, Progress, apply
 from gitops.errors import ErrorKind, SourceError
 from gitops.history import History
-from gitops.ledger import HistoryEntry, Outcome
+from gitops.outcomes import HistoryEntry, Outcome
 from gitops.quarantine_file import QuarantineFile
 from gitops.rollback import (
     Quarantine,

@@ -24,7 +24,7 @@ from typing import Awaitable, Callable, Iterable, Sequence
 
 from vocabulary.goal_api import GoalAPI
 from vocabulary.configs import GoalResult, GoalState, ServingState
-from gitops.ledger import Outcome
+from gitops.outcomes import Outcome
 from gitops.plans import Action, ActionKind, Plan
 
 __all__ = [

@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from controller.proxy_fleet import DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
+from vocabulary.proxy_workers import DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
 from gitops import __version__
 from gitops.errors import GitopsError
 from gitops.printable import printable

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterator
 
 from gitops.errors import UserError
-from gitops.ledger import HistoryEntry, Outcome
+from gitops.outcomes import HistoryEntry, Outcome
 from gitops.redaction import redact
 from gitops.statedir import private_file
 

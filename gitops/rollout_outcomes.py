@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterable, Mapping
 
-from gitops.ledger import HistoryEntry, Outcome
+from gitops.outcomes import HistoryEntry, Outcome
 from vocabulary.rollouts import Rollout, RolloutPhase
 
 __all__ = ["STOPPED", "stopped", "step_entries", "aborted_entry", "rollout_message"]

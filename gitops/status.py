@@ -25,7 +25,7 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from gitops.errors import ErrorKind
-from gitops.ledger import HistoryEntry, Outcome
+from gitops.outcomes import HistoryEntry, Outcome
 from gitops.redaction import redact
 from gitops.rollback import Quarantine
 from gitops.rollout_outcomes import rollout_message

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from gitops.applying import ApplyResult, Progress
 from gitops.errors import ErrorKind
-from gitops.ledger import HistoryEntry, Outcome
+from gitops.outcomes import HistoryEntry, Outcome
 from gitops.metrics import AgentMetrics
 from gitops.notifications.events import TickOutcome
 from gitops.plans import Plan

@@ -223,7 +223,7 @@ class ProxyApp:
             request: WireRequest = (scope["method"], path, scope["query_string"], headers, body)
             if served.shadow.shares:
                 primary = self._copy_to_shadows(snapshot, served, request)
-            # The call is awaited here, not under `RunningCalls.run`: one coroutine less per request.
+            # The call is awaited here, between `RunningCalls.enter` and `leave`: no wrapper coroutine.
             running = self._calls.enter(receive, served.timeout_s)
             try:
                 reply = await self._forward(snapshot.pools.get(backend), request, running.deadline_at)
@@ -285,7 +285,7 @@ class ProxyApp:
         self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float
     ) -> "WireResponse | _Streaming":
         """The replica's answer, retried once on another replica for GET and HEAD when
-        the first died; the endpoint's deadline is held by `RunningCalls.run`."""
+        the first died; the endpoint's deadline is held by the caller's `RunningCalls.enter`."""
         if pool is None:
             raise _Reply(503, "No replica available", self._retry_after)
         attempts = 2 if request[0] in _IDEMPOTENT else 1

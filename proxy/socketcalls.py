@@ -6,8 +6,10 @@ it carries (submitting, the task loop, serialisation, core-worker threads).
 multiplexes every call to it as `vocabulary.frames` frames (served by
 `replica.data_socket`): the replica's private Unix socket when it is on the
 proxy's own node, its TCP listener (`connect_tcp`, TCP_NODELAY) when it is on
-another. It is a `proxy.coalescing.Transport`, so the coalescer still batches
-in front of it (a batch is one frame each way: fewer syscalls and pickles).
+another. It is a `proxy.coalescing.Transport` whose `at_once` sends a call
+over an open connection at once, so the coalescer batches only the calls
+that go to its Ray fallback; a batched backend's gathered requests are one
+frame each way.
 
 Per replica handle it asks, in the background, for the replica's
 `DataAddress` (over Ray); until that answer comes, when the replica has no

@@ -5,5 +5,16 @@ Starlette request, turning its return value into a wire response, health
 checks, reconfigure and graceful drain. Started and stopped by the
 controller's Ray adapter by class path (`vocabulary.goal_api.REPLICA_CLASS`);
 talks to the proxy only through `vocabulary.wire` (as Ray calls, or as
-`vocabulary.frames` over its same-node Unix socket, `replica.data_socket`).
+`vocabulary.frames` over its data-path connection).
+
+- `host`: the replica actor (load, call, reconfigure, health check, drain).
+- `data_socket`: its end of the data path: frames over a private Unix
+  socket on its node, and over TCP to proxies on other nodes.
+- `conversions`: wire tuples to and from the Starlette requests and
+  responses user code sees.
+- `asgi`: running ASGI callables (an app's HTTP request or WebSocket).
+- `streams`: the streams held between the call that starts them and the
+  calls that read them.
+- `handles`: handle calls from user code to other backends and endpoints
+  (`gitops.serving`), over Ray, with config by long poll.
 """

@@ -40,6 +40,7 @@ import gc
 import importlib
 import inspect
 import logging
+import os
 import random
 import sys
 import tempfile
@@ -191,11 +192,10 @@ def _socket_bases() -> list[str]:
     import ray
 
     bases = []
-    try:
-        # No public API names the session dir; without it, the temp dir serves.
-        bases.append(ray._private.worker._global_node.get_session_dir_path())
-    except Exception:  # noqa: BLE001 — a private API that may move between Ray versions
-        pass
+    # Ray names its session publicly from 2.53 on; on 2.52 the temp dir serves.
+    if ray.is_initialized() and hasattr(ray.get_runtime_context(), "get_session_name"):
+        context = ray.get_runtime_context()
+        bases.append(os.path.join(context.get_temp_dir(), context.get_session_name()))
     return [*bases, tempfile.gettempdir()]
 
 

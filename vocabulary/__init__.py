@@ -1,8 +1,10 @@
 """ray-gitops vocabulary: the values every part of the system speaks.
 
-The leaf of the import graph: it imports nothing of ours, no Ray, no git and
-no HTTP server. The agent (`gitops`), the control plane (`controller`), the
-data plane (`proxy`) and the user-code host (`replica`) meet only here.
+The leaf of the import graph: it imports nothing of ours, and holds values
+only — no Ray, no git, no HTTP, no sockets, files, processes or threads
+(contracts in `pyproject.toml`). The agent (`gitops`), the control plane
+(`controller`), the data plane (`proxy`) and the user-code host (`replica`)
+share their values here.
 
 - `configs`: desired and actual serving state (backends, endpoints), goals,
   long-poll payloads (route table, replica sets).
@@ -12,11 +14,22 @@ data plane (`proxy`) and the user-code host (`replica`) meet only here.
   the names of the actors every part must agree on.
 - `status`: observed state (`ClusterStatus` and its parts), the ordered
   `Health` with `worst()`.
-- `wire`: the proxy <-> replica request/response tuples.
-- `frames`: the length-prefixed frames those tuples travel in over a
-  same-node Unix socket.
+- `rollouts`: a rollout as a value, on its way to git's traffic split.
+- `request_stats`: per-backend request counts a proxy reports for rollout
+  checks.
+- `ownership`: the `Owner` record an agent claims its controller with.
+- `proxy_workers`: the bounds of `--proxy-workers`, for the agent's flag
+  and the controller's fleet.
+- `replica_env`: what an embedded Ray's processes, replicas included,
+  inherit of the agent's environment (an allow-list, never `GITOPS_*`), for
+  `--replica-env` and the cluster starter alike.
 - `choosing`: the request path's choices (backend by weight, replica by
   power of two, queue admission), for the proxy and for handles alike.
 - `serving`: what user code in a replica may ask for (`gitops.serving`):
   handles to other backends and endpoints, and its own context.
+- `wire`: the proxy <-> replica request/response tuples.
+- `frames`: the frames those tuples travel in over one persistent
+  connection; `handshake`: where a replica serves frames and how a proxy
+  opens its TCP listener; `peers`: who is at the other end of a data-path
+  connection. These three are moving to the wire package.
 """

@@ -1,1 +1,10 @@
-"""One module per CLI verb group; each exposes `<verb>_command(args) -> int`."""
+"""One module per CLI verb group; each exposes `<verb>_command(args) -> int`.
+
+- `run`: the agent process (Ray, controller, reconcile loop, admin API).
+- `validate`: offline spec validation; `plan`: the changes between two
+  desired states; `schema`: the spec files' JSON Schema.
+- `init`: scaffold a first deployment.
+- `admin`: status, history, sync, suspend, resume and rollback through a
+  running agent's admin API.
+- `reset`: discard the controller's stored state (`reset-controller`).
+"""

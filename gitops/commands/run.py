@@ -5,7 +5,7 @@ errors before anything starts), register the secrets it was given for
 redaction and take them out of its own command line, lock the state dir,
 start or join Ray quietly in `--namespace` (an embedded Ray with only the
 allow-listed part of this process's environment, `--replica-env` adding
-names: `controller.environment`), start or find the controller
+names: `vocabulary.replica_env`), start or find the controller
 (which starts the proxies) and claim it as its one agent (refused with one
 line when another agent owns it, unless `--take-over`; stopped when taken
 over) and give it this start's `--prometheus-url`, run the agent and the admin
@@ -37,7 +37,7 @@ from gitops.quieting import quiet_ray_output
 from gitops.supervising import CHILD_ENV, supervise, watch_ray
 
 if TYPE_CHECKING:
-    from controller.ownership import Owner
+    from vocabulary.ownership import Owner
     from gitops.sources.verifying import CommitVerifier
     from gitops.metrics import AgentMetrics
     from gitops.notifications.config import Channel
@@ -177,8 +177,7 @@ def _sigterm_interrupts() -> None:
 
 
 def _controller(args: argparse.Namespace) -> Any:
-    from controller.checkpoint import CheckpointError
-    from controller.client import start_or_connect
+    from controller.client import CheckpointError, start_or_connect
 
     options = {"proxy_metrics_port": args.proxy_metrics_port, "proxy_workers": args.proxy_workers}
     try:
@@ -200,7 +199,7 @@ def take_charge(client: Any, args: argparse.Namespace, source: Any, agent_id: st
 
 def _claim(client: Any, args: argparse.Namespace, source: Any, agent_id: str) -> Owner:
     """Become the namespace's one agent, or a one-line error naming the agent that is."""
-    from controller.ownership import Owner
+    from vocabulary.ownership import Owner
 
     owner = Owner(
         agent_id=agent_id, repo=source.location, branch=source.branch, path=args.path,
@@ -404,7 +403,7 @@ def _check_intervals(args: argparse.Namespace) -> None:
 
 
 def _check_proxy_workers(workers: int) -> None:
-    from controller.proxy_fleet import DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
+    from vocabulary.proxy_workers import DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
 
     if not 0 <= workers <= MAX_PROXY_WORKERS:
         raise UsageError(
@@ -445,7 +444,7 @@ def _check_namespace(namespace: str) -> None:
 
 def _replica_env(value: str) -> list[str]:
     """`--replica-env` as names and PREFIX_* patterns; a bad one is a usage error."""
-    from controller.environment import check_patterns
+    from vocabulary.replica_env import check_patterns
 
     patterns = [pattern.strip() for pattern in value.split(",") if pattern.strip()]
     problems = check_patterns(patterns)

@@ -2,11 +2,15 @@
 the file system watcher.
 
 - `source`: the `Source` protocol the agent takes and the `Revision` value.
+- `hashing`: trees that hash themselves as git does, without git (the
+  `Tree` protocol, `MemoryTree`); pure.
 - `trees`: read-only views of a commit's tree, a plain directory or memory,
   with git tree hashes, for the spec loader.
 - `repos`: `GitSource` — clone / fetch a repository, resolve the newest
   revision of a branch, export a commit's tree.
 - `exports`: content-addressed export directories for replicas' working_dir.
+- `verifying`: commit signatures checked against the operator's trusted
+  keys (`git verify-commit`).
 - `watching`: triggers — polling with jitter and a watchdog observer on a
   local repository's refs.
 """

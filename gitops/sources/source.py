@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import TYPE_CHECKING, Iterable, Protocol
 
 from gitops.sources.hashing import Tree
-from gitops.sources.verifying import Verification
+
+if TYPE_CHECKING:  # a value it holds; its module runs git, which a Revision never does
+    from gitops.sources.verifying import Verification
 
 __all__ = ["Revision", "Source"]
 

@@ -3,9 +3,11 @@
 - `models`: one `[backends.X]` / `[endpoints.X]` table as pydantic models;
 - `locating`: FILE:LINE:COL for a key path in a TOML document;
 - `documents`: the files of a tree parsed into declared tables, cross-file rules;
-- `imports`: static checks that an `import_path` exists at the commit;
+- `imports`: static checks that a backend's import path exists at the commit;
 - `versions`: a backend's version derived from git tree hashes;
+- `limits`: every bound on what a spec tree may hold;
 - `loading`: all of the above, returning a `DesiredState` or every error at once.
 
-Pure: no Ray, no HTTP; git is read only through `gitops.sources.trees`.
+No Ray, no HTTP. Pure but for `loading`, which reads the commit's files
+through `gitops.sources.trees`.
 """

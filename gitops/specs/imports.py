@@ -14,7 +14,7 @@ import enum
 import warnings
 from dataclasses import dataclass
 
-from gitops.sources.trees import Tree
+from gitops.sources.hashing import Tree
 
 __all__ = ["AttributeKind", "ResolvedImport", "module_files", "resolve_import"]
 

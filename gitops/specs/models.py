@@ -1,7 +1,7 @@
 """The spec format as pydantic models: every key, type, default and range.
 
 This module owns what one `[backends.NAME]` or `[endpoints.NAME]` table may
-contain, exactly as PRODUCT.md "Spec format" states. It validates one table
+contain; docs/spec.md is generated from it. It validates one table
 at a time and knows nothing about files, line numbers, other files, git or
 Ray: cross-file rules and locations belong to `gitops.specs.documents`.
 

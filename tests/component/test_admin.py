@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from gitops.access import AccessPolicy
 from gitops.admin import WebhookGuard, build_app
-from gitops.ledger import HistoryEntry, Outcome
+from gitops.outcomes import HistoryEntry, Outcome
 from gitops.rollback import Quarantine, RollbackReason, RollbackRefused
 from gitops.status import StatusFacts, roll_up
 from gitops.webhooks import RateLimiter, sign

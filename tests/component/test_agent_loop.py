@@ -15,7 +15,7 @@ import pytest
 from vocabulary.configs import ServingState
 from gitops.agent import Agent, AgentSettings, Planner, Trigger
 from gitops.history import History
-from gitops.ledger import Outcome
+from gitops.outcomes import Outcome
 from gitops.specs.loading import Loader
 from gitops.metrics import AgentMetrics
 from gitops.planning import plan

@@ -12,7 +12,7 @@ import httpx
 from vocabulary.configs import RolloutConfig
 from vocabulary.rollouts import Check, CheckName, Rollout, RolloutPhase
 from gitops.admin import build_app
-from gitops.ledger import Outcome
+from gitops.outcomes import Outcome
 from gitops.testing import FakeController, MemorySource
 from tests.component.test_agent_loop import make_agent, metric, spec, spec_repo, tick  # noqa: F401 (fixture)
 

@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 
 from gitops.history import _MIGRATIONS, SCHEMA_VERSION, History
-from gitops.ledger import HistoryEntry, Outcome
+from gitops.outcomes import HistoryEntry, Outcome
 
 
 def entry(commit: str, result: Outcome, errors: tuple[str, ...] = ()) -> HistoryEntry:

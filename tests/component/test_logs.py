@@ -13,7 +13,7 @@ import pytest
 from gitops.applying import ApplyResult, Progress, ProgressKind
 from gitops.sources.source import Revision
 from gitops.ticks import TickReport, Trigger, progress_line, reconcile_event
-from gitops.ledger import HistoryEntry, Outcome
+from gitops.outcomes import HistoryEntry, Outcome
 from gitops.logs import configure_logging, event_fields, with_fields
 from gitops.plans import Action, ActionKind, Plan
 

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from controller.ownership import Owner, claim
+from controller.ownership import claim
+from vocabulary.ownership import Owner
 from gitops.commands.run import take_charge
 from gitops.errors import UserError
 

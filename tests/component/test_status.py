@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from gitops.ledger import HistoryEntry, Outcome
+from gitops.outcomes import HistoryEntry, Outcome
 from gitops.status import AgentStatus, StatusFacts, SyncStatus, roll_up
 from vocabulary.configs import ReplicaState
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gitops.commands.admin import render_history, render_status
-from gitops.ledger import HistoryEntry, Outcome
+from gitops.outcomes import HistoryEntry, Outcome
 from gitops.rollback import Quarantine, RollbackReason
 from gitops.status import AgentStatus, StatusFacts, roll_up
 from vocabulary.configs import ReplicaState, RolloutConfig

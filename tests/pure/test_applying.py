@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
-from gitops.ledger import Outcome
+from gitops.outcomes import Outcome
 from gitops.applying import Deadlines, Progress, ProgressKind, apply
 from gitops.planning import plan
 from gitops.plans import ActionKind

@@ -1,6 +1,6 @@
-"""The shipped monitoring assets use only the metrics and labels of PRODUCT.md.
+"""The shipped monitoring assets use only the metrics and labels of docs/metrics.md.
 
-`CONTRACT` is PRODUCT.md's "Metrics" table; dashboards and alert rules
+`CONTRACT` is docs/metrics.md's tables; dashboards and alert rules
 depend on these names, so every query of the shipped dashboard and alert
 rules must reference only them, with their labels.
 """
@@ -82,14 +82,14 @@ def all_queries() -> list[str]:
 
 
 def contract_name(series: str) -> str:
-    """The PRODUCT.md name a series in a query belongs to (histograms have suffixes)."""
+    """The docs/metrics.md name a series in a query belongs to (histograms have suffixes)."""
     if series in CONTRACT:
         return series
     for suffix in HISTOGRAM_SUFFIXES:
         base = series.removesuffix(suffix)
         if base != series and CONTRACT.get(base, ("",))[0] == "histogram":
             return base
-    raise AssertionError(f"{series} is not a metric of PRODUCT.md")
+    raise AssertionError(f"{series} is not a metric of docs/metrics.md")
 
 
 def referenced_metrics(query: str) -> set[str]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from controller.ownership import Owner, claim
+from controller.ownership import claim
+from vocabulary.ownership import Owner
 
 
 def owner(agent_id: str) -> Owner:

@@ -6,8 +6,6 @@ import asyncio
 
 from controller.backend_state import Probe, ProbeStatus
 from controller.proxy_fleet import (
-    DEFAULT_WORKERS_CAP,
-    MAX_PROXY_WORKERS,
     PingProxy,
     ProxyFleet,
     ProxyRestarted,
@@ -17,6 +15,7 @@ from controller.proxy_fleet import (
     workers_on,
 )
 from controller.actor import ControllerActor
+from vocabulary.proxy_workers import DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
 from controller.testing import FakeAdapter, MemoryStorage
 from tests.pure.test_goals_api import poll, stop
 from vocabulary.status import ProxyState

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from vocabulary.configs import RolloutConfig
 from vocabulary.rollouts import Check, CheckName, Rollout, RolloutPhase, StepRecord
-from gitops.ledger import HistoryEntry, Outcome
+from gitops.outcomes import HistoryEntry, Outcome
 from gitops.rollout_outcomes import aborted_entry, rollout_message, step_entries
 
 APPLIED = HistoryEntry(commit="c2", branch="main", author_time=1.0, summary="canary", started_at=2.0,

@@ -1,4 +1,4 @@
-"""The spec format's tables: keys, types, defaults and ranges (PRODUCT.md "Spec format")."""
+"""The spec format's tables: keys, types, defaults and ranges (docs/spec.md)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from gitops.admin import WebhookGuard, build_app, server
 from gitops.agent import Agent, AgentSettings, Trigger
 from gitops.applying import Deadlines, apply
 from gitops.history import History
-from gitops.ledger import Outcome
+from gitops.outcomes import Outcome
 from gitops.specs.loading import Loader
 from gitops.metrics import AgentMetrics
 from gitops.sources.repos import GitSource

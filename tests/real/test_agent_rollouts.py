@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gitops.ledger import Outcome
+from gitops.outcomes import Outcome
 from gitops.status import SyncStatus
 from tests.real.test_agent_e2e import (  # noqa: F401 (cluster, empty_cluster: fixtures)
     RequestLoop,

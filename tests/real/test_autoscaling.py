@@ -28,8 +28,8 @@ pytestmark = pytest.mark.real
 
 UPSCALE_DELAY_S = 1.0
 DOWNSCALE_DELAY_S = 3.0
-# A replica is a fresh Ray actor process (~0.5-0.75 s on an idle machine, see
-# RAY_NOTES.md); this machine is shared with other test runs, hence the slack.
+# A replica is a fresh Ray actor process (~0.5-0.75 s on an idle
+# machine); this machine is shared with other test runs, hence the slack.
 REPLICA_START_ALLOWANCE_S = 30.0
 HIGH_LOAD_WORKERS = 12  # ~11 ongoing at 50 ms per request: wants 6, capped at 4
 TARGET_ONGOING = 2

@@ -17,7 +17,7 @@ from pydantic import SecretStr
 
 from gitops.agent import Agent, AgentSettings
 from gitops.history import History
-from gitops.ledger import Outcome
+from gitops.outcomes import Outcome
 from gitops.metrics import AgentMetrics
 from gitops.notifications.config import Channel, GitHubProvider, GitLabProvider, SlackProvider, WebhookProvider
 from gitops.notifications.delivering import HttpSender, Notifier, RetryPolicy

@@ -13,7 +13,7 @@ import pytest
 from gitops.agent import Agent
 from gitops.cli import main
 from gitops.history import History
-from gitops.ledger import Outcome
+from gitops.outcomes import Outcome
 from gitops.metrics import AgentMetrics
 from gitops.planning import plan
 from gitops.specs.loading import Loader

@@ -17,7 +17,7 @@ settings, accelerators and numeric libraries (`CUDA_*`, `NVIDIA_*`,
 `extra` names more (`gitops run --replica-env`: exact names, or prefixes
 ending in `*`). `GITOPS_*` is never inherited, whatever `extra` says. Pure:
 a function of the environment it is given. Must not: start Ray (that is
-`controller.cluster`).
+`controller.cluster`; the agent checks `--replica-env` with it too).
 """
 
 from __future__ import annotations

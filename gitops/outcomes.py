@@ -1,8 +1,8 @@
-"""The history ledger's values: what one reconcile of a commit came to.
+"""What one reconcile of a commit came to: `Outcome`, and `HistoryEntry`, the
+row the history ledger keeps of it.
 
-`Outcome` and `HistoryEntry` are plain values shared by the agent, its
-status, metrics and the admin API; `gitops.history` stores them in SQLite.
-Pure: no storage, no clock.
+Plain values shared by the agent, its status, metrics, rollbacks and the
+admin API; `gitops.history` stores them in SQLite. Pure: no storage, no clock.
 """
 
 from __future__ import annotations

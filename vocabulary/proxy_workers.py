@@ -1,0 +1,20 @@
+"""How many proxy workers a node may run: the bounds of `--proxy-workers`.
+
+The agent checks its flag against them (`gitops.cli`, `gitops.commands.run`)
+and the controller's fleet applies them (`controller.proxy_fleet.workers_on`),
+so they live here, where both meet. Values only.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DEFAULT_WORKERS_CAP", "MAX_PROXY_WORKERS"]
+
+# Proxy workers per node when not told. One worker saturates about one core
+# (the HTTP parsing and replica calls of a request run on its one event
+# loop), and the replicas, Raylet and GCS need cores of the node too: past
+# four, more workers buy little unless the node is mostly proxy, and each
+# costs ~100 MB of memory, a long poll and a load report stream to the
+# controller. A node that is mostly proxy is told more (`--proxy-workers`).
+DEFAULT_WORKERS_CAP = 4
+# The most a node may be told to run: a bound on a flag, not advice.
+MAX_PROXY_WORKERS = 32
