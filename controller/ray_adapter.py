@@ -20,7 +20,7 @@ import os
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import ray
 from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
@@ -30,6 +30,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from controller.backend_state import (
     REPLICA_PREFIX,
     CheckHealth,
+    DeliverSecrets,
     Effect,
     KillReplica,
     Probe,
@@ -47,6 +48,7 @@ from controller.proxy_fleet import (
     StartProxy,
     StopProxy,
 )
+from controller.secrets import SecretKeeper
 from vocabulary.configs import BackendConfig
 from vocabulary.goal_api import REPLICA_CLASS
 
@@ -121,6 +123,8 @@ class RayAdapter:
         self._cpus: dict[str, int] = {}
         self._uploaded: dict[str, str] = {}
         self._dead_nodes: set[str] = set()
+        # The backends' secret values, sealed to each replica it starts (controller.secrets).
+        self.secrets = SecretKeeper()
 
     # --- Observer (read by backend_state.tick) ------------------------------
 
@@ -203,6 +207,10 @@ class RayAdapter:
             handle = self._replica_handle(effect.actor_name)
             if handle is not None:
                 handle.reconfigure.remote(effect.user_config)
+        elif isinstance(effect, DeliverSecrets):
+            handle = self._replica_handle(effect.actor_name)
+            if handle is not None:
+                self._sealed(handle, effect.config, handle.update_secrets.remote)
         elif isinstance(effect, KillReplica):
             self._drains.pop(effect.actor_name, None)
             self._kill(effect.actor_name)
@@ -241,7 +249,27 @@ class RayAdapter:
             namespace=self.namespace, commit=config.commit,
         )
         self._handles[effect.actor_name] = handle
-        self._starts[effect.actor_name] = _call(handle.initialize.remote())
+        if config.secret_digests:
+            self._starts[effect.actor_name] = self._sealed(handle, config, handle.initialize.remote)
+        else:
+            self._starts[effect.actor_name] = _call(handle.initialize.remote())
+
+    def _sealed(self, handle: Any, config: BackendConfig, submit: Callable[[bytes], Any]) -> _Call:
+        """`submit(sealed)` once the replica told its public key: the backend's
+        secret values sealed to it, so Ray carries only what that replica can
+        open. Never waits on the control loop: the replica's answer carries on."""
+        outer: Future = Future()
+
+        def carry_on(asked: Future) -> None:
+            try:
+                ref = submit(self.secrets.seal_for(config, asked.result()))
+            except Exception as err:  # noqa: BLE001 — the start fails with it (names no value)
+                outer.set_exception(err)
+                return
+            ref.future().add_done_callback(lambda done: _settle(outer, done))
+
+        handle.secrets_recipient.remote().future().add_done_callback(carry_on)
+        return _Call(outer, time.monotonic())
 
     def _runtime_env(self, config: BackendConfig) -> dict[str, Any]:
         """The backend's runtime_env with its working_dir uploaded to the GCS.
@@ -416,6 +444,14 @@ def _replica_class() -> Any:
 
 def _call(ref: Any) -> _Call:
     return _Call(ref.future(), time.monotonic())
+
+
+def _settle(outer: Future, done: Future) -> None:
+    error = done.exception()
+    if error is not None:
+        outer.set_exception(error)
+    else:
+        outer.set_result(done.result())
 
 
 def _named_actors(namespace: str) -> list[str]:

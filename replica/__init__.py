@@ -6,4 +6,6 @@ checks, reconfigure and graceful drain. Started and stopped by the
 controller's Ray adapter by class path (`vocabulary.goal_api.REPLICA_CLASS`);
 talks to the proxy only through `vocabulary.wire` (as Ray calls, or as
 `vocabulary.frames` over its same-node Unix socket, `replica.data_socket`).
+`replica.secrets` holds its secrets: its own age key, the values sealed to
+it, their tmpfs files.
 """

@@ -266,14 +266,18 @@ async def _serve(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
 
+    from gitops.secrets import SecretDelivery, SecretsLoader, digest_key, load_identities
+
     metrics = AgentMetrics()
     loader = Loader(limits=SpecLimits(max_replicas=args.max_replicas))
+    # Secrets are decrypted here, in the agent, and leave it sealed (gitops.secrets).
+    load = SecretsLoader(loader.load_tree, load_identities(args.age_identity), digest_key(state.root))
     sender, notifier = _notifier(channels, links, metrics, args.namespace)
     agent = Agent(
         source,
-        client,
+        SecretDelivery(client, load),
         History(state.history),
-        load=loader.load_tree,
+        load=load,
         plan=planning.plan,
         metrics=metrics,
         settings=AgentSettings(

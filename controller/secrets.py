@@ -1,0 +1,68 @@
+"""The controller's part in secret delivery: it holds, seals and forwards.
+
+Owns the controller's own age key (made at start, in memory, never
+checkpointed), the backends' secret values the agent sealed to it (`put`,
+kept in memory with each value's keyed hash), which backends' configs name
+values it does not hold (`missing`: after a controller restart the agent
+sends them again at its next tick), and sealing a backend's values to one
+replica's public key (`seal_for`) so that what crosses Ray to the replica is
+ciphertext only that replica can open. Nothing here is written to the
+checkpoint, a log line, a status or an error text: errors name backends and
+secrets, never values. Pure apart from the age calls; docs/secrets.md has
+the design.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pyrage
+
+from vocabulary.configs import BackendConfig
+
+__all__ = ["SecretKeeper", "SecretsNotHeld"]
+
+
+class SecretsNotHeld(LookupError):
+    """A replica needs values this controller has not been sent (yet)."""
+
+
+class SecretKeeper:
+    def __init__(self) -> None:
+        self._identity = pyrage.x25519.Identity.generate()
+        # backend -> secret name -> (keyed hash, value)
+        self._held: dict[str, dict[str, tuple[str, bytes]]] = {}
+
+    def recipient(self) -> str:
+        """The public key the agent seals the backends' values to."""
+        return str(self._identity.to_public())
+
+    def put(self, sealed: bytes) -> list[str]:
+        """Take a bundle the agent sealed to `recipient()`: {backend: {name:
+        [keyed hash, base64 value]}}; returns the backends it held."""
+        bundle = json.loads(pyrage.decrypt(sealed, [self._identity]))
+        for backend, values in bundle.items():
+            self._held[backend] = {name: (digest, base64.b64decode(text)) for name, (digest, text) in values.items()}
+        return sorted(bundle)
+
+    def forget(self, backend: str) -> None:
+        self._held.pop(backend, None)
+
+    def holds(self, config: BackendConfig) -> bool:
+        held = self._held.get(config.name, {})
+        return {name: digest for name, (digest, _) in held.items()} == dict(config.secret_digests)
+
+    def missing(self, configs: dict[str, BackendConfig]) -> list[str]:
+        """Backends whose configs name secret values not held here."""
+        return sorted(name for name, config in configs.items() if config.secret_digests and not self.holds(config))
+
+    def seal_for(self, config: BackendConfig, recipient: str) -> bytes:
+        """The backend's values sealed to one replica's public key."""
+        if not self.holds(config):
+            raise SecretsNotHeld(
+                f"backend {config.name}: the controller does not hold its secrets "
+                f"({', '.join(sorted(config.secret_digests))}) yet; the agent sends them at its next tick"
+            )
+        values = {name: base64.b64encode(value).decode() for name, (_, value) in self._held[config.name].items()}
+        return pyrage.encrypt(json.dumps(values).encode(), [pyrage.x25519.Recipient.from_str(recipient)])
