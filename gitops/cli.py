@@ -158,7 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.set_defaults(func=_command("validate", "validate_command"))
 
     secret = verb("secret", "encrypt or edit an age-encrypted secret file (docs/secrets.md)")
-    secret_verbs = secret.add_subparsers(dest="secret_verb", metavar="{encrypt,edit}", required=True)
+    secret_verbs = secret.add_subparsers(
+        dest="secret_verb", metavar="{encrypt,edit}", required=True, help="encrypt: a new age file; edit: change one"
+    )
     encrypt = secret_verbs.add_parser(
         "encrypt", help="encrypt IN (default: stdin) to the recipients; the age file goes to stdout",
         description="encrypt IN (default: stdin) to the recipients; the age file goes to stdout",
