@@ -39,7 +39,7 @@ from vocabulary.status import ClusterStatus
 
 __all__ = [
     "Identity", "load_identities", "digest_key", "keyed_hash", "decrypt", "SecretsLoader", "SecretDelivery",
-    "defines_hook",
+    "defines_hook", "FileDigests", "assume_unchanged",
 ]
 
 Identity = Any  # pyrage.x25519.Identity (pyrage has no type stubs)
@@ -176,6 +176,43 @@ class SecretsLoader:
                     for name, value in values.items() if value is not None
                 }
         return found
+
+
+class FileDigests(SecretsLoader):
+    """For `gitops plan` without a key: a secret's "hash" is its file's git blob
+    hash (the ciphertext is in git already), so a commit that re-encrypts a
+    file shows as `~ secret NAME (changed)` and the restart rule is predicted."""
+
+    def __init__(self, load: Callable[[Tree, str], LoadResult]) -> None:
+        super().__init__(load, [], b"gitops plan")
+
+    def __call__(self, tree: Tree, spec_path: str) -> LoadResult:
+        result = self._load(tree, spec_path)
+        state = result.state
+        if state is None or not state.secrets:
+            return result
+        digests = {
+            name: keyed_hash(self._key, name, (tree.hash(declared.file) or "").encode())
+            for name, declared in state.secrets.items()
+        }
+        backends = {name: self._with_digests(tree, config, digests) for name, config in state.backends.items()}
+        return LoadResult(state.model_copy(update={"backends": backends}))
+
+
+def assume_unchanged(desired: ServingState, actual: ServingState) -> ServingState:
+    """`desired` with the secret hashes (and the version suffix they make) of
+    `actual`: without the agent's key, values in git cannot be compared with
+    those the controller holds (`gitops plan --live`)."""
+    backends = dict(desired.backends)
+    for name, config in desired.backends.items():
+        live = actual.backends.get(name)
+        if live is None or set(live.secret_digests) != set(config.secrets):
+            continue
+        update: dict[str, Any] = {"secret_digests": live.secret_digests}
+        if live.version.startswith(f"{config.version}+s"):
+            update["version"] = live.version
+        backends[name] = config.model_copy(update=update)
+    return desired.model_copy(update={"backends": backends})
 
 
 class SecretController(Protocol):

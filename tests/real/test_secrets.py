@@ -43,7 +43,8 @@ class Vault:
     def __call__(self, request):
         from_file = Path(serving.secret_path("db")).read_bytes()
         assert from_file == serving.secret("db") == self.seen
-        return {"sha256": hashlib.sha256(self.seen).hexdigest(), "mode": oct(Path(serving.secret_path("db")).stat().st_mode & 0o777)}
+        mode = Path(serving.secret_path("db")).stat().st_mode & 0o777
+        return {"sha256": hashlib.sha256(self.seen).hexdigest(), "mode": oct(mode), "replica": serving.context().replica_id}
 '''
 SPEC = """\
 [secrets.db]
@@ -88,13 +89,18 @@ def _files_holding(root: Path, needles: list[bytes]) -> list[str]:
     return found
 
 
+def _sha(value: bytes) -> str:
+    return hashlib.sha256(value).hexdigest()
+
+
 def test_a_secret_reaches_its_replica_only_and_rotates_by_commit_without_a_failed_request(
     ray_session: str, repo: GitRepo, tmp_path: Path
 ) -> None:
     identity_file, recipient = _identity(tmp_path)
     value = f"pw-{uuid.uuid4().hex}".encode()
     rotated = f"pw-{uuid.uuid4().hex}".encode()
-    needles = [value, base64.b64encode(value), rotated, base64.b64encode(rotated)]
+    restarted = f"pw-{uuid.uuid4().hex}".encode()
+    needles = [secret for plain in (value, rotated, restarted) for secret in (plain, base64.b64encode(plain))]
     repo.write("apps/__init__.py", "")
     repo.write("apps/vault.py", APP)
     repo.write("deployments/vault.toml", SPEC)
@@ -107,7 +113,7 @@ def test_a_secret_reaches_its_replica_only_and_rotates_by_commit_without_a_faile
     try:
         agent.wait_applied(first)
         answer = httpx.get(agent.proxy + "/vault", timeout=10).json()
-        assert answer == {"sha256": hashlib.sha256(value).hexdigest(), "mode": "0o600"}
+        assert (answer["sha256"], answer["mode"]) == (_sha(value), "0o600")
 
         def light_load() -> None:
             with httpx.Client(timeout=10) as client:
@@ -119,12 +125,25 @@ def test_a_secret_reaches_its_replica_only_and_rotates_by_commit_without_a_faile
 
         load = threading.Thread(target=light_load)
         load.start()
+        # A rotation in place: the class has reconfigure_secrets(), the replica stays.
         second = _plant(repo, rotated, recipient, "rotate the password")
         agent.wait_applied(second)
-        agent.wait(
-            "the rotated value in the replica",
-            lambda: httpx.get(agent.proxy + "/vault", timeout=10).json()["sha256"] == hashlib.sha256(rotated).hexdigest(),
-        )
+        agent.wait("the rotated value", lambda: httpx.get(agent.proxy + "/vault").json()["sha256"] == _sha(rotated))
+        assert httpx.get(agent.proxy + "/vault").json()["replica"] == answer["replica"]
+        # A value nobody's identity opens: the commit fails, naming the secret and its file; nothing changes.
+        stranger = pyrage.x25519.Identity.generate().to_public()
+        bad = _plant(repo, b"never-delivered", stranger, "a value the agent cannot open")
+        agent.wait_attempted(bad)
+        status = agent.get("/status")
+        assert status["last_applied_revision"] == second
+        assert "secret 'db' (secrets/db.age) does not decrypt" in json.dumps(status)
+        assert httpx.get(agent.proxy + "/vault").json()["sha256"] == _sha(rotated)
+        # on_secret_change = "restart": a rolling restart brings the new value.
+        repo.write("deployments/vault.toml", SPEC.replace('secrets = ["db"]', 'secrets = ["db"]\non_secret_change = "restart"'))
+        third = _plant(repo, restarted, recipient, "rotate again, restarting")
+        agent.wait_applied(third)
+        agent.wait("the restarted value", lambda: httpx.get(agent.proxy + "/vault").json()["sha256"] == _sha(restarted))
+        assert httpx.get(agent.proxy + "/vault").json()["replica"] != answer["replica"]
         stop.set()
         load.join(30)
         # Every surface a user, Ray or the agent writes, read while it runs.
@@ -152,7 +171,7 @@ def test_a_secret_reaches_its_replica_only_and_rotates_by_commit_without_a_faile
         stop.set()
         agent.stop()
     assert failures == []
-    assert '"sha256"' not in surfaces["/status"]  # the surfaces were read, not empty pages
+    assert "~ backend vault (in place)\n    ~ secret db (changed)" in surfaces["gitops plan"]
     for name, text in surfaces.items():
         assert text, name
         for needle in needles:
@@ -161,9 +180,9 @@ def test_a_secret_reaches_its_replica_only_and_rotates_by_commit_without_a_faile
     assert _files_holding(session_dir, needles) == [], "Ray's session directory holds a secret value"
     assert _files_holding(tmp_path / "state", needles) == [], "the state dir holds a secret value"
     assert _files_holding(agent.log_path.parent, needles) == []  # the agent log and the state dir beside it
-    assert _files_holding(repo.root, [value, rotated]) == [], "the repository holds a value in plain text"
+    assert _files_holding(repo.root, [value, rotated, restarted]) == [], "the repository holds a value in plain text"
     key = tmp_path / "state" / "secrets-hmac.key"
     assert key.stat().st_mode & 0o777 == 0o600
-    assert not list(Path("/dev/shm").glob(f"gitops-secrets-*")) or all(
-        os.getuid() == entry.stat().st_uid for entry in Path("/dev/shm").glob("gitops-secrets-*")
-    )
+    # Stopped replicas removed their secret files (the controller drains them at shutdown).
+    for entry in Path("/dev/shm").glob("gitops-secrets-*"):
+        assert _files_holding(entry, needles) == [], f"{entry} outlived its replica"
