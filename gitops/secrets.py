@@ -29,7 +29,7 @@ from typing import Any, Callable, Protocol, Sequence
 import pyrage
 
 from gitops.errors import UserError
-from gitops.sources.trees import Tree
+from gitops.sources.hashing import Tree
 from gitops.specs.documents import SpecError
 from gitops.specs.imports import module_files
 from gitops.specs.loading import LoadResult
