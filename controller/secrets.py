@@ -33,6 +33,8 @@ class SecretKeeper:
         self._identity = pyrage.x25519.Identity.generate()
         # backend -> secret name -> (keyed hash, value)
         self._held: dict[str, dict[str, tuple[str, bytes]]] = {}
+        # Each put numbers its values, so a replica keeps the newest whatever order they arrive in.
+        self._serial = 0
 
     def recipient(self) -> str:
         """The public key the agent seals the backends' values to."""
@@ -42,6 +44,7 @@ class SecretKeeper:
         """Take a bundle the agent sealed to `recipient()`: {backend: {name:
         [keyed hash, base64 value]}}; returns the backends it held."""
         bundle = json.loads(pyrage.decrypt(sealed, [self._identity]))
+        self._serial += 1
         for backend, values in bundle.items():
             self._held[backend] = {name: (digest, base64.b64decode(text)) for name, (digest, text) in values.items()}
         return sorted(bundle)
@@ -58,11 +61,15 @@ class SecretKeeper:
         return sorted(name for name, config in configs.items() if config.secret_digests and not self.holds(config))
 
     def seal_for(self, config: BackendConfig, recipient: str) -> bytes:
-        """The backend's values sealed to one replica's public key."""
-        if not self.holds(config):
+        """The backend's newest values sealed to one replica's public key, with
+        their serial. A replica started for an older config of the backend gets
+        the newest values too: a rotation reaches it either way."""
+        held = self._held.get(config.name, {})
+        if not config.secret_digests or set(held) != set(config.secret_digests):
             raise SecretsNotHeld(
                 f"backend {config.name}: the controller does not hold its secrets "
                 f"({', '.join(sorted(config.secret_digests))}) yet; the agent sends them at its next tick"
             )
-        values = {name: base64.b64encode(value).decode() for name, (_, value) in self._held[config.name].items()}
-        return pyrage.encrypt(json.dumps(values).encode(), [pyrage.x25519.Recipient.from_str(recipient)])
+        values = {name: base64.b64encode(value).decode() for name, (_, value) in held.items()}
+        bundle = {"serial": self._serial, "values": values}
+        return pyrage.encrypt(json.dumps(bundle).encode(), [pyrage.x25519.Recipient.from_str(recipient)])

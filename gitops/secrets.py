@@ -35,6 +35,7 @@ from gitops.specs.imports import module_files
 from gitops.specs.loading import LoadResult
 from gitops.statedir import private_file
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, SecretChange, ServingState
+from vocabulary.goal_api import GoalAPI
 from vocabulary.status import ClusterStatus
 
 __all__ = [
@@ -42,7 +43,7 @@ __all__ = [
     "defines_hook", "FileDigests", "assume_unchanged",
 ]
 
-Identity = Any  # pyrage.x25519.Identity (pyrage has no type stubs)
+Identity = Any  # pyrage.x25519.Identity: pyrage ships no type information
 HOOK = "reconfigure_secrets"
 _KEY_FILE = "secrets-hmac.key"
 
@@ -225,11 +226,15 @@ class SecretController(Protocol):
     async def secrets_missing(self) -> list[str]: ...
 
 
+class SecretGoalAPI(GoalAPI, SecretController, Protocol):
+    """The goal API and the controller's secret calls (`controller.client.ControllerClient`)."""
+
+
 class SecretDelivery:
     """The goal API, sending the controller a backend's secret values (sealed
     to its key) before the backend is applied and whenever it lacks them."""
 
-    def __init__(self, inner: Any, loader: SecretsLoader) -> None:
+    def __init__(self, inner: SecretGoalAPI, loader: SecretsLoader) -> None:
         self._inner = inner
         self._loader = loader
 
@@ -266,6 +271,3 @@ class SecretDelivery:
 
     async def get_status(self) -> ClusterStatus:
         return await self._inner.get_status()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)

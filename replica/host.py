@@ -251,8 +251,7 @@ class Replica:
     async def update_secrets(self, sealed: bytes) -> None:
         """New values (a rotation), sealed to `secrets_recipient()`: held at
         once, then the class's `reconfigure_secrets()` runs if it has one."""
-        self._secrets.open(sealed)
-        if self._handler is not None:
+        if self._secrets.open(sealed) and self._handler is not None:
             await _call_optional(self._handler, "reconfigure_secrets")
 
     async def initialize(self, secrets: bytes | None = None) -> str:

@@ -39,22 +39,28 @@ class SecretBox:
         self._backend = backend
         self._identity = pyrage.x25519.Identity.generate()
         self._values: dict[str, bytes] = {}
+        self._serial = -1  # of the values held: older ones arriving late are ignored
         self._dir: Path | None = None
 
     def recipient(self) -> str:
         """This replica's age public key: what the controller seals to."""
         return str(self._identity.to_public())
 
-    def open(self, sealed: bytes) -> None:
-        """Take a bundle sealed to `recipient()`: every value, replacing the ones held."""
+    def open(self, sealed: bytes) -> bool:
+        """Take a bundle sealed to `recipient()` ({"serial", "values"}): every
+        value, replacing the ones held, unless it is older than those; whether it was taken."""
         bundle = json.loads(pyrage.decrypt(sealed, [self._identity]))
-        self._values = {name: base64.b64decode(text) for name, text in bundle.items()}
+        if bundle["serial"] < self._serial:
+            return False
+        self._serial = bundle["serial"]
+        self._values = {name: base64.b64decode(text) for name, text in bundle["values"].items()}
         if self._dir is not None:
             for entry in self._dir.iterdir():
                 if entry.name not in self._values:
                     entry.unlink()
             for name in self._values:
                 self._write(name)
+        return True
 
     def names(self) -> list[str]:
         return sorted(self._values)

@@ -78,6 +78,17 @@ def test_values_reach_a_replica_sealed_twice_and_come_back_after_a_controller_re
     assert controller.sent == 2  # nothing missing: nothing sent
 
 
+def test_a_replica_started_for_an_older_config_gets_the_newest_values() -> None:
+    load, config = _loaded(b"s3cret")
+    controller = FakeController()
+    asyncio.run(SecretDelivery(controller, load).apply_backend(config))
+    newer_load, newer = _loaded(b"rotated")
+    asyncio.run(SecretDelivery(controller, newer_load).apply_backend(newer))
+    replica = SecretBox("vault")
+    replica.open(controller.keeper.seal_for(config, replica.recipient()))
+    assert replica.value("db") == b"rotated"
+
+
 def test_a_controller_without_the_values_names_the_backend_and_no_value() -> None:
     _, config = _loaded(b"s3cret")
     with pytest.raises(SecretsNotHeld) as raised:
@@ -99,13 +110,18 @@ def test_a_replica_cannot_open_values_sealed_to_another() -> None:
 
 def test_a_replica_file_is_private_rewritten_on_rotation_and_removed_at_stop() -> None:
     box = SecretBox("vault")
-    first = pyrage.encrypt(b'{"db": "b2xk"}', [pyrage.x25519.Recipient.from_str(box.recipient())])
-    box.open(first)
+    def sealed(serial: int, values: str) -> bytes:
+        bundle = f'{{"serial": {serial}, "values": {values}}}'.encode()
+        return pyrage.encrypt(bundle, [pyrage.x25519.Recipient.from_str(box.recipient())])
+
+    assert box.open(sealed(1, '{"db": "b2xk"}'))
     path = Path(box.path("db"))
     assert path.read_bytes() == b"old"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-    box.open(pyrage.encrypt(b'{"db": "bmV3"}', [pyrage.x25519.Recipient.from_str(box.recipient())]))
+    assert box.open(sealed(3, '{"db": "bmV3"}'))
     assert path.read_bytes() == b"new" and box.value("db") == b"new"
+    assert not box.open(sealed(2, '{"db": "b2xk"}'))  # older values arriving late change nothing
+    assert box.value("db") == b"new"
     with pytest.raises(SecretMissing, match=r"backend vault has no secret 'api' \(it lists: db\)"):
         box.value("api")
     box.close()
