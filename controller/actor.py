@@ -140,7 +140,7 @@ def _ray_adapter(namespace: str, secrets: SecretKeeper) -> ClusterAdapter:
     from controller.ray_adapter import RayAdapter
 
     adapter = RayAdapter(namespace)
-    adapter.secrets = secrets
+    adapter.use_secrets(secrets)
     return adapter
 
 

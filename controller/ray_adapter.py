@@ -17,6 +17,7 @@ import importlib
 import inspect
 import logging
 import os
+import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -105,6 +106,16 @@ class _Call:
     started: float
 
 
+@dataclass(frozen=True)
+class _Waiting:
+    """A replica's secret delivery waiting for the agent to send the values."""
+
+    config: BackendConfig
+    recipient: str
+    submit: Callable[[bytes], Any]
+    outer: Future
+
+
 @dataclass
 class _Proxy:
     handle: Any
@@ -125,7 +136,14 @@ class RayAdapter:
         self._dead_nodes: set[str] = set()
         # The backends' secret values, sealed to each replica it starts (controller.secrets).
         self.secrets = SecretKeeper()
+        # Replicas waiting for values the agent has not sent yet (after a controller
+        # restart): sealed when they arrive, or failed by the start timeout.
+        self._waiting: list[_Waiting] = []
+        self._waiting_lock = threading.Lock()
 
+    def use_secrets(self, keeper: SecretKeeper) -> None:
+        self.secrets = keeper
+        keeper.when_put(self._values_arrived)
     # --- Observer (read by backend_state.tick) ------------------------------
 
     def start_probe(self, actor_name: str) -> Probe:
@@ -257,19 +275,42 @@ class RayAdapter:
     def _sealed(self, handle: Any, config: BackendConfig, submit: Callable[[bytes], Any]) -> _Call:
         """`submit(sealed)` once the replica told its public key: the backend's
         secret values sealed to it, so Ray carries only what that replica can
-        open. Never waits on the control loop: the replica's answer carries on."""
+        open. Never waits on the control loop: the replica's answer carries on,
+        and values not held yet are waited for (`_values_arrived`)."""
         outer: Future = Future()
 
         def carry_on(asked: Future) -> None:
             try:
-                ref = submit(self.secrets.seal_for(config, asked.result()))
-            except Exception as err:  # noqa: BLE001 — the start fails with it (names no value)
+                recipient = asked.result()
+            except Exception as err:  # noqa: BLE001 — the replica died: the start fails with it
                 outer.set_exception(err)
                 return
-            ref.future().add_done_callback(lambda done: _settle(outer, done))
+            self._seal_and_submit(_Waiting(config, recipient, submit, outer))
 
         handle.secrets_recipient.remote().future().add_done_callback(carry_on)
         return _Call(outer, time.monotonic())
+
+    def _seal_and_submit(self, waiting: _Waiting) -> None:
+        if waiting.outer.done():  # failed meanwhile (the start timed out, the replica stopped)
+            return
+        with self._waiting_lock:
+            if not self.secrets.can_seal(waiting.config):
+                self._waiting.append(waiting)
+                return
+            sealed = self.secrets.seal_for(waiting.config, waiting.recipient)
+        try:
+            ref = waiting.submit(sealed)
+        except Exception as err:  # noqa: BLE001 — the start fails with it (names no value)
+            waiting.outer.set_exception(err)
+            return
+        ref.future().add_done_callback(lambda done: _settle(waiting.outer, done))
+
+    def _values_arrived(self, backends: list[str]) -> None:
+        with self._waiting_lock:
+            ready = [w for w in self._waiting if w.config.name in backends]
+            self._waiting = [w for w in self._waiting if w.config.name not in backends and not w.outer.done()]
+        for waiting in ready:
+            self._seal_and_submit(waiting)
 
     def _runtime_env(self, config: BackendConfig) -> dict[str, Any]:
         """The backend's runtime_env with its working_dir uploaded to the GCS.

@@ -21,8 +21,9 @@ import ray
 
 from controller.ray_kv import RayKVStorage
 from tests.conftest import GitRepo
-from tests.real.support import AgentProcess
-from vocabulary.goal_api import DEFAULT_NAMESPACE
+from controller.backend_state import REPLICA_PREFIX
+from tests.real.support import AgentProcess, named_actors
+from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 
 pytestmark = pytest.mark.real
 
@@ -146,6 +147,18 @@ def test_a_secret_reaches_its_replica_only_and_rotates_by_commit_without_a_faile
         assert httpx.get(agent.proxy + "/vault").json()["replica"] != answer["replica"]
         stop.set()
         load.join(30)
+        # A restarted controller holds no values; the agent sends them again, and a
+        # replica replacing a lost one gets them (it waits for them if need be).
+        restarted_replica = httpx.get(agent.proxy + "/vault").json()["replica"]
+        ray.kill(ray.get_actor(CONTROLLER_NAME, namespace=DEFAULT_NAMESPACE), no_restart=False)
+        for name in named_actors(DEFAULT_NAMESPACE, REPLICA_PREFIX):
+            ray.kill(ray.get_actor(name, namespace=DEFAULT_NAMESPACE), no_restart=True)
+
+        def replaced() -> bool:
+            answer = httpx.get(agent.proxy + "/vault", timeout=10).json()
+            return answer["replica"] != restarted_replica and answer["sha256"] == _sha(restarted)
+
+        agent.wait("a replacement replica with the value", replaced, timeout_s=120)
         # Every surface a user, Ray or the agent writes, read while it runs.
         surfaces = {
             "/status": agent.http.get(agent.admin + "/status").text,
