@@ -13,6 +13,7 @@ import sys
 import threading
 import uuid
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import pyrage
@@ -22,6 +23,7 @@ import ray
 from controller.ray_kv import RayKVStorage
 from tests.conftest import GitRepo
 from controller.backend_state import REPLICA_PREFIX
+from tests.real.receivers import Receiver
 from tests.real.support import AgentProcess, named_actors
 from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 
@@ -90,12 +92,19 @@ def _files_holding(root: Path, needles: list[bytes]) -> list[str]:
     return found
 
 
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """Every notification the agent sends."""
+    with Receiver() as receiver:
+        yield receiver
+
+
 def _sha(value: bytes) -> str:
     return hashlib.sha256(value).hexdigest()
 
 
 def test_a_secret_reaches_its_replica_only_and_rotates_by_commit_without_a_failed_request(
-    ray_session: str, repo: GitRepo, tmp_path: Path
+    ray_session: str, repo: GitRepo, tmp_path: Path, receiver: Receiver
 ) -> None:
     identity_file, recipient = _identity(tmp_path)
     value = f"pw-{uuid.uuid4().hex}".encode()
@@ -106,8 +115,11 @@ def test_a_secret_reaches_its_replica_only_and_rotates_by_commit_without_a_faile
     repo.write("apps/vault.py", APP)
     repo.write("deployments/vault.toml", SPEC)
     first = _plant(repo, value, recipient, "a backend with a secret")
+    notify = tmp_path / "notify.toml"
+    notify.write_text(f'[providers.hook]\ntype = "webhook"\nurl = "{receiver.url}/hook"\n')
     agent = AgentProcess(
-        repo.root, tmp_path, ray.get_runtime_context().gcs_address, extra_args=["--age-identity", str(identity_file)]
+        repo.root, tmp_path, ray.get_runtime_context().gcs_address,
+        extra_args=["--age-identity", str(identity_file), "--notify", str(notify)],
     )
     failures: list[str] = []
     stop = threading.Event()
@@ -180,6 +192,9 @@ def test_a_secret_reaches_its_replica_only_and_rotates_by_commit_without_a_faile
             capture_output=True, text=True, timeout=60,
         )
         surfaces["gitops plan"] = plan.stdout + plan.stderr
+        notified = [request.body.decode() for request in receiver.wait_for(3, timeout_s=30)]
+        surfaces["notifications"] = "\n".join(notified)
+        assert any("does not decrypt" in body for body in notified)  # the failed commit was told
     finally:
         stop.set()
         agent.stop()
