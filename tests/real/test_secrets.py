@@ -122,6 +122,7 @@ def test_a_secret_reaches_its_replica_only_and_rotates_by_commit_without_a_faile
         extra_args=["--age-identity", str(identity_file), "--notify", str(notify)],
     )
     failures: list[str] = []
+    served: list[str] = []
     stop = threading.Event()
     try:
         agent.wait_applied(first)
@@ -134,6 +135,8 @@ def test_a_secret_reaches_its_replica_only_and_rotates_by_commit_without_a_faile
                     response = client.get(agent.proxy + "/vault")
                     if response.status_code != 200:
                         failures.append(f"{response.status_code} {response.text[:200]}")
+                    else:
+                        served.append(response.json()["sha256"])
                     stop.wait(0.05)
 
         load = threading.Thread(target=light_load)
@@ -199,6 +202,10 @@ def test_a_secret_reaches_its_replica_only_and_rotates_by_commit_without_a_faile
         stop.set()
         agent.stop()
     assert failures == []
+    # The load ran across both rotations and saw the values it brought (during a rolling
+    # restart the old replica may still answer a request or two, with its own value).
+    assert {_sha(rotated), _sha(restarted)} <= set(served) <= {_sha(value), _sha(rotated), _sha(restarted)}
+    assert served[-1] == _sha(restarted)
     assert "~ backend vault (in place)\n    ~ secret db (changed)" in surfaces["gitops plan"]
     for name, text in surfaces.items():
         assert text, name
