@@ -140,15 +140,27 @@ class SecretsLoader:
         self._identities = list(identities)
         self._key = key
         self._held: dict[str, bytes] = {}  # keyed hash -> value, of the last load
+        # The spec loader returns the same result for the same files (its caches
+        # key on the secret files' hashes too): decrypted once, not every tick.
+        self._last: tuple[LoadResult, LoadResult, dict[str, bytes]] | None = None
 
     def __call__(self, tree: Tree, spec_path: str) -> LoadResult:
         result = self._load(tree, spec_path)
+        if self._last is not None and self._last[0] is result:
+            self._held = self._last[2]
+            return self._last[1]
+        with_secrets = self._decrypted(tree, result)
+        self._last = (result, with_secrets, self._held)
+        return with_secrets
+
+    def _decrypted(self, tree: Tree, result: LoadResult) -> LoadResult:
         state = result.state
         if state is None or not state.secrets:
             return result
         named = {name for config in state.backends.values() for name in config.secrets}
         values, errors = decrypt(tree, state, self._identities)
         if errors:
+            self._held = {}
             return LoadResult(None, tuple(errors))
         digests = {name: keyed_hash(self._key, name, value) for name, value in values.items()}
         self._held = {digests[name]: values[name] for name in named}

@@ -59,6 +59,9 @@ def run_command(args: argparse.Namespace) -> int:
     git_token = read_token(args.git_token_file, "--git-token-file").decode() if args.git_token_file else None
     _register_secrets(args.repo, token, secret, git_token)
     _redact_command_line()
+    from gitops.secrets import load_identities
+
+    load_identities(args.age_identity)  # a bad identity file stops run before anything starts
     if args.ray_address is not None and not os.environ.get(CHILD_ENV):
         # A driver dies with its cluster: a joined agent runs in a child that
         # is started again when Ray restarts (gitops.supervising).

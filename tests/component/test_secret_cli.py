@@ -105,3 +105,17 @@ def test_edit_decrypts_into_the_editor_and_encrypts_the_result_in_place(
     assert (without.returncode, without.stderr.decode()) == (
         1, f"gitops secret: {target} exists: pass --age-identity to open it\n"
     )
+
+
+def test_run_stops_before_anything_starts_for_an_identity_it_cannot_use(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    _repository(root, pyrage.x25519.Identity.generate().to_public())
+    (tmp_path / "empty.txt").write_text("# no key here\n")
+    (tmp_path / "empty.txt").chmod(0o600)
+    for path, why in [
+        (tmp_path / "missing.txt", "cannot read it (No such file or directory)"),
+        (tmp_path / "empty.txt", "holds no AGE-SECRET-KEY line (make one with `age-keygen`)"),
+    ]:
+        done = gitops("run", "--admin-port", "0", "--age-identity", str(path), cwd=root)
+        assert (done.returncode, done.stdout) == (1, b"")
+        assert done.stderr.decode() == f"gitops run: --age-identity {path}: {why}\n"

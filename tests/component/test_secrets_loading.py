@@ -50,3 +50,17 @@ def test_a_secret_that_does_not_decrypt_fails_the_load_naming_it_and_its_file() 
     assert [str(error) for error in nobody.errors] == [
         "secrets/db.age:1:1: secret 'db' (secrets/db.age) does not decrypt: no --age-identity given"
     ]
+
+
+def test_an_unchanged_commit_is_decrypted_once_and_its_values_stay_deliverable() -> None:
+    identity = pyrage.x25519.Identity.generate()
+    load = SecretsLoader(Loader().load_tree, [identity], b"k" * 32)
+    tree, changed = _tree(b"s3cret", identity.to_public()), _tree(b"other", identity.to_public())
+    first = load(tree, "deployments")
+    assert load(tree, "deployments") is first  # the same spec result: no second decryption
+    second = load(changed, "deployments")
+    assert second is not first and second.state is not None
+    assert load.bundle([second.state.backends["vault"]])["vault"]["db"][1] == "b3RoZXI="
+    again = load(tree, "deployments")  # back to the first commit (a rollback): its values, not the other's
+    assert again.state is not None
+    assert load.bundle([again.state.backends["vault"]])["vault"]["db"][1] == "czNjcmV0"
