@@ -21,7 +21,9 @@ below it; a contract in `pyproject.toml` keeps them):
   endpoint's rollout and its request totals), `goals` (what a call asked
   for), `longpoll` (per-key snapshots and acknowledgements), `checkpoint`
   (versioned JSON, written before any actor is started or stopped),
-  `ownership` (whether an agent's claim is granted).
+  `ownership` (whether an agent's claim is granted), `secrets` (the
+  backends' secret values in memory, sealed to the controller's own key on
+  the way in and to each replica's key on the way out; never checkpointed).
 - `backend_state`: replicas as a transition table, the rolling-update
   step, health checks, backoff.
 - Pure policies: `autoscaling`, `rollouts` (how a rollout step passes or

@@ -42,6 +42,7 @@ from vocabulary.configs import (
 )
 from controller.endpoint_state import EndpointState, check_backend_deletable
 from controller.rollout_state import RolloutState
+from controller.secrets import SecretKeeper
 from controller.goals import GoalKind, GoalTable
 from controller.judging import fingerprint, judge
 from controller.longpoll import ANONYMOUS, LongPollHost
@@ -136,10 +137,12 @@ def _ray_storage(namespace: str) -> Storage:
     return RayKVStorage(namespace)
 
 
-def _ray_adapter(namespace: str) -> ClusterAdapter:
+def _ray_adapter(namespace: str, secrets: SecretKeeper) -> ClusterAdapter:
     from controller.ray_adapter import RayAdapter
 
-    return RayAdapter(namespace)
+    adapter = RayAdapter(namespace)
+    adapter.use_secrets(secrets)
+    return adapter
 
 
 class ControllerActor:
@@ -154,7 +157,8 @@ class ControllerActor:
         self._options = ControllerOptions.from_dict(options)
         self._prometheus_url = self._options.prometheus_url  # the checkpoint's wins (`_recover`)
         self._storage: Storage = storage or _ray_storage(namespace)
-        self._adapter: ClusterAdapter = adapter or _ray_adapter(namespace)
+        self._secrets = SecretKeeper()  # in memory only: never in the checkpoint (controller.secrets)
+        self._adapter: ClusterAdapter = adapter or _ray_adapter(namespace, self._secrets)
         self._proxies = ProxyFleet(self._proxy_spec())
         self._longpoll = LongPollHost()
         self._errors: Counter = Counter()
@@ -554,6 +558,20 @@ class ControllerActor:
             raise ValueError(f"unknown backend {backend!r}")
         self._backends.set_target(backend, target)
         self._save()
+
+    # --- secrets (controller.secrets; values cross Ray sealed, never checkpointed) ------
+
+    async def secrets_recipient(self) -> str:
+        """The public key the agent seals backends' secret values to."""
+        return self._secrets.recipient()
+
+    async def put_secrets(self, sealed: bytes) -> list[str]:
+        """Backends' secret values, sealed by the agent to `secrets_recipient()`."""
+        return self._secrets.put(sealed)
+
+    async def secrets_missing(self) -> list[str]:
+        """Backends whose configs name secret values this controller does not hold."""
+        return self._secrets.missing(self._backends.configs())
 
     # --- lifecycle and test hooks --------------------------------------------------
 

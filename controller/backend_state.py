@@ -39,6 +39,7 @@ __all__ = [
     "StopReplica",
     "CheckHealth",
     "Reconfigure",
+    "DeliverSecrets",
     "KillReplica",
     "Effect",
     "replica_actor_name",
@@ -116,13 +117,21 @@ class Reconfigure:
 
 
 @dataclass(frozen=True)
+class DeliverSecrets:
+    """A running replica receives its backend's new secret values (a rotation in place)."""
+
+    actor_name: str
+    config: BackendConfig
+
+
+@dataclass(frozen=True)
 class KillReplica:
     """A stopped replica's actor goes away (after its drain, or past its deadline)."""
 
     actor_name: str
 
 
-Effect = StartReplica | StopReplica | CheckHealth | Reconfigure | KillReplica
+Effect = StartReplica | StopReplica | CheckHealth | Reconfigure | KillReplica | DeliverSecrets
 
 
 @dataclass(frozen=True)
@@ -229,11 +238,12 @@ class BackendState:
         effects: list[Effect] = []
         if config.version != current.config.version:
             current.failures, current.last_error, current.backoff_until = 0, "", 0.0
-        elif config.user_config != current.config.user_config:
-            effects = [
-                Reconfigure(r.actor_name, config.user_config)
-                for r in current.live() if r.state != ReplicaState.SHOULD_START
-            ]
+        else:
+            running = [r for r in current.live() if r.state != ReplicaState.SHOULD_START]
+            if config.user_config != current.config.user_config:
+                effects = [Reconfigure(r.actor_name, config.user_config) for r in running]
+            if config.secret_digests != current.config.secret_digests:
+                effects += [DeliverSecrets(r.actor_name, config) for r in running]
         if config.autoscaling is not None:
             # Git owns the bounds, the autoscaler the count: keep it, within the new bounds.
             current.target = initial_replicas(config.autoscaling, current.target)

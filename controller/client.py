@@ -70,6 +70,15 @@ class ControllerClient:
     async def get_status(self) -> ClusterStatus:
         return await self._call("get_status")
 
+    async def secrets_recipient(self) -> str:
+        return await self._call("secrets_recipient")
+
+    async def put_secrets(self, sealed: bytes) -> list[str]:
+        return await self._call("put_secrets", sealed)
+
+    async def secrets_missing(self) -> list[str]:
+        return await self._call("secrets_missing")
+
     async def report_load(self, proxy_id: str, loads: dict[str, tuple[int, int]]) -> None:
         await self._call("report_load", proxy_id, loads)
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
@@ -28,6 +29,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from controller.backend_state import (
     REPLICA_PREFIX,
     CheckHealth,
+    DeliverSecrets,
     Effect,
     KillReplica,
     Probe,
@@ -46,6 +48,7 @@ from controller.proxy_fleet import (
     StopProxy,
 )
 from controller.ray_private import available_resources_per_node, session_dir, upload_working_dir
+from controller.secrets import SecretKeeper
 from vocabulary.configs import BackendConfig
 from vocabulary.goal_api import REPLICA_CLASS
 
@@ -94,6 +97,16 @@ class _Call:
     started: float
 
 
+@dataclass(frozen=True)
+class _Waiting:
+    """A replica's secret delivery waiting for the agent to send the values."""
+
+    config: BackendConfig
+    recipient: str
+    submit: Callable[[bytes], Any]
+    outer: Future
+
+
 @dataclass
 class _Proxy:
     handle: Any
@@ -112,7 +125,16 @@ class RayAdapter:
         self._cpus: dict[str, int] = {}
         self._uploaded: dict[str, str] = {}
         self._dead_nodes: set[str] = set()
+        # The backends' secret values, sealed to each replica it starts (controller.secrets).
+        self.secrets = SecretKeeper()
+        # Replicas waiting for values the agent has not sent yet (after a controller
+        # restart): sealed when they arrive, or failed by the start timeout.
+        self._waiting: list[_Waiting] = []
+        self._waiting_lock = threading.Lock()
 
+    def use_secrets(self, keeper: SecretKeeper) -> None:
+        self.secrets = keeper
+        keeper.when_put(self._values_arrived)
     # --- Observer (read by backend_state.tick) ------------------------------
 
     def start_probe(self, actor_name: str) -> Probe:
@@ -194,6 +216,10 @@ class RayAdapter:
             handle = self._replica_handle(effect.actor_name)
             if handle is not None:
                 handle.reconfigure.remote(effect.user_config)
+        elif isinstance(effect, DeliverSecrets):
+            handle = self._replica_handle(effect.actor_name)
+            if handle is not None:
+                self._sealed(handle, effect.config, handle.update_secrets.remote)
         elif isinstance(effect, KillReplica):
             self._drains.pop(effect.actor_name, None)
             self._kill(effect.actor_name)
@@ -232,7 +258,50 @@ class RayAdapter:
             namespace=self.namespace, commit=config.commit,
         )
         self._handles[effect.actor_name] = handle
-        self._starts[effect.actor_name] = _call(handle.initialize.remote())
+        if config.secret_digests:
+            self._starts[effect.actor_name] = self._sealed(handle, config, handle.initialize.remote)
+        else:
+            self._starts[effect.actor_name] = _call(handle.initialize.remote())
+
+    def _sealed(self, handle: Any, config: BackendConfig, submit: Callable[[bytes], Any]) -> _Call:
+        """`submit(sealed)` once the replica told its public key: the backend's
+        secret values sealed to it, so Ray carries only what that replica can
+        open. Never waits on the control loop: the replica's answer carries on,
+        and values not held yet are waited for (`_values_arrived`)."""
+        outer: Future = Future()
+
+        def carry_on(asked: Future) -> None:
+            try:
+                recipient = asked.result()
+            except Exception as err:  # noqa: BLE001 — the replica died: the start fails with it
+                outer.set_exception(err)
+                return
+            self._seal_and_submit(_Waiting(config, recipient, submit, outer))
+
+        handle.secrets_recipient.remote().future().add_done_callback(carry_on)
+        return _Call(outer, time.monotonic())
+
+    def _seal_and_submit(self, waiting: _Waiting) -> None:
+        if waiting.outer.done():  # failed meanwhile (the start timed out, the replica stopped)
+            return
+        with self._waiting_lock:
+            if not self.secrets.can_seal(waiting.config):
+                self._waiting.append(waiting)
+                return
+            sealed = self.secrets.seal_for(waiting.config, waiting.recipient)
+        try:
+            ref = waiting.submit(sealed)
+        except Exception as err:  # noqa: BLE001 — the start fails with it (names no value)
+            waiting.outer.set_exception(err)
+            return
+        ref.future().add_done_callback(lambda done: _settle(waiting.outer, done))
+
+    def _values_arrived(self, backends: list[str]) -> None:
+        with self._waiting_lock:
+            ready = [w for w in self._waiting if w.config.name in backends]
+            self._waiting = [w for w in self._waiting if w.config.name not in backends and not w.outer.done()]
+        for waiting in ready:
+            self._seal_and_submit(waiting)
 
     def _runtime_env(self, config: BackendConfig) -> dict[str, Any]:
         """The backend's runtime_env with its working_dir uploaded to the GCS.
@@ -405,6 +474,14 @@ def _replica_class() -> Any:
 
 def _call(ref: Any) -> _Call:
     return _Call(ref.future(), time.monotonic())
+
+
+def _settle(outer: Future, done: Future) -> None:
+    error = done.exception()
+    if error is not None:
+        outer.set_exception(error)
+    else:
+        outer.set_result(done.result())
 
 
 def _named_actors(namespace: str) -> list[str]:

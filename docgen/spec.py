@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gitops.specs.models import BackendSpec, EndpointSpec
+from gitops.specs.models import BackendSpec, EndpointSpec, SecretSpec
 
 __all__ = ["EXAMPLE", "TABLES", "render_spec"]
 
@@ -28,6 +28,7 @@ HEADER = "<!-- Generated from gitops/specs/models.py by `make docs`; edit the mo
 TABLES: tuple[tuple[str, str, type[BaseModel]], ...] = (
     ("backends", "[backends.NAME]", BackendSpec),
     ("endpoints", "[endpoints.NAME]", EndpointSpec),
+    ("secrets", "[secrets.NAME]", SecretSpec),
 )
 
 EXAMPLE = """\
@@ -46,6 +47,8 @@ ray_actor_options = { num_cpus = 0.5, num_gpus = 0, memory = 1000000000, resourc
 runtime_env = { env_vars = { LOG_LEVEL = "info" }, pip = ["numpy"] }
 uses = ["echo-v2"]
 cold_start_timeout_s = 30
+secrets = ["db"]
+on_secret_change = "reconfigure"
 
 [backends.echo-v1.autoscaling]
 min_replicas = 1
@@ -89,6 +92,9 @@ on_failure = "rollback"
 name = "error-share"
 query = 'sum(rate(gitops_http_requests_total{endpoint="$endpoint",backend="$backend",code=~"5.."}[$interval])) / sum(rate(gitops_http_requests_total{endpoint="$endpoint",backend="$backend"}[$interval]))'
 max = 0.01
+
+[secrets.db]
+file = "secrets/db.age"
 """
 
 
@@ -100,7 +106,8 @@ def render_spec() -> str:
         "",
         "Every `*.toml` file under the spec path (`deployments/` by default, recursively) is part",
         "of one desired state: `[backends.NAME]` tables say what code runs and how, `[endpoints.NAME]`",
-        "tables which route reaches which backends. Names are 1-63 lower-case letters, digits, `.`,",
+        "tables which route reaches which backends, `[secrets.NAME]` tables which age-encrypted",
+        "files hold credentials ([secrets](secrets.md)). Names are 1-63 lower-case letters, digits, `.`,",
         "`_` or `-`, starting and ending with a letter or digit, and unique across all files.",
         "Unknown keys are errors, types are strict (`\"2\"` is not `2`), and `gitops validate` reports",
         "every error as `FILE:LINE:COL: message`; editors can check files as you type against",

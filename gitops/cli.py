@@ -148,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and hold the newer ones back until a newer commit arrives",
     )
     _max_replicas_flag(run)
+    _age_identity_flag(run, "decrypts the secrets ([secrets.NAME]) the replicas receive")
     run.set_defaults(func=_command("run", "run_command"))
 
     validate = verb("validate", "validate specs offline")
@@ -158,7 +159,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("--format", choices=["text", "json", "github"], default="text", help="how errors are printed")
     _max_replicas_flag(validate)
+    _age_identity_flag(validate, "also decrypt every secret (without it: files and names are checked)")
     validate.set_defaults(func=_command("validate", "validate_command"))
+
+    secret = verb("secret", "encrypt or edit an age-encrypted secret file (docs/secrets.md)")
+    secret_verbs = secret.add_subparsers(
+        dest="secret_verb", metavar="{encrypt,edit}", required=True, help="encrypt: a new age file; edit: change one"
+    )
+    encrypt = secret_verbs.add_parser(
+        "encrypt", help="encrypt IN (default: stdin) to the recipients; the age file goes to stdout",
+        description="encrypt IN (default: stdin) to the recipients; the age file goes to stdout",
+    )
+    encrypt.add_argument("input", nargs="?", default=None, metavar="IN", help="file to encrypt (default: stdin)")
+    _recipients_flag(encrypt)
+    edit = secret_verbs.add_parser(
+        "edit", help="decrypt FILE into $EDITOR (in a private tmpfs file), then encrypt it again in place",
+        description="decrypt FILE into $EDITOR (in a private tmpfs file), then encrypt it again in place",
+    )
+    edit.add_argument("file", metavar="FILE", help="the age file (a new one is created)")
+    _recipients_flag(edit)
+    _age_identity_flag(edit, "opens FILE (needed when it exists)")
+    secret.set_defaults(func=_command("secret", "secret_command"))
 
     plan = verb("plan", "the changes between two commits' desired states")
     plan.add_argument("--repo", default=".", help="repository path")
@@ -201,6 +222,20 @@ def build_parser() -> argparse.ArgumentParser:
         admin.add_argument("--token-file", default=None, help="file holding the admin token (default: $GITOPS_TOKEN)")
         admin.set_defaults(func=_command("admin", f"{name}_command"))
     return parser
+
+
+def _age_identity_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--age-identity", action="append", default=[], metavar="FILE",
+        help=f"an age identity file (0600; repeat for several) that {what}",
+    )
+
+
+def _recipients_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--recipients", default=None, metavar="FILE",
+        help="age recipients, one public key a line (default: .gitops-recipients at the repository root)",
+    )
 
 
 def _max_replicas_flag(parser: argparse.ArgumentParser) -> None:

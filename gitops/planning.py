@@ -48,7 +48,7 @@ from typing import Any, Mapping
 from vocabulary.configs import SOURCE_FIELDS, BackendConfig, EndpointConfig, ServingState
 from gitops.plans import Action, ActionKind, FieldChange, Plan
 
-__all__ = ["plan", "backend_changes", "endpoint_changes"]
+__all__ = ["plan", "backend_changes", "endpoint_changes", "secret_changes"]
 
 _DEFERRED = "after endpoints move its traffic away"
 
@@ -69,7 +69,9 @@ def backend_changes(old: BackendConfig, new: BackendConfig) -> tuple[FieldChange
         # The autoscaler owns the replica count; git only sets its bounds.
         before.pop("num_replicas")
         after.pop("num_replicas")
-    return _field_changes(before, after)
+    # A secret's change is told by its keyed hash and shown by name only.
+    digests = before.pop("secret_digests", {}), after.pop("secret_digests", {})
+    return _field_changes(before, after) + secret_changes(*digests)
 
 
 def endpoint_changes(old: EndpointConfig, new: EndpointConfig) -> tuple[FieldChange, ...]:
@@ -88,6 +90,17 @@ def _same_backend(old: BackendConfig, new: BackendConfig) -> bool:
     on an unchanged commit) compares every backend, so this must be cheap."""
     masked = _UNCOMPARED_AUTOSCALED if new.autoscaling is not None else _UNCOMPARED
     return {**old.__dict__, **masked} == {**new.__dict__, **masked}
+
+
+def secret_changes(old: Mapping[str, str], new: Mapping[str, str]) -> tuple[FieldChange, ...]:
+    """`~ secret db (changed)` for each secret whose keyed hash differs: added,
+    removed or changed, never a value nor a hash."""
+    changes = []
+    for name in sorted(set(old) | set(new)):
+        if old.get(name) != new.get(name):
+            how = "added" if name not in old else "removed" if name not in new else "changed"
+            changes.append(FieldChange(field=f"secret {name}", new=how))
+    return tuple(changes)
 
 
 def _field_changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> tuple[FieldChange, ...]:

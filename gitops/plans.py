@@ -60,6 +60,8 @@ class FieldChange(BaseModel):
     new: Any = None
 
     def render(self) -> str:
+        if self.field.startswith("secret "):  # `gitops.planning.secret_changes`: a name and how, no value
+            return f"~ {self.field} ({self.new})"
         return f"{self.field}: {_json(self.old)} → {_json(self.new)}"
 
 

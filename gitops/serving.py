@@ -1,4 +1,5 @@
-"""The API user code inside a replica imports: `handle(name)` and `context()`.
+"""The API user code inside a replica imports: `handle(name)`, `context()`,
+`secret(name)` and `secret_path(name)`.
 
     from gitops import serving
 
@@ -30,9 +31,39 @@ from vocabulary.serving import (
     ReplicaContext,
     installed_calls,
     installed_context,
+    installed_secrets,
 )
 
-__all__ = ["handle", "context", "Handle", "HandleError", "BackpressureError", "ReplicaContext"]
+__all__ = [
+    "handle", "context", "secret", "secret_path", "Secret", "Handle", "HandleError", "BackpressureError",
+    "ReplicaContext",
+]
+
+
+class Secret(bytes):
+    """A secret's value: bytes, with `.text()` for UTF-8. Its repr hides the
+    value, so a log line or a traceback that shows it prints no secret."""
+
+    def text(self) -> str:
+        return self.decode("utf-8")
+
+    def __repr__(self) -> str:
+        return f"<secret, {len(self)} bytes>"
+
+    __str__ = __repr__
+
+
+def secret(name: str) -> Secret:
+    """The value of secret `name` (one of the backend's `secrets`), decrypted
+    by the agent and sent to this replica only (docs/secrets.md). Read it when
+    needed: after a rotation it returns the new value."""
+    return Secret(installed_secrets().value(name))
+
+
+def secret_path(name: str) -> str:
+    """A 0600 file holding secret `name`, for libraries that want a path; on a
+    tmpfs when the node has one, rewritten on rotation, removed when the replica stops."""
+    return installed_secrets().path(name)
 
 
 def handle(name: str) -> Handle:

@@ -61,9 +61,10 @@ from replica.asgi import BodyStream, Lifespan, Socket, is_asgi_app, serve_http
 from replica.conversions import to_reply, to_starlette_request, to_wire_response
 from replica.streams import StreamTable
 from replica.handles import HandleRouter
+from replica.secrets import SecretBox
 from vocabulary.frames import MAX_FRAME_BYTES
 from vocabulary.handshake import DataAddress
-from vocabulary.serving import ReplicaContext, install
+from vocabulary.serving import ReplicaContext, install, install_secrets
 
 # A large reply held for the proxy to stream leaves in slices of this size.
 _HELD_SLICE_BYTES = 1024 * 1024
@@ -241,15 +242,30 @@ class Replica:
         self._idle.set()
         self._data: DataSocket | None = None
         self._tcp_host: str | None = None  # where to open the TCP listener when another node's proxy asks
+        self._secrets = SecretBox(backend)  # its key never leaves this process (replica.secrets)
 
-    async def initialize(self) -> str:
-        """Load, construct, configure and health-check the user code.
+    def secrets_recipient(self) -> str:
+        """This replica's age public key, which the controller seals its secrets to."""
+        return self._secrets.recipient()
+
+    async def update_secrets(self, sealed: bytes) -> None:
+        """New values (a rotation), sealed to `secrets_recipient()`: held at
+        once, then the class's `reconfigure_secrets()` runs if it has one."""
+        if self._secrets.open(sealed) and self._handler is not None:
+            await _call_optional(self._handler, "reconfigure_secrets")
+
+    async def initialize(self, secrets: bytes | None = None) -> str:
+        """Load, construct, configure and health-check the user code; `secrets`
+        (sealed to `secrets_recipient()`) are opened before any user code runs.
 
         Idempotent once it succeeded (the controller calls it again after its
         own restart). Returns the node id, so the controller learns placement
         from the same call that tells it the replica is ready.
         """
+        if secrets is not None:
+            self._secrets.open(secrets)
         if self._handler is None:
+            install_secrets(self._secrets)
             self._handles.attach(asyncio.get_running_loop())
             install(ReplicaContext(self.backend, self.replica_id, self.version, self._commit), self._handles)
             handler = await asyncio.to_thread(
@@ -483,6 +499,7 @@ class Replica:
         if self._lifespan is not None:
             await self._lifespan.stop()
             self._lifespan = None
+        self._secrets.close()
 
     def num_ongoing(self) -> int:
         return self._ongoing

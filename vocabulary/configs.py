@@ -39,6 +39,8 @@ __all__ = [
     "ShadowCompare",
     "StickyKey",
     "SOURCE_FIELDS",
+    "SecretChange",
+    "SecretConfig",
     "BackendConfig",
     "EndpointConfig",
     "ServingState",
@@ -113,6 +115,24 @@ class UpdateConfig(_Value):
     )
 
 
+class SecretChange(str, enum.Enum):
+    """What a commit that changes only a backend's secrets does to its replicas."""
+
+    RECONFIGURE = "reconfigure"  # in place: new values delivered, the class's reconfigure_secrets() called
+    RESTART = "restart"  # a rolling restart, as for new code
+
+
+class SecretConfig(_Value):
+    """An age-encrypted value in the repository (docs/secrets.md): only its
+    file is named here, never its value."""
+
+    name: str = Field(description="The secret's name: the key of its [secrets.NAME] table.")
+    file: str = Field(
+        description="Path (from the repository root) of the age-encrypted file holding the value "
+        "(binary or ASCII-armored)."
+    )
+
+
 class BackendConfig(_Value):
     """One backend as the controller runs it.
 
@@ -182,6 +202,22 @@ class BackendConfig(_Value):
         default=(),
         description="Backends and endpoints this backend calls through handles (`gitops.serving.handle`): "
         "validation checks the names, and they are created and updated before this backend.",
+    )
+    secrets: tuple[str, ...] = Field(
+        default=(),
+        description="Secrets ([secrets.NAME]) delivered to this backend's replicas, read with "
+        "`gitops.serving.secret(NAME)` or `gitops.serving.secret_path(NAME)` (docs/secrets.md).",
+    )
+    on_secret_change: SecretChange | None = Field(
+        default=None,
+        description="What a commit changing only a secret's value does: reconfigure (in place, calling the "
+        "class's reconfigure_secrets() if it has one) or restart (rolling); none: reconfigure when the class "
+        "defines reconfigure_secrets(), else restart.",
+    )
+    secret_digests: dict[str, str] = Field(
+        default_factory=dict,
+        description="Each delivered secret's keyed hash (HMAC under the agent's own key), by name: "
+        "what tells a changed value, never the value.",
     )
     working_dir: str | None = Field(
         default=None, description="Where this version's code is fetched from (an export of the applied commit)."
@@ -403,6 +439,8 @@ class ServingState(_Value):
 
     backends: dict[str, BackendConfig] = Field(default_factory=dict)
     endpoints: dict[str, EndpointConfig] = Field(default_factory=dict)
+    # Declared in git only (the agent decrypts them); the controller keeps none.
+    secrets: dict[str, SecretConfig] = Field(default_factory=dict)
 
 
 # --- goals -----------------------------------------------------------------

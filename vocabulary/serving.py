@@ -34,6 +34,9 @@ __all__ = [
     "install",
     "installed_context",
     "installed_calls",
+    "SecretStore",
+    "install_secrets",
+    "installed_secrets",
 ]
 
 
@@ -107,6 +110,24 @@ def installed_context() -> ReplicaContext:
     context: ReplicaContext = _require("context")
     newer = installed_calls().commit_of(context.backend)
     return context if newer is None or newer == context.commit else replace(context, commit=newer)
+
+
+class SecretStore(Protocol):
+    """A replica's secrets (`replica.secrets.SecretBox`)."""
+
+    def value(self, name: str) -> bytes: ...
+
+    def path(self, name: str) -> str: ...
+
+
+def install_secrets(store: SecretStore) -> None:
+    """Called by the replica host before user code runs."""
+    _installed["secrets"] = store
+
+
+def installed_secrets() -> SecretStore:
+    store: SecretStore = _require("secrets")
+    return store
 
 
 def installed_calls() -> HandleCalls:

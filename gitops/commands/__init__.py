@@ -6,5 +6,7 @@
 - `init`: scaffold a first deployment.
 - `admin`: status, history, sync, suspend, resume and rollback through a
   running agent's admin API.
+- `secret`: `gitops secret encrypt` and `gitops secret edit`, authoring
+  age-encrypted secret files.
 - `reset`: discard the controller's stored state (`reset-controller`).
 """

@@ -9,7 +9,9 @@ markdown is a pull-request comment: a summary table and the actions in
 apply order, each marked restart or in place); spec errors go to stderr as
 `FILE:LINE:COL: message` with exit 1 (and, in markdown, into the comment).
 Exit 0 otherwise, or with `--exit-code` 0 for no change, 2 for changes.
-Must not change anything.
+Must not change anything. Secrets need no key: a secret whose file changed
+shows as `~ secret NAME (changed)` (`gitops.secrets.FileDigests`); with
+`--live` they are taken as unchanged, since only the agent's key compares values.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from pathlib import Path
 from vocabulary.configs import ServingState
 from gitops.errors import UserError
 from gitops.printable import printable_lines
-from gitops.specs.loading import Loader
+from gitops.secrets import FileDigests, assume_unchanged
+from gitops.sources.trees import Tree
+from gitops.specs.loading import LoadResult, Loader
 from gitops.planning import plan
 from gitops.plans import Action, ActionKind, Plan
 
@@ -37,7 +41,7 @@ def plan_command(args: argparse.Namespace) -> int:
     repo = Path(args.repo)
     if not repo.is_dir():
         raise UserError(f"--repo {args.repo}: no such directory")
-    loader = Loader()
+    loader = _SecretFileLoader()
     desired, desired_errors = _load(loader, repo, args.to_rev, args.path)
     actual, actual_errors = ServingState(), []
     if args.from_rev is not None:
@@ -51,6 +55,7 @@ def plan_command(args: argparse.Namespace) -> int:
         return EXIT_ERRORS
     if args.live:
         actual = _live_state(args.ray_address)
+        desired = assume_unchanged(desired, actual)
     result = plan(desired, actual)
     if output == "markdown":
         sys.stdout.write(render_markdown(result, "live" if args.live else args.from_rev, args.to_rev))
@@ -58,6 +63,13 @@ def plan_command(args: argparse.Namespace) -> int:
         # Values from the repository may hold C1 controls or bidi marks, which JSON keeps.
         sys.stdout.write(result.render_json() if output == "json" else printable_lines(result.render_text()))
     return EXIT_CHANGES if args.exit_code and result else EXIT_NO_CHANGES
+
+
+class _SecretFileLoader(Loader):
+    """A secret changes when its file does (`gitops.secrets.FileDigests`): no key needed."""
+
+    def load_tree(self, tree: Tree, spec_path: str = "deployments") -> LoadResult:
+        return FileDigests(super().load_tree)(tree, spec_path)
 
 
 def _load(loader: Loader, repo: Path, rev: str, spec_path: str) -> tuple[ServingState, list[str]]:

@@ -61,6 +61,9 @@ def run_command(args: argparse.Namespace) -> int:
     git_token = read_token(args.git_token_file, "--git-token-file").decode() if args.git_token_file else None
     _register_secrets(args.repo, token, secret, git_token)
     _redact_command_line()
+    from gitops.secrets import load_identities
+
+    load_identities(args.age_identity)  # a bad identity file stops run before anything starts
     if args.ray_address is not None and not os.environ.get(CHILD_ENV):
         # A driver dies with its cluster: a joined agent runs in a child that
         # is started again when Ray restarts (gitops.supervising).
@@ -273,14 +276,18 @@ async def _serve(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
 
+    from gitops.secrets import SecretDelivery, SecretsLoader, digest_key, load_identities
+
     metrics = AgentMetrics()
     loader = Loader(limits=SpecLimits(max_replicas=args.max_replicas))
+    # Secrets are decrypted here, in the agent, and leave it sealed (gitops.secrets).
+    load = SecretsLoader(loader.load_tree, load_identities(args.age_identity), digest_key(state.root))
     sender, notifier = _notifier(channels, links, metrics, args.namespace)
     agent = Agent(
         source,
-        client,
+        SecretDelivery(client, load),
         History(state.history),
-        load=loader.load_tree,
+        load=load,
         plan=planning.plan,
         metrics=metrics,
         settings=AgentSettings(

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from gitops.specs.models import NAME_PATTERN, BackendSpec, EndpointSpec
+from gitops.specs.models import NAME_PATTERN, BackendSpec, EndpointSpec, SecretSpec
 
 __all__ = ["schema_command", "spec_file_schema", "render_schema"]
 
@@ -37,18 +37,19 @@ def render_schema() -> str:
 
 
 def spec_file_schema() -> dict[str, Any]:
-    (backend, endpoint), document = _models(BackendSpec, EndpointSpec)
+    (backend, endpoint, secret), document = _models(BackendSpec, EndpointSpec, SecretSpec)
     name = f"^(?:{NAME_PATTERN.pattern})$"
     return {
         "$schema": _DRAFT_4,
         "title": "ray-gitops spec file",
-        "description": "One TOML file under the spec path: [backends.NAME] and [endpoints.NAME] tables. "
+        "description": "One TOML file under the spec path: [backends.NAME], [endpoints.NAME] and [secrets.NAME] tables. "
         "`gitops validate` also checks the rules across keys and files.",
         "type": "object",
         "additionalProperties": False,
         "properties": {
             "backends": _named_tables(name, backend, "A backend: user code run as Ray actors (replicas)."),
             "endpoints": _named_tables(name, endpoint, "An endpoint: an HTTP route and its traffic split."),
+            "secrets": _named_tables(name, secret, "A secret: an age-encrypted file delivered to backends' replicas."),
         },
         "definitions": _draft_4(document.get("$defs", {})),
     }

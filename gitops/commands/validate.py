@@ -23,7 +23,7 @@ from gitops.specs.documents import SpecError
 from gitops.printable import printable
 from gitops.specs.limits import SpecLimits
 from gitops.specs.loading import LoadResult, Loader
-from gitops.sources.trees import find_toplevel
+from gitops.sources.trees import Tree, find_toplevel
 
 __all__ = ["validate_command", "render_json", "render_github", "escape_data", "escape_property"]
 
@@ -33,7 +33,7 @@ EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 def validate_command(args: argparse.Namespace) -> int:
     path = Path(args.path)
     try:
-        loader = Loader(limits=_limits(args.max_replicas))
+        loader = _loader(_limits(args.max_replicas), args.age_identity)
         result = _load(loader, path, args.rev, args.root)
     except _UsageError as error:
         print(printable(f"gitops validate: {error}"), file=sys.stderr)
@@ -49,6 +49,27 @@ def validate_command(args: argparse.Namespace) -> int:
 
 class _UsageError(Exception):
     pass
+
+
+class _DecryptingLoader(Loader):
+    """With `--age-identity`: every secret is decrypted too (values are dropped at once)."""
+
+    def __init__(self, limits: SpecLimits, identities: list[object]) -> None:
+        super().__init__(limits=limits)
+        self._identities = identities
+
+    def load_tree(self, tree: Tree, spec_path: str = "deployments") -> LoadResult:
+        from gitops.secrets import SecretsLoader
+
+        return SecretsLoader(super().load_tree, self._identities, b"validate")(tree, spec_path)
+
+
+def _loader(limits: SpecLimits, identity_files: list[str]) -> Loader:
+    if not identity_files:
+        return Loader(limits=limits)
+    from gitops.secrets import load_identities
+
+    return _DecryptingLoader(limits, load_identities(identity_files))
 
 
 def _limits(max_replicas: int) -> SpecLimits:

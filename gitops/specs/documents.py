@@ -39,11 +39,11 @@ from vocabulary.serving_rules import (
 from gitops.printable import printable
 from gitops.specs.limits import SpecLimits, size_text
 from gitops.specs.locating import LazyLocations, Locations, locate_later
-from gitops.specs.models import NAME_PATTERN, EndpointSpec, Loc, check_backend, check_endpoint, dotted
+from gitops.specs.models import NAME_PATTERN, EndpointSpec, Loc, check_backend, check_endpoint, check_secret, dotted
 
 __all__ = ["SpecError", "Declared", "Documents", "ParsedFile", "parse_file", "combine", "oversized_file"]
 
-_SECTIONS = ("backends", "endpoints")
+_SECTIONS = ("backends", "endpoints", "secrets")
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 _DECLARED_TWICE = re.compile(r"Cannot declare \((.*)\) twice")
 
@@ -89,6 +89,7 @@ class Documents:
     backends: dict[str, Declared] = field(default_factory=dict)
     endpoints: dict[str, Declared] = field(default_factory=dict)
     errors: tuple[SpecError, ...] = ()
+    secrets: dict[str, Declared] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -112,15 +113,16 @@ def parse_file(path: str, data: bytes, limits: SpecLimits = SpecLimits()) -> Par
 
 def combine(files: Mapping[str, ParsedFile], errors: tuple[SpecError, ...] = ()) -> Documents:
     """The parsed files (in path order) as one set of documents, with the rules across files."""
-    backends: dict[str, Declared] = {}
-    endpoints: dict[str, Declared] = {}
+    tables: dict[str, dict[str, Declared]] = {section: {} for section in _SECTIONS}
     found: list[SpecError] = list(errors)
     for path in sorted(files):
         found.extend(files[path].errors)
         for section, declared in files[path].tables:
-            _declare(backends if section == "backends" else endpoints, section, declared, found)
+            _declare(tables[section], section, declared, found)
+    backends, endpoints, secrets = tables["backends"], tables["endpoints"], tables["secrets"]
     found.extend(_cross_file_errors(backends, endpoints))
-    return Documents(backends, endpoints, tuple(found))
+    found.extend(_undeclared_secrets(backends, secrets))
+    return Documents(backends, endpoints, tuple(found), secrets)
 
 
 def _parse(
@@ -221,7 +223,7 @@ def _tables(
     found: list[tuple[str, Declared]] = []
     for key, value in document.items():
         if key not in _SECTIONS:
-            expected = "expected [backends.NAME] or [endpoints.NAME]"
+            expected = "expected [backends.NAME], [endpoints.NAME] or [secrets.NAME]"
             errors.append(SpecError(path, *locations.find((key,)), f"unknown table '{key}' ({expected})"))
         elif not isinstance(value, dict):
             errors.append(SpecError(path, *locations.find((key,)), f"'{key}' must be a table of named {key}"))
@@ -247,6 +249,8 @@ def _check_table(
         )
     if section == "backends":
         spec, problems = check_backend(raw, (section, name), limits.max_replicas)
+    elif section == "secrets":
+        spec, problems = check_secret(raw, (section, name))
     else:
         spec, problems = check_endpoint(raw, (section, name))
     errors.extend(declared.error(problem.loc, problem.message) for problem in problems)
@@ -292,6 +296,23 @@ def _cross_file_errors(backends: dict[str, Declared], endpoints: dict[str, Decla
         uses = declared.raw.get("uses") if isinstance(declared.raw, dict) else None
         named = [used if isinstance(used, str) else None for used in uses] if isinstance(uses, list) else []
         errors.extend(declared.error(p.path, p.message) for p in unknown_callees(name, named, backends, endpoints))
+    return errors
+
+
+def _undeclared_secrets(backends: dict[str, Declared], secrets: dict[str, Declared]) -> list[SpecError]:
+    """A backend names only secrets declared in some [secrets.NAME] table."""
+    errors: list[SpecError] = []
+    for name, declared in backends.items():
+        named = declared.raw.get("secrets") if isinstance(declared.raw, dict) else None
+        for index, secret in enumerate(named if isinstance(named, list) else ()):
+            if isinstance(secret, str) and secret not in secrets:
+                known = ", ".join(sorted(secrets)) or "none is declared"
+                errors.append(
+                    declared.error(
+                        ("backends", name, "secrets", index),
+                        f"backends.{name}.secrets[{index}]: no [secrets.{secret}] is declared (declared: {known})",
+                    )
+                )
     return errors
 
 

@@ -38,13 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Hashable, Iterator, Mapping
 
-from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
+from vocabulary.configs import BackendConfig, EndpointConfig, SecretConfig, ServingState
 from gitops.specs.imports import AttributeKind, ResolvedImport, module_files, resolve_import
 from gitops.specs.documents import Documents, ParsedFile, SpecError, combine, oversized_file, parse_file
 from gitops.specs.limits import SpecLimits, size_text
 from gitops.sources.hashing import escaping_links, resolve_inside
 from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel
 from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS, BackendSpec, EndpointSpec, Loc
+from gitops.specs.secrets import age_file_problem
 from gitops.specs.versions import code_paths, default_code_path, derive_version
 
 __all__ = ["DesiredState", "SpecError", "LoadResult", "Loader"]
@@ -274,6 +275,8 @@ def _dependency_paths(documents: Documents) -> list[str]:
         for candidate in module_files(module):
             paths |= {candidate, default_code_path(candidate)}
         paths |= set(declared.spec.code_paths or ())
+    # A secret's file: a new value is a new load result (its keyed hash changes).
+    paths |= {declared.spec.file for declared in documents.secrets.values() if declared.spec is not None}
     return sorted(paths)
 
 
@@ -305,14 +308,38 @@ def _resolve(tree: Tree, documents: Documents, before: _Built) -> tuple[LoadResu
         errors.extend(declared.error(loc, message) for loc, message in problems)
         if resolved is not None:
             built[name] = resolved
+    secrets, secret_errors = _secret_files(tree, documents)
+    errors.extend(secret_errors)
     if errors:
         return _failed(errors), before
     endpoints = {name: _endpoint_built(name, d.spec, before.endpoints.get(name)) for name, d in documents.endpoints.items()}
     state = ServingState(
         backends={name: config for name, (_, _, config) in built.items()},
         endpoints={name: config for name, (_, config) in endpoints.items()},
+        secrets=secrets,
     )
     return LoadResult(state), _Built(built, endpoints)
+
+
+def _secret_files(tree: Tree, documents: Documents) -> tuple[dict[str, SecretConfig], list[SpecError]]:
+    """Each declared secret whose file exists and is an age file (`gitops.specs.secrets`)."""
+    secrets: dict[str, SecretConfig] = {}
+    errors: list[SpecError] = []
+    for name, declared in sorted(documents.secrets.items()):
+        if declared.spec is None:
+            continue
+        path, at = declared.spec.file, ("secrets", name, "file")
+        if not tree.exists(path):
+            errors.append(declared.error(at, f"secrets.{name}.file: '{path}' does not exist"))
+            continue
+        size = tree.sizes([path])[path]
+        head = tree.read_files([path])[path][:64] if size <= 1024 * 1024 else b""
+        problem = age_file_problem(size, head)
+        if problem is not None:
+            errors.append(declared.error(at, f"secrets.{name}.file: '{path}' {problem}"))
+            continue
+        secrets[name] = SecretConfig(name=name, file=path)
+    return secrets, errors
 
 
 def _resolve_backend(

@@ -55,6 +55,8 @@ from vocabulary.configs import (
     MetricCheck,
     OnFailure,
     RolloutConfig,
+    SecretChange,
+    SecretConfig,
     ShadowCompare,
     UpdateConfig,
     bounded_check,
@@ -76,6 +78,8 @@ __all__ = [
     "RuntimeEnvSpec",
     "BackendSpec",
     "EndpointSpec",
+    "SecretSpec",
+    "DERIVED_SECRET_FIELDS",
     "is_valid_name",
     "RAY_RESOURCE_UNIT",
     "RAY_RESOURCE_MAX",
@@ -85,6 +89,8 @@ __all__ = [
     "Problem",
     "check_backend",
     "check_endpoint",
+    "check_secret",
+    "literal_credential",
 ]
 
 NAME_PATTERN = re.compile(r"[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?")
@@ -93,8 +99,12 @@ HTTP_METHODS = frozenset(
 )
 # Config fields no file sets: the loader derives them (name from the table's
 # key, version from the code, working_dir and commit from the applied commit).
-DERIVED_BACKEND_FIELDS = frozenset({"name", "version", "working_dir", "commit"})
+DERIVED_BACKEND_FIELDS = frozenset({"name", "version", "working_dir", "commit", "secret_digests"})
 DERIVED_ENDPOINT_FIELDS = frozenset({"name"})
+DERIVED_SECRET_FIELDS = frozenset({"name"})
+# Environment variables whose names say they hold a credential: a literal
+# value there is a secret in plain text (docs/secrets.md says what to do).
+_CREDENTIAL_NAME = re.compile(r".*(PASSWORD|PASSWD|TOKEN|SECRET|CREDENTIAL).*|.*_KEY|KEY", re.IGNORECASE)
 _IMPORT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 
@@ -285,6 +295,8 @@ _BackendKeys = create_model(
             "autoscaling": AutoscalingSpec | None,
             "batching": BatchingSpec | None,
             "update": UpdateSpec | None,
+            "secrets": list[str],
+            "on_secret_change": _one_of(SecretChange) | None,
         },
     ),
 )
@@ -324,6 +336,14 @@ class BackendSpec(_BackendKeys):  # type: ignore[misc,valid-type]
         if value is None:
             return None
         return [_normalise_code_path(path) for path in value]
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets_once(cls, value: list[str]) -> list[str]:
+        twice = sorted({name for name in value if value.count(name) > 1})
+        if twice:
+            raise ValueError(f"names '{twice[0]}' twice")
+        return value
 
     def can_have_zero_replicas(self) -> bool:
         return zero_replica_reason(self) is not None
@@ -394,6 +414,26 @@ class EndpointSpec(_EndpointKeys):  # type: ignore[misc,valid-type]
         return value
 
 
+SecretSpec = create_model(
+    "SecretSpec",
+    __base__=_Spec,
+    __doc__=SecretConfig.__doc__,
+    **_file_keys(SecretConfig, DERIVED_SECRET_FIELDS, {}),
+)
+
+
+def literal_credential(name: str, value: str) -> str | None:
+    """Why an environment variable holds a credential in plain text, or None:
+    a name like *PASSWORD*, *TOKEN*, *SECRET* or *_KEY with a literal value."""
+    if _CREDENTIAL_NAME.fullmatch(name) is None or not value:
+        return None
+    return (
+        f"'{name}' looks like a credential with its value written in the spec (plain text in git, "
+        "in Ray and in every plan); declare it as [secrets.NAME] with an age-encrypted file and list it "
+        "in the backend's secrets (docs/secrets.md)"
+    )
+
+
 # --- checking one table --------------------------------------------------------
 
 Loc = tuple[str | int, ...]
@@ -421,6 +461,21 @@ def check_endpoint(raw: Any, at: Loc) -> tuple[EndpointSpec | None, tuple[Proble
     return _check(EndpointSpec, raw, at, _endpoint_rules(raw, at))
 
 
+def check_secret(raw: Any, at: Loc) -> tuple[Any, tuple[Problem, ...]]:
+    """A `[secrets.NAME]` table: its `file` is a relative path inside the repository."""
+    rules: tuple[Problem, ...] = ()
+    if isinstance(raw, Mapping) and isinstance(raw.get("file"), str):
+        try:
+            _normalise_code_path(raw["file"])
+        except ValueError:
+            where = (*at, "file")
+            rules = (Problem(where, f"{dotted(where)}: must be a relative path inside the repository (got {_short(raw['file'])})"),)
+    spec, problems = _check(SecretSpec, raw, at, rules)
+    if spec is not None:
+        spec = spec.model_copy(update={"file": _normalise_code_path(spec.file)})
+    return spec, problems
+
+
 def _check(
     model: type[_S], raw: Any, at: Loc, rules: tuple[Problem, ...]
 ) -> tuple[_S | None, tuple[Problem, ...]]:
@@ -437,6 +492,13 @@ def _backend_rules(raw: Any, at: Loc) -> tuple[Problem, ...]:
     if not isinstance(raw, Mapping):
         return ()
     problems: list[Problem] = []
+    env = raw.get("runtime_env")
+    variables = env.get("env_vars") if isinstance(env, Mapping) else None
+    for name, value in (variables or {}).items() if isinstance(variables, Mapping) else ():
+        why = literal_credential(name, value) if isinstance(name, str) and isinstance(value, str) else None
+        if why is not None:
+            where = (*at, "runtime_env", "env_vars", name)
+            problems.append(Problem(where, f"{dotted(where)}: {why}"))
     scaling = raw.get("autoscaling")
     if isinstance(scaling, Mapping) and "num_replicas" in raw:
         problems.append(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import re
 import shutil
+import tomllib
 import subprocess
 from pathlib import Path
 
@@ -66,6 +67,10 @@ def test_toml_block_validates(name: str, body: str, tmp_path: Path, capsys: pyte
         if path.endswith(".py"):
             (tmp_path / path).write_text(text)
     (tmp_path / "deployments" / "example.toml").write_text(body)
+    for secret in tomllib.loads(body).get("secrets", {}).values():
+        # An age file's shape is checked without a key: a header and nothing readable is enough.
+        (tmp_path / secret["file"]).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / secret["file"]).write_bytes(b"age-encryption.org/v1\n-> X25519 example\n")
     code = main(["validate", str(tmp_path / "deployments"), "--root", str(tmp_path)])
     assert code == 0, capsys.readouterr().err
 

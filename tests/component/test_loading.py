@@ -237,7 +237,7 @@ def test_zero_traffic_to_a_backend_with_zero_replicas_is_fine() -> None:
 
 def test_an_unknown_top_level_table_is_an_error() -> None:
     assert errors(load_tree(tree({"x.toml": "[backend.echo]\nimport_path = 'a:b'\n"}))) == [
-        "deployments/x.toml:1:1: unknown table 'backend' (expected [backends.NAME] or [endpoints.NAME])"
+        "deployments/x.toml:1:1: unknown table 'backend' (expected [backends.NAME], [endpoints.NAME] or [secrets.NAME])"
     ]
 
 
@@ -317,6 +317,11 @@ runtime_env = { env_vars = { A = "b" } }
 batching = { max_batch_size = 4, batch_wait_timeout_s = 0.5 }
 update = { max_surge = 0, max_unavailable = 2 }
 uses = ["scaled"]
+secrets = ["db"]
+on_secret_change = "restart"
+
+[secrets.db]
+file = "secrets/db.age"
 
 [backends.scaled]
 import_path = "apps.echo:hello"
@@ -345,7 +350,8 @@ def _set_by_the_file(model: type[BaseModel], values: list[BaseModel], derived: f
 
 
 def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
-    state = load_tree(tree({"full.toml": EVERY_KEY_TOML})).state
+    files = tree({"full.toml": EVERY_KEY_TOML}, {"apps/echo.py": ECHO_PY, "secrets/db.age": "age-encryption.org/v1\n"})
+    state = load_tree(files).state
     assert state is not None
     backends, endpoints = list(state.backends.values()), list(state.endpoints.values())
     scaling = [b.autoscaling for b in backends if b.autoscaling is not None]
