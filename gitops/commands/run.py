@@ -320,7 +320,7 @@ async def _serve(
     stopping.cancel()
     watching.cancel()
     for server in servers:
-        server.should_exit = True
+        server.stop()
     await asyncio.gather(reconciling, *serving, stopping, watching, return_exceptions=True)
     if notifying is not None and notifier is not None:
         await notifier.drain(_NOTIFY_DRAIN_S)  # e.g. the commit status of the last apply
