@@ -34,7 +34,6 @@ are reported through one `Recorder`, the single place metrics hook in.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import time
@@ -407,9 +406,6 @@ class ProxyApp:
             await _send(send, *((200, _TEXT, b"ok") if self._routed else (503, _TEXT, b"starting")))
         elif path == "/-/routes":
             await _send(send, 200, _JSON, self._snapshot.routes_json)
-        elif path == "/-/shadow/mismatches":
-            sample = [mismatch.to_json() for mismatch in self.mismatches.recent()]
-            await _send(send, 200, _JSON, json.dumps(sample).encode())
         else:
             await _send(send, 404, _TEXT, b"Not Found")
 

@@ -119,20 +119,6 @@ def test_an_endpoint_that_opts_in_shows_the_values_in_its_mismatches() -> None:
     assert app.mismatches.recent()[0].diff == "$.n: 1 != 2"
 
 
-def test_the_mismatch_sample_is_served_at_the_proxy_s_own_path() -> None:
-    app, _ = proxy({"v1": FakeReplica("v1", answering({"n": 1})), "v2": FakeReplica("v2", answering({"n": 2}))},
-                   traffic={"v1": 1.0}, shadow={"v2": 1.0}, shadow_compare="json")
-
-    async def scenario() -> list[dict[str, Any]]:
-        await get_all(app, [{}])
-        await settle(app)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
-            return (await client.get("/-/shadow/mismatches")).json()
-
-    [sample] = asyncio.run(scenario())
-    assert (sample["endpoint"], sample["backend"], sample["diff"]) == ("e", "v2", "$.n: number values differ")
-
-
 def test_ignored_keys_make_replies_that_differ_only_there_a_match() -> None:
     app, recorded = proxy({"v1": FakeReplica("v1", answering({"n": 1, "at": 1})),
                            "v2": FakeReplica("v2", answering({"n": 1, "at": 2}))},

@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
 
 from httpedge.limits import EdgeLimits
 from proxy.settings import ProxySettings
 from tests.component.test_proxy_app import FakeReplica, Proxy, run
+from tests.component.test_proxy_delivery import answering, get_all, settle
+from tests.component.test_proxy_delivery import proxy as delivery_proxy
 from vocabulary.configs import EndpointConfig
 from vocabulary.wire import WireRequest, WireResponse
 
@@ -174,3 +177,20 @@ def test_shadow_copies_lose_the_query_string_unless_the_endpoint_keeps_it() -> N
     assert shadow.seen[0][1] == "/api/x" and shadow.seen[0][2] == b""
     _, kept = shadowed("/api/x?q=1", {}, shadow_query=True)
     assert kept.seen[0][2] == b"q=1"
+
+
+def test_the_shadow_mismatch_sample_is_not_served_on_the_public_port() -> None:
+    # Issue 27 row 3: it showed other users' requests to anyone; the agent asks proxies over Ray instead.
+    app, _ = delivery_proxy({"v1": FakeReplica("v1", answering({"iban": "DE89"})),
+                             "v2": FakeReplica("v2", answering({"iban": "DE02"}))},
+                            traffic={"v1": 1.0}, shadow={"v2": 1.0}, shadow_compare="json")
+
+    async def scenario() -> int:
+        await get_all(app, [{}])
+        await settle(app)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+            return (await client.get("/-/shadow/mismatches")).status_code
+
+    assert asyncio.run(scenario()) == 404
+    [sample] = app.mismatches.recent()  # kept, for the agent's Ray call
+    assert sample.diff == "$.iban: string values differ"
