@@ -214,7 +214,7 @@ def proxy_stack() -> Iterator[str]:
             try:
                 yield served.url
             finally:
-                examples.close()
+                next(examples, None)  # the rest of the fixture body: the controller's shutdown
         finally:
             shutdown_ray()
 

@@ -42,7 +42,7 @@ from gitops.webhooks import (
     verify,
 )
 from httpedge.limits import EdgeLimits
-from httpedge.server import Server
+from httpedge.server import App, Server
 
 __all__ = ["AdminTarget", "Listener", "WebhookGuard", "build_app", "build_webhook_app", "server", "ADMIN_LIMITS"]
 
@@ -259,7 +259,7 @@ def _error(code: int, message: str, headers: dict[str, str] | None = None) -> Re
 class Listener:
     """One of the agent's listeners: `app` served by `httpedge.server` on `host:port` until `stop`."""
 
-    def __init__(self, app: ASGIApp, host: str, port: int, limits: EdgeLimits = ADMIN_LIMITS) -> None:
+    def __init__(self, app: App, host: str, port: int, limits: EdgeLimits = ADMIN_LIMITS) -> None:
         self.host = host
         self.port = port
         self._server = Server(app, limits)
@@ -289,6 +289,6 @@ class Listener:
             self._stopping = asyncio.ensure_future(self._server.shutdown(_SHUTDOWN_GRACE_S))
 
 
-def server(app: ASGIApp, host: str, port: int, limits: EdgeLimits = ADMIN_LIMITS) -> Listener:
+def server(app: App, host: str, port: int, limits: EdgeLimits = ADMIN_LIMITS) -> Listener:
     """A quiet server, bounded by `limits`, to `await server.serve()` on the agent's loop."""
     return Listener(app, host, port, limits)

@@ -70,7 +70,7 @@ import socket
 import time
 import urllib.parse
 from collections import deque
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 import httptools
 
@@ -84,7 +84,8 @@ logger = logging.getLogger(__name__)
 Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+# Takes any mapping, so an app typed with Starlette's (MutableMapping) messages is an `App` too.
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _HIGH_WATER = 64 * 1024  # buffered request body above which reading pauses
@@ -661,7 +662,7 @@ class _Exchange:
                 if self.waiters is not None and waiter in self.waiters:
                     self.waiters.remove(waiter)
 
-    async def send(self, message: Message) -> None:
+    async def send(self, message: Mapping[str, Any]) -> None:
         conn = self.conn
         if conn.write_paused and self.phase is not _GONE:
             await conn.drain()

@@ -89,7 +89,7 @@ def test_the_mismatches_need_the_admin_token() -> None:
 
 
 def test_the_merged_sample_is_bounded() -> None:
-    many = {"p": [mismatch(float(i), f"/{i}") for i in range(150)]}
+    many: dict[str, list[dict[str, Any]] | str] = {"p": [mismatch(float(i), f"/{i}") for i in range(150)]}
     merged = merge(many)["mismatches"]
     assert len(merged) == 100 and merged[0]["path"] == "/149"
 

@@ -20,13 +20,12 @@ from typing import Iterator
 from gitops.admin import ADMIN_LIMITS, server
 from httpedge.limits import EdgeLimits
 from httpedge.server import App, Server
-from starlette.types import ASGIApp
 
 __all__ = ["serving", "serving_proxy", "RawClient"]
 
 
 @contextlib.contextmanager
-def serving(app: ASGIApp, limits: EdgeLimits = ADMIN_LIMITS) -> Iterator[int]:
+def serving(app: App, limits: EdgeLimits = ADMIN_LIMITS) -> Iterator[int]:
     """Serve `app` on a free loopback port; yields the port."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -112,7 +111,7 @@ class RawClient:
                     return True
         except ConnectionResetError:
             return True
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             return False
         return False
 
