@@ -130,20 +130,22 @@ def a_plain_request(path: str) -> Callable[[int], int]:
 
 
 def websocket_flood(url: str) -> str:
-    from websockets.exceptions import WebSocketException
+    from websockets.exceptions import ConnectionClosed, WebSocketException
     from websockets.sync.client import connect as ws_connect
 
     message = "m" * MIB
     sent, started = 0, time.monotonic()
-    with ws_connect(url, open_timeout=10, close_timeout=1) as ws:
+    with ws_connect(url, open_timeout=10, close_timeout=1, max_size=None) as ws:
         ws.recv(timeout=10)  # the greeting
-        ws.socket.settimeout(10)
         try:
             while sent < 300 and time.monotonic() - started < 10:
                 ws.send(message)  # the echoes are never read
                 sent += 1
         except (OSError, TimeoutError, WebSocketException) as error:
-            return f"{sent} MiB sent in {time.monotonic() - started:.1f} s, then {type(error).__name__}"
+            why = f"{type(error).__name__}: {error}"
+            if isinstance(error, ConnectionClosed) and error.rcvd is not None:
+                why = f"closed {error.rcvd.code} {error.rcvd.reason}".strip()
+            return f"{sent} MiB sent in {time.monotonic() - started:.1f} s, then {why}"
     return f"{sent} MiB sent in {time.monotonic() - started:.1f} s"
 
 
