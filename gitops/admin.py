@@ -276,7 +276,10 @@ class Listener:
         self._loop = asyncio.get_running_loop()
         if self._stop_asked:
             return
-        await self._server.serve(sockets if sockets is not None else [socket.create_server((self.host, self.port))])
+        if sockets is None:
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            sockets = [socket.create_server((self.host, self.port), family=family)]
+        await self._server.serve(sockets)
 
     def stop(self) -> None:
         """From any thread: stop accepting, let answers in flight end (within a bound); `serve` then returns."""
