@@ -8,8 +8,10 @@ it, turning Ray's wrapped errors back into the plain `ValueError` the
 controller raised, `shutdown`, which stops the controller, its proxies and
 its replicas, `discard_checkpoint`, the documented reset, the owning
 agent's record (`claim`, `owner`, `release` of a `vocabulary.ownership.Owner`;
-see `controller.ownership`)
-and its settings that outlive a controller start (`set_prometheus_url`).
+see `controller.ownership`), its settings that outlive a controller start
+(`set_prometheus_url`), and asking a proxy worker for its node's shadow
+mismatches over Ray (`proxy_mismatches`: the sample is never on a proxy's
+public port).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import ray
-from ray.exceptions import RayTaskError
+from ray.exceptions import RayError, RayTaskError
 
 from controller.actor import ControllerActor
 from controller.checkpoint import CheckpointError, decode
@@ -84,6 +86,17 @@ class ControllerClient:
 
     async def set_target_replicas(self, backend: str, target: int) -> None:
         await self._call("set_target_replicas", backend, target)
+
+    async def proxy_mismatches(self, actor_name: str) -> list[dict[str, Any]] | str:
+        """The shadow mismatches of the proxy worker `actor_name`'s node, or why it gave none."""
+        try:
+            proxy = ray.get_actor(actor_name, namespace=self.namespace)
+            sample: list[dict[str, Any]] = await proxy.shadow_mismatches.remote()
+        except ValueError:
+            return "unreachable (no such proxy)"
+        except RayError as error:
+            return f"unreachable ({type(error).__name__})"
+        return sample
 
     def claim(self, owner: Owner, take_over: bool = False) -> Owner | None:
         """Make `owner` the controller's agent; the other agent's record if refused."""

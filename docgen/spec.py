@@ -79,6 +79,8 @@ match = [{ header = "x-canary", value = "always", backend = "echo-v2" }]
 sticky = "header:x-user-id"
 shadow_compare = "json"
 shadow_ignore = ["timestamp"]
+shadow_query = false
+shadow_values = false
 
 [endpoints.echo.rollout]
 steps = [0.05, 0.25, 0.5, 1.0]

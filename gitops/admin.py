@@ -8,19 +8,19 @@ and only with a valid GitHub-style signature, once per delivery. Every
 request passes `gitops.access.check` first (token, Host, Origin).
 `build_webhook_app` is `/hooks/git` alone, for its own listener
 (`--webhook-port`), so publishing the webhook publishes nothing else.
-Serving (uvicorn on the agent's event loop, bounded by `httpedge`) is
-`server`. Must not: reconcile or touch git; it only asks the agent.
+Serving is `server`: the HTTP edge the proxy uses (`httpedge.server`, its
+bounds and answers), on the agent's event loop, with `ADMIN_LIMITS`.
+Must not: reconcile or touch git; it only asks the agent.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterator, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -41,13 +41,15 @@ from gitops.webhooks import (
     Verdict,
     verify,
 )
-from httpedge.bounds import EdgeLimits, uvicorn_options
+from httpedge.limits import EdgeLimits
+from httpedge.server import App, Server
 
-__all__ = ["AdminTarget", "WebhookGuard", "build_app", "build_webhook_app", "server", "ADMIN_LIMITS"]
+__all__ = ["AdminTarget", "Listener", "WebhookGuard", "build_app", "build_webhook_app", "server", "ADMIN_LIMITS"]
 
 # An admin API has a handful of clients: few connections, short deadlines.
 ADMIN_LIMITS = EdgeLimits(header_timeout_s=5.0, body_timeout_s=10.0, max_connections=64)
 LOOPBACK_POLICY = AccessPolicy.build(None, "127.0.0.1")
+_SHUTDOWN_GRACE_S = 5.0  # for answers in flight when the agent stops
 
 _HISTORY_LIMIT_MAX = 1000
 
@@ -254,17 +256,42 @@ def _error(code: int, message: str, headers: dict[str, str] | None = None) -> Re
     return JSONResponse({"error": message}, status_code=code, headers=headers)
 
 
-class _Server(uvicorn.Server):
-    """uvicorn without its signal handlers: `gitops run` owns Ctrl-C / SIGTERM."""
+class Listener:
+    """One of the agent's listeners: `app` served by `httpedge.server` on `host:port` until `stop`."""
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+    def __init__(self, app: App, host: str, port: int, limits: EdgeLimits = ADMIN_LIMITS) -> None:
+        self.host = host
+        self.port = port
+        self._server = Server(app, limits)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_asked = False
+        self._stopping: asyncio.Task[None] | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._server.started
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        """Serve on `sockets` (bound), else on a socket bound to `host:port`; returns once stopped."""
+        self._loop = asyncio.get_running_loop()
+        if self._stop_asked:
+            return
+        if sockets is None:
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            sockets = [socket.create_server((self.host, self.port), family=family)]
+        await self._server.serve(sockets)
+
+    def stop(self) -> None:
+        """From any thread: stop accepting, let answers in flight end (within a bound); `serve` then returns."""
+        self._stop_asked = True
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._shut_down)
+
+    def _shut_down(self) -> None:
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._server.shutdown(_SHUTDOWN_GRACE_S))
 
 
-def server(app: ASGIApp, host: str, port: int, limits: EdgeLimits = ADMIN_LIMITS) -> uvicorn.Server:
-    """A quiet uvicorn server, bounded by `limits`, to `await server.serve()` on the agent's loop."""
-    config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", access_log=False, lifespan="off", **uvicorn_options(limits)
-    )
-    return _Server(config)
+def server(app: App, host: str, port: int, limits: EdgeLimits = ADMIN_LIMITS) -> Listener:
+    """A quiet server, bounded by `limits`, to `await server.serve()` on the agent's loop."""
+    return Listener(app, host, port, limits)

@@ -1,60 +1,63 @@
 """The agent's `GET /shadow/mismatches`: every proxy's sample of shadow mismatches, in one list.
 
-Each proxy keeps its newest mismatches (path, both statuses, a short diff)
-at `/-/shadow/mismatches` on its public port. `proxy_urls` (pure) names
-every proxy of the last observed cluster status by its address (the
-agent's own proxy until a status names one), `collect` asks each
-concurrently, and `merge` (pure) puts the samples together newest
-first, each tagged with its proxy, and lists the proxies that did not
-answer (a proxy down is shown, not hidden). A node's proxy workers share
-one address and each answers the whole node's mismatches
-(`proxy.node_mismatches`), so one ask per address hears them all. The admin API serves the result
-behind its token; the status page draws it. Must not: compare replies (the
-proxy does) or keep mismatches itself.
+Each proxy keeps its newest mismatches (path, both statuses, a short diff
+that names JSON paths and types, not users' values, unless the endpoint
+opts in) and answers them to a Ray call (`ProxyActor.shadow_mismatches`),
+never on its public port: Ray's authentication guards the sample, and the
+admin API serves the result behind its token. `proxies_to_ask` (pure)
+names one running proxy worker per address in the last observed cluster
+status, since a node's proxy workers share one address and each answers
+the whole node's mismatches (`proxy.node_mismatches`); `collect` asks each
+concurrently (through `ask`, the controller client's
+`proxy_mismatches`), and `merge` (pure) puts the samples together newest
+first, each tagged with its proxy's address, and lists the proxies that did
+not answer (a proxy down is shown, not hidden). The status page draws it.
+Must not: compare replies (the proxy does) or keep mismatches itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable
 
-import httpx
+from vocabulary.status import ClusterStatus, ProxyState
 
-from vocabulary.status import ClusterStatus
-
-__all__ = ["collector", "collect", "merge", "proxy_url", "proxy_urls", "LIMIT"]
+__all__ = ["Ask", "collector", "collect", "merge", "proxies_to_ask", "LIMIT"]
 
 LIMIT = 100  # mismatches returned, newest first, over all proxies
-_PATH = "/-/shadow/mismatches"
+
+# A proxy worker's sample by its actor name, or why it gave none.
+Ask = Callable[[str], Awaitable[list[dict[str, Any]] | str]]
 
 
-def proxy_url(host: str, port: int) -> str:
-    """The base URL the agent reaches a proxy listening on `host` at (a wildcard address: loopback)."""
-    reachable = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
-    return f"http://[{reachable}]:{port}" if ":" in reachable else f"http://{reachable}:{port}"
+def proxies_to_ask(cluster: ClusterStatus | None) -> dict[str, str]:
+    """Per proxy address (`http://host:port`), the actor name of one running worker there (the lowest)."""
+    chosen: dict[str, tuple[int, str]] = {}
+    for proxy in cluster.proxies.values() if cluster else ():
+        if proxy.state is not ProxyState.RUNNING:
+            continue
+        where = "http://" + proxy.address if proxy.address else proxy.actor_name
+        if where not in chosen or proxy.worker < chosen[where][0]:
+            chosen[where] = (proxy.worker, proxy.actor_name)
+    return {where: name for where, (_, name) in sorted(chosen.items())}
 
 
-def proxy_urls(cluster: ClusterStatus | None, own: str) -> list[str]:
-    """Every proxy's base URL in `cluster`, each once; `[own]` while it names none."""
-    found = {"http://" + proxy.address for proxy in (cluster.proxies.values() if cluster else ()) if proxy.address}
-    return sorted(found) or [own]
-
-
-def collector(proxies: Callable[[], list[str]], timeout_s: float = 2.0) -> Callable[[], Awaitable[dict[str, Any]]]:
-    """What the admin API calls per request: `collect` from the `proxies()` of the moment, on a short-lived client."""
+def collector(
+    ask: Ask, proxies: Callable[[], dict[str, str]], timeout_s: float = 2.0
+) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """What the admin API calls per request: `collect` from the `proxies()` of the moment."""
 
     async def run() -> dict[str, Any]:
-        async with httpx.AsyncClient(timeout=timeout_s) as client:
-            return await collect(client, proxies())
+        return await collect(ask, proxies(), timeout_s)
 
     return run
 
 
-async def collect(client: httpx.AsyncClient, proxies: Iterable[str]) -> dict[str, Any]:
-    """Every proxy's sample, merged; `proxies` are base URLs."""
-    urls = list(proxies)
-    answers = await asyncio.gather(*(_sample(client, url) for url in urls))
-    return merge(dict(zip(urls, answers)))
+async def collect(ask: Ask, proxies: dict[str, str], timeout_s: float = 2.0) -> dict[str, Any]:
+    """Every proxy's sample, merged; `proxies`: address -> the actor name to ask."""
+    names = list(proxies.items())
+    answers = await asyncio.gather(*(_sample(ask, name, timeout_s) for _, name in names))
+    return merge({where: answer for (where, _), answer in zip(names, answers)})
 
 
 def merge(answers: dict[str, list[dict[str, Any]] | str]) -> dict[str, Any]:
@@ -69,15 +72,12 @@ def merge(answers: dict[str, list[dict[str, Any]] | str]) -> dict[str, Any]:
     return {"mismatches": found[:LIMIT], "unreachable": unreachable}
 
 
-async def _sample(client: httpx.AsyncClient, url: str) -> list[dict[str, Any]] | str:
+async def _sample(ask: Ask, name: str, timeout_s: float) -> list[dict[str, Any]] | str:
     try:
-        response = await client.get(url + _PATH)
-    except httpx.HTTPError as error:
-        return f"unreachable ({type(error).__name__})"
-    if response.status_code != 200:
-        return f"HTTP {response.status_code}"
-    try:
-        body = response.json()
-    except ValueError:
-        return "answered without JSON"
-    return body if isinstance(body, list) else "answered something other than a list"
+        async with asyncio.timeout(timeout_s):
+            answer = await ask(name)
+    except TimeoutError:
+        return f"no answer within {timeout_s:g} s"
+    if isinstance(answer, list) and all(isinstance(mismatch, dict) for mismatch in answer):
+        return answer
+    return answer if isinstance(answer, str) else "answered something other than a list"

@@ -2,12 +2,11 @@
 
 Owns the bytes of every answer the edge gives before (or instead of) an app
 (400 for a request that does not parse, 408, 431, 503 + Retry-After, see
-`httpedge.bounds`) and how the connection ends after one: the answer is
-written, our side shut for writing, and whatever the client still sends is
-discarded by the caller until the client closes (or `LINGER_S` passes), so
-the client reads the answer rather than a connection reset. Shared by both
-HTTP protocols of ours (`httpedge.server`, `httpedge.bounds`' uvicorn
-subclass). Imports no HTTP server.
+`httpedge.server`) and how the connection ends after one, or after an app's
+answer given before the request was all read: the answer is written, our
+side shut for writing, and whatever the client still sends is discarded by
+the caller until the client closes (or `LINGER_S` passes), so the client
+reads the answer rather than a connection reset. Imports no HTTP server.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The bounds of one HTTP listener, as a plain value (no HTTP server imported).
 
-Pure, so settings values (`proxy.settings`) can carry them; `httpedge.bounds`
-applies them to a uvicorn server.
+Pure, so settings values (`proxy.settings`) can carry them; `httpedge.server`
+applies them at the socket.
 """
 
 from __future__ import annotations

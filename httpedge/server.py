@@ -1,4 +1,7 @@
-"""A lean HTTP/1.1 server for one ASGI3 app: the proxy's public listener.
+"""A lean HTTP/1.1 server for one ASGI3 app: every listener of ours.
+
+The proxy's public listener and the agent's admin and webhook listeners
+(`gitops.admin.server`) are served by it, so each bound below is written once.
 
 Owns the HTTP/1.1 connection: `asyncio.Protocol` + httptools' parser, one
 task per request (the app's), nothing else per request but its scope, one
@@ -17,10 +20,22 @@ small exchange object and the response head. It serves:
   (`more_body=True`), no body for HEAD, 1xx, 204 and 304; the head is
   written together with the first body message; `send()` waits while the
   transport's write buffer is full; a `date` header, no `server` header;
-- the edge bounds of `httpedge.bounds`, applied at the socket exactly as
-  there with the same answers (`httpedge.answers`): 431 once the raw header
-  bytes pass the limit, 408 at the header deadline, 503 + Retry-After on a
-  connection beyond the cap, and 400 for what does not parse;
+- the edge bounds (`httpedge.limits.EdgeLimits`), applied at the socket
+  before any app code runs, with the edge's answers (`httpedge.answers`):
+  431 once the raw header bytes pass the limit (a 64 MiB header is cut off,
+  not buffered), 408 when the headers are not complete `header_timeout_s`
+  after the connection opened (or after the first byte of a later request),
+  503 + Retry-After on a connection beyond the cap (the app never called),
+  and 400 for what does not parse. The body's deadline is the app's (it
+  reads the body under `body_timeout_s`);
+- trailers (after a chunked body) are dropped, never added to the scope
+  the app already has; the bytes after the last chunk's header count
+  against `max_header_bytes` (431, or the connection closed if an answer
+  is half written);
+- an answer given before the whole request was read (a 404 or 401 while
+  the body still arrives) says `connection: close`, and the connection
+  then lingers (`httpedge.answers.LINGER_S`, input dropped) and closes:
+  a dripped body cannot hold a connection after its answer;
 - WebSocket upgrades handed, with the connection, to uvicorn's sans-I/O
   WebSocket protocol (as uvicorn's own httptools protocol does), given
   `websockets=True`;
@@ -31,8 +46,11 @@ The header deadline and the keep-alive idle timeout are two deadlines on
 the connection served by one timer, re-armed only when a deadline comes
 before the one it waits for: a busy keep-alive connection moves its
 deadlines on every request but touches the timer a few times a minute,
-where a timer per deadline would be armed and cancelled twice a request. Nagle is switched off on
-every connection: asyncio does so only for sockets made with
+where a timer per deadline would be armed and cancelled twice a request.
+Nothing else is timed per request: the linger's close is the one timer an
+ending connection gets. Each exchange's answer moves through one phase
+(`_Phase`), its request body through another (`_Body`). Nagle is switched
+off on every connection: asyncio does so only for sockets made with
 `proto=IPPROTO_TCP`, and an answer written in more than one write (a
 stream) would otherwise wait on the client's delayed ACK.
 
@@ -44,6 +62,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import enum
 import http
 import logging
 import re
@@ -51,7 +70,7 @@ import socket
 import time
 import urllib.parse
 from collections import deque
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 import httptools
 
@@ -65,7 +84,8 @@ logger = logging.getLogger(__name__)
 Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+# Takes any mapping, so an app typed with Starlette's (MutableMapping) messages is an `App` too.
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _HIGH_WATER = 64 * 1024  # buffered request body above which reading pauses
@@ -112,6 +132,40 @@ class _Refused(Exception):
     """Stops the parser once a request has been answered at the edge."""
 
 
+class _Phase(enum.Enum):
+    """Where an exchange's answer is; each moves only forward."""
+
+    WAITING = "no http.response.start yet"
+    HELD = "the head is held until the first body message"
+    SENDING = "the head is written, more body to come"
+    COMPLETE = "the answer is complete"
+    GONE = "the client left (or the edge answered) before the answer was complete"
+
+
+class _Body(enum.Enum):
+    """Where an exchange's request body is."""
+
+    ARRIVING = "the parser has more of it to come"
+    ARRIVED = "all parsed; its last message not yet handed to the app"
+    HANDED = "its last message was handed to the app"
+
+
+# Module names for the phases the hot path compares against (a global is one lookup, an enum member two).
+_WAITING, _HELD, _SENDING, _COMPLETE, _GONE = _Phase
+_ARRIVING, _ARRIVED, _HANDED = _Body
+
+
+class _Dropped(list[tuple[bytes, bytes]]):
+    """Where the parser's header callback writes once the head is parsed: trailers are dropped, never
+    appended to a scope the app already has."""
+
+    def append(self, item: tuple[bytes, bytes]) -> None:
+        pass
+
+
+_TRAILERS = _Dropped()
+
+
 class Server:
     """Serves `app` on the sockets given to `serve` until `shutdown`."""
 
@@ -127,13 +181,20 @@ class Server:
         self._stopped: asyncio.Future[None] | None = None
 
     async def serve(self, sockets: list[socket.socket]) -> None:
-        """Listen on `sockets` (bound, not yet listening); returns once `shutdown` is done."""
+        """Listen on `sockets` (bound); returns once `shutdown` is done (cancelled, closes everything at once)."""
         loop = asyncio.get_running_loop()
         self._stopped = loop.create_future()
         for sock in sockets:
             self._servers.append(await loop.create_server(lambda: _Connection(self), sock=sock, backlog=_BACKLOG))
         self.started = True
-        await self._stopped
+        try:
+            await self._stopped
+        except asyncio.CancelledError:  # stopped without `shutdown`: nothing left listening or open
+            for server in self._servers:
+                server.close()
+            for connection in list(self.connections):
+                connection.transport.close()
+            raise
 
     async def shutdown(self, grace_s: float) -> None:
         """Stop accepting, close idle connections, give answers in flight `grace_s`, then close the rest."""
@@ -207,8 +268,12 @@ class _Connection(asyncio.Protocol):
         self.header_bytes = 0
         self.header_deadline: float | None = None  # loop time
         self.over_cap = False
-        self.refused = False
+        self.refused = False  # answered at the edge, or lingering before the close: input is dropped
         self.upgrading = False
+        # Trailers: bytes read after the last chunk's header, counted against `max_header_bytes`.
+        self.chunk_seq = 0  # chunk headers parsed on this connection
+        self.bare_chunk = False  # the newest chunk header has no data yet (for the last chunk: its trailers)
+        self.trailer_bytes = 0
         # Flow and lifetime.
         self.idle_deadline: float | None = None
         self.timer: asyncio.TimerHandle | None = None  # fires by the earlier deadline
@@ -250,6 +315,7 @@ class _Connection(asyncio.Protocol):
             self.header_bytes += len(data)
             if self.header_deadline is None:
                 self._start_header_clock()
+        trailing = self.chunk_seq if self.bare_chunk else -1
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -264,6 +330,12 @@ class _Connection(asyncio.Protocol):
             return
         if self.awaiting_headers and self.header_bytes > self.limits.max_header_bytes:
             self._refuse(431, "Request header fields too large")
+        elif trailing == self.chunk_seq and self.bare_chunk:
+            # Still after the same bare chunk header: a data chunk's first byte would have been body,
+            # so all of `data` was the last chunk's trailers (dropped, but held by the parser per line).
+            self.trailer_bytes += len(data)
+            if self.trailer_bytes > self.limits.max_header_bytes:
+                self._refuse(431, "Request trailer fields too large")
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -288,6 +360,7 @@ class _Connection(asyncio.Protocol):
         self.headers = []
         self.header_size = 0
         self.expect_continue = False
+        self.trailer_bytes = 0
 
     def on_url(self, url: bytes) -> None:
         self.url += url
@@ -310,8 +383,11 @@ class _Connection(asyncio.Protocol):
             self._refuse(503, "Too many connections", [(b"retry-after", str(self.limits.retry_after_s).encode())])
         if self.refused:
             raise _Refused
+        headers = self.headers
+        self.headers = _TRAILERS  # what the parser calls a header from now on is a trailer: dropped
         parser = self.parser
-        if parser.should_upgrade() and self.server.websockets is not None and _asks_for_websocket(self.headers):
+        if parser.should_upgrade() and self.server.websockets is not None and _asks_for_websocket(headers):
+            self.headers = headers  # for the hand-over
             self.upgrading = True
             return
         version = parser.get_http_version()
@@ -327,7 +403,7 @@ class _Connection(asyncio.Protocol):
         scope = {
             "type": "http", "asgi": _ASGI, "http_version": version, "server": self.local, "client": self.peer,
             "scheme": "http", "method": parser.get_method().decode("ascii"), "root_path": "", "path": path,
-            "raw_path": raw_path, "query_string": query, "headers": self.headers,
+            "raw_path": raw_path, "query_string": query, "headers": headers,
         }
         keep_alive = version != "1.0" and parser.should_keep_alive() and not self.closing
         exchange = _Exchange(self, scope, keep_alive, self.expect_continue)
@@ -339,8 +415,9 @@ class _Connection(asyncio.Protocol):
             self._pause_reading()
 
     def on_body(self, body: bytes) -> None:
+        self.bare_chunk = False
         exchange = self.parsing
-        if exchange is None or exchange.complete or self.upgrading:
+        if exchange is None or exchange.phase is _COMPLETE or self.upgrading:
             return  # answered already (or refused): the rest of the body is read and dropped
         exchange.chunks.append(body)
         exchange.buffered += len(body)
@@ -348,12 +425,19 @@ class _Connection(asyncio.Protocol):
             self._pause_reading()
         exchange.wake()
 
+    def on_chunk_header(self) -> None:
+        self.chunk_seq += 1
+        self.bare_chunk = True
+
+    def on_chunk_complete(self) -> None:
+        self.bare_chunk = False
+
     def on_message_complete(self) -> None:
         self.awaiting_headers = True
         exchange = self.parsing
         if exchange is None or self.upgrading:
             return
-        exchange.more_body = False
+        exchange.body = _ARRIVED
         exchange.wake()
 
     # --- exchanges ----------------------------------------------------------------
@@ -367,6 +451,9 @@ class _Connection(asyncio.Protocol):
     def response_done(self, exchange: _Exchange) -> None:
         """`exchange`'s answer is complete: the next one in line, or wait idle for one."""
         self.active = None
+        if exchange.body is _ARRIVING:
+            self._linger()  # answered before the request was all read (its head said `connection: close`)
+            return
         if not exchange.keep_alive or self.closing:
             self.transport.close()
             return
@@ -439,12 +526,27 @@ class _Connection(asyncio.Protocol):
             self._refuse(408, "Request headers not complete in time")
 
     def _refuse(self, status: int, text: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        active = self.active
+        if active is not None and active.phase is _SENDING:
+            # An answer is half written: ours cannot follow it, so the connection just ends.
+            active.gone()
+            self.refused = True
+            self._stop_timer()
+            self.pipeline.clear()
+            self.transport.close()
+            return
+        if active is not None:
+            active.gone()  # its answer could not follow ours on this connection
+        self._linger(refusal(status, text, headers))
+
+    def _linger(self, answer: bytes = b"") -> None:
+        """End the connection after `answer`: input is read and dropped until the client closes or
+        `httpedge.answers.LINGER_S` passes, so it reads what was written rather than a reset."""
         self.refused = True
         self._stop_timer()
-        if self.active is not None:
-            self.active.gone()  # its answer could not follow ours on this connection
         self.pipeline.clear()
-        end_with(self.transport, refusal(status, text, headers))
+        self._resume_reading()
+        end_with(self.transport, answer)
 
     def _hand_over(self) -> None:
         assert self.server.websockets is not None
@@ -460,9 +562,8 @@ class _Connection(asyncio.Protocol):
 class _Exchange:
     """One request and its answer: the app's `receive` and `send`."""
 
-    __slots__ = ("conn", "scope", "keep_alive", "expect_continue", "chunks", "buffered", "more_body", "ended",
-                 "waiters", "disconnected", "started", "status", "headers", "written", "complete", "chunked",
-                 "remaining", "bodiless", "task")
+    __slots__ = ("conn", "scope", "keep_alive", "expect_continue", "chunks", "buffered", "body", "waiters", "phase",
+                 "status", "headers", "chunked", "remaining", "bodiless", "task")
 
     def __init__(self, conn: _Connection, scope: Scope, keep_alive: bool, expect_continue: bool) -> None:
         self.conn = conn
@@ -471,15 +572,11 @@ class _Exchange:
         self.expect_continue = expect_continue
         self.chunks: list[bytes] = []
         self.buffered = 0
-        self.more_body = True  # the parser has more of the body to come
-        self.ended = False  # the body's last message was handed to the app
+        self.body = _ARRIVING
         self.waiters: list[asyncio.Future[None]] | None = None
-        self.disconnected = False
-        self.started = False
+        self.phase = _WAITING
         self.status = 200
         self.headers: Any = ()
-        self.written = False
-        self.complete = False
         self.chunked = False
         self.remaining = 0
         self.bodiless = False
@@ -495,25 +592,25 @@ class _Exchange:
 
     def gone(self) -> None:
         """The client left (or the connection was answered at the edge): no more reading or writing."""
-        if not self.complete:
-            self.disconnected = True
+        if self.phase is not _COMPLETE:
+            self.phase = _GONE
         self.wake()
 
     async def run(self, app: App) -> None:
         try:
             await app(self.scope, self.receive, self.send)
         except asyncio.CancelledError:
-            if not self.complete:
+            if self.phase is not _COMPLETE:
                 self.conn.transport.close()
             raise
         except Exception:
             logger.exception("Exception in ASGI application")
             self._fail()
         else:
-            if not self.started and not self.disconnected:
+            if self.phase is _WAITING:
                 logger.error("ASGI callable returned without starting response.")
                 self._fail()
-            elif not self.complete and not self.disconnected:
+            elif self.phase is _HELD or self.phase is _SENDING:
                 logger.error("ASGI callable returned without completing response.")
                 self._fail()
         finally:
@@ -521,12 +618,12 @@ class _Exchange:
 
     def _fail(self) -> None:
         """A 500 if nothing of the answer went out yet; otherwise the connection is closed mid-answer."""
-        if self.complete or self.disconnected:
+        if self.phase is _COMPLETE or self.phase is _GONE:
             return
         transport = self.conn.transport
-        if not self.written:
+        if self.phase is not _SENDING:
             transport.write(_INTERNAL_ERROR)
-        self.complete = True
+        self.phase = _COMPLETE
         self.wake()
         transport.close()
         self.conn.active = None
@@ -534,18 +631,19 @@ class _Exchange:
     async def receive(self) -> Message:
         if self.expect_continue:
             self.expect_continue = False
-            if self.more_body and not self.started and not self.conn.transport.is_closing():
+            if self.body is _ARRIVING and self.phase is _WAITING and not self.conn.transport.is_closing():
                 self.conn.transport.write(_CONTINUE)
         while True:
-            if self.disconnected or self.complete:
+            if self.phase is _COMPLETE or self.phase is _GONE:
                 return {"type": "http.disconnect"}
-            if self.chunks or not (self.more_body or self.ended):
+            if self.chunks or self.body is _ARRIVED:
                 chunks = self.chunks
                 body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 self.chunks = []
                 self.buffered = 0
-                more_body = self.more_body
-                self.ended = not more_body
+                more_body = self.body is _ARRIVING
+                if not more_body:
+                    self.body = _HANDED
                 conn = self.conn
                 if conn.read_paused and not conn.pipeline:
                     conn._resume_reading()
@@ -564,32 +662,33 @@ class _Exchange:
                 if self.waiters is not None and waiter in self.waiters:
                     self.waiters.remove(waiter)
 
-    async def send(self, message: Message) -> None:
+    async def send(self, message: Mapping[str, Any]) -> None:
         conn = self.conn
-        if conn.write_paused and not self.disconnected:
+        if conn.write_paused and self.phase is not _GONE:
             await conn.drain()
-        if self.disconnected:
+        phase = self.phase
+        if phase is _GONE:
             return
         kind = message["type"]
-        if not self.started:
+        if phase is _WAITING:
             if kind != "http.response.start":
                 raise RuntimeError(f"Expected ASGI message 'http.response.start', but got '{kind}'.")
-            self.started = True
+            self.phase = _HELD
             self.expect_continue = False
             self.status = message["status"]
             self.headers = message.get("headers", ())
             return  # the head goes out with the first body message
-        if self.complete:
+        if phase is _COMPLETE:
             raise RuntimeError(f"Unexpected ASGI message '{kind}' sent, after response already completed.")
         if kind != "http.response.body":
             raise RuntimeError(f"Expected ASGI message 'http.response.body', but got '{kind}'.")
         body = message.get("body", b"")
         more_body = message.get("more_body", False)
-        if self.written:
+        if phase is _SENDING:
             out = self._frame(body, more_body)
         else:
             head = self._head(body, more_body)
-            self.written = True
+            self.phase = _SENDING
             out = head + self._frame(body, more_body)
         if out:
             conn.transport.write(out)
@@ -597,7 +696,7 @@ class _Exchange:
             if self.remaining and not self.bodiless:
                 conn.transport.close()
                 raise RuntimeError("Response content shorter than Content-Length")
-            self.complete = True
+            self.phase = _COMPLETE
             self.wake()
             conn.response_done(self)
 
@@ -639,7 +738,9 @@ class _Exchange:
                 extra = b"content-length: %d\r\n" % len(body)
         if close:
             self.keep_alive = False
-        elif not self.keep_alive:
+        elif not self.keep_alive or self.body is _ARRIVING:
+            # An answer before the whole request was read ends the connection (`_Connection.response_done`).
+            self.keep_alive = False
             extra += _CLOSE
         status_line = _STATUS_LINES.get(status) or _status_line(status)
         return status_line + _date() + block + extra + b"\r\n"

@@ -7,8 +7,9 @@ controller passes the node's, inside the Ray session directory), the
 node's workers share the HTTP port and the metrics port (SO_REUSEPORT,
 claimed for this group of workers by `proxy.shared_ports`) and record
 metrics and shadow mismatches into that directory, so a scrape of any
-worker answers the node's sum, and its `/-/shadow/mismatches` the node's
-mismatches (`proxy.node_mismatches`). The constructor binds the listening
+worker answers the node's sum, and its `shadow_mismatches` (a Ray call:
+the agent's, never on the public port) the node's mismatches
+(`proxy.node_mismatches`). The constructor binds the listening
 socket (so a taken port fails the actor's creation with a clear error) and
 starts tasks on the actor's event loop: the HTTP server, the long poll, the
 load reports and, given a metrics port, the metrics' load sampler. The
@@ -118,6 +119,10 @@ class ProxyActor:
                 raise RuntimeError(f"proxy HTTP server on {self._host}:{self._port} stopped before it started")
             await asyncio.sleep(_READY_POLL_S)
         return f"{self._host}:{self._port}"
+
+    async def shadow_mismatches(self) -> list[dict[str, Any]]:
+        """The newest shadow mismatches of this node's proxy workers, newest first (for the agent)."""
+        return [mismatch.to_json() for mismatch in self._app.mismatches.recent()]
 
     async def ping(self) -> int:
         """The controller's liveness check: answers this proxy's process id,

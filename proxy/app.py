@@ -18,9 +18,12 @@ comes: the endpoint's `timeout_s` bounds the time to its first chunk and
 each gap between chunks; it is never copied to shadows or compared.
 WebSocket connections are handed to `proxy.sockets`.
 
-Hop-by-hop headers are dropped both ways; shadow copies also lose
-`Authorization` and `Cookie` (no endpoint can opt back in: a candidate
-backend is not trusted with users' credentials).
+Hop-by-hop headers are dropped both ways; shadow copies also lose every
+credential-looking header (`Authorization`, `Proxy-Authorization`,
+`Cookie`, and any name with `token`, `secret`, `api-key`, `apikey`,
+`password`, `session` or `credential` in it: no endpoint can opt back in, a
+candidate backend is not trusted with users' credentials) and the query
+string unless the endpoint sets `shadow_query`.
 
 Deliberately a bare ASGI callable rather than a Starlette app: the hot path
 allocates only the wire tuple and the response events, and logs nothing
@@ -31,7 +34,6 @@ are reported through one `Recorder`, the single place metrics hook in.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import time
@@ -70,7 +72,8 @@ _CLOSE = [(b"connection", b"close")]
 _HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"te", b"trailer", b"transfer-encoding", b"upgrade"}
 )
-_SHADOW_WITHHELD = frozenset({b"authorization", b"cookie"})
+_SHADOW_WITHHELD = frozenset({b"authorization", b"proxy-authorization", b"cookie"})
+_SHADOW_WITHHELD_PARTS = (b"token", b"secret", b"api-key", b"apikey", b"password", b"session", b"credential")
 CLIENT_LEFT = 499  # nginx's code for a client that closed the connection first
 _WATCH_AFTER_S = 0.05  # a request running longer than this is watched for its client leaving
 
@@ -326,7 +329,8 @@ class ProxyApp:
         """Start the shadow copies; with a comparison, the future the primary's
         reply is set on (None when nothing is compared)."""
         method, path, query, headers, body = request
-        request = (method, path, query, [(n, v) for n, v in headers if n not in _SHADOW_WITHHELD], body)
+        kept = [(name, value) for name, value in headers if not _withheld(name)]
+        request = (method, path, query if served.shadow_query else b"", kept, body)
         primary: asyncio.Future[WireResponse] | None = None
         for backend in served.shadow.sample(self._rng):
             pool = snapshot.pools.get(backend)
@@ -390,7 +394,7 @@ class ProxyApp:
             if primary.cancelled():
                 return  # the primary streamed: nothing to compare with
             raise
-        found = compare(served.compare, served.ignore, answered, reply)
+        found = compare(served.compare, served.ignore, answered, reply, served.shadow_values)
         self._recorder.shadow_compared(served.name, backend, found.matched)
         if not found.matched:
             self.mismatches.record(Mismatch(time.time(), served.name, backend, path, answered[0], reply[0], found.diff))
@@ -402,9 +406,6 @@ class ProxyApp:
             await _send(send, *((200, _TEXT, b"ok") if self._routed else (503, _TEXT, b"starting")))
         elif path == "/-/routes":
             await _send(send, 200, _JSON, self._snapshot.routes_json)
-        elif path == "/-/shadow/mismatches":
-            sample = [mismatch.to_json() for mismatch in self.mismatches.recent()]
-            await _send(send, 200, _JSON, json.dumps(sample).encode())
         else:
             await _send(send, 404, _TEXT, b"Not Found")
 
@@ -412,6 +413,11 @@ class ProxyApp:
         for task in list(self._shadow_tasks):
             task.cancel()
         await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
+
+
+def _withheld(name: bytes) -> bool:
+    """A header no shadow copy carries: a credential, by its name or a credential-looking part of it."""
+    return name in _SHADOW_WITHHELD or any(part in name for part in _SHADOW_WITHHELD_PARTS)
 
 
 def _end_to_end(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

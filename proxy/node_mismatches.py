@@ -1,8 +1,9 @@
 """A node's shadow mismatches, whichever of its proxy workers is asked.
 
-A node's proxy workers share one address (SO_REUSEPORT), so a request for
-`/-/shadow/mismatches` reaches one worker of the kernel's choosing. Each
-worker therefore keeps its newest mismatches (`proxy.shadow_compare.
+A node's proxy workers share one address (SO_REUSEPORT), and the agent asks
+one running worker per address for the node's mismatches, over Ray
+(`ProxyActor.shadow_mismatches`, `gitops.shadow_mismatches`). Each worker
+therefore keeps its newest mismatches (`proxy.shadow_compare.
 MismatchLog`) in memory and also in a file of the node's shared directory
 (`mismatches_<pid>.json`, the directory the workers' metrics live in: 0700,
 this user's), written at most every `_WRITE_EVERY_S` after a mismatch and

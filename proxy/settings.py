@@ -17,7 +17,7 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True)
 class ProxySettings:
-    # Slow, oversized and excess clients (see httpedge.bounds): headers above
+    # Slow, oversized and excess clients (see httpedge.server): headers above
     # 64 KiB are 431, headers not complete in 10 s or a body not complete in
     # 30 s are 408, connections past 4096 are 503 with Retry-After.
     edge: EdgeLimits = EdgeLimits()

@@ -4,9 +4,11 @@
 `Comparison` (match or mismatch, and a one-line diff) out. Modes: `status`
 compares status codes; `json` also compares the bodies as JSON with the
 `shadow_ignore` keys left out at any depth; `exact` compares status and
-body bytes. `MismatchLog` keeps the most recent mismatches (path, both
-statuses, the diff) for the admin API and the status page; it holds no
-bodies, only the short diff. The proxy compares after the primary's reply
+body bytes. A diff names where the bodies differ (a JSON path, a byte
+offset) and the JSON types there, never the values (users' data) unless
+the endpoint opts in (`shadow_values`). `MismatchLog` keeps the most
+recent mismatches (path, both statuses, the diff) for the admin API and
+the status page; it holds no bodies, only the short diff. The proxy compares after the primary's reply
 has been sent, so a comparison never delays it.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 import collections
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 from vocabulary.configs import ShadowCompare
 from vocabulary.wire import WireResponse
@@ -35,22 +37,25 @@ class Comparison:
 _MATCH = Comparison(True)
 
 
-def compare(mode: ShadowCompare, ignore: frozenset[str], primary: WireResponse, shadow: WireResponse) -> Comparison:
+def compare(
+    mode: ShadowCompare, ignore: frozenset[str], primary: WireResponse, shadow: WireResponse, values: bool = False
+) -> Comparison:
+    """`values`: the diff shows the differing JSON values; else their paths and types only."""
     if primary[0] != shadow[0]:
         return Comparison(False, f"status {primary[0]} != {shadow[0]}")
     if mode is ShadowCompare.JSON:
-        return _compare_json(ignore, primary[2], shadow[2])
+        return _compare_json(ignore, primary[2], shadow[2], _show if values else _kind)
     if mode is ShadowCompare.EXACT and primary[2] != shadow[2]:
         return Comparison(False, _byte_diff(primary[2], shadow[2]))
     return _MATCH
 
 
-def _compare_json(ignore: frozenset[str], primary: bytes, shadow: bytes) -> Comparison:
+def _compare_json(ignore: frozenset[str], primary: bytes, shadow: bytes, show: Callable[[Any], str]) -> Comparison:
     try:
         left, right = json.loads(primary), json.loads(shadow)
     except ValueError:
         return _MATCH if primary == shadow else Comparison(False, "bodies differ and are not both JSON")
-    found = _first_difference("$", _without(left, ignore), _without(right, ignore))
+    found = _first_difference("$", _without(left, ignore), _without(right, ignore), show)
     return _MATCH if found is None else Comparison(False, found[: DIFF_LIMIT])
 
 
@@ -62,11 +67,11 @@ def _without(value: Any, ignore: frozenset[str]) -> Any:
     return value
 
 
-def _first_difference(path: str, left: Any, right: Any) -> str | None:
-    """Where two JSON values first differ, as `$.a[2].b: 1 != 2`; None when equal."""
+def _first_difference(path: str, left: Any, right: Any, show: Callable[[Any], str]) -> str | None:
+    """Where two JSON values first differ, as `$.a[2].b: 1 != 2` (each side as `show` puts it); None when equal."""
     if isinstance(left, dict) and isinstance(right, dict):
         for key in sorted(set(left) | set(right)):
-            found = _first_difference(f"{path}.{key}", left.get(key, _MISSING), right.get(key, _MISSING))
+            found = _first_difference(f"{path}.{key}", left.get(key, _MISSING), right.get(key, _MISSING), show)
             if found is not None:
                 return found
         return None
@@ -74,14 +79,32 @@ def _first_difference(path: str, left: Any, right: Any) -> str | None:
         if len(left) != len(right):
             return f"{path}: {len(left)} items != {len(right)} items"
         for index, (a, b) in enumerate(zip(left, right)):
-            found = _first_difference(f"{path}[{index}]", a, b)
+            found = _first_difference(f"{path}[{index}]", a, b, show)
             if found is not None:
                 return found
         return None
     # JSON has one number type (1 == 1.0) but true is not 1.
     if left == right and isinstance(left, bool) == isinstance(right, bool):
         return None
-    return f"{path}: {_show(left)} != {_show(right)}"
+    shown_left, shown_right = show(left), show(right)
+    if shown_left == shown_right:  # types alike: the values differ, and are not shown
+        return f"{path}: {shown_left} values differ"
+    return f"{path}: {shown_left} != {shown_right}"
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's type, not its value: what a mismatch shows by default."""
+    if value is _MISSING:
+        return "(missing)"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
 
 
 def _show(value: Any) -> str:

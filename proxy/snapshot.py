@@ -32,6 +32,8 @@ class ServedEndpoint:
     steering: Steering = Steering()
     compare: ShadowCompare = ShadowCompare.NONE
     ignore: frozenset[str] = frozenset()
+    shadow_query: bool = False  # shadows get the query string (else the path alone)
+    shadow_values: bool = False  # mismatches show values (else JSON paths and types)
 
     @classmethod
     def from_config(cls, config: EndpointConfig) -> "ServedEndpoint":
@@ -43,6 +45,8 @@ class ServedEndpoint:
             Steering.from_config(config),
             config.shadow_compare,
             frozenset(config.shadow_ignore),
+            config.shadow_query,
+            config.shadow_values,
         )
 
     def pick(self, headers: Headers, rng: Random) -> str:

@@ -418,6 +418,16 @@ class EndpointConfig(_Value):
     shadow_ignore: tuple[str, ...] = Field(
         default=(), description="JSON keys left out of a json comparison, at any depth."
     )
+    shadow_query: bool = Field(
+        default=False,
+        description="Copy the request's query string to shadows; false: shadows get the path alone "
+        "(a query often carries users' data or keys).",
+    )
+    shadow_values: bool = Field(
+        default=False,
+        description="Show the differing values in the mismatch sample; false: a mismatch names the JSON "
+        "path and the types only, never a user's data.",
+    )
     rollout: RolloutConfig | None = Field(
         default=None, description="Move traffic toward the split in git in checked steps; none: at once."
     )

@@ -268,7 +268,7 @@ async def _serve(
     from gitops.specs.limits import SpecLimits
     from gitops.specs.loading import Loader
     from gitops.metrics import CONTENT_TYPE, AgentMetrics
-    from gitops.shadow_mismatches import collector, proxy_url, proxy_urls
+    from gitops.shadow_mismatches import collector, proxies_to_ask
     from gitops.webhooks import RateLimiter
 
     stop = asyncio.Event()
@@ -301,7 +301,6 @@ async def _serve(
         notifier=notifier,
     )
     guard = admin.WebhookGuard(secret, RateLimiter()) if secret else None
-    own_proxy = proxy_url(args.proxy_host, args.proxy_port)
 
     def webhook_fetch() -> None:
         agent.notify(Trigger.WEBHOOK)
@@ -315,7 +314,7 @@ async def _serve(
         webhook=None if separate_webhook else guard,
         commit_url_template=links.commit_url_template,
         policy=AccessPolicy.build(token, args.admin_host, _hosts(args.admin_allowed_hosts)),
-        shadow_mismatches=collector(lambda: proxy_urls(agent.observed(), own_proxy)),
+        shadow_mismatches=collector(client.proxy_mismatches, lambda: proxies_to_ask(agent.observed())),
     )
     servers = [admin.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:
@@ -334,7 +333,7 @@ async def _serve(
     stopping.cancel()
     watching.cancel()
     for server in servers:
-        server.should_exit = True
+        server.stop()
     await asyncio.gather(reconciling, *serving, stopping, watching, return_exceptions=True)
     if notifying is not None and notifier is not None:
         await notifier.drain(_NOTIFY_DRAIN_S)  # e.g. the commit status of the last apply

@@ -1,28 +1,22 @@
 """The agent's `GET /shadow/mismatches`: every proxy's sample merged newest first, behind the admin token.
 
-The proxies are real HTTP servers on loopback answering `/-/shadow/mismatches`
-as the proxy does; which ones are asked comes from an observed cluster status
-naming their addresses, as the controller reports one proxy per node; the
-admin app runs in-process.
+Which proxies are asked comes from an observed cluster status (one running
+worker per address); asking is the controller client's Ray call, played
+here by `Proxies`, a fake of `ControllerClient.proxy_mismatches` that
+answers per actor name; the admin app runs in-process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import http.server
-import json
-import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import httpx
-import pytest
 
 from gitops.access import AccessPolicy
 from gitops.admin import build_app
-from gitops.shadow_mismatches import collector, merge, proxy_url, proxy_urls
+from gitops.shadow_mismatches import collector, merge, proxies_to_ask
 from tests.component.test_admin import FakeAgent
-from tests.real.support import free_port
 from vocabulary.status import ClusterStatus, ProxyState, ProxyStatus
 
 TOKEN = b"admin-token"
@@ -30,41 +24,28 @@ TOKEN = b"admin-token"
 
 def mismatch(at: float, path: str) -> dict[str, Any]:
     return {"at": at, "endpoint": "echo", "backend": "v3", "path": path, "primary_status": 200,
-            "shadow_status": 500, "diff": "status 200 vs 500"}
+            "shadow_status": 500, "diff": "status 200 != 500"}
 
 
-@contextlib.contextmanager
-def proxy(sample: list[dict[str, Any]]) -> Iterator[str]:
-    body = json.dumps(sample).encode()
+class Proxies:
+    """Answers as `ControllerClient.proxy_mismatches` does: per actor name, a sample or why none."""
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 — http.server's naming
-            found = self.path == "/-/shadow/mismatches"
-            self.send_response(200 if found else 404)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body if found else b"{}")
+    def __init__(self, samples: dict[str, list[dict[str, Any]] | str], silent: frozenset[str] = frozenset()) -> None:
+        self.samples = samples
+        self.silent = silent
+        self.asked: list[str] = []
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    async def ask(self, actor_name: str) -> list[dict[str, Any]] | str:
+        self.asked.append(actor_name)
+        if actor_name in self.silent:
+            await asyncio.Event().wait()  # a proxy that never answers
+        return self.samples.get(actor_name, "unreachable (no such proxy)")
 
 
-def get(proxies: list[str], token: bytes | None) -> httpx.Response:
-    return get_from(lambda: proxies, token)
-
-
-def get_from(proxies: Callable[[], list[str]], token: bytes | None) -> httpx.Response:
+def get_from(proxies: Proxies, which: Callable[[], dict[str, str]], token: bytes | None) -> httpx.Response:
     app = build_app(FakeAgent(), sync=lambda: None, webhook_fetch=lambda: None, metrics=lambda: (b"", "text/plain"),
-                    policy=AccessPolicy.build(TOKEN, "127.0.0.1"), shadow_mismatches=collector(proxies))
+                    policy=AccessPolicy.build(TOKEN, "127.0.0.1"),
+                    shadow_mismatches=collector(proxies.ask, which, timeout_s=0.2))
     headers = {"Authorization": "Bearer " + token.decode()} if token else {}
 
     async def go() -> httpx.Response:
@@ -74,77 +55,60 @@ def get_from(proxies: Callable[[], list[str]], token: bytes | None) -> httpx.Res
     return asyncio.run(go())
 
 
-def test_every_proxy_s_mismatches_come_back_newest_first_tagged_with_their_proxy() -> None:
-    with proxy([mismatch(10.0, "/a"), mismatch(30.0, "/c")]) as one, proxy([mismatch(20.0, "/b")]) as two:
-        body = get([one, two], TOKEN).json()
+def proxy(node: str, address: str, worker: int = 0, state: ProxyState = ProxyState.RUNNING) -> ProxyStatus:
+    return ProxyStatus(actor_name=f"gitops-proxy-{node}-{worker}", state=state, address=address, worker=worker)
+
+
+def cluster(*proxies: ProxyStatus) -> ClusterStatus:
+    return ClusterStatus(proxies={p.actor_name: p for p in proxies})
+
+
+def test_every_proxy_s_mismatches_come_back_newest_first_tagged_with_their_address() -> None:
+    observed = cluster(proxy("a", "10.0.0.1:8000"), proxy("b", "10.0.0.2:8000"))
+    proxies = Proxies({"gitops-proxy-a-0": [mismatch(10.0, "/a"), mismatch(30.0, "/c")],
+                       "gitops-proxy-b-0": [mismatch(20.0, "/b")]})
+    body = get_from(proxies, lambda: proxies_to_ask(observed), TOKEN).json()
+    one, two = "http://10.0.0.1:8000", "http://10.0.0.2:8000"
     assert [(m["path"], m["proxy"]) for m in body["mismatches"]] == [("/c", one), ("/b", two), ("/a", one)]
-    assert body["mismatches"][0]["diff"] == "status 200 vs 500" and body["unreachable"] == []
+    assert body["mismatches"][0]["diff"] == "status 200 != 500" and body["unreachable"] == []
 
 
 def test_a_proxy_that_does_not_answer_is_listed_not_hidden() -> None:
-    down = f"http://127.0.0.1:{free_port()}"
-    with proxy([mismatch(10.0, "/a")]) as up:
-        body = get([up, down], TOKEN).json()
+    observed = cluster(proxy("up", "10.0.0.1:8000"), proxy("gone", "10.0.0.2:8000"), proxy("stuck", "10.0.0.3:8000"))
+    proxies = Proxies({"gitops-proxy-up-0": [mismatch(10.0, "/a")]}, silent=frozenset({"gitops-proxy-stuck-0"}))
+    body = get_from(proxies, lambda: proxies_to_ask(observed), TOKEN).json()
     assert [m["path"] for m in body["mismatches"]] == ["/a"]
-    assert body["unreachable"] == [{"proxy": down, "error": "unreachable (ConnectError)"}]
+    assert body["unreachable"] == [{"proxy": "http://10.0.0.2:8000", "error": "unreachable (no such proxy)"},
+                                   {"proxy": "http://10.0.0.3:8000", "error": "no answer within 0.2 s"}]
 
 
 def test_the_mismatches_need_the_admin_token() -> None:
-    with proxy([mismatch(10.0, "/a")]) as up:
-        assert get([up], None).status_code == 401
+    proxies = Proxies({"gitops-proxy-a-0": [mismatch(10.0, "/a")]})
+    assert get_from(proxies, lambda: proxies_to_ask(cluster(proxy("a", "10.0.0.1:8000"))), None).status_code == 401
+    assert proxies.asked == []
 
 
 def test_the_merged_sample_is_bounded() -> None:
-    many = {"p": [mismatch(float(i), f"/{i}") for i in range(150)]}
+    many: dict[str, list[dict[str, Any]] | str] = {"p": [mismatch(float(i), f"/{i}") for i in range(150)]}
     merged = merge(many)["mismatches"]
     assert len(merged) == 100 and merged[0]["path"] == "/149"
 
 
-@pytest.mark.parametrize(("host", "url"), [("0.0.0.0", "http://127.0.0.1:8000"), ("10.0.0.5", "http://10.0.0.5:8000"),
-                                           ("::1", "http://[::1]:8000")])
-def test_the_agent_reaches_its_proxy_at_its_listen_address_or_loopback(host: str, url: str) -> None:
-    assert proxy_url(host, 8000) == url
-
-
-def cluster(*urls: str) -> ClusterStatus:
-    """An observed status with one proxy per node, each at one of `urls`."""
-    return ClusterStatus(proxies={
-        f"node-{i}": ProxyStatus(actor_name=f"gitops-proxy-node-{i}", state=ProxyState.RUNNING,
-                                 address=url.removeprefix("http://"))
-        for i, url in enumerate(urls)
-    })
-
-
-def test_every_node_s_proxy_in_the_observed_status_is_asked() -> None:
-    own = f"http://127.0.0.1:{free_port()}"  # nothing listens: asking it would list it unreachable
-    with proxy([mismatch(10.0, "/a")]) as one, proxy([mismatch(20.0, "/b")]) as two, \
-            proxy([mismatch(30.0, "/c")]) as three:
-        observed = cluster(one, two, three)
-        body = get_from(lambda: proxy_urls(observed, own), TOKEN).json()
-    assert [(m["path"], m["proxy"]) for m in body["mismatches"]] == [("/c", three), ("/b", two), ("/a", one)]
-    assert body["unreachable"] == []
-
-
 def test_the_proxies_asked_follow_the_newest_observed_status() -> None:
     observed: list[ClusterStatus | None] = [None]
-    with proxy([mismatch(10.0, "/own")]) as own, proxy([mismatch(20.0, "/new-node")]) as added:
-
-        def collect() -> list[str]:  # read at each request
-            return proxy_urls(observed[0], own)
-
-        before = get_from(collect, TOKEN).json()
-        observed[0] = cluster(own, added)
-        after = get_from(collect, TOKEN).json()
-    assert [m["proxy"] for m in before["mismatches"]] == [own]
-    assert [m["proxy"] for m in after["mismatches"]] == [added, own]
+    proxies = Proxies({"gitops-proxy-own-0": [mismatch(10.0, "/own")], "gitops-proxy-new-0": [mismatch(20.0, "/new")]})
+    before = get_from(proxies, lambda: proxies_to_ask(observed[0]), TOKEN).json()
+    observed[0] = cluster(proxy("own", "10.0.0.1:8000"), proxy("new", "10.0.0.2:8000"))
+    after = get_from(proxies, lambda: proxies_to_ask(observed[0]), TOKEN).json()
+    assert before == {"mismatches": [], "unreachable": []}  # no status yet: no proxy known to ask
+    assert [m["path"] for m in after["mismatches"]] == ["/new", "/own"]
 
 
-def test_without_an_observed_status_the_agent_asks_its_own_proxy() -> None:
-    assert proxy_urls(None, "http://127.0.0.1:8000") == ["http://127.0.0.1:8000"]
-    assert proxy_urls(ClusterStatus(), "http://127.0.0.1:8000") == ["http://127.0.0.1:8000"]
-
-
-def test_proxies_sharing_one_address_are_asked_once() -> None:
-    # Proxies bound to 127.0.0.1 on every node: from the agent, all are its own node's.
-    assert proxy_urls(cluster("http://127.0.0.1:8000", "http://127.0.0.1:8000"), "http://own:1") == [
-        "http://127.0.0.1:8000"]
+def test_one_running_worker_per_address_is_asked() -> None:
+    # A node's workers share its address and each answers the node's mismatches; one that is not running is skipped.
+    observed = cluster(proxy("a", "10.0.0.1:8000", worker=1), proxy("a", "10.0.0.1:8000", worker=0,
+                                                                       state=ProxyState.BACKOFF),
+                       proxy("a", "10.0.0.1:8000", worker=2), proxy("b", "10.0.0.2:8000"))
+    assert proxies_to_ask(observed) == {"http://10.0.0.1:8000": "gitops-proxy-a-1",
+                                        "http://10.0.0.2:8000": "gitops-proxy-b-0"}
+    assert proxies_to_ask(None) == {} and proxies_to_ask(ClusterStatus()) == {}

@@ -38,7 +38,27 @@ def test_status_mode_ignores_the_bodies() -> None:
     ],
 )
 def test_json_mode_compares_values_and_names_the_first_difference(primary: Any, shadow: Any, diff: str) -> None:
-    assert compare(ShadowCompare.JSON, frozenset(), reply(primary), reply(shadow)) == Comparison(not diff, diff)
+    # With the endpoint's `shadow_values`: the values are shown.
+    assert compare(ShadowCompare.JSON, frozenset(), reply(primary), reply(shadow), values=True) == Comparison(
+        not diff, diff)
+
+
+@pytest.mark.parametrize(
+    ("primary", "shadow", "diff"),
+    [
+        ({"email": "a@x.example"}, {"email": "b@x.example"}, "$.email: string values differ"),
+        ({"a": {"iban": ["DE89 3704"]}}, {"a": {"iban": ["DE02 1203"]}}, "$.a.iban[0]: string values differ"),
+        ({"a": 1}, {"a": 2}, "$.a: number values differ"),
+        ({"a": 1}, {}, "$.a: number != (missing)"),
+        ({"a": True}, {"a": 1}, "$.a: boolean != number"),
+        ({"a": None}, {"a": {"k": "v"}}, "$.a: null != object"),
+        ({"a": [1, 2]}, {"a": [1]}, "$.a: 2 items != 1 items"),
+    ],
+)
+def test_by_default_a_json_diff_names_the_path_and_types_never_the_values(primary: Any, shadow: Any, diff: str) -> None:
+    found = compare(ShadowCompare.JSON, frozenset(), reply(primary), reply(shadow))
+    assert found == Comparison(False, diff)
+    assert "x.example" not in found.diff and "DE" not in found.diff
 
 
 def test_json_mode_leaves_ignored_keys_out_at_any_depth() -> None:

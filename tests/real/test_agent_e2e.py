@@ -140,7 +140,7 @@ class RunningAgent:
             await asyncio.gather(*tasks)
         finally:
             if self._admin_port is not None:
-                admin.should_exit = True
+                admin.stop()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

@@ -22,6 +22,7 @@ import ray
 
 from controller.client import ControllerClient
 from controller.ray_adapter import PROXY_PREFIX
+from gitops.shadow_mismatches import collect, proxies_to_ask
 from vocabulary.configs import EndpointConfig, GoalState, ReplicaState, RolloutConfig, UpdateConfig
 from vocabulary.rollouts import CheckName, Rollout, RolloutPhase
 from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
@@ -194,6 +195,12 @@ def test_header_match_and_sticky_users_through_a_real_proxy(cluster: Cluster) ->
     assert {backend for seen in users for backend in seen} == {"pin-v1", "pin-v2"}
 
 
+def mismatches(cluster: Cluster) -> list[dict[str, Any]]:
+    """What the agent's `GET /shadow/mismatches` gathers: every proxy asked over Ray."""
+    proxies = proxies_to_ask(run(cluster.client.get_status()))
+    return run(collect(cluster.client.proxy_mismatches, proxies, timeout_s=5.0))["mismatches"]
+
+
 def test_shadow_replies_are_compared_and_mismatches_sampled_at_the_proxy(cluster: Cluster) -> None:
     cluster.backend("cmp-v1")
     cluster.backend("cmp-v2", error_share=1.0)
@@ -202,7 +209,8 @@ def test_shadow_replies_are_compared_and_mismatches_sampled_at_the_proxy(cluster
     met(cluster.client, run(cluster.client.apply_endpoint(config)))
     with httpx.Client(base_url=cluster.url, timeout=5) as client:
         assert [client.get("/cmp").status_code for _ in range(5)] == [200] * 5
-        sample = eventually(lambda: client.get("/-/shadow/mismatches").json(), 10)
+        sample = eventually(lambda: mismatches(cluster), 10)
+        assert client.get("/-/shadow/mismatches").status_code == 404  # asked over Ray, never on the public port
     assert (sample[0]["endpoint"], sample[0]["backend"], sample[0]["diff"]) == ("cmp", "cmp-v2", "status 200 != 500")
 
 

@@ -1,8 +1,10 @@
 """Real listeners on loopback for the security and admin tests, and a raw-socket client.
 
-`serving` runs one of the agent's uvicorn servers (`gitops.admin.server`)
-in a thread for the duration; `RawClient` speaks HTTP/1.1 byte by byte, so
-tests can drip, truncate or oversize a request the way an attacker would.
+`serving` runs one of the agent's listeners (`gitops.admin.server`, our
+HTTP edge `httpedge.server`) in a thread for the duration, `serving_proxy`
+an app behind the edge as the proxy actor serves it; `RawClient`
+speaks HTTP/1.1 byte by byte, so tests can drip, truncate or oversize a
+request the way an attacker would.
 """
 
 from __future__ import annotations
@@ -17,27 +19,46 @@ from typing import Iterator
 
 from gitops.admin import ADMIN_LIMITS, server
 from httpedge.limits import EdgeLimits
-from starlette.types import ASGIApp
+from httpedge.server import App, Server
 
-__all__ = ["serving", "RawClient"]
+__all__ = ["serving", "serving_proxy", "RawClient"]
 
 
 @contextlib.contextmanager
-def serving(app: ASGIApp, limits: EdgeLimits = ADMIN_LIMITS) -> Iterator[int]:
+def serving(app: App, limits: EdgeLimits = ADMIN_LIMITS) -> Iterator[int]:
     """Serve `app` on a free loopback port; yields the port."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    uvicorn_server = server(app, "127.0.0.1", 0, limits)
-    thread = threading.Thread(target=lambda: asyncio.run(uvicorn_server.serve(sockets=[sock])), daemon=True)
+    listener = server(app, "127.0.0.1", 0, limits)
+    thread = threading.Thread(target=lambda: asyncio.run(listener.serve(sockets=[sock])), daemon=True)
     thread.start()
-    while not uvicorn_server.started:
+    while not listener.started:
         thread.join(0.01)
     try:
         yield int(sock.getsockname()[1])
     finally:
-        uvicorn_server.should_exit = True
-        thread.join(5)
+        listener.stop()
+        thread.join(10)
+        sock.close()
+
+
+@contextlib.contextmanager
+def serving_proxy(app: App, limits: EdgeLimits) -> Iterator[int]:
+    """`app` behind the proxy actor's server (`proxy.actor`: WebSockets on) on a free loopback port."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    edge = Server(app, limits, websockets=True)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=lambda: loop.run_until_complete(edge.serve([sock])), daemon=True)
+    thread.start()
+    while not edge.started:
+        thread.join(0.01)
+    try:
+        yield int(sock.getsockname()[1])
+    finally:
+        asyncio.run_coroutine_threadsafe(edge.shutdown(1.0), loop).result(10)
+        thread.join(10)
+        loop.close()
         sock.close()
 
 
@@ -79,6 +100,20 @@ class RawClient:
         status = int(head[0].split()[1]) if head[0] else 0
         headers = dict(line.lower().split(": ", 1) for line in head[1:] if ": " in line)
         return status, headers
+
+    def closed_within(self, seconds: float) -> bool:
+        """Whether the server ends the connection within `seconds`, whatever was still unread."""
+        deadline = time.monotonic() + seconds
+        try:
+            while time.monotonic() < deadline:
+                self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+                if not self.sock.recv(65536):
+                    return True
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
+        return False
 
     def elapsed(self) -> float:
         return time.monotonic() - self.opened

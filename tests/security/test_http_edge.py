@@ -1,7 +1,7 @@
 """Slow, oversized and excess clients at the agent's real admin listener (issue 11 row 9).
 
-Real sockets on loopback against `gitops.admin.server`, the same uvicorn
-server and bounded protocol (`httpedge.bounds`) the proxy uses. Each case
+Real sockets on loopback against `gitops.admin.server`, the same HTTP
+edge (`httpedge.server`) the proxy uses. Each case
 asserts the precise answer, that it came within the bound, and that the
 agent was not touched.
 """

@@ -9,11 +9,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
 
 from httpedge.limits import EdgeLimits
 from proxy.settings import ProxySettings
 from tests.component.test_proxy_app import FakeReplica, Proxy, run
+from tests.component.test_proxy_delivery import answering, get_all, settle
+from tests.component.test_proxy_delivery import proxy as delivery_proxy
+from vocabulary.configs import EndpointConfig
 from vocabulary.wire import WireRequest, WireResponse
 
 
@@ -129,22 +133,64 @@ def test_hop_by_hop_response_headers_never_reach_the_client() -> None:
     assert not {"x-internal", "keep-alive", "proxy-authenticate", "upgrade"} & set(headers)
 
 
-def test_shadow_copies_carry_no_authorization_or_cookie() -> None:
+CREDENTIALS = {
+    "Authorization": "Bearer user-secret", "Proxy-Authorization": "Basic eA==", "Cookie": "session=abc",
+    "X-Api-Key": "k1", "X-Auth-Token": "t1", "X-Csrf-Token": "t2", "X-Client-Secret": "s1", "Api-Key": "k2",
+    "X-Apikey": "k3", "X-Session-Id": "s2", "X-Password": "p",
+}
+
+
+def shadowed(path: str, headers: dict[str, str], **endpoint: Any) -> tuple[FakeReplica, FakeReplica]:
+    """One request to an endpoint shadowing every request; the primary and the shadow, with what they saw."""
     primary, shadow = FakeReplica("primary"), FakeReplica("shadow")
     proxy = Proxy()
     proxy.serve("api", "/api", {"v1": [primary], "v2": [shadow]}, traffic={"v1": 1.0}, shadow={"v2": 1.0})
+    if endpoint:  # the endpoint's other keys, as `serve` set it
+        proxy.publish(endpoint__api=EndpointConfig(name="api", route="/api", traffic={"v1": 1.0}, shadow={"v2": 1.0},
+                                                   **endpoint))
 
     async def scenario() -> None:
         async with proxy.client() as client:
-            await client.get("/api", headers={"Authorization": "Bearer user-secret", "Cookie": "session=abc",
-                                              "X-Kept": "yes"})
+            await client.get(path, headers=headers)
         for _ in range(1000):  # the copy runs on later turns of the loop
             if proxy.recorded.shadows:
                 return
             await asyncio.sleep(0)
 
     run(scenario())
+    return primary, shadow
+
+
+def test_shadow_copies_carry_no_credential_looking_header() -> None:
+    primary, shadow = shadowed("/api", {**CREDENTIALS, "X-Kept": "yes", "X-Request-Id": "r1"})
     primary_names = {name for name, _ in primary.seen[0][3]}
     shadow_names = {name for name, _ in shadow.seen[0][3]}
-    assert {b"authorization", b"cookie", b"x-kept"} <= primary_names
-    assert b"x-kept" in shadow_names and not {b"authorization", b"cookie"} & shadow_names
+    credentials = {name.lower().encode() for name in CREDENTIALS} - {b"proxy-authorization"}  # hop-by-hop
+    assert credentials | {b"x-kept"} <= primary_names
+    assert {b"x-kept", b"x-request-id"} <= shadow_names and not credentials & shadow_names
+    assert b"proxy-authorization" not in shadow_names
+
+
+def test_shadow_copies_lose_the_query_string_unless_the_endpoint_keeps_it() -> None:
+    primary, shadow = shadowed("/api/x?token=user-secret&q=1", {})
+    assert primary.seen[0][2] == b"token=user-secret&q=1"
+    assert shadow.seen[0][1] == "/api/x" and shadow.seen[0][2] == b""
+    _, kept = shadowed("/api/x?q=1", {}, shadow_query=True)
+    assert kept.seen[0][2] == b"q=1"
+
+
+def test_the_shadow_mismatch_sample_is_not_served_on_the_public_port() -> None:
+    # Issue 27 row 3: it showed other users' requests to anyone; the agent asks proxies over Ray instead.
+    app, _ = delivery_proxy({"v1": FakeReplica("v1", answering({"iban": "DE89"})),
+                             "v2": FakeReplica("v2", answering({"iban": "DE02"}))},
+                            traffic={"v1": 1.0}, shadow={"v2": 1.0}, shadow_compare="json")
+
+    async def scenario() -> int:
+        await get_all(app, [{}])
+        await settle(app)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+            return (await client.get("/-/shadow/mismatches")).status_code
+
+    assert asyncio.run(scenario()) == 404
+    [sample] = app.mismatches.recent()  # kept, for the agent's Ray call
+    assert sample.diff == "$.iban: string values differ"

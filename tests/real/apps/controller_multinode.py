@@ -3,7 +3,7 @@
 A process can join only one Ray, so this runs outside the test session's
 Ray: it starts a 3-node `ray.cluster_utils.Cluster` on this machine, starts
 the controller with a proxy per node, asks every proxy the status names for
-its shadow mismatches (as the agent's `GET /shadow/mismatches` does), places
+its shadow mismatches over Ray (as the agent's `GET /shadow/mismatches` does), places
 one replica on a worker node, removes that node, and prints what it
 observed as one JSON line.
 """
@@ -16,12 +16,11 @@ import sys
 
 from cluster_scenario import APPS, wait  # a sibling: sets Ray's environment, so before Ray
 
-import httpx  # noqa: E402
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from controller.client import start_or_connect  # noqa: E402
-from gitops.shadow_mismatches import collect, proxy_urls  # noqa: E402
+from gitops.shadow_mismatches import collect, proxies_to_ask  # noqa: E402
 from vocabulary.configs import BackendConfig, GoalState, ReplicaState  # noqa: E402
 from vocabulary.status import ClusterStatus, ProxyState, ReplicaStatus  # noqa: E402
 
@@ -41,14 +40,9 @@ def replicas(client) -> list[ReplicaStatus]:
 
 
 def mismatches_from_every_proxy(client) -> tuple[list[str], dict]:
-    """The proxies the agent would ask, and what asking them gives."""
-    urls = proxy_urls(status(client), "http://127.0.0.1:1")
-
-    async def ask() -> dict:
-        async with httpx.AsyncClient(timeout=5.0) as http:
-            return await collect(http, urls)
-
-    return urls, asyncio.run(ask())
+    """The proxies the agent would ask (by address), and what asking them over Ray gives."""
+    proxies = proxies_to_ask(status(client))
+    return sorted(proxies), asyncio.run(collect(client.proxy_mismatches, proxies, timeout_s=5.0))
 
 
 def main() -> None:
