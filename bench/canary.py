@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 import time
 import uuid
@@ -88,7 +89,7 @@ def main() -> None:
     parser.add_argument("--rates", type=float, nargs="+", default=[50.0, 500.0])
     parser.add_argument("--interval", type=float, default=10.0, help="step_interval_s of the rollout")
     args = parser.parse_args()
-    ray.init(include_dashboard=False, logging_level="warning")
+    ray.init(include_dashboard=False, logging_level=logging.WARNING)
     namespace = f"bench-rollout-{uuid.uuid4().hex[:6]}"
     client = start_controller(namespace, proxies=True)
     try:

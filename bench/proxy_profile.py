@@ -104,7 +104,8 @@ def profile(spy: str, duration_s: float, rate: int, keep: Path | None = None) ->
                  for name, pid in pids.items()}
         for name, spy_process in spies.items():
             if spy_process.wait(duration_s + 60) != 0:
-                raise RuntimeError(f"py-spy on the {name}: {spy_process.stderr.read().strip()}")
+                said = spy_process.stderr.read().strip() if spy_process.stderr else ""
+                raise RuntimeError(f"py-spy on the {name}: {said}")
         loader.join()
         cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
         samples = {name: tally(Path(f"{tmp}/{name}.txt").read_text().splitlines()) for name in pids}

@@ -196,7 +196,7 @@ def main() -> int:
         if args.profile is not None:
             profile_load(build_repo(Path(tmp) / "profile", args.profile))
     print_table(rows)
-    figures = {"rows": rows, "repeats": repeats,
+    figures: dict[str, Any] = {"rows": rows, "repeats": repeats,
                "growth": {field: growth(rows, field) for field in ("cold_s", "unchanged_s", "one_file_s")}}
     for field, steps in figures["growth"].items():
         print(f"growth per 10x, {field}: " + ", ".join(f"{s['from']}→{s['to']} {s['growth']:.2f}" for s in steps))

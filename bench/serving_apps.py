@@ -117,12 +117,10 @@ def serve_caller() -> Any:
     """The Serve application: a caller deployment with a DeploymentHandle to an echo deployment."""
     from ray import serve
 
-    @serve.deployment(name="Echo")
     class Echo:
         async def __call__(self, value: Any) -> Any:
             return value
 
-    @serve.deployment(name="Caller")
     class ServeCaller:
         def __init__(self, callee: Any) -> None:
             self.callee = callee
@@ -130,15 +128,15 @@ def serve_caller() -> Any:
         async def __call__(self, request: Any) -> dict[str, Any]:
             return await time_calls(lambda i: self.callee.remote(i))
 
-    return ServeCaller.bind(Echo.bind())
+    # Applied, not decorated: mypy keeps a decorated class's own type, which has no `bind`.
+    return serve.deployment(name="Caller")(ServeCaller).bind(serve.deployment(name="Echo")(Echo).bind())
 
 
 def serve_stream() -> Any:
     from ray import serve
 
-    @serve.deployment(name="Stream")
     class ServeStream:
         async def __call__(self, request: Any) -> Any:
             return await stream(request)
 
-    return ServeStream.bind()
+    return serve.deployment(name="Stream")(ServeStream).bind()

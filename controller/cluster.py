@@ -95,7 +95,7 @@ def ray_token_path(state_dir: Path) -> Path:
 
 
 def _embedded_token_auth(state_dir: Path | None) -> None:
-    from ray._raylet import AuthenticationTokenLoader, Config
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]  # compiled; not in its .pyi
 
     os.environ["RAY_AUTH_MODE"] = "token"
     if state_dir is not None:
@@ -166,4 +166,6 @@ def ray_endpoints() -> tuple[str, str]:
     import ray
 
     node = ray._private.worker.global_worker.node
+    if node is None:
+        raise RuntimeError("Ray is not initialised in this process")
     return node.gcs_address, node.raylet_socket_name

@@ -58,7 +58,7 @@ _PENDING = Probe(ProbeStatus.PENDING)
 # Honour the export's .gitignore files on every supported Ray: later releases
 # ask for it with a required `include_gitignore`, 2.52 has no such keyword
 # and always honours them.
-_GITIGNORE_OPTION = (
+_GITIGNORE_OPTION: dict[str, Any] = (  # keywords that differ between Ray releases
     {"include_gitignore": True}
     if "include_gitignore" in inspect.signature(upload_working_dir_if_needed).parameters
     else {}
@@ -185,7 +185,7 @@ class RayAdapter:
             except Exception:  # one bad effect must not stop the others
                 logger.exception("controller effect %r failed", effect)
 
-    def _apply_one(self, effect: Effect) -> None:
+    def _apply_one(self, effect: Effect | ProxyEffect) -> None:
         if isinstance(effect, StartReplica):
             try:
                 self._start(effect)
@@ -370,8 +370,10 @@ class RayAdapter:
         In this Ray session's directory, so a new session starts from no files
         (see proxy.metrics). Ray gives every node the head's temp dir, so the
         path is the same on the proxy's node as here."""
-        session = ray._private.worker.global_worker.node.get_session_dir_path()
-        return os.path.join(session, f"gitops-proxy-metrics-{self.namespace}-{node_id}")
+        node = ray._private.worker.global_worker.node
+        if node is None:
+            raise RuntimeError("the controller runs outside a Ray worker")
+        return os.path.join(node.get_session_dir_path(), f"gitops-proxy-metrics-{self.namespace}-{node_id}")
 
     def _kill_proxy(self, key: str) -> None:
         proxy = self._proxies.pop(key, None)

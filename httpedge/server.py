@@ -517,7 +517,7 @@ class _Exchange:
                 logger.error("ASGI callable returned without completing response.")
                 self._fail()
         finally:
-            self.conn.server.tasks.discard(self.task)  # type: ignore[arg-type]
+            self.conn.server.tasks.discard(self.task)
 
     def _fail(self) -> None:
         """A 500 if nothing of the answer went out yet; otherwise the connection is closed mid-answer."""

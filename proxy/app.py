@@ -144,7 +144,7 @@ class ProxyApp:
         """`mismatches`: where shadow mismatches are kept and answered from (default: this process's memory)."""
         self._caller = caller
         self._settings = settings
-        self._rng = rng or random.Random()
+        self._rng: Random = rng or random.Random()
         self._recorder = recorder or NullRecorder()
         self._snapshot = Snapshot()
         # Until its first complete route table arrives a proxy (new, or

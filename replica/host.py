@@ -56,7 +56,7 @@ from vocabulary.wire import (
     WireResponse,
 )
 from replica.data_socket import DataSocket, Serving
-from replica.asgi import BodyStream, Lifespan, Socket, is_asgi_app, serve_http
+from replica.asgi import BodyStream, Lifespan, Message, Socket, is_asgi_app, serve_http
 from replica.conversions import to_reply, to_starlette_request, to_wire_response
 from replica.streams import StreamTable
 from replica.handles import HandleRouter
@@ -193,7 +193,8 @@ def _socket_bases() -> list[str]:
     bases = []
     try:
         # No public API names the session dir; without it, the temp dir serves.
-        bases.append(ray._private.worker._global_node.get_session_dir_path())
+        node = ray._private.worker._global_node
+        bases.append(node.get_session_dir_path())  # type: ignore[attr-defined]  # Ray types it None (its value before init)
     except Exception:  # noqa: BLE001 — a private API that may move between Ray versions
         pass
     return [*bases, tempfile.gettempdir()]
@@ -361,7 +362,7 @@ class Replica:
         """Let a streaming answer go unread (a shadow copy's)."""
         self._streams.close(stream_id)
 
-    async def socket(self, socket_id: str, wire: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+    async def socket(self, socket_id: str, wire: WireRequest) -> AsyncGenerator[Message, None]:
         """A WebSocket to the app: yields what it sends (accept, messages,
         close) until it closes; cancelling the call stops the app."""
         if self._handler is None:

@@ -23,9 +23,12 @@ __all__ = [
 
 
 class Random(Protocol):
+    """What the choices draw from: `random.Random` satisfies it, as does a seeded fake."""
+
     def random(self) -> float: ...
 
-    def randrange(self, stop: int) -> int: ...
+    # Positional-only, so that `random.Random.randrange(start, stop=None, step=1)` fits.
+    def randrange(self, stop: int, /) -> int: ...
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import math
 import re
 from copy import copy
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Mapping, TypeVar
+from typing import Annotated, Any, Literal, Mapping, TypeGuard, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -175,7 +175,8 @@ MetricCheckSpec = create_model(
     "MetricCheckSpec",
     __base__=_Spec,
     __doc__=MetricCheck.__doc__,
-    __validators__={"_bounded": model_validator(mode="after")(bounded_check)},
+    # pydantic types __validators__ as plain callables; its own decorators return descriptor proxies.
+    __validators__={"_bounded": model_validator(mode="after")(bounded_check)},  # type: ignore[dict-item]
     **_file_keys(MetricCheck, frozenset(), {}),
 )
 RolloutSpec = create_model(
@@ -185,7 +186,7 @@ RolloutSpec = create_model(
     **_file_keys(
         RolloutConfig,
         frozenset(),
-        {"steps": list[float], "on_failure": _one_of(OnFailure), "metrics": list[MetricCheckSpec]},
+        {"steps": list[float], "on_failure": _one_of(OnFailure), "metrics": list[MetricCheckSpec]},  # type: ignore[valid-type]  # create_model builds it: a variable to mypy
     ),
 )
 MatchSpec = create_model("MatchSpec", __base__=_Spec, __doc__=MatchRule.__doc__, **_file_keys(MatchRule, frozenset(), {}))
@@ -290,7 +291,7 @@ _BackendKeys = create_model(
 )
 
 
-class BackendSpec(_BackendKeys):  # type: ignore[misc,valid-type]
+class BackendSpec(_BackendKeys):  # type: ignore[misc,valid-type]  # create_model builds it: a variable to mypy
     """A `[backends.NAME]` table: a `BackendConfig` as a file writes it."""
 
     code_paths: list[str] | None = Field(
@@ -350,7 +351,7 @@ _EndpointKeys = create_model(
             "methods": list[str],
             "traffic": dict[str, Fraction],
             "shadow": dict[str, ShadowFraction],
-            "match": list[MatchSpec],
+            "match": list[MatchSpec],  # type: ignore[valid-type]  # create_model builds it: a variable to mypy
             "shadow_compare": _one_of(ShadowCompare),
             "shadow_ignore": list[str],
             "rollout": RolloutSpec | None,
@@ -359,7 +360,7 @@ _EndpointKeys = create_model(
 )
 
 
-class EndpointSpec(_EndpointKeys):  # type: ignore[misc,valid-type]
+class EndpointSpec(_EndpointKeys):  # type: ignore[misc,valid-type]  # create_model builds it: a variable to mypy
     """An `[endpoints.NAME]` table: an `EndpointConfig` as a file writes it."""
 
     @field_validator("route")
@@ -476,7 +477,7 @@ def _replica_cap(raw: Any, at: Loc, max_replicas: int) -> tuple[Problem, ...]:
     )
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
