@@ -32,6 +32,8 @@ import ray  # noqa: E402
 
 from controller.ray_adapter import PROXY_PREFIX  # noqa: E402
 from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller  # noqa: E402
+from controller.client import result  # noqa: E402
+from vocabulary.actor_apis import ProxyAPI, Remote  # noqa: E402
 from vocabulary.configs import EndpointConfig, RolloutConfig  # noqa: E402
 
 
@@ -94,7 +96,8 @@ def main() -> None:
     client = start_controller(namespace, proxies=True)
     try:
         names = eventually(lambda: named_actors(namespace, PROXY_PREFIX), 60)
-        url = "http://" + ray.get(ray.get_actor(min(names), namespace=namespace).ready.remote(), timeout=30)
+        proxy: Remote[ProxyAPI] = Remote(ray.get_actor(min(names), namespace=namespace))
+        url = "http://" + result(proxy.call(ProxyAPI.ready), timeout_s=30)
         print(f"{'asked req/s':>12} {'reached req/s':>14} {'step interval s':>16} {'bad canary served for s':>24}")
         for index, rate in enumerate(args.rates):
             exposed, reached = measure(client, url, f"r{index}", rate, args.interval)

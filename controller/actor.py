@@ -109,11 +109,11 @@ class ClusterAdapter(Observer, Protocol):
     def sweep_leaks(self, known: set[str]) -> list[str]:
         """Kill replica actors no checkpoint knows about; returns their names."""
 
-    def handle(self, actor_name: str) -> Any: ...
+    def handle(self, actor_name: str) -> object: ...
 
-    def begin_proxy_shutdown(self) -> list[Any]: ...
+    def begin_proxy_shutdown(self) -> list[Awaitable[None]]: ...
 
-    def begin_replica_drain(self, timeout_s: float) -> list[Any]: ...
+    def begin_replica_drain(self, timeout_s: float) -> list[Awaitable[None]]: ...
 
     def stop_everything(self, replica_names: set[str]) -> None: ...
 
@@ -584,7 +584,7 @@ class ControllerActor:
         return {"pid": os.getpid(), "cpu_s": times.user + times.system, "ticks": self._ticks}
 
 
-async def _awaited(ref: Any) -> None:
+async def _awaited(ref: Awaitable[None]) -> None:
     try:
         await ref
     except Exception:  # a proxy or replica already gone has nothing to finish

@@ -20,10 +20,12 @@ import os
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Awaitable, Sequence, cast
 
 import ray
+from ray import ObjectRef
 from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+from ray.actor import ActorHandle
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -48,6 +50,7 @@ from controller.proxy_fleet import (
     StopProxy,
 )
 from vocabulary.configs import BackendConfig
+from vocabulary.actor_apis import ProxyAPI, Remote, ReplicaAPI
 from vocabulary.goal_api import REPLICA_CLASS
 
 __all__ = ["RayAdapter", "error_text"]
@@ -105,14 +108,14 @@ class _Call:
 
 @dataclass
 class _Proxy:
-    handle: Any
+    handle: ActorHandle[Any] | None  # None: it could not even be submitted
     call: _Call  # the last ready or ping call
 
 
 class RayAdapter:
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
-        self._handles: dict[str, Any] = {}
+        self._handles: dict[str, ActorHandle[Any]] = {}
         self._starts: dict[str, _Call] = {}
         self._nodes: dict[str, str] = {}
         self._health: dict[str, _Call] = {}
@@ -198,11 +201,11 @@ class RayAdapter:
         elif isinstance(effect, CheckHealth):
             handle = self._replica_handle(effect.actor_name)
             if handle is not None:
-                self._health[effect.actor_name] = _call(handle.check_health.remote())
+                self._health[effect.actor_name] = _call(_replica(handle).call(ReplicaAPI.check_health))
         elif isinstance(effect, Reconfigure):
             handle = self._replica_handle(effect.actor_name)
             if handle is not None:
-                handle.reconfigure.remote(effect.user_config)
+                _replica(handle).call(ReplicaAPI.reconfigure, effect.user_config)
         elif isinstance(effect, KillReplica):
             self._drains.pop(effect.actor_name, None)
             self._kill(effect.actor_name)
@@ -214,8 +217,8 @@ class RayAdapter:
             self._kill_proxy(effect.proxy_id)
         elif isinstance(effect, PingProxy):
             proxy = self._proxies.get(effect.proxy_id)
-            if proxy is not None:
-                proxy.call = _call(proxy.handle.ping.remote())
+            if proxy is not None and proxy.handle is not None:
+                proxy.call = _call(_proxy(proxy.handle).call(ProxyAPI.ping))
         elif isinstance(effect, ProxyRestarted):
             logger.warning(
                 "proxy %s restarted: process %d died, process %d serves (restart %d)",
@@ -241,7 +244,7 @@ class RayAdapter:
             namespace=self.namespace, commit=config.commit,
         )
         self._handles[effect.actor_name] = handle
-        self._starts[effect.actor_name] = _call(handle.initialize.remote())
+        self._starts[effect.actor_name] = _call(_replica(handle).call(ReplicaAPI.initialize))
 
     def _runtime_env(self, config: BackendConfig) -> dict[str, Any]:
         """The backend's runtime_env with its working_dir uploaded to the GCS.
@@ -271,7 +274,7 @@ class RayAdapter:
             self._kill(effect.actor_name)
             return
         self._drains[effect.actor_name] = _call(
-            handle.prepare_for_shutdown.remote(effect.graceful_timeout_s)
+            _replica(handle).call(ReplicaAPI.prepare_for_shutdown, effect.graceful_timeout_s)
         )
 
     def _kill(self, actor_name: str) -> None:
@@ -285,13 +288,13 @@ class RayAdapter:
 
     # --- finding actors --------------------------------------------------------
 
-    def _find(self, actor_name: str) -> Any:
+    def _find(self, actor_name: str) -> ActorHandle[Any] | None:
         try:
             return ray.get_actor(actor_name, namespace=self.namespace)
         except ValueError:
             return None
 
-    def _replica_handle(self, actor_name: str) -> Any:
+    def _replica_handle(self, actor_name: str) -> ActorHandle[Any] | None:
         handle = self._handles.get(actor_name)
         if handle is None:
             handle = self._find(actor_name)
@@ -299,7 +302,7 @@ class RayAdapter:
                 self._handles[actor_name] = handle
         return handle
 
-    def handle(self, actor_name: str) -> Any:
+    def handle(self, actor_name: str) -> ActorHandle[Any] | None:
         return self._replica_handle(actor_name)
 
     def adopt(self, actor_names: set[str]) -> set[str]:
@@ -362,7 +365,7 @@ class RayAdapter:
             spec.controller_name, self.namespace, node_id, spec.host, spec.port,
             metrics_port=spec.metrics_port, worker=effect.worker, shared_dir=self._shared_dir(node_id),
         )
-        return _Proxy(handle, _call(handle.ready.remote()))
+        return _Proxy(handle, _call(_proxy(handle).call(ProxyAPI.ready)))
 
     def _shared_dir(self, node_id: str) -> str:
         """Where the node's proxy workers of this namespace share their metrics (and what names their group).
@@ -383,13 +386,13 @@ class RayAdapter:
             except Exception:
                 pass
 
-    def begin_proxy_shutdown(self) -> list[Any]:
+    def begin_proxy_shutdown(self) -> list[Awaitable[None]]:
         """Ask every proxy to stop serving; returns the calls to wait for."""
-        return [p.handle.shutdown.remote() for p in self._proxies.values() if p.handle is not None]
+        return [_proxy(p.handle).call(ProxyAPI.shutdown) for p in self._proxies.values() if p.handle is not None]
 
-    def begin_replica_drain(self, timeout_s: float) -> list[Any]:
+    def begin_replica_drain(self, timeout_s: float) -> list[Awaitable[None]]:
         """Ask every known replica to finish in-flight requests."""
-        return [h.prepare_for_shutdown.remote(timeout_s) for h in self._handles.values()]
+        return [_replica(h).call(ReplicaAPI.prepare_for_shutdown, timeout_s) for h in self._handles.values()]
 
     def stop_everything(self, replica_names: set[str]) -> None:
         """Shutdown: kill every proxy and replica of this namespace."""
@@ -416,8 +419,17 @@ def _replica_class() -> Any:
     return _remote_class(_load_class(REPLICA_CLASS))
 
 
-def _call(ref: Any) -> _Call:
-    return _Call(ref.future(), time.monotonic())
+def _replica(handle: ActorHandle[Any]) -> Remote[ReplicaAPI]:
+    return Remote(handle)
+
+
+def _proxy(handle: ActorHandle[Any]) -> Remote[ProxyAPI]:
+    return Remote(handle)
+
+
+def _call(ref: Awaitable[Any]) -> _Call:
+    # What `Remote.call` returns is Ray's ObjectRef, which has `future()`.
+    return _Call(cast("ObjectRef[Any]", ref).future(), time.monotonic())
 
 
 def _named_actors(namespace: str) -> list[str]:

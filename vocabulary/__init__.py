@@ -10,6 +10,9 @@ data plane (`proxy`) and the user-code host (`replica`) meet only here.
   backends, zero-replica targets, unique routes), as located problems.
 - `goal_api`: the controller's goal API as a Protocol, long-poll keys and
   the names of the actors every part must agree on.
+- `actor_apis`: the replica's, proxy's and controller's actor APIs as
+  Protocols (`ReplicaAPI`, `ProxyAPI`, `ControllerAPI`), and `Remote`, the
+  typed handle callers call them through.
 - `status`: observed state (`ClusterStatus` and its parts), the ordered
   `Health` with `worst()`.
 - `wire`: the proxy <-> replica request/response tuples.

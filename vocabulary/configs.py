@@ -444,7 +444,7 @@ class ReplicaInfo(BaseModel):
 
     replica_id: str
     actor_name: str
-    handle: Any = None
+    handle: object = None
 
 
 class ReplicaSet(_Value):

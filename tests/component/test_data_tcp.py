@@ -21,6 +21,7 @@ from replica.host import Replica
 from tests.component.data_path import APPS, App, FakeHandle, RecordingFallback
 from vocabulary.frames import Kind, encode
 from vocabulary.handshake import HELLO_BYTES, MAGIC, DataAddress, Handshake, Role
+from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.wire import StreamStart, WireRequest, make_request
 
 LOOPBACK = "127.0.0.1"
@@ -100,7 +101,7 @@ def run(
             replica._data._handshake_timeout_s = handshake_timeout_s
         asked: list[DataAddress] = []
 
-        async def ask(handle: Any) -> DataAddress | None:
+        async def ask(handle: ReplicaHandle) -> DataAddress | None:
             address = await replica.data_address()
             assert address is not None
             if secret is not None:
