@@ -27,14 +27,14 @@ if __name__ == "__main__" and Path(sys.path[0]).resolve() == ROOT / "bench":
     # Run as a script, this file's folder would shadow the project's packages.
     sys.path[0] = str(ROOT)
 
-import httpx  # noqa: E402
-import ray  # noqa: E402
+import httpx
+import ray
 
-from controller.ray_adapter import PROXY_PREFIX  # noqa: E402
-from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller  # noqa: E402
-from controller.client import result  # noqa: E402
-from vocabulary.actor_apis import ProxyAPI, Remote  # noqa: E402
-from vocabulary.configs import EndpointConfig, RolloutConfig  # noqa: E402
+from controller.ray_adapter import PROXY_PREFIX
+from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
+from controller.client import result
+from vocabulary.actor_apis import ProxyAPI, Remote
+from vocabulary.configs import EndpointConfig, RolloutConfig
 
 
 async def paced(url: str, rate: float, duration_s: float) -> list[tuple[float, str, int]]:

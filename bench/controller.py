@@ -18,13 +18,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import ray  # noqa: E402
+import ray
 
-from vocabulary.goal_api import PROXY_CLASS  # noqa: E402
-from controller.client import ControllerClient, start_or_connect  # noqa: E402
-from controller.cluster import init_ray  # noqa: E402
-from vocabulary.actor_apis import ControllerAPI  # noqa: E402
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalState  # noqa: E402
+from vocabulary.goal_api import PROXY_CLASS
+from controller.client import ControllerClient, start_or_connect
+from controller.cluster import init_ray
+from vocabulary.actor_apis import ControllerAPI
+from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
 
 APPS = str(ROOT / "tests" / "real" / "apps")
 OPTIONS = {"proxy_class": PROXY_CLASS}

@@ -103,7 +103,8 @@ def render(document: dict[str, Any], out: Path) -> Path:
     from bench import plots
 
     figures = plots.draw_all(document, out)
-    lines = _header(document) + ([] if plots.installed() else [NO_PLOTS, ""]) + _headline(document["measurements"]) + _targets_table(targets(document))
+    lines = (_header(document) + ([] if plots.installed() else [NO_PLOTS, ""]) + _headline(document["measurements"])
+             + _targets_table(targets(document)))
     measurements = document["measurements"]
     for section in (_proxy, _update, _rollout, _faults, _reconcile, _fanout, _memory, _serving, _profile):
         lines += section(measurements, figures)

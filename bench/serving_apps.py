@@ -48,7 +48,7 @@ class Model:
 class BatchedModel(Model):
     """ray-gitops batching (`[batching]`): the handler receives the list of requests."""
 
-    def __call__(self, requests: list[Any]) -> list[float]:  # type: ignore[override]
+    def __call__(self, requests: list[Any]) -> list[float]:  # type: ignore[override]  # a batched handler takes the list: not Model's signature
         return self.forward(len(requests))
 
 
@@ -107,7 +107,7 @@ def serve_model(batched: bool) -> Any:
         async def run(self, requests: list[Any]) -> list[float]:
             return self.forward(len(requests))
 
-        async def __call__(self, request: Any) -> float:  # type: ignore[override]
+        async def __call__(self, request: Any) -> float:  # type: ignore[override]  # Serve's batch decorator takes one request per call
             return await self.run(request)
 
     return ServeBatched

@@ -76,7 +76,7 @@ class ControllerOptions:
     backend: BackendOptions = field(default_factory=BackendOptions)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> "ControllerOptions":
+    def from_dict(cls, data: dict[str, Any] | None) -> ControllerOptions:
         """Options from one flat dict: this class's fields and `BackendOptions`'."""
         own = {f.name for f in fields(cls)} - {"backend"}
         backend = {f.name for f in fields(BackendOptions)}
@@ -489,7 +489,7 @@ class ControllerActor:
                 return result
             try:
                 await asyncio.wait_for(self._ticked.wait(), timeout=min(remaining, 1.0))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def get_state(self) -> ServingState:
@@ -587,5 +587,5 @@ class ControllerActor:
 async def _awaited(ref: Awaitable[None]) -> None:
     try:
         await ref
-    except Exception:  # a proxy or replica already gone has nothing to finish
+    except Exception:  # noqa: BLE001 — a proxy or replica already gone has nothing to finish
         pass

@@ -45,7 +45,6 @@ from controller.proxy_fleet import (
     PingProxy,
     ProxyEffect,
     ProxyRestarted,
-    ProxySpec,
     StartProxy,
     StopProxy,
 )
@@ -85,7 +84,7 @@ def _outcome(future: Future) -> Probe:
         answer = future.result()
     except RayActorError as err:
         return Probe(ProbeStatus.DEAD, error_text(err))
-    except Exception as err:  # the replica's own failure, or runtime_env setup
+    except Exception as err:  # noqa: BLE001 — the replica's own failure, or runtime_env setup
         return Probe(ProbeStatus.FAILED, error_text(err))
     # A proxy's ping answers its process id; other calls' answers mean nothing here.
     return Probe(ProbeStatus.OK, incarnation=answer if type(answer) is int else None)
@@ -192,7 +191,7 @@ class RayAdapter:
         if isinstance(effect, StartReplica):
             try:
                 self._start(effect)
-            except Exception as err:  # e.g. a working_dir that cannot be packaged
+            except Exception as err:  # noqa: BLE001 — e.g. a working_dir that cannot be packaged
                 failed: Future = Future()
                 failed.set_exception(err)
                 self._starts[effect.actor_name] = _Call(failed, time.monotonic())
@@ -283,7 +282,7 @@ class RayAdapter:
         if handle is not None:
             try:
                 ray.kill(handle, no_restart=True)
-            except Exception:  # already gone
+            except Exception:  # noqa: BLE001 — already gone
                 pass
 
     # --- finding actors --------------------------------------------------------
@@ -336,7 +335,7 @@ class RayAdapter:
         """Start one proxy worker; a failure to even submit it becomes its probe."""
         try:
             self._proxies[effect.proxy_id] = self._submit_proxy(effect)
-        except Exception as err:  # e.g. the proxy class cannot be imported
+        except Exception as err:  # noqa: BLE001 — e.g. the proxy class cannot be imported
             failed: Future = Future()
             failed.set_exception(err)
             self._proxies[effect.proxy_id] = _Proxy(None, _Call(failed, time.monotonic()))
@@ -383,7 +382,7 @@ class RayAdapter:
         if proxy is not None and proxy.handle is not None:
             try:
                 ray.kill(proxy.handle, no_restart=True)
-            except Exception:
+            except Exception:  # noqa: BLE001 — already gone
                 pass
 
     def begin_proxy_shutdown(self) -> list[Awaitable[None]]:

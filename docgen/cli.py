@@ -19,7 +19,8 @@ def render_cli(parser: argparse.ArgumentParser) -> str:
         "",
         "| command | what |",
         "| --- | --- |",
-        *(f"| [`{parser.prog} {name}`](#{parser.prog}-{name}) | {sub.description} |" for name, sub in _subcommands(parser).items()),
+        *(f"| [`{parser.prog} {name}`](#{parser.prog}-{name}) | {sub.description} |"
+          for name, sub in _subcommands(parser).items()),
         "",
         "`gitops --version` prints the installed version; `gitops COMMAND --help` prints what follows.",
     ]

@@ -60,7 +60,7 @@ class _BoundedProtocol(HttpToolsProtocol):
         self._over_cap = False
         self._refused = False
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's protocol declares the narrower transport
         super().connection_made(transport)
         self._over_cap = len(self.connections) > self.limits.max_connections
         self._start_header_clock()

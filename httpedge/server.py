@@ -171,7 +171,7 @@ class _WebSockets:
 
     def take(self, transport: asyncio.Transport, request: bytes) -> None:
         assert self.config.ws_protocol_class is not None
-        protocol = self.config.ws_protocol_class(  # type: ignore[call-arg]
+        protocol = self.config.ws_protocol_class(  # type: ignore[call-arg]  # uvicorn's typed signature lacks the keywords its classes take
             config=self.config, server_state=self.state, app_state={}
         )
         protocol.connection_made(transport)
@@ -190,7 +190,7 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpRequestParser(self)
         # Answer a pipelined request that follows `Connection: close` rather than failing the parse.
         self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
-        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made, before any other call
         self.local: tuple[str, int] | None = None
         self.peer: tuple[str, int] | None = None
         # Per request being parsed.
@@ -221,7 +221,7 @@ class _Connection(asyncio.Protocol):
     # --- asyncio.Protocol ---------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transport is no asyncio.Transport subclass
         connections = self.server.connections
         connections.add(self)
         self.over_cap = len(connections) > self.limits.max_connections

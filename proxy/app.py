@@ -259,7 +259,7 @@ class ProxyApp:
             primary.set_result((status, headers, payload))
 
     async def _stream(
-        self, streaming: "_Streaming", served: ServedEndpoint, backend: str, started: float, receive: Receive,
+        self, streaming: _Streaming, served: ServedEndpoint, backend: str, started: float, receive: Receive,
         send: Send,
     ) -> None:
         start = streaming.start
@@ -283,7 +283,7 @@ class ProxyApp:
 
     async def _forward(
         self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float
-    ) -> "WireResponse | _Streaming":
+    ) -> WireResponse | _Streaming:
         """The replica's answer, retried once on another replica for GET and HEAD when
         the first died; the endpoint's deadline is held by `RunningCalls.run`."""
         if pool is None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from proxy.calling import Batching
 from vocabulary.choosing import Admission, Random, admit, pick_replica

@@ -34,7 +34,7 @@ class ServedEndpoint:
     ignore: frozenset[str] = frozenset()
 
     @classmethod
-    def from_config(cls, config: EndpointConfig) -> "ServedEndpoint":
+    def from_config(cls, config: EndpointConfig) -> ServedEndpoint:
         return cls(
             config.name,
             WeightedChoice.from_weights(config.traffic),

@@ -149,7 +149,7 @@ async def call_batch_handler(handler: Callable[..., Any], wires: list[WireReques
 
 def _is_async(handler: Callable[..., Any]) -> bool:
     """Called on the loop: a coroutine function, or an async generator function."""
-    call = getattr(handler, "__call__", None)
+    call = getattr(handler, "__call__", None)  # noqa: B004 — the method is inspected, not callability
     return any(
         inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn) for fn in (handler, call) if fn is not None
     )
@@ -428,7 +428,7 @@ class Replica:
                 results = await asyncio.wait_for(
                     call_batch_handler(self._handler, [wire for wire, _ in batch], self._handler_is_async), limit_s
                 )
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return [(BatchOutcome.TIMEOUT, "")] * len(batch)
             except BatchLengthError as error:
                 text = f"backend {self.backend}: {error}"
@@ -451,7 +451,7 @@ class Replica:
     async def _batch_item(self, wire: WireRequest, limit_s: float) -> BatchResult:
         try:
             return BatchOutcome.OK, await asyncio.wait_for(self.handle_request(wire), limit_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return BatchOutcome.TIMEOUT, ""
         except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
             return BatchOutcome.ERROR, traceback.format_exc()
@@ -479,7 +479,7 @@ class Replica:
         await asyncio.sleep(min(_DRAIN_LINGER_S, max(timeout_s, 0.0)))
         try:
             await asyncio.wait_for(self._idle.wait(), timeout=max(deadline - time.monotonic(), 0.0))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         if self._lifespan is not None:
             await self._lifespan.stop()

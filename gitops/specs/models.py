@@ -175,8 +175,7 @@ MetricCheckSpec = create_model(
     "MetricCheckSpec",
     __base__=_Spec,
     __doc__=MetricCheck.__doc__,
-    # pydantic types __validators__ as plain callables; its own decorators return descriptor proxies.
-    __validators__={"_bounded": model_validator(mode="after")(bounded_check)},  # type: ignore[dict-item]
+    __validators__={"_bounded": model_validator(mode="after")(bounded_check)},  # type: ignore[dict-item]  # pydantic types __validators__ as plain callables, its decorators return proxies
     **_file_keys(MetricCheck, frozenset(), {}),
 )
 RolloutSpec = create_model(

@@ -55,7 +55,8 @@ def mismatches(actor: type, api: type) -> list[str]:
     problems += [f"{api.__name__} lacks {name}" for name in sorted(ours.keys() - theirs.keys())]
     for name in sorted(ours.keys() & theirs.keys()):
         if _shape(ours[name]) != _shape(theirs[name]):
-            problems.append(f"{name}: {actor.__name__}{inspect.signature(ours[name])} vs {api.__name__}{inspect.signature(theirs[name])}")
+            ours_said, theirs_said = inspect.signature(ours[name]), inspect.signature(theirs[name])
+            problems.append(f"{name}: {actor.__name__}{ours_said} vs {api.__name__}{theirs_said}")
         if _streams(ours[name]) != _streams(theirs[name]):
             problems.append(f"{name}: streams on one side only")
     return problems

@@ -12,7 +12,7 @@ import socket
 import stat
 import struct
 import tempfile
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 import pytest
 import uvloop

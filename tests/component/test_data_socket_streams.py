@@ -219,7 +219,7 @@ class RawProxy:
         self.frames: list[Frame] = []
 
     @classmethod
-    async def connect(cls, path: str) -> "RawProxy":
+    async def connect(cls, path: str) -> RawProxy:
         return cls(*await asyncio.open_unix_connection(path))
 
     def write(self, kind: Kind, call_id: int, payload: Any = None) -> None:

@@ -7,7 +7,6 @@ import random
 from typing import Any, Awaitable, Callable
 
 import httpx
-import pytest
 
 from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable

@@ -69,7 +69,7 @@ class SocketCaller:
 def proxy(replica: EchoReplica | None, recorder: Any = None) -> ProxyApp:
     """`replica` None: the backend has no replica."""
     rng = random.Random(0)
-    app = ProxyApp(SocketCaller(), ProxySettings(), rng, recorder)  # type: ignore[arg-type]
+    app = ProxyApp(SocketCaller(), ProxySettings(), rng, recorder)  # type: ignore[arg-type]  # a fake caller with the WebSocket calls only
     replicas = () if replica is None else (ReplicaInfo(replica_id="r1", actor_name="r1", handle=replica),)
     app.install(Subscriptions(ProxySettings(), rng).apply({
         "routes": (1, RouteTable(entries=(RouteEntry(route="/chat", methods=("GET",), endpoint="chat"),))),

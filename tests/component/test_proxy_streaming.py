@@ -73,7 +73,7 @@ def proxy(backends: dict[str, StreamingReplica], timeout_s: float = 5.0,
           shadow: dict[str, float] | None = None) -> tuple[ProxyApp, Recorded]:
     recorded = Recorded()
     rng = random.Random(0)
-    app = ProxyApp(StreamingCaller(), ProxySettings(), rng, recorded)  # type: ignore[arg-type]
+    app = ProxyApp(StreamingCaller(), ProxySettings(), rng, recorded)  # type: ignore[arg-type]  # a fake caller with the streaming calls only
     subscriptions = Subscriptions(ProxySettings(), rng)
     config = EndpointConfig(name="e", route="/e", traffic={"v1": 1.0}, shadow=shadow or {}, timeout_s=timeout_s,
                             shadow_compare="json" if shadow else "none")

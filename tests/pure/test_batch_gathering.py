@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from proxy.calling import Batching, HandlerError
 from proxy.coalescing import Coalescer

@@ -16,14 +16,14 @@ import sys
 
 from cluster_scenario import APPS, wait  # a sibling: sets Ray's environment, so before Ray
 
-import httpx  # noqa: E402
-import ray  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
+import httpx
+import ray
+from ray.cluster_utils import Cluster
 
-from controller.client import start_or_connect  # noqa: E402
-from gitops.shadow_mismatches import collect, proxy_urls  # noqa: E402
-from vocabulary.configs import BackendConfig, GoalState, ReplicaState  # noqa: E402
-from vocabulary.status import ClusterStatus, ProxyState, ReplicaStatus  # noqa: E402
+from controller.client import start_or_connect
+from gitops.shadow_mismatches import collect, proxy_urls
+from vocabulary.configs import BackendConfig, ReplicaState
+from vocabulary.status import ClusterStatus, ProxyState, ReplicaStatus
 
 NAMESPACE = "gitops-multinode"
 
