@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 SYSTEM_TOOLS := prometheus promtool wrk chromium chromedriver redis-server gpg
 SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver redis-server gnupg
 
-.PHONY: run test test-pure test-ray-oldest docs lint-imports system-deps bench reliability clean
+.PHONY: run test test-pure test-ray-oldest docs lint lint-imports typecheck ruff system-deps bench reliability clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,14 +35,25 @@ system-deps:
 	  fi; \
 	fi
 
-test: $(STAMP) system-deps lint-imports
+test: $(STAMP) system-deps lint
 	# The pure tier runs alone first: its conftest fails it if Ray, git, SQLite or HTTP got imported.
 	$(PY) -m pytest -q -p no:cacheprovider tests/pure
 	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/pure
 
+# Static checks, before any test runs: the layering contracts, the type checker, the linter.
+lint: lint-imports typecheck ruff
+
 # The layering contracts of pyproject.toml [tool.importlinter]: a broken layer fails the build.
 lint-imports: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
+
+# mypy over the packages, docgen and bench as pyproject.toml [tool.mypy] says (0 errors).
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+# ruff with the rules of pyproject.toml [tool.ruff] over the whole tree.
+ruff: $(STAMP)
+	$(VENV)/bin/ruff check --no-cache .
 
 test-pure: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/pure tests/component
@@ -85,4 +96,4 @@ bench: $(STAMP)
 	$(PY) -m bench.report
 
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache .hypothesis test-artifacts build
+	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache .hypothesis .mypy_cache test-artifacts build

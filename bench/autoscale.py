@@ -26,9 +26,9 @@ if __name__ == "__main__" and Path(sys.path[0]).resolve() == ROOT / "bench":
     # Run as a script, this file's folder would shadow the project's packages.
     sys.path[0] = str(ROOT)
 
-from tests.conftest import GitRepo  # noqa: E402  (after the sys.path fix)
-from vocabulary.configs import ReplicaState  # noqa: E402
-from tests.real.apps.autoscale_stack import (  # noqa: E402
+from tests.conftest import GitRepo
+from vocabulary.configs import ReplicaState
+from tests.real.apps.autoscale_stack import (
     APP_SOURCE,
     AgentProcess,
     Answer,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 import time
 import uuid
@@ -26,12 +27,14 @@ if __name__ == "__main__" and Path(sys.path[0]).resolve() == ROOT / "bench":
     # Run as a script, this file's folder would shadow the project's packages.
     sys.path[0] = str(ROOT)
 
-import httpx  # noqa: E402
-import ray  # noqa: E402
+import httpx
+import ray
 
-from controller.ray_adapter import PROXY_PREFIX  # noqa: E402
-from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller  # noqa: E402
-from vocabulary.configs import EndpointConfig, RolloutConfig  # noqa: E402
+from controller.ray_adapter import PROXY_PREFIX
+from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
+from controller.client import result
+from vocabulary.actor_apis import ProxyAPI, Remote
+from vocabulary.configs import EndpointConfig, RolloutConfig
 
 
 async def paced(url: str, rate: float, duration_s: float) -> list[tuple[float, str, int]]:
@@ -88,12 +91,13 @@ def main() -> None:
     parser.add_argument("--rates", type=float, nargs="+", default=[50.0, 500.0])
     parser.add_argument("--interval", type=float, default=10.0, help="step_interval_s of the rollout")
     args = parser.parse_args()
-    ray.init(include_dashboard=False, logging_level="warning")
+    ray.init(include_dashboard=False, logging_level=logging.WARNING)
     namespace = f"bench-rollout-{uuid.uuid4().hex[:6]}"
     client = start_controller(namespace, proxies=True)
     try:
         names = eventually(lambda: named_actors(namespace, PROXY_PREFIX), 60)
-        url = "http://" + ray.get(ray.get_actor(min(names), namespace=namespace).ready.remote(), timeout=30)
+        proxy: Remote[ProxyAPI] = Remote(ray.get_actor(min(names), namespace=namespace))
+        url = "http://" + result(proxy.call(ProxyAPI.ready), timeout_s=30)
         print(f"{'asked req/s':>12} {'reached req/s':>14} {'step interval s':>16} {'bad canary served for s':>24}")
         for index, rate in enumerate(args.rates):
             exposed, reached = measure(client, url, f"r{index}", rate, args.interval)

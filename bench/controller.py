@@ -18,12 +18,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import ray  # noqa: E402
+import ray
 
-from vocabulary.goal_api import PROXY_CLASS  # noqa: E402
-from controller.client import ControllerClient, start_or_connect  # noqa: E402
-from controller.cluster import init_ray  # noqa: E402
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalState  # noqa: E402
+from vocabulary.goal_api import PROXY_CLASS
+from controller.client import ControllerClient, start_or_connect
+from controller.cluster import init_ray
+from vocabulary.actor_apis import ControllerAPI
+from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
 
 APPS = str(ROOT / "tests" / "real" / "apps")
 OPTIONS = {"proxy_class": PROXY_CLASS}
@@ -67,10 +68,10 @@ async def idle_cpu(client: ControllerClient) -> None:
     for goal_id in goals:
         await client.wait_for_goal(goal_id, 300)
     await asyncio.sleep(3)
-    before = await client.handle.process_info.remote()
+    before = await client.controller.call(ControllerAPI.process_info)
     window = 20.0
     await asyncio.sleep(window)
-    after = await client.handle.process_info.remote()
+    after = await client.controller.call(ControllerAPI.process_info)
     used = after["cpu_s"] - before["cpu_s"]
     print(f"idle CPU, 20 backends:    {100 * used / window:6.2f} % of one core "
           f"({(after['ticks'] - before['ticks']) / window:.0f} ticks/s)")

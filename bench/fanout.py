@@ -24,6 +24,7 @@ SIZES = (10, 100, 1_000)
 
 
 async def pushed_bytes(client: Any, sizes: tuple[int, ...]) -> list[dict[str, int]]:
+    from vocabulary.actor_apis import ControllerAPI
     from vocabulary.configs import BackendConfig, EndpointConfig
     from vocabulary.goal_api import LongPollKey
 
@@ -36,11 +37,11 @@ async def pushed_bytes(client: Any, sizes: tuple[int, ...]) -> list[dict[str, in
             await client.apply_endpoint(EndpointConfig(name=f"e{i}", route=f"/e{i}", traffic={"b0": 1.0}))
         made = count
         keys = {LongPollKey.ROUTES: -1, **{LongPollKey.endpoint(f"e{i}"): -1 for i in range(count)}}
-        first = await client.handle.listen_for_change.remote(keys, "bench")
+        first = await client.controller.call(ControllerAPI.listen_for_change, keys, "bench")
         held = {key: snapshot for key, (snapshot, _) in first.items()}
         changed = EndpointConfig(name="e3", route="/e3", traffic={"b0": 0.9, "b1": 0.1})
         await client.apply_endpoint(changed)
-        pushed = await client.handle.listen_for_change.remote(held, "bench")
+        pushed = await client.controller.call(ControllerAPI.listen_for_change, held, "bench")
         everything = {k: v for k, (_, v) in first.items() if k.startswith("endpoint:")}
         rows.append({"endpoints": count, "pushed_bytes": len(pickle.dumps(pushed)), "pushed_keys": len(pushed),
                      "broadcast_bytes": len(pickle.dumps(everything))})

@@ -15,9 +15,9 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gitops.specs.limits import MAX_FILE_BYTES, MAX_STRING_BYTES, MAX_TREE_BYTES  # noqa: E402
-from gitops.specs.loading import LoadResult, Loader  # noqa: E402
-from gitops.sources.trees import MemoryTree  # noqa: E402
+from gitops.specs.limits import MAX_FILE_BYTES, MAX_STRING_BYTES, MAX_TREE_BYTES
+from gitops.specs.loading import LoadResult, Loader
+from gitops.sources.trees import MemoryTree
 
 ECHO_PY = "class Echo:\n    def __call__(self, request):\n        return 'hi'\n"
 HEADER = '[backends.echo]\nimport_path = "apps.echo:Echo"\n'

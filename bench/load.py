@@ -37,7 +37,7 @@ class PacedLoad:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._pace, daemon=True)
 
-    def __enter__(self) -> "PacedLoad":
+    def __enter__(self) -> PacedLoad:
         self._thread.start()
         return self
 

@@ -12,7 +12,6 @@ from typing import Any
 from ray import serve
 
 
-@serve.deployment
 class Echo:
     def __init__(self) -> None:
         self.config: Any = None
@@ -24,4 +23,5 @@ class Echo:
         return {"label": "echo", "code": os.environ.get("BENCH_CODE", "0"), "config": self.config}
 
 
-app = Echo.bind()
+# Applied, not decorated: mypy keeps a decorated class's own type, which has no `bind`.
+app = serve.deployment()(Echo).bind()

@@ -96,7 +96,8 @@ def _reconcile(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> 
         y = [r[field]["median"] for r in rows]
         yerr = [[r[field]["median"] - r[field]["min"] for r in rows], [r[field]["max"] - r[field]["median"] for r in rows]]
         ax.errorbar(x, y, yerr=yerr, marker="o", capsize=3, label=label)
-    ax.plot(x, [rows[0]["cold_s"]["median"] * n / x[0] for n in x], linestyle=":", color="grey", label="linear from the first point")
+    ax.plot(x, [rows[0]["cold_s"]["median"] * n / x[0] for n in x], linestyle=":", color="grey",
+            label="linear from the first point")
     ax.axhline(5.0, color="tab:red", linestyle="--", linewidth=1, label="target: 10,000 cold < 5 s")
     ax.set_xscale("log")
     ax.set_yscale("log")

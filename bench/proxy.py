@@ -39,7 +39,10 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
 
 from bench import machine, results, stats, wrk
 from bench.stacks import free_port, own_ray, serve_installed
@@ -155,17 +158,26 @@ class Forwarder:
         return True
 
 
+def _started(made: object) -> ActorHandle[Any]:
+    """What `.remote()` started: Ray types it "a handle or the class itself"; it is a handle."""
+    from ray.actor import ActorHandle
+
+    assert isinstance(made, ActorHandle), made
+    return made
+
+
 @contextlib.contextmanager
 def _forwarder(handler: str, replicas: int) -> Iterator[list[str]]:
     import ray
 
     from replica.host import Replica
 
-    handles = [ray.remote(Replica).options(num_cpus=0).remote("bench", f"bench-{i}", "v1", f"bench.proxy_apps:{handler}")
+    handles = [_started(ray.remote(Replica).options(num_cpus=0).remote("bench", f"bench-{i}", "v1",
+                                                                      f"bench.proxy_apps:{handler}"))
                for i in range(replicas)]
     ray.get([h.initialize.remote() for h in handles])
     port = free_port()
-    forwarder = ray.remote(Forwarder).options(num_cpus=0).remote(handles, port)
+    forwarder = _started(ray.remote(Forwarder).options(num_cpus=0).remote(handles, port))
     ray.get(forwarder.ready.remote())
     url = f"http://127.0.0.1:{port}/"
     wrk.wait_for_http(url)

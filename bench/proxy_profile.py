@@ -104,7 +104,8 @@ def profile(spy: str, duration_s: float, rate: int, keep: Path | None = None) ->
                  for name, pid in pids.items()}
         for name, spy_process in spies.items():
             if spy_process.wait(duration_s + 60) != 0:
-                raise RuntimeError(f"py-spy on the {name}: {spy_process.stderr.read().strip()}")
+                said = spy_process.stderr.read().strip() if spy_process.stderr else ""
+                raise RuntimeError(f"py-spy on the {name}: {said}")
         loader.join()
         cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
         samples = {name: tally(Path(f"{tmp}/{name}.txt").read_text().splitlines()) for name in pids}
@@ -128,7 +129,7 @@ def table(seconds: dict[str, dict[str, float]]) -> list[dict[str, object]]:
     total = sum(sum(by_stage.values()) for by_stage in seconds.values()) or 1.0
     rows = [{"stage": stage, "process": process, "cpu_s": value, "share": value / total}
             for process, by_stage in seconds.items() for stage, value in by_stage.items()]
-    return sorted(rows, key=lambda row: -float(row["cpu_s"]))  # type: ignore[arg-type]
+    return sorted(rows, key=lambda row: -float(row["cpu_s"]))  # type: ignore[arg-type]  # a row's values are str or float
 
 
 def main() -> int:
@@ -145,16 +146,16 @@ def main() -> int:
         results.write(args.json, "proxy_profile", args.tiny, {"skipped": "py-spy is not installed"})
         return 0
     measured = profile(spy, args.duration, args.rate, args.raw)
-    rows = table(measured["seconds"])  # type: ignore[arg-type]
+    rows = table(measured["seconds"])  # type: ignore[arg-type]  # profile() returns loosely typed JSON
     load = measured["load"]
-    requests = float(load["rps"]) * args.duration  # type: ignore[index]
-    print(f"{load['rps']:.0f} req/s at {CONNECTIONS} connections, p99 {load['p99_ms']:.1f} ms; "  # type: ignore[index]
-          f"CPU: proxy {measured['cpu_s']['proxy']:.1f} s, replica {measured['cpu_s']['replica']:.1f} s "  # type: ignore[index]
+    requests = float(load["rps"]) * args.duration  # type: ignore[index]  # profile() returns loosely typed JSON
+    print(f"{load['rps']:.0f} req/s at {CONNECTIONS} connections, p99 {load['p99_ms']:.1f} ms; "  # type: ignore[index]  # profile() returns loosely typed JSON
+          f"CPU: proxy {measured['cpu_s']['proxy']:.1f} s, replica {measured['cpu_s']['replica']:.1f} s "  # type: ignore[index]  # profile() returns loosely typed JSON
           f"in {args.duration:.0f} s")
     print(f"{'stage':<58}{'process':<9}{'share':>7}{'µs/request':>12}")
     for row in rows:
-        per_request = float(row["cpu_s"]) / requests * 1e6 if requests else float("nan")  # type: ignore[arg-type]
-        print(f"{row['stage']:<58}{row['process']:<9}{float(row['share']):>7.1%}{per_request:>12.1f}")  # type: ignore[arg-type]
+        per_request = float(row["cpu_s"]) / requests * 1e6 if requests else float("nan")  # type: ignore[arg-type]  # a row's values are str or float
+        print(f"{row['stage']:<58}{row['process']:<9}{float(row['share']):>7.1%}{per_request:>12.1f}")  # type: ignore[arg-type]  # a row's values are str or float
     results.write(args.json, "proxy_profile", args.tiny, {**measured, "rows": rows, "connections": CONNECTIONS})
     return 0
 

@@ -103,7 +103,8 @@ def render(document: dict[str, Any], out: Path) -> Path:
     from bench import plots
 
     figures = plots.draw_all(document, out)
-    lines = _header(document) + ([] if plots.installed() else [NO_PLOTS, ""]) + _headline(document["measurements"]) + _targets_table(targets(document))
+    lines = (_header(document) + ([] if plots.installed() else [NO_PLOTS, ""]) + _headline(document["measurements"])
+             + _targets_table(targets(document)))
     measurements = document["measurements"]
     for section in (_proxy, _update, _rollout, _faults, _reconcile, _fanout, _memory, _serving, _profile):
         lines += section(measurements, figures)
@@ -191,7 +192,7 @@ def _command(doc: dict[str, Any]) -> str:
     return f"Command: `{doc['command']}`."
 
 
-def _proxy(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+def _proxy(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
     doc = measurements.get("proxy")
     if not doc:
         return []
@@ -235,7 +236,7 @@ def _proxy(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
     return lines
 
 
-def _update(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+def _update(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
     doc = measurements.get("update_latency")
     if not doc:
         return []
@@ -250,7 +251,7 @@ def _update(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
     return lines + [""]
 
 
-def _rollout(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+def _rollout(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
     doc = measurements.get("rollout")
     if not doc:
         return []
@@ -267,7 +268,7 @@ def _rollout(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]
     return lines + [""]
 
 
-def _faults(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+def _faults(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
     doc = measurements.get("faults")
     if not doc:
         return []
@@ -284,7 +285,7 @@ def _faults(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
     return lines + [""]
 
 
-def _reconcile(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+def _reconcile(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
     doc = measurements.get("reconcile")
     if not doc:
         return []
@@ -304,7 +305,7 @@ def _reconcile(measurements: dict[str, Any], figures: dict[str, str]) -> list[st
     return lines + [""]
 
 
-def _fanout(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+def _fanout(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
     doc = measurements.get("fanout")
     if not doc:
         return []
@@ -315,7 +316,7 @@ def _fanout(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
     return lines + [""]
 
 
-def _memory(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+def _memory(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
     doc = measurements.get("memory")
     if not doc:
         return []
@@ -338,7 +339,7 @@ def _memory(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
     return lines + [""]
 
 
-def _serving(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+def _serving(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
     doc = measurements.get("serving")
     if not doc:
         return []
@@ -378,7 +379,7 @@ def _serving(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]
     return lines + [""]
 
 
-def _profile(measurements: dict[str, Any], figures: dict[str, str]) -> list[str]:
+def _profile(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
     doc = measurements.get("proxy_profile")
     if not doc:
         return []

@@ -24,7 +24,7 @@ def one_rollout(stack: stacks.Ours | stacks.Serve, code: str, rate: float) -> di
     with load.PacedLoad(stack.url, rate) as paced:
         time.sleep(2)
         started, commit = stack.change(code=code)
-        done = stack.wait_done(commit if stack.name == "ours" else started)
+        done = stack.wait_done(commit) if isinstance(stack, stacks.Ours) else stack.wait_done(started)
         stacks.poll(lambda: stacks.answer(stack.http, stack.url).get("code") == code, 60, f"code {code} answers")
         time.sleep(2)
     return {"total_s": done - started, **load.summary(paced.answers())}

@@ -256,7 +256,8 @@ def print_figures(measured: dict[str, dict[str, Any]]) -> None:
         for part in ("model", "batched"):
             why = not_measured(f[part])
             print(f"  {system:<6}{part:<8}" + (why or f"{f[part]['rps']:8.0f} req/s  p99 {f[part]['p99_ms']:6.1f} ms"))
-        print(f"  {system:<6}batched / plain: {ratio(figure(measured, system, 'batched', 'rps'), figure(measured, system, 'model', 'rps'))}")
+        batched = ratio(figure(measured, system, "batched", "rps"), figure(measured, system, "model", "rps"))
+        print(f"  {system:<6}batched / plain: {batched}")
     print("handle calls, replica to replica (timed inside the caller):")
     for system, f in measured.items():
         h = f["handles"]
@@ -313,7 +314,7 @@ def main() -> int:
     print_figures(measured)
     results.write(args.json, "serving", args.tiny, {
         "systems": measured, "failures": failures, "ratios": {
-            label: figure(measured, a, part, key) / figure(measured, b, part, key)  # type: ignore[operator]
+            label: figure(measured, a, part, key) / figure(measured, b, part, key)  # type: ignore[operator]  # figure() is None only for a system that did not run
             for label, part, key, a, b in RATIOS
             if figure(measured, a, part, key) and figure(measured, b, part, key)}, "serve_direct_ingress": not args.serve_proxy,
         "connections": CONNECTIONS, "dim": serving_apps.DIM, "max_batch_size": serving_apps.MAX_BATCH,

@@ -48,7 +48,7 @@ class Model:
 class BatchedModel(Model):
     """ray-gitops batching (`[batching]`): the handler receives the list of requests."""
 
-    def __call__(self, requests: list[Any]) -> list[float]:  # type: ignore[override]
+    def __call__(self, requests: list[Any]) -> list[float]:  # type: ignore[override]  # a batched handler takes the list: not Model's signature
         return self.forward(len(requests))
 
 
@@ -107,7 +107,7 @@ def serve_model(batched: bool) -> Any:
         async def run(self, requests: list[Any]) -> list[float]:
             return self.forward(len(requests))
 
-        async def __call__(self, request: Any) -> float:  # type: ignore[override]
+        async def __call__(self, request: Any) -> float:  # type: ignore[override]  # Serve's batch decorator takes one request per call
             return await self.run(request)
 
     return ServeBatched
@@ -117,12 +117,10 @@ def serve_caller() -> Any:
     """The Serve application: a caller deployment with a DeploymentHandle to an echo deployment."""
     from ray import serve
 
-    @serve.deployment(name="Echo")
     class Echo:
         async def __call__(self, value: Any) -> Any:
             return value
 
-    @serve.deployment(name="Caller")
     class ServeCaller:
         def __init__(self, callee: Any) -> None:
             self.callee = callee
@@ -130,15 +128,15 @@ def serve_caller() -> Any:
         async def __call__(self, request: Any) -> dict[str, Any]:
             return await time_calls(lambda i: self.callee.remote(i))
 
-    return ServeCaller.bind(Echo.bind())
+    # Applied, not decorated: mypy keeps a decorated class's own type, which has no `bind`.
+    return serve.deployment(name="Caller")(ServeCaller).bind(serve.deployment(name="Echo")(Echo).bind())
 
 
 def serve_stream() -> Any:
     from ray import serve
 
-    @serve.deployment(name="Stream")
     class ServeStream:
         async def __call__(self, request: Any) -> Any:
             return await stream(request)
 
-    return ServeStream.bind()
+    return serve.deployment(name="Stream")(ServeStream).bind()

@@ -29,11 +29,13 @@ def timed_changes(stack: stacks.Ours | stacks.Serve, kind: str, changes: int) ->
         if kind == "traffic":
             to = "green" if i % 2 == 0 else "blue"
             started, _ = stack.change(to=to)
-            seen = stacks.poll(lambda: stacks.answer(stack.http, stack.url).get("label") == to, 120, f"traffic to {to}")
+            seen = stacks.poll(lambda to=to: stacks.answer(stack.http, stack.url).get("label") == to, 120,
+                               f"traffic to {to}")
         else:
             label = f"c{i + 1}"
             started, _ = stack.change(config=label)
-            seen = stacks.poll(lambda: (stacks.answer(stack.http, stack.url).get("config") or {}).get("label") == label,
+            seen = stacks.poll(lambda label=label: (stacks.answer(stack.http, stack.url).get("config") or {}).get("label")
+                               == label,
                                120, f"user_config {label}")
         seconds.append(seen - started)
         time.sleep(0.3)  # let the previous change settle everywhere before the next

@@ -78,7 +78,7 @@ class ControllerOptions:
     backend: BackendOptions = field(default_factory=BackendOptions)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> "ControllerOptions":
+    def from_dict(cls, data: dict[str, Any] | None) -> ControllerOptions:
         """Options from one flat dict: this class's fields and `BackendOptions`'."""
         own = {f.name for f in fields(cls)} - {"backend"}
         backend = {f.name for f in fields(BackendOptions)}
@@ -111,11 +111,11 @@ class ClusterAdapter(Observer, Protocol):
     def sweep_leaks(self, known: set[str]) -> list[str]:
         """Kill replica actors no checkpoint knows about; returns their names."""
 
-    def handle(self, actor_name: str) -> Any: ...
+    def handle(self, actor_name: str) -> object: ...
 
-    def begin_proxy_shutdown(self) -> list[Any]: ...
+    def begin_proxy_shutdown(self) -> list[Awaitable[None]]: ...
 
-    def begin_replica_drain(self, timeout_s: float) -> list[Any]: ...
+    def begin_replica_drain(self, timeout_s: float) -> list[Awaitable[None]]: ...
 
     def stop_everything(self, replica_names: set[str]) -> None: ...
 
@@ -494,7 +494,7 @@ class ControllerActor:
                 return result
             try:
                 await asyncio.wait_for(self._ticked.wait(), timeout=min(remaining, 1.0))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def get_state(self) -> ServingState:
@@ -603,8 +603,8 @@ class ControllerActor:
         return {"pid": os.getpid(), "cpu_s": times.user + times.system, "ticks": self._ticks}
 
 
-async def _awaited(ref: Any) -> None:
+async def _awaited(ref: Awaitable[None]) -> None:
     try:
         await ref
-    except Exception:  # a proxy or replica already gone has nothing to finish
+    except Exception:  # noqa: BLE001 — a proxy or replica already gone has nothing to finish
         pass

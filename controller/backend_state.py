@@ -503,7 +503,7 @@ class BackendState:
     @classmethod
     def from_json(
         cls, data: dict[str, Any], options: BackendOptions | None = None
-    ) -> "BackendState":
+    ) -> BackendState:
         state = cls(options)
         state._next_serial = int(data["next_serial"])
         for name, item in data["backends"].items():

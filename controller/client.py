@@ -11,20 +11,24 @@ agent's record (`claim`, `owner`, `release` of a `vocabulary.ownership.Owner`;
 see `controller.ownership`), its settings that outlive a controller start
 (`set_prometheus_url`), and asking a proxy worker for its node's shadow
 mismatches over Ray (`proxy_mismatches`: the sample is never on a proxy's
-public port).
+public port). Calls go through the typed handle (`vocabulary.actor_apis.Remote`
+over `ControllerAPI`); `result` waits for one such call in a plain thread.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Awaitable, Callable, Concatenate, ParamSpec, TypeVar, cast
 
 import ray
+from ray import ObjectRef
+from ray.actor import ActorHandle
 from ray.exceptions import RayError, RayTaskError
 
 from controller.actor import ControllerActor
 from controller.checkpoint import CheckpointError, decode
 from vocabulary.ownership import Owner
 from controller.ray_kv import RayKVStorage
+from vocabulary.actor_apis import ControllerAPI, ProxyAPI, Remote
 from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
 from vocabulary.status import ClusterStatus
@@ -32,19 +36,25 @@ from vocabulary.status import ClusterStatus
 _HEAD_NODE_RESOURCE = "node:__internal_head__"
 
 # CheckpointError is what start_or_connect raises: the agent catches it from here.
-__all__ = ["ControllerClient", "CheckpointError", "connect", "start_or_connect", "discard_checkpoint"]
+__all__ = ["ControllerClient", "CheckpointError", "connect", "start_or_connect", "discard_checkpoint", "result"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class ControllerClient:
     """Implements `vocabulary.goal_api.GoalAPI` by forwarding to the controller actor."""
 
-    def __init__(self, handle: Any, namespace: str) -> None:
+    def __init__(self, handle: ActorHandle[Any], namespace: str) -> None:
         self.handle = handle
+        self.controller: Remote[ControllerAPI] = Remote(handle)
         self.namespace = namespace
 
-    async def _call(self, method: str, *args: Any) -> Any:
+    async def _call(
+        self, method: Callable[Concatenate[ControllerAPI, P], Awaitable[R]], *args: P.args, **kwargs: P.kwargs
+    ) -> R:
         try:
-            return await getattr(self.handle, method).remote(*args)
+            return await self.controller.call(method, *args, **kwargs)
         except RayTaskError as err:
             cause = getattr(err, "cause", None)
             if isinstance(cause, ValueError):
@@ -52,46 +62,46 @@ class ControllerClient:
             raise
 
     async def apply_backend(self, config: BackendConfig) -> str:
-        return await self._call("apply_backend", config)
+        return await self._call(ControllerAPI.apply_backend, config)
 
     async def delete_backend(self, name: str) -> str:
-        return await self._call("delete_backend", name)
+        return await self._call(ControllerAPI.delete_backend, name)
 
     async def apply_endpoint(self, config: EndpointConfig) -> str:
-        return await self._call("apply_endpoint", config)
+        return await self._call(ControllerAPI.apply_endpoint, config)
 
     async def delete_endpoint(self, name: str) -> str:
-        return await self._call("delete_endpoint", name)
+        return await self._call(ControllerAPI.delete_endpoint, name)
 
     async def wait_for_goal(self, goal_id: str, timeout_s: float) -> GoalResult:
-        return await self._call("wait_for_goal", goal_id, timeout_s)
+        return await self._call(ControllerAPI.wait_for_goal, goal_id, timeout_s)
 
     async def get_state(self) -> ServingState:
-        return await self._call("get_state")
+        return await self._call(ControllerAPI.get_state)
 
     async def get_status(self) -> ClusterStatus:
-        return await self._call("get_status")
+        return await self._call(ControllerAPI.get_status)
 
     async def secrets_recipient(self) -> str:
-        return await self._call("secrets_recipient")
+        return await self._call(ControllerAPI.secrets_recipient)
 
     async def put_secrets(self, sealed: bytes) -> list[str]:
-        return await self._call("put_secrets", sealed)
+        return await self._call(ControllerAPI.put_secrets, sealed)
 
     async def secrets_missing(self) -> list[str]:
-        return await self._call("secrets_missing")
+        return await self._call(ControllerAPI.secrets_missing)
 
     async def report_load(self, proxy_id: str, loads: dict[str, tuple[int, int]]) -> None:
-        await self._call("report_load", proxy_id, loads)
+        await self._call(ControllerAPI.report_load, proxy_id, loads)
 
     async def set_target_replicas(self, backend: str, target: int) -> None:
-        await self._call("set_target_replicas", backend, target)
+        await self._call(ControllerAPI.set_target_replicas, backend, target)
 
     async def proxy_mismatches(self, actor_name: str) -> list[dict[str, Any]] | str:
         """The shadow mismatches of the proxy worker `actor_name`'s node, or why it gave none."""
         try:
-            proxy = ray.get_actor(actor_name, namespace=self.namespace)
-            sample: list[dict[str, Any]] = await proxy.shadow_mismatches.remote()
+            proxy: Remote[ProxyAPI] = Remote(ray.get_actor(actor_name, namespace=self.namespace))
+            sample = await proxy.call(ProxyAPI.shadow_mismatches)
         except ValueError:
             return "unreachable (no such proxy)"
         except RayError as error:
@@ -100,24 +110,24 @@ class ControllerClient:
 
     def claim(self, owner: Owner, take_over: bool = False) -> Owner | None:
         """Make `owner` the controller's agent; the other agent's record if refused."""
-        holder = ray.get(self.handle.claim.remote(owner.to_json(), take_over), timeout=60)
+        holder = result(self.controller.call(ControllerAPI.claim, owner.to_json(), take_over))
         return Owner.from_json(holder) if holder else None
 
     def owner(self) -> Owner | None:
-        record = ray.get(self.handle.owner.remote(), timeout=60)
+        record = result(self.controller.call(ControllerAPI.owner))
         return Owner.from_json(record) if record else None
 
     def release(self, agent_id: str) -> None:
-        ray.get(self.handle.release.remote(agent_id), timeout=60)
+        result(self.controller.call(ControllerAPI.release, agent_id))
 
     def set_prometheus_url(self, url: str | None) -> None:
         """Where rollouts' PromQL checks are asked from now on (None: nowhere)."""
-        ray.get(self.handle.set_prometheus_url.remote(url), timeout=60)
+        result(self.controller.call(ControllerAPI.set_prometheus_url, url))
 
     def shutdown(self) -> None:
         """Stop proxies, replicas and the controller, and forget its checkpoint."""
         try:
-            ray.get(self.handle.shutdown_all.remote(), timeout=60)
+            result(self.controller.call(ControllerAPI.shutdown_all))
         finally:
             ray.kill(self.handle, no_restart=True)
 
@@ -170,8 +180,16 @@ def start_or_connect(
         max_task_retries=-1,
         max_concurrency=10_000,
     ).remote(namespace, settings)
-    ray.get(handle.ping.remote(), timeout=120)
-    return ControllerClient(handle, namespace)
+    # Ray types what `.remote()` starts as "a handle or the class itself"; it is a handle.
+    assert isinstance(handle, ActorHandle), handle
+    client = ControllerClient(handle, namespace)
+    result(client.controller.call(ControllerAPI.ping), timeout_s=120)
+    return client
+
+
+def result(ref: Awaitable[R], timeout_s: float = 60) -> R:
+    """The result of a typed handle's call (`vocabulary.actor_apis.Remote`), waited for in this thread."""
+    return ray.get(cast("ObjectRef[R]", ref), timeout=timeout_s)  # what `Remote.call` returns is Ray's ObjectRef
 
 
 def discard_checkpoint(namespace: str = DEFAULT_NAMESPACE) -> bool:

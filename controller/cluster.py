@@ -128,7 +128,7 @@ def ray_token_path(state_dir: Path) -> Path:
 
 
 def _embedded_token_auth(state_dir: Path | None) -> None:
-    from ray._raylet import AuthenticationTokenLoader, Config
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]  # compiled; not in its .pyi
 
     os.environ["RAY_AUTH_MODE"] = "token"
     if state_dir is not None:

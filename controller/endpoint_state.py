@@ -82,7 +82,7 @@ class EndpointState:
         return {name: e.model_dump(mode="json") for name, e in self._endpoints.items()}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "EndpointState":
+    def from_json(cls, data: dict[str, Any]) -> EndpointState:
         return cls({name: EndpointConfig.model_validate(item) for name, item in data.items()})
 
 

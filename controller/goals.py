@@ -137,7 +137,7 @@ class GoalTable:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "GoalTable":
+    def from_json(cls, data: dict[str, Any]) -> GoalTable:
         table = cls()
         for item in data.get("pending", []):
             goal = _goal_from(item)

@@ -118,7 +118,7 @@ class LongPollHost:
                 return {}
             try:
                 await asyncio.wait_for(self._changed.wait(), timeout=remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return {}
 
     # --- acknowledgements ---------------------------------------------------

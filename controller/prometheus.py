@@ -79,6 +79,8 @@ def _single_number(data: dict[str, Any]) -> tuple[float | None, str | None]:
         sample = result[0].get("value")
     else:
         return None, f"the query returned a {kind}, not one number"
+    if not isinstance(sample, list) or len(sample) != 2:
+        return None, "the query's sample is not a [time, value] pair"
     value = float(sample[1])
     if math.isnan(value):
         return None, "the query returned NaN (no requests to divide by?)"

@@ -20,9 +20,11 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence, cast
 
 import ray
+from ray import ObjectRef
+from ray.actor import ActorHandle
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -43,13 +45,13 @@ from controller.proxy_fleet import (
     PingProxy,
     ProxyEffect,
     ProxyRestarted,
-    ProxySpec,
     StartProxy,
     StopProxy,
 )
 from controller.ray_private import available_resources_per_node, session_dir, upload_working_dir
 from controller.secrets import SecretKeeper
 from vocabulary.configs import BackendConfig
+from vocabulary.actor_apis import ProxyAPI, Remote, ReplicaAPI
 from vocabulary.goal_api import REPLICA_CLASS
 
 __all__ = ["RayAdapter", "error_text"]
@@ -76,7 +78,7 @@ def _outcome(future: Future) -> Probe:
         answer = future.result()
     except RayActorError as err:
         return Probe(ProbeStatus.DEAD, error_text(err))
-    except Exception as err:  # the replica's own failure, or runtime_env setup
+    except Exception as err:  # noqa: BLE001 — the replica's own failure, or runtime_env setup
         return Probe(ProbeStatus.FAILED, error_text(err))
     # A proxy's ping answers its process id; other calls' answers mean nothing here.
     return Probe(ProbeStatus.OK, incarnation=answer if type(answer) is int else None)
@@ -109,14 +111,14 @@ class _Waiting:
 
 @dataclass
 class _Proxy:
-    handle: Any
+    handle: ActorHandle[Any] | None  # None: it could not even be submitted
     call: _Call  # the last ready or ping call
 
 
 class RayAdapter:
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
-        self._handles: dict[str, Any] = {}
+        self._handles: dict[str, ActorHandle[Any]] = {}
         self._starts: dict[str, _Call] = {}
         self._nodes: dict[str, str] = {}
         self._health: dict[str, _Call] = {}
@@ -198,11 +200,11 @@ class RayAdapter:
             except Exception:  # one bad effect must not stop the others
                 logger.exception("controller effect %r failed", effect)
 
-    def _apply_one(self, effect: Effect) -> None:
+    def _apply_one(self, effect: Effect | ProxyEffect) -> None:
         if isinstance(effect, StartReplica):
             try:
                 self._start(effect)
-            except Exception as err:  # e.g. a working_dir that cannot be packaged
+            except Exception as err:  # noqa: BLE001 — e.g. a working_dir that cannot be packaged
                 failed: Future = Future()
                 failed.set_exception(err)
                 self._starts[effect.actor_name] = _Call(failed, time.monotonic())
@@ -211,11 +213,11 @@ class RayAdapter:
         elif isinstance(effect, CheckHealth):
             handle = self._replica_handle(effect.actor_name)
             if handle is not None:
-                self._health[effect.actor_name] = _call(handle.check_health.remote())
+                self._health[effect.actor_name] = _call(_replica(handle).call(ReplicaAPI.check_health))
         elif isinstance(effect, Reconfigure):
             handle = self._replica_handle(effect.actor_name)
             if handle is not None:
-                handle.reconfigure.remote(effect.user_config)
+                _replica(handle).call(ReplicaAPI.reconfigure, effect.user_config)
         elif isinstance(effect, DeliverSecrets):
             handle = self._replica_handle(effect.actor_name)
             if handle is not None:
@@ -231,8 +233,8 @@ class RayAdapter:
             self._kill_proxy(effect.proxy_id)
         elif isinstance(effect, PingProxy):
             proxy = self._proxies.get(effect.proxy_id)
-            if proxy is not None:
-                proxy.call = _call(proxy.handle.ping.remote())
+            if proxy is not None and proxy.handle is not None:
+                proxy.call = _call(_proxy(proxy.handle).call(ProxyAPI.ping))
         elif isinstance(effect, ProxyRestarted):
             logger.warning(
                 "proxy %s restarted: process %d died, process %d serves (restart %d)",
@@ -330,7 +332,7 @@ class RayAdapter:
             self._kill(effect.actor_name)
             return
         self._drains[effect.actor_name] = _call(
-            handle.prepare_for_shutdown.remote(effect.graceful_timeout_s)
+            _replica(handle).call(ReplicaAPI.prepare_for_shutdown, effect.graceful_timeout_s)
         )
 
     def _kill(self, actor_name: str) -> None:
@@ -339,18 +341,18 @@ class RayAdapter:
         if handle is not None:
             try:
                 ray.kill(handle, no_restart=True)
-            except Exception:  # already gone
+            except Exception:  # noqa: BLE001 — already gone
                 pass
 
     # --- finding actors --------------------------------------------------------
 
-    def _find(self, actor_name: str) -> Any:
+    def _find(self, actor_name: str) -> ActorHandle[Any] | None:
         try:
             return ray.get_actor(actor_name, namespace=self.namespace)
         except ValueError:
             return None
 
-    def _replica_handle(self, actor_name: str) -> Any:
+    def _replica_handle(self, actor_name: str) -> ActorHandle[Any] | None:
         handle = self._handles.get(actor_name)
         if handle is None:
             handle = self._find(actor_name)
@@ -358,7 +360,7 @@ class RayAdapter:
                 self._handles[actor_name] = handle
         return handle
 
-    def handle(self, actor_name: str) -> Any:
+    def handle(self, actor_name: str) -> ActorHandle[Any] | None:
         return self._replica_handle(actor_name)
 
     def adopt(self, actor_names: set[str]) -> set[str]:
@@ -392,7 +394,7 @@ class RayAdapter:
         """Start one proxy worker; a failure to even submit it becomes its probe."""
         try:
             self._proxies[effect.proxy_id] = self._submit_proxy(effect)
-        except Exception as err:  # e.g. the proxy class cannot be imported
+        except Exception as err:  # noqa: BLE001 — e.g. the proxy class cannot be imported
             failed: Future = Future()
             failed.set_exception(err)
             self._proxies[effect.proxy_id] = _Proxy(None, _Call(failed, time.monotonic()))
@@ -421,7 +423,7 @@ class RayAdapter:
             spec.controller_name, self.namespace, node_id, spec.host, spec.port,
             metrics_port=spec.metrics_port, worker=effect.worker, shared_dir=self._shared_dir(node_id),
         )
-        return _Proxy(handle, _call(handle.ready.remote()))
+        return _Proxy(handle, _call(_proxy(handle).call(ProxyAPI.ready)))
 
     def _shared_dir(self, node_id: str) -> str:
         """Where the node's proxy workers of this namespace share their metrics (and what names their group).
@@ -436,16 +438,16 @@ class RayAdapter:
         if proxy is not None and proxy.handle is not None:
             try:
                 ray.kill(proxy.handle, no_restart=True)
-            except Exception:
+            except Exception:  # noqa: BLE001 — already gone
                 pass
 
-    def begin_proxy_shutdown(self) -> list[Any]:
+    def begin_proxy_shutdown(self) -> list[Awaitable[None]]:
         """Ask every proxy to stop serving; returns the calls to wait for."""
-        return [p.handle.shutdown.remote() for p in self._proxies.values() if p.handle is not None]
+        return [_proxy(p.handle).call(ProxyAPI.shutdown) for p in self._proxies.values() if p.handle is not None]
 
-    def begin_replica_drain(self, timeout_s: float) -> list[Any]:
+    def begin_replica_drain(self, timeout_s: float) -> list[Awaitable[None]]:
         """Ask every known replica to finish in-flight requests."""
-        return [h.prepare_for_shutdown.remote(timeout_s) for h in self._handles.values()]
+        return [_replica(h).call(ReplicaAPI.prepare_for_shutdown, timeout_s) for h in self._handles.values()]
 
     def stop_everything(self, replica_names: set[str]) -> None:
         """Shutdown: kill every proxy and replica of this namespace."""
@@ -472,8 +474,17 @@ def _replica_class() -> Any:
     return _remote_class(_load_class(REPLICA_CLASS))
 
 
-def _call(ref: Any) -> _Call:
-    return _Call(ref.future(), time.monotonic())
+def _replica(handle: ActorHandle[Any]) -> Remote[ReplicaAPI]:
+    return Remote(handle)
+
+
+def _proxy(handle: ActorHandle[Any]) -> Remote[ProxyAPI]:
+    return Remote(handle)
+
+
+def _call(ref: Awaitable[Any]) -> _Call:
+    # What `Remote.call` returns is Ray's ObjectRef, which has `future()`.
+    return _Call(cast("ObjectRef[Any]", ref).future(), time.monotonic())
 
 
 def _settle(outer: Future, done: Future) -> None:

@@ -26,7 +26,7 @@ class RequestTotals(BaseModel):
     totals: dict[str, RequestStats] = Field(default_factory=dict)  # backend -> all requests counted
     last: dict[str, dict[str, RequestStats]] = Field(default_factory=dict)  # proxy -> backend -> last report
 
-    def absorb(self, proxy: str, report: Mapping[str, RequestStats]) -> "RequestTotals":
+    def absorb(self, proxy: str, report: Mapping[str, RequestStats]) -> RequestTotals:
         earlier = self.last.get(proxy, {})
         totals = dict(self.totals)
         for backend, stats in report.items():

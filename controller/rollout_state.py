@@ -3,8 +3,9 @@
 The controller's holder of rollouts, beside `EndpointState` (which keeps the
 split git asked for). `on_endpoint` is called when an endpoint's config is
 set, `record` with each proxy's request counts, `record_readings` with
-Prometheus' answers to `due_queries`, `tick` on every control-loop tick; `served` is what the proxies get: the endpoint's config with the
-rollout's current weights in place of git's split. State crosses restarts
+Prometheus' answers to `due_queries`, `tick` on every control-loop tick;
+`served` is what the proxies get: the endpoint's config with the rollout's
+current weights in place of git's split. State crosses restarts
 through `to_json`/`from_json` in the controller's checkpoint, so a step in
 progress goes on where it was (PromQL readings are not kept: a restarted
 controller asks again). Transitions are `controller.rollouts`'; no
@@ -114,7 +115,7 @@ class RolloutState:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> "RolloutState":
+    def from_json(cls, data: Mapping[str, Any] | None) -> RolloutState:
         data = data or {}
         counts = (CheckCount.model_validate(item) for item in data.get("checks", []))
         return cls(

@@ -13,7 +13,7 @@ without Ray; nothing here is used in production.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Awaitable, Sequence
 
 from controller.backend_state import (
     Effect,
@@ -138,13 +138,13 @@ class FakeAdapter:
         self.alive -= set(leaked)
         return leaked
 
-    def handle(self, actor_name: str) -> Any:
+    def handle(self, actor_name: str) -> object:
         return None
 
-    def begin_proxy_shutdown(self) -> list[Any]:
+    def begin_proxy_shutdown(self) -> list[Awaitable[None]]:
         return []
 
-    def begin_replica_drain(self, timeout_s: float) -> list[Any]:
+    def begin_replica_drain(self, timeout_s: float) -> list[Awaitable[None]]:
         return []
 
     def stop_everything(self, replica_names: set[str]) -> None:

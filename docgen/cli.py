@@ -19,12 +19,14 @@ def render_cli(parser: argparse.ArgumentParser) -> str:
         "",
         "| command | what |",
         "| --- | --- |",
-        *(f"| [`{parser.prog} {name}`](#{parser.prog}-{name}) | {sub.description} |" for name, sub in _subcommands(parser).items()),
+        *(f"| [`{parser.prog} {name}`](#{parser.prog}-{name}) | {sub.description} |"
+          for name, sub in _subcommands(parser).items()),
         "",
         "`gitops --version` prints the installed version; `gitops COMMAND --help` prints what follows.",
     ]
     for name, sub in _subcommands(parser).items():
-        lines += ["", f"## {parser.prog} {name}", "", f"{sub.description[0].upper()}{sub.description[1:]}.", "", "```", _usage(sub), "```"]
+        about = sub.description or ""
+        lines += ["", f"## {parser.prog} {name}", "", f"{about[:1].upper()}{about[1:]}.", "", "```", _usage(sub), "```"]
         rows = [_row(action) for action in sub._actions if not isinstance(action, argparse._HelpAction)]
         if rows:
             lines += ["", "| argument | what | default |", "| --- | --- | --- |", *rows]

@@ -68,7 +68,8 @@ def metric_rows(registry: CollectorRegistry) -> list[MetricRow]:
     # collector's label names are not part of its described families.
     for collector in registry._collector_to_names:
         labels = tuple(getattr(collector, "_labelnames", ()))
-        for family in collector.describe():
+        describe = getattr(collector, "describe", collector.collect)  # as the registry falls back
+        for family in describe():
             name = family.name + ("_total" if family.type == "counter" else "")
             rows.append(MetricRow(name, family.type, labels, family.documentation))
     return sorted(rows)

@@ -97,7 +97,7 @@ max = 0.01
 
 [secrets.db]
 file = "secrets/db.age"
-"""
+"""  # noqa: E501 — a PromQL query, one line as a user writes it
 
 
 def render_spec() -> str:
@@ -203,7 +203,7 @@ def _submodel(annotation: Any) -> type[BaseModel] | None:
 def _resolve(prop: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
     """The property without `null` alternatives and `$ref`s (a model field's own keys win)."""
     options = [p for p in prop.get("anyOf", [prop]) if p.get("type") != "null"]
-    resolved = dict(options[0]) if len(options) == 1 else {"anyOf": options}
+    resolved: dict[str, Any] = dict(options[0]) if len(options) == 1 else {"anyOf": options}
     if "$ref" in resolved:
         resolved = {**schema["$defs"][resolved.pop("$ref").rsplit("/", 1)[1]], **resolved}
     for key in ("description", "examples"):
@@ -222,7 +222,7 @@ def _type(prop: dict[str, Any]) -> str:
     if kind == "object":
         values = prop.get("additionalProperties")
         return f"table of {_type(values)}s" if isinstance(values, dict) and values else "table"
-    return {"integer": "integer", "number": "number", "string": "string", "boolean": "boolean"}.get(kind, "any")
+    return {"integer": "integer", "number": "number", "string": "string", "boolean": "boolean"}.get(str(kind), "any")
 
 
 _BOUNDS = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))

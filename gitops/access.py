@@ -53,7 +53,7 @@ class AccessPolicy:
     hosts: frozenset[str]
 
     @classmethod
-    def build(cls, token: bytes | None, bound_host: str, extra_hosts: Iterable[str] = ()) -> "AccessPolicy":
+    def build(cls, token: bytes | None, bound_host: str, extra_hosts: Iterable[str] = ()) -> AccessPolicy:
         """Loopback names, the bound address unless a wildcard, and `extra_hosts`."""
         hosts = set(LOOPBACK_NAMES) | {_bare(host) for host in extra_hosts if host.strip()}
         if bound_host not in _WILDCARDS:

@@ -268,7 +268,11 @@ class Agent:
         if not self._settings.watch or refs_dir is None:
             return None
         loop = asyncio.get_running_loop()
-        watcher = RefWatcher(refs_dir, lambda: loop.call_soon_threadsafe(self.notify, Trigger.WATCH))
+
+        def on_change() -> None:
+            loop.call_soon_threadsafe(self.notify, Trigger.WATCH)
+
+        watcher = RefWatcher(refs_dir, on_change)
         watcher.start()
         return watcher
 

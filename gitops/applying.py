@@ -255,9 +255,9 @@ class _Run:
     async def _call(self, action: Action) -> str:
         try:
             if action.kind in (ActionKind.CREATE_BACKEND, ActionKind.UPDATE_BACKEND):
-                return await self._client.apply_backend(action.backend)
+                return await self._client.apply_backend(action.backend_config())
             if action.kind in (ActionKind.CREATE_ENDPOINT, ActionKind.UPDATE_ENDPOINT):
-                return await self._client.apply_endpoint(action.endpoint)
+                return await self._client.apply_endpoint(action.endpoint_config())
             if action.kind is ActionKind.DELETE_ENDPOINT:
                 return await self._client.delete_endpoint(action.name)
             return await self._client.delete_backend(action.name)

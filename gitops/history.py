@@ -95,7 +95,7 @@ class History:
             self._db.execute(
                 "DELETE FROM attempts WHERE id <= ? AND id IS NOT ("
                 " SELECT MAX(id) FROM attempts WHERE result IN ('applied', 'noop'))",
-                (cursor.lastrowid - self._keep,),
+                ((cursor.lastrowid or 0) - self._keep,),  # an INSERT always sets lastrowid
             )
         return HistoryEntry(**{**asdict(entry), "errors": entry.errors, "id": cursor.lastrowid})
 

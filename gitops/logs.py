@@ -29,7 +29,7 @@ import json
 import logging
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any, MutableMapping, TextIO
 
 from gitops.printable import printable, printable_json
@@ -64,7 +64,7 @@ def event_fields(record: logging.LogRecord) -> dict[str, Any]:
 
 
 def _timestamp(record: logging.LogRecord) -> str:
-    moment = datetime.fromtimestamp(record.created, tz=timezone.utc)
+    moment = datetime.fromtimestamp(record.created, tz=UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -83,7 +83,7 @@ class TextFormatter(logging.Formatter):
 
 def _exception(formatter: logging.Formatter, record: logging.LogRecord) -> str:
     # The text `RedactingFilter` left, else the exception formatted here.
-    return record.exc_text or formatter.formatException(record.exc_info)  # type: ignore[arg-type]
+    return record.exc_text or formatter.formatException(record.exc_info)  # type: ignore[arg-type]  # exc_info is set whenever exc_text is not
 
 
 def _clock(record: logging.LogRecord) -> str:

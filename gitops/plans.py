@@ -89,6 +89,18 @@ class Action(BaseModel):
     reason: str = ""
     after: tuple[str, ...] = ()
 
+    def backend_config(self) -> BackendConfig:
+        """The config a backend create or update carries (ValueError if it carries none)."""
+        if self.backend is None:
+            raise ValueError(f"{self.kind.value} {self.name}: the action carries no backend config")
+        return self.backend
+
+    def endpoint_config(self) -> EndpointConfig:
+        """The config an endpoint create or update carries (ValueError if it carries none)."""
+        if self.endpoint is None:
+            raise ValueError(f"{self.kind.value} {self.name}: the action carries no endpoint config")
+        return self.endpoint
+
     def headline(self) -> str:
         """`+ backend echo-v2`, `~ backend echo-v1 (restart)`, `- endpoint old`."""
         line = f"{_SYMBOLS[self.kind.verb]} {self.kind.noun} {self.name}"

@@ -57,7 +57,7 @@ class Quarantine:
         return {"good": self.good, "held": sorted(self.held), "reason": self.reason.value, "detail": self.detail}
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> "Quarantine":
+    def from_json(cls, data: dict[str, object]) -> Quarantine:
         held = data.get("held", [])
         return cls(
             good=str(data["good"]),

@@ -33,9 +33,9 @@ def apply_action(state: ServingState, action: Action) -> ServingState:
     backends = dict(state.backends)
     endpoints = dict(state.endpoints)
     if action.kind in (ActionKind.CREATE_BACKEND, ActionKind.UPDATE_BACKEND):
-        backends[action.name] = action.backend
+        backends[action.name] = action.backend_config()
     elif action.kind in (ActionKind.CREATE_ENDPOINT, ActionKind.UPDATE_ENDPOINT):
-        endpoints[action.name] = action.endpoint
+        endpoints[action.name] = action.endpoint_config()
     elif action.kind is ActionKind.DELETE_BACKEND:
         del backends[action.name]
     else:

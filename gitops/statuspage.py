@@ -279,7 +279,7 @@ refresh();
 </script>
 </body>
 </html>
-"""
+"""  # noqa: E501 — the page's CSS and JavaScript, a line per rule
 
 
 def render_page(refresh_s: float = REFRESH_S, commit_url_template: str | None = None) -> str:

@@ -232,7 +232,7 @@ class _WebSockets:
 
     def take(self, transport: asyncio.Transport, request: bytes) -> None:
         assert self.config.ws_protocol_class is not None
-        protocol = self.config.ws_protocol_class(  # type: ignore[call-arg]
+        protocol = self.config.ws_protocol_class(  # type: ignore[call-arg]  # uvicorn's typed signature lacks the keywords its classes take
             config=self.config, server_state=self.state, app_state={}
         )
         protocol.connection_made(transport)
@@ -251,7 +251,7 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpRequestParser(self)
         # Answer a pipelined request that follows `Connection: close` rather than failing the parse.
         self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
-        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made, before any other call
         self.local: tuple[str, int] | None = None
         self.peer: tuple[str, int] | None = None
         # Per request being parsed.
@@ -286,7 +286,7 @@ class _Connection(asyncio.Protocol):
     # --- asyncio.Protocol ---------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transport is no asyncio.Transport subclass
         connections = self.server.connections
         connections.add(self)
         self.over_cap = len(connections) > self.limits.max_connections
@@ -614,7 +614,7 @@ class _Exchange:
                 logger.error("ASGI callable returned without completing response.")
                 self._fail()
         finally:
-            self.conn.server.tasks.discard(self.task)  # type: ignore[arg-type]
+            self.conn.server.tasks.discard(self.task)
 
     def _fail(self) -> None:
         """A 500 if nothing of the answer went out yet; otherwise the connection is closed mid-answer."""

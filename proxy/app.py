@@ -147,7 +147,7 @@ class ProxyApp:
         """`mismatches`: where shadow mismatches are kept and answered from (default: this process's memory)."""
         self._caller = caller
         self._settings = settings
-        self._rng = rng or random.Random()
+        self._rng: Random = rng or random.Random()
         self._recorder = recorder or NullRecorder()
         self._snapshot = Snapshot()
         # Until its first complete route table arrives a proxy (new, or
@@ -262,7 +262,7 @@ class ProxyApp:
             primary.set_result((status, headers, payload))
 
     async def _stream(
-        self, streaming: "_Streaming", served: ServedEndpoint, backend: str, started: float, receive: Receive,
+        self, streaming: _Streaming, served: ServedEndpoint, backend: str, started: float, receive: Receive,
         send: Send,
     ) -> None:
         start = streaming.start
@@ -286,7 +286,7 @@ class ProxyApp:
 
     async def _forward(
         self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float
-    ) -> "WireResponse | _Streaming":
+    ) -> WireResponse | _Streaming:
         """The replica's answer, retried once on another replica for GET and HEAD when
         the first died; the endpoint's deadline is held by the caller's `RunningCalls.enter`."""
         if pool is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, AsyncGenerator, Protocol
 
+from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.wire import StreamStart, WireRequest, WireResponse
 
 __all__ = ["Batching", "Caller", "ReplicaCaller", "StreamCaller", "ReplicaDiedError", "HandlerError"]
@@ -42,7 +43,7 @@ class HandlerError(Exception):
 
 class ReplicaCaller(Protocol):
     async def call(
-        self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching | None = None
+        self, handle: ReplicaHandle, request: WireRequest, timeout_s: float, batching: Batching | None = None
     ) -> WireResponse | StreamStart:
         """Run `request` on the replica behind `handle`, for at most `timeout_s`;
         with `batching`, as one of a list its handler receives in one call.
@@ -56,18 +57,18 @@ class ReplicaCaller(Protocol):
 class StreamCaller(Protocol):
     """What streaming answers and WebSockets need beyond `ReplicaCaller`."""
 
-    def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
+    def stream(self, handle: ReplicaHandle, start: StreamStart) -> AsyncGenerator[bytes, None]:
         """The chunks after `start.first_chunk`; closing the iterator early
         cancels the replica's generator. Raises `ReplicaDiedError`, `HandlerError`."""
 
-    def discard(self, handle: Any, start: StreamStart) -> None:
+    def discard(self, handle: ReplicaHandle, start: StreamStart) -> None:
         """Let a stream go unread (fire and forget)."""
 
-    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+    def open_socket(self, handle: ReplicaHandle, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
         """What the app sends on WebSocket `socket_id`; closing it early stops
         the app. Raises `ReplicaDiedError`, `HandlerError`."""
 
-    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
+    async def push(self, handle: ReplicaHandle, socket_id: str, message: dict[str, Any]) -> bool:
         """One message from the client; False when the replica no longer holds the socket."""
 
 

@@ -34,27 +34,28 @@ tests. No Ray here.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Awaitable, Callable, Protocol
 
 from proxy.calling import Batching, HandlerError, ReplicaDiedError
+from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, WireRequest
 
 __all__ = ["Transport", "Coalescer"]
 
 
 class Transport(Protocol):
-    def at_once(self, handle: Any, request: WireRequest) -> Awaitable[Reply] | None:
+    def at_once(self, handle: ReplicaHandle, request: WireRequest) -> Awaitable[Reply] | None:
         """The call of `request`, sent at once, when a call to this replica costs
         too little to be worth holding back for a batch (a frame connection, not
         a Ray call); None: let the coalescer decide."""
 
-    async def one(self, handle: Any, request: WireRequest) -> Reply:
+    async def one(self, handle: ReplicaHandle, request: WireRequest) -> Reply:
         """One request; raises ReplicaDiedError or HandlerError; cancellable."""
 
-    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         """Many requests in one call; raises ReplicaDiedError."""
 
-    async def together(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def together(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         """Many requests in one call of a batched handler; raises ReplicaDiedError."""
 
 
@@ -108,12 +109,12 @@ class Coalescer:
         self._max_calls = max_calls
         self._window_s = window_s
         self._observe_batch = observe_batch or _ignore_batch
-        self._outboxes: dict[Any, _Outbox] = {}
-        self._gatherings: dict[Any, _Gathering] = {}
+        self._outboxes: dict[ReplicaHandle, _Outbox] = {}
+        self._gatherings: dict[ReplicaHandle, _Gathering] = {}
         self._batches: set[asyncio.Task[None]] = set()
 
     async def call(
-        self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching | None = None
+        self, handle: ReplicaHandle, request: WireRequest, timeout_s: float, batching: Batching | None = None
     ) -> Reply:
         if batching is not None:
             return await self._gather(handle, request, timeout_s, batching)
@@ -137,7 +138,7 @@ class Coalescer:
         # Cancelling the await cancels the future; a batch skips cancelled ones.
         return await future
 
-    def _start(self, handle: Any, outbox: _Outbox) -> _Call:
+    def _start(self, handle: ReplicaHandle, outbox: _Outbox) -> _Call:
         outbox.calls += 1
         outbox.fresh += 1
         call = _Call()
@@ -146,13 +147,13 @@ class Coalescer:
         call.timer = asyncio.get_running_loop().call_later(self._window_s, self._age, handle, outbox, call)
         return call
 
-    def _age(self, handle: Any, outbox: _Outbox, call: _Call) -> None:
+    def _age(self, handle: ReplicaHandle, outbox: _Outbox, call: _Call) -> None:
         if call.fresh:
             call.fresh = False
             outbox.fresh -= 1
             self._flush(handle, outbox)
 
-    def _finish(self, handle: Any, outbox: _Outbox, call: _Call) -> None:
+    def _finish(self, handle: ReplicaHandle, outbox: _Outbox, call: _Call) -> None:
         outbox.calls -= 1
         if call.fresh:
             call.fresh = False
@@ -161,7 +162,7 @@ class Coalescer:
                 call.timer.cancel()
         self._flush(handle, outbox)
 
-    def _flush(self, handle: Any, outbox: _Outbox) -> None:
+    def _flush(self, handle: ReplicaHandle, outbox: _Outbox) -> None:
         """Send whatever waits if a call may start, or forget an idle replica."""
         if outbox.fresh >= self._max_calls:
             return
@@ -178,7 +179,7 @@ class Coalescer:
 
     async def _send_batch(
         self,
-        handle: Any,
+        handle: ReplicaHandle,
         outbox: _Outbox,
         call: _Call,
         waiting: list[_Waiting],
@@ -190,7 +191,7 @@ class Coalescer:
 
     # --- batched backends -------------------------------------------------------
 
-    async def _gather(self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching) -> Reply:
+    async def _gather(self, handle: ReplicaHandle, request: WireRequest, timeout_s: float, batching: Batching) -> Reply:
         gathering = self._gatherings.get(handle)
         if gathering is None:
             gathering = self._gatherings[handle] = _Gathering()
@@ -204,7 +205,7 @@ class Coalescer:
         # Cancelling the await cancels the future; a batch skips cancelled ones.
         return await future
 
-    def _send_gathered(self, handle: Any, gathering: _Gathering, batching: Batching) -> None:
+    def _send_gathered(self, handle: ReplicaHandle, gathering: _Gathering, batching: Batching) -> None:
         """Send full batches now; what is left waits for a new timer."""
         if gathering.timer is not None:
             gathering.timer.cancel()
@@ -228,8 +229,8 @@ class Coalescer:
 
     async def _deliver(
         self,
-        send: Callable[[Any, list[BatchItem]], Any],
-        handle: Any,
+        send: Callable[[ReplicaHandle, list[BatchItem]], Awaitable[list[BatchResult]]],
+        handle: ReplicaHandle,
         waiting: list[_Waiting],
     ) -> None:
         now = asyncio.get_running_loop().time()

@@ -8,9 +8,9 @@ in a worker thread, never on the event loop.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
-
 import ray
+
+from vocabulary.actor_apis import ControllerAPI, Remote
 
 __all__ = ["ControllerLink"]
 
@@ -19,9 +19,9 @@ class ControllerLink:
     def __init__(self, name: str, namespace: str) -> None:
         self.name = name
         self._namespace = namespace
-        self._handle: Any = None
+        self._handle: Remote[ControllerAPI] | None = None
 
-    async def get(self) -> Any:
+    async def get(self) -> Remote[ControllerAPI]:
         """The controller's actor handle; raises ValueError while it does not exist."""
         if self._handle is None:
             loop = asyncio.get_running_loop()
@@ -32,5 +32,5 @@ class ControllerLink:
         """After a failed call: look the controller up again next time."""
         self._handle = None
 
-    def _lookup(self) -> Any:
-        return ray.get_actor(self.name, namespace=self._namespace)
+    def _lookup(self) -> Remote[ControllerAPI]:
+        return Remote(ray.get_actor(self.name, namespace=self._namespace))

@@ -15,6 +15,7 @@ import logging
 from typing import Callable
 
 from proxy.controller_link import ControllerLink
+from vocabulary.actor_apis import ControllerAPI
 from vocabulary.request_stats import RequestStats
 
 __all__ = ["report_load_forever"]
@@ -40,7 +41,7 @@ async def report_load_forever(
         counted = {backend: stats.model_dump(mode="json") for backend, stats in requests().items()}
         try:
             controller = await link.get()
-            await controller.report_load.remote(proxy_id, report, counted)
+            await controller.call(ControllerAPI.report_load, proxy_id, report, counted)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001 — reporting must never stop serving

@@ -19,6 +19,7 @@ from proxy.snapshot import Snapshot
 from proxy.controller_link import ControllerLink
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions
+from vocabulary.actor_apis import ControllerAPI
 
 __all__ = ["LongPollClient"]
 
@@ -64,6 +65,6 @@ class LongPollClient:
     async def _poll_once(self) -> None:
         controller = await self._link.get()
         keys = self._subscriptions.keys_to_snapshot_ids()
-        updates = await controller.listen_for_change.remote(keys, proxy_id=self._proxy_id)
+        updates = await controller.call(ControllerAPI.listen_for_change, keys, proxy_id=self._proxy_id)
         if updates:
             self._install(self._subscriptions.apply(updates))

@@ -406,7 +406,7 @@ class ProxyMetrics:
         """
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
-        class Server(_SharedPortServer if self._shared is not None else ThreadingWSGIServer):  # type: ignore[misc]
+        class Server(_SharedPortServer if self._shared is not None else ThreadingWSGIServer):  # type: ignore[misc]  # a base chosen at run time
             address_family = family
 
         try:

@@ -25,49 +25,58 @@ frames instead (`SocketTransport` is the `StreamCaller` then, with
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncGenerator, Callable, Coroutine
+from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, TypeVar, cast
 
 import ray
+from ray import ObjectRef, ObjectRefGenerator
 from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
 
 from proxy.calling import Batching, HandlerError, ReplicaDiedError, StreamCaller
 from proxy.coalescing import Coalescer, Transport
 from proxy.socketcalls import Address, SocketTransport
+from vocabulary.actor_apis import ReplicaAPI, ReplicaHandle
 from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, WireResponse
 
 __all__ = ["RayCaller", "RayTransport", "RayStreams"]
 
+T = TypeVar("T")
+
+
+def _object_ref(ref: Awaitable[T]) -> ObjectRef[T]:
+    """What `Remote.call` returns, as Ray's type: it is Ray's ObjectRef."""
+    return cast("ObjectRef[T]", ref)
+
 
 class RayTransport:
-    def at_once(self, handle: Any, request: WireRequest) -> None:
+    def at_once(self, handle: ReplicaHandle, request: WireRequest) -> None:
         return None  # a Ray call costs far more than a request: coalesce under load
 
-    async def one(self, handle: Any, request: WireRequest) -> WireResponse | StreamStart:
-        ref = handle.handle_request.remote(request)
+    async def one(self, handle: ReplicaHandle, request: WireRequest) -> WireResponse | StreamStart:
+        ref = handle.call(ReplicaAPI.handle_request, request)
         try:
             return await ref
         except asyncio.CancelledError:
-            ray.cancel(ref)
+            ray.cancel(_object_ref(ref))
             raise
         except (RayActorError, ActorUnschedulableError) as error:
             raise ReplicaDiedError(str(error)) from None
         except RayTaskError as error:
             raise HandlerError(str(error)) from None
 
-    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         try:
-            return await handle.handle_batch.remote(items)
+            return await handle.call(ReplicaAPI.handle_batch, items)
         except (RayActorError, ActorUnschedulableError) as error:
             raise ReplicaDiedError(str(error)) from None
 
-    async def together(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def together(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         try:
-            return await handle.handle_together.remote(items)
+            return await handle.call(ReplicaAPI.handle_together, items)
         except (RayActorError, ActorUnschedulableError) as error:
             raise ReplicaDiedError(str(error)) from None
 
 
-async def _generated(generator: Any) -> AsyncGenerator[Any, None]:
+async def _generated(generator: AsyncIterator[Awaitable[T]]) -> AsyncGenerator[T, None]:
     """The values of a Ray streaming generator; leaving early cancels it on the replica."""
     finished = False
     try:
@@ -82,12 +91,12 @@ async def _generated(generator: Any) -> AsyncGenerator[Any, None]:
         raise HandlerError(str(error)) from None
     finally:
         if not finished:
-            ray.cancel(generator)
+            ray.cancel(cast(ObjectRefGenerator, generator))  # what `Remote.stream` returns
 
 
-async def _data_address(handle: Any, node: str) -> Address:
+async def _data_address(handle: ReplicaHandle, node: str) -> Address:
     """The replica's data address, asked for a proxy on `node` (another node's opens its TCP listener)."""
-    return await handle.data_address.remote(node)
+    return await handle.call(ReplicaAPI.data_address, node)
 
 
 def _local_node() -> str:
@@ -97,18 +106,18 @@ def _local_node() -> str:
 class RayStreams:
     """A `StreamCaller` over the replica's Ray methods."""
 
-    def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
-        return _generated(handle.stream.remote(start.stream_id))
+    def stream(self, handle: ReplicaHandle, start: StreamStart) -> AsyncGenerator[bytes, None]:
+        return _generated(handle.stream(ReplicaAPI.stream, start.stream_id))
 
-    def discard(self, handle: Any, start: StreamStart) -> None:
-        handle.close_stream.remote(start.stream_id)
+    def discard(self, handle: ReplicaHandle, start: StreamStart) -> None:
+        handle.call(ReplicaAPI.close_stream, start.stream_id)
 
-    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
-        return _generated(handle.socket.remote(socket_id, request))
+    def open_socket(self, handle: ReplicaHandle, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+        return _generated(handle.stream(ReplicaAPI.socket, socket_id, request))
 
-    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
+    async def push(self, handle: ReplicaHandle, socket_id: str, message: dict[str, Any]) -> bool:
         try:
-            return bool(await handle.socket_message.remote(socket_id, message))
+            return bool(await handle.call(ReplicaAPI.socket_message, socket_id, message))
         except (RayActorError, ActorUnschedulableError) as error:
             raise ReplicaDiedError(str(error)) from None
 
@@ -134,19 +143,19 @@ class RayCaller:
         self._coalescer = Coalescer(transport, max_calls_per_replica, coalesce_window_s, observe_batch)
 
     def call(
-        self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching | None = None
+        self, handle: ReplicaHandle, request: WireRequest, timeout_s: float, batching: Batching | None = None
     ) -> Coroutine[Any, Any, WireResponse | StreamStart]:
         # The coalescer's own coroutine, not one wrapped around it: one layer less per request.
         return self._coalescer.call(handle, request, timeout_s, batching)
 
-    def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
+    def stream(self, handle: ReplicaHandle, start: StreamStart) -> AsyncGenerator[bytes, None]:
         return self._streams.stream(handle, start)
 
-    def discard(self, handle: Any, start: StreamStart) -> None:
+    def discard(self, handle: ReplicaHandle, start: StreamStart) -> None:
         self._streams.discard(handle, start)
 
-    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+    def open_socket(self, handle: ReplicaHandle, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
         return self._streams.open_socket(handle, socket_id, request)
 
-    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
+    async def push(self, handle: ReplicaHandle, socket_id: str, message: dict[str, Any]) -> bool:
         return await self._streams.push(handle, socket_id, message)

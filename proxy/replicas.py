@@ -20,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from proxy.calling import Batching
 from vocabulary.choosing import Admission, Random, admit, pick_replica
+from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.configs import BatchingConfig
 
 __all__ = ["ReplicaSlot", "ReplicaPool", "NoReplicaError", "QueueFullError"]
@@ -47,7 +48,7 @@ class ReplicaSlot:
 
     __slots__ = ("replica_id", "handle", "in_flight")
 
-    def __init__(self, replica_id: str, handle: Any) -> None:
+    def __init__(self, replica_id: str, handle: ReplicaHandle) -> None:
         self.replica_id = replica_id
         self.handle = handle
         self.in_flight = 0
@@ -98,7 +99,7 @@ class ReplicaPool:
     def update(
         self,
         max_concurrent: int,
-        replicas: Iterable[tuple[str, Any]],
+        replicas: Iterable[tuple[str, ReplicaHandle]],
         batching: BatchingConfig | None = None,
         cold_start_s: float | None = None,
     ) -> None:

@@ -37,7 +37,7 @@ class Route:
     allow: str
 
     @classmethod
-    def build(cls, prefix: str, methods: Iterable[str], endpoint: str) -> "Route":
+    def build(cls, prefix: str, methods: Iterable[str], endpoint: str) -> Route:
         allowed = {m.upper() for m in methods}
         # A route that serves GET also answers HEAD, as every HTTP server does.
         if "GET" in allowed:
@@ -50,7 +50,7 @@ class RouteIndex:
     by_prefix: dict[str, Route] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, routes: Iterable[Route]) -> "RouteIndex":
+    def build(cls, routes: Iterable[Route]) -> RouteIndex:
         return cls({route.prefix: route for route in routes})
 
 

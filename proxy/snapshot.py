@@ -36,7 +36,7 @@ class ServedEndpoint:
     shadow_values: bool = False  # mismatches show values (else JSON paths and types)
 
     @classmethod
-    def from_config(cls, config: EndpointConfig) -> "ServedEndpoint":
+    def from_config(cls, config: EndpointConfig) -> ServedEndpoint:
         return cls(
             config.name,
             WeightedChoice.from_weights(config.traffic),

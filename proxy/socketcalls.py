@@ -69,6 +69,7 @@ from vocabulary.frames import (
 )
 from vocabulary.handshake import DataAddress, Handshake, HandshakeError, Role
 from vocabulary.peers import peer_allowed, peer_uid, set_nodelay
+from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.wire import BatchItem, BatchResult, Reply, StreamStart, WireRequest
 
 __all__ = ["Address", "SocketTransport", "FramedConnection", "connect", "connect_tcp"]
@@ -233,7 +234,7 @@ class FramedConnection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
         if self._handshake is not None:
             set_nodelay(transport.get_extra_info("socket"))
-            transport.write(self._handshake.greeting())  # type: ignore[attr-defined]
+            transport.write(self._handshake.greeting())  # type: ignore[attr-defined]  # uvloop's: a WriteTransport
 
     def data_received(self, data: bytes) -> None:
         if self._handshake is not None:
@@ -385,16 +386,16 @@ class _NoStreams:
     def _none(self) -> ReplicaDiedError:
         return ReplicaDiedError("no data socket connection to this replica, and no other way to stream")
 
-    def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
+    def stream(self, handle: ReplicaHandle, start: StreamStart) -> AsyncGenerator[bytes, None]:
         raise self._none()
 
-    def discard(self, handle: Any, start: StreamStart) -> None:
+    def discard(self, handle: ReplicaHandle, start: StreamStart) -> None:
         pass
 
-    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+    def open_socket(self, handle: ReplicaHandle, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
         raise self._none()
 
-    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
+    async def push(self, handle: ReplicaHandle, socket_id: str, message: dict[str, Any]) -> bool:
         raise self._none()
 
 
@@ -407,7 +408,7 @@ class SocketTransport:
         self,
         fallback: Transport,
         local_node: Callable[[], str],
-        ask_address: Callable[[Any], Awaitable[Address]],
+        ask_address: Callable[[ReplicaHandle], Awaitable[Address]],
         max_frame: int = MAX_FRAME_BYTES,
         streams: StreamCaller | None = None,
         window: Window = Window(),
@@ -424,9 +425,9 @@ class SocketTransport:
         self._ask_address = ask_address
         self._max_frame = max_frame
         # Forgotten with the handle: a replica that left leaves no entry behind.
-        self._routes: weakref.WeakKeyDictionary[Any, _Route] = weakref.WeakKeyDictionary()
+        self._routes: weakref.WeakKeyDictionary[ReplicaHandle, _Route] = weakref.WeakKeyDictionary()
 
-    def at_once(self, handle: Any, request: WireRequest) -> Awaitable[Reply] | None:
+    def at_once(self, handle: ReplicaHandle, request: WireRequest) -> Awaitable[Reply] | None:
         """The call over the replica's open connection (or over Ray when it is too
         large for a frame); None when there is no connection."""
         connection = self._connection(handle)
@@ -435,21 +436,21 @@ class SocketTransport:
         framed = connection.frame(Kind.REQUEST, request)
         return self._fallback.one(handle, request) if framed is None else connection.send(*framed)
 
-    async def one(self, handle: Any, request: WireRequest) -> Reply:
+    async def one(self, handle: ReplicaHandle, request: WireRequest) -> Reply:
         sent = self.at_once(handle, request)
         return await (sent if sent is not None else self._fallback.one(handle, request))
 
-    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         return await self._many(Kind.BATCH, self._fallback.batch, handle, items)
 
-    async def together(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def together(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         return await self._many(Kind.TOGETHER, self._fallback.together, handle, items)
 
     async def _many(
         self,
         kind: Kind,
         fallback: Callable[[Any, list[BatchItem]], Awaitable[list[BatchResult]]],
-        handle: Any,
+        handle: ReplicaHandle,
         items: list[BatchItem],
     ) -> list[BatchResult]:
         connection = self._connection(handle)
@@ -465,7 +466,7 @@ class SocketTransport:
 
     # --- StreamCaller ---------------------------------------------------------
 
-    def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
+    def stream(self, handle: ReplicaHandle, start: StreamStart) -> AsyncGenerator[bytes, None]:
         connection = self._connection(handle)
         if connection is not None:
             framed = connection.frame(Kind.STREAM, Opening(start.stream_id, self._window))
@@ -473,12 +474,12 @@ class SocketTransport:
                 return connection.items(*framed, self._window)
         return self._streams.stream(handle, start)
 
-    def discard(self, handle: Any, start: StreamStart) -> None:
+    def discard(self, handle: ReplicaHandle, start: StreamStart) -> None:
         connection = self._connection(handle)
         if connection is None or not connection.tell(Kind.DISCARD, start.stream_id):
             self._streams.discard(handle, start)
 
-    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+    def open_socket(self, handle: ReplicaHandle, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
         connection = self._connection(handle)
         if connection is not None:
             framed = connection.frame(Kind.SOCKET, Opening((socket_id, request), self._window))
@@ -486,7 +487,7 @@ class SocketTransport:
                 return connection.items(*framed, self._window)
         return self._streams.open_socket(handle, socket_id, request)
 
-    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
+    async def push(self, handle: ReplicaHandle, socket_id: str, message: dict[str, Any]) -> bool:
         connection = self._connection(handle)
         if connection is not None:
             framed = connection.frame(Kind.PUSH, (socket_id, message))
@@ -494,12 +495,12 @@ class SocketTransport:
                 return bool(await connection.send(*framed))
         return await self._streams.push(handle, socket_id, message)
 
-    def via(self, handle: Any) -> str | None:
+    def via(self, handle: ReplicaHandle) -> str | None:
         """How `handle`'s replica is called now: "unix", "tcp", or None (the fallback)."""
         connection = self._connection(handle)
         return None if connection is None else connection.via
 
-    def _connection(self, handle: Any) -> FramedConnection | None:
+    def _connection(self, handle: ReplicaHandle) -> FramedConnection | None:
         """The open connection to `handle`'s replica; None means: call it over the fallback."""
         route = self._routes.get(handle)
         if route is None:
@@ -526,7 +527,7 @@ class SocketTransport:
         route.retry_at = self._clock() + min(_BACKOFF_FIRST_S * 2**route.failures, _BACKOFF_MAX_S)
         route.failures += 1
 
-    async def _discover(self, handle: Any, route: _Route) -> None:
+    async def _discover(self, handle: ReplicaHandle, route: _Route) -> None:
         """Ask where the replica serves frames and connect: to its Unix socket
         on our node, over TCP from another; a failed connection is tried again
         after a back-off, a replica without a way in stays on Ray."""
@@ -567,7 +568,7 @@ class SocketTransport:
         finally:
             route.asking = None
 
-    async def settled(self, handle: Any) -> bool:
+    async def settled(self, handle: ReplicaHandle) -> bool:
         """Once it is known how `handle`'s replica is called: True for frames.
         (Calls never wait for this; tests and diagnostics do.)"""
         self._connection(handle)

@@ -46,6 +46,7 @@ from proxy.replicas import NoReplicaError, QueueFullError
 from proxy.request_stats import RequestCounter
 from proxy.routing import Resolution, normalise_path, resolve
 from proxy.snapshot import Snapshot
+from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.choosing import Random
 from vocabulary.wire import WireRequest, with_root_path
 
@@ -161,7 +162,7 @@ class SocketCarrier:
         if code != CLIENT_LEFT:
             self._counts.record_session(backend, code)
 
-    async def _pump(self, handle: Any, request: WireRequest, receive: Receive, send: Send,
+    async def _pump(self, handle: ReplicaHandle, request: WireRequest, receive: Receive, send: Send,
                     accepted: Callable[[], None]) -> Session:
         """Both directions until either side ends; how the session went."""
         socket_id = uuid.uuid4().hex

@@ -50,7 +50,7 @@ class Steering:
     sticky_name: bytes = b""
 
     @classmethod
-    def from_config(cls, config: EndpointConfig) -> "Steering":
+    def from_config(cls, config: EndpointConfig) -> Steering:
         rules = tuple((r.header.encode("latin-1"), r.value.encode("latin-1"), r.backend) for r in config.match)
         key = config.sticky_key()
         if key is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from vocabulary.actor_apis import Remote
 from vocabulary.goal_api import LongPollKey
 from vocabulary.configs import EndpointConfig, ReplicaSet, RouteTable
 from vocabulary.choosing import Random
@@ -96,7 +97,7 @@ class Subscriptions:
             return
         pool.update(
             replica_set.max_concurrent_queries,
-            ((r.replica_id, r.handle) for r in replica_set.replicas),
+            ((r.replica_id, Remote(r.handle)) for r in replica_set.replicas),
             replica_set.batching,
             replica_set.cold_start_timeout_s,
         )

@@ -23,7 +23,7 @@ import asyncio
 import inspect
 import logging
 from dataclasses import dataclass
-from typing import Any, AsyncGenerator, Awaitable, Callable
+from typing import Any, AsyncGenerator, Awaitable, Callable, MutableMapping
 
 from vocabulary.wire import WireRequest, WireResponse, split_root_path
 
@@ -31,8 +31,10 @@ __all__ = ["AppError", "BodyStream", "Lifespan", "Socket", "is_asgi_app", "serve
 
 logger = logging.getLogger(__name__)
 
-Message = dict[str, Any]
-App = Callable[[dict[str, Any], Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
+Message = MutableMapping[str, Any]  # what Starlette, FastAPI and other ASGI apps send
+App = Callable[
+    [MutableMapping[str, Any], Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]
+]
 
 # Spec 2.4: a streaming response learns of a gone client by its task being
 # cancelled, so nothing needs to listen on `receive` for a disconnect.
@@ -61,7 +63,7 @@ class BodyStream:
 
 def is_asgi_app(target: Any) -> bool:
     """A FastAPI/Starlette instance, or anything called as `await app(scope, receive, send)`."""
-    call = target if inspect.isfunction(target) else getattr(target, "__call__", None)
+    call = target if inspect.isfunction(target) else getattr(target, "__call__", None)  # noqa: B004 — the method is inspected
     if call is None or not inspect.iscoroutinefunction(call):
         return False
     try:

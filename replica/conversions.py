@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import Any
+from typing import Any, AsyncIterable, Iterable, cast
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -62,7 +62,9 @@ def to_starlette_request(wire: WireRequest) -> Request:
 async def to_reply(result: Any, wire: WireRequest) -> WireResponse | BodyStream:
     """A handler's return value as a whole answer, or as a stream when it streams."""
     if inspect.isasyncgen(result) or inspect.isgenerator(result):
-        result = StreamingResponse(result, media_type=_STREAMED_TEXT)
+        # Its items are the handler's to choose; Starlette sends str and bytes and refuses the rest.
+        items = cast("Iterable[str | bytes] | AsyncIterable[str | bytes]", result)
+        result = StreamingResponse(items, media_type=_STREAMED_TEXT)
     if isinstance(result, Response) and not hasattr(result, "body"):
         return await serve_http(result, wire)
     return to_wire_response(result)

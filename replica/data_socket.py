@@ -48,7 +48,7 @@ import socket
 import tempfile
 import traceback
 from dataclasses import dataclass
-from typing import Any, AsyncGenerator, Awaitable, Callable
+from typing import Any, AsyncGenerator, Awaitable, Callable, MutableMapping, cast
 
 from vocabulary.frames import (
     MAX_FRAME_BYTES,
@@ -89,7 +89,7 @@ class Serving:
     stream: Callable[[str], AsyncGenerator[bytes, None]]
     close_stream: Callable[[str], None]
     # A WebSocket's app: what it sends; and one message from its client (False: no such socket).
-    socket: Callable[[str, WireRequest], AsyncGenerator[dict[str, Any], None]]
+    socket: Callable[[str, WireRequest], AsyncGenerator[MutableMapping[str, Any], None]]
     socket_message: Callable[[str, dict[str, Any]], bool]
 
 
@@ -222,7 +222,7 @@ class DataSocket:
         for connection in list(self._connections):
             connection.abort("the replica closed its data socket")
 
-    def _connection(self) -> "_Connection":
+    def _connection(self) -> _Connection:
         return _Connection(self, None)
 
 
@@ -246,7 +246,9 @@ class _Connection(asyncio.Protocol):
         self._out: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
+        # A stream transport, as this protocol only ever serves; uvloop's is no asyncio.Transport subclass.
+        transport = cast(asyncio.Transport, transport)
+        self._transport = transport
         sock = transport.get_extra_info("socket")
         if self._handshake is not None:
             self._peer = f"TCP peer {transport.get_extra_info('peername')!r}"
@@ -349,7 +351,7 @@ class _Connection(asyncio.Protocol):
                 return
             self._credits[frame.call_id] = _Credit(frame.payload.window)
             task = self._loop.create_task(self._generate(frame.call_id, items))
-            task.add_done_callback(lambda _, call_id=frame.call_id: self._ended(call_id))
+            task.add_done_callback(lambda _, call_id=frame.call_id: self._ended(call_id))  # type: ignore[misc]  # the default binds this frame's id
         else:
             # Forgets itself as it ends (no done callback: one scheduled callback less per request).
             task = self._loop.create_task(self._call(frame))

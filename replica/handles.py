@@ -23,6 +23,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
 
+from vocabulary.actor_apis import ControllerAPI, Remote, ReplicaAPI
 from vocabulary.choosing import Random, WeightedChoice, pick_replica
 from vocabulary.configs import EndpointConfig, ReplicaSet
 from vocabulary.goal_api import CONTROLLER_NAME, LongPollKey
@@ -105,7 +106,8 @@ class HandleRouter:
         chosen = replicas[index]
         self._in_flight[chosen.replica_id] = self._in_flight.get(chosen.replica_id, 0) + 1
         try:
-            return HandleOutcome.OK, await chosen.handle.handle_call.remote(args, kwargs)
+            callee: Remote[ReplicaAPI] = Remote(chosen.handle)
+            return HandleOutcome.OK, await callee.call(ReplicaAPI.handle_call, args, kwargs)
         except RayTaskError as error:
             return HandleOutcome.ERROR, str(error)
         except (RayActorError, ActorUnschedulableError) as error:
@@ -138,9 +140,9 @@ class HandleRouter:
         failing = False
         while True:
             try:
-                controller = ray.get_actor(CONTROLLER_NAME, namespace=self._namespace)
-                updates = await controller.listen_for_change.remote(
-                    dict(self._held), proxy_id=self._subscriber_id
+                controller: Remote[ControllerAPI] = Remote(ray.get_actor(CONTROLLER_NAME, namespace=self._namespace))
+                updates = await controller.call(
+                    ControllerAPI.listen_for_change, dict(self._held), proxy_id=self._subscriber_id
                 )
             except asyncio.CancelledError:
                 raise

@@ -57,7 +57,7 @@ from vocabulary.wire import (
     WireResponse,
 )
 from replica.data_socket import DataSocket, Serving
-from replica.asgi import BodyStream, Lifespan, Socket, is_asgi_app, serve_http
+from replica.asgi import BodyStream, Lifespan, Message, Socket, is_asgi_app, serve_http
 from replica.conversions import to_reply, to_starlette_request, to_wire_response
 from replica.streams import StreamTable
 from replica.handles import HandleRouter
@@ -151,7 +151,7 @@ async def call_batch_handler(handler: Callable[..., Any], wires: list[WireReques
 
 def _is_async(handler: Callable[..., Any]) -> bool:
     """Called on the loop: a coroutine function, or an async generator function."""
-    call = getattr(handler, "__call__", None)
+    call = getattr(handler, "__call__", None)  # noqa: B004 — the method is inspected, not callability
     return any(
         inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn) for fn in (handler, call) if fn is not None
     )
@@ -244,7 +244,7 @@ class Replica:
         self._tcp_host: str | None = None  # where to open the TCP listener when another node's proxy asks
         self._secrets = SecretBox(backend)  # its key never leaves this process (replica.secrets)
 
-    def secrets_recipient(self) -> str:
+    async def secrets_recipient(self) -> str:
         """This replica's age public key, which the controller seals its secrets to."""
         return self._secrets.recipient()
 
@@ -377,7 +377,7 @@ class Replica:
         """Let a streaming answer go unread (a shadow copy's)."""
         self._streams.close(stream_id)
 
-    async def socket(self, socket_id: str, wire: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+    async def socket(self, socket_id: str, wire: WireRequest) -> AsyncGenerator[Message, None]:
         """A WebSocket to the app: yields what it sends (accept, messages,
         close) until it closes; cancelling the call stops the app."""
         if self._handler is None:
@@ -443,7 +443,7 @@ class Replica:
                 results = await asyncio.wait_for(
                     call_batch_handler(self._handler, [wire for wire, _ in batch], self._handler_is_async), limit_s
                 )
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return [(BatchOutcome.TIMEOUT, "")] * len(batch)
             except BatchLengthError as error:
                 text = f"backend {self.backend}: {error}"
@@ -466,7 +466,7 @@ class Replica:
     async def _batch_item(self, wire: WireRequest, limit_s: float) -> BatchResult:
         try:
             return BatchOutcome.OK, await asyncio.wait_for(self.handle_request(wire), limit_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return BatchOutcome.TIMEOUT, ""
         except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
             return BatchOutcome.ERROR, traceback.format_exc()
@@ -494,7 +494,7 @@ class Replica:
         await asyncio.sleep(min(_DRAIN_LINGER_S, max(timeout_s, 0.0)))
         try:
             await asyncio.wait_for(self._idle.wait(), timeout=max(deadline - time.monotonic(), 0.0))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         if self._lifespan is not None:
             await self._lifespan.stop()

@@ -12,6 +12,9 @@ share their values here.
   backends, zero-replica targets, unique routes), as located problems.
 - `goal_api`: the controller's goal API as a Protocol, long-poll keys and
   the names of the actors every part must agree on.
+- `actor_apis`: the replica's, proxy's and controller's actor APIs as
+  Protocols (`ReplicaAPI`, `ProxyAPI`, `ControllerAPI`), and `Remote`, the
+  typed handle callers call them through.
 - `status`: observed state (`ClusterStatus` and its parts), the ordered
   `Health` with `worst()`.
 - `rollouts`: a rollout as a value, on its way to git's traffic split.

@@ -23,9 +23,12 @@ __all__ = [
 
 
 class Random(Protocol):
+    """What the choices draw from: `random.Random` satisfies it, as does a seeded fake."""
+
     def random(self) -> float: ...
 
-    def randrange(self, stop: int) -> int: ...
+    # Positional-only, so that `random.Random.randrange(start, stop=None, step=1)` fits.
+    def randrange(self, stop: int, /) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class WeightedChoice:
     cumulative: tuple[float, ...]
 
     @classmethod
-    def from_weights(cls, weights: Mapping[str, float]) -> "WeightedChoice":
+    def from_weights(cls, weights: Mapping[str, float]) -> WeightedChoice:
         names: list[str] = []
         cumulative: list[float] = []
         total = 0.0
@@ -66,7 +69,7 @@ class ShadowSampler:
     shares: tuple[tuple[str, float], ...] = ()
 
     @classmethod
-    def from_shares(cls, shares: Mapping[str, float]) -> "ShadowSampler":
+    def from_shares(cls, shares: Mapping[str, float]) -> ShadowSampler:
         return cls(tuple((name, share) for name, share in sorted(shares.items()) if share > 0))
 
     def sample(self, rng: Random) -> list[str]:

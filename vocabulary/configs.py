@@ -231,7 +231,7 @@ class BackendConfig(_Value):
         """Every field that matters to the cluster, without where it came from
         (`working_dir`, `commit`): a commit that leaves the backend as it was
         changes nothing."""
-        return self.model_dump(mode="json", exclude=SOURCE_FIELDS)
+        return self.model_dump(mode="json", exclude=set(SOURCE_FIELDS))
 
     def code_identity(self) -> str:
         """What a running replica is bound to: change it and replicas restart."""
@@ -492,7 +492,7 @@ class ReplicaInfo(BaseModel):
 
     replica_id: str
     actor_name: str
-    handle: Any = None
+    handle: object = None
 
 
 class ReplicaSet(_Value):

@@ -39,14 +39,14 @@ class RequestStats(BaseModel):
     errors: int = Field(default=0, ge=0)
     buckets: tuple[int, ...] = (0,) * _BUCKETS
 
-    def plus(self, other: "RequestStats") -> "RequestStats":
+    def plus(self, other: RequestStats) -> RequestStats:
         return RequestStats(
             requests=self.requests + other.requests,
             errors=self.errors + other.errors,
             buckets=tuple(a + b for a, b in zip(self.buckets, other.buckets)),
         )
 
-    def since(self, earlier: "RequestStats") -> "RequestStats":
+    def since(self, earlier: RequestStats) -> RequestStats:
         """What was counted after `earlier`. A count that went down means the
         counter restarted (a new proxy): then everything counted is new."""
         if self.requests < earlier.requests or any(a < b for a, b in zip(self.buckets, earlier.buckets)):
@@ -74,7 +74,7 @@ class RequestStats(BaseModel):
         return LATENCY_BOUNDS_S[-1]
 
     @classmethod
-    def total(cls, stats: Iterable["RequestStats"]) -> "RequestStats":
+    def total(cls, stats: Iterable[RequestStats]) -> RequestStats:
         result = cls()
         for item in stats:
             result = result.plus(item)

@@ -250,7 +250,7 @@ def zero_replica_traffic(
         if reason is not None:
             message = (
                 f"endpoints.{endpoint}.traffic: backend '{backend}' gets {weight * 100:g}% of the traffic "
-                f"but can have 0 replicas ({reason}){_COLD_START_HINT if target.autoscaling else ''}"
+                f"but can have 0 replicas ({reason}){_COLD_START_HINT if target is not None and target.autoscaling else ''}"
             )
             path = ("endpoints", endpoint, "traffic", backend)
             problems.append(

@@ -43,7 +43,8 @@ def plan_command(args: argparse.Namespace) -> int:
         raise UserError(f"--repo {args.repo}: no such directory")
     loader = _SecretFileLoader()
     desired, desired_errors = _load(loader, repo, args.to_rev, args.path)
-    actual, actual_errors = ServingState(), []
+    actual = ServingState()
+    actual_errors: list[str] = []
     if args.from_rev is not None:
         actual, actual_errors = _load(loader, repo, args.from_rev, args.path)
     output = "json" if args.json else (args.format or "text")

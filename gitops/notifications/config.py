@@ -21,9 +21,9 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Union
+from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictInt, StrictStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, SecretStr, StrictInt, StrictStr, ValidationError, field_validator
 
 from gitops.notifications.events import PROGRESS_EVENTS, EventKind
 from gitops.specs.locating import Locations, locate
@@ -107,7 +107,7 @@ class GitLabProvider(_Provider):
     _api = field_validator("api_url")(_http_url)
 
 
-Provider = Union[WebhookProvider, SlackProvider, GitHubProvider, GitLabProvider]
+Provider = WebhookProvider | SlackProvider | GitHubProvider | GitLabProvider
 _MODELS: dict[str, type[_Provider]] = {
     "webhook": WebhookProvider,
     "slack": SlackProvider,
@@ -190,7 +190,7 @@ def _channel(name: str, raw: Any, located: _Located, read_secret: ReadSecret) ->
             loc = (*at, *detail["loc"])
             located.add(loc, _describe(loc, detail))
         return None
-    resolved = _with_secret(provider, kind, at, located, read_secret)  # type: ignore[arg-type]
+    resolved = _with_secret(provider, kind, at, located, read_secret)  # type: ignore[arg-type]  # one of _MODELS, so a Provider; typed as their base
     return Channel(name, resolved) if resolved is not None else None
 
 

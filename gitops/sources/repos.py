@@ -118,7 +118,7 @@ class GitSource:
     @property
     def path(self) -> Path:
         """Where commits are read from (the repository or its cache)."""
-        return Path(self._repo.git_dir if self._repo.bare else self._repo.working_tree_dir)
+        return Path(self._repo.working_tree_dir or self._repo.git_dir)  # a bare repository has no working tree
 
     @property
     def refs_dir(self) -> Path | None:

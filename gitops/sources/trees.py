@@ -105,7 +105,7 @@ class CommitTree:
     def files(self, path: str) -> list[str]:
         found = self._object(path)
         if isinstance(found, git.Blob):
-            return [found.path]
+            return [str(found.path)]
         if found is None:
             return []
         return sorted(self._walk(clean(path)))

@@ -59,8 +59,8 @@ def resolve_import(tree: Tree, import_path: str) -> ResolvedImport:
     kind = names.get(attribute, AttributeKind.UNKNOWN if has_star else None)
     if kind is None:
         return ResolvedImport(found, None, f"'{attribute}' is not defined at module level in {found}")
-    error = _class_error(syntax.body, attribute, found) if kind is AttributeKind.CLASS else None
-    return ResolvedImport(found, kind, error)
+    problem = _class_error(syntax.body, attribute, found) if kind is AttributeKind.CLASS else None
+    return ResolvedImport(found, kind, problem)
 
 
 def _parse(source: str, filename: str) -> ast.Module:
@@ -80,7 +80,7 @@ def _module_names(body: list[ast.stmt]) -> tuple[dict[str, AttributeKind], bool]
         elif isinstance(node, ast.ClassDef):
             names[node.name] = AttributeKind.CLASS
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            targets: list[ast.expr] = node.targets if isinstance(node, ast.Assign) else [node.target]
             names.update(dict.fromkeys(_bound_names(targets), AttributeKind.UNKNOWN))
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
@@ -98,9 +98,9 @@ def _nested_bodies(node: ast.stmt) -> list[list[ast.stmt]]:
         return [node.body, node.orelse]
     if isinstance(node, (ast.With, ast.AsyncWith)):
         return [node.body]
-    if isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
-        handlers = [handler.body for handler in getattr(node, "handlers", [])]
-        return [node.body, *handlers, node.orelse, node.finalbody]  # type: ignore[attr-defined]
+    if isinstance(node, (ast.Try, ast.TryStar)):
+        handlers = [handler.body for handler in node.handlers]
+        return [node.body, *handlers, node.orelse, node.finalbody]
     return []
 
 

@@ -41,6 +41,12 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]*")
 _PLAIN_VALUE = re.compile(r"[^,\]}\n#]*")  # a number, boolean or date: up to what ends it
 
 
+def _matched_end(pattern: re.Pattern[str], text: str, pos: int) -> int:
+    """Where `pattern` stops matching at `pos` (each pattern above also matches nothing)."""
+    found = pattern.match(text, pos)
+    return pos if found is None else found.end()
+
+
 @dataclass(frozen=True)
 class Locations:
     """The first place each key path is written in one document; `too_deep`
@@ -143,7 +149,7 @@ class _Scanner:
     def skip_blank(self, newlines: bool) -> None:
         blank = _BLANK_LINES if newlines else _BLANK
         while True:
-            self.pos = blank.match(self.text, self.pos).end()
+            self.pos = _matched_end(blank, self.text, self.pos)
             if self.peek() != "#":
                 return
             end = self.text.find("\n", self.pos)
@@ -192,7 +198,7 @@ class _Scanner:
         if quote in "\"'":
             return self.string()
         start = self.pos
-        self.pos = _BARE_KEY.match(self.text, self.pos).end()
+        self.pos = _matched_end(_BARE_KEY, self.text, self.pos)
         if self.pos == start:
             raise ValueError("not a key")
         return self.text[start : self.pos]
@@ -217,7 +223,7 @@ class _Scanner:
             self.string()
         else:
             start = self.pos
-            self.pos = _PLAIN_VALUE.match(self.text, self.pos).end()
+            self.pos = _matched_end(_PLAIN_VALUE, self.text, self.pos)
             if self.pos == start:  # not TOML; without this an array would loop here
                 raise ValueError("not a value")
 

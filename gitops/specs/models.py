@@ -30,7 +30,7 @@ import math
 import re
 from copy import copy
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Mapping, TypeVar
+from typing import Annotated, Any, Literal, Mapping, TypeGuard, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -185,7 +185,7 @@ MetricCheckSpec = create_model(
     "MetricCheckSpec",
     __base__=_Spec,
     __doc__=MetricCheck.__doc__,
-    __validators__={"_bounded": model_validator(mode="after")(bounded_check)},
+    __validators__={"_bounded": model_validator(mode="after")(bounded_check)},  # type: ignore[dict-item]  # pydantic types __validators__ as plain callables, its decorators return proxies
     **_file_keys(MetricCheck, frozenset(), {}),
 )
 RolloutSpec = create_model(
@@ -195,7 +195,7 @@ RolloutSpec = create_model(
     **_file_keys(
         RolloutConfig,
         frozenset(),
-        {"steps": list[float], "on_failure": _one_of(OnFailure), "metrics": list[MetricCheckSpec]},
+        {"steps": list[float], "on_failure": _one_of(OnFailure), "metrics": list[MetricCheckSpec]},  # type: ignore[valid-type]  # create_model builds it: a variable to mypy
     ),
 )
 MatchSpec = create_model("MatchSpec", __base__=_Spec, __doc__=MatchRule.__doc__, **_file_keys(MatchRule, frozenset(), {}))
@@ -302,7 +302,7 @@ _BackendKeys = create_model(
 )
 
 
-class BackendSpec(_BackendKeys):  # type: ignore[misc,valid-type]
+class BackendSpec(_BackendKeys):  # type: ignore[misc,valid-type]  # create_model builds it: a variable to mypy
     """A `[backends.NAME]` table: a `BackendConfig` as a file writes it."""
 
     code_paths: list[str] | None = Field(
@@ -370,7 +370,7 @@ _EndpointKeys = create_model(
             "methods": list[str],
             "traffic": dict[str, Fraction],
             "shadow": dict[str, ShadowFraction],
-            "match": list[MatchSpec],
+            "match": list[MatchSpec],  # type: ignore[valid-type]  # create_model builds it: a variable to mypy
             "shadow_compare": _one_of(ShadowCompare),
             "shadow_ignore": list[str],
             "rollout": RolloutSpec | None,
@@ -379,7 +379,7 @@ _EndpointKeys = create_model(
 )
 
 
-class EndpointSpec(_EndpointKeys):  # type: ignore[misc,valid-type]
+class EndpointSpec(_EndpointKeys):  # type: ignore[misc,valid-type]  # create_model builds it: a variable to mypy
     """An `[endpoints.NAME]` table: an `EndpointConfig` as a file writes it."""
 
     @field_validator("route")
@@ -469,10 +469,11 @@ def check_secret(raw: Any, at: Loc) -> tuple[Any, tuple[Problem, ...]]:
             _normalise_code_path(raw["file"])
         except ValueError:
             where = (*at, "file")
-            rules = (Problem(where, f"{dotted(where)}: must be a relative path inside the repository (got {_short(raw['file'])})"),)
+            message = f"{dotted(where)}: must be a relative path inside the repository (got {_short(raw['file'])})"
+            rules = (Problem(where, message),)
     spec, problems = _check(SecretSpec, raw, at, rules)
     if spec is not None:
-        spec = spec.model_copy(update={"file": _normalise_code_path(spec.file)})
+        spec = spec.model_copy(update={"file": _normalise_code_path(spec.file)})  # type: ignore[attr-defined]  # create_model builds SecretSpec: its fields are unknown to mypy
     return spec, problems
 
 
@@ -538,7 +539,7 @@ def _replica_cap(raw: Any, at: Loc, max_replicas: int) -> tuple[Problem, ...]:
     )
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

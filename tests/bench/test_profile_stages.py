@@ -13,7 +13,8 @@ def test_a_stack_belongs_to_its_innermost_recognised_frame() -> None:
 
 
 def test_stdlib_frames_inside_a_stage_are_passed_over_towards_the_caller() -> None:
-    stack = f"{LOOP};RequestResponseCycle.send (uvicorn/protocols/http/httptools_impl.py:524);write (asyncio/selector_events.py:1)"
+    stack = (f"{LOOP};RequestResponseCycle.send (uvicorn/protocols/http/httptools_impl.py:524);"
+             "write (asyncio/selector_events.py:1)")
     assert classify(stack) == "HTTP: parse and framework (httpedge.server, httptools)"
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from vocabulary.actor_apis import Remote, ReplicaAPI, ReplicaHandle
 from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, WireRequest
 
 APPS = __name__
@@ -50,10 +51,11 @@ class Batched:
         return [f"{len(requests)}:{(await request.body()).decode()}" for request in requests]
 
 
-class FakeHandle:
-    """Stands for a Ray actor handle: only its identity matters to the transport."""
+class FakeHandle(Remote[ReplicaAPI]):
+    """Stands for a replica's typed handle: only its identity matters to the transport (it calls nothing)."""
 
     def __init__(self, name: str) -> None:
+        super().__init__(actor=None)
         self.name = name
 
     def __repr__(self) -> str:
@@ -66,17 +68,17 @@ class RecordingFallback:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def at_once(self, handle: Any, request: WireRequest) -> None:
+    def at_once(self, handle: ReplicaHandle, request: WireRequest) -> None:
         return None
 
-    async def one(self, handle: Any, request: WireRequest) -> Reply:
+    async def one(self, handle: ReplicaHandle, request: WireRequest) -> Reply:
         self.calls.append("one")
         return (203, [], b"over ray")
 
-    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         self.calls.append("batch")
         return [(BatchOutcome.OK, (203, [], b"over ray"))] * len(items)
 
-    async def together(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def together(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         self.calls.append("together")
         return [(BatchOutcome.OK, (203, [], b"over ray"))] * len(items)

@@ -47,8 +47,11 @@ class FakeAgent:
         return Quarantine(good=commit or "b" * 40, held=frozenset({"c" * 40}), reason=RollbackReason.MANUAL)
 
 
+LOOPBACK_ONLY = AccessPolicy.build(None, "127.0.0.1")
+
+
 def request(agent: FakeAgent, method: str, path: str, webhook: WebhookGuard | None = None,
-            policy: AccessPolicy = AccessPolicy.build(None, "127.0.0.1"), **kwargs: Any) -> httpx.Response:
+            policy: AccessPolicy = LOOPBACK_ONLY, **kwargs: Any) -> httpx.Response:
     def sync() -> None:
         agent.syncs += 1
 

@@ -41,7 +41,7 @@ def agent_with(spec_repo: MemorySource, tmp_path: Path, controller: FakeControll
     notifier = RecordingNotifier()
     agent = Agent(
         spec_repo, controller, History(tmp_path / "state" / "history.db"), load=Loader().load_tree, plan=plan,
-        metrics=AgentMetrics(), notifier=notifier,  # type: ignore[arg-type]
+        metrics=AgentMetrics(), notifier=notifier,  # type: ignore[arg-type]  # a fake notifier
         settings=AgentSettings(interval_s=30.0, resync_interval_s=60.0,
                                quarantine_file=tmp_path / "state" / "quarantine.json", **settings),
     )

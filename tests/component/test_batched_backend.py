@@ -19,6 +19,7 @@ from proxy.coalescing import Coalescer
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions
 from replica.host import Replica
+from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.configs import BatchingConfig, EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from vocabulary.wire import BatchItem, BatchResult, WireRequest, WireResponse
 
@@ -41,17 +42,17 @@ class DropsOne:
 class InProcess:
     """The replica calls of `proxy.raycalls.RayTransport`, without Ray."""
 
-    def at_once(self, handle: Any, request: WireRequest) -> None:
+    def at_once(self, handle: ReplicaHandle, request: WireRequest) -> None:
         return None
 
-    async def one(self, handle: Replica, request: WireRequest) -> WireResponse:
-        return await handle.handle_request(request)
+    async def one(self, handle: ReplicaHandle, request: WireRequest) -> WireResponse:
+        return await handle.actor.handle_request(request)
 
-    async def batch(self, handle: Replica, items: list[BatchItem]) -> list[BatchResult]:
-        return await handle.handle_batch(items)
+    async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+        return await handle.actor.handle_batch(items)
 
-    async def together(self, handle: Replica, items: list[BatchItem]) -> list[BatchResult]:
-        return await handle.handle_together(items)
+    async def together(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+        return await handle.actor.handle_together(items)
 
 
 async def post_all(handler: str, bodies: list[str]) -> list[httpx.Response]:

@@ -12,7 +12,7 @@ import socket
 import stat
 import struct
 import tempfile
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 import pytest
 import uvloop
@@ -24,6 +24,7 @@ from replica.host import Replica
 from tests.component.data_path import APPS, App, FakeHandle, RecordingFallback
 from vocabulary.frames import FrameDecoder, Kind, encode
 from vocabulary.handshake import DataAddress
+from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.wire import BatchOutcome, StreamStart, WireRequest, make_request
 
 
@@ -59,7 +60,7 @@ def run(
         path = await replica.serve_frames([tempfile.gettempdir()], **extra)
         assert path is not None
 
-        async def ask(handle: Any) -> DataAddress | None:
+        async def ask(handle: ReplicaHandle) -> DataAddress | None:
             return DataAddress(node, path)
 
         fallback = RecordingFallback()

@@ -27,6 +27,7 @@ from replica.host import Replica
 from tests.component.data_path import FakeHandle, RecordingFallback
 from vocabulary.frames import Frame, FrameDecoder, Kind, Opening, Window, encode
 from vocabulary.handshake import DataAddress
+from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, make_request
 
 MODULE = __name__
@@ -98,23 +99,23 @@ async def chat(scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, 
 class NoRay(RecordingFallback):
     """The fallbacks, streams included: what went over "Ray" is recorded, and a batch fails the test."""
 
-    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         raise AssertionError("no batches here")
 
     together = batch
 
-    def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
+    def stream(self, handle: ReplicaHandle, start: StreamStart) -> AsyncGenerator[bytes, None]:
         self.calls.append("stream")
         return self._nothing()
 
-    def discard(self, handle: Any, start: StreamStart) -> None:
+    def discard(self, handle: ReplicaHandle, start: StreamStart) -> None:
         self.calls.append("discard")
 
-    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+    def open_socket(self, handle: ReplicaHandle, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
         self.calls.append("open_socket")
         return self._nothing()
 
-    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
+    async def push(self, handle: ReplicaHandle, socket_id: str, message: dict[str, Any]) -> bool:
         self.calls.append("push")
         return False
 
@@ -166,7 +167,7 @@ def run(scenario: Callable[[Scene], Awaitable[None]], handler: str = "Streamer",
         path = await replica.serve_frames([tempfile.gettempdir()], tcp_host="127.0.0.1" if tcp else None)
         assert path is not None
 
-        async def ask(handle: Any) -> Any:
+        async def ask(handle: ReplicaHandle) -> Any:
             return await replica.data_address() if tcp else DataAddress("node-a", path)
 
         ray = NoRay()
@@ -218,7 +219,7 @@ class RawProxy:
         self.frames: list[Frame] = []
 
     @classmethod
-    async def connect(cls, path: str) -> "RawProxy":
+    async def connect(cls, path: str) -> RawProxy:
         return cls(*await asyncio.open_unix_connection(path))
 
     def write(self, kind: Kind, call_id: int, payload: Any = None) -> None:

@@ -21,6 +21,7 @@ from replica.host import Replica
 from tests.component.data_path import APPS, App, FakeHandle, RecordingFallback
 from vocabulary.frames import Kind, encode
 from vocabulary.handshake import HELLO_BYTES, MAGIC, DataAddress, Handshake, Role
+from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.wire import StreamStart, WireRequest, make_request
 
 LOOPBACK = "127.0.0.1"
@@ -100,7 +101,7 @@ def run(
             replica._data._handshake_timeout_s = handshake_timeout_s
         asked: list[DataAddress] = []
 
-        async def ask(handle: Any) -> DataAddress | None:
+        async def ask(handle: ReplicaHandle) -> DataAddress | None:
             address = await replica.data_address()
             assert address is not None
             if secret is not None:
@@ -162,7 +163,7 @@ def test_a_batched_handler_gets_its_list_over_tcp() -> None:
 
 def test_the_replica_listens_at_the_address_it_is_given_and_never_on_a_wildcard() -> None:
     async def scenario(scene: Scene) -> None:
-        host, port = scene.address.tcp  # type: ignore[misc]
+        host, port = scene.address.tcp  # type: ignore[misc]  # the scene serves TCP: not None
         assert host == LOOPBACK and port > 0 and len(scene.address.secret) == 32
         assert scene.address.secret.hex() not in repr(scene.address) + repr(scene.replica._data)
         wildcard = Replica("echo", "r2", "v1", f"{APPS}:App")
@@ -182,7 +183,7 @@ def test_the_tcp_listener_opens_only_when_a_proxy_on_another_node_asks_and_never
         await replica.serve_frames([tempfile.gettempdir()])
         replica._tcp_host = LOOPBACK  # what `initialize` takes from Ray: the node's address
         # The replica's node id is "" without Ray.
-        assert (await replica.data_address()).tcp is None  # type: ignore[union-attr]
+        assert (await replica.data_address()).tcp is None  # type: ignore[union-attr]  # None fails the assertion anyway
         assert (await replica.data_address(for_node="")).tcp is None  # type: ignore[union-attr]  # its own node's proxy
         address = await replica.data_address(for_node="node-b")
         assert address is not None and address.tcp is not None and address.tcp[0] == LOOPBACK
@@ -350,6 +351,6 @@ def test_a_replica_that_leaves_the_table_is_forgotten_and_its_connection_closed(
         del scene.handle
         gc.collect()
         assert len(scene.transport._routes) == 0
-        await until(lambda: not scene.replica._data._connections)  # type: ignore[union-attr]
+        await until(lambda: not scene.replica._data._connections)  # type: ignore[union-attr]  # started above
 
     run(scenario)

@@ -113,7 +113,7 @@ class Conn:
         self.reader, self.writer = reader, writer
 
     @classmethod
-    async def open(cls, port: int) -> "Conn":
+    async def open(cls, port: int) -> Conn:
         return cls(*await asyncio.open_connection("127.0.0.1", port))
 
     def send(self, data: bytes) -> None:
@@ -153,7 +153,7 @@ class Conn:
 
 
 def run(scenario: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(scenario())  # type: ignore[arg-type]
+    asyncio.run(scenario())  # type: ignore[arg-type]  # the scenario's coroutine
 
 
 GET = b"GET %s HTTP/1.1\r\nHost: t\r\n\r\n"
@@ -374,7 +374,7 @@ def test_a_header_above_the_limit_is_431_cut_off_long_before_its_end() -> None:
             conn.send(b"GET /a HTTP/1.1\r\nX-Big: ")
             sent = 0
             with contextlib.suppress(ConnectionError):
-                while sent < 64 * 1024 * 1024 and not conn.reader.at_eof() and not conn.reader._buffer:  # noqa: SLF001
+                while sent < 64 * 1024 * 1024 and not conn.reader.at_eof() and not conn.reader._buffer:  # noqa: SLF001  # the stream reader's buffer tells when the server stopped reading
                     conn.send(b"a" * 65536)
                     await conn.writer.drain()
                     sent += 65536
@@ -405,7 +405,7 @@ def test_an_idle_connection_and_a_dripped_header_are_408_at_the_deadline() -> No
             async def drip() -> None:
                 with contextlib.suppress(ConnectionError):
                     for byte in b"GET /a HTTP/1.1\r\nX-Slow: " + b"a" * 100 + b"\r\n\r\n":
-                        if dripping.reader.at_eof() or dripping.reader._buffer:  # noqa: SLF001
+                        if dripping.reader.at_eof() or dripping.reader._buffer:  # noqa: SLF001  # the stream reader's buffer tells when the server stopped reading
                             return
                         dripping.send(bytes([byte]))
                         await asyncio.sleep(0.05)  # the attack itself: a slow client

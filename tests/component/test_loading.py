@@ -174,7 +174,8 @@ def test_two_endpoints_on_one_route_are_an_error() -> None:
 def test_routes_differing_only_in_slashes_are_one_route() -> None:
     second = "[endpoints.again]\nroute = '/echo/'\ntraffic = { echo-v1 = 1.0 }\n"
     assert errors(load_tree(tree({"a.toml": ECHO_TOML, "b.toml": second}))) == [
-        "deployments/b.toml:2:1: endpoints.again.route: '/echo/' is already the route of endpoint 'echo' (deployments/a.toml:20:1)"
+        "deployments/b.toml:2:1: endpoints.again.route: '/echo/' is already the route of endpoint 'echo' "
+        "(deployments/a.toml:20:1)"
     ]
 
 
@@ -338,8 +339,10 @@ match = [{ header = "x-canary", value = "yes", backend = "scaled" }]
 sticky = "cookie:user"
 shadow_compare = "json"
 shadow_ignore = ["at"]
+shadow_values = true
+shadow_query = true
 rollout = { steps = [0.2, 1.0], step_interval_s = 5, min_requests = 3, max_error_ratio = 0.5, max_p99_latency_s = 2, on_failure = "pause", metrics = [{ name = "errors", query = "up", min = 0, max = 1 }] }
-"""
+"""  # noqa: E501 — a TOML line as a user writes it
 
 
 def _set_by_the_file(model: type[BaseModel], values: list[BaseModel], derived: frozenset[str]) -> set[str]:

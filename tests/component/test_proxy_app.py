@@ -7,8 +7,8 @@ import random
 from typing import Any, Awaitable, Callable
 
 import httpx
-import pytest
 
+from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from proxy.app import ProxyApp
 from proxy.metrics import ShadowResult
@@ -35,13 +35,13 @@ class FakeReplica:
 
 class FakeCaller:
     async def call(
-        self, handle: FakeReplica, request: WireRequest, timeout_s: float, batching: Batching | None = None
+        self, handle: ReplicaHandle, request: WireRequest, timeout_s: float, batching: Batching | None = None
     ) -> WireResponse:
-        handle.seen.append(request)
+        handle.actor.seen.append(request)
         try:
-            return await handle.handler(request)
+            return await handle.actor.handler(request)
         except asyncio.CancelledError:
-            handle.cancelled += 1
+            handle.actor.cancelled += 1
             raise
 
 

@@ -23,6 +23,7 @@ from proxy.metrics import ProxyMetrics
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions
 from tests.pure.test_metrics_proxy import value
+from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from vocabulary.wire import WireRequest
 
@@ -42,33 +43,33 @@ class EchoReplica:
 
 
 class SocketCaller:
-    async def open_socket(self, handle: EchoReplica, socket_id: str,
+    async def open_socket(self, handle: ReplicaHandle, socket_id: str,
                           request: WireRequest) -> AsyncGenerator[Message, None]:
-        handle.requests.append(request)
-        if handle.refuses:
+        handle.actor.requests.append(request)
+        if handle.actor.refuses:
             yield {"type": "websocket.close", "code": 1000}
             return
         yield {"type": "websocket.accept"}
-        if handle.dies:
+        if handle.actor.dies:
             raise ReplicaDiedError("gone")
-        if handle.raises:
+        if handle.actor.raises:
             raise HandlerError("boom")
         while True:
-            message = await handle.inbox.get()
+            message = await handle.actor.inbox.get()
             if message["type"] == "websocket.disconnect":
                 return
             yield {"type": "websocket.send", "text": "echo: " + message["text"]}
 
-    async def push(self, handle: EchoReplica, socket_id: str, message: Message) -> bool:
-        handle.pushed.append(message)
-        handle.inbox.put_nowait(message)
+    async def push(self, handle: ReplicaHandle, socket_id: str, message: Message) -> bool:
+        handle.actor.pushed.append(message)
+        handle.actor.inbox.put_nowait(message)
         return True
 
 
 def proxy(replica: EchoReplica | None, recorder: Any = None) -> ProxyApp:
     """`replica` None: the backend has no replica."""
     rng = random.Random(0)
-    app = ProxyApp(SocketCaller(), ProxySettings(), rng, recorder)  # type: ignore[arg-type]
+    app = ProxyApp(SocketCaller(), ProxySettings(), rng, recorder)  # type: ignore[arg-type]  # a fake caller with the WebSocket calls only
     replicas = () if replica is None else (ReplicaInfo(replica_id="r1", actor_name="r1", handle=replica),)
     app.install(Subscriptions(ProxySettings(), rng).apply({
         "routes": (1, RouteTable(entries=(RouteEntry(route="/chat", methods=("GET",), endpoint="chat"),))),

@@ -11,6 +11,7 @@ from proxy.app import ProxyApp
 from proxy.calling import Batching, ReplicaDiedError
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions
+from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from vocabulary.wire import Reply, StreamStart, WireRequest
 
@@ -28,25 +29,25 @@ class StreamingReplica:
 
 
 class StreamingCaller:
-    async def call(self, handle: StreamingReplica, request: WireRequest, timeout_s: float,
+    async def call(self, handle: ReplicaHandle, request: WireRequest, timeout_s: float,
                    batching: Batching | None = None) -> Reply:
-        handle.calls += 1
-        return StreamStart(200, SSE, b"first;", f"s{handle.calls}")
+        handle.actor.calls += 1
+        return StreamStart(200, SSE, b"first;", f"s{handle.actor.calls}")
 
-    async def stream(self, handle: StreamingReplica, start: StreamStart) -> AsyncIterator[bytes]:
+    async def stream(self, handle: ReplicaHandle, start: StreamStart) -> AsyncIterator[bytes]:
         finished = False
         try:
-            for n, chunk in enumerate(handle.rest):
-                if handle.dies_after is not None and n == handle.dies_after:
+            for n, chunk in enumerate(handle.actor.rest):
+                if handle.actor.dies_after is not None and n == handle.actor.dies_after:
                     raise ReplicaDiedError("gone")
-                await asyncio.sleep(handle.gap_s)
+                await asyncio.sleep(handle.actor.gap_s)
                 yield chunk
             finished = True
         finally:
-            handle.closed_early += not finished
+            handle.actor.closed_early += not finished
 
-    def discard(self, handle: StreamingReplica, start: StreamStart) -> None:
-        handle.discarded.append(start.stream_id)
+    def discard(self, handle: ReplicaHandle, start: StreamStart) -> None:
+        handle.actor.discarded.append(start.stream_id)
 
 
 class Recorded:
@@ -72,7 +73,7 @@ def proxy(backends: dict[str, StreamingReplica], timeout_s: float = 5.0,
           shadow: dict[str, float] | None = None) -> tuple[ProxyApp, Recorded]:
     recorded = Recorded()
     rng = random.Random(0)
-    app = ProxyApp(StreamingCaller(), ProxySettings(), rng, recorded)  # type: ignore[arg-type]
+    app = ProxyApp(StreamingCaller(), ProxySettings(), rng, recorded)  # type: ignore[arg-type]  # a fake caller with the streaming calls only
     subscriptions = Subscriptions(ProxySettings(), rng)
     config = EndpointConfig(name="e", route="/e", traffic={"v1": 1.0}, shadow=shadow or {}, timeout_s=timeout_s,
                             shadow_compare="json" if shadow else "none")

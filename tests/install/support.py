@@ -56,7 +56,7 @@ class Installed:
     venv: Path
 
     @classmethod
-    def create(cls, venv: Path, wheel: Path) -> "Installed":
+    def create(cls, venv: Path, wheel: Path) -> Installed:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=clean_env())
         done = subprocess.run(
             [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(wheel)],

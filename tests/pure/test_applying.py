@@ -160,7 +160,7 @@ def test_reapplying_the_same_state_calls_nothing() -> None:
 def test_a_backend_starts_only_after_the_backends_it_uses_are_ready() -> None:
     controller = FakeController()
     calls_seen_at_wait: list[list[tuple[str, str]]] = []
-    progress = lambda p: calls_seen_at_wait.append(list(controller.calls))  # noqa: E731
+    progress = lambda p: calls_seen_at_wait.append(list(controller.calls))  # noqa: E731  # a one-line callback reads best as a lambda
     caller = backend("app").model_copy(update={"uses": ("model",)})
     run_apply(state(caller, backend("model"), backend("other")), controller, on_progress=progress)
     assert calls_seen_at_wait == [

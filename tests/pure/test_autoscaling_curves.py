@@ -171,7 +171,7 @@ def test_noise_around_the_target_never_flaps():
     # and forth.
     for seed in range(5):
         rng = random.Random(seed)
-        timeline = simulate(lambda t: 8.0 + rng.uniform(-3.0, 3.0), config(), 600, start=2)
+        timeline = simulate(lambda t, rng=rng: 8.0 + rng.uniform(-3.0, 3.0), config(), 600, start=2)
         steps = changes(timeline)
         assert len(steps) <= 1, f"seed {seed}: {steps}"
         assert all(d is ScalingDirection.UP for _, _, d in steps)
@@ -180,7 +180,7 @@ def test_noise_around_the_target_never_flaps():
 def test_noise_below_the_target_makes_no_decision():
     for seed in range(5):
         rng = random.Random(seed)
-        timeline = simulate(lambda t: 6.0 + rng.uniform(-3.0, 3.0), config(), 600, start=2)
+        timeline = simulate(lambda t, rng=rng: 6.0 + rng.uniform(-3.0, 3.0), config(), 600, start=2)
         assert changes(timeline) == [], f"seed {seed}"
 
 

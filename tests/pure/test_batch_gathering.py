@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from proxy.calling import Batching, HandlerError
 from proxy.coalescing import Coalescer
+from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, WireRequest, WireResponse, make_request
 
 
@@ -17,16 +17,16 @@ class ListTransport:
         self.lists: list[list[str]] = []
         self.results: list[BatchResult] | None = None
 
-    def at_once(self, handle: Any, request: WireRequest) -> None:
+    def at_once(self, handle: ReplicaHandle, request: WireRequest) -> None:
         return None
 
-    async def one(self, handle: Any, request: WireRequest) -> WireResponse:
+    async def one(self, handle: ReplicaHandle, request: WireRequest) -> WireResponse:
         raise AssertionError("a batched backend never gets a single call")
 
-    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         raise AssertionError("a batched backend never gets a coalesced call")
 
-    async def together(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def together(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         self.lists.append([request[1] for request, _ in items])
         if self.results is not None:
             return self.results

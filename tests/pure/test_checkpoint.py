@@ -20,7 +20,8 @@ def test_checkpoint_is_plain_json_with_a_schema_version():
 
 def test_checkpoint_from_a_newer_schema_is_refused_naming_the_reset():
     data = json.dumps({"schema": 99, "body": {}}).encode()
-    with pytest.raises(CheckpointError, match=rf"schema 99, newer than this controller reads \({SCHEMA_VERSION}\).*gitops reset-controller"):
+    newer = rf"schema 99, newer than this controller reads \({SCHEMA_VERSION}\).*gitops reset-controller"
+    with pytest.raises(CheckpointError, match=newer):
         decode(data)
 
 

@@ -10,7 +10,7 @@ SHA = "3f2a9c1" + "0" * 33
 
 
 def outcome(**fields: object) -> TickOutcome:
-    return TickOutcome(**{"commit": SHA, "branch": "main", "status": "Synced", **fields})  # type: ignore[arg-type]
+    return TickOutcome(**{"commit": SHA, "branch": "main", "status": "Synced", **fields})  # type: ignore[arg-type]  # fields of any type, on purpose
 
 
 @pytest.mark.parametrize(

@@ -82,7 +82,11 @@ def test_the_root_route_stays_the_root() -> None:
 
 
 def test_a_backend_named_by_endpoints_is_in_use_by_each() -> None:
-    endpoints = {"b": endpoint("b", "/b", shadow={"a": 0.1}, traffic={"x": 1.0}), "api": endpoint(), "c": endpoint("c", "/c", traffic={"x": 1.0})}
+    endpoints = {
+        "b": endpoint("b", "/b", shadow={"a": 0.1}, traffic={"x": 1.0}),
+        "api": endpoint(),
+        "c": endpoint("c", "/c", traffic={"x": 1.0}),
+    }
     [problem] = backend_in_use("a", endpoints)
     assert problem.endpoints == ("api", "b")
     assert backend_in_use("x", {"api": endpoint()}) == []

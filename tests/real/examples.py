@@ -37,7 +37,7 @@ class ShippedExamples:
         self.client, self.namespace, self.state, self.code = client, namespace, state, code
         names = eventually(lambda: named_actors(namespace, PROXY_PREFIX), 60)
         proxy = ray.get_actor(min(names), namespace=namespace)
-        self.url = "http://" + ray.get(proxy.ready.remote(), timeout=30)
+        self.url = "http://" + str(ray.get(proxy.ready.remote(), timeout=30))
 
     def backend(self, shipped: str, name: str, **fields: Any) -> BackendConfig:
         """Apply the shipped backend `shipped` as `name`, with `fields` changed; wait for its goal."""

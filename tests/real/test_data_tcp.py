@@ -24,6 +24,7 @@ import ray
 
 from proxy.raycalls import RayCaller
 from replica.host import Replica
+from vocabulary.actor_apis import Remote, ReplicaHandle
 from vocabulary.wire import make_request
 
 pytestmark = pytest.mark.real
@@ -63,15 +64,16 @@ def test_a_proxy_on_another_node_sends_its_requests_over_the_replicas_tcp_listen
     assert ray.get(replica.data_address.remote(), timeout=30).tcp is None
 
     async def calls() -> tuple[str | None, list[bytes]]:
+        typed: ReplicaHandle = Remote(replica)  # as the proxy holds its replicas
         caller = RayCaller(max_calls_per_replica=8, coalesce_window_s=0.001, local_node=lambda: "another-node")
         assert caller.frames is not None
         try:
-            first = await caller.call(replica, make_request("POST", "/", body=b"first"), 30.0)
+            first = await caller.call(typed, make_request("POST", "/", body=b"first"), 30.0)
             assert first[2] == b"first"  # over Ray while the address is asked
-            assert await caller.frames.settled(replica) is True
-            via = caller.frames.via(replica)
+            assert await caller.frames.settled(typed) is True
+            via = caller.frames.via(typed)
             replies = await asyncio.gather(
-                *(caller.call(replica, make_request("POST", "/", body=str(n).encode()), 30.0) for n in range(20))
+                *(caller.call(typed, make_request("POST", "/", body=str(n).encode()), 30.0) for n in range(20))
             )
             return via, [reply[2] for reply in replies]
         finally:

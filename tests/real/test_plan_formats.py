@@ -15,7 +15,8 @@ pytestmark = pytest.mark.real
 
 PROJECT = Path(__file__).resolve().parents[2]
 
-APP = 'class Echo:\n    def __init__(self, word="hello"):\n        self.word = word\n\n    def __call__(self, request):\n        return self.word\n'
+APP = ('class Echo:\n    def __init__(self, word="hello"):\n        self.word = word\n\n'
+       '    def __call__(self, request):\n        return self.word\n')
 BEFORE = """\
 [backends.echo-v1]
 import_path = "deployments.apps.echo:Echo"
@@ -110,7 +111,7 @@ def test_markdown_is_a_pull_request_comment_with_summary_and_marked_actions(repo
 | 4 | update endpoint `echo` | in place | `traffic: {{"echo-v1": 1.0}} → {{"echo-v1": 0.5, "echo-v3": 0.5}}` |
 
 Plan: 1 to create, 3 to update (1 restart), 0 to delete.
-"""
+"""  # noqa: E501 — the Markdown table as printed
 
 
 def test_markdown_of_no_change_says_so(repo: GitRepo) -> None:

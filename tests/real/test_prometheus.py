@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import ray
 import yaml
@@ -262,7 +261,8 @@ def _stack(tmp_path_factory: pytest.TempPathFactory, receiver: str) -> Iterator[
     repo.write("deployments/hello.toml", spec({"v1": 0.5, "v2": 0.5}))
     first = repo.commit("hello, split 50/50")
     agent = AgentProcess(
-        repo.root, workdir, ray.get_runtime_context().gcs_address, ["--log-format", "json", "--notify", str(notify), "--verify-commits", "--allowed-signers", str(allowed)]
+        repo.root, workdir, ray.get_runtime_context().gcs_address,
+        ["--log-format", "json", "--notify", str(notify), "--verify-commits", "--allowed-signers", str(allowed)]
     )
     prometheus = None
     try:

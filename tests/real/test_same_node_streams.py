@@ -11,11 +11,13 @@ from typing import Any, Iterator
 import httpx
 import pytest
 import ray
+from ray.actor import ActorHandle
 from websockets.sync.client import connect
 
 from controller.backend_state import REPLICA_PREFIX
 from tests.real.examples import ShippedExamples, serve_shipped_examples
 from tests.real.support import eventually
+from vocabulary.actor_apis import Remote, ReplicaAPI
 
 pytestmark = pytest.mark.real
 
@@ -30,13 +32,14 @@ def served(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield examples
 
 
-def replica(served: ShippedExamples, backend: str) -> Any:
+def replica(served: ShippedExamples, backend: str) -> ActorHandle[Any]:
     (replica_id,) = served.running_ids(backend)
     return ray.get_actor(REPLICA_PREFIX + replica_id, namespace=served.namespace)
 
 
-def streamed(handle: Any) -> int:
-    return int(ray.get(handle.frames_streamed.remote(), timeout=30))
+def streamed(handle: ActorHandle[Any]) -> int:
+    replica: Remote[ReplicaAPI] = Remote(handle)
+    return int(ray.get(replica.call(ReplicaAPI.frames_streamed), timeout=30))
 
 
 def test_a_stream_and_a_websocket_to_a_replica_on_the_proxys_node_go_over_its_unix_socket(

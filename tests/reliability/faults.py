@@ -13,6 +13,7 @@ import signal
 from typing import Any
 
 import ray
+from ray.actor import ActorHandle
 
 from controller.backend_state import REPLICA_PREFIX
 from vocabulary.status import ClusterStatus
@@ -24,11 +25,11 @@ def _own_pid(_actor: Any) -> int:
     return os.getpid()
 
 
-def actor_pid(handle: Any) -> int:
+def actor_pid(handle: ActorHandle[Any]) -> int:
     return int(ray.get(handle.__ray_call__.remote(_own_pid), timeout=30))
 
 
-def kill9(handle: Any) -> int:
+def kill9(handle: ActorHandle[Any]) -> int:
     """SIGKILL the actor's worker process; returns its pid."""
     pid = actor_pid(handle)
     os.kill(pid, signal.SIGKILL)

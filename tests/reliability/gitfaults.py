@@ -54,7 +54,7 @@ class World:
 
 def start_agent(repo_url: str, workdir: Path) -> AgentProcess:
     workdir.mkdir(parents=True, exist_ok=True)
-    return AgentProcess(repo_url, workdir, ray.get_runtime_context().gcs_address,  # type: ignore[arg-type]
+    return AgentProcess(repo_url, workdir, ray.get_runtime_context().gcs_address,  # type: ignore[arg-type]  # a URL string where a path is typed
                         ["--fetch-timeout", str(FETCH_TIMEOUT_S)])
 
 

@@ -50,12 +50,12 @@ class Mode(str, enum.Enum):
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: "_Server"
+    server: _Server
 
     def do_GET(self) -> None:  # noqa: N802 — http.server's naming
         self._handle()
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:  # noqa: N802  # http.server's naming
         self._handle()
 
     def _handle(self) -> None:
@@ -107,7 +107,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    owner: "HttpGitServer"
+    owner: HttpGitServer
 
 
 class HttpGitServer:

@@ -107,7 +107,7 @@ class SteadyLoad:
         self._thread: threading.Thread | None = None
         self._running = threading.Event()
 
-    def __enter__(self) -> "SteadyLoad":
+    def __enter__(self) -> SteadyLoad:
         self.start()
         return self
 

@@ -23,16 +23,16 @@ from typing import Any
 for _key, _value in {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}.items():
     os.environ.setdefault(_key, _value)
 
-import ray  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
+import ray
+from ray.cluster_utils import Cluster
 
-from controller.client import ControllerClient, start_or_connect  # noqa: E402
-from controller.proxy_fleet import proxy_actor_name  # noqa: E402
-from tests.real.support import APPS, FAST_CONTROLLER_OPTIONS, eventually  # noqa: E402
-from tests.reliability.faults import leaked_replicas  # noqa: E402
-from tests.reliability.load import LoadReport, SteadyLoad  # noqa: E402
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalState  # noqa: E402
-from vocabulary.status import ClusterStatus, ReplicaStatus  # noqa: E402
+from controller.client import ControllerClient, start_or_connect
+from controller.proxy_fleet import proxy_actor_name
+from tests.real.support import APPS, FAST_CONTROLLER_OPTIONS, eventually
+from tests.reliability.faults import leaked_replicas
+from tests.reliability.load import LoadReport, SteadyLoad
+from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
+from vocabulary.status import ClusterStatus, ReplicaStatus
 
 NAMESPACE = "gitops-reliability-multinode"
 

@@ -47,11 +47,11 @@ def _crash_loop(
     record_run(row, title, report, None, leaked, f"{outcome['creations']} replica starts in {WATCH_S:g} s")
     goal = outcome["goal"]
     assert report.failed == 0, report.summary()
-    assert goal.state == GoalState.FAILED, goal  # type: ignore[union-attr]
+    assert goal.state == GoalState.FAILED, goal  # type: ignore[union-attr]  # the outcome holds the goal result here
     assert "v1" in serving_versions
-    assert outcome["creations"] <= MAX_CREATIONS  # type: ignore[operator]
+    assert outcome["creations"] <= MAX_CREATIONS  # type: ignore[operator]  # the outcome's values are ints here
     assert leaked == 0
-    return goal  # type: ignore[return-value]
+    return goal  # type: ignore[return-value]  # the outcome holds the goal result here
 
 
 def test_a_version_raising_in_init_fails_its_goal_with_the_message_and_the_old_one_serves(

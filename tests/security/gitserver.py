@@ -49,7 +49,9 @@ class GitHttpServer:
         username, _, password = base64.b64decode(encoded).decode().partition(":")
         return password == self.password and (self.username is None or username == self.username)
 
-    def run_cgi(self, method: str, path: str, query: str, content_type: str, body: bytes) -> tuple[str, list[tuple[str, str]], bytes]:
+    def run_cgi(
+        self, method: str, path: str, query: str, content_type: str, body: bytes
+    ) -> tuple[str, list[tuple[str, str]], bytes]:
         env = {
             "GIT_PROJECT_ROOT": str(self.root),
             "GIT_HTTP_EXPORT_ALL": "1",

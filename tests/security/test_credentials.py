@@ -57,7 +57,7 @@ def run(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     with serving(root / "served", URL_TOKEN) as server:
         server.accepting = False
         agent = AgentProcess(
-            server.url("specs.git", f"deploy:{URL_TOKEN}"),  # type: ignore[arg-type]
+            server.url("specs.git", f"deploy:{URL_TOKEN}"),  # type: ignore[arg-type]  # a URL string where a path is typed
             root,
             ray.get_runtime_context().gcs_address,
             ["--branch", "main", "--admin-token-file", str(root / "admin-token")],
@@ -66,7 +66,7 @@ def run(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         agent.wait("the admin API", lambda: agent.http.get(agent.admin + "/healthz").status_code == 200)
         cmdlines = CommandLines()
         try:
-            status = lambda: agent.http.get(agent.admin + "/status", headers=BEARER).json()  # noqa: E731
+            status = lambda: agent.http.get(agent.admin + "/status", headers=BEARER).json()  # noqa: E731  # a one-line callback reads best as a lambda
             agent.wait("a failing fetch in the status", lambda: bool(status()["errors"]))
             git_error = status()["errors"][0]
             server.accepting = True

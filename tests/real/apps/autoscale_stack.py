@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from vocabulary.actor_apis import ControllerAPI, Remote
 from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from vocabulary.status import ClusterStatus
 from tests.real.support import AgentProcess
@@ -29,8 +30,10 @@ APP_SOURCE = (Path(__file__).parent / "autoscale_slow.py").read_text()
 def controller_status() -> ClusterStatus:
     import ray
 
-    handle = ray.get_actor(CONTROLLER_NAME, namespace=DEFAULT_NAMESPACE)
-    return ray.get(handle.get_status.remote(), timeout=30)
+    from controller.client import result
+
+    controller: Remote[ControllerAPI] = Remote(ray.get_actor(CONTROLLER_NAME, namespace=DEFAULT_NAMESPACE))
+    return result(controller.call(ControllerAPI.get_status), timeout_s=30)
 
 
 @dataclass(frozen=True)

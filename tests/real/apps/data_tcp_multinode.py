@@ -16,14 +16,14 @@ import sys
 
 from cluster_scenario import APPS, wait  # a sibling: sets Ray's environment, so before Ray
 
-import httpx  # noqa: E402
-import ray  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
+import httpx
+import ray
+from ray.cluster_utils import Cluster
 
-from controller.backend_state import REPLICA_PREFIX  # noqa: E402
-from controller.client import start_or_connect  # noqa: E402
-from vocabulary.configs import BackendConfig, EndpointConfig  # noqa: E402
-from vocabulary.status import ProxyState  # noqa: E402
+from controller.backend_state import REPLICA_PREFIX
+from controller.client import start_or_connect
+from vocabulary.configs import BackendConfig, EndpointConfig
+from vocabulary.status import ProxyState
 
 NAMESPACE = "gitops-data-tcp"
 
