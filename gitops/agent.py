@@ -147,6 +147,7 @@ class Agent:
         self._retries = 0  # transient failures in a row
         self._retry: asyncio.TimerHandle | None = None
         self.ticks = 0
+        self.reconciled = asyncio.Event()  # set once the first tick is over: the agent is ready
 
     # --- wake-ups and admin verbs ---------------------------------------------
 
@@ -463,6 +464,7 @@ class Agent:
             self._notifier.observe(notification_outcome(report, recorded, status, watched, self._source.branch))
         # After the tick's own result went out, so a rollback is announced after what caused it.
         self._revert(recorded)
+        self.reconciled.set()
 
     def _write_history(self, report: TickReport) -> HistoryEntry | None:
         """Every new commit, every change made, every new failure; not repeats.

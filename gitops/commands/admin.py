@@ -1,10 +1,14 @@
-"""`gitops status|history|sync|suspend|resume|rollback`: the running agent's admin API.
+"""`gitops status|history|sync|suspend|resume|rollback|wait`: the running agent's admin API.
 
 Owns the client side of the admin API and the human tables: `/status` is
 parsed into the agent's own `AgentStatus` model before it is drawn; `--json`
-prints the API's JSON as is, for scripts. The admin token (if the agent has
-one) comes from `--token-file` or `GITOPS_TOKEN`. Must not: reconcile or
-read git.
+prints the API's JSON as is, for scripts. The agent is found as
+`gitops.agent_address.resolve` says (`--agent`, `GITOPS_AGENT`, the address
+file a running agent wrote in its state dir); the admin token (if the agent
+has one) comes from `--token-file` or `GITOPS_TOKEN`. `status --exit-code`
+exits as terraform's plan does: 0 Synced, 2 any other status, 1 an error;
+`wait` polls the status until it is the one asked for (0), or the time is
+up or only a new commit could change it (2). Must not: reconcile or read git.
 """
 
 from __future__ import annotations
@@ -12,16 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 import urllib.parse
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import httpx
 from pydantic import ValidationError
 
 from gitops.access import read_token
-from gitops.errors import UserError
-from gitops.status import AgentStatus
+from gitops.agent_address import AGENT_ENV, AgentAddress, resolve
+from gitops.errors import UsageError, UserError
+from gitops.status import AgentStatus, SyncStatus
 
 __all__ = [
     "status_command",
@@ -30,17 +37,68 @@ __all__ = [
     "suspend_command",
     "resume_command",
     "rollback_command",
+    "wait_command",
     "render_status",
     "render_history",
 ]
 
 _TIMEOUT_S = 10.0
+_WAIT_POLL_S = 0.5
+EXIT_SYNCED, EXIT_ERROR, EXIT_NOT_SYNCED = 0, 1, 2
 
 
 def status_command(args: argparse.Namespace) -> int:
     data = _call(args, "GET", "/status")
-    print(json.dumps(data, indent=2) if args.json else render_status(_agent_status(args.agent, data)))
-    return 0
+    status = _agent_status(_agent(args).url, data)
+    print(json.dumps(data, indent=2) if args.json else render_status(status))
+    if args.exit_code and status.status is not SyncStatus.SYNCED:
+        return EXIT_NOT_SYNCED
+    return EXIT_SYNCED
+
+
+def wait_command(args: argparse.Namespace, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> int:
+    """Poll `/status` until it says `--for`; an agent not answering yet is waited for too."""
+    wanted = _wanted_status(args.wanted)
+    deadline = clock() + args.timeout
+    seen: AgentStatus | None = None
+    unreachable: UserError | None = None
+    while True:
+        try:
+            seen = _agent_status(_agent(args).url, _call(args, "GET", "/status"))
+            unreachable = None
+        except _Unreachable as error:
+            unreachable = error
+        if seen is not None and unreachable is None:
+            if seen.status is wanted:
+                print(_one_line(seen))
+                return EXIT_SYNCED
+            stalled = seen.condition("Stalled")
+            if stalled is not None and stalled.status:
+                print(f"gitops wait: {_one_line(seen)}; only a new commit changes that", file=sys.stderr)
+                return EXIT_NOT_SYNCED
+        if clock() >= deadline:
+            break
+        sleep(_WAIT_POLL_S)
+    if unreachable is not None:
+        raise unreachable
+    now = _one_line(seen) if seen is not None else "no status yet"
+    print(f"gitops wait: not {wanted.value} after {args.timeout:g}s: {now}", file=sys.stderr)
+    return EXIT_NOT_SYNCED
+
+
+def _wanted_status(name: str) -> SyncStatus:
+    for status in SyncStatus:
+        if status.value.lower() == name.lower():
+            return status
+    known = ", ".join(status.value.lower() for status in SyncStatus)
+    raise UsageError(f"--for {name}: not a status the agent shows ({known})")
+
+
+def _one_line(status: AgentStatus) -> str:
+    ready = status.condition("Ready")
+    detail = f" ({ready.reason}: {ready.message})" if ready else ""
+    return f"{status.status.value}{detail}"
 
 
 def history_command(args: argparse.Namespace) -> int:
@@ -75,13 +133,27 @@ def _verb(args: argparse.Namespace, path: str, done: str) -> int:
     return 0
 
 
+class _Unreachable(UserError):
+    """No agent answered at the address."""
+
+
+def _agent(args: argparse.Namespace) -> AgentAddress:
+    found: AgentAddress | None = getattr(args, "agent_address", None)
+    if found is None:
+        found = args.agent_address = resolve(args.agent, os.environ, Path.cwd())
+    return found
+
+
 def _call(args: argparse.Namespace, method: str, path: str) -> dict[str, Any]:
-    agent: str = args.agent
-    url = agent.rstrip("/") + path
+    agent = _agent(args)
+    url = agent.url.rstrip("/") + path
     try:
         response = httpx.request(method, url, headers=_authorization(args.token_file), timeout=_TIMEOUT_S)
     except httpx.HTTPError as error:
-        raise UserError(f"no agent answering at {agent} ({type(error).__name__}); is `gitops run` running?") from None
+        raise _Unreachable(
+            f"no agent answering at {agent.url} (from {agent.source}; {type(error).__name__}); is `gitops run` "
+            f"running? Point at it with --agent URL or {AGENT_ENV}=URL"
+        ) from None
     try:
         data = response.json()
     except ValueError:
