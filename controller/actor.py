@@ -40,6 +40,7 @@ from vocabulary.configs import (
     ServingState,
 )
 from controller.endpoint_state import EndpointState, check_backend_deletable
+from controller.recent_requests import RecentRequests
 from controller.rollout_state import RolloutState
 from controller.goals import GoalKind, GoalTable
 from controller.judging import fingerprint, judge
@@ -170,6 +171,7 @@ class ControllerActor:
         self._owner: Owner | None = None
         self._restarts = 0  # starts that found a checkpoint, this one included
         self._failures: deque[ReplicaFailure] = deque(maxlen=100)  # shown in status, for the agent's log
+        self._recent = RecentRequests()  # each backend's requests in the last minute, for status
         self._recover()
         self._publish_endpoints()
         # Know the proxies before the first call, so no goal is judged against none.
@@ -251,6 +253,8 @@ class ControllerActor:
         self._ticks += 1
         self._check_proxies(now)
         self._autoscale(now)
+        for erring in self._recent.sample(self._rollouts.totals(), now):
+            self._backends.check_soon(erring)  # their health checks answer the latest exception
         effects = self._backends.tick(now, self._adapter)
         self._log_failures()
         if self._backends.dirty:
@@ -496,6 +500,7 @@ class ControllerActor:
         return ServingState(backends=self._backends.configs(), endpoints=self._endpoints.all())
 
     async def get_status(self) -> ClusterStatus:
+        window_s, serving = self._recent.last_minute(self._rollouts.totals(), time.monotonic())
         return ClusterStatus(
             backends={
                 n: self._backends.status(n).model_copy(update={"scaling_decisions": self._autoscaler.decisions(n)})
@@ -512,6 +517,8 @@ class ControllerActor:
             load={p: dict(loads) for p, loads in self._loads.items()},
             rollouts=self._rollouts.rollouts(),
             rollout_checks=self._rollouts.check_counts(),
+            serving=serving,
+            serving_window_s=window_s,
         )
 
     def _endpoint_status(self) -> dict[str, EndpointStatus]:

@@ -26,7 +26,7 @@ from typing import Any, Protocol, Sequence
 
 from controller.autoscaling import initial_replicas
 from vocabulary.configs import BackendConfig, ReplicaState, UpdateConfig
-from vocabulary.status import BackendStatus, ReplicaFailure, ReplicaStatus
+from vocabulary.status import BackendStatus, HandlerError, ReplicaFailure, ReplicaStatus
 
 __all__ = [
     "BackendState",
@@ -66,6 +66,7 @@ class Probe:
     error: str = ""
     incarnation: int | None = None  # a proxy's answer to a ping: its process; a new one means it restarted
     port: int | None = None  # a proxy's answer to its ready call: the port it listens on (given 0: the one it got)
+    handler_error: HandlerError | None = None  # a replica's answer to its health check: its latest handler error
 
 
 class Observer(Protocol):
@@ -190,6 +191,7 @@ class _Backend:
     deleting: bool = False
     failures: int = 0
     last_error: str = ""
+    latest_error: HandlerError | None = None  # the newest handler exception its replicas reported (not kept)
     backoff_until: float = 0.0
     unschedulable: str = ""
     unschedulable_since: float | None = None
@@ -316,7 +318,16 @@ class BackendState:
             last_error=backend.last_error,
             failures=backend.failures,
             unschedulable=backend.unschedulable,
+            latest_error=backend.latest_error,
         )
+
+    def check_soon(self, name: str) -> None:
+        """Health-check `name`'s running replicas at the next tick (their answers carry
+        their latest handler errors): its proxies just counted new 5xx answers."""
+        backend = self._backends.get(name)
+        for record in backend.replicas if backend is not None else ():
+            if record.state == ReplicaState.RUNNING and not record.health_in_flight:
+                record.last_health = float("-inf")
 
     # --- the control loop ------------------------------------------------------
 
@@ -395,6 +406,7 @@ class BackendState:
                 return
             record.health_in_flight = False
             if probe.status == ProbeStatus.OK:
+                backend.latest_error = _newer(backend.latest_error, probe.handler_error)
                 if not record.checked_ok:
                     record.checked_ok = True
                     backend.failures = 0
@@ -545,6 +557,13 @@ class ScaleDecisions:
 
     stop: tuple[StopDecision, ...] = ()
     start: int = 0
+
+
+def _newer(held: HandlerError | None, reported: HandlerError | None) -> HandlerError | None:
+    """The later of two handler errors (a replica answers its latest again and again)."""
+    if reported is None or (held is not None and held.at >= reported.at):
+        return held
+    return reported
 
 
 def scale_decisions(

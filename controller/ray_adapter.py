@@ -49,6 +49,7 @@ from controller.proxy_fleet import (
 )
 from vocabulary.configs import BackendConfig
 from vocabulary.goal_api import REPLICA_CLASS
+from vocabulary.status import HandlerError
 
 __all__ = ["RayAdapter", "error_text"]
 
@@ -84,8 +85,10 @@ def _outcome(future: Future) -> Probe:
         return Probe(ProbeStatus.DEAD, error_text(err))
     except Exception as err:  # the replica's own failure, or runtime_env setup
         return Probe(ProbeStatus.FAILED, error_text(err))
-    # A proxy's ping answers its process id; other calls' answers mean nothing here.
-    return Probe(ProbeStatus.OK, incarnation=answer if type(answer) is int else None)
+    # A proxy's ping answers its process id, a replica's health check its latest
+    # handler error; other calls' answers mean nothing here.
+    return Probe(ProbeStatus.OK, incarnation=answer if type(answer) is int else None,
+                 handler_error=answer if isinstance(answer, HandlerError) else None)
 
 
 def _proxy_outcome(future: Future) -> Probe:

@@ -2,7 +2,8 @@
 
 Owns loading the user's callable (`import_path` "module:attr", resolved from
 the working_dir Ray puts on sys.path), calling it with a Starlette request,
-`reconfigure`, `check_health` and graceful draining. It does not know about
+`reconfigure`, `check_health` (whose answer is the latest exception a
+handler raised, `vocabulary.status.HandlerError`) and graceful draining. It does not know about
 routing, retries or its own lifecycle: `controller.ray_adapter` wraps this
 plain class with `ray.remote` and options; the proxy calls `handle_request`
 (or `handle_batch` for several requests coalesced into one Ray call), and
@@ -40,6 +41,7 @@ import gc
 import importlib
 import inspect
 import logging
+import os
 import random
 import sys
 import tempfile
@@ -63,6 +65,7 @@ from replica.handles import HandleRouter
 from vocabulary.frames import MAX_FRAME_BYTES
 from vocabulary.handshake import DataAddress
 from vocabulary.serving import ReplicaContext, install
+from vocabulary.status import HandlerError
 
 # A large reply held for the proxy to stream leaves in slices of this size.
 _HELD_SLICE_BYTES = 1024 * 1024
@@ -241,6 +244,7 @@ class Replica:
         self._idle.set()
         self._data: DataSocket | None = None
         self._tcp_host: str | None = None  # where to open the TCP listener when another node's proxy asks
+        self._latest_error: HandlerError | None = None  # the newest exception user code raised serving a request
 
     async def initialize(self) -> str:
         """Load, construct, configure and health-check the user code.
@@ -338,6 +342,9 @@ class Replica:
         self._begin(1)
         try:
             reply = await self._serve(self._handler, wire)
+        except Exception as error:
+            self._raised(error)
+            raise
         finally:
             self._end(1)
         if isinstance(reply, BodyStream):
@@ -354,6 +361,9 @@ class Replica:
             try:
                 async for chunk in rest:
                     yield chunk
+            except Exception as error:
+                self._raised(error)
+                raise
             finally:
                 await rest.aclose()
 
@@ -406,12 +416,16 @@ class Replica:
         its return value goes back as it is; user exceptions propagate."""
         with self._serving(1):
             handler = self._handler
-            if self._handler_is_async:
-                return await handler(*args, **kwargs)
-            result = await asyncio.to_thread(handler, *args, **kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-            return result
+            try:
+                if self._handler_is_async:
+                    return await handler(*args, **kwargs)
+                result = await asyncio.to_thread(handler, *args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+                return result
+            except Exception as error:
+                self._raised(error)
+                raise
 
     async def handle_together(self, batch: list[BatchItem]) -> list[BatchResult]:
         """A batched backend's requests in one handler call, answered in order.
@@ -433,7 +447,8 @@ class Replica:
                 text = f"backend {self.backend}: {error}"
                 logger.error("%s", text)
                 return [(BatchOutcome.ERROR, text)] * len(batch)
-            except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
+            except Exception as error:  # noqa: BLE001 — user code may raise anything; the proxy logs it
+                self._raised(error)
                 return [(BatchOutcome.ERROR, traceback.format_exc())] * len(batch)
         return [_converted(result) for result in results]
 
@@ -453,17 +468,24 @@ class Replica:
         except asyncio.TimeoutError:
             return BatchOutcome.TIMEOUT, ""
         except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
-            return BatchOutcome.ERROR, traceback.format_exc()
+            return BatchOutcome.ERROR, traceback.format_exc()  # handle_request kept it as the latest error
 
     async def reconfigure(self, user_config: Any) -> None:
         self._user_config = user_config
         if self._handler is not None:
             await _call_optional(self._handler, "reconfigure", user_config)
 
-    async def check_health(self) -> None:
+    async def check_health(self) -> HandlerError | None:
+        """Runs the user's check; answers the latest exception a handler raised (None: none
+        yet), so the controller shows it in the backend's status."""
         if self._handler is None:
             raise RuntimeError(f"replica {self.replica_id} is not initialized")
         await _call_optional(self._handler, "check_health")
+        return self._latest_error
+
+    def _raised(self, error: Exception) -> None:
+        """Keep `error`, raised by user code, as this replica's latest handler error."""
+        self._latest_error = HandlerError.of(error, self.replica_id, time.time(), os.getcwd())
 
     async def prepare_for_shutdown(self, timeout_s: float) -> None:
         """Wait for in-flight requests to finish, at most `timeout_s`.

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from gitops.access import read_token
 from gitops.agent_address import AGENT_ENV, AgentAddress, resolve
 from gitops.errors import UsageError, UserError
+from gitops.serving_health import Serving
 from gitops.status import AgentStatus, SyncStatus
 
 __all__ = [
@@ -189,13 +190,16 @@ def render_status(status: AgentStatus) -> str:
         f"Applied:    {_short(status.last_applied_revision)}",
     ]
     if status.backends:
-        lines += ["", _table(["BACKEND", "VERSION", "READY", "REPLICAS", "LAST ERROR"], [
-            [name, (b.version or "-")[:12], f"{b.ready}/{b.target_replicas}", _pairs(b.replicas), b.last_error or ""]
+        lines += ["", _table(["BACKEND", "VERSION", "READY", "REPLICAS", *_SERVING, "LAST ERROR"], [
+            [name, (b.version or "-")[:12], f"{b.ready}/{b.target_replicas}", _pairs(b.replicas),
+             *_serving(b.serving), b.last_error or ""]
             for name, b in sorted(status.backends.items())
         ])]
+        lines += [f"Latest exception of {name}: {b.latest_exception}"
+                  for name, b in sorted(status.backends.items()) if b.latest_exception and b.serving.errors]
     if status.endpoints:
-        lines += ["", _table(["ENDPOINT", "ROUTE", "TRAFFIC", "SHADOW"], [
-            [name, e.route, _percent(e.traffic), _percent(e.shadow)]
+        lines += ["", _table(["ENDPOINT", "ROUTE", "TRAFFIC", "SHADOW", *_SERVING], [
+            [name, e.route, _percent(e.traffic), _percent(e.shadow), *_serving(e.serving)]
             for name, e in sorted(status.endpoints.items())
         ])]
     if status.rollouts:
@@ -218,6 +222,16 @@ def render_status(status: AgentStatus) -> str:
     if status.errors:
         lines += ["", "Errors:"] + [f"  {error}" for error in status.errors]
     return "\n".join(lines)
+
+
+_SERVING = ["REQ/S", "5XX", "P99"]  # over the last minute
+
+
+def _serving(serving: Serving) -> list[str]:
+    if not serving.requests:
+        return ["0", "-", "-"]
+    p99 = f"{serving.p99_s * 1000:.0f}ms" if serving.p99_s < 1 else f"{serving.p99_s:g}s"
+    return [f"{serving.rate():.1f}", f"{serving.error_share():.0%}", p99]
 
 
 def _step_bar(step: int, passed: int, steps: int) -> str:
