@@ -41,6 +41,7 @@ from vocabulary.configs import (
 )
 from controller.endpoint_state import EndpointState, check_backend_deletable
 from controller.recent_requests import RecentRequests
+from vocabulary.replica_output import OutputCursor, ReplicaOutput
 from controller.rollout_state import RolloutState
 from controller.goals import GoalKind, GoalTable
 from controller.judging import fingerprint, judge
@@ -550,6 +551,15 @@ class ControllerActor:
         if requests:
             self._rollouts.record(proxy_id, requests)
         self._autoscaler.record_report(proxy_id, self._loads[proxy_id], time.monotonic())
+
+    async def replica_output(
+        self, backend: str, since: float | None = None, cursors: dict[str, OutputCursor] | None = None
+    ) -> list[ReplicaOutput]:
+        """The own output (stdout, stderr) of every replica of `backend`, read by each replica
+        from its node's log files: after each one's cursor, written since `since`, or its last lines."""
+        cursors = cursors or {}
+        wanted = [(r.replica_id, r.actor_name, cursors.get(r.replica_id)) for r in self._backends.replicas(backend)]
+        return await self._adapter.replica_output(wanted, since)
 
     async def get_load(self) -> dict[str, dict[str, tuple[int, int]]]:
         return dict(self._loads)

@@ -277,6 +277,13 @@ class BackendState:
     def target(self, name: str) -> int:
         return self._backends[name].target
 
+    def replicas(self, name: str) -> list[ReplicaRecord]:
+        """Every replica `name` has, whatever its state; ValueError for an unknown backend."""
+        backend = self._backends.get(name)
+        if backend is None:
+            raise ValueError(f"unknown backend {name!r}")
+        return list(backend.replicas)
+
     def running(self, name: str) -> list[ReplicaRecord]:
         backend = self._backends.get(name)
         if backend is None:

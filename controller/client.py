@@ -8,7 +8,8 @@ it, turning Ray's wrapped errors back into the plain `ValueError` the
 controller raised, `shutdown`, which stops the controller, its proxies and
 its replicas, `discard_checkpoint`, the documented reset, the owning
 agent's record (`claim`, `owner`, `release`; see `controller.ownership`)
-and its settings that outlive a controller start (`set_prometheus_url`).
+and its settings that outlive a controller start (`set_prometheus_url`);
+`replica_output` reads every replica's own output for `gitops logs`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from controller.ownership import Owner
 from controller.ray_kv import RayKVStorage
 from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
+from vocabulary.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.status import ClusterStatus
 
 _HEAD_NODE_RESOURCE = "node:__internal_head__"
@@ -70,6 +72,12 @@ class ControllerClient:
 
     async def report_load(self, proxy_id: str, loads: dict[str, tuple[int, int]]) -> None:
         await self._call("report_load", proxy_id, loads)
+
+    async def replica_output(
+        self, backend: str, since: float | None = None, cursors: dict[str, OutputCursor] | None = None
+    ) -> list[ReplicaOutput]:
+        """Every replica's own stdout and stderr lines (for `gitops logs`); ValueError for an unknown backend."""
+        return await self._call("replica_output", backend, since, cursors)
 
     async def set_target_replicas(self, backend: str, target: int) -> None:
         await self._call("set_target_replicas", backend, target)

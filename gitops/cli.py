@@ -222,6 +222,16 @@ def build_parser() -> argparse.ArgumentParser:
     wait.add_argument("--timeout", type=float, default=300.0, help="seconds to wait before giving up (exit 2)")
     _agent_flags(wait)
     wait.set_defaults(func=_command("admin", "wait_command"))
+
+    logs = verb("logs", "a backend's replicas' own output and tracebacks, from every node")
+    logs.add_argument("backend", help="the backend whose replicas' output is printed")
+    logs.add_argument("--follow", "-f", action="store_true", help="keep printing what the replicas write")
+    logs.add_argument(
+        "--since", default=None, metavar="DURATION",
+        help="what was written in the last DURATION (30s, 5m, 2h; default: each replica's last lines)",
+    )
+    _agent_flags(logs)
+    logs.set_defaults(func=_command("admin", "logs_command"))
     return parser
 
 

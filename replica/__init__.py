@@ -6,4 +6,5 @@ checks, reconfigure and graceful drain. Started and stopped by the
 controller's Ray adapter by class path (`vocabulary.goal_api.REPLICA_CLASS`);
 talks to the proxy only through `vocabulary.wire` (as Ray calls, or as
 `vocabulary.frames` over its same-node Unix socket, `replica.data_socket`).
+`own_output` reads the replica's own stdout and stderr back for `gitops logs`.
 """

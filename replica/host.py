@@ -3,7 +3,9 @@
 Owns loading the user's callable (`import_path` "module:attr", resolved from
 the working_dir Ray puts on sys.path), calling it with a Starlette request,
 `reconfigure`, `check_health` (whose answer is the latest exception a
-handler raised, `vocabulary.status.HandlerError`) and graceful draining. It does not know about
+handler raised, `vocabulary.status.HandlerError`; the traceback goes to the
+replica's stderr too, at most one a second), `output` (its own stdout and
+stderr lines, `replica.own_output`, for `gitops logs`) and graceful draining. It does not know about
 routing, retries or its own lifecycle: `controller.ray_adapter` wraps this
 plain class with `ray.remote` and options; the proxy calls `handle_request`
 (or `handle_batch` for several requests coalesced into one Ray call), and
@@ -65,10 +67,15 @@ from replica.handles import HandleRouter
 from vocabulary.frames import MAX_FRAME_BYTES
 from vocabulary.handshake import DataAddress
 from vocabulary.serving import ReplicaContext, install
+from vocabulary.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.status import HandlerError
+from replica.own_output import OwnOutput
 
 # A large reply held for the proxy to stream leaves in slices of this size.
 _HELD_SLICE_BYTES = 1024 * 1024
+
+# How often the sizes of the replica's output files are noted, for `output(since=...)`.
+_MARK_EVERY_S = 2.0
 
 # Long enough for every proxy to receive the replica set without this replica.
 _DRAIN_LINGER_S = 1.0
@@ -245,6 +252,10 @@ class Replica:
         self._data: DataSocket | None = None
         self._tcp_host: str | None = None  # where to open the TCP listener when another node's proxy asks
         self._latest_error: HandlerError | None = None  # the newest exception user code raised serving a request
+        self._shown_at = float("-inf")  # when a handler's traceback was last written to stderr
+        self._not_shown = 0  # tracebacks left out since, at most one a second is written
+        self._output: OwnOutput | None = None  # this process's stdout and stderr files (under Ray)
+        self._marking: asyncio.Task[None] | None = None
 
     async def initialize(self) -> str:
         """Load, construct, configure and health-check the user code.
@@ -277,6 +288,9 @@ class Replica:
 
             # Only under Ray can a proxy find the socket; tests of this class run without one.
             if ray.is_initialized():
+                self._output = OwnOutput()
+                self._output.mark(time.time())
+                self._marking = asyncio.get_running_loop().create_task(self._mark_output())
                 await self.serve_frames(_socket_bases())
                 # Other nodes' proxies reach this node at the address Ray knows it by,
                 # once one asks: a one-node cluster never listens on TCP.
@@ -484,8 +498,32 @@ class Replica:
         return self._latest_error
 
     def _raised(self, error: Exception) -> None:
-        """Keep `error`, raised by user code, as this replica's latest handler error."""
+        """Keep `error`, raised by user code, as this replica's latest handler error, and
+        write its traceback to this replica's stderr (`gitops logs`), at most once a second."""
         self._latest_error = HandlerError.of(error, self.replica_id, time.time(), os.getcwd())
+        now = time.monotonic()
+        if now - self._shown_at < 1.0:
+            self._not_shown += 1
+            return
+        left_out = f" ({self._not_shown} more left out since the last one)" if self._not_shown else ""
+        self._shown_at, self._not_shown = now, 0
+        sys.stderr.write(f"backend {self.backend} replica {self.replica_id}: a request's handler raised{left_out}\n"
+                         + "".join(traceback.format_exception(error)))
+        sys.stderr.flush()
+
+    def output(self, since: float | None = None, cursor: OutputCursor | None = None) -> ReplicaOutput:
+        """This replica's own stdout and stderr lines: after `cursor`, or written since
+        `since` (wall-clock seconds), or the last few kilobytes."""
+        if self._output is None:
+            self._output = OwnOutput()
+        return self._output.read(self.replica_id, _node_id(), since, cursor)
+
+    async def _mark_output(self) -> None:
+        """Note the output files' sizes every few seconds, for `output(since=...)`."""
+        while True:
+            if self._output is not None:
+                self._output.mark(time.time())
+            await asyncio.sleep(_MARK_EVERY_S)
 
     async def prepare_for_shutdown(self, timeout_s: float) -> None:
         """Wait for in-flight requests to finish, at most `timeout_s`.

@@ -19,4 +19,6 @@ data plane (`proxy`) and the user-code host (`replica`) meet only here.
   power of two, queue admission), for the proxy and for handles alike.
 - `serving`: what user code in a replica may ask for (`gitops.serving`):
   handles to other backends and endpoints, and its own context.
+- `replica_output`: a replica's own stdout and stderr lines, as `gitops logs`
+  reads them.
 """

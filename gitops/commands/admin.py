@@ -1,4 +1,4 @@
-"""`gitops status|history|sync|suspend|resume|rollback|wait`: the running agent's admin API.
+"""`gitops status|history|sync|suspend|resume|rollback|wait|logs`: the running agent's admin API.
 
 Owns the client side of the admin API and the human tables: `/status` is
 parsed into the agent's own `AgentStatus` model before it is drawn; `--json`
@@ -8,7 +8,10 @@ file a running agent wrote in its state dir); the admin token (if the agent
 has one) comes from `--token-file` or `GITOPS_TOKEN`. `status --exit-code`
 exits as terraform's plan does: 0 Synced, 2 any other status, 1 an error;
 `wait` polls the status until it is the one asked for (0), or the time is
-up or only a new commit could change it (2). Must not: reconcile or read git.
+up or only a new commit could change it (2). `logs` prints a backend's
+replicas' own output (`/logs/BACKEND`), each line after its replica's id,
+from every node; `--follow` asks again every second from where each left off.
+Must not: reconcile or read git.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pydantic import ValidationError
 from gitops.access import read_token
 from gitops.agent_address import AGENT_ENV, AgentAddress, resolve
 from gitops.errors import UsageError, UserError
+from gitops.printable import printable
 from gitops.serving_health import Serving
 from gitops.status import AgentStatus, SyncStatus
 
@@ -39,6 +43,8 @@ __all__ = [
     "resume_command",
     "rollback_command",
     "wait_command",
+    "logs_command",
+    "parse_duration",
     "render_status",
     "render_history",
 ]
@@ -86,6 +92,54 @@ def wait_command(args: argparse.Namespace, clock: Callable[[], float] = time.mon
     now = _one_line(seen) if seen is not None else "no status yet"
     print(f"gitops wait: not {wanted.value} after {args.timeout:g}s: {now}", file=sys.stderr)
     return EXIT_NOT_SYNCED
+
+
+_FOLLOW_EVERY_S = 1.0
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def logs_command(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -> int:
+    """The replicas' own output: the last lines (or those since `--since`), then with `--follow` what comes."""
+    since = time.time() - parse_duration(args.since) if args.since else None
+    started = time.time()
+    cursors: dict[str, dict[str, int]] = {}
+    said_missing: set[str] = set()
+    path = "/logs/" + urllib.parse.quote(args.backend, safe="")
+    while True:
+        query = urllib.parse.urlencode({
+            **({"since": repr(since)} if since is not None else {}), "cursors": json.dumps(cursors),
+        })
+        for output in _call(args, "GET", f"{path}?{query}")["replicas"]:
+            replica = output["replica_id"]
+            for line in [*output["out"], *output["err"]]:
+                print(printable(f"{replica} | {line}"), flush=True)
+            if output["missing"]:
+                if replica not in said_missing:
+                    print(printable(f"gitops logs: {replica}: {output['missing']}"), file=sys.stderr)
+                said_missing.add(replica)
+            else:
+                cursors[replica] = output["cursor"]
+        if not args.follow:
+            return 0
+        # A replica started while following shows from when the following began.
+        since = started if since is None else since
+        try:
+            sleep(_FOLLOW_EVERY_S)
+        except KeyboardInterrupt:
+            return 0
+
+
+def parse_duration(text: str) -> float:
+    """`90`, `90s`, `5m`, `2h`, `1d` in seconds; UsageError otherwise."""
+    unit = text[-1:] if text[-1:] in _DURATION_UNITS else "s"
+    number = text[:-1] if text[-1:] in _DURATION_UNITS else text
+    try:
+        seconds = float(number) * _DURATION_UNITS[unit]
+    except ValueError:
+        raise UsageError(f"--since {text}: not a duration (e.g. 30s, 5m, 2h)") from None
+    if seconds < 0:
+        raise UsageError(f"--since {text}: a duration cannot be negative")
+    return seconds
 
 
 def _wanted_status(name: str) -> SyncStatus:

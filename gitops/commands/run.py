@@ -305,6 +305,7 @@ async def _serve(
         commit_url_template=links.commit_url_template,
         policy=AccessPolicy.build(token, args.admin_host, _hosts(args.admin_allowed_hosts)),
         shadow_mismatches=collector(lambda: proxy_urls(agent.observed(), own_proxy)),
+        replica_output=client.replica_output,
     )
     servers = [admin.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:
