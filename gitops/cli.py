@@ -220,6 +220,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the status to wait for: synced, progressing, degraded, failed, suspended (any status the agent shows)",
     )
     wait.add_argument("--timeout", type=float, default=300.0, help="seconds to wait before giving up (exit 2)")
+    wait.add_argument(
+        "--revision", default=None, metavar="SHA",
+        help="also wait until this commit is the applied one, e.g. $(git rev-parse HEAD) right after a commit "
+        "(default: any)",
+    )
     _agent_flags(wait)
     wait.set_defaults(func=_command("admin", "wait_command"))
 

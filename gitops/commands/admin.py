@@ -77,7 +77,7 @@ def wait_command(args: argparse.Namespace, clock: Callable[[], float] = time.mon
         except _Unreachable as error:
             unreachable = error
         if seen is not None and unreachable is None:
-            if seen.status is wanted:
+            if seen.status is wanted and _applied(seen, args.revision):
                 print(_one_line(seen))
                 return EXIT_SYNCED
             stalled = seen.condition("Stalled")
@@ -90,7 +90,9 @@ def wait_command(args: argparse.Namespace, clock: Callable[[], float] = time.mon
     if unreachable is not None:
         raise unreachable
     now = _one_line(seen) if seen is not None else "no status yet"
-    print(f"gitops wait: not {wanted.value} after {args.timeout:g}s: {now}", file=sys.stderr)
+    what = wanted.value + (f" with {args.revision} applied" if args.revision else "")
+    applied = f"; applied {_short(seen.last_applied_revision)}" if seen is not None and args.revision else ""
+    print(f"gitops wait: not {what} after {args.timeout:g}s: {now}{applied}", file=sys.stderr)
     return EXIT_NOT_SYNCED
 
 
@@ -140,6 +142,12 @@ def parse_duration(text: str) -> float:
     if seconds < 0:
         raise UsageError(f"--since {text}: a duration cannot be negative")
     return seconds
+
+
+def _applied(status: AgentStatus, revision: str | None) -> bool:
+    """Whether `revision` (a full or abbreviated sha; None: any) is the applied commit."""
+    applied = status.last_applied_revision or ""
+    return revision is None or (len(revision) >= 4 and applied.startswith(revision.lower()))
 
 
 def _wanted_status(name: str) -> SyncStatus:
@@ -194,7 +202,8 @@ class _Unreachable(UserError):
 
 def _agent(args: argparse.Namespace) -> AgentAddress:
     found: AgentAddress | None = getattr(args, "agent_address", None)
-    if found is None:
+    if found is None or found.source == "the default":
+        # Looked for again until found: an agent starting up writes its address a moment later.
         found = args.agent_address = resolve(args.agent, os.environ, Path.cwd())
     return found
 

@@ -233,3 +233,18 @@ def test_output_to_a_closed_pipe_ends_quietly(agent) -> None:
         os.close(write_end)
     assert writer.stderr == b""
     assert writer.returncode == 141
+
+
+def test_wait_for_a_revision_waits_until_that_commit_is_applied(agent, capsys) -> None:
+    url, fake = agent
+    fake.last = APPLIED  # Synced, but with another commit than the one asked for
+    newer = HistoryEntry(commit="e" * 40, branch="main", author_time=1.0, summary="s", started_at=2.0,
+                         finished_at=3.0, result=Outcome.APPLIED)
+    assert main(["wait", "--agent", url, "--revision", "eeeeeee", "--timeout", "0.5"]) == 2
+    assert "not Synced with eeeeeee applied after 0.5s" in capsys.readouterr().err
+    timer = threading.Timer(0.5, lambda: setattr(fake, "last", newer))
+    timer.start()
+    try:
+        assert main(["wait", "--agent", url, "--revision", "eeeeeee", "--timeout", "20"]) == 0
+    finally:
+        timer.cancel()
