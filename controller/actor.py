@@ -119,6 +119,11 @@ class ClusterAdapter(Observer, Protocol):
 
     def stop_everything(self, replica_names: set[str]) -> None: ...
 
+    async def replica_output(
+        self, replicas: Sequence[tuple[str, str, OutputCursor | None]], since: float | None,
+    ) -> list[ReplicaOutput]:
+        """Each replica's own output ((replica id, actor name, cursor) each), for `gitops logs`."""
+
 
 # Asks rollouts' PromQL checks of the Prometheus at a base URL (None: none):
 # each query with its reading (see controller.prometheus).

@@ -1,0 +1,57 @@
+"""The controller's status carries each backend's last minute of requests, and `replica_output` asks its replicas.
+
+In-process `ControllerActor` with a fake adapter (the real path is tests/real/test_backend_errors.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from controller.actor import ControllerActor
+from controller.testing import FakeAdapter, MemoryStorage
+from tests.pure.test_goals_api import OPTIONS, stop
+from vocabulary.configs import BackendConfig
+from vocabulary.request_stats import RequestStats
+
+
+async def with_backend(adapter: FakeAdapter) -> ControllerActor:
+    ctl = ControllerActor("ns", dict(OPTIONS), storage=MemoryStorage(), adapter=adapter)
+    goal = await ctl.apply_backend(BackendConfig(name="boom", version="1", import_path="m:f", num_replicas=1))
+    await ctl.wait_for_goal(goal, 5.0)
+    return ctl
+
+
+def test_the_status_has_each_backends_requests_and_5xx_of_the_window() -> None:
+    async def scenario():
+        ctl = await with_backend(FakeAdapter())
+        counted = RequestStats(requests=3, errors=0)
+        await ctl.report_load("proxy-1", {"boom": (0, 0)}, {"boom": counted.model_dump(mode="json")})
+        await asyncio.sleep(0.3)  # a tick samples the totals
+        later = RequestStats(requests=13, errors=4)
+        await ctl.report_load("proxy-1", {"boom": (0, 0)}, {"boom": later.model_dump(mode="json")})
+        status = await ctl.get_status()
+        await stop(ctl)
+        return status
+
+    status = asyncio.run(scenario())
+    assert status.serving_window_s > 0
+    # The window began at the controller's first tick, before either report: all of them count.
+    assert (status.serving["boom"].requests, status.serving["boom"].errors) == (13, 4)
+
+
+def test_replica_output_asks_every_replica_of_the_backend() -> None:
+    async def scenario():
+        adapter = FakeAdapter()
+        ctl = await with_backend(adapter)
+        [replica] = (await ctl.get_status()).backends["boom"].replicas
+        adapter.output[replica.replica_id] = ("loading model",)
+        found = await ctl.replica_output("boom")
+        with pytest.raises(ValueError, match="unknown backend 'nope'"):
+            await ctl.replica_output("nope")
+        await stop(ctl)
+        return replica.replica_id, found
+
+    replica_id, found = asyncio.run(scenario())
+    assert [(o.replica_id, o.out) for o in found] == [(replica_id, ("loading model",))]
