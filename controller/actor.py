@@ -40,7 +40,7 @@ from vocabulary.configs import (
     ServingState,
 )
 from controller.endpoint_state import EndpointState, check_backend_deletable
-from controller.recent_requests import RecentRequests
+from controller.recent_requests import WINDOW_S, RecentRequests
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
 from controller.rollout_state import RolloutState
 from controller.goals import GoalKind, GoalTable
@@ -48,7 +48,7 @@ from controller.judging import fingerprint, judge
 from controller.longpoll import ANONYMOUS, LongPollHost
 from controller.proxy_fleet import ProxyEffect, ProxyFleet, ProxySpec, StopProxy
 from vocabulary.rollouts import MetricQuery, MetricReading
-from vocabulary.status import ClusterStatus, EndpointStatus, GoalTiming, ReplicaFailure
+from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, GoalTiming, ReplicaFailure
 
 __all__ = ["ControllerActor", "ControllerOptions", "ClusterAdapter"]
 
@@ -509,7 +509,8 @@ class ControllerActor:
         window_s, serving = self._recent.last_minute(self._rollouts.totals(), time.monotonic())
         return ClusterStatus(
             backends={
-                n: self._backends.status(n).model_copy(update={"scaling_decisions": self._autoscaler.decisions(n)})
+                n: _recent_error_only(self._backends.status(n), time.time()).model_copy(
+                    update={"scaling_decisions": self._autoscaler.decisions(n)})
                 for n in self._backends.names()
             },
             endpoints=self._endpoint_status(),
@@ -604,6 +605,15 @@ class ControllerActor:
         """This process's CPU seconds so far, for the idle-CPU benchmark."""
         times = os.times()
         return {"pid": os.getpid(), "cpu_s": times.user + times.system, "ticks": self._ticks}
+
+
+def _recent_error_only(status: BackendStatus, now: float) -> BackendStatus:
+    """A backend's latest handler exception is shown while it is news: raised in the
+    status's request window (the last minute), beside the 5xx answers it explains."""
+    error = status.latest_error
+    if error is None or now - error.at <= WINDOW_S:
+        return status
+    return status.model_copy(update={"latest_error": None})
 
 
 async def _awaited(ref: Any) -> None:

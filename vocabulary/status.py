@@ -139,7 +139,7 @@ class BackendStatus(_Observed):
     failures: int = 0
     unschedulable: str = ""
     scaling_decisions: dict[str, int] = Field(default_factory=dict)  # direction (up|down) -> count
-    latest_error: HandlerError | None = None  # the newest exception its replicas' handlers raised
+    latest_error: HandlerError | None = None  # the newest exception its replicas' handlers raised in the last minute
 
     def ready(self) -> int:
         """Replicas RUNNING the backend's current version."""

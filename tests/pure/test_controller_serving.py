@@ -55,3 +55,13 @@ def test_replica_output_asks_every_replica_of_the_backend() -> None:
 
     replica_id, found = asyncio.run(scenario())
     assert [(o.replica_id, o.out) for o in found] == [(replica_id, ("loading model",))]
+
+
+def test_a_handler_error_older_than_the_window_is_no_longer_shown() -> None:
+    from controller.actor import _recent_error_only
+    from vocabulary.status import BackendStatus, HandlerError
+
+    raised = HandlerError(type="KeyError", message="'x'", where="deployments/a.py:3", at=1000.0)
+    status = BackendStatus(version="1", target_replicas=1, latest_error=raised)
+    assert _recent_error_only(status, 1030.0).latest_error == raised
+    assert _recent_error_only(status, 1100.0).latest_error is None
