@@ -158,6 +158,9 @@ class Agent:
         self.ticks = 0
         self.reconciled = asyncio.Event()  # set once the first tick is over: the agent is ready
         self._error_log = ErrorLog()  # when the log says a backend answers 5xx
+        self._reads = 0  # controller status reads started, numbered (ticks' and the observer's)
+        self._tick_read = 0  # the number of this tick's read
+        self._read_taken = 0  # the number of the newest read taken in
 
     # --- wake-ups and admin verbs ---------------------------------------------
 
@@ -281,15 +284,20 @@ class Agent:
         replicas and requests is seconds old, not a reconcile old."""
         while True:
             await asyncio.sleep(interval_s)
+            self._reads += 1
+            read = self._reads
             try:
                 observed = await self._client.get_status()
             except Exception:  # noqa: BLE001 — the next tick says the controller is unreachable
                 continue
-            self._take_observed(observed)
+            self._take_observed(observed, read)
             self._publish_status()
 
-    def _take_observed(self, observed: ClusterStatus) -> None:
+    def _take_observed(self, observed: ClusterStatus, read: int) -> None:
         """A newer observed status: its replica restarts and backends answering 5xx go to the log."""
+        if read < self._read_taken:
+            return  # a tick's reading, overtaken by the observer's newer one
+        self._read_taken = read
         for text in restart_lines(self._cluster, observed):
             self._log.warning(text)
         self._cluster = observed
@@ -468,6 +476,8 @@ class Agent:
         self._log.info(text, extra=fields)
 
     async def _observe(self, report: TickReport) -> TickReport:
+        self._reads += 1
+        self._tick_read = self._reads
         try:
             observed = await self._client.get_status()
         except Exception as error:  # noqa: BLE001 — reported in status, retried with backoff
@@ -481,7 +491,7 @@ class Agent:
         self._last = report
         self._watched = report.revision or self._watched
         if report.observed is not None:
-            self._take_observed(report.observed)
+            self._take_observed(report.observed, self._tick_read)
         recorded = self._write_history(report)
         write_metrics(self.metrics, report)
         line = log_line(report, recorded)
