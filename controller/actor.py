@@ -41,6 +41,8 @@ from vocabulary.configs import (
 )
 from controller.endpoint_state import EndpointState, check_backend_deletable
 from controller.recent_requests import WINDOW_S, RecentRequests
+from controller.request_totals import RequestTotals
+from vocabulary.request_stats import RequestStats
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
 from controller.rollout_state import RolloutState
 from controller.goals import GoalKind, GoalTable
@@ -178,6 +180,8 @@ class ControllerActor:
         self._restarts = 0  # starts that found a checkpoint, this one included
         self._failures: deque[ReplicaFailure] = deque(maxlen=100)  # shown in status, for the agent's log
         self._recent = RecentRequests()  # each backend's requests in the last minute, for status
+        self._endpoint_totals = RequestTotals()  # each endpoint's, summed over proxies (not checkpointed)
+        self._recent_endpoints = RecentRequests()  # each endpoint's requests in the last minute, for status
         self._recover()
         self._publish_endpoints()
         # Know the proxies before the first call, so no goal is judged against none.
@@ -261,6 +265,7 @@ class ControllerActor:
         self._autoscale(now)
         for erring in self._recent.sample(self._rollouts.totals(), now):
             self._backends.check_soon(erring)  # their health checks answer the latest exception
+        self._recent_endpoints.sample(self._endpoint_totals.totals, now)
         effects = self._backends.tick(now, self._adapter)
         self._log_failures()
         if self._backends.dirty:
@@ -506,7 +511,9 @@ class ControllerActor:
         return ServingState(backends=self._backends.configs(), endpoints=self._endpoints.all())
 
     async def get_status(self) -> ClusterStatus:
-        window_s, serving = self._recent.last_minute(self._rollouts.totals(), time.monotonic())
+        now = time.monotonic()
+        window_s, serving = self._recent.last_minute(self._rollouts.totals(), now)
+        _, endpoint_serving = self._recent_endpoints.last_minute(self._endpoint_totals.totals, now)
         return ClusterStatus(
             backends={
                 n: _recent_error_only(self._backends.status(n), time.time()).model_copy(
@@ -526,6 +533,7 @@ class ControllerActor:
             rollout_checks=self._rollouts.check_counts(),
             serving=serving,
             serving_window_s=window_s,
+            endpoint_serving=endpoint_serving,
         )
 
     def _endpoint_status(self) -> dict[str, EndpointStatus]:
@@ -549,13 +557,18 @@ class ControllerActor:
         return await self._longpoll.listen(held, proxy_id, self._options.longpoll_timeout_s)
 
     async def report_load(
-        self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None
+        self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None,
+        endpoint_requests: dict[str, Any] | None = None,
     ) -> None:
         """Latest (ongoing, queued) per backend from one proxy; policy lives elsewhere.
-        `requests`: the proxy's answers counted per backend, for rollout checks."""
+        `requests`: the proxy's answers counted per backend, for rollout checks;
+        `endpoint_requests`: the same per endpoint, for the status."""
         self._loads[proxy_id] = {b: (int(o), int(q)) for b, (o, q) in loads.items()}
         if requests:
             self._rollouts.record(proxy_id, requests)
+        if endpoint_requests is not None:  # an empty first report too: the proxy starts from nothing
+            report = {name: RequestStats.model_validate(stats) for name, stats in endpoint_requests.items()}
+            self._endpoint_totals = self._endpoint_totals.absorb_after_first(proxy_id, report)
         self._autoscaler.record_report(proxy_id, self._loads[proxy_id], time.monotonic())
 
     async def replica_output(

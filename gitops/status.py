@@ -10,7 +10,7 @@ each endpoint's traffic, each rollout's step and checks, the quarantine
 held by a rollback, every proxy worker of every node (`node:worker`), and one
 overall `SyncStatus`. Each backend and endpoint carries how it served over the
 last minute (`Serving`: request rate, 5xx share, p99, from the proxies' own
-counts; an endpoint's are its backends' together), and a backend its
+counts), and a backend its
 replicas' latest handler exception; a backend answering 5xx
 (`gitops.serving_health`) makes a `Degraded` condition with reason
 `BackendErrors`, and the status Degraded when nothing more pressing holds. `AgentStatus` is a
@@ -115,7 +115,7 @@ class EndpointSummary(_Value):
     route: str
     traffic: dict[str, float] = Field(default_factory=dict)
     shadow: dict[str, float] = Field(default_factory=dict)
-    serving: Serving = Field(default_factory=Serving)  # its backends' together
+    serving: Serving = Field(default_factory=Serving)
 
 
 class ProxySummary(_Value):
@@ -167,7 +167,7 @@ def roll_up(facts: StatusFacts) -> AgentStatus:
     cluster = facts.cluster or ClusterStatus()
     backends = {name: _backend(observed, cluster.serving.get(name), cluster.serving_window_s)
                 for name, observed in cluster.backends.items()}
-    endpoints = {name: _endpoint(observed, cluster) for name, observed in cluster.endpoints.items()}
+    endpoints = {name: _endpoint(name, observed, cluster) for name, observed in cluster.endpoints.items()}
     status, reason, message = _overall(facts, backends)
     return AgentStatus(
         status=status,
@@ -288,8 +288,8 @@ def _backend(observed: BackendStatus, stats: RequestStats | None, window_s: floa
     )
 
 
-def _endpoint(observed: EndpointStatus, cluster: ClusterStatus) -> EndpointSummary:
-    stats = RequestStats.total(cluster.serving.get(backend, RequestStats()) for backend in observed.traffic)
+def _endpoint(name: str, observed: EndpointStatus, cluster: ClusterStatus) -> EndpointSummary:
+    stats = cluster.endpoint_serving.get(name, RequestStats())
     return EndpointSummary(route=observed.route, traffic=dict(observed.traffic), shadow=dict(observed.shadow),
                            serving=Serving.of(stats, cluster.serving_window_s))
 

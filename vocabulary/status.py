@@ -9,8 +9,8 @@ JSON-serialisable (`model_dump(mode="json")`): every field is a plain value.
 `HandlerError` is a replica's latest handler exception (type, message and
 innermost frame of the user's code, `file:line`), made where it was raised
 (`HandlerError.of`) and carried by the replica's health-check answer;
-`ClusterStatus.serving` is each backend's requests over the last minute, from
-the proxies' own counts.
+`ClusterStatus.serving` (and `endpoint_serving`) is each backend's (endpoint's)
+requests over the last minute, from the proxies' own counts.
 
 `Health` orders health codes from best to worst, as Argo's gitops-engine
 does, and `worst()` rolls several up into one.
@@ -212,6 +212,7 @@ class ClusterStatus(_Observed):
     rollout_checks: tuple[CheckCount, ...] = ()  # how often each check passed and failed
     serving: dict[str, RequestStats] = Field(default_factory=dict)  # backend -> its requests in the last minute
     serving_window_s: float = 0.0  # the seconds `serving` covers (up to 60; less just after the controller started)
+    endpoint_serving: dict[str, RequestStats] = Field(default_factory=dict)  # endpoint -> the same, per endpoint
 
     def health(self) -> Health:
         return worst(backend.health() for backend in self.backends.values())

@@ -27,6 +27,7 @@ def serving(requests: int, errors: int, latest: HandlerError | None = RAISED):
     backend = observed.backends["echo"].model_copy(update={"latest_error": latest})
     return replace(BASE, cluster=observed.model_copy(update={
         "backends": {"echo": backend}, "serving": {"echo": stats(requests, errors)}, "serving_window_s": 60.0,
+        "endpoint_serving": {"echo": stats(requests, errors)},
     }))
 
 

@@ -30,7 +30,11 @@ def test_the_status_has_each_backends_requests_and_5xx_of_the_window() -> None:
         await ctl.report_load("proxy-1", {"boom": (0, 0)}, {"boom": counted.model_dump(mode="json")})
         await asyncio.sleep(0.3)  # a tick samples the totals
         later = RequestStats(requests=13, errors=4)
-        await ctl.report_load("proxy-1", {"boom": (0, 0)}, {"boom": later.model_dump(mode="json")})
+        by_endpoint = {"api": RequestStats(requests=5).model_dump(mode="json")}
+        await ctl.report_load("proxy-1", {"boom": (0, 0)}, {"boom": later.model_dump(mode="json")}, by_endpoint)
+        await asyncio.sleep(0.3)
+        by_endpoint = {"api": RequestStats(requests=12, errors=1).model_dump(mode="json")}
+        await ctl.report_load("proxy-1", {"boom": (0, 0)}, {"boom": later.model_dump(mode="json")}, by_endpoint)
         status = await ctl.get_status()
         await stop(ctl)
         return status
@@ -39,6 +43,8 @@ def test_the_status_has_each_backends_requests_and_5xx_of_the_window() -> None:
     assert status.serving_window_s > 0
     # The window began at the controller's first tick, before either report: all of them count.
     assert (status.serving["boom"].requests, status.serving["boom"].errors) == (13, 4)
+    # Per endpoint a proxy's first report is where it starts from (these totals begin afresh with the controller).
+    assert (status.endpoint_serving["api"].requests, status.endpoint_serving["api"].errors) == (7, 1)
 
 
 def test_replica_output_asks_every_replica_of_the_backend() -> None:

@@ -98,6 +98,10 @@ def test_a_raising_handler_shows_as_backend_errors_with_its_exception_in_status_
     assert seconds < 15, f"status showed the handler's error {seconds:.1f}s after it raised"
     print(f"BackendErrors with {where} shown {time.monotonic() - raised_at:.1f}s after the first 500")
 
+    agent.wait("the endpoint's own counts", lambda: (
+        (served := agent.get("/status")["endpoints"]["boom"]["serving"])["requests"] >= 6 and served["errors"] >= 5
+    ))
+
     shown = gitops("status", "--exit-code", cwd=inside)
     assert shown.returncode == 2, shown.stdout + shown.stderr
     assert "Status:     Degraded (BackendErrors: boom: " in shown.stdout
