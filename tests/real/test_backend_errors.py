@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -34,6 +35,8 @@ class Boom:
     async def __call__(self, request: Request) -> dict:
         if request.url.path.endswith("/fine"):
             return {"fine": True}
+        if request.url.path.endswith("/key"):
+            raise KeyError("a key the follower waits for")
         return {"ratio": 1 / 0}
 '''
 RAISING_LINE = APP.splitlines().index('        return {"ratio": 1 / 0}') + 1
@@ -118,3 +121,27 @@ def test_a_raising_handler_shows_as_backend_errors_with_its_exception_in_status_
     assert any(line.endswith("| ZeroDivisionError: division by zero") for line in lines), logs.stdout
     assert not any(":actor_name:" in line or ":job_id:" in line for line in lines), logs.stdout
     assert "Traceback" not in agent.log_path.read_text()
+
+    # --follow prints what the replicas write from now on, here a new traceback.
+    env = {k: v for k, v in os.environ.items() if k not in ("GITOPS_AGENT", "GITOPS_TOKEN")}
+    follower = subprocess.Popen([sys.executable, "-m", "gitops", "logs", "boom", "--follow", "--since", "1s"],
+                                cwd=inside, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    followed: list[str] = []
+
+    def read() -> None:
+        assert follower.stdout is not None
+        for line in follower.stdout:
+            followed.append(line.rstrip("\n"))
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        time.sleep(2)
+        assert httpx.get(agent.proxy + "/boom/key", timeout=10).status_code == 500
+        deadline = time.monotonic() + 30
+        while not any(line.endswith("| KeyError: 'a key the follower waits for'") for line in followed):
+            assert time.monotonic() < deadline and follower.poll() is None, followed
+            time.sleep(0.2)
+    finally:
+        follower.terminate()
+        follower.wait(timeout=10)
