@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
 
+# Flags go through ARGS: make run ARGS="--proxy-port 18000 --admin-port 18001"
 run: $(STAMP)
-	$(VENV)/bin/gitops run
+	$(VENV)/bin/gitops run $(ARGS)
 
 # Installs the Debian packages the real tests need when they are missing and we
 # are root (as in CI); otherwise says what to install and stops.

@@ -27,5 +27,6 @@ below it; a contract in `pyproject.toml` keeps them):
 - `backend_state`: replicas as a transition table, the rolling-update
   step, health checks, backoff.
 - Pure policies: `autoscaling`, `rollouts` (how a rollout step passes or
-  fails), `request_totals` (requests summed over proxies).
+  fails), `request_totals` (requests summed over proxies), `recent_requests`
+  (each backend's and endpoint's requests of the last minute, for the status).
 """

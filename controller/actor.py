@@ -41,6 +41,10 @@ from vocabulary.configs import (
     ServingState,
 )
 from controller.endpoint_state import EndpointState, check_backend_deletable
+from controller.recent_requests import WINDOW_S, RecentRequests
+from controller.request_totals import RequestTotals
+from vocabulary.request_stats import RequestStats
+from vocabulary.replica_output import OutputCursor, ReplicaOutput
 from controller.rollout_state import RolloutState
 from controller.secrets import SecretKeeper
 from controller.goals import GoalKind, GoalTable
@@ -48,7 +52,7 @@ from controller.judging import fingerprint, judge
 from controller.longpoll import ANONYMOUS, LongPollHost
 from controller.proxy_fleet import ProxyEffect, ProxyFleet, ProxySpec, StopProxy
 from vocabulary.rollouts import MetricQuery, MetricReading
-from vocabulary.status import ClusterStatus, EndpointStatus, GoalTiming, ReplicaFailure
+from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, GoalTiming, ReplicaFailure
 
 __all__ = ["ControllerActor", "ControllerOptions", "ClusterAdapter"]
 
@@ -119,6 +123,11 @@ class ClusterAdapter(Observer, Protocol):
 
     def stop_everything(self, replica_names: set[str]) -> None: ...
 
+    async def replica_output(
+        self, replicas: Sequence[tuple[str, str, OutputCursor | None]], since: float | None,
+    ) -> list[ReplicaOutput]:
+        """Each replica's own output ((replica id, actor name, cursor) each), for `gitops logs`."""
+
 
 # Asks rollouts' PromQL checks of the Prometheus at a base URL (None: none):
 # each query with its reading (see controller.prometheus).
@@ -175,6 +184,9 @@ class ControllerActor:
         self._owner: Owner | None = None
         self._restarts = 0  # starts that found a checkpoint, this one included
         self._failures: deque[ReplicaFailure] = deque(maxlen=100)  # shown in status, for the agent's log
+        self._recent = RecentRequests()  # each backend's requests in the last minute, for status
+        self._endpoint_totals = RequestTotals()  # each endpoint's, summed over proxies (not checkpointed)
+        self._recent_endpoints = RecentRequests()  # each endpoint's requests in the last minute, for status
         self._recover()
         self._publish_endpoints()
         # Know the proxies before the first call, so no goal is judged against none.
@@ -256,6 +268,9 @@ class ControllerActor:
         self._ticks += 1
         self._check_proxies(now)
         self._autoscale(now)
+        for erring in self._recent.sample(self._rollouts.totals(), now):
+            self._backends.check_soon(erring)  # their health checks answer the latest exception
+        self._recent_endpoints.sample(self._endpoint_totals.totals, now)
         effects = self._backends.tick(now, self._adapter)
         self._log_failures()
         if self._backends.dirty:
@@ -501,9 +516,13 @@ class ControllerActor:
         return ServingState(backends=self._backends.configs(), endpoints=self._endpoints.all())
 
     async def get_status(self) -> ClusterStatus:
+        now = time.monotonic()
+        window_s, serving = self._recent.last_minute(self._rollouts.totals(), now)
+        _, endpoint_serving = self._recent_endpoints.last_minute(self._endpoint_totals.totals, now)
         return ClusterStatus(
             backends={
-                n: self._backends.status(n).model_copy(update={"scaling_decisions": self._autoscaler.decisions(n)})
+                n: _recent_error_only(self._backends.status(n), time.time()).model_copy(
+                    update={"scaling_decisions": self._autoscaler.decisions(n)})
                 for n in self._backends.names()
             },
             endpoints=self._endpoint_status(),
@@ -517,6 +536,9 @@ class ControllerActor:
             load={p: dict(loads) for p, loads in self._loads.items()},
             rollouts=self._rollouts.rollouts(),
             rollout_checks=self._rollouts.check_counts(),
+            serving=serving,
+            serving_window_s=window_s,
+            endpoint_serving=endpoint_serving,
         )
 
     def _endpoint_status(self) -> dict[str, EndpointStatus]:
@@ -540,14 +562,28 @@ class ControllerActor:
         return await self._longpoll.listen(held, proxy_id, self._options.longpoll_timeout_s)
 
     async def report_load(
-        self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None
+        self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None,
+        endpoint_requests: dict[str, Any] | None = None,
     ) -> None:
         """Latest (ongoing, queued) per backend from one proxy; policy lives elsewhere.
-        `requests`: the proxy's answers counted per backend, for rollout checks."""
+        `requests`: the proxy's answers counted per backend, for rollout checks;
+        `endpoint_requests`: the same per endpoint, for the status."""
         self._loads[proxy_id] = {b: (int(o), int(q)) for b, (o, q) in loads.items()}
         if requests:
             self._rollouts.record(proxy_id, requests)
+        if endpoint_requests is not None:  # an empty first report too: the proxy starts from nothing
+            report = {name: RequestStats.model_validate(stats) for name, stats in endpoint_requests.items()}
+            self._endpoint_totals = self._endpoint_totals.absorb_after_first(proxy_id, report)
         self._autoscaler.record_report(proxy_id, self._loads[proxy_id], time.monotonic())
+
+    async def replica_output(
+        self, backend: str, since: float | None = None, cursors: dict[str, OutputCursor] | None = None
+    ) -> list[ReplicaOutput]:
+        """The own output (stdout, stderr) of every replica of `backend`, read by each replica
+        from its node's log files: after each one's cursor, written since `since`, or its last lines."""
+        cursors = cursors or {}
+        wanted = [(r.replica_id, r.actor_name, cursors.get(r.replica_id)) for r in self._backends.replicas(backend)]
+        return await self._adapter.replica_output(wanted, since)
 
     async def get_load(self) -> dict[str, dict[str, tuple[int, int]]]:
         return dict(self._loads)
@@ -601,6 +637,15 @@ class ControllerActor:
         """This process's CPU seconds so far, for the idle-CPU benchmark."""
         times = os.times()
         return {"pid": os.getpid(), "cpu_s": times.user + times.system, "ticks": self._ticks}
+
+
+def _recent_error_only(status: BackendStatus, now: float) -> BackendStatus:
+    """A backend's latest handler exception is shown while it is news: raised in the
+    status's request window (the last minute), beside the 5xx answers it explains."""
+    error = status.latest_error
+    if error is None or now - error.at <= WINDOW_S:
+        return status
+    return status.model_copy(update={"latest_error": None})
 
 
 async def _awaited(ref: Awaitable[None]) -> None:

@@ -26,7 +26,7 @@ from typing import Any, Protocol, Sequence
 
 from controller.autoscaling import initial_replicas
 from vocabulary.configs import BackendConfig, ReplicaState, UpdateConfig
-from vocabulary.status import BackendStatus, ReplicaFailure, ReplicaStatus
+from vocabulary.status import BackendStatus, HandlerError, ReplicaFailure, ReplicaStatus
 
 __all__ = [
     "BackendState",
@@ -67,6 +67,7 @@ class Probe:
     error: str = ""
     incarnation: int | None = None  # a proxy's answer to a ping: its process; a new one means it restarted
     port: int | None = None  # a proxy's answer to its ready call: the port it listens on (given 0: the one it got)
+    handler_error: HandlerError | None = None  # a replica's answer to its health check: its latest handler error
 
 
 class Observer(Protocol):
@@ -199,6 +200,7 @@ class _Backend:
     deleting: bool = False
     failures: int = 0
     last_error: str = ""
+    latest_error: HandlerError | None = None  # the newest handler exception its replicas reported (not kept)
     backoff_until: float = 0.0
     unschedulable: str = ""
     unschedulable_since: float | None = None
@@ -285,6 +287,13 @@ class BackendState:
     def target(self, name: str) -> int:
         return self._backends[name].target
 
+    def replicas(self, name: str) -> list[ReplicaRecord]:
+        """Every replica `name` has, whatever its state; ValueError for an unknown backend."""
+        backend = self._backends.get(name)
+        if backend is None:
+            raise ValueError(f"unknown backend {name!r}")
+        return list(backend.replicas)
+
     def running(self, name: str) -> list[ReplicaRecord]:
         backend = self._backends.get(name)
         if backend is None:
@@ -326,7 +335,16 @@ class BackendState:
             last_error=backend.last_error,
             failures=backend.failures,
             unschedulable=backend.unschedulable,
+            latest_error=backend.latest_error,
         )
+
+    def check_soon(self, name: str) -> None:
+        """Health-check `name`'s running replicas at the next tick (their answers carry
+        their latest handler errors): its proxies just counted new 5xx answers."""
+        backend = self._backends.get(name)
+        for record in backend.replicas if backend is not None else ():
+            if record.state == ReplicaState.RUNNING and not record.health_in_flight:
+                record.last_health = float("-inf")
 
     # --- the control loop ------------------------------------------------------
 
@@ -405,6 +423,7 @@ class BackendState:
                 return
             record.health_in_flight = False
             if probe.status == ProbeStatus.OK:
+                backend.latest_error = _newer(backend.latest_error, probe.handler_error)
                 if not record.checked_ok:
                     record.checked_ok = True
                     backend.failures = 0
@@ -555,6 +574,13 @@ class ScaleDecisions:
 
     stop: tuple[StopDecision, ...] = ()
     start: int = 0
+
+
+def _newer(held: HandlerError | None, reported: HandlerError | None) -> HandlerError | None:
+    """The later of two handler errors (a replica answers its latest again and again)."""
+    if reported is None or (held is not None and held.at >= reported.at):
+        return held
+    return reported
 
 
 def scale_decisions(

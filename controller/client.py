@@ -12,7 +12,8 @@ see `controller.ownership`), its settings that outlive a controller start
 (`set_prometheus_url`), and asking a proxy worker for its node's shadow
 mismatches over Ray (`proxy_mismatches`: the sample is never on a proxy's
 public port). Calls go through the typed handle (`vocabulary.actor_apis.Remote`
-over `ControllerAPI`); `result` waits for one such call in a plain thread.
+over `ControllerAPI`); `result` waits for one such call in a plain thread;
+`replica_output` reads every replica's own output for `gitops logs`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from controller.ray_kv import RayKVStorage
 from vocabulary.actor_apis import ControllerAPI, ProxyAPI, Remote
 from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
+from vocabulary.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.status import ClusterStatus
 
 _HEAD_NODE_RESOURCE = "node:__internal_head__"
@@ -93,6 +95,12 @@ class ControllerClient:
 
     async def report_load(self, proxy_id: str, loads: dict[str, tuple[int, int]]) -> None:
         await self._call(ControllerAPI.report_load, proxy_id, loads)
+
+    async def replica_output(
+        self, backend: str, since: float | None = None, cursors: dict[str, OutputCursor] | None = None
+    ) -> list[ReplicaOutput]:
+        """Every replica's own stdout and stderr lines (for `gitops logs`); ValueError for an unknown backend."""
+        return await self._call(ControllerAPI.replica_output, backend, since, cursors)
 
     async def set_target_replicas(self, backend: str, target: int) -> None:
         await self._call(ControllerAPI.set_target_replicas, backend, target)

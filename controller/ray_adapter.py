@@ -13,6 +13,7 @@ stores its outcome in a dict when it finishes, and the next tick reads it.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import os
@@ -53,6 +54,8 @@ from controller.secrets import SecretKeeper
 from vocabulary.configs import BackendConfig
 from vocabulary.actor_apis import ProxyAPI, Remote, ReplicaAPI
 from vocabulary.goal_api import REPLICA_CLASS
+from vocabulary.replica_output import OutputCursor, ReplicaOutput
+from vocabulary.status import HandlerError
 
 __all__ = ["RayAdapter", "error_text"]
 
@@ -80,8 +83,10 @@ def _outcome(future: Future) -> Probe:
         return Probe(ProbeStatus.DEAD, error_text(err))
     except Exception as err:  # noqa: BLE001 — the replica's own failure, or runtime_env setup
         return Probe(ProbeStatus.FAILED, error_text(err))
-    # A proxy's ping answers its process id; other calls' answers mean nothing here.
-    return Probe(ProbeStatus.OK, incarnation=answer if type(answer) is int else None)
+    # A proxy's ping answers its process id, a replica's health check its latest
+    # handler error; other calls' answers mean nothing here.
+    return Probe(ProbeStatus.OK, incarnation=answer if type(answer) is int else None,
+                 handler_error=answer if isinstance(answer, HandlerError) else None)
 
 
 def _proxy_outcome(future: Future) -> Probe:
@@ -190,6 +195,26 @@ class RayAdapter:
                 return ""
         wanted = ", ".join(f"{k}={v:g}" for k, v in sorted(needs.items()))
         return f"no alive node has {wanted} available"
+
+    # --- reads for people -----------------------------------------------------
+
+    async def replica_output(
+        self, replicas: Sequence[tuple[str, str, OutputCursor | None]], since: float | None, timeout_s: float = 5.0,
+    ) -> list[ReplicaOutput]:
+        """Each replica's own output ((replica id, actor name, cursor) each), asked at once;
+        a replica that cannot answer says why in `missing`."""
+
+        async def one(replica_id: str, actor_name: str, cursor: OutputCursor | None) -> ReplicaOutput:
+            handle = self._handles.get(actor_name)
+            if handle is None:
+                return ReplicaOutput(replica_id=replica_id, missing="not started by this controller yet")
+            try:
+                answer = await asyncio.wait_for(_replica(handle).call(ReplicaAPI.output, since, cursor), timeout_s)
+            except Exception as err:  # noqa: BLE001 — a dead or busy replica has no output to give
+                return ReplicaOutput(replica_id=replica_id, missing=error_text(err) or type(err).__name__)
+            return answer
+
+        return list(await asyncio.gather(*(one(*replica) for replica in replicas)))
 
     # --- effects --------------------------------------------------------------
 

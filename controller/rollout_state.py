@@ -98,6 +98,10 @@ class RolloutState:
             self._set(name, decision.rollout)
         return moved
 
+    def totals(self) -> dict[str, RequestStats]:
+        """Every backend's requests counted so far, summed over proxies."""
+        return dict(self._totals.totals)
+
     def rollouts(self) -> dict[str, Rollout]:
         return dict(self._rollouts)
 

@@ -25,6 +25,7 @@ from controller.backend_state import (
 )
 from controller.checkpoint import Storage
 from controller.proxy_fleet import ProxyEffect
+from vocabulary.replica_output import OutputCursor, ReplicaOutput
 
 __all__ = ["FakeAdapter", "MemoryStorage"]
 
@@ -61,6 +62,7 @@ class FakeAdapter:
     - `dead_nodes`, `no_room` (why nothing fits; "" = room), `node`, `cpus`: node facts.
     - `alive`: replica actors that exist; `started`, `killed`, `applied`: what it was asked.
     - `storage`: when given, `checkpoints_at_start` holds its content at each start.
+    - `output`: each replica's own output lines (`replica_output` answers them all at every read).
     """
 
     starts: dict[str, Probe] = field(default_factory=dict)
@@ -78,6 +80,7 @@ class FakeAdapter:
     killed: list[str] = field(default_factory=list)
     applied: list[Effect | ProxyEffect] = field(default_factory=list)
     checkpoints_at_start: list[bytes | None] = field(default_factory=list)
+    output: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     # --- Observer ---------------------------------------------------------------
 
@@ -149,3 +152,9 @@ class FakeAdapter:
 
     def stop_everything(self, replica_names: set[str]) -> None:
         self.alive.clear()
+
+    async def replica_output(
+        self, replicas: Sequence[tuple[str, str, OutputCursor | None]], since: float | None,
+    ) -> list[ReplicaOutput]:
+        return [ReplicaOutput(replica_id=replica_id, out=self.output.get(replica_id, ()))
+                for replica_id, _, _ in replicas]

@@ -25,6 +25,9 @@ installed.
   sealed: docs/secrets.md),
   `notifications/`.
 - Serving people: `cli` and `commands/` (one module per verb), `__main__`,
+  `agent_address` (how client commands find the running agent),
+  `serving_health` (how each backend served in the last minute, and which
+  answer 5xx, logged rate-limited),
   `admin` (the HTTP API), `access` (token, Host/Origin checks), `webhooks`
   (push signatures, replays, rate limit), `statuspage`,
   `shadow_mismatches` (every proxy's sample, in one list), `printable`

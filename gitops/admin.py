@@ -2,7 +2,8 @@
 
 Owns the routes of the admin API and how they map onto the agent: `GET /`
 (the status page), `GET /status`, `GET /history`, `GET /metrics`,
-`GET /healthz`, `POST /sync`, `/suspend`, `/resume`, `/rollback[?commit=SHA]`, and `POST /hooks/git`,
+`GET /healthz`, `GET /logs/BACKEND[?since=T&cursors=JSON]` (its replicas'
+own output, redacted), `POST /sync`, `/suspend`, `/resume`, `/rollback[?commit=SHA]`, and `POST /hooks/git`,
 which only wakes the agent to fetch (the payload is never read for specs)
 and only with a valid GitHub-style signature, once per delivery. Every
 request passes `gitops.access.check` first (token, Host, Origin).
@@ -16,11 +17,13 @@ Must not: reconcile or touch git; it only asks the agent.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
 
+from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -29,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gitops.access import AccessPolicy, check
 from gitops.outcomes import HistoryEntry
+from gitops.redaction import redact
 from gitops.rollback import Quarantine, RollbackRefused
 from gitops.status import AgentStatus
 from gitops.statuspage import render_page
@@ -43,6 +47,10 @@ from gitops.webhooks import (
 )
 from httpedge.limits import EdgeLimits
 from httpedge.server import App, Server
+from vocabulary.replica_output import OutputCursor, ReplicaOutput
+
+# `controller.client.ControllerClient.replica_output`: (backend, since, cursors) -> each replica's output.
+ReplicaOutputReader = Callable[[str, "float | None", dict[str, OutputCursor]], Awaitable[list[ReplicaOutput]]]
 
 __all__ = ["AdminTarget", "Listener", "WebhookGuard", "build_app", "build_webhook_app", "server", "ADMIN_LIMITS"]
 
@@ -93,6 +101,7 @@ def build_app(
     commit_url_template: str | None = None,
     policy: AccessPolicy = LOOPBACK_POLICY,
     shadow_mismatches: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+    replica_output: ReplicaOutputReader | None = None,
 ) -> ASGIApp:
     """The admin app behind `policy`; `sync` and `webhook_fetch` wake the agent;
     `shadow_mismatches` gathers the proxies' samples (`gitops.shadow_mismatches`).
@@ -145,6 +154,21 @@ def build_app(
             return JSONResponse({"mismatches": [], "unreachable": []})
         return JSONResponse(await shadow_mismatches())
 
+    async def logs(request: Request) -> Response:
+        if replica_output is None:
+            return _error(404, "this agent reads no replica output")
+        try:
+            since = float(request.query_params["since"]) if "since" in request.query_params else None
+            cursors = {rid: OutputCursor.model_validate(c)
+                       for rid, c in json.loads(request.query_params.get("cursors", "{}")).items()}
+        except (ValueError, TypeError, AttributeError, ValidationError):
+            return _error(400, "since must be a number and cursors a JSON object of {out, err} offsets")
+        try:
+            found = await replica_output(request.path_params["backend"], since, cursors)
+        except ValueError as error:
+            return _error(404, str(error))
+        return JSONResponse({"replicas": [_redacted(output).model_dump(mode="json") for output in found]})
+
     async def hook(request: Request) -> Response:
         if webhook is None:
             return _error(404, "no webhook on this listener (it needs --webhook-secret-file; "
@@ -161,6 +185,7 @@ def build_app(
         Route("/resume", do_resume, methods=["POST"]),
         Route("/rollback", do_rollback, methods=["POST"]),
         Route("/shadow/mismatches", mismatches),
+        Route("/logs/{backend}", logs),
         Route("/hooks/git", hook, methods=["POST"]),
     ]
     async def status_page(request: Request) -> Response:
@@ -168,6 +193,13 @@ def build_app(
 
     routes.append(Route("/", status_page))
     return _Guarded(Starlette(routes=routes), policy)
+
+
+def _redacted(output: ReplicaOutput) -> ReplicaOutput:
+    return output.model_copy(update={
+        "out": tuple(redact(line) for line in output.out), "err": tuple(redact(line) for line in output.err),
+        "missing": redact(output.missing),
+    })
 
 
 def build_webhook_app(webhook: WebhookGuard, webhook_fetch: Callable[[], None]) -> ASGIApp:

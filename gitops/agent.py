@@ -15,6 +15,11 @@ the controller unreachable, a bug in a tick) is retried with backoff; a
 stalled one (invalid specs, a commit that cannot be exported) waits for a
 new commit.
 
+Between ticks the agent reads the controller's status every few seconds
+(`AgentSettings.observe_interval_s`), so the status, the status page and the
+log (replica restarts; backends answering 5xx, rate-limited by
+`gitops.serving_health.ErrorLog`) are seconds old, not a reconcile old.
+
 A restart needs nothing from the previous run except the history ledger:
 the plan is always made against what the controller reports, so an apply
 cut short is completed, never repeated. Must not: touch git, Ray or HTTP
@@ -54,6 +59,7 @@ from gitops.sources.source import Revision, Source
 from gitops.sources.watching import RefWatcher, backoff, jittered
 from gitops.statedir import private_file
 from gitops.specs.loading import LoadResult
+from gitops.serving_health import ErrorLog
 from gitops.status import AgentStatus, StatusFacts, roll_up
 from gitops.ticks import (
     FULL_TRIGGERS,
@@ -97,6 +103,9 @@ class AgentSettings:
     # applied commit and hold the newer ones back (kept in `quarantine_file`).
     auto_revert: bool = False
     quarantine_file: Path | None = None
+    # Between ticks, the controller's status is read this often, so handler errors
+    # and request rates show within seconds (0: only at ticks).
+    observe_interval_s: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -147,6 +156,11 @@ class Agent:
         self._retries = 0  # transient failures in a row
         self._retry: asyncio.TimerHandle | None = None
         self.ticks = 0
+        self.reconciled = asyncio.Event()  # set once the first tick is over: the agent is ready
+        self._error_log = ErrorLog()  # when the log says a backend answers 5xx
+        self._reads = 0  # controller status reads started, numbered (ticks' and the observer's)
+        self._tick_read = 0  # the number of this tick's read
+        self._read_taken = 0  # the number of the newest read taken in
 
     # --- wake-ups and admin verbs ---------------------------------------------
 
@@ -210,6 +224,8 @@ class Agent:
             asyncio.create_task(self._every(self._settings.interval_s, Trigger.POLL, jitter=0.1)),
             asyncio.create_task(self._every(self._settings.resync_interval_s, Trigger.RESYNC, jitter=0.0)),
         ]
+        if self._settings.observe_interval_s > 0:
+            timers.append(asyncio.create_task(self._watch_cluster(self._settings.observe_interval_s)))
         watcher = self._start_watch()
         self._wake = wake = asyncio.Event()
         self.notify(Trigger.START)
@@ -262,6 +278,31 @@ class Agent:
         while True:
             await asyncio.sleep(jittered(interval_s, jitter))
             self.notify(trigger)
+
+    async def _watch_cluster(self, interval_s: float) -> None:
+        """The controller's status between ticks: what the status and the log say of
+        replicas and requests is seconds old, not a reconcile old."""
+        while True:
+            await asyncio.sleep(interval_s)
+            self._reads += 1
+            read = self._reads
+            try:
+                observed = await self._client.get_status()
+            except Exception:  # noqa: BLE001 — the next tick says the controller is unreachable
+                continue
+            self._take_observed(observed, read)
+            self._publish_status()
+
+    def _take_observed(self, observed: ClusterStatus, read: int) -> None:
+        """A newer observed status: its replica restarts and backends answering 5xx go to the log."""
+        if read < self._read_taken:
+            return  # a tick's reading, overtaken by the observer's newer one
+        self._read_taken = read
+        for text in restart_lines(self._cluster, observed):
+            self._log.warning(text)
+        self._cluster = observed
+        for text in self._error_log.lines(self.status().backends, time.monotonic()):
+            self._log.warning(text)
 
     def _start_watch(self) -> RefWatcher | None:
         refs_dir = self._source.refs_dir
@@ -439,6 +480,8 @@ class Agent:
         self._log.info(text, extra=fields)
 
     async def _observe(self, report: TickReport) -> TickReport:
+        self._reads += 1
+        self._tick_read = self._reads
         try:
             observed = await self._client.get_status()
         except Exception as error:  # noqa: BLE001 — reported in status, retried with backoff
@@ -451,9 +494,8 @@ class Agent:
         """History, metrics, the log line and the status: once per tick."""
         self._last = report
         self._watched = report.revision or self._watched
-        for text in restart_lines(self._cluster, report.observed) if report.observed is not None else ():
-            self._log.warning(text)
-        self._cluster = report.observed or self._cluster
+        if report.observed is not None:
+            self._take_observed(report.observed, self._tick_read)
         recorded = self._write_history(report)
         write_metrics(self.metrics, report)
         line = log_line(report, recorded)
@@ -467,6 +509,7 @@ class Agent:
             self._notifier.observe(notification_outcome(report, recorded, status, watched, self._source.branch))
         # After the tick's own result went out, so a rollback is announced after what caused it.
         self._revert(recorded)
+        self.reconciled.set()
 
     def _write_history(self, report: TickReport) -> HistoryEntry | None:
         """Every new commit, every change made, every new failure; not repeats.

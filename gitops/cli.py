@@ -4,7 +4,8 @@ Each verb's behaviour lives in `gitops.commands.<verb>`; a command function
 takes the parsed arguments and returns the exit code. This module guarantees
 the contract every verb shares: usage errors exit 2 (argparse), a
 `GitopsError` (`UserError`, `SourceError`, whatever its kind) is one line on
-stderr and exit 1, and no traceback ever reaches the user.
+stderr and exit 1, no traceback ever reaches the user, and output to a
+closed pipe (`gitops history | head -1`) ends quietly with status 141.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from gitops import __version__
 from gitops.errors import GitopsError
 from gitops.printable import printable
 from gitops.specs.limits import DEFAULT_MAX_REPLICAS
+from gitops.agent_address import AGENT_ADDRESS_HINT, DEFAULT_AGENT, DEFAULT_STATE_DIR
 from gitops.supervising import ARGV_ENV
 from vocabulary.goal_api import DEFAULT_NAMESPACE
 
 __all__ = ["main", "build_parser"]
 
-DEFAULT_AGENT = "http://127.0.0.1:8001"
 
 
 def _command(module: str, function: str) -> Callable[[argparse.Namespace], int]:
@@ -61,7 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
         return verbs.add_parser(name, help=help_text, description=help_text, formatter_class=_HelpFormatter)
 
     init = verb("init", "scaffold deployments/ with an example spec and its app")
-    init.add_argument("dir", nargs="?", default=".", help="directory to scaffold in")
+    init.add_argument(
+        "dir", nargs="?", default=None,
+        help="directory to scaffold in (default: the top level of the git repository holding the current "
+        "directory, else the current directory)",
+    )
     init.set_defaults(func=_command("init", "init_command"))
 
     run = verb("run", "the agent: watch git and reconcile the cluster")
@@ -127,12 +132,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--resync-interval", type=float, default=60.0, help="seconds between drift checks against the controller"
     )
     run.add_argument(
-        "--state-dir", default=".gitops-state", help="history, clone cache and code exports (created 0700)"
+        "--state-dir", default=DEFAULT_STATE_DIR, help="history, clone cache and code exports (created 0700)"
     )
     run.add_argument(
         "--webhook-secret-file", default=None, help="file holding the push webhook's secret (default: webhook off)"
     )
     run.add_argument("--log-format", choices=["text", "json"], default="text", help="console log format")
+    run.add_argument(
+        "--ready-file", default=None, metavar="PATH",
+        help="write the admin URL to PATH once the first reconcile is done (default: none; "
+        "the log line 'gitops: ready' says the same)",
+    )
     run.add_argument(
         "--notify", default=None, metavar="FILE", help="notification providers, a TOML file (default: none; see README)"
     )
@@ -152,7 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_command("run", "run_command"))
 
     validate = verb("validate", "validate specs offline")
-    validate.add_argument("path", nargs="?", default="deployments", help="spec directory")
+    validate.add_argument(
+        "path", nargs="?", default=None,
+        help="spec directory (default: deployments at the top level of the git repository holding the current "
+        "directory, else ./deployments)",
+    )
     validate.add_argument("--rev", default=None, help="validate this commit instead of the working tree")
     validate.add_argument(
         "--root", default=None, help="where import paths resolve from (default: the repository's top level)"
@@ -182,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     secret.set_defaults(func=_command("secret", "secret_command"))
 
     plan = verb("plan", "the changes between two commits' desired states")
-    plan.add_argument("--repo", default=".", help="repository path")
+    plan.add_argument("--repo", default=".", help="repository path (any directory inside it)")
     plan.add_argument("--path", default="deployments", help="spec path inside the repository")
     plan.add_argument("--from", dest="from_rev", default=None, help="commit to plan from (default: nothing deployed)")
     plan.add_argument("--to", dest="to_rev", default="HEAD", help="commit to plan to")
@@ -217,10 +231,38 @@ def build_parser() -> argparse.ArgumentParser:
         admin = verb(name, help_text)
         if name == "rollback":
             admin.add_argument("commit", nargs="?", default=None, help="a commit applied before (default: the last)")
-        admin.add_argument("--agent", default=DEFAULT_AGENT, help="the agent's admin URL")
+        if name == "status":
+            admin.add_argument(
+                "--exit-code", action="store_true",
+                help="exit 0 when Synced, 2 when not (Progressing, Degraded, Failed, Suspended...), 1 on errors",
+            )
+        _agent_flags(admin)
         admin.add_argument("--json", action="store_true", help="print the admin API's JSON")
-        admin.add_argument("--token-file", default=None, help="file holding the admin token (default: $GITOPS_TOKEN)")
         admin.set_defaults(func=_command("admin", f"{name}_command"))
+
+    wait = verb("wait", "wait until the running agent reaches a status (Synced by default)")
+    wait.add_argument(
+        "--for", dest="wanted", default="synced", metavar="STATUS",
+        help="the status to wait for: synced, progressing, degraded, failed, suspended (any status the agent shows)",
+    )
+    wait.add_argument("--timeout", type=float, default=300.0, help="seconds to wait before giving up (exit 2)")
+    wait.add_argument(
+        "--revision", default=None, metavar="SHA",
+        help="also wait until this commit is the applied one, e.g. $(git rev-parse HEAD) right after a commit "
+        "(default: any)",
+    )
+    _agent_flags(wait)
+    wait.set_defaults(func=_command("admin", "wait_command"))
+
+    logs = verb("logs", "a backend's replicas' own output and tracebacks, from every node")
+    logs.add_argument("backend", help="the backend whose replicas' output is printed")
+    logs.add_argument("--follow", "-f", action="store_true", help="keep printing what the replicas write")
+    logs.add_argument(
+        "--since", default=None, metavar="DURATION",
+        help="what was written in the last DURATION (30s, 5m, 2h; default: each replica's last lines)",
+    )
+    _agent_flags(logs)
+    logs.set_defaults(func=_command("admin", "logs_command"))
     return parser
 
 
@@ -236,6 +278,13 @@ def _recipients_flag(parser: argparse.ArgumentParser) -> None:
         "--recipients", default=None, metavar="FILE",
         help="age recipients, one public key a line (default: .gitops-recipients at the repository root)",
     )
+def _agent_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--agent", default=None,
+        help=f"the agent's admin URL (default: $GITOPS_AGENT, else the address a running agent wrote in "
+        f"{AGENT_ADDRESS_HINT} of this repository, else {DEFAULT_AGENT})",
+    )
+    parser.add_argument("--token-file", default=None, help="file holding the admin token (default: $GITOPS_TOKEN)")
 
 
 def _max_replicas_flag(parser: argparse.ArgumentParser) -> None:
@@ -263,6 +312,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return error.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _closed_pipe()
     except Exception as error:  # noqa: BLE001 — the last line of defence
         print(printable(f"gitops {args.verb}: internal error: {type(error).__name__}: {error}"), file=sys.stderr)
         return 1
+
+
+def _closed_pipe() -> int:
+    """Output to a closed pipe (`gitops history | head -1`) ends quietly, as
+    git's does: the exit status of a process killed by SIGPIPE, and stdout
+    pointed at /dev/null so that the interpreter's last flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 128 + 13

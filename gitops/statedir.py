@@ -2,7 +2,8 @@
 
 `gitops run --state-dir` (default `.gitops-state/`, often inside the watched
 repository) holds the history ledger, the clone cache of a remote
-repository, the code exports, the suspend marker and the quarantine. `prepare` creates it
+repository, the code exports, the suspend marker, the quarantine and the
+admin address for client commands (`gitops.agent_address`). `prepare` creates it
 readable by its owner only (0700) with a `.gitignore` of `*`, so `git
 status` never shows it and `git add -A` never commits it, and creates the
 history database 0600 before SQLite opens it (SQLite gives its journal

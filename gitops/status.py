@@ -8,7 +8,12 @@ reason and a message, `watched_revision`, `last_attempted_revision`,
 `last_applied_revision`, each backend's replicas by state and version,
 each endpoint's traffic, each rollout's step and checks, the quarantine
 held by a rollback, every proxy worker of every node (`node:worker`), and one
-overall `SyncStatus`. `AgentStatus` is a
+overall `SyncStatus`. Each backend and endpoint carries how it served over the
+last minute (`Serving`: request rate, 5xx share, p99, from the proxies' own
+counts), and a backend its
+replicas' latest handler exception; a backend answering 5xx
+(`gitops.serving_health`) makes a `Degraded` condition with reason
+`BackendErrors`, and the status Degraded when nothing more pressing holds. `AgentStatus` is a
 pydantic model: the admin API serves `model_dump(mode="json")` and
 `gitops status` parses the same JSON back with `model_validate`. Every
 text it carries (repo, messages, errors) passes `gitops.redaction.redact`. Must not:
@@ -24,16 +29,18 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
+from gitops.serving_health import BACKEND_ERRORS, Serving, erring_message
 from gitops.errors import ErrorKind
 from gitops.outcomes import HistoryEntry, Outcome
 from gitops.redaction import redact
 from gitops.rollback import Quarantine
 from gitops.rollout_outcomes import rollout_message
 from vocabulary.rollouts import Rollout
+from vocabulary.request_stats import RequestStats
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ProxyStatus
 
 __all__ = [
-    "SyncStatus", "Condition", "StatusFacts", "BackendSummary", "EndpointSummary", "RolloutSummary", "ProxySummary",
+    "SyncStatus", "Condition", "StatusFacts", "Serving", "BackendSummary", "EndpointSummary", "RolloutSummary", "ProxySummary",
     "AgentStatus",
     "roll_up",
 ]
@@ -93,6 +100,8 @@ class BackendSummary(_Value):
     versions: dict[str, int] = Field(default_factory=dict)  # version -> count
     restarts: dict[str, int] = Field(default_factory=dict)  # reason -> count
     last_error: str | None = None
+    serving: Serving = Field(default_factory=Serving)
+    latest_exception: str | None = None  # its replicas' latest handler exception: "Type: message at file:line"
 
     def problem(self) -> str:
         """Why the backend is unhealthy, or "" when it is not."""
@@ -106,6 +115,7 @@ class EndpointSummary(_Value):
     route: str
     traffic: dict[str, float] = Field(default_factory=dict)
     shadow: dict[str, float] = Field(default_factory=dict)
+    serving: Serving = Field(default_factory=Serving)
 
 
 class ProxySummary(_Value):
@@ -155,12 +165,13 @@ class AgentStatus(_Value):
 
 def roll_up(facts: StatusFacts) -> AgentStatus:
     cluster = facts.cluster or ClusterStatus()
-    backends = {name: _backend(observed) for name, observed in cluster.backends.items()}
-    endpoints = {name: _endpoint(observed) for name, observed in cluster.endpoints.items()}
+    backends = {name: _backend(observed, cluster.serving.get(name), cluster.serving_window_s)
+                for name, observed in cluster.backends.items()}
+    endpoints = {name: _endpoint(name, observed, cluster) for name, observed in cluster.endpoints.items()}
     status, reason, message = _overall(facts, backends)
     return AgentStatus(
         status=status,
-        conditions=_conditions(facts, status, reason, redact(message)),
+        conditions=_conditions(facts, status, reason, redact(message), redact(erring_message(backends))),
         repo=redact(facts.repo),
         branch=facts.branch,
         path=facts.path,
@@ -217,6 +228,9 @@ def _overall(facts: StatusFacts, backends: Mapping[str, BackendSummary]) -> tupl
     unhealthy = [f"{name}: {b.problem()}" for name, b in sorted(backends.items()) if b.problem()]
     if unhealthy:
         return SyncStatus.DEGRADED, "HealthCheckFailed", "; ".join(unhealthy)
+    erring = erring_message(backends)
+    if erring:
+        return SyncStatus.DEGRADED, BACKEND_ERRORS, erring
     return SyncStatus.SYNCED, "ReconciliationSucceeded", f"applied revision {last.branch}@{last.commit[:7]}"
 
 
@@ -234,9 +248,14 @@ def _stalled(facts: StatusFacts, status: SyncStatus) -> bool:
     return last.result.error_kind is ErrorKind.STALLED
 
 
-def _conditions(facts: StatusFacts, status: SyncStatus, reason: str, message: str) -> tuple[Condition, ...]:
+def _conditions(
+    facts: StatusFacts, status: SyncStatus, reason: str, message: str, erring: str
+) -> tuple[Condition, ...]:
     ready = status is SyncStatus.SYNCED
     conditions = [Condition(type="Ready", status=ready, reason=reason, message=message)]
+    if erring:
+        # Whatever the overall status: a backend answering 5xx is news while a commit applies too.
+        conditions.append(Condition(type="Degraded", status=True, reason=BACKEND_ERRORS, message=erring))
     if status is SyncStatus.PROGRESSING:
         conditions.append(Condition(type="Reconciling", status=True, reason="Progressing", message=message))
     if _stalled(facts, status):
@@ -255,7 +274,7 @@ def _errors(facts: StatusFacts) -> tuple[str, ...]:
     return tuple(errors)
 
 
-def _backend(observed: BackendStatus) -> BackendSummary:
+def _backend(observed: BackendStatus, stats: RequestStats | None, window_s: float) -> BackendSummary:
     return BackendSummary(
         version=observed.version,
         target_replicas=observed.target_replicas,
@@ -264,11 +283,15 @@ def _backend(observed: BackendStatus) -> BackendSummary:
         versions=dict(Counter(r.version for r in observed.replicas)),
         restarts={reason.value: count for reason, count in observed.restarts.items()},
         last_error=observed.last_error or None,
+        serving=Serving.of(stats or RequestStats(), window_s),
+        latest_exception=redact(observed.latest_error.describe()) if observed.latest_error else None,
     )
 
 
-def _endpoint(observed: EndpointStatus) -> EndpointSummary:
-    return EndpointSummary(route=observed.route, traffic=dict(observed.traffic), shadow=dict(observed.shadow))
+def _endpoint(name: str, observed: EndpointStatus, cluster: ClusterStatus) -> EndpointSummary:
+    stats = cluster.endpoint_serving.get(name, RequestStats())
+    return EndpointSummary(route=observed.route, traffic=dict(observed.traffic), shadow=dict(observed.shadow),
+                           serving=Serving.of(stats, cluster.serving_window_s))
 
 
 def _rollout(rollout: Rollout) -> RolloutSummary:

@@ -6,7 +6,9 @@ framework, no build step, nothing fetched from outside). The page reads
 seconds: overall sync status and conditions, watched vs applied commit,
 recent history (each commit's newest row has the id `commit-<sha>`, the
 anchor notifications link to), backends with replicas by state and
-version, endpoints with traffic weights drawn as bars, every proxy worker (state,
+version, endpoints with traffic weights drawn as bars, for both the last
+minute's request rate, 5xx share and p99 (and a backend's latest handler
+exception, also under "Last error" while it answers 5xx), every proxy worker (state,
 address, restarts, last error), each rollout's step
 bar (steps passed, the one holding, the ones to come) with its checks, the
 commits a rollback quarantined, the proxies' recent shadow mismatches (from
@@ -80,11 +82,11 @@ _PAGE = """<!doctype html>
 
 <h2>Backends</h2>
 <table><thead><tr><th>backend</th><th>version</th><th>ready / target</th><th>replicas by state</th>
-<th>replicas by version</th><th>restarts</th></tr></thead>
+<th>replicas by version</th><th>restarts</th><th>req/s</th><th>5xx</th><th>p99</th><th>latest exception</th></tr></thead>
 <tbody id="backends"></tbody></table>
 
 <h2>Endpoints</h2>
-<table><thead><tr><th>endpoint</th><th>route</th><th>traffic</th></tr></thead>
+<table><thead><tr><th>endpoint</th><th>route</th><th>traffic</th><th>req/s</th><th>5xx</th><th>p99</th></tr></thead>
 <tbody id="endpoints"></tbody></table>
 
 <h2>Proxies</h2>
@@ -158,6 +160,14 @@ function bars(weights, shadow) {
   return box;
 }
 
+function serving(v) {
+  // The last minute's request rate, 5xx share and p99, as the proxies counted them.
+  if (!v || !v.requests) return ["0", "–", "–"];
+  const rate = v.window_s > 0 ? v.requests / v.window_s : 0;
+  const p99 = v.p99_s < 1 ? (v.p99_s * 1000).toFixed(0) + " ms" : v.p99_s + " s";
+  return [rate.toFixed(1), (100 * v.errors / v.requests).toFixed(0) + "%", p99];
+}
+
 function drawStatus(s) {
   const badge = document.getElementById("status");
   badge.textContent = s.status; badge.className = "badge " + s.status;
@@ -168,18 +178,21 @@ function drawStatus(s) {
   fill("conditions", (s.conditions || []).map(c => row([c.type, c.status, c.reason, c.message])), "no conditions");
   const errors = [...(s.errors || [])];
   for (const [name, b] of Object.entries(s.backends || {})) if (b.last_error) errors.push(name + ": " + b.last_error);
+  for (const [name, b] of Object.entries(s.backends || {})) {
+    if (b.latest_exception && b.serving && b.serving.errors) errors.push(name + " (latest exception): " + b.latest_exception);
+  }
   const box = document.getElementById("errors");
   box.replaceChildren(...errors.map(e => el("pre", e)));
   if (!errors.length) box.appendChild(el("span", "none", "muted"));
   fill("backends", Object.entries(s.backends || {}).sort().map(([name, b]) => row([
     name, short(b.version), (b.ready ?? "–") + " / " + (b.target_replicas ?? "–"),
     counts(b.replicas), counts(Object.fromEntries(Object.entries(b.versions || {}).map(([v, n]) => [short(v), n]))),
-    counts(b.restarts),
+    counts(b.restarts), ...serving(b.serving), b.latest_exception || "–",
   ])), "no backends");
   fill("endpoints", Object.entries(s.endpoints || {}).sort().map(([name, e]) => {
     const cell = bars(e.traffic, false);
     if (e.shadow && Object.keys(e.shadow).length) cell.appendChild(bars(e.shadow, true));
-    return row([name, e.route, cell]);
+    return row([name, e.route, cell, ...serving(e.serving)]);
   }), "no endpoints");
   fill("proxies", Object.entries(s.proxies || {}).sort().map(([id, p]) => row([
     id, p.state, p.address || "–", p.restarts, p.last_error || "–",

@@ -28,6 +28,7 @@ from gitops.sources.hashing import MemoryTree
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, GoalState, ReplicaState, ServingState
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
 from vocabulary.rollouts import Rollout
+from vocabulary.request_stats import RequestStats
 
 __all__ = ["FakeController", "MemorySource"]
 
@@ -51,6 +52,7 @@ class FakeController:
         self.calls: list[tuple[str, str]] = []  # (verb, name), in order
         self.configs: list[BackendConfig] = []  # every backend config applied, in order
         self.rollouts: dict[str, Rollout] = {}  # reported as the controller's, by endpoint
+        self.serving: dict[str, RequestStats] = {}  # each backend's requests of the last minute, as reported
         self._goals: dict[str, str] = {}  # goal id -> object name
 
     # --- writes -------------------------------------------------------------------
@@ -102,6 +104,8 @@ class FakeController:
                 for name, e in self.state.endpoints.items()
             },
             rollouts=dict(self.rollouts),
+            serving=dict(self.serving),
+            serving_window_s=60.0 if self.serving else 0.0,
         )
 
     # --- internals ------------------------------------------------------------------

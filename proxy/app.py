@@ -186,6 +186,10 @@ class ProxyApp:
         """Per backend, the answers counted since this proxy started (for rollout checks)."""
         return self._counts.snapshot()
 
+    def endpoint_request_stats(self) -> dict[str, RequestStats]:
+        """Per endpoint, the answers counted since this proxy started (for the status)."""
+        return self._counts.by_endpoint()
+
     # --- the request side ----------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -256,7 +260,7 @@ class ProxyApp:
         await send({"type": "http.response.body", "body": payload})
         duration_s = time.perf_counter() - started
         self._recorder.request_done(served.name, backend, status, duration_s)
-        self._counts.record(backend, status, duration_s)
+        self._counts.record(backend, status, duration_s, served.name)
         if primary is not None:
             # Compared only now: the primary's answer has already gone out.
             primary.set_result((status, headers, payload))
@@ -282,7 +286,7 @@ class ProxyApp:
         duration_s = time.perf_counter() - started
         self._recorder.request_done(served.name, backend, code, duration_s)
         if code != CLIENT_LEFT:
-            self._counts.record(backend, code, duration_s)
+            self._counts.record(backend, code, duration_s, served.name)
 
     async def _forward(
         self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float

@@ -5,7 +5,8 @@ The controller's autoscaler reads the load (`report_load(proxy_id, {backend:
 (ongoing, queued)}, requests)`); reports expire there after a few seconds, so a
 missed one costs nothing and failures are only logged once per streak. The
 request counts (`vocabulary.request_stats.RequestStats` as JSON, cumulative
-since the proxy started) are what rollout checks judge.
+since the proxy started) are what rollout checks judge; the same per endpoint
+go to the status.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ Loads = dict[str, dict[str, int]]
 async def report_load_forever(
     link: ControllerLink, proxy_id: str, loads: Callable[[], Loads], interval_s: float,
     requests: Callable[[], dict[str, RequestStats]],
+    endpoint_requests: Callable[[], dict[str, RequestStats]] | None = None,
 ) -> None:
     failing = False
     while True:
@@ -39,9 +41,10 @@ async def report_load_forever(
             for backend, load in loads().items()
         }
         counted = {backend: stats.model_dump(mode="json") for backend, stats in requests().items()}
+        by_endpoint = {name: stats.model_dump(mode="json") for name, stats in (endpoint_requests or dict)().items()}
         try:
             controller = await link.get()
-            await controller.call(ControllerAPI.report_load, proxy_id, report, counted)
+            await controller.call(ControllerAPI.report_load, proxy_id, report, counted, by_endpoint)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001 — reporting must never stop serving

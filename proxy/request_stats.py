@@ -1,9 +1,11 @@
-"""Counting each backend's answers for rollout checks: requests, 5xx, latency buckets.
+"""Counting each backend's (and endpoint's) answers: requests, 5xx, latency buckets.
 
 One `RequestCounter` per proxy, fed once per request from the request path
 (a few integer increments, no allocation) and read by the load reporter as
 `vocabulary.request_stats.RequestStats` values, cumulative since the proxy
-started. Counts are per backend, whatever endpoint the request came in by.
+started. Counts are per backend, whatever endpoint the request came in by
+(rollout checks and the status judge these), and per endpoint (`by_endpoint`,
+for the status).
 A WebSocket session (`record_session`) is one request, and one error when it
 failed as a 5xx would (no free replica, the replica died, the app raised);
 its lifetime is no latency and goes in no bucket. No I/O.
@@ -22,24 +24,39 @@ class RequestCounter:
     def __init__(self) -> None:
         # backend -> [requests, 5xx, bucket 0, bucket 1, ...]
         self._counts: dict[str, list[int]] = {}
+        self._endpoints: dict[str, list[int]] = {}  # endpoint -> the same
 
-    def record(self, backend: str, status: int, duration_s: float) -> None:
+    def record(self, backend: str, status: int, duration_s: float, endpoint: str = "") -> None:
+        bucket = 2 + bucket_of(duration_s)
+        error = status >= 500
         counts = self._counts.get(backend)
         if counts is None:
             counts = self._counts[backend] = [0] * (2 + _BUCKETS)
         counts[0] += 1
-        counts[1] += status >= 500
-        counts[2 + bucket_of(duration_s)] += 1
-
-    def record_session(self, backend: str, status: int) -> None:
-        counts = self._counts.get(backend)
+        counts[1] += error
+        counts[bucket] += 1
+        counts = self._endpoints.get(endpoint)
         if counts is None:
-            counts = self._counts[backend] = [0] * (2 + _BUCKETS)
+            counts = self._endpoints[endpoint] = [0] * (2 + _BUCKETS)
         counts[0] += 1
-        counts[1] += status >= 500
+        counts[1] += error
+        counts[bucket] += 1
+
+    def record_session(self, backend: str, status: int, endpoint: str = "") -> None:
+        for table, key in ((self._counts, backend), (self._endpoints, endpoint)):
+            counts = table.get(key)
+            if counts is None:
+                counts = table[key] = [0] * (2 + _BUCKETS)
+            counts[0] += 1
+            counts[1] += status >= 500
 
     def snapshot(self) -> dict[str, RequestStats]:
-        return {
-            backend: RequestStats(requests=c[0], errors=c[1], buckets=tuple(c[2:]))
-            for backend, c in self._counts.items()
-        }
+        return _stats(self._counts)
+
+    def by_endpoint(self) -> dict[str, RequestStats]:
+        """The same counts per endpoint (requests recorded without one count under "")."""
+        return _stats(self._endpoints)
+
+
+def _stats(table: dict[str, list[int]]) -> dict[str, RequestStats]:
+    return {key: RequestStats(requests=c[0], errors=c[1], buckets=tuple(c[2:])) for key, c in table.items()}

@@ -160,7 +160,7 @@ class SocketCarrier:
     def _done(self, endpoint: str, backend: str, code: int) -> None:
         self._recorder.session_done(endpoint, backend, code)
         if code != CLIENT_LEFT:
-            self._counts.record_session(backend, code)
+            self._counts.record_session(backend, code, endpoint)
 
     async def _pump(self, handle: ReplicaHandle, request: WireRequest, receive: Receive, send: Send,
                     accepted: Callable[[], None]) -> Session:

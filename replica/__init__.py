@@ -19,4 +19,6 @@ talks to the proxy only through `vocabulary.wire` (as Ray calls, or as
   (`gitops.serving`), over Ray, with config by long poll.
 - `secrets`: its secrets: its own age key, the values sealed to it, their
   tmpfs files.
+- `own_output`: reads the replica's own stdout and stderr back for
+  `gitops logs`.
 """

@@ -2,7 +2,10 @@
 
 Owns loading the user's callable (`import_path` "module:attr", resolved from
 the working_dir Ray puts on sys.path), calling it with a Starlette request,
-`reconfigure`, `check_health` and graceful draining. It does not know about
+`reconfigure`, `check_health` (whose answer is the latest exception a
+handler raised, `vocabulary.status.HandlerError`; the traceback goes to the
+replica's stderr too, at most one a second), `output` (its own stdout and
+stderr lines, `replica.own_output`, for `gitops logs`) and graceful draining. It does not know about
 routing, retries or its own lifecycle: `controller.ray_adapter` wraps this
 plain class with `ray.remote` and options; the proxy calls `handle_request`
 (or `handle_batch` for several requests coalesced into one Ray call), and
@@ -65,9 +68,15 @@ from replica.secrets import SecretBox
 from vocabulary.frames import MAX_FRAME_BYTES
 from vocabulary.handshake import DataAddress
 from vocabulary.serving import ReplicaContext, install, install_secrets
+from vocabulary.replica_output import OutputCursor, ReplicaOutput
+from vocabulary.status import HandlerError
+from replica.own_output import OwnOutput
 
 # A large reply held for the proxy to stream leaves in slices of this size.
 _HELD_SLICE_BYTES = 1024 * 1024
+
+# How often the sizes of the replica's output files are noted, for `output(since=...)`.
+_MARK_EVERY_S = 2.0
 
 # Long enough for every proxy to receive the replica set without this replica.
 _DRAIN_LINGER_S = 1.0
@@ -243,6 +252,11 @@ class Replica:
         self._data: DataSocket | None = None
         self._tcp_host: str | None = None  # where to open the TCP listener when another node's proxy asks
         self._secrets = SecretBox(backend)  # its key never leaves this process (replica.secrets)
+        self._latest_error: HandlerError | None = None  # the newest exception user code raised serving a request
+        self._shown_at = float("-inf")  # when a handler's traceback was last written to stderr
+        self._not_shown = 0  # tracebacks left out since, at most one a second is written
+        self._output: OwnOutput | None = None  # this process's stdout and stderr files (under Ray)
+        self._marking: asyncio.Task[None] | None = None
 
     async def secrets_recipient(self) -> str:
         """This replica's age public key, which the controller seals its secrets to."""
@@ -289,6 +303,9 @@ class Replica:
 
             # Only under Ray can a proxy find the socket; tests of this class run without one.
             if ray.is_initialized():
+                self._output = OwnOutput()
+                self._output.mark(time.time())
+                self._marking = asyncio.get_running_loop().create_task(self._mark_output())
                 await self.serve_frames(_socket_bases())
                 # Other nodes' proxies reach this node at the address Ray knows it by,
                 # once one asks: a one-node cluster never listens on TCP.
@@ -354,6 +371,9 @@ class Replica:
         self._begin(1)
         try:
             reply = await self._serve(self._handler, wire)
+        except Exception as error:
+            self._raised(error)
+            raise
         finally:
             self._end(1)
         if isinstance(reply, BodyStream):
@@ -370,6 +390,9 @@ class Replica:
             try:
                 async for chunk in rest:
                     yield chunk
+            except Exception as error:
+                self._raised(error)
+                raise
             finally:
                 await rest.aclose()
 
@@ -422,12 +445,16 @@ class Replica:
         its return value goes back as it is; user exceptions propagate."""
         with self._serving(1):
             handler = self._handler
-            if self._handler_is_async:
-                return await handler(*args, **kwargs)
-            result = await asyncio.to_thread(handler, *args, **kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-            return result
+            try:
+                if self._handler_is_async:
+                    return await handler(*args, **kwargs)
+                result = await asyncio.to_thread(handler, *args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+                return result
+            except Exception as error:
+                self._raised(error)
+                raise
 
     async def handle_together(self, batch: list[BatchItem]) -> list[BatchResult]:
         """A batched backend's requests in one handler call, answered in order.
@@ -449,7 +476,8 @@ class Replica:
                 text = f"backend {self.backend}: {error}"
                 logger.error("%s", text)
                 return [(BatchOutcome.ERROR, text)] * len(batch)
-            except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
+            except Exception as error:  # noqa: BLE001 — user code may raise anything; the proxy logs it
+                self._raised(error)
                 return [(BatchOutcome.ERROR, traceback.format_exc())] * len(batch)
         return [_converted(result) for result in results]
 
@@ -469,17 +497,48 @@ class Replica:
         except TimeoutError:
             return BatchOutcome.TIMEOUT, ""
         except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
-            return BatchOutcome.ERROR, traceback.format_exc()
+            return BatchOutcome.ERROR, traceback.format_exc()  # handle_request kept it as the latest error
 
     async def reconfigure(self, user_config: Any) -> None:
         self._user_config = user_config
         if self._handler is not None:
             await _call_optional(self._handler, "reconfigure", user_config)
 
-    async def check_health(self) -> None:
+    async def check_health(self) -> HandlerError | None:
+        """Runs the user's check; answers the latest exception a handler raised (None: none
+        yet), so the controller shows it in the backend's status."""
         if self._handler is None:
             raise RuntimeError(f"replica {self.replica_id} is not initialized")
         await _call_optional(self._handler, "check_health")
+        return self._latest_error
+
+    def _raised(self, error: Exception) -> None:
+        """Keep `error`, raised by user code, as this replica's latest handler error, and
+        write its traceback to this replica's stderr (`gitops logs`), at most once a second."""
+        self._latest_error = HandlerError.of(error, self.replica_id, time.time(), os.getcwd())
+        now = time.monotonic()
+        if now - self._shown_at < 1.0:
+            self._not_shown += 1
+            return
+        left_out = f" ({self._not_shown} more left out since the last one)" if self._not_shown else ""
+        self._shown_at, self._not_shown = now, 0
+        sys.stderr.write(f"backend {self.backend} replica {self.replica_id}: a request's handler raised{left_out}\n"
+                         + "".join(traceback.format_exception(error)))
+        sys.stderr.flush()
+
+    async def output(self, since: float | None = None, cursor: OutputCursor | None = None) -> ReplicaOutput:
+        """This replica's own stdout and stderr lines: after `cursor`, or written since
+        `since` (wall-clock seconds), or the last few kilobytes."""
+        if self._output is None:
+            self._output = OwnOutput()
+        return self._output.read(self.replica_id, _node_id(), since, cursor)
+
+    async def _mark_output(self) -> None:
+        """Note the output files' sizes every few seconds, for `output(since=...)`."""
+        while True:
+            if self._output is not None:
+                self._output.mark(time.time())
+            await asyncio.sleep(_MARK_EVERY_S)
 
     async def prepare_for_shutdown(self, timeout_s: float) -> None:
         """Wait for in-flight requests to finish, at most `timeout_s`.

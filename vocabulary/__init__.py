@@ -35,4 +35,6 @@ share their values here.
   connection; `handshake`: where a replica serves frames and how a proxy
   opens its TCP listener; `peers`: who is at the other end of a data-path
   connection. These three are moving to the wire package.
+- `replica_output`: a replica's own stdout and stderr lines, as `gitops logs`
+  reads them.
 """

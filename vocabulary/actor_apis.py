@@ -27,6 +27,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Concatenate, Generic
 
 from vocabulary.goal_api import GoalAPI
 from vocabulary.handshake import DataAddress
+from vocabulary.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, WireResponse
 
 __all__ = [
@@ -52,6 +53,9 @@ class ReplicaAPI(Protocol):
 
     async def update_secrets(self, sealed: bytes) -> None:
         """New secret values (a rotation), sealed to `secrets_recipient()`."""
+
+    async def output(self, since: float | None = None, cursor: OutputCursor | None = None) -> ReplicaOutput:
+        """Its own stdout and stderr lines: after `cursor`, written since `since`, or the last few kilobytes."""
 
     async def serve_frames(self, bases: list[str], max_frame: int = ..., tcp_host: str | None = None) -> str | None:
         """Serve frames on a Unix socket under the first fitting base (and TCP given `tcp_host`)."""
@@ -148,15 +152,21 @@ class ControllerAPI(GoalAPI, Protocol):
     async def secrets_missing(self) -> list[str]:
         """Backends whose configs name secret values this controller does not hold."""
 
+    async def replica_output(
+        self, backend: str, since: float | None = None, cursors: dict[str, OutputCursor] | None = None
+    ) -> list[ReplicaOutput]:
+        """Every replica of `backend`'s own output, for `gitops logs`."""
+
     async def listen_for_change(
         self, keys_to_snapshot_ids: dict[str, int], proxy_id: str | None = None
     ) -> dict[str, tuple[int, Any]]:
         """The long poll: new snapshots of the keys whose ids changed."""
 
     async def report_load(
-        self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None
+        self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None,
+        endpoint_requests: dict[str, Any] | None = None,
     ) -> None:
-        """One proxy's (ongoing, queued) per backend, and its answers counted."""
+        """One proxy's (ongoing, queued) per backend, and its answers counted per backend and endpoint."""
 
     async def get_load(self) -> dict[str, dict[str, tuple[int, int]]]:
         """The latest loads, per proxy."""

@@ -6,6 +6,12 @@ builds it from its state machines; the agent reads its fields (never
 same constructors. It crosses a Ray call as the model itself and is
 JSON-serialisable (`model_dump(mode="json")`): every field is a plain value.
 
+`HandlerError` is a replica's latest handler exception (type, message and
+innermost frame of the user's code, `file:line`), made where it was raised
+(`HandlerError.of`) and carried by the replica's health-check answer;
+`ClusterStatus.serving` (and `endpoint_serving`) is each backend's (endpoint's)
+requests over the last minute, from the proxies' own counts.
+
 `Health` orders health codes from best to worst, as Argo's gitops-engine
 does, and `worst()` rolls several up into one.
 """
@@ -13,11 +19,15 @@ does, and `worst()` rolls several up into one.
 from __future__ import annotations
 
 import enum
+import posixpath
+import traceback
+from types import TracebackType
 from typing import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from vocabulary.configs import GoalState, ReplicaState
+from vocabulary.request_stats import RequestStats
 from vocabulary.rollouts import CheckCount, Rollout
 
 __all__ = [
@@ -26,6 +36,7 @@ __all__ = [
     "RestartReason",
     "ProxyState",
     "ReplicaStatus",
+    "HandlerError",
     "BackendStatus",
     "EndpointStatus",
     "ProxyStatus",
@@ -86,6 +97,38 @@ class ReplicaStatus(_Observed):
     node_id: str = ""
 
 
+class HandlerError(_Observed):
+    """The latest exception a replica's handler raised."""
+
+    type: str  # the exception's class name
+    message: str
+    where: str = ""  # "file:line" of the innermost frame in the user's code (else the innermost of all)
+    at: float = 0.0  # wall-clock seconds when it was raised
+    replica_id: str = ""
+
+    @classmethod
+    def of(cls, error: BaseException, replica_id: str, at: float, root: str) -> HandlerError:
+        """`error` as raised below a handler whose code lives under `root` (the replica's working dir)."""
+        return cls(type=type(error).__name__, message=str(error)[:500], where=_innermost(error.__traceback__, root),
+                   at=at, replica_id=replica_id)
+
+    def describe(self) -> str:
+        """`ZeroDivisionError: division by zero at deployments/boom.py:7`."""
+        text = f"{self.type}: {self.message}" if self.message else self.type
+        return f"{text} at {self.where}" if self.where else text
+
+
+def _innermost(tb: TracebackType | None, root: str) -> str:
+    """`file:line` of the innermost frame under `root` (relative to it), else of the innermost frame."""
+    frames = traceback.extract_tb(tb)
+    base = posixpath.join(posixpath.normpath(root), "")  # `root` is absolute: the replica's working dir
+    for frame in reversed(frames):
+        path = posixpath.normpath(frame.filename)
+        if path.startswith(base) and "site-packages" not in path:
+            return f"{path[len(base):]}:{frame.lineno}"
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+
+
 class BackendStatus(_Observed):
     version: str
     target_replicas: int = Field(ge=0)
@@ -96,6 +139,7 @@ class BackendStatus(_Observed):
     failures: int = 0
     unschedulable: str = ""
     scaling_decisions: dict[str, int] = Field(default_factory=dict)  # direction (up|down) -> count
+    latest_error: HandlerError | None = None  # the newest exception its replicas' handlers raised in the last minute
 
     def ready(self) -> int:
         """Replicas RUNNING the backend's current version."""
@@ -166,6 +210,9 @@ class ClusterStatus(_Observed):
     load: dict[str, dict[str, tuple[int, int]]] = Field(default_factory=dict)  # proxy -> backend -> (ongoing, queued)
     rollouts: dict[str, Rollout] = Field(default_factory=dict)  # by endpoint: running, stopped or promoted
     rollout_checks: tuple[CheckCount, ...] = ()  # how often each check passed and failed
+    serving: dict[str, RequestStats] = Field(default_factory=dict)  # backend -> its requests in the last minute
+    serving_window_s: float = 0.0  # the seconds `serving` covers (up to 60; less just after the controller started)
+    endpoint_serving: dict[str, RequestStats] = Field(default_factory=dict)  # endpoint -> the same, per endpoint
 
     def health(self) -> Health:
         return worst(backend.health() for backend in self.backends.values())

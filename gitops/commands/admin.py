@@ -1,13 +1,20 @@
-"""`gitops status|history|sync|suspend|resume|rollback`: the running agent's admin API.
+"""`gitops status|history|sync|suspend|resume|rollback|wait|logs`: the running agent's admin API.
 
 Owns the client side of the admin API and the human tables: `/status` is
 parsed into the agent's own `AgentStatus` model before it is drawn; `--json`
 prints the API's JSON as is, for scripts (JSON escapes control characters).
 Every piece of text the agent sends (replica exceptions, git errors, names)
 reaches the terminal through `gitops.printable`: escaped, line breaks of
-multi-line text kept. The admin token (if the agent has
-one) comes from `--token-file` or `GITOPS_TOKEN`. Must not: reconcile or
-read git.
+multi-line text kept. The agent is found as
+`gitops.agent_address.resolve` says (`--agent`, `GITOPS_AGENT`, the address
+file a running agent wrote in its state dir); the admin token (if the agent
+has one) comes from `--token-file` or `GITOPS_TOKEN`. `status --exit-code`
+exits as terraform's plan does: 0 Synced, 2 any other status, 1 an error;
+`wait` polls the status until it is the one asked for (0), or the time is
+up or only a new commit could change it (2). `logs` prints a backend's
+replicas' own output (`/logs/BACKEND`), each line after its replica's id,
+from every node; `--follow` asks again every second from where each left off.
+Must not: reconcile or read git.
 """
 
 from __future__ import annotations
@@ -15,17 +22,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 import urllib.parse
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import httpx
 from pydantic import ValidationError
 
 from gitops.access import read_token
-from gitops.errors import UserError
+from gitops.agent_address import AGENT_ENV, AgentAddress, resolve
+from gitops.errors import UsageError, UserError
 from gitops.printable import printable, printable_lines
-from gitops.status import AgentStatus
+from gitops.serving_health import Serving
+from gitops.status import AgentStatus, SyncStatus
 
 __all__ = [
     "status_command",
@@ -34,17 +45,126 @@ __all__ = [
     "suspend_command",
     "resume_command",
     "rollback_command",
+    "wait_command",
+    "logs_command",
+    "parse_duration",
     "render_status",
     "render_history",
 ]
 
 _TIMEOUT_S = 10.0
+_WAIT_POLL_S = 0.5
+EXIT_SYNCED, EXIT_ERROR, EXIT_NOT_SYNCED = 0, 1, 2
 
 
 def status_command(args: argparse.Namespace) -> int:
     data = _call(args, "GET", "/status")
-    print(json.dumps(data, indent=2) if args.json else render_status(_agent_status(args.agent, data)))
-    return 0
+    status = _agent_status(_agent(args).url, data)
+    print(json.dumps(data, indent=2) if args.json else render_status(status))
+    if args.exit_code and status.status is not SyncStatus.SYNCED:
+        return EXIT_NOT_SYNCED
+    return EXIT_SYNCED
+
+
+def wait_command(args: argparse.Namespace, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> int:
+    """Poll `/status` until it says `--for`; an agent not answering yet is waited for too."""
+    wanted = _wanted_status(args.wanted)
+    deadline = clock() + args.timeout
+    seen: AgentStatus | None = None
+    unreachable: UserError | None = None
+    while True:
+        try:
+            seen = _agent_status(_agent(args).url, _call(args, "GET", "/status"))
+            unreachable = None
+        except _Unreachable as error:
+            unreachable = error
+        if seen is not None and unreachable is None:
+            if seen.status is wanted and _applied(seen, args.revision):
+                print(_one_line(seen))
+                return EXIT_SYNCED
+            stalled = seen.condition("Stalled")
+            if stalled is not None and stalled.status:
+                print(f"gitops wait: {_one_line(seen)}; only a new commit changes that", file=sys.stderr)
+                return EXIT_NOT_SYNCED
+        if clock() >= deadline:
+            break
+        sleep(_WAIT_POLL_S)
+    if unreachable is not None:
+        raise unreachable
+    now = _one_line(seen) if seen is not None else "no status yet"
+    what = wanted.value + (f" with {args.revision} applied" if args.revision else "")
+    applied = f"; applied {_short(seen.last_applied_revision)}" if seen is not None and args.revision else ""
+    print(f"gitops wait: not {what} after {args.timeout:g}s: {now}{applied}", file=sys.stderr)
+    return EXIT_NOT_SYNCED
+
+
+_FOLLOW_EVERY_S = 1.0
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def logs_command(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -> int:
+    """The replicas' own output: the last lines (or those since `--since`), then with `--follow` what comes."""
+    since = time.time() - parse_duration(args.since) if args.since else None
+    started = time.time()
+    cursors: dict[str, dict[str, int]] = {}
+    said_missing: set[str] = set()
+    path = "/logs/" + urllib.parse.quote(args.backend, safe="")
+    while True:
+        query = urllib.parse.urlencode({
+            **({"since": repr(since)} if since is not None else {}), "cursors": json.dumps(cursors),
+        })
+        for output in _call(args, "GET", f"{path}?{query}")["replicas"]:
+            replica = output["replica_id"]
+            for line in [*output["out"], *output["err"]]:
+                print(printable(f"{replica} | {line}"), flush=True)
+            if output["missing"]:
+                if replica not in said_missing:
+                    print(printable(f"gitops logs: {replica}: {output['missing']}"), file=sys.stderr)
+                said_missing.add(replica)
+            else:
+                cursors[replica] = output["cursor"]
+        if not args.follow:
+            return 0
+        # A replica started while following shows from when the following began.
+        since = started if since is None else since
+        try:
+            sleep(_FOLLOW_EVERY_S)
+        except KeyboardInterrupt:
+            return 0
+
+
+def parse_duration(text: str) -> float:
+    """`90`, `90s`, `5m`, `2h`, `1d` in seconds; UsageError otherwise."""
+    unit = text[-1:] if text[-1:] in _DURATION_UNITS else "s"
+    number = text[:-1] if text[-1:] in _DURATION_UNITS else text
+    try:
+        seconds = float(number) * _DURATION_UNITS[unit]
+    except ValueError:
+        raise UsageError(f"--since {text}: not a duration (e.g. 30s, 5m, 2h)") from None
+    if seconds < 0:
+        raise UsageError(f"--since {text}: a duration cannot be negative")
+    return seconds
+
+
+def _applied(status: AgentStatus, revision: str | None) -> bool:
+    """Whether `revision` (a full or abbreviated sha; None: any) is the applied commit."""
+    applied = status.last_applied_revision or ""
+    return revision is None or (len(revision) >= 4 and applied.startswith(revision.lower()))
+
+
+def _wanted_status(name: str) -> SyncStatus:
+    for status in SyncStatus:
+        if status.value.lower() == name.lower():
+            return status
+    known = ", ".join(status.value.lower() for status in SyncStatus)
+    raise UsageError(f"--for {name}: not a status the agent shows ({known})")
+
+
+def _one_line(status: AgentStatus) -> str:
+    ready = status.condition("Ready")
+    detail = f" ({ready.reason}: {ready.message})" if ready else ""
+    return f"{status.status.value}{detail}"
 
 
 def history_command(args: argparse.Namespace) -> int:
@@ -80,13 +200,28 @@ def _verb(args: argparse.Namespace, path: str, done: str) -> int:
     return 0
 
 
+class _Unreachable(UserError):
+    """No agent answered at the address."""
+
+
+def _agent(args: argparse.Namespace) -> AgentAddress:
+    found: AgentAddress | None = getattr(args, "agent_address", None)
+    if found is None or found.source == "the default":
+        # Looked for again until found: an agent starting up writes its address a moment later.
+        found = args.agent_address = resolve(args.agent, os.environ, Path.cwd())
+    return found
+
+
 def _call(args: argparse.Namespace, method: str, path: str) -> dict[str, Any]:
-    agent: str = args.agent
-    url = agent.rstrip("/") + path
+    agent = _agent(args)
+    url = agent.url.rstrip("/") + path
     try:
         response = httpx.request(method, url, headers=_authorization(args.token_file), timeout=_TIMEOUT_S)
     except httpx.HTTPError as error:
-        raise UserError(f"no agent answering at {agent} ({type(error).__name__}); is `gitops run` running?") from None
+        raise _Unreachable(
+            f"no agent answering at {agent.url} (from {agent.source}; {type(error).__name__}); is `gitops run` "
+            f"running? Point at it with --agent URL or {AGENT_ENV}=URL"
+        ) from None
     try:
         data = response.json()
     except ValueError:
@@ -122,13 +257,16 @@ def render_status(status: AgentStatus) -> str:
         f"Applied:    {_short(status.last_applied_revision)}",
     ]
     if status.backends:
-        lines += ["", _table(["BACKEND", "VERSION", "READY", "REPLICAS", "LAST ERROR"], [
-            [name, (b.version or "-")[:12], f"{b.ready}/{b.target_replicas}", _pairs(b.replicas), b.last_error or ""]
+        lines += ["", _table(["BACKEND", "VERSION", "READY", "REPLICAS", *_SERVING, "LAST ERROR"], [
+            [name, (b.version or "-")[:12], f"{b.ready}/{b.target_replicas}", _pairs(b.replicas),
+             *_serving(b.serving), b.last_error or ""]
             for name, b in sorted(status.backends.items())
         ])]
+        lines += [f"Latest exception of {name}: {b.latest_exception}"
+                  for name, b in sorted(status.backends.items()) if b.latest_exception and b.serving.errors]
     if status.endpoints:
-        lines += ["", _table(["ENDPOINT", "ROUTE", "TRAFFIC", "SHADOW"], [
-            [name, e.route, _percent(e.traffic), _percent(e.shadow)]
+        lines += ["", _table(["ENDPOINT", "ROUTE", "TRAFFIC", "SHADOW", *_SERVING], [
+            [name, e.route, _percent(e.traffic), _percent(e.shadow), *_serving(e.serving)]
             for name, e in sorted(status.endpoints.items())
         ])]
     if status.rollouts:
@@ -151,6 +289,16 @@ def render_status(status: AgentStatus) -> str:
     if status.errors:
         lines += ["", "Errors:"] + [f"  {line}" for error in status.errors for line in error.split("\n")]
     return printable_lines("\n".join(lines))
+
+
+_SERVING = ["REQ/S", "5XX", "P99"]  # over the last minute
+
+
+def _serving(serving: Serving) -> list[str]:
+    if not serving.requests:
+        return ["0", "-", "-"]
+    p99 = f"{serving.p99_s * 1000:.0f}ms" if serving.p99_s < 1 else f"{serving.p99_s:g}s"
+    return [f"{serving.rate():.1f}", f"{serving.error_share():.0%}", p99]
 
 
 def _step_bar(step: int, passed: int, steps: int) -> str:

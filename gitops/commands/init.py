@@ -1,5 +1,8 @@
 """`gitops init [DIR]`: scaffold a first deployment a new user can commit and serve.
 
+DIR defaults to the top level of the git repository holding the current
+directory (found as git finds it), else the current directory.
+
 Writes `deployments/hello.toml` (a commented spec: one backend, one
 endpoint) and `deployments/hello.py` (the class it serves) under DIR, then
 prints the next three commands. All or nothing: when any of the files
@@ -22,7 +25,7 @@ from typing import Mapping
 
 from gitops.errors import UserError
 
-__all__ = ["SCAFFOLD", "init_command", "write_scaffold", "next_steps"]
+__all__ = ["SCAFFOLD", "init_command", "scaffold_dir", "write_scaffold", "next_steps"]
 
 _SPEC = '''\
 # A first deployment, made by `gitops init`. Every *.toml file under
@@ -78,13 +81,22 @@ SCAFFOLD: Mapping[str, str] = {
 
 
 def init_command(args: argparse.Namespace) -> int:
-    target = Path(args.dir)
+    target = Path(args.dir) if args.dir is not None else scaffold_dir(Path.cwd())
     written = write_scaffold(target, SCAFFOLD)
     for path in written:
         print(f"created {path}")
     print()
     print(next_steps(target))
     return 0
+
+
+def scaffold_dir(cwd: Path) -> Path:
+    """The top level of the git repository holding `cwd` (relative to it), as
+    git finds its root from any subdirectory; `cwd` itself outside a repository."""
+    for directory in (cwd, *cwd.parents):
+        if (directory / ".git").exists():
+            return Path(os.path.relpath(directory, cwd))
+    return Path(".")
 
 
 def write_scaffold(target: Path, files: Mapping[str, str]) -> list[Path]:

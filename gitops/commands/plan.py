@@ -28,6 +28,7 @@ from gitops.secrets import FileDigests, assume_unchanged
 from gitops.sources.trees import Tree
 from gitops.specs.loading import LoadResult, Loader
 from gitops.planning import plan
+from gitops.sources.trees import find_toplevel
 from gitops.plans import Action, ActionKind, Plan
 
 __all__ = ["plan_command", "render_markdown", "render_markdown_errors"]
@@ -41,6 +42,8 @@ def plan_command(args: argparse.Namespace) -> int:
     repo = Path(args.repo)
     if not repo.is_dir():
         raise UserError(f"--repo {args.repo}: no such directory")
+    # Any directory inside the repository will do, as for git; --path is from its top level.
+    repo = find_toplevel(repo) or repo
     loader = _SecretFileLoader()
     desired, desired_errors = _load(loader, repo, args.to_rev, args.path)
     actual = ServingState()

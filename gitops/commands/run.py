@@ -9,7 +9,10 @@ names: `vocabulary.replica_env`), start or find the controller
 (which starts the proxies) and claim it as its one agent (refused with one
 line when another agent owns it, unless `--take-over`; stopped when taken
 over) and give it this start's `--prometheus-url`, run the agent and the admin
-server on one event loop, and on Ctrl-C / SIGTERM stop all of it cleanly:
+server on one event loop, write the admin URL in the state dir for client
+commands (`gitops.agent_address`), say `gitops: ready` (and write
+`--ready-file`) once the first reconcile is over, and on Ctrl-C / SIGTERM
+stop all of it cleanly:
 an embedded Ray is shut down with everything it ran, a joined cluster
 keeps serving. Every event of the process goes to stdout through logging
 (`--log-format text|json`, see `gitops.logs`). Must not: contain reconcile
@@ -30,7 +33,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from gitops import rayversions, statedir
+from gitops import agent_address, rayversions, statedir
 from gitops.errors import UsageError, UserError
 from gitops.logs import configure_logging
 from gitops.quieting import quiet_ray_output
@@ -315,13 +318,17 @@ async def _serve(
         commit_url_template=links.commit_url_template,
         policy=AccessPolicy.build(token, args.admin_host, _hosts(args.admin_allowed_hosts)),
         shadow_mismatches=collector(client.proxy_mismatches, lambda: proxies_to_ask(agent.observed())),
+        replica_output=client.replica_output,
     )
     servers = [admin.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:
         servers.append(admin.server(admin.build_webhook_app(guard, webhook_fetch), args.webhook_host, args.webhook_port))
     if agent.suspended:
         _LOG.warning("gitops: reconciliation is suspended (since before this start); `gitops resume` resumes it")
+    admin_url = agent_address.connectable_url(args.admin_host, args.admin_port)
+    agent_address.write(state.root, admin_url)
     reconciling = asyncio.create_task(agent.run())
+    announcing = asyncio.create_task(_announce_ready(agent, args, admin_url))
     serving = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in zip(servers, sockets)]
     stopping = asyncio.create_task(stop.wait())
     watching = asyncio.create_task(_watch_ownership(client, agent_id, args.namespace, args.interval, stop))
@@ -332,9 +339,13 @@ async def _serve(
     reconciling.cancel()
     stopping.cancel()
     watching.cancel()
+    announcing.cancel()
+    agent_address.remove(state.root)
+    if args.ready_file:
+        _remove_quietly(Path(args.ready_file))
     for server in servers:
         server.stop()
-    await asyncio.gather(reconciling, *serving, stopping, watching, return_exceptions=True)
+    await asyncio.gather(reconciling, *serving, stopping, watching, announcing, return_exceptions=True)
     if notifying is not None and notifier is not None:
         await notifier.drain(_NOTIFY_DRAIN_S)  # e.g. the commit status of the last apply
         notifying.cancel()
@@ -344,6 +355,30 @@ async def _serve(
     for task in (reconciling, *serving):
         if not task.cancelled() and task.exception() is not None:
             _LOG.error(f"gitops: {type(task.exception()).__name__}: {task.exception()}")
+
+
+async def _announce_ready(agent: Any, args: argparse.Namespace, admin_url: str) -> None:
+    """Once the first reconcile is over (or at once when suspended): the log line
+    `gitops: ready` and, with `--ready-file`, the admin URL written there."""
+    if not agent.suspended:
+        await agent.reconciled.wait()
+    status = agent.status()
+    _LOG.info(
+        f"gitops: ready: {status.status.value}; proxy {agent_address.connectable_url(args.proxy_host, args.proxy_port)}"
+        f", admin {admin_url}"
+    )
+    if args.ready_file:
+        path = Path(args.ready_file)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(admin_url + "\n", encoding="utf-8")
+        os.replace(partial, path)
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
 
 
 def _links(args: argparse.Namespace) -> Links:

@@ -1,5 +1,8 @@
 """`gitops validate [PATH] [--rev REV] [--root DIR] [--format F] [--max-replicas N]`: offline spec validation.
 
+PATH defaults to `deployments` at the top level of the repository holding the
+current directory, so it works from any subdirectory, as git does.
+
 Exit 0 when valid, 1 when invalid, 2 for a usage error, in every format:
 - text: every error on stderr as FILE:LINE:COL: message, a one-line summary on stdout;
 - json: one JSON document on stdout (`valid`, counts, `errors` with file, line, col, message);
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -25,13 +29,14 @@ from gitops.specs.limits import SpecLimits
 from gitops.specs.loading import LoadResult, Loader
 from gitops.sources.trees import Tree, find_toplevel
 
-__all__ = ["validate_command", "render_json", "render_github", "escape_data", "escape_property"]
+__all__ = ["validate_command", "default_spec_dir", "render_json", "render_github", "escape_data", "escape_property"]
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
 def validate_command(args: argparse.Namespace) -> int:
-    path = Path(args.path)
+    path = Path(args.path) if args.path is not None else default_spec_dir(Path.cwd())
+    args.path = args.path or "deployments"  # the label: the spec path, as the repository names it
     try:
         loader = _loader(_limits(args.max_replicas), args.age_identity)
         result = _load(loader, path, args.rev, args.root)
@@ -45,6 +50,15 @@ def validate_command(args: argparse.Namespace) -> int:
     else:
         _report(args.path, result)
     return EXIT_VALID if _valid(result) else EXIT_INVALID
+
+
+def default_spec_dir(cwd: Path) -> Path:
+    """`deployments` at the top level of the repository holding `cwd` (relative to
+    `cwd`), as git finds its root from any subdirectory; `deployments` outside one."""
+    toplevel = find_toplevel(cwd)
+    if toplevel is None:
+        return Path("deployments")
+    return Path(os.path.relpath(toplevel / "deployments", cwd))
 
 
 class _UsageError(Exception):

@@ -90,7 +90,8 @@ def test_backends_are_counted_by_state_and_version() -> None:
 
 def test_endpoints_show_their_traffic() -> None:
     data = roll_up(BASE).model_dump(mode="json")
-    assert data["endpoints"] == {"echo": {"route": "/echo", "traffic": {"echo": 1.0}, "shadow": {}}}
+    endpoint = data["endpoints"]["echo"]
+    assert (endpoint["route"], endpoint["traffic"], endpoint["shadow"]) == ("/echo", {"echo": 1.0}, {})
 
 
 def test_json_form_uses_flux_field_names() -> None:
@@ -111,10 +112,11 @@ def test_json_form_parses_back_into_the_same_status() -> None:
 
 def test_json_form_of_a_backend_keeps_todays_fields() -> None:
     data = roll_up(replace(BASE, cluster=cluster(ready=1, last_error="boom"))).model_dump(mode="json")
-    assert data["backends"]["echo"] == {
+    today = {
         "version": "v1", "target_replicas": 2, "ready": 1, "replicas": {"RUNNING": 1}, "versions": {"v1": 1},
         "restarts": {}, "last_error": "boom",
     }
+    assert {key: data["backends"]["echo"][key] for key in today} == today
 
 
 def test_a_failed_apply_is_not_stalled_a_retry_may_help() -> None:

@@ -386,3 +386,26 @@ def test_move_outside_the_transition_table_is_refused(before, after):
 
 def test_stopped_is_the_only_final_state():
     assert [state for state in S if not TRANSITIONS[state]] == [S.STOPPED]
+
+
+def test_a_health_check_answer_carries_the_replicas_latest_handler_error_into_the_status():
+    from vocabulary.status import HandlerError
+
+    state, world = BackendState(), FakeAdapter()
+    state.apply(config(replicas=1))
+    run_ready(state, world, 0.0)
+    [check] = [e for e in state.tick(1.5, world) if isinstance(e, CheckHealth)]
+    raised = HandlerError(type="KeyError", message="'x'", where="deployments/a.py:3", at=10.0, replica_id="r")
+    world.health[check.actor_name] = Probe(ProbeStatus.OK, handler_error=raised)
+    state.tick(1.6, world)
+    assert state.status("echo").latest_error == raised
+    assert state.status("echo").restarts == {}  # an erring handler is no failed replica
+
+
+def test_check_soon_health_checks_running_replicas_at_the_next_tick():
+    state, world = BackendState(), FakeAdapter()
+    state.apply(config(replicas=2))  # health checked every second
+    run_ready(state, world, 0.0)
+    assert not [e for e in state.tick(0.5, world) if isinstance(e, CheckHealth)]
+    state.check_soon("echo")
+    assert len([e for e in state.tick(0.6, world) if isinstance(e, CheckHealth)]) == 2

@@ -82,3 +82,25 @@ def test_a_websocket_session_is_a_request_and_a_5xx_one_an_error_but_never_a_lat
     assert now.quantile(0.99) == 0.01  # an hour-long session is no p99
     interval = now.since(earlier)
     assert (interval.requests, interval.errors, interval.error_ratio()) == (2, 1, 0.5)
+
+
+def test_answers_are_counted_per_endpoint_as_well_as_per_backend() -> None:
+    from proxy.request_stats import RequestCounter
+
+    counter = RequestCounter()
+    counter.record("shared", 200, 0.01, "api")
+    counter.record("shared", 500, 0.01, "admin")
+    counter.record_session("shared", 500, "admin")
+    assert counter.snapshot()["shared"].requests == 3
+    by_endpoint = counter.by_endpoint()
+    assert (by_endpoint["api"].requests, by_endpoint["api"].errors) == (1, 0)
+    assert (by_endpoint["admin"].requests, by_endpoint["admin"].errors) == (2, 2)
+
+
+def test_totals_begun_afresh_take_a_proxys_first_report_as_its_start() -> None:
+    from controller.request_totals import RequestTotals
+
+    totals = RequestTotals().absorb_after_first("p1", {"api": RequestStats(requests=100)})
+    assert totals.totals == {}
+    totals = totals.absorb_after_first("p1", {"api": RequestStats(requests=104, errors=1)})
+    assert (totals.totals["api"].requests, totals.totals["api"].errors) == (4, 1)

@@ -278,3 +278,22 @@ def test_status_page_shows_a_real_agents_sync_backends_traffic_and_errors(
     assert text(browser, "watched") == bad and text(browser, "applied") == good
     wait_for_text(browser, "history", "unknown key")
     browser.save_screenshot(str(artifacts_dir / "statuspage-agent-failed.png"))
+
+
+def test_status_page_shows_how_each_backend_serves_and_its_latest_exception(
+    fixture_agent: str, served_status: dict, browser: webdriver.Chrome, artifacts_dir: Path
+) -> None:
+    serving = {"window_s": 60.0, "requests": 120, "errors": 30, "p99_s": 0.025}
+    served_status["status"] = "Degraded"
+    served_status["backends"] = {"echo-v1": {
+        **STATUS["backends"]["echo-v1"], "serving": serving,
+        "latest_exception": "ZeroDivisionError: division by zero at deployments/boom.py:7",
+    }}
+    served_status["endpoints"] = {"echo": {**STATUS["endpoints"]["echo"], "serving": serving}}
+    browser.get(fixture_agent)
+    wait_loaded(browser)
+    browser.save_screenshot(str(artifacts_dir / "statuspage-serving.png"))
+    backends = text(browser, "backends")
+    assert "2.0 25% 25 ms ZeroDivisionError: division by zero at deployments/boom.py:7" in backends
+    assert "2.0 25% 25 ms" in text(browser, "endpoints")
+    assert "echo-v1 (latest exception): ZeroDivisionError" in text(browser, "errors")

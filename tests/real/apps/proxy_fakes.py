@@ -50,7 +50,8 @@ class FakeController:
                 pass
 
     async def report_load(
-        self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None
+        self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None,
+        endpoint_requests: dict[str, Any] | None = None,
     ) -> None:
         self.loads[proxy_id] = dict(loads)
 

@@ -1,0 +1,145 @@
+"""`gitops logs`: a replica reads its own output files back; the admin API and the CLI carry it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gitops.access import AccessPolicy
+from gitops.admin import build_app
+from gitops.cli import main
+from gitops.commands.admin import parse_duration
+from gitops.errors import UsageError
+from gitops.redaction import MASK, register_secret
+from replica.own_output import TAIL_BYTES, OwnOutput
+from tests.component.test_admin import FakeAgent
+from tests.security.listeners import serving
+from vocabulary.replica_output import OutputCursor, ReplicaOutput
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    out, err = tmp_path / "worker.out", tmp_path / "worker.err"
+    out.write_text(":job_id:01000000\n:actor_name:Replica\nloading model\n")
+    err.write_text(":job_id:01000000\n:actor_name:Replica\n")
+    return out, err
+
+
+def test_a_read_has_the_users_lines_without_rays_markers_and_a_cursor_to_go_on_from(files) -> None:
+    out, err = files
+    own = OwnOutput(str(out), str(err))
+    first = own.read("boom#1", "node", None, None)
+    assert (first.out, first.err) == (("loading model",), ())
+    with err.open("a") as file:
+        file.write("Traceback (most recent call last):\nZeroDivisionError: division by zero\nhalf a li")
+    later = own.read("boom#1", "node", None, first.cursor)
+    assert later.err == ("Traceback (most recent call last):", "ZeroDivisionError: division by zero")
+    assert own.read("boom#1", "node", None, later.cursor).err == ()  # the unfinished line waits
+
+
+def test_since_starts_where_the_files_ended_at_the_last_mark_before_it(files) -> None:
+    out, err = files
+    own = OwnOutput(str(out), str(err))
+    own.mark(100.0)
+    with out.open("a") as file:
+        file.write("served a request\n")
+    own.mark(110.0)
+    assert own.read("r", "n", 105.0, None).out == ("served a request",)
+    assert own.read("r", "n", 50.0, None).out == ("loading model", "served a request")
+
+
+def test_without_a_cursor_or_a_time_a_read_is_the_last_whole_lines(files) -> None:
+    out, err = files
+    out.write_text("".join(f"line {i}\n" for i in range(5000)))
+    lines = OwnOutput(str(out), str(err)).read("r", "n", None, None).out
+    assert lines[-1] == "line 4999" and lines[0].startswith("line ") and len("\n".join(lines)) < TAIL_BYTES
+
+
+def test_output_that_goes_to_no_file_says_so() -> None:
+    found = OwnOutput(None, None)
+    found._out = found._err = None  # as under a terminal or a pipe
+    assert found.read("r", "n", None, None).missing == "its output goes to no file"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90", 90.0), ("30s", 30.0), ("5m", 300.0), ("2h", 7200.0)])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+def test_a_bad_duration_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="not a duration"):
+        parse_duration("soon")
+
+
+class Replicas:
+    """Stands in for the controller: two replicas, one of which cannot answer."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, float | None, dict[str, OutputCursor]]] = []
+
+    async def __call__(self, backend: str, since: float | None, cursors: dict[str, OutputCursor]):
+        self.asked.append((backend, since, cursors))
+        if backend != "boom":
+            raise ValueError(f"unknown backend {backend!r}")
+        offset = cursors.get("boom#1", OutputCursor()).err
+        err = ("Traceback (most recent call last):", "token=s3cr3t-logs-token") if offset == 0 else ()
+        return [
+            ReplicaOutput(replica_id="boom#1", node_id="n1", out=("hello",) if offset == 0 else (), err=err,
+                          cursor=OutputCursor(out=6, err=60)),
+            ReplicaOutput(replica_id="boom#2", missing="ActorDiedError: the actor died"),
+        ]
+
+
+@pytest.fixture
+def logs_agent():
+    replicas = Replicas()
+    app = build_app(FakeAgent(), sync=lambda: None, webhook_fetch=lambda: None, metrics=lambda: (b"", "text/plain"),
+                    policy=AccessPolicy.build(None, "127.0.0.1"), replica_output=replicas)
+    with serving(app) as port:
+        yield f"http://127.0.0.1:{port}", replicas
+
+
+def test_logs_prints_each_replicas_lines_after_its_id_redacted_and_says_which_could_not_answer(
+    logs_agent, capsys
+) -> None:
+    url, replicas = logs_agent
+    register_secret("s3cr3t-logs-token")
+    assert main(["logs", "boom", "--agent", url]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.splitlines() == [
+        "boom#1 | hello", "boom#1 | Traceback (most recent call last):", f"boom#1 | token={MASK}",
+    ]
+    assert printed.err.strip() == "gitops logs: boom#2: ActorDiedError: the actor died"
+    assert replicas.asked == [("boom", None, {})]
+
+
+def test_logs_since_asks_for_what_was_written_in_that_time(logs_agent, capsys) -> None:
+    url, replicas = logs_agent
+    assert main(["logs", "boom", "--since", "5m", "--agent", url]) == 0
+    since = replicas.asked[0][1]
+    assert since is not None
+
+
+def test_logs_of_an_unknown_backend_is_a_one_line_error(logs_agent, capsys) -> None:
+    url, _ = logs_agent
+    assert main(["logs", "nope", "--agent", url]) == 1
+    assert "unknown backend 'nope'" in capsys.readouterr().err
+
+
+def test_follow_asks_again_from_where_each_replica_left_off(logs_agent, capsys) -> None:
+    from gitops.cli import build_parser
+    from gitops.commands.admin import logs_command
+
+    url, replicas = logs_agent
+    naps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        if len(naps) == 2:
+            raise KeyboardInterrupt  # Ctrl-C ends following quietly
+
+    assert logs_command(build_parser().parse_args(["logs", "boom", "-f", "--agent", url]), sleep=sleep) == 0
+    assert [cursors for _, _, cursors in replicas.asked[1:]] == [{"boom#1": OutputCursor(out=6, err=60)}]
+    assert all(since is not None for _, since, _ in replicas.asked[1:])  # new replicas: since following began
+    assert capsys.readouterr().out.count("boom#1 | hello") == 1

@@ -1,0 +1,73 @@
+"""The controller's status carries each backend's last minute of requests, and `replica_output` asks its replicas.
+
+In-process `ControllerActor` with a fake adapter (the real path is tests/real/test_backend_errors.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from controller.actor import ControllerActor
+from controller.testing import FakeAdapter, MemoryStorage
+from tests.pure.test_goals_api import OPTIONS, stop
+from vocabulary.configs import BackendConfig
+from vocabulary.request_stats import RequestStats
+
+
+async def with_backend(adapter: FakeAdapter) -> ControllerActor:
+    ctl = ControllerActor("ns", dict(OPTIONS), storage=MemoryStorage(), adapter=adapter)
+    goal = await ctl.apply_backend(BackendConfig(name="boom", version="1", import_path="m:f", num_replicas=1))
+    await ctl.wait_for_goal(goal, 5.0)
+    return ctl
+
+
+def test_the_status_has_each_backends_requests_and_5xx_of_the_window() -> None:
+    async def scenario():
+        ctl = await with_backend(FakeAdapter())
+        counted = RequestStats(requests=3, errors=0)
+        await ctl.report_load("proxy-1", {"boom": (0, 0)}, {"boom": counted.model_dump(mode="json")})
+        await asyncio.sleep(0.3)  # a tick samples the totals
+        later = RequestStats(requests=13, errors=4)
+        by_endpoint = {"api": RequestStats(requests=5).model_dump(mode="json")}
+        await ctl.report_load("proxy-1", {"boom": (0, 0)}, {"boom": later.model_dump(mode="json")}, by_endpoint)
+        await asyncio.sleep(0.3)
+        by_endpoint = {"api": RequestStats(requests=12, errors=1).model_dump(mode="json")}
+        await ctl.report_load("proxy-1", {"boom": (0, 0)}, {"boom": later.model_dump(mode="json")}, by_endpoint)
+        status = await ctl.get_status()
+        await stop(ctl)
+        return status
+
+    status = asyncio.run(scenario())
+    assert status.serving_window_s > 0
+    # The window began at the controller's first tick, before either report: all of them count.
+    assert (status.serving["boom"].requests, status.serving["boom"].errors) == (13, 4)
+    # Per endpoint a proxy's first report is where it starts from (these totals begin afresh with the controller).
+    assert (status.endpoint_serving["api"].requests, status.endpoint_serving["api"].errors) == (7, 1)
+
+
+def test_replica_output_asks_every_replica_of_the_backend() -> None:
+    async def scenario():
+        adapter = FakeAdapter()
+        ctl = await with_backend(adapter)
+        [replica] = (await ctl.get_status()).backends["boom"].replicas
+        adapter.output[replica.replica_id] = ("loading model",)
+        found = await ctl.replica_output("boom")
+        with pytest.raises(ValueError, match="unknown backend 'nope'"):
+            await ctl.replica_output("nope")
+        await stop(ctl)
+        return replica.replica_id, found
+
+    replica_id, found = asyncio.run(scenario())
+    assert [(o.replica_id, o.out) for o in found] == [(replica_id, ("loading model",))]
+
+
+def test_a_handler_error_older_than_the_window_is_no_longer_shown() -> None:
+    from controller.actor import _recent_error_only
+    from vocabulary.status import BackendStatus, HandlerError
+
+    raised = HandlerError(type="KeyError", message="'x'", where="deployments/a.py:3", at=1000.0)
+    status = BackendStatus(version="1", target_replicas=1, latest_error=raised)
+    assert _recent_error_only(status, 1030.0).latest_error == raised
+    assert _recent_error_only(status, 1100.0).latest_error is None

@@ -1,0 +1,147 @@
+"""A handler that raises is seen where users look: status, the agent's log and `gitops logs`.
+
+A real `gitops run` joined to the session's Ray, its state dir inside the
+repository as `gitops init`'s layout has it, so the client commands below find
+the agent with no flag; the agent is waited for as the tutorial does
+(`--ready-file`, then `gitops wait`).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import ray
+
+from tests.conftest import GitRepo
+from tests.real.support import AgentProcess
+
+pytestmark = pytest.mark.real
+
+APP = '''\
+from starlette.requests import Request
+
+
+class Boom:
+    def __init__(self) -> None:
+        print("boom backend loading", flush=True)
+
+    async def __call__(self, request: Request) -> dict:
+        if request.url.path.endswith("/fine"):
+            return {"fine": True}
+        if request.url.path.endswith("/key"):
+            raise KeyError("a key the follower waits for")
+        return {"ratio": 1 / 0}
+'''
+RAISING_LINE = APP.splitlines().index('        return {"ratio": 1 / 0}') + 1
+
+SPEC = '''\
+[backends.boom]
+import_path = "deployments.boom:Boom"
+num_replicas = 1
+ray_actor_options = { num_cpus = 0.1 }
+
+[endpoints.boom]
+route = "/boom"
+traffic = { boom = 1.0 }
+'''
+
+
+def gitops(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("GITOPS_AGENT", "GITOPS_TOKEN")}
+    return subprocess.run([sys.executable, "-m", "gitops", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=240)
+
+
+@pytest.fixture
+def agent(ray_session: str, repo: GitRepo, tmp_path: Path):
+    repo.write("deployments/__init__.py", "")
+    repo.write("deployments/boom.py", APP)
+    repo.write("deployments/boom.toml", SPEC)
+    repo.commit("boom")
+    running = AgentProcess(repo.root, tmp_path, ray.get_runtime_context().gcs_address, extra_args=[
+        "--state-dir", str(repo.root / ".gitops-state"), "--ready-file", str(tmp_path / "ready"),
+    ])
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_a_raising_handler_shows_as_backend_errors_with_its_exception_in_status_log_and_logs(
+    agent: AgentProcess, repo: GitRepo, tmp_path: Path
+) -> None:
+    inside = repo.root / "deployments"
+    agent.wait("the ready file", lambda: (tmp_path / "ready").is_file(), timeout_s=180)
+    assert (tmp_path / "ready").read_text().strip() == agent.admin
+    assert (repo.root / ".gitops-state" / "agent_address").read_text().strip() == agent.admin
+    assert "gitops: ready" in agent.log_path.read_text()
+    waited = gitops("wait", "--timeout", "180", cwd=inside)  # found through the state dir, no flag
+    assert waited.returncode == 0, waited.stderr + agent.log_tail()
+    assert gitops("status", "--exit-code", cwd=inside).returncode == 0
+
+    assert httpx.get(agent.proxy + "/boom/fine", timeout=10).status_code == 200
+    raised_at = time.monotonic()
+    for _ in range(5):
+        assert httpx.get(agent.proxy + "/boom", timeout=10).status_code == 500
+    where = f"deployments/boom.py:{RAISING_LINE}"
+
+    def degraded_with_the_exception() -> bool:
+        status = agent.get("/status")
+        ready = status["conditions"][0]
+        return ready["reason"] == "BackendErrors" and where in ready["message"]
+
+    seconds = agent.wait("BackendErrors with the exception", degraded_with_the_exception, timeout_s=60)
+    assert seconds < 15, f"status showed the handler's error {seconds:.1f}s after it raised"
+    print(f"BackendErrors with {where} shown {time.monotonic() - raised_at:.1f}s after the first 500")
+
+    agent.wait("the endpoint's own counts", lambda: (
+        (served := agent.get("/status")["endpoints"]["boom"]["serving"])["requests"] >= 6 and served["errors"] >= 5
+    ))
+
+    shown = gitops("status", "--exit-code", cwd=inside)
+    assert shown.returncode == 2, shown.stdout + shown.stderr
+    assert "Status:     Degraded (BackendErrors: boom: " in shown.stdout
+    assert f"Latest exception of boom: ZeroDivisionError: division by zero at {where}" in shown.stdout
+    assert "5xx in the last" in shown.stdout
+
+    agent.wait("the agent's log line", lambda: "backend boom answers 5xx" in agent.log_path.read_text())
+
+    logs = gitops("logs", "boom", cwd=inside)
+    assert logs.returncode == 0, logs.stderr
+    lines = logs.stdout.splitlines()
+    assert any(line.endswith("| boom backend loading") for line in lines), logs.stdout
+    assert any(line.endswith("| Traceback (most recent call last):") for line in lines), logs.stdout
+    assert any(line.endswith("| ZeroDivisionError: division by zero") for line in lines), logs.stdout
+    assert not any(":actor_name:" in line or ":job_id:" in line for line in lines), logs.stdout
+    assert "Traceback" not in agent.log_path.read_text()
+
+    # --follow prints what the replicas write from now on, here a new traceback.
+    env = {k: v for k, v in os.environ.items() if k not in ("GITOPS_AGENT", "GITOPS_TOKEN")}
+    follower = subprocess.Popen([sys.executable, "-m", "gitops", "logs", "boom", "--follow", "--since", "1s"],
+                                cwd=inside, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    followed: list[str] = []
+
+    def read() -> None:
+        assert follower.stdout is not None
+        for line in follower.stdout:
+            followed.append(line.rstrip("\n"))
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        time.sleep(2)
+        assert httpx.get(agent.proxy + "/boom/key", timeout=10).status_code == 500
+        deadline = time.monotonic() + 30
+        while not any(line.endswith("| KeyError: 'a key the follower waits for'") for line in followed):
+            assert time.monotonic() < deadline and follower.poll() is None, followed
+            time.sleep(0.2)
+    finally:
+        follower.terminate()
+        follower.wait(timeout=10)
