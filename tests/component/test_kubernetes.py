@@ -4,9 +4,9 @@ Offline: no cluster, no container engine, no kustomize binary. Each overlay
 (and the base) is rendered by `kustomize_subset` (the part of kustomize the
 files use), then
 
-- the core kinds are validated with kubernetes-validate's schemas of
-  Kubernetes 1.30 (the oldest release this supports: native sidecars are on
-  by default from 1.29) and 1.37 (the newest it ships), in strict mode;
+- the core kinds, and the Ray pods' templates as PodTemplates, are
+  validated with kubernetes-validate's schemas of Kubernetes 1.30 and 1.37
+  (the newest it ships), in strict mode;
 - the RayCluster against KubeRay v1.7.0's CRD schema and the ServiceMonitors
   against Prometheus Operator v0.93.0's, vendored in
   contrib/kubernetes/schemas/, with jsonschema; a field the schema does not
@@ -79,19 +79,30 @@ def containers(pod_spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield from pod_spec["containers"]
 
 
-def pod_specs(resources: list[Resource]) -> Iterator[dict[str, Any]]:
+def pod_templates(resources: list[Resource]) -> Iterator[dict[str, Any]]:
     for resource in resources:
-        if resource["kind"] == "Deployment":
-            yield resource["spec"]["template"]["spec"]
-        elif resource["kind"] == "RayCluster":
-            yield resource["spec"]["headGroupSpec"]["template"]["spec"]
-            for group in resource["spec"]["workerGroupSpecs"]:
-                yield group["template"]["spec"]
+        if resource["kind"] == "RayCluster":
+            yield resource["spec"]["headGroupSpec"]["template"]
+            yield from (group["template"] for group in resource["spec"]["workerGroupSpecs"])
+
+
+def pod_specs(resources: list[Resource]) -> Iterator[dict[str, Any]]:
+    for template in pod_templates(resources):
+        yield template["spec"]
+
+
+def head_pod(resources: list[Resource]) -> dict[str, Any]:
+    spec: dict[str, Any] = one(resources, "RayCluster")["spec"]["headGroupSpec"]["template"]["spec"]
+    return spec
+
+
+def head_container(resources: list[Resource], name: str) -> dict[str, Any]:
+    (found,) = [c for c in containers(head_pod(resources)) if c["name"] == name]
+    return found
 
 
 def agent_container(resources: list[Resource]) -> dict[str, Any]:
-    (agent,) = [c for c in one(resources, "Deployment")["spec"]["template"]["spec"]["containers"] if c["name"] == "agent"]
-    return agent
+    return head_container(resources, "agent")
 
 
 def expand(text: str, env: dict[str, str]) -> str:
@@ -100,7 +111,8 @@ def expand(text: str, env: dict[str, str]) -> str:
                   lambda m: "$" if m[0] == "$$" else env.get(m[1], m[0]), text)
 
 
-def container_env(container: dict[str, Any], namespace: str) -> dict[str, str]:
+def container_env(container: dict[str, Any], resources: list[Resource], namespace: str) -> dict[str, str]:
+    """The container's environment as Kubernetes would give it, from the rendered ConfigMaps."""
     env: dict[str, str] = {}
     for var in container.get("env", []):
         source = var.get("valueFrom", {})
@@ -109,15 +121,17 @@ def container_env(container: dict[str, Any], namespace: str) -> dict[str, str]:
         elif "fieldRef" in source:
             path = source["fieldRef"]["fieldPath"]
             env[var["name"]] = namespace if path == "metadata.namespace" else POD_FIELDS[path]
+        elif "configMapKeyRef" in source:
+            reference = source["configMapKeyRef"]
+            env[var["name"]] = one(resources, "ConfigMap", reference["name"])["data"][reference["key"]]
         elif "secretKeyRef" in source:
             env[var["name"]] = "secret-value"
     return env
 
 
 def agent_argv(resources: list[Resource]) -> list[str]:
-    deployment = one(resources, "Deployment")
     agent = agent_container(resources)
-    env = container_env(agent, deployment["metadata"].get("namespace", "default"))
+    env = container_env(agent, resources, one(resources, "RayCluster")["metadata"].get("namespace", "default"))
     argv = [expand(word, env) for word in [*agent["command"], *agent["args"]]]
     unexpanded = [word for word in argv if "$(" in word]
     assert not unexpanded, f"Kubernetes would leave these as they are: {unexpanded}"
@@ -182,7 +196,7 @@ def test_each_overlay_is_the_base_in_its_own_namespace(environment: str) -> None
     kinds = sorted((r["kind"], r["metadata"]["name"]) for r in resources)
     assert kinds == sorted([
         ("Namespace", f"ray-gitops-{environment}"), ("RayCluster", "ray-gitops"),
-        ("Deployment", "ray-gitops-agent"), ("PersistentVolumeClaim", "ray-gitops-agent-state"),
+        ("ConfigMap", "ray-gitops-agent"), ("PersistentVolumeClaim", "ray-gitops-agent-state"),
         ("Service", "ray-gitops-agent"), ("Service", "ray-gitops-proxy"),
         ("ServiceMonitor", "ray-gitops-agent"), ("ServiceMonitor", "ray-gitops-proxy"),
     ])
@@ -210,12 +224,28 @@ def test_core_kinds_validate_against_kubernetes(name: str, version: str) -> None
         kubernetes_validate.validate(resource, version, strict=True)
 
 
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("name", ["base", *ENVIRONMENTS])
+def test_the_ray_pods_validate_against_kubernetes_as_pod_templates(name: str, version: str) -> None:
+    """KubeRay's CRD embeds the PodTemplateSpec of the Kubernetes it was built with; these are the releases'."""
+    templates = list(pod_templates(RENDERS[name]))
+    assert len(templates) == 2
+    for index, template in enumerate(templates):
+        wrapped = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"t{index}"}, "template": template}
+        kubernetes_validate.validate(wrapped, version, strict=True)
+
+
 def test_kubernetes_validate_refuses_what_the_api_server_would() -> None:
-    deployment = one(RENDERS["dev"], "Deployment")
-    broken = yaml.safe_load(yaml.safe_dump(deployment))
-    broken["spec"]["template"]["spec"]["containers"][0]["argz"] = ["run"]
+    service = one(RENDERS["dev"], "Service", "ray-gitops-agent")
+    broken = yaml.safe_load(yaml.safe_dump(service))
+    broken["spec"]["ports"][0]["targetport"] = "admin"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, KUBERNETES_VERSIONS[0], strict=True)
+    template = yaml.safe_load(yaml.safe_dump(next(pod_templates(RENDERS["dev"]))))
+    template["spec"]["containers"][1]["ports"][0]["containerPort"] = "8001"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
+                                      "template": template}, KUBERNETES_VERSIONS[0], strict=True)
 
 
 @pytest.mark.parametrize("name", ["base", *ENVIRONMENTS])
@@ -230,9 +260,12 @@ def test_the_crd_schemas_refuse_unknown_fields_and_wrong_types() -> None:
     cluster = yaml.safe_load(yaml.safe_dump(one(RENDERS["dev"], "RayCluster")))
     cluster["spec"]["workerGroupSpecs"][0]["replica"] = 2  # a typo the API server would drop
     cluster["spec"]["authOptions"]["mode"] = "password"
+    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+    head["containers"][1]["volumeMounts"][0]["readonly"] = True  # the pod template is checked too
     errors = crd_errors(cluster)
     assert any("spec.workerGroupSpecs.0" in e and "'replica'" in e for e in errors), errors
     assert any(e.startswith("spec.authOptions.mode") for e in errors), errors
+    assert any("containers.1.volumeMounts.0" in e and "'readonly'" in e for e in errors), errors
     monitor = yaml.safe_load(yaml.safe_dump(one(RENDERS["dev"], "ServiceMonitor", "ray-gitops-agent")))
     monitor["spec"]["endpoints"][0]["interval"] = "15 seconds"
     assert [e for e in crd_errors(monitor) if e.startswith("spec.endpoints.0.interval")]
@@ -255,7 +288,7 @@ def test_the_agent_runs_a_gitops_run_the_parser_accepts(environment: str) -> Non
     assert args.verb == "run"
     assert args.branch == f"env/{environment}"
     assert flag(argv, "--environment") == environment
-    assert args.state_dir == "/state"
+    assert args.state_dir == "/state/agent"
     assert args.admin_host == "0.0.0.0" and args.proxy_host == "0.0.0.0"
     # Prometheus scrapes and the kubelet probes by pod IP; `gitops` and kubectl port-forward by name.
     assert POD_FIELDS["status.podIP"] in args.admin_allowed_hosts.split(",")
@@ -272,37 +305,39 @@ def test_gitops_run_knows_every_flag_the_agent_passes() -> None:
     assert args.environment == "staging"
 
 
-def test_the_agent_joins_the_head_s_gcs_through_its_service() -> None:
+def test_the_agent_joins_the_gcs_of_its_own_pod() -> None:
     resources = RENDERS["prod"]
-    cluster = one(resources, "RayCluster")
-    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    spec = head_pod(resources)
+    assert spec["containers"][0]["name"] == "ray-head"  # KubeRay's Ray container comes first
     args = parsed_run(agent_argv(resources))
-    # KubeRay names the head's Service CLUSTER-head-svc; the GCS listens on the head's `gcs` port.
-    assert args.ray_address == f"{cluster['metadata']['name']}-head-svc:{container_port(head, 'gcs')}"
-    ray_node = one(resources, "Deployment")["spec"]["template"]["spec"]["initContainers"][1]
-    assert ray_node["name"] == "ray-node" and ray_node["restartPolicy"] == "Always"
-    assert f"--address={args.ray_address}" in ray_node["args"]
-    assert ray_node["startupProbe"]["tcpSocket"]["port"] == 6380 and "--node-manager-port=6380" in ray_node["args"]
+    assert args.ray_address == f"{POD_FIELDS['status.podIP']}:{container_port(spec['containers'][0], 'gcs')}"
 
 
-def test_the_agent_pod_shares_ray_s_processes_and_sockets_with_its_ray_node() -> None:
-    spec = one(RENDERS["dev"], "Deployment")["spec"]["template"]["spec"]
+def test_the_agent_shares_the_head_s_processes_sockets_and_its_exports() -> None:
+    resources = RENDERS["dev"]
+    spec = head_pod(resources)
     assert spec["shareProcessNamespace"] is True  # ray.init finds the local raylet among the processes
-    mounts = {c["name"]: {m["mountPath"]: m["name"] for m in c["volumeMounts"]} for c in containers(spec)}
-    assert mounts["agent"]["/tmp/ray"] == mounts["ray-node"]["/tmp/ray"]
+    mounts = {c["name"]: {m["mountPath"]: m for m in c.get("volumeMounts", [])} for c in containers(spec)}
+    assert mounts["agent"]["/tmp/ray"]["name"] == mounts["ray-head"]["/tmp/ray"]["name"]
+    # The controller, a worker process of the head container, packages the agent's exports by their path.
+    state_dir = Path(parsed_run(agent_argv(resources)).state_dir)
+    (mount,) = [m for path, m in mounts["agent"].items() if state_dir.is_relative_to(path)]
+    assert state_dir != Path(mount["mountPath"])  # the agent makes it 0700, which it cannot do to a volume's root
+    assert mounts["ray-head"][mount["mountPath"]]["name"] == mount["name"]
+    assert mounts["ray-head"][mount["mountPath"]]["readOnly"] is True
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    one(resources, "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
 
 
 def test_every_ray_container_has_the_cluster_s_token() -> None:
     resources = RENDERS["dev"]
     cluster = one(resources, "RayCluster")
     assert cluster["spec"]["authOptions"] == {"mode": "token", "secretName": "ray-gitops-ray-token"}
-    pod = one(resources, "Deployment")["spec"]["template"]["spec"]
-    for container in containers(pod):
-        if container["name"] in ("agent", "ray-node"):
-            env = {var["name"]: var for var in container["env"]}
-            assert env["RAY_AUTH_MODE"]["value"] == "token"
-            assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {
-                "name": cluster["spec"]["authOptions"]["secretName"], "key": "auth_token"}
+    # KubeRay sets them in its Ray containers only; the agent has them itself.
+    env = {var["name"]: var for var in agent_container(resources)["env"]}
+    assert env["RAY_AUTH_MODE"]["value"] == "token"
+    assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": cluster["spec"]["authOptions"]["secretName"], "key": "auth_token"}
 
 
 # --- ports -------------------------------------------------------------------------------------
@@ -310,15 +345,6 @@ def test_every_ray_container_has_the_cluster_s_token() -> None:
 
 def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(key) == value for key, value in selector.items())
-
-
-def pod_templates(resources: list[Resource]) -> Iterator[dict[str, Any]]:
-    for resource in resources:
-        if resource["kind"] == "Deployment":
-            yield resource["spec"]["template"]
-        elif resource["kind"] == "RayCluster":
-            yield resource["spec"]["headGroupSpec"]["template"]
-            yield from (group["template"] for group in resource["spec"]["workerGroupSpecs"])
 
 
 @pytest.mark.parametrize("environment", ENVIRONMENTS)
@@ -405,10 +431,10 @@ def test_the_example_secrets_hold_placeholders_only() -> None:
 
 def test_the_agent_reads_its_secrets_from_0400_copies_in_memory() -> None:
     resources = RENDERS["prod"]
-    spec = one(resources, "Deployment")["spec"]["template"]["spec"]
+    spec = head_pod(resources)
     secret_volumes = {v["name"] for v in spec["volumes"] if "secret" in v}
     assert {spec_volume["secret"]["defaultMode"] for spec_volume in spec["volumes"] if "secret" in spec_volume} == {0o400}
-    copier, *_ = spec["initContainers"]
+    copier = head_container(resources, "secret-files")
     for container in containers(spec):
         mounted = {m["name"] for m in container.get("volumeMounts", [])}
         assert not (mounted & secret_volumes) or container is copier, f"{container['name']} mounts a Secret itself"
@@ -433,8 +459,7 @@ def age_identity_file(path: Path, mode: int) -> Path:
 def test_the_copy_passes_the_agent_s_identity_check_and_the_mounted_secret_would_not(tmp_path: Path) -> None:
     """Kubernetes mounts a Secret 0440 with fsGroup; `gitops run --age-identity` refuses that,
     and takes the copy the init container's own command makes."""
-    spec = one(RENDERS["dev"], "Deployment")["spec"]["template"]["spec"]
-    copier = spec["initContainers"][0]
+    copier = head_container(RENDERS["dev"], "secret-files")
     mounted = age_identity_file(tmp_path / "mounted", 0o440)
     with pytest.raises(UserError, match="others can read it"):
         load_identities([str(mounted)])
