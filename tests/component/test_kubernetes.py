@@ -447,7 +447,13 @@ def test_the_agent_reads_its_secrets_from_0400_copies_in_memory() -> None:
     args = parsed_run(agent_argv(resources))
     assert {target for _, _, target in installed} == {args.admin_token_file, args.git_token_file, *args.age_identity}
     assert {mode for mode, _, _ in installed} == {"0400"}
-    assert spec["securityContext"]["runAsUser"] == copier.get("securityContext", {}).get("runAsUser", 10001)
+    # The copies belong to the user the agent runs as: the image's (the Dockerfile's USER).
+    (user,) = re.findall(r"^USER (\d+):\d+$", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
+
+    def uid(container: dict[str, Any]) -> int:
+        return int(container.get("securityContext", {}).get("runAsUser", spec["securityContext"]["runAsUser"]))
+
+    assert uid(copier) == uid(agent) == int(user)
 
 
 def age_identity_file(path: Path, mode: int) -> Path:
