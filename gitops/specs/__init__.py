@@ -5,6 +5,7 @@
 - `documents`: the files of a tree parsed into declared tables, cross-file rules;
 - `imports`: static checks that an `import_path` exists at the commit;
 - `versions`: a backend's version derived from git tree hashes;
+- `environments`: `environments/NAME.toml` on top of the tree (overrides, promotion, sync windows);
 - `loading`: all of the above, returning a `DesiredState` or every error at once.
 
 Pure: no Ray, no HTTP; git is read only through `gitops.sources.trees`.
