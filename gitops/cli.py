@@ -147,6 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="after a failed apply or an aborted rollout, go back to the last applied commit "
         "and hold the newer ones back until a newer commit arrives",
     )
+    _environment_flag(run)
+    run.add_argument(
+        "--promote-token-file", default=None, metavar="FILE",
+        help="credential for promoting to the next environment ([promotion] of the environment file): "
+        "a git token for push, an API token for pull_request (default: none; the agent never writes to git)",
+    )
     _max_replicas_flag(run)
     run.set_defaults(func=_command("run", "run_command"))
 
@@ -157,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--root", default=None, help="where import paths resolve from (default: the repository's top level)"
     )
     validate.add_argument("--format", choices=["text", "json", "github"], default="text", help="how errors are printed")
+    _environment_flag(validate, "check this environment only (default: the tree, and the tree with each environment file)")
     _max_replicas_flag(validate)
     validate.set_defaults(func=_command("validate", "validate_command"))
 
@@ -173,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how the plan is printed; markdown makes a PR comment (default: text, or json with --json)",
     )
     plan.add_argument("--exit-code", action="store_true", help="exit 0 no change, 2 changes, 1 errors")
+    _environment_flag(plan)
     plan.set_defaults(func=_command("plan", "plan_command"))
 
     reset = verb("reset-controller", "discard the controller's stored state (it is rebuilt from git)")
@@ -196,11 +204,22 @@ def build_parser() -> argparse.ArgumentParser:
         admin = verb(name, help_text)
         if name == "rollback":
             admin.add_argument("commit", nargs="?", default=None, help="a commit applied before (default: the last)")
+        if name == "sync":
+            admin.add_argument(
+                "--override-window", action="store_true",
+                help="apply now even while a sync window holds new commits (recorded in history with the token's name)",
+            )
         admin.add_argument("--agent", default=DEFAULT_AGENT, help="the agent's admin URL")
         admin.add_argument("--json", action="store_true", help="print the admin API's JSON")
         admin.add_argument("--token-file", default=None, help="file holding the admin token (default: $GITOPS_TOKEN)")
         admin.set_defaults(func=_command("admin", f"{name}_command"))
     return parser
+
+
+def _environment_flag(
+    parser: argparse.ArgumentParser, help_text: str = "apply environments/NAME.toml on top of the spec tree (default: none)"
+) -> None:
+    parser.add_argument("--environment", default=None, metavar="NAME", help=help_text)
 
 
 def _max_replicas_flag(parser: argparse.ArgumentParser) -> None:

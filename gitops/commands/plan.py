@@ -9,6 +9,9 @@ markdown is a pull-request comment: a summary table and the actions in
 apply order, each marked restart or in place); spec errors go to stderr as
 `FILE:LINE:COL: message` with exit 1 (and, in markdown, into the comment).
 Exit 0 otherwise, or with `--exit-code` 0 for no change, 2 for changes.
+With `--environment NAME` both sides are loaded with `environments/NAME.toml`
+on top, the markdown title names the environment, and a sync window holding
+new commits now is said after the plan (text and markdown).
 Must not change anything.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 from vocabulary.configs import ServingState
@@ -25,6 +29,7 @@ from gitops.printable import printable_lines
 from gitops.specs.loading import Loader
 from gitops.planning import plan
 from gitops.plans import Action, ActionKind, Plan
+from gitops.syncwindows import Hold, hold_at
 
 __all__ = ["plan_command", "render_markdown", "render_markdown_errors"]
 
@@ -37,7 +42,7 @@ def plan_command(args: argparse.Namespace) -> int:
     repo = Path(args.repo)
     if not repo.is_dir():
         raise UserError(f"--repo {args.repo}: no such directory")
-    loader = Loader()
+    loader = Loader(environment=args.environment)
     desired, desired_errors = _load(loader, repo, args.to_rev, args.path)
     actual, actual_errors = ServingState(), []
     if args.from_rev is not None:
@@ -52,11 +57,15 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.live:
         actual = _live_state(args.ray_address)
     result = plan(desired, actual)
+    held = _held(loader, repo, args.to_rev, args.path) if args.environment else None
     if output == "markdown":
-        sys.stdout.write(render_markdown(result, "live" if args.live else args.from_rev, args.to_rev))
+        markdown = render_markdown(result, "live" if args.live else args.from_rev, args.to_rev, args.environment)
+        sys.stdout.write(markdown + (f"\n> **Held** ({held.reason}): {_cell(held.message)}\n" if held else ""))
     else:
         # Values from the repository may hold C1 controls or bidi marks, which JSON keeps.
         sys.stdout.write(result.render_json() if output == "json" else printable_lines(result.render_text()))
+        if held is not None and output == "text":
+            sys.stdout.write(printable_lines(f"Held ({held.reason}): {held.message}\n"))
     return EXIT_CHANGES if args.exit_code and result else EXIT_NO_CHANGES
 
 
@@ -64,6 +73,12 @@ def _load(loader: Loader, repo: Path, rev: str, spec_path: str) -> tuple[Serving
     """One commit's desired state (empty when it has errors) and its errors as printable lines."""
     loaded = loader.load_commit(repo, rev=rev, spec_path=spec_path)
     return loaded.state or ServingState(), [str(error) for error in loaded.errors]
+
+
+def _held(loader: Loader, repo: Path, rev: str, spec_path: str) -> Hold | None:
+    """The sync window holding new commits of the loader's environment now, if one does."""
+    settings = loader.load_commit(repo, rev=rev, spec_path=spec_path).environment
+    return hold_at(settings.sync_windows, datetime.now(timezone.utc)) if settings else None
 
 
 def _print_errors(rev: str | None, errors: list[str]) -> None:
@@ -104,9 +119,10 @@ _EFFECTS = {
 }
 
 
-def render_markdown(result: Plan, from_rev: str | None, to_rev: str) -> str:
+def render_markdown(result: Plan, from_rev: str | None, to_rev: str, environment: str | None = None) -> str:
     """The plan as GitHub-flavoured markdown: title, summary table, actions in apply order."""
-    title = f"### ray-gitops plan: {_code(from_rev or 'nothing')} → {_code(to_rev)}"
+    where = f" ({_code(environment)})" if environment else ""
+    title = f"### ray-gitops plan{where}: {_code(from_rev or 'nothing')} → {_code(to_rev)}"
     if not result:
         return f"{title}\n\nNo changes.\n"
     summary = result.summary()

@@ -275,7 +275,7 @@ async def _serve(
         loop.add_signal_handler(signum, stop.set)
 
     metrics = AgentMetrics()
-    loader = Loader(limits=SpecLimits(max_replicas=args.max_replicas))
+    loader = Loader(limits=SpecLimits(max_replicas=args.max_replicas), environment=args.environment)
     sender, notifier = _notifier(channels, links, metrics, args.namespace)
     agent = Agent(
         source,

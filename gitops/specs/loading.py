@@ -48,7 +48,7 @@ from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel
 from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS, BackendSpec, EndpointSpec, Loc
 from gitops.specs.versions import code_paths, default_code_path, derive_version
 
-__all__ = ["DesiredState", "SpecError", "LoadResult", "Loader"]
+__all__ = ["DesiredState", "SpecError", "LoadResult", "Loader", "environment_names"]
 
 DesiredState = ServingState
 CACHE_SIZE = 64
@@ -420,3 +420,8 @@ def _collector_paused() -> Iterator[None]:
 def _environment_file(path: str) -> bool:
     """An environment file is never a spec file, even with the repository root as the spec path."""
     return path.startswith(f"{ENVIRONMENTS_PATH}/")
+
+
+def environment_names(tree: Tree) -> list[str]:
+    """The environments a tree defines: one `environments/NAME.toml` each."""
+    return [name.removesuffix(".toml") for name in tree.children(ENVIRONMENTS_PATH) if name.endswith(".toml")]
