@@ -6,8 +6,11 @@ distribution's version, so `gitops --version` says what pip installed.
 
 Environments (docs/environments.md): `cron` (five-field schedules, pure),
 `syncwindows` (whether a new commit may apply now, pure), `promotion` (the
-promotion gates, pure), `promoting` (carrying a promotion out: a
-fast-forward push or a GitHub/GitLab pull request).
+promotion gates, pure), `evidence` (the proxies' request and shadow
+counters a promotion is judged on), `promoting` (carrying a promotion out: a
+fast-forward push or a GitHub/GitLab pull request), `environment_duties`
+(what the agent of an environment does around its ticks: sync windows before
+an apply, promotion after).
 """
 
 from importlib.metadata import version

@@ -15,6 +15,7 @@ Serving (uvicorn on the agent's event loop, bounded by `httpedge`) is
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import contextlib
 import time
 from dataclasses import dataclass, field
@@ -91,6 +92,7 @@ def build_app(
     commit_url_template: str | None = None,
     policy: AccessPolicy = LOOPBACK_POLICY,
     shadow_mismatches: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+    override_window: Callable[[str], None] | None = None,
 ) -> ASGIApp:
     """The admin app behind `policy`; `sync` and `webhook_fetch` wake the agent;
     `shadow_mismatches` gathers the proxies' samples (`gitops.shadow_mismatches`).
@@ -120,6 +122,12 @@ def build_app(
     async def do_sync(request: Request) -> Response:
         if agent.suspended:
             return _error(409, "reconciliation is suspended; resume it first")
+        if request.query_params.get("override_window") in ("1", "true"):
+            if override_window is None:
+                return _error(409, "this agent runs without --environment: it has no sync window to override")
+            who = requester(policy)
+            override_window(who)
+            return JSONResponse({"accepted": True, "override_window": True, "by": who}, status_code=202)
         sync()
         return JSONResponse({"accepted": True}, status_code=202)
 
@@ -166,6 +174,13 @@ def build_app(
 
     routes.append(Route("/", status_page))
     return _Guarded(Starlette(routes=routes), policy)
+
+
+def requester(policy: AccessPolicy) -> str:
+    """Who asked, as history records it: the admin API has one token, named by its fingerprint."""
+    if policy.token is None:
+        return "a loopback client (no admin token configured)"
+    return f"admin token sha256:{hashlib.sha256(policy.token).hexdigest()[:12]}"
 
 
 def build_webhook_app(webhook: WebhookGuard, webhook_fetch: Callable[[], None]) -> ASGIApp:

@@ -47,6 +47,7 @@ class SyncStatus(str, enum.Enum):
     DEGRADED = "Degraded"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
+    HELD = "Held"  # a sync window holds the newest commit (docs/environments.md)
 
 
 class _Value(BaseModel):
@@ -81,6 +82,8 @@ class StatusFacts:
     cluster: ClusterStatus | None = None  # controller.get_status()
     notifications: Mapping[str, Mapping[str, Any]] | None = None  # per provider, from gitops.notifications
     quarantine: Quarantine | None = None  # held back by a rollback (gitops.rollback)
+    # --environment: name, branch, a sync window's hold, the promotion (gitops.environment_duties)
+    environment: Mapping[str, Any] | None = None
 
 
 class BackendSummary(_Value):
@@ -148,6 +151,7 @@ class AgentStatus(_Value):
     rollouts: dict[str, RolloutSummary] = Field(default_factory=dict)  # by endpoint
     quarantine: dict[str, Any] | None = None  # good commit, held commits, reason (Quarantine.to_json)
     proxies: dict[str, ProxySummary] = Field(default_factory=dict)  # by proxy id: node, or node:worker past the first
+    environment: dict[str, Any] | None = None  # name, branch, held, promotion (with --environment)
 
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)
@@ -174,6 +178,7 @@ def roll_up(facts: StatusFacts) -> AgentStatus:
         rollouts={name: _rollout(rollout) for name, rollout in cluster.rollouts.items()},
         quarantine=facts.quarantine.to_json() if facts.quarantine is not None else None,
         proxies={key: _proxy(key, observed) for key, observed in cluster.proxies.items()},
+        environment=dict(facts.environment) if facts.environment is not None else None,
     )
 
 
@@ -203,6 +208,9 @@ def _overall(facts: StatusFacts, backends: Mapping[str, BackendSummary]) -> tupl
         return SyncStatus.FAILED, facts.git_reason or "GitOperationFailed", facts.git_error
     if facts.controller_error:
         return SyncStatus.FAILED, "ControllerUnavailable", facts.controller_error
+    held = (facts.environment or {}).get("held")
+    if isinstance(held, Mapping):
+        return SyncStatus.HELD, "SyncWindow", redact(f"{str(held['commit'])[:7]} waits: {held['message']}")
     if last is None:
         return SyncStatus.PROGRESSING, "Progressing", "waiting for the first reconcile"
     if last.result in _FAILED_REASONS:

@@ -54,6 +54,13 @@ def history_command(args: argparse.Namespace) -> int:
 
 
 def sync_command(args: argparse.Namespace) -> int:
+    if getattr(args, "override_window", False):
+        data = _call(args, "POST", "/sync?override_window=1")
+        if args.json:
+            print(json.dumps(data, indent=2))
+        else:
+            print(printable(f"sync requested past any sync window (recorded in history, by {data.get('by', '?')})"))
+        return 0
     return _verb(args, "/sync", "sync requested; the agent reconciles now")
 
 
