@@ -33,8 +33,8 @@ from typing import Awaitable, Callable
 from gitops.errors import GitopsError
 from gitops.evidence import Counts
 from gitops.ledger import HistoryEntry, Outcome
-from gitops.promoting import PromotionError, PromotionRequest, Promoter, promotion_body
-from gitops.promotion import Evidence, Phase, PromotionState, advance, promoted
+from gitops.promoting import PromotionError, PromotionRequest, Promoter
+from gitops.promotion import Evidence, Phase, PromotionState, advance, promoted, promotion_body
 from gitops.specs.environments import EnvironmentSettings
 from gitops.specs.loading import LoadResult
 from gitops.syncwindows import Hold, hold_at

@@ -12,8 +12,8 @@ never forces: the target branch (push mode) or the promotion branch
   .../pulls/{number}`) or merge request (GitLab: `GET`/`POST
   /projects/:id/merge_requests`, `PUT .../merge_requests/:iid`) from it to
   the target branch is opened, or updated when one is open already (found
-  by head and base). Its body is the plan for the target environment and
-  the evidence (`promotion_body`).
+  by head and base). Its body is the evidence and the plan for the target
+  environment (`gitops.promotion.promotion_body`).
 
 The credential is `--promote-token-file`: the git password of the push and
 the API token. Without it the agent never writes to git.
@@ -29,7 +29,7 @@ from urllib.parse import quote
 import httpx
 
 from gitops.errors import GitopsError
-from gitops.promotion import PromotionSettings, PromotionState
+from gitops.promotion import PromotionSettings
 from gitops.redaction import redact
 
 __all__ = [
@@ -39,7 +39,6 @@ __all__ = [
     "PushPromoter",
     "PullRequestPromoter",
     "promotion_branch",
-    "promotion_body",
     "DEFAULT_API_URLS",
 ]
 
@@ -152,23 +151,3 @@ def _json(answer: httpx.Response) -> Any:
         return answer.json()
     except ValueError:
         raise PromotionError(f"{answer.request.method} {answer.request.url.path}: the answer is not JSON") from None
-
-
-def promotion_body(commit: str, summary: str, state: PromotionState, settings: PromotionSettings, plan_markdown: str, now: float) -> str:
-    """The pull request's body: what passed, with the numbers, then the target's plan."""
-    lines = [
-        f"Promotes `{commit[:12]}` ({_one_line(summary)}) from `{settings.source}` to `{settings.to}`, "
-        f"after it passed every gate in `{settings.source}`.",
-        "",
-        "| gate | result | evidence |",
-        "|---|---|---|",
-    ]
-    for gate in state.gates:
-        result = "passed" if gate.passed else ("failed" if gate.passed is False else "pending")
-        lines.append(f"| `{gate.name}` | {result} | {_one_line(gate.detail)} |")
-    lines += ["", f"Soak: served {state.soaked_s(now):.0f}s applied and Synced (required {settings.soak_s:g}s).", ""]
-    return "\n".join(lines) + "\n" + plan_markdown
-
-
-def _one_line(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")

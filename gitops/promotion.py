@@ -33,6 +33,8 @@ __all__ = [
     "Phase",
     "PromotionState",
     "advance",
+    "promoted",
+    "promotion_body",
 ]
 
 
@@ -189,3 +191,23 @@ def _gate(requirement: Requirement, evidence: Evidence) -> Gate:
         return Gate(name, None, "no shadow reply compared yet")
     text = f"{agreement:.4f} agreement over {evidence.shadow_compared} compared replies"
     return Gate(name, agreement >= threshold, text)
+
+
+def promotion_body(commit: str, summary: str, state: PromotionState, settings: PromotionSettings, plan_markdown: str, now: float) -> str:
+    """The pull request's body: what passed, with the numbers, then the target's plan."""
+    lines = [
+        f"Promotes `{commit[:12]}` ({_one_line(summary)}) from `{settings.source}` to `{settings.to}`, "
+        f"after it passed every gate in `{settings.source}`.",
+        "",
+        "| gate | result | evidence |",
+        "|---|---|---|",
+    ]
+    for gate in state.gates:
+        result = "passed" if gate.passed else ("failed" if gate.passed is False else "pending")
+        lines.append(f"| `{gate.name}` | {result} | {_one_line(gate.detail)} |")
+    lines += ["", f"Soak: served {state.soaked_s(now):.0f}s applied and Synced (required {settings.soak_s:g}s).", ""]
+    return "\n".join(lines) + "\n" + plan_markdown
+
+
+def _one_line(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
