@@ -544,6 +544,6 @@ def _worth_recording(entry: HistoryEntry, last: HistoryEntry | None) -> bool:
     """Every new commit, every change made, every new failure; not repeats."""
     if last is None or last.commit != entry.commit:
         return True
-    if entry.result is Outcome.APPLIED:
+    if entry.result is Outcome.APPLIED or last.result is Outcome.WINDOW_OVERRIDE:  # the override's own outcome
         return True
     return (entry.result, entry.errors) != (last.result, last.errors) and entry.result is not Outcome.NOOP

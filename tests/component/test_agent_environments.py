@@ -84,8 +84,7 @@ def test_a_deny_window_holds_a_new_commit_and_an_override_applies_it_on_record(s
     first = asyncio.run(agent.tick())
     assert first is not None and first.result is Outcome.APPLIED
     source.write("environments/staging.toml", ALWAYS_DENY)
-    source.write("deployments/echo.toml", spec({"v1": 0.5, "v2": 0.5}))
-    held = source.commit("half and half")
+    held = source.commit("frozen: changes nothing that serves")
     assert asyncio.run(agent.tick()) is None  # nothing attempted, nothing recorded
     status = agent.status()
     assert (status.status, status.conditions[0].reason) == (SyncStatus.HELD, "SyncWindow")
@@ -94,11 +93,11 @@ def test_a_deny_window_holds_a_new_commit_and_an_override_applies_it_on_record(s
     assert agent.history(1)[0].commit != held
     agent.sync(override_window_by="admin token sha256:0123456789ab")
     applied = asyncio.run(agent.tick())
-    assert applied is not None and (applied.commit, applied.result) == (held, Outcome.APPLIED)
+    assert applied is not None and (applied.commit, applied.result) == (held, Outcome.NOOP)
     rows = agent.history(2)
     assert (rows[1].commit, rows[1].result) == (held, Outcome.WINDOW_OVERRIDE)
     assert rows[1].plan_summary.startswith("sync window overridden by admin token sha256:0123456789ab: deny window")
-    assert agent.status().status is SyncStatus.SYNCED
+    assert agent.status().status is SyncStatus.SYNCED and agent.status().last_applied_revision == held
 
 
 def test_the_served_commit_is_promoted_once_after_its_soak(source: MemorySource, tmp_path: Path) -> None:
