@@ -23,6 +23,7 @@ import httpx
 from pydantic import ValidationError
 
 from gitops.access import read_token
+from gitops.environment_view import environment_lines
 from gitops.errors import UserError
 from gitops.printable import printable, printable_lines
 from gitops.status import AgentStatus
@@ -127,6 +128,7 @@ def render_status(status: AgentStatus) -> str:
         f"Watched:    {_short(status.watched_revision)}",
         f"Attempted:  {_short(status.last_attempted_revision)}",
         f"Applied:    {_short(status.last_applied_revision)}",
+        *environment_lines(status.environment),
     ]
     if status.backends:
         lines += ["", _table(["BACKEND", "VERSION", "READY", "REPLICAS", "LAST ERROR"], [
