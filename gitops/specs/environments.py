@@ -9,7 +9,8 @@ declaration, one schema. Any other key is an error at its FILE:LINE:COL.
 Merging (`overlay`): a table with keys of its own (`autoscaling`,
 `rollout`, `ray_actor_options`, `runtime_env`, ...) merges key by key with
 the base; any other value, maps included (`traffic`, `shadow`,
-`env_vars`, `user_config`), replaces the base's whole. The merged table
+`env_vars`, `user_config`), replaces the base's whole; `num_replicas` and
+`[autoscaling]`, two ways to say the replica count, replace each other. The merged table
 is then checked exactly as a spec file's table is, and the rules across
 files run on the merged tables: an error caused by an environment's value
 is located in the environment file.
@@ -353,9 +354,19 @@ class Overridden(Declared):
         return super().error(loc, message)
 
 
+# Keys that say the same thing two ways: an environment setting one drops the tree's other.
+_EITHER = (("num_replicas", "autoscaling"),)
+
+
 def merged(section: str, base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """`base` with `override` on top: tables with keys of their own merge key by key."""
+    """`base` with `override` on top: tables with keys of their own merge key by key;
+    a fixed `num_replicas` and `[autoscaling]` replace each other."""
     result = dict(base)
+    for one, other in _EITHER:
+        if one in override and other not in override:
+            result.pop(other, None)
+        if other in override and one not in override:
+            result.pop(one, None)
     tables = _merging_keys(section)
     for key, value in override.items():
         below = result.get(key)

@@ -80,10 +80,26 @@ def test_an_overridden_value_that_breaks_a_rule_is_located_in_the_environment_fi
     assert any(e.startswith("environments/prod.toml:2:") and "traffic" in e for e in errors), errors
 
 
-def test_num_replicas_on_an_autoscaled_backend_is_an_error() -> None:
-    errors = [str(error) for error in load("prod", {"prod": "[backends.echo-v2]\nnum_replicas = 2\n"}).errors]
-    assert errors and errors[0].startswith("environments/prod.toml:2:1:"), errors
-    assert "cannot be combined with [autoscaling]" in errors[0]
+def test_a_fixed_count_and_autoscaling_replace_each_other() -> None:
+    state = load("prod", {"prod": "[backends.echo-v2]\nnum_replicas = 2\n\n[backends.echo-v1.autoscaling]\nmax_replicas = 5\n"}).state
+    assert state is not None
+    assert (state.backends["echo-v2"].num_replicas, state.backends["echo-v2"].autoscaling) == (2, None)
+    scaling = state.backends["echo-v1"].autoscaling
+    assert scaling is not None and (scaling.min_replicas, scaling.max_replicas) == (1, 5)
+
+
+def test_both_a_fixed_count_and_autoscaling_in_an_environment_is_an_error_there() -> None:
+    text = "[backends.echo-v2]\nnum_replicas = 2\nautoscaling = { max_replicas = 3 }\n"
+    errors = [str(error) for error in load("prod", {"prod": text}).errors]
+    assert errors == ["environments/prod.toml:2:1: backends.echo-v2: num_replicas cannot be combined with [autoscaling]"]
+
+
+def test_an_error_in_a_merged_table_is_located_in_the_environment_file() -> None:
+    shadowed = "[backends.echo-v2]\nautoscaling = { min_replicas = 5 }\n"
+    errors = [str(error) for error in load("prod", {"prod": shadowed}).errors]
+    assert errors == [
+        "environments/prod.toml:2:1: backends.echo-v2.autoscaling: min_replicas (5) must be <= max_replicas (4)"
+    ], errors
 
 
 def test_an_unknown_backend_or_a_missing_file_is_an_error() -> None:
