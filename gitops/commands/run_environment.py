@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
-from gitops.commands.plan import render_markdown
+from gitops.commands.plan import render_markdown, render_markdown_errors
 from gitops.environment_duties import EnvironmentDuties
 from gitops.evidence import Counts, metrics_urls, scrape
 from gitops.planning import plan
@@ -26,7 +26,7 @@ from gitops.specs.loading import Loader
 from vocabulary.configs import ServingState
 from vocabulary.status import ClusterStatus
 
-__all__ = ["build_duties", "SettingsPromoter"]
+__all__ = ["build_duties", "target_plan", "SettingsPromoter"]
 
 # The user name a forge wants with a token as the password of an https push.
 _TOKEN_USERS = {"github": "x-access-token", "gitlab": "oauth2"}
@@ -53,21 +53,27 @@ class SettingsPromoter:
         return PullRequestPromoter(push, self._token).promote(request)
 
 
+def target_plan(source: GitSource, spec_path: str, commit: str, settings: EnvironmentSettings) -> str:
+    """`gitops plan --environment TO --format markdown` of `commit` against the
+    target branch's newest commit (nothing, when the branch does not exist yet)."""
+    promotion = settings.promotion
+    if promotion is None:
+        return ""
+    loader = Loader(environment=promotion.to)
+    desired = loader.load_tree(source.tree(source.revision(commit)), spec_path)
+    if desired.state is None:
+        return render_markdown_errors({commit[:12]: [str(error) for error in desired.errors]})
+    head = source.branch_head(promotion.branch)
+    actual = loader.load_tree(source.tree(source.revision(head)), spec_path).state if head else None
+    result = plan(desired.state, actual or ServingState())
+    return render_markdown(result, head[:12] if head else None, commit[:12], promotion.to)
+
+
 def build_duties(
     args: argparse.Namespace, source: GitSource, observed: Callable[[], ClusterStatus | None], token: str | None
 ) -> EnvironmentDuties:
     def plan_markdown(commit: str, settings: EnvironmentSettings) -> str:
-        promotion = settings.promotion
-        assert promotion is not None
-        loader = Loader(environment=promotion.to)
-        desired = loader.load_tree(source.tree(source.revision(commit)), args.path)
-        head = source.branch_head(promotion.branch)
-        actual = loader.load_tree(source.tree(source.revision(head)), args.path).state if head else None
-        if desired.state is None:
-            return "### ray-gitops plan: the commit has errors in " + promotion.to + "\n\n" + "\n".join(
-                f"- `{error}`" for error in desired.errors
-            ) + "\n"
-        return render_markdown(plan(desired.state, actual or ServingState()), head[:12] if head else None, commit[:12], promotion.to)
+        return target_plan(source, args.path, commit, settings)
 
     async def counters() -> Counts | None:
         return await scrape(metrics_urls(observed(), "127.0.0.1", args.proxy_metrics_port))

@@ -165,3 +165,27 @@ def test_an_api_error_is_a_promotion_error_with_the_status(remote: tuple[Remote,
             promoter.promote(request(repo.head(), promotion))
     finally:
         forge.close()
+
+
+def test_the_pull_requests_plan_is_the_target_environments_against_its_branch(
+    remote: tuple[Remote, HttpGitServer], repo: GitRepo, tmp_path: Path
+) -> None:
+    from gitops.commands.run_environment import target_plan
+    from gitops.specs.environments import EnvironmentSettings
+
+    _, server = remote
+    repo.write("deployments/apps/__init__.py", "")
+    repo.write("deployments/__init__.py", "")
+    repo.write("deployments/apps/echo.py", "class Echo:\n    def __call__(self, request):\n        return 'hi'\n")
+    repo.write("deployments/echo.toml", '[backends.echo]\nimport_path = "deployments.apps.echo:Echo"\n\n'
+               '[endpoints.echo]\nroute = "/echo"\ntraffic = { echo = 1.0 }\n')
+    repo.write("environments/prod.toml", "[backends.echo]\nnum_replicas = 3\n")
+    base = repo.commit("echo")
+    repo.git("push", "-q", "origin", "HEAD:refs/heads/env/prod")
+    repo.write("environments/prod.toml", "[backends.echo]\nnum_replicas = 5\n")
+    commit = repo.commit("prod: 5 replicas")
+    repo.git("push", "-q", "origin", "HEAD:refs/heads/env/staging")
+    text = target_plan(staging_source(server, tmp_path), "deployments", commit, EnvironmentSettings("staging", settings()))
+    assert text.startswith(f"### ray-gitops plan (`prod`): `{base[:12]}` → `{commit[:12]}`"), text
+    assert "| 0 | 1 | 0 | 0 |" in text  # one update, in place
+    assert "`num_replicas: 3 → 5`" in text, text
