@@ -80,9 +80,9 @@ def hold_at(windows: tuple[SyncWindow, ...], now: datetime) -> Hold | None:
     if not allowing or any(window.open_at(now) for window in allowing):
         return None
     nexts = [start for window in allowing for start in [window.next_open(now)] if start is not None]
-    until = min(nexts) if nexts else None
-    when = f"the next allow window opens at {_iso(until)}" if until else "no allow window opens within a week"
-    return Hold("SyncWindow", f"outside every allow window: {when}", until)
+    opens = min(nexts) if nexts else None
+    when = f"the next allow window opens at {_iso(opens)}" if opens else "no allow window opens within a week"
+    return Hold("SyncWindow", f"outside every allow window: {when}", opens)
 
 
 def _iso(moment: datetime) -> str:

@@ -60,7 +60,10 @@ __all__ = [
 ]
 
 ENVIRONMENTS_PATH = "environments"
-_SECTIONS = {"backends": (BackendConfig, BackendSpec), "endpoints": (EndpointConfig, EndpointSpec)}
+_SECTIONS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
+    "backends": (BackendConfig, BackendSpec),
+    "endpoints": (EndpointConfig, EndpointSpec),
+}
 _SETTINGS = ("promotion", "sync_windows")
 
 
