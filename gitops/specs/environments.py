@@ -24,10 +24,12 @@ Pure: file contents in, values and `SpecError`s out; never raises on bad input.
 
 from __future__ import annotations
 
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -65,6 +67,10 @@ _SECTIONS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "endpoints": (EndpointConfig, EndpointSpec),
 }
 _SETTINGS = ("promotion", "sync_windows")
+_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+_GITHUB_REPOSITORY = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+_GITLAB_PROJECT = re.compile(r"[0-9]+|[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+")
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 def environment_path(name: str) -> str:
@@ -164,10 +170,26 @@ class PromotionSpec(_Strict):
                 raise ValueError(str(error)) from None
         return value
 
+    @field_validator("api_url")
+    @classmethod
+    def _api_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("https", "http") or not parts.hostname or parts.username or parts.password:
+            raise ValueError(f"must be an https:// URL without credentials (got '{value}')")
+        if parts.scheme == "http" and parts.hostname not in _LOOPBACK:
+            raise ValueError("must be https: the promotion token is sent with every request (http only on loopback)")
+        return value
+
     @model_validator(mode="after")
     def _pull_request_target(self) -> "PromotionSpec":
         if self.mode == "pull_request" and (self.provider is None or self.repository is None):
             raise ValueError('mode = "pull_request" needs provider ("github" or "gitlab") and repository')
+        shape = _GITHUB_REPOSITORY if self.provider == "github" else _GITLAB_PROJECT
+        if self.repository is not None and (shape.fullmatch(self.repository) is None or ".." in self.repository):
+            expected = "OWNER/NAME" if self.provider == "github" else "the project's path (GROUP/NAME) or its id"
+            raise ValueError(f"repository must be {expected} (got '{self.repository}')")
         return self
 
 
@@ -243,12 +265,20 @@ def parse_environment(name: str, data: bytes | None, limits: SpecLimits = SpecLi
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        return replace(empty, errors=(SpecError(path, 1, 1, f"TOML syntax: {error}"),))
+        return replace(empty, errors=(_syntax_error(path, str(error)),))
     parsed = EnvironmentFile(name, path, locations)
     errors: list[SpecError] = []
     overrides = _overrides(parsed, document, errors)
     settings = _settings(parsed, document, errors)
     return replace(parsed, overrides=overrides, settings=settings, errors=tuple(errors))
+
+
+def _syntax_error(path: str, message: str) -> SpecError:
+    """tomllib says "... (at line L, column C)" or "... (at end of document)"."""
+    found = _TOML_POSITION.search(message)
+    if found is None:
+        return SpecError(path, 1, 1, f"TOML syntax: {message}")
+    return SpecError(path, int(found.group(1)), int(found.group(2)), f"TOML syntax: {message[: found.start()]}")
 
 
 def _overrides(file: EnvironmentFile, document: dict[str, Any], errors: list[SpecError]) -> dict[tuple[str, str], dict[str, Any]]:

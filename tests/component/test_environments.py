@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gitops.specs.environments import overridable_keys
 from gitops.specs.loading import Loader
 from gitops.sources.trees import MemoryTree
@@ -156,3 +158,23 @@ def test_pull_request_mode_needs_a_provider_and_repository() -> None:
     assert errors == [
         'environments/staging.toml:1:1: promotion: mode = "pull_request" needs provider ("github" or "gitlab") and repository'
     ]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('repository = "../../admin"', "promotion: repository must be OWNER/NAME (got '../../admin')"),
+        ('api_url = "http://api.example.com"', "promotion.api_url: must be https: the promotion token is sent"),
+        ('api_url = "https://user:pw@api.example.com"', "promotion.api_url: must be an https:// URL without credentials"),
+    ],
+)
+def test_where_a_promotion_token_may_go_is_checked(line: str, message: str) -> None:
+    text = '[promotion]\nto = "prod"\nbranch = "env/prod"\nmode = "pull_request"\nprovider = "github"\n'
+    text += 'repository = "acme/serving"\n' if not line.startswith("repository") else ""
+    errors = [str(error) for error in load("staging", {"staging": text + line + "\n"}).errors]
+    assert len(errors) == 1 and message in errors[0], errors
+
+
+def test_a_toml_syntax_error_is_located() -> None:
+    errors = [str(error) for error in load("prod", {"prod": "[backends.echo-v1]\nnum_replicas = \n"}).errors]
+    assert errors == ["environments/prod.toml:2:16: TOML syntax: Invalid value"], errors
