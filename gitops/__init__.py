@@ -10,8 +10,9 @@ promotion gates, pure), `evidence` (the proxies' request and shadow
 counters a promotion is judged on), `promoting` (carrying a promotion out: a
 fast-forward push or a GitHub/GitLab pull request), `environment_duties`
 (what the agent of an environment does around its ticks: sync windows before
-an apply, promotion after), `environment_view` (that part of `gitops status`
-as text).
+an apply, promotion after), `environment_status` (what the status says of the
+environment, as typed values) and `environment_view` (that part of `gitops
+status` as text).
 """
 
 from importlib.metadata import version

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Awaitable, Callable
 
+from gitops.environment_status import EnvironmentSummary, GateSummary, HeldSummary, PromotionSummary
 from gitops.errors import GitopsError
 from gitops.evidence import Counts
 from gitops.ledger import HistoryEntry, Outcome
@@ -195,23 +196,23 @@ class EnvironmentDuties:
 
     # --- status -----------------------------------------------------------------------------
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> EnvironmentSummary:
         """The environment as `gitops status` and the status page show it."""
         promotion = self._settings.promotion if self._settings else None
-        shown: dict[str, object] = {"name": self.name, "branch": self.branch}
+        held = None
         if self.held is not None:
             until = self.held.hold.until
-            shown["held"] = {
-                "commit": self.held.commit, "reason": self.held.hold.reason, "message": self.held.hold.message,
-                "until": until.strftime("%Y-%m-%dT%H:%M:%SZ") if until else None,
-            }
+            held = HeldSummary(
+                commit=self.held.commit, reason=self.held.hold.reason, message=self.held.hold.message,
+                until=until.strftime("%Y-%m-%dT%H:%M:%SZ") if until else None,
+            )
+        summary = None
         if promotion is not None:
             state = self.promotion
-            shown["promotion"] = {
-                "to": promotion.to, "branch": promotion.branch, "mode": promotion.mode,
-                "commit": state.commit, "phase": state.phase.value, "message": state.message,
-                "soaked_s": round(state.soaked_s(self._clock()), 1), "soak_s": promotion.soak_s,
-                "gates": [{"name": g.name, "passed": g.passed, "detail": g.detail} for g in state.gates],
-                "error": self.last_error,
-            }
-        return shown
+            summary = PromotionSummary(
+                to=promotion.to, branch=promotion.branch, mode=promotion.mode, commit=state.commit,
+                phase=state.phase.value, message=state.message, soaked_s=round(state.soaked_s(self._clock()), 1),
+                soak_s=promotion.soak_s, error=self.last_error,
+                gates=tuple(GateSummary(name=g.name, passed=g.passed, detail=g.detail) for g in state.gates),
+            )
+        return EnvironmentSummary(name=self.name, branch=self.branch, held=held, promotion=summary)

@@ -1,34 +1,32 @@
 """The environment part of `gitops status` as text: its branch, a sync window's hold, the promotion.
 
-Reads the `environment` mapping of `AgentStatus` (written by
-`gitops.environment_duties`); the status page draws the same fields in its
-own script (`gitops.statuspage`). Pure.
+Reads `AgentStatus.environment` (`gitops.environment_status`); the status
+page draws the same fields in its own script (`gitops.statuspage`). Pure.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from gitops.environment_status import EnvironmentSummary
 
 __all__ = ["environment_lines"]
 
+_PASSED = {True: "passed", False: "failed", None: "pending"}
 
-def environment_lines(environment: Mapping[str, Any] | None) -> list[str]:
-    if not environment:
+
+def environment_lines(environment: EnvironmentSummary | None) -> list[str]:
+    if environment is None:
         return []
-    lines = [f"Environment: {environment.get('name')}  branch {environment.get('branch')}"]
-    held = environment.get("held")
-    if isinstance(held, Mapping):
-        lines.append(f"Held:        {str(held.get('commit'))[:12]} until {held.get('until') or '-'} ({held.get('reason')})")
-    promotion = environment.get("promotion")
-    if isinstance(promotion, Mapping):
+    lines = [f"Environment: {environment.name}  branch {environment.branch}"]
+    held = environment.held
+    if held is not None:
+        lines.append(f"Held:        {held.commit[:12]} until {held.until or '-'} ({held.reason})")
+    promotion = environment.promotion
+    if promotion is not None:
         lines.append(
-            f"Promotion:   to {promotion.get('to')} ({promotion.get('branch')}, {promotion.get('mode')}): "
-            f"{promotion.get('phase')} {str(promotion.get('commit') or '-')[:12]}, "
-            f"soaked {promotion.get('soaked_s')}s of {promotion.get('soak_s')}s"
+            f"Promotion:   to {promotion.to} ({promotion.branch}, {promotion.mode}): "
+            f"{promotion.phase} {(promotion.commit or '-')[:12]}, soaked {promotion.soaked_s:g}s of {promotion.soak_s:g}s"
         )
-        for gate in promotion.get("gates") or ():
-            passed = {True: "passed", False: "failed"}.get(gate.get("passed"), "pending")
-            lines.append(f"  {gate.get('name')}: {passed} ({gate.get('detail')})")
-        if promotion.get("error"):
-            lines.append(f"  last attempt failed: {promotion.get('error')}")
+        lines += [f"  {gate.name}: {_PASSED[gate.passed]} ({gate.detail})" for gate in promotion.gates]
+        if promotion.error:
+            lines.append(f"  last attempt failed: {promotion.error}")
     return lines

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
+from gitops.environment_status import EnvironmentSummary
 from gitops.errors import ErrorKind
 from gitops.ledger import HistoryEntry, Outcome
 from gitops.redaction import redact
@@ -82,8 +83,7 @@ class StatusFacts:
     cluster: ClusterStatus | None = None  # controller.get_status()
     notifications: Mapping[str, Mapping[str, Any]] | None = None  # per provider, from gitops.notifications
     quarantine: Quarantine | None = None  # held back by a rollback (gitops.rollback)
-    # --environment: name, branch, a sync window's hold, the promotion (gitops.environment_duties)
-    environment: Mapping[str, Any] | None = None
+    environment: EnvironmentSummary | None = None  # --environment (gitops.environment_duties)
 
 
 class BackendSummary(_Value):
@@ -151,7 +151,7 @@ class AgentStatus(_Value):
     rollouts: dict[str, RolloutSummary] = Field(default_factory=dict)  # by endpoint
     quarantine: dict[str, Any] | None = None  # good commit, held commits, reason (Quarantine.to_json)
     proxies: dict[str, ProxySummary] = Field(default_factory=dict)  # by proxy id: node, or node:worker past the first
-    environment: dict[str, Any] | None = None  # name, branch, held, promotion (with --environment)
+    environment: EnvironmentSummary | None = None  # branch, a sync window's hold, the promotion
 
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)
@@ -178,7 +178,7 @@ def roll_up(facts: StatusFacts) -> AgentStatus:
         rollouts={name: _rollout(rollout) for name, rollout in cluster.rollouts.items()},
         quarantine=facts.quarantine.to_json() if facts.quarantine is not None else None,
         proxies={key: _proxy(key, observed) for key, observed in cluster.proxies.items()},
-        environment=dict(facts.environment) if facts.environment is not None else None,
+        environment=facts.environment,
     )
 
 
@@ -208,9 +208,9 @@ def _overall(facts: StatusFacts, backends: Mapping[str, BackendSummary]) -> tupl
         return SyncStatus.FAILED, facts.git_reason or "GitOperationFailed", facts.git_error
     if facts.controller_error:
         return SyncStatus.FAILED, "ControllerUnavailable", facts.controller_error
-    held = (facts.environment or {}).get("held")
-    if isinstance(held, Mapping):
-        return SyncStatus.HELD, "SyncWindow", redact(f"{str(held['commit'])[:7]} waits: {held['message']}")
+    held = facts.environment.held if facts.environment is not None else None
+    if held is not None:
+        return SyncStatus.HELD, held.reason, redact(f"{held.commit[:7]} waits: {held.message}")
     if last is None:
         return SyncStatus.PROGRESSING, "Progressing", "waiting for the first reconcile"
     if last.result in _FAILED_REASONS:

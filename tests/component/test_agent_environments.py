@@ -88,7 +88,8 @@ def test_a_deny_window_holds_a_new_commit_and_an_override_applies_it_on_record(s
     assert asyncio.run(agent.tick()) is None  # nothing attempted, nothing recorded
     status = agent.status()
     assert (status.status, status.conditions[0].reason) == (SyncStatus.HELD, "SyncWindow")
-    assert status.environment is not None and status.environment["held"]["commit"] == held
+    assert status.environment is not None and status.environment.held is not None
+    assert status.environment.held.commit == held
     assert "deny window deny '* * * * *' for 120s (Europe/Berlin) is open until" in status.conditions[0].message
     assert agent.history(1)[0].commit != held
     agent.sync(override_window_by="admin token sha256:0123456789ab")
@@ -121,7 +122,8 @@ def test_the_served_commit_is_promoted_once_after_its_soak(source: MemorySource,
     clock.now += 600
     asyncio.run(agent.tick())
     assert len(promoter.requests) == 1  # once
-    assert agent.status().environment["promotion"]["phase"] == "Promoted"  # type: ignore[index]
+    environment = agent.status().environment
+    assert environment is not None and environment.promotion is not None and environment.promotion.phase == "Promoted"
 
 
 def test_backend_errors_fail_the_commit_for_good(source: MemorySource, tmp_path: Path) -> None:
@@ -161,7 +163,9 @@ def test_a_refused_promotion_is_tried_again_and_not_recorded(source: MemorySourc
     clock.now += 61
     asyncio.run(agent.tick())
     assert agent.history(1)[0].result is Outcome.APPLIED
-    assert "not a fast-forward" in str(agent.status().environment["promotion"]["error"])  # type: ignore[index]
+    environment = agent.status().environment
+    assert environment is not None and environment.promotion is not None
+    assert "not a fast-forward" in str(environment.promotion.error)
     promoter.refuse = False
     clock.now += 31
     asyncio.run(agent.tick())
