@@ -101,3 +101,13 @@ def test_plan_says_when_a_sync_window_holds_new_commits(envs_repo: GitRepo) -> N
     done = gitops("plan", "--environment", "staging", cwd=envs_repo.root)
     assert done.returncode == 0, done.stderr
     assert "Held (SyncWindow): deny window deny '* * * * *' for 120s (Europe/Berlin) is open until " in done.stdout, done.stdout
+
+
+def test_a_promotion_token_without_an_environment_is_a_usage_error(envs_repo: GitRepo, tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("secret-promotion-token\n")
+    token.chmod(0o600)
+    done = gitops("run", "--promote-token-file", str(token), cwd=envs_repo.root)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "gitops run: --promote-token-file promotes from an environment: give --environment too"
+    assert "secret-promotion-token" not in done.stderr + done.stdout
