@@ -20,7 +20,9 @@ from gitops.promoting import PromotionError, PromotionRequest
 from gitops.specs.loading import Loader
 from gitops.status import SyncStatus
 from gitops.testing import FakeController, MemorySource
+from gitops.notifications.events import EventKind
 from tests.component.test_agent_loop import APP, spec
+from tests.component.test_agent_notifications import RecordingNotifier
 
 ALWAYS_DENY = '[[sync_windows]]\nkind = "deny"\nschedule = "* * * * *"\nduration_s = 120\ntimezone = "Europe/Berlin"\n'
 PROMOTION = (
@@ -61,7 +63,9 @@ def source(tmp_path: Path) -> MemorySource:
     return source
 
 
-def make(source: MemorySource, tmp_path: Path, counts: list[Counts]) -> tuple[Agent, EnvironmentDuties, RecordingPromoter, Clock]:
+def make(
+    source: MemorySource, tmp_path: Path, counts: list[Counts], notifier: RecordingNotifier | None = None
+) -> tuple[Agent, EnvironmentDuties, RecordingPromoter, Clock]:
     clock, promoter = Clock(), RecordingPromoter()
 
     async def counters() -> Counts | None:
@@ -74,7 +78,7 @@ def make(source: MemorySource, tmp_path: Path, counts: list[Counts]) -> tuple[Ag
     agent = Agent(
         source, FakeController(), History(tmp_path / "history.db"),
         load=Loader(environment="staging").load_tree, plan=plan, metrics=AgentMetrics(),
-        settings=AgentSettings(), duties=duties,
+        settings=AgentSettings(), duties=duties, notifier=notifier,  # type: ignore[arg-type]
     )
     return agent, duties, promoter, clock
 
@@ -103,7 +107,8 @@ def test_a_deny_window_holds_a_new_commit_and_an_override_applies_it_on_record(s
 
 def test_the_served_commit_is_promoted_once_after_its_soak(source: MemorySource, tmp_path: Path) -> None:
     counts = [Counts(requests=100, compared=100)]
-    agent, duties, promoter, clock = make(source, tmp_path, counts)
+    notifier = RecordingNotifier()
+    agent, duties, promoter, clock = make(source, tmp_path, counts, notifier)
     asyncio.run(agent.tick())
     counts[0] = Counts(requests=400, compared=300, mismatched=1)
     clock.now += 59
@@ -119,6 +124,8 @@ def test_the_served_commit_is_promoted_once_after_its_soak(source: MemorySource,
     row = agent.history(1)[0]
     assert (row.result, row.commit) == (Outcome.PROMOTED, source.head())
     assert row.plan_summary.startswith("promoted to prod (env/prod): pushed")
+    (announced,) = [event for event in notifier.events if event.kind is EventKind.PROMOTED]
+    assert (announced.commit, announced.branch, announced.errors) == (source.head(), "env/staging", (row.plan_summary,))
     clock.now += 600
     asyncio.run(agent.tick())
     assert len(promoter.requests) == 1  # once
