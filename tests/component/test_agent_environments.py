@@ -177,3 +177,18 @@ def test_a_refused_promotion_is_tried_again_and_not_recorded(source: MemorySourc
     clock.now += 31
     asyncio.run(agent.tick())
     assert agent.history(1)[0].result is Outcome.PROMOTED
+
+
+def test_a_restarted_agent_does_not_promote_a_commit_again(source: MemorySource, tmp_path: Path) -> None:
+    counts = [Counts(compared=10)]
+    agent, _, promoter, clock = make(source, tmp_path, counts)
+    asyncio.run(agent.tick())
+    counts[0] = Counts(compared=20)
+    clock.now += 61
+    asyncio.run(agent.tick())
+    assert len(promoter.requests) == 1
+    again, duties, promoter_after_restart, clock_after = make(source, tmp_path, [Counts(compared=30)])
+    clock_after.now = clock.now + 600
+    asyncio.run(again.tick())
+    asyncio.run(again.tick())
+    assert promoter_after_restart.requests == [] and duties.promotion.phase.value == "Promoted"
