@@ -181,8 +181,15 @@ class Loader:
         if self.environment is None:
             return None
         path = environment_path(self.environment)
-        data = tree.read_files([path]).get(path) if tree.hash(path) is not None else None
-        return parse_environment(self.environment, data, self.limits)
+        if tree.hash(path) is None:
+            return parse_environment(self.environment, None, self.limits)
+        if tree.link_target(path) is not None:
+            refused = SpecError(path, 1, 1, "an environment file must be a file, not a symbolic link")
+            return EnvironmentFile(self.environment, path, errors=(refused,))
+        size = tree.sizes([path]).get(path, 0)
+        if size > self.limits.max_file_bytes:
+            return EnvironmentFile(self.environment, path, errors=(oversized_file(path, size, self.limits),))
+        return parse_environment(self.environment, tree.read_files([path]).get(path), self.limits)
 
     def _read_documents(
         self, tree: Tree, listed: list[str], key: Hashable, environment: EnvironmentFile | None = None
@@ -192,7 +199,7 @@ class Loader:
             return cached
         errors = _escaping_links(tree, listed)
         unsafe = {error.file for error in errors}
-        tomls = [path for path in listed if path.endswith(".toml") and path not in unsafe and not _environment_file(path)]
+        tomls = [path for path in listed if path.endswith(".toml") and path not in unsafe and not _is_environment_file(path)]
         with self._files_lock:
             known = self._files
         blobs = {path: _blob_key(tree, path) for path in tomls}
@@ -417,7 +424,7 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _environment_file(path: str) -> bool:
+def _is_environment_file(path: str) -> bool:
     """An environment file is never a spec file, even with the repository root as the spec path."""
     return path.startswith(f"{ENVIRONMENTS_PATH}/")
 

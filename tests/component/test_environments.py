@@ -178,3 +178,11 @@ def test_where_a_promotion_token_may_go_is_checked(line: str, message: str) -> N
 def test_a_toml_syntax_error_is_located() -> None:
     errors = [str(error) for error in load("prod", {"prod": "[backends.echo-v1]\nnum_replicas = \n"}).errors]
     assert errors == ["environments/prod.toml:2:16: TOML syntax: Invalid value"], errors
+
+
+def test_an_environment_file_that_is_a_link_or_too_big_is_refused() -> None:
+    files = {"deployments/echo.toml": ECHO_TOML, "apps/echo.py": ECHO_PY, "elsewhere.toml": PROD}
+    linked = Loader(environment="prod").load_tree(MemoryTree(files, links={"environments/prod.toml": "../elsewhere.toml"}))
+    assert [str(e) for e in linked.errors] == ["environments/prod.toml:1:1: an environment file must be a file, not a symbolic link"]
+    big = load("prod", {"prod": "# " + "x" * 2_000_000 + "\n"})
+    assert [str(e).split(";")[0] for e in big.errors] == ["environments/prod.toml:1:1: file is 2000003 bytes"]
