@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
-from gitops.commands.plan import render_markdown, render_markdown_errors
+from gitops.commands.plan import render_markdown
 from gitops.environment_duties import EnvironmentDuties
 from gitops.evidence import Counts, metrics_urls, scrape
 from gitops.planning import plan
@@ -55,14 +55,16 @@ class SettingsPromoter:
 
 def target_plan(source: GitSource, spec_path: str, commit: str, settings: EnvironmentSettings) -> str:
     """`gitops plan --environment TO --format markdown` of `commit` against the
-    target branch's newest commit (nothing, when the branch does not exist yet)."""
+    target branch's newest commit (nothing, when the branch does not exist yet).
+    A commit that is invalid in the target environment is not promoted: PromotionError."""
     promotion = settings.promotion
     if promotion is None:
         return ""
     loader = Loader(environment=promotion.to)
     desired = loader.load_tree(source.tree(source.revision(commit)), spec_path)
     if desired.state is None:
-        return render_markdown_errors({commit[:12]: [str(error) for error in desired.errors]})
+        first = desired.errors[0] if desired.errors else "no state"
+        raise PromotionError(f"{commit[:7]} is invalid in {promotion.to}: {first} ({len(desired.errors)} error(s))")
     head = source.branch_head(promotion.branch)
     actual = loader.load_tree(source.tree(source.revision(head)), spec_path).state if head else None
     result = plan(desired.state, actual or ServingState())

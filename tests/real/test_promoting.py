@@ -167,7 +167,7 @@ def test_an_api_error_is_a_promotion_error_with_the_status(remote: tuple[Remote,
         forge.close()
 
 
-def test_the_pull_requests_plan_is_the_target_environments_against_its_branch(
+def test_the_plan_is_the_target_environments_against_its_branch_and_an_invalid_commit_is_not_promoted(
     remote: tuple[Remote, HttpGitServer], repo: GitRepo, tmp_path: Path
 ) -> None:
     from gitops.commands.run_environment import target_plan
@@ -189,3 +189,9 @@ def test_the_pull_requests_plan_is_the_target_environments_against_its_branch(
     assert text.startswith(f"### ray-gitops plan (`prod`): `{base[:12]}` → `{commit[:12]}`"), text
     assert "| 0 | 1 | 0 | 0 |" in text  # one update, in place
     assert "`num_replicas: 3 → 5`" in text, text
+
+    repo.write("environments/prod.toml", "[backends.echo]\nimport_path = \"deployments.apps.other:Echo\"\n")
+    invalid = repo.commit("prod: a key no environment may set")
+    repo.git("push", "-q", "origin", "HEAD:refs/heads/env/staging")
+    with pytest.raises(PromotionError, match=f"{invalid[:7]} is invalid in prod: environments/prod.toml:2:1: "):
+        target_plan(staging_source(server, tmp_path / "again"), "deployments", invalid, EnvironmentSettings("staging", settings()))
