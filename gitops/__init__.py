@@ -35,6 +35,15 @@ installed.
 - Process: `supervising` (the agent's Ray watch and restart), `rayversions`
   (agent and cluster Ray versions agree), `quieting` (Ray's C++ log lines
   kept out), `proctitle`.
+- Environments (docs/environments.md): `cron` (five-field schedules, pure),
+  `syncwindows` (whether a new commit may apply now, pure), `promotion`
+  (the promotion gates, pure), `evidence` (the proxies' request and shadow
+  counters a promotion is judged on), `promoting` (carrying a promotion
+  out: a fast-forward push or a GitHub/GitLab pull request),
+  `environment_duties` (what the agent of an environment does around its
+  ticks: sync windows before an apply, promotion after),
+  `environment_status` (what the status says of the environment, as typed
+  values) and `environment_view` (that part of `gitops status` as text).
 - `serving`: the API user code in a replica imports (`handle()`, `context()`).
 - `testing`: fakes other tests use (an in-memory source, a fake controller).
 """

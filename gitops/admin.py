@@ -17,6 +17,7 @@ Must not: reconcile or touch git; it only asks the agent.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import socket
 import time
@@ -52,7 +53,7 @@ from vocabulary.replica_output import OutputCursor, ReplicaOutput
 # `controller.client.ControllerClient.replica_output`: (backend, since, cursors) -> each replica's output.
 ReplicaOutputReader = Callable[[str, "float | None", dict[str, OutputCursor]], Awaitable[list[ReplicaOutput]]]
 
-__all__ = ["AdminTarget", "Listener", "WebhookGuard", "build_app", "build_webhook_app", "server", "ADMIN_LIMITS"]
+__all__ = ["AdminTarget", "Listener", "WebhookGuard", "build_app", "build_webhook_app", "server", "ADMIN_LIMITS", "requester"]
 
 # An admin API has a handful of clients: few connections, short deadlines.
 ADMIN_LIMITS = EdgeLimits(header_timeout_s=5.0, body_timeout_s=10.0, max_connections=64)
@@ -102,6 +103,7 @@ def build_app(
     policy: AccessPolicy = LOOPBACK_POLICY,
     shadow_mismatches: Callable[[], Awaitable[dict[str, Any]]] | None = None,
     replica_output: ReplicaOutputReader | None = None,
+    override_window: Callable[[str], None] | None = None,
 ) -> ASGIApp:
     """The admin app behind `policy`; `sync` and `webhook_fetch` wake the agent;
     `shadow_mismatches` gathers the proxies' samples (`gitops.shadow_mismatches`).
@@ -131,6 +133,12 @@ def build_app(
     async def do_sync(request: Request) -> Response:
         if agent.suspended:
             return _error(409, "reconciliation is suspended; resume it first")
+        if request.query_params.get("override_window") in ("1", "true"):
+            if override_window is None:
+                return _error(409, "this agent runs without --environment: it has no sync window to override")
+            who = requester(policy)
+            override_window(who)
+            return JSONResponse({"accepted": True, "override_window": True, "by": who}, status_code=202)
         sync()
         return JSONResponse({"accepted": True}, status_code=202)
 
@@ -200,6 +208,13 @@ def _redacted(output: ReplicaOutput) -> ReplicaOutput:
         "out": tuple(redact(line) for line in output.out), "err": tuple(redact(line) for line in output.err),
         "missing": redact(output.missing),
     })
+
+
+def requester(policy: AccessPolicy) -> str:
+    """Who asked, as history records it: the admin API has one token, named by its fingerprint."""
+    if policy.token is None:
+        return "a loopback client (no admin token configured)"
+    return f"admin token sha256:{hashlib.sha256(policy.token).hexdigest()[:12]}"
 
 
 def build_webhook_app(webhook: WebhookGuard, webhook_fetch: Callable[[], None]) -> ASGIApp:

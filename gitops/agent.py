@@ -59,8 +59,9 @@ from gitops.sources.source import Revision, Source
 from gitops.sources.watching import RefWatcher, backoff, jittered
 from gitops.statedir import private_file
 from gitops.specs.loading import LoadResult
+from gitops.environment_duties import EnvironmentDuties, Served
 from gitops.serving_health import ErrorLog
-from gitops.status import AgentStatus, StatusFacts, roll_up
+from gitops.status import AgentStatus, StatusFacts, SyncStatus, roll_up
 from gitops.ticks import (
     FULL_TRIGGERS,
     Stage,
@@ -129,8 +130,10 @@ class Agent:
         settings: AgentSettings = AgentSettings(),
         log: Logger = _LOG,  # every event (reconcile, progress, errors) with its fields
         notifier: Notifier | None = None,  # told each tick's outcome; never waited for
+        duties: EnvironmentDuties | None = None,  # --environment: sync windows and promotion
     ) -> None:
         self._notifier = notifier
+        self._duties = duties
         self._source = source
         self._client = client
         self._history = history
@@ -206,6 +209,7 @@ class Agent:
                 cluster=self._cluster,
                 notifications=self._notifier.health() if self._notifier else None,
                 quarantine=self._quarantine,
+                environment=self._duties.status() if self._duties else None,
             )
         )
 
@@ -339,6 +343,8 @@ class Agent:
         report = await self._observe(report)
         report = replace(report, duration_s=time.monotonic() - clock)
         self._finish(report)
+        if self._duties is not None:
+            await self._promotion_step()
         return report
 
     async def _fetch(self, report: TickReport) -> TickReport:
@@ -416,6 +422,8 @@ class Agent:
         if not loaded.ok or loaded.state is None:
             errors = tuple(TickError(Stage.LOAD, ErrorKind.STALLED, str(e)) for e in loaded.errors)
             return replace(report, errors=report.errors + errors, reconciled_at=time.time())
+        if self._duties is not None and self._held_by_window(loaded, revision):
+            return replace(report, reconciled_at=time.time())  # no outcome: nothing recorded, the status says Held
         try:
             actual = await self._client.get_state()
         except Exception as error:  # noqa: BLE001 — reported in status, retried with backoff
@@ -462,6 +470,42 @@ class Agent:
         failed = ApplyResult(Outcome.FAILED, error=str(error))
         report = replace(report, applied=failed, reconciled_at=time.time())
         return _failed(report, Stage.APPLY, ErrorKind.STALLED, str(error))
+
+    # --- environments (gitops.environment_duties) -------------------------------------
+
+    def sync(self, override_window_by: str | None = None) -> None:
+        """`gitops sync`; with `--override-window`, a commit a sync window holds is applied anyway."""
+        if override_window_by is not None and self._duties is not None:
+            self._duties.request_override(override_window_by)
+        self.notify(Trigger.SYNC)
+
+    def _held_by_window(self, loaded: LoadResult, revision: Revision) -> bool:
+        assert self._duties is not None
+        applied = self._history.last_applied()
+        held, override = self._duties.hold(loaded, revision.sha, applied.commit if applied else None)
+        if override is not None:
+            self._history.record(override)
+            self._log.warning("%s: %s", revision.short, override.plan_summary)
+        elif held is not None:
+            self._log.info("%s held: %s", revision.short, held.message)
+        return held is not None
+
+    async def _promotion_step(self) -> None:
+        """The served commit through the promotion gates; a promotion recorded and announced."""
+        assert self._duties is not None
+        applied = self._history.last_applied()
+        if applied is None:
+            return
+        status = self.status().status
+        synced = status is SyncStatus.SYNCED and self._watched is not None and self._watched.sha == applied.commit
+        row = await self._duties.after_tick(Served(applied, synced, tuple(self._history.recent(_STEP_ROWS_SEEN))))
+        if row is None:
+            return
+        recorded = self._history.record(row)
+        self._log.info("%s %s", recorded.commit[:7], recorded.plan_summary)
+        if self._notifier is not None:
+            event = Event(EventKind.PROMOTED, recorded.commit, self._source.branch, status.value, (recorded.plan_summary,))
+            self._notifier.publish(event)
 
     async def _superseded(self, applying: Revision) -> bool:
         """Newest commit wins: has the branch moved since this apply began?"""
@@ -547,6 +591,6 @@ def _worth_recording(entry: HistoryEntry, last: HistoryEntry | None) -> bool:
     """Every new commit, every change made, every new failure; not repeats."""
     if last is None or last.commit != entry.commit:
         return True
-    if entry.result is Outcome.APPLIED:
+    if entry.result is Outcome.APPLIED or last.result is Outcome.WINDOW_OVERRIDE:  # the override's own outcome
         return True
     return (entry.result, entry.errors) != (last.result, last.errors) and entry.result is not Outcome.NOOP

@@ -157,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="after a failed apply or an aborted rollout, go back to the last applied commit "
         "and hold the newer ones back until a newer commit arrives",
     )
+    _environment_flag(run)
+    run.add_argument(
+        "--promote-token-file", default=None, metavar="FILE",
+        help="credential for promoting to the next environment ([promotion] of the environment file): "
+        "a git token for push, an API token for pull_request (default: none; the agent never writes to git)",
+    )
     _max_replicas_flag(run)
     _age_identity_flag(run, "decrypts the secrets ([secrets.NAME]) the replicas receive")
     run.set_defaults(func=_command("run", "run_command"))
@@ -172,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--root", default=None, help="where import paths resolve from (default: the repository's top level)"
     )
     validate.add_argument("--format", choices=["text", "json", "github"], default="text", help="how errors are printed")
+    _environment_flag(validate, "check this environment only (default: the tree, and the tree with each environment file)")
     _max_replicas_flag(validate)
     _age_identity_flag(validate, "also decrypt every secret (without it: files and names are checked)")
     validate.set_defaults(func=_command("validate", "validate_command"))
@@ -208,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how the plan is printed; markdown makes a PR comment (default: text, or json with --json)",
     )
     plan.add_argument("--exit-code", action="store_true", help="exit 0 no change, 2 changes, 1 errors")
+    _environment_flag(plan)
     plan.set_defaults(func=_command("plan", "plan_command"))
 
     reset = verb("reset-controller", "discard the controller's stored state (it is rebuilt from git)")
@@ -235,6 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
             admin.add_argument(
                 "--exit-code", action="store_true",
                 help="exit 0 when Synced, 2 when not (Progressing, Degraded, Failed, Suspended...), 1 on errors",
+            )
+        if name == "sync":
+            admin.add_argument(
+                "--override-window", action="store_true",
+                help="apply now even while a sync window holds new commits (recorded in history with the token's name)",
             )
         _agent_flags(admin)
         admin.add_argument("--json", action="store_true", help="print the admin API's JSON")
@@ -278,6 +291,8 @@ def _recipients_flag(parser: argparse.ArgumentParser) -> None:
         "--recipients", default=None, metavar="FILE",
         help="age recipients, one public key a line (default: .gitops-recipients at the repository root)",
     )
+
+
 def _agent_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--agent", default=None,
@@ -285,6 +300,12 @@ def _agent_flags(parser: argparse.ArgumentParser) -> None:
         f"{AGENT_ADDRESS_HINT} of this repository, else {DEFAULT_AGENT})",
     )
     parser.add_argument("--token-file", default=None, help="file holding the admin token (default: $GITOPS_TOKEN)")
+
+
+def _environment_flag(
+    parser: argparse.ArgumentParser, help_text: str = "apply environments/NAME.toml on top of the spec tree (default: none)"
+) -> None:
+    parser.add_argument("--environment", default=None, metavar="NAME", help=help_text)
 
 
 def _max_replicas_flag(parser: argparse.ArgumentParser) -> None:

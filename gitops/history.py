@@ -57,6 +57,9 @@ CREATE TABLE IF NOT EXISTS attempts (
     # the bump makes it refuse the file with its clear message instead. The
     # index serves `last_applied`, which filters on the result.
     "CREATE INDEX IF NOT EXISTS attempts_by_result ON attempts (result, id)",
+    # Version 3 brings `promoted` and `window_override` rows (environments); the
+    # index serves finding a commit's rows (its rollout evidence, its promotion).
+    "CREATE INDEX IF NOT EXISTS attempts_by_commit ON attempts (commit_sha, id)",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 

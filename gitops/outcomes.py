@@ -27,6 +27,8 @@ class Outcome(str, enum.Enum):
     UNVERIFIED = "unverified"  # --verify-commits: unsigned or untrusted; nothing was touched
     ABORTED = "aborted"  # applied, then a rollout check failed: traffic went back (or paused)
     STEP = "step"  # applied, and one of its rollout steps passed its checks
+    PROMOTED = "promoted"  # served here, passed the gates, moved to the next environment (gitops.promotion)
+    WINDOW_OVERRIDE = "window_override"  # applied during a sync window by `gitops sync --override-window`
 
     @property
     def ok(self) -> bool:

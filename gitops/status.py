@@ -29,6 +29,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
+from gitops.environment_status import EnvironmentSummary
 from gitops.serving_health import BACKEND_ERRORS, Serving, erring_message
 from gitops.errors import ErrorKind
 from gitops.outcomes import HistoryEntry, Outcome
@@ -54,6 +55,7 @@ class SyncStatus(str, enum.Enum):
     DEGRADED = "Degraded"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
+    HELD = "Held"  # a sync window holds the newest commit (docs/environments.md)
 
 
 class _Value(BaseModel):
@@ -88,6 +90,7 @@ class StatusFacts:
     cluster: ClusterStatus | None = None  # controller.get_status()
     notifications: Mapping[str, Mapping[str, Any]] | None = None  # per provider, from gitops.notifications
     quarantine: Quarantine | None = None  # held back by a rollback (gitops.rollback)
+    environment: EnvironmentSummary | None = None  # --environment (gitops.environment_duties)
 
 
 class BackendSummary(_Value):
@@ -158,6 +161,7 @@ class AgentStatus(_Value):
     rollouts: dict[str, RolloutSummary] = Field(default_factory=dict)  # by endpoint
     quarantine: dict[str, Any] | None = None  # good commit, held commits, reason (Quarantine.to_json)
     proxies: dict[str, ProxySummary] = Field(default_factory=dict)  # by proxy id: node, or node:worker past the first
+    environment: EnvironmentSummary | None = None  # branch, a sync window's hold, the promotion
 
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)
@@ -185,6 +189,7 @@ def roll_up(facts: StatusFacts) -> AgentStatus:
         rollouts={name: _rollout(rollout) for name, rollout in cluster.rollouts.items()},
         quarantine=facts.quarantine.to_json() if facts.quarantine is not None else None,
         proxies={key: _proxy(key, observed) for key, observed in cluster.proxies.items()},
+        environment=facts.environment,
     )
 
 
@@ -214,6 +219,9 @@ def _overall(facts: StatusFacts, backends: Mapping[str, BackendSummary]) -> tupl
         return SyncStatus.FAILED, facts.git_reason or "GitOperationFailed", facts.git_error
     if facts.controller_error:
         return SyncStatus.FAILED, "ControllerUnavailable", facts.controller_error
+    held = facts.environment.held if facts.environment is not None else None
+    if held is not None:
+        return SyncStatus.HELD, held.reason, redact(f"{held.commit[:7]} waits: {held.message}")
     if last is None:
         return SyncStatus.PROGRESSING, "Progressing", "waiting for the first reconcile"
     if last.result in _FAILED_REASONS:

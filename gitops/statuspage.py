@@ -4,7 +4,8 @@ Owned here: one self-contained HTML document (inline CSS and JavaScript, no
 framework, no build step, nothing fetched from outside). The page reads
 `/status` and `/history` from the same origin and redraws every few
 seconds: overall sync status and conditions, watched vs applied commit,
-recent history (each commit's newest row has the id `commit-<sha>`, the
+the environment (with `--environment`: its branch, a sync window holding a
+commit, the promotion's gates), recent history (each commit's newest row has the id `commit-<sha>`, the
 anchor notifications link to), backends with replicas by state and
 version, endpoints with traffic weights drawn as bars, for both the last
 minute's request rate, 5xx share and p99 (and a backend's latest handler
@@ -48,6 +49,7 @@ _PAGE = """<!doctype html>
   .badge { display: inline-block; padding: 2px 10px; border-radius: 12px; color: #fff; font-weight: 600; }
   .Synced { background: var(--ok); } .Progressing { background: var(--warn); }
   .Degraded, .Failed { background: var(--bad); } .Suspended { background: var(--muted); }
+  .Held { background: var(--warn); }
   .muted { color: var(--muted); }
   .bar { display: flex; align-items: center; gap: 8px; margin: 2px 0; }
   .bar .track { flex: 0 0 260px; height: 12px; background: #eaeef2; border-radius: 3px; overflow: hidden; }
@@ -72,6 +74,9 @@ _PAGE = """<!doctype html>
   <tr><th>watched (last attempted)</th><td><code id="watched">–</code></td></tr>
   <tr><th>applied</th><td><code id="applied">–</code></td></tr>
 </tbody></table>
+
+<h2>Environment</h2>
+<div id="environment"><span class="muted">none (the agent runs without --environment)</span></div>
 
 <h2>Conditions</h2>
 <table><thead><tr><th>type</th><th>status</th><th>reason</th><th>message</th></tr></thead>
@@ -270,6 +275,32 @@ function showTarget() {
   if (!scrolledToTarget) { target.scrollIntoView(); scrolledToTarget = true; }
 }
 
+function drawEnvironment(s) {
+  const box = document.getElementById("environment");
+  const e = s.environment;
+  if (!e) { box.replaceChildren(el("span", "none (the agent runs without --environment)", "muted")); return; }
+  const lines = [el("div", e.name + " · branch " + e.branch)];
+  if (e.held) {
+    const held = el("div");
+    held.append("held by a sync window: ", commit(e.held.commit, short(e.held.commit)),
+                " · until " + (e.held.until || "–") + " · " + e.held.message);
+    lines.push(held);
+  }
+  const p = e.promotion;
+  if (p) {
+    const line = el("div");
+    line.append("promotion to " + p.to + " (" + p.branch + ", " + p.mode + "): " + p.phase + " ",
+                commit(p.commit, short(p.commit)), " · soaked " + p.soaked_s + "s of " + p.soak_s + "s");
+    lines.push(line);
+    for (const g of p.gates || []) {
+      lines.push(el("div", "  " + g.name + ": " + (g.passed === true ? "passed" : g.passed === false ? "failed" : "pending")
+                           + " · " + g.detail, "muted"));
+    }
+    if (p.error) lines.push(el("pre", p.error));
+  }
+  box.replaceChildren(...lines);
+}
+
 async function refresh() {
   try {
     const [status, history] = await Promise.all(
@@ -277,7 +308,7 @@ async function refresh() {
         if (!r.ok) throw new Error(p + ": HTTP " + r.status);
         return r.json();
       })));
-    drawStatus(status); drawRollouts(status); drawHistory(history);
+    drawStatus(status); drawEnvironment(status); drawRollouts(status); drawHistory(history);
     await refreshMismatches();
     document.getElementById("refreshed").textContent = new Date().toLocaleTimeString();
     document.getElementById("stale").style.display = "none";

@@ -39,6 +39,7 @@ __all__ = [
     "ShadowCompare",
     "StickyKey",
     "SOURCE_FIELDS",
+    "ENVIRONMENT_OVERRIDABLE",
     "SecretChange",
     "SecretConfig",
     "BackendConfig",
@@ -56,6 +57,11 @@ __all__ = [
 # Where a backend's config came from, not what it is: never compared, never
 # a reason to restart or update (set by the agent on each create or update).
 SOURCE_FIELDS = frozenset({"working_dir", "commit"})
+
+# A field declared with `json_schema_extra=ENVIRONMENT_OVERRIDABLE` may be set
+# per environment (`environments/NAME.toml`, `gitops.specs.environments`);
+# any other key there is an error. One declaration, one schema.
+ENVIRONMENT_OVERRIDABLE: dict[str, Any] = {"x-environment": True}
 
 
 class _Value(BaseModel):
@@ -154,49 +160,62 @@ class BackendConfig(_Value):
         default=(), description="Positional arguments for the class's constructor (a class only)."
     )
     init_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="Keyword arguments for the class's constructor (a class only)."
+        default_factory=dict, description="Keyword arguments for the class's constructor (a class only).",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     num_replicas: int = Field(
-        default=1, ge=0, description="Replicas to run; not together with [autoscaling], which starts at its minimum."
+        default=1, ge=0, description="Replicas to run; not together with [autoscaling], which starts at its minimum.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     max_concurrent_queries: int = Field(
-        default=100, ge=1, description="Requests one replica handles at once; more wait in the proxy."
+        default=100, ge=1, description="Requests one replica handles at once; more wait in the proxy.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     user_config: Any = Field(
-        default=None, description="Any value, passed to the replica's `reconfigure()`; a change restarts nothing."
+        default=None, description="Any value, passed to the replica's `reconfigure()`; a change restarts nothing.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     graceful_shutdown_timeout_s: float = Field(
-        default=20.0, ge=0, description="Seconds a stopping replica may finish its requests before it is killed."
+        default=20.0, ge=0, description="Seconds a stopping replica may finish its requests before it is killed.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     health_check_period_s: float = Field(
-        default=10.0, gt=0, description="Seconds between two health checks of a replica."
+        default=10.0, gt=0, description="Seconds between two health checks of a replica.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     health_check_timeout_s: float = Field(
-        default=30.0, gt=0, description="Seconds a health check may take before the replica is replaced."
+        default=30.0, gt=0, description="Seconds a health check may take before the replica is replaced.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     ray_actor_options: dict[str, Any] = Field(
         default_factory=dict,
         description="Resources of each replica's Ray actor: num_cpus, num_gpus, memory (bytes), resources.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     runtime_env: dict[str, Any] = Field(
-        default_factory=dict, description="The replicas' Ray runtime environment: env_vars and pip packages."
+        default_factory=dict, description="The replicas' Ray runtime environment: env_vars and pip packages.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     autoscaling: AutoscalingConfig | None = Field(
-        default=None, description="Scale the replica count with load, within bounds; none: a fixed count."
+        default=None, description="Scale the replica count with load, within bounds; none: a fixed count.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     cold_start_timeout_s: float | None = Field(
         default=None,
         gt=0,
         description="With [autoscaling] min_replicas = 0: requests may be routed here and wait this long "
         "for a first replica to start (then 503); none: traffic needs a replica to exist.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     batching: BatchingConfig | None = Field(
         default=None,
         description="The handler receives list[Request] and returns a list of the same length; none: one request a call.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     update: Annotated[UpdateConfig | None, AfterValidator(_surge_or_unavailable)] = Field(
         default=None,
         description="How new code replaces running replicas; none: one extra replica at a time, none missing.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     uses: tuple[str, ...] = Field(
         default=(),
@@ -394,14 +413,17 @@ class EndpointConfig(_Value):
         default=("GET", "POST"), description="HTTP methods the route accepts (upper case); GET implies HEAD."
     )
     traffic: dict[str, float] = Field(
-        description="Backend name -> share of the requests it answers, from 0 to 1; the shares sum to 1."
+        description="Backend name -> share of the requests it answers, from 0 to 1; the shares sum to 1.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     shadow: dict[str, float] = Field(
         default_factory=dict,
         description="Backend name -> share of the requests copied to it; its replies never reach clients.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     timeout_s: float = Field(
-        default=30.0, gt=0, description="Seconds a request may take before the client gets 504."
+        default=30.0, gt=0, description="Seconds a request may take before the client gets 504.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     match: tuple[MatchRule, ...] = Field(
         default=(), description="Header rules checked in order before the weights; the first that matches wins."
@@ -429,7 +451,8 @@ class EndpointConfig(_Value):
         "path and the types only, never a user's data.",
     )
     rollout: RolloutConfig | None = Field(
-        default=None, description="Move traffic toward the split in git in checked steps; none: at once."
+        default=None, description="Move traffic toward the split in git in checked steps; none: at once.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
 
     def backends(self) -> frozenset[str]:

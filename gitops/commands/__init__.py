@@ -9,4 +9,6 @@
 - `secret`: `gitops secret encrypt` and `gitops secret edit`, authoring
   age-encrypted secret files.
 - `reset`: discard the controller's stored state (`reset-controller`).
+- `run_environment`: puts together the environment duties of `gitops run
+  --environment`.
 """

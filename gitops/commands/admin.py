@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from gitops.access import read_token
 from gitops.agent_address import AGENT_ENV, AgentAddress, resolve
+from gitops.environment_view import environment_lines
 from gitops.errors import UsageError, UserError
 from gitops.printable import printable, printable_lines
 from gitops.serving_health import Serving
@@ -174,6 +175,13 @@ def history_command(args: argparse.Namespace) -> int:
 
 
 def sync_command(args: argparse.Namespace) -> int:
+    if getattr(args, "override_window", False):
+        data = _call(args, "POST", "/sync?override_window=1")
+        if args.json:
+            print(json.dumps(data, indent=2))
+        else:
+            print(printable(f"sync requested past any sync window (recorded in history, by {data.get('by', '?')})"))
+        return 0
     return _verb(args, "/sync", "sync requested; the agent reconciles now")
 
 
@@ -255,6 +263,7 @@ def render_status(status: AgentStatus) -> str:
         f"Watched:    {_short(status.watched_revision)}",
         f"Attempted:  {_short(status.last_attempted_revision)}",
         f"Applied:    {_short(status.last_applied_revision)}",
+        *environment_lines(status.environment),
     ]
     if status.backends:
         lines += ["", _table(["BACKEND", "VERSION", "READY", "REPLICAS", *_SERVING, "LAST ERROR"], [

@@ -9,7 +9,10 @@ markdown is a pull-request comment: a summary table and the actions in
 apply order, each marked restart or in place); spec errors go to stderr as
 `FILE:LINE:COL: message` with exit 1 (and, in markdown, into the comment).
 Exit 0 otherwise, or with `--exit-code` 0 for no change, 2 for changes.
-Must not change anything. Secrets need no key: a secret whose file changed
+With `--environment NAME` both sides are loaded with `environments/NAME.toml`
+on top, the markdown title names the environment, and a sync window holding
+new commits now is said after the plan (text and markdown).
+Secrets need no key: a secret whose file changed
 shows as `~ secret NAME (changed)` (`gitops.secrets.FileDigests`); with
 `--live` they are taken as unchanged, since only the agent's key compares values.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from datetime import datetime, UTC
 from pathlib import Path
 
 from vocabulary.configs import ServingState
@@ -30,6 +34,7 @@ from gitops.specs.loading import LoadResult, Loader
 from gitops.planning import plan
 from gitops.sources.trees import find_toplevel
 from gitops.plans import Action, ActionKind, Plan
+from gitops.syncwindows import Hold, hold_at
 
 __all__ = ["plan_command", "render_markdown", "render_markdown_errors"]
 
@@ -44,7 +49,7 @@ def plan_command(args: argparse.Namespace) -> int:
         raise UserError(f"--repo {args.repo}: no such directory")
     # Any directory inside the repository will do, as for git; --path is from its top level.
     repo = find_toplevel(repo) or repo
-    loader = _SecretFileLoader()
+    loader = _SecretFileLoader(environment=args.environment)
     desired, desired_errors = _load(loader, repo, args.to_rev, args.path)
     actual = ServingState()
     actual_errors: list[str] = []
@@ -61,11 +66,15 @@ def plan_command(args: argparse.Namespace) -> int:
         actual = _live_state(args.ray_address)
         desired = assume_unchanged(desired, actual)
     result = plan(desired, actual)
+    held = _held(loader, repo, args.to_rev, args.path) if args.environment else None
     if output == "markdown":
-        sys.stdout.write(render_markdown(result, "live" if args.live else args.from_rev, args.to_rev))
+        markdown = render_markdown(result, "live" if args.live else args.from_rev, args.to_rev, args.environment)
+        sys.stdout.write(markdown + (f"\n> **Held** ({held.reason}): {_cell(held.message)}\n" if held else ""))
     else:
         # Values from the repository may hold C1 controls or bidi marks, which JSON keeps.
         sys.stdout.write(result.render_json() if output == "json" else printable_lines(result.render_text()))
+        if held is not None and output == "text":
+            sys.stdout.write(printable_lines(f"Held ({held.reason}): {held.message}\n"))
     return EXIT_CHANGES if args.exit_code and result else EXIT_NO_CHANGES
 
 
@@ -80,6 +89,12 @@ def _load(loader: Loader, repo: Path, rev: str, spec_path: str) -> tuple[Serving
     """One commit's desired state (empty when it has errors) and its errors as printable lines."""
     loaded = loader.load_commit(repo, rev=rev, spec_path=spec_path)
     return loaded.state or ServingState(), [str(error) for error in loaded.errors]
+
+
+def _held(loader: Loader, repo: Path, rev: str, spec_path: str) -> Hold | None:
+    """The sync window holding new commits of the loader's environment now, if one does."""
+    settings = loader.load_commit(repo, rev=rev, spec_path=spec_path).environment
+    return hold_at(settings.sync_windows, datetime.now(UTC)) if settings else None
 
 
 def _print_errors(rev: str | None, errors: list[str]) -> None:
@@ -120,9 +135,10 @@ _EFFECTS = {
 }
 
 
-def render_markdown(result: Plan, from_rev: str | None, to_rev: str) -> str:
+def render_markdown(result: Plan, from_rev: str | None, to_rev: str, environment: str | None = None) -> str:
     """The plan as GitHub-flavoured markdown: title, summary table, actions in apply order."""
-    title = f"### ray-gitops plan: {_code(from_rev or 'nothing')} → {_code(to_rev)}"
+    where = f" ({_code(environment)})" if environment else ""
+    title = f"### ray-gitops plan{where}: {_code(from_rev or 'nothing')} → {_code(to_rev)}"
     if not result:
         return f"{title}\n\nNo changes.\n"
     summary = result.summary()

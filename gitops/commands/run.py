@@ -62,7 +62,11 @@ def run_command(args: argparse.Namespace) -> int:
     secret = read_secret(args.webhook_secret_file) if args.webhook_secret_file else None
     token = read_token(args.admin_token_file, "--admin-token-file") if args.admin_token_file else None
     git_token = read_token(args.git_token_file, "--git-token-file").decode() if args.git_token_file else None
-    _register_secrets(args.repo, token, secret, git_token)
+    promote = args.promote_token_file
+    args.promote_token = read_token(promote, "--promote-token-file").decode() if promote else None
+    if promote and not args.environment:
+        raise UsageError("--promote-token-file promotes from an environment: give --environment too")
+    _register_secrets(args.repo, token, secret, git_token, args.promote_token)
     _redact_command_line()
     from gitops.secrets import load_identities
 
@@ -282,10 +286,15 @@ async def _serve(
     from gitops.secrets import SecretDelivery, SecretsLoader, digest_key, load_identities
 
     metrics = AgentMetrics()
-    loader = Loader(limits=SpecLimits(max_replicas=args.max_replicas))
+    loader = Loader(limits=SpecLimits(max_replicas=args.max_replicas), environment=args.environment)
     # Secrets are decrypted here, in the agent, and leave it sealed (gitops.secrets).
     load = SecretsLoader(loader.load_tree, load_identities(args.age_identity), digest_key(state.root))
     sender, notifier = _notifier(channels, links, metrics, args.namespace)
+    duties = None
+    if args.environment:
+        from gitops.commands.run_environment import build_duties
+
+        duties = build_duties(args, source, lambda: agent.observed(), args.promote_token)
     agent = Agent(
         source,
         SecretDelivery(client, load),
@@ -302,6 +311,7 @@ async def _serve(
             quarantine_file=state.quarantine,
         ),
         notifier=notifier,
+        duties=duties,
     )
     guard = admin.WebhookGuard(secret, RateLimiter()) if secret else None
 
@@ -319,6 +329,7 @@ async def _serve(
         policy=AccessPolicy.build(token, args.admin_host, _hosts(args.admin_allowed_hosts)),
         shadow_mismatches=collector(client.proxy_mismatches, lambda: proxies_to_ask(agent.observed())),
         replica_output=client.replica_output,
+        override_window=(lambda who: agent.sync(override_window_by=who)) if duties else None,
     )
     servers = [admin.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:

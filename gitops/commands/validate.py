@@ -12,6 +12,10 @@ Exit 0 when valid, 1 when invalid, 2 for a usage error, in every format:
 Only reads: the working tree, or with `--rev` a commit of the repository holding PATH.
 `--max-replicas` is the agent's cap on replica counts (default 1,000): pass
 the value the agent runs with.
+
+Environments (docs/environments.md): without `--environment` the tree is
+checked as written and with each `environments/NAME.toml` on top, every
+error reported once; `--environment NAME` checks that environment alone.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ from gitops.errors import UserError
 from gitops.specs.documents import SpecError
 from gitops.printable import printable
 from gitops.specs.limits import SpecLimits
-from gitops.specs.loading import LoadResult, Loader
-from gitops.sources.trees import Tree, find_toplevel
+from gitops.specs.loading import LoadResult, Loader, environment_names
+from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel
 
 __all__ = ["validate_command", "default_spec_dir", "render_json", "render_github", "escape_data", "escape_property"]
 
@@ -37,9 +41,13 @@ EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 def validate_command(args: argparse.Namespace) -> int:
     path = Path(args.path) if args.path is not None else default_spec_dir(Path.cwd())
     args.path = args.path or "deployments"  # the label: the spec path, as the repository names it
+    environment = getattr(args, "environment", None)
     try:
-        loader = _loader(_limits(args.max_replicas), args.age_identity)
-        result = _load(loader, path, args.rev, args.root)
+        limits = _limits(args.max_replicas)
+        tree, spec_path = _tree(path, args.rev, args.root)
+        names = [environment] if environment is not None else [None, *environment_names(tree)]
+        loaders = [_loader(limits, args.age_identity, name) for name in names]
+        result = _merged([loader.load_tree(tree, spec_path) for loader in loaders])
     except _UsageError as error:
         print(printable(f"gitops validate: {error}"), file=sys.stderr)
         return EXIT_USAGE
@@ -68,8 +76,8 @@ class _UsageError(Exception):
 class _DecryptingLoader(Loader):
     """With `--age-identity`: every secret is decrypted too (values are dropped at once)."""
 
-    def __init__(self, limits: SpecLimits, identities: list[object]) -> None:
-        super().__init__(limits=limits)
+    def __init__(self, limits: SpecLimits, identities: list[object], environment: str | None) -> None:
+        super().__init__(limits=limits, environment=environment)
         self._identities = identities
 
     def load_tree(self, tree: Tree, spec_path: str = "deployments") -> LoadResult:
@@ -78,12 +86,12 @@ class _DecryptingLoader(Loader):
         return SecretsLoader(super().load_tree, self._identities, b"validate")(tree, spec_path)
 
 
-def _loader(limits: SpecLimits, identity_files: list[str]) -> Loader:
+def _loader(limits: SpecLimits, identity_files: list[str], environment: str | None) -> Loader:
     if not identity_files:
-        return Loader(limits=limits)
+        return Loader(limits=limits, environment=environment)
     from gitops.secrets import load_identities
 
-    return _DecryptingLoader(limits, load_identities(identity_files))
+    return _DecryptingLoader(limits, load_identities(identity_files), environment)
 
 
 def _limits(max_replicas: int) -> SpecLimits:
@@ -92,20 +100,28 @@ def _limits(max_replicas: int) -> SpecLimits:
     return SpecLimits(max_replicas=max_replicas)
 
 
-def _load(loader: Loader, path: Path, rev: str | None, root: str | None) -> LoadResult:
+def _merged(results: list[LoadResult]) -> LoadResult:
+    """The tree's result (the first), with every environment's errors too, each once."""
+    errors = sorted({error for result in results for error in result.errors}, key=SpecError.sort_key)
+    return LoadResult(results[0].state if not errors else None, tuple(errors))
+
+
+def _tree(path: Path, rev: str | None, root: str | None) -> tuple[Tree, str]:
+    """The tree to read and the spec path inside it."""
     if root is not None and not Path(root).is_dir():
         raise _UsageError(f"--root {root} is not a directory")
     if rev is not None:
-        return _load_revision(loader, path, rev, root)
+        return _revision_tree(path, rev, root)
     if not path.exists():
         raise _UsageError(f"{path} does not exist")
     base = Path(root) if root is not None else find_toplevel(path) or Path.cwd()
     if not _inside(path, base):
         raise _UsageError(f"{path} is not inside {base}, where import paths resolve from; pass --root")
-    return loader.load_directory(path, base)
+    spec_path = path.resolve().relative_to(base.resolve()).as_posix()
+    return DirectoryTree(base.resolve()), "" if spec_path == "." else spec_path
 
 
-def _load_revision(loader: Loader, path: Path, rev: str, root: str | None) -> LoadResult:
+def _revision_tree(path: Path, rev: str, root: str | None) -> tuple[Tree, str]:
     """PATH names the spec path inside the repository holding it (or holding --root)."""
     anchor = Path(root) if root is not None else _existing_parent(path)
     toplevel = find_toplevel(anchor)
@@ -115,7 +131,7 @@ def _load_revision(loader: Loader, path: Path, rev: str, root: str | None) -> Lo
         raise _UsageError(f"{path} is not inside the repository {toplevel}")
     spec_path = path.resolve().relative_to(toplevel.resolve()).as_posix()
     try:
-        return loader.load_commit(toplevel, rev, "" if spec_path == "." else spec_path)
+        return CommitTree(toplevel, rev), "" if spec_path == "." else spec_path
     except UserError as error:
         raise _UsageError(str(error)) from None
 

@@ -34,6 +34,7 @@ class EventKind(str, enum.Enum):
     COMMIT_QUARANTINED = "commit_quarantined"
     SYNCED = "synced"
     GIT_UNREACHABLE = "git_unreachable"
+    PROMOTED = "promoted"  # passed this environment's gates and moved to the next (gitops.promotion)
 
 
 class CommitState(str, enum.Enum):
@@ -59,6 +60,7 @@ _RESULT_EVENTS = {
     "aborted": EventKind.ROLLOUT_ABORTED,
     "rolled_back": EventKind.ROLLED_BACK,
     "quarantined": EventKind.COMMIT_QUARANTINED,
+    "promoted": EventKind.PROMOTED,
 }
 
 # A commit's way to its result: commit statuses want them, chat does not by default.
@@ -74,6 +76,7 @@ _COMMIT_STATES = {
     EventKind.ROLLOUT_ABORTED: CommitState.FAILURE,
     EventKind.ROLLED_BACK: CommitState.FAILURE,
     EventKind.COMMIT_QUARANTINED: CommitState.ERROR,
+    EventKind.PROMOTED: CommitState.SUCCESS,
 }
 
 _UNHEALTHY = frozenset({"Degraded", "Failed"})
@@ -159,6 +162,7 @@ _SAYS = {
     EventKind.COMMIT_QUARANTINED: "quarantined, not applied again until a newer commit",
     EventKind.SYNCED: "back to Synced",
     EventKind.GIT_UNREACHABLE: "git unreachable",
+    EventKind.PROMOTED: "promoted",
 }
 
 

@@ -167,6 +167,36 @@ class GitSource:
                 ) from None
             raise SourceError(f"fetch {self.location} {self.branch}: {error}") from None
 
+    def branch_head(self, branch: str) -> str | None:
+        """Another branch's newest commit on the remote, fetched (for a
+        promotion's plan); None when the remote has no such branch."""
+        if not self.remote:
+            found = self._repo.git.rev_parse("--verify", "--quiet", f"refs/heads/{branch}^{{commit}}", with_exceptions=False)
+            return str(found).strip() or None
+        if not self._remote_git("ls-remote", "--heads", self._url, f"refs/heads/{branch}").strip():
+            return None
+        self._remote_git("fetch", "--quiet", "--no-tags", self._url, f"+refs/heads/{branch}:refs/gitops/branches/{branch}")
+        return str(self._repo.git.rev_parse(f"refs/gitops/branches/{branch}^{{commit}}")).strip()
+
+    def push(self, sha: str, branch: str, credentials: Credentials | None = None) -> None:
+        """Move `branch` of the remote to `sha`, only as a fast-forward: never
+        a force push, so git refuses when the branch has commits `sha` lacks.
+        `credentials` (a promotion's token) are used for this push alone."""
+        env = dict(self._env)
+        if credentials is not None and self.remote:
+            env.update(credential_env(self._url, credentials))
+        try:
+            with self._repo.git.custom_environment(**env):
+                self._repo.git.push(
+                    "--quiet", "--no-verify", self._url, f"{sha}:refs/heads/{branch}",
+                    kill_after_timeout=self._fetch_timeout_s,
+                )
+        except git.GitCommandError as error:
+            message = self._timeout_or(error)
+            if "non-fast-forward" in str(error.stderr) or "fetch first" in str(error.stderr):
+                message = f"{branch} has commits that {sha[:7]} does not (not a fast-forward); nothing was pushed"
+            raise SourceError(redact(f"push {self.location} {branch}: {message}"), "PushRefused") from None
+
     def _branch_missing(self) -> bool:
         """True when the remote answers and lists no such branch (False if it does not answer)."""
         try:

@@ -34,13 +34,21 @@ import sys
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Hashable, Iterator, Mapping
 
 from vocabulary.configs import BackendConfig, EndpointConfig, SecretConfig, ServingState
 from gitops.specs.imports import AttributeKind, ResolvedImport, module_files, resolve_import
 from gitops.specs.documents import Documents, ParsedFile, SpecError, combine, oversized_file, parse_file
+from gitops.specs.environments import (
+    ENVIRONMENTS_PATH,
+    EnvironmentFile,
+    EnvironmentSettings,
+    environment_path,
+    overlay,
+    parse_environment,
+)
 from gitops.specs.limits import SpecLimits, size_text
 from gitops.sources.hashing import escaping_links, resolve_inside
 from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel
@@ -48,7 +56,7 @@ from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS,
 from gitops.specs.secrets import age_file_problem
 from gitops.specs.versions import code_paths, default_code_path, derive_version
 
-__all__ = ["DesiredState", "SpecError", "LoadResult", "Loader"]
+__all__ = ["DesiredState", "SpecError", "LoadResult", "Loader", "environment_names"]
 
 DesiredState = ServingState
 CACHE_SIZE = 64
@@ -58,6 +66,8 @@ CACHE_SIZE = 64
 class LoadResult:
     state: ServingState | None
     errors: tuple[SpecError, ...] = ()
+    # The loader's environment's settings ([promotion], [[sync_windows]]), when it has one.
+    environment: EnvironmentSettings | None = None
 
     @property
     def ok(self) -> bool:
@@ -89,8 +99,12 @@ class _LRU:
 class Loader:
     """Loads spec trees, remembering the last `cache_size` results of each stage."""
 
-    def __init__(self, cache_size: int = CACHE_SIZE, limits: SpecLimits = SpecLimits()) -> None:
+    def __init__(
+        self, cache_size: int = CACHE_SIZE, limits: SpecLimits = SpecLimits(), environment: str | None = None
+    ) -> None:
         self.limits = limits
+        # With an environment, `environments/NAME.toml` is applied on top (`gitops.specs.environments`).
+        self.environment = environment
         self._documents = _LRU(cache_size)
         self._results = _LRU(cache_size)
         # A commit never changes, so its result is final: re-loading it skips hashing.
@@ -134,7 +148,7 @@ class Loader:
             return LoadResult(None, (outside,))
         return self.load_tree(DirectoryTree(base), "" if spec_path == "." else spec_path)
 
-    def _load(self, tree: Tree, spec_path: str) -> LoadResult:
+    def _load_specs(self, tree: Tree, spec_path: str, environment: EnvironmentFile | None) -> LoadResult:
         spec_hash = tree.hash(spec_path)
         if spec_hash is None:
             missing = SpecError(spec_path or ".", 1, 1, f"spec path '{spec_path}' does not exist")
@@ -143,7 +157,9 @@ class Loader:
         # A spec file may be a link to a file outside the spec path, whose
         # content the spec path's hash does not cover: the keys name it.
         linked = tuple(_blob_key(tree, path) for path in listed if tree.link_target(path) is not None)
-        documents = self._read_documents(tree, listed, (spec_path, spec_hash, linked))
+        if environment is not None:
+            linked += ((environment_path(environment.name), tree.hash(environment_path(environment.name)) or ""),)
+        documents = self._read_documents(tree, listed, (spec_path, spec_hash, linked), environment)
         paths = _dependency_paths(documents)
         # Checked on every load, not cached: links and top-level modules
         # depend on more of the tree than the hashed paths.
@@ -162,13 +178,36 @@ class Loader:
         self._results.put(key, result)
         return result
 
-    def _read_documents(self, tree: Tree, listed: list[str], key: Hashable) -> Documents:
+    def _load(self, tree: Tree, spec_path: str) -> LoadResult:
+        environment = self._environment_file(tree)
+        result = self._load_specs(tree, spec_path, environment)
+        if environment is None or not result.ok:
+            return result
+        return replace(result, environment=environment.settings)
+
+    def _environment_file(self, tree: Tree) -> EnvironmentFile | None:
+        if self.environment is None:
+            return None
+        path = environment_path(self.environment)
+        if tree.hash(path) is None:
+            return parse_environment(self.environment, None, self.limits)
+        if tree.link_target(path) is not None:
+            refused = SpecError(path, 1, 1, "an environment file must be a file, not a symbolic link")
+            return EnvironmentFile(self.environment, path, errors=(refused,))
+        size = tree.sizes([path]).get(path, 0)
+        if size > self.limits.max_file_bytes:
+            return EnvironmentFile(self.environment, path, errors=(oversized_file(path, size, self.limits),))
+        return parse_environment(self.environment, tree.read_files([path]).get(path), self.limits)
+
+    def _read_documents(
+        self, tree: Tree, listed: list[str], key: Hashable, environment: EnvironmentFile | None = None
+    ) -> Documents:
         cached = self._documents.get(key)
         if isinstance(cached, Documents):
             return cached
         errors = _escaping_links(tree, listed)
         unsafe = {error.file for error in errors}
-        tomls = [path for path in listed if path.endswith(".toml") and path not in unsafe]
+        tomls = [path for path in listed if path.endswith(".toml") and path not in unsafe and not _is_environment_file(path)]
         with self._files_lock:
             known = self._files
         blobs = {path: _blob_key(tree, path) for path in tomls}
@@ -180,7 +219,10 @@ class Loader:
         parsed.update({path: parse_file(path, data, self.limits) for path, data in contents.items()})
         with self._files_lock:
             self._files = {blobs[path]: (sizes[path], parsed[path]) for path in files if blobs[path][1]}
-        documents = combine(parsed, tuple(errors + size_errors))
+        overlaid: tuple[SpecError, ...] = ()
+        if environment is not None:
+            parsed, overlaid = overlay(parsed, environment, self.limits)
+        documents = combine(parsed, tuple(errors + size_errors) + overlaid)
         self._documents.put(key, documents)
         return documents
 
@@ -414,3 +456,13 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _is_environment_file(path: str) -> bool:
+    """An environment file is never a spec file, even with the repository root as the spec path."""
+    return path.startswith(f"{ENVIRONMENTS_PATH}/")
+
+
+def environment_names(tree: Tree) -> list[str]:
+    """The environments a tree defines: one `environments/NAME.toml` each."""
+    return [name.removesuffix(".toml") for name in tree.children(ENVIRONMENTS_PATH) if name.endswith(".toml")]

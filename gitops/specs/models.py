@@ -47,6 +47,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, to_jsonable_python
 
 from vocabulary.configs import (
+    ENVIRONMENT_OVERRIDABLE,
     AutoscalingConfig,
     BackendConfig,
     BatchingConfig,
@@ -161,9 +162,13 @@ def _file_keys(
 
 def _file_default(info: FieldInfo, file_type: Any) -> FieldInfo:
     if info.is_required():
-        return Field(description=info.description)
+        return Field(description=info.description, json_schema_extra=info.json_schema_extra)
     runtime_default = to_jsonable_python(info.get_default(call_default_factory=True))
-    return Field(default=TypeAdapter(file_type).validate_python(runtime_default), description=info.description)
+    return Field(
+        default=TypeAdapter(file_type).validate_python(runtime_default),
+        description=info.description,
+        json_schema_extra=info.json_schema_extra,
+    )
 
 
 def _one_of(values: type[enum.Enum]) -> Any:
@@ -235,6 +240,7 @@ class RuntimeEnvSpec(_Spec):
     env_vars: dict[str, str] | None = Field(
         default=None,
         description="Environment variables of each replica: names match [A-Za-z_][A-Za-z0-9_]*.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     pip: list[str] | None = Field(
         default=None,

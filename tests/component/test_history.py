@@ -73,4 +73,4 @@ def test_a_version_1_ledger_is_migrated_so_older_agents_refuse_its_step_rows(tmp
     assert [e.result for e in history.recent()] == [Outcome.STEP, Outcome.APPLIED]
     history.close()
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3

@@ -1,0 +1,89 @@
+"""`gitops run --environment NAME`: the agent's environment duties, put together.
+
+Builds the `gitops.environment_duties.EnvironmentDuties` of an agent from
+its flags: the promoter (only with `--promote-token-file`: a push or a pull
+request, as `[promotion] mode` says), the proxies' counters as evidence
+(`gitops.evidence`), and the plan for the target environment in markdown
+(the commit against the target branch's newest commit, both loaded with the
+target's environment file, as `gitops plan --environment TO --format
+markdown` prints it). Must not: decide anything; wiring only.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable
+
+from gitops.commands.plan import render_markdown
+from gitops.environment_duties import EnvironmentDuties
+from gitops.evidence import Counts, metrics_urls, scrape
+from gitops.planning import plan
+from gitops.promoting import PromotionError, PromotionRequest, PullRequestPromoter, PushPromoter
+from gitops.redaction import Credentials
+from gitops.sources.repos import GitSource
+from gitops.specs.environments import EnvironmentSettings
+from gitops.specs.loading import Loader
+from vocabulary.configs import ServingState
+from vocabulary.status import ClusterStatus
+
+__all__ = ["build_duties", "target_plan", "SettingsPromoter"]
+
+# The user name a forge wants with a token as the password of an https push.
+_TOKEN_USERS = {"github": "x-access-token", "gitlab": "oauth2"}
+
+
+class SettingsPromoter:
+    """Pushes or opens a pull request, as the promoted commit's `[promotion] mode` says."""
+
+    def __init__(self, source: GitSource, token: str) -> None:
+        self._source = source
+        self._token = token
+
+    def promote(self, request: PromotionRequest) -> str:
+        settings = request.settings
+        credentials = Credentials(_TOKEN_USERS.get(settings.provider or "", "git"), self._token)
+
+        def push(sha: str, branch: str) -> None:
+            self._source.push(sha, branch, credentials)
+
+        if settings.mode == "push":
+            return PushPromoter(push).promote(request)
+        if settings.provider not in _TOKEN_USERS:
+            raise PromotionError(f"pull_request mode needs provider github or gitlab (got {settings.provider})")
+        return PullRequestPromoter(push, self._token).promote(request)
+
+
+def target_plan(source: GitSource, spec_path: str, commit: str, settings: EnvironmentSettings) -> str:
+    """`gitops plan --environment TO --format markdown` of `commit` against the
+    target branch's newest commit (nothing, when the branch does not exist yet).
+    A commit that is invalid in the target environment is not promoted: PromotionError."""
+    promotion = settings.promotion
+    if promotion is None:
+        return ""
+    loader = Loader(environment=promotion.to)
+    desired = loader.load_tree(source.tree(source.revision(commit)), spec_path)
+    if desired.state is None:
+        first = desired.errors[0] if desired.errors else "no state"
+        raise PromotionError(f"{commit[:7]} is invalid in {promotion.to}: {first} ({len(desired.errors)} error(s))")
+    head = source.branch_head(promotion.branch)
+    actual = loader.load_tree(source.tree(source.revision(head)), spec_path).state if head else None
+    result = plan(desired.state, actual or ServingState())
+    return render_markdown(result, head[:12] if head else None, commit[:12], promotion.to)
+
+
+def build_duties(
+    args: argparse.Namespace, source: GitSource, observed: Callable[[], ClusterStatus | None], token: str | None
+) -> EnvironmentDuties:
+    def plan_markdown(commit: str, settings: EnvironmentSettings) -> str:
+        return target_plan(source, args.path, commit, settings)
+
+    async def counters() -> Counts | None:
+        return await scrape(metrics_urls(observed(), "127.0.0.1", args.proxy_metrics_port))
+
+    return EnvironmentDuties(
+        args.environment,
+        source.branch,
+        promoter=SettingsPromoter(source, token) if token is not None else None,
+        counters=counters,
+        plan_markdown=plan_markdown,
+    )
