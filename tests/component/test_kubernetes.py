@@ -52,7 +52,6 @@ SCHEMAS = {
 }
 # `gitops run` flags the manifests pass before this branch's parser has them:
 # --environment comes with issue 33's environments (items 1-3).
-PENDING_FLAGS = frozenset({"--environment"})
 # Values Kubernetes would give the downward API in a running pod.
 POD_FIELDS = {"status.podIP": "10.1.2.3"}
 
@@ -138,17 +137,10 @@ def agent_argv(resources: list[Resource]) -> list[str]:
     return argv
 
 
-def run_options() -> set[str]:
-    """Every option `gitops run` takes."""
-    (subcommands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    return {option for action in subcommands.choices["run"]._actions for option in action.option_strings}
-
-
 def parsed_run(argv: list[str]) -> Namespace:
-    """`gitops run`'s parse of argv, without the PENDING_FLAGS it does not know yet."""
+    """`gitops run`'s parse of argv."""
     assert argv[:2] == ["gitops", "run"]
-    missing = PENDING_FLAGS - run_options()
-    return build_parser().parse_args([word for word in argv[1:] if word.split("=", 1)[0] not in missing])
+    return build_parser().parse_args(argv[1:])
 
 
 def flag(argv: list[str], name: str) -> str:
@@ -295,10 +287,6 @@ def test_the_agent_runs_a_gitops_run_the_parser_accepts(environment: str) -> Non
     assert f"ray-gitops-agent.ray-gitops-{environment}.svc" in args.admin_allowed_hosts.split(",")
 
 
-@pytest.mark.xfail(
-    "--environment" not in run_options(),
-    reason="`gitops run --environment` comes with issue 33 items 1-3 (the envs branch)", strict=True,
-)
 def test_gitops_run_knows_every_flag_the_agent_passes() -> None:
     argv = agent_argv(RENDERS["staging"])
     args = build_parser().parse_args(argv[1:])
