@@ -9,6 +9,13 @@ format are counted and dropped (Ray keeps them in its own log files, under
 the session's logs directory), everything else passes through unchanged.
 What such an event means for the user is the agent's to say, once, in its
 own format (a replica restart, Ray lost). `is_ray_line` is pure.
+
+`mute_pushed_errors` does the same for the errors Ray's GCS pushes to a
+driver when a task of one of its actors fails ("Task ProxyActor.ready
+failed. There are infinite retries remaining", with the actor's
+traceback), which Ray prints on the driver's stdout: the agent says what
+such a failure means (`gitops.proxy_start`, a replica's startup failure);
+the traceback stays in the actor's own log file.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import re
 import sys
 import threading
 
-__all__ = ["is_ray_line", "quiet_ray_output"]
+__all__ = ["is_ray_line", "quiet_ray_output", "mute_pushed_errors"]
 
 _DRAIN_S = 2.0
 
@@ -57,3 +64,14 @@ def quiet_ray_output() -> None:
         thread.join(_DRAIN_S)
 
     atexit.register(drain)
+
+
+def mute_pushed_errors() -> None:
+    """From now on, this driver prints none of the errors Ray pushes to it.
+
+    Ray prints them through the function that prints its workers' logs, which
+    its own switch turns off (the agent runs with `log_to_driver=False`, so it
+    prints nothing else)."""
+    import ray._private.worker
+
+    ray._private.worker._worker_logs_enabled = False
