@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["check_addresses_free", "start_verdict", "failure_line", "wait_for_proxies", "status_of"]
 
-_LISTEN = re.compile(r"cannot listen on (?P<host>\[[^\]]*\]|[^\s:]+):(?P<port>\d+): (?P<why>.*)")
+_LISTEN = re.compile(r"cannot listen on (?P<host>\S+?):(?P<port>\d+): (?P<why>.*)")
 _POLL_S = 0.2
 
 
