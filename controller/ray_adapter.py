@@ -38,6 +38,7 @@ from controller.backend_state import (
     StartReplica,
     StopReplica,
 )
+from controller.failure_text import failure_line
 from controller.proxy_fleet import (
     PROXY_PREFIX,
     PingProxy,
@@ -68,11 +69,12 @@ _PROXY_RESTARTS_IN_PLACE = 3
 
 
 def error_text(err: BaseException) -> str:
-    """The user's own error text, without Ray's wrapping and traceback."""
+    """The user's own error text and its innermost frame in the user's code,
+    without Ray's wrapping (controller.failure_text)."""
     if isinstance(err, RayTaskError):
         cause = getattr(err, "cause", None)
         if cause is not None and not isinstance(cause, RayTaskError):
-            return f"{type(cause).__name__}: {cause}"
+            return failure_line(type(cause).__name__, str(cause), str(getattr(err, "traceback_str", "")))
     lines = [line for line in str(err).strip().splitlines() if line.strip()]
     return lines[-1] if lines else type(err).__name__
 

@@ -89,6 +89,7 @@ class BackendSummary(_Value):
     version: str
     target_replicas: int
     ready: int
+    commit: str | None = None  # the commit its replicas' version was applied from
     replicas: dict[str, int] = Field(default_factory=dict)  # state -> count
     versions: dict[str, int] = Field(default_factory=dict)  # version -> count
     restarts: dict[str, int] = Field(default_factory=dict)  # reason -> count
@@ -260,6 +261,7 @@ def _backend(observed: BackendStatus) -> BackendSummary:
         version=observed.version,
         target_replicas=observed.target_replicas,
         ready=observed.ready(),
+        commit=observed.commit,
         replicas=dict(Counter(r.state.value for r in observed.replicas)),
         versions=dict(Counter(r.version for r in observed.replicas)),
         restarts={reason.value: count for reason, count in observed.restarts.items()},

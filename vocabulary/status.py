@@ -88,6 +88,7 @@ class ReplicaStatus(_Observed):
 
 class BackendStatus(_Observed):
     version: str
+    commit: str | None = None  # the commit the backend's config (its replicas' version) was applied from
     target_replicas: int = Field(ge=0)
     deleting: bool = False
     replicas: tuple[ReplicaStatus, ...] = ()

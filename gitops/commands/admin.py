@@ -117,8 +117,9 @@ def render_status(status: AgentStatus) -> str:
         f"Applied:    {_short(status.last_applied_revision)}",
     ]
     if status.backends:
-        lines += ["", _table(["BACKEND", "VERSION", "READY", "REPLICAS", "LAST ERROR"], [
-            [name, (b.version or "-")[:12], f"{b.ready}/{b.target_replicas}", _pairs(b.replicas), b.last_error or ""]
+        lines += ["", _table(["BACKEND", "VERSION", "COMMIT", "READY", "REPLICAS", "LAST ERROR"], [
+            [name, (b.version or "-")[:12], _short(b.commit), f"{b.ready}/{b.target_replicas}", _pairs(b.replicas),
+             b.last_error or ""]
             for name, b in sorted(status.backends.items())
         ])]
     if status.endpoints:
