@@ -40,13 +40,14 @@ __all__ = [
 
 
 class SyncStatus(str, enum.Enum):
-    """Overall status, best to worst (Suspended is a choice, not a health)."""
+    """Overall status, best to worst (Suspended and Held are choices, not healths)."""
 
     SYNCED = "Synced"
     PROGRESSING = "Progressing"
     DEGRADED = "Degraded"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
+    HELD = "Held"  # a rollback runs an older commit and holds the newer ones back
 
 
 class _Value(BaseModel):
@@ -218,7 +219,15 @@ def _overall(facts: StatusFacts, backends: Mapping[str, BackendSummary]) -> tupl
     unhealthy = [f"{name}: {b.problem()}" for name, b in sorted(backends.items()) if b.problem()]
     if unhealthy:
         return SyncStatus.DEGRADED, "HealthCheckFailed", "; ".join(unhealthy)
+    if facts.quarantine is not None:
+        return SyncStatus.HELD, "RolledBack", _held_message(facts.quarantine)
     return SyncStatus.SYNCED, "ReconciliationSucceeded", f"applied revision {last.branch}@{last.commit[:7]}"
+
+
+def _held_message(held: Quarantine) -> str:
+    commits = ", ".join(sorted(sha[:7] for sha in held.held))
+    return (f"rolled back to {held.good[:7]} ({held.reason.value}); holding {commits} "
+            "until a newer commit arrives")
 
 
 def _failure_message(entry: HistoryEntry) -> str:

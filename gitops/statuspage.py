@@ -45,7 +45,7 @@ _PAGE = """<!doctype html>
   th { color: var(--muted); font-weight: 600; }
   .badge { display: inline-block; padding: 2px 10px; border-radius: 12px; color: #fff; font-weight: 600; }
   .Synced { background: var(--ok); } .Progressing { background: var(--warn); }
-  .Degraded, .Failed { background: var(--bad); } .Suspended { background: var(--muted); }
+  .Degraded, .Failed { background: var(--bad); } .Suspended { background: var(--muted); } .Held { background: var(--warn); }
   .muted { color: var(--muted); }
   .bar { display: flex; align-items: center; gap: 8px; margin: 2px 0; }
   .bar .track { flex: 0 0 260px; height: 12px; background: #eaeef2; border-radius: 3px; overflow: hidden; }
