@@ -74,7 +74,9 @@ def error_text(err: BaseException) -> str:
     if isinstance(err, RayTaskError):
         cause = getattr(err, "cause", None)
         if cause is not None and not isinstance(cause, RayTaskError):
-            return failure_line(type(cause).__name__, str(cause), str(getattr(err, "traceback_str", "")))
+            # A dual instance (the cause's class too) keeps the traceback only in its text.
+            traceback_text = getattr(err, "traceback_str", None) or str(err)
+            return failure_line(type(cause).__name__, str(cause), traceback_text)
     lines = [line for line in str(err).strip().splitlines() if line.strip()]
     return lines[-1] if lines else type(err).__name__
 
