@@ -28,5 +28,7 @@ below it; a contract in `pyproject.toml` keeps them):
   step, health checks, backoff.
 - Pure policies: `autoscaling`, `rollouts` (how a rollout step passes or
   fails), `request_totals` (requests summed over proxies), `recent_requests`
-  (each backend's and endpoint's requests of the last minute, for the status).
+  (each backend's and endpoint's requests of the last minute, for the
+  status), `failure_text` (a replica's exception as one line with its
+  innermost user frame).
 """

@@ -325,6 +325,7 @@ class BackendState:
         backend = self._backends[name]
         return BackendStatus(
             version=backend.config.version,
+            commit=backend.config.commit,
             target_replicas=backend.target,
             deleting=backend.deleting,
             replicas=tuple(

@@ -37,7 +37,9 @@ from typing import Iterable, Iterator, Mapping
 from vocabulary.replica_env import inherited
 from vocabulary.goal_api import DEFAULT_NAMESPACE
 
-__all__ = ["init_ray", "shutdown_ray", "ray_token_path", "ray_endpoints", "descendants", "TOKEN_FILE"]
+__all__ = [
+    "init_ray", "shutdown_ray", "ray_token_path", "ray_endpoints", "descendants", "mute_pushed_errors", "TOKEN_FILE",
+]
 
 TOKEN_FILE = "ray_token"
 
@@ -201,3 +203,11 @@ def ray_endpoints() -> tuple[str, str]:
     node_id = context.get_node_id()
     raylet = next(node["RayletSocketName"] for node in ray.nodes() if node["NodeID"] == node_id)
     return context.gcs_address, raylet
+
+
+def mute_pushed_errors() -> None:
+    """From now on, this driver prints none of the errors Ray pushes to it (a
+    failed actor task's traceback): the agent says what such a failure means."""
+    from controller.ray_private import mute_pushed_errors as mute
+
+    mute()

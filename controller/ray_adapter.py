@@ -41,6 +41,7 @@ from controller.backend_state import (
     StartReplica,
     StopReplica,
 )
+from controller.failure_text import failure_line
 from controller.proxy_fleet import (
     PROXY_PREFIX,
     PingProxy,
@@ -67,11 +68,14 @@ _PROXY_RESTARTS_IN_PLACE = 3
 
 
 def error_text(err: BaseException) -> str:
-    """The user's own error text, without Ray's wrapping and traceback."""
+    """The user's own error text and its innermost frame in the user's code,
+    without Ray's wrapping (controller.failure_text)."""
     if isinstance(err, RayTaskError):
         cause = getattr(err, "cause", None)
         if cause is not None and not isinstance(cause, RayTaskError):
-            return f"{type(cause).__name__}: {cause}"
+            # A dual instance (the cause's class too) keeps the traceback only in its text.
+            traceback_text = getattr(err, "traceback_str", None) or str(err)
+            return failure_line(type(cause).__name__, str(cause), traceback_text)
     lines = [line for line in str(err).strip().splitlines() if line.strip()]
     return lines[-1] if lines else type(err).__name__
 

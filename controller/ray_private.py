@@ -8,7 +8,8 @@ for, so a Ray upgrade that moves one of them breaks here and nowhere else:
 - `session_dir`: this Ray session's directory, through the public runtime
   context where Ray has `get_session_name` (2.53 and later);
 - `started_local_ray`, `kill_local_ray`: whether this process started its
-  local Ray, and killing what it started.
+  local Ray, and killing what it started;
+- `mute_pushed_errors`: stop this driver printing the errors Ray pushes to it.
 
 Every other module uses Ray's public API only (a pure test checks it).
 """
@@ -23,7 +24,10 @@ from typing import Any
 import ray
 from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
 
-__all__ = ["upload_working_dir", "available_resources_per_node", "session_dir", "started_local_ray", "kill_local_ray"]
+__all__ = [
+    "upload_working_dir", "available_resources_per_node", "session_dir", "started_local_ray", "kill_local_ray",
+    "mute_pushed_errors",
+]
 
 # Honour the export's .gitignore files on every supported Ray: later releases
 # ask for it with a required `include_gitignore`, 2.52 has no such keyword
@@ -73,3 +77,14 @@ def kill_local_ray() -> None:
     node = ray._private.worker.global_worker.node
     if node is not None:
         node.kill_all_processes(check_alive=False, allow_graceful=False)
+
+
+def mute_pushed_errors() -> None:
+    """From now on, this driver prints none of the errors Ray pushes to it.
+
+    Ray prints them through the function that prints its workers' logs, which
+    its own switch turns off (the agent runs with `log_to_driver=False`, so it
+    prints nothing else)."""
+    import ray._private.worker
+
+    ray._private.worker._worker_logs_enabled = False

@@ -32,6 +32,9 @@ installed.
   (push signatures, replays, rate limit), `statuspage`,
   `shadow_mismatches` (every proxy's sample, in one list), `printable`
   (escaped terminal output).
+- Starting: `proxy_start` (a starting agent waits for its proxies; one that
+  cannot start is a one-line error naming who holds its port,
+  `port_holders`).
 - Process: `supervising` (the agent's Ray watch and restart), `rayversions`
   (agent and cluster Ray versions agree), `quieting` (Ray's C++ log lines
   kept out), `proctitle`.

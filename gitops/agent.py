@@ -20,6 +20,10 @@ Between ticks the agent reads the controller's status every few seconds
 log (replica restarts; backends answering 5xx, rate-limited by
 `gitops.serving_health.ErrorLog`) are seconds old, not a reconcile old.
 
+A commit applies whole or not at all: when a step of its plan fails, the
+agent plans and applies the way back to the state the apply began from
+(`_undo`), and the failed attempt's error ends with `reverted to <sha>`.
+
 A restart needs nothing from the previous run except the history ledger:
 the plan is always made against what the controller reports, so an apply
 cut short is completed, never repeated. Must not: touch git, Ray or HTTP
@@ -198,7 +202,7 @@ class Agent:
                 branch=self._source.branch,
                 path=self._settings.spec_path,
                 suspended=self._suspended,
-                watched=self._watched.sha if self._watched else None,
+                watched=self._head or (self._watched.sha if self._watched else None),
                 applying=applying.revision.sha if applying else None,
                 progress=applying.progress.text() if applying and applying.progress else "",
                 last_attempt=self._history.last(),
@@ -241,6 +245,8 @@ class Agent:
                 if not self._suspended:
                     report = await self._guarded_tick(triggers)
                     self._schedule_retry(report)
+                else:
+                    await self.watch_head()
         finally:
             for timer in timers:
                 timer.cancel()
@@ -356,11 +362,21 @@ class Agent:
             if held is None and self._quarantine is not None:
                 self._log.info("quarantine lifted: %s is newer than the held commits", revision.short)
                 self._keep_quarantine(None)
+            held_head = None
             if chosen != revision.sha:
+                held_head = revision.sha
                 revision = await asyncio.to_thread(self._source.revision, chosen)
         except SourceError as error:
             return _failed(report, Stage.FETCH, error.kind, str(error), error.reason)
-        return replace(report, revision=revision)
+        return replace(report, revision=revision, held_head=held_head)
+
+    async def watch_head(self) -> None:
+        """While suspended: read the branch's head (nothing is applied), so
+        the status shows the commit waiting for `gitops resume`."""
+        try:
+            self._head = (await asyncio.to_thread(self._source.newest)).sha
+        except SourceError:
+            return  # shown once reconciliation resumes
 
     def rollback(self, commit: str | None = None) -> Quarantine:
         """`gitops rollback [COMMIT]`: apply the last applied (or the given) commit's
@@ -458,10 +474,33 @@ class Agent:
             )
         finally:
             self._applying = None
+        if result.outcome is Outcome.FAILED and result.error:
+            result = replace(result, error=f"{result.error}; {await self._undo(actual, report.applied_before)}")
         report = replace(report, applied=result, reconciled_at=time.time())
         if result.error:
             report = _failed(report, Stage.APPLY, ErrorKind.RETRY, result.error)
         return report
+
+    async def _undo(self, before: ServingState, applied_before: str | None) -> str:
+        """A commit applies whole or not at all: after a failed step, everything
+        the plan changed goes back to `before` (what ran when the apply began:
+        the last applied commit's state). Replicas started for the failed commit
+        stop, replaced ones start again from their own export; the planner keeps
+        every step safe (backends ready before traffic moves back). Returns
+        what happened, for the failed attempt's error."""
+        target = f"reverted to {applied_before[:7]}" if applied_before else "reverted to what ran before"
+        try:
+            now = await self._client.get_state()
+        except Exception as error:  # noqa: BLE001 — the retry's plan starts from what runs
+            return f"not reverted: controller unavailable: {error}"
+        undo = self._plan(before, now)
+        if not undo:
+            return target
+        self._log.warning("apply failed: %s (%s)", target, undo.summary().text())
+        undone = await apply(undo, self._client, actual=now, deadlines=self._settings.deadlines)
+        if undone.error:
+            return f"{target.replace('reverted', 'reverting')} failed: {undone.error}"
+        return target
 
     @staticmethod
     def _export_refused(report: TickReport, error: SourceError) -> TickReport:

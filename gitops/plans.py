@@ -75,7 +75,8 @@ class Action(BaseModel):
     then it says why (shown to humans, kept in JSON). `after` names earlier
     actions of the plan whose goals must be met before this one starts: the
     callees a backend `uses`, or for a backend delete the callers leaving
-    with it.
+    with it. `code_changes` names the code files whose change made a new
+    version, when whoever planned knew both commits (`gitops plan --from`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -88,6 +89,7 @@ class Action(BaseModel):
     changes: tuple[FieldChange, ...] = ()
     reason: str = ""
     after: tuple[str, ...] = ()
+    code_changes: tuple[str, ...] = ()
 
     def backend_config(self) -> BackendConfig:
         """The config a backend create or update carries (ValueError if it carries none)."""
@@ -117,6 +119,8 @@ class Action(BaseModel):
         a rolling update keeps), or a new object's gist."""
         if self.changes:
             lines = [change.render() for change in self.changes]
+            if self.code_changes:
+                lines.append(f"code changed: {', '.join(self.code_changes)}")
             return lines + [_capacity(self.backend)] if self.restarts and self.backend else lines
         if self.backend is not None and self.kind is ActionKind.CREATE_BACKEND:
             return _backend_gist(self.backend)

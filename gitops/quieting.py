@@ -9,6 +9,13 @@ format are counted and dropped (Ray keeps them in its own log files, under
 the session's logs directory), everything else passes through unchanged.
 What such an event means for the user is the agent's to say, once, in its
 own format (a replica restart, Ray lost). `is_ray_line` is pure.
+
+`controller.cluster.mute_pushed_errors` does the same for the errors Ray's GCS pushes to a
+driver when a task of one of its actors fails ("Task ProxyActor.ready
+failed. There are infinite retries remaining", with the actor's
+traceback), which Ray prints on the driver's stdout: the agent says what
+such a failure means (`gitops.proxy_start`, a replica's startup failure);
+the traceback stays in the actor's own log file.
 """
 
 from __future__ import annotations

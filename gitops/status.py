@@ -48,14 +48,14 @@ __all__ = [
 
 
 class SyncStatus(str, enum.Enum):
-    """Overall status, best to worst (Suspended is a choice, not a health)."""
+    """Overall status, best to worst (Suspended and Held are choices, not healths)."""
 
     SYNCED = "Synced"
     PROGRESSING = "Progressing"
     DEGRADED = "Degraded"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
-    HELD = "Held"  # a sync window holds the newest commit (docs/environments.md)
+    HELD = "Held"  # newer commits wait: a sync window (SyncWindow) or a rollback (RolledBack) holds them
 
 
 class _Value(BaseModel):
@@ -99,6 +99,7 @@ class BackendSummary(_Value):
     version: str
     target_replicas: int
     ready: int
+    commit: str | None = None  # the commit its replicas' version was applied from
     replicas: dict[str, int] = Field(default_factory=dict)  # state -> count
     versions: dict[str, int] = Field(default_factory=dict)  # version -> count
     restarts: dict[str, int] = Field(default_factory=dict)  # reason -> count
@@ -239,7 +240,15 @@ def _overall(facts: StatusFacts, backends: Mapping[str, BackendSummary]) -> tupl
     erring = erring_message(backends)
     if erring:
         return SyncStatus.DEGRADED, BACKEND_ERRORS, erring
+    if facts.quarantine is not None:
+        return SyncStatus.HELD, "RolledBack", _held_message(facts.quarantine)
     return SyncStatus.SYNCED, "ReconciliationSucceeded", f"applied revision {last.branch}@{last.commit[:7]}"
+
+
+def _held_message(held: Quarantine) -> str:
+    commits = ", ".join(sorted(sha[:7] for sha in held.held))
+    return (f"rolled back to {held.good[:7]} ({held.reason.value}); holding {commits} "
+            "until a newer commit arrives")
 
 
 def _failure_message(entry: HistoryEntry) -> str:
@@ -287,6 +296,7 @@ def _backend(observed: BackendStatus, stats: RequestStats | None, window_s: floa
         version=observed.version,
         target_replicas=observed.target_replicas,
         ready=observed.ready(),
+        commit=observed.commit,
         replicas=dict(Counter(r.state.value for r in observed.replicas)),
         versions=dict(Counter(r.version for r in observed.replicas)),
         restarts={reason.value: count for reason, count in observed.restarts.items()},

@@ -86,7 +86,7 @@ _PAGE = """<!doctype html>
 <div id="errors"><span class="muted">none</span></div>
 
 <h2>Backends</h2>
-<table><thead><tr><th>backend</th><th>version</th><th>ready / target</th><th>replicas by state</th>
+<table><thead><tr><th>backend</th><th>version</th><th>commit</th><th>ready / target</th><th>replicas by state</th>
 <th>replicas by version</th><th>restarts</th><th>req/s</th><th>5xx</th><th>p99</th><th>latest exception</th></tr></thead>
 <tbody id="backends"></tbody></table>
 
@@ -190,7 +190,7 @@ function drawStatus(s) {
   box.replaceChildren(...errors.map(e => el("pre", e)));
   if (!errors.length) box.appendChild(el("span", "none", "muted"));
   fill("backends", Object.entries(s.backends || {}).sort().map(([name, b]) => row([
-    name, short(b.version), (b.ready ?? "–") + " / " + (b.target_replicas ?? "–"),
+    name, short(b.version), b.commit ? commit(b.commit, b.commit.slice(0, 7)) : "–", (b.ready ?? "–") + " / " + (b.target_replicas ?? "–"),
     counts(b.replicas), counts(Object.fromEntries(Object.entries(b.versions || {}).map(([v, n]) => [short(v), n]))),
     counts(b.restarts), ...serving(b.serving), b.latest_exception || "–",
   ])), "no backends");

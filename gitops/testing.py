@@ -54,6 +54,7 @@ class FakeController:
         self.rollouts: dict[str, Rollout] = {}  # reported as the controller's, by endpoint
         self.serving: dict[str, RequestStats] = {}  # each backend's requests of the last minute, as reported
         self._goals: dict[str, str] = {}  # goal id -> object name
+        self._deletes: set[str] = set()  # the goal ids of deletes: `failing` fails the others (a delete always ends)
 
     # --- writes -------------------------------------------------------------------
 
@@ -66,7 +67,7 @@ class FakeController:
     async def delete_backend(self, name: str) -> str:
         self._call("delete_backend", name)
         self._put("backends", name, None)
-        return self._goal(name)
+        return self._goal(name, deleting=True)
 
     async def apply_endpoint(self, config: EndpointConfig) -> str:
         self._call("apply_endpoint", config.name)
@@ -76,14 +77,14 @@ class FakeController:
     async def delete_endpoint(self, name: str) -> str:
         self._call("delete_endpoint", name)
         self._put("endpoints", name, None)
-        return self._goal(name)
+        return self._goal(name, deleting=True)
 
     # --- reads ----------------------------------------------------------------------
 
     async def wait_for_goal(self, goal_id: str, timeout_s: float) -> GoalResult:
         self._reachable()
         name = self._goals[goal_id]
-        if name in self.failing:
+        if name in self.failing and goal_id not in self._deletes:
             return GoalResult(goal_id=goal_id, state=GoalState.FAILED, reason=self.failing[name])
         if name in self.stuck:
             await asyncio.sleep(timeout_s)
@@ -120,9 +121,11 @@ class FakeController:
         if name in self.refuse:
             raise ValueError(self.refuse[name])
 
-    def _goal(self, name: str) -> str:
+    def _goal(self, name: str, deleting: bool = False) -> str:
         goal_id = f"g{len(self._goals)}"
         self._goals[goal_id] = name
+        if deleting:
+            self._deletes.add(goal_id)
         return goal_id
 
     def _put(self, kind: str, name: str, value: Any | None) -> None:
@@ -139,7 +142,9 @@ def _running(name: str, config: BackendConfig) -> BackendStatus:
         ReplicaStatus(replica_id=f"{name}-{i}", state=ReplicaState.RUNNING, version=config.version, node_id="node")
         for i in range(config.num_replicas)
     )
-    return BackendStatus(version=config.version, target_replicas=config.num_replicas, replicas=replicas)
+    return BackendStatus(
+        version=config.version, target_replicas=config.num_replicas, replicas=replicas, commit=config.commit
+    )
 
 
 class MemorySource:

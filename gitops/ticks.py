@@ -100,6 +100,7 @@ class TickReport:
     started_at: float  # wall clock
     duration_s: float = 0.0
     revision: Revision | None = None  # the newest revision, if the fetch worked
+    held_head: str | None = None  # the head a rollback holds back: `revision` is the good commit instead
     attempted: bool = False  # the revision was reconciled (new, or a full tick)
     applied_before: str | None = None  # the commit last applied when the tick began
     loaded: LoadResult | None = None
@@ -170,10 +171,17 @@ def history_entry(report: TickReport) -> HistoryEntry | None:
         started_at=report.started_at,
         finished_at=report.reconciled_at if report.reconciled_at is not None else report.started_at,
         result=outcome,
-        plan_summary=plan.summary().text() if plan else "No changes.",
+        plan_summary=_rolled_back(report) + (plan.summary().text() if plan else "No changes."),
         actions=len(plan) if plan else 0,
         errors=_entry_errors(report, outcome),
     )
+
+
+def _rolled_back(report: TickReport) -> str:
+    """A rollback's re-apply says so: "rolled back to 1a2b3c4 (holding 5d6e7f8): "."""
+    if report.held_head is None or report.revision is None:
+        return ""
+    return f"rolled back to {report.revision.sha[:7]} (holding {report.held_head[:7]}): "
 
 
 def _entry_errors(report: TickReport, outcome: Outcome) -> tuple[str, ...]:

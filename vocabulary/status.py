@@ -131,6 +131,7 @@ def _innermost(tb: TracebackType | None, root: str) -> str:
 
 class BackendStatus(_Observed):
     version: str
+    commit: str | None = None  # the commit the backend's config (its replicas' version) was applied from
     target_replicas: int = Field(ge=0)
     deleting: bool = False
     replicas: tuple[ReplicaStatus, ...] = ()

@@ -266,8 +266,8 @@ def render_status(status: AgentStatus) -> str:
         *environment_lines(status.environment),
     ]
     if status.backends:
-        lines += ["", _table(["BACKEND", "VERSION", "READY", "REPLICAS", *_SERVING, "LAST ERROR"], [
-            [name, (b.version or "-")[:12], f"{b.ready}/{b.target_replicas}", _pairs(b.replicas),
+        lines += ["", _table(["BACKEND", "VERSION", "COMMIT", "READY", "REPLICAS", *_SERVING, "LAST ERROR"], [
+            [name, (b.version or "-")[:12], _short(b.commit), f"{b.ready}/{b.target_replicas}", _pairs(b.replicas),
              *_serving(b.serving), b.last_error or ""]
             for name, b in sorted(status.backends.items())
         ])]

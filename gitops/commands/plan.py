@@ -8,6 +8,8 @@ on stdout as `--format text|json|markdown` (`--json` = `--format json`;
 markdown is a pull-request comment: a summary table and the actions in
 apply order, each marked restart or in place); spec errors go to stderr as
 `FILE:LINE:COL: message` with exit 1 (and, in markdown, into the comment).
+Between two commits, a restarting update names the code files whose change
+made its new version (`code changed: deployments/hello.py`).
 Exit 0 otherwise, or with `--exit-code` 0 for no change, 2 for changes.
 With `--environment NAME` both sides are loaded with `environments/NAME.toml`
 on top, the markdown title names the environment, and a sync window holding
@@ -24,19 +26,21 @@ import asyncio
 import sys
 from datetime import datetime, UTC
 from pathlib import Path
+from typing import Mapping
 
 from vocabulary.configs import ServingState
 from gitops.errors import UserError
 from gitops.printable import printable_lines
 from gitops.secrets import FileDigests, assume_unchanged
-from gitops.sources.trees import Tree
+from gitops.specs.code import CodeIndex, changed_files
 from gitops.specs.loading import LoadResult, Loader
+from gitops.sources.trees import CommitTree, Tree
 from gitops.planning import plan
 from gitops.sources.trees import find_toplevel
 from gitops.plans import Action, ActionKind, Plan
 from gitops.syncwindows import Hold, hold_at
 
-__all__ = ["plan_command", "render_markdown", "render_markdown_errors"]
+__all__ = ["plan_command", "code_changes", "render_markdown", "render_markdown_errors"]
 
 EXIT_NO_CHANGES, EXIT_ERRORS, EXIT_CHANGES = 0, 1, 2
 
@@ -50,11 +54,12 @@ def plan_command(args: argparse.Namespace) -> int:
     # Any directory inside the repository will do, as for git; --path is from its top level.
     repo = find_toplevel(repo) or repo
     loader = _SecretFileLoader(environment=args.environment)
-    desired, desired_errors = _load(loader, repo, args.to_rev, args.path)
-    actual = ServingState()
+    desired, desired_errors, desired_code = _load(loader, repo, args.to_rev, args.path)
+    actual: ServingState = ServingState()
     actual_errors: list[str] = []
+    actual_code: _CodePaths = {}
     if args.from_rev is not None:
-        actual, actual_errors = _load(loader, repo, args.from_rev, args.path)
+        actual, actual_errors, actual_code = _load(loader, repo, args.from_rev, args.path)
     output = "json" if args.json else (args.format or "text")
     if desired_errors or actual_errors:
         _print_errors(args.from_rev, actual_errors)
@@ -66,6 +71,8 @@ def plan_command(args: argparse.Namespace) -> int:
         actual = _live_state(args.ray_address)
         desired = assume_unchanged(desired, actual)
     result = plan(desired, actual)
+    if args.from_rev is not None and not args.live:
+        result = code_changes(result, repo, args.path, (args.from_rev, actual_code), (args.to_rev, desired_code))
     held = _held(loader, repo, args.to_rev, args.path) if args.environment else None
     if output == "markdown":
         markdown = render_markdown(result, "live" if args.live else args.from_rev, args.to_rev, args.environment)
@@ -85,10 +92,34 @@ class _SecretFileLoader(Loader):
         return FileDigests(super().load_tree)(tree, spec_path)
 
 
-def _load(loader: Loader, repo: Path, rev: str, spec_path: str) -> tuple[ServingState, list[str]]:
-    """One commit's desired state (empty when it has errors) and its errors as printable lines."""
+_CodePaths = Mapping[str, tuple[str, ...]]
+
+
+def _load(loader: Loader, repo: Path, rev: str, spec_path: str) -> tuple[ServingState, list[str], _CodePaths]:
+    """One commit's desired state (empty when it has errors), its errors as
+    printable lines, and each backend's code paths."""
     loaded = loader.load_commit(repo, rev=rev, spec_path=spec_path)
-    return loaded.state or ServingState(), [str(error) for error in loaded.errors]
+    return loaded.state or ServingState(), [str(error) for error in loaded.errors], loaded.code_paths
+
+
+def code_changes(
+    result: Plan, repo: Path, spec_path: str, before: tuple[str, _CodePaths], after: tuple[str, _CodePaths]
+) -> Plan:
+    """`result` with each restarting update naming the code files that changed
+    between the two commits (none: a code-affecting field changed the version)."""
+    trees = {rev: CodeIndex(CommitTree(repo, rev), spec_path) for rev in (before[0], after[0])}
+
+    def files(side: tuple[str, _CodePaths], name: str) -> dict[str, str | None]:
+        rev, paths = side
+        return {file: digest for path in paths.get(name, ()) for file, digest in trees[rev].files(path).items()}
+
+    actions = [
+        action.model_copy(update={"code_changes": tuple(changed_files(files(before, action.name), files(after, action.name)))})
+        if action.kind is ActionKind.UPDATE_BACKEND and action.restarts
+        else action
+        for action in result.actions
+    ]
+    return Plan(actions=tuple(actions))
 
 
 def _held(loader: Loader, repo: Path, rev: str, spec_path: str) -> Hold | None:

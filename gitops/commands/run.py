@@ -8,11 +8,12 @@ allow-listed part of this process's environment, `--replica-env` adding
 names: `vocabulary.replica_env`), start or find the controller
 (which starts the proxies) and claim it as its one agent (refused with one
 line when another agent owns it, unless `--take-over`; stopped when taken
-over) and give it this start's `--prometheus-url`, run the agent and the admin
-server on one event loop, write the admin URL in the state dir for client
-commands (`gitops.agent_address`), say `gitops: ready` (and write
-`--ready-file`) once the first reconcile is over, and on Ctrl-C / SIGTERM
-stop all of it cleanly:
+over), wait for the proxies (one that cannot start, e.g. its port in use, is
+a one-line error: `gitops.proxy_start`) and give it this start's
+`--prometheus-url`, run the agent and the admin server on one event loop,
+write the admin URL in the state dir for client commands
+(`gitops.agent_address`), say `gitops: ready` (and write `--ready-file`) once
+the first reconcile is over, and on Ctrl-C / SIGTERM stop all of it cleanly:
 an embedded Ray is shut down with everything it ran, a joined cluster
 keeps serving. Every event of the process goes to stdout through logging
 (`--log-format text|json`, see `gitops.logs`). Must not: contain reconcile
@@ -51,6 +52,7 @@ __all__ = ["run_command", "join_ray", "take_charge", "bind_socket", "start_loggi
 
 _LOG = logging.getLogger("gitops.run")
 _NOTIFY_DRAIN_S = 5.0  # at stop, how long queued notifications may still take
+_PROXY_START_S = 60.0  # at start, how long the proxies may take before the agent goes on without waiting
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -92,6 +94,7 @@ def run_command(args: argparse.Namespace) -> int:
                        fetch_timeout_s=args.fetch_timeout)
     source.discard_unfinished_exports()
     sockets = [bind_socket(args.admin_host, args.admin_port, "--admin-port")]
+    _proxy_addresses_free(args)
     if args.webhook_port is not None:
         sockets.append(bind_socket(args.webhook_host, args.webhook_port, "--webhook-port"))
     start_logging(args.log_format)
@@ -99,7 +102,7 @@ def run_command(args: argparse.Namespace) -> int:
         f"gitops: watching {source.location} branch {source.branch} path {args.path}; "
         f"proxy http://{args.proxy_host}:{args.proxy_port}, admin http://{args.admin_host}:{args.admin_port}"
     )
-    from controller.cluster import init_ray, kill_embedded_ray, ray_endpoints, shutdown_ray
+    from controller.cluster import init_ray, kill_embedded_ray, mute_pushed_errors, ray_endpoints, shutdown_ray
 
     embedded = args.ray_address is None
     client = None
@@ -115,10 +118,12 @@ def run_command(args: argparse.Namespace) -> int:
             )
         except ConnectionError as error:
             raise UserError(str(error)) from None
+        mute_pushed_errors()
         _sigterm_interrupts()  # ray.init installed its own, which exits at once
         ray_watch = watch_ray(*ray_endpoints(), embedded=kill_embedded_ray if embedded else None)
         client = _controller(args)
         owner = take_charge(client, args, source, statedir.agent_id(state.root))
+        _proxies_started(client, embedded, owner.agent_id)
         asyncio.run(_serve(args, state, source, client, owner.agent_id, secret, token, sockets, links, channels))
         if not embedded:
             _release_quietly(client, owner.agent_id)
@@ -237,6 +242,26 @@ async def _watch_ownership(client: Any, agent_id: str, namespace: str, interval_
         if holder is not None and holder.agent_id != agent_id:
             _LOG.error(f"gitops: Ray namespace '{namespace}' was taken over by {holder.describe()}; stopping")
             stop.set()
+
+
+def _proxy_addresses_free(args: argparse.Namespace) -> None:
+    from gitops.proxy_start import check_addresses_free
+
+    ports = {"--proxy-port": args.proxy_port, "--proxy-metrics-port": args.proxy_metrics_port}
+    check_addresses_free(args.proxy_host, ports, joined=args.ray_address is not None)
+
+
+def _proxies_started(client: Any, embedded: bool, agent_id: str) -> None:
+    """Nothing is applied while no proxy can serve it: a proxy that cannot
+    start (its address in use) stops the agent with one line (gitops.proxy_start)."""
+    from gitops.proxy_start import status_of, wait_for_proxies
+
+    try:
+        wait_for_proxies(status_of(client), _PROXY_START_S)
+    except UserError:
+        if not embedded:
+            _release_quietly(client, agent_id)
+        raise
 
 
 def _release_quietly(client: Any, agent_id: str) -> None:

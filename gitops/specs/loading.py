@@ -9,6 +9,8 @@ Public API (other modules code against exactly this): a `Loader`, with
 Loading never raises on bad input: TOML syntax, table contents
 (`gitops.specs.models`), rules across files (`gitops.specs.documents`), import paths
 (`gitops.specs.imports`) and code paths all become `SpecError`s, reported at once.
+A backend's version hashes its code as `gitops.specs.code` says: never the
+spec files.
 
 Hostile trees are bounded (`gitops.specs.limits`, docs/security.md): spec
 files are sized before they are read; a symbolic link under the spec path
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Hashable, Iterator, Mapping
 
 from vocabulary.configs import BackendConfig, EndpointConfig, SecretConfig, ServingState
+from gitops.specs.code import CodeIndex
 from gitops.specs.imports import AttributeKind, ResolvedImport, module_files, resolve_import
 from gitops.specs.documents import Documents, ParsedFile, SpecError, combine, oversized_file, parse_file
 from gitops.specs.environments import (
@@ -64,10 +67,14 @@ CACHE_SIZE = 64
 
 @dataclass(frozen=True)
 class LoadResult:
+    """A desired state or its errors; `code_paths` names, per backend, the
+    paths its version hashes (`gitops.specs.code`), for `gitops plan`."""
+
     state: ServingState | None
     errors: tuple[SpecError, ...] = ()
     # The loader's environment's settings ([promotion], [[sync_windows]]), when it has one.
     environment: EnvironmentSettings | None = None
+    code_paths: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -172,7 +179,7 @@ class Loader:
             return cached
         with self._files_lock:
             before = self._built
-        result, built = _resolve(tree, documents, before)
+        result, built = _resolve(tree, documents, before, CodeIndex(tree, spec_path))
         with self._files_lock:
             self._built = built
         self._results.put(key, result)
@@ -336,7 +343,7 @@ class _Built:
     endpoints: Mapping[str, tuple[EndpointSpec, EndpointConfig]] = field(default_factory=dict)
 
 
-def _resolve(tree: Tree, documents: Documents, before: _Built) -> tuple[LoadResult, _Built]:
+def _resolve(tree: Tree, documents: Documents, before: _Built, code: CodeIndex) -> tuple[LoadResult, _Built]:
     errors = list(documents.errors)
     built: dict[str, tuple[BackendSpec, _CodeHashes, BackendConfig]] = {}
     imports: dict[str, ResolvedImport] = {}  # one tree: an import path resolves once
@@ -346,7 +353,9 @@ def _resolve(tree: Tree, documents: Documents, before: _Built) -> tuple[LoadResu
         import_path = declared.spec.import_path
         if import_path not in imports:
             imports[import_path] = resolve_import(tree, import_path)
-        resolved, problems = _resolve_backend(tree, name, declared.spec, imports[import_path], before.backends.get(name))
+        resolved, problems = _resolve_backend(
+            tree, name, declared.spec, imports[import_path], before.backends.get(name), code
+        )
         errors.extend(declared.error(loc, message) for loc, message in problems)
         if resolved is not None:
             built[name] = resolved
@@ -360,7 +369,8 @@ def _resolve(tree: Tree, documents: Documents, before: _Built) -> tuple[LoadResu
         endpoints={name: config for name, (_, config) in endpoints.items()},
         secrets=secrets,
     )
-    return LoadResult(state), _Built(built, endpoints)
+    paths = {name: tuple(path for path, _ in hashes) for name, (_, hashes, _) in built.items()}
+    return LoadResult(state, code_paths=paths), _Built(built, endpoints)
 
 
 def _secret_files(tree: Tree, documents: Documents) -> tuple[dict[str, SecretConfig], list[SpecError]]:
@@ -390,6 +400,7 @@ def _resolve_backend(
     spec: BackendSpec,
     target: ResolvedImport,
     before: tuple[BackendSpec, _CodeHashes, BackendConfig] | None,
+    code: CodeIndex,
 ) -> tuple[tuple[BackendSpec, _CodeHashes, BackendConfig] | None, list[tuple[Loc, str]]]:
     at: Loc = ("backends", name)
     problems: list[tuple[Loc, str]] = []
@@ -407,7 +418,7 @@ def _resolve_backend(
             problems.append(((*at, "code_paths", index), f"backends.{name}.code_paths: '{path}' does not exist"))
     if problems:
         return None, problems
-    hashes = tuple((path, tree.hash(path)) for path in code_paths(spec, target.module_file))
+    hashes = tuple((path, code.identity(path)) for path in code_paths(spec, target.module_file))
     if before is not None and before[0] is spec and before[1] == hashes:
         return before, []
     version = derive_version(spec, dict(hashes))

@@ -314,7 +314,8 @@ class BackendSpec(_BackendKeys):  # type: ignore[misc,valid-type]  # create_mode
     code_paths: list[str] | None = Field(
         default=None,
         description="Paths (from the repository root) whose files make up the code; "
-        "default: the imported module's folder.",
+        "default: the imported module's folder. Under the spec path only Python files count: "
+        "spec files never change a version.",
     )
     version: str | None = Field(
         default=None, description="The code's version, when set by hand; default: derived from the code paths."

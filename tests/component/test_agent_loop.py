@@ -315,14 +315,15 @@ def test_code_exports_no_backend_uses_are_removed(spec_repo, tmp_path) -> None:
 def test_failed_rollout_is_recorded_with_the_replicas_error_and_traffic_stays(spec_repo, tmp_path) -> None:
     controller = FakeController()
     agent = make_agent(spec_repo, tmp_path, controller)
-    tick(agent)
+    good = tick(agent)
     controller.failing["v3"] = "ImportError: cannot import name 'Echo3'"
     spec_repo.write("deployments/echo.toml", spec({"v3": 1.0}, backends=("v1", "v3")))
     failed = spec_repo.commit("move traffic to v3, which cannot start")
     entry = tick(agent, full=False)
     assert entry.result is Outcome.FAILED
-    assert entry.errors == ("create backend v3: ImportError: cannot import name 'Echo3'",)
+    assert entry.errors == (f"create backend v3: ImportError: cannot import name 'Echo3'; reverted to {good.commit[:7]}",)
     assert controller.state.endpoints["echo"].traffic == {"v1": 1.0}
+    assert "v3" not in controller.state.backends  # started for the failed commit: stopped
     status = agent.status()
     assert (status.status.value, status.last_attempted_revision) == ("Failed", failed)
     assert status.last_applied_revision != failed
@@ -366,6 +367,7 @@ def test_a_failed_apply_logs_the_failed_backend_from_data_not_text(spec_repo, tm
     log.setLevel(logging.INFO)
     agent = make_agent(spec_repo, tmp_path, controller, log=log)
     tick(agent)
+    first = spec_repo.head()
     # The replica's own error names another backend action; the field must not be fooled by it.
     controller.failing["v3"] = "constructor raised: create backend v1 failed"
     spec_repo.write("deployments/echo.toml", spec({"v1": 1.0}, backends=("v1", "v2", "v3")))
@@ -373,7 +375,7 @@ def test_a_failed_apply_logs_the_failed_backend_from_data_not_text(spec_repo, tm
     tick(agent, full=False)
     [line] = [r for r in records if getattr(r, "result", None) == "failed"]
     assert (line.backend, line.commit, line.actions) == ("v3", spec_repo.head()[:7], 1)
-    assert line.errors == ["create backend v3: constructor raised: create backend v1 failed"]
+    assert line.errors == [f"create backend v3: constructor raised: create backend v1 failed; reverted to {first[:7]}"]
     waiting = [r for r in records if r.getMessage().endswith("waiting for create backend v3")]
     assert [r.backend for r in waiting] == ["v3"]
 

@@ -35,16 +35,21 @@ def test_a_failed_apply_goes_back_to_the_last_applied_commit_and_holds_the_bad_o
     tick(agent)
     spec_repo.write("deployments/echo.toml", spec({"v3": 1.0}, backends=("v1", "v3")))
     bad = spec_repo.commit("v3 is broken")
-    tick(agent)  # fails, reverts
-    controller.failing.clear()  # v3's replicas are gone: deleting it succeeds
-    tick(agent)  # applies the good commit's state
+    tick(agent)  # fails, and its changes are undone at once
+    assert "v3" not in controller.state.backends
+    controller.failing.clear()
+    tick(agent)  # the good commit's state: already what runs
     tick(agent)  # the bad head stays held
-    assert results(agent) == [(good, Outcome.APPLIED), (bad, Outcome.FAILED), (good, Outcome.APPLIED)]
+    assert results(agent) == [(good, Outcome.APPLIED), (bad, Outcome.FAILED), (good, Outcome.NOOP)]
+    assert agent.history(1)[0].plan_summary == f"rolled back to {good[:7]} (holding {bad[:7]}): No changes."
+    status = agent.status()
+    assert (status.status.value, status.watched_revision) == ("Held", bad)
+    assert status.condition("Ready").reason == "RolledBack"
     assert set(controller.state.endpoints["echo"].traffic) == {"v1"}
     assert metric(agent, 'gitops_rollbacks_total{reason="apply_failed"}') == 1
     restarted = reverting(spec_repo, tmp_path, controller)
     tick(restarted)
-    assert results(restarted)[-1] == (good, Outcome.APPLIED) and len(results(restarted)) == 3
+    assert results(restarted)[-1] == (good, Outcome.NOOP) and len(results(restarted)) == 3
 
 
 def test_a_commit_newer_than_the_held_ones_is_applied_normally(spec_repo: MemorySource, tmp_path: Path) -> None:
@@ -105,3 +110,22 @@ def test_gitops_rollback_goes_back_by_hand_through_the_admin_api(spec_repo: Memo
     tick(agent)
     assert results(agent)[-1] == (first, Outcome.APPLIED) and controller.state.endpoints["echo"].traffic == {"v1": 1.0}
     assert metric(agent, 'gitops_rollbacks_total{reason="manual"}') == 1
+    # Not Synced: the branch's head is newer than what runs, and held back.
+    assert agent.history(1)[0].plan_summary.startswith(f"rolled back to {first[:7]} (holding {second[:7]}): Plan:")
+    status = agent.status()
+    assert (status.status.value, status.watched_revision, status.last_applied_revision) == ("Held", second, first)
+    assert "rolled back to" in status.condition("Ready").message
+
+
+def test_a_suspended_agent_shows_the_commit_waiting_for_resume(spec_repo: MemorySource, tmp_path: Path) -> None:
+    agent = make_agent(spec_repo, tmp_path, FakeController())
+    tick(agent)
+    applied = spec_repo.head()
+    agent.suspend()
+    spec_repo.write("deployments/echo.toml", spec({"v2": 1.0}))
+    pending = spec_repo.commit("waits for resume")
+    asyncio.run(agent.watch_head())
+    status = agent.status()
+    assert (status.status.value, status.watched_revision, status.last_applied_revision) == (
+        "Suspended", pending, applied
+    )

@@ -19,7 +19,6 @@ files use), then
 
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
 import stat

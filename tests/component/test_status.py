@@ -110,11 +110,13 @@ def test_json_form_parses_back_into_the_same_status() -> None:
     assert AgentStatus.model_validate(status.model_dump(mode="json")) == status
 
 
-def test_json_form_of_a_backend_keeps_todays_fields() -> None:
-    data = roll_up(replace(BASE, cluster=cluster(ready=1, last_error="boom"))).model_dump(mode="json")
+def test_json_form_of_a_backend_keeps_todays_fields_and_says_its_commit() -> None:
+    observed = cluster(ready=1, last_error="boom")
+    observed = observed.model_copy(update={"backends": {"echo": observed.backends["echo"].model_copy(update={"commit": SHA_A})}})
+    data = roll_up(replace(BASE, cluster=observed)).model_dump(mode="json")
     today = {
         "version": "v1", "target_replicas": 2, "ready": 1, "replicas": {"RUNNING": 1}, "versions": {"v1": 1},
-        "restarts": {}, "last_error": "boom",
+        "restarts": {}, "last_error": "boom", "commit": SHA_A,
     }
     assert {key: data["backends"]["echo"][key] for key in today} == today
 

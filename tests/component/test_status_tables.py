@@ -19,7 +19,7 @@ def agent_status(**facts) -> AgentStatus:
         ReplicaStatus(replica_id=f"r{i}", state=ReplicaState.RUNNING, version=version) for i in range(2)
     )
     cluster = ClusterStatus(
-        backends={"echo-v1": BackendStatus(version=version, target_replicas=2, replicas=replicas)},
+        backends={"echo-v1": BackendStatus(version=version, target_replicas=2, replicas=replicas, commit=SHA)},
         endpoints={"echo": EndpointStatus(route="/echo", traffic={"echo-v1": 0.9, "echo-v2": 0.1})},
     )
     entry = HistoryEntry(commit=SHA, branch="main", author_time=0, summary="s", started_at=0, finished_at=1,
@@ -33,7 +33,7 @@ def test_status_table_shows_status_commits_backends_and_traffic() -> None:
     text = render_status(agent_status())
     assert text.splitlines()[0].startswith("Status:     Synced (ReconciliationSucceeded")
     assert f"Applied:    {SHA[:7]}" in text
-    assert "echo-v1  abcdef123456  2/2    RUNNING=2" in text
+    assert f"echo-v1  abcdef123456  {SHA[:7]}  2/2    RUNNING=2" in text
     assert "echo      /echo  echo-v1=90% echo-v2=10%" in text
 
 

@@ -95,3 +95,67 @@ def test_the_default_code_path_is_the_imported_modules_folder() -> None:
     assert spec is not None
     assert code_paths(spec, "apps/model.py") == ("apps",)
     assert code_paths(spec, "apps/pkg/__init__.py") == ("apps/pkg",)
+
+
+# --- spec files are never code ------------------------------------------------------
+
+INIT_SPEC = """
+[backends.hello-v1]
+import_path = "deployments.hello:Hello"
+init_args = ["v1"]
+num_replicas = 1
+
+[endpoints.hello]
+route = "/hello"
+traffic = { hello-v1 = 1.0 }
+"""
+HELLO_PY = "class Hello:\n    def __call__(self, request):\n        return 1\n"
+
+
+def init_layout_version(spec: str = INIT_SPEC, **files: str) -> str:
+    """hello-v1's version in the layout `gitops init` makes: the module beside its spec."""
+    # Keyword names stand for paths: "__" is "/", a trailing "__py" is ".py".
+    named = {name.replace("__py", ".py").replace("__", "/"): text for name, text in files.items()}
+    tree = {"deployments/hello.toml": spec, "deployments/hello.py": HELLO_PY, **named}
+    result = Loader().load_tree(MemoryTree(tree))
+    assert result.ok and result.state is not None, result.errors
+    return result.state.backends["hello-v1"].version
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"spec": INIT_SPEC.replace("num_replicas = 1", "num_replicas = 3")},
+        {"spec": INIT_SPEC + '\n[endpoints.other]\nroute = "/other"\ntraffic = { hello-v1 = 1.0 }\n'},
+        {"deployments__other.toml": '[endpoints.other]\nroute = "/other"\ntraffic = { hello-v1 = 1.0 }\n'},
+        {"deployments__README.md": "notes", "deployments__sub__data.json": "{}"},
+    ],
+)
+def test_spec_files_beside_the_module_are_not_code(edit: dict[str, str]) -> None:
+    assert init_layout_version(**edit) == init_layout_version()
+
+
+def test_python_files_beside_the_module_are_code() -> None:
+    assert init_layout_version(deployments__hello__py=HELLO_PY + "# edit\n") != init_layout_version()
+    assert init_layout_version(deployments__util__py="X = 1\n") != init_layout_version()
+    assert init_layout_version(deployments__pkg__helpers__py="X = 1\n") != init_layout_version()
+
+
+def test_a_root_module_does_not_hash_the_spec_files() -> None:
+    spec = INIT_SPEC.replace("deployments.hello:Hello", "app:Hello")
+    base = {"spec": spec, "app__py": HELLO_PY, "README.md": "r"}
+    assert init_layout_version(**{**base, "spec": spec.replace("num_replicas = 1", "num_replicas = 2")}) == (
+        init_layout_version(**base)
+    )
+    assert init_layout_version(**{**base, "README.md": "changed"}) != init_layout_version(**base)
+
+
+def test_a_module_folder_apart_from_the_spec_path_hashes_as_git_does() -> None:
+    """Versions outside the spec path are what they were before spec files were excluded."""
+    tree = MemoryTree({"deployments/model.toml": BASE_SPEC, **FILES})
+    result = Loader().load_tree(tree)
+    assert result.state is not None
+    spec, _ = check_backend({"import_path": "apps.model:Model", "init_args": ["small"],
+                             "ray_actor_options": {"num_cpus": 0.1}}, ("backends", "model"))
+    assert spec is not None
+    assert result.state.backends["model"].version == derive_version(spec, {"apps": tree.hash("apps")})

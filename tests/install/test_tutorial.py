@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +73,8 @@ def test_the_tutorial_runs_as_written(installed: Installed, tmp_path: Path, ray_
            "GIT_COMMITTER_NAME": "Reader", "GIT_COMMITTER_EMAIL": "reader@example.invalid", "HOME": str(home)}
     agent: subprocess.Popen[str] | None = None
     log = tmp_path / "agent.log"
+    took: list[tuple[str, float]] = []  # each block's commit -> applied, for the record
+    previous = ""
     try:
         for block in tutorial_blocks():
             script = f'{head}cd "$(cat {where})"\n{block.body}'
@@ -79,13 +82,15 @@ def test_the_tutorial_runs_as_written(installed: Installed, tmp_path: Path, ray_
                 agent = subprocess.Popen(["bash", "-c", script], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
                 continue
             if agent is not None:
-                wait_applied(agent, admin, Path(where.read_text().strip()), log)
+                took.append((previous, wait_applied(agent, admin, Path(where.read_text().strip()), log)))
+            previous = block.body.strip().splitlines()[-1]
             done = subprocess.run(
                 ["bash", "-c", f"{script}\npwd > {where}\n"], env=env, capture_output=True, text=True, timeout=300
             )
             assert done.returncode == 0, f"{block.body}\n{done.stdout}\n{done.stderr}"
             assert "Traceback" not in done.stdout + done.stderr, done.stderr
         assert agent is not None
+        print("block's last line -> its commit applied, s:", [(line, round(s, 2)) for line, s in took])
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=120) == 0, log.read_text()
         assert "Traceback" not in log.read_text()
@@ -96,7 +101,9 @@ def test_the_tutorial_runs_as_written(installed: Installed, tmp_path: Path, ray_
         _shutdown_controller()
 
 
-def wait_applied(agent: subprocess.Popen[str], admin: int, repo: Path, log: Path) -> None:
+def wait_applied(agent: subprocess.Popen[str], admin: int, repo: Path, log: Path) -> float:
+    """Wait until the agent applied HEAD; returns the seconds it took."""
+    start = time.monotonic()
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
 
     def applied() -> bool:
@@ -104,4 +111,5 @@ def wait_applied(agent: subprocess.Popen[str], admin: int, repo: Path, log: Path
         status = httpx.get(f"http://127.0.0.1:{admin}/status", timeout=5).json()
         return status["status"] == "Synced" and status["last_applied_revision"] == head
 
-    eventually(applied, timeout_s=240, interval_s=0.3, what=f"the agent applied {head[:7]}", retry_on=(httpx.HTTPError,))
+    eventually(applied, timeout_s=240, interval_s=0.1, what=f"the agent applied {head[:7]}", retry_on=(httpx.HTTPError,))
+    return time.monotonic() - start

@@ -150,9 +150,15 @@ class AgentProcess:
     Joined to an existing Ray (the test session's), as a user starts it;
     `stop()` ends it and shuts down the controller it left running.
     `extra_args` are appended to the command line (e.g. `--log-format json`).
+    `cwd` is where it runs (default: here); Ray puts a driver's directory on
+    its workers' import path, so a repository whose code is the `deployments`
+    package (the layout `gitops init` makes) needs one outside this checkout,
+    whose own `deployments` package would be imported instead.
     """
 
-    def __init__(self, repo: Path, workdir: Path, ray_address: str, extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self, repo: Path, workdir: Path, ray_address: str, extra_args: Sequence[str] = (), cwd: Path | None = None
+    ) -> None:
         self.admin_port, self.proxy_port, self.metrics_port = free_port(), free_port(), free_port()
         self.admin = f"http://127.0.0.1:{self.admin_port}"
         self.proxy = f"http://127.0.0.1:{self.proxy_port}"
@@ -172,6 +178,7 @@ class AgentProcess:
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            cwd=cwd,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self.http = httpx.Client(timeout=10)

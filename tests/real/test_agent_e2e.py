@@ -415,3 +415,72 @@ def test_reverting_a_removal_brings_the_endpoint_and_its_backend_back(specs, ser
     wait_for(lambda: applied(agent, specs.repo.head()), timeout_s=30, what="revert applied")
     assert answer(url) == {"label": "v1", "code": "one"}
     assert len(replica_actors(namespace)) == 1
+
+
+MODEL = '''\
+class Model:
+    def __init__(self, label):
+        if label == "boom":
+            raise RuntimeError("model file weights.bin not found")
+        self.label = label
+
+    def __call__(self, request):
+        return {"label": self.label}
+'''
+
+
+def three_backends(tag: str, labels: dict[str, str]) -> str:
+    text = "".join(
+        f'[backends.{tag}-{name}]\nimport_path = "txn.model:Model"\ninit_args = ["{label}"]\n'
+        "ray_actor_options = { num_cpus = 0.01 }\ngraceful_shutdown_timeout_s = 1\n\n"
+        for name, label in labels.items()
+    )
+    return text + f'[endpoints.{tag}]\nroute = "/{tag}"\ntraffic = {{ "{tag}-a" = 1.0 }}\n'
+
+
+def test_a_failed_commit_is_undone_whole_and_status_says_which_commit_each_backend_runs(
+    repo, tmp_path, empty_cluster
+) -> None:
+    """Three backends change; one raises in __init__: the other two go back to
+    the previous commit's version, history and status say failed and reverted,
+    and the error names the file and line that raised."""
+    client, url, _ = empty_cluster
+    tag = f"t{uuid.uuid4().hex[:6]}"
+    repo.write("txn/model.py", MODEL)
+    repo.write("deployments/txn.toml", three_backends(tag, {"a": "v1", "b": "v1", "c": "v1"}))
+    good = repo.commit("three backends")
+    agent = make_agent(repo, tmp_path / "state", client, watch=False)
+    assert asyncio.run(agent.tick()).result is Outcome.APPLIED
+    before = {name: config.version for name, config in asyncio.run(client.get_state()).backends.items()}
+
+    repo.write("deployments/txn.toml", three_backends(tag, {"a": "v2", "b": "v2", "c": "boom"}))
+    bad = repo.commit("three new versions, one broken")
+    entry = asyncio.run(agent.tick(full=False))
+    assert entry is not None and entry.result is Outcome.FAILED
+    [error] = entry.errors
+    assert "RuntimeError: model file weights.bin not found (txn/model.py:4)" in error, error
+    assert error.endswith(f"; reverted to {good[:7]}"), error
+
+    state = asyncio.run(client.get_state())
+    assert {name: config.version for name, config in state.backends.items()} == before
+    assert {config.commit for config in state.backends.values()} == {good}
+    asyncio.run(agent.tick(full=False))  # observe
+    status = agent.status()
+    assert (status.status.value, status.last_attempted_revision, status.last_applied_revision) == ("Failed", bad, good)
+    assert {name: backend.commit for name, backend in status.backends.items()} == dict.fromkeys(before, good)
+    assert f"reverted to {good[:7]}" in status.condition("Ready").message
+    wait_for(lambda: httpx.get(f"{url}/{tag}", timeout=5).json() == {"label": "v1"}, what="v1 still answers")
+
+
+def test_a_package_the_cluster_lacks_names_the_line_and_runtime_env_pip(repo, tmp_path, empty_cluster) -> None:
+    client, _, _ = empty_cluster
+    tag = f"t{uuid.uuid4().hex[:6]}"
+    repo.write("txn/model.py", "import surely_not_installed_here\n\n" + MODEL)
+    repo.write("deployments/txn.toml", three_backends(tag, {"a": "v1"}))
+    repo.commit("needs a package")
+    agent = make_agent(repo, tmp_path / "state", client, watch=False)
+    entry = asyncio.run(agent.tick())
+    assert entry is not None and entry.result is Outcome.FAILED
+    assert "ModuleNotFoundError: No module named 'surely_not_installed_here' (txn/model.py:1)" in entry.errors[0]
+    assert "runtime_env.pip" in entry.errors[0]
+    assert not asyncio.run(client.get_state()).backends  # undone: nothing was there before

@@ -196,8 +196,11 @@ def test_auto_revert_after_a_failed_apply_goes_back_to_the_last_good_commit_and_
             repo.write("deployments/apps/greeter.py", APP.replace(
                 "self.label = label", "raise RuntimeError('model file missing')"))
             broken = repo.commit("v2 code that cannot start")
+            # The failed apply undid itself; the rollback's re-apply of the good commit then has nothing to change.
             wait_for(lambda: [(e.commit, e.result) for e in agent.history(2)] == [
-                (good, Outcome.APPLIED), (broken, Outcome.FAILED)], 90, what="the failed apply, then the revert applied")
+                (good, Outcome.NOOP), (broken, Outcome.FAILED)], 90, what="the failed apply, then the revert applied")
+            assert agent.history(1)[0].plan_summary.startswith(f"rolled back to {good[:7]} (holding {broken[:7]})")
+            assert agent.status().status.value == "Held"
             quarantine = agent.status().quarantine
             after = labels_after(load)
             repo.write("deployments/apps/greeter.py", APP)

@@ -16,9 +16,10 @@ from typing import Callable, Iterable
 
 import httpx
 import pytest
+import ray
 
 from controller.cluster import descendants
-from tests.real.support import free_port, occupied_port
+from tests.real.support import AgentProcess, free_port, occupied_port
 
 pytestmark = pytest.mark.real
 
@@ -88,6 +89,73 @@ def test_run_with_a_taken_admin_port_is_a_one_line_error(clone: Path) -> None:
         )
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "admin address 127.0.0.1:" in done.stderr
+
+
+def test_run_with_a_taken_proxy_port_is_a_one_line_error_naming_who_holds_it(clone: Path) -> None:
+    """The proxy cannot listen: exit 1 within seconds with one line naming the
+    address and the process holding it, nothing applied, no Ray traceback."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import socket, sys, time\n"
+         "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+         "print(s.getsockname()[1], flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        port = int(holder.stdout.readline())
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        start = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "gitops", "run", "--proxy-port", str(port), "--admin-port", str(free_port()),
+             "--proxy-metrics-port", str(free_port())],
+            cwd=clone, env=env, capture_output=True, text=True, timeout=180,
+        )
+        took = time.monotonic() - start
+    finally:
+        holder.kill()
+        holder.wait()
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"gitops run: proxy cannot listen on 127.0.0.1:{port}: in use by pid {holder.pid} ("), (
+        done.stderr
+    )
+    assert "Traceback" not in done.stdout + done.stderr and "applied" not in done.stdout, done.stdout
+    print(f"gitops run stopped {took:.1f}s after it started (Ray's start included)")
+
+
+def test_a_joined_agent_whose_proxy_cannot_start_stops_with_the_controllers_word(
+    repo, tmp_path: Path, ray_session: str
+) -> None:
+    """Joined to a cluster, a port held by what may be this namespace's own proxy
+    (a Ray proxy process) is left to the controller: its proxy's failure to
+    start still ends `gitops run` with one line, before anything is applied."""
+    repo.write("deployments/empty.toml", "")
+    repo.commit("nothing yet")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import socket, sys, time\n"
+         "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+         "print(s.getsockname()[1], flush=True); time.sleep(600)", "ray::ProxyActor"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    agent = None
+    try:
+        assert holder.stdout is not None
+        port = int(holder.stdout.readline())
+        start = time.monotonic()
+        agent = AgentProcess(repo.root, tmp_path, ray.get_runtime_context().gcs_address,
+                             extra_args=["--proxy-port", str(port)])
+        code = agent.process.wait(timeout=120)
+        took = time.monotonic() - start
+        log = agent.log_path.read_text()
+    finally:
+        holder.kill()
+        holder.wait()
+        if agent is not None:
+            agent.stop()
+    assert code == 1, log
+    assert f"gitops run: proxy cannot listen on 127.0.0.1:{port}: in use by pid {holder.pid} (" in log, log
+    assert "Traceback" not in log and "applied" not in log, log
+    print(f"stopped {took:.1f}s after it started")
 
 
 def test_run_outside_a_git_repository_is_a_one_line_error(tmp_path: Path) -> None:

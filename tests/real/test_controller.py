@@ -107,7 +107,7 @@ def test_failing_new_version_fails_its_goal_with_the_user_error_and_old_keeps_se
     broken = backend(version="v2", import_path="controller_apps:Broken", init_args=())
     result = run(client.wait_for_goal(run(client.apply_backend(broken)), 60))
     assert result.state == GoalState.FAILED
-    assert result.reason == "RuntimeError: model file missing: weights.bin"
+    assert result.reason == "RuntimeError: model file missing: weights.bin (controller_apps.py:35)"  # where it raised
     assert ask(client)["tag"] == "v1"
 
 

@@ -95,6 +95,31 @@ def test_plan_between_two_commits_shows_changes_in_apply_order(repo: GitRepo) ->
     assert lines[-1] == "Plan: 1 to create, 2 to update, 0 to delete."
 
 
+def test_plan_names_the_code_file_that_changed_a_version(repo: GitRepo) -> None:
+    """In the layout `gitops init` makes (code beside its spec), the spec edit
+    restarts nothing and a code edit names its file."""
+    repo.write("deployments/hello.py", APP)
+    repo.write("deployments/hello.toml", V1.replace("deployments.apps.echo", "deployments.hello"))
+    first = repo.commit("first")
+    repo.write("deployments/hello.toml", V1.replace("deployments.apps.echo", "deployments.hello").replace("= 1\n", "= 3\n"))
+    second = repo.commit("three replicas")
+    repo.write("deployments/hello.py", APP.replace('"hello"', '"hi"'))
+    repo.write("deployments/notes.md", "not code")
+    third = repo.commit("new greeting")
+
+    spec_edit = gitops_plan(repo, "--from", first, "--to", second)
+    assert spec_edit.returncode == 0, spec_edit.stderr
+    assert "~ backend echo-v1 (in place)" in spec_edit.stdout.splitlines()
+
+    code_edit = gitops_plan(repo, "--from", second, "--to", third)
+    assert code_edit.returncode == 0, code_edit.stderr
+    lines = code_edit.stdout.splitlines()
+    assert "~ backend echo-v1 (restart)" in lines
+    assert "    code changed: deployments/hello.py" in lines
+    listed = json.loads(gitops_plan(repo, "--from", second, "--to", third, "--json").stdout)
+    assert listed["actions"][0]["code_changes"] == ["deployments/hello.py"]
+
+
 def test_plan_without_from_creates_everything_at_head(repo: GitRepo) -> None:
     commit_specs(repo, V1)
     done = gitops_plan(repo)
