@@ -3,7 +3,7 @@
 A Ray actor call costs the proxy and the replica far more than the request
 it carries (submitting, the task loop, serialisation, core-worker threads).
 `SocketTransport` instead keeps one persistent connection per replica and
-multiplexes every call to it as `vocabulary.frames` frames (served by
+multiplexes every call to it as `datalink.frames` frames (served by
 `replica.data_socket`): the replica's private Unix socket when it is on the
 proxy's own node, its TCP listener (`connect_tcp`, TCP_NODELAY) when it is on
 another. It is a `proxy.coalescing.Transport`, so the coalescer still batches
@@ -24,8 +24,8 @@ forgotten, and its connection closed. A cancelled call sends a CANCEL frame,
 which cancels the handler on the replica. Frames written in one loop
 iteration leave in one write. Replies are unpickled, so a Unix socket's peer
 must be our own OS user (SO_PEERCRED), and a TCP peer must first prove it
-knows the replica's secret, which only Ray told us (`vocabulary.handshake`;
-`FramedConnection` decodes nothing before).
+knows the replica's secret, which only Ray told us (`datalink.handshake`;
+nothing is decoded before).
 
 It is a `proxy.calling.StreamCaller` too: a streaming answer's rest and a
 WebSocket to a replica with an open connection travel on it as well (a
@@ -54,22 +54,13 @@ from typing import Any, AsyncGenerator, Awaitable, Callable
 
 from proxy.calling import HandlerError, ReplicaDiedError, StreamCaller
 from proxy.coalescing import Transport
-from vocabulary.frames import (
-    MAX_FRAME_BYTES,
-    Frame,
-    FrameDecoder,
-    FrameError,
-    Kind,
-    Opening,
-    Window,
-    encode,
-    item_bytes,
-)
-from vocabulary.handshake import DataAddress, Handshake, HandshakeError, Role
-from vocabulary.peers import peer_allowed, peer_uid, set_nodelay
+from datalink.connection import FrameConnection
+from datalink.frames import MAX_FRAME_BYTES, Frame, Kind, Opening, Window, encode, item_bytes
+from datalink.handshake import DataAddress, Handshake, Role
+from datalink.peers import peer_allowed, peer_uid
 from vocabulary.wire import BatchItem, BatchResult, Reply, StreamStart, WireRequest
 
-__all__ = ["Address", "SocketTransport", "FramedConnection", "connect", "connect_tcp"]
+__all__ = ["Address", "SocketTransport", "ReplicaConnection", "connect", "connect_tcp"]
 
 logger = logging.getLogger(__name__)
 
@@ -115,26 +106,22 @@ class _Flow:
             self.waiter.set_result(None)
 
 
-class FramedConnection(asyncio.Protocol):
+class ReplicaConnection(FrameConnection):
     """One connection to one replica: calls out by id, replies matched back."""
 
     def __init__(self, name: str, max_frame: int = MAX_FRAME_BYTES, handshake: Handshake | None = None) -> None:
         """With a `handshake` (TCP), nothing is sent or decoded before the
         replica has proven itself: `proven` says whether it did, once known."""
+        super().__init__(max_frame, handshake)
         self.name = name
         self.max_frame = max_frame
         self.via = "unix" if handshake is None else "tcp"
-        self._handshake = handshake
-        self._loop = asyncio.get_running_loop()  # made on the loop it serves; asked once, not per call
         self.proven: asyncio.Future[bool] = self._loop.create_future()
         if handshake is None:
             self.proven.set_result(True)
-        self._decoder = FrameDecoder(max_frame)
-        self._transport: asyncio.Transport | None = None
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._flows: dict[int, _Flow] = {}
-        self._out: list[bytes] = []
         self.lost: str | None = None  # why the connection ended, once it did
 
     @property
@@ -151,15 +138,15 @@ class FramedConnection(asyncio.Protocol):
         """Send one call (from `frame`) and await its reply; raises
         ReplicaDiedError or HandlerError; cancelling it cancels the call."""
         if not self.open:
-            raise ReplicaDiedError(f"the data socket to {self.name} is closed: {self.lost}")
-        self._write(frame)
+            raise ReplicaDiedError(f"the data connection to {self.name} is closed: {self.lost}")
+        self.write(frame)
         future: asyncio.Future[Any] = self._loop.create_future()
         self._pending[call_id] = future
         try:
             return await future
         except asyncio.CancelledError:
             if self._pending.pop(call_id, None) is not None and self.open:
-                self._write(encode(Kind.CANCEL, call_id))
+                self.write(encode(Kind.CANCEL, call_id))
             raise
 
     async def items(self, call_id: int, frame: bytes, window: Window) -> AsyncGenerator[Any, None]:
@@ -168,9 +155,9 @@ class FramedConnection(asyncio.Protocol):
         previous one back; leaving early cancels the call on the replica.
         Raises ReplicaDiedError or HandlerError."""
         if not self.open:
-            raise ReplicaDiedError(f"the data socket to {self.name} is closed: {self.lost}")
+            raise ReplicaDiedError(f"the data connection to {self.name} is closed: {self.lost}")
         flow = self._flows[call_id] = _Flow(window)
-        self._write(frame)
+        self.write(frame)
         ended = False
         try:
             while True:
@@ -197,11 +184,11 @@ class FramedConnection(asyncio.Protocol):
         finally:
             self._flows.pop(call_id, None)
             if not ended and self.open:
-                self._write(encode(Kind.CANCEL, call_id))
+                self.write(encode(Kind.CANCEL, call_id))
 
     def _credit(self, call_id: int, flow: _Flow) -> None:
         if flow.owed_items and self.open:
-            self._write(encode(Kind.CREDIT, call_id, (flow.owed_items, flow.owed_bytes)))
+            self.write(encode(Kind.CREDIT, call_id, (flow.owed_items, flow.owed_bytes)))
             flow.unacked -= flow.owed_items
             flow.owed_items = flow.owed_bytes = 0
 
@@ -210,62 +197,16 @@ class FramedConnection(asyncio.Protocol):
         framed = self.frame(kind, payload)
         if framed is None or not self.open:
             return False
-        self._write(framed[1])
+        self.write(framed[1])
         return True
 
-    def _write(self, frame: bytes) -> None:
-        # Frames sent within one loop iteration leave in one write.
-        if not self._out:
-            self._loop.call_soon(self._flush)
-        self._out.append(frame)
+    # --- FrameConnection ------------------------------------------------------
 
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        if self.open and out:
-            assert self._transport is not None
-            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+    def on_proven(self) -> None:
+        if not self.proven.done():
+            self.proven.set_result(True)
 
-    # --- asyncio.Protocol -----------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
-        if self._handshake is not None:
-            set_nodelay(transport.get_extra_info("socket"))
-            transport.write(self._handshake.greeting())  # type: ignore[attr-defined]
-
-    def data_received(self, data: bytes) -> None:
-        if self._handshake is not None:
-            rest = self._prove(data)
-            if not rest:
-                return
-            data = rest
-        try:
-            frames = self._decoder.feed(data)
-        except FrameError as error:
-            self.close(f"malformed frame from the replica: {error}")
-            return
-        for frame in frames:
-            self._settle(frame)
-
-    def _prove(self, data: bytes) -> bytes | None:
-        """The handshake's next step; what came after the replica's proof once it is proven."""
-        assert self._handshake is not None
-        if self._transport is None:
-            return None
-        try:
-            out, rest = self._handshake.feed(data)
-        except HandshakeError as error:
-            self.close(f"the handshake failed: {error}")
-            return None
-        if out:
-            self._transport.write(out)
-        if rest is not None:
-            self._handshake = None
-            if not self.proven.done():
-                self.proven.set_result(True)
-        return rest
-
-    def _settle(self, frame: Frame) -> None:
+    def on_frame(self, frame: Frame) -> None:
         flow = self._flows.get(frame.call_id)
         if flow is not None:
             if frame.kind is Kind.ITEM:
@@ -292,7 +233,7 @@ class FramedConnection(asyncio.Protocol):
     def close(self, reason: str) -> None:
         """End the connection; every pending call fails with ReplicaDiedError."""
         if self.lost is None:
-            logger.warning("data socket to %s closed: %s", self.name, reason)
+            logger.warning("data connection to %s closed: %s", self.name, reason)
             self.lost = reason
         if self._transport is not None:
             self._transport.abort()
@@ -302,7 +243,7 @@ class FramedConnection(asyncio.Protocol):
         if self.lost is None:
             self.lost = f"the replica closed it ({exc!r})" if exc else "the replica closed it"
             if self._pending:
-                logger.warning("data socket to %s lost with %d calls pending: %s", self.name, len(self._pending), self.lost)
+                logger.warning("data connection to %s lost with %d calls pending: %s", self.name, len(self._pending), self.lost)
         self._transport = None
         self._fail_pending()
 
@@ -312,17 +253,17 @@ class FramedConnection(asyncio.Protocol):
         pending, self._pending = self._pending, {}
         for future in pending.values():
             if not future.done():
-                future.set_exception(ReplicaDiedError(f"the data socket to {self.name} closed: {self.lost}"))
+                future.set_exception(ReplicaDiedError(f"the data connection to {self.name} closed: {self.lost}"))
         for flow in self._flows.values():
-            flow.finish(ReplicaDiedError(f"the data socket to {self.name} closed: {self.lost}"))
+            flow.finish(ReplicaDiedError(f"the data connection to {self.name} closed: {self.lost}"))
 
 
-async def connect(path: str, name: str, max_frame: int = MAX_FRAME_BYTES) -> FramedConnection:
+async def connect(path: str, name: str, max_frame: int = MAX_FRAME_BYTES) -> ReplicaConnection:
     """A connection to the replica serving frames at `path`; raises OSError when
     it cannot be made or the peer is not our own OS user."""
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(_CONNECT_TIMEOUT_S):
-        transport, connection = await loop.create_unix_connection(lambda: FramedConnection(name, max_frame), path)
+        transport, connection = await loop.create_unix_connection(lambda: ReplicaConnection(name, max_frame), path)
     sock = transport.get_extra_info("socket")
     uid = peer_uid(sock)
     if not peer_allowed(uid, os.getuid()):
@@ -333,17 +274,17 @@ async def connect(path: str, name: str, max_frame: int = MAX_FRAME_BYTES) -> Fra
 
 async def connect_tcp(
     host: str, port: int, secret: bytes, name: str, max_frame: int = MAX_FRAME_BYTES, timeout_s: float = _CONNECT_TIMEOUT_S
-) -> FramedConnection:
+) -> ReplicaConnection:
     """A connection to the replica serving frames at TCP `(host, port)`, once
-    both ends proved they know `secret` (`vocabulary.handshake`); raises
+    both ends proved they know `secret` (`datalink.handshake`); raises
     OSError (ConnectionError when the handshake failed) or TimeoutError."""
     loop = asyncio.get_running_loop()
     handshake = Handshake(Role.PROXY, secret)
-    connection: FramedConnection | None = None
+    connection: ReplicaConnection | None = None
     try:
         async with asyncio.timeout(timeout_s):
             _, connection = await loop.create_connection(
-                lambda: FramedConnection(name, max_frame, handshake), host, port
+                lambda: ReplicaConnection(name, max_frame, handshake), host, port
             )
             if not await asyncio.shield(connection.proven):
                 raise ConnectionError(f"no data connection to {name}: {connection.lost}")
@@ -354,7 +295,7 @@ async def connect_tcp(
     return connection
 
 
-def _close_soon(loop: asyncio.AbstractEventLoop, connection: FramedConnection) -> None:
+def _close_soon(loop: asyncio.AbstractEventLoop, connection: ReplicaConnection) -> None:
     """Close `connection` on its loop, from whichever thread dropped its replica's handle."""
     try:
         loop.call_soon_threadsafe(connection.close, "the replica left the table")
@@ -369,7 +310,7 @@ class _Route:
     __slots__ = ("connection", "asking", "failures", "retry_at", "connected_at", "closer")
 
     def __init__(self) -> None:
-        self.connection: FramedConnection | None = None
+        self.connection: ReplicaConnection | None = None
         self.asking: asyncio.Task[None] | None = None
         self.failures = 0  # lost connections and failed attempts in a row
         self.retry_at: float | None = None  # None: no attempt is due (connected, asking, or Ray for good)
@@ -497,7 +438,7 @@ class SocketTransport:
         connection = self._connection(handle)
         return None if connection is None else connection.via
 
-    def _connection(self, handle: Any) -> FramedConnection | None:
+    def _connection(self, handle: Any) -> ReplicaConnection | None:
         """The open connection to `handle`'s replica; None means: call it over the fallback."""
         route = self._routes.get(handle)
         if route is None:

@@ -6,12 +6,12 @@ Ray stays the control plane and the fallback. `DataSocket` listens on
 `<private dir>/data.sock` for a proxy on this node: the directory is made by
 this user with mode 0700 (under the Ray session dir, else the system temp
 dir), the socket is mode 0600, and a connecting peer whose SO_PEERCRED uid is
-not ours is refused before any byte of it is read (`vocabulary.peers`) — the
+not ours is refused before any byte of it is read (`datalink.peers`) — the
 frames carry pickles, so only our own user may write them. For proxies on
 other nodes it also listens on TCP (`start_tcp`) at the node's address (never
 a wildcard) on a port the kernel picks; a TCP peer must prove within
 `HANDSHAKE_TIMEOUT_S` that it knows the secret this `DataSocket` made at
-start (`vocabulary.handshake`) — until then none of its bytes reaches a
+start (`datalink.handshake`) — until then none of its bytes reaches a
 decoder, and a peer that fails is closed and logged (with its address, never
 the secret). The secret leaves only in `address()`, which the replica
 answers over Ray. TCP frames are authenticated, not encrypted.
@@ -24,7 +24,7 @@ here as a `StreamStart`; a STREAM frame then claims its rest and the chunks
 go out as ITEM frames, then END (or ERROR when the handler raised). A
 WebSocket is a SOCKET frame: what the app sends goes out as ITEMs the same
 way, and what the client sends comes in as PUSH calls. Both are pushed only
-as far ahead as the proxy's window allows (`vocabulary.frames.Window`,
+as far ahead as the proxy's window allows (`datalink.frames.Window`,
 replenished by its CREDIT frames), so a slow client pauses the producer; a
 CANCEL stops the user's generator. A reply too large for one frame is held
 and streamed the same way (`hold`), so no answer is ever too big for this
@@ -33,7 +33,7 @@ frame closes its connection (the proxy then treats the replica as died and
 falls back to Ray); a connection that closes cancels its calls, since
 nobody is left to answer.
 
-Not here: the frame format (`vocabulary.frames`), the replica's methods
+Not here: the frame format (`datalink.frames`), the replica's methods
 (`replica.host`).
 """
 
@@ -50,19 +50,10 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, AsyncGenerator, Awaitable, Callable
 
-from vocabulary.frames import (
-    MAX_FRAME_BYTES,
-    Frame,
-    FrameDecoder,
-    FrameError,
-    Kind,
-    Opening,
-    Window,
-    encode,
-    item_bytes,
-)
-from vocabulary.handshake import DataAddress, Handshake, HandshakeError, Role, new_secret
-from vocabulary.peers import peer_allowed, peer_uid, set_nodelay
+from datalink.connection import FrameConnection
+from datalink.frames import MAX_FRAME_BYTES, Frame, Kind, Opening, Window, encode, item_bytes
+from datalink.handshake import DataAddress, Handshake, Role, new_secret
+from datalink.peers import peer_allowed, peer_uid
 from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, StreamStart, WireRequest
 
 __all__ = ["DataSocket", "Serving", "socket_dir", "SUN_PATH_MAX"]
@@ -125,7 +116,7 @@ class DataSocket:
         self.served = 0  # requests answered over the socket (a batch counts each of its items)
         self.streamed = 0  # streams and WebSockets whose items went out over the socket
         self.accepted = {"unix": 0, "tcp": 0}  # connections served, TCP ones once they proved themselves
-        self._connections: set[_Connection] = set()
+        self._connections: set[_ProxyConnection] = set()
         self._stopped = False  # stop_listening was called: nothing listens again
 
     def __repr__(self) -> str:
@@ -186,7 +177,7 @@ class DataSocket:
             return None
         try:
             server = await asyncio.get_running_loop().create_server(
-                lambda: _Connection(self, Handshake(Role.REPLICA, self._secret)), host, 0, backlog=1024
+                lambda: _ProxyConnection(self, Handshake(Role.REPLICA, self._secret)), host, 0, backlog=1024
             )
         except OSError as error:
             logger.warning("no TCP data socket at %s, other nodes' proxies call over Ray: %s", host, error)
@@ -220,92 +211,56 @@ class DataSocket:
         """Stop listening and drop every connection (their calls are cancelled)."""
         self.stop_listening()
         for connection in list(self._connections):
-            connection.abort("the replica closed its data socket")
+            connection.close("the replica closed its data socket")
 
-    def _connection(self) -> "_Connection":
-        return _Connection(self, None)
+    def _connection(self) -> "_ProxyConnection":
+        return _ProxyConnection(self, None)
 
 
-class _Connection(asyncio.Protocol):
+class _ProxyConnection(FrameConnection):
     """One proxy's connection: frames in, one task per call, replies out.
 
     Over TCP (`handshake` given), nothing is decoded until the peer has
-    proven itself (`vocabulary.handshake`) within the handshake timeout."""
+    proven itself (`datalink.handshake`) within the handshake timeout."""
 
     def __init__(self, owner: DataSocket, handshake: Handshake | None) -> None:
+        super().__init__(owner._max_frame, handshake)
         self._owner = owner
-        self._handshake = handshake
-        self._loop = asyncio.get_running_loop()  # the server's, made per connection: asked once, not per reply
         self._deadline: asyncio.TimerHandle | None = None
         self._peer = "a Unix socket peer"
         self._aborted = False
-        self._decoder = FrameDecoder(owner._max_frame)
-        self._transport: asyncio.Transport | None = None
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._credits: dict[int, _Credit] = {}
-        self._out: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
-        sock = transport.get_extra_info("socket")
+        super().connection_made(transport)
         if self._handshake is not None:
             self._peer = f"TCP peer {transport.get_extra_info('peername')!r}"
-            set_nodelay(sock)
             self._owner._connections.add(self)
             self._deadline = self._loop.call_later(
-                self._owner._handshake_timeout_s, self.abort, "it did not complete the handshake in time"
+                self._owner._handshake_timeout_s, self.close, "it did not complete the handshake in time"
             )
-            transport.write(self._handshake.greeting())
             return
         try:
-            uid = peer_uid(sock)
+            uid = peer_uid(transport.get_extra_info("socket"))
         except OSError as error:
             logger.warning("data socket: refused a peer whose credentials could not be read: %s", error)
-            transport.abort()
+            transport.abort()  # type: ignore[attr-defined]
             return
         if not peer_allowed(uid, os.getuid()):
             logger.warning("data socket: refused a peer with uid %d (only uid %d may connect)", uid, os.getuid())
-            transport.abort()
+            transport.abort()  # type: ignore[attr-defined]
             return
         self._owner._connections.add(self)
         self._owner.accepted["unix"] += 1
 
-    def data_received(self, data: bytes) -> None:
-        if self._handshake is not None:
-            rest = self._proven(data)
-            if not rest:
-                return
-            data = rest
-        try:
-            frames = self._decoder.feed(data)
-        except FrameError as error:
-            self.abort(f"malformed frame: {error}")
-            return
-        for frame in frames:
-            self._dispatch(frame)
-
-    def _proven(self, data: bytes) -> bytes | None:
-        """The handshake's next step; what came after the peer's proof once it is proven."""
-        assert self._handshake is not None
-        if self._transport is None:
-            return None
-        try:
-            out, rest = self._handshake.feed(data)
-        except HandshakeError as error:
-            self.abort(f"the handshake failed: {error}")
-            return None
-        if out:
-            self._transport.write(out)
-        if rest is None:
-            return None
-        self._handshake = None
+    def on_proven(self) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
         self._owner.accepted["tcp"] += 1
-        return rest
 
-    def _dispatch(self, frame: Frame) -> None:
+    def on_frame(self, frame: Frame) -> None:
         kind = frame.kind
         if kind is Kind.CANCEL:
             # Forgotten here: a call cancelled before it ran never reaches its own `finally`.
@@ -317,13 +272,13 @@ class _Connection(asyncio.Protocol):
         if kind is Kind.CREDIT:
             credit = self._credits.get(frame.call_id)
             if not _is_credit(frame.payload):
-                self.abort(f"a CREDIT frame of {frame.payload!r}")
+                self.close(f"a CREDIT frame of {frame.payload!r}")
             elif credit is not None:  # else: its stream ended meanwhile
                 credit.grant(*frame.payload)
             return
         if kind is Kind.DISCARD:
             if not isinstance(frame.payload, str):
-                self.abort("a DISCARD frame without a stream id")
+                self.close("a DISCARD frame without a stream id")
                 return
             self._owner._serving.close_stream(frame.payload)
             return
@@ -332,20 +287,20 @@ class _Connection(asyncio.Protocol):
             payload = frame.payload
             if not (isinstance(payload, tuple) and len(payload) == 2 and isinstance(payload[0], str)
                     and isinstance(payload[1], dict)):
-                self.abort("a PUSH frame without (socket id, message)")
+                self.close("a PUSH frame without (socket id, message)")
                 return
             self._send(Kind.RESULT, frame.call_id, bool(self._owner._serving.socket_message(*payload)))
             return
         if kind not in (Kind.REQUEST, Kind.BATCH, Kind.TOGETHER, Kind.STREAM, Kind.SOCKET):
-            self.abort(f"a {kind.name} frame from the proxy")
+            self.close(f"a {kind.name} frame from the proxy")
             return
         if frame.call_id in self._calls:
-            self.abort(f"call id {frame.call_id} is already in flight")
+            self.close(f"call id {frame.call_id} is already in flight")
             return
         if kind is Kind.STREAM or kind is Kind.SOCKET:
             items = self._opened(frame)
             if items is None:
-                self.abort(f"a {kind.name} frame with {frame.payload!r}")
+                self.close(f"a {kind.name} frame with {frame.payload!r}")
                 return
             self._credits[frame.call_id] = _Credit(frame.payload.window)
             task = self._loop.create_task(self._generate(frame.call_id, items))
@@ -443,18 +398,10 @@ class _Connection(asyncio.Protocol):
             # Headers alone past the bound: too big for this path, and an error is better than a stuck call.
             frame = encode(Kind.ERROR, call_id, f"a reply of {len(frame)} bytes is too large for the data socket")
             sent = False
-        # Replies finishing in one loop iteration leave in one write.
-        if not self._out:
-            self._loop.call_soon(self._flush)
-        self._out.append(frame)
+        self.write(frame)  # replies finishing in one loop iteration leave in one write
         return sent
 
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
-
-    def abort(self, reason: str) -> None:
+    def close(self, reason: str) -> None:
         logger.warning("data socket: closing the connection of %s: %s", self._peer, reason)
         self._aborted = True
         if self._transport is not None:

@@ -60,8 +60,8 @@ from replica.asgi import BodyStream, Lifespan, Socket, is_asgi_app, serve_http
 from replica.conversions import to_reply, to_starlette_request, to_wire_response
 from replica.streams import StreamTable
 from replica.handles import HandleRouter
-from vocabulary.frames import MAX_FRAME_BYTES
-from vocabulary.handshake import DataAddress
+from datalink.frames import MAX_FRAME_BYTES
+from datalink.handshake import DataAddress
 from vocabulary.serving import ReplicaContext, install
 
 # A large reply held for the proxy to stream leaves in slices of this size.

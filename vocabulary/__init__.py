@@ -12,9 +12,8 @@ data plane (`proxy`) and the user-code host (`replica`) meet only here.
   the names of the actors every part must agree on.
 - `status`: observed state (`ClusterStatus` and its parts), the ordered
   `Health` with `worst()`.
-- `wire`: the proxy <-> replica request/response tuples.
-- `frames`: the length-prefixed frames those tuples travel in over a
-  same-node Unix socket.
+- `wire`: the proxy <-> replica request/response tuples (the frames they
+  travel in over the data path are `datalink`'s).
 - `choosing`: the request path's choices (backend by weight, replica by
   power of two, queue admission), for the proxy and for handles alike.
 - `serving`: what user code in a replica may ask for (`gitops.serving`):

@@ -22,8 +22,8 @@ from proxy.coalescing import Coalescer
 from proxy.socketcalls import SocketTransport
 from replica.host import Replica
 from tests.component.data_path import APPS, App, FakeHandle, RecordingFallback
-from vocabulary.frames import FrameDecoder, Kind, encode
-from vocabulary.handshake import DataAddress
+from datalink.frames import FrameDecoder, Kind, encode
+from datalink.handshake import DataAddress
 from vocabulary.wire import BatchOutcome, StreamStart, WireRequest, make_request
 
 
@@ -284,7 +284,7 @@ def test_calls_are_forgotten_once_answered_or_cancelled_even_before_they_ran() -
 
 
 def test_the_peer_credentials_the_server_checks_are_the_connecting_process() -> None:
-    from vocabulary.peers import peer_uid
+    from datalink.peers import peer_uid
 
     left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with left, right:

@@ -25,8 +25,8 @@ from proxy.socketcalls import SocketTransport
 from proxy.streaming import StreamEnd, relay
 from replica.host import Replica
 from tests.component.data_path import FakeHandle, RecordingFallback
-from vocabulary.frames import Frame, FrameDecoder, Kind, Opening, Window, encode
-from vocabulary.handshake import DataAddress
+from datalink.frames import Frame, FrameDecoder, Kind, Opening, Window, encode
+from datalink.handshake import DataAddress
 from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, make_request
 
 MODULE = __name__

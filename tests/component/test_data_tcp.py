@@ -19,8 +19,8 @@ from proxy.calling import ReplicaDiedError
 from proxy.socketcalls import SocketTransport, connect_tcp
 from replica.host import Replica
 from tests.component.data_path import APPS, App, FakeHandle, RecordingFallback
-from vocabulary.frames import Kind, encode
-from vocabulary.handshake import HELLO_BYTES, MAGIC, DataAddress, Handshake, Role
+from datalink.frames import Kind, encode
+from datalink.handshake import HELLO_BYTES, MAGIC, DataAddress, Handshake, Role
 from vocabulary.wire import StreamStart, WireRequest, make_request
 
 LOOPBACK = "127.0.0.1"
@@ -70,7 +70,7 @@ class Scene:
         """As a network fault would: the replica keeps listening, its connections are gone."""
         assert self.replica._data is not None
         for connection in list(self.replica._data._connections):
-            connection.abort("the test cut it")
+            connection.close("the test cut it")
 
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}

@@ -36,9 +36,9 @@ Payloads are pickled (protocol 5), and unpickling runs whatever the bytes
 say. That is acceptable ONLY because of each connection's access control. The
 Unix socket lives in a directory only this OS user can enter (mode 0700), it
 is mode 0600 itself, and both ends refuse a peer whose SO_PEERCRED uid is not
-their own (`vocabulary.peers`), so nothing another OS user can write is ever
+their own (`datalink.peers`), so nothing another OS user can write is ever
 unpickled. On TCP, both ends first prove they know the replica's secret
-(`vocabulary.handshake`), and no byte is given to a `FrameDecoder` before
+(`datalink.handshake`), and no byte is given to a `FrameDecoder` before
 that. Never carry these frames over anything weaker (a shared directory, TCP
 without the handshake). The handshake authenticates, it does not encrypt:
 TCP frames cross the cluster's network in the clear, as Ray's own traffic

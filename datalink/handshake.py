@@ -1,6 +1,6 @@
 """Where a replica serves frames, and the handshake that opens its TCP listener to a proxy.
 
-A replica serves `vocabulary.frames` on a private Unix socket for a proxy on
+A replica serves `datalink.frames` on a private Unix socket for a proxy on
 its own node and on TCP, at its node's IP address, for proxies on other nodes;
 its `DataAddress` (asked over Ray, the control plane) names both, and the TCP
 listener's `secret`. The frames carry pickles, and unpickling runs whatever
