@@ -45,7 +45,8 @@ STAGES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("Ray: call submit", re.compile(r"^ray/actor\.py|^ray/_private/(auto_init_hook|client_mode_hook|signature)\.py"
                                     r"|^ray/util/tracing/")),
     ("Ray: transport (task loop, serialise, deliver)", re.compile(r"^ray/|_raylet|^cloudpickle/|^msgpack")),
-    ("proxy: request path (proxy.app, calls, coalescing)", re.compile(r"^proxy/(app|calling|raycalls|coalescing)\.py")),
+    ("proxy: request path (proxy.app, calls, coalescing)",
+     re.compile(r"^proxy/(app|calling|raycalls|replica_calls|coalescing|gathering)\.py")),
     ("HTTP: parse and framework (httpedge.server, httptools)",
      re.compile(r"^httpedge/|^uvicorn/|^httptools/|^h11/|^proxy/actor\.py")),
 )

@@ -15,7 +15,6 @@ in its log. Many frames may go out in one write and come in with one read:
 
 Calls (proxy to replica) and their replies (replica to proxy), by call id:
   REQUEST   a `WireRequest`                -> RESULT (a `Reply`) or ERROR
-  BATCH     a list of `BatchItem`          -> RESULTS (one `BatchResult` each)
   TOGETHER  a list of `BatchItem` (one call of a batched handler) -> RESULTS
   CANCEL    no payload: stop that call's handler (or stream, or WebSocket); nothing is answered
   ERROR     the handler's traceback text (str)
@@ -81,7 +80,7 @@ _MAX_CALL_ID = 2**64 - 1
 
 class Kind(enum.IntEnum):
     REQUEST = 1
-    BATCH = 2
+    # 2 was a coalesced list of requests: only Ray calls are coalesced now.
     TOGETHER = 3
     CANCEL = 4
     RESULT = 5

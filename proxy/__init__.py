@@ -7,11 +7,13 @@ Map (layers import only downward):
   proxy <-> replica tuples `vocabulary.wire`;
 - state without I/O: `replicas` (per-backend pools, wait queue), `config`
   (the immutable snapshot), `subscriptions` (long-poll payloads -> snapshot),
-  `coalescing` (batching calls per replica over an injected transport);
+  `coalescing` (requests queued for one replica share one Ray call under
+  load), `gathering` (a batched backend's requests gathered into lists);
 - request path: `calling` (the caller seam and its errors), `app` (ASGI),
   `metrics` (its Prometheus recorder and the port they are scraped from),
-  `socketcalls` (the transport to same-node replicas over Unix sockets,
-  Ray injected as its fallback);
+  `socketcalls` (one data connection per replica, calls as frames over it),
+  `replica_calls` (the one call stack: frames when connected, else
+  coalesced Ray calls, both injected);
 - Ray shell: `raycalls`, `controller_link`, `longpoll_client`,
   `load_reporting`, `actor` (`httpedge.server` inside the Ray actor).
 """

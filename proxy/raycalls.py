@@ -1,46 +1,41 @@
-"""`ReplicaCaller` over Ray actor calls: the only place the request path touches Ray.
+"""The request path's Ray calls: the only place it touches Ray.
 
 `RayTransport` makes the three kinds of replica call — `handle_request` for
 one request, `handle_batch` for many, `handle_together` for a batched
-handler's list — and maps Ray's error types to
-`proxy.calling`'s; `RayCaller` puts `proxy.coalescing` in front so that,
-under load, requests queued for one replica share one Ray call. A cancelled
-single call cancels the replica-side task (that is how an endpoint timeout
-stops user code). Never blocks the event loop: results are awaited, never
-fetched with `ray.get`. Behind the coalescer, `proxy.socketcalls` sends a
-replica its requests as frames instead — over a Unix socket on the proxy's
-own node, over authenticated TCP from another — with `RayTransport` as the
-fallback; this module gives it the node id and the Ray call that asks a
-replica for its data address (the TCP secret included: it travels only
-over Ray, the control plane).
+handler's list — and maps Ray's error types to `proxy.calling`'s. A
+cancelled single call cancels the replica-side task (that is how an endpoint
+timeout stops user code). Never blocks the event loop: results are awaited,
+never fetched with `ray.get`.
 
 A streaming answer's rest and a WebSocket's outbound messages come through
 Ray streaming generators (`ObjectRefGenerator`, `RayStreams`); leaving one
 early cancels it (`ray.cancel`), which cancels the generator's task on the
-replica. To a replica with an open data connection they travel as
-frames instead (`SocketTransport` is the `StreamCaller` then, with
-`RayStreams` as its fallback).
+replica.
+
+`RayCaller` is the proxy's `proxy.replica_calls.ReplicaCalls` wired with
+these, and with `proxy.socketcalls.DataConnections` given the node id and
+the Ray call that asks a replica for its data address (the TCP secret
+included: it travels only over Ray, the control plane).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncGenerator, Callable, Coroutine
+from typing import Any, AsyncGenerator, Callable
 
 import ray
 from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
 
-from proxy.calling import Batching, HandlerError, ReplicaDiedError, StreamCaller
-from proxy.coalescing import Coalescer, Transport
-from proxy.socketcalls import Address, SocketTransport
+from proxy.calling import HandlerError, ReplicaDiedError
+from proxy.replica_calls import ReplicaCalls
+from proxy.socketcalls import Address, DataConnections
 from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, WireResponse
 
 __all__ = ["RayCaller", "RayTransport", "RayStreams"]
 
 
 class RayTransport:
-    def at_once(self, handle: Any, request: WireRequest) -> None:
-        return None  # a Ray call costs far more than a request: coalesce under load
+    """A `proxy.coalescing.Transport` over the replica's Ray methods."""
 
     async def one(self, handle: Any, request: WireRequest) -> WireResponse | StreamStart:
         ref = handle.handle_request.remote(request)
@@ -113,7 +108,9 @@ class RayStreams:
             raise ReplicaDiedError(str(error)) from None
 
 
-class RayCaller:
+class RayCaller(ReplicaCalls):
+    """`ReplicaCalls` with Ray's transports, and data connections unless told not to."""
+
     def __init__(
         self,
         max_calls_per_replica: int,
@@ -124,29 +121,9 @@ class RayCaller:
     ) -> None:
         """`data_socket=False`: every request is a Ray call, even to a replica
         on this node. `local_node` names the proxy's node (tests: another one)."""
-        transport: Transport = RayTransport()
-        self._streams: StreamCaller = RayStreams()
-        self.frames: SocketTransport | None = None
-        if data_socket:
-            transport = self._streams = self.frames = SocketTransport(
-                transport, local_node, lambda handle: _data_address(handle, local_node()), streams=self._streams
-            )
-        self._coalescer = Coalescer(transport, max_calls_per_replica, coalesce_window_s, observe_batch)
-
-    def call(
-        self, handle: Any, request: WireRequest, timeout_s: float, batching: Batching | None = None
-    ) -> Coroutine[Any, Any, WireResponse | StreamStart]:
-        # The coalescer's own coroutine, not one wrapped around it: one layer less per request.
-        return self._coalescer.call(handle, request, timeout_s, batching)
-
-    def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
-        return self._streams.stream(handle, start)
-
-    def discard(self, handle: Any, start: StreamStart) -> None:
-        self._streams.discard(handle, start)
-
-    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
-        return self._streams.open_socket(handle, socket_id, request)
-
-    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
-        return await self._streams.push(handle, socket_id, message)
+        connections = (
+            DataConnections(local_node, lambda handle: _data_address(handle, local_node())) if data_socket else None
+        )
+        super().__init__(
+            RayTransport(), max_calls_per_replica, coalesce_window_s, observe_batch, RayStreams(), connections
+        )

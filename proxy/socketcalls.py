@@ -1,44 +1,42 @@
-"""Calls to replicas as frames over one persistent connection each; Ray as the fallback.
+"""Calls to replicas as frames over one persistent connection each.
 
 A Ray actor call costs the proxy and the replica far more than the request
 it carries (submitting, the task loop, serialisation, core-worker threads).
-`SocketTransport` instead keeps one persistent connection per replica and
-multiplexes every call to it as `datalink.frames` frames (served by
-`replica.data_socket`): the replica's private Unix socket when it is on the
-proxy's own node, its TCP listener (`connect_tcp`, TCP_NODELAY) when it is on
-another. It is a `proxy.coalescing.Transport`, so the coalescer still batches
-in front of it (a batch is one frame each way: fewer syscalls and pickles).
+Instead, `DataConnections` keeps one persistent connection per replica
+(`ReplicaConnection`) and multiplexes every call to it as `datalink.frames`
+frames (served by `replica.data_socket`): the replica's private Unix socket
+when it is on the proxy's own node, its TCP listener (`connect_tcp`,
+TCP_NODELAY) when it is on another. Whoever calls asks for the connection
+first and calls another way (Ray, `proxy.replica_calls`) when there is none.
 
 Per replica handle it asks, in the background, for the replica's
 `DataAddress` (over Ray); until that answer comes, when the replica has no
 way in for us (draining, no socket, no TCP listener), or while a connection
-cannot be made, its calls go to the fallback transport (Ray). A lost
-connection (EOF, a reset, a malformed frame) fails every call pending on it
-with `ReplicaDiedError`, so the proxy's retry and 502 semantics are
-unchanged; the replica's next calls go over Ray, which says itself whether
-the actor is dead, and the first one after a back-off (0.1 s, doubling per
-failure in a row up to 5 s; a connection that lasted that long starts it
-over) asks again and connects in the background, so a dead replica is not
-hammered. A replica that leaves the table (its handle is dropped) is
-forgotten, and its connection closed. A cancelled call sends a CANCEL frame,
-which cancels the handler on the replica. Frames written in one loop
-iteration leave in one write. Replies are unpickled, so a Unix socket's peer
-must be our own OS user (SO_PEERCRED), and a TCP peer must first prove it
-knows the replica's secret, which only Ray told us (`datalink.handshake`;
-nothing is decoded before).
+cannot be made, `connection(handle)` is None. A lost connection (EOF, a
+reset, a malformed frame) fails every call pending on it with
+`ReplicaDiedError`, so the proxy's retry and 502 semantics are unchanged;
+the replica is then not connected until a back-off has passed (0.1 s,
+doubling per failure in a row up to 5 s; a connection that lasted that long
+starts it over), when the next look asks again and connects in the
+background, so a dead replica is not hammered. A replica that leaves the
+table (its handle is dropped) is forgotten, and its connection closed. A
+cancelled call sends a CANCEL frame, which cancels the handler on the
+replica. Frames written in one loop iteration leave in one write
+(`datalink.connection`). Replies are unpickled, so a Unix socket's peer must
+be our own OS user (SO_PEERCRED), and a TCP peer must first prove it knows
+the replica's secret, which only Ray told us (`datalink.handshake`; nothing
+is decoded before).
 
-It is a `proxy.calling.StreamCaller` too: a streaming answer's rest and a
-WebSocket to a replica with an open connection travel on it as well (a
+A streaming answer's rest and a WebSocket travel on the connection too (a
 STREAM or SOCKET call whose items the replica pushes; PUSH calls carry what
 a WebSocket's client sends). The proxy grants credit for items as its
 consumer takes the next one — that is, once the previous one went to the
 client — so the replica is never more than a `Window` ahead of a slow
 client. Leaving the iterator early sends a CANCEL, which stops the user's
-generator; a lost connection ends it with `ReplicaDiedError`. Without a
-connection, the injected stream caller (Ray's) serves them.
+generator; a lost connection ends it with `ReplicaDiedError`.
 
-No Ray here: the fallbacks, the node id, the address lookup and the clock
-are injected (`proxy.raycalls` passes Ray's).
+No Ray here: the node id, the address lookup and the clock are injected
+(`proxy.raycalls` passes Ray's).
 """
 
 from __future__ import annotations
@@ -50,17 +48,16 @@ import os
 import time
 import weakref
 from collections import deque
-from typing import Any, AsyncGenerator, Awaitable, Callable
+from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine
 
-from proxy.calling import HandlerError, ReplicaDiedError, StreamCaller
-from proxy.coalescing import Transport
+from proxy.calling import HandlerError, ReplicaDiedError
 from datalink.connection import FrameConnection
 from datalink.frames import MAX_FRAME_BYTES, Frame, Kind, Opening, Window, encode, item_bytes
 from datalink.handshake import DataAddress, Handshake, Role
 from datalink.peers import peer_allowed, peer_uid
 from vocabulary.wire import BatchItem, BatchResult, Reply, StreamStart, WireRequest
 
-__all__ = ["Address", "SocketTransport", "ReplicaConnection", "connect", "connect_tcp"]
+__all__ = ["Address", "DataConnections", "ReplicaConnection", "connect", "connect_tcp"]
 
 logger = logging.getLogger(__name__)
 
@@ -109,12 +106,16 @@ class _Flow:
 class ReplicaConnection(FrameConnection):
     """One connection to one replica: calls out by id, replies matched back."""
 
-    def __init__(self, name: str, max_frame: int = MAX_FRAME_BYTES, handshake: Handshake | None = None) -> None:
+    def __init__(
+        self, name: str, max_frame: int = MAX_FRAME_BYTES, handshake: Handshake | None = None, window: Window = Window()
+    ) -> None:
         """With a `handshake` (TCP), nothing is sent or decoded before the
-        replica has proven itself: `proven` says whether it did, once known."""
+        replica has proven itself: `proven` says whether it did, once known.
+        `window` bounds how far ahead of its client a stream's replica may push."""
         super().__init__(max_frame, handshake)
         self.name = name
         self.max_frame = max_frame
+        self.window = window
         self.via = "unix" if handshake is None else "tcp"
         self.proven: asyncio.Future[bool] = self._loop.create_future()
         if handshake is None:
@@ -150,7 +151,7 @@ class ReplicaConnection(FrameConnection):
             raise
 
     async def items(self, call_id: int, frame: bytes, window: Window) -> AsyncGenerator[Any, None]:
-        """A STREAM or SOCKET call (from `frame`, sent at the first `anext`):
+        """A STREAM or WEBSOCKET call (from `frame`, sent at the first `anext`):
         its items as the replica pushes them. Taking the next item credits the
         previous one back; leaving early cancels the call on the replica.
         Raises ReplicaDiedError or HandlerError."""
@@ -199,6 +200,47 @@ class ReplicaConnection(FrameConnection):
             return False
         self.write(framed[1])
         return True
+
+    # --- the calls: each None when its frame would be too large for the replica
+
+    def request(self, request: WireRequest) -> Coroutine[Any, Any, Reply] | None:
+        """One request's call."""
+        framed = self.frame(Kind.REQUEST, request)
+        return None if framed is None else self.send(*framed)
+
+    def together(self, items: list[BatchItem]) -> Coroutine[Any, Any, list[BatchResult]] | None:
+        """One call of a batched handler with `items`."""
+        framed = self.frame(Kind.TOGETHER, items)
+        return None if framed is None else self._results(framed, len(items))
+
+    async def _results(self, framed: tuple[int, bytes], count: int) -> list[BatchResult]:
+        results = await self.send(*framed)
+        if not isinstance(results, list) or len(results) != count:
+            self.close(f"a call of {count} requests answered with something else")
+            raise ReplicaDiedError(f"replica {self.name} answered a batch with the wrong number of results")
+        return results
+
+    def stream(self, start: StreamStart) -> AsyncGenerator[bytes, None] | None:
+        """A streaming answer's rest."""
+        framed = self.frame(Kind.STREAM, Opening(start.stream_id, self.window))
+        return None if framed is None else self.items(*framed, self.window)
+
+    def discard(self, start: StreamStart) -> bool:
+        """Let a stream go unread; False when it could not be said."""
+        return self.tell(Kind.DISCARD, start.stream_id)
+
+    def open_socket(self, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None] | None:
+        """What a WebSocket's app sends."""
+        framed = self.frame(Kind.SOCKET, Opening((socket_id, request), self.window))
+        return None if framed is None else self.items(*framed, self.window)
+
+    def push(self, socket_id: str, message: dict[str, Any]) -> Coroutine[Any, Any, bool] | None:
+        """One message from a WebSocket's client; the call answers False when the replica no longer holds it."""
+        framed = self.frame(Kind.PUSH, (socket_id, message))
+        return None if framed is None else self._pushed(framed)
+
+    async def _pushed(self, framed: tuple[int, bytes]) -> bool:
+        return bool(await self.send(*framed))
 
     # --- FrameConnection ------------------------------------------------------
 
@@ -258,12 +300,12 @@ class ReplicaConnection(FrameConnection):
             flow.finish(ReplicaDiedError(f"the data connection to {self.name} closed: {self.lost}"))
 
 
-async def connect(path: str, name: str, max_frame: int = MAX_FRAME_BYTES) -> ReplicaConnection:
+async def connect(path: str, name: str, max_frame: int = MAX_FRAME_BYTES, window: Window = Window()) -> ReplicaConnection:
     """A connection to the replica serving frames at `path`; raises OSError when
     it cannot be made or the peer is not our own OS user."""
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(_CONNECT_TIMEOUT_S):
-        transport, connection = await loop.create_unix_connection(lambda: ReplicaConnection(name, max_frame), path)
+        transport, connection = await loop.create_unix_connection(lambda: ReplicaConnection(name, max_frame, None, window), path)
     sock = transport.get_extra_info("socket")
     uid = peer_uid(sock)
     if not peer_allowed(uid, os.getuid()):
@@ -273,7 +315,13 @@ async def connect(path: str, name: str, max_frame: int = MAX_FRAME_BYTES) -> Rep
 
 
 async def connect_tcp(
-    host: str, port: int, secret: bytes, name: str, max_frame: int = MAX_FRAME_BYTES, timeout_s: float = _CONNECT_TIMEOUT_S
+    host: str,
+    port: int,
+    secret: bytes,
+    name: str,
+    max_frame: int = MAX_FRAME_BYTES,
+    timeout_s: float = _CONNECT_TIMEOUT_S,
+    window: Window = Window(),
 ) -> ReplicaConnection:
     """A connection to the replica serving frames at TCP `(host, port)`, once
     both ends proved they know `secret` (`datalink.handshake`); raises
@@ -284,7 +332,7 @@ async def connect_tcp(
     try:
         async with asyncio.timeout(timeout_s):
             _, connection = await loop.create_connection(
-                lambda: ReplicaConnection(name, max_frame, handshake), host, port
+                lambda: ReplicaConnection(name, max_frame, handshake, window), host, port
             )
             if not await asyncio.shield(connection.proven):
                 raise ConnectionError(f"no data connection to {name}: {connection.lost}")
@@ -318,37 +366,16 @@ class _Route:
         self.closer: weakref.finalize | None = None  # closes `connection` when the handle goes
 
 
-class _NoStreams:
-    """Without an injected stream caller, streams need the replica's connection."""
-
-    def _none(self) -> ReplicaDiedError:
-        return ReplicaDiedError("no data socket connection to this replica, and no other way to stream")
-
-    def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
-        raise self._none()
-
-    def discard(self, handle: Any, start: StreamStart) -> None:
-        pass
-
-    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
-        raise self._none()
-
-    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
-        raise self._none()
-
-
-class SocketTransport:
-    """A `Transport` and a `StreamCaller`: frames to every replica with a
-    connection (Unix socket on this node, TCP elsewhere), `fallback` (and
-    `streams`) for everything else."""
+class DataConnections:
+    """One connection per replica with a way in for us (its Unix socket on
+    this node, TCP elsewhere), made in the background as replicas are first
+    seen; `connection(handle)` is the open one, or None: call it another way."""
 
     def __init__(
         self,
-        fallback: Transport,
         local_node: Callable[[], str],
         ask_address: Callable[[Any], Awaitable[Address]],
         max_frame: int = MAX_FRAME_BYTES,
-        streams: StreamCaller | None = None,
         window: Window = Window(),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -356,90 +383,20 @@ class SocketTransport:
         replica's `DataAddress` or None; `window` how far ahead of its client
         a stream's replica may push; `clock` times reconnection back-offs."""
         self._clock = clock
-        self._streams: StreamCaller = streams if streams is not None else _NoStreams()
         self._window = window
-        self._fallback = fallback
         self._local_node = local_node
         self._ask_address = ask_address
         self._max_frame = max_frame
         # Forgotten with the handle: a replica that left leaves no entry behind.
         self._routes: weakref.WeakKeyDictionary[Any, _Route] = weakref.WeakKeyDictionary()
 
-    def at_once(self, handle: Any, request: WireRequest) -> Awaitable[Reply] | None:
-        """The call over the replica's open connection (or over Ray when it is too
-        large for a frame); None when there is no connection."""
-        connection = self._connection(handle)
-        if connection is None:
-            return None
-        framed = connection.frame(Kind.REQUEST, request)
-        return self._fallback.one(handle, request) if framed is None else connection.send(*framed)
-
-    async def one(self, handle: Any, request: WireRequest) -> Reply:
-        sent = self.at_once(handle, request)
-        return await (sent if sent is not None else self._fallback.one(handle, request))
-
-    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
-        return await self._many(Kind.BATCH, self._fallback.batch, handle, items)
-
-    async def together(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
-        return await self._many(Kind.TOGETHER, self._fallback.together, handle, items)
-
-    async def _many(
-        self,
-        kind: Kind,
-        fallback: Callable[[Any, list[BatchItem]], Awaitable[list[BatchResult]]],
-        handle: Any,
-        items: list[BatchItem],
-    ) -> list[BatchResult]:
-        connection = self._connection(handle)
-        if connection is not None:
-            framed = connection.frame(kind, items)
-            if framed is not None:
-                results = await connection.send(*framed)
-                if not isinstance(results, list) or len(results) != len(items):
-                    connection.close(f"a {kind.name} call of {len(items)} answered with something else")
-                    raise ReplicaDiedError(f"replica {connection.name} answered a batch with the wrong number of results")
-                return results
-        return await fallback(handle, items)
-
-    # --- StreamCaller ---------------------------------------------------------
-
-    def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
-        connection = self._connection(handle)
-        if connection is not None:
-            framed = connection.frame(Kind.STREAM, Opening(start.stream_id, self._window))
-            if framed is not None:
-                return connection.items(*framed, self._window)
-        return self._streams.stream(handle, start)
-
-    def discard(self, handle: Any, start: StreamStart) -> None:
-        connection = self._connection(handle)
-        if connection is None or not connection.tell(Kind.DISCARD, start.stream_id):
-            self._streams.discard(handle, start)
-
-    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
-        connection = self._connection(handle)
-        if connection is not None:
-            framed = connection.frame(Kind.SOCKET, Opening((socket_id, request), self._window))
-            if framed is not None:
-                return connection.items(*framed, self._window)
-        return self._streams.open_socket(handle, socket_id, request)
-
-    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
-        connection = self._connection(handle)
-        if connection is not None:
-            framed = connection.frame(Kind.PUSH, (socket_id, message))
-            if framed is not None:
-                return bool(await connection.send(*framed))
-        return await self._streams.push(handle, socket_id, message)
-
     def via(self, handle: Any) -> str | None:
-        """How `handle`'s replica is called now: "unix", "tcp", or None (the fallback)."""
-        connection = self._connection(handle)
+        """How `handle`'s replica is connected now: "unix", "tcp", or None (not at all)."""
+        connection = self.connection(handle)
         return None if connection is None else connection.via
 
-    def _connection(self, handle: Any) -> ReplicaConnection | None:
-        """The open connection to `handle`'s replica; None means: call it over the fallback."""
+    def connection(self, handle: Any) -> ReplicaConnection | None:
+        """The open connection to `handle`'s replica; None: there is none (yet, or for now)."""
         route = self._routes.get(handle)
         if route is None:
             route = _Route()
@@ -484,13 +441,15 @@ class SocketTransport:
                     if not isinstance(address.path, str):
                         return
                     where = address.path
-                    connection = await connect(address.path, name, self._max_frame)
+                    connection = await connect(address.path, name, self._max_frame, self._window)
                 else:
                     if address.tcp is None or not address.secret:
                         return
                     host, port = address.tcp
                     where = f"{host}:{port}"
-                    connection = await connect_tcp(host, port, address.secret, name, self._max_frame)
+                    connection = await connect_tcp(
+                        host, port, address.secret, name, self._max_frame, window=self._window
+                    )
             except (OSError, TimeoutError) as error:
                 # Once per run of failures (a firewalled port fails every attempt): the rest at debug.
                 log = logger.warning if route.failures == 0 else logger.debug
@@ -509,13 +468,13 @@ class SocketTransport:
     async def settled(self, handle: Any) -> bool:
         """Once it is known how `handle`'s replica is called: True for frames.
         (Calls never wait for this; tests and diagnostics do.)"""
-        self._connection(handle)
+        self.connection(handle)
         route = self._routes.get(handle)
         if route is None:
             return False
         if route.asking is not None:
             await asyncio.shield(route.asking)
-        return self._connection(handle) is not None
+        return self.connection(handle) is not None
 
     def close(self) -> None:
         """Close every connection (tests; a proxy's end closes them with its process)."""

@@ -17,8 +17,7 @@ the secret). The secret leaves only in `address()`, which the replica
 answers over Ray. TCP frames are authenticated, not encrypted.
 
 Each call runs as its own task through the same code the Ray methods use
-(`Serving`: the replica's `handle_request`, `handle_batch`,
-`handle_together`); a CANCEL frame cancels its task, which cancels the user
+(`Serving`: the replica's `handle_request` and `handle_together`); a CANCEL frame cancels its task, which cancels the user
 code as a cancelled Ray call would. A streaming answer's head comes back
 here as a `StreamStart`; a STREAM frame then claims its rest and the chunks
 go out as ITEM frames, then END (or ERROR when the handler raised). A
@@ -72,7 +71,6 @@ class Serving:
     """What the replica answers frames with: the code paths of its Ray methods."""
 
     one: Callable[[WireRequest], Awaitable[Reply]]
-    batch: Callable[[list[BatchItem]], Awaitable[list[BatchResult]]]
     together: Callable[[list[BatchItem]], Awaitable[list[BatchResult]]]
     # A response too large for one frame: its status, headers and body, held as a stream.
     hold: Callable[[int, list[tuple[bytes, bytes]], bytes], StreamStart]
@@ -291,7 +289,7 @@ class _ProxyConnection(FrameConnection):
                 return
             self._send(Kind.RESULT, frame.call_id, bool(self._owner._serving.socket_message(*payload)))
             return
-        if kind not in (Kind.REQUEST, Kind.BATCH, Kind.TOGETHER, Kind.STREAM, Kind.SOCKET):
+        if kind not in (Kind.REQUEST, Kind.TOGETHER, Kind.STREAM, Kind.SOCKET):
             self.close(f"a {kind.name} frame from the proxy")
             return
         if frame.call_id in self._calls:
@@ -360,7 +358,7 @@ class _ProxyConnection(FrameConnection):
                 self._send(Kind.RESULT, frame.call_id, self._fitted(reply, self._owner._max_frame // 2))
             else:
                 items = list(frame.payload)
-                results = await (serving.batch if frame.kind is Kind.BATCH else serving.together)(items)
+                results = await serving.together(items)
                 self._owner.served += len(items)
                 budget = self._owner._max_frame // (2 * max(len(results), 1))
                 self._send(Kind.RESULTS, frame.call_id, [self._fitted_result(result, budget) for result in results])

@@ -295,7 +295,7 @@ class Replica:
         if self._data is None:
             self._data = DataSocket(
                 Serving(
-                    self.handle_request, self.handle_batch, self.handle_together, self._hold,
+                    self.handle_request, self.handle_together, self._hold,
                     self.stream, self.close_stream, self.socket, self.socket_message,
                 ),
                 max_frame,

@@ -1,16 +1,19 @@
 """What the data-path tests share: the replica's apps, a stand-in for a Ray
-actor handle, and a stand-in for the Ray transport that says which path
-served (tests/component/test_data_socket.py, test_data_tcp.py,
+actor handle, a stand-in for the Ray transport that says which path
+served, and the proxy's call stack over real data connections with that stand-in as "Ray" (tests/component/test_data_socket.py, test_data_tcp.py,
 test_data_socket_streams.py). A replica loads the apps by `APPS:<name>`."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Awaitable
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from proxy.calling import StreamCaller
+from proxy.replica_calls import ReplicaCalls
+from proxy.socketcalls import DataConnections
 from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, WireRequest
 
 APPS = __name__
@@ -66,9 +69,6 @@ class RecordingFallback:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def at_once(self, handle: Any, request: WireRequest) -> None:
-        return None
-
     async def one(self, handle: Any, request: WireRequest) -> Reply:
         self.calls.append("one")
         return (203, [], b"over ray")
@@ -80,3 +80,16 @@ class RecordingFallback:
     async def together(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
         self.calls.append("together")
         return [(BatchOutcome.OK, (203, [], b"over ray"))] * len(items)
+
+
+class Calls(ReplicaCalls):
+    """The proxy's call stack over `connections`, `fallback` standing for Ray
+    (never coalescing here: every Ray call carries one request)."""
+
+    def __init__(self, fallback: RecordingFallback, connections: DataConnections, streams: StreamCaller | None = None) -> None:
+        super().__init__(fallback, 1000, 0.001, streams=streams, connections=connections)
+        self.connections: DataConnections = connections
+
+    def one(self, handle: Any, request: WireRequest) -> Awaitable[Reply]:
+        """`request`'s reply, within a minute."""
+        return self.call(handle, request, 60.0)

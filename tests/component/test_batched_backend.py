@@ -15,7 +15,7 @@ import pytest
 from starlette.requests import Request
 
 from proxy.app import ProxyApp
-from proxy.coalescing import Coalescer
+from proxy.replica_calls import ReplicaCalls
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions
 from replica.host import Replica
@@ -41,9 +41,6 @@ class DropsOne:
 class InProcess:
     """The replica calls of `proxy.raycalls.RayTransport`, without Ray."""
 
-    def at_once(self, handle: Any, request: WireRequest) -> None:
-        return None
-
     async def one(self, handle: Replica, request: WireRequest) -> WireResponse:
         return await handle.handle_request(request)
 
@@ -58,7 +55,7 @@ async def post_all(handler: str, bodies: list[str]) -> list[httpx.Response]:
     replica = Replica("model", "r1", "v1", f"{__name__}:{handler}")
     await replica.initialize()
     settings, rng = ProxySettings(), random.Random(0)
-    app = ProxyApp(Coalescer(InProcess(), 1, 0.005), settings, rng, None)
+    app = ProxyApp(ReplicaCalls(InProcess(), 1, 0.005), settings, rng, None)
     subscriptions = Subscriptions(settings, rng)
     route = RouteTable(entries=(RouteEntry(route="/m", methods=("POST",), endpoint="m"),))
     endpoint = EndpointConfig(name="m", route="/m", methods=("POST",), traffic={"model": 1.0})

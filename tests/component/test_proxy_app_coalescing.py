@@ -23,9 +23,6 @@ class FakeTransport:
         self.batch_results: list[BatchResult] | None = None
         self.dead = False
 
-    def at_once(self, handle: Any, request: WireRequest) -> None:
-        return None
-
     async def one(self, handle: Any, request: WireRequest) -> WireResponse:
         self.singles.append(request[1])
         await self.hold.wait()

@@ -19,7 +19,6 @@ RESPONSE = (200, [(b"content-length", b"5")], b"hello")
 def test_every_kind_round_trips_with_its_call_id_and_payload() -> None:
     payloads = {
         Kind.REQUEST: REQUEST,
-        Kind.BATCH: [(REQUEST, 1.5), (REQUEST, 0.25)],
         Kind.TOGETHER: [(REQUEST, 2.0)],
         Kind.CANCEL: None,
         Kind.RESULT: StreamStart(200, [], b"first", "r1:0"),

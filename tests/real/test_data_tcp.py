@@ -64,18 +64,18 @@ def test_a_proxy_on_another_node_sends_its_requests_over_the_replicas_tcp_listen
 
     async def calls() -> tuple[str | None, list[bytes]]:
         caller = RayCaller(max_calls_per_replica=8, coalesce_window_s=0.001, local_node=lambda: "another-node")
-        assert caller.frames is not None
+        assert caller.connections is not None
         try:
             first = await caller.call(replica, make_request("POST", "/", body=b"first"), 30.0)
             assert first[2] == b"first"  # over Ray while the address is asked
-            assert await caller.frames.settled(replica) is True
-            via = caller.frames.via(replica)
+            assert await caller.connections.settled(replica) is True
+            via = caller.connections.via(replica)
             replies = await asyncio.gather(
                 *(caller.call(replica, make_request("POST", "/", body=str(n).encode()), 30.0) for n in range(20))
             )
             return via, [reply[2] for reply in replies]
         finally:
-            caller.frames.close()
+            caller.connections.close()
 
     via, bodies = asyncio.run(calls())
     assert via == "tcp"
