@@ -47,7 +47,7 @@ import socket
 import tempfile
 import traceback
 from dataclasses import dataclass
-from typing import Any, AsyncGenerator, Awaitable, Callable
+from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine
 
 from datalink.connection import FrameConnection
 from datalink.frames import MAX_FRAME_BYTES, Frame, Kind, Opening, Window, encode, item_bytes
@@ -259,71 +259,61 @@ class _ProxyConnection(FrameConnection):
         self._owner.accepted["tcp"] += 1
 
     def on_frame(self, frame: Frame) -> None:
-        kind = frame.kind
-        if kind is Kind.CANCEL:
-            # Forgotten here: a call cancelled before it ran never reaches its own `finally`.
-            task = self._calls.pop(frame.call_id, None)
-            if task is not None:
-                self._credits.pop(frame.call_id, None)
-                task.cancel()
+        """One frame from the proxy: each kind has one payload shape, and
+        anything else (another kind, another shape) closes the connection."""
+        call_id = frame.call_id
+        serving = self._owner._serving
+        match frame:
+            case Frame(kind=Kind.REQUEST, payload=tuple() as request):
+                self._start(call_id, self._answer(call_id, request))
+            case Frame(kind=Kind.TOGETHER, payload=list() as items):
+                self._start(call_id, self._answer_all(call_id, items))
+            case Frame(kind=Kind.STREAM, payload=Opening(target=str() as stream_id, window=Window() as window)):
+                self._open(call_id, window, lambda: serving.stream(stream_id))
+            case Frame(
+                kind=Kind.SOCKET, payload=Opening(target=(str() as socket_id, tuple() as request), window=Window() as window)
+            ):
+                self._open(call_id, window, lambda: serving.socket(socket_id, request))
+            case Frame(kind=Kind.PUSH, payload=(str() as socket_id, dict() as message)):
+                # Answered here, in arrival order: a WebSocket's messages reach its app in order.
+                self._send(Kind.RESULT, call_id, bool(serving.socket_message(socket_id, message)))
+            case Frame(kind=Kind.CREDIT, payload=(int() as items, int() as size)) if _counts(items, size):
+                credit = self._credits.get(call_id)
+                if credit is not None:  # else: its stream ended meanwhile
+                    credit.grant(items, size)
+            case Frame(kind=Kind.DISCARD, payload=str() as stream_id):
+                serving.close_stream(stream_id)
+            case Frame(kind=Kind.CANCEL, payload=None):
+                # Forgotten here: a call cancelled before it ran never reaches its own `finally`.
+                task = self._calls.pop(call_id, None)
+                if task is not None:
+                    self._credits.pop(call_id, None)
+                    task.cancel()
+            case _:
+                self.close(f"a {frame.kind.name} frame with {_shown(frame.payload)}")
+
+    def _start(self, call_id: int, call: Coroutine[Any, Any, None]) -> None:
+        """Run one call as its own task; it forgets itself as it ends (no done
+        callback: one scheduled callback less per request)."""
+        if call_id in self._calls:
+            call.close()
+            self.close(f"call id {call_id} is already in flight")
             return
-        if kind is Kind.CREDIT:
-            credit = self._credits.get(frame.call_id)
-            if not _is_credit(frame.payload):
-                self.close(f"a CREDIT frame of {frame.payload!r}")
-            elif credit is not None:  # else: its stream ended meanwhile
-                credit.grant(*frame.payload)
+        self._calls[call_id] = self._loop.create_task(call)
+
+    def _open(self, call_id: int, window: Window, items: Callable[[], AsyncGenerator[Any, None]]) -> None:
+        """Push what `items()` yields as ITEM frames, within `window` and the proxy's credit."""
+        if call_id in self._calls:
+            self.close(f"call id {call_id} is already in flight")
             return
-        if kind is Kind.DISCARD:
-            if not isinstance(frame.payload, str):
-                self.close("a DISCARD frame without a stream id")
-                return
-            self._owner._serving.close_stream(frame.payload)
-            return
-        if kind is Kind.PUSH:
-            # Handled here, in arrival order: a WebSocket's messages reach its app in order.
-            payload = frame.payload
-            if not (isinstance(payload, tuple) and len(payload) == 2 and isinstance(payload[0], str)
-                    and isinstance(payload[1], dict)):
-                self.close("a PUSH frame without (socket id, message)")
-                return
-            self._send(Kind.RESULT, frame.call_id, bool(self._owner._serving.socket_message(*payload)))
-            return
-        if kind not in (Kind.REQUEST, Kind.TOGETHER, Kind.STREAM, Kind.SOCKET):
-            self.close(f"a {kind.name} frame from the proxy")
-            return
-        if frame.call_id in self._calls:
-            self.close(f"call id {frame.call_id} is already in flight")
-            return
-        if kind is Kind.STREAM or kind is Kind.SOCKET:
-            items = self._opened(frame)
-            if items is None:
-                self.close(f"a {kind.name} frame with {frame.payload!r}")
-                return
-            self._credits[frame.call_id] = _Credit(frame.payload.window)
-            task = self._loop.create_task(self._generate(frame.call_id, items))
-            task.add_done_callback(lambda _, call_id=frame.call_id: self._ended(call_id))
-        else:
-            # Forgets itself as it ends (no done callback: one scheduled callback less per request).
-            task = self._loop.create_task(self._call(frame))
-        self._calls[frame.call_id] = task
+        self._credits[call_id] = _Credit(window)
+        task = self._loop.create_task(self._generate(call_id, items()))
+        task.add_done_callback(lambda _: self._ended(call_id))
+        self._calls[call_id] = task
 
     def _ended(self, call_id: int) -> None:
         self._calls.pop(call_id, None)
         self._credits.pop(call_id, None)  # a stream cancelled before it ever ran included
-
-    def _opened(self, frame: Frame) -> AsyncGenerator[Any, None] | None:
-        """The generator a STREAM or SOCKET frame asks for; None when its payload is malformed."""
-        opening = frame.payload
-        if not (isinstance(opening, Opening) and isinstance(opening.window, Window)):
-            return None
-        serving = self._owner._serving
-        if frame.kind is Kind.STREAM:
-            return serving.stream(opening.target) if isinstance(opening.target, str) else None
-        target = opening.target
-        if not (isinstance(target, tuple) and len(target) == 2 and isinstance(target[0], str)):
-            return None
-        return serving.socket(*target)
 
     async def _generate(self, call_id: int, items: AsyncGenerator[Any, None]) -> None:
         """Push `items` as ITEM frames, within the proxy's credit, then END or ERROR."""
@@ -349,25 +339,30 @@ class _ProxyConnection(FrameConnection):
             self._credits.pop(call_id, None)
             await items.aclose()  # stops the user's generator when it did not finish
 
-    async def _call(self, frame: Frame) -> None:
-        serving = self._owner._serving
+    async def _answer(self, call_id: int, request: WireRequest) -> None:
         try:
-            if frame.kind is Kind.REQUEST:
-                reply = await serving.one(frame.payload)
-                self._owner.served += 1
-                self._send(Kind.RESULT, frame.call_id, self._fitted(reply, self._owner._max_frame // 2))
-            else:
-                items = list(frame.payload)
-                results = await serving.together(items)
-                self._owner.served += len(items)
-                budget = self._owner._max_frame // (2 * max(len(results), 1))
-                self._send(Kind.RESULTS, frame.call_id, [self._fitted_result(result, budget) for result in results])
+            reply = await self._owner._serving.one(request)
+            self._owner.served += 1
+            self._send(Kind.RESULT, call_id, self._fitted(reply, self._owner._max_frame // 2))
         except asyncio.CancelledError:
             raise  # a CANCEL frame or a closed connection: nobody waits for an answer
         except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
-            self._send(Kind.ERROR, frame.call_id, traceback.format_exc())
+            self._send(Kind.ERROR, call_id, traceback.format_exc())
         finally:
-            self._calls.pop(frame.call_id, None)
+            self._calls.pop(call_id, None)
+
+    async def _answer_all(self, call_id: int, items: list[BatchItem]) -> None:
+        try:
+            results = await self._owner._serving.together(items)
+            self._owner.served += len(items)
+            budget = self._owner._max_frame // (2 * max(len(results), 1))
+            self._send(Kind.RESULTS, call_id, [self._fitted_result(result, budget) for result in results])
+        except asyncio.CancelledError:
+            raise  # a CANCEL frame or a closed connection: nobody waits for an answer
+        except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
+            self._send(Kind.ERROR, call_id, traceback.format_exc())
+        finally:
+            self._calls.pop(call_id, None)
 
     def _fitted(self, reply: Reply, budget: int) -> Reply:
         """`reply`, or a body larger than `budget` held as a stream the proxy pulls over Ray."""
@@ -418,9 +413,15 @@ class _ProxyConnection(FrameConnection):
         self._calls.clear()
 
 
-def _is_credit(payload: Any) -> bool:
-    return (isinstance(payload, tuple) and len(payload) == 2
-            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in payload))
+def _counts(*numbers: int) -> bool:
+    """Whether a CREDIT's numbers are counts (not negative, not booleans)."""
+    return all(type(number) is int and number >= 0 for number in numbers)
+
+
+def _shown(payload: Any) -> str:
+    """A malformed payload for the log: its repr, cut short."""
+    shown = repr(payload)
+    return shown if len(shown) <= 200 else shown[:200] + "..."
 
 
 class _Credit:

@@ -22,7 +22,7 @@ from proxy.replica_calls import ReplicaCalls
 from proxy.socketcalls import DataConnections
 from replica.host import Replica
 from tests.component.data_path import APPS, App, Calls, FakeHandle, RecordingFallback
-from datalink.frames import FrameDecoder, Kind, encode
+from datalink.frames import FrameDecoder, Kind, Opening, Window, encode
 from datalink.handshake import DataAddress
 from vocabulary.wire import StreamStart, WireRequest, make_request
 
@@ -240,6 +240,32 @@ def test_a_malformed_frame_closes_only_its_own_connection() -> None:
         await scene.calls.connections.settled(scene.handle)
         reader, writer = await _raw(scene.path)
         writer.write(struct.pack(">I", 2**31))  # far over the bound
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, nothing answered
+        writer.close()
+        assert (await scene.calls.one(scene.handle, get("/", b"still")))[2] == b"echo:still"
+
+    run(scenario)
+
+
+WRONG_SHAPES = {
+    Kind.REQUEST: "not a request",
+    Kind.TOGETHER: (get("/"), 5.0),
+    Kind.STREAM: Opening(("not", "a stream id"), Window()),
+    Kind.SOCKET: Opening("no request", Window()),
+    Kind.PUSH: ("socket id", "not a message"),
+    Kind.CREDIT: (True, -1),
+    Kind.DISCARD: 7,
+    Kind.CANCEL: "a payload",
+    Kind.RESULT: None,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(WRONG_SHAPES, key=int), ids=lambda kind: kind.name)
+def test_a_frame_whose_payload_has_another_shape_than_its_kinds_closes_the_connection(kind: Kind) -> None:
+    async def scenario(scene: Scene) -> None:
+        await scene.calls.connections.settled(scene.handle)
+        reader, writer = await _raw(scene.path)
+        writer.write(encode(kind, 1, WRONG_SHAPES[kind]))
         assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, nothing answered
         writer.close()
         assert (await scene.calls.one(scene.handle, get("/", b"still")))[2] == b"echo:still"
