@@ -15,18 +15,18 @@ in its log. Many frames may go out in one write and come in with one read:
 
 Calls (proxy to replica) and their replies (replica to proxy), by call id:
   REQUEST   a `WireRequest`                -> RESULT (a `Reply`) or ERROR
-  TOGETHER  a list of `BatchItem` (one call of a batched handler) -> RESULTS
+  BATCH     a list of `BatchItem` (one call of a batched handler) -> RESULTS
   CANCEL    no payload: stop that call's handler (or stream, or WebSocket); nothing is answered
   ERROR     the handler's traceback text (str)
 
 Streams and WebSockets, by call id (the replica pushes ITEMs as they come):
   STREAM    an `Opening` of (stream id, window)       -> ITEM (bytes)... then END or ERROR
-  SOCKET    an `Opening` of ((socket id, request), window) -> ITEM (an ASGI message)... then END or ERROR
+  WEBSOCKET an `Opening` of ((websocket id, request), window) -> ITEM (an ASGI message)... then END or ERROR
   CREDIT    (items, bytes) the proxy has passed on: that much more may come; nothing is answered
   DISCARD   a stream id to let go unread; nothing is answered
-  PUSH      (socket id, a client's ASGI message)      -> RESULT (False: no such socket any more)
+  PUSH      (websocket id, a client's ASGI message)   -> RESULT (False: no such WebSocket any more)
 
-Flow control: a STREAM or SOCKET call's `Window` bounds what the replica may
+Flow control: a STREAM or WEBSOCKET call's `Window` bounds what the replica may
 have sent ahead of the proxy's CREDITs — it sends while fewer than `items`
 ITEMs and `bytes` bytes (`item_bytes`) are unacknowledged (always at least
 one), so a slow client holds the replica's producer instead of its memory.
@@ -81,13 +81,13 @@ _MAX_CALL_ID = 2**64 - 1
 class Kind(enum.IntEnum):
     REQUEST = 1
     # 2 was a coalesced list of requests: only Ray calls are coalesced now.
-    TOGETHER = 3
+    BATCH = 3
     CANCEL = 4
     RESULT = 5
     RESULTS = 6
     ERROR = 7
     STREAM = 8
-    SOCKET = 9
+    WEBSOCKET = 9
     ITEM = 10
     END = 11
     CREDIT = 12
@@ -123,7 +123,7 @@ class Window:
 
 @dataclass(frozen=True, slots=True)
 class Opening:
-    """A STREAM's stream id, or a SOCKET's (socket id, request); and the window."""
+    """A STREAM's stream id, or a WEBSOCKET's (websocket id, request); and the window."""
 
     target: Any
     window: Window

@@ -22,7 +22,7 @@ _WHERE = {
 
 
 def _websocket_notes() -> list[str]:
-    """How the proxy counts WebSocket sessions (the codes are `proxy.sockets`')."""
+    """How the proxy counts WebSocket sessions (the codes are `proxy.websockets`')."""
     from proxy import sockets as s
 
     return [

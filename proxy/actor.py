@@ -150,7 +150,7 @@ def _serve_metrics(host: str, port: int, shared_dir: str | None) -> ProxyMetrics
 
 def _http_server(app: ProxyApp, settings: ProxySettings) -> Server:
     # Served on the actor's own event loop; the hot path writes no access
-    # log. WebSockets go on to proxy.sockets through uvicorn's protocol.
+    # log. WebSockets go on to proxy.websockets through uvicorn's protocol.
     return Server(app, settings.edge, websockets=True)
 
 

@@ -43,10 +43,10 @@ class Transport(Protocol):
     async def one(self, handle: Any, request: WireRequest) -> Reply:
         """One request; raises ReplicaDiedError or HandlerError; cancellable."""
 
-    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def coalesced(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
         """Many requests in one call; raises ReplicaDiedError."""
 
-    async def together(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
         """Many requests in one call of a batched handler; raises ReplicaDiedError."""
 
 
@@ -81,7 +81,7 @@ class Coalescer:
         self._max_calls = max_calls
         self._window_s = window_s
         self._outboxes: dict[Any, _Outbox] = {}
-        self._batches: set[asyncio.Task[None]] = set()
+        self._sending: set[asyncio.Task[None]] = set()
 
     async def call(self, handle: Any, request: WireRequest, timeout_s: float) -> Reply:
         """`request`'s reply from the replica behind `handle`, within `timeout_s`."""
@@ -97,7 +97,7 @@ class Coalescer:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Reply] = loop.create_future()
         outbox.waiting.append((request, loop.time() + timeout_s, future))
-        # Cancelling the await cancels the future; a batch skips cancelled ones.
+        # Cancelling the await cancels the future; a coalesced call skips cancelled ones.
         return await future
 
     def _start(self, handle: Any, outbox: _Outbox) -> _Call:
@@ -135,11 +135,11 @@ class Coalescer:
                 self._outboxes.pop(handle, None)
             return
         call = self._start(handle, outbox)
-        task = asyncio.ensure_future(self._send_batch(handle, outbox, call, waiting))
-        self._batches.add(task)
-        task.add_done_callback(self._batches.discard)
+        task = asyncio.ensure_future(self._send_coalesced(handle, outbox, call, waiting))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
 
-    async def _send_batch(
+    async def _send_coalesced(
         self,
         handle: Any,
         outbox: _Outbox,
@@ -147,7 +147,7 @@ class Coalescer:
         waiting: list[Waiting],
     ) -> None:
         try:
-            await deliver(self._transport.batch, handle, waiting)
+            await deliver(self._transport.coalesced, handle, waiting)
         finally:
             self._finish(handle, outbox, call)
 
@@ -163,7 +163,7 @@ async def deliver(
             _fail(future, ReplicaDiedError(str(error)))
     except Exception as error:  # noqa: BLE001 — every waiter must get an answer
         for _, _, future in waiting:
-            _fail(future, HandlerError(f"batch call failed: {error!r}"))
+            _fail(future, HandlerError(f"the call of {len(waiting)} requests failed: {error!r}"))
     else:
         for (_, _, future), result in zip(waiting, results):
             _settle(future, result)

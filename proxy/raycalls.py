@@ -1,7 +1,7 @@
 """The request path's Ray calls: the only place it touches Ray.
 
 `RayTransport` makes the three kinds of replica call — `handle_request` for
-one request, `handle_batch` for many, `handle_together` for a batched
+one request, `handle_coalesced` for many, `handle_batch` for a batched
 handler's list — and maps Ray's error types to `proxy.calling`'s. A
 cancelled single call cancels the replica-side task (that is how an endpoint
 timeout stops user code). Never blocks the event loop: results are awaited,
@@ -49,15 +49,15 @@ class RayTransport:
         except RayTaskError as error:
             raise HandlerError(str(error)) from None
 
-    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def coalesced(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
         try:
-            return await handle.handle_batch.remote(items)
+            return await handle.handle_coalesced.remote(items)
         except (RayActorError, ActorUnschedulableError) as error:
             raise ReplicaDiedError(str(error)) from None
 
-    async def together(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
         try:
-            return await handle.handle_together.remote(items)
+            return await handle.handle_batch.remote(items)
         except (RayActorError, ActorUnschedulableError) as error:
             raise ReplicaDiedError(str(error)) from None
 
@@ -98,12 +98,12 @@ class RayStreams:
     def discard(self, handle: Any, start: StreamStart) -> None:
         handle.close_stream.remote(start.stream_id)
 
-    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
-        return _generated(handle.socket.remote(socket_id, request))
+    def open_websocket(self, handle: Any, websocket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+        return _generated(handle.websocket.remote(websocket_id, request))
 
-    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
+    async def push(self, handle: Any, websocket_id: str, message: dict[str, Any]) -> bool:
         try:
-            return bool(await handle.socket_message.remote(socket_id, message))
+            return bool(await handle.websocket_message.remote(websocket_id, message))
         except (RayActorError, ActorUnschedulableError) as error:
             raise ReplicaDiedError(str(error)) from None
 
@@ -116,13 +116,13 @@ class RayCaller(ReplicaCalls):
         max_calls_per_replica: int,
         coalesce_window_s: float,
         observe_batch: Callable[[str, int], None] | None = None,
-        data_socket: bool = True,
+        data_connections: bool = True,
         local_node: Callable[[], str] = _local_node,
     ) -> None:
-        """`data_socket=False`: every request is a Ray call, even to a replica
+        """`data_connections=False`: every request is a Ray call, even to a replica
         on this node. `local_node` names the proxy's node (tests: another one)."""
         connections = (
-            DataConnections(local_node, lambda handle: _data_address(handle, local_node())) if data_socket else None
+            DataConnections(local_node, lambda handle: _data_address(handle, local_node())) if data_connections else None
         )
         super().__init__(
             RayTransport(), max_calls_per_replica, coalesce_window_s, observe_batch, RayStreams(), connections

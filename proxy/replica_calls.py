@@ -43,10 +43,10 @@ class _NoStreams:
     def discard(self, handle: Any, start: StreamStart) -> None:
         pass
 
-    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+    def open_websocket(self, handle: Any, websocket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
         raise self._none()
 
-    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
+    async def push(self, handle: Any, websocket_id: str, message: dict[str, Any]) -> bool:
         raise self._none()
 
 
@@ -68,7 +68,7 @@ class ReplicaCalls:
         self._streams: StreamCaller = streams if streams is not None else _NoStreams()
         self.connections = connections
         self._coalescer = Coalescer(transport, max_calls_per_replica, coalesce_window_s)
-        self._gatherer = Gatherer(self.together, observe_batch)
+        self._gatherer = Gatherer(self.batch, observe_batch)
 
     def _connection(self, handle: Any) -> ReplicaConnection | None:
         connections = self.connections
@@ -86,14 +86,14 @@ class ReplicaCalls:
         sent = connection.request(request)
         return sent if sent is not None else self._transport.one(handle, request)
 
-    async def together(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
         """One call of a batched handler with `items`."""
         connection = self._connection(handle)
         if connection is not None:
-            sent = connection.together(items)
+            sent = connection.batch(items)
             if sent is not None:
                 return await sent
-        return await self._transport.together(handle, items)
+        return await self._transport.batch(handle, items)
 
     # --- StreamCaller ---------------------------------------------------------
 
@@ -107,12 +107,12 @@ class ReplicaCalls:
         if connection is None or not connection.discard(start):
             self._streams.discard(handle, start)
 
-    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+    def open_websocket(self, handle: Any, websocket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
         connection = self._connection(handle)
-        items = None if connection is None else connection.open_socket(socket_id, request)
-        return items if items is not None else self._streams.open_socket(handle, socket_id, request)
+        items = None if connection is None else connection.open_websocket(websocket_id, request)
+        return items if items is not None else self._streams.open_websocket(handle, websocket_id, request)
 
-    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
+    async def push(self, handle: Any, websocket_id: str, message: dict[str, Any]) -> bool:
         connection = self._connection(handle)
-        sent = None if connection is None else connection.push(socket_id, message)
-        return await (sent if sent is not None else self._streams.push(handle, socket_id, message))
+        sent = None if connection is None else connection.push(websocket_id, message)
+        return await (sent if sent is not None else self._streams.push(handle, websocket_id, message))

@@ -28,7 +28,7 @@ the replica's secret, which only Ray told us (`datalink.handshake`; nothing
 is decoded before).
 
 A streaming answer's rest and a WebSocket travel on the connection too (a
-STREAM or SOCKET call whose items the replica pushes; PUSH calls carry what
+STREAM or WEBSOCKET call whose items the replica pushes; PUSH calls carry what
 a WebSocket's client sends). The proxy grants credit for items as its
 consumer takes the next one — that is, once the previous one went to the
 client — so the replica is never more than a `Window` ahead of a slow
@@ -50,11 +50,11 @@ import weakref
 from collections import deque
 from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine
 
-from proxy.calling import HandlerError, ReplicaDiedError
 from datalink.connection import FrameConnection
 from datalink.frames import MAX_FRAME_BYTES, Frame, Kind, Opening, Window, encode, item_bytes
 from datalink.handshake import DataAddress, Handshake, Role
 from datalink.peers import peer_allowed, peer_uid
+from proxy.calling import HandlerError, ReplicaDiedError
 from vocabulary.wire import BatchItem, BatchResult, Reply, StreamStart, WireRequest
 
 __all__ = ["Address", "DataConnections", "ReplicaConnection", "connect", "connect_tcp"]
@@ -73,7 +73,7 @@ Address = DataAddress | None
 
 
 class _Flow:
-    """One STREAM or SOCKET call's items as they arrive, and how it ended."""
+    """One STREAM or WEBSOCKET call's items as they arrive, and how it ended."""
 
     __slots__ = ("window", "items", "outcome", "waiter", "unacked", "owed_items", "owed_bytes")
 
@@ -208,9 +208,9 @@ class ReplicaConnection(FrameConnection):
         framed = self.frame(Kind.REQUEST, request)
         return None if framed is None else self.send(*framed)
 
-    def together(self, items: list[BatchItem]) -> Coroutine[Any, Any, list[BatchResult]] | None:
+    def batch(self, items: list[BatchItem]) -> Coroutine[Any, Any, list[BatchResult]] | None:
         """One call of a batched handler with `items`."""
-        framed = self.frame(Kind.TOGETHER, items)
+        framed = self.frame(Kind.BATCH, items)
         return None if framed is None else self._results(framed, len(items))
 
     async def _results(self, framed: tuple[int, bytes], count: int) -> list[BatchResult]:
@@ -229,14 +229,14 @@ class ReplicaConnection(FrameConnection):
         """Let a stream go unread; False when it could not be said."""
         return self.tell(Kind.DISCARD, start.stream_id)
 
-    def open_socket(self, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None] | None:
+    def open_websocket(self, websocket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None] | None:
         """What a WebSocket's app sends."""
-        framed = self.frame(Kind.SOCKET, Opening((socket_id, request), self.window))
+        framed = self.frame(Kind.WEBSOCKET, Opening((websocket_id, request), self.window))
         return None if framed is None else self.items(*framed, self.window)
 
-    def push(self, socket_id: str, message: dict[str, Any]) -> Coroutine[Any, Any, bool] | None:
+    def push(self, websocket_id: str, message: dict[str, Any]) -> Coroutine[Any, Any, bool] | None:
         """One message from a WebSocket's client; the call answers False when the replica no longer holds it."""
-        framed = self.frame(Kind.PUSH, (socket_id, message))
+        framed = self.frame(Kind.PUSH, (websocket_id, message))
         return None if framed is None else self._pushed(framed)
 
     async def _pushed(self, framed: tuple[int, bytes]) -> bool:
@@ -351,9 +351,10 @@ def _close_soon(loop: asyncio.AbstractEventLoop, connection: ReplicaConnection) 
         pass  # the loop is closed, and its connections with it
 
 
-class _Route:
-    """How one replica is called: over Ray until `connection` is open; after a
-    lost connection, over Ray until `retry_at`, when the next call tries again."""
+class _Link:
+    """One replica's data connection as it comes and goes: none until
+    `connection` is open; after a lost one, none until `retry_at`, when the
+    next look tries again."""
 
     __slots__ = ("connection", "asking", "failures", "retry_at", "connected_at", "closer")
 
@@ -388,7 +389,7 @@ class DataConnections:
         self._ask_address = ask_address
         self._max_frame = max_frame
         # Forgotten with the handle: a replica that left leaves no entry behind.
-        self._routes: weakref.WeakKeyDictionary[Any, _Route] = weakref.WeakKeyDictionary()
+        self._links: weakref.WeakKeyDictionary[Any, _Link] = weakref.WeakKeyDictionary()
 
     def via(self, handle: Any) -> str | None:
         """How `handle`'s replica is connected now: "unix", "tcp", or None (not at all)."""
@@ -397,32 +398,32 @@ class DataConnections:
 
     def connection(self, handle: Any) -> ReplicaConnection | None:
         """The open connection to `handle`'s replica; None: there is none (yet, or for now)."""
-        route = self._routes.get(handle)
-        if route is None:
-            route = _Route()
+        link = self._links.get(handle)
+        if link is None:
+            link = _Link()
             try:
-                self._routes[handle] = route
+                self._links[handle] = link
             except TypeError:
                 return None  # not weakly referenceable: never framed
-            route.asking = asyncio.ensure_future(self._discover(handle, route))
-        connection = route.connection
+            link.asking = asyncio.ensure_future(self._discover(handle, link))
+        connection = link.connection
         if connection is not None:
             if connection.open:
                 return connection
-            route.connection = None  # lost: over Ray until the back-off has passed
-            if self._clock() - route.connected_at >= _BACKOFF_MAX_S:
-                route.failures = 0  # it had lasted: start the back-off over
-            self._back_off(route)
-        if route.retry_at is not None and self._clock() >= route.retry_at:
-            route.retry_at = None
-            route.asking = asyncio.ensure_future(self._discover(handle, route))
+            link.connection = None  # lost: over Ray until the back-off has passed
+            if self._clock() - link.connected_at >= _BACKOFF_MAX_S:
+                link.failures = 0  # it had lasted: start the back-off over
+            self._back_off(link)
+        if link.retry_at is not None and self._clock() >= link.retry_at:
+            link.retry_at = None
+            link.asking = asyncio.ensure_future(self._discover(handle, link))
         return None
 
-    def _back_off(self, route: _Route) -> None:
-        route.retry_at = self._clock() + min(_BACKOFF_FIRST_S * 2**route.failures, _BACKOFF_MAX_S)
-        route.failures += 1
+    def _back_off(self, link: _Link) -> None:
+        link.retry_at = self._clock() + min(_BACKOFF_FIRST_S * 2**link.failures, _BACKOFF_MAX_S)
+        link.failures += 1
 
-    async def _discover(self, handle: Any, route: _Route) -> None:
+    async def _discover(self, handle: Any, link: _Link) -> None:
         """Ask where the replica serves frames and connect: to its Unix socket
         on our node, over TCP from another; a failed connection is tried again
         after a back-off, a replica without a way in stays on Ray."""
@@ -452,34 +453,34 @@ class DataConnections:
                     )
             except (OSError, TimeoutError) as error:
                 # Once per run of failures (a firewalled port fails every attempt): the rest at debug.
-                log = logger.warning if route.failures == 0 else logger.debug
+                log = logger.warning if link.failures == 0 else logger.debug
                 log("replica %s is called over Ray for now: its data socket %s: %s", name, where, error)
-                self._back_off(route)
+                self._back_off(link)
                 return
-            route.connection, route.connected_at = connection, self._clock()
+            link.connection, link.connected_at = connection, self._clock()
             # A replica that leaves the table takes its connection along.
-            if route.closer is not None:
-                route.closer.detach()  # the lost connection's: one per handle, however often it reconnects
-            route.closer = weakref.finalize(handle, _close_soon, asyncio.get_running_loop(), connection)
-            route.closer.atexit = False
+            if link.closer is not None:
+                link.closer.detach()  # the lost connection's: one per handle, however often it reconnects
+            link.closer = weakref.finalize(handle, _close_soon, asyncio.get_running_loop(), connection)
+            link.closer.atexit = False
         finally:
-            route.asking = None
+            link.asking = None
 
     async def settled(self, handle: Any) -> bool:
         """Once it is known how `handle`'s replica is called: True for frames.
         (Calls never wait for this; tests and diagnostics do.)"""
         self.connection(handle)
-        route = self._routes.get(handle)
-        if route is None:
+        link = self._links.get(handle)
+        if link is None:
             return False
-        if route.asking is not None:
-            await asyncio.shield(route.asking)
+        if link.asking is not None:
+            await asyncio.shield(link.asking)
         return self.connection(handle) is not None
 
     def close(self) -> None:
         """Close every connection (tests; a proxy's end closes them with its process)."""
-        for route in list(self._routes.values()):
-            if route.asking is not None:
-                route.asking.cancel()
-            if route.connection is not None:
-                route.connection.close("the proxy closed it")
+        for link in list(self._links.values()):
+            if link.asking is not None:
+                link.asking.cancel()
+            if link.connection is not None:
+                link.connection.close("the proxy closed it")

@@ -6,7 +6,7 @@ what the app `send`s into a `WireResponse` when the whole body came in one
 message, or into a `BodyStream` (status, headers, first chunk, and the rest
 as an async iterator) when it streams. The same code runs a user's FastAPI or
 Starlette app and a `StreamingResponse` a plain handler returned (a Starlette
-response is an ASGI app). A WebSocket is a `Socket`: the app runs as a task,
+response is an ASGI app). A WebSocket is a `WebSocketSession`: the app runs as a task,
 messages from the client are `push`ed in, and what the app sends comes out
 of `outbound()` until it closes. An app's lifespan (FastAPI's startup and
 shutdown, e.g. loading a model) runs with the replica: `Lifespan.start`
@@ -23,16 +23,15 @@ import asyncio
 import inspect
 import logging
 from dataclasses import dataclass
-from typing import Any, AsyncGenerator, Awaitable, Callable
+from typing import Any, AsyncGenerator
 
+from httpedge.asgi import App, Message
 from vocabulary.wire import WireRequest, WireResponse, split_root_path
 
-__all__ = ["AppError", "BodyStream", "Lifespan", "Socket", "is_asgi_app", "serve_http", "socket_scope"]
+__all__ = ["AppError", "BodyStream", "Lifespan", "WebSocketSession", "is_asgi_app", "serve_http", "websocket_scope"]
 
 logger = logging.getLogger(__name__)
 
-Message = dict[str, Any]
-App = Callable[[dict[str, Any], Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
 
 # Spec 2.4: a streaming response learns of a gone client by its task being
 # cancelled, so nothing needs to listen on `receive` for a disconnect.
@@ -94,7 +93,7 @@ def _scope(kind: str, wire: WireRequest) -> dict[str, Any]:
     return scope
 
 
-def socket_scope(wire: WireRequest) -> dict[str, Any]:
+def websocket_scope(wire: WireRequest) -> dict[str, Any]:
     return _scope("websocket", wire)
 
 
@@ -209,14 +208,14 @@ def _log_failure(task: asyncio.Future[None]) -> None:
         logger.error("ASGI app raised", exc_info=task.exception())
 
 
-class Socket:
+class WebSocketSession:
     """One WebSocket connection's app, between the proxy's two pumps."""
 
     def __init__(self, app: App, wire: WireRequest) -> None:
         self._inbound: asyncio.Queue[Message] = asyncio.Queue()
         self._outbound: asyncio.Queue[Any] = asyncio.Queue()
         self._inbound.put_nowait({"type": "websocket.connect"})
-        self._task = asyncio.ensure_future(self._run(app, socket_scope(wire)))
+        self._task = asyncio.ensure_future(self._run(app, websocket_scope(wire)))
         self._task.add_done_callback(_log_failure)
 
     async def _run(self, app: App, scope: dict[str, Any]) -> None:

@@ -17,11 +17,11 @@ the secret). The secret leaves only in `address()`, which the replica
 answers over Ray. TCP frames are authenticated, not encrypted.
 
 Each call runs as its own task through the same code the Ray methods use
-(`Serving`: the replica's `handle_request` and `handle_together`); a CANCEL frame cancels its task, which cancels the user
+(`Serving`: the replica's `handle_request` and `handle_batch`); a CANCEL frame cancels its task, which cancels the user
 code as a cancelled Ray call would. A streaming answer's head comes back
 here as a `StreamStart`; a STREAM frame then claims its rest and the chunks
 go out as ITEM frames, then END (or ERROR when the handler raised). A
-WebSocket is a SOCKET frame: what the app sends goes out as ITEMs the same
+WebSocket is a WEBSOCKET frame: what the app sends goes out as ITEMs the same
 way, and what the client sends comes in as PUSH calls. Both are pushed only
 as far ahead as the proxy's window allows (`datalink.frames.Window`,
 replenished by its CREDIT frames), so a slow client pauses the producer; a
@@ -71,15 +71,15 @@ class Serving:
     """What the replica answers frames with: the code paths of its Ray methods."""
 
     one: Callable[[WireRequest], Awaitable[Reply]]
-    together: Callable[[list[BatchItem]], Awaitable[list[BatchResult]]]
+    batch: Callable[[list[BatchItem]], Awaitable[list[BatchResult]]]
     # A response too large for one frame: its status, headers and body, held as a stream.
     hold: Callable[[int, list[tuple[bytes, bytes]], bytes], StreamStart]
     # A held stream's rest, by id (raises inside when it is not held); letting one go unread.
     stream: Callable[[str], AsyncGenerator[bytes, None]]
     close_stream: Callable[[str], None]
     # A WebSocket's app: what it sends; and one message from its client (False: no such socket).
-    socket: Callable[[str, WireRequest], AsyncGenerator[dict[str, Any], None]]
-    socket_message: Callable[[str, dict[str, Any]], bool]
+    websocket: Callable[[str, WireRequest], AsyncGenerator[dict[str, Any], None]]
+    websocket_message: Callable[[str, dict[str, Any]], bool]
 
 
 def socket_dir(bases: list[str]) -> str | None:
@@ -266,17 +266,18 @@ class _ProxyConnection(FrameConnection):
         match frame:
             case Frame(kind=Kind.REQUEST, payload=tuple() as request):
                 self._start(call_id, self._answer(call_id, request))
-            case Frame(kind=Kind.TOGETHER, payload=list() as items):
+            case Frame(kind=Kind.BATCH, payload=list() as items):
                 self._start(call_id, self._answer_all(call_id, items))
             case Frame(kind=Kind.STREAM, payload=Opening(target=str() as stream_id, window=Window() as window)):
                 self._open(call_id, window, lambda: serving.stream(stream_id))
             case Frame(
-                kind=Kind.SOCKET, payload=Opening(target=(str() as socket_id, tuple() as request), window=Window() as window)
+                kind=Kind.WEBSOCKET,
+                payload=Opening(target=(str() as websocket_id, tuple() as request), window=Window() as window),
             ):
-                self._open(call_id, window, lambda: serving.socket(socket_id, request))
-            case Frame(kind=Kind.PUSH, payload=(str() as socket_id, dict() as message)):
+                self._open(call_id, window, lambda: serving.websocket(websocket_id, request))
+            case Frame(kind=Kind.PUSH, payload=(str() as websocket_id, dict() as message)):
                 # Answered here, in arrival order: a WebSocket's messages reach its app in order.
-                self._send(Kind.RESULT, call_id, bool(serving.socket_message(socket_id, message)))
+                self._send(Kind.RESULT, call_id, bool(serving.websocket_message(websocket_id, message)))
             case Frame(kind=Kind.CREDIT, payload=(int() as items, int() as size)) if _counts(items, size):
                 credit = self._credits.get(call_id)
                 if credit is not None:  # else: its stream ended meanwhile
@@ -353,7 +354,7 @@ class _ProxyConnection(FrameConnection):
 
     async def _answer_all(self, call_id: int, items: list[BatchItem]) -> None:
         try:
-            results = await self._owner._serving.together(items)
+            results = await self._owner._serving.batch(items)
             self._owner.served += len(items)
             budget = self._owner._max_frame // (2 * max(len(results), 1))
             self._send(Kind.RESULTS, call_id, [self._fitted_result(result, budget) for result in results])

@@ -5,15 +5,15 @@ the working_dir Ray puts on sys.path), calling it with a Starlette request,
 `reconfigure`, `check_health` and graceful draining. It does not know about
 routing, retries or its own lifecycle: `controller.ray_adapter` wraps this
 plain class with `ray.remote` and options; the proxy calls `handle_request`
-(or `handle_batch` for several requests coalesced into one Ray call), and
-`handle_together` for a batched backend, whose handler takes a list of
+(or `handle_coalesced` for several requests coalesced into one Ray call), and
+`handle_batch` for a batched backend, whose handler takes a list of
 requests and returns a list of the same length. Which requests form a batch
 is the caller's choice (`proxy.coalescing`); the replica runs what it is given.
 A handler (or an ASGI app, which serves everything under its route) that
 streams answers `handle_request` with a `StreamStart`; the proxy pulls the
 rest with `stream` (a Ray streaming generator; cancelling it stops the user
-code) or lets it go with `close_stream`. A WebSocket lives in `socket` (a
-streaming generator of what the app sends) and `socket_message` (what the
+code) or lets it go with `close_stream`. A WebSocket lives in `websocket` (a
+streaming generator of what the app sends) and `websocket_message` (what the
 client sent), both on this one replica for the connection's lifetime.
 Under Ray, the replica also serves the same calls as frames — streams'
 rests and WebSockets included, through these same methods — over a private
@@ -56,7 +56,7 @@ from vocabulary.wire import (
     WireResponse,
 )
 from replica.data_socket import DataSocket, Serving
-from replica.asgi import BodyStream, Lifespan, Socket, is_asgi_app, serve_http
+from replica.asgi import BodyStream, Lifespan, WebSocketSession, is_asgi_app, serve_http
 from replica.conversions import to_reply, to_starlette_request, to_wire_response
 from replica.streams import StreamTable
 from replica.handles import HandleRouter
@@ -235,7 +235,7 @@ class Replica:
         self._lifespan: Lifespan | None = None
         self._handles = HandleRouter(f"handles:{replica_id}", namespace, random.Random())
         self._streams = StreamTable(replica_id)
-        self._sockets: dict[str, Socket] = {}
+        self._websockets: dict[str, WebSocketSession] = {}
         self._ongoing = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -295,8 +295,8 @@ class Replica:
         if self._data is None:
             self._data = DataSocket(
                 Serving(
-                    self.handle_request, self.handle_together, self._hold,
-                    self.stream, self.close_stream, self.socket, self.socket_message,
+                    self.handle_request, self.handle_batch, self._hold,
+                    self.stream, self.close_stream, self.websocket, self.websocket_message,
                 ),
                 max_frame,
             )
@@ -361,22 +361,22 @@ class Replica:
         """Let a streaming answer go unread (a shadow copy's)."""
         self._streams.close(stream_id)
 
-    async def socket(self, socket_id: str, wire: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+    async def websocket(self, websocket_id: str, wire: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
         """A WebSocket to the app: yields what it sends (accept, messages,
         close) until it closes; cancelling the call stops the app."""
         if self._handler is None:
             raise RuntimeError(f"replica {self.replica_id} is not initialized")
-        socket = self._sockets[socket_id] = Socket(self._handler, wire)
+        socket = self._websockets[websocket_id] = WebSocketSession(self._handler, wire)
         with self._serving(1):
             try:
                 async for message in socket.outbound():
                     yield message
             finally:
-                del self._sockets[socket_id]
+                del self._websockets[websocket_id]
 
-    def socket_message(self, socket_id: str, message: dict[str, Any]) -> bool:
-        """A message from the client of `socket_id`; False when that socket is gone."""
-        socket = self._sockets.get(socket_id)
+    def websocket_message(self, websocket_id: str, message: dict[str, Any]) -> bool:
+        """A message from the client of `websocket_id`; False when that socket is gone."""
+        socket = self._websockets.get(websocket_id)
         if socket is not None:
             socket.push(message)
         return socket is not None
@@ -413,7 +413,7 @@ class Replica:
                 result = await result
             return result
 
-    async def handle_together(self, batch: list[BatchItem]) -> list[BatchResult]:
+    async def handle_batch(self, batch: list[BatchItem]) -> list[BatchResult]:
         """A batched backend's requests in one handler call, answered in order.
 
         The call may run as long as the longest-lived request allows; a
@@ -437,7 +437,7 @@ class Replica:
                 return [(BatchOutcome.ERROR, traceback.format_exc())] * len(batch)
         return [_converted(result) for result in results]
 
-    async def handle_batch(self, batch: list[BatchItem]) -> list[BatchResult]:
+    async def handle_coalesced(self, items: list[BatchItem]) -> list[BatchResult]:
         """Several requests in one Ray call, answered in order.
 
         The proxy coalesces requests queued for this replica under load, so
@@ -445,9 +445,9 @@ class Replica:
         limit (cancelled when it runs out, as a timed-out single call is),
         and one item's failure never affects another's.
         """
-        return list(await asyncio.gather(*(self._batch_item(wire, limit_s) for wire, limit_s in batch)))
+        return list(await asyncio.gather(*(self._coalesced_item(wire, limit_s) for wire, limit_s in items)))
 
-    async def _batch_item(self, wire: WireRequest, limit_s: float) -> BatchResult:
+    async def _coalesced_item(self, wire: WireRequest, limit_s: float) -> BatchResult:
         try:
             return BatchOutcome.OK, await asyncio.wait_for(self.handle_request(wire), limit_s)
         except asyncio.TimeoutError:

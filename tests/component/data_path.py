@@ -73,12 +73,12 @@ class RecordingFallback:
         self.calls.append("one")
         return (203, [], b"over ray")
 
-    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
-        self.calls.append("batch")
+    async def coalesced(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+        self.calls.append("coalesced")
         return [(BatchOutcome.OK, (203, [], b"over ray"))] * len(items)
 
-    async def together(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
-        self.calls.append("together")
+    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+        self.calls.append("batch")
         return [(BatchOutcome.OK, (203, [], b"over ray"))] * len(items)
 
 

@@ -44,11 +44,11 @@ class InProcess:
     async def one(self, handle: Replica, request: WireRequest) -> WireResponse:
         return await handle.handle_request(request)
 
+    async def coalesced(self, handle: Replica, items: list[BatchItem]) -> list[BatchResult]:
+        return await handle.handle_coalesced(items)
+
     async def batch(self, handle: Replica, items: list[BatchItem]) -> list[BatchResult]:
         return await handle.handle_batch(items)
-
-    async def together(self, handle: Replica, items: list[BatchItem]) -> list[BatchResult]:
-        return await handle.handle_together(items)
 
 
 async def post_all(handler: str, bodies: list[str]) -> list[httpx.Response]:

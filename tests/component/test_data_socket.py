@@ -106,7 +106,7 @@ def test_the_first_call_goes_over_ray_while_the_address_is_asked() -> None:
 def test_a_batched_handler_gets_its_list_over_the_socket() -> None:
     async def scenario(scene: Scene) -> None:
         await scene.calls.connections.settled(scene.handle)
-        results = await scene.calls.together(scene.handle, [(get("/", b"x"), 5.0), (get("/", b"y"), 5.0)])
+        results = await scene.calls.batch(scene.handle, [(get("/", b"x"), 5.0), (get("/", b"y"), 5.0)])
         assert [response[2] for _, response in results] == [b"2:x", b"2:y"]
         assert scene.fallback.calls == []
 
@@ -249,9 +249,9 @@ def test_a_malformed_frame_closes_only_its_own_connection() -> None:
 
 WRONG_SHAPES = {
     Kind.REQUEST: "not a request",
-    Kind.TOGETHER: (get("/"), 5.0),
+    Kind.BATCH: (get("/"), 5.0),
     Kind.STREAM: Opening(("not", "a stream id"), Window()),
-    Kind.SOCKET: Opening("no request", Window()),
+    Kind.WEBSOCKET: Opening("no request", Window()),
     Kind.PUSH: ("socket id", "not a message"),
     Kind.CREDIT: (True, -1),
     Kind.DISCARD: 7,

@@ -98,10 +98,10 @@ async def chat(scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, 
 class NoRay(RecordingFallback):
     """The fallbacks, streams included: what went over "Ray" is recorded, and a batch fails the test."""
 
-    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def coalesced(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
         raise AssertionError("no batches here")
 
-    together = batch
+    batch = coalesced
 
     def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
         self.calls.append("stream")
@@ -110,11 +110,11 @@ class NoRay(RecordingFallback):
     def discard(self, handle: Any, start: StreamStart) -> None:
         self.calls.append("discard")
 
-    def open_socket(self, handle: Any, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
-        self.calls.append("open_socket")
+    def open_websocket(self, handle: Any, websocket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
+        self.calls.append("open_websocket")
         return self._nothing()
 
-    async def push(self, handle: Any, socket_id: str, message: dict[str, Any]) -> bool:
+    async def push(self, handle: Any, websocket_id: str, message: dict[str, Any]) -> bool:
         self.calls.append("push")
         return False
 
@@ -394,7 +394,7 @@ def test_a_websocket_echoes_both_ways_with_the_apps_close_code() -> None:
     async def scenario(scene: Scene) -> None:
         assert await scene.calls.connections.settled(scene.handle) is True
         request = make_request("GET", "/chat")
-        outbound = scene.calls.open_socket(scene.handle, "s1", request)
+        outbound = scene.calls.open_websocket(scene.handle, "s1", request)
         assert await anext(outbound) == {"type": "websocket.accept"}
         for text in ("one", "two"):
             assert await scene.calls.push(scene.handle, "s1", {"type": "websocket.receive", "text": text}) is True
@@ -413,7 +413,7 @@ def test_a_websocket_echoes_both_ways_with_the_apps_close_code() -> None:
 def test_a_websocket_clients_close_code_reaches_the_app() -> None:
     async def scenario(scene: Scene) -> None:
         await scene.calls.connections.settled(scene.handle)
-        outbound = scene.calls.open_socket(scene.handle, "s2", make_request("GET", "/chat"))
+        outbound = scene.calls.open_websocket(scene.handle, "s2", make_request("GET", "/chat"))
         assert (await anext(outbound))["type"] == "websocket.accept"
         assert await scene.calls.push(scene.handle, "s2", {"type": "websocket.disconnect", "code": 1001}) is True
         with pytest.raises(StopAsyncIteration):
@@ -427,7 +427,7 @@ def test_a_websocket_clients_close_code_reaches_the_app() -> None:
 def test_a_connection_lost_under_a_websocket_is_a_replica_death() -> None:
     async def scenario(scene: Scene) -> None:
         await scene.calls.connections.settled(scene.handle)
-        outbound = scene.calls.open_socket(scene.handle, "s3", make_request("GET", "/chat"))
+        outbound = scene.calls.open_websocket(scene.handle, "s3", make_request("GET", "/chat"))
         assert (await anext(outbound))["type"] == "websocket.accept"
         assert scene.replica._data is not None
         scene.replica._data.close()
@@ -444,8 +444,8 @@ def test_without_a_connection_streams_and_websockets_go_to_the_fallback() -> Non
         start = StreamStart(200, [], b"", "r1:99")
         assert [chunk async for chunk in scene.calls.stream(other, start)] == []
         scene.calls.discard(other, start)
-        assert [m async for m in scene.calls.open_socket(other, "s4", make_request("GET", "/chat"))] == []
+        assert [m async for m in scene.calls.open_websocket(other, "s4", make_request("GET", "/chat"))] == []
         assert await scene.calls.push(other, "s4", {"type": "websocket.receive", "text": "x"}) is False
-        assert scene.ray.calls == ["stream", "discard", "open_socket", "push"]
+        assert scene.ray.calls == ["stream", "discard", "open_websocket", "push"]
 
     run(scenario, handler="chat")

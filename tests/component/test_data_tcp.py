@@ -153,7 +153,7 @@ def test_calls_and_a_stream_travel_over_tcp_to_a_replica_on_another_node() -> No
 def test_a_batched_handler_gets_its_list_over_tcp() -> None:
     async def scenario(scene: Scene) -> None:
         assert await scene.calls.connections.settled(scene.handle) is True
-        results = await scene.calls.together(scene.handle, [(get("/", b"x"), 5.0), (get("/", b"y"), 5.0)])
+        results = await scene.calls.batch(scene.handle, [(get("/", b"x"), 5.0), (get("/", b"y"), 5.0)])
         assert [response[2] for _, response in results] == [b"2:x", b"2:y"]
         assert scene.fallback.calls == []
 
@@ -349,7 +349,7 @@ def test_a_replica_that_leaves_the_table_is_forgotten_and_its_connection_closed(
         assert scene.replica._data is not None and len(scene.replica._data._connections) == 1
         del scene.handle
         gc.collect()
-        assert len(scene.calls.connections._routes) == 0
+        assert len(scene.calls.connections._links) == 0
         await until(lambda: not scene.replica._data._connections)  # type: ignore[union-attr]
 
     run(scenario)

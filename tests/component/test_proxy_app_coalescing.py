@@ -28,7 +28,7 @@ class FakeTransport:
         await self.hold.wait()
         return 200, [], request[1].encode()
 
-    async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
+    async def coalesced(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
         self.batches.append([(request[1], limit) for request, limit in items])
         if self.dead:
             raise ReplicaDiedError("gone")

@@ -19,7 +19,7 @@ RESPONSE = (200, [(b"content-length", b"5")], b"hello")
 def test_every_kind_round_trips_with_its_call_id_and_payload() -> None:
     payloads = {
         Kind.REQUEST: REQUEST,
-        Kind.TOGETHER: [(REQUEST, 2.0)],
+        Kind.BATCH: [(REQUEST, 2.0)],
         Kind.CANCEL: None,
         Kind.RESULT: StreamStart(200, [], b"first", "r1:0"),
         Kind.RESULTS: [(BatchOutcome.OK, RESPONSE), (BatchOutcome.ERROR, "Traceback ..."), (BatchOutcome.TIMEOUT, "")],
@@ -118,7 +118,7 @@ def test_the_stream_and_websocket_kinds_round_trip() -> None:
 
     payloads = {
         Kind.STREAM: Opening("r1:7", Window(4, 1000)),
-        Kind.SOCKET: Opening(("socket-1", REQUEST), Window()),
+        Kind.WEBSOCKET: Opening(("socket-1", REQUEST), Window()),
         Kind.ITEM: b"a chunk",
         Kind.END: None,
         Kind.CREDIT: (3, 2048),

@@ -42,7 +42,7 @@ class EchoReplica:
 
 
 class SocketCaller:
-    async def open_socket(self, handle: EchoReplica, socket_id: str,
+    async def open_websocket(self, handle: EchoReplica, websocket_id: str,
                           request: WireRequest) -> AsyncGenerator[Message, None]:
         handle.requests.append(request)
         if handle.refuses:
@@ -59,7 +59,7 @@ class SocketCaller:
                 return
             yield {"type": "websocket.send", "text": "echo: " + message["text"]}
 
-    async def push(self, handle: EchoReplica, socket_id: str, message: Message) -> bool:
+    async def push(self, handle: EchoReplica, websocket_id: str, message: Message) -> bool:
         handle.pushed.append(message)
         handle.inbox.put_nowait(message)
         return True
