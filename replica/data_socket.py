@@ -12,8 +12,11 @@ other nodes it also listens on TCP (`start_tcp`) at the node's address (never
 a wildcard) on a port the kernel picks; a TCP peer must prove within
 `HANDSHAKE_TIMEOUT_S` that it knows the secret this `DataSocket` made at
 start (`datalink.handshake`) — until then none of its bytes reaches a
-decoder, and a peer that fails is closed and logged (with its address, never
-the secret). The secret leaves only in `address()`, which the replica
+decoder, and a peer that fails is closed. At most `MAX_UNPROVEN` peers may
+be proving themselves at once (more are closed as they connect), and
+failures are logged at most once a minute with their count and the latest
+peer's address (never the secret): a flood or a port scan neither holds the
+listener nor fills the log. The secret leaves only in `address()`, which the replica
 answers over Ray. TCP frames are authenticated, not encrypted.
 
 Each call runs as its own task through the same code the Ray methods use
@@ -45,6 +48,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine
@@ -62,8 +66,13 @@ logger = logging.getLogger(__name__)
 # sun_path holds 108 bytes on Linux, its terminating NUL included.
 SUN_PATH_MAX = 107
 _SOCKET_NAME = "data.sock"
-# How long a TCP peer may take to prove itself before it is closed.
-HANDSHAKE_TIMEOUT_S = 5.0
+# How long a TCP peer may take to prove itself before it is closed: a proxy
+# answers within a round trip, so two seconds is generous even across a cluster.
+HANDSHAKE_TIMEOUT_S = 2.0
+# TCP peers still proving themselves at once; more are closed as they connect.
+MAX_UNPROVEN = 32
+# Failed handshakes are logged at most once per this many seconds, with their count.
+_REFUSALS_LOG_EVERY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -100,11 +109,18 @@ class DataSocket:
     """Listens on one Unix socket (and on TCP for other nodes) and serves every connection's frames."""
 
     def __init__(
-        self, serving: Serving, max_frame: int = MAX_FRAME_BYTES, handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+        self,
+        serving: Serving,
+        max_frame: int = MAX_FRAME_BYTES,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
+        max_unproven: int = MAX_UNPROVEN,
     ) -> None:
         self._serving = serving
         self._max_frame = max_frame
         self._handshake_timeout_s = handshake_timeout_s
+        self._max_unproven = max_unproven
+        self.unproven = 0  # TCP connections still in their handshake
+        self.refusals = _Refusals()
         self._server: asyncio.AbstractServer | None = None
         self._tcp_server: asyncio.AbstractServer | None = None
         self._dir: str | None = None
@@ -227,6 +243,7 @@ class _ProxyConnection(FrameConnection):
         self._deadline: asyncio.TimerHandle | None = None
         self._peer = "a Unix socket peer"
         self._aborted = False
+        self._counted = False  # one of the owner's `unproven`
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._credits: dict[int, _Credit] = {}
 
@@ -234,6 +251,14 @@ class _ProxyConnection(FrameConnection):
         super().connection_made(transport)
         if self._handshake is not None:
             self._peer = f"TCP peer {transport.get_extra_info('peername')!r}"
+            if self._owner.unproven >= self._owner._max_unproven:
+                # Held by nobody: a flood of silent peers costs one refusal each, not a connection slot.
+                self._aborted = True
+                transport.abort()  # type: ignore[attr-defined]
+                self._owner.refusals.note(self._peer, f"{self._owner.unproven} connections were still proving themselves")
+                return
+            self._owner.unproven += 1
+            self._counted = True
             self._owner._connections.add(self)
             self._deadline = self._loop.call_later(
                 self._owner._handshake_timeout_s, self.close, "it did not complete the handshake in time"
@@ -253,6 +278,7 @@ class _ProxyConnection(FrameConnection):
         self._owner.accepted["unix"] += 1
 
     def on_proven(self) -> None:
+        self._uncount()
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
@@ -396,14 +422,24 @@ class _ProxyConnection(FrameConnection):
         return sent
 
     def close(self, reason: str) -> None:
-        logger.warning("data socket: closing the connection of %s: %s", self._peer, reason)
+        if self._handshake is not None:
+            self._owner.refusals.note(self._peer, reason)  # anyone may knock: counted, not logged per peer
+        else:
+            logger.warning("data socket: closing the connection of %s: %s", self._peer, reason)
         self._aborted = True
         if self._transport is not None:
             self._transport.abort()
 
+    def _uncount(self) -> None:
+        if self._counted:
+            self._counted = False
+            self._owner.unproven -= 1
+
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._handshake is not None and not self._aborted:
-            logger.info("data socket: %s left before proving itself", self._peer)
+        self._uncount()
+        if self._handshake is not None:
+            if not self._aborted:
+                self._owner.refusals.note(self._peer, "it left before proving itself")
         self._owner._connections.discard(self)
         self._transport = None
         if self._deadline is not None:
@@ -412,6 +448,32 @@ class _ProxyConnection(FrameConnection):
         for task in list(self._calls.values()):
             task.cancel()
         self._calls.clear()
+
+
+class _Refusals:
+    """TCP peers that did not prove themselves, logged at most once per
+    `every_s` with how many there were: a scan or a flood is one line a
+    minute, not one per connection."""
+
+    def __init__(self, every_s: float = _REFUSALS_LOG_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self._every_s = every_s
+        self._clock = clock
+        self._next_log = 0.0
+        self._unlogged = 0
+        self.total = 0
+
+    def note(self, peer: str, reason: str) -> None:
+        self.total += 1
+        self._unlogged += 1
+        now = self._clock()
+        if now < self._next_log:
+            return
+        logger.warning(
+            "data socket: refused %d TCP peer(s) that did not prove they know the secret; the latest, %s: %s",
+            self._unlogged, peer, reason,
+        )
+        self._unlogged = 0
+        self._next_log = now + self._every_s
 
 
 def _counts(*numbers: int) -> bool:
