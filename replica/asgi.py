@@ -208,25 +208,84 @@ def _log_failure(task: asyncio.Future[None]) -> None:
         logger.error("ASGI app raised", exc_info=task.exception())
 
 
-class WebSocketSession:
-    """One WebSocket connection's app, between the proxy's two pumps."""
+# What one WebSocket's client may have queued for its app, in message bytes,
+# before its next message waits (and with it the proxy's reading from the
+# client); one message is always let through, however large.
+WEBSOCKET_BUDGET_BYTES = 4 * 1024 * 1024
+# A client message larger than this closes the WebSocket with 1009 (message too big).
+WEBSOCKET_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+MESSAGE_TOO_BIG = 1009
 
-    def __init__(self, app: App, wire: WireRequest) -> None:
+
+def _message_bytes(message: Message) -> int:
+    body = message.get("bytes") or message.get("text") or b""
+    return len(body) if isinstance(body, (bytes, bytearray, str)) else 0
+
+
+class WebSocketSession:
+    """One WebSocket connection's app, between the proxy's two pumps.
+
+    What the client sends waits in a queue for the app, within a byte budget:
+    `push` returns once its message is queued, so a client that sends faster
+    than the app reads is held back (the proxy answers its next message only
+    then) instead of growing the replica's memory. A message over
+    `max_message_bytes` closes the WebSocket with 1009 both ways."""
+
+    def __init__(
+        self,
+        app: App,
+        wire: WireRequest,
+        budget_bytes: int = WEBSOCKET_BUDGET_BYTES,
+        max_message_bytes: int = WEBSOCKET_MAX_MESSAGE_BYTES,
+    ) -> None:
         self._inbound: asyncio.Queue[Message] = asyncio.Queue()
         self._outbound: asyncio.Queue[Any] = asyncio.Queue()
+        self._budget = budget_bytes
+        self._max_message = max_message_bytes
+        self.queued_bytes = 0  # client messages pushed and not yet received by the app
+        self._room = asyncio.Event()
+        self._room.set()
+        self._closed = False
         self._inbound.put_nowait({"type": "websocket.connect"})
         self._task = asyncio.ensure_future(self._run(app, websocket_scope(wire)))
         self._task.add_done_callback(_log_failure)
 
     async def _run(self, app: App, scope: dict[str, Any]) -> None:
         try:
-            await app(scope, self._inbound.get, self._outbound.put)
+            await app(scope, self._receive, self._outbound.put)
         finally:
             self._outbound.put_nowait(_END)
 
-    def push(self, message: Message) -> None:
-        """A message from the client (`websocket.receive` or `websocket.disconnect`)."""
+    async def _receive(self) -> Message:
+        message = await self._inbound.get()
+        self.queued_bytes -= _message_bytes(message)
+        if self.queued_bytes < self._budget:
+            self._room.set()
+        return message
+
+    async def push(self, message: Message) -> None:
+        """A message from the client (`websocket.receive` or `websocket.disconnect`),
+        once there is room for it in the session's budget."""
+        if self._closed:
+            return
+        size = _message_bytes(message)
+        if size > self._max_message:
+            self._close(MESSAGE_TOO_BIG)
+            return
+        while size and self.queued_bytes and self.queued_bytes + size > self._budget:
+            self._room.clear()
+            await self._room.wait()
+            if self._closed:
+                return
+        self.queued_bytes += size
         self._inbound.put_nowait(message)
+
+    def _close(self, code: int) -> None:
+        """End the session with `code`: the client gets the close, the app the disconnect."""
+        self._closed = True
+        self._room.set()  # pushes waiting for room give up
+        self._inbound.put_nowait({"type": "websocket.disconnect", "code": code})
+        self._outbound.put_nowait({"type": "websocket.close", "code": code, "reason": ""})
 
     async def outbound(self) -> AsyncGenerator[Message, None]:
         """What the app sends, until it closes or returns; closing this stops

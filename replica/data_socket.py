@@ -88,7 +88,7 @@ class Serving:
     close_stream: Callable[[str], None]
     # A WebSocket's app: what it sends; and one message from its client (False: no such socket).
     websocket: Callable[[str, WireRequest], AsyncGenerator[dict[str, Any], None]]
-    websocket_message: Callable[[str, dict[str, Any]], bool]
+    websocket_message: Callable[[str, dict[str, Any]], Awaitable[bool]]
 
 
 def socket_dir(bases: list[str]) -> str | None:
@@ -302,8 +302,8 @@ class _ProxyConnection(FrameConnection):
             ):
                 self._open(call_id, window, lambda: serving.websocket(websocket_id, request))
             case Frame(kind=Kind.PUSH, payload=(str() as websocket_id, dict() as message)):
-                # Answered here, in arrival order: a WebSocket's messages reach its app in order.
-                self._send(Kind.RESULT, call_id, bool(serving.websocket_message(websocket_id, message)))
+                # Answered once the app has room for it; the proxy sends a WebSocket's next message only then.
+                self._start(call_id, self._push(call_id, websocket_id, message))
             case Frame(kind=Kind.CREDIT, payload=(int() as items, int() as size)) if _counts(items, size):
                 credit = self._credits.get(call_id)
                 if credit is not None:  # else: its stream ended meanwhile
@@ -375,6 +375,12 @@ class _ProxyConnection(FrameConnection):
             raise  # a CANCEL frame or a closed connection: nobody waits for an answer
         except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
             self._send(Kind.ERROR, call_id, traceback.format_exc())
+        finally:
+            self._calls.pop(call_id, None)
+
+    async def _push(self, call_id: int, websocket_id: str, message: dict[str, Any]) -> None:
+        try:
+            self._send(Kind.RESULT, call_id, bool(await self._owner._serving.websocket_message(websocket_id, message)))
         finally:
             self._calls.pop(call_id, None)
 

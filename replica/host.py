@@ -366,20 +366,23 @@ class Replica:
         close) until it closes; cancelling the call stops the app."""
         if self._handler is None:
             raise RuntimeError(f"replica {self.replica_id} is not initialized")
-        socket = self._websockets[websocket_id] = WebSocketSession(self._handler, wire)
+        session = self._websockets[websocket_id] = WebSocketSession(self._handler, wire)
         with self._serving(1):
             try:
-                async for message in socket.outbound():
+                async for message in session.outbound():
                     yield message
             finally:
                 del self._websockets[websocket_id]
 
-    def websocket_message(self, websocket_id: str, message: dict[str, Any]) -> bool:
-        """A message from the client of `websocket_id`; False when that socket is gone."""
-        socket = self._websockets.get(websocket_id)
-        if socket is not None:
-            socket.push(message)
-        return socket is not None
+    async def websocket_message(self, websocket_id: str, message: dict[str, Any]) -> bool:
+        """A message from the client of `websocket_id`, answered once the app's
+        queue has room for it (the proxy reads the client's next message only
+        then); False when that WebSocket is gone."""
+        session = self._websockets.get(websocket_id)
+        if session is None:
+            return False
+        await session.push(message)
+        return True
 
     @contextlib.contextmanager
     def _serving(self, requests: int) -> Iterator[None]:
