@@ -8,9 +8,11 @@ timeout stops user code). Never blocks the event loop: results are awaited,
 never fetched with `ray.get`.
 
 A streaming answer's rest and a WebSocket's outbound messages come through
-Ray streaming generators (`ObjectRefGenerator`, `RayStreams`); leaving one
-early cancels it (`ray.cancel`), which cancels the generator's task on the
-replica.
+Ray streaming generators (`ObjectRefGenerator`, `RayStreams`) with
+backpressure: a replica's generator runs at most
+`GENERATOR_BACKPRESSURE_ITEMS` ahead of what the proxy passed on to its
+client. Leaving one early cancels it (`ray.cancel`), which cancels the
+generator's task on the replica.
 
 `RayCaller` is the proxy's `proxy.replica_calls.ReplicaCalls` wired with
 these, and with `proxy.socketcalls.DataConnections` given the node id and
@@ -89,17 +91,26 @@ def _local_node() -> str:
     return ray.get_runtime_context().get_node_id()
 
 
+# How many items a replica's streaming generator may have yielded ahead of
+# what the proxy took over Ray: past it, Ray pauses the generator until the
+# proxy takes the next, so a slow client holds the producer, not the object store.
+GENERATOR_BACKPRESSURE_ITEMS = 16
+
+
 class RayStreams:
-    """A `StreamCaller` over the replica's Ray methods."""
+    """A `StreamCaller` over the replica's Ray methods, with backpressure on both generators."""
+
+    def __init__(self, backpressure_items: int = GENERATOR_BACKPRESSURE_ITEMS) -> None:
+        self._options = {"_generator_backpressure_num_objects": backpressure_items}
 
     def stream(self, handle: Any, start: StreamStart) -> AsyncGenerator[bytes, None]:
-        return _generated(handle.stream.remote(start.stream_id))
+        return _generated(handle.stream.options(**self._options).remote(start.stream_id))
 
     def discard(self, handle: Any, start: StreamStart) -> None:
         handle.close_stream.remote(start.stream_id)
 
     def open_websocket(self, handle: Any, websocket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
-        return _generated(handle.websocket.remote(websocket_id, request))
+        return _generated(handle.websocket.options(**self._options).remote(websocket_id, request))
 
     async def push(self, handle: Any, websocket_id: str, message: dict[str, Any]) -> bool:
         try:

@@ -215,6 +215,10 @@ WEBSOCKET_BUDGET_BYTES = 4 * 1024 * 1024
 # A client message larger than this closes the WebSocket with 1009 (message too big).
 WEBSOCKET_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 MESSAGE_TOO_BIG = 1009
+# What the app may have sent that its caller has not taken yet: past it, the
+# app's `send` waits, so a slow client holds the app (with the caller's own
+# backpressure: the data connection's window, or Ray's generator backpressure).
+WEBSOCKET_OUTBOUND_MESSAGES = 16
 
 
 def _message_bytes(message: Message) -> int:
@@ -229,7 +233,9 @@ class WebSocketSession:
     `push` returns once its message is queued, so a client that sends faster
     than the app reads is held back (the proxy answers its next message only
     then) instead of growing the replica's memory. A message over
-    `max_message_bytes` closes the WebSocket with 1009 both ways."""
+    `max_message_bytes` closes the WebSocket with 1009 both ways. What the
+    app sends waits likewise: at most `WEBSOCKET_OUTBOUND_MESSAGES` ahead of
+    whoever takes it from `outbound`."""
 
     def __init__(
         self,
@@ -246,15 +252,25 @@ class WebSocketSession:
         self._room = asyncio.Event()
         self._room.set()
         self._closed = False
+        self._unsent = 0  # messages the app sent that `outbound` has not yielded yet
+        self._out_room = asyncio.Event()
+        self._out_room.set()
         self._inbound.put_nowait({"type": "websocket.connect"})
         self._task = asyncio.ensure_future(self._run(app, websocket_scope(wire)))
         self._task.add_done_callback(_log_failure)
 
     async def _run(self, app: App, scope: dict[str, Any]) -> None:
         try:
-            await app(scope, self._receive, self._outbound.put)
+            await app(scope, self._receive, self._send)
         finally:
             self._outbound.put_nowait(_END)
+
+    async def _send(self, message: Message) -> None:
+        while self._unsent >= WEBSOCKET_OUTBOUND_MESSAGES:
+            self._out_room.clear()
+            await self._out_room.wait()
+        self._unsent += 1
+        self._outbound.put_nowait(message)
 
     async def _receive(self) -> Message:
         message = await self._inbound.get()
@@ -285,6 +301,7 @@ class WebSocketSession:
         self._closed = True
         self._room.set()  # pushes waiting for room give up
         self._inbound.put_nowait({"type": "websocket.disconnect", "code": code})
+        self._unsent += 1
         self._outbound.put_nowait({"type": "websocket.close", "code": code, "reason": ""})
 
     async def outbound(self) -> AsyncGenerator[Message, None]:
@@ -296,6 +313,8 @@ class WebSocketSession:
                 if message is _END:
                     _raise_failure(self._task)
                     return
+                self._unsent -= 1
+                self._out_room.set()
                 yield message
                 if message.get("type") == "websocket.close":
                     return
