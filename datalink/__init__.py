@@ -12,6 +12,9 @@ tuples the frames carry), and only `proxy` and `replica` import it.
   HMAC handshake that opens its TCP listener to a proxy; pure.
 - `peers`: who is at the other end of a Unix socket (SO_PEERCRED) and the
   TCP socket options; the only system calls besides the connection's.
+- `private_dirs`: the per-user private directory (0700, opened once) that a
+  node's data-plane files live under: a replica's socket, the proxy
+  workers' port claims and shared metrics.
 - `connection`: `FrameConnection`, the asyncio protocol both ends build on
   (handshake first, then frames in order, one write per loop iteration).
 """

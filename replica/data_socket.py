@@ -4,8 +4,8 @@ Proxies send requests here instead of as Ray actor calls
 (`proxy.socketcalls`), which saves Ray's per-call machinery on both sides;
 Ray stays the control plane and the fallback. `DataSocket` listens on
 `<private dir>/data.sock` for a proxy on this node: the directory is made by
-this user with mode 0700 (under the Ray session dir, else the system temp
-dir), the socket is mode 0600, and a connecting peer whose SO_PEERCRED uid is
+this user with mode 0700 (under this user's private base,
+`datalink.private_dirs`, else the system temp dir), the socket is mode 0600, and a connecting peer whose SO_PEERCRED uid is
 not ours is refused before any byte of it is read (`datalink.peers`) — the
 frames carry pickles, so only our own user may write them. For proxies on
 other nodes it also listens on TCP (`start_tcp`) at the node's address (never

@@ -62,6 +62,7 @@ from replica.streams import StreamTable
 from replica.handles import HandleRouter
 from datalink.frames import MAX_FRAME_BYTES
 from datalink.handshake import DataAddress
+from datalink.private_dirs import private_base
 from vocabulary.serving import ReplicaContext, install
 
 # A large reply held for the proxy to stream leaves in slices of this size.
@@ -186,16 +187,15 @@ def _node_id() -> str:
 
 
 def _socket_bases() -> list[str]:
-    """Where the data socket's private directory may go: the Ray session dir
-    (removed with the session, even after a kill -9), else the temp dir."""
-    import ray
-
-    bases = []
+    """Where the data socket's private directory may go: this user's private
+    base (`datalink.private_dirs`: no other user can swap or enter it, as
+    they could Ray's session dir), else the temp dir (a fresh 0700 directory
+    under a random name, which the sticky bit keeps ours)."""
     try:
-        # No public API names the session dir; without it, the temp dir serves.
-        bases.append(ray._private.worker._global_node.get_session_dir_path())
-    except Exception:  # noqa: BLE001 — a private API that may move between Ray versions
-        pass
+        bases = [private_base().path]
+    except PermissionError as error:
+        logger.warning("the data socket goes under the temp dir: %s", error)
+        bases = []
     return [*bases, tempfile.gettempdir()]
 
 
