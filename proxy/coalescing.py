@@ -22,7 +22,7 @@ A reply that is the head of a stream (`StreamStart`) comes back like any
 other; the rest of the stream is one streaming call of its own, never
 coalesced (`proxy.app`).
 
-The transport (`Transport`) is injected: Ray in production, a fake in
+The replica's methods (`ReplicaMethods`) are injected: Ray's in production, a fake in
 tests. No Ray here.
 """
 
@@ -34,11 +34,11 @@ from typing import Any, Awaitable, Callable, Protocol
 from proxy.calling import HandlerError, ReplicaDiedError
 from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, WireRequest
 
-__all__ = ["Transport", "Coalescer", "Waiting", "deliver"]
+__all__ = ["ReplicaMethods", "Coalescer", "Waiting", "deliver"]
 
 
-class Transport(Protocol):
-    """The calls a replica answers over Ray (`proxy.raycalls.RayTransport`)."""
+class ReplicaMethods(Protocol):
+    """The calls a replica answers over Ray (`proxy.raycalls.RayMethods`)."""
 
     async def one(self, handle: Any, request: WireRequest) -> Reply:
         """One request; raises ReplicaDiedError or HandlerError; cancellable."""
@@ -76,8 +76,8 @@ class _Call:
 class Coalescer:
     """Calls of one request each while a replica is idle, coalesced calls under load."""
 
-    def __init__(self, transport: Transport, max_calls: int, window_s: float) -> None:
-        self._transport = transport
+    def __init__(self, methods: ReplicaMethods, max_calls: int, window_s: float) -> None:
+        self._methods = methods
         self._max_calls = max_calls
         self._window_s = window_s
         self._outboxes: dict[Any, _Outbox] = {}
@@ -91,7 +91,7 @@ class Coalescer:
         if outbox.fresh < self._max_calls and not outbox.waiting:
             call = self._start(handle, outbox)
             try:
-                return await self._transport.one(handle, request)
+                return await self._methods.one(handle, request)
             finally:
                 self._finish(handle, outbox, call)
         loop = asyncio.get_running_loop()
@@ -147,7 +147,7 @@ class Coalescer:
         waiting: list[Waiting],
     ) -> None:
         try:
-            await deliver(self._transport.coalesced, handle, waiting)
+            await deliver(self._methods.coalesced, handle, waiting)
         finally:
             self._finish(handle, outbox, call)
 

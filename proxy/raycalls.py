@@ -1,6 +1,6 @@
 """The request path's Ray calls: the only place it touches Ray.
 
-`RayTransport` makes the three kinds of replica call — `handle_request` for
+`RayMethods` makes the three kinds of replica call — `handle_request` for
 one request, `handle_coalesced` for many, `handle_batch` for a batched
 handler's list — and maps Ray's error types to `proxy.calling`'s. A
 cancelled single call cancels the replica-side task (that is how an endpoint
@@ -33,11 +33,11 @@ from proxy.replica_calls import ReplicaCalls
 from proxy.socketcalls import Address, DataConnections
 from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, WireResponse
 
-__all__ = ["RayCaller", "RayTransport", "RayStreams"]
+__all__ = ["RayCaller", "RayMethods", "RayStreams"]
 
 
-class RayTransport:
-    """A `proxy.coalescing.Transport` over the replica's Ray methods."""
+class RayMethods:
+    """A `proxy.coalescing.ReplicaMethods` over the replica's Ray methods."""
 
     async def one(self, handle: Any, request: WireRequest) -> WireResponse | StreamStart:
         ref = handle.handle_request.remote(request)
@@ -120,7 +120,7 @@ class RayStreams:
 
 
 class RayCaller(ReplicaCalls):
-    """`ReplicaCalls` with Ray's transports, and data connections unless told not to."""
+    """`ReplicaCalls` with Ray's methods and streams, and data connections unless told not to."""
 
     def __init__(
         self,
@@ -136,5 +136,5 @@ class RayCaller(ReplicaCalls):
             DataConnections(local_node, lambda handle: _data_address(handle, local_node())) if data_connections else None
         )
         super().__init__(
-            RayTransport(), max_calls_per_replica, coalesce_window_s, observe_batch, RayStreams(), connections
+            RayMethods(), max_calls_per_replica, coalesce_window_s, observe_batch, RayStreams(), connections
         )

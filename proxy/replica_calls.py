@@ -8,13 +8,13 @@ decides itself, in one place, how the replica is reached:
   request does: holding one back for a coalesced call would only add
   latency), and its streams, WebSockets and batched lists as frames too;
 - any other replica — no connection yet, none to be had, a lost one within
-  its back-off — gets its requests over the `Transport` (Ray's), coalesced
+  its back-off — gets its requests through its `ReplicaMethods` (Ray's), coalesced
   under load (`proxy.coalescing`), and its streams and WebSockets over the
   `StreamCaller` (Ray's);
-- a request too large for a frame goes over the `Transport` uncoalesced.
+- a request too large for a frame goes through its `ReplicaMethods` uncoalesced.
 
 A batched backend's requests are gathered into lists first
-(`proxy.gathering`), whichever way the list then goes. The transports are
+(`proxy.gathering`), whichever way the list then goes. Both ways are
 injected (`proxy.raycalls.RayCaller` wires Ray's; tests pass fakes). No Ray here.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, AsyncGenerator, Callable, Coroutine
 
 from proxy.calling import Batching, ReplicaDiedError, StreamCaller
-from proxy.coalescing import Coalescer, Transport
+from proxy.coalescing import Coalescer, ReplicaMethods
 from proxy.gathering import Gatherer
 from proxy.socketcalls import DataConnections, ReplicaConnection
 from vocabulary.wire import BatchItem, BatchResult, Reply, StreamStart, WireRequest
@@ -51,11 +51,11 @@ class _NoStreams:
 
 
 class ReplicaCalls:
-    """A `Caller`: frames to a replica with a data connection, `transport` and `streams` to any other."""
+    """A `Caller`: frames to a replica with a data connection, `methods` and `streams` (Ray's) to any other."""
 
     def __init__(
         self,
-        transport: Transport,
+        methods: ReplicaMethods,
         max_calls_per_replica: int,
         coalesce_window_s: float,
         observe_batch: Callable[[str, int], None] | None = None,
@@ -63,11 +63,11 @@ class ReplicaCalls:
         connections: DataConnections | None = None,
     ) -> None:
         """`observe_batch(backend, size)` is told each list a batched handler
-        receives; without `connections`, every call goes over `transport`."""
-        self._transport = transport
+        receives; without `connections`, every call goes over `methods`."""
+        self._methods = methods
         self._streams: StreamCaller = streams if streams is not None else _NoStreams()
         self.connections = connections
-        self._coalescer = Coalescer(transport, max_calls_per_replica, coalesce_window_s)
+        self._coalescer = Coalescer(methods, max_calls_per_replica, coalesce_window_s)
         self._gatherer = Gatherer(self.batch, observe_batch)
 
     def _connection(self, handle: Any) -> ReplicaConnection | None:
@@ -84,7 +84,7 @@ class ReplicaCalls:
         if connection is None:
             return self._coalescer.call(handle, request, timeout_s)
         sent = connection.request(request)
-        return sent if sent is not None else self._transport.one(handle, request)
+        return sent if sent is not None else self._methods.one(handle, request)
 
     async def batch(self, handle: Any, items: list[BatchItem]) -> list[BatchResult]:
         """One call of a batched handler with `items`."""
@@ -93,7 +93,7 @@ class ReplicaCalls:
             sent = connection.batch(items)
             if sent is not None:
                 return await sent
-        return await self._transport.batch(handle, items)
+        return await self._methods.batch(handle, items)
 
     # --- StreamCaller ---------------------------------------------------------
 

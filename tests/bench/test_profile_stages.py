@@ -22,7 +22,7 @@ def test_a_stack_of_only_the_event_loop_is_the_event_loop() -> None:
 
 
 def test_ray_task_submission_is_told_from_ray_transport() -> None:
-    submit = f"{LOOP};RayTransport.batch (proxy/raycalls.py:43);ActorMethod._remote (ray/actor.py:1178)"
+    submit = f"{LOOP};RayMethods.batch (proxy/raycalls.py:43);ActorMethod._remote (ray/actor.py:1178)"
     loop = "<module> (ray/_private/workers/default_worker.py:323);Worker.main_loop (ray/_private/worker.py:1069)"
     assert (classify(submit), classify(loop)) == ("Ray: call submit", "Ray: transport (task loop, serialise, deliver)")
 

@@ -39,7 +39,7 @@ class DropsOne:
 
 
 class InProcess:
-    """The replica calls of `proxy.raycalls.RayTransport`, without Ray."""
+    """The replica calls of `proxy.raycalls.RayMethods`, without Ray."""
 
     async def one(self, handle: Replica, request: WireRequest) -> WireResponse:
         return await handle.handle_request(request)
