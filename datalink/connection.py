@@ -73,7 +73,7 @@ class FrameConnection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
         if self._handshake is not None:
             set_nodelay(transport.get_extra_info("socket"))
-            self._transport.write(self._handshake.greeting())
+            transport.write(self._handshake.greeting())  # type: ignore[attr-defined]  # a stream transport
 
     def data_received(self, data: bytes) -> None:
         if self._handshake is not None:

@@ -42,6 +42,6 @@ def test_shares_add_up_to_one_across_both_processes() -> None:
 
 
 def test_frames_on_the_unix_socket_are_their_own_stage_on_both_sides() -> None:
-    proxy = f"{LOOP};SocketTransport.one (proxy/socketcalls.py:120);encode (datalink/frames.py:80)"
+    proxy = f"{LOOP};ReplicaConnection.send (proxy/socketcalls.py:120);encode (datalink/frames.py:80)"
     replica = f"{LOOP};_Connection.data_received (replica/data_socket.py:150)"
     assert classify(proxy) == classify(replica) == "data path: frames over the Unix socket"
