@@ -23,7 +23,7 @@ _WHERE = {
 
 def _websocket_notes() -> list[str]:
     """How the proxy counts WebSocket sessions (the codes are `proxy.websockets`')."""
-    from proxy import sockets as s
+    from proxy import websockets as s
 
     return [
         "",
