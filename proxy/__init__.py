@@ -10,6 +10,7 @@ Map (layers import only downward):
   `coalescing` (requests queued for one replica share one Ray call under
   load), `gathering` (a batched backend's requests gathered into lists);
 - request path: `calling` (the caller seam and its errors), `app` (ASGI),
+  `websockets` (a WebSocket carried to one replica for its lifetime),
   `metrics` (its Prometheus recorder and the port they are scraped from),
   `socketcalls` (one data connection per replica, calls as frames over it),
   `replica_calls` (the one call stack: frames when connected, else
