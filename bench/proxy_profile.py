@@ -38,14 +38,15 @@ CONNECTIONS = 32
 STAGES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("metrics", re.compile(r"^prometheus_client/|^proxy/(metrics|request_stats|load_reporting)\.py")),
     ("replica: user code", re.compile(r"^bench/proxy_apps\.py")),
-    ("data path: frames over the Unix socket", re.compile(r"^proxy/socketcalls\.py|^vocabulary/frames\.py"
+    ("data path: frames over the Unix socket", re.compile(r"^proxy/socketcalls\.py|^datalink/"
                                                           r"|^replica/data_socket\.py|^pickle")),
     ("replica: host (Request in, response out)", re.compile(r"^replica/|^starlette/")),
     ("proxy: routing and choice", re.compile(r"^proxy/(routing|snapshot|steering|replicas)\.py|^vocabulary/choosing\.py")),
     ("Ray: call submit", re.compile(r"^ray/actor\.py|^ray/_private/(auto_init_hook|client_mode_hook|signature)\.py"
                                     r"|^ray/util/tracing/")),
     ("Ray: transport (task loop, serialise, deliver)", re.compile(r"^ray/|_raylet|^cloudpickle/|^msgpack")),
-    ("proxy: request path (proxy.app, calls, coalescing)", re.compile(r"^proxy/(app|calling|raycalls|coalescing)\.py")),
+    ("proxy: request path (proxy.app, calls, coalescing)",
+     re.compile(r"^proxy/(app|calling|raycalls|replica_calls|coalescing|gathering)\.py")),
     ("HTTP: parse and framework (httpedge.server, httptools)",
      re.compile(r"^httpedge/|^uvicorn/|^httptools/|^h11/|^proxy/actor\.py")),
 )

@@ -294,7 +294,7 @@ class RayAdapter:
         else:
             self._starts[effect.actor_name] = _call(handle.initialize.remote())
 
-    def _sealed(self, handle: Any, config: BackendConfig, submit: Callable[[bytes], Any]) -> _Call:
+    def _sealed(self, handle: ActorHandle[Any], config: BackendConfig, submit: Callable[[bytes], Any]) -> _Call:
         """`submit(sealed)` once the replica told its public key: the backend's
         secret values sealed to it, so Ray carries only what that replica can
         open. Never waits on the control loop: the replica's answer carries on,

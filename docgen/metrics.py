@@ -22,8 +22,8 @@ _WHERE = {
 
 
 def _websocket_notes() -> list[str]:
-    """How the proxy counts WebSocket sessions (the codes are `proxy.sockets`')."""
-    from proxy import sockets as s
+    """How the proxy counts WebSocket sessions (the codes are `proxy.websockets`')."""
+    from proxy import websockets as s
 
     return [
         "",

@@ -9,4 +9,6 @@ written once. Imports nothing of ours.
 - `limits`: the bounds of one listener, as a plain value (pure).
 - `answers`: the edge's own answers (a status that ends the connection,
   and the linger that delivers it).
+- `asgi`: the ASGI types (scope, message, receive, send, app), named once
+  for the proxy and the replica's ASGI host too.
 """

@@ -70,23 +70,18 @@ import socket
 import time
 import urllib.parse
 from collections import deque
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Mapping
 
 import httptools
 
 from httpedge.answers import end_with, refusal
+from httpedge.asgi import App, Message, Scope
 from httpedge.limits import EdgeLimits
 
 __all__ = ["Server", "App"]
 
 logger = logging.getLogger(__name__)
 
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-# Takes any mapping, so an app typed with Starlette's (MutableMapping) messages is an `App` too.
-Send = Callable[[Mapping[str, Any]], Awaitable[None]]
-App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _HIGH_WATER = 64 * 1024  # buffered request body above which reading pauses
 _BACKLOG = 2048

@@ -11,17 +11,19 @@ Map (layers import only downward):
 - state without I/O: `replicas` (per-backend pools, wait queue),
   `snapshot` (the immutable route table a request reads once),
   `subscriptions` (long-poll payloads -> snapshot), `running_calls` (the
-  calls on one event loop, their deadlines and clients);
-- the seam to replicas: `calling` (one call per request, and its errors),
-  `coalescing` (requests queued for one replica share one call under load,
-  over an injected transport), `socketcalls` (frames over one persistent
-  connection per replica: a private Unix socket on the proxy's own node,
-  TCP with a per-replica secret across nodes), `raycalls` (the calls over
-  Ray, the fallback, and the transport stack);
-- request path: `app` (ASGI), `streaming` (streamed answers), `sockets`
-  (a WebSocket carried to one replica), `metrics` (its Prometheus recorder
-  and the port they are scraped from), `shared_ports` (ports one node's
-  workers share), `node_mismatches` (a node's shadow mismatches);
-- Ray shell: `controller_link`, `longpoll_client`, `load_reporting`,
-  `actor` (`httpedge.server` inside the Ray actor).
+  calls on one event loop, their deadlines and clients), `coalescing`
+  (requests queued for one replica share one Ray call under load),
+  `gathering` (a batched backend's requests gathered into lists);
+- the seam to replicas: `calling` (the caller seam and its errors),
+  `socketcalls` (one data connection per replica, calls as frames over it:
+  a private Unix socket on the proxy's own node, TCP with a per-replica
+  secret across nodes), `replica_calls` (the one call stack: frames when
+  connected, else coalesced Ray calls, both injected);
+- request path: `app` (ASGI), `streaming` (streamed answers), `websockets`
+  (a WebSocket carried to one replica for its lifetime), `metrics` (its
+  Prometheus recorder and the port they are scraped from), `shared_ports`
+  (ports one node's workers share), `node_mismatches` (a node's shadow
+  mismatches);
+- Ray shell: `raycalls`, `controller_link`, `longpoll_client`,
+  `load_reporting`, `actor` (`httpedge.server` inside the Ray actor).
 """

@@ -3,10 +3,11 @@
 A few per Ray node (its proxy workers), created, pinned and replaced by the
 controller (which wraps this plain class with `ray.remote`); each is one
 proxy to the controller, under its own proxy id. Given `shared_dir` (the
-controller passes the node's, inside the Ray session directory), the
-node's workers share the HTTP port and the metrics port (SO_REUSEPORT,
-claimed for this group of workers by `proxy.shared_ports`) and record
-metrics and shadow mismatches into that directory, so a scrape of any
+controller passes the node's, named by the Ray session, namespace and node:
+it names the group of workers), the node's workers share the HTTP port and
+the metrics port (SO_REUSEPORT, claimed for this group of workers by
+`proxy.shared_ports`) and record metrics and shadow mismatches into the
+group's directory under this user's private base (`shared_ports.group_dir`), so a scrape of any
 worker answers the node's sum, and its `shadow_mismatches` (a Ray call:
 the agent's, never on the public port) the node's mismatches
 (`proxy.node_mismatches`). The constructor binds the listening
@@ -65,8 +66,10 @@ class ProxyActor:
         settings = settings or ProxySettings()
         rng = random.Random()
         me = proxy_id(node_id, worker)
+        # `shared_dir` names the node's group of workers; their shared files live in this user's private base.
+        files = shared_ports.group_dir(shared_dir) if shared_dir is not None else None
         # Prometheus scrapes each node on its metrics port; with shared_dir, any worker answers the node's sum.
-        self._metrics = _serve_metrics(host, metrics_port, shared_dir) if metrics_port is not None else None
+        self._metrics = _serve_metrics(host, metrics_port, files) if metrics_port is not None else None
         self._app = ProxyApp(
             RayCaller(
                 settings.max_calls_per_replica,
@@ -76,7 +79,7 @@ class ProxyActor:
             settings,
             rng,
             self._metrics,
-            _node_mismatches(shared_dir) if shared_dir is not None else None,
+            _node_mismatches(files) if files is not None else None,
         )
         link = ControllerLink(controller_name, namespace)
         configured = asyncio.Event()
@@ -156,7 +159,7 @@ def _serve_metrics(host: str, port: int, shared_dir: str | None) -> ProxyMetrics
 
 def _http_server(app: ProxyApp, settings: ProxySettings) -> Server:
     # Served on the actor's own event loop; the hot path writes no access
-    # log. WebSockets go on to proxy.sockets through uvicorn's protocol.
+    # log. WebSockets go on to proxy.websockets through uvicorn's protocol.
     return Server(app, settings.edge, websockets=True)
 
 

@@ -16,7 +16,7 @@ app in the replica serves under it.
 A streaming answer (`StreamStart`, see `proxy.streaming`) is sent as it
 comes: the endpoint's `timeout_s` bounds the time to its first chunk and
 each gap between chunks; it is never copied to shadows or compared.
-WebSocket connections are handed to `proxy.sockets`.
+WebSocket connections are handed to `proxy.websockets`.
 
 Hop-by-hop headers are dropped both ways; shadow copies also lose every
 credential-looking header (`Authorization`, `Proxy-Authorization`,
@@ -38,8 +38,9 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Protocol
 
+from httpedge.asgi import Receive, Scope, Send
 from proxy.calling import Caller, HandlerError, ReplicaDiedError
 from proxy.running_calls import ClientLeft, RunningCalls
 from vocabulary.choosing import Random
@@ -49,7 +50,7 @@ from proxy.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaS
 from proxy.request_stats import RequestCounter
 from proxy.routing import Resolution, normalise_path, resolve
 from proxy.settings import ProxySettings
-from proxy.sockets import SocketCarrier
+from proxy.websockets import WebSocketCarrier
 from proxy.streaming import StreamEnd, relay, stream_code
 from proxy.shadow_compare import Mismatch, MismatchLog, compare
 from vocabulary.configs import ShadowCompare
@@ -59,10 +60,6 @@ from vocabulary.wire import Reply, StreamStart, WireRequest, WireResponse, with_
 __all__ = ["ProxyApp", "Recorder", "NullRecorder"]
 
 logger = logging.getLogger(__name__)
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 _IDEMPOTENT = frozenset({"GET", "HEAD"})
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
@@ -91,7 +88,7 @@ class Recorder(Protocol):
         """A streamed answer's time to its first chunk, or a WebSocket's to its accept."""
 
     def session_done(self, endpoint: str, backend: str, code: int) -> None:
-        """A WebSocket session ended (`proxy.sockets` says with which code)."""
+        """A WebSocket session ended (`proxy.websockets` says with which code)."""
 
 
 class NullRecorder:
@@ -159,7 +156,7 @@ class ProxyApp:
         self._shadow_in_flight: dict[str, int] = {}
         self._retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
         self._counts = RequestCounter()
-        self._sockets = SocketCarrier(caller, self._rng, self._recorder, self._counts)
+        self._websockets = WebSocketCarrier(caller, self._rng, self._recorder, self._counts)
         self._calls = RunningCalls(_WATCH_AFTER_S)
         self.mismatches = mismatches if mismatches is not None else MismatchLog()
 
@@ -195,7 +192,7 @@ class ProxyApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             if scope["type"] == "websocket":
-                await self._sockets.carry(self._snapshot if self._routed else None, scope, receive, send)
+                await self._websockets.carry(self._snapshot if self._routed else None, scope, receive, send)
             return
         path = normalise_path(scope.get("raw_path") or scope["path"].encode())
         if path is None:

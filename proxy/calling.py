@@ -2,7 +2,7 @@
 
 A call answers a `WireResponse`, or a `StreamStart` when the handler streams:
 then `stream` yields the rest of it, and `discard` lets it go unread. A
-WebSocket is `open_socket` (what the app sends) and `push` (what the client
+WebSocket is `open_websocket` (what the app sends) and `push` (what the client
 sent), both to the one replica that holds the connection.
 
 `ReplicaCaller` is what `proxy.app` needs from the outside world; the Ray
@@ -64,11 +64,13 @@ class StreamCaller(Protocol):
     def discard(self, handle: ReplicaHandle, start: StreamStart) -> None:
         """Let a stream go unread (fire and forget)."""
 
-    def open_socket(self, handle: ReplicaHandle, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
-        """What the app sends on WebSocket `socket_id`; closing it early stops
+    def open_websocket(
+        self, handle: ReplicaHandle, websocket_id: str, request: WireRequest
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """What the app sends on WebSocket `websocket_id`; closing it early stops
         the app. Raises `ReplicaDiedError`, `HandlerError`."""
 
-    async def push(self, handle: ReplicaHandle, socket_id: str, message: dict[str, Any]) -> bool:
+    async def push(self, handle: ReplicaHandle, websocket_id: str, message: dict[str, Any]) -> bool:
         """One message from the client; False when the replica no longer holds the socket."""
 
 

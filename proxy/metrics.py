@@ -7,11 +7,11 @@ docs/metrics.md ("Proxy": `gitops_http_requests_total`,
 `gitops_http_time_to_first_byte_seconds`), and serving
 them. Not here: when a
 request counts as finished (the proxy's request path calls
-`request_finished` from exactly one place, `proxy.sockets` calls
+`request_finished` from exactly one place, `proxy.websockets` calls
 `session_finished` once per WebSocket).
 
 WebSockets: a session is one request in `gitops_http_requests_total`,
-counted when it ends, with the code `proxy.sockets` gives it (101 for a
+counted when it ends, with the code `proxy.websockets` gives it (101 for a
 session the app accepted); its lifetime is never a request duration (it
 would swamp the latency histogram), its time to accept is its time to first
 byte, and while open it holds a replica slot, so it is in the ongoing gauge.

@@ -1,67 +1,64 @@
-"""`ReplicaCaller` over Ray actor calls: the only place the request path touches Ray.
+"""The request path's Ray calls: the only place it touches Ray.
 
-`RayTransport` makes the three kinds of replica call — `handle_request` for
-one request, `handle_batch` for many, `handle_together` for a batched
-handler's list — and maps Ray's error types to
-`proxy.calling`'s; `RayCaller` puts `proxy.coalescing` in front so that,
-under load, requests queued for one replica share one Ray call. A cancelled
-single call cancels the replica-side task (that is how an endpoint timeout
-stops user code). Never blocks the event loop: results are awaited, never
-fetched with `ray.get`. Behind the coalescer, `proxy.socketcalls` sends a
-replica its requests as frames instead — over a Unix socket on the proxy's
-own node, over authenticated TCP from another — with `RayTransport` as the
-fallback; this module gives it the node id and the Ray call that asks a
-replica for its data address (the TCP secret included: it travels only
-over Ray, the control plane).
+`RayMethods` makes the three kinds of replica call — `handle_request` for
+one request, `handle_coalesced` for many, `handle_batch` for a batched
+handler's list — and maps Ray's error types to `proxy.calling`'s. A
+cancelled single call cancels the replica-side task (that is how an endpoint
+timeout stops user code). Never blocks the event loop: results are awaited,
+never fetched with `ray.get`.
 
 A streaming answer's rest and a WebSocket's outbound messages come through
-Ray streaming generators (`ObjectRefGenerator`, `RayStreams`); leaving one
-early cancels it (`ray.cancel`), which cancels the generator's task on the
-replica. To a replica with an open data connection they travel as
-frames instead (`SocketTransport` is the `StreamCaller` then, with
-`RayStreams` as its fallback).
+Ray streaming generators (`ObjectRefGenerator`, `RayStreams`) with
+backpressure: a replica's generator runs at most
+`GENERATOR_BACKPRESSURE_ITEMS` ahead of what the proxy passed on to its
+client. Leaving one early cancels it (`ray.cancel`), which cancels the
+generator's task on the replica.
+
+`RayCaller` is the proxy's `proxy.replica_calls.ReplicaCalls` wired with
+these, and with `proxy.socketcalls.DataConnections` given the node id and
+the Ray call that asks a replica for its data address (the TCP secret
+included: it travels only over Ray, the control plane).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, TypeVar, cast
+from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, TypeVar, cast
 
 import ray
-from ray import ObjectRef, ObjectRefGenerator
 from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
 
-from proxy.calling import Batching, HandlerError, ReplicaDiedError, StreamCaller
-from proxy.coalescing import Coalescer, Transport
-from proxy.socketcalls import Address, SocketTransport
+from proxy.calling import HandlerError, ReplicaDiedError
+from proxy.replica_calls import ReplicaCalls
+from proxy.socketcalls import Address, DataConnections
 from vocabulary.actor_apis import ReplicaAPI, ReplicaHandle
 from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, WireResponse
 
-__all__ = ["RayCaller", "RayTransport", "RayStreams"]
+Y = TypeVar("Y")
 
-T = TypeVar("T")
-
-
-def _object_ref(ref: Awaitable[T]) -> ObjectRef[T]:
-    """What `Remote.call` returns, as Ray's type: it is Ray's ObjectRef."""
-    return cast("ObjectRef[T]", ref)
+__all__ = ["RayCaller", "RayMethods", "RayStreams"]
 
 
-class RayTransport:
-    def at_once(self, handle: ReplicaHandle, request: WireRequest) -> None:
-        return None  # a Ray call costs far more than a request: coalesce under load
+class RayMethods:
+    """A `proxy.coalescing.ReplicaMethods` over the replica's Ray methods."""
 
     async def one(self, handle: ReplicaHandle, request: WireRequest) -> WireResponse | StreamStart:
         ref = handle.call(ReplicaAPI.handle_request, request)
         try:
             return await ref
         except asyncio.CancelledError:
-            ray.cancel(_object_ref(ref))
+            ray.cancel(cast(ray.ObjectRef, ref))  # Remote.call's awaitable is Ray's ObjectRef
             raise
         except (RayActorError, ActorUnschedulableError) as error:
             raise ReplicaDiedError(str(error)) from None
         except RayTaskError as error:
             raise HandlerError(str(error)) from None
+
+    async def coalesced(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+        try:
+            return await handle.call(ReplicaAPI.handle_coalesced, items)
+        except (RayActorError, ActorUnschedulableError) as error:
+            raise ReplicaDiedError(str(error)) from None
 
     async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         try:
@@ -69,14 +66,8 @@ class RayTransport:
         except (RayActorError, ActorUnschedulableError) as error:
             raise ReplicaDiedError(str(error)) from None
 
-    async def together(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
-        try:
-            return await handle.call(ReplicaAPI.handle_together, items)
-        except (RayActorError, ActorUnschedulableError) as error:
-            raise ReplicaDiedError(str(error)) from None
 
-
-async def _generated(generator: AsyncIterator[Awaitable[T]]) -> AsyncGenerator[T, None]:
+async def _generated(generator: AsyncIterator[Awaitable[Y]]) -> AsyncGenerator[Y, None]:
     """The values of a Ray streaming generator; leaving early cancels it on the replica."""
     finished = False
     try:
@@ -91,7 +82,7 @@ async def _generated(generator: AsyncIterator[Awaitable[T]]) -> AsyncGenerator[T
         raise HandlerError(str(error)) from None
     finally:
         if not finished:
-            ray.cancel(cast(ObjectRefGenerator, generator))  # what `Remote.stream` returns
+            ray.cancel(cast(ray.ObjectRef, generator))  # an ObjectRefGenerator: Ray cancels its task
 
 
 async def _data_address(handle: ReplicaHandle, node: str) -> Address:
@@ -103,59 +94,52 @@ def _local_node() -> str:
     return ray.get_runtime_context().get_node_id()
 
 
+# How many items a replica's streaming generator may have yielded ahead of
+# what the proxy took over Ray: past it, Ray pauses the generator until the
+# proxy takes the next, so a slow client holds the producer, not the object store.
+GENERATOR_BACKPRESSURE_ITEMS = 16
+
+
 class RayStreams:
-    """A `StreamCaller` over the replica's Ray methods."""
+    """A `StreamCaller` over the replica's Ray methods, with backpressure on both generators."""
+
+    def __init__(self, backpressure_items: int = GENERATOR_BACKPRESSURE_ITEMS) -> None:
+        self._options = {"_generator_backpressure_num_objects": backpressure_items}
 
     def stream(self, handle: ReplicaHandle, start: StreamStart) -> AsyncGenerator[bytes, None]:
-        return _generated(handle.stream(ReplicaAPI.stream, start.stream_id))
+        return _generated(handle.stream_with(self._options, ReplicaAPI.stream, start.stream_id))
 
     def discard(self, handle: ReplicaHandle, start: StreamStart) -> None:
         handle.call(ReplicaAPI.close_stream, start.stream_id)
 
-    def open_socket(self, handle: ReplicaHandle, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
-        return _generated(handle.stream(ReplicaAPI.socket, socket_id, request))
+    def open_websocket(
+        self, handle: ReplicaHandle, websocket_id: str, request: WireRequest
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        return _generated(handle.stream_with(self._options, ReplicaAPI.websocket, websocket_id, request))
 
-    async def push(self, handle: ReplicaHandle, socket_id: str, message: dict[str, Any]) -> bool:
+    async def push(self, handle: ReplicaHandle, websocket_id: str, message: dict[str, Any]) -> bool:
         try:
-            return bool(await handle.call(ReplicaAPI.socket_message, socket_id, message))
+            return bool(await handle.call(ReplicaAPI.websocket_message, websocket_id, message))
         except (RayActorError, ActorUnschedulableError) as error:
             raise ReplicaDiedError(str(error)) from None
 
 
-class RayCaller:
+class RayCaller(ReplicaCalls):
+    """`ReplicaCalls` with Ray's methods and streams, and data connections unless told not to."""
+
     def __init__(
         self,
         max_calls_per_replica: int,
         coalesce_window_s: float,
         observe_batch: Callable[[str, int], None] | None = None,
-        data_socket: bool = True,
+        data_connections: bool = True,
         local_node: Callable[[], str] = _local_node,
     ) -> None:
-        """`data_socket=False`: every request is a Ray call, even to a replica
+        """`data_connections=False`: every request is a Ray call, even to a replica
         on this node. `local_node` names the proxy's node (tests: another one)."""
-        transport: Transport = RayTransport()
-        self._streams: StreamCaller = RayStreams()
-        self.frames: SocketTransport | None = None
-        if data_socket:
-            transport = self._streams = self.frames = SocketTransport(
-                transport, local_node, lambda handle: _data_address(handle, local_node()), streams=self._streams
-            )
-        self._coalescer = Coalescer(transport, max_calls_per_replica, coalesce_window_s, observe_batch)
-
-    def call(
-        self, handle: ReplicaHandle, request: WireRequest, timeout_s: float, batching: Batching | None = None
-    ) -> Coroutine[Any, Any, WireResponse | StreamStart]:
-        # The coalescer's own coroutine, not one wrapped around it: one layer less per request.
-        return self._coalescer.call(handle, request, timeout_s, batching)
-
-    def stream(self, handle: ReplicaHandle, start: StreamStart) -> AsyncGenerator[bytes, None]:
-        return self._streams.stream(handle, start)
-
-    def discard(self, handle: ReplicaHandle, start: StreamStart) -> None:
-        self._streams.discard(handle, start)
-
-    def open_socket(self, handle: ReplicaHandle, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
-        return self._streams.open_socket(handle, socket_id, request)
-
-    async def push(self, handle: ReplicaHandle, socket_id: str, message: dict[str, Any]) -> bool:
-        return await self._streams.push(handle, socket_id, message)
+        connections = (
+            DataConnections(local_node, lambda handle: _data_address(handle, local_node())) if data_connections else None
+        )
+        super().__init__(
+            RayMethods(), max_calls_per_replica, coalesce_window_s, observe_batch, RayStreams(), connections
+        )

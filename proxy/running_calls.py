@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any, Awaitable, Callable
+from typing import Any
+
+from httpedge.asgi import Receive
 
 __all__ = ["ClientLeft", "RunningCall", "RunningCalls"]
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
 _SLACK_S = 0.001  # a timer may fire this much before its time (the loop rounds to its clock's resolution)
 
 

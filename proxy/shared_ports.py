@@ -13,20 +13,28 @@ worker of another group is refused with a clear error while any worker of
 the owning group lives. The lock dies with its process, so a killed group
 leaves nothing to clean up.
 
-Claim files live in a directory private to this user (0700, checked): a
-port shared by SO_REUSEPORT can only be shared with the same user anyway.
+Claim files live in a directory private to this user (0700, checked),
+under the node's private base (`datalink.private_dirs`), opened once and
+used by descriptor: a port shared by SO_REUSEPORT can only be shared with
+the same user anyway, and a directory another user made first in the temp
+dir is passed over instead of stopping the workers. `group_dir` is where a
+group of workers shares its files (metrics, shadow mismatches): under the
+same base, named by the group.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import socket
 import stat
-import tempfile
+import threading
 import time
 
-__all__ = ["claim", "release", "bind", "private_dir"]
+from datalink.private_dirs import private_base, subdir
+
+__all__ = ["claim", "release", "bind", "private_dir", "group_dir"]
 
 _ATTEMPTS = 200
 _RETRY_S = 0.01
@@ -55,8 +63,8 @@ def claim(host: str, port: int, group: str) -> int:
     """
     if port == 0:
         return -1
-    path = os.path.join(_claims_dir(), f"{host.replace(':', '_')}_{port}")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    name = f"{host.replace(':', '_')}_{port}"
+    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=_claims_dir())
     try:
         for _ in range(_ATTEMPTS):
             if _try_claim(fd, group.encode()):
@@ -111,9 +119,23 @@ def _read(fd: int) -> bytes:
     return os.pread(fd, 4096, 0)
 
 
-def _claims_dir() -> str:
-    path = os.path.join(tempfile.gettempdir(), f"gitops-proxy-ports-{os.getuid()}")
-    private_dir(path)
+_claims_lock = threading.Lock()
+_claims_fd: int | None = None
+
+
+def _claims_dir() -> int:
+    """The claims' directory, opened once per process."""
+    global _claims_fd
+    with _claims_lock:
+        if _claims_fd is None:
+            _claims_fd = subdir(private_base(), "proxy-ports")[1]
+        return _claims_fd
+
+
+def group_dir(group: str) -> str:
+    """The private directory `group`'s workers share their files in (made 0700 when missing)."""
+    path, fd = subdir(private_base(), "proxy-group-" + hashlib.sha256(group.encode()).hexdigest()[:24])
+    os.close(fd)
     return path
 
 

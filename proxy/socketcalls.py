@@ -1,46 +1,42 @@
-"""Calls to replicas as frames over one persistent connection each; Ray as the fallback.
+"""Calls to replicas as frames over one persistent connection each.
 
 A Ray actor call costs the proxy and the replica far more than the request
 it carries (submitting, the task loop, serialisation, core-worker threads).
-`SocketTransport` instead keeps one persistent connection per replica and
-multiplexes every call to it as `vocabulary.frames` frames (served by
-`replica.data_socket`): the replica's private Unix socket when it is on the
-proxy's own node, its TCP listener (`connect_tcp`, TCP_NODELAY) when it is on
-another. It is a `proxy.coalescing.Transport` whose `at_once` sends a call
-over an open connection at once, so the coalescer batches only the calls
-that go to its Ray fallback; a batched backend's gathered requests are one
-frame each way.
+Instead, `DataConnections` keeps one persistent connection per replica
+(`ReplicaConnection`) and multiplexes every call to it as `datalink.frames`
+frames (served by `replica.data_socket`): the replica's private Unix socket
+when it is on the proxy's own node, its TCP listener (`connect_tcp`,
+TCP_NODELAY) when it is on another. Whoever calls asks for the connection
+first and calls another way (Ray, `proxy.replica_calls`) when there is none.
 
 Per replica handle it asks, in the background, for the replica's
 `DataAddress` (over Ray); until that answer comes, when the replica has no
 way in for us (draining, no socket, no TCP listener), or while a connection
-cannot be made, its calls go to the fallback transport (Ray). A lost
-connection (EOF, a reset, a malformed frame) fails every call pending on it
-with `ReplicaDiedError`, so the proxy's retry and 502 semantics are
-unchanged; the replica's next calls go over Ray, which says itself whether
-the actor is dead, and the first one after a back-off (0.1 s, doubling per
-failure in a row up to 5 s; a connection that lasted that long starts it
-over) asks again and connects in the background, so a dead replica is not
-hammered. A replica that leaves the table (its handle is dropped) is
-forgotten, and its connection closed. A cancelled call sends a CANCEL frame,
-which cancels the handler on the replica. Frames written in one loop
-iteration leave in one write. Replies are unpickled, so a Unix socket's peer
-must be our own OS user (SO_PEERCRED), and a TCP peer must first prove it
-knows the replica's secret, which only Ray told us (`vocabulary.handshake`;
-`FramedConnection` decodes nothing before).
+cannot be made, `connection(handle)` is None. A lost connection (EOF, a
+reset, a malformed frame) fails every call pending on it with
+`ReplicaDiedError`, so the proxy's retry and 502 semantics are unchanged;
+the replica is then not connected until a back-off has passed (0.1 s,
+doubling per failure in a row up to 5 s; a connection that lasted that long
+starts it over), when the next look asks again and connects in the
+background, so a dead replica is not hammered. A replica that leaves the
+table (its handle is dropped) is forgotten, and its connection closed. A
+cancelled call sends a CANCEL frame, which cancels the handler on the
+replica. Frames written in one loop iteration leave in one write
+(`datalink.connection`). Replies are unpickled, so a Unix socket's peer must
+be our own OS user (SO_PEERCRED), and a TCP peer must first prove it knows
+the replica's secret, which only Ray told us (`datalink.handshake`; nothing
+is decoded before).
 
-It is a `proxy.calling.StreamCaller` too: a streaming answer's rest and a
-WebSocket to a replica with an open connection travel on it as well (a
-STREAM or SOCKET call whose items the replica pushes; PUSH calls carry what
+A streaming answer's rest and a WebSocket travel on the connection too (a
+STREAM or WEBSOCKET call whose items the replica pushes; PUSH calls carry what
 a WebSocket's client sends). The proxy grants credit for items as its
 consumer takes the next one — that is, once the previous one went to the
 client — so the replica is never more than a `Window` ahead of a slow
 client. Leaving the iterator early sends a CANCEL, which stops the user's
-generator; a lost connection ends it with `ReplicaDiedError`. Without a
-connection, the injected stream caller (Ray's) serves them.
+generator; a lost connection ends it with `ReplicaDiedError`.
 
-No Ray here: the fallbacks, the node id, the address lookup and the clock
-are injected (`proxy.raycalls` passes Ray's).
+No Ray here: the node id, the address lookup and the clock are injected
+(`proxy.raycalls` passes Ray's).
 """
 
 from __future__ import annotations
@@ -52,27 +48,18 @@ import os
 import time
 import weakref
 from collections import deque
-from typing import Any, AsyncGenerator, Awaitable, Callable
+from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine
 
-from proxy.calling import HandlerError, ReplicaDiedError, StreamCaller
-from proxy.coalescing import Transport
-from vocabulary.frames import (
-    MAX_FRAME_BYTES,
-    Frame,
-    FrameDecoder,
-    FrameError,
-    Kind,
-    Opening,
-    Window,
-    encode,
-    item_bytes,
-)
-from vocabulary.handshake import DataAddress, Handshake, HandshakeError, Role
-from vocabulary.peers import peer_allowed, peer_uid, set_nodelay
+from datalink.connection import FrameConnection
+from datalink.frames import MAX_FRAME_BYTES, Frame, Kind, Opening, Window, encode, item_bytes
 from vocabulary.actor_apis import ReplicaHandle
+from vocabulary.wire import DataAddress
+from datalink.handshake import Handshake, Role
+from datalink.peers import peer_allowed, peer_uid
+from proxy.calling import HandlerError, ReplicaDiedError
 from vocabulary.wire import BatchItem, BatchResult, Reply, StreamStart, WireRequest
 
-__all__ = ["Address", "SocketTransport", "FramedConnection", "connect", "connect_tcp"]
+__all__ = ["Address", "DataConnections", "ReplicaConnection", "connect", "connect_tcp"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +75,7 @@ Address = DataAddress | None
 
 
 class _Flow:
-    """One STREAM or SOCKET call's items as they arrive, and how it ended."""
+    """One STREAM or WEBSOCKET call's items as they arrive, and how it ended."""
 
     __slots__ = ("window", "items", "outcome", "waiter", "unacked", "owed_items", "owed_bytes")
 
@@ -118,26 +105,26 @@ class _Flow:
             self.waiter.set_result(None)
 
 
-class FramedConnection(asyncio.Protocol):
+class ReplicaConnection(FrameConnection):
     """One connection to one replica: calls out by id, replies matched back."""
 
-    def __init__(self, name: str, max_frame: int = MAX_FRAME_BYTES, handshake: Handshake | None = None) -> None:
+    def __init__(
+        self, name: str, max_frame: int = MAX_FRAME_BYTES, handshake: Handshake | None = None, window: Window = Window()
+    ) -> None:
         """With a `handshake` (TCP), nothing is sent or decoded before the
-        replica has proven itself: `proven` says whether it did, once known."""
+        replica has proven itself: `proven` says whether it did, once known.
+        `window` bounds how far ahead of its client a stream's replica may push."""
+        super().__init__(max_frame, handshake)
         self.name = name
         self.max_frame = max_frame
+        self.window = window
         self.via = "unix" if handshake is None else "tcp"
-        self._handshake = handshake
-        self._loop = asyncio.get_running_loop()  # made on the loop it serves; asked once, not per call
         self.proven: asyncio.Future[bool] = self._loop.create_future()
         if handshake is None:
             self.proven.set_result(True)
-        self._decoder = FrameDecoder(max_frame)
-        self._transport: asyncio.Transport | None = None
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._flows: dict[int, _Flow] = {}
-        self._out: list[bytes] = []
         self.lost: str | None = None  # why the connection ended, once it did
 
     @property
@@ -154,26 +141,26 @@ class FramedConnection(asyncio.Protocol):
         """Send one call (from `frame`) and await its reply; raises
         ReplicaDiedError or HandlerError; cancelling it cancels the call."""
         if not self.open:
-            raise ReplicaDiedError(f"the data socket to {self.name} is closed: {self.lost}")
-        self._write(frame)
+            raise ReplicaDiedError(f"the data connection to {self.name} is closed: {self.lost}")
+        self.write(frame)
         future: asyncio.Future[Any] = self._loop.create_future()
         self._pending[call_id] = future
         try:
             return await future
         except asyncio.CancelledError:
             if self._pending.pop(call_id, None) is not None and self.open:
-                self._write(encode(Kind.CANCEL, call_id))
+                self.write(encode(Kind.CANCEL, call_id))
             raise
 
     async def items(self, call_id: int, frame: bytes, window: Window) -> AsyncGenerator[Any, None]:
-        """A STREAM or SOCKET call (from `frame`, sent at the first `anext`):
+        """A STREAM or WEBSOCKET call (from `frame`, sent at the first `anext`):
         its items as the replica pushes them. Taking the next item credits the
         previous one back; leaving early cancels the call on the replica.
         Raises ReplicaDiedError or HandlerError."""
         if not self.open:
-            raise ReplicaDiedError(f"the data socket to {self.name} is closed: {self.lost}")
+            raise ReplicaDiedError(f"the data connection to {self.name} is closed: {self.lost}")
         flow = self._flows[call_id] = _Flow(window)
-        self._write(frame)
+        self.write(frame)
         ended = False
         try:
             while True:
@@ -200,11 +187,11 @@ class FramedConnection(asyncio.Protocol):
         finally:
             self._flows.pop(call_id, None)
             if not ended and self.open:
-                self._write(encode(Kind.CANCEL, call_id))
+                self.write(encode(Kind.CANCEL, call_id))
 
     def _credit(self, call_id: int, flow: _Flow) -> None:
         if flow.owed_items and self.open:
-            self._write(encode(Kind.CREDIT, call_id, (flow.owed_items, flow.owed_bytes)))
+            self.write(encode(Kind.CREDIT, call_id, (flow.owed_items, flow.owed_bytes)))
             flow.unacked -= flow.owed_items
             flow.owed_items = flow.owed_bytes = 0
 
@@ -213,62 +200,57 @@ class FramedConnection(asyncio.Protocol):
         framed = self.frame(kind, payload)
         if framed is None or not self.open:
             return False
-        self._write(framed[1])
+        self.write(framed[1])
         return True
 
-    def _write(self, frame: bytes) -> None:
-        # Frames sent within one loop iteration leave in one write.
-        if not self._out:
-            self._loop.call_soon(self._flush)
-        self._out.append(frame)
+    # --- the calls: each None when its frame would be too large for the replica
 
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        if self.open and out:
-            assert self._transport is not None
-            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+    def request(self, request: WireRequest) -> Coroutine[Any, Any, Reply] | None:
+        """One request's call."""
+        framed = self.frame(Kind.REQUEST, request)
+        return None if framed is None else self.send(*framed)
 
-    # --- asyncio.Protocol -----------------------------------------------------
+    def batch(self, items: list[BatchItem]) -> Coroutine[Any, Any, list[BatchResult]] | None:
+        """One call of a batched handler with `items`."""
+        framed = self.frame(Kind.BATCH, items)
+        return None if framed is None else self._results(framed, len(items))
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
-        if self._handshake is not None:
-            set_nodelay(transport.get_extra_info("socket"))
-            transport.write(self._handshake.greeting())  # type: ignore[attr-defined]  # uvloop's: a WriteTransport
+    async def _results(self, framed: tuple[int, bytes], count: int) -> list[BatchResult]:
+        results = await self.send(*framed)
+        if not isinstance(results, list) or len(results) != count:
+            self.close(f"a call of {count} requests answered with something else")
+            raise ReplicaDiedError(f"replica {self.name} answered a batch with the wrong number of results")
+        return results
 
-    def data_received(self, data: bytes) -> None:
-        if self._handshake is not None:
-            rest = self._prove(data)
-            if not rest:
-                return
-            data = rest
-        try:
-            frames = self._decoder.feed(data)
-        except FrameError as error:
-            self.close(f"malformed frame from the replica: {error}")
-            return
-        for frame in frames:
-            self._settle(frame)
+    def stream(self, start: StreamStart) -> AsyncGenerator[bytes, None] | None:
+        """A streaming answer's rest."""
+        framed = self.frame(Kind.STREAM, Opening(start.stream_id, self.window))
+        return None if framed is None else self.items(*framed, self.window)
 
-    def _prove(self, data: bytes) -> bytes | None:
-        """The handshake's next step; what came after the replica's proof once it is proven."""
-        assert self._handshake is not None
-        if self._transport is None:
-            return None
-        try:
-            out, rest = self._handshake.feed(data)
-        except HandshakeError as error:
-            self.close(f"the handshake failed: {error}")
-            return None
-        if out:
-            self._transport.write(out)
-        if rest is not None:
-            self._handshake = None
-            if not self.proven.done():
-                self.proven.set_result(True)
-        return rest
+    def discard(self, start: StreamStart) -> bool:
+        """Let a stream go unread; False when it could not be said."""
+        return self.tell(Kind.DISCARD, start.stream_id)
 
-    def _settle(self, frame: Frame) -> None:
+    def open_websocket(self, websocket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None] | None:
+        """What a WebSocket's app sends."""
+        framed = self.frame(Kind.WEBSOCKET, Opening((websocket_id, request), self.window))
+        return None if framed is None else self.items(*framed, self.window)
+
+    def push(self, websocket_id: str, message: dict[str, Any]) -> Coroutine[Any, Any, bool] | None:
+        """One message from a WebSocket's client; the call answers False when the replica no longer holds it."""
+        framed = self.frame(Kind.PUSH, (websocket_id, message))
+        return None if framed is None else self._pushed(framed)
+
+    async def _pushed(self, framed: tuple[int, bytes]) -> bool:
+        return bool(await self.send(*framed))
+
+    # --- FrameConnection ------------------------------------------------------
+
+    def on_proven(self) -> None:
+        if not self.proven.done():
+            self.proven.set_result(True)
+
+    def on_frame(self, frame: Frame) -> None:
         flow = self._flows.get(frame.call_id)
         if flow is not None:
             if frame.kind is Kind.ITEM:
@@ -295,7 +277,7 @@ class FramedConnection(asyncio.Protocol):
     def close(self, reason: str) -> None:
         """End the connection; every pending call fails with ReplicaDiedError."""
         if self.lost is None:
-            logger.warning("data socket to %s closed: %s", self.name, reason)
+            logger.warning("data connection to %s closed: %s", self.name, reason)
             self.lost = reason
         if self._transport is not None:
             self._transport.abort()
@@ -305,7 +287,7 @@ class FramedConnection(asyncio.Protocol):
         if self.lost is None:
             self.lost = f"the replica closed it ({exc!r})" if exc else "the replica closed it"
             if self._pending:
-                logger.warning("data socket to %s lost with %d calls pending: %s", self.name, len(self._pending), self.lost)
+                logger.warning("data connection to %s lost with %d calls pending: %s", self.name, len(self._pending), self.lost)
         self._transport = None
         self._fail_pending()
 
@@ -315,17 +297,17 @@ class FramedConnection(asyncio.Protocol):
         pending, self._pending = self._pending, {}
         for future in pending.values():
             if not future.done():
-                future.set_exception(ReplicaDiedError(f"the data socket to {self.name} closed: {self.lost}"))
+                future.set_exception(ReplicaDiedError(f"the data connection to {self.name} closed: {self.lost}"))
         for flow in self._flows.values():
-            flow.finish(ReplicaDiedError(f"the data socket to {self.name} closed: {self.lost}"))
+            flow.finish(ReplicaDiedError(f"the data connection to {self.name} closed: {self.lost}"))
 
 
-async def connect(path: str, name: str, max_frame: int = MAX_FRAME_BYTES) -> FramedConnection:
+async def connect(path: str, name: str, max_frame: int = MAX_FRAME_BYTES, window: Window = Window()) -> ReplicaConnection:
     """A connection to the replica serving frames at `path`; raises OSError when
     it cannot be made or the peer is not our own OS user."""
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(_CONNECT_TIMEOUT_S):
-        transport, connection = await loop.create_unix_connection(lambda: FramedConnection(name, max_frame), path)
+        transport, connection = await loop.create_unix_connection(lambda: ReplicaConnection(name, max_frame, None, window), path)
     sock = transport.get_extra_info("socket")
     uid = peer_uid(sock)
     if not peer_allowed(uid, os.getuid()):
@@ -335,18 +317,24 @@ async def connect(path: str, name: str, max_frame: int = MAX_FRAME_BYTES) -> Fra
 
 
 async def connect_tcp(
-    host: str, port: int, secret: bytes, name: str, max_frame: int = MAX_FRAME_BYTES, timeout_s: float = _CONNECT_TIMEOUT_S
-) -> FramedConnection:
+    host: str,
+    port: int,
+    secret: bytes,
+    name: str,
+    max_frame: int = MAX_FRAME_BYTES,
+    timeout_s: float = _CONNECT_TIMEOUT_S,
+    window: Window = Window(),
+) -> ReplicaConnection:
     """A connection to the replica serving frames at TCP `(host, port)`, once
-    both ends proved they know `secret` (`vocabulary.handshake`); raises
+    both ends proved they know `secret` (`datalink.handshake`); raises
     OSError (ConnectionError when the handshake failed) or TimeoutError."""
     loop = asyncio.get_running_loop()
     handshake = Handshake(Role.PROXY, secret)
-    connection: FramedConnection | None = None
+    connection: ReplicaConnection | None = None
     try:
         async with asyncio.timeout(timeout_s):
             _, connection = await loop.create_connection(
-                lambda: FramedConnection(name, max_frame, handshake), host, port
+                lambda: ReplicaConnection(name, max_frame, handshake, window), host, port
             )
             if not await asyncio.shield(connection.proven):
                 raise ConnectionError(f"no data connection to {name}: {connection.lost}")
@@ -357,7 +345,7 @@ async def connect_tcp(
     return connection
 
 
-def _close_soon(loop: asyncio.AbstractEventLoop, connection: FramedConnection) -> None:
+def _close_soon(loop: asyncio.AbstractEventLoop, connection: ReplicaConnection) -> None:
     """Close `connection` on its loop, from whichever thread dropped its replica's handle."""
     try:
         loop.call_soon_threadsafe(connection.close, "the replica left the table")
@@ -365,14 +353,15 @@ def _close_soon(loop: asyncio.AbstractEventLoop, connection: FramedConnection) -
         pass  # the loop is closed, and its connections with it
 
 
-class _Route:
-    """How one replica is called: over Ray until `connection` is open; after a
-    lost connection, over Ray until `retry_at`, when the next call tries again."""
+class _Link:
+    """One replica's data connection as it comes and goes: none until
+    `connection` is open; after a lost one, none until `retry_at`, when the
+    next look tries again."""
 
     __slots__ = ("connection", "asking", "failures", "retry_at", "connected_at", "closer")
 
     def __init__(self) -> None:
-        self.connection: FramedConnection | None = None
+        self.connection: ReplicaConnection | None = None
         self.asking: asyncio.Task[None] | None = None
         self.failures = 0  # lost connections and failed attempts in a row
         self.retry_at: float | None = None  # None: no attempt is due (connected, asking, or Ray for good)
@@ -380,37 +369,16 @@ class _Route:
         self.closer: weakref.finalize | None = None  # closes `connection` when the handle goes
 
 
-class _NoStreams:
-    """Without an injected stream caller, streams need the replica's connection."""
-
-    def _none(self) -> ReplicaDiedError:
-        return ReplicaDiedError("no data socket connection to this replica, and no other way to stream")
-
-    def stream(self, handle: ReplicaHandle, start: StreamStart) -> AsyncGenerator[bytes, None]:
-        raise self._none()
-
-    def discard(self, handle: ReplicaHandle, start: StreamStart) -> None:
-        pass
-
-    def open_socket(self, handle: ReplicaHandle, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
-        raise self._none()
-
-    async def push(self, handle: ReplicaHandle, socket_id: str, message: dict[str, Any]) -> bool:
-        raise self._none()
-
-
-class SocketTransport:
-    """A `Transport` and a `StreamCaller`: frames to every replica with a
-    connection (Unix socket on this node, TCP elsewhere), `fallback` (and
-    `streams`) for everything else."""
+class DataConnections:
+    """One connection per replica with a way in for us (its Unix socket on
+    this node, TCP elsewhere), made in the background as replicas are first
+    seen; `connection(handle)` is the open one, or None: call it another way."""
 
     def __init__(
         self,
-        fallback: Transport,
         local_node: Callable[[], str],
-        ask_address: Callable[[ReplicaHandle], Awaitable[Address]],
+        ask_address: Callable[[Any], Awaitable[Address]],
         max_frame: int = MAX_FRAME_BYTES,
-        streams: StreamCaller | None = None,
         window: Window = Window(),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -418,116 +386,46 @@ class SocketTransport:
         replica's `DataAddress` or None; `window` how far ahead of its client
         a stream's replica may push; `clock` times reconnection back-offs."""
         self._clock = clock
-        self._streams: StreamCaller = streams if streams is not None else _NoStreams()
         self._window = window
-        self._fallback = fallback
         self._local_node = local_node
         self._ask_address = ask_address
         self._max_frame = max_frame
         # Forgotten with the handle: a replica that left leaves no entry behind.
-        self._routes: weakref.WeakKeyDictionary[ReplicaHandle, _Route] = weakref.WeakKeyDictionary()
-
-    def at_once(self, handle: ReplicaHandle, request: WireRequest) -> Awaitable[Reply] | None:
-        """The call over the replica's open connection (or over Ray when it is too
-        large for a frame); None when there is no connection."""
-        connection = self._connection(handle)
-        if connection is None:
-            return None
-        framed = connection.frame(Kind.REQUEST, request)
-        return self._fallback.one(handle, request) if framed is None else connection.send(*framed)
-
-    async def one(self, handle: ReplicaHandle, request: WireRequest) -> Reply:
-        sent = self.at_once(handle, request)
-        return await (sent if sent is not None else self._fallback.one(handle, request))
-
-    async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
-        return await self._many(Kind.BATCH, self._fallback.batch, handle, items)
-
-    async def together(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
-        return await self._many(Kind.TOGETHER, self._fallback.together, handle, items)
-
-    async def _many(
-        self,
-        kind: Kind,
-        fallback: Callable[[Any, list[BatchItem]], Awaitable[list[BatchResult]]],
-        handle: ReplicaHandle,
-        items: list[BatchItem],
-    ) -> list[BatchResult]:
-        connection = self._connection(handle)
-        if connection is not None:
-            framed = connection.frame(kind, items)
-            if framed is not None:
-                results = await connection.send(*framed)
-                if not isinstance(results, list) or len(results) != len(items):
-                    connection.close(f"a {kind.name} call of {len(items)} answered with something else")
-                    raise ReplicaDiedError(f"replica {connection.name} answered a batch with the wrong number of results")
-                return results
-        return await fallback(handle, items)
-
-    # --- StreamCaller ---------------------------------------------------------
-
-    def stream(self, handle: ReplicaHandle, start: StreamStart) -> AsyncGenerator[bytes, None]:
-        connection = self._connection(handle)
-        if connection is not None:
-            framed = connection.frame(Kind.STREAM, Opening(start.stream_id, self._window))
-            if framed is not None:
-                return connection.items(*framed, self._window)
-        return self._streams.stream(handle, start)
-
-    def discard(self, handle: ReplicaHandle, start: StreamStart) -> None:
-        connection = self._connection(handle)
-        if connection is None or not connection.tell(Kind.DISCARD, start.stream_id):
-            self._streams.discard(handle, start)
-
-    def open_socket(self, handle: ReplicaHandle, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
-        connection = self._connection(handle)
-        if connection is not None:
-            framed = connection.frame(Kind.SOCKET, Opening((socket_id, request), self._window))
-            if framed is not None:
-                return connection.items(*framed, self._window)
-        return self._streams.open_socket(handle, socket_id, request)
-
-    async def push(self, handle: ReplicaHandle, socket_id: str, message: dict[str, Any]) -> bool:
-        connection = self._connection(handle)
-        if connection is not None:
-            framed = connection.frame(Kind.PUSH, (socket_id, message))
-            if framed is not None:
-                return bool(await connection.send(*framed))
-        return await self._streams.push(handle, socket_id, message)
+        self._links: weakref.WeakKeyDictionary[Any, _Link] = weakref.WeakKeyDictionary()
 
     def via(self, handle: ReplicaHandle) -> str | None:
-        """How `handle`'s replica is called now: "unix", "tcp", or None (the fallback)."""
-        connection = self._connection(handle)
+        """How `handle`'s replica is connected now: "unix", "tcp", or None (not at all)."""
+        connection = self.connection(handle)
         return None if connection is None else connection.via
 
-    def _connection(self, handle: ReplicaHandle) -> FramedConnection | None:
-        """The open connection to `handle`'s replica; None means: call it over the fallback."""
-        route = self._routes.get(handle)
-        if route is None:
-            route = _Route()
+    def connection(self, handle: ReplicaHandle) -> ReplicaConnection | None:
+        """The open connection to `handle`'s replica; None: there is none (yet, or for now)."""
+        link = self._links.get(handle)
+        if link is None:
+            link = _Link()
             try:
-                self._routes[handle] = route
+                self._links[handle] = link
             except TypeError:
                 return None  # not weakly referenceable: never framed
-            route.asking = asyncio.ensure_future(self._discover(handle, route))
-        connection = route.connection
+            link.asking = asyncio.ensure_future(self._discover(handle, link))
+        connection = link.connection
         if connection is not None:
             if connection.open:
                 return connection
-            route.connection = None  # lost: over Ray until the back-off has passed
-            if self._clock() - route.connected_at >= _BACKOFF_MAX_S:
-                route.failures = 0  # it had lasted: start the back-off over
-            self._back_off(route)
-        if route.retry_at is not None and self._clock() >= route.retry_at:
-            route.retry_at = None
-            route.asking = asyncio.ensure_future(self._discover(handle, route))
+            link.connection = None  # lost: over Ray until the back-off has passed
+            if self._clock() - link.connected_at >= _BACKOFF_MAX_S:
+                link.failures = 0  # it had lasted: start the back-off over
+            self._back_off(link)
+        if link.retry_at is not None and self._clock() >= link.retry_at:
+            link.retry_at = None
+            link.asking = asyncio.ensure_future(self._discover(handle, link))
         return None
 
-    def _back_off(self, route: _Route) -> None:
-        route.retry_at = self._clock() + min(_BACKOFF_FIRST_S * 2**route.failures, _BACKOFF_MAX_S)
-        route.failures += 1
+    def _back_off(self, link: _Link) -> None:
+        link.retry_at = self._clock() + min(_BACKOFF_FIRST_S * 2**link.failures, _BACKOFF_MAX_S)
+        link.failures += 1
 
-    async def _discover(self, handle: ReplicaHandle, route: _Route) -> None:
+    async def _discover(self, handle: ReplicaHandle, link: _Link) -> None:
         """Ask where the replica serves frames and connect: to its Unix socket
         on our node, over TCP from another; a failed connection is tried again
         after a back-off, a replica without a way in stays on Ray."""
@@ -546,43 +444,45 @@ class SocketTransport:
                     if not isinstance(address.path, str):
                         return
                     where = address.path
-                    connection = await connect(address.path, name, self._max_frame)
+                    connection = await connect(address.path, name, self._max_frame, self._window)
                 else:
                     if address.tcp is None or not address.secret:
                         return
                     host, port = address.tcp
                     where = f"{host}:{port}"
-                    connection = await connect_tcp(host, port, address.secret, name, self._max_frame)
+                    connection = await connect_tcp(
+                        host, port, address.secret, name, self._max_frame, window=self._window
+                    )
             except (OSError, TimeoutError) as error:
                 # Once per run of failures (a firewalled port fails every attempt): the rest at debug.
-                log = logger.warning if route.failures == 0 else logger.debug
+                log = logger.warning if link.failures == 0 else logger.debug
                 log("replica %s is called over Ray for now: its data socket %s: %s", name, where, error)
-                self._back_off(route)
+                self._back_off(link)
                 return
-            route.connection, route.connected_at = connection, self._clock()
+            link.connection, link.connected_at = connection, self._clock()
             # A replica that leaves the table takes its connection along.
-            if route.closer is not None:
-                route.closer.detach()  # the lost connection's: one per handle, however often it reconnects
-            route.closer = weakref.finalize(handle, _close_soon, asyncio.get_running_loop(), connection)
-            route.closer.atexit = False
+            if link.closer is not None:
+                link.closer.detach()  # the lost connection's: one per handle, however often it reconnects
+            link.closer = weakref.finalize(handle, _close_soon, asyncio.get_running_loop(), connection)
+            link.closer.atexit = False
         finally:
-            route.asking = None
+            link.asking = None
 
     async def settled(self, handle: ReplicaHandle) -> bool:
         """Once it is known how `handle`'s replica is called: True for frames.
         (Calls never wait for this; tests and diagnostics do.)"""
-        self._connection(handle)
-        route = self._routes.get(handle)
-        if route is None:
+        self.connection(handle)
+        link = self._links.get(handle)
+        if link is None:
             return False
-        if route.asking is not None:
-            await asyncio.shield(route.asking)
-        return self._connection(handle) is not None
+        if link.asking is not None:
+            await asyncio.shield(link.asking)
+        return self.connection(handle) is not None
 
     def close(self) -> None:
         """Close every connection (tests; a proxy's end closes them with its process)."""
-        for route in list(self._routes.values()):
-            if route.asking is not None:
-                route.asking.cancel()
-            if route.connection is not None:
-                route.connection.close("the proxy closed it")
+        for link in list(self._links.values()):
+            if link.asking is not None:
+                link.asking.cancel()
+            if link.connection is not None:
+                link.connection.close("the proxy closed it")

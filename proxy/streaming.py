@@ -17,16 +17,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from typing import Any, AsyncGenerator, Awaitable, Callable
+from typing import AsyncGenerator
 
+from httpedge.asgi import Receive, Send
 from proxy.calling import HandlerError, ReplicaDiedError
 
 __all__ = ["StreamEnd", "relay", "stream_code"]
 
 logger = logging.getLogger(__name__)
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class StreamEnd(str, enum.Enum):

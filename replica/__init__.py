@@ -5,7 +5,7 @@ Starlette request, turning its return value into a wire response, health
 checks, reconfigure and graceful drain. Started and stopped by the
 controller's Ray adapter by class path (`vocabulary.goal_api.REPLICA_CLASS`);
 talks to the proxy only through `vocabulary.wire` (as Ray calls, or as
-`vocabulary.frames` over its data-path connection).
+`datalink.frames` over its data-path connection).
 
 - `host`: the replica actor (load, call, reconfigure, health check, drain).
 - `data_socket`: its end of the data path: frames over a private Unix

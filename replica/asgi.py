@@ -6,7 +6,7 @@ what the app `send`s into a `WireResponse` when the whole body came in one
 message, or into a `BodyStream` (status, headers, first chunk, and the rest
 as an async iterator) when it streams. The same code runs a user's FastAPI or
 Starlette app and a `StreamingResponse` a plain handler returned (a Starlette
-response is an ASGI app). A WebSocket is a `Socket`: the app runs as a task,
+response is an ASGI app). A WebSocket is a `WebSocketSession`: the app runs as a task,
 messages from the client are `push`ed in, and what the app sends comes out
 of `outbound()` until it closes. An app's lifespan (FastAPI's startup and
 shutdown, e.g. loading a model) runs with the replica: `Lifespan.start`
@@ -23,18 +23,15 @@ import asyncio
 import inspect
 import logging
 from dataclasses import dataclass
-from typing import Any, AsyncGenerator, Awaitable, Callable, MutableMapping
+from typing import Any, AsyncGenerator, Mapping
 
+from httpedge.asgi import App, Message
 from vocabulary.wire import WireRequest, WireResponse, split_root_path
 
-__all__ = ["AppError", "BodyStream", "Lifespan", "Socket", "is_asgi_app", "serve_http", "socket_scope"]
+__all__ = ["AppError", "BodyStream", "Lifespan", "WebSocketSession", "is_asgi_app", "serve_http", "websocket_scope"]
 
 logger = logging.getLogger(__name__)
 
-Message = MutableMapping[str, Any]  # what Starlette, FastAPI and other ASGI apps send
-App = Callable[
-    [MutableMapping[str, Any], Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]
-]
 
 # Spec 2.4: a streaming response learns of a gone client by its task being
 # cancelled, so nothing needs to listen on `receive` for a disconnect.
@@ -63,7 +60,7 @@ class BodyStream:
 
 def is_asgi_app(target: Any) -> bool:
     """A FastAPI/Starlette instance, or anything called as `await app(scope, receive, send)`."""
-    call = target if inspect.isfunction(target) else getattr(target, "__call__", None)  # noqa: B004 — the method is inspected
+    call = target if inspect.isfunction(target) else getattr(target, "__call__", None)  # noqa: B004 — the bound __call__ itself is inspected (is it a coroutine function?), not whether target is callable
     if call is None or not inspect.iscoroutinefunction(call):
         return False
     try:
@@ -96,7 +93,7 @@ def _scope(kind: str, wire: WireRequest) -> dict[str, Any]:
     return scope
 
 
-def socket_scope(wire: WireRequest) -> dict[str, Any]:
+def websocket_scope(wire: WireRequest) -> dict[str, Any]:
     return _scope("websocket", wire)
 
 
@@ -124,7 +121,7 @@ async def serve_http(app: App, wire: WireRequest) -> WireResponse | BodyStream:
         never: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         return await never
 
-    async def send(message: Message) -> None:
+    async def send(message: Mapping[str, Any]) -> None:
         await room.acquire()
         outbox.put_nowait(message)
 
@@ -211,25 +208,101 @@ def _log_failure(task: asyncio.Future[None]) -> None:
         logger.error("ASGI app raised", exc_info=task.exception())
 
 
-class Socket:
-    """One WebSocket connection's app, between the proxy's two pumps."""
+# What one WebSocket's client may have queued for its app, in message bytes,
+# before its next message waits (and with it the proxy's reading from the
+# client); one message is always let through, however large.
+WEBSOCKET_BUDGET_BYTES = 4 * 1024 * 1024
+# A client message larger than this closes the WebSocket with 1009 (message too big).
+WEBSOCKET_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+MESSAGE_TOO_BIG = 1009
+# What the app may have sent that its caller has not taken yet: past it, the
+# app's `send` waits, so a slow client holds the app (with the caller's own
+# backpressure: the data connection's window, or Ray's generator backpressure).
+WEBSOCKET_OUTBOUND_MESSAGES = 16
 
-    def __init__(self, app: App, wire: WireRequest) -> None:
+
+def _message_bytes(message: Message) -> int:
+    body = message.get("bytes") or message.get("text") or b""
+    return len(body) if isinstance(body, (bytes, bytearray, str)) else 0
+
+
+class WebSocketSession:
+    """One WebSocket connection's app, between the proxy's two pumps.
+
+    What the client sends waits in a queue for the app, within a byte budget:
+    `push` returns once its message is queued, so a client that sends faster
+    than the app reads is held back (the proxy answers its next message only
+    then) instead of growing the replica's memory. A message over
+    `max_message_bytes` closes the WebSocket with 1009 both ways. What the
+    app sends waits likewise: at most `WEBSOCKET_OUTBOUND_MESSAGES` ahead of
+    whoever takes it from `outbound`."""
+
+    def __init__(
+        self,
+        app: App,
+        wire: WireRequest,
+        budget_bytes: int = WEBSOCKET_BUDGET_BYTES,
+        max_message_bytes: int = WEBSOCKET_MAX_MESSAGE_BYTES,
+    ) -> None:
         self._inbound: asyncio.Queue[Message] = asyncio.Queue()
         self._outbound: asyncio.Queue[Any] = asyncio.Queue()
+        self._budget = budget_bytes
+        self._max_message = max_message_bytes
+        self.queued_bytes = 0  # client messages pushed and not yet received by the app
+        self._room = asyncio.Event()
+        self._room.set()
+        self._closed = False
+        self._unsent = 0  # messages the app sent that `outbound` has not yielded yet
+        self._out_room = asyncio.Event()
+        self._out_room.set()
         self._inbound.put_nowait({"type": "websocket.connect"})
-        self._task = asyncio.ensure_future(self._run(app, socket_scope(wire)))
+        self._task = asyncio.ensure_future(self._run(app, websocket_scope(wire)))
         self._task.add_done_callback(_log_failure)
 
     async def _run(self, app: App, scope: dict[str, Any]) -> None:
         try:
-            await app(scope, self._inbound.get, self._outbound.put)
+            await app(scope, self._receive, self._send)
         finally:
             self._outbound.put_nowait(_END)
 
-    def push(self, message: Message) -> None:
-        """A message from the client (`websocket.receive` or `websocket.disconnect`)."""
+    async def _send(self, message: Mapping[str, Any]) -> None:
+        while self._unsent >= WEBSOCKET_OUTBOUND_MESSAGES:
+            self._out_room.clear()
+            await self._out_room.wait()
+        self._unsent += 1
+        self._outbound.put_nowait(message)
+
+    async def _receive(self) -> Message:
+        message = await self._inbound.get()
+        self.queued_bytes -= _message_bytes(message)
+        if self.queued_bytes < self._budget:
+            self._room.set()
+        return message
+
+    async def push(self, message: Message) -> None:
+        """A message from the client (`websocket.receive` or `websocket.disconnect`),
+        once there is room for it in the session's budget."""
+        if self._closed:
+            return
+        size = _message_bytes(message)
+        if size > self._max_message:
+            self._close(MESSAGE_TOO_BIG)
+            return
+        while size and self.queued_bytes and self.queued_bytes + size > self._budget:
+            self._room.clear()
+            await self._room.wait()
+            if self._closed:
+                return
+        self.queued_bytes += size
         self._inbound.put_nowait(message)
+
+    def _close(self, code: int) -> None:
+        """End the session with `code`: the client gets the close, the app the disconnect."""
+        self._closed = True
+        self._room.set()  # pushes waiting for room give up
+        self._inbound.put_nowait({"type": "websocket.disconnect", "code": code})
+        self._unsent += 1
+        self._outbound.put_nowait({"type": "websocket.close", "code": code, "reason": ""})
 
     async def outbound(self) -> AsyncGenerator[Message, None]:
         """What the app sends, until it closes or returns; closing this stops
@@ -240,6 +313,8 @@ class Socket:
                 if message is _END:
                     _raise_failure(self._task)
                     return
+                self._unsent -= 1
+                self._out_room.set()
                 yield message
                 if message.get("type") == "websocket.close":
                     return

@@ -4,27 +4,29 @@ Proxies send requests here instead of as Ray actor calls
 (`proxy.socketcalls`), which saves Ray's per-call machinery on both sides;
 Ray stays the control plane and the fallback. `DataSocket` listens on
 `<private dir>/data.sock` for a proxy on this node: the directory is made by
-this user with mode 0700 (under the Ray session dir, else the system temp
-dir), the socket is mode 0600, and a connecting peer whose SO_PEERCRED uid is
-not ours is refused before any byte of it is read (`vocabulary.peers`) — the
+this user with mode 0700 (under this user's private base,
+`datalink.private_dirs`, else the system temp dir), the socket is mode 0600, and a connecting peer whose SO_PEERCRED uid is
+not ours is refused before any byte of it is read (`datalink.peers`) — the
 frames carry pickles, so only our own user may write them. For proxies on
 other nodes it also listens on TCP (`start_tcp`) at the node's address (never
 a wildcard) on a port the kernel picks; a TCP peer must prove within
 `HANDSHAKE_TIMEOUT_S` that it knows the secret this `DataSocket` made at
-start (`vocabulary.handshake`) — until then none of its bytes reaches a
-decoder, and a peer that fails is closed and logged (with its address, never
-the secret). The secret leaves only in `address()`, which the replica
+start (`datalink.handshake`) — until then none of its bytes reaches a
+decoder, and a peer that fails is closed. At most `MAX_UNPROVEN` peers may
+be proving themselves at once (more are closed as they connect), and
+failures are logged at most once a minute with their count and the latest
+peer's address (never the secret): a flood or a port scan neither holds the
+listener nor fills the log. The secret leaves only in `address()`, which the replica
 answers over Ray. TCP frames are authenticated, not encrypted.
 
 Each call runs as its own task through the same code the Ray methods use
-(`Serving`: the replica's `handle_request`, `handle_batch`,
-`handle_together`); a CANCEL frame cancels its task, which cancels the user
+(`Serving`: the replica's `handle_request` and `handle_batch`); a CANCEL frame cancels its task, which cancels the user
 code as a cancelled Ray call would. A streaming answer's head comes back
 here as a `StreamStart`; a STREAM frame then claims its rest and the chunks
 go out as ITEM frames, then END (or ERROR when the handler raised). A
-WebSocket is a SOCKET frame: what the app sends goes out as ITEMs the same
+WebSocket is a WEBSOCKET frame: what the app sends goes out as ITEMs the same
 way, and what the client sends comes in as PUSH calls. Both are pushed only
-as far ahead as the proxy's window allows (`vocabulary.frames.Window`,
+as far ahead as the proxy's window allows (`datalink.frames.Window`,
 replenished by its CREDIT frames), so a slow client pauses the producer; a
 CANCEL stops the user's generator. A reply too large for one frame is held
 and streamed the same way (`hold`), so no answer is ever too big for this
@@ -33,7 +35,7 @@ frame closes its connection (the proxy then treats the replica as died and
 falls back to Ray); a connection that closes cancels its calls, since
 nobody is left to answer.
 
-Not here: the frame format (`vocabulary.frames`), the replica's methods
+Not here: the frame format (`datalink.frames`), the replica's methods
 (`replica.host`).
 """
 
@@ -46,23 +48,16 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, AsyncGenerator, Awaitable, Callable, MutableMapping, cast
+from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine
 
-from vocabulary.frames import (
-    MAX_FRAME_BYTES,
-    Frame,
-    FrameDecoder,
-    FrameError,
-    Kind,
-    Opening,
-    Window,
-    encode,
-    item_bytes,
-)
-from vocabulary.handshake import DataAddress, Handshake, HandshakeError, Role, new_secret
-from vocabulary.peers import peer_allowed, peer_uid, set_nodelay
+from datalink.connection import FrameConnection
+from datalink.frames import MAX_FRAME_BYTES, Frame, Kind, Opening, Window, encode, item_bytes
+from vocabulary.wire import DataAddress
+from datalink.handshake import Handshake, Role, new_secret
+from datalink.peers import peer_allowed, peer_uid
 from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, StreamStart, WireRequest
 
 __all__ = ["DataSocket", "Serving", "socket_dir", "SUN_PATH_MAX"]
@@ -72,8 +67,13 @@ logger = logging.getLogger(__name__)
 # sun_path holds 108 bytes on Linux, its terminating NUL included.
 SUN_PATH_MAX = 107
 _SOCKET_NAME = "data.sock"
-# How long a TCP peer may take to prove itself before it is closed.
-HANDSHAKE_TIMEOUT_S = 5.0
+# How long a TCP peer may take to prove itself before it is closed: a proxy
+# answers within a round trip, so two seconds is generous even across a cluster.
+HANDSHAKE_TIMEOUT_S = 2.0
+# TCP peers still proving themselves at once; more are closed as they connect.
+MAX_UNPROVEN = 32
+# Failed handshakes are logged at most once per this many seconds, with their count.
+_REFUSALS_LOG_EVERY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -82,15 +82,14 @@ class Serving:
 
     one: Callable[[WireRequest], Awaitable[Reply]]
     batch: Callable[[list[BatchItem]], Awaitable[list[BatchResult]]]
-    together: Callable[[list[BatchItem]], Awaitable[list[BatchResult]]]
     # A response too large for one frame: its status, headers and body, held as a stream.
     hold: Callable[[int, list[tuple[bytes, bytes]], bytes], StreamStart]
     # A held stream's rest, by id (raises inside when it is not held); letting one go unread.
     stream: Callable[[str], AsyncGenerator[bytes, None]]
     close_stream: Callable[[str], None]
     # A WebSocket's app: what it sends; and one message from its client (False: no such socket).
-    socket: Callable[[str, WireRequest], AsyncGenerator[MutableMapping[str, Any], None]]
-    socket_message: Callable[[str, dict[str, Any]], bool]
+    websocket: Callable[[str, WireRequest], AsyncGenerator[dict[str, Any], None]]
+    websocket_message: Callable[[str, dict[str, Any]], Awaitable[bool]]
 
 
 def socket_dir(bases: list[str]) -> str | None:
@@ -111,11 +110,18 @@ class DataSocket:
     """Listens on one Unix socket (and on TCP for other nodes) and serves every connection's frames."""
 
     def __init__(
-        self, serving: Serving, max_frame: int = MAX_FRAME_BYTES, handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+        self,
+        serving: Serving,
+        max_frame: int = MAX_FRAME_BYTES,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
+        max_unproven: int = MAX_UNPROVEN,
     ) -> None:
         self._serving = serving
         self._max_frame = max_frame
         self._handshake_timeout_s = handshake_timeout_s
+        self._max_unproven = max_unproven
+        self.unproven = 0  # TCP connections still in their handshake
+        self.refusals = _Refusals()
         self._server: asyncio.AbstractServer | None = None
         self._tcp_server: asyncio.AbstractServer | None = None
         self._dir: str | None = None
@@ -125,7 +131,7 @@ class DataSocket:
         self.served = 0  # requests answered over the socket (a batch counts each of its items)
         self.streamed = 0  # streams and WebSockets whose items went out over the socket
         self.accepted = {"unix": 0, "tcp": 0}  # connections served, TCP ones once they proved themselves
-        self._connections: set[_Connection] = set()
+        self._connections: set[_ProxyConnection] = set()
         self._stopped = False  # stop_listening was called: nothing listens again
 
     def __repr__(self) -> str:
@@ -186,7 +192,7 @@ class DataSocket:
             return None
         try:
             server = await asyncio.get_running_loop().create_server(
-                lambda: _Connection(self, Handshake(Role.REPLICA, self._secret)), host, 0, backlog=1024
+                lambda: _ProxyConnection(self, Handshake(Role.REPLICA, self._secret)), host, 0, backlog=1024
             )
         except OSError as error:
             logger.warning("no TCP data socket at %s, other nodes' proxies call over Ray: %s", host, error)
@@ -220,159 +226,122 @@ class DataSocket:
         """Stop listening and drop every connection (their calls are cancelled)."""
         self.stop_listening()
         for connection in list(self._connections):
-            connection.abort("the replica closed its data socket")
+            connection.close("the replica closed its data socket")
 
-    def _connection(self) -> _Connection:
-        return _Connection(self, None)
+    def _connection(self) -> _ProxyConnection:
+        return _ProxyConnection(self, None)
 
 
-class _Connection(asyncio.Protocol):
+class _ProxyConnection(FrameConnection):
     """One proxy's connection: frames in, one task per call, replies out.
 
     Over TCP (`handshake` given), nothing is decoded until the peer has
-    proven itself (`vocabulary.handshake`) within the handshake timeout."""
+    proven itself (`datalink.handshake`) within the handshake timeout."""
 
     def __init__(self, owner: DataSocket, handshake: Handshake | None) -> None:
+        super().__init__(owner._max_frame, handshake)
         self._owner = owner
-        self._handshake = handshake
-        self._loop = asyncio.get_running_loop()  # the server's, made per connection: asked once, not per reply
         self._deadline: asyncio.TimerHandle | None = None
         self._peer = "a Unix socket peer"
         self._aborted = False
-        self._decoder = FrameDecoder(owner._max_frame)
-        self._transport: asyncio.Transport | None = None
+        self._counted = False  # one of the owner's `unproven`
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._credits: dict[int, _Credit] = {}
-        self._out: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # A stream transport, as this protocol only ever serves; uvloop's is no asyncio.Transport subclass.
-        transport = cast(asyncio.Transport, transport)
-        self._transport = transport
-        sock = transport.get_extra_info("socket")
+        super().connection_made(transport)
         if self._handshake is not None:
             self._peer = f"TCP peer {transport.get_extra_info('peername')!r}"
-            set_nodelay(sock)
+            if self._owner.unproven >= self._owner._max_unproven:
+                # Held by nobody: a flood of silent peers costs one refusal each, not a connection slot.
+                self._aborted = True
+                transport.abort()  # type: ignore[attr-defined]
+                self._owner.refusals.note(self._peer, f"{self._owner.unproven} connections were still proving themselves")
+                return
+            self._owner.unproven += 1
+            self._counted = True
             self._owner._connections.add(self)
             self._deadline = self._loop.call_later(
-                self._owner._handshake_timeout_s, self.abort, "it did not complete the handshake in time"
+                self._owner._handshake_timeout_s, self.close, "it did not complete the handshake in time"
             )
-            transport.write(self._handshake.greeting())
             return
         try:
-            uid = peer_uid(sock)
+            uid = peer_uid(transport.get_extra_info("socket"))
         except OSError as error:
             logger.warning("data socket: refused a peer whose credentials could not be read: %s", error)
-            transport.abort()
+            transport.abort()  # type: ignore[attr-defined]
             return
         if not peer_allowed(uid, os.getuid()):
             logger.warning("data socket: refused a peer with uid %d (only uid %d may connect)", uid, os.getuid())
-            transport.abort()
+            transport.abort()  # type: ignore[attr-defined]
             return
         self._owner._connections.add(self)
         self._owner.accepted["unix"] += 1
 
-    def data_received(self, data: bytes) -> None:
-        if self._handshake is not None:
-            rest = self._proven(data)
-            if not rest:
-                return
-            data = rest
-        try:
-            frames = self._decoder.feed(data)
-        except FrameError as error:
-            self.abort(f"malformed frame: {error}")
-            return
-        for frame in frames:
-            self._dispatch(frame)
-
-    def _proven(self, data: bytes) -> bytes | None:
-        """The handshake's next step; what came after the peer's proof once it is proven."""
-        assert self._handshake is not None
-        if self._transport is None:
-            return None
-        try:
-            out, rest = self._handshake.feed(data)
-        except HandshakeError as error:
-            self.abort(f"the handshake failed: {error}")
-            return None
-        if out:
-            self._transport.write(out)
-        if rest is None:
-            return None
-        self._handshake = None
+    def on_proven(self) -> None:
+        self._uncount()
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
         self._owner.accepted["tcp"] += 1
-        return rest
 
-    def _dispatch(self, frame: Frame) -> None:
-        kind = frame.kind
-        if kind is Kind.CANCEL:
-            # Forgotten here: a call cancelled before it ran never reaches its own `finally`.
-            task = self._calls.pop(frame.call_id, None)
-            if task is not None:
-                self._credits.pop(frame.call_id, None)
-                task.cancel()
+    def on_frame(self, frame: Frame) -> None:
+        """One frame from the proxy: each kind has one payload shape, and
+        anything else (another kind, another shape) closes the connection."""
+        call_id = frame.call_id
+        serving = self._owner._serving
+        match frame:
+            case Frame(kind=Kind.REQUEST, payload=tuple() as request):
+                self._start(call_id, self._answer(call_id, request))
+            case Frame(kind=Kind.BATCH, payload=list() as items):
+                self._start(call_id, self._answer_all(call_id, items))
+            case Frame(kind=Kind.STREAM, payload=Opening(target=str() as stream_id, window=Window() as window)):
+                self._open(call_id, window, lambda: serving.stream(stream_id))
+            case Frame(
+                kind=Kind.WEBSOCKET,
+                payload=Opening(target=(str() as websocket_id, tuple() as request), window=Window() as window),
+            ):
+                self._open(call_id, window, lambda: serving.websocket(websocket_id, request))
+            case Frame(kind=Kind.PUSH, payload=(str() as websocket_id, dict() as message)):
+                # Answered once the app has room for it; the proxy sends a WebSocket's next message only then.
+                self._start(call_id, self._push(call_id, websocket_id, message))
+            case Frame(kind=Kind.CREDIT, payload=(int() as items, int() as size)) if _counts(items, size):
+                credit = self._credits.get(call_id)
+                if credit is not None:  # else: its stream ended meanwhile
+                    credit.grant(items, size)
+            case Frame(kind=Kind.DISCARD, payload=str() as stream_id):
+                serving.close_stream(stream_id)
+            case Frame(kind=Kind.CANCEL, payload=None):
+                # Forgotten here: a call cancelled before it ran never reaches its own `finally`.
+                task = self._calls.pop(call_id, None)
+                if task is not None:
+                    self._credits.pop(call_id, None)
+                    task.cancel()
+            case _:
+                self.close(f"a {frame.kind.name} frame with {_shown(frame.payload)}")
+
+    def _start(self, call_id: int, call: Coroutine[Any, Any, None]) -> None:
+        """Run one call as its own task; it forgets itself as it ends (no done
+        callback: one scheduled callback less per request)."""
+        if call_id in self._calls:
+            call.close()
+            self.close(f"call id {call_id} is already in flight")
             return
-        if kind is Kind.CREDIT:
-            credit = self._credits.get(frame.call_id)
-            if not _is_credit(frame.payload):
-                self.abort(f"a CREDIT frame of {frame.payload!r}")
-            elif credit is not None:  # else: its stream ended meanwhile
-                credit.grant(*frame.payload)
+        self._calls[call_id] = self._loop.create_task(call)
+
+    def _open(self, call_id: int, window: Window, items: Callable[[], AsyncGenerator[Any, None]]) -> None:
+        """Push what `items()` yields as ITEM frames, within `window` and the proxy's credit."""
+        if call_id in self._calls:
+            self.close(f"call id {call_id} is already in flight")
             return
-        if kind is Kind.DISCARD:
-            if not isinstance(frame.payload, str):
-                self.abort("a DISCARD frame without a stream id")
-                return
-            self._owner._serving.close_stream(frame.payload)
-            return
-        if kind is Kind.PUSH:
-            # Handled here, in arrival order: a WebSocket's messages reach its app in order.
-            payload = frame.payload
-            if not (isinstance(payload, tuple) and len(payload) == 2 and isinstance(payload[0], str)
-                    and isinstance(payload[1], dict)):
-                self.abort("a PUSH frame without (socket id, message)")
-                return
-            self._send(Kind.RESULT, frame.call_id, bool(self._owner._serving.socket_message(*payload)))
-            return
-        if kind not in (Kind.REQUEST, Kind.BATCH, Kind.TOGETHER, Kind.STREAM, Kind.SOCKET):
-            self.abort(f"a {kind.name} frame from the proxy")
-            return
-        if frame.call_id in self._calls:
-            self.abort(f"call id {frame.call_id} is already in flight")
-            return
-        if kind is Kind.STREAM or kind is Kind.SOCKET:
-            items = self._opened(frame)
-            if items is None:
-                self.abort(f"a {kind.name} frame with {frame.payload!r}")
-                return
-            self._credits[frame.call_id] = _Credit(frame.payload.window)
-            task = self._loop.create_task(self._generate(frame.call_id, items))
-            task.add_done_callback(lambda _, call_id=frame.call_id: self._ended(call_id))  # type: ignore[misc]  # the default binds this frame's id
-        else:
-            # Forgets itself as it ends (no done callback: one scheduled callback less per request).
-            task = self._loop.create_task(self._call(frame))
-        self._calls[frame.call_id] = task
+        self._credits[call_id] = _Credit(window)
+        task = self._loop.create_task(self._generate(call_id, items()))
+        task.add_done_callback(lambda _: self._ended(call_id))
+        self._calls[call_id] = task
 
     def _ended(self, call_id: int) -> None:
         self._calls.pop(call_id, None)
         self._credits.pop(call_id, None)  # a stream cancelled before it ever ran included
-
-    def _opened(self, frame: Frame) -> AsyncGenerator[Any, None] | None:
-        """The generator a STREAM or SOCKET frame asks for; None when its payload is malformed."""
-        opening = frame.payload
-        if not (isinstance(opening, Opening) and isinstance(opening.window, Window)):
-            return None
-        serving = self._owner._serving
-        if frame.kind is Kind.STREAM:
-            return serving.stream(opening.target) if isinstance(opening.target, str) else None
-        target = opening.target
-        if not (isinstance(target, tuple) and len(target) == 2 and isinstance(target[0], str)):
-            return None
-        return serving.socket(*target)
 
     async def _generate(self, call_id: int, items: AsyncGenerator[Any, None]) -> None:
         """Push `items` as ITEM frames, within the proxy's credit, then END or ERROR."""
@@ -398,25 +367,36 @@ class _Connection(asyncio.Protocol):
             self._credits.pop(call_id, None)
             await items.aclose()  # stops the user's generator when it did not finish
 
-    async def _call(self, frame: Frame) -> None:
-        serving = self._owner._serving
+    async def _answer(self, call_id: int, request: WireRequest) -> None:
         try:
-            if frame.kind is Kind.REQUEST:
-                reply = await serving.one(frame.payload)
-                self._owner.served += 1
-                self._send(Kind.RESULT, frame.call_id, self._fitted(reply, self._owner._max_frame // 2))
-            else:
-                items = list(frame.payload)
-                results = await (serving.batch if frame.kind is Kind.BATCH else serving.together)(items)
-                self._owner.served += len(items)
-                budget = self._owner._max_frame // (2 * max(len(results), 1))
-                self._send(Kind.RESULTS, frame.call_id, [self._fitted_result(result, budget) for result in results])
+            reply = await self._owner._serving.one(request)
+            self._owner.served += 1
+            self._send(Kind.RESULT, call_id, self._fitted(reply, self._owner._max_frame // 2))
         except asyncio.CancelledError:
             raise  # a CANCEL frame or a closed connection: nobody waits for an answer
         except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
-            self._send(Kind.ERROR, frame.call_id, traceback.format_exc())
+            self._send(Kind.ERROR, call_id, traceback.format_exc())
         finally:
-            self._calls.pop(frame.call_id, None)
+            self._calls.pop(call_id, None)
+
+    async def _push(self, call_id: int, websocket_id: str, message: dict[str, Any]) -> None:
+        try:
+            self._send(Kind.RESULT, call_id, bool(await self._owner._serving.websocket_message(websocket_id, message)))
+        finally:
+            self._calls.pop(call_id, None)
+
+    async def _answer_all(self, call_id: int, items: list[BatchItem]) -> None:
+        try:
+            results = await self._owner._serving.batch(items)
+            self._owner.served += len(items)
+            budget = self._owner._max_frame // (2 * max(len(results), 1))
+            self._send(Kind.RESULTS, call_id, [self._fitted_result(result, budget) for result in results])
+        except asyncio.CancelledError:
+            raise  # a CANCEL frame or a closed connection: nobody waits for an answer
+        except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
+            self._send(Kind.ERROR, call_id, traceback.format_exc())
+        finally:
+            self._calls.pop(call_id, None)
 
     def _fitted(self, reply: Reply, budget: int) -> Reply:
         """`reply`, or a body larger than `budget` held as a stream the proxy pulls over Ray."""
@@ -445,26 +425,28 @@ class _Connection(asyncio.Protocol):
             # Headers alone past the bound: too big for this path, and an error is better than a stuck call.
             frame = encode(Kind.ERROR, call_id, f"a reply of {len(frame)} bytes is too large for the data socket")
             sent = False
-        # Replies finishing in one loop iteration leave in one write.
-        if not self._out:
-            self._loop.call_soon(self._flush)
-        self._out.append(frame)
+        self.write(frame)  # replies finishing in one loop iteration leave in one write
         return sent
 
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
-
-    def abort(self, reason: str) -> None:
-        logger.warning("data socket: closing the connection of %s: %s", self._peer, reason)
+    def close(self, reason: str) -> None:
+        if self._handshake is not None:
+            self._owner.refusals.note(self._peer, reason)  # anyone may knock: counted, not logged per peer
+        else:
+            logger.warning("data socket: closing the connection of %s: %s", self._peer, reason)
         self._aborted = True
         if self._transport is not None:
             self._transport.abort()
 
+    def _uncount(self) -> None:
+        if self._counted:
+            self._counted = False
+            self._owner.unproven -= 1
+
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._handshake is not None and not self._aborted:
-            logger.info("data socket: %s left before proving itself", self._peer)
+        self._uncount()
+        if self._handshake is not None:
+            if not self._aborted:
+                self._owner.refusals.note(self._peer, "it left before proving itself")
         self._owner._connections.discard(self)
         self._transport = None
         if self._deadline is not None:
@@ -475,9 +457,41 @@ class _Connection(asyncio.Protocol):
         self._calls.clear()
 
 
-def _is_credit(payload: Any) -> bool:
-    return (isinstance(payload, tuple) and len(payload) == 2
-            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in payload))
+class _Refusals:
+    """TCP peers that did not prove themselves, logged at most once per
+    `every_s` with how many there were: a scan or a flood is one line a
+    minute, not one per connection."""
+
+    def __init__(self, every_s: float = _REFUSALS_LOG_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self._every_s = every_s
+        self._clock = clock
+        self._next_log = 0.0
+        self._unlogged = 0
+        self.total = 0
+
+    def note(self, peer: str, reason: str) -> None:
+        self.total += 1
+        self._unlogged += 1
+        now = self._clock()
+        if now < self._next_log:
+            return
+        logger.warning(
+            "data socket: refused %d TCP peer(s) that did not prove they know the secret; the latest, %s: %s",
+            self._unlogged, peer, reason,
+        )
+        self._unlogged = 0
+        self._next_log = now + self._every_s
+
+
+def _counts(*numbers: int) -> bool:
+    """Whether a CREDIT's numbers are counts (not negative, not booleans)."""
+    return all(type(number) is int and number >= 0 for number in numbers)
+
+
+def _shown(payload: Any) -> str:
+    """A malformed payload for the log: its repr, cut short."""
+    shown = repr(payload)
+    return shown if len(shown) <= 200 else shown[:200] + "..."
 
 
 class _Credit:

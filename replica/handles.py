@@ -37,7 +37,7 @@ _UNSEEN = -1
 _FIRST_ANSWER_S = 10.0
 _RETRY_S = 0.5
 
-Reply = tuple[HandleOutcome, Any]
+HandleResult = tuple[HandleOutcome, Any]
 
 
 class HandleRouter:
@@ -73,7 +73,7 @@ class HandleRouter:
             return
         self._hold([key])
 
-    async def call(self, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Reply:
+    async def call(self, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> HandleResult:
         try:
             backend = await self._backend_for(target)
         except TimeoutError:
@@ -92,7 +92,7 @@ class HandleRouter:
         await self._subscribe([LongPollKey.replicas(name) for name in endpoint.traffic])
         return WeightedChoice.from_weights(endpoint.traffic).pick(self._rng.random()) or ""
 
-    async def _call_replica(self, replica_set: ReplicaSet, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Reply:
+    async def _call_replica(self, replica_set: ReplicaSet, args: tuple[Any, ...], kwargs: dict[str, Any]) -> HandleResult:
         replicas = replica_set.replicas
         if not replicas:
             return HandleOutcome.UNAVAILABLE, f"backend '{replica_set.backend}' has no running replica"

@@ -8,15 +8,15 @@ replica's stderr too, at most one a second), `output` (its own stdout and
 stderr lines, `replica.own_output`, for `gitops logs`) and graceful draining. It does not know about
 routing, retries or its own lifecycle: `controller.ray_adapter` wraps this
 plain class with `ray.remote` and options; the proxy calls `handle_request`
-(or `handle_batch` for several requests coalesced into one Ray call), and
-`handle_together` for a batched backend, whose handler takes a list of
+(or `handle_coalesced` for several requests coalesced into one Ray call), and
+`handle_batch` for a batched backend, whose handler takes a list of
 requests and returns a list of the same length. Which requests form a batch
 is the caller's choice (`proxy.coalescing`); the replica runs what it is given.
 A handler (or an ASGI app, which serves everything under its route) that
 streams answers `handle_request` with a `StreamStart`; the proxy pulls the
 rest with `stream` (a Ray streaming generator; cancelling it stops the user
-code) or lets it go with `close_stream`. A WebSocket lives in `socket` (a
-streaming generator of what the app sends) and `socket_message` (what the
+code) or lets it go with `close_stream`. A WebSocket lives in `websocket` (a
+streaming generator of what the app sends) and `websocket_message` (what the
 client sent), both on this one replica for the connection's lifetime.
 Under Ray, the replica also serves the same calls as frames — streams'
 rests and WebSockets included, through these same methods — over a private
@@ -60,17 +60,18 @@ from vocabulary.wire import (
     WireResponse,
 )
 from replica.data_socket import DataSocket, Serving
-from replica.asgi import BodyStream, Lifespan, Message, Socket, is_asgi_app, serve_http
+from replica.asgi import BodyStream, Lifespan, WebSocketSession, is_asgi_app, serve_http
 from replica.conversions import to_reply, to_starlette_request, to_wire_response
 from replica.streams import StreamTable
 from replica.handles import HandleRouter
+from replica.own_output import OwnOutput
 from replica.secrets import SecretBox
-from vocabulary.frames import MAX_FRAME_BYTES
-from vocabulary.handshake import DataAddress
+from datalink.frames import MAX_FRAME_BYTES
+from vocabulary.wire import DataAddress
+from datalink.private_dirs import private_base
 from vocabulary.serving import ReplicaContext, install, install_secrets
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.status import HandlerError
-from replica.own_output import OwnOutput
 
 # A large reply held for the proxy to stream leaves in slices of this size.
 _HELD_SLICE_BYTES = 1024 * 1024
@@ -197,15 +198,15 @@ def _node_id() -> str:
 
 
 def _socket_bases() -> list[str]:
-    """Where the data socket's private directory may go: the Ray session dir
-    (removed with the session, even after a kill -9), else the temp dir."""
-    import ray
-
-    bases = []
-    # Ray names its session publicly from 2.53 on; on 2.52 the temp dir serves.
-    if ray.is_initialized() and hasattr(ray.get_runtime_context(), "get_session_name"):
-        context = ray.get_runtime_context()
-        bases.append(os.path.join(context.get_temp_dir(), context.get_session_name()))
+    """Where the data socket's private directory may go: this user's private
+    base (`datalink.private_dirs`: no other user can swap or enter it, as
+    they could Ray's session dir), else the temp dir (a fresh 0700 directory
+    under a random name, which the sticky bit keeps ours)."""
+    try:
+        bases = [private_base().path]
+    except PermissionError as error:
+        logger.warning("the data socket goes under the temp dir: %s", error)
+        bases = []
     return [*bases, tempfile.gettempdir()]
 
 
@@ -245,7 +246,7 @@ class Replica:
         self._lifespan: Lifespan | None = None
         self._handles = HandleRouter(f"handles:{replica_id}", namespace, random.Random())
         self._streams = StreamTable(replica_id)
-        self._sockets: dict[str, Socket] = {}
+        self._websockets: dict[str, WebSocketSession] = {}
         self._ongoing = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -328,8 +329,8 @@ class Replica:
         if self._data is None:
             self._data = DataSocket(
                 Serving(
-                    self.handle_request, self.handle_batch, self.handle_together, self._hold,
-                    self.stream, self.close_stream, self.socket, self.socket_message,
+                    self.handle_request, self.handle_batch, self._hold,
+                    self.stream, self.close_stream, self.websocket, self.websocket_message,
                 ),
                 max_frame,
             )
@@ -400,25 +401,28 @@ class Replica:
         """Let a streaming answer go unread (a shadow copy's)."""
         self._streams.close(stream_id)
 
-    async def socket(self, socket_id: str, wire: WireRequest) -> AsyncGenerator[Message, None]:
+    async def websocket(self, websocket_id: str, wire: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
         """A WebSocket to the app: yields what it sends (accept, messages,
         close) until it closes; cancelling the call stops the app."""
         if self._handler is None:
             raise RuntimeError(f"replica {self.replica_id} is not initialized")
-        socket = self._sockets[socket_id] = Socket(self._handler, wire)
+        session = self._websockets[websocket_id] = WebSocketSession(self._handler, wire)
         with self._serving(1):
             try:
-                async for message in socket.outbound():
+                async for message in session.outbound():
                     yield message
             finally:
-                del self._sockets[socket_id]
+                del self._websockets[websocket_id]
 
-    def socket_message(self, socket_id: str, message: dict[str, Any]) -> bool:
-        """A message from the client of `socket_id`; False when that socket is gone."""
-        socket = self._sockets.get(socket_id)
-        if socket is not None:
-            socket.push(message)
-        return socket is not None
+    async def websocket_message(self, websocket_id: str, message: dict[str, Any]) -> bool:
+        """A message from the client of `websocket_id`, answered once the app's
+        queue has room for it (the proxy reads the client's next message only
+        then); False when that WebSocket is gone."""
+        session = self._websockets.get(websocket_id)
+        if session is None:
+            return False
+        await session.push(message)
+        return True
 
     @contextlib.contextmanager
     def _serving(self, requests: int) -> Iterator[None]:
@@ -456,7 +460,7 @@ class Replica:
                 self._raised(error)
                 raise
 
-    async def handle_together(self, batch: list[BatchItem]) -> list[BatchResult]:
+    async def handle_batch(self, batch: list[BatchItem]) -> list[BatchResult]:
         """A batched backend's requests in one handler call, answered in order.
 
         The call may run as long as the longest-lived request allows; a
@@ -481,7 +485,7 @@ class Replica:
                 return [(BatchOutcome.ERROR, traceback.format_exc())] * len(batch)
         return [_converted(result) for result in results]
 
-    async def handle_batch(self, batch: list[BatchItem]) -> list[BatchResult]:
+    async def handle_coalesced(self, items: list[BatchItem]) -> list[BatchResult]:
         """Several requests in one Ray call, answered in order.
 
         The proxy coalesces requests queued for this replica under load, so
@@ -489,9 +493,9 @@ class Replica:
         limit (cancelled when it runs out, as a timed-out single call is),
         and one item's failure never affects another's.
         """
-        return list(await asyncio.gather(*(self._batch_item(wire, limit_s) for wire, limit_s in batch)))
+        return list(await asyncio.gather(*(self._coalesced_item(wire, limit_s) for wire, limit_s in items)))
 
-    async def _batch_item(self, wire: WireRequest, limit_s: float) -> BatchResult:
+    async def _coalesced_item(self, wire: WireRequest, limit_s: float) -> BatchResult:
         try:
             return BatchOutcome.OK, await asyncio.wait_for(self.handle_request(wire), limit_s)
         except TimeoutError:

@@ -26,15 +26,12 @@ share their values here.
 - `replica_env`: what an embedded Ray's processes, replicas included,
   inherit of the agent's environment (an allow-list, never `GITOPS_*`), for
   `--replica-env` and the cluster starter alike.
+- `wire`: the proxy <-> replica request/response tuples (the frames they
+  travel in over the data path are `datalink`'s).
 - `choosing`: the request path's choices (backend by weight, replica by
   power of two, queue admission), for the proxy and for handles alike.
 - `serving`: what user code in a replica may ask for (`gitops.serving`):
   handles to other backends and endpoints, and its own context.
-- `wire`: the proxy <-> replica request/response tuples.
-- `frames`: the frames those tuples travel in over one persistent
-  connection; `handshake`: where a replica serves frames and how a proxy
-  opens its TCP listener; `peers`: who is at the other end of a data-path
-  connection. These three are moving to the wire package.
 - `replica_output`: a replica's own stdout and stderr lines, as `gitops logs`
   reads them.
 """

@@ -23,10 +23,10 @@ importing Ray; the shells that hand one to `ray.get`, `ray.wait` or
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Awaitable, Callable, Concatenate, Generic, ParamSpec, Protocol, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Concatenate, Generic, Mapping, ParamSpec, Protocol, TypeVar
 
 from vocabulary.goal_api import GoalAPI
-from vocabulary.handshake import DataAddress
+from vocabulary.wire import DataAddress
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, WireResponse
 
@@ -81,19 +81,19 @@ class ReplicaAPI(Protocol):
     async def close_stream(self, stream_id: str) -> None:
         """Let a streaming answer go unread."""
 
-    def socket(self, socket_id: str, wire: WireRequest) -> AsyncIterator[dict[str, Any]]:
+    def websocket(self, websocket_id: str, wire: WireRequest) -> AsyncIterator[dict[str, Any]]:
         """A WebSocket: what the app sends, until it closes (a Ray streaming call)."""
 
-    async def socket_message(self, socket_id: str, message: dict[str, Any]) -> bool:
-        """A client's message to `socket_id`; False when that socket is gone."""
+    async def websocket_message(self, websocket_id: str, message: dict[str, Any]) -> bool:
+        """A client's message to `websocket_id`, answered once the app has room; False when it is gone."""
 
     async def handle_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A call from another replica's `gitops.serving` handle; the user code's result."""
 
-    async def handle_together(self, batch: list[BatchItem]) -> list[BatchResult]:
+    async def handle_batch(self, batch: list[BatchItem]) -> list[BatchResult]:
         """A batched handler's list, in one call."""
 
-    async def handle_batch(self, batch: list[BatchItem]) -> list[BatchResult]:
+    async def handle_coalesced(self, items: list[BatchItem]) -> list[BatchResult]:
         """Separate requests coalesced into one Ray call."""
 
     async def reconfigure(self, user_config: Any) -> None:
@@ -209,6 +209,17 @@ class Remote(Generic[API]):
     ) -> AsyncIterator[Awaitable[Y]]:
         """Start the streaming `method` on the actor; its ObjectRefGenerator."""
         return getattr(self.actor, method.__name__).remote(*args, **kwargs)
+
+    def stream_with(
+        self,
+        options: Mapping[str, Any],
+        method: Callable[Concatenate[API, P], AsyncIterator[Y]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> AsyncIterator[Awaitable[Y]]:
+        """`stream` with Ray call options (the generator's backpressure, say)."""
+        return getattr(self.actor, method.__name__).options(**options).remote(*args, **kwargs)
 
     def __repr__(self) -> str:
         return repr(self.actor)

@@ -23,10 +23,11 @@ Starlette (`replica.conversions`), routing and the ASGI server (`proxy.app`).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "DataAddress",
     "WireRequest",
     "WireResponse",
     "BatchItem",
@@ -95,3 +96,15 @@ def split_root_path(headers: list[tuple[bytes, bytes]]) -> tuple[list[tuple[byte
     if headers and headers[-1][0] == ROOT_PATH_HEADER:
         return headers[:-1], headers[-1][1].decode()
     return headers, ""
+
+
+@dataclass(frozen=True, slots=True)
+class DataAddress:
+    """Where one replica serves frames: its node, its Unix socket (for a proxy
+    on that node) and its TCP `(host, port)` with the secret a proxy proves
+    itself with (for proxies on other nodes). Either may be None."""
+
+    node: str
+    path: str | None
+    tcp: tuple[str, int] | None = None
+    secret: bytes = field(default=b"", repr=False)

@@ -1,17 +1,21 @@
 """What the data-path tests share: the replica's apps, a stand-in for a Ray
-actor handle, and a stand-in for the Ray transport that says which path
-served (tests/component/test_data_socket.py, test_data_tcp.py,
+actor handle, a stand-in for the Ray transport that says which path
+served, and the proxy's call stack over real data connections with that
+stand-in as "Ray" (tests/component/test_data_socket.py, test_data_tcp.py,
 test_data_socket_streams.py). A replica loads the apps by `APPS:<name>`."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Awaitable
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from vocabulary.actor_apis import Remote, ReplicaAPI, ReplicaHandle
+from vocabulary.actor_apis import ReplicaHandle
+from proxy.calling import StreamCaller
+from proxy.replica_calls import ReplicaCalls
+from proxy.socketcalls import DataConnections
 from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, WireRequest
 
 APPS = __name__
@@ -51,11 +55,10 @@ class Batched:
         return [f"{len(requests)}:{(await request.body()).decode()}" for request in requests]
 
 
-class FakeHandle(Remote[ReplicaAPI]):
-    """Stands for a replica's typed handle: only its identity matters to the transport (it calls nothing)."""
+class FakeHandle:
+    """Stands for a Ray actor handle: only its identity matters to the transport."""
 
     def __init__(self, name: str) -> None:
-        super().__init__(actor=None)
         self.name = name
 
     def __repr__(self) -> str:
@@ -68,17 +71,27 @@ class RecordingFallback:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def at_once(self, handle: ReplicaHandle, request: WireRequest) -> None:
-        return None
-
     async def one(self, handle: ReplicaHandle, request: WireRequest) -> Reply:
         self.calls.append("one")
         return (203, [], b"over ray")
+
+    async def coalesced(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+        self.calls.append("coalesced")
+        return [(BatchOutcome.OK, (203, [], b"over ray"))] * len(items)
 
     async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         self.calls.append("batch")
         return [(BatchOutcome.OK, (203, [], b"over ray"))] * len(items)
 
-    async def together(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
-        self.calls.append("together")
-        return [(BatchOutcome.OK, (203, [], b"over ray"))] * len(items)
+
+class Calls(ReplicaCalls):
+    """The proxy's call stack over `connections`, `fallback` standing for Ray
+    (never coalescing here: every Ray call carries one request)."""
+
+    def __init__(self, fallback: RecordingFallback, connections: DataConnections, streams: StreamCaller | None = None) -> None:
+        super().__init__(fallback, 1000, 0.001, streams=streams, connections=connections)
+        self.connections: DataConnections = connections
+
+    def one(self, handle: ReplicaHandle, request: WireRequest) -> Awaitable[Reply]:
+        """`request`'s reply, within a minute."""
+        return self.call(handle, request, 60.0)

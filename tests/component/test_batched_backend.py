@@ -14,12 +14,12 @@ import httpx
 import pytest
 from starlette.requests import Request
 
+from vocabulary.actor_apis import ReplicaHandle
 from proxy.app import ProxyApp
-from proxy.coalescing import Coalescer
+from proxy.replica_calls import ReplicaCalls
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions
 from replica.host import Replica
-from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.configs import BatchingConfig, EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from vocabulary.wire import BatchItem, BatchResult, WireRequest, WireResponse
 
@@ -40,26 +40,23 @@ class DropsOne:
 
 
 class InProcess:
-    """The replica calls of `proxy.raycalls.RayTransport`, without Ray."""
-
-    def at_once(self, handle: ReplicaHandle, request: WireRequest) -> None:
-        return None
+    """The replica calls of `proxy.raycalls.RayMethods`, without Ray."""
 
     async def one(self, handle: ReplicaHandle, request: WireRequest) -> WireResponse:
         return await handle.actor.handle_request(request)
 
+    async def coalesced(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+        return await handle.actor.handle_coalesced(items)
+
     async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         return await handle.actor.handle_batch(items)
-
-    async def together(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
-        return await handle.actor.handle_together(items)
 
 
 async def post_all(handler: str, bodies: list[str]) -> list[httpx.Response]:
     replica = Replica("model", "r1", "v1", f"{__name__}:{handler}")
     await replica.initialize()
     settings, rng = ProxySettings(), random.Random(0)
-    app = ProxyApp(Coalescer(InProcess(), 1, 0.005), settings, rng, None)
+    app = ProxyApp(ReplicaCalls(InProcess(), 1, 0.005), settings, rng, None)
     subscriptions = Subscriptions(settings, rng)
     route = RouteTable(entries=(RouteEntry(route="/m", methods=("POST",), endpoint="m"),))
     endpoint = EndpointConfig(name="m", route="/m", methods=("POST",), traffic={"model": 1.0})

@@ -1,5 +1,5 @@
 """The same-node data path: a real replica serving frames on a real Unix socket,
-called through the proxy's `SocketTransport` in the same process (no Ray).
+called through the proxy's call stack (`ReplicaCalls`, `DataConnections`) in the same process (no Ray).
 
 Every scenario runs on asyncio's own loop and on uvloop, which Ray's actors
 (the proxy's and the replica's) run on."""
@@ -17,21 +17,21 @@ from typing import Awaitable, Callable
 import pytest
 import uvloop
 
-from proxy.calling import HandlerError, ReplicaDiedError
-from proxy.coalescing import Coalescer
-from proxy.socketcalls import SocketTransport
-from replica.host import Replica
-from tests.component.data_path import APPS, App, FakeHandle, RecordingFallback
-from vocabulary.frames import FrameDecoder, Kind, encode
-from vocabulary.handshake import DataAddress
 from vocabulary.actor_apis import ReplicaHandle
-from vocabulary.wire import BatchOutcome, StreamStart, WireRequest, make_request
+from proxy.calling import HandlerError, ReplicaDiedError
+from proxy.replica_calls import ReplicaCalls
+from proxy.socketcalls import DataConnections
+from replica.host import Replica
+from tests.component.data_path import APPS, App, Calls, FakeHandle, RecordingFallback
+from datalink.frames import FrameDecoder, Kind, Opening, Window, encode
+from vocabulary.wire import DataAddress
+from vocabulary.wire import StreamStart, WireRequest, make_request
 
 
 
 class Scene:
-    def __init__(self, replica: Replica, path: str, transport: SocketTransport, fallback: RecordingFallback) -> None:
-        self.replica, self.path, self.transport, self.fallback = replica, path, transport, fallback
+    def __init__(self, replica: Replica, path: str, calls: Calls, fallback: RecordingFallback) -> None:
+        self.replica, self.path, self.calls, self.fallback = replica, path, calls, fallback
         self.handle = FakeHandle("r1")
 
 
@@ -65,12 +65,12 @@ def run(
 
         fallback = RecordingFallback()
         options = {} if proxy_max_frame is None else {"max_frame": proxy_max_frame}
-        transport = SocketTransport(fallback, lambda: "node-a", ask, **options)
+        calls = Calls(fallback, DataConnections(lambda: "node-a", ask, **options))
         try:
             async with asyncio.timeout(60):  # a hang fails the test instead of the run
-                await scenario(Scene(replica, path, transport, fallback))
+                await scenario(Scene(replica, path, calls, fallback))
         finally:
-            transport.close()
+            calls.connections.close()
             await replica.prepare_for_shutdown(0)
 
     with asyncio.Runner(loop_factory=_loop_factory[0]) as runner:
@@ -81,47 +81,49 @@ def get(path: str, body: bytes = b"") -> WireRequest:
     return make_request("POST", path, body=body)
 
 
-def test_requests_and_batches_go_over_the_socket_once_it_is_connected() -> None:
+def test_requests_go_over_the_socket_once_it_is_connected() -> None:
     async def scenario(scene: Scene) -> None:
-        assert await scene.transport.settled(scene.handle) is True
-        assert await scene.transport.one(scene.handle, get("/", b"one")) == (200, [(b"content-length", b"8")], b"echo:one")
-        results = await scene.transport.batch(scene.handle, [(get("/", b"a"), 5.0), (get("/boom"), 5.0)])
-        assert results[0] == (BatchOutcome.OK, (200, [(b"content-length", b"6")], b"echo:a"))
-        assert results[1][0] == BatchOutcome.ERROR and "the model exploded" in results[1][1]
+        assert await scene.calls.connections.settled(scene.handle) is True
+        assert await scene.calls.one(scene.handle, get("/", b"one")) == (200, [(b"content-length", b"8")], b"echo:one")
+        replies = await asyncio.gather(scene.calls.one(scene.handle, get("/", b"a")), scene.calls.one(scene.handle, get("/boom")),
+                                       return_exceptions=True)
+        assert replies[0] == (200, [(b"content-length", b"6")], b"echo:a")
+        assert isinstance(replies[1], HandlerError) and "the model exploded" in str(replies[1])
         assert scene.fallback.calls == []
-        assert scene.replica.frames_served() == 3
+        assert scene.replica.frames_served() == 2
 
     run(scenario)
 
 
 def test_the_first_call_goes_over_ray_while_the_address_is_asked() -> None:
     async def scenario(scene: Scene) -> None:
-        assert await scene.transport.one(scene.handle, get("/")) == (203, [], b"over ray")
-        assert await scene.transport.settled(scene.handle) is True
-        assert (await scene.transport.one(scene.handle, get("/")))[2] == b"echo:"
+        assert await scene.calls.one(scene.handle, get("/")) == (203, [], b"over ray")
+        assert await scene.calls.connections.settled(scene.handle) is True
+        assert (await scene.calls.one(scene.handle, get("/")))[2] == b"echo:"
 
     run(scenario)
 
 
 def test_a_batched_handler_gets_its_list_over_the_socket() -> None:
     async def scenario(scene: Scene) -> None:
-        await scene.transport.settled(scene.handle)
-        results = await scene.transport.together(scene.handle, [(get("/", b"x"), 5.0), (get("/", b"y"), 5.0)])
+        await scene.calls.connections.settled(scene.handle)
+        results = await scene.calls.batch(scene.handle, [(get("/", b"x"), 5.0), (get("/", b"y"), 5.0)])
         assert [response[2] for _, response in results] == [b"2:x", b"2:y"]
         assert scene.fallback.calls == []
 
     run(scenario, handler="Batched")
 
 
-def test_the_coalescer_in_front_sends_each_request_at_once_never_behind_a_slow_one() -> None:
+def test_a_connected_replica_gets_each_request_at_once_never_behind_a_slow_one() -> None:
     """Over Ray the second request would wait in the outbox for the first's window (an hour here)."""
     async def scenario(scene: Scene) -> None:
-        await scene.transport.settled(scene.handle)
-        coalescer = Coalescer(scene.transport, max_calls=1, window_s=3600.0)
-        slow = asyncio.ensure_future(coalescer.call(scene.handle, get("/slow"), 3600.0))
+        await scene.calls.connections.settled(scene.handle)
+        calls = ReplicaCalls(scene.fallback, max_calls_per_replica=1, coalesce_window_s=3600.0,
+                             connections=scene.calls.connections)
+        slow = asyncio.ensure_future(calls.call(scene.handle, get("/slow"), 3600.0))
         assert App.started is not None
         await App.started.wait()
-        replies = await asyncio.gather(*(coalescer.call(scene.handle, get("/", str(n).encode()), 5.0) for n in range(20)))
+        replies = await asyncio.gather(*(calls.call(scene.handle, get("/", str(n).encode()), 5.0) for n in range(20)))
         assert [reply[2] for reply in replies] == [f"echo:{n}".encode() for n in range(20)]
         assert not slow.done() and scene.replica.frames_served() == 20
         assert scene.fallback.calls == []
@@ -132,49 +134,48 @@ def test_the_coalescer_in_front_sends_each_request_at_once_never_behind_a_slow_o
 
 def test_a_handler_that_raises_is_a_handler_error_with_its_traceback() -> None:
     async def scenario(scene: Scene) -> None:
-        await scene.transport.settled(scene.handle)
+        await scene.calls.connections.settled(scene.handle)
         with pytest.raises(HandlerError, match="the model exploded"):
-            await scene.transport.one(scene.handle, get("/boom"))
+            await scene.calls.one(scene.handle, get("/boom"))
         # The connection is fine afterwards.
-        assert (await scene.transport.one(scene.handle, get("/", b"ok")))[2] == b"echo:ok"
+        assert (await scene.calls.one(scene.handle, get("/", b"ok")))[2] == b"echo:ok"
 
     run(scenario)
 
 
 def test_a_cancelled_call_cancels_the_handler_on_the_replica() -> None:
     async def scenario(scene: Scene) -> None:
-        await scene.transport.settled(scene.handle)
-        call = asyncio.ensure_future(scene.transport.one(scene.handle, get("/slow")))
+        await scene.calls.connections.settled(scene.handle)
+        call = asyncio.ensure_future(scene.calls.one(scene.handle, get("/slow")))
         assert App.started is not None and App.cancelled is not None
         await asyncio.wait_for(App.started.wait(), 10)
         call.cancel()
         await asyncio.wait_for(App.cancelled.wait(), 10)
         assert scene.replica.num_ongoing() == 0
-        assert (await scene.transport.one(scene.handle, get("/", b"after")))[2] == b"echo:after"
+        assert (await scene.calls.one(scene.handle, get("/", b"after")))[2] == b"echo:after"
 
     run(scenario)
 
 
 def test_a_connection_closed_mid_call_fails_every_pending_call_and_the_replica_falls_back_to_ray() -> None:
     async def scenario(scene: Scene) -> None:
-        await scene.transport.settled(scene.handle)
-        calls = [asyncio.ensure_future(scene.transport.one(scene.handle, get("/slow"))) for _ in range(3)]
-        calls.append(asyncio.ensure_future(scene.transport.batch(scene.handle, [(get("/slow"), 60.0)])))
+        await scene.calls.connections.settled(scene.handle)
+        calls = [asyncio.ensure_future(scene.calls.one(scene.handle, get("/slow"))) for _ in range(3)]
         assert App.started is not None
         await asyncio.wait_for(App.started.wait(), 10)
         assert scene.replica._data is not None
         scene.replica._data.close()  # as a replica process that dies closes it
         outcomes = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 10)
         assert all(isinstance(outcome, ReplicaDiedError) for outcome in outcomes), outcomes
-        assert await scene.transport.one(scene.handle, get("/")) == (203, [], b"over ray")
+        assert await scene.calls.one(scene.handle, get("/")) == (203, [], b"over ray")
 
     run(scenario)
 
 
 def test_a_replica_on_another_node_is_called_over_ray() -> None:
     async def scenario(scene: Scene) -> None:
-        assert await scene.transport.settled(scene.handle) is False
-        assert await scene.transport.one(scene.handle, get("/")) == (203, [], b"over ray")
+        assert await scene.calls.connections.settled(scene.handle) is False
+        assert await scene.calls.one(scene.handle, get("/")) == (203, [], b"over ray")
         assert scene.replica.frames_served() == 0
 
     run(scenario, node="node-b")
@@ -182,22 +183,22 @@ def test_a_replica_on_another_node_is_called_over_ray() -> None:
 
 def test_a_request_too_large_for_one_frame_goes_over_ray() -> None:
     async def scenario(scene: Scene) -> None:
-        await scene.transport.settled(scene.handle)
-        assert (await scene.transport.one(scene.handle, get("/", b"small")))[2] == b"echo:small"
-        assert await scene.transport.one(scene.handle, get("/", b"x" * 5000)) == (203, [], b"over ray")
+        await scene.calls.connections.settled(scene.handle)
+        assert (await scene.calls.one(scene.handle, get("/", b"small")))[2] == b"echo:small"
+        assert await scene.calls.one(scene.handle, get("/", b"x" * 5000)) == (203, [], b"over ray")
 
     run(scenario, proxy_max_frame=4000)
 
 
 def test_a_reply_too_large_for_one_frame_is_held_and_streamed() -> None:
     async def scenario(scene: Scene) -> None:
-        await scene.transport.settled(scene.handle)
-        reply = await scene.transport.one(scene.handle, make_request("GET", "/big", b"n=3000000"))
+        await scene.calls.connections.settled(scene.handle)
+        reply = await scene.calls.one(scene.handle, make_request("GET", "/big", b"n=3000000"))
         assert isinstance(reply, StreamStart)
         assert reply.status == 200 and (b"content-length", b"3000000") in reply.headers
         chunks = [chunk async for chunk in scene.replica.stream(reply.stream_id)]
         assert reply.first_chunk + b"".join(chunks) == b"z" * 3_000_000
-        small = await scene.transport.one(scene.handle, make_request("GET", "/big", b"n=10"))
+        small = await scene.calls.one(scene.handle, make_request("GET", "/big", b"n=10"))
         assert small == (200, [(b"content-length", b"10")], b"z" * 10)
 
     run(scenario, replica_max_frame=1_000_000)
@@ -205,8 +206,8 @@ def test_a_reply_too_large_for_one_frame_is_held_and_streamed() -> None:
 
 def test_a_streaming_answers_head_comes_over_the_socket_and_its_rest_from_the_replica() -> None:
     async def scenario(scene: Scene) -> None:
-        await scene.transport.settled(scene.handle)
-        reply = await scene.transport.one(scene.handle, make_request("GET", "/stream"))
+        await scene.calls.connections.settled(scene.handle)
+        reply = await scene.calls.one(scene.handle, make_request("GET", "/stream"))
         assert isinstance(reply, StreamStart) and reply.status == 200
         rest = [chunk async for chunk in scene.replica.stream(reply.stream_id)]  # the Ray `stream` method's code
         assert reply.first_chunk + b"".join(rest) == b"chunk 0;chunk 1;chunk 2;"
@@ -222,11 +223,11 @@ def test_the_socket_is_private_and_leaves_with_draining_while_open_connections_a
         assert os.stat(directory).st_uid == os.getuid()
         assert len(scene.path.encode()) < 108
         assert await scene.replica.data_address() == DataAddress("", scene.path)
-        await scene.transport.settled(scene.handle)
+        await scene.calls.connections.settled(scene.handle)
         await scene.replica.prepare_for_shutdown(0)
         assert not os.path.exists(directory)
         assert await scene.replica.data_address() is None
-        assert (await scene.transport.one(scene.handle, get("/", b"late")))[2] == b"echo:late"
+        assert (await scene.calls.one(scene.handle, get("/", b"late")))[2] == b"echo:late"
 
     run(scenario)
 
@@ -237,12 +238,38 @@ async def _raw(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
 
 def test_a_malformed_frame_closes_only_its_own_connection() -> None:
     async def scenario(scene: Scene) -> None:
-        await scene.transport.settled(scene.handle)
+        await scene.calls.connections.settled(scene.handle)
         reader, writer = await _raw(scene.path)
         writer.write(struct.pack(">I", 2**31))  # far over the bound
         assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, nothing answered
         writer.close()
-        assert (await scene.transport.one(scene.handle, get("/", b"still")))[2] == b"echo:still"
+        assert (await scene.calls.one(scene.handle, get("/", b"still")))[2] == b"echo:still"
+
+    run(scenario)
+
+
+WRONG_SHAPES = {
+    Kind.REQUEST: "not a request",
+    Kind.BATCH: (get("/"), 5.0),
+    Kind.STREAM: Opening(("not", "a stream id"), Window()),
+    Kind.WEBSOCKET: Opening("no request", Window()),
+    Kind.PUSH: ("socket id", "not a message"),
+    Kind.CREDIT: (True, -1),
+    Kind.DISCARD: 7,
+    Kind.CANCEL: "a payload",
+    Kind.RESULT: None,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(WRONG_SHAPES, key=int), ids=lambda kind: kind.name)
+def test_a_frame_whose_payload_has_another_shape_than_its_kinds_closes_the_connection(kind: Kind) -> None:
+    async def scenario(scene: Scene) -> None:
+        await scene.calls.connections.settled(scene.handle)
+        reader, writer = await _raw(scene.path)
+        writer.write(encode(kind, 1, WRONG_SHAPES[kind]))
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, nothing answered
+        writer.close()
+        assert (await scene.calls.one(scene.handle, get("/", b"still")))[2] == b"echo:still"
 
     run(scenario)
 
@@ -285,7 +312,7 @@ def test_calls_are_forgotten_once_answered_or_cancelled_even_before_they_ran() -
 
 
 def test_the_peer_credentials_the_server_checks_are_the_connecting_process() -> None:
-    from vocabulary.peers import peer_uid
+    from datalink.peers import peer_uid
 
     left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with left, right:

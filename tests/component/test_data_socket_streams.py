@@ -1,6 +1,6 @@
 """Streams and WebSockets over the data path: a real replica pushing frames on
 a real Unix socket (the same node) or on TCP over loopback (another node) to
-the proxy's `SocketTransport` in the same process (no Ray), on asyncio's own
+the proxy's call stack (`ReplicaCalls`) in the same process (no Ray), on asyncio's own
 loop and on uvloop (Ray's actors run on it).
 
 The proxy reads a stream's chunks in order, grants credit only as it passes
@@ -20,14 +20,14 @@ import uvloop
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from vocabulary.actor_apis import ReplicaHandle
 from proxy.calling import HandlerError, ReplicaDiedError
-from proxy.socketcalls import SocketTransport
+from proxy.socketcalls import DataConnections
 from proxy.streaming import StreamEnd, relay
 from replica.host import Replica
-from tests.component.data_path import FakeHandle, RecordingFallback
-from vocabulary.frames import Frame, FrameDecoder, Kind, Opening, Window, encode
-from vocabulary.handshake import DataAddress
-from vocabulary.actor_apis import ReplicaHandle
+from tests.component.data_path import Calls, FakeHandle, RecordingFallback
+from datalink.frames import Frame, FrameDecoder, Kind, Opening, Window, encode
+from vocabulary.wire import DataAddress
 from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, make_request
 
 MODULE = __name__
@@ -99,10 +99,10 @@ async def chat(scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, 
 class NoRay(RecordingFallback):
     """The fallbacks, streams included: what went over "Ray" is recorded, and a batch fails the test."""
 
-    async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+    async def coalesced(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         raise AssertionError("no batches here")
 
-    together = batch
+    batch = coalesced
 
     def stream(self, handle: ReplicaHandle, start: StreamStart) -> AsyncGenerator[bytes, None]:
         self.calls.append("stream")
@@ -111,11 +111,13 @@ class NoRay(RecordingFallback):
     def discard(self, handle: ReplicaHandle, start: StreamStart) -> None:
         self.calls.append("discard")
 
-    def open_socket(self, handle: ReplicaHandle, socket_id: str, request: WireRequest) -> AsyncGenerator[dict[str, Any], None]:
-        self.calls.append("open_socket")
+    def open_websocket(
+        self, handle: ReplicaHandle, websocket_id: str, request: WireRequest
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        self.calls.append("open_websocket")
         return self._nothing()
 
-    async def push(self, handle: ReplicaHandle, socket_id: str, message: dict[str, Any]) -> bool:
+    async def push(self, handle: ReplicaHandle, websocket_id: str, message: dict[str, Any]) -> bool:
         self.calls.append("push")
         return False
 
@@ -125,14 +127,14 @@ class NoRay(RecordingFallback):
 
 
 class Scene:
-    def __init__(self, replica: Replica, path: str, transport: SocketTransport, ray: NoRay) -> None:
-        self.replica, self.path, self.transport, self.ray = replica, path, transport, ray
+    def __init__(self, replica: Replica, path: str, calls: Calls, ray: NoRay) -> None:
+        self.replica, self.path, self.calls, self.ray = replica, path, calls, ray
         self.handle = FakeHandle("r1")
 
     async def start(self, target: str) -> StreamStart:
-        assert await self.transport.settled(self.handle) is True
-        assert self.transport.via(self.handle) == _via[0]
-        reply = await self.transport.one(self.handle, make_request("GET", target.partition("?")[0],
+        assert await self.calls.connections.settled(self.handle) is True
+        assert self.calls.connections.via(self.handle) == _via[0]
+        reply = await self.calls.one(self.handle, make_request("GET", target.partition("?")[0],
                                                                    target.partition("?")[2].encode()))
         assert isinstance(reply, StreamStart), reply
         return reply
@@ -172,12 +174,12 @@ def run(scenario: Callable[[Scene], Awaitable[None]], handler: str = "Streamer",
 
         ray = NoRay()
         # The replica's node id is "" without Ray: "node-b" is another node, reached over TCP.
-        transport = SocketTransport(ray, lambda: "node-b" if tcp else "node-a", ask, streams=ray, window=window)
+        calls = Calls(ray, DataConnections(lambda: "node-b" if tcp else "node-a", ask, window=window), streams=ray)
         try:
             async with asyncio.timeout(60):  # a hang fails the test instead of the run
-                await scenario(Scene(replica, path, transport, ray))
+                await scenario(Scene(replica, path, calls, ray))
         finally:
-            transport.close()
+            calls.connections.close()
             await replica.prepare_for_shutdown(0)
 
     with asyncio.Runner(loop_factory=_loop_factory[0]) as runner:
@@ -202,7 +204,7 @@ async def until(condition: Callable[[], bool]) -> None:
 def test_a_streams_chunks_arrive_over_the_socket_in_order() -> None:
     async def scenario(scene: Scene) -> None:
         start = await scene.start("/count?n=200")
-        rest = [chunk async for chunk in scene.transport.stream(scene.handle, start)]
+        rest = [chunk async for chunk in scene.calls.stream(scene.handle, start)]
         assert start.first_chunk + b"".join(rest) == "".join(f"{n};" for n in range(200)).encode()
         assert scene.replica.frames_streamed() == 1
         assert scene.replica.num_ongoing() == 0
@@ -300,14 +302,14 @@ def test_a_proxy_that_reads_nothing_gets_at_most_the_window_of_bytes() -> None:
 def test_leaving_a_stream_early_stops_the_users_generator() -> None:
     async def scenario(scene: Scene) -> None:
         start = await scene.start("/forever")
-        chunks = scene.transport.stream(scene.handle, start)
+        chunks = scene.calls.stream(scene.handle, start)
         taken = b"".join([await anext(chunks) for _ in range(3)])  # the app's chunks, joined as they come
         assert taken.startswith(b"1;2;")
         await chunks.aclose()
         assert Probe.stopped is not None
         await Probe.stopped.wait()
         await until(lambda: scene.replica.num_ongoing() == 0)
-        assert (await scene.transport.one(scene.handle, make_request("GET", "/count", b"n=1")))  # still connected
+        assert (await scene.calls.one(scene.handle, make_request("GET", "/count", b"n=1")))  # still connected
         assert scene.ray.calls == []
 
     run(scenario)
@@ -318,7 +320,7 @@ def test_a_handler_that_raises_mid_stream_ends_it_with_a_handler_error_after_its
         start = await scene.start("/boom")
         received = []
         with pytest.raises(HandlerError, match="the generator exploded"):
-            async for chunk in scene.transport.stream(scene.handle, start):
+            async for chunk in scene.calls.stream(scene.handle, start):
                 received.append(chunk)
         assert start.first_chunk + b"".join(received) == b"0;1;2;"
         assert scene.replica.num_ongoing() == 0
@@ -329,7 +331,7 @@ def test_a_handler_that_raises_mid_stream_ends_it_with_a_handler_error_after_its
 def test_a_connection_lost_mid_stream_is_a_replica_death_and_stops_the_generator() -> None:
     async def scenario(scene: Scene) -> None:
         start = await scene.start("/forever")
-        chunks = scene.transport.stream(scene.handle, start)
+        chunks = scene.calls.stream(scene.handle, start)
         await anext(chunks)
         assert scene.replica._data is not None
         scene.replica._data.close()  # as a replica process that dies closes it
@@ -354,7 +356,7 @@ def test_the_relay_sends_a_socket_stream_to_its_client_and_a_client_that_leaves_
             return {}
 
         start = await scene.start("/count?n=50")
-        end = await relay(scene.transport.stream(scene.handle, start), send, 30.0, connected, 200)
+        end = await relay(scene.calls.stream(scene.handle, start), send, 30.0, connected, 200)
         assert end is StreamEnd.COMPLETE and start.first_chunk + b"".join(sent) == b"".join(
             f"{n};".encode() for n in range(50))
 
@@ -372,7 +374,7 @@ def test_the_relay_sends_a_socket_stream_to_its_client_and_a_client_that_leaves_
 
         start = await scene.start("/forever")
         Probe.stopped = asyncio.Event()
-        end = await relay(scene.transport.stream(scene.handle, start), slow_send, 30.0, leaves, 200)
+        end = await relay(scene.calls.stream(scene.handle, start), slow_send, 30.0, leaves, 200)
         assert end is StreamEnd.CLIENT_LEFT
         await Probe.stopped.wait()
         assert scene.replica.frames_streamed() == 2 and scene.ray.calls == []
@@ -383,7 +385,7 @@ def test_the_relay_sends_a_socket_stream_to_its_client_and_a_client_that_leaves_
 def test_a_discarded_stream_is_let_go_over_the_socket() -> None:
     async def scenario(scene: Scene) -> None:
         start = await scene.start("/forever")
-        scene.transport.discard(scene.handle, start)
+        scene.calls.discard(scene.handle, start)
         assert Probe.stopped is not None
         await Probe.stopped.wait()  # closed, which stops the generator
         assert len(scene.replica._streams) == 0 and scene.ray.calls == []
@@ -393,19 +395,19 @@ def test_a_discarded_stream_is_let_go_over_the_socket() -> None:
 
 def test_a_websocket_echoes_both_ways_with_the_apps_close_code() -> None:
     async def scenario(scene: Scene) -> None:
-        assert await scene.transport.settled(scene.handle) is True
+        assert await scene.calls.connections.settled(scene.handle) is True
         request = make_request("GET", "/chat")
-        outbound = scene.transport.open_socket(scene.handle, "s1", request)
+        outbound = scene.calls.open_websocket(scene.handle, "s1", request)
         assert await anext(outbound) == {"type": "websocket.accept"}
         for text in ("one", "two"):
-            assert await scene.transport.push(scene.handle, "s1", {"type": "websocket.receive", "text": text}) is True
+            assert await scene.calls.push(scene.handle, "s1", {"type": "websocket.receive", "text": text}) is True
             assert await anext(outbound) == {"type": "websocket.send", "text": f"echo: {text}"}
-        assert await scene.transport.push(scene.handle, "s1", {"type": "websocket.receive", "text": "bye"}) is True
+        assert await scene.calls.push(scene.handle, "s1", {"type": "websocket.receive", "text": "bye"}) is True
         assert await anext(outbound) == {"type": "websocket.close", "code": 4000, "reason": "bye"}
         with pytest.raises(StopAsyncIteration):
             await anext(outbound)
         # The replica holds that socket no more.
-        assert await scene.transport.push(scene.handle, "s1", {"type": "websocket.receive", "text": "late"}) is False
+        assert await scene.calls.push(scene.handle, "s1", {"type": "websocket.receive", "text": "late"}) is False
         assert scene.replica.frames_streamed() == 1 and scene.ray.calls == []
 
     run(scenario, handler="chat")
@@ -413,10 +415,10 @@ def test_a_websocket_echoes_both_ways_with_the_apps_close_code() -> None:
 
 def test_a_websocket_clients_close_code_reaches_the_app() -> None:
     async def scenario(scene: Scene) -> None:
-        await scene.transport.settled(scene.handle)
-        outbound = scene.transport.open_socket(scene.handle, "s2", make_request("GET", "/chat"))
+        await scene.calls.connections.settled(scene.handle)
+        outbound = scene.calls.open_websocket(scene.handle, "s2", make_request("GET", "/chat"))
         assert (await anext(outbound))["type"] == "websocket.accept"
-        assert await scene.transport.push(scene.handle, "s2", {"type": "websocket.disconnect", "code": 1001}) is True
+        assert await scene.calls.push(scene.handle, "s2", {"type": "websocket.disconnect", "code": 1001}) is True
         with pytest.raises(StopAsyncIteration):
             await anext(outbound)  # the app returned
         assert Probe.seen_close == [1001]
@@ -427,8 +429,8 @@ def test_a_websocket_clients_close_code_reaches_the_app() -> None:
 
 def test_a_connection_lost_under_a_websocket_is_a_replica_death() -> None:
     async def scenario(scene: Scene) -> None:
-        await scene.transport.settled(scene.handle)
-        outbound = scene.transport.open_socket(scene.handle, "s3", make_request("GET", "/chat"))
+        await scene.calls.connections.settled(scene.handle)
+        outbound = scene.calls.open_websocket(scene.handle, "s3", make_request("GET", "/chat"))
         assert (await anext(outbound))["type"] == "websocket.accept"
         assert scene.replica._data is not None
         scene.replica._data.close()
@@ -443,10 +445,10 @@ def test_without_a_connection_streams_and_websockets_go_to_the_fallback() -> Non
     async def scenario(scene: Scene) -> None:
         other = FakeHandle("elsewhere")  # its address is still being asked: Ray for now
         start = StreamStart(200, [], b"", "r1:99")
-        assert [chunk async for chunk in scene.transport.stream(other, start)] == []
-        scene.transport.discard(other, start)
-        assert [m async for m in scene.transport.open_socket(other, "s4", make_request("GET", "/chat"))] == []
-        assert await scene.transport.push(other, "s4", {"type": "websocket.receive", "text": "x"}) is False
-        assert scene.ray.calls == ["stream", "discard", "open_socket", "push"]
+        assert [chunk async for chunk in scene.calls.stream(other, start)] == []
+        scene.calls.discard(other, start)
+        assert [m async for m in scene.calls.open_websocket(other, "s4", make_request("GET", "/chat"))] == []
+        assert await scene.calls.push(other, "s4", {"type": "websocket.receive", "text": "x"}) is False
+        assert scene.ray.calls == ["stream", "discard", "open_websocket", "push"]
 
     run(scenario, handler="chat")

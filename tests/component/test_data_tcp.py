@@ -1,5 +1,5 @@
 """The data path across nodes: a real replica serving frames on TCP (loopback
-here), called through the proxy's `SocketTransport` from "another node" in the
+here), called through the proxy's call stack (`ReplicaCalls`, `DataConnections`) from "another node" in the
 same process (no Ray); peers that cannot prove they know the replica's secret
 are closed before a byte of theirs is decoded; and a lost connection is made
 again after a back-off, on asyncio's loop and on uvloop."""
@@ -15,13 +15,14 @@ from typing import Any, Awaitable, Callable
 import pytest
 import uvloop
 
-from proxy.calling import ReplicaDiedError
-from proxy.socketcalls import SocketTransport, connect_tcp
-from replica.host import Replica
-from tests.component.data_path import APPS, App, FakeHandle, RecordingFallback
-from vocabulary.frames import Kind, encode
-from vocabulary.handshake import HELLO_BYTES, MAGIC, DataAddress, Handshake, Role
 from vocabulary.actor_apis import ReplicaHandle
+from proxy.calling import ReplicaDiedError
+from proxy.socketcalls import DataConnections, connect_tcp
+from replica.host import Replica
+from tests.component.data_path import APPS, App, Calls, FakeHandle, RecordingFallback
+from datalink.frames import Kind, encode
+from datalink.handshake import HELLO_BYTES, MAGIC, Handshake, Role
+from vocabulary.wire import DataAddress
 from vocabulary.wire import StreamStart, WireRequest, make_request
 
 LOOPBACK = "127.0.0.1"
@@ -41,7 +42,7 @@ class Bomb:
 
 
 class Clock:
-    """The transport's clock, moved by the test: back-offs are checked by order, not by waiting."""
+    """The data connections' clock, moved by the test: back-offs are checked by order, not by waiting."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -51,9 +52,9 @@ class Clock:
 
 
 class Scene:
-    def __init__(self, replica: Replica, transport: SocketTransport, fallback: RecordingFallback,
+    def __init__(self, replica: Replica, calls: Calls, fallback: RecordingFallback,
                  clock: Clock, asked: list[DataAddress]) -> None:
-        self.replica, self.transport, self.fallback, self.clock, self.asked = replica, transport, fallback, clock, asked
+        self.replica, self.calls, self.fallback, self.clock, self.asked = replica, calls, fallback, clock, asked
         self.handle = FakeHandle("r1")
 
     @property
@@ -71,7 +72,7 @@ class Scene:
         """As a network fault would: the replica keeps listening, its connections are gone."""
         assert self.replica._data is not None
         for connection in list(self.replica._data._connections):
-            connection.abort("the test cut it")
+            connection.close("the test cut it")
 
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
@@ -111,12 +112,12 @@ def run(
 
         fallback, clock = RecordingFallback(), Clock()
         # The replica's node id is "" without Ray: the proxy is on another node.
-        transport = SocketTransport(fallback, lambda: "node-b", ask, clock=clock)
+        calls = Calls(fallback, DataConnections(lambda: "node-b", ask, clock=clock))
         try:
             async with asyncio.timeout(60):  # a hang fails the test instead of the run
-                await scenario(Scene(replica, transport, fallback, clock, asked))
+                await scenario(Scene(replica, calls, fallback, clock, asked))
         finally:
-            transport.close()
+            calls.connections.close()
             await replica.prepare_for_shutdown(0)
         assert DETONATED == []
 
@@ -133,16 +134,16 @@ async def until(condition: Callable[[], bool]) -> None:
         await asyncio.sleep(0.005)
 
 
-def test_a_call_a_batch_and_a_stream_travel_over_tcp_to_a_replica_on_another_node() -> None:
+def test_calls_and_a_stream_travel_over_tcp_to_a_replica_on_another_node() -> None:
     async def scenario(scene: Scene) -> None:
-        assert await scene.transport.settled(scene.handle) is True
-        assert scene.transport.via(scene.handle) == "tcp"
-        assert await scene.transport.one(scene.handle, get("/", b"one")) == (200, [(b"content-length", b"8")], b"echo:one")
-        results = await scene.transport.batch(scene.handle, [(get("/", b"a"), 5.0), (get("/", b"b"), 5.0)])
-        assert [response[2] for _, response in results] == [b"echo:a", b"echo:b"]
-        start = await scene.transport.one(scene.handle, make_request("GET", "/stream"))
+        assert await scene.calls.connections.settled(scene.handle) is True
+        assert scene.calls.connections.via(scene.handle) == "tcp"
+        assert await scene.calls.one(scene.handle, get("/", b"one")) == (200, [(b"content-length", b"8")], b"echo:one")
+        replies = await asyncio.gather(*(scene.calls.one(scene.handle, get("/", body)) for body in (b"a", b"b")))
+        assert [response[2] for response in replies] == [b"echo:a", b"echo:b"]
+        start = await scene.calls.one(scene.handle, make_request("GET", "/stream"))
         assert isinstance(start, StreamStart)
-        rest = [chunk async for chunk in scene.transport.stream(scene.handle, start)]
+        rest = [chunk async for chunk in scene.calls.stream(scene.handle, start)]
         assert start.first_chunk + b"".join(rest) == b"chunk 0;chunk 1;chunk 2;"
         assert scene.fallback.calls == []
         assert scene.replica.frames_served() == 4 and scene.replica.frames_streamed() == 1
@@ -153,8 +154,8 @@ def test_a_call_a_batch_and_a_stream_travel_over_tcp_to_a_replica_on_another_nod
 
 def test_a_batched_handler_gets_its_list_over_tcp() -> None:
     async def scenario(scene: Scene) -> None:
-        assert await scene.transport.settled(scene.handle) is True
-        results = await scene.transport.together(scene.handle, [(get("/", b"x"), 5.0), (get("/", b"y"), 5.0)])
+        assert await scene.calls.connections.settled(scene.handle) is True
+        results = await scene.calls.batch(scene.handle, [(get("/", b"x"), 5.0), (get("/", b"y"), 5.0)])
         assert [response[2] for _, response in results] == [b"2:x", b"2:y"]
         assert scene.fallback.calls == []
 
@@ -163,7 +164,7 @@ def test_a_batched_handler_gets_its_list_over_tcp() -> None:
 
 def test_the_replica_listens_at_the_address_it_is_given_and_never_on_a_wildcard() -> None:
     async def scenario(scene: Scene) -> None:
-        host, port = scene.address.tcp  # type: ignore[misc]  # the scene serves TCP: not None
+        host, port = scene.address.tcp  # type: ignore[misc]
         assert host == LOOPBACK and port > 0 and len(scene.address.secret) == 32
         assert scene.address.secret.hex() not in repr(scene.address) + repr(scene.replica._data)
         wildcard = Replica("echo", "r2", "v1", f"{APPS}:App")
@@ -183,7 +184,7 @@ def test_the_tcp_listener_opens_only_when_a_proxy_on_another_node_asks_and_never
         await replica.serve_frames([tempfile.gettempdir()])
         replica._tcp_host = LOOPBACK  # what `initialize` takes from Ray: the node's address
         # The replica's node id is "" without Ray.
-        assert (await replica.data_address()).tcp is None  # type: ignore[union-attr]  # None fails the assertion anyway
+        assert (await replica.data_address()).tcp is None  # type: ignore[union-attr]
         assert (await replica.data_address(for_node="")).tcp is None  # type: ignore[union-attr]  # its own node's proxy
         address = await replica.data_address(for_node="node-b")
         assert address is not None and address.tcp is not None and address.tcp[0] == LOOPBACK
@@ -205,8 +206,8 @@ def test_the_tcp_listener_opens_only_when_a_proxy_on_another_node_asks_and_never
 
 def test_a_proxy_with_the_wrong_secret_is_refused_and_its_replica_stays_on_ray() -> None:
     async def scenario(scene: Scene) -> None:
-        assert await scene.transport.settled(scene.handle) is False
-        assert await scene.transport.one(scene.handle, get("/")) == (203, [], b"over ray")
+        assert await scene.calls.connections.settled(scene.handle) is False
+        assert await scene.calls.one(scene.handle, get("/")) == (203, [], b"over ray")
         assert scene.tcp_connections() == 0 and scene.replica.frames_served() == 0
 
     run(scenario, secret=b"w" * 32)
@@ -243,8 +244,8 @@ def test_a_peer_that_cannot_prove_itself_is_closed_before_anything_it_sent_is_de
         assert received[: len(MAGIC)] == MAGIC and len(received) <= HELLO_BYTES + 32
         assert DETONATED == [] and scene.replica.frames_served() == 0 and scene.tcp_connections() == 0
         # The listener serves the next (proven) peer as before.
-        assert await scene.transport.settled(scene.handle) is True
-        assert (await scene.transport.one(scene.handle, get("/", b"fine")))[2] == b"echo:fine"
+        assert await scene.calls.connections.settled(scene.handle) is True
+        assert (await scene.calls.one(scene.handle, get("/", b"fine")))[2] == b"echo:fine"
 
     run(scenario)
 
@@ -281,9 +282,9 @@ def test_a_replica_that_cannot_prove_itself_is_refused_before_its_frames_are_dec
 
 def test_a_lost_connection_fails_its_calls_and_is_made_again_after_a_growing_back_off() -> None:
     async def scenario(scene: Scene) -> None:
-        transport, handle, clock = scene.transport, scene.handle, scene.clock
-        assert await transport.settled(handle) is True and len(scene.asked) == 1
-        calls = [asyncio.ensure_future(transport.one(handle, get("/slow"))) for _ in range(2)]
+        proxy, handle, clock = scene.calls, scene.handle, scene.clock
+        assert await proxy.connections.settled(handle) is True and len(scene.asked) == 1
+        calls = [asyncio.ensure_future(proxy.one(handle, get("/slow"))) for _ in range(2)]
         assert App.started is not None
         await App.started.wait()
         scene.drop_connections()
@@ -291,66 +292,66 @@ def test_a_lost_connection_fails_its_calls_and_is_made_again_after_a_growing_bac
         assert all(isinstance(outcome, ReplicaDiedError) for outcome in outcomes), outcomes
 
         # Within the back-off: Ray carries the calls and nobody tries to connect.
-        assert await transport.one(handle, get("/")) == (203, [], b"over ray")
+        assert await proxy.one(handle, get("/")) == (203, [], b"over ray")
         clock.now += 0.09
-        assert await transport.one(handle, get("/")) == (203, [], b"over ray")
-        assert len(scene.asked) == 1 and transport.via(handle) is None
+        assert await proxy.one(handle, get("/")) == (203, [], b"over ray")
+        assert len(scene.asked) == 1 and proxy.connections.via(handle) is None
         # Past it: the next call still goes over Ray while a new connection is made in the background.
         clock.now += 0.02
-        assert await transport.one(handle, get("/")) == (203, [], b"over ray")
-        assert await transport.settled(handle) is True and len(scene.asked) == 2
-        assert (await transport.one(handle, get("/", b"again")))[2] == b"echo:again"
+        assert await proxy.one(handle, get("/")) == (203, [], b"over ray")
+        assert await proxy.connections.settled(handle) is True and len(scene.asked) == 2
+        assert (await proxy.one(handle, get("/", b"again")))[2] == b"echo:again"
         assert scene.tcp_connections() == 2
 
         # Lost again soon after: the back-off doubled (0.2 s).
         scene.drop_connections()
-        await until(lambda: transport.via(handle) is None)
+        await until(lambda: proxy.connections.via(handle) is None)
         clock.now += 0.15
-        await transport.one(handle, get("/"))
+        await proxy.one(handle, get("/"))
         assert len(scene.asked) == 2
         clock.now += 0.06
-        await transport.one(handle, get("/"))
-        assert await transport.settled(handle) is True and len(scene.asked) == 3
+        await proxy.one(handle, get("/"))
+        assert await proxy.connections.settled(handle) is True and len(scene.asked) == 3
 
         # A replica that no longer listens (its process going): the attempt fails, and the next waits longer still.
         assert scene.replica._data is not None and scene.replica._data._tcp_server is not None
         scene.replica._data._tcp_server.close()
         scene.drop_connections()
-        await until(lambda: transport.via(handle) is None)
+        await until(lambda: proxy.connections.via(handle) is None)
         clock.now += 0.41
-        await transport.one(handle, get("/"))
-        assert await transport.settled(handle) is False and len(scene.asked) == 4
+        await proxy.one(handle, get("/"))
+        assert await proxy.connections.settled(handle) is False and len(scene.asked) == 4
         clock.now += 0.79
-        await transport.one(handle, get("/"))
-        assert await transport.settled(handle) is False and len(scene.asked) == 4
+        await proxy.one(handle, get("/"))
+        assert await proxy.connections.settled(handle) is False and len(scene.asked) == 4
         clock.now += 0.02
-        await transport.one(handle, get("/"))
-        assert await transport.settled(handle) is False and len(scene.asked) == 5
+        await proxy.one(handle, get("/"))
+        assert await proxy.connections.settled(handle) is False and len(scene.asked) == 5
 
     run(scenario)
 
 
 def test_a_connection_that_lasted_starts_its_back_off_over() -> None:
     async def scenario(scene: Scene) -> None:
-        transport, handle, clock = scene.transport, scene.handle, scene.clock
+        proxy, handle, clock = scene.calls, scene.handle, scene.clock
         for attempt in range(1, 4):
-            assert await transport.settled(handle) is True and len(scene.asked) == attempt
+            assert await proxy.connections.settled(handle) is True and len(scene.asked) == attempt
             clock.now += 60.0  # a long-lived connection
             scene.drop_connections()
-            await until(lambda: transport.via(handle) is None)
+            await until(lambda: proxy.connections.via(handle) is None)
             clock.now += 0.1  # the first back-off step each time
-            await transport.one(handle, get("/"))
+            await proxy.one(handle, get("/"))
 
     run(scenario)
 
 
 def test_a_replica_that_leaves_the_table_is_forgotten_and_its_connection_closed() -> None:
     async def scenario(scene: Scene) -> None:
-        assert await scene.transport.settled(scene.handle) is True
+        assert await scene.calls.connections.settled(scene.handle) is True
         assert scene.replica._data is not None and len(scene.replica._data._connections) == 1
         del scene.handle
         gc.collect()
-        assert len(scene.transport._routes) == 0
-        await until(lambda: not scene.replica._data._connections)  # type: ignore[union-attr]  # started above
+        assert len(scene.calls.connections._links) == 0
+        await until(lambda: not scene.replica._data._connections)  # type: ignore[union-attr]
 
     run(scenario)

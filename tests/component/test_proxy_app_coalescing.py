@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from vocabulary.actor_apis import ReplicaHandle
 from proxy.calling import HandlerError, ReplicaDiedError
 from proxy.coalescing import Coalescer
-from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, WireRequest, WireResponse, make_request
 
 WINDOW_S = 0.05
@@ -24,15 +24,12 @@ class FakeTransport:
         self.batch_results: list[BatchResult] | None = None
         self.dead = False
 
-    def at_once(self, handle: ReplicaHandle, request: WireRequest) -> None:
-        return None
-
     async def one(self, handle: ReplicaHandle, request: WireRequest) -> WireResponse:
         self.singles.append(request[1])
         await self.hold.wait()
         return 200, [], request[1].encode()
 
-    async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+    async def coalesced(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         self.batches.append([(request[1], limit) for request, limit in items])
         if self.dead:
             raise ReplicaDiedError("gone")

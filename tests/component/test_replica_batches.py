@@ -45,19 +45,19 @@ class OneUnserialisable:
         return [object(), "fine"]
 
 
-def together(handler: str, bodies: list[bytes], limit_s: float = 10) -> list[BatchResult]:
+def batch(handler: str, bodies: list[bytes], limit_s: float = 10) -> list[BatchResult]:
     async def scenario() -> list[BatchResult]:
         replica = Replica("model", "r1", "v1", f"{MODULE}:{handler}")
         await replica.initialize()
         items: list[BatchItem] = [(make_request("POST", "/m", body=body), limit_s) for body in bodies]
-        return await replica.handle_together(items)
+        return await replica.handle_batch(items)
 
     return asyncio.run(scenario())
 
 
 def test_the_handler_receives_the_whole_list_and_each_request_gets_its_own_answer() -> None:
     Doubler.sizes = []
-    results = together("Doubler", [b"a", b"b", b"c"])
+    results = batch("Doubler", [b"a", b"b", b"c"])
     assert Doubler.sizes == [3]
     assert [(outcome, response[2]) for outcome, response in results] == [
         (BatchOutcome.OK, b"aa"), (BatchOutcome.OK, b"bb"), (BatchOutcome.OK, b"cc"),
@@ -65,22 +65,22 @@ def test_the_handler_receives_the_whole_list_and_each_request_gets_its_own_answe
 
 
 def test_a_sync_batched_handler_works_too() -> None:
-    assert [response[2] for _, response in together("SyncDoubler", [b"a", b"b"])] == [b"sync", b"sync"]
+    assert [response[2] for _, response in batch("SyncDoubler", [b"a", b"b"])] == [b"sync", b"sync"]
 
 
 def test_a_wrong_length_result_fails_every_request_with_a_clear_log_line(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.ERROR, logger="replica.host"):
-        results = together("DropsOne", [b"a", b"b", b"c"])
+        results = batch("DropsOne", [b"a", b"b", b"c"])
     expected = "backend model: the batch handler returned 2 results for 3 requests"
     assert all(outcome == BatchOutcome.ERROR and expected in text for outcome, text in results)
     assert len(results) == 3 and expected in caplog.text
 
 
 def test_a_raising_batched_handler_fails_every_request_with_its_traceback() -> None:
-    results = together("Raises", [b"a", b"b"])
+    results = batch("Raises", [b"a", b"b"])
     assert all(outcome == BatchOutcome.ERROR and "model exploded" in text for outcome, text in results)
 
 
 def test_one_result_that_cannot_be_sent_fails_only_its_own_request() -> None:
-    [(first, _), (second, response)] = together("OneUnserialisable", [b"a", b"b"])
+    [(first, _), (second, response)] = batch("OneUnserialisable", [b"a", b"b"])
     assert (first, second, response[2]) == (BatchOutcome.ERROR, BatchOutcome.OK, b"fine")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from proxy.calling import Batching, HandlerError
-from proxy.coalescing import Coalescer
 from vocabulary.actor_apis import ReplicaHandle
-from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, WireRequest, WireResponse, make_request
+from proxy.calling import Batching, HandlerError
+from proxy.gathering import Gatherer
+from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, WireResponse, make_request
 
 
 class ListTransport:
@@ -17,16 +17,7 @@ class ListTransport:
         self.lists: list[list[str]] = []
         self.results: list[BatchResult] | None = None
 
-    def at_once(self, handle: ReplicaHandle, request: WireRequest) -> None:
-        return None
-
-    async def one(self, handle: ReplicaHandle, request: WireRequest) -> WireResponse:
-        raise AssertionError("a batched backend never gets a single call")
-
     async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
-        raise AssertionError("a batched backend never gets a coalesced call")
-
-    async def together(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
         self.lists.append([request[1] for request, _ in items])
         if self.results is not None:
             return self.results
@@ -37,8 +28,8 @@ def batching(size: int, wait_s: float = 0.01) -> Batching:
     return Batching("model", size, wait_s)
 
 
-async def burst(coalescer: Coalescer, paths: list[str], settings: Batching) -> list[WireResponse]:
-    calls = [coalescer.call("r", make_request("POST", path), 10, settings) for path in paths]
+async def burst(gatherer: Gatherer, paths: list[str], settings: Batching) -> list[WireResponse]:
+    calls = [gatherer.call("r", make_request("POST", path), 10, settings) for path in paths]
     return list(await asyncio.gather(*calls))
 
 
@@ -47,7 +38,7 @@ def test_a_lone_request_is_a_batch_of_one_after_the_wait() -> None:
         transport = ListTransport()
         loop = asyncio.get_running_loop()
         started = loop.time()
-        await Coalescer(transport, max_calls=1, window_s=1).call("r", make_request("GET", "/a"), 10, batching(8, 0.05))
+        await Gatherer(transport.batch).call("r", make_request("GET", "/a"), 10, batching(8, 0.05))
         return transport, loop.time() - started
 
     transport, waited = asyncio.run(scenario())
@@ -57,7 +48,7 @@ def test_a_lone_request_is_a_batch_of_one_after_the_wait() -> None:
 def test_requests_arriving_together_share_one_call_in_their_order() -> None:
     async def scenario() -> tuple[ListTransport, list[WireResponse]]:
         transport = ListTransport()
-        answers = await burst(Coalescer(transport, 1, 1), ["/0", "/1", "/2"], batching(8))
+        answers = await burst(Gatherer(transport.batch), ["/0", "/1", "/2"], batching(8))
         return transport, answers
 
     transport, answers = asyncio.run(scenario())
@@ -68,7 +59,7 @@ def test_requests_arriving_together_share_one_call_in_their_order() -> None:
 def test_a_full_batch_leaves_at_once_and_the_rest_follows_after_the_wait() -> None:
     async def scenario() -> ListTransport:
         transport = ListTransport()
-        await burst(Coalescer(transport, 1, 1), [f"/{i}" for i in range(5)], batching(2, 0.01))
+        await burst(Gatherer(transport.batch), [f"/{i}" for i in range(5)], batching(2, 0.01))
         return transport
 
     assert asyncio.run(scenario()).lists == [["/0", "/1"], ["/2", "/3"], ["/4"]]
@@ -77,9 +68,9 @@ def test_a_full_batch_leaves_at_once_and_the_rest_follows_after_the_wait() -> No
 def test_a_new_max_batch_size_applies_to_the_next_batch() -> None:
     async def scenario() -> ListTransport:
         transport = ListTransport()
-        coalescer = Coalescer(transport, 1, 1)
-        await burst(coalescer, [f"/{i}" for i in range(4)], batching(4))
-        await burst(coalescer, [f"/{i}" for i in range(4)], batching(2))
+        gatherer = Gatherer(transport.batch)
+        await burst(gatherer, [f"/{i}" for i in range(4)], batching(4))
+        await burst(gatherer, [f"/{i}" for i in range(4)], batching(2))
         return transport
 
     assert [len(sent) for sent in asyncio.run(scenario()).lists] == [4, 2, 2]
@@ -89,7 +80,7 @@ def test_each_batch_size_is_observed_for_its_backend() -> None:
     seen: list[tuple[str, int]] = []
 
     async def scenario() -> None:
-        await burst(Coalescer(ListTransport(), 1, 1, lambda b, n: seen.append((b, n))), ["/a", "/b", "/c"], batching(2))
+        await burst(Gatherer(ListTransport().batch, lambda b, n: seen.append((b, n))), ["/a", "/b", "/c"], batching(2))
 
     asyncio.run(scenario())
     assert seen == [("model", 2), ("model", 1)]
@@ -99,8 +90,8 @@ def test_a_failed_batch_fails_every_request_of_it() -> None:
     async def scenario() -> list[BaseException | WireResponse]:
         transport = ListTransport()
         transport.results = [(BatchOutcome.ERROR, "wrong length")] * 2
-        coalescer = Coalescer(transport, 1, 1)
-        calls = [coalescer.call("r", make_request("GET", f"/{i}"), 10, batching(2)) for i in range(2)]
+        gatherer = Gatherer(transport.batch)
+        calls = [gatherer.call("r", make_request("GET", f"/{i}"), 10, batching(2)) for i in range(2)]
         return list(await asyncio.gather(*calls, return_exceptions=True))
 
     outcomes = asyncio.run(scenario())
@@ -110,10 +101,10 @@ def test_a_failed_batch_fails_every_request_of_it() -> None:
 def test_a_request_cancelled_while_waiting_is_left_out_of_the_batch() -> None:
     async def scenario() -> ListTransport:
         transport = ListTransport()
-        coalescer = Coalescer(transport, 1, 1)
+        gatherer = Gatherer(transport.batch)
         settings = batching(8, 0.05)
-        leaving = asyncio.ensure_future(coalescer.call("r", make_request("GET", "/gone"), 10, settings))
-        staying = asyncio.ensure_future(coalescer.call("r", make_request("GET", "/kept"), 10, settings))
+        leaving = asyncio.ensure_future(gatherer.call("r", make_request("GET", "/gone"), 10, settings))
+        staying = asyncio.ensure_future(gatherer.call("r", make_request("GET", "/kept"), 10, settings))
         await asyncio.sleep(0)
         leaving.cancel()
         await staying

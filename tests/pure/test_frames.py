@@ -8,8 +8,8 @@ import struct
 import pytest
 from hypothesis import given, strategies as st
 
-from vocabulary.frames import HEADER_BYTES, Frame, FrameDecoder, FrameError, Kind, encode
-from vocabulary.peers import peer_allowed
+from datalink.frames import HEADER_BYTES, Frame, FrameDecoder, FrameError, Kind, encode
+from datalink.peers import peer_allowed
 from vocabulary.wire import BatchOutcome, StreamStart, make_request
 
 REQUEST = make_request("POST", "/echo", b"a=1", [(b"content-type", b"text/plain")], b"hello")
@@ -19,8 +19,7 @@ RESPONSE = (200, [(b"content-length", b"5")], b"hello")
 def test_every_kind_round_trips_with_its_call_id_and_payload() -> None:
     payloads = {
         Kind.REQUEST: REQUEST,
-        Kind.BATCH: [(REQUEST, 1.5), (REQUEST, 0.25)],
-        Kind.TOGETHER: [(REQUEST, 2.0)],
+        Kind.BATCH: [(REQUEST, 2.0)],
         Kind.CANCEL: None,
         Kind.RESULT: StreamStart(200, [], b"first", "r1:0"),
         Kind.RESULTS: [(BatchOutcome.OK, RESPONSE), (BatchOutcome.ERROR, "Traceback ..."), (BatchOutcome.TIMEOUT, "")],
@@ -115,11 +114,11 @@ def test_only_our_own_uid_may_be_a_peer() -> None:
 
 
 def test_the_stream_and_websocket_kinds_round_trip() -> None:
-    from vocabulary.frames import Opening, Window
+    from datalink.frames import Opening, Window
 
     payloads = {
         Kind.STREAM: Opening("r1:7", Window(4, 1000)),
-        Kind.SOCKET: Opening(("socket-1", REQUEST), Window()),
+        Kind.WEBSOCKET: Opening(("socket-1", REQUEST), Window()),
         Kind.ITEM: b"a chunk",
         Kind.END: None,
         Kind.CREDIT: (3, 2048),
@@ -133,7 +132,7 @@ def test_the_stream_and_websocket_kinds_round_trip() -> None:
 
 
 def test_a_window_allows_at_least_one_item_and_one_byte() -> None:
-    from vocabulary.frames import Window
+    from datalink.frames import Window
 
     assert Window().items >= 1 and Window().bytes >= 1
     for items, size in ((0, 10), (10, 0), (-1, -1)):
@@ -142,7 +141,7 @@ def test_a_window_allows_at_least_one_item_and_one_byte() -> None:
 
 
 def test_an_item_counts_its_body_against_the_window() -> None:
-    from vocabulary.frames import item_bytes
+    from datalink.frames import item_bytes
 
     assert item_bytes(b"12345") == 5
     assert item_bytes({"type": "websocket.send", "text": "héllo"}) == 5

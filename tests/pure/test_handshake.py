@@ -8,17 +8,17 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from vocabulary.frames import Kind, encode
-from vocabulary.handshake import (
+from datalink.frames import Kind, encode
+from datalink.handshake import (
     HELLO_BYTES,
     MAGIC,
     PROOF_BYTES,
-    DataAddress,
     Handshake,
     HandshakeError,
     Role,
     new_secret,
 )
+from vocabulary.wire import DataAddress
 
 SECRET = b"s" * 32
 

@@ -22,9 +22,9 @@ from typing import Any, Iterator
 import pytest
 import ray
 
+from vocabulary.actor_apis import Remote, ReplicaHandle
 from proxy.raycalls import RayCaller
 from replica.host import Replica
-from vocabulary.actor_apis import Remote, ReplicaHandle
 from vocabulary.wire import make_request
 
 pytestmark = pytest.mark.real
@@ -63,21 +63,22 @@ def test_a_proxy_on_another_node_sends_its_requests_over_the_replicas_tcp_listen
     # Until a proxy on another node asks, the replica listens on no TCP port.
     assert ray.get(replica.data_address.remote(), timeout=30).tcp is None
 
+    typed: ReplicaHandle = Remote(replica)  # as the proxy holds its replicas
+
     async def calls() -> tuple[str | None, list[bytes]]:
-        typed: ReplicaHandle = Remote(replica)  # as the proxy holds its replicas
         caller = RayCaller(max_calls_per_replica=8, coalesce_window_s=0.001, local_node=lambda: "another-node")
-        assert caller.frames is not None
+        assert caller.connections is not None
         try:
             first = await caller.call(typed, make_request("POST", "/", body=b"first"), 30.0)
             assert first[2] == b"first"  # over Ray while the address is asked
-            assert await caller.frames.settled(typed) is True
-            via = caller.frames.via(typed)
+            assert await caller.connections.settled(typed) is True
+            via = caller.connections.via(typed)
             replies = await asyncio.gather(
                 *(caller.call(typed, make_request("POST", "/", body=str(n).encode()), 30.0) for n in range(20))
             )
             return via, [reply[2] for reply in replies]
         finally:
-            caller.frames.close()
+            caller.connections.close()
 
     via, bodies = asyncio.run(calls())
     assert via == "tcp"

@@ -39,24 +39,22 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Callable, Protocol
 
 from proxy.calling import ReplicaDiedError, StreamCaller
 from proxy.replicas import NoReplicaError, QueueFullError
 from proxy.request_stats import RequestCounter
+from httpedge.asgi import Receive, Scope, Send
 from proxy.routing import Resolution, normalise_path, resolve
 from proxy.snapshot import Snapshot
 from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.choosing import Random
 from vocabulary.wire import WireRequest, with_root_path
 
-__all__ = ["SocketCarrier", "SessionRecorder", "Session", "session_code", "INTERNAL_ERROR", "TRY_AGAIN_LATER"]
+__all__ = ["WebSocketCarrier", "SessionRecorder", "Session", "session_code", "INTERNAL_ERROR", "TRY_AGAIN_LATER"]
 
 logger = logging.getLogger(__name__)
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 NORMAL = 1000
 INTERNAL_ERROR = 1011  # RFC 6455 7.4.1: the server hit a condition it could not handle
@@ -109,7 +107,7 @@ def session_code(session: Session) -> int:
     return CLIENT_LEFT if session.client_left else REFUSED
 
 
-class SocketCarrier:
+class WebSocketCarrier:
     def __init__(self, caller: StreamCaller, rng: Random, recorder: SessionRecorder,
                  counts: RequestCounter | None = None) -> None:
         self._caller = caller
@@ -165,14 +163,14 @@ class SocketCarrier:
     async def _pump(self, handle: ReplicaHandle, request: WireRequest, receive: Receive, send: Send,
                     accepted: Callable[[], None]) -> Session:
         """Both directions until either side ends; how the session went."""
-        socket_id = uuid.uuid4().hex
+        websocket_id = uuid.uuid4().hex
         closed = False
         answered = False  # the app accepted or refused the handshake
         refused: int | None = None
 
         async def downstream() -> None:
             nonlocal closed, answered, refused
-            async for message in self._caller.open_socket(handle, socket_id, request):
+            async for message in self._caller.open_websocket(handle, websocket_id, request):
                 kind = message["type"]
                 if not answered:
                     if kind == "websocket.http.response.start":
@@ -192,7 +190,7 @@ class SocketCarrier:
                 message = await receive()
                 if message["type"] not in ("websocket.receive", "websocket.disconnect"):
                     continue
-                if not await self._caller.push(handle, socket_id, message):
+                if not await self._caller.push(handle, websocket_id, message):
                     return
                 if message["type"] == "websocket.disconnect":
                     return

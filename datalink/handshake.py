@@ -1,8 +1,8 @@
 """Where a replica serves frames, and the handshake that opens its TCP listener to a proxy.
 
-A replica serves `vocabulary.frames` on a private Unix socket for a proxy on
+A replica serves `datalink.frames` on a private Unix socket for a proxy on
 its own node and on TCP, at its node's IP address, for proxies on other nodes;
-its `DataAddress` (asked over Ray, the control plane) names both, and the TCP
+its `vocabulary.wire.DataAddress` (asked over Ray, the control plane) names both, and the TCP
 listener's `secret`. The frames carry pickles, and unpickling runs whatever
 the bytes say, so on TCP — where any host that reaches the port can connect —
 both ends prove they know the secret before either decodes a single frame:
@@ -37,10 +37,9 @@ import enum
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass, field
+
 
 __all__ = [
-    "DataAddress",
     "Role",
     "Handshake",
     "HandshakeError",
@@ -63,18 +62,6 @@ _LABEL = b"ray-gitops data path v1 proof of "
 def new_secret() -> bytes:
     """A fresh TCP listener secret."""
     return secrets.token_bytes(SECRET_BYTES)
-
-
-@dataclass(frozen=True, slots=True)
-class DataAddress:
-    """Where one replica serves frames: its node, its Unix socket (for a proxy
-    on that node) and its TCP `(host, port)` with the secret a proxy proves
-    itself with (for proxies on other nodes). Either may be None."""
-
-    node: str
-    path: str | None
-    tcp: tuple[str, int] | None = None
-    secret: bytes = field(default=b"", repr=False)
 
 
 class Role(enum.Enum):

@@ -15,19 +15,18 @@ in its log. Many frames may go out in one write and come in with one read:
 
 Calls (proxy to replica) and their replies (replica to proxy), by call id:
   REQUEST   a `WireRequest`                -> RESULT (a `Reply`) or ERROR
-  BATCH     a list of `BatchItem`          -> RESULTS (one `BatchResult` each)
-  TOGETHER  a list of `BatchItem` (one call of a batched handler) -> RESULTS
+  BATCH     a list of `BatchItem` (one call of a batched handler) -> RESULTS
   CANCEL    no payload: stop that call's handler (or stream, or WebSocket); nothing is answered
   ERROR     the handler's traceback text (str)
 
 Streams and WebSockets, by call id (the replica pushes ITEMs as they come):
   STREAM    an `Opening` of (stream id, window)       -> ITEM (bytes)... then END or ERROR
-  SOCKET    an `Opening` of ((socket id, request), window) -> ITEM (an ASGI message)... then END or ERROR
+  WEBSOCKET an `Opening` of ((websocket id, request), window) -> ITEM (an ASGI message)... then END or ERROR
   CREDIT    (items, bytes) the proxy has passed on: that much more may come; nothing is answered
   DISCARD   a stream id to let go unread; nothing is answered
-  PUSH      (socket id, a client's ASGI message)      -> RESULT (False: no such socket any more)
+  PUSH      (websocket id, a client's ASGI message)   -> RESULT (False: no such WebSocket any more)
 
-Flow control: a STREAM or SOCKET call's `Window` bounds what the replica may
+Flow control: a STREAM or WEBSOCKET call's `Window` bounds what the replica may
 have sent ahead of the proxy's CREDITs — it sends while fewer than `items`
 ITEMs and `bytes` bytes (`item_bytes`) are unacknowledged (always at least
 one), so a slow client holds the replica's producer instead of its memory.
@@ -36,9 +35,9 @@ Payloads are pickled (protocol 5), and unpickling runs whatever the bytes
 say. That is acceptable ONLY because of each connection's access control. The
 Unix socket lives in a directory only this OS user can enter (mode 0700), it
 is mode 0600 itself, and both ends refuse a peer whose SO_PEERCRED uid is not
-their own (`vocabulary.peers`), so nothing another OS user can write is ever
+their own (`datalink.peers`), so nothing another OS user can write is ever
 unpickled. On TCP, both ends first prove they know the replica's secret
-(`vocabulary.handshake`), and no byte is given to a `FrameDecoder` before
+(`datalink.handshake`), and no byte is given to a `FrameDecoder` before
 that. Never carry these frames over anything weaker (a shared directory, TCP
 without the handshake). The handshake authenticates, it does not encrypt:
 TCP frames cross the cluster's network in the clear, as Ray's own traffic
@@ -81,14 +80,14 @@ _MAX_CALL_ID = 2**64 - 1
 
 class Kind(enum.IntEnum):
     REQUEST = 1
-    BATCH = 2
-    TOGETHER = 3
+    # 2 was a coalesced list of requests: only Ray calls are coalesced now.
+    BATCH = 3
     CANCEL = 4
     RESULT = 5
     RESULTS = 6
     ERROR = 7
     STREAM = 8
-    SOCKET = 9
+    WEBSOCKET = 9
     ITEM = 10
     END = 11
     CREDIT = 12
@@ -124,7 +123,7 @@ class Window:
 
 @dataclass(frozen=True, slots=True)
 class Opening:
-    """A STREAM's stream id, or a SOCKET's (socket id, request); and the window."""
+    """A STREAM's stream id, or a WEBSOCKET's (websocket id, request); and the window."""
 
     target: Any
     window: Window

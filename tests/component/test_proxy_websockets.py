@@ -23,8 +23,8 @@ from proxy.metrics import ProxyMetrics
 from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions
 from tests.pure.test_metrics_proxy import value
-from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.wire import WireRequest
 
 Message = dict[str, Any]
@@ -43,7 +43,7 @@ class EchoReplica:
 
 
 class SocketCaller:
-    async def open_socket(self, handle: ReplicaHandle, socket_id: str,
+    async def open_websocket(self, handle: ReplicaHandle, websocket_id: str,
                           request: WireRequest) -> AsyncGenerator[Message, None]:
         handle.actor.requests.append(request)
         if handle.actor.refuses:
@@ -60,7 +60,7 @@ class SocketCaller:
                 return
             yield {"type": "websocket.send", "text": "echo: " + message["text"]}
 
-    async def push(self, handle: ReplicaHandle, socket_id: str, message: Message) -> bool:
+    async def push(self, handle: ReplicaHandle, websocket_id: str, message: Message) -> bool:
         handle.actor.pushed.append(message)
         handle.actor.inbox.put_nowait(message)
         return True
@@ -69,7 +69,7 @@ class SocketCaller:
 def proxy(replica: EchoReplica | None, recorder: Any = None) -> ProxyApp:
     """`replica` None: the backend has no replica."""
     rng = random.Random(0)
-    app = ProxyApp(SocketCaller(), ProxySettings(), rng, recorder)  # type: ignore[arg-type]  # a fake caller with the WebSocket calls only
+    app = ProxyApp(SocketCaller(), ProxySettings(), rng, recorder)  # type: ignore[arg-type]
     replicas = () if replica is None else (ReplicaInfo(replica_id="r1", actor_name="r1", handle=replica),)
     app.install(Subscriptions(ProxySettings(), rng).apply({
         "routes": (1, RouteTable(entries=(RouteEntry(route="/chat", methods=("GET",), endpoint="chat"),))),

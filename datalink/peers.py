@@ -2,11 +2,11 @@
 
 Both ends of the same-node data path (`proxy.socketcalls`, `replica.data_socket`)
 check their peer here before any frame is read: the frames carry pickles
-(`vocabulary.frames`), so only our own OS user may send them over the Unix
+(`datalink.frames`), so only our own OS user may send them over the Unix
 socket. `peer_uid` is the one socket call (the kernel's SO_PEERCRED record,
 never the stream); `peer_allowed` is the rule. A TCP peer (another node's
 proxy) has no such record: it proves itself with the secret instead
-(`vocabulary.handshake`). `set_nodelay` turns off Nagle's algorithm on a TCP
+(`datalink.handshake`). `set_nodelay` turns off Nagle's algorithm on a TCP
 data connection, whose small frames must leave at once.
 """
 

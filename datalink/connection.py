@@ -1,0 +1,109 @@
+"""One end of one data-path connection: the framing both ends share.
+
+`FrameConnection` is the asyncio protocol under the proxy's connection to a
+replica (`proxy.socketcalls.ReplicaConnection`) and the replica's connection
+from a proxy (`replica.data_socket`). It owns what both ends do alike: over
+TCP, the handshake (`datalink.handshake`) runs first and no byte reaches the
+`FrameDecoder` before the peer has proven itself; then every complete frame
+goes to `on_frame`, in order; frames written within one loop iteration
+leave in one write; a malformed frame or a failed handshake closes the
+connection (`close`, with the reason). What the frames mean — calls and
+their replies on the proxy's side, one task per call on the replica's — is
+the subclasses'.
+
+The I/O shell of the data path: asyncio's transport, no Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from datalink.frames import MAX_FRAME_BYTES, Frame, FrameDecoder, FrameError
+from datalink.handshake import Handshake, HandshakeError
+from datalink.peers import set_nodelay
+
+__all__ = ["FrameConnection"]
+
+
+class FrameConnection(asyncio.Protocol):
+    """Frames in (after the handshake, over TCP), frames out in one write per loop iteration."""
+
+    def __init__(self, max_frame: int = MAX_FRAME_BYTES, handshake: Handshake | None = None) -> None:
+        """Made on the loop it serves (asked once, not per frame); with a
+        `handshake` (TCP), nothing is decoded until the peer has proven itself."""
+        self._loop = asyncio.get_running_loop()
+        self._handshake = handshake
+        self._decoder = FrameDecoder(max_frame)
+        self._transport: asyncio.Transport | None = None
+        self._out: list[bytes] = []
+
+    # --- what a subclass says -------------------------------------------------
+
+    def on_frame(self, frame: Frame) -> None:
+        """One frame from the proven peer, in arrival order."""
+        raise NotImplementedError
+
+    def on_proven(self) -> None:
+        """The TCP peer has proven it knows the secret: frames flow from now on."""
+
+    def close(self, reason: str) -> None:
+        """End the connection because of `reason` (a malformed frame, a failed handshake, ...)."""
+        raise NotImplementedError
+
+    # --- shared ---------------------------------------------------------------
+
+    @property
+    def proving(self) -> bool:
+        """Whether the handshake still runs (no frame may be sent or decoded yet)."""
+        return self._handshake is not None
+
+    def write(self, frame: bytes) -> None:
+        """Queue one encoded frame: frames queued within one loop iteration leave in one write."""
+        if not self._out:
+            self._loop.call_soon(self._flush)
+        self._out.append(frame)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        transport = self._transport
+        if transport is not None and out and not transport.is_closing():
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
+        if self._handshake is not None:
+            set_nodelay(transport.get_extra_info("socket"))
+            transport.write(self._handshake.greeting())  # type: ignore[attr-defined]  # a stream transport
+
+    def data_received(self, data: bytes) -> None:
+        if self._handshake is not None:
+            rest = self._prove(data)
+            if not rest:
+                return
+            data = rest
+        try:
+            frames = self._decoder.feed(data)
+        except FrameError as error:
+            self.close(f"malformed frame: {error}")
+            return
+        on_frame = self.on_frame
+        for frame in frames:
+            on_frame(frame)
+
+    def _prove(self, data: bytes) -> bytes | None:
+        """The handshake's next step; what came after the peer's proof once it is proven."""
+        assert self._handshake is not None
+        if self._transport is None:
+            return None
+        try:
+            out, rest = self._handshake.feed(data)
+        except HandshakeError as error:
+            self.close(f"the handshake failed: {error}")
+            return None
+        if out:
+            self._transport.write(out)
+        if rest is None:
+            return None
+        self._handshake = None
+        self.on_proven()
+        return rest
