@@ -181,6 +181,15 @@ def build_parser() -> argparse.ArgumentParser:
     _age_identity_flag(edit, "opens FILE (needed when it exists)")
     secret.set_defaults(func=_command("secret", "secret_command"))
 
+    models = verb("models", "help with [models.NAME] tables (docs/models.md)")
+    model_verbs = models.add_subparsers(dest="models_verb", metavar="{digest}", required=True, help="digest: the sha256 to commit")
+    digest = model_verbs.add_parser(
+        "digest", help="print the sha256 of a model file, or of a directory's manifest",
+        description="print the sha256 of a model file, or of a directory's manifest, to commit as [models.NAME] sha256",
+    )
+    digest.add_argument("target", metavar="PATH", help="a local file or directory (or file:///…)")
+    models.set_defaults(func=_command("models", "models_command"))
+
     plan = verb("plan", "the changes between two commits' desired states")
     plan.add_argument("--repo", default=".", help="repository path")
     plan.add_argument("--path", default="deployments", help="spec path inside the repository")

@@ -27,6 +27,8 @@ share their values here.
   power of two, queue admission), for the proxy and for handles alike.
 - `serving`: what user code in a replica may ask for (`gitops.serving`):
   handles to other backends and endpoints, and its own context.
+- `model_digests`: a model's digest (a file's sha256, a directory's
+  manifest) and the sources a `[models.NAME]` table may name.
 - `wire`: the proxy <-> replica request/response tuples.
 - `frames`: the frames those tuples travel in over one persistent
   connection; `handshake`: where a replica serves frames and how a proxy

@@ -7,6 +7,8 @@
 - `versions`: a backend's version derived from git tree hashes;
 - `limits`: every bound on what a spec tree may hold;
 - `secrets`: a `[secrets.NAME]` file's age shape and size, checked without a key;
+- `pinned_models`: `[models.NAME]` bound to the backends naming them, a
+  model's digest part of their version;
 - `loading`: all of the above, returning a `DesiredState` or every error at once.
 
 No Ray, no HTTP. Pure but for `loading`, which reads the commit's files

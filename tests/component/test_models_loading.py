@@ -1,0 +1,80 @@
+"""Models through the loader and the CLI: a backend's configs carry its
+models' sources, its version their digests; `gitops validate` locates a bad
+table; `gitops models digest` prints what a table pins."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+from gitops.sources.trees import MemoryTree
+from gitops.specs.loading import Loader
+from vocabulary.model_digests import manifest_digest
+
+A, B = "a" * 64, "b" * 64
+APP = "class S:\n    def __call__(self, r):\n        return 1\n"
+SPEC = '''[models.sentiment]
+source = "s3://models/sentiment/"
+sha256 = "{digest}"
+
+[backends.s]
+import_path = "apps.s:S"
+models = ["sentiment"]
+
+[backends.plain]
+import_path = "apps.s:S"
+'''
+
+
+def _load(digest: str) -> tuple[str, str, dict[str, object]]:
+    tree = MemoryTree({"deployments/s.toml": SPEC.format(digest=digest), "apps/s.py": APP})
+    state = Loader().load_tree(tree, "deployments").state
+    assert state is not None
+    s = state.backends["s"]
+    return s.version, state.backends["plain"].version, s.model_dump(mode="json")["model_sources"]
+
+
+def test_a_backend_carries_its_models_and_a_new_digest_is_a_new_version_of_it_only() -> None:
+    version_a, plain_a, sources = _load(A)
+    version_b, plain_b, _ = _load(B)
+    assert sources == {
+        "sentiment": {"name": "sentiment", "source": "s3://models/sentiment/", "sha256": A, "load_timeout_s": 600.0}
+    }
+    assert "+m" in version_a and version_a != version_b
+    assert plain_a == plain_b and "+m" not in plain_a
+
+
+def _gitops(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gitops", *args], check=False, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_validate_locates_a_bad_model_table(tmp_path: Path) -> None:
+    (tmp_path / "deployments").mkdir()
+    (tmp_path / "apps").mkdir()
+    (tmp_path / "apps" / "s.py").write_text(APP)
+    (tmp_path / "deployments" / "s.toml").write_text(SPEC.format(digest="xyz").replace('"sentiment"]', '"nope"]'))
+    result = _gitops("validate", "deployments", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    lines = sorted(result.stdout.splitlines() + result.stderr.splitlines())
+    assert any(line.startswith("deployments/s.toml:3:1: models.sentiment.sha256: must be 64 hex digits") for line in lines)
+    assert any(line.startswith("deployments/s.toml:7:11: backends.s.models[0]: no [models.nope]") for line in lines)
+    assert "Traceback" not in result.stderr
+
+
+def test_models_digest_prints_a_files_sha256_and_a_directorys_manifest_digest(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "config.json").write_bytes(b"{}")
+    (model / "sub" / "w.bin").write_bytes(b"\x00" * 1000)
+    expected = manifest_digest([
+        ("config.json", 2, hashlib.sha256(b"{}").hexdigest()),
+        ("sub/w.bin", 1000, hashlib.sha256(b"\x00" * 1000).hexdigest()),
+    ])
+    assert _gitops("models", "digest", str(model), cwd=tmp_path).stdout == expected + "\n"
+    assert _gitops("models", "digest", model.as_uri(), cwd=tmp_path).stdout == expected + "\n"
+    single = _gitops("models", "digest", str(model / "config.json"), cwd=tmp_path)
+    assert single.stdout == hashlib.sha256(b"{}").hexdigest() + "\n"
+    missing = _gitops("models", "digest", str(tmp_path / "nope"), cwd=tmp_path)
+    assert missing.returncode == 1 and "no such file or directory" in missing.stderr and "Traceback" not in missing.stderr
