@@ -65,7 +65,8 @@ class FieldChange(BaseModel):
             return f"~ {self.field} ({self.new})"
         if self.field.startswith("model ") and self.field.endswith(" sha256"):  # `gitops.planning.model_changes`
             if self.old is None or self.new is None:
-                return f"{'+' if self.old is None else '-'} {self.field.removesuffix(' sha256')} sha256 {short(self.new or self.old)}"
+                sign, name = "+" if self.old is None else "-", self.field.removesuffix(" sha256")
+                return f"{sign} {name} sha256 {short(self.new or self.old)}"
             return f"~ {self.field} {short(self.old)} → {short(self.new)}"
         return f"{self.field}: {_json(self.old)} → {_json(self.new)}"
 

@@ -19,4 +19,8 @@ talks to the proxy only through `vocabulary.wire` (as Ray calls, or as
   (`gitops.serving`), over Ray, with config by long poll.
 - `secrets`: its secrets: its own age key, the values sealed to it, their
   tmpfs files.
+- `models`: the node's model cache (content-addressed by digest, one
+  download per node, verified, LRU-evicted), which stages a backend's
+  models before its user code runs; `model_fetching`: the bytes from
+  S3, HTTP(S) or file sources (obstore).
 """
