@@ -130,6 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--state-dir", default=".gitops-state", help="history, clone cache and code exports (created 0700)"
     )
     run.add_argument(
+        "--model-cache-dir", default=None, metavar="DIR",
+        help="each node's model cache ([models.NAME], docs/models.md), a node-local path (default: "
+        "STATE_DIR/models with the embedded Ray, else ray-gitops-models in the nodes' temporary directory)",
+    )
+    run.add_argument(
+        "--model-cache-size", type=_byte_size, default=None, metavar="SIZE",
+        help="cap of each node's model cache, like 50GB or 800MiB; least recently used models no replica "
+        "uses are evicted (default: no cap)",
+    )
+    run.add_argument(
         "--webhook-secret-file", default=None, help="file holding the push webhook's secret (default: webhook off)"
     )
     run.add_argument("--log-format", choices=["text", "json"], default="text", help="console log format")
@@ -245,6 +255,23 @@ def _recipients_flag(parser: argparse.ArgumentParser) -> None:
         "--recipients", default=None, metavar="FILE",
         help="age recipients, one public key a line (default: .gitops-recipients at the repository root)",
     )
+
+
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def _byte_size(text: str) -> int:
+    """`50GB`, `800MiB` or a number of bytes."""
+    number = text.strip().rstrip("bBiIkKmMgGtT ")
+    unit = text.strip()[len(number):].strip().upper()
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (like 50GB, 800MiB or bytes)") from None
+    if unit not in _SIZE_UNITS or value <= 0:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (like 50GB, 800MiB or bytes)")
+    return int(value * _SIZE_UNITS[unit])
 
 
 def _max_replicas_flag(parser: argparse.ArgumentParser) -> None:

@@ -61,10 +61,11 @@ from replica.asgi import BodyStream, Lifespan, Socket, is_asgi_app, serve_http
 from replica.conversions import to_reply, to_starlette_request, to_wire_response
 from replica.streams import StreamTable
 from replica.handles import HandleRouter
+from replica.models import ModelCache, stage_models
 from replica.secrets import SecretBox
 from vocabulary.frames import MAX_FRAME_BYTES
 from vocabulary.handshake import DataAddress
-from vocabulary.serving import ReplicaContext, install, install_secrets
+from vocabulary.serving import ReplicaContext, install, install_models, install_secrets
 
 # A large reply held for the proxy to stream leaves in slices of this size.
 _HELD_SLICE_BYTES = 1024 * 1024
@@ -219,6 +220,8 @@ class Replica:
         user_config: Any = None,
         namespace: str = "",
         commit: str | None = None,
+        models: dict[str, dict[str, Any]] | None = None,
+        model_cache: tuple[str | None, int | None] = (None, None),
     ) -> None:
         """`namespace` is where the controller runs, for this replica's handles;
         `commit` the one the backend's config came from (for `context()`)."""
@@ -243,6 +246,10 @@ class Replica:
         self._data: DataSocket | None = None
         self._tcp_host: str | None = None  # where to open the TCP listener when another node's proxy asks
         self._secrets = SecretBox(backend)  # its key never leaves this process (replica.secrets)
+        # `models`: ModelConfig as JSON by name, staged before user code runs (replica.models).
+        self._models = dict(models or {})
+        self._model_cache_settings = model_cache
+        self._model_cache: ModelCache | None = None
 
     def secrets_recipient(self) -> str:
         """This replica's age public key, which the controller seals its secrets to."""
@@ -265,6 +272,11 @@ class Replica:
         if secrets is not None:
             self._secrets.open(secrets)
         if self._handler is None:
+            if self._model_cache is None:
+                # Before any user code, bounded by each model's load_timeout_s: a model that
+                # cannot be fetched or verified fails the start with one line (replica.models).
+                self._model_cache, staged = await stage_models(self._models, *self._model_cache_settings)
+                install_models({done.name: str(done.path) for done in staged})
             install_secrets(self._secrets)
             self._handles.attach(asyncio.get_running_loop())
             install(ReplicaContext(self.backend, self.replica_id, self.version, self._commit), self._handles)
@@ -500,6 +512,8 @@ class Replica:
             await self._lifespan.stop()
             self._lifespan = None
         self._secrets.close()
+        if self._model_cache is not None:
+            self._model_cache.release()
 
     def num_ongoing(self) -> int:
         return self._ongoing

@@ -25,28 +25,32 @@ the model, its source and, for a wrong digest, both digests. An I/O shell.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import fcntl
 import hashlib
 import logging
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
 from replica.model_fetching import FetchError, fetch
 from vocabulary.model_digests import ManifestEntry, is_directory, manifest_digest
 
-__all__ = ["ModelCache", "ModelError", "Staged", "digest_of", "eviction_order"]
+__all__ = ["DEFAULT_CACHE_DIR", "ModelCache", "ModelError", "Staged", "digest_of", "eviction_order", "stage_models"]
 
 _LOG = logging.getLogger(__name__)
 _CHUNK = 1024 * 1024
 _LOCK_POLL_S = 0.05
+# Where a replica caches models when the agent names no --model-cache-dir (a node-local path).
+DEFAULT_CACHE_DIR = os.path.join(tempfile.gettempdir(), "ray-gitops-models")
 
 Fetcher = Callable[[str, Path, float, Callable[[int], None]], None]
 
@@ -286,3 +290,26 @@ def _remove(path: Path) -> None:
     for folder, _dirs, _files in os.walk(path):
         os.chmod(folder, 0o755)
     shutil.rmtree(path, ignore_errors=True)
+
+
+async def stage_models(
+    models: dict[str, dict[str, Any]], cache_dir: str | None, max_bytes: int | None
+) -> tuple[ModelCache, list[Staged]]:
+    """Every model of a backend (`ModelConfig` as JSON, by name) staged in the
+    node's cache, each within its own `load_timeout_s`; the cache keeps them
+    held (not evictable) until `ModelCache.release`."""
+    cache = ModelCache(Path(cache_dir or DEFAULT_CACHE_DIR), max_bytes)
+    staged: list[Staged] = []
+    try:
+        for name, model in sorted(models.items()):
+            deadline = time.monotonic() + float(model["load_timeout_s"])
+            done = await asyncio.to_thread(cache.stage, name, model["source"], model["sha256"], deadline)
+            _LOG.info(
+                "model %s: %s (%d bytes fetched in %.1fs)",
+                name, "fetched" if done.fetched_bytes else "cached", done.fetched_bytes, done.seconds,
+            )
+            staged.append(done)
+    except BaseException:
+        cache.release()
+        raise
+    return cache, staged
