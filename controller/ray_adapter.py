@@ -434,6 +434,7 @@ class RayAdapter:
         handle = cls.remote(
             spec.controller_name, self.namespace, node_id, spec.host, spec.port,
             metrics_port=spec.metrics_port, worker=effect.worker, shared_dir=self._shared_dir(node_id),
+            model_cache_dir=self._model_cache[0],
         )
         return _Proxy(handle, _call(handle.ready.remote()))
 

@@ -20,7 +20,8 @@ Map (layers import only downward):
   Ray, the fallback, and the transport stack);
 - request path: `app` (ASGI), `streaming` (streamed answers), `sockets`
   (a WebSocket carried to one replica), `metrics` (its Prometheus recorder
-  and the port they are scraped from), `shared_ports` (ports one node's
+  and the port they are scraped from), `model_metrics` (the node's model
+  cache metrics, read from its stats file), `shared_ports` (ports one node's
   workers share), `node_mismatches` (a node's shadow mismatches);
 - Ray shell: `controller_link`, `longpoll_client`, `load_reporting`,
   `actor` (`httpedge.server` inside the Ray actor).

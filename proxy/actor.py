@@ -60,12 +60,13 @@ class ProxyActor:
         metrics_port: int | None = None,
         worker: int = 0,
         shared_dir: str | None = None,
+        model_cache_dir: str | None = None,
     ) -> None:
         settings = settings or ProxySettings()
         rng = random.Random()
         me = proxy_id(node_id, worker)
         # Prometheus scrapes each node on its metrics port; with shared_dir, any worker answers the node's sum.
-        self._metrics = _serve_metrics(host, metrics_port, shared_dir) if metrics_port is not None else None
+        self._metrics = _serve_metrics(host, metrics_port, shared_dir, model_cache_dir) if metrics_port is not None else None
         self._app = ProxyApp(
             RayCaller(
                 settings.max_calls_per_replica,
@@ -140,10 +141,10 @@ def _node_mismatches(shared_dir: str) -> NodeMismatchLog:
     return NodeMismatchLog(shared_dir)
 
 
-def _serve_metrics(host: str, port: int, shared_dir: str | None) -> ProxyMetrics:
+def _serve_metrics(host: str, port: int, shared_dir: str | None, model_cache_dir: str | None) -> ProxyMetrics:
     if shared_dir is not None:
         use_multiprocess_dir(shared_dir)  # before the metrics exist: they pick their storage when made
-    metrics = ProxyMetrics()
+    metrics = ProxyMetrics(model_cache_dir)
     metrics.serve(host, port)
     return metrics
 

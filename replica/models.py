@@ -43,6 +43,7 @@ from urllib.parse import unquote, urlsplit
 
 from replica.model_fetching import FetchError, fetch
 from vocabulary.model_digests import ManifestEntry, is_directory, manifest_digest
+from vocabulary.model_stats import CACHE_DIR_NAME, STATS_FILE, ModelCacheStats
 
 __all__ = ["DEFAULT_CACHE_DIR", "ModelCache", "ModelError", "Staged", "digest_of", "eviction_order", "stage_models"]
 
@@ -50,7 +51,7 @@ _LOG = logging.getLogger(__name__)
 _CHUNK = 1024 * 1024
 _LOCK_POLL_S = 0.05
 # Where a replica caches models when the agent names no --model-cache-dir (a node-local path).
-DEFAULT_CACHE_DIR = os.path.join(tempfile.gettempdir(), "ray-gitops-models")
+DEFAULT_CACHE_DIR = os.path.join(tempfile.gettempdir(), CACHE_DIR_NAME)
 
 Fetcher = Callable[[str, Path, float, Callable[[int], None]], None]
 
@@ -119,7 +120,22 @@ class ModelCache:
             (root / folder).mkdir(parents=True, exist_ok=True)
 
     def stage(self, name: str, source: str, digest: str, deadline: float) -> Staged:
-        """The model's verified local path, fetched if need be, by `deadline` (monotonic)."""
+        """The model's verified local path, fetched if need be, by `deadline` (monotonic);
+        counted in the node's stats (`vocabulary.model_stats`)."""
+        staged = self._stage(name, source, digest, deadline)
+        self._count(staged)
+        return staged
+
+    def _count(self, staged: Staged) -> None:
+        with self._exclusive(self.root / "locks" / STATS_FILE, time.monotonic() + 10, staged.name, "stats"):
+            path = self.root / STATS_FILE
+            stats = ModelCacheStats.from_json(path.read_text() if path.exists() else "")
+            stats.staged(staged.name, staged.fetched_bytes, staged.seconds, self.cached_bytes())
+            temp = path.with_suffix(f".{os.getpid()}.tmp")
+            temp.write_text(stats.to_json())
+            os.replace(temp, path)
+
+    def _stage(self, name: str, source: str, digest: str, deadline: float) -> Staged:
         started = time.monotonic()
         directory = is_directory(source)
         self._hold(digest, deadline, name, source)

@@ -28,7 +28,9 @@ share their values here.
 - `serving`: what user code in a replica may ask for (`gitops.serving`):
   handles to other backends and endpoints, and its own context.
 - `model_digests`: a model's digest (a file's sha256, a directory's
-  manifest) and the sources a `[models.NAME]` table may name.
+  manifest) and the sources a `[models.NAME]` table may name;
+  `model_stats`: what a node's model cache did, in the file its replicas
+  write and its proxies read.
 - `wire`: the proxy <-> replica request/response tuples.
 - `frames`: the frames those tuples travel in over one persistent
   connection; `handshake`: where a replica serves frames and how a proxy

@@ -141,3 +141,16 @@ def test_a_new_backend_with_a_model_shows_its_digest() -> None:
     models = {"s": ModelConfig(name="s", source="s3://m/a/", sha256=A)}
     result = plan(ServingState(backends={"b": bind_models(_backend("b", ("s",)), models)}), ServingState())
     assert "model s sha256 9f86…" in result.actions[0].details()
+
+
+def test_cache_stats_count_fetches_per_model_and_hits() -> None:
+    from vocabulary.model_stats import ModelCacheStats
+
+    stats = ModelCacheStats.from_json("")
+    stats.staged("a", 100, 1.5, cache_bytes=100)
+    stats.staged("a", 0, 0.1, cache_bytes=100)
+    stats.staged("b", 50, 0.5, cache_bytes=150)
+    again = ModelCacheStats.from_json(stats.to_json())
+    assert again == stats
+    assert (again.fetch_bytes, again.fetches, again.hits, again.cache_bytes) == ({"a": 100, "b": 50}, {"a": 1, "b": 1}, 1, 150)
+    assert ModelCacheStats.from_json("{not json") == ModelCacheStats()

@@ -110,6 +110,14 @@ def _gets(key: str) -> int:
     return count
 
 
+def _samples(text: str) -> dict[str, float]:
+    """A Prometheus exposition's samples, by name and labels."""
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines() if line and not line.startswith("#")
+    }
+
+
 def _write_spec(repo: GitRepo, prefix: str, digest: str) -> None:
     repo.write("deployments/sentiment.toml", SPEC.format(prefix=prefix, digest=digest))
 
@@ -144,6 +152,13 @@ def test_models_from_s3_fetch_once_roll_by_digest_fail_whole_and_heal(
         assert not any(a["writable"] for a in answers)
         # Three replicas started at once on one node: one download.
         assert _gets("sentiment/v1/weights.bin") == 1
+        # The node's proxies export what its cache did.
+        scraped = _samples(httpx.get(f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=10).text)
+        size = sum(len(data) for data in files1.values())
+        assert scraped['gitops_model_fetch_bytes_total{model="sentiment"}'] == size
+        assert scraped['gitops_model_fetch_seconds_count{model="sentiment"}'] == 1
+        assert scraped["gitops_model_cache_hits_total"] == 2
+        assert scraped["gitops_model_cache_bytes"] == size
 
         def light_load() -> None:
             with httpx.Client(timeout=10) as client:
