@@ -66,7 +66,9 @@ class ProxyActor:
         rng = random.Random()
         me = proxy_id(node_id, worker)
         # Prometheus scrapes each node on its metrics port; with shared_dir, any worker answers the node's sum.
-        self._metrics = _serve_metrics(host, metrics_port, shared_dir, model_cache_dir) if metrics_port is not None else None
+        self._metrics = (
+            _serve_metrics(host, metrics_port, shared_dir, model_cache_dir) if metrics_port is not None else None
+        )
         self._app = ProxyApp(
             RayCaller(
                 settings.max_calls_per_replica,

@@ -34,7 +34,10 @@ class _Family:
     """One metric family from the stats (one collector per family: docgen reads each one's labels)."""
 
     def __init__(
-        self, build: Callable[[ModelCacheStats | None], Metric], labels: tuple[str, ...], read: Callable[[], ModelCacheStats | None]
+        self,
+        build: Callable[[ModelCacheStats | None], Metric],
+        labels: tuple[str, ...],
+        read: Callable[[], ModelCacheStats | None],
     ) -> None:
         self._build, self._labelnames, self._read = build, labels, read
 

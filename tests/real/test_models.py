@@ -176,7 +176,8 @@ def test_models_from_s3_fetch_once_roll_by_digest_fail_whole_and_heal(
         _write_spec(repo, "sentiment/v2", digest2)
         second = repo.commit("new weights")
         agent.wait_applied(second)
-        agent.wait("the new weights", lambda: {a["weights"] for a in _answers(agent)} == {hashlib.sha256(v2).hexdigest()})
+        new = {hashlib.sha256(v2).hexdigest()}
+        agent.wait("the new weights", lambda: {a["weights"] for a in _answers(agent)} == new)
         stop.set()
         load.join(30)
         assert failures == []
