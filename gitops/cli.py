@@ -197,7 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
         "digest", help="print the sha256 of a model file, or of a directory's manifest",
         description="print the sha256 of a model file, or of a directory's manifest, to commit as [models.NAME] sha256",
     )
-    digest.add_argument("target", metavar="PATH", help="a local file or directory (or file:///…)")
+    digest.add_argument(
+        "target", metavar="PATH|URL",
+        help="a local file or directory, file:///…, s3://bucket/key, s3://bucket/prefix/ or https://host/file "
+        "(S3 with the AWS_* variables)",
+    )
     models.set_defaults(func=_command("models", "models_command"))
 
     plan = verb("plan", "the changes between two commits' desired states")

@@ -146,7 +146,7 @@ class ModelConfig(_Value):
     )
     sha256: str = Field(
         description="A single file: its sha256; a directory: the sha256 of its manifest (sorted "
-        "\"path\\tsize\\tsha256\\n\" lines). `gitops models digest PATH` prints it."
+        "\"path\\tsize\\tsha256\\n\" lines). `gitops models digest PATH|URL` prints it."
     )
     load_timeout_s: float = Field(
         default=600.0,

@@ -70,7 +70,7 @@ def digest_problem(value: str) -> str | None:
         return "must be lower-case hex"
     if value.startswith("sha256:"):
         return "must be the 64 hex digits alone, without 'sha256:'"
-    return f"must be 64 hex digits (a sha256; `gitops models digest PATH` prints it), not {len(value)} characters"
+    return f"must be 64 hex digits (a sha256; `gitops models digest PATH|URL` prints it), not {len(value)} characters"
 
 
 def _loopback(host: str) -> bool:

@@ -8,7 +8,7 @@
   running agent's admin API.
 - `secret`: `gitops secret encrypt` and `gitops secret edit`, authoring
   age-encrypted secret files.
-- `models`: `gitops models digest PATH`, the digest a `[models.NAME]`
+- `models`: `gitops models digest PATH|URL`, the digest a `[models.NAME]`
   table pins.
 - `reset`: discard the controller's stored state (`reset-controller`).
 """

@@ -1,9 +1,11 @@
-"""`gitops models digest PATH`: the sha256 to commit in a `[models.NAME]` table.
+"""`gitops models digest PATH|URL`: the sha256 to commit in a `[models.NAME]` table.
 
 A file's digest is its sha256; a directory's is the sha256 of its manifest
 (`vocabulary.model_digests`), the rule every node's cache checks, so a user
 never computes a manifest by hand. PATH is a local file or directory;
-file:///… is the same. Nothing is written.
+file:///… is the same; s3://bucket/key, s3://bucket/prefix/ and https://
+(http:// on loopback) are read as a stream with obstore, as a node fetches
+them, with the same AWS_* variables. Nothing is written.
 """
 
 from __future__ import annotations
@@ -16,9 +18,14 @@ from urllib.parse import unquote, urlsplit
 
 from gitops.errors import UserError
 from gitops.printable import printable
-from vocabulary.model_digests import ManifestEntry, manifest_digest
+from vocabulary.model_digests import (
+    ManifestEntry,
+    is_directory,
+    manifest_digest,
+    source_problem,
+)
 
-__all__ = ["file_sha256", "local_digest", "models_command"]
+__all__ = ["file_sha256", "local_digest", "models_command", "remote_digest"]
 
 _CHUNK = 1024 * 1024
 
@@ -29,10 +36,11 @@ def models_command(args: argparse.Namespace) -> int:
     if parts.scheme == "file":
         path = Path(unquote(parts.path))
     elif parts.scheme in ("s3", "http", "https"):
-        raise UserError(
-            f"gitops models digest {printable(target)}: fetch it first and give the local copy "
-            "(a digest of a remote source is computed from its bytes, which this command does not download)"
-        )
+        problem = source_problem(target)
+        if problem is not None:
+            raise UserError(f"{printable(target)}: {problem}")
+        print(remote_digest(target))
+        return 0
     else:
         path = Path(target)
     print(local_digest(path))
@@ -69,3 +77,44 @@ def local_digest(path: Path) -> str:
         return manifest_digest(entries)
     except OSError as error:
         raise UserError(f"{printable(str(path))}: cannot read it ({error.strerror})") from None
+
+
+def remote_digest(source: str) -> str:
+    """The digest of what an s3:// or http(s):// source holds, read as a stream (nothing is stored)."""
+    import obstore
+    from obstore.store import HTTPStore, S3Store
+
+    parts = urlsplit(source)
+    try:
+        if parts.scheme == "s3":
+            endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+            options = {"allow_http": endpoint.startswith("http://")}
+            store: S3Store | HTTPStore = S3Store(parts.netloc, client_options=options)
+            key = unquote(parts.path.lstrip("/"))
+        else:
+            base, _, name = source.rpartition("/")
+            store, key = HTTPStore.from_url(base, client_options={"allow_http": parts.scheme == "http"}), unquote(name)
+
+        def sha256(path: str) -> tuple[int, str]:
+            digest, size = hashlib.sha256(), 0
+            for chunk in obstore.get(store, path).stream(min_chunk_size=_CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+            return size, digest.hexdigest()
+
+        if not is_directory(source):
+            return sha256(key)[1]
+        entries: list[ManifestEntry] = []
+        for batch in obstore.list(store, key):
+            for meta in batch:
+                relative = meta["path"][len(key) :]
+                if relative and not relative.endswith("/"):
+                    entries.append((relative, *sha256(meta["path"])))
+        if not entries:
+            raise UserError(f"{printable(source)}: no object under the prefix")
+        return manifest_digest(entries)
+    except UserError:
+        raise
+    except Exception as error:  # noqa: BLE001 — obstore's errors, one line for the user
+        text = " ".join(str(error).split("Debug source:")[0].split())[:300]
+        raise UserError(f"{printable(source)}: cannot read it ({text})") from None

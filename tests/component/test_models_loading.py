@@ -5,6 +5,7 @@ table; `gitops models digest` prints what a table pins."""
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +79,48 @@ def test_models_digest_prints_a_files_sha256_and_a_directorys_manifest_digest(tm
     assert single.stdout == hashlib.sha256(b"{}").hexdigest() + "\n"
     missing = _gitops("models", "digest", str(tmp_path / "nope"), cwd=tmp_path)
     assert missing.returncode == 1 and "no such file or directory" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_models_digest_reads_s3_and_http_sources_as_a_node_does(tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
+    (tmp_path / "model" / "sub").mkdir(parents=True)
+    (tmp_path / "model" / "a.json").write_bytes(b"{}")
+    (tmp_path / "model" / "sub" / "w.bin").write_bytes(b"\x01" * 5000)
+    served = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path / "model"))
+    )
+    threading.Thread(target=served.serve_forever, daemon=True).start()
+    try:
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                          aws_access_key_id="k", aws_secret_access_key="s")
+        s3.create_bucket(Bucket="models")
+        s3.put_object(Bucket="models", Key="m/a.json", Body=b"{}")
+        s3.put_object(Bucket="models", Key="m/sub/w.bin", Body=b"\x01" * 5000)
+
+        def digest(url: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "gitops", "models", "digest", url], check=False,
+                                  capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+
+        local = _gitops("models", "digest", str(tmp_path / "model"), cwd=tmp_path).stdout
+        assert digest("s3://models/m/").stdout == local
+        assert digest("s3://models/m/sub/w.bin").stdout == hashlib.sha256(b"\x01" * 5000).hexdigest() + "\n"
+        url = f"http://127.0.0.1:{served.server_address[1]}/sub/w.bin"
+        assert digest(url).stdout == hashlib.sha256(b"\x01" * 5000).hexdigest() + "\n"
+        missing = digest("s3://models/nope.bin")
+        assert missing.returncode == 1 and "cannot read it" in missing.stderr and "Traceback" not in missing.stderr
+        refused = digest("http://example.com/m.bin")
+        assert refused.returncode == 1 and "loopback" in refused.stderr
+    finally:
+        served.shutdown()
+        served.server_close()
+        server.stop()
