@@ -88,8 +88,9 @@ def remote_digest(source: str) -> str:
     try:
         if parts.scheme == "s3":
             endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
-            options = {"allow_http": endpoint.startswith("http://")}
-            store: S3Store | HTTPStore = S3Store(parts.netloc, client_options=options)
+            store: S3Store | HTTPStore = S3Store(
+                parts.netloc, client_options={"allow_http": endpoint.startswith("http://")}
+            )
             key = unquote(parts.path.lstrip("/"))
         else:
             base, _, name = source.rpartition("/")
