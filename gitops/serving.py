@@ -28,6 +28,7 @@ from vocabulary.serving import (
     BackpressureError,
     Handle,
     HandleError,
+    ModelMissing,
     ReplicaContext,
     installed_calls,
     installed_context,
@@ -36,7 +37,7 @@ from vocabulary.serving import (
 )
 
 __all__ = [
-    "handle", "context", "secret", "secret_path", "model_path", "Secret", "Handle", "HandleError", "BackpressureError",
+    "handle", "context", "secret", "secret_path", "model_path", "ModelMissing", "Secret", "Handle", "HandleError", "BackpressureError",
     "ReplicaContext",
 ]
 
