@@ -218,3 +218,67 @@ def test_models_from_s3_fetch_once_roll_by_digest_fail_whole_and_heal(
     finally:
         stop.set()
         agent.stop()
+
+
+FILE_APP = '''\
+import hashlib
+from pathlib import Path
+
+from gitops import serving
+
+
+class Scorer:
+    def __init__(self):
+        self.path = Path(serving.model_path("scorer"))
+
+    def __call__(self, request):
+        try:
+            serving.model_path("other")
+        except serving.ModelMissing as missing:
+            refused = str(missing)
+        return {"name": self.path.name, "sha256": hashlib.sha256(self.path.read_bytes()).hexdigest(),
+                "refused": refused}
+'''
+
+
+def test_a_single_file_from_a_plain_http_server_on_loopback(ray_session: str, repo: GitRepo, tmp_path: Path) -> None:
+    import http.server
+
+    served = tmp_path / "served"
+    served.mkdir()
+    data = os.urandom(1024 * 1024)
+    (served / "scorer.onnx").write_bytes(data)
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(served))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    repo.write("apps/__init__.py", "")
+    repo.write("apps/scorer.py", FILE_APP)
+    repo.write("deployments/scorer.toml", f"""\
+[models.scorer]
+source = "http://127.0.0.1:{server.server_address[1]}/scorer.onnx"
+sha256 = "{hashlib.sha256(data).hexdigest()}"
+
+[backends.scorer]
+import_path = "apps.scorer:Scorer"
+models = ["scorer"]
+num_replicas = 2
+ray_actor_options = {{ num_cpus = 0 }}
+
+[endpoints.scorer]
+route = "/scorer"
+traffic = {{ scorer = 1.0 }}
+""")
+    commit = repo.commit("a model from an HTTP server")
+    agent = AgentProcess(repo.root, tmp_path, ray.get_runtime_context().gcs_address,
+                         extra_args=["--model-cache-dir", str(tmp_path / "cache")])
+    try:
+        agent.wait_applied(commit)
+        answer = httpx.get(agent.proxy + "/scorer", timeout=10).json()
+        assert answer["name"] == "scorer.onnx"
+        assert answer["sha256"] == hashlib.sha256(data).hexdigest()
+        assert answer["refused"] == "model 'other' is not in this backend's models (it lists: scorer)"
+    finally:
+        agent.stop()
+        server.shutdown()
+        server.server_close()
