@@ -10,8 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gitops.sources.trees import MemoryTree
 from gitops.specs.loading import Loader
+from tests.conftest import GitRepo
 from vocabulary.model_digests import manifest_digest
 
 A, B = "a" * 64, "b" * 64
@@ -124,3 +127,30 @@ def test_models_digest_reads_s3_and_http_sources_as_a_node_does(tmp_path: Path) 
         served.shutdown()
         served.server_close()
         server.stop()
+
+
+def test_plan_between_commits_shows_a_new_digest_under_the_backend_it_restarts(repo: GitRepo) -> None:
+    repo.write("apps/__init__.py", "")
+    repo.write("apps/s.py", APP)
+    repo.write("deployments/s.toml", SPEC.format(digest="9f86d081" + "0" * 56))
+    first = repo.commit("a model")
+    repo.write("deployments/s.toml", SPEC.format(digest="1b4e28ba" + "1" * 56))
+    second = repo.commit("new weights")
+    result = _gitops("plan", "--repo", str(repo.root), "--from", first, "--to", second, cwd=repo.root)
+    assert result.returncode == 0, result.stderr
+    lines = [line.strip() for line in result.stdout.splitlines()]
+    at = lines.index("~ backend s (restart)")
+    assert "~ model sentiment sha256 9f86… → 1b4e…" in lines[at:]
+    assert "~ backend plain" not in result.stdout
+
+
+def test_model_cache_size_takes_units_and_refuses_nonsense() -> None:
+    from gitops.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["run", "--model-cache-size", "50GB"]).model_cache_size == 50 * 10**9
+    assert parse(["run", "--model-cache-size", "800MiB"]).model_cache_size == 800 * 2**20
+    assert parse(["run", "--model-cache-size", "1024"]).model_cache_size == 1024
+    assert parse(["run"]).model_cache_size is None
+    with pytest.raises(SystemExit):
+        parse(["run", "--model-cache-size", "lots"])
