@@ -143,10 +143,14 @@ class ModelCache:
             entry = self.root / "entries" / digest
             path = entry if directory else entry / _source_name(source)
             if entry.exists():
+                if not directory:  # the same bytes, staged earlier from a source with another file name
+                    held = [file for file in entry.iterdir()]
+                    path = held[0] if len(held) == 1 else path
                 if self._verified(path, directory, digest):
                     return Staged(name, digest, path, 0, time.monotonic() - started)
                 _LOG.warning("model %s: the cached copy of %s… is corrupt; fetching it again", name, digest[:12])
                 _remove(entry)
+                path = entry if directory else entry / _source_name(source)
             fetched = self._fetch_verified(name, source, digest, directory, deadline)
             return Staged(name, digest, path, fetched, time.monotonic() - started)
 

@@ -168,4 +168,16 @@ def test_an_http_source_on_loopback_is_fetched_and_verified(http_root: tuple[Pat
     assert staged.path.name == "model.onnx" and staged.path.read_bytes() == data
     assert staged.fetched_bytes == len(data)
     with pytest.raises(ModelError, match=r"^model m \(http://127.0.0.1:\d+/nope.bin\): not found"):
-        ModelCache(tmp_path / "cache").stage("m", f"{base}/nope.bin", digest, time.monotonic() + 60)
+        ModelCache(tmp_path / "other-cache").stage("m", f"{base}/nope.bin", digest, time.monotonic() + 60)
+
+
+def test_the_same_bytes_from_a_source_with_another_name_are_a_cache_hit(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.onnx", tmp_path / "renamed.onnx"
+    first.write_bytes(WEIGHTS)
+    second.write_bytes(WEIGHTS)
+    digest = hashlib.sha256(WEIGHTS).hexdigest()
+    held = ModelCache(tmp_path / "cache")
+    staged = held.stage("a", first.as_uri(), digest, time.monotonic() + 30)
+    again = ModelCache(tmp_path / "cache").stage("b", second.as_uri(), digest, time.monotonic() + 30)
+    assert (again.path, again.fetched_bytes) == (staged.path, 0)
+    assert staged.path.read_bytes() == WEIGHTS
