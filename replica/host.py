@@ -272,11 +272,13 @@ class Replica:
         if secrets is not None:
             self._secrets.open(secrets)
         if self._handler is None:
-            if self._model_cache is None:
+            if self._models and self._model_cache is None:
                 # Before any user code, bounded by each model's load_timeout_s: a model that
                 # cannot be fetched or verified fails the start with one line (replica.models).
                 self._model_cache, staged = await stage_models(self._models, *self._model_cache_settings)
                 install_models({done.name: str(done.path) for done in staged})
+            elif not self._models:
+                install_models({})
             install_secrets(self._secrets)
             self._handles.attach(asyncio.get_running_loop())
             install(ReplicaContext(self.backend, self.replica_id, self.version, self._commit), self._handles)

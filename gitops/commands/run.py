@@ -184,7 +184,9 @@ def _controller(args: argparse.Namespace, embedded_state: Path | None) -> Any:
 
     options = {"proxy_metrics_port": args.proxy_metrics_port, "proxy_workers": args.proxy_workers}
     # Each node's model cache: the flag's, else inside the state dir when Ray is ours (docs/models.md).
-    cache_dir = args.model_cache_dir or (str((embedded_state / "models").resolve()) if embedded_state is not None else None)
+    cache_dir = args.model_cache_dir
+    if cache_dir is None and embedded_state is not None:
+        cache_dir = str((embedded_state / "models").resolve())
     options |= {"model_cache_dir": cache_dir, "model_cache_bytes": args.model_cache_size}
     try:
         return start_or_connect(
