@@ -78,6 +78,10 @@ class ControllerOptions:
     prometheus_timeout_s: float = 5.0
     proxy_check_s: float = 1.0
     longpoll_timeout_s: float = 30.0
+    # Each node's model cache (`replica.models`): its directory (None: a node-local
+    # temporary one) and its cap in bytes (None: no cap).
+    model_cache_dir: str | None = None
+    model_cache_bytes: int | None = None
     # Replica start-up, failure and backoff tunables; given flat in the dict.
     backend: BackendOptions = field(default_factory=BackendOptions)
 
@@ -146,11 +150,12 @@ def _ray_storage(namespace: str) -> Storage:
     return RayKVStorage(namespace)
 
 
-def _ray_adapter(namespace: str, secrets: SecretKeeper) -> ClusterAdapter:
+def _ray_adapter(namespace: str, secrets: SecretKeeper, options: ControllerOptions) -> ClusterAdapter:
     from controller.ray_adapter import RayAdapter
 
     adapter = RayAdapter(namespace)
     adapter.use_secrets(secrets)
+    adapter.use_model_cache(options.model_cache_dir, options.model_cache_bytes)
     return adapter
 
 
@@ -167,7 +172,7 @@ class ControllerActor:
         self._prometheus_url = self._options.prometheus_url  # the checkpoint's wins (`_recover`)
         self._storage: Storage = storage or _ray_storage(namespace)
         self._secrets = SecretKeeper()  # in memory only: never in the checkpoint (controller.secrets)
-        self._adapter: ClusterAdapter = adapter or _ray_adapter(namespace, self._secrets)
+        self._adapter: ClusterAdapter = adapter or _ray_adapter(namespace, self._secrets, self._options)
         self._proxies = ProxyFleet(self._proxy_spec())
         self._longpoll = LongPollHost()
         self._errors: Counter = Counter()

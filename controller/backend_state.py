@@ -146,6 +146,11 @@ class BackendOptions:
     unschedulable_grace_s: float = 3.0
 
 
+def _staging_s(config: BackendConfig) -> float:
+    """How long a replica may stage its models (each within its load_timeout_s) before its code starts."""
+    return sum(model.load_timeout_s for model in config.model_sources.values())
+
+
 def replica_actor_name(replica_id: str) -> str:
     return REPLICA_PREFIX + replica_id
 
@@ -402,8 +407,8 @@ class BackendState:
         elif probe.status in (ProbeStatus.FAILED, ProbeStatus.DEAD):
             reason = "startup_failed" if probe.status == ProbeStatus.FAILED else "died"
             self._fail(backend, record, now, reason, probe.error, counts=True)
-        elif now - record.since >= self.options.startup_timeout_s:
-            error = f"replica {record.replica_id} not ready within {self.options.startup_timeout_s:g}s"
+        elif now - record.since >= (limit := self.options.startup_timeout_s + _staging_s(backend.config)):
+            error = f"replica {record.replica_id} not ready within {limit:g}s"
             self._fail(backend, record, now, "startup_timeout", error, counts=True)
 
     def _observe_running(

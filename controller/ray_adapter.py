@@ -80,6 +80,14 @@ def error_text(err: BaseException) -> str:
     return lines[-1] if lines else type(err).__name__
 
 
+def _model_arguments(config: BackendConfig, cache: tuple[str | None, int | None]) -> dict[str, Any]:
+    """A replica's models to stage before its code runs (none: the arguments are left out)."""
+    if not config.model_sources:
+        return {}
+    models = {name: model.model_dump(mode="json") for name, model in config.model_sources.items()}
+    return {"models": models, "model_cache": cache}
+
+
 def _outcome(future: Future) -> Probe:
     try:
         answer = future.result()
@@ -127,6 +135,7 @@ class _Proxy:
 class RayAdapter:
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
+        self._model_cache: tuple[str | None, int | None] = (None, None)
         self._handles: dict[str, ActorHandle[Any]] = {}
         self._starts: dict[str, _Call] = {}
         self._nodes: dict[str, str] = {}
@@ -142,6 +151,10 @@ class RayAdapter:
         # restart): sealed when they arrive, or failed by the start timeout.
         self._waiting: list[_Waiting] = []
         self._waiting_lock = threading.Lock()
+
+    def use_model_cache(self, cache_dir: str | None, max_bytes: int | None) -> None:
+        """Where each node's replicas cache models (`replica.models`), and its cap."""
+        self._model_cache = (cache_dir, max_bytes)
 
     def use_secrets(self, keeper: SecretKeeper) -> None:
         self.secrets = keeper
@@ -287,6 +300,7 @@ class RayAdapter:
             config.name, effect.replica_id, config.version, config.import_path,
             tuple(config.init_args), dict(config.init_kwargs), config.user_config,
             namespace=self.namespace, commit=config.commit,
+            **_model_arguments(config, self._model_cache),
         )
         self._handles[effect.actor_name] = handle
         if config.secret_digests:
@@ -451,6 +465,7 @@ class RayAdapter:
         handle = cls.remote(
             spec.controller_name, self.namespace, node_id, spec.host, spec.port,
             metrics_port=spec.metrics_port, worker=effect.worker, shared_dir=self._shared_dir(node_id),
+            model_cache_dir=self._model_cache[0],
         )
         return _Proxy(handle, _call(_proxy(handle).call(ProxyAPI.ready)))
 

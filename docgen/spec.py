@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gitops.specs.models import BackendSpec, EndpointSpec, SecretSpec
+from gitops.specs.models import BackendSpec, EndpointSpec, ModelSpec, SecretSpec
 
 __all__ = ["EXAMPLE", "TABLES", "render_spec"]
 
@@ -29,6 +29,7 @@ TABLES: tuple[tuple[str, str, type[BaseModel]], ...] = (
     ("backends", "[backends.NAME]", BackendSpec),
     ("endpoints", "[endpoints.NAME]", EndpointSpec),
     ("secrets", "[secrets.NAME]", SecretSpec),
+    ("models", "[models.NAME]", ModelSpec),
 )
 
 EXAMPLE = """\
@@ -48,6 +49,7 @@ runtime_env = { env_vars = { LOG_LEVEL = "info" }, pip = ["numpy"] }
 uses = ["echo-v2"]
 cold_start_timeout_s = 30
 secrets = ["db"]
+models = ["sentiment"]
 on_secret_change = "reconfigure"
 
 [backends.echo-v1.autoscaling]
@@ -97,6 +99,11 @@ max = 0.01
 
 [secrets.db]
 file = "secrets/db.age"
+
+[models.sentiment]
+source = "s3://models/sentiment/2026-11-20/"
+sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+load_timeout_s = 600
 """  # noqa: E501 — a PromQL query, one line as a user writes it
 
 
@@ -109,7 +116,9 @@ def render_spec() -> str:
         "Every `*.toml` file under the spec path (`deployments/` by default, recursively) is part",
         "of one desired state: `[backends.NAME]` tables say what code runs and how, `[endpoints.NAME]`",
         "tables which route reaches which backends, `[secrets.NAME]` tables which age-encrypted",
-        "files hold credentials ([secrets](secrets.md)). Names are 1-63 lower-case letters, digits, `.`,",
+        "files hold credentials ([secrets](secrets.md)), `[models.NAME]` tables which weights, pinned by",
+        "digest, are staged on a node before its replicas start ([models](models.md)). "
+        "Names are 1-63 lower-case letters, digits, `.`,",
         "`_` or `-`, starting and ending with a letter or digit, and unique across all files.",
         "Unknown keys are errors, types are strict (`\"2\"` is not `2`), and `gitops validate` reports",
         "every error as `FILE:LINE:COL: message`; editors can check files as you type against",

@@ -135,6 +135,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--state-dir", default=DEFAULT_STATE_DIR, help="history, clone cache and code exports (created 0700)"
     )
     run.add_argument(
+        "--model-cache-dir", default=None, metavar="DIR",
+        help="each node's model cache ([models.NAME], docs/models.md), a node-local path (default: "
+        "STATE_DIR/models with the embedded Ray, else ray-gitops-models in the nodes' temporary directory)",
+    )
+    run.add_argument(
+        "--model-cache-size", type=_byte_size, default=None, metavar="SIZE",
+        help="cap of each node's model cache, like 50GB or 800MiB; least recently used models no replica "
+        "uses are evicted (default: no cap)",
+    )
+    run.add_argument(
         "--webhook-secret-file", default=None, help="file holding the push webhook's secret (default: webhook off)"
     )
     run.add_argument("--log-format", choices=["text", "json"], default="text", help="console log format")
@@ -201,6 +211,21 @@ def build_parser() -> argparse.ArgumentParser:
     _recipients_flag(edit)
     _age_identity_flag(edit, "opens FILE (needed when it exists)")
     secret.set_defaults(func=_command("secret", "secret_command"))
+
+    models = verb("models", "help with [models.NAME] tables (docs/models.md)")
+    model_verbs = models.add_subparsers(
+        dest="models_verb", metavar="{digest}", required=True, help="digest: the sha256 to commit"
+    )
+    digest = model_verbs.add_parser(
+        "digest", help="print the sha256 of a model file, or of a directory's manifest",
+        description="print the sha256 of a model file, or of a directory's manifest, to commit as [models.NAME] sha256",
+    )
+    digest.add_argument(
+        "target", metavar="PATH|URL",
+        help="a local file or directory, file:///…, s3://bucket/key, s3://bucket/prefix/ or https://host/file "
+        "(S3 with the AWS_* variables)",
+    )
+    models.set_defaults(func=_command("models", "models_command"))
 
     plan = verb("plan", "the changes between two commits' desired states")
     plan.add_argument("--repo", default=".", help="repository path (any directory inside it)")
@@ -306,6 +331,23 @@ def _environment_flag(
     parser: argparse.ArgumentParser, help_text: str = "apply environments/NAME.toml on top of the spec tree (default: none)"
 ) -> None:
     parser.add_argument("--environment", default=None, metavar="NAME", help=help_text)
+
+
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def _byte_size(text: str) -> int:
+    """`50GB`, `800MiB` or a number of bytes."""
+    number = text.strip().rstrip("bBiIkKmMgGtT ")
+    unit = text.strip()[len(number):].strip().upper()
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (like 50GB, 800MiB or bytes)") from None
+    if unit not in _SIZE_UNITS or value <= 0:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (like 50GB, 800MiB or bytes)")
+    return int(value * _SIZE_UNITS[unit])
 
 
 def _max_replicas_flag(parser: argparse.ArgumentParser) -> None:

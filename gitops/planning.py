@@ -48,7 +48,7 @@ from typing import Any, Mapping
 from vocabulary.configs import SOURCE_FIELDS, BackendConfig, EndpointConfig, ServingState
 from gitops.plans import Action, ActionKind, FieldChange, Plan
 
-__all__ = ["plan", "backend_changes", "endpoint_changes", "secret_changes"]
+__all__ = ["plan", "backend_changes", "endpoint_changes", "secret_changes", "model_changes"]
 
 _DEFERRED = "after endpoints move its traffic away"
 
@@ -71,7 +71,10 @@ def backend_changes(old: BackendConfig, new: BackendConfig) -> tuple[FieldChange
         after.pop("num_replicas")
     # A secret's change is told by its keyed hash and shown by name only.
     digests = before.pop("secret_digests", {}), after.pop("secret_digests", {})
-    return _field_changes(before, after) + secret_changes(*digests)
+    # A model shows as its digest (`~ model NAME sha256 9f86… → 1b4e…`), not as the tables holding it.
+    before.pop("models", None), after.pop("models", None)
+    models = before.pop("model_sources", {}), after.pop("model_sources", {})
+    return _field_changes(before, after) + secret_changes(*digests) + model_changes(*models)
 
 
 def endpoint_changes(old: EndpointConfig, new: EndpointConfig) -> tuple[FieldChange, ...]:
@@ -100,6 +103,30 @@ def secret_changes(old: Mapping[str, str], new: Mapping[str, str]) -> tuple[Fiel
         if old.get(name) != new.get(name):
             how = "added" if name not in old else "removed" if name not in new else "changed"
             changes.append(FieldChange(field=f"secret {name}", new=how))
+    return tuple(changes)
+
+
+def model_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[FieldChange, ...]:
+    """One change per model added, removed, or with a new digest, source or load
+    timeout (JSON forms of `ModelConfig`, by name); `old` and `new` are digests
+    (`model NAME sha256`) or, when only where it comes from changed, the field."""
+    changes = []
+    for name in sorted(set(old) | set(new)):
+        before, after = old.get(name), new.get(name)
+        if before == after:
+            continue
+        if before is None or after is None or before["sha256"] != after["sha256"]:
+            changes.append(
+                FieldChange(
+                    field=f"model {name} sha256",
+                    old=None if before is None else before["sha256"],
+                    new=None if after is None else after["sha256"],
+                )
+            )
+            continue
+        for key in sorted(after):
+            if before.get(key) != after[key]:
+                changes.append(FieldChange(field=f"model {name} {key}", old=before.get(key), new=after[key]))
     return tuple(changes)
 
 

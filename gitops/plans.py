@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from vocabulary.configs import BackendConfig, EndpointConfig, UpdateConfig
+from vocabulary.model_digests import short
 
 __all__ = ["ActionKind", "Action", "FieldChange", "Plan", "PlanSummary"]
 
@@ -62,6 +63,11 @@ class FieldChange(BaseModel):
     def render(self) -> str:
         if self.field.startswith("secret "):  # `gitops.planning.secret_changes`: a name and how, no value
             return f"~ {self.field} ({self.new})"
+        if self.field.startswith("model ") and self.field.endswith(" sha256"):  # `gitops.planning.model_changes`
+            if self.old is None or self.new is None:
+                sign, name = "+" if self.old is None else "-", self.field.removesuffix(" sha256")
+                return f"{sign} {name} sha256 {short(self.new or self.old)}"
+            return f"~ {self.field} {short(self.old)} → {short(self.new)}"
         return f"{self.field}: {_json(self.old)} → {_json(self.new)}"
 
 
@@ -201,7 +207,8 @@ def _backend_gist(config: BackendConfig) -> list[str]:
         scale = f"autoscaling: {_json(config.autoscaling.model_dump(mode='json'))}"
     else:
         scale = f"num_replicas: {config.num_replicas}"
-    return [f"version: {_json(config.version)}", f"import_path: {_json(config.import_path)}", scale]
+    models = [f"model {name} sha256 {short(model.sha256)}" for name, model in sorted(config.model_sources.items())]
+    return [f"version: {_json(config.version)}", f"import_path: {_json(config.import_path)}", scale, *models]
 
 
 def _capacity(config: BackendConfig) -> str:

@@ -1,5 +1,5 @@
 """The API user code inside a replica imports: `handle(name)`, `context()`,
-`secret(name)` and `secret_path(name)`.
+`secret(name)`, `secret_path(name)` and `model_path(name)`.
 
     from gitops import serving
 
@@ -28,14 +28,17 @@ from vocabulary.serving import (
     BackpressureError,
     Handle,
     HandleError,
+    ModelMissing,
     ReplicaContext,
     installed_calls,
     installed_context,
+    installed_model,
     installed_secrets,
 )
 
 __all__ = [
-    "handle", "context", "secret", "secret_path", "Secret", "Handle", "HandleError", "BackpressureError",
+    "handle", "context", "secret", "secret_path", "model_path", "ModelMissing", "Secret", "Handle", "HandleError",
+    "BackpressureError",
     "ReplicaContext",
 ]
 
@@ -64,6 +67,13 @@ def secret_path(name: str) -> str:
     """A 0600 file holding secret `name`, for libraries that want a path; on a
     tmpfs when the node has one, rewritten on rotation, removed when the replica stops."""
     return installed_secrets().path(name)
+
+
+def model_path(name: str) -> str:
+    """The local, read-only path of model `name` (one of the backend's `models`):
+    the file, or the directory, whose bytes match the digest git pins. Staged
+    on the node before this replica's code started (docs/models.md)."""
+    return installed_model(name)
 
 
 def handle(name: str) -> Handle:

@@ -21,7 +21,8 @@ Map (layers import only downward):
   connected, else coalesced Ray calls, both injected);
 - request path: `app` (ASGI), `streaming` (streamed answers), `websockets`
   (a WebSocket carried to one replica for its lifetime), `metrics` (its
-  Prometheus recorder and the port they are scraped from), `shared_ports`
+  Prometheus recorder and the port they are scraped from), `model_metrics`
+  (the node's model cache metrics, read from its stats file), `shared_ports`
   (ports one node's workers share), `node_mismatches` (a node's shadow
   mismatches);
 - Ray shell: `raycalls`, `controller_link`, `longpoll_client`,

@@ -62,6 +62,7 @@ class ProxyActor:
         metrics_port: int | None = None,
         worker: int = 0,
         shared_dir: str | None = None,
+        model_cache_dir: str | None = None,
     ) -> None:
         settings = settings or ProxySettings()
         rng = random.Random()
@@ -69,7 +70,9 @@ class ProxyActor:
         # `shared_dir` names the node's group of workers; their shared files live in this user's private base.
         files = shared_ports.group_dir(shared_dir) if shared_dir is not None else None
         # Prometheus scrapes each node on its metrics port; with shared_dir, any worker answers the node's sum.
-        self._metrics = _serve_metrics(host, metrics_port, files) if metrics_port is not None else None
+        self._metrics = (
+            _serve_metrics(host, metrics_port, files, model_cache_dir) if metrics_port is not None else None
+        )
         self._app = ProxyApp(
             RayCaller(
                 settings.max_calls_per_replica,
@@ -149,10 +152,10 @@ def _node_mismatches(shared_dir: str) -> NodeMismatchLog:
     return NodeMismatchLog(shared_dir)
 
 
-def _serve_metrics(host: str, port: int, shared_dir: str | None) -> ProxyMetrics:
+def _serve_metrics(host: str, port: int, shared_dir: str | None, model_cache_dir: str | None) -> ProxyMetrics:
     if shared_dir is not None:
         use_multiprocess_dir(shared_dir)  # before the metrics exist: they pick their storage when made
-    metrics = ProxyMetrics()
+    metrics = ProxyMetrics(model_cache_dir)
     metrics.serve(host, port)
     return metrics
 

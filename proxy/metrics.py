@@ -84,6 +84,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 
 from proxy import shared_ports
+from proxy.model_metrics import register_model_metrics
 
 __all__ = [
     "DEFAULT_METRICS_PORT",
@@ -211,11 +212,14 @@ class _NodeCollector(Collector):
 class ProxyMetrics:
     """One proxy worker's metrics: in its own registry, or in its node's shared files (`use_multiprocess_dir`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_cache_dir: str | None = None) -> None:
+        """`model_cache_dir`: the node's model cache, whose stats a scrape reads (`proxy.model_metrics`)."""
         self.registry = CollectorRegistry(auto_describe=True)
+        self._model_cache_dir = model_cache_dir
         self._shared = os.environ.get(MULTIPROCESS_ENV) if getattr(values.ValueClass, "_multiprocess", False) else None
         self._serving: tuple[set[str], set[str]] | None = None
         r = self.registry
+        register_model_metrics(r, model_cache_dir)
         self._requests = Counter(
             "gitops_http_requests",
             "Requests answered by the proxy, by endpoint, backend and status code; "
@@ -394,6 +398,7 @@ class ProxyMetrics:
             return self.registry
         served = CollectorRegistry(auto_describe=False)
         served.register(_NodeCollector(self._shared, lambda: self._serving))
+        register_model_metrics(served, self._model_cache_dir)
         return served
 
     def serve(self, host: str = "127.0.0.1", port: int = DEFAULT_METRICS_PORT) -> int:

@@ -21,4 +21,8 @@ talks to the proxy only through `vocabulary.wire` (as Ray calls, or as
   tmpfs files.
 - `own_output`: reads the replica's own stdout and stderr back for
   `gitops logs`.
+- `models`: the node's model cache (content-addressed by digest, one
+  download per node, verified, LRU-evicted), which stages a backend's
+  models before its user code runs; `model_fetching`: the bytes from
+  S3, HTTP(S) or file sources (obstore).
 """

@@ -64,12 +64,13 @@ from replica.asgi import BodyStream, Lifespan, WebSocketSession, is_asgi_app, se
 from replica.conversions import to_reply, to_starlette_request, to_wire_response
 from replica.streams import StreamTable
 from replica.handles import HandleRouter
+from replica.models import ModelCache, stage_models
 from replica.own_output import OwnOutput
 from replica.secrets import SecretBox
 from datalink.frames import MAX_FRAME_BYTES
 from vocabulary.wire import DataAddress
 from datalink.private_dirs import private_base
-from vocabulary.serving import ReplicaContext, install, install_secrets
+from vocabulary.serving import ReplicaContext, install, install_models, install_secrets
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.status import HandlerError
 
@@ -229,6 +230,8 @@ class Replica:
         user_config: Any = None,
         namespace: str = "",
         commit: str | None = None,
+        models: dict[str, dict[str, Any]] | None = None,
+        model_cache: tuple[str | None, int | None] = (None, None),
     ) -> None:
         """`namespace` is where the controller runs, for this replica's handles;
         `commit` the one the backend's config came from (for `context()`)."""
@@ -258,6 +261,10 @@ class Replica:
         self._not_shown = 0  # tracebacks left out since, at most one a second is written
         self._output: OwnOutput | None = None  # this process's stdout and stderr files (under Ray)
         self._marking: asyncio.Task[None] | None = None
+        # `models`: ModelConfig as JSON by name, staged before user code runs (replica.models).
+        self._models = dict(models or {})
+        self._model_cache_settings = model_cache
+        self._model_cache: ModelCache | None = None
 
     async def secrets_recipient(self) -> str:
         """This replica's age public key, which the controller seals its secrets to."""
@@ -280,6 +287,13 @@ class Replica:
         if secrets is not None:
             self._secrets.open(secrets)
         if self._handler is None:
+            if self._models and self._model_cache is None:
+                # Before any user code, bounded by each model's load_timeout_s: a model that
+                # cannot be fetched or verified fails the start with one line (replica.models).
+                self._model_cache, staged = await stage_models(self._models, *self._model_cache_settings)
+                install_models({done.name: str(done.path) for done in staged})
+            elif not self._models:
+                install_models({})
             install_secrets(self._secrets)
             self._handles.attach(asyncio.get_running_loop())
             install(ReplicaContext(self.backend, self.replica_id, self.version, self._commit), self._handles)
@@ -563,6 +577,8 @@ class Replica:
             await self._lifespan.stop()
             self._lifespan = None
         self._secrets.close()
+        if self._model_cache is not None:
+            self._model_cache.release()
 
     def num_ongoing(self) -> int:
         return self._ongoing

@@ -34,4 +34,8 @@ share their values here.
   handles to other backends and endpoints, and its own context.
 - `replica_output`: a replica's own stdout and stderr lines, as `gitops logs`
   reads them.
+- `model_digests`: a model's digest (a file's sha256, a directory's
+  manifest) and the sources a `[models.NAME]` table may name;
+  `model_stats`: what a node's model cache did, in the file its replicas
+  write and its proxies read.
 """

@@ -42,6 +42,7 @@ __all__ = [
     "ENVIRONMENT_OVERRIDABLE",
     "SecretChange",
     "SecretConfig",
+    "ModelConfig",
     "BackendConfig",
     "EndpointConfig",
     "ServingState",
@@ -136,6 +137,27 @@ class SecretConfig(_Value):
     file: str = Field(
         description="Path (from the repository root) of the age-encrypted file holding the value "
         "(binary or ASCII-armored)."
+    )
+
+
+class ModelConfig(_Value):
+    """Weights pinned by digest (docs/models.md): fetched once per node into a
+    content-addressed cache before a replica that needs them starts."""
+
+    name: str = Field(description="The model's name: the key of its [models.NAME] table.")
+    source: str = Field(
+        description="Where every node fetches it: s3://bucket/key, s3://bucket/prefix/ (a directory), "
+        "https://host/file or file:///path (on every node); S3 credentials and endpoint come from the "
+        "node's AWS_* variables, never from git."
+    )
+    sha256: str = Field(
+        description="A single file: its sha256; a directory: the sha256 of its manifest (sorted "
+        "\"path\\tsize\\tsha256\\n\" lines). `gitops models digest PATH|URL` prints it."
+    )
+    load_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="Seconds fetching and verifying may take on a node; health checks start after it.",
     )
 
 
@@ -237,6 +259,15 @@ class BackendConfig(_Value):
         default_factory=dict,
         description="Each delivered secret's keyed hash (HMAC under the agent's own key), by name: "
         "what tells a changed value, never the value.",
+    )
+    models: tuple[str, ...] = Field(
+        default=(),
+        description="Models ([models.NAME]) staged on the node before a replica starts, read with "
+        "`gitops.serving.model_path(NAME)`; a new digest restarts the replicas (docs/models.md).",
+    )
+    model_sources: dict[str, ModelConfig] = Field(
+        default_factory=dict,
+        description="Each named model's source, digest and load timeout, by name: what a replica fetches.",
     )
     working_dir: str | None = Field(
         default=None, description="Where this version's code is fetched from (an export of the applied commit)."
@@ -474,6 +505,8 @@ class ServingState(_Value):
     endpoints: dict[str, EndpointConfig] = Field(default_factory=dict)
     # Declared in git only (the agent decrypts them); the controller keeps none.
     secrets: dict[str, SecretConfig] = Field(default_factory=dict)
+    # Declared in git; the controller keeps each in its backends' model_sources.
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
 
 
 # --- goals -----------------------------------------------------------------

@@ -37,6 +37,9 @@ __all__ = [
     "SecretStore",
     "install_secrets",
     "installed_secrets",
+    "ModelMissing",
+    "install_models",
+    "installed_model",
 ]
 
 
@@ -128,6 +131,24 @@ def install_secrets(store: SecretStore) -> None:
 def installed_secrets() -> SecretStore:
     store: SecretStore = _require("secrets")
     return store
+
+
+class ModelMissing(LookupError):
+    """User code asked for a model its backend does not list."""
+
+
+def install_models(paths: dict[str, str]) -> None:
+    """Called by the replica host once its models are staged, before user code runs."""
+    _installed["models"] = dict(paths)
+
+
+def installed_model(name: str) -> str:
+    """The local path of model `name`, staged and verified before the replica started."""
+    paths: dict[str, str] = _require("models")
+    if name not in paths:
+        listed = ", ".join(sorted(paths)) or "none"
+        raise ModelMissing(f"model '{name}' is not in this backend's models (it lists: {listed})")
+    return paths[name]
 
 
 def installed_calls() -> HandleCalls:

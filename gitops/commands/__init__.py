@@ -8,6 +8,8 @@
   running agent's admin API.
 - `secret`: `gitops secret encrypt` and `gitops secret edit`, authoring
   age-encrypted secret files.
+- `models`: `gitops models digest PATH|URL`, the digest a `[models.NAME]`
+  table pins.
 - `reset`: discard the controller's stored state (`reset-controller`).
 - `run_environment`: puts together the environment duties of `gitops run
   --environment`.

@@ -121,7 +121,7 @@ def run_command(args: argparse.Namespace) -> int:
         mute_pushed_errors()
         _sigterm_interrupts()  # ray.init installed its own, which exits at once
         ray_watch = watch_ray(*ray_endpoints(), embedded=kill_embedded_ray if embedded else None)
-        client = _controller(args)
+        client = _controller(args, state.root if embedded else None)
         owner = take_charge(client, args, source, statedir.agent_id(state.root))
         _proxies_started(client, embedded, owner.agent_id)
         asyncio.run(_serve(args, state, source, client, owner.agent_id, secret, token, sockets, links, channels))
@@ -191,10 +191,15 @@ def _sigterm_interrupts() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def _controller(args: argparse.Namespace) -> Any:
+def _controller(args: argparse.Namespace, embedded_state: Path | None) -> Any:
     from controller.client import CheckpointError, start_or_connect
 
     options = {"proxy_metrics_port": args.proxy_metrics_port, "proxy_workers": args.proxy_workers}
+    # Each node's model cache: the flag's, else inside the state dir when Ray is ours (docs/models.md).
+    cache_dir = args.model_cache_dir
+    if cache_dir is None and embedded_state is not None:
+        cache_dir = str((embedded_state / "models").resolve())
+    options |= {"model_cache_dir": cache_dir, "model_cache_bytes": args.model_cache_size}
     try:
         return start_or_connect(
             namespace=args.namespace, proxy_host=args.proxy_host, proxy_port=args.proxy_port, options=options

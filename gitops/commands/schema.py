@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from gitops.specs.models import NAME_PATTERN, BackendSpec, EndpointSpec, SecretSpec
+from gitops.specs.models import NAME_PATTERN, BackendSpec, EndpointSpec, ModelSpec, SecretSpec
 
 __all__ = ["schema_command", "spec_file_schema", "render_schema"]
 
@@ -37,12 +37,13 @@ def render_schema() -> str:
 
 
 def spec_file_schema() -> dict[str, Any]:
-    (backend, endpoint, secret), document = _models(BackendSpec, EndpointSpec, SecretSpec)
+    (backend, endpoint, secret, model), document = _models(BackendSpec, EndpointSpec, SecretSpec, ModelSpec)
     name = f"^(?:{NAME_PATTERN.pattern})$"
     return {
         "$schema": _DRAFT_4,
         "title": "ray-gitops spec file",
-        "description": "One TOML file under the spec path: [backends.NAME], [endpoints.NAME] and [secrets.NAME] tables. "
+        "description": "One TOML file under the spec path: [backends.NAME], [endpoints.NAME], [secrets.NAME] and "
+        "[models.NAME] tables. "
         "`gitops validate` also checks the rules across keys and files.",
         "type": "object",
         "additionalProperties": False,
@@ -50,6 +51,9 @@ def spec_file_schema() -> dict[str, Any]:
             "backends": _named_tables(name, backend, "A backend: user code run as Ray actors (replicas)."),
             "endpoints": _named_tables(name, endpoint, "An endpoint: an HTTP route and its traffic split."),
             "secrets": _named_tables(name, secret, "A secret: an age-encrypted file delivered to backends' replicas."),
+            "models": _named_tables(
+                name, model, "A model: weights pinned by digest, staged on a node before its replicas start."
+            ),
         },
         "definitions": _draft_4(document.get("$defs", {})),
     }

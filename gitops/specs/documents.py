@@ -39,11 +39,11 @@ from vocabulary.serving_rules import (
 from gitops.printable import printable
 from gitops.specs.limits import SpecLimits, size_text
 from gitops.specs.locating import LazyLocations, Locations, locate_later
-from gitops.specs.models import NAME_PATTERN, EndpointSpec, Loc, check_backend, check_endpoint, check_secret, dotted
+from gitops.specs.models import NAME_PATTERN, EndpointSpec, Loc, check_backend, check_endpoint, check_model, check_secret, dotted
 
 __all__ = ["SpecError", "Declared", "Documents", "ParsedFile", "parse_file", "combine", "oversized_file"]
 
-_SECTIONS = ("backends", "endpoints", "secrets")
+_SECTIONS = ("backends", "endpoints", "secrets", "models")
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 _DECLARED_TWICE = re.compile(r"Cannot declare \((.*)\) twice")
 
@@ -90,6 +90,7 @@ class Documents:
     endpoints: dict[str, Declared] = field(default_factory=dict)
     errors: tuple[SpecError, ...] = ()
     secrets: dict[str, Declared] = field(default_factory=dict)
+    models: dict[str, Declared] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -121,8 +122,9 @@ def combine(files: Mapping[str, ParsedFile], errors: tuple[SpecError, ...] = ())
             _declare(tables[section], section, declared, found)
     backends, endpoints, secrets = tables["backends"], tables["endpoints"], tables["secrets"]
     found.extend(_cross_file_errors(backends, endpoints))
-    found.extend(_undeclared_secrets(backends, secrets))
-    return Documents(backends, endpoints, tuple(found), secrets)
+    found.extend(_undeclared(backends, secrets, "secrets"))
+    found.extend(_undeclared(backends, tables["models"], "models"))
+    return Documents(backends, endpoints, tuple(found), secrets, tables["models"])
 
 
 def _parse(
@@ -223,7 +225,7 @@ def _tables(
     found: list[tuple[str, Declared]] = []
     for key, value in document.items():
         if key not in _SECTIONS:
-            expected = "expected [backends.NAME], [endpoints.NAME] or [secrets.NAME]"
+            expected = "expected [backends.NAME], [endpoints.NAME], [secrets.NAME] or [models.NAME]"
             errors.append(SpecError(path, *locations.find((key,)), f"unknown table '{key}' ({expected})"))
         elif not isinstance(value, dict):
             errors.append(SpecError(path, *locations.find((key,)), f"'{key}' must be a table of named {key}"))
@@ -251,6 +253,8 @@ def _check_table(
         spec, problems = check_backend(raw, (section, name), limits.max_replicas)
     elif section == "secrets":
         spec, problems = check_secret(raw, (section, name))
+    elif section == "models":
+        spec, problems = check_model(raw, (section, name))
     else:
         spec, problems = check_endpoint(raw, (section, name))
     errors.extend(declared.error(problem.loc, problem.message) for problem in problems)
@@ -299,18 +303,18 @@ def _cross_file_errors(backends: dict[str, Declared], endpoints: dict[str, Decla
     return errors
 
 
-def _undeclared_secrets(backends: dict[str, Declared], secrets: dict[str, Declared]) -> list[SpecError]:
-    """A backend names only secrets declared in some [secrets.NAME] table."""
+def _undeclared(backends: dict[str, Declared], tables: dict[str, Declared], section: str) -> list[SpecError]:
+    """A backend names only secrets (models) declared in some [secrets.NAME] ([models.NAME]) table."""
     errors: list[SpecError] = []
     for name, declared in backends.items():
-        named = declared.raw.get("secrets") if isinstance(declared.raw, dict) else None
-        for index, secret in enumerate(named if isinstance(named, list) else ()):
-            if isinstance(secret, str) and secret not in secrets:
-                known = ", ".join(sorted(secrets)) or "none is declared"
+        named = declared.raw.get(section) if isinstance(declared.raw, dict) else None
+        for index, item in enumerate(named if isinstance(named, list) else ()):
+            if isinstance(item, str) and item not in tables:
+                known = ", ".join(sorted(tables)) or "none is declared"
                 errors.append(
                     declared.error(
-                        ("backends", name, "secrets", index),
-                        f"backends.{name}.secrets[{index}]: no [secrets.{secret}] is declared (declared: {known})",
+                        ("backends", name, section, index),
+                        f"backends.{name}.{section}[{index}]: no [{section}.{item}] is declared (declared: {known})",
                     )
                 )
     return errors

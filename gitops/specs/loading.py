@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Hashable, Iterator, Mapping
 
-from vocabulary.configs import BackendConfig, EndpointConfig, SecretConfig, ServingState
+from vocabulary.configs import BackendConfig, EndpointConfig, ModelConfig, SecretConfig, ServingState
 from gitops.specs.code import CodeIndex
 from gitops.specs.imports import AttributeKind, ResolvedImport, module_files, resolve_import
 from gitops.specs.documents import Documents, ParsedFile, SpecError, combine, oversized_file, parse_file
@@ -56,6 +56,7 @@ from gitops.specs.limits import SpecLimits, size_text
 from gitops.sources.hashing import escaping_links, resolve_inside
 from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel
 from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS, BackendSpec, EndpointSpec, Loc
+from gitops.specs.pinned_models import bind_models
 from gitops.specs.secrets import age_file_problem
 from gitops.specs.versions import code_paths, default_code_path, derive_version
 
@@ -364,10 +365,16 @@ def _resolve(tree: Tree, documents: Documents, before: _Built, code: CodeIndex) 
     if errors:
         return _failed(errors), before
     endpoints = {name: _endpoint_built(name, d.spec, before.endpoints.get(name)) for name, d in documents.endpoints.items()}
+    models = {
+        name: ModelConfig.model_validate({**declared.spec.model_dump(), "name": name})
+        for name, declared in sorted(documents.models.items())
+        if declared.spec is not None
+    }
     state = ServingState(
-        backends={name: config for name, (_, _, config) in built.items()},
+        backends={name: bind_models(config, models) for name, (_, _, config) in built.items()},
         endpoints={name: config for name, (_, config) in endpoints.items()},
         secrets=secrets,
+        models=models,
     )
     paths = {name: tuple(path for path, _ in hashes) for name, (_, hashes, _) in built.items()}
     return LoadResult(state, code_paths=paths), _Built(built, endpoints)

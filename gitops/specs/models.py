@@ -56,12 +56,14 @@ from vocabulary.configs import (
     MetricCheck,
     OnFailure,
     RolloutConfig,
+    ModelConfig,
     SecretChange,
     SecretConfig,
     ShadowCompare,
     UpdateConfig,
     bounded_check,
 )
+from vocabulary.model_digests import digest_problem, source_problem
 from vocabulary.serving_rules import route_problem, zero_replica_reason
 from gitops.specs.limits import DEFAULT_MAX_REPLICAS
 
@@ -81,6 +83,8 @@ __all__ = [
     "EndpointSpec",
     "SecretSpec",
     "DERIVED_SECRET_FIELDS",
+    "ModelSpec",
+    "DERIVED_MODEL_FIELDS",
     "is_valid_name",
     "RAY_RESOURCE_UNIT",
     "RAY_RESOURCE_MAX",
@@ -91,6 +95,7 @@ __all__ = [
     "check_backend",
     "check_endpoint",
     "check_secret",
+    "check_model",
     "literal_credential",
 ]
 
@@ -100,9 +105,10 @@ HTTP_METHODS = frozenset(
 )
 # Config fields no file sets: the loader derives them (name from the table's
 # key, version from the code, working_dir and commit from the applied commit).
-DERIVED_BACKEND_FIELDS = frozenset({"name", "version", "working_dir", "commit", "secret_digests"})
+DERIVED_BACKEND_FIELDS = frozenset({"name", "version", "working_dir", "commit", "secret_digests", "model_sources"})
 DERIVED_ENDPOINT_FIELDS = frozenset({"name"})
 DERIVED_SECRET_FIELDS = frozenset({"name"})
+DERIVED_MODEL_FIELDS = frozenset({"name"})
 # Environment variables whose names say they hold a credential: a literal
 # value there is a secret in plain text (docs/secrets.md says what to do).
 _CREDENTIAL_NAME = re.compile(r".*(PASSWORD|PASSWD|TOKEN|SECRET|CREDENTIAL).*|.*_KEY|KEY", re.IGNORECASE)
@@ -302,6 +308,7 @@ _BackendKeys = create_model(
             "batching": BatchingSpec | None,
             "update": UpdateSpec | None,
             "secrets": list[str],
+            "models": list[str],
             "on_secret_change": _one_of(SecretChange) | None,
         },
     ),
@@ -344,7 +351,7 @@ class BackendSpec(_BackendKeys):  # type: ignore[misc,valid-type]  # create_mode
             return None
         return [_normalise_code_path(path) for path in value]
 
-    @field_validator("secrets")
+    @field_validator("secrets", "models")
     @classmethod
     def _secrets_once(cls, value: list[str]) -> list[str]:
         twice = sorted({name for name in value if value.count(name) > 1})
@@ -429,6 +436,14 @@ SecretSpec = create_model(
 )
 
 
+ModelSpec = create_model(
+    "ModelSpec",
+    __base__=_Spec,
+    __doc__=ModelConfig.__doc__,
+    **_file_keys(ModelConfig, DERIVED_MODEL_FIELDS, {}),
+)
+
+
 def literal_credential(name: str, value: str) -> str | None:
     """Why an environment variable holds a credential in plain text, or None:
     a name like *PASSWORD*, *TOKEN*, *SECRET* or *_KEY with a literal value."""
@@ -482,6 +497,21 @@ def check_secret(raw: Any, at: Loc) -> tuple[Any, tuple[Problem, ...]]:
     if spec is not None:
         spec = spec.model_copy(update={"file": _normalise_code_path(spec.file)})  # type: ignore[attr-defined]  # create_model builds SecretSpec: its fields are unknown to mypy
     return spec, problems
+
+
+def check_model(raw: Any, at: Loc) -> tuple[Any, tuple[Problem, ...]]:
+    """A `[models.NAME]` table: a source every node can fetch and a sha256 digest."""
+    rules: list[Problem] = []
+    if isinstance(raw, Mapping):
+        for key, why in (
+            ("source", source_problem(raw["source"]) if isinstance(raw.get("source"), str) else None),
+            ("sha256", digest_problem(raw["sha256"]) if isinstance(raw.get("sha256"), str) else None),
+        ):
+            if why is not None:
+                where = (*at, key)
+                got = f" (got {_short(raw[key])})" if key == "sha256" else ""
+                rules.append(Problem(where, f"{dotted(where)}: {why}{got}"))
+    return _check(ModelSpec, raw, at, tuple(rules))
 
 
 def _check(

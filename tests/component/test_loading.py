@@ -10,11 +10,12 @@ from vocabulary.configs import (
     BatchingConfig,
     EndpointConfig,
     MetricCheck,
+    ModelConfig,
     RolloutConfig,
     UpdateConfig,
 )
 from gitops.specs.loading import DesiredState, LoadResult, Loader, SpecError
-from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS
+from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS, DERIVED_MODEL_FIELDS
 from gitops.sources.trees import MemoryTree
 
 ECHO_PY = """
@@ -238,7 +239,8 @@ def test_zero_traffic_to_a_backend_with_zero_replicas_is_fine() -> None:
 
 def test_an_unknown_top_level_table_is_an_error() -> None:
     assert errors(load_tree(tree({"x.toml": "[backend.echo]\nimport_path = 'a:b'\n"}))) == [
-        "deployments/x.toml:1:1: unknown table 'backend' (expected [backends.NAME], [endpoints.NAME] or [secrets.NAME])"
+        "deployments/x.toml:1:1: unknown table 'backend' "
+        "(expected [backends.NAME], [endpoints.NAME], [secrets.NAME] or [models.NAME])"
     ]
 
 
@@ -320,9 +322,15 @@ update = { max_surge = 0, max_unavailable = 2 }
 uses = ["scaled"]
 secrets = ["db"]
 on_secret_change = "restart"
+models = ["weights"]
 
 [secrets.db]
 file = "secrets/db.age"
+
+[models.weights]
+source = "s3://models/weights/"
+sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+load_timeout_s = 30
 
 [backends.scaled]
 import_path = "apps.echo:hello"
@@ -370,6 +378,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
         (UpdateConfig, updates, frozenset()),
         (RolloutConfig, rollouts, frozenset()),
         (MetricCheck, checks, frozenset()),
+        (ModelConfig, list(state.models.values()), DERIVED_MODEL_FIELDS),
     ]
     for model, values, derived in expected:
         assert _set_by_the_file(model, values, derived) == set(model.model_fields) - derived, model.__name__

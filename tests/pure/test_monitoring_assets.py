@@ -59,6 +59,11 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_rollout_step": ("gauge", frozenset({"endpoint"})),
     "gitops_rollbacks_total": ("counter", frozenset({"reason"})),
     "gitops_rollout_checks_total": ("counter", frozenset({"endpoint", "backend", "check", "result"})),
+    # Added with issue 29 (models): each node's model cache, exported by its proxies.
+    "gitops_model_fetch_bytes_total": ("counter", frozenset({"model"})),
+    "gitops_model_fetch_seconds": ("summary", frozenset({"model"})),
+    "gitops_model_cache_hits_total": ("counter", frozenset()),
+    "gitops_model_cache_bytes": ("gauge", frozenset()),
 }
 
 # Labels Prometheus itself adds (target labels) or that histograms carry.
@@ -82,12 +87,12 @@ def all_queries() -> list[str]:
 
 
 def contract_name(series: str) -> str:
-    """The docs/metrics.md name a series in a query belongs to (histograms have suffixes)."""
+    """The docs/metrics.md name a series in a query belongs to (histograms and summaries have suffixes)."""
     if series in CONTRACT:
         return series
     for suffix in HISTOGRAM_SUFFIXES:
         base = series.removesuffix(suffix)
-        if base != series and CONTRACT.get(base, ("",))[0] == "histogram":
+        if base != series and CONTRACT.get(base, ("",))[0] in ("histogram", "summary"):
             return base
     raise AssertionError(f"{series} is not a metric of docs/metrics.md")
 

@@ -1,0 +1,169 @@
+"""Fetching a model's bytes from its source into a local path, with obstore.
+
+Owns the one library that talks to object stores and HTTP servers for
+models (obstore: the Rust `object_store` crate, with retries and back-off
+built in): `fetch(source, dest, deadline)` writes a single file to `dest`,
+or a directory's files under `dest`, and never verifies anything — the
+cache (`replica.models`) does. S3 takes its credentials, region and
+endpoint from the node's standard variables (`AWS_ACCESS_KEY_ID`,
+`AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`), never from the
+spec. Large objects are read as parallel ranged reads, a bounded window at
+a time, so memory stays bounded whatever the model's size. Every failure is
+a `FetchError` with one line a user can act on (no such key, access denied,
+timed out). An I/O shell.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, BinaryIO
+from urllib.parse import unquote, urlsplit
+
+import obstore
+from obstore.exceptions import NotSupportedError
+from obstore.store import HTTPStore, S3Store
+
+from vocabulary.model_digests import is_directory
+
+__all__ = ["FetchError", "fetch"]
+
+PART_BYTES = 8 * 1024 * 1024  # one ranged read
+PARALLEL_PARTS = 8  # ranged reads in flight at once: at most 64 MiB held
+_STREAM_CHUNK = 1024 * 1024
+_RETRIES = {
+    "max_retries": 5,
+    "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=5), "base": 2.0},
+}
+
+Progress = Callable[[int], None]
+
+
+class FetchError(Exception):
+    """A source that could not be fetched: one line, no credentials."""
+
+
+def fetch(source: str, dest: Path, deadline: float, progress: Progress = lambda _n: None) -> None:
+    """The source's bytes at `dest` (a file, or a directory for a source ending in `/`)."""
+    parts = urlsplit(source)
+    try:
+        if parts.scheme == "file":
+            _copy(Path(unquote(parts.path)), dest, deadline, progress)
+        elif parts.scheme == "s3":
+            client = _client(deadline, os.environ.get("AWS_ENDPOINT_URL", ""))
+            store = S3Store(parts.netloc, client_options=client, retry_config=_RETRIES)  # type: ignore[arg-type]
+            key = unquote(parts.path.lstrip("/"))
+            if is_directory(source):
+                _fetch_prefix(store, key, dest, deadline, progress)
+            else:
+                _fetch_object(store, key, dest, deadline, progress)
+        elif parts.scheme in ("http", "https"):
+            base, _, name = source.rpartition("/")
+            client = _client(deadline, source)
+            http = HTTPStore.from_url(base, client_options=client, retry_config=_RETRIES)  # type: ignore[arg-type]
+            _fetch_object(http, unquote(name), dest, deadline, progress)
+        else:
+            raise FetchError(f"cannot fetch scheme '{parts.scheme}'")
+    except FetchError:
+        raise
+    except OSError as error:
+        if parts.scheme != "file":  # obstore's NotFoundError is a FileNotFoundError too
+            raise FetchError(_store_error(error)) from None
+        if isinstance(error, FileNotFoundError):
+            raise FetchError(f"no such file: {error.filename}") from None
+        raise FetchError(f"cannot read it ({error.strerror or error})") from None
+    except Exception as error:  # noqa: BLE001 — obstore's errors, made one line
+        raise FetchError(_store_error(error)) from None
+
+
+def _client(deadline: float, endpoint: str) -> dict[str, Any]:
+    remaining = max(deadline - time.monotonic(), 0.001)
+    options: dict[str, Any] = {
+        "timeout": timedelta(seconds=remaining),
+        "connect_timeout": timedelta(seconds=min(remaining, 10.0)),
+    }
+    if endpoint.startswith("http://"):
+        options["allow_http"] = True  # an S3-compatible store or server on loopback (docs/models.md)
+    return options
+
+
+def _store_error(error: Exception) -> str:
+    """obstore's error as one line: what happened, never its debug dump."""
+    text = " ".join(str(error).split("Debug source:")[0].split())
+    if isinstance(error, FileNotFoundError) or "404" in text:
+        return "not found (no such key or file)"
+    if isinstance(error, PermissionError) or "403" in text or "401" in text:
+        return "access denied (403): check the node's AWS_* credentials"
+    if "timed out" in text.lower() or "timeout" in text.lower():
+        return "timed out"
+    return text[:300] or type(error).__name__
+
+
+def _check(deadline: float) -> None:
+    if time.monotonic() > deadline:
+        raise FetchError("timed out (load_timeout_s)")
+
+
+def _fetch_object(store: Any, key: str, dest: Path, deadline: float, progress: Progress) -> None:
+    size = int(obstore.head(store, key)["size"])
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with dest.open("wb") as out:
+        if size > PART_BYTES * 2:
+            try:
+                _ranged(store, key, size, out, deadline, progress)
+                return
+            except NotSupportedError:  # a server without range requests: one stream instead
+                out.seek(0)
+                out.truncate()
+        for chunk in obstore.get(store, key).stream(min_chunk_size=_STREAM_CHUNK):
+            _check(deadline)
+            out.write(chunk)
+            progress(len(chunk))
+
+
+def _ranged(store: Any, key: str, size: int, out: BinaryIO, deadline: float, progress: Progress) -> None:
+    """Parallel ranged reads, PARALLEL_PARTS at a time: bounded memory, full bandwidth."""
+    starts = list(range(0, size, PART_BYTES))
+    for window in range(0, len(starts), PARALLEL_PARTS):
+        _check(deadline)
+        begin = starts[window : window + PARALLEL_PARTS]
+        ends = [min(start + PART_BYTES, size) for start in begin]
+        for buffer in obstore.get_ranges(store, key, starts=begin, ends=ends):
+            out.write(memoryview(buffer))
+            progress(len(buffer))
+
+
+def _fetch_prefix(store: Any, prefix: str, dest: Path, deadline: float, progress: Progress) -> None:
+    found = 0
+    for batch in obstore.list(store, prefix):
+        for meta in batch:
+            relative = meta["path"][len(prefix) :]
+            if not relative or relative.endswith("/"):
+                continue  # a folder marker
+            _check(deadline)
+            _fetch_object(store, meta["path"], dest / relative, deadline, progress)
+            found += 1
+    if not found:
+        raise FetchError("not found (no object under the prefix)")
+
+
+def _copy(source: Path, dest: Path, deadline: float, progress: Progress) -> None:
+    if source.is_dir():
+        files = [path for path in sorted(source.rglob("*")) if path.is_file()]
+        if not files:
+            raise FetchError("not found (an empty directory)")
+        for path in files:
+            _check(deadline)
+            _copy_file(path, dest / path.relative_to(source), progress)
+    else:
+        _copy_file(source, dest, progress)
+
+
+def _copy_file(source: Path, dest: Path, progress: Progress) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, dest)
+    progress(dest.stat().st_size)

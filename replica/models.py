@@ -1,0 +1,335 @@
+"""A node's model cache: content-addressed by digest, shared by every replica on the node.
+
+Owns staging a model (docs/models.md) before a replica's user code runs:
+`ModelCache.stage` returns a local, read-only path whose bytes match the
+digest git pins, fetching them (`replica.model_fetching`) only when the
+cache does not hold them. Layout under the cache directory:
+
+- `entries/DIGEST/` — a staged model: the file (named as in its source) or
+  the directory's files; read-only. It appears by a rename only once fully
+  fetched and verified, so a partial download is never visible.
+- `tmp/` — downloads in progress (removed when they fail).
+- `locks/DIGEST` — held exclusively while one process checks or fetches
+  that digest: however many replicas (of however many backends) start at
+  once on a node, one downloads and the others wait and reuse it.
+- `use/DIGEST` — each replica using the model holds a shared lock on it
+  for its lifetime (the kernel drops it when the process dies), and its
+  modification time is when a replica last staged it: least recently used
+  entries no replica holds are evicted first when `max_bytes` is exceeded.
+
+Every stage verifies the entry's bytes against the digest (a cache hit
+fetches 0 bytes but reads them once); a corrupt or tampered entry is
+removed and fetched again. A failure is a `ModelError` with one line naming
+the model, its source and, for a wrong digest, both digests. An I/O shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import unquote, urlsplit
+
+from replica.model_fetching import FetchError, fetch
+from vocabulary.model_digests import ManifestEntry, is_directory, manifest_digest
+from vocabulary.model_stats import CACHE_DIR_NAME, STATS_FILE, ModelCacheStats
+
+__all__ = ["DEFAULT_CACHE_DIR", "ModelCache", "ModelError", "Staged", "digest_of", "eviction_order", "stage_models"]
+
+_LOG = logging.getLogger(__name__)
+_CHUNK = 1024 * 1024
+_LOCK_POLL_S = 0.05
+# Where a replica caches models when the agent names no --model-cache-dir (a node-local path).
+DEFAULT_CACHE_DIR = os.path.join(tempfile.gettempdir(), CACHE_DIR_NAME)
+
+Fetcher = Callable[[str, Path, float, Callable[[int], None]], None]
+
+
+class ModelError(Exception):
+    """A model that could not be staged: one line, naming the model and its source."""
+
+
+@dataclass(frozen=True)
+class Staged:
+    name: str
+    digest: str
+    path: Path  # the file, or the directory, user code reads
+    fetched_bytes: int  # 0 on a cache hit
+    seconds: float
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        while chunk := stream.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def digest_of(path: Path, directory: bool) -> str:
+    """A staged model's digest: the one file's sha256, or the directory's manifest digest."""
+    if not directory:
+        return _file_sha256(path)
+    entries: list[ManifestEntry] = []
+    for file in sorted(p for p in path.rglob("*") if not p.is_dir()):
+        if file.is_symlink():
+            raise ValueError(f"{file} is a symbolic link")
+        entries.append((file.relative_to(path).as_posix(), file.stat().st_size, _file_sha256(file)))
+    return manifest_digest(entries)
+
+
+def eviction_order(entries: dict[str, tuple[int, float]], in_use: set[str], need: int, max_bytes: int) -> list[str]:
+    """Which entries (digest -> (bytes, last used)) to evict, least recently used
+    first, so that `need` more bytes fit in `max_bytes`; entries in use stay."""
+    total = sum(size for size, _ in entries.values())
+    chosen: list[str] = []
+    for digest, (size, _) in sorted(entries.items(), key=lambda item: item[1][1]):
+        if total + need <= max_bytes:
+            break
+        if digest in in_use:
+            continue
+        chosen.append(digest)
+        total -= size
+    return chosen
+
+
+def _source_name(source: str) -> str:
+    return unquote(urlsplit(source).path.rstrip("/").rpartition("/")[2]) or "model"
+
+
+class ModelCache:
+    """One node's cache directory, as one replica process sees it."""
+
+    def __init__(self, root: Path, max_bytes: int | None = None, fetcher: Fetcher = fetch) -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+        self._fetch = fetcher
+        self._held: dict[str, IO[bytes]] = {}  # digest -> its use file, locked shared while this process lives
+        for folder in ("entries", "tmp", "locks", "use"):
+            (root / folder).mkdir(parents=True, exist_ok=True)
+
+    def stage(self, name: str, source: str, digest: str, deadline: float) -> Staged:
+        """The model's verified local path, fetched if need be, by `deadline` (monotonic);
+        counted in the node's stats (`vocabulary.model_stats`)."""
+        staged = self._stage(name, source, digest, deadline)
+        self._count(staged)
+        return staged
+
+    def _count(self, staged: Staged) -> None:
+        with self._exclusive(self.root / "locks" / STATS_FILE, time.monotonic() + 10, staged.name, "stats"):
+            path = self.root / STATS_FILE
+            stats = ModelCacheStats.from_json(path.read_text() if path.exists() else "")
+            stats.staged(staged.name, staged.fetched_bytes, staged.seconds, self.cached_bytes())
+            temp = path.with_suffix(f".{os.getpid()}.tmp")
+            temp.write_text(stats.to_json())
+            os.replace(temp, path)
+
+    def _stage(self, name: str, source: str, digest: str, deadline: float) -> Staged:
+        started = time.monotonic()
+        directory = is_directory(source)
+        self._hold(digest, deadline, name, source)
+        with self._exclusive(self.root / "locks" / digest, deadline, name, source):
+            entry = self.root / "entries" / digest
+            path = entry if directory else entry / _source_name(source)
+            if entry.exists():
+                if not directory:  # the same bytes, staged earlier from a source with another file name
+                    held = [file for file in entry.iterdir()]
+                    path = held[0] if len(held) == 1 else path
+                if self._verified(path, directory, digest):
+                    return Staged(name, digest, path, 0, time.monotonic() - started)
+                _LOG.warning("model %s: the cached copy of %s… is corrupt; fetching it again", name, digest[:12])
+                _remove(entry)
+                path = entry if directory else entry / _source_name(source)
+            fetched = self._fetch_verified(name, source, digest, directory, deadline)
+            return Staged(name, digest, path, fetched, time.monotonic() - started)
+
+    def release(self) -> None:
+        """Let go of every model this process held (the replica stops)."""
+        for stream in self._held.values():
+            stream.close()
+        self._held.clear()
+
+    def cached_bytes(self) -> int:
+        return sum(size for size, _ in self._entries().values())
+
+    # --- inside the digest's lock -------------------------------------------------
+
+    def _fetch_verified(self, name: str, source: str, digest: str, directory: bool, deadline: float) -> int:
+        temp = self.root / "tmp" / f"{digest}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        target = temp if directory else temp / _source_name(source)
+        fetched = 0
+
+        def progress(count: int) -> None:
+            nonlocal fetched
+            fetched += count
+
+        try:
+            try:
+                self._fetch(source, target, deadline, progress)
+            except FetchError as error:
+                raise ModelError(f"model {name} ({source}): {error}") from None
+            if time.monotonic() > deadline:
+                raise ModelError(f"model {name} ({source}): timed out (load_timeout_s)")
+            got = digest_of(target, directory)
+            if got != digest:
+                raise ModelError(f"model {name} ({source}): its bytes have sha256 {got}, but git pins {digest}")
+            _read_only(temp)
+            self._evict_for(fetched, keep=digest)
+            os.rename(temp, self.root / "entries" / digest)
+        finally:
+            if temp.exists():
+                _remove(temp)
+        return fetched
+
+    def _verified(self, path: Path, directory: bool, digest: str) -> bool:
+        try:
+            return digest_of(path, directory) == digest
+        except (OSError, ValueError):
+            return False
+
+    # --- eviction -------------------------------------------------------------------
+
+    def _entries(self) -> dict[str, tuple[int, float]]:
+        found: dict[str, tuple[int, float]] = {}
+        for entry in (self.root / "entries").iterdir():
+            size = sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
+            use = self.root / "use" / entry.name
+            found[entry.name] = (size, use.stat().st_mtime if use.exists() else 0.0)
+        return found
+
+    def _evict_for(self, need: int, keep: str) -> None:
+        if self.max_bytes is None:
+            return
+        entries = self._entries()
+        in_use = {keep} | {digest for digest in entries if self._in_use(digest)}
+        for digest in eviction_order(entries, in_use, need, self.max_bytes):
+            with _try_exclusive(self.root / "use" / digest) as free:
+                if free:  # no replica took it meanwhile
+                    size = entries[digest][0]
+                    _LOG.info("model cache: evicting %s… (%d bytes, least recently used)", digest[:12], size)
+                    _remove(self.root / "entries" / digest)
+
+    def _in_use(self, digest: str) -> bool:
+        if digest in self._held:
+            return True
+        with _try_exclusive(self.root / "use" / digest) as free:
+            return not free
+
+    # --- locks ----------------------------------------------------------------------
+
+    def _hold(self, digest: str, deadline: float, name: str, source: str) -> None:
+        """A shared lock on `use/DIGEST` for this process's life: no eviction takes it."""
+        if digest in self._held:
+            os.utime(self.root / "use" / digest)
+            return
+        stream = (self.root / "use" / digest).open("ab")
+        _wait_for(stream, fcntl.LOCK_SH, deadline, f"model {name} ({source}): timed out waiting for the cache")
+        os.utime(self.root / "use" / digest)
+        self._held[digest] = stream
+
+    def _exclusive(self, path: Path, deadline: float, name: str, source: str) -> _Locked:
+        stream = path.open("ab")
+        try:
+            waiting = f"model {name} ({source}): timed out (load_timeout_s) waiting for another replica's download"
+            _wait_for(stream, fcntl.LOCK_EX, deadline, waiting)
+        except BaseException:
+            stream.close()
+            raise
+        return _Locked(stream)
+
+
+class _Locked:
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        self._stream.close()  # closing drops the lock
+
+
+class _try_exclusive:
+    """`with _try_exclusive(path) as free`: True when no one holds `path` (then held until exit)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._stream: IO[bytes] | None = None
+
+    def __enter__(self) -> bool:
+        self._stream = self._path.open("ab")
+        try:
+            fcntl.flock(self._stream, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            return False
+        return True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stream is not None:
+            self._stream.close()
+
+
+def _wait_for(stream: IO[bytes], mode: int, deadline: float, message: str) -> None:
+    while True:
+        try:
+            fcntl.flock(stream, mode | fcntl.LOCK_NB)
+            return
+        except OSError as error:
+            if error.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+        if time.monotonic() > deadline:
+            raise ModelError(message)
+        time.sleep(_LOCK_POLL_S)
+
+
+def _read_only(path: Path) -> None:
+    for folder, _dirs, files in os.walk(path):
+        for file in files:
+            os.chmod(os.path.join(folder, file), 0o444)
+    for folder, _dirs, _files in sorted(os.walk(path), key=lambda walked: -len(walked[0])):
+        os.chmod(folder, 0o555)
+
+
+def _remove(path: Path) -> None:
+    """Remove an entry or a partial download, read-only or not."""
+    if not path.exists():
+        return
+    for folder, _dirs, _files in os.walk(path):
+        os.chmod(folder, 0o755)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def stage_models(
+    models: dict[str, dict[str, Any]], cache_dir: str | None, max_bytes: int | None
+) -> tuple[ModelCache, list[Staged]]:
+    """Every model of a backend (`ModelConfig` as JSON, by name) staged in the
+    node's cache, each within its own `load_timeout_s`; the cache keeps them
+    held (not evictable) until `ModelCache.release`."""
+    cache = ModelCache(Path(cache_dir or DEFAULT_CACHE_DIR), max_bytes)
+    staged: list[Staged] = []
+    try:
+        for name, model in sorted(models.items()):
+            deadline = time.monotonic() + float(model["load_timeout_s"])
+            done = await asyncio.to_thread(cache.stage, name, model["source"], model["sha256"], deadline)
+            _LOG.info(
+                "model %s: %s (%d bytes fetched in %.1fs)",
+                name, "fetched" if done.fetched_bytes else "cached", done.fetched_bytes, done.seconds,
+            )
+            staged.append(done)
+    except BaseException:
+        cache.release()
+        raise
+    return cache, staged
