@@ -68,10 +68,10 @@ def roles(system: str, url: str) -> dict[str, list[int]]:
     proxies = machine.find(me, "ray::ProxyActor") + [
         pid for pid in machine.listener_pids(port) if "haproxy" in machine.command_line(pid)]
     replicas = machine.find(me, "ray::Replica") + machine.find(me, "ray::ServeReplica")
-    return {"proxy": _with_children(proxies), "replica": _with_children(replicas)}
+    return {"proxy": with_children(proxies), "replica": with_children(replicas)}
 
 
-def _with_children(pids: list[int]) -> list[int]:
+def with_children(pids: list[int]) -> list[int]:
     return sorted({p for pid in pids for p in (pid, *descendants(pid))})
 
 
