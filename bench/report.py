@@ -110,7 +110,7 @@ def render(document: dict[str, Any], out: Path) -> Path:
 
     figures = plots.draw_all(document, out)
     lines = (_header(document) + ([] if plots.installed() else [NO_PLOTS, ""]) + _headline(document["measurements"])
-             + _targets_table(targets(document)))
+             + _work_headline(document["measurements"]) + _targets_table(targets(document)))
     measurements = document["measurements"]
     for section in (_proxy, _update, _rollout, _faults, _reconcile, _fanout, _memory, _serving, _profile, _payloads,
                     _streams, _density):
@@ -165,6 +165,30 @@ def _headline(measurements: dict[str, Any]) -> list[str]:
         lines.append(f"| {r['system']} | {_spread(r['rps'], digits=0)} | {_spread(r['p50_ms'], digits=2)} | "
                      f"{_spread(r['p99_ms'], digits=1)} | {ratio} |")
     return lines + [""]
+
+
+def _work_headline(measurements: dict[str, Any]) -> list[str]:
+    """Issue 35's figures side by side: a 1 MiB echo at 32 connections, 1,000 open streams, the idle replicas."""
+    rows = []
+    bodies = (measurements.get("payloads") or {}).get("figures", {}).get("runs", [])
+    for r in bodies:
+        if (r["handler"], r["size"], r["connections"]) == ("echo", 1 << 20, 32):
+            rows.append(f"| 1 MiB echo, 32 connections | {r['system']} | {_spread(r['mb_s'])} MB/s, "
+                        f"p99 {_spread(r['p99_ms'], digits=0)} ms |")
+    streams = (measurements.get("streams") or {}).get("figures", {}).get("runs", [])
+    for r in streams:
+        if r["streams"] == 1000:
+            memory = (r["proxy_pss_kib_per_stream"] or 0.0) + (r["replica_pss_kib_per_stream"] or 0.0)
+            rows.append(f"| 1,000 open SSE streams | {r['system']} | {memory:.1f} KiB per stream, gap p99 "
+                        f"{_number(r['gap_p99_ms'])} ms, {r['starved']} starved |")
+    density = (measurements.get("density") or {}).get("figures", {})
+    for r in density.get("runs", []):
+        rows.append(f"| {r['replicas']} idle replicas | {r['system']} | {_number(r['replica_pss_mb'], 1)} MB PSS "
+                    f"per replica, all ready in {r['ready_s']:.1f} s |")
+    if not rows:
+        return []
+    return ["## Headline: the work users send (issue 35)", "", "| work | system | figures |",
+            "| --- | --- | --- |", *rows, ""]
 
 
 def _targets_table(rows: list[Target]) -> list[str]:

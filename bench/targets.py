@@ -14,6 +14,7 @@ from typing import Any
 SERVE_CONFIGS = ("serve-default", "serve-100", "serve-direct", "serve-haproxy")
 DIRECT_STARLETTE = ("uvicorn", "granian")
 WORKER_GROWTH = 1.1  # 2 workers over 1: less is within the noise of one run
+BARE_NOISE = 1.25  # ours within this factor of a bare app's figure: the machine's limit, not ours
 
 
 @dataclass(frozen=True)
@@ -285,12 +286,15 @@ def _streams(doc: dict[str, Any] | None) -> list[Target]:
     if thousand is None:
         rows.append(Target(names[1], "–", None))
     else:
-        wanted = 2 * thousand["period_ms"]
+        wanted, got = 2 * thousand["period_ms"], thousand["gap_p99_ms"]
         bare = next((r for r in runs if r["system"] == "uvicorn" and r["streams"] == 1000), None)
-        beyond = (f"uvicorn + Starlette alone, in the same run, has p99 {bare['gap_p99_ms']:.0f} ms"
-                  if bare and bare["gap_p99_ms"] > wanted else "")
-        rows.append(Target(names[1], f"{thousand['gap_p99_ms']:.0f} ms (period {thousand['period_ms']:.0f} ms)",
-                           thousand["gap_p99_ms"] <= wanted, beyond))
+        measured = f"{got:.0f} ms (period {thousand['period_ms']:.0f} ms)"
+        if bare:
+            measured += f"; uvicorn + Starlette alone, same run: {bare['gap_p99_ms']:.0f} ms"
+        # Beyond this machine only when the bare app misses too and ours is within the noise of it.
+        beyond = ("the bare app misses it too in the same run"
+                  if bare and bare["gap_p99_ms"] > wanted and got <= BARE_NOISE * bare["gap_p99_ms"] else "")
+        rows.append(Target(names[1], measured, got <= wanted, beyond))
     bad = {r["streams"]: (r["failed"], r["short"], r["starved"]) for r in ours}
     rows.append(Target(names[2], "; ".join(f"{n:,}: {f} failed, {s} short, {st} starved"
                                            for n, (f, s, st) in bad.items()),
