@@ -1,8 +1,11 @@
 """ray-gitops data plane: the HTTP proxy actors, several worker processes per Ray node.
 
 Map (layers import only downward):
-- pure: `routing` (longest-prefix match, 405), `steering` (header match,
-  sticky key), `settings` (tunables, with `httpedge.limits`),
+- pure: `routing` (longest-prefix match, 405), `steering` (header and JSON
+  match, sticky key), `policies` (a backend's replica choice:
+  round_robin, least_loaded, consistent_hash, prefix_affinity),
+  `request_keys` (a routing key from a header, cookie, query or JSON
+  body field), `settings` (tunables, with `httpedge.limits`),
   `shadow_compare` (shadow replies against the primary's),
   `request_stats` (answers counted for rollout checks); the choices
   (weighted backend, shadow sampling, power-of-two replica, queue admission)

@@ -222,6 +222,8 @@ class ProxyApp:
                 # No body (RFC 9112 6.3): the server hands its one empty message over at once, so no deadline.
                 _request_message(await receive())
                 body = b""
+            if served.steering.reads_body:
+                backend = served.pick(scope["headers"], self._rng, body)  # JSON match rules read the body
             headers = with_root_path(_end_to_end(scope["headers"]), route.prefix)
             request: WireRequest = (scope["method"], path, scope["query_string"], headers, body)
             if served.shadow.shares:
@@ -292,8 +294,9 @@ class ProxyApp:
         if pool is None:
             raise _Reply(503, "No replica available", self._retry_after)
         attempts = 2 if request[0] in _IDEMPOTENT else 1
+        key = pool.request_key(request)  # None unless the backend's routing policy reads a key
         for _ in range(attempts):
-            slot = pool.free_slot() or await self._acquire(pool)
+            slot = pool.free_slot(key) or await self._acquire(pool, key)
             held = False
             try:
                 remaining = deadline_at - asyncio.get_running_loop().time()
@@ -313,9 +316,9 @@ class ProxyApp:
                     pool.release(slot)
         raise _Reply(502, "Bad Gateway: the replica died")
 
-    async def _acquire(self, pool: ReplicaPool) -> ReplicaSlot:
+    async def _acquire(self, pool: ReplicaPool, key: bytes | None = None) -> ReplicaSlot:
         try:
-            return await pool.acquire()
+            return await pool.acquire(key)
         except NoReplicaError:
             raise _Reply(503, "No replica available", self._retry_after) from None
         except QueueFullError:

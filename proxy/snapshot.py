@@ -49,12 +49,13 @@ class ServedEndpoint:
             config.shadow_values,
         )
 
-    def pick(self, headers: Headers, rng: Random) -> str:
-        """The backend for a request: a matching header rule, else the weights,
-        drawn at the request's sticky point if it has one, else at random."""
+    def pick(self, headers: Headers, rng: Random, body: bytes | None = None) -> str:
+        """The backend for a request: a matching header (or, with the body, JSON)
+        rule, else the weights, drawn at the request's sticky point if it has
+        one, else at random."""
         steering = self.steering
         if steering:
-            matched = steering.matched(headers)
+            matched = steering.matched(headers, body)
             if matched is not None:
                 return matched
             point = steering.point(headers)

@@ -55,11 +55,15 @@ from vocabulary.configs import (
     MetricCheck,
     OnFailure,
     RolloutConfig,
+    RoutingConfig,
+    RoutingPolicy,
     SecretChange,
     SecretConfig,
     ShadowCompare,
     UpdateConfig,
     bounded_check,
+    keyed_routing,
+    one_match_source,
 )
 from vocabulary.serving_rules import route_problem, zero_replica_reason
 from gitops.specs.limits import DEFAULT_MAX_REPLICAS
@@ -71,6 +75,7 @@ __all__ = [
     "DERIVED_ENDPOINT_FIELDS",
     "AutoscalingSpec",
     "BatchingSpec",
+    "RoutingSpec",
     "UpdateSpec",
     "RolloutSpec",
     "MatchSpec",
@@ -178,6 +183,13 @@ AutoscalingSpec = create_model(
 BatchingSpec = create_model(
     "BatchingSpec", __base__=_Spec, __doc__=BatchingConfig.__doc__, **_file_keys(BatchingConfig, frozenset(), {})
 )
+RoutingSpec = create_model(
+    "RoutingSpec",
+    __base__=_Spec,
+    __doc__=RoutingConfig.__doc__,
+    __validators__={"_keyed": model_validator(mode="after")(keyed_routing)},
+    **_file_keys(RoutingConfig, frozenset(), {"policy": _one_of(RoutingPolicy)}),
+)
 UpdateSpec = create_model(
     "UpdateSpec", __base__=_Spec, __doc__=UpdateConfig.__doc__, **_file_keys(UpdateConfig, frozenset(), {})
 )
@@ -198,7 +210,13 @@ RolloutSpec = create_model(
         {"steps": list[float], "on_failure": _one_of(OnFailure), "metrics": list[MetricCheckSpec]},
     ),
 )
-MatchSpec = create_model("MatchSpec", __base__=_Spec, __doc__=MatchRule.__doc__, **_file_keys(MatchRule, frozenset(), {}))
+MatchSpec = create_model(
+    "MatchSpec",
+    __base__=_Spec,
+    __doc__=MatchRule.__doc__,
+    __validators__={"_one_source": model_validator(mode="after")(one_match_source)},
+    **_file_keys(MatchRule, frozenset(), {}),
+)
 
 
 class RayActorOptionsSpec(_Spec):
@@ -294,6 +312,7 @@ _BackendKeys = create_model(
             "runtime_env": RuntimeEnvSpec,
             "autoscaling": AutoscalingSpec | None,
             "batching": BatchingSpec | None,
+            "routing": RoutingSpec | None,
             "update": UpdateSpec | None,
             "secrets": list[str],
             "on_secret_change": _one_of(SecretChange) | None,
