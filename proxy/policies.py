@@ -22,10 +22,10 @@ never returns a replica at the cap; None means every replica is full.
   bytes up to each block's end) are remembered (an LRU
   table bounded at `_TABLE_ENTRIES` per backend) with the replica that last
   took them; a request goes to the replica of its longest remembered block
-  chain when that chain covers at least `_MATCH_SHARE` of its prefix (as
-  SGLang's `cache_threshold`). Otherwise it is a new prefix and goes to the
-  least loaded replica, ties broken by the prefix's rendezvous rank, so idle
-  proxy workers (each learns its own table) agree where it starts.
+  chain. A prefix sharing not even its first block with any remembered one
+  is new and goes to the least loaded replica, ties broken by the prefix's
+  rendezvous rank, so idle proxy workers (each learns its own table) agree
+  where it starts.
 
 A request without a key is routed by power_of_two. Pure: numbers and bytes
 in, an index out; the randomness is injected.
@@ -55,9 +55,7 @@ _MASK = (1 << 64) - 1
 _TABLE_ENTRIES = 16_384
 # A prefix is cut into at most this many blocks (each at least _MIN_BLOCK bytes).
 _MAX_BLOCKS = 16
-_MIN_BLOCK = 16
-# A remembered chain covering less of the prefix than this is a new prefix (SGLang's cache_threshold).
-_MATCH_SHARE = 0.3
+_MIN_BLOCK = 64  # a shared prefix shorter than this (JSON's own '[{"role":' ...) is no prefix
 
 
 class Policy(Protocol):
@@ -206,12 +204,10 @@ class PrefixAffinity:
         return chosen
 
     def _remembered(self, chain: list[int]) -> int | None:
-        """The replica of the longest remembered block chain, when it covers at
-        least `_MATCH_SHARE` of the prefix; None: a new prefix."""
+        """The replica of the longest remembered block chain; None: a new prefix."""
         table = self._table
-        shortest = max(1, int(len(chain) * _MATCH_SHARE + 0.999999))
-        for length in range(len(chain), shortest - 1, -1):
-            replica_id = table.get(chain[length - 1])
+        for block_hash in reversed(chain):
+            replica_id = table.get(block_hash)
             if replica_id is not None:
                 try:
                     return self._ids.index(replica_id)
