@@ -89,6 +89,11 @@ shadow_ignore = ["timestamp"]
 shadow_query = false
 shadow_values = false
 
+[endpoints.echo.limits]
+requests_per_s = 10
+burst = 20
+key = "header:authorization"
+
 [endpoints.echo.rollout]
 steps = [0.05, 0.25, 0.5, 1.0]
 step_interval_s = 30

@@ -5,7 +5,7 @@ Map (layers import only downward):
   match, sticky key), `policies` (a backend's replica choice:
   round_robin, least_loaded, consistent_hash, prefix_affinity),
   `request_keys` (a routing key from a header, cookie, query or JSON
-  body field), `settings` (tunables, with `httpedge.limits`),
+  body field), `rate_limits` (per-tenant token buckets), `settings` (tunables, with `httpedge.limits`),
   `shadow_compare` (shadow replies against the primary's),
   `request_stats` (answers counted for rollout checks); the choices
   (weighted backend, shadow sampling, power-of-two replica, queue admission)
@@ -24,7 +24,9 @@ Map (layers import only downward):
 - request path: `app` (ASGI), `streaming` (streamed answers), `sockets`
   (a WebSocket carried to one replica), `metrics` (its Prometheus recorder
   and the port they are scraped from), `shared_ports` (ports one node's
-  workers share), `node_mismatches` (a node's shadow mismatches);
+  workers share), `node_mismatches` (a node's shadow mismatches),
+  `shared_buckets` (the tenants' token buckets a node's workers share, in
+  a memory-mapped file);
 - Ray shell: `controller_link`, `longpoll_client`, `load_reporting`,
   `actor` (`httpedge.server` inside the Ray actor).
 """

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from vocabulary.choosing import Random
 from proxy.snapshot import ServedEndpoint, Snapshot
 from proxy.metrics import ShadowResult
 from proxy.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
+from proxy.rate_limits import Buckets, LocalBuckets, TenantLimit
 from proxy.request_stats import RequestCounter
 from proxy.routing import Resolution, normalise_path, resolve
 from proxy.settings import ProxySettings
@@ -93,6 +95,9 @@ class Recorder(Protocol):
     def session_done(self, endpoint: str, backend: str, code: int) -> None:
         """A WebSocket session ended (`proxy.sockets` says with which code)."""
 
+    def rate_limited(self, endpoint: str) -> None:
+        """A request was refused (429): its tenant was over the endpoint's limit."""
+
 
 class NullRecorder:
     """Records nothing: a proxy started without a metrics port."""
@@ -110,6 +115,9 @@ class NullRecorder:
         pass
 
     def session_done(self, endpoint: str, backend: str, code: int) -> None:
+        pass
+
+    def rate_limited(self, endpoint: str) -> None:
         pass
 
 
@@ -143,8 +151,10 @@ class ProxyApp:
         rng: Random | None = None,
         recorder: Recorder | None = None,
         mismatches: MismatchLog | None = None,
+        buckets: Buckets | None = None,
     ) -> None:
-        """`mismatches`: where shadow mismatches are kept and answered from (default: this process's memory)."""
+        """`mismatches`: where shadow mismatches are kept and answered from (default: this process's memory);
+        `buckets`: the tenants' token buckets (default: this process's own; a node's workers share theirs)."""
         self._caller = caller
         self._settings = settings
         self._rng = rng or random.Random()
@@ -162,6 +172,7 @@ class ProxyApp:
         self._sockets = SocketCarrier(caller, self._rng, self._recorder, self._counts)
         self._calls = RunningCalls(_WATCH_AFTER_S)
         self.mismatches = mismatches if mismatches is not None else MismatchLog()
+        self._buckets = buckets if buckets is not None else LocalBuckets()
 
     # --- the config side -----------------------------------------------------
 
@@ -212,6 +223,8 @@ class ProxyApp:
             await _send(send, 405, [*_TEXT, (b"allow", route.allow.encode())], b"Method Not Allowed")
             return
         served = snapshot.endpoints[route.endpoint]
+        if served.limits is not None and await self._refused_by_limit(served.limits, scope, send):
+            return
         started = time.perf_counter()
         backend = served.pick(scope["headers"], self._rng)
         primary: asyncio.Future[WireResponse] | None = None
@@ -262,6 +275,18 @@ class ProxyApp:
         if primary is not None:
             # Compared only now: the primary's answer has already gone out.
             primary.set_result((status, headers, payload))
+
+    async def _refused_by_limit(self, limit: TenantLimit, scope: Scope, send: Send) -> bool:
+        """Whether the request's tenant is over the endpoint's limit; if so, it is answered 429 here."""
+        wait_s = self._buckets.take(
+            limit.slot(scope["query_string"], scope["headers"]), limit.rate, limit.burst, time.monotonic()
+        )
+        if not wait_s:
+            return False
+        self._recorder.rate_limited(limit.endpoint)
+        retry_after = str(max(1, math.ceil(wait_s))).encode()
+        await _send(send, 429, [*_TEXT, (b"retry-after", retry_after)], b"Too Many Requests")
+        return True
 
     async def _stream(
         self, streaming: "_Streaming", served: ServedEndpoint, backend: str, started: float, receive: Receive,

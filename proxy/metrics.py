@@ -4,7 +4,7 @@ Owned here: the names, labels and buckets of the data-plane metrics of
 docs/metrics.md ("Proxy": `gitops_http_requests_total`,
 `gitops_http_request_duration_seconds`, `gitops_shadow_requests_total`,
 `gitops_shadow_comparisons_total`, `gitops_backend_ongoing_requests`, `gitops_batch_size`,
-`gitops_http_time_to_first_byte_seconds`), and serving
+`gitops_http_time_to_first_byte_seconds`, `gitops_http_rate_limited_total`), and serving
 them. Not here: when a
 request counts as finished (the proxy's request path calls
 `request_finished` from exactly one place, `proxy.sockets` calls
@@ -122,6 +122,7 @@ SHADOW_LABELS = ("endpoint", "backend", "result")
 COMPARISON_LABELS = ("endpoint", "backend", "result")
 ONGOING_LABELS = ("backend",)
 BATCH_LABELS = ("backend",)
+LIMITED_LABELS = ("endpoint",)
 
 
 class ShadowResult(enum.StrEnum):
@@ -264,6 +265,14 @@ class ProxyMetrics:
             buckets=REQUEST_BUCKETS,
             registry=r,
         )
+        self._rate_limited = Counter(
+            "gitops_http_rate_limited",
+            "Requests refused with 429 because their tenant was over the endpoint's [limits] "
+            "(the tenant's key is never a label).",
+            LIMITED_LABELS,
+            registry=r,
+        )
+        self._limited: dict[str, Any] = {}
         self._finished: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._sessions: dict[tuple[str, str, int], Any] = {}
         self._first_bytes: dict[tuple[str, str], Any] = {}
@@ -313,6 +322,13 @@ class ProxyMetrics:
             histogram = self._first_bytes[key] = self._first_byte.labels(endpoint, backend)
         histogram.observe(seconds)
 
+    def rate_limited(self, endpoint: str) -> None:
+        """A request was refused (429): its tenant was over the endpoint's limit."""
+        counter = self._limited.get(endpoint)
+        if counter is None:
+            counter = self._limited[endpoint] = self._rate_limited.labels(endpoint)
+        counter.inc()
+
     def batch_sent(self, backend: str, size: int) -> None:
         self._batch_size.labels(backend).observe(size)
 
@@ -348,6 +364,8 @@ class ProxyMetrics:
         self._first_bytes = {k: v for k, v in self._first_bytes.items() if k[0] != endpoint}
         for metric, names in self._by_route():
             _remove_where(metric, names, "endpoint", endpoint)
+        if self._limited.pop(endpoint, None) is not None:
+            _remove_where(self._rate_limited, LIMITED_LABELS, "endpoint", endpoint)
 
     def forget_backend(self, backend: str) -> None:
         """Drop a deleted backend's series."""
@@ -363,7 +381,7 @@ class ProxyMetrics:
         """Forget every series of an endpoint or backend the proxy no longer
         serves, so config churn cannot grow cardinality; called per snapshot."""
         self._serving = (set(endpoints), set(backends))
-        for endpoint in self._labelled("endpoint") - set(endpoints):
+        for endpoint in (self._labelled("endpoint") | set(self._limited)) - set(endpoints):
             self.forget_endpoint(endpoint)
         for backend in self._labelled("backend") - set(backends):
             self.forget_backend(backend)

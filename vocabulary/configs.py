@@ -40,6 +40,7 @@ __all__ = [
     "bounded_check",
     "RolloutConfig",
     "MatchRule",
+    "LimitsConfig",
     "one_match_source",
     "ShadowCompare",
     "StickyKey",
@@ -504,6 +505,43 @@ class MatchRule(_Value):
     _one_source = model_validator(mode="after")(one_match_source)
 
 
+_LIMIT_KEY = re.compile(r"(header|cookie|query):(.+)")
+
+
+def _limit_key_shape(key: str | None) -> str | None:
+    if key is None:
+        return None
+    found = _LIMIT_KEY.fullmatch(key)
+    if found is None or not found.group(2).strip() or any(c in found.group(2) for c in "\r\n\0"):
+        raise ValueError(f"must be 'header:NAME', 'cookie:NAME' or 'query:NAME' (got '{key}')")
+    kind, name = found.groups()
+    if kind == "header":
+        return f"header:{_header_name(name)}"
+    return key
+
+
+class LimitsConfig(_Value):
+    """Requests each tenant may send to the endpoint: a token bucket per key, at each node's proxy (docs/llm.md)."""
+
+    requests_per_s: float = Field(
+        gt=0, le=1_000_000, description="Requests per second each key may send, on average; beyond it, 429 with Retry-After."
+    )
+    burst: int = Field(
+        default=1, ge=1, le=1_000_000, description="Requests a key may send at once after being idle (the bucket's size)."
+    )
+    key: Annotated[str | None, AfterValidator(_limit_key_shape)] = Field(
+        default=None,
+        description="Who a tenant is: 'header:NAME', 'cookie:NAME' or 'query:NAME' (hashed, never logged); "
+        "requests without it share one bucket; none: one bucket for the whole endpoint.",
+    )
+
+    def key_source(self) -> tuple[RoutingKey, str] | None:
+        if self.key is None:
+            return None
+        kind, name = self.key.split(":", 1)
+        return RoutingKey(kind), name
+
+
 class EndpointConfig(_Value):
     """A route of the proxy and how its requests are shared between backends."""
 
@@ -551,6 +589,9 @@ class EndpointConfig(_Value):
     )
     rollout: RolloutConfig | None = Field(
         default=None, description="Move traffic toward the split in git in checked steps; none: at once."
+    )
+    limits: LimitsConfig | None = Field(
+        default=None, description="A request rate per tenant (token buckets at the proxy); none: unlimited."
     )
 
     def backends(self) -> frozenset[str]:

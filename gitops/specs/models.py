@@ -51,6 +51,7 @@ from vocabulary.configs import (
     BackendConfig,
     BatchingConfig,
     EndpointConfig,
+    LimitsConfig,
     MatchRule,
     MetricCheck,
     OnFailure,
@@ -79,6 +80,7 @@ __all__ = [
     "UpdateSpec",
     "RolloutSpec",
     "MatchSpec",
+    "LimitsSpec",
     "RayActorOptionsSpec",
     "RuntimeEnvSpec",
     "BackendSpec",
@@ -209,6 +211,9 @@ RolloutSpec = create_model(
         frozenset(),
         {"steps": list[float], "on_failure": _one_of(OnFailure), "metrics": list[MetricCheckSpec]},
     ),
+)
+LimitsSpec = create_model(
+    "LimitsSpec", __base__=_Spec, __doc__=LimitsConfig.__doc__, **_file_keys(LimitsConfig, frozenset(), {})
 )
 MatchSpec = create_model(
     "MatchSpec",
@@ -393,6 +398,7 @@ _EndpointKeys = create_model(
             "shadow_compare": _one_of(ShadowCompare),
             "shadow_ignore": list[str],
             "rollout": RolloutSpec | None,
+            "limits": LimitsSpec | None,
         },
     ),
 )

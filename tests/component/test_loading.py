@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from vocabulary.configs import (
+    LimitsConfig,
     MatchRule,
     RoutingConfig,
     AutoscalingConfig,
@@ -343,6 +344,7 @@ shadow_compare = "json"
 shadow_ignore = ["at"]
 shadow_query = true
 shadow_values = true
+limits = { requests_per_s = 5, burst = 7, key = "query:tenant" }
 rollout = { steps = [0.2, 1.0], step_interval_s = 5, min_requests = 3, max_error_ratio = 0.5, max_p99_latency_s = 2, on_failure = "pause", metrics = [{ name = "errors", query = "up", min = 0, max = 1 }] }
 """
 
@@ -364,6 +366,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
     updates = [b.update for b in backends if b.update is not None]
     routings = [b.routing for b in backends if b.routing is not None]
     rules = [rule for e in endpoints for rule in e.match]
+    limits = [e.limits for e in endpoints if e.limits is not None]
     rollouts = [e.rollout for e in endpoints if e.rollout is not None]
     checks = [check for rollout in rollouts for check in rollout.metrics]
     expected = [
@@ -374,6 +377,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
         (UpdateConfig, updates, frozenset()),
         (RoutingConfig, routings, frozenset()),
         (MatchRule, rules, frozenset()),
+        (LimitsConfig, limits, frozenset()),
         (RolloutConfig, rollouts, frozenset()),
         (MetricCheck, checks, frozenset()),
     ]

@@ -139,3 +139,17 @@ def test_a_json_match_sends_a_model_to_its_backend(cluster: Cluster) -> None:
         assert small.startswith("model-small") and large.startswith("model-large"), (small, large)
         assert client.post("/models", content=b"{not json").json()["replica"].startswith("model-large")
         assert client.post("/models", content=json.dumps(["small"])).json()["replica"].startswith("model-large")
+
+
+def test_a_tenant_over_its_limit_gets_429_while_another_is_untouched(cluster: Cluster) -> None:
+    cluster.backend("limited", 1)
+    cluster.endpoint(
+        "limited", {"limited": 1.0}, limits={"requests_per_s": 0.2, "burst": 3, "key": "header:authorization"}
+    )
+    with httpx.Client(base_url=cluster.url, timeout=20) as client:
+        ada = [client.get("/limited", headers={"authorization": "Bearer ada"}) for _ in range(6)]
+        bob = [client.get("/limited", headers={"authorization": "Bearer bob"}) for _ in range(3)]
+    assert [r.status_code for r in ada] == [200, 200, 200, 429, 429, 429]
+    assert all(1 <= int(r.headers["retry-after"]) <= 5 for r in ada[3:])
+    assert "Bearer ada" not in ada[3].text
+    assert [r.status_code for r in bob] == [200, 200, 200]
