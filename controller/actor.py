@@ -541,14 +541,18 @@ class ControllerActor:
         return await self._longpoll.listen(held, proxy_id, self._options.longpoll_timeout_s)
 
     async def report_load(
-        self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None
+        self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None,
+        reported: dict[str, float] | None = None,
     ) -> None:
         """Latest (ongoing, queued) per backend from one proxy; policy lives elsewhere.
-        `requests`: the proxy's answers counted per backend, for rollout checks."""
+        `requests`: the proxy's answers counted per backend, for rollout checks;
+        `reported`: the sum of the loads the backend's replicas reported, as this proxy saw them."""
         self._loads[proxy_id] = {b: (int(o), int(q)) for b, (o, q) in loads.items()}
         if requests:
             self._rollouts.record(proxy_id, requests)
-        self._autoscaler.record_report(proxy_id, self._loads[proxy_id], time.monotonic())
+        self._autoscaler.record_report(
+            proxy_id, self._loads[proxy_id], time.monotonic(), {b: float(r) for b, r in (reported or {}).items()}
+        )
 
     async def get_load(self) -> dict[str, dict[str, tuple[int, int]]]:
         return dict(self._loads)

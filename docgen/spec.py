@@ -56,6 +56,7 @@ max_replicas = 4
 target_ongoing_requests = 2
 upscale_delay_s = 5
 downscale_delay_s = 30
+target_reported_load = 0.8
 
 [backends.echo-v1.batching]
 max_batch_size = 8

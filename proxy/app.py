@@ -34,6 +34,7 @@ are reported through one `Recorder`, the single place metrics hook in.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import random
@@ -56,7 +57,7 @@ from proxy.streaming import StreamEnd, relay, stream_code
 from proxy.shadow_compare import Mismatch, MismatchLog, compare
 from vocabulary.configs import ShadowCompare
 from vocabulary.request_stats import RequestStats
-from vocabulary.wire import Reply, StreamStart, WireRequest, WireResponse, with_root_path
+from vocabulary.wire import LOAD_HEADER, Reply, StreamStart, WireRequest, WireResponse, with_root_path
 
 __all__ = ["ProxyApp", "Recorder", "NullRecorder"]
 
@@ -185,13 +186,18 @@ class ProxyApp:
     def snapshot(self) -> Snapshot:
         return self._snapshot
 
-    def backend_load(self) -> dict[str, dict[str, int]]:
+    def backend_load(self) -> dict[str, dict[str, float]]:
         """Per backend: requests in flight on replicas, waiting in the queue,
-        and turned away in the last second because it had no replica."""
-        return {
-            name: {"ongoing": pool.ongoing(), "queued": pool.queued(), "unserved": pool.unserved()}
-            for name, pool in self._snapshot.pools.items()
-        }
+        and turned away in the last second because it had no replica; and the
+        sum of its replicas' reported loads, once one has reported."""
+        loads: dict[str, dict[str, float]] = {}
+        for name, pool in self._snapshot.pools.items():
+            load: dict[str, float] = {"ongoing": pool.ongoing(), "queued": pool.queued(), "unserved": pool.unserved()}
+            reported = pool.reported()
+            if reported is not None:
+                load["reported"] = reported
+            loads[name] = load
+        return loads
 
     def request_stats(self) -> dict[str, RequestStats]:
         """Per backend, the answers counted since this proxy started (for rollout checks)."""
@@ -325,7 +331,7 @@ class ProxyApp:
             held = False
             try:
                 remaining = deadline_at - asyncio.get_running_loop().time()
-                reply: Reply = await self._caller.call(slot.handle, request, remaining, pool.batching)
+                reply: Reply = _took_load(slot, await self._caller.call(slot.handle, request, remaining, pool.batching))
                 if isinstance(reply, StreamStart):
                     held = True  # the slot stays taken until the stream ends
                     return _Streaming(pool, slot, reply)
@@ -390,7 +396,7 @@ class ProxyApp:
         reply: WireResponse | None = None
         try:
             async with asyncio.timeout(served.timeout_s):
-                answer = await self._caller.call(slot.handle, request, served.timeout_s, pool.batching)
+                answer = _took_load(slot, await self._caller.call(slot.handle, request, served.timeout_s, pool.batching))
             if isinstance(answer, StreamStart):
                 self._caller.discard(slot.handle, answer)
             else:
@@ -446,6 +452,18 @@ class ProxyApp:
 def _withheld(name: bytes) -> bool:
     """A header no shadow copy carries: a credential, by its name or a credential-looking part of it."""
     return name in _SHADOW_WITHHELD or any(part in name for part in _SHADOW_WITHHELD_PARTS)
+
+
+def _took_load(slot: ReplicaSlot, reply: Reply) -> Reply:
+    """`reply` without the load its replica reported (its last header, if any),
+    which the replica's slot keeps for the routing policies."""
+    headers = reply.headers if isinstance(reply, StreamStart) else reply[1]
+    if not headers or headers[-1][0] != LOAD_HEADER:
+        return reply
+    slot.note_load(headers[-1][1])
+    if isinstance(reply, StreamStart):
+        return dataclasses.replace(reply, headers=headers[:-1])
+    return reply[0], headers[:-1], reply[2]
 
 
 def _end_to_end(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

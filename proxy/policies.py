@@ -9,7 +9,9 @@ never returns a replica at the cap; None means every replica is full.
 - `power_of_two` is `vocabulary.choosing.pick_replica` itself; the pool calls
   it directly (no policy object), so today's hot path is unchanged.
 - `round_robin`: each replica in turn, skipping full ones.
-- `least_loaded`: the fewest in flight (ties broken from a random start).
+- `least_loaded`: the fewest in flight (ties broken from a random start); once
+  every replica has reported a load (`gitops.serving.report_load`), the
+  lowest reported load below the cap.
 - `consistent_hash`: rendezvous (highest random weight) hashing of the key
   over replica ids: a key stays on one replica while the set is stable, and
   when a replica joins or leaves only the keys it wins or held move (~1/N).
@@ -17,7 +19,9 @@ never returns a replica at the cap; None means every replica is full.
 - `prefix_affinity`: as SGLang's cache-aware router, requests sharing a
   prefix (the first `prefix_bytes` of the key) go to one replica unless it
   is overloaded: its in-flight count exceeds `max_imbalance` × the least
-  loaded replica's (counted as at least 1), when the least loaded takes it.
+  loaded replica's (counted as at least 1), when the least loaded takes it;
+  once every replica reports a load, its reported load exceeds
+  `max_imbalance` × the lowest and it has more in flight than that replica.
   The prefix is cut into blocks whose chained hashes (the hash of all
   bytes up to each block's end) are remembered (an LRU
   table bounded at `_TABLE_ENTRIES` per backend) with the replica that last
@@ -62,8 +66,13 @@ class Policy(Protocol):
     def members(self, replica_ids: Sequence[str]) -> None:
         """The replica set changed: these ids, in the order of later `in_flight` lists."""
 
-    def choose(self, in_flight: Sequence[int], cap: int, key: bytes | None, rng: Random) -> int | None:
-        """The index of the replica that takes the request; None: all are at `cap`."""
+    def choose(
+        self, in_flight: Sequence[int], cap: int, key: bytes | None, rng: Random,
+        loads: Sequence[float] | None = None,
+    ) -> int | None:
+        """The index of the replica that takes the request; None: all are at `cap`.
+        `loads`: what every replica last reported (`gitops.serving.report_load`),
+        or None while one has not."""
 
 
 def _digest64(data: bytes) -> int:
@@ -113,6 +122,20 @@ def _least_by_rank(in_flight: Sequence[int], key_hash: int, replica_hashes: Sequ
     return best
 
 
+def _least_reported(in_flight: Sequence[int], cap: int, loads: Sequence[float], start: int) -> int | None:
+    """The replica below `cap` with the lowest reported load (then fewest in flight),
+    scanning from `start` so ties fall anywhere; None: all are at `cap`."""
+    count = len(in_flight)
+    best: int | None = None
+    for step in range(count):
+        index = (start + step) % count
+        if in_flight[index] >= cap:
+            continue
+        if best is None or (loads[index], in_flight[index]) < (loads[best], in_flight[best]):
+            best = index
+    return best
+
+
 def _least(in_flight: Sequence[int], start: int) -> int:
     count = len(in_flight)
     best = start
@@ -130,7 +153,10 @@ class RoundRobin:
     def members(self, replica_ids: Sequence[str]) -> None:
         pass
 
-    def choose(self, in_flight: Sequence[int], cap: int, key: bytes | None, rng: Random) -> int | None:
+    def choose(
+        self, in_flight: Sequence[int], cap: int, key: bytes | None, rng: Random,
+        loads: Sequence[float] | None = None,
+    ) -> int | None:
         count = len(in_flight)
         for step in range(count):
             index = (self._next + step) % count
@@ -144,11 +170,16 @@ class LeastLoaded:
     def members(self, replica_ids: Sequence[str]) -> None:
         pass
 
-    def choose(self, in_flight: Sequence[int], cap: int, key: bytes | None, rng: Random) -> int | None:
+    def choose(
+        self, in_flight: Sequence[int], cap: int, key: bytes | None, rng: Random,
+        loads: Sequence[float] | None = None,
+    ) -> int | None:
         if not in_flight:
             return None
-        best = _least(in_flight, rng.randrange(len(in_flight)))
-        return best if in_flight[best] < cap else None
+        if loads is None:
+            best = _least(in_flight, rng.randrange(len(in_flight)))
+            return best if in_flight[best] < cap else None
+        return _least_reported(in_flight, cap, loads, rng.randrange(len(in_flight)))
 
 
 class ConsistentHash:
@@ -158,7 +189,10 @@ class ConsistentHash:
     def members(self, replica_ids: Sequence[str]) -> None:
         self._hashes = tuple(_digest64(replica_id.encode()) for replica_id in replica_ids)
 
-    def choose(self, in_flight: Sequence[int], cap: int, key: bytes | None, rng: Random) -> int | None:
+    def choose(
+        self, in_flight: Sequence[int], cap: int, key: bytes | None, rng: Random,
+        loads: Sequence[float] | None = None,
+    ) -> int | None:
         if key is None:
             return pick_replica(in_flight, cap, rng)
         return _rendezvous_pick(_digest64(key), self._hashes, in_flight, cap)
@@ -182,26 +216,42 @@ class PrefixAffinity:
     def table_size(self) -> int:
         return len(self._table)
 
-    def choose(self, in_flight: Sequence[int], cap: int, key: bytes | None, rng: Random) -> int | None:
+    def choose(
+        self, in_flight: Sequence[int], cap: int, key: bytes | None, rng: Random,
+        loads: Sequence[float] | None = None,
+    ) -> int | None:
         if key is None or not in_flight:
             return pick_replica(in_flight, cap, rng)
         prefix = key[: self._prefix_bytes]
         block = self._block
         # Each block boundary's whole prefix, hashed (in C): the chain of blocks.
         chain = [hash(prefix[:end]) for end in range(block, len(prefix) + block, block)]
-        least = _least(in_flight, rng.randrange(len(in_flight)))
+        start = rng.randrange(len(in_flight))
+        least = _least(in_flight, start) if loads is None else _least_reported(in_flight, cap, loads, start)
+        if least is None:
+            return None
         preferred = self._remembered(chain)
         if preferred is None:
             # A new prefix: the least loaded replica, ties broken by the prefix's
             # rendezvous rank (so idle workers agree where a conversation starts).
             preferred = _least_by_rank(in_flight, _digest64(prefix), self._hashes)
         chosen = preferred
-        if in_flight[preferred] >= cap or in_flight[preferred] > self._max_imbalance * max(in_flight[least], 1):
+        if in_flight[preferred] >= cap or self._overloaded(preferred, least, in_flight, loads):
             chosen = least
         if in_flight[chosen] >= cap:
             return None
         self._remember(chain, self._ids[chosen])
         return chosen
+
+    def _overloaded(
+        self, preferred: int, least: int, in_flight: Sequence[int], loads: Sequence[float] | None
+    ) -> bool:
+        """In flight: above max_imbalance x the least loaded's (at least 1). Reported
+        loads, when every replica has one: above max_imbalance x the least's, and
+        busier in requests too (so two idle replicas reporting 0.1 and 0 never trade)."""
+        if loads is None:
+            return in_flight[preferred] > self._max_imbalance * max(in_flight[least], 1)
+        return loads[preferred] > self._max_imbalance * loads[least] and in_flight[preferred] > in_flight[least]
 
     def _remembered(self, chain: list[int]) -> int | None:
         """The replica of the longest remembered block chain; None: a new prefix."""

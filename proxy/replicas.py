@@ -51,12 +51,22 @@ class QueueFullError(Exception):
 class ReplicaSlot:
     """One replica and its in-flight count; mutable proxy-side bookkeeping."""
 
-    __slots__ = ("replica_id", "handle", "in_flight")
+    __slots__ = ("replica_id", "handle", "in_flight", "reported")
 
     def __init__(self, replica_id: str, handle: Any) -> None:
         self.replica_id = replica_id
         self.handle = handle
         self.in_flight = 0
+        # The load its user code last reported (`gitops.serving.report_load`), carried by its answers.
+        self.reported: float | None = None
+
+    def note_load(self, value: bytes) -> None:
+        try:
+            number = float(value)
+        except ValueError:
+            return
+        if number >= 0 and number != float("inf"):
+            self.reported = number
 
     def __repr__(self) -> str:
         return f"ReplicaSlot({self.replica_id!r}, in_flight={self.in_flight})"
@@ -92,6 +102,11 @@ class ReplicaPool:
 
     def queued(self) -> int:
         return len(self._waiters)
+
+    def reported(self) -> float | None:
+        """The sum of the loads its replicas last reported (`gitops.serving.report_load`); None: none has."""
+        values = [slot.reported for slot in self._slots if slot.reported is not None]
+        return sum(values) if values else None
 
     def unserved(self) -> int:
         """Requests turned away in the last second for want of any replica."""
@@ -213,7 +228,11 @@ class ReplicaPool:
         if policy is None:
             index = pick_replica([s.in_flight for s in slots], self.max_concurrent, self._rng)
         else:
-            index = policy.choose([s.in_flight for s in slots], self.max_concurrent, key, self._rng)
+            reported = [s.reported for s in slots]
+            loads = None if None in reported else reported
+            index = policy.choose(
+                [s.in_flight for s in slots], self.max_concurrent, key, self._rng, loads  # type: ignore[arg-type]
+            )
         if index is None:
             return None
         slot = slots[index]

@@ -85,6 +85,13 @@ class AutoscalingConfig(_Value):
     downscale_delay_s: float = Field(
         default=30.0, ge=0, description="Seconds the load must stay below target before removing replicas."
     )
+    target_reported_load: float | None = Field(
+        default=None,
+        gt=0,
+        description="Load per replica the autoscaler aims for, as replicas report it with "
+        "`gitops.serving.report_load` (KV-cache use, queue depth); the count is the larger of what requests "
+        "and reported load want. none: requests only.",
+    )
 
 
 class BatchingConfig(_Value):

@@ -329,7 +329,7 @@ file = "secrets/db.age"
 
 [backends.scaled]
 import_path = "apps.echo:hello"
-autoscaling = { min_replicas = 2, max_replicas = 5, target_ongoing_requests = 4, upscale_delay_s = 1, downscale_delay_s = 2 }
+autoscaling = { min_replicas = 2, max_replicas = 5, target_ongoing_requests = 4, upscale_delay_s = 1, downscale_delay_s = 2, target_reported_load = 3 }
 cold_start_timeout_s = 5
 
 [endpoints.full]

@@ -294,3 +294,24 @@ def test_a_long_json_array_is_serialised_as_far_as_its_prefix(items: int) -> Non
     whole = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
     head = json_bytes(value, 256)
     assert head is not None and whole.startswith(head) and len(head) >= min(len(whole), 256)
+
+
+def test_least_loaded_ranks_by_reported_load_once_every_replica_has_one() -> None:
+    policy, rng = LeastLoaded(), random.Random(11)
+    assert all(policy.choose([0, 0, 0], 5, None, rng, [0.9, 0.2, 0.5]) == 1 for _ in range(20))
+    assert all(policy.choose([0, 5, 0], 5, None, rng, [0.9, 0.2, 0.5]) == 2 for _ in range(20))  # full: skipped
+    assert policy.choose([5, 5, 5], 5, None, rng, [0.9, 0.2, 0.5]) is None
+
+
+def test_prefix_affinity_leaves_a_replica_reporting_too_much_load() -> None:
+    policy, rng = prefix(IDS[:2], max_imbalance=2.0), random.Random(12)
+    key = conversation(3, 2)
+    home = policy.choose([0, 0], 100, key, rng)
+    assert home is not None
+    other = 1 - home
+    loads = [0.0, 0.0]
+    loads[home], loads[other] = 0.9, 0.1
+    in_flight = [0, 0]
+    assert policy.choose(in_flight, 100, key, rng, loads) == home  # no busier in requests: stays
+    in_flight[home] = 1
+    assert policy.choose(in_flight, 100, key, rng, loads) == other

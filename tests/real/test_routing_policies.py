@@ -19,7 +19,7 @@ import ray
 from controller.client import ControllerClient
 from controller.proxy_fleet import PROXY_PREFIX
 from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
-from vocabulary.configs import EndpointConfig, RoutingConfig
+from vocabulary.configs import AutoscalingConfig, EndpointConfig, RoutingConfig
 
 pytestmark = pytest.mark.real
 
@@ -153,3 +153,35 @@ def test_a_tenant_over_its_limit_gets_429_while_another_is_untouched(cluster: Cl
     assert all(1 <= int(r.headers["retry-after"]) <= 5 for r in ada[3:])
     assert "Bearer ada" not in ada[3].text
     assert [r.status_code for r in bob] == [200, 200, 200]
+
+
+def test_least_loaded_ranks_replicas_by_the_load_user_code_reports(cluster: Cluster) -> None:
+    cluster.backend("reporting", 3, {"policy": "least_loaded"}, handler="CountsItsRequests")
+    cluster.endpoint("reporting", {"reporting": 1.0})
+    with httpx.Client(base_url=cluster.url, timeout=20) as client:
+        # Until each replica has answered once (and so reported), the proxy ranks by requests in flight.
+        eventually(lambda: len(replicas_seen(client, "/reporting", 10)) == 3 or None, 30)
+        answers = [client.post("/reporting") for _ in range(60)]
+    assert all(":load" not in answer.headers for answer in answers)
+    counts = Counter(answer.json()["replica"] for answer in answers)
+    # Each reports the requests it served: the proxy evens them out exactly, as
+    # in-flight counts (always 0 between sequential requests) never could.
+    assert max(counts.values()) - min(counts.values()) <= 2, counts
+
+
+def test_the_autoscaler_scales_on_the_load_replicas_report(cluster: Cluster) -> None:
+    met(cluster.client, run(cluster.client.apply_backend(quick_backend(
+        "kv", "routing_handlers:ReportsLoad", num_replicas=1, init_args=(0.9,),
+        autoscaling=AutoscalingConfig(
+            min_replicas=1, max_replicas=3, target_reported_load=0.4, upscale_delay_s=0.5, downscale_delay_s=60,
+        ),
+    ))))
+    cluster.endpoint("kv", {"kv": 1.0})
+
+    def scaled() -> int | None:
+        httpx.post(f"{cluster.url}/kv", timeout=20)  # one request at a time: requests alone want 1 replica
+        target = run(cluster.client.get_status()).backends["kv"].target_replicas
+        return target if target == 3 else None
+
+    # 0.9 reported by one replica wants ceil(0.9 / 0.4) = 3; more replicas each report 0.9 too, capped at 3.
+    assert eventually(scaled, 60) == 3

@@ -8,7 +8,7 @@ from starlette.requests import Request
 
 from gitops import serving
 
-__all__ = ["WhoAmI"]
+__all__ = ["WhoAmI", "CountsItsRequests", "ReportsLoad"]
 
 
 class WhoAmI:
@@ -19,4 +19,27 @@ class WhoAmI:
         sleep_s = float(request.query_params.get("sleep", "0"))
         if sleep_s:
             await asyncio.sleep(sleep_s)
+        return {"replica": serving.context().replica_id}
+
+
+class CountsItsRequests:
+    """Reports as its load the requests it has served so far (`gitops.serving.report_load`)."""
+
+    def __init__(self) -> None:
+        self.served = 0
+
+    async def __call__(self, request: Request) -> dict[str, str]:
+        self.served += 1
+        serving.report_load(self.served)
+        return {"replica": serving.context().replica_id}
+
+
+class ReportsLoad:
+    """Reports a fixed load (its init argument) on every request, as an engine reporting KV-cache use would."""
+
+    def __init__(self, load: float) -> None:
+        self.load = load
+
+    async def __call__(self, request: Request) -> dict[str, str]:
+        serving.report_load(self.load)
         return {"replica": serving.context().replica_id}
