@@ -99,6 +99,9 @@ class Recorder(Protocol):
     def rate_limited(self, endpoint: str) -> None:
         """A request was refused (429): its tenant was over the endpoint's limit."""
 
+    def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:
+        """A streamed answer ended: the gap before each chunk after its head."""
+
 
 class NullRecorder:
     """Records nothing: a proxy started without a metrics port."""
@@ -119,6 +122,9 @@ class NullRecorder:
         pass
 
     def rate_limited(self, endpoint: str) -> None:
+        pass
+
+    def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:
         pass
 
 
@@ -304,9 +310,11 @@ class ProxyApp:
             await send({"type": "http.response.body", "body": start.first_chunk, "more_body": True})
             self._recorder.first_byte(served.name, backend, time.perf_counter() - started)
             chunks = self._caller.stream(streaming.slot.handle, start)
-            status = await relay(chunks, send, served.timeout_s, receive, start.status)
+            gaps: list[float] = []
+            status = await relay(chunks, send, served.timeout_s, receive, start.status, gaps)
         finally:
             streaming.pool.release(streaming.slot)
+        self._recorder.stream_done(served.name, backend, gaps)
         if status == StreamEnd.REPLICA_DIED:
             streaming.pool.drop(streaming.slot)
         code = stream_code(status, start.status)

@@ -4,7 +4,8 @@ Owned here: the names, labels and buckets of the data-plane metrics of
 docs/metrics.md ("Proxy": `gitops_http_requests_total`,
 `gitops_http_request_duration_seconds`, `gitops_shadow_requests_total`,
 `gitops_shadow_comparisons_total`, `gitops_backend_ongoing_requests`, `gitops_batch_size`,
-`gitops_http_time_to_first_byte_seconds`, `gitops_http_rate_limited_total`), and serving
+`gitops_http_time_to_first_byte_seconds`, `gitops_http_rate_limited_total`,
+`gitops_stream_inter_chunk_seconds`, `gitops_stream_chunks`), and serving
 them. Not here: when a
 request counts as finished (the proxy's request path calls
 `request_finished` from exactly one place, `proxy.sockets` calls
@@ -123,6 +124,11 @@ COMPARISON_LABELS = ("endpoint", "backend", "result")
 ONGOING_LABELS = ("backend",)
 BATCH_LABELS = ("backend",)
 LIMITED_LABELS = ("endpoint",)
+# Between two chunks of a streamed answer: one output token of an LLM (a few ms
+# to ~100 ms) up to a slow producer's pause.
+INTER_CHUNK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# Chunks one streamed answer sent: about its output tokens for a token stream.
+CHUNK_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 
 class ShadowResult(enum.StrEnum):
@@ -265,6 +271,21 @@ class ProxyMetrics:
             buckets=REQUEST_BUCKETS,
             registry=r,
         )
+        self._inter_chunk = Histogram(
+            "gitops_stream_inter_chunk_seconds",
+            "Time between two chunks of a streamed answer (for a token stream: the time per output token).",
+            DURATION_LABELS,
+            buckets=INTER_CHUNK_BUCKETS,
+            registry=r,
+        )
+        self._chunks = Histogram(
+            "gitops_stream_chunks",
+            "Chunks one streamed answer sent, its head's included (for a token stream: about its output tokens).",
+            DURATION_LABELS,
+            buckets=CHUNK_BUCKETS,
+            registry=r,
+        )
+        self._streams: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._rate_limited = Counter(
             "gitops_http_rate_limited",
             "Requests refused with 429 because their tenant was over the endpoint's [limits] "
@@ -322,6 +343,19 @@ class ProxyMetrics:
             histogram = self._first_bytes[key] = self._first_byte.labels(endpoint, backend)
         histogram.observe(seconds)
 
+    def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:
+        """A streamed answer ended after its head and `len(gaps)` more chunks, each `gaps[i]` after the one before."""
+        key = (endpoint, backend)
+        children = self._streams.get(key)
+        if children is None:
+            children = self._streams[key] = (
+                self._inter_chunk.labels(endpoint, backend), self._chunks.labels(endpoint, backend)
+            )
+        inter_chunk, chunks = children
+        for gap in gaps:
+            inter_chunk.observe(gap)
+        chunks.observe(len(gaps) + 1)
+
     def rate_limited(self, endpoint: str) -> None:
         """A request was refused (429): its tenant was over the endpoint's limit."""
         counter = self._limited.get(endpoint)
@@ -362,6 +396,7 @@ class ProxyMetrics:
         self._finished = {k: v for k, v in self._finished.items() if k[0] != endpoint}
         self._sessions = {k: v for k, v in self._sessions.items() if k[0] != endpoint}
         self._first_bytes = {k: v for k, v in self._first_bytes.items() if k[0] != endpoint}
+        self._streams = {k: v for k, v in self._streams.items() if k[0] != endpoint}
         for metric, names in self._by_route():
             _remove_where(metric, names, "endpoint", endpoint)
         if self._limited.pop(endpoint, None) is not None:
@@ -372,6 +407,7 @@ class ProxyMetrics:
         self._finished = {k: v for k, v in self._finished.items() if k[1] != backend}
         self._sessions = {k: v for k, v in self._sessions.items() if k[1] != backend}
         self._first_bytes = {k: v for k, v in self._first_bytes.items() if k[1] != backend}
+        self._streams = {k: v for k, v in self._streams.items() if k[1] != backend}
         for metric, names in self._by_route():
             _remove_where(metric, names, "backend", backend)
         _remove_where(self._ongoing, ONGOING_LABELS, "backend", backend)
@@ -401,6 +437,8 @@ class ProxyMetrics:
             (self._shadows, SHADOW_LABELS),
             (self._comparisons, COMPARISON_LABELS),
             (self._first_byte, DURATION_LABELS),
+            (self._inter_chunk, DURATION_LABELS),
+            (self._chunks, DURATION_LABELS),
         ]
 
     def render(self) -> bytes:

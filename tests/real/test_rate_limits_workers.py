@@ -1,4 +1,4 @@
-"""Per-tenant limits across one node's two proxy workers, as the real controller runs them.
+"""Per-tenant limits and stream metrics across one node's two proxy workers, as the real controller runs them.
 
 Each request comes on a fresh connection, so the kernel spreads them over both
 workers (SO_REUSEPORT); the tenant's burst is granted once in all, because the
@@ -34,6 +34,10 @@ class Node:
             name="metered", route="/metered", traffic={"who": 1.0},
             limits=LimitsConfig(requests_per_s=0.01, burst=10, key="header:x-api-key"),
         ))))
+        met(self.client, run(self.client.apply_backend(quick_backend("tokens", "routing_handlers:Tokens"))))
+        met(self.client, run(self.client.apply_endpoint(
+            EndpointConfig(name="stream", route="/stream", traffic={"tokens": 1.0})
+        )))
         eventually(lambda: len(self.running()) == 2 or None, 60)
 
     def running(self) -> list[str]:
@@ -68,3 +72,26 @@ def test_a_tenant_s_burst_is_granted_once_across_the_node_s_workers(node: Node) 
         return float(found.group(1)) if found and float(found.group(1)) == 20 else None
 
     assert eventually(refused, 30) == 20
+
+
+def test_a_token_stream_s_gaps_and_chunks_reach_the_node_s_metrics(node: Node) -> None:
+    for _ in range(3):
+        answer = httpx.get(f"{node.url}/stream", params={"n": "6", "gap": "0.03"}, timeout=20)
+        assert answer.status_code == 200 and answer.text.startswith("token0 ")
+
+    def observed() -> str | None:
+        text = httpx.get(f"http://127.0.0.1:{node.metrics_port}/metrics", timeout=10).text
+        found = re.search(r'^gitops_stream_chunks_count\{backend="tokens",endpoint="stream"\} (\S+)$', text, re.M)
+        return text if found and float(found.group(1)) == 3 else None
+
+    text = eventually(observed, 30)
+    assert text is not None
+    chunks = re.search(r'^gitops_stream_chunks_sum\{backend="tokens",endpoint="stream"\} (\S+)$', text, re.M)
+    gaps = re.search(r'^gitops_stream_inter_chunk_seconds_count\{backend="tokens",endpoint="stream"\} (\S+)$', text, re.M)
+    fast = re.search(
+        r'^gitops_stream_inter_chunk_seconds_bucket\{backend="tokens",endpoint="stream",le="0.01"\} (\S+)$', text, re.M
+    )
+    assert chunks and gaps and fast
+    # Six tokens a stream, the first in the head: the other five each come after a gap of ~30 ms.
+    assert float(chunks.group(1)) >= 3 * 5 and float(gaps.group(1)) == float(chunks.group(1)) - 3
+    assert float(fast.group(1)) <= 1  # no gap is shorter than the 30 ms the handler waits (one at most, the head's)

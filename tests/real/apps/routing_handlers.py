@@ -8,7 +8,7 @@ from starlette.requests import Request
 
 from gitops import serving
 
-__all__ = ["WhoAmI", "CountsItsRequests", "ReportsLoad"]
+__all__ = ["WhoAmI", "CountsItsRequests", "ReportsLoad", "Tokens"]
 
 
 class WhoAmI:
@@ -43,3 +43,13 @@ class ReportsLoad:
     async def __call__(self, request: Request) -> dict[str, str]:
         serving.report_load(self.load)
         return {"replica": serving.context().replica_id}
+
+
+class Tokens:
+    """Streams `?n=` tokens, `?gap=` seconds apart, as an LLM streams its output."""
+
+    async def __call__(self, request: Request):  # an async generator: the answer streams
+        count, gap_s = int(request.query_params.get("n", "5")), float(request.query_params.get("gap", "0.02"))
+        for n in range(count):
+            await asyncio.sleep(gap_s)
+            yield f"token{n} "
