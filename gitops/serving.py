@@ -46,7 +46,9 @@ def report_load(value: float) -> None:
     any number >= 0, the same scale on every replica of the backend). Each
     answer the replica gives afterwards carries the newest value; the proxy's
     `least_loaded` and `prefix_affinity` policies rank replicas by it once
-    every replica of the backend has reported (docs/llm.md)."""
+    every replica of the backend has reported (docs/llm.md). Outside a
+    replica it raises RuntimeError, as `context()` does."""
+    installed_calls()  # inside a replica only
     REPORTED_LOAD.report(value)
 
 

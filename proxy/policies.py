@@ -19,9 +19,8 @@ never returns a replica at the cap; None means every replica is full.
 - `prefix_affinity`: as SGLang's cache-aware router, requests sharing a
   prefix (the first `prefix_bytes` of the key) go to one replica unless it
   is overloaded: its in-flight count exceeds `max_imbalance` × the least
-  loaded replica's (counted as at least 1), when the least loaded takes it;
-  once every replica reports a load, its reported load exceeds
-  `max_imbalance` × the lowest and it has more in flight than that replica.
+  loaded replica's (counted as at least 1), when the least loaded takes it
+  (once every replica reports a load: the one reporting the lowest).
   The prefix is cut into blocks whose chained hashes (the hash of all
   bytes up to each block's end) are remembered (an LRU
   table bounded at `_TABLE_ENTRIES` per backend) with the replica that last
@@ -246,12 +245,11 @@ class PrefixAffinity:
     def _overloaded(
         self, preferred: int, least: int, in_flight: Sequence[int], loads: Sequence[float] | None
     ) -> bool:
-        """In flight: above max_imbalance x the least loaded's (at least 1). Reported
-        loads, when every replica has one: above max_imbalance x the least's, and
-        busier in requests too (so two idle replicas reporting 0.1 and 0 never trade)."""
-        if loads is None:
-            return in_flight[preferred] > self._max_imbalance * max(in_flight[least], 1)
-        return loads[preferred] > self._max_imbalance * loads[least] and in_flight[preferred] > in_flight[least]
+        """Its in-flight count above max_imbalance x the least loaded's (at least 1).
+        Reported loads choose who takes over (`least`), never whether to leave: a
+        report is a snapshot from the replica's last answer, and a stale 0.1
+        against a 0 would move conversations off warm caches."""
+        return in_flight[preferred] > self._max_imbalance * max(in_flight[least], 1)
 
     def _remembered(self, chain: list[int]) -> int | None:
         """The replica of the longest remembered block chain; None: a new prefix."""

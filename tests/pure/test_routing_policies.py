@@ -303,15 +303,15 @@ def test_least_loaded_ranks_by_reported_load_once_every_replica_has_one() -> Non
     assert policy.choose([5, 5, 5], 5, None, rng, [0.9, 0.2, 0.5]) is None
 
 
-def test_prefix_affinity_leaves_a_replica_reporting_too_much_load() -> None:
-    policy, rng = prefix(IDS[:2], max_imbalance=2.0), random.Random(12)
+def test_prefix_affinity_leaves_by_requests_in_flight_for_the_lowest_reported_load() -> None:
+    policy, rng = prefix(IDS[:3], max_imbalance=2.0), random.Random(12)
     key = conversation(3, 2)
-    home = policy.choose([0, 0], 100, key, rng)
+    home = policy.choose([0, 0, 0], 100, key, rng)
     assert home is not None
-    other = 1 - home
-    loads = [0.0, 0.0]
-    loads[home], loads[other] = 0.9, 0.1
-    in_flight = [0, 0]
-    assert policy.choose(in_flight, 100, key, rng, loads) == home  # no busier in requests: stays
-    in_flight[home] = 1
-    assert policy.choose(in_flight, 100, key, rng, loads) == other
+    others = [index for index in range(3) if index != home]
+    loads = [0.5, 0.5, 0.5]
+    loads[home], loads[others[0]], loads[others[1]] = 0.9, 0.4, 0.1
+    in_flight = [1, 1, 1]
+    assert policy.choose(in_flight, 100, key, rng, loads) == home  # a high report alone moves nothing
+    in_flight[home] = 3  # 3 > 2 x 1: leave, for the replica reporting the least
+    assert policy.choose(in_flight, 100, key, rng, loads) == others[1]

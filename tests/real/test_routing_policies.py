@@ -7,9 +7,11 @@ replica that gave it, so the tests see where the proxy sent every request.
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
@@ -185,3 +187,35 @@ def test_the_autoscaler_scales_on_the_load_replicas_report(cluster: Cluster) -> 
 
     # 0.9 reported by one replica wants ceil(0.9 / 0.4) = 3; more replicas each report 0.9 too, capped at 3.
     assert eventually(scaled, 60) == 3
+
+
+def test_prefix_affinity_keeps_the_simulated_llm_s_prefixes_cached(cluster: Cluster, tmp_path: Path) -> None:
+    # The shipped simulator, as a user's repository would hold it.
+    shutil.copy(Path(__file__).parents[2] / "deployments" / "apps" / "llm_sim.py", tmp_path / "llm_sim.py")
+    met(cluster.client, run(cluster.client.apply_backend(quick_backend(
+        "sim", "llm_sim:LLMSim", num_replicas=4, working_dir=str(tmp_path),
+        user_config={"prefill_s_per_token": 0.0001, "decode_s_per_token": 0.001, "max_tokens": 4},
+        routing=RoutingConfig.model_validate({"policy": "prefix_affinity", "key": "json:messages"}),
+    ))))
+    cluster.endpoint("v1", {"sim": 1.0})
+    with httpx.Client(base_url=cluster.url, timeout=20) as client:
+        cached: dict[int, list[int]] = {n: [] for n in range(8)}
+        history: dict[int, list[dict[str, str]]] = {
+            n: [{"role": "system", "content": f"conversation {n}: " + "context " * 30}] for n in range(8)
+        }
+        for turn in range(4):
+            for n in range(8):
+                history[n].append({"role": "user", "content": f"question {turn} " + "word " * 20})
+                stream = turn % 2 == 1
+                answer = client.post("/v1/chat/completions", json={"model": "sim", "messages": history[n], "stream": stream})
+                assert answer.status_code == 200
+                if stream:
+                    events = [e[len("data: "):] for e in answer.text.split("\n\n") if e]
+                    assert events[-1] == "[DONE]"
+                    usage = json.loads(events[-2])["usage"]
+                else:
+                    usage = answer.json()["usage"]
+                cached[n].append(usage["prompt_tokens_details"]["cached_tokens"])
+                history[n].append({"role": "assistant", "content": "tok0 tok1 tok2 tok3"})
+    # Every turn after a conversation's first finds its earlier turns in its replica's cache.
+    assert all(turns[0] == 0 and all(c > 0 for c in turns[1:]) for turns in cached.values()), cached
