@@ -12,6 +12,15 @@ import pytest
 from starlette.requests import Request
 
 from deployments.apps.llm_sim import BLOCK_TOKENS, LLMSim, PrefixCache, block_hashes, prompt_tokens
+from vocabulary.serving import REPORTED_LOAD
+
+
+@pytest.fixture(autouse=True)
+def no_reported_load_left_behind() -> Any:
+    """The simulator reports its load when a replica context is installed (another
+    test may have left one): the process-wide value must not reach later tests."""
+    yield
+    REPORTED_LOAD.value = None
 
 
 def call(sim: LLMSim, body: Any, path: str = "/v1/chat/completions") -> httpx.Response:
