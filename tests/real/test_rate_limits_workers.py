@@ -88,10 +88,10 @@ def test_a_token_stream_s_gaps_and_chunks_reach_the_node_s_metrics(node: Node) -
     assert text is not None
     chunks = re.search(r'^gitops_stream_chunks_sum\{backend="tokens",endpoint="stream"\} (\S+)$', text, re.M)
     gaps = re.search(r'^gitops_stream_inter_chunk_seconds_count\{backend="tokens",endpoint="stream"\} (\S+)$', text, re.M)
-    fast = re.search(
-        r'^gitops_stream_inter_chunk_seconds_bucket\{backend="tokens",endpoint="stream",le="0.01"\} (\S+)$', text, re.M
-    )
-    assert chunks and gaps and fast
+    spent = re.search(r'^gitops_stream_inter_chunk_seconds_sum\{backend="tokens",endpoint="stream"\} (\S+)$', text, re.M)
+    assert chunks and gaps and spent
     # Six tokens a stream, the first in the head: the other five each come after a gap of ~30 ms.
     assert float(chunks.group(1)) >= 3 * 5 and float(gaps.group(1)) == float(chunks.group(1)) - 3
-    assert float(fast.group(1)) <= 1  # no gap is shorter than the 30 ms the handler waits (one at most, the head's)
+    # The handler waits 30 ms before each token: the gaps add up to that (one may be
+    # short and the next long when the machine is busy, never the total).
+    assert float(spent.group(1)) >= 0.025 * float(gaps.group(1))
