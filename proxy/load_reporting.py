@@ -1,8 +1,9 @@
 """Periodic load reports to the controller: per backend, requests in flight and queued,
-and the answers counted so far.
+the sum of the loads its replicas reported (`gitops.serving.report_load`), and
+the answers counted so far.
 
 The controller's autoscaler reads the load (`report_load(proxy_id, {backend:
-(ongoing, queued)}, requests)`); reports expire there after a few seconds, so a
+(ongoing, queued)}, requests, {backend: reported})`); reports expire there after a few seconds, so a
 missed one costs nothing and failures are only logged once per streak. The
 request counts (`vocabulary.request_stats.RequestStats` as JSON, cumulative
 since the proxy started) are what rollout checks judge; the same per endpoint
@@ -23,7 +24,7 @@ __all__ = ["report_load_forever"]
 
 logger = logging.getLogger(__name__)
 
-Loads = dict[str, dict[str, int]]
+Loads = dict[str, dict[str, float]]
 
 
 async def report_load_forever(
@@ -36,15 +37,17 @@ async def report_load_forever(
         await asyncio.sleep(interval_s)
         # Requests turned away for want of a replica count as queued demand,
         # so a backend scaled to zero is scaled up again by its traffic.
+        current = loads()
         report = {
-            backend: (load["ongoing"], load["queued"] + load.get("unserved", 0))
-            for backend, load in loads().items()
+            backend: (int(load["ongoing"]), int(load["queued"] + load.get("unserved", 0)))
+            for backend, load in current.items()
         }
+        reported = {backend: load["reported"] for backend, load in current.items() if "reported" in load}
         counted = {backend: stats.model_dump(mode="json") for backend, stats in requests().items()}
         by_endpoint = {name: stats.model_dump(mode="json") for name, stats in (endpoint_requests or dict)().items()}
         try:
             controller = await link.get()
-            await controller.call(ControllerAPI.report_load, proxy_id, report, counted, by_endpoint)
+            await controller.call(ControllerAPI.report_load, proxy_id, report, counted, by_endpoint, reported)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001 — reporting must never stop serving

@@ -11,8 +11,11 @@ find no replica in its wait queue, where the autoscaler sees them as demand,
 until a first replica arrives or that time runs out (`NoReplicaError`). A replica that died under a request is
 dropped at once and kept out until the controller stops listing it.
 
-Decisions come from `vocabulary.choosing`; this module only keeps the state and
-wakes waiters. No Ray, no HTTP.
+Decisions come from `vocabulary.choosing` (power_of_two, the default, called
+directly so its path costs what it always did) or from the backend's routing
+policy (`proxy.policies`), which also sees the request's key (`proxy.request_keys`);
+a request waiting in line keeps its key, so the policy decides for it too when a
+slot frees. This module only keeps the state and wakes waiters. No Ray, no HTTP.
 """
 
 from __future__ import annotations
@@ -23,9 +26,12 @@ import time
 from typing import Callable, Iterable
 
 from proxy.calling import Batching
+from proxy.policies import Policy, policy_for
+from proxy.request_keys import KeyReader
 from vocabulary.choosing import Admission, Random, admit, pick_replica
 from vocabulary.actor_apis import ReplicaHandle
-from vocabulary.configs import BatchingConfig
+from vocabulary.configs import BatchingConfig, RoutingConfig
+from vocabulary.wire import WireRequest
 
 __all__ = ["ReplicaSlot", "ReplicaPool", "NoReplicaError", "QueueFullError"]
 
@@ -46,12 +52,22 @@ class QueueFullError(Exception):
 class ReplicaSlot:
     """One replica and its in-flight count; mutable proxy-side bookkeeping."""
 
-    __slots__ = ("replica_id", "handle", "in_flight")
+    __slots__ = ("replica_id", "handle", "in_flight", "reported")
 
     def __init__(self, replica_id: str, handle: ReplicaHandle) -> None:
         self.replica_id = replica_id
         self.handle = handle
         self.in_flight = 0
+        # The load its user code last reported (`gitops.serving.report_load`), carried by its answers.
+        self.reported: float | None = None
+
+    def note_load(self, value: bytes) -> None:
+        try:
+            number = float(value)
+        except ValueError:
+            return
+        if number >= 0 and number != float("inf"):
+            self.reported = number
 
     def __repr__(self) -> str:
         return f"ReplicaSlot({self.replica_id!r}, in_flight={self.in_flight})"
@@ -68,10 +84,14 @@ class ReplicaPool:
         self.batching: Batching | None = None
         # How long a request may wait for a first replica; None: not at all.
         self.cold_start_s: float | None = None
+        # The routing policy and where it reads its key; None: power_of_two, no key.
+        self.routing: RoutingConfig | None = None
+        self._policy: Policy | None = None
+        self._key_reader: KeyReader | None = None
         self._rng = rng
         self._max_queued = max_queued
         self._slots: list[ReplicaSlot] = []
-        self._waiters: collections.deque[asyncio.Future[ReplicaSlot]] = collections.deque()
+        self._waiters: collections.deque[tuple[asyncio.Future[ReplicaSlot], bytes | None]] = collections.deque()
         self._dead: set[str] = set()
         self._clock = clock
         self._unserved: collections.deque[float] = collections.deque(maxlen=_UNSERVED_KEPT)
@@ -83,6 +103,11 @@ class ReplicaPool:
 
     def queued(self) -> int:
         return len(self._waiters)
+
+    def reported(self) -> float | None:
+        """The sum of the loads its replicas last reported (`gitops.serving.report_load`); None: none has."""
+        values = [slot.reported for slot in self._slots if slot.reported is not None]
+        return sum(values) if values else None
 
     def unserved(self) -> int:
         """Requests turned away in the last second for want of any replica."""
@@ -102,9 +127,14 @@ class ReplicaPool:
         replicas: Iterable[tuple[str, ReplicaHandle]],
         batching: BatchingConfig | None = None,
         cold_start_s: float | None = None,
+        routing: RoutingConfig | None = None,
     ) -> None:
         """Adopt the controller's RUNNING set and settings; counts of kept replicas carry over."""
         self.max_concurrent = max_concurrent
+        if routing != self.routing:
+            self.routing = routing
+            self._policy = policy_for(routing)
+            self._key_reader = KeyReader.from_config(routing)
         self.cold_start_s = cold_start_s
         self.batching = (
             None
@@ -129,6 +159,8 @@ class ReplicaPool:
         self._after_membership_change()
 
     def _after_membership_change(self) -> None:
+        if self._policy is not None:
+            self._policy.members([slot.replica_id for slot in self._slots])
         if self._slots:
             self._serve_waiters()
         elif self.cold_start_s is None:
@@ -136,39 +168,45 @@ class ReplicaPool:
 
     # --- acquiring and releasing ----------------------------------------------
 
-    def try_acquire(self) -> ReplicaSlot | None:
+    def request_key(self, request: WireRequest) -> bytes | None:
+        """The key this backend's routing policy reads from `request`; None when
+        the policy reads none or the request carries none."""
+        reader = self._key_reader
+        return None if reader is None else reader.read(request)
+
+    def try_acquire(self, key: bytes | None = None) -> ReplicaSlot | None:
         """A slot now, or None; never waits and never jumps the queue; with no
         replica at all, the request counts as unserved."""
         if not self._slots:
             self._unserved.append(self._clock())
-        return self.free_slot()
+        return self.free_slot(key)
 
-    def free_slot(self) -> ReplicaSlot | None:
+    def free_slot(self, key: bytes | None = None) -> ReplicaSlot | None:
         """A slot at once when one has room and nobody waits in line; else None
         (nothing recorded: `acquire` then waits or refuses)."""
         if self._waiters or not self._slots:
             return None
-        return self._take()
+        return self._take(key)
 
-    async def acquire(self) -> ReplicaSlot:
+    async def acquire(self, key: bytes | None = None) -> ReplicaSlot:
         """A slot with room for one more request, waiting in line if all are full
         (or, for a backend that scales from zero, until a first replica starts)."""
         if not self._slots:
             if self.cold_start_s is None:
                 self._unserved.append(self._clock())
                 raise NoReplicaError(self.backend)
-            return await self._wait_in_line(self.cold_start_s)
+            return await self._wait_in_line(self.cold_start_s, key)
         if not self._waiters:
-            slot = self._take()
+            slot = self._take(key)
             if slot is not None:
                 return slot
-        return await self._wait_in_line(None)
+        return await self._wait_in_line(None, key)
 
-    async def _wait_in_line(self, limit_s: float | None) -> ReplicaSlot:
+    async def _wait_in_line(self, limit_s: float | None, key: bytes | None) -> ReplicaSlot:
         if admit(len(self._waiters), self._max_queued) is Admission.REJECT:
             raise QueueFullError(self.backend)
         waiter: asyncio.Future[ReplicaSlot] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        self._waiters.append((waiter, key))
         try:
             async with asyncio.timeout(limit_s):
                 return await waiter
@@ -185,9 +223,17 @@ class ReplicaPool:
         if self._waiters:
             self._serve_waiters()
 
-    def _take(self) -> ReplicaSlot | None:
+    def _take(self, key: bytes | None = None) -> ReplicaSlot | None:
         slots = self._slots
-        index = pick_replica([s.in_flight for s in slots], self.max_concurrent, self._rng)
+        policy = self._policy
+        if policy is None:
+            index = pick_replica([s.in_flight for s in slots], self.max_concurrent, self._rng)
+        else:
+            reported = [s.reported for s in slots]
+            loads = None if None in reported else reported
+            index = policy.choose(
+                [s.in_flight for s in slots], self.max_concurrent, key, self._rng, loads  # type: ignore[arg-type]
+            )
         if index is None:
             return None
         slot = slots[index]
@@ -196,22 +242,22 @@ class ReplicaPool:
 
     def _serve_waiters(self) -> None:
         while self._waiters:
-            slot = self._take()
+            slot = self._take(self._waiters[0][1])
             if slot is None:
                 return
-            waiter = self._waiters.popleft()
+            waiter, _key = self._waiters.popleft()
             waiter.set_result(slot)
 
     def _fail_waiters(self, error: Exception) -> None:
         while self._waiters:
-            self._waiters.popleft().set_exception(error)
+            self._waiters.popleft()[0].set_exception(error)
 
     def _abandon(self, waiter: asyncio.Future[ReplicaSlot]) -> None:
         if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
             # The slot was handed over just as the wait was cancelled.
             self.release(waiter.result())
             return
-        try:
-            self._waiters.remove(waiter)
-        except ValueError:
-            pass
+        for entry in self._waiters:
+            if entry[0] is waiter:
+                self._waiters.remove(entry)
+                return

@@ -54,6 +54,9 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     # Added with issue #13 (serving what users run on Ray Serve).
     "gitops_batch_size": ("histogram", frozenset({"backend"})),
     "gitops_http_time_to_first_byte_seconds": ("histogram", frozenset({"endpoint", "backend"})),
+    "gitops_http_rate_limited_total": ("counter", frozenset({"endpoint"})),
+    "gitops_stream_inter_chunk_seconds": ("histogram", frozenset({"endpoint", "backend"})),
+    "gitops_stream_chunks": ("histogram", frozenset({"endpoint", "backend"})),
     # Added with issue #12 (progressive delivery).
     "gitops_shadow_comparisons_total": ("counter", frozenset({"endpoint", "backend", "result"})),
     "gitops_rollout_step": ("gauge", frozenset({"endpoint"})),
