@@ -136,7 +136,7 @@ def measure_end_to_end(conversations: int, turns: int) -> dict[str, dict[str, di
                     {"policy": policy, **({"key": "json:messages"} if policy != "power_of_two" else {})}
                 )
 
-                async def deploy() -> None:
+                async def deploy(name: str = name, routing: RoutingConfig = routing, previous: str | None = previous) -> None:
                     backend = BackendConfig(
                         name=name, version="v1", import_path="deployments.apps.llm_sim:LLMSim",
                         num_replicas=REPLICAS, ray_actor_options={"num_cpus": 0}, user_config=SIM, routing=routing,
@@ -185,11 +185,11 @@ def measure_decision() -> dict[str, float]:
         assert chosen is not None
         chosen.members(ids)
         reader = KeyReader.from_config(config)
-        value = None if reader is None else reader.read(request)  # type: ignore[arg-type]
+        value = None if reader is None else reader.read(request)
         cases[policy] = lambda chosen=chosen, value=value: chosen.choose(in_flight, 100, value, rng)
     reader = KeyReader.from_config(RoutingConfig.model_validate({"policy": "prefix_affinity", "key": "json:messages"}))
     assert reader is not None
-    cases[f"read json:messages ({len(body)} B body)"] = lambda: reader.read(request)  # type: ignore[arg-type]
+    cases[f"read json:messages ({len(body)} B body)"] = lambda: reader.read(request)
     return {name: min(timeit.repeat(case, number=2000, repeat=7)) / 2000 * 1e6 for name, case in cases.items()}
 
 

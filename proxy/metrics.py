@@ -373,7 +373,7 @@ class ProxyMetrics:
     def set_ongoing(self, backend: str, n: int) -> None:
         self._ongoing.labels(backend).set(n)
 
-    def observe_load(self, loads: Mapping[str, Mapping[str, int]]) -> None:
+    def observe_load(self, loads: Mapping[str, Mapping[str, float]]) -> None:
         """Set every backend's ongoing requests from `ProxyApp.backend_load()`.
 
         Ongoing = in flight on replicas + waiting in this proxy's queue: every
@@ -384,11 +384,11 @@ class ProxyMetrics:
             self.set_ongoing(backend, 0)  # shared files keep a removed series: zero it first
             _remove_where(self._ongoing, ONGOING_LABELS, "backend", backend)
         for backend, load in loads.items():
-            self.set_ongoing(backend, load.get("ongoing", 0) + load.get("queued", 0))
+            self.set_ongoing(backend, int(load.get("ongoing", 0) + load.get("queued", 0)))  # counts; "reported" is the float
         self._ongoing_backends = set(loads)
 
     async def sample_load_forever(
-        self, loads: Callable[[], Mapping[str, Mapping[str, int]]], interval_s: float = 1.0
+        self, loads: Callable[[], Mapping[str, Mapping[str, float]]], interval_s: float = 1.0
     ) -> None:
         """Run on the proxy's event loop: the load is read where it is written."""
         while True:

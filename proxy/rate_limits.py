@@ -70,7 +70,7 @@ class TenantLimit:
     reader: KeyReader | None
 
     @classmethod
-    def from_config(cls, endpoint: str, config: LimitsConfig | None) -> "TenantLimit | None":
+    def from_config(cls, endpoint: str, config: LimitsConfig | None) -> TenantLimit | None:
         if config is None:
             return None
         source = config.key_source()

@@ -94,7 +94,7 @@ class KeyReader:
     limit: int | None = None
 
     @classmethod
-    def from_config(cls, config: RoutingConfig | None) -> "KeyReader | None":
+    def from_config(cls, config: RoutingConfig | None) -> KeyReader | None:
         source = None if config is None else config.key_source()
         if config is None or source is None:
             return None

@@ -20,7 +20,7 @@ import asyncio
 import enum
 import logging
 import time
-from typing import Any, AsyncGenerator, Awaitable, Callable
+from typing import AsyncGenerator
 
 from httpedge.asgi import Receive, Send
 from proxy.calling import HandlerError, ReplicaDiedError

@@ -200,7 +200,7 @@ RoutingSpec = create_model(
     "RoutingSpec",
     __base__=_Spec,
     __doc__=RoutingConfig.__doc__,
-    __validators__={"_keyed": model_validator(mode="after")(keyed_routing)},
+    __validators__={"_keyed": model_validator(mode="after")(keyed_routing)},  # type: ignore[dict-item]  # pydantic types __validators__ as plain callables, its decorators return proxies
     **_file_keys(RoutingConfig, frozenset(), {"policy": _one_of(RoutingPolicy)}),
 )
 UpdateSpec = create_model(
@@ -230,7 +230,7 @@ MatchSpec = create_model(
     "MatchSpec",
     __base__=_Spec,
     __doc__=MatchRule.__doc__,
-    __validators__={"_one_source": model_validator(mode="after")(one_match_source)},
+    __validators__={"_one_source": model_validator(mode="after")(one_match_source)},  # type: ignore[dict-item]  # pydantic types __validators__ as plain callables, its decorators return proxies
     **_file_keys(MatchRule, frozenset(), {}),
 )
 

@@ -64,7 +64,7 @@ def test_two_workers_share_one_nodes_buckets(tmp_path: Path) -> None:
         second.close()
 
 
-def _take_many(directory: str, count: int, out: "multiprocessing.Queue[int]") -> None:
+def _take_many(directory: str, count: int, out: multiprocessing.Queue[int]) -> None:
     buckets = SharedBuckets(directory)
     out.put(sum(1 for _ in range(count) if buckets.take(99, rate=0.001, burst=100, now=50.0) == 0.0))
 

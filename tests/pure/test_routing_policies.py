@@ -262,7 +262,8 @@ def test_a_header_key_is_case_insensitive() -> None:
 
 
 def steering(match: list[dict[str, str]]) -> Steering:
-    return Steering.from_config(EndpointConfig.model_validate({"name": "e", "route": "/e", "traffic": {"v1": 1.0}, "match": match}))
+    config = {"name": "e", "route": "/e", "traffic": {"v1": 1.0}, "match": match}
+    return Steering.from_config(EndpointConfig.model_validate(config))
 
 
 def test_a_json_rule_picks_its_backend_from_the_body() -> None:
