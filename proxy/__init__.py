@@ -3,7 +3,8 @@
 Map (layers import only downward):
 - pure: `routing` (longest-prefix match, 405), `steering` (header match,
   sticky key), `settings` (tunables, with `httpedge.limits`),
-  `shadow_compare` (shadow replies against the primary's),
+  `shadow_compare` (shadow replies against the primary's), `stalls`
+  (per-replica progress and the rule that finds a hung replica),
   `request_stats` (answers counted for rollout checks); the choices
   (weighted backend, shadow sampling, power-of-two replica, queue admission)
   are `vocabulary.choosing`, shared with the replicas' handles, and the

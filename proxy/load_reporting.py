@@ -1,12 +1,14 @@
 """Periodic load reports to the controller: per backend, requests in flight and queued,
-and the answers counted so far.
+and the answers counted so far, and the replicas found stalled.
 
 The controller's autoscaler reads the load (`report_load(proxy_id, {backend:
 (ongoing, queued)}, requests)`); reports expire there after a few seconds, so a
 missed one costs nothing and failures are only logged once per streak. The
 request counts (`vocabulary.request_stats.RequestStats` as JSON, cumulative
 since the proxy started) are what rollout checks judge; the same per endpoint
-go to the status.
+go to the status. Replicas the proxy found stalled (`proxy.stalls`) are
+reported with every load until the controller stops listing them; it
+replaces them.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ async def report_load_forever(
     link: ControllerLink, proxy_id: str, loads: Callable[[], Loads], interval_s: float,
     requests: Callable[[], dict[str, RequestStats]],
     endpoint_requests: Callable[[], dict[str, RequestStats]] | None = None,
+    stalled: Callable[[], dict[str, dict[str, str]]] | None = None,
 ) -> None:
     failing = False
     while True:
@@ -42,9 +45,13 @@ async def report_load_forever(
         }
         counted = {backend: stats.model_dump(mode="json") for backend, stats in requests().items()}
         by_endpoint = {name: stats.model_dump(mode="json") for name, stats in (endpoint_requests or dict)().items()}
+        hung = (stalled or dict)()
         try:
             controller = await link.get()
-            await controller.call(ControllerAPI.report_load, proxy_id, report, counted, by_endpoint)
+            if hung:
+                await controller.call(ControllerAPI.report_load, proxy_id, report, counted, by_endpoint, hung)
+            else:
+                await controller.call(ControllerAPI.report_load, proxy_id, report, counted, by_endpoint)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001 — reporting must never stop serving
