@@ -135,7 +135,7 @@ class GitSource:
         try:
             commit = git.Reference(self._repo, f"refs/heads/{self.branch}").commit
         except (ValueError, git.BadName, git.GitCommandError) as error:
-            raise SourceError(f"{self.location}: branch {self.branch!r} not found ({error})") from None
+            raise SourceError(f"{self.location}: branch {self.branch!r} not found ({error})", "BranchNotFound") from None
         return self._revision(commit)
 
     def revision(self, sha: str) -> Revision:

@@ -180,7 +180,7 @@ class Loader:
         parsed.update({path: parse_file(path, data, self.limits) for path, data in contents.items()})
         with self._files_lock:
             self._files = {blobs[path]: (sizes[path], parsed[path]) for path in files if blobs[path][1]}
-        documents = combine(parsed, tuple(errors + size_errors))
+        documents = combine(parsed, tuple(errors + size_errors), self.limits)
         self._documents.put(key, documents)
         return documents
 
