@@ -338,8 +338,12 @@ class ProxyApp:
                     if loop.time() >= deadline_at - _DEADLINE_SLACK_S:
                         self._check_stall(pool, slot, task, loop.time())
                     raise
-                # Its replica stalled under another request: retry (idempotent) or 504, not a cancellation.
-                task.uncancel()
+                # Its replica stalled under another request: retry (idempotent) or 504, not a
+                # cancellation; unless its own deadline or client ended it too (their answer stands).
+                if task.uncancel() > 0:
+                    raise
+                if loop.time() >= deadline_at - _DEADLINE_SLACK_S:
+                    raise _Reply(504, "Gateway Timeout") from None  # no time left to retry
                 stalled = True
             finally:
                 progress.on_ended(task)

@@ -147,3 +147,20 @@ def test_one_slow_call_alone_does_not_make_a_stall() -> None:
             assert (await client.get("/e")).status_code == 503  # no other replica to route to
 
     asyncio.run(scenario())
+
+
+def test_calls_that_time_out_together_are_all_504_not_retried_past_their_deadline() -> None:
+    async def scenario() -> None:
+        proxy = Proxy()
+        hung = Replica("r-hung", hung=True)
+        config = EndpointConfig(name="e", route="/e", methods=("GET",), traffic={"v1": 1.0}, timeout_s=0.3)
+        table = RouteTable(entries=(RouteEntry(route="/e", methods=("GET",), endpoint="e"),))
+        proxy.publish(routes=table, endpoint__e=config)
+        proxy.replicas(hung)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=proxy.app), base_url="http://p") as client:
+            answers = await asyncio.gather(*(client.get("/e") for _ in range(8)))
+            assert [a.status_code for a in answers] == [504] * 8
+            assert list(proxy.app.stalled_replicas()["v1"]) == ["r-hung"]
+            assert hung.cancelled == 8
+
+    asyncio.run(scenario())
