@@ -571,11 +571,17 @@ class ControllerActor:
         self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None,
         endpoint_requests: dict[str, Any] | None = None,
         reported: dict[str, float] | None = None,
+        stalled: dict[str, dict[str, str]] | None = None,
     ) -> None:
         """Latest (ongoing, queued) per backend from one proxy; policy lives elsewhere.
         `requests`: the proxy's answers counted per backend, for rollout checks;
         `endpoint_requests`: the same per endpoint, for the status; `reported`: the
-        sum of the loads the backend's replicas reported, as this proxy saw them."""
+        sum of the loads the backend's replicas reported, as this proxy saw them;
+        `stalled`: per backend, the replicas the proxy found hung (`proxy.stalls`),
+        replaced at the next tick."""
+        for backend, replicas in (stalled or {}).items():
+            for replica_id, seen in replicas.items():
+                self._backends.replace_stalled(backend, str(replica_id), str(seen), time.monotonic())
         self._loads[proxy_id] = {b: (int(o), int(q)) for b, (o, q) in loads.items()}
         if requests:
             self._rollouts.record(proxy_id, requests)

@@ -7,6 +7,7 @@ Map (layers import only downward):
   `request_keys` (a routing key from a header, cookie, query or JSON
   body field), `rate_limits` (per-tenant token buckets), `settings` (tunables, with `httpedge.limits`),
   `shadow_compare` (shadow replies against the primary's),
+  `stalls` (per-replica progress and the rule that finds a hung replica),
   `request_stats` (answers counted for rollout checks); the choices
   (weighted backend, shadow sampling, power-of-two replica, queue admission)
   are `vocabulary.choosing`, shared with the replicas' handles, and the

@@ -6,7 +6,9 @@ dot segments and encoded slashes) and resolve the route, read the body
 shadows, get a replica slot (waiting in the bounded queue if needed), call it
 under the endpoint's timeout (the deadline, and the client's leaving, kept by
 `proxy.running_calls`), retry once on another replica when an
-idempotent request's replica died, and map every outcome to the status codes
+idempotent request's replica died or stalled (`proxy.stalls`: a call that ran
+out its timeout on a replica that answered nothing meanwhile takes that
+replica out of routing; the other calls it held are retried or answered 504), and map every outcome to the status codes
 of the README's HTTP table. A client that leaves before its body is read
 causes no replica call (recorded as 499); a truncated body is never
 forwarded; a client that leaves while its call runs cancels it (499). The
@@ -64,7 +66,7 @@ __all__ = ["ProxyApp", "Recorder", "NullRecorder"]
 
 logger = logging.getLogger(__name__)
 
-_IDEMPOTENT = frozenset({"GET", "HEAD"})
+_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS"})
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 _JSON = [(b"content-type", b"application/json")]
 _CLOSE = [(b"connection", b"close")]
@@ -76,6 +78,7 @@ _SHADOW_WITHHELD = frozenset({b"authorization", b"proxy-authorization", b"cookie
 _SHADOW_WITHHELD_PARTS = (b"token", b"secret", b"api-key", b"apikey", b"password", b"session", b"credential")
 CLIENT_LEFT = 499  # nginx's code for a client that closed the connection first
 _WATCH_AFTER_S = 0.05  # a request running longer than this is watched for its client leaving
+_DEADLINE_SLACK_S = 0.01  # a cancellation this close to a call's deadline is the deadline's
 
 
 class Recorder(Protocol):
@@ -98,6 +101,9 @@ class Recorder(Protocol):
 
     def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:
         """A streamed answer ended: the gap before each chunk after its head."""
+
+    def replica_stalled(self, backend: str) -> None:
+        """A replica of `backend` was found stalled (`proxy.stalls`) and taken out of routing."""
 
 
 class NullRecorder:
@@ -122,6 +128,9 @@ class NullRecorder:
         pass
 
     def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:
+        pass
+
+    def replica_stalled(self, backend: str) -> None:
         pass
 
 
@@ -201,6 +210,10 @@ class ProxyApp:
                 load["reported"] = reported
             loads[name] = load
         return loads
+
+    def stalled_replicas(self) -> dict[str, dict[str, str]]:
+        """Per backend, the replicas found stalled that the controller still lists (id -> what was seen)."""
+        return {name: hung for name, pool in self._snapshot.pools.items() if (hung := pool.stalled())}
 
     def request_stats(self) -> dict[str, RequestStats]:
         """Per backend, the answers counted since this proxy started (for rollout checks)."""
@@ -335,12 +348,19 @@ class ProxyApp:
             raise _Reply(503, "No replica available", self._retry_after)
         attempts = 2 if request[0] in _IDEMPOTENT else 1
         key = pool.request_key(request)  # None unless the backend's routing policy reads a key
+        task: asyncio.Task[object] | None = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        stalled = False
         for _ in range(attempts):
             slot = pool.free_slot(key) or await self._acquire(pool, key)
             held = False
+            progress = slot.progress  # proxy.stalls: sent, answered, outstanding since when
+            progress.on_sent(task, loop.time())
             try:
-                remaining = deadline_at - asyncio.get_running_loop().time()
+                remaining = deadline_at - loop.time()
                 reply: Reply = _took_load(slot, await self._caller.call(slot.handle, request, remaining, pool.batching))
+                progress.on_answered(task, loop.time())
                 if isinstance(reply, StreamStart):
                     held = True  # the slot stays taken until the stream ends
                     return _Streaming(pool, slot, reply)
@@ -349,12 +369,37 @@ class ProxyApp:
                 pool.drop(slot)
                 logger.warning("replica %s of %s died under a request: %s", slot.replica_id, pool.backend, error)
             except HandlerError as error:
+                progress.on_answered(task, loop.time())
                 logger.error("handler of backend %s raised:\n%s", pool.backend, error)
                 raise _Reply(500, "Internal Server Error") from None
+            except asyncio.CancelledError:
+                if not pool.cancelled_by_stall(task):
+                    if loop.time() >= deadline_at - _DEADLINE_SLACK_S:
+                        self._check_stall(pool, slot, task, loop.time())
+                    raise
+                # Its replica stalled under another request: retry (idempotent) or 504, not a
+                # cancellation; unless its own deadline or client ended it too (their answer stands).
+                if task.uncancel() > 0:
+                    raise
+                if loop.time() >= deadline_at - _DEADLINE_SLACK_S:
+                    raise _Reply(504, "Gateway Timeout") from None  # no time left to retry
+                stalled = True
             finally:
+                progress.on_ended(task)
                 if not held:
                     pool.release(slot)
+        if stalled:
+            raise _Reply(504, "Gateway Timeout: the replica stalled")
         raise _Reply(502, "Bad Gateway: the replica died")
+
+    def _check_stall(self, pool: ReplicaPool, slot: ReplicaSlot, task: asyncio.Task[object], now: float) -> None:
+        """A call ran out its endpoint's timeout: when its replica answered nothing
+        meanwhile, it is stalled (`proxy.stalls`): out of routing, reported, counted."""
+        stall = pool.timed_out(slot, task, now)
+        if stall is not None:
+            logger.warning("backend %s: replica %s stalled (%s); taken out of routing", pool.backend,
+                           slot.replica_id, stall.message())
+            self._recorder.replica_stalled(pool.backend)
 
     async def _acquire(self, pool: ReplicaPool, key: bytes | None = None) -> ReplicaSlot:
         try:

@@ -1,13 +1,15 @@
 """Periodic load reports to the controller: per backend, requests in flight and queued,
-the sum of the loads its replicas reported (`gitops.serving.report_load`), and
-the answers counted so far.
+the sum of the loads its replicas reported (`gitops.serving.report_load`),
+the answers counted so far, and the replicas found stalled.
 
 The controller's autoscaler reads the load (`report_load(proxy_id, {backend:
 (ongoing, queued)}, requests, {backend: reported})`); reports expire there after a few seconds, so a
 missed one costs nothing and failures are only logged once per streak. The
 request counts (`vocabulary.request_stats.RequestStats` as JSON, cumulative
 since the proxy started) are what rollout checks judge; the same per endpoint
-go to the status.
+go to the status. Replicas the proxy found stalled (`proxy.stalls`) are
+reported with every load until the controller stops listing them; it
+replaces them.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ async def report_load_forever(
     link: ControllerLink, proxy_id: str, loads: Callable[[], Loads], interval_s: float,
     requests: Callable[[], dict[str, RequestStats]],
     endpoint_requests: Callable[[], dict[str, RequestStats]] | None = None,
+    stalled: Callable[[], dict[str, dict[str, str]]] | None = None,
 ) -> None:
     failing = False
     while True:
@@ -45,9 +48,12 @@ async def report_load_forever(
         reported = {backend: load["reported"] for backend, load in current.items() if "reported" in load}
         counted = {backend: stats.model_dump(mode="json") for backend, stats in requests().items()}
         by_endpoint = {name: stats.model_dump(mode="json") for name, stats in (endpoint_requests or dict)().items()}
+        hung = (stalled or dict)()
         try:
             controller = await link.get()
-            await controller.call(ControllerAPI.report_load, proxy_id, report, counted, by_endpoint, reported)
+            await controller.call(
+                ControllerAPI.report_load, proxy_id, report, counted, by_endpoint, reported, hung or None
+            )
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001 — reporting must never stop serving

@@ -298,6 +298,13 @@ class ProxyMetrics:
             registry=r,
         )
         self._limited: dict[str, Any] = {}
+        self._stalls = Counter(
+            "gitops_replica_stalls",
+            "Replicas a proxy found stalled (two calls ran out the endpoint's timeout and the replica "
+            "answered nothing since the first was sent) and took out of routing; the controller replaces them.",
+            ONGOING_LABELS,
+            registry=r,
+        )
         self._finished: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._sessions: dict[tuple[str, str, int], Any] = {}
         self._first_bytes: dict[tuple[str, str], Any] = {}
@@ -366,6 +373,8 @@ class ProxyMetrics:
         if counter is None:
             counter = self._limited[endpoint] = self._rate_limited.labels(endpoint)
         counter.inc()
+    def replica_stalled(self, backend: str) -> None:
+        self._stalls.labels(backend).inc()
 
     def batch_sent(self, backend: str, size: int) -> None:
         self._batch_size.labels(backend).observe(size)

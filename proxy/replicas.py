@@ -11,6 +11,14 @@ find no replica in its wait queue, where the autoscaler sees them as demand,
 until a first replica arrives or that time runs out (`NoReplicaError`). A replica that died under a request is
 dropped at once and kept out until the controller stops listing it.
 
+Each slot keeps its replica's progress (`proxy.stalls.ReplicaProgress`): the
+request path says when a call is sent, answered or ended, and when one ran out
+its endpoint's timeout (`timed_out`). A replica the stall rule finds hung is
+taken out of routing at once like a dead one, its other outstanding calls are
+cancelled (the request path retries the idempotent ones elsewhere, answers
+504 to the rest: `cancelled_by_stall`), and it is listed by `stalled()` for
+the controller, which replaces it, until the controller stops listing it.
+
 Decisions come from `vocabulary.choosing` (power_of_two, the default, called
 directly so its path costs what it always did) or from the backend's routing
 policy (`proxy.policies`), which also sees the request's key (`proxy.request_keys`);
@@ -23,11 +31,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+import weakref
 from typing import Callable, Iterable
 
 from proxy.calling import Batching
 from proxy.policies import Policy, policy_for
 from proxy.request_keys import KeyReader
+from proxy.stalls import ReplicaProgress, Stall
 from vocabulary.choosing import Admission, Random, admit, pick_replica
 from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.configs import BatchingConfig, RoutingConfig
@@ -52,12 +62,13 @@ class QueueFullError(Exception):
 class ReplicaSlot:
     """One replica and its in-flight count; mutable proxy-side bookkeeping."""
 
-    __slots__ = ("replica_id", "handle", "in_flight", "reported")
+    __slots__ = ("replica_id", "handle", "in_flight", "reported", "progress")
 
     def __init__(self, replica_id: str, handle: ReplicaHandle) -> None:
         self.replica_id = replica_id
         self.handle = handle
         self.in_flight = 0
+        self.progress = ReplicaProgress(replica_id)
         # The load its user code last reported (`gitops.serving.report_load`), carried by its answers.
         self.reported: float | None = None
 
@@ -95,6 +106,10 @@ class ReplicaPool:
         self._dead: set[str] = set()
         self._clock = clock
         self._unserved: collections.deque[float] = collections.deque(maxlen=_UNSERVED_KEPT)
+        # Replicas found hung (proxy.stalls), kept out and reported until the controller drops them.
+        self._stalled: dict[str, Stall] = {}
+        self._stall_cancelled: weakref.WeakSet[asyncio.Task[object]] = weakref.WeakSet()
+        self.stalls = 0  # replicas of this backend found stalled since the proxy started
 
     # --- what autoscaling and metrics read ---------------------------------
 
@@ -142,8 +157,9 @@ class ReplicaPool:
             else Batching(self.backend, batching.max_batch_size, batching.batch_wait_timeout_s)
         )
         listed = dict(replicas)
-        # Forget a dead replica once the controller has stopped listing it.
+        # Forget a dead or stalled replica once the controller has stopped listing it.
         self._dead &= set(listed)
+        self._stalled = {rid: stall for rid, stall in self._stalled.items() if rid in listed}
         current = {slot.replica_id: slot for slot in self._slots}
         self._slots = [
             current.get(replica_id) or ReplicaSlot(replica_id, handle)
@@ -157,6 +173,34 @@ class ReplicaPool:
         self._dead.add(slot.replica_id)
         self._slots = [s for s in self._slots if s is not slot]
         self._after_membership_change()
+
+    # --- progress and stalls (proxy.stalls) ------------------------------------
+
+    def stalled(self) -> dict[str, str]:
+        """The replicas found stalled that the controller still lists: id -> what was seen."""
+        return {rid: stall.message() for rid, stall in self._stalled.items()}
+
+    def timed_out(self, slot: ReplicaSlot, call: asyncio.Task[object], now: float) -> Stall | None:
+        """`call` ran out its endpoint's timeout on `slot`: when that makes the replica
+        stalled, take it out of routing and cancel its other outstanding calls."""
+        stall = slot.progress.timed_out(call, now)
+        if stall is None:
+            return None
+        self.stalls += 1
+        self._stalled[slot.replica_id] = stall
+        for other in slot.progress.calls():
+            if other is not call and isinstance(other, asyncio.Task) and not other.done():
+                self._stall_cancelled.add(other)
+                other.cancel()
+        self.drop(slot)
+        return stall
+
+    def cancelled_by_stall(self, call: asyncio.Task[object]) -> bool:
+        """Whether `call` was cancelled because its replica stalled (asked once per cancellation)."""
+        if call not in self._stall_cancelled:
+            return False
+        self._stall_cancelled.discard(call)
+        return True
 
     def _after_membership_change(self) -> None:
         if self._policy is not None:

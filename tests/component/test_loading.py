@@ -393,3 +393,22 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
     ]
     for model, values, derived in expected:
         assert _set_by_the_file(model, values, derived) == set(model.model_fields) - derived, model.__name__
+
+
+def test_a_tree_of_ten_thousand_backends_is_one_error_quickly() -> None:
+    import time
+
+    from gitops.specs.limits import MAX_TABLES
+
+    files = {
+        f"deployments/many{part}.toml": "".join(
+            f'[backends.b{n}]\nimport_path = "apps.echo:Echo"\n' for n in range(part * 2000, (part + 1) * 2000))
+        for part in range(5)
+    }
+    started = time.monotonic()
+    result = Loader().load_tree(MemoryTree({**files, "apps/echo.py": ECHO_PY}))
+    took = time.monotonic() - started
+    assert not result.ok and result.state is None
+    assert [str(e) for e in result.errors] == [
+        f"deployments/many0.toml:{2 * MAX_TABLES + 1}:1: 10000 backends declared; a tree may declare at most {MAX_TABLES}"]
+    assert took < 20, took

@@ -36,6 +36,7 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_goal_duration_seconds": ("histogram", frozenset({"kind"})),
     "gitops_backend_replicas": ("gauge", frozenset({"backend", "state"})),
     "gitops_backend_target_replicas": ("gauge", frozenset({"backend"})),
+    "gitops_replica_stalls_total": ("counter", frozenset({"backend"})),
     "gitops_replica_restarts_total": ("counter", frozenset({"backend", "reason"})),
     # Added with issue 16 (reliability), which asks for the replica restarts' analogue
     # for the controller and the proxies.
