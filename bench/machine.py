@@ -67,6 +67,23 @@ def _children_s() -> float:
     return used.ru_utime + used.ru_stime
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) `pid` used since it started; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
+
+
+def rss_kib(pid: int) -> float:
+    """Resident set size of `pid` in KiB (every page it maps, shared or not)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return float(line.split()[1])
+    raise ValueError(f"no VmRSS line for pid {pid}")
+
+
 def pss_mb(pid: int) -> float:
     """Proportional set size of `pid` in MB (shared pages split among their users)."""
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():

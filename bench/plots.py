@@ -1,7 +1,7 @@
 """The report's plots, drawn from the results document with matplotlib (PNG, no display).
 
 Owns: req/s and p99 vs connections per system (one figure per handler),
-reconcile time vs specs (log-log), memory bars. Every figure carries the
+reconcile time vs specs (log-log), memory bars, MB/s vs body size. Every figure carries the
 machine and the command that produced its figures. Measures nothing.
 """
 
@@ -40,6 +40,8 @@ def draw_all(document: dict[str, Any], out: Path) -> dict[str, Any]:
         drawn["reconcile"] = _reconcile(m["reconcile"], document["machine"], out)
     if "memory" in m:
         drawn["memory"] = _memory(m["memory"], document["machine"], out)
+    if "payloads" in m and m["payloads"]["figures"]["runs"]:
+        drawn["payloads"] = _payloads(m["payloads"], document["machine"], out)
     return drawn
 
 
@@ -136,3 +138,30 @@ def _memory(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> str
     fig.savefig(out / "memory.png", dpi=90)
     plt.close(fig)
     return "memory.png"
+
+
+def _payloads(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> str:
+    import matplotlib.pyplot as plt
+
+    runs = doc["figures"]["runs"]
+    panels = sorted({(r["handler"], r["connections"]) for r in runs})
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 5.2), squeeze=False)
+    for ax, (handler, connections) in zip(axes[0], panels):
+        mine = [r for r in runs if (r["handler"], r["connections"]) == (handler, connections)]
+        for system in dict.fromkeys(r["system"] for r in mine):
+            points = sorted((r for r in mine if r["system"] == system), key=lambda r: r["size"])
+            color, marker, width = STYLE.get(system, ("black", ".", 1))
+            ax.plot([r["size"] / 1024 for r in points], [r["mb_s"]["median"] for r in points], label=system,
+                    color=color, marker=marker, linewidth=width)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("body, KiB")
+        ax.set_title(f"{handler}, {connections} connection(s): MB/s (higher is better)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Bodies through each system: MB/s carried both ways, median of runs")
+    _caption(fig, machine_info, doc["command"])
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(out / "payloads.png", dpi=90)
+    plt.close(fig)
+    return "payloads.png"

@@ -39,14 +39,14 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
 from bench import machine, results, stats, wrk
 from bench.stacks import free_port, own_ray, serve_installed
-from bench.proxy_apps import HANDLERS, REPLICAS
+from bench.proxy_apps import CONCURRENCY, HANDLERS, REPLICAS
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = (
@@ -111,7 +111,8 @@ def _ours(handler: str, replicas: int, proxy_workers: int | None) -> Iterator[li
 
     async def deploy() -> None:
         backend = BackendConfig(name="bench", version="v1", import_path=f"bench.proxy_apps:{handler}",
-                                num_replicas=replicas, ray_actor_options={"num_cpus": 0})
+                                num_replicas=replicas, ray_actor_options={"num_cpus": 0},
+                                max_concurrent_queries=CONCURRENCY.get(handler, 100))
         for goal in (await client.apply_backend(backend),
                      await client.apply_endpoint(EndpointConfig(name="bench", route="/", traffic={"bench": 1.0}))):
             result = await client.wait_for_goal(goal, 120)
@@ -196,7 +197,7 @@ def serve_app(system: str, handler: str, replicas: int, port: int | None = None)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     options: dict[str, Any] = {"num_replicas": replicas, "logging_config": {"enable_access_log": False}}
     if system != "serve-default":
-        options["max_ongoing_requests"] = 100
+        options["max_ongoing_requests"] = CONCURRENCY.get(handler, 100)
     serve.run(serve_deployment(handler).options(**options).bind(handler), route_prefix="/")
     try:
         if system == "serve-direct":
@@ -310,12 +311,18 @@ def measure(system: str, handler: str, connections: tuple[int, ...], duration_s:
 
 
 def in_subprocess(system: str, handler: str, args: Any) -> list[dict[str, Any]]:
+    return run_child("bench.proxy", system, [
+        "--handlers", handler, "--connections", ",".join(map(str, args.connections)), "--duration", str(args.duration),
+        "--repeats", str(args.repeats), "--warmup", str(args.warmup)])
+
+
+def run_child(module: str, system: str, arguments: list[str], timeout_s: float = 480) -> list[dict[str, Any]]:
+    """`python -m module --child system arguments...` with the system's Serve environment; the JSON
+    list it prints last (each system in its own process, with its own local Ray)."""
     env = {**os.environ, **SERVE_ENV.get(system, {}),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "bench.proxy", "--child", system, "--handlers", handler,
-               "--connections", ",".join(map(str, args.connections)), "--duration", str(args.duration),
-               "--repeats", str(args.repeats), "--warmup", str(args.warmup)]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=480)
+    command = [sys.executable, "-m", module, "--child", system, *arguments]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout_s)
     lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
     if done.returncode != 0 or not lines:
         tail = "\n".join(done.stderr.strip().splitlines()[-6:])
@@ -324,12 +331,16 @@ def in_subprocess(system: str, handler: str, args: Any) -> list[dict[str, Any]]:
 
 
 def measured_once_or_twice(system: str, handler: str, args: Any) -> list[dict[str, Any]]:
+    return once_or_twice(lambda: in_subprocess(system, handler, args), f"{system} / {handler}")
+
+
+def once_or_twice(measure: Callable[[], list[dict[str, Any]]], label: str) -> list[dict[str, Any]]:
     """A local Ray may fail to start on a busy machine: one more try before it counts as failed."""
     try:
-        return in_subprocess(system, handler, args)
+        return measure()
     except (RuntimeError, subprocess.TimeoutExpired) as error:
-        print(f"  {system} / {handler} failed, once more: {str(error).splitlines()[-1]}", file=sys.stderr)
-        return in_subprocess(system, handler, args)
+        print(f"  {label} failed, once more: {str(error).splitlines()[-1]}", file=sys.stderr)
+        return measure()
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:

@@ -2,6 +2,12 @@
 
     python -m bench.report [--tiny] [--out bench/results] [--only proxy,reconcile] [--render-only]
 
+The measurements: `proxy` (HTTP throughput and latency), `update_latency`,
+`rollout`, `faults`, `reconcile`, `fanout`, `memory`, `serving`,
+`proxy_profile`, and issue 35's work users send: `payloads` (bodies of
+1 KiB–16 MiB), `streams` (thousands of open SSE streams) and `density`
+(100 idle replicas on one node).
+
 Runs each measurement module (`bench.<name>`) in its own process with
 `--json`, collects their files into `latest.json` (with the machine and the
 command of each), and renders `REPORT.md` and the PNG plots from that file
@@ -27,8 +33,8 @@ from bench.targets import Target, median, targets
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ("proxy", "update_latency", "rollout", "faults", "reconcile", "fanout", "memory", "serving",
-                "proxy_profile")
-TIMEOUT_S = {"proxy": 3600, "reconcile": 1800}
+                "proxy_profile", "payloads", "streams", "density")
+TIMEOUT_S = {"proxy": 3600, "reconcile": 1800, "payloads": 3600, "streams": 1800, "density": 2400}
 NO_PLOTS = "No plots: matplotlib is not installed here (`pip install -e '.[bench]'`, as `make bench` does)."
 NOISE = ("The machine is shared with other work and noisy (see the load average): read the figures as "
          "ratios within this run, not as absolutes.")
@@ -104,9 +110,10 @@ def render(document: dict[str, Any], out: Path) -> Path:
 
     figures = plots.draw_all(document, out)
     lines = (_header(document) + ([] if plots.installed() else [NO_PLOTS, ""]) + _headline(document["measurements"])
-             + _targets_table(targets(document)))
+             + _work_headline(document["measurements"]) + _targets_table(targets(document)))
     measurements = document["measurements"]
-    for section in (_proxy, _update, _rollout, _faults, _reconcile, _fanout, _memory, _serving, _profile):
+    for section in (_proxy, _update, _rollout, _faults, _reconcile, _fanout, _memory, _serving, _profile, _payloads,
+                    _streams, _density):
         lines += section(measurements, figures)
     if document["failures"]:
         lines += ["## Measurements that failed", ""]
@@ -160,8 +167,32 @@ def _headline(measurements: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _work_headline(measurements: dict[str, Any]) -> list[str]:
+    """Issue 35's figures side by side: a 1 MiB echo at 32 connections, 1,000 open streams, the idle replicas."""
+    rows = []
+    bodies = (measurements.get("payloads") or {}).get("figures", {}).get("runs", [])
+    for r in bodies:
+        if (r["handler"], r["size"], r["connections"]) == ("echo", 1 << 20, 32):
+            rows.append(f"| 1 MiB echo, 32 connections | {r['system']} | {_spread(r['mb_s'])} MB/s, "
+                        f"p99 {_spread(r['p99_ms'], digits=0)} ms |")
+    streams = (measurements.get("streams") or {}).get("figures", {}).get("runs", [])
+    for r in streams:
+        if r["streams"] == 1000:
+            memory = (r["proxy_pss_kib_per_stream"] or 0.0) + (r["replica_pss_kib_per_stream"] or 0.0)
+            rows.append(f"| 1,000 open SSE streams | {r['system']} | {memory:.1f} KiB per stream, gap p99 "
+                        f"{_number(r['gap_p99_ms'])} ms, {r['starved']} starved |")
+    density = (measurements.get("density") or {}).get("figures", {})
+    for r in density.get("runs", []):
+        rows.append(f"| {r['replicas']} idle replicas | {r['system']} | {_number(r['replica_pss_mb'], 1)} MB PSS "
+                    f"per replica, all ready in {r['ready_s']:.1f} s |")
+    if not rows:
+        return []
+    return ["## Headline: the work users send (issue 35)", "", "| work | system | figures |",
+            "| --- | --- | --- |", *rows, ""]
+
+
 def _targets_table(rows: list[Target]) -> list[str]:
-    lines = ["## Where we stand against the targets (issues 15 and 19)", "",
+    lines = ["## Where we stand against the targets (issues 15, 19 and 35)", "",
              "| target | measured | |", "| --- | --- | --- |"]
     for row in rows:
         verdict = {True: "met", False: "**missed**", None: "not measured"}[row.met]
@@ -400,6 +431,114 @@ def _profile(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]
         per_request = row["cpu_s"] / requests * 1e6 if requests else float("nan")
         lines.append(f"| {row['stage']} | {row['process']} | {row['share']:.1%} | {per_request:.1f} |")
     return lines + [""]
+
+
+def _load(doc: dict[str, Any]) -> str:
+    return f"Load average {doc['machine']['load_average_1m']} at the end of this measurement."
+
+
+def _size(size: int) -> str:
+    return f"{size // (1 << 20)} MiB" if size >= 1 << 20 else f"{size // 1024} KiB"
+
+
+def _payloads(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
+    doc = measurements.get("payloads")
+    if not doc:
+        return []
+    f = doc["figures"]
+    lines = ["## Bodies: 1 KiB to 16 MiB (issue 35)", "",
+             "wrk POSTs a body of each size (a Lua script) to one replica: `echo` answers the body, `consume` reads "
+             "it and answers 1 KiB. MB/s counts the body bytes of the requests answered 2xx, both ways; CPU per MB "
+             "is what the proxy's processes (ours; Serve's proxy and HAProxy) and the replica's (ours, Serve's, or "
+             "uvicorn/granian themselves) spent during the measured runs per MB carried. "
+             f"{f['duration_s']:g} s per run, {f['repeats']} runs per point. {_load(doc)} {_command(doc)}", ""]
+    if "payloads" in figures:
+        lines += [f"![payloads]({figures['payloads']})", ""]
+    for handler in ("echo", "consume"):
+        runs = [r for r in f["runs"] if r["handler"] == handler]
+        if not runs:
+            continue
+        lines += [f"### handler `{handler}`", "",
+                  "| system | body | connections | req/s | MB/s | p50 ms | p99 ms | proxy CPU ms/MB | "
+                  "replica CPU ms/MB | non-2xx + errors |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for r in sorted(runs, key=lambda r: (r["size"], r["connections"])):
+            lines.append(f"| {r['system']} | {_size(r['size'])} | {r['connections']} | {_spread(r['ok_rps'], digits=0)} | "
+                         f"{_spread(r['mb_s'])} | {_spread(r['p50_ms'], digits=2)} | {_spread(r['p99_ms'], digits=1)} | "
+                         f"{_spread(r['proxy_cpu_ms_per_mb'], digits=2)} | "
+                         f"{_spread(r['replica_cpu_ms_per_mb'], digits=2)} | {r['non_2xx'] + r['socket_errors']:.0f} |")
+        lines.append("")
+    if f.get("ratios"):
+        lines += ["Ours' MB/s against the others at the same point:", "",
+                  "| handler | body | connections | vs Serve's fastest | vs uvicorn | vs the fastest bare app |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        lines += [f"| {r['handler']} | {_size(r['size'])} | {r['connections']} | {_times(r['vs_serve'])} "
+                  f"({r['serve_fastest'] or '–'}) | {_times(r['vs_uvicorn'])} | {_times(r['vs_bare'])} "
+                  f"({r['bare_fastest'] or '–'}) |" for r in f["ratios"]]
+        lines.append("")
+    if f["failures"]:
+        lines += ["Could not be measured: " + "; ".join(f"{k}: `{e.splitlines()[-1][:200] if e else ''}`"
+                                                    for k, e in f["failures"].items()), ""]
+    return lines
+
+
+def _streams(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
+    doc = measurements.get("streams")
+    if not doc:
+        return []
+    f = doc["figures"]
+    lines = ["## Open streams: thousands of SSE clients at once (issue 35)", "",
+             f"Each client opens a stream that sends {f['rate']} small events a second for {f['seconds']:g} s, all at "
+             "once, from one uvloop client process on raw sockets. Memory per stream: the peak while every stream "
+             "is open less the figure before, divided by the streams (PSS, RSS in brackets). Short: fewer events "
+             f"than sent; starved: a gap above {f['starved_s']:g} s. The client's CPU seconds show how much of the "
+             f"machine it took. {_load(doc)} {_command(doc)}", "",
+             "| system | streams | failed | short | starved | events/s (of sent) | gap p50 / p99 / max ms | "
+             "proxy KiB/stream | replica KiB/stream | client CPU s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in f["runs"]:
+        share = r["events"] / r["events_expected"] if r["events_expected"] else 0.0
+        lines.append(f"| {r['system']} | {r['streams']:,} | {r['failed']} | {r['short']} | {r['starved']} | "
+                     f"{r['events_per_s']:,.0f} ({share:.0%}) | {_number(r['gap_p50_ms'])} / {_number(r['gap_p99_ms'])} "
+                     f"/ {_number(r['gap_max_ms'])} | {_kib(r, 'proxy')} | {_kib(r, 'replica')} | "
+                     f"{r['client_cpu_s']:.1f} |")
+    lines.append("")
+    if f["failures"]:
+        lines += ["Could not be measured: " + "; ".join(f"{k}: `{e.splitlines()[-1][:200] if e else ''}`"
+                                                    for k, e in f["failures"].items()), ""]
+    return lines
+
+
+def _number(value: float | None, digits: int = 0) -> str:
+    return "–" if value is None or value != value else f"{value:,.{digits}f}"  # None or NaN: not measured
+
+
+def _kib(run: dict[str, Any], role: str) -> str:
+    pss, rss = run[f"{role}_pss_kib_per_stream"], run[f"{role}_rss_kib_per_stream"]
+    return "–" if pss is None else f"{pss:.1f} ({_number(rss, 1)})"
+
+
+def _density(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
+    doc = measurements.get("density")
+    if not doc:
+        return []
+    f = doc["figures"]
+    lines = ["## Density: idle replicas on one node (issue 35)", "",
+             f"{f['replicas']} replicas of one small backend (ours) or deployment (Serve), `num_cpus=0`; ready: "
+             "ours' backend and endpoint goals met, Serve's `serve.run` returned; the clock starts once the "
+             "controller answers. PSS read after the stack settled. Route table: the bytes a proxy receives when "
+             f"it subscribes to the routes, the endpoint and its replica set. {_load(doc)} {_command(doc)}", "",
+             "| system | replicas | replica processes | ready s | PSS MB per replica | all replicas MB | proxy MB | "
+             "route table bytes |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in f["runs"]:
+        lines.append(f"| {r['system']} | {r['replicas']} | {r['replica_processes']} | {r['ready_s']:.1f} | "
+                     f"{_number(r['replica_pss_mb'], 1)} | {_number(r['replicas_pss_mb'])} | "
+                     f"{_number(r['proxy_pss_mb'])} | {_number(r.get('route_table_bytes'))} |")
+    lines.append("")
+    if f["failures"]:
+        lines += ["Could not be measured: " + "; ".join(f"{k}: `{e.splitlines()[-1][:200] if e else ''}`"
+                                                    for k, e in f["failures"].items()), ""]
+    return lines
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""Issues 15 and 19's targets, judged against one results document.
+"""Issues 15, 19 and 35's targets, judged against one results document.
 
 Pure: takes the document `bench.report` writes (plain dicts) and says, for
 each target, what was measured and whether it is met (None: not measured in
@@ -14,6 +14,7 @@ from typing import Any
 SERVE_CONFIGS = ("serve-default", "serve-100", "serve-direct", "serve-haproxy")
 DIRECT_STARLETTE = ("uvicorn", "granian")
 WORKER_GROWTH = 1.1  # 2 workers over 1: less is within the noise of one run
+BARE_NOISE = 1.25  # ours within this factor of a bare app's figure: the machine's limit, not ours
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,9 @@ def targets(document: dict[str, Any]) -> list[Target]:
         *_controller_kill(m.get("faults")),
         *_reconcile(m.get("reconcile")),
         _fanout(m.get("fanout")),
+        *_payloads(m.get("payloads")),
+        *_streams(m.get("streams")),
+        *_density(m.get("density")),
     ]
 
 
@@ -226,3 +230,89 @@ def _fanout(doc: dict[str, Any] | None) -> Target:
     growth = large["pushed_bytes"] / small["pushed_bytes"]
     return Target(name, f"{small['pushed_bytes']:,} B at {small['endpoints']:,} → {large['pushed_bytes']:,} B at "
                         f"{large['endpoints']:,} endpoints (×{growth:.2f})", growth <= 1.1)
+
+
+MIB = 1024 * 1024
+
+
+def _size(size: int) -> str:
+    return f"{size // MIB} MiB" if size >= MIB else f"{size // 1024} KiB"
+
+
+def _worst(ratios: list[dict[str, Any]], key: str) -> tuple[float, str] | None:
+    """The lowest ratio `key` among `ratios` (None counts as 0: ours answered nothing there), and where."""
+    if not ratios:
+        return None
+    worst = min(ratios, key=lambda r: r[key] or 0.0)
+    return worst[key] or 0.0, f"{worst['handler']} {_size(worst['size'])}, {worst['connections']} conn."
+
+
+def _payloads(doc: dict[str, Any] | None) -> list[Target]:
+    """Issue 35's bodies: MB/s ahead of Serve's fastest at every point; ≥ 0.8× uvicorn from 1 MiB."""
+    names = ("Bodies (issue 35): MB/s ahead of Serve's fastest at every size", "…≥ 0.8× bare uvicorn at 1 MiB and above")
+    f = doc["figures"] if doc else {}
+    refused = sum(r["non_2xx"] + r["socket_errors"] for r in f.get("runs", []) if r["system"] == "ours")
+    note = f"; ours refused or failed {refused:,.0f} requests" if refused else ""
+    rows = []
+    for name, key, ratios in (
+            (names[0], "vs_serve", [r for r in f.get("ratios", []) if r["serve_fastest"]]),
+            (names[1], "vs_uvicorn", [r for r in f.get("ratios", []) if r["size"] >= MIB
+                                      and any(u["system"] == "uvicorn" for u in f.get("runs", []))])):
+        worst = _worst(ratios, key)
+        if worst is None:
+            rows.append(Target(name, "–", None))
+            continue
+        wanted = 1.0 if key == "vs_serve" else 0.8
+        reached = sum(1 for r in ratios if (r[key] or 0.0) >= wanted)
+        rows.append(Target(name, f"worst ×{worst[0]:.2f} ({worst[1]}); {reached} of {len(ratios)} points{note}",
+                           worst[0] >= wanted))
+    return rows
+
+
+def _streams(doc: dict[str, Any] | None) -> list[Target]:
+    """Issue 35's open streams: memory per stream, the p99 gap at 1,000 streams, none starved."""
+    names = ("Open streams (issue 35): ≤ 50 KiB per open stream across proxy + replica",
+             "…p99 inter-event gap ≤ 2× the sender's period at 1,000 streams",
+             "…no stream failed, ended short or starved")
+    runs = doc["figures"]["runs"] if doc else []
+    ours = [r for r in runs if r["system"] == "ours"]
+    if not ours:
+        return [Target(n, "–", None) for n in names]
+    per_stream = {r["streams"]: (r["proxy_pss_kib_per_stream"] or 0.0) + (r["replica_pss_kib_per_stream"] or 0.0)
+                  for r in ours}
+    worst = max(per_stream.values())
+    rows = [Target(names[0], ", ".join(f"{kib:.1f} KiB at {n:,}" for n, kib in per_stream.items()), worst <= 50)]
+    thousand = next((r for r in ours if r["streams"] == 1000), None)
+    if thousand is None:
+        rows.append(Target(names[1], "–", None))
+    else:
+        wanted, got = 2 * thousand["period_ms"], thousand["gap_p99_ms"]
+        bare = next((r for r in runs if r["system"] == "uvicorn" and r["streams"] == 1000), None)
+        measured = f"{got:.0f} ms (period {thousand['period_ms']:.0f} ms)"
+        if bare:
+            measured += f"; uvicorn + Starlette alone, same run: {bare['gap_p99_ms']:.0f} ms"
+        # Beyond this machine only when the bare app misses too and ours is within the noise of it.
+        beyond = ("the bare app misses it too in the same run"
+                  if bare and bare["gap_p99_ms"] > wanted and got <= BARE_NOISE * bare["gap_p99_ms"] else "")
+        rows.append(Target(names[1], measured, got <= wanted, beyond))
+    bad = {r["streams"]: (r["failed"], r["short"], r["starved"]) for r in ours}
+    rows.append(Target(names[2], "; ".join(f"{n:,}: {f} failed, {s} short, {st} starved"
+                                           for n, (f, s, st) in bad.items()),
+                       all(sum(counts) == 0 for counts in bad.values())))
+    return rows
+
+
+def _density(doc: dict[str, Any] | None) -> list[Target]:
+    """Issue 35's density: per-replica memory ≤ 0.6× Serve's, all ready in ≤ 0.5× Serve's time."""
+    names = ("Density (issue 35): PSS per idle replica ≤ 0.6× Serve's", "…all replicas ready in ≤ 0.5× Serve's time")
+    runs = {r["system"]: r for r in (doc["figures"]["runs"] if doc else [])}
+    ours, serve = runs.get("ours"), runs.get("serve")
+    if not ours or not serve:
+        return [Target(n, "–", None) for n in names]
+    memory = ours["replica_pss_mb"] / serve["replica_pss_mb"]
+    ready = ours["ready_s"] / serve["ready_s"]
+    return [
+        Target(names[0], f"×{memory:.2f} ({ours['replica_pss_mb']:.1f} vs {serve['replica_pss_mb']:.1f} MB, "
+                         f"{ours['replicas']} replicas)", memory <= 0.6),
+        Target(names[1], f"×{ready:.2f} ({ours['ready_s']:.1f} vs {serve['ready_s']:.1f} s)", ready <= 0.5),
+    ]

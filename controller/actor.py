@@ -390,7 +390,8 @@ class ControllerActor:
             batching = config.batching if config else None
             cold_start_s = config.cold_start_timeout_s if config else None
             commit = config.commit if config else None
-            key = (mcq, batching, cold_start_s, commit, tuple(r.replica_id for r in running))
+            routing = config.routing if config else None
+            key = (mcq, batching, cold_start_s, commit, routing, tuple(r.replica_id for r in running))
             if self._longpoll.fingerprint(LongPollKey.replicas(name)) == key:
                 continue
             infos = tuple(
@@ -400,7 +401,7 @@ class ControllerActor:
             )
             payload = ReplicaSet(
                 backend=name, max_concurrent_queries=mcq, replicas=infos,
-                batching=batching, cold_start_timeout_s=cold_start_s, commit=commit,
+                batching=batching, cold_start_timeout_s=cold_start_s, commit=commit, routing=routing,
             )
             self._longpoll.publish(LongPollKey.replicas(name), payload, key)
         for name in self._published_backends - names:
@@ -569,17 +570,27 @@ class ControllerActor:
     async def report_load(
         self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None,
         endpoint_requests: dict[str, Any] | None = None,
+        reported: dict[str, float] | None = None,
+        stalled: dict[str, dict[str, str]] | None = None,
     ) -> None:
         """Latest (ongoing, queued) per backend from one proxy; policy lives elsewhere.
         `requests`: the proxy's answers counted per backend, for rollout checks;
-        `endpoint_requests`: the same per endpoint, for the status."""
+        `endpoint_requests`: the same per endpoint, for the status; `reported`: the
+        sum of the loads the backend's replicas reported, as this proxy saw them;
+        `stalled`: per backend, the replicas the proxy found hung (`proxy.stalls`),
+        replaced at the next tick."""
+        for backend, replicas in (stalled or {}).items():
+            for replica_id, seen in replicas.items():
+                self._backends.replace_stalled(backend, str(replica_id), str(seen), time.monotonic())
         self._loads[proxy_id] = {b: (int(o), int(q)) for b, (o, q) in loads.items()}
         if requests:
             self._rollouts.record(proxy_id, requests)
         if endpoint_requests is not None:  # an empty first report too: the proxy starts from nothing
             report = {name: RequestStats.model_validate(stats) for name, stats in endpoint_requests.items()}
             self._endpoint_totals = self._endpoint_totals.absorb_after_first(proxy_id, report)
-        self._autoscaler.record_report(proxy_id, self._loads[proxy_id], time.monotonic())
+        self._autoscaler.record_report(
+            proxy_id, self._loads[proxy_id], time.monotonic(), {b: float(r) for b, r in (reported or {}).items()}
+        )
 
     async def replica_output(
         self, backend: str, since: float | None = None, cursors: dict[str, OutputCursor] | None = None

@@ -19,7 +19,13 @@ target count; scale-down drains like any stop), and exporting metrics.
 
 The policy, and why:
 - Demand is ongoing + queued requests summed over proxies; the wanted count
-  is `ceil(demand / target_ongoing_requests)`, clamped to [min, max].
+  is `ceil(demand / target_ongoing_requests)`, clamped to [min, max]. With
+  `target_reported_load`, the load replicas report (`gitops.serving.
+  report_load`, summed over the replicas; the proxy that saw the most of it
+  counts, since every proxy sees the same replicas) is demand too, scaled so
+  that it wants `ceil(reported / target_reported_load)` replicas: the
+  larger of the two demands counts, so queued requests still scale a
+  backend up from zero.
 - A level is *held* over a delay when at least 90% of the samples in that
   delay were on its side; the 10% lets the gaps between one busy client's
   requests pass without restarting the clock. Scale up to the level the load
@@ -116,10 +122,12 @@ class LoadSample:
     queued: float
     replicas: int
     running: int = -1  # -1: unknown, taken as `replicas`
+    # Reported load as requests: reported × target_ongoing_requests / target_reported_load.
+    reported_demand: float = 0.0
 
     @property
     def demand(self) -> float:
-        return self.ongoing + self.queued
+        return max(self.ongoing + self.queued, self.reported_demand)
 
 
 # --- reports from proxies -----------------------------------------------------
@@ -129,6 +137,7 @@ class LoadSample:
 class _ProxyReport:
     at: float
     loads: Mapping[str, BackendLoad]
+    reported: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -142,11 +151,19 @@ class LoadReports:
     by_proxy: Mapping[str, _ProxyReport] = field(default_factory=dict)
 
     def with_report(
-        self, proxy_id: str, loads: Mapping[str, BackendLoad], now: float
+        self, proxy_id: str, loads: Mapping[str, BackendLoad], now: float,
+        reported: Mapping[str, float] | None = None,
     ) -> LoadReports:
         merged = dict(self.by_proxy)
-        merged[proxy_id] = _ProxyReport(at=now, loads=dict(loads))
+        merged[proxy_id] = _ProxyReport(at=now, loads=dict(loads), reported=dict(reported or {}))
         return LoadReports(by_proxy=merged)
+
+    def reported(self, backend: str, now: float, ttl_s: float = REPORT_TTL_S) -> float:
+        """The replicas' reported load for `backend`: the largest sum a fresh proxy saw
+        (every proxy sees the same replicas, some of them not yet)."""
+        return max(
+            (r.reported.get(backend, 0.0) for r in self.by_proxy.values() if now - r.at <= ttl_s), default=0.0
+        )
 
     def without_expired(self, now: float, ttl_s: float = REPORT_TTL_S) -> LoadReports:
         fresh = {p: r for p, r in self.by_proxy.items() if now - r.at <= ttl_s}
@@ -316,8 +333,11 @@ class Autoscaler:
         self._windows: dict[str, LoadWindow] = {}
         self._decisions: dict[str, dict[ScalingDirection, int]] = {}
 
-    def record_report(self, proxy_id: str, loads: Mapping[str, BackendLoad], now: float) -> None:
-        self._reports = self._reports.with_report(proxy_id, loads, now)
+    def record_report(
+        self, proxy_id: str, loads: Mapping[str, BackendLoad], now: float,
+        reported: Mapping[str, float] | None = None,
+    ) -> None:
+        self._reports = self._reports.with_report(proxy_id, loads, now, reported)
 
     def tick(
         self,
@@ -362,7 +382,14 @@ class Autoscaler:
         fleet_changed = last is not None and (last.replicas, last.running) != (current, running)
         if last is None or now - last.at >= self._sample_interval_s or fleet_changed:
             ongoing, queued = self.load(name, now)
-            sample = LoadSample(at=now, ongoing=ongoing, queued=queued, replicas=current, running=running)
+            reported_demand = 0.0
+            if config.target_reported_load is not None:
+                reported = self._reports.reported(name, now, self._report_ttl_s)
+                reported_demand = reported * config.target_ongoing_requests / config.target_reported_load
+            sample = LoadSample(
+                at=now, ongoing=ongoing, queued=queued, replicas=current, running=running,
+                reported_demand=reported_demand,
+            )
             window = window.observe(sample, horizon_s(config))
             self._windows[name] = window
         decision = decide(window, current, config, now, backend=name)

@@ -352,6 +352,19 @@ class BackendState:
             if record.state == ReplicaState.RUNNING and not record.health_in_flight:
                 record.last_health = float("-inf")
 
+    def replace_stalled(self, name: str, replica_id: str, error: str, now: float) -> bool:
+        """A proxy found `replica_id` hung (`proxy.stalls`: its calls time out and it answers
+        nothing, though its health check may pass): replace it like a failed one, reason
+        `stalled`. False when it is not a running replica of `name` (already replaced, or
+        a repeat report from another proxy)."""
+        backend = self._backends.get(name)
+        for record in backend.replicas if backend is not None else ():
+            if record.replica_id == replica_id and record.state == ReplicaState.RUNNING:
+                assert backend is not None
+                self._fail(backend, record, now, "stalled", error, counts=True)
+                return True
+        return False
+
     # --- the control loop ------------------------------------------------------
 
     def _failed(self, backend: str, replica_id: str, reason: str, error: str) -> None:

@@ -58,10 +58,18 @@ max_replicas = 4
 target_ongoing_requests = 2
 upscale_delay_s = 5
 downscale_delay_s = 30
+target_reported_load = 0.8
 
 [backends.echo-v1.batching]
 max_batch_size = 8
 batch_wait_timeout_s = 0.01
+
+[backends.echo-v1.routing]
+policy = "prefix_affinity"
+key = "json:messages"
+prefix_bytes = 1024
+max_imbalance = 2.0
+
 [backends.echo-v1.update]
 max_surge = 1
 max_unavailable = 0
@@ -77,12 +85,17 @@ methods = ["GET", "POST"]
 traffic = { echo-v1 = 1.0 }
 shadow = { echo-v2 = 0.1 }
 timeout_s = 10
-match = [{ header = "x-canary", value = "always", backend = "echo-v2" }]
+match = [{ header = "x-canary", value = "always", backend = "echo-v2" }, { json = "model", value = "small", backend = "echo-v2" }]
 sticky = "header:x-user-id"
 shadow_compare = "json"
 shadow_ignore = ["timestamp"]
 shadow_query = false
 shadow_values = false
+
+[endpoints.echo.limits]
+requests_per_s = 10
+burst = 20
+key = "header:authorization"
 
 [endpoints.echo.rollout]
 steps = [0.05, 0.25, 0.5, 1.0]
@@ -144,7 +157,7 @@ def render_spec() -> str:
         "- `route` starts with `/`, is unique, and `/-/` is reserved for the proxy's own paths;",
         "- a backend's replicas restart only when its version changes: the git tree hash of its code",
         "  paths plus the code-affecting keys (or `version` when set); `num_replicas`, `user_config`,",
-        "  traffic, health and `[batching]` settings change in place.",
+        "  traffic, health, `[batching]` and `[routing]` settings change in place.",
     ]
     for table, heading, model in TABLES:
         name = next(iter(example[table]))
@@ -159,7 +172,8 @@ def _section(heading: str, model: type[BaseModel], example: dict[str, Any], at: 
         lines += [" ".join(schema["description"].split()), ""]
     lines += ["| key | type | default | constraints | description | example |", "| --- | --- | --- | --- | --- | --- |"]
     nested = []
-    for key, field in model.model_fields.items():
+    for name, field in model.model_fields.items():
+        key = field.alias or name  # what a file writes
         prop = _resolve(schema["properties"][key], schema)
         sub = _submodel(field.annotation)
         value = _example(prop, example, key, at)
@@ -175,8 +189,9 @@ def _section(heading: str, model: type[BaseModel], example: dict[str, Any], at: 
             )
         )
         if sub:
-            # An array of tables ([[...match]]) is shown by its first entry.
-            first = value[0] if isinstance(value, list) else value
+            # An array of tables ([[...match]]) is shown by its first entry (a key
+            # the first leaves out, by the first entry that has it).
+            first = {k: v for entry in reversed(value) for k, v in entry.items()} if isinstance(value, list) else value
             nested.append((f"{heading[:-1]}.{key}]", sub, first, (*at, key)))
     for sub_heading, sub, value, where in nested:
         lines += _section(sub_heading, sub, value, where)

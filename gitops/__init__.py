@@ -14,7 +14,8 @@ installed.
   (its values), `simulating` (a model of the controller for property tests
   and dry runs), `rollback` (which commit applies when the newest is held
   back), `rollout_outcomes` (what rollouts mean for history and status),
-  `outcomes` (`Outcome` and `HistoryEntry`), `status` (Flux-style
+  `outcomes` (`Outcome` and `HistoryEntry`), `prune_guard` (a commit
+  that deletes everything applies only with a `gitops: prune-all` trailer), `status` (Flux-style
   conditions), `process_events`, `errors` (every error's kind: stalled or
   retry).
 - Doing: `applying` (a plan against the goal API), `agent` (the reconcile

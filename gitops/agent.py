@@ -56,12 +56,14 @@ from gitops.rollout_outcomes import aborted_entry, step_entries
 from gitops.metrics import AgentMetrics
 from gitops.notifications.delivering import Notifier
 from gitops.notifications.events import Event, EventKind, rollback_events
+from gitops.prune_guard import prune_refusal
 from gitops.plans import Plan
 from gitops.process_events import restart_lines
 from gitops.sources.hashing import Tree
 from gitops.sources.source import Revision, Source
 from gitops.sources.watching import RefWatcher, backoff, jittered
 from gitops.statedir import private_file
+from gitops.specs.documents import SpecError
 from gitops.specs.loading import LoadResult
 from gitops.environment_duties import EnvironmentDuties, Served
 from gitops.serving_health import ErrorLog
@@ -444,6 +446,12 @@ class Agent:
             actual = await self._client.get_state()
         except Exception as error:  # noqa: BLE001 — reported in status, retried with backoff
             return _failed(report, Stage.CONTROLLER, ErrorKind.RETRY, f"controller unavailable: {error}")
+        refused = prune_refusal(loaded.state, actual, revision.prune_all)
+        if refused is not None:  # a spec error of the whole tree: ValidationFailed, history `invalid`
+            spec_error = SpecError(self._settings.spec_path, 1, 1, refused)
+            refusal = TickError(Stage.LOAD, ErrorKind.STALLED, str(spec_error))
+            return replace(report, loaded=LoadResult(None, (spec_error,)), actual=actual,
+                           errors=report.errors + (refusal,), reconciled_at=time.time())
         plan = self._plan(loaded.state, actual)
         report = replace(report, actual=actual, plan=plan)
         if not plan:

@@ -1,5 +1,5 @@
 """The API user code inside a replica imports: `handle(name)`, `context()`,
-`secret(name)`, `secret_path(name)` and `model_path(name)`.
+`secret(name)`, `secret_path(name)`, `model_path(name)` and `report_load(value)`.
 
     from gitops import serving
 
@@ -25,6 +25,7 @@ proxy does. A thin façade: the machinery is installed by the replica host
 from __future__ import annotations
 
 from vocabulary.serving import (
+    REPORTED_LOAD,
     BackpressureError,
     Handle,
     HandleError,
@@ -37,10 +38,21 @@ from vocabulary.serving import (
 )
 
 __all__ = [
-    "handle", "context", "secret", "secret_path", "model_path", "ModelMissing", "Secret", "Handle", "HandleError",
-    "BackpressureError",
+    "handle", "context", "secret", "secret_path", "model_path", "ModelMissing", "report_load", "Secret", "Handle",
+    "HandleError", "BackpressureError",
     "ReplicaContext",
 ]
+
+
+def report_load(value: float) -> None:
+    """Tell the proxy how loaded this replica is (KV-cache use, queue depth:
+    any number >= 0, the same scale on every replica of the backend). Each
+    answer the replica gives afterwards carries the newest value; the proxy's
+    `least_loaded` and `prefix_affinity` policies rank replicas by it once
+    every replica of the backend has reported (docs/llm.md). Outside a
+    replica it raises RuntimeError, as `context()` does."""
+    installed_calls()  # inside a replica only
+    REPORTED_LOAD.report(value)
 
 
 class Secret(bytes):

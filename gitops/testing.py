@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from gitops.prune_guard import says_prune_all
 from gitops.errors import SourceError
 from gitops.sources.exports import Exports
 from gitops.sources.source import Revision
@@ -168,14 +169,14 @@ class MemorySource:
         del self._files[path]
 
     def commit(self, summary: str = "change") -> str:
-        """Commit the files as written so far; returns the new commit's sha."""
+        """Commit the files as written so far, with `summary` as its message; returns the new commit's sha."""
         tree = MemoryTree(dict(self._files))
         tree_sha = tree.hash("") or ""
         parent = self._commits[-1][0].sha if self._commits else ""
         sha = hashlib.sha1(f"{parent} {tree_sha} {summary}".encode()).hexdigest()
         now = time.time()
         revision = Revision(sha=sha, tree=tree_sha, branch=self.branch, commit_time=now, author_time=now,
-                            author="test", summary=summary)
+                            author="test", summary=summary.split("\n", 1)[0], prune_all=says_prune_all(summary))
         self._commits.append((revision, tree))
         return sha
 

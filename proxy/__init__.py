@@ -1,9 +1,13 @@
 """ray-gitops data plane: the HTTP proxy actors, several worker processes per Ray node.
 
 Map (layers import only downward):
-- pure: `routing` (longest-prefix match, 405), `steering` (header match,
-  sticky key), `settings` (tunables, with `httpedge.limits`),
+- pure: `routing` (longest-prefix match, 405), `steering` (header and JSON
+  match, sticky key), `policies` (a backend's replica choice:
+  round_robin, least_loaded, consistent_hash, prefix_affinity),
+  `request_keys` (a routing key from a header, cookie, query or JSON
+  body field), `rate_limits` (per-tenant token buckets), `settings` (tunables, with `httpedge.limits`),
   `shadow_compare` (shadow replies against the primary's),
+  `stalls` (per-replica progress and the rule that finds a hung replica),
   `request_stats` (answers counted for rollout checks); the choices
   (weighted backend, shadow sampling, power-of-two replica, queue admission)
   are `vocabulary.choosing`, shared with the replicas' handles, and the
@@ -24,7 +28,8 @@ Map (layers import only downward):
   Prometheus recorder and the port they are scraped from), `model_metrics`
   (the node's model cache metrics, read from its stats file), `shared_ports`
   (ports one node's workers share), `node_mismatches` (a node's shadow
-  mismatches);
+  mismatches), `shared_buckets` (the tenants' token buckets a node's
+  workers share, in a memory-mapped file);
 - Ray shell: `raycalls`, `controller_link`, `longpoll_client`,
   `load_reporting`, `actor` (`httpedge.server` inside the Ray actor).
 """

@@ -39,6 +39,7 @@ from proxy.metrics import ProxyMetrics, use_multiprocess_dir
 from proxy.node_mismatches import NodeMismatchLog
 from proxy.raycalls import RayCaller
 from proxy.settings import ProxySettings
+from proxy.shared_buckets import SharedBuckets
 from proxy.subscriptions import Subscriptions
 from vocabulary.goal_api import proxy_id
 
@@ -83,6 +84,7 @@ class ProxyActor:
             rng,
             self._metrics,
             _node_mismatches(files) if files is not None else None,
+            SharedBuckets(files) if files is not None else None,
         )
         link = ControllerLink(controller_name, namespace)
         configured = asyncio.Event()
@@ -101,7 +103,7 @@ class ProxyActor:
             loop.create_task(
                 report_load_forever(
                     link, me, self._app.backend_load, settings.load_report_interval_s, self._app.request_stats,
-                    self._app.endpoint_request_stats,
+                    self._app.endpoint_request_stats, self._app.stalled_replicas,
                 )
             ),
         ]

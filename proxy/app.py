@@ -6,7 +6,9 @@ dot segments and encoded slashes) and resolve the route, read the body
 shadows, get a replica slot (waiting in the bounded queue if needed), call it
 under the endpoint's timeout (the deadline, and the client's leaving, kept by
 `proxy.running_calls`), retry once on another replica when an
-idempotent request's replica died, and map every outcome to the status codes
+idempotent request's replica died or stalled (`proxy.stalls`: a call that ran
+out its timeout on a replica that answered nothing meanwhile takes that
+replica out of routing; the other calls it held are retried or answered 504), and map every outcome to the status codes
 of the README's HTTP table. A client that leaves before its body is read
 causes no replica call (recorded as 499); a truncated body is never
 forwarded; a client that leaves while its call runs cancels it (499). The
@@ -34,7 +36,9 @@ are reported through one `Recorder`, the single place metrics hook in.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -47,6 +51,7 @@ from vocabulary.choosing import Random
 from proxy.snapshot import ServedEndpoint, Snapshot
 from proxy.metrics import ShadowResult
 from proxy.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
+from proxy.rate_limits import Buckets, LocalBuckets, TenantLimit
 from proxy.request_stats import RequestCounter
 from proxy.routing import Resolution, normalise_path, resolve
 from proxy.settings import ProxySettings
@@ -55,13 +60,13 @@ from proxy.streaming import StreamEnd, relay, stream_code
 from proxy.shadow_compare import Mismatch, MismatchLog, compare
 from vocabulary.configs import ShadowCompare
 from vocabulary.request_stats import RequestStats
-from vocabulary.wire import Reply, StreamStart, WireRequest, WireResponse, with_root_path
+from vocabulary.wire import LOAD_HEADER, Reply, StreamStart, WireRequest, WireResponse, with_root_path
 
 __all__ = ["ProxyApp", "Recorder", "NullRecorder"]
 
 logger = logging.getLogger(__name__)
 
-_IDEMPOTENT = frozenset({"GET", "HEAD"})
+_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS"})
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 _JSON = [(b"content-type", b"application/json")]
 _CLOSE = [(b"connection", b"close")]
@@ -73,6 +78,7 @@ _SHADOW_WITHHELD = frozenset({b"authorization", b"proxy-authorization", b"cookie
 _SHADOW_WITHHELD_PARTS = (b"token", b"secret", b"api-key", b"apikey", b"password", b"session", b"credential")
 CLIENT_LEFT = 499  # nginx's code for a client that closed the connection first
 _WATCH_AFTER_S = 0.05  # a request running longer than this is watched for its client leaving
+_DEADLINE_SLACK_S = 0.01  # a cancellation this close to a call's deadline is the deadline's
 
 
 class Recorder(Protocol):
@@ -89,6 +95,15 @@ class Recorder(Protocol):
 
     def session_done(self, endpoint: str, backend: str, code: int) -> None:
         """A WebSocket session ended (`proxy.websockets` says with which code)."""
+
+    def rate_limited(self, endpoint: str) -> None:
+        """A request was refused (429): its tenant was over the endpoint's limit."""
+
+    def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:
+        """A streamed answer ended: the gap before each chunk after its head."""
+
+    def replica_stalled(self, backend: str) -> None:
+        """A replica of `backend` was found stalled (`proxy.stalls`) and taken out of routing."""
 
 
 class NullRecorder:
@@ -107,6 +122,15 @@ class NullRecorder:
         pass
 
     def session_done(self, endpoint: str, backend: str, code: int) -> None:
+        pass
+
+    def rate_limited(self, endpoint: str) -> None:
+        pass
+
+    def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:
+        pass
+
+    def replica_stalled(self, backend: str) -> None:
         pass
 
 
@@ -140,8 +164,10 @@ class ProxyApp:
         rng: Random | None = None,
         recorder: Recorder | None = None,
         mismatches: MismatchLog | None = None,
+        buckets: Buckets | None = None,
     ) -> None:
-        """`mismatches`: where shadow mismatches are kept and answered from (default: this process's memory)."""
+        """`mismatches`: where shadow mismatches are kept and answered from (default: this process's memory);
+        `buckets`: the tenants' token buckets (default: this process's own; a node's workers share theirs)."""
         self._caller = caller
         self._settings = settings
         self._rng: Random = rng or random.Random()
@@ -159,6 +185,7 @@ class ProxyApp:
         self._websockets = WebSocketCarrier(caller, self._rng, self._recorder, self._counts)
         self._calls = RunningCalls(_WATCH_AFTER_S)
         self.mismatches = mismatches if mismatches is not None else MismatchLog()
+        self._buckets = buckets if buckets is not None else LocalBuckets()
 
     # --- the config side -----------------------------------------------------
 
@@ -171,13 +198,22 @@ class ProxyApp:
     def snapshot(self) -> Snapshot:
         return self._snapshot
 
-    def backend_load(self) -> dict[str, dict[str, int]]:
+    def backend_load(self) -> dict[str, dict[str, float]]:
         """Per backend: requests in flight on replicas, waiting in the queue,
-        and turned away in the last second because it had no replica."""
-        return {
-            name: {"ongoing": pool.ongoing(), "queued": pool.queued(), "unserved": pool.unserved()}
-            for name, pool in self._snapshot.pools.items()
-        }
+        and turned away in the last second because it had no replica; and the
+        sum of its replicas' reported loads, once one has reported."""
+        loads: dict[str, dict[str, float]] = {}
+        for name, pool in self._snapshot.pools.items():
+            load: dict[str, float] = {"ongoing": pool.ongoing(), "queued": pool.queued(), "unserved": pool.unserved()}
+            reported = pool.reported()
+            if reported is not None:
+                load["reported"] = reported
+            loads[name] = load
+        return loads
+
+    def stalled_replicas(self) -> dict[str, dict[str, str]]:
+        """Per backend, the replicas found stalled that the controller still lists (id -> what was seen)."""
+        return {name: hung for name, pool in self._snapshot.pools.items() if (hung := pool.stalled())}
 
     def request_stats(self) -> dict[str, RequestStats]:
         """Per backend, the answers counted since this proxy started (for rollout checks)."""
@@ -213,6 +249,8 @@ class ProxyApp:
             await _send(send, 405, [*_TEXT, (b"allow", route.allow.encode())], b"Method Not Allowed")
             return
         served = snapshot.endpoints[route.endpoint]
+        if served.limits is not None and await self._refused_by_limit(served.limits, scope, send):
+            return
         started = time.perf_counter()
         backend = served.pick(scope["headers"], self._rng)
         primary: asyncio.Future[WireResponse] | None = None
@@ -223,6 +261,8 @@ class ProxyApp:
                 # No body (RFC 9112 6.3): the server hands its one empty message over at once, so no deadline.
                 _request_message(await receive())
                 body = b""
+            if served.steering.reads_body:
+                backend = served.pick(scope["headers"], self._rng, body)  # JSON match rules read the body
             headers = with_root_path(_end_to_end(scope["headers"]), route.prefix)
             request: WireRequest = (scope["method"], path, scope["query_string"], headers, body)
             if served.shadow.shares:
@@ -262,6 +302,18 @@ class ProxyApp:
             # Compared only now: the primary's answer has already gone out.
             primary.set_result((status, headers, payload))
 
+    async def _refused_by_limit(self, limit: TenantLimit, scope: Scope, send: Send) -> bool:
+        """Whether the request's tenant is over the endpoint's limit; if so, it is answered 429 here."""
+        wait_s = self._buckets.take(
+            limit.slot(scope["query_string"], scope["headers"]), limit.rate, limit.burst, time.monotonic()
+        )
+        if not wait_s:
+            return False
+        self._recorder.rate_limited(limit.endpoint)
+        retry_after = str(max(1, math.ceil(wait_s))).encode()
+        await _send(send, 429, [*_TEXT, (b"retry-after", retry_after)], b"Too Many Requests")
+        return True
+
     async def _stream(
         self, streaming: _Streaming, served: ServedEndpoint, backend: str, started: float, receive: Receive,
         send: Send,
@@ -272,9 +324,11 @@ class ProxyApp:
             await send({"type": "http.response.body", "body": start.first_chunk, "more_body": True})
             self._recorder.first_byte(served.name, backend, time.perf_counter() - started)
             chunks = self._caller.stream(streaming.slot.handle, start)
-            status = await relay(chunks, send, served.timeout_s, receive, start.status)
+            gaps: list[float] = []
+            status = await relay(chunks, send, served.timeout_s, receive, start.status, gaps)
         finally:
             streaming.pool.release(streaming.slot)
+        self._recorder.stream_done(served.name, backend, gaps)
         if status == StreamEnd.REPLICA_DIED:
             streaming.pool.drop(streaming.slot)
         code = stream_code(status, start.status)
@@ -293,12 +347,20 @@ class ProxyApp:
         if pool is None:
             raise _Reply(503, "No replica available", self._retry_after)
         attempts = 2 if request[0] in _IDEMPOTENT else 1
+        key = pool.request_key(request)  # None unless the backend's routing policy reads a key
+        task: asyncio.Task[object] | None = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        stalled = False
         for _ in range(attempts):
-            slot = pool.free_slot() or await self._acquire(pool)
+            slot = pool.free_slot(key) or await self._acquire(pool, key)
             held = False
+            progress = slot.progress  # proxy.stalls: sent, answered, outstanding since when
+            progress.on_sent(task, loop.time())
             try:
-                remaining = deadline_at - asyncio.get_running_loop().time()
-                reply: Reply = await self._caller.call(slot.handle, request, remaining, pool.batching)
+                remaining = deadline_at - loop.time()
+                reply: Reply = _took_load(slot, await self._caller.call(slot.handle, request, remaining, pool.batching))
+                progress.on_answered(task, loop.time())
                 if isinstance(reply, StreamStart):
                     held = True  # the slot stays taken until the stream ends
                     return _Streaming(pool, slot, reply)
@@ -307,16 +369,41 @@ class ProxyApp:
                 pool.drop(slot)
                 logger.warning("replica %s of %s died under a request: %s", slot.replica_id, pool.backend, error)
             except HandlerError as error:
+                progress.on_answered(task, loop.time())
                 logger.error("handler of backend %s raised:\n%s", pool.backend, error)
                 raise _Reply(500, "Internal Server Error") from None
+            except asyncio.CancelledError:
+                if not pool.cancelled_by_stall(task):
+                    if loop.time() >= deadline_at - _DEADLINE_SLACK_S:
+                        self._check_stall(pool, slot, task, loop.time())
+                    raise
+                # Its replica stalled under another request: retry (idempotent) or 504, not a
+                # cancellation; unless its own deadline or client ended it too (their answer stands).
+                if task.uncancel() > 0:
+                    raise
+                if loop.time() >= deadline_at - _DEADLINE_SLACK_S:
+                    raise _Reply(504, "Gateway Timeout") from None  # no time left to retry
+                stalled = True
             finally:
+                progress.on_ended(task)
                 if not held:
                     pool.release(slot)
+        if stalled:
+            raise _Reply(504, "Gateway Timeout: the replica stalled")
         raise _Reply(502, "Bad Gateway: the replica died")
 
-    async def _acquire(self, pool: ReplicaPool) -> ReplicaSlot:
+    def _check_stall(self, pool: ReplicaPool, slot: ReplicaSlot, task: asyncio.Task[object], now: float) -> None:
+        """A call ran out its endpoint's timeout: when its replica answered nothing
+        meanwhile, it is stalled (`proxy.stalls`): out of routing, reported, counted."""
+        stall = pool.timed_out(slot, task, now)
+        if stall is not None:
+            logger.warning("backend %s: replica %s stalled (%s); taken out of routing", pool.backend,
+                           slot.replica_id, stall.message())
+            self._recorder.replica_stalled(pool.backend)
+
+    async def _acquire(self, pool: ReplicaPool, key: bytes | None = None) -> ReplicaSlot:
         try:
-            return await pool.acquire()
+            return await pool.acquire(key)
         except NoReplicaError:
             raise _Reply(503, "No replica available", self._retry_after) from None
         except QueueFullError:
@@ -363,7 +450,7 @@ class ProxyApp:
         reply: WireResponse | None = None
         try:
             async with asyncio.timeout(served.timeout_s):
-                answer = await self._caller.call(slot.handle, request, served.timeout_s, pool.batching)
+                answer = _took_load(slot, await self._caller.call(slot.handle, request, served.timeout_s, pool.batching))
             if isinstance(answer, StreamStart):
                 self._caller.discard(slot.handle, answer)
             else:
@@ -419,6 +506,18 @@ class ProxyApp:
 def _withheld(name: bytes) -> bool:
     """A header no shadow copy carries: a credential, by its name or a credential-looking part of it."""
     return name in _SHADOW_WITHHELD or any(part in name for part in _SHADOW_WITHHELD_PARTS)
+
+
+def _took_load(slot: ReplicaSlot, reply: Reply) -> Reply:
+    """`reply` without the load its replica reported (its last header, if any),
+    which the replica's slot keeps for the routing policies."""
+    headers = reply.headers if isinstance(reply, StreamStart) else reply[1]
+    if not headers or headers[-1][0] != LOAD_HEADER:
+        return reply
+    slot.note_load(headers[-1][1])
+    if isinstance(reply, StreamStart):
+        return dataclasses.replace(reply, headers=headers[:-1])
+    return reply[0], headers[:-1], reply[2]
 
 
 def _end_to_end(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

@@ -1,12 +1,15 @@
 """Periodic load reports to the controller: per backend, requests in flight and queued,
-and the answers counted so far.
+the sum of the loads its replicas reported (`gitops.serving.report_load`),
+the answers counted so far, and the replicas found stalled.
 
 The controller's autoscaler reads the load (`report_load(proxy_id, {backend:
-(ongoing, queued)}, requests)`); reports expire there after a few seconds, so a
+(ongoing, queued)}, requests, {backend: reported})`); reports expire there after a few seconds, so a
 missed one costs nothing and failures are only logged once per streak. The
 request counts (`vocabulary.request_stats.RequestStats` as JSON, cumulative
 since the proxy started) are what rollout checks judge; the same per endpoint
-go to the status.
+go to the status. Replicas the proxy found stalled (`proxy.stalls`) are
+reported with every load until the controller stops listing them; it
+replaces them.
 """
 
 from __future__ import annotations
@@ -23,28 +26,34 @@ __all__ = ["report_load_forever"]
 
 logger = logging.getLogger(__name__)
 
-Loads = dict[str, dict[str, int]]
+Loads = dict[str, dict[str, float]]
 
 
 async def report_load_forever(
     link: ControllerLink, proxy_id: str, loads: Callable[[], Loads], interval_s: float,
     requests: Callable[[], dict[str, RequestStats]],
     endpoint_requests: Callable[[], dict[str, RequestStats]] | None = None,
+    stalled: Callable[[], dict[str, dict[str, str]]] | None = None,
 ) -> None:
     failing = False
     while True:
         await asyncio.sleep(interval_s)
         # Requests turned away for want of a replica count as queued demand,
         # so a backend scaled to zero is scaled up again by its traffic.
+        current = loads()
         report = {
-            backend: (load["ongoing"], load["queued"] + load.get("unserved", 0))
-            for backend, load in loads().items()
+            backend: (int(load["ongoing"]), int(load["queued"] + load.get("unserved", 0)))
+            for backend, load in current.items()
         }
+        reported = {backend: load["reported"] for backend, load in current.items() if "reported" in load}
         counted = {backend: stats.model_dump(mode="json") for backend, stats in requests().items()}
         by_endpoint = {name: stats.model_dump(mode="json") for name, stats in (endpoint_requests or dict)().items()}
+        hung = (stalled or dict)()
         try:
             controller = await link.get()
-            await controller.call(ControllerAPI.report_load, proxy_id, report, counted, by_endpoint)
+            await controller.call(
+                ControllerAPI.report_load, proxy_id, report, counted, by_endpoint, reported, hung or None
+            )
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001 — reporting must never stop serving

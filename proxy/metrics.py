@@ -4,7 +4,8 @@ Owned here: the names, labels and buckets of the data-plane metrics of
 docs/metrics.md ("Proxy": `gitops_http_requests_total`,
 `gitops_http_request_duration_seconds`, `gitops_shadow_requests_total`,
 `gitops_shadow_comparisons_total`, `gitops_backend_ongoing_requests`, `gitops_batch_size`,
-`gitops_http_time_to_first_byte_seconds`), and serving
+`gitops_http_time_to_first_byte_seconds`, `gitops_http_rate_limited_total`,
+`gitops_stream_inter_chunk_seconds`, `gitops_stream_chunks`), and serving
 them. Not here: when a
 request counts as finished (the proxy's request path calls
 `request_finished` from exactly one place, `proxy.websockets` calls
@@ -123,6 +124,12 @@ SHADOW_LABELS = ("endpoint", "backend", "result")
 COMPARISON_LABELS = ("endpoint", "backend", "result")
 ONGOING_LABELS = ("backend",)
 BATCH_LABELS = ("backend",)
+LIMITED_LABELS = ("endpoint",)
+# Between two chunks of a streamed answer: one output token of an LLM (a few ms
+# to ~100 ms) up to a slow producer's pause.
+INTER_CHUNK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# Chunks one streamed answer sent: about its output tokens for a token stream.
+CHUNK_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 
 class ShadowResult(enum.StrEnum):
@@ -268,6 +275,36 @@ class ProxyMetrics:
             buckets=REQUEST_BUCKETS,
             registry=r,
         )
+        self._inter_chunk = Histogram(
+            "gitops_stream_inter_chunk_seconds",
+            "Time between two chunks of a streamed answer (for a token stream: the time per output token).",
+            DURATION_LABELS,
+            buckets=INTER_CHUNK_BUCKETS,
+            registry=r,
+        )
+        self._chunks = Histogram(
+            "gitops_stream_chunks",
+            "Chunks one streamed answer sent, its head's included (for a token stream: about its output tokens).",
+            DURATION_LABELS,
+            buckets=CHUNK_BUCKETS,
+            registry=r,
+        )
+        self._streams: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._rate_limited = Counter(
+            "gitops_http_rate_limited",
+            "Requests refused with 429 because their tenant was over the endpoint's [limits] "
+            "(the tenant's key is never a label).",
+            LIMITED_LABELS,
+            registry=r,
+        )
+        self._limited: dict[str, Any] = {}
+        self._stalls = Counter(
+            "gitops_replica_stalls",
+            "Replicas a proxy found stalled (two calls ran out the endpoint's timeout and the replica "
+            "answered nothing since the first was sent) and took out of routing; the controller replaces them.",
+            ONGOING_LABELS,
+            registry=r,
+        )
         self._finished: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._sessions: dict[tuple[str, str, int], Any] = {}
         self._first_bytes: dict[tuple[str, str], Any] = {}
@@ -317,13 +354,35 @@ class ProxyMetrics:
             histogram = self._first_bytes[key] = self._first_byte.labels(endpoint, backend)
         histogram.observe(seconds)
 
+    def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:
+        """A streamed answer ended after its head and `len(gaps)` more chunks, each `gaps[i]` after the one before."""
+        key = (endpoint, backend)
+        children = self._streams.get(key)
+        if children is None:
+            children = self._streams[key] = (
+                self._inter_chunk.labels(endpoint, backend), self._chunks.labels(endpoint, backend)
+            )
+        inter_chunk, chunks = children
+        for gap in gaps:
+            inter_chunk.observe(gap)
+        chunks.observe(len(gaps) + 1)
+
+    def rate_limited(self, endpoint: str) -> None:
+        """A request was refused (429): its tenant was over the endpoint's limit."""
+        counter = self._limited.get(endpoint)
+        if counter is None:
+            counter = self._limited[endpoint] = self._rate_limited.labels(endpoint)
+        counter.inc()
+    def replica_stalled(self, backend: str) -> None:
+        self._stalls.labels(backend).inc()
+
     def batch_sent(self, backend: str, size: int) -> None:
         self._batch_size.labels(backend).observe(size)
 
     def set_ongoing(self, backend: str, n: int) -> None:
         self._ongoing.labels(backend).set(n)
 
-    def observe_load(self, loads: Mapping[str, Mapping[str, int]]) -> None:
+    def observe_load(self, loads: Mapping[str, Mapping[str, float]]) -> None:
         """Set every backend's ongoing requests from `ProxyApp.backend_load()`.
 
         Ongoing = in flight on replicas + waiting in this proxy's queue: every
@@ -334,11 +393,11 @@ class ProxyMetrics:
             self.set_ongoing(backend, 0)  # shared files keep a removed series: zero it first
             _remove_where(self._ongoing, ONGOING_LABELS, "backend", backend)
         for backend, load in loads.items():
-            self.set_ongoing(backend, load.get("ongoing", 0) + load.get("queued", 0))
+            self.set_ongoing(backend, int(load.get("ongoing", 0) + load.get("queued", 0)))  # counts; "reported" is the float
         self._ongoing_backends = set(loads)
 
     async def sample_load_forever(
-        self, loads: Callable[[], Mapping[str, Mapping[str, int]]], interval_s: float = 1.0
+        self, loads: Callable[[], Mapping[str, Mapping[str, float]]], interval_s: float = 1.0
     ) -> None:
         """Run on the proxy's event loop: the load is read where it is written."""
         while True:
@@ -350,14 +409,18 @@ class ProxyMetrics:
         self._finished = {k: v for k, v in self._finished.items() if k[0] != endpoint}
         self._sessions = {k: v for k, v in self._sessions.items() if k[0] != endpoint}
         self._first_bytes = {k: v for k, v in self._first_bytes.items() if k[0] != endpoint}
+        self._streams = {k: v for k, v in self._streams.items() if k[0] != endpoint}
         for metric, names in self._by_route():
             _remove_where(metric, names, "endpoint", endpoint)
+        if self._limited.pop(endpoint, None) is not None:
+            _remove_where(self._rate_limited, LIMITED_LABELS, "endpoint", endpoint)
 
     def forget_backend(self, backend: str) -> None:
         """Drop a deleted backend's series."""
         self._finished = {k: v for k, v in self._finished.items() if k[1] != backend}
         self._sessions = {k: v for k, v in self._sessions.items() if k[1] != backend}
         self._first_bytes = {k: v for k, v in self._first_bytes.items() if k[1] != backend}
+        self._streams = {k: v for k, v in self._streams.items() if k[1] != backend}
         for metric, names in self._by_route():
             _remove_where(metric, names, "backend", backend)
         _remove_where(self._ongoing, ONGOING_LABELS, "backend", backend)
@@ -367,7 +430,7 @@ class ProxyMetrics:
         """Forget every series of an endpoint or backend the proxy no longer
         serves, so config churn cannot grow cardinality; called per snapshot."""
         self._serving = (set(endpoints), set(backends))
-        for endpoint in self._labelled("endpoint") - set(endpoints):
+        for endpoint in (self._labelled("endpoint") | set(self._limited)) - set(endpoints):
             self.forget_endpoint(endpoint)
         for backend in self._labelled("backend") - set(backends):
             self.forget_backend(backend)
@@ -387,6 +450,8 @@ class ProxyMetrics:
             (self._shadows, SHADOW_LABELS),
             (self._comparisons, COMPARISON_LABELS),
             (self._first_byte, DURATION_LABELS),
+            (self._inter_chunk, DURATION_LABELS),
+            (self._chunks, DURATION_LABELS),
         ]
 
     def render(self) -> bytes:

@@ -11,8 +11,19 @@ find no replica in its wait queue, where the autoscaler sees them as demand,
 until a first replica arrives or that time runs out (`NoReplicaError`). A replica that died under a request is
 dropped at once and kept out until the controller stops listing it.
 
-Decisions come from `vocabulary.choosing`; this module only keeps the state and
-wakes waiters. No Ray, no HTTP.
+Each slot keeps its replica's progress (`proxy.stalls.ReplicaProgress`): the
+request path says when a call is sent, answered or ended, and when one ran out
+its endpoint's timeout (`timed_out`). A replica the stall rule finds hung is
+taken out of routing at once like a dead one, its other outstanding calls are
+cancelled (the request path retries the idempotent ones elsewhere, answers
+504 to the rest: `cancelled_by_stall`), and it is listed by `stalled()` for
+the controller, which replaces it, until the controller stops listing it.
+
+Decisions come from `vocabulary.choosing` (power_of_two, the default, called
+directly so its path costs what it always did) or from the backend's routing
+policy (`proxy.policies`), which also sees the request's key (`proxy.request_keys`);
+a request waiting in line keeps its key, so the policy decides for it too when a
+slot frees. This module only keeps the state and wakes waiters. No Ray, no HTTP.
 """
 
 from __future__ import annotations
@@ -20,12 +31,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+import weakref
 from typing import Callable, Iterable
 
 from proxy.calling import Batching
+from proxy.policies import Policy, policy_for
+from proxy.request_keys import KeyReader
+from proxy.stalls import ReplicaProgress, Stall
 from vocabulary.choosing import Admission, Random, admit, pick_replica
 from vocabulary.actor_apis import ReplicaHandle
-from vocabulary.configs import BatchingConfig
+from vocabulary.configs import BatchingConfig, RoutingConfig
+from vocabulary.wire import WireRequest
 
 __all__ = ["ReplicaSlot", "ReplicaPool", "NoReplicaError", "QueueFullError"]
 
@@ -46,12 +62,23 @@ class QueueFullError(Exception):
 class ReplicaSlot:
     """One replica and its in-flight count; mutable proxy-side bookkeeping."""
 
-    __slots__ = ("replica_id", "handle", "in_flight")
+    __slots__ = ("replica_id", "handle", "in_flight", "reported", "progress")
 
     def __init__(self, replica_id: str, handle: ReplicaHandle) -> None:
         self.replica_id = replica_id
         self.handle = handle
         self.in_flight = 0
+        self.progress = ReplicaProgress(replica_id)
+        # The load its user code last reported (`gitops.serving.report_load`), carried by its answers.
+        self.reported: float | None = None
+
+    def note_load(self, value: bytes) -> None:
+        try:
+            number = float(value)
+        except ValueError:
+            return
+        if number >= 0 and number != float("inf"):
+            self.reported = number
 
     def __repr__(self) -> str:
         return f"ReplicaSlot({self.replica_id!r}, in_flight={self.in_flight})"
@@ -68,13 +95,21 @@ class ReplicaPool:
         self.batching: Batching | None = None
         # How long a request may wait for a first replica; None: not at all.
         self.cold_start_s: float | None = None
+        # The routing policy and where it reads its key; None: power_of_two, no key.
+        self.routing: RoutingConfig | None = None
+        self._policy: Policy | None = None
+        self._key_reader: KeyReader | None = None
         self._rng = rng
         self._max_queued = max_queued
         self._slots: list[ReplicaSlot] = []
-        self._waiters: collections.deque[asyncio.Future[ReplicaSlot]] = collections.deque()
+        self._waiters: collections.deque[tuple[asyncio.Future[ReplicaSlot], bytes | None]] = collections.deque()
         self._dead: set[str] = set()
         self._clock = clock
         self._unserved: collections.deque[float] = collections.deque(maxlen=_UNSERVED_KEPT)
+        # Replicas found hung (proxy.stalls), kept out and reported until the controller drops them.
+        self._stalled: dict[str, Stall] = {}
+        self._stall_cancelled: weakref.WeakSet[asyncio.Task[object]] = weakref.WeakSet()
+        self.stalls = 0  # replicas of this backend found stalled since the proxy started
 
     # --- what autoscaling and metrics read ---------------------------------
 
@@ -83,6 +118,11 @@ class ReplicaPool:
 
     def queued(self) -> int:
         return len(self._waiters)
+
+    def reported(self) -> float | None:
+        """The sum of the loads its replicas last reported (`gitops.serving.report_load`); None: none has."""
+        values = [slot.reported for slot in self._slots if slot.reported is not None]
+        return sum(values) if values else None
 
     def unserved(self) -> int:
         """Requests turned away in the last second for want of any replica."""
@@ -102,9 +142,14 @@ class ReplicaPool:
         replicas: Iterable[tuple[str, ReplicaHandle]],
         batching: BatchingConfig | None = None,
         cold_start_s: float | None = None,
+        routing: RoutingConfig | None = None,
     ) -> None:
         """Adopt the controller's RUNNING set and settings; counts of kept replicas carry over."""
         self.max_concurrent = max_concurrent
+        if routing != self.routing:
+            self.routing = routing
+            self._policy = policy_for(routing)
+            self._key_reader = KeyReader.from_config(routing)
         self.cold_start_s = cold_start_s
         self.batching = (
             None
@@ -112,8 +157,9 @@ class ReplicaPool:
             else Batching(self.backend, batching.max_batch_size, batching.batch_wait_timeout_s)
         )
         listed = dict(replicas)
-        # Forget a dead replica once the controller has stopped listing it.
+        # Forget a dead or stalled replica once the controller has stopped listing it.
         self._dead &= set(listed)
+        self._stalled = {rid: stall for rid, stall in self._stalled.items() if rid in listed}
         current = {slot.replica_id: slot for slot in self._slots}
         self._slots = [
             current.get(replica_id) or ReplicaSlot(replica_id, handle)
@@ -128,7 +174,37 @@ class ReplicaPool:
         self._slots = [s for s in self._slots if s is not slot]
         self._after_membership_change()
 
+    # --- progress and stalls (proxy.stalls) ------------------------------------
+
+    def stalled(self) -> dict[str, str]:
+        """The replicas found stalled that the controller still lists: id -> what was seen."""
+        return {rid: stall.message() for rid, stall in self._stalled.items()}
+
+    def timed_out(self, slot: ReplicaSlot, call: asyncio.Task[object], now: float) -> Stall | None:
+        """`call` ran out its endpoint's timeout on `slot`: when that makes the replica
+        stalled, take it out of routing and cancel its other outstanding calls."""
+        stall = slot.progress.timed_out(call, now)
+        if stall is None:
+            return None
+        self.stalls += 1
+        self._stalled[slot.replica_id] = stall
+        for other in slot.progress.calls():
+            if other is not call and isinstance(other, asyncio.Task) and not other.done():
+                self._stall_cancelled.add(other)
+                other.cancel()
+        self.drop(slot)
+        return stall
+
+    def cancelled_by_stall(self, call: asyncio.Task[object]) -> bool:
+        """Whether `call` was cancelled because its replica stalled (asked once per cancellation)."""
+        if call not in self._stall_cancelled:
+            return False
+        self._stall_cancelled.discard(call)
+        return True
+
     def _after_membership_change(self) -> None:
+        if self._policy is not None:
+            self._policy.members([slot.replica_id for slot in self._slots])
         if self._slots:
             self._serve_waiters()
         elif self.cold_start_s is None:
@@ -136,39 +212,45 @@ class ReplicaPool:
 
     # --- acquiring and releasing ----------------------------------------------
 
-    def try_acquire(self) -> ReplicaSlot | None:
+    def request_key(self, request: WireRequest) -> bytes | None:
+        """The key this backend's routing policy reads from `request`; None when
+        the policy reads none or the request carries none."""
+        reader = self._key_reader
+        return None if reader is None else reader.read(request)
+
+    def try_acquire(self, key: bytes | None = None) -> ReplicaSlot | None:
         """A slot now, or None; never waits and never jumps the queue; with no
         replica at all, the request counts as unserved."""
         if not self._slots:
             self._unserved.append(self._clock())
-        return self.free_slot()
+        return self.free_slot(key)
 
-    def free_slot(self) -> ReplicaSlot | None:
+    def free_slot(self, key: bytes | None = None) -> ReplicaSlot | None:
         """A slot at once when one has room and nobody waits in line; else None
         (nothing recorded: `acquire` then waits or refuses)."""
         if self._waiters or not self._slots:
             return None
-        return self._take()
+        return self._take(key)
 
-    async def acquire(self) -> ReplicaSlot:
+    async def acquire(self, key: bytes | None = None) -> ReplicaSlot:
         """A slot with room for one more request, waiting in line if all are full
         (or, for a backend that scales from zero, until a first replica starts)."""
         if not self._slots:
             if self.cold_start_s is None:
                 self._unserved.append(self._clock())
                 raise NoReplicaError(self.backend)
-            return await self._wait_in_line(self.cold_start_s)
+            return await self._wait_in_line(self.cold_start_s, key)
         if not self._waiters:
-            slot = self._take()
+            slot = self._take(key)
             if slot is not None:
                 return slot
-        return await self._wait_in_line(None)
+        return await self._wait_in_line(None, key)
 
-    async def _wait_in_line(self, limit_s: float | None) -> ReplicaSlot:
+    async def _wait_in_line(self, limit_s: float | None, key: bytes | None) -> ReplicaSlot:
         if admit(len(self._waiters), self._max_queued) is Admission.REJECT:
             raise QueueFullError(self.backend)
         waiter: asyncio.Future[ReplicaSlot] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        self._waiters.append((waiter, key))
         try:
             async with asyncio.timeout(limit_s):
                 return await waiter
@@ -185,9 +267,17 @@ class ReplicaPool:
         if self._waiters:
             self._serve_waiters()
 
-    def _take(self) -> ReplicaSlot | None:
+    def _take(self, key: bytes | None = None) -> ReplicaSlot | None:
         slots = self._slots
-        index = pick_replica([s.in_flight for s in slots], self.max_concurrent, self._rng)
+        policy = self._policy
+        if policy is None:
+            index = pick_replica([s.in_flight for s in slots], self.max_concurrent, self._rng)
+        else:
+            reported = [s.reported for s in slots]
+            loads = None if None in reported else reported
+            index = policy.choose(
+                [s.in_flight for s in slots], self.max_concurrent, key, self._rng, loads  # type: ignore[arg-type]
+            )
         if index is None:
             return None
         slot = slots[index]
@@ -196,22 +286,22 @@ class ReplicaPool:
 
     def _serve_waiters(self) -> None:
         while self._waiters:
-            slot = self._take()
+            slot = self._take(self._waiters[0][1])
             if slot is None:
                 return
-            waiter = self._waiters.popleft()
+            waiter, _key = self._waiters.popleft()
             waiter.set_result(slot)
 
     def _fail_waiters(self, error: Exception) -> None:
         while self._waiters:
-            self._waiters.popleft().set_exception(error)
+            self._waiters.popleft()[0].set_exception(error)
 
     def _abandon(self, waiter: asyncio.Future[ReplicaSlot]) -> None:
         if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
             # The slot was handed over just as the wait was cancelled.
             self.release(waiter.result())
             return
-        try:
-            self._waiters.remove(waiter)
-        except ValueError:
-            pass
+        for entry in self._waiters:
+            if entry[0] is waiter:
+                self._waiters.remove(entry)
+                return

@@ -16,6 +16,7 @@ from typing import Mapping
 
 from vocabulary.configs import EndpointConfig, RouteTable, ShadowCompare
 from vocabulary.choosing import Random, ShadowSampler, WeightedChoice
+from proxy.rate_limits import TenantLimit
 from proxy.replicas import ReplicaPool
 from proxy.routing import Route, RouteIndex
 from proxy.steering import Headers, Steering
@@ -34,6 +35,7 @@ class ServedEndpoint:
     ignore: frozenset[str] = frozenset()
     shadow_query: bool = False  # shadows get the query string (else the path alone)
     shadow_values: bool = False  # mismatches show values (else JSON paths and types)
+    limits: TenantLimit | None = None  # requests per tenant (else unlimited)
 
     @classmethod
     def from_config(cls, config: EndpointConfig) -> ServedEndpoint:
@@ -47,14 +49,16 @@ class ServedEndpoint:
             frozenset(config.shadow_ignore),
             config.shadow_query,
             config.shadow_values,
+            TenantLimit.from_config(config.name, config.limits),
         )
 
-    def pick(self, headers: Headers, rng: Random) -> str:
-        """The backend for a request: a matching header rule, else the weights,
-        drawn at the request's sticky point if it has one, else at random."""
+    def pick(self, headers: Headers, rng: Random, body: bytes | None = None) -> str:
+        """The backend for a request: a matching header (or, with the body, JSON)
+        rule, else the weights, drawn at the request's sticky point if it has
+        one, else at random."""
         steering = self.steering
         if steering:
-            matched = steering.matched(headers)
+            matched = steering.matched(headers, body)
             if matched is not None:
                 return matched
             point = steering.point(headers)

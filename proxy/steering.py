@@ -1,14 +1,16 @@
-"""Which backend a request goes to before and instead of a random draw: header match, sticky key.
+"""Which backend a request goes to before and instead of a random draw: header or JSON match, sticky key.
 
 An endpoint's `[[match]]` rules are checked in order; the first whose header
-carries exactly its value names the backend. Otherwise a sticky endpoint
+(or top-level JSON body field, `proxy.request_keys.json_field`) carries
+exactly its value names the backend. Before the body is read, a JSON rule
+cannot match, so the rules are checked again once it is (`reads_body`). Otherwise a sticky endpoint
 hashes the request's key (a header or a cookie) to a fixed point in [0, 1)
 and uses it as the draw into the weights (`vocabulary.choosing.WeightedChoice`),
 so one key always lands on one backend while the keys as a whole follow the
 weights exactly. When weights move (a rollout), a key only ever moves toward
 the backend gaining weight. A request without the key is drawn at random.
 
-Pure: headers in, a backend name or a draw out; no I/O.
+Pure: headers (and a body already read) in, a backend name or a draw out; no I/O.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Sequence
 
+from proxy.request_keys import cookie_value, json_bytes, json_field
 from vocabulary.configs import EndpointConfig, StickyKey
 
 __all__ = ["Headers", "Steering", "sticky_point", "cookie_value"]
@@ -31,39 +34,52 @@ def sticky_point(key: bytes) -> float:
     return int.from_bytes(digest, "big") / _SCALE
 
 
-def cookie_value(header: bytes, name: bytes) -> bytes | None:
-    """The value of cookie `name` in a `Cookie` header, or None."""
-    for pair in header.split(b";"):
-        key, sep, value = pair.strip().partition(b"=")
-        if sep and key == name:
-            return value.strip(b'"')
-    return None
-
-
 @dataclass(frozen=True)
 class Steering:
     """An endpoint's match rules and sticky key, ready for the request path.
     Header names are lower case bytes, as ASGI gives them."""
 
+    # (header name, value, backend); a JSON rule has b"" for the name and its field in `json_rules`.
     rules: tuple[tuple[bytes, bytes, str], ...] = ()
     sticky_kind: StickyKey | None = None
     sticky_name: bytes = b""
+    # Index in `rules` -> the JSON field that rule reads.
+    json_rules: tuple[tuple[int, str], ...] = ()
 
     @classmethod
     def from_config(cls, config: EndpointConfig) -> Steering:
-        rules = tuple((r.header.encode("latin-1"), r.value.encode("latin-1"), r.backend) for r in config.match)
+        rules = tuple(
+            ((r.header or "").encode("latin-1"), r.value.encode("utf-8"), r.backend) for r in config.match
+        )
+        json_rules = tuple((i, r.json_field) for i, r in enumerate(config.match) if r.json_field is not None)
         key = config.sticky_key()
         if key is None:
-            return cls(rules)
-        return cls(rules, key[0], key[1].encode("latin-1"))
+            return cls(rules, json_rules=json_rules)
+        return cls(rules, key[0], key[1].encode("latin-1"), json_rules)
 
     def __bool__(self) -> bool:
         return bool(self.rules) or self.sticky_kind is not None
 
-    def matched(self, headers: Headers) -> str | None:
-        """The backend of the first rule whose header has its value."""
-        for name, value, backend in self.rules:
-            if any(key == name and found == value for key, found in headers):
+    @property
+    def reads_body(self) -> bool:
+        return bool(self.json_rules)
+
+    def matched(self, headers: Headers, body: bytes | None = None) -> str | None:
+        """The backend of the first rule whose header (or JSON field) has its value.
+        Without a body (not read yet), no rule from the first JSON rule on matches."""
+        fields = dict(self.json_rules)
+        values: dict[str, bytes | None] = {}
+        for index, (name, value, backend) in enumerate(self.rules):
+            field = fields.get(index)
+            if field is None:
+                if any(key == name and found == value for key, found in headers):
+                    return backend
+                continue
+            if body is None:
+                return None
+            if field not in values:
+                values[field] = json_bytes(json_field(body, field))
+            if values[field] == value:
                 return backend
         return None
 

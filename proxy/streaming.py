@@ -7,7 +7,9 @@ disconnects ends it. The client's answer has started by then, so an early
 end cannot change its status: the response is left incomplete (the server
 closes the connection, which a client sees as a broken body), and the
 request is recorded with the status the failure would have had (`stream_code`).
-Leaving the chunk iterator early cancels the replica's generator.
+Leaving the chunk iterator early cancels the replica's generator. Given a
+list, `relay` appends the gap before each chunk after the head (seconds, on
+the monotonic clock): for a token stream, the time per output token.
 
 Not here: the call that produced the head (`proxy.app`), Ray (`proxy.raycalls`).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 from typing import AsyncGenerator
 
 from httpedge.asgi import Receive, Send
@@ -49,9 +52,12 @@ def stream_code(end: StreamEnd, status: int) -> int:
     return _CODES.get(end, status)
 
 
-async def relay(chunks: AsyncGenerator[bytes, None], send: Send, idle_s: float, receive: Receive, status: int) -> StreamEnd:
-    """Send `chunks` until they end, and say how they ended."""
-    pump = asyncio.ensure_future(_pump(chunks, send, idle_s))
+async def relay(
+    chunks: AsyncGenerator[bytes, None], send: Send, idle_s: float, receive: Receive, status: int,
+    gaps: list[float] | None = None,
+) -> StreamEnd:
+    """Send `chunks` until they end, and say how they ended; `gaps` gets the time before each chunk."""
+    pump = asyncio.ensure_future(_pump(chunks, send, idle_s, gaps))
     watch = asyncio.ensure_future(receive())
     try:
         await asyncio.wait((pump, watch), return_when=asyncio.FIRST_COMPLETED)
@@ -65,7 +71,10 @@ async def relay(chunks: AsyncGenerator[bytes, None], send: Send, idle_s: float, 
     return pump.result()
 
 
-async def _pump(chunks: AsyncGenerator[bytes, None], send: Send, idle_s: float) -> StreamEnd:
+async def _pump(
+    chunks: AsyncGenerator[bytes, None], send: Send, idle_s: float, gaps: list[float] | None
+) -> StreamEnd:
+    last = time.perf_counter()
     try:
         while True:
             try:
@@ -73,6 +82,10 @@ async def _pump(chunks: AsyncGenerator[bytes, None], send: Send, idle_s: float) 
                     chunk = await anext(chunks)
             except StopAsyncIteration:
                 break
+            if gaps is not None:
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
     except TimeoutError:
         return StreamEnd.IDLE_TIMEOUT

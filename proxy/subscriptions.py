@@ -100,6 +100,7 @@ class Subscriptions:
             ((r.replica_id, Remote(r.handle)) for r in replica_set.replicas),
             replica_set.batching,
             replica_set.cold_start_timeout_s,
+            replica_set.routing,
         )
 
     def _forget_unused(self) -> None:

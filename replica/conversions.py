@@ -12,10 +12,14 @@ returned becomes a response tuple, following the README's "User code":
 - anything else as JSON.
 
 The route prefix the request was routed by is the request's `root_path`.
+Once user code has reported a load (`gitops.serving.report_load`), every
+answer (streamed ones too) carries the newest value as its last header,
+`vocabulary.wire.LOAD_HEADER`, which the proxy takes off.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 from typing import Any, AsyncIterable, Iterable, cast
@@ -24,7 +28,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from replica.asgi import BodyStream, serve_http
-from vocabulary.wire import WireRequest, WireResponse, split_root_path
+from vocabulary.serving import REPORTED_LOAD
+from vocabulary.wire import LOAD_HEADER, WireRequest, WireResponse, split_root_path
 
 __all__ = ["to_starlette_request", "to_wire_response", "to_reply"]
 
@@ -66,11 +71,29 @@ async def to_reply(result: Any, wire: WireRequest) -> WireResponse | BodyStream:
         items = cast("Iterable[str | bytes] | AsyncIterable[str | bytes]", result)
         result = StreamingResponse(items, media_type=_STREAMED_TEXT)
     if isinstance(result, Response) and not hasattr(result, "body"):
-        return await serve_http(result, wire)
+        answer = await serve_http(result, wire)
+        load = REPORTED_LOAD.value
+        if load is None:
+            return answer
+        if isinstance(answer, BodyStream):
+            return dataclasses.replace(answer, headers=[*answer.headers, _load_header(load)])
+        return answer[0], [*answer[1], _load_header(load)], answer[2]
     return to_wire_response(result)
 
 
+def _load_header(value: float) -> tuple[bytes, bytes]:
+    return LOAD_HEADER, repr(value).encode()
+
+
 def to_wire_response(result: Any) -> WireResponse:
+    reply = _to_wire_response(result)
+    load = REPORTED_LOAD.value
+    if load is None:
+        return reply
+    return reply[0], [*reply[1], _load_header(load)], reply[2]
+
+
+def _to_wire_response(result: Any) -> WireResponse:
     if isinstance(result, Response):
         return (result.status_code, list(result.raw_headers), bytes(result.body))
     if isinstance(result, (bytes, bytearray, memoryview)):

@@ -164,9 +164,12 @@ class ControllerAPI(GoalAPI, Protocol):
 
     async def report_load(
         self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None,
-        endpoint_requests: dict[str, Any] | None = None,
+        endpoint_requests: dict[str, Any] | None = None, reported: dict[str, float] | None = None,
+        stalled: dict[str, dict[str, str]] | None = None,
     ) -> None:
-        """One proxy's (ongoing, queued) per backend, and its answers counted per backend and endpoint."""
+        """One proxy's (ongoing, queued) per backend, its answers counted per backend and endpoint,
+        the loads its replicas reported, and (`stalled`) per backend the replicas it found hung
+        (id -> what it saw), for the controller to replace."""
 
     async def get_load(self) -> dict[str, dict[str, tuple[int, int]]]:
         """The latest loads, per proxy."""

@@ -30,12 +30,18 @@ from vocabulary.serving_rules import refused_traffic_reason, zero_replica_reason
 __all__ = [
     "AutoscalingConfig",
     "BatchingConfig",
+    "RoutingPolicy",
+    "RoutingKey",
+    "RoutingConfig",
+    "keyed_routing",
     "UpdateConfig",
     "OnFailure",
     "MetricCheck",
     "bounded_check",
     "RolloutConfig",
     "MatchRule",
+    "LimitsConfig",
+    "one_match_source",
     "ShadowCompare",
     "StickyKey",
     "SOURCE_FIELDS",
@@ -86,6 +92,13 @@ class AutoscalingConfig(_Value):
     downscale_delay_s: float = Field(
         default=30.0, ge=0, description="Seconds the load must stay below target before removing replicas."
     )
+    target_reported_load: float | None = Field(
+        default=None,
+        gt=0,
+        description="Load per replica the autoscaler aims for, as replicas report it with "
+        "`gitops.serving.report_load` (KV-cache use, queue depth); the count is the larger of what requests "
+        "and reported load want. none: requests only.",
+    )
 
 
 class BatchingConfig(_Value):
@@ -99,6 +112,93 @@ class BatchingConfig(_Value):
         ge=0,
         description="Seconds the first request of a batch waits for more before the batch is sent; changed in place.",
     )
+
+
+class RoutingPolicy(str, enum.Enum):
+    """How the proxy chooses a backend's replica for each request."""
+
+    POWER_OF_TWO = "power_of_two"  # the less busy of two random replicas
+    ROUND_ROBIN = "round_robin"  # each replica in turn
+    LEAST_LOADED = "least_loaded"  # the replica with the fewest requests in flight
+    CONSISTENT_HASH = "consistent_hash"  # rendezvous hashing of the request's key
+    PREFIX_AFFINITY = "prefix_affinity"  # requests sharing a key prefix go to one replica
+
+
+class RoutingKey(str, enum.Enum):
+    """Where a routing policy reads the request's key."""
+
+    HEADER = "header"
+    COOKIE = "cookie"
+    QUERY = "query"
+    JSON = "json"
+
+
+_ROUTING_KEY = re.compile(r"(header|cookie|query|json):(.+)")
+_KEYED_POLICIES = frozenset({RoutingPolicy.CONSISTENT_HASH, RoutingPolicy.PREFIX_AFFINITY})
+
+
+def _routing_key_shape(key: str | None) -> str | None:
+    if key is None:
+        return None
+    found = _ROUTING_KEY.fullmatch(key)
+    if found is None or not found.group(2).strip() or any(c in found.group(2) for c in "\r\n\0"):
+        raise ValueError(f"must be 'header:NAME', 'cookie:NAME', 'query:NAME' or 'json:FIELD' (got '{key}')")
+    kind, name = found.groups()
+    if kind == "header":
+        if re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", name) is None:
+            raise ValueError(f"'{name}' is not an HTTP header name")
+        return f"header:{name.lower()}"
+    return key
+
+
+def keyed_routing(routing: Any) -> Any:
+    """A hashing policy needs a key, and only a hashing policy reads one; the
+    spec table (`gitops.specs.models`) applies this rule too."""
+    policy = RoutingPolicy(routing.policy)
+    if policy in _KEYED_POLICIES and routing.key is None:
+        raise ValueError(f"policy '{policy.value}' needs a key ('header:NAME', 'cookie:NAME', 'query:NAME' or 'json:FIELD')")
+    if policy not in _KEYED_POLICIES and routing.key is not None:
+        raise ValueError(f"policy '{policy.value}' reads no key (only consistent_hash and prefix_affinity do)")
+    return routing
+
+
+class RoutingConfig(_Value):
+    """How the proxy chooses among a backend's replicas (docs/llm.md)."""
+
+    policy: RoutingPolicy = Field(
+        default=RoutingPolicy.POWER_OF_TWO,
+        description="power_of_two (the less busy of two random replicas), round_robin, least_loaded, "
+        "consistent_hash (a key stays on one replica) or prefix_affinity (requests sharing a key prefix "
+        "go to one replica unless it is overloaded); changed in place.",
+    )
+    key: Annotated[str | None, AfterValidator(_routing_key_shape)] = Field(
+        default=None,
+        description="consistent_hash and prefix_affinity: 'header:NAME', 'cookie:NAME', 'query:NAME' or "
+        "'json:FIELD' (a top-level field of a JSON body); a request without it is routed by power_of_two.",
+    )
+    prefix_bytes: int = Field(
+        default=1024,
+        ge=1,
+        le=1_048_576,
+        description="prefix_affinity: how many bytes of the key's serialised value (compact JSON for json:) "
+        "make up the prefix.",
+    )
+    max_imbalance: float = Field(
+        default=2.0,
+        ge=1.0,
+        le=1000.0,
+        description="prefix_affinity: leave the preferred replica when its in-flight count exceeds "
+        "the least loaded replica's (counted as at least 1) times this.",
+    )
+
+    _keyed = model_validator(mode="after")(keyed_routing)
+
+    def key_source(self) -> tuple[RoutingKey, str] | None:
+        """Where the key is read: (header, cookie, query or json, its name)."""
+        if self.key is None:
+            return None
+        kind, name = self.key.split(":", 1)
+        return RoutingKey(kind), name
 
 
 def _surge_or_unavailable(update: Any) -> Any:
@@ -233,6 +333,10 @@ class BackendConfig(_Value):
         default=None,
         description="The handler receives list[Request] and returns a list of the same length; none: one request a call.",
         json_schema_extra=ENVIRONMENT_OVERRIDABLE,
+    )
+    routing: RoutingConfig | None = Field(
+        default=None,
+        description="How the proxy chooses a replica for each request; none: power_of_two, changed in place.",
     )
     update: Annotated[UpdateConfig | None, AfterValidator(_surge_or_unavailable)] = Field(
         default=None,
@@ -399,6 +503,10 @@ def _header_name(name: str) -> str:
     return name.lower()
 
 
+def _header_name_or_none(name: str | None) -> str | None:
+    return None if name is None else _header_name(name)
+
+
 def _sticky_shape(key: str | None) -> str | None:
     if key is None:
         return None
@@ -425,14 +533,70 @@ class ShadowCompare(str, enum.Enum):
     EXACT = "exact"
 
 
-class MatchRule(_Value):
-    """Requests carrying a header with this exact value go to `backend`, before the weights."""
+def one_match_source(rule: Any) -> Any:
+    """A match rule reads a header or a JSON field, exactly one; the spec
+    table (`gitops.specs.models`) applies this rule too."""
+    if (rule.header is None) == (rule.json_field is None):
+        raise ValueError("needs exactly one of header and json")
+    return rule
 
-    header: Annotated[str, AfterValidator(_header_name)] = Field(
-        description="The request header to read (case-insensitive)."
+
+class MatchRule(_Value):
+    """Requests whose header, or top-level JSON body field, has this exact value go to `backend`, before the weights."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    header: Annotated[str | None, AfterValidator(_header_name_or_none)] = Field(
+        default=None, description="The request header to read (case-insensitive); or json."
     )
-    value: str = Field(description="The exact header value that selects the backend.")
+    json_field: str | None = Field(
+        default=None,
+        alias="json",
+        min_length=1,
+        description="The top-level field of a JSON request body to read (a string's text, else its compact "
+        "JSON, is compared); a body that is not a JSON object matches no json rule.",
+    )
+    value: str = Field(description="The exact header (or field) value that selects the backend.")
     backend: str = Field(description="The backend that answers matching requests.")
+
+    _one_source = model_validator(mode="after")(one_match_source)
+
+
+_LIMIT_KEY = re.compile(r"(header|cookie|query):(.+)")
+
+
+def _limit_key_shape(key: str | None) -> str | None:
+    if key is None:
+        return None
+    found = _LIMIT_KEY.fullmatch(key)
+    if found is None or not found.group(2).strip() or any(c in found.group(2) for c in "\r\n\0"):
+        raise ValueError(f"must be 'header:NAME', 'cookie:NAME' or 'query:NAME' (got '{key}')")
+    kind, name = found.groups()
+    if kind == "header":
+        return f"header:{_header_name(name)}"
+    return key
+
+
+class LimitsConfig(_Value):
+    """Requests each tenant may send to the endpoint: a token bucket per key, at each node's proxy (docs/llm.md)."""
+
+    requests_per_s: float = Field(
+        gt=0, le=1_000_000, description="Requests per second each key may send, on average; beyond it, 429 with Retry-After."
+    )
+    burst: int = Field(
+        default=1, ge=1, le=1_000_000, description="Requests a key may send at once after being idle (the bucket's size)."
+    )
+    key: Annotated[str | None, AfterValidator(_limit_key_shape)] = Field(
+        default=None,
+        description="Who a tenant is: 'header:NAME', 'cookie:NAME' or 'query:NAME' (hashed, never logged); "
+        "requests without it share one bucket; none: one bucket for the whole endpoint.",
+    )
+
+    def key_source(self) -> tuple[RoutingKey, str] | None:
+        if self.key is None:
+            return None
+        kind, name = self.key.split(":", 1)
+        return RoutingKey(kind), name
 
 
 class EndpointConfig(_Value):
@@ -457,7 +621,9 @@ class EndpointConfig(_Value):
         json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     match: tuple[MatchRule, ...] = Field(
-        default=(), description="Header rules checked in order before the weights; the first that matches wins."
+        default=(),
+        description="Rules on a header or a JSON body field, checked in order before the weights; "
+        "the first that matches wins.",
     )
     sticky: Annotated[str | None, AfterValidator(_sticky_shape)] = Field(
         default=None,
@@ -484,6 +650,9 @@ class EndpointConfig(_Value):
     rollout: RolloutConfig | None = Field(
         default=None, description="Move traffic toward the split in git in checked steps; none: at once.",
         json_schema_extra=ENVIRONMENT_OVERRIDABLE,
+    )
+    limits: LimitsConfig | None = Field(
+        default=None, description="A request rate per tenant (token buckets at the proxy); none: unlimited."
     )
 
     def backends(self) -> frozenset[str]:
@@ -558,6 +727,8 @@ class ReplicaSet(_Value):
     max_concurrent_queries: int
     replicas: tuple[ReplicaInfo, ...] = ()
     batching: BatchingConfig | None = None
+    # How the proxy chooses among the replicas; None: power_of_two.
+    routing: RoutingConfig | None = None
     # Seconds a request may wait for a first replica; None: 503 at once.
     cold_start_timeout_s: float | None = None
     # The commit the backend's config was last applied from (`BackendConfig.commit`).

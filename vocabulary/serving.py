@@ -40,6 +40,8 @@ __all__ = [
     "ModelMissing",
     "install_models",
     "installed_model",
+    "ReportedLoad",
+    "REPORTED_LOAD",
 ]
 
 
@@ -153,6 +155,27 @@ def installed_model(name: str) -> str:
 
 def installed_calls() -> HandleCalls:
     return _require("calls")
+
+
+class ReportedLoad:
+    """The load user code last reported (`gitops.serving.report_load`): a
+    finite number >= 0 (KV-cache use, queue depth...), or None before any
+    report. The replica's answers carry it to the proxy (`vocabulary.wire.LOAD_HEADER`)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value: float | None = None
+
+    def report(self, value: float) -> None:
+        number = float(value)
+        if not number >= 0 or number == float("inf"):
+            raise ValueError(f"a reported load must be a finite number >= 0 (got {value!r})")
+        self.value = number
+
+
+# One per process: a replica's process runs one replica.
+REPORTED_LOAD = ReportedLoad()
 
 
 def _require(what: str) -> Any:

@@ -27,7 +27,7 @@ import enum
 import math
 import re
 from dataclasses import dataclass
-from typing import Collection, Iterable, Mapping, Protocol, Sequence
+from typing import Callable, Collection, Iterable, Mapping, Protocol, Sequence
 
 __all__ = [
     "WEIGHT_TOLERANCE",
@@ -61,6 +61,7 @@ class Rule(str, enum.Enum):
     ROUTE_TAKEN = "route_taken"
     BACKEND_IN_USE = "backend_in_use"
     UNKNOWN_CALLEE = "unknown_callee"
+    CIRCULAR_USES = "circular_uses"
 
 
 KeyPath = tuple[str | int, ...]
@@ -229,6 +230,50 @@ def unknown_callees(
         for index, name in enumerate(uses)
         if name is not None and name not in backends and name not in endpoints
     ]
+
+
+def circular_uses(
+    uses: Mapping[str, Sequence[str]], endpoint_backends: Mapping[str, Collection[str]]
+) -> list[ServingProblem]:
+    """Backends whose `uses` lead back to themselves (through other backends, or
+    endpoints and the backends they send traffic to): a request would call itself
+    without end. One problem per cycle, at the `uses` of its first backend by name."""
+    def callees(backend: str) -> list[str]:
+        found: list[str] = []
+        for name in uses.get(backend, ()):
+            found.extend(sorted(endpoint_backends[name]) if name in endpoint_backends and name not in uses
+                         else [name])
+        return [name for name in found if name in uses]
+
+    problems: list[ServingProblem] = []
+    reported: set[frozenset[str]] = set()
+    for start in sorted(uses):
+        path = _cycle_from(start, callees)
+        if path is None or frozenset(path) in reported:
+            continue
+        reported.add(frozenset(path))
+        shown = " -> ".join([*path, start])
+        problems.append(ServingProblem(
+            Rule.CIRCULAR_USES, ("backends", start, "uses"),
+            f"backends.{start}.uses: calls go round in a circle ({shown}); a request would call itself without end",
+            backend=start,
+        ))
+    return problems
+
+
+def _cycle_from(start: str, callees: Callable[[str], list[str]]) -> list[str] | None:
+    """The backends of a path from `start` back to itself, depth first; None when there is none."""
+    stack: list[tuple[str, list[str]]] = [(start, [start])]
+    seen: set[str] = set()
+    while stack:
+        node, path = stack.pop()
+        for callee in callees(node):
+            if callee == start:
+                return path
+            if callee not in seen:
+                seen.add(callee)
+                stack.append((callee, [*path, callee]))
+    return None
 
 
 def weight_sum(endpoint: str, traffic: Mapping[str, float]) -> list[ServingProblem]:

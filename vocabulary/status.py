@@ -77,6 +77,7 @@ class RestartReason(str, enum.Enum):
     DIED = "died"
     NODE_LOST = "node_lost"
     LOST = "lost"
+    STALLED = "stalled"  # a proxy saw its calls time out with nothing answered (proxy.stalls)
 
 
 class ProxyState(str, enum.Enum):
@@ -182,7 +183,8 @@ class ReplicaFailure(_Observed):
     error: str = ""
 
     def message(self) -> str:
-        what = {"died": "died", "health_check": "failed its health check", "lost": "was lost"}.get(
+        what = {"died": "died", "health_check": "failed its health check", "lost": "was lost",
+                "stalled": "stalled"}.get(
             self.reason, self.reason)
         detail = f": {self.error}" if self.error and self.error != self.reason else ""
         return f"replica {self.replica_id} of backend {self.backend} {what}{detail}; a replacement starts"

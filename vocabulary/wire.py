@@ -37,6 +37,7 @@ __all__ = [
     "StreamStart",
     "Reply",
     "ROOT_PATH_HEADER",
+    "LOAD_HEADER",
     "with_root_path",
     "split_root_path",
 ]
@@ -82,6 +83,9 @@ class StreamStart:
 Reply = WireResponse | StreamStart
 
 ROOT_PATH_HEADER = b":root-path"
+# The replica's reported load (`gitops.serving.report_load`), as the last header of
+# an answer; the proxy takes it off before the answer goes on (a colon: no HTTP name).
+LOAD_HEADER = b":load"
 
 
 def with_root_path(headers: list[tuple[bytes, bytes]], root_path: str) -> list[tuple[bytes, bytes]]:

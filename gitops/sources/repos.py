@@ -55,6 +55,7 @@ from urllib.parse import urlsplit
 
 import git
 
+from gitops.prune_guard import says_prune_all
 from gitops.errors import SourceError
 from gitops.redaction import Credentials, SshPasswordError, redact, split_credentials
 from gitops.sources.exports import Exports
@@ -134,7 +135,7 @@ class GitSource:
         try:
             commit = git.Reference(self._repo, f"refs/heads/{self.branch}").commit
         except (ValueError, git.BadName, git.GitCommandError) as error:
-            raise SourceError(f"{self.location}: branch {self.branch!r} not found ({error})") from None
+            raise SourceError(f"{self.location}: branch {self.branch!r} not found ({error})", "BranchNotFound") from None
         return self._revision(commit)
 
     def revision(self, sha: str) -> Revision:
@@ -154,6 +155,7 @@ class GitSource:
             author=str(commit.author.name),
             summary=str(commit.summary),
             verification=self._verifier.verify(Path(self._repo.git_dir), commit.hexsha) if self._verifier else None,
+            prune_all=says_prune_all(str(commit.message)),
         )
 
     def fetch(self) -> None:

@@ -31,6 +31,7 @@ from vocabulary.serving_rules import (
     ServingProblem,
     taken_routes,
     unknown_backends,
+    circular_uses,
     unknown_callees,
     unknown_match_backends,
     weight_sum,
@@ -112,8 +113,11 @@ def parse_file(path: str, data: bytes, limits: SpecLimits = SpecLimits()) -> Par
     return ParsedFile(tuple(tables), tuple(errors))
 
 
-def combine(files: Mapping[str, ParsedFile], errors: tuple[SpecError, ...] = ()) -> Documents:
-    """The parsed files (in path order) as one set of documents, with the rules across files."""
+def combine(
+    files: Mapping[str, ParsedFile], errors: tuple[SpecError, ...] = (), limits: SpecLimits = SpecLimits()
+) -> Documents:
+    """The parsed files (in path order) as one set of documents, with the rules across files
+    (not checked for a tree that declares more backends or endpoints than `limits` allow)."""
     tables: dict[str, dict[str, Declared]] = {section: {} for section in _SECTIONS}
     found: list[SpecError] = list(errors)
     for path in sorted(files):
@@ -121,6 +125,9 @@ def combine(files: Mapping[str, ParsedFile], errors: tuple[SpecError, ...] = ())
         for section, declared in files[path].tables:
             _declare(tables[section], section, declared, found)
     backends, endpoints, secrets = tables["backends"], tables["endpoints"], tables["secrets"]
+    too_many = _too_many(tables, limits)
+    if too_many:
+        return Documents(backends, endpoints, tuple(found + too_many), secrets)
     found.extend(_cross_file_errors(backends, endpoints))
     found.extend(_undeclared(backends, secrets, "secrets"))
     found.extend(_undeclared(backends, tables["models"], "models"))
@@ -261,6 +268,18 @@ def _check_table(
     return replace(declared, spec=spec)
 
 
+def _too_many(tables: dict[str, dict[str, Declared]], limits: SpecLimits) -> list[SpecError]:
+    """One error per section past `limits.max_tables`, at its first table over the limit."""
+    errors: list[SpecError] = []
+    for section in ("backends", "endpoints"):
+        declared = list(tables[section].values())
+        if len(declared) > limits.max_tables:
+            first = declared[limits.max_tables]
+            errors.append(first.error((section, first.name), (
+                f"{len(declared)} {section} declared; a tree may declare at most {limits.max_tables}")))
+    return errors
+
+
 def _declare(
     table: dict[str, Declared], section: str, declared: Declared, errors: list[SpecError]
 ) -> None:
@@ -300,7 +319,27 @@ def _cross_file_errors(backends: dict[str, Declared], endpoints: dict[str, Decla
         uses = declared.raw.get("uses") if isinstance(declared.raw, dict) else None
         named = [used if isinstance(used, str) else None for used in uses] if isinstance(uses, list) else []
         errors.extend(declared.error(p.path, p.message) for p in unknown_callees(name, named, backends, endpoints))
+    errors.extend(backends[str(p.backend)].error(p.path, p.message)
+                  for p in circular_uses(_uses(backends), _endpoint_backends(endpoints)))
     return errors
+
+
+def _uses(backends: dict[str, Declared]) -> dict[str, list[str]]:
+    """Each backend's `uses` names, as written (entries that are not names left out)."""
+    found: dict[str, list[str]] = {}
+    for name, declared in backends.items():
+        uses = declared.raw.get("uses") if isinstance(declared.raw, dict) else None
+        found[name] = [used for used in uses if isinstance(used, str)] if isinstance(uses, list) else []
+    return found
+
+
+def _endpoint_backends(endpoints: dict[str, Declared]) -> dict[str, set[str]]:
+    """The backends each endpoint sends requests to (traffic, shadow), as written."""
+    found: dict[str, set[str]] = {}
+    for name, declared in endpoints.items():
+        raw = declared.raw if isinstance(declared.raw, dict) else {}
+        found[name] = {str(b) for key in ("traffic", "shadow") if isinstance(raw.get(key), dict) for b in raw[key]}
+    return found
 
 
 def _undeclared(backends: dict[str, Declared], tables: dict[str, Declared], section: str) -> list[SpecError]:

@@ -21,6 +21,7 @@ __all__ = [
     "MAX_STRING_BYTES",
     "MAX_DEPTH",
     "DEFAULT_MAX_REPLICAS",
+    "MAX_TABLES",
     "SpecLimits",
     "size_text",
 ]
@@ -31,6 +32,9 @@ MAX_STRING_BYTES = 64 << 10  # one string value or key, UTF-8: 64 KiB
 # Configs travel as JSON to the controller and replicas; deeper values are a mistake.
 MAX_DEPTH = 32  # key path length: tables, dotted keys, arrays and inline tables
 DEFAULT_MAX_REPLICAS = 1000  # num_replicas and autoscaling.max_replicas
+# Backends, and endpoints, one tree may declare: each is a goal, an actor or more and
+# a long-poll key; a generated tree of 10,000 would swamp the controller and the cluster.
+MAX_TABLES = 1000
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class SpecLimits:
     max_string_bytes: int = MAX_STRING_BYTES
     max_depth: int = MAX_DEPTH
     max_replicas: int = DEFAULT_MAX_REPLICAS
+    max_tables: int = MAX_TABLES  # backends, and endpoints, per tree
 
 
 def size_text(size: int) -> str:

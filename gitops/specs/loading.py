@@ -230,7 +230,7 @@ class Loader:
         overlaid: tuple[SpecError, ...] = ()
         if environment is not None:
             parsed, overlaid = overlay(parsed, environment, self.limits)
-        documents = combine(parsed, tuple(errors + size_errors) + overlaid)
+        documents = combine(parsed, tuple(errors + size_errors) + overlaid, self.limits)
         self._documents.put(key, documents)
         return documents
 

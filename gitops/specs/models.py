@@ -52,16 +52,21 @@ from vocabulary.configs import (
     BackendConfig,
     BatchingConfig,
     EndpointConfig,
+    LimitsConfig,
     MatchRule,
     MetricCheck,
     OnFailure,
     RolloutConfig,
     ModelConfig,
+    RoutingConfig,
+    RoutingPolicy,
     SecretChange,
     SecretConfig,
     ShadowCompare,
     UpdateConfig,
     bounded_check,
+    keyed_routing,
+    one_match_source,
 )
 from vocabulary.model_digests import digest_problem, source_problem
 from vocabulary.serving_rules import route_problem, zero_replica_reason
@@ -74,9 +79,11 @@ __all__ = [
     "DERIVED_ENDPOINT_FIELDS",
     "AutoscalingSpec",
     "BatchingSpec",
+    "RoutingSpec",
     "UpdateSpec",
     "RolloutSpec",
     "MatchSpec",
+    "LimitsSpec",
     "RayActorOptionsSpec",
     "RuntimeEnvSpec",
     "BackendSpec",
@@ -189,6 +196,13 @@ AutoscalingSpec = create_model(
 BatchingSpec = create_model(
     "BatchingSpec", __base__=_Spec, __doc__=BatchingConfig.__doc__, **_file_keys(BatchingConfig, frozenset(), {})
 )
+RoutingSpec = create_model(
+    "RoutingSpec",
+    __base__=_Spec,
+    __doc__=RoutingConfig.__doc__,
+    __validators__={"_keyed": model_validator(mode="after")(keyed_routing)},  # type: ignore[dict-item]  # pydantic types __validators__ as plain callables, its decorators return proxies
+    **_file_keys(RoutingConfig, frozenset(), {"policy": _one_of(RoutingPolicy)}),
+)
 UpdateSpec = create_model(
     "UpdateSpec", __base__=_Spec, __doc__=UpdateConfig.__doc__, **_file_keys(UpdateConfig, frozenset(), {})
 )
@@ -209,7 +223,16 @@ RolloutSpec = create_model(
         {"steps": list[float], "on_failure": _one_of(OnFailure), "metrics": list[MetricCheckSpec]},  # type: ignore[valid-type]  # create_model builds it: a variable to mypy
     ),
 )
-MatchSpec = create_model("MatchSpec", __base__=_Spec, __doc__=MatchRule.__doc__, **_file_keys(MatchRule, frozenset(), {}))
+LimitsSpec = create_model(
+    "LimitsSpec", __base__=_Spec, __doc__=LimitsConfig.__doc__, **_file_keys(LimitsConfig, frozenset(), {})
+)
+MatchSpec = create_model(
+    "MatchSpec",
+    __base__=_Spec,
+    __doc__=MatchRule.__doc__,
+    __validators__={"_one_source": model_validator(mode="after")(one_match_source)},  # type: ignore[dict-item]  # pydantic types __validators__ as plain callables, its decorators return proxies
+    **_file_keys(MatchRule, frozenset(), {}),
+)
 
 
 class RayActorOptionsSpec(_Spec):
@@ -306,6 +329,7 @@ _BackendKeys = create_model(
             "runtime_env": RuntimeEnvSpec,
             "autoscaling": AutoscalingSpec | None,
             "batching": BatchingSpec | None,
+            "routing": RoutingSpec | None,
             "update": UpdateSpec | None,
             "secrets": list[str],
             "models": list[str],
@@ -388,6 +412,7 @@ _EndpointKeys = create_model(
             "shadow_compare": _one_of(ShadowCompare),
             "shadow_ignore": list[str],
             "rollout": RolloutSpec | None,
+            "limits": LimitsSpec | None,
         },
     ),
 )

@@ -24,7 +24,7 @@ from bench.stacks import serve_installed
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = [pytest.mark.real, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.real, pytest.mark.timeout(2400)]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bench")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-m", "bench.report", "--tiny", "--out", str(out)],
-                   cwd=ROOT, env=env, check=True, timeout=1700)
+                   cwd=ROOT, env=env, check=True, timeout=2300)
     return out
 
 
@@ -123,7 +123,7 @@ def test_report_has_the_targets_table(report: Path) -> None:
 
 def test_report_shows_the_plots_or_says_why_not(report: Path) -> None:
     text = (report / "REPORT.md").read_text()
-    plots = ("proxy_noop.png", "reconcile.png", "memory.png")
+    plots = ("proxy_noop.png", "reconcile.png", "memory.png", "payloads.png")
 
     if importlib.util.find_spec("matplotlib") is None:  # the `bench` extra is not installed
         assert NO_PLOTS in text and not any((report / plot).exists() for plot in plots)
@@ -145,3 +145,30 @@ def test_proxy_profile_shares_add_up_to_the_whole(measured: dict[str, Any]) -> N
     got = figures(measured, "proxy_profile")
 
     assert "skipped" in got or abs(sum(row["share"] for row in got["rows"]) - 1) < 1e-6
+
+
+def test_payloads_bench_carries_bodies_through_our_proxy_and_reads_its_cpu(measured: dict[str, Any]) -> None:
+    ours = [r for r in figures(measured, "payloads")["runs"] if r["system"] == "ours"]
+
+    assert ours and all(r["mb_s"]["median"] > 0 and r["non_2xx"] + r["socket_errors"] == 0 for r in ours)
+    assert all(r["proxy_cpu_ms_per_mb"]["median"] > 0 and r["replica_cpu_ms_per_mb"]["median"] > 0 for r in ours)
+
+
+def test_streams_bench_holds_every_stream_to_its_last_event(measured: dict[str, Any]) -> None:
+    ours = [r for r in figures(measured, "streams")["runs"] if r["system"] == "ours"]
+
+    assert ours and all(r["failed"] == 0 and r["events"] == r["events_expected"] > 0 for r in ours)
+    assert all(r["gap_p99_ms"] >= r["period_ms"] for r in ours)
+
+
+def test_density_bench_starts_every_replica_and_reads_their_memory(measured: dict[str, Any]) -> None:
+    [ours] = [r for r in figures(measured, "density")["runs"] if r["system"] == "ours"]
+
+    assert ours["replica_processes"] == ours["replicas"] and ours["replica_pss_mb"] > 0
+    assert ours["ready_s"] > 0 and ours["route_table_bytes"] > 0
+
+
+def test_report_has_a_section_for_each_of_issue_35s_measurements(report: Path) -> None:
+    text = (report / "REPORT.md").read_text()
+
+    assert all(title in text for title in ("## Bodies: 1 KiB to 16 MiB", "## Open streams", "## Density"))

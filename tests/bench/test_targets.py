@@ -110,3 +110,72 @@ def test_workers_that_add_nothing_anywhere_miss_the_target() -> None:
     document = proxy_document([run("ours", 14_500, 5), run("ours-1w", 14_400, 5)])
 
     assert verdict(document, "…throughput grows with proxy workers") is False  # x1.01 is noise, not growth
+
+
+def payload_ratio(vs_serve: float | None, vs_uvicorn: float, size: int = 1 << 20) -> dict[str, Any]:
+    return {"handler": "echo", "size": size, "connections": 32, "serve_fastest": "serve-direct",
+            "vs_serve": vs_serve, "vs_uvicorn": vs_uvicorn, "bare_fastest": "uvicorn", "vs_bare": vs_uvicorn}
+
+
+def payloads_document(ratios: list[dict[str, Any]], refused: int = 0) -> dict[str, Any]:
+    runs = [{"system": "ours", "non_2xx": refused, "socket_errors": 0}, {"system": "uvicorn", "non_2xx": 0,
+                                                                          "socket_errors": 0}]
+    return {"measurements": {"payloads": {"figures": {"runs": runs, "ratios": ratios}}}}
+
+
+def test_bodies_must_be_ahead_of_serve_at_every_size_not_on_average() -> None:
+    document = payloads_document([payload_ratio(3.0, 1.0, 1024), payload_ratio(0.9, 1.0)])
+
+    assert verdict(document, "Bodies (issue 35)") is False
+    assert verdict(payloads_document([payload_ratio(1.2, 1.0), payload_ratio(1.1, 0.9)]), "Bodies") is True
+
+
+def test_a_body_ours_refused_counts_as_missed_and_says_so() -> None:
+    document = payloads_document([payload_ratio(None, 0.0, 16 << 20)], refused=40)
+    [row] = [t for t in targets(document) if t.target.startswith("Bodies")]
+
+    assert row.met is False and "refused or failed 40" in row.measured
+
+
+def test_bodies_against_uvicorn_are_judged_from_1_mib() -> None:
+    document = payloads_document([payload_ratio(2.0, 0.5, 64 * 1024), payload_ratio(2.0, 0.85)])
+
+    assert verdict(document, "…≥ 0.8× bare uvicorn") is True
+
+
+def stream_run(system: str, streams: int, gap_p99_ms: float, kib: float = 10.0, starved: int = 0) -> dict[str, Any]:
+    return {"system": system, "streams": streams, "gap_p99_ms": gap_p99_ms, "period_ms": 50.0, "failed": 0,
+            "short": 0, "starved": starved, "proxy_pss_kib_per_stream": kib, "replica_pss_kib_per_stream": kib}
+
+
+def stream_gap(ours_ms: float, uvicorn_ms: float) -> Any:
+    document = {"measurements": {"streams": {"figures": {"runs": [
+        stream_run("ours", 1000, ours_ms), stream_run("uvicorn", 1000, uvicorn_ms)]}}}}
+    return next(t for t in targets(document) if t.target.startswith("…p99 inter-event gap"))
+
+
+def test_stream_gap_missed_where_uvicorn_alone_misses_as_much_is_beyond_this_machine() -> None:
+    row = stream_gap(320, 300)
+
+    assert row.met is False and row.beyond and "300 ms" in row.measured
+
+
+def test_stream_gap_far_behind_uvicorn_is_ours_to_fix_not_the_machines() -> None:
+    row = stream_gap(1600, 217)
+
+    assert row.met is False and not row.beyond and "217 ms" in row.measured
+
+
+def test_stream_memory_adds_the_proxy_and_the_replica() -> None:
+    document = {"measurements": {"streams": {"figures": {"runs": [stream_run("ours", 1000, 60, kib=30)]}}}}
+
+    assert verdict(document, "Open streams") is False  # 30 + 30 KiB
+    assert verdict(document, "…p99 inter-event gap") is True
+
+
+def test_density_compares_memory_and_start_time_with_serve() -> None:
+    runs = [{"system": "ours", "replicas": 100, "replica_pss_mb": 50.0, "ready_s": 40.0},
+            {"system": "serve", "replicas": 100, "replica_pss_mb": 100.0, "ready_s": 60.0}]
+    document = {"measurements": {"density": {"figures": {"runs": runs}}}}
+
+    assert verdict(document, "Density") is True and verdict(document, "…all replicas ready") is False

@@ -148,13 +148,22 @@ def test_next_good_commit_after_a_broken_one_applies(spec_repo, tmp_path) -> Non
     assert agent.status().status.value == "Synced"
 
 
-def test_removed_specs_are_pruned_from_the_cluster(spec_repo, tmp_path) -> None:
+def test_an_empty_tree_is_refused_unless_the_commit_says_prune_all(spec_repo, tmp_path) -> None:
     controller = FakeController()
     agent = make_agent(spec_repo, tmp_path, controller)
     tick(agent)
+    before = controller.state
     spec_repo.write("deployments/echo.toml", "")
-    spec_repo.commit("remove all")
-    tick(agent, full=False)
+    refused = spec_repo.commit("remove all")
+    entry = tick(agent, full=False)
+    assert entry.result is Outcome.INVALID and entry.commit == refused
+    assert "deletes every endpoint (1) and backend (2)" in entry.errors[0] and "gitops: prune-all" in entry.errors[0]
+    assert controller.state == before
+    shown = agent.status()
+    assert (shown.status.value, shown.conditions[0].reason) == ("Failed", "ValidationFailed")
+
+    spec_repo.commit("remove all, meant\n\ngitops: prune-all\n")
+    assert tick(agent, full=False).result is Outcome.APPLIED
     assert controller.state == ServingState()
     assert controller.calls[-3:] == [("delete_endpoint", "echo"), ("delete_backend", "v1"), ("delete_backend", "v2")]
 

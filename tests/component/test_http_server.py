@@ -74,6 +74,12 @@ class App:
                 self.chunks_sent += 1
             await send({"type": "http.response.body", "body": b""})
             return
+        if path == "/big-stream":  # chunks above the size written beside their framing, the last one too
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            for part in (b"a", b"b", b"c"):
+                await send({"type": "http.response.body", "body": part * (100 * 1024), "more_body": True})
+            await send({"type": "http.response.body", "body": b"d" * (100 * 1024)})
+            return
         if path == "/empty":
             await send({"type": "http.response.start", "status": 204, "headers": []})
             await send({"type": "http.response.body", "body": b""})
@@ -262,6 +268,27 @@ def test_a_streamed_answer_is_chunked_and_the_connection_stays_usable() -> None:
             status, headers, body = await conn.answer()
             assert headers["transfer-encoding"] == "chunked" and "content-length" not in headers
             assert body == b"one two three"
+            conn.send(GET % b"/after")
+            assert (await conn.answer())[2] == b"GET /after? "
+            conn.close()
+
+    run(scenario)
+
+
+def test_large_answers_arrive_byte_exact_in_either_framing_and_the_connection_stays_usable() -> None:
+    async def scenario() -> None:
+        async with serving(App()) as (_, port):
+            conn = await Conn.open(port)
+            conn.send(GET % b"/big-stream")
+            _, headers, body = await conn.answer()
+            assert headers["transfer-encoding"] == "chunked"
+            assert body == b"".join(part * (100 * 1024) for part in (b"a", b"b", b"c", b"d"))
+            posted = bytes(range(256)) * 1024
+            conn.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(posted) + posted)
+            _, headers, body = await conn.answer()
+            assert int(headers["content-length"]) == len(body) and body == b"POST /echo? " + posted
+            conn.send(b"HEAD /echo HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert (await conn.answer(head_only=True))[0] == 200
             conn.send(GET % b"/after")
             assert (await conn.answer())[2] == b"GET /after? "
             conn.close()

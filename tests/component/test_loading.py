@@ -5,6 +5,9 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from vocabulary.configs import (
+    LimitsConfig,
+    MatchRule,
+    RoutingConfig,
     AutoscalingConfig,
     BackendConfig,
     BatchingConfig,
@@ -319,6 +322,7 @@ ray_actor_options = { num_cpus = 0.5 }
 runtime_env = { env_vars = { A = "b" } }
 batching = { max_batch_size = 4, batch_wait_timeout_s = 0.5 }
 update = { max_surge = 0, max_unavailable = 2 }
+routing = { policy = "prefix_affinity", key = "json:messages", prefix_bytes = 512, max_imbalance = 3 }
 uses = ["scaled"]
 secrets = ["db"]
 on_secret_change = "restart"
@@ -334,7 +338,7 @@ load_timeout_s = 30
 
 [backends.scaled]
 import_path = "apps.echo:hello"
-autoscaling = { min_replicas = 2, max_replicas = 5, target_ongoing_requests = 4, upscale_delay_s = 1, downscale_delay_s = 2 }
+autoscaling = { min_replicas = 2, max_replicas = 5, target_ongoing_requests = 4, upscale_delay_s = 1, downscale_delay_s = 2, target_reported_load = 3 }
 cold_start_timeout_s = 5
 
 [endpoints.full]
@@ -343,12 +347,13 @@ methods = ["PUT"]
 traffic = { full = 1.0 }
 shadow = { scaled = 0.5 }
 timeout_s = 9
-match = [{ header = "x-canary", value = "yes", backend = "scaled" }]
+match = [{ header = "x-canary", value = "yes", backend = "scaled" }, { json = "model", value = "small", backend = "scaled" }]
 sticky = "cookie:user"
 shadow_compare = "json"
 shadow_ignore = ["at"]
-shadow_values = true
 shadow_query = true
+shadow_values = true
+limits = { requests_per_s = 5, burst = 7, key = "query:tenant" }
 rollout = { steps = [0.2, 1.0], step_interval_s = 5, min_requests = 3, max_error_ratio = 0.5, max_p99_latency_s = 2, on_failure = "pause", metrics = [{ name = "errors", query = "up", min = 0, max = 1 }] }
 """  # noqa: E501 — a TOML line as a user writes it
 
@@ -368,6 +373,9 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
     scaling = [b.autoscaling for b in backends if b.autoscaling is not None]
     batching = [b.batching for b in backends if b.batching is not None]
     updates = [b.update for b in backends if b.update is not None]
+    routings = [b.routing for b in backends if b.routing is not None]
+    rules = [rule for e in endpoints for rule in e.match]
+    limits = [e.limits for e in endpoints if e.limits is not None]
     rollouts = [e.rollout for e in endpoints if e.rollout is not None]
     checks = [check for rollout in rollouts for check in rollout.metrics]
     expected = [
@@ -376,9 +384,31 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
         (AutoscalingConfig, scaling, frozenset()),
         (BatchingConfig, batching, frozenset()),
         (UpdateConfig, updates, frozenset()),
+        (RoutingConfig, routings, frozenset()),
+        (MatchRule, rules, frozenset()),
+        (LimitsConfig, limits, frozenset()),
         (RolloutConfig, rollouts, frozenset()),
         (MetricCheck, checks, frozenset()),
         (ModelConfig, list(state.models.values()), DERIVED_MODEL_FIELDS),
     ]
     for model, values, derived in expected:
         assert _set_by_the_file(model, values, derived) == set(model.model_fields) - derived, model.__name__
+
+
+def test_a_tree_of_ten_thousand_backends_is_one_error_quickly() -> None:
+    import time
+
+    from gitops.specs.limits import MAX_TABLES
+
+    files = {
+        f"deployments/many{part}.toml": "".join(
+            f'[backends.b{n}]\nimport_path = "apps.echo:Echo"\n' for n in range(part * 2000, (part + 1) * 2000))
+        for part in range(5)
+    }
+    started = time.monotonic()
+    result = Loader().load_tree(MemoryTree({**files, "apps/echo.py": ECHO_PY}))
+    took = time.monotonic() - started
+    assert not result.ok and result.state is None
+    assert [str(e) for e in result.errors] == [
+        f"deployments/many0.toml:{2 * MAX_TABLES + 1}:1: 10000 backends declared; a tree may declare at most {MAX_TABLES}"]
+    assert took < 20, took

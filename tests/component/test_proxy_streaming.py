@@ -54,6 +54,7 @@ class Recorded:
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, int]] = []
         self.first_bytes: list[tuple[str, str]] = []
+        self.streams: list[tuple[str, str, list[float]]] = []
         self.shadows: list[tuple[str, str, str]] = []
 
     def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None:
@@ -67,6 +68,9 @@ class Recorded:
 
     def first_byte(self, endpoint: str, backend: str, seconds: float) -> None:
         self.first_bytes.append((endpoint, backend))
+
+    def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:
+        self.streams.append((endpoint, backend, gaps))
 
 
 def proxy(backends: dict[str, StreamingReplica], timeout_s: float = 5.0,
@@ -130,6 +134,14 @@ def test_a_streamed_answer_reaches_the_client_chunk_by_chunk_and_completes() -> 
     assert [m["body"] for m in client.sent[1:]] == [b"first;", b"a;", b"b;", b""]
     assert client.complete()
     assert recorded.requests == [("e", "v1", 200)] and recorded.first_bytes == [("e", "v1")]
+
+
+def test_each_gap_between_chunks_is_recorded_for_the_token_metrics() -> None:
+    app, recorded = proxy({"v1": StreamingReplica([b"a;", b"b;", b"c;"], gap_s=0.05)})
+    asyncio.run(request(app, Client()))
+    [(endpoint, backend, gaps)] = recorded.streams
+    assert (endpoint, backend, len(gaps)) == ("e", "v1", 3)  # the head's chunk, then three more
+    assert all(0.04 <= gap < 1.0 for gap in gaps), gaps
 
 
 def test_a_gap_between_chunks_above_timeout_s_cuts_the_stream_and_counts_504() -> None:

@@ -168,3 +168,31 @@ def test_fast_controller_ticks_scale_up_after_the_same_delay():
     decisions = [scaler.tick({"api": (1, cfg)}, now=step * 0.1)["api"] for step in range(12)]
     first_up = next(i for i, d in enumerate(decisions) if d.changed)
     assert 0.9 <= first_up * 0.1 <= 1.1
+
+
+def test_reported_load_scales_a_backend_to_reported_over_target() -> None:
+    from controller.autoscaling import Autoscaler
+
+    config = AutoscalingConfig(
+        min_replicas=1, max_replicas=10, target_ongoing_requests=2, target_reported_load=0.5,
+        upscale_delay_s=0, downscale_delay_s=0,
+    )
+    scaler = Autoscaler(sample_interval_s=0)
+    # Two proxies see the same two replicas; one has not heard from the second yet.
+    scaler.record_report("p0", {"llm": (1, 0)}, 0.0, {"llm": 1.8})
+    scaler.record_report("p1", {"llm": (1, 0)}, 0.0, {"llm": 0.9})
+    decision = scaler.tick({"llm": (2, config)}, 0.1)["llm"]
+    assert decision.desired == 4  # ceil(1.8 / 0.5): the fullest view counts, never the sum of both
+    # Requests that want more than the reported load still win.
+    scaler.record_report("p0", {"llm": (7, 3)}, 0.2, {"llm": 0.2})
+    scaler.record_report("p1", {"llm": (0, 0)}, 0.2, {"llm": 0.2})
+    assert scaler.tick({"llm": (2, config)}, 0.3)["llm"].desired == 5  # ceil(10 / 2)
+
+
+def test_reported_load_is_ignored_without_a_target() -> None:
+    from controller.autoscaling import Autoscaler
+
+    config = AutoscalingConfig(min_replicas=1, max_replicas=10, upscale_delay_s=0, downscale_delay_s=0)
+    scaler = Autoscaler(sample_interval_s=0)
+    scaler.record_report("p0", {"llm": (0, 0)}, 0.0, {"llm": 50.0})
+    assert scaler.tick({"llm": (1, config)}, 0.1)["llm"].desired == 1

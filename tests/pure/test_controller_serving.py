@@ -71,3 +71,30 @@ def test_a_handler_error_older_than_the_window_is_no_longer_shown() -> None:
     status = BackendStatus(version="1", target_replicas=1, latest_error=raised)
     assert _recent_error_only(status, 1030.0).latest_error == raised
     assert _recent_error_only(status, 1100.0).latest_error is None
+
+
+def test_a_replica_a_proxy_reports_stalled_is_replaced_though_its_health_check_passes() -> None:
+    async def scenario():
+        ctl = await with_backend(FakeAdapter())
+        [hung] = (await ctl.get_status()).backends["boom"].replicas
+        seen = "2 calls ran out their timeout and the replica answered nothing for 2.0s"
+        await ctl.report_load("proxy-1", {"boom": (2, 0)}, {}, {}, stalled={"boom": {hung.replica_id: seen}})
+        # A second proxy's report of the same replica, and an unknown backend's, change nothing more.
+        await ctl.report_load("proxy-2", {"boom": (1, 0)}, {}, {}, stalled={"boom": {hung.replica_id: seen}, "gone": {"x": "y"}})
+        for _ in range(50):
+            status = (await ctl.get_status()).backends["boom"]
+            running = [r for r in status.replicas if r.state.value == "RUNNING"]
+            if running and running[0].replica_id != hung.replica_id:
+                break
+            await asyncio.sleep(0.1)
+        failures = (await ctl.get_status()).replica_failures
+        await stop(ctl)
+        return hung.replica_id, status, running, failures
+
+    hung_id, status, running, failures = asyncio.run(scenario())
+    assert [r.replica_id for r in running] != [hung_id] and len(running) == 1
+    assert dict((reason.value, n) for reason, n in status.restarts.items()) == {"stalled": 1}
+    assert status.last_error.startswith("2 calls ran out their timeout")
+    [failure] = failures
+    assert (failure.replica_id, failure.reason) == (hung_id, "stalled")
+    assert failure.message().startswith(f"replica {hung_id} of backend boom stalled: 2 calls ran out")

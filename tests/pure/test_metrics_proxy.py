@@ -166,3 +166,15 @@ def test_a_websocket_session_is_one_request_with_no_duration_and_counts_afresh_o
     metrics.first_byte("chat", "v1", 0.01)
     assert value(metrics, total, endpoint="chat", backend="v1", code="101") == 1
     assert value(metrics, "gitops_http_time_to_first_byte_seconds_count", endpoint="chat", backend="v1") == 1
+
+
+def test_a_stream_s_gaps_and_chunks_are_observed_by_endpoint_and_backend() -> None:
+    from proxy.metrics import ProxyMetrics
+
+    metrics = ProxyMetrics()
+    metrics.stream_done("chat", "llm", [0.02, 0.03, 0.02])
+    text = metrics.render().decode()
+    assert 'gitops_stream_inter_chunk_seconds_count{backend="llm",endpoint="chat"} 3.0' in text
+    assert 'gitops_stream_chunks_sum{backend="llm",endpoint="chat"} 4.0' in text
+    metrics.retain(set(), set())
+    assert 'endpoint="chat"' not in metrics.render().decode()

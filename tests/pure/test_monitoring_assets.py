@@ -36,6 +36,7 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_goal_duration_seconds": ("histogram", frozenset({"kind"})),
     "gitops_backend_replicas": ("gauge", frozenset({"backend", "state"})),
     "gitops_backend_target_replicas": ("gauge", frozenset({"backend"})),
+    "gitops_replica_stalls_total": ("counter", frozenset({"backend"})),
     "gitops_replica_restarts_total": ("counter", frozenset({"backend", "reason"})),
     # Added with issue 16 (reliability), which asks for the replica restarts' analogue
     # for the controller and the proxies.
@@ -54,6 +55,9 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     # Added with issue #13 (serving what users run on Ray Serve).
     "gitops_batch_size": ("histogram", frozenset({"backend"})),
     "gitops_http_time_to_first_byte_seconds": ("histogram", frozenset({"endpoint", "backend"})),
+    "gitops_http_rate_limited_total": ("counter", frozenset({"endpoint"})),
+    "gitops_stream_inter_chunk_seconds": ("histogram", frozenset({"endpoint", "backend"})),
+    "gitops_stream_chunks": ("histogram", frozenset({"endpoint", "backend"})),
     # Added with issue #12 (progressive delivery).
     "gitops_shadow_comparisons_total": ("counter", frozenset({"endpoint", "backend", "result"})),
     "gitops_rollout_step": ("gauge", frozenset({"endpoint"})),

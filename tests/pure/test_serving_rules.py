@@ -105,3 +105,14 @@ def test_a_state_reports_every_rule_it_breaks() -> None:
     assert sorted(rules) == sorted(
         [Rule.UNKNOWN_BACKEND, Rule.WEIGHT_SUM, Rule.ZERO_REPLICA_TRAFFIC, Rule.ZERO_REPLICA_TRAFFIC, Rule.ROUTE_TAKEN]
     )
+
+
+def test_uses_that_go_round_in_a_circle_are_one_problem_per_cycle() -> None:
+    from vocabulary.serving_rules import circular_uses
+
+    uses = {"a": ["b"], "b": ["api"], "c": ["c"], "d": ["a"], "e": []}
+    problems = circular_uses(uses, {"api": {"a"}})
+    assert [(p.rule, p.path) for p in problems] == [
+        (Rule.CIRCULAR_USES, ("backends", "a", "uses")), (Rule.CIRCULAR_USES, ("backends", "c", "uses"))]
+    assert "(a -> b -> a)" in problems[0].message and "(c -> c)" in problems[1].message
+    assert circular_uses({"a": ["b"], "b": ["api"]}, {"api": {"c"}}) == []

@@ -51,7 +51,8 @@ class FakeController:
 
     async def report_load(
         self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None,
-        endpoint_requests: dict[str, Any] | None = None,
+        endpoint_requests: dict[str, Any] | None = None, reported: dict[str, float] | None = None,
+        stalled: dict[str, dict[str, str]] | None = None,
     ) -> None:
         self.loads[proxy_id] = dict(loads)
 

@@ -1,0 +1,214 @@
+"""Routing policies on an LLM: prefix_affinity against power_of_two on the simulator.
+
+The simulator (`deployments.apps.llm_sim`, 4 replicas) charges prefill time
+for each prompt token not in the answering replica's prefix cache and a
+fixed time per output token, so where the proxy sends a turn decides how
+long its user waits. Two workloads, each run once per policy on fresh
+replicas (cold caches):
+
+- shared: 16 conversations of 20 turns each, all at once; each turn sends
+  the whole conversation so far (a long system prompt of its own, then the
+  turns), streamed;
+- unshared: the same number of requests, each a prompt of its own.
+
+Per run: time to first token (mean, p99: to the first SSE chunk), output
+tokens per second over the run, and the share of prompt tokens served from
+a cache. Then the routing decision itself, in-process: microseconds per
+choice for each policy (4 replicas), and for reading a `json:messages` key
+from a 20-turn body.
+
+Not here (yet): Ray Serve 2.60's `PrefixCacheAffinityRouter` on the same
+simulator.
+
+    python -m bench.routing [--tiny] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import time
+import timeit
+import uuid
+from typing import Any
+
+import httpx
+
+from bench import results, stats
+from bench.stacks import free_port, own_ray
+
+POLICIES = ("prefix_affinity", "power_of_two")
+REPLICAS = 4
+SIM = {"prefill_s_per_token": 0.0005, "decode_s_per_token": 0.004, "max_tokens": 16}
+
+
+def conversation_turns(conversation: int, turns: int) -> list[list[dict[str, str]]]:
+    """The `messages` of each turn of one conversation: each extends the one before."""
+    words = random.Random(conversation)
+    system = f"conversation {conversation}: " + " ".join(f"w{words.randrange(10_000)}" for _ in range(200))
+    messages = [{"role": "system", "content": system}]
+    bodies = []
+    for turn in range(turns):
+        question = " ".join(f"q{words.randrange(10_000)}" for _ in range(40))
+        messages = [*messages, {"role": "user", "content": f"turn {turn}: {question}"}]
+        bodies.append(messages)
+        messages = [*messages, {"role": "assistant", "content": " ".join(f"tok{n}" for n in range(16))}]
+    return bodies
+
+
+def unshared_prompts(count: int, seed: int, turns: int) -> list[list[dict[str, str]]]:
+    """Prompts of the same sizes as the shared workload's, each of its own."""
+    words = random.Random(seed)
+    prompts = []
+    for n in range(count):
+        size = 200 + 56 * (n % turns) + 40
+        prompts.append([{"role": "user", "content": f"prompt {n}-{seed}: " + " ".join(
+            f"u{words.randrange(1_000_000)}" for _ in range(size))}])
+    return prompts
+
+
+async def _one(client: httpx.AsyncClient, messages: list[dict[str, str]]) -> tuple[float, int, int, int]:
+    """(time to first token, output tokens, prompt tokens, cached prompt tokens) of one streamed turn."""
+    started = time.perf_counter()
+    first = math.nan
+    tokens = prompt = cached = 0
+    body = {"model": "sim", "messages": messages, "stream": True}
+    async with client.stream("POST", "/v1/chat/completions", json=body) as answer:
+        answer.raise_for_status()
+        async for line in answer.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            if math.isnan(first):
+                first = time.perf_counter() - started
+            chunk = json.loads(line[len("data: "):])
+            tokens += 1
+            usage = chunk.get("usage")
+            if usage:
+                prompt, cached = usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
+    return first, tokens, prompt, cached
+
+
+async def run_workload(url: str, sessions: list[list[list[dict[str, str]]]]) -> dict[str, float]:
+    """Each session's requests in order on its own connection, all sessions at once."""
+    measured: list[tuple[float, int, int, int]] = []
+
+    async def session(turns: list[list[dict[str, str]]]) -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+            for messages in turns:
+                measured.append(await _one(client, messages))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(session(turns) for turns in sessions))
+    elapsed = time.perf_counter() - started
+    ttft = sorted(m[0] for m in measured)
+    prompt_tokens = sum(m[2] for m in measured)
+    return {
+        "requests": len(measured),
+        "ttft_mean_s": sum(ttft) / len(ttft),
+        "ttft_p99_s": stats.quantile(ttft, 0.99),
+        "output_tokens_per_s": sum(m[1] for m in measured) / elapsed,
+        "cached_share": sum(m[3] for m in measured) / prompt_tokens if prompt_tokens else math.nan,
+        "elapsed_s": elapsed,
+    }
+
+
+def measure_end_to_end(conversations: int, turns: int) -> dict[str, dict[str, dict[str, float]]]:
+    from controller.client import start_or_connect
+    from controller.cluster import init_ray, shutdown_ray
+    from vocabulary.configs import BackendConfig, EndpointConfig, GoalState, RoutingConfig
+    from vocabulary.goal_api import PROXY_CLASS
+
+    own_ray()
+    init_ray(namespace=f"bench-{uuid.uuid4().hex[:6]}")
+    port = free_port()
+    client = start_or_connect(namespace=f"bench-{uuid.uuid4().hex[:6]}", proxy_port=port,
+                              options={"proxy_class": PROXY_CLASS})
+    figures: dict[str, dict[str, dict[str, float]]] = {}
+    previous: str | None = None
+    try:
+        for workload in ("shared", "unshared"):
+            figures[workload] = {}
+            for run, policy in enumerate(POLICIES):
+                name = f"sim-{workload}-{run}"
+                routing = RoutingConfig.model_validate(
+                    {"policy": policy, **({"key": "json:messages"} if policy != "power_of_two" else {})}
+                )
+
+                async def deploy(name: str = name, routing: RoutingConfig = routing, previous: str | None = previous) -> None:
+                    backend = BackendConfig(
+                        name=name, version="v1", import_path="deployments.apps.llm_sim:LLMSim",
+                        num_replicas=REPLICAS, ray_actor_options={"num_cpus": 0}, user_config=SIM, routing=routing,
+                    )
+                    endpoint = EndpointConfig(name="v1", route="/v1", traffic={name: 1.0})
+                    goals = [await client.apply_backend(backend), await client.apply_endpoint(endpoint)]
+                    for goal in goals:
+                        result = await client.wait_for_goal(goal, 300)
+                        if result.state != GoalState.MET:
+                            raise RuntimeError(f"goal not met: {result}")
+                    if previous is not None:  # the last run's replicas (and caches) go
+                        await client.wait_for_goal(await client.delete_backend(previous), 300)
+
+                asyncio.run(deploy())
+                url = f"http://127.0.0.1:{port}"
+                if workload == "shared":
+                    sessions = [conversation_turns(n, turns) for n in range(conversations)]
+                else:
+                    prompts = unshared_prompts(conversations * turns, run, turns)
+                    sessions = [prompts[n::conversations] for n in range(conversations)]
+                figures[workload][policy] = asyncio.run(run_workload(url, sessions))
+                previous = name
+    finally:
+        client.shutdown()
+        shutdown_ray()
+    return figures
+
+
+def measure_decision() -> dict[str, float]:
+    """Microseconds per routing decision (4 replicas), and per `json:messages` key read."""
+    from proxy.policies import policy_for
+    from proxy.request_keys import KeyReader
+    from vocabulary.choosing import pick_replica
+    from vocabulary.configs import RoutingConfig
+
+    rng = random.Random(0)
+    ids = [f"sim#r{n}" for n in range(REPLICAS)]
+    in_flight = [1, 0, 2, 1]
+    body = json.dumps({"model": "sim", "messages": conversation_turns(0, 20)[-1]}).encode()
+    request = ("POST", "/v1/chat/completions", b"", [(b"x-user", b"user-17")], body)
+    cases: dict[str, Any] = {"power_of_two": lambda: pick_replica(in_flight, 100, rng)}
+    for policy, key in (("round_robin", None), ("least_loaded", None),
+                        ("consistent_hash", "header:x-user"), ("prefix_affinity", "json:messages")):
+        config = RoutingConfig.model_validate({"policy": policy, **({"key": key} if key else {})})
+        chosen = policy_for(config)
+        assert chosen is not None
+        chosen.members(ids)
+        reader = KeyReader.from_config(config)
+        value = None if reader is None else reader.read(request)
+        cases[policy] = lambda chosen=chosen, value=value: chosen.choose(in_flight, 100, value, rng)
+    reader = KeyReader.from_config(RoutingConfig.model_validate({"policy": "prefix_affinity", "key": "json:messages"}))
+    assert reader is not None
+    cases[f"read json:messages ({len(body)} B body)"] = lambda: reader.read(request)
+    return {name: min(timeit.repeat(case, number=2000, repeat=7)) / 2000 * 1e6 for name, case in cases.items()}
+
+
+def main() -> None:
+    args = results.parser(__doc__.splitlines()[0]).parse_args()
+    conversations, turns = (4, 4) if args.tiny else (16, 20)
+    decision = measure_decision()
+    end_to_end = measure_end_to_end(conversations, turns)
+    print(f"{'workload':<10} {'policy':<16} {'TTFT mean':>10} {'TTFT p99':>10} {'tokens/s':>9} {'cached':>7}")
+    for workload, by_policy in end_to_end.items():
+        for policy, row in by_policy.items():
+            print(f"{workload:<10} {policy:<16} {row['ttft_mean_s'] * 1000:>8.1f}ms {row['ttft_p99_s'] * 1000:>8.1f}ms "
+                  f"{row['output_tokens_per_s']:>9.1f} {row['cached_share']:>7.1%}")
+    print("\nrouting decision, in-process (best of 7 x 2000):")
+    for name, micros in decision.items():
+        print(f"  {name:<40} {micros:6.2f} us")
+    results.write(args.json, "routing", args.tiny, {"end_to_end": end_to_end, "decision_us": decision,
+                                                    "conversations": conversations, "turns": turns})
+
+
+if __name__ == "__main__":
+    main()

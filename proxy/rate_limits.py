@@ -1,0 +1,85 @@
+"""Per-tenant request limits (`[endpoints.X.limits]`): token buckets, one per key.
+
+A tenant's bucket holds up to `burst` tokens and refills at `requests_per_s`;
+a request takes one token or is refused (429) with the seconds until the
+next token as its `Retry-After`. The tenant's key (a header, cookie or query
+parameter; `key` unset: one bucket for the endpoint) is hashed with the
+endpoint's name into a 64-bit slot id at once: the key itself is never kept,
+logged or put in a metric.
+
+Owned here: the bucket arithmetic (`take_token`), the slot id (`TenantLimit`),
+the `Buckets` interface and `LocalBuckets`, one process's own table (bounded;
+the least recently used bucket is forgotten, and a forgotten bucket comes
+back full, as an idle one would be). A node's proxy workers share one table
+instead, `proxy.shared_buckets`, so a tenant gets its rate per node whichever
+worker its connections reach. Pure: time is passed in.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from proxy.request_keys import KeyReader
+from vocabulary.configs import LimitsConfig
+
+__all__ = ["Buckets", "LocalBuckets", "TenantLimit", "take_token"]
+
+_LOCAL_BUCKETS = 65_536
+
+
+def take_token(tokens: float, stamp: float, now: float, rate: float, burst: int) -> tuple[float, float]:
+    """A bucket that had `tokens` at `stamp`, asked for one at `now`: (tokens
+    left, 0.0) when granted, else (tokens, seconds until one is there)."""
+    tokens = min(float(burst), tokens + max(0.0, now - stamp) * rate)
+    if tokens >= 1.0:
+        return tokens - 1.0, 0.0
+    return tokens, (1.0 - tokens) / rate
+
+
+class Buckets(Protocol):
+    def take(self, slot: int, rate: float, burst: int, now: float) -> float:
+        """0.0: a token was taken from bucket `slot`; else the seconds until one is there."""
+
+
+class LocalBuckets:
+    """One process's buckets, bounded at `capacity`."""
+
+    def __init__(self, capacity: int = _LOCAL_BUCKETS) -> None:
+        self._capacity = capacity
+        self._buckets: collections.OrderedDict[int, tuple[float, float]] = collections.OrderedDict()
+
+    def take(self, slot: int, rate: float, burst: int, now: float) -> float:
+        tokens, stamp = self._buckets.pop(slot, (float(burst), now))
+        tokens, wait_s = take_token(tokens, stamp, now, rate, burst)
+        self._buckets[slot] = (tokens, now)
+        if len(self._buckets) > self._capacity:
+            self._buckets.popitem(last=False)
+        return wait_s
+
+
+@dataclass(frozen=True)
+class TenantLimit:
+    """An endpoint's limit, ready for the request path."""
+
+    endpoint: str
+    rate: float
+    burst: int
+    reader: KeyReader | None
+
+    @classmethod
+    def from_config(cls, endpoint: str, config: LimitsConfig | None) -> TenantLimit | None:
+        if config is None:
+            return None
+        source = config.key_source()
+        reader = None if source is None else KeyReader(source[0], source[1])
+        return cls(endpoint, config.requests_per_s, config.burst, reader)
+
+    def slot(self, query: bytes, headers: Sequence[tuple[bytes, bytes]]) -> int:
+        """The bucket of the request's tenant: a nonzero 64-bit hash of the endpoint and the key."""
+        key = None if self.reader is None else self.reader.read(("", "", query, list(headers), b""))
+        named = self.endpoint.encode() + (b"\0" if key is None else b"\1" + key)
+        digest = hashlib.blake2b(named, digest_size=8, person=b"gitops-limits").digest()
+        return int.from_bytes(digest, "big") or 1

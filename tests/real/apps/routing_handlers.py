@@ -1,0 +1,55 @@
+"""Test user code for the routing policies' real tier: each answer names the replica that gave it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.requests import Request
+
+from gitops import serving
+
+__all__ = ["WhoAmI", "CountsItsRequests", "ReportsLoad", "Tokens"]
+
+
+class WhoAmI:
+    """Answers with its replica id, after `?sleep=SECONDS` if asked."""
+
+    async def __call__(self, request: Request) -> dict[str, str]:
+        await request.body()
+        sleep_s = float(request.query_params.get("sleep", "0"))
+        if sleep_s:
+            await asyncio.sleep(sleep_s)
+        return {"replica": serving.context().replica_id}
+
+
+class CountsItsRequests:
+    """Reports as its load the requests it has served so far (`gitops.serving.report_load`)."""
+
+    def __init__(self) -> None:
+        self.served = 0
+
+    async def __call__(self, request: Request) -> dict[str, str]:
+        self.served += 1
+        serving.report_load(self.served)
+        return {"replica": serving.context().replica_id}
+
+
+class ReportsLoad:
+    """Reports a fixed load (its init argument) on every request, as an engine reporting KV-cache use would."""
+
+    def __init__(self, load: float) -> None:
+        self.load = load
+
+    async def __call__(self, request: Request) -> dict[str, str]:
+        serving.report_load(self.load)
+        return {"replica": serving.context().replica_id}
+
+
+class Tokens:
+    """Streams `?n=` tokens, `?gap=` seconds apart, as an LLM streams its output."""
+
+    async def __call__(self, request: Request):  # an async generator: the answer streams
+        count, gap_s = int(request.query_params.get("n", "5")), float(request.query_params.get("gap", "0.02"))
+        for n in range(count):
+            await asyncio.sleep(gap_s)
+            yield f"token{n} "
