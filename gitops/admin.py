@@ -47,7 +47,8 @@ from gitops.webhooks import (
     verify,
 )
 from httpedge.limits import EdgeLimits
-from httpedge.server import App, Server
+from httpedge.asgi import App
+from httpedge.server import Server
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
 
 # `controller.client.ControllerClient.replica_output`: (backend, since, cursors) -> each replica's output.

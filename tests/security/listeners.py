@@ -19,7 +19,8 @@ from typing import Iterator
 
 from gitops.admin import ADMIN_LIMITS, server
 from httpedge.limits import EdgeLimits
-from httpedge.server import App, Server
+from httpedge.asgi import App
+from httpedge.server import Server
 
 __all__ = ["serving", "serving_proxy", "RawClient"]
 

@@ -20,7 +20,7 @@ import pytest
 from gitops.admin import WebhookGuard, build_app, build_webhook_app
 from httpedge.answers import LINGER_S
 from httpedge.limits import EdgeLimits
-from httpedge.server import App, Receive, Scope, Send
+from httpedge.asgi import App, Receive, Scope, Send
 from proxy.settings import ProxySettings
 from tests.component.test_admin import SECRET, FakeAgent
 from tests.component.test_proxy_app import FakeReplica, Proxy
