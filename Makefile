@@ -5,8 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-SYSTEM_TOOLS := prometheus promtool wrk chromium chromedriver redis-server gpg
-SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver redis-server gnupg
+SYSTEM_TOOLS := prometheus promtool wrk chromium chromedriver redis-server gpg strace
+SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver redis-server gnupg strace
 
 .PHONY: run test test-pure test-ray-oldest docs lint lint-imports typecheck ruff system-deps bench reliability clean
 
