@@ -314,11 +314,28 @@ def _drive(agent: AgentProcess, repo: SpecRepo) -> Counter[int]:
     return codes
 
 
-@pytest.mark.parametrize("query", [q for _, q in SHIPPED], ids=[i for i, _ in SHIPPED])
+# Series this stack cannot make without a feature it does not run; each is valid
+# PromQL here (Prometheus accepts it), and the named real test makes its series.
+NOT_DRIVEN = {
+    "panel:Replica restarts by reason (1h):B": "a hung replica (tests/real/test_hung_replica.py)",
+    "panel:Model fetches: bytes/s and seconds per fetch, by model:A": "an object store (tests/real/test_models.py)",
+    "panel:Model fetches: bytes/s and seconds per fetch, by model:B": "an object store (tests/real/test_models.py)",
+    "panel:Requests refused by tenant limits (5m):A": "a tenant over its limit (tests/real/test_rate_limits_workers.py)",
+}
+
+
+def test_every_query_left_undriven_is_still_shipped() -> None:
+    assert set(NOT_DRIVEN) <= {name for name, _ in SHIPPED}
+
+
+@pytest.mark.parametrize("name,query", SHIPPED, ids=[i for i, _ in SHIPPED])
 def test_every_shipped_dashboard_and_alert_query_returns_data(
-    stack: Stack, query: str
+    stack: Stack, name: str, query: str
 ) -> None:
-    stack.prometheus.wait_for(query, bool, timeout_s=5)
+    if name in NOT_DRIVEN:
+        stack.prometheus.query(query)  # accepted by Prometheus: a valid query over known series
+    else:
+        stack.prometheus.wait_for(query, bool, timeout_s=5)
 
 
 def test_prometheus_scrapes_the_agent_and_the_proxy(stack: Stack) -> None:
@@ -338,7 +355,9 @@ def test_agent_metrics_carry_the_true_state_of_the_stack(stack: Stack) -> None:
     prometheus = stack.prometheus
     applied = stack.agent.get("/status")["last_applied_revision"]
     prometheus.wait_for(f'gitops_applied_commit_info{{commit="{applied}"}}', bool)
-    prometheus.wait_for('gitops_sync_status{status="Synced"} == 1', bool)
+    # The traffic includes handler errors (every tenth /hello raises), so the
+    # status says the backend serves 5xx: Degraded, reason BackendErrors.
+    prometheus.wait_for('gitops_sync_status{status="Degraded"} == 1', bool)
     weight = 'gitops_endpoint_traffic_weight{endpoint="hello",backend="hello-v1"}'
     prometheus.wait_for(weight, lambda r: bool(r) and float(r[0]["value"][1]) == 0.9)
     assert prometheus.value('sum(gitops_reconcile_total{result="failure"})') >= 1
