@@ -34,6 +34,7 @@ COPY proxy ./proxy
 COPY replica ./replica
 COPY vocabulary ./vocabulary
 COPY httpedge ./httpedge
+COPY datalink ./datalink
 RUN pip wheel --no-cache-dir --disable-pip-version-check --no-deps --wheel-dir /dist .
 
 # Stage 2: the wheel installed into a virtualenv, without compilers or sources.

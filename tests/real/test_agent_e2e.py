@@ -277,7 +277,7 @@ def test_commit_removing_the_endpoint_gives_404_and_its_actors_are_gone(specs, s
     wait_for(lambda: answer(url), what="/echo answering")
     assert len(replica_actors(namespace)) == 1
     specs.repo.write("deployments/echo.toml", "")
-    removed = specs.repo.commit("remove everything")
+    removed = specs.repo.commit("remove everything\n\ngitops: prune-all")  # the prune guard's trailer
     wait_for(lambda: applied(agent, removed), what="removal applied")
     assert httpx.get(f"{url}/echo", timeout=5).status_code == 404
     wait_for(lambda: replica_actors(namespace) == [], timeout_s=15, what="replica actors gone")
@@ -407,7 +407,7 @@ def test_reverting_a_removal_brings_the_endpoint_and_its_backend_back(specs, ser
     agent, url, namespace = served
     wait_for(lambda: answer(url), what="/echo answering")
     specs.repo.write("deployments/echo.toml", "")
-    removed = specs.repo.commit("remove the endpoint and its backend")
+    removed = specs.repo.commit("remove the endpoint and its backend\n\ngitops: prune-all")  # the prune guard's trailer
     wait_for(lambda: applied(agent, removed), what="removal applied")
     assert httpx.get(f"{url}/echo", timeout=5).status_code == 404
     wait_for(lambda: replica_actors(namespace) == [], timeout_s=15, what="replica actors gone")

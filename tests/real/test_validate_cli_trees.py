@@ -61,11 +61,23 @@ def test_reloading_an_unchanged_commit_is_served_from_the_cache(echo_repo: GitRe
 def test_a_commit_changing_code_changes_the_version(echo_repo: GitRepo) -> None:
     loader = Loader()
     before = loader.load_commit(echo_repo.root).state
+    echo_repo.write("deployments/apps/echo.py", APP + "\n# a change to the code\n")
+    echo_repo.commit("the code changes")
+    after = loader.load_commit(echo_repo.root).state
+    assert before is not None and after is not None
+    assert before.backends["echo-v1"].version != after.backends["echo-v1"].version
+
+
+def test_a_data_file_under_the_spec_path_is_not_code(echo_repo: GitRepo) -> None:
+    """Under the spec path only Python files are code (docs/spec.md, `code_paths`): a data file
+    beside them, like the spec files themselves, changes no version and restarts nothing."""
+    loader = Loader()
+    before = loader.load_commit(echo_repo.root).state
     echo_repo.write("deployments/apps/data/words.txt", "a b c d\n")
     echo_repo.commit("more words")
     after = loader.load_commit(echo_repo.root).state
     assert before is not None and after is not None
-    assert before.backends["echo-v1"].version != after.backends["echo-v1"].version
+    assert before.backends["echo-v1"].version == after.backends["echo-v1"].version
 
 
 def test_resolve_revision_gives_the_full_sha(echo_repo: GitRepo) -> None:
