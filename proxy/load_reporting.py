@@ -51,8 +51,10 @@ async def report_load_forever(
         hung = (stalled or dict)()
         try:
             controller = await link.get()
+            # By name: four optional parts of one report, easy to swap by position.
             await controller.call(
-                ControllerAPI.report_load, proxy_id, report, counted, by_endpoint, reported, hung or None
+                ControllerAPI.report_load, proxy_id, report,
+                requests=counted, endpoint_requests=by_endpoint, reported=reported, stalled=hung or None,
             )
         except asyncio.CancelledError:
             raise
