@@ -342,8 +342,9 @@ class ProxyApp:
     async def _forward(
         self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float
     ) -> WireResponse | _Streaming:
-        """The replica's answer, retried once on another replica for GET and HEAD when
-        the first died; the endpoint's deadline is held by the caller's `RunningCalls.enter`."""
+        """The replica's answer, retried once on another replica for GET, HEAD and OPTIONS
+        when the first died or stalled (`proxy.stalls`: 504 otherwise); the endpoint's
+        deadline is held by the caller's `RunningCalls.enter`."""
         if pool is None:
             raise _Reply(503, "No replica available", self._retry_after)
         attempts = 2 if request[0] in _IDEMPOTENT else 1
@@ -353,7 +354,7 @@ class ProxyApp:
         loop = asyncio.get_running_loop()
         stalled = False
         for _ in range(attempts):
-            slot = pool.free_slot(key) or await self._acquire(pool, key)
+            slot = pool.free_slot(key) or await self._acquire(pool, key, stalled)
             held = False
             progress = slot.progress  # proxy.stalls: sent, answered, outstanding since when
             progress.on_sent(task, loop.time())
@@ -401,10 +402,12 @@ class ProxyApp:
                            slot.replica_id, stall.message())
             self._recorder.replica_stalled(pool.backend)
 
-    async def _acquire(self, pool: ReplicaPool, key: bytes | None = None) -> ReplicaSlot:
+    async def _acquire(self, pool: ReplicaPool, key: bytes | None, after_stall: bool) -> ReplicaSlot:
         try:
             return await pool.acquire(key)
         except NoReplicaError:
+            if after_stall:  # the retry of a call its replica stalled under: docs/http.md says 504
+                raise _Reply(504, "Gateway Timeout: the replica stalled") from None
             raise _Reply(503, "No replica available", self._retry_after) from None
         except QueueFullError:
             raise _Reply(503, "Backend queue is full", self._retry_after) from None
