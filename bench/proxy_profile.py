@@ -8,7 +8,10 @@ so samples are Python CPU time; each stack is put in one stage by its
 innermost frame that belongs to one (`classify`, pure). The rest of the CPU
 time those processes used (from /proc) ran without the GIL: Ray's C++ core
 worker and gRPC threads, its own row. Prints the share of CPU time per stage
-as a table; never asserts on time. Needs `py-spy` (the `bench` extra).
+as a table; never asserts on time. It also names the modules of ours that
+one request crossed (`crossed`: every module of the product's packages seen
+in any sample of either process; a module too quick to be sampled even once
+is missed, so the figure is a floor). Needs `py-spy` (the `bench` extra).
 
     python -m bench.proxy_profile [--tiny] [--json PATH] [--duration 10] [--rate 250]
 """
@@ -50,6 +53,8 @@ STAGES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("HTTP: parse and framework (httpedge.server, httptools)",
      re.compile(r"^httpedge/|^uvicorn/|^httptools/|^h11/|^proxy/actor\.py")),
 )
+# The product's packages, as py-spy prints a frame's file.
+OURS = re.compile(r"^(?:vocabulary|httpedge|datalink|gitops|controller|proxy|replica)/[\w/]+\.py$")
 EVENT_LOOP = "event loop (asyncio/uvloop: scheduling, socket I/O)"
 NATIVE = "native threads without the GIL (Ray core worker, gRPC)"
 _FRAME = re.compile(r"\((?P<file>[^()]*):\d+\)$")
@@ -75,6 +80,18 @@ def tally(raw: Iterable[str]) -> Counter[str]:
         if stack and count.isdigit():
             counts[classify(stack)] += int(count)
     return counts
+
+
+def crossed(raw: Iterable[str]) -> set[str]:
+    """The product's modules (`proxy/app.py`, …) in any stack of py-spy's raw output."""
+    found: set[str] = set()
+    for line in raw:
+        stack = line.rstrip("\n").rpartition(" ")[0]
+        for frame in stack.split(";"):
+            file = _FRAME.search(frame.strip())
+            if file is not None and OURS.match(file["file"]):
+                found.add(file["file"])
+    return found
 
 
 def cpu_seconds(pid: int) -> float:
@@ -109,12 +126,14 @@ def profile(spy: str, duration_s: float, rate: int, keep: Path | None = None) ->
                 raise RuntimeError(f"py-spy on the {name}: {said}")
         loader.join()
         cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
-        samples = {name: tally(Path(f"{tmp}/{name}.txt").read_text().splitlines()) for name in pids}
+        raw = {name: Path(f"{tmp}/{name}.txt").read_text().splitlines() for name in pids}
+        samples = {name: tally(lines) for name, lines in raw.items()}
+        modules = {name: sorted(crossed(lines)) for name, lines in raw.items()}
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
             for name in pids:
                 shutil.copy(f"{tmp}/{name}.txt", keep / f"{name}.txt")
-    return {"load": load, "cpu_s": cpu, "rate": rate, "duration_s": duration_s,
+    return {"load": load, "cpu_s": cpu, "rate": rate, "duration_s": duration_s, "crossed": modules,
             "seconds": {name: _seconds(counts, rate, cpu[name]) for name, counts in samples.items()}}
 
 
@@ -157,6 +176,10 @@ def main() -> int:
     for row in rows:
         per_request = float(row["cpu_s"]) / requests * 1e6 if requests else float("nan")  # type: ignore[arg-type]  # a row's values are str or float
         print(f"{row['stage']:<58}{row['process']:<9}{float(row['share']):>7.1%}{per_request:>12.1f}")  # type: ignore[arg-type]  # a row's values are str or float
+    modules: dict[str, list[str]] = measured["crossed"]  # type: ignore[assignment]  # profile() returns loosely typed JSON
+    for process, names in modules.items():
+        print(f"modules of ours crossed in the {process}: {len(names)}: {', '.join(names)}")
+    print(f"modules of ours one request crosses: {len({n for names in modules.values() for n in names})}")
     results.write(args.json, "proxy_profile", args.tiny, {**measured, "rows": rows, "connections": CONNECTIONS})
     return 0
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.proxy_profile import EVENT_LOOP, NATIVE, _seconds, classify, table, tally
+from bench.proxy_profile import EVENT_LOOP, NATIVE, _seconds, classify, crossed, table, tally
 
 LOOP = "Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982)"
 
@@ -46,3 +46,10 @@ def test_frames_on_the_unix_socket_are_their_own_stage_on_both_sides() -> None:
     proxy = f"{LOOP};ReplicaConnection.send (proxy/socketcalls.py:120);encode (datalink/frames.py:80)"
     replica = f"{LOOP};_Connection.data_received (replica/data_socket.py:150)"
     assert classify(proxy) == classify(replica) == "data path: frames over the Unix socket"
+
+
+def test_the_modules_crossed_are_ours_only_each_named_once() -> None:
+    raw = [f"{LOOP};ProxyApp.__call__ (proxy/app.py:190);Counter.inc (prometheus_client/metrics.py:300) 4",
+           f"{LOOP};ProxyApp.__call__ (proxy/app.py:191);encode (datalink/frames.py:80) 2",
+           f"{LOOP};run (bench/proxy_apps.py:40) 1", ""]
+    assert crossed(raw) == {"proxy/app.py", "datalink/frames.py"}

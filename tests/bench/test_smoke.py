@@ -145,6 +145,7 @@ def test_proxy_profile_shares_add_up_to_the_whole(measured: dict[str, Any]) -> N
     got = figures(measured, "proxy_profile")
 
     assert "skipped" in got or abs(sum(row["share"] for row in got["rows"]) - 1) < 1e-6
+    assert "skipped" in got or "proxy/app.py" in got["crossed"]["proxy"]
 
 
 def test_payloads_bench_carries_bodies_through_our_proxy_and_reads_its_cpu(measured: dict[str, Any]) -> None:
