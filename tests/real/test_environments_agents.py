@@ -157,6 +157,9 @@ def hop(source: EnvironmentAgent, target: EnvironmentAgent, commit: str, label: 
     assert soaked is not None and int(soaked.group(1)) >= SOAK_S, row["plan_summary"]
     assert "no_backend_errors: 0 of " in row["plan_summary"], row["plan_summary"]
     assert f"pushed {commit[:7]} to env/{target.environment} (fast-forward)" in row["plan_summary"]
+    # The soak is the commit's own, counted from its apply (a newer commit restarts it).
+    served = next(r for r in reversed(source.history()) if r["commit"] == commit and r["result"] == "applied")
+    assert row["started_at"] - served["finished_at"] >= SOAK_S, (served, row)
     applied = next(r for r in target.history() if r["commit"] == commit and r["result"] == "applied")
     passed_at = row["started_at"]  # the promoted row starts when every gate passed
     # "apply began": the start of the target agent's tick that fetched the commit and applied it.
