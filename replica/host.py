@@ -124,7 +124,7 @@ def cap_private_memory(limit_bytes: int) -> int | None:
     What the replica host holds before user code (Python, Ray's worker, their
     threads: a few hundred MB) is not the user's to pay for, so the cap is that
     plus the limit. It covers the whole process: Ray's own threads allocate
-    under it too, and one of them failing to past it ends the process (the
+    under it too, and one of them failing to allocate past it ends the process (the
     controller replaces the replica)."""
     held = private_memory_bytes()
     if held is None:
