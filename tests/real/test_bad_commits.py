@@ -16,8 +16,8 @@ agent does not hold (all refused by validation); raise in `__init__`, hang in
 `__init__` past the backend's `startup_timeout_s` (the replica is given up),
 a memory blow-up in `__init__` (below), a failing health check and a model
 whose bytes do not have the digest in git (the apply fails, the old version
-keeps serving); raise in `__init__` beside a
-new backend (the whole commit is undone: the new backend does not serve);
+keeps serving); raise in `__init__` beside a new backend (the whole commit is
+undone: the new backend does not serve);
 every request 500 (applied: nothing refuses it without a `[rollout]`; status
 says BackendErrors); a canary whose p99 breaches its rollout's gate (aborted,
 traffic back on the stable backend); a force-push that rewrites history (here
