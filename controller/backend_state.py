@@ -146,6 +146,11 @@ class BackendOptions:
     unschedulable_grace_s: float = 3.0
 
 
+def _startup_s(config: BackendConfig, options: BackendOptions) -> float:
+    """How long a replica's code may take to become ready: the backend's own limit, else the controller's."""
+    return config.startup_timeout_s if config.startup_timeout_s is not None else options.startup_timeout_s
+
+
 def _staging_s(config: BackendConfig) -> float:
     """How long a replica may stage its models (each within its load_timeout_s) before its code starts."""
     return sum(model.load_timeout_s for model in config.model_sources.values())
@@ -420,7 +425,7 @@ class BackendState:
         elif probe.status in (ProbeStatus.FAILED, ProbeStatus.DEAD):
             reason = "startup_failed" if probe.status == ProbeStatus.FAILED else "died"
             self._fail(backend, record, now, reason, probe.error, counts=True)
-        elif now - record.since >= (limit := self.options.startup_timeout_s + _staging_s(backend.config)):
+        elif now - record.since >= (limit := _startup_s(backend.config, self.options) + _staging_s(backend.config)):
             error = f"replica {record.replica_id} not ready within {limit:g}s"
             self._fail(backend, record, now, "startup_timeout", error, counts=True)
 

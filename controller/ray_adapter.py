@@ -88,6 +88,13 @@ def _model_arguments(config: BackendConfig, cache: tuple[str | None, int | None]
     return {"models": models, "model_cache": cache}
 
 
+def _memory_argument(config: BackendConfig) -> dict[str, Any]:
+    """The replica's memory limit: `ray_actor_options.memory`, which Ray only
+    schedules by, the replica enforces (none: the argument is left out)."""
+    memory = config.ray_actor_options.get("memory")
+    return {"memory_limit": int(memory)} if memory else {}
+
+
 def _outcome(future: Future) -> Probe:
     try:
         answer = future.result()
@@ -301,6 +308,7 @@ class RayAdapter:
             tuple(config.init_args), dict(config.init_kwargs), config.user_config,
             namespace=self.namespace, commit=config.commit,
             **_model_arguments(config, self._model_cache),
+            **_memory_argument(config),
         )
         self._handles[effect.actor_name] = handle
         if config.secret_digests:

@@ -42,6 +42,7 @@ user_config = { greeting = "hi" }
 graceful_shutdown_timeout_s = 10
 health_check_period_s = 5
 health_check_timeout_s = 10
+startup_timeout_s = 120
 code_paths = ["deployments/apps"]
 version = "2026-11-01"
 ray_actor_options = { num_cpus = 0.5, num_gpus = 0, memory = 1000000000, resources = { model_slot = 1 } }

@@ -29,6 +29,11 @@ passes their arguments to the handler as they are. Before any user code
 runs, the replica installs its context and its own handles
 (`replica.handles`) for `gitops.serving`.
 
+A replica given a memory limit (`ray_actor_options.memory`, which Ray itself
+only schedules by) caps its own process before user code loads
+(`cap_private_memory`): an allocation past it raises MemoryError in the user's
+code, and a constructor failing so fails the start as `MemoryLimitExceeded`.
+
 `__init__` stays cheap and never runs user code, so a failing constructor
 surfaces as an error from `initialize()` with the user's own text instead of
 an actor that dies during creation.
@@ -45,6 +50,7 @@ import inspect
 import logging
 import os
 import random
+import resource
 import sys
 import tempfile
 import time
@@ -90,6 +96,45 @@ logger = logging.getLogger(__name__)
 
 class BatchLengthError(Exception):
     """A batched handler returned something other than one result per request."""
+
+
+class MemoryLimitExceeded(MemoryError):
+    """User code allocated past its replica's memory limit (`cap_private_memory`)."""
+
+
+def private_memory_bytes() -> int | None:
+    """This process's private writable memory as Linux counts it for RLIMIT_DATA
+    (VmData of /proc/self/status: heap, anonymous mappings and thread stacks,
+    counted when mapped, not when touched); None where there is no /proc."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def cap_private_memory(limit_bytes: int) -> int | None:
+    """Let this process map at most `limit_bytes` more private writable memory
+    than it holds now (RLIMIT_DATA's soft limit; the hard one stays); returns
+    the cap in bytes, or None where the kernel does not count it (no /proc).
+
+    What the replica host holds before user code (Python, Ray's worker, their
+    threads: a few hundred MB) is not the user's to pay for, so the cap is that
+    plus the limit. It covers the whole process: Ray's own threads allocate
+    under it too, and one of them failing to allocate past it ends the process (the
+    controller replaces the replica)."""
+    held = private_memory_bytes()
+    if held is None:
+        return None
+    cap = held + limit_bytes
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+    return cap
 
 
 def load_callable(
@@ -232,9 +277,11 @@ class Replica:
         commit: str | None = None,
         models: dict[str, dict[str, Any]] | None = None,
         model_cache: tuple[str | None, int | None] = (None, None),
+        memory_limit: int | None = None,
     ) -> None:
         """`namespace` is where the controller runs, for this replica's handles;
-        `commit` the one the backend's config came from (for `context()`)."""
+        `commit` the one the backend's config came from (for `context()`);
+        `memory_limit` (bytes) what user code may allocate (`cap_private_memory`)."""
         self.backend = backend
         self.replica_id = replica_id
         self.version = version
@@ -265,6 +312,8 @@ class Replica:
         self._models = dict(models or {})
         self._model_cache_settings = model_cache
         self._model_cache: ModelCache | None = None
+        self._memory_limit = memory_limit
+        self._memory_capped = False
 
     async def secrets_recipient(self) -> str:
         """This replica's age public key, which the controller seals its secrets to."""
@@ -297,9 +346,20 @@ class Replica:
             install_secrets(self._secrets)
             self._handles.attach(asyncio.get_running_loop())
             install(ReplicaContext(self.backend, self.replica_id, self.version, self._commit), self._handles)
-            handler = await asyncio.to_thread(
-                load_callable, self._import_path, self._init_args, self._init_kwargs
-            )
+            if self._memory_limit is not None and not self._memory_capped:
+                cap_private_memory(self._memory_limit)  # after staging: the model cache's buffers are ours
+                self._memory_capped = True
+            try:
+                handler = await asyncio.to_thread(
+                    load_callable, self._import_path, self._init_args, self._init_kwargs
+                )
+            except MemoryError as err:
+                if self._memory_limit is None:
+                    raise
+                raise MemoryLimitExceeded(
+                    f"{self._import_path} allocated past the replica's memory limit "
+                    f"(ray_actor_options.memory = {self._memory_limit} bytes) in its constructor"
+                ) from err
             if self._user_config is not None:
                 await _call_optional(handler, "reconfigure", self._user_config)
             # Not ready until healthy: a version whose check_health always

@@ -309,6 +309,12 @@ class BackendConfig(_Value):
         default=30.0, gt=0, description="Seconds a health check may take before the replica is replaced.",
         json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
+    startup_timeout_s: float | None = Field(
+        default=None, gt=0,
+        description="Seconds a replica's constructor may take (after its models are staged) before the replica "
+        "is given up and replaced; three in a row fail the apply. None: the controller's 60.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
+    )
     ray_actor_options: dict[str, Any] = Field(
         default_factory=dict,
         description="Resources of each replica's Ray actor: num_cpus, num_gpus, memory (bytes), resources.",

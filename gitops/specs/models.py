@@ -240,7 +240,12 @@ class RayActorOptionsSpec(_Spec):
 
     num_cpus: ResourceAmount | None = Field(default=None, description="CPUs reserved for each replica.")
     num_gpus: ResourceAmount | None = Field(default=None, description="GPUs reserved for each replica.")
-    memory: ResourceAmount | None = Field(default=None, description="Memory reserved for each replica, in bytes.")
+    memory: ResourceAmount | None = Field(
+        default=None,
+        description="Memory reserved for each replica, in bytes, and its limit: on Linux the replica's process may "
+        "map this much private memory beyond what it holds before the code loads (RLIMIT_DATA: counted when mapped, "
+        "not when touched); past it an allocation raises MemoryError, in a constructor failing the start.",
+    )
     resources: dict[str, ResourceAmount] | None = Field(
         default=None,
         description="Custom Ray resources reserved for each replica: name -> amount "

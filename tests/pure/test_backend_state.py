@@ -199,6 +199,25 @@ def test_replica_not_ready_within_startup_timeout_is_replaced():
     assert state.status("echo").restarts == {"startup_timeout": 1}
 
 
+def test_a_backends_own_startup_timeout_overrides_the_controllers_and_three_in_a_row_fail_it():
+    state = BackendState(BackendOptions(startup_timeout_s=60.0, backoff_base_s=0.1, backoff_max_s=0.1))
+    world = FakeAdapter()
+    state.apply(config(replicas=1, startup_timeout_s=2.0))
+    state.tick(0.0, world)
+    assert not stops(state.tick(1.9, world))  # within its own 2 s
+    effects = state.tick(2.0, world)
+    assert stops(effects) and stops(effects)[0].graceful_timeout_s == 0  # given up: killed, not drained
+    assert "not ready within 2s" in state.status("echo").last_error
+    now = 2.0
+    while state.readiness("echo", "v1")[0] == "pending" and now < 30:
+        now = round(now + 0.1, 1)
+        state.tick(now, world)
+    result, reason = state.readiness("echo", "v1")
+    assert result == "failed" and reason.endswith("not ready within 2s"), (result, reason)
+    assert state.status("echo").restarts["startup_timeout"] == 3
+    assert now < 10  # three tries of 2 s and their backoff, not three of the controller's 60 s
+
+
 def test_failed_health_check_replaces_the_replica_and_counts_the_reason():
     state, world = BackendState(), FakeAdapter()
     state.apply(config(replicas=1))

@@ -11,27 +11,29 @@ waits until that is applied and Synced, so the cases are independent.
 
 Covered: TOML syntax, unknown key, wrong type, missing import, name not in
 module, circular `uses`, route clash, empty tree (the prune guard), a symlink
-out of the repository, 10,000 backends (all refused by validation); raise in
-`__init__` and a failing health check (the apply fails, the old version keeps
-serving); raise in `__init__` beside a new backend (the whole commit is
+out of the repository, 10,000 backends, a secret sealed to an identity the
+agent does not hold (all refused by validation); raise in `__init__`, hang in
+`__init__` past the backend's `startup_timeout_s` (the replica is given up),
+a memory blow-up in `__init__` (below), a failing health check and a model
+whose bytes do not have the digest in git (the apply fails, the old version
+keeps serving); raise in `__init__` beside a new backend (the whole commit is
 undone: the new backend does not serve);
 every request 500 (applied: nothing refuses it without a `[rollout]`; status
-says BackendErrors); a force-push that rewrites history (here a reset of the
-watched local branch); a deleted branch (BranchNotFound, the last commit keeps
-serving).
+says BackendErrors); a canary whose p99 breaches its rollout's gate (aborted,
+traffic back on the stable backend); a force-push that rewrites history (here
+a reset of the watched local branch); a deleted branch (BranchNotFound, the
+last commit keeps serving).
 
-Not covered here (see the report of issue 34): hang in `__init__` past the
-start timeout (the controller's start timeout is 60 s and not a flag), memory
-blow-up in `__init__` (`ray_actor_options.memory` is a scheduling resource in
-Ray, not a limit: no replica memory limit can be enforced by this project
-today), p99 breach under a rollout (covered by tests/real/test_agent_rollouts.py
-and test_progressive_delivery.py with Prometheus), an undecryptable secret
-(tests/real/test_secrets.py), a model with a wrong digest (the models feature
-has not landed).
+A memory blow-up in `__init__` past `ray_actor_options.memory` (which the
+replica enforces as its process's RLIMIT_DATA, Ray only schedules by it) fails
+the apply naming the limit.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import http.server
 import os
 import threading
 import time
@@ -39,11 +41,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import httpx
+import pyrage
 import pytest
 import ray
 
 from tests.conftest import GitRepo
-from tests.real.support import AgentProcess
+from controller.backend_state import REPLICA_PREFIX
+from tests.real.support import AgentProcess, named_actors
+from vocabulary.goal_api import DEFAULT_NAMESPACE
 
 pytestmark = pytest.mark.real
 
@@ -122,9 +127,12 @@ class Cluster:
     load: SteadyLoad
     good: str = ""  # the last good commit applied
 
-    def commit_tree(self, files: dict[str, str], message: str, links: dict[str, str] | None = None) -> str:
+    def commit_tree(
+        self, files: dict[str, str], message: str, links: dict[str, str] | None = None,
+        blobs: dict[str, bytes] | None = None,
+    ) -> str:
         for path in list(self._tracked()):
-            if path not in files:
+            if path not in files and path not in (blobs or {}):
                 self.repo.git("rm", "-q", "--cached", path)
                 (self.repo.root / path).unlink(missing_ok=True)
         for path, text in files.items():
@@ -132,6 +140,9 @@ class Cluster:
             if target.is_symlink():
                 target.unlink()
             self.repo.write(path, text)
+        for path, data in (blobs or {}).items():
+            (self.repo.root / path).parent.mkdir(parents=True, exist_ok=True)
+            (self.repo.root / path).write_bytes(data)
         for path, points_to in (links or {}).items():
             (self.repo.root / path).unlink(missing_ok=True)
             os.symlink(points_to, self.repo.root / path)
@@ -174,7 +185,13 @@ def cluster(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     for path, text in GOOD.items():
         repo.write(path, text)
     good = repo.commit("the good tree")
-    agent = AgentProcess(repo.root, root, ray.get_runtime_context().gcs_address)
+    identity = root / "age-identity.txt"  # the agent's own: it opens no secret of the bad commits
+    identity.write_text(f"{pyrage.x25519.Identity.generate()}\n")
+    identity.chmod(0o600)
+    # --interval 3: commits arrive by the ref watcher at once, and a failed apply's retry waits up to
+    # 3 s (not 0.5), so the status shows why it failed long enough to be read between tries.
+    agent = AgentProcess(repo.root, root, ray.get_runtime_context().gcs_address, extra_args=[
+        "--age-identity", str(identity), "--model-cache-dir", str(root / "models"), "--interval", "3"])
     load = SteadyLoad(agent.proxy + "/steady")
     shared = Cluster(repo, agent, load, good)
     try:
@@ -198,6 +215,7 @@ class Case:
     error: str  # found in the history row's errors
     message: str = ""  # the commit message
     links: dict[str, str] = field(default_factory=dict)  # path -> where the symbolic link points
+    blobs: dict[str, bytes] = field(default_factory=dict)  # path -> binary content the commit adds
     absent: tuple[str, ...] = ()  # routes the commit adds that must not serve afterwards
     marks: tuple[pytest.MarkDecorator, ...] = ()
 
@@ -281,6 +299,37 @@ class Target:
         raise RuntimeError("every request fails")
 '''
 
+HANGING_INIT = '''\
+import time
+
+VERSION = "bad"
+
+
+class Target:
+    def __init__(self) -> None:
+        time.sleep(3600)  # waits for a dependency that never answers
+
+    async def __call__(self, request) -> dict:
+        return {"version": VERSION}
+'''
+MEMORY_HOG = '''\
+VERSION = "bad"
+
+
+class Target:
+    def __init__(self) -> None:
+        self.everything = bytearray(2 * 2**30)  # loads the whole data set into memory
+
+    async def __call__(self, request) -> dict:
+        return {"version": VERSION}
+'''
+# A value sealed to an age identity the agent does not hold (made here, never committed anywhere).
+SEALED_TO_A_STRANGER = pyrage.encrypt(b"never-delivered", [pyrage.x25519.Identity.generate().to_public()])
+SECRET_TOML = TARGET_TOML.replace("num_replicas = 1", 'num_replicas = 1\nsecrets = ["db"]') + '''
+[secrets.db]
+file = "secrets/db.age"
+'''
+
 CASES = [
     Case("toml-syntax", _target_toml("[backends.target\nimport_path = 1\n"), "invalid", "ValidationFailed",
          "deployments/target.toml:1:"),
@@ -304,6 +353,13 @@ CASES = [
          "invalid", "ValidationFailed", "deployments/target.py", links={"deployments/target.py": "/etc/hostname"}),
     Case("ten-thousand-backends", _many_backends, "invalid", "ValidationFailed",
          "10002 backends declared; a tree may declare at most 1000"),
+    Case("memory-blow-up-in-init",
+         _with(deployments__target_py=MEMORY_HOG, deployments__target_toml=TARGET_TOML.replace(
+             "{ num_cpus = 0.05 }", "{ num_cpus = 0.05, memory = 200000000 }")),
+         "failed", "ReconciliationFailed",
+         "allocated past the replica's memory limit (ray_actor_options.memory = 200000000 bytes)"),
+    Case("undecryptable-secret", _target_toml(SECRET_TOML), "invalid", "ValidationFailed",
+         "secret 'db' (secrets/db.age) does not decrypt", blobs={"secrets/db.age": SEALED_TO_A_STRANGER}),
     Case("raise-in-init-with-a-new-backend-beside-it", _two_backends_one_raising, "failed", "ReconciliationFailed",
          "model file missing", absent=("/extra",)),
 ]
@@ -311,9 +367,16 @@ CASES = [
 
 @pytest.mark.parametrize("case", [pytest.param(case, marks=case.marks, id=case.name) for case in CASES])
 def test_a_bad_commit_changes_nothing_that_serves(cluster: Cluster, case: Case) -> None:
+    _refused_and_nothing_changed(cluster, case)
+
+
+def _refused_and_nothing_changed(cluster: Cluster, case: Case) -> dict:
+    """Commit the case's bad tree; assert history, status and what serves; commit the good tree back.
+    Returns the bad commit's history row."""
     before = len(cluster.load.codes)
     assert cluster.target_version() == "good"
-    bad = cluster.commit_tree(case.change(dict(GOOD)), case.message or f"bad commit: {case.name}", case.links)
+    bad = cluster.commit_tree(case.change(dict(GOOD)), case.message or f"bad commit: {case.name}", case.links,
+                              case.blobs)
     entry = cluster.entry(bad)
     assert entry["result"] == case.result, entry
     assert any(case.error in error for error in entry["errors"]), entry["errors"]
@@ -331,6 +394,19 @@ def test_a_bad_commit_changes_nothing_that_serves(cluster: Cluster, case: Case) 
     assert during and set(during) == {200}, during
     cluster.restore()
     assert cluster.target_version() == "good"
+    return entry
+
+
+def test_a_hang_in_init_past_the_start_timeout_gives_the_replica_up_and_fails_the_apply(cluster: Cluster) -> None:
+    """`startup_timeout_s = 3`: each hung replica is killed after 3 s (not the controller's 60),
+    three in a row fail the apply, and no hung replica is left behind."""
+    _refused_and_nothing_changed(cluster, Case(
+        "hang-in-init-past-the-start-timeout",
+        _with(deployments__target_py=HANGING_INIT,
+              deployments__target_toml=TARGET_TOML.replace("num_replicas = 1", "num_replicas = 1\nstartup_timeout_s = 3")),
+        "failed", "ReconciliationFailed", "not ready within 3s"))
+    cluster.agent.wait("only the good replica of target left", lambda: len(
+        named_actors(DEFAULT_NAMESPACE, REPLICA_PREFIX + "target-")) == 1, timeout_s=30)
 
 
 def test_a_commit_whose_every_request_is_500_applies_and_says_backend_errors(cluster: Cluster) -> None:
@@ -385,3 +461,86 @@ def test_a_deleted_branch_keeps_the_last_commit_serving_until_it_is_back(cluster
     cluster.wait_synced(cluster.good)
     during = cluster.load.codes[before:]
     assert during and set(during) == {200}, during
+
+
+WEIGHTS = b"weights of the one true model\n" * 1000
+
+
+class _QuietFiles(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def weights_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A plain HTTP server on loopback serving one model file, as docs/models.md allows."""
+    served = tmp_path_factory.mktemp("weights")
+    (served / "weights.bin").write_bytes(WEIGHTS)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietFiles, directory=str(served)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/weights.bin"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_model_with_a_wrong_digest_fails_whole_in_one_line_naming_model_source_and_both_digests(
+    cluster: Cluster, weights_url: str
+) -> None:
+    right, wrong = hashlib.sha256(WEIGHTS).hexdigest(), hashlib.sha256(b"other weights").hexdigest()
+    spec = TARGET_TOML.replace("num_replicas = 1", 'num_replicas = 1\nmodels = ["weights"]') + (
+        f'\n[models.weights]\nsource = "{weights_url}"\nsha256 = "{wrong}"\nload_timeout_s = 20\n')
+    line = f"model weights ({weights_url}): its bytes have sha256 {right}, but git pins {wrong}"
+    entry = _refused_and_nothing_changed(
+        cluster, Case("model-with-a-wrong-digest", _target_toml(spec), "failed", "ReconciliationFailed", line))
+    [error] = [error for error in entry["errors"] if line in error]
+    assert "\n" not in error, error
+
+
+SLOW_PY = '''\
+import asyncio
+
+
+class Slow:
+    async def __call__(self, request) -> dict:
+        await asyncio.sleep(0.3)
+        return {"version": "slow"}
+'''
+CANARY_TOML = TARGET_TOML.replace("traffic = { target = 1.0 }", "traffic = { target-slow = 1.0 }") + '''
+[backends.target-slow]
+import_path = "deployments.slow:Slow"
+ray_actor_options = { num_cpus = 0.05 }
+
+[endpoints.target.rollout]
+steps = [0.5, 1.0]
+step_interval_s = 3
+min_requests = 5
+max_p99_latency_s = 0.1
+'''
+
+
+def test_a_p99_breach_under_a_rollout_aborts_it_and_traffic_returns_to_the_stable_backend(cluster: Cluster) -> None:
+    """A canary answering every request 200 but in 0.3 s, behind a rollout whose gate is p99 <= 0.1 s:
+    the first step's p99 fails the gate, the rollout aborts and every request goes to `target` again."""
+    before = len(cluster.load.codes)
+    canary_load = SteadyLoad(cluster.agent.proxy + "/target")  # the requests the gate judges
+    canary_load.start()
+    try:
+        bad = cluster.commit_tree({**GOOD, "deployments/slow.py": SLOW_PY, "deployments/target.toml": CANARY_TOML},
+                                  "bad commit: a canary with a slow p99")
+        # Recorded as applied once its goals are met, then as aborted when the gate fails.
+        cluster.agent.wait("the canary aborted", lambda: cluster.entry(bad)["result"] == "aborted", timeout_s=90)
+        entry = cluster.entry(bad)
+        assert any("target-slow: p99_latency" in error and "> 0.1" in error for error in entry["errors"]), entry
+        cluster.agent.wait("RolloutAborted", lambda: cluster.agent.get("/status")["conditions"][0]["reason"]
+                           == "RolloutAborted", timeout_s=60)
+        assert cluster.agent.get("/status")["last_attempted_revision"] == bad
+        assert {cluster.target_version() for _ in range(20)} == {"good"}  # traffic is back on the stable backend
+    finally:
+        canary_load.stop()
+    assert canary_load.codes and set(canary_load.codes) == {200}, canary_load.codes
+    during = cluster.load.codes[before:]
+    assert during and set(during) == {200}, during
+    cluster.restore()
+    assert cluster.target_version() == "good"
