@@ -39,7 +39,7 @@ system-deps:
 test: $(STAMP) system-deps lint
 	# The pure tier runs alone first: its conftest fails it if Ray, git, SQLite or HTTP got imported.
 	$(PY) -m pytest -q -p no:cacheprovider tests/pure
-	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/pure
+	$(PY) -m pytest -q -p no:cacheprovider --durations=30 tests --ignore=tests/pure
 
 # Static checks, before any test runs: the layering contracts, the type checker, the linter.
 lint: lint-imports typecheck ruff
