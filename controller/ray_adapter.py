@@ -81,11 +81,15 @@ def error_text(err: BaseException) -> str:
 
 
 def _model_arguments(config: BackendConfig, cache: tuple[str | None, int | None]) -> dict[str, Any]:
-    """A replica's models to stage before its code runs (none: the arguments are left out)."""
+    """A replica's models to stage before its code runs, and its multiplexing
+    (`(header, max_models_per_replica)`); none: the arguments are left out."""
+    arguments: dict[str, Any] = {}
+    if config.multiplex is not None:
+        arguments["multiplex"] = (config.multiplex.header, config.multiplex.max_models_per_replica)
     if not config.model_sources:
-        return {}
+        return arguments
     models = {name: model.model_dump(mode="json") for name, model in config.model_sources.items()}
-    return {"models": models, "model_cache": cache}
+    return {**arguments, "models": models, "model_cache": cache}
 
 
 def _outcome(future: Future) -> Probe:

@@ -70,6 +70,8 @@ from replica.secrets import SecretBox
 from datalink.frames import MAX_FRAME_BYTES
 from vocabulary.wire import DataAddress
 from datalink.private_dirs import private_base
+from vocabulary.multiplexing import begin as begin_models
+from vocabulary.multiplexing import install as install_multiplex
 from vocabulary.serving import ReplicaContext, install, install_models, install_secrets
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.status import HandlerError
@@ -116,6 +118,7 @@ def load_callable(
 async def call_handler(handler: Callable[..., Any], wire: WireRequest, is_async: bool) -> WireResponse | BodyStream:
     """Run one request through user code; user exceptions propagate. `is_async`:
     `_is_async(handler)`, which a replica asks once, not per request."""
+    models = begin_models(wire[3])  # a multiplexed replica: the request's model id (gitops.serving.model_id())
     request = to_starlette_request(wire)
     if is_async:
         result = handler(request)  # an async generator function's result is not awaited
@@ -128,7 +131,7 @@ async def call_handler(handler: Callable[..., Any], wire: WireRequest, is_async:
         result = await asyncio.to_thread(handler, request)
         if inspect.isawaitable(result):
             result = await result
-    return await to_reply(result, wire)
+    return await to_reply(result, wire, models)
 
 
 async def call_batch_handler(handler: Callable[..., Any], wires: list[WireRequest], is_async: bool) -> list[Any]:
@@ -232,6 +235,7 @@ class Replica:
         commit: str | None = None,
         models: dict[str, dict[str, Any]] | None = None,
         model_cache: tuple[str | None, int | None] = (None, None),
+        multiplex: tuple[str, int] | None = None,
     ) -> None:
         """`namespace` is where the controller runs, for this replica's handles;
         `commit` the one the backend's config came from (for `context()`)."""
@@ -265,6 +269,8 @@ class Replica:
         self._models = dict(models or {})
         self._model_cache_settings = model_cache
         self._model_cache: ModelCache | None = None
+        # `[backends.X.multiplex]`: (header, max_models_per_replica), for `@gitops.serving.multiplexed`.
+        self._multiplex = multiplex
 
     async def secrets_recipient(self) -> str:
         """This replica's age public key, which the controller seals its secrets to."""
@@ -295,6 +301,8 @@ class Replica:
             elif not self._models:
                 install_models({})
             install_secrets(self._secrets)
+            if self._multiplex is not None:
+                install_multiplex(*self._multiplex)
             self._handles.attach(asyncio.get_running_loop())
             install(ReplicaContext(self.backend, self.replica_id, self.version, self._commit), self._handles)
             handler = await asyncio.to_thread(
