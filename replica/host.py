@@ -64,6 +64,7 @@ from replica.asgi import BodyStream, Lifespan, WebSocketSession, is_asgi_app, se
 from replica.conversions import to_reply, to_starlette_request, to_wire_response
 from replica.streams import StreamTable
 from replica.handles import HandleRouter
+from replica.model_fetching import FetchProgress
 from replica.models import ModelCache, stage_models
 from replica.own_output import OwnOutput
 from replica.secrets import SecretBox
@@ -74,7 +75,7 @@ from vocabulary.multiplexing import begin as begin_models
 from vocabulary.multiplexing import install as install_multiplex
 from vocabulary.serving import ReplicaContext, install, install_models, install_secrets
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
-from vocabulary.status import HandlerError
+from vocabulary.status import HandlerError, ModelStaging
 
 # A large reply held for the proxy to stream leaves in slices of this size.
 _HELD_SLICE_BYTES = 1024 * 1024
@@ -269,8 +270,18 @@ class Replica:
         self._models = dict(models or {})
         self._model_cache_settings = model_cache
         self._model_cache: ModelCache | None = None
+        self._fetching: dict[str, FetchProgress] = {}  # models being fetched now, for `staging()`
         # `[backends.X.multiplex]`: (header, max_models_per_replica), for `@gitops.serving.multiplexed`.
         self._multiplex = multiplex
+
+    async def staging(self) -> list[ModelStaging]:
+        """The models this replica is fetching before its code starts, and how far
+        each is (the controller shows it: `Staging model m: 1.2 / 4.0 GB on 2 nodes`)."""
+        node = _node_id() if self._fetching else ""
+        return [
+            ModelStaging(model=name, node_id=node, done_bytes=progress.done, total_bytes=progress.total)
+            for name, progress in list(self._fetching.items())
+        ]
 
     async def secrets_recipient(self) -> str:
         """This replica's age public key, which the controller seals its secrets to."""
@@ -296,7 +307,9 @@ class Replica:
             if self._models and self._model_cache is None:
                 # Before any user code, bounded by each model's load_timeout_s: a model that
                 # cannot be fetched or verified fails the start with one line (replica.models).
-                self._model_cache, staged = await stage_models(self._models, *self._model_cache_settings)
+                self._model_cache, staged = await stage_models(
+                    self._models, *self._model_cache_settings, fetching=self._fetching
+                )
                 install_models({done.name: str(done.path) for done in staged})
             elif not self._models:
                 install_models({})
