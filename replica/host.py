@@ -27,7 +27,11 @@ proxy asks `data_address` where they are; it stops listening when draining.
 Other replicas' handles (`gitops.serving.handle`) call `handle_call`, which
 passes their arguments to the handler as they are. Before any user code
 runs, the replica installs its context and its own handles
-(`replica.handles`) for `gitops.serving`.
+(`replica.handles`) for `gitops.serving`, stages its backend's models
+(`replica.models`; `staging` says how far a fetch is meanwhile) and, for a
+multiplexed backend, its `[multiplex]` settings: each request's model id
+is read from its header (`vocabulary.multiplexing`) and every answer says
+which models the replica holds.
 
 `__init__` stays cheap and never runs user code, so a failing constructor
 surfaces as an error from `initialize()` with the user's own text instead of

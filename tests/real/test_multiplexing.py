@@ -7,6 +7,7 @@ proxy sent each model's requests and what each replica kept loaded.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,7 @@ import ray
 from controller.client import ControllerClient
 from controller.proxy_fleet import PROXY_PREFIX
 from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
-from vocabulary.configs import EndpointConfig, MultiplexConfig
+from vocabulary.configs import AutoscalingConfig, EndpointConfig, MultiplexConfig
 
 pytestmark = pytest.mark.real
 
@@ -111,3 +112,40 @@ def test_at_most_n_models_stay_loaded_least_recently_used_out_first(cluster: Clu
         assert answer["loads"] == ["a", "b", "c", "b"] and answer["unloads"] == ["b", "a"]
         # The default header is not this backend's: no model named.
         assert _ask(client, "/lru", "a")["model"] is None
+
+
+def test_a_hot_model_on_one_replica_scales_an_autoscaled_backend_up(cluster: Cluster) -> None:
+    # Two requests in flight for one model, both on the replica holding it (not overloaded:
+    # 2 <= 2 x 1): the total (2 for 2 replicas at 1 each) wants no more replicas; the hot
+    # model's replica at 2 does, as if every replica were that busy.
+    autoscaling = AutoscalingConfig(min_replicas=2, max_replicas=3, target_ongoing_requests=1.0,
+                                    upscale_delay_s=1.0, downscale_delay_s=60.0)
+    met(cluster.client, run(cluster.client.apply_backend(quick_backend(
+        "scaled", "multiplex_handlers:ManyModels", autoscaling=autoscaling,
+        multiplex=MultiplexConfig(max_models_per_replica=2), version="v1+x2",
+    ))))
+    met(cluster.client, run(cluster.client.apply_endpoint(
+        EndpointConfig(name="scaled", route="/scaled", traffic={"scaled": 1.0})
+    )))
+    with httpx.Client(base_url=cluster.url, timeout=20) as client:
+        eventually(lambda: client.get("/scaled").status_code == 200 or None, 30)
+        home = {_ask(client, "/scaled", "hot")["replica"] for _ in range(10)}
+    assert len(home) == 1
+
+    stop = time.monotonic() + 40
+
+    def keep_asking(_: int) -> set[str]:
+        seen = set()
+        with httpx.Client(base_url=cluster.url, timeout=20) as client:
+            while time.monotonic() < stop and _replicas(cluster) < 3:
+                seen.add(client.get("/scaled", headers={"x-model-id": "hot"}, params={"sleep": 0.5}).json()["replica"])
+        return seen
+
+    with ThreadPoolExecutor(2) as pool:
+        served = set().union(*pool.map(keep_asking, range(2)))
+    assert _replicas(cluster) == 3, "the hot model did not scale the backend up"
+    assert served == home  # never overloaded: the model stayed on its replica meanwhile
+
+
+def _replicas(cluster: Cluster) -> int:
+    return run(cluster.client.get_status()).backends["scaled"].target_replicas
