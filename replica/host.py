@@ -27,15 +27,17 @@ proxy asks `data_address` where they are; it stops listening when draining.
 Other replicas' handles (`gitops.serving.handle`) call `handle_call`, which
 passes their arguments to the handler as they are. Before any user code
 runs, the replica installs its context and its own handles
-(`replica.handles`) for `gitops.serving`, stages its backend's models
-(`replica.models`; `staging` says how far a fetch is meanwhile) and, for a
-multiplexed backend, its `[multiplex]` settings: each request's model id
-is read from its header (`vocabulary.multiplexing`) and every answer says
-which models the replica holds.
+(`replica.handles`) for `gitops.serving`.
 
 `__init__` stays cheap and never runs user code, so a failing constructor
 surfaces as an error from `initialize()` with the user's own text instead of
 an actor that dies during creation.
+
+Before user code runs it also stages its backend's models (`replica.models`;
+`staging` says how far a fetch is meanwhile) and, for a multiplexed backend,
+installs its `[multiplex]` settings: each request's model id is read from
+its header (`vocabulary.multiplexing`) and every answer says which models
+the replica holds.
 """
 
 from __future__ import annotations
@@ -238,9 +240,9 @@ class Replica:
         user_config: Any = None,
         namespace: str = "",
         commit: str | None = None,
+        multiplex: tuple[str, int] | None = None,
         models: dict[str, dict[str, Any]] | None = None,
         model_cache: tuple[str | None, int | None] = (None, None),
-        multiplex: tuple[str, int] | None = None,
     ) -> None:
         """`namespace` is where the controller runs, for this replica's handles;
         `commit` the one the backend's config came from (for `context()`)."""
