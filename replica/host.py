@@ -272,13 +272,17 @@ class Replica:
         self._not_shown = 0  # tracebacks left out since, at most one a second is written
         self._output: OwnOutput | None = None  # this process's stdout and stderr files (under Ray)
         self._marking: asyncio.Task[None] | None = None
+        self._fetching: dict[str, FetchProgress] = {}  # models being fetched now, for `staging()`
+        # `[backends.X.multiplex]`: (header, max_models_per_replica), for `@gitops.serving.multiplexed`.
+        self._multiplex = multiplex
         # `models`: ModelConfig as JSON by name, staged before user code runs (replica.models).
         self._models = dict(models or {})
         self._model_cache_settings = model_cache
         self._model_cache: ModelCache | None = None
-        self._fetching: dict[str, FetchProgress] = {}  # models being fetched now, for `staging()`
-        # `[backends.X.multiplex]`: (header, max_models_per_replica), for `@gitops.serving.multiplexed`.
-        self._multiplex = multiplex
+
+    async def secrets_recipient(self) -> str:
+        """This replica's age public key, which the controller seals its secrets to."""
+        return self._secrets.recipient()
 
     async def staging(self) -> list[ModelStaging]:
         """The models this replica is fetching before its code starts, and how far
@@ -288,10 +292,6 @@ class Replica:
             ModelStaging(model=name, node_id=node, done_bytes=progress.done, total_bytes=progress.total)
             for name, progress in list(self._fetching.items())
         ]
-
-    async def secrets_recipient(self) -> str:
-        """This replica's age public key, which the controller seals its secrets to."""
-        return self._secrets.recipient()
 
     async def update_secrets(self, sealed: bytes) -> None:
         """New values (a rotation), sealed to `secrets_recipient()`: held at
