@@ -11,10 +11,23 @@ moto's S3 server on 127.0.0.1 holds one model of `--mb` MiB. Measured:
   (the model's size once) and the slowest one's seconds.
 
 moto serves from Python, so the absolute MB/s are the server's as much as
-the client's: read the two clients side by side. Not part of
-`bench.report` yet; multiplexing (issue 29's second half) is not built.
+the client's: read the two clients side by side.
 
-    python -m bench.models [--tiny] [--json PATH] [--mb N]
+Multiplexing (`[backends.X.multiplex]`): 8 models, 2 replicas,
+`max_models_per_replica = 4`, a skewed mix (model k drawn with weight
+1/(k+1)^1.1, one seeded sequence for every run): model loads per 1,000
+requests,
+
+- through the real stack (`gitops run`, its proxy, 2 real replicas whose
+  `@gitops.serving.multiplexed` loader counts its loads), affinity routing
+  as shipped;
+- in process, the same sequence through the proxy's own pool
+  (`proxy.replicas.ReplicaPool`, its model affinity) and the replica's own
+  loader (`gitops.model_slots.ModelSlots`, 4 slots each), against a random
+  choice of replica feeding the same loaders (what routing without
+  affinity does).
+
+    python -m bench.models [--tiny] [--json PATH] [--mb N] [--requests N]
 """
 
 from __future__ import annotations
@@ -103,13 +116,159 @@ def measure(mb: int) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+MODELS = [f"model-{k}" for k in range(8)]
+REPLICAS = 2
+SLOTS = 4
+
+MANY_APP = '''\
+from gitops import serving
+
+
+class Many:
+    def __init__(self):
+        self.loads = 0
+
+    @serving.multiplexed
+    async def model(self, model_id):
+        self.loads += 1
+        return model_id
+
+    async def __call__(self, request):
+        await self.model(serving.model_id())
+        return {"replica": serving.context().replica_id, "loads": self.loads}
+'''
+
+MANY_SPEC = f"""\
+[backends.many]
+import_path = "apps.many:Many"
+num_replicas = {REPLICAS}
+ray_actor_options = {{ num_cpus = 0 }}
+
+[backends.many.multiplex]
+max_models_per_replica = {SLOTS}
+
+[endpoints.many]
+route = "/many"
+traffic = {{ many = 1.0 }}
+"""
+
+
+def skewed_mix(requests: int, seed: int = 29) -> list[str]:
+    """`requests` model ids, model k drawn with weight 1/(k+1)^1.1."""
+    import random
+
+    rng = random.Random(seed)
+    weights = [1 / (k + 1) ** 1.1 for k in range(len(MODELS))]
+    return rng.choices(MODELS, weights, k=requests)
+
+
+def loads_in_process(mix: list[str], affinity: bool, seed: int = 7) -> int:
+    """Loads when the proxy's pool (affinity) or a random pick routes `mix` to 2 replicas' real loaders."""
+    import asyncio
+    import random
+
+    from gitops.model_slots import ModelSlots
+    from proxy.replicas import ReplicaPool
+    from vocabulary.configs import MultiplexConfig
+    from vocabulary.multiplexing import RequestModels
+
+    async def load(model_id: str) -> str:
+        return model_id
+
+    slots = [ModelSlots(load, SLOTS) for _ in range(REPLICAS)]
+    rng = random.Random(seed)
+    pool = ReplicaPool("many", rng, max_queued=10, max_concurrent=100)
+    ids = [f"many#{n}" for n in range(REPLICAS)]
+    pool.update(100, [(rid, object()) for rid in ids], multiplex=MultiplexConfig(max_models_per_replica=SLOTS))  # type: ignore[misc]
+
+    async def run() -> None:
+        for model in mix:
+            if not affinity:
+                await slots[rng.randrange(REPLICAS)].get(model, RequestModels(model))
+                continue
+            slot = pool.try_acquire(model.encode())
+            assert slot is not None
+            index = ids.index(slot.replica_id)
+            await slots[index].get(model, RequestModels(model))
+            slot.models = frozenset(slots[index].loaded())  # what the replica's answer reports
+            pool.release(slot)
+
+    asyncio.run(run())
+    return sum(s.loads for s in slots)
+
+
+def loads_real_stack(mix: list[str]) -> dict[str, Any]:
+    """Loads when the real proxy routes `mix` to 2 real replicas (`gitops run`, affinity as shipped)."""
+    import httpx
+    import ray
+
+    from bench.stacks import own_ray
+    from controller.cluster import init_ray, shutdown_ray
+    from tests.conftest import GitRepo
+    from tests.real.support import AgentProcess
+
+    work = Path(tempfile.mkdtemp(prefix="bench-multiplex-"))
+    own_ray()
+    init_ray(namespace="bench-multiplex")
+    agent = None
+    try:
+        repo = GitRepo(work / "repo")
+        repo.write("apps/__init__.py", "")
+        repo.write("apps/many.py", MANY_APP)
+        repo.write("deployments/many.toml", MANY_SPEC)
+        commit = repo.commit("8 models on 2 replicas")
+        agent = AgentProcess(repo.root, work, ray.get_runtime_context().gcs_address)
+        agent.wait_applied(commit)
+        loads: dict[str, int] = {}
+        started = time.monotonic()
+        with httpx.Client(base_url=agent.proxy, timeout=30) as client:
+            for model in mix:
+                answer = client.get("/many", headers={"x-model-id": model}).json()
+                loads[answer["replica"]] = max(loads.get(answer["replica"], 0), answer["loads"])
+        seconds = time.monotonic() - started
+        return {"loads": sum(loads.values()), "replicas_used": len(loads), "requests_per_s": len(mix) / seconds}
+    finally:
+        if agent is not None:
+            agent.stop()
+        shutdown_ray()
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure_multiplexing(requests: int) -> dict[str, Any]:
+    mix = skewed_mix(requests)
+    per_1000 = 1000 / requests
+    real = loads_real_stack(mix)
+    affinity = loads_in_process(mix, affinity=True)
+    spread = loads_in_process(mix, affinity=False)
+    return {
+        "requests": requests,
+        "models": len(MODELS),
+        "replicas": REPLICAS,
+        "max_models_per_replica": SLOTS,
+        "hottest_model_share": mix.count(MODELS[0]) / requests,
+        "real_affinity_loads_per_1000": real["loads"] * per_1000,
+        "real_replicas_used": real["replicas_used"],
+        "real_requests_per_s": real["requests_per_s"],
+        "affinity_loads_per_1000": affinity * per_1000,
+        "random_loads_per_1000": spread * per_1000,
+    }
+
+
 def main() -> int:
     parser = results.parser(__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=1024, help="the model's size in MiB")
+    parser.add_argument("--requests", type=int, default=10_000, help="requests in the multiplexing mix")
     args = parser.parse_args()
     figures = measure(8 if args.tiny else args.mb)
+    figures["multiplexing"] = measure_multiplexing(300 if args.tiny else args.requests)
     for name, value in figures.items():
-        print(f"{name:<28} {value:,.2f}")
+        if isinstance(value, dict):
+            for key, number in value.items():
+                print(f"{name}.{key:<32} {number:,.2f}")
+        else:
+            print(f"{name:<28} {value:,.2f}")
     results.write(args.json, "models", args.tiny, figures)
     return 0
 

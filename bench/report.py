@@ -33,8 +33,8 @@ from bench.targets import Target, median, targets
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ("proxy", "update_latency", "rollout", "faults", "reconcile", "fanout", "memory", "serving",
-                "proxy_profile", "payloads", "streams", "density")
-TIMEOUT_S = {"proxy": 3600, "reconcile": 1800, "payloads": 3600, "streams": 1800, "density": 2400}
+                "proxy_profile", "payloads", "streams", "density", "models")
+TIMEOUT_S = {"proxy": 3600, "reconcile": 1800, "payloads": 3600, "streams": 1800, "density": 2400, "models": 1800}
 NO_PLOTS = "No plots: matplotlib is not installed here (`pip install -e '.[bench]'`, as `make bench` does)."
 NOISE = ("The machine is shared with other work and noisy (see the load average): read the figures as "
          "ratios within this run, not as absolutes.")
@@ -113,7 +113,7 @@ def render(document: dict[str, Any], out: Path) -> Path:
              + _work_headline(document["measurements"]) + _targets_table(targets(document)))
     measurements = document["measurements"]
     for section in (_proxy, _update, _rollout, _faults, _reconcile, _fanout, _memory, _serving, _profile, _payloads,
-                    _streams, _density):
+                    _streams, _density, _models):
         lines += section(measurements, figures)
     if document["failures"]:
         lines += ["## Measurements that failed", ""]
@@ -538,6 +538,36 @@ def _density(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]
     if f["failures"]:
         lines += ["Could not be measured: " + "; ".join(f"{k}: `{e.splitlines()[-1][:200] if e else ''}`"
                                                     for k, e in f["failures"].items()), ""]
+    return lines
+
+
+def _models(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
+    doc = measurements.get("models")
+    if not doc:
+        return []
+    f = doc["figures"]
+    lines = ["## Models: fetching into a node's cache, and many models per replica (issue 29)", "",
+             f"One model of {f['model_mb']:,.0f} MB in moto's S3 server on 127.0.0.1 (Python serves it: compare the "
+             f"clients side by side, not with a real store). {_load(doc)} {_command(doc)}", "",
+             "| | ours (obstore, verified) | boto3 `download_file` |", "| --- | ---: | ---: |",
+             f"| cold fetch MB/s | {f['cold_fetch_mb_s']:,.1f} | {f['boto3_download_file_mb_s']:,.1f} |", "",
+             f"Cache hit: {f['hit_fetched_bytes']:,} bytes fetched, staged (verified) in {f['hit_stage_s']:.2f} s, "
+             f"beside {f['local_disk_read_s']:.2f} s to read the file from local disk. Four processes staging it at "
+             f"once on one node fetched {f['four_at_once_fetched_bytes']:,.0f} bytes "
+             f"({f['four_at_once_fetched_bytes'] / max(f['cold_fetched_bytes'], 1):.2f} x the model); "
+             f"the slowest took {f['four_at_once_slowest_s']:.2f} s.", ""]
+    m = f.get("multiplexing")
+    if m:
+        lines += [
+            f"Multiplexing: {m['models']} models on {m['replicas']} replicas, `max_models_per_replica = "
+            f"{m['max_models_per_replica']}`, {m['requests']:,} requests of a skewed mix (the hottest model "
+            f"{m['hottest_model_share']:.0%} of them). Model loads per 1,000 requests:", "",
+            "| routing | loads per 1,000 requests |", "| --- | ---: |",
+            f"| affinity, real stack (`gitops run`, its proxy, {m['real_replicas_used']} replicas used) | "
+            f"{m['real_affinity_loads_per_1000']:.1f} |",
+            f"| affinity, in process (the proxy's pool, the replicas' loaders) | {m['affinity_loads_per_1000']:.1f} |",
+            f"| random replica, in process (the same loaders) | {m['random_loads_per_1000']:.1f} |", "",
+        ]
     return lines
 
 

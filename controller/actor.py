@@ -391,7 +391,8 @@ class ControllerActor:
             cold_start_s = config.cold_start_timeout_s if config else None
             commit = config.commit if config else None
             routing = config.routing if config else None
-            key = (mcq, batching, cold_start_s, commit, routing, tuple(r.replica_id for r in running))
+            multiplex = config.multiplex if config else None
+            key = (mcq, batching, cold_start_s, commit, routing, multiplex, tuple(r.replica_id for r in running))
             if self._longpoll.fingerprint(LongPollKey.replicas(name)) == key:
                 continue
             infos = tuple(
@@ -402,6 +403,7 @@ class ControllerActor:
             payload = ReplicaSet(
                 backend=name, max_concurrent_queries=mcq, replicas=infos,
                 batching=batching, cold_start_timeout_s=cold_start_s, commit=commit, routing=routing,
+                multiplex=multiplex,
             )
             self._longpoll.publish(LongPollKey.replicas(name), payload, key)
         for name in self._published_backends - names:

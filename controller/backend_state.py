@@ -26,7 +26,7 @@ from typing import Any, Protocol, Sequence
 
 from controller.autoscaling import initial_replicas
 from vocabulary.configs import BackendConfig, ReplicaState, UpdateConfig
-from vocabulary.status import BackendStatus, HandlerError, ReplicaFailure, ReplicaStatus
+from vocabulary.status import BackendStatus, HandlerError, ModelStaging, ReplicaFailure, ReplicaStatus
 
 __all__ = [
     "BackendState",
@@ -82,6 +82,9 @@ class Observer(Protocol):
         """True once the replica's drain call finished (or none was made); a pure read."""
 
     def node_of(self, actor_name: str) -> str: ...
+
+    def staging(self, actor_name: str) -> tuple[ModelStaging, ...]:
+        """The models a starting replica is fetching, and how far each is (its last answer)."""
 
     def node_alive(self, node_id: str) -> bool:
         """False once the cluster has declared `node_id` dead."""
@@ -189,6 +192,7 @@ class ReplicaRecord:
     health_in_flight: bool = False
     force_stop: bool = False
     checked_ok: bool = False
+    staging: tuple[ModelStaging, ...] = ()  # while starting: the models it fetches, how far each is
 
     @property
     def actor_name(self) -> str:
@@ -347,6 +351,9 @@ class BackendState:
             failures=backend.failures,
             unschedulable=backend.unschedulable,
             latest_error=backend.latest_error,
+            staging=tuple(
+                staged for r in backend.replicas if r.state == ReplicaState.STARTING for staged in r.staging
+            ),
         )
 
     def check_soon(self, name: str) -> None:
@@ -417,7 +424,10 @@ class BackendState:
         self, backend: _Backend, record: ReplicaRecord, now: float, observer: Observer
     ) -> None:
         probe = observer.start_probe(record.actor_name)
+        if probe.status == ProbeStatus.PENDING and backend.config.model_sources:
+            record.staging = observer.staging(record.actor_name)  # shown by status, never checkpointed
         if probe.status == ProbeStatus.OK:
+            record.staging = ()
             record.move(ReplicaState.RUNNING, now)
             record.node_id = observer.node_of(record.actor_name)
             record.last_health = now

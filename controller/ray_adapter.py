@@ -56,7 +56,7 @@ from vocabulary.configs import BackendConfig
 from vocabulary.actor_apis import ProxyAPI, Remote, ReplicaAPI
 from vocabulary.goal_api import REPLICA_CLASS
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
-from vocabulary.status import HandlerError
+from vocabulary.status import HandlerError, ModelStaging
 
 __all__ = ["RayAdapter", "error_text"]
 
@@ -65,6 +65,7 @@ logger = logging.getLogger(__name__)
 _PENDING = Probe(ProbeStatus.PENDING)
 _REPLICA_CONCURRENCY = 1000
 _PROXY_RESTARTS_IN_PLACE = 3
+_STAGING_POLL_S = 1.0  # how often a starting replica that stages models is asked how far it is
 
 
 def error_text(err: BaseException) -> str:
@@ -81,11 +82,15 @@ def error_text(err: BaseException) -> str:
 
 
 def _model_arguments(config: BackendConfig, cache: tuple[str | None, int | None]) -> dict[str, Any]:
-    """A replica's models to stage before its code runs (none: the arguments are left out)."""
+    """A replica's models to stage before its code runs, and its multiplexing
+    (`(header, max_models_per_replica)`); none: the arguments are left out."""
+    arguments: dict[str, Any] = {}
+    if config.multiplex is not None:
+        arguments["multiplex"] = (config.multiplex.header, config.multiplex.max_models_per_replica)
     if not config.model_sources:
-        return {}
+        return arguments
     models = {name: model.model_dump(mode="json") for name, model in config.model_sources.items()}
-    return {"models": models, "model_cache": cache}
+    return {**arguments, "models": models, "model_cache": cache}
 
 
 def _memory_argument(config: BackendConfig) -> dict[str, Any]:
@@ -148,6 +153,8 @@ class RayAdapter:
         self._nodes: dict[str, str] = {}
         self._health: dict[str, _Call] = {}
         self._drains: dict[str, _Call] = {}
+        # Starting replicas' model fetches: the call asking how far they are, and the last answer.
+        self._staging: dict[str, tuple[_Call | None, tuple[ModelStaging, ...]]] = {}
         self._proxies: dict[str, _Proxy] = {}  # by proxy id (one per worker)
         self._cpus: dict[str, int] = {}
         self._uploaded: dict[str, str] = {}
@@ -172,10 +179,30 @@ class RayAdapter:
         call = self._starts.get(actor_name)
         if call is None or not call.future.done():
             return _PENDING
+        self._staging.pop(actor_name, None)  # started (or failed): nothing stages any more
         probe = _outcome(call.future)
         if probe.status == ProbeStatus.OK:
             self._nodes[actor_name] = call.future.result() or ""
         return probe
+
+    def staging(self, actor_name: str) -> tuple[ModelStaging, ...]:
+        """A starting replica's model fetches as it last said (`ReplicaAPI.staging`),
+        asked again at most every `_STAGING_POLL_S`; a failed ask keeps the last answer."""
+        call, latest = self._staging.get(actor_name, (None, ()))
+        if call is not None:
+            if not call.future.done():
+                return latest
+            try:
+                latest = tuple(call.future.result())
+            except Exception:  # noqa: BLE001 — a replica that failed or is gone: its start probe says so
+                pass
+            if time.monotonic() - call.started < _STAGING_POLL_S:
+                self._staging[actor_name] = (call, latest)
+                return latest
+        handle = self._handles.get(actor_name)
+        asked = _call(_replica(handle).call(ReplicaAPI.staging)) if handle is not None else None
+        self._staging[actor_name] = (asked, latest)
+        return latest
 
     def health_probe(self, actor_name: str) -> Probe | None:
         call = self._health.get(actor_name)
@@ -375,6 +402,7 @@ class RayAdapter:
 
     def _stop(self, effect: StopReplica) -> None:
         self._starts.pop(effect.actor_name, None)
+        self._staging.pop(effect.actor_name, None)
         self._health.pop(effect.actor_name, None)
         handle = self._replica_handle(effect.actor_name)
         if handle is None:

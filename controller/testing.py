@@ -26,6 +26,7 @@ from controller.backend_state import (
 from controller.checkpoint import Storage
 from controller.proxy_fleet import ProxyEffect
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
+from vocabulary.status import ModelStaging
 
 __all__ = ["FakeAdapter", "MemoryStorage"]
 
@@ -63,6 +64,7 @@ class FakeAdapter:
     - `alive`: replica actors that exist; `started`, `killed`, `applied`: what it was asked.
     - `storage`: when given, `checkpoints_at_start` holds its content at each start.
     - `output`: each replica's own output lines (`replica_output` answers them all at every read).
+    - `stagings`: what each starting replica says it is fetching (`staging`; none when absent).
     """
 
     starts: dict[str, Probe] = field(default_factory=dict)
@@ -81,6 +83,7 @@ class FakeAdapter:
     applied: list[Effect | ProxyEffect] = field(default_factory=list)
     checkpoints_at_start: list[bytes | None] = field(default_factory=list)
     output: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    stagings: dict[str, tuple[ModelStaging, ...]] = field(default_factory=dict)
 
     # --- Observer ---------------------------------------------------------------
 
@@ -95,6 +98,9 @@ class FakeAdapter:
 
     def node_of(self, actor_name: str) -> str:
         return self.node
+
+    def staging(self, actor_name: str) -> tuple[ModelStaging, ...]:
+        return self.stagings.get(actor_name, ())
 
     def node_alive(self, node_id: str) -> bool:
         return node_id not in self.dead_nodes

@@ -80,6 +80,10 @@ import_path = "deployments.apps.echo:Echo"
 init_args = ["v2"]
 num_replicas = 1
 
+[backends.echo-v2.multiplex]
+max_models_per_replica = 4
+header = "X-Model-Id"
+
 [endpoints.echo]
 route = "/echo"
 methods = ["GET", "POST"]
@@ -153,6 +157,8 @@ def render_spec() -> str:
         "- `rollout.steps` rise strictly within (0, 1] and end at 1.0; `[update]` may not set both",
         "  `max_surge` and `max_unavailable` to 0;",
         "- `num_replicas` and `[autoscaling]` exclude each other, and `min_replicas <= max_replicas`;",
+        "- `[multiplex]` excludes `[routing]` and `[batching]`; its `max_models_per_replica` is part of",
+        "  the backend's version (a change restarts the replicas), its `header` changes in place;",
         "- `import_path` is `package.module:attribute`, resolved from the repository root at the",
         "  commit (the module is parsed, never imported); `code_paths` are relative paths that exist;",
         "- `route` starts with `/`, is unique, and `/-/` is reserved for the proxy's own paths;",

@@ -48,7 +48,8 @@ installed.
   ticks: sync windows before an apply, promotion after),
   `environment_status` (what the status says of the environment, as typed
   values) and `environment_view` (that part of `gitops status` as text).
-- `serving`: the API user code in a replica imports (`handle()`, `context()`).
+- `serving`: the API user code in a replica imports (`handle()`, `context()`);
+  `model_slots`: the models a multiplexed replica keeps loaded (`@serving.multiplexed`).
 - `testing`: fakes other tests use (an in-memory source, a fake controller).
 """
 

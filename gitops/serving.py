@@ -1,5 +1,6 @@
 """The API user code inside a replica imports: `handle(name)`, `context()`,
-`secret(name)`, `secret_path(name)`, `model_path(name)` and `report_load(value)`.
+`secret(name)`, `secret_path(name)`, `model_path(name)`, `report_load(value)`,
+and for a multiplexed backend `@multiplexed` and `model_id()`.
 
     from gitops import serving
 
@@ -19,10 +20,13 @@ every replica of the callee is full it raises `BackpressureError` at once
 rather than queueing. The callee's exception arrives as `HandleError` with
 its traceback. Handles follow config changes (weights, replicas) as the
 proxy does. A thin façade: the machinery is installed by the replica host
-(`vocabulary.serving`), so this module imports nothing but the vocabulary.
+(`vocabulary.serving`), so this module imports nothing but the vocabulary (and `gitops.model_slots`,
+the loader `@multiplexed` wraps).
 """
 
 from __future__ import annotations
+
+from typing import Awaitable, Callable, TypeVar
 
 from vocabulary.serving import (
     REPORTED_LOAD,
@@ -36,12 +40,33 @@ from vocabulary.serving import (
     installed_model,
     installed_secrets,
 )
+from gitops.model_slots import multiplexed as _multiplexed
+from vocabulary.multiplexing import current_model_id
+
+T = TypeVar("T")
 
 __all__ = [
     "handle", "context", "secret", "secret_path", "model_path", "ModelMissing", "report_load", "Secret", "Handle",
-    "HandleError", "BackpressureError",
+    "HandleError", "BackpressureError", "multiplexed", "model_id",
     "ReplicaContext",
 ]
+
+
+def multiplexed(loader: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """Decorate the async method that loads one model (`async def load(self, model_id)`)
+    of a multiplexed backend (`[backends.NAME.multiplex]`, docs/models.md): calling it returns
+    the loaded model, loading it first if needed; at most `max_models_per_replica` stay loaded,
+    the least recently used evicted first (its `unload()` called if it has one); concurrent calls
+    for one model load it once. The proxy learns which models each replica holds from its
+    answers and sends a model's requests to a replica that has it."""
+    return _multiplexed(loader)
+
+
+def model_id() -> str | None:
+    """The model the current request names in the backend's multiplex header
+    (`X-Model-Id` by default); None when it names none. Inside a multiplexed
+    backend's handler only (elsewhere: None)."""
+    return current_model_id()
 
 
 def report_load(value: float) -> None:

@@ -38,7 +38,7 @@ from gitops.rollback import Quarantine
 from gitops.rollout_outcomes import rollout_message
 from vocabulary.rollouts import Rollout
 from vocabulary.request_stats import RequestStats
-from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ProxyStatus
+from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ProxyStatus, staging_lines
 
 __all__ = [
     "SyncStatus", "Condition", "StatusFacts", "Serving", "BackendSummary", "EndpointSummary", "RolloutSummary", "ProxySummary",
@@ -106,11 +106,14 @@ class BackendSummary(_Value):
     last_error: str | None = None
     serving: Serving = Field(default_factory=Serving)
     latest_exception: str | None = None  # its replicas' latest handler exception: "Type: message at file:line"
+    # Models its starting replicas fetch now: "Staging model m: 1.2 / 4.0 GB on 2 nodes" (vocabulary.status).
+    staging: tuple[str, ...] = ()
 
     def problem(self) -> str:
         """Why the backend is unhealthy, or "" when it is not."""
         if self.ready < self.target_replicas:
-            detail = f": {self.last_error}" if self.last_error else ""
+            why = "; ".join(self.staging) or self.last_error
+            detail = f": {why}" if why else ""
             return f"{self.ready}/{self.target_replicas} replicas ready{detail}"
         return ""
 
@@ -215,7 +218,9 @@ def _overall(facts: StatusFacts, backends: Mapping[str, BackendSummary]) -> tupl
     if facts.suspended:
         return SyncStatus.SUSPENDED, "Suspended", "reconciliation is suspended"
     if facts.applying:
-        return SyncStatus.PROGRESSING, "Progressing", f"applying {facts.applying[:7]} {facts.progress}".strip()
+        staging = [line for _, backend in sorted(backends.items()) for line in backend.staging]
+        applying = f"applying {facts.applying[:7]} {facts.progress}".strip()
+        return SyncStatus.PROGRESSING, "Progressing", "; ".join([applying, *staging])
     if facts.git_error:
         return SyncStatus.FAILED, facts.git_reason or "GitOperationFailed", facts.git_error
     if facts.controller_error:
@@ -303,6 +308,7 @@ def _backend(observed: BackendStatus, stats: RequestStats | None, window_s: floa
         last_error=observed.last_error or None,
         serving=Serving.of(stats or RequestStats(), window_s),
         latest_exception=redact(observed.latest_error.describe()) if observed.latest_error else None,
+        staging=tuple(staging_lines(observed.staging)),
     )
 
 

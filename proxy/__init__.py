@@ -4,6 +4,8 @@ Map (layers import only downward):
 - pure: `routing` (longest-prefix match, 405), `steering` (header and JSON
   match, sticky key), `policies` (a backend's replica choice:
   round_robin, least_loaded, consistent_hash, prefix_affinity),
+  `multiplexing` (a multiplexed backend's model to a replica holding it,
+  and its hottest model's load for the autoscaler),
   `request_keys` (a routing key from a header, cookie, query or JSON
   body field), `rate_limits` (per-tenant token buckets), `settings` (tunables, with `httpedge.limits`),
   `shadow_compare` (shadow replies against the primary's),

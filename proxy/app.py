@@ -42,7 +42,7 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 from httpedge.asgi import Receive, Scope, Send
 from proxy.calling import Caller, HandlerError, ReplicaDiedError
@@ -60,7 +60,8 @@ from proxy.streaming import StreamEnd, relay, stream_code
 from proxy.shadow_compare import Mismatch, MismatchLog, compare
 from vocabulary.configs import ShadowCompare
 from vocabulary.request_stats import RequestStats
-from vocabulary.wire import LOAD_HEADER, Reply, StreamStart, WireRequest, WireResponse, with_root_path
+from vocabulary.multiplexing import ModelReport
+from vocabulary.wire import LOAD_HEADER, MODELS_HEADER, Reply, StreamStart, WireRequest, WireResponse, with_root_path
 
 __all__ = ["ProxyApp", "Recorder", "NullRecorder"]
 
@@ -105,6 +106,10 @@ class Recorder(Protocol):
     def replica_stalled(self, backend: str) -> None:
         """A replica of `backend` was found stalled (`proxy.stalls`) and taken out of routing."""
 
+    def model_served(self, backend: str, model: str, loaded: bool, evicted: Sequence[str]) -> None:
+        """A multiplexed backend answered a request for `model`: whether its replica loaded
+        it for this request, and the models it evicted to make room."""
+
 
 class NullRecorder:
     """Records nothing: a proxy started without a metrics port."""
@@ -131,6 +136,9 @@ class NullRecorder:
         pass
 
     def replica_stalled(self, backend: str) -> None:
+        pass
+
+    def model_served(self, backend: str, model: str, loaded: bool, evicted: Sequence[str]) -> None:
         pass
 
 
@@ -200,11 +208,14 @@ class ProxyApp:
 
     def backend_load(self) -> dict[str, dict[str, float]]:
         """Per backend: requests in flight on replicas, waiting in the queue,
-        and turned away in the last second because it had no replica; and the
-        sum of its replicas' reported loads, once one has reported."""
+        and turned away in the last second because it had no replica; the
+        sum of its replicas' reported loads, once one has reported; and for a
+        multiplexed backend its hottest model's in-flight load (`hot`)."""
         loads: dict[str, dict[str, float]] = {}
         for name, pool in self._snapshot.pools.items():
             load: dict[str, float] = {"ongoing": pool.ongoing(), "queued": pool.queued(), "unserved": pool.unserved()}
+            if pool.multiplex is not None:
+                load["hot"] = pool.scaling_ongoing()  # what the autoscaler is told (proxy.multiplexing)
             reported = pool.reported()
             if reported is not None:
                 load["reported"] = reported
@@ -349,6 +360,7 @@ class ProxyApp:
             raise _Reply(503, "No replica available", self._retry_after)
         attempts = 2 if request[0] in _IDEMPOTENT else 1
         key = pool.request_key(request)  # None unless the backend's routing policy reads a key
+        served = None if pool.multiplex is None or key is None else self._model_served(pool.backend, key)
         task: asyncio.Task[object] | None = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
@@ -360,7 +372,9 @@ class ProxyApp:
             progress.on_sent(task, loop.time())
             try:
                 remaining = deadline_at - loop.time()
-                reply: Reply = _took_load(slot, await self._caller.call(slot.handle, request, remaining, pool.batching))
+                reply: Reply = _took_load(
+                    slot, await self._caller.call(slot.handle, request, remaining, pool.batching), served
+                )
                 progress.on_answered(task, loop.time())
                 if isinstance(reply, StreamStart):
                     held = True  # the slot stays taken until the stream ends
@@ -392,6 +406,17 @@ class ProxyApp:
         if stalled:
             raise _Reply(504, "Gateway Timeout: the replica stalled")
         raise _Reply(502, "Bad Gateway: the replica died")
+
+    def _model_served(self, backend: str, key: bytes) -> Callable[[ModelReport], None]:
+        """Counts a multiplexed request under its model, once its replica holds it (so a
+        client's made-up ids never become metric labels), with the load and evictions it caused."""
+        model = key.decode("utf-8", "replace")
+
+        def served(report: ModelReport) -> None:
+            if model in report.loaded:
+                self._recorder.model_served(backend, model, report.loaded_now, report.evicted)
+
+        return served
 
     def _check_stall(self, pool: ReplicaPool, slot: ReplicaSlot, task: asyncio.Task[object], now: float) -> None:
         """A call ran out its endpoint's timeout: when its replica answered nothing
@@ -511,16 +536,25 @@ def _withheld(name: bytes) -> bool:
     return name in _SHADOW_WITHHELD or any(part in name for part in _SHADOW_WITHHELD_PARTS)
 
 
-def _took_load(slot: ReplicaSlot, reply: Reply) -> Reply:
-    """`reply` without the load its replica reported (its last header, if any),
-    which the replica's slot keeps for the routing policies."""
+def _took_load(slot: ReplicaSlot, reply: Reply, served: Callable[[ModelReport], None] | None = None) -> Reply:
+    """`reply` without the load its replica reported and, for a multiplexed backend,
+    the models it holds (its last headers, if any), which the replica's slot keeps
+    for the routing policies; `served` is told what the request made it load."""
     headers = reply.headers if isinstance(reply, StreamStart) else reply[1]
-    if not headers or headers[-1][0] != LOAD_HEADER:
+    end = len(headers)
+    if end and headers[end - 1][0] == MODELS_HEADER:
+        report = slot.note_models(headers[end - 1][1])
+        if report is not None and served is not None:
+            served(report)
+        end -= 1
+    if end and headers[end - 1][0] == LOAD_HEADER:
+        slot.note_load(headers[end - 1][1])
+        end -= 1
+    if end == len(headers):
         return reply
-    slot.note_load(headers[-1][1])
     if isinstance(reply, StreamStart):
-        return dataclasses.replace(reply, headers=headers[:-1])
-    return reply[0], headers[:-1], reply[2]
+        return dataclasses.replace(reply, headers=headers[:end])
+    return reply[0], headers[:end], reply[2]
 
 
 def _end_to_end(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

@@ -1,6 +1,8 @@
 """Periodic load reports to the controller: per backend, requests in flight and queued,
 the sum of the loads its replicas reported (`gitops.serving.report_load`),
-the answers counted so far, and the replicas found stalled.
+the answers counted so far, and the replicas found stalled. A multiplexed
+backend's in flight is its hottest model's load (`proxy.multiplexing.hot_ongoing`),
+so a hot model held by few replicas scales the backend up.
 
 The controller's autoscaler reads the load (`report_load(proxy_id, {backend:
 (ongoing, queued)}, requests, {backend: reported})`); reports expire there after a few seconds, so a
@@ -42,7 +44,7 @@ async def report_load_forever(
         # so a backend scaled to zero is scaled up again by its traffic.
         current = loads()
         report = {
-            backend: (int(load["ongoing"]), int(load["queued"] + load.get("unserved", 0)))
+            backend: (int(load.get("hot", load["ongoing"])), int(load["queued"] + load.get("unserved", 0)))
             for backend, load in current.items()
         }
         reported = {backend: load["reported"] for backend, load in current.items() if "reported" in load}

@@ -5,8 +5,9 @@ docs/metrics.md ("Proxy": `gitops_http_requests_total`,
 `gitops_http_request_duration_seconds`, `gitops_shadow_requests_total`,
 `gitops_shadow_comparisons_total`, `gitops_backend_ongoing_requests`, `gitops_batch_size`,
 `gitops_http_time_to_first_byte_seconds`, `gitops_http_rate_limited_total`,
-`gitops_stream_inter_chunk_seconds`, `gitops_stream_chunks`), and serving
-them. Not here: when a
+`gitops_stream_inter_chunk_seconds`, `gitops_stream_chunks`, and per model of a
+multiplexed backend `gitops_model_requests_total`, `gitops_model_loads_total`,
+`gitops_model_evictions_total`), and serving them. Not here: when a
 request counts as finished (the proxy's request path calls
 `request_finished` from exactly one place, `proxy.websockets` calls
 `session_finished` once per WebSocket).
@@ -125,6 +126,8 @@ COMPARISON_LABELS = ("endpoint", "backend", "result")
 ONGOING_LABELS = ("backend",)
 BATCH_LABELS = ("backend",)
 LIMITED_LABELS = ("endpoint",)
+# A multiplexed backend's models: only ids a replica loaded become labels, never a client's made-up ones.
+MODEL_LABELS = ("backend", "model")
 # Between two chunks of a streamed answer: one output token of an LLM (a few ms
 # to ~100 ms) up to a slow producer's pause.
 INTER_CHUNK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -305,6 +308,24 @@ class ProxyMetrics:
             ONGOING_LABELS,
             registry=r,
         )
+        self._model_requests = Counter(
+            "gitops_model_requests",
+            "Requests a multiplexed backend answered for a model its replica held, by backend and model.",
+            MODEL_LABELS,
+            registry=r,
+        )
+        self._model_loads = Counter(
+            "gitops_model_loads",
+            "Models a multiplexed backend's replicas loaded to answer a request (`@multiplexed`), by model.",
+            MODEL_LABELS,
+            registry=r,
+        )
+        self._model_evictions = Counter(
+            "gitops_model_evictions",
+            "Models a multiplexed backend's replicas evicted (least recently used) to load another, by model.",
+            MODEL_LABELS,
+            registry=r,
+        )
         self._finished: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._sessions: dict[tuple[str, str, int], Any] = {}
         self._first_bytes: dict[tuple[str, str], Any] = {}
@@ -376,6 +397,13 @@ class ProxyMetrics:
     def replica_stalled(self, backend: str) -> None:
         self._stalls.labels(backend).inc()
 
+    def model_served(self, backend: str, model: str, loaded: bool, evicted: Collection[str]) -> None:
+        self._model_requests.labels(backend, model).inc()
+        if loaded:
+            self._model_loads.labels(backend, model).inc()
+        for gone in evicted:
+            self._model_evictions.labels(backend, gone).inc()
+
     def batch_sent(self, backend: str, size: int) -> None:
         self._batch_size.labels(backend).observe(size)
 
@@ -425,6 +453,8 @@ class ProxyMetrics:
             _remove_where(metric, names, "backend", backend)
         _remove_where(self._ongoing, ONGOING_LABELS, "backend", backend)
         _remove_where(self._batch_size, BATCH_LABELS, "backend", backend)
+        for counter in (self._model_requests, self._model_loads, self._model_evictions):
+            _remove_where(counter, MODEL_LABELS, "backend", backend)
 
     def retain(self, endpoints: Collection[str], backends: Collection[str]) -> None:
         """Forget every series of an endpoint or backend the proxy no longer

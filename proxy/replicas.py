@@ -23,7 +23,11 @@ Decisions come from `vocabulary.choosing` (power_of_two, the default, called
 directly so its path costs what it always did) or from the backend's routing
 policy (`proxy.policies`), which also sees the request's key (`proxy.request_keys`);
 a request waiting in line keeps its key, so the policy decides for it too when a
-slot frees. This module only keeps the state and wakes waiters. No Ray, no HTTP.
+slot frees. A multiplexed backend (`[backends.X.multiplex]`) is routed by
+`proxy.multiplexing` instead, its key the request's model id: each slot keeps
+the models its replica last said it holds (`note_models`), plus the ones sent
+to it since (so the requests that follow a model's first go where it loads).
+This module only keeps the state and wakes waiters. No Ray, no HTTP.
 """
 
 from __future__ import annotations
@@ -35,12 +39,14 @@ import weakref
 from typing import Callable, Iterable
 
 from proxy.calling import Batching
+from proxy.multiplexing import ModelAffinity, hot_ongoing
 from proxy.policies import Policy, policy_for
 from proxy.request_keys import KeyReader
 from proxy.stalls import ReplicaProgress, Stall
 from vocabulary.choosing import Admission, Random, admit, pick_replica
 from vocabulary.actor_apis import ReplicaHandle
-from vocabulary.configs import BatchingConfig, RoutingConfig
+from vocabulary.configs import BatchingConfig, MultiplexConfig, RoutingConfig
+from vocabulary.multiplexing import ModelReport, parse_report
 from vocabulary.wire import WireRequest
 
 __all__ = ["ReplicaSlot", "ReplicaPool", "NoReplicaError", "QueueFullError"]
@@ -62,7 +68,7 @@ class QueueFullError(Exception):
 class ReplicaSlot:
     """One replica and its in-flight count; mutable proxy-side bookkeeping."""
 
-    __slots__ = ("replica_id", "handle", "in_flight", "reported", "progress")
+    __slots__ = ("replica_id", "handle", "in_flight", "reported", "progress", "models")
 
     def __init__(self, replica_id: str, handle: ReplicaHandle) -> None:
         self.replica_id = replica_id
@@ -71,6 +77,15 @@ class ReplicaSlot:
         self.progress = ReplicaProgress(replica_id)
         # The load its user code last reported (`gitops.serving.report_load`), carried by its answers.
         self.reported: float | None = None
+        # A multiplexed backend: the models it last said it holds, plus those sent to it since.
+        self.models: frozenset[str] = frozenset()
+
+    def note_models(self, value: bytes) -> ModelReport | None:
+        """Its answer's `MODELS_HEADER`: what it holds now (None: not a report)."""
+        report = parse_report(value)
+        if report is not None:
+            self.models = report.loaded
+        return report
 
     def note_load(self, value: bytes) -> None:
         try:
@@ -99,6 +114,9 @@ class ReplicaPool:
         self.routing: RoutingConfig | None = None
         self._policy: Policy | None = None
         self._key_reader: KeyReader | None = None
+        # Many models per replica: where the model id is read, and the routing by it; None: not multiplexed.
+        self.multiplex: MultiplexConfig | None = None
+        self._models: ModelAffinity | None = None
         self._rng = rng
         self._max_queued = max_queued
         self._slots: list[ReplicaSlot] = []
@@ -115,6 +133,13 @@ class ReplicaPool:
 
     def ongoing(self) -> int:
         return sum(slot.in_flight for slot in self._slots)
+
+    def scaling_ongoing(self) -> int:
+        """What the autoscaler is told is in flight: `ongoing()`, or for a multiplexed
+        backend, as if every replica were as busy as those holding its hottest model."""
+        if self._models is None:
+            return self.ongoing()
+        return hot_ongoing([s.in_flight for s in self._slots], [s.models for s in self._slots])
 
     def queued(self) -> int:
         return len(self._waiters)
@@ -143,9 +168,13 @@ class ReplicaPool:
         batching: BatchingConfig | None = None,
         cold_start_s: float | None = None,
         routing: RoutingConfig | None = None,
+        multiplex: MultiplexConfig | None = None,
     ) -> None:
         """Adopt the controller's RUNNING set and settings; counts of kept replicas carry over."""
         self.max_concurrent = max_concurrent
+        if multiplex != self.multiplex:
+            self.multiplex = multiplex
+            self._models = None if multiplex is None else ModelAffinity()
         if routing != self.routing:
             self.routing = routing
             self._policy = policy_for(routing)
@@ -205,6 +234,8 @@ class ReplicaPool:
     def _after_membership_change(self) -> None:
         if self._policy is not None:
             self._policy.members([slot.replica_id for slot in self._slots])
+        if self._models is not None:
+            self._models.members([slot.replica_id for slot in self._slots])
         if self._slots:
             self._serve_waiters()
         elif self.cold_start_s is None:
@@ -213,8 +244,14 @@ class ReplicaPool:
     # --- acquiring and releasing ----------------------------------------------
 
     def request_key(self, request: WireRequest) -> bytes | None:
-        """The key this backend's routing policy reads from `request`; None when
-        the policy reads none or the request carries none."""
+        """The key this backend's routing policy reads from `request` (a multiplexed
+        backend: its model id); None when the policy reads none or the request carries none."""
+        if self.multiplex is not None:
+            wanted = self.multiplex.header_key()
+            for name, value in request[3]:
+                if name == wanted:
+                    return value
+            return None
         reader = self._key_reader
         return None if reader is None else reader.read(request)
 
@@ -270,6 +307,8 @@ class ReplicaPool:
     def _take(self, key: bytes | None = None) -> ReplicaSlot | None:
         slots = self._slots
         policy = self._policy
+        if self._models is not None:
+            return self._take_for_model(key)
         if policy is None:
             index = pick_replica([s.in_flight for s in slots], self.max_concurrent, self._rng)
         else:
@@ -282,6 +321,21 @@ class ReplicaPool:
             return None
         slot = slots[index]
         slot.in_flight += 1
+        return slot
+
+    def _take_for_model(self, key: bytes | None) -> ReplicaSlot | None:
+        assert self._models is not None
+        slots = self._slots
+        model = None if key is None else key.decode("utf-8", "replace")
+        index = self._models.choose(
+            [s.in_flight for s in slots], self.max_concurrent, model, self._rng, [s.models for s in slots]
+        )
+        if index is None:
+            return None
+        slot = slots[index]
+        slot.in_flight += 1
+        if model is not None and model not in slot.models:
+            slot.models = slot.models | {model}  # it loads there: the next request for it follows
         return slot
 
     def _serve_waiters(self) -> None:

@@ -101,6 +101,7 @@ class Subscriptions:
             replica_set.batching,
             replica_set.cold_start_timeout_s,
             replica_set.routing,
+            replica_set.multiplex,
         )
 
     def _forget_unused(self) -> None:

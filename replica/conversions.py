@@ -14,7 +14,9 @@ returned becomes a response tuple, following the README's "User code":
 The route prefix the request was routed by is the request's `root_path`.
 Once user code has reported a load (`gitops.serving.report_load`), every
 answer (streamed ones too) carries the newest value as its last header,
-`vocabulary.wire.LOAD_HEADER`, which the proxy takes off.
+`vocabulary.wire.LOAD_HEADER`, which the proxy takes off; a multiplexed
+replica's answers carry its loaded models after it
+(`vocabulary.wire.MODELS_HEADER`, `vocabulary.multiplexing.report`).
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from replica.asgi import BodyStream, serve_http
+from vocabulary.multiplexing import RequestModels
+from vocabulary.multiplexing import report as models_report
 from vocabulary.serving import REPORTED_LOAD
-from vocabulary.wire import LOAD_HEADER, WireRequest, WireResponse, split_root_path
+from vocabulary.wire import LOAD_HEADER, MODELS_HEADER, WireRequest, WireResponse, split_root_path
 
 __all__ = ["to_starlette_request", "to_wire_response", "to_reply"]
 
@@ -64,33 +68,42 @@ def to_starlette_request(wire: WireRequest) -> Request:
     return Request(scope, receive)
 
 
-async def to_reply(result: Any, wire: WireRequest) -> WireResponse | BodyStream:
-    """A handler's return value as a whole answer, or as a stream when it streams."""
+async def to_reply(
+    result: Any, wire: WireRequest, models: RequestModels | None = None
+) -> WireResponse | BodyStream:
+    """A handler's return value as a whole answer, or as a stream when it streams;
+    `models`: a multiplexed replica's request (`vocabulary.multiplexing.begin`)."""
     if inspect.isasyncgen(result) or inspect.isgenerator(result):
         # Its items are the handler's to choose; Starlette sends str and bytes and refuses the rest.
         items = cast("Iterable[str | bytes] | AsyncIterable[str | bytes]", result)
         result = StreamingResponse(items, media_type=_STREAMED_TEXT)
     if isinstance(result, Response) and not hasattr(result, "body"):
         answer = await serve_http(result, wire)
-        load = REPORTED_LOAD.value
-        if load is None:
+        extra = _trailing_headers(models)
+        if not extra:
             return answer
         if isinstance(answer, BodyStream):
-            return dataclasses.replace(answer, headers=[*answer.headers, _load_header(load)])
-        return answer[0], [*answer[1], _load_header(load)], answer[2]
-    return to_wire_response(result)
+            return dataclasses.replace(answer, headers=[*answer.headers, *extra])
+        return answer[0], [*answer[1], *extra], answer[2]
+    return to_wire_response(result, models)
 
 
-def _load_header(value: float) -> tuple[bytes, bytes]:
-    return LOAD_HEADER, repr(value).encode()
-
-
-def to_wire_response(result: Any) -> WireResponse:
-    reply = _to_wire_response(result)
+def _trailing_headers(models: RequestModels | None) -> list[tuple[bytes, bytes]]:
+    """The reported load, then the loaded models: what the proxy takes off every answer."""
+    extra = []
     load = REPORTED_LOAD.value
-    if load is None:
+    if load is not None:
+        extra.append((LOAD_HEADER, repr(load).encode()))
+    if models is not None:
+        extra.append((MODELS_HEADER, models_report(models)))
+    return extra
+
+
+def to_wire_response(result: Any, models: RequestModels | None = None) -> WireResponse:
+    reply = _to_wire_response(result)
+    if REPORTED_LOAD.value is None and models is None:
         return reply
-    return reply[0], [*reply[1], _load_header(load)], reply[2]
+    return reply[0], [*reply[1], *_trailing_headers(models)], reply[2]
 
 
 def _to_wire_response(result: Any) -> WireResponse:

@@ -37,6 +37,12 @@ code, and a constructor failing so fails the start as `MemoryLimitExceeded`.
 `__init__` stays cheap and never runs user code, so a failing constructor
 surfaces as an error from `initialize()` with the user's own text instead of
 an actor that dies during creation.
+
+Before user code runs it also stages its backend's models (`replica.models`;
+`staging` says how far a fetch is meanwhile) and, for a multiplexed backend,
+installs its `[multiplex]` settings: each request's model id is read from
+its header (`vocabulary.multiplexing`) and every answer says which models
+the replica holds.
 """
 
 from __future__ import annotations
@@ -70,15 +76,18 @@ from replica.asgi import BodyStream, Lifespan, WebSocketSession, is_asgi_app, se
 from replica.conversions import to_reply, to_starlette_request, to_wire_response
 from replica.streams import StreamTable
 from replica.handles import HandleRouter
+from replica.model_fetching import FetchProgress
 from replica.models import ModelCache, stage_models
 from replica.own_output import OwnOutput
 from replica.secrets import SecretBox
 from datalink.frames import MAX_FRAME_BYTES
 from vocabulary.wire import DataAddress
 from datalink.private_dirs import private_base
+from vocabulary.multiplexing import begin as begin_models
+from vocabulary.multiplexing import install as install_multiplex
 from vocabulary.serving import ReplicaContext, install, install_models, install_secrets
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
-from vocabulary.status import HandlerError
+from vocabulary.status import HandlerError, ModelStaging
 
 # A large reply held for the proxy to stream leaves in slices of this size.
 _HELD_SLICE_BYTES = 1024 * 1024
@@ -161,6 +170,7 @@ def load_callable(
 async def call_handler(handler: Callable[..., Any], wire: WireRequest, is_async: bool) -> WireResponse | BodyStream:
     """Run one request through user code; user exceptions propagate. `is_async`:
     `_is_async(handler)`, which a replica asks once, not per request."""
+    models = begin_models(wire[3])  # a multiplexed replica: the request's model id (gitops.serving.model_id())
     request = to_starlette_request(wire)
     if is_async:
         result = handler(request)  # an async generator function's result is not awaited
@@ -173,7 +183,7 @@ async def call_handler(handler: Callable[..., Any], wire: WireRequest, is_async:
         result = await asyncio.to_thread(handler, request)
         if inspect.isawaitable(result):
             result = await result
-    return await to_reply(result, wire)
+    return await to_reply(result, wire, models)
 
 
 async def call_batch_handler(handler: Callable[..., Any], wires: list[WireRequest], is_async: bool) -> list[Any]:
@@ -275,6 +285,7 @@ class Replica:
         user_config: Any = None,
         namespace: str = "",
         commit: str | None = None,
+        multiplex: tuple[str, int] | None = None,
         models: dict[str, dict[str, Any]] | None = None,
         model_cache: tuple[str | None, int | None] = (None, None),
         memory_limit: int | None = None,
@@ -308,6 +319,9 @@ class Replica:
         self._not_shown = 0  # tracebacks left out since, at most one a second is written
         self._output: OwnOutput | None = None  # this process's stdout and stderr files (under Ray)
         self._marking: asyncio.Task[None] | None = None
+        self._fetching: dict[str, FetchProgress] = {}  # models being fetched now, for `staging()`
+        # `[backends.X.multiplex]`: (header, max_models_per_replica), for `@gitops.serving.multiplexed`.
+        self._multiplex = multiplex
         # `models`: ModelConfig as JSON by name, staged before user code runs (replica.models).
         self._models = dict(models or {})
         self._model_cache_settings = model_cache
@@ -318,6 +332,15 @@ class Replica:
     async def secrets_recipient(self) -> str:
         """This replica's age public key, which the controller seals its secrets to."""
         return self._secrets.recipient()
+
+    async def staging(self) -> list[ModelStaging]:
+        """The models this replica is fetching before its code starts, and how far
+        each is (the controller shows it: `Staging model m: 1.2 / 4.0 GB on 2 nodes`)."""
+        node = _node_id() if self._fetching else ""
+        return [
+            ModelStaging(model=name, node_id=node, done_bytes=progress.done, total_bytes=progress.total)
+            for name, progress in list(self._fetching.items())
+        ]
 
     async def update_secrets(self, sealed: bytes) -> None:
         """New values (a rotation), sealed to `secrets_recipient()`: held at
@@ -339,11 +362,15 @@ class Replica:
             if self._models and self._model_cache is None:
                 # Before any user code, bounded by each model's load_timeout_s: a model that
                 # cannot be fetched or verified fails the start with one line (replica.models).
-                self._model_cache, staged = await stage_models(self._models, *self._model_cache_settings)
+                self._model_cache, staged = await stage_models(
+                    self._models, *self._model_cache_settings, fetching=self._fetching
+                )
                 install_models({done.name: str(done.path) for done in staged})
             elif not self._models:
                 install_models({})
             install_secrets(self._secrets)
+            if self._multiplex is not None:
+                install_multiplex(*self._multiplex)
             self._handles.attach(asyncio.get_running_loop())
             install(ReplicaContext(self.backend, self.replica_id, self.version, self._commit), self._handles)
             if self._memory_limit is not None and not self._memory_capped:

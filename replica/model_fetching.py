@@ -10,7 +10,9 @@ endpoint from the node's standard variables (`AWS_ACCESS_KEY_ID`,
 spec. Large objects are read as parallel ranged reads, a bounded window at
 a time, so memory stays bounded whatever the model's size. Every failure is
 a `FetchError` with one line a user can act on (no such key, access denied,
-timed out). An I/O shell.
+timed out). A `FetchProgress` passed as `progress` is also told how many
+bytes to expect, once known (a directory's: all its files', listed first),
+so a starting replica can say how far its fetch is. An I/O shell.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from obstore.store import HTTPStore, S3Store
 
 from vocabulary.model_digests import is_directory
 
-__all__ = ["FetchError", "fetch"]
+__all__ = ["FetchError", "FetchProgress", "fetch"]
 
 PART_BYTES = 8 * 1024 * 1024  # one ranged read
 PARALLEL_PARTS = 8  # ranged reads in flight at once: at most 64 MiB held
@@ -41,6 +43,26 @@ _RETRIES = {
 }
 
 Progress = Callable[[int], None]
+
+
+class FetchProgress:
+    """Bytes fetched so far and bytes expected (0 until known); written by the
+    fetching thread, read by another (plain ints: each read sees a whole value)."""
+
+    def __init__(self) -> None:
+        self.done = 0
+        self.total = 0
+
+    def __call__(self, count: int) -> None:
+        self.done += count
+
+    def expect(self, total: int) -> None:
+        self.total += total
+
+
+def _expect(progress: Progress, total: int) -> None:
+    if isinstance(progress, FetchProgress):
+        progress.expect(total)
 
 
 class FetchError(Exception):
@@ -108,8 +130,13 @@ def _check(deadline: float) -> None:
         raise FetchError("timed out (load_timeout_s)")
 
 
-def _fetch_object(store: Any, key: str, dest: Path, deadline: float, progress: Progress) -> None:
-    size = int(obstore.head(store, key)["size"])
+def _fetch_object(
+    store: Any, key: str, dest: Path, deadline: float, progress: Progress, size: int | None = None
+) -> None:
+    """One object; `size` when a listing already said it (else a HEAD asks, and it is expected)."""
+    if size is None:
+        size = int(obstore.head(store, key)["size"])
+        _expect(progress, size)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with dest.open("wb") as out:
         if size > PART_BYTES * 2:
@@ -138,17 +165,18 @@ def _ranged(store: Any, key: str, size: int, out: BinaryIO, deadline: float, pro
 
 
 def _fetch_prefix(store: Any, prefix: str, dest: Path, deadline: float, progress: Progress) -> None:
-    found = 0
-    for batch in obstore.list(store, prefix):
-        for meta in batch:
-            relative = meta["path"][len(prefix) :]
-            if not relative or relative.endswith("/"):
-                continue  # a folder marker
-            _check(deadline)
-            _fetch_object(store, meta["path"], dest / relative, deadline, progress)
-            found += 1
-    if not found:
+    objects = [
+        (meta["path"], meta["path"][len(prefix) :], int(meta["size"]))
+        for batch in obstore.list(store, prefix)
+        for meta in batch
+        if meta["path"][len(prefix) :] and not meta["path"].endswith("/")  # not a folder marker
+    ]
+    if not objects:
         raise FetchError("not found (no object under the prefix)")
+    _expect(progress, sum(size for _, _, size in objects))
+    for key, relative, size in objects:
+        _check(deadline)
+        _fetch_object(store, key, dest / relative, deadline, progress, size)
 
 
 def _copy(source: Path, dest: Path, deadline: float, progress: Progress) -> None:
@@ -156,10 +184,12 @@ def _copy(source: Path, dest: Path, deadline: float, progress: Progress) -> None
         files = [path for path in sorted(source.rglob("*")) if path.is_file()]
         if not files:
             raise FetchError("not found (an empty directory)")
+        _expect(progress, sum(path.stat().st_size for path in files))
         for path in files:
             _check(deadline)
             _copy_file(path, dest / path.relative_to(source), progress)
     else:
+        _expect(progress, source.stat().st_size)
         _copy_file(source, dest, progress)
 
 

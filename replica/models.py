@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
-from replica.model_fetching import FetchError, fetch
+from replica.model_fetching import FetchError, FetchProgress, fetch
 from vocabulary.model_digests import ManifestEntry, is_directory, manifest_digest
 from vocabulary.model_stats import CACHE_DIR_NAME, STATS_FILE, ModelCacheStats
 
@@ -111,10 +111,15 @@ def _source_name(source: str) -> str:
 class ModelCache:
     """One node's cache directory, as one replica process sees it."""
 
-    def __init__(self, root: Path, max_bytes: int | None = None, fetcher: Fetcher = fetch) -> None:
+    def __init__(
+        self, root: Path, max_bytes: int | None = None, fetcher: Fetcher = fetch,
+        fetching: dict[str, FetchProgress] | None = None,
+    ) -> None:
         self.root = root
         self.max_bytes = max_bytes
         self._fetch = fetcher
+        # The models this process is fetching now, by name: how far each is (read by another thread).
+        self.fetching: dict[str, FetchProgress] = {} if fetching is None else fetching
         self._held: dict[str, IO[bytes]] = {}  # digest -> its use file, locked shared while this process lives
         for folder in ("entries", "tmp", "locks", "use"):
             (root / folder).mkdir(parents=True, exist_ok=True)
@@ -168,12 +173,8 @@ class ModelCache:
     def _fetch_verified(self, name: str, source: str, digest: str, directory: bool, deadline: float) -> int:
         temp = self.root / "tmp" / f"{digest}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
         target = temp if directory else temp / _source_name(source)
-        fetched = 0
-
-        def progress(count: int) -> None:
-            nonlocal fetched
-            fetched += count
-
+        progress = FetchProgress()
+        self.fetching[name] = progress
         try:
             try:
                 self._fetch(source, target, deadline, progress)
@@ -185,12 +186,13 @@ class ModelCache:
             if got != digest:
                 raise ModelError(f"model {name} ({source}): its bytes have sha256 {got}, but git pins {digest}")
             _read_only(temp)
-            self._evict_for(fetched, keep=digest)
+            self._evict_for(progress.done, keep=digest)
             os.rename(temp, self.root / "entries" / digest)
         finally:
+            self.fetching.pop(name, None)
             if temp.exists():
                 _remove(temp)
-        return fetched
+        return progress.done
 
     def _verified(self, path: Path, directory: bool, digest: str) -> bool:
         try:
@@ -313,12 +315,14 @@ def _remove(path: Path) -> None:
 
 
 async def stage_models(
-    models: dict[str, dict[str, Any]], cache_dir: str | None, max_bytes: int | None
+    models: dict[str, dict[str, Any]], cache_dir: str | None, max_bytes: int | None,
+    fetching: dict[str, FetchProgress] | None = None,
 ) -> tuple[ModelCache, list[Staged]]:
     """Every model of a backend (`ModelConfig` as JSON, by name) staged in the
     node's cache, each within its own `load_timeout_s`; the cache keeps them
-    held (not evictable) until `ModelCache.release`."""
-    cache = ModelCache(Path(cache_dir or DEFAULT_CACHE_DIR), max_bytes)
+    held (not evictable) until `ModelCache.release`. `fetching` is filled with
+    the models being fetched meanwhile, and how far each is."""
+    cache = ModelCache(Path(cache_dir or DEFAULT_CACHE_DIR), max_bytes, fetching=fetching)
     staged: list[Staged] = []
     try:
         for name, model in sorted(models.items()):

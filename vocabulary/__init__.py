@@ -38,4 +38,7 @@ share their values here.
   manifest) and the sources a `[models.NAME]` table may name;
   `model_stats`: what a node's model cache did, in the file its replicas
   write and its proxies read.
+- `multiplexing`: the models a multiplexed replica keeps loaded (least
+  recently used out), each request's model id, and what its answers tell
+  the proxy.
 """

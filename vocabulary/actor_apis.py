@@ -28,6 +28,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Concatenate, Generic
 from vocabulary.goal_api import GoalAPI
 from vocabulary.wire import DataAddress
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
+from vocabulary.status import ModelStaging
 from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, WireResponse
 
 __all__ = [
@@ -47,6 +48,9 @@ class ReplicaAPI(Protocol):
     async def initialize(self, secrets: bytes | None = None) -> str:
         """Load the user's code and serve; the node it runs on. `secrets`, sealed
         to `secrets_recipient()`, are opened before any user code runs."""
+
+    async def staging(self) -> list[ModelStaging]:
+        """The models it is fetching before its code starts, and how far each is (none once started)."""
 
     async def secrets_recipient(self) -> str:
         """This replica's age public key, which the controller seals its secrets to."""

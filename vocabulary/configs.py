@@ -34,6 +34,8 @@ __all__ = [
     "RoutingKey",
     "RoutingConfig",
     "keyed_routing",
+    "MultiplexConfig",
+    "multiplex_alone",
     "UpdateConfig",
     "OnFailure",
     "MetricCheck",
@@ -201,6 +203,49 @@ class RoutingConfig(_Value):
         return RoutingKey(kind), name
 
 
+_MODEL_HEADER = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+
+
+def _model_header(name: str) -> str:
+    if _MODEL_HEADER.fullmatch(name) is None:
+        raise ValueError(f"must be an HTTP header name (letters, digits, '-'...; got {name!r})")
+    return name
+
+
+class MultiplexConfig(_Value):
+    """Many models per replica (docs/models.md): a request names its model in a header, the
+    replica's `@gitops.serving.multiplexed` loader keeps the most recently used ones loaded,
+    and the proxy sends a model to a replica that has it loaded."""
+
+    max_models_per_replica: int = Field(
+        default=4,
+        ge=1,
+        le=10_000,
+        description="Most models one replica keeps loaded; loading one more evicts the least recently used. "
+        "A change restarts the replicas.",
+    )
+    header: Annotated[str, AfterValidator(_model_header)] = Field(
+        default="X-Model-Id",
+        description="The request header naming the model (read by `gitops.serving.model_id()`); "
+        "a request without it is routed as usual and its handler's model_id() is None.",
+    )
+
+    def header_key(self) -> bytes:
+        """The header's name as requests carry it (ASGI: lower-case bytes)."""
+        return self.header.lower().encode("latin-1")
+
+
+def multiplex_alone(backend: Any) -> Any:
+    """A multiplexed backend routes by its model header: no `routing` table, no batching
+    (a batch mixes models). The spec table (`gitops.specs.models`) applies this rule too."""
+    if getattr(backend, "multiplex", None) is not None:
+        if backend.routing is not None:
+            raise ValueError("multiplex and routing cannot both be set: a multiplexed backend routes by its model")
+        if backend.batching is not None:
+            raise ValueError("multiplex and batching cannot both be set: a batch would mix models")
+    return backend
+
+
 def _surge_or_unavailable(update: Any) -> Any:
     """A rolling update must be able to make progress: some spare or some gap."""
     if update is not None and update.max_surge == 0 and update.max_unavailable == 0:
@@ -344,6 +389,11 @@ class BackendConfig(_Value):
         default=None,
         description="How the proxy chooses a replica for each request; none: power_of_two, changed in place.",
     )
+    multiplex: MultiplexConfig | None = Field(
+        default=None,
+        description="Many models per replica: the proxy routes a request's model (its `header`) to a replica "
+        "that has it loaded (docs/models.md); none: one model set per replica.",
+    )
     update: Annotated[UpdateConfig | None, AfterValidator(_surge_or_unavailable)] = Field(
         default=None,
         description="How new code replaces running replicas; none: one extra replica at a time, none missing.",
@@ -386,6 +436,8 @@ class BackendConfig(_Value):
         default=None,
         description="The commit this backend's config was last applied from, for `gitops.serving.context()`.",
     )
+
+    _multiplex_alone = model_validator(mode="after")(multiplex_alone)
 
     def comparable(self) -> dict[str, Any]:
         """Every field that matters to the cluster, without where it came from
@@ -735,6 +787,8 @@ class ReplicaSet(_Value):
     batching: BatchingConfig | None = None
     # How the proxy chooses among the replicas; None: power_of_two.
     routing: RoutingConfig | None = None
+    # Many models per replica: where the model id is read, how many a replica keeps; None: not multiplexed.
+    multiplex: MultiplexConfig | None = None
     # Seconds a request may wait for a first replica; None: 503 at once.
     cold_start_timeout_s: float | None = None
     # The commit the backend's config was last applied from (`BackendConfig.commit`).

@@ -38,6 +38,7 @@ __all__ = [
     "Reply",
     "ROOT_PATH_HEADER",
     "LOAD_HEADER",
+    "MODELS_HEADER",
     "with_root_path",
     "split_root_path",
 ]
@@ -86,6 +87,9 @@ ROOT_PATH_HEADER = b":root-path"
 # The replica's reported load (`gitops.serving.report_load`), as the last header of
 # an answer; the proxy takes it off before the answer goes on (a colon: no HTTP name).
 LOAD_HEADER = b":load"
+# A multiplexed replica's loaded models and what the request made it load and
+# evict (`vocabulary.multiplexing.report`), after `LOAD_HEADER` when both are there.
+MODELS_HEADER = b":models"
 
 
 def with_root_path(headers: list[tuple[bytes, bytes]], root_path: str) -> list[tuple[bytes, bytes]]:

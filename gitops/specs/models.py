@@ -55,6 +55,7 @@ from vocabulary.configs import (
     LimitsConfig,
     MatchRule,
     MetricCheck,
+    MultiplexConfig,
     OnFailure,
     RolloutConfig,
     ModelConfig,
@@ -66,6 +67,7 @@ from vocabulary.configs import (
     UpdateConfig,
     bounded_check,
     keyed_routing,
+    multiplex_alone,
     one_match_source,
 )
 from vocabulary.model_digests import digest_problem, source_problem
@@ -80,6 +82,7 @@ __all__ = [
     "AutoscalingSpec",
     "BatchingSpec",
     "RoutingSpec",
+    "MultiplexSpec",
     "UpdateSpec",
     "RolloutSpec",
     "MatchSpec",
@@ -202,6 +205,9 @@ RoutingSpec = create_model(
     __doc__=RoutingConfig.__doc__,
     __validators__={"_keyed": model_validator(mode="after")(keyed_routing)},  # type: ignore[dict-item]  # pydantic types __validators__ as plain callables, its decorators return proxies
     **_file_keys(RoutingConfig, frozenset(), {"policy": _one_of(RoutingPolicy)}),
+)
+MultiplexSpec = create_model(
+    "MultiplexSpec", __base__=_Spec, __doc__=MultiplexConfig.__doc__, **_file_keys(MultiplexConfig, frozenset(), {})
 )
 UpdateSpec = create_model(
     "UpdateSpec", __base__=_Spec, __doc__=UpdateConfig.__doc__, **_file_keys(UpdateConfig, frozenset(), {})
@@ -335,6 +341,7 @@ _BackendKeys = create_model(
             "autoscaling": AutoscalingSpec | None,
             "batching": BatchingSpec | None,
             "routing": RoutingSpec | None,
+            "multiplex": MultiplexSpec | None,
             "update": UpdateSpec | None,
             "secrets": list[str],
             "models": list[str],
@@ -356,6 +363,8 @@ class BackendSpec(_BackendKeys):  # type: ignore[misc,valid-type]  # create_mode
     version: str | None = Field(
         default=None, description="The code's version, when set by hand; default: derived from the code paths."
     )
+
+    _multiplex_alone = model_validator(mode="after")(multiplex_alone)
 
     @field_validator("import_path")
     @classmethod

@@ -5,7 +5,10 @@ Owns the rule that a model's digest is part of a backend's version
 digest and load timeout in `model_sources`, and `+m` and a short hash of
 their digests appended to its version, so a new digest in git restarts
 exactly the replicas that use that model (a rolling update), and a new
-source with the same digest restarts nothing. Pure.
+source with the same digest restarts nothing. Likewise a multiplexed
+backend's `max_models_per_replica` (`[backends.X.multiplex]`), which its
+replicas are started with: `+x` and the number are appended, so changing
+it restarts the replicas (its header is the proxy's, changed in place). Pure.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ def models_version(version: str, models: Mapping[str, ModelConfig]) -> str:
 
 def bind_models(backend: BackendConfig, models: Mapping[str, ModelConfig]) -> BackendConfig:
     """`backend` with the models it names (all declared: validation checked) and its version."""
+    version = backend.version
+    if backend.multiplex is not None:
+        version = f"{version}+x{backend.multiplex.max_models_per_replica}"
     if not backend.models:
-        return backend
+        return backend if version == backend.version else backend.model_copy(update={"version": version})
     mine = {name: models[name] for name in backend.models}
-    return backend.model_copy(update={"model_sources": mine, "version": models_version(backend.version, mine)})
+    return backend.model_copy(update={"model_sources": mine, "version": models_version(version, mine)})

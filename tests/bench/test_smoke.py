@@ -173,3 +173,17 @@ def test_report_has_a_section_for_each_of_issue_35s_measurements(report: Path) -
     text = (report / "REPORT.md").read_text()
 
     assert all(title in text for title in ("## Bodies: 1 KiB to 16 MiB", "## Open streams", "## Density"))
+
+
+def test_models_bench_fetches_once_and_affinity_loads_fewer_models_than_random(
+    measured: dict[str, Any], report: Path
+) -> None:
+    got = figures(measured, "models")
+    assert got["cold_fetched_bytes"] > 0 and got["hit_fetched_bytes"] == 0
+    assert got["four_at_once_fetched_bytes"] == got["cold_fetched_bytes"]  # one fetch per node
+    plex = got["multiplexing"]
+    # 8 models fit in 2 replicas x 4 slots: with affinity each loads once, on the real stack too.
+    assert plex["real_replicas_used"] == 2
+    assert plex["real_affinity_loads_per_1000"] == plex["affinity_loads_per_1000"] == 8 * 1000 / plex["requests"]
+    assert plex["random_loads_per_1000"] > 3 * plex["affinity_loads_per_1000"]
+    assert "## Models: fetching into a node's cache, and many models per replica" in (report / "REPORT.md").read_text()

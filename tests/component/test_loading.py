@@ -7,6 +7,7 @@ from pydantic import BaseModel
 from vocabulary.configs import (
     LimitsConfig,
     MatchRule,
+    MultiplexConfig,
     RoutingConfig,
     AutoscalingConfig,
     BackendConfig,
@@ -340,6 +341,7 @@ load_timeout_s = 30
 import_path = "apps.echo:hello"
 autoscaling = { min_replicas = 2, max_replicas = 5, target_ongoing_requests = 4, upscale_delay_s = 1, downscale_delay_s = 2, target_reported_load = 3 }
 cold_start_timeout_s = 5
+multiplex = { max_models_per_replica = 3, header = "X-Adapter" }
 
 [endpoints.full]
 route = "/full"
@@ -374,6 +376,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
     batching = [b.batching for b in backends if b.batching is not None]
     updates = [b.update for b in backends if b.update is not None]
     routings = [b.routing for b in backends if b.routing is not None]
+    multiplexes = [b.multiplex for b in backends if b.multiplex is not None]
     rules = [rule for e in endpoints for rule in e.match]
     limits = [e.limits for e in endpoints if e.limits is not None]
     rollouts = [e.rollout for e in endpoints if e.rollout is not None]
@@ -385,6 +388,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
         (BatchingConfig, batching, frozenset()),
         (UpdateConfig, updates, frozenset()),
         (RoutingConfig, routings, frozenset()),
+        (MultiplexConfig, multiplexes, frozenset()),
         (MatchRule, rules, frozenset()),
         (LimitsConfig, limits, frozenset()),
         (RolloutConfig, rollouts, frozenset()),

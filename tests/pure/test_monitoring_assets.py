@@ -68,6 +68,10 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_model_fetch_seconds": ("summary", frozenset({"model"})),
     "gitops_model_cache_hits_total": ("counter", frozenset()),
     "gitops_model_cache_bytes": ("gauge", frozenset()),
+    # Added with issue 29's multiplexing: per model of a multiplexed backend.
+    "gitops_model_requests_total": ("counter", frozenset({"backend", "model"})),
+    "gitops_model_loads_total": ("counter", frozenset({"backend", "model"})),
+    "gitops_model_evictions_total": ("counter", frozenset({"backend", "model"})),
 }
 
 # Labels Prometheus itself adds (target labels) or that histograms carry.

@@ -282,3 +282,67 @@ traffic = {{ scorer = 1.0 }}
         agent.stop()
         server.shutdown()
         server.server_close()
+
+
+def test_status_says_how_far_a_slow_model_fetch_is(ray_session: str, repo: GitRepo, tmp_path: Path) -> None:
+    import http.server
+    import time
+
+    data = os.urandom(6 * 1024 * 1024)
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        """Serves the model at ~1 MB/s, so its fetch takes about six seconds."""
+
+        def do_HEAD(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+
+        def do_GET(self) -> None:
+            self.do_HEAD()
+            for start in range(0, len(data), 128 * 1024):
+                self.wfile.write(data[start : start + 128 * 1024])
+                self.wfile.flush()
+                time.sleep(0.125)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    repo.write("apps/__init__.py", "")
+    repo.write("apps/scorer.py", FILE_APP.replace('"other"', '"slow"').replace('"scorer"', '"slow"'))
+    repo.write("deployments/slow.toml", f"""\
+[models.slow]
+source = "http://127.0.0.1:{server.server_address[1]}/slow.onnx"
+sha256 = "{hashlib.sha256(data).hexdigest()}"
+
+[backends.slow]
+import_path = "apps.scorer:Scorer"
+models = ["slow"]
+num_replicas = 1
+ray_actor_options = {{ num_cpus = 0 }}
+""")
+    commit = repo.commit("a model that takes a while to fetch")
+    agent = AgentProcess(repo.root, tmp_path, ray.get_runtime_context().gcs_address,
+                         extra_args=["--model-cache-dir", str(tmp_path / "cache")])
+    messages: list[str] = []
+    try:
+        def staging_shown() -> bool:
+            status = agent.get("/status")
+            ready = next((c for c in status["conditions"] if c["type"] == "Ready"), None)
+            if ready is not None and "Staging model" in ready["message"]:
+                messages.append(ready["message"])
+            return len(messages) >= 2 and messages[0] != messages[-1]
+
+        agent.wait("the fetch's progress in the status", staging_shown, timeout_s=60)
+        agent.wait_applied(commit)
+        assert agent.get("/status")["backends"]["slow"]["staging"] == []
+    finally:
+        agent.stop()
+        server.shutdown()
+        server.server_close()
+    line = messages[-1].split("; ")[-1]
+    assert line.startswith("Staging model slow: ") and line.endswith(" / 6.3 MB on 1 node"), messages
+    done = float(line.split(": ")[1].split(" /")[0])
+    assert 0 < done < 6.3, messages
