@@ -72,6 +72,8 @@ class ControllerOptions:
     # (`set_prometheus_url`, its --prometheus-url) says otherwise; None: nowhere.
     prometheus_url: str | None = None
     prometheus_timeout_s: float = 5.0
+    # Where proxies and replicas export their spans (OTLP/HTTP, `http://HOST:4318`); None: no tracing.
+    otlp_endpoint: str | None = None
     proxy_check_s: float = 1.0
     longpoll_timeout_s: float = 30.0
     # Replica start-up, failure and backoff tunables; given flat in the dict.
@@ -137,10 +139,10 @@ def _ray_storage(namespace: str) -> Storage:
     return RayKVStorage(namespace)
 
 
-def _ray_adapter(namespace: str, secrets: SecretKeeper) -> ClusterAdapter:
+def _ray_adapter(namespace: str, secrets: SecretKeeper, otlp_endpoint: str | None) -> ClusterAdapter:
     from controller.ray_adapter import RayAdapter
 
-    adapter = RayAdapter(namespace)
+    adapter = RayAdapter(namespace, otlp_endpoint)
     adapter.use_secrets(secrets)
     return adapter
 
@@ -158,7 +160,7 @@ class ControllerActor:
         self._prometheus_url = self._options.prometheus_url  # the checkpoint's wins (`_recover`)
         self._storage: Storage = storage or _ray_storage(namespace)
         self._secrets = SecretKeeper()  # in memory only: never in the checkpoint (controller.secrets)
-        self._adapter: ClusterAdapter = adapter or _ray_adapter(namespace, self._secrets)
+        self._adapter: ClusterAdapter = adapter or _ray_adapter(namespace, self._secrets, self._options.otlp_endpoint)
         self._proxies = ProxyFleet(self._proxy_spec())
         self._longpoll = LongPollHost()
         self._errors: Counter = Counter()

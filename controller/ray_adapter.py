@@ -116,8 +116,10 @@ class _Proxy:
 
 
 class RayAdapter:
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, otlp_endpoint: str | None = None) -> None:
+        """`otlp_endpoint`: where the proxies and replicas it starts export their spans (None: off)."""
         self.namespace = namespace
+        self._otlp_endpoint = otlp_endpoint
         self._handles: dict[str, ActorHandle[Any]] = {}
         self._starts: dict[str, _Call] = {}
         self._nodes: dict[str, str] = {}
@@ -257,7 +259,7 @@ class RayAdapter:
         handle = cls.remote(
             config.name, effect.replica_id, config.version, config.import_path,
             tuple(config.init_args), dict(config.init_kwargs), config.user_config,
-            namespace=self.namespace, commit=config.commit,
+            namespace=self.namespace, commit=config.commit, otlp_endpoint=self._otlp_endpoint,
         )
         self._handles[effect.actor_name] = handle
         if config.secret_digests:
@@ -422,6 +424,7 @@ class RayAdapter:
         handle = cls.remote(
             spec.controller_name, self.namespace, node_id, spec.host, spec.port,
             metrics_port=spec.metrics_port, worker=effect.worker, shared_dir=self._shared_dir(node_id),
+            otlp_endpoint=self._otlp_endpoint,
         )
         return _Proxy(handle, _call(_proxy(handle).call(ProxyAPI.ready)))
 

@@ -95,6 +95,9 @@ name = "error-share"
 query = 'sum(rate(gitops_http_requests_total{endpoint="$endpoint",backend="$backend",code=~"5.."}[$interval])) / sum(rate(gitops_http_requests_total{endpoint="$endpoint",backend="$backend"}[$interval]))'
 max = 0.01
 
+[endpoints.echo.tracing]
+sample = 0.01
+
 [secrets.db]
 file = "secrets/db.age"
 """  # noqa: E501 — a PromQL query, one line as a user writes it

@@ -105,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--prometheus-url", default=None, metavar="URL",
         help="Prometheus asked the rollouts' [[rollout.metrics]] PromQL checks (default: none; such a step holds)",
     )
+    run.add_argument(
+        "--otlp-endpoint", default=None, metavar="URL",
+        help="export traces of the proxies, replicas and applies there, over OTLP/HTTP protobuf "
+        "(http://HOST:4318; default: $OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing)",
+    )
     run.add_argument("--admin-host", default="127.0.0.1", help="address of the admin API, status page and /metrics")
     run.add_argument("--admin-port", type=int, default=8001, help="port of the admin API")
     run.add_argument(

@@ -19,7 +19,8 @@ Map (layers import only downward):
   TCP with a per-replica secret across nodes), `raycalls` (the calls over
   Ray, the fallback, and the transport stack);
 - request path: `app` (ASGI), `streaming` (streamed answers), `sockets`
-  (a WebSocket carried to one replica), `metrics` (its Prometheus recorder
+  (a WebSocket carried to one replica), `tracing` (head sampling and the
+  request span, exported over OTLP), `metrics` (its Prometheus recorder
   and the port they are scraped from), `shared_ports` (ports one node's
   workers share), `node_mismatches` (a node's shadow mismatches);
 - Ray shell: `controller_link`, `longpoll_client`, `load_reporting`,

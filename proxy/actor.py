@@ -38,6 +38,7 @@ from proxy.metrics import ProxyMetrics, use_multiprocess_dir
 from proxy.node_mismatches import NodeMismatchLog
 from proxy.raycalls import RayCaller
 from proxy.settings import ProxySettings
+from proxy.tracing import RequestTracing, exporting_tracer
 from proxy.subscriptions import Subscriptions
 from vocabulary.goal_api import proxy_id
 
@@ -61,6 +62,7 @@ class ProxyActor:
         metrics_port: int | None = None,
         worker: int = 0,
         shared_dir: str | None = None,
+        otlp_endpoint: str | None = None,
     ) -> None:
         settings = settings or ProxySettings()
         rng = random.Random()
@@ -77,6 +79,7 @@ class ProxyActor:
             rng,
             self._metrics,
             _node_mismatches(shared_dir) if shared_dir is not None else None,
+            _tracing(otlp_endpoint, rng),
         )
         link = ControllerLink(controller_name, namespace)
         configured = asyncio.Event()
@@ -191,3 +194,10 @@ def _bind(host: str, port: int, shared_dir: str | None) -> socket.socket:
     # Not inheritable (Python's default, kept): a child that held it would keep it in the port's group after this
     # worker died, and the kernel would go on queuing connections on it that nobody accepts.
     return sock
+
+
+def _tracing(otlp_endpoint: str | None, rng: random.Random) -> RequestTracing | None:
+    """The request spans, exported to `otlp_endpoint` (`gitops run --otlp-endpoint`); None: off."""
+    if otlp_endpoint is None:
+        return None
+    return RequestTracing(exporting_tracer(otlp_endpoint, "gitops-proxy"), rng)

@@ -51,6 +51,7 @@ from proxy.routing import Resolution, normalise_path, resolve
 from proxy.settings import ProxySettings
 from proxy.sockets import SocketCarrier
 from proxy.streaming import StreamEnd, relay, stream_code
+from proxy.tracing import RequestTracing, Traced
 from proxy.shadow_compare import Mismatch, MismatchLog, compare
 from vocabulary.configs import ShadowCompare
 from vocabulary.request_stats import RequestStats
@@ -143,8 +144,10 @@ class ProxyApp:
         rng: Random | None = None,
         recorder: Recorder | None = None,
         mismatches: MismatchLog | None = None,
+        tracing: RequestTracing | None = None,
     ) -> None:
-        """`mismatches`: where shadow mismatches are kept and answered from (default: this process's memory)."""
+        """`mismatches`: where shadow mismatches are kept and answered from (default: this process's memory);
+        `tracing`: the request spans (`proxy.tracing`; None: tracing off, one branch per request)."""
         self._caller = caller
         self._settings = settings
         self._rng: Random = rng or random.Random()
@@ -162,6 +165,7 @@ class ProxyApp:
         self._sockets = SocketCarrier(caller, self._rng, self._recorder, self._counts)
         self._calls = RunningCalls(_WATCH_AFTER_S)
         self.mismatches = mismatches if mismatches is not None else MismatchLog()
+        self._tracing = tracing
 
     # --- the config side -----------------------------------------------------
 
@@ -214,6 +218,7 @@ class ProxyApp:
         served = snapshot.endpoints[route.endpoint]
         started = time.perf_counter()
         backend = served.pick(scope["headers"], self._rng)
+        traced = None if self._tracing is None else self._begin_trace(served, backend, scope, path)
         primary: asyncio.Future[WireResponse] | None = None
         try:
             if _framed(scope["headers"]):
@@ -223,13 +228,15 @@ class ProxyApp:
                 _request_message(await receive())
                 body = b""
             headers = with_root_path(_end_to_end(scope["headers"]), route.prefix)
+            if traced is not None:
+                headers = traced.carry(headers)
             request: WireRequest = (scope["method"], path, scope["query_string"], headers, body)
             if served.shadow.shares:
                 primary = self._copy_to_shadows(snapshot, served, request)
             # The call is awaited here, between `RunningCalls.enter` and `leave`: no wrapper coroutine.
             running = self._calls.enter(receive, served.timeout_s)
             try:
-                reply = await self._forward(snapshot.pools.get(backend), request, running.deadline_at)
+                reply = await self._forward(snapshot.pools.get(backend), request, running.deadline_at, traced)
             except asyncio.CancelledError:
                 instead = self._calls.why_cancelled(running)
                 if instead is None:
@@ -242,7 +249,7 @@ class ProxyApp:
             if isinstance(reply, _Streaming):
                 if primary is not None:
                     primary.cancel()  # a stream is never compared
-                await self._stream(reply, served, backend, started, receive, send)
+                await self._stream(reply, served, backend, started, receive, send, traced)
                 return
             status, headers, payload = reply
             headers = _end_to_end(headers)
@@ -251,9 +258,13 @@ class ProxyApp:
         except ClientLeft as left:
             logger.info("%s %s: client left %s (499)", scope["method"], path, left)
             self._recorder.request_done(served.name, backend, CLIENT_LEFT, time.perf_counter() - started)
+            if traced is not None:
+                traced.end(CLIENT_LEFT, 0, _commit(snapshot, backend))
             return
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
+        if traced is not None:
+            traced.end(status, len(payload), _commit(snapshot, backend))
         duration_s = time.perf_counter() - started
         self._recorder.request_done(served.name, backend, status, duration_s)
         self._counts.record(backend, status, duration_s)
@@ -261,9 +272,13 @@ class ProxyApp:
             # Compared only now: the primary's answer has already gone out.
             primary.set_result((status, headers, payload))
 
+    def _begin_trace(self, served: ServedEndpoint, backend: str, scope: Scope, path: str) -> Traced | None:
+        assert self._tracing is not None
+        return self._tracing.begin(served.name, backend, served.trace_sample, scope["method"], path, scope["headers"])
+
     async def _stream(
         self, streaming: _Streaming, served: ServedEndpoint, backend: str, started: float, receive: Receive,
-        send: Send,
+        send: Send, traced: Traced | None = None,
     ) -> None:
         start = streaming.start
         try:
@@ -281,11 +296,14 @@ class ProxyApp:
             logger.warning("stream of %s from backend %s ended early: %s", served.name, backend, status.value)
         duration_s = time.perf_counter() - started
         self._recorder.request_done(served.name, backend, code, duration_s)
+        if traced is not None:
+            traced.span.set_attribute("gitops.stream", True)
+            traced.end(code, -1, streaming.pool.commit)
         if code != CLIENT_LEFT:
             self._counts.record(backend, code, duration_s)
 
     async def _forward(
-        self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float
+        self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float, traced: Traced | None = None
     ) -> WireResponse | _Streaming:
         """The replica's answer, retried once on another replica for GET and HEAD when
         the first died; the endpoint's deadline is held by the caller's `RunningCalls.enter`."""
@@ -294,6 +312,8 @@ class ProxyApp:
         attempts = 2 if request[0] in _IDEMPOTENT else 1
         for _ in range(attempts):
             slot = pool.free_slot() or await self._acquire(pool)
+            if traced is not None:
+                traced.replica = slot.replica_id
             held = False
             try:
                 remaining = deadline_at - asyncio.get_running_loop().time()
@@ -413,6 +433,12 @@ class ProxyApp:
         for task in list(self._shadow_tasks):
             task.cancel()
         await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
+
+
+def _commit(snapshot: Snapshot, backend: str) -> str | None:
+    """The commit `backend`'s replicas run, as its replica set says."""
+    pool = snapshot.pools.get(backend)
+    return None if pool is None else pool.commit
 
 
 def _withheld(name: bytes) -> bool:

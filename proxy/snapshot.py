@@ -34,6 +34,7 @@ class ServedEndpoint:
     ignore: frozenset[str] = frozenset()
     shadow_query: bool = False  # shadows get the query string (else the path alone)
     shadow_values: bool = False  # mismatches show values (else JSON paths and types)
+    trace_sample: float = 0.0  # share of requests without a sampled traceparent that are traced
 
     @classmethod
     def from_config(cls, config: EndpointConfig) -> ServedEndpoint:
@@ -47,6 +48,7 @@ class ServedEndpoint:
             frozenset(config.shadow_ignore),
             config.shadow_query,
             config.shadow_values,
+            config.tracing.sample if config.tracing is not None else 0.0,
         )
 
     def pick(self, headers: Headers, rng: Random) -> str:

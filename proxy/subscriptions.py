@@ -101,6 +101,7 @@ class Subscriptions:
             replica_set.batching,
             replica_set.cold_start_timeout_s,
         )
+        pool.commit = replica_set.commit
 
     def _forget_unused(self) -> None:
         routed = {entry.endpoint for entry in self._table.entries}

@@ -29,6 +29,7 @@ from vocabulary.serving_rules import refused_traffic_reason, zero_replica_reason
 
 __all__ = [
     "AutoscalingConfig",
+    "TracingConfig",
     "BatchingConfig",
     "UpdateConfig",
     "OnFailure",
@@ -385,6 +386,18 @@ class MatchRule(_Value):
     backend: str = Field(description="The backend that answers matching requests.")
 
 
+class TracingConfig(_Value):
+    """An endpoint's traces, when the agent exports them (`gitops run --otlp-endpoint`)."""
+
+    sample: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="Share of requests traced when their W3C `traceparent` does not say sampled "
+        "(head sampling); a sampled `traceparent` is always followed.",
+    )
+
+
 class EndpointConfig(_Value):
     """A route of the proxy and how its requests are shared between backends."""
 
@@ -430,6 +443,12 @@ class EndpointConfig(_Value):
     )
     rollout: RolloutConfig | None = Field(
         default=None, description="Move traffic toward the split in git in checked steps; none: at once."
+    )
+
+    tracing: TracingConfig | None = Field(
+        default=None,
+        description="Trace a share of the requests (with `gitops run --otlp-endpoint`); none: only requests "
+        "whose `traceparent` says sampled.",
     )
 
     def backends(self) -> frozenset[str]:

@@ -27,8 +27,9 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gitops import rayversions, statedir
 from gitops.errors import UsageError, UserError
@@ -182,13 +183,29 @@ def _sigterm_interrupts() -> None:
 def _controller(args: argparse.Namespace) -> Any:
     from controller.client import CheckpointError, start_or_connect
 
-    options = {"proxy_metrics_port": args.proxy_metrics_port, "proxy_workers": args.proxy_workers}
+    options = {
+        "proxy_metrics_port": args.proxy_metrics_port,
+        "proxy_workers": args.proxy_workers,
+        "otlp_endpoint": otlp_endpoint(args.otlp_endpoint, os.environ),
+    }
     try:
         return start_or_connect(
             namespace=args.namespace, proxy_host=args.proxy_host, proxy_port=args.proxy_port, options=options
         )
     except CheckpointError as error:
         raise UserError(str(error)) from None
+
+
+def otlp_endpoint(flag: str | None, environ: Mapping[str, str]) -> str | None:
+    """Where traces go: `--otlp-endpoint`, else `OTEL_EXPORTER_OTLP_ENDPOINT`, else nowhere (None)."""
+    url = flag or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
+    if url is None:
+        return None
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        where = "--otlp-endpoint" if flag else "OTEL_EXPORTER_OTLP_ENDPOINT"
+        raise UserError(f"{where}: {url!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:4318)")
+    return url.rstrip("/")
 
 
 def take_charge(client: Any, args: argparse.Namespace, source: Any, agent_id: str) -> Owner:

@@ -58,6 +58,7 @@ from vocabulary.configs import (
     SecretChange,
     SecretConfig,
     ShadowCompare,
+    TracingConfig,
     UpdateConfig,
     bounded_check,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "BatchingSpec",
     "UpdateSpec",
     "RolloutSpec",
+    "TracingSpec",
     "MatchSpec",
     "RayActorOptionsSpec",
     "RuntimeEnvSpec",
@@ -197,6 +199,9 @@ RolloutSpec = create_model(
         frozenset(),
         {"steps": list[float], "on_failure": _one_of(OnFailure), "metrics": list[MetricCheckSpec]},  # type: ignore[valid-type]  # create_model builds it: a variable to mypy
     ),
+)
+TracingSpec = create_model(
+    "TracingSpec", __base__=_Spec, __doc__=TracingConfig.__doc__, **_file_keys(TracingConfig, frozenset(), {})
 )
 MatchSpec = create_model("MatchSpec", __base__=_Spec, __doc__=MatchRule.__doc__, **_file_keys(MatchRule, frozenset(), {}))
 
@@ -374,6 +379,7 @@ _EndpointKeys = create_model(
             "shadow_compare": _one_of(ShadowCompare),
             "shadow_ignore": list[str],
             "rollout": RolloutSpec | None,
+            "tracing": TracingSpec | None,
         },
     ),
 )

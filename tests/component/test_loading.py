@@ -11,6 +11,7 @@ from vocabulary.configs import (
     EndpointConfig,
     MetricCheck,
     RolloutConfig,
+    TracingConfig,
     UpdateConfig,
 )
 from gitops.specs.loading import DesiredState, LoadResult, Loader, SpecError
@@ -342,6 +343,7 @@ shadow_ignore = ["at"]
 shadow_values = true
 shadow_query = true
 rollout = { steps = [0.2, 1.0], step_interval_s = 5, min_requests = 3, max_error_ratio = 0.5, max_p99_latency_s = 2, on_failure = "pause", metrics = [{ name = "errors", query = "up", min = 0, max = 1 }] }
+tracing = { sample = 0.25 }
 """  # noqa: E501 — a TOML line as a user writes it
 
 
@@ -362,6 +364,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
     updates = [b.update for b in backends if b.update is not None]
     rollouts = [e.rollout for e in endpoints if e.rollout is not None]
     checks = [check for rollout in rollouts for check in rollout.metrics]
+    tracing = [e.tracing for e in endpoints if e.tracing is not None]
     expected = [
         (BackendConfig, backends, DERIVED_BACKEND_FIELDS),
         (EndpointConfig, endpoints, DERIVED_ENDPOINT_FIELDS),
@@ -370,6 +373,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
         (UpdateConfig, updates, frozenset()),
         (RolloutConfig, rollouts, frozenset()),
         (MetricCheck, checks, frozenset()),
+        (TracingConfig, tracing, frozenset()),
     ]
     for model, values, derived in expected:
         assert _set_by_the_file(model, values, derived) == set(model.model_fields) - derived, model.__name__
