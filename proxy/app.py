@@ -162,7 +162,7 @@ class ProxyApp:
         self._shadow_in_flight: dict[str, int] = {}
         self._retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
         self._counts = RequestCounter()
-        self._sockets = SocketCarrier(caller, self._rng, self._recorder, self._counts)
+        self._sockets = SocketCarrier(caller, self._rng, self._recorder, self._counts, tracing)
         self._calls = RunningCalls(_WATCH_AFTER_S)
         self.mismatches = mismatches if mismatches is not None else MismatchLog()
         self._tracing = tracing

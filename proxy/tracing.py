@@ -113,9 +113,10 @@ class RequestTracing:
         self._rng = rng
 
     def begin(
-        self, endpoint: str, backend: str, sample: float, method: str, path: str, headers: Headers
+        self, endpoint: str, backend: str, sample: float, method: str, path: str, headers: Headers,
+        name: str = "proxy.request",
     ) -> Traced | None:
-        """The request's span, or None when it is not traced."""
+        """The request's span (`name`: "proxy.websocket" for a session), or None when it is not traced."""
         parent = _CONTEXT.extract(headers, getter=_GET)
         sampled = trace.get_current_span(parent).get_span_context().trace_flags.sampled
         if not sampled:
@@ -124,7 +125,7 @@ class RequestTracing:
             parent = Context()  # a new trace: an unsampled parent is not continued
         parent = _BAGGAGE.extract(headers, parent, getter=_GET)
         span = self._tracer.start_span(
-            "proxy.request",
+            name,
             parent,
             SpanKind.SERVER,
             {
