@@ -75,6 +75,7 @@ def run_command(args: argparse.Namespace) -> int:
     if args.max_replicas < 1:
         raise UsageError(f"--max-replicas must be at least 1, not {args.max_replicas}")
     _check_proxy_workers(args.proxy_workers)
+    otlp_endpoint(args.otlp_endpoint, os.environ)  # a bad URL is refused before Ray starts
     replica_env = _replica_env(args.replica_env or "")
     links = _links(args)
     channels = _notify_channels(args.notify, args.repo) if args.notify else ()
