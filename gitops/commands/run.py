@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from gitops.notifications.config import Channel
     from gitops.notifications.delivering import HttpSender, Notifier
     from gitops.notifications.links import Links
+    from gitops.tracing import OtlpTraceSink
 
 __all__ = ["run_command", "join_ray", "take_charge", "bind_socket", "start_logging"]
 
@@ -301,6 +302,7 @@ async def _serve(
     # Secrets are decrypted here, in the agent, and leave it sealed (gitops.secrets).
     load = SecretsLoader(loader.load_tree, load_identities(args.age_identity), digest_key(state.root))
     sender, notifier = _notifier(channels, links, metrics, args.namespace)
+    traces = _apply_traces(otlp_endpoint(args.otlp_endpoint, os.environ))
     agent = Agent(
         source,
         SecretDelivery(client, load),
@@ -317,6 +319,7 @@ async def _serve(
             quarantine_file=state.quarantine,
         ),
         notifier=notifier,
+        traces=traces,
     )
     guard = admin.WebhookGuard(secret, RateLimiter()) if secret else None
 
@@ -359,9 +362,20 @@ async def _serve(
         await asyncio.gather(notifying, return_exceptions=True)
     if sender is not None:
         await sender.aclose()
+    if traces is not None:
+        await asyncio.to_thread(traces.close)  # the last apply's trace goes out
     for task in (reconciling, *serving):
         if not task.cancelled() and task.exception() is not None:
             _LOG.error(f"gitops: {type(task.exception()).__name__}: {task.exception()}")
+
+
+def _apply_traces(endpoint: str | None) -> OtlpTraceSink | None:
+    """Each applied commit's trace, sent to `endpoint` (None: not traced)."""
+    if endpoint is None:
+        return None
+    from gitops.tracing import OtlpTraceSink
+
+    return OtlpTraceSink(endpoint)
 
 
 def _links(args: argparse.Namespace) -> Links:
