@@ -98,6 +98,12 @@ max = 0.01
 [endpoints.echo.tracing]
 sample = 0.01
 
+[endpoints.echo.capture]
+sample = 0.1
+sink = "file:///var/lib/gitops/capture"
+max_body_bytes = 65536
+redact = ["header:x-api-key", "json:$.password", "json:$.card.number"]
+
 [secrets.db]
 file = "secrets/db.age"
 """  # noqa: E501 — a PromQL query, one line as a user writes it

@@ -20,7 +20,9 @@ Map (layers import only downward):
   Ray, the fallback, and the transport stack);
 - request path: `app` (ASGI), `streaming` (streamed answers), `sockets`
   (a WebSocket carried to one replica), `tracing` (head sampling and the
-  request span, exported over OTLP), `metrics` (its Prometheus recorder
+  request span, exported over OTLP), `capture` (sampled request/response
+  records, a bounded queue and the writer thread) with `redacting` (what a
+  record says, redacted: pure), `metrics` (its Prometheus recorder
   and the port they are scraped from), `shared_ports` (ports one node's
   workers share), `node_mismatches` (a node's shadow mismatches);
 - Ray shell: `controller_link`, `longpoll_client`, `load_reporting`,

@@ -39,6 +39,7 @@ from proxy.node_mismatches import NodeMismatchLog
 from proxy.raycalls import RayCaller
 from proxy.settings import ProxySettings
 from proxy.tracing import RequestTracing, exporting_tracer
+from proxy.capture import CaptureWriter
 from proxy.subscriptions import Subscriptions
 from vocabulary.goal_api import proxy_id
 
@@ -69,6 +70,7 @@ class ProxyActor:
         me = proxy_id(node_id, worker)
         # Prometheus scrapes each node on its metrics port; with shared_dir, any worker answers the node's sum.
         self._metrics = _serve_metrics(host, metrics_port, shared_dir) if metrics_port is not None else None
+        self._capture = CaptureWriter(me, rng, self._metrics.capture_record if self._metrics is not None else None)
         self._app = ProxyApp(
             RayCaller(
                 settings.max_calls_per_replica,
@@ -80,6 +82,7 @@ class ProxyActor:
             self._metrics,
             _node_mismatches(shared_dir) if shared_dir is not None else None,
             _tracing(otlp_endpoint, rng),
+            self._capture,
         )
         link = ControllerLink(controller_name, namespace)
         configured = asyncio.Event()
@@ -138,6 +141,7 @@ class ProxyActor:
             task.cancel()
         await self._server.shutdown(_SHUTDOWN_GRACE_S)
         await self._app.stop_shadows()
+        await asyncio.to_thread(self._capture.close)  # the records queued are written
         self._socket.close()
         if self._metrics is not None:
             self._metrics.close()

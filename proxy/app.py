@@ -52,6 +52,8 @@ from proxy.settings import ProxySettings
 from proxy.sockets import SocketCarrier
 from proxy.streaming import StreamEnd, relay, stream_code
 from proxy.tracing import RequestTracing, Traced
+from proxy.capture import CaptureWriter
+from proxy.redacting import Exchange
 from proxy.shadow_compare import Mismatch, MismatchLog, compare
 from vocabulary.configs import ShadowCompare
 from vocabulary.request_stats import RequestStats
@@ -145,9 +147,11 @@ class ProxyApp:
         recorder: Recorder | None = None,
         mismatches: MismatchLog | None = None,
         tracing: RequestTracing | None = None,
+        capture: CaptureWriter | None = None,
     ) -> None:
         """`mismatches`: where shadow mismatches are kept and answered from (default: this process's memory);
-        `tracing`: the request spans (`proxy.tracing`; None: tracing off, one branch per request)."""
+        `tracing`: the request spans (`proxy.tracing`; None: tracing off, one branch per request);
+        `capture`: where `[capture]` records go (`proxy.capture`; None: nothing is captured)."""
         self._caller = caller
         self._settings = settings
         self._rng: Random = rng or random.Random()
@@ -166,6 +170,7 @@ class ProxyApp:
         self._calls = RunningCalls(_WATCH_AFTER_S)
         self.mismatches = mismatches if mismatches is not None else MismatchLog()
         self._tracing = tracing
+        self._capture = capture
 
     # --- the config side -----------------------------------------------------
 
@@ -220,6 +225,7 @@ class ProxyApp:
         backend = served.pick(scope["headers"], self._rng)
         traced = None if self._tracing is None else self._begin_trace(served, backend, scope, path)
         primary: asyncio.Future[WireResponse] | None = None
+        captured: Exchange | None = None
         try:
             if _framed(scope["headers"]):
                 body = await _read_body(receive, self._settings.max_body_bytes, self._settings.edge.body_timeout_s)
@@ -231,12 +237,13 @@ class ProxyApp:
             if traced is not None:
                 headers = traced.carry(headers)
             request: WireRequest = (scope["method"], path, scope["query_string"], headers, body)
+            captured = None if served.capture is None else self._draw_capture(served, backend, request)
             if served.shadow.shares:
                 primary = self._copy_to_shadows(snapshot, served, request)
             # The call is awaited here, between `RunningCalls.enter` and `leave`: no wrapper coroutine.
             running = self._calls.enter(receive, served.timeout_s)
             try:
-                reply = await self._forward(snapshot.pools.get(backend), request, running.deadline_at, traced)
+                reply = await self._forward(snapshot.pools.get(backend), request, running.deadline_at, traced, captured)
             except asyncio.CancelledError:
                 instead = self._calls.why_cancelled(running)
                 if instead is None:
@@ -266,11 +273,30 @@ class ProxyApp:
         if traced is not None:
             traced.end(status, len(payload), _commit(snapshot, backend))
         duration_s = time.perf_counter() - started
+        if captured is not None:
+            self._offer_capture(captured, snapshot, traced, status, headers, payload, duration_s)
         self._recorder.request_done(served.name, backend, status, duration_s)
         self._counts.record(backend, status, duration_s)
         if primary is not None:
             # Compared only now: the primary's answer has already gone out.
             primary.set_result((status, headers, payload))
+
+    def _draw_capture(self, served: ServedEndpoint, backend: str, request: WireRequest) -> Exchange | None:
+        if self._capture is None or served.capture is None:
+            return None
+        return self._capture.draw(served.capture, served.name, backend, request)
+
+    def _offer_capture(
+        self, captured: Exchange, snapshot: Snapshot, traced: Traced | None, status: int,
+        headers: list[tuple[bytes, bytes]], payload: bytes, duration_s: float,
+    ) -> None:
+        """Hand the answered exchange to the capture writer (it redacts and writes on its own thread)."""
+        assert self._capture is not None
+        captured.status, captured.response_headers, captured.response_body = status, headers, payload
+        captured.latency_s, captured.commit = duration_s, _commit(snapshot, captured.backend)
+        if traced is not None:
+            captured.trace_id = f"{traced.span.get_span_context().trace_id:032x}"
+        self._capture.offer(captured)
 
     def _begin_trace(self, served: ServedEndpoint, backend: str, scope: Scope, path: str) -> Traced | None:
         assert self._tracing is not None
@@ -303,7 +329,8 @@ class ProxyApp:
             self._counts.record(backend, code, duration_s)
 
     async def _forward(
-        self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float, traced: Traced | None = None
+        self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float, traced: Traced | None = None,
+        captured: Exchange | None = None,
     ) -> WireResponse | _Streaming:
         """The replica's answer, retried once on another replica for GET and HEAD when
         the first died; the endpoint's deadline is held by the caller's `RunningCalls.enter`."""
@@ -314,6 +341,8 @@ class ProxyApp:
             slot = pool.free_slot() or await self._acquire(pool)
             if traced is not None:
                 traced.replica = slot.replica_id
+            if captured is not None:
+                captured.replica = slot.replica_id
             held = False
             try:
                 remaining = deadline_at - asyncio.get_running_loop().time()

@@ -4,7 +4,7 @@ Owned here: the names, labels and buckets of the data-plane metrics of
 docs/metrics.md ("Proxy": `gitops_http_requests_total`,
 `gitops_http_request_duration_seconds`, `gitops_shadow_requests_total`,
 `gitops_shadow_comparisons_total`, `gitops_backend_ongoing_requests`, `gitops_batch_size`,
-`gitops_http_time_to_first_byte_seconds`), and serving
+`gitops_http_time_to_first_byte_seconds`, `gitops_capture_records_total`), and serving
 them. Not here: when a
 request counts as finished (the proxy's request path calls
 `request_finished` from exactly one place, `proxy.sockets` calls
@@ -264,6 +264,13 @@ class ProxyMetrics:
             buckets=REQUEST_BUCKETS,
             registry=r,
         )
+        self._captured = Counter(
+            "gitops_capture_records",
+            "Capture records of sampled requests, by result: written to the sink, or dropped (the worker's "
+            "queue was full, or the sink could not be written).",
+            ["result"],
+            registry=r,
+        )
         self._finished: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._sessions: dict[tuple[str, str, int], Any] = {}
         self._first_bytes: dict[tuple[str, str], Any] = {}
@@ -312,6 +319,10 @@ class ProxyMetrics:
         if histogram is None:
             histogram = self._first_bytes[key] = self._first_byte.labels(endpoint, backend)
         histogram.observe(seconds)
+
+    def capture_record(self, result: str) -> None:
+        """A capture record written or dropped (`proxy.capture`, on its writer thread or the request path)."""
+        self._captured.labels(result).inc()
 
     def batch_sent(self, backend: str, size: int) -> None:
         self._batch_size.labels(backend).observe(size)

@@ -59,6 +59,7 @@ from vocabulary.configs import (
     SecretConfig,
     ShadowCompare,
     TracingConfig,
+    CaptureConfig,
     UpdateConfig,
     bounded_check,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "UpdateSpec",
     "RolloutSpec",
     "TracingSpec",
+    "CaptureSpec",
     "MatchSpec",
     "RayActorOptionsSpec",
     "RuntimeEnvSpec",
@@ -202,6 +204,10 @@ RolloutSpec = create_model(
 )
 TracingSpec = create_model(
     "TracingSpec", __base__=_Spec, __doc__=TracingConfig.__doc__, **_file_keys(TracingConfig, frozenset(), {})
+)
+CaptureSpec = create_model(
+    "CaptureSpec", __base__=_Spec, __doc__=CaptureConfig.__doc__,
+    **_file_keys(CaptureConfig, frozenset(), {"redact": list[str]}),
 )
 MatchSpec = create_model("MatchSpec", __base__=_Spec, __doc__=MatchRule.__doc__, **_file_keys(MatchRule, frozenset(), {}))
 
@@ -380,6 +386,7 @@ _EndpointKeys = create_model(
             "shadow_ignore": list[str],
             "rollout": RolloutSpec | None,
             "tracing": TracingSpec | None,
+            "capture": CaptureSpec | None,
         },
     ),
 )

@@ -7,6 +7,7 @@ from pydantic import BaseModel
 from vocabulary.configs import (
     AutoscalingConfig,
     BackendConfig,
+    CaptureConfig,
     BatchingConfig,
     EndpointConfig,
     MetricCheck,
@@ -344,6 +345,7 @@ shadow_values = true
 shadow_query = true
 rollout = { steps = [0.2, 1.0], step_interval_s = 5, min_requests = 3, max_error_ratio = 0.5, max_p99_latency_s = 2, on_failure = "pause", metrics = [{ name = "errors", query = "up", min = 0, max = 1 }] }
 tracing = { sample = 0.25 }
+capture = { sample = 0.5, sink = "file:///tmp/capture", max_body_bytes = 10, redact = ["json:$.password"] }
 """  # noqa: E501 — a TOML line as a user writes it
 
 
@@ -365,6 +367,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
     rollouts = [e.rollout for e in endpoints if e.rollout is not None]
     checks = [check for rollout in rollouts for check in rollout.metrics]
     tracing = [e.tracing for e in endpoints if e.tracing is not None]
+    capture = [e.capture for e in endpoints if e.capture is not None]
     expected = [
         (BackendConfig, backends, DERIVED_BACKEND_FIELDS),
         (EndpointConfig, endpoints, DERIVED_ENDPOINT_FIELDS),
@@ -374,6 +377,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
         (RolloutConfig, rollouts, frozenset()),
         (MetricCheck, checks, frozenset()),
         (TracingConfig, tracing, frozenset()),
+        (CaptureConfig, capture, frozenset()),
     ]
     for model, values, derived in expected:
         assert _set_by_the_file(model, values, derived) == set(model.model_fields) - derived, model.__name__
