@@ -208,6 +208,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reset.set_defaults(func=_command("reset", "reset_controller_command"))
 
+    capture = verb("capture", "read the request/response records of a file capture sink")
+    capture_verbs = capture.add_subparsers(
+        dest="capture_verb", metavar="{tail,grep}", required=True,
+        help="tail: an endpoint's newest records; grep: the records of a commit",
+    )
+    tail = capture_verbs.add_parser(
+        "tail", help="the newest records of ENDPOINT, oldest first", description="the newest records of ENDPOINT",
+    )
+    tail.add_argument("endpoint", metavar="ENDPOINT", help="the endpoint's name")
+    tail.add_argument("-n", "--lines", type=int, default=10, help="how many records (default 10)")
+    grep = capture_verbs.add_parser(
+        "grep", help="the records answered by a commit's replicas", description="the records of a commit",
+    )
+    grep.add_argument("--commit", required=True, metavar="SHA", help="the commit (4 or more hex digits)")
+    grep.add_argument("--endpoint", default=None, help="only this endpoint's records")
+    for reader in (tail, grep):
+        reader.add_argument(
+            "--sink", required=True, metavar="SINK",
+            help="the endpoint's capture sink: file:///DIR (or DIR), as in its [capture] table",
+        )
+    capture.set_defaults(func=_command("capture", "capture_command"))
+
     schema = verb("schema", "the JSON Schema of the spec format, for editors")
     schema.set_defaults(func=_command("schema", "schema_command"))
 

@@ -9,4 +9,6 @@
 - `secret`: `gitops secret encrypt` and `gitops secret edit`, authoring
   age-encrypted secret files.
 - `reset`: discard the controller's stored state (`reset-controller`).
+- `capture`: `gitops capture tail` and `gitops capture grep`, reading the
+  request/response records of a file capture sink.
 """

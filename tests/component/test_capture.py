@@ -164,3 +164,49 @@ def test_an_unwritable_sink_drops_and_counts(tmp_path: Path) -> None:
 def test_bad_capture_settings_are_refused_with_the_reason(field: str, value: Any, says: str) -> None:
     with pytest.raises(ValidationError, match=says):
         CaptureConfig(**{"sink": "file:///tmp/x", field: value})
+
+
+def _write_records(tmp_path: Path) -> Path:
+    writer = CaptureWriter("node1:0", random.Random(0))
+    for endpoint, commit in (("login", "c0ffee11"), ("other", "c0ffee11"), ("login", "beef0022"), ("login", None)):
+        redaction = Redaction.of(CaptureConfig(sink=f"file://{tmp_path}/sink", redact=("json:$.password",)))
+        exchange = Exchange(endpoint, "v1", ("POST", "/login", b"", [], b'{"password": "hunter2-password"}'),
+                            1_700_000_000.0, redaction, str(tmp_path / "sink"))
+        exchange.commit, exchange.status = commit, 200
+        writer.offer(exchange)
+    writer.close()
+    return tmp_path / "sink"
+
+
+def test_capture_tail_and_grep_read_a_file_sink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gitops.cli import main
+
+    sink = _write_records(tmp_path)
+    with (sink / "node2_0-2023111422.jsonl").open("a") as broken:
+        broken.write("not a record\n")
+    assert main(["capture", "tail", "login", "--sink", f"file://{sink}", "-n", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["commit"] for line in out.splitlines()] == ["beef0022", None]
+    assert "skipped 1 line(s)" in err
+    assert main(["capture", "grep", "--commit", "C0FFEE", "--sink", str(sink)]) == 0
+    out, _ = capsys.readouterr()
+    assert sorted(json.loads(line)["endpoint"] for line in out.splitlines()) == ["login", "other"]
+    assert "hunter2" not in out
+    assert main(["capture", "grep", "--commit", "c0ffee", "--endpoint", "other", "--sink", str(sink)]) == 0
+    assert [json.loads(line)["endpoint"] for line in capsys.readouterr()[0].splitlines()] == ["other"]
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["capture", "grep", "--commit", "xyz", "--sink", "{sink}"], "give at least 4 hex digits"),
+    (["capture", "tail", "login", "--sink", "s3://bucket/p"], "only file sinks can be read"),
+    (["capture", "tail", "login", "--sink", "{sink}/missing"], "is not a directory of capture records"),
+])
+def test_capture_readers_refuse_bad_input_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    from gitops.cli import main
+
+    sink = _write_records(tmp_path)
+    assert main([arg.replace("{sink}", str(sink)) for arg in argv]) == 1
+    err = capsys.readouterr()[1]
+    assert says in err and err.count("\n") == 1 and "Traceback" not in err
