@@ -7,20 +7,21 @@ each, and `apply_trace` turns them and the apply's goals
 for the commit, a span per stage under it, and a span per goal under the
 apply stage. Every span carries `gitops.commit`; a goal's span its backend or
 endpoint. `gitops.tracing` exports them over OTLP; the records are plain
-values, so a ring of recent ones can be shown too. Wall-clock seconds
+values, so `TraceRing` keeps the recent ones for `gitops trace COMMIT`. Wall-clock seconds
 throughout (a trace is read against other clocks).
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
 from gitops.applying import GoalTook
 
-__all__ = ["SpanRecord", "Stage", "StageClock", "TraceSink", "apply_trace", "APPLY_SPAN"]
+__all__ = ["SpanRecord", "Stage", "StageClock", "TraceSink", "TraceRing", "apply_trace", "trace_json", "APPLY_SPAN"]
 
 APPLY_SPAN = "gitops.commit"  # the root: one applied commit
 Attribute = str | int | float | bool
@@ -92,3 +93,31 @@ class TraceSink(Protocol):
 
     def record(self, records: Sequence[SpanRecord]) -> None:
         """Take one trace; never blocks the loop (an exporter sends it on its own thread)."""
+
+
+class TraceRing:
+    """The agent's recent apply traces, in memory (`gitops trace COMMIT`), each
+    also handed to `forward` (the OTLP sink) when there is one."""
+
+    def __init__(self, size: int = 50, forward: TraceSink | None = None) -> None:
+        self._traces: deque[tuple[SpanRecord, ...]] = deque(maxlen=size)
+        self._forward = forward
+
+    def record(self, records: Sequence[SpanRecord]) -> None:
+        if records:
+            self._traces.append(tuple(records))
+        if self._forward is not None:
+            self._forward.record(records)
+
+    def of_commit(self, prefix: str) -> list[tuple[SpanRecord, ...]]:
+        """The kept traces of the commits starting with `prefix`, oldest first."""
+        prefix = prefix.lower()
+        return [t for t in self._traces if str(t[0].attributes.get("gitops.commit", "")).startswith(prefix)]
+
+
+def trace_json(records: Sequence[SpanRecord]) -> list[dict[str, object]]:
+    """One trace as the admin API answers it."""
+    return [
+        {"name": r.name, "start": r.start_s, "end": r.end_s, "parent": r.parent, "attributes": dict(r.attributes)}
+        for r in records
+    ]

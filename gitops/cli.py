@@ -240,10 +240,13 @@ def build_parser() -> argparse.ArgumentParser:
         ("suspend", "pause reconciliation"),
         ("resume", "resume reconciliation"),
         ("rollback", "apply the last applied (or given) commit and hold the newer ones back"),
+        ("trace", "the spans of a commit's apply (fetch, load, plan, apply, each goal), as the agent kept them"),
     ]:
         admin = verb(name, help_text)
         if name == "rollback":
             admin.add_argument("commit", nargs="?", default=None, help="a commit applied before (default: the last)")
+        if name == "trace":
+            admin.add_argument("commit", metavar="COMMIT", help="the commit (4 or more hex digits)")
         admin.add_argument("--agent", default=DEFAULT_AGENT, help="the agent's admin URL")
         admin.add_argument("--json", action="store_true", help="print the admin API's JSON")
         admin.add_argument("--token-file", default=None, help="file holding the admin token (default: $GITOPS_TOKEN)")

@@ -296,13 +296,15 @@ async def _serve(
         loop.add_signal_handler(signum, stop.set)
 
     from gitops.secrets import SecretDelivery, SecretsLoader, digest_key, load_identities
+    from gitops.apply_traces import TraceRing, trace_json
 
     metrics = AgentMetrics()
     loader = Loader(limits=SpecLimits(max_replicas=args.max_replicas))
     # Secrets are decrypted here, in the agent, and leave it sealed (gitops.secrets).
     load = SecretsLoader(loader.load_tree, load_identities(args.age_identity), digest_key(state.root))
     sender, notifier = _notifier(channels, links, metrics, args.namespace)
-    traces = _apply_traces(otlp_endpoint(args.otlp_endpoint, os.environ))
+    exported = _apply_traces(otlp_endpoint(args.otlp_endpoint, os.environ))
+    traces = TraceRing(forward=exported)
     agent = Agent(
         source,
         SecretDelivery(client, load),
@@ -336,6 +338,7 @@ async def _serve(
         commit_url_template=links.commit_url_template,
         policy=AccessPolicy.build(token, args.admin_host, _hosts(args.admin_allowed_hosts)),
         shadow_mismatches=collector(client.proxy_mismatches, lambda: proxies_to_ask(agent.observed())),
+        apply_traces=lambda commit: [trace_json(trace) for trace in traces.of_commit(commit)],
     )
     servers = [admin.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:
@@ -362,8 +365,8 @@ async def _serve(
         await asyncio.gather(notifying, return_exceptions=True)
     if sender is not None:
         await sender.aclose()
-    if traces is not None:
-        await asyncio.to_thread(traces.close)  # the last apply's trace goes out
+    if exported is not None:
+        await asyncio.to_thread(exported.close)  # the last apply's trace goes out
     for task in (reconciling, *serving):
         if not task.cancelled() and task.exception() is not None:
             _LOG.error(f"gitops: {type(task.exception()).__name__}: {task.exception()}")

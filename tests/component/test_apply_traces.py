@@ -13,7 +13,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gitops.agent import Agent, AgentSettings
-from gitops.apply_traces import APPLY_SPAN, SpanRecord
+import httpx
+
+from gitops.access import AccessPolicy
+from gitops.admin import build_app
+from gitops.apply_traces import APPLY_SPAN, SpanRecord, TraceRing, trace_json
+from gitops.commands.admin import render_trace
+from tests.component.test_admin import FakeAgent
 from gitops.history import History
 from gitops.metrics import AgentMetrics
 from gitops.planning import plan
@@ -85,3 +91,50 @@ def test_the_otlp_sink_keeps_the_recorded_times_and_parents() -> None:
     assert (goal.start_time, goal.end_time) == (101_500_000_000, 102_500_000_000)
     assert len({span.context.trace_id for span in spans.values() if span.context is not None}) == 1
     assert not goal.status.is_ok
+
+
+def _trace(commit: str) -> list[SpanRecord]:
+    return [
+        SpanRecord(APPLY_SPAN, 10.0, 12.5, {"gitops.commit": commit, "gitops.outcome": "applied"}),
+        SpanRecord("gitops.apply", 10.5, 12.5, {"gitops.commit": commit}, 0),
+        SpanRecord("gitops.goal create_backend v1", 10.5, 12.0, {"gitops.commit": commit, "gitops.backend": "v1"}, 1),
+    ]
+
+
+def test_the_ring_keeps_the_last_traces_finds_them_by_commit_and_forwards_them() -> None:
+    forwarded = Traces()
+    ring = TraceRing(size=2, forward=forwarded)
+    for commit in ("aaaa1111", "bbbb2222", "aaaa3333"):
+        ring.record(_trace(commit))
+    assert len(forwarded.traces) == 3
+    assert [t[0].attributes["gitops.commit"] for t in ring.of_commit("AAAA")] == ["aaaa3333"]  # the oldest fell out
+    assert ring.of_commit("bbbb2222")[0][2].name == "gitops.goal create_backend v1"
+    assert ring.of_commit("cccc") == []
+
+
+def test_the_admin_api_answers_a_commits_traces_behind_the_token_and_the_cli_prints_them() -> None:
+    ring = TraceRing()
+    ring.record(_trace("abcd1234"))
+    app = build_app(
+        FakeAgent(), sync=lambda: None, webhook_fetch=lambda: None, metrics=lambda: (b"", "text/plain"),
+        policy=AccessPolicy.build(b"s3cret-token", "127.0.0.1"),
+        apply_traces=lambda commit: [trace_json(t) for t in ring.of_commit(commit)],
+    )
+
+    async def get(path: str, token: str | None) -> httpx.Response:
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
+            return await client.get(path, headers=headers)
+
+    assert asyncio.run(get("/traces?commit=abcd", None)).status_code == 401
+    assert asyncio.run(get("/traces?commit=zz", "s3cret-token")).status_code == 400
+    answer = asyncio.run(get("/traces?commit=abcd", "s3cret-token"))
+    assert answer.status_code == 200
+    (trace,) = answer.json()["traces"]
+    assert [span["parent"] for span in trace] == [None, 0, 1]
+    text = render_trace(trace)
+    lines = text.splitlines()
+    assert lines[0] == "commit abcd1234"
+    assert lines[2].split() == ["0.000s", "2.500s", APPLY_SPAN, "outcome=applied"]
+    assert lines[4].split() == ["0.500s", "1.500s", "gitops.goal", "create_backend", "v1", "backend=v1"]
+    assert lines[4].index("gitops.goal") > lines[3].index("gitops.apply") > lines[2].index(APPLY_SPAN)

@@ -4,6 +4,8 @@ commit yields its trace, and a request's spans carry that commit."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -69,6 +71,13 @@ def test_an_apply_and_a_request_are_traced_with_the_commit(traced: tuple[AgentPr
     goals = [s for s in in_trace if s.parent_span_id == stages["gitops.apply"].span_id]
     assert {s.name for s in goals} == {"gitops.goal create_backend echo-v1", "gitops.goal create_endpoint echo"}
     assert all(s.attributes["gitops.commit"] == commit for s in in_trace)
+    # The agent keeps it too: `gitops trace COMMIT` asks its admin API.
+    shown = subprocess.run(
+        [sys.executable, "-m", "gitops", "trace", commit[:8], "--agent", agent.admin],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    assert shown.splitlines()[0] == f"commit {commit}"
+    assert "gitops.goal create_backend echo-v1" in shown and "outcome=applied" in shown
 
     headers = {"traceparent": f"00-{TRACE_ID}-b7ad6b7169203331-01"}
     response = httpx.get(agent.proxy + "/echo", headers=headers, timeout=10)
