@@ -58,6 +58,8 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_shadow_comparisons_total": ("counter", frozenset({"endpoint", "backend", "result"})),
     "gitops_rollout_step": ("gauge", frozenset({"endpoint"})),
     "gitops_rollbacks_total": ("counter", frozenset({"reason"})),
+    # Added with issue 31 (audit trail): capture records written or dropped.
+    "gitops_capture_records_total": ("counter", frozenset({"result"})),
     "gitops_rollout_checks_total": ("counter", frozenset({"endpoint", "backend", "check", "result"})),
 }
 
