@@ -38,7 +38,7 @@ from proxy.metrics import ProxyMetrics, use_multiprocess_dir
 from proxy.node_mismatches import NodeMismatchLog
 from proxy.raycalls import RayCaller
 from proxy.settings import ProxySettings
-from proxy.tracing import RequestTracing, exporting_tracer
+from proxy.tracing import RequestTracing, SpansSent, exporting_tracer
 from proxy.capture import CaptureWriter
 from proxy.subscriptions import Subscriptions
 from vocabulary.goal_api import proxy_id
@@ -81,7 +81,7 @@ class ProxyActor:
             rng,
             self._metrics,
             _node_mismatches(shared_dir) if shared_dir is not None else None,
-            _tracing(otlp_endpoint, rng),
+            _tracing(otlp_endpoint, rng, self._metrics.spans_sent if self._metrics is not None else None),
             self._capture,
         )
         link = ControllerLink(controller_name, namespace)
@@ -200,8 +200,8 @@ def _bind(host: str, port: int, shared_dir: str | None) -> socket.socket:
     return sock
 
 
-def _tracing(otlp_endpoint: str | None, rng: random.Random) -> RequestTracing | None:
+def _tracing(otlp_endpoint: str | None, rng: random.Random, sent: SpansSent | None) -> RequestTracing | None:
     """The request spans, exported to `otlp_endpoint` (`gitops run --otlp-endpoint`); None: off."""
     if otlp_endpoint is None:
         return None
-    return RequestTracing(exporting_tracer(otlp_endpoint, "gitops-proxy"), rng)
+    return RequestTracing(exporting_tracer(otlp_endpoint, "gitops-proxy", sent), rng)

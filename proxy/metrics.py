@@ -4,7 +4,8 @@ Owned here: the names, labels and buckets of the data-plane metrics of
 docs/metrics.md ("Proxy": `gitops_http_requests_total`,
 `gitops_http_request_duration_seconds`, `gitops_shadow_requests_total`,
 `gitops_shadow_comparisons_total`, `gitops_backend_ongoing_requests`, `gitops_batch_size`,
-`gitops_http_time_to_first_byte_seconds`, `gitops_capture_records_total`), and serving
+`gitops_http_time_to_first_byte_seconds`, `gitops_capture_records_total`,
+`gitops_proxy_trace_spans_total`), and serving
 them. Not here: when a
 request counts as finished (the proxy's request path calls
 `request_finished` from exactly one place, `proxy.sockets` calls
@@ -271,6 +272,13 @@ class ProxyMetrics:
             ["result"],
             registry=r,
         )
+        self._spans = Counter(
+            "gitops_proxy_trace_spans",
+            "Request spans the proxy sent to the OTLP endpoint (--otlp-endpoint), by result: exported, or "
+            "failed (refused or unreachable; those spans are lost).",
+            ["result"],
+            registry=r,
+        )
         self._finished: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._sessions: dict[tuple[str, str, int], Any] = {}
         self._first_bytes: dict[tuple[str, str], Any] = {}
@@ -323,6 +331,10 @@ class ProxyMetrics:
     def capture_record(self, result: str) -> None:
         """A capture record written or dropped (`proxy.capture`, on its writer thread or the request path)."""
         self._captured.labels(result).inc()
+
+    def spans_sent(self, result: str, count: int) -> None:
+        """Request spans exported or failed (`proxy.tracing`, on the exporter's thread)."""
+        self._spans.labels(result).inc(count)
 
     def batch_sent(self, backend: str, size: int) -> None:
         self._batch_size.labels(backend).observe(size)

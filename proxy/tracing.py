@@ -19,6 +19,7 @@ tracing is off, and then spends one branch per request on it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 from opentelemetry import baggage, trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
@@ -26,14 +27,14 @@ from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.propagators.textmap import Getter, Setter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from vocabulary.choosing import Random
 
-__all__ = ["RequestTracing", "Traced", "exporting_tracer", "TRACE_HEADERS"]
+__all__ = ["RequestTracing", "Traced", "CountedExporter", "exporting_tracer", "TRACE_HEADERS"]
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -58,17 +59,43 @@ class _DictSetter(Setter[dict[str, str]]):
         carrier[key] = value
 
 
+# Told how many spans an export sent, by result ("exported" or "failed"); on the exporter's thread.
+SpansSent = Callable[[str, int], None]
+
+
+class CountedExporter(SpanExporter):
+    """An exporter that counts what it sent and what failed (for the export-errors panel)."""
+
+    def __init__(self, inner: SpanExporter, sent: SpansSent) -> None:
+        self._inner = inner
+        self._sent = sent
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self._inner.export(spans)
+        self._sent("exported" if result is SpanExportResult.SUCCESS else "failed", len(spans))
+        return result
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+
 _GET = _HeaderGetter()
 _SET = _DictSetter()
 _CONTEXT = TraceContextTextMapPropagator()
 _BAGGAGE = W3CBaggagePropagator()
 
 
-def exporting_tracer(otlp_endpoint: str, service: str) -> trace.Tracer:
+def exporting_tracer(otlp_endpoint: str, service: str, sent: SpansSent | None = None) -> trace.Tracer:
     """A tracer whose spans go to `otlp_endpoint` (`http://HOST:4318`) in batches,
-    sampling every span it is asked for (the caller decides what to trace)."""
+    sampling every span it is asked for (the caller decides what to trace);
+    `sent` counts what each export sent or lost."""
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
-    exporter = OTLPSpanExporter(endpoint=otlp_endpoint.rstrip("/") + "/v1/traces")
+    exporter: SpanExporter = OTLPSpanExporter(endpoint=otlp_endpoint.rstrip("/") + "/v1/traces")
+    if sent is not None:
+        exporter = CountedExporter(exporter, sent)
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=EXPORT_DELAY_MS))
     return provider.get_tracer("ray-gitops.proxy")
 

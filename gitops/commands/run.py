@@ -303,7 +303,7 @@ async def _serve(
     # Secrets are decrypted here, in the agent, and leave it sealed (gitops.secrets).
     load = SecretsLoader(loader.load_tree, load_identities(args.age_identity), digest_key(state.root))
     sender, notifier = _notifier(channels, links, metrics, args.namespace)
-    exported = _apply_traces(otlp_endpoint(args.otlp_endpoint, os.environ))
+    exported = _apply_traces(otlp_endpoint(args.otlp_endpoint, os.environ), metrics)
     traces = TraceRing(forward=exported)
     agent = Agent(
         source,
@@ -372,13 +372,13 @@ async def _serve(
             _LOG.error(f"gitops: {type(task.exception()).__name__}: {task.exception()}")
 
 
-def _apply_traces(endpoint: str | None) -> OtlpTraceSink | None:
-    """Each applied commit's trace, sent to `endpoint` (None: not traced)."""
+def _apply_traces(endpoint: str | None, metrics: AgentMetrics) -> OtlpTraceSink | None:
+    """Each applied commit's trace, sent to `endpoint` (None: not traced), counted in `metrics`."""
     if endpoint is None:
         return None
     from gitops.tracing import OtlpTraceSink
 
-    return OtlpTraceSink(endpoint)
+    return OtlpTraceSink(endpoint, sent=metrics.spans_sent)
 
 
 def _links(args: argparse.Namespace) -> Links:

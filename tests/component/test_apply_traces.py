@@ -14,12 +14,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from gitops.agent import Agent, AgentSettings
 import httpx
+import pytest
 
 from gitops.access import AccessPolicy
 from gitops.admin import build_app
 from gitops.apply_traces import APPLY_SPAN, SpanRecord, TraceRing, trace_json
 from gitops.commands.admin import render_trace
 from tests.component.test_admin import FakeAgent
+from tests.real.receivers import Receiver
 from gitops.history import History
 from gitops.metrics import AgentMetrics
 from gitops.planning import plan
@@ -138,3 +140,15 @@ def test_the_admin_api_answers_a_commits_traces_behind_the_token_and_the_cli_pri
     assert lines[2].split() == ["0.000s", "2.500s", APPLY_SPAN, "outcome=applied"]
     assert lines[4].split() == ["0.500s", "1.500s", "gitops.goal", "create_backend", "v1", "backend=v1"]
     assert lines[4].index("gitops.goal") > lines[3].index("gitops.apply") > lines[2].index(APPLY_SPAN)
+
+
+@pytest.mark.parametrize("status,result", [(200, "exported"), (400, "failed")])
+def test_each_export_is_counted_by_result(status: int, result: str) -> None:
+    counted: list[tuple[str, int]] = []
+    with Receiver(answers=(status,)) as receiver:
+        sink = OtlpTraceSink(receiver.url, sent=lambda outcome, n: counted.append((outcome, n)))
+        sink.record(_trace("abcd1234"))
+        sink.close()
+        (request,) = receiver.wait_for(1)
+    assert request.path == "/v1/traces"
+    assert counted == [(result, 3)]

@@ -60,6 +60,8 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_rollbacks_total": ("counter", frozenset({"reason"})),
     # Added with issue 31 (audit trail): capture records written or dropped.
     "gitops_capture_records_total": ("counter", frozenset({"result"})),
+    "gitops_trace_spans_total": ("counter", frozenset({"result"})),
+    "gitops_proxy_trace_spans_total": ("counter", frozenset({"result"})),
     "gitops_rollout_checks_total": ("counter", frozenset({"endpoint", "backend", "check", "result"})),
 }
 
