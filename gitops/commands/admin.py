@@ -34,7 +34,9 @@ __all__ = [
     "suspend_command",
     "resume_command",
     "rollback_command",
+    "trace_command",
     "render_status",
+    "render_trace",
     "render_history",
 ]
 

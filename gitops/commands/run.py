@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from gitops.notifications.links import Links
     from gitops.tracing import OtlpTraceSink
 
-__all__ = ["run_command", "join_ray", "take_charge", "bind_socket", "start_logging"]
+__all__ = ["run_command", "join_ray", "take_charge", "bind_socket", "start_logging", "otlp_endpoint"]
 
 _LOG = logging.getLogger("gitops.run")
 _NOTIFY_DRAIN_S = 5.0  # at stop, how long queued notifications may still take
