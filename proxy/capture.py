@@ -4,7 +4,9 @@ Owns the request path's side of `[endpoints.NAME.capture]` and the writing.
 On the request path: one draw against the endpoint's `sample` (`draw`),
 and, once the answer went out, one `put_nowait` of the raw `Exchange` on
 this worker's bounded queue (`offer`); when the queue is full the record is
-dropped and counted, never waited for. On the writer's own thread: the
+dropped and counted, never waited for. On the writer's own thread, in
+batches (what queued up, then a pause of `BATCH_PAUSE_S`, so that it takes
+the GIL from the request path as seldom as it can): the
 record is built and redacted (`proxy.redacting`), so nothing unredacted
 leaves the process, then appended as one JSON line to
 `DIR/<worker>-<YYYYMMDDHH>.jsonl` (UTC): one file per proxy worker per hour,
@@ -35,6 +37,7 @@ __all__ = ["CaptureWriter", "sink_directory", "DEFAULT_CAPACITY"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_CAPACITY = 1024  # records waiting to be written, per worker
+BATCH_PAUSE_S = 0.05  # the writer writes what queued up, then rests this long
 Counted = Callable[[str], None]  # "written" or "dropped"
 
 
@@ -84,14 +87,22 @@ class CaptureWriter:
     # --- the writer's thread ------------------------------------------------------
 
     def _write_forever(self) -> None:
-        while True:
-            exchange = self._queue.get()
-            if exchange is None:
-                break
-            self._write(exchange)
-            if self._queue.empty():
-                for _, file in self._files.values():
-                    file.flush()
+        stopping = False
+        while not stopping:
+            exchange: Exchange | None = self._queue.get()
+            while exchange is not None:  # everything queued, in one go
+                self._write(exchange)
+                try:
+                    exchange = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            else:
+                stopping = True
+            for _, file in self._files.values():
+                file.flush()
+            if not stopping:
+                # Woken at most this often: each wake-up takes the GIL from the request path.
+                time.sleep(BATCH_PAUSE_S)
         for _, file in self._files.values():
             file.close()
         self._files.clear()
