@@ -157,3 +157,37 @@ def test_the_replica_records_nothing_for_an_unsampled_or_missing_parent() -> Non
     tracing.shutdown()
     assert exporter.get_finished_spans() == ()
     assert carried == [None, None]
+
+
+def test_a_traced_websocket_spans_the_session_and_hands_its_context_to_the_replica() -> None:
+    from proxy.sockets import SocketCarrier
+    from tests.component.test_proxy_sockets import Client, EchoReplica, Recorded, SocketCaller
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    rng = random.Random(0)
+    carrier = SocketCarrier(SocketCaller(), rng, Recorded(), tracing=RequestTracing(provider.get_tracer("t"), rng))  # type: ignore[arg-type]  # a fake caller with the WebSocket calls only
+    replica = EchoReplica()
+    replicas = replica_set("v1", []).model_copy(update={
+        "commit": "c0ffee", "replicas": (replica_set("v1", [FakeReplica("r1")]).replicas[0].model_copy(
+            update={"handle": replica}),),
+    })
+    config = EndpointConfig(name="chat", route="/chat", methods=("GET",), traffic={"v1": 1.0})
+    table = RouteTable(entries=(RouteEntry(route="/chat", methods=("GET",), endpoint="chat"),))
+    snapshot = Subscriptions(ProxySettings(), rng).apply(
+        {"routes": (1, table), "endpoint:chat": (2, config), "replicas:v1": (3, replicas)}
+    )
+    client = Client([{"type": "websocket.receive", "text": "a"}, {"type": "websocket.disconnect", "code": 1000}],
+                    echoes=1)
+    scope = {"type": "websocket", "path": "/chat", "raw_path": b"/chat", "query_string": b"",
+             "headers": [(b"traceparent", PARENT.encode())]}
+    asyncio.run(asyncio.wait_for(carrier.carry(snapshot, scope, client.receive, client.send), 5))
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "proxy.websocket"
+    attributes = dict(span.attributes or {})
+    assert (attributes["gitops.replica"], attributes["gitops.commit"], attributes["http.response.status_code"]) == (
+        "r1", "c0ffee", 101
+    )
+    (request,) = replica.requests
+    assert _header(request, b"traceparent") == f"00-{TRACE_ID}-{span.get_span_context().span_id:016x}-01"
