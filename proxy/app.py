@@ -57,6 +57,9 @@ from proxy.routing import Resolution, normalise_path, resolve
 from proxy.settings import ProxySettings
 from proxy.websockets import WebSocketCarrier
 from proxy.streaming import StreamEnd, relay, stream_code
+from proxy.tracing import RequestTracing, Traced
+from proxy.capture import CaptureWriter
+from proxy.redacting import Exchange
 from proxy.shadow_compare import Mismatch, MismatchLog, compare
 from vocabulary.configs import ShadowCompare
 from vocabulary.request_stats import RequestStats
@@ -165,9 +168,13 @@ class ProxyApp:
         recorder: Recorder | None = None,
         mismatches: MismatchLog | None = None,
         buckets: Buckets | None = None,
+        tracing: RequestTracing | None = None,
+        capture: CaptureWriter | None = None,
     ) -> None:
         """`mismatches`: where shadow mismatches are kept and answered from (default: this process's memory);
-        `buckets`: the tenants' token buckets (default: this process's own; a node's workers share theirs)."""
+        `buckets`: the tenants' token buckets (default: this process's own; a node's workers share theirs);
+        `tracing`: the request spans (`proxy.tracing`; None: tracing off, one branch per request);
+        `capture`: where `[capture]` records go (`proxy.capture`; None: nothing is captured)."""
         self._caller = caller
         self._settings = settings
         self._rng: Random = rng or random.Random()
@@ -182,10 +189,12 @@ class ProxyApp:
         self._shadow_in_flight: dict[str, int] = {}
         self._retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
         self._counts = RequestCounter()
-        self._websockets = WebSocketCarrier(caller, self._rng, self._recorder, self._counts)
+        self._websockets = WebSocketCarrier(caller, self._rng, self._recorder, self._counts, tracing)
         self._calls = RunningCalls(_WATCH_AFTER_S)
         self.mismatches = mismatches if mismatches is not None else MismatchLog()
         self._buckets = buckets if buckets is not None else LocalBuckets()
+        self._tracing = tracing
+        self._capture = capture
 
     # --- the config side -----------------------------------------------------
 
@@ -253,7 +262,9 @@ class ProxyApp:
             return
         started = time.perf_counter()
         backend = served.pick(scope["headers"], self._rng)
+        traced = None if self._tracing is None else self._begin_trace(served, backend, scope, path)
         primary: asyncio.Future[WireResponse] | None = None
+        captured: Exchange | None = None
         try:
             if _framed(scope["headers"]):
                 body = await _read_body(receive, self._settings.max_body_bytes, self._settings.edge.body_timeout_s)
@@ -264,13 +275,16 @@ class ProxyApp:
             if served.steering.reads_body:
                 backend = served.pick(scope["headers"], self._rng, body)  # JSON match rules read the body
             headers = with_root_path(_end_to_end(scope["headers"]), route.prefix)
+            if traced is not None:
+                headers = traced.carry(headers)
             request: WireRequest = (scope["method"], path, scope["query_string"], headers, body)
+            captured = None if served.capture is None else self._draw_capture(served, backend, request)
             if served.shadow.shares:
                 primary = self._copy_to_shadows(snapshot, served, request)
             # The call is awaited here, between `RunningCalls.enter` and `leave`: no wrapper coroutine.
             running = self._calls.enter(receive, served.timeout_s)
             try:
-                reply = await self._forward(snapshot.pools.get(backend), request, running.deadline_at)
+                reply = await self._forward(snapshot.pools.get(backend), request, running.deadline_at, traced, captured)
             except asyncio.CancelledError:
                 instead = self._calls.why_cancelled(running)
                 if instead is None:
@@ -283,7 +297,7 @@ class ProxyApp:
             if isinstance(reply, _Streaming):
                 if primary is not None:
                     primary.cancel()  # a stream is never compared
-                await self._stream(reply, served, backend, started, receive, send)
+                await self._stream(reply, served, backend, started, receive, send, traced)
                 return
             status, headers, payload = reply
             headers = _end_to_end(headers)
@@ -292,10 +306,16 @@ class ProxyApp:
         except ClientLeft as left:
             logger.info("%s %s: client left %s (499)", scope["method"], path, left)
             self._recorder.request_done(served.name, backend, CLIENT_LEFT, time.perf_counter() - started)
+            if traced is not None:
+                traced.end(CLIENT_LEFT, 0, _commit(snapshot, backend))
             return
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
+        if traced is not None:
+            traced.end(status, len(payload), _commit(snapshot, backend))
         duration_s = time.perf_counter() - started
+        if captured is not None:
+            self._offer_capture(captured, snapshot, traced, status, headers, payload, duration_s)
         self._recorder.request_done(served.name, backend, status, duration_s)
         self._counts.record(backend, status, duration_s, served.name)
         if primary is not None:
@@ -314,9 +334,30 @@ class ProxyApp:
         await _send(send, 429, [*_TEXT, (b"retry-after", retry_after)], b"Too Many Requests")
         return True
 
+    def _draw_capture(self, served: ServedEndpoint, backend: str, request: WireRequest) -> Exchange | None:
+        if self._capture is None or served.capture is None:
+            return None
+        return self._capture.draw(served.capture, served.name, backend, request)
+
+    def _offer_capture(
+        self, captured: Exchange, snapshot: Snapshot, traced: Traced | None, status: int,
+        headers: list[tuple[bytes, bytes]], payload: bytes, duration_s: float,
+    ) -> None:
+        """Hand the answered exchange to the capture writer (it redacts and writes on its own thread)."""
+        assert self._capture is not None
+        captured.status, captured.response_headers, captured.response_body = status, headers, payload
+        captured.latency_s, captured.commit = duration_s, _commit(snapshot, captured.backend)
+        if traced is not None:
+            captured.trace_id = f"{traced.span.get_span_context().trace_id:032x}"
+        self._capture.offer(captured)
+
+    def _begin_trace(self, served: ServedEndpoint, backend: str, scope: Scope, path: str) -> Traced | None:
+        assert self._tracing is not None
+        return self._tracing.begin(served.name, backend, served.trace_sample, scope["method"], path, scope["headers"])
+
     async def _stream(
         self, streaming: _Streaming, served: ServedEndpoint, backend: str, started: float, receive: Receive,
-        send: Send,
+        send: Send, traced: Traced | None = None,
     ) -> None:
         start = streaming.start
         try:
@@ -336,11 +377,15 @@ class ProxyApp:
             logger.warning("stream of %s from backend %s ended early: %s", served.name, backend, status.value)
         duration_s = time.perf_counter() - started
         self._recorder.request_done(served.name, backend, code, duration_s)
+        if traced is not None:
+            traced.span.set_attribute("gitops.stream", True)
+            traced.end(code, -1, streaming.pool.commit)
         if code != CLIENT_LEFT:
             self._counts.record(backend, code, duration_s, served.name)
 
     async def _forward(
-        self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float
+        self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float, traced: Traced | None = None,
+        captured: Exchange | None = None,
     ) -> WireResponse | _Streaming:
         """The replica's answer, retried once on another replica for GET, HEAD and OPTIONS
         when the first died or stalled (`proxy.stalls`: 504 otherwise); the endpoint's
@@ -355,6 +400,10 @@ class ProxyApp:
         stalled = False
         for _ in range(attempts):
             slot = pool.free_slot(key) or await self._acquire(pool, key, stalled)
+            if traced is not None:
+                traced.replica = slot.replica_id
+            if captured is not None:
+                captured.replica = slot.replica_id
             held = False
             progress = slot.progress  # proxy.stalls: sent, answered, outstanding since when
             progress.on_sent(task, loop.time())
@@ -504,6 +553,12 @@ class ProxyApp:
         for task in list(self._shadow_tasks):
             task.cancel()
         await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
+
+
+def _commit(snapshot: Snapshot, backend: str) -> str | None:
+    """The commit `backend`'s replicas run, as its replica set says."""
+    pool = snapshot.pools.get(backend)
+    return None if pool is None else pool.commit
 
 
 def _withheld(name: bytes) -> bool:

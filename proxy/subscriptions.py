@@ -102,6 +102,7 @@ class Subscriptions:
             replica_set.cold_start_timeout_s,
             replica_set.routing,
         )
+        pool.commit = replica_set.commit
 
     def _forget_unused(self) -> None:
         routed = {entry.endpoint for entry in self._table.entries}

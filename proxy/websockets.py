@@ -39,7 +39,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from proxy.calling import ReplicaDiedError, StreamCaller
 from proxy.replicas import NoReplicaError, QueueFullError
@@ -50,6 +50,9 @@ from proxy.snapshot import Snapshot
 from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.choosing import Random
 from vocabulary.wire import WireRequest, with_root_path
+
+if TYPE_CHECKING:  # handed in by the app: this module does no I/O itself
+    from proxy.tracing import RequestTracing
 
 __all__ = ["WebSocketCarrier", "SessionRecorder", "Session", "session_code", "INTERNAL_ERROR", "TRY_AGAIN_LATER"]
 
@@ -109,7 +112,9 @@ def session_code(session: Session) -> int:
 
 class WebSocketCarrier:
     def __init__(self, caller: StreamCaller, rng: Random, recorder: SessionRecorder,
-                 counts: RequestCounter | None = None) -> None:
+                 counts: RequestCounter | None = None, tracing: RequestTracing | None = None) -> None:
+        """`tracing`: a traced session's span lasts its lifetime (`proxy.tracing`; None: off)."""
+        self._tracing = tracing
         self._caller = caller
         self._rng = rng
         self._recorder = recorder
@@ -130,6 +135,9 @@ class WebSocketCarrier:
         started = time.perf_counter()
         served = snapshot.endpoints[route.endpoint]
         backend = served.pick(scope["headers"], self._rng)
+        traced = None if self._tracing is None else self._tracing.begin(
+            served.name, backend, served.trace_sample, "GET", path, scope["headers"], "proxy.websocket"
+        )
         pool = snapshot.pools.get(backend)
         try:
             if pool is None:
@@ -139,8 +147,13 @@ class WebSocketCarrier:
             await send({"type": "websocket.accept"})
             await send({"type": "websocket.close", "code": TRY_AGAIN_LATER})
             self._done(served.name, backend, NO_REPLICA)
+            if traced is not None:
+                traced.end(NO_REPLICA, 0, None)
             return
         headers = [(n, v) for n, v in scope["headers"] if n not in _HANDSHAKE_ONLY]
+        if traced is not None:
+            traced.replica = slot.replica_id
+            headers = traced.carry(headers)
         request: WireRequest = ("GET", path, scope["query_string"], with_root_path(headers, route.prefix), b"")
 
         def accepted() -> None:
@@ -154,6 +167,8 @@ class WebSocketCarrier:
             pool.drop(slot)
             logger.warning("replica %s of %s died under a WebSocket", slot.replica_id, pool.backend)
         self._done(served.name, backend, session_code(session))
+        if traced is not None:
+            traced.end(session_code(session), -1, pool.commit)
 
     def _done(self, endpoint: str, backend: str, code: int) -> None:
         self._recorder.session_done(endpoint, backend, code)

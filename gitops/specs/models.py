@@ -63,6 +63,8 @@ from vocabulary.configs import (
     SecretChange,
     SecretConfig,
     ShadowCompare,
+    TracingConfig,
+    CaptureConfig,
     UpdateConfig,
     bounded_check,
     keyed_routing,
@@ -82,6 +84,8 @@ __all__ = [
     "RoutingSpec",
     "UpdateSpec",
     "RolloutSpec",
+    "TracingSpec",
+    "CaptureSpec",
     "MatchSpec",
     "LimitsSpec",
     "RayActorOptionsSpec",
@@ -232,6 +236,13 @@ MatchSpec = create_model(
     __doc__=MatchRule.__doc__,
     __validators__={"_one_source": model_validator(mode="after")(one_match_source)},  # type: ignore[dict-item]  # pydantic types __validators__ as plain callables, its decorators return proxies
     **_file_keys(MatchRule, frozenset(), {}),
+)
+TracingSpec = create_model(
+    "TracingSpec", __base__=_Spec, __doc__=TracingConfig.__doc__, **_file_keys(TracingConfig, frozenset(), {})
+)
+CaptureSpec = create_model(
+    "CaptureSpec", __base__=_Spec, __doc__=CaptureConfig.__doc__,
+    **_file_keys(CaptureConfig, frozenset(), {"redact": list[str]}),
 )
 
 
@@ -413,6 +424,8 @@ _EndpointKeys = create_model(
             "shadow_ignore": list[str],
             "rollout": RolloutSpec | None,
             "limits": LimitsSpec | None,
+            "tracing": TracingSpec | None,
+            "capture": CaptureSpec | None,
         },
     ),
 )
