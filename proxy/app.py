@@ -337,7 +337,7 @@ class ProxyApp:
     def _draw_capture(self, served: ServedEndpoint, backend: str, request: WireRequest) -> Exchange | None:
         if self._capture is None or served.capture is None:
             return None
-        return self._capture.draw(served.capture, served.name, backend, request)
+        return self._capture.draw(served.capture, served.name, backend, request, served.rollout_step)
 
     def _offer_capture(
         self, captured: Exchange, snapshot: Snapshot, traced: Traced | None, status: int,
@@ -353,7 +353,10 @@ class ProxyApp:
 
     def _begin_trace(self, served: ServedEndpoint, backend: str, scope: Scope, path: str) -> Traced | None:
         assert self._tracing is not None
-        return self._tracing.begin(served.name, backend, served.trace_sample, scope["method"], path, scope["headers"])
+        return self._tracing.begin(
+            served.name, backend, served.trace_sample, scope["method"], path, scope["headers"],
+            rollout_step=served.rollout_step,
+        )
 
     async def _stream(
         self, streaming: _Streaming, served: ServedEndpoint, backend: str, started: float, receive: Receive,

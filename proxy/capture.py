@@ -64,15 +64,18 @@ class CaptureWriter:
     # --- the request path --------------------------------------------------------
 
     def draw(
-        self, config: CaptureConfig, endpoint: str, backend: str, request: WireRequest
+        self, config: CaptureConfig, endpoint: str, backend: str, request: WireRequest, rollout_step: int = 0
     ) -> Exchange | None:
-        """An exchange to fill in when this request is sampled, else None."""
+        """An exchange to fill in when this request is sampled, else None; `rollout_step`:
+        the progressive rollout's 1-based step whose weights chose `backend` (0: none)."""
         if self._rng.random() >= config.sample:
             return None
         held = self._redactions.get(id(config))
         if held is None or held[0] is not config:
             held = self._redactions[id(config)] = (config, Redaction.of(config))
-        return Exchange(endpoint, backend, request, time.time(), held[1], sink_directory(config.sink))
+        return Exchange(
+            endpoint, backend, request, time.time(), held[1], sink_directory(config.sink), rollout_step=rollout_step
+        )
 
     def offer(self, exchange: Exchange) -> None:
         """Hand a finished exchange to the writer; dropped (and counted) when the queue is full."""

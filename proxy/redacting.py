@@ -100,6 +100,7 @@ class Exchange:
     started_at: float  # seconds since the epoch
     redaction: Redaction
     sink: str  # the directory records go to
+    rollout_step: int = 0  # the progressive rollout's 1-based step that chose the backend (0: none)
     replica: str = ""
     commit: str | None = None
     trace_id: str | None = None
@@ -128,6 +129,7 @@ def capture_record(exchange: Exchange, worker: str) -> dict[str, Any]:
         "backend": exchange.backend,
         "replica": exchange.replica,
         "commit": exchange.commit,
+        "rollout_step": exchange.rollout_step,
         "trace_id": exchange.trace_id or _trace_id(headers),
         "worker": worker,
         "status": exchange.status,

@@ -38,6 +38,7 @@ class ServedEndpoint:
     limits: TenantLimit | None = None  # requests per tenant (else unlimited)
     trace_sample: float = 0.0  # share of requests without a sampled traceparent that are traced
     capture: CaptureConfig | None = None  # sampled request/response records (proxy.capture)
+    rollout_step: int = 0  # the progressive rollout's 1-based step these weights are (0: none runs)
 
     @classmethod
     def from_config(cls, config: EndpointConfig) -> ServedEndpoint:
@@ -54,6 +55,7 @@ class ServedEndpoint:
             TenantLimit.from_config(config.name, config.limits),
             config.tracing.sample if config.tracing is not None else 0.0,
             config.capture,
+            config.rollout_step,
         )
 
     def pick(self, headers: Headers, rng: Random, body: bytes | None = None) -> str:

@@ -8,8 +8,10 @@ their way to the replica, by the proxy span's (W3C trace context; the
 endpoint travels in `baggage` as `gitops.endpoint`), so the replica's span
 and its handle calls join the trace; an untraced request's headers pass as
 they came. The span (`proxy.request`) carries the endpoint, the backend, the
-replica, the commit its replica set runs, the status and the bytes of the
-answer; a stream's span ends when the stream does.
+replica, the commit its replica set runs, the progressive rollout's step
+whose weights chose the backend (`gitops.rollout_step`, 0 when none runs),
+the status and the bytes of the answer; a stream's span ends when the
+stream does.
 
 Exported by the OpenTelemetry SDK's batch span processor on its own thread:
 never on the request path. `proxy.app` holds no `RequestTracing` when
@@ -141,9 +143,10 @@ class RequestTracing:
 
     def begin(
         self, endpoint: str, backend: str, sample: float, method: str, path: str, headers: Headers,
-        name: str = "proxy.request",
+        name: str = "proxy.request", rollout_step: int = 0,
     ) -> Traced | None:
-        """The request's span (`name`: "proxy.websocket" for a session), or None when it is not traced."""
+        """The request's span (`name`: "proxy.websocket" for a session), or None when it is not traced;
+        `rollout_step`: the progressive rollout's 1-based step whose weights chose `backend` (0: none)."""
         parent = _CONTEXT.extract(headers, getter=_GET)
         sampled = trace.get_current_span(parent).get_span_context().trace_flags.sampled
         if not sampled:
@@ -158,6 +161,7 @@ class RequestTracing:
             {
                 "gitops.endpoint": endpoint,
                 "gitops.backend": backend,
+                "gitops.rollout_step": rollout_step,
                 "http.request.method": method,
                 "url.path": path,
             },

@@ -136,7 +136,8 @@ class WebSocketCarrier:
         served = snapshot.endpoints[route.endpoint]
         backend = served.pick(scope["headers"], self._rng)
         traced = None if self._tracing is None else self._tracing.begin(
-            served.name, backend, served.trace_sample, "GET", path, scope["headers"], "proxy.websocket"
+            served.name, backend, served.trace_sample, "GET", path, scope["headers"], "proxy.websocket",
+            served.rollout_step,
         )
         pool = snapshot.pools.get(backend)
         try:

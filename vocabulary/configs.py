@@ -721,6 +721,11 @@ class EndpointConfig(_Value):
     capture: CaptureConfig | None = Field(
         default=None, description="Record a share of the requests and their answers, redacted; none: nothing."
     )
+    rollout_step: int = Field(
+        default=0, ge=0,
+        description="Set by the controller, never by a file: the 1-based step of the progressive rollout whose "
+        "weights `traffic` holds (0: none runs), said by traces and capture records.",
+    )
 
     def backends(self) -> frozenset[str]:
         """Every backend this endpoint sends requests to: by weight, by match or as a shadow."""

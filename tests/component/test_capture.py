@@ -35,12 +35,13 @@ async def _answer_with_a_secret(request: WireRequest) -> WireResponse:
     return 200, [(b"content-type", b"application/json"), (b"set-cookie", b"session=abc123")], body.encode()
 
 
-def _app(tmp_path: Path, writer: CaptureWriter, **capture: Any) -> ProxyApp:
+def _app(tmp_path: Path, writer: CaptureWriter, rollout_step: int = 0, **capture: Any) -> ProxyApp:
     rng = random.Random(0)
     app = ProxyApp(FakeCaller(), ProxySettings(), rng, capture=writer)
     config = EndpointConfig(
         name="login", route="/login", traffic={"v1": 1.0},
         capture=CaptureConfig(**{"sample": 1.0, "sink": f"file://{tmp_path}/sink", "redact": RULES, **capture}),
+        rollout_step=rollout_step,
     )
     table = RouteTable(entries=(RouteEntry(route="/login", methods=("GET", "POST"), endpoint="login"),))
     replicas = replica_set("v1", [FakeReplica("r1", _answer_with_a_secret)]).model_copy(update={"commit": "c0ffee"})
@@ -88,6 +89,7 @@ def test_records_carry_the_commit_and_never_a_redacted_field(tmp_path: Path) -> 
         assert secret not in text, secret
     (record,) = _records(tmp_path / "sink")
     assert (record["endpoint"], record["backend"], record["replica"], record["commit"]) == ("login", "v1", "r1", "c0ffee")
+    assert record["rollout_step"] == 0  # no rollout runs
     assert record["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
     assert record["status"] == 200 and record["latency_ms"] >= 0
     request = json.loads(record["request"]["body"]["text"])
@@ -97,6 +99,15 @@ def test_records_carry_the_commit_and_never_a_redacted_field(tmp_path: Path) -> 
     assert dict(record["request"]["headers"])["authorization"] == "[redacted]"
     assert json.loads(record["response"]["body"]["text"])["token"] == "[redacted]"
     assert dict(record["response"]["headers"])["set-cookie"] == "[redacted]"
+
+
+def test_a_record_says_which_rollout_step_s_weights_chose_the_backend(tmp_path: Path) -> None:
+    writer = CaptureWriter("node1:0", random.Random(0))
+    app = _app(tmp_path, writer, rollout_step=3)  # the controller serves step 3's weights
+    assert asyncio.run(_post(app, b"{}")).status_code == 200
+    writer.close()
+    (record,) = _records(tmp_path / "sink")
+    assert record["rollout_step"] == 3
 
 
 def test_a_body_that_is_not_json_is_withheld_when_json_keys_are_redacted_and_bodies_are_cut(tmp_path: Path) -> None:

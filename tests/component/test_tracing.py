@@ -26,14 +26,18 @@ PARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
 UNSAMPLED = f"00-{TRACE_ID}-00f067aa0ba902b7-00"
 
 
-def _proxy(sample: float | None, exporter: InMemorySpanExporter, replica: FakeReplica) -> ProxyApp:
+def _proxy(
+    sample: float | None, exporter: InMemorySpanExporter, replica: FakeReplica, rollout_step: int = 0
+) -> ProxyApp:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     rng = random.Random(0)
     app = ProxyApp(FakeCaller(), ProxySettings(), rng, tracing=RequestTracing(provider.get_tracer("t"), rng))
     subscriptions = Subscriptions(ProxySettings(), rng)
     tracing = None if sample is None else TracingConfig(sample=sample)
-    config = EndpointConfig(name="echo", route="/echo", traffic={"v1": 1.0}, tracing=tracing)
+    config = EndpointConfig(
+        name="echo", route="/echo", traffic={"v1": 1.0}, tracing=tracing, rollout_step=rollout_step
+    )
     table = RouteTable(entries=(RouteEntry(route="/echo", methods=("GET", "POST"), endpoint="echo"),))
     replicas = replica_set("v1", [replica]).model_copy(update={"commit": "c0ffee"})
     app.install(subscriptions.apply({"routes": (1, table), "endpoint:echo": (2, config), "replicas:v1": (3, replicas)}))
@@ -65,12 +69,21 @@ def test_a_sampled_traceparent_is_followed_and_the_replica_gets_the_proxy_span_a
     assert attributes["gitops.backend"] == "v1"
     assert attributes["gitops.replica"] == "r1"
     assert attributes["gitops.commit"] == "c0ffee"
+    assert attributes["gitops.rollout_step"] == 0  # no rollout runs
     assert attributes["http.response.status_code"] == 200
     assert attributes["http.response.body.size"] == 2
     (seen,) = replica.seen
     assert _header(seen, b"traceparent") == f"00-{TRACE_ID}-{context.span_id:016x}-01"
     assert _header(seen, b"tracestate") == "vendor=1"
     assert "gitops.endpoint=echo" in (_header(seen, b"baggage") or "")
+
+
+def test_the_span_says_which_rollout_step_s_weights_chose_the_backend() -> None:
+    exporter = InMemorySpanExporter()
+    app = _proxy(None, exporter, FakeReplica("r1"), rollout_step=2)  # the controller serves step 2's weights
+    assert asyncio.run(_get(app, {"traceparent": PARENT})).status_code == 200
+    (span,) = exporter.get_finished_spans()
+    assert dict(span.attributes or {})["gitops.rollout_step"] == 2
 
 
 def test_without_a_sampled_parent_requests_are_traced_by_the_endpoints_share() -> None:
