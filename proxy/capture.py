@@ -10,9 +10,11 @@ the GIL from the request path as seldom as it can): the
 record is built and redacted (`proxy.redacting`), so nothing unredacted
 leaves the process, then appended as one JSON line to
 `DIR/<worker>-<YYYYMMDDHH>.jsonl` (UTC): one file per proxy worker per hour,
-a new one each hour. Counted: `gitops_capture_records_total{result=written|dropped}`
-(a record that cannot be written, e.g. an unwritable directory, counts as
-dropped and is logged once per directory).
+a new one each hour; or, for an `s3://BUCKET/PREFIX` sink, gathered into
+batched objects (`proxy.capture_s3`). Counted: `gitops_capture_records_total{result=written|dropped}`
+(a record that cannot be written, e.g. an unwritable directory or a store
+that refuses or cannot be reached, counts as dropped and is logged once per
+sink).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from datetime import datetime, UTC
 from typing import IO, Callable
 from urllib.parse import unquote, urlsplit
 
+from proxy.capture_s3 import S3Batches, StoreFor
 from proxy.redacting import Exchange, Redaction, capture_record
 from vocabulary.choosing import Random
 from vocabulary.configs import CaptureConfig
@@ -50,8 +53,10 @@ class CaptureWriter:
     """One proxy worker's capture: the draws, the bounded queue and the writer thread."""
 
     def __init__(
-        self, worker: str, rng: Random, counted: Counted | None = None, capacity: int = DEFAULT_CAPACITY
+        self, worker: str, rng: Random, counted: Counted | None = None, capacity: int = DEFAULT_CAPACITY,
+        store_for: StoreFor | None = None,
     ) -> None:
+        """`store_for`: a bucket's object store for `s3://` sinks (default: obstore's S3 with the AWS_* variables)."""
         self._worker = "".join(c if c.isalnum() or c in "-_" else "_" for c in worker)
         self._rng = rng
         self._counted = counted or (lambda result: None)
@@ -60,6 +65,9 @@ class CaptureWriter:
         self._redactions: dict[int, tuple[CaptureConfig, Redaction]] = {}
         self._files: dict[str, tuple[str, IO[str]]] = {}  # directory -> (hour, open file)
         self._failed: set[str] = set()
+        self._s3 = S3Batches(self._worker, self._counted) if store_for is None else S3Batches(
+            self._worker, self._counted, store_for
+        )
 
     # --- the request path --------------------------------------------------------
 
@@ -73,9 +81,8 @@ class CaptureWriter:
         held = self._redactions.get(id(config))
         if held is None or held[0] is not config:
             held = self._redactions[id(config)] = (config, Redaction.of(config))
-        return Exchange(
-            endpoint, backend, request, time.time(), held[1], sink_directory(config.sink), rollout_step=rollout_step
-        )
+        sink = config.sink if config.sink.startswith("s3://") else sink_directory(config.sink)
+        return Exchange(endpoint, backend, request, time.time(), held[1], sink, rollout_step=rollout_step)
 
     def offer(self, exchange: Exchange) -> None:
         """Hand a finished exchange to the writer; dropped (and counted) when the queue is full."""
@@ -92,7 +99,11 @@ class CaptureWriter:
     def _write_forever(self) -> None:
         stopping = False
         while not stopping:
-            exchange: Exchange | None = self._queue.get()
+            try:  # an S3 batch waiting to leave wakes the thread in time; else nothing does
+                exchange: Exchange | None = self._queue.get(timeout=self._s3.wait_s(time.monotonic()))
+                idle = False
+            except queue.Empty:
+                exchange, idle = None, True
             while exchange is not None:  # everything queued, in one go
                 self._write(exchange)
                 try:
@@ -100,10 +111,11 @@ class CaptureWriter:
                 except queue.Empty:
                     break
             else:
-                stopping = True
+                stopping = not idle  # None is the stop sign
             for _, file in self._files.values():
                 file.flush()
-            if not stopping:
+            self._s3.send_due(time.monotonic(), everything=stopping)
+            if not stopping and not idle:
                 # Woken at most this often: each wake-up takes the GIL from the request path.
                 time.sleep(BATCH_PAUSE_S)
         for _, file in self._files.values():
@@ -111,8 +123,11 @@ class CaptureWriter:
         self._files.clear()
 
     def _write(self, exchange: Exchange) -> None:
+        line = json.dumps(capture_record(exchange, self._worker), ensure_ascii=True)
+        if exchange.sink.startswith("s3://"):
+            self._s3.add(exchange.sink, line, time.monotonic())  # counted once its object is sent
+            return
         try:
-            line = json.dumps(capture_record(exchange, self._worker), ensure_ascii=True)
             self._file(exchange.sink).write(line + "\n")
         except OSError as error:
             if exchange.sink not in self._failed:

@@ -627,9 +627,13 @@ def _redaction_shape(rules: Sequence[str]) -> Sequence[str]:
 
 
 def _sink_shape(sink: str) -> str:
-    if not sink.startswith("file:///"):
-        raise ValueError(f"{sink!r}: a capture sink is a directory as 'file:///ABSOLUTE/PATH'")
-    return sink
+    if sink.startswith("file:///"):
+        return sink
+    if sink.startswith("s3://") and sink[len("s3://"):].split("/", 1)[0]:
+        return sink
+    raise ValueError(
+        f"{sink!r}: a capture sink is a directory as 'file:///ABSOLUTE/PATH' or an S3 bucket as 's3://BUCKET/PREFIX'"
+    )
 
 
 # `json:` redaction paths: `$` then one or more `.key` (letters, digits, `_` and `-`).
@@ -642,7 +646,8 @@ class CaptureConfig(_Value):
     sample: float = Field(default=0.1, ge=0, le=1, description="Share of requests recorded.")
     sink: Annotated[str, AfterValidator(_sink_shape)] = Field(
         description="Where records go: 'file:///DIR', a directory on each proxy's node (JSON Lines, one file "
-        "per proxy worker per hour)."
+        "per proxy worker per hour), or 's3://BUCKET/PREFIX' (batched JSON Lines objects; the node's AWS_* "
+        "credentials, as for models)."
     )
     max_body_bytes: int = Field(
         default=65536, ge=0, description="Bodies are cut beyond this many bytes (after redaction), and the record "

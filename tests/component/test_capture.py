@@ -169,7 +169,8 @@ def test_an_unwritable_sink_drops_and_counts(tmp_path: Path) -> None:
 @pytest.mark.parametrize("field,value,says", [
     ("redact", ["header:"], "neither 'header:NAME' nor 'json:"),
     ("redact", ["json:password"], "neither 'header:NAME' nor 'json:"),
-    ("sink", "s3://bucket/prefix", "a capture sink is a directory as 'file:///"),
+    ("sink", "s3:///prefix", "or an S3 bucket as 's3://BUCKET/PREFIX'"),
+    ("sink", "gs://bucket/prefix", "a capture sink is a directory as 'file:///"),
     ("sink", "/var/capture", "a capture sink is a directory as 'file:///"),
 ])
 def test_bad_capture_settings_are_refused_with_the_reason(field: str, value: Any, says: str) -> None:
