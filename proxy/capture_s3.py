@@ -51,7 +51,7 @@ def _store(bucket: str) -> S3Store:
 @dataclass
 class _Batch:
     opened_at: float
-    lines: list[str] = field(default_factory=list)
+    lines: list[bytes] = field(default_factory=list)
     size: int = 0
 
 
@@ -67,7 +67,7 @@ class S3Batches:
         self._sent = 0
         self._failed: set[str] = set()
 
-    def add(self, sink: str, line: str, now: float) -> None:
+    def add(self, sink: str, line: bytes, now: float) -> None:
         """Queue one record's line for `sink`; the batch leaves once it is full."""
         batch = self._batches.get(sink)
         if batch is None:
@@ -98,7 +98,7 @@ class S3Batches:
             store = self._stores.get(parts.netloc)
             if store is None:
                 store = self._stores[parts.netloc] = self._store_for(parts.netloc)
-            obstore.put(store, key, "".join(line + "\n" for line in batch.lines).encode())
+            obstore.put(store, key, b"".join(line + b"\n" for line in batch.lines))
         except Exception as error:  # noqa: BLE001 — obstore's errors: the batch is dropped, counted and logged
             if sink not in self._failed:
                 self._failed.add(sink)
