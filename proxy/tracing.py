@@ -84,6 +84,10 @@ class CountedExporter(SpanExporter):
         return self._inner.force_flush(timeout_millis)
 
 
+# The last two hex digits of a `traceparent` whose sampled bit is set.
+_SAMPLED_FLAGS = frozenset(f"{flags:02x}".encode() for flags in range(1, 256, 2)) | frozenset(
+    f"{flags:02X}".encode() for flags in range(1, 256, 2)
+)
 _GET = _HeaderGetter()
 _SET = _DictSetter()
 _CONTEXT = TraceContextTextMapPropagator()
@@ -147,8 +151,13 @@ class RequestTracing:
     ) -> Traced | None:
         """The request's span (`name`: "proxy.websocket" for a session), or None when it is not traced;
         `rollout_step`: the progressive rollout's 1-based step whose weights chose `backend` (0: none)."""
-        parent = _CONTEXT.extract(headers, getter=_GET)
-        sampled = trace.get_current_span(parent).get_span_context().trace_flags.sampled
+        # The W3C header is parsed only when there is one that says sampled (flags' low bit):
+        # most requests carry none, and a draw against `sample` is all they cost.
+        flags = next((value.strip()[-2:] for name, value in headers if name == b"traceparent"), b"")
+        sampled = False
+        if flags in _SAMPLED_FLAGS:
+            parent = _CONTEXT.extract(headers, getter=_GET)
+            sampled = trace.get_current_span(parent).get_span_context().trace_flags.sampled
         if not sampled:
             if sample <= 0 or self._rng.random() >= sample:
                 return None
