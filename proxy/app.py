@@ -274,6 +274,8 @@ class ProxyApp:
                 body = b""
             if served.steering.reads_body:
                 backend = served.pick(scope["headers"], self._rng, body)  # JSON match rules read the body
+                if traced is not None:
+                    traced.span.set_attribute("gitops.backend", backend)
             headers = with_root_path(_end_to_end(scope["headers"]), route.prefix)
             if traced is not None:
                 headers = traced.carry(headers)

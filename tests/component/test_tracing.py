@@ -18,7 +18,7 @@ from proxy.subscriptions import Subscriptions
 from proxy.tracing import RequestTracing
 from replica.tracing import ReplicaTracing
 from tests.component.test_proxy_app import FakeCaller, FakeReplica, replica_set
-from vocabulary.configs import EndpointConfig, RouteEntry, RouteTable, TracingConfig
+from vocabulary.configs import EndpointConfig, MatchRule, RouteEntry, RouteTable, TracingConfig
 from vocabulary.wire import WireRequest, WireResponse
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -84,6 +84,30 @@ def test_the_span_says_which_rollout_step_s_weights_chose_the_backend() -> None:
     assert asyncio.run(_get(app, {"traceparent": PARENT})).status_code == 200
     (span,) = exporter.get_finished_spans()
     assert dict(span.attributes or {})["gitops.rollout_step"] == 2
+
+
+def test_the_span_names_the_backend_a_json_match_rule_chose_from_the_body() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    rng = random.Random(0)
+    app = ProxyApp(FakeCaller(), ProxySettings(), rng, tracing=RequestTracing(provider.get_tracer("t"), rng))
+    config = EndpointConfig(name="echo", route="/echo", traffic={"v1": 1.0, "v2": 0.0},
+                            match=[MatchRule(json_field="model", value="big", backend="v2")])
+    table = RouteTable(entries=(RouteEntry(route="/echo", methods=("GET", "POST"), endpoint="echo"),))
+    app.install(Subscriptions(ProxySettings(), rng).apply({
+        "routes": (1, table), "endpoint:echo": (2, config),
+        "replicas:v1": (3, replica_set("v1", [FakeReplica("r1")])), "replicas:v2": (4, replica_set("v2", [FakeReplica("r2")])),
+    }))
+
+    async def post() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+            return await client.post("/echo", content=b'{"model": "big"}', headers={"traceparent": PARENT})
+
+    assert asyncio.run(post()).text == "r2"
+    (span,) = exporter.get_finished_spans()
+    attributes = dict(span.attributes or {})
+    assert (attributes["gitops.backend"], attributes["gitops.replica"]) == ("v2", "r2")
 
 
 def test_without_a_sampled_parent_requests_are_traced_by_the_endpoints_share() -> None:
