@@ -51,14 +51,14 @@ def test_records_carry_the_commit_and_no_planted_secret(served: tuple[ShippedExa
         response = httpx.post(examples.url + "/capture-echo", content=body, headers=headers, timeout=30)
         assert response.status_code == 200 and "hunter2-password" in response.text  # the client's answer is whole
     deadline = time.monotonic() + 30
-    while len(_records(sink)) < 3:
+    while len([r for r in _records(sink) if r["endpoint"] == "capture-echo"]) < 3:
         assert time.monotonic() < deadline, f"records: {_records(sink)}"
         time.sleep(0.2)
     text = "".join(path.read_text() for path in sink.glob("*.jsonl"))
     for secret in SECRETS:
         assert secret not in text, secret
-    records = _records(sink)
-    assert all(r["commit"] == "abcdef1234" and r["endpoint"] == "capture-echo" for r in records)
+    records = [r for r in _records(sink) if r["endpoint"] == "capture-echo"]
+    assert len(records) == 3 and all(r["commit"] == "abcdef1234" for r in records)
     assert all(r["backend"] == "capture-echo" and r["replica"] and r["status"] == 200 for r in records)
     request = json.loads(records[0]["request"]["body"]["text"])
     assert request == {"user": "ada", "password": "[redacted]", "card": {"number": "[redacted]"}}
@@ -67,4 +67,30 @@ def test_records_carry_the_commit_and_no_planted_secret(served: tuple[ShippedExa
         [sys.executable, "-m", "gitops", "capture", "grep", "--commit", "abcdef12", "--sink", f"file://{sink}"],
         capture_output=True, text=True, timeout=60, check=True,
     )
-    assert len(found.stdout.splitlines()) == len(records)
+    assert len(found.stdout.splitlines()) == len(records)  # the ticker's commit is another
+
+
+def test_a_streamed_answer_is_recorded_with_its_chunks_its_bytes_and_its_start(
+    served: tuple[ShippedExamples, Path],
+) -> None:
+    examples, sink = served
+    examples.backend("ticker", "capture-ticker", commit="5eed5eed99")
+    config = examples.state.endpoints["ticker"].model_copy(update={
+        "name": "capture-ticker", "route": "/capture-ticker", "traffic": {"capture-ticker": 1.0},
+        "capture": CaptureConfig(sample=1.0, sink=f"file://{sink}", max_body_bytes=16),
+    })
+    met(examples.client, run(examples.client.apply_endpoint(config)))
+    response = httpx.get(examples.url + "/capture-ticker?count=4&interval_s=0.05", timeout=30)
+    assert response.status_code == 200 and response.text.count("data: ") == 4
+
+    def streamed() -> list[dict[str, Any]]:
+        return [r for r in _records(sink) if r["endpoint"] == "capture-ticker"]
+
+    deadline = time.monotonic() + 30
+    while not streamed():
+        assert time.monotonic() < deadline, f"records: {_records(sink)}"
+        time.sleep(0.2)
+    (record,) = streamed()
+    assert (record["kind"], record["status"], record["commit"]) == ("stream", 200, "5eed5eed99")
+    assert record["stream"]["bytes"] == len(response.content) and record["stream"]["chunks"] >= 2
+    assert record["response"]["body"] == {"text": response.text[:16], "bytes": len(response.content), "truncated": True}
