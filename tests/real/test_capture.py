@@ -94,3 +94,39 @@ def test_a_streamed_answer_is_recorded_with_its_chunks_its_bytes_and_its_start(
     assert (record["kind"], record["status"], record["commit"]) == ("stream", 200, "5eed5eed99")
     assert record["stream"]["bytes"] == len(response.content) and record["stream"]["chunks"] >= 2
     assert record["response"]["body"] == {"text": response.text[:16], "bytes": len(response.content), "truncated": True}
+
+
+def test_a_websocket_session_is_recorded_with_its_messages_each_way(served: tuple[ShippedExamples, Path]) -> None:
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    examples, sink = served
+    examples.backend("notes", "capture-notes", commit="0dd5e55101")
+    config = examples.state.endpoints["notes"].model_copy(update={
+        "name": "capture-notes", "route": "/capture-notes", "traffic": {"capture-notes": 1.0},
+        "capture": CaptureConfig(sample=1.0, sink=f"file://{sink}"),
+    })
+    met(examples.client, run(examples.client.apply_endpoint(config)))
+    url = examples.url.replace("http://", "ws://") + "/capture-notes/chat"
+    with connect(url, open_timeout=10, additional_headers={"cookie": "session=planted-ws-cookie"}) as socket:
+        greeting = socket.recv(timeout=10)
+        socket.send("one")
+        assert socket.recv(timeout=10) == "echo: one"
+        socket.send("bye")
+        with pytest.raises(ConnectionClosed):
+            socket.recv(timeout=10)
+
+    def sessions() -> list[dict[str, Any]]:
+        return [r for r in _records(sink) if r["endpoint"] == "capture-notes"]
+
+    deadline = time.monotonic() + 30
+    while not sessions():
+        assert time.monotonic() < deadline, f"records: {_records(sink)}"
+        time.sleep(0.2)
+    (record,) = sessions()
+    assert (record["kind"], record["status"], record["commit"]) == ("websocket", 101, "0dd5e55101")
+    client, app = record["websocket"]["client"], record["websocket"]["app"]
+    assert (client["messages"], client["bytes"]) == (2, len("one") + len("bye"))
+    assert [m["text"] for m in client["first"]] == ["one", "bye"]
+    assert (app["messages"], app["bytes"]) == (2, len(greeting) + len("echo: one"))
+    assert "planted-ws-cookie" not in json.dumps(record)
