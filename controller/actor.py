@@ -76,6 +76,8 @@ class ControllerOptions:
     # (`set_prometheus_url`, its --prometheus-url) says otherwise; None: nowhere.
     prometheus_url: str | None = None
     prometheus_timeout_s: float = 5.0
+    # Where proxies and replicas export their spans (OTLP/HTTP, `http://HOST:4318`); None: no tracing.
+    otlp_endpoint: str | None = None
     proxy_check_s: float = 1.0
     longpoll_timeout_s: float = 30.0
     # Each node's model cache (`replica.models`): its directory (None: a node-local
@@ -153,7 +155,7 @@ def _ray_storage(namespace: str) -> Storage:
 def _ray_adapter(namespace: str, secrets: SecretKeeper, options: ControllerOptions) -> ClusterAdapter:
     from controller.ray_adapter import RayAdapter
 
-    adapter = RayAdapter(namespace)
+    adapter = RayAdapter(namespace, options.otlp_endpoint)
     adapter.use_secrets(secrets)
     adapter.use_model_cache(options.model_cache_dir, options.model_cache_bytes)
     return adapter

@@ -145,9 +145,11 @@ class _Proxy:
 
 
 class RayAdapter:
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, otlp_endpoint: str | None = None) -> None:
+        """`otlp_endpoint`: where the proxies and replicas it starts export their spans (None: off)."""
         self.namespace = namespace
         self._model_cache: tuple[str | None, int | None] = (None, None)
+        self._otlp_endpoint = otlp_endpoint
         self._handles: dict[str, ActorHandle[Any]] = {}
         self._starts: dict[str, _Call] = {}
         self._nodes: dict[str, str] = {}
@@ -333,7 +335,7 @@ class RayAdapter:
         handle = cls.remote(
             config.name, effect.replica_id, config.version, config.import_path,
             tuple(config.init_args), dict(config.init_kwargs), config.user_config,
-            namespace=self.namespace, commit=config.commit,
+            namespace=self.namespace, commit=config.commit, otlp_endpoint=self._otlp_endpoint,
             **_model_arguments(config, self._model_cache),
             **_memory_argument(config),
         )
@@ -501,7 +503,7 @@ class RayAdapter:
         handle = cls.remote(
             spec.controller_name, self.namespace, node_id, spec.host, spec.port,
             metrics_port=spec.metrics_port, worker=effect.worker, shared_dir=self._shared_dir(node_id),
-            model_cache_dir=self._model_cache[0],
+            model_cache_dir=self._model_cache[0], otlp_endpoint=self._otlp_endpoint,
         )
         return _Proxy(handle, _call(_proxy(handle).call(ProxyAPI.ready)))
 

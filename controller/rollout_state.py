@@ -67,14 +67,18 @@ class RolloutState:
             held[(reading.check, reading.backend)] = reading
 
     def served(self, config: EndpointConfig) -> EndpointConfig:
-        """The config the proxies serve: git's, with the rollout's weights while one runs."""
+        """The config the proxies serve: git's, with the rollout's weights and its
+        1-based step (`rollout_step`, for traces and capture) while one runs."""
         rollout = self._rollouts.get(config.name)
         if rollout is None:
             return config
         # Backends of git's split stay in at weight 0: proxies keep their replicas
         # at hand, and the endpoint's goal sees every backend it names served.
         weights = {**{backend: 0.0 for backend in config.traffic}, **rollout.weights()}
-        return config if weights == config.traffic else config.model_copy(update={"traffic": weights})
+        step = rollout.display_step()
+        if weights == config.traffic and step == config.rollout_step:
+            return config
+        return config.model_copy(update={"traffic": weights, "rollout_step": step})
 
     def record(self, proxy: str, requests: Mapping[str, Any]) -> None:
         """A proxy's cumulative counts (`RequestStats` as JSON) from its load report."""
@@ -82,7 +86,7 @@ class RolloutState:
         self._totals = self._totals.absorb(proxy, report)
 
     def tick(self, now: float) -> list[str]:
-        """Advance every rollout; the endpoints whose served weights changed."""
+        """Advance every rollout; the endpoints whose served weights or step changed."""
         moved: list[str] = []
         for name, rollout in list(self._rollouts.items()):
             decision = advance(rollout, self._totals.totals, now, self._readings.get(name))
@@ -93,7 +97,8 @@ class RolloutState:
                 continue
             if decision.rollout.phase != rollout.phase or decision.rollout.step != rollout.step:
                 logger.info("rollout %s", decision.rollout.message())
-            if decision.rollout.weights() != rollout.weights():
+            moved_on = decision.rollout.display_step() != rollout.display_step()
+            if moved_on or decision.rollout.weights() != rollout.weights():
                 moved.append(name)
             self._set(name, decision.rollout)
         return moved

@@ -115,6 +115,15 @@ name = "error-share"
 query = 'sum(rate(gitops_http_requests_total{endpoint="$endpoint",backend="$backend",code=~"5.."}[$interval])) / sum(rate(gitops_http_requests_total{endpoint="$endpoint",backend="$backend"}[$interval]))'
 max = 0.01
 
+[endpoints.echo.tracing]
+sample = 0.01
+
+[endpoints.echo.capture]
+sample = 0.1
+sink = "file:///var/lib/gitops/capture"
+max_body_bytes = 65536
+redact = ["header:x-api-key", "json:$.password", "json:$.card.number"]
+
 [secrets.db]
 file = "secrets/db.age"
 

@@ -21,7 +21,9 @@ installed.
 - Doing: `applying` (a plan against the goal API), `agent` (the reconcile
   loop), `ticks` (one tick as a value, and what is written from it),
   `history` (the SQLite ledger), `quarantine_file`, `statedir`, `metrics`,
-  `logs`, `redaction` (secrets kept out of everything shown), `secrets`
+  `logs`, `apply_traces` (an applied commit's stages and goals as a
+  trace) and `tracing` (sent over OTLP), `redaction` (secrets kept out of
+  everything shown), `secrets`
   (the commit's age-encrypted secrets decrypted and sent to the controller
   sealed: docs/secrets.md),
   `notifications/`.

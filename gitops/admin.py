@@ -3,7 +3,8 @@
 Owns the routes of the admin API and how they map onto the agent: `GET /`
 (the status page), `GET /status`, `GET /history`, `GET /metrics`,
 `GET /healthz`, `GET /logs/BACKEND[?since=T&cursors=JSON]` (its replicas'
-own output, redacted), `POST /sync`, `/suspend`, `/resume`, `/rollback[?commit=SHA]`, and `POST /hooks/git`,
+own output, redacted), `GET /traces?commit=SHA` (the agent's kept apply traces),
+`POST /sync`, `/suspend`, `/resume`, `/rollback[?commit=SHA]`, and `POST /hooks/git`,
 which only wakes the agent to fetch (the payload is never read for specs)
 and only with a valid GitHub-style signature, once per delivery. Every
 request passes `gitops.access.check` first (token, Host, Origin).
@@ -105,9 +106,11 @@ def build_app(
     shadow_mismatches: Callable[[], Awaitable[dict[str, Any]]] | None = None,
     replica_output: ReplicaOutputReader | None = None,
     override_window: Callable[[str], None] | None = None,
+    apply_traces: Callable[[str], list[Any]] | None = None,
 ) -> ASGIApp:
     """The admin app behind `policy`; `sync` and `webhook_fetch` wake the agent;
-    `shadow_mismatches` gathers the proxies' samples (`gitops.shadow_mismatches`).
+    `shadow_mismatches` gathers the proxies' samples (`gitops.shadow_mismatches`);
+    `apply_traces` answers a commit's kept apply traces (`gitops.apply_traces.TraceRing`).
 
     Without `webhook` (no secret, or the webhook on its own listener)
     `/hooks/git` answers 404 here.
@@ -178,6 +181,12 @@ def build_app(
             return _error(404, str(error))
         return JSONResponse({"replicas": [_redacted(output).model_dump(mode="json") for output in found]})
 
+    async def traces(request: Request) -> Response:
+        commit = request.query_params.get("commit", "").lower()
+        if len(commit) < 4 or any(c not in "0123456789abcdef" for c in commit):
+            return _error(400, "commit must be 4 or more hex digits of a commit")
+        return JSONResponse({"traces": apply_traces(commit) if apply_traces is not None else []})
+
     async def hook(request: Request) -> Response:
         if webhook is None:
             return _error(404, "no webhook on this listener (it needs --webhook-secret-file; "
@@ -195,6 +204,7 @@ def build_app(
         Route("/rollback", do_rollback, methods=["POST"]),
         Route("/shadow/mismatches", mismatches),
         Route("/logs/{backend}", logs),
+        Route("/traces", traces),
         Route("/hooks/git", hook, methods=["POST"]),
     ]
     async def status_page(request: Request) -> Response:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 from gitops.applying import ApplyResult, Deadlines, Progress, apply
+from gitops.apply_traces import StageClock, TraceSink, apply_trace
 from gitops.errors import ErrorKind, SourceError
 from gitops.history import History
 from gitops.outcomes import HistoryEntry, Outcome
@@ -137,9 +138,12 @@ class Agent:
         log: Logger = _LOG,  # every event (reconcile, progress, errors) with its fields
         notifier: Notifier | None = None,  # told each tick's outcome; never waited for
         duties: EnvironmentDuties | None = None,  # --environment: sync windows and promotion
+        traces: TraceSink | None = None,  # given each applied commit's trace (gitops.apply_traces)
     ) -> None:
         self._notifier = notifier
         self._duties = duties
+        self._traces = traces
+        self._stages = StageClock()
         self._source = source
         self._client = client
         self._history = history
@@ -340,7 +344,9 @@ class Agent:
         self.ticks += 1
         clock = time.monotonic()
         report = TickReport(triggers=triggers, full=full, started_at=time.time())
-        report = await self._fetch(report)
+        self._stages.reset()
+        with self._stages.timed("fetch"):
+            report = await self._fetch(report)
         if report.revision is not None:
             last = self._history.last()
             if (last is None or last.commit != report.revision.sha) and self._announced != report.revision.sha:
@@ -434,29 +440,32 @@ class Agent:
         assert revision is not None
         if revision.unverified:
             return replace(report, reconciled_at=time.time())  # not applied: see its history row
-        tree = await asyncio.to_thread(self._source.tree, revision)
-        loaded = await asyncio.to_thread(self._load, tree, self._settings.spec_path)
+        with self._stages.timed("load"):
+            tree = await asyncio.to_thread(self._source.tree, revision)
+            loaded = await asyncio.to_thread(self._load, tree, self._settings.spec_path)
         report = replace(report, loaded=loaded)
         if not loaded.ok or loaded.state is None:
             errors = tuple(TickError(Stage.LOAD, ErrorKind.STALLED, str(e)) for e in loaded.errors)
             return replace(report, errors=report.errors + errors, reconciled_at=time.time())
         if self._duties is not None and self._held_by_window(loaded, revision):
             return replace(report, reconciled_at=time.time())  # no outcome: nothing recorded, the status says Held
-        try:
-            actual = await self._client.get_state()
-        except Exception as error:  # noqa: BLE001 — reported in status, retried with backoff
-            return _failed(report, Stage.CONTROLLER, ErrorKind.RETRY, f"controller unavailable: {error}")
-        refused = prune_refusal(loaded.state, actual, revision.prune_all)
-        if refused is not None:  # a spec error of the whole tree: ValidationFailed, history `invalid`
-            spec_error = SpecError(self._settings.spec_path, 1, 1, refused)
-            refusal = TickError(Stage.LOAD, ErrorKind.STALLED, str(spec_error))
-            return replace(report, loaded=LoadResult(None, (spec_error,)), actual=actual,
-                           errors=report.errors + (refusal,), reconciled_at=time.time())
-        plan = self._plan(loaded.state, actual)
+        with self._stages.timed("plan"):
+            try:
+                actual = await self._client.get_state()
+            except Exception as error:  # noqa: BLE001 — reported in status, retried with backoff
+                return _failed(report, Stage.CONTROLLER, ErrorKind.RETRY, f"controller unavailable: {error}")
+            refused = prune_refusal(loaded.state, actual, revision.prune_all)
+            if refused is not None:  # a spec error of the whole tree: ValidationFailed, history `invalid`
+                spec_error = SpecError(self._settings.spec_path, 1, 1, refused)
+                refusal = TickError(Stage.LOAD, ErrorKind.STALLED, str(spec_error))
+                return replace(report, loaded=LoadResult(None, (spec_error,)), actual=actual,
+                               errors=report.errors + (refusal,), reconciled_at=time.time())
+            plan = self._plan(loaded.state, actual)
         report = replace(report, actual=actual, plan=plan)
         if not plan:
             return replace(report, reconciled_at=time.time())
-        return await self._apply(report, revision, plan, actual)
+        with self._stages.timed("apply"):
+            return await self._apply(report, revision, plan, actual)
 
     async def _apply(self, report: TickReport, revision: Revision, plan: Plan, actual: ServingState) -> TickReport:
         last_applied = self._history.last_applied()
@@ -598,6 +607,11 @@ class Agent:
             status = self.status().status.value
             watched = self._watched.sha if self._watched else None
             self._notifier.observe(notification_outcome(report, recorded, status, watched, self._source.branch))
+        if self._traces is not None and report.applied is not None and report.revision is not None:
+            applied = report.applied
+            self._traces.record(
+                apply_trace(report.revision.sha, applied.outcome.value, self._stages.stages, applied.goals, applied.error)
+            )
         # After the tick's own result went out, so a rollback is announced after what caused it.
         self._revert(recorded)
         self.reconciled.set()

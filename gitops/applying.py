@@ -67,6 +67,8 @@ class GoalTook:
 
     kind: ActionKind
     seconds: float
+    name: str = ""  # the backend or endpoint
+    started_at: float = 0.0  # seconds since the epoch, when its wait began (for the apply's trace)
 
 
 @dataclass(frozen=True)
@@ -265,7 +267,7 @@ class _Run:
             raise ApplyError(action, f"controller refused: {_reason(error)}") from None
 
     async def _wait(self, action: Action, goal_id: str) -> Action:
-        started = time.monotonic()
+        started, started_at = time.monotonic(), time.time()
         deadline = started + self._deadlines.for_kind(action.kind)
         while True:
             remaining = deadline - time.monotonic()
@@ -279,7 +281,7 @@ class _Run:
                 break
             await self._check_superseded()
         elapsed = time.monotonic() - started
-        self.goals.append(GoalTook(action.kind, elapsed))
+        self.goals.append(GoalTook(action.kind, elapsed, action.name, started_at))
         settled = _settled(action, result)
         if action.kind.is_backend and elapsed >= _SLOW_GOAL_S:
             self._on_progress(Progress(ProgressKind.DONE, (action,), elapsed))

@@ -110,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--prometheus-url", default=None, metavar="URL",
         help="Prometheus asked the rollouts' [[rollout.metrics]] PromQL checks (default: none; such a step holds)",
     )
+    run.add_argument(
+        "--otlp-endpoint", default=None, metavar="URL",
+        help="export traces of the proxies, replicas and applies there, over OTLP/HTTP protobuf "
+        "(http://HOST:4318; default: $OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing)",
+    )
     run.add_argument("--admin-host", default="127.0.0.1", help="address of the admin API, status page and /metrics")
     run.add_argument("--admin-port", type=int, default=8001, help="port of the admin API")
     run.add_argument(
@@ -250,6 +255,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reset.set_defaults(func=_command("reset", "reset_controller_command"))
 
+    capture = verb("capture", "read the request/response records of a file capture sink")
+    capture_verbs = capture.add_subparsers(
+        dest="capture_verb", metavar="{tail,grep}", required=True,
+        help="tail: an endpoint's newest records; grep: the records of a commit",
+    )
+    tail = capture_verbs.add_parser(
+        "tail", help="the newest records of ENDPOINT, oldest first", description="the newest records of ENDPOINT",
+    )
+    tail.add_argument("endpoint", metavar="ENDPOINT", help="the endpoint's name")
+    tail.add_argument("-n", "--lines", type=int, default=10, help="how many records (default 10)")
+    grep = capture_verbs.add_parser(
+        "grep", help="the records answered by a commit's replicas", description="the records of a commit",
+    )
+    grep.add_argument("--commit", required=True, metavar="SHA", help="the commit (4 or more hex digits)")
+    grep.add_argument("--endpoint", default=None, help="only this endpoint's records")
+    for reader in (tail, grep):
+        reader.add_argument(
+            "--sink", required=True, metavar="SINK",
+            help="the endpoint's capture sink: file:///DIR (or DIR), as in its [capture] table",
+        )
+    capture.set_defaults(func=_command("capture", "capture_command"))
+
     schema = verb("schema", "the JSON Schema of the spec format, for editors")
     schema.set_defaults(func=_command("schema", "schema_command"))
 
@@ -260,10 +287,13 @@ def build_parser() -> argparse.ArgumentParser:
         ("suspend", "pause reconciliation"),
         ("resume", "resume reconciliation"),
         ("rollback", "apply the last applied (or given) commit and hold the newer ones back"),
+        ("trace", "the spans of a commit's apply (fetch, load, plan, apply, each goal), as the agent kept them"),
     ]:
         admin = verb(name, help_text)
         if name == "rollback":
             admin.add_argument("commit", nargs="?", default=None, help="a commit applied before (default: the last)")
+        if name == "trace":
+            admin.add_argument("commit", metavar="COMMIT", help="the commit (4 or more hex digits)")
         if name == "status":
             admin.add_argument(
                 "--exit-code", action="store_true",

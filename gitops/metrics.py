@@ -137,6 +137,13 @@ class AgentMetrics:
         self._git_fetches = Counter(
             "gitops_git_fetch", "Git fetches by result.", ["result"], registry=r
         )
+        self._spans = Counter(
+            "gitops_trace_spans",
+            "Spans of the agent's apply traces sent to the OTLP endpoint (--otlp-endpoint), by result: "
+            "exported, or failed (refused or unreachable; those spans are lost).",
+            ["result"],
+            registry=r,
+        )
         self._verifications = Counter(
             "gitops_commit_verification",
             "Signature verdicts of attempted commits (--verify-commits).",
@@ -262,6 +269,10 @@ class AgentMetrics:
     def rolled_back(self, reason: str) -> None:
         """The agent went back to an earlier commit (`gitops.rollback.RollbackReason`)."""
         self._rollbacks.labels(reason=reason).inc()
+
+    def spans_sent(self, result: str, count: int) -> None:
+        """Apply-trace spans exported or failed (`gitops.tracing`, on the exporter's thread)."""
+        self._spans.labels(result=result).inc(count)
 
     def notification_finished(self, provider: str, result: str) -> None:
         """One notification delivered, given up on, or dropped (`gitops.notifications`)."""

@@ -26,7 +26,11 @@ Map (layers import only downward):
   secret across nodes), `replica_calls` (the one call stack: frames when
   connected, else coalesced Ray calls, both injected);
 - request path: `app` (ASGI), `streaming` (streamed answers), `websockets`
-  (a WebSocket carried to one replica for its lifetime), `metrics` (its
+  (a WebSocket carried to one replica for its lifetime), `tracing` (head
+  sampling and the request span, exported over OTLP), `capture` (sampled
+  request/response records, a bounded queue and the writer thread) with
+  `redacting` (what a record says, redacted: pure) and `capture_s3` (an
+  `s3://` sink's batched objects, with obstore), `metrics` (its
   Prometheus recorder and the port they are scraped from), `model_metrics`
   (the node's model cache metrics, read from its stats file), `shared_ports`
   (ports one node's workers share), `node_mismatches` (a node's shadow

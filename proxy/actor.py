@@ -40,6 +40,8 @@ from proxy.node_mismatches import NodeMismatchLog
 from proxy.raycalls import RayCaller
 from proxy.settings import ProxySettings
 from proxy.shared_buckets import SharedBuckets
+from proxy.tracing import RequestTracing, SpansSent, exporting_tracer
+from proxy.capture import CaptureWriter
 from proxy.subscriptions import Subscriptions
 from vocabulary.goal_api import proxy_id
 
@@ -64,6 +66,7 @@ class ProxyActor:
         worker: int = 0,
         shared_dir: str | None = None,
         model_cache_dir: str | None = None,
+        otlp_endpoint: str | None = None,
     ) -> None:
         settings = settings or ProxySettings()
         rng = random.Random()
@@ -74,6 +77,7 @@ class ProxyActor:
         self._metrics = (
             _serve_metrics(host, metrics_port, files, model_cache_dir) if metrics_port is not None else None
         )
+        self._capture = CaptureWriter(me, rng, self._metrics.capture_record if self._metrics is not None else None)
         self._app = ProxyApp(
             RayCaller(
                 settings.max_calls_per_replica,
@@ -85,6 +89,8 @@ class ProxyActor:
             self._metrics,
             _node_mismatches(files) if files is not None else None,
             SharedBuckets(files) if files is not None else None,
+            _tracing(otlp_endpoint, rng, self._metrics.spans_sent if self._metrics is not None else None),
+            self._capture,
         )
         link = ControllerLink(controller_name, namespace)
         configured = asyncio.Event()
@@ -144,6 +150,7 @@ class ProxyActor:
             task.cancel()
         await self._server.shutdown(_SHUTDOWN_GRACE_S)
         await self._app.stop_shadows()
+        await asyncio.to_thread(self._capture.close)  # the records queued are written
         self._socket.close()
         if self._metrics is not None:
             self._metrics.close()
@@ -200,3 +207,10 @@ def _bind(host: str, port: int, shared_dir: str | None) -> socket.socket:
     # Not inheritable (Python's default, kept): a child that held it would keep it in the port's group after this
     # worker died, and the kernel would go on queuing connections on it that nobody accepts.
     return sock
+
+
+def _tracing(otlp_endpoint: str | None, rng: random.Random, sent: SpansSent | None) -> RequestTracing | None:
+    """The request spans, exported to `otlp_endpoint` (`gitops run --otlp-endpoint`); None: off."""
+    if otlp_endpoint is None:
+        return None
+    return RequestTracing(exporting_tracer(otlp_endpoint, "gitops-proxy", sent), rng)

@@ -42,7 +42,7 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, AsyncGenerator, Callable, Protocol, Sequence
 
 from httpedge.asgi import Receive, Scope, Send
 from proxy.calling import Caller, HandlerError, ReplicaDiedError
@@ -57,7 +57,10 @@ from proxy.routing import Resolution, normalise_path, resolve
 from proxy.settings import ProxySettings
 from proxy.websockets import WebSocketCarrier
 from proxy.streaming import StreamEnd, relay, stream_code
-from proxy.shadow_compare import Mismatch, MismatchLog, compare
+from proxy.tracing import RequestTracing, Traced
+from proxy.capture import CaptureWriter
+from proxy.redacting import Exchange, Flow, ShadowAnswer
+from proxy.shadow_compare import Comparison, Mismatch, MismatchLog, compare
 from vocabulary.configs import ShadowCompare
 from vocabulary.request_stats import RequestStats
 from vocabulary.multiplexing import ModelReport
@@ -173,9 +176,13 @@ class ProxyApp:
         recorder: Recorder | None = None,
         mismatches: MismatchLog | None = None,
         buckets: Buckets | None = None,
+        tracing: RequestTracing | None = None,
+        capture: CaptureWriter | None = None,
     ) -> None:
         """`mismatches`: where shadow mismatches are kept and answered from (default: this process's memory);
-        `buckets`: the tenants' token buckets (default: this process's own; a node's workers share theirs)."""
+        `buckets`: the tenants' token buckets (default: this process's own; a node's workers share theirs);
+        `tracing`: the request spans (`proxy.tracing`; None: tracing off, one branch per request);
+        `capture`: where `[capture]` records go (`proxy.capture`; None: nothing is captured)."""
         self._caller = caller
         self._settings = settings
         self._rng: Random = rng or random.Random()
@@ -190,10 +197,12 @@ class ProxyApp:
         self._shadow_in_flight: dict[str, int] = {}
         self._retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
         self._counts = RequestCounter()
-        self._websockets = WebSocketCarrier(caller, self._rng, self._recorder, self._counts)
+        self._websockets = WebSocketCarrier(caller, self._rng, self._recorder, self._counts, tracing, capture)
         self._calls = RunningCalls(_WATCH_AFTER_S)
         self.mismatches = mismatches if mismatches is not None else MismatchLog()
         self._buckets = buckets if buckets is not None else LocalBuckets()
+        self._tracing = tracing
+        self._capture = capture
 
     # --- the config side -----------------------------------------------------
 
@@ -264,7 +273,9 @@ class ProxyApp:
             return
         started = time.perf_counter()
         backend = served.pick(scope["headers"], self._rng)
+        traced = None if self._tracing is None else self._begin_trace(served, backend, scope, path)
         primary: asyncio.Future[WireResponse] | None = None
+        captured: Exchange | None = None
         try:
             if _framed(scope["headers"]):
                 body = await _read_body(receive, self._settings.max_body_bytes, self._settings.edge.body_timeout_s)
@@ -274,14 +285,19 @@ class ProxyApp:
                 body = b""
             if served.steering.reads_body:
                 backend = served.pick(scope["headers"], self._rng, body)  # JSON match rules read the body
+                if traced is not None:
+                    traced.span.set_attribute("gitops.backend", backend)
             headers = with_root_path(_end_to_end(scope["headers"]), route.prefix)
+            if traced is not None:
+                headers = traced.carry(headers)
             request: WireRequest = (scope["method"], path, scope["query_string"], headers, body)
+            captured = None if served.capture is None else self._draw_capture(served, backend, request)
             if served.shadow.shares:
-                primary = self._copy_to_shadows(snapshot, served, request)
+                primary = self._copy_to_shadows(snapshot, served, request, captured)
             # The call is awaited here, between `RunningCalls.enter` and `leave`: no wrapper coroutine.
             running = self._calls.enter(receive, served.timeout_s)
             try:
-                reply = await self._forward(snapshot.pools.get(backend), request, running.deadline_at)
+                reply = await self._forward(snapshot.pools.get(backend), request, running.deadline_at, traced, captured)
             except asyncio.CancelledError:
                 instead = self._calls.why_cancelled(running)
                 if instead is None:
@@ -294,7 +310,7 @@ class ProxyApp:
             if isinstance(reply, _Streaming):
                 if primary is not None:
                     primary.cancel()  # a stream is never compared
-                await self._stream(reply, served, backend, started, receive, send)
+                await self._stream(reply, served, backend, started, receive, send, traced, captured)
                 return
             status, headers, payload = reply
             headers = _end_to_end(headers)
@@ -303,10 +319,16 @@ class ProxyApp:
         except ClientLeft as left:
             logger.info("%s %s: client left %s (499)", scope["method"], path, left)
             self._recorder.request_done(served.name, backend, CLIENT_LEFT, time.perf_counter() - started)
+            if traced is not None:
+                traced.end(CLIENT_LEFT, 0, _commit(snapshot, backend))
             return
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
+        if traced is not None:
+            traced.end(status, len(payload), _commit(snapshot, backend))
         duration_s = time.perf_counter() - started
+        if captured is not None:
+            self._offer_capture(captured, _commit(snapshot, backend), traced, status, headers, payload, duration_s)
         self._recorder.request_done(served.name, backend, status, duration_s)
         self._counts.record(backend, status, duration_s, served.name)
         if primary is not None:
@@ -325,9 +347,39 @@ class ProxyApp:
         await _send(send, 429, [*_TEXT, (b"retry-after", retry_after)], b"Too Many Requests")
         return True
 
+    def _draw_capture(self, served: ServedEndpoint, backend: str, request: WireRequest) -> Exchange | None:
+        if self._capture is None or served.capture is None:
+            return None
+        return self._capture.draw(served.capture, served.name, backend, request, served.rollout_step)
+
+    def _offer_capture(
+        self, captured: Exchange, commit: str | None, traced: Traced | None, status: int,
+        headers: list[tuple[bytes, bytes]], payload: bytes, duration_s: float,
+    ) -> None:
+        """Hand the answered exchange to the capture writer (it redacts and writes on its own thread)
+        once its shadow copies, if any, have answered too."""
+        captured.status, captured.response_headers, captured.response_body = status, headers, payload
+        captured.latency_s, captured.commit = duration_s, commit
+        if traced is not None:
+            captured.trace_id = f"{traced.span.get_span_context().trace_id:032x}"
+        captured.answered = True
+        self._capture_done(captured)
+
+    def _capture_done(self, captured: Exchange) -> None:
+        """Offer the record once the primary answered and no shadow copy is still out (exactly once)."""
+        if captured.answered and captured.shadows_out == 0 and self._capture is not None:
+            self._capture.offer(captured)
+
+    def _begin_trace(self, served: ServedEndpoint, backend: str, scope: Scope, path: str) -> Traced | None:
+        assert self._tracing is not None
+        return self._tracing.begin(
+            served.name, backend, served.trace_sample, scope["method"], path, scope["headers"],
+            rollout_step=served.rollout_step,
+        )
+
     async def _stream(
         self, streaming: _Streaming, served: ServedEndpoint, backend: str, started: float, receive: Receive,
-        send: Send,
+        send: Send, traced: Traced | None = None, captured: Exchange | None = None,
     ) -> None:
         start = streaming.start
         try:
@@ -335,6 +387,10 @@ class ProxyApp:
             await send({"type": "http.response.body", "body": start.first_chunk, "more_body": True})
             self._recorder.first_byte(served.name, backend, time.perf_counter() - started)
             chunks = self._caller.stream(streaming.slot.handle, start)
+            if captured is not None:
+                captured.kind, captured.stream = "stream", Flow(captured.redaction.max_body_bytes)
+                captured.stream.add(start.first_chunk)
+                chunks = _tapped(chunks, captured.stream)
             gaps: list[float] = []
             status = await relay(chunks, send, served.timeout_s, receive, start.status, gaps)
         finally:
@@ -347,11 +403,17 @@ class ProxyApp:
             logger.warning("stream of %s from backend %s ended early: %s", served.name, backend, status.value)
         duration_s = time.perf_counter() - started
         self._recorder.request_done(served.name, backend, code, duration_s)
+        if traced is not None:
+            traced.span.set_attribute("gitops.stream", True)
+            traced.end(code, -1, streaming.pool.commit)
+        if captured is not None and code != CLIENT_LEFT:
+            self._offer_capture(captured, streaming.pool.commit, traced, code, _end_to_end(start.headers), b"", duration_s)
         if code != CLIENT_LEFT:
             self._counts.record(backend, code, duration_s, served.name)
 
     async def _forward(
-        self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float
+        self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float, traced: Traced | None = None,
+        captured: Exchange | None = None,
     ) -> WireResponse | _Streaming:
         """The replica's answer, retried once on another replica for GET, HEAD and OPTIONS
         when the first died or stalled (`proxy.stalls`: 504 otherwise); the endpoint's
@@ -367,6 +429,10 @@ class ProxyApp:
         stalled = False
         for _ in range(attempts):
             slot = pool.free_slot(key) or await self._acquire(pool, key, stalled)
+            if traced is not None:
+                traced.replica = slot.replica_id
+            if captured is not None:
+                captured.replica = slot.replica_id
             held = False
             progress = slot.progress  # proxy.stalls: sent, answered, outstanding since when
             progress.on_sent(task, loop.time())
@@ -440,10 +506,11 @@ class ProxyApp:
     # --- shadow traffic ---------------------------------------------------------
 
     def _copy_to_shadows(
-        self, snapshot: Snapshot, served: ServedEndpoint, request: WireRequest
+        self, snapshot: Snapshot, served: ServedEndpoint, request: WireRequest, captured: Exchange | None = None,
     ) -> asyncio.Future[WireResponse] | None:
         """Start the shadow copies; with a comparison, the future the primary's
-        reply is set on (None when nothing is compared)."""
+        reply is set on (None when nothing is compared). A captured request's
+        record waits for its copies' answers (and verdicts) and carries them."""
         method, path, query, headers, body = request
         kept = [(name, value) for name, value in headers if not _withheld(name)]
         request = (method, path, query if served.shadow_query else b"", kept, body)
@@ -453,10 +520,14 @@ class ProxyApp:
             slot = self._shadow_slot(backend, pool)
             if pool is None or slot is None:
                 self._recorder.shadow_done(served.name, backend, ShadowResult.DROPPED)
+                if captured is not None:
+                    captured.shadows.append(ShadowAnswer(backend, ShadowResult.DROPPED.value))
                 continue
             if primary is None and served.compare is not ShadowCompare.NONE:
                 primary = asyncio.get_running_loop().create_future()
-            task = asyncio.ensure_future(self._shadow(served, pool, slot, request, primary))
+            if captured is not None:
+                captured.shadows_out += 1
+            task = asyncio.ensure_future(self._shadow(served, pool, slot, request, primary, captured))
             self._shadow_tasks.add(task)
             task.add_done_callback(self._shadow_tasks.discard)
         return primary
@@ -472,7 +543,7 @@ class ProxyApp:
 
     async def _shadow(
         self, served: ServedEndpoint, pool: ReplicaPool, slot: ReplicaSlot, request: WireRequest,
-        primary: asyncio.Future[WireResponse] | None,
+        primary: asyncio.Future[WireResponse] | None, captured: Exchange | None = None,
     ) -> None:
         result = ShadowResult.OK
         reply: WireResponse | None = None
@@ -495,25 +566,40 @@ class ProxyApp:
             pool.release(slot)
             self._shadow_in_flight[pool.backend] -= 1
         self._recorder.shadow_done(served.name, pool.backend, result)
-        if primary is not None and reply is not None:
-            await self._compare(served, pool.backend, request[1], primary, reply)
+        found = None
+        try:
+            if primary is not None and reply is not None:
+                found = await self._compare(served, pool.backend, request[1], primary, reply)
+        finally:
+            if captured is not None:
+                shadowed = ShadowAnswer(pool.backend, result.value, reply)
+                if found is not None:
+                    # The record names JSON paths and types, never values, whatever shadow_values says.
+                    shadowed.matched, shadowed.diff = found[1].matched, found[1].diff
+                captured.shadows.append(shadowed)
+                captured.shadows_out -= 1
+                self._capture_done(captured)
 
     async def _compare(
         self, served: ServedEndpoint, backend: str, path: str, primary: asyncio.Future[WireResponse], reply: WireResponse
-    ) -> None:
+    ) -> tuple[Comparison, Comparison] | None:
+        """The comparison as the mismatch sample shows it and as a capture record may
+        (paths and types only); None when there was nothing to compare with."""
         try:
             async with asyncio.timeout(served.timeout_s):
                 answered = await asyncio.shield(primary)
         except TimeoutError:
-            return  # the primary never answered: nothing to compare with
+            return None  # the primary never answered: nothing to compare with
         except asyncio.CancelledError:
             if primary.cancelled():
-                return  # the primary streamed: nothing to compare with
+                return None  # the primary streamed: nothing to compare with
             raise
         found = compare(served.compare, served.ignore, answered, reply, served.shadow_values)
         self._recorder.shadow_compared(served.name, backend, found.matched)
         if not found.matched:
             self.mismatches.record(Mismatch(time.time(), served.name, backend, path, answered[0], reply[0], found.diff))
+        recordable = found if not served.shadow_values else compare(served.compare, served.ignore, answered, reply, False)
+        return found, recordable
 
     # --- the proxy's own routes ------------------------------------------------
 
@@ -529,6 +615,22 @@ class ProxyApp:
         for task in list(self._shadow_tasks):
             task.cancel()
         await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
+
+
+async def _tapped(chunks: AsyncGenerator[bytes, None], flow: Flow) -> AsyncGenerator[bytes, None]:
+    """`chunks` as they come, each counted (and the first bytes kept) for a capture record."""
+    try:
+        async for chunk in chunks:
+            flow.add(chunk)
+            yield chunk
+    finally:
+        await chunks.aclose()
+
+
+def _commit(snapshot: Snapshot, backend: str) -> str | None:
+    """The commit `backend`'s replicas run, as its replica set says."""
+    pool = snapshot.pools.get(backend)
+    return None if pool is None else pool.commit
 
 
 def _withheld(name: bytes) -> bool:

@@ -5,7 +5,8 @@ docs/metrics.md ("Proxy": `gitops_http_requests_total`,
 `gitops_http_request_duration_seconds`, `gitops_shadow_requests_total`,
 `gitops_shadow_comparisons_total`, `gitops_backend_ongoing_requests`, `gitops_batch_size`,
 `gitops_http_time_to_first_byte_seconds`, `gitops_http_rate_limited_total`,
-`gitops_stream_inter_chunk_seconds`, `gitops_stream_chunks`, and per model of a
+`gitops_stream_inter_chunk_seconds`, `gitops_stream_chunks`,
+`gitops_capture_records_total`, `gitops_proxy_trace_spans_total`, and per model of a
 multiplexed backend `gitops_model_requests_total`, `gitops_model_loads_total`,
 `gitops_model_evictions_total`), and serving them. Not here: when a
 request counts as finished (the proxy's request path calls
@@ -326,6 +327,20 @@ class ProxyMetrics:
             MODEL_LABELS,
             registry=r,
         )
+        self._captured = Counter(
+            "gitops_capture_records",
+            "Capture records of sampled requests, by result: written to the sink, or dropped (the worker's "
+            "queue was full, or the sink could not be written).",
+            ["result"],
+            registry=r,
+        )
+        self._spans = Counter(
+            "gitops_proxy_trace_spans",
+            "Request spans the proxy sent to the OTLP endpoint (--otlp-endpoint), by result: exported, or "
+            "failed (refused or unreachable; those spans are lost).",
+            ["result"],
+            registry=r,
+        )
         self._finished: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._sessions: dict[tuple[str, str, int], Any] = {}
         self._first_bytes: dict[tuple[str, str], Any] = {}
@@ -403,6 +418,14 @@ class ProxyMetrics:
             self._model_loads.labels(backend, model).inc()
         for gone in evicted:
             self._model_evictions.labels(backend, gone).inc()
+
+    def capture_record(self, result: str) -> None:
+        """A capture record written or dropped (`proxy.capture`, on its writer thread or the request path)."""
+        self._captured.labels(result).inc()
+
+    def spans_sent(self, result: str, count: int) -> None:
+        """Request spans exported or failed (`proxy.tracing`, on the exporter's thread)."""
+        self._spans.labels(result).inc(count)
 
     def batch_sent(self, backend: str, size: int) -> None:
         self._batch_size.labels(backend).observe(size)

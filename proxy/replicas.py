@@ -108,6 +108,7 @@ class ReplicaPool:
         self.max_concurrent = max_concurrent
         # How requests are grouped for a batched handler; None: one at a time.
         self.batching: Batching | None = None
+        self.commit: str | None = None  # the commit its replica set was applied from (for traces)
         # How long a request may wait for a first replica; None: not at all.
         self.cold_start_s: float | None = None
         # The routing policy and where it reads its key; None: power_of_two, no key.

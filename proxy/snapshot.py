@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from vocabulary.configs import EndpointConfig, RouteTable, ShadowCompare
+from vocabulary.configs import CaptureConfig, EndpointConfig, RouteTable, ShadowCompare
 from vocabulary.choosing import Random, ShadowSampler, WeightedChoice
 from proxy.rate_limits import TenantLimit
 from proxy.replicas import ReplicaPool
@@ -36,6 +36,9 @@ class ServedEndpoint:
     shadow_query: bool = False  # shadows get the query string (else the path alone)
     shadow_values: bool = False  # mismatches show values (else JSON paths and types)
     limits: TenantLimit | None = None  # requests per tenant (else unlimited)
+    trace_sample: float = 0.0  # share of requests without a sampled traceparent that are traced
+    capture: CaptureConfig | None = None  # sampled request/response records (proxy.capture)
+    rollout_step: int = 0  # the progressive rollout's 1-based step these weights are (0: none runs)
 
     @classmethod
     def from_config(cls, config: EndpointConfig) -> ServedEndpoint:
@@ -50,6 +53,9 @@ class ServedEndpoint:
             config.shadow_query,
             config.shadow_values,
             TenantLimit.from_config(config.name, config.limits),
+            config.tracing.sample if config.tracing is not None else 0.0,
+            config.capture,
+            config.rollout_step,
         )
 
     def pick(self, headers: Headers, rng: Random, body: bytes | None = None) -> str:

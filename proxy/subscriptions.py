@@ -103,6 +103,7 @@ class Subscriptions:
             replica_set.routing,
             replica_set.multiplex,
         )
+        pool.commit = replica_set.commit
 
     def _forget_unused(self) -> None:
         routed = {entry.endpoint for entry in self._table.entries}

@@ -28,6 +28,10 @@ as plain 404s are not. Its time to accept goes to the recorder as its time to
 first byte (`first_byte`) when it is accepted; its lifetime is no request
 duration.
 
+A traced session's span (`proxy.tracing`) and a sampled session's capture
+record (`proxy.capture`: its messages each way counted, the first ones kept)
+end with it.
+
 Not here: Ray (`proxy.raycalls`), plain requests (`proxy.app`), the metrics
 themselves (`proxy.metrics`).
 """
@@ -39,7 +43,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from proxy.calling import ReplicaDiedError, StreamCaller
 from proxy.replicas import NoReplicaError, QueueFullError
@@ -50,6 +54,11 @@ from proxy.snapshot import Snapshot
 from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.choosing import Random
 from vocabulary.wire import WireRequest, with_root_path
+from proxy.redacting import Exchange, Flow
+
+if TYPE_CHECKING:  # handed in by the app: this module does no I/O itself
+    from proxy.capture import CaptureWriter
+    from proxy.tracing import RequestTracing
 
 __all__ = ["WebSocketCarrier", "SessionRecorder", "Session", "session_code", "INTERNAL_ERROR", "TRY_AGAIN_LATER"]
 
@@ -109,7 +118,13 @@ def session_code(session: Session) -> int:
 
 class WebSocketCarrier:
     def __init__(self, caller: StreamCaller, rng: Random, recorder: SessionRecorder,
-                 counts: RequestCounter | None = None) -> None:
+                 counts: RequestCounter | None = None, tracing: RequestTracing | None = None,
+                 capture: CaptureWriter | None = None) -> None:
+        """`tracing`: a traced session's span lasts its lifetime (`proxy.tracing`; None: off);
+        `capture`: a sampled session's record (`proxy.capture`: its handshake, code, messages each
+        way counted, the first ones kept up to max_body_bytes; None: nothing is captured)."""
+        self._tracing = tracing
+        self._capture = capture
         self._caller = caller
         self._rng = rng
         self._recorder = recorder
@@ -130,6 +145,10 @@ class WebSocketCarrier:
         started = time.perf_counter()
         served = snapshot.endpoints[route.endpoint]
         backend = served.pick(scope["headers"], self._rng)
+        traced = None if self._tracing is None else self._tracing.begin(
+            served.name, backend, served.trace_sample, "GET", path, scope["headers"], "proxy.websocket",
+            served.rollout_step,
+        )
         pool = snapshot.pools.get(backend)
         try:
             if pool is None:
@@ -139,21 +158,42 @@ class WebSocketCarrier:
             await send({"type": "websocket.accept"})
             await send({"type": "websocket.close", "code": TRY_AGAIN_LATER})
             self._done(served.name, backend, NO_REPLICA)
+            if traced is not None:
+                traced.end(NO_REPLICA, 0, None)
             return
         headers = [(n, v) for n, v in scope["headers"] if n not in _HANDSHAKE_ONLY]
+        if traced is not None:
+            traced.replica = slot.replica_id
+            headers = traced.carry(headers)
         request: WireRequest = ("GET", path, scope["query_string"], with_root_path(headers, route.prefix), b"")
+        captured = None
+        if served.capture is not None and self._capture is not None:
+            captured = self._capture.draw(served.capture, served.name, backend, request, served.rollout_step)
+            if captured is not None:
+                limit = captured.redaction.max_body_bytes
+                captured.kind, captured.replica, captured.client, captured.app = "websocket", slot.replica_id, \
+                    Flow(limit), Flow(limit)
 
         def accepted() -> None:
             self._recorder.first_byte(served.name, backend, time.perf_counter() - started)
 
         try:
-            session = await self._pump(slot.handle, request, receive, send, accepted)
+            session = await self._pump(slot.handle, request, receive, send, accepted, captured)
         finally:
             pool.release(slot)
         if session.died:
             pool.drop(slot)
             logger.warning("replica %s of %s died under a WebSocket", slot.replica_id, pool.backend)
         self._done(served.name, backend, session_code(session))
+        if traced is not None:
+            traced.end(session_code(session), -1, pool.commit)
+        if captured is not None and self._capture is not None:
+            captured.status, captured.latency_s, captured.commit = session_code(session), \
+                time.perf_counter() - started, pool.commit
+            if traced is not None:
+                captured.trace_id = f"{traced.span.get_span_context().trace_id:032x}"
+            captured.answered = True
+            self._capture.offer(captured)
 
     def _done(self, endpoint: str, backend: str, code: int) -> None:
         self._recorder.session_done(endpoint, backend, code)
@@ -161,8 +201,9 @@ class WebSocketCarrier:
             self._counts.record_session(backend, code, endpoint)
 
     async def _pump(self, handle: ReplicaHandle, request: WireRequest, receive: Receive, send: Send,
-                    accepted: Callable[[], None]) -> Session:
-        """Both directions until either side ends; how the session went."""
+                    accepted: Callable[[], None], captured: Exchange | None = None) -> Session:
+        """Both directions until either side ends; how the session went. `captured`:
+        each message counted (and the first kept) for its capture record."""
         websocket_id = uuid.uuid4().hex
         closed = False
         answered = False  # the app accepted or refused the handshake
@@ -178,6 +219,8 @@ class WebSocketCarrier:
                     elif kind == "websocket.close":
                         refused = REFUSED
                 await send(message)
+                if captured is not None and captured.app is not None and kind == "websocket.send":
+                    captured.app.add(_payload(message))
                 if not answered and kind in ("websocket.accept", "websocket.close", "websocket.http.response.start"):
                     answered = True
                     if kind == "websocket.accept":
@@ -190,6 +233,8 @@ class WebSocketCarrier:
                 message = await receive()
                 if message["type"] not in ("websocket.receive", "websocket.disconnect"):
                     continue
+                if captured is not None and captured.client is not None and message["type"] == "websocket.receive":
+                    captured.client.add(_payload(message))
                 if not await self._caller.push(handle, websocket_id, message):
                     return
                 if message["type"] == "websocket.disconnect":
@@ -216,6 +261,12 @@ class WebSocketCarrier:
         died = isinstance(error, ReplicaDiedError)
         return Session(accepted=answered and refused is None, refused=refused, died=died,
                        failed=error is not None and not died, client_left=client_left)
+
+
+def _payload(message: Mapping[str, Any]) -> bytes:
+    """A WebSocket message's data: its bytes, or its text as UTF-8."""
+    data = message.get("bytes")
+    return data if isinstance(data, bytes) else str(message.get("text") or "").encode()
 
 
 def _failure(task: asyncio.Future[None]) -> BaseException | None:

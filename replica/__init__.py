@@ -17,6 +17,8 @@ talks to the proxy only through `vocabulary.wire` (as Ray calls, or as
   calls that read them.
 - `handles`: handle calls from user code to other backends and endpoints
   (`gitops.serving`), over Ray, with config by long poll.
+- `tracing`: its spans (handler, handle calls) in its caller's trace,
+  exported over OTLP.
 - `secrets`: its secrets: its own age key, the values sealed to it, their
   tmpfs files.
 - `own_output`: reads the replica's own stdout and stderr back for

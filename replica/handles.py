@@ -28,6 +28,7 @@ from vocabulary.choosing import Random, WeightedChoice, pick_replica
 from vocabulary.configs import EndpointConfig, ReplicaSet
 from vocabulary.goal_api import CONTROLLER_NAME, LongPollKey
 from vocabulary.serving import HandleOutcome
+from replica.tracing import ReplicaTracing
 
 __all__ = ["HandleRouter"]
 
@@ -41,7 +42,9 @@ HandleResult = tuple[HandleOutcome, Any]
 
 
 class HandleRouter:
-    def __init__(self, subscriber_id: str, namespace: str, rng: Random) -> None:
+    def __init__(self, subscriber_id: str, namespace: str, rng: Random, tracing: ReplicaTracing | None = None) -> None:
+        """`tracing`: each call's `handle.call` span and the trace context it carries (None: off)."""
+        self._tracing = tracing
         self._subscriber_id = subscriber_id
         self._namespace = namespace
         self._rng = rng
@@ -81,7 +84,7 @@ class HandleRouter:
         replica_set = self._payloads.get(LongPollKey.replicas(backend))
         if not isinstance(replica_set, ReplicaSet):
             return HandleOutcome.UNAVAILABLE, f"there is no backend or endpoint named '{target}'"
-        return await self._call_replica(replica_set, args, kwargs)
+        return await self._call_replica(target, replica_set, args, kwargs)
 
     async def _backend_for(self, target: str) -> str:
         """The backend to call: `target` itself, or one drawn by the endpoint's weights."""
@@ -92,7 +95,9 @@ class HandleRouter:
         await self._subscribe([LongPollKey.replicas(name) for name in endpoint.traffic])
         return WeightedChoice.from_weights(endpoint.traffic).pick(self._rng.random()) or ""
 
-    async def _call_replica(self, replica_set: ReplicaSet, args: tuple[Any, ...], kwargs: dict[str, Any]) -> HandleResult:
+    async def _call_replica(
+        self, target: str, replica_set: ReplicaSet, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> HandleResult:
         replicas = replica_set.replicas
         if not replicas:
             return HandleOutcome.UNAVAILABLE, f"backend '{replica_set.backend}' has no running replica"
@@ -107,7 +112,10 @@ class HandleRouter:
         self._in_flight[chosen.replica_id] = self._in_flight.get(chosen.replica_id, 0) + 1
         try:
             callee: Remote[ReplicaAPI] = Remote(chosen.handle)
-            return HandleOutcome.OK, await callee.call(ReplicaAPI.handle_call, args, kwargs)
+            if self._tracing is None:
+                return HandleOutcome.OK, await callee.call(ReplicaAPI.handle_call, args, kwargs)
+            with self._tracing.handle_call(target, replica_set.backend, chosen.replica_id) as carried:
+                return HandleOutcome.OK, await callee.call(ReplicaAPI.handle_call, args, kwargs, carried)
         except RayTaskError as error:
             return HandleOutcome.ERROR, str(error)
         except (RayActorError, ActorUnschedulableError) as error:

@@ -80,6 +80,7 @@ from replica.model_fetching import FetchProgress
 from replica.models import ModelCache, stage_models
 from replica.own_output import OwnOutput
 from replica.secrets import SecretBox
+from replica.tracing import Carrier, ReplicaTracing
 from datalink.frames import MAX_FRAME_BYTES
 from vocabulary.wire import DataAddress
 from datalink.private_dirs import private_base
@@ -289,10 +290,12 @@ class Replica:
         models: dict[str, dict[str, Any]] | None = None,
         model_cache: tuple[str | None, int | None] = (None, None),
         memory_limit: int | None = None,
+        otlp_endpoint: str | None = None,
     ) -> None:
         """`namespace` is where the controller runs, for this replica's handles;
-        `commit` the one the backend's config came from (for `context()`);
-        `memory_limit` (bytes) what user code may allocate (`cap_private_memory`)."""
+        `commit` the one the backend's config came from (for `context()` and traces);
+        `memory_limit` (bytes) what user code may allocate (`cap_private_memory`);
+        `otlp_endpoint` where its spans go (`replica.tracing`; None: tracing off)."""
         self.backend = backend
         self.replica_id = replica_id
         self.version = version
@@ -305,7 +308,11 @@ class Replica:
         self._handler_is_async = False  # `_is_async(self._handler)`, decided once it is loaded
         self._serve: Callable[[Any, WireRequest], Any] = functools.partial(call_handler, is_async=False)
         self._lifespan: Lifespan | None = None
-        self._handles = HandleRouter(f"handles:{replica_id}", namespace, random.Random())
+        self._tracing = (
+            None if otlp_endpoint is None
+            else ReplicaTracing(ReplicaTracing.provider(otlp_endpoint), backend, replica_id, commit)
+        )
+        self._handles = HandleRouter(f"handles:{replica_id}", namespace, random.Random(), self._tracing)
         self._streams = StreamTable(replica_id)
         self._websockets: dict[str, WebSocketSession] = {}
         self._ongoing = 0
@@ -472,7 +479,10 @@ class Replica:
         # `_serving`'s counting, spelt out: the context manager costs more than a noop request.
         self._begin(1)
         try:
-            reply = await self._serve(self._handler, wire)
+            if self._tracing is None:
+                reply = await self._serve(self._handler, wire)
+            else:
+                reply = await self._tracing.serve(wire, functools.partial(self._serve, self._handler, wire))
         except Exception as error:
             self._raised(error)
             raise
@@ -545,9 +555,15 @@ class Replica:
         if self._ongoing == 0:
             self._idle.set()
 
-    async def handle_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def handle_call(self, args: tuple[Any, ...], kwargs: dict[str, Any], trace: Carrier | None = None) -> Any:
         """A handle's call: the arguments go to the handler as they are, and
-        its return value goes back as it is; user exceptions propagate."""
+        its return value goes back as it is; user exceptions propagate.
+        `trace`: the caller's trace context (`replica.tracing`), when it traces."""
+        if self._tracing is not None and trace is not None:
+            return await self._tracing.called(trace, functools.partial(self._call_handler, args, kwargs))
+        return await self._call_handler(args, kwargs)
+
+    async def _call_handler(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         with self._serving(1):
             handler = self._handler
             try:
@@ -666,6 +682,8 @@ class Replica:
         self._secrets.close()
         if self._model_cache is not None:
             self._model_cache.release()
+        if self._tracing is not None:
+            await asyncio.to_thread(self._tracing.shutdown)  # its last spans go out before Ray kills it
 
     def num_ongoing(self) -> int:
         return self._ongoing

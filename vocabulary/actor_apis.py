@@ -91,8 +91,11 @@ class ReplicaAPI(Protocol):
     async def websocket_message(self, websocket_id: str, message: dict[str, Any]) -> bool:
         """A client's message to `websocket_id`, answered once the app has room; False when it is gone."""
 
-    async def handle_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """A call from another replica's `gitops.serving` handle; the user code's result."""
+    async def handle_call(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], trace: dict[str, str] | None = None
+    ) -> Any:
+        """A call from another replica's `gitops.serving` handle; the user code's result.
+        `trace`: the caller's W3C trace context (`traceparent`, ...) when the call is traced."""
 
     async def handle_batch(self, batch: list[BatchItem]) -> list[BatchResult]:
         """A batched handler's list, in one call."""

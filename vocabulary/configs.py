@@ -29,6 +29,8 @@ from vocabulary.serving_rules import refused_traffic_reason, zero_replica_reason
 
 __all__ = [
     "AutoscalingConfig",
+    "TracingConfig",
+    "CaptureConfig",
     "BatchingConfig",
     "RoutingPolicy",
     "RoutingKey",
@@ -657,6 +659,66 @@ class LimitsConfig(_Value):
         return RoutingKey(kind), name
 
 
+class TracingConfig(_Value):
+    """An endpoint's traces, when the agent exports them (`gitops run --otlp-endpoint`)."""
+
+    sample: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="Share of requests traced when their W3C `traceparent` does not say sampled "
+        "(head sampling); a sampled `traceparent` is always followed.",
+    )
+
+
+def _redaction_shape(rules: Sequence[str]) -> Sequence[str]:
+    for rule in rules:
+        kind, _, target = rule.partition(":")
+        if kind == "header" and target and all(c.isalnum() or c in "-_" for c in target):
+            continue
+        if kind == "json" and JSON_PATH.fullmatch(target):
+            continue
+        raise ValueError(
+            f"{rule!r} is neither 'header:NAME' nor 'json:$.key.key' (JSON keys by name, from the document's root)"
+        )
+    return rules
+
+
+def _sink_shape(sink: str) -> str:
+    if sink.startswith("file:///"):
+        return sink
+    if sink.startswith("s3://") and sink[len("s3://"):].split("/", 1)[0]:
+        return sink
+    raise ValueError(
+        f"{sink!r}: a capture sink is a directory as 'file:///ABSOLUTE/PATH' or an S3 bucket as 's3://BUCKET/PREFIX'"
+    )
+
+
+# `json:` redaction paths: `$` then one or more `.key` (letters, digits, `_` and `-`).
+JSON_PATH = re.compile(r"\$(\.[A-Za-z0-9_-]+)+")
+
+
+class CaptureConfig(_Value):
+    """Sampled request and response records of an endpoint, after redaction (`gitops capture`)."""
+
+    sample: float = Field(default=0.1, ge=0, le=1, description="Share of requests recorded.")
+    sink: Annotated[str, AfterValidator(_sink_shape)] = Field(
+        description="Where records go: 'file:///DIR', a directory on each proxy's node (JSON Lines, one file "
+        "per proxy worker per hour), or 's3://BUCKET/PREFIX' (batched JSON Lines objects; the node's AWS_* "
+        "credentials, as for models)."
+    )
+    max_body_bytes: int = Field(
+        default=65536, ge=0, description="Bodies are cut beyond this many bytes (after redaction), and the record "
+        "says so."
+    )
+    redact: Annotated[tuple[str, ...], AfterValidator(_redaction_shape)] = Field(
+        default=(),
+        description="'header:NAME' (the header's value) and 'json:$.a.b' (that key of a JSON body, request or "
+        "response) replaced by \"[redacted]\" before a record leaves the proxy; with json rules a body that is "
+        "not JSON is withheld. Authorization, Proxy-Authorization, Cookie and Set-Cookie are always redacted.",
+    )
+
+
 class EndpointConfig(_Value):
     """A route of the proxy and how its requests are shared between backends."""
 
@@ -711,6 +773,21 @@ class EndpointConfig(_Value):
     )
     limits: LimitsConfig | None = Field(
         default=None, description="A request rate per tenant (token buckets at the proxy); none: unlimited."
+    )
+
+    tracing: TracingConfig | None = Field(
+        default=None,
+        description="Trace a share of the requests (with `gitops run --otlp-endpoint`); none: only requests "
+        "whose `traceparent` says sampled.",
+    )
+
+    capture: CaptureConfig | None = Field(
+        default=None, description="Record a share of the requests and their answers, redacted; none: nothing."
+    )
+    rollout_step: int = Field(
+        default=0, ge=0,
+        description="Set by the controller, never by a file: the 1-based step of the progressive rollout whose "
+        "weights `traffic` holds (0: none runs), said by traces and capture records.",
     )
 
     def backends(self) -> frozenset[str]:

@@ -4,8 +4,8 @@
 - `validate`: offline spec validation; `plan`: the changes between two
   desired states; `schema`: the spec files' JSON Schema.
 - `init`: scaffold a first deployment.
-- `admin`: status, history, sync, suspend, resume and rollback through a
-  running agent's admin API.
+- `admin`: status, history, sync, suspend, resume, rollback and trace (a
+  commit's apply trace) through a running agent's admin API.
 - `secret`: `gitops secret encrypt` and `gitops secret edit`, authoring
   age-encrypted secret files.
 - `models`: `gitops models digest PATH|URL`, the digest a `[models.NAME]`
@@ -13,4 +13,6 @@
 - `reset`: discard the controller's stored state (`reset-controller`).
 - `run_environment`: puts together the environment duties of `gitops run
   --environment`.
+- `capture`: `gitops capture tail` and `gitops capture grep`, reading the
+  request/response records of a file capture sink.
 """

@@ -49,7 +49,9 @@ __all__ = [
     "wait_command",
     "logs_command",
     "parse_duration",
+    "trace_command",
     "render_status",
+    "render_trace",
     "render_history",
 ]
 
@@ -172,6 +174,36 @@ def history_command(args: argparse.Namespace) -> int:
     data = _call(args, "GET", "/history")
     print(json.dumps(data, indent=2) if args.json else render_history(data.get("entries", [])))
     return 0
+
+
+def trace_command(args: argparse.Namespace) -> int:
+    data = _call(args, "GET", "/traces?commit=" + urllib.parse.quote(args.commit))
+    traces = data.get("traces", [])
+    if args.json:
+        print(json.dumps(data, indent=2))
+    elif not traces:
+        print(printable(f"no apply trace of {args.commit} is kept (the agent keeps its last 50 applies since it started)"))
+    else:
+        print("\n\n".join(render_trace(trace) for trace in traces))
+    return 0
+
+
+def render_trace(spans: list[dict[str, Any]]) -> str:
+    """One apply trace as an indented tree: offset from its start, duration, name, what it was about."""
+    start = spans[0]["start"] if spans else 0.0
+    depth: list[int] = []
+    lines = []
+    for span in spans:
+        parent = span.get("parent")
+        depth.append(0 if parent is None else depth[parent] + 1)
+        extra = {k: v for k, v in span["attributes"].items() if k not in ("gitops.commit",)}
+        about = " ".join(f"{k.removeprefix('gitops.')}={v}" for k, v in extra.items())
+        lines.append(printable(
+            f"{span['start'] - start:8.3f}s {span['end'] - span['start']:8.3f}s  {'  ' * depth[-1]}{span['name']}"
+            + (f"  {about}" if about else "")
+        ))
+    commit = spans[0]["attributes"].get("gitops.commit", "") if spans else ""
+    return printable(f"commit {commit}") + "\n   start     took   span\n" + "\n".join(lines)
 
 
 def sync_command(args: argparse.Namespace) -> int:

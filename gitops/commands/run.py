@@ -31,8 +31,9 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gitops import agent_address, rayversions, statedir
 from gitops.errors import UsageError, UserError
@@ -47,8 +48,9 @@ if TYPE_CHECKING:
     from gitops.notifications.config import Channel
     from gitops.notifications.delivering import HttpSender, Notifier
     from gitops.notifications.links import Links
+    from gitops.tracing import OtlpTraceSink
 
-__all__ = ["run_command", "join_ray", "take_charge", "bind_socket", "start_logging"]
+__all__ = ["run_command", "join_ray", "take_charge", "bind_socket", "start_logging", "otlp_endpoint"]
 
 _LOG = logging.getLogger("gitops.run")
 _NOTIFY_DRAIN_S = 5.0  # at stop, how long queued notifications may still take
@@ -83,6 +85,7 @@ def run_command(args: argparse.Namespace) -> int:
     if args.max_replicas < 1:
         raise UsageError(f"--max-replicas must be at least 1, not {args.max_replicas}")
     _check_proxy_workers(args.proxy_workers)
+    otlp_endpoint(args.otlp_endpoint, os.environ)  # a bad URL is refused before Ray starts
     replica_env = _replica_env(args.replica_env or "")
     links = _links(args)
     channels = _notify_channels(args.notify, args.repo) if args.notify else ()
@@ -194,7 +197,11 @@ def _sigterm_interrupts() -> None:
 def _controller(args: argparse.Namespace, embedded_state: Path | None) -> Any:
     from controller.client import CheckpointError, start_or_connect
 
-    options = {"proxy_metrics_port": args.proxy_metrics_port, "proxy_workers": args.proxy_workers}
+    options = {
+        "proxy_metrics_port": args.proxy_metrics_port,
+        "proxy_workers": args.proxy_workers,
+        "otlp_endpoint": otlp_endpoint(args.otlp_endpoint, os.environ),
+    }
     # Each node's model cache: the flag's, else inside the state dir when Ray is ours (docs/models.md).
     cache_dir = args.model_cache_dir
     if cache_dir is None and embedded_state is not None:
@@ -206,6 +213,18 @@ def _controller(args: argparse.Namespace, embedded_state: Path | None) -> Any:
         )
     except CheckpointError as error:
         raise UserError(str(error)) from None
+
+
+def otlp_endpoint(flag: str | None, environ: Mapping[str, str]) -> str | None:
+    """Where traces go: `--otlp-endpoint`, else `OTEL_EXPORTER_OTLP_ENDPOINT`, else nowhere (None)."""
+    url = flag or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
+    if url is None:
+        return None
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        where = "--otlp-endpoint" if flag else "OTEL_EXPORTER_OTLP_ENDPOINT"
+        raise UserError(f"{where}: {url!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:4318)")
+    return url.rstrip("/")
 
 
 def take_charge(client: Any, args: argparse.Namespace, source: Any, agent_id: str) -> Owner:
@@ -314,6 +333,7 @@ async def _serve(
         loop.add_signal_handler(signum, stop.set)
 
     from gitops.secrets import SecretDelivery, SecretsLoader, digest_key, load_identities
+    from gitops.apply_traces import TraceRing, trace_json
 
     metrics = AgentMetrics()
     loader = Loader(limits=SpecLimits(max_replicas=args.max_replicas), environment=args.environment)
@@ -325,6 +345,8 @@ async def _serve(
         from gitops.commands.run_environment import build_duties
 
         duties = build_duties(args, source, lambda: agent.observed(), args.promote_token)
+    exported = _apply_traces(otlp_endpoint(args.otlp_endpoint, os.environ), metrics)
+    traces = TraceRing(forward=exported)
     agent = Agent(
         source,
         SecretDelivery(client, load),
@@ -342,6 +364,7 @@ async def _serve(
         ),
         notifier=notifier,
         duties=duties,
+        traces=traces,
     )
     guard = admin.WebhookGuard(secret, RateLimiter()) if secret else None
 
@@ -360,6 +383,7 @@ async def _serve(
         shadow_mismatches=collector(client.proxy_mismatches, lambda: proxies_to_ask(agent.observed())),
         replica_output=client.replica_output,
         override_window=(lambda who: agent.sync(override_window_by=who)) if duties else None,
+        apply_traces=lambda commit: [trace_json(trace) for trace in traces.of_commit(commit)],
     )
     servers = [admin.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:
@@ -393,6 +417,8 @@ async def _serve(
         await asyncio.gather(notifying, return_exceptions=True)
     if sender is not None:
         await sender.aclose()
+    if exported is not None:
+        await asyncio.to_thread(exported.close)  # the last apply's trace goes out
     for task in (reconciling, *serving):
         if not task.cancelled() and task.exception() is not None:
             _LOG.error(f"gitops: {type(task.exception()).__name__}: {task.exception()}")
@@ -420,6 +446,15 @@ def _remove_quietly(path: Path) -> None:
         path.unlink()
     except OSError:
         pass
+
+
+def _apply_traces(endpoint: str | None, metrics: AgentMetrics) -> OtlpTraceSink | None:
+    """Each applied commit's trace, sent to `endpoint` (None: not traced), counted in `metrics`."""
+    if endpoint is None:
+        return None
+    from gitops.tracing import OtlpTraceSink
+
+    return OtlpTraceSink(endpoint, sent=metrics.spans_sent)
 
 
 def _links(args: argparse.Namespace) -> Links:

@@ -64,6 +64,8 @@ from vocabulary.configs import (
     SecretChange,
     SecretConfig,
     ShadowCompare,
+    TracingConfig,
+    CaptureConfig,
     UpdateConfig,
     bounded_check,
     keyed_routing,
@@ -85,6 +87,8 @@ __all__ = [
     "MultiplexSpec",
     "UpdateSpec",
     "RolloutSpec",
+    "TracingSpec",
+    "CaptureSpec",
     "MatchSpec",
     "LimitsSpec",
     "RayActorOptionsSpec",
@@ -116,7 +120,7 @@ HTTP_METHODS = frozenset(
 # Config fields no file sets: the loader derives them (name from the table's
 # key, version from the code, working_dir and commit from the applied commit).
 DERIVED_BACKEND_FIELDS = frozenset({"name", "version", "working_dir", "commit", "secret_digests", "model_sources"})
-DERIVED_ENDPOINT_FIELDS = frozenset({"name"})
+DERIVED_ENDPOINT_FIELDS = frozenset({"name", "rollout_step"})
 DERIVED_SECRET_FIELDS = frozenset({"name"})
 DERIVED_MODEL_FIELDS = frozenset({"name"})
 # Environment variables whose names say they hold a credential: a literal
@@ -238,6 +242,13 @@ MatchSpec = create_model(
     __doc__=MatchRule.__doc__,
     __validators__={"_one_source": model_validator(mode="after")(one_match_source)},  # type: ignore[dict-item]  # pydantic types __validators__ as plain callables, its decorators return proxies
     **_file_keys(MatchRule, frozenset(), {}),
+)
+TracingSpec = create_model(
+    "TracingSpec", __base__=_Spec, __doc__=TracingConfig.__doc__, **_file_keys(TracingConfig, frozenset(), {})
+)
+CaptureSpec = create_model(
+    "CaptureSpec", __base__=_Spec, __doc__=CaptureConfig.__doc__,
+    **_file_keys(CaptureConfig, frozenset(), {"redact": list[str]}),
 )
 
 
@@ -427,6 +438,8 @@ _EndpointKeys = create_model(
             "shadow_ignore": list[str],
             "rollout": RolloutSpec | None,
             "limits": LimitsSpec | None,
+            "tracing": TracingSpec | None,
+            "capture": CaptureSpec | None,
         },
     ),
 )

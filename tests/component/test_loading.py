@@ -11,11 +11,13 @@ from vocabulary.configs import (
     RoutingConfig,
     AutoscalingConfig,
     BackendConfig,
+    CaptureConfig,
     BatchingConfig,
     EndpointConfig,
     MetricCheck,
     ModelConfig,
     RolloutConfig,
+    TracingConfig,
     UpdateConfig,
 )
 from gitops.specs.loading import DesiredState, LoadResult, Loader, SpecError
@@ -357,6 +359,8 @@ shadow_query = true
 shadow_values = true
 limits = { requests_per_s = 5, burst = 7, key = "query:tenant" }
 rollout = { steps = [0.2, 1.0], step_interval_s = 5, min_requests = 3, max_error_ratio = 0.5, max_p99_latency_s = 2, on_failure = "pause", metrics = [{ name = "errors", query = "up", min = 0, max = 1 }] }
+tracing = { sample = 0.25 }
+capture = { sample = 0.5, sink = "file:///tmp/capture", max_body_bytes = 10, redact = ["json:$.password"] }
 """  # noqa: E501 — a TOML line as a user writes it
 
 
@@ -381,6 +385,8 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
     limits = [e.limits for e in endpoints if e.limits is not None]
     rollouts = [e.rollout for e in endpoints if e.rollout is not None]
     checks = [check for rollout in rollouts for check in rollout.metrics]
+    tracing = [e.tracing for e in endpoints if e.tracing is not None]
+    capture = [e.capture for e in endpoints if e.capture is not None]
     expected = [
         (BackendConfig, backends, DERIVED_BACKEND_FIELDS),
         (EndpointConfig, endpoints, DERIVED_ENDPOINT_FIELDS),
@@ -394,6 +400,8 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
         (RolloutConfig, rollouts, frozenset()),
         (MetricCheck, checks, frozenset()),
         (ModelConfig, list(state.models.values()), DERIVED_MODEL_FIELDS),
+        (TracingConfig, tracing, frozenset()),
+        (CaptureConfig, capture, frozenset()),
     ]
     for model, values, derived in expected:
         assert _set_by_the_file(model, values, derived) == set(model.model_fields) - derived, model.__name__

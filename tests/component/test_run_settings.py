@@ -58,3 +58,24 @@ def test_an_agent_refused_the_controller_leaves_its_prometheus_url_alone() -> No
     with pytest.raises(UserError, match="is reconciled by agent agent-1"):
         take_charge(controller, args("http://prometheus-2:9090"), SOURCE, "agent-2")
     assert controller.prometheus_url == "http://prometheus-1:9090"
+
+
+def test_the_otlp_endpoint_is_the_flag_else_the_standard_variable_else_none() -> None:
+    from gitops.commands.run import otlp_endpoint
+
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/"}
+    assert otlp_endpoint("http://127.0.0.1:4318", env) == "http://127.0.0.1:4318"
+    assert otlp_endpoint(None, env) == "http://collector:4318"
+    assert otlp_endpoint(None, {}) is None
+    assert otlp_endpoint(None, {"OTEL_EXPORTER_OTLP_ENDPOINT": ""}) is None
+
+
+@pytest.mark.parametrize("flag,env,named", [
+    ("127.0.0.1:4318", {}, "--otlp-endpoint"),
+    (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "grpc://collector:4317"}, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+])
+def test_an_otlp_endpoint_that_is_no_http_url_is_a_clear_error(flag: str | None, env: dict[str, str], named: str) -> None:
+    from gitops.commands.run import otlp_endpoint
+
+    with pytest.raises(UserError, match=f"{named}: .* is not an http:// or https:// URL"):
+        otlp_endpoint(flag, env)

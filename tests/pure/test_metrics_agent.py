@@ -82,6 +82,7 @@ def test_every_agent_metric_of_the_product_contract_is_exported_with_its_type() 
         "gitops_rollout_step": "gauge",
         "gitops_rollout_checks": "counter",
         "gitops_rollbacks": "counter",
+        "gitops_trace_spans": "counter",
     }
 
 

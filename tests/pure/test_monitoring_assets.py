@@ -62,6 +62,10 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_shadow_comparisons_total": ("counter", frozenset({"endpoint", "backend", "result"})),
     "gitops_rollout_step": ("gauge", frozenset({"endpoint"})),
     "gitops_rollbacks_total": ("counter", frozenset({"reason"})),
+    # Added with issue 31 (audit trail): capture records written or dropped.
+    "gitops_capture_records_total": ("counter", frozenset({"result"})),
+    "gitops_trace_spans_total": ("counter", frozenset({"result"})),
+    "gitops_proxy_trace_spans_total": ("counter", frozenset({"result"})),
     "gitops_rollout_checks_total": ("counter", frozenset({"endpoint", "backend", "check", "result"})),
     # Added with issue 29 (models): each node's model cache, exported by its proxies.
     "gitops_model_fetch_bytes_total": ("counter", frozenset({"model"})),

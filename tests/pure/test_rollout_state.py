@@ -32,6 +32,17 @@ def test_proxies_are_served_the_current_step_not_git_s_split() -> None:
     assert rolling().served(config(NEW)).traffic == {"v1": 0.5, "v2": 0.5}
 
 
+def test_proxies_are_told_the_rollout_step_they_serve_and_none_once_it_is_promoted() -> None:
+    state = rolling()
+    assert state.served(config(NEW)).rollout_step == 1
+    state.record("p1", report(20))
+    assert state.tick(now=10.0) == ["api"]
+    assert state.served(config(NEW)).rollout_step == 2
+    state.record("p1", report(40))
+    assert state.tick(now=20.0) == ["api"]  # promoted: the weights stay, the step goes
+    assert state.served(config(NEW)).rollout_step == 0
+
+
 def test_every_backend_of_git_s_split_stays_served_at_weight_zero_at_least() -> None:
     state = rolling()
     state.record("p1", report(20, errors=10))
