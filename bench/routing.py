@@ -14,8 +14,9 @@ replicas (cold caches):
 Per run: time to first token (mean, p99: to the first SSE chunk), output
 tokens per second over the run, and the share of prompt tokens served from
 a cache. Then the routing decision itself, in-process: microseconds per
-choice for each policy (4 replicas), and for reading a `json:messages` key
-from a 20-turn body.
+request for each policy and kind of key, the key's read included (4
+replicas, a 20-turn chat body), and for a `json:` key its read alone next to
+the whole-body parse it used to cost.
 
 Ray Serve 2.60 serves the same simulator (`bench.routing_apps`: an
 ingress deployment calling 4 simulator replicas through a handle, direct
@@ -237,32 +238,61 @@ def in_subprocess(system: str, tiny: bool) -> list[dict[str, Any]]:
     return runs
 
 
-def measure_decision() -> dict[str, float]:
-    """Microseconds per routing decision (4 replicas), and per `json:messages` key read."""
+# (policy, key): every policy, and each kind of key for the two that read one.
+DECISIONS = (
+    ("power_of_two", None), ("round_robin", None), ("least_loaded", None),
+    ("consistent_hash", "header:x-user"), ("consistent_hash", "cookie:session"),
+    ("consistent_hash", "query:user"), ("consistent_hash", "json:user"), ("consistent_hash", "json:messages"),
+    ("prefix_affinity", "header:x-user"), ("prefix_affinity", "json:messages"),
+)
+
+
+def decision_request() -> tuple[str, str, bytes, list[tuple[bytes, bytes]], bytes]:
+    """An OpenAI chat request of a 20-turn conversation (~9 KB), with a user in a header, a cookie and the query."""
+    body = json.dumps({"model": "sim", "messages": conversation_turns(0, 20)[-1], "stream": True,
+                       "user": "user-17"}).encode()
+    return ("POST", "/v1/chat/completions", b"api-version=1&user=user-17",
+            [(b"x-user", b"user-17"), (b"cookie", b"theme=dark; session=s-17")], body)
+
+
+def measure_decision() -> list[dict[str, Any]]:
+    """Microseconds per routing decision, key read included (4 replicas; best of 7 x 2000), for each
+    policy and key kind; for a `json:` key also the read alone, and the whole-body parse it replaced."""
     from proxy.policies import policy_for
-    from proxy.request_keys import KeyReader
+    from proxy.request_keys import KeyReader, json_bytes, json_field
     from vocabulary.choosing import pick_replica
     from vocabulary.configs import RoutingConfig
 
     rng = random.Random(0)
     ids = [f"sim#r{n}" for n in range(REPLICAS)]
     in_flight = [1, 0, 2, 1]
-    body = json.dumps({"model": "sim", "messages": conversation_turns(0, 20)[-1]}).encode()
-    request = ("POST", "/v1/chat/completions", b"", [(b"x-user", b"user-17")], body)
-    cases: dict[str, Any] = {"power_of_two": lambda: pick_replica(in_flight, 100, rng)}
-    for policy, key in (("round_robin", None), ("least_loaded", None),
-                        ("consistent_hash", "header:x-user"), ("prefix_affinity", "json:messages")):
+    request = decision_request()
+
+    def micros(case: Any) -> float:
+        return min(timeit.repeat(case, number=2000, repeat=7)) / 2000 * 1e6
+
+    rows: list[dict[str, Any]] = []
+    for policy, key in DECISIONS:
         config = RoutingConfig.model_validate({"policy": policy, **({"key": key} if key else {})})
         chosen = policy_for(config)
-        assert chosen is not None
-        chosen.members(ids)
         reader = KeyReader.from_config(config)
-        value = None if reader is None else reader.read(request)
-        cases[policy] = lambda chosen=chosen, value=value: chosen.choose(in_flight, 100, value, rng)
-    reader = KeyReader.from_config(RoutingConfig.model_validate({"policy": "prefix_affinity", "key": "json:messages"}))
-    assert reader is not None
-    cases[f"read json:messages ({len(body)} B body)"] = lambda: reader.read(request)
-    return {name: min(timeit.repeat(case, number=2000, repeat=7)) / 2000 * 1e6 for name, case in cases.items()}
+        row: dict[str, Any] = {"policy": policy, "key": key or "–", "body_bytes": len(request[4])}
+        if chosen is None:
+            row["decision_us"] = micros(lambda: pick_replica(in_flight, 100, rng))
+        else:
+            chosen.members(ids)
+            assert reader is not None or key is None
+
+            def decide(chosen: Any = chosen, reader: KeyReader | None = reader) -> None:
+                chosen.choose(in_flight, 100, None if reader is None else reader.read(request), rng)
+
+            row["decision_us"] = micros(decide)
+        if reader is not None and reader.kind.value == "json":
+            row["read_us"] = micros(lambda reader=reader: reader.read(request))
+            row["full_parse_read_us"] = micros(
+                lambda reader=reader: json_bytes(json_field(request[4], reader.name), reader.limit))
+        rows.append(row)
+    return rows
 
 
 def _load_average() -> float:
@@ -274,6 +304,16 @@ def print_runs(runs: list[dict[str, Any]]) -> None:
     for r in runs:
         print(f"{r['workload']:<10} {r['system']:<7} {r['policy']:<22} {r['ttft_mean_s'] * 1000:>8.1f}ms "
               f"{r['ttft_p99_s'] * 1000:>8.1f}ms {r['output_tokens_per_s']:>9.1f} {r['cached_share']:>7.1%}")
+
+
+def print_decisions(rows: list[dict[str, Any]]) -> None:
+    print(f"\nrouting decision per request, key read included (4 replicas, {rows[0]['body_bytes']:,} B body; "
+          "best of 7 x 2000):")
+    for r in rows:
+        extra = ""
+        if "read_us" in r:
+            extra = f"  (read {r['read_us']:.2f} us; whole-body parse {r['full_parse_read_us']:.2f} us)"
+        print(f"  {r['policy']:<16} {r['key']:<16} {r['decision_us']:7.2f} us{extra}")
 
 
 def main() -> int:
@@ -306,9 +346,7 @@ def main() -> int:
     print("load average (1 min) before and after: " + ", ".join(f"{s} {a:.2f} → {b:.2f}" for s, (a, b) in load.items()))
     for system, reason in failures.items():
         print(f"{system}: not measured: {reason}")
-    print("\nrouting decision, in-process (best of 7 x 2000):")
-    for name, micros in decision.items():
-        print(f"  {name:<48} {micros:6.2f} us")
+    print_decisions(decision)
     results.write(args.json, "routing", args.tiny, {
         "runs": runs, "failures": failures, "load_average": load, "decision_us": decision,
         "conversations": conversations, "turns": turns, "replicas": REPLICAS, "sim": SIM,

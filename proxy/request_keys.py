@@ -9,11 +9,25 @@ routed by the default policy or the weights), never an error.
 
 A JSON value becomes bytes as compact JSON (a string: its UTF-8 text), so
 `prefix_bytes` counts bytes of that serialisation. Pure: no I/O.
+
+`json_key` reads a field without parsing the whole body: it walks the
+top-level object member by member (the C scanner decodes each key and each
+value before the field), decodes the field's value, and for a list read to
+a byte limit (`prefix_affinity`'s `prefix_bytes`) only its first elements.
+The whole body is parsed instead (`json_field`) whenever the answer might
+differ from a full parse's: Python's json keeps the LAST of duplicate keys,
+so the field's quoted name must occur once in the body and no `\\u` escape
+may spell one of its letters (a field name outside `[A-Za-z0-9_.-]` always
+takes the full parse). A body that is a JSON object up to the field but
+malformed after it is routed by the field (the replica answers its error);
+one malformed before the field gives None, as a full parse would.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from _json import scanstring  # the C string scanner json.decoder uses (typeshed names it here)
 from dataclasses import dataclass
 from typing import Sequence
 from urllib.parse import parse_qsl
@@ -21,7 +35,7 @@ from urllib.parse import parse_qsl
 from vocabulary.configs import RoutingConfig, RoutingKey, RoutingPolicy
 from vocabulary.wire import WireRequest
 
-__all__ = ["KeyReader", "json_field", "json_bytes", "cookie_value"]
+__all__ = ["KeyReader", "json_key", "json_field", "json_bytes", "cookie_value"]
 
 _MISSING = object()
 
@@ -66,6 +80,101 @@ def json_bytes(value: object, limit: int | None = None) -> bytes | None:
     else:
         text = _compact(value)
     return text.encode("utf-8", "surrogatepass")
+
+
+_DECODER = json.JSONDecoder()
+_WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's, as json.decoder's
+_PLAIN_FIELD = re.compile(r"[A-Za-z0-9_.\-]+")
+_UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
+_UNSURE = object()  # the fast walk cannot tell: parse the whole body
+
+
+def json_key(body: bytes, field: str, limit: int | None = None) -> bytes | None:
+    """`json_bytes(json_field(body, field), limit)`, cut to `limit` bytes, reading
+    the body only as far as the field (see the module docstring)."""
+    found = _walk_to(body, field, limit)
+    if found is _UNSURE:
+        found = json_bytes(json_field(body, field), limit)
+    if found is None or limit is None:
+        return found  # type: ignore[return-value]  # _walk_to gives bytes, None or _UNSURE, handled above
+    return found[:limit]  # type: ignore[index]  # bytes, as above
+
+
+def _walk_to(body: bytes, field: str, limit: int | None) -> object:
+    """The field's bytes, None (no such field, or not a JSON object), or `_UNSURE`."""
+    start = _ws(body, 0)
+    if body[start:start + 1] != b"{" or not _PLAIN_FIELD.fullmatch(field):
+        return _UNSURE  # not an object here (a full parse says None), or a field escapes could spell oddly
+    try:
+        text = body.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return _UNSURE
+    index = _ws_text(text, start + 1)  # the whitespace before `{` is ASCII: bytes and characters agree
+    try:
+        while text[index:index + 1] == '"':
+            key, index = scanstring(text, index + 1)
+            index = _ws_text(text, index)
+            if text[index:index + 1] != ":":
+                return None
+            index = _ws_text(text, index + 1)
+            if key == field:
+                return _value(body, text, index, field, limit)
+            _, index = _DECODER.raw_decode(text, index)
+            index = _ws_text(text, index)
+            if text[index:index + 1] != ",":
+                return None  # the object's end (or junk) without the field: a full parse says None too
+            index = _ws_text(text, index + 1)
+    except (ValueError, RecursionError):
+        return None  # malformed (or too deep) before the field: json.loads fails there too
+    return None
+
+
+def _value(body: bytes, text: str, index: int, field: str, limit: int | None) -> object:
+    """The field's value at `index`, as `json_bytes` serialises it; `_UNSURE` when
+    a later member might be the same field (the last one wins in a full parse).
+    Only what follows the field can hold another: the walk decoded every key
+    before it. The field is ASCII, so its bytes and a `\\u00XX` escape (the only
+    way to spell an ASCII letter otherwise) are found in the bytes, in C."""
+    after = len(text[:index].encode("utf-8", "surrogatepass")) if len(text) != len(body) else index
+    if body.find(b'"' + field.encode() + b'"', after) >= 0:
+        return _UNSURE
+    if b"\\" in body and body.find(b"\\u00", after) >= 0 and any(
+        chr(int(code, 16)) in field for code in _UNICODE_ESCAPE.findall(text, index)
+    ):
+        return _UNSURE
+    if limit is None or text[index:index + 1] != "[":
+        value, _ = _DECODER.raw_decode(text, index)
+        return json_bytes(value, limit)
+    # A list read to `limit`: its elements one by one, as compact JSON, until there is enough.
+    parts, size = ["["], 1
+    index = _ws_text(text, index + 1)
+    if text[index:index + 1] == "]":
+        return b"[]"
+    while size <= limit:
+        item, index = _DECODER.raw_decode(text, index)
+        piece = _compact(item)
+        parts.append(piece)
+        size += len(piece)
+        index = _ws_text(text, index)
+        if text[index:index + 1] == "]":
+            parts.append("]")
+            break
+        if text[index:index + 1] != ",":
+            raise ValueError("malformed list")
+        parts.append(",")
+        size += 1
+        index = _ws_text(text, index + 1)
+    return "".join(parts).encode("utf-8", "surrogatepass")
+
+
+def _ws(body: bytes, index: int) -> int:
+    while body[index:index + 1] in (b" ", b"\t", b"\n", b"\r"):
+        index += 1
+    return index
+
+
+def _ws_text(text: str, index: int) -> int:
+    return _WHITESPACE.match(text, index).end()  # type: ignore[union-attr]  # `[ \t\n\r]*` always matches
 
 
 def cookie_value(header: bytes, name: bytes) -> bytes | None:
@@ -118,4 +227,4 @@ class KeyReader:
                 if name == self.name:
                     return text.encode("latin-1")
             return None
-        return json_bytes(json_field(body, self.name), self.limit)
+        return json_key(body, self.name, self.limit)
