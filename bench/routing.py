@@ -258,8 +258,8 @@ def decision_request() -> tuple[str, str, bytes, list[tuple[bytes, bytes]], byte
 def measure_decision() -> list[dict[str, Any]]:
     """Microseconds per routing decision, key read included (4 replicas; best of 7 x 2000), for each
     policy and key kind; for a `json:` key also the read alone, and the whole-body parse it replaced."""
-    from proxy.policies import policy_for
-    from proxy.request_keys import KeyReader, json_bytes, json_field
+    from vocabulary.policies import policy_for
+    from vocabulary.request_keys import KeyReader, json_bytes, json_field
     from vocabulary.choosing import pick_replica
     from vocabulary.configs import RoutingConfig
 

@@ -22,7 +22,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from proxy.request_keys import KeyReader
+from vocabulary.request_keys import KeyReader
 from vocabulary.configs import LimitsConfig
 
 __all__ = ["Buckets", "LocalBuckets", "TenantLimit", "take_token"]

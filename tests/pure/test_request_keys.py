@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.request_keys import json_bytes, json_field, json_key
+from vocabulary.configs import RoutingKey
+from vocabulary.request_keys import KeyReader, json_bytes, json_field, json_key
 
 
 def whole_parse(body: bytes, field: str, limit: int | None = None) -> bytes | None:
@@ -92,3 +93,25 @@ def test_any_object_reads_as_a_whole_parse_reads_it(
 ) -> None:
     body = _object(members, ascii_only, spaced)
     assert json_key(body, field, limit) == whole_parse(body, field, limit)
+
+
+@pytest.mark.parametrize(("args", "limit", "expected"), [
+    (({"user": "ada", "x": 1},), None, b"ada"),
+    (({"messages": [{"content": "hi"}]},), 8, b'[{"conte'),
+    ((b'{"user": "ada"}',), None, b"ada"),
+    (('{"user": {"id": 7}}',), None, b'{"id":7}'),
+    (({"other": 1},), None, None),
+    ((["user", "ada"],), None, None),
+    ((42,), None, None),
+    ((), None, None),
+])
+def test_a_handle_call_s_key_is_a_json_field_of_its_first_argument(
+    args: tuple[object, ...], limit: int | None, expected: bytes | None,
+) -> None:
+    field = "messages" if limit else "user"
+    assert KeyReader(RoutingKey.JSON, field, limit).read_call(args) == expected
+
+
+def test_a_handle_call_carries_no_header_cookie_or_query_key() -> None:
+    for kind in (RoutingKey.HEADER, RoutingKey.COOKIE, RoutingKey.QUERY):
+        assert KeyReader(kind, "user").read_call(({"user": "ada"},)) is None

@@ -1,4 +1,4 @@
-"""Reading a routing key out of a request: a header, a cookie, a query parameter or a JSON field.
+"""Reading a routing key out of a request (a header, a cookie, a query parameter or a JSON field) or a handle call.
 
 `KeyReader` reads where `[backends.X.routing] key` says; `json_field` reads a
 top-level field of a JSON body for both a routing key and an endpoint's
@@ -228,3 +228,19 @@ class KeyReader:
                     return text.encode("latin-1")
             return None
         return json_key(body, self.name, self.limit)
+
+    def read_call(self, args: tuple[object, ...]) -> bytes | None:
+        """A handle call's key: a `json:` field of its first argument, a dict or
+        a JSON body (bytes or text); None otherwise, as a handle call carries no
+        header, cookie or query (it is then routed by power_of_two)."""
+        first = args[0] if args else None
+        if self.kind is not RoutingKey.JSON or first is None:
+            return None
+        if isinstance(first, dict):
+            found = json_bytes(first.get(self.name, _MISSING), self.limit)
+            return found if found is None or self.limit is None else found[: self.limit]
+        if isinstance(first, str):
+            first = first.encode("utf-8", "surrogatepass")
+        if isinstance(first, (bytes, bytearray, memoryview)):
+            return json_key(bytes(first), self.name, self.limit)
+        return None
