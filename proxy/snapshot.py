@@ -38,7 +38,8 @@ class ServedEndpoint:
     limits: TenantLimit | None = None  # requests per tenant (else unlimited)
 
     @classmethod
-    def from_config(cls, config: EndpointConfig) -> ServedEndpoint:
+    def from_config(cls, config: EndpointConfig, nodes: int = 1) -> ServedEndpoint:
+        """`nodes`: the nodes running proxies, which share `[limits]` (`RouteTable.nodes`)."""
         return cls(
             config.name,
             WeightedChoice.from_weights(config.traffic),
@@ -49,7 +50,7 @@ class ServedEndpoint:
             frozenset(config.shadow_ignore),
             config.shadow_query,
             config.shadow_values,
-            TenantLimit.from_config(config.name, config.limits),
+            TenantLimit.from_config(config.name, config.limits, nodes),
         )
 
     def pick(self, headers: Headers, rng: Random, body: bytes | None = None) -> str:
@@ -90,7 +91,7 @@ def build_snapshot(
     than half-served.
     """
     entries = [entry for entry in table.entries if entry.endpoint in endpoints]
-    plans = {entry.endpoint: ServedEndpoint.from_config(endpoints[entry.endpoint]) for entry in entries}
+    plans = {entry.endpoint: ServedEndpoint.from_config(endpoints[entry.endpoint], table.nodes) for entry in entries}
     routes = RouteIndex.build(Route.build(e.route, e.methods, e.endpoint) for e in entries)
     listing = {e.route: {"endpoint": e.endpoint, "methods": list(e.methods)} for e in entries}
     complete = len(entries) == len(table.entries)
