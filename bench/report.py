@@ -574,7 +574,7 @@ def _routing(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]
                                                     for k, e in f["failures"].items()), ""]
     decisions = f.get("decision_us") or []
     if decisions:
-        lines += [f"The routing decision in-process, per request, the key's read included ({f['replicas']} replicas, a "
+        lines += [f"The routing decision in-process, CPU time per request, the key's read included ({f['replicas']} replicas, a "
                   f"{decisions[0]['body_bytes']:,} B chat body of 20 turns; best of 7 × 2,000). For a `json:` key, "
                   "its read alone and the whole-body parse it cost before.", "",
                   "| policy | key | µs per decision | `json:` read µs | whole-body parse µs |",
