@@ -14,6 +14,8 @@ A JSON value becomes bytes as compact JSON (a string: its UTF-8 text), so
 top-level object member by member (the C scanner decodes each key and each
 value before the field), decodes the field's value, and for a list read to
 a byte limit (`prefix_affinity`'s `prefix_bytes`) only its first elements.
+When the field's name first appears in the last quarter of the body, or not
+at all, the walk would decode nearly everything: one whole parse is cheaper.
 The whole body is parsed instead (`json_field`) whenever the answer might
 differ from a full parse's: Python's json keeps the LAST of duplicate keys,
 so the field's quoted name must occur once in the body and no `\\u` escape
@@ -105,6 +107,9 @@ def _walk_to(body: bytes, field: str, limit: int | None) -> object:
     start = _ws(body, 0)
     if body[start:start + 1] != b"{" or not _PLAIN_FIELD.fullmatch(field):
         return _UNSURE  # not an object here (a full parse says None), or a field escapes could spell oddly
+    first = body.find(b'"' + field.encode() + b'"', start)
+    if first < 0 or first > len(body) * 3 // 4:
+        return _UNSURE  # the walk would decode (nearly) everything anyway: one parse in C is cheaper
     try:
         text = body.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError:
