@@ -14,8 +14,11 @@ A JSON value becomes bytes as compact JSON (a string: its UTF-8 text), so
 top-level object member by member (the C scanner decodes each key and each
 value before the field), decodes the field's value, and for a list read to
 a byte limit (`prefix_affinity`'s `prefix_bytes`) only its first elements.
-When the field's name first appears in the last quarter of the body, or not
-at all, the walk would decode nearly everything: one whole parse is cheaper.
+When the walk would decode nearly everything anyway, one whole parse is
+cheaper: the field's name first appears in the last quarter of the body, or
+not at all, or a whole object or list must be decoded on the way (without a
+limit, e.g. for `consistent_hash` or a `match` rule, a field after the
+conversation, or an object-valued field).
 The whole body is parsed instead (`json_field`) whenever the answer might
 differ from a full parse's: Python's json keeps the LAST of duplicate keys,
 so the field's quoted name must occur once in the body and no `\\u` escape
@@ -107,9 +110,12 @@ def _walk_to(body: bytes, field: str, limit: int | None) -> object:
     start = _ws(body, 0)
     if body[start:start + 1] != b"{" or not _PLAIN_FIELD.fullmatch(field):
         return _UNSURE  # not an object here (a full parse says None), or a field escapes could spell oddly
-    first = body.find(b'"' + field.encode() + b'"', start)
+    quoted = b'"' + field.encode() + b'"'
+    first = body.find(quoted, start)
     if first < 0 or first > len(body) * 3 // 4:
         return _UNSURE  # the walk would decode (nearly) everything anyway: one parse in C is cheaper
+    if limit is None and (0 <= _first_container(body, start + 1) < first or _container_at(body, first + len(quoted))):
+        return _UNSURE  # an object or list (or a bracket in a string) before the field, or as its value: as above
     try:
         text = body.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError:
@@ -122,6 +128,10 @@ def _walk_to(body: bytes, field: str, limit: int | None) -> object:
             if text[index:index + 1] != ":":
                 return None
             index = _ws_text(text, index + 1)
+            if limit is None and text[index:index + 1] in ("[", "{"):
+                # A whole object or list to decode (before the field, or the field's own):
+                # the walk would save little after it, and one parse in C has no loop around it.
+                return _UNSURE
             if key == field:
                 return _value(body, text, index, field, limit)
             _, index = _DECODER.raw_decode(text, index)
@@ -170,6 +180,21 @@ def _value(body: bytes, text: str, index: int, field: str, limit: int | None) ->
         size += 1
         index = _ws_text(text, index + 1)
     return "".join(parts).encode("utf-8", "surrogatepass")
+
+
+def _first_container(body: bytes, start: int) -> int:
+    """Where the first `[` or `{` byte after `start` is (-1: none), by two byte searches in C."""
+    found = [at for at in (body.find(b"[", start), body.find(b"{", start)) if at >= 0]
+    return min(found) if found else -1
+
+
+def _container_at(body: bytes, index: int) -> bool:
+    """Whether `: [` or `: {` (with any whitespace) follows `index`: an object or list as a member's value."""
+    index = _ws(body, index)
+    if body[index:index + 1] != b":":
+        return False
+    index = _ws(body, index + 1)
+    return body[index:index + 1] in (b"[", b"{")
 
 
 def _ws(body: bytes, index: int) -> int:
