@@ -4,9 +4,10 @@
 
 The measurements: `proxy` (HTTP throughput and latency), `update_latency`,
 `rollout`, `faults`, `reconcile`, `fanout`, `memory`, `serving`,
-`proxy_profile`, and issue 35's work users send: `payloads` (bodies of
+`proxy_profile`, issue 35's work users send: `payloads` (bodies of
 1 KiB–16 MiB), `streams` (thousands of open SSE streams) and `density`
-(100 idle replicas on one node).
+(100 idle replicas on one node), and issue 30's `routing` (routing policies
+on the LLM simulator, next to Ray Serve's PrefixCacheAffinityRouter).
 
 Runs each measurement module (`bench.<name>`) in its own process with
 `--json`, collects their files into `latest.json` (with the machine and the
@@ -33,8 +34,9 @@ from bench.targets import Target, median, targets
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ("proxy", "update_latency", "rollout", "faults", "reconcile", "fanout", "memory", "serving",
-                "proxy_profile", "payloads", "streams", "density", "models")
-TIMEOUT_S = {"proxy": 3600, "reconcile": 1800, "payloads": 3600, "streams": 1800, "density": 2400, "models": 1800}
+                "proxy_profile", "payloads", "streams", "density", "models", "routing")
+TIMEOUT_S = {"proxy": 3600, "reconcile": 1800, "payloads": 3600, "streams": 1800, "density": 2400, "models": 1800,
+             "routing": 3600}
 NO_PLOTS = "No plots: matplotlib is not installed here (`pip install -e '.[bench]'`, as `make bench` does)."
 NOISE = ("The machine is shared with other work and noisy (see the load average): read the figures as "
          "ratios within this run, not as absolutes.")
@@ -113,7 +115,7 @@ def render(document: dict[str, Any], out: Path) -> Path:
              + _work_headline(document["measurements"]) + _targets_table(targets(document)))
     measurements = document["measurements"]
     for section in (_proxy, _update, _rollout, _faults, _reconcile, _fanout, _memory, _serving, _profile, _payloads,
-                    _streams, _density, _models):
+                    _streams, _density, _models, _routing):
         lines += section(measurements, figures)
     if document["failures"]:
         lines += ["## Measurements that failed", ""]
@@ -192,7 +194,7 @@ def _work_headline(measurements: dict[str, Any]) -> list[str]:
 
 
 def _targets_table(rows: list[Target]) -> list[str]:
-    lines = ["## Where we stand against the targets (issues 15, 19 and 35)", "",
+    lines = ["## Where we stand against the targets (issues 15, 19, 30 and 35)", "",
              "| target | measured | |", "| --- | --- | --- |"]
     for row in rows:
         verdict = {True: "met", False: "**missed**", None: "not measured"}[row.met]
@@ -568,6 +570,49 @@ def _models(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
             f"| affinity, in process (the proxy's pool, the replicas' loaders) | {m['affinity_loads_per_1000']:.1f} |",
             f"| random replica, in process (the same loaders) | {m['random_loads_per_1000']:.1f} |", "",
         ]
+    return lines
+
+
+def _routing(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
+    doc = measurements.get("routing")
+    if not doc:
+        return []
+    f = doc["figures"]
+    load = "; ".join(f"{system} {a:.1f} → {b:.1f}" for system, (a, b) in f.get("load_average", {}).items())
+    sim = f["sim"]
+    lines = ["## Routing policies on an LLM (issue 30)", "",
+             f"The LLM simulator (`deployments/apps/llm_sim.py`, {f['replicas']} replicas: "
+             f"{sim['prefill_s_per_token'] * 1e3:g} ms prefill per prompt token not in the replica's prefix cache, "
+             f"{sim['decode_s_per_token'] * 1e3:g} ms per output token, {sim['max_tokens']} tokens per answer), fresh "
+             f"replicas for each run. Shared: {f['conversations']} conversations of {f['turns']} turns at once, each "
+             "turn sending the conversation so far (streamed); unshared: as many prompts of the same sizes, each "
+             "of its own. Ours: the proxy with `key = \"json:messages\"`. Serve: Ray Serve 2.60 with direct "
+             "ingress and the access log off, an ingress deployment calling the simulator's deployment through a "
+             "handle (Serve's router reads the prompt from a handle call's argument, as in Serve LLM); its "
+             f"`request_router_config` names `{f['serve_router']['prefix_cache_affinity']}` (the class "
+             f"`{f['serve_public_router']}` re-exports; that path imports Serve LLM's dependencies, vLLM included) "
+             f"or Serve's default power-of-two router. Load average (1 min) before → after each system: {load}. "
+             f"{_command(doc)}", "",
+             "| workload | system | policy | TTFT mean ms | TTFT p99 ms | output tokens/s | prompt tokens cached |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+    for r in f["runs"]:
+        lines.append(f"| {r['workload']} | {r['system']} | {r['policy']} | {r['ttft_mean_s'] * 1e3:,.1f} | "
+                     f"{r['ttft_p99_s'] * 1e3:,.1f} | {r['output_tokens_per_s']:,.1f} | "
+                     f"{_number(r['cached_share'] * 100 if r['cached_share'] is not None else None)}% |")
+    lines.append("")
+    if f.get("failures"):
+        lines += ["Could not be measured: " + "; ".join(f"{k}: `{e.splitlines()[-1][:200] if e else ''}`"
+                                                    for k, e in f["failures"].items()), ""]
+    decisions = f.get("decision_us") or []
+    if decisions:
+        lines += [f"The routing decision in-process, CPU time per request, the key's read included ({f['replicas']} replicas, a "
+                  f"{decisions[0]['body_bytes']:,} B chat body of 20 turns; best of 7 × 2,000). For a `json:` key, "
+                  "its read alone and the whole-body parse it cost before.", "",
+                  "| policy | key | µs per decision | `json:` read µs | whole-body parse µs |",
+                  "| --- | --- | ---: | ---: | ---: |"]
+        lines += [f"| {r['policy']} | {r['key']} | {r['decision_us']:.2f} | {_number(r.get('read_us'), 2)} | "
+                  f"{_number(r.get('full_parse_read_us'), 2)} |" for r in decisions]
+        lines.append("")
     return lines
 
 

@@ -14,32 +14,49 @@ replicas (cold caches):
 Per run: time to first token (mean, p99: to the first SSE chunk), output
 tokens per second over the run, and the share of prompt tokens served from
 a cache. Then the routing decision itself, in-process: microseconds per
-choice for each policy (4 replicas), and for reading a `json:messages` key
-from a 20-turn body.
+request (CPU time: the machine is shared) for each policy and kind of key,
+the key's read included (4 replicas, a 20-turn chat body), and for a
+`json:` key its read alone next to the whole-body parse it used to cost.
 
-Not here (yet): Ray Serve 2.60's `PrefixCacheAffinityRouter` on the same
-simulator.
+Ray Serve 2.60 serves the same simulator (`bench.routing_apps`: an
+ingress deployment calling 4 simulator replicas through a handle, direct
+ingress, access log off) with its `PrefixCacheAffinityRouter` and, for
+reference, its default power-of-two router, named by each deployment's
+`request_router_config`. Each system runs in a process of its own; the load
+average before and after each is recorded (the machine is shared).
 
-    python -m bench.routing [--tiny] [--json PATH]
+    python -m bench.routing [--tiny] [--json PATH] [--systems ours,serve]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import math
+import os
 import random
+import subprocess
+import sys
 import time
 import timeit
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench import results, stats
-from bench.stacks import free_port, own_ray
+from bench import machine, results, stats
+from bench.routing_apps import PUBLIC_ROUTER, ROUTERS
+from bench.stacks import QUIET_RAY, free_port, own_ray, serve_installed
 
+ROOT = Path(__file__).resolve().parent.parent
+SYSTEMS = ("ours", "serve")
+WORKLOADS = ("shared", "unshared")
 POLICIES = ("prefix_affinity", "power_of_two")
+SERVE_ROUTERS = ("prefix_cache_affinity", "power_of_two")
+SERVE_ROUTERS_PATHS = {label: ROUTERS[label] for label in SERVE_ROUTERS}
+DIRECT_INGRESS = {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
 REPLICAS = 4
 SIM = {"prefill_s_per_token": 0.0005, "decode_s_per_token": 0.004, "max_tokens": 16}
 
@@ -114,7 +131,15 @@ async def run_workload(url: str, sessions: list[list[list[dict[str, str]]]]) -> 
     }
 
 
-def measure_end_to_end(conversations: int, turns: int) -> dict[str, dict[str, dict[str, float]]]:
+def _sessions(workload: str, conversations: int, turns: int, run: int) -> list[list[list[dict[str, str]]]]:
+    if workload == "shared":
+        return [conversation_turns(n, turns) for n in range(conversations)]
+    prompts = unshared_prompts(conversations * turns, run, turns)
+    return [prompts[n::conversations] for n in range(conversations)]
+
+
+def measure_ours(conversations: int, turns: int) -> list[dict[str, Any]]:
+    """Ours: the proxy in front of 4 simulator replicas, one fresh backend per (workload, policy)."""
     from controller.client import start_or_connect
     from controller.cluster import init_ray, shutdown_ray
     from vocabulary.configs import BackendConfig, EndpointConfig, GoalState, RoutingConfig
@@ -125,11 +150,10 @@ def measure_end_to_end(conversations: int, turns: int) -> dict[str, dict[str, di
     port = free_port()
     client = start_or_connect(namespace=f"bench-{uuid.uuid4().hex[:6]}", proxy_port=port,
                               options={"proxy_class": PROXY_CLASS})
-    figures: dict[str, dict[str, dict[str, float]]] = {}
+    runs: list[dict[str, Any]] = []
     previous: str | None = None
     try:
-        for workload in ("shared", "unshared"):
-            figures[workload] = {}
+        for workload in WORKLOADS:
             for run, policy in enumerate(POLICIES):
                 name = f"sim-{workload}-{run}"
                 routing = RoutingConfig.model_validate(
@@ -151,64 +175,187 @@ def measure_end_to_end(conversations: int, turns: int) -> dict[str, dict[str, di
                         await client.wait_for_goal(await client.delete_backend(previous), 300)
 
                 asyncio.run(deploy())
-                url = f"http://127.0.0.1:{port}"
-                if workload == "shared":
-                    sessions = [conversation_turns(n, turns) for n in range(conversations)]
-                else:
-                    prompts = unshared_prompts(conversations * turns, run, turns)
-                    sessions = [prompts[n::conversations] for n in range(conversations)]
-                figures[workload][policy] = asyncio.run(run_workload(url, sessions))
+                figures = asyncio.run(run_workload(f"http://127.0.0.1:{port}",
+                                                   _sessions(workload, conversations, turns, run)))
+                runs.append({"system": "ours", "policy": policy, "workload": workload, **figures})
                 previous = name
     finally:
         client.shutdown()
         shutdown_ray()
-    return figures
+    return runs
 
 
-def measure_decision() -> dict[str, float]:
-    """Microseconds per routing decision (4 replicas), and per `json:messages` key read."""
-    from proxy.policies import policy_for
-    from proxy.request_keys import KeyReader
+def measure_serve(conversations: int, turns: int) -> list[dict[str, Any]]:
+    """Ray Serve 2.60 (direct ingress): `bench.routing_apps`, one fresh application per (workload, router)."""
+    import logging
+
+    import ray
+    from ray import serve
+
+    from bench.proxy import direct_targets, kill_haproxy
+    from bench.routing_apps import serve_app
+    from bench.serving import _new_target
+
+    os.environ.update(QUIET_RAY)
+    own_ray()
+    ray.init(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
+             namespace=f"bench-{uuid.uuid4().hex[:6]}")
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    controller = ray.get_actor("SERVE_CONTROLLER_ACTOR", namespace="serve")
+    runs: list[dict[str, Any]] = []
+    previous: str | None = None
+    try:
+        for workload in WORKLOADS:
+            for run, router in enumerate(SERVE_ROUTERS):
+                name = f"sim-{workload}-{run}"
+                if previous is not None:  # the last run's replicas (and caches) go
+                    serve.delete(previous)
+                stale = set(direct_targets(controller))
+                serve.run(serve_app(router, REPLICAS, SIM), name=name, route_prefix="/")
+                url = _new_target(controller, stale).rstrip("/")
+                figures = asyncio.run(run_workload(url, _sessions(workload, conversations, turns, run)))
+                runs.append({"system": "serve", "policy": router, "workload": workload, **figures})
+                previous = name
+    finally:
+        serve.shutdown()
+        kill_haproxy(port)
+        ray.shutdown()
+    return runs
+
+
+def in_subprocess(system: str, tiny: bool) -> list[dict[str, Any]]:
+    """One system's runs in a process of its own (its own Ray; Serve's with direct ingress)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    if system == "serve":
+        env.update(DIRECT_INGRESS)
+    command = [sys.executable, "-m", "bench.routing", "--child", system, *(["--tiny"] if tiny else [])]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"exit {done.returncode}: " + "\n".join(done.stderr.strip().splitlines()[-6:]))
+    runs: list[dict[str, Any]] = json.loads(lines[-1])
+    return runs
+
+
+# (policy, key): every policy, and each kind of key for the two that read one.
+DECISIONS = (
+    ("power_of_two", None), ("round_robin", None), ("least_loaded", None),
+    ("consistent_hash", "header:x-user"), ("consistent_hash", "cookie:session"),
+    ("consistent_hash", "query:user"), ("consistent_hash", "json:user"), ("consistent_hash", "json:messages"),
+    ("prefix_affinity", "header:x-user"), ("prefix_affinity", "json:messages"),
+)
+
+
+def decision_request() -> tuple[str, str, bytes, list[tuple[bytes, bytes]], bytes]:
+    """An OpenAI chat request of a 20-turn conversation (~9 KB), with a user in a header, a cookie and the query."""
+    body = json.dumps({"model": "sim", "messages": conversation_turns(0, 20)[-1], "stream": True,
+                       "user": "user-17"}).encode()
+    return ("POST", "/v1/chat/completions", b"api-version=1&user=user-17",
+            [(b"x-user", b"user-17"), (b"cookie", b"theme=dark; session=s-17")], body)
+
+
+def measure_decision() -> list[dict[str, Any]]:
+    """CPU microseconds per routing decision, key read included (4 replicas; best of 7 x 2000), for each
+    policy and key kind; for a `json:` key also the read alone, and the whole-body parse it replaced."""
+    from vocabulary.policies import policy_for
+    from vocabulary.request_keys import KeyReader, json_bytes, json_field
     from vocabulary.choosing import pick_replica
     from vocabulary.configs import RoutingConfig
 
     rng = random.Random(0)
     ids = [f"sim#r{n}" for n in range(REPLICAS)]
     in_flight = [1, 0, 2, 1]
-    body = json.dumps({"model": "sim", "messages": conversation_turns(0, 20)[-1]}).encode()
-    request = ("POST", "/v1/chat/completions", b"", [(b"x-user", b"user-17")], body)
-    cases: dict[str, Any] = {"power_of_two": lambda: pick_replica(in_flight, 100, rng)}
-    for policy, key in (("round_robin", None), ("least_loaded", None),
-                        ("consistent_hash", "header:x-user"), ("prefix_affinity", "json:messages")):
+    request = decision_request()
+
+    def micros(case: Any) -> float:
+        # CPU time, not wall time: on a shared machine a wall clock also counts the
+        # time this process waited for a core, which no decision costs.
+        return min(timeit.repeat(case, number=2000, repeat=7, timer=time.process_time)) / 2000 * 1e6
+
+    rows: list[dict[str, Any]] = []
+    for policy, key in DECISIONS:
         config = RoutingConfig.model_validate({"policy": policy, **({"key": key} if key else {})})
         chosen = policy_for(config)
-        assert chosen is not None
-        chosen.members(ids)
         reader = KeyReader.from_config(config)
-        value = None if reader is None else reader.read(request)
-        cases[policy] = lambda chosen=chosen, value=value: chosen.choose(in_flight, 100, value, rng)
-    reader = KeyReader.from_config(RoutingConfig.model_validate({"policy": "prefix_affinity", "key": "json:messages"}))
-    assert reader is not None
-    cases[f"read json:messages ({len(body)} B body)"] = lambda: reader.read(request)
-    return {name: min(timeit.repeat(case, number=2000, repeat=7)) / 2000 * 1e6 for name, case in cases.items()}
+        row: dict[str, Any] = {"policy": policy, "key": key or "–", "body_bytes": len(request[4])}
+        if chosen is None:
+            row["decision_us"] = micros(lambda: pick_replica(in_flight, 100, rng))
+        else:
+            chosen.members(ids)
+            assert reader is not None or key is None
+
+            def decide(chosen: Any = chosen, reader: KeyReader | None = reader) -> None:
+                chosen.choose(in_flight, 100, None if reader is None else reader.read(request), rng)
+
+            row["decision_us"] = micros(decide)
+        if reader is not None and reader.kind.value == "json":
+            row["read_us"] = micros(lambda reader=reader: reader.read(request))
+            row["full_parse_read_us"] = micros(
+                lambda reader=reader: json_bytes(json_field(request[4], reader.name), reader.limit))
+        rows.append(row)
+    return rows
 
 
-def main() -> None:
-    args = results.parser(__doc__.splitlines()[0]).parse_args()
+def _load_average() -> float:
+    return float(machine.describe()["load_average_1m"])  # type: ignore[arg-type]  # describe() holds a float there
+
+
+def print_runs(runs: list[dict[str, Any]]) -> None:
+    print(f"{'workload':<10} {'system':<7} {'policy':<22} {'TTFT mean':>10} {'TTFT p99':>10} {'tokens/s':>9} {'cached':>7}")
+    for r in runs:
+        print(f"{r['workload']:<10} {r['system']:<7} {r['policy']:<22} {r['ttft_mean_s'] * 1000:>8.1f}ms "
+              f"{r['ttft_p99_s'] * 1000:>8.1f}ms {r['output_tokens_per_s']:>9.1f} {r['cached_share']:>7.1%}")
+
+
+def print_decisions(rows: list[dict[str, Any]]) -> None:
+    print(f"\nrouting decision per request, CPU time, key read included (4 replicas, {rows[0]['body_bytes']:,} B "
+          "body; best of 7 x 2000):")
+    for r in rows:
+        extra = ""
+        if "read_us" in r:
+            extra = f"  (read {r['read_us']:.2f} us; whole-body parse {r['full_parse_read_us']:.2f} us)"
+        print(f"  {r['policy']:<16} {r['key']:<16} {r['decision_us']:7.2f} us{extra}")
+
+
+def main() -> int:
+    parser = results.parser(__doc__.splitlines()[0])
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
     conversations, turns = (4, 4) if args.tiny else (16, 20)
+    if args.child:
+        measure = measure_serve if args.child == "serve" else measure_ours
+        print(json.dumps(measure(conversations, turns)))
+        return 0
     decision = measure_decision()
-    end_to_end = measure_end_to_end(conversations, turns)
-    print(f"{'workload':<10} {'policy':<16} {'TTFT mean':>10} {'TTFT p99':>10} {'tokens/s':>9} {'cached':>7}")
-    for workload, by_policy in end_to_end.items():
-        for policy, row in by_policy.items():
-            print(f"{workload:<10} {policy:<16} {row['ttft_mean_s'] * 1000:>8.1f}ms {row['ttft_p99_s'] * 1000:>8.1f}ms "
-                  f"{row['output_tokens_per_s']:>9.1f} {row['cached_share']:>7.1%}")
-    print("\nrouting decision, in-process (best of 7 x 2000):")
-    for name, micros in decision.items():
-        print(f"  {name:<40} {micros:6.2f} us")
-    results.write(args.json, "routing", args.tiny, {"end_to_end": end_to_end, "decision_us": decision,
-                                                    "conversations": conversations, "turns": turns})
+    runs: list[dict[str, Any]] = []
+    failures: dict[str, str] = {}
+    load: dict[str, list[float]] = {}
+    for system in args.systems.split(","):
+        if system == "serve" and not serve_installed():
+            failures[system] = "Ray Serve is not installed (`pip install -e '.[bench]'`)"
+            continue
+        print(f"measuring {system} ...", file=sys.stderr, flush=True)
+        before = _load_average()
+        try:
+            runs += in_subprocess(system, args.tiny)
+        except (RuntimeError, subprocess.TimeoutExpired) as error:
+            failures[system] = str(error)
+            print(f"  {system} failed: {error}", file=sys.stderr)
+        load[system] = [before, _load_average()]
+    print_runs(runs)
+    print("load average (1 min) before and after: " + ", ".join(f"{s} {a:.2f} → {b:.2f}" for s, (a, b) in load.items()))
+    for system, reason in failures.items():
+        print(f"{system}: not measured: {reason}")
+    print_decisions(decision)
+    results.write(args.json, "routing", args.tiny, {
+        "runs": runs, "failures": failures, "load_average": load, "decision_us": decision,
+        "conversations": conversations, "turns": turns, "replicas": REPLICAS, "sim": SIM,
+        "serve_router": SERVE_ROUTERS_PATHS, "serve_public_router": PUBLIC_ROUTER,
+    })
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

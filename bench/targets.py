@@ -38,6 +38,7 @@ def targets(document: dict[str, Any]) -> list[Target]:
         *_payloads(m.get("payloads")),
         *_streams(m.get("streams")),
         *_density(m.get("density")),
+        *_routing(m.get("routing")),
     ]
 
 
@@ -316,3 +317,56 @@ def _density(doc: dict[str, Any] | None) -> list[Target]:
                          f"{ours['replicas']} replicas)", memory <= 0.6),
         Target(names[1], f"×{ready:.2f} ({ours['ready_s']:.1f} vs {serve['ready_s']:.1f} s)", ready <= 0.5),
     ]
+
+
+DECISION_BUDGET_US = 20.0
+
+
+def routing_run(runs: list[dict[str, Any]], workload: str, system: str, policy: str) -> dict[str, Any] | None:
+    return next((r for r in runs if (r["workload"], r["system"], r["policy"]) == (workload, system, policy)), None)
+
+
+def _routing(doc: dict[str, Any] | None) -> list[Target]:
+    """Issue 30's routing targets: prefix_affinity's TTFT against power_of_two and Serve's router; the decision."""
+    names = ("Routing (issue 30): prefix_affinity TTFT mean ≥ 2× lower than power_of_two, shared prefixes",
+             "…no more than 5% above power_of_two's without shared prefixes",
+             "…ahead of Ray Serve's PrefixCacheAffinityRouter (TTFT mean, shared prefixes)",
+             f"…the routing decision < {DECISION_BUDGET_US:g} µs per request, key read included")
+    f = doc["figures"] if doc else {}
+    runs = f.get("runs", [])
+    rows = []
+    ours, p2 = routing_run(runs, "shared", "ours", "prefix_affinity"), routing_run(runs, "shared", "ours", "power_of_two")
+    if ours and p2 and ours["ttft_mean_s"]:
+        ratio = p2["ttft_mean_s"] / ours["ttft_mean_s"]
+        rows.append(Target(names[0], f"{ratio:.2f}× lower ({ours['ttft_mean_s'] * 1e3:.0f} vs "
+                                     f"{p2['ttft_mean_s'] * 1e3:.0f} ms)", ratio >= 2))
+    else:
+        rows.append(Target(names[0], "–", None))
+    ours, p2 = (routing_run(runs, "unshared", "ours", "prefix_affinity"),
+                routing_run(runs, "unshared", "ours", "power_of_two"))
+    if ours and p2 and p2["ttft_mean_s"]:
+        above = ours["ttft_mean_s"] / p2["ttft_mean_s"] - 1
+        rows.append(Target(names[1], f"{above:+.0%} ({ours['ttft_mean_s'] * 1e3:.0f} vs "
+                                     f"{p2['ttft_mean_s'] * 1e3:.0f} ms)", above <= 0.05))
+    else:
+        rows.append(Target(names[1], "–", None))
+    ours, serve = (routing_run(runs, "shared", "ours", "prefix_affinity"),
+                   routing_run(runs, "shared", "serve", "prefix_cache_affinity"))
+    if ours and serve and ours["ttft_mean_s"]:
+        ratio = serve["ttft_mean_s"] / ours["ttft_mean_s"]
+        rows.append(Target(names[2], f"Serve's {ratio:.2f}× ours ({serve['ttft_mean_s'] * 1e3:.0f} vs "
+                                     f"{ours['ttft_mean_s'] * 1e3:.0f} ms)", ratio > 1))
+    else:
+        rows.append(Target(names[2], "–", None))
+    decisions = f.get("decision_us") or []
+    if decisions:
+        worst = max(decisions, key=lambda r: r["decision_us"])
+        over = [f"{r['policy']} {r['key']} {r['decision_us']:.1f} µs" for r in decisions
+                if r["decision_us"] >= DECISION_BUDGET_US]
+        measured = f"worst {worst['decision_us']:.1f} µs ({worst['policy']} {worst['key']})"
+        if over:
+            measured += "; over: " + ", ".join(over)
+        rows.append(Target(names[3], measured, not over))
+    else:
+        rows.append(Target(names[3], "–", None))
+    return rows

@@ -185,6 +185,7 @@ class ControllerActor:
         self._stopping = False
         self._ticks = 0
         self._next_proxy_check = 0.0
+        self._proxy_nodes = 1  # alive nodes running proxies: each enforces 1/this of every [limits]
         self._published_endpoints: set[str] = set()
         self._published_backends: set[str] = set()
         self._saved: dict[str, Any] | None = None
@@ -371,6 +372,10 @@ class ControllerActor:
             self._errors["proxies"] += 1
             logger.exception("proxy reconciliation failed")
             return
+        nodes = max(1, len(alive)) if self._proxies.spec is not None else 1
+        if nodes != self._proxy_nodes:  # every node's proxies now enforce their new share of each limit
+            self._proxy_nodes = nodes
+            self._publish_routes()
         for effect in effects:
             if isinstance(effect, StopProxy):
                 self._longpoll.forget(effect.proxy_id)
@@ -414,8 +419,7 @@ class ControllerActor:
 
     def _publish_endpoints(self) -> None:
         """Routes and every endpoint key; unchanged ones cost nothing."""
-        self._longpoll.publish(LongPollKey.ROUTES, self._endpoints.route_table(),
-                               self._endpoints.route_table())
+        self._publish_routes()
         current = self._endpoints.all()
         for name, config in current.items():
             served = self._rollouts.served(config)
@@ -424,11 +428,14 @@ class ControllerActor:
             self._longpoll.publish(LongPollKey.endpoint(name), None, None)
         self._published_endpoints = set(current)
 
+    def _publish_routes(self) -> None:
+        table = self._endpoints.route_table(self._proxy_nodes)
+        self._longpoll.publish(LongPollKey.ROUTES, table, table)
+
     def _publish_endpoint(self, name: str) -> None:
         config = self._endpoints.get(name)
         served = None if config is None else self._rollouts.served(config)
-        self._longpoll.publish(LongPollKey.ROUTES, self._endpoints.route_table(),
-                               self._endpoints.route_table())
+        self._publish_routes()
         self._longpoll.publish(LongPollKey.endpoint(name), served, served)
         if config is None:
             self._published_endpoints.discard(name)

@@ -64,12 +64,13 @@ class EndpointState:
     def all(self) -> dict[str, EndpointConfig]:
         return dict(self._endpoints)
 
-    def route_table(self) -> RouteTable:
+    def route_table(self, nodes: int = 1) -> RouteTable:
+        """Every endpoint's route, and the nodes whose proxies share each endpoint's `[limits]`."""
         entries = sorted(
             (RouteEntry(route=e.route, methods=e.methods, endpoint=e.name) for e in self._endpoints.values()),
             key=lambda entry: entry.route,
         )
-        return RouteTable(entries=tuple(entries))
+        return RouteTable(entries=tuple(entries), nodes=max(1, nodes))
 
     def status(self) -> dict[str, EndpointStatus]:
         return {

@@ -60,7 +60,8 @@ class FakeAdapter:
     - `health`: the next health probe per actor, consumed when read; OK when absent.
     - `draining`: replica actors whose drain call has not finished.
     - `proxy_calls`: per proxy id, the outcome of its proxy's last call (absent: in flight).
-    - `dead_nodes`, `no_room` (why nothing fits; "" = room), `node`, `cpus`: node facts.
+    - `dead_nodes`, `no_room` (why nothing fits; "" = room), `node`, `cpus`: node facts;
+      `other_nodes`: more alive nodes (id -> IP), each with `cpus`.
     - `alive`: replica actors that exist; `started`, `killed`, `applied`: what it was asked.
     - `storage`: when given, `checkpoints_at_start` holds its content at each start.
     - `output`: each replica's own output lines (`replica_output` answers them all at every read).
@@ -74,6 +75,7 @@ class FakeAdapter:
     dead_nodes: set[str] = field(default_factory=set)
     no_room: str = ""
     node: str = "node-1"
+    other_nodes: dict[str, str] = field(default_factory=dict)
     cpus: int = 1
     start_error: str = ""
     storage: Storage | None = None
@@ -131,13 +133,14 @@ class FakeAdapter:
         self.alive.add(actor_name)
 
     def refresh_nodes(self) -> dict[str, str]:
-        return {} if self.node in self.dead_nodes else {self.node: "127.0.0.1"}
+        nodes = {self.node: "127.0.0.1", **self.other_nodes}
+        return {node: ip for node, ip in nodes.items() if node not in self.dead_nodes}
 
     def proxy_probes(self) -> dict[str, Probe]:
         return dict(self.proxy_calls)
 
     def node_cpus(self) -> dict[str, int]:
-        return {self.node: self.cpus}
+        return {node: self.cpus for node in (self.node, *self.other_nodes)}
 
     def adopt(self, actor_names: set[str]) -> set[str]:
         return actor_names & self.alive

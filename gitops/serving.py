@@ -15,7 +15,11 @@ and for a multiplexed backend `@multiplexed` and `model_id()`.
 
 A handle calls the callee's handler with the given arguments (not an HTTP
 request) and returns its return value. It makes the proxy's choices: an
-endpoint's traffic weights, then the least busy of two random replicas; when
+endpoint's traffic weights, then the callee backend's routing policy
+(`[backends.X.routing]`; the least busy of two random replicas by default),
+whose `json:FIELD` key is read from the call's first argument (a dict, or a
+JSON body as bytes or text); other keys are HTTP's, so such a call is
+routed by power_of_two; when
 every replica of the callee is full it raises `BackpressureError` at once
 rather than queueing. The callee's exception arrives as `HandleError` with
 its traceback. Handles follow config changes (weights, replicas) as the

@@ -2,17 +2,16 @@
 
 Map (layers import only downward):
 - pure: `routing` (longest-prefix match, 405), `steering` (header and JSON
-  match, sticky key), `policies` (a backend's replica choice:
-  round_robin, least_loaded, consistent_hash, prefix_affinity),
-  `multiplexing` (a multiplexed backend's model to a replica holding it,
+  match, sticky key), `multiplexing` (a multiplexed backend's model to a replica holding it,
   and its hottest model's load for the autoscaler),
-  `request_keys` (a routing key from a header, cookie, query or JSON
-  body field), `rate_limits` (per-tenant token buckets), `settings` (tunables, with `httpedge.limits`),
+  `rate_limits` (per-tenant token buckets), `settings` (tunables, with `httpedge.limits`),
   `shadow_compare` (shadow replies against the primary's),
   `stalls` (per-replica progress and the rule that finds a hung replica),
   `request_stats` (answers counted for rollout checks); the choices
   (weighted backend, shadow sampling, power-of-two replica, queue admission)
-  are `vocabulary.choosing`, shared with the replicas' handles, and the
+  are `vocabulary.choosing`, and a backend's routing policy and the key it
+  reads `vocabulary.policies` and `vocabulary.request_keys`, all shared with
+  the replicas' handles, and the
   proxy <-> replica tuples `vocabulary.wire`;
 - state without I/O: `replicas` (per-backend pools, wait queue),
   `snapshot` (the immutable route table a request reads once),

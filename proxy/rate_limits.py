@@ -12,20 +12,24 @@ the `Buckets` interface and `LocalBuckets`, one process's own table (bounded;
 the least recently used bucket is forgotten, and a forgotten bucket comes
 back full, as an idle one would be). A node's proxy workers share one table
 instead, `proxy.shared_buckets`, so a tenant gets its rate per node whichever
-worker its connections reach. Pure: time is passed in.
+worker its connections reach. With N nodes running proxies (the controller
+publishes N with the route table), each node enforces `node_share`: 1/N of
+the rate and of the burst, so a tenant spread over the nodes gets about the
+limit written. Pure: time is passed in.
 """
 
 from __future__ import annotations
 
 import collections
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from proxy.request_keys import KeyReader
 from vocabulary.configs import LimitsConfig
+from vocabulary.request_keys import KeyReader
 
-__all__ = ["Buckets", "LocalBuckets", "TenantLimit", "take_token"]
+__all__ = ["Buckets", "LocalBuckets", "TenantLimit", "node_share", "take_token"]
 
 _LOCAL_BUCKETS = 65_536
 
@@ -37,6 +41,13 @@ def take_token(tokens: float, stamp: float, now: float, rate: float, burst: int)
     if tokens >= 1.0:
         return tokens - 1.0, 0.0
     return tokens, (1.0 - tokens) / rate
+
+
+def node_share(config: LimitsConfig, nodes: int) -> tuple[float, int]:
+    """One node's (rate, burst) of a limit when `nodes` nodes' proxies enforce it: the
+    rate ÷ nodes, the burst ÷ nodes rounded up (a bucket holds at least one token)."""
+    nodes = max(1, nodes)
+    return config.requests_per_s / nodes, max(1, math.ceil(config.burst / nodes))
 
 
 class Buckets(Protocol):
@@ -70,12 +81,14 @@ class TenantLimit:
     reader: KeyReader | None
 
     @classmethod
-    def from_config(cls, endpoint: str, config: LimitsConfig | None) -> TenantLimit | None:
+    def from_config(cls, endpoint: str, config: LimitsConfig | None, nodes: int = 1) -> TenantLimit | None:
+        """The limit this node's proxies enforce: its share when `nodes` nodes run proxies."""
         if config is None:
             return None
         source = config.key_source()
         reader = None if source is None else KeyReader(source[0], source[1])
-        return cls(endpoint, config.requests_per_s, config.burst, reader)
+        rate, burst = node_share(config, nodes)
+        return cls(endpoint, rate, burst, reader)
 
     def slot(self, query: bytes, headers: Sequence[tuple[bytes, bytes]]) -> int:
         """The bucket of the request's tenant: a nonzero 64-bit hash of the endpoint and the key."""

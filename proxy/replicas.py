@@ -21,7 +21,7 @@ the controller, which replaces it, until the controller stops listing it.
 
 Decisions come from `vocabulary.choosing` (power_of_two, the default, called
 directly so its path costs what it always did) or from the backend's routing
-policy (`proxy.policies`), which also sees the request's key (`proxy.request_keys`);
+policy (`vocabulary.policies`), which also sees the request's key (`vocabulary.request_keys`);
 a request waiting in line keeps its key, so the policy decides for it too when a
 slot frees. A multiplexed backend (`[backends.X.multiplex]`) is routed by
 `proxy.multiplexing` instead, its key the request's model id: each slot keeps
@@ -40,8 +40,8 @@ from typing import Callable, Iterable
 
 from proxy.calling import Batching
 from proxy.multiplexing import ModelAffinity, hot_ongoing
-from proxy.policies import Policy, policy_for
-from proxy.request_keys import KeyReader
+from vocabulary.policies import Policy, policy_for
+from vocabulary.request_keys import KeyReader
 from proxy.stalls import ReplicaProgress, Stall
 from vocabulary.choosing import Admission, Random, admit, pick_replica
 from vocabulary.actor_apis import ReplicaHandle

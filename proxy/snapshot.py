@@ -41,7 +41,8 @@ class ServedEndpoint:
     rollout_step: int = 0  # the progressive rollout's 1-based step these weights are (0: none runs)
 
     @classmethod
-    def from_config(cls, config: EndpointConfig) -> ServedEndpoint:
+    def from_config(cls, config: EndpointConfig, nodes: int = 1) -> ServedEndpoint:
+        """`nodes`: the nodes running proxies, which share `[limits]` (`RouteTable.nodes`)."""
         return cls(
             config.name,
             WeightedChoice.from_weights(config.traffic),
@@ -52,7 +53,7 @@ class ServedEndpoint:
             frozenset(config.shadow_ignore),
             config.shadow_query,
             config.shadow_values,
-            TenantLimit.from_config(config.name, config.limits),
+            TenantLimit.from_config(config.name, config.limits, nodes),
             config.tracing.sample if config.tracing is not None else 0.0,
             config.capture,
             config.rollout_step,
@@ -96,7 +97,7 @@ def build_snapshot(
     than half-served.
     """
     entries = [entry for entry in table.entries if entry.endpoint in endpoints]
-    plans = {entry.endpoint: ServedEndpoint.from_config(endpoints[entry.endpoint]) for entry in entries}
+    plans = {entry.endpoint: ServedEndpoint.from_config(endpoints[entry.endpoint], table.nodes) for entry in entries}
     routes = RouteIndex.build(Route.build(e.route, e.methods, e.endpoint) for e in entries)
     listing = {e.route: {"endpoint": e.endpoint, "methods": list(e.methods)} for e in entries}
     complete = len(entries) == len(table.entries)

@@ -1,7 +1,7 @@
 """Which backend a request goes to before and instead of a random draw: header or JSON match, sticky key.
 
 An endpoint's `[[match]]` rules are checked in order; the first whose header
-(or top-level JSON body field, `proxy.request_keys.json_field`) carries
+(or top-level JSON body field, `vocabulary.request_keys.json_key`) carries
 exactly its value names the backend. Before the body is read, a JSON rule
 cannot match, so the rules are checked again once it is (`reads_body`). Otherwise a sticky endpoint
 hashes the request's key (a header or a cookie) to a fixed point in [0, 1)
@@ -19,7 +19,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Sequence
 
-from proxy.request_keys import cookie_value, json_bytes, json_field
+from vocabulary.request_keys import cookie_value, json_key
 from vocabulary.configs import EndpointConfig, StickyKey
 
 __all__ = ["Headers", "Steering", "sticky_point", "cookie_value"]
@@ -78,7 +78,7 @@ class Steering:
             if body is None:
                 return None
             if field not in values:
-                values[field] = json_bytes(json_field(body, field))
+                values[field] = json_key(body, field)
             if values[field] == value:
                 return backend
         return None

@@ -5,11 +5,14 @@ installs. A target may name an endpoint or a backend, so its first call
 subscribes to both controller keys (`endpoint:<name>`, `replicas:<name>`)
 and waits for their first answer; a background long poll on the controller
 keeps every subscribed key current, as the proxy's does. A call to an
-endpoint draws a backend by its traffic weights; then the least busy of two
-random replicas with room is called (`vocabulary.choosing`, the proxy's own
-choices), where room is the callee's `max_concurrent_queries` less this
-replica's calls in flight to it. No room anywhere is backpressure, answered
-at once rather than queued. The call is `handle_call` on the callee replica.
+endpoint draws a backend by its traffic weights; then the callee backend's
+own routing policy chooses among its replicas with room, as the proxy's
+does (`vocabulary.policies`; power_of_two, `vocabulary.choosing`, by
+default), with the key it reads from the call's first argument
+(`KeyReader.read_call`: a `json:` field of a dict or a JSON body); room is
+the callee's `max_concurrent_queries` less this replica's calls in flight
+to it. No room anywhere is backpressure, answered at once rather than
+queued. The call is `handle_call` on the callee replica.
 
 Owns the Ray side of handles; the user-facing API is `gitops.serving`.
 """
@@ -25,8 +28,10 @@ from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
 
 from vocabulary.actor_apis import ControllerAPI, Remote, ReplicaAPI
 from vocabulary.choosing import Random, WeightedChoice, pick_replica
-from vocabulary.configs import EndpointConfig, ReplicaSet
+from vocabulary.configs import EndpointConfig, ReplicaSet, RoutingConfig
 from vocabulary.goal_api import CONTROLLER_NAME, LongPollKey
+from vocabulary.policies import Policy, policy_for
+from vocabulary.request_keys import KeyReader
 from vocabulary.serving import HandleOutcome
 from replica.tracing import ReplicaTracing
 
@@ -51,6 +56,7 @@ class HandleRouter:
         self._held: dict[str, int] = {}
         self._payloads: dict[str, Any] = {}
         self._in_flight: dict[str, int] = {}  # replica id -> this replica's calls to it
+        self._routing: dict[str, _Routing] = {}  # backend -> its policy, as its replica set says
         self._answered = asyncio.Event()
         self._poll: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -102,7 +108,13 @@ class HandleRouter:
         if not replicas:
             return HandleOutcome.UNAVAILABLE, f"backend '{replica_set.backend}' has no running replica"
         cap = replica_set.max_concurrent_queries
-        index = pick_replica([self._in_flight.get(r.replica_id, 0) for r in replicas], cap, self._rng)
+        in_flight = [self._in_flight.get(r.replica_id, 0) for r in replicas]
+        routing = self._routing_of(replica_set)
+        if routing.policy is None:
+            index = pick_replica(in_flight, cap, self._rng)
+        else:
+            key = None if routing.reader is None else routing.reader.read_call(args)
+            index = routing.policy.choose(in_flight, cap, key, self._rng)
         if index is None:
             return HandleOutcome.BACKPRESSURE, (
                 f"backend '{replica_set.backend}' is at capacity: {len(replicas)} replica(s), "
@@ -122,6 +134,18 @@ class HandleRouter:
             return HandleOutcome.UNAVAILABLE, f"replica {chosen.replica_id} of '{replica_set.backend}' died: {error}"
         finally:
             self._in_flight[chosen.replica_id] -= 1
+
+    def _routing_of(self, replica_set: ReplicaSet) -> _Routing:
+        """The backend's policy, rebuilt when its routing changes, told its replicas when they change."""
+        routing = self._routing.get(replica_set.backend)
+        if routing is None or routing.config != replica_set.routing:
+            routing = _Routing(replica_set.routing)
+            self._routing[replica_set.backend] = routing
+        ids = tuple(r.replica_id for r in replica_set.replicas)
+        if routing.policy is not None and ids != routing.members:
+            routing.policy.members(ids)
+            routing.members = ids
+        return routing
 
     # --- the long poll -------------------------------------------------------------
 
@@ -166,3 +190,13 @@ class HandleRouter:
                     self._held[key], self._payloads[key] = snapshot_id, payload
             self._answered.set()
             self._answered = asyncio.Event()
+
+
+class _Routing:
+    """One callee backend's routing policy (None: power_of_two) and where it reads its key."""
+
+    def __init__(self, config: RoutingConfig | None) -> None:
+        self.config = config
+        self.policy: Policy | None = policy_for(config)
+        self.reader = KeyReader.from_config(config)
+        self.members: tuple[str, ...] = ()

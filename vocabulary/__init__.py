@@ -30,6 +30,11 @@ share their values here.
   travel in over the data path are `datalink`'s).
 - `choosing`: the request path's choices (backend by weight, replica by
   power of two, queue admission), for the proxy and for handles alike.
+- `policies`: the replica a backend's routing policy chooses (round robin,
+  least loaded, rendezvous hashing, prefix affinity), and `request_keys`:
+  the key it reads (a header, cookie, query parameter or JSON body field
+  of a request; a JSON field of a handle call's argument), for the proxy
+  and for handles alike.
 - `serving`: what user code in a replica may ask for (`gitops.serving`):
   handles to other backends and endpoints, and its own context.
 - `replica_output`: a replica's own stdout and stderr lines, as `gitops logs`

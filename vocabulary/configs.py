@@ -638,13 +638,16 @@ def _limit_key_shape(key: str | None) -> str | None:
 
 
 class LimitsConfig(_Value):
-    """Requests each tenant may send to the endpoint: a token bucket per key, at each node's proxy (docs/llm.md)."""
+    """Requests each tenant may send to the endpoint: a token bucket per key; with N nodes, each node's
+    proxies enforce 1/N of it (docs/llm.md)."""
 
     requests_per_s: float = Field(
-        gt=0, le=1_000_000, description="Requests per second each key may send, on average; beyond it, 429 with Retry-After."
+        gt=0, le=1_000_000, description="Requests per second each key may send, on average, across the cluster "
+        "(each of N nodes' proxies allow 1/N of it); beyond it, 429 with Retry-After."
     )
     burst: int = Field(
-        default=1, ge=1, le=1_000_000, description="Requests a key may send at once after being idle (the bucket's size)."
+        default=1, ge=1, le=1_000_000, description="Requests a key may send at once after being idle (the bucket's "
+        "size; each of N nodes' proxies allow 1/N of it, rounded up)."
     )
     key: Annotated[str | None, AfterValidator(_limit_key_shape)] = Field(
         default=None,
@@ -882,3 +885,5 @@ class RouteTable(_Value):
     """Long-poll key `routes`: every endpoint's route, for matching."""
 
     entries: tuple[RouteEntry, ...] = ()
+    # Nodes running proxies: each node's proxies enforce 1/nodes of every `[limits]`.
+    nodes: int = 1

@@ -24,7 +24,9 @@ says how many prompt tokens came from the cache
 (`prompt_tokens_details.cached_tokens`). `GET .../stats` answers the cache's
 hits and misses. Settings come from `user_config` (changed in place):
 `prefill_s_per_token`, `decode_s_per_token`, `cache_tokens`,
-`max_tokens` (output tokens when the request says none).
+`max_tokens` (output tokens when the request says none). `complete(body)`
+answers an already parsed body: `bench.routing_apps` serves the same
+simulator from Ray Serve with it.
 
     curl -s localhost:8000/v1/chat/completions -d '{"model": "sim", "max_tokens": 4,
          "messages": [{"role": "user", "content": "hello there"}]}'
@@ -122,12 +124,22 @@ class LLMSim:
             return JSONResponse({"hits": self.cache.hits, "misses": self.cache.misses, "use": self.cache.use()})
         try:
             body = json.loads(await request.body())
+        except ValueError as error:
+            return _bad_request(error)
+        return await self.complete(body)
+
+    async def complete(self, body: Any) -> Response:
+        """The answer to one parsed request body (what `__call__` serves; a Ray Serve
+        deployment wrapping the simulator calls it with the body it parsed)."""
+        try:
+            if not isinstance(body, dict):
+                raise TypeError("the body must be a JSON object")
             messages = body["messages"]
             if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
                 raise ValueError("messages must be a list of objects")
             max_tokens = int(body.get("max_tokens") or self.settings["max_tokens"])
         except (ValueError, KeyError, TypeError) as error:
-            return JSONResponse({"error": {"message": f"bad request: {error}", "type": "invalid_request_error"}}, 400)
+            return _bad_request(error)
         tokens = prompt_tokens(messages)
         hashes = block_hashes(tokens)
         self.sequences += 1
@@ -184,6 +196,10 @@ class LLMSim:
         finally:
             self.sequences -= 1
         yield "data: [DONE]\n\n"
+
+
+def _bad_request(error: Exception) -> Response:
+    return JSONResponse({"error": {"message": f"bad request: {error}", "type": "invalid_request_error"}}, 400)
 
 
 def _words(count: int) -> list[str]:

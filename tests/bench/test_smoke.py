@@ -187,3 +187,23 @@ def test_models_bench_fetches_once_and_affinity_loads_fewer_models_than_random(
     assert plex["real_affinity_loads_per_1000"] == plex["affinity_loads_per_1000"] == 8 * 1000 / plex["requests"]
     assert plex["random_loads_per_1000"] > 3 * plex["affinity_loads_per_1000"]
     assert "## Models: fetching into a node's cache, and many models per replica" in (report / "REPORT.md").read_text()
+
+
+def test_routing_bench_measures_each_policy_on_both_workloads_next_to_serves_router(measured: dict[str, Any]) -> None:
+    got = figures(measured, "routing")
+    expected = {("ours", "prefix_affinity"), ("ours", "power_of_two")}
+    if "serve" in systems():
+        expected |= {("serve", "prefix_cache_affinity"), ("serve", "power_of_two")}
+
+    for workload in ("shared", "unshared"):
+        runs = [r for r in got["runs"] if r["workload"] == workload]
+        assert {(r["system"], r["policy"]) for r in runs} == expected, workload
+        assert all(r["requests"] == got["conversations"] * got["turns"] for r in runs)
+        assert all(0 < r["ttft_mean_s"] <= r["ttft_p99_s"] and r["output_tokens_per_s"] > 0 for r in runs)
+    shared = [r for r in got["runs"] if r["workload"] == "shared"]
+    assert all(r["cached_share"] > 0 for r in shared)  # later turns find their earlier turns cached somewhere
+    assert {(r["policy"], r["key"]) for r in got["decision_us"]} >= {("power_of_two", "–"), ("prefix_affinity", "json:messages")}
+
+
+def test_report_has_the_routing_section(report: Path) -> None:
+    assert "## Routing policies on an LLM (issue 30)" in (report / "REPORT.md").read_text()

@@ -179,3 +179,32 @@ def test_density_compares_memory_and_start_time_with_serve() -> None:
     document = {"measurements": {"density": {"figures": {"runs": runs}}}}
 
     assert verdict(document, "Density") is True and verdict(document, "…all replicas ready") is False
+
+
+def routing_document(ours_shared: float, p2_shared: float, serve_shared: float, ours_unshared: float,
+                     p2_unshared: float, decisions_us: list[float]) -> dict[str, Any]:
+    def r(workload: str, system: str, policy: str, ttft: float) -> dict[str, Any]:
+        return {"workload": workload, "system": system, "policy": policy, "ttft_mean_s": ttft}
+
+    runs = [r("shared", "ours", "prefix_affinity", ours_shared), r("shared", "ours", "power_of_two", p2_shared),
+            r("shared", "serve", "prefix_cache_affinity", serve_shared),
+            r("unshared", "ours", "prefix_affinity", ours_unshared), r("unshared", "ours", "power_of_two", p2_unshared)]
+    decisions = [{"policy": "prefix_affinity", "key": "json:messages", "decision_us": us} for us in decisions_us]
+    return {"measurements": {"routing": {"figures": {"runs": runs, "decision_us": decisions}}}}
+
+
+def test_routing_targets_judge_ttft_against_power_of_two_and_serve_and_the_decision_budget() -> None:
+    met = routing_document(0.1, 0.25, 0.3, 0.21, 0.2, [4.0, 12.0])
+    missed = routing_document(0.1, 0.15, 0.09, 0.22, 0.2, [4.0, 25.0])
+
+    for start in ("Routing (issue 30)", "…no more than 5%", "…ahead of Ray Serve", "…the routing decision"):
+        assert verdict(met, start) is True, start
+        assert verdict(missed, start) is False, start
+
+
+def test_routing_targets_without_serve_are_not_measured() -> None:
+    document = routing_document(0.1, 0.25, 0.3, 0.21, 0.2, [4.0])
+    document["measurements"]["routing"]["figures"]["runs"].pop(2)
+
+    assert verdict(document, "…ahead of Ray Serve") is None
+    assert verdict({"measurements": {}}, "Routing (issue 30)") is None

@@ -49,6 +49,10 @@ class Recorded:
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, int]] = []
         self.shadows: list[tuple[str, str, str]] = []
+        self.limited: list[str] = []
+
+    def rate_limited(self, endpoint: str) -> None:
+        self.limited.append(endpoint)
 
     def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None:
         self.requests.append((endpoint, backend, code))

@@ -9,9 +9,10 @@ import pytest
 
 from gitops.specs.models import check_endpoint
 from proxy.metrics import ProxyMetrics
-from proxy.rate_limits import LocalBuckets, TenantLimit, take_token
+from proxy.rate_limits import LocalBuckets, TenantLimit, node_share, take_token
 from proxy.shared_buckets import SharedBuckets
-from vocabulary.configs import LimitsConfig
+from tests.component.test_proxy_app import FakeReplica, Proxy, replica_set, run
+from vocabulary.configs import EndpointConfig, LimitsConfig, RouteEntry, RouteTable
 
 
 def test_a_bucket_grants_its_burst_then_one_token_per_interval() -> None:
@@ -109,3 +110,37 @@ def test_limits_are_checked_with_their_place() -> None:
         "endpoints.e.limits.key: must be 'header:NAME', 'cookie:NAME' or 'query:NAME' (got 'json:user')"
     ]
     assert messages({"requests_per_s": 0})[0].startswith("endpoints.e.limits.requests_per_s:")
+
+
+def test_each_node_enforces_its_share_of_a_limit() -> None:
+    config = LimitsConfig(requests_per_s=10, burst=5, key="header:x-tenant")
+    assert node_share(config, 1) == (10, 5)
+    assert node_share(config, 2) == (5, 3)  # the burst rounded up: a tenant on both nodes gets at most 6
+    assert node_share(config, 4) == (2.5, 2)
+    assert node_share(config, 100) == (0.1, 1)  # a bucket holds at least one token
+    assert node_share(config, 0) == (10, 5)
+    limit = TenantLimit.from_config("chat", config, nodes=2)
+    assert limit is not None and (limit.rate, limit.burst) == (5, 3)
+
+
+def test_the_proxy_enforces_the_share_the_route_table_names() -> None:
+    """Through the proxy app: the controller's route table says how many nodes share the limit."""
+    proxy = Proxy()
+    config = EndpointConfig(name="chat", route="/chat", traffic={"b": 1.0},
+                            limits=LimitsConfig(requests_per_s=0.001, burst=4, key="header:x-tenant"))
+
+    def publish(nodes: int) -> None:
+        table = RouteTable(entries=(RouteEntry(route="/chat", methods=("GET", "POST"), endpoint="chat"),), nodes=nodes)
+        proxy.publish(routes=table, endpoint__chat=config)
+
+    async def statuses(tenant: str) -> list[int]:
+        async with proxy.client() as client:
+            return [(await client.get("/chat", headers={"x-tenant": tenant})).status_code for _ in range(5)]
+
+    publish(nodes=1)
+    proxy.publish(replicas__b=replica_set("b", [FakeReplica("r1")]))
+    alone = run(statuses("ada"))
+    publish(nodes=2)
+    shared = run(statuses("bob"))
+    assert alone == [200, 200, 200, 200, 429]
+    assert shared == [200, 200, 429, 429, 429]  # half the burst on this node

@@ -109,3 +109,22 @@ def test_the_controller_runs_as_many_workers_as_the_node_has_cpus_and_sums_their
     assert list(running.proxies) == ["node-1", "node-1:1", "node-1:2"]
     assert [e.worker for e in applied if isinstance(e, StartProxy)] == [0, 1, 2]
     assert loads == {"node-1": {"b": (2, 1)}, "node-1:1": {"b": (3, 0)}}  # one report per worker, none overwritten
+
+
+def test_the_route_table_tells_every_proxy_how_many_nodes_share_the_limits() -> None:
+    async def routes_nodes(ctl: ControllerActor) -> int:
+        answer = await ctl.listen_for_change({"routes": -1})
+        return int(answer["routes"][1].nodes)
+
+    async def scenario() -> list[int]:
+        adapter = FakeAdapter(other_nodes={"node-2": "10.0.0.2", "node-3": "10.0.0.3"})
+        ctl = ControllerActor("ns", {"tick_s": 0.01, "proxy_check_s": 0.01, "proxy_workers": 1},
+                              storage=MemoryStorage(), adapter=adapter)
+        seen = [await routes_nodes(ctl)]
+        adapter.dead_nodes.add("node-3")
+        await poll(ctl, lambda s: len(s.proxies) == 2)
+        seen.append(await routes_nodes(ctl))
+        await stop(ctl)
+        return seen
+
+    assert asyncio.run(scenario()) == [3, 2]

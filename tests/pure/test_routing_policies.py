@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from gitops.specs.models import check_backend, check_endpoint
-from proxy.policies import ConsistentHash, LeastLoaded, PrefixAffinity, RoundRobin, policy_for
+from vocabulary.policies import ConsistentHash, LeastLoaded, PrefixAffinity, RoundRobin, policy_for
 from proxy.replicas import ReplicaPool
-from proxy.request_keys import KeyReader, json_bytes
+from vocabulary.request_keys import KeyReader, json_bytes
 from proxy.steering import Steering
 from vocabulary.configs import EndpointConfig, RoutingConfig, RoutingKey, RoutingPolicy
 

@@ -50,3 +50,8 @@ def test_a_replica_on_a_removed_node_is_replaced_on_another_node(observed):
     restarts = observed["restarts"]
     assert restarts.get("node_lost", 0) + restarts.get("died", 0) >= 1, restarts
     assert observed["replica_actors"] == 1
+
+
+def test_each_node_s_proxies_enforce_their_share_of_a_tenant_limit(observed):
+    assert observed["granted_3_nodes"] == [2, 2, 2]  # burst 6 over 3 nodes
+    assert observed["granted_2_nodes"] == [3, 3]  # a node left: the two others' shares grew

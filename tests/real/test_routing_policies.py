@@ -226,3 +226,37 @@ def test_prefix_affinity_keeps_the_simulated_llm_s_prefixes_cached(cluster: Clus
                 history[n].append({"role": "assistant", "content": "tok0 tok1 tok2 tok3"})
     # Every turn after a conversation's first finds its earlier turns in its replica's cache.
     assert all(turns[0] == 0 and all(c > 0 for c in turns[1:]) for turns in cached.values()), cached
+
+
+def test_a_handle_call_follows_the_callee_backends_routing_policy(cluster: Cluster) -> None:
+    cluster.backend("hashed-callee", 4, {"policy": "consistent_hash", "key": "json:user"}, handler="CalledWhoAmI")
+    cluster.backend("chat-callee", 4, {"policy": "prefix_affinity", "key": "json:messages"}, handler="CalledWhoAmI")
+    cluster.backend("relay", 1, handler="Relay")
+    cluster.endpoint("relay", {"relay": 1.0})
+    with httpx.Client(base_url=cluster.url, timeout=20) as client:
+
+        def callee_replica(to: str, body: dict[str, Any]) -> str:
+            answer = client.post(f"/relay?to={to}", json=body)
+            assert answer.status_code == 200, answer.text
+            return str(answer.json()["replica"])
+
+        # Until the relay's handles know all four replicas of each callee.
+        eventually(lambda: len({callee_replica("hashed-callee", {"user": f"warm-{n}"}) for n in range(40)}) == 4
+                   or None, 60)
+        eventually(lambda: len({callee_replica("chat-callee", {"messages": [{"content": f"warm {n}"}]})
+                                for n in range(40)}) == 4 or None, 60)
+        homes = {}
+        for n in range(24):
+            seen = {callee_replica("hashed-callee", {"user": f"user-{n}"}) for _ in range(4)}
+            assert len(seen) == 1, (n, seen)  # a key always reaches one replica, through a handle too
+            homes[n] = seen.pop()
+        assert len(set(homes.values())) >= 3  # and keys spread
+
+        conversations: dict[int, set[str]] = {n: set() for n in range(12)}
+        for turn in range(5):
+            for n in range(12):
+                messages = [{"role": "system", "content": f"conversation {n} " + "words " * 60}]
+                messages += [{"role": "user", "content": f"question {t}"} for t in range(turn + 1)]
+                conversations[n].add(callee_replica("chat-callee", {"model": "sim", "messages": messages}))
+        assert all(len(home) == 1 for home in conversations.values()), conversations
+        assert len({next(iter(home)) for home in conversations.values()}) >= 3

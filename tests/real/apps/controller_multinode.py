@@ -4,8 +4,9 @@ A process can join only one Ray, so this runs outside the test session's
 Ray: it starts a 3-node `ray.cluster_utils.Cluster` on this machine, starts
 the controller with a proxy per node, asks every proxy the status names for
 its shadow mismatches over Ray (as the agent's `GET /shadow/mismatches` does), places
-one replica on a worker node, removes that node, and prints what it
-observed as one JSON line.
+one replica on a worker node, sends a tenant over an endpoint's `[limits]` to
+each node's proxy (each enforces its share), removes that node, does so
+again, and prints what it observed as one JSON line.
 """
 
 from __future__ import annotations
@@ -13,15 +14,18 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import uuid
 
 from cluster_scenario import APPS, wait  # a sibling: sets Ray's environment, so before Ray
+
+import httpx  # noqa: E402
 
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from controller.client import start_or_connect  # noqa: E402
 from gitops.shadow_mismatches import collect, proxies_to_ask  # noqa: E402
-from vocabulary.configs import BackendConfig, ReplicaState  # noqa: E402
+from vocabulary.configs import BackendConfig, EndpointConfig, LimitsConfig, ReplicaState  # noqa: E402
 from vocabulary.status import ClusterStatus, ProxyState, ReplicaStatus  # noqa: E402
 
 NAMESPACE = "gitops-multinode"
@@ -45,6 +49,18 @@ def mismatches_from_every_proxy(client) -> tuple[list[str], dict]:
     return sorted(proxies), asyncio.run(collect(client.proxy_mismatches, proxies, timeout_s=5.0))
 
 
+def granted_per_proxy(client, asks: int = 4) -> list[int]:
+    """For each node's proxy, a tenant of its own sends `asks` requests at once over the limit: how many pass."""
+    granted = []
+    for url in sorted(proxies_to_ask(status(client))):
+        tenant = uuid.uuid4().hex
+        codes = [httpx.get(f"{url}/limited", headers={"x-tenant": tenant}, timeout=10).status_code
+                 for _ in range(asks)]
+        assert set(codes) <= {200, 429}, codes
+        granted.append(codes.count(200))
+    return granted
+
+
 def main() -> None:
     system = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
     cluster = Cluster(initialize_head=True, head_node_args={
@@ -66,6 +82,11 @@ def main() -> None:
             ray_actor_options={"num_cpus": 0, "resources": {"worker": 0.6}})
         goal = asyncio.run(client.apply_backend(config))
         out["first_goal"] = asyncio.run(client.wait_for_goal(goal, 60)).state.value
+        # A cluster-wide burst of 6 for each tenant, nothing refilled meanwhile: 2 per node of 3.
+        limits = LimitsConfig(requests_per_s=0.001, burst=6, key="header:x-tenant")
+        endpoint = EndpointConfig(name="limited", route="/limited", traffic={"echo": 1.0}, limits=limits)
+        asyncio.run(client.wait_for_goal(asyncio.run(client.apply_endpoint(endpoint)), 60))
+        out["granted_3_nodes"] = granted_per_proxy(client)
         [first] = replicas(client)
         victim = next(w for w in workers if w.node_id == first.node_id)
         cluster.remove_node(victim)
@@ -80,6 +101,8 @@ def main() -> None:
         out["restarts"] = {reason.value: n for reason, n in status(client).backends["echo"].restarts.items()}
         out["proxies_after"] = len(wait(lambda: len(running_proxies(client)) == 2 and running_proxies(client), 40))
         out["removed_node_has_proxy"] = victim.node_id in status(client).proxies
+        out["granted_2_nodes"] = wait(lambda: (got := granted_per_proxy(client)) == [3, 3] and got, 30) or \
+            granted_per_proxy(client)
         names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                  if a["namespace"] == NAMESPACE and a["name"].startswith("gitops-replica-")]
         out["replica_actors"] = len(names)

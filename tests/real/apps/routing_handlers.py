@@ -8,7 +8,7 @@ from starlette.requests import Request
 
 from gitops import serving
 
-__all__ = ["WhoAmI", "CountsItsRequests", "ReportsLoad", "Tokens"]
+__all__ = ["WhoAmI", "CountsItsRequests", "ReportsLoad", "Tokens", "CalledWhoAmI", "Relay"]
 
 
 class WhoAmI:
@@ -53,3 +53,18 @@ class Tokens:
         for n in range(count):
             await asyncio.sleep(gap_s)
             yield f"token{n} "
+
+
+class CalledWhoAmI:
+    """A handle callee: answers any argument with its replica id."""
+
+    async def __call__(self, value: object) -> dict[str, str]:
+        return {"replica": serving.context().replica_id}
+
+
+class Relay:
+    """Calls backend `?to=NAME` through a handle with the request's JSON body, as a dict; answers its answer."""
+
+    async def __call__(self, request: Request) -> object:
+        body = await request.json()
+        return await serving.handle(request.query_params["to"]).remote(body)
