@@ -321,6 +321,7 @@ user_config = { a = 1 }
 graceful_shutdown_timeout_s = 1
 health_check_period_s = 2
 health_check_timeout_s = 3
+startup_timeout_s = 30
 ray_actor_options = { num_cpus = 0.5 }
 runtime_env = { env_vars = { A = "b" } }
 batching = { max_batch_size = 4, batch_wait_timeout_s = 0.5 }
