@@ -2,7 +2,8 @@
 
 Owns the request path: read the snapshot once, normalise the path (400 for
 dot segments and encoded slashes) and resolve the route, read the body
-(bounded in size and time: 413, 408), pick a backend by weight, copy to
+(bounded in size, by the endpoint's `max_body_bytes` under the proxy's
+ceiling, and in time: 413, 408), pick a backend by weight, copy to
 shadows, get a replica slot (waiting in the bounded queue if needed), call it
 under the endpoint's timeout (the deadline, and the client's leaving, kept by
 `proxy.running_calls`), retry once on another replica when an
@@ -256,7 +257,8 @@ class ProxyApp:
         primary: asyncio.Future[WireResponse] | None = None
         try:
             if _framed(scope["headers"]):
-                body = await _read_body(receive, self._settings.max_body_bytes, self._settings.edge.body_timeout_s)
+                limit = min(served.max_body_bytes, self._settings.max_body_bytes)
+                body = await _read_body(receive, limit, self._settings.edge.body_timeout_s)
             else:
                 # No body (RFC 9112 6.3): the server hands its one empty message over at once, so no deadline.
                 _request_message(await receive())

@@ -1,6 +1,6 @@
 """The proxy's serving snapshot: one immutable object a request reads once.
 
-`Snapshot` bundles the route index, each endpoint's traffic/shadow/timeout
+`Snapshot` bundles the route index, each endpoint's traffic/shadow/timeout/body limit
 and the replica pool of every backend in use. The long-poll side builds a new
 snapshot from the controller's payloads and swaps it in with one assignment,
 so a request sees either the old or the new table, never a mix. Pools are
@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from vocabulary.configs import EndpointConfig, RouteTable, ShadowCompare
+from vocabulary.configs import DEFAULT_MAX_BODY_BYTES, EndpointConfig, RouteTable, ShadowCompare
 from vocabulary.choosing import Random, ShadowSampler, WeightedChoice
 from proxy.rate_limits import TenantLimit
 from proxy.replicas import ReplicaPool
@@ -36,6 +36,7 @@ class ServedEndpoint:
     shadow_query: bool = False  # shadows get the query string (else the path alone)
     shadow_values: bool = False  # mismatches show values (else JSON paths and types)
     limits: TenantLimit | None = None  # requests per tenant (else unlimited)
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # a larger request body is 413
 
     @classmethod
     def from_config(cls, config: EndpointConfig) -> ServedEndpoint:
@@ -50,6 +51,7 @@ class ServedEndpoint:
             config.shadow_query,
             config.shadow_values,
             TenantLimit.from_config(config.name, config.limits),
+            config.max_body_bytes,
         )
 
     def pick(self, headers: Headers, rng: Random, body: bytes | None = None) -> str:

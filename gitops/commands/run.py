@@ -83,6 +83,7 @@ def run_command(args: argparse.Namespace) -> int:
     if args.max_replicas < 1:
         raise UsageError(f"--max-replicas must be at least 1, not {args.max_replicas}")
     _check_proxy_workers(args.proxy_workers)
+    _check_max_connections(args.proxy_max_connections)
     replica_env = _replica_env(args.replica_env or "")
     links = _links(args)
     channels = _notify_channels(args.notify, args.repo) if args.notify else ()
@@ -194,7 +195,10 @@ def _sigterm_interrupts() -> None:
 def _controller(args: argparse.Namespace, embedded_state: Path | None) -> Any:
     from controller.client import CheckpointError, start_or_connect
 
-    options = {"proxy_metrics_port": args.proxy_metrics_port, "proxy_workers": args.proxy_workers}
+    options = {
+        "proxy_metrics_port": args.proxy_metrics_port, "proxy_workers": args.proxy_workers,
+        "proxy_max_connections": args.proxy_max_connections,
+    }
     # Each node's model cache: the flag's, else inside the state dir when Ray is ours (docs/models.md).
     cache_dir = args.model_cache_dir
     if cache_dir is None and embedded_state is not None:
@@ -492,6 +496,13 @@ def _check_proxy_workers(workers: int) -> None:
             f"--proxy-workers must be 1 to {MAX_PROXY_WORKERS} (or 0: the node's CPUs, at most {DEFAULT_WORKERS_CAP}), "
             f"not {workers}"
         )
+
+
+def _check_max_connections(connections: int) -> None:
+    from vocabulary.proxy_workers import MAX_CONNECTIONS_CEILING
+
+    if not 1 <= connections <= MAX_CONNECTIONS_CEILING:
+        raise UsageError(f"--proxy-max-connections must be 1 to {MAX_CONNECTIONS_CEILING}, not {connections}")
 
 
 def _check_exposure(args: argparse.Namespace, token: bytes | None, secret: bytes | None) -> None:

@@ -206,6 +206,30 @@ def test_a_body_over_the_limit_is_413_and_never_reaches_a_replica() -> None:
     assert replica.seen == []
 
 
+def test_each_endpoint_takes_bodies_up_to_its_own_limit_under_the_proxys_ceiling() -> None:
+    replica = FakeReplica("r1")
+    proxy = Proxy(ProxySettings(max_body_bytes=3000))
+    limits = {"small": 1000, "large": 2000, "huge": 5000}
+    proxy.publish(
+        routes=RouteTable(entries=tuple(RouteEntry(route=f"/{name}", methods=("POST",), endpoint=name) for name in limits)),
+        **{f"endpoint__{name}": EndpointConfig(name=name, route=f"/{name}", methods=("POST",), traffic={"v1": 1.0},
+                                               max_body_bytes=limit) for name, limit in limits.items()},
+    )
+    proxy.publish(replicas__v1=replica_set("v1", [replica]))
+
+    async def statuses() -> list[tuple[str, int, int]]:
+        async with proxy.client() as client:
+            sizes = [("/small", 1000), ("/small", 1001), ("/large", 2000), ("/large", 2001),
+                     ("/huge", 3000), ("/huge", 3001)]
+            return [(path, size, (await client.post(path, content=b"x" * size)).status_code) for path, size in sizes]
+
+    assert run(statuses()) == [
+        ("/small", 1000, 200), ("/small", 1001, 413), ("/large", 2000, 200), ("/large", 2001, 413),
+        ("/huge", 3000, 200), ("/huge", 3001, 413),
+    ]
+    assert [len(request[4]) for request in replica.seen] == [1000, 2000, 3000]
+
+
 # --- failures ------------------------------------------------------------------
 
 

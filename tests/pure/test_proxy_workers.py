@@ -15,7 +15,7 @@ from controller.proxy_fleet import (
     workers_on,
 )
 from controller.actor import ControllerActor
-from vocabulary.proxy_workers import DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
+from vocabulary.proxy_workers import DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
 from controller.testing import FakeAdapter, MemoryStorage
 from tests.pure.test_goals_api import poll, stop
 from vocabulary.status import ProxyState
@@ -109,3 +109,18 @@ def test_the_controller_runs_as_many_workers_as_the_node_has_cpus_and_sums_their
     assert list(running.proxies) == ["node-1", "node-1:1", "node-1:2"]
     assert [e.worker for e in applied if isinstance(e, StartProxy)] == [0, 1, 2]
     assert loads == {"node-1": {"b": (2, 1)}, "node-1:1": {"b": (3, 0)}}  # one report per worker, none overwritten
+
+
+def test_the_controller_starts_its_proxies_with_the_connections_it_was_told() -> None:
+    async def scenario() -> list[StartProxy]:
+        adapter = FakeAdapter(cpus=1)
+        options = {"tick_s": 0.01, "proxy_check_s": 0.01, "proxy_max_connections": 6000}
+        ctl = ControllerActor("ns", options, storage=MemoryStorage(), adapter=adapter)
+        adapter.proxy_calls["node-1"] = OK
+        await poll(ctl, lambda s: [p.state for p in s.proxies.values()] == [ProxyState.RUNNING])
+        await stop(ctl)
+        return [e for e in adapter.applied if isinstance(e, StartProxy)]
+
+    [start] = asyncio.run(scenario())
+    assert start.spec.max_connections == 6000
+    assert ProxySpec("p:P", "c", "h", 1).max_connections == DEFAULT_MAX_CONNECTIONS == 4096
