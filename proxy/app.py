@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import io
 import logging
 import math
 import random
@@ -571,18 +572,19 @@ async def _read_all(receive: Receive, limit: int) -> bytes:
         if len(body) > limit:
             raise _Reply(413, "Request body too large")
         return body
-    chunks = [body]
-    size = len(body)
+    # Written into one growing buffer that getvalue() hands over as the body: a list of chunks
+    # joined at the end would hold a large body twice while it is joined.
+    chunks = io.BytesIO()
+    chunks.write(body)
     while message.get("more_body", False):
         message = await receive()
         if message["type"] == "http.disconnect":
             raise ClientLeft("before its body was read; no replica called")  # a truncated body is never forwarded
         chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
+        if chunks.tell() + len(chunk) > limit:
             raise _Reply(413, "Request body too large")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        chunks.write(chunk)
+    return chunks.getvalue()
 
 
 async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
