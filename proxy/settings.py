@@ -24,6 +24,10 @@ class ProxySettings:
     # The most any endpoint's request body may be, whatever its `max_body_bytes`
     # says (the endpoint's own limit applies below it): 413 above.
     max_body_bytes: int = MAX_BODY_BYTES_CEILING
+    # Request body bytes one worker holds at once, all requests together (from their first
+    # byte until their request ends); a body that would pass it is 503 with Retry-After.
+    # Twice the ceiling: a body of the largest size always fits beside others.
+    max_bodies_in_flight_bytes: int = 2 * MAX_BODY_BYTES_CEILING
     # Requests waiting for a free replica slot, per backend; past it, 503.
     max_queued_per_backend: int = 1024
     # Seconds a client is told to wait after a 503.
