@@ -56,6 +56,10 @@ SYSTEMS = (
 SLOW_HANDLER_SYSTEMS = ("ours", "ours-1w", "forwarder", "serve-100", "serve-direct", "serve-haproxy", "uvicorn")
 SERVE_SYSTEMS = ("serve-default", "serve-100", "serve-direct", "serve-haproxy")
 CONNECTIONS = (1, 8, 32, 128)
+# Ours as the benchmarks configure it: room for bench.streams' 5,000 open streams
+# per worker, and bench.payloads' 16 MiB bodies (the defaults are 4,096 and 10 MiB).
+MAX_CONNECTIONS = 10_000
+MAX_BODY_BYTES = 32 * 1024 * 1024
 SERVE_ENV = {
     "serve-direct": {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"},
     "serve-haproxy": {"RAY_SERVE_ENABLE_HA_PROXY": "1"},
@@ -104,7 +108,7 @@ def _ours(handler: str, replicas: int, proxy_workers: int | None) -> Iterator[li
     from vocabulary.goal_api import PROXY_CLASS
 
     port = free_port()
-    options: dict[str, Any] = {"proxy_class": PROXY_CLASS}
+    options: dict[str, Any] = {"proxy_class": PROXY_CLASS, "proxy_max_connections": MAX_CONNECTIONS}
     if proxy_workers is not None:
         options["proxy_workers"] = proxy_workers
     client = start_or_connect(namespace=f"bench-{uuid.uuid4().hex[:6]}", proxy_port=port, options=options)
@@ -114,7 +118,8 @@ def _ours(handler: str, replicas: int, proxy_workers: int | None) -> Iterator[li
                                 num_replicas=replicas, ray_actor_options={"num_cpus": 0},
                                 max_concurrent_queries=CONCURRENCY.get(handler, 100))
         for goal in (await client.apply_backend(backend),
-                     await client.apply_endpoint(EndpointConfig(name="bench", route="/", traffic={"bench": 1.0}))):
+                     await client.apply_endpoint(EndpointConfig(
+                         name="bench", route="/", traffic={"bench": 1.0}, max_body_bytes=MAX_BODY_BYTES))):
             result = await client.wait_for_goal(goal, 120)
             if result.state != GoalState.MET:
                 raise RuntimeError(f"goal not met: {result}")

@@ -32,6 +32,7 @@ from controller.backend_state import BackendOptions, BackendState, Effect, Obser
 from controller.checkpoint import Storage, decode, encode
 from controller.ownership import claim
 from vocabulary.ownership import Owner
+from vocabulary.proxy_workers import DEFAULT_MAX_CONNECTIONS
 from vocabulary.configs import (
     BackendConfig,
     EndpointConfig,
@@ -72,6 +73,8 @@ class ControllerOptions:
     # Proxy workers per node, sharing the proxy port (SO_REUSEPORT); 0: the
     # node's CPUs, at most vocabulary.proxy_workers.DEFAULT_WORKERS_CAP.
     proxy_workers: int = 1
+    # Open connections each proxy worker takes; past it, 503 with Retry-After.
+    proxy_max_connections: int = DEFAULT_MAX_CONNECTIONS
     # Where rollouts' PromQL checks are asked until a checkpoint or the agent
     # (`set_prometheus_url`, its --prometheus-url) says otherwise; None: nowhere.
     prometheus_url: str | None = None
@@ -356,7 +359,7 @@ class ControllerActor:
         if opts.proxy_class is None:
             return None
         return ProxySpec(opts.proxy_class, self._name, opts.proxy_host, opts.proxy_port,
-                         opts.proxy_metrics_port, opts.proxy_workers)
+                         opts.proxy_metrics_port, opts.proxy_workers, opts.proxy_max_connections)
 
     def _check_proxies(self, now: float) -> None:
         """Refresh node facts and keep each alive node's proxy workers; a stopped worker's acks are

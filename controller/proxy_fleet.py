@@ -37,7 +37,7 @@ from typing import Mapping
 
 from controller.backend_state import Probe, ProbeStatus
 from vocabulary.goal_api import proxy_id
-from vocabulary.proxy_workers import DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
+from vocabulary.proxy_workers import DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
 from vocabulary.status import ProxyState, ProxyStatus
 
 __all__ = [
@@ -86,6 +86,7 @@ class ProxySpec:
     port: int
     metrics_port: int | None = None
     workers: int = 1  # per node; 0: the node's CPUs, at most DEFAULT_WORKERS_CAP
+    max_connections: int = DEFAULT_MAX_CONNECTIONS  # open connections per worker
 
 
 class _Worker:

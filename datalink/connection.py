@@ -6,7 +6,8 @@ from a proxy (`replica.data_socket`). It owns what both ends do alike: over
 TCP, the handshake (`datalink.handshake`) runs first and no byte reaches the
 `FrameDecoder` before the peer has proven itself; then every complete frame
 goes to `on_frame`, in order; frames written within one loop iteration
-leave in one write; a malformed frame or a failed handshake closes the
+leave in one write, and a writer of many (an UPLOAD's body) waits in
+`drained` while the transport's buffer is full; a malformed frame or a failed handshake closes the
 connection (`close`, with the reason). What the frames mean — calls and
 their replies on the proxy's side, one task per call on the replica's — is
 the subclasses'.
@@ -36,6 +37,7 @@ class FrameConnection(asyncio.Protocol):
         self._decoder = FrameDecoder(max_frame)
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
+        self._writable: asyncio.Future[None] | None = None  # while the transport's buffer is full
 
     # --- what a subclass says -------------------------------------------------
 
@@ -68,6 +70,21 @@ class FrameConnection(asyncio.Protocol):
         transport = self._transport
         if transport is not None and out and not transport.is_closing():
             transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    async def drained(self) -> None:
+        """Once what was written has gone to the transport and its buffer is below its high-water mark."""
+        self._flush()
+        while self._writable is not None:
+            await asyncio.shield(self._writable)
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass

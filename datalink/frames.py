@@ -15,6 +15,8 @@ in its log. Many frames may go out in one write and come in with one read:
 
 Calls (proxy to replica) and their replies (replica to proxy), by call id:
   REQUEST   a `WireRequest`                -> RESULT (a `Reply`) or ERROR
+  UPLOAD    a `WireRequest` whose body is its size (int), then BODY frames -> RESULT or ERROR
+  BODY      raw bytes, not pickled: the next piece of an UPLOAD's body (at most `BODY_PIECE_BYTES`)
   BATCH     a list of `BatchItem` (one call of a batched handler) -> RESULTS
   CANCEL    no payload: stop that call's handler (or stream, or WebSocket); nothing is answered
   ERROR     the handler's traceback text (str)
@@ -31,7 +33,11 @@ have sent ahead of the proxy's CREDITs — it sends while fewer than `items`
 ITEMs and `bytes` bytes (`item_bytes`) are unacknowledged (always at least
 one), so a slow client holds the replica's producer instead of its memory.
 
-Payloads are pickled (protocol 5), and unpickling runs whatever the bytes
+A request body above `BODY_PIECE_BYTES` goes as an UPLOAD: the proxy writes its
+pieces as the connection drains, so neither end holds it twice (the proxy its
+body and at most a piece or two in flight; the replica its body as it grows).
+
+Payloads are pickled (protocol 5), but a BODY's, and unpickling runs whatever the bytes
 say. That is acceptable ONLY because of each connection's access control. The
 Unix socket lives in a directory only this OS user can enter (mode 0700), it
 is mode 0600 itself, and both ends refuse a peer whose SO_PEERCRED uid is not
@@ -63,7 +69,9 @@ __all__ = [
     "FrameError",
     "FrameDecoder",
     "encode",
+    "encode_piece",
     "HEADER_BYTES",
+    "BODY_PIECE_BYTES",
     "MAX_FRAME_BYTES",
 ]
 
@@ -71,6 +79,8 @@ __all__ = [
 # fit goes over Ray instead (`proxy.socketcalls`), and a larger reply is held
 # by the replica and streamed (`replica.data_socket`).
 MAX_FRAME_BYTES = 100 * 1024 * 1024
+# A request body larger than this crosses as an UPLOAD, in BODY frames of this size.
+BODY_PIECE_BYTES = 1024 * 1024
 
 _LENGTH = struct.Struct(">I")
 _HEAD = struct.Struct(">IBQ")  # length, kind, call id
@@ -93,6 +103,8 @@ class Kind(enum.IntEnum):
     CREDIT = 12
     DISCARD = 13
     PUSH = 14
+    UPLOAD = 15
+    BODY = 16
 
 
 _KINDS = {int(kind): kind for kind in Kind}
@@ -152,6 +164,13 @@ def encode(kind: Kind, call_id: int, payload: Any = None) -> bytes:
     return _HEAD.pack(length, kind, call_id) + body
 
 
+def encode_piece(call_id: int, piece: bytes | memoryview) -> bytes:
+    """One BODY frame: `piece` as it is, not pickled."""
+    if not 0 <= call_id <= _MAX_CALL_ID:
+        raise ValueError(f"call id {call_id} does not fit in 8 bytes")
+    return _HEAD.pack(HEADER_BYTES + len(piece), Kind.BODY, call_id) + piece
+
+
 class FrameDecoder:
     """Frames out of a byte stream, however it was split into reads."""
 
@@ -187,7 +206,7 @@ class FrameDecoder:
                 with memoryview(buffer) as view:
                     body = view[offset + _HEAD.size : end]
                     try:
-                        payload = pickle.loads(body)
+                        payload = bytes(body) if kind is Kind.BODY else pickle.loads(body)
                     except Exception as error:  # noqa: BLE001 — any undecodable payload is malformed
                         raise FrameError(f"a {kind.name} frame with an undecodable payload: {error!r}") from None
                     finally:

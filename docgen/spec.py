@@ -90,6 +90,7 @@ methods = ["GET", "POST"]
 traffic = { echo-v1 = 1.0 }
 shadow = { echo-v2 = 0.1 }
 timeout_s = 10
+max_body_bytes = 16777216
 match = [{ header = "x-canary", value = "always", backend = "echo-v2" }, { json = "model", value = "small", backend = "echo-v2" }]
 sticky = "header:x-user-id"
 shadow_compare = "json"

@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from vocabulary.proxy_workers import DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
+from vocabulary.proxy_workers import DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKERS_CAP, MAX_CONNECTIONS_CEILING, MAX_PROXY_WORKERS
 from gitops import __version__
 from gitops.errors import GitopsError
 from gitops.printable import printable
@@ -105,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--proxy-workers", type=int, default=0, metavar="N",
         help=f"proxy processes per node, sharing --proxy-port (1..{MAX_PROXY_WORKERS}; "
         f"0: the node's CPUs, at most {DEFAULT_WORKERS_CAP})",
+    )
+    run.add_argument(
+        "--proxy-max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
+        help="open connections each proxy worker holds; past it, 503 with Retry-After (1.."
+        f"{MAX_CONNECTIONS_CEILING}; raise it for thousands of open streams)",
     )
     run.add_argument(
         "--prometheus-url", default=None, metavar="URL",

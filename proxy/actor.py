@@ -15,16 +15,20 @@ socket (so a taken port fails the actor's creation with a clear error) and
 starts tasks on the actor's event loop: the HTTP server, the long poll, the
 load reports and, given a metrics port, the metrics' load sampler. The
 server is our lean HTTP/1.1 one, bounded at the socket (header size and
-time, connection cap) and handing WebSockets to uvicorn's. Owns the
+time, connection cap: `max_connections`, for which the constructor raises
+the process's open-files limit as far as the hard limit allows) and handing WebSockets to uvicorn's. Owns the
 proxy's lifecycle only; the request path is `proxy.app`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
+import logging
 import os
 import random
+import resource
 import socket
 from typing import Any, Callable, Coroutine
 
@@ -47,7 +51,12 @@ from vocabulary.goal_api import proxy_id
 
 __all__ = ["ProxyActor"]
 
+logger = logging.getLogger(__name__)
+
 _READY_POLL_S = 0.01
+# Descriptors a worker needs besides its clients': replica connections, Ray's
+# own, the metrics listener, log files.
+_SPARE_DESCRIPTORS = 1024
 _SHUTDOWN_GRACE_S = 5.0
 
 
@@ -67,8 +76,13 @@ class ProxyActor:
         shared_dir: str | None = None,
         model_cache_dir: str | None = None,
         otlp_endpoint: str | None = None,
+        max_connections: int | None = None,
     ) -> None:
+        """`max_connections`: open connections this worker holds (None: the settings' edge says)."""
         settings = settings or ProxySettings()
+        if max_connections is not None:
+            settings = dataclasses.replace(settings, edge=dataclasses.replace(settings.edge, max_connections=max_connections))
+        _allow_descriptors(settings.edge.max_connections)
         rng = random.Random()
         me = proxy_id(node_id, worker)
         # `shared_dir` names the node's group of workers; their shared files live in this user's private base.
@@ -193,6 +207,20 @@ async def _after(event: asyncio.Event, work: Coroutine[Any, Any, None]) -> None:
         work.close()
         raise
     await work
+
+
+def _allow_descriptors(connections: int) -> None:
+    """Raise this process's soft limit on open files so `connections` clients fit,
+    as far as the hard limit allows (beyond it, `accept` fails and the kernel
+    queues, then refuses, new connections); says so when it falls short."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = connections + _SPARE_DESCRIPTORS
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        if raised < wanted:
+            logger.warning("proxy: %d connections asked for, but open files are limited to %d (ulimit -Hn)",
+                           connections, raised)
 
 
 def _bind(host: str, port: int, shared_dir: str | None) -> socket.socket:

@@ -2,7 +2,9 @@
 
 Owns the request path: read the snapshot once, normalise the path (400 for
 dot segments and encoded slashes) and resolve the route, read the body
-(bounded in size and time: 413, 408), pick a backend by weight, copy to
+(bounded in size, by the endpoint's `max_body_bytes` under the proxy's
+ceiling, 413 at once when Content-Length says more; in time, 408; and in all:
+the bodies a worker holds at once, 503 past its budget), pick a backend by weight, copy to
 shadows, get a replica slot (waiting in the bounded queue if needed), call it
 under the endpoint's timeout (the deadline, and the client's leaving, kept by
 `proxy.running_calls`), retry once on another replica when an
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import io
 import logging
 import math
 import random
@@ -203,6 +206,7 @@ class ProxyApp:
         self._buckets = buckets if buckets is not None else LocalBuckets()
         self._tracing = tracing
         self._capture = capture
+        self._bodies = _BodyBudget(settings.max_bodies_in_flight_bytes, self._retry_after)
 
     # --- the config side -----------------------------------------------------
 
@@ -276,9 +280,14 @@ class ProxyApp:
         traced = None if self._tracing is None else self._begin_trace(served, backend, scope, path)
         primary: asyncio.Future[WireResponse] | None = None
         captured: Exchange | None = None
+        held = 0  # body bytes this request counts against the worker's budget until it ends
         try:
             if _framed(scope["headers"]):
-                body = await _read_body(receive, self._settings.max_body_bytes, self._settings.edge.body_timeout_s)
+                limit = min(served.max_body_bytes, self._settings.max_body_bytes)
+                if _declared_length(scope["headers"]) > limit:
+                    raise _Reply(413, "Request body too large")  # said up front: not one byte of it is read
+                body = await _read_body(receive, limit, self._settings.edge.body_timeout_s, self._bodies)
+                held = len(body)
             else:
                 # No body (RFC 9112 6.3): the server hands its one empty message over at once, so no deadline.
                 _request_message(await receive())
@@ -322,6 +331,9 @@ class ProxyApp:
             if traced is not None:
                 traced.end(CLIENT_LEFT, 0, _commit(snapshot, backend))
             return
+        finally:
+            if held:
+                self._bodies.give(held)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
         if traced is not None:
@@ -681,14 +693,49 @@ def _framed(headers: list[tuple[bytes, bytes]]) -> bool:
     return False
 
 
-async def _read_body(receive: Receive, limit: int, timeout_s: float) -> bytes:
-    """The whole body of a request that frames one: 413 past `limit`, 408 past
-    `timeout_s`, `ClientLeft` if the client went away."""
+def _declared_length(headers: list[tuple[bytes, bytes]]) -> int:
+    """The body's length its Content-Length says; 0 without one (or one that is no number, which the
+    server refuses before the app is called)."""
+    for name, value in headers:
+        if name == b"content-length":
+            return int(value) if value.strip().isdigit() else 0
+    return 0
+
+
+class _BodyBudget:
+    """The request body bytes one worker holds at once, from their first byte read until their
+    request ends: every endpoint's limit times every connection would be far more memory than a
+    worker has, so past the budget a body is refused (503, Retry-After) as it arrives."""
+
+    __slots__ = ("free", "_refusal_headers")
+
+    def __init__(self, size: int, retry_after: list[tuple[bytes, bytes]]) -> None:
+        self.free = size
+        self._refusal_headers = [*retry_after, *_CLOSE]
+
+    def take(self, size: int) -> None:
+        if size > self.free:
+            raise _Reply(503, "Too many request bodies in flight", self._refusal_headers)
+        self.free -= size
+
+    def give(self, size: int) -> None:
+        self.free += size
+
+
+async def _read_body(receive: Receive, limit: int, timeout_s: float, budget: _BodyBudget) -> bytes:
+    """The whole body of a request that frames one, taken from `budget` as it arrives (the caller
+    gives it back): 413 past `limit`, 503 past the budget, 408 past `timeout_s`, `ClientLeft` if
+    the client went away (what was taken of a body not read whole is given back here)."""
+    taken = [0]
     try:
         async with asyncio.timeout(timeout_s):
-            return await _read_all(receive, limit)
+            return await _read_all(receive, limit, budget, taken)
     except TimeoutError:
+        budget.give(taken[0])
         raise _Reply(408, "Request body not complete in time", _CLOSE) from None
+    except BaseException:
+        budget.give(taken[0])
+        raise
 
 
 def _request_message(message: dict[str, Any]) -> dict[str, Any]:
@@ -698,25 +745,30 @@ def _request_message(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-async def _read_all(receive: Receive, limit: int) -> bytes:
+async def _read_all(receive: Receive, limit: int, budget: _BodyBudget, taken: list[int]) -> bytes:
     message = _request_message(await receive())
     body: bytes = message.get("body", b"")
+    if len(body) > limit:
+        raise _Reply(413, "Request body too large")
+    budget.take(len(body))
+    taken[0] = len(body)
     if not message.get("more_body", False):
-        if len(body) > limit:
-            raise _Reply(413, "Request body too large")
         return body
-    chunks = [body]
-    size = len(body)
+    # Written into one growing buffer that getvalue() hands over as the body: a list of chunks
+    # joined at the end would hold a large body twice while it is joined.
+    chunks = io.BytesIO()
+    chunks.write(body)
     while message.get("more_body", False):
         message = await receive()
         if message["type"] == "http.disconnect":
             raise ClientLeft("before its body was read; no replica called")  # a truncated body is never forwarded
         chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
+        if chunks.tell() + len(chunk) > limit:
             raise _Reply(413, "Request body too large")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        budget.take(len(chunk))
+        taken[0] += len(chunk)
+        chunks.write(chunk)
+    return chunks.getvalue()
 
 
 async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:

@@ -9,20 +9,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from httpedge.limits import EdgeLimits
+from vocabulary.configs import MAX_BODY_BYTES_CEILING
 
 __all__ = ["ProxySettings"]
-
-MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class ProxySettings:
     # Slow, oversized and excess clients (see httpedge.server): headers above
     # 64 KiB are 431, headers not complete in 10 s or a body not complete in
-    # 30 s are 408, connections past 4096 are 503 with Retry-After.
+    # 30 s are 408, connections past 4096 (`gitops run --proxy-max-connections`)
+    # are 503 with Retry-After.
     edge: EdgeLimits = EdgeLimits()
-    # Larger request bodies are refused with 413 before any replica sees them.
-    max_body_bytes: int = 10 * MIB
+    # The most any endpoint's request body may be, whatever its `max_body_bytes`
+    # says (the endpoint's own limit applies below it): 413 above.
+    max_body_bytes: int = MAX_BODY_BYTES_CEILING
+    # Request body bytes one worker holds at once, all requests together (from their first
+    # byte until their request ends); a body that would pass it is 503 with Retry-After.
+    # Twice the ceiling: a body of the largest size always fits beside others.
+    max_bodies_in_flight_bytes: int = 2 * MAX_BODY_BYTES_CEILING
     # Requests waiting for a free replica slot, per backend; past it, 503.
     max_queued_per_backend: int = 1024
     # Seconds a client is told to wait after a 503.

@@ -1,6 +1,6 @@
 """The proxy's serving snapshot: one immutable object a request reads once.
 
-`Snapshot` bundles the route index, each endpoint's traffic/shadow/timeout
+`Snapshot` bundles the route index, each endpoint's traffic/shadow/timeout/body limit
 and the replica pool of every backend in use. The long-poll side builds a new
 snapshot from the controller's payloads and swaps it in with one assignment,
 so a request sees either the old or the new table, never a mix. Pools are
@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from vocabulary.configs import CaptureConfig, EndpointConfig, RouteTable, ShadowCompare
+from vocabulary.configs import DEFAULT_MAX_BODY_BYTES, CaptureConfig, EndpointConfig, RouteTable, ShadowCompare
 from vocabulary.choosing import Random, ShadowSampler, WeightedChoice
 from proxy.rate_limits import TenantLimit
 from proxy.replicas import ReplicaPool
@@ -39,6 +39,7 @@ class ServedEndpoint:
     trace_sample: float = 0.0  # share of requests without a sampled traceparent that are traced
     capture: CaptureConfig | None = None  # sampled request/response records (proxy.capture)
     rollout_step: int = 0  # the progressive rollout's 1-based step these weights are (0: none runs)
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # a larger request body is 413
 
     @classmethod
     def from_config(cls, config: EndpointConfig, nodes: int = 1) -> ServedEndpoint:
@@ -57,6 +58,7 @@ class ServedEndpoint:
             config.tracing.sample if config.tracing is not None else 0.0,
             config.capture,
             config.rollout_step,
+            config.max_body_bytes,
         )
 
     def pick(self, headers: Headers, rng: Random, body: bytes | None = None) -> str:

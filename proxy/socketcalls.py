@@ -21,7 +21,10 @@ starts it over), when the next look asks again and connects in the
 background, so a dead replica is not hammered. A replica that leaves the
 table (its handle is dropped) is forgotten, and its connection closed. A
 cancelled call sends a CANCEL frame, which cancels the handler on the
-replica. Frames written in one loop iteration leave in one write
+replica. A request body above `datalink.frames.BODY_PIECE_BYTES` is
+uploaded in pieces, each written once the connection has drained the
+previous ones, so the proxy holds the body once, not again in the
+transport's buffer. Frames written in one loop iteration leave in one write
 (`datalink.connection`). Replies are unpickled, so a Unix socket's peer must
 be our own OS user (SO_PEERCRED), and a TCP peer must first prove it knows
 the replica's secret, which only Ray told us (`datalink.handshake`; nothing
@@ -51,7 +54,17 @@ from collections import deque
 from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine
 
 from datalink.connection import FrameConnection
-from datalink.frames import MAX_FRAME_BYTES, Frame, Kind, Opening, Window, encode, item_bytes
+from datalink.frames import (
+    BODY_PIECE_BYTES,
+    MAX_FRAME_BYTES,
+    Frame,
+    Kind,
+    Opening,
+    Window,
+    encode,
+    encode_piece,
+    item_bytes,
+)
 from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.wire import DataAddress
 from datalink.handshake import Handshake, Role
@@ -206,9 +219,35 @@ class ReplicaConnection(FrameConnection):
     # --- the calls: each None when its frame would be too large for the replica
 
     def request(self, request: WireRequest) -> Coroutine[Any, Any, Reply] | None:
-        """One request's call."""
+        """One request's call; a body above `BODY_PIECE_BYTES` is uploaded in pieces."""
+        body = request[4]
+        if len(body) > BODY_PIECE_BYTES:
+            framed = self.frame(Kind.UPLOAD, (*request[:4], len(body)))
+            return None if framed is None else self._upload(*framed, body)
         framed = self.frame(Kind.REQUEST, request)
         return None if framed is None else self.send(*framed)
+
+    async def _upload(self, call_id: int, frame: bytes, body: bytes) -> Reply:
+        """An UPLOAD call: its head, then its body's pieces, each written once the
+        previous ones have drained (the transport never holds a second copy of
+        the body), then its reply. Cancelling it stops the pieces and cancels the call."""
+        if not self.open:
+            raise ReplicaDiedError(f"the data connection to {self.name} is closed: {self.lost}")
+        future: asyncio.Future[Any] = self._loop.create_future()
+        self._pending[call_id] = future
+        try:
+            self.write(frame)
+            with memoryview(body) as view:
+                for start in range(0, len(view), BODY_PIECE_BYTES):
+                    await self.drained()
+                    if future.done():
+                        break  # the connection was lost (or the replica answered early)
+                    self.write(encode_piece(call_id, view[start : start + BODY_PIECE_BYTES]))
+            return await future
+        except asyncio.CancelledError:
+            if self._pending.pop(call_id, None) is not None and self.open:
+                self.write(encode(Kind.CANCEL, call_id))
+            raise
 
     def batch(self, items: list[BatchItem]) -> Coroutine[Any, Any, list[BatchResult]] | None:
         """One call of a batched handler with `items`."""
@@ -294,6 +333,7 @@ class ReplicaConnection(FrameConnection):
     def _fail_pending(self) -> None:
         if not self.proven.done():
             self.proven.set_result(False)
+        self.resume_writing()  # an upload waiting for room: its call fails below
         pending, self._pending = self._pending, {}
         for future in pending.values():
             if not future.done():

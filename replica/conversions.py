@@ -65,7 +65,11 @@ def to_starlette_request(wire: WireRequest) -> Request:
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
-    return Request(scope, receive)
+    request = Request(scope, receive)
+    # The body is whole already: Starlette's `body()` would join it with its stream's empty last
+    # chunk, a copy of it (tests/component/test_data_socket.py's upload test sees it in the peak).
+    request._body = body
+    return request
 
 
 async def to_reply(

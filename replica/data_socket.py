@@ -22,7 +22,10 @@ answers over Ray. TCP frames are authenticated, not encrypted.
 Each call runs as its own task through the same code the Ray methods use
 (`Serving`: the replica's `handle_request` and `handle_batch`); a CANCEL frame cancels its task, which cancels the user
 code as a cancelled Ray call would. A streaming answer's head comes back
-here as a `StreamStart`; a STREAM frame then claims its rest and the chunks
+here as a `StreamStart`; an UPLOAD (a request whose body is above
+`datalink.frames.BODY_PIECE_BYTES`) starts its task once its BODY pieces
+have all come, written into one buffer as they arrive, which becomes the
+body without a copy; a CANCEL drops a half-arrived one. A STREAM frame then claims its rest and the chunks
 go out as ITEM frames, then END (or ERROR when the handler raised). A
 WebSocket is a WEBSOCKET frame: what the app sends goes out as ITEMs the same
 way, and what the client sends comes in as PUSH calls. Both are pushed only
@@ -42,6 +45,7 @@ Not here: the frame format (`datalink.frames`), the replica's methods
 from __future__ import annotations
 
 import asyncio
+import io
 import ipaddress
 import logging
 import os
@@ -54,10 +58,11 @@ from dataclasses import dataclass
 from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine
 
 from datalink.connection import FrameConnection
-from datalink.frames import MAX_FRAME_BYTES, Frame, Kind, Opening, Window, encode, item_bytes
+from datalink.frames import BODY_PIECE_BYTES, MAX_FRAME_BYTES, Frame, Kind, Opening, Window, encode, item_bytes
 from vocabulary.wire import DataAddress
 from datalink.handshake import Handshake, Role, new_secret
 from datalink.peers import peer_allowed, peer_uid
+from vocabulary.configs import MAX_BODY_BYTES_CEILING
 from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, StreamStart, WireRequest
 
 __all__ = ["DataSocket", "Serving", "socket_dir", "SUN_PATH_MAX"]
@@ -247,6 +252,7 @@ class _ProxyConnection(FrameConnection):
         self._counted = False  # one of the owner's `unproven`
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._credits: dict[int, _Credit] = {}
+        self._uploads: dict[int, _Upload] = {}  # calls whose body is still arriving
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -293,6 +299,13 @@ class _ProxyConnection(FrameConnection):
         match frame:
             case Frame(kind=Kind.REQUEST, payload=tuple() as request):
                 self._start(call_id, self._answer(call_id, request))
+            case Frame(kind=Kind.UPLOAD, payload=(str(), str(), bytes(), list(), int() as size) as head) if (
+                BODY_PIECE_BYTES < size <= MAX_BODY_BYTES_CEILING and call_id not in self._uploads
+                and call_id not in self._calls
+            ):
+                self._uploads[call_id] = _Upload(head, size)
+            case Frame(kind=Kind.BODY, payload=bytes() as piece) if call_id in self._uploads:
+                self._take_piece(call_id, piece)
             case Frame(kind=Kind.BATCH, payload=list() as items):
                 self._start(call_id, self._answer_all(call_id, items))
             case Frame(kind=Kind.STREAM, payload=Opening(target=str() as stream_id, window=Window() as window)):
@@ -312,6 +325,7 @@ class _ProxyConnection(FrameConnection):
             case Frame(kind=Kind.DISCARD, payload=str() as stream_id):
                 serving.close_stream(stream_id)
             case Frame(kind=Kind.CANCEL, payload=None):
+                self._uploads.pop(call_id, None)  # its body's pieces stop here
                 # Forgotten here: a call cancelled before it ran never reaches its own `finally`.
                 task = self._calls.pop(call_id, None)
                 if task is not None:
@@ -319,6 +333,19 @@ class _ProxyConnection(FrameConnection):
                     task.cancel()
             case _:
                 self.close(f"a {frame.kind.name} frame with {_shown(frame.payload)}")
+
+    def _take_piece(self, call_id: int, piece: bytes) -> None:
+        """The next piece of an upload's body; with its last, the call starts."""
+        upload = self._uploads[call_id]
+        upload.body.write(piece)
+        taken = upload.body.tell()
+        if taken > upload.size:
+            self.close(f"call {call_id} sent {taken} bytes of a {upload.size}-byte body")
+        elif taken == upload.size:
+            del self._uploads[call_id]
+            method, path, query, headers, _ = upload.head
+            # getvalue() hands over the buffer the pieces were written into: the body is never copied whole.
+            self._start(call_id, self._answer(call_id, (method, path, query, headers, upload.body.getvalue())))
 
     def _start(self, call_id: int, call: Coroutine[Any, Any, None]) -> None:
         """Run one call as its own task; it forgets itself as it ends (no done
@@ -455,6 +482,17 @@ class _ProxyConnection(FrameConnection):
         for task in list(self._calls.values()):
             task.cancel()
         self._calls.clear()
+
+
+class _Upload:
+    """An UPLOAD's head and its body so far."""
+
+    __slots__ = ("head", "size", "body")
+
+    def __init__(self, head: tuple[str, str, bytes, list[tuple[bytes, bytes]], int], size: int) -> None:
+        self.head = head
+        self.size = size
+        self.body = io.BytesIO()
 
 
 class _Refusals:

@@ -21,7 +21,7 @@ share their values here.
 - `request_stats`: per-backend request counts a proxy reports for rollout
   checks.
 - `ownership`: the `Owner` record an agent claims its controller with.
-- `proxy_workers`: the bounds of `--proxy-workers`, for the agent's flag
+- `proxy_workers`: the bounds of `--proxy-workers` and `--proxy-max-connections`, for the agent's flag
   and the controller's fleet.
 - `replica_env`: what an embedded Ray's processes, replicas included,
   inherit of the agent's environment (an allow-list, never `GITOPS_*`), for

@@ -31,6 +31,8 @@ __all__ = [
     "AutoscalingConfig",
     "TracingConfig",
     "CaptureConfig",
+    "DEFAULT_MAX_BODY_BYTES",
+    "MAX_BODY_BYTES_CEILING",
     "BatchingConfig",
     "RoutingPolicy",
     "RoutingKey",
@@ -622,6 +624,13 @@ class MatchRule(_Value):
     _one_source = model_validator(mode="after")(one_match_source)
 
 
+_MIB = 1024 * 1024
+# A request body above an endpoint's `max_body_bytes` is 413 at the proxy; the
+# ceiling keeps a typo (an extra zero) from letting one request hold gigabytes
+# of a proxy worker's memory.
+DEFAULT_MAX_BODY_BYTES = 10 * _MIB
+MAX_BODY_BYTES_CEILING = 256 * _MIB
+
 _LIMIT_KEY = re.compile(r"(header|cookie|query):(.+)")
 
 
@@ -742,6 +751,11 @@ class EndpointConfig(_Value):
     timeout_s: float = Field(
         default=30.0, gt=0, description="Seconds a request may take before the client gets 504.",
         json_schema_extra=ENVIRONMENT_OVERRIDABLE,
+    )
+    max_body_bytes: int = Field(
+        default=DEFAULT_MAX_BODY_BYTES, ge=1, le=MAX_BODY_BYTES_CEILING,
+        description="Largest request body the proxy takes for this endpoint, in bytes (at most 256 MiB); "
+        "a larger one is answered 413 before any replica sees it.",
     )
     match: tuple[MatchRule, ...] = Field(
         default=(),

@@ -1,4 +1,5 @@
-"""How many proxy workers a node may run: the bounds of `--proxy-workers`.
+"""How many proxy workers a node may run, and how many connections each may
+hold: the bounds of `--proxy-workers` and `--proxy-max-connections`.
 
 The agent checks its flag against them (`gitops.cli`, `gitops.commands.run`)
 and the controller's fleet applies them (`controller.proxy_fleet.workers_on`),
@@ -7,7 +8,7 @@ so they live here, where both meet. Values only.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_WORKERS_CAP", "MAX_PROXY_WORKERS"]
+__all__ = ["DEFAULT_WORKERS_CAP", "MAX_PROXY_WORKERS", "DEFAULT_MAX_CONNECTIONS", "MAX_CONNECTIONS_CEILING"]
 
 # Proxy workers per node when not told. One worker saturates about one core
 # (the HTTP parsing and replica calls of a request run on its one event
@@ -18,3 +19,12 @@ __all__ = ["DEFAULT_WORKERS_CAP", "MAX_PROXY_WORKERS"]
 DEFAULT_WORKERS_CAP = 4
 # The most a node may be told to run: a bound on a flag, not advice.
 MAX_PROXY_WORKERS = 32
+
+# Open connections each worker holds; past it, a new one is answered 503 with
+# Retry-After (`httpedge.limits.EdgeLimits.max_connections`, the same default).
+# Each costs a file descriptor and a few KiB of buffers, so the default is
+# safe on a small node; thousands of long-lived streams need it raised.
+DEFAULT_MAX_CONNECTIONS = 4096
+# The most the flag takes: beyond it a worker's file descriptors and memory,
+# not this bound, would refuse connections.
+MAX_CONNECTIONS_CEILING = 1_000_000

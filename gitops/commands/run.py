@@ -86,6 +86,7 @@ def run_command(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-replicas must be at least 1, not {args.max_replicas}")
     _check_proxy_workers(args.proxy_workers)
     otlp_endpoint(args.otlp_endpoint, os.environ)  # a bad URL is refused before Ray starts
+    _check_max_connections(args.proxy_max_connections)
     replica_env = _replica_env(args.replica_env or "")
     links = _links(args)
     channels = _notify_channels(args.notify, args.repo) if args.notify else ()
@@ -201,6 +202,7 @@ def _controller(args: argparse.Namespace, embedded_state: Path | None) -> Any:
         "proxy_metrics_port": args.proxy_metrics_port,
         "proxy_workers": args.proxy_workers,
         "otlp_endpoint": otlp_endpoint(args.otlp_endpoint, os.environ),
+        "proxy_max_connections": args.proxy_max_connections,
     }
     # Each node's model cache: the flag's, else inside the state dir when Ray is ours (docs/models.md).
     cache_dir = args.model_cache_dir
@@ -527,6 +529,13 @@ def _check_proxy_workers(workers: int) -> None:
             f"--proxy-workers must be 1 to {MAX_PROXY_WORKERS} (or 0: the node's CPUs, at most {DEFAULT_WORKERS_CAP}), "
             f"not {workers}"
         )
+
+
+def _check_max_connections(connections: int) -> None:
+    from vocabulary.proxy_workers import MAX_CONNECTIONS_CEILING
+
+    if not 1 <= connections <= MAX_CONNECTIONS_CEILING:
+        raise UsageError(f"--proxy-max-connections must be 1 to {MAX_CONNECTIONS_CEILING}, not {connections}")
 
 
 def _check_exposure(args: argparse.Namespace, token: bytes | None, secret: bytes | None) -> None:

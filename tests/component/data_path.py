@@ -22,7 +22,8 @@ APPS = __name__
 
 
 class App:
-    """Echoes; /slow waits until cancelled (and says so); /boom raises; /big answers ?n bytes."""
+    """Echoes; /slow waits until cancelled (and says so); /boom raises; /big answers ?n bytes;
+    /size answers the body's length and a checksum of it, not the body."""
 
     started: asyncio.Event | None = None
     cancelled: asyncio.Event | None = None
@@ -47,6 +48,9 @@ class App:
             raise ValueError("the model exploded")
         if path == "/big":
             return Response(b"z" * int(request.query_params["n"]))
+        if path == "/size":
+            body = await request.body()
+            return Response(f"{len(body)} {sum(body[::65536])}".encode())
         return Response(b"echo:" + await request.body())
 
 

@@ -210,6 +210,76 @@ def test_a_body_over_the_limit_is_413_and_never_reaches_a_replica() -> None:
     assert replica.seen == []
 
 
+def test_each_endpoint_takes_bodies_up_to_its_own_limit_under_the_proxys_ceiling() -> None:
+    replica = FakeReplica("r1")
+    proxy = Proxy(ProxySettings(max_body_bytes=3000))
+    limits = {"small": 1000, "large": 2000, "huge": 5000}
+    proxy.publish(
+        routes=RouteTable(entries=tuple(RouteEntry(route=f"/{name}", methods=("POST",), endpoint=name) for name in limits)),
+        **{f"endpoint__{name}": EndpointConfig(name=name, route=f"/{name}", methods=("POST",), traffic={"v1": 1.0},
+                                               max_body_bytes=limit) for name, limit in limits.items()},
+    )
+    proxy.publish(replicas__v1=replica_set("v1", [replica]))
+
+    async def statuses() -> list[tuple[str, int, int]]:
+        async with proxy.client() as client:
+            sizes = [("/small", 1000), ("/small", 1001), ("/large", 2000), ("/large", 2001),
+                     ("/huge", 3000), ("/huge", 3001)]
+            return [(path, size, (await client.post(path, content=b"x" * size)).status_code) for path, size in sizes]
+
+    assert run(statuses()) == [
+        ("/small", 1000, 200), ("/small", 1001, 413), ("/large", 2000, 200), ("/large", 2001, 413),
+        ("/huge", 3000, 200), ("/huge", 3001, 413),
+    ]
+    assert [len(request[4]) for request in replica.seen] == [1000, 2000, 3000]
+
+
+def test_a_body_whose_content_length_is_over_the_limit_is_413_before_any_of_it_is_read() -> None:
+    replica = FakeReplica("r1")
+    proxy = Proxy(ProxySettings(max_body_bytes=1000))
+    proxy.serve("e", "/e", {"v1": [replica]})
+    sent: list[dict[str, Any]] = []
+    asked = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal asked
+        asked += 1
+        return {"type": "http.request", "body": b"x" * 1001, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/e", "raw_path": b"/e", "query_string": b"",
+             "headers": [(b"content-length", b"1001")], "http_version": "1.1"}
+    run(proxy.app(scope, receive, send))
+    assert (sent[0]["status"], asked, replica.seen) == (413, 0, [])
+
+
+def test_bodies_past_the_workers_budget_are_503_until_the_requests_holding_it_end() -> None:
+    release = asyncio.Event()
+
+    async def held(request: WireRequest) -> WireResponse:
+        await release.wait()
+        return 200, [], b"done"
+
+    replica = FakeReplica("r1", held)
+    proxy = Proxy(ProxySettings(max_body_bytes=1000, max_bodies_in_flight_bytes=1500))
+    proxy.serve("e", "/e", {"v1": [replica]})
+
+    async def scenario() -> list[tuple[int, str | None]]:
+        async with proxy.client() as client:
+            first = asyncio.ensure_future(client.post("/e", content=b"a" * 1000))
+            while not replica.seen:
+                await asyncio.sleep(0.01)
+            refused = await client.post("/e", content=b"b" * 1000)  # 1,000 held + 1,000 > 1,500
+            release.set()
+            answers = [await first, refused, await client.post("/e", content=b"c" * 1000)]
+        return [(r.status_code, r.headers.get("retry-after")) for r in answers]
+
+    assert run(scenario()) == [(200, None), (503, "1"), (200, None)]
+    assert [len(request[4]) for request in replica.seen] == [1000, 1000]
+
+
 # --- failures ------------------------------------------------------------------
 
 

@@ -153,6 +153,24 @@ def test_a_gap_between_chunks_above_timeout_s_cuts_the_stream_and_counts_504() -
     assert recorded.requests == [("e", "v1", 504)] and replica.closed_early == 1
 
 
+def test_timeout_s_bounds_each_gap_not_the_stream_nor_a_slow_client() -> None:
+    # Six gaps of 0.6 x timeout_s: the stream lasts 3.6 x timeout_s, and no gap reaches it.
+    app, recorded = proxy({"v1": StreamingReplica([b"a;"] * 6, gap_s=0.12)}, timeout_s=0.2)
+    client = Client()
+    asyncio.run(request(app, client))
+    assert client.complete() and recorded.requests == [("e", "v1", 200)]
+
+    class SlowClient(Client):
+        async def send(self, message: dict[str, Any]) -> None:
+            await asyncio.sleep(0.3)  # longer than timeout_s, while no chunk is awaited
+            await super().send(message)
+
+    app, recorded = proxy({"v1": StreamingReplica([b"a;", b"b;"])}, timeout_s=0.2)
+    slow = SlowClient()
+    asyncio.run(request(app, slow))
+    assert slow.body() == b"first;a;b;" and slow.complete() and recorded.requests == [("e", "v1", 200)]
+
+
 def test_a_replica_that_dies_mid_stream_cuts_it_and_counts_502() -> None:
     app, recorded = proxy({"v1": StreamingReplica([b"a;", b"b;"], dies_after=1)})
     client = Client()

@@ -15,7 +15,7 @@ from controller.proxy_fleet import (
     workers_on,
 )
 from controller.actor import ControllerActor
-from vocabulary.proxy_workers import DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
+from vocabulary.proxy_workers import DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
 from controller.testing import FakeAdapter, MemoryStorage
 from tests.pure.test_goals_api import poll, stop
 from vocabulary.status import ProxyState
@@ -128,3 +128,18 @@ def test_the_route_table_tells_every_proxy_how_many_nodes_share_the_limits() -> 
         return seen
 
     assert asyncio.run(scenario()) == [3, 2]
+
+
+def test_the_controller_starts_its_proxies_with_the_connections_it_was_told() -> None:
+    async def scenario() -> list[StartProxy]:
+        adapter = FakeAdapter(cpus=1)
+        options = {"tick_s": 0.01, "proxy_check_s": 0.01, "proxy_max_connections": 6000}
+        ctl = ControllerActor("ns", options, storage=MemoryStorage(), adapter=adapter)
+        adapter.proxy_calls["node-1"] = OK
+        await poll(ctl, lambda s: [p.state for p in s.proxies.values()] == [ProxyState.RUNNING])
+        await stop(ctl)
+        return [e for e in adapter.applied if isinstance(e, StartProxy)]
+
+    [start] = asyncio.run(scenario())
+    assert start.spec.max_connections == 6000
+    assert ProxySpec("p:P", "c", "h", 1).max_connections == DEFAULT_MAX_CONNECTIONS == 4096

@@ -23,6 +23,7 @@ from controller.backend_state import REPLICA_PREFIX
 from controller.client import ControllerClient
 from vocabulary.configs import EndpointConfig, ReplicaState
 from controller.proxy_fleet import PROXY_PREFIX
+from vocabulary.proxy_workers import DEFAULT_MAX_CONNECTIONS
 from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
 
 pytestmark = pytest.mark.real
@@ -30,6 +31,9 @@ pytestmark = pytest.mark.real
 # Chi-square critical value for one degree of freedom at p = 0.001.
 CHI2_DF1_P001 = 10.83
 TEN_MIB = 10 * 1024 * 1024
+SIXTEEN_MIB = 16 * 1024 * 1024
+# More than a proxy worker takes unless told (vocabulary.proxy_workers.DEFAULT_MAX_CONNECTIONS).
+MANY_CONNECTIONS = DEFAULT_MAX_CONNECTIONS + 200
 
 
 class Cluster:
@@ -37,7 +41,9 @@ class Cluster:
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
-        self.client: ControllerClient = start_controller(namespace, proxies=True)
+        self.client: ControllerClient = start_controller(
+            namespace, proxies=True, proxy_max_connections=MANY_CONNECTIONS + 100
+        )
         self.url = "http://" + self._proxy_address()
 
     def _proxy_address(self) -> str:
@@ -110,6 +116,34 @@ def test_a_body_over_ten_mib_is_413_and_one_at_the_limit_is_served(cluster: Clus
     assert httpx.post(f"{cluster.url}/big", content=b"x" * (TEN_MIB + 1), timeout=30).status_code == 413
     response = httpx.post(f"{cluster.url}/big", content=b"y" * TEN_MIB, timeout=30)
     assert response.status_code == 200 and len(response.content) == TEN_MIB
+
+
+def test_a_16_mib_body_is_served_where_the_endpoint_allows_it_and_413_where_it_does_not(cluster: Cluster) -> None:
+    cluster.backend("large-v1", "Echo")
+    cluster.endpoint("large", {"large-v1": 1.0}, max_body_bytes=SIXTEEN_MIB)
+    cluster.endpoint("small", {"large-v1": 1.0})  # the default limit, 10 MiB
+    body = bytes(range(256)) * (SIXTEEN_MIB // 256)
+    response = httpx.post(f"{cluster.url}/large", content=body, timeout=60)
+    assert response.status_code == 200 and response.content == body
+    assert httpx.post(f"{cluster.url}/large", content=body + b"!", timeout=60).status_code == 413
+    assert httpx.post(f"{cluster.url}/small", content=body, timeout=60).status_code == 413
+
+
+def test_more_connections_than_the_default_are_served_at_once_when_configured(cluster: Cluster) -> None:
+    host, port = cluster.url.removeprefix("http://").rsplit(":", 1)
+
+    async def hold_many() -> Counter[bytes]:
+        connections = [await asyncio.open_connection(host, int(port)) for _ in range(MANY_CONNECTIONS)]
+        try:
+            for _, writer in connections:
+                writer.write(b"GET /-/healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            lines = await asyncio.gather(*(reader.readline() for reader, _ in connections))
+            return Counter(line.split(b" ")[1] for line in lines)
+        finally:
+            for _, writer in connections:
+                writer.close()
+
+    assert asyncio.run(hold_many()) == Counter({b"200": MANY_CONNECTIONS})
 
 
 # --- failures -----------------------------------------------------------------------------
