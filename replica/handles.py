@@ -7,7 +7,9 @@ and waits for their first answer; a background long poll on the controller
 keeps every subscribed key current, as the proxy's does. A call to an
 endpoint draws a backend by its traffic weights; then the least busy of two
 random replicas with room is called (`vocabulary.choosing`, the proxy's own
-choices), where room is the callee's `max_concurrent_queries` less this
+choices), leaving out a replica that died under one of this replica's calls
+(as the proxy drops it from its pool) until the controller stops listing it;
+where room is the callee's `max_concurrent_queries` less this
 replica's calls in flight to it. No room anywhere is backpressure, answered
 at once rather than queued. The call is `handle_call` on the callee replica.
 
@@ -21,7 +23,7 @@ import logging
 from typing import Any
 
 import ray
-from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
+from ray.exceptions import ActorDiedError, ActorUnschedulableError, RayActorError, RayTaskError
 
 from vocabulary.actor_apis import ControllerAPI, Remote, ReplicaAPI
 from vocabulary.choosing import Random, WeightedChoice, pick_replica
@@ -48,6 +50,8 @@ class HandleRouter:
         self._held: dict[str, int] = {}
         self._payloads: dict[str, Any] = {}
         self._in_flight: dict[str, int] = {}  # replica id -> this replica's calls to it
+        # Replicas that died under a call: never chosen again; forgotten once no replica set lists them.
+        self._dead: set[str] = set()
         self._answered = asyncio.Event()
         self._poll: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -93,7 +97,7 @@ class HandleRouter:
         return WeightedChoice.from_weights(endpoint.traffic).pick(self._rng.random()) or ""
 
     async def _call_replica(self, replica_set: ReplicaSet, args: tuple[Any, ...], kwargs: dict[str, Any]) -> HandleResult:
-        replicas = replica_set.replicas
+        replicas = tuple(r for r in replica_set.replicas if r.replica_id not in self._dead)
         if not replicas:
             return HandleOutcome.UNAVAILABLE, f"backend '{replica_set.backend}' has no running replica"
         cap = replica_set.max_concurrent_queries
@@ -111,6 +115,8 @@ class HandleRouter:
         except RayTaskError as error:
             return HandleOutcome.ERROR, str(error)
         except (RayActorError, ActorUnschedulableError) as error:
+            if isinstance(error, ActorDiedError):  # gone for good: the next calls go elsewhere at once
+                self._dead.add(chosen.replica_id)
             return HandleOutcome.UNAVAILABLE, f"replica {chosen.replica_id} of '{replica_set.backend}' died: {error}"
         finally:
             self._in_flight[chosen.replica_id] -= 1
@@ -156,5 +162,9 @@ class HandleRouter:
             for key, (snapshot_id, payload) in updates.items():
                 if key in self._held:
                     self._held[key], self._payloads[key] = snapshot_id, payload
+            listed = {r.replica_id for p in self._payloads.values() if isinstance(p, ReplicaSet) for r in p.replicas}
+            self._dead &= listed
+            # Replicas gone from every set, with no call in flight: their counters go too (churn must not grow them).
+            self._in_flight = {rid: n for rid, n in self._in_flight.items() if n or rid in listed}
             self._answered.set()
             self._answered = asyncio.Event()
