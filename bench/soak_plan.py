@@ -131,6 +131,9 @@ def explain(failure: Failure, faults: list[Injected]) -> tuple[Injected, str] | 
     The documented cases (docs/soak.md repeats them):
     - a request, stream or session in flight on a process killed by kill -9
       (a replica, a proxy worker): the process had accepted it, its answer died with it;
+    - a handle call sent to a replica killed moments before, before the caller
+      learned of its death: it raises `HandleError` (gitops.serving), which the
+      soak's relay answers 502, and the handle leaves the replica out from then on;
     - after a proxy worker's kill and until the cluster is whole again: a
       refused or reset connection, or the restarted worker's 503 before its
       first route table (docs/http.md);
@@ -146,6 +149,10 @@ def explain(failure: Failure, faults: list[Injected]) -> tuple[Injected, str] | 
         end = (fault.recovered if fault.recovered is not None else fault.released + 60.0) + GRACE_S
         if fault.kind in (FaultKind.REPLICA_KILL, FaultKind.PROXY_WORKER_KILL) and _in_flight(failure, fault.at):
             return fault, "in flight on the killed process"
+        if fault.kind is FaultKind.REPLICA_KILL and failure.traffic is Traffic.HANDLE and (
+            failure.kind == "status 502" and fault.at <= failure.sent <= fault.at + GRACE_S
+        ):
+            return fault, "a handle call that met the replica just killed (HandleError; the handle then drops it)"
         if fault.kind is FaultKind.PROXY_WORKER_KILL and fault.at <= failure.sent <= end and (
             failure.kind in ("refused", "reset", "status 503")
         ):
@@ -297,7 +304,10 @@ def render(soak: Soak, command: str) -> str:
         "  head, every replica and proxy worker running, every route answering.",
         "",
         "Documented failures: a request, stream or session in flight on a process killed with",
-        "kill -9 (a replica, a proxy worker) dies with it; after a proxy worker's kill, a refused or",
+        "kill -9 (a replica, a proxy worker) dies with it; a handle call sent to a replica killed",
+        "moments before, before its caller learned of the death, raises `HandleError` (gitops.serving),",
+        "which the soak's `relay` answers 502 (the handle leaves that replica out from then on);",
+        "after a proxy worker's kill, a refused or",
         "reset connection, or the new worker's 503 before its first route table (docs/http.md); a",
         "request held by a SIGSTOPped replica is answered 504 once the proxy counts the replica as",
         "stalled (docs/http.md), and a stream or session on it is cut or times out; a handle call",

@@ -46,6 +46,13 @@ def test_a_request_in_flight_on_a_killed_replica_is_explained_and_one_sent_after
     assert explain(later, [kill]) is None
 
 
+def test_only_the_handle_calls_just_after_a_replica_kill_may_fail_as_the_relays_502() -> None:
+    kill = _fault(FaultKind.REPLICA_KILL, 100)
+    assert explain(Failure(Traffic.HANDLE, 100.3, 100.4, "status 502"), [kill]) is not None
+    assert explain(Failure(Traffic.HANDLE, 105, 105.1, "status 502"), [kill]) is None
+    assert explain(Failure(Traffic.PLAIN, 100.3, 100.4, "status 502"), [kill]) is None
+
+
 def test_after_a_proxy_worker_kill_refused_reset_and_503_are_explained_until_recovery() -> None:
     kill = _fault(FaultKind.PROXY_WORKER_KILL, 100, recovered=104)
     for kind in ("refused", "reset", "status 503"):
