@@ -128,12 +128,15 @@ def soak(minutes: float, seed: int, kinds: list[FaultKind], doc: Path, command: 
     plan = schedule(seed, duration_s, kinds)
     print(f"[soak] seed {seed}, {minutes:g} min, {len(plan)} faults: "
           + ", ".join(f"{p.at:.0f} s {p.kind.name}" for p in plan), flush=True)
+    began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         world = World(Path(tmp))
+        print(f"[soak] Redis, Ray, the git remote and the agent started in {time.monotonic() - began:.1f} s", flush=True)
         try:
             if _wait(lambda: world.whole(len(world.pids()["proxy worker"]) or -1), 300, 1.0) is None:
                 print(f"[soak] the cluster never came up; agent log:\n{(Path(tmp) / 'agent.log').read_text()[-3000:]}")
                 return 1
+            print(f"[soak] serving after {time.monotonic() - began:.1f} s", flush=True)
             time.sleep(3)  # every proxy worker up, not just the first
             proxy_workers = len(world.pids()["proxy worker"])
             origin = time.monotonic()
@@ -152,12 +155,14 @@ def soak(minutes: float, seed: int, kinds: list[FaultKind], doc: Path, command: 
                 watcher.join(RECOVERY_TIMEOUT_S + 10)
             load.stop()
             harness.stop.set()
+            print(f"[soak] load stopped at {time.monotonic() - began:.1f} s", flush=True)
             requests, failures = load.snapshot()
             serves, note = world.serves_head()
             leaked = leaked_actors(world)
             print(f"[soak] agent log tail:\n{(Path(tmp) / 'agent.log').read_text()[-1500:]}", flush=True)
         finally:
             world.close()
+    print(f"[soak] all removed at {time.monotonic() - began:.1f} s", flush=True)
     faults = sorted(harness.faults, key=lambda f: f.at)
     slopes = {role: slope([s for s in harness.samples if s.role == role]) for role in ROLES}
     doc.parent.mkdir(parents=True, exist_ok=True)

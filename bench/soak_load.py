@@ -130,8 +130,11 @@ class MixedLoad:
             if response.status_code != 200:
                 raise _Cut(f"status {response.status_code}")
             body = b""
-            async for chunk in response.aiter_bytes():
-                body += chunk
+            try:
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+            except httpx.HTTPError as error:  # closed mid-body: how the proxy ends a broken stream
+                raise _Cut(f"broke after {body.count(b'data: ')} events: {type(error).__name__}: {error}") from None
         events = body.count(b"data: ")
         if events != STREAM_EVENTS:
             raise _Cut(f"{events} of {STREAM_EVENTS} events")

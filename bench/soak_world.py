@@ -370,12 +370,8 @@ class World:
     def close(self) -> None:
         self.http.close()
         if self.agent is not None and self.agent.poll() is None:
-            self.agent.send_signal(signal.SIGINT)
-            try:
-                self.agent.wait(20)
-            except subprocess.TimeoutExpired:
-                self.agent.kill()
-                self.agent.wait(5)
+            self.agent.kill()  # the cluster goes next, with everything the agent ran on it
+            self.agent.wait(10)
         self.head.remove()
         self.git.stop()
         self.redis.stop()
