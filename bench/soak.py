@@ -87,10 +87,9 @@ class Harness:
     def supervise(self) -> None:
         """Restart an agent that died by itself (counted as a problem), as a supervisor would."""
         while not self.stop.wait(1.0):
-            code = self.world.agent_exited()
+            code = self.world.restart_if_exited()
             if code is not None:
                 self.problems.append(f"the agent exited by itself ({code}) at {self.rel(time.monotonic()):.0f} s")
-                self.world.start_agent()
 
     def sample(self) -> None:
         while not self.stop.is_set():

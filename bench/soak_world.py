@@ -151,6 +151,7 @@ class World:
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.lock = threading.Lock()  # one git change at a time (faults run in threads)
+        self.agent_lock = threading.Lock()  # one start or kill of the agent at a time
         self.version = 0
         self.redis = RedisServer()
         self.head = RayHead(workdir, {"RAY_REDIS_ADDRESS": self.redis.address,
@@ -211,10 +212,14 @@ class World:
         )
         log.close()
 
-    def agent_exited(self) -> int | None:
-        """The agent's exit code when it died by itself (the supervisor then restarts it)."""
-        assert self.agent is not None
-        return self.agent.poll()
+    def restart_if_exited(self) -> int | None:
+        """Start the agent again when it died by itself; returns its exit code (None: it runs)."""
+        with self.agent_lock:
+            assert self.agent is not None
+            code = self.agent.poll()
+            if code is not None:
+                self.start_agent()
+            return code
 
     def status(self) -> dict[str, object]:
         return dict(self.http.get(self.admin + "/status").json())
@@ -287,11 +292,12 @@ class World:
             _signal(victim, signal.SIGKILL)
             return f"pid {victim}"
         if kind is FaultKind.AGENT_KILL:
-            assert self.agent is not None
-            self.agent.kill()
-            self.agent.wait(10)
-            self.agent_kills += 1
-            self.start_agent()
+            with self.agent_lock:  # the supervisor must not see this exit as the agent's own
+                assert self.agent is not None
+                self.agent.kill()
+                self.agent.wait(10)
+                self.agent_kills += 1
+                self.start_agent()
             return "restarted at once"
         if kind is FaultKind.REPLICA_STOP:
             pids = sorted(self.pids()["replica host"])
@@ -308,7 +314,7 @@ class World:
             return f"to v{self.version + 1}, {self.bump()[:7]}"
         if kind is FaultKind.GCS_RESTART:
             self.head.start_gcs(self.head.kill_gcs())
-            return ""
+            return "SIGKILL, started again on its port"
         if kind is FaultKind.STATE_DIR_FULL:
             return self._fill_state_dir(hold_s)
         raise ValueError(kind)
