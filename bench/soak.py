@@ -8,6 +8,13 @@ from, a leaked actor, a memory slope above the stated bound, or a cluster
 not serving the branch head at the end.
 
     python -m bench.soak [--minutes 20] [--seed N] [--doc docs/soak.md] [--kinds a,b]
+
+Not covered: a 2-node cluster. On one machine both nodes share the loopback
+address, and the controller starts a proxy on every node at the agent's one
+`--proxy-port`; `proxy.shared_ports` refuses the second node's workers that
+port by design (a port belongs to one group of workers), so the second node's
+proxy cannot start. Node loss stays scenario 9 of `make reliability`
+(`ray.cluster_utils.Cluster`, proxies on ports of their own).
 """
 
 from __future__ import annotations

@@ -231,7 +231,7 @@ class World:
         if self._raylet and Path(f"/proc/{self._raylet}").exists():
             return self._raylet
         pattern = re.compile(rf"raylet.*gcs[-_]address=\S+:{self.head.port}\b")
-        found = [pid for pid in self.head._pids() if pattern.search(machine.command_line(pid))]
+        found = [pid for pid in self.head.pids() if pattern.search(machine.command_line(pid))]
         self._raylet = found[0] if found else 0
         return self._raylet
 
