@@ -20,6 +20,7 @@ proxy cannot start. Node loss stays scenario 9 of `make reliability`
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import random
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -38,6 +40,7 @@ from bench.soak_plan import (
 from bench.soak_world import World
 
 RECOVERY_TIMEOUT_S = 180.0
+SAMPLES = Path("test-artifacts/soak-samples.jsonl")
 SAMPLE_EVERY_S = 10.0
 
 
@@ -175,6 +178,9 @@ def soak(minutes: float, seed: int, kinds: list[FaultKind], doc: Path, command: 
     plot = plots.soak_memory(harness.samples, faults, doc.parent / (doc.stem + "-memory.png"), command)
     result = Soak(seed, minutes, requests, faults, failures, slopes, leaked, serves, note, harness.problems, plot)
     doc.write_text(render(result, command))
+    # Every memory sample, for a closer look at a slope (not committed: test-artifacts/).
+    SAMPLES.parent.mkdir(parents=True, exist_ok=True)
+    SAMPLES.write_text("".join(json.dumps(asdict(s)) + "\n" for s in harness.samples))
     reasons = verdict(result)
     print(f"[soak] wrote {doc}: {'PASS' if not reasons else 'FAIL: ' + '; '.join(reasons)}", flush=True)
     return 1 if reasons else 0
