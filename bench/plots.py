@@ -1,7 +1,8 @@
 """The report's plots, drawn from the results document with matplotlib (PNG, no display).
 
 Owns: req/s and p99 vs connections per system (one figure per handler),
-reconcile time vs specs (log-log), memory bars, MB/s vs body size. Every figure carries the
+reconcile time vs specs (log-log), memory bars, MB/s vs body size,
+and the soak's memory per component over time (`soak_memory`, with its faults marked). Every figure carries the
 machine and the command that produced its figures. Measures nothing.
 """
 
@@ -165,3 +166,40 @@ def _payloads(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> s
     fig.savefig(out / "payloads.png", dpi=90)
     plt.close(fig)
     return "payloads.png"
+
+
+def soak_memory(samples: list[Any], faults: list[Any], path: Path, command: str) -> str:
+    """PSS over time per role (each process a thin line, a role's colour), faults as ticks.
+
+    `samples` are `bench.soak_plan.Sample`, `faults` `bench.soak_plan.Injected`;
+    returns the file name written beside the document ("" without matplotlib).
+    """
+    if not installed():
+        return ""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"agent": "tab:red", "controller": "tab:blue", "proxy worker": "tab:orange", "replica host": "tab:green"}
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    labelled: set[str] = set()
+    for role, colour in colours.items():
+        pids = sorted({s.pid for s in samples if s.role == role})
+        for pid in pids:
+            series = sorted((s.t / 60, s.mb) for s in samples if s.role == role and s.pid == pid)
+            ax.plot([t for t, _ in series], [mb for _, mb in series], color=colour, linewidth=1.2,
+                    label=None if role in labelled else role)
+            labelled.add(role)
+    for fault in faults:
+        ax.axvline(fault.at / 60, color="#bbbbbb", linewidth=0.6, zorder=0)
+    ax.set_xlabel("minutes (grey lines: faults)")
+    ax.set_ylabel("PSS per process (MB)")
+    ax.set_title("Memory per component over the soak")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.text(0.01, 0.01, f"{machine.label(machine.describe())}\n{command}", fontsize=7, color="#555555", va="bottom")
+    fig.subplots_adjust(bottom=0.2)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path.name

@@ -22,7 +22,8 @@ JSON body as bytes or text); other keys are HTTP's, so such a call is
 routed by power_of_two; when
 every replica of the callee is full it raises `BackpressureError` at once
 rather than queueing. The callee's exception arrives as `HandleError` with
-its traceback. Handles follow config changes (weights, replicas) as the
+its traceback; so does a call whose callee replica died under it, and the
+handle leaves that replica out of its choices from then on. Handles follow config changes (weights, replicas) as the
 proxy does. A thin façade: the machinery is installed by the replica host
 (`vocabulary.serving`), so this module imports nothing but the vocabulary (and `gitops.model_slots`,
 the loader `@multiplexed` wraps).

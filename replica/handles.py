@@ -11,7 +11,9 @@ does (`vocabulary.policies`; power_of_two, `vocabulary.choosing`, by
 default), with the key it reads from the call's first argument
 (`KeyReader.read_call`: a `json:` field of a dict or a JSON body); room is
 the callee's `max_concurrent_queries` less this replica's calls in flight
-to it. No room anywhere is backpressure, answered at once rather than
+to it, leaving out a replica that died under one of this replica's calls
+(as the proxy drops it from its pool) until the controller stops listing
+it. No room anywhere is backpressure, answered at once rather than
 queued. The call is `handle_call` on the callee replica.
 
 Owns the Ray side of handles; the user-facing API is `gitops.serving`.
@@ -24,11 +26,11 @@ import logging
 from typing import Any
 
 import ray
-from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
+from ray.exceptions import ActorDiedError, ActorUnschedulableError, RayActorError, RayTaskError
 
 from vocabulary.actor_apis import ControllerAPI, Remote, ReplicaAPI
 from vocabulary.choosing import Random, WeightedChoice, pick_replica
-from vocabulary.configs import EndpointConfig, ReplicaSet, RoutingConfig
+from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RoutingConfig
 from vocabulary.goal_api import CONTROLLER_NAME, LongPollKey
 from vocabulary.policies import Policy, policy_for
 from vocabulary.request_keys import KeyReader
@@ -57,6 +59,8 @@ class HandleRouter:
         self._payloads: dict[str, Any] = {}
         self._in_flight: dict[str, int] = {}  # replica id -> this replica's calls to it
         self._routing: dict[str, _Routing] = {}  # backend -> its policy, as its replica set says
+        # Replicas that died under a call: never chosen again; forgotten once no replica set lists them.
+        self._dead: set[str] = set()
         self._answered = asyncio.Event()
         self._poll: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -104,12 +108,12 @@ class HandleRouter:
     async def _call_replica(
         self, target: str, replica_set: ReplicaSet, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> HandleResult:
-        replicas = replica_set.replicas
+        replicas = tuple(r for r in replica_set.replicas if r.replica_id not in self._dead)
         if not replicas:
             return HandleOutcome.UNAVAILABLE, f"backend '{replica_set.backend}' has no running replica"
         cap = replica_set.max_concurrent_queries
         in_flight = [self._in_flight.get(r.replica_id, 0) for r in replicas]
-        routing = self._routing_of(replica_set)
+        routing = self._routing_of(replica_set, replicas)
         if routing.policy is None:
             index = pick_replica(in_flight, cap, self._rng)
         else:
@@ -131,17 +135,20 @@ class HandleRouter:
         except RayTaskError as error:
             return HandleOutcome.ERROR, str(error)
         except (RayActorError, ActorUnschedulableError) as error:
+            if isinstance(error, ActorDiedError):  # gone for good: the next calls go elsewhere at once
+                self._dead.add(chosen.replica_id)
             return HandleOutcome.UNAVAILABLE, f"replica {chosen.replica_id} of '{replica_set.backend}' died: {error}"
         finally:
             self._in_flight[chosen.replica_id] -= 1
 
-    def _routing_of(self, replica_set: ReplicaSet) -> _Routing:
-        """The backend's policy, rebuilt when its routing changes, told its replicas when they change."""
+    def _routing_of(self, replica_set: ReplicaSet, replicas: tuple[ReplicaInfo, ...]) -> _Routing:
+        """The backend's policy, rebuilt when its routing changes, told its live `replicas` (the ones
+        an index chooses among) when they change."""
         routing = self._routing.get(replica_set.backend)
         if routing is None or routing.config != replica_set.routing:
             routing = _Routing(replica_set.routing)
             self._routing[replica_set.backend] = routing
-        ids = tuple(r.replica_id for r in replica_set.replicas)
+        ids = tuple(r.replica_id for r in replicas)
         if routing.policy is not None and ids != routing.members:
             routing.policy.members(ids)
             routing.members = ids
@@ -188,6 +195,10 @@ class HandleRouter:
             for key, (snapshot_id, payload) in updates.items():
                 if key in self._held:
                     self._held[key], self._payloads[key] = snapshot_id, payload
+            listed = {r.replica_id for p in self._payloads.values() if isinstance(p, ReplicaSet) for r in p.replicas}
+            self._dead &= listed
+            # Replicas gone from every set, with no call in flight: their counters go too (churn must not grow them).
+            self._in_flight = {rid: n for rid, n in self._in_flight.items() if n or rid in listed}
             self._answered.set()
             self._answered = asyncio.Event()
 

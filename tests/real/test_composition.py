@@ -9,9 +9,12 @@ from typing import Iterator
 
 import httpx
 import pytest
+import ray
 
+from controller.backend_state import REPLICA_PREFIX
 from tests.real.examples import ShippedExamples, serve_shipped_examples
 from tests.real.support import eventually
+from tests.reliability.faults import kill9
 
 pytestmark = pytest.mark.real
 
@@ -66,3 +69,16 @@ def test_the_context_carries_the_applied_commit_and_follows_it_without_a_restart
     served.backend("pipeline", "pipeline", commit="beef002", max_concurrent_queries=50)
     eventually(lambda: served.burst("/pipeline", [body])[0].json()["commit"] == "beef002", 30)
     assert served.running_ids("pipeline") == before
+
+
+def test_a_callee_replica_that_died_is_left_out_of_the_callers_choices_at_once(served: ShippedExamples) -> None:
+    served.backend("words", "words", num_replicas=2)
+    eventually(lambda: len(served.running_ids("words")) == 2, 60, what="two words replicas")
+    victim = sorted(served.running_ids("words"))[0]
+    kill9(ray.get_actor(REPLICA_PREFIX + victim, namespace=served.namespace))
+    body = json.dumps({"text": "a bb"})
+    # One call at a time, at once after the kill: long before the controller's long poll
+    # drops the replica, the first call that meets it (an error: the pipeline does not
+    # catch HandleError) takes it out of the caller's choices; the rest meet the survivor.
+    statuses = [served.burst("/pipeline", [body])[0].status_code for _ in range(40)]
+    assert statuses.count(200) >= 39, statuses

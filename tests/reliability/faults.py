@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Any
+from typing import Any, cast
 
 import ray
 from ray.actor import ActorHandle
@@ -26,7 +26,8 @@ def _own_pid(_actor: Any) -> int:
 
 
 def actor_pid(handle: ActorHandle[Any]) -> int:
-    return int(ray.get(handle.__ray_call__.remote(_own_pid), timeout=30))
+    # cast: mypy reads `ray.get` of this call as its list overload.
+    return cast(int, ray.get(handle.__ray_call__.remote(_own_pid), timeout=30))
 
 
 def kill9(handle: ActorHandle[Any]) -> int:

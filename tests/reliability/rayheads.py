@@ -80,6 +80,10 @@ class RayHead:
             subprocess.Popen(command, env=self._env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         eventually(self._gcs_pids, 30, what="the GCS running again")
 
+    def pids(self) -> list[int]:
+        """Every process of this cluster (its GCS, raylets, agents and workers)."""
+        return self._pids()
+
     def _pids(self) -> list[int]:
         # Every Ray process names the GCS (`--gcs-address=HOST:PORT`, any
         # host: Ray may pick the machine's address over the one given); a
