@@ -352,6 +352,7 @@ methods = ["PUT"]
 traffic = { full = 1.0 }
 shadow = { scaled = 0.5 }
 timeout_s = 9
+max_body_bytes = 1048576
 match = [{ header = "x-canary", value = "yes", backend = "scaled" }, { json = "model", value = "small", backend = "scaled" }]
 sticky = "cookie:user"
 shadow_compare = "json"
