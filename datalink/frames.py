@@ -17,7 +17,7 @@ Calls (proxy to replica) and their replies (replica to proxy), by call id:
   REQUEST   a `WireRequest`                -> RESULT (a `Reply`) or ERROR
   UPLOAD    a `WireRequest` whose body is its size (int), then BODY frames -> RESULT or ERROR
   BODY      raw bytes, not pickled: the next piece of an UPLOAD's body (at most `BODY_PIECE_BYTES`)
-  BATCH     a list of `BatchItem` (one call of a batched handler) -> RESULTS
+  BATCH     a list of `TimedRequest` (one call of a batched handler) -> RESULTS
   CANCEL    no payload: stop that call's handler (or stream, or WebSocket); nothing is answered
   ERROR     the handler's traceback text (str)
 

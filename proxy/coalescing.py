@@ -33,7 +33,7 @@ from typing import Any, Awaitable, Callable, Protocol
 
 from proxy.calling import HandlerError, ReplicaDiedError
 from vocabulary.actor_apis import ReplicaHandle
-from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, WireRequest
+from vocabulary.wire import TimedRequest, CallOutcome, CallResult, Reply, WireRequest
 
 __all__ = ["ReplicaMethods", "Coalescer", "Waiting", "deliver"]
 
@@ -44,10 +44,10 @@ class ReplicaMethods(Protocol):
     async def one(self, handle: ReplicaHandle, request: WireRequest) -> Reply:
         """One request; raises ReplicaDiedError or HandlerError; cancellable."""
 
-    async def coalesced(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+    async def coalesced(self, handle: ReplicaHandle, items: list[TimedRequest]) -> list[CallResult]:
         """Many requests in one call; raises ReplicaDiedError."""
 
-    async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+    async def batch(self, handle: ReplicaHandle, items: list[TimedRequest]) -> list[CallResult]:
         """Many requests in one call of a batched handler; raises ReplicaDiedError."""
 
 
@@ -153,7 +153,9 @@ class Coalescer:
             self._finish(handle, outbox, call)
 
 async def deliver(
-    send: Callable[[ReplicaHandle, list[BatchItem]], Awaitable[list[BatchResult]]], handle: ReplicaHandle, waiting: list[Waiting]
+    send: Callable[[ReplicaHandle, list[TimedRequest]], Awaitable[list[CallResult]]],
+    handle: ReplicaHandle,
+    waiting: list[Waiting],
 ) -> None:
     """Send the requests of `waiting` as one call and settle each one's future with its result."""
     now = asyncio.get_running_loop().time()
@@ -170,14 +172,14 @@ async def deliver(
             _settle(future, result)
 
 
-def _settle(future: asyncio.Future[Reply], result: BatchResult) -> None:
+def _settle(future: asyncio.Future[Reply], result: CallResult) -> None:
     if future.done():
         return
     outcome, value = result
     # A str enum: equal to its plain-string value too, however it was pickled.
-    if outcome == BatchOutcome.OK:
+    if outcome == CallOutcome.OK:
         future.set_result(value)
-    elif outcome == BatchOutcome.TIMEOUT:
+    elif outcome == CallOutcome.TIMEOUT:
         future.set_exception(TimeoutError())
     else:
         future.set_exception(HandlerError(str(value)))

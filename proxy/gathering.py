@@ -22,7 +22,7 @@ from typing import Any, Awaitable, Callable
 from vocabulary.actor_apis import ReplicaHandle
 from proxy.calling import Batching
 from proxy.coalescing import Waiting, deliver
-from vocabulary.wire import BatchItem, BatchResult, Reply, WireRequest
+from vocabulary.wire import TimedRequest, CallResult, Reply, WireRequest
 
 __all__ = ["Gatherer"]
 
@@ -44,7 +44,7 @@ def _ignore_batch(backend: str, size: int) -> None:
 class Gatherer:
     def __init__(
         self,
-        send: Callable[[Any, list[BatchItem]], Awaitable[list[BatchResult]]],
+        send: Callable[[Any, list[TimedRequest]], Awaitable[list[CallResult]]],
         observe_batch: Callable[[str, int], None] | None = None,
     ) -> None:
         """`send(handle, items)` makes one call of a batched handler;

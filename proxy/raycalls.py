@@ -32,7 +32,7 @@ from proxy.calling import HandlerError, ReplicaDiedError
 from proxy.replica_calls import ReplicaCalls
 from proxy.socketcalls import Address, DataConnections
 from vocabulary.actor_apis import ReplicaAPI, ReplicaHandle
-from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, WireResponse
+from vocabulary.wire import TimedRequest, CallResult, StreamStart, WireRequest, WireResponse
 
 Y = TypeVar("Y")
 
@@ -54,13 +54,13 @@ class RayMethods:
         except RayTaskError as error:
             raise HandlerError(str(error)) from None
 
-    async def coalesced(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+    async def coalesced(self, handle: ReplicaHandle, items: list[TimedRequest]) -> list[CallResult]:
         try:
             return await handle.call(ReplicaAPI.handle_coalesced, items)
         except (RayActorError, ActorUnschedulableError) as error:
             raise ReplicaDiedError(str(error)) from None
 
-    async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+    async def batch(self, handle: ReplicaHandle, items: list[TimedRequest]) -> list[CallResult]:
         try:
             return await handle.call(ReplicaAPI.handle_batch, items)
         except (RayActorError, ActorUnschedulableError) as error:

@@ -27,7 +27,7 @@ from proxy.coalescing import Coalescer, ReplicaMethods
 from proxy.gathering import Gatherer
 from proxy.socketcalls import DataConnections, ReplicaConnection
 from vocabulary.actor_apis import ReplicaHandle
-from vocabulary.wire import BatchItem, BatchResult, Reply, StreamStart, WireRequest
+from vocabulary.wire import TimedRequest, CallResult, Reply, StreamStart, WireRequest
 
 __all__ = ["ReplicaCalls"]
 
@@ -89,7 +89,7 @@ class ReplicaCalls:
         sent = connection.request(request)
         return sent if sent is not None else self._methods.one(handle, request)
 
-    async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+    async def batch(self, handle: ReplicaHandle, items: list[TimedRequest]) -> list[CallResult]:
         """One call of a batched handler with `items`."""
         connection = self._connection(handle)
         if connection is not None:

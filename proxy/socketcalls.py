@@ -70,7 +70,7 @@ from vocabulary.wire import DataAddress
 from datalink.handshake import Handshake, Role
 from datalink.peers import peer_allowed, peer_uid
 from proxy.calling import HandlerError, ReplicaDiedError
-from vocabulary.wire import BatchItem, BatchResult, Reply, StreamStart, WireRequest
+from vocabulary.wire import TimedRequest, CallResult, Reply, StreamStart, WireRequest
 
 __all__ = ["Address", "DataConnections", "ReplicaConnection", "connect", "connect_tcp"]
 
@@ -249,12 +249,12 @@ class ReplicaConnection(FrameConnection):
                 self.write(encode(Kind.CANCEL, call_id))
             raise
 
-    def batch(self, items: list[BatchItem]) -> Coroutine[Any, Any, list[BatchResult]] | None:
+    def batch(self, items: list[TimedRequest]) -> Coroutine[Any, Any, list[CallResult]] | None:
         """One call of a batched handler with `items`."""
         framed = self.frame(Kind.BATCH, items)
         return None if framed is None else self._results(framed, len(items))
 
-    async def _results(self, framed: tuple[int, bytes], count: int) -> list[BatchResult]:
+    async def _results(self, framed: tuple[int, bytes], count: int) -> list[CallResult]:
         results = await self.send(*framed)
         if not isinstance(results, list) or len(results) != count:
             self.close(f"a call of {count} requests answered with something else")

@@ -63,7 +63,7 @@ from vocabulary.wire import DataAddress
 from datalink.handshake import Handshake, Role, new_secret
 from datalink.peers import peer_allowed, peer_uid
 from vocabulary.configs import MAX_BODY_BYTES_CEILING
-from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, StreamStart, WireRequest
+from vocabulary.wire import TimedRequest, CallOutcome, CallResult, Reply, StreamStart, WireRequest
 
 __all__ = ["DataSocket", "Serving", "socket_dir", "SUN_PATH_MAX"]
 
@@ -86,7 +86,7 @@ class Serving:
     """What the replica answers frames with: the code paths of its Ray methods."""
 
     one: Callable[[WireRequest], Awaitable[Reply]]
-    batch: Callable[[list[BatchItem]], Awaitable[list[BatchResult]]]
+    batch: Callable[[list[TimedRequest]], Awaitable[list[CallResult]]]
     # A response too large for one frame: its status, headers and body, held as a stream.
     hold: Callable[[int, list[tuple[bytes, bytes]], bytes], StreamStart]
     # A held stream's rest, by id (raises inside when it is not held); letting one go unread.
@@ -412,7 +412,7 @@ class _ProxyConnection(FrameConnection):
         finally:
             self._calls.pop(call_id, None)
 
-    async def _answer_all(self, call_id: int, items: list[BatchItem]) -> None:
+    async def _answer_all(self, call_id: int, items: list[TimedRequest]) -> None:
         try:
             results = await self._owner._serving.batch(items)
             self._owner.served += len(items)
@@ -432,9 +432,9 @@ class _ProxyConnection(FrameConnection):
             return self._owner._serving.hold(status, headers, body)
         return reply
 
-    def _fitted_result(self, result: BatchResult, budget: int) -> BatchResult:
+    def _fitted_result(self, result: CallResult, budget: int) -> CallResult:
         outcome, value = result
-        if outcome == BatchOutcome.OK:
+        if outcome == CallOutcome.OK:
             return outcome, self._fitted(value, budget)
         return result
 

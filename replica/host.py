@@ -64,9 +64,9 @@ import traceback
 from typing import Any, AsyncGenerator, Callable, Iterator
 
 from vocabulary.wire import (
-    BatchItem,
-    BatchOutcome,
-    BatchResult,
+    TimedRequest,
+    CallOutcome,
+    CallResult,
     StreamStart,
     WireRequest,
     WireResponse,
@@ -236,12 +236,12 @@ async def _call_optional(target: Any, method: str, *args: Any) -> None:
             await result
 
 
-def _converted(result: Any) -> BatchResult:
+def _converted(result: Any) -> CallResult:
     """One batch result as a response; one unconvertible result fails alone."""
     try:
-        return BatchOutcome.OK, to_wire_response(result)
+        return CallOutcome.OK, to_wire_response(result)
     except Exception:  # noqa: BLE001 — e.g. a value that is not JSON-serialisable
-        return BatchOutcome.ERROR, traceback.format_exc()
+        return CallOutcome.ERROR, traceback.format_exc()
 
 
 def _node_id() -> str:
@@ -577,7 +577,7 @@ class Replica:
                 self._raised(error)
                 raise
 
-    async def handle_batch(self, batch: list[BatchItem]) -> list[BatchResult]:
+    async def handle_batch(self, batch: list[TimedRequest]) -> list[CallResult]:
         """A batched backend's requests in one handler call, answered in order.
 
         The call may run as long as the longest-lived request allows; a
@@ -592,17 +592,17 @@ class Replica:
                     call_batch_handler(self._handler, [wire for wire, _ in batch], self._handler_is_async), limit_s
                 )
             except TimeoutError:
-                return [(BatchOutcome.TIMEOUT, "")] * len(batch)
+                return [(CallOutcome.TIMEOUT, "")] * len(batch)
             except BatchLengthError as error:
                 text = f"backend {self.backend}: {error}"
                 logger.error("%s", text)
-                return [(BatchOutcome.ERROR, text)] * len(batch)
+                return [(CallOutcome.ERROR, text)] * len(batch)
             except Exception as error:  # noqa: BLE001 — user code may raise anything; the proxy logs it
                 self._raised(error)
-                return [(BatchOutcome.ERROR, traceback.format_exc())] * len(batch)
+                return [(CallOutcome.ERROR, traceback.format_exc())] * len(batch)
         return [_converted(result) for result in results]
 
-    async def handle_coalesced(self, items: list[BatchItem]) -> list[BatchResult]:
+    async def handle_coalesced(self, items: list[TimedRequest]) -> list[CallResult]:
         """Several requests in one Ray call, answered in order.
 
         The proxy coalesces requests queued for this replica under load, so
@@ -612,13 +612,13 @@ class Replica:
         """
         return list(await asyncio.gather(*(self._coalesced_item(wire, limit_s) for wire, limit_s in items)))
 
-    async def _coalesced_item(self, wire: WireRequest, limit_s: float) -> BatchResult:
+    async def _coalesced_item(self, wire: WireRequest, limit_s: float) -> CallResult:
         try:
-            return BatchOutcome.OK, await asyncio.wait_for(self.handle_request(wire), limit_s)
+            return CallOutcome.OK, await asyncio.wait_for(self.handle_request(wire), limit_s)
         except TimeoutError:
-            return BatchOutcome.TIMEOUT, ""
+            return CallOutcome.TIMEOUT, ""
         except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
-            return BatchOutcome.ERROR, traceback.format_exc()  # handle_request kept it as the latest error
+            return CallOutcome.ERROR, traceback.format_exc()  # handle_request kept it as the latest error
 
     async def reconfigure(self, user_config: Any) -> None:
         self._user_config = user_config

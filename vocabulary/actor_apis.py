@@ -29,7 +29,7 @@ from vocabulary.goal_api import GoalAPI
 from vocabulary.wire import DataAddress
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.status import ModelStaging
-from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, WireResponse
+from vocabulary.wire import TimedRequest, CallResult, StreamStart, WireRequest, WireResponse
 
 __all__ = [
     "ReplicaAPI", "ProxyAPI", "ControllerAPI", "Remote", "ReplicaHandle", "ProxyHandle", "ControllerHandle",
@@ -97,10 +97,10 @@ class ReplicaAPI(Protocol):
         """A call from another replica's `gitops.serving` handle; the user code's result.
         `trace`: the caller's W3C trace context (`traceparent`, ...) when the call is traced."""
 
-    async def handle_batch(self, batch: list[BatchItem]) -> list[BatchResult]:
+    async def handle_batch(self, batch: list[TimedRequest]) -> list[CallResult]:
         """A batched handler's list, in one call."""
 
-    async def handle_coalesced(self, items: list[BatchItem]) -> list[BatchResult]:
+    async def handle_coalesced(self, items: list[TimedRequest]) -> list[CallResult]:
         """Separate requests coalesced into one Ray call."""
 
     async def reconfigure(self, user_config: Any) -> None:

@@ -4,9 +4,11 @@ A request crosses one Ray call as a plain tuple (cheap to pickle, no class
 lookups on the hot path); `replica.conversions` rebuilds a Starlette request
 for user code and turns whatever the handler returned into a response tuple.
 
-Under load the proxy coalesces requests queued for one replica into one
-`handle_batch` call: a list of (request, seconds it may run) in, a list of
-(`BatchOutcome`, response or error text) out, in the same order.
+Two calls carry lists: `handle_coalesced` (separate requests the proxy
+coalesced into one Ray call under load) and `handle_batch` (one call of a
+batched handler). Both take a list of `TimedRequest` (request, seconds it may
+run) and answer a list of `CallResult` (`CallOutcome`, response or error
+text), in the same order: "batch" is only the user's feature.
 
 A handler's answer that streams crosses as a `StreamStart` (status,
 headers, the first chunk, and the id under which the replica holds the rest);
@@ -30,9 +32,9 @@ __all__ = [
     "DataAddress",
     "WireRequest",
     "WireResponse",
-    "BatchItem",
-    "BatchOutcome",
-    "BatchResult",
+    "TimedRequest",
+    "CallOutcome",
+    "CallResult",
     "make_request",
     "StreamStart",
     "Reply",
@@ -49,15 +51,15 @@ WireRequest = tuple[str, str, bytes, list[tuple[bytes, bytes]], bytes]
 WireResponse = tuple[int, list[tuple[bytes, bytes]], bytes]
 
 
-class BatchOutcome(str, enum.Enum):
+class CallOutcome(str, enum.Enum):
     OK = "ok"  # with the WireResponse
     ERROR = "error"  # user code raised; with the traceback text, for the proxy's log
     TIMEOUT = "timeout"  # the item's time ran out and its handler was cancelled
 
 
-# (request, seconds it may run before its handler is cancelled)
-BatchItem = tuple[WireRequest, float]
-BatchResult = tuple[BatchOutcome, Any]
+# A request in a list call: (request, seconds it may run before its handler is cancelled)
+TimedRequest = tuple[WireRequest, float]
+CallResult = tuple[CallOutcome, Any]
 
 
 def make_request(

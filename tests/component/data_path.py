@@ -16,7 +16,7 @@ from vocabulary.actor_apis import ReplicaHandle
 from proxy.calling import StreamCaller
 from proxy.replica_calls import ReplicaCalls
 from proxy.socketcalls import DataConnections
-from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, Reply, WireRequest
+from vocabulary.wire import TimedRequest, CallOutcome, CallResult, Reply, WireRequest
 
 APPS = __name__
 
@@ -79,13 +79,13 @@ class RecordingFallback:
         self.calls.append("one")
         return (203, [], b"over ray")
 
-    async def coalesced(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+    async def coalesced(self, handle: ReplicaHandle, items: list[TimedRequest]) -> list[CallResult]:
         self.calls.append("coalesced")
-        return [(BatchOutcome.OK, (203, [], b"over ray"))] * len(items)
+        return [(CallOutcome.OK, (203, [], b"over ray"))] * len(items)
 
-    async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+    async def batch(self, handle: ReplicaHandle, items: list[TimedRequest]) -> list[CallResult]:
         self.calls.append("batch")
-        return [(BatchOutcome.OK, (203, [], b"over ray"))] * len(items)
+        return [(CallOutcome.OK, (203, [], b"over ray"))] * len(items)
 
 
 class Calls(ReplicaCalls):

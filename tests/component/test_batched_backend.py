@@ -21,7 +21,7 @@ from proxy.settings import ProxySettings
 from proxy.subscriptions import Subscriptions
 from replica.host import Replica
 from vocabulary.configs import BatchingConfig, EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
-from vocabulary.wire import BatchItem, BatchResult, WireRequest, WireResponse
+from vocabulary.wire import TimedRequest, CallResult, WireRequest, WireResponse
 
 
 class Upper:
@@ -45,10 +45,10 @@ class InProcess:
     async def one(self, handle: ReplicaHandle, request: WireRequest) -> WireResponse:
         return await handle.actor.handle_request(request)
 
-    async def coalesced(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+    async def coalesced(self, handle: ReplicaHandle, items: list[TimedRequest]) -> list[CallResult]:
         return await handle.actor.handle_coalesced(items)
 
-    async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+    async def batch(self, handle: ReplicaHandle, items: list[TimedRequest]) -> list[CallResult]:
         return await handle.actor.handle_batch(items)
 
 

@@ -28,7 +28,7 @@ from replica.host import Replica
 from tests.component.data_path import Calls, FakeHandle, RecordingFallback
 from datalink.frames import Frame, FrameDecoder, Kind, Opening, Window, encode
 from vocabulary.wire import DataAddress
-from vocabulary.wire import BatchItem, BatchResult, StreamStart, WireRequest, make_request
+from vocabulary.wire import TimedRequest, CallResult, StreamStart, WireRequest, make_request
 
 MODULE = __name__
 
@@ -99,7 +99,7 @@ async def chat(scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, 
 class NoRay(RecordingFallback):
     """The fallbacks, streams included: what went over "Ray" is recorded, and a batch fails the test."""
 
-    async def coalesced(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+    async def coalesced(self, handle: ReplicaHandle, items: list[TimedRequest]) -> list[CallResult]:
         raise AssertionError("no batches here")
 
     batch = coalesced

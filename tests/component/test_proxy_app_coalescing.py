@@ -8,7 +8,7 @@ from typing import Any
 from vocabulary.actor_apis import ReplicaHandle
 from proxy.calling import HandlerError, ReplicaDiedError
 from proxy.coalescing import Coalescer
-from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, WireRequest, WireResponse, make_request
+from vocabulary.wire import TimedRequest, CallOutcome, CallResult, WireRequest, WireResponse, make_request
 
 WINDOW_S = 0.05
 
@@ -21,7 +21,7 @@ class FakeTransport:
         self.batches: list[list[tuple[str, float]]] = []
         self.hold = asyncio.Event()
         self.hold.set()
-        self.batch_results: list[BatchResult] | None = None
+        self.batch_results: list[CallResult] | None = None
         self.dead = False
 
     async def one(self, handle: ReplicaHandle, request: WireRequest) -> WireResponse:
@@ -29,13 +29,13 @@ class FakeTransport:
         await self.hold.wait()
         return 200, [], request[1].encode()
 
-    async def coalesced(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+    async def coalesced(self, handle: ReplicaHandle, items: list[TimedRequest]) -> list[CallResult]:
         self.batches.append([(request[1], limit) for request, limit in items])
         if self.dead:
             raise ReplicaDiedError("gone")
         if self.batch_results is not None:
             return self.batch_results
-        return [(BatchOutcome.OK, (200, [], request[1].encode())) for request, _ in items]
+        return [(CallOutcome.OK, (200, [], request[1].encode())) for request, _ in items]
 
 
 def get(path: str) -> WireRequest:
@@ -129,9 +129,9 @@ def test_each_batched_request_gets_its_own_error_or_timeout() -> None:
     async def scenario() -> list[Any]:
         transport = FakeTransport()
         transport.batch_results = [
-            (BatchOutcome.OK, (200, [], b"fine")),
-            (BatchOutcome.ERROR, "Traceback: boom"),
-            (BatchOutcome.TIMEOUT, ""),
+            (CallOutcome.OK, (200, [], b"fine")),
+            (CallOutcome.ERROR, "Traceback: boom"),
+            (CallOutcome.TIMEOUT, ""),
         ]
         coalescer = Coalescer(transport, max_calls=1, window_s=10)
         first = await busy_replica(transport, coalescer)

@@ -10,7 +10,7 @@ import pytest
 from starlette.requests import Request
 
 from replica.host import Replica
-from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, make_request
+from vocabulary.wire import TimedRequest, CallOutcome, CallResult, make_request
 
 MODULE = __name__
 
@@ -45,11 +45,11 @@ class OneUnserialisable:
         return [object(), "fine"]
 
 
-def batch(handler: str, bodies: list[bytes], limit_s: float = 10) -> list[BatchResult]:
-    async def scenario() -> list[BatchResult]:
+def batch(handler: str, bodies: list[bytes], limit_s: float = 10) -> list[CallResult]:
+    async def scenario() -> list[CallResult]:
         replica = Replica("model", "r1", "v1", f"{MODULE}:{handler}")
         await replica.initialize()
-        items: list[BatchItem] = [(make_request("POST", "/m", body=body), limit_s) for body in bodies]
+        items: list[TimedRequest] = [(make_request("POST", "/m", body=body), limit_s) for body in bodies]
         return await replica.handle_batch(items)
 
     return asyncio.run(scenario())
@@ -60,7 +60,7 @@ def test_the_handler_receives_the_whole_list_and_each_request_gets_its_own_answe
     results = batch("Doubler", [b"a", b"b", b"c"])
     assert Doubler.sizes == [3]
     assert [(outcome, response[2]) for outcome, response in results] == [
-        (BatchOutcome.OK, b"aa"), (BatchOutcome.OK, b"bb"), (BatchOutcome.OK, b"cc"),
+        (CallOutcome.OK, b"aa"), (CallOutcome.OK, b"bb"), (CallOutcome.OK, b"cc"),
     ]
 
 
@@ -72,15 +72,15 @@ def test_a_wrong_length_result_fails_every_request_with_a_clear_log_line(caplog:
     with caplog.at_level(logging.ERROR, logger="replica.host"):
         results = batch("DropsOne", [b"a", b"b", b"c"])
     expected = "backend model: the batch handler returned 2 results for 3 requests"
-    assert all(outcome == BatchOutcome.ERROR and expected in text for outcome, text in results)
+    assert all(outcome == CallOutcome.ERROR and expected in text for outcome, text in results)
     assert len(results) == 3 and expected in caplog.text
 
 
 def test_a_raising_batched_handler_fails_every_request_with_its_traceback() -> None:
     results = batch("Raises", [b"a", b"b"])
-    assert all(outcome == BatchOutcome.ERROR and "model exploded" in text for outcome, text in results)
+    assert all(outcome == CallOutcome.ERROR and "model exploded" in text for outcome, text in results)
 
 
 def test_one_result_that_cannot_be_sent_fails_only_its_own_request() -> None:
     [(first, _), (second, response)] = batch("OneUnserialisable", [b"a", b"b"])
-    assert (first, second, response[2]) == (BatchOutcome.ERROR, BatchOutcome.OK, b"fine")
+    assert (first, second, response[2]) == (CallOutcome.ERROR, CallOutcome.OK, b"fine")

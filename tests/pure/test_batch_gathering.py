@@ -7,7 +7,7 @@ import asyncio
 from vocabulary.actor_apis import ReplicaHandle
 from proxy.calling import Batching, HandlerError
 from proxy.gathering import Gatherer
-from vocabulary.wire import BatchItem, BatchOutcome, BatchResult, WireResponse, make_request
+from vocabulary.wire import TimedRequest, CallOutcome, CallResult, WireResponse, make_request
 
 
 class ListTransport:
@@ -15,13 +15,13 @@ class ListTransport:
 
     def __init__(self) -> None:
         self.lists: list[list[str]] = []
-        self.results: list[BatchResult] | None = None
+        self.results: list[CallResult] | None = None
 
-    async def batch(self, handle: ReplicaHandle, items: list[BatchItem]) -> list[BatchResult]:
+    async def batch(self, handle: ReplicaHandle, items: list[TimedRequest]) -> list[CallResult]:
         self.lists.append([request[1] for request, _ in items])
         if self.results is not None:
             return self.results
-        return [(BatchOutcome.OK, (200, [], request[1].encode())) for request, _ in items]
+        return [(CallOutcome.OK, (200, [], request[1].encode())) for request, _ in items]
 
 
 def batching(size: int, wait_s: float = 0.01) -> Batching:
@@ -89,7 +89,7 @@ def test_each_batch_size_is_observed_for_its_backend() -> None:
 def test_a_failed_batch_fails_every_request_of_it() -> None:
     async def scenario() -> list[BaseException | WireResponse]:
         transport = ListTransport()
-        transport.results = [(BatchOutcome.ERROR, "wrong length")] * 2
+        transport.results = [(CallOutcome.ERROR, "wrong length")] * 2
         gatherer = Gatherer(transport.batch)
         calls = [gatherer.call("r", make_request("GET", f"/{i}"), 10, batching(2)) for i in range(2)]
         return list(await asyncio.gather(*calls, return_exceptions=True))

@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 
 from datalink.frames import HEADER_BYTES, Frame, FrameDecoder, FrameError, Kind, encode, encode_piece
 from datalink.peers import peer_allowed
-from vocabulary.wire import BatchOutcome, StreamStart, make_request
+from vocabulary.wire import CallOutcome, StreamStart, make_request
 
 REQUEST = make_request("POST", "/echo", b"a=1", [(b"content-type", b"text/plain")], b"hello")
 RESPONSE = (200, [(b"content-length", b"5")], b"hello")
@@ -22,7 +22,7 @@ def test_every_kind_round_trips_with_its_call_id_and_payload() -> None:
         Kind.BATCH: [(REQUEST, 2.0)],
         Kind.CANCEL: None,
         Kind.RESULT: StreamStart(200, [], b"first", "r1:0"),
-        Kind.RESULTS: [(BatchOutcome.OK, RESPONSE), (BatchOutcome.ERROR, "Traceback ..."), (BatchOutcome.TIMEOUT, "")],
+        Kind.RESULTS: [(CallOutcome.OK, RESPONSE), (CallOutcome.ERROR, "Traceback ..."), (CallOutcome.TIMEOUT, "")],
         Kind.ERROR: "Traceback (most recent call last): ...",
     }
     for call_id, (kind, payload) in enumerate(payloads.items()):
