@@ -35,6 +35,7 @@ COPY replica ./replica
 COPY vocabulary ./vocabulary
 COPY httpedge ./httpedge
 COPY datalink ./datalink
+COPY telemetry ./telemetry
 RUN pip wheel --no-cache-dir --disable-pip-version-check --no-deps --wheel-dir /dist .
 
 # Stage 2: the wheel installed into a virtualenv, without compilers or sources.

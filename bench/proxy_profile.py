@@ -54,7 +54,7 @@ STAGES: tuple[tuple[str, re.Pattern[str]], ...] = (
      re.compile(r"^httpedge/|^uvicorn/|^httptools/|^h11/|^proxy/actor\.py")),
 )
 # The product's packages, as py-spy prints a frame's file.
-OURS = re.compile(r"^(?:vocabulary|httpedge|datalink|gitops|controller|proxy|replica)/[\w/]+\.py$")
+OURS = re.compile(r"^(?:vocabulary|httpedge|datalink|telemetry|gitops|controller|proxy|replica)/[\w/]+\.py$")
 EVENT_LOOP = "event loop (asyncio/uvloop: scheduling, socket I/O)"
 NATIVE = "native threads without the GIL (Ray core worker, gRPC)"
 _FRAME = re.compile(r"\((?P<file>[^()]*):\d+\)$")

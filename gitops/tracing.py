@@ -8,44 +8,19 @@ its own thread as OTLP/HTTP protobuf. The agent's loop never waits on it.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 from opentelemetry import trace
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from gitops.apply_traces import SpanRecord
+from telemetry.otlp import SpansSent, batch_processor
 
-__all__ = ["OtlpTraceSink", "CountedExporter"]
+__all__ = ["OtlpTraceSink"]
 
-EXPORT_DELAY_MS = 1000
 _NS = 1_000_000_000
-
-
-# Told how many spans an export sent, by result ("exported" or "failed"); on the exporter's thread.
-SpansSent = Callable[[str, int], None]
-
-
-class CountedExporter(SpanExporter):
-    """An exporter that counts what it sent and what failed (for the export-errors panel)."""
-
-    def __init__(self, inner: SpanExporter, sent: SpansSent) -> None:
-        self._inner = inner
-        self._sent = sent
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        result = self._inner.export(spans)
-        self._sent("exported" if result is SpanExportResult.SUCCESS else "failed", len(spans))
-        return result
-
-    def shutdown(self) -> None:
-        self._inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._inner.force_flush(timeout_millis)
 
 
 class OtlpTraceSink:
@@ -58,10 +33,7 @@ class OtlpTraceSink:
         self._provider = TracerProvider(resource=Resource.create({"service.name": "gitops-agent"}))
         if processor is None:
             assert otlp_endpoint is not None, "an OTLP endpoint or a span processor"
-            exporter: SpanExporter = OTLPSpanExporter(endpoint=otlp_endpoint.rstrip("/") + "/v1/traces")
-            if sent is not None:
-                exporter = CountedExporter(exporter, sent)
-            processor = BatchSpanProcessor(exporter, schedule_delay_millis=EXPORT_DELAY_MS)
+            processor = batch_processor(otlp_endpoint, sent)
         self._provider.add_span_processor(processor)
         self._tracer = self._provider.get_tracer("ray-gitops.agent")
 

@@ -21,39 +21,25 @@ tracing is off, and then spends one branch per request on it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from opentelemetry import baggage, trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.propagators.textmap import Getter, Setter
+from opentelemetry.propagators.textmap import Setter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from telemetry.otlp import HEADERS, SpansSent, batch_processor
 from vocabulary.choosing import Random
 
-__all__ = ["RequestTracing", "Traced", "CountedExporter", "exporting_tracer", "TRACE_HEADERS"]
+__all__ = ["RequestTracing", "Traced", "SpansSent", "exporting_tracer", "TRACE_HEADERS"]
 
 Headers = list[tuple[bytes, bytes]]
 
 # What the proxy replaces in a traced request's headers (W3C trace context and baggage).
 TRACE_HEADERS = frozenset({b"traceparent", b"tracestate", b"baggage"})
-# Spans wait at most this long in the exporter's queue before they are sent.
-EXPORT_DELAY_MS = 1000
-
-
-class _HeaderGetter(Getter[Headers]):
-    def get(self, carrier: Headers, key: str) -> list[str] | None:
-        name = key.encode()
-        found = [value.decode("latin-1") for header, value in carrier if header == name]
-        return found or None
-
-    def keys(self, carrier: Headers) -> list[str]:
-        return [header.decode("latin-1") for header, _ in carrier]
 
 
 class _DictSetter(Setter[dict[str, str]]):
@@ -61,34 +47,10 @@ class _DictSetter(Setter[dict[str, str]]):
         carrier[key] = value
 
 
-# Told how many spans an export sent, by result ("exported" or "failed"); on the exporter's thread.
-SpansSent = Callable[[str, int], None]
-
-
-class CountedExporter(SpanExporter):
-    """An exporter that counts what it sent and what failed (for the export-errors panel)."""
-
-    def __init__(self, inner: SpanExporter, sent: SpansSent) -> None:
-        self._inner = inner
-        self._sent = sent
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        result = self._inner.export(spans)
-        self._sent("exported" if result is SpanExportResult.SUCCESS else "failed", len(spans))
-        return result
-
-    def shutdown(self) -> None:
-        self._inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._inner.force_flush(timeout_millis)
-
-
 # The last two hex digits of a `traceparent` whose sampled bit is set.
 _SAMPLED_FLAGS = frozenset(f"{flags:02x}".encode() for flags in range(1, 256, 2)) | frozenset(
     f"{flags:02X}".encode() for flags in range(1, 256, 2)
 )
-_GET = _HeaderGetter()
 _SET = _DictSetter()
 _CONTEXT = TraceContextTextMapPropagator()
 _BAGGAGE = W3CBaggagePropagator()
@@ -99,10 +61,7 @@ def exporting_tracer(otlp_endpoint: str, service: str, sent: SpansSent | None = 
     sampling every span it is asked for (the caller decides what to trace);
     `sent` counts what each export sent or lost."""
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
-    exporter: SpanExporter = OTLPSpanExporter(endpoint=otlp_endpoint.rstrip("/") + "/v1/traces")
-    if sent is not None:
-        exporter = CountedExporter(exporter, sent)
-    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=EXPORT_DELAY_MS))
+    provider.add_span_processor(batch_processor(otlp_endpoint, sent))
     return provider.get_tracer("ray-gitops.proxy")
 
 
@@ -156,13 +115,13 @@ class RequestTracing:
         flags = next((value.strip()[-2:] for name, value in headers if name == b"traceparent"), b"")
         sampled = False
         if flags in _SAMPLED_FLAGS:
-            parent = _CONTEXT.extract(headers, getter=_GET)
+            parent = _CONTEXT.extract(headers, getter=HEADERS)
             sampled = trace.get_current_span(parent).get_span_context().trace_flags.sampled
         if not sampled:
             if sample <= 0 or self._rng.random() >= sample:
                 return None
             parent = Context()  # a new trace: an unsampled parent is not continued
-        parent = _BAGGAGE.extract(headers, parent, getter=_GET)
+        parent = _BAGGAGE.extract(headers, parent, getter=HEADERS)
         span = self._tracer.start_span(
             name,
             parent,

@@ -26,38 +26,21 @@ from typing import Any, Awaitable, Callable, Iterator, TypeVar
 from opentelemetry import baggage, trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context, attach, detach, get_current
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.propagators.textmap import Getter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from telemetry.otlp import HEADERS, batch_processor
 from vocabulary.wire import WireRequest
 
 __all__ = ["ReplicaTracing", "Carrier"]
 
-Headers = list[tuple[bytes, bytes]]
 # A trace context as a handle call carries it: W3C header names to values.
 Carrier = dict[str, str]
 T = TypeVar("T")
 
-EXPORT_DELAY_MS = 1000
-
-
-class _HeaderGetter(Getter[Headers]):
-    def get(self, carrier: Headers, key: str) -> list[str] | None:
-        name = key.encode()
-        found = [value.decode("latin-1") for header, value in carrier if header == name]
-        return found or None
-
-    def keys(self, carrier: Headers) -> list[str]:
-        return [header.decode("latin-1") for header, _ in carrier]
-
-
-_HEADERS = _HeaderGetter()
 _CONTEXT = TraceContextTextMapPropagator()
 _BAGGAGE = W3CBaggagePropagator()
 
@@ -79,13 +62,12 @@ class ReplicaTracing:
             resource=Resource.create({"service.name": "gitops-replica"}), sampler=ParentBased(ALWAYS_OFF)
         )
         if otlp_endpoint is not None:
-            exporter = OTLPSpanExporter(endpoint=otlp_endpoint.rstrip("/") + "/v1/traces")
-            provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=EXPORT_DELAY_MS))
+            provider.add_span_processor(batch_processor(otlp_endpoint))
         return provider
 
     async def serve(self, wire: WireRequest, serve: Callable[[], Awaitable[T]]) -> T:
         """`serve()` under a `replica.request` span when the request's trace context says sampled."""
-        parent = _BAGGAGE.extract(wire[3], _CONTEXT.extract(wire[3], getter=_HEADERS), getter=_HEADERS)
+        parent = _BAGGAGE.extract(wire[3], _CONTEXT.extract(wire[3], getter=HEADERS), getter=HEADERS)
         if not _sampled(parent):
             return await serve()
         with self._span("replica.request", parent, SpanKind.SERVER) as span:
