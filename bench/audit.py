@@ -21,7 +21,7 @@ runs: `--repeats` keeps the median.
 
     python -m bench.audit [--tiny] [--json PATH] [--duration S] [--connections N]
 
-Run on its own for now: `bench.report` (`make bench`) does not include it yet.
+`bench.report` (`make bench`) runs it and judges the targets (`bench.targets`).
 """
 
 from __future__ import annotations

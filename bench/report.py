@@ -6,8 +6,10 @@ The measurements: `proxy` (HTTP throughput and latency), `update_latency`,
 `rollout`, `faults`, `reconcile`, `fanout`, `memory`, `serving`,
 `proxy_profile`, issue 35's work users send: `payloads` (bodies of
 1 KiB–16 MiB), `streams` (thousands of open SSE streams) and `density`
-(100 idle replicas on one node), and issue 30's `routing` (routing policies
-on the LLM simulator, next to Ray Serve's PrefixCacheAffinityRouter).
+(100 idle replicas on one node), issue 29's `models` (fetching into a node's
+cache; multiplexing), issue 30's `routing` (routing policies on the LLM
+simulator, next to Ray Serve's PrefixCacheAffinityRouter) and issue 31's
+`audit` (the proxy's throughput with tracing and capture on, against off).
 
 Runs each measurement module (`bench.<name>`) in its own process with
 `--json`, collects their files into `latest.json` (with the machine and the
@@ -34,9 +36,9 @@ from bench.targets import Target, median, targets
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ("proxy", "update_latency", "rollout", "faults", "reconcile", "fanout", "memory", "serving",
-                "proxy_profile", "payloads", "streams", "density", "models", "routing")
+                "proxy_profile", "payloads", "streams", "density", "models", "routing", "audit")
 TIMEOUT_S = {"proxy": 3600, "reconcile": 1800, "payloads": 3600, "streams": 1800, "density": 2400, "models": 1800,
-             "routing": 3600}
+             "routing": 3600, "audit": 1800}
 NO_PLOTS = "No plots: matplotlib is not installed here (`pip install -e '.[bench]'`, as `make bench` does)."
 NOISE = ("The machine is shared with other work and noisy (see the load average): read the figures as "
          "ratios within this run, not as absolutes.")
@@ -115,7 +117,7 @@ def render(document: dict[str, Any], out: Path) -> Path:
              + _work_headline(document["measurements"]) + _targets_table(targets(document)))
     measurements = document["measurements"]
     for section in (_proxy, _update, _rollout, _faults, _reconcile, _fanout, _memory, _serving, _profile, _payloads,
-                    _streams, _density, _models, _routing):
+                    _streams, _density, _models, _routing, _audit):
         lines += section(measurements, figures)
     if document["failures"]:
         lines += ["## Measurements that failed", ""]
@@ -194,7 +196,7 @@ def _work_headline(measurements: dict[str, Any]) -> list[str]:
 
 
 def _targets_table(rows: list[Target]) -> list[str]:
-    lines = ["## Where we stand against the targets (issues 15, 19, 30 and 35)", "",
+    lines = ["## Where we stand against the targets (issues 15, 19, 30, 31 and 35)", "",
              "| target | measured | |", "| --- | --- | --- |"]
     for row in rows:
         verdict = {True: "met", False: "**missed**", None: "not measured"}[row.met]
@@ -570,6 +572,26 @@ def _models(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
             f"| affinity, in process (the proxy's pool, the replicas' loaders) | {m['affinity_loads_per_1000']:.1f} |",
             f"| random replica, in process (the same loaders) | {m['random_loads_per_1000']:.1f} |", "",
         ]
+    return lines
+
+
+def _audit(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
+    doc = measurements.get("audit")
+    if not doc:
+        return []
+    rows = doc["figures"]["rows"]
+    lines = ["## The audit trail's cost (issue 31)", "",
+             "Our proxy with one worker and the noop handler on one replica, `wrk` POSTing 1 KiB bodies at 32 "
+             "connections. Each round measures a controller without tracing or capture (off), then the configuration "
+             "on a second controller beside it; a ratio is of their medians. Tracing exports to a loopback OTLP/HTTP "
+             "receiver; requests carry no `traceparent`. Capture writes to a file sink; records written and dropped "
+             f"are read from `gitops_capture_records_total`. {_load(doc)} {_command(doc)}", "",
+             "| configuration | req/s | off req/s | × off | p99 ms | off p99 ms | records written | dropped | errors |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {r['config']} | {r['rps']:,.0f} | {r['off_rps']:,.0f} | {r['ratio']:.2f} | {r['p99_ms']:.1f} | "
+              f"{r['off_p99_ms']:.1f} | {r['records_written']:,.0f} | {r['records_dropped']:,.0f} | {r['non_2xx']:,.0f} |"
+              for r in rows]
+    lines.append("")
     return lines
 
 

@@ -1,4 +1,4 @@
-"""Issues 15, 19 and 35's targets, judged against one results document.
+"""Issues 15, 19, 30, 31 and 35's targets, judged against one results document.
 
 Pure: takes the document `bench.report` writes (plain dicts) and says, for
 each target, what was measured and whether it is met (None: not measured in
@@ -39,6 +39,7 @@ def targets(document: dict[str, Any]) -> list[Target]:
         *_streams(m.get("streams")),
         *_density(m.get("density")),
         *_routing(m.get("routing")),
+        *_audit(m.get("audit")),
     ]
 
 
@@ -370,3 +371,21 @@ def _routing(doc: dict[str, Any] | None) -> list[Target]:
     else:
         rows.append(Target(names[3], "–", None))
     return rows
+
+
+AUDIT_RATIO = 0.95  # issue 31: req/s with 1% tracing and with 10% capture, at least this share of off's
+
+
+def _audit(doc: dict[str, Any] | None) -> list[Target]:
+    """Issue 31's targets: proxy req/s with 1% tracing and with 10% capture against off (paired rounds)."""
+    rows = {r["config"]: r for r in (doc["figures"]["rows"] if doc else [])}
+    judged = []
+    for config in ("tracing 1%", "capture 10%"):
+        name = f"Audit trail (issue 31): req/s with {config} ≥ {AUDIT_RATIO:g}× of off, 32 connections, 1 KiB bodies"
+        row = rows.get(config)
+        if row is None:
+            judged.append(Target(name, "–", None))
+            continue
+        judged.append(Target(name, f"{row['ratio']:.2f}× ({row['rps']:,.0f} vs {row['off_rps']:,.0f} req/s)",
+                             row["ratio"] >= AUDIT_RATIO))
+    return judged

@@ -207,3 +207,12 @@ def test_routing_bench_measures_each_policy_on_both_workloads_next_to_serves_rou
 
 def test_report_has_the_routing_section(report: Path) -> None:
     assert "## Routing policies on an LLM (issue 30)" in (report / "REPORT.md").read_text()
+
+
+def test_audit_bench_measures_tracing_and_capture_against_off_without_errors(measured: dict[str, Any], report: Path) -> None:
+    rows = {r["config"]: r for r in figures(measured, "audit")["rows"]}
+
+    assert set(rows) == {"tracing 0%", "tracing 1%", "tracing 100%", "capture 10%", "capture 100%"}
+    assert all(r["rps"] > 0 and r["off_rps"] > 0 and r["non_2xx"] == 0 for r in rows.values())
+    assert rows["capture 100%"]["records_written"] + rows["capture 100%"]["records_dropped"] > 0
+    assert "## The audit trail's cost (issue 31)" in (report / "REPORT.md").read_text()

@@ -208,3 +208,19 @@ def test_routing_targets_without_serve_are_not_measured() -> None:
 
     assert verdict(document, "…ahead of Ray Serve") is None
     assert verdict({"measurements": {}}, "Routing (issue 30)") is None
+
+
+def audit_document(tracing_ratio: float, capture_ratio: float) -> dict[str, Any]:
+    def row(config: str, ratio: float) -> dict[str, Any]:
+        return {"config": config, "ratio": ratio, "rps": 1000 * ratio, "off_rps": 1000.0}
+
+    rows = [row("tracing 0%", 1.0), row("tracing 1%", tracing_ratio), row("capture 10%", capture_ratio)]
+    return {"measurements": {"audit": {"figures": {"rows": rows}}}}
+
+
+def test_audit_targets_judge_1pct_tracing_and_10pct_capture_against_off() -> None:
+    document = audit_document(0.97, 0.90)
+
+    assert verdict(document, "Audit trail (issue 31): req/s with tracing 1%") is True
+    assert verdict(document, "Audit trail (issue 31): req/s with capture 10%") is False
+    assert verdict({"measurements": {}}, "Audit trail (issue 31)") is None
