@@ -313,11 +313,9 @@ class ReplicaPool:
         if policy is None:
             index = pick_replica([s.in_flight for s in slots], self.max_concurrent, self._rng)
         else:
-            reported = [s.reported for s in slots]
-            loads = None if None in reported else reported
-            index = policy.choose(
-                [s.in_flight for s in slots], self.max_concurrent, key, self._rng, loads  # type: ignore[arg-type]
-            )
+            reported = [s.reported for s in slots if s.reported is not None]
+            loads = reported if len(reported) == len(slots) else None  # every replica reported, or none counts
+            index = policy.choose([s.in_flight for s in slots], self.max_concurrent, key, self._rng, loads)
         if index is None:
             return None
         slot = slots[index]

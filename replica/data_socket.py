@@ -261,7 +261,7 @@ class _ProxyConnection(FrameConnection):
             if self._owner.unproven >= self._owner._max_unproven:
                 # Held by nobody: a flood of silent peers costs one refusal each, not a connection slot.
                 self._aborted = True
-                transport.abort()  # type: ignore[attr-defined]
+                transport.abort()  # type: ignore[attr-defined]  # a stream's transport has abort(); the base type does not say so
                 self._owner.refusals.note(self._peer, f"{self._owner.unproven} connections were still proving themselves")
                 return
             self._owner.unproven += 1
@@ -275,11 +275,11 @@ class _ProxyConnection(FrameConnection):
             uid = peer_uid(transport.get_extra_info("socket"))
         except OSError as error:
             logger.warning("data socket: refused a peer whose credentials could not be read: %s", error)
-            transport.abort()  # type: ignore[attr-defined]
+            transport.abort()  # type: ignore[attr-defined]  # a stream's transport has abort(); the base type does not say so
             return
         if not peer_allowed(uid, os.getuid()):
             logger.warning("data socket: refused a peer with uid %d (only uid %d may connect)", uid, os.getuid())
-            transport.abort()  # type: ignore[attr-defined]
+            transport.abort()  # type: ignore[attr-defined]  # a stream's transport has abort(); the base type does not say so
             return
         self._owner._connections.add(self)
         self._owner.accepted["unix"] += 1

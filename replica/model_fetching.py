@@ -77,7 +77,7 @@ def fetch(source: str, dest: Path, deadline: float, progress: Progress = lambda 
             _copy(Path(unquote(parts.path)), dest, deadline, progress)
         elif parts.scheme == "s3":
             client = _client(deadline, os.environ.get("AWS_ENDPOINT_URL", ""))
-            store = S3Store(parts.netloc, client_options=client, retry_config=_RETRIES)  # type: ignore[arg-type]
+            store = S3Store(parts.netloc, client_options=client, retry_config=_RETRIES)  # type: ignore[arg-type]  # obstore's options are TypedDicts; ours are plain dicts
             key = unquote(parts.path.lstrip("/"))
             if is_directory(source):
                 _fetch_prefix(store, key, dest, deadline, progress)
@@ -86,7 +86,7 @@ def fetch(source: str, dest: Path, deadline: float, progress: Progress = lambda 
         elif parts.scheme in ("http", "https"):
             base, _, name = source.rpartition("/")
             client = _client(deadline, source)
-            http = HTTPStore.from_url(base, client_options=client, retry_config=_RETRIES)  # type: ignore[arg-type]
+            http = HTTPStore.from_url(base, client_options=client, retry_config=_RETRIES)  # type: ignore[arg-type]  # obstore's options are TypedDicts; ours are plain dicts
             _fetch_object(http, unquote(name), dest, deadline, progress)
         else:
             raise FetchError(f"cannot fetch scheme '{parts.scheme}'")
