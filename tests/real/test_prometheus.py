@@ -37,6 +37,7 @@ import yaml
 
 from vocabulary.goal_api import DEFAULT_NAMESPACE
 from proxy.metrics import ProxyMetrics
+from tests.real.otlp import OtlpReceiver
 from tests.real.prometheus import MONITORING, Prometheus
 from tests.real.support import AgentProcess, free_port
 
@@ -117,7 +118,8 @@ class Ticks:
 '''
 
 
-def spec(traffic: dict[str, float], broken: bool = False) -> str:
+def spec(traffic: dict[str, float], capture: Path, broken: bool = False) -> str:
+    """`capture`: the directory /hello's sampled records go to (its capture panel)."""
     text = ""
     for label in ("v1", "v2", "shadow"):
         text += (
@@ -142,6 +144,9 @@ def spec(traffic: dict[str, float], broken: bool = False) -> str:
         # panels have checks to show without holding the test's traffic back.
         "\n[endpoints.hello.rollout]\nsteps = [1.0]\nstep_interval_s = 1\nmin_requests = 0\n"
         "max_error_ratio = 1.0\nmax_p99_latency_s = 60\n"
+        # Traced and captured, so the audit panels have data (the agent exports to a loopback receiver).
+        "\n[endpoints.hello.tracing]\nsample = 1.0\n"
+        f'\n[endpoints.hello.capture]\nsample = 1.0\nsink = "file://{capture}"\n'
     )
     return text + ("no_such_key = 1\n" if broken else "")
 
@@ -243,12 +248,13 @@ def stack(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     (--verify-commits), shadow replies compared, traffic changes rolled out,
     and a notification receiver that refuses it, so every shipped panel and
     alert has series to show."""
-    with _refusing_receiver() as receiver:
-        yield from _stack(tmp_path_factory, receiver)
+    with _refusing_receiver() as receiver, OtlpReceiver() as otlp:
+        yield from _stack(tmp_path_factory, receiver, otlp.url)
 
 
-def _stack(tmp_path_factory: pytest.TempPathFactory, receiver: str) -> Iterator[Stack]:
+def _stack(tmp_path_factory: pytest.TempPathFactory, receiver: str, otlp: str) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("stack")
+    capture = workdir / "capture"
     notify = workdir / "notify.toml"
     notify.write_text(f'[providers.ci]\ntype = "webhook"\nurl = "{receiver}"\n')
     key = workdir / "tests"  # the principal tests@example.invalid, the repository's committer
@@ -258,11 +264,12 @@ def _stack(tmp_path_factory: pytest.TempPathFactory, receiver: str) -> Iterator[
     repo = SpecRepo(workdir / "repo", key)
     repo.write("apps/__init__.py", "")
     repo.write("apps/hello.py", APP)
-    repo.write("deployments/hello.toml", spec({"v1": 0.5, "v2": 0.5}))
+    repo.write("deployments/hello.toml", spec({"v1": 0.5, "v2": 0.5}, capture))
     first = repo.commit("hello, split 50/50")
     agent = AgentProcess(
         repo.root, workdir, ray.get_runtime_context().gcs_address,
-        ["--log-format", "json", "--notify", str(notify), "--verify-commits", "--allowed-signers", str(allowed)]
+        ["--log-format", "json", "--notify", str(notify), "--verify-commits", "--allowed-signers", str(allowed),
+         "--otlp-endpoint", otlp]
     )
     prometheus = None
     try:
@@ -274,7 +281,7 @@ def _stack(tmp_path_factory: pytest.TempPathFactory, receiver: str) -> Iterator[
                 "gitops-proxy": [f"127.0.0.1:{agent.metrics_port}"],
             },
         )
-        codes = _drive(agent, repo)
+        codes = _drive(agent, repo, capture)
         # rate() needs two samples after the last traffic: wait for three scrapes.
         driven = time.time()
         prometheus.wait_for(f"min(timestamp(up)) > {driven + 2.5}", bool, timeout_s=15)
@@ -299,16 +306,16 @@ def _traffic(agent: AgentProcess, codes: Counter[int]) -> None:
     assert [(r.status_code, r.text) for r in streamed] == [(200, "data: 0\n\ndata: 1\n\ndata: 2\n\n")] * 5
 
 
-def _drive(agent: AgentProcess, repo: SpecRepo) -> Counter[int]:
+def _drive(agent: AgentProcess, repo: SpecRepo, capture: Path) -> Counter[int]:
     """Traffic, a traffic change, an invalid commit, its fix and a replica crash."""
     codes: Counter[int] = Counter()
     _traffic(agent, codes)
-    repo.write("deployments/hello.toml", spec({"v1": 0.8, "v2": 0.2}))
+    repo.write("deployments/hello.toml", spec({"v1": 0.8, "v2": 0.2}, capture))
     agent.wait_applied(repo.commit("shift traffic to v1"))
-    repo.write("deployments/hello.toml", spec({"v1": 0.8, "v2": 0.2}, broken=True))
+    repo.write("deployments/hello.toml", spec({"v1": 0.8, "v2": 0.2}, capture, broken=True))
     agent.wait_attempted(repo.commit("a typo"))
     _kill_one_replica("hello-v2")
-    repo.write("deployments/hello.toml", spec({"v1": 0.9, "v2": 0.1}))
+    repo.write("deployments/hello.toml", spec({"v1": 0.9, "v2": 0.1}, capture))
     agent.wait_applied(repo.commit("fix the typo, 90/10"))
     _traffic(agent, codes)
     return codes
@@ -321,6 +328,8 @@ NOT_DRIVEN = {
     "panel:Model fetches: bytes/s and seconds per fetch, by model:A": "an object store (tests/real/test_models.py)",
     "panel:Model fetches: bytes/s and seconds per fetch, by model:B": "an object store (tests/real/test_models.py)",
     "panel:Requests refused by tenant limits (5m):A": "a tenant over its limit (tests/real/test_rate_limits_workers.py)",
+    **{f"panel:Multiplexed models: requests, loads and evictions per second:{ref}":
+       "a multiplexed backend (tests/real/test_multiplexing.py)" for ref in "ABC"},
 }
 
 
