@@ -437,6 +437,14 @@ def _profile(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]
     return lines + [""]
 
 
+def _not_measured(failures: dict[str, str] | None) -> list[str]:
+    """A section's line naming what it could not measure, each with its error's last line; none if all ran."""
+    if not failures:
+        return []
+    return ["Could not be measured: " + "; ".join(f"{key}: `{error.splitlines()[-1][:200] if error else ''}`"
+                                                for key, error in failures.items()), ""]
+
+
 def _load(doc: dict[str, Any]) -> str:
     return f"Load average {doc['machine']['load_average_1m']} at the end of this measurement."
 
@@ -480,9 +488,7 @@ def _payloads(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str
                   f"({r['serve_fastest'] or '–'}) | {_times(r['vs_uvicorn'])} | {_times(r['vs_bare'])} "
                   f"({r['bare_fastest'] or '–'}) |" for r in f["ratios"]]
         lines.append("")
-    if f["failures"]:
-        lines += ["Could not be measured: " + "; ".join(f"{k}: `{e.splitlines()[-1][:200] if e else ''}`"
-                                                    for k, e in f["failures"].items()), ""]
+    lines += _not_measured(f.get("failures"))
     return lines
 
 
@@ -507,9 +513,7 @@ def _streams(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]
                      f"/ {_number(r['gap_max_ms'])} | {_kib(r, 'proxy')} | {_kib(r, 'replica')} | "
                      f"{r['client_cpu_s']:.1f} |")
     lines.append("")
-    if f["failures"]:
-        lines += ["Could not be measured: " + "; ".join(f"{k}: `{e.splitlines()[-1][:200] if e else ''}`"
-                                                    for k, e in f["failures"].items()), ""]
+    lines += _not_measured(f.get("failures"))
     return lines
 
 
@@ -539,9 +543,7 @@ def _density(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]
                      f"{_number(r['replica_pss_mb'], 1)} | {_number(r['replicas_pss_mb'])} | "
                      f"{_number(r['proxy_pss_mb'])} | {_number(r.get('route_table_bytes'))} |")
     lines.append("")
-    if f["failures"]:
-        lines += ["Could not be measured: " + "; ".join(f"{k}: `{e.splitlines()[-1][:200] if e else ''}`"
-                                                    for k, e in f["failures"].items()), ""]
+    lines += _not_measured(f.get("failures"))
     return lines
 
 
@@ -622,9 +624,7 @@ def _routing(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]
                      f"{r['ttft_p99_s'] * 1e3:,.1f} | {r['output_tokens_per_s']:,.1f} | "
                      f"{_number(r['cached_share'] * 100 if r['cached_share'] is not None else None)}% |")
     lines.append("")
-    if f.get("failures"):
-        lines += ["Could not be measured: " + "; ".join(f"{k}: `{e.splitlines()[-1][:200] if e else ''}`"
-                                                    for k, e in f["failures"].items()), ""]
+    lines += _not_measured(f.get("failures"))
     decisions = f.get("decision_us") or []
     if decisions:
         lines += [f"The routing decision in-process, CPU time per request, the key's read included ({f['replicas']} replicas, a "
