@@ -14,12 +14,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
-import ray
 
 from controller.client import ControllerClient
-from controller.proxy_fleet import PROXY_PREFIX
 from gitops.specs.loading import Loader
-from tests.real.support import eventually, met, named_actors, run, start_controller
+from tests.real.support import met, run, proxy_url, start_controller
 from vocabulary.configs import BackendConfig, EndpointConfig, ReplicaState, ServingState
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -35,9 +33,7 @@ TEST_SPEED: dict[str, Any] = {
 class ShippedExamples:
     def __init__(self, client: ControllerClient, namespace: str, state: ServingState, code: str) -> None:
         self.client, self.namespace, self.state, self.code = client, namespace, state, code
-        names = eventually(lambda: named_actors(namespace, PROXY_PREFIX), 60)
-        proxy = ray.get_actor(min(names), namespace=namespace)
-        self.url = "http://" + str(ray.get(proxy.ready.remote(), timeout=30))
+        self.url = proxy_url(namespace)
 
     def backend(self, shipped: str, name: str, **fields: Any) -> BackendConfig:
         """Apply the shipped backend `shipped` as `name`, with `fields` changed; wait for its goal."""

@@ -1,7 +1,7 @@
 """Helpers shared by the real-tier tests (and the benchmarks built on them).
 
 Owned here: how a test starts a controller at test speed and waits on it
-(`start_controller`, `met`, `eventually`, `named_actors`), the test-speed
+(`start_controller`, `met`, `eventually`, `named_actors`, `proxy_url`), the test-speed
 backend every controller test deploys from tests/real/apps (`quick_backend`),
 loopback ports free or taken (`free_port`, `occupied_port`), and `gitops run` as a user starts it, joined to the session's Ray
 (`AgentProcess`). A plain module rather than fixtures: each test module
@@ -27,6 +27,7 @@ import ray
 from vocabulary import goal_api
 from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from controller.client import ControllerClient, start_or_connect
+from controller.proxy_fleet import PROXY_PREFIX
 from vocabulary.configs import BackendConfig, GoalState
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "eventually",
     "named_actors",
     "start_controller",
+    "proxy_url",
     "met",
     "quick_backend",
     "free_port",
@@ -105,6 +107,13 @@ def start_controller(namespace: str, proxies: bool = False, proxy_port: int = 0,
     """
     settings = {**FAST_CONTROLLER_OPTIONS, "proxy_class": PROXY_CLASS if proxies else None, **options}
     return start_or_connect(namespace=namespace, proxy_host="127.0.0.1", proxy_port=proxy_port, options=settings)
+
+
+def proxy_url(namespace: str) -> str:
+    """`http://HOST:PORT` of the first proxy the controller in `namespace` started, once it is ready."""
+    names = eventually(lambda: named_actors(namespace, PROXY_PREFIX), 60)
+    assert names, "the controller started no proxy"
+    return "http://" + str(ray.get(ray.get_actor(min(names), namespace=namespace).ready.remote(), timeout=30))
 
 
 def met(client: ControllerClient, goal_id: str, timeout_s: float = 60.0) -> None:

@@ -16,11 +16,9 @@ from typing import Any, Iterator
 
 import httpx
 import pytest
-import ray
 
 from controller.client import ControllerClient
-from controller.proxy_fleet import PROXY_PREFIX
-from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
+from tests.real.support import eventually, met, quick_backend, run, proxy_url, start_controller
 from vocabulary.configs import AutoscalingConfig, EndpointConfig, RoutingConfig
 
 pytestmark = pytest.mark.real
@@ -29,10 +27,7 @@ pytestmark = pytest.mark.real
 class Cluster:
     def __init__(self, namespace: str) -> None:
         self.client: ControllerClient = start_controller(namespace, proxies=True)
-        names = eventually(lambda: named_actors(namespace, PROXY_PREFIX), 60)
-        assert names, "the controller started no proxy"
-        address = ray.get(ray.get_actor(min(names), namespace=namespace).ready.remote(), timeout=30)
-        self.url = f"http://{address}"
+        self.url = proxy_url(namespace)
 
     def backend(self, name: str, replicas: int, routing: dict[str, Any] | None = None, handler: str = "WhoAmI") -> None:
         met(self.client, run(self.client.apply_backend(quick_backend(
