@@ -205,6 +205,13 @@ def ray_endpoints() -> tuple[str, str]:
     return context.gcs_address, raylet
 
 
+def local_node_ip() -> str:
+    """The address Ray knows this process's node by (where `--proxy-host node-ip` listens here)."""
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
 def mute_pushed_errors() -> None:
     """From now on, this driver prints none of the errors Ray pushes to it (a
     failed actor task's traceback): the agent says what such a failure means."""

@@ -37,7 +37,7 @@ from typing import Mapping
 
 from controller.backend_state import Probe, ProbeStatus
 from vocabulary.goal_api import proxy_id
-from vocabulary.proxy_workers import DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
+from vocabulary.proxy_workers import DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS, NODE_IP
 from vocabulary.status import ProxyState, ProxyStatus
 
 __all__ = [
@@ -72,7 +72,7 @@ def workers_on(wanted: int, cpus: int | None) -> int:
 
 def proxy_address(host: str, port: int, node_ip: str) -> str:
     """"host:port" a proxy bound to `host` on the node at `node_ip` is reached at."""
-    reachable = node_ip if host in ("0.0.0.0", "", "::") else host
+    reachable = node_ip if host in ("0.0.0.0", "", "::", NODE_IP) else host
     return f"[{reachable}]:{port}" if ":" in reachable else f"{reachable}:{port}"
 
 

@@ -95,7 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="SSH allowed-signers file (git's format: 'ops@example.com ssh-ed25519 AAAA...')",
     )
     run.add_argument("--take-over", action="store_true", help="take the namespace over from the agent owning it")
-    run.add_argument("--proxy-host", default="127.0.0.1", help="address the HTTP proxy listens on")
+    run.add_argument(
+        "--proxy-host", default="127.0.0.1",
+        help="address the HTTP proxy listens on; 'node-ip': each node's own address as Ray knows it",
+    )
     run.add_argument("--proxy-port", type=int, default=8000, help="port of the HTTP proxy on every node")
     run.add_argument(
         "--proxy-metrics-port", type=int, default=8002,

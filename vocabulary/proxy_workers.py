@@ -1,5 +1,6 @@
 """How many proxy workers a node may run, and how many connections each may
-hold: the bounds of `--proxy-workers` and `--proxy-max-connections`.
+hold: the bounds of `--proxy-workers` and `--proxy-max-connections`; and
+`NODE_IP`, the `--proxy-host` that names no one address.
 
 The agent checks its flag against them (`gitops.cli`, `gitops.commands.run`)
 and the controller's fleet applies them (`controller.proxy_fleet.workers_on`),
@@ -8,7 +9,9 @@ so they live here, where both meet. Values only.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_WORKERS_CAP", "MAX_PROXY_WORKERS", "DEFAULT_MAX_CONNECTIONS", "MAX_CONNECTIONS_CEILING"]
+__all__ = [
+    "DEFAULT_WORKERS_CAP", "MAX_PROXY_WORKERS", "DEFAULT_MAX_CONNECTIONS", "MAX_CONNECTIONS_CEILING", "NODE_IP",
+]
 
 # Proxy workers per node when not told. One worker saturates about one core
 # (the HTTP parsing and replica calls of a request run on its one event
@@ -28,3 +31,9 @@ DEFAULT_MAX_CONNECTIONS = 4096
 # The most the flag takes: beyond it a worker's file descriptors and memory,
 # not this bound, would refuse connections.
 MAX_CONNECTIONS_CEILING = 1_000_000
+
+# `--proxy-host node-ip`: each node's proxies listen on the address Ray knows
+# that node by (`ray start --node-ip-address`), not on every interface: the
+# cluster's network only, on nodes that have others. The proxy resolves it on
+# its own node (`proxy.actor`); the fleet dials it there (`controller.proxy_fleet`).
+NODE_IP = "node-ip"

@@ -40,6 +40,7 @@ from gitops.errors import UsageError, UserError
 from gitops.logs import configure_logging
 from gitops.quieting import quiet_ray_output
 from gitops.supervising import CHILD_ENV, supervise, watch_ray
+from vocabulary.proxy_workers import NODE_IP
 
 if TYPE_CHECKING:
     from vocabulary.ownership import Owner
@@ -104,7 +105,8 @@ def run_command(args: argparse.Namespace) -> int:
     start_logging(args.log_format)
     _LOG.info(
         f"gitops: watching {source.location} branch {source.branch} path {args.path}; "
-        f"proxy http://{args.proxy_host}:{args.proxy_port}, admin http://{args.admin_host}:{args.admin_port}"
+        f"proxy http://{'<node ip>' if args.proxy_host == NODE_IP else args.proxy_host}:{args.proxy_port}, "
+        f"admin http://{args.admin_host}:{args.admin_port}"
     )
     from controller.cluster import init_ray, kill_embedded_ray, mute_pushed_errors, ray_endpoints, shutdown_ray
 
@@ -273,6 +275,8 @@ async def _watch_ownership(client: Any, agent_id: str, namespace: str, interval_
 def _proxy_addresses_free(args: argparse.Namespace) -> None:
     from gitops.proxy_start import check_addresses_free
 
+    if args.proxy_host == NODE_IP:
+        return  # no address before Ray runs: a taken port fails the proxy's start, which says so
     ports = {"--proxy-port": args.proxy_port, "--proxy-metrics-port": args.proxy_metrics_port}
     check_addresses_free(args.proxy_host, ports, joined=args.ray_address is not None)
 
@@ -432,8 +436,13 @@ async def _announce_ready(agent: Any, args: argparse.Namespace, admin_url: str) 
     if not agent.suspended:
         await agent.reconciled.wait()
     status = agent.status()
+    proxy_host = args.proxy_host
+    if proxy_host == NODE_IP:
+        from controller.cluster import local_node_ip
+
+        proxy_host = local_node_ip()
     _LOG.info(
-        f"gitops: ready: {status.status.value}; proxy {agent_address.connectable_url(args.proxy_host, args.proxy_port)}"
+        f"gitops: ready: {status.status.value}; proxy {agent_address.connectable_url(proxy_host, args.proxy_port)}"
         f", admin {admin_url}"
     )
     if args.ready_file:

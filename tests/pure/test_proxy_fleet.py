@@ -7,6 +7,7 @@ import pytest
 from controller.backend_state import Probe, ProbeStatus
 from controller.proxy_fleet import PingProxy, ProxyFleet, ProxyRestarted, ProxySpec, StartProxy, StopProxy
 from vocabulary.status import ProxyState, ProxyStatus
+from vocabulary.proxy_workers import NODE_IP
 
 SPEC = ProxySpec("proxy.actor:ProxyActor", "controller", "127.0.0.1", 8000)
 OK = Probe(ProbeStatus.OK)
@@ -65,6 +66,13 @@ def test_a_proxy_bound_to_every_interface_is_reached_at_its_node_s_ip():
     fleet.tick(0.0, {"n1": "10.0.0.1", "n2": "10.0.0.2"}, {})
     assert {node: proxy.address for node, proxy in fleet.proxy_status().items()} == {
         "n1": "10.0.0.1:8000", "n2": "10.0.0.2:8000"}
+
+
+def test_proxies_bound_to_their_node_s_ip_are_reached_there():
+    fleet = ProxyFleet(ProxySpec("proxy.actor:ProxyActor", "controller", NODE_IP, 8000))
+    fleet.tick(0.0, {"n1": "127.0.0.3", "n2": "127.0.0.2"}, {})
+    assert {node: proxy.address for node, proxy in fleet.proxy_status().items()} == {
+        "n1": "127.0.0.3:8000", "n2": "127.0.0.2:8000"}
 
 
 def test_a_proxy_bound_to_one_ipv6_address_is_reached_there_in_brackets():
