@@ -27,6 +27,7 @@ from typing import Any, Awaitable, Callable, Protocol, Sequence
 from urllib.parse import urlsplit
 
 from vocabulary.goal_api import CONTROLLER_NAME, PROXY_CLASS, LongPollKey
+from controller import malloc_arenas
 from controller.autoscaling import Autoscaler
 from controller.backend_state import BackendOptions, BackendState, Effect, Observer, Probe
 from controller.checkpoint import Storage, decode, encode
@@ -58,6 +59,8 @@ from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, Goal
 __all__ = ["ControllerActor", "ControllerOptions", "ClusterAdapter"]
 
 logger = logging.getLogger(__name__)
+
+_TRIM_EVERY_S = 60.0  # the C heap's free pages go back to the kernel this often (controller.malloc_arenas)
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,7 @@ class ControllerActor:
                  asker: Asker | None = None) -> None:
         """`storage`, `adapter` and `asker` default to Ray's KV, Ray and
         Prometheus over HTTP (built when first needed); tests pass fakes."""
+        malloc_arenas.cap()  # before this process's threads spread over more
         self._namespace = namespace
         self._name = controller_name
         self._options = ControllerOptions.from_dict(options)
@@ -265,6 +269,7 @@ class ControllerActor:
     # --- the control loop ----------------------------------------------------
 
     async def _run(self) -> None:
+        trimmed = time.monotonic()
         while not self._stopping:
             try:
                 self._tick()
@@ -272,6 +277,9 @@ class ControllerActor:
             except Exception:  # never die: count, log, try again next tick
                 self._errors["tick"] += 1
                 logger.exception("controller tick failed")
+            if time.monotonic() - trimmed >= _TRIM_EVERY_S:
+                malloc_arenas.trim()
+                trimmed = time.monotonic()
             await asyncio.sleep(self._options.tick_s)
 
     def _tick(self) -> None:

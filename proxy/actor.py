@@ -11,8 +11,7 @@ group's directory under this user's private base (`shared_ports.group_dir`), so 
 worker answers the node's sum, and its `shadow_mismatches` (a Ray call:
 the agent's, never on the public port) the node's mismatches
 (`proxy.node_mismatches`). The constructor binds the listening
-socket (on the address Ray knows its node by for `--proxy-host node-ip`;
-a taken port fails the actor's creation with a clear error) and
+socket (so a taken port fails the actor's creation with a clear error) and
 starts tasks on the actor's event loop: the HTTP server, the long poll, the
 load reports and, given a metrics port, the metrics' load sampler. The
 server is our lean HTTP/1.1 one, bounded at the socket (header size and
@@ -33,8 +32,6 @@ import resource
 import socket
 from typing import Any, Callable, Coroutine
 
-import ray
-
 from httpedge.server import Server
 from proxy.app import ProxyApp
 from proxy.snapshot import Snapshot
@@ -51,7 +48,6 @@ from proxy.tracing import RequestTracing, SpansSent, exporting_tracer
 from proxy.capture import CaptureWriter
 from proxy.subscriptions import Subscriptions
 from vocabulary.goal_api import proxy_id
-from vocabulary.proxy_workers import NODE_IP
 
 __all__ = ["ProxyActor"]
 
@@ -89,8 +85,6 @@ class ProxyActor:
         _allow_descriptors(settings.edge.max_connections)
         rng = random.Random()
         me = proxy_id(node_id, worker)
-        if host == NODE_IP:
-            host = ray.util.get_node_ip_address()  # this node's, as Ray knows it
         # `shared_dir` names the node's group of workers; their shared files live in this user's private base.
         files = shared_ports.group_dir(shared_dir) if shared_dir is not None else None
         # Prometheus scrapes each node on its metrics port; with shared_dir, any worker answers the node's sum.
