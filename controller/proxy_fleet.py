@@ -88,6 +88,10 @@ class ProxySpec:
     workers: int = 1  # per node; 0: the node's CPUs, at most DEFAULT_WORKERS_CAP
     max_connections: int = DEFAULT_MAX_CONNECTIONS  # open connections per worker
 
+    def listen_host(self, node_ip: str) -> str:
+        """The address a proxy on the node at `node_ip` binds: that address itself for `NODE_IP`."""
+        return node_ip if self.host == NODE_IP else self.host
+
 
 class _Worker:
     node_id: str
@@ -107,6 +111,7 @@ class StartProxy(_Worker):
     node_id: str
     spec: ProxySpec
     worker: int = 0
+    node_ip: str = ""  # the node's address as Ray knows it (what `--proxy-host node-ip` binds)
 
 
 @dataclass(frozen=True)
@@ -200,7 +205,7 @@ class ProxyFleet:
             if now < proxy.retry_at:
                 return []
             proxy.state, proxy.last_ping, proxy.port = ProxyState.STARTING, -math.inf, None
-            return [StartProxy(node_id, spec, worker)]
+            return [StartProxy(node_id, spec, worker, proxy.ip)]
         if probe is None or probe.status is ProbeStatus.PENDING:
             return []
         if probe.status is not ProbeStatus.OK:

@@ -501,7 +501,7 @@ class RayAdapter:
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
         )
         handle = cls.remote(
-            spec.controller_name, self.namespace, node_id, spec.host, spec.port,
+            spec.controller_name, self.namespace, node_id, spec.listen_host(effect.node_ip), spec.port,
             metrics_port=spec.metrics_port, worker=effect.worker, shared_dir=self._shared_dir(node_id),
             model_cache_dir=self._model_cache[0], otlp_endpoint=self._otlp_endpoint,
             max_connections=spec.max_connections,

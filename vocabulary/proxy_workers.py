@@ -34,6 +34,7 @@ MAX_CONNECTIONS_CEILING = 1_000_000
 
 # `--proxy-host node-ip`: each node's proxies listen on the address Ray knows
 # that node by (`ray start --node-ip-address`), not on every interface: the
-# cluster's network only, on nodes that have others. The proxy resolves it on
-# its own node (`proxy.actor`); the fleet dials it there (`controller.proxy_fleet`).
+# cluster's network only, on nodes that have others. The controller's fleet
+# starts each node's proxies on that address and dials them there
+# (`controller.proxy_fleet`).
 NODE_IP = "node-ip"

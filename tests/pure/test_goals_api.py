@@ -181,4 +181,4 @@ def test_status_reports_each_nodes_proxy_from_starting_to_running():
                                               failures=0, last_error="", address="127.0.0.1:8000")}
     assert running.proxies["node-1"].state is ProxyState.RUNNING
     assert StartProxy("node-1", ProxySpec("proxy.actor:ProxyActor", "gitops-controller",
-                                          "127.0.0.1", 8000)) in applied
+                                          "127.0.0.1", 8000), node_ip="127.0.0.1") in applied

@@ -14,7 +14,7 @@ OK = Probe(ProbeStatus.OK)
 PENDING = Probe(ProbeStatus.PENDING)
 TAKEN = Probe(ProbeStatus.FAILED, "OSError: port 8000 taken")
 DEAD = Probe(ProbeStatus.DEAD, "actor died")
-START, PING, GONE = StartProxy("n1", SPEC), PingProxy("n1"), StopProxy("n1")
+START, PING, GONE = StartProxy("n1", SPEC, node_ip="10.0.0.1"), PingProxy("n1"), StopProxy("n1")
 STOP, DIED = StopProxy("n1", TAKEN.error), StopProxy("n1", DEAD.error)
 N1 = {"n1": "10.0.0.1"}
 N1_N2 = {"n1": "10.0.0.1", "n2": "10.0.0.2"}
@@ -68,11 +68,14 @@ def test_a_proxy_bound_to_every_interface_is_reached_at_its_node_s_ip():
         "n1": "10.0.0.1:8000", "n2": "10.0.0.2:8000"}
 
 
-def test_proxies_bound_to_their_node_s_ip_are_reached_there():
+def test_proxies_told_node_ip_bind_their_node_s_address_and_are_reached_there():
     fleet = ProxyFleet(ProxySpec("proxy.actor:ProxyActor", "controller", NODE_IP, 8000))
-    fleet.tick(0.0, {"n1": "127.0.0.3", "n2": "127.0.0.2"}, {})
+    started = fleet.tick(0.0, {"n1": "127.0.0.3", "n2": "127.0.0.2"}, {})
+    assert {e.node_id: e.spec.listen_host(e.node_ip) for e in started if isinstance(e, StartProxy)} == {
+        "n1": "127.0.0.3", "n2": "127.0.0.2"}
     assert {node: proxy.address for node, proxy in fleet.proxy_status().items()} == {
         "n1": "127.0.0.3:8000", "n2": "127.0.0.2:8000"}
+    assert ProxySpec("proxy.actor:ProxyActor", "controller", "0.0.0.0", 8000).listen_host("127.0.0.3") == "0.0.0.0"
 
 
 def test_a_proxy_bound_to_one_ipv6_address_is_reached_there_in_brackets():

@@ -35,7 +35,7 @@ def _running(fleet: ProxyFleet, now: float = 1.0, pids: tuple[int, ...] = (100, 
 def test_each_node_gets_its_workers_each_started_as_its_own_actor() -> None:
     fleet = ProxyFleet(SPEC)
     effects = fleet.tick(0.0, N1, {})
-    assert effects == [StartProxy("n1", SPEC, 0), StartProxy("n1", SPEC, 1), StartProxy("n1", SPEC, 2)]
+    assert effects == [StartProxy("n1", SPEC, w, "10.0.0.1") for w in range(3)]
     assert [e.actor_name for e in effects] == ["gitops-proxy-n1", "gitops-proxy-n1-1", "gitops-proxy-n1-2"]
     assert [e.proxy_id for e in effects] == IDS
 
@@ -57,7 +57,7 @@ def test_a_dead_worker_is_replaced_alone_while_the_others_keep_running() -> None
     assert fleet.tick(2.0, N1, {"n1": alive, "n1:1": DEAD, "n1:2": Probe(ProbeStatus.OK, incarnation=102)}) == [
         StopProxy("n1", "actor died", 1)]
     assert fleet.serving() == ["n1", "n1:2"]
-    assert fleet.tick(3.0, N1, {"n1": alive}) == [PingProxy("n1", 0), StartProxy("n1", SPEC, 1)]
+    assert fleet.tick(3.0, N1, {"n1": alive}) == [PingProxy("n1", 0), StartProxy("n1", SPEC, 1, "10.0.0.1")]
     fleet.tick(4.0, N1, {"n1:1": Probe(ProbeStatus.OK, incarnation=201)})
     restarts = {key: p.restarts for key, p in fleet.proxy_status().items()}
     assert restarts == {"n1": 0, "n1:1": 1, "n1:2": 0}
