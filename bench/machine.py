@@ -84,6 +84,12 @@ def rss_kib(pid: int) -> float:
     raise ValueError(f"no VmRSS line for pid {pid}")
 
 
+def pss_and_anonymous_mb(pid: int) -> tuple[float, float]:
+    """`pid`'s PSS and its anonymous memory (heap and private mappings: what a leak grows) in MB."""
+    fields = dict(line.split()[:2] for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])
+    return int(fields["Pss:"]) / 1024, int(fields["Anonymous:"]) / 1024
+
+
 def pss_mb(pid: int) -> float:
     """Proportional set size of `pid` in MB (shared pages split among their users)."""
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():

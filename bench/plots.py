@@ -169,7 +169,7 @@ def _payloads(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> s
 
 
 def soak_memory(samples: list[Any], faults: list[Any], path: Path, command: str) -> str:
-    """PSS over time per role (each process a thin line, a role's colour), faults as ticks.
+    """PSS and anonymous memory over time per role (each process a thin line, a role's colour), faults as ticks.
 
     `samples` are `bench.soak_plan.Sample`, `faults` `bench.soak_plan.Injected`;
     returns the file name written beside the document ("" without matplotlib).
@@ -182,24 +182,25 @@ def soak_memory(samples: list[Any], faults: list[Any], path: Path, command: str)
     import matplotlib.pyplot as plt
 
     colours = {"agent": "tab:red", "controller": "tab:blue", "proxy worker": "tab:orange", "replica host": "tab:green"}
-    fig, ax = plt.subplots(figsize=(9, 4.8))
-    labelled: set[str] = set()
-    for role, colour in colours.items():
-        pids = sorted({s.pid for s in samples if s.role == role})
-        for pid in pids:
-            series = sorted((s.t / 60, s.mb) for s in samples if s.role == role and s.pid == pid)
-            ax.plot([t for t, _ in series], [mb for _, mb in series], color=colour, linewidth=1.2,
-                    label=None if role in labelled else role)
-            labelled.add(role)
-    for fault in faults:
-        ax.axvline(fault.at / 60, color="#bbbbbb", linewidth=0.6, zorder=0)
-    ax.set_xlabel("minutes (grey lines: faults)")
-    ax.set_ylabel("PSS per process (MB)")
-    ax.set_title("Memory per component over the soak")
-    ax.legend(loc="upper left", fontsize=8)
-    ax.grid(alpha=0.3)
+    fig, axes = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
+    for ax, field, label in ((axes[0], "mb", "PSS"), (axes[1], "anonymous_mb", "anonymous (judged)")):
+        labelled: set[str] = set()
+        for role, colour in colours.items():
+            pids = sorted({s.pid for s in samples if s.role == role})
+            for pid in pids:
+                series = sorted((s.t / 60, getattr(s, field)) for s in samples if s.role == role and s.pid == pid)
+                ax.plot([t for t, _ in series], [mb for _, mb in series], color=colour, linewidth=1.2,
+                        label=None if role in labelled else role)
+                labelled.add(role)
+        for fault in faults:
+            ax.axvline(fault.at / 60, color="#bbbbbb", linewidth=0.6, zorder=0)
+        ax.set_ylabel(f"{label} per process (MB)")
+        ax.grid(alpha=0.3)
+    axes[0].set_title("Memory per component over the soak")
+    axes[0].legend(loc="upper left", fontsize=8)
+    axes[1].set_xlabel("minutes (grey lines: faults)")
     fig.text(0.01, 0.01, f"{machine.label(machine.describe())}\n{command}", fontsize=7, color="#555555", va="bottom")
-    fig.subplots_adjust(bottom=0.2)
+    fig.subplots_adjust(bottom=0.12)
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path.name

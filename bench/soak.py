@@ -107,8 +107,8 @@ class Harness:
             for role, pids in self.world.pids().items():
                 for pid in pids:
                     try:
-                        self.samples.append(Sample(role, pid, now, machine.pss_mb(pid)))
-                    except (OSError, ValueError):
+                        self.samples.append(Sample(role, pid, now, *machine.pss_and_anonymous_mb(pid)))
+                    except (OSError, ValueError, KeyError):
                         pass  # gone meanwhile
             self.stop.wait(SAMPLE_EVERY_S)
 
@@ -150,7 +150,7 @@ def soak(minutes: float, seed: int, kinds: list[FaultKind], doc: Path, command: 
             proxy_workers = len(world.pids()["proxy worker"])
             origin = time.monotonic()
             harness = Harness(world, origin, proxy_workers, seed)
-            load = MixedLoad(world.proxy, origin)
+            load = MixedLoad(world.proxies, origin)
             load.start()
             background = [threading.Thread(target=harness.supervise, daemon=True),
                           threading.Thread(target=harness.sample, daemon=True)]
@@ -174,9 +174,11 @@ def soak(minutes: float, seed: int, kinds: list[FaultKind], doc: Path, command: 
     print(f"[soak] all removed at {time.monotonic() - began:.1f} s", flush=True)
     faults = sorted(harness.faults, key=lambda f: f.at)
     slopes = {role: slope([s for s in harness.samples if s.role == role]) for role in ROLES}
+    pss_slopes = {role: slope([s for s in harness.samples if s.role == role], of_pss=True) for role in ROLES}
     doc.parent.mkdir(parents=True, exist_ok=True)
     plot = plots.soak_memory(harness.samples, faults, doc.parent / (doc.stem + "-memory.png"), command)
-    result = Soak(seed, minutes, requests, faults, failures, slopes, leaked, serves, note, harness.problems, plot)
+    result = Soak(seed, minutes, requests, faults, failures, slopes, leaked, serves, note, harness.problems, plot,
+                  pss_slopes)
     doc.write_text(render(result, command))
     # Every memory sample, for a closer look at a slope (not committed: test-artifacts/).
     SAMPLES.parent.mkdir(parents=True, exist_ok=True)

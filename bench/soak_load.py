@@ -29,8 +29,9 @@ STREAM_EVENTS = 5
 SESSION_MESSAGES = 5
 CLIENT_TIMEOUT_S = 20.0
 # Clients per traffic kind and the pause between one's requests: about 40
-# requests a second in all, steady on two shared cores.
-CLIENTS = {Traffic.PLAIN: (3, 0.1), Traffic.HANDLE: (2, 0.15), Traffic.STREAM: (1, 0.2), Traffic.WEBSOCKET: (1, 0.5)}
+# requests a second in all, steady on two shared cores. Client i sends to
+# proxy i % len(base_urls): every kind reaches every node of a two-node cluster.
+CLIENTS = {Traffic.PLAIN: (4, 0.13), Traffic.HANDLE: (2, 0.15), Traffic.STREAM: (2, 0.4), Traffic.WEBSOCKET: (2, 1.0)}
 
 
 class _Cut(Exception):
@@ -38,9 +39,8 @@ class _Cut(Exception):
 
 
 class MixedLoad:
-    def __init__(self, base_url: str, origin: float) -> None:
-        self.base_url = base_url
-        self.ws_url = base_url.replace("http://", "ws://", 1)
+    def __init__(self, base_urls: list[str], origin: float) -> None:
+        self.base_urls = base_urls  # a proxy's, one per node
         self.origin = origin
         self.requests: Counter[str] = Counter()
         self.failures: list[Failure] = []
@@ -73,19 +73,19 @@ class MixedLoad:
         self._stop = asyncio.Event()
         self._running.set()
         clients = [
-            self._client(traffic, index, count, pause)
+            self._client(traffic, self.base_urls[index % len(self.base_urls)], index, count, pause)
             for traffic, (count, pause) in CLIENTS.items() for index in range(count)
         ]
         await asyncio.gather(*clients)
 
-    async def _client(self, traffic: Traffic, index: int, count: int, pause_s: float) -> None:
+    async def _client(self, traffic: Traffic, base_url: str, index: int, count: int, pause_s: float) -> None:
         assert self._stop is not None
         limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
         async with httpx.AsyncClient(timeout=CLIENT_TIMEOUT_S, limits=limits) as client:
             await asyncio.sleep(pause_s * index / count)
             while not self._stop.is_set():
                 began = time.monotonic()
-                await self._one(traffic, client)
+                await self._one(traffic, base_url, client)
                 rest = pause_s - (time.monotonic() - began)
                 if rest > 0:
                     try:
@@ -93,17 +93,17 @@ class MixedLoad:
                     except TimeoutError:
                         pass
 
-    async def _one(self, traffic: Traffic, client: httpx.AsyncClient) -> None:
+    async def _one(self, traffic: Traffic, base_url: str, client: httpx.AsyncClient) -> None:
         sent = self._now()
         failure: tuple[str, str] | None = None
         try:
             if traffic is Traffic.WEBSOCKET:
-                await asyncio.wait_for(self._session(), CLIENT_TIMEOUT_S)
+                await asyncio.wait_for(self._session(base_url.replace("http://", "ws://", 1)), CLIENT_TIMEOUT_S)
             elif traffic is Traffic.STREAM:
-                await self._stream(client)
+                await self._stream(base_url, client)
             else:
                 path = "/plain" if traffic is Traffic.PLAIN else "/relay"
-                response = await client.get(self.base_url + path)
+                response = await client.get(base_url + path)
                 if response.status_code != 200:
                     failure = (f"status {response.status_code}", response.text[:200])
         except _Cut as cut:
@@ -125,8 +125,8 @@ class MixedLoad:
             if failure is not None:
                 self.failures.append(Failure(traffic, sent, self._now(), failure[0], failure[1]))
 
-    async def _stream(self, client: httpx.AsyncClient) -> None:
-        async with client.stream("GET", f"{self.base_url}/relay/stream?count={STREAM_EVENTS}") as response:
+    async def _stream(self, base_url: str, client: httpx.AsyncClient) -> None:
+        async with client.stream("GET", f"{base_url}/relay/stream?count={STREAM_EVENTS}") as response:
             if response.status_code != 200:
                 raise _Cut(f"status {response.status_code}")
             body = b""
@@ -139,8 +139,8 @@ class MixedLoad:
         if events != STREAM_EVENTS:
             raise _Cut(f"{events} of {STREAM_EVENTS} events")
 
-    async def _session(self) -> None:
-        async with connect(self.ws_url + "/chat/ws", open_timeout=CLIENT_TIMEOUT_S, close_timeout=5) as socket:
+    async def _session(self, ws_url: str) -> None:
+        async with connect(ws_url + "/chat/ws", open_timeout=CLIENT_TIMEOUT_S, close_timeout=5) as socket:
             greeting = await socket.recv()
             if "hello" not in str(greeting):
                 raise _Cut(f"greeting {greeting!r}")

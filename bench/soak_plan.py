@@ -4,7 +4,7 @@ the memory slopes, the verdict and the docs/soak.md table.
 Owns: the seeded random schedule (a fault every 20-60 s, the kinds taken in
 shuffled rounds so every kind comes up), the documented cases a failed
 request may be explained by (`explain`: which fault, and why, or None), the
-growth of each component's memory in MB/hour (a slope per process, pooled
+growth of each component's anonymous memory (and PSS) in MB/hour (a slope per process, pooled
 over the processes a role had: a restarted process starts a new series), and
 the verdict and markdown of a finished soak. `bench.soak` does every I/O;
 nothing here reads a clock, a process or a socket.
@@ -176,6 +176,7 @@ class Sample:
     pid: int
     t: float  # seconds after the load began
     mb: float  # PSS
+    anonymous_mb: float  # heap and private mappings: what a leak grows (PSS also moves with shared pages)
 
 
 ROLES = ("agent", "controller", "proxy worker", "replica host")
@@ -202,13 +203,16 @@ class Slope:
         return self.judged and self.mb_per_h is not None and self.mb_per_h > SLOPE_BOUND_MB_PER_H
 
 
-def slope(samples: list[Sample], warmup_s: float = WARMUP_S) -> Slope:
-    """The growth of one role in MB/hour: least squares with one intercept per process.
+def slope(samples: list[Sample], warmup_s: float = WARMUP_S, of_pss: bool = False) -> Slope:
+    """The growth of one role's anonymous memory (or PSS) in MB/hour: least squares with one intercept per process.
 
     Each process's samples after its first `warmup_s` form a series; the slope
     is pooled over the series (a restarted process starts lower, which is no
     shrinking). The span is the sum of the series' lengths.
     """
+    def value(sample: Sample) -> float:
+        return sample.mb if of_pss else sample.anonymous_mb
+
     by_pid: dict[int, list[Sample]] = defaultdict(list)
     for sample in samples:
         by_pid[sample.pid].append(sample)
@@ -219,12 +223,12 @@ def slope(samples: list[Sample], warmup_s: float = WARMUP_S) -> Slope:
         if len(kept) < 3:
             continue
         mean_t = sum(s.t for s in kept) / len(kept)
-        mean_mb = sum(s.mb for s in kept) / len(kept)
-        sxy += sum((s.t - mean_t) * (s.mb - mean_mb) for s in kept)
+        mean_mb = sum(value(s) for s in kept) / len(kept)
+        sxy += sum((s.t - mean_t) * (value(s) - mean_mb) for s in kept)
         sxx += sum((s.t - mean_t) ** 2 for s in kept)
         span += kept[-1].t - kept[0].t
     last_t = max((s.t for s in samples), default=0.0)
-    newest = [s.mb for s in samples if s.t == last_t]
+    newest = [value(s) for s in samples if s.t == last_t]
     return Slope(
         mb_per_h=round(sxy / sxx * 3600, 1) if sxx > 0 else None, span_s=round(span, 1),
         processes=len(by_pid), last_mb=round(sum(newest) / len(newest), 1) if newest else 0.0,
@@ -239,12 +243,13 @@ class Soak:
     requests: dict[str, int]  # per Traffic value
     faults: list[Injected]
     failures: list[Failure]
-    slopes: dict[str, Slope]
+    slopes: dict[str, Slope]  # of anonymous memory: judged
     leaked_actors: list[str]
     serves_head: bool
     head_note: str
     problems: list[str] = field(default_factory=list)  # anything else that went wrong (an agent that died)
     plot: str = ""  # the memory plot's file name beside the document, "" if none
+    pss_slopes: dict[str, Slope] = field(default_factory=dict)  # shown beside, not judged
 
 
 def _explained(soak: Soak) -> tuple[dict[int, list[tuple[Failure, str]]], list[Failure]]:
@@ -267,7 +272,7 @@ def verdict(soak: Soak) -> list[str]:
     if soak.leaked_actors:
         reasons.append(f"leaked actors: {', '.join(soak.leaked_actors)}")
     reasons += [
-        f"{role} grows {s.mb_per_h} MB/h (bound {SLOPE_BOUND_MB_PER_H})"
+        f"{role}'s anonymous memory grows {s.mb_per_h} MB/h (bound {SLOPE_BOUND_MB_PER_H})"
         for role, s in soak.slopes.items() if s.too_steep
     ]
     if not soak.serves_head:
@@ -291,9 +296,11 @@ def render(soak: Soak, command: str) -> str:
         "# Soak: faults that overlap, for minutes on end",
         "",
         f"Written by `{command}` (`bench/soak.py`); do not edit by hand. A steady mixed load goes",
-        "through the real proxy of a `gitops run` agent serving three backends from a git remote",
+        "through the real proxies of a `gitops run` agent serving three backends from a git remote",
         "(`plain`; `relay`, which streams server-sent events and calls `plain` through a handle;",
-        "`chat`, a WebSocket app) on a Ray head whose GCS keeps its tables in Redis, while a seeded",
+        "`chat`, a WebSocket app) on a two-node Ray cluster (the head, whose GCS keeps its tables in",
+        "Redis, and one more node, each at its own loopback address with its own proxy; every kind",
+        "of traffic goes to both), while a seeded",
         "random schedule injects a fault every 20-60 s. The harness restarts the agent when it",
         "kills it, as a supervisor (systemd, Kubernetes) would.",
         "",
@@ -345,22 +352,27 @@ def render(soak: Soak, command: str) -> str:
         "",
         "## Memory over time",
         "",
-        "PSS of each long-lived process sampled every 10 s. The slope is least squares over each",
-        f"process's samples after its first {WARMUP_S:.0f} s, pooled over the processes a role had (a",
-        "process restarted by a fault starts a new series). The soak fails when a role grows faster",
-        f"than **{SLOPE_BOUND_MB_PER_H:g} MB/hour**, judged once a role has at least "
-        f"{MIN_SLOPE_SPAN_S / 60:.0f} minutes of series (a shorter run reports the slope, unjudged).",
+        "The PSS and the anonymous memory (heap and private mappings, `Anonymous` in",
+        "`/proc/PID/smaps_rollup`) of each long-lived process, sampled every 10 s. A slope is least",
+        f"squares over each process's samples after its first {WARMUP_S:.0f} s, pooled over the processes a",
+        "role had (a process restarted by a fault starts a new series). The soak fails when a role's",
+        f"anonymous memory grows faster than **{SLOPE_BOUND_MB_PER_H:g} MB/hour**, judged once a role has at",
+        f"least {MIN_SLOPE_SPAN_S / 60:.0f} minutes of series (a shorter run reports the slope, unjudged): what",
+        "a leak grows. PSS is shown beside it, not judged: it also rises as a process first runs code",
+        "paths (shared library pages paged in) and as other users of its shared pages exit.",
         "",
-        "| component | processes | newest PSS (MB) | slope (MB/hour) | judged on (min) |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| component | processes | newest PSS (MB) | PSS slope (MB/hour) | newest anonymous (MB) "
+        "| anonymous slope (MB/hour) | judged on (min) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for role in ROLES:
         s = soak.slopes.get(role)
         if s is None:
             continue
-        value = "—" if s.mb_per_h is None else f"{s.mb_per_h:+.1f}"
+        pss = soak.pss_slopes.get(role)
         judged = f"{s.span_s / 60:.1f}" + ("" if s.judged else " (too short to judge)")
-        lines.append(f"| {role} | {s.processes} | {s.last_mb:.1f} | {value} | {judged} |")
+        lines.append(f"| {role} | {s.processes} | {_mb(pss.last_mb if pss else None)} | "
+                     f"{_per_h(pss.mb_per_h if pss else None)} | {_mb(s.last_mb)} | {_per_h(s.mb_per_h)} | {judged} |")
     if soak.plot:
         lines += ["", f"![memory per component over the soak]({soak.plot})"]
     lines += [
@@ -372,6 +384,14 @@ def render(soak: Soak, command: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _mb(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}"
+
+
+def _per_h(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.1f}"
 
 
 def _window_of(failure: Failure, faults: list[Injected]) -> int | None:

@@ -4,12 +4,14 @@ supervisor, the processes of each component, and the fault injectors.
 Owns the repository the soak serves (three backends: `plain`, two replicas;
 `relay`, which streams and calls `plain` through a handle; `chat`, a
 WebSocket app; every change of `plain`'s CODE is a rolling update), starting
-it all on loopback (Redis, `ray start --head` with GCS fault tolerance on
-that Redis, `git http-backend`, `gitops run` with fixed ports so a restarted
+it all on loopback (Redis; a two-node Ray cluster, `ray start --head` at
+127.0.0.3 with GCS fault tolerance on that Redis and `ray start --address`
+at 127.0.0.2, each node's proxy on its own address by `--proxy-host
+node-ip`; `git http-backend`; `gitops run` with fixed ports so a restarted
 agent comes back where the clients connect, its state dir on a small tmpfs
-when root), finding each component's processes below this cluster's raylet
-(never another test's Ray), judging whether the cluster is whole, and doing
-each `soak_plan.FaultKind`. Reuses the reliability scenarios' parts
+when root), finding each component's processes below this cluster's
+raylets (never another test's Ray), judging whether the cluster is whole,
+and doing each `soak_plan.FaultKind`. Reuses the reliability scenarios' parts
 (`tests.reliability.rayheads`, `.gitservers`, `.faults`).
 """
 
@@ -34,7 +36,7 @@ from tests.real.support import free_port
 from tests.reliability.gitservers import HttpGitServer, Mode, Remote
 from tests.reliability.rayheads import RayHead, RedisServer
 
-__all__ = ["World", "EXPECTED_REPLICAS"]
+__all__ = ["World", "EXPECTED_REPLICAS", "NODE_IPS"]
 
 _PLAIN = '''"""The soak's plain backend: answers its code version over HTTP and through a handle."""
 import os
@@ -97,12 +99,14 @@ async def chat(websocket):
 app = Starlette(routes=[WebSocketRoute("/ws", chat)])
 '''
 
-_SPEC = '''# The soak's three backends (bench/soak_world.py writes this file).
+_SPEC = '''# The soak's three backends (bench/soak_world.py writes this file). Half a CPU
+# per replica: the six fill 3 of the cluster's 4, spread over both nodes, with room
+# for a rolling update's new replica beside the old.
 [backends.plain]
 import_path = "deployments.apps.plain:Plain"
 code_paths = ["deployments/apps/plain.py"]
 num_replicas = 2
-ray_actor_options = {{ num_cpus = 0.01 }}
+ray_actor_options = {{ num_cpus = 0.5 }}
 graceful_shutdown_timeout_s = 1
 health_check_period_s = 1
 
@@ -111,7 +115,7 @@ import_path = "deployments.apps.relay:Relay"
 code_paths = ["deployments/apps/relay.py"]
 uses = ["plain"]
 num_replicas = 2
-ray_actor_options = {{ num_cpus = 0.01 }}
+ray_actor_options = {{ num_cpus = 0.5 }}
 graceful_shutdown_timeout_s = 1
 health_check_period_s = 1
 
@@ -119,7 +123,7 @@ health_check_period_s = 1
 import_path = "deployments.apps.chat:app"
 code_paths = ["deployments/apps/chat.py"]
 num_replicas = 2
-ray_actor_options = {{ num_cpus = 0.01 }}
+ray_actor_options = {{ num_cpus = 0.5 }}
 graceful_shutdown_timeout_s = 1
 health_check_period_s = 1
 
@@ -140,6 +144,8 @@ timeout_s = 5
 '''
 
 EXPECTED_REPLICAS = 6
+NODE_IPS = ("127.0.0.3", "127.0.0.2")  # the head's, the other node's (Ray keeps 127.0.0.1 for neither)
+NODE_CPUS = 2
 BAD_IMPORT = "import soak_no_such_module  # the bad commit: a missing import\n"
 FETCH_TIMEOUT_S = 3.0
 STATE_FS_MB = 64
@@ -155,7 +161,10 @@ class World:
         self.version = 0
         self.redis = RedisServer()
         self.head = RayHead(workdir, {"RAY_REDIS_ADDRESS": self.redis.address,
-                                      "RAY_external_storage_namespace": f"soak-{uuid.uuid4().hex[:8]}"})
+                                      "RAY_external_storage_namespace": f"soak-{uuid.uuid4().hex[:8]}"},
+                            num_cpus=NODE_CPUS, node_ip=NODE_IPS[0])
+        for node_ip in NODE_IPS[1:]:
+            self.head.add_node(node_ip, NODE_CPUS)
         self.work = GitRepo(workdir / "work")
         self.remote = Remote(workdir, self.work)
         self.write_code(bad=False)
@@ -165,12 +174,12 @@ class World:
         self.state_dir.mkdir()
         self.tmpfs = _mount_tmpfs(self.state_dir)
         self.ports = {"proxy": free_port(), "admin": free_port(), "metrics": free_port()}
-        self.proxy = f"http://127.0.0.1:{self.ports['proxy']}"
+        self.proxies = [f"http://{ip}:{self.ports['proxy']}" for ip in NODE_IPS]  # one per node
         self.admin = f"http://127.0.0.1:{self.ports['admin']}"
         self.http = httpx.Client(timeout=5)
         self.agent: subprocess.Popen[bytes] | None = None
         self.agent_kills = 0
-        self._raylet = 0
+        self._raylets: list[int] = []
         self.start_agent()
 
     # --- the repository -----------------------------------------------------------
@@ -203,7 +212,7 @@ class World:
         log = (self.workdir / "agent.log").open("a")
         self.agent = subprocess.Popen(
             [sys.executable, "-m", "gitops", "run", "--repo", self.git.url("remote.git"), "--path", "deployments",
-             "--ray-address", self.head.address, "--proxy-port", str(self.ports["proxy"]),
+             "--ray-address", self.head.address, "--proxy-host", "node-ip", "--proxy-port", str(self.ports["proxy"]),
              "--proxy-metrics-port", str(self.ports["metrics"]), "--admin-port", str(self.ports["admin"]),
              "--interval", "0.5", "--resync-interval", "2", "--fetch-timeout", str(FETCH_TIMEOUT_S),
              "--state-dir", str(self.state_dir)],
@@ -226,18 +235,16 @@ class World:
 
     # --- the processes of each component ------------------------------------------------
 
-    def raylet(self) -> int:
-        """This cluster's raylet (every worker process is its child), found once."""
-        if self._raylet and Path(f"/proc/{self._raylet}").exists():
-            return self._raylet
+    def raylets(self) -> list[int]:
+        """This cluster's raylets, one per node (every worker process is a child of its node's), found once."""
+        if len(self._raylets) == len(NODE_IPS) and all(Path(f"/proc/{pid}").exists() for pid in self._raylets):
+            return self._raylets
         pattern = re.compile(rf"raylet.*gcs[-_]address=\S+:{self.head.port}\b")
-        found = [pid for pid in self.head.pids() if pattern.search(machine.command_line(pid))]
-        self._raylet = found[0] if found else 0
-        return self._raylet
+        self._raylets = [pid for pid in self.head.pids() if pattern.search(machine.command_line(pid))]
+        return self._raylets
 
     def pids(self) -> dict[str, list[int]]:
-        raylet = self.raylet()
-        below = {pid: machine.command_line(pid) for pid in machine.descendants(raylet)} if raylet else {}
+        below = {pid: machine.command_line(pid) for raylet in self.raylets() for pid in machine.descendants(raylet)}
         agent = [self.agent.pid] if self.agent is not None and self.agent.poll() is None else []
         return {
             "agent": agent,
@@ -259,9 +266,13 @@ class World:
                     or len(pids["controller"]) != 1 or any(_stopped(p) for p in pids["replica host"])):
                 return False
             with httpx.Client(timeout=5) as fresh:
-                plain = fresh.get(self.proxy + "/plain")
-                relay = fresh.get(self.proxy + "/relay")
-            return plain.status_code == relay.status_code == 200 and plain.json()["code"] == f"v{self.version}"
+                for proxy in self.proxies:
+                    plain = fresh.get(proxy + "/plain")
+                    relay = fresh.get(proxy + "/relay")
+                    answered = plain.status_code == relay.status_code == 200
+                    if not answered or plain.json()["code"] != f"v{self.version}":
+                        return False
+            return True
         except (httpx.HTTPError, ValueError, KeyError, OSError):
             return False
 
@@ -269,7 +280,7 @@ class World:
         head = self.remote_head()
         status = self.status()
         with httpx.Client(timeout=5) as fresh:
-            codes = {fresh.get(self.proxy + "/plain").json()["code"] for _ in range(10)}
+            codes = {fresh.get(proxy + "/plain").json()["code"] for proxy in self.proxies for _ in range(5)}
         ok = status.get("last_applied_revision") == head and status.get("status") == "Synced" \
             and codes == {f"v{self.version}"}
         return ok, f"head {head[:7]} (CODE v{self.version}); applied {str(status.get('last_applied_revision'))[:7]}, " \

@@ -83,14 +83,14 @@ def test_faults_with_no_documented_failure_explain_nothing() -> None:
 
 
 def _series(pid: int, start: float, mb0: float, per_h: float, n: int = 30, role: str = "agent") -> list[Sample]:
-    return [Sample(role, pid, start + 10 * i, mb0 + per_h * (10 * i) / 3600) for i in range(n)]
+    return [Sample(role, pid, start + 10 * i, 1000.0, mb0 + per_h * (10 * i) / 3600) for i in range(n)]
 
 
 def test_the_slope_is_pooled_over_restarted_processes_and_skips_their_warm_up() -> None:
     # Two lives of a process, each growing 36 MB/h, the second starting lower: no shrinking.
     samples = _series(1, 0, 200, 36) + _series(2, 400, 150, 36)
     # A warm-up jump in the first minute of each life does not count.
-    samples += [Sample("agent", 1, -60, 50), Sample("agent", 2, 340, 40)]
+    samples += [Sample("agent", 1, -60, 1000.0, 50), Sample("agent", 2, 340, 1000.0, 40)]
     got = slope(samples)
     assert got.mb_per_h is not None and abs(got.mb_per_h - 36) < 0.5
     assert got.processes == 2
@@ -105,11 +105,21 @@ def test_a_slope_is_judged_only_on_a_long_enough_run() -> None:
     assert flat.judged and not flat.too_steep
 
 
+def test_the_judged_slope_is_of_anonymous_memory_and_pss_is_shown_beside_it() -> None:
+    # PSS climbing 300 MB/h (shared pages paged in, sharers gone) while the anonymous memory stays flat: no leak.
+    n = int(MIN_SLOPE_SPAN_S / 10) + 10
+    samples = [Sample("controller", 1, 10 * i, 60 + 300 * (10 * i) / 3600, 40.0) for i in range(n)]
+    anonymous, pss = slope(samples), slope(samples, of_pss=True)
+    assert anonymous.judged and anonymous.mb_per_h == 0 and not anonymous.too_steep
+    assert pss.mb_per_h is not None and abs(pss.mb_per_h - 300) < 0.5 and pss.too_steep
+    assert anonymous.last_mb == 40.0 and pss.last_mb > 60
+
+
 def _soak(failures: list[Failure], **changes: object) -> Soak:
     fields: dict[str, object] = dict(
         seed=1, minutes=2, requests={"plain": 100}, faults=[_fault(FaultKind.REPLICA_KILL, 10)],
         failures=failures, slopes={"agent": Slope(1.0, 60, 1, 200)}, leaked_actors=[], serves_head=True,
-        head_note="head abc",
+        head_note="head abc", pss_slopes={"agent": Slope(50.0, 60, 1, 300)},
     )
     fields.update(changes)
     return Soak(**fields)  # type: ignore[arg-type]
@@ -133,4 +143,4 @@ def test_the_document_shows_each_fault_its_failures_and_the_slopes() -> None:
     assert "## Result: FAIL" in text
     assert "| 10 | kill -9 a replica | — | 3.00 | 2 | stream cut 1 | 1 |" in text
     assert "30.0 s plain: status 500" in text
-    assert "| agent | 1 | 200.0 | +1.0 | 1.0 (too short to judge) |" in text
+    assert "| agent | 1 | 300.0 | +50.0 | 200.0 | +1.0 | 1.0 (too short to judge) |" in text

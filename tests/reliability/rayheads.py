@@ -28,9 +28,13 @@ _ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 class RayHead:
-    def __init__(self, workdir: Path, env: dict[str, str] | None = None, num_cpus: int = 2) -> None:
+    def __init__(
+        self, workdir: Path, env: dict[str, str] | None = None, num_cpus: int = 2, node_ip: str = "127.0.0.1",
+    ) -> None:
+        """`node_ip`: the head's address; Ray swaps 127.0.0.1 for the machine's own, not another loopback one."""
         self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        self.node_ip = node_ip
+        self.address = f"{node_ip}:{self.port}"
         self._log = workdir / "ray-head.log"
         # A temp dir of its own: `ray start` writes the cluster's address to
         # <temp-dir>/ray_current_cluster, and any `ray.init()` on this machine
@@ -44,12 +48,19 @@ class RayHead:
         """`ray start --head` (it returns once the head runs, leaving Ray's processes behind)."""
         ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray"
         command = [
-            ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={self.port}",
+            ray, "start", "--head", f"--node-ip-address={self.node_ip}", f"--port={self.port}",
             f"--num-cpus={self._num_cpus}", "--include-dashboard=false", "--disable-usage-stats",
-            f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
-            f"--temp-dir={self._temp_dir}",
+            *_node_ports(), f"--temp-dir={self._temp_dir}",
         ]
+        self._ray_start(command)
+
+    def add_node(self, node_ip: str, num_cpus: int) -> None:
+        """Another node of this cluster on this machine, at its own loopback address (e.g. 127.0.0.2)."""
+        ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray"
+        self._ray_start([ray, "start", f"--address={self.address}", f"--node-ip-address={node_ip}",
+                         f"--num-cpus={num_cpus}", "--disable-usage-stats", *_node_ports()])
+
+    def _ray_start(self, command: list[str]) -> None:
         with self._log.open("a") as log:
             done = subprocess.run(command, env=self._env, stdout=log, stderr=subprocess.STDOUT, timeout=120,
                                   start_new_session=True, check=False)
@@ -94,6 +105,12 @@ class RayHead:
 
     def _gcs_pids(self) -> list[int]:
         return _pids_matching(re.compile(rf"--gcs_server_port={self.port}\b"))
+
+
+def _node_ports() -> list[str]:
+    """Free ports for a node's agents (two nodes on one machine cannot share Ray's defaults)."""
+    return [f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
 
 
 def _kill(pid: int) -> None:
