@@ -22,24 +22,18 @@ import ray
 
 from controller.backend_state import REPLICA_PREFIX
 from tests.conftest import GitRepo
-from tests.real.support import AgentProcess, free_port, named_actors
+from tests.real.s3 import s3_server
+from tests.real.support import AgentProcess, named_actors
 from vocabulary.goal_api import DEFAULT_NAMESPACE
 from vocabulary.model_digests import manifest_digest
 
 pytestmark = pytest.mark.real
 
 # Replicas inherit the Ray session's environment, which starts after collection:
-# the S3 endpoint and throwaway credentials are set before it, as an operator
-# sets them on each node (never in git).
-_S3_PORT = free_port()
+# the S3 endpoint and throwaway credentials are set before it by tests.real.s3
+# (one endpoint for every module that needs S3), as an operator sets them on each node.
 _RECORDING = os.path.join(tempfile.mkdtemp(prefix="moto-recording-"), "requests")
-os.environ.update(
-    AWS_ACCESS_KEY_ID="test-key-id",
-    AWS_SECRET_ACCESS_KEY="test-secret",
-    AWS_REGION="us-east-1",
-    AWS_ENDPOINT_URL=f"http://127.0.0.1:{_S3_PORT}",
-    MOTO_RECORDER_FILEPATH=_RECORDING,
-)
+os.environ.update(MOTO_RECORDER_FILEPATH=_RECORDING)
 
 APP = '''\
 import hashlib
@@ -84,15 +78,8 @@ def _model(weights: bytes) -> tuple[dict[str, bytes], str]:
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[Any]:
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_S3_PORT, verbose=False)
-    server.start()
-    client = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
-    client.create_bucket(Bucket="models")
-    yield client
-    server.stop()
+    with s3_server("models") as client:
+        yield client
 
 
 def _put(s3: Any, prefix: str, files: dict[str, bytes]) -> None:
