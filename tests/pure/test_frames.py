@@ -8,7 +8,18 @@ import struct
 import pytest
 from hypothesis import given, strategies as st
 
-from datalink.frames import HEADER_BYTES, Frame, FrameDecoder, FrameError, Kind, encode, encode_piece
+from datalink.frames import (
+    HEADER_BYTES,
+    PIECES_ABOVE,
+    Frame,
+    FrameDecoder,
+    FrameError,
+    Kind,
+    Pieces,
+    encode,
+    encode_piece,
+    piece_head,
+)
 from datalink.peers import peer_allowed
 from vocabulary.wire import CallOutcome, StreamStart, make_request
 
@@ -24,6 +35,7 @@ def test_every_kind_round_trips_with_its_call_id_and_payload() -> None:
         Kind.RESULT: StreamStart(200, [], b"first", "r1:0"),
         Kind.RESULTS: [(CallOutcome.OK, RESPONSE), (CallOutcome.ERROR, "Traceback ..."), (CallOutcome.TIMEOUT, "")],
         Kind.ERROR: "Traceback (most recent call last): ...",
+        Kind.ANSWER: (200, [(b"content-type", b"application/octet-stream")], 3_000_000),
     }
     for call_id, (kind, payload) in enumerate(payloads.items()):
         assert FrameDecoder().feed(encode(kind, call_id, payload)) == [Frame(kind, call_id, payload)]
@@ -175,3 +187,53 @@ def test_large_payloads_and_raw_body_pieces_come_out_whole_however_the_stream_is
     assert frames == [expected for _, expected in pairs]
     assert all(type(frame.payload) is bytes for frame in frames if frame.kind is Kind.BODY)
     assert len(decoder) == 0
+
+
+def test_a_piece_head_and_its_piece_written_apart_are_one_body_frame() -> None:
+    piece = bytes(range(256)) * 400
+    framed = piece_head(9, len(piece) - 100) + memoryview(piece)[100:]
+    assert framed == encode_piece(9, piece[100:])
+    assert FrameDecoder().feed(framed) == [Frame(Kind.BODY, 9, piece[100:])]
+    with pytest.raises(ValueError):
+        piece_head(2**64, 1)
+
+
+def test_a_large_frame_arriving_in_reads_is_held_as_its_reads_then_comes_out_whole() -> None:
+    body = bytes(range(256)) * 1000  # 256,000 bytes: gathered, not buffered
+    stream = encode_piece(3, body) + encode(Kind.CANCEL, 4)
+    decoder = FrameDecoder()
+    assert decoder.feed(stream[:10]) == []
+    assert len(decoder) == 10
+    assert decoder.feed(stream[10:100_000]) == []
+    assert len(decoder) == 100_000 - 4 - HEADER_BYTES  # its head is read; its payload so far is held
+    assert decoder.feed(stream[100_000:]) == [Frame(Kind.BODY, 3, body), Frame(Kind.CANCEL, 4, None)]
+    assert len(decoder) == 0
+
+
+def test_a_malformed_frame_after_a_gathered_one_breaks_the_stream() -> None:
+    decoder = FrameDecoder()
+    frame = encode_piece(1, b"x" * 100_000)
+    assert decoder.feed(frame[:50_000]) == []
+    with pytest.raises(FrameError):
+        decoder.feed(frame[50_000:] + struct.pack(">IBQ", HEADER_BYTES, 99, 1))
+    with pytest.raises(FrameError):
+        decoder.feed(encode(Kind.CANCEL, 2))
+
+
+def test_a_body_in_one_piece_is_that_piece_and_one_in_many_is_joined_in_order() -> None:
+    whole = b"w" * (PIECES_ABOVE + 1)
+    one = Pieces(len(whole))
+    assert one.add(whole) is True
+    assert one.body() is whole  # not copied
+    many = Pieces(3 * 1000 + 1)
+    assert [many.add(b"a" * 1000), many.add(b"b" * 1000), many.add(b"c" * 1000), many.add(b"d")] == [
+        False, False, False, True,
+    ]
+    assert many.body() == b"a" * 1000 + b"b" * 1000 + b"c" * 1000 + b"d"
+
+
+def test_pieces_past_the_announced_size_are_malformed() -> None:
+    pieces = Pieces(10)
+    assert pieces.add(b"x" * 6) is False
+    with pytest.raises(FrameError, match="11 bytes of pieces for a body of 10"):
+        pieces.add(b"y" * 5)
