@@ -248,8 +248,6 @@ class FrameDecoder:
         if self._broken is not None:
             raise self._broken
         frames: list[Frame] = []
-        buffer = self._buffer
-        offset = 0
         try:
             gathering = self._gathering
             if gathering is not None:
@@ -259,37 +257,51 @@ class FrameDecoder:
                 self._gathering = None
                 frames.append(_decoded(gathering.kind, gathering.call_id, gathering.joined()))
                 data = rest
-            buffer += data
-            while len(buffer) - offset >= _LENGTH.size:
-                (length,) = _LENGTH.unpack_from(buffer, offset)
-                if length < HEADER_BYTES or length > self._max_frame:
-                    raise FrameError(f"a frame of {length} bytes (allowed {HEADER_BYTES} to {self._max_frame})")
-                end = offset + _LENGTH.size + length
-                if len(buffer) < end and (length <= _GATHER_ABOVE or len(buffer) - offset < _HEAD.size):
-                    break
-                _, kind_byte, call_id = _HEAD.unpack_from(buffer, offset)
-                kind = _KINDS.get(kind_byte)
-                if kind is None:
-                    raise FrameError(f"a frame of unknown kind {kind_byte}")
-                with memoryview(buffer) as view:
-                    body = view[offset + _HEAD.size : end]
-                    try:
-                        if len(buffer) < end:  # a large frame's start: the rest is gathered as it comes
-                            self._gathering = _Gathering(kind, call_id, bytes(body), end - len(buffer))
-                            offset = len(buffer)
-                            break
-                        payload = bytes(body) if kind is Kind.BODY else _unpickled(kind, body)
-                    finally:
-                        body.release()
-                frames.append(Frame(kind, call_id, payload))
-                offset = end
+            buffer = self._buffer
+            if buffer:
+                buffer += data
+                del buffer[: self._parse(buffer, frames, False)]
+            else:
+                # Nothing held back: frames are read where they are, and only a part of one is kept.
+                offset = self._parse(data, frames, isinstance(data, bytes) or data.readonly)
+                if offset < len(data):
+                    buffer += data[offset:]
         except FrameError as error:
             self._broken = error
             self._buffer = bytearray()
             self._gathering = None
             raise
-        del buffer[:offset]
         return frames
+
+    def _parse(self, source: bytes | bytearray | memoryview, frames: list[Frame], immutable: bool) -> int:
+        """Append the frames complete in `source` to `frames`; how many of its bytes they took.
+        A large frame's start becomes `_gathering` (kept as a view of `source` when it is `immutable`)."""
+        offset = 0
+        size = len(source)
+        with memoryview(source) as view:
+            while size - offset >= _LENGTH.size:
+                (length,) = _LENGTH.unpack_from(source, offset)
+                if length < HEADER_BYTES or length > self._max_frame:
+                    raise FrameError(f"a frame of {length} bytes (allowed {HEADER_BYTES} to {self._max_frame})")
+                end = offset + _LENGTH.size + length
+                if size < end and (length <= _GATHER_ABOVE or size - offset < _HEAD.size):
+                    break
+                _, kind_byte, call_id = _HEAD.unpack_from(source, offset)
+                kind = _KINDS.get(kind_byte)
+                if kind is None:
+                    raise FrameError(f"a frame of unknown kind {kind_byte}")
+                if size < end:  # a large frame's start: the rest is gathered as it comes
+                    start = view[offset + _HEAD.size :]
+                    self._gathering = _Gathering(kind, call_id, start if immutable else bytes(start), end - size)
+                    return size
+                body = view[offset + _HEAD.size : end]
+                try:
+                    payload = bytes(body) if kind is Kind.BODY else _unpickled(kind, body)
+                finally:
+                    body.release()
+                frames.append(Frame(kind, call_id, payload))
+                offset = end
+        return offset
 
     def __len__(self) -> int:
         """Bytes held back, waiting for the rest of a frame."""
@@ -302,7 +314,7 @@ class _Gathering:
 
     __slots__ = ("kind", "call_id", "parts", "held", "missing")
 
-    def __init__(self, kind: Kind, call_id: int, first: bytes, missing: int) -> None:
+    def __init__(self, kind: Kind, call_id: int, first: bytes | memoryview, missing: int) -> None:
         self.kind, self.call_id = kind, call_id
         self.parts: list[bytes | memoryview] = [first]
         self.held = len(first)

@@ -237,3 +237,13 @@ def test_pieces_past_the_announced_size_are_malformed() -> None:
     assert pieces.add(b"x" * 6) is False
     with pytest.raises(FrameError, match="11 bytes of pieces for a body of 10"):
         pieces.add(b"y" * 5)
+
+
+def test_a_frame_started_in_a_buffer_its_reader_reuses_is_not_changed_by_the_reuse() -> None:
+    body = bytes(range(256)) * 400
+    frame = encode_piece(5, body)
+    reused = bytearray(frame[:70_000])
+    decoder = FrameDecoder()
+    assert decoder.feed(memoryview(reused)) == []  # a writable view: what is kept of it is copied
+    reused[:] = b"\xff" * len(reused)
+    assert decoder.feed(frame[70_000:]) == [Frame(Kind.BODY, 5, body)]
