@@ -39,10 +39,12 @@ as an UPLOAD, a plain reply's as an ANSWER. Its sender writes the pieces as
 the connection drains — each a BODY head and a slice of the body, handed to
 the transport as they are (`piece_head`), never copied into one frame — so
 neither end holds it twice (the sender its body and at most a piece or two
-in flight; the receiver the pieces as they come, joined once at the end, or
-not at all when the body came in one piece: `Pieces`). A frame larger than
-`_GATHER_ABOVE` is gathered by the decoder from its reads and joined once,
-rather than copied into the decoder's buffer and out of it again.
+in flight; the receiver one buffer of the announced size, filled as the
+pieces come, which becomes the body uncopied; a body in one piece is that
+piece: `Pieces`). The decoder reads frames out of a read where it is (only
+an incomplete tail is kept), and gathers a frame larger than
+`_GATHER_ABOVE` from its reads, joined once, rather than copying it into
+its buffer and out of it again.
 
 Payloads are pickled (protocol 5), but a BODY's, and unpickling runs whatever the bytes
 say. That is acceptable ONLY because of each connection's access control. The

@@ -25,9 +25,10 @@ replica. A request body above `datalink.frames.PIECES_ABOVE` is
 uploaded in pieces, each written once the connection has drained the
 previous ones, so the proxy holds the body once, not again in the
 transport's buffer; a reply whose body is above it comes back the same way
-(an ANSWER, then its BODY pieces), and the call's answer is the body joined
-once (`datalink.frames.Pieces`; not at all when it came in one piece). Frames written in one loop iteration leave in one write
-(`datalink.connection`). Replies are unpickled, so a Unix socket's peer must
+(an ANSWER, then its BODY pieces), written as they come into one buffer of
+the announced size that becomes the body uncopied (`datalink.frames.Pieces`;
+a body in one piece is that piece). Frames written in one loop iteration
+leave in one write (`datalink.connection`). Replies are unpickled, so a Unix socket's peer must
 be our own OS user (SO_PEERCRED), and a TCP peer must first prove it knows
 the replica's secret, which only Ray told us (`datalink.handshake`; nothing
 is decoded before).

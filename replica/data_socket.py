@@ -24,12 +24,13 @@ Each call runs as its own task through the same code the Ray methods use
 code as a cancelled Ray call would. A streaming answer's head comes back
 here as a `StreamStart`; an UPLOAD (a request whose body is above
 `datalink.frames.PIECES_ABOVE`) starts its task once its BODY pieces
-have all come (`datalink.frames.Pieces`: joined once, or not at all when
-the body came in one piece); a CANCEL drops a half-arrived one. A plain
-reply whose body is above `PIECES_ABOVE` goes back the same way: an ANSWER
-(its status, headers and size), then its body's BODY pieces, each written as
-the connection drains (`FrameConnection.write_pieces`), never pickled. A STREAM frame then claims its rest and the chunks
-go out as ITEM frames, then END (or ERROR when the handler raised). A
+have all come, written as they arrive into one buffer of the announced
+size that becomes the body uncopied (`datalink.frames.Pieces`); a CANCEL
+drops a half-arrived one. A plain reply whose body is above `PIECES_ABOVE`
+goes back the same way: an ANSWER (its status, headers and size), then its
+body's BODY pieces, each written as the connection drains
+(`FrameConnection.write_pieces`), never pickled. A STREAM frame then claims
+its rest and the chunks go out as ITEM frames, then END (or ERROR when the handler raised). A
 WebSocket is a WEBSOCKET frame: what the app sends goes out as ITEMs the same
 way, and what the client sends comes in as PUSH calls. Both are pushed only
 as far ahead as the proxy's window allows (`datalink.frames.Window`,
