@@ -335,6 +335,10 @@ class ReplicaConnection(FrameConnection):
             if call_id in self._pending:
                 self.close("a BODY frame before its call's ANSWER")
             return  # a call cancelled meanwhile: the rest of its body is not wanted
+        future = self._pending.get(call_id)
+        if future is None or future.done():  # cancelled, and its task has not run yet to say so
+            self._cancel(call_id)
+            return
         try:
             complete = answer.body.add(piece)
         except FrameError as error:
@@ -342,7 +346,7 @@ class ReplicaConnection(FrameConnection):
             return
         if complete:
             del self._answers[call_id]
-            future = self._pending.pop(call_id)
+            del self._pending[call_id]
             future.set_result((answer.status, answer.headers, answer.body.body()))
 
     def close(self, reason: str) -> None:

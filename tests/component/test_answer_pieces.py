@@ -118,6 +118,31 @@ def test_a_call_cancelled_amid_its_answers_pieces_drops_the_rest_and_the_connect
     run(scenario, loop)
 
 
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_a_last_piece_that_arrives_as_its_call_is_cancelled_is_dropped_and_cancelled_once(loop: str) -> None:
+    async def scenario(replica: Replica, connection: ReplicaConnection) -> None:
+        cancelled = call(connection)
+        first = await replica.next_call()
+        replica.send(answer(first.call_id) + encode_piece(first.call_id, BODY[:100]))
+        while first.call_id not in connection._answers:
+            await asyncio.sleep(0.01)
+        # The client left (its future is cancelled now) and, in the same loop iteration, before
+        # the call's task runs to say so, the replica's last piece arrives.
+        cancelled.cancel()
+        connection.on_frame(Frame(Kind.BODY, first.call_id, BODY[100:]))
+        assert connection.open and not connection._answers
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert (await replica.next_call()) == Frame(Kind.CANCEL, first.call_id, None)
+        following = call(connection, b"next")
+        second = await replica.next_call()  # the CANCEL went once: the next frame is the next call
+        assert second.kind is Kind.REQUEST
+        replica.send(encode(Kind.RESULT, second.call_id, (200, [], b"fine")))
+        assert await following == (200, [], b"fine")
+
+    run(scenario, loop)
+
+
 MALFORMED = {
     "more bytes than announced": lambda call_id: answer(call_id) + pieces(call_id, BODY + b"!"),
     "a piece before its answer": lambda call_id: encode_piece(call_id, BODY[:10]),
