@@ -94,9 +94,12 @@ __all__ = [
 MAX_FRAME_BYTES = 100 * 1024 * 1024
 # A body larger than `PIECES_ABOVE` crosses in BODY frames of at most this size
 # (a request's as an UPLOAD, a reply's as an ANSWER); a smaller one is pickled
-# with its request or reply, in one frame.
+# with its request or reply, in one frame. Echoed over a Unix socket (proxy and
+# replica in one process, uvloop), one frame and pieces cost the same CPU at
+# 96-128 KiB; at 64 KiB one frame took 0.07 ms against 0.10, at 160 KiB 0.36 ms
+# against 0.14.
 BODY_PIECE_BYTES = 1024 * 1024
-PIECES_ABOVE = 256 * 1024
+PIECES_ABOVE = 128 * 1024
 # A frame longer than this, not yet complete, is gathered from its reads and
 # joined once, instead of being copied into the decoder's buffer and out again.
 _GATHER_ABOVE = 64 * 1024

@@ -129,7 +129,7 @@ def test_a_16_mib_body_is_served_where_the_endpoint_allows_it_and_413_where_it_d
     assert eventually(lambda: httpx.post(f"{cluster.url}/large", content=b"x", timeout=30).status_code == 200
                       and ray.get(replica.frames_served.remote(), timeout=30) > 0, 60)
     before = ray.get(replica.frames_served.remote(), timeout=30)
-    for size in (256 * 1024, 256 * 1024 + 1, 3 * 1024 * 1024 + 7, SIXTEEN_MIB):
+    for size in (128 * 1024, 128 * 1024 + 1, 3 * 1024 * 1024 + 7, SIXTEEN_MIB):
         response = httpx.post(f"{cluster.url}/large", content=body[:size], timeout=60)
         assert response.status_code == 200 and response.content == body[:size], size
         assert response.headers["content-length"] == str(size)
