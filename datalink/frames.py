@@ -16,7 +16,8 @@ in its log. Many frames may go out in one write and come in with one read:
 Calls (proxy to replica) and their replies (replica to proxy), by call id:
   REQUEST   a `WireRequest`                -> RESULT (a `Reply`), ANSWER, or ERROR
   UPLOAD    a `WireRequest` whose body is its size (int), then BODY frames -> RESULT, ANSWER or ERROR
-  BODY      raw bytes, not pickled: the next piece of an UPLOAD's or an ANSWER's body (at most `BODY_PIECE_BYTES`)
+  BODY      raw bytes, not pickled: the next piece of an UPLOAD's or an ANSWER's body (at most `BODY_PIECE_BYTES`);
+            decoded as bytes, or as the list of its parts as they were read (`Parts`) when it came in several
   BATCH     a list of `TimedRequest` (one call of a batched handler) -> RESULTS
   CANCEL    no payload: stop that call's handler (or stream, or WebSocket); nothing is answered
   ANSWER    a `WireResponse` whose body is its size (int), then BODY frames: a REQUEST's or UPLOAD's reply
@@ -43,8 +44,9 @@ in flight; the receiver one buffer of the announced size, filled as the
 pieces come, which becomes the body uncopied; a body in one piece is that
 piece: `Pieces`). The decoder reads frames out of a read where it is (only
 an incomplete tail is kept), and gathers a frame larger than
-`_GATHER_ABOVE` from its reads, joined once, rather than copying it into
-its buffer and out of it again.
+`_GATHER_ABOVE` from its reads rather than copying it into its buffer and
+out of it again: a BODY's parts are handed on as they are (`Parts`, which
+`Pieces` copies once, into the body), any other payload joined once.
 
 Payloads are pickled (protocol 5), but a BODY's, and unpickling runs whatever the bytes
 say. That is acceptable ONLY because of each connection's access control. The
@@ -82,6 +84,7 @@ __all__ = [
     "encode_piece",
     "piece_head",
     "Pieces",
+    "Parts",
     "HEADER_BYTES",
     "BODY_PIECE_BYTES",
     "PIECES_ABOVE",
@@ -100,8 +103,8 @@ MAX_FRAME_BYTES = 100 * 1024 * 1024
 # against 0.14.
 BODY_PIECE_BYTES = 1024 * 1024
 PIECES_ABOVE = 128 * 1024
-# A frame longer than this, not yet complete, is gathered from its reads and
-# joined once, instead of being copied into the decoder's buffer and out again.
+# A frame longer than this, not yet complete, is gathered from its reads
+# instead of being copied into the decoder's buffer and out again.
 _GATHER_ABOVE = 64 * 1024
 
 _LENGTH = struct.Struct(">I")
@@ -199,10 +202,15 @@ def encode_piece(call_id: int, piece: bytes | memoryview) -> bytes:
     return piece_head(call_id, len(piece)) + piece
 
 
+# A BODY frame that came in several reads, as its parts: its receiver copies them once, into its body.
+Parts = list[bytes | memoryview]
+
+
 class Pieces:
     """A body arriving as BODY pieces up to its announced size, held once:
-    written into one buffer of that size as they come, which then becomes
-    the body without a copy; a body that came in one piece is that piece."""
+    written into one buffer of that size as they come (a piece's `Parts`
+    each straight into it), which then becomes the body without a copy; a
+    body that came in one piece is that piece."""
 
     __slots__ = ("size", "taken", "_whole", "_buffer")
 
@@ -212,20 +220,24 @@ class Pieces:
         self._whole: bytes | None = None
         self._buffer: io.BytesIO | None = None
 
-    def add(self, piece: bytes) -> bool:
+    def add(self, piece: bytes | Parts) -> bool:
         """Take the next piece; True once the body is complete. Raises
         `FrameError` when the pieces go past the announced size."""
-        self.taken += len(piece)
+        size = len(piece) if isinstance(piece, bytes) else sum(len(part) for part in piece)
+        self.taken += size
         if self.taken > self.size:
             raise FrameError(f"{self.taken} bytes of pieces for a body of {self.size}")
-        if self.taken == len(piece) == self.size:
-            self._whole = piece
-        else:
-            if self._buffer is None:
-                # Its own bytes, shared with nobody, so CPython's BytesIO writes into them in
-                # place (no growing, no copy) and getvalue() hands them over as they are.
-                self._buffer = io.BytesIO(bytes(self.size))
+        if self.taken == size == self.size:
+            self._whole = piece if isinstance(piece, bytes) else b"".join(piece)
+            return True
+        if self._buffer is None:
+            # Its own bytes, shared with nobody, so CPython's BytesIO writes into them in
+            # place (no growing, no copy) and getvalue() hands them over as they are.
+            self._buffer = io.BytesIO(bytes(self.size))
+        if isinstance(piece, bytes):
             self._buffer.write(piece)
+        else:
+            self._buffer.writelines(piece)
         return self.taken == self.size
 
     def body(self) -> bytes:
@@ -260,7 +272,7 @@ class FrameDecoder:
                 if rest is None:
                     return frames
                 self._gathering = None
-                frames.append(_decoded(gathering.kind, gathering.call_id, gathering.joined()))
+                frames.append(gathering.frame())
                 data = rest
             buffer = self._buffer
             if buffer:
@@ -315,7 +327,7 @@ class FrameDecoder:
 
 
 class _Gathering:
-    """A large frame's payload as its reads come, joined once it is complete."""
+    """A large frame's payload as its reads come."""
 
     __slots__ = ("kind", "call_id", "parts", "held", "missing")
 
@@ -340,8 +352,11 @@ class _Gathering:
         self.missing = 0
         return rest
 
-    def joined(self) -> bytes:
-        return b"".join(self.parts)
+    def frame(self) -> Frame:
+        """The frame, complete: a BODY's parts as they are, any other payload joined and unpickled."""
+        if self.kind is Kind.BODY:
+            return Frame(self.kind, self.call_id, self.parts)
+        return Frame(self.kind, self.call_id, _unpickled(self.kind, b"".join(self.parts)))
 
 
 def _unpickled(kind: Kind, payload: bytes | memoryview) -> Any:
@@ -349,7 +364,3 @@ def _unpickled(kind: Kind, payload: bytes | memoryview) -> Any:
         return pickle.loads(payload)
     except Exception as error:  # noqa: BLE001 — any undecodable payload is malformed
         raise FrameError(f"a {kind.name} frame with an undecodable payload: {error!r}") from None
-
-
-def _decoded(kind: Kind, call_id: int, payload: bytes) -> Frame:
-    return Frame(kind, call_id, payload if kind is Kind.BODY else _unpickled(kind, payload))

@@ -64,6 +64,7 @@ from datalink.frames import (
     FrameError,
     Kind,
     Opening,
+    Parts,
     Pieces,
     Window,
     encode,
@@ -328,7 +329,7 @@ class ReplicaConnection(FrameConnection):
             future.set_exception(ReplicaDiedError(f"replica {self.name} answered with a {frame.kind.name} frame"))
             self.close(f"a {frame.kind.name} frame from the replica")
 
-    def _take_piece(self, call_id: int, piece: bytes) -> None:
+    def _take_piece(self, call_id: int, piece: bytes | Parts) -> None:
         """The next piece of an answer's body; with its last, the call is answered."""
         answer = self._answers.get(call_id)
         if answer is None:

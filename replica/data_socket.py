@@ -68,6 +68,7 @@ from datalink.frames import (
     FrameError,
     Kind,
     Opening,
+    Parts,
     Pieces,
     Window,
     encode,
@@ -318,7 +319,7 @@ class _ProxyConnection(FrameConnection):
                 and call_id not in self._calls
             ):
                 self._uploads[call_id] = _Upload(head, size)
-            case Frame(kind=Kind.BODY, payload=bytes() as piece) if call_id in self._uploads:
+            case Frame(kind=Kind.BODY, payload=bytes() | list() as piece) if call_id in self._uploads:
                 self._take_piece(call_id, piece)
             case Frame(kind=Kind.BATCH, payload=list() as items):
                 self._start(call_id, self._answer_all(call_id, items))
@@ -348,7 +349,7 @@ class _ProxyConnection(FrameConnection):
             case _:
                 self.close(f"a {frame.kind.name} frame with {_shown(frame.payload)}")
 
-    def _take_piece(self, call_id: int, piece: bytes) -> None:
+    def _take_piece(self, call_id: int, piece: bytes | Parts) -> None:
         """The next piece of an upload's body; with its last, the call starts."""
         upload = self._uploads[call_id]
         try:

@@ -23,6 +23,13 @@ from datalink.frames import (
 from datalink.peers import peer_allowed
 from vocabulary.wire import CallOutcome, StreamStart, make_request
 
+def whole(frame: Frame) -> Frame:
+    """A BODY frame with its parts (as they were read) joined: what it carries, to compare."""
+    if frame.kind is Kind.BODY and isinstance(frame.payload, list):
+        return Frame(frame.kind, frame.call_id, b"".join(frame.payload))
+    return frame
+
+
 REQUEST = make_request("POST", "/echo", b"a=1", [(b"content-type", b"text/plain")], b"hello")
 RESPONSE = (200, [(b"content-length", b"5")], b"hello")
 
@@ -184,8 +191,10 @@ def test_large_payloads_and_raw_body_pieces_come_out_whole_however_the_stream_is
     frames: list[Frame] = []
     for start, end in zip(points, points[1:]):
         frames += decoder.feed(stream[start:end])
-    assert frames == [expected for _, expected in pairs]
-    assert all(type(frame.payload) is bytes for frame in frames if frame.kind is Kind.BODY)
+    assert [whole(frame) for frame in frames] == [expected for _, expected in pairs]
+    # A piece in one read is bytes; one in several is its parts, each bytes or a view of a read.
+    assert all(type(frame.payload) is bytes or all(isinstance(part, (bytes, memoryview)) for part in frame.payload)
+               for frame in frames if frame.kind is Kind.BODY)
     assert len(decoder) == 0
 
 
@@ -206,7 +215,9 @@ def test_a_large_frame_arriving_in_reads_is_held_as_its_reads_then_comes_out_who
     assert len(decoder) == 10
     assert decoder.feed(stream[10:100_000]) == []
     assert len(decoder) == 100_000 - 4 - HEADER_BYTES  # its head is read; its payload so far is held
-    assert decoder.feed(stream[100_000:]) == [Frame(Kind.BODY, 3, body), Frame(Kind.CANCEL, 4, None)]
+    piece, cancel = decoder.feed(stream[100_000:])
+    assert isinstance(piece.payload, list) and len(piece.payload) == 2  # as gathered from its reads: not joined
+    assert (whole(piece), cancel) == (Frame(Kind.BODY, 3, body), Frame(Kind.CANCEL, 4, None))
     assert len(decoder) == 0
 
 
@@ -232,6 +243,19 @@ def test_a_body_in_one_piece_is_that_piece_and_one_in_many_is_joined_in_order() 
     assert many.body() == b"a" * 1000 + b"b" * 1000 + b"c" * 1000 + b"d"
 
 
+def test_a_piece_may_come_as_its_parts_as_read() -> None:
+    body = b"a" * 700 + b"b" * 300 + b"c" * 1000
+    pieces = Pieces(len(body))
+    assert pieces.add([b"a" * 700, memoryview(b"b" * 300)]) is False
+    assert pieces.add([b"c" * 1000]) is True
+    assert pieces.body() == body
+    one = Pieces(len(body))
+    assert one.add([body[:5], memoryview(body)[5:]]) is True
+    assert one.body() == body
+    with pytest.raises(FrameError):
+        Pieces(10).add([b"x" * 6, b"y" * 5])
+
+
 def test_pieces_past_the_announced_size_are_malformed() -> None:
     pieces = Pieces(10)
     assert pieces.add(b"x" * 6) is False
@@ -246,4 +270,4 @@ def test_a_frame_started_in_a_buffer_its_reader_reuses_is_not_changed_by_the_reu
     decoder = FrameDecoder()
     assert decoder.feed(memoryview(reused)) == []  # a writable view: what is kept of it is copied
     reused[:] = b"\xff" * len(reused)
-    assert decoder.feed(frame[70_000:]) == [Frame(Kind.BODY, 5, body)]
+    assert [whole(frame) for frame in decoder.feed(frame[70_000:])] == [Frame(Kind.BODY, 5, body)]
