@@ -6,12 +6,13 @@ from a proxy (`replica.data_socket`). It owns what both ends do alike: over
 TCP, the handshake (`datalink.handshake`) runs first and no byte reaches the
 `FrameDecoder` before the peer has proven itself; then every complete frame
 goes to `on_frame`, in order; frames written within one loop iteration
-leave in one write (`writelines`: on uvloop, one vectored write of the
-buffers as they are), and a body above `datalink.frames.PIECES_ABOVE` goes
-as BODY pieces (`write_pieces`: each a head and a slice of the body, written
-once what went before has drained, so the transport never holds the body
-twice); a malformed frame or a failed handshake closes the
-connection (`close`, with the reason). What the frames mean — calls and
+leave in one write (joined when they are small; beside a body's pieces,
+`writelines`: on uvloop, one vectored write of the buffers as they are),
+and a body above `datalink.frames.PIECES_ABOVE` goes as BODY pieces
+(`write_pieces`: each a head and a slice of the body, written once what
+went before has drained, so the transport never holds the body twice); a
+malformed frame or a failed handshake closes the connection (`close`, with
+the reason). What the frames mean — calls and
 their replies on the proxy's side, one task per call on the replica's — is
 the subclasses'.
 
@@ -42,6 +43,7 @@ class FrameConnection(asyncio.Protocol):
         self._decoder = FrameDecoder(max_frame)
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes | memoryview] = []
+        self._vectored = False  # a body's piece is among `_out`
         self._writable: asyncio.Future[None] | None = None  # while the transport's buffer is full
 
     # --- what a subclass says -------------------------------------------------
@@ -72,12 +74,15 @@ class FrameConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         out, self._out = self._out, []
+        vectored, self._vectored = self._vectored, False
         transport = self._transport
         if transport is not None and out and not transport.is_closing():
             if len(out) == 1:
                 transport.write(out[0])
+            elif vectored:
+                transport.writelines(out)  # a body's pieces among them: not copied into one buffer
             else:
-                transport.writelines(out)
+                transport.write(b"".join(out))  # small frames: one buffer, as they always went
 
     async def write_pieces(self, call_id: int, body: bytes, stop: Callable[[], bool]) -> bool:
         """`body` as BODY frames of at most `BODY_PIECE_BYTES`: each a head and a
@@ -91,6 +96,7 @@ class FrameConnection(asyncio.Protocol):
             piece = view[start : start + BODY_PIECE_BYTES]
             self.write(piece_head(call_id, len(piece)))
             self.write(piece)
+            self._vectored = True
         return True
 
     async def drained(self) -> None:
