@@ -6,9 +6,13 @@ from a proxy (`replica.data_socket`). It owns what both ends do alike: over
 TCP, the handshake (`datalink.handshake`) runs first and no byte reaches the
 `FrameDecoder` before the peer has proven itself; then every complete frame
 goes to `on_frame`, in order; frames written within one loop iteration
-leave in one write, and a writer of many (an UPLOAD's body) waits in
-`drained` while the transport's buffer is full; a malformed frame or a failed handshake closes the
-connection (`close`, with the reason). What the frames mean — calls and
+leave in one write (joined when they are small; beside a body's pieces,
+`writelines`: on uvloop, one vectored write of the buffers as they are),
+and a body above `datalink.frames.PIECES_ABOVE` goes as BODY pieces
+(`write_pieces`: each a head and a slice of the body, written once what
+went before has drained, so the transport never holds the body twice); a
+malformed frame or a failed handshake closes the connection (`close`, with
+the reason). What the frames mean — calls and
 their replies on the proxy's side, one task per call on the replica's — is
 the subclasses'.
 
@@ -19,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 
-from datalink.frames import MAX_FRAME_BYTES, Frame, FrameDecoder, FrameError
+from typing import Callable
+
+from datalink.frames import BODY_PIECE_BYTES, MAX_FRAME_BYTES, Frame, FrameDecoder, FrameError, piece_head
 from datalink.handshake import Handshake, HandshakeError
 from datalink.peers import set_nodelay
 
@@ -36,7 +42,8 @@ class FrameConnection(asyncio.Protocol):
         self._handshake = handshake
         self._decoder = FrameDecoder(max_frame)
         self._transport: asyncio.Transport | None = None
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []
+        self._vectored = False  # a body's piece is among `_out`
         self._writable: asyncio.Future[None] | None = None  # while the transport's buffer is full
 
     # --- what a subclass says -------------------------------------------------
@@ -59,17 +66,38 @@ class FrameConnection(asyncio.Protocol):
         """Whether the handshake still runs (no frame may be sent or decoded yet)."""
         return self._handshake is not None
 
-    def write(self, frame: bytes) -> None:
-        """Queue one encoded frame: frames queued within one loop iteration leave in one write."""
+    def write(self, frame: bytes | memoryview) -> None:
+        """Queue one encoded frame (or a part of one): what is queued within one loop iteration leaves in one write."""
         if not self._out:
             self._loop.call_soon(self._flush)
         self._out.append(frame)
 
     def _flush(self) -> None:
         out, self._out = self._out, []
+        vectored, self._vectored = self._vectored, False
         transport = self._transport
         if transport is not None and out and not transport.is_closing():
-            transport.write(out[0] if len(out) == 1 else b"".join(out))
+            if len(out) == 1:
+                transport.write(out[0])
+            elif vectored:
+                transport.writelines(out)  # a body's pieces among them: not copied into one buffer
+            else:
+                transport.write(b"".join(out))  # small frames: one buffer, as they always went
+
+    async def write_pieces(self, call_id: int, body: bytes, stop: Callable[[], bool]) -> bool:
+        """`body` as BODY frames of at most `BODY_PIECE_BYTES`: each a head and a
+        slice of `body` (never copied here), queued once what went before has
+        drained. False when `stop()` said, before a piece, that nobody wants the rest."""
+        view = memoryview(body)
+        for start in range(0, len(view), BODY_PIECE_BYTES):
+            await self.drained()
+            if stop():
+                return False
+            piece = view[start : start + BODY_PIECE_BYTES]
+            self.write(piece_head(call_id, len(piece)))
+            self.write(piece)
+            self._vectored = True
+        return True
 
     async def drained(self) -> None:
         """Once what was written has gone to the transport and its buffer is below its high-water mark."""

@@ -21,11 +21,14 @@ starts it over), when the next look asks again and connects in the
 background, so a dead replica is not hammered. A replica that leaves the
 table (its handle is dropped) is forgotten, and its connection closed. A
 cancelled call sends a CANCEL frame, which cancels the handler on the
-replica. A request body above `datalink.frames.BODY_PIECE_BYTES` is
+replica. A request body above `datalink.frames.PIECES_ABOVE` is
 uploaded in pieces, each written once the connection has drained the
 previous ones, so the proxy holds the body once, not again in the
-transport's buffer. Frames written in one loop iteration leave in one write
-(`datalink.connection`). Replies are unpickled, so a Unix socket's peer must
+transport's buffer; a reply whose body is above it comes back the same way
+(an ANSWER, then its BODY pieces), written as they come into one buffer of
+the announced size that becomes the body uncopied (`datalink.frames.Pieces`;
+a body in one piece is that piece). Frames written in one loop iteration
+leave in one write (`datalink.connection`). Replies are unpickled, so a Unix socket's peer must
 be our own OS user (SO_PEERCRED), and a TCP peer must first prove it knows
 the replica's secret, which only Ray told us (`datalink.handshake`; nothing
 is decoded before).
@@ -55,14 +58,16 @@ from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine
 
 from datalink.connection import FrameConnection
 from datalink.frames import (
-    BODY_PIECE_BYTES,
     MAX_FRAME_BYTES,
+    PIECES_ABOVE,
     Frame,
+    FrameError,
     Kind,
     Opening,
+    Parts,
+    Pieces,
     Window,
     encode,
-    encode_piece,
     item_bytes,
 )
 from vocabulary.actor_apis import ReplicaHandle
@@ -138,6 +143,7 @@ class ReplicaConnection(FrameConnection):
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._flows: dict[int, _Flow] = {}
+        self._answers: dict[int, _Answer] = {}  # pending calls whose reply's body is arriving in pieces
         self.lost: str | None = None  # why the connection ended, once it did
 
     @property
@@ -161,9 +167,14 @@ class ReplicaConnection(FrameConnection):
         try:
             return await future
         except asyncio.CancelledError:
-            if self._pending.pop(call_id, None) is not None and self.open:
-                self.write(encode(Kind.CANCEL, call_id))
+            self._cancel(call_id)
             raise
+
+    def _cancel(self, call_id: int) -> None:
+        """A call nobody awaits any more: the replica stops it, and what it still sends is dropped."""
+        self._answers.pop(call_id, None)
+        if self._pending.pop(call_id, None) is not None and self.open:
+            self.write(encode(Kind.CANCEL, call_id))
 
     async def items(self, call_id: int, frame: bytes, window: Window) -> AsyncGenerator[Any, None]:
         """A STREAM or WEBSOCKET call (from `frame`, sent at the first `anext`):
@@ -219,9 +230,9 @@ class ReplicaConnection(FrameConnection):
     # --- the calls: each None when its frame would be too large for the replica
 
     def request(self, request: WireRequest) -> Coroutine[Any, Any, Reply] | None:
-        """One request's call; a body above `BODY_PIECE_BYTES` is uploaded in pieces."""
+        """One request's call; a body above `PIECES_ABOVE` is uploaded in pieces."""
         body = request[4]
-        if len(body) > BODY_PIECE_BYTES:
+        if len(body) > PIECES_ABOVE:
             framed = self.frame(Kind.UPLOAD, (*request[:4], len(body)))
             return None if framed is None else self._upload(*framed, body)
         framed = self.frame(Kind.REQUEST, request)
@@ -237,16 +248,11 @@ class ReplicaConnection(FrameConnection):
         self._pending[call_id] = future
         try:
             self.write(frame)
-            with memoryview(body) as view:
-                for start in range(0, len(view), BODY_PIECE_BYTES):
-                    await self.drained()
-                    if future.done():
-                        break  # the connection was lost (or the replica answered early)
-                    self.write(encode_piece(call_id, view[start : start + BODY_PIECE_BYTES]))
+            # Stopped early when the connection was lost (or the replica answered early).
+            await self.write_pieces(call_id, body, future.done)
             return await future
         except asyncio.CancelledError:
-            if self._pending.pop(call_id, None) is not None and self.open:
-                self.write(encode(Kind.CANCEL, call_id))
+            self._cancel(call_id)
             raise
 
     def batch(self, items: list[TimedRequest]) -> Coroutine[Any, Any, list[CallResult]] | None:
@@ -302,16 +308,47 @@ class ReplicaConnection(FrameConnection):
             else:
                 self.close(f"a {frame.kind.name} frame from the replica for a stream")
             return
+        if frame.kind is Kind.BODY:
+            self._take_piece(frame.call_id, frame.payload)
+            return
         future = self._pending.pop(frame.call_id, None)
         if future is None or future.done():
             return  # a call cancelled meanwhile: its answer is not wanted
-        if frame.kind is Kind.RESULT or frame.kind is Kind.RESULTS:
+        if frame.call_id in self._answers:
+            future.set_exception(ReplicaDiedError(f"replica {self.name} sent a {frame.kind.name} amid an answer's pieces"))
+            self.close(f"a {frame.kind.name} frame amid an answer's pieces")
+        elif frame.kind is Kind.RESULT or frame.kind is Kind.RESULTS:
             future.set_result(frame.payload)
+        elif frame.kind is Kind.ANSWER and _answer_head(frame.payload, self.max_frame):
+            status, headers, size = frame.payload
+            self._answers[frame.call_id] = _Answer(status, headers, size)
+            self._pending[frame.call_id] = future  # answered once its body's pieces are all here
         elif frame.kind is Kind.ERROR:
             future.set_exception(HandlerError(str(frame.payload)))
         else:
             future.set_exception(ReplicaDiedError(f"replica {self.name} answered with a {frame.kind.name} frame"))
             self.close(f"a {frame.kind.name} frame from the replica")
+
+    def _take_piece(self, call_id: int, piece: bytes | Parts) -> None:
+        """The next piece of an answer's body; with its last, the call is answered."""
+        answer = self._answers.get(call_id)
+        if answer is None:
+            if call_id in self._pending:
+                self.close("a BODY frame before its call's ANSWER")
+            return  # a call cancelled meanwhile: the rest of its body is not wanted
+        future = self._pending.get(call_id)
+        if future is None or future.done():  # cancelled, and its task has not run yet to say so
+            self._cancel(call_id)
+            return
+        try:
+            complete = answer.body.add(piece)
+        except FrameError as error:
+            self.close(f"call {call_id}: {error}")
+            return
+        if complete:
+            del self._answers[call_id]
+            del self._pending[call_id]
+            future.set_result((answer.status, answer.headers, answer.body.body()))
 
     def close(self, reason: str) -> None:
         """End the connection; every pending call fails with ReplicaDiedError."""
@@ -335,11 +372,29 @@ class ReplicaConnection(FrameConnection):
             self.proven.set_result(False)
         self.resume_writing()  # an upload waiting for room: its call fails below
         pending, self._pending = self._pending, {}
+        self._answers.clear()
         for future in pending.values():
             if not future.done():
                 future.set_exception(ReplicaDiedError(f"the data connection to {self.name} closed: {self.lost}"))
         for flow in self._flows.values():
             flow.finish(ReplicaDiedError(f"the data connection to {self.name} closed: {self.lost}"))
+
+
+class _Answer:
+    """A reply's head, while its body arrives in pieces."""
+
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], size: int) -> None:
+        self.status, self.headers, self.body = status, headers, Pieces(size)
+
+
+def _answer_head(payload: Any, max_size: int) -> bool:
+    """Whether an ANSWER's payload is (status, headers, size), its size one that comes in pieces."""
+    match payload:
+        case (int(), list(), int() as size) if PIECES_ABOVE < size <= max_size:
+            return True
+    return False
 
 
 async def connect(path: str, name: str, max_frame: int = MAX_FRAME_BYTES, window: Window = Window()) -> ReplicaConnection:

@@ -23,10 +23,14 @@ Each call runs as its own task through the same code the Ray methods use
 (`Serving`: the replica's `handle_request` and `handle_batch`); a CANCEL frame cancels its task, which cancels the user
 code as a cancelled Ray call would. A streaming answer's head comes back
 here as a `StreamStart`; an UPLOAD (a request whose body is above
-`datalink.frames.BODY_PIECE_BYTES`) starts its task once its BODY pieces
-have all come, written into one buffer as they arrive, which becomes the
-body without a copy; a CANCEL drops a half-arrived one. A STREAM frame then claims its rest and the chunks
-go out as ITEM frames, then END (or ERROR when the handler raised). A
+`datalink.frames.PIECES_ABOVE`) starts its task once its BODY pieces
+have all come, written as they arrive into one buffer of the announced
+size that becomes the body uncopied (`datalink.frames.Pieces`); a CANCEL
+drops a half-arrived one. A plain reply whose body is above `PIECES_ABOVE`
+goes back the same way: an ANSWER (its status, headers and size), then its
+body's BODY pieces, each written as the connection drains
+(`FrameConnection.write_pieces`), never pickled. A STREAM frame then claims
+its rest and the chunks go out as ITEM frames, then END (or ERROR when the handler raised). A
 WebSocket is a WEBSOCKET frame: what the app sends goes out as ITEMs the same
 way, and what the client sends comes in as PUSH calls. Both are pushed only
 as far ahead as the proxy's window allows (`datalink.frames.Window`,
@@ -45,7 +49,6 @@ Not here: the frame format (`datalink.frames`), the replica's methods
 from __future__ import annotations
 
 import asyncio
-import io
 import ipaddress
 import logging
 import os
@@ -58,7 +61,19 @@ from dataclasses import dataclass
 from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine
 
 from datalink.connection import FrameConnection
-from datalink.frames import BODY_PIECE_BYTES, MAX_FRAME_BYTES, Frame, Kind, Opening, Window, encode, item_bytes
+from datalink.frames import (
+    MAX_FRAME_BYTES,
+    PIECES_ABOVE,
+    Frame,
+    FrameError,
+    Kind,
+    Opening,
+    Parts,
+    Pieces,
+    Window,
+    encode,
+    item_bytes,
+)
 from vocabulary.wire import DataAddress
 from datalink.handshake import Handshake, Role, new_secret
 from datalink.peers import peer_allowed, peer_uid
@@ -300,11 +315,11 @@ class _ProxyConnection(FrameConnection):
             case Frame(kind=Kind.REQUEST, payload=tuple() as request):
                 self._start(call_id, self._answer(call_id, request))
             case Frame(kind=Kind.UPLOAD, payload=(str(), str(), bytes(), list(), int() as size) as head) if (
-                BODY_PIECE_BYTES < size <= MAX_BODY_BYTES_CEILING and call_id not in self._uploads
+                PIECES_ABOVE < size <= MAX_BODY_BYTES_CEILING and call_id not in self._uploads
                 and call_id not in self._calls
             ):
                 self._uploads[call_id] = _Upload(head, size)
-            case Frame(kind=Kind.BODY, payload=bytes() as piece) if call_id in self._uploads:
+            case Frame(kind=Kind.BODY, payload=bytes() | list() as piece) if call_id in self._uploads:
                 self._take_piece(call_id, piece)
             case Frame(kind=Kind.BATCH, payload=list() as items):
                 self._start(call_id, self._answer_all(call_id, items))
@@ -334,18 +349,18 @@ class _ProxyConnection(FrameConnection):
             case _:
                 self.close(f"a {frame.kind.name} frame with {_shown(frame.payload)}")
 
-    def _take_piece(self, call_id: int, piece: bytes) -> None:
+    def _take_piece(self, call_id: int, piece: bytes | Parts) -> None:
         """The next piece of an upload's body; with its last, the call starts."""
         upload = self._uploads[call_id]
-        upload.body.write(piece)
-        taken = upload.body.tell()
-        if taken > upload.size:
-            self.close(f"call {call_id} sent {taken} bytes of a {upload.size}-byte body")
-        elif taken == upload.size:
+        try:
+            complete = upload.body.add(piece)
+        except FrameError as error:
+            self.close(f"call {call_id}: {error}")
+            return
+        if complete:
             del self._uploads[call_id]
             method, path, query, headers, _ = upload.head
-            # getvalue() hands over the buffer the pieces were written into: the body is never copied whole.
-            self._start(call_id, self._answer(call_id, (method, path, query, headers, upload.body.getvalue())))
+            self._start(call_id, self._answer(call_id, (method, path, query, headers, upload.body.body())))
 
     def _start(self, call_id: int, call: Coroutine[Any, Any, None]) -> None:
         """Run one call as its own task; it forgets itself as it ends (no done
@@ -396,9 +411,14 @@ class _ProxyConnection(FrameConnection):
 
     async def _answer(self, call_id: int, request: WireRequest) -> None:
         try:
-            reply = await self._owner._serving.one(request)
+            reply = self._fitted(await self._owner._serving.one(request), self._owner._max_frame // 2)
             self._owner.served += 1
-            self._send(Kind.RESULT, call_id, self._fitted(reply, self._owner._max_frame // 2))
+            if isinstance(reply, tuple) and len(reply[2]) > PIECES_ABOVE:
+                status, headers, body = reply
+                if self._send(Kind.ANSWER, call_id, (status, headers, len(body))):
+                    await self.write_pieces(call_id, body, self._closing)
+            else:
+                self._send(Kind.RESULT, call_id, reply)
         except asyncio.CancelledError:
             raise  # a CANCEL frame or a closed connection: nobody waits for an answer
         except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
@@ -437,6 +457,9 @@ class _ProxyConnection(FrameConnection):
         if outcome == CallOutcome.OK:
             return outcome, self._fitted(value, budget)
         return result
+
+    def _closing(self) -> bool:
+        return self._transport is None or self._transport.is_closing()
 
     def _send(self, kind: Kind, call_id: int, payload: Any) -> bool:
         """Queue one frame; False when an ERROR frame had to go instead (or nothing could)."""
@@ -487,12 +510,11 @@ class _ProxyConnection(FrameConnection):
 class _Upload:
     """An UPLOAD's head and its body so far."""
 
-    __slots__ = ("head", "size", "body")
+    __slots__ = ("head", "body")
 
     def __init__(self, head: tuple[str, str, bytes, list[tuple[bytes, bytes]], int], size: int) -> None:
         self.head = head
-        self.size = size
-        self.body = io.BytesIO()
+        self.body = Pieces(size)
 
 
 class _Refusals:

@@ -24,7 +24,7 @@ from proxy.replica_calls import ReplicaCalls
 from proxy.socketcalls import DataConnections
 from replica.host import Replica
 from tests.component.data_path import APPS, App, Calls, FakeHandle, RecordingFallback
-from datalink.frames import BODY_PIECE_BYTES, FrameDecoder, Kind, Opening, Window, encode, encode_piece
+from datalink.frames import BODY_PIECE_BYTES, PIECES_ABOVE, Frame, FrameDecoder, Kind, Opening, Window, encode, encode_piece
 from vocabulary.wire import DataAddress
 from vocabulary.wire import StreamStart, WireRequest, make_request
 
@@ -234,6 +234,81 @@ def test_a_large_body_is_uploaded_in_pieces_and_neither_end_holds_it_twice() -> 
     run(scenario)
 
 
+def test_a_large_reply_comes_back_in_pieces_and_neither_end_holds_it_twice() -> None:
+    async def scenario(scene: Scene) -> None:
+        await scene.calls.connections.settled(scene.handle)
+        tracemalloc.start()
+        try:
+            reply = await scene.calls.one(scene.handle, make_request("GET", "/big", b"n=%d" % SIXTEEN_MIB))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert isinstance(reply, tuple)  # answered whole, not held as a stream
+        assert reply[0] == 200 and (b"content-length", str(SIXTEEN_MIB).encode()) in reply[1]
+        assert len(reply[2]) == SIXTEEN_MIB and reply[2].count(b"z") == SIXTEEN_MIB
+        assert scene.fallback.calls == []
+        # The replica's body and the proxy's, and a few pieces in flight. Pickled in one frame,
+        # it was held again by the replica's pickle and frame, the proxy's decoder and its unpickled copy.
+        assert peak < 2 * SIXTEEN_MIB + 6 * BODY_PIECE_BYTES, peak
+        # At the threshold and below, a reply is one RESULT frame; just above it, one piece.
+        for size in (PIECES_ABOVE, PIECES_ABOVE + 1, 3 * BODY_PIECE_BYTES + 1):
+            sized = await scene.calls.one(scene.handle, make_request("GET", "/big", b"n=%d" % size))
+            assert isinstance(sized, tuple) and sized[2] == b"z" * size
+
+    run(scenario)
+
+
+def _piece(frame: Frame) -> bytes:
+    """A BODY frame's bytes, whether it came in one read or as its parts."""
+    return frame.payload if isinstance(frame.payload, bytes) else b"".join(frame.payload)
+
+
+def test_a_reply_above_the_threshold_is_an_answer_then_its_raw_pieces() -> None:
+    async def scenario(scene: Scene) -> None:
+        reader, writer = await _raw(scene.path)
+        size = 2 * BODY_PIECE_BYTES + 5
+        writer.write(encode(Kind.REQUEST, 1, make_request("GET", "/big", b"n=%d" % size))
+                     + encode(Kind.REQUEST, 2, make_request("GET", "/big", b"n=%d" % PIECES_ABOVE)))
+        decoder, frames = FrameDecoder(), []
+        while sum(len(_piece(frame)) for frame in frames if frame.kind is Kind.BODY) < size or len(frames) < 5:
+            frames += decoder.feed(await asyncio.wait_for(reader.read(1 << 20), 10))
+        ones = [frame for frame in frames if frame.call_id == 1]
+        assert [frame.kind for frame in ones] == [Kind.ANSWER, Kind.BODY, Kind.BODY, Kind.BODY]
+        status, headers, announced = ones[0].payload
+        assert (status, announced) == (200, size) and (b"content-length", str(size).encode()) in headers
+        assert [len(_piece(frame)) for frame in ones[1:]] == [BODY_PIECE_BYTES, BODY_PIECE_BYTES, 5]
+        assert b"".join(_piece(frame) for frame in ones[1:]) == b"z" * size
+        [two] = [frame for frame in frames if frame.call_id == 2]
+        assert two.kind is Kind.RESULT and two.payload[2] == b"z" * PIECES_ABOVE
+        writer.close()
+
+    run(scenario)
+
+
+def test_a_reply_cancelled_amid_its_pieces_stops_and_the_connection_goes_on() -> None:
+    async def scenario(scene: Scene) -> None:
+        reader, writer = await _raw(scene.path)
+        writer.write(encode(Kind.REQUEST, 1, make_request("GET", "/big", b"n=%d" % (40 * BODY_PIECE_BYTES))))
+        decoder, frames = FrameDecoder(), []
+        while not frames:
+            frames += decoder.feed(await asyncio.wait_for(reader.read(65536), 10))
+        assert frames[0].kind is Kind.ANSWER
+        writer.write(encode(Kind.CANCEL, 1) + encode(Kind.REQUEST, 2, get("/", b"two")))
+        received = 0
+        while not any(frame.call_id == 2 for frame in frames):
+            data = await asyncio.wait_for(reader.read(1 << 20), 10)
+            received += len(data)
+            frames += decoder.feed(data)
+        [two] = [frame for frame in frames if frame.call_id == 2]
+        assert two.payload[2] == b"echo:two"
+        assert received < 20 * BODY_PIECE_BYTES  # the rest of the 40 MiB was never sent
+        data = scene.replica._data
+        assert data is not None and data.calls_in_flight() == 0
+        writer.close()
+
+    run(scenario)
+
+
 def test_an_upload_cancelled_midway_is_dropped_and_the_connection_goes_on() -> None:
     async def scenario(scene: Scene) -> None:
         reader, writer = await _raw(scene.path)
@@ -310,6 +385,7 @@ WRONG_SHAPES = {
     Kind.DISCARD: 7,
     Kind.CANCEL: "a payload",
     Kind.RESULT: None,
+    Kind.ANSWER: (200, [], PIECES_ABOVE + 1),  # a reply: never the proxy's to send
 }
 
 

@@ -234,6 +234,27 @@ def test_each_endpoint_takes_bodies_up_to_its_own_limit_under_the_proxys_ceiling
     assert [len(request[4]) for request in replica.seen] == [1000, 2000, 3000]
 
 
+def test_a_body_in_many_messages_reaches_the_replica_whole_with_or_without_a_content_length() -> None:
+    replica = FakeReplica("r1")
+    proxy = Proxy(ProxySettings(max_body_bytes=100_000))
+    proxy.serve("e", "/e", {"v1": [replica]})
+    parts = [bytes([n]) * 7_000 for n in range(10)]
+
+    async def pieces(parts: list[bytes] = parts) -> Any:
+        for part in parts:
+            yield part
+
+    async def scenario() -> list[int]:
+        async with proxy.client() as client:
+            sized = await client.post("/e", content=pieces(), headers={"content-length": "70000"})
+            chunked = await client.post("/e", content=pieces())  # no length: the buffer grows as it comes
+            over = await client.post("/e", content=pieces([b"y" * 60_000] * 2), headers={"content-length": "99000"})
+        return [sized.status_code, chunked.status_code, over.status_code]
+
+    assert run(scenario()) == [200, 200, 413]
+    assert [request[4] for request in replica.seen] == [b"".join(parts), b"".join(parts)]
+
+
 def test_a_body_whose_content_length_is_over_the_limit_is_413_before_any_of_it_is_read() -> None:
     replica = FakeReplica("r1")
     proxy = Proxy(ProxySettings(max_body_bytes=1000))

@@ -8,9 +8,27 @@ import struct
 import pytest
 from hypothesis import given, strategies as st
 
-from datalink.frames import HEADER_BYTES, Frame, FrameDecoder, FrameError, Kind, encode, encode_piece
+from datalink.frames import (
+    HEADER_BYTES,
+    PIECES_ABOVE,
+    Frame,
+    FrameDecoder,
+    FrameError,
+    Kind,
+    Pieces,
+    encode,
+    encode_piece,
+    piece_head,
+)
 from datalink.peers import peer_allowed
 from vocabulary.wire import CallOutcome, StreamStart, make_request
+
+def whole(frame: Frame) -> Frame:
+    """A BODY frame with its parts (as they were read) joined: what it carries, to compare."""
+    if frame.kind is Kind.BODY and isinstance(frame.payload, list):
+        return Frame(frame.kind, frame.call_id, b"".join(frame.payload))
+    return frame
+
 
 REQUEST = make_request("POST", "/echo", b"a=1", [(b"content-type", b"text/plain")], b"hello")
 RESPONSE = (200, [(b"content-length", b"5")], b"hello")
@@ -24,6 +42,7 @@ def test_every_kind_round_trips_with_its_call_id_and_payload() -> None:
         Kind.RESULT: StreamStart(200, [], b"first", "r1:0"),
         Kind.RESULTS: [(CallOutcome.OK, RESPONSE), (CallOutcome.ERROR, "Traceback ..."), (CallOutcome.TIMEOUT, "")],
         Kind.ERROR: "Traceback (most recent call last): ...",
+        Kind.ANSWER: (200, [(b"content-type", b"application/octet-stream")], 3_000_000),
     }
     for call_id, (kind, payload) in enumerate(payloads.items()):
         assert FrameDecoder().feed(encode(kind, call_id, payload)) == [Frame(kind, call_id, payload)]
@@ -172,6 +191,83 @@ def test_large_payloads_and_raw_body_pieces_come_out_whole_however_the_stream_is
     frames: list[Frame] = []
     for start, end in zip(points, points[1:]):
         frames += decoder.feed(stream[start:end])
-    assert frames == [expected for _, expected in pairs]
-    assert all(type(frame.payload) is bytes for frame in frames if frame.kind is Kind.BODY)
+    assert [whole(frame) for frame in frames] == [expected for _, expected in pairs]
+    # A piece in one read is bytes; one in several is its parts, each bytes or a view of a read.
+    assert all(type(frame.payload) is bytes or all(isinstance(part, (bytes, memoryview)) for part in frame.payload)
+               for frame in frames if frame.kind is Kind.BODY)
     assert len(decoder) == 0
+
+
+def test_a_piece_head_and_its_piece_written_apart_are_one_body_frame() -> None:
+    piece = bytes(range(256)) * 400
+    framed = piece_head(9, len(piece) - 100) + memoryview(piece)[100:]
+    assert framed == encode_piece(9, piece[100:])
+    assert FrameDecoder().feed(framed) == [Frame(Kind.BODY, 9, piece[100:])]
+    with pytest.raises(ValueError):
+        piece_head(2**64, 1)
+
+
+def test_a_large_frame_arriving_in_reads_is_held_as_its_reads_then_comes_out_whole() -> None:
+    body = bytes(range(256)) * 1000  # 256,000 bytes: gathered, not buffered
+    stream = encode_piece(3, body) + encode(Kind.CANCEL, 4)
+    decoder = FrameDecoder()
+    assert decoder.feed(stream[:10]) == []
+    assert len(decoder) == 10
+    assert decoder.feed(stream[10:100_000]) == []
+    assert len(decoder) == 100_000 - 4 - HEADER_BYTES  # its head is read; its payload so far is held
+    piece, cancel = decoder.feed(stream[100_000:])
+    assert isinstance(piece.payload, list) and len(piece.payload) == 2  # as gathered from its reads: not joined
+    assert (whole(piece), cancel) == (Frame(Kind.BODY, 3, body), Frame(Kind.CANCEL, 4, None))
+    assert len(decoder) == 0
+
+
+def test_a_malformed_frame_after_a_gathered_one_breaks_the_stream() -> None:
+    decoder = FrameDecoder()
+    frame = encode_piece(1, b"x" * 100_000)
+    assert decoder.feed(frame[:50_000]) == []
+    with pytest.raises(FrameError):
+        decoder.feed(frame[50_000:] + struct.pack(">IBQ", HEADER_BYTES, 99, 1))
+    with pytest.raises(FrameError):
+        decoder.feed(encode(Kind.CANCEL, 2))
+
+
+def test_a_body_in_one_piece_is_that_piece_and_one_in_many_is_joined_in_order() -> None:
+    whole = b"w" * (PIECES_ABOVE + 1)
+    one = Pieces(len(whole))
+    assert one.add(whole) is True
+    assert one.body() is whole  # not copied
+    many = Pieces(3 * 1000 + 1)
+    assert [many.add(b"a" * 1000), many.add(b"b" * 1000), many.add(b"c" * 1000), many.add(b"d")] == [
+        False, False, False, True,
+    ]
+    assert many.body() == b"a" * 1000 + b"b" * 1000 + b"c" * 1000 + b"d"
+
+
+def test_a_piece_may_come_as_its_parts_as_read() -> None:
+    body = b"a" * 700 + b"b" * 300 + b"c" * 1000
+    pieces = Pieces(len(body))
+    assert pieces.add([b"a" * 700, memoryview(b"b" * 300)]) is False
+    assert pieces.add([b"c" * 1000]) is True
+    assert pieces.body() == body
+    one = Pieces(len(body))
+    assert one.add([body[:5], memoryview(body)[5:]]) is True
+    assert one.body() == body
+    with pytest.raises(FrameError):
+        Pieces(10).add([b"x" * 6, b"y" * 5])
+
+
+def test_pieces_past_the_announced_size_are_malformed() -> None:
+    pieces = Pieces(10)
+    assert pieces.add(b"x" * 6) is False
+    with pytest.raises(FrameError, match="11 bytes of pieces for a body of 10"):
+        pieces.add(b"y" * 5)
+
+
+def test_a_frame_started_in_a_buffer_its_reader_reuses_is_not_changed_by_the_reuse() -> None:
+    body = bytes(range(256)) * 400
+    frame = encode_piece(5, body)
+    reused = bytearray(frame[:70_000])
+    decoder = FrameDecoder()
+    assert decoder.feed(memoryview(reused)) == []  # a writable view: what is kept of it is copied
+    reused[:] = b"\xff" * len(reused)
+    assert [whole(frame) for frame in decoder.feed(frame[70_000:])] == [Frame(Kind.BODY, 5, body)]

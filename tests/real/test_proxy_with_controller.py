@@ -123,8 +123,20 @@ def test_a_16_mib_body_is_served_where_the_endpoint_allows_it_and_413_where_it_d
     cluster.endpoint("large", {"large-v1": 1.0}, max_body_bytes=SIXTEEN_MIB)
     cluster.endpoint("small", {"large-v1": 1.0})  # the default limit, 10 MiB
     body = bytes(range(256)) * (SIXTEEN_MIB // 256)
-    response = httpx.post(f"{cluster.url}/large", content=body, timeout=60)
-    assert response.status_code == 200 and response.content == body
+    [replica] = cluster.replica_handles("large-v1")
+    # Over the data connection (once it is made), both ways in raw pieces: byte-exact at every size
+    # about the thresholds (one frame; one piece; pieces and a short last one; 16 MiB).
+    assert eventually(lambda: httpx.post(f"{cluster.url}/large", content=b"x", timeout=30).status_code == 200
+                      and ray.get(replica.frames_served.remote(), timeout=30) > 0, 60)
+    before = ray.get(replica.frames_served.remote(), timeout=30)
+    for size in (128 * 1024, 128 * 1024 + 1, 3 * 1024 * 1024 + 7, SIXTEEN_MIB):
+        response = httpx.post(f"{cluster.url}/large", content=body[:size], timeout=60)
+        assert response.status_code == 200 and response.content == body[:size], size
+        assert response.headers["content-length"] == str(size)
+    assert ray.get(replica.frames_served.remote(), timeout=30) - before == 4
+    # A HEAD whose handler answers 3 MiB: the head says so, and no byte of the body follows.
+    head = httpx.request("HEAD", f"{cluster.url}/large", content=body[: 3 * 1024 * 1024 + 7], timeout=60)
+    assert (head.status_code, head.headers["content-length"], head.content) == (200, str(3 * 1024 * 1024 + 7), b"")
     assert httpx.post(f"{cluster.url}/large", content=body + b"!", timeout=60).status_code == 413
     assert httpx.post(f"{cluster.url}/small", content=body, timeout=60).status_code == 413
 
