@@ -13,8 +13,8 @@ below it; a contract in `pyproject.toml` keeps them):
 - I/O shells: `ray_adapter` (every `ray.*` call that manages actors),
   `ray_kv` (the checkpoint's storage in Ray's internal KV), `prometheus`
   (the rollouts' PromQL checks), `cluster` (starting or joining Ray, token
-  auth), `malloc_arenas` (the controller process's C heap: two arenas,
-  freed pages handed back) and `testing` (a fake adapter and storage for
+  auth), `malloc_arenas` (the controller process's C heap: freed pages
+  handed back) and `testing` (a fake adapter and storage for
   tests); below them `ray_private`, the one module that uses Ray's private
   API.
 - `judging`: what "met" means for each goal kind, over observed state.

@@ -174,7 +174,6 @@ class ControllerActor:
                  asker: Asker | None = None) -> None:
         """`storage`, `adapter` and `asker` default to Ray's KV, Ray and
         Prometheus over HTTP (built when first needed); tests pass fakes."""
-        malloc_arenas.cap()  # before this process's threads spread over more
         self._namespace = namespace
         self._name = controller_name
         self._options = ControllerOptions.from_dict(options)

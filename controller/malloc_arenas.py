@@ -1,40 +1,25 @@
-"""The controller process's C heap: at most two malloc arenas, and freed memory handed back.
+"""The controller process's C heap: freed memory handed back to the kernel.
 
-glibc gives each thread that finds the heap busy an arena of its own, up to
-eight per core, and keeps what is freed in each for reuse. In the
-controller, Ray's threads (gRPC, the core worker's I/O) take turns
-allocating, so a new controller climbs for minutes towards that many
-partly used arenas, which reads as growth in a soak. `cap` sets the cap
-early in the process's life (M_ARENA_MAX, as `MALLOC_ARENA_MAX=2` would, but
-without an environment variable every actor the controller starts would
-inherit through Ray's runtime_env); `trim` (malloc_trim) returns the free
-pages of every arena to the kernel, called once a minute by the control
-loop. Both are no-ops where the C library has no such calls (not glibc).
+glibc keeps what a process frees in its malloc arenas for reuse (up to
+eight arenas per core, one for each thread that found the heap busy; a
+controller's Ray threads have made most of them before its constructor
+runs). `trim` (malloc_trim) returns the free pages of every arena, called
+once a minute by the control loop: in a soak's controller one call gave
+back 1.5 of 66 MB. A no-op where the C library has no such call (not
+glibc).
 """
 
 from __future__ import annotations
 
 import ctypes
 
-__all__ = ["cap", "trim"]
-
-_M_ARENA_MAX = -8  # glibc's malloc.h
-
-
-def _libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL("libc.so.6")
-    except OSError:
-        return None
-
-
-def cap(arenas: int = 2) -> bool:
-    """At most `arenas` malloc arenas from now on; True when the C library took it."""
-    libc = _libc()
-    return bool(libc is not None and hasattr(libc, "mallopt") and libc.mallopt(_M_ARENA_MAX, arenas))
+__all__ = ["trim"]
 
 
 def trim() -> bool:
     """Hand the free pages of every arena back to the kernel; True when some were."""
-    libc = _libc()
-    return bool(libc is not None and hasattr(libc, "malloc_trim") and libc.malloc_trim(0))
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(hasattr(libc, "malloc_trim") and libc.malloc_trim(0))

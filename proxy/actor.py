@@ -16,8 +16,10 @@ starts tasks on the actor's event loop: the HTTP server, the long poll, the
 load reports and, given a metrics port, the metrics' load sampler. The
 server is our lean HTTP/1.1 one, bounded at the socket (header size and
 time, connection cap: `max_connections`, for which the constructor raises
-the process's open-files limit as far as the hard limit allows) and handing WebSockets to uvicorn's. Owns the
-proxy's lifecycle only; the request path is `proxy.app`.
+the process's open-files limit as far as the hard limit allows) and handing WebSockets to uvicorn's. The
+constructor also puts the process back at normal CPU priority, which Ray
+lowers for every worker, where the node allows it. Owns the proxy's
+lifecycle only; the request path is `proxy.app`.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ class ProxyActor:
         if max_connections is not None:
             settings = dataclasses.replace(settings, edge=dataclasses.replace(settings.edge, max_connections=max_connections))
         _allow_descriptors(settings.edge.max_connections)
+        _normal_priority()
         rng = random.Random()
         me = proxy_id(node_id, worker)
         # `shared_dir` names the node's group of workers; their shared files live in this user's private base.
@@ -207,6 +210,26 @@ async def _after(event: asyncio.Event, work: Coroutine[Any, Any, None]) -> None:
         work.close()
         raise
     await work
+
+
+def _normal_priority() -> None:
+    """Every thread of this process back to the normal CPU priority (nice 0), where the node allows it.
+
+    Ray starts each worker at nice 15 (`RAY_worker_niceness`) so that its own
+    daemons come first; a proxy is on every request's path, and at nice 15 it
+    waits behind any other busy process of the node. Linux keeps a nice value
+    per thread, so each one (the event loop's, Ray's gRPC and I/O threads)
+    is set; threads started later inherit it. Lowering the value needs root
+    or CAP_SYS_NICE: without them the proxy stays where Ray put it."""
+    for task in os.listdir("/proc/self/task"):
+        try:
+            if os.getpriority(os.PRIO_PROCESS, int(task)) > 0:
+                os.setpriority(os.PRIO_PROCESS, int(task), 0)
+        except ProcessLookupError:
+            continue  # a thread that ended meanwhile
+        except PermissionError:
+            logger.info("proxy: stays at Ray's worker priority (nice 15): lowering it needs root or CAP_SYS_NICE")
+            return
 
 
 def _allow_descriptors(connections: int) -> None:

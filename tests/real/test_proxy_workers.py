@@ -72,6 +72,19 @@ def node(ray_session: str) -> Iterator[Node]:
     built.client.shutdown()
 
 
+def test_each_worker_runs_at_normal_cpu_priority_where_the_node_allows_it(node: Node) -> None:
+    """Ray starts every worker at nice 15; a proxy worker, on every request's path, goes back to 0 (as root)."""
+    expected = 0 if os.geteuid() == 0 else 15
+    for pid in node.pids():
+        nice = {}
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                nice[int(task)] = os.getpriority(os.PRIO_PROCESS, int(task))
+            except ProcessLookupError:
+                continue  # a thread that ended meanwhile
+        assert nice and set(nice.values()) == {expected}, (pid, nice)
+
+
 def accepted(pid: int, port: int) -> int:
     """Established TCP connections to local `port` that process `pid` holds (its accepted ones)."""
     return len(_sockets(pid) & on_port(port, "01"))
