@@ -9,7 +9,11 @@ config snapshots so counts survive a table switch; the controller's
 A backend that scales from zero (`cold_start_timeout_s`) holds requests that
 find no replica in its wait queue, where the autoscaler sees them as demand,
 until a first replica arrives or that time runs out (`NoReplicaError`). A replica that died under a request is
-dropped at once and kept out until the controller stops listing it.
+dropped at once and kept out until the controller stops listing it. When such
+drops (deaths, stalls) take a backend's last replica, the controller is
+replacing it: requests wait in line for the replacement, for at most
+`REPLACEMENT_WAIT_S` after the last one went (and their own deadline), rather
+than 503 at once; a backend that never had a replica still answers 503 at once.
 
 Each slot keeps its replica's progress (`proxy.stalls.ReplicaProgress`): the
 request path says when a call is sent, answered or ended, and when one ran out
@@ -49,12 +53,16 @@ from vocabulary.configs import BatchingConfig, MultiplexConfig, RoutingConfig
 from vocabulary.multiplexing import ModelReport, parse_report
 from vocabulary.wire import WireRequest
 
-__all__ = ["ReplicaSlot", "ReplicaPool", "NoReplicaError", "QueueFullError"]
+__all__ = ["ReplicaSlot", "ReplicaPool", "NoReplicaError", "QueueFullError", "REPLACEMENT_WAIT_S"]
 
 # Requests turned away because a backend has no replica are demand too: the
 # autoscaler must see them, or a backend at zero replicas never scales up.
 _UNSERVED_WINDOW_S = 1.0
 _UNSERVED_KEPT = 10_000
+# How long after dropping a backend's last replica (died, stalled) its requests
+# wait for the controller's replacement: a replacement starts in seconds; a
+# backend still without one after this answers 503 at once again.
+REPLACEMENT_WAIT_S = 30.0
 
 
 class NoReplicaError(Exception):
@@ -123,6 +131,7 @@ class ReplicaPool:
         self._slots: list[ReplicaSlot] = []
         self._waiters: collections.deque[tuple[asyncio.Future[ReplicaSlot], bytes | None]] = collections.deque()
         self._dead: set[str] = set()
+        self._emptied_at: float | None = None  # when a drop took the last replica (None: it has some, or never had)
         self._clock = clock
         self._unserved: collections.deque[float] = collections.deque(maxlen=_UNSERVED_KEPT)
         # Replicas found hung (proxy.stalls), kept out and reported until the controller drops them.
@@ -202,7 +211,16 @@ class ReplicaPool:
         """Take a replica that failed under a request out of rotation now."""
         self._dead.add(slot.replica_id)
         self._slots = [s for s in self._slots if s is not slot]
+        if not self._slots:
+            self._emptied_at = self._clock()
         self._after_membership_change()
+
+    def _replacement_wait_s(self) -> float | None:
+        """How much longer requests wait for a replacement of the replicas drops took; None: not at all."""
+        if self._emptied_at is None:
+            return None
+        left = self._emptied_at + REPLACEMENT_WAIT_S - self._clock()
+        return left if left > 0 else None
 
     # --- progress and stalls (proxy.stalls) ------------------------------------
 
@@ -238,8 +256,9 @@ class ReplicaPool:
         if self._models is not None:
             self._models.members([slot.replica_id for slot in self._slots])
         if self._slots:
+            self._emptied_at = None
             self._serve_waiters()
-        elif self.cold_start_s is None:
+        elif self.cold_start_s is None and self._replacement_wait_s() is None:
             self._fail_waiters(NoReplicaError(self.backend))
 
     # --- acquiring and releasing ----------------------------------------------
@@ -271,13 +290,15 @@ class ReplicaPool:
         return self._take(key)
 
     async def acquire(self, key: bytes | None = None) -> ReplicaSlot:
-        """A slot with room for one more request, waiting in line if all are full
-        (or, for a backend that scales from zero, until a first replica starts)."""
+        """A slot with room for one more request, waiting in line if all are full (or, with
+        none at all, until a first replica starts for a backend that scales from zero, or a
+        replacement for one whose last replica was dropped)."""
         if not self._slots:
-            if self.cold_start_s is None:
+            limit_s = self.cold_start_s if self.cold_start_s is not None else self._replacement_wait_s()
+            if limit_s is None:
                 self._unserved.append(self._clock())
                 raise NoReplicaError(self.backend)
-            return await self._wait_in_line(self.cold_start_s, key)
+            return await self._wait_in_line(limit_s, key)
         if not self._waiters:
             slot = self._take(key)
             if slot is not None:

@@ -144,7 +144,9 @@ def test_one_slow_call_alone_does_not_make_a_stall() -> None:
             assert proxy.app.stalled_replicas() == {}
             assert (await client.get("/e")).status_code == 504  # the second strike in a row
             assert list(proxy.app.stalled_replicas()["v1"]) == ["r-slow"]
-            assert (await client.get("/e")).status_code == 503  # no other replica to route to
+            # No other replica: the request waits for the controller's replacement, here until its own timeout.
+            assert (await client.get("/e")).status_code == 504
+            assert proxy.app.stalled_replicas()["v1"]  # still reported, for the controller to replace
 
     asyncio.run(scenario())
 
@@ -164,3 +166,30 @@ def test_calls_that_time_out_together_are_all_504_not_retried_past_their_deadlin
             assert hung.cancelled == 8
 
     asyncio.run(scenario())
+
+
+def test_a_request_finding_the_last_replica_stalled_is_served_by_its_replacement() -> None:
+    """Both replicas found stalled (e.g. each held calls to a hung callee): requests wait for the
+    controller's replacements instead of 503, and are served once one is published."""
+    async def scenario() -> tuple[int, bytes]:
+        proxy = Proxy()
+        first, second = Replica("r-1", hung=True), Replica("r-2", hung=True)
+        config = EndpointConfig(name="e", route="/e", methods=("POST",), traffic={"v1": 1.0}, timeout_s=0.2)
+        table = RouteTable(entries=(RouteEntry(route="/e", methods=("POST",), endpoint="e"),))
+        proxy.publish(routes=table, endpoint__e=config, replicas__v1=ReplicaSet(
+            backend="v1", max_concurrent_queries=100,
+            replicas=tuple(ReplicaInfo(replica_id=r.name, actor_name=r.name, handle=r) for r in (first, second))))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=proxy.app), base_url="http://p") as client:
+            for _ in range(4):  # two strikes on each: both out of routing
+                assert (await client.post("/e")).status_code == 504
+            assert set(proxy.app.stalled_replicas()["v1"]) == {"r-1", "r-2"}
+            config = EndpointConfig(name="e", route="/e", methods=("POST",), traffic={"v1": 1.0}, timeout_s=5)
+            proxy.publish(endpoint__e=config)
+            waiting = asyncio.ensure_future(client.post("/e"))
+            await asyncio.sleep(0.1)
+            assert not waiting.done()  # held, not 503
+            proxy.replicas(Replica("r-3"))  # the controller's replacement is running
+            answer = await asyncio.wait_for(waiting, 2)
+        return answer.status_code, answer.content
+
+    assert asyncio.run(scenario()) == (200, b"r-3")

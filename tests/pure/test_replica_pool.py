@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from proxy.replicas import NoReplicaError, QueueFullError, ReplicaPool
+from proxy.replicas import REPLACEMENT_WAIT_S, NoReplicaError, QueueFullError, ReplicaPool
 
 
 def pool(replicas: int, cap: int, max_queued: int = 2) -> ReplicaPool:
@@ -163,3 +163,45 @@ def test_requests_turned_away_for_want_of_a_replica_are_demand_for_a_second() ->
     assert p.unserved() == 2
     now[0] += 1.5
     assert p.unserved() == 0
+
+
+def test_when_drops_take_the_last_replica_requests_wait_for_its_replacement() -> None:
+    # The controller replaces a replica that died or stalled; its proxy holds the requests meanwhile.
+    async def scenario() -> tuple[int, str]:
+        p = pool(1, cap=10)
+        slot = await p.acquire()
+        p.drop(slot)  # e.g. stalled under this request
+        p.release(slot)
+        waiting = asyncio.ensure_future(p.acquire())
+        await asyncio.sleep(0)
+        p.update(10, [])  # the controller stopped it; its replacement is starting
+        await asyncio.sleep(0.01)
+        queued = p.queued()
+        p.update(10, [("r1", "h1")])
+        return queued, (await waiting).replica_id
+
+    assert run(scenario()) == (1, "r1")
+
+
+def test_the_wait_for_a_replacement_ends_replacement_wait_s_after_the_last_replica_went() -> None:
+    now = [100.0]
+    p = ReplicaPool("b", random.Random(0), 10, clock=lambda: now[0])
+    p.update(10, [("r0", "h0")])
+
+    async def scenario() -> None:
+        p.drop(await p.acquire())
+        now[0] += REPLACEMENT_WAIT_S + 0.1
+        with pytest.raises(NoReplicaError):
+            await p.acquire()  # still none long after: 503 at once, as for a backend that never had one
+
+    run(scenario())
+
+
+def test_a_backend_that_never_had_a_replica_still_refuses_at_once() -> None:
+    async def scenario() -> None:
+        p = pool(1, cap=10)
+        p.update(10, [])
+        with pytest.raises(NoReplicaError):
+            await asyncio.wait_for(p.acquire(), 1.0)
+
+    run(scenario())
