@@ -8,7 +8,9 @@ directions: what the app sends (accept, messages, close with its code)
 comes from the replica's streaming generator to the client; what the client
 sends (messages, its disconnect with its close code) goes to that same
 replica, one message at a time and in order. A replica that dies closes the
-socket with 1011; a client that leaves cancels the replica's generator once
+socket with 1011, unless it died before answering the handshake: then the
+client has seen nothing and the handshake goes to one other replica (1013
+when there is none); a client that leaves cancels the replica's generator once
 the app had a moment to see the disconnect. A backend with no free replica
 accepts the socket and closes it at once with 1013 (try again later): a close
 code exists only after the handshake, and closed before it uvicorn would
@@ -70,6 +72,9 @@ INTERNAL_ERROR = 1011  # RFC 6455 7.4.1: the server hit a condition it could not
 TRY_AGAIN_LATER = 1013
 # How long a gone client's app may take to see the disconnect before it is cancelled.
 _DISCONNECT_GRACE_S = 1.0
+# A handshake whose replica died before answering it (killed moments before
+# the proxy learned) goes to one more replica: the client has seen nothing yet.
+_HANDSHAKE_ATTEMPTS = 2
 # Hop-by-hop for the handshake: the replica's app sees an ordinary WebSocket scope.
 _HANDSHAKE_ONLY = frozenset({b"connection", b"upgrade", b"sec-websocket-key", b"sec-websocket-version",
                              b"sec-websocket-extensions"})
@@ -100,6 +105,11 @@ class Session:
     died: bool = False
     failed: bool = False  # the app raised
     client_left: bool = False
+
+    @property
+    def died_unanswered(self) -> bool:
+        """The replica died before answering the handshake: the client has seen nothing, so another may serve it."""
+        return self.died and not self.accepted and self.refused is None and not self.client_left
 
 
 def session_code(session: Session) -> int:
@@ -177,13 +187,27 @@ class WebSocketCarrier:
         def accepted() -> None:
             self._recorder.first_byte(served.name, backend, time.perf_counter() - started)
 
-        try:
-            session = await self._pump(slot.handle, request, receive, send, accepted, captured)
-        finally:
-            pool.release(slot)
-        if session.died:
-            pool.drop(slot)
-            logger.warning("replica %s of %s died under a WebSocket", slot.replica_id, pool.backend)
+        for attempt in range(_HANDSHAKE_ATTEMPTS):
+            try:
+                session = await self._pump(slot.handle, request, receive, send, accepted, captured)
+            finally:
+                pool.release(slot)
+            if session.died:
+                pool.drop(slot)
+                logger.warning("replica %s of %s died under a WebSocket", slot.replica_id, pool.backend)
+            if not session.died_unanswered or attempt + 1 == _HANDSHAKE_ATTEMPTS:
+                break
+            retry = pool.try_acquire()  # a replica that died before answering (killed moments before): another
+            if retry is None:
+                break
+            slot = retry
+            if traced is not None:
+                traced.replica = slot.replica_id
+            if captured is not None:
+                captured.replica = slot.replica_id
+        if session.died_unanswered:  # and no other replica took it: come back later, as for no replica
+            await send({"type": "websocket.accept"})
+            await send({"type": "websocket.close", "code": TRY_AGAIN_LATER})
         self._done(served.name, backend, session_code(session))
         if traced is not None:
             traced.end(session_code(session), -1, pool.commit)
@@ -255,10 +279,11 @@ class WebSocketCarrier:
         error = _failure(down) or _failure(up)
         if error is not None and not isinstance(error, ReplicaDiedError):
             logger.error("WebSocket app raised:\n%s", error)
-        if not closed and not client_left:
-            # An app that returned without closing is closed normally (ASGI).
-            await send({"type": "websocket.close", "code": NORMAL if error is None else INTERNAL_ERROR})
         died = isinstance(error, ReplicaDiedError)
+        if not closed and not client_left and (answered or not died):
+            # An app that returned without closing is closed normally (ASGI); one that died before
+            # answering the handshake is the caller's to retry or close.
+            await send({"type": "websocket.close", "code": NORMAL if error is None else INTERNAL_ERROR})
         return Session(accepted=answered and refused is None, refused=refused, died=died,
                        failed=error is not None and not died, client_left=client_left)
 

@@ -33,8 +33,10 @@ Message = dict[str, Any]
 class EchoReplica:
     """Accepts, then echoes each client message until the client leaves (or it dies)."""
 
-    def __init__(self, dies: bool = False, refuses: bool = False, raises: bool = False) -> None:
+    def __init__(self, dies: bool = False, refuses: bool = False, raises: bool = False,
+                 gone: bool = False) -> None:
         self.dies = dies
+        self.gone = gone  # dead before it answers the handshake (killed moments before the proxy learned)
         self.refuses = refuses
         self.raises = raises
         self.pushed: list[Message] = []
@@ -46,6 +48,8 @@ class SocketCaller:
     async def open_websocket(self, handle: ReplicaHandle, websocket_id: str,
                           request: WireRequest) -> AsyncGenerator[Message, None]:
         handle.actor.requests.append(request)
+        if handle.actor.gone:
+            raise ReplicaDiedError("gone before the handshake")
         if handle.actor.refuses:
             yield {"type": "websocket.close", "code": 1000}
             return
@@ -66,11 +70,12 @@ class SocketCaller:
         return True
 
 
-def proxy(replica: EchoReplica | None, recorder: Any = None) -> ProxyApp:
-    """`replica` None: the backend has no replica."""
-    rng = random.Random(0)
+def proxy(replica: EchoReplica | None, recorder: Any = None, *more: EchoReplica, seed: int = 0) -> ProxyApp:
+    """`replica` None: the backend has no replica; `more`: its other replicas."""
+    rng = random.Random(seed)
     app = ProxyApp(SocketCaller(), ProxySettings(), rng, recorder)  # type: ignore[arg-type]
-    replicas = () if replica is None else (ReplicaInfo(replica_id="r1", actor_name="r1", handle=replica),)
+    replicas = () if replica is None else tuple(
+        ReplicaInfo(replica_id=f"r{i + 1}", actor_name=f"r{i + 1}", handle=r) for i, r in enumerate((replica, *more)))
     app.install(Subscriptions(ProxySettings(), rng).apply({
         "routes": (1, RouteTable(entries=(RouteEntry(route="/chat", methods=("GET",), endpoint="chat"),))),
         "endpoint:chat": (2, EndpointConfig(name="chat", route="/chat", traffic={"v1": 1.0})),
@@ -123,6 +128,24 @@ class Client:
             self.echoed.set()
 
 
+class Realistic(Client):
+    """A client that, as a real one must, sends its messages only once the handshake is accepted."""
+
+    def __init__(self, script: list[Message], echoes: int = 0) -> None:
+        super().__init__(script, echoes)
+        self.accepted = asyncio.Event()
+
+    async def receive(self) -> Message:
+        if self.script and self.script[0]["type"] != "websocket.connect":
+            await self.accepted.wait()
+        return await super().receive()
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "websocket.accept":
+            self.accepted.set()
+        await super().send(message)
+
+
 def scope(path: str) -> dict[str, Any]:
     return {"type": "websocket", "path": path, "raw_path": path.encode(), "query_string": b"",
             "headers": [(b"sec-websocket-key", b"k"), (b"x-user", b"u1")]}
@@ -153,6 +176,29 @@ def test_a_replica_that_dies_closes_the_socket_with_1011() -> None:
     client = Client([{"type": "websocket.receive", "text": "a"}])
     connect(EchoReplica(dies=True), client)
     assert client.sent[-1] == {"type": "websocket.close", "code": 1011}
+
+
+def test_a_handshake_whose_replica_died_before_answering_goes_to_another_replica() -> None:
+    tried_gone = 0
+    for seed in range(8):  # either replica may be chosen first
+        gone, alive, recorded = EchoReplica(gone=True), EchoReplica(), Recorded()
+        client = Realistic([{"type": "websocket.receive", "text": "a"}, {"type": "websocket.disconnect", "code": 1000}],
+                           echoes=1)
+        app = proxy(gone, recorded, alive, seed=seed)
+        asyncio.run(asyncio.wait_for(app(scope("/chat/room"), client.receive, client.send), 5))
+        tried_gone += len(gone.requests)
+        assert client.sent[:2] == [{"type": "websocket.accept"}, {"type": "websocket.send", "text": "echo: a"}]
+        assert recorded.sessions == [("chat", "v1", 101)] and len(alive.requests) == 1
+    assert tried_gone > 0  # the retry was exercised
+
+
+def test_a_handshake_whose_only_replica_died_before_answering_is_told_to_come_back_with_1013() -> None:
+    recorded = Recorded()
+    client = Client([])
+    asyncio.run(asyncio.wait_for(proxy(EchoReplica(gone=True), recorded)(scope("/chat/room"), client.receive,
+                                                                          client.send), 5))
+    assert client.sent == [{"type": "websocket.accept"}, {"type": "websocket.close", "code": 1013}]
+    assert recorded.sessions == [("chat", "v1", 502)]
 
 
 def test_a_socket_to_no_route_is_refused_before_the_handshake() -> None:
