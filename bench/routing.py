@@ -58,6 +58,7 @@ SERVE_ROUTERS = ("prefix_cache_affinity", "power_of_two")
 SERVE_ROUTERS_PATHS = {label: ROUTERS[label] for label in SERVE_ROUTERS}
 DIRECT_INGRESS = {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
 REPLICAS = 4
+TINY_REPLICAS = 2  # `make test`'s size: half the replica starts of each of the eight fresh deployments
 SIM = {"prefill_s_per_token": 0.0005, "decode_s_per_token": 0.004, "max_tokens": 16}
 
 
@@ -138,8 +139,8 @@ def _sessions(workload: str, conversations: int, turns: int, run: int) -> list[l
     return [prompts[n::conversations] for n in range(conversations)]
 
 
-def measure_ours(conversations: int, turns: int) -> list[dict[str, Any]]:
-    """Ours: the proxy in front of 4 simulator replicas, one fresh backend per (workload, policy)."""
+def measure_ours(conversations: int, turns: int, replicas: int = REPLICAS) -> list[dict[str, Any]]:
+    """Ours: the proxy in front of `replicas` simulator replicas, one fresh backend per (workload, policy)."""
     from controller.client import start_or_connect
     from controller.cluster import init_ray, shutdown_ray
     from vocabulary.configs import BackendConfig, EndpointConfig, GoalState, RoutingConfig
@@ -163,7 +164,7 @@ def measure_ours(conversations: int, turns: int) -> list[dict[str, Any]]:
                 async def deploy(name: str = name, routing: RoutingConfig = routing, previous: str | None = previous) -> None:
                     backend = BackendConfig(
                         name=name, version="v1", import_path="deployments.apps.llm_sim:LLMSim",
-                        num_replicas=REPLICAS, ray_actor_options={"num_cpus": 0}, user_config=SIM, routing=routing,
+                        num_replicas=replicas, ray_actor_options={"num_cpus": 0}, user_config=SIM, routing=routing,
                     )
                     endpoint = EndpointConfig(name="v1", route="/v1", traffic={name: 1.0})
                     goals = [await client.apply_backend(backend), await client.apply_endpoint(endpoint)]
@@ -185,7 +186,7 @@ def measure_ours(conversations: int, turns: int) -> list[dict[str, Any]]:
     return runs
 
 
-def measure_serve(conversations: int, turns: int) -> list[dict[str, Any]]:
+def measure_serve(conversations: int, turns: int, replicas: int = REPLICAS) -> list[dict[str, Any]]:
     """Ray Serve 2.60 (direct ingress): `bench.routing_apps`, one fresh application per (workload, router)."""
     import logging
 
@@ -212,7 +213,7 @@ def measure_serve(conversations: int, turns: int) -> list[dict[str, Any]]:
                 if previous is not None:  # the last run's replicas (and caches) go
                     serve.delete(previous)
                 stale = set(direct_targets(controller))
-                serve.run(serve_app(router, REPLICAS, SIM), name=name, route_prefix="/")
+                serve.run(serve_app(router, replicas, SIM), name=name, route_prefix="/")
                 url = _new_target(controller, stale).rstrip("/")
                 figures = asyncio.run(run_workload(url, _sessions(workload, conversations, turns, run)))
                 runs.append({"system": "serve", "policy": router, "workload": workload, **figures})
@@ -324,15 +325,16 @@ def main() -> int:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     conversations, turns = (4, 4) if args.tiny else (16, 20)
+    replicas = TINY_REPLICAS if args.tiny else REPLICAS
     if args.child:
         measure = measure_serve if args.child == "serve" else measure_ours
-        print(json.dumps(measure(conversations, turns)))
+        print(json.dumps(measure(conversations, turns, replicas)))
         return 0
     decision = measure_decision()
     runs: list[dict[str, Any]] = []
     failures: dict[str, str] = {}
     load: dict[str, list[float]] = {}
-    for system in args.systems.split(","):
+    for system in ["ours"] if args.tiny else args.systems.split(","):  # Serve's routers: `make bench` (stacks.systems)
         if system == "serve" and not serve_installed():
             failures[system] = "Ray Serve is not installed (`pip install -e '.[bench]'`)"
             continue
@@ -351,7 +353,7 @@ def main() -> int:
     print_decisions(decision)
     results.write(args.json, "routing", args.tiny, {
         "runs": runs, "failures": failures, "load_average": load, "decision_us": decision,
-        "conversations": conversations, "turns": turns, "replicas": REPLICAS, "sim": SIM,
+        "conversations": conversations, "turns": turns, "replicas": replicas, "sim": SIM,
         "serve_router": SERVE_ROUTERS_PATHS, "serve_public_router": PUBLIC_ROUTER,
     })
     return 0

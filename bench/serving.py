@@ -299,7 +299,7 @@ def main() -> int:
         return 0
     if args.tiny:
         args.duration, args.warmup, args.streams = 1.0, 0.0, 2
-    asked = args.systems.split(",")
+    asked = ["ours"] if args.tiny else args.systems.split(",")  # Serve's serving stack: `make bench` (stacks.systems)
     chosen = [s for s in asked if s != "serve" or serve_installed()]
     measured, failures = {}, {}
     for system in chosen:

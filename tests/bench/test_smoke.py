@@ -2,8 +2,11 @@
 
 One run of `python -m bench.report --tiny` (each measurement in its own
 process, real Ray, real HTTP on loopback) feeds every test below. Ray Serve
-is measured too when it is installed (the `bench` extra); without it our
-side still runs. Asserts that figures exist and make sense, never how fast.
+is measured too when it is installed (the `bench` extra), at this size only
+by the proxy bench (`bench.stacks.TINY_WITH_SERVE`: the other
+Serve stacks run in `make bench`, which keeps `make test` in its budget);
+without it our side still runs. Asserts that figures exist and make sense,
+never how fast.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 import pytest
 
 from bench.report import MEASUREMENTS, NO_PLOTS
-from bench.stacks import serve_installed
+from bench.stacks import TINY_WITH_SERVE, serve_installed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,8 +48,9 @@ def figures(measured: dict[str, Any], name: str) -> dict[str, Any]:
     return measured["measurements"][name]["figures"]
 
 
-def systems() -> set[str]:
-    return {"ours", "serve"} if serve_installed() else {"ours"}
+def systems(measurement: str) -> set[str]:
+    """Who `measurement` measures at the tiny size: Serve too, when installed, only where `TINY_WITH_SERVE` says."""
+    return {"ours", "serve"} if serve_installed() and measurement in TINY_WITH_SERVE else {"ours"}
 
 
 def test_every_measurement_ran(measured: dict[str, Any]) -> None:
@@ -69,14 +73,14 @@ def test_proxy_bench_serves_requests_through_our_proxy_without_errors(measured: 
 def test_proxy_bench_measures_serve_when_it_is_installed(measured: dict[str, Any]) -> None:
     measured_systems = {r["system"].split("-")[0] for r in figures(measured, "proxy")["runs"]}
 
-    assert measured_systems & {"ours", "serve"} == systems()
+    assert measured_systems & {"ours", "serve"} == systems("proxy")
 
 
 def test_update_latency_times_every_change(measured: dict[str, Any]) -> None:
     got = figures(measured, "update_latency")
 
-    assert set(got) - {"changes"} == systems()
-    for system in systems():
+    assert set(got) - {"changes"} == systems("update_latency")
+    for system in systems("update_latency"):
         for kind in got[system].values():
             assert len(kind["samples"]) == got["changes"] and all(s > 0 for s in kind["samples"])
 
@@ -84,14 +88,14 @@ def test_update_latency_times_every_change(measured: dict[str, Any]) -> None:
 def test_rollout_counts_the_requests_sent_during_it(measured: dict[str, Any]) -> None:
     got = figures(measured, "rollout")
 
-    for system in systems():
+    for system in systems("rollout"):
         assert got[system]["requests"] > 0 and got[system]["total_s"]["median"] > 0
 
 
 def test_faults_time_the_recovery_of_the_controller_and_the_proxy(measured: dict[str, Any]) -> None:
     got = figures(measured, "faults")
 
-    for system in systems():
+    for system in systems("faults"):
         assert set(got[system]) == {"controller", "proxy"}
         assert all(role["recovery_s"]["median"] > 0 for role in got[system].values())
 
@@ -134,7 +138,7 @@ def test_report_shows_the_plots_or_says_why_not(report: Path) -> None:
 def test_serving_bench_measures_batching_handles_and_streaming_per_system(measured: dict[str, Any]) -> None:
     got = figures(measured, "serving")["systems"]
 
-    assert set(got) == systems()
+    assert set(got) == systems("serving")
     for system in got.values():
         assert system["model"]["rps"] > 0 and system["batched"]["rps"] > 0
         assert system["handles"]["p50_ms"] > 0
@@ -192,7 +196,7 @@ def test_models_bench_fetches_once_and_affinity_loads_fewer_models_than_random(
 def test_routing_bench_measures_each_policy_on_both_workloads_next_to_serves_router(measured: dict[str, Any]) -> None:
     got = figures(measured, "routing")
     expected = {("ours", "prefix_affinity"), ("ours", "power_of_two")}
-    if "serve" in systems():
+    if "serve" in systems("routing"):
         expected |= {("serve", "prefix_cache_affinity"), ("serve", "power_of_two")}
 
     for workload in ("shared", "unshared"):
