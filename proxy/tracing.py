@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from telemetry.otlp import HEADERS, SpansSent, batch_processor
+from telemetry.otlp import HEADERS, SpansSent, batch_processor, says_sampled
 from vocabulary.choosing import Random
 
 __all__ = ["RequestTracing", "Traced", "SpansSent", "exporting_tracer", "TRACE_HEADERS"]
@@ -47,10 +47,6 @@ class _DictSetter(Setter[dict[str, str]]):
         carrier[key] = value
 
 
-# The last two hex digits of a `traceparent` whose sampled bit is set.
-_SAMPLED_FLAGS = frozenset(f"{flags:02x}".encode() for flags in range(1, 256, 2)) | frozenset(
-    f"{flags:02X}".encode() for flags in range(1, 256, 2)
-)
 _SET = _DictSetter()
 _CONTEXT = TraceContextTextMapPropagator()
 _BAGGAGE = W3CBaggagePropagator()
@@ -112,9 +108,8 @@ class RequestTracing:
         `rollout_step`: the progressive rollout's 1-based step whose weights chose `backend` (0: none)."""
         # The W3C header is parsed only when there is one that says sampled (flags' low bit):
         # most requests carry none, and a draw against `sample` is all they cost.
-        flags = next((value.strip()[-2:] for name, value in headers if name == b"traceparent"), b"")
         sampled = False
-        if flags in _SAMPLED_FLAGS:
+        if says_sampled(headers):
             parent = _CONTEXT.extract(headers, getter=HEADERS)
             sampled = trace.get_current_span(parent).get_span_context().trace_flags.sampled
         if not sampled:

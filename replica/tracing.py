@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from telemetry.otlp import HEADERS, batch_processor
+from telemetry.otlp import HEADERS, batch_processor, says_sampled
 from vocabulary.wire import WireRequest
 
 __all__ = ["ReplicaTracing", "Carrier"]
@@ -67,6 +67,8 @@ class ReplicaTracing:
 
     async def serve(self, wire: WireRequest, serve: Callable[[], Awaitable[T]]) -> T:
         """`serve()` under a `replica.request` span when the request's trace context says sampled."""
+        if not says_sampled(wire[3]):  # most requests: a scan of the header names, not the propagators' read
+            return await serve()
         parent = _BAGGAGE.extract(wire[3], _CONTEXT.extract(wire[3], getter=HEADERS), getter=HEADERS)
         if not _sampled(parent):
             return await serve()

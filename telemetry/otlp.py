@@ -6,7 +6,9 @@ default) from the SDK's batch span processor, on its own thread, never on a
 request path; `CountedExporter` tells a counter how many spans each export
 sent or lost (the dashboard's export-errors panel). `HEADERS` reads W3C
 trace context (`traceparent`, `tracestate`, `baggage`) from a request's
-header list as the wire carries it (`[(name, value)]`, bytes).
+header list as the wire carries it (`[(name, value)]`, bytes);
+`says_sampled` is the cheap look before that read: most requests carry no
+sampled `traceparent`, and a scan of the names is all they should cost.
 Not here: what each process traces and when (`gitops.tracing`,
 `proxy.tracing`, `replica.tracing`).
 """
@@ -20,7 +22,7 @@ from opentelemetry.propagators.textmap import Getter
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-__all__ = ["EXPORT_DELAY_MS", "SpansSent", "CountedExporter", "batch_processor", "HEADERS"]
+__all__ = ["EXPORT_DELAY_MS", "SpansSent", "CountedExporter", "batch_processor", "HEADERS", "says_sampled"]
 
 # Spans wait at most this long in the exporter's queue before they are sent.
 EXPORT_DELAY_MS = 1000
@@ -69,3 +71,16 @@ class _HeaderGetter(Getter[Headers]):
 
 
 HEADERS = _HeaderGetter()
+
+
+# The last two hex digits of a `traceparent` whose sampled bit is set.
+_SAMPLED_FLAGS = frozenset(f"{flags:02x}".encode() for flags in range(1, 256, 2)) | frozenset(
+    f"{flags:02X}".encode() for flags in range(1, 256, 2)
+)
+
+
+def says_sampled(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Whether `headers` carry a `traceparent` whose flags say sampled (its other fields unchecked:
+    the propagator's full read decides, for the few that do)."""
+    flags = next((value.strip()[-2:] for name, value in headers if name == b"traceparent"), b"")
+    return flags in _SAMPLED_FLAGS
