@@ -338,15 +338,16 @@ class _Gathering:
         self.missing = missing
 
     def take(self, data: bytes | memoryview) -> bytes | memoryview | None:
-        """Keep what of `data` belongs to the frame; what comes after it once
+        """Keep what of `data` belongs to the frame (a copy of it when `data` is
+        a writable view, which its reader may reuse); what comes after it once
         the frame is complete, else None."""
         if len(data) < self.missing:
-            self.parts.append(data)
+            self.parts.append(data if isinstance(data, bytes) or data.readonly else bytes(data))
             self.held += len(data)
             self.missing -= len(data)
             return None
         view = memoryview(data)
-        self.parts.append(view[: self.missing])
+        self.parts.append(view[: self.missing] if view.readonly else bytes(view[: self.missing]))
         rest = view[self.missing :]
         self.held += self.missing
         self.missing = 0

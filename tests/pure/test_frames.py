@@ -271,3 +271,17 @@ def test_a_frame_started_in_a_buffer_its_reader_reuses_is_not_changed_by_the_reu
     assert decoder.feed(memoryview(reused)) == []  # a writable view: what is kept of it is copied
     reused[:] = b"\xff" * len(reused)
     assert [whole(frame) for frame in decoder.feed(frame[70_000:])] == [Frame(Kind.BODY, 5, body)]
+
+
+def test_the_rest_of_a_large_frame_read_into_a_reused_buffer_is_not_changed_by_the_reuse() -> None:
+    body = bytes(range(256)) * 400
+    frame = encode_piece(6, body) + encode_piece(7, b"tail")
+    decoder = FrameDecoder()
+    assert decoder.feed(frame[:70_000]) == []
+    reused = bytearray(frame[70_000:90_000])
+    assert decoder.feed(memoryview(reused)) == []  # the middle of the frame, in a writable view
+    reused[:] = b"\xff" * len(reused)
+    reused = bytearray(frame[90_000:])
+    got = decoder.feed(memoryview(reused))  # its end and the next frame, in a writable view
+    reused[:] = b"\xff" * len(reused)
+    assert [whole(f) for f in got] == [Frame(Kind.BODY, 6, body), Frame(Kind.BODY, 7, b"tail")]
