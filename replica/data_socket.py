@@ -459,11 +459,12 @@ class _ProxyConnection(FrameConnection):
         return result
 
     def _closing(self) -> bool:
+        """Whether nothing more can be sent (the connection is gone or going)."""
         return self._transport is None or self._transport.is_closing()
 
     def _send(self, kind: Kind, call_id: int, payload: Any) -> bool:
         """Queue one frame; False when an ERROR frame had to go instead (or nothing could)."""
-        if self._transport is None or self._transport.is_closing():
+        if self._closing():
             return False
         sent = True
         try:

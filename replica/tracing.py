@@ -83,7 +83,9 @@ class ReplicaTracing:
 
     async def called(self, carried: Carrier | None, call: Callable[[], Awaitable[T]]) -> T:
         """`call()` (a handle call's handler) under a `replica.call` span when `carried` says sampled."""
-        parent = _BAGGAGE.extract(carried or {}, _CONTEXT.extract(carried or {}))
+        if not carried:  # an untraced caller carries nothing (`handle_call`): no propagator to run
+            return await call()
+        parent = _BAGGAGE.extract(carried, _CONTEXT.extract(carried))
         if not _sampled(parent):
             return await call()
         with self._span("replica.call", parent, SpanKind.SERVER):
