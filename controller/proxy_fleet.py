@@ -72,7 +72,7 @@ def workers_on(wanted: int, cpus: int | None) -> int:
 
 def proxy_address(host: str, port: int, node_ip: str) -> str:
     """"host:port" a proxy bound to `host` on the node at `node_ip` is reached at."""
-    reachable = node_ip if host in ("0.0.0.0", "", "::", NODE_IP) else host
+    reachable = node_ip if host in ("0.0.0.0", "", "::") else host
     return f"[{reachable}]:{port}" if ":" in reachable else f"{reachable}:{port}"
 
 
@@ -250,7 +250,7 @@ class ProxyFleet:
         if self.spec is None:
             return ""
         port = proxy.port if proxy.port is not None else self.spec.port
-        return proxy_address(self.spec.host, port, proxy.ip) if port else ""
+        return proxy_address(self.spec.listen_host(proxy.ip), port, proxy.ip) if port else ""
 
     def proxy_status(self) -> dict[str, ProxyStatus]:
         """Every alive node's workers, by proxy id; a worker waiting out a failed start shows BACKOFF."""
