@@ -74,7 +74,7 @@ def main() -> int:
     args = parser.parse_args()
     kills = 1 if args.tiny else args.kills
     figures: dict[str, Any] = {"kills": kills, "rate": args.rate}
-    for system in stacks.systems(args.tiny):
+    for system in stacks.systems("faults", args.tiny):
         figures[system] = measure(system, kills, args.rate)
         for role, got in figures[system].items():
             print(f"{system:<6} kill -9 {role:<10}: back in {got['recovery_s']['median']:.2f} s "

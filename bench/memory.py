@@ -67,7 +67,7 @@ def main() -> int:
     parser.add_argument("--load-seconds", type=float, default=8.0)
     args = parser.parse_args()
     figures: dict[str, Any] = {}
-    for system in stacks.systems(args.tiny):
+    for system in stacks.systems("memory", args.tiny):
         got = figures[system] = measure(system, 3.0 if args.tiny else args.load_seconds)
         for state in ("idle", "load"):
             parts = "  ".join(f"{role} {got[state].get(role, float('nan')):6.1f}" for role in (*ROLES, "ray_total"))

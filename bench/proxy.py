@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
 from bench import machine, results, stats, wrk
-from bench.stacks import free_port, own_ray, serve_installed
+from bench.stacks import free_port, own_ray, serve_installed, serve_measured
 from bench.proxy_apps import CONCURRENCY, HANDLERS, REPLICAS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,9 +66,9 @@ SERVE_ENV = {
 }
 
 
-def systems_for(handler: str, chosen: tuple[str, ...]) -> list[str]:
+def systems_for(handler: str, chosen: tuple[str, ...], tiny: bool = False) -> list[str]:
     allowed = SYSTEMS if handler == "noop" else SLOW_HANDLER_SYSTEMS
-    return [s for s in chosen if s in allowed and (s not in SERVE_SYSTEMS or serve_installed())]
+    return [s for s in chosen if s in allowed and (s not in SERVE_SYSTEMS or serve_measured("proxy", tiny))]
 
 
 # --- the systems (each in the child process) --------------------------------------------
@@ -407,7 +407,7 @@ def main() -> int:
         args.systems = "ours,raw,serve-direct"
     rows, failures = [], {}
     for handler in args.handlers.split(","):
-        for system in systems_for(handler, tuple(args.systems.split(","))):
+        for system in systems_for(handler, tuple(args.systems.split(",")), args.tiny):
             print(f"measuring {system} / {handler} ...", file=sys.stderr, flush=True)
             try:
                 rows.extend(measured_once_or_twice(system, handler, args))

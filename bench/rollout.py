@@ -53,7 +53,7 @@ def main() -> int:
     args = parser.parse_args()
     rollouts, replicas = (1, 2) if args.tiny else (args.rollouts, args.replicas)
     figures: dict[str, Any] = {"replicas": replicas, "rate": args.rate, "rollouts": rollouts}
-    for system in stacks.systems(args.tiny):
+    for system in stacks.systems("rollout", args.tiny):
         got = figures[system] = measure(system, rollouts, replicas, args.rate)
         print(f"{system:<6} rollout of {replicas}: total {got['total_s']['median']:.2f} s "
               f"(min {got['total_s']['min']:.2f}, max {got['total_s']['max']:.2f}); "

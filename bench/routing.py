@@ -48,7 +48,7 @@ import httpx
 
 from bench import machine, results, stats
 from bench.routing_apps import PUBLIC_ROUTER, ROUTERS
-from bench.stacks import QUIET_RAY, free_port, own_ray, serve_installed
+from bench.stacks import QUIET_RAY, free_port, own_ray, serve_installed, serve_measured
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("ours", "serve")
@@ -334,10 +334,12 @@ def main() -> int:
     runs: list[dict[str, Any]] = []
     failures: dict[str, str] = {}
     load: dict[str, list[float]] = {}
-    for system in ["ours"] if args.tiny else args.systems.split(","):  # Serve's routers: `make bench` (stacks.systems)
+    for system in args.systems.split(","):
         if system == "serve" and not serve_installed():
             failures[system] = "Ray Serve is not installed (`pip install -e '.[bench]'`)"
             continue
+        if system == "serve" and not serve_measured("routing", args.tiny):
+            continue  # Serve's routers at the tiny size: `make bench` measures them
         print(f"measuring {system} ...", file=sys.stderr, flush=True)
         before = _load_average()
         try:

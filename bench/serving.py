@@ -40,7 +40,7 @@ import httpx
 
 from bench import results, serving_apps, stats, wrk
 from bench.proxy import direct_targets, kill_haproxy
-from bench.stacks import free_port, own_ray, serve_installed
+from bench.stacks import free_port, own_ray, serve_installed, serve_measured
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("serve", "ours")
@@ -299,8 +299,8 @@ def main() -> int:
         return 0
     if args.tiny:
         args.duration, args.warmup, args.streams = 1.0, 0.0, 2
-    asked = ["ours"] if args.tiny else args.systems.split(",")  # Serve's serving stack: `make bench` (stacks.systems)
-    chosen = [s for s in asked if s != "serve" or serve_installed()]
+    asked = args.systems.split(",")
+    chosen = [s for s in asked if s != "serve" or serve_measured("serving", args.tiny)]
     measured, failures = {}, {}
     for system in chosen:
         print(f"measuring {system} ...", file=sys.stderr, flush=True)
@@ -309,7 +309,7 @@ def main() -> int:
         except (RuntimeError, subprocess.TimeoutExpired) as error:
             failures[system] = str(error)
             print(f"  {system} failed: {error}", file=sys.stderr)
-    if "serve" in asked and "serve" not in chosen:
+    if "serve" in asked and not serve_installed():
         print("Ray Serve is not installed (`pip install -e '.[bench]'`): ours only.")
     print_figures(measured)
     results.write(args.json, "serving", args.tiny, {

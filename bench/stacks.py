@@ -280,12 +280,17 @@ def start(system: str, replicas: int = 1, two_backends: bool = False) -> Ours | 
     return Ours(replicas, two_backends) if system == "ours" else Serve(replicas)
 
 
-def systems(tiny: bool = False) -> list[str]:
-    """Ours always; Serve, first, when it is installed (ours turns Ray's token auth on for the process),
-    except at the tiny size: `make test` keeps Serve for the proxy bench (`TINY_WITH_SERVE`) and leaves
-    its other stacks to `make bench`, to stay within its time budget."""
-    return ["serve", "ours"] if serve_installed() and not tiny else ["ours"]
-
-
-# The measurements that run Ray Serve at the tiny size too (bench.report --tiny, as `make test` runs it).
+# The measurements that run Ray Serve at the tiny size too (bench.report --tiny, as `make test` runs
+# it): the others leave their Serve side to `make bench`, to keep `make test` within its time budget.
 TINY_WITH_SERVE = ("proxy",)
+
+
+def serve_measured(measurement: str, tiny: bool) -> bool:
+    """Whether `measurement` runs Ray Serve beside ours: when it is installed, and at the tiny size
+    only for `TINY_WITH_SERVE`."""
+    return serve_installed() and (not tiny or measurement in TINY_WITH_SERVE)
+
+
+def systems(measurement: str, tiny: bool = False) -> list[str]:
+    """Ours always; Serve, first, when `serve_measured` (ours turns Ray's token auth on for the process)."""
+    return ["serve", "ours"] if serve_measured(measurement, tiny) else ["ours"]

@@ -61,7 +61,7 @@ def main() -> int:
     args = parser.parse_args()
     changes = 2 if args.tiny else args.changes
     figures: dict[str, Any] = {"changes": changes}
-    for system in stacks.systems(args.tiny):
+    for system in stacks.systems("update_latency", args.tiny):
         figures[system] = measure(system, changes)
         for kind, got in figures[system].items():
             s = got["seconds"]

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from bench.report import MEASUREMENTS, NO_PLOTS
-from bench.stacks import TINY_WITH_SERVE, serve_installed
+from bench import stacks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,8 +49,8 @@ def figures(measured: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def systems(measurement: str) -> set[str]:
-    """Who `measurement` measures at the tiny size: Serve too, when installed, only where `TINY_WITH_SERVE` says."""
-    return {"ours", "serve"} if serve_installed() and measurement in TINY_WITH_SERVE else {"ours"}
+    """Who `measurement` measures at the tiny size (Serve too only where `bench.stacks.TINY_WITH_SERVE` says)."""
+    return set(stacks.systems(measurement, tiny=True))
 
 
 def test_every_measurement_ran(measured: dict[str, Any]) -> None:
