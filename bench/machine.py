@@ -85,17 +85,18 @@ def rss_kib(pid: int) -> float:
 
 
 def pss_and_anonymous_mb(pid: int) -> tuple[float, float]:
-    """`pid`'s PSS and its anonymous memory (heap and private mappings: what a leak grows) in MB."""
+    """`pid`'s PSS (shared pages split among their users) and its anonymous memory (heap and
+    private mappings: what a leak grows), in MB."""
     fields = dict(line.split()[:2] for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])
-    return int(fields["Pss:"]) / 1024, int(fields["Anonymous:"]) / 1024
+    try:
+        return int(fields["Pss:"]) / 1024, int(fields["Anonymous:"]) / 1024
+    except KeyError as missing:
+        raise ValueError(f"no {missing} line for pid {pid}") from None
 
 
 def pss_mb(pid: int) -> float:
     """Proportional set size of `pid` in MB (shared pages split among their users)."""
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1]) / 1024
-    raise ValueError(f"no Pss line for pid {pid}")
+    return pss_and_anonymous_mb(pid)[0]
 
 
 def command_line(pid: int) -> str:

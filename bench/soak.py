@@ -108,7 +108,7 @@ class Harness:
                 for pid in pids:
                     try:
                         self.samples.append(Sample(role, pid, now, *machine.pss_and_anonymous_mb(pid)))
-                    except (OSError, ValueError, KeyError):
+                    except (OSError, ValueError):
                         pass  # gone meanwhile
             self.stop.wait(SAMPLE_EVERY_S)
 
