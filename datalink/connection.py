@@ -10,7 +10,9 @@ leave in one write (joined when they are small; beside a body's pieces,
 `writelines`: on uvloop, one vectored write of the buffers as they are),
 and a body above `datalink.frames.PIECES_ABOVE` goes as BODY pieces
 (`write_pieces`: each a head and a slice of the body, written once what
-went before has drained, so the transport never holds the body twice); a
+went before has drained, so the transport never holds the body twice) and
+is taken in the same way at the other end (`took_last_piece`, into a
+`datalink.frames.Pieces`, closing on pieces past the announced size); a
 malformed frame or a failed handshake closes the connection (`close`, with
 the reason). What the frames mean — calls and
 their replies on the proxy's side, one task per call on the replica's — is
@@ -25,7 +27,16 @@ import asyncio
 
 from typing import Callable
 
-from datalink.frames import BODY_PIECE_BYTES, MAX_FRAME_BYTES, Frame, FrameDecoder, FrameError, piece_head
+from datalink.frames import (
+    BODY_PIECE_BYTES,
+    MAX_FRAME_BYTES,
+    Frame,
+    FrameDecoder,
+    FrameError,
+    Parts,
+    Pieces,
+    piece_head,
+)
 from datalink.handshake import Handshake, HandshakeError
 from datalink.peers import set_nodelay
 
@@ -98,6 +109,15 @@ class FrameConnection(asyncio.Protocol):
             self.write(piece)
             self._vectored = True
         return True
+
+    def took_last_piece(self, call_id: int, body: Pieces, piece: bytes | Parts) -> bool:
+        """Add the next BODY `piece` of call `call_id` to `body`; True once it is complete.
+        Pieces past the announced size close the connection (and say False)."""
+        try:
+            return body.add(piece)
+        except FrameError as error:
+            self.close(f"call {call_id}: {error}")
+            return False
 
     async def drained(self) -> None:
         """Once what was written has gone to the transport and its buffer is below its high-water mark."""

@@ -61,7 +61,6 @@ from datalink.frames import (
     MAX_FRAME_BYTES,
     PIECES_ABOVE,
     Frame,
-    FrameError,
     Kind,
     Opening,
     Parts,
@@ -340,12 +339,7 @@ class ReplicaConnection(FrameConnection):
         if future is None or future.done():  # cancelled, and its task has not run yet to say so
             self._cancel(call_id)
             return
-        try:
-            complete = answer.body.add(piece)
-        except FrameError as error:
-            self.close(f"call {call_id}: {error}")
-            return
-        if complete:
+        if self.took_last_piece(call_id, answer.body, piece):
             del self._answers[call_id]
             del self._pending[call_id]
             future.set_result((answer.status, answer.headers, answer.body.body()))

@@ -65,7 +65,6 @@ from datalink.frames import (
     MAX_FRAME_BYTES,
     PIECES_ABOVE,
     Frame,
-    FrameError,
     Kind,
     Opening,
     Parts,
@@ -352,12 +351,7 @@ class _ProxyConnection(FrameConnection):
     def _take_piece(self, call_id: int, piece: bytes | Parts) -> None:
         """The next piece of an upload's body; with its last, the call starts."""
         upload = self._uploads[call_id]
-        try:
-            complete = upload.body.add(piece)
-        except FrameError as error:
-            self.close(f"call {call_id}: {error}")
-            return
-        if complete:
+        if self.took_last_piece(call_id, upload.body, piece):
             del self._uploads[call_id]
             method, path, query, headers, _ = upload.head
             self._start(call_id, self._answer(call_id, (method, path, query, headers, upload.body.body())))
