@@ -4,7 +4,7 @@ the memory slopes and the verdict."""
 from __future__ import annotations
 
 from bench.soak_plan import (
-    MIN_SLOPE_SPAN_S, SLOPE_BOUND_MB_PER_H, Failure, FaultKind, Injected, Planned, Sample, Slope, Soak, Traffic,
+    MIN_SLOPE_SPAN_S, SLOPE_BOUND_MB_PER_H, WARMUP_S, Failure, FaultKind, Injected, Planned, Sample, Slope, Soak, Traffic,
     explain, render, schedule, slope, verdict,
 )
 
@@ -89,7 +89,7 @@ def _series(pid: int, start: float, mb0: float, per_h: float, n: int = 30, role:
 def test_the_slope_is_pooled_over_restarted_processes_and_skips_their_warm_up() -> None:
     # Two lives of a process, each growing 36 MB/h, the second starting lower: no shrinking.
     samples = _series(1, 0, 200, 36) + _series(2, 400, 150, 36)
-    # A warm-up jump in the first minute of each life does not count.
+    # A warm-up jump early in each life does not count.
     samples += [Sample("agent", 1, -60, 1000.0, 50), Sample("agent", 2, 340, 1000.0, 40)]
     got = slope(samples)
     assert got.mb_per_h is not None and abs(got.mb_per_h - 36) < 0.5
@@ -99,15 +99,15 @@ def test_the_slope_is_pooled_over_restarted_processes_and_skips_their_warm_up() 
 def test_a_slope_is_judged_only_on_a_long_enough_run() -> None:
     short = slope(_series(1, 0, 100, 500, n=20))
     assert not short.judged and not short.too_steep
-    long = slope(_series(1, 0, 100, 500, n=int(MIN_SLOPE_SPAN_S / 10) + 10))
+    long = slope(_series(1, 0, 100, 500, n=int((WARMUP_S + MIN_SLOPE_SPAN_S) / 10) + 2))
     assert long.judged and long.too_steep
-    flat = slope(_series(1, 0, 100, 0, n=int(MIN_SLOPE_SPAN_S / 10) + 10))
+    flat = slope(_series(1, 0, 100, 0, n=int((WARMUP_S + MIN_SLOPE_SPAN_S) / 10) + 2))
     assert flat.judged and not flat.too_steep
 
 
 def test_the_judged_slope_is_of_anonymous_memory_and_pss_is_shown_beside_it() -> None:
     # PSS climbing 300 MB/h (shared pages paged in, sharers gone) while the anonymous memory stays flat: no leak.
-    n = int(MIN_SLOPE_SPAN_S / 10) + 10
+    n = int((WARMUP_S + MIN_SLOPE_SPAN_S) / 10) + 2
     samples = [Sample("controller", 1, 10 * i, 60 + 300 * (10 * i) / 3600, 40.0) for i in range(n)]
     anonymous, pss = slope(samples), slope(samples, of_pss=True)
     assert anonymous.judged and anonymous.mb_per_h == 0 and not anonymous.too_steep
