@@ -85,7 +85,24 @@ def merged(previous: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
         "measurements": {**{k: v for k, v in previous["measurements"].items() if k not in rerun},
                          **update["measurements"]},
         "failures": {**{k: v for k, v in previous["failures"].items() if k not in rerun}, **update["failures"]},
+        "before": update.get("before") or previous.get("before"),
     }
+
+
+def headline_figures(document: dict[str, Any]) -> dict[str, Any] | None:
+    """The proxy headline's req/s per system (noop, 32 connections) and when it was measured: what
+    the next run of `bench.proxy` is compared with. None when the document has no proxy run."""
+    doc = document["measurements"].get("proxy")
+    if not doc:
+        return None
+    runs = [r for r in doc["figures"]["runs"] if r["handler"] == "noop" and r["connections"] == 32]
+    return {"finished_at": doc["finished_at"], "rps": {r["system"]: r["rps"] for r in runs}}
+
+
+def with_before(document: dict[str, Any], previous: dict[str, Any], rerun: list[str]) -> dict[str, Any]:
+    """`document` remembering the previous run's proxy headline when this run measured the proxy again."""
+    before = headline_figures(previous) if "proxy" in rerun else None
+    return {**document, "before": before} if before else document
 
 
 def _run(command: list[str], path: Path, timeout_s: float, env: dict[str, str]) -> str:
@@ -113,7 +130,8 @@ def render(document: dict[str, Any], out: Path) -> Path:
     from bench import plots
 
     figures = plots.draw_all(document, out)
-    lines = (_header(document) + ([] if plots.installed() else [NO_PLOTS, ""]) + _headline(document["measurements"])
+    lines = (_header(document) + ([] if plots.installed() else [NO_PLOTS, ""])
+             + _headline(document["measurements"], document.get("before"))
              + _work_headline(document["measurements"]) + _targets_table(targets(document)))
     measurements = document["measurements"]
     for section in (_proxy, _update, _rollout, _faults, _reconcile, _fanout, _memory, _serving, _profile, _payloads,
@@ -155,8 +173,8 @@ def _commands(command: str) -> str:
     return ", then ".join([shown, *(f"`{rerun}`" for rerun in reruns)])
 
 
-def _headline(measurements: dict[str, Any]) -> list[str]:
-    """Every system at 32 connections, noop handler, next to ours."""
+def _headline(measurements: dict[str, Any], before: dict[str, Any] | None = None) -> list[str]:
+    """Every system at 32 connections, noop handler, next to ours; then against the previous run."""
     doc = measurements.get("proxy")
     runs = [r for r in (doc["figures"]["runs"] if doc else []) if r["handler"] == "noop" and r["connections"] == 32]
     ours = next((r for r in runs if r["system"] == "ours"), None)
@@ -168,7 +186,29 @@ def _headline(measurements: dict[str, Any]) -> list[str]:
         ratio = f"×{ours['rps']['median'] / r['rps']['median']:.2f}" if ours and r["rps"]["median"] else "–"
         lines.append(f"| {r['system']} | {_spread(r['rps'], digits=0)} | {_spread(r['p50_ms'], digits=2)} | "
                      f"{_spread(r['p99_ms'], digits=1)} | {ratio} |")
-    return lines + [""]
+    return lines + [""] + _against_before(runs, before)
+
+
+def _against_before(runs: list[dict[str, Any]], before: dict[str, Any] | None) -> list[str]:
+    """Ours and bare uvicorn now and in the previous run of `bench.proxy`: on a shared machine the
+    absolute req/s move with its load, so the figure compared is ours ÷ uvicorn, each run's own."""
+    now = {r["system"]: r["rps"] for r in runs}
+    then, finished = (before or {}).get("rps", {}), (before or {}).get("finished_at")
+    if not all(system in figures for system in ("ours", "uvicorn") for figures in (now, then)):
+        return []
+
+    def share(figures: dict[str, Any]) -> str:
+        return f"{figures['ours']['median'] / figures['uvicorn']['median']:.2f}"
+
+    def range_share(figures: dict[str, Any]) -> str:  # the spread the min and max of both allow
+        ours, bare = figures["ours"], figures["uvicorn"]
+        return f"{ours['min'] / bare['max']:.2f}–{ours['max'] / bare['min']:.2f}"
+
+    return [f"Against the previous run of `bench.proxy` (finished {finished}): ours "
+            f"{then['ours']['median']:,.0f} → {now['ours']['median']:,.0f} req/s, bare uvicorn "
+            f"{then['uvicorn']['median']:,.0f} → {now['uvicorn']['median']:,.0f}; ours ÷ uvicorn "
+            f"{share(then)} [{range_share(then)}] → {share(now)} [{range_share(now)}]. The machine is shared: "
+            "ours ÷ uvicorn, each run's own, is the figure that carries from one run to the next.", ""]
 
 
 def _work_headline(measurements: dict[str, Any]) -> list[str]:
@@ -651,8 +691,11 @@ def main() -> int:
         document = json.loads(latest.read_text())
     else:
         document = run_all(names, args.tiny, args.out)
-        if set(names) != set(MEASUREMENTS) and latest.exists():
-            document = merged(json.loads(latest.read_text()), document)
+        if latest.exists():
+            previous = json.loads(latest.read_text())
+            document = with_before(document, previous, names)
+            if set(names) != set(MEASUREMENTS):
+                document = merged(previous, document)
         latest.write_text(json.dumps(document, indent=1))
     print(f"report: {render(document, args.out)}")
     return 0

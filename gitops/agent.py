@@ -278,10 +278,17 @@ class Agent:
             return report
 
     def _schedule_retry(self, report: TickReport) -> None:
-        """A transient error is retried with backoff; anything else waits for news."""
+        """A transient error or a failed apply is retried with backoff; anything else waits for news.
+
+        Only a tick that reconciled without failing, or one stopped by an error no
+        retry can help, ends a run of failures: a poll that finds the failed commit
+        still at the head attempts nothing, and must not send the next retry back
+        to the shortest delay."""
         stopped = report.stopped_by
-        if stopped is None or stopped.kind is not ErrorKind.RETRY:
-            self._retries = 0
+        kind = stopped.kind if stopped is not None else report.outcome.error_kind if report.outcome else None
+        if kind is not ErrorKind.RETRY:
+            if report.attempted or stopped is not None:
+                self._retries = 0
             return
         self._retries += 1
         # Jittered, so that many agents behind one git host do not retry in step.

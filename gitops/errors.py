@@ -5,8 +5,8 @@ Every error of ours has a `kind` the reconcile loop acts on, as Flux does:
 - `ErrorKind.STALLED`: retrying the same input cannot help; only new input
   (a new commit, a fixed flag) can. The status shows a `Stalled` condition
   and the loop waits for a new commit.
-- `ErrorKind.RETRY`: transient (git server or controller unreachable); the
-  loop retries with backoff.
+- `ErrorKind.RETRY`: transient (git server or controller unreachable, an
+  apply that failed and was reverted); the loop retries with backoff.
 
 Raise `UserError` for anything the user can fix (kind STALLED), `UsageError`
 for flags that contradict each other or are unsafe together, and

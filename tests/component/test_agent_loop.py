@@ -358,6 +358,41 @@ def test_an_unreachable_git_server_is_retried_with_backoff_before_the_next_poll(
     assert agent.status().status.value == "Synced"
 
 
+def test_a_failing_apply_is_retried_with_growing_delays_that_polls_in_between_do_not_reset(
+    spec_repo, tmp_path
+) -> None:
+    """Polls every 0.4 s find the failed commit still at the head and attempt nothing; the
+    retries still back off 0.1, 0.2, 0.4 s (+-20%) instead of starting over at 0.1 after each."""
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller, watch=False, interval_s=0.4, retry_base_s=0.1)
+    tick(agent)
+    controller.failing["v3"] = "ImportError: cannot import name 'Echo3'"
+    spec_repo.write("deployments/echo.toml", spec({"v3": 1.0}, backends=("v1", "v3")))
+    spec_repo.commit("move traffic to v3, which cannot start")
+    attempts: list[float] = []
+    apply_backend = controller.apply_backend
+
+    async def timed(config):  # type: ignore[no-untyped-def]
+        if config.name == "v3":
+            attempts.append(time.monotonic())
+        return await apply_backend(config)
+
+    controller.apply_backend = timed  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        runner = asyncio.ensure_future(agent.run())
+        try:
+            await until(lambda: len(attempts) >= 7, timeout_s=10)
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+
+    asyncio.run(scenario())
+    gaps = [later - earlier for earlier, later in zip(attempts, attempts[1:])]
+    # From the third retry on, each waits the cap (0.4 s +-20%), never the first delay again.
+    assert all(gap > 0.3 for gap in gaps[3:]), gaps
+
+
 def test_an_invalid_commit_is_stalled_until_a_new_commit(spec_repo, tmp_path) -> None:
     agent = make_agent(spec_repo, tmp_path, FakeController())
     spec_repo.write("deployments/echo.toml", "[backends.x\n")
