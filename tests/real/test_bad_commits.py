@@ -152,14 +152,9 @@ class Cluster:
         listed = self.repo.git("ls-files")
         return [line for line in listed.splitlines() if line]
 
-    def restore(self, *, synced: bool = True) -> None:
-        """Commit the good tree again; wait until it is applied and, unless told not to, Synced."""
-        self.good = good = self.commit_tree(GOOD, "the good tree again")
-        if synced:
-            self.wait_synced(good)
-        else:
-            self.agent.wait(f"{good[:7]} applied", lambda: self.agent.get("/status")["last_applied_revision"] == good,
-                            timeout_s=120)
+    def restore(self) -> None:
+        self.good = self.commit_tree(GOOD, "the good tree again")
+        self.wait_synced(self.good)
 
     def wait_synced(self, commit: str) -> None:
         self.agent.wait(f"{commit[:7]} applied and Synced", lambda: (
@@ -414,6 +409,23 @@ def test_a_hang_in_init_past_the_start_timeout_gives_the_replica_up_and_fails_th
         named_actors(DEFAULT_NAMESPACE, REPLICA_PREFIX + "target-")) == 1, timeout_s=30)
 
 
+def test_a_commit_whose_every_request_is_500_applies_and_says_backend_errors(cluster: Cluster) -> None:
+    """It starts and passes its health check: nothing refuses it (a `[rollout]` with checks would).
+    Status says BackendErrors; the next good commit puts it right."""
+    before = len(cluster.load.codes)
+    bad = cluster.commit_tree({**GOOD, "deployments/target.py": ALL_500}, "bad commit: every request 500")
+    assert cluster.entry(bad)["result"] == "applied"
+    cluster.wait_synced(bad)
+    for _ in range(10):
+        assert httpx.get(cluster.agent.proxy + "/target", timeout=10).status_code == 500
+    cluster.agent.wait("BackendErrors", lambda: cluster.agent.get("/status")["conditions"][0]["reason"]
+                       == "BackendErrors", timeout_s=60)
+    during = cluster.load.codes[before:]
+    assert during and set(during) == {200}, during
+    cluster.restore()
+    assert cluster.target_version() == "good"
+
+
 def test_a_force_push_that_rewrites_history_serves_the_new_head(cluster: Cluster) -> None:
     """The watched branch moves to a commit that is not a descendant of the applied one:
     the agent applies the branch head as it is, never the rewritten-away commit."""
@@ -531,23 +543,4 @@ def test_a_p99_breach_under_a_rollout_aborts_it_and_traffic_returns_to_the_stabl
     during = cluster.load.codes[before:]
     assert during and set(during) == {200}, during
     cluster.restore()
-    assert cluster.target_version() == "good"
-
-
-def test_a_commit_whose_every_request_is_500_applies_and_says_backend_errors(cluster: Cluster) -> None:
-    """It starts and passes its health check: nothing refuses it (a `[rollout]` with checks would).
-    Status says BackendErrors; the next good commit puts it right. Last in the module: the 500s
-    stay in the status's one-minute window after the good commit serves, and no test after it
-    waits for that window to pass before its own Synced."""
-    before = len(cluster.load.codes)
-    bad = cluster.commit_tree({**GOOD, "deployments/target.py": ALL_500}, "bad commit: every request 500")
-    assert cluster.entry(bad)["result"] == "applied"
-    cluster.wait_synced(bad)
-    for _ in range(10):
-        assert httpx.get(cluster.agent.proxy + "/target", timeout=10).status_code == 500
-    cluster.agent.wait("BackendErrors", lambda: cluster.agent.get("/status")["conditions"][0]["reason"]
-                       == "BackendErrors", timeout_s=60)
-    during = cluster.load.codes[before:]
-    assert during and set(during) == {200}, during
-    cluster.restore(synced=False)
     assert cluster.target_version() == "good"
