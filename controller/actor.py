@@ -23,7 +23,7 @@ import os
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field, fields
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 from urllib.parse import urlsplit
 
 from vocabulary.goal_api import CONTROLLER_NAME, PROXY_CLASS, LongPollKey
@@ -199,6 +199,7 @@ class ControllerActor:
         self._restarts = 0  # starts that found a checkpoint, this one included
         self._failures: deque[ReplicaFailure] = deque(maxlen=100)  # shown in status, for the agent's log
         self._recent = RecentRequests()  # each backend's requests in the last minute, for status
+        self._serving_versions: dict[str, str] = {}  # backend -> the version all its replicas ran at the last look
         self._endpoint_totals = RequestTotals()  # each endpoint's, summed over proxies (not checkpointed)
         self._recent_endpoints = RecentRequests()  # each endpoint's requests in the last minute, for status
         self._recover()
@@ -281,13 +282,27 @@ class ControllerActor:
                 trimmed = time.monotonic()
             await asyncio.sleep(self._options.tick_s)
 
+    def _note_new_versions(self, totals: Mapping[str, RequestStats], now: float) -> None:
+        """A backend whose replicas all came to run a new version is counted afresh for status."""
+        seen, self._serving_versions = self._serving_versions, {}
+        for name in self._backends.names():
+            version = self._backends.serving_version(name) or seen.get(name)
+            if version is None:
+                continue
+            self._serving_versions[name] = version
+            if seen.get(name) not in (None, version):
+                self._recent.new_version(name, totals, now)
+
     def _tick(self) -> None:
         now = time.monotonic()
         self._ticks += 1
         self._check_proxies(now)
         self._autoscale(now)
-        for erring in self._recent.sample(self._rollouts.totals(), now):
-            self._backends.check_soon(erring)  # their health checks answer the latest exception
+        if self._recent.due(now):
+            totals = self._rollouts.totals()
+            self._note_new_versions(totals, now)
+            for erring in self._recent.sample(totals, now):
+                self._backends.check_soon(erring)  # their health checks answer the latest exception
         self._recent_endpoints.sample(self._endpoint_totals.totals, now)
         effects = self._backends.tick(now, self._adapter)
         self._log_failures()
@@ -565,6 +580,7 @@ class ControllerActor:
             rollout_checks=self._rollouts.check_counts(),
             serving=serving,
             serving_window_s=window_s,
+            serving_windows=self._recent.shorter_windows(now),
             endpoint_serving=endpoint_serving,
         )
 

@@ -332,6 +332,13 @@ class BackendState:
             return "met", ""
         return "pending", ""
 
+    def serving_version(self, name: str) -> str | None:
+        """The version every live replica of `name` runs; None while two versions
+        serve (a rolling update), or none does."""
+        backend = self._backends.get(name)
+        versions = {r.version for r in backend.live()} if backend is not None else set()
+        return versions.pop() if len(versions) == 1 else None
+
     def is_gone(self, name: str) -> bool:
         return name not in self._backends
 

@@ -173,7 +173,8 @@ class AgentStatus(_Value):
 
 def roll_up(facts: StatusFacts) -> AgentStatus:
     cluster = facts.cluster or ClusterStatus()
-    backends = {name: _backend(observed, cluster.serving.get(name), cluster.serving_window_s)
+    backends = {name: _backend(observed, cluster.serving.get(name),
+                               cluster.serving_windows.get(name, cluster.serving_window_s))
                 for name, observed in cluster.backends.items()}
     endpoints = {name: _endpoint(name, observed, cluster) for name, observed in cluster.endpoints.items()}
     status, reason, message = _overall(facts, backends)

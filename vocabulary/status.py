@@ -262,6 +262,8 @@ class ClusterStatus(_Observed):
     rollout_checks: tuple[CheckCount, ...] = ()  # how often each check passed and failed
     serving: dict[str, RequestStats] = Field(default_factory=dict)  # backend -> its requests in the last minute
     serving_window_s: float = 0.0  # the seconds `serving` covers (up to 60; less just after the controller started)
+    # Backend -> the fewer seconds its `serving` covers: since every replica came to run its current version.
+    serving_windows: dict[str, float] = Field(default_factory=dict)
     endpoint_serving: dict[str, RequestStats] = Field(default_factory=dict)  # endpoint -> the same, per endpoint
 
     def health(self) -> Health:

@@ -57,6 +57,15 @@ def test_a_backend_serving_well_is_synced_and_says_how_it_serves() -> None:
     assert status.endpoints["echo"].serving == backend.serving
 
 
+def test_a_backend_counted_since_its_new_version_says_so_and_its_rate_is_over_those_seconds() -> None:
+    observed = serving(50, 1)
+    fresh = replace(observed, cluster=observed.cluster.model_copy(update={"serving_windows": {"echo": 5.0}}))
+    status = roll_up(fresh)
+    assert status.backends["echo"].serving.window_s == 5.0 and status.backends["echo"].serving.rate() == 10.0
+    assert status.condition("Ready").message == ("echo: 2% of 50 answers were 5xx in the last 5s; latest exception "
+                                                 "ZeroDivisionError: division by zero at deployments/boom.py:7")
+
+
 def test_a_rare_5xx_below_the_share_is_no_degradation() -> None:
     assert roll_up(serving(1000, 5)).status is SyncStatus.SYNCED
 

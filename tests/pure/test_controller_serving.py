@@ -47,6 +47,27 @@ def test_the_status_has_each_backends_requests_and_5xx_of_the_window() -> None:
     assert (status.endpoint_serving["api"].requests, status.endpoint_serving["api"].errors) == (7, 1)
 
 
+def test_a_backend_whose_replicas_all_run_a_new_version_is_counted_from_then_on() -> None:
+    """The 5xx its old code answered are not held against the version that serves now."""
+    async def scenario():
+        ctl = await with_backend(FakeAdapter())
+        await asyncio.sleep(2.2)  # a sample (every 2 s) sees its replica at version 1
+        erring = RequestStats(requests=13, errors=4)
+        await ctl.report_load("proxy-1", {"boom": (0, 0)}, {"boom": erring.model_dump(mode="json")})
+        goal = await ctl.apply_backend(BackendConfig(name="boom", version="2", import_path="m:f", num_replicas=1))
+        await ctl.wait_for_goal(goal, 5.0)
+        await asyncio.sleep(2.5)  # the next sample (every 2 s) sees every replica at version 2
+        fixed = RequestStats(requests=18, errors=4)  # five more answers, none 5xx
+        await ctl.report_load("proxy-1", {"boom": (0, 0)}, {"boom": fixed.model_dump(mode="json")})
+        status = await ctl.get_status()
+        await stop(ctl)
+        return status
+
+    status = asyncio.run(scenario())
+    assert (status.serving["boom"].requests, status.serving["boom"].errors) == (5, 0)
+    assert 0 < status.serving_windows["boom"] < status.serving_window_s
+
+
 def test_replica_output_asks_every_replica_of_the_backend() -> None:
     async def scenario():
         adapter = FakeAdapter()

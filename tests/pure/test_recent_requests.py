@@ -33,3 +33,17 @@ def test_a_sample_names_the_backends_whose_5xx_grew_once() -> None:
     assert recent.sample(totals(20, 3), 1.0) == []  # too soon for a sample
     assert recent.sample(totals(20, 3), 2.0) == ["echo"]
     assert recent.sample(totals(30, 3), 4.0) == []
+
+
+def test_a_backend_at_a_new_version_is_counted_from_then_until_the_window_passes_it() -> None:
+    recent = RecentRequests(window_s=60.0, sample_every_s=2.0)
+    recent.sample(totals(0), 0.0)
+    recent.sample(totals(100, 50), 10.0)
+    recent.new_version("echo", totals(100, 50), 10.0)
+    window_s, counted = recent.last_minute(totals(130, 50), 20.0)
+    assert (window_s, counted["echo"].requests, counted["echo"].errors) == (20.0, 30, 0)
+    assert recent.shorter_windows(20.0) == {"echo": 10.0}
+    for second in range(12, 80, 2):  # the common window moves past the version change
+        recent.sample(totals(130 + second, 50), float(second))
+    assert recent.shorter_windows(80.0) == {}
+    assert recent.last_minute(totals(210, 50), 80.0)[1]["echo"].errors == 0
