@@ -1,7 +1,8 @@
 """The report's plots, drawn from the results document with matplotlib (PNG, no display).
 
 Owns: req/s and p99 vs connections per system (one figure per handler),
-reconcile time vs specs (log-log), memory bars, MB/s vs body size,
+reconcile time vs specs (log-log), memory bars, MB/s vs body size, open
+streams' memory and inter-event gaps, idle replicas' memory and start time,
 and the soak's memory per component over time (`soak_memory`, with its faults marked). Every figure carries the
 machine and the command that produced its figures. Measures nothing.
 """
@@ -43,6 +44,10 @@ def draw_all(document: dict[str, Any], out: Path) -> dict[str, Any]:
         drawn["memory"] = _memory(m["memory"], document["machine"], out)
     if "payloads" in m and m["payloads"]["figures"]["runs"]:
         drawn["payloads"] = _payloads(m["payloads"], document["machine"], out)
+    if "streams" in m and m["streams"]["figures"]["runs"]:
+        drawn["streams"] = _streams(m["streams"], document["machine"], out)
+    if "density" in m and m["density"]["figures"]["runs"]:
+        drawn["density"] = _density(m["density"], document["machine"], out)
     return drawn
 
 
@@ -166,6 +171,68 @@ def _payloads(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> s
     fig.savefig(out / "payloads.png", dpi=90)
     plt.close(fig)
     return "payloads.png"
+
+
+def _streams(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> str:
+    """Memory per open stream (proxy and replica stacked) and the inter-event gap, per system and count."""
+    import matplotlib.pyplot as plt
+
+    runs = doc["figures"]["runs"]
+    labels = [f"{r['system']}\n{r['streams']:,}" for r in runs]
+    fig, (memory, gaps) = plt.subplots(1, 2, figsize=(12, 5.2))
+    proxy = [r["proxy_pss_kib_per_stream"] or 0.0 for r in runs]
+    replica = [r["replica_pss_kib_per_stream"] or 0.0 for r in runs]
+    colors = [STYLE.get(r["system"], ("black", ".", 1))[0] for r in runs]
+    memory.bar(labels, replica, color=colors, alpha=0.5, label="replica (or the app itself)")
+    memory.bar(labels, proxy, bottom=replica, color=colors, label="proxy")
+    memory.axhline(50, color="#555555", linestyle="--", linewidth=1, label="target: 50 KiB")
+    memory.set_ylabel("PSS per open stream, KiB")
+    memory.set_title("Memory per open stream (lower is better)")
+    memory.legend(fontsize=8)
+    memory.grid(True, axis="y", alpha=0.3)
+    positions = range(len(runs))
+    for position, r, color in zip(positions, runs, colors):
+        points = [r["gap_p50_ms"], r["gap_p99_ms"], r["gap_max_ms"]]
+        gaps.plot([position] * 3, points, color=color, linewidth=1)
+        gaps.scatter([position] * 3, points, color=color, marker="o", s=[15, 40, 15])
+    period = runs[0]["period_ms"]
+    gaps.axhline(2 * period, color="#555555", linestyle="--", linewidth=1, label=f"target p99: 2 × {period:g} ms")
+    gaps.set_xticks(list(positions), labels)
+    gaps.set_yscale("log")
+    gaps.set_ylabel("gap between events, ms (p50, p99 large, max)")
+    gaps.set_title("Inter-event gap (lower is better)")
+    gaps.legend(fontsize=8)
+    gaps.grid(True, which="both", axis="y", alpha=0.3)
+    fig.suptitle(f"Open SSE streams, {doc['figures']['rate']} events/s each for {doc['figures']['seconds']:g} s")
+    _caption(fig, machine_info, doc["command"])
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(out / "streams.png", dpi=90)
+    plt.close(fig)
+    return "streams.png"
+
+
+def _density(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> str:
+    """PSS per idle replica and the seconds until all were ready, per system."""
+    import matplotlib.pyplot as plt
+
+    runs = doc["figures"]["runs"]
+    systems = [r["system"] for r in runs]
+    colors = [STYLE.get(system, ("#3182bd", "s", 1))[0] for system in systems]
+    fig, (memory, ready) = plt.subplots(1, 2, figsize=(10, 4.8))
+    memory.bar(systems, [r["replica_pss_mb"] for r in runs], color=colors)
+    memory.set_ylabel("PSS per replica, MB")
+    memory.set_title("Memory per idle replica (lower is better)")
+    ready.bar(systems, [r["ready_s"] for r in runs], color=colors)
+    ready.set_ylabel("seconds")
+    ready.set_title("All replicas ready (lower is better)")
+    for ax in (memory, ready):
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(f"{doc['figures']['replicas']} idle replicas on one node")
+    _caption(fig, machine_info, doc["command"])
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(out / "density.png", dpi=90)
+    plt.close(fig)
+    return "density.png"
 
 
 def soak_memory(samples: list[Any], faults: list[Any], path: Path, command: str) -> str:

@@ -543,6 +543,7 @@ def _streams(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]
              "is open less the figure before, divided by the streams (PSS, RSS in brackets). Short: fewer events "
              f"than sent; starved: a gap above {f['starved_s']:g} s. The client's CPU seconds show how much of the "
              f"machine it took. {_load(doc)} {_command(doc)}", "",
+             *([f"![streams]({figures['streams']})", ""] if "streams" in figures else []),
              "| system | streams | failed | short | starved | events/s (of sent) | gap p50 / p99 / max ms | "
              "proxy KiB/stream | replica KiB/stream | client CPU s |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -576,6 +577,7 @@ def _density(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]
              "ours' backend and endpoint goals met, Serve's `serve.run` returned; the clock starts once the "
              "controller answers. PSS read after the stack settled. Route table: the bytes a proxy receives when "
              f"it subscribes to the routes, the endpoint and its replica set. {_load(doc)} {_command(doc)}", "",
+             *([f"![density]({figures['density']})", ""] if "density" in figures else []),
              "| system | replicas | replica processes | ready s | PSS MB per replica | all replicas MB | proxy MB | "
              "route table bytes |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in f["runs"]:

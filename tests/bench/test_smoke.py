@@ -127,7 +127,7 @@ def test_report_has_the_targets_table(report: Path) -> None:
 
 def test_report_shows_the_plots_or_says_why_not(report: Path) -> None:
     text = (report / "REPORT.md").read_text()
-    plots = ("proxy_noop.png", "reconcile.png", "memory.png", "payloads.png")
+    plots = ("proxy_noop.png", "reconcile.png", "memory.png", "payloads.png", "streams.png", "density.png")
 
     if importlib.util.find_spec("matplotlib") is None:  # the `bench` extra is not installed
         assert NO_PLOTS in text and not any((report / plot).exists() for plot in plots)
