@@ -29,6 +29,7 @@ def targets(document: dict[str, Any]) -> list[Target]:
     m = document.get("measurements", {})
     return [
         *_proxy(m.get("proxy")),
+        _moonshot(m.get("proxy"), m.get("proxy_profile")),
         *_ceiling(m.get("proxy")),
         *_update(m.get("update_latency")),
         *_rollout(m.get("rollout")),
@@ -90,6 +91,25 @@ def _proxy(doc: dict[str, Any] | None) -> list[Target]:
     else:
         rows.append(Target(names[2], "–", None))
     return rows
+
+
+def _moonshot(proxy: dict[str, Any] | None, profile: dict[str, Any] | None) -> Target:
+    """Issue 35's noop moonshot, with the CPU per request that explains a miss (from the profile's run)."""
+    name = "Noop moonshot (issue 35): through the proxy and a replica, ≥ 1.0× uvicorn+Starlette answering by itself"
+    runs = proxy["figures"]["runs"] if proxy else []
+    ours, uvicorn = _at(runs, "ours", 32), _at(runs, "uvicorn", 32)
+    if not (ours and uvicorn):
+        return Target(name, "–", None)
+    ratio = ours["rps"]["median"] / uvicorn["rps"]["median"]
+    measured = f"×{ratio:.2f} ({ours['rps']['median']:,.0f} vs {uvicorn['rps']['median']:,.0f} req/s)"
+    f = profile["figures"] if profile else None
+    if ratio < 1.0 and f and f["load"]["rps"]:
+        requests = f["load"]["rps"] * f["duration_s"]
+        proxy_us, replica_us = (f["cpu_s"][role] / requests * 1e6 for role in ("proxy", "replica"))
+        measured += (f"; the proxy and the replica spend {proxy_us:.0f} + {replica_us:.0f} µs of CPU per request "
+                     f"(profile), where bare uvicorn, one process, spends at most {1e6 / uvicorn['rps']['median']:.0f}: "
+                     "the hop costs more than the app answering by itself")
+    return Target(name, measured, ratio >= 1.0)
 
 
 def _beyond_throughput(wanted_rps: float, direct: dict[str, Any] | None) -> str:

@@ -224,3 +224,16 @@ def test_audit_targets_judge_1pct_tracing_and_10pct_capture_against_off() -> Non
     assert verdict(document, "Audit trail (issue 31): req/s with tracing 1%") is True
     assert verdict(document, "Audit trail (issue 31): req/s with capture 10%") is False
     assert verdict({"measurements": {}}, "Audit trail (issue 31)") is None
+
+
+def test_the_noop_moonshot_is_judged_against_bare_uvicorn_and_a_miss_says_the_cpu_per_request() -> None:
+    document = proxy_document([run("ours", 20_000, 3), run("uvicorn", 25_000, 2.4)])
+    profile = {"load": {"rps": 10_000}, "duration_s": 10.0, "cpu_s": {"proxy": 4.0, "replica": 2.0}}
+    document["measurements"]["proxy_profile"] = {"figures": profile}
+
+    [moonshot] = [t for t in targets(document) if t.target.startswith("Noop moonshot")]
+    assert moonshot.met is False
+    assert "×0.80 (20,000 vs 25,000 req/s)" in moonshot.measured
+    assert "spend 40 + 20 µs of CPU per request (profile), where bare uvicorn, one process, spends at most 40" in (
+        moonshot.measured)
+    assert verdict(proxy_document([run("ours", 26_000, 3), run("uvicorn", 25_000, 2.4)]), "Noop moonshot") is True
