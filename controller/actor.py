@@ -23,7 +23,7 @@ import os
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field, fields
-from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 from urllib.parse import urlsplit
 
 from vocabulary.goal_api import CONTROLLER_NAME, PROXY_CLASS, LongPollKey
@@ -282,8 +282,9 @@ class ControllerActor:
                 trimmed = time.monotonic()
             await asyncio.sleep(self._options.tick_s)
 
-    def _note_new_versions(self, totals: Mapping[str, RequestStats], now: float) -> None:
-        """A backend whose replicas all came to run a new version is counted afresh for status."""
+    def _note_new_versions(self) -> None:
+        """A backend whose replicas all came to run a new version is counted afresh for status
+        (called before the sample it is seen at, so its new version's answers all count)."""
         seen, self._serving_versions = self._serving_versions, {}
         for name in self._backends.names():
             version = self._backends.serving_version(name) or seen.get(name)
@@ -291,7 +292,7 @@ class ControllerActor:
                 continue
             self._serving_versions[name] = version
             if seen.get(name) not in (None, version):
-                self._recent.new_version(name, totals, now)
+                self._recent.new_version(name)
 
     def _tick(self) -> None:
         now = time.monotonic()
@@ -300,7 +301,7 @@ class ControllerActor:
         self._autoscale(now)
         if self._recent.due(now):
             totals = self._rollouts.totals()
-            self._note_new_versions(totals, now)
+            self._note_new_versions()
             for erring in self._recent.sample(totals, now):
                 self._backends.check_soon(erring)  # their health checks answer the latest exception
         self._recent_endpoints.sample(self._endpoint_totals.totals, now)

@@ -5,8 +5,8 @@ summed over proxies, only ever growing) a few seconds apart for a minute;
 `last_minute` is the newest totals minus the oldest sample still within the
 window, with the seconds that covers (less than a minute just after the
 controller started). A backend whose replicas all came to run a new version
-(`new_version`) is counted from then on instead, with the seconds since
-(`shorter_windows`): what its old code answered says nothing of what serves
+(`new_version`) is counted from the sample before that was seen instead, with
+the seconds since (`shorter_windows`): what its old code answered says nothing of what serves
 now, so a fixed backend stops showing as erring once the fix serves, not a
 minute later. `sample` says which backends answered 5xx since the previous
 sample, so their replicas are asked for their latest exception at once.
@@ -37,9 +37,13 @@ class RecentRequests:
         self._errors_seen: dict[str, int] = {}
         self._fresh: dict[str, tuple[float, RequestStats]] = {}  # backend -> when its version changed, its totals then
 
-    def new_version(self, backend: str, totals: Totals, now: float) -> None:
-        """Every replica of `backend` now runs a new version: count its requests from `now`."""
-        self._fresh[backend] = (now, totals.get(backend, RequestStats()))
+    def new_version(self, backend: str) -> None:
+        """Every replica of `backend` now runs a new version, seen since the newest sample: count
+        its requests from that sample on (a few seconds of the old version's, at most, rather than
+        losing any of the new one's)."""
+        if self._samples:
+            when, totals = self._samples[-1]
+            self._fresh[backend] = (when, totals.get(backend, RequestStats()))
 
     def due(self, now: float) -> bool:
         """Whether `sample` would keep a sample now (one per few seconds)."""

@@ -39,7 +39,7 @@ def test_a_backend_at_a_new_version_is_counted_from_then_until_the_window_passes
     recent = RecentRequests(window_s=60.0, sample_every_s=2.0)
     recent.sample(totals(0), 0.0)
     recent.sample(totals(100, 50), 10.0)
-    recent.new_version("echo", totals(100, 50), 10.0)
+    recent.new_version("echo")  # seen after the sample at 10 s: counted from it
     window_s, counted = recent.last_minute(totals(130, 50), 20.0)
     assert (window_s, counted["echo"].requests, counted["echo"].errors) == (20.0, 30, 0)
     assert recent.shorter_windows(20.0) == {"echo": 10.0}
