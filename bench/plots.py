@@ -59,6 +59,18 @@ def _caption(fig: Any, machine_info: dict[str, Any], command: str) -> None:
     fig.text(0.01, 0.01, f"{machine.label(machine_info)}\n{command}", fontsize=7, color="#555555", va="bottom")
 
 
+def _saved(fig: Any, doc: dict[str, Any], machine_info: dict[str, Any], out: Path, name: str,
+           bottom: float = 0.08) -> str:
+    """`fig`, captioned with the machine and `doc`'s command, written to `out / name`; returns `name`."""
+    import matplotlib.pyplot as plt
+
+    _caption(fig, machine_info, doc["command"])
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    fig.savefig(out / name, dpi=90)
+    plt.close(fig)
+    return name
+
+
 def _proxy(doc: dict[str, Any], handler: str, machine_info: dict[str, Any], out: Path) -> str | None:
     import matplotlib.pyplot as plt
 
@@ -85,12 +97,7 @@ def _proxy(doc: dict[str, Any], handler: str, machine_info: dict[str, Any], out:
         ax.grid(True, which="both", alpha=0.3)
     rps_ax.legend(fontsize=8)
     fig.suptitle(f"Proxy: handler {handler}, {runs[0]['replicas']} replica(s); median of runs, bars min–max")
-    _caption(fig, machine_info, doc["command"])
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    name = f"proxy_{handler}.png"
-    fig.savefig(out / name, dpi=90)
-    plt.close(fig)
-    return name
+    return _saved(fig, doc, machine_info, out, f"proxy_{handler}.png", bottom=0.07)
 
 
 def _reconcile(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> str:
@@ -114,11 +121,7 @@ def _reconcile(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> 
     ax.set_title("Agent reconcile cost vs repository size (median, bars min–max)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    _caption(fig, machine_info, doc["command"])
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.savefig(out / "reconcile.png", dpi=90)
-    plt.close(fig)
-    return "reconcile.png"
+    return _saved(fig, doc, machine_info, out, "reconcile.png")
 
 
 def _memory(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> str:
@@ -139,11 +142,7 @@ def _memory(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> str
     ax.set_title("Memory per process (Serve has no agent); idle and under wrk -c32")
     ax.legend(fontsize=8)
     ax.grid(True, axis="y", alpha=0.3)
-    _caption(fig, machine_info, doc["command"])
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.savefig(out / "memory.png", dpi=90)
-    plt.close(fig)
-    return "memory.png"
+    return _saved(fig, doc, machine_info, out, "memory.png")
 
 
 def _payloads(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> str:
@@ -166,11 +165,7 @@ def _payloads(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> s
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("Bodies through each system: MB/s carried both ways, median of runs")
-    _caption(fig, machine_info, doc["command"])
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.savefig(out / "payloads.png", dpi=90)
-    plt.close(fig)
-    return "payloads.png"
+    return _saved(fig, doc, machine_info, out, "payloads.png")
 
 
 def _streams(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> str:
@@ -204,11 +199,7 @@ def _streams(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> st
     gaps.legend(fontsize=8)
     gaps.grid(True, which="both", axis="y", alpha=0.3)
     fig.suptitle(f"Open SSE streams, {doc['figures']['rate']} events/s each for {doc['figures']['seconds']:g} s")
-    _caption(fig, machine_info, doc["command"])
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.savefig(out / "streams.png", dpi=90)
-    plt.close(fig)
-    return "streams.png"
+    return _saved(fig, doc, machine_info, out, "streams.png")
 
 
 def _density(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> str:
@@ -228,11 +219,7 @@ def _density(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> st
     for ax in (memory, ready):
         ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle(f"{doc['figures']['replicas']} idle replicas on one node")
-    _caption(fig, machine_info, doc["command"])
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.savefig(out / "density.png", dpi=90)
-    plt.close(fig)
-    return "density.png"
+    return _saved(fig, doc, machine_info, out, "density.png")
 
 
 def soak_memory(samples: list[Any], faults: list[Any], path: Path, command: str) -> str:
