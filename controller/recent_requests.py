@@ -6,9 +6,9 @@ summed over proxies, only ever growing) a few seconds apart for a minute;
 window, with the seconds that covers (less than a minute just after the
 controller started). A backend whose replicas all came to run a new version
 (`new_version`) is counted from the sample before that was seen instead, with
-the seconds since (`shorter_windows`): what its old code answered says nothing of what serves
-now, so a fixed backend stops showing as erring once the fix serves, not a
-minute later. `sample` says which backends answered 5xx since the previous
+the seconds since (`shorter_windows`): what its old code answered says
+nothing of what serves now, so a fixed backend stops showing as erring once
+the fix serves, not a minute later. `sample` says which backends answered 5xx since the previous
 sample, so their replicas are asked for their latest exception at once.
 Pure: the clock is passed in (monotonic seconds); nothing is kept across
 controller restarts.
@@ -35,7 +35,8 @@ class RecentRequests:
         self._every_s = sample_every_s
         self._samples: deque[tuple[float, dict[str, RequestStats]]] = deque()
         self._errors_seen: dict[str, int] = {}
-        self._fresh: dict[str, tuple[float, RequestStats]] = {}  # backend -> when its version changed, its totals then
+        # Backend -> the sample its new version is counted from: when, and the backend's totals then.
+        self._fresh: dict[str, tuple[float, RequestStats]] = {}
 
     def new_version(self, backend: str) -> None:
         """Every replica of `backend` now runs a new version, seen since the newest sample: count
@@ -67,7 +68,9 @@ class RecentRequests:
         if not self._samples:
             return 0.0, {}
         start, earlier = self._samples[0]
-        return now - start, {backend: stats.since(self._base(backend, start, earlier)) for backend, stats in totals.items()}
+        return now - start, {
+            backend: stats.since(self._base(backend, start, earlier)) for backend, stats in totals.items()
+        }
 
     def shorter_windows(self, now: float) -> dict[str, float]:
         """Backend -> the seconds it is counted over, for those whose version changed within the window."""
