@@ -284,10 +284,8 @@ class Agent:
         retry can help, ends a run of failures: a poll that finds the failed commit
         still at the head attempts nothing, and must not send the next retry back
         to the shortest delay."""
-        stopped = report.stopped_by
-        kind = stopped.kind if stopped is not None else report.outcome.error_kind if report.outcome else None
-        if kind is not ErrorKind.RETRY:
-            if report.attempted or stopped is not None:
+        if report.error_kind is not ErrorKind.RETRY:
+            if report.attempted or report.stopped_by is not None:
                 self._retries = 0
             return
         self._retries += 1

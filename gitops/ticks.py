@@ -128,6 +128,15 @@ class TickReport:
         return next((e for e in self.errors if e.stage in _STOPPING), None)
 
     @property
+    def error_kind(self) -> ErrorKind | None:
+        """What can help the tick's failure: its stopping error's kind, else its outcome's
+        (None when nothing failed)."""
+        stopped = self.stopped_by
+        if stopped is not None:
+            return stopped.kind
+        return self.outcome.error_kind if self.outcome is not None else None
+
+    @property
     def outcome(self) -> Outcome | None:
         """What the reconcile of the revision came to; None if there was none."""
         if self.attempted and self.revision is not None and self.revision.unverified:
