@@ -282,9 +282,10 @@ class ControllerActor:
                 trimmed = time.monotonic()
             await asyncio.sleep(self._options.tick_s)
 
-    def _note_new_versions(self) -> None:
-        """A backend whose replicas all came to run a new version is counted afresh for status
-        (called before the sample it is seen at, so its new version's answers all count)."""
+    def _note_new_versions(self, now: float) -> None:
+        """A backend whose replicas all came to run a new version is counted afresh for status,
+        from the totals as they stand (called at the end of every tick, in the one that saw the
+        change: a goal met is never reported before it, so an answer after `Synced` counts)."""
         seen, self._serving_versions = self._serving_versions, {}
         for name in self._backends.names():
             version = self._backends.serving_version(name) or seen.get(name)
@@ -292,7 +293,7 @@ class ControllerActor:
                 continue
             self._serving_versions[name] = version
             if seen.get(name) not in (None, version):
-                self._recent.new_version(name)
+                self._recent.new_version(name, self._rollouts.totals(), now)
 
     def _tick(self) -> None:
         now = time.monotonic()
@@ -300,9 +301,7 @@ class ControllerActor:
         self._check_proxies(now)
         self._autoscale(now)
         if self._recent.due(now):
-            totals = self._rollouts.totals()
-            self._note_new_versions()
-            for erring in self._recent.sample(totals, now):
+            for erring in self._recent.sample(self._rollouts.totals(), now):
                 self._backends.check_soon(erring)  # their health checks answer the latest exception
         self._recent_endpoints.sample(self._endpoint_totals.totals, now)
         effects = self._backends.tick(now, self._adapter)
@@ -316,6 +315,7 @@ class ControllerActor:
         self._maybe_die("after_effects")
         self._step_rollouts()
         self._judge_goals()
+        self._note_new_versions(now)
 
     def _log_failures(self) -> None:
         for failure in self._backends.take_failures():

@@ -5,10 +5,10 @@ summed over proxies, only ever growing) a few seconds apart for a minute;
 `last_minute` is the newest totals minus the oldest sample still within the
 window, with the seconds that covers (less than a minute just after the
 controller started). A backend whose replicas all came to run a new version
-(`new_version`) is counted from the sample before that was seen instead, with
-the seconds since (`shorter_windows`): what its old code answered says
-nothing of what serves now, so a fixed backend stops showing as erring once
-the fix serves, not a minute later. `sample` says which backends answered 5xx since the previous
+(`new_version`) is counted from the totals as they stood when that was seen
+instead, with the seconds since (`shorter_windows`): what its old code
+answered says nothing of what serves now, so a fixed backend stops showing as
+erring once the fix serves, not a minute later. `sample` says which backends answered 5xx since the previous
 sample, so their replicas are asked for their latest exception at once.
 Pure: the clock is passed in (monotonic seconds); nothing is kept across
 controller restarts.
@@ -35,16 +35,15 @@ class RecentRequests:
         self._every_s = sample_every_s
         self._samples: deque[tuple[float, dict[str, RequestStats]]] = deque()
         self._errors_seen: dict[str, int] = {}
-        # Backend -> the sample its new version is counted from: when, and the backend's totals then.
+        # Backend -> where its new version is counted from: when, and the backend's totals then.
         self._fresh: dict[str, tuple[float, RequestStats]] = {}
 
-    def new_version(self, backend: str) -> None:
-        """Every replica of `backend` now runs a new version, seen since the newest sample: count
-        its requests from that sample on (a few seconds of the old version's, at most, rather than
-        losing any of the new one's)."""
-        if self._samples:
-            when, totals = self._samples[-1]
-            self._fresh[backend] = (when, totals.get(backend, RequestStats()))
+    def new_version(self, backend: str, totals: Totals, now: float) -> None:
+        """Every replica of `backend` runs a new version as of `now`, when the totals were `totals`:
+        count its requests from there on. Seen in the tick the change happened (not at the next
+        sample), so none of the new version's answers are lost, and the old version's count only
+        as far as they were reported late (one load report, half a second)."""
+        self._fresh[backend] = (now, totals.get(backend, RequestStats()))
 
     def due(self, now: float) -> bool:
         """Whether `sample` would keep a sample now (one per few seconds)."""

@@ -56,8 +56,7 @@ def test_a_backend_whose_replicas_all_run_a_new_version_is_counted_from_then_on(
         await ctl.report_load("proxy-1", {"boom": (0, 0)}, {"boom": erring.model_dump(mode="json")})
         await asyncio.sleep(2.2)  # and a sample holds its 5xx before version 2 starts
         goal = await ctl.apply_backend(BackendConfig(name="boom", version="2", import_path="m:f", num_replicas=1))
-        await ctl.wait_for_goal(goal, 5.0)
-        await asyncio.sleep(2.5)  # the next sample (every 2 s) sees every replica at version 2
+        await ctl.wait_for_goal(goal, 5.0)  # the tick that met it saw every replica at version 2
         fixed = RequestStats(requests=18, errors=4)  # five more answers, none 5xx
         await ctl.report_load("proxy-1", {"boom": (0, 0)}, {"boom": fixed.model_dump(mode="json")})
         status = await ctl.get_status()

@@ -38,11 +38,11 @@ def test_a_sample_names_the_backends_whose_5xx_grew_once() -> None:
 def test_a_backend_at_a_new_version_is_counted_from_then_until_the_window_passes_it() -> None:
     recent = RecentRequests(window_s=60.0, sample_every_s=2.0)
     recent.sample(totals(0), 0.0)
-    recent.sample(totals(100, 50), 10.0)
-    recent.new_version("echo")  # seen after the sample at 10 s: counted from it
+    recent.sample(totals(100, 40), 10.0)
+    recent.new_version("echo", totals(110, 50), 11.0)  # seen between samples: counted from then
     window_s, counted = recent.last_minute(totals(130, 50), 20.0)
-    assert (window_s, counted["echo"].requests, counted["echo"].errors) == (20.0, 30, 0)
-    assert recent.shorter_windows(20.0) == {"echo": 10.0}
+    assert (window_s, counted["echo"].requests, counted["echo"].errors) == (20.0, 20, 0)
+    assert recent.shorter_windows(20.0) == {"echo": 9.0}
     for second in range(12, 80, 2):  # the common window moves past the version change
         recent.sample(totals(130 + second, 50), float(second))
     assert recent.shorter_windows(80.0) == {}
