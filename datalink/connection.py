@@ -10,13 +10,18 @@ leave in one write (joined when they are small; beside a body's pieces,
 `writelines`: on uvloop, one vectored write of the buffers as they are),
 and a body above `datalink.frames.PIECES_ABOVE` goes as BODY pieces
 (`write_pieces`: each a head and a slice of the body, written once what
-went before has drained, so the transport never holds the body twice) and
-is taken in the same way at the other end (`took_last_piece`, into a
-`datalink.frames.Pieces`, closing on pieces past the announced size); a
-malformed frame or a failed handshake closes the connection (`close`, with
-the reason). What the frames mean — calls and
-their replies on the proxy's side, one task per call on the replica's — is
-the subclasses'.
+went before has drained, so the transport never holds the body twice).
+
+It is a `BufferedProtocol`: the transport reads into the decoder's buffers,
+and a large BODY piece straight into its body, where the subclass's `sink`
+says (the call's `datalink.frames.Pieces`); `took_last_piece` then only
+asks whether the body is complete. A frame completed by a read in place is
+handed on once that read has let go of the buffer (the next loop
+iteration, with any frame read after it, in order): only then can the body
+become bytes without a copy. A malformed frame or a failed handshake
+closes the connection (`close`, with the reason). What the frames mean —
+calls and their replies on the proxy's side, one task per call on the
+replica's — is the subclasses'.
 
 The I/O shell of the data path: asyncio's transport, no Ray.
 """
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 
-from typing import Callable
+from typing import Any, Callable
 
 from datalink.frames import (
     BODY_PIECE_BYTES,
@@ -33,7 +38,6 @@ from datalink.frames import (
     Frame,
     FrameDecoder,
     FrameError,
-    Parts,
     Pieces,
     piece_head,
 )
@@ -43,7 +47,11 @@ from datalink.peers import set_nodelay
 __all__ = ["FrameConnection"]
 
 
-class FrameConnection(asyncio.Protocol):
+# What the handshake's messages are read into (each is far smaller).
+_HANDSHAKE_READ_BYTES = 4096
+
+
+class FrameConnection(asyncio.BufferedProtocol):
     """Frames in (after the handshake, over TCP), frames out in one write per loop iteration."""
 
     def __init__(self, max_frame: int = MAX_FRAME_BYTES, handshake: Handshake | None = None) -> None:
@@ -51,7 +59,10 @@ class FrameConnection(asyncio.Protocol):
         `handshake` (TCP), nothing is decoded until the peer has proven itself."""
         self._loop = asyncio.get_running_loop()
         self._handshake = handshake
-        self._decoder = FrameDecoder(max_frame)
+        self._decoder = FrameDecoder(self.on_frame, max_frame, self.sink)
+        self._proving: bytearray | None = None if handshake is None else bytearray(_HANDSHAKE_READ_BYTES)
+        # Frames completed by a read in place, until that read has let go of its buffer (then None).
+        self._held: list[Frame] | None = None
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes | memoryview] = []
         self._vectored = False  # a body's piece is among `_out`
@@ -62,6 +73,11 @@ class FrameConnection(asyncio.Protocol):
     def on_frame(self, frame: Frame) -> None:
         """One frame from the proven peer, in arrival order."""
         raise NotImplementedError
+
+    def sink(self, call_id: int, size: int) -> memoryview | None:
+        """Where the next BODY piece of call `call_id` (`size` bytes) goes: `room(size)` of the
+        body that call is receiving, or None when it receives none (the piece then comes as bytes)."""
+        return None
 
     def on_proven(self) -> None:
         """The TCP peer has proven it knows the secret: frames flow from now on."""
@@ -110,9 +126,12 @@ class FrameConnection(asyncio.Protocol):
             self._vectored = True
         return True
 
-    def took_last_piece(self, call_id: int, body: Pieces, piece: bytes | Parts) -> bool:
-        """Add the next BODY `piece` of call `call_id` to `body`; True once it is complete.
-        Pieces past the announced size close the connection (and say False)."""
+    def took_last_piece(self, call_id: int, body: Pieces, piece: bytes | int) -> bool:
+        """Add the next BODY `piece` of call `call_id` to `body` (an int: its size, already
+        written into it by `sink`); True once it is complete. Pieces past the announced size
+        close the connection (and say False)."""
+        if isinstance(piece, int):
+            return body.placed(piece)
         try:
             return body.add(piece)
         except FrameError as error:
@@ -140,20 +159,47 @@ class FrameConnection(asyncio.Protocol):
             set_nodelay(transport.get_extra_info("socket"))
             transport.write(self._handshake.greeting())  # type: ignore[attr-defined]  # a stream transport
 
-    def data_received(self, data: bytes) -> None:
-        if self._handshake is not None:
-            rest = self._prove(data)
-            if not rest:
-                return
-            data = rest
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._proving is not None:
+            return memoryview(self._proving)
+        return self._decoder.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._proving is not None:
+            rest = self._prove(bytes(self._proving[:nbytes]))
+            if rest:
+                self._read(self._decoder.feed, rest)
+            return
+        if self._held is None and self._decoder.in_place:
+            # This read still holds its buffer (a body's) while we are called: what it completes waits.
+            self._held = []
+            self._decoder.on_frame = self._held.append
+            self._read(self._decoder.filled, nbytes)
+            if self._held:
+                self._loop.call_soon(self._hand_on_held)
+            else:
+                self._held = None
+                self._decoder.on_frame = self.on_frame
+            return
         try:
-            frames = self._decoder.feed(data)
+            self._decoder.filled(nbytes)
         except FrameError as error:
             self.close(f"malformed frame: {error}")
-            return
-        on_frame = self.on_frame
-        for frame in frames:
-            on_frame(frame)
+
+    def _read(self, read: Callable[[Any], None], what: Any) -> None:
+        try:
+            read(what)
+        except FrameError as error:
+            self.close(f"malformed frame: {error}")
+
+    def _hand_on_held(self) -> None:
+        """The frames completed since a read in place, in order (and whatever came after them)."""
+        held, self._held = self._held or [], None
+        self._decoder.on_frame = self.on_frame
+        if self._transport is None or self._transport.is_closing():
+            return  # closed meanwhile: nobody is there to answer
+        for frame in held:
+            self.on_frame(frame)
 
     def _prove(self, data: bytes) -> bytes | None:
         """The handshake's next step; what came after the peer's proof once it is proven."""
@@ -170,5 +216,6 @@ class FrameConnection(asyncio.Protocol):
         if rest is None:
             return None
         self._handshake = None
+        self._proving = None
         self.on_proven()
         return rest

@@ -17,7 +17,7 @@ Calls (proxy to replica) and their replies (replica to proxy), by call id:
   REQUEST   a `WireRequest`                -> RESULT (a `Reply`), ANSWER, or ERROR
   UPLOAD    a `WireRequest` whose body is its size (int), then BODY frames -> RESULT, ANSWER or ERROR
   BODY      raw bytes, not pickled: the next piece of an UPLOAD's or an ANSWER's body (at most `BODY_PIECE_BYTES`);
-            decoded as bytes, or as the list of its parts as they were read (`Parts`) when it came in several
+            decoded as its size (int) when it was written into its body (`Sink`), else as bytes
   BATCH     a list of `TimedRequest` (one call of a batched handler) -> RESULTS
   CANCEL    no payload: stop that call's handler (or stream, or WebSocket); nothing is answered
   ANSWER    a `WireResponse` whose body is its size (int), then BODY frames: a REQUEST's or UPLOAD's reply
@@ -40,13 +40,16 @@ as an UPLOAD, a plain reply's as an ANSWER. Its sender writes the pieces as
 the connection drains — each a BODY head and a slice of the body, handed to
 the transport as they are (`piece_head`), never copied into one frame — so
 neither end holds it twice (the sender its body and at most a piece or two
-in flight; the receiver one buffer of the announced size, filled as the
-pieces come, which becomes the body uncopied; a body in one piece is that
-piece: `Pieces`). The decoder reads frames out of a read where it is (only
-an incomplete tail is kept), and gathers a frame larger than
-`_GATHER_ABOVE` from its reads rather than copying it into its buffer and
-out of it again: a BODY's parts are handed on as they are (`Parts`, which
-`Pieces` copies once, into the body), any other payload joined once.
+in flight; the receiver one buffer of the announced size, `Pieces`, which
+becomes the body uncopied; a body in one piece is that piece).
+
+Reading: the decoder owns the buffers reads go into (`FrameDecoder.buffer`
+and `filled`, for an `asyncio.BufferedProtocol`). Small frames are decoded
+where they were read. A large frame's payload is read in place once its head
+is in: a BODY piece straight into its body (`Pieces.room`, found through the
+receiver's `Sink`), so the kernel's copy into the body is the only one but
+for the bytes that came in the same read as the piece's head; any other
+payload into a buffer of its size, then unpickled.
 
 Payloads are pickled (protocol 5), but a BODY's, and unpickling runs whatever the bytes
 say. That is acceptable ONLY because of each connection's access control. The
@@ -70,7 +73,7 @@ import io
 import pickle
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 __all__ = [
     "Kind",
@@ -84,7 +87,7 @@ __all__ = [
     "encode_piece",
     "piece_head",
     "Pieces",
-    "Parts",
+    "Sink",
     "HEADER_BYTES",
     "BODY_PIECE_BYTES",
     "PIECES_ABOVE",
@@ -103,9 +106,12 @@ MAX_FRAME_BYTES = 100 * 1024 * 1024
 # against 0.14.
 BODY_PIECE_BYTES = 1024 * 1024
 PIECES_ABOVE = 128 * 1024
-# A frame longer than this, not yet complete, is gathered from its reads
-# instead of being copied into the decoder's buffer and out again.
-_GATHER_ABOVE = 64 * 1024
+# Each connection reads into one buffer of this size, its own for its whole life (so
+# kept small: a proxy holds one per replica); a frame whose payload is larger than
+# `_IN_PLACE_ABOVE` and not complete in a read is read in place instead: its payload
+# straight into where it ends up, in reads as large as what is missing of it.
+_READ_BYTES = 64 * 1024
+_IN_PLACE_ABOVE = 32 * 1024
 
 _LENGTH = struct.Struct(">I")
 _HEAD = struct.Struct(">IBQ")  # length, kind, call id
@@ -202,164 +208,222 @@ def encode_piece(call_id: int, piece: bytes | memoryview) -> bytes:
     return piece_head(call_id, len(piece)) + piece
 
 
-# A BODY frame that came in several reads, as its parts: its receiver copies them once, into its body.
-Parts = list[bytes | memoryview]
+# Where a BODY piece's payload goes, asked when its head is read: (call id, the piece's size) ->
+# a writable view of exactly that size (`Pieces.room` of the call's body), or None for a call
+# whose body nobody holds (the piece then comes out as bytes).
+Sink = Callable[[int, int], "memoryview | None"]
 
 
 class Pieces:
     """A body arriving as BODY pieces up to its announced size, held once:
-    written into one buffer of that size as they come (a piece's `Parts`
-    each straight into it), which then becomes the body without a copy; a
-    body that came in one piece is that piece."""
+    one buffer of that size, each piece written straight into it (`room`,
+    then `placed` once written: by a socket read, or by `add` from bytes),
+    which then becomes the body without a copy; a body that came in one
+    piece, as bytes, is that piece."""
 
-    __slots__ = ("size", "taken", "_whole", "_buffer")
+    __slots__ = ("size", "taken", "written", "_whole", "_buffer", "_view")
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.taken = 0
+        self.taken = 0  # bytes given a room so far
+        self.written = 0  # bytes of those written
         self._whole: bytes | None = None
         self._buffer: io.BytesIO | None = None
+        self._view: memoryview | None = None
 
-    def add(self, piece: bytes | Parts) -> bool:
-        """Take the next piece; True once the body is complete. Raises
-        `FrameError` when the pieces go past the announced size."""
-        size = len(piece) if isinstance(piece, bytes) else sum(len(part) for part in piece)
-        self.taken += size
-        if self.taken > self.size:
-            raise FrameError(f"{self.taken} bytes of pieces for a body of {self.size}")
-        if self.taken == size == self.size:
-            self._whole = piece if isinstance(piece, bytes) else b"".join(piece)
-            return True
-        if self._buffer is None:
-            # Its own bytes, shared with nobody, so CPython's BytesIO writes into them in
-            # place (no growing, no copy) and getvalue() hands them over as they are.
+    @property
+    def complete(self) -> bool:
+        return self.written == self.size
+
+    def room(self, size: int) -> memoryview:
+        """Where the next piece of `size` bytes goes: the slice of the body it
+        fills, to be written in place (then `placed`). Raises `FrameError`
+        when the pieces go past the announced size."""
+        if self.taken + size > self.size:
+            raise FrameError(f"{self.taken + size} bytes of pieces for a body of {self.size}")
+        if self._view is None:
+            # Its own bytes, shared with nobody, so CPython's BytesIO exports them as they are
+            # (getbuffer) and, once no view of them is left, getvalue() hands them over uncopied.
             self._buffer = io.BytesIO(bytes(self.size))
-        if isinstance(piece, bytes):
-            self._buffer.write(piece)
-        else:
-            self._buffer.writelines(piece)
-        return self.taken == self.size
+            self._view = self._buffer.getbuffer()
+        start = self.taken
+        self.taken += size
+        return self._view[start : self.taken]
+
+    def placed(self, size: int) -> bool:
+        """A piece of `size` bytes is written into the room it was given; True once the body is complete."""
+        self.written += size
+        return self.complete
+
+    def add(self, piece: bytes) -> bool:
+        """Take the next piece, as bytes; True once the body is complete.
+        Raises `FrameError` when the pieces go past the announced size."""
+        if self.taken == 0 and len(piece) == self.size:
+            self.taken = self.written = self.size
+            self._whole = piece
+            return True
+        with self.room(len(piece)) as room:
+            room[:] = piece
+        return self.placed(len(piece))
 
     def body(self) -> bytes:
-        """The whole body (once `add` said it is complete)."""
+        """The whole body (once complete). Uncopied when no view of it is left:
+        whoever read into a `room` has let it go."""
         if self._whole is not None:
             return self._whole
+        if self._view is not None:
+            self._view.release()
+            self._view = None
         return b"" if self._buffer is None else self._buffer.getvalue()
 
 
 class FrameDecoder:
-    """Frames out of a byte stream, however it was split into reads."""
+    """Frames out of a byte stream, however it was split into reads, each
+    handed to `on_frame` as soon as it is complete (so a frame may change
+    where the next one's piece goes).
 
-    def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
+    The stream is read into the decoder's own buffers: `buffer` says where
+    the next read goes and `filled` how much it brought. Small frames are
+    read into one read buffer and decoded where they are; the payload of a
+    frame larger than `_IN_PLACE_ABOVE` that a read did not complete is read
+    straight into where it ends up (what came with its head is copied
+    there): a BODY piece into its body (`sink`), any other payload into a
+    buffer of its size that is then unpickled. `feed` copies bytes in
+    (tests, and what came in with the handshake).
+    """
+
+    def __init__(
+        self, on_frame: Callable[[Frame], None], max_frame: int = MAX_FRAME_BYTES, sink: Sink | None = None
+    ) -> None:
+        self.on_frame = on_frame  # who the frames go to (its owner may switch it between reads)
         self._max_frame = max_frame
-        self._buffer = bytearray()
+        self._sink = sink
+        self._read = bytearray(_READ_BYTES)
+        self._read_view = memoryview(self._read)
+        self._start = 0  # the bytes read and not yet decoded are _read[_start:_end]
+        self._end = 0
         self._broken: FrameError | None = None
-        self._gathering: _Gathering | None = None  # a large frame, arriving
+        # A large frame whose payload is being read in place: where, how much of it is in, and its head.
+        self._target: memoryview | None = None
+        self._filled = 0
+        self._kind = Kind.BODY
+        self._call_id = 0
+        self._placed = False  # a BODY piece read into its body (else: a payload to decode)
 
-    def feed(self, data: bytes | memoryview) -> list[Frame]:
-        """Every frame complete after `data`; the rest waits for the next read.
+    @property
+    def in_place(self) -> bool:
+        """Whether the next read goes straight into a large frame's payload."""
+        return self._target is not None
+
+    def buffer(self) -> memoryview:
+        """Where the next read goes: as much of it as the read brings (never more than its length)."""
+        if self._broken is not None:
+            raise self._broken
+        if self._target is not None:
+            return self._target[self._filled :]
+        if self._end == len(self._read):  # full: the start of a frame it ends with moves to the front
+            kept = bytes(self._read_view[self._start : self._end])  # at most a small frame (no overlapping copy)
+            self._read_view[: len(kept)] = kept
+            self._start, self._end = 0, len(kept)
+        return self._read_view[self._end :]
+
+    def filled(self, size: int) -> None:
+        """A read put `size` bytes into `buffer()`: every frame they complete goes to `on_frame`.
 
         Raises `FrameError` on the first malformed frame, and again on every
-        later feed: after one, the stream has no frame boundaries left.
+        later read: after one, the stream has no frame boundaries left.
         """
         if self._broken is not None:
             raise self._broken
-        frames: list[Frame] = []
         try:
-            gathering = self._gathering
-            if gathering is not None:
-                rest = gathering.take(data)
-                if rest is None:
-                    return frames
-                self._gathering = None
-                frames.append(gathering.frame())
-                data = rest
-            buffer = self._buffer
-            if buffer:
-                buffer += data
-                del buffer[: self._parse(buffer, frames, False)]
-            else:
-                # Nothing held back: frames are read where they are, and only a part of one is kept.
-                offset = self._parse(data, frames, isinstance(data, bytes) or data.readonly)
-                if offset < len(data):
-                    buffer += data[offset:]
+            if self._target is None:
+                self._end += size
+                self._decode()
+                return
+            self._filled += size
+            if self._filled == len(self._target):
+                self.on_frame(self._finished())
         except FrameError as error:
             self._broken = error
-            self._buffer = bytearray()
-            self._gathering = None
+            self._start = self._end = 0
+            self._target = None
             raise
-        return frames
 
-    def _parse(self, source: bytes | bytearray | memoryview, frames: list[Frame], immutable: bool) -> int:
-        """Append the frames complete in `source` to `frames`; how many of its bytes they took.
-        A large frame's start becomes `_gathering` (kept as a view of `source` when it is `immutable`)."""
-        offset = 0
-        size = len(source)
-        with memoryview(source) as view:
-            while size - offset >= _LENGTH.size:
-                (length,) = _LENGTH.unpack_from(source, offset)
-                if length < HEADER_BYTES or length > self._max_frame:
-                    raise FrameError(f"a frame of {length} bytes (allowed {HEADER_BYTES} to {self._max_frame})")
-                end = offset + _LENGTH.size + length
-                if size < end and (length <= _GATHER_ABOVE or size - offset < _HEAD.size):
-                    break
-                _, kind_byte, call_id = _HEAD.unpack_from(source, offset)
-                kind = _KINDS.get(kind_byte)
-                if kind is None:
-                    raise FrameError(f"a frame of unknown kind {kind_byte}")
-                if size < end:  # a large frame's start: the rest is gathered as it comes
-                    start = view[offset + _HEAD.size :]
-                    self._gathering = _Gathering(kind, call_id, start if immutable else bytes(start), end - size)
-                    return size
-                body = view[offset + _HEAD.size : end]
-                try:
-                    payload = bytes(body) if kind is Kind.BODY else _unpickled(kind, body)
-                finally:
-                    body.release()
-                frames.append(Frame(kind, call_id, payload))
-                offset = end
-        return offset
+    def feed(self, data: bytes | memoryview) -> None:
+        """`data` as if read: copied into `buffer()` as far as it goes, then `filled`, until all is in."""
+        with memoryview(data) as view:
+            taken = 0
+            while taken < len(view):
+                with self.buffer() as room:
+                    size = min(len(room), len(view) - taken)
+                    room[:size] = view[taken : taken + size]
+                taken += size
+                self.filled(size)
+
+    def _decode(self) -> None:
+        """Hand on every frame complete in the read buffer; a large frame's start
+        begins its in-place read; the start of a small one waits for the next read.
+        (Each frame is taken off before it is handed on: a handler that raises loses no other.)"""
+        read, view, end = self._read, self._read_view, self._end
+        while end - self._start >= _LENGTH.size:
+            start = self._start
+            (length,) = _LENGTH.unpack_from(read, start)
+            if length < HEADER_BYTES or length > self._max_frame:
+                raise FrameError(f"a frame of {length} bytes (allowed {HEADER_BYTES} to {self._max_frame})")
+            if end - start < _HEAD.size:
+                break
+            _, kind_byte, call_id = _HEAD.unpack_from(read, start)
+            kind = _KINDS.get(kind_byte)
+            if kind is None:
+                raise FrameError(f"a frame of unknown kind {kind_byte}")
+            frame_end = start + _LENGTH.size + length
+            if frame_end <= end:
+                self._start = frame_end
+                self.on_frame(self._decoded(kind, call_id, view[start + _HEAD.size : frame_end]))
+            elif length - HEADER_BYTES > _IN_PLACE_ABOVE:
+                self._start = end
+                self._begin(kind, call_id, length - HEADER_BYTES, view[start + _HEAD.size : end])
+            else:
+                break  # a small frame's start: its rest comes with the next read
+        if self._start == end:
+            self._start = self._end = 0
+
+    def _decoded(self, kind: Kind, call_id: int, payload: memoryview) -> Frame:
+        """A frame complete in the read buffer (read there, so nothing may keep a view of it)."""
+        with payload:
+            if kind is not Kind.BODY:
+                return Frame(kind, call_id, _unpickled(kind, payload))
+            room = None if self._sink is None else self._sink(call_id, len(payload))
+            if room is None:
+                return Frame(kind, call_id, bytes(payload))
+            with room:
+                room[:] = payload
+            return Frame(kind, call_id, len(payload))
+
+    def _begin(self, kind: Kind, call_id: int, size: int, first: memoryview) -> None:
+        """A large frame's head and the start of its payload: the rest is read in place."""
+        with first:
+            room = None if kind is not Kind.BODY or self._sink is None else self._sink(call_id, size)
+            self._placed = room is not None
+            target = room if room is not None else memoryview(bytearray(size))
+            target[: len(first)] = first
+            self._filled = len(first)
+        self._target, self._kind, self._call_id = target, kind, call_id
+
+    def _finished(self) -> Frame:
+        """The frame read in place, now complete."""
+        target, self._target = self._target, None
+        assert target is not None
+        with target:
+            if self._placed:
+                return Frame(self._kind, self._call_id, len(target))
+            if self._kind is Kind.BODY:
+                return Frame(self._kind, self._call_id, bytes(target))  # a piece nobody holds a body for
+            return Frame(self._kind, self._call_id, _unpickled(self._kind, target))
 
     def __len__(self) -> int:
-        """Bytes held back, waiting for the rest of a frame."""
-        gathered = 0 if self._gathering is None else self._gathering.held
-        return len(self._buffer) + gathered
-
-
-class _Gathering:
-    """A large frame's payload as its reads come."""
-
-    __slots__ = ("kind", "call_id", "parts", "held", "missing")
-
-    def __init__(self, kind: Kind, call_id: int, first: bytes | memoryview, missing: int) -> None:
-        self.kind, self.call_id = kind, call_id
-        self.parts: list[bytes | memoryview] = [first]
-        self.held = len(first)
-        self.missing = missing
-
-    def take(self, data: bytes | memoryview) -> bytes | memoryview | None:
-        """Keep what of `data` belongs to the frame (a copy of it when `data` is
-        a writable view, which its reader may reuse); what comes after it once
-        the frame is complete, else None."""
-        if len(data) < self.missing:
-            self.parts.append(data if isinstance(data, bytes) or data.readonly else bytes(data))
-            self.held += len(data)
-            self.missing -= len(data)
-            return None
-        view = memoryview(data)
-        self.parts.append(view[: self.missing] if view.readonly else bytes(view[: self.missing]))
-        rest = view[self.missing :]
-        self.held += self.missing
-        self.missing = 0
-        return rest
-
-    def frame(self) -> Frame:
-        """The frame, complete: a BODY's parts as they are, any other payload joined and unpickled."""
-        if self.kind is Kind.BODY:
-            return Frame(self.kind, self.call_id, self.parts)
-        return Frame(self.kind, self.call_id, _unpickled(self.kind, b"".join(self.parts)))
-
-
+        """Bytes read and not yet handed on: the start of a frame, or a large frame's payload so far."""
+        return self._end - self._start + (0 if self._target is None else self._filled)
 def _unpickled(kind: Kind, payload: bytes | memoryview) -> Any:
     try:
         return pickle.loads(payload)

@@ -25,9 +25,9 @@ replica. A request body above `datalink.frames.PIECES_ABOVE` is
 uploaded in pieces, each written once the connection has drained the
 previous ones, so the proxy holds the body once, not again in the
 transport's buffer; a reply whose body is above it comes back the same way
-(an ANSWER, then its BODY pieces), written as they come into one buffer of
-the announced size that becomes the body uncopied (`datalink.frames.Pieces`;
-a body in one piece is that piece). Frames written in one loop iteration
+(an ANSWER, then its BODY pieces), read straight into one buffer of the
+announced size that becomes the body uncopied (`sink`, into
+`datalink.frames.Pieces`; a body in one piece is that piece). Frames written in one loop iteration
 leave in one write (`datalink.connection`). Replies are unpickled, so a Unix socket's peer must
 be our own OS user (SO_PEERCRED), and a TCP peer must first prove it knows
 the replica's secret, which only Ray told us (`datalink.handshake`; nothing
@@ -63,7 +63,6 @@ from datalink.frames import (
     Frame,
     Kind,
     Opening,
-    Parts,
     Pieces,
     Window,
     encode,
@@ -328,7 +327,15 @@ class ReplicaConnection(FrameConnection):
             future.set_exception(ReplicaDiedError(f"replica {self.name} answered with a {frame.kind.name} frame"))
             self.close(f"a {frame.kind.name} frame from the replica")
 
-    def _take_piece(self, call_id: int, piece: bytes | Parts) -> None:
+    def sink(self, call_id: int, size: int) -> memoryview | None:
+        """An answer's next piece goes straight into its body, while its call still waits for it."""
+        answer = self._answers.get(call_id)
+        future = self._pending.get(call_id)
+        if answer is None or future is None or future.done():
+            return None
+        return answer.body.room(size)
+
+    def _take_piece(self, call_id: int, piece: bytes | int) -> None:
         """The next piece of an answer's body; with its last, the call is answered."""
         answer = self._answers.get(call_id)
         if answer is None:

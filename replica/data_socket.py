@@ -24,8 +24,8 @@ Each call runs as its own task through the same code the Ray methods use
 code as a cancelled Ray call would. A streaming answer's head comes back
 here as a `StreamStart`; an UPLOAD (a request whose body is above
 `datalink.frames.PIECES_ABOVE`) starts its task once its BODY pieces
-have all come, written as they arrive into one buffer of the announced
-size that becomes the body uncopied (`datalink.frames.Pieces`); a CANCEL
+have all come, read straight into one buffer of the announced size that
+becomes the body uncopied (`sink`, into `datalink.frames.Pieces`); a CANCEL
 drops a half-arrived one. A plain reply whose body is above `PIECES_ABOVE`
 goes back the same way: an ANSWER (its status, headers and size), then its
 body's BODY pieces, each written as the connection drains
@@ -67,7 +67,6 @@ from datalink.frames import (
     Frame,
     Kind,
     Opening,
-    Parts,
     Pieces,
     Window,
     encode,
@@ -318,7 +317,7 @@ class _ProxyConnection(FrameConnection):
                 and call_id not in self._calls
             ):
                 self._uploads[call_id] = _Upload(head, size)
-            case Frame(kind=Kind.BODY, payload=bytes() | list() as piece) if call_id in self._uploads:
+            case Frame(kind=Kind.BODY, payload=bytes() | int() as piece) if call_id in self._uploads:
                 self._take_piece(call_id, piece)
             case Frame(kind=Kind.BATCH, payload=list() as items):
                 self._start(call_id, self._answer_all(call_id, items))
@@ -348,7 +347,12 @@ class _ProxyConnection(FrameConnection):
             case _:
                 self.close(f"a {frame.kind.name} frame with {_shown(frame.payload)}")
 
-    def _take_piece(self, call_id: int, piece: bytes | Parts) -> None:
+    def sink(self, call_id: int, size: int) -> memoryview | None:
+        """An upload's next piece goes straight into its body."""
+        upload = self._uploads.get(call_id)
+        return None if upload is None else upload.body.room(size)
+
+    def _take_piece(self, call_id: int, piece: bytes | int) -> None:
         """The next piece of an upload's body; with its last, the call starts."""
         upload = self._uploads[call_id]
         if self.took_last_piece(call_id, upload.body, piece):

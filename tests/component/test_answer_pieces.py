@@ -37,10 +37,9 @@ class Replica:
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
         self.connected.set()
-        decoder = FrameDecoder()
+        decoder = FrameDecoder(self.frames.put_nowait)
         while data := await reader.read(65536):
-            for frame in decoder.feed(data):
-                self.frames.put_nowait(frame)
+            decoder.feed(data)
 
     def send(self, data: bytes) -> None:
         assert self.writer is not None

@@ -269,9 +269,10 @@ def test_a_reply_above_the_threshold_is_an_answer_then_its_raw_pieces() -> None:
         size = 2 * BODY_PIECE_BYTES + 5
         writer.write(encode(Kind.REQUEST, 1, make_request("GET", "/big", b"n=%d" % size))
                      + encode(Kind.REQUEST, 2, make_request("GET", "/big", b"n=%d" % PIECES_ABOVE)))
-        decoder, frames = FrameDecoder(), []
+        frames: list[Frame] = []
+        decoder = FrameDecoder(frames.append)
         while sum(len(_piece(frame)) for frame in frames if frame.kind is Kind.BODY) < size or len(frames) < 5:
-            frames += decoder.feed(await asyncio.wait_for(reader.read(1 << 20), 10))
+            decoder.feed(await asyncio.wait_for(reader.read(1 << 20), 10))
         ones = [frame for frame in frames if frame.call_id == 1]
         assert [frame.kind for frame in ones] == [Kind.ANSWER, Kind.BODY, Kind.BODY, Kind.BODY]
         status, headers, announced = ones[0].payload
@@ -289,16 +290,17 @@ def test_a_reply_cancelled_amid_its_pieces_stops_and_the_connection_goes_on() ->
     async def scenario(scene: Scene) -> None:
         reader, writer = await _raw(scene.path)
         writer.write(encode(Kind.REQUEST, 1, make_request("GET", "/big", b"n=%d" % (40 * BODY_PIECE_BYTES))))
-        decoder, frames = FrameDecoder(), []
+        frames: list[Frame] = []
+        decoder = FrameDecoder(frames.append)
         while not frames:
-            frames += decoder.feed(await asyncio.wait_for(reader.read(65536), 10))
+            decoder.feed(await asyncio.wait_for(reader.read(65536), 10))
         assert frames[0].kind is Kind.ANSWER
         writer.write(encode(Kind.CANCEL, 1) + encode(Kind.REQUEST, 2, get("/", b"two")))
         received = 0
         while not any(frame.call_id == 2 for frame in frames):
             data = await asyncio.wait_for(reader.read(1 << 20), 10)
             received += len(data)
-            frames += decoder.feed(data)
+            decoder.feed(data)
         [two] = [frame for frame in frames if frame.call_id == 2]
         assert two.payload[2] == b"echo:two"
         assert received < 20 * BODY_PIECE_BYTES  # the rest of the 40 MiB was never sent
@@ -315,15 +317,19 @@ def test_an_upload_cancelled_midway_is_dropped_and_the_connection_goes_on() -> N
         size = 2 * BODY_PIECE_BYTES + 1
         writer.write(encode(Kind.UPLOAD, 1, ("POST", "/size", b"", [], size)) + encode_piece(1, b"x" * BODY_PIECE_BYTES)
                      + encode(Kind.CANCEL, 1) + encode(Kind.REQUEST, 2, get("/", b"two")))
-        decoder, frames = FrameDecoder(), []
+        frames: list[Frame] = []
+        decoder = FrameDecoder(frames.append)
         while not frames:
-            frames += decoder.feed(await asyncio.wait_for(reader.read(65536), 10))
+            decoder.feed(await asyncio.wait_for(reader.read(65536), 10))
         assert [(frame.call_id, frame.payload[2]) for frame in frames] == [(2, b"echo:two")]
         data = scene.replica._data
         assert data is not None and data.calls_in_flight() == 0
-        # A piece past the body's size closes the connection.
+        # A piece past the body's size closes the connection: at its head, before the rest of it is read.
         writer.write(encode(Kind.UPLOAD, 3, ("POST", "/size", b"", [], size)) + encode_piece(3, b"y" * (size + 1)))
-        assert await asyncio.wait_for(reader.read(), 10) == b""
+        try:
+            assert await asyncio.wait_for(reader.read(), 10) == b""
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # closed while our write of that piece was still going: the same refusal, seen sooner
         writer.close()
 
     run(scenario)
@@ -406,9 +412,10 @@ def test_frames_written_together_are_all_answered() -> None:
     async def scenario(scene: Scene) -> None:
         reader, writer = await _raw(scene.path)
         writer.write(b"".join(encode(Kind.REQUEST, n, get("/", str(n).encode())) for n in range(1, 6)))
-        decoder, frames = FrameDecoder(), []
+        frames: list[Frame] = []
+        decoder = FrameDecoder(frames.append)
         while len(frames) < 5:
-            frames += decoder.feed(await asyncio.wait_for(reader.read(65536), 10))
+            decoder.feed(await asyncio.wait_for(reader.read(65536), 10))
         assert sorted((frame.call_id, frame.payload[2]) for frame in frames) == [
             (n, f"echo:{n}".encode()) for n in range(1, 6)
         ]
@@ -423,9 +430,10 @@ def test_calls_are_forgotten_once_answered_or_cancelled_even_before_they_ran() -
         # 2 is cancelled in the same write that asks for it: it never runs, and is never answered.
         writer.write(encode(Kind.REQUEST, 1, get("/", b"one")) + encode(Kind.REQUEST, 2, get("/", b"two"))
                      + encode(Kind.CANCEL, 2) + encode(Kind.REQUEST, 3, get("/", b"three")))
-        decoder, frames = FrameDecoder(), []
+        frames: list[Frame] = []
+        decoder = FrameDecoder(frames.append)
         while len(frames) < 2:
-            frames += decoder.feed(await asyncio.wait_for(reader.read(65536), 10))
+            decoder.feed(await asyncio.wait_for(reader.read(65536), 10))
         assert sorted(frame.call_id for frame in frames) == [1, 3]
         data = scene.replica._data
         assert data is not None

@@ -217,8 +217,9 @@ class RawProxy:
     """A proxy speaking frames by hand: it reads only when the test says so."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer, self.decoder = reader, writer, FrameDecoder()
+        self.reader, self.writer = reader, writer
         self.frames: list[Frame] = []
+        self.decoder = FrameDecoder(lambda frame: self.frames.append(frame))
 
     @classmethod
     async def connect(cls, path: str) -> RawProxy:
@@ -229,7 +230,7 @@ class RawProxy:
 
     async def read_until(self, count: int) -> list[Frame]:
         while len(self.frames) < count:
-            self.frames += self.decoder.feed(await self.reader.read(1 << 20))
+            self.decoder.feed(await self.reader.read(1 << 20))
         taken, self.frames = self.frames[:count], self.frames[count:]
         return taken
 
@@ -239,7 +240,7 @@ class RawProxy:
             data = await asyncio.wait_for(self.reader.read(1 << 20), 0.3)
         except TimeoutError:
             return not self.frames
-        self.frames += self.decoder.feed(data)
+        self.decoder.feed(data)
         return False
 
 

@@ -6,16 +6,18 @@ import pickle
 import struct
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from datalink.frames import (
     HEADER_BYTES,
     PIECES_ABOVE,
     Frame,
+    MAX_FRAME_BYTES,
     FrameDecoder,
     FrameError,
     Kind,
     Pieces,
+    Sink,
     encode,
     encode_piece,
     piece_head,
@@ -23,11 +25,20 @@ from datalink.frames import (
 from datalink.peers import peer_allowed
 from vocabulary.wire import CallOutcome, StreamStart, make_request
 
-def whole(frame: Frame) -> Frame:
-    """A BODY frame with its parts (as they were read) joined: what it carries, to compare."""
-    if frame.kind is Kind.BODY and isinstance(frame.payload, list):
-        return Frame(frame.kind, frame.call_id, b"".join(frame.payload))
-    return frame
+class Decoder:
+    """A `FrameDecoder` whose `feed` answers the frames that bytes completed."""
+
+    def __init__(self, max_frame: int = MAX_FRAME_BYTES, sink: Sink | None = None) -> None:
+        self.frames: list[Frame] = []
+        self.decoder = FrameDecoder(self.frames.append, max_frame, sink)
+
+    def feed(self, data: bytes | memoryview) -> list[Frame]:
+        before = len(self.frames)
+        self.decoder.feed(data)
+        return self.frames[before:]
+
+    def __len__(self) -> int:
+        return len(self.decoder)
 
 
 REQUEST = make_request("POST", "/echo", b"a=1", [(b"content-type", b"text/plain")], b"hello")
@@ -45,23 +56,23 @@ def test_every_kind_round_trips_with_its_call_id_and_payload() -> None:
         Kind.ANSWER: (200, [(b"content-type", b"application/octet-stream")], 3_000_000),
     }
     for call_id, (kind, payload) in enumerate(payloads.items()):
-        assert FrameDecoder().feed(encode(kind, call_id, payload)) == [Frame(kind, call_id, payload)]
+        assert Decoder().feed(encode(kind, call_id, payload)) == [Frame(kind, call_id, payload)]
 
 
 def test_the_largest_call_id_fits() -> None:
-    assert FrameDecoder().feed(encode(Kind.CANCEL, 2**64 - 1)) == [Frame(Kind.CANCEL, 2**64 - 1, None)]
+    assert Decoder().feed(encode(Kind.CANCEL, 2**64 - 1)) == [Frame(Kind.CANCEL, 2**64 - 1, None)]
     with pytest.raises(ValueError):
         encode(Kind.CANCEL, 2**64)
 
 
 def test_many_frames_in_one_read_all_come_out_in_order() -> None:
     data = b"".join(encode(Kind.REQUEST, n, (n, b"x" * n)) for n in range(50))
-    assert FrameDecoder().feed(data) == [Frame(Kind.REQUEST, n, (n, b"x" * n)) for n in range(50)]
+    assert Decoder().feed(data) == [Frame(Kind.REQUEST, n, (n, b"x" * n)) for n in range(50)]
 
 
 def test_a_frame_split_byte_by_byte_comes_out_once_complete() -> None:
     frame = encode(Kind.RESULT, 7, RESPONSE)
-    decoder = FrameDecoder()
+    decoder = Decoder()
     for byte in frame[:-1]:
         assert decoder.feed(bytes([byte])) == []
     assert len(decoder) == len(frame) - 1
@@ -76,7 +87,7 @@ def test_a_frame_split_byte_by_byte_comes_out_once_complete() -> None:
 def test_frames_come_out_whole_and_in_order_however_the_stream_is_cut(bodies: list[bytes], cuts: list[int]) -> None:
     stream = b"".join(encode(Kind.REQUEST, n, make_request("GET", "/", body=body)) for n, body in enumerate(bodies))
     points = sorted({0, len(stream), *(cut % (len(stream) + 1) for cut in cuts)})
-    decoder = FrameDecoder()
+    decoder = Decoder()
     frames: list[Frame] = []
     for start, end in zip(points, points[1:]):
         frames += decoder.feed(stream[start:end])
@@ -85,7 +96,7 @@ def test_frames_come_out_whole_and_in_order_however_the_stream_is_cut(bodies: li
 
 
 def test_a_frame_over_the_bound_is_refused_from_its_length_alone() -> None:
-    decoder = FrameDecoder(max_frame=1000)
+    decoder = Decoder(max_frame=1000)
     with pytest.raises(FrameError, match="1001 bytes"):
         # Only the length has arrived: the decoder does not wait for (or buffer) the body.
         decoder.feed(struct.pack(">I", 1001))
@@ -95,30 +106,30 @@ def test_a_frame_over_the_bound_is_refused_from_its_length_alone() -> None:
 def test_a_frame_at_the_bound_is_accepted() -> None:
     frame = encode(Kind.RESULT, 1, b"")
     bound = len(frame) - 4
-    assert FrameDecoder(max_frame=bound).feed(frame) == [Frame(Kind.RESULT, 1, b"")]
+    assert Decoder(max_frame=bound).feed(frame) == [Frame(Kind.RESULT, 1, b"")]
     with pytest.raises(FrameError):
-        FrameDecoder(max_frame=bound - 1).feed(frame)
+        Decoder(max_frame=bound - 1).feed(frame)
 
 
 def test_a_length_shorter_than_the_header_is_malformed() -> None:
     with pytest.raises(FrameError, match="allowed"):
-        FrameDecoder().feed(struct.pack(">I", HEADER_BYTES - 1) + b"\0" * 20)
+        Decoder().feed(struct.pack(">I", HEADER_BYTES - 1) + b"\0" * 20)
 
 
 def test_an_unknown_kind_is_malformed() -> None:
     body = pickle.dumps(None, protocol=5)
     with pytest.raises(FrameError, match="unknown kind 99"):
-        FrameDecoder().feed(struct.pack(">IBQ", HEADER_BYTES + len(body), 99, 1) + body)
+        Decoder().feed(struct.pack(">IBQ", HEADER_BYTES + len(body), 99, 1) + body)
 
 
 def test_an_undecodable_payload_is_malformed() -> None:
     junk = b"\x80\x05not a pickle"
     with pytest.raises(FrameError, match="undecodable"):
-        FrameDecoder().feed(struct.pack(">IBQ", HEADER_BYTES + len(junk), Kind.REQUEST, 1) + junk)
+        Decoder().feed(struct.pack(">IBQ", HEADER_BYTES + len(junk), Kind.REQUEST, 1) + junk)
 
 
 def test_after_a_malformed_frame_the_stream_stays_broken() -> None:
-    decoder = FrameDecoder(max_frame=100)
+    decoder = Decoder(max_frame=100)
     with pytest.raises(FrameError):
         decoder.feed(struct.pack(">I", 101))
     with pytest.raises(FrameError):
@@ -145,9 +156,9 @@ def test_the_stream_and_websocket_kinds_round_trip() -> None:
         Kind.PUSH: ("socket-1", {"type": "websocket.receive", "text": "hi"}),
     }
     for call_id, (kind, payload) in enumerate(payloads.items(), start=1):
-        assert FrameDecoder().feed(encode(kind, call_id, payload)) == [Frame(kind, call_id, payload)]
+        assert Decoder().feed(encode(kind, call_id, payload)) == [Frame(kind, call_id, payload)]
     message = {"type": "websocket.send", "bytes": b"\x00\x01"}
-    assert FrameDecoder().feed(encode(Kind.ITEM, 9, message)) == [Frame(Kind.ITEM, 9, message)]
+    assert Decoder().feed(encode(Kind.ITEM, 9, message)) == [Frame(Kind.ITEM, 9, message)]
 
 
 def test_a_window_allows_at_least_one_item_and_one_byte() -> None:
@@ -187,14 +198,13 @@ def test_large_payloads_and_raw_body_pieces_come_out_whole_however_the_stream_is
     pairs = [framed(n, size) for n, size in enumerate(sizes)]
     stream = b"".join(frame for frame, _ in pairs)
     points = sorted({0, len(stream), *(cut % (len(stream) + 1) for cut in cuts)})
-    decoder = FrameDecoder()
+    decoder = Decoder()
     frames: list[Frame] = []
     for start, end in zip(points, points[1:]):
         frames += decoder.feed(stream[start:end])
-    assert [whole(frame) for frame in frames] == [expected for _, expected in pairs]
-    # A piece in one read is bytes; one in several is its parts, each bytes or a view of a read.
-    assert all(type(frame.payload) is bytes or all(isinstance(part, (bytes, memoryview)) for part in frame.payload)
-               for frame in frames if frame.kind is Kind.BODY)
+    assert [frame for frame in frames] == [expected for _, expected in pairs]
+    # Nobody holds a body for these pieces (no sink): each comes out as bytes of its own.
+    assert all(type(frame.payload) is bytes for frame in frames if frame.kind is Kind.BODY)
     assert len(decoder) == 0
 
 
@@ -202,27 +212,70 @@ def test_a_piece_head_and_its_piece_written_apart_are_one_body_frame() -> None:
     piece = bytes(range(256)) * 400
     framed = piece_head(9, len(piece) - 100) + memoryview(piece)[100:]
     assert framed == encode_piece(9, piece[100:])
-    assert FrameDecoder().feed(framed) == [Frame(Kind.BODY, 9, piece[100:])]
+    assert Decoder().feed(framed) == [Frame(Kind.BODY, 9, piece[100:])]
     with pytest.raises(ValueError):
         piece_head(2**64, 1)
 
 
-def test_a_large_frame_arriving_in_reads_is_held_as_its_reads_then_comes_out_whole() -> None:
-    body = bytes(range(256)) * 1000  # 256,000 bytes: gathered, not buffered
+def test_a_large_frame_arriving_in_reads_is_read_in_place_then_comes_out_whole() -> None:
+    body = bytes(range(256)) * 1000  # 256,000 bytes: read in place, not through the read buffer
     stream = encode_piece(3, body) + encode(Kind.CANCEL, 4)
-    decoder = FrameDecoder()
+    decoder = Decoder()
     assert decoder.feed(stream[:10]) == []
-    assert len(decoder) == 10
+    assert len(decoder) == 10 and not decoder.decoder.in_place
     assert decoder.feed(stream[10:100_000]) == []
     assert len(decoder) == 100_000 - 4 - HEADER_BYTES  # its head is read; its payload so far is held
-    piece, cancel = decoder.feed(stream[100_000:])
-    assert isinstance(piece.payload, list) and len(piece.payload) == 2  # as gathered from its reads: not joined
-    assert (whole(piece), cancel) == (Frame(Kind.BODY, 3, body), Frame(Kind.CANCEL, 4, None))
-    assert len(decoder) == 0
+    assert decoder.decoder.in_place and len(decoder.decoder.buffer()) == len(body) - len(decoder)
+    assert decoder.feed(stream[100_000:]) == [Frame(Kind.BODY, 3, body), Frame(Kind.CANCEL, 4, None)]
+    assert len(decoder) == 0 and not decoder.decoder.in_place
 
 
-def test_a_malformed_frame_after_a_gathered_one_breaks_the_stream() -> None:
-    decoder = FrameDecoder()
+def test_a_large_pickled_frame_is_read_in_place_and_unpickled_once_whole() -> None:
+    request = make_request("POST", "/", body=b"q" * 200_000)
+    stream = encode(Kind.REQUEST, 8, request)
+    decoder = Decoder()
+    assert decoder.feed(stream[:1000]) == [] and decoder.decoder.in_place
+    assert decoder.feed(stream[1000:]) == [Frame(Kind.REQUEST, 8, request)]
+
+
+def test_a_body_piece_is_read_straight_into_the_body_its_receiver_holds() -> None:
+    body = bytes(range(256)) * 1024  # 256 KiB, in two pieces
+    pieces = Pieces(len(body))
+    asked: list[tuple[int, int]] = []
+
+    def sink(call_id: int, size: int) -> memoryview | None:
+        asked.append((call_id, size))
+        return pieces.room(size) if call_id == 5 else None
+
+    decoder = Decoder(sink=sink)
+    half = len(body) // 2
+    first = encode_piece(5, body[:half])
+    assert decoder.feed(first[:1000]) == []  # the head and what came with it: copied into the body
+    # The rest as a socket read would bring it: written into `buffer()`, which is the body itself.
+    room = decoder.decoder.buffer()
+    room[: half - 1000 + 4 + HEADER_BYTES] = first[1000:]
+    room.release()
+    decoder.decoder.filled(len(first) - 1000)
+    assert decoder.frames == [Frame(Kind.BODY, 5, half)]  # its size: it is in the body already
+    assert decoder.feed(encode_piece(5, body[half:]) + encode_piece(6, b"elsewhere")) == [
+        Frame(Kind.BODY, 5, half), Frame(Kind.BODY, 6, b"elsewhere"),  # call 6: nobody holds its body
+    ]
+    assert asked == [(5, half), (5, half), (6, 9)]
+    # Its receiver counts each piece as written when its frame comes (not when its room was given).
+    assert not pieces.complete
+    assert [pieces.placed(frame.payload) for frame in decoder.frames if frame.call_id == 5] == [False, True]
+    assert pieces.body() == body
+
+
+def test_a_piece_past_its_body_breaks_the_stream_at_its_head() -> None:
+    pieces = Pieces(100_000)
+    decoder = Decoder(sink=lambda call_id, size: pieces.room(size))
+    with pytest.raises(FrameError, match="100001 bytes of pieces for a body of 100000"):
+        decoder.feed(encode_piece(1, b"x" * 100_001)[:20])
+
+
+def test_a_malformed_frame_after_one_read_in_place_breaks_the_stream() -> None:
+    decoder = Decoder()
     frame = encode_piece(1, b"x" * 100_000)
     assert decoder.feed(frame[:50_000]) == []
     with pytest.raises(FrameError):
@@ -243,17 +296,17 @@ def test_a_body_in_one_piece_is_that_piece_and_one_in_many_is_joined_in_order() 
     assert many.body() == b"a" * 1000 + b"b" * 1000 + b"c" * 1000 + b"d"
 
 
-def test_a_piece_may_come_as_its_parts_as_read() -> None:
-    body = b"a" * 700 + b"b" * 300 + b"c" * 1000
-    pieces = Pieces(len(body))
-    assert pieces.add([b"a" * 700, memoryview(b"b" * 300)]) is False
-    assert pieces.add([b"c" * 1000]) is True
-    assert pieces.body() == body
-    one = Pieces(len(body))
-    assert one.add([body[:5], memoryview(body)[5:]]) is True
-    assert one.body() == body
-    with pytest.raises(FrameError):
-        Pieces(10).add([b"x" * 6, b"y" * 5])
+def test_a_body_written_in_place_becomes_bytes_without_a_copy() -> None:
+    pieces = Pieces(2_000_000)
+    room = pieces.room(1_000_000)
+    assert pieces.add(b"b" * 1_000_000) is False  # the first piece has its room but is not written yet
+    room[:] = b"a" * 1_000_000
+    room.release()
+    assert pieces.placed(1_000_000) is True
+    body = pieces.body()
+    assert body == b"a" * 1_000_000 + b"b" * 1_000_000
+    assert Pieces(5).add(b"whole") is True
+    assert pieces.body() is body  # the buffer itself, handed over (a copy would be a new object)
 
 
 def test_pieces_past_the_announced_size_are_malformed() -> None:
@@ -267,16 +320,16 @@ def test_a_frame_started_in_a_buffer_its_reader_reuses_is_not_changed_by_the_reu
     body = bytes(range(256)) * 400
     frame = encode_piece(5, body)
     reused = bytearray(frame[:70_000])
-    decoder = FrameDecoder()
+    decoder = Decoder()
     assert decoder.feed(memoryview(reused)) == []  # a writable view: what is kept of it is copied
     reused[:] = b"\xff" * len(reused)
-    assert [whole(frame) for frame in decoder.feed(frame[70_000:])] == [Frame(Kind.BODY, 5, body)]
+    assert decoder.feed(frame[70_000:]) == [Frame(Kind.BODY, 5, body)]
 
 
 def test_the_rest_of_a_large_frame_read_into_a_reused_buffer_is_not_changed_by_the_reuse() -> None:
     body = bytes(range(256)) * 400
     frame = encode_piece(6, body) + encode_piece(7, b"tail")
-    decoder = FrameDecoder()
+    decoder = Decoder()
     assert decoder.feed(frame[:70_000]) == []
     reused = bytearray(frame[70_000:90_000])
     assert decoder.feed(memoryview(reused)) == []  # the middle of the frame, in a writable view
@@ -284,4 +337,34 @@ def test_the_rest_of_a_large_frame_read_into_a_reused_buffer_is_not_changed_by_t
     reused = bytearray(frame[90_000:])
     got = decoder.feed(memoryview(reused))  # its end and the next frame, in a writable view
     reused[:] = b"\xff" * len(reused)
-    assert [whole(f) for f in got] == [Frame(Kind.BODY, 6, body), Frame(Kind.BODY, 7, b"tail")]
+    assert got == [Frame(Kind.BODY, 6, body), Frame(Kind.BODY, 7, b"tail")]
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    sizes=st.lists(st.integers(min_value=1, max_value=300_000), min_size=1, max_size=4),
+    piece=st.integers(min_value=2_000, max_value=150_000),
+    cuts=st.lists(st.integers(min_value=0, max_value=2_000_000), max_size=12),
+)
+def test_bodies_read_into_their_pieces_come_out_whole_however_the_stream_is_cut(
+    sizes: list[int], piece: int, cuts: list[int]
+) -> None:
+    """Each call's body in pieces of `piece` bytes, a small frame after every piece, the reads cut
+    anywhere: every body comes out whole through its sink, and every small frame in order."""
+    bodies = {call_id: bytes([call_id + 1]) * size for call_id, size in enumerate(sizes)}
+    held = {call_id: Pieces(len(body)) for call_id, body in bodies.items()}
+    stream = b"".join(
+        encode_piece(call_id, body[at : at + piece]) + encode(Kind.CREDIT, call_id, (at, 0))
+        for call_id, body in bodies.items() for at in range(0, len(body), piece)
+    )
+    points = sorted({0, len(stream), *(cut % (len(stream) + 1) for cut in cuts)})
+    decoder = Decoder(sink=lambda call_id, size: held[call_id].room(size))
+    for start, end in zip(points, points[1:]):
+        decoder.feed(stream[start:end])
+    for frame in decoder.frames:
+        if frame.kind is Kind.BODY:
+            held[frame.call_id].placed(frame.payload)
+    assert {call_id: pieces.body() for call_id, pieces in held.items()} == bodies
+    credits = [frame.payload[0] for frame in decoder.frames if frame.kind is Kind.CREDIT]
+    assert credits == [at for body in bodies.values() for at in range(0, len(body), piece)]
+    assert len(decoder) == 0
