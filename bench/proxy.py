@@ -100,6 +100,11 @@ def serving(system: str, handler: str) -> Iterator[list[str]]:
         shutdown_ray()
 
 
+def probe(url: str, handler: str) -> str:
+    """What to GET to see `handler` answer at `url`: an SSE stream of no events, not one of 30 s."""
+    return f"{url}?seconds=0" if handler == "sse" else url
+
+
 @contextlib.contextmanager
 def _ours(handler: str, replicas: int, proxy_workers: int | None) -> Iterator[list[str]]:
     """`proxy_workers` None: the controller's default (the node's cores, capped)."""
@@ -127,7 +132,7 @@ def _ours(handler: str, replicas: int, proxy_workers: int | None) -> Iterator[li
     try:
         asyncio.run(deploy())
         url = f"http://127.0.0.1:{port}/"
-        wrk.wait_for_http(url)
+        wrk.wait_for_http(probe(url, handler))
         yield [url]
     finally:
         client.shutdown()
@@ -186,7 +191,7 @@ def _forwarder(handler: str, replicas: int) -> Iterator[list[str]]:
     forwarder = _started(ray.remote(Forwarder).options(num_cpus=0).remote(handles, port))
     ray.get(forwarder.ready.remote())
     url = f"http://127.0.0.1:{port}/"
-    wrk.wait_for_http(url)
+    wrk.wait_for_http(probe(url, handler))
     yield [url]
 
 
@@ -211,7 +216,7 @@ def serve_app(system: str, handler: str, replicas: int, port: int | None = None)
         else:
             urls = [f"http://127.0.0.1:{port}/"]
         for url in urls:
-            wrk.wait_for_http(url)
+            wrk.wait_for_http(probe(url, handler))
         yield urls
     finally:
         serve.shutdown()
@@ -260,7 +265,7 @@ def _process_server(system: str, handler: str, replicas: int) -> Iterator[list[s
     server = subprocess.Popen(commands[system], cwd=ROOT, env={**os.environ, "BENCH_HANDLER": handler})
     try:
         url = f"http://127.0.0.1:{port}/"
-        wrk.wait_for_http(url, timeout_s=30)
+        wrk.wait_for_http(probe(url, handler), timeout_s=30)
         yield [url]
     finally:
         server.terminate()
