@@ -224,6 +224,11 @@ class AgentProcess:
             lambda: (s := self.get("/status"))["last_applied_revision"] == commit and s["status"] == "Synced",
         )
 
+    def wait_applied_though_erring(self, commit: str) -> None:
+        """Wait until `commit` is applied, whatever the status says of its backends' answers: a test
+        that makes 5xx on purpose sees BackendErrors (not Synced) for the minute they are counted."""
+        self.wait(f"{commit[:7]} applied", lambda: self.get("/status")["last_applied_revision"] == commit)
+
     def wait_attempted(self, commit: str) -> None:
         """Wait until `commit` is in the history, applied or not (an invalid commit never applies)."""
         self.wait(
