@@ -18,7 +18,9 @@ new commit.
 Between ticks the agent reads the controller's status every few seconds
 (`AgentSettings.observe_interval_s`), so the status, the status page and the
 log (replica restarts; backends answering 5xx, rate-limited by
-`gitops.serving_health.ErrorLog`) are seconds old, not a reconcile old.
+`gitops.serving_health.ErrorLog`) are seconds old, not a reconcile old; a
+rollout seen passing a step or stopping brings a tick at once, which records
+it (and, with --auto-revert, reverts an abort).
 
 A commit applies whole or not at all: when a step of its plan fails, the
 agent plans and applies the way back to the state the apply began from
@@ -53,7 +55,7 @@ from gitops.rollback import (
     commit_to_apply,
     quarantine,
 )
-from gitops.rollout_outcomes import aborted_entry, step_entries
+from gitops.rollout_outcomes import aborted_entry, rollouts_moved, step_entries
 from gitops.metrics import AgentMetrics
 from gitops.notifications.delivering import Notifier
 from gitops.notifications.events import Event, EventKind, rollback_events
@@ -311,8 +313,13 @@ class Agent:
                 observed = await self._client.get_status()
             except Exception:  # noqa: BLE001 — the next tick says the controller is unreachable
                 continue
+            before = self._cluster
             self._take_observed(observed, read)
             self._publish_status()
+            if before is not None and self._cluster is observed and rollouts_moved(before.rollouts, observed.rollouts):
+                # A step passed or a rollout stopped: its history row, notification and any
+                # --auto-revert now (a tick records them), not at the next poll.
+                self.notify(Trigger.POLL)
 
     def _take_observed(self, observed: ClusterStatus, read: int) -> None:
         """A newer observed status: its replica restarts and backends answering 5xx go to the log."""

@@ -7,7 +7,9 @@ commit one `step` row per step passed (its weights and checks), each once;
 `aborted_entry` turns a stopped rollout into one ledger row, `aborted`, with the failed checks and their measured values,
 recorded once; the commit is not retried (the controller keeps the aborted
 target and ignores it when asked again). `rollout_message` is what the
-status says while rollouts run.
+status says while rollouts run; `rollouts_moved` says whether a rollout passed a
+step or stopped between two readings of the controller (the agent then
+records it at once instead of at its next poll).
 
 Pure: rollouts and ledger rows in, a row or a line of text out.
 """
@@ -20,7 +22,7 @@ from typing import Iterable, Mapping
 from gitops.outcomes import HistoryEntry, Outcome
 from vocabulary.rollouts import Rollout, RolloutPhase
 
-__all__ = ["STOPPED", "stopped", "step_entries", "aborted_entry", "rollout_message"]
+__all__ = ["STOPPED", "stopped", "step_entries", "aborted_entry", "rollout_message", "rollouts_moved"]
 
 STOPPED = frozenset({RolloutPhase.ABORTED, RolloutPhase.PAUSED})
 
@@ -68,3 +70,13 @@ def rollout_message(rollouts: Mapping[str, Rollout]) -> str:
     return "; ".join(
         rollouts[name].message() for name in sorted(rollouts) if rollouts[name].phase is RolloutPhase.STEPPING
     )
+
+
+def rollouts_moved(before: Mapping[str, Rollout], after: Mapping[str, Rollout]) -> bool:
+    """Whether a rollout passed a step, stopped or was promoted between two readings (a new one is no move:
+    its apply is already being recorded)."""
+    def where(rollouts: Mapping[str, Rollout]) -> dict[str, tuple[RolloutPhase, int]]:
+        return {name: (rollout.phase, len(rollout.passed)) for name, rollout in rollouts.items()}
+
+    then, now = where(before), where(after)
+    return any(name in then and then[name] != state for name, state in now.items())

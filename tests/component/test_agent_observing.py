@@ -61,3 +61,32 @@ def test_ready_is_set_once_the_first_tick_is_over(spec_repo, tmp_path) -> None:
 
     asyncio.run(scenario())
     assert agent.history()  # the first tick was recorded before it said ready
+
+
+def test_a_rollout_seen_stopping_between_polls_is_recorded_at_once(spec_repo, tmp_path) -> None:
+    """The poll is 30 s away; the observer's reading of the abort brings the tick that records it."""
+    from gitops.outcomes import Outcome
+    from tests.component.test_agent_loop import spec
+    from tests.component.test_agent_rollouts import rollout
+    from vocabulary.rollouts import RolloutPhase
+
+    controller = FakeController()
+    agent = make_agent(spec_repo, tmp_path, controller, watch=False, observe_interval_s=0.05)
+    spec_repo.write("deployments/echo.toml", spec({"v1": 0.5, "v2": 0.5}))
+    canary = spec_repo.commit("canary")
+
+    async def scenario() -> None:
+        runner = asyncio.ensure_future(agent.run())
+        try:
+            await until(lambda: agent.reconciled.is_set() and bool(agent.history(1)))
+            controller.rollouts = {"echo": rollout(RolloutPhase.STEPPING)}
+            await asyncio.sleep(0.3)  # seen running: no step passed, nothing to record yet
+            assert [e.result for e in agent.history(5)] == [Outcome.APPLIED]
+            controller.rollouts = {"echo": rollout(RolloutPhase.ABORTED)}
+            await until(lambda: agent.history(1)[0].result is Outcome.ABORTED, timeout_s=5)
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert [(e.commit, e.result) for e in agent.history(2)] == [(canary, Outcome.ABORTED), (canary, Outcome.APPLIED)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from vocabulary.configs import RolloutConfig
 from vocabulary.rollouts import Check, CheckName, Rollout, RolloutPhase, StepRecord
 from gitops.outcomes import HistoryEntry, Outcome
-from gitops.rollout_outcomes import aborted_entry, rollout_message, step_entries
+from gitops.rollout_outcomes import aborted_entry, rollout_message, rollouts_moved, step_entries
 
 APPLIED = HistoryEntry(commit="c2", branch="main", author_time=1.0, summary="canary", started_at=2.0,
                        finished_at=3.0, result=Outcome.APPLIED, plan_summary="1 to update", actions=1)
@@ -70,3 +70,13 @@ def test_a_step_row_counts_as_a_good_commit_so_a_later_abort_is_still_recorded()
     (step,) = step_entries({"api": stepped(1)}, APPLIED, recent=[APPLIED])
     aborted = aborted_entry({"api": rollout(RolloutPhase.ABORTED)}, step, now=12.0)
     assert aborted is not None and aborted.result is Outcome.ABORTED and aborted.plan_summary == ""
+
+
+def test_a_rollout_moved_when_it_passed_a_step_stopped_or_was_promoted_not_when_one_began() -> None:
+    running = rollout(RolloutPhase.STEPPING)
+    passed = StepRecord(step=0, weights={"v1": 0.9, "v2": 0.1}, checks=(), at=5.0)
+    assert not rollouts_moved({}, {"api": running})  # a new one: its apply is being recorded already
+    assert not rollouts_moved({"api": running}, {"api": running})
+    assert rollouts_moved({"api": running}, {"api": running.model_copy(update={"passed": (passed,)})})
+    assert rollouts_moved({"api": running}, {"api": rollout(RolloutPhase.ABORTED)})
+    assert rollouts_moved({"api": running}, {"api": rollout(RolloutPhase.PROMOTED)})
