@@ -76,7 +76,7 @@ reliability: $(STAMP) system-deps
 # seeded random fault lands every 20-60 s, memory sampled every 10 s; writes
 # docs/soak.md (the table, the memory slopes and docs/soak-memory.png) and
 # fails on an unexplained failed request, a leak or a memory slope above its
-# bound. `make test` runs a 2-minute version (tests/reliability/test_s12_soak.py).
+# bound. `make test` runs a short one, 45 s of load (tests/reliability/test_s12_soak.py).
 SOAK_MINUTES ?= 20
 SOAK_SEED ?= 34
 soak: $(STAMP) system-deps

@@ -22,9 +22,9 @@ import pytest
 pytestmark = pytest.mark.real
 
 ROOT = Path(__file__).parents[2]
-# One minute of load (about two with the set-up): seed 23 stops a replica for 15 s, then
+# 45 s of load (about 70 s with the set-up): seed 23 stops a replica for 15 s, then
 # kills a proxy worker 5 s after it resumes, so both classifications are met.
-MINUTES = 1.0
+MINUTES = 0.75
 SEED = 23
 
 
