@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 
-from typing import Any, Callable
+from typing import Callable
 
 from datalink.frames import (
     BODY_PIECE_BYTES,
@@ -166,29 +166,32 @@ class FrameConnection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._proving is not None:
-            rest = self._prove(bytes(self._proving[:nbytes]))
-            if rest:
-                self._read(self._decoder.feed, rest)
+            self._proved(nbytes)
             return
-        if self._held is None and self._decoder.in_place:
-            # This read still holds its buffer (a body's) while we are called: what it completes waits.
+        # A read in place still holds its buffer (a body's) while we are called: what it completes waits.
+        hold = self._held is None and self._decoder.in_place
+        if hold:
             self._held = []
             self._decoder.on_frame = self._held.append
-            self._read(self._decoder.filled, nbytes)
+        try:
+            self._decoder.filled(nbytes)
+        except FrameError as error:
+            self.close(f"malformed frame: {error}")
+        if hold:
             if self._held:
                 self._loop.call_soon(self._hand_on_held)
             else:
                 self._held = None
                 self._decoder.on_frame = self.on_frame
+
+    def _proved(self, nbytes: int) -> None:
+        """The handshake's next bytes; once it is proven, what came after them is the first of the frames."""
+        assert self._proving is not None
+        rest = self._prove(bytes(self._proving[:nbytes]))
+        if not rest:
             return
         try:
-            self._decoder.filled(nbytes)
-        except FrameError as error:
-            self.close(f"malformed frame: {error}")
-
-    def _read(self, read: Callable[[Any], None], what: Any) -> None:
-        try:
-            read(what)
+            self._decoder.feed(rest)
         except FrameError as error:
             self.close(f"malformed frame: {error}")
 

@@ -298,8 +298,7 @@ class FrameDecoder:
         self.on_frame = on_frame  # who the frames go to (its owner may switch it between reads)
         self._max_frame = max_frame
         self._sink = sink
-        self._read = bytearray(_READ_BYTES)
-        self._read_view = memoryview(self._read)
+        self._read = memoryview(bytearray(_READ_BYTES))
         self._start = 0  # the bytes read and not yet decoded are _read[_start:_end]
         self._end = 0
         self._broken: FrameError | None = None
@@ -322,10 +321,10 @@ class FrameDecoder:
         if self._target is not None:
             return self._target[self._filled :]
         if self._end == len(self._read):  # full: the start of a frame it ends with moves to the front
-            kept = bytes(self._read_view[self._start : self._end])  # at most a small frame (no overlapping copy)
-            self._read_view[: len(kept)] = kept
+            kept = bytes(self._read[self._start : self._end])  # at most a small frame (no overlapping copy)
+            self._read[: len(kept)] = kept
             self._start, self._end = 0, len(kept)
-        return self._read_view[self._end :]
+        return self._read[self._end :]
 
     def filled(self, size: int) -> None:
         """A read put `size` bytes into `buffer()`: every frame they complete goes to `on_frame`.
@@ -364,7 +363,7 @@ class FrameDecoder:
         """Hand on every frame complete in the read buffer; a large frame's start
         begins its in-place read; the start of a small one waits for the next read.
         (Each frame is taken off before it is handed on: a handler that raises loses no other.)"""
-        read, view, end = self._read, self._read_view, self._end
+        read, end = self._read, self._end
         while end - self._start >= _LENGTH.size:
             start = self._start
             (length,) = _LENGTH.unpack_from(read, start)
@@ -379,10 +378,10 @@ class FrameDecoder:
             frame_end = start + _LENGTH.size + length
             if frame_end <= end:
                 self._start = frame_end
-                self.on_frame(self._decoded(kind, call_id, view[start + _HEAD.size : frame_end]))
+                self.on_frame(self._decoded(kind, call_id, read[start + _HEAD.size : frame_end]))
             elif length - HEADER_BYTES > _IN_PLACE_ABOVE:
                 self._start = end
-                self._begin(kind, call_id, length - HEADER_BYTES, view[start + _HEAD.size : end])
+                self._begin(kind, call_id, length - HEADER_BYTES, read[start + _HEAD.size : end])
             else:
                 break  # a small frame's start: its rest comes with the next read
         if self._start == end:
