@@ -36,6 +36,7 @@ COPY vocabulary ./vocabulary
 COPY httpedge ./httpedge
 COPY datalink ./datalink
 COPY telemetry ./telemetry
+COPY ray_gitops ./ray_gitops
 RUN pip wheel --no-cache-dir --disable-pip-version-check --no-deps --wheel-dir /dist .
 
 # Stage 2: the wheel installed into a virtualenv, without compilers or sources.

@@ -19,11 +19,11 @@ Multiplexing (`[backends.X.multiplex]`): 8 models, 2 replicas,
 requests,
 
 - through the real stack (`gitops run`, its proxy, 2 real replicas whose
-  `@gitops.serving.multiplexed` loader counts its loads), affinity routing
+  `@ray_gitops.serving.multiplexed` loader counts its loads), affinity routing
   as shipped;
 - in process, the same sequence through the proxy's own pool
   (`proxy.replicas.ReplicaPool`, its model affinity) and the replica's own
-  loader (`gitops.model_slots.ModelSlots`, 4 slots each), against a random
+  loader (`ray_gitops.model_slots.ModelSlots`, 4 slots each), against a random
   choice of replica feeding the same loaders (what routing without
   affinity does).
 
@@ -121,7 +121,7 @@ REPLICAS = 2
 SLOTS = 4
 
 MANY_APP = '''\
-from gitops import serving
+from ray_gitops import serving
 
 
 class Many:
@@ -167,7 +167,7 @@ def loads_in_process(mix: list[str], affinity: bool, seed: int = 7) -> int:
     import asyncio
     import random
 
-    from gitops.model_slots import ModelSlots
+    from ray_gitops.model_slots import ModelSlots
     from proxy.replicas import ReplicaPool
     from vocabulary.configs import MultiplexConfig
     from vocabulary.multiplexing import RequestModels

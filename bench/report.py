@@ -438,7 +438,7 @@ def _serving(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]
     lines += [f"| {system} | {cells(got['model'], ('rps', 'p99_ms'))} | {cells(got['batched'], ('rps', 'p99_ms'))} |"
               for system, got in systems.items()]
     lines += ["", f"Handle calls replica to replica ({f['handle_calls']:,} calls, timed inside the caller: "
-              "ours `gitops.serving.handle`, Serve `DeploymentHandle`).", "",
+              "ours `ray_gitops.serving.handle`, Serve `DeploymentHandle`).", "",
               "| system | p50 ms | p99 ms | calls/s, 16 at a time |", "| --- | ---: | ---: | ---: |"]
     lines += [f"| {system} | {cells(got['handles'], ('p50_ms', 'p99_ms', 'concurrent_calls_per_s'), 1)} |"
               for system, got in systems.items()]

@@ -8,7 +8,7 @@ subprocess with its own local Ray:
   `[batching] max_batch_size = 16, batch_wait_timeout_s = 0.005`; Serve:
   `@serve.batch` with the same settings): req/s, p99, and batched / plain;
 - handles: one replica calling another's echo handler (ours:
-  `gitops.serving.handle`; Serve: `DeploymentHandle`), timed inside the
+  `ray_gitops.serving.handle`; Serve: `DeploymentHandle`), timed inside the
   caller (no HTTP in it): p50 and p99 of sequential calls, calls/s 16 at a time;
 - streaming: a `StreamingResponse` of 2,000 chunks of 1 KiB read with an
   httpx streaming client: time to first byte and chunks/s. A system that

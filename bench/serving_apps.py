@@ -71,10 +71,10 @@ async def time_calls(call: Callable[[int], Awaitable[Any]], calls: int = CALLS, 
 
 
 class Caller:
-    """Times handle calls to the `echo` backend (`gitops.serving.handle`)."""
+    """Times handle calls to the `echo` backend (`ray_gitops.serving.handle`)."""
 
     async def __call__(self, request: Any) -> dict[str, Any]:
-        from gitops import serving
+        from ray_gitops import serving
 
         callee = serving.handle("echo")
         return await time_calls(lambda i: callee.remote(i))

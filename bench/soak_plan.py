@@ -132,7 +132,7 @@ def explain(failure: Failure, faults: list[Injected]) -> tuple[Injected, str] | 
     - a request, stream or session in flight on a process killed by kill -9
       (a replica, a proxy worker): the process had accepted it, its answer died with it;
     - a handle call sent to a replica killed moments before, before the caller
-      learned of its death: it raises `HandleError` (gitops.serving), which the
+      learned of its death: it raises `HandleError` (ray_gitops.serving), which the
       soak's relay answers 502, and the handle leaves the replica out from then on;
     - after a proxy worker's kill and until the cluster is whole again: a
       refused or reset connection, or the restarted worker's 503 before its
@@ -317,13 +317,13 @@ def render(soak: Soak, command: str) -> str:
         "",
         "Documented failures: a request, stream or session in flight on a process killed with",
         "kill -9 (a replica, a proxy worker) dies with it; a handle call sent to a replica killed",
-        "moments before, before its caller learned of the death, raises `HandleError` (gitops.serving),",
+        "moments before, before its caller learned of the death, raises `HandleError` (ray_gitops.serving),",
         "which the soak's `relay` answers 502 (the handle leaves that replica out from then on);",
         "after a proxy worker's kill, a refused or",
         "reset connection, or the new worker's 503 before its first route table (docs/http.md); a",
         "request held by a SIGSTOPped replica is answered 504 once the proxy counts the replica as",
         "stalled (docs/http.md), and a stream or session on it is cut or times out; a handle call",
-        "it held raises `HandleError` when the controller replaces it (gitops.serving), which the",
+        "it held raises `HandleError` when the controller replaces it (ray_gitops.serving), which the",
         "soak's `relay` answers 502.",
         "",
         f"## Result: {'PASS' if not reasons else 'FAIL'}",

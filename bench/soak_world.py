@@ -56,7 +56,7 @@ _RELAY = '''"""The soak's relay backend: server-sent events on /relay/stream, a 
 
 from starlette.responses import JSONResponse, StreamingResponse
 
-from gitops import serving
+from ray_gitops import serving
 
 
 class Relay:

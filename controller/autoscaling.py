@@ -20,8 +20,8 @@ target count; scale-down drains like any stop), and exporting metrics.
 The policy, and why:
 - Demand is ongoing + queued requests summed over proxies; the wanted count
   is `ceil(demand / target_ongoing_requests)`, clamped to [min, max]. With
-  `target_reported_load`, the load replicas report (`gitops.serving.
-  report_load`, summed over the replicas; the proxy that saw the most of it
+  `target_reported_load`, the load replicas report
+  (`ray_gitops.serving.report_load`, summed over the replicas; the proxy that saw the most of it
   counts, since every proxy sees the same replicas) is demand too, scaled so
   that it wants `ceil(reported / target_reported_load)` replicas: the
   larger of the two demands counts, so queued requests still scale a

@@ -20,7 +20,7 @@ __all__ = ["user_frame", "failure_line"]
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)', re.MULTILINE)
 # Ray's upload of a working_dir: the part of a path after it is the repository's.
 _WORKING_DIR = re.compile(r"^.*/_ray_pkg_[0-9a-fA-F]+/")
-_OWN_PACKAGES = ("controller", "proxy", "replica", "vocabulary", "gitops", "httpedge")
+_OWN_PACKAGES = ("controller", "proxy", "replica", "vocabulary", "gitops", "httpedge", "ray_gitops")
 _OWN_ROOT = str(Path(__file__).resolve().parents[1])
 _NOT_USER = tuple(
     {sys.prefix, sys.base_prefix, sys.exec_prefix}

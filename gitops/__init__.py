@@ -50,8 +50,9 @@ installed.
   ticks: sync windows before an apply, promotion after),
   `environment_status` (what the status says of the environment, as typed
   values) and `environment_view` (that part of `gitops status` as text).
-- `serving`: the API user code in a replica imports (`handle()`, `context()`);
-  `model_slots`: the models a multiplexed replica keeps loaded (`@serving.multiplexed`).
+- `serving` and `model_slots`: the old names of the user API, which moved to
+  its own package (`ray_gitops.serving`, `ray_gitops.model_slots`); they
+  still work for one release and warn.
 - `testing`: fakes other tests use (an in-memory source, a fake controller).
 """
 

@@ -1,5 +1,5 @@
 """Periodic load reports to the controller: per backend, requests in flight and queued,
-the sum of the loads its replicas reported (`gitops.serving.report_load`),
+the sum of the loads its replicas reported (`ray_gitops.serving.report_load`),
 the answers counted so far, and the replicas found stalled. A multiplexed
 backend's in flight is its hottest model's load (`proxy.multiplexing.hot_ongoing`),
 so a hot model held by few replicas scales the backend up.

@@ -83,7 +83,7 @@ class ReplicaSlot:
         self.handle = handle
         self.in_flight = 0
         self.progress = ReplicaProgress(replica_id)
-        # The load its user code last reported (`gitops.serving.report_load`), carried by its answers.
+        # The load its user code last reported (`ray_gitops.serving.report_load`), carried by its answers.
         self.reported: float | None = None
         # A multiplexed backend: the models it last said it holds, plus those sent to it since.
         self.models: frozenset[str] = frozenset()
@@ -155,7 +155,7 @@ class ReplicaPool:
         return len(self._waiters)
 
     def reported(self) -> float | None:
-        """The sum of the loads its replicas last reported (`gitops.serving.report_load`); None: none has."""
+        """The sum of the loads its replicas last reported (`ray_gitops.serving.report_load`); None: none has."""
         values = [slot.reported for slot in self._slots if slot.reported is not None]
         return sum(values) if values else None
 

@@ -16,7 +16,7 @@ talks to the proxy only through `vocabulary.wire` (as Ray calls, or as
 - `streams`: the streams held between the call that starts them and the
   calls that read them.
 - `handles`: handle calls from user code to other backends and endpoints
-  (`gitops.serving`), over Ray, with config by long poll.
+  (`ray_gitops.serving`), over Ray, with config by long poll.
 - `tracing`: its spans (handler, handle calls) in its caller's trace,
   exported over OTLP.
 - `secrets`: its secrets: its own age key, the values sealed to it, their

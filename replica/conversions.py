@@ -12,7 +12,8 @@ returned becomes a response tuple, following the README's "User code":
 - anything else as JSON.
 
 The route prefix the request was routed by is the request's `root_path`.
-Once user code has reported a load (`gitops.serving.report_load`), every
+Once user code has reported a load (`ray_gitops.serving.report_load`, kept in
+`ray_gitops.registry.REPORTED_LOAD`), every
 answer (streamed ones too) carries the newest value as its last header,
 `vocabulary.wire.LOAD_HEADER`, which the proxy takes off; a multiplexed
 replica's answers carry its loaded models after it
@@ -30,9 +31,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from replica.asgi import BodyStream, serve_http
+from ray_gitops.registry import REPORTED_LOAD, loaded_ids
 from vocabulary.multiplexing import RequestModels
 from vocabulary.multiplexing import report as models_report
-from vocabulary.serving import REPORTED_LOAD
 from vocabulary.wire import LOAD_HEADER, MODELS_HEADER, WireRequest, WireResponse, split_root_path
 
 __all__ = ["to_starlette_request", "to_wire_response", "to_reply"]
@@ -76,7 +77,7 @@ async def to_reply(
     result: Any, wire: WireRequest, models: RequestModels | None = None
 ) -> WireResponse | BodyStream:
     """A handler's return value as a whole answer, or as a stream when it streams;
-    `models`: a multiplexed replica's request (`vocabulary.multiplexing.begin`)."""
+    `models`: a multiplexed replica's request (`ray_gitops.registry.begin_models`)."""
     if inspect.isasyncgen(result) or inspect.isgenerator(result):
         # Its items are the handler's to choose; Starlette sends str and bytes and refuses the rest.
         items = cast("Iterable[str | bytes] | AsyncIterable[str | bytes]", result)
@@ -99,7 +100,7 @@ def _trailing_headers(models: RequestModels | None) -> list[tuple[bytes, bytes]]
     if load is not None:
         extra.append((LOAD_HEADER, repr(load).encode()))
     if models is not None:
-        extra.append((MODELS_HEADER, models_report(models)))
+        extra.append((MODELS_HEADER, models_report(loaded_ids(), models)))
     return extra
 
 

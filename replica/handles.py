@@ -16,7 +16,7 @@ to it, leaving out a replica that died under one of this replica's calls
 it. No room anywhere is backpressure, answered at once rather than
 queued. The call is `handle_call` on the callee replica.
 
-Owns the Ray side of handles; the user-facing API is `gitops.serving`.
+Owns the Ray side of handles; the user-facing API is `ray_gitops.serving`.
 """
 
 from __future__ import annotations

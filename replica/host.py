@@ -24,10 +24,10 @@ Unix socket (`replica.data_socket`) for a proxy on its own node, and on TCP
 at the node's IP address for proxies on other nodes (opened when the first
 of them asks, and authenticated with a secret only `data_address` tells); a
 proxy asks `data_address` where they are; it stops listening when draining.
-Other replicas' handles (`gitops.serving.handle`) call `handle_call`, which
+Other replicas' handles (`ray_gitops.serving.handle`) call `handle_call`, which
 passes their arguments to the handler as they are. Before any user code
 runs, the replica installs its context and its own handles
-(`replica.handles`) for `gitops.serving`.
+(`replica.handles`) for `ray_gitops.serving`, in `ray_gitops.registry`.
 
 A replica given a memory limit (`ray_actor_options.memory`, which Ray itself
 only schedules by) caps its own process before user code loads
@@ -41,7 +41,7 @@ an actor that dies during creation.
 Before user code runs it also stages its backend's models (`replica.models`;
 `staging` says how far a fetch is meanwhile) and, for a multiplexed backend,
 installs its `[multiplex]` settings: each request's model id is read from
-its header (`vocabulary.multiplexing`) and every answer says which models
+its header (`ray_gitops.registry.begin_models`) and every answer says which models
 the replica holds.
 """
 
@@ -84,9 +84,8 @@ from replica.tracing import Carrier, ReplicaTracing
 from datalink.frames import MAX_FRAME_BYTES
 from vocabulary.wire import DataAddress
 from datalink.private_dirs import private_base
-from vocabulary.multiplexing import begin as begin_models
-from vocabulary.multiplexing import install as install_multiplex
-from vocabulary.serving import ReplicaContext, install, install_models, install_secrets
+from ray_gitops.registry import begin_models, install, install_models, install_multiplex, install_secrets
+from vocabulary.serving import ReplicaContext
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.status import HandlerError, ModelStaging
 
@@ -171,7 +170,7 @@ def load_callable(
 async def call_handler(handler: Callable[..., Any], wire: WireRequest, is_async: bool) -> WireResponse | BodyStream:
     """Run one request through user code; user exceptions propagate. `is_async`:
     `_is_async(handler)`, which a replica asks once, not per request."""
-    models = begin_models(wire[3])  # a multiplexed replica: the request's model id (gitops.serving.model_id())
+    models = begin_models(wire[3])  # a multiplexed replica: the request's model id (ray_gitops.serving.model_id())
     request = to_starlette_request(wire)
     if is_async:
         result = handler(request)  # an async generator function's result is not awaited
@@ -327,7 +326,7 @@ class Replica:
         self._output: OwnOutput | None = None  # this process's stdout and stderr files (under Ray)
         self._marking: asyncio.Task[None] | None = None
         self._fetching: dict[str, FetchProgress] = {}  # models being fetched now, for `staging()`
-        # `[backends.X.multiplex]`: (header, max_models_per_replica), for `@gitops.serving.multiplexed`.
+        # `[backends.X.multiplex]`: (header, max_models_per_replica), for `@ray_gitops.serving.multiplexed`.
         self._multiplex = multiplex
         # `models`: ModelConfig as JSON by name, staged before user code runs (replica.models).
         self._models = dict(models or {})

@@ -10,7 +10,7 @@ directory on a tmpfs (/dev/shm when there is one), rewritten in place when
 new values arrive, and `close` removes the directory when the replica stops
 (a directory left by a replica killed outright is removed by the next
 replica that makes one on the node). User code reads them through
-`gitops.serving.secret` and `secret_path`.
+`ray_gitops.serving.secret` and `secret_path`.
 """
 
 from __future__ import annotations

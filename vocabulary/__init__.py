@@ -35,15 +35,14 @@ share their values here.
   the key it reads (a header, cookie, query parameter or JSON body field
   of a request; a JSON field of a handle call's argument), for the proxy
   and for handles alike.
-- `serving`: what user code in a replica may ask for (`gitops.serving`):
-  handles to other backends and endpoints, and its own context.
+- `serving`: what user code in a replica meets (`ray_gitops.serving`), as
+  values: its context, handles to other backends and endpoints, their errors.
 - `replica_output`: a replica's own stdout and stderr lines, as `gitops logs`
   reads them.
 - `model_digests`: a model's digest (a file's sha256, a directory's
   manifest) and the sources a `[models.NAME]` table may name;
   `model_stats`: what a node's model cache did, in the file its replicas
   write and its proxies read.
-- `multiplexing`: the models a multiplexed replica keeps loaded (least
-  recently used out), each request's model id, and what its answers tell
-  the proxy.
+- `multiplexing`: a multiplexed backend's settings, each request's model
+  record, and what its answers tell the proxy.
 """

@@ -94,7 +94,7 @@ class ReplicaAPI(Protocol):
     async def handle_call(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], trace: dict[str, str] | None = None
     ) -> Any:
-        """A call from another replica's `gitops.serving` handle; the user code's result.
+        """A call from another replica's `ray_gitops.serving` handle; the user code's result.
         `trace`: the caller's W3C trace context (`traceparent`, ...) when the call is traced."""
 
     async def handle_batch(self, batch: list[TimedRequest]) -> list[CallResult]:

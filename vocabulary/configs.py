@@ -102,7 +102,7 @@ class AutoscalingConfig(_Value):
         default=None,
         gt=0,
         description="Load per replica the autoscaler aims for, as replicas report it with "
-        "`gitops.serving.report_load` (KV-cache use, queue depth); the count is the larger of what requests "
+        "`ray_gitops.serving.report_load` (KV-cache use, queue depth); the count is the larger of what requests "
         "and reported load want. none: requests only.",
     )
 
@@ -218,7 +218,7 @@ def _model_header(name: str) -> str:
 
 class MultiplexConfig(_Value):
     """Many models per replica (docs/models.md): a request names its model in a header, the
-    replica's `@gitops.serving.multiplexed` loader keeps the most recently used ones loaded,
+    replica's `@ray_gitops.serving.multiplexed` loader keeps the most recently used ones loaded,
     and the proxy sends a model to a replica that has it loaded."""
 
     max_models_per_replica: int = Field(
@@ -230,7 +230,7 @@ class MultiplexConfig(_Value):
     )
     header: Annotated[str, AfterValidator(_model_header)] = Field(
         default="X-Model-Id",
-        description="The request header naming the model (read by `gitops.serving.model_id()`); "
+        description="The request header naming the model (read by `ray_gitops.serving.model_id()`); "
         "a request without it is routed as usual and its handler's model_id() is None.",
     )
 
@@ -405,13 +405,13 @@ class BackendConfig(_Value):
     )
     uses: tuple[str, ...] = Field(
         default=(),
-        description="Backends and endpoints this backend calls through handles (`gitops.serving.handle`): "
+        description="Backends and endpoints this backend calls through handles (`ray_gitops.serving.handle`): "
         "validation checks the names, and they are created and updated before this backend.",
     )
     secrets: tuple[str, ...] = Field(
         default=(),
         description="Secrets ([secrets.NAME]) delivered to this backend's replicas, read with "
-        "`gitops.serving.secret(NAME)` or `gitops.serving.secret_path(NAME)` (docs/secrets.md).",
+        "`ray_gitops.serving.secret(NAME)` or `ray_gitops.serving.secret_path(NAME)` (docs/secrets.md).",
     )
     on_secret_change: SecretChange | None = Field(
         default=None,
@@ -427,7 +427,7 @@ class BackendConfig(_Value):
     models: tuple[str, ...] = Field(
         default=(),
         description="Models ([models.NAME]) staged on the node before a replica starts, read with "
-        "`gitops.serving.model_path(NAME)`; a new digest restarts the replicas (docs/models.md).",
+        "`ray_gitops.serving.model_path(NAME)`; a new digest restarts the replicas (docs/models.md).",
     )
     model_sources: dict[str, ModelConfig] = Field(
         default_factory=dict,
@@ -438,7 +438,7 @@ class BackendConfig(_Value):
     )
     commit: str | None = Field(
         default=None,
-        description="The commit this backend's config was last applied from, for `gitops.serving.context()`.",
+        description="The commit this backend's config was last applied from, for `ray_gitops.serving.context()`.",
     )
 
     _multiplex_alone = model_validator(mode="after")(multiplex_alone)

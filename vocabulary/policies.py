@@ -10,7 +10,7 @@ never returns a replica at the cap; None means every replica is full.
   it directly (no policy object), so today's hot path is unchanged.
 - `round_robin`: each replica in turn, skipping full ones.
 - `least_loaded`: the fewest in flight (ties broken from a random start); once
-  every replica has reported a load (`gitops.serving.report_load`), the
+  every replica has reported a load (`ray_gitops.serving.report_load`), the
   lowest reported load below the cap.
 - `consistent_hash`: rendezvous (highest random weight) hashing of the key
   over replica ids: a key stays on one replica while the set is stable, and
@@ -70,7 +70,7 @@ class Policy(Protocol):
         loads: Sequence[float] | None = None,
     ) -> int | None:
         """The index of the replica that takes the request; None: all are at `cap`.
-        `loads`: what every replica last reported (`gitops.serving.report_load`),
+        `loads`: what every replica last reported (`ray_gitops.serving.report_load`),
         or None while one has not."""
 
 

@@ -1,10 +1,10 @@
-"""What user code inside a replica may ask of ray-gitops: handles and its context.
+"""What user code inside a replica meets, as values: its context, handles and their errors.
 
-`gitops.serving` is the module users import; it is a façade over this one.
-The replica host (`replica.host`) installs, once at start-up and before any
-user code runs, the replica's `ReplicaContext` and the `HandleCalls` that
-carry handle calls (`replica.handles`: Ray, a long poll on the controller).
-Outside a replica nothing is installed and both functions say so.
+`ray_gitops.serving` is the module users import; it is a façade over these
+values and over the registries the replica host fills (`ray_gitops.registry`:
+the installed context, the `HandleCalls` that carry handle calls —
+`replica.handles`: Ray, a long poll on the controller —, secrets, models,
+the reported load). This module holds no state of its own.
 
 The context's `commit` is the commit the backend's config was last applied
 from. The replica starts with the one it was created under; a later commit
@@ -21,7 +21,7 @@ Ray, no I/O here.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 __all__ = [
@@ -31,17 +31,9 @@ __all__ = [
     "HandleError",
     "BackpressureError",
     "Handle",
-    "install",
-    "installed_context",
-    "installed_calls",
     "SecretStore",
-    "install_secrets",
-    "installed_secrets",
     "ModelMissing",
-    "install_models",
-    "installed_model",
     "ReportedLoad",
-    "REPORTED_LOAD",
 ]
 
 
@@ -101,22 +93,6 @@ class Handle:
         return f"Handle({self.target!r})"
 
 
-_installed: dict[str, Any] = {}
-
-
-def install(context: ReplicaContext, calls: HandleCalls) -> None:
-    """Called by the replica host before user code runs."""
-    _installed["context"] = context
-    _installed["calls"] = calls
-
-
-def installed_context() -> ReplicaContext:
-    """The installed context, with the newest commit published for its backend."""
-    context: ReplicaContext = _require("context")
-    newer = installed_calls().commit_of(context.backend)
-    return context if newer is None or newer == context.commit else replace(context, commit=newer)
-
-
 class SecretStore(Protocol):
     """A replica's secrets (`replica.secrets.SecretBox`)."""
 
@@ -125,40 +101,12 @@ class SecretStore(Protocol):
     def path(self, name: str) -> str: ...
 
 
-def install_secrets(store: SecretStore) -> None:
-    """Called by the replica host before user code runs."""
-    _installed["secrets"] = store
-
-
-def installed_secrets() -> SecretStore:
-    store: SecretStore = _require("secrets")
-    return store
-
-
 class ModelMissing(LookupError):
     """User code asked for a model its backend does not list."""
 
 
-def install_models(paths: dict[str, str]) -> None:
-    """Called by the replica host once its models are staged, before user code runs."""
-    _installed["models"] = dict(paths)
-
-
-def installed_model(name: str) -> str:
-    """The local path of model `name`, staged and verified before the replica started."""
-    paths: dict[str, str] = _require("models")
-    if name not in paths:
-        listed = ", ".join(sorted(paths)) or "none"
-        raise ModelMissing(f"model '{name}' is not in this backend's models (it lists: {listed})")
-    return paths[name]
-
-
-def installed_calls() -> HandleCalls:
-    return _require("calls")
-
-
 class ReportedLoad:
-    """The load user code last reported (`gitops.serving.report_load`): a
+    """The load user code last reported (`ray_gitops.serving.report_load`): a
     finite number >= 0 (KV-cache use, queue depth...), or None before any
     report. The replica's answers carry it to the proxy (`vocabulary.wire.LOAD_HEADER`)."""
 
@@ -173,13 +121,3 @@ class ReportedLoad:
             raise ValueError(f"a reported load must be a finite number >= 0 (got {value!r})")
         self.value = number
 
-
-# One per process: a replica's process runs one replica.
-REPORTED_LOAD = ReportedLoad()
-
-
-def _require(what: str) -> Any:
-    value = _installed.get(what)
-    if value is None:
-        raise RuntimeError("gitops.serving works only inside a replica (user code that a backend runs)")
-    return value

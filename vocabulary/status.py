@@ -65,7 +65,7 @@ class Health(str, enum.Enum):
         return _HEALTH_ORDER.index(self)
 
 
-_HEALTH_ORDER = list(Health)
+_HEALTH_ORDER = tuple(Health)
 
 
 def worst(healths: Iterable[Health]) -> Health:

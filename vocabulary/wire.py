@@ -86,7 +86,7 @@ class StreamStart:
 Reply = WireResponse | StreamStart
 
 ROOT_PATH_HEADER = b":root-path"
-# The replica's reported load (`gitops.serving.report_load`), as the last header of
+# The replica's reported load (`ray_gitops.serving.report_load`), as the last header of
 # an answer; the proxy takes it off before the answer goes on (a colon: no HTTP name).
 LOAD_HEADER = b":load"
 # A multiplexed replica's loaded models and what the request made it load and

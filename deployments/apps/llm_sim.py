@@ -15,7 +15,7 @@ show what an LLM's replica placement costs:
 - one request at a time prefills (the engine's compute is one queue), while
   decodes overlap, as continuous batching does;
 - it reports the sequences it holds (prefilling or decoding: the engine's
-  queue depth) to the proxy (`gitops.serving.report_load`), so
+  queue depth) to the proxy (`ray_gitops.serving.report_load`), so
   `least_loaded` and `[autoscaling] target_reported_load` can use it.
 
 `"stream": true` answers server-sent events (`chat.completion.chunk`s, one
@@ -209,7 +209,7 @@ def _words(count: int) -> list[str]:
 def _report(load: float) -> None:
     """Tell the proxy the load, when running as a replica (not in a unit test)."""
     try:
-        from gitops import serving
+        from ray_gitops import serving
 
         serving.report_load(load)
     except RuntimeError:

@@ -18,7 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from gitops import serving
+from ray_gitops import serving
 
 
 class Words:

@@ -16,7 +16,7 @@ import asyncio
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from gitops import serving
+from ray_gitops import serving
 
 _WORDS = {
     "en-fr": {"hello": "bonjour", "world": "monde", "model": "modèle", "cat": "chat"},

@@ -12,7 +12,7 @@ import pytest
 from starlette.requests import Request
 
 from deployments.apps.llm_sim import BLOCK_TOKENS, LLMSim, PrefixCache, block_hashes, prompt_tokens
-from vocabulary.serving import REPORTED_LOAD
+from ray_gitops.registry import REPORTED_LOAD
 
 
 @pytest.fixture(autouse=True)

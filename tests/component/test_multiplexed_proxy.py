@@ -9,14 +9,15 @@ import json
 from collections import OrderedDict
 from typing import Sequence
 
-from gitops.model_slots import ModelSlots
+from ray_gitops import registry
+from ray_gitops.model_slots import ModelSlots
+from ray_gitops.registry import current_model_id, current_request
 from proxy.app import NullRecorder
 from proxy.metrics import ProxyMetrics
 from replica.host import call_handler
 from tests.component.test_proxy_app import FakeReplica, Proxy, get, run
-from vocabulary import multiplexing
 from vocabulary.configs import MultiplexConfig, ReplicaInfo, ReplicaSet
-from vocabulary.multiplexing import RequestModels, current_model_id, current_request, parse_report, report
+from vocabulary.multiplexing import RequestModels, parse_report, report
 from vocabulary.wire import LOAD_HEADER, MODELS_HEADER, WireRequest, WireResponse
 
 
@@ -83,7 +84,7 @@ def test_the_proxy_keeps_each_model_on_the_replica_that_loaded_it_and_strips_the
 
 def test_a_model_a_replica_never_loaded_is_no_metric_label() -> None:
     async def refuses(request: WireRequest) -> WireResponse:
-        return 404, [(MODELS_HEADER, report(RequestModels("made-up")))], b"no such model"
+        return 404, [(MODELS_HEADER, report([], RequestModels("made-up")))], b"no such model"
 
     proxy, served = multiplexed_proxy([FakeReplica("r0", refuses)], 2)
     assert run(get(proxy, "/e", headers={"x-model-id": "made-up"})).status_code == 404
@@ -109,8 +110,8 @@ def test_a_multiplexed_replica_host_reads_the_model_id_and_reports_what_it_holds
         return model_id.upper()
 
     slots: ModelSlots[str] = ModelSlots(load, 1)
-    multiplexing.install("X-Adapter", 1)
-    multiplexing.register(slots.loaded)
+    registry.install_multiplex("X-Adapter", 1)
+    registry.register(slots.loaded)
 
     async def handler(request: object) -> dict[str, object]:
         model_id = current_model_id()
@@ -129,8 +130,8 @@ def test_a_multiplexed_replica_host_reads_the_model_id_and_reports_what_it_holds
     try:
         first, second = asyncio.run(two())
     finally:
-        multiplexing._SETTINGS.clear()
-        multiplexing._HOLDERS.clear()
+        registry._SETTINGS.clear()
+        registry._HOLDERS.clear()
     assert first[2] == b'{"model":"A"}' and second[2] == b'{"model":"B"}'
     assert first[1][-1][0] == MODELS_HEADER
     one, two_ = parse_report(first[1][-1][1]), parse_report(second[1][-1][1])
@@ -142,7 +143,7 @@ def test_the_translators_example_serves_pairs_from_at_most_four_loaded() -> None
     from deployments.apps import translators
 
     translators._LOAD_S = 0.0  # type: ignore[attr-defined]  # the example's pause, not under test
-    multiplexing.install("X-Model-Id", 4)
+    registry.install_multiplex("X-Model-Id", 4)
     app = translators.Translators()
 
     async def ask(pair: str) -> WireResponse | object:
@@ -155,8 +156,8 @@ def test_the_translators_example_serves_pairs_from_at_most_four_loaded() -> None
     try:
         answers = asyncio.run(every_pair())
     finally:
-        multiplexing._SETTINGS.clear()
-        multiplexing._HOLDERS.clear()
+        registry._SETTINGS.clear()
+        registry._HOLDERS.clear()
     first = answers[0]
     assert isinstance(first, tuple) and json.loads(first[2]) == {"pair": "en-fr", "text": "bonjour chat"}
     fifth = answers[4]

@@ -1,5 +1,5 @@
 """The replica host stages its backend's models before any user code runs:
-the constructor already reads `gitops.serving.model_path`, and a model whose
+the constructor already reads `ray_gitops.serving.model_path`, and a model whose
 bytes do not match fails `initialize()` with one line, before user code."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gitops import serving
+from ray_gitops import serving
 from replica.host import Replica
 from replica.models import ModelError
 

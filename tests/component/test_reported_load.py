@@ -6,7 +6,8 @@ import pytest
 
 from replica.conversions import to_wire_response
 from tests.component.test_proxy_app import FakeReplica, Proxy, get, run
-from vocabulary.serving import REPORTED_LOAD, ReportedLoad
+from ray_gitops.registry import REPORTED_LOAD
+from vocabulary.serving import ReportedLoad
 from vocabulary.wire import LOAD_HEADER, WireRequest, WireResponse
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from controller.secrets import SecretKeeper, SecretsNotHeld
 from gitops.secrets import SecretDelivery, SecretsLoader, keyed_hash
-from gitops.serving import Secret
+from ray_gitops.serving import Secret
 from gitops.sources.trees import MemoryTree
 from gitops.specs.loading import Loader
 from replica.secrets import SecretBox, SecretMissing

@@ -15,9 +15,9 @@ from gitops.specs.documents import combine, parse_file
 from gitops.specs.pinned_models import bind_models
 from proxy.multiplexing import ModelAffinity, hot_ongoing
 from proxy.replicas import ReplicaPool
-from vocabulary import multiplexing
 from vocabulary.configs import BackendConfig, MultiplexConfig
-from gitops.model_slots import ModelSlots, multiplexed
+from ray_gitops import registry
+from ray_gitops.model_slots import ModelSlots, multiplexed
 from vocabulary.multiplexing import RequestModels, parse_report, report
 
 IDS = ["b#r0", "b#r1"]
@@ -139,28 +139,28 @@ def test_the_decorator_reads_n_from_the_backend_and_refuses_without_a_table() ->
         async def load(self, model_id: str) -> str:
             return model_id.upper()
 
-    multiplexing._SETTINGS.clear()
+    registry._SETTINGS.clear()
     with pytest.raises(RuntimeError, match=r"no \[backends.NAME.multiplex\] table"):
         asyncio.run(Server().load("a"))
-    multiplexing.install("X-Model-Id", 1)
+    registry.install_multiplex("X-Model-Id", 1)
     try:
         server = Server()
-        record = multiplexing.begin([(b"x-model-id", b"a")])
-        assert record is not None and multiplexing.current_model_id() == "a"
+        record = registry.begin_models([(b"x-model-id", b"a")])
+        assert record is not None and registry.current_model_id() == "a"
         assert asyncio.run(server.load("a")) == "A"
         assert asyncio.run(server.load("b")) == "B"
-        assert "b" in multiplexing.loaded_ids() and "a" not in multiplexing.loaded_ids()
+        assert "b" in registry.loaded_ids() and "a" not in registry.loaded_ids()
     finally:
-        multiplexing._SETTINGS.clear()
-        multiplexing._HOLDERS.clear()
+        registry._SETTINGS.clear()
+        registry._HOLDERS.clear()
     with pytest.raises(TypeError, match="async"):
         multiplexed(lambda model_id: model_id)  # type: ignore[arg-type, return-value]
 
 
 def test_a_report_survives_the_wire_and_garbage_is_no_report() -> None:
     record = RequestModels("a", loaded=True, evicted=["z"])
-    parsed = parse_report(report(record))
-    assert parsed is not None and parsed.loaded_now and parsed.evicted == ("z",)
+    parsed = parse_report(report(["a", "b"], record))
+    assert parsed is not None and parsed.loaded == {"a", "b"} and parsed.loaded_now and parsed.evicted == ("z",)
     assert parse_report(b"not json") is None and parse_report(b'{"a": 1}') is None
 
 
@@ -259,5 +259,5 @@ def test_the_pool_reads_the_configured_header_and_keeps_a_model_where_it_was_sen
     assert other_held is other
     first.in_flight += 1
     assert pool.try_acquire(key) is first
-    first.note_models(report(RequestModels("x", loaded=False)))  # the replica says what it holds
+    first.note_models(report([], RequestModels("x", loaded=False)))  # the replica says what it holds
     assert first.models == frozenset()

@@ -1,4 +1,4 @@
-"""`gitops.serving` as user code meets it: handles' answers and errors, the context."""
+"""`ray_gitops.serving` as user code meets it: handles' answers and errors, the context."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from gitops import serving
-from vocabulary.serving import HandleOutcome, ReplicaContext, install
+from ray_gitops import serving
+from ray_gitops.registry import install
+from vocabulary.serving import HandleOutcome, ReplicaContext
 
 
 class ScriptedCalls:

@@ -1,5 +1,5 @@
 """Composition end to end: the shipped pipeline (deployments/pipeline.toml),
-whose backend calls a backend and an endpoint through `gitops.serving` handles."""
+whose backend calls a backend and an endpoint through `ray_gitops.serving` handles."""
 
 from __future__ import annotations
 

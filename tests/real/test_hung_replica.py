@@ -29,7 +29,7 @@ APP = '''\
 import asyncio
 import os
 
-from gitops.serving import context
+from ray_gitops.serving import context
 
 MARK = {mark!r}
 

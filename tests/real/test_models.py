@@ -39,7 +39,7 @@ APP = '''\
 import hashlib
 from pathlib import Path
 
-from gitops import serving
+from ray_gitops import serving
 
 
 class Sentiment:
@@ -211,7 +211,7 @@ FILE_APP = '''\
 import hashlib
 from pathlib import Path
 
-from gitops import serving
+from ray_gitops import serving
 
 
 class Scorer:

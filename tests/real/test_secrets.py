@@ -32,7 +32,7 @@ APP = '''\
 import hashlib
 from pathlib import Path
 
-from gitops import serving
+from ray_gitops import serving
 
 
 class Vault:

@@ -12,7 +12,7 @@ from gitops.sources.trees import MemoryTree
 
 ECHO_PY = "class Echo:\n    def __call__(self, request):\n        return 'hi'\n"
 SPEC = '[backends.echo]\nimport_path = "apps.echo:Echo"\n'
-OWN = ("gitops", "controller", "proxy", "replica", "vocabulary", "httpedge", "datalink", "telemetry")
+OWN = ("gitops", "controller", "proxy", "replica", "vocabulary", "httpedge", "datalink", "telemetry", "ray_gitops")
 
 
 def load(extra: dict[str, str], spec: str = SPEC) -> LoadResult:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from gitops import serving
+from ray_gitops import serving
 
 __all__ = ["ModelReader"]
 

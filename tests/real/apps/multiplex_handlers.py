@@ -7,7 +7,7 @@ import asyncio
 
 from starlette.requests import Request
 
-from gitops import serving
+from ray_gitops import serving
 
 __all__ = ["ManyModels"]
 

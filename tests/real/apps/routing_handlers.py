@@ -6,7 +6,7 @@ import asyncio
 
 from starlette.requests import Request
 
-from gitops import serving
+from ray_gitops import serving
 
 __all__ = ["WhoAmI", "CountsItsRequests", "ReportsLoad", "Tokens", "CalledWhoAmI", "Relay"]
 
@@ -23,7 +23,7 @@ class WhoAmI:
 
 
 class CountsItsRequests:
-    """Reports as its load the requests it has served so far (`gitops.serving.report_load`)."""
+    """Reports as its load the requests it has served so far (`ray_gitops.serving.report_load`)."""
 
     def __init__(self) -> None:
         self.served = 0

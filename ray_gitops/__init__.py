@@ -1,0 +1,19 @@
+"""ray-gitops' user API: what user code running in a replica imports.
+
+    from ray_gitops import serving
+
+- `serving`: handles to other backends and endpoints, the replica's context,
+  its secrets and models, its reported load, and for a multiplexed backend
+  `@serving.multiplexed` and the request's model id.
+- `model_slots`: the models a multiplexed replica keeps loaded (least
+  recently used out), behind `@serving.multiplexed`.
+- `registry`: what the replica host installs in its process before user
+  code runs (context, handle calls, secrets, models, multiplex settings,
+  each request's model record, the reported load); `serving` reads it back.
+
+It imports only values (`vocabulary`) and its own registry: no agent,
+controller, proxy or replica code (contracts in `pyproject.toml`), so it
+stays the same small surface wherever user code runs. The replica host
+(`replica.host`) imports `registry` to fill it. The old names
+`gitops.serving` and `gitops.model_slots` still work for one release and warn.
+"""
