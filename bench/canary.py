@@ -30,7 +30,7 @@ if __name__ == "__main__" and Path(sys.path[0]).resolve() == ROOT / "bench":
 import httpx
 import ray
 
-from controller.ray_adapter import PROXY_PREFIX
+from controller.shell.ray_adapter import PROXY_PREFIX
 from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
 from controller.client import result
 from vocabulary.actor_apis import ProxyAPI, Remote

@@ -11,7 +11,7 @@ and counts every error and never dies.
 Runs as one detached, named Ray actor (see `controller.client`); it holds no
 state that the checkpoint and a look at live actors cannot rebuild. Ray
 itself is reached only through the adapter and storage, which default to
-`controller.ray_adapter` and `controller.ray_kv`, imported when first built,
+`controller.shell.ray_adapter` and `controller.persistence.ray_kv`, imported when first built,
 so this module loads without Ray (tests pass `controller.testing` fakes).
 """
 
@@ -27,11 +27,11 @@ from typing import Any, Awaitable, Callable, Protocol, Sequence
 from urllib.parse import urlsplit
 
 from vocabulary.goal_api import CONTROLLER_NAME, PROXY_CLASS, LongPollKey
-from controller import malloc_arenas
-from controller.autoscaling import Autoscaler
-from controller.backend_state import BackendOptions, BackendState, Effect, Observer, Probe
-from controller.checkpoint import Storage, decode, encode
-from controller.ownership import claim
+from controller.shell import malloc_arenas
+from controller.policies.autoscaling import Autoscaler
+from controller.state.backend_state import BackendOptions, BackendState, Effect, Observer, Probe
+from controller.persistence.checkpoint import Storage, decode, encode
+from controller.state.ownership import claim
 from vocabulary.ownership import Owner
 from vocabulary.proxy_workers import DEFAULT_MAX_CONNECTIONS
 from vocabulary.configs import (
@@ -42,17 +42,17 @@ from vocabulary.configs import (
     ReplicaSet,
     ServingState,
 )
-from controller.endpoint_state import EndpointState, check_backend_deletable
-from controller.recent_requests import WINDOW_S, RecentRequests
-from controller.request_totals import RequestTotals
+from controller.state.endpoint_state import EndpointState, check_backend_deletable
+from controller.policies.recent_requests import WINDOW_S, RecentRequests
+from controller.policies.request_totals import RequestTotals
 from vocabulary.request_stats import RequestStats
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
-from controller.rollout_state import RolloutState
-from controller.secrets import SecretKeeper
-from controller.goals import GoalKind, GoalTable
-from controller.judging import fingerprint, judge
-from controller.longpoll import ANONYMOUS, LongPollHost
-from controller.proxy_fleet import ProxyEffect, ProxyFleet, ProxySpec, StopProxy
+from controller.state.rollout_state import RolloutState
+from controller.state.secrets import SecretKeeper
+from controller.state.goals import GoalKind, GoalTable
+from controller.state.judging import fingerprint, judge
+from controller.state.longpoll import ANONYMOUS, LongPollHost
+from controller.state.proxy_fleet import ProxyEffect, ProxyFleet, ProxySpec, StopProxy
 from vocabulary.rollouts import MetricQuery, MetricReading
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, GoalTiming, ReplicaFailure
 
@@ -60,7 +60,7 @@ __all__ = ["ControllerActor", "ControllerOptions", "ClusterAdapter"]
 
 logger = logging.getLogger(__name__)
 
-_TRIM_EVERY_S = 10.0  # the C heap's free pages go back to the kernel this often (controller.malloc_arenas)
+_TRIM_EVERY_S = 10.0  # the C heap's free pages go back to the kernel this often (controller.shell.malloc_arenas)
 
 
 @dataclass(frozen=True)
@@ -142,24 +142,24 @@ class ClusterAdapter(Observer, Protocol):
 
 
 # Asks rollouts' PromQL checks of the Prometheus at a base URL (None: none):
-# each query with its reading (see controller.prometheus).
+# each query with its reading (see controller.shell.prometheus).
 Asker = Callable[[str | None, tuple[MetricQuery, ...]], Awaitable[list[tuple[MetricQuery, MetricReading]]]]
 
 
 def _prometheus_asker(options: ControllerOptions) -> Asker:
-    from controller.prometheus import asker
+    from controller.shell.prometheus import asker
 
     return asker(options.prometheus_timeout_s)
 
 
 def _ray_storage(namespace: str) -> Storage:
-    from controller.ray_kv import RayKVStorage
+    from controller.persistence.ray_kv import RayKVStorage
 
     return RayKVStorage(namespace)
 
 
 def _ray_adapter(namespace: str, secrets: SecretKeeper, options: ControllerOptions) -> ClusterAdapter:
-    from controller.ray_adapter import RayAdapter
+    from controller.shell.ray_adapter import RayAdapter
 
     adapter = RayAdapter(namespace, options.otlp_endpoint)
     adapter.use_secrets(secrets)
@@ -179,7 +179,7 @@ class ControllerActor:
         self._options = ControllerOptions.from_dict(options)
         self._prometheus_url = self._options.prometheus_url  # the checkpoint's wins (`_recover`)
         self._storage: Storage = storage or _ray_storage(namespace)
-        self._secrets = SecretKeeper()  # in memory only: never in the checkpoint (controller.secrets)
+        self._secrets = SecretKeeper()  # in memory only: never in the checkpoint (controller.state.secrets)
         self._adapter: ClusterAdapter = adapter or _ray_adapter(namespace, self._secrets, self._options)
         self._proxies = ProxyFleet(self._proxy_spec())
         self._longpoll = LongPollHost()
@@ -360,7 +360,7 @@ class ControllerActor:
         self._ticked = asyncio.Event()
 
     def _autoscale(self, now: float) -> None:
-        """Turn the target-replicas knob of autoscaled backends (policy: controller.autoscaling)."""
+        """Turn the target-replicas knob of autoscaled backends (policy: controller.policies.autoscaling)."""
         autoscaled = {
             name: (self._backends.target(name), config.autoscaling)
             for name, config in self._backends.configs().items()
@@ -649,7 +649,7 @@ class ControllerActor:
         self._backends.set_target(backend, target)
         self._save()
 
-    # --- secrets (controller.secrets; values cross Ray sealed, never checkpointed) ------
+    # --- secrets (controller.state.secrets; values cross Ray sealed, never checkpointed) ------
 
     async def secrets_recipient(self) -> str:
         """The public key the agent seals backends' secret values to."""

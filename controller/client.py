@@ -8,7 +8,7 @@ it, turning Ray's wrapped errors back into the plain `ValueError` the
 controller raised, `shutdown`, which stops the controller, its proxies and
 its replicas, `discard_checkpoint`, the documented reset, the owning
 agent's record (`claim`, `owner`, `release` of a `vocabulary.ownership.Owner`;
-see `controller.ownership`), its settings that outlive a controller start
+see `controller.state.ownership`), its settings that outlive a controller start
 (`set_prometheus_url`), and asking a proxy worker for its node's shadow
 mismatches over Ray (`proxy_mismatches`: the sample is never on a proxy's
 public port). Calls go through the typed handle (`vocabulary.actor_apis.Remote`
@@ -26,9 +26,9 @@ from ray.actor import ActorHandle
 from ray.exceptions import RayError, RayTaskError
 
 from controller.actor import ControllerActor
-from controller.checkpoint import CheckpointError, decode
+from controller.persistence.checkpoint import CheckpointError, decode
 from vocabulary.ownership import Owner
-from controller.ray_kv import RayKVStorage
+from controller.persistence.ray_kv import RayKVStorage
 from vocabulary.actor_apis import ControllerAPI, ProxyAPI, Remote
 from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, ServingState

@@ -163,7 +163,7 @@ def kill_embedded_ray() -> None:
     orphan outlives the agent. Ray's node kills what it started (GCS, raylet,
     dashboard); the raylet's own children (its agents, the workers) are this
     process's descendants too, and are killed with them."""
-    from controller.ray_private import kill_local_ray, started_local_ray
+    from controller.shell.ray_private import kill_local_ray, started_local_ray
 
     if not started_local_ray():
         return
@@ -215,6 +215,6 @@ def local_node_ip() -> str:
 def mute_pushed_errors() -> None:
     """From now on, this driver prints none of the errors Ray pushes to it (a
     failed actor task's traceback): the agent says what such a failure means."""
-    from controller.ray_private import mute_pushed_errors as mute
+    from controller.shell.ray_private import mute_pushed_errors as mute
 
     mute()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Sequence
 
-from controller.backend_state import (
+from controller.state.backend_state import (
     Effect,
     KillReplica,
     Probe,
@@ -23,8 +23,8 @@ from controller.backend_state import (
     StartReplica,
     StopReplica,
 )
-from controller.checkpoint import Storage
-from controller.proxy_fleet import ProxyEffect
+from controller.persistence.checkpoint import Storage
+from controller.state.proxy_fleet import ProxyEffect
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.status import ModelStaging
 

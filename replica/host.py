@@ -6,7 +6,7 @@ the working_dir Ray puts on sys.path), calling it with a Starlette request,
 handler raised, `vocabulary.status.HandlerError`; the traceback goes to the
 replica's stderr too, at most one a second), `output` (its own stdout and
 stderr lines, `replica.own_output`, for `gitops logs`) and graceful draining. It does not know about
-routing, retries or its own lifecycle: `controller.ray_adapter` wraps this
+routing, retries or its own lifecycle: `controller.shell.ray_adapter` wraps this
 plain class with `ray.remote` and options; the proxy calls `handle_request`
 (or `handle_coalesced` for several requests coalesced into one Ray call), and
 `handle_batch` for a batched backend, whose handler takes a list of

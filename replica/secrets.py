@@ -3,7 +3,7 @@
 Owns the replica's end of secret delivery (docs/secrets.md). At start the
 replica makes an X25519 age identity that never leaves its memory and tells
 its public key (`recipient`, not a secret) to the controller, which seals the
-backend's values to it (`controller.secrets`); `open` takes that sealed
+backend's values to it (`controller.state.secrets`); `open` takes that sealed
 bundle, so Ray carries only ciphertext that this process alone can read.
 Values stay in memory (`value`); `path` writes one to a 0600 file in a 0700
 directory on a tmpfs (/dev/shm when there is one), rewritten in place when

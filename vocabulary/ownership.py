@@ -3,7 +3,7 @@
 One agent reconciles a Ray namespace. `Owner` is the record the agent hands
 the controller (`controller.client.ControllerClient.claim`) and the
 controller keeps in its checkpoint — repository (redacted by the agent),
-branch, spec path, agent id, host, pid, start time; `controller.ownership`
+branch, spec path, agent id, host, pid, start time; `controller.state.ownership`
 decides whether a claim is granted. Values only.
 """
 

@@ -3,7 +3,7 @@ hold: the bounds of `--proxy-workers` and `--proxy-max-connections`; and
 `NODE_IP`, the `--proxy-host` that names no one address.
 
 The agent checks its flag against them (`gitops.cli`, `gitops.commands.run`)
-and the controller's fleet applies them (`controller.proxy_fleet.workers_on`),
+and the controller's fleet applies them (`controller.state.proxy_fleet.workers_on`),
 so they live here, where both meet. Values only.
 """
 
@@ -36,5 +36,5 @@ MAX_CONNECTIONS_CEILING = 1_000_000
 # that node by (`ray start --node-ip-address`), not on every interface: the
 # cluster's network only, on nodes that have others. The controller's fleet
 # starts each node's proxies on that address and dials them there
-# (`controller.proxy_fleet`).
+# (`controller.state.proxy_fleet`).
 NODE_IP = "node-ip"

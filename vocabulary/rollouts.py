@@ -1,6 +1,6 @@
 """A rollout as a value: where an endpoint's traffic is on its way to git's split.
 
-The controller owns the transitions (`controller.rollouts`), keeps a
+The controller owns the transitions (`controller.policies.rollouts`), keeps a
 `Rollout` per endpoint in its checkpoint (so steps survive a restart) and
 reports it in `ClusterStatus`; the agent reads it for history, status and
 metrics. Plain values, no I/O.

@@ -13,7 +13,7 @@ Each rule is a pure function over plain values returning `ServingProblem`s:
 which rule, the endpoint (and backend) concerned, the key path in the spec
 format (`("endpoints", "api", "traffic", "v2")`) and a message as a spec
 file's reader sees it. The spec loader (`gitops.specs.documents`) locates
-the path as FILE:LINE:COL; the controller (`controller.endpoint_state`)
+the path as FILE:LINE:COL; the controller (`controller.state.endpoint_state`)
 raises them as its `ValueError`; the simulator (`gitops.simulating`) uses
 them as the invariants of every step of a plan. No I/O here.
 

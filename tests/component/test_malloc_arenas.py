@@ -6,7 +6,7 @@ import platform
 
 import pytest
 
-from controller import malloc_arenas
+from controller.shell import malloc_arenas
 
 pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt and malloc_trim")
 

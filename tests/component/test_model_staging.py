@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from controller.backend_state import BackendState, Probe, ProbeStatus, StartReplica
+from controller.state.backend_state import BackendState, Probe, ProbeStatus, StartReplica
 from controller.testing import FakeAdapter
 from gitops.commands.admin import render_status
 from gitops.status import StatusFacts, roll_up

@@ -1,7 +1,7 @@
 """`gitops run` gives the controller it claims this start's `--prometheus-url`, even one already running.
 
 The controller client is a fake holding the owner record and the setting
-(`controller.ownership.claim` decides, as in the controller); the real
+(`controller.state.ownership.claim` decides, as in the controller); the real
 controller's side is tests/pure/test_controller_rollout_metrics.py.
 """
 
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from controller.ownership import claim
+from controller.state.ownership import claim
 from vocabulary.ownership import Owner
 from gitops.commands.run import take_charge
 from gitops.errors import UserError

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyrage
 import pytest
 
-from controller.secrets import SecretKeeper, SecretsNotHeld
+from controller.state.secrets import SecretKeeper, SecretsNotHeld
 from gitops.secrets import SecretDelivery, SecretsLoader, keyed_hash
 from ray_gitops.serving import Secret
 from gitops.sources.trees import MemoryTree

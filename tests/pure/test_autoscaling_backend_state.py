@@ -7,7 +7,7 @@ the count back to `num_replicas`.
 
 from __future__ import annotations
 
-from controller.backend_state import BackendState
+from controller.state.backend_state import BackendState
 from vocabulary.configs import AutoscalingConfig, BackendConfig
 
 

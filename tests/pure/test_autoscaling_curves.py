@@ -14,7 +14,7 @@ from typing import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.autoscaling import Autoscaler, ScalingDirection
+from controller.policies.autoscaling import Autoscaler, ScalingDirection
 from vocabulary.configs import AutoscalingConfig
 
 TICK_S = 0.5

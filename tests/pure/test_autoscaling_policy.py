@@ -3,7 +3,7 @@ decision records and the per-backend memory (issue #7)."""
 
 from __future__ import annotations
 
-from controller.autoscaling import (
+from controller.policies.autoscaling import (
     Autoscaler,
     LoadReports,
     LoadSample,
@@ -171,7 +171,7 @@ def test_fast_controller_ticks_scale_up_after_the_same_delay():
 
 
 def test_reported_load_scales_a_backend_to_reported_over_target() -> None:
-    from controller.autoscaling import Autoscaler
+    from controller.policies.autoscaling import Autoscaler
 
     config = AutoscalingConfig(
         min_replicas=1, max_replicas=10, target_ongoing_requests=2, target_reported_load=0.5,
@@ -190,7 +190,7 @@ def test_reported_load_scales_a_backend_to_reported_over_target() -> None:
 
 
 def test_reported_load_is_ignored_without_a_target() -> None:
-    from controller.autoscaling import Autoscaler
+    from controller.policies.autoscaling import Autoscaler
 
     config = AutoscalingConfig(min_replicas=1, max_replicas=10, upscale_delay_s=0, downscale_delay_s=0)
     scaler = Autoscaler(sample_interval_s=0)

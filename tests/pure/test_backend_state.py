@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.backend_state import (
+from controller.state.backend_state import (
     BackendOptions,
     BackendState,
     CheckHealth,

@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from controller.checkpoint import SCHEMA_VERSION, CheckpointError, decode, encode
+from controller.persistence.checkpoint import SCHEMA_VERSION, CheckpointError, decode, encode
 from controller.testing import MemoryStorage
 
 

@@ -16,7 +16,7 @@ import logging
 import pytest
 
 from controller.actor import ControllerActor
-from controller.checkpoint import Storage
+from controller.persistence.checkpoint import Storage
 from controller.testing import FakeAdapter, MemoryStorage
 from vocabulary.configs import BackendConfig, EndpointConfig, MetricCheck, RolloutConfig
 from vocabulary.rollouts import MetricQuery, MetricReading, RolloutPhase

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vocabulary.configs import EndpointConfig
-from controller.endpoint_state import EndpointState, check_backend_deletable
+from controller.state.endpoint_state import EndpointState, check_backend_deletable
 
 BACKENDS = {"a", "b"}
 

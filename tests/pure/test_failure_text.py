@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from controller.failure_text import failure_line, user_frame
+from controller.policies.failure_text import failure_line, user_frame
 
 PKG = "/tmp/ray/session_1/runtime_resources/working_dir_files/_ray_pkg_0a1b2c3d"
 TRACEBACK = f'''Traceback (most recent call last):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from vocabulary.goal_api import LongPollKey
-from controller.backend_state import BackendState
+from controller.state.backend_state import BackendState
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
-from controller.endpoint_state import EndpointState
-from controller.goals import PENDING, GoalKind, GoalTable, Judgement
-from controller.judging import fingerprint, judge
-from controller.longpoll import LongPollHost
+from controller.state.endpoint_state import EndpointState
+from controller.state.goals import PENDING, GoalKind, GoalTable, Judgement
+from controller.state.judging import fingerprint, judge
+from controller.state.longpoll import LongPollHost
 from controller.testing import FakeAdapter
 
 MET = Judgement(GoalState.MET)

@@ -12,9 +12,9 @@ import asyncio
 import pytest
 
 from controller.actor import ControllerActor
-from controller.backend_state import Probe, ProbeStatus, replica_actor_name
-from controller.proxy_fleet import ProxySpec, StartProxy
-from controller.checkpoint import decode
+from controller.state.backend_state import Probe, ProbeStatus, replica_actor_name
+from controller.state.proxy_fleet import ProxySpec, StartProxy
+from controller.persistence.checkpoint import decode
 from controller.testing import FakeAdapter, MemoryStorage
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
 from vocabulary.status import ClusterStatus, ProxyState, ProxyStatus

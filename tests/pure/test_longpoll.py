@@ -6,7 +6,7 @@ import asyncio
 import pickle
 
 from vocabulary.configs import EndpointConfig, RouteEntry, RouteTable
-from controller.longpoll import LongPollHost
+from controller.state.longpoll import LongPollHost
 
 
 def endpoint(i: int, weight: float = 1.0) -> EndpointConfig:

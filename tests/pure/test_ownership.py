@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controller.ownership import claim
+from controller.state.ownership import claim
 from vocabulary.ownership import Owner
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.backend_state import Probe, ProbeStatus
-from controller.proxy_fleet import PingProxy, ProxyFleet, ProxyRestarted, ProxySpec, StartProxy, StopProxy
+from controller.state.backend_state import Probe, ProbeStatus
+from controller.state.proxy_fleet import PingProxy, ProxyFleet, ProxyRestarted, ProxySpec, StartProxy, StopProxy
 from vocabulary.status import ProxyState, ProxyStatus
 from vocabulary.proxy_workers import NODE_IP
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from controller.backend_state import Probe, ProbeStatus
-from controller.proxy_fleet import (
+from controller.state.backend_state import Probe, ProbeStatus
+from controller.state.proxy_fleet import (
     PingProxy,
     ProxyFleet,
     ProxyRestarted,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controller.recent_requests import RecentRequests
+from controller.policies.recent_requests import RecentRequests
 from vocabulary.request_stats import RequestStats
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vocabulary.request_stats import LATENCY_BOUNDS_S, RequestStats, bucket_of
-from controller.request_totals import RequestTotals
+from controller.policies.request_totals import RequestTotals
 from proxy.request_stats import RequestCounter
 
 
@@ -98,7 +98,7 @@ def test_answers_are_counted_per_endpoint_as_well_as_per_backend() -> None:
 
 
 def test_totals_begun_afresh_take_a_proxys_first_report_as_its_start() -> None:
-    from controller.request_totals import RequestTotals
+    from controller.policies.request_totals import RequestTotals
 
     totals = RequestTotals().absorb_after_first("p1", {"api": RequestStats(requests=100)})
     assert totals.totals == {}

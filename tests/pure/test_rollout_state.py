@@ -5,7 +5,7 @@ from __future__ import annotations
 from vocabulary.configs import EndpointConfig, RolloutConfig
 from vocabulary.request_stats import LATENCY_BOUNDS_S, RequestStats
 from vocabulary.rollouts import CheckName, RolloutPhase
-from controller.rollout_state import RolloutState
+from controller.state.rollout_state import RolloutState
 
 ROLLOUT = RolloutConfig(steps=(0.5, 1.0), step_interval_s=10, min_requests=10, max_error_ratio=0.1)
 OLD = {"v1": 1.0}

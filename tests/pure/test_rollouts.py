@@ -9,7 +9,7 @@ import pytest
 from vocabulary.configs import EndpointConfig, MetricCheck, OnFailure, RolloutConfig
 from vocabulary.request_stats import LATENCY_BOUNDS_S, RequestStats, bucket_of
 from vocabulary.rollouts import CheckName, MetricReading, Rollout, RolloutPhase, interpolate
-from controller.rollouts import RETRY_S, advance, begin, due_queries, judge, on_config
+from controller.policies.rollouts import RETRY_S, advance, begin, due_queries, judge, on_config
 
 OLD = {"v1": 1.0}
 NEW = {"v1": 0.5, "v2": 0.5}

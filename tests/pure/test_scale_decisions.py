@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.backend_state import ReplicaRecord, ScaleDecisions, StopDecision, scale_decisions
+from controller.state.backend_state import ReplicaRecord, ScaleDecisions, StopDecision, scale_decisions
 from vocabulary.configs import ReplicaState
 
 S = ReplicaState

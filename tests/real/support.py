@@ -27,7 +27,7 @@ import ray
 from vocabulary import goal_api
 from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from controller.client import ControllerClient, start_or_connect
-from controller.proxy_fleet import PROXY_PREFIX
+from controller.state.proxy_fleet import PROXY_PREFIX
 from vocabulary.configs import BackendConfig, GoalState
 
 __all__ = [

@@ -46,7 +46,7 @@ import pytest
 import ray
 
 from tests.conftest import GitRepo
-from controller.backend_state import REPLICA_PREFIX
+from controller.state.backend_state import REPLICA_PREFIX
 from tests.real.support import AgentProcess, named_actors
 from vocabulary.goal_api import DEFAULT_NAMESPACE
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import ray
 
-from controller.backend_state import REPLICA_PREFIX
+from controller.state.backend_state import REPLICA_PREFIX
 from tests.real.examples import ShippedExamples, serve_shipped_examples
 from tests.real.support import eventually
 from tests.reliability.faults import kill9

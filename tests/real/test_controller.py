@@ -16,11 +16,11 @@ import httpx
 import pytest
 import ray
 
-from controller.backend_state import REPLICA_PREFIX
+from controller.state.backend_state import REPLICA_PREFIX
 from controller.client import ControllerClient
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
 from vocabulary.status import RestartReason
-from controller.proxy_fleet import PROXY_PREFIX
+from controller.state.proxy_fleet import PROXY_PREFIX
 from vocabulary.wire import make_request
 from tests.real.support import eventually, met, named_actors, occupied_port, quick_backend, run, start_controller
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from controller.backend_state import REPLICA_PREFIX
+from controller.state.backend_state import REPLICA_PREFIX
 from gitops.commands.init import SCAFFOLD, write_scaffold
 from tests.conftest import GitRepo
 from tests.real.support import AgentProcess, eventually

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import ray
 
-from controller.backend_state import REPLICA_PREFIX
+from controller.state.backend_state import REPLICA_PREFIX
 from tests.conftest import GitRepo
 from tests.real.s3 import s3_server
 from tests.real.support import AgentProcess, named_actors

@@ -21,7 +21,7 @@ import pytest
 import ray
 
 from controller.client import ControllerClient
-from controller.ray_adapter import PROXY_PREFIX
+from controller.shell.ray_adapter import PROXY_PREFIX
 from gitops.shadow_mismatches import collect, proxies_to_ask
 from vocabulary.configs import EndpointConfig, GoalState, ReplicaState, RolloutConfig, UpdateConfig
 from vocabulary.rollouts import CheckName, Rollout, RolloutPhase

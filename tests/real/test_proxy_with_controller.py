@@ -19,10 +19,10 @@ import httpx
 import pytest
 import ray
 
-from controller.backend_state import REPLICA_PREFIX
+from controller.state.backend_state import REPLICA_PREFIX
 from controller.client import ControllerClient
 from vocabulary.configs import EndpointConfig, ReplicaState
-from controller.proxy_fleet import PROXY_PREFIX
+from controller.state.proxy_fleet import PROXY_PREFIX
 from vocabulary.proxy_workers import DEFAULT_MAX_CONNECTIONS
 from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
 

@@ -24,7 +24,7 @@ import pytest
 import ray
 
 from controller.client import ControllerClient
-from controller.proxy_fleet import proxy_actor_name
+from controller.state.proxy_fleet import proxy_actor_name
 from vocabulary.configs import EndpointConfig
 from vocabulary.status import ProxyState
 from tests.real.prometheus import Prometheus

@@ -1,7 +1,7 @@
 """A rollout step's PromQL checks, asked of a real Prometheus scraping a real proxy metrics exporter.
 
-The controller's shell (`controller.prometheus`) asks the queries the pure
-rollout (`controller.rollouts`) says are due, with their variables filled
+The controller's shell (`controller.shell.prometheus`) asks the queries the pure
+rollout (`controller.policies.rollouts`) says are due, with their variables filled
 in; the answers judge the step: a canary's 5xx share out of bounds aborts
 it, an unreachable Prometheus or a query that yields no single number holds
 it with the reason in its message.
@@ -19,8 +19,8 @@ import pytest
 
 from vocabulary.configs import MetricCheck, RolloutConfig
 from vocabulary.rollouts import CheckName, MetricQuery, MetricReading, Rollout, RolloutPhase
-from controller.prometheus import ask_all
-from controller.rollouts import advance, begin, due_queries
+from controller.shell.prometheus import ask_all
+from controller.policies.rollouts import advance, begin, due_queries
 from proxy.metrics import ProxyMetrics
 from tests.real.prometheus import Prometheus
 from tests.real.support import eventually, free_port

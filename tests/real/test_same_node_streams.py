@@ -14,7 +14,7 @@ import ray
 from ray.actor import ActorHandle
 from websockets.sync.client import connect
 
-from controller.backend_state import REPLICA_PREFIX
+from controller.state.backend_state import REPLICA_PREFIX
 from tests.real.examples import ShippedExamples, serve_shipped_examples
 from tests.real.support import eventually
 from vocabulary.actor_apis import Remote, ReplicaAPI

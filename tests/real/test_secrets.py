@@ -19,9 +19,9 @@ import pyrage
 import pytest
 import ray
 
-from controller.ray_kv import RayKVStorage
+from controller.persistence.ray_kv import RayKVStorage
 from tests.conftest import GitRepo
-from controller.backend_state import REPLICA_PREFIX
+from controller.state.backend_state import REPLICA_PREFIX
 from tests.real.receivers import Receiver
 from tests.real.support import AgentProcess, named_actors
 from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE

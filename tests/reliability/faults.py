@@ -15,7 +15,7 @@ from typing import Any, cast
 import ray
 from ray.actor import ActorHandle
 
-from controller.backend_state import REPLICA_PREFIX
+from controller.state.backend_state import REPLICA_PREFIX
 from vocabulary.status import ClusterStatus
 
 __all__ = ["actor_pid", "kill9", "leaked_replicas", "leftover_actors"]

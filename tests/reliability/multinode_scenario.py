@@ -27,7 +27,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from controller.client import ControllerClient, start_or_connect
-from controller.proxy_fleet import proxy_actor_name
+from controller.state.proxy_fleet import proxy_actor_name
 from tests.real.support import APPS, FAST_CONTROLLER_OPTIONS, eventually
 from tests.reliability.faults import leaked_replicas
 from tests.reliability.load import LoadReport, SteadyLoad

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import ray
 
-from controller.backend_state import REPLICA_PREFIX
-from controller.proxy_fleet import PROXY_PREFIX
+from controller.state.backend_state import REPLICA_PREFIX
+from controller.state.proxy_fleet import PROXY_PREFIX
 from tests.real.support import eventually, free_port, met, quick_backend, run, start_controller
 from tests.reliability.faults import leaked_replicas, leftover_actors
 from vocabulary.configs import EndpointConfig

@@ -20,7 +20,7 @@ import httpx
 import ray
 from ray.cluster_utils import Cluster
 
-from controller.backend_state import REPLICA_PREFIX
+from controller.state.backend_state import REPLICA_PREFIX
 from controller.client import start_or_connect
 from vocabulary.configs import BackendConfig, EndpointConfig
 from vocabulary.status import ProxyState

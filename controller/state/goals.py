@@ -7,7 +7,7 @@ JSON form that goes into the checkpoint. A goal is never a future: after a
 controller restart the pending ones are judged again from observed state.
 
 What "met" means for each kind is the judge's business (see
-`controller.judging`); this module stays pure and knows no Ray.
+`controller.state.judging`); this module stays pure and knows no Ray.
 """
 
 from __future__ import annotations

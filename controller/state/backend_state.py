@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-from controller.autoscaling import initial_replicas
+from controller.policies.autoscaling import initial_replicas
 from vocabulary.configs import BackendConfig, ReplicaState, UpdateConfig
 from vocabulary.status import BackendStatus, HandlerError, ModelStaging, ReplicaFailure, ReplicaStatus
 

@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from controller.backend_state import Probe, ProbeStatus
+from controller.state.backend_state import Probe, ProbeStatus
 from vocabulary.goal_api import proxy_id
 from vocabulary.proxy_workers import DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS, NODE_IP
 from vocabulary.status import ProxyState, ProxyStatus

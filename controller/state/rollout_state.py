@@ -8,7 +8,7 @@ Prometheus' answers to `due_queries`, `tick` on every control-loop tick;
 current weights in place of git's split. State crosses restarts
 through `to_json`/`from_json` in the controller's checkpoint, so a step in
 progress goes on where it was (PromQL readings are not kept: a restarted
-controller asks again). Transitions are `controller.rollouts`'; no
+controller asks again). Transitions are `controller.policies.rollouts`'; no
 Ray, no clock (`now` is passed in, wall-clock seconds).
 """
 
@@ -21,8 +21,8 @@ from typing import Any, Mapping
 from vocabulary.configs import EndpointConfig
 from vocabulary.request_stats import RequestStats
 from vocabulary.rollouts import CheckCount, MetricQuery, MetricReading, Rollout
-from controller.request_totals import RequestTotals
-from controller.rollouts import advance, due_queries, on_config
+from controller.policies.request_totals import RequestTotals
+from controller.policies.rollouts import advance, due_queries, on_config
 
 __all__ = ["RolloutState"]
 

@@ -1,7 +1,7 @@
 """The controller's checkpoint storage in Ray's internal KV (the GCS).
 
 Owns the key and the three KV calls; the checkpoint's form is
-`controller.checkpoint`'s. One key per controller namespace.
+`controller.persistence.checkpoint`'s. One key per controller namespace.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ _KEY = "gitops-controller-checkpoint"
 
 
 class RayKVStorage:
-    """`controller.checkpoint.Storage` over Ray's internal KV."""
+    """`controller.persistence.checkpoint.Storage` over Ray's internal KV."""
 
     def __init__(self, namespace: str) -> None:
         self._namespace = namespace

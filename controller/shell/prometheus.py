@@ -5,7 +5,7 @@ turning its answer into a `MetricReading`: the single number of a scalar or
 a one-sample vector, or why there is none (unreachable, an HTTP or PromQL
 error, no sample, several samples, NaN). It never raises for those: a
 reading without a value is how the rollout learns the step cannot be judged.
-It does not decide anything about a rollout (`controller.rollouts` does).
+It does not decide anything about a rollout (`controller.policies.rollouts` does).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Each backend's requests over the last minute, from the running request totals.
 
-`RecentRequests` keeps samples of the totals (`controller.request_totals`,
+`RecentRequests` keeps samples of the totals (`controller.policies.request_totals`,
 summed over proxies, only ever growing) a few seconds apart for a minute;
 `last_minute` is the newest totals minus the oldest sample still within the
 window, with the seconds that covers (less than a minute just after the

@@ -13,11 +13,11 @@ import json
 from typing import Iterable
 
 from vocabulary.goal_api import LongPollKey
-from controller.backend_state import BackendState
+from controller.state.backend_state import BackendState
 from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
-from controller.endpoint_state import EndpointState
-from controller.goals import PENDING, Goal, GoalKind, Judgement
-from controller.longpoll import LongPollHost
+from controller.state.endpoint_state import EndpointState
+from controller.state.goals import PENDING, Goal, GoalKind, Judgement
+from controller.state.longpoll import LongPollHost
 
 __all__ = ["fingerprint", "judge"]
 

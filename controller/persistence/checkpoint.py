@@ -3,7 +3,7 @@
 Owns the checkpoint's envelope (schema version, written-at), encoding and
 decoding (JSON only, never pickle), and the `Storage` protocol the controller
 writes through. Pure: the storages live at the edges (Ray's internal KV in
-`controller.ray_kv`, an in-memory one in `controller.testing`). What goes
+`controller.persistence.ray_kv`, an in-memory one in `controller.testing`). What goes
 inside is the state modules' `to_json` output; this module does not
 interpret it.
 """

@@ -2,7 +2,7 @@
 
 Owns creating, finding, calling and killing replica and proxy actors (named,
 detached, in the controller's namespace), carrying out the effects the pure
-state machines decide (`controller.backend_state`, `controller.proxy_fleet`),
+state machines decide (`controller.state.backend_state`, `controller.state.proxy_fleet`),
 turning finished Ray calls into `Probe`s for them, node facts, and the
 resource check before scale-up. It decides nothing: reads only read, and
 every actor start, call or kill is an effect it was given.
@@ -29,7 +29,7 @@ from ray.actor import ActorHandle
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from controller.backend_state import (
+from controller.state.backend_state import (
     REPLICA_PREFIX,
     CheckHealth,
     DeliverSecrets,
@@ -41,8 +41,8 @@ from controller.backend_state import (
     StartReplica,
     StopReplica,
 )
-from controller.failure_text import failure_line
-from controller.proxy_fleet import (
+from controller.policies.failure_text import failure_line
+from controller.state.proxy_fleet import (
     PROXY_PREFIX,
     PingProxy,
     ProxyEffect,
@@ -50,8 +50,8 @@ from controller.proxy_fleet import (
     StartProxy,
     StopProxy,
 )
-from controller.ray_private import available_resources_per_node, session_dir, upload_working_dir
-from controller.secrets import SecretKeeper
+from controller.shell.ray_private import available_resources_per_node, session_dir, upload_working_dir
+from controller.state.secrets import SecretKeeper
 from vocabulary.configs import BackendConfig
 from vocabulary.actor_apis import ProxyAPI, Remote, ReplicaAPI
 from vocabulary.goal_api import REPLICA_CLASS
@@ -70,7 +70,7 @@ _STAGING_POLL_S = 1.0  # how often a starting replica that stages models is aske
 
 def error_text(err: BaseException) -> str:
     """The user's own error text and its innermost frame in the user's code,
-    without Ray's wrapping (controller.failure_text)."""
+    without Ray's wrapping (controller.policies.failure_text)."""
     if isinstance(err, RayTaskError):
         cause = getattr(err, "cause", None)
         if cause is not None and not isinstance(cause, RayTaskError):
@@ -161,7 +161,7 @@ class RayAdapter:
         self._cpus: dict[str, int] = {}
         self._uploaded: dict[str, str] = {}
         self._dead_nodes: set[str] = set()
-        # The backends' secret values, sealed to each replica it starts (controller.secrets).
+        # The backends' secret values, sealed to each replica it starts (controller.state.secrets).
         self.secrets = SecretKeeper()
         # Replicas waiting for values the agent has not sent yet (after a controller
         # restart): sealed when they arrive, or failed by the start timeout.

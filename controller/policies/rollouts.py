@@ -1,7 +1,7 @@
 """Rollout transitions: when a traffic change starts a rollout, and how a step passes or fails.
 
 Pure: every function takes the rollout, the request totals per backend
-(summed over proxies, `controller.request_totals`) and the wall clock, and
+(summed over proxies, `controller.policies.request_totals`) and the wall clock, and
 returns a new `Rollout` plus the checks it decided. The controller stores
 the result in its checkpoint, publishes `Rollout.weights()` to the proxies
 in place of the endpoint's configured traffic, and counts the checks. No
