@@ -1,5 +1,7 @@
-# Two set-up commands on a fresh clone: `make run` and `make test`.
+# Set-up commands on a fresh clone: `make run`, `make check` and `make test`.
 # Each creates .venv and installs what it needs.
+# `make check` (minutes, no Ray, no system packages): before each commit.
+# `make test` (the whole suite, what CI runs): before merging. docs/testing.md says more.
 
 PYTHON ?= python3
 VENV := .venv
@@ -8,7 +10,7 @@ STAMP := $(VENV)/.installed
 SYSTEM_TOOLS := prometheus promtool wrk chromium chromedriver redis-server gpg strace
 SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver redis-server gnupg strace
 
-.PHONY: run test test-pure test-ray-oldest docs lint lint-imports typecheck ruff system-deps bench reliability soak clean
+.PHONY: run check test test-repeat test-ray-oldest docs lint lint-imports typecheck ruff system-deps bench reliability soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,10 +38,28 @@ system-deps:
 	  fi; \
 	fi
 
-test: $(STAMP) system-deps lint
-	# The pure tier runs alone first: its conftest fails it if Ray, git, SQLite or HTTP got imported.
-	$(PY) -m pytest -q -p no:cacheprovider tests/pure
-	$(PY) -m pytest -q -p no:cacheprovider --durations=30 tests --ignore=tests/pure
+# The tiers (tests.support.tiers) one after another, fastest first, each its own
+# pytest; the system packages are installed only before the real tiers. Ends
+# with the time per tier and the 30 slowest tests; fails if any tier failed.
+TIERS_RUN := $(PY) -m tests.support.runner
+
+# The gate a contributor runs: lint, then every test that needs no Ray (pure,
+# component, and the no-Ray tests of security and bench); no system packages.
+check: $(STAMP) lint
+	$(TIERS_RUN) pure component
+
+# The whole suite: lint, pure, component, then (after system-deps) real and slow.
+test: $(STAMP) lint
+	$(TIERS_RUN) --before-real "$(MAKE) --no-print-directory system-deps" pure component real slow
+
+# The real tier N times in a row (flakes are defects): make test-repeat N=3.
+# REPEAT_TIERS="real slow" repeats the slow tier too.
+N ?= 3
+REPEAT_TIERS ?= real
+test-repeat: $(STAMP) system-deps
+	@failed=""; for i in $$(seq $(N)); do echo "== run $$i of $(N)"; \
+	  $(TIERS_RUN) --artifacts test-artifacts/tiers/repeat-$$i $(REPEAT_TIERS) || failed="$$failed $$i"; done; \
+	if [ -n "$$failed" ]; then echo "failed in run(s):$$failed"; exit 1; fi
 
 # Static checks, before any test runs: the layering contracts, the type checker, the linter.
 lint: lint-imports typecheck ruff
@@ -55,9 +75,6 @@ typecheck: $(STAMP)
 # ruff with the rules of pyproject.toml [tool.ruff] over the whole tree.
 ruff: $(STAMP)
 	$(VENV)/bin/ruff check --no-cache .
-
-test-pure: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests/pure tests/component
 
 # The fault scenarios of tests/reliability with a longer steady load around
 # each fault; writes the "What we survive" table to docs/reliability.md from

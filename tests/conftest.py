@@ -1,6 +1,10 @@
 """Fixtures shared by every tier.
 
 - `repo`: a real git repository in a temp dir, built file by file.
+- the tiers: each collected test is marked with its tier (`pure`,
+  `component`, `real`, `slow`) from its folder, its marks and the named slow
+  files (`tests.support.tiers`), so `-m` selects a tier and no file can be
+  forgotten.
 - `ray_session`: one real local Ray for the whole test session (started on
   first use, shut down at the end), so the real tier pays Ray's start-up once.
   Its token auth is on, as `gitops run`'s: the token is in a temp state dir,
@@ -16,6 +20,19 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from tests.support.tiers import markers_for, tier_of
+
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks every test with its tier, before `-m` deselects."""
+    for item in items:
+        relpath = Path(str(item.path)).resolve().relative_to(_ROOT).as_posix()
+        for marker in markers_for(tier_of(relpath, (mark.name for mark in item.iter_markers()))):
+            item.add_marker(marker)
 
 
 class GitRepo:

@@ -6,6 +6,9 @@
 - `backend`: a backend name of the test's own, retired after it.
 - `window_s`: how long the steady load runs before a fault and after
   recovery (short in `make test`, long in `make reliability`).
+
+Every scenario here is marked `real` (or `slow`) by the tiers hook of
+tests/conftest.py, from the folder.
 """
 
 from __future__ import annotations
@@ -18,8 +21,6 @@ import pytest
 from tests.real.support import run
 from tests.reliability.results import load_window_s
 from tests.reliability.serving import Serving
-
-pytestmark = pytest.mark.real
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,103 @@
+"""The tiers hold: every test has one tier, and the fast tiers start no Ray.
+
+One `pytest --collect-only` of the whole suite (in a child process, so this
+tier imports nothing of it) writes what it collected through
+`tests.support.collected`, with each test's marks; the checks read that:
+
+- every test under tests/real or tests/reliability is marked `real` or
+  `slow`, and every test carries exactly one tier;
+- no test outside `real` and `slow` (what `make check` runs with
+  `-m "not real and not slow"`) uses a Ray fixture or calls something that
+  starts Ray or an agent; and `-m` sees the tier marks (they are added
+  before pytest deselects).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.tiers import REAL_FOLDERS, SLOW_FILES, TIERS, markers_for, starts_ray, tier_of
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def collect(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+               "-p", "tests.support.collected", *args]
+    return subprocess.run(command, cwd=ROOT, env={**os.environ, "GITOPS_COLLECTED": str(out)},
+                          capture_output=True, text=True, timeout=240)
+
+
+def collected(tmp: Path) -> list[dict[str, Any]]:
+    out = tmp / "collected.jsonl"
+    done = collect(out, "tests")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def fast(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What `-m "not real and not slow"` keeps."""
+    return [test for test in tests if not {"real", "slow"} & set(test["marks"])]
+
+
+@pytest.fixture(scope="module")
+def everything(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return collected(tmp_path_factory.mktemp("collected"))
+
+
+def test_tests_are_tiered_from_their_folder() -> None:
+    assert tier_of("tests/pure/test_x.py", []) == "pure"
+    assert tier_of("tests/component/test_x.py", []) == "component"
+    assert tier_of("tests/security/test_x.py", []) == "component"
+    assert tier_of("tests/security/test_x.py", ["real"]) == "real"
+    assert tier_of("tests/real/test_x.py", []) == "real"
+    assert tier_of("tests/reliability/test_s01_replica_kill.py", []) == "real"
+    assert tier_of("tests/reliability/test_s12_soak.py", ["real"]) == "slow"
+    assert tier_of("tests/real/test_x.py", ["slow"]) == "slow"
+    assert markers_for("slow") == ("slow", "real")
+
+
+def test_the_named_slow_files_exist() -> None:
+    assert [path for path in SLOW_FILES if not (ROOT / path).is_file()] == []
+
+
+def test_a_test_starts_ray_through_a_fixture_or_a_call() -> None:
+    assert starts_ray(["tmp_path", "ray_session"], []) == ["ray_session"]
+    assert starts_ray(["tmp_path"], ["def f():\n    agent = AgentProcess(x)\n"]) == ["AgentProcess"]
+    assert starts_ray([], ["def f():\n    ray.init(address='auto')\n"]) == ["ray.init"]
+    assert starts_ray(["repo"], ["def f():\n    return parse('ray.init')\n"]) == []
+
+
+def test_every_test_has_exactly_one_tier(everything: list[dict[str, Any]]) -> None:
+    assert len(everything) > 2000
+    allowed = [["pure"], ["component"], ["real"], ["real", "slow"]]
+    assert [test["nodeid"] for test in everything if sorted(set(test["marks"]) & set(TIERS)) not in allowed] == []
+
+
+def test_every_test_under_the_real_folders_is_real_or_slow(everything: list[dict[str, Any]]) -> None:
+    under = [test for test in everything if test["path"].startswith(REAL_FOLDERS)]
+    assert len(under) > 300
+    assert [test["nodeid"] for test in under if not {"real", "slow"} & set(test["marks"])] == []
+
+
+def test_the_fast_tiers_start_no_ray(everything: list[dict[str, Any]]) -> None:
+    assert len(fast(everything)) > 2000
+    assert {test["nodeid"]: test["starts_ray"] for test in fast(everything) if test["starts_ray"]} == {}
+    # and the check sees the tests that do
+    assert sum(1 for test in everything if test["starts_ray"]) > 100
+
+
+def test_the_tier_marks_are_there_when_pytest_deselects(tmp_path: Path) -> None:
+    # tests/reliability has no `real` mark of its own: only the hook's.
+    component = "tests/component/test_bench_targets.py"
+    done = collect(tmp_path / "c.jsonl", "-m", "not real and not slow", "tests/reliability", component)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    paths = {json.loads(line)["path"] for line in (tmp_path / "c.jsonl").read_text().splitlines()}
+    assert paths == {component}

@@ -1,0 +1,89 @@
+"""Runs the test tiers one after another, fastest first, and says where the time went.
+
+`python -m tests.support.runner pure component real slow` runs each tier as
+its own pytest (the pure tier alone, so its conftest can check that it
+loaded no Ray, git, SQLite or HTTP), goes on after a failing tier so one run
+shows every failure, and ends with the time of each tier and the 30 slowest
+tests of the whole run (from each tier's JUnit XML under
+test-artifacts/tiers/). A tier that collects nothing (pytest's exit 5) is
+empty, not failed. `--before-real CMD` runs CMD (the system packages) just
+before the first real or slow tier, so the fast tiers do not wait for it.
+Exits non-zero when a tier failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+# What each tier runs: pytest's arguments after `-q -p no:cacheprovider`.
+TIER_ARGS = {
+    "pure": ["-m", "pure", "tests/pure"],
+    "component": ["-m", "component", "tests", "--ignore=tests/pure"],
+    "real": ["-m", "real and not slow", "tests", "--ignore=tests/pure"],
+    "slow": ["-m", "slow", "tests", "--ignore=tests/pure"],
+}
+NO_TESTS_COLLECTED = 5
+SLOWEST = 30
+
+
+def slowest(reports: list[Path], count: int = SLOWEST) -> list[tuple[float, str]]:
+    """The `count` longest tests (setup, call and teardown) in these JUnit XML files."""
+    times: list[tuple[float, str]] = []
+    for report in reports:
+        if not report.is_file():
+            continue
+        for case in ET.parse(report).iter("testcase"):
+            name = f"{case.get('classname')}::{case.get('name')}"
+            times.append((float(case.get("time") or 0.0), name))
+    return sorted(times, reverse=True)[:count]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("tiers", nargs="+", choices=sorted(TIER_ARGS))
+    parser.add_argument("--before-real", default="", help="a command to run before the first real or slow tier")
+    parser.add_argument("--artifacts", type=Path, default=Path("test-artifacts/tiers"))
+    argv = sys.argv[1:] if argv is None else argv
+    ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = parser.parse_args(ours)  # after `--`: more pytest arguments, for every tier
+    args.artifacts.mkdir(parents=True, exist_ok=True)
+    results: list[tuple[str, float, str]] = []
+    reports: list[Path] = []
+    before = args.before_real
+    for tier in args.tiers:
+        if tier in ("real", "slow") and before:
+            print(f"\n== before the real tiers: {before}", flush=True)
+            if subprocess.run(before, shell=True).returncode != 0:
+                results.append(("system packages", 0.0, "failed"))
+                break
+            before = ""
+        report = args.artifacts / f"{tier}.xml"
+        report.unlink(missing_ok=True)
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+                   "-o", "junit_family=xunit1", *TIER_ARGS[tier], *extra]
+        print(f"\n== tier {tier}: {shlex.join(command[1:])}", flush=True)
+        started = time.monotonic()
+        code = subprocess.run(command).returncode
+        elapsed = time.monotonic() - started
+        outcome = "passed" if code == 0 else "empty" if code == NO_TESTS_COLLECTED else f"failed (exit {code})"
+        results.append((tier, elapsed, outcome))
+        reports.append(report)
+    print(f"\n== the {SLOWEST} slowest tests")
+    for seconds, name in slowest(reports):
+        print(f"{seconds:8.2f}s  {name}")
+    print("\n== time per tier")
+    for tier, elapsed, outcome in results:
+        print(f"{tier:>16}  {int(elapsed) // 60:3d}:{int(elapsed) % 60:02d}  {outcome}")
+    total = sum(elapsed for _, elapsed, _ in results)
+    print(f"{'total':>16}  {int(total) // 60:3d}:{int(total) % 60:02d}")
+    return 0 if all(outcome in ("passed", "empty") for _, _, outcome in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The test tiers by cost, and the tier of each collected test.
+
+- `pure`: no I/O beyond reading the tree (tests/pure; its conftest fails the
+  run if Ray, git, SQLite or HTTP got imported).
+- `component`: in-process, no Ray (tests/component, and the tests of
+  tests/security and tests/bench that are not marked `real`).
+- `real`: a real local Ray, agents, browsers or external programs
+  (tests/real, tests/reliability, and anything marked `real`).
+- `slow`: real tests that are long by nature (the bench smoke, the short
+  soak, the Ray and GCS restarts): named in `SLOW_FILES` or marked `slow`.
+  A slow test is a real test too, so `-m "not real"` leaves it out.
+
+`make check` runs `-m "not real and not slow"`; `make test` runs the tiers
+in that order, fastest first. `tier_of` is pure: the conftest hook gives it
+each test's path and marks.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+TIERS = ("pure", "component", "real", "slow")
+
+# Every test under these folders is real (or slow): they all start Ray.
+REAL_FOLDERS = ("tests/real/", "tests/reliability/")
+
+# Long by nature: each starts its own Ray (or several) or loads for a minute.
+SLOW_FILES = frozenset({
+    "tests/bench/test_smoke.py",  # bench.report --tiny: every measurement, each with its own Ray
+    "tests/reliability/test_s07_ray_restart.py",  # a Ray head killed and started again
+    "tests/reliability/test_s08_gcs_restart.py",  # the GCS killed under load
+    "tests/reliability/test_s12_soak.py",  # 45 s of mixed load with seeded faults
+})
+
+# Fixtures that start Ray or need one started (a test's fixture closure is
+# checked, so a fixture built on one of these counts too).
+RAY_FIXTURES = frozenset({"ray_session", "serving"})
+
+# Calls that start Ray, a Ray head or an agent (`gitops run`) in a test or fixture.
+RAY_STARTERS = frozenset({"init_ray", "ray.init", "AgentProcess", "EnvironmentAgent", "RayHead",
+                          "start_controller", "start_agent", "serve_shipped_examples"})
+
+
+def tier_of(relpath: str, marks: Iterable[str]) -> str:
+    """The one tier of a test at `relpath` (repository-relative, `/`-separated)
+    carrying the marks named `marks`."""
+    marks = set(marks)
+    if "slow" in marks or relpath in SLOW_FILES:
+        return "slow"
+    if "real" in marks or relpath.startswith(REAL_FOLDERS):
+        return "real"
+    if relpath.startswith("tests/pure/"):
+        return "pure"
+    return "component"
+
+
+def markers_for(tier: str) -> tuple[str, ...]:
+    """The marks the hook adds for `tier`: a slow test is marked real too."""
+    return ("slow", "real") if tier == "slow" else (tier,)
+
+
+def calls_in(source: str) -> set[str]:
+    """The names called in `source` (`f(...)` as `f`, `a.f(...)` as `a.f`)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                found.add(func.id)
+            elif isinstance(func, ast.Attribute):
+                found.add(func.attr)
+                if isinstance(func.value, ast.Name):
+                    found.add(f"{func.value.id}.{func.attr}")
+    return found
+
+
+def starts_ray(fixture_names: Iterable[str], sources: Iterable[str]) -> list[str]:
+    """Why a test with this fixture closure, whose function and fixtures have
+    these `sources`, starts Ray (empty when it does not)."""
+    why = sorted(set(fixture_names) & RAY_FIXTURES)
+    for source in sources:
+        why += sorted(calls_in(source) & RAY_STARTERS)
+    return sorted(set(why))
