@@ -22,7 +22,7 @@ requests,
   `@ray_gitops.serving.multiplexed` loader counts its loads), affinity routing
   as shipped;
 - in process, the same sequence through the proxy's own pool
-  (`proxy.replicas.ReplicaPool`, its model affinity) and the replica's own
+  (`proxy.pool.replicas.ReplicaPool`, its model affinity) and the replica's own
   loader (`ray_gitops.model_slots.ModelSlots`, 4 slots each), against a random
   choice of replica feeding the same loaders (what routing without
   affinity does).
@@ -168,7 +168,7 @@ def loads_in_process(mix: list[str], affinity: bool, seed: int = 7) -> int:
     import random
 
     from ray_gitops.model_slots import ModelSlots
-    from proxy.replicas import ReplicaPool
+    from proxy.pool.replicas import ReplicaPool
     from vocabulary.configs import MultiplexConfig
     from vocabulary.multiplexing import RequestModels
 

@@ -41,7 +41,7 @@ CONNECTIONS = 32
 STAGES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("metrics", re.compile(r"^prometheus_client/|^proxy/(metrics|request_stats|load_reporting)\.py")),
     ("replica: user code", re.compile(r"^bench/proxy_apps\.py")),
-    ("data path: frames over the Unix socket", re.compile(r"^proxy/socketcalls\.py|^datalink/"
+    ("data path: frames over the Unix socket", re.compile(r"^proxy/pool/socketcalls\.py|^datalink/"
                                                           r"|^replica/data_socket\.py|^pickle")),
     ("replica: host (Request in, response out)", re.compile(r"^replica/|^starlette/")),
     ("proxy: routing and choice", re.compile(r"^proxy/(routing|snapshot|steering|replicas)\.py|^vocabulary/choosing\.py")),

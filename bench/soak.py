@@ -11,7 +11,7 @@ not serving the branch head at the end.
 
 Not covered: a 2-node cluster. On one machine both nodes share the loopback
 address, and the controller starts a proxy on every node at the agent's one
-`--proxy-port`; `proxy.shared_ports` refuses the second node's workers that
+`--proxy-port`; `proxy.shell.shared_ports` refuses the second node's workers that
 port by design (a port belongs to one group of workers), so the second node's
 proxy cannot start. Node loss stays scenario 9 of `make reliability`
 (`ray.cluster_utils.Cluster`, proxies on ports of their own).

@@ -1,12 +1,12 @@
 """Measurement: what the proxy spends relaying one chunk of a streamed answer (issue 35).
 
-`proxy.streaming.relay` over an in-memory stream whose chunks each arrive on a
+`proxy.pipeline.streaming.relay` over an in-memory stream whose chunks each arrive on a
 later loop iteration (as frames do), sending to a callable that only counts:
 the figure is the relay's own cost per chunk (its idle watch, the gap it
 records, the ASGI message), its time less the bare iteration's, on uvloop
 (the proxy's loop). No sockets, no Ray: a stream's per-chunk cost in the proxy
 before the HTTP server and the kernel. Best of `--repeats`. Runs alone, not in
-`bench.report`: it backs the cost claim in `proxy.streaming._IdleWatch`.
+`bench.report`: it backs the cost claim in `proxy.pipeline.streaming._IdleWatch`.
 
     python -m bench.stream_relay [--tiny] [--json PATH] [--chunks 200000] [--repeats 3]
 """
@@ -21,7 +21,7 @@ from typing import Any, AsyncGenerator
 import uvloop
 
 from bench import machine, results
-from proxy.streaming import relay
+from proxy.pipeline.streaming import relay
 
 
 async def _chunks(count: int) -> AsyncGenerator[bytes, None]:

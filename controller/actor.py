@@ -615,7 +615,7 @@ class ControllerActor:
         `requests`: the proxy's answers counted per backend, for rollout checks;
         `endpoint_requests`: the same per endpoint, for the status; `reported`: the
         sum of the loads the backend's replicas reported, as this proxy saw them;
-        `stalled`: per backend, the replicas the proxy found hung (`proxy.stalls`),
+        `stalled`: per backend, the replicas the proxy found hung (`proxy.pool.stalls`),
         replaced at the next tick."""
         for backend, replicas in (stalled or {}).items():
             for replica_id, seen in replicas.items():

@@ -1,7 +1,7 @@
 """One end of one data-path connection: the framing both ends share.
 
 `FrameConnection` is the asyncio protocol under the proxy's connection to a
-replica (`proxy.socketcalls.ReplicaConnection`) and the replica's connection
+replica (`proxy.pool.socketcalls.ReplicaConnection`) and the replica's connection
 from a proxy (`replica.data_socket`). It owns what both ends do alike: over
 TCP, the handshake (`datalink.handshake`) runs first and no byte reaches the
 `FrameDecoder` before the peer has proven itself; then every complete frame

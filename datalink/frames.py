@@ -1,7 +1,7 @@
 """The frames a proxy and a replica exchange over one persistent connection.
 
 Ray stays the control plane and the fallback; the proxy sends a replica's
-requests over one persistent connection (`proxy.socketcalls`, served by
+requests over one persistent connection (`proxy.pool.socketcalls`, served by
 `replica.data_socket`) — a Unix socket on the same node, TCP across nodes —
 many calls multiplexed on it by call id.
 
@@ -95,7 +95,7 @@ __all__ = [
 ]
 
 # Ten times the proxy's default body limit (10 MiB): a request that would not
-# fit goes over Ray instead (`proxy.socketcalls`), and a larger reply is held
+# fit goes over Ray instead (`proxy.pool.socketcalls`), and a larger reply is held
 # by the replica and streamed (`replica.data_socket`).
 MAX_FRAME_BYTES = 100 * 1024 * 1024
 # A body larger than `PIECES_ABOVE` crosses in BODY frames of at most this size

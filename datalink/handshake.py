@@ -18,7 +18,7 @@ bytes are never buffered past one read before it is judged; the roles in the
 proofs keep one side's proof from being replayed as the other's, and fresh
 nonces on both sides keep an old exchange from being replayed at all. Whoever
 runs a `Handshake` closes the connection when it raises `HandshakeError`, and
-bounds how long the peer may take (the shells: `proxy.socketcalls`,
+bounds how long the peer may take (the shells: `proxy.pool.socketcalls`,
 `replica.data_socket`).
 
 The secret is 32 random bytes the replica makes at start and hands out only

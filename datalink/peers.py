@@ -1,6 +1,6 @@
 """Who is at the other end of a data-path socket, and the socket options it runs with.
 
-Both ends of the same-node data path (`proxy.socketcalls`, `replica.data_socket`)
+Both ends of the same-node data path (`proxy.pool.socketcalls`, `replica.data_socket`)
 check their peer here before any frame is read: the frames carry pickles
 (`datalink.frames`), so only our own OS user may send them over the Unix
 socket. `peer_uid` is the one socket call (the kernel's SO_PEERCRED record,

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 __all__ = ["MetricRow", "metric_rows", "render_metrics"]
 
 HEADER = (
-    "<!-- Generated from gitops/metrics.py and proxy/metrics.py by `make docs`; "
+    "<!-- Generated from gitops/metrics.py and proxy/observability/metrics.py by `make docs`; "
     "edit the registries, not this file. -->\n"
 )
 
@@ -22,8 +22,8 @@ _WHERE = {
 
 
 def _websocket_notes() -> list[str]:
-    """How the proxy counts WebSocket sessions (the codes are `proxy.websockets`')."""
-    from proxy import websockets as s
+    """How the proxy counts WebSocket sessions (the codes are `proxy.pipeline.websockets`')."""
+    from proxy.pipeline import websockets as s
 
     return [
         "",

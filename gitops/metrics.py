@@ -4,7 +4,7 @@ Owned here: metric names, types, labels and histogram buckets on the agent
 (served at `GET /metrics` on the admin port), and the translation of the
 controller's observed `ClusterStatus` into gauges and counters. Not here: when
 the agent records what (that is `gitops.agent`), and the proxy's request
-metrics (`proxy.metrics`).
+metrics (`proxy.observability.metrics`).
 
 Each `AgentMetrics` owns its own `CollectorRegistry`, never the global one,
 so a process (or a test) can hold several agents without name clashes.

@@ -7,7 +7,7 @@ never on its public port: Ray's authentication guards the sample, and the
 admin API serves the result behind its token. `proxies_to_ask` (pure)
 names one running proxy worker per address in the last observed cluster
 status, since a node's proxy workers share one address and each answers
-the whole node's mismatches (`proxy.node_mismatches`); `collect` asks each
+the whole node's mismatches (`proxy.observability.node_mismatches`); `collect` asks each
 concurrently (through `ask`, the controller client's
 `proxy_mismatches`), and `merge` (pure) puts the samples together newest
 first, each tagged with its proxy's address, and lists the proxies that did

@@ -6,11 +6,11 @@ proxy to the controller, under its own proxy id. Given `shared_dir` (the
 controller passes the node's, named by the Ray session, namespace and node:
 it names the group of workers), the node's workers share the HTTP port and
 the metrics port (SO_REUSEPORT, claimed for this group of workers by
-`proxy.shared_ports`) and record metrics and shadow mismatches into the
+`proxy.shell.shared_ports`) and record metrics and shadow mismatches into the
 group's directory under this user's private base (`shared_ports.group_dir`), so a scrape of any
 worker answers the node's sum, and its `shadow_mismatches` (a Ray call:
 the agent's, never on the public port) the node's mismatches
-(`proxy.node_mismatches`). The constructor binds the listening
+(`proxy.observability.node_mismatches`). The constructor binds the listening
 socket (so a taken port fails the actor's creation with a clear error) and
 starts tasks on the actor's event loop: the HTTP server, the long poll, the
 load reports and, given a metrics port, the metrics' load sampler. The
@@ -36,19 +36,19 @@ from typing import Any, Callable, Coroutine
 
 from httpedge.server import Server
 from proxy.app import ProxyApp
-from proxy.snapshot import Snapshot
-from proxy.controller_link import ControllerLink
-from proxy.load_reporting import report_load_forever
-from proxy.longpoll_client import LongPollClient
-from proxy import shared_ports
-from proxy.metrics import ProxyMetrics, use_multiprocess_dir
-from proxy.node_mismatches import NodeMismatchLog
-from proxy.raycalls import RayCaller
+from proxy.routes.snapshot import Snapshot
+from proxy.shell.controller_link import ControllerLink
+from proxy.shell.load_reporting import report_load_forever
+from proxy.shell.longpoll_client import LongPollClient
+from proxy.shell import shared_ports
+from proxy.observability.metrics import ProxyMetrics, use_multiprocess_dir
+from proxy.observability.node_mismatches import NodeMismatchLog
+from proxy.shell.raycalls import RayCaller
 from proxy.settings import ProxySettings
-from proxy.shared_buckets import SharedBuckets
-from proxy.tracing import RequestTracing, SpansSent, exporting_tracer
-from proxy.capture import CaptureWriter
-from proxy.subscriptions import Subscriptions
+from proxy.shell.shared_buckets import SharedBuckets
+from proxy.observability.tracing import RequestTracing, SpansSent, exporting_tracer
+from proxy.observability.capture import CaptureWriter
+from proxy.routes.subscriptions import Subscriptions
 from vocabulary.goal_api import proxy_id
 
 __all__ = ["ProxyActor"]
@@ -188,7 +188,7 @@ def _serve_metrics(host: str, port: int, shared_dir: str | None, model_cache_dir
 
 def _http_server(app: ProxyApp, settings: ProxySettings) -> Server:
     # Served on the actor's own event loop; the hot path writes no access
-    # log. WebSockets go on to proxy.websockets through uvicorn's protocol.
+    # log. WebSockets go on to proxy.pipeline.websockets through uvicorn's protocol.
     return Server(app, settings.edge, websockets=True)
 
 

@@ -7,8 +7,8 @@ ceiling, 413 at once when Content-Length says more; in time, 408; and in all:
 the bodies a worker holds at once, 503 past its budget), pick a backend by weight, copy to
 shadows, get a replica slot (waiting in the bounded queue if needed), call it
 under the endpoint's timeout (the deadline, and the client's leaving, kept by
-`proxy.running_calls`), retry once on another replica when an
-idempotent request's replica died or stalled (`proxy.stalls`: a call that ran
+`proxy.pipeline.running_calls`), retry once on another replica when an
+idempotent request's replica died or stalled (`proxy.pool.stalls`: a call that ran
 out its timeout on a replica that answered nothing meanwhile takes that
 replica out of routing; the other calls it held are retried or answered 504), and map every outcome to the status codes
 of the README's HTTP table. A client that leaves before its body is read
@@ -17,10 +17,10 @@ forwarded; a client that leaves while its call runs cancels it (499). The
 route prefix goes along with each request (`with_root_path`), so an ASGI
 app in the replica serves under it.
 
-A streaming answer (`StreamStart`, see `proxy.streaming`) is sent as it
+A streaming answer (`StreamStart`, see `proxy.pipeline.streaming`) is sent as it
 comes: the endpoint's `timeout_s` bounds the time to its first chunk and
 each gap between chunks; it is never copied to shadows or compared.
-WebSocket connections are handed to `proxy.websockets`.
+WebSocket connections are handed to `proxy.pipeline.websockets`.
 
 Hop-by-hop headers are dropped both ways; shadow copies also lose every
 credential-looking header (`Authorization`, `Proxy-Authorization`,
@@ -31,7 +31,7 @@ string unless the endpoint sets `shadow_query`.
 
 Deliberately a bare ASGI callable rather than a Starlette app: the hot path
 allocates only the wire tuple and the response events, and logs nothing
-unless something failed. Replica calls go through `proxy.calling`; results
+unless something failed. Replica calls go through `proxy.pool.calling`; results
 are reported through one `Recorder`, the single place metrics hook in.
 """
 
@@ -48,22 +48,22 @@ from dataclasses import dataclass
 from typing import Any, AsyncGenerator, Callable, Protocol, Sequence
 
 from httpedge.asgi import Receive, Scope, Send
-from proxy.calling import Caller, HandlerError, ReplicaDiedError
-from proxy.running_calls import ClientLeft, RunningCalls
+from proxy.pool.calling import Caller, HandlerError, ReplicaDiedError
+from proxy.pipeline.running_calls import ClientLeft, RunningCalls
 from vocabulary.choosing import Random
-from proxy.snapshot import ServedEndpoint, Snapshot
-from proxy.metrics import ShadowResult
-from proxy.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
-from proxy.rate_limits import Buckets, LocalBuckets, TenantLimit
-from proxy.request_stats import RequestCounter
-from proxy.routing import Resolution, normalise_path, resolve
+from proxy.routes.snapshot import ServedEndpoint, Snapshot
+from proxy.observability.metrics import ShadowResult
+from proxy.pool.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
+from proxy.routes.rate_limits import Buckets, LocalBuckets, TenantLimit
+from proxy.observability.request_stats import RequestCounter
+from proxy.routes.routing import Resolution, normalise_path, resolve
 from proxy.settings import ProxySettings
-from proxy.websockets import WebSocketCarrier
-from proxy.streaming import StreamEnd, relay, stream_code
-from proxy.tracing import RequestTracing, Traced
-from proxy.capture import CaptureWriter
-from proxy.redacting import Exchange, Flow, ShadowAnswer
-from proxy.shadow_compare import Comparison, Mismatch, MismatchLog, compare
+from proxy.pipeline.websockets import WebSocketCarrier
+from proxy.pipeline.streaming import StreamEnd, relay, stream_code
+from proxy.observability.tracing import RequestTracing, Traced
+from proxy.observability.capture import CaptureWriter
+from proxy.observability.redacting import Exchange, Flow, ShadowAnswer
+from proxy.observability.shadow_compare import Comparison, Mismatch, MismatchLog, compare
 from vocabulary.configs import ShadowCompare
 from vocabulary.request_stats import RequestStats
 from vocabulary.multiplexing import ModelReport
@@ -89,7 +89,7 @@ _DEADLINE_SLACK_S = 0.01  # a cancellation this close to a call's deadline is th
 
 
 class Recorder(Protocol):
-    """Where the outcome of every request and shadow copy is reported (`proxy.metrics.ProxyMetrics`)."""
+    """Where the outcome of every request and shadow copy is reported (`proxy.observability.metrics.ProxyMetrics`)."""
 
     def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None: ...
 
@@ -101,7 +101,7 @@ class Recorder(Protocol):
         """A streamed answer's time to its first chunk, or a WebSocket's to its accept."""
 
     def session_done(self, endpoint: str, backend: str, code: int) -> None:
-        """A WebSocket session ended (`proxy.websockets` says with which code)."""
+        """A WebSocket session ended (`proxy.pipeline.websockets` says with which code)."""
 
     def rate_limited(self, endpoint: str) -> None:
         """A request was refused (429): its tenant was over the endpoint's limit."""
@@ -110,7 +110,7 @@ class Recorder(Protocol):
         """A streamed answer ended: the gap before each chunk after its head."""
 
     def replica_stalled(self, backend: str) -> None:
-        """A replica of `backend` was found stalled (`proxy.stalls`) and taken out of routing."""
+        """A replica of `backend` was found stalled (`proxy.pool.stalls`) and taken out of routing."""
 
     def model_served(self, backend: str, model: str, loaded: bool, evicted: Sequence[str]) -> None:
         """A multiplexed backend answered a request for `model`: whether its replica loaded
@@ -184,8 +184,8 @@ class ProxyApp:
     ) -> None:
         """`mismatches`: where shadow mismatches are kept and answered from (default: this process's memory);
         `buckets`: the tenants' token buckets (default: this process's own; a node's workers share theirs);
-        `tracing`: the request spans (`proxy.tracing`; None: tracing off, one branch per request);
-        `capture`: where `[capture]` records go (`proxy.capture`; None: nothing is captured)."""
+        `tracing`: the request spans (`proxy.observability.tracing`; None: tracing off, one branch per request);
+        `capture`: where `[capture]` records go (`proxy.observability.capture`; None: nothing is captured)."""
         self._caller = caller
         self._settings = settings
         self._rng: Random = rng or random.Random()
@@ -228,7 +228,7 @@ class ProxyApp:
         for name, pool in self._snapshot.pools.items():
             load: dict[str, float] = {"ongoing": pool.ongoing(), "queued": pool.queued(), "unserved": pool.unserved()}
             if pool.multiplex is not None:
-                load["hot"] = pool.scaling_ongoing()  # what the autoscaler is told (proxy.multiplexing)
+                load["hot"] = pool.scaling_ongoing()  # what the autoscaler is told (proxy.pool.multiplexing)
             reported = pool.reported()
             if reported is not None:
                 load["reported"] = reported
@@ -429,7 +429,7 @@ class ProxyApp:
         captured: Exchange | None = None,
     ) -> WireResponse | _Streaming:
         """The replica's answer, retried once on another replica for GET, HEAD and OPTIONS
-        when the first died or stalled (`proxy.stalls`: 504 otherwise); the endpoint's
+        when the first died or stalled (`proxy.pool.stalls`: 504 otherwise); the endpoint's
         deadline is held by the caller's `RunningCalls.enter`."""
         if pool is None:
             raise _Reply(503, "No replica available", self._retry_after)
@@ -447,7 +447,7 @@ class ProxyApp:
             if captured is not None:
                 captured.replica = slot.replica_id
             held = False
-            progress = slot.progress  # proxy.stalls: sent, answered, outstanding since when
+            progress = slot.progress  # proxy.pool.stalls: sent, answered, outstanding since when
             progress.on_sent(task, loop.time())
             try:
                 remaining = deadline_at - loop.time()
@@ -499,7 +499,7 @@ class ProxyApp:
 
     def _check_stall(self, pool: ReplicaPool, slot: ReplicaSlot, task: asyncio.Task[object], now: float) -> None:
         """A call ran out its endpoint's timeout: when its replica answered nothing
-        meanwhile, it is stalled (`proxy.stalls`): out of routing, reported, counted."""
+        meanwhile, it is stalled (`proxy.pool.stalls`): out of routing, reported, counted."""
         stall = pool.timed_out(slot, task, now)
         if stall is not None:
             logger.warning("backend %s: replica %s stalled (%s); taken out of routing", pool.backend,

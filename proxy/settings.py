@@ -36,7 +36,7 @@ class ProxySettings:
     max_shadow_in_flight: int = 64
     # Fresh Ray calls in flight per replica before further requests are
     # coalesced into one batch call, and how long a call stays fresh (the
-    # most a request waits behind a slow one); see proxy.coalescing.
+    # most a request waits behind a slow one); see proxy.pool.coalescing.
     max_calls_per_replica: int = 1
     coalesce_window_s: float = 0.005
     # Long poll: first and largest pause after the controller is unreachable.

@@ -1,7 +1,7 @@
 """The replica's end of the data path: frames over a private Unix socket, and over TCP.
 
 Proxies send requests here instead of as Ray actor calls
-(`proxy.socketcalls`), which saves Ray's per-call machinery on both sides;
+(`proxy.pool.socketcalls`), which saves Ray's per-call machinery on both sides;
 Ray stays the control plane and the fallback. `DataSocket` listens on
 `<private dir>/data.sock` for a proxy on this node: the directory is made by
 this user with mode 0700 (under this user's private base,

@@ -11,7 +11,7 @@ plain class with `ray.remote` and options; the proxy calls `handle_request`
 (or `handle_coalesced` for several requests coalesced into one Ray call), and
 `handle_batch` for a batched backend, whose handler takes a list of
 requests and returns a list of the same length. Which requests form a batch
-is the caller's choice (`proxy.coalescing`); the replica runs what it is given.
+is the caller's choice (`proxy.pool.coalescing`); the replica runs what it is given.
 A handler (or an ASGI app, which serves everything under its route) that
 streams answers `handle_request` with a `StreamStart`; the proxy pulls the
 rest with `stream` (a Ray streaming generator; cancelling it stops the user

@@ -10,7 +10,7 @@ header list as the wire carries it (`[(name, value)]`, bytes);
 `says_sampled` is the cheap look before that read: most requests carry no
 sampled `traceparent`, and a scan of the names is all they should cost.
 Not here: what each process traces and when (`gitops.tracing`,
-`proxy.tracing`, `replica.tracing`).
+`proxy.observability.tracing`, `replica.tracing`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Pure: every function takes the numbers it decides on plus an injected random
 source, so tests can seed it and the proxy can use one fast generator. Not
-here: the state those numbers come from (see `proxy.replicas` and `replica.handles`).
+here: the state those numbers come from (see `proxy.pool.replicas` and `replica.handles`).
 """
 
 from __future__ import annotations

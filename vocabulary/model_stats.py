@@ -3,7 +3,7 @@
 Every replica that stages a model (`replica.models`) adds to one small JSON
 file in the node's cache directory, `stats.json`: the bytes fetched and the
 seconds spent per model, the cache hits, and the bytes the cache holds. The
-node's proxies read it when Prometheus scrapes them (`proxy.model_metrics`),
+node's proxies read it when Prometheus scrapes them (`proxy.observability.model_metrics`),
 so the node's numbers are exported once, by the process that already serves
 the node's metrics. Values only: the callers read, lock and write the file.
 """

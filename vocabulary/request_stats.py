@@ -5,7 +5,7 @@ reports to the controller, which subtracts an earlier report to get the
 requests of an interval (`since`) and adds up proxies (`plus`). The latency
 histogram has fixed bounds (`LATENCY_BOUNDS_S`) so any two stats add up
 bucket by bucket and a p99 is read without the raw samples. Plain values;
-the counting itself is `proxy.request_stats`'.
+the counting itself is `proxy.observability.request_stats`'.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ class RestartReason(str, enum.Enum):
     DIED = "died"
     NODE_LOST = "node_lost"
     LOST = "lost"
-    STALLED = "stalled"  # a proxy saw its calls time out with nothing answered (proxy.stalls)
+    STALLED = "stalled"  # a proxy saw its calls time out with nothing answered (proxy.pool.stalls)
 
 
 class ProxyState(str, enum.Enum):

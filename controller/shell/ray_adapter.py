@@ -512,7 +512,7 @@ class RayAdapter:
         """Where the node's proxy workers of this namespace share their metrics (and what names their group).
 
         In this Ray session's directory, so a new session starts from no files
-        (see proxy.metrics). Ray gives every node the head's temp dir, so the
+        (see proxy.observability.metrics). Ray gives every node the head's temp dir, so the
         path is the same on the proxy's node as here."""
         return os.path.join(session_dir(), f"gitops-proxy-metrics-{self.namespace}-{node_id}")
 

@@ -372,7 +372,7 @@ class BackendState:
                 record.last_health = float("-inf")
 
     def replace_stalled(self, name: str, replica_id: str, error: str, now: float) -> bool:
-        """A proxy found `replica_id` hung (`proxy.stalls`: its calls time out and it answers
+        """A proxy found `replica_id` hung (`proxy.pool.stalls`: its calls time out and it answers
         nothing, though its health check may pass): replace it like a failed one, reason
         `stalled`. False when it is not a running replica of `name` (already replaced, or
         a repeat report from another proxy)."""

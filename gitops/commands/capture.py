@@ -1,7 +1,7 @@
 """`gitops capture tail ENDPOINT` and `gitops capture grep --commit SHA`: read a file sink.
 
 A file sink is a directory of JSON Lines files, one per proxy worker per hour
-(`proxy.capture`); on a multi-node cluster each node has its own, so these
+(`proxy.observability.capture`); on a multi-node cluster each node has its own, so these
 read the directory they are given (copy or mount the nodes' directories to
 read them together). Records are printed one JSON object a line, oldest first,
 re-encoded as ASCII JSON so a record cannot put control characters on a

@@ -13,9 +13,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from vocabulary.actor_apis import ReplicaHandle
-from proxy.calling import StreamCaller
-from proxy.replica_calls import ReplicaCalls
-from proxy.socketcalls import DataConnections
+from proxy.pool.calling import StreamCaller
+from proxy.pool.replica_calls import ReplicaCalls
+from proxy.pool.socketcalls import DataConnections
 from vocabulary.wire import TimedRequest, CallOutcome, CallResult, Reply, WireRequest
 
 APPS = __name__

@@ -17,8 +17,8 @@ import pytest
 import uvloop
 
 from datalink.frames import BODY_PIECE_BYTES, PIECES_ABOVE, Frame, FrameDecoder, Kind, encode, encode_piece
-from proxy.calling import ReplicaDiedError
-from proxy.socketcalls import ReplicaConnection, connect
+from proxy.pool.calling import ReplicaDiedError
+from proxy.pool.socketcalls import ReplicaConnection, connect
 from vocabulary.wire import make_request
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}

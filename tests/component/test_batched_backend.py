@@ -16,9 +16,9 @@ from starlette.requests import Request
 
 from vocabulary.actor_apis import ReplicaHandle
 from proxy.app import ProxyApp
-from proxy.replica_calls import ReplicaCalls
+from proxy.pool.replica_calls import ReplicaCalls
 from proxy.settings import ProxySettings
-from proxy.subscriptions import Subscriptions
+from proxy.routes.subscriptions import Subscriptions
 from replica.host import Replica
 from vocabulary.configs import BatchingConfig, EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from vocabulary.wire import TimedRequest, CallResult, WireRequest, WireResponse
@@ -40,7 +40,7 @@ class DropsOne:
 
 
 class InProcess:
-    """The replica calls of `proxy.raycalls.RayMethods`, without Ray."""
+    """The replica calls of `proxy.shell.raycalls.RayMethods`, without Ray."""
 
     async def one(self, handle: ReplicaHandle, request: WireRequest) -> WireResponse:
         return await handle.actor.handle_request(request)

@@ -23,7 +23,7 @@ def test_a_stack_of_only_the_event_loop_is_the_event_loop() -> None:
 
 
 def test_ray_task_submission_is_told_from_ray_transport() -> None:
-    submit = f"{LOOP};RayMethods.batch (proxy/raycalls.py:43);ActorMethod._remote (ray/actor.py:1178)"
+    submit = f"{LOOP};RayMethods.batch (proxy/shell/raycalls.py:43);ActorMethod._remote (ray/actor.py:1178)"
     loop = "<module> (ray/_private/workers/default_worker.py:323);Worker.main_loop (ray/_private/worker.py:1069)"
     assert (classify(submit), classify(loop)) == ("Ray: call submit", "Ray: transport (task loop, serialise, deliver)")
 
@@ -43,7 +43,7 @@ def test_shares_add_up_to_one_across_both_processes() -> None:
 
 
 def test_frames_on_the_unix_socket_are_their_own_stage_on_both_sides() -> None:
-    proxy = f"{LOOP};ReplicaConnection.send (proxy/socketcalls.py:120);encode (datalink/frames.py:80)"
+    proxy = f"{LOOP};ReplicaConnection.send (proxy/pool/socketcalls.py:120);encode (datalink/frames.py:80)"
     replica = f"{LOOP};_Connection.data_received (replica/data_socket.py:150)"
     assert classify(proxy) == classify(replica) == "data path: frames over the Unix socket"
 

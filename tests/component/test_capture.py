@@ -17,10 +17,10 @@ import pytest
 from pydantic import ValidationError
 
 from proxy.app import ProxyApp
-from proxy.capture import CaptureWriter
-from proxy.redacting import Exchange, Redaction
+from proxy.observability.capture import CaptureWriter
+from proxy.observability.redacting import Exchange, Redaction
 from proxy.settings import ProxySettings
-from proxy.subscriptions import Subscriptions
+from proxy.routes.subscriptions import Subscriptions
 from tests.component.test_proxy_app import FakeCaller, FakeReplica, replica_set
 from vocabulary.configs import CaptureConfig, EndpointConfig, RouteEntry, RouteTable
 from vocabulary.wire import WireRequest, WireResponse

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from proxy.app import ProxyApp
-from proxy.capture import CaptureWriter
+from proxy.observability.capture import CaptureWriter
 from proxy.settings import ProxySettings
-from proxy.subscriptions import Subscriptions
+from proxy.routes.subscriptions import Subscriptions
 from tests.component.test_capture import Counts
 from tests.component.test_proxy_app import FakeCaller, FakeReplica, replica_set
 from vocabulary.configs import CaptureConfig, EndpointConfig, RouteEntry, RouteTable

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 
 from proxy.app import ProxyApp
-from proxy.capture import CaptureWriter
+from proxy.observability.capture import CaptureWriter
 from proxy.settings import ProxySettings
-from proxy.subscriptions import Subscriptions
+from proxy.routes.subscriptions import Subscriptions
 from tests.component.test_proxy_app import FakeCaller, FakeReplica, replica_set
 from tests.component.test_proxy_streaming import Client as StreamClient
 from tests.component.test_proxy_streaming import StreamingCaller, StreamingReplica

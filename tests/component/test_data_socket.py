@@ -19,9 +19,9 @@ import pytest
 import uvloop
 
 from vocabulary.actor_apis import ReplicaHandle
-from proxy.calling import HandlerError, ReplicaDiedError
-from proxy.replica_calls import ReplicaCalls
-from proxy.socketcalls import DataConnections
+from proxy.pool.calling import HandlerError, ReplicaDiedError
+from proxy.pool.replica_calls import ReplicaCalls
+from proxy.pool.socketcalls import DataConnections
 from replica.host import Replica
 from tests.component.data_path import APPS, App, Calls, FakeHandle, RecordingFallback
 from datalink.frames import BODY_PIECE_BYTES, PIECES_ABOVE, Frame, FrameDecoder, Kind, Opening, Window, encode, encode_piece

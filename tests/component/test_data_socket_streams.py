@@ -21,9 +21,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from vocabulary.actor_apis import ReplicaHandle
-from proxy.calling import HandlerError, ReplicaDiedError
-from proxy.socketcalls import DataConnections
-from proxy.streaming import StreamEnd, relay
+from proxy.pool.calling import HandlerError, ReplicaDiedError
+from proxy.pool.socketcalls import DataConnections
+from proxy.pipeline.streaming import StreamEnd, relay
 from replica.host import Replica
 from tests.component.data_path import Calls, FakeHandle, RecordingFallback
 from datalink.frames import Frame, FrameDecoder, Kind, Opening, Window, encode

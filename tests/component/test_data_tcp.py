@@ -16,8 +16,8 @@ import pytest
 import uvloop
 
 from vocabulary.actor_apis import ReplicaHandle
-from proxy.calling import ReplicaDiedError
-from proxy.socketcalls import DataConnections, connect_tcp
+from proxy.pool.calling import ReplicaDiedError
+from proxy.pool.socketcalls import DataConnections, connect_tcp
 from replica.host import Replica
 from tests.component.data_path import APPS, App, Calls, FakeHandle, RecordingFallback
 from datalink.frames import Kind, encode

@@ -19,7 +19,7 @@ from docgen.metrics import MetricRow, metric_rows
 from gitops.cli import main
 from gitops.commands.init import SCAFFOLD
 from gitops.metrics import AgentMetrics
-from proxy.metrics import ProxyMetrics
+from proxy.observability.metrics import ProxyMetrics
 
 ROOT = docgen.ROOT
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])

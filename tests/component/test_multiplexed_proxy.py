@@ -13,7 +13,7 @@ from ray_gitops import registry
 from ray_gitops.model_slots import ModelSlots
 from ray_gitops.registry import current_model_id, current_request
 from proxy.app import NullRecorder
-from proxy.metrics import ProxyMetrics
+from proxy.observability.metrics import ProxyMetrics
 from replica.host import call_handler
 from tests.component.test_proxy_app import FakeReplica, Proxy, get, run
 from vocabulary.configs import MultiplexConfig, ReplicaInfo, ReplicaSet

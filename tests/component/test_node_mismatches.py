@@ -14,15 +14,15 @@ import sys
 import time
 from pathlib import Path
 
-from proxy.shared_ports import private_dir
-from proxy.node_mismatches import NodeMismatchLog
-from proxy.shadow_compare import Mismatch
+from proxy.shell.shared_ports import private_dir
+from proxy.observability.node_mismatches import NodeMismatchLog
+from proxy.observability.shadow_compare import Mismatch
 
 ROOT = Path(__file__).resolve().parents[2]
 OTHER_WORKER = """
 import asyncio, sys
-from proxy.node_mismatches import NodeMismatchLog
-from proxy.shadow_compare import Mismatch
+from proxy.observability.node_mismatches import NodeMismatchLog
+from proxy.observability.shadow_compare import Mismatch
 
 async def main():
     log = NodeMismatchLog(sys.argv[1])

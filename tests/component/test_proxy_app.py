@@ -11,10 +11,10 @@ import httpx
 from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from proxy.app import ProxyApp
-from proxy.metrics import ShadowResult
-from proxy.calling import Batching, HandlerError, ReplicaDiedError
+from proxy.observability.metrics import ShadowResult
+from proxy.pool.calling import Batching, HandlerError, ReplicaDiedError
 from proxy.settings import ProxySettings
-from proxy.subscriptions import Subscriptions
+from proxy.routes.subscriptions import Subscriptions
 from vocabulary.wire import WireRequest, WireResponse
 
 Handler = Callable[[WireRequest], Awaitable[WireResponse]]

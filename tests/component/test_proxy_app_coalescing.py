@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 from vocabulary.actor_apis import ReplicaHandle
-from proxy.calling import HandlerError, ReplicaDiedError
-from proxy.coalescing import Coalescer
+from proxy.pool.calling import HandlerError, ReplicaDiedError
+from proxy.pool.coalescing import Coalescer
 from vocabulary.wire import TimedRequest, CallOutcome, CallResult, WireRequest, WireResponse, make_request
 
 WINDOW_S = 0.05

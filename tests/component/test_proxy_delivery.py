@@ -13,9 +13,9 @@ import httpx
 
 from vocabulary.configs import EndpointConfig, RouteEntry, RouteTable
 from proxy.app import ProxyApp
-from proxy.metrics import ShadowResult
+from proxy.observability.metrics import ShadowResult
 from proxy.settings import ProxySettings
-from proxy.subscriptions import Subscriptions
+from proxy.routes.subscriptions import Subscriptions
 from vocabulary.wire import WireRequest, WireResponse
 from tests.component.test_proxy_app import FakeCaller, FakeReplica, replica_set
 

@@ -19,12 +19,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy import shared_ports
+from proxy.shell import shared_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = """
 import sys
-from proxy.metrics import ProxyMetrics, use_multiprocess_dir
+from proxy.observability.metrics import ProxyMetrics, use_multiprocess_dir
 use_multiprocess_dir(sys.argv[1])
 metrics = ProxyMetrics()
 metrics.retain(["e"], ["b"])
@@ -129,7 +129,8 @@ def test_a_directory_other_users_can_enter_is_refused(tmp_path: Path) -> None:
     open_dir.mkdir(mode=0o755)
     open_dir.chmod(0o755)
     result = subprocess.run(
-        [sys.executable, "-c", "import sys; from proxy.metrics import use_multiprocess_dir; use_multiprocess_dir(sys.argv[1])",
+        [sys.executable, "-c",
+         "import sys; from proxy.observability.metrics import use_multiprocess_dir; use_multiprocess_dir(sys.argv[1])",
          str(open_dir)], cwd=ROOT, capture_output=True, text=True,
     )
     assert result.returncode != 0 and "is not a private directory of this user (0700)" in result.stderr

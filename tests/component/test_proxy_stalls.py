@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 
 from proxy.app import NullRecorder, ProxyApp
-from proxy.calling import Batching
+from proxy.pool.calling import Batching
 from proxy.settings import ProxySettings
-from proxy.subscriptions import Subscriptions
+from proxy.routes.subscriptions import Subscriptions
 from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from vocabulary.wire import WireRequest, WireResponse

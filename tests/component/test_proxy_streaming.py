@@ -8,9 +8,9 @@ import random
 from typing import Any, AsyncIterator
 
 from proxy.app import ProxyApp
-from proxy.calling import Batching, ReplicaDiedError
+from proxy.pool.calling import Batching, ReplicaDiedError
 from proxy.settings import ProxySettings
-from proxy.subscriptions import Subscriptions
+from proxy.routes.subscriptions import Subscriptions
 from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from vocabulary.wire import Reply, StreamStart, WireRequest

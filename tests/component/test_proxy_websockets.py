@@ -18,10 +18,10 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from httpedge.server import Server
 from proxy.app import ProxyApp
-from proxy.calling import HandlerError, ReplicaDiedError
-from proxy.metrics import ProxyMetrics
+from proxy.pool.calling import HandlerError, ReplicaDiedError
+from proxy.observability.metrics import ProxyMetrics
 from proxy.settings import ProxySettings
-from proxy.subscriptions import Subscriptions
+from proxy.routes.subscriptions import Subscriptions
 from tests.pure.test_metrics_proxy import value
 from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from vocabulary.actor_apis import ReplicaHandle

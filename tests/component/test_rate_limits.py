@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from gitops.specs.models import check_endpoint
-from proxy.metrics import ProxyMetrics
-from proxy.rate_limits import LocalBuckets, TenantLimit, node_share, take_token
-from proxy.shared_buckets import SharedBuckets
+from proxy.observability.metrics import ProxyMetrics
+from proxy.routes.rate_limits import LocalBuckets, TenantLimit, node_share, take_token
+from proxy.shell.shared_buckets import SharedBuckets
 from tests.component.test_proxy_app import FakeReplica, Proxy, replica_set, run
 from vocabulary.configs import EndpointConfig, LimitsConfig, RouteEntry, RouteTable
 

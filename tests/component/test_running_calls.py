@@ -7,7 +7,7 @@ from typing import Any, Awaitable, TypeVar
 
 import pytest
 
-from proxy.running_calls import ClientLeft, RunningCalls
+from proxy.pipeline.running_calls import ClientLeft, RunningCalls
 
 AFTER_S = 0.02
 FAR = float("inf")  # no deadline

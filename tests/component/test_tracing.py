@@ -14,8 +14,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from proxy.app import ProxyApp
 from proxy.settings import ProxySettings
-from proxy.subscriptions import Subscriptions
-from proxy.tracing import RequestTracing
+from proxy.routes.subscriptions import Subscriptions
+from proxy.observability.tracing import RequestTracing
 from replica.tracing import ReplicaTracing
 from tests.component.test_proxy_app import FakeCaller, FakeReplica, replica_set
 from vocabulary.configs import EndpointConfig, MatchRule, RouteEntry, RouteTable, TracingConfig
@@ -197,7 +197,7 @@ def test_the_replica_records_nothing_for_an_unsampled_or_missing_parent() -> Non
 
 
 def test_a_traced_websocket_spans_the_session_and_hands_its_context_to_the_replica() -> None:
-    from proxy.websockets import WebSocketCarrier
+    from proxy.pipeline.websockets import WebSocketCarrier
     from tests.component.test_proxy_websockets import Client, EchoReplica, Recorded, SocketCaller
 
     exporter = InMemorySpanExporter()

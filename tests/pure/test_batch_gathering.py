@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from vocabulary.actor_apis import ReplicaHandle
-from proxy.calling import Batching, HandlerError
-from proxy.gathering import Gatherer
+from proxy.pool.calling import Batching, HandlerError
+from proxy.pool.gathering import Gatherer
 from vocabulary.wire import TimedRequest, CallOutcome, CallResult, WireResponse, make_request
 
 

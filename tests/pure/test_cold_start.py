@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from proxy.replicas import NoReplicaError, ReplicaPool
+from proxy.pool.replicas import NoReplicaError, ReplicaPool
 from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig
 from vocabulary.serving_rules import state_problems
 

@@ -8,7 +8,7 @@ import pytest
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.metrics import REQUEST_BUCKETS, ProxyMetrics, ShadowResult
+from proxy.observability.metrics import REQUEST_BUCKETS, ProxyMetrics, ShadowResult
 
 
 def value(metrics: ProxyMetrics, name: str, **labels: str) -> float | None:
@@ -169,7 +169,7 @@ def test_a_websocket_session_is_one_request_with_no_duration_and_counts_afresh_o
 
 
 def test_a_stream_s_gaps_and_chunks_are_observed_by_endpoint_and_backend() -> None:
-    from proxy.metrics import ProxyMetrics
+    from proxy.observability.metrics import ProxyMetrics
 
     metrics = ProxyMetrics()
     metrics.stream_done("chat", "llm", [0.02, 0.03, 0.02])

@@ -16,7 +16,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gitops.metrics import AgentMetrics
-from proxy.metrics import ProxyMetrics
+from proxy.observability.metrics import ProxyMetrics
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, RestartReason
 
 MONITORING = Path(__file__).resolve().parents[2] / "monitoring"

@@ -13,8 +13,8 @@ import pytest
 
 from gitops.specs.documents import combine, parse_file
 from gitops.specs.pinned_models import bind_models
-from proxy.multiplexing import ModelAffinity, hot_ongoing
-from proxy.replicas import ReplicaPool
+from proxy.pool.multiplexing import ModelAffinity, hot_ongoing
+from proxy.pool.replicas import ReplicaPool
 from vocabulary.configs import BackendConfig, MultiplexConfig
 from ray_gitops import registry
 from ray_gitops.model_slots import ModelSlots, multiplexed

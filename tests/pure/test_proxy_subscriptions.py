@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 
 from vocabulary.configs import BatchingConfig, EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
-from proxy.calling import Batching
-from proxy.routing import Resolution, resolve
+from proxy.pool.calling import Batching
+from proxy.routes.routing import Resolution, resolve
 from proxy.settings import ProxySettings
-from proxy.subscriptions import UNSEEN, Subscriptions
+from proxy.routes.subscriptions import UNSEEN, Subscriptions
 
 
 def subs() -> Subscriptions:

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from proxy.replicas import REPLACEMENT_WAIT_S, NoReplicaError, QueueFullError, ReplicaPool
+from proxy.pool.replicas import REPLACEMENT_WAIT_S, NoReplicaError, QueueFullError, ReplicaPool
 
 
 def pool(replicas: int, cap: int, max_queued: int = 2) -> ReplicaPool:

@@ -6,7 +6,7 @@ import pytest
 
 from vocabulary.request_stats import LATENCY_BOUNDS_S, RequestStats, bucket_of
 from controller.policies.request_totals import RequestTotals
-from proxy.request_stats import RequestCounter
+from proxy.observability.request_stats import RequestCounter
 
 
 def stats(latencies: list[float], errors: int = 0) -> RequestStats:
@@ -85,7 +85,7 @@ def test_a_websocket_session_is_a_request_and_a_5xx_one_an_error_but_never_a_lat
 
 
 def test_answers_are_counted_per_endpoint_as_well_as_per_backend() -> None:
-    from proxy.request_stats import RequestCounter
+    from proxy.observability.request_stats import RequestCounter
 
     counter = RequestCounter()
     counter.record("shared", 200, 0.01, "api")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.routing import Resolution, Route, RouteIndex, resolve
+from proxy.routes.routing import Resolution, Route, RouteIndex, resolve
 
 
 def index(*routes: tuple[str, tuple[str, ...], str]) -> RouteIndex:

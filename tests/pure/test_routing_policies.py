@@ -12,9 +12,9 @@ import pytest
 
 from gitops.specs.models import check_backend, check_endpoint
 from vocabulary.policies import ConsistentHash, LeastLoaded, PrefixAffinity, RoundRobin, policy_for
-from proxy.replicas import ReplicaPool
+from proxy.pool.replicas import ReplicaPool
 from vocabulary.request_keys import KeyReader, json_bytes
-from proxy.steering import Steering
+from proxy.routes.steering import Steering
 from vocabulary.configs import EndpointConfig, RoutingConfig, RoutingKey, RoutingPolicy
 
 IDS = [f"backend#r{n}" for n in range(8)]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from vocabulary.configs import ShadowCompare
-from proxy.shadow_compare import DIFF_LIMIT, Comparison, Mismatch, MismatchLog, compare
+from proxy.observability.shadow_compare import DIFF_LIMIT, Comparison, Mismatch, MismatchLog, compare
 
 
 def reply(body: Any, status: int = 200) -> tuple[int, list[tuple[bytes, bytes]], bytes]:

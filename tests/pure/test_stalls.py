@@ -1,8 +1,8 @@
-"""The stall rule (`proxy.stalls`): two calls timed out with nothing answered since the first was sent."""
+"""The stall rule (`proxy.pool.stalls`): two calls timed out with nothing answered since the first was sent."""
 
 from __future__ import annotations
 
-from proxy.stalls import STRIKES, ReplicaProgress
+from proxy.pool.stalls import STRIKES, ReplicaProgress
 
 
 def test_two_timed_out_calls_with_nothing_answered_make_a_stall() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from vocabulary.configs import EndpointConfig
 from vocabulary.choosing import WeightedChoice
-from proxy.steering import Steering, cookie_value, sticky_point
+from proxy.routes.steering import Steering, cookie_value, sticky_point
 
 KEYS = [f"user-{n}".encode() for n in range(10_000)]
 # Chi-square critical values at p = 0.001, by degrees of freedom.

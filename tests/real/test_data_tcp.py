@@ -23,7 +23,7 @@ import pytest
 import ray
 
 from vocabulary.actor_apis import Remote, ReplicaHandle
-from proxy.raycalls import RayCaller
+from proxy.shell.raycalls import RayCaller
 from replica.host import Replica
 from vocabulary.wire import make_request
 

@@ -36,7 +36,7 @@ import ray
 import yaml
 
 from vocabulary.goal_api import DEFAULT_NAMESPACE
-from proxy.metrics import ProxyMetrics
+from proxy.observability.metrics import ProxyMetrics
 from tests.real.otlp import OtlpReceiver
 from tests.real.prometheus import MONITORING, Prometheus
 from tests.real.support import AgentProcess, free_port

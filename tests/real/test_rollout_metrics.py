@@ -21,7 +21,7 @@ from vocabulary.configs import MetricCheck, RolloutConfig
 from vocabulary.rollouts import CheckName, MetricQuery, MetricReading, Rollout, RolloutPhase
 from controller.shell.prometheus import ask_all
 from controller.policies.rollouts import advance, begin, due_queries
-from proxy.metrics import ProxyMetrics
+from proxy.observability.metrics import ProxyMetrics
 from tests.real.prometheus import Prometheus
 from tests.real.support import eventually, free_port
 from tests.real.test_progressive_delivery import Cluster, Traffic, answered

@@ -15,7 +15,7 @@ import time
 import httpx
 
 from proxy.app import ProxyApp
-from proxy.raycalls import RayCaller
+from proxy.shell.raycalls import RayCaller
 from tests.real.support import eventually
 from tests.reliability.faults import kill9
 from tests.reliability.load import FailureKind, SteadyLoad

@@ -130,7 +130,7 @@ def _websocket_over_the_data_socket(scenario: Any) -> None:
     """`scenario(calls, handle, replica, outbound)` against a real replica whose
     `slow_reader` app accepted a WebSocket that came over its Unix socket."""
     from vocabulary.wire import DataAddress
-    from proxy.socketcalls import DataConnections
+    from proxy.pool.socketcalls import DataConnections
     from tests.component.data_path import Calls, FakeHandle, RecordingFallback
     from vocabulary.wire import make_request
 

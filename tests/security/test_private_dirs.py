@@ -23,7 +23,7 @@ SQUATTER = 65534
 
 SCRIPT = """
 import json, os, socket
-from proxy import shared_ports
+from proxy.shell import shared_ports
 from replica.host import _socket_bases
 from datalink.private_dirs import private_base
 

@@ -1,7 +1,7 @@
 """Streams that fall back to Ray keep to a slow client's pace (issue 27, row 14).
 
 A real replica actor under real Ray whose handler streams as fast as it
-can; the proxy's Ray stream caller (`proxy.raycalls.RayStreams`) takes one
+can; the proxy's Ray stream caller (`proxy.shell.raycalls.RayStreams`) takes one
 chunk and then nothing for a while, as a client that stopped reading would.
 The replica's generator must pause a bounded number of items ahead instead
 of filling the object store.
@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from vocabulary.actor_apis import Remote
-from proxy.raycalls import GENERATOR_BACKPRESSURE_ITEMS, RayStreams
+from proxy.shell.raycalls import GENERATOR_BACKPRESSURE_ITEMS, RayStreams
 from replica.host import Replica
 from vocabulary.wire import StreamStart, make_request
 

@@ -1,31 +1,31 @@
 """The one call stack to replicas: frames when connected, else coalesced Ray calls.
 
-`ReplicaCalls` is the proxy's `Caller` (`proxy.calling`). For every call it
+`ReplicaCalls` is the proxy's `Caller` (`proxy.pool.calling`). For every call it
 decides itself, in one place, how the replica is reached:
 
-- a replica with an open data connection (`proxy.socketcalls`) gets each
+- a replica with an open data connection (`proxy.pool.socketcalls`) gets each
   request as its own frame at once (a call there costs about what a
   request does: holding one back for a coalesced call would only add
   latency), and its streams, WebSockets and batched lists as frames too;
 - any other replica — no connection yet, none to be had, a lost one within
   its back-off — gets its requests through its `ReplicaMethods` (Ray's), coalesced
-  under load (`proxy.coalescing`), and its streams and WebSockets over the
+  under load (`proxy.pool.coalescing`), and its streams and WebSockets over the
   `StreamCaller` (Ray's);
 - a request too large for a frame goes through its `ReplicaMethods` uncoalesced.
 
 A batched backend's requests are gathered into lists first
-(`proxy.gathering`), whichever way the list then goes. Both ways are
-injected (`proxy.raycalls.RayCaller` wires Ray's; tests pass fakes). No Ray here.
+(`proxy.pool.gathering`), whichever way the list then goes. Both ways are
+injected (`proxy.shell.raycalls.RayCaller` wires Ray's; tests pass fakes). No Ray here.
 """
 
 from __future__ import annotations
 
 from typing import Any, AsyncGenerator, Callable, Coroutine
 
-from proxy.calling import Batching, ReplicaDiedError, StreamCaller
-from proxy.coalescing import Coalescer, ReplicaMethods
-from proxy.gathering import Gatherer
-from proxy.socketcalls import DataConnections, ReplicaConnection
+from proxy.pool.calling import Batching, ReplicaDiedError, StreamCaller
+from proxy.pool.coalescing import Coalescer, ReplicaMethods
+from proxy.pool.gathering import Gatherer
+from proxy.pool.socketcalls import DataConnections, ReplicaConnection
 from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.wire import TimedRequest, CallResult, Reply, StreamStart, WireRequest
 

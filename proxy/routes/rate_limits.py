@@ -11,7 +11,7 @@ Owned here: the bucket arithmetic (`take_token`), the slot id (`TenantLimit`),
 the `Buckets` interface and `LocalBuckets`, one process's own table (bounded;
 the least recently used bucket is forgotten, and a forgotten bucket comes
 back full, as an idle one would be). A node's proxy workers share one table
-instead, `proxy.shared_buckets`, so a tenant gets its rate per node whichever
+instead, `proxy.shell.shared_buckets`, so a tenant gets its rate per node whichever
 worker its connections reach. With N nodes running proxies (the controller
 publishes N with the route table), each node enforces `node_share`: 1/N of
 the rate and of the burst, so a tenant spread over the nodes gets about the

@@ -7,7 +7,7 @@ Instead, `DataConnections` keeps one persistent connection per replica
 frames (served by `replica.data_socket`): the replica's private Unix socket
 when it is on the proxy's own node, its TCP listener (`connect_tcp`,
 TCP_NODELAY) when it is on another. Whoever calls asks for the connection
-first and calls another way (Ray, `proxy.replica_calls`) when there is none.
+first and calls another way (Ray, `proxy.pool.replica_calls`) when there is none.
 
 Per replica handle it asks, in the background, for the replica's
 `DataAddress` (over Ray); until that answer comes, when the replica has no
@@ -42,7 +42,7 @@ client. Leaving the iterator early sends a CANCEL, which stops the user's
 generator; a lost connection ends it with `ReplicaDiedError`.
 
 No Ray here: the node id, the address lookup and the clock are injected
-(`proxy.raycalls` passes Ray's).
+(`proxy.shell.raycalls` passes Ray's).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.wire import DataAddress
 from datalink.handshake import Handshake, Role
 from datalink.peers import peer_allowed, peer_uid
-from proxy.calling import HandlerError, ReplicaDiedError
+from proxy.pool.calling import HandlerError, ReplicaDiedError
 from vocabulary.wire import TimedRequest, CallResult, Reply, StreamStart, WireRequest
 
 __all__ = ["Address", "DataConnections", "ReplicaConnection", "connect", "connect_tcp"]

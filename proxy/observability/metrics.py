@@ -10,11 +10,11 @@ docs/metrics.md ("Proxy": `gitops_http_requests_total`,
 multiplexed backend `gitops_model_requests_total`, `gitops_model_loads_total`,
 `gitops_model_evictions_total`), and serving them. Not here: when a
 request counts as finished (the proxy's request path calls
-`request_finished` from exactly one place, `proxy.websockets` calls
+`request_finished` from exactly one place, `proxy.pipeline.websockets` calls
 `session_finished` once per WebSocket).
 
 WebSockets: a session is one request in `gitops_http_requests_total`,
-counted when it ends, with the code `proxy.websockets` gives it (101 for a
+counted when it ends, with the code `proxy.pipeline.websockets` gives it (101 for a
 session the app accepted); its lifetime is never a request duration (it
 would swamp the latency histogram), its time to accept is its time to first
 byte, and while open it holds a replica slot, so it is in the ongoing gauge.
@@ -86,8 +86,8 @@ from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler, ma
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
-from proxy import shared_ports
-from proxy.model_metrics import register_model_metrics
+from proxy.shell import shared_ports
+from proxy.observability.model_metrics import register_model_metrics
 
 __all__ = [
     "DEFAULT_METRICS_PORT",
@@ -224,7 +224,7 @@ class ProxyMetrics:
     """One proxy worker's metrics: in its own registry, or in its node's shared files (`use_multiprocess_dir`)."""
 
     def __init__(self, model_cache_dir: str | None = None) -> None:
-        """`model_cache_dir`: the node's model cache, whose stats a scrape reads (`proxy.model_metrics`)."""
+        """`model_cache_dir`: the node's model cache, whose stats a scrape reads (`proxy.observability.model_metrics`)."""
         self.registry = CollectorRegistry(auto_describe=True)
         self._model_cache_dir = model_cache_dir
         self._shared = os.environ.get(MULTIPROCESS_ENV) if getattr(values.ValueClass, "_multiprocess", False) else None
@@ -420,11 +420,11 @@ class ProxyMetrics:
             self._model_evictions.labels(backend, gone).inc()
 
     def capture_record(self, result: str) -> None:
-        """A capture record written or dropped (`proxy.capture`, on its writer thread or the request path)."""
+        """A capture record written or dropped (`proxy.observability.capture`, on its writer thread or the request path)."""
         self._captured.labels(result).inc()
 
     def spans_sent(self, result: str, count: int) -> None:
-        """Request spans exported or failed (`proxy.tracing`, on the exporter's thread)."""
+        """Request spans exported or failed (`proxy.observability.tracing`, on the exporter's thread)."""
         self._spans.labels(result).inc(count)
 
     def batch_sent(self, backend: str, size: int) -> None:
@@ -522,7 +522,7 @@ class ProxyMetrics:
     def serve(self, host: str = "127.0.0.1", port: int = DEFAULT_METRICS_PORT) -> int:
         """Serve `/metrics` on a background thread; returns the bound port.
 
-        In shared mode the port is shared (SO_REUSEPORT, `proxy.shared_ports`)
+        In shared mode the port is shared (SO_REUSEPORT, `proxy.shell.shared_ports`)
         with the node's other proxy workers: whichever answers, it answers the
         node's sum. Port 0 picks a free port (tests). Call `close()` when the
         proxy stops.

@@ -30,12 +30,12 @@ as plain 404s are not. Its time to accept goes to the recorder as its time to
 first byte (`first_byte`) when it is accepted; its lifetime is no request
 duration.
 
-A traced session's span (`proxy.tracing`) and a sampled session's capture
-record (`proxy.capture`: its messages each way counted, the first ones kept)
+A traced session's span (`proxy.observability.tracing`) and a sampled session's capture
+record (`proxy.observability.capture`: its messages each way counted, the first ones kept)
 end with it.
 
-Not here: Ray (`proxy.raycalls`), plain requests (`proxy.app`), the metrics
-themselves (`proxy.metrics`).
+Not here: Ray (`proxy.shell.raycalls`), plain requests (`proxy.app`), the metrics
+themselves (`proxy.observability.metrics`).
 """
 
 from __future__ import annotations
@@ -47,20 +47,20 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
-from proxy.calling import ReplicaDiedError, StreamCaller
-from proxy.replicas import NoReplicaError, QueueFullError
-from proxy.request_stats import RequestCounter
+from proxy.pool.calling import ReplicaDiedError, StreamCaller
+from proxy.pool.replicas import NoReplicaError, QueueFullError
+from proxy.observability.request_stats import RequestCounter
 from httpedge.asgi import Receive, Scope, Send
-from proxy.routing import Resolution, normalise_path, resolve
-from proxy.snapshot import Snapshot
+from proxy.routes.routing import Resolution, normalise_path, resolve
+from proxy.routes.snapshot import Snapshot
 from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.choosing import Random
 from vocabulary.wire import WireRequest, with_root_path
-from proxy.redacting import Exchange, Flow
+from proxy.observability.redacting import Exchange, Flow
 
 if TYPE_CHECKING:  # handed in by the app: this module does no I/O itself
-    from proxy.capture import CaptureWriter
-    from proxy.tracing import RequestTracing
+    from proxy.observability.capture import CaptureWriter
+    from proxy.observability.tracing import RequestTracing
 
 __all__ = ["WebSocketCarrier", "SessionRecorder", "Session", "session_code", "INTERNAL_ERROR", "TRY_AGAIN_LATER"]
 
@@ -89,7 +89,7 @@ CLIENT_LEFT = 499
 
 
 class SessionRecorder(Protocol):
-    """Where a WebSocket session is reported (`proxy.metrics.ProxyMetrics`, through `proxy.app.Recorder`)."""
+    """Where a WebSocket session is reported (`proxy.observability.metrics.ProxyMetrics`, through `proxy.app.Recorder`)."""
 
     def session_done(self, endpoint: str, backend: str, code: int) -> None: ...
 
@@ -130,8 +130,8 @@ class WebSocketCarrier:
     def __init__(self, caller: StreamCaller, rng: Random, recorder: SessionRecorder,
                  counts: RequestCounter | None = None, tracing: RequestTracing | None = None,
                  capture: CaptureWriter | None = None) -> None:
-        """`tracing`: a traced session's span lasts its lifetime (`proxy.tracing`; None: off);
-        `capture`: a sampled session's record (`proxy.capture`: its handshake, code, messages each
+        """`tracing`: a traced session's span lasts its lifetime (`proxy.observability.tracing`; None: off);
+        `capture`: a sampled session's record (`proxy.observability.capture`: its handshake, code, messages each
         way counted, the first ones kept up to max_body_bytes; None: nothing is captured)."""
         self._tracing = tracing
         self._capture = capture

@@ -13,7 +13,7 @@ the monotonic clock): for a token stream, the time per output token. The
 idle bound is one timer per stream, moved on only when it fires, not one
 armed and cancelled per chunk.
 
-Not here: the call that produced the head (`proxy.app`), Ray (`proxy.raycalls`).
+Not here: the call that produced the head (`proxy.app`), Ray (`proxy.shell.raycalls`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import time
 from typing import AsyncGenerator
 
 from httpedge.asgi import Receive, Send
-from proxy.calling import HandlerError, ReplicaDiedError
+from proxy.pool.calling import HandlerError, ReplicaDiedError
 
 __all__ = ["StreamEnd", "relay", "stream_code"]
 

@@ -1,7 +1,7 @@
 """Periodic load reports to the controller: per backend, requests in flight and queued,
 the sum of the loads its replicas reported (`ray_gitops.serving.report_load`),
 the answers counted so far, and the replicas found stalled. A multiplexed
-backend's in flight is its hottest model's load (`proxy.multiplexing.hot_ongoing`),
+backend's in flight is its hottest model's load (`proxy.pool.multiplexing.hot_ongoing`),
 so a hot model held by few replicas scales the backend up.
 
 The controller's autoscaler reads the load (`report_load(proxy_id, {backend:
@@ -9,7 +9,7 @@ The controller's autoscaler reads the load (`report_load(proxy_id, {backend:
 missed one costs nothing and failures are only logged once per streak. The
 request counts (`vocabulary.request_stats.RequestStats` as JSON, cumulative
 since the proxy started) are what rollout checks judge; the same per endpoint
-go to the status. Replicas the proxy found stalled (`proxy.stalls`) are
+go to the status. Replicas the proxy found stalled (`proxy.pool.stalls`) are
 reported with every load until the controller stops listing them; it
 replaces them.
 """
@@ -20,7 +20,7 @@ import asyncio
 import logging
 from typing import Callable
 
-from proxy.controller_link import ControllerLink
+from proxy.shell.controller_link import ControllerLink
 from vocabulary.actor_apis import ControllerAPI
 from vocabulary.request_stats import RequestStats
 

@@ -15,7 +15,7 @@ replacing it: requests wait in line for the replacement, for at most
 `REPLACEMENT_WAIT_S` after the last one went (and their own deadline), rather
 than 503 at once; a backend that never had a replica still answers 503 at once.
 
-Each slot keeps its replica's progress (`proxy.stalls.ReplicaProgress`): the
+Each slot keeps its replica's progress (`proxy.pool.stalls.ReplicaProgress`): the
 request path says when a call is sent, answered or ended, and when one ran out
 its endpoint's timeout (`timed_out`). A replica the stall rule finds hung is
 taken out of routing at once like a dead one, its other outstanding calls are
@@ -28,7 +28,7 @@ directly so its path costs what it always did) or from the backend's routing
 policy (`vocabulary.policies`), which also sees the request's key (`vocabulary.request_keys`);
 a request waiting in line keeps its key, so the policy decides for it too when a
 slot frees. A multiplexed backend (`[backends.X.multiplex]`) is routed by
-`proxy.multiplexing` instead, its key the request's model id: each slot keeps
+`proxy.pool.multiplexing` instead, its key the request's model id: each slot keeps
 the models its replica last said it holds (`note_models`), plus the ones sent
 to it since (so the requests that follow a model's first go where it loads).
 This module only keeps the state and wakes waiters. No Ray, no HTTP.
@@ -42,11 +42,11 @@ import time
 import weakref
 from typing import Callable, Iterable
 
-from proxy.calling import Batching
-from proxy.multiplexing import ModelAffinity, hot_ongoing
+from proxy.pool.calling import Batching
+from proxy.pool.multiplexing import ModelAffinity, hot_ongoing
 from vocabulary.policies import Policy, policy_for
 from vocabulary.request_keys import KeyReader
-from proxy.stalls import ReplicaProgress, Stall
+from proxy.pool.stalls import ReplicaProgress, Stall
 from vocabulary.choosing import Admission, Random, admit, pick_replica
 from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.configs import BatchingConfig, MultiplexConfig, RoutingConfig
@@ -134,7 +134,7 @@ class ReplicaPool:
         self._emptied_at: float | None = None  # when a drop took the last replica (None: it has some, or never had)
         self._clock = clock
         self._unserved: collections.deque[float] = collections.deque(maxlen=_UNSERVED_KEPT)
-        # Replicas found hung (proxy.stalls), kept out and reported until the controller drops them.
+        # Replicas found hung (proxy.pool.stalls), kept out and reported until the controller drops them.
         self._stalled: dict[str, Stall] = {}
         self._stall_cancelled: weakref.WeakSet[asyncio.Task[object]] = weakref.WeakSet()
         self.stalls = 0  # replicas of this backend found stalled since the proxy started
@@ -222,7 +222,7 @@ class ReplicaPool:
         left = self._emptied_at + REPLACEMENT_WAIT_S - self._clock()
         return left if left > 0 else None
 
-    # --- progress and stalls (proxy.stalls) ------------------------------------
+    # --- progress and stalls (proxy.pool.stalls) ------------------------------------
 
     def stalled(self) -> dict[str, str]:
         """The replicas found stalled that the controller still lists: id -> what was seen."""

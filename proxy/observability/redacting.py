@@ -132,7 +132,7 @@ class ShadowAnswer:
     """A shadow copy's answer (or what became of it) and, when the endpoint compares, the verdict."""
 
     backend: str
-    result: str  # ok, error, timeout (proxy.metrics' ShadowResult)
+    result: str  # ok, error, timeout (proxy.observability.metrics' ShadowResult)
     response: tuple[int, Headers, bytes] | None = None
     matched: bool | None = None  # None: not compared
     diff: str = ""  # where they differ: JSON paths and types, never values

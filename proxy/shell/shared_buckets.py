@@ -15,9 +15,9 @@ when all of those hold other tenants, the one idle longest is taken over
 (the newcomer starts with a full bucket). With more than ~65,000 tenants
 active at once on one node, some therefore get a fresh burst early.
 
-Owns the file and its layout; the arithmetic is `proxy.rate_limits.take_token`.
+Owns the file and its layout; the arithmetic is `proxy.routes.rate_limits.take_token`.
 Without a shared directory (one worker, tests) the proxy uses
-`proxy.rate_limits.LocalBuckets` instead.
+`proxy.routes.rate_limits.LocalBuckets` instead.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import mmap
 import os
 import struct
 
-from proxy.rate_limits import take_token
+from proxy.routes.rate_limits import take_token
 
 __all__ = ["SharedBuckets", "FILE_NAME"]
 

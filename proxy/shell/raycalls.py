@@ -2,7 +2,7 @@
 
 `RayMethods` makes the three kinds of replica call — `handle_request` for
 one request, `handle_coalesced` for many, `handle_batch` for a batched
-handler's list — and maps Ray's error types to `proxy.calling`'s. A
+handler's list — and maps Ray's error types to `proxy.pool.calling`'s. A
 cancelled single call cancels the replica-side task (that is how an endpoint
 timeout stops user code). Never blocks the event loop: results are awaited,
 never fetched with `ray.get`.
@@ -14,8 +14,8 @@ backpressure: a replica's generator runs at most
 client. Leaving one early cancels it (`ray.cancel`), which cancels the
 generator's task on the replica.
 
-`RayCaller` is the proxy's `proxy.replica_calls.ReplicaCalls` wired with
-these, and with `proxy.socketcalls.DataConnections` given the node id and
+`RayCaller` is the proxy's `proxy.pool.replica_calls.ReplicaCalls` wired with
+these, and with `proxy.pool.socketcalls.DataConnections` given the node id and
 the Ray call that asks a replica for its data address (the TCP secret
 included: it travels only over Ray, the control plane).
 """
@@ -28,9 +28,9 @@ from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Type
 import ray
 from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
 
-from proxy.calling import HandlerError, ReplicaDiedError
-from proxy.replica_calls import ReplicaCalls
-from proxy.socketcalls import Address, DataConnections
+from proxy.pool.calling import HandlerError, ReplicaDiedError
+from proxy.pool.replica_calls import ReplicaCalls
+from proxy.pool.socketcalls import Address, DataConnections
 from vocabulary.actor_apis import ReplicaAPI, ReplicaHandle
 from vocabulary.wire import TimedRequest, CallResult, StreamStart, WireRequest, WireResponse
 
@@ -40,7 +40,7 @@ __all__ = ["RayCaller", "RayMethods", "RayStreams"]
 
 
 class RayMethods:
-    """A `proxy.coalescing.ReplicaMethods` over the replica's Ray methods."""
+    """A `proxy.pool.coalescing.ReplicaMethods` over the replica's Ray methods."""
 
     async def one(self, handle: ReplicaHandle, request: WireRequest) -> WireResponse | StreamStart:
         ref = handle.call(ReplicaAPI.handle_request, request)

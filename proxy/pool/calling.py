@@ -6,7 +6,7 @@ WebSocket is `open_websocket` (what the app sends) and `push` (what the client
 sent), both to the one replica that holds the connection.
 
 `ReplicaCaller` is what `proxy.app` needs from the outside world; the Ray
-implementation lives in `proxy.raycalls`, and component tests pass in fakes.
+implementation lives in `proxy.shell.raycalls`, and component tests pass in fakes.
 The exceptions say what the app must answer, so the app never sees a Ray
 exception type.
 """
@@ -75,4 +75,4 @@ class StreamCaller(Protocol):
 
 
 class Caller(ReplicaCaller, StreamCaller, Protocol):
-    """Everything the proxy's app calls replicas with (`proxy.raycalls.RayCaller`)."""
+    """Everything the proxy's app calls replicas with (`proxy.shell.raycalls.RayCaller`)."""

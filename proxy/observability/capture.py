@@ -7,11 +7,11 @@ this worker's bounded queue (`offer`); when the queue is full the record is
 dropped and counted, never waited for. On the writer's own thread, in
 batches (what queued up, then a pause of `BATCH_PAUSE_S`, so that it takes
 the GIL from the request path as seldom as it can): the
-record is built and redacted (`proxy.redacting`), so nothing unredacted
+record is built and redacted (`proxy.observability.redacting`), so nothing unredacted
 leaves the process, then appended as one JSON line to
 `DIR/<worker>-<YYYYMMDDHH>.jsonl` (UTC): one file per proxy worker per hour,
 a new one each hour; or, for an `s3://BUCKET/PREFIX` sink, gathered into
-batched objects (`proxy.capture_s3`). Counted: `gitops_capture_records_total{result=written|dropped}`
+batched objects (`proxy.observability.capture_s3`). Counted: `gitops_capture_records_total{result=written|dropped}`
 (a record that cannot be written, e.g. an unwritable directory or a store
 that refuses or cannot be reached, counts as dropped and is logged once per
 sink).
@@ -31,8 +31,8 @@ from urllib.parse import unquote, urlsplit
 
 import orjson
 
-from proxy.capture_s3 import S3Batches, StoreFor
-from proxy.redacting import Exchange, Redaction, capture_record
+from proxy.observability.capture_s3 import S3Batches, StoreFor
+from proxy.observability.redacting import Exchange, Redaction, capture_record
 from vocabulary.choosing import Random
 from vocabulary.configs import CaptureConfig
 from vocabulary.wire import WireRequest

@@ -1,14 +1,14 @@
 """Capture records sent to an S3(-compatible) store in batched objects, with obstore.
 
 Owns the `s3://BUCKET/PREFIX` capture sink: records (JSON lines, already
-redacted by `proxy.redacting`) gather per sink and leave as one object,
+redacted by `proxy.observability.redacting`) gather per sink and leave as one object,
 `PREFIX/<worker>-<YYYYmmddTHHMMSS>-<n>.jsonl`, once a batch holds
 `MAX_RECORDS` records or `MAX_BYTES` bytes, once its oldest record waited
 `MAX_AGE_S`, and when the writer stops. Credentials, region and endpoint
 are the node's standard `AWS_*` variables (`AWS_ACCESS_KEY_ID`,
 `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`), read by obstore
 as the models' fetches read them (`replica.model_fetching`), never from the
-spec. Runs on the capture writer's thread only (`proxy.capture`): a slow or
+spec. Runs on the capture writer's thread only (`proxy.observability.capture`): a slow or
 failing store delays no answer; a batch that cannot be sent is dropped and
 its records counted as dropped (logged once per sink). An I/O shell.
 """

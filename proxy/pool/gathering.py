@@ -11,7 +11,7 @@ it has left, so the replica cancels a handler that runs past its endpoint's
 timeout.
 
 How a list is sent is injected (`send`: over a replica's data connection
-when it has one, else over Ray — `proxy.replica_calls` decides). No Ray here.
+when it has one, else over Ray — `proxy.pool.replica_calls` decides). No Ray here.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import asyncio
 from typing import Any, Awaitable, Callable
 
 from vocabulary.actor_apis import ReplicaHandle
-from proxy.calling import Batching
-from proxy.coalescing import Waiting, deliver
+from proxy.pool.calling import Batching
+from proxy.pool.coalescing import Waiting, deliver
 from vocabulary.wire import TimedRequest, CallResult, Reply, WireRequest
 
 __all__ = ["Gatherer"]

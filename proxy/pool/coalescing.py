@@ -8,14 +8,14 @@ holds back the requests behind it for longer) everything waiting leaves
 together in one coalesced call. The per-call cost — for Ray, the dominant
 cost of a proxy — is then shared by all of them, and coalesced calls grow
 exactly as fast as load does. Only Ray calls are coalesced: a replica with
-a data connection gets each request as its own frame (`proxy.replica_calls`
+a data connection gets each request as its own frame (`proxy.pool.replica_calls`
 decides), where a call costs about what a request does and holding one back
 would only add latency.
 
 Each coalesced request carries the time it has left, so the replica cancels
 a handler that runs past its endpoint's timeout just as a cancelled single
 call would. `deliver` sends a list of waiting requests as one call and
-settles each one's future; a batched backend's lists (`proxy.gathering`)
+settles each one's future; a batched backend's lists (`proxy.pool.gathering`)
 use it too.
 
 A reply that is the head of a stream (`StreamStart`) comes back like any
@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable, Protocol
 
-from proxy.calling import HandlerError, ReplicaDiedError
+from proxy.pool.calling import HandlerError, ReplicaDiedError
 from vocabulary.actor_apis import ReplicaHandle
 from vocabulary.wire import TimedRequest, CallOutcome, CallResult, Reply, WireRequest
 
@@ -39,7 +39,7 @@ __all__ = ["ReplicaMethods", "Coalescer", "Waiting", "deliver"]
 
 
 class ReplicaMethods(Protocol):
-    """The calls a replica answers over Ray (`proxy.raycalls.RayMethods`)."""
+    """The calls a replica answers over Ray (`proxy.shell.raycalls.RayMethods`)."""
 
     async def one(self, handle: ReplicaHandle, request: WireRequest) -> Reply:
         """One request; raises ReplicaDiedError or HandlerError; cancellable."""

@@ -15,10 +15,10 @@ import asyncio
 import logging
 from typing import Callable
 
-from proxy.snapshot import Snapshot
-from proxy.controller_link import ControllerLink
+from proxy.routes.snapshot import Snapshot
+from proxy.shell.controller_link import ControllerLink
 from proxy.settings import ProxySettings
-from proxy.subscriptions import Subscriptions
+from proxy.routes.subscriptions import Subscriptions
 from vocabulary.actor_apis import ControllerAPI
 
 __all__ = ["LongPollClient"]

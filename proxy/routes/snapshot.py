@@ -16,10 +16,10 @@ from typing import Mapping
 
 from vocabulary.configs import DEFAULT_MAX_BODY_BYTES, CaptureConfig, EndpointConfig, RouteTable, ShadowCompare
 from vocabulary.choosing import Random, ShadowSampler, WeightedChoice
-from proxy.rate_limits import TenantLimit
-from proxy.replicas import ReplicaPool
-from proxy.routing import Route, RouteIndex
-from proxy.steering import Headers, Steering
+from proxy.routes.rate_limits import TenantLimit
+from proxy.pool.replicas import ReplicaPool
+from proxy.routes.routing import Route, RouteIndex
+from proxy.routes.steering import Headers, Steering
 
 __all__ = ["ServedEndpoint", "Snapshot", "build_snapshot"]
 
@@ -37,7 +37,7 @@ class ServedEndpoint:
     shadow_values: bool = False  # mismatches show values (else JSON paths and types)
     limits: TenantLimit | None = None  # requests per tenant (else unlimited)
     trace_sample: float = 0.0  # share of requests without a sampled traceparent that are traced
-    capture: CaptureConfig | None = None  # sampled request/response records (proxy.capture)
+    capture: CaptureConfig | None = None  # sampled request/response records (proxy.observability.capture)
     rollout_step: int = 0  # the progressive rollout's 1-based step these weights are (0: none runs)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # a larger request body is 413
 

@@ -3,7 +3,7 @@
 A node's proxy workers share one address (SO_REUSEPORT), and the agent asks
 one running worker per address for the node's mismatches, over Ray
 (`ProxyActor.shadow_mismatches`, `gitops.shadow_mismatches`). Each worker
-therefore keeps its newest mismatches (`proxy.shadow_compare.
+therefore keeps its newest mismatches (`proxy.observability.shadow_compare.
 MismatchLog`) in memory and also in a file of the node's shared directory
 (`mismatches_<pid>.json`, the directory the workers' metrics live in: 0700,
 this user's), written at most every `_WRITE_EVERY_S` after a mismatch and
@@ -11,7 +11,7 @@ replaced atomically; `recent()` answers the newest mismatches of every live
 worker of the node. A dead worker's file is removed by the next reader: its
 mismatches go with it, as a lone proxy's did.
 
-Owns that file and its reading; not the comparison (`proxy.shadow_compare`)
+Owns that file and its reading; not the comparison (`proxy.observability.shadow_compare`)
 nor the HTTP answer (`proxy.app`).
 """
 
@@ -22,8 +22,8 @@ import glob
 import json
 import logging
 import os
-from proxy.metrics import worker_alive
-from proxy.shadow_compare import Mismatch, MismatchLog
+from proxy.observability.metrics import worker_alive
+from proxy.observability.shadow_compare import Mismatch, MismatchLog
 
 __all__ = ["NodeMismatchLog"]
 

@@ -20,8 +20,8 @@ from vocabulary.actor_apis import Remote
 from vocabulary.goal_api import LongPollKey
 from vocabulary.configs import EndpointConfig, ReplicaSet, RouteTable
 from vocabulary.choosing import Random
-from proxy.snapshot import Snapshot, build_snapshot
-from proxy.replicas import ReplicaPool
+from proxy.routes.snapshot import Snapshot, build_snapshot
+from proxy.pool.replicas import ReplicaPool
 from proxy.settings import ProxySettings
 
 __all__ = ["Subscriptions", "UNSEEN"]

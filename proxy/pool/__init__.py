@@ -1,0 +1,11 @@
+"""Replica pools and the calls made to their replicas.
+
+- `replicas`: per-backend pools, the wait queue, dead and stalled replicas;
+- `stalls`: per-replica progress and the rule that finds a hung replica (pure);
+- `multiplexing`: a multiplexed backend's model to a replica holding it (pure);
+- `calling`: the caller seam and its errors;
+- `replica_calls`: the one call stack (frames when connected, else coalesced Ray calls);
+- `socketcalls`: one data connection per replica, calls as frames over it;
+- `coalescing`: requests queued for one replica share one Ray call under load;
+- `gathering`: a batched backend's requests gathered into lists.
+"""
