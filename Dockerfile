@@ -1,5 +1,5 @@
 # The ray-gitops agent: `gitops run` against a repository URL, with an
-# embedded Ray (or `--ray-address` to join a cluster). docs/operations.md
+# embedded Ray (or `--ray-address` to join a cluster). docs/guides/operations.md
 # has the details.
 #
 #   docker build -t ray-gitops .

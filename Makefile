@@ -77,7 +77,7 @@ ruff: $(STAMP)
 	$(VENV)/bin/ruff check --no-cache .
 
 # The fault scenarios of tests/reliability with a longer steady load around
-# each fault; writes the "What we survive" table to docs/reliability.md from
+# each fault; writes the "What we survive" table to docs/reports/reliability.md from
 # the numbers the run recorded (written even when a scenario fails, which
 # the table then shows), and fails if any scenario failed.
 RELIABILITY_LOAD_S ?= 15
@@ -86,19 +86,19 @@ reliability: $(STAMP) system-deps
 	rm -f $(RELIABILITY_RESULTS)
 	GITOPS_RELIABILITY_LOAD_S=$(RELIABILITY_LOAD_S) GITOPS_RELIABILITY_RESULTS=$(RELIABILITY_RESULTS) \
 	  $(PY) -m pytest -q -p no:cacheprovider tests/reliability; status=$$?; \
-	GITOPS_RELIABILITY_LOAD_S=$(RELIABILITY_LOAD_S) $(PY) -m tests.reliability.report $(RELIABILITY_RESULTS) docs/reliability.md \
+	GITOPS_RELIABILITY_LOAD_S=$(RELIABILITY_LOAD_S) $(PY) -m tests.reliability.report $(RELIABILITY_RESULTS) docs/reports/reliability.md \
 	  && exit $$status
 
 # The chaos soak (bench/soak.py): steady mixed load through the real proxy while a
 # seeded random fault lands every 20-60 s, memory sampled every 10 s; writes
-# docs/soak.md (the table, the memory slopes and docs/soak-memory.png) and
+# docs/reports/soak.md (the table, the memory slopes and docs/reports/soak-memory.png) and
 # fails on an unexplained failed request, a leak or a memory slope above its
 # bound. `make test` runs a short one, 45 s of load (tests/reliability/test_s12_soak.py).
 SOAK_MINUTES ?= 20
 SOAK_SEED ?= 34
 soak: $(STAMP) system-deps
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
-	$(PY) -m bench.soak --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) --doc docs/soak.md
+	$(PY) -m bench.soak --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) --doc docs/reports/soak.md
 
 # Regenerates the reference pages of docs/ from the code (a test fails when they are stale).
 docs: $(STAMP)

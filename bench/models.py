@@ -1,4 +1,4 @@
-"""Models: fetching into a node's cache (docs/models.md), against an S3-compatible server.
+"""Models: fetching into a node's cache (docs/guides/models.md), against an S3-compatible server.
 
 moto's S3 server on 127.0.0.1 holds one model of `--mb` MiB. Measured:
 

@@ -1,5 +1,5 @@
 """`make soak`: a chaos soak — steady mixed load, a seeded random fault every 20-60 s,
-memory sampled every 10 s — and docs/soak.md with its table and memory plot.
+memory sampled every 10 s — and docs/reports/soak.md with its table and memory plot.
 
 Drives `bench.soak_world` (the cluster and its faults) and `bench.soak_load`
 (the traffic) on the schedule of `bench.soak_plan`, which also judges the
@@ -7,7 +7,7 @@ run; exits 1 on any unexplained failed request, a fault never recovered
 from, a leaked actor, a memory slope above the stated bound, or a cluster
 not serving the branch head at the end.
 
-    python -m bench.soak [--minutes 20] [--seed N] [--doc docs/soak.md] [--kinds a,b]
+    python -m bench.soak [--minutes 20] [--seed N] [--doc docs/reports/soak.md] [--kinds a,b]
 
 Not covered: a 2-node cluster. On one machine both nodes share the loopback
 address, and the controller starts a proxy on every node at the agent's one
@@ -192,13 +192,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=float(os.environ.get("SOAK_MINUTES", "20")))
     parser.add_argument("--seed", type=int, default=int(os.environ.get("SOAK_SEED", "34")))
-    parser.add_argument("--doc", type=Path, default=Path("docs/soak.md"))
+    parser.add_argument("--doc", type=Path, default=Path("docs/reports/soak.md"))
     parser.add_argument("--kinds", default="", help="comma-separated FaultKind names (default: every kind)")
     args = parser.parse_args()
     kinds = [FaultKind[name.strip().upper()] for name in args.kinds.split(",") if name.strip()] or list(FaultKind)
     if os.geteuid() != 0 and FaultKind.STATE_DIR_FULL in kinds:
         kinds.remove(FaultKind.STATE_DIR_FULL)  # a filesystem of its own needs root (a tmpfs mount)
-    command = f"make soak SOAK_MINUTES={args.minutes:g}" if args.doc == Path("docs/soak.md") else \
+    command = f"make soak SOAK_MINUTES={args.minutes:g}" if args.doc == Path("docs/reports/soak.md") else \
         f"python -m bench.soak --minutes {args.minutes:g} --seed {args.seed}"
     return soak(args.minutes, args.seed, kinds, args.doc, command)
 

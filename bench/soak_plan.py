@@ -1,5 +1,5 @@
 """The chaos soak's pure core: the fault schedule, what a failed request is explained by,
-the memory slopes, the verdict and the docs/soak.md table.
+the memory slopes, the verdict and the docs/reports/soak.md table.
 
 Owns: the seeded random schedule (a fault every 20-60 s, the kinds taken in
 shuffled rounds so every kind comes up), the documented cases a failed
@@ -128,7 +128,7 @@ def _in_flight(failure: Failure, at: float) -> bool:
 def explain(failure: Failure, faults: list[Injected]) -> tuple[Injected, str] | None:
     """The fault whose documented case covers `failure`, and which case (None: unexplained).
 
-    The documented cases (docs/soak.md repeats them):
+    The documented cases (docs/reports/soak.md repeats them):
     - a request, stream or session in flight on a process killed by kill -9
       (a replica, a proxy worker): the process had accepted it, its answer died with it;
     - a handle call sent to a replica killed moments before, before the caller
@@ -136,9 +136,9 @@ def explain(failure: Failure, faults: list[Injected]) -> tuple[Injected, str] | 
       soak's relay answers 502, and the handle leaves the replica out from then on;
     - after a proxy worker's kill and until the cluster is whole again: a
       refused or reset connection, or the restarted worker's 503 before its
-      first route table (docs/http.md);
+      first route table (docs/reference/http.md);
     - a request held by a SIGSTOPped replica: answered 504 by the proxy once
-      the replica counts as stalled (docs/http.md), or its stream or session
+      the replica counts as stalled (docs/reference/http.md), or its stream or session
       cut or timed out while the replica could not answer; a handle call it
       held raises `HandleError` when the controller replaces it, which the
       soak's relay answers 502.
@@ -293,7 +293,7 @@ def _kinds(failures: list[Failure]) -> str:
 
 
 def render(soak: Soak, command: str) -> str:
-    """docs/soak.md for a finished soak."""
+    """docs/reports/soak.md for a finished soak."""
     by_fault, unexplained = _explained(soak)
     total = sum(soak.requests.values())
     reasons = verdict(soak)
@@ -320,9 +320,9 @@ def render(soak: Soak, command: str) -> str:
         "moments before, before its caller learned of the death, raises `HandleError` (ray_gitops.serving),",
         "which the soak's `relay` answers 502 (the handle leaves that replica out from then on);",
         "after a proxy worker's kill, a refused or",
-        "reset connection, or the new worker's 503 before its first route table (docs/http.md); a",
+        "reset connection, or the new worker's 503 before its first route table (docs/reference/http.md); a",
         "request held by a SIGSTOPped replica is answered 504 once the proxy counts the replica as",
-        "stalled (docs/http.md), and a stream or session on it is cut or times out; a handle call",
+        "stalled (docs/reference/http.md), and a stream or session on it is cut or times out; a handle call",
         "it held raises `HandleError` when the controller replaces it (ray_gitops.serving), which the",
         "soak's `relay` answers 502.",
         "",

@@ -43,9 +43,9 @@ def _spec() -> str:
 
 
 PAGES: Mapping[str, Callable[[], str]] = {
-    "docs/cli.md": _cli,
-    "docs/metrics.md": _metrics,
-    "docs/spec.md": _spec,
+    "docs/reference/cli.md": _cli,
+    "docs/reference/metrics.md": _metrics,
+    "docs/reference/spec.md": _spec,
 }
 
 

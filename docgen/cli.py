@@ -1,4 +1,4 @@
-"""docs/cli.md from the argument parser: every command, every flag, its help and default."""
+"""docs/reference/cli.md from the argument parser: every command, every flag, its help and default."""
 
 from __future__ import annotations
 

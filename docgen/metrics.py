@@ -1,4 +1,4 @@
-"""docs/metrics.md from the metric registries: name, type, labels and help of each."""
+"""docs/reference/metrics.md from the metric registries: name, type, labels and help of each."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""docs/spec.md from the spec models: every key with type, default, constraints and example.
+"""docs/reference/spec.md from the spec models: every key with type, default, constraints and example.
 
 Types and constraints come from each model's JSON schema, defaults from its
 `model_fields`, descriptions from wherever the models carry them (a field's
@@ -144,8 +144,8 @@ def render_spec() -> str:
         "Every `*.toml` file under the spec path (`deployments/` by default, recursively) is part",
         "of one desired state: `[backends.NAME]` tables say what code runs and how, `[endpoints.NAME]`",
         "tables which route reaches which backends, `[secrets.NAME]` tables which age-encrypted",
-        "files hold credentials ([secrets](secrets.md)), `[models.NAME]` tables which weights, pinned by",
-        "digest, are staged on a node before its replicas start ([models](models.md)). "
+        "files hold credentials ([secrets](../guides/secrets.md)), `[models.NAME]` tables which weights, pinned by",
+        "digest, are staged on a node before its replicas start ([models](../guides/models.md)). "
         "Names are 1-63 lower-case letters, digits, `.`,",
         "`_` or `-`, starting and ending with a letter or digit, and unique across all files.",
         "Unknown keys are errors, types are strict (`\"2\"` is not `2`), and `gitops validate` reports",

@@ -25,7 +25,7 @@ installed.
   trace) and `tracing` (sent over OTLP), `redaction` (secrets kept out of
   everything shown), `secrets`
   (the commit's age-encrypted secrets decrypted and sent to the controller
-  sealed: docs/secrets.md),
+  sealed: docs/guides/secrets.md),
   `notifications/`.
 - Serving people: `cli` and `commands/` (one module per verb), `__main__`,
   `agent_address` (how client commands find the running agent),
@@ -41,7 +41,7 @@ installed.
 - Process: `supervising` (the agent's Ray watch and restart), `rayversions`
   (agent and cluster Ray versions agree), `quieting` (Ray's C++ log lines
   kept out), `proctitle`.
-- Environments (docs/environments.md): `cron` (five-field schedules, pure),
+- Environments (docs/guides/environments.md): `cron` (five-field schedules, pure),
   `syncwindows` (whether a new commit may apply now, pure), `promotion`
   (the promotion gates, pure), `evidence` (the proxies' request and shadow
   counters a promotion is judged on), `promoting` (carrying a promotion

@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--replica-env", default=None, metavar="NAMES",
         help="more environment variables an embedded Ray's replicas inherit, comma-separated; PREFIX_* for a "
-        "prefix (default: only the allow-list of docs/security.md; GITOPS_* never)",
+        "prefix (default: only the allow-list of docs/guides/security.md; GITOPS_* never)",
     )
     run.add_argument(
         "--namespace", default=DEFAULT_NAMESPACE, help="Ray namespace of this agent's controller (one agent each)"
@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--model-cache-dir", default=None, metavar="DIR",
-        help="each node's model cache ([models.NAME], docs/models.md), a node-local path (default: "
+        help="each node's model cache ([models.NAME], docs/guides/models.md), a node-local path (default: "
         "STATE_DIR/models with the embedded Ray, else ray-gitops-models in the nodes' temporary directory)",
     )
     run.add_argument(
@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     _age_identity_flag(validate, "also decrypt every secret (without it: files and names are checked)")
     validate.set_defaults(func=_command("validate", "validate_command"))
 
-    secret = verb("secret", "encrypt or edit an age-encrypted secret file (docs/secrets.md)")
+    secret = verb("secret", "encrypt or edit an age-encrypted secret file (docs/guides/secrets.md)")
     secret_verbs = secret.add_subparsers(
         dest="secret_verb", metavar="{encrypt,edit}", required=True, help="encrypt: a new age file; edit: change one"
     )
@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     _age_identity_flag(edit, "opens FILE (needed when it exists)")
     secret.set_defaults(func=_command("secret", "secret_command"))
 
-    models = verb("models", "help with [models.NAME] tables (docs/models.md)")
+    models = verb("models", "help with [models.NAME] tables (docs/guides/models.md)")
     model_verbs = models.add_subparsers(
         dest="models_verb", metavar="{digest}", required=True, help="digest: the sha256 to commit"
     )

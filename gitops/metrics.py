@@ -1,4 +1,4 @@
-"""Every agent-side Prometheus metric of docs/metrics.md ("Agent"), and nothing else.
+"""Every agent-side Prometheus metric of docs/reference/metrics.md ("Agent"), and nothing else.
 
 Owned here: metric names, types, labels and histogram buckets on the agent
 (served at `GET /metrics` on the admin port), and the translation of the

@@ -10,7 +10,7 @@ that restarts on a secret change, the hash folded into its version), and
 `SecretDelivery` (the goal API the agent uses: before a backend is applied,
 and whenever the controller says it lacks values, the values are sealed to
 the controller's own public key and sent). Values are held in memory only,
-for the newest commits loaded. docs/secrets.md has the design.
+for the newest commits loaded. docs/guides/secrets.md has the design.
 """
 
 from __future__ import annotations

@@ -510,7 +510,7 @@ class ProxyApp:
         try:
             return await pool.acquire(key)
         except NoReplicaError:
-            if after_stall:  # the retry of a call its replica stalled under: docs/http.md says 504
+            if after_stall:  # the retry of a call its replica stalled under: docs/reference/http.md says 504
                 raise _Reply(504, "Gateway Timeout: the replica stalled") from None
             raise _Reply(503, "No replica available", self._retry_after) from None
         except QueueFullError:

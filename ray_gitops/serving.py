@@ -55,7 +55,7 @@ __all__ = [
 
 def multiplexed(loader: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     """Decorate the async method that loads one model (`async def load(self, model_id)`)
-    of a multiplexed backend (`[backends.NAME.multiplex]`, docs/models.md): calling it returns
+    of a multiplexed backend (`[backends.NAME.multiplex]`, docs/guides/models.md): calling it returns
     the loaded model, loading it first if needed; at most `max_models_per_replica` stay loaded,
     the least recently used evicted first (its `unload()` called if it has one); concurrent calls
     for one model load it once. The proxy learns which models each replica holds from its
@@ -75,7 +75,7 @@ def report_load(value: float) -> None:
     any number >= 0, the same scale on every replica of the backend). Each
     answer the replica gives afterwards carries the newest value; the proxy's
     `least_loaded` and `prefix_affinity` policies rank replicas by it once
-    every replica of the backend has reported (docs/llm.md). Outside a
+    every replica of the backend has reported (docs/guides/llm.md). Outside a
     replica it raises RuntimeError, as `context()` does."""
     installed_calls()  # inside a replica only
     REPORTED_LOAD.report(value)
@@ -96,7 +96,7 @@ class Secret(bytes):
 
 def secret(name: str) -> Secret:
     """The value of secret `name` (one of the backend's `secrets`), decrypted
-    by the agent and sent to this replica only (docs/secrets.md). Read it when
+    by the agent and sent to this replica only (docs/guides/secrets.md). Read it when
     needed: after a rotation it returns the new value."""
     return Secret(installed_secrets().value(name))
 
@@ -110,7 +110,7 @@ def secret_path(name: str) -> str:
 def model_path(name: str) -> str:
     """The local, read-only path of model `name` (one of the backend's `models`):
     the file, or the directory, whose bytes match the digest git pins. Staged
-    on the node before this replica's code started (docs/models.md)."""
+    on the node before this replica's code started (docs/guides/models.md)."""
     return installed_model(name)
 
 

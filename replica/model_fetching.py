@@ -109,7 +109,7 @@ def _client(deadline: float, endpoint: str) -> dict[str, Any]:
         "connect_timeout": timedelta(seconds=min(remaining, 10.0)),
     }
     if endpoint.startswith("http://"):
-        options["allow_http"] = True  # an S3-compatible store or server on loopback (docs/models.md)
+        options["allow_http"] = True  # an S3-compatible store or server on loopback (docs/guides/models.md)
     return options
 
 

@@ -1,6 +1,6 @@
 """A node's model cache: content-addressed by digest, shared by every replica on the node.
 
-Owns staging a model (docs/models.md) before a replica's user code runs:
+Owns staging a model (docs/guides/models.md) before a replica's user code runs:
 `ModelCache.stage` returns a local, read-only path whose bytes match the
 digest git pins, fetching them (`replica.model_fetching`) only when the
 cache does not hold them. Layout under the cache directory:

@@ -1,6 +1,6 @@
 """A replica's secrets: its own age key, the values it was sent, their files.
 
-Owns the replica's end of secret delivery (docs/secrets.md). At start the
+Owns the replica's end of secret delivery (docs/guides/secrets.md). At start the
 replica makes an X25519 age identity that never leaves its memory and tells
 its public key (`recipient`, not a secret) to the controller, which seals the
 backend's values to it (`controller.state.secrets`); `open` takes that sealed

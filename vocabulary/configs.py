@@ -169,7 +169,7 @@ def keyed_routing(routing: Any) -> Any:
 
 
 class RoutingConfig(_Value):
-    """How the proxy chooses among a backend's replicas (docs/llm.md)."""
+    """How the proxy chooses among a backend's replicas (docs/guides/llm.md)."""
 
     policy: RoutingPolicy = Field(
         default=RoutingPolicy.POWER_OF_TWO,
@@ -217,7 +217,7 @@ def _model_header(name: str) -> str:
 
 
 class MultiplexConfig(_Value):
-    """Many models per replica (docs/models.md): a request names its model in a header, the
+    """Many models per replica (docs/guides/models.md): a request names its model in a header, the
     replica's `@ray_gitops.serving.multiplexed` loader keeps the most recently used ones loaded,
     and the proxy sends a model to a replica that has it loaded."""
 
@@ -279,7 +279,7 @@ class SecretChange(str, enum.Enum):
 
 
 class SecretConfig(_Value):
-    """An age-encrypted value in the repository (docs/secrets.md): only its
+    """An age-encrypted value in the repository (docs/guides/secrets.md): only its
     file is named here, never its value."""
 
     name: str = Field(description="The secret's name: the key of its [secrets.NAME] table.")
@@ -290,7 +290,7 @@ class SecretConfig(_Value):
 
 
 class ModelConfig(_Value):
-    """Weights pinned by digest (docs/models.md): fetched once per node into a
+    """Weights pinned by digest (docs/guides/models.md): fetched once per node into a
     content-addressed cache before a replica that needs them starts."""
 
     name: str = Field(description="The model's name: the key of its [models.NAME] table.")
@@ -396,7 +396,7 @@ class BackendConfig(_Value):
     multiplex: MultiplexConfig | None = Field(
         default=None,
         description="Many models per replica: the proxy routes a request's model (its `header`) to a replica "
-        "that has it loaded (docs/models.md); none: one model set per replica.",
+        "that has it loaded (docs/guides/models.md); none: one model set per replica.",
     )
     update: Annotated[UpdateConfig | None, AfterValidator(_surge_or_unavailable)] = Field(
         default=None,
@@ -411,7 +411,7 @@ class BackendConfig(_Value):
     secrets: tuple[str, ...] = Field(
         default=(),
         description="Secrets ([secrets.NAME]) delivered to this backend's replicas, read with "
-        "`ray_gitops.serving.secret(NAME)` or `ray_gitops.serving.secret_path(NAME)` (docs/secrets.md).",
+        "`ray_gitops.serving.secret(NAME)` or `ray_gitops.serving.secret_path(NAME)` (docs/guides/secrets.md).",
     )
     on_secret_change: SecretChange | None = Field(
         default=None,
@@ -427,7 +427,7 @@ class BackendConfig(_Value):
     models: tuple[str, ...] = Field(
         default=(),
         description="Models ([models.NAME]) staged on the node before a replica starts, read with "
-        "`ray_gitops.serving.model_path(NAME)`; a new digest restarts the replicas (docs/models.md).",
+        "`ray_gitops.serving.model_path(NAME)`; a new digest restarts the replicas (docs/guides/models.md).",
     )
     model_sources: dict[str, ModelConfig] = Field(
         default_factory=dict,
@@ -648,7 +648,7 @@ def _limit_key_shape(key: str | None) -> str | None:
 
 class LimitsConfig(_Value):
     """Requests each tenant may send to the endpoint: a token bucket per key; with N nodes, each node's
-    proxies enforce 1/N of it (docs/llm.md)."""
+    proxies enforce 1/N of it (docs/guides/llm.md)."""
 
     requests_per_s: float = Field(
         gt=0, le=1_000_000, description="Requests per second each key may send, on average, across the cluster "

@@ -1,6 +1,6 @@
 """What a model's digest is, and which sources a `[models.NAME]` table may name.
 
-A model is weights pinned by digest in git (docs/models.md). Its `sha256`
+A model is weights pinned by digest in git (docs/guides/models.md). Its `sha256`
 is, for a single file, the file's sha256; for a directory (a source ending
 in `/`), the sha256 of its manifest: one `path\\tsize\\tsha256\\n` line per
 file, paths relative to the directory with `/` separators, sorted by path.

@@ -1,4 +1,4 @@
-"""What a node's model cache has done, as the file its replicas share (docs/models.md).
+"""What a node's model cache has done, as the file its replicas share (docs/guides/models.md).
 
 Every replica that stages a model (`replica.models`) adds to one small JSON
 file in the node's cache directory, `stats.json`: the bytes fetched and the

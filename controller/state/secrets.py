@@ -8,7 +8,7 @@ sends them again at its next tick), and sealing a backend's values to one
 replica's public key (`seal_for`) so that what crosses Ray to the replica is
 ciphertext only that replica can open. Nothing here is written to the
 checkpoint, a log line, a status or an error text: errors name backends and
-secrets, never values. Pure apart from the age calls; docs/secrets.md has
+secrets, never values. Pure apart from the age calls; docs/guides/secrets.md has
 the design.
 """
 

@@ -1,7 +1,7 @@
 """An engine-free LLM: OpenAI's `/v1/chat/completions` with a simulated prefix (KV) cache.
 
 It answers like an inference server (vLLM, SGLang) without a model or a GPU,
-so the routing policies (docs/llm.md), the tests and `bench/routing.py` can
+so the routing policies (docs/guides/llm.md), the tests and `bench/routing.py` can
 show what an LLM's replica placement costs:
 
 - the prompt is the request's `messages`, cut into tokens (whitespace-

@@ -5,7 +5,7 @@ Each request names its language pair in `X-Model-Id` (`en-fr`, `en-de`, ...).
 `max_models_per_replica` pairs loaded on a replica, least recently used out
 first, and the proxy sends a pair's requests to the replica that has it
 loaded. A real loader would read the pair's weights here, for instance from
-`serving.model_path("translators") + f"/{model_id}.bin"` (docs/models.md);
+`serving.model_path("translators") + f"/{model_id}.bin"` (docs/guides/models.md);
 this one builds a tiny dictionary, after a pause that stands for the load.
 """
 

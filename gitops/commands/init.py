@@ -30,7 +30,7 @@ __all__ = ["SCAFFOLD", "init_command", "scaffold_dir", "write_scaffold", "next_s
 _SPEC = '''\
 # A first deployment, made by `gitops init`. Every *.toml file under
 # deployments/ is part of one desired state; commit a change and the running
-# agent applies it. Every key, its type and default: docs/spec.md of ray-gitops.
+# agent applies it. Every key, its type and default: docs/reference/spec.md of ray-gitops.
 
 # A backend is a class (or function) of this repository, run as Ray actors.
 [backends.hello-v1]

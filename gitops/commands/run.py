@@ -206,7 +206,7 @@ def _controller(args: argparse.Namespace, embedded_state: Path | None) -> Any:
         "otlp_endpoint": otlp_endpoint(args.otlp_endpoint, os.environ),
         "proxy_max_connections": args.proxy_max_connections,
     }
-    # Each node's model cache: the flag's, else inside the state dir when Ray is ours (docs/models.md).
+    # Each node's model cache: the flag's, else inside the state dir when Ray is ours (docs/guides/models.md).
     cache_dir = args.model_cache_dir
     if cache_dir is None and embedded_state is not None:
         cache_dir = str((embedded_state / "models").resolve())

@@ -1,6 +1,6 @@
 """`gitops secret encrypt [IN] --recipients FILE > OUT` and `gitops secret edit FILE`.
 
-Authoring help for secrets in git (docs/secrets.md), with the `pyrage`
+Authoring help for secrets in git (docs/guides/secrets.md), with the `pyrage`
 library (age in Rust), no age binary. Recipients are age public keys, one a
 line (`#` comments allowed), read from `--recipients` or `.gitops-recipients`
 at the repository root. `edit` decrypts FILE (when it exists) with

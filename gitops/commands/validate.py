@@ -13,7 +13,7 @@ Only reads: the working tree, or with `--rev` a commit of the repository holding
 `--max-replicas` is the agent's cap on replica counts (default 1,000): pass
 the value the agent runs with.
 
-Environments (docs/environments.md): without `--environment` the tree is
+Environments (docs/guides/environments.md): without `--environment` the tree is
 checked as written and with each `environments/NAME.toml` on top, every
 error reported once; `--environment NAME` checks that environment alone.
 """

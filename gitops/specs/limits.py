@@ -1,4 +1,4 @@
-"""Every bound on what a spec tree may hold, in one place (docs/security.md).
+"""Every bound on what a spec tree may hold, in one place (docs/guides/security.md).
 
 A spec tree comes from whoever can push to the watched branch, so the loader
 must stay fast and small on any input: sizes are checked before a byte is

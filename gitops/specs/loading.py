@@ -12,7 +12,7 @@ Loading never raises on bad input: TOML syntax, table contents
 A backend's version hashes its code as `gitops.specs.code` says: never the
 spec files.
 
-Hostile trees are bounded (`gitops.specs.limits`, docs/security.md): spec
+Hostile trees are bounded (`gitops.specs.limits`, docs/guides/security.md): spec
 files are sized before they are read; a symbolic link under the spec path
 or a backend's code paths that leads outside the repository is an error at
 its file (the export refuses any other); a top-level module of the

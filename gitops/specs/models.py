@@ -1,7 +1,7 @@
 """The spec format as pydantic models: every key, type, default and range.
 
 This module owns what one `[backends.NAME]` or `[endpoints.NAME]` table may
-contain; docs/spec.md is generated from it. It validates one table
+contain; docs/reference/spec.md is generated from it. It validates one table
 at a time and knows nothing about files, line numbers, other files, git or
 Ray: cross-file rules and locations belong to `gitops.specs.documents`.
 
@@ -124,7 +124,7 @@ DERIVED_ENDPOINT_FIELDS = frozenset({"name", "rollout_step"})
 DERIVED_SECRET_FIELDS = frozenset({"name"})
 DERIVED_MODEL_FIELDS = frozenset({"name"})
 # Environment variables whose names say they hold a credential: a literal
-# value there is a secret in plain text (docs/secrets.md says what to do).
+# value there is a secret in plain text (docs/guides/secrets.md says what to do).
 _CREDENTIAL_NAME = re.compile(r".*(PASSWORD|PASSWD|TOKEN|SECRET|CREDENTIAL).*|.*_KEY|KEY", re.IGNORECASE)
 _IMPORT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
@@ -504,7 +504,7 @@ def literal_credential(name: str, value: str) -> str | None:
     return (
         f"'{name}' looks like a credential with its value written in the spec (plain text in git, "
         "in Ray and in every plan); declare it as [secrets.NAME] with an age-encrypted file and list it "
-        "in the backend's secrets (docs/secrets.md)"
+        "in the backend's secrets (docs/guides/secrets.md)"
     )
 
 

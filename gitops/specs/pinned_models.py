@@ -1,7 +1,7 @@
 """Models in a desired state: each `[models.NAME]` bound to the backends that name it.
 
 Owns the rule that a model's digest is part of a backend's version
-(docs/models.md): a backend that lists models gets each one's source,
+(docs/guides/models.md): a backend that lists models gets each one's source,
 digest and load timeout in `model_sources`, and `+m` and a short hash of
 their digests appended to its version, so a new digest in git restarts
 exactly the replicas that use that model (a rolling update), and a new

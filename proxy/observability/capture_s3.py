@@ -44,7 +44,7 @@ def _store(bucket: str) -> S3Store:
     """The bucket's store as the models' fetches make it: obstore reads the AWS_* variables."""
     options: dict[str, Any] = {"timeout": timedelta(seconds=10), "connect_timeout": timedelta(seconds=5)}
     if os.environ.get("AWS_ENDPOINT_URL", "").startswith("http://"):
-        options["allow_http"] = True  # an S3-compatible server on loopback, as for models (docs/models.md)
+        options["allow_http"] = True  # an S3-compatible server on loopback, as for models (docs/guides/models.md)
     return S3Store(bucket, client_options=options, retry_config=_RETRIES)  # type: ignore[arg-type]  # obstore's TypedDicts
 
 

@@ -1,7 +1,7 @@
 """The proxy's Prometheus metrics and the port they are scraped from.
 
 Owned here: the names, labels and buckets of the data-plane metrics of
-docs/metrics.md ("Proxy": `gitops_http_requests_total`,
+docs/reference/metrics.md ("Proxy": `gitops_http_requests_total`,
 `gitops_http_request_duration_seconds`, `gitops_shadow_requests_total`,
 `gitops_shadow_comparisons_total`, `gitops_backend_ongoing_requests`, `gitops_batch_size`,
 `gitops_http_time_to_first_byte_seconds`, `gitops_http_rate_limited_total`,

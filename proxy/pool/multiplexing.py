@@ -1,6 +1,6 @@
 """Which replica of a multiplexed backend takes a model's request, and how hot its hottest model is.
 
-A multiplexed backend (`[backends.X.multiplex]`, docs/models.md) keeps up to
+A multiplexed backend (`[backends.X.multiplex]`, docs/guides/models.md) keeps up to
 `max_models_per_replica` models loaded on each replica; loading one is slow,
 so a request for model M goes to a replica that has M loaded (each answer
 tells the proxy which models its replica holds: `vocabulary.multiplexing`),

@@ -22,7 +22,7 @@ from gitops.metrics import AgentMetrics
 from proxy.observability.metrics import ProxyMetrics
 
 ROOT = docgen.ROOT
-PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 # A TOML block preceded by one of these comments is left out: a deliberate fragment (say, one
 # table of a larger spec), or another TOML file (a notify file, an editor's config).
 SKIP_MARKERS = ("<!-- partial -->", "<!-- not a spec -->")
@@ -49,7 +49,7 @@ def test_metrics_page_lists_what_the_registry_exports(registry) -> None:
         (family.name + ("_total" if family.type == "counter" else ""), family.type, family.documentation)
         for family in text_string_to_metric_families(generate_latest(registry).decode())
     }
-    page = (ROOT / "docs" / "metrics.md").read_text()
+    page = (ROOT / "docs" / "reference" / "metrics.md").read_text()
     rows = metric_rows(registry)
     assert {(row.name, row.type, row.help) for row in rows} == exported
     for row in rows:
@@ -77,7 +77,7 @@ def test_toml_block_validates(name: str, body: str, tmp_path: Path, capsys: pyte
 
 def test_the_readme_and_the_spec_reference_have_checked_examples() -> None:
     pages = {name.split("#")[0] for name, _ in toml_blocks()}
-    assert {"README.md", "docs/spec.md"} <= pages
+    assert {"README.md", "docs/reference/spec.md"} <= pages
 
 
 def test_troubleshooting_explains_every_status_reason() -> None:
@@ -88,7 +88,7 @@ def test_troubleshooting_explains_every_status_reason() -> None:
     literals = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
     shown = {word for word in literals if re.fullmatch(r"[A-Z][a-z]+(?:[A-Z][a-z]+)*", word)}
     shown -= set(gitops.status.__all__)
-    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    page = (ROOT / "docs" / "reference" / "troubleshooting.md").read_text()
     assert sorted(word for word in shown if f"`{word}`" not in page) == []
 
 

@@ -1,4 +1,4 @@
-"""docs/environments.md says what the code does: its files load as shown, its error is
+"""docs/guides/environments.md says what the code does: its files load as shown, its error is
 the one printed, its key table is the declared one."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from gitops.specs.environments import overridable_keys
 from gitops.specs.loading import Loader
 from tests.component.test_docs import ROOT
 
-PAGE = (ROOT / "docs" / "environments.md").read_text()
+PAGE = (ROOT / "docs" / "guides" / "environments.md").read_text()
 BLOCKS = re.findall(r"```toml\n(.*?)```", PAGE, re.DOTALL)
 APP = (ROOT / "deployments" / "apps" / "echo.py").read_text()
 

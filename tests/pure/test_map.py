@@ -7,7 +7,7 @@
 - README "How it works": its package picture shows every top-level package
   of `[tool.setuptools.packages.find]`, and each package's bullet names
   every module and subpackage directly in it, as its docstring does.
-- No tracked file cites a repository path (`docs/spec.md`,
+- No tracked file cites a repository path (`docs/reference/spec.md`,
   `gitops/agent.py`) or a document by name (`CHANGELOG.md`) that is not there.
 - `ray._private` is used only in `controller.shell.ray_private`, and the import
   contracts stay whole: a module that says it is pure is not a named shell,
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # A backticked module name: `configs`, `sources/`, `vocabulary.goal_api.REPLICA_CLASS`.
 _NAME = re.compile(r"`([a-z_][a-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)/?`")
-# A cited repository path: `docs/spec.md`, tests/pure/test_map.py, README.md,
+# A cited repository path: `docs/reference/spec.md`, tests/pure/test_map.py, README.md,
 # not part of a longer path, URL or pattern (`*.py`, `<verb>.py`, `/etc/x.toml`).
 _PATH = re.compile(
     r"(?<![\w/.*<>{}$~:-])((?:[\w.-]+/)*[\w-]+\.(?:md|py|toml|json|ya?ml|txt|sh|cfg|ini|html))(?![\w/*>}-])"
@@ -205,7 +205,7 @@ def prose(path: Path, text: str) -> str:
 
 def cited_paths(text: str, top_level: set[str], documents: set[str]) -> set[str]:
     """The repository paths `text` cites that are not there: under one of the
-    repository's top-level directories (`docs/spec.md`), or a document named
+    repository's top-level directories (`docs/reference/spec.md`), or a document named
     by itself (`CHANGELOG.md`) that no directory holds. `deployments/` is left
     out: it is our example spec tree and every user's spec directory, so a
     guide's `deployments/hello.toml` is a file of the reader's repository."""

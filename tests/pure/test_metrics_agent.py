@@ -1,4 +1,4 @@
-"""The agent's metrics carry the names, types, labels of docs/metrics.md ("Agent") and true values."""
+"""The agent's metrics carry the names, types, labels of docs/reference/metrics.md ("Agent") and true values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The proxy's metrics carry the names and labels of docs/metrics.md ("Proxy") and true values."""
+"""The proxy's metrics carry the names and labels of docs/reference/metrics.md ("Proxy") and true values."""
 
 from __future__ import annotations
 

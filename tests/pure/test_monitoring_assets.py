@@ -1,6 +1,6 @@
-"""The shipped monitoring assets use only the metrics and labels of docs/metrics.md.
+"""The shipped monitoring assets use only the metrics and labels of docs/reference/metrics.md.
 
-`CONTRACT` is docs/metrics.md's tables; dashboards and alert rules
+`CONTRACT` is docs/reference/metrics.md's tables; dashboards and alert rules
 depend on these names, so every query of the shipped dashboard and alert
 rules must reference only them, with their labels.
 """
@@ -99,14 +99,14 @@ def all_queries() -> list[str]:
 
 
 def contract_name(series: str) -> str:
-    """The docs/metrics.md name a series in a query belongs to (histograms and summaries have suffixes)."""
+    """The docs/reference/metrics.md name a series in a query belongs to (histograms and summaries have suffixes)."""
     if series in CONTRACT:
         return series
     for suffix in HISTOGRAM_SUFFIXES:
         base = series.removesuffix(suffix)
         if base != series and CONTRACT.get(base, ("",))[0] in ("histogram", "summary"):
             return base
-    raise AssertionError(f"{series} is not a metric of docs/metrics.md")
+    raise AssertionError(f"{series} is not a metric of docs/reference/metrics.md")
 
 
 def referenced_metrics(query: str) -> set[str]:

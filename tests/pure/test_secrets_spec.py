@@ -30,10 +30,10 @@ def test_a_backend_names_only_declared_secrets_and_literal_credentials_are_refus
         "deployments/orders.toml:7:50: backends.orders.runtime_env.env_vars.DB_PASSWORD: 'DB_PASSWORD' looks "
         "like a credential with its value written in the spec (plain text in git, in Ray and in every plan); "
         "declare it as [secrets.NAME] with an age-encrypted file and list it in the backend's secrets "
-        "(docs/secrets.md)",
+        "(docs/guides/secrets.md)",
         "deployments/orders.toml:7:75: backends.orders.runtime_env.env_vars.API_KEY: 'API_KEY' looks like a "
         "credential with its value written in the spec (plain text in git, in Ray and in every plan); declare "
-        "it as [secrets.NAME] with an age-encrypted file and list it in the backend's secrets (docs/secrets.md)",
+        "it as [secrets.NAME] with an age-encrypted file and list it in the backend's secrets (docs/guides/secrets.md)",
     ]
     assert not any("hunter2" in error for error in errors)
 

@@ -1,4 +1,4 @@
-"""The spec format's tables: keys, types, defaults and ranges (docs/spec.md)."""
+"""The spec format's tables: keys, types, defaults and ranges (docs/reference/spec.md)."""
 
 from __future__ import annotations
 

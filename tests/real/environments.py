@@ -1,4 +1,4 @@
-"""Environment agents for the real tests of docs/environments.md.
+"""Environment agents for the real tests of docs/guides/environments.md.
 
 Owned here: `EnvironmentAgent`, one `gitops run --environment NAME` joined to
 the test session's Ray in a namespace of its own and watching `env/NAME`

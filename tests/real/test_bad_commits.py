@@ -388,7 +388,7 @@ def _refused_and_nothing_changed(cluster: Cluster, case: Case) -> dict:
     assert status["last_attempted_revision"] == bad
     assert status["last_applied_revision"] == cluster.good
     assert cluster.target_version() == "good"
-    for route in case.absent:  # the whole commit or nothing (docs/troubleshooting.md)
+    for route in case.absent:  # the whole commit or nothing (docs/reference/troubleshooting.md)
         assert httpx.get(cluster.agent.proxy + route, timeout=10).status_code == 404, route
     during = cluster.load.codes[before:]
     assert during and set(during) == {200}, during
@@ -478,7 +478,7 @@ class _QuietFiles(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def weights_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A plain HTTP server on loopback serving one model file, as docs/models.md allows."""
+    """A plain HTTP server on loopback serving one model file, as docs/guides/models.md allows."""
     served = tmp_path_factory.mktemp("weights")
     (served / "weights.bin").write_bytes(WEIGHTS)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietFiles, directory=str(served)))

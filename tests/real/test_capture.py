@@ -189,7 +189,7 @@ def test_an_s3_sink_gets_batched_objects_under_its_prefix_with_the_commit_and_no
         found = sent()
         return found if sum(text.count("\n") for _, text in found) >= 5 else []
 
-    # An object leaves once its oldest record waited 10 s (docs/observability.md).
+    # An object leaves once its oldest record waited 10 s (docs/guides/observability.md).
     objects = eventually(all_five, 40, 0.5, what="5 records in S3")
     assert 1 <= len(objects) < 5, [key for key, _ in objects]  # batched: fewer objects than records
     for key, _ in objects:

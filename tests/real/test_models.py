@@ -1,5 +1,5 @@
 """Models end to end: an S3-compatible server (moto's, on 127.0.0.1), a real
-agent and real Ray replicas (docs/models.md). Several replicas on one node
+agent and real Ray replicas (docs/guides/models.md). Several replicas on one node
 fetch a model once; a new digest in git rolls the backend with no failed
 request; a wrong digest fails the commit naming the model, its source and
 both digests, and nothing that serves changes; a corrupt cache entry is

@@ -1,6 +1,6 @@
 """Secrets in git, end to end with a real agent and a real Ray: a planted
 value reaches the replica and nowhere else, and a rotation by commit changes
-what the replica sees without a failed request (docs/secrets.md)."""
+what the replica sees without a failed request (docs/guides/secrets.md)."""
 
 from __future__ import annotations
 

@@ -69,7 +69,7 @@ def test_a_commit_changing_code_changes_the_version(echo_repo: GitRepo) -> None:
 
 
 def test_a_data_file_under_the_spec_path_is_not_code(echo_repo: GitRepo) -> None:
-    """Under the spec path only Python files are code (docs/spec.md, `code_paths`): a data file
+    """Under the spec path only Python files are code (docs/reference/spec.md, `code_paths`): a data file
     beside them, like the spec files themselves, changes no version and restarts nothing."""
     loader = Loader()
     before = loader.load_commit(echo_repo.root).state

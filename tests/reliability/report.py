@@ -1,4 +1,4 @@
-"""Renders the recorded scenario numbers as docs/reliability.md.
+"""Renders the recorded scenario numbers as docs/reports/reliability.md.
 
 `render` is pure (results in, markdown out); `main` reads the JSON-lines
 file the scenarios wrote and writes the page. Run by `make reliability`:
@@ -67,7 +67,7 @@ def render(results: list[ScenarioResult], load_s: float) -> str:
 
 def main(argv: list[str]) -> int:
     source = Path(argv[0]) if argv else results_path()
-    target = Path(argv[1]) if len(argv) > 1 else Path("docs/reliability.md")
+    target = Path(argv[1]) if len(argv) > 1 else Path("docs/reports/reliability.md")
     results = read(source)
     if not results:
         print(f"no scenario results in {source}", file=sys.stderr)

@@ -5,7 +5,7 @@ Owns the record of one scenario (`ScenarioResult`), where the file is
 and how long a scenario keeps its steady load before a fault and after
 recovery (`load_window_s`: `GITOPS_RELIABILITY_LOAD_S`, short for
 `make test`, long for `make reliability`). `tests.reliability.report`
-turns the file into docs/reliability.md; nothing here writes markdown.
+turns the file into docs/reports/reliability.md; nothing here writes markdown.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ _DEFAULT_LOAD_S = 1.0
 
 @dataclass(frozen=True)
 class ScenarioResult:
-    scenario: str  # "1", "2a", ... as numbered in docs/reliability.md
+    scenario: str  # "1", "2a", ... as numbered in docs/reports/reliability.md
     title: str
     requests: int
     failed: int

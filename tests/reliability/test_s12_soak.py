@@ -6,7 +6,7 @@ streams, WebSocket sessions, handle calls) through the real proxy of a
 random fault every 20-60 s; it exits 0 only when every failed request is a
 documented case, every fault was recovered from, no actor leaked and the
 cluster serves the branch head. A short run reports the memory slopes
-without judging them (docs/soak.md says why).
+without judging them (docs/reports/soak.md says why).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from gitops.sources.trees import MemoryTree
 ECHO_PY = "class Echo:\n    def __call__(self, request):\n        return 'hi'\n"
 HEADER = '[backends.echo]\nimport_path = "apps.echo:Echo"\n'
 SECONDS, BYTES = 5.0, 200 * 2**20
-# The documented limits (docs/security.md), written out: they are the contract.
+# The documented limits (docs/guides/security.md), written out: they are the contract.
 MAX_DEPTH, MAX_FILE_BYTES, MAX_TREE_BYTES, MAX_STRING_BYTES = 32, 2**20, 16 * 2**20, 64 * 2**10
 
 
