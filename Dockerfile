@@ -22,7 +22,7 @@
 # (8001) and the webhook (8003) listen on all interfaces so they can be
 # published. The admin API needs the token on every path but /metrics and
 # /healthz; still publish 8001 on loopback or a private network only, and put
-# TLS in front of 8000/8003 (README "Security model").
+# TLS in front of 8000/8003 (docs/guides/security.md).
 
 # Stage 1: the wheel, built as `python -m build` builds it for PyPI.
 FROM python:3.11-slim AS build

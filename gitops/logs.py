@@ -11,8 +11,8 @@ what is logged when (each module logs its own events).
 
 Text is the console people read: `HH:MM:SS message`, so the message must
 say everything a person needs; the fields are for machines and are left
-out, except `errors`, shown as indented lines under the event (the README's
-look). Warnings and errors say their level, and events of other libraries
+out, except `errors`, shown as indented lines under the event (as docs/guides/agent.md
+shows them). Warnings and errors say their level, and events of other libraries
 their logger. JSON is one object per line with every field; even an
 exception stays on its line (text escapes the traceback's newlines, JSON
 carries it in the `exc` field). Every record passes `RedactingFilter`

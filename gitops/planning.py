@@ -5,7 +5,7 @@ same inputs always give the same actions in the same order. It assumes
 `desired` is valid (as `gitops.specs.loading` guarantees) and `actual` is what a
 controller reports; it never talks to either.
 
-Apply order (owned here; README "How it works"), with the refinements
+Apply order (owned here; docs/architecture.md), with the refinements
 that keep every intermediate state safe (`gitops.simulating.unsafe_reasons`):
 
 1. Create and update backends — so every backend an endpoint will name

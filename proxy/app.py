@@ -11,7 +11,7 @@ under the endpoint's timeout (the deadline, and the client's leaving, kept by
 idempotent request's replica died or stalled (`proxy.pool.stalls`: a call that ran
 out its timeout on a replica that answered nothing meanwhile takes that
 replica out of routing; the other calls it held are retried or answered 504), and map every outcome to the status codes
-of the README's HTTP table. A client that leaves before its body is read
+of docs/reference/http.md's table. A client that leaves before its body is read
 causes no replica call (recorded as 499); a truncated body is never
 forwarded; a client that leaves while its call runs cancels it (499). The
 route prefix goes along with each request (`with_root_path`), so an ASGI

@@ -175,7 +175,7 @@ async def _rest(outbox: asyncio.Queue[Any], room: asyncio.Semaphore,
                 yield b"".join(chunks)
         if task.done():
             # Ended by the app returning or raising, not by its last chunk: one
-            # that raised breaks the stream (README: "handler raised").
+            # that raised breaks the stream (docs/reference/http.md: "handler raised").
             _raise_failure(task)
     finally:
         task.cancel()

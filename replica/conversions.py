@@ -1,7 +1,7 @@
 """Wire tuples to and from what user code sees.
 
 A request tuple becomes a `starlette.requests.Request`; whatever a handler
-returned becomes a response tuple, following the README's "User code":
+returned becomes a response tuple, following docs/guides/specs.md ("User code"):
 
 - a Starlette `Response` is sent as is; a `StreamingResponse` (or any
   response without a ready body, such as a `FileResponse`) streams;

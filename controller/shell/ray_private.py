@@ -1,6 +1,6 @@
 """Every use of Ray's private API (`ray._private`), in one place.
 
-Owns what the supported Ray range (README "Ray versions") has no public call
+Owns what the supported Ray range (docs/guides/operations.md, "Ray versions") has no public call
 for, so a Ray upgrade that moves one of them breaks here and nowhere else:
 - `upload_working_dir`: package and upload a local `working_dir` to the GCS
   (Ray takes local directories only at job level);

@@ -1,4 +1,4 @@
-"""A backend's version: what its replicas are bound to (README "Writing specs and backends").
+"""A backend's version: what its replicas are bound to (docs/guides/specs.md).
 
 An explicit `version` wins. Otherwise the version is a short, stable hash of
 the git object hashes of the backend's code paths plus the code-affecting

@@ -4,9 +4,12 @@
   subpackages (as `name`, `name/`, `name.attribute` or `package.name`) and
   names no module of its own that does not exist; a dotted name of ours
   (`vocabulary.wire`, `vocabulary.goal_api.REPLICA_CLASS`) must resolve.
-- README "How it works": its package picture shows every top-level package
+- docs/architecture.md: its package picture shows every top-level package
   of `[tool.setuptools.packages.find]`, and each package's bullet names
-  every module and subpackage directly in it, as its docstring does.
+  every sub-package directly in it; any module a bullet names is there.
+  The page stays at the level of packages and their rooms: the module
+  lists are the docstrings', so a module that moves within its package
+  changes its docstrings, not the page.
 - No tracked file cites a repository path (`docs/reference/spec.md`,
   `gitops/agent.py`) or a document by name (`CHANGELOG.md`) that is not there.
 - `ray._private` is used only in `controller.shell.ray_private`, and the import
@@ -16,7 +19,7 @@
 - The spec loader's list of our packages (which a spec repository may not
   shadow) is the list of packages we ship.
 
-A backticked lowercase word in a package docstring or a README bullet is
+A backticked lowercase word in a package docstring or an architecture bullet is
 read as a module name: write functions with their module (`ticks.tick`) or
 with parentheses (`worst()`).
 """
@@ -144,34 +147,62 @@ def test_every_package_docstring_names_each_of_its_modules_and_no_other() -> Non
     assert not problems, "\n".join(problems)
 
 
-def how_it_works() -> str:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## How it works\n", 1)[1]
-    return section.split("\n## ", 1)[0]
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
-def test_the_readme_package_picture_shows_every_package() -> None:
-    blocks = re.findall(r"```\n(.*?)```", how_it_works(), re.S)
+def architecture() -> str:
+    return ARCHITECTURE.read_text()
+
+
+def test_the_architecture_package_picture_shows_every_package() -> None:
+    blocks = re.findall(r"```\n(.*?)```", architecture(), re.S)
     picture = next((block for block in blocks if "vocabulary" in block), "")
-    missing = [name for name in top_packages() if not re.search(rf"\b{name}\b", picture)]
-    assert picture and not missing, f"README's package picture misses {missing}"
+    missing = [name for name in top_packages() if not re.search(rf"\b{name}/", picture)]
+    assert picture and not missing, f"docs/architecture.md's package picture misses {missing}"
 
 
-def readme_bullet(package: str) -> str:
-    """The README "How it works" bullet about `package/`: from its `- \\`package/\\`` to the next bullet."""
-    match = re.search(rf"^- `{package}/`.*?(?=^- |^\S|\Z)", how_it_works(), re.S | re.M)
+def architecture_bullet(package: str) -> str:
+    """The docs/architecture.md bullet about `package/`: from its `- \\`package/\\`` to the next bullet."""
+    match = re.search(rf"^- `{package}/`.*?(?=^- |^\S|\Z)", architecture(), re.S | re.M)
     return match.group(0) if match else ""
 
 
-def test_the_readme_names_each_package_s_modules_as_its_docstring_does() -> None:
+def subpackages(package: Path) -> set[str]:
+    return {path.parent.name for path in package.glob("*/__init__.py")}
+
+
+def bullet_problems(words: str, package: Path, where: str) -> list[str]:
+    """What a bullet gets wrong about `package`: a sub-package it does not name, or a name that is not there."""
+    problems = naming_problems(words, package, where)
+    ours = children(package)
+    named = {name for name in _NAME.findall(words) if "." not in name and name in ours}
+    # Modules need not be named (the docstring lists them); sub-packages must be.
+    missing_modules = {f"{where} does not name `{name}`" for name in ours - named - subpackages(package)}
+    return [problem for problem in problems if problem not in missing_modules]
+
+
+def test_the_architecture_page_names_each_package_s_rooms_and_only_what_is_there() -> None:
     problems = []
     for name in top_packages():
-        bullet = readme_bullet(name)
+        bullet = architecture_bullet(name)
         if not bullet:
-            problems.append(f"README has no bullet starting with `{name}/`")
+            problems.append(f"docs/architecture.md has no bullet starting with `{name}/`")
             continue
-        problems += naming_problems(bullet, ROOT / name, f"README's `{name}/` bullet")
+        problems += bullet_problems(bullet, ROOT / name, f"docs/architecture.md's `{name}/` bullet")
     assert not problems, "\n".join(problems)
+
+
+def test_a_bullet_must_name_sub_packages_and_may_leave_modules_to_the_docstring() -> None:
+    package = ROOT / "gitops"
+    rooms = sorted(subpackages(package))
+    assert rooms, "gitops has sub-packages"
+    every_room = " ".join(f"`{room}/`" for room in rooms)
+    assert bullet_problems(f"- `gitops/` is the agent: {every_room}.", package, "b") == []
+    missing = bullet_problems(f"- `gitops/` is the agent: {every_room.replace(f'`{rooms[0]}/`', '')}.", package, "b")
+    assert missing == [f"b does not name `{rooms[0]}`"]
+    assert bullet_problems(f"- `gitops/`: {every_room}, `no_such_module`.", package, "b") == [
+        "b names `no_such_module`, which is not in gitops"
+    ]
 
 
 def tracked_files() -> list[Path]:

@@ -151,9 +151,9 @@ def test_a_secret_never_appears_in_an_error() -> None:
     assert "12345" not in "\n".join(errors)
 
 
-def test_the_readmes_example_is_a_valid_notify_file() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Notifications", 1)[1]
+def test_the_guide_s_example_is_a_valid_notify_file() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "notifications.md").read_text()
+    section = page.split("# Notifications", 1)[1]
     example = section.split("```toml\n", 1)[1].split("```", 1)[0]
-    channels = parse_notify_file("README.md", example, lambda path: f"secret from {path}")
+    channels = parse_notify_file("notifications.md", example, lambda path: f"secret from {path}")
     assert [channel.provider.type for channel in channels] == ["slack", "github", "gitlab", "webhook"]

@@ -1,4 +1,4 @@
-"""A real `gitops run` exposed as the README's "Security model" says (issue 11 rows 1, 3, 4, 14).
+"""A real `gitops run` exposed as docs/guides/security.md says (issue 11 rows 1, 3, 4, 14).
 
 One agent, joined to the session's Ray (token auth on, so the join itself
 proves an agent authenticates as the cluster does), with an admin token and

@@ -10,7 +10,7 @@ the fetch's git processes to be seen: weaker (a process of a few
 milliseconds, as askpass was, can be missed), so run it where strace works. A redirect to another port of 127.0.0.1 poses as
 another host: git's credential matching compares scheme, host and port.
 Row 8 runs git over a fake `ssh` (a script that records its arguments and
-runs the remote command locally) picked the README's way, with
+runs the remote command locally) picked the way docs/guides/security.md says, with
 `GIT_SSH_COMMAND`.
 """
 
