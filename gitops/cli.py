@@ -167,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the log line 'gitops: ready' says the same)",
     )
     run.add_argument(
-        "--notify", default=None, metavar="FILE", help="notification providers, a TOML file (default: none; see docs/guides/notifications.md)"
+        "--notify", default=None, metavar="FILE",
+        help="notification providers, a TOML file (default: none; see docs/guides/notifications.md)",
     )
     run.add_argument(
         "--public-url", default=None, help="where people reach this agent's status page, for notification links"
