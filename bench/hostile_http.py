@@ -11,7 +11,7 @@
   300 messages or 10 s (the replica's byte budget is the data path's).
 
 Rows 1 and 2 run against the real proxy (a Ray actor on a local Ray of this
-process's own) and against the agent's admin listener (`gitops.admin.server`
+process's own) and against the agent's admin listener (`gitops.admin.api.server`
 in a process of its own, with the webhook); row 4 against the proxy and its
 replica. Prints one line per case; no assertions (the bounds are asserted in
 tests/security/test_hostile_http.py). Under a minute:
@@ -160,7 +160,7 @@ def case(label: str, pid: int, attack: Callable[[], str]) -> None:
 
 
 def serve_admin(port: int) -> None:
-    from gitops.admin import WebhookGuard, build_app, server
+    from gitops.admin.api import WebhookGuard, build_app, server
     from tests.component.test_admin import SECRET, FakeAgent
 
     app = build_app(FakeAgent(), sync=lambda: None, webhook_fetch=lambda: None, metrics=lambda: (b"", "text/plain"),
@@ -186,7 +186,7 @@ def admin_listener() -> Iterator[tuple[int, int]]:
 
 
 def signed_push(port: int) -> int:
-    from gitops.webhooks import sign
+    from gitops.admin.webhooks import sign
     from tests.component.test_admin import BODY, SECRET
 
     with contextlib.closing(connect(port)) as sock:

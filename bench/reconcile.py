@@ -3,7 +3,7 @@
 For 10, 100, 1,000, 5,000 and 10,000 specs (one service per file: a backend
 and its endpoint, as a real repository holds them) it builds a real git
 repository in a temp dir and times what the agent does (`gitops.specs.loading.Loader`
-then `gitops.planning.plan`, the agent's load and plan steps):
+then `gitops.reconcile.planner.plan`, the agent's load and plan steps):
 
 - cold: load+validate HEAD with a fresh loader, plan against nothing (first deploy);
 - unchanged tick: load the same commit again (cached, through the open
@@ -37,7 +37,7 @@ from typing import Any, Callable
 import git
 
 from bench import results, stats
-from gitops.planning import plan
+from gitops.reconcile.planner import plan
 from gitops.sources.trees import CommitTree
 from gitops.specs.loading import Loader
 from vocabulary.configs import ServingState

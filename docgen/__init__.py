@@ -30,7 +30,7 @@ def _cli() -> str:
 
 def _metrics() -> str:
     from docgen.metrics import render_metrics
-    from gitops.metrics import AgentMetrics
+    from gitops.loop.metrics import AgentMetrics
     from proxy.observability.metrics import ProxyMetrics
 
     return render_metrics({"agent": AgentMetrics().registry, "proxy": ProxyMetrics().registry})

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 __all__ = ["MetricRow", "metric_rows", "render_metrics"]
 
 HEADER = (
-    "<!-- Generated from gitops/metrics.py and proxy/observability/metrics.py by `make docs`; "
+    "<!-- Generated from gitops/loop/metrics.py and proxy/observability/metrics.py by `make docs`; "
     "edit the registries, not this file. -->\n"
 )
 

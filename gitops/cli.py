@@ -22,8 +22,8 @@ from gitops import __version__
 from gitops.errors import GitopsError
 from gitops.printable import printable
 from gitops.specs.limits import DEFAULT_MAX_REPLICAS
-from gitops.agent_address import AGENT_ADDRESS_HINT, DEFAULT_AGENT, DEFAULT_STATE_DIR
-from gitops.supervising import ARGV_ENV
+from gitops.admin.address import AGENT_ADDRESS_HINT, DEFAULT_AGENT, DEFAULT_STATE_DIR
+from gitops.process.supervising import ARGV_ENV
 from vocabulary.goal_api import DEFAULT_NAMESPACE
 
 __all__ = ["main", "build_parser"]
@@ -315,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
             )
         _agent_flags(admin)
         admin.add_argument("--json", action="store_true", help="print the admin API's JSON")
-        admin.set_defaults(func=_command("admin", f"{name}_command"))
+        admin.set_defaults(func=_command("remote", f"{name}_command"))
 
     wait = verb("wait", "wait until the running agent reaches a status (Synced by default)")
     wait.add_argument(
@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: any)",
     )
     _agent_flags(wait)
-    wait.set_defaults(func=_command("admin", "wait_command"))
+    wait.set_defaults(func=_command("remote", "wait_command"))
 
     logs = verb("logs", "a backend's replicas' own output and tracebacks, from every node")
     logs.add_argument("backend", help="the backend whose replicas' output is printed")
@@ -339,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="what was written in the last DURATION (30s, 5m, 2h; default: each replica's last lines)",
     )
     _agent_flags(logs)
-    logs.set_defaults(func=_command("admin", "logs_command"))
+    logs.set_defaults(func=_command("remote", "logs_command"))
     return parser
 
 

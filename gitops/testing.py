@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from gitops.prune_guard import says_prune_all
+from gitops.reconcile.prune_guard import says_prune_all
 from gitops.errors import SourceError
 from gitops.sources.exports import Exports
 from gitops.sources.source import Revision

@@ -1,7 +1,7 @@
 """A lean HTTP/1.1 server for one ASGI3 app: every listener of ours.
 
 The proxy's public listener and the agent's admin and webhook listeners
-(`gitops.admin.server`) are served by it, so each bound below is written once.
+(`gitops.admin.api.server`) are served by it, so each bound below is written once.
 
 Owns the HTTP/1.1 connection: `asyncio.Protocol` + httptools' parser, one
 task per request (the app's), nothing else per request but its scope, one

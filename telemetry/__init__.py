@@ -1,6 +1,6 @@
 """ray-gitops telemetry: how spans leave a process, for every process that traces.
 
-The agent (`gitops.tracing`), the proxies (`proxy.observability.tracing`) and the replicas
+The agent (`gitops.process.tracing`), the proxies (`proxy.observability.tracing`) and the replicas
 (`replica.tracing`) each trace their own work; what they share is here, so
 it is written once. Imports nothing of ours.
 

@@ -9,7 +9,7 @@ trace context (`traceparent`, `tracestate`, `baggage`) from a request's
 header list as the wire carries it (`[(name, value)]`, bytes);
 `says_sampled` is the cheap look before that read: most requests carry no
 sampled `traceparent`, and a scan of the names is all they should cost.
-Not here: what each process traces and when (`gitops.tracing`,
+Not here: what each process traces and when (`gitops.process.tracing`,
 `proxy.observability.tracing`, `replica.tracing`).
 """
 

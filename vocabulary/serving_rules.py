@@ -14,7 +14,7 @@ which rule, the endpoint (and backend) concerned, the key path in the spec
 format (`("endpoints", "api", "traffic", "v2")`) and a message as a spec
 file's reader sees it. The spec loader (`gitops.specs.documents`) locates
 the path as FILE:LINE:COL; the controller (`controller.state.endpoint_state`)
-raises them as its `ValueError`; the simulator (`gitops.simulating`) uses
+raises them as its `ValueError`; the simulator (`gitops.reconcile.simulating`) uses
 them as the invariants of every step of a plan. No I/O here.
 
 The rules read only the attributes below, so both the runtime configs of

@@ -4,8 +4,9 @@
 - `validate`: offline spec validation; `plan`: the changes between two
   desired states; `schema`: the spec files' JSON Schema.
 - `init`: scaffold a first deployment.
-- `admin`: status, history, sync, suspend, resume, rollback and trace (a
-  commit's apply trace) through a running agent's admin API.
+- `remote`: the verbs a running agent answers through its admin API:
+  status, history, sync, suspend, resume, rollback, wait, logs and trace (a
+  commit's apply trace).
 - `secret`: `gitops secret encrypt` and `gitops secret edit`, authoring
   age-encrypted secret files.
 - `models`: `gitops models digest PATH|URL`, the digest a `[models.NAME]`

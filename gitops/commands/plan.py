@@ -15,7 +15,7 @@ With `--environment NAME` both sides are loaded with `environments/NAME.toml`
 on top, the markdown title names the environment, and a sync window holding
 new commits now is said after the plan (text and markdown).
 Secrets need no key: a secret whose file changed
-shows as `~ secret NAME (changed)` (`gitops.secrets.FileDigests`); with
+shows as `~ secret NAME (changed)` (`gitops.loop.secrets.FileDigests`); with
 `--live` they are taken as unchanged, since only the agent's key compares values.
 """
 
@@ -31,14 +31,14 @@ from typing import Mapping
 from vocabulary.configs import ServingState
 from gitops.errors import UserError
 from gitops.printable import printable_lines
-from gitops.secrets import FileDigests, assume_unchanged
+from gitops.loop.secrets import FileDigests, assume_unchanged
 from gitops.specs.code import CodeIndex, changed_files
 from gitops.specs.loading import LoadResult, Loader
 from gitops.sources.trees import CommitTree, Tree
-from gitops.planning import plan
+from gitops.reconcile.planner import plan
 from gitops.sources.trees import find_toplevel
-from gitops.plans import Action, ActionKind, Plan
-from gitops.syncwindows import Hold, hold_at
+from gitops.reconcile.plans import Action, ActionKind, Plan
+from gitops.delivery.windows import Hold, hold_at
 
 __all__ = ["plan_command", "code_changes", "render_markdown", "render_markdown_errors"]
 
@@ -86,7 +86,7 @@ def plan_command(args: argparse.Namespace) -> int:
 
 
 class _SecretFileLoader(Loader):
-    """A secret changes when its file does (`gitops.secrets.FileDigests`): no key needed."""
+    """A secret changes when its file does (`gitops.loop.secrets.FileDigests`): no key needed."""
 
     def load_tree(self, tree: Tree, spec_path: str = "deployments") -> LoadResult:
         return FileDigests(super().load_tree)(tree, spec_path)

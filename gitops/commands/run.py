@@ -9,15 +9,15 @@ names: `vocabulary.replica_env`), start or find the controller
 (which starts the proxies) and claim it as its one agent (refused with one
 line when another agent owns it, unless `--take-over`; stopped when taken
 over), wait for the proxies (one that cannot start, e.g. its port in use, is
-a one-line error: `gitops.proxy_start`) and give it this start's
+a one-line error: `gitops.process.proxy_start`) and give it this start's
 `--prometheus-url`, run the agent and the admin server on one event loop,
 write the admin URL in the state dir for client commands
-(`gitops.agent_address`), say `gitops: ready` (and write `--ready-file`) once
+(`gitops.admin.address`), say `gitops: ready` (and write `--ready-file`) once
 the first reconcile is over, and on Ctrl-C / SIGTERM stop all of it cleanly:
 an embedded Ray is shut down with everything it ran, a joined cluster
 keeps serving. Every event of the process goes to stdout through logging
-(`--log-format text|json`, see `gitops.logs`). Must not: contain reconcile
-logic (that is `gitops.agent`).
+(`--log-format text|json`, see `gitops.process.logs`). Must not: contain reconcile
+logic (that is `gitops.loop.agent`).
 """
 
 from __future__ import annotations
@@ -35,21 +35,23 @@ import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from gitops import agent_address, rayversions, statedir
+from gitops.admin import address as agent_address
+from gitops.process import ray_versions as rayversions
+from gitops.loop import statedir
 from gitops.errors import UsageError, UserError
-from gitops.logs import configure_logging
-from gitops.quieting import quiet_ray_output
-from gitops.supervising import CHILD_ENV, supervise, watch_ray
+from gitops.process.logs import configure_logging
+from gitops.process.quieting import quiet_ray_output
+from gitops.process.supervising import CHILD_ENV, supervise, watch_ray
 from vocabulary.proxy_workers import NODE_IP
 
 if TYPE_CHECKING:
     from vocabulary.ownership import Owner
     from gitops.sources.verifying import CommitVerifier
-    from gitops.metrics import AgentMetrics
+    from gitops.loop.metrics import AgentMetrics
     from gitops.notifications.config import Channel
     from gitops.notifications.delivering import HttpSender, Notifier
     from gitops.notifications.links import Links
-    from gitops.tracing import OtlpTraceSink
+    from gitops.process.tracing import OtlpTraceSink
 
 __all__ = ["run_command", "join_ray", "take_charge", "bind_socket", "start_logging", "otlp_endpoint"]
 
@@ -59,9 +61,9 @@ _PROXY_START_S = 60.0  # at start, how long the proxies may take before the agen
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from gitops.access import read_token
+    from gitops.admin.access import read_token
     from gitops.sources.repos import GitSource
-    from gitops.webhooks import read_secret
+    from gitops.admin.webhooks import read_secret
 
     quiet_ray_output()
     secret = read_secret(args.webhook_secret_file) if args.webhook_secret_file else None
@@ -73,12 +75,12 @@ def run_command(args: argparse.Namespace) -> int:
         raise UsageError("--promote-token-file promotes from an environment: give --environment too")
     _register_secrets(args.repo, token, secret, git_token, args.promote_token)
     _redact_command_line()
-    from gitops.secrets import load_identities
+    from gitops.loop.secrets import load_identities
 
     load_identities(args.age_identity)  # a bad identity file stops run before anything starts
     if args.ray_address is not None and not os.environ.get(CHILD_ENV):
         # A driver dies with its cluster: a joined agent runs in a child that
-        # is started again when Ray restarts (gitops.supervising).
+        # is started again when Ray restarts (gitops.process.supervising).
         start_logging(args.log_format)
         return supervise(args.argv, args.ray_address)
     _check_exposure(args, token, secret)
@@ -179,7 +181,7 @@ def _register_secrets(repo: str, *secrets: bytes | str | None) -> None:
 
 def _redact_command_line() -> None:
     """`ps` shows this process's command line without the secrets it was given."""
-    from gitops.proctitle import retitle
+    from gitops.process.proctitle import retitle
     from gitops.redaction import redact
 
     shown = [redact(arg) for arg in sys.orig_argv]
@@ -273,7 +275,7 @@ async def _watch_ownership(client: Any, agent_id: str, namespace: str, interval_
 
 
 def _proxy_addresses_free(args: argparse.Namespace) -> None:
-    from gitops.proxy_start import check_addresses_free
+    from gitops.process.proxy_start import check_addresses_free
 
     if args.proxy_host == NODE_IP:
         return  # no address before Ray runs: a taken port fails the proxy's start, which says so
@@ -283,8 +285,8 @@ def _proxy_addresses_free(args: argparse.Namespace) -> None:
 
 def _proxies_started(client: Any, embedded: bool, agent_id: str) -> None:
     """Nothing is applied while no proxy can serve it: a proxy that cannot
-    start (its address in use) stops the agent with one line (gitops.proxy_start)."""
-    from gitops.proxy_start import status_of, wait_for_proxies
+    start (its address in use) stops the agent with one line (gitops.process.proxy_start)."""
+    from gitops.process.proxy_start import status_of, wait_for_proxies
 
     try:
         wait_for_proxies(status_of(client), _PROXY_START_S)
@@ -323,27 +325,28 @@ async def _serve(
     links: Links,
     channels: Sequence[Channel],
 ) -> None:
-    from gitops import admin, planning
-    from gitops.access import AccessPolicy
-    from gitops.agent import Agent, AgentSettings, Trigger
-    from gitops.history import History
+    from gitops.admin import api as admin
+    from gitops.reconcile import planner as planning
+    from gitops.admin.access import AccessPolicy
+    from gitops.loop.agent import Agent, AgentSettings, Trigger
+    from gitops.loop.history import History
     from gitops.specs.limits import SpecLimits
     from gitops.specs.loading import Loader
-    from gitops.metrics import CONTENT_TYPE, AgentMetrics
-    from gitops.shadow_mismatches import collector, proxies_to_ask
-    from gitops.webhooks import RateLimiter
+    from gitops.loop.metrics import CONTENT_TYPE, AgentMetrics
+    from gitops.admin.shadow_mismatches import collector, proxies_to_ask
+    from gitops.admin.webhooks import RateLimiter
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
 
-    from gitops.secrets import SecretDelivery, SecretsLoader, digest_key, load_identities
-    from gitops.apply_traces import TraceRing, trace_json
+    from gitops.loop.secrets import SecretDelivery, SecretsLoader, digest_key, load_identities
+    from gitops.reconcile.apply_traces import TraceRing, trace_json
 
     metrics = AgentMetrics()
     loader = Loader(limits=SpecLimits(max_replicas=args.max_replicas), environment=args.environment)
-    # Secrets are decrypted here, in the agent, and leave it sealed (gitops.secrets).
+    # Secrets are decrypted here, in the agent, and leave it sealed (gitops.loop.secrets).
     load = SecretsLoader(loader.load_tree, load_identities(args.age_identity), digest_key(state.root))
     sender, notifier = _notifier(channels, links, metrics, args.namespace)
     duties = None
@@ -463,7 +466,7 @@ def _apply_traces(endpoint: str | None, metrics: AgentMetrics) -> OtlpTraceSink 
     """Each applied commit's trace, sent to `endpoint` (None: not traced), counted in `metrics`."""
     if endpoint is None:
         return None
-    from gitops.tracing import OtlpTraceSink
+    from gitops.process.tracing import OtlpTraceSink
 
     return OtlpTraceSink(endpoint, sent=metrics.spans_sent)
 
@@ -549,7 +552,7 @@ def _check_max_connections(connections: int) -> None:
 
 def _check_exposure(args: argparse.Namespace, token: bytes | None, secret: bytes | None) -> None:
     """Usage errors (exit 2) for listeners that would be open to the network unguarded."""
-    from gitops.access import is_loopback
+    from gitops.admin.access import is_loopback
 
     if token is None and not is_loopback(args.admin_host):
         raise UsageError(

@@ -1,9 +1,9 @@
 """`gitops run --environment NAME`: the agent's environment duties, put together.
 
-Builds the `gitops.environment_duties.EnvironmentDuties` of an agent from
+Builds the `gitops.loop.environment_duties.EnvironmentDuties` of an agent from
 its flags: the promoter (only with `--promote-token-file`: a push or a pull
 request, as `[promotion] mode` says), the proxies' counters as evidence
-(`gitops.evidence`), and the plan for the target environment in markdown
+(`gitops.delivery.evidence`), and the plan for the target environment in markdown
 (the commit against the target branch's newest commit, both loaded with the
 target's environment file, as `gitops plan --environment TO --format
 markdown` prints it). Must not: decide anything; wiring only.
@@ -15,10 +15,10 @@ import argparse
 from typing import Callable
 
 from gitops.commands.plan import render_markdown
-from gitops.environment_duties import EnvironmentDuties
-from gitops.evidence import Counts, metrics_urls, scrape
-from gitops.planning import plan
-from gitops.promoting import PromotionError, PromotionRequest, PullRequestPromoter, PushPromoter
+from gitops.loop.environment_duties import EnvironmentDuties
+from gitops.delivery.evidence import Counts, metrics_urls, scrape
+from gitops.reconcile.planner import plan
+from gitops.delivery.promotion import PromotionError, PromotionRequest, PullRequestPromoter, PushPromoter
 from gitops.redaction import Credentials
 from gitops.sources.repos import GitSource
 from gitops.specs.environments import EnvironmentSettings

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyrage
 
 from gitops.errors import UserError
-from gitops.secrets import load_identities
+from gitops.loop.secrets import load_identities
 from gitops.sources.trees import find_toplevel
 
 __all__ = ["secret_command", "read_recipients"]

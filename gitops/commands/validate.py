@@ -81,7 +81,7 @@ class _DecryptingLoader(Loader):
         self._identities = identities
 
     def load_tree(self, tree: Tree, spec_path: str = "deployments") -> LoadResult:
-        from gitops.secrets import SecretsLoader
+        from gitops.loop.secrets import SecretsLoader
 
         return SecretsLoader(super().load_tree, self._identities, b"validate")(tree, spec_path)
 
@@ -89,7 +89,7 @@ class _DecryptingLoader(Loader):
 def _loader(limits: SpecLimits, identity_files: list[str], environment: str | None) -> Loader:
     if not identity_files:
         return Loader(limits=limits, environment=environment)
-    from gitops.secrets import load_identities
+    from gitops.loop.secrets import load_identities
 
     return _DecryptingLoader(limits, load_identities(identity_files), environment)
 

@@ -34,7 +34,7 @@ class EventKind(str, enum.Enum):
     COMMIT_QUARANTINED = "commit_quarantined"
     SYNCED = "synced"
     GIT_UNREACHABLE = "git_unreachable"
-    PROMOTED = "promoted"  # passed this environment's gates and moved to the next (gitops.promotion)
+    PROMOTED = "promoted"  # passed this environment's gates and moved to the next (gitops.delivery.gates)
 
 
 class CommitState(str, enum.Enum):

@@ -55,7 +55,7 @@ from urllib.parse import urlsplit
 
 import git
 
-from gitops.prune_guard import says_prune_all
+from gitops.reconcile.prune_guard import says_prune_all
 from gitops.errors import SourceError
 from gitops.redaction import Credentials, SshPasswordError, redact, split_credentials
 from gitops.sources.exports import Exports

@@ -33,7 +33,7 @@ class Revision:
     author: str
     summary: str
     verification: Verification | None = None  # its signature's verdict, with --verify-commits
-    prune_all: bool = False  # its message carries `gitops: prune-all` (gitops.prune_guard)
+    prune_all: bool = False  # its message carries `gitops: prune-all` (gitops.reconcile.prune_guard)
 
     @property
     def unverified(self) -> bool:

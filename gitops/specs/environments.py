@@ -16,8 +16,8 @@ files run on the merged tables: an error caused by an environment's value
 is located in the environment file.
 
 An environment file also holds the environment's agent settings:
-`[promotion]` (`gitops.promotion`) and `[[sync_windows]]`
-(`gitops.syncwindows`), returned as `EnvironmentSettings`.
+`[promotion]` (`gitops.delivery.gates`) and `[[sync_windows]]`
+(`gitops.delivery.windows`), returned as `EnvironmentSettings`.
 
 Pure: file contents in, values and `SpecError`s out; never raises on bad input.
 """
@@ -35,8 +35,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from vocabulary.configs import ENVIRONMENT_OVERRIDABLE, BackendConfig, EndpointConfig
-from gitops.cron import CronError, parse_cron
-from gitops.promotion import PromotionSettings, Requirement, RequirementError, parse_requirement
+from gitops.delivery.cron import CronError, parse_cron
+from gitops.delivery.gates import PromotionSettings, Requirement, RequirementError, parse_requirement
 from gitops.specs.documents import Declared, ParsedFile, SpecError
 from gitops.specs.limits import SpecLimits
 from gitops.specs.locating import LazyLocations, Locations, locate_later
@@ -49,7 +49,7 @@ from gitops.specs.models import (
     check_endpoint,
     dotted,
 )
-from gitops.syncwindows import SyncWindow, WindowKind
+from gitops.delivery.windows import SyncWindow, WindowKind
 
 __all__ = [
     "ENVIRONMENTS_PATH",

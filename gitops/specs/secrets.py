@@ -3,7 +3,7 @@
 Owns the age file shape (`age_file_problem`: a binary age file starts with
 its version line, an ASCII-armored one with its PEM line; anything else,
 such as a plaintext value committed by mistake, is refused) and the size a
-secret file may have. Decrypting is the agent's (`gitops.secrets`), never
+secret file may have. Decrypting is the agent's (`gitops.loop.secrets`), never
 the loader's: `gitops validate` in CI has no identity. Pure.
 """
 

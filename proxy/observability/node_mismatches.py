@@ -2,7 +2,7 @@
 
 A node's proxy workers share one address (SO_REUSEPORT), and the agent asks
 one running worker per address for the node's mismatches, over Ray
-(`ProxyActor.shadow_mismatches`, `gitops.shadow_mismatches`). Each worker
+(`ProxyActor.shadow_mismatches`, `gitops.admin.shadow_mismatches`). Each worker
 therefore keeps its newest mismatches (`proxy.observability.shadow_compare.
 MismatchLog`) in memory and also in a file of the node's shared directory
 (`mismatches_<pid>.json`, the directory the workers' metrics live in: 0700,

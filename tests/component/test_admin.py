@@ -10,12 +10,12 @@ import asyncio
 from typing import Any
 
 import httpx
-from gitops.access import AccessPolicy
-from gitops.admin import WebhookGuard, build_app
-from gitops.outcomes import HistoryEntry, Outcome
-from gitops.rollback import Quarantine, RollbackReason, RollbackRefused
-from gitops.status import StatusFacts, roll_up
-from gitops.webhooks import RateLimiter, sign
+from gitops.admin.access import AccessPolicy
+from gitops.admin.api import WebhookGuard, build_app
+from gitops.reconcile.outcomes import HistoryEntry, Outcome
+from gitops.reconcile.rollback import Quarantine, RollbackReason, RollbackRefused
+from gitops.status.rollup import StatusFacts, roll_up
+from gitops.admin.webhooks import RateLimiter, sign
 
 SECRET = b"hook-secret"
 BODY = b'{"ref": "refs/heads/main", "after": "abc"}'

@@ -11,8 +11,8 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gitops.access import AccessPolicy
-from gitops.admin import build_app
+from gitops.admin.access import AccessPolicy
+from gitops.admin.api import build_app
 from gitops.cli import main
 from tests.component.test_admin import FakeAgent
 from tests.security.listeners import serving

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from gitops.cli import main
-from gitops.status import StatusFacts, roll_up
+from gitops.status.rollup import StatusFacts, roll_up
 from tests.security.listeners import serving
 
 RETITLE = "\x1b]0;owned\x07"

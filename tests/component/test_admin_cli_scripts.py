@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from gitops import agent_address
-from gitops.access import AccessPolicy
-from gitops.admin import build_app, server
+from gitops.admin import address as agent_address
+from gitops.admin.access import AccessPolicy
+from gitops.admin.api import build_app, server
 from gitops.cli import main
-from gitops.outcomes import HistoryEntry, Outcome
-from gitops.status import roll_up, StatusFacts
+from gitops.reconcile.outcomes import HistoryEntry, Outcome
+from gitops.status.rollup import roll_up, StatusFacts
 from tests.component.test_admin import FakeAgent
 from tests.security.listeners import serving
 

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from gitops.agent import Agent, AgentSettings
-from gitops.environment_duties import EnvironmentDuties
-from gitops.evidence import Counts
-from gitops.history import History
-from gitops.outcomes import Outcome
-from gitops.metrics import AgentMetrics
-from gitops.planning import plan
-from gitops.promoting import PromotionError, PromotionRequest
+from gitops.loop.agent import Agent, AgentSettings
+from gitops.loop.environment_duties import EnvironmentDuties
+from gitops.delivery.evidence import Counts
+from gitops.loop.history import History
+from gitops.reconcile.outcomes import Outcome
+from gitops.loop.metrics import AgentMetrics
+from gitops.reconcile.planner import plan
+from gitops.delivery.promotion import PromotionError, PromotionRequest
 from gitops.specs.loading import Loader
-from gitops.status import SyncStatus
+from gitops.status.rollup import SyncStatus
 from gitops.testing import FakeController, MemorySource
 from gitops.notifications.events import EventKind
 from tests.component.test_agent_loop import APP, spec

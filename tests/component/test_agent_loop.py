@@ -13,12 +13,12 @@ from typing import Any, Callable
 import pytest
 
 from vocabulary.configs import ServingState
-from gitops.agent import Agent, AgentSettings, Planner, Trigger
-from gitops.history import History
-from gitops.outcomes import Outcome
+from gitops.loop.agent import Agent, AgentSettings, Planner, Trigger
+from gitops.loop.history import History
+from gitops.reconcile.outcomes import Outcome
 from gitops.specs.loading import Loader
-from gitops.metrics import AgentMetrics
-from gitops.planning import plan
+from gitops.loop.metrics import AgentMetrics
+from gitops.reconcile.planner import plan
 from gitops.testing import FakeController, MemorySource
 
 APP = '''

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gitops.agent import Agent, AgentSettings
-from gitops.history import History
-from gitops.metrics import AgentMetrics
+from gitops.loop.agent import Agent, AgentSettings
+from gitops.loop.history import History
+from gitops.loop.metrics import AgentMetrics
 from gitops.notifications.events import Event, EventKind, TickOutcome, events_for
-from gitops.planning import plan
+from gitops.reconcile.planner import plan
 from gitops.specs.loading import Loader
 from gitops.testing import FakeController, MemorySource
 from tests.component.test_agent_loop import spec, spec_repo, tick  # noqa: F401 (spec_repo: fixture)

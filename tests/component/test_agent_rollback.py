@@ -11,8 +11,8 @@ import httpx
 
 from vocabulary.configs import RolloutConfig
 from vocabulary.rollouts import Check, CheckName, Rollout, RolloutPhase
-from gitops.admin import build_app
-from gitops.outcomes import Outcome
+from gitops.admin.api import build_app
+from gitops.reconcile.outcomes import Outcome
 from gitops.testing import FakeController, MemorySource
 from tests.component.test_agent_loop import make_agent, metric, spec, spec_repo, tick  # noqa: F401 (fixture)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from vocabulary.configs import RolloutConfig
 from vocabulary.rollouts import Check, CheckName, Rollout, RolloutPhase, StepRecord
-from gitops.outcomes import Outcome
-from gitops.status import SyncStatus
+from gitops.reconcile.outcomes import Outcome
+from gitops.status.rollup import SyncStatus
 from gitops.testing import FakeController, MemorySource
 from tests.component.test_agent_loop import make_agent, spec, spec_repo, tick  # noqa: F401 (spec_repo: fixture)
 

@@ -1,6 +1,6 @@
 """An applied commit's trace: the agent over an in-memory source and the fake
 controller hands one trace per applied commit (fetch, load, plan, apply and each
-goal) to its sink, and `gitops.tracing` turns it into OpenTelemetry spans with
+goal) to its sink, and `gitops.process.tracing` turns it into OpenTelemetry spans with
 the recorded times and parents."""
 
 from __future__ import annotations
@@ -12,22 +12,22 @@ from typing import Sequence
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gitops.agent import Agent, AgentSettings
+from gitops.loop.agent import Agent, AgentSettings
 import httpx
 import pytest
 
-from gitops.access import AccessPolicy
-from gitops.admin import build_app
-from gitops.apply_traces import APPLY_SPAN, SpanRecord, TraceRing, trace_json
-from gitops.commands.admin import render_trace
+from gitops.admin.access import AccessPolicy
+from gitops.admin.api import build_app
+from gitops.reconcile.apply_traces import APPLY_SPAN, SpanRecord, TraceRing, trace_json
+from gitops.commands.remote import render_trace
 from tests.component.test_admin import FakeAgent
 from tests.real.receivers import Receiver
-from gitops.history import History
-from gitops.metrics import AgentMetrics
-from gitops.planning import plan
+from gitops.loop.history import History
+from gitops.loop.metrics import AgentMetrics
+from gitops.reconcile.planner import plan
 from gitops.specs.loading import Loader
 from gitops.testing import FakeController, MemorySource
-from gitops.tracing import OtlpTraceSink
+from gitops.process.tracing import OtlpTraceSink
 from tests.component.test_agent_loop import spec, spec_repo  # noqa: F401 — the fixture
 
 __all__ = ["spec_repo"]

@@ -7,8 +7,9 @@ import importlib
 import pytest
 
 MODULES = [
-    "gitops.agent", "gitops.applying", "gitops.admin", "gitops.status", "gitops.history", "gitops.webhooks",
-    "gitops.sources.repos", "gitops.sources.watching", "gitops.commands.run", "gitops.commands.admin",
+    "gitops.loop.agent", "gitops.reconcile.applying", "gitops.admin.api", "gitops.status.rollup",
+    "gitops.loop.history", "gitops.admin.webhooks",
+    "gitops.sources.repos", "gitops.sources.watching", "gitops.commands.run", "gitops.commands.remote",
 ]
 
 

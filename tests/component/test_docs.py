@@ -18,7 +18,7 @@ import docgen
 from docgen.metrics import MetricRow, metric_rows
 from gitops.cli import main
 from gitops.commands.init import SCAFFOLD
-from gitops.metrics import AgentMetrics
+from gitops.loop.metrics import AgentMetrics
 from proxy.observability.metrics import ProxyMetrics
 
 ROOT = docgen.ROOT
@@ -81,13 +81,13 @@ def test_the_readme_and_the_spec_reference_have_checked_examples() -> None:
 
 
 def test_troubleshooting_explains_every_status_reason() -> None:
-    """Every status, condition and reason: the CamelCase strings of gitops/status.py."""
-    import gitops.status
+    """Every status, condition and reason: the CamelCase strings of gitops/status/rollup.py."""
+    import gitops.status.rollup
 
-    tree = ast.parse((ROOT / "gitops" / "status.py").read_text())
+    tree = ast.parse((ROOT / "gitops" / "status" / "rollup.py").read_text())
     literals = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
     shown = {word for word in literals if re.fullmatch(r"[A-Z][a-z]+(?:[A-Z][a-z]+)*", word)}
-    shown -= set(gitops.status.__all__)
+    shown -= set(gitops.status.rollup.__all__)
     page = (ROOT / "docs" / "reference" / "troubleshooting.md").read_text()
     assert sorted(word for word in shown if f"`{word}`" not in page) == []
 

@@ -7,8 +7,8 @@ import pytest
 from gitops.specs.environments import overridable_keys
 from gitops.specs.loading import Loader
 from gitops.sources.trees import MemoryTree
-from gitops.promotion import Requirement, RequirementKind
-from gitops.syncwindows import WindowKind
+from gitops.delivery.gates import Requirement, RequirementKind
+from gitops.delivery.windows import WindowKind
 from tests.component.test_loading import ECHO_PY, ECHO_TOML
 
 

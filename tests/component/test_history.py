@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from gitops.history import _MIGRATIONS, SCHEMA_VERSION, History
-from gitops.outcomes import HistoryEntry, Outcome
+from gitops.loop.history import _MIGRATIONS, SCHEMA_VERSION, History
+from gitops.reconcile.outcomes import HistoryEntry, Outcome
 
 
 def entry(commit: str, result: Outcome, errors: tuple[str, ...] = ()) -> HistoryEntry:

@@ -39,7 +39,7 @@ from packaging.specifiers import SpecifierSet
 from docgen import ROOT
 from gitops.cli import build_parser
 from gitops.errors import UserError
-from gitops.secrets import load_identities
+from gitops.loop.secrets import load_identities
 from tests.component.kustomize_subset import load_documents, render
 
 KUBE = ROOT / "contrib" / "kubernetes"

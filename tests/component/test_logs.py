@@ -10,12 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from gitops.applying import ApplyResult, Progress, ProgressKind
+from gitops.reconcile.applying import ApplyResult, Progress, ProgressKind
 from gitops.sources.source import Revision
-from gitops.ticks import TickReport, Trigger, progress_line, reconcile_event
-from gitops.outcomes import HistoryEntry, Outcome
-from gitops.logs import configure_logging, event_fields, with_fields
-from gitops.plans import Action, ActionKind, Plan
+from gitops.loop.ticks import TickReport, Trigger, progress_line, reconcile_event
+from gitops.reconcile.outcomes import HistoryEntry, Outcome
+from gitops.process.logs import configure_logging, event_fields, with_fields
+from gitops.reconcile.plans import Action, ActionKind, Plan
 
 
 @pytest.fixture

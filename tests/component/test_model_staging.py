@@ -10,8 +10,8 @@ from typing import Callable
 
 from controller.state.backend_state import BackendState, Probe, ProbeStatus, StartReplica
 from controller.testing import FakeAdapter
-from gitops.commands.admin import render_status
-from gitops.status import StatusFacts, roll_up
+from gitops.commands.remote import render_status
+from gitops.status.rollup import StatusFacts, roll_up
 from replica.model_fetching import FetchProgress, fetch
 from replica.models import ModelCache
 from vocabulary.configs import BackendConfig, ModelConfig

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gitops.evidence import Counts, counts, metrics_urls
+from gitops.delivery.evidence import Counts, counts, metrics_urls
 
-from gitops.promotion import Evidence, PromotionSettings, PromotionState, advance, parse_requirement, promotion_body
+from gitops.delivery.gates import Evidence, PromotionSettings, PromotionState, advance, parse_requirement, promotion_body
 from vocabulary.status import ClusterStatus, ProxyState, ProxyStatus
 
 PAGE = """\

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gitops.quarantine_file import QuarantineFile
-from gitops.rollback import Quarantine, RollbackReason
+from gitops.loop.quarantine_file import QuarantineFile
+from gitops.reconcile.rollback import Quarantine, RollbackReason
 
 HELD = Quarantine(good="c3", held=frozenset({"c4"}), reason=RollbackReason.APPLY_FAILED, detail="goal failed")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import logging
 
-from gitops.logs import configure_logging
+from gitops.process.logs import configure_logging
 from gitops.redaction import register_secret
 
 

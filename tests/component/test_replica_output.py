@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gitops.access import AccessPolicy
-from gitops.admin import build_app
+from gitops.admin.access import AccessPolicy
+from gitops.admin.api import build_app
 from gitops.cli import main
-from gitops.commands.admin import parse_duration
+from gitops.commands.remote import parse_duration
 from gitops.errors import UsageError
 from gitops.redaction import MASK, register_secret
 from replica.own_output import TAIL_BYTES, OwnOutput
@@ -129,7 +129,7 @@ def test_logs_of_an_unknown_backend_is_a_one_line_error(logs_agent, capsys) -> N
 
 def test_follow_asks_again_from_where_each_replica_left_off(logs_agent, capsys) -> None:
     from gitops.cli import build_parser
-    from gitops.commands.admin import logs_command
+    from gitops.commands.remote import logs_command
 
     url, replicas = logs_agent
     naps: list[float] = []

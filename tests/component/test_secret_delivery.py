@@ -12,7 +12,7 @@ import pyrage
 import pytest
 
 from controller.state.secrets import SecretKeeper, SecretsNotHeld
-from gitops.secrets import SecretDelivery, SecretsLoader, keyed_hash
+from gitops.loop.secrets import SecretDelivery, SecretsLoader, keyed_hash
 from ray_gitops.serving import Secret
 from gitops.sources.trees import MemoryTree
 from gitops.specs.loading import Loader

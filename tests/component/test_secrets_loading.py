@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pyrage
 
-from gitops.secrets import SecretsLoader, keyed_hash
+from gitops.loop.secrets import SecretsLoader, keyed_hash
 from gitops.sources.trees import MemoryTree
 from gitops.specs.loading import Loader
 

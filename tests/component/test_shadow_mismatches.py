@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 import httpx
 
-from gitops.access import AccessPolicy
-from gitops.admin import build_app
-from gitops.shadow_mismatches import collector, merge, proxies_to_ask
+from gitops.admin.access import AccessPolicy
+from gitops.admin.api import build_app
+from gitops.admin.shadow_mismatches import collector, merge, proxies_to_ask
 from tests.component.test_admin import FakeAgent
 from vocabulary.status import ClusterStatus, ProxyState, ProxyStatus
 

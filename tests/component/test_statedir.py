@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gitops import statedir
-from gitops.history import History
+from gitops.loop import statedir
+from gitops.loop.history import History
 
 
 def _mode(path: Path) -> int:

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from gitops.outcomes import HistoryEntry, Outcome
-from gitops.status import AgentStatus, StatusFacts, SyncStatus, roll_up
+from gitops.reconcile.outcomes import HistoryEntry, Outcome
+from gitops.status.rollup import AgentStatus, StatusFacts, SyncStatus, roll_up
 from vocabulary.configs import ReplicaState
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
 

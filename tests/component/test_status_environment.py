@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gitops.commands.admin import render_status
-from gitops.environment_status import EnvironmentSummary
-from gitops.status import SyncStatus
+from gitops.commands.remote import render_status
+from gitops.status.environment import EnvironmentSummary
+from gitops.status.rollup import SyncStatus
 from tests.component.test_status_tables import SHA, agent_status
 
 ENVIRONMENT = {

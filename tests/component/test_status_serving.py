@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gitops.commands.admin import render_status
-from gitops.serving_health import ErrorLog, Serving
-from gitops.status import SyncStatus, roll_up
+from gitops.commands.remote import render_status
+from gitops.status.backend_health import ErrorLog, Serving
+from gitops.status.rollup import SyncStatus, roll_up
 from tests.component.test_status import BASE, cluster
 from vocabulary.request_stats import RequestStats, bucket_of
 from vocabulary.status import HandlerError

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gitops.commands.admin import render_history, render_status
-from gitops.outcomes import HistoryEntry, Outcome
-from gitops.rollback import Quarantine, RollbackReason
-from gitops.status import AgentStatus, StatusFacts, roll_up
+from gitops.commands.remote import render_history, render_status
+from gitops.reconcile.outcomes import HistoryEntry, Outcome
+from gitops.reconcile.rollback import Quarantine, RollbackReason
+from gitops.status.rollup import AgentStatus, StatusFacts, roll_up
 from vocabulary.configs import ReplicaState, RolloutConfig
 from vocabulary.rollouts import Check, CheckName, Rollout, StepRecord
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ProxyState, ProxyStatus, ReplicaStatus

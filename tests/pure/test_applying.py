@@ -6,10 +6,10 @@ import asyncio
 from typing import Any
 
 from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
-from gitops.outcomes import Outcome
-from gitops.applying import Deadlines, Progress, ProgressKind, apply
-from gitops.planning import plan
-from gitops.plans import ActionKind
+from gitops.reconcile.outcomes import Outcome
+from gitops.reconcile.applying import Deadlines, Progress, ProgressKind, apply
+from gitops.reconcile.planner import plan
+from gitops.reconcile.plans import ActionKind
 from gitops.testing import FakeController
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gitops.metrics import AgentMetrics
+from gitops.loop.metrics import AgentMetrics
 from vocabulary.status import BackendStatus, ClusterStatus
 
 

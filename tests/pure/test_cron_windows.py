@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, UTC
 
 import pytest
 
-from gitops.cron import CronError, parse_cron
-from gitops.syncwindows import SyncWindow, WindowKind, hold_at
+from gitops.delivery.cron import CronError, parse_cron
+from gitops.delivery.windows import SyncWindow, WindowKind, hold_at
 
 UTC = UTC
 

@@ -11,7 +11,7 @@
   lists are the docstrings', so a module that moves within its package
   changes its docstrings, not the page.
 - No tracked file cites a repository path (`docs/reference/spec.md`,
-  `gitops/agent.py`) or a document by name (`CHANGELOG.md`) that is not there.
+  `gitops/loop/agent.py`) or a document by name (`CHANGELOG.md`) that is not there.
 - `ray._private` is used only in `controller.shell.ray_private`, and the import
   contracts stay whole: a module that says it is pure is not a named shell,
   each shell is also protected, and every module of a layered package is in

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gitops.metrics import AgentMetrics, restart_increments
+from gitops.loop.metrics import AgentMetrics, restart_increments
 from vocabulary.configs import ReplicaState
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ProxyState, ProxyStatus, ReplicaStatus
 from vocabulary.configs import RolloutConfig

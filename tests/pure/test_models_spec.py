@@ -8,8 +8,8 @@ import hashlib
 
 import pytest
 
-from gitops.planning import plan
-from gitops.plans import ActionKind
+from gitops.reconcile.planner import plan
+from gitops.reconcile.plans import ActionKind
 from gitops.specs.documents import combine, parse_file
 from gitops.specs.pinned_models import bind_models, models_version
 from vocabulary.configs import BackendConfig, ModelConfig, ServingState

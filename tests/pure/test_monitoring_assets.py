@@ -15,7 +15,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gitops.metrics import AgentMetrics
+from gitops.loop.metrics import AgentMetrics
 from proxy.observability.metrics import ProxyMetrics
 from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, RestartReason
 

@@ -1,4 +1,4 @@
-"""Example tests for `gitops.planning.plan`: one behaviour each, table-driven where it reads well."""
+"""Example tests for `gitops.reconcile.planner.plan`: one behaviour each, table-driven where it reads well."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig, ServingState
-from gitops.planning import plan
-from gitops.plans import ActionKind, FieldChange
-from gitops.simulating import apply_plan, unsafe_reasons
+from gitops.reconcile.planner import plan
+from gitops.reconcile.plans import ActionKind, FieldChange
+from gitops.reconcile.simulating import apply_plan, unsafe_reasons
 
 
 def backend(name: str, **fields: Any) -> BackendConfig:

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig, ServingState
-from gitops.planning import plan
-from gitops.plans import ActionKind
-from gitops.simulating import apply_plan, unsafe_reasons
+from gitops.reconcile.planner import plan
+from gitops.reconcile.plans import ActionKind
+from gitops.reconcile.simulating import apply_plan, unsafe_reasons
 
 BACKEND_NAMES = ["a", "b", "c", "d", "e"]
 ENDPOINT_NAMES = ["p", "q", "r", "s"]

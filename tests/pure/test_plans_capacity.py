@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vocabulary.configs import BackendConfig, UpdateConfig
-from gitops.plans import Action, ActionKind, FieldChange
+from gitops.reconcile.plans import Action, ActionKind, FieldChange
 
 
 def restart(update: UpdateConfig | None, replicas: int = 2) -> Action:

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
-from gitops.planning import plan
-from gitops.plans import Action, ActionKind, FieldChange, Plan, PlanSummary
+from gitops.reconcile.planner import plan
+from gitops.reconcile.plans import Action, ActionKind, FieldChange, Plan, PlanSummary
 
 
 def backend(name: str, version: str = "v1", num_replicas: int = 1) -> BackendConfig:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gitops.process_events import restart_lines
+from gitops.status.restarts import restart_lines
 from vocabulary.status import ClusterStatus, ProxyState, ProxyStatus, ReplicaFailure
 
 

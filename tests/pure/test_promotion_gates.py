@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gitops.promotion import (
+from gitops.delivery.gates import (
     Evidence,
     Phase,
     PromotionSettings,

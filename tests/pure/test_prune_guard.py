@@ -1,8 +1,8 @@
-"""The prune guard (`gitops.prune_guard`): deleting everything needs a `gitops: prune-all` trailer."""
+"""The prune guard (`gitops.reconcile.prune_guard`): deleting everything needs a `gitops: prune-all` trailer."""
 
 from __future__ import annotations
 
-from gitops.prune_guard import prune_refusal, says_prune_all
+from gitops.reconcile.prune_guard import prune_refusal, says_prune_all
 from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
 
 RUNNING = ServingState(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gitops.quieting import is_ray_line
+from gitops.process.quieting import is_ray_line
 
 
 def test_a_ray_core_log_line_is_recognised() -> None:

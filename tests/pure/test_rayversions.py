@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gitops.rayversions import Runtime, compare, mismatch_line
+from gitops.process.ray_versions import Runtime, compare, mismatch_line
 
 # As ray.init raises it (ray._private.utils.check_version_info).
 RAY_ERROR = (

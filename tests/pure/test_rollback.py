@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from gitops.rollback import Quarantine, RollbackReason, RollbackRefused, auto_revert_reason, commit_to_apply, quarantine
+from gitops.reconcile.rollback import Quarantine, RollbackReason, RollbackRefused, auto_revert_reason, commit_to_apply, quarantine
 
 
 class Result(str, enum.Enum):

@@ -3,7 +3,7 @@ literal credentials refused, and how a plan shows a changed secret."""
 
 from __future__ import annotations
 
-from gitops.planning import plan
+from gitops.reconcile.planner import plan
 from gitops.specs.documents import combine, parse_file
 from gitops.specs.secrets import age_file_problem
 from vocabulary.configs import BackendConfig, ServingState

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gitops.supervising import restart_delay_s
+from gitops.process.supervising import restart_delay_s
 
 
 def test_restart_backoff_doubles_from_half_a_second() -> None:

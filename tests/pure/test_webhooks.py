@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gitops.errors import UserError
-from gitops.webhooks import RateLimiter, Verdict, read_secret, sign, verify
+from gitops.admin.webhooks import RateLimiter, Verdict, read_secret, sign, verify
 
 SECRET = b"s3cret"
 BODY = b'{"ref": "refs/heads/main"}'

@@ -21,16 +21,16 @@ import ray
 
 from controller.client import start_or_connect
 from vocabulary.configs import ServingState
-from gitops import planning
-from gitops.admin import WebhookGuard, build_app, server
-from gitops.agent import Agent, AgentSettings, Trigger
-from gitops.applying import Deadlines, apply
-from gitops.history import History
-from gitops.outcomes import Outcome
+from gitops.reconcile import planner as planning
+from gitops.admin.api import WebhookGuard, build_app, server
+from gitops.loop.agent import Agent, AgentSettings, Trigger
+from gitops.reconcile.applying import Deadlines, apply
+from gitops.loop.history import History
+from gitops.reconcile.outcomes import Outcome
 from gitops.specs.loading import Loader
-from gitops.metrics import AgentMetrics
+from gitops.loop.metrics import AgentMetrics
 from gitops.sources.repos import GitSource
-from gitops.webhooks import sign
+from gitops.admin.webhooks import sign
 from tests.real.support import eventually, free_port
 
 pytestmark = pytest.mark.real

@@ -11,11 +11,11 @@ from typing import Any, Callable
 
 import pytest
 
-from gitops.agent import Agent, AgentSettings
-from gitops.history import History
+from gitops.loop.agent import Agent, AgentSettings
+from gitops.loop.history import History
 from gitops.specs.loading import Loader
-from gitops.metrics import AgentMetrics
-from gitops.planning import plan
+from gitops.loop.metrics import AgentMetrics
+from gitops.reconcile.planner import plan
 from gitops.sources.repos import GitSource
 from gitops.testing import FakeController
 from tests.component.test_agent_loop import APP, spec

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from gitops.outcomes import Outcome
-from gitops.status import SyncStatus
+from gitops.reconcile.outcomes import Outcome
+from gitops.status.rollup import SyncStatus
 from tests.real.test_agent_e2e import (  # noqa: F401 (cluster, empty_cluster: fixtures)
     RequestLoop,
     RunningAgent,

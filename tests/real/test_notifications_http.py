@@ -15,16 +15,16 @@ from typing import Any, Callable
 import pytest
 from pydantic import SecretStr
 
-from gitops.agent import Agent, AgentSettings
-from gitops.history import History
-from gitops.outcomes import Outcome
-from gitops.metrics import AgentMetrics
+from gitops.loop.agent import Agent, AgentSettings
+from gitops.loop.history import History
+from gitops.reconcile.outcomes import Outcome
+from gitops.loop.metrics import AgentMetrics
 from gitops.notifications.config import Channel, GitHubProvider, GitLabProvider, SlackProvider, WebhookProvider
 from gitops.notifications.delivering import HttpSender, Notifier, RetryPolicy
 from gitops.notifications.events import Event, EventKind
 from gitops.notifications.formats import GITHUB_API_VERSION, Context
 from gitops.notifications.links import Links
-from gitops.planning import plan
+from gitops.reconcile.planner import plan
 from gitops.sources.repos import GitSource
 from gitops.specs.loading import Loader
 from tests.conftest import GitRepo

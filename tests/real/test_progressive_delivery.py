@@ -22,7 +22,7 @@ import ray
 
 from controller.client import ControllerClient
 from controller.shell.ray_adapter import PROXY_PREFIX
-from gitops.shadow_mismatches import collect, proxies_to_ask
+from gitops.admin.shadow_mismatches import collect, proxies_to_ask
 from vocabulary.configs import EndpointConfig, GoalState, ReplicaState, RolloutConfig, UpdateConfig
 from vocabulary.rollouts import CheckName, Rollout, RolloutPhase
 from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller

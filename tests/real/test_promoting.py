@@ -10,8 +10,8 @@ from typing import Iterator
 import pytest
 
 from gitops.commands.run_environment import SettingsPromoter
-from gitops.promoting import PromotionError, PromotionRequest
-from gitops.promotion import PromotionSettings, parse_requirement
+from gitops.delivery.promotion import PromotionError, PromotionRequest
+from gitops.delivery.gates import PromotionSettings, parse_requirement
 from gitops.sources.repos import GitSource
 from tests.conftest import GitRepo
 from tests.real.forges import Forge

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gitops import statedir
+from gitops.loop import statedir
 from gitops.sources.watching import RefWatcher, is_ref_path
 from tests.conftest import GitRepo
 from tests.real.support import eventually

@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route
 
 from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
-from gitops.statuspage import render_page
+from gitops.admin.page import render_page
 from tests.real.support import free_port
 
 pytestmark = pytest.mark.real

@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route
 
-from gitops.statuspage import render_page
+from gitops.admin.page import render_page
 from tests.real.support import free_port
 from tests.real.test_statuspage import STATUS, browser, wait_loaded  # noqa: F401 — `browser` is a fixture
 

@@ -21,7 +21,7 @@ import ray
 from ray.experimental import internal_kv
 
 from controller.client import discard_checkpoint
-from gitops.history import History, HistoryError
+from gitops.loop.history import History, HistoryError
 from tests.real.support import APPS, eventually, run, start_controller
 from tests.reliability.faults import leftover_actors
 from tests.reliability.results import ScenarioResult, record

@@ -1,6 +1,6 @@
 """Real listeners on loopback for the security and admin tests, and a raw-socket client.
 
-`serving` runs one of the agent's listeners (`gitops.admin.server`, our
+`serving` runs one of the agent's listeners (`gitops.admin.api.server`, our
 HTTP edge `httpedge.server`) in a thread for the duration, `serving_proxy`
 an app behind the edge as the proxy actor serves it; `RawClient`
 speaks HTTP/1.1 byte by byte, so tests can drip, truncate or oversize a
@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Iterator
 
-from gitops.admin import ADMIN_LIMITS, server
+from gitops.admin.api import ADMIN_LIMITS, server
 from httpedge.limits import EdgeLimits
 from httpedge.asgi import App
 from httpedge.server import Server

@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 
-from gitops.access import AccessPolicy
-from gitops.admin import WebhookGuard, build_webhook_app
-from gitops.webhooks import sign
+from gitops.admin.access import AccessPolicy
+from gitops.admin.api import WebhookGuard, build_webhook_app
+from gitops.admin.webhooks import sign
 from tests.component.test_admin import BODY, SECRET, FakeAgent, request
 
 TOKEN = b"s3cret-admin-token"

@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 
 from gitops.cli import main
-from gitops.webhooks import sign
+from gitops.admin.webhooks import sign
 from tests.conftest import GitRepo
 from tests.real.support import AgentProcess, eventually, free_port
 

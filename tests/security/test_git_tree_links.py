@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from gitops.agent import Agent
+from gitops.loop.agent import Agent
 from gitops.cli import main
-from gitops.history import History
-from gitops.outcomes import Outcome
-from gitops.metrics import AgentMetrics
-from gitops.planning import plan
+from gitops.loop.history import History
+from gitops.reconcile.outcomes import Outcome
+from gitops.loop.metrics import AgentMetrics
+from gitops.reconcile.planner import plan
 from gitops.specs.loading import Loader
 from gitops.sources.repos import GitSource, SourceError
 from gitops.sources.trees import MemoryTree

@@ -2,7 +2,7 @@
 
 Each case runs against the three listeners alike, over real sockets on
 loopback: the proxy's app behind the server the proxy actor runs, the admin
-app and the webhook app behind `gitops.admin.server`. All three are one HTTP
+app and the webhook app behind `gitops.admin.api.server`. All three are one HTTP
 edge (`httpedge.server`), so each bound holds for the whole life of every
 connection: trailers never reach an app and count against the header limit;
 after an answer given while the body still arrives, the connection ends.
@@ -17,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from gitops.admin import WebhookGuard, build_app, build_webhook_app
+from gitops.admin.api import WebhookGuard, build_app, build_webhook_app
 from httpedge.answers import LINGER_S
 from httpedge.limits import EdgeLimits
 from httpedge.asgi import App, Receive, Scope, Send

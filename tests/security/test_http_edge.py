@@ -1,6 +1,6 @@
 """Slow, oversized and excess clients at the agent's real admin listener (issue 11 row 9).
 
-Real sockets on loopback against `gitops.admin.server`, the same HTTP
+Real sockets on loopback against `gitops.admin.api.server`, the same HTTP
 edge (`httpedge.server`) the proxy uses. Each case
 asserts the precise answer, that it came within the bound, and that the
 agent was not touched.
@@ -12,8 +12,8 @@ from typing import Iterator
 
 import pytest
 
-from gitops.admin import WebhookGuard, build_app
-from gitops.webhooks import sign
+from gitops.admin.api import WebhookGuard, build_app
+from gitops.admin.webhooks import sign
 from httpedge.limits import EdgeLimits
 from tests.component.test_admin import SECRET, FakeAgent
 from tests.security.listeners import RawClient, serving

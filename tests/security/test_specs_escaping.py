@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gitops.cli import main
-from gitops.logs import JsonFormatter, TextFormatter
+from gitops.process.logs import JsonFormatter, TextFormatter
 from gitops.specs.loading import Loader
 from gitops.sources.trees import MemoryTree
 from tests.conftest import GitRepo

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from gitops.cli import main
-from gitops.history import History
+from gitops.loop.history import History
 from gitops.sources.repos import GitSource
-from gitops.statedir import lock, prepare, private_file
+from gitops.loop.statedir import lock, prepare, private_file
 from tests.conftest import GitRepo
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gitops.webhooks import RateLimiter, sign
+from gitops.admin.webhooks import RateLimiter, sign
 from tests.component.test_admin import BODY, SECRET, FakeAgent, guard, request
 
 

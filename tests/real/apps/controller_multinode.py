@@ -24,7 +24,7 @@ import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from controller.client import start_or_connect  # noqa: E402
-from gitops.shadow_mismatches import collect, proxies_to_ask  # noqa: E402
+from gitops.admin.shadow_mismatches import collect, proxies_to_ask  # noqa: E402
 from vocabulary.configs import BackendConfig, EndpointConfig, LimitsConfig, ReplicaState  # noqa: E402
 from vocabulary.status import ClusterStatus, ProxyState, ReplicaStatus  # noqa: E402
 

@@ -1,0 +1,15 @@
+"""The agent's admin API and how people and client commands reach it.
+
+- `api`: the HTTP API (status, history, metrics, the verbs, the webhook)
+  and the listener it is served on.
+- `access`: who may use it: bearer token, Host allow-list, Origin check.
+- `webhooks`: push signatures (HMAC-SHA256), replays and a rate limit.
+- `page`: the read-only status page served at `/`.
+- `shadow_mismatches`: `GET /shadow/mismatches`, every proxy's sample in one list.
+- `address`: where client commands find the running agent's API.
+
+Owns the HTTP side of the agent. Must not: decide or apply anything (it
+asks the loop through the `api.AdminTarget` protocol), print to a terminal
+(the CLI's verbs in gitops.commands do), or import the loop, the process
+shell or the CLI.
+"""

@@ -1,0 +1,355 @@
+"""The agent's admin HTTP API: status, history, metrics, verbs and the webhook.
+
+Owns the routes of the admin API and how they map onto the agent: `GET /`
+(the status page), `GET /status`, `GET /history`, `GET /metrics`,
+`GET /healthz`, `GET /logs/BACKEND[?since=T&cursors=JSON]` (its replicas'
+own output, redacted), `GET /traces?commit=SHA` (the agent's kept apply traces),
+`POST /sync`, `/suspend`, `/resume`, `/rollback[?commit=SHA]`, and `POST /hooks/git`,
+which only wakes the agent to fetch (the payload is never read for specs)
+and only with a valid GitHub-style signature, once per delivery. Every
+request passes `gitops.admin.access.check` first (token, Host, Origin).
+`build_webhook_app` is `/hooks/git` alone, for its own listener
+(`--webhook-port`), so publishing the webhook publishes nothing else.
+Serving is `server`: the HTTP edge the proxy uses (`httpedge.server`, its
+bounds and answers), on the agent's event loop, with `ADMIN_LIMITS`.
+Must not: reconcile or touch git; it only asks the agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Protocol
+
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gitops.admin.access import AccessPolicy, check
+from gitops.reconcile.outcomes import HistoryEntry
+from gitops.redaction import redact
+from gitops.reconcile.rollback import Quarantine, RollbackRefused
+from gitops.status.rollup import AgentStatus
+from gitops.admin.page import render_page
+from gitops.admin.webhooks import (
+    DELIVERY_HEADER,
+    MAX_BODY_BYTES,
+    SIGNATURE_HEADER,
+    DeliveryLog,
+    RateLimiter,
+    Verdict,
+    verify,
+)
+from httpedge.limits import EdgeLimits
+from httpedge.asgi import App
+from httpedge.server import Server
+from vocabulary.replica_output import OutputCursor, ReplicaOutput
+
+# `controller.client.ControllerClient.replica_output`: (backend, since, cursors) -> each replica's output.
+ReplicaOutputReader = Callable[[str, "float | None", dict[str, OutputCursor]], Awaitable[list[ReplicaOutput]]]
+
+__all__ = ["AdminTarget", "Listener", "WebhookGuard", "build_app", "build_webhook_app", "server", "ADMIN_LIMITS", "requester"]
+
+# An admin API has a handful of clients: few connections, short deadlines.
+ADMIN_LIMITS = EdgeLimits(header_timeout_s=5.0, body_timeout_s=10.0, max_connections=64)
+LOOPBACK_POLICY = AccessPolicy.build(None, "127.0.0.1")
+_SHUTDOWN_GRACE_S = 5.0  # for answers in flight when the agent stops
+
+_HISTORY_LIMIT_MAX = 1000
+
+
+class AdminTarget(Protocol):
+    """What the admin API needs from the agent (`gitops.loop.agent.Agent` has it)."""
+
+    @property
+    def suspended(self) -> bool: ...
+
+    def status(self) -> AgentStatus: ...
+
+    def history(self, limit: int = 50) -> list[HistoryEntry]: ...
+
+    def suspend(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def rollback(self, commit: str | None = None) -> Quarantine: ...
+
+
+@dataclass
+class WebhookGuard:
+    """The webhook's secret, body limit, replay log and rate limit; absent means the webhook is off."""
+
+    secret: bytes
+    limiter: RateLimiter = field(default_factory=RateLimiter)
+    max_body: int = MAX_BODY_BYTES
+    clock: Callable[[], float] = time.monotonic
+    deliveries: DeliveryLog = field(default_factory=DeliveryLog)
+    body_timeout_s: float = ADMIN_LIMITS.body_timeout_s
+
+
+def build_app(
+    agent: AdminTarget,
+    *,
+    sync: Callable[[], None],
+    webhook_fetch: Callable[[], None],
+    metrics: Callable[[], tuple[bytes, str]],
+    webhook: WebhookGuard | None = None,
+    commit_url_template: str | None = None,
+    policy: AccessPolicy = LOOPBACK_POLICY,
+    shadow_mismatches: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+    replica_output: ReplicaOutputReader | None = None,
+    override_window: Callable[[str], None] | None = None,
+    apply_traces: Callable[[str], list[Any]] | None = None,
+) -> ASGIApp:
+    """The admin app behind `policy`; `sync` and `webhook_fetch` wake the agent;
+    `shadow_mismatches` gathers the proxies' samples (`gitops.admin.shadow_mismatches`);
+    `apply_traces` answers a commit's kept apply traces (`gitops.reconcile.apply_traces.TraceRing`).
+
+    Without `webhook` (no secret, or the webhook on its own listener)
+    `/hooks/git` answers 404 here.
+    """
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    async def status(request: Request) -> Response:
+        return JSONResponse(agent.status().model_dump(mode="json"))
+
+    async def history(request: Request) -> Response:
+        try:
+            limit = int(request.query_params.get("limit", "50"))
+        except ValueError:
+            return _error(400, "limit must be an integer")
+        limit = max(1, min(limit, _HISTORY_LIMIT_MAX))
+        return JSONResponse({"entries": [entry.to_json() for entry in agent.history(limit)]})
+
+    async def metrics_page(request: Request) -> Response:
+        body, content_type = metrics()
+        return Response(body, media_type=content_type)
+
+    async def do_sync(request: Request) -> Response:
+        if agent.suspended:
+            return _error(409, "reconciliation is suspended; resume it first")
+        if request.query_params.get("override_window") in ("1", "true"):
+            if override_window is None:
+                return _error(409, "this agent runs without --environment: it has no sync window to override")
+            who = requester(policy)
+            override_window(who)
+            return JSONResponse({"accepted": True, "override_window": True, "by": who}, status_code=202)
+        sync()
+        return JSONResponse({"accepted": True}, status_code=202)
+
+    async def do_suspend(request: Request) -> Response:
+        agent.suspend()
+        return JSONResponse({"status": agent.status().status.value})
+
+    async def do_resume(request: Request) -> Response:
+        agent.resume()
+        return JSONResponse({"status": agent.status().status.value})
+
+    async def do_rollback(request: Request) -> Response:
+        try:
+            held = agent.rollback(request.query_params.get("commit") or None)
+        except RollbackRefused as error:
+            return _error(409, str(error))
+        return JSONResponse(held.to_json())
+
+    async def mismatches(request: Request) -> Response:
+        if shadow_mismatches is None:
+            return JSONResponse({"mismatches": [], "unreachable": []})
+        return JSONResponse(await shadow_mismatches())
+
+    async def logs(request: Request) -> Response:
+        if replica_output is None:
+            return _error(404, "this agent reads no replica output")
+        try:
+            since = float(request.query_params["since"]) if "since" in request.query_params else None
+            cursors = {rid: OutputCursor.model_validate(c)
+                       for rid, c in json.loads(request.query_params.get("cursors", "{}")).items()}
+        except (ValueError, TypeError, AttributeError, ValidationError):
+            return _error(400, "since must be a number and cursors a JSON object of {out, err} offsets")
+        try:
+            found = await replica_output(request.path_params["backend"], since, cursors)
+        except ValueError as error:
+            return _error(404, str(error))
+        return JSONResponse({"replicas": [_redacted(output).model_dump(mode="json") for output in found]})
+
+    async def traces(request: Request) -> Response:
+        commit = request.query_params.get("commit", "").lower()
+        if len(commit) < 4 or any(c not in "0123456789abcdef" for c in commit):
+            return _error(400, "commit must be 4 or more hex digits of a commit")
+        return JSONResponse({"traces": apply_traces(commit) if apply_traces is not None else []})
+
+    async def hook(request: Request) -> Response:
+        if webhook is None:
+            return _error(404, "no webhook on this listener (it needs --webhook-secret-file; "
+                               "with --webhook-port it has its own listener)")
+        return await _hook(request, webhook, webhook_fetch)
+
+    routes = [
+        Route("/healthz", healthz),
+        Route("/status", status),
+        Route("/history", history),
+        Route("/metrics", metrics_page),
+        Route("/sync", do_sync, methods=["POST"]),
+        Route("/suspend", do_suspend, methods=["POST"]),
+        Route("/resume", do_resume, methods=["POST"]),
+        Route("/rollback", do_rollback, methods=["POST"]),
+        Route("/shadow/mismatches", mismatches),
+        Route("/logs/{backend}", logs),
+        Route("/traces", traces),
+        Route("/hooks/git", hook, methods=["POST"]),
+    ]
+    async def status_page(request: Request) -> Response:
+        return HTMLResponse(render_page(commit_url_template=commit_url_template))
+
+    routes.append(Route("/", status_page))
+    return _Guarded(Starlette(routes=routes), policy)
+
+
+def _redacted(output: ReplicaOutput) -> ReplicaOutput:
+    return output.model_copy(update={
+        "out": tuple(redact(line) for line in output.out), "err": tuple(redact(line) for line in output.err),
+        "missing": redact(output.missing),
+    })
+
+
+def requester(policy: AccessPolicy) -> str:
+    """Who asked, as history records it: the admin API has one token, named by its fingerprint."""
+    if policy.token is None:
+        return "a loopback client (no admin token configured)"
+    return f"admin token sha256:{hashlib.sha256(policy.token).hexdigest()[:12]}"
+
+
+def build_webhook_app(webhook: WebhookGuard, webhook_fetch: Callable[[], None]) -> ASGIApp:
+    """`POST /hooks/git` and nothing else: what a forge may reach."""
+
+    async def hook(request: Request) -> Response:
+        return await _hook(request, webhook, webhook_fetch)
+
+    return Starlette(routes=[Route("/hooks/git", hook, methods=["POST"])])
+
+
+class _Guarded:
+    """Applies the access policy to every HTTP request before routing."""
+
+    def __init__(self, app: ASGIApp, policy: AccessPolicy) -> None:
+        self._app = app
+        self._policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers: dict[str, str] = {}
+            for name, value in scope["headers"]:  # the first of repeated headers counts
+                headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+            refusal = check(self._policy, scope["method"], scope["path"], headers)
+            if refusal is not None:
+                response = _error(refusal.status, refusal.message, dict(refusal.headers))
+                await response(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
+
+
+class _BodyError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def _hook(request: Request, guard: WebhookGuard, fetch: Callable[[], None]) -> Response:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > guard.max_body:
+        return _error(413, f"body larger than {guard.max_body} bytes")
+    try:
+        body = await _read_limited(request, guard.max_body, guard.body_timeout_s)
+    except _BodyError as error:
+        return _error(error.status, str(error), {"Connection": "close"})
+    verdict = verify(guard.secret, body, request.headers.get(SIGNATURE_HEADER))
+    if verdict is Verdict.MISSING:
+        return _error(401, f"missing {SIGNATURE_HEADER}")
+    if verdict is Verdict.INVALID:
+        return _error(403, f"{SIGNATURE_HEADER} does not match")
+    delivery = request.headers.get(DELIVERY_HEADER)
+    if guard.deliveries.seen(delivery, body):
+        # Before the rate limit: a replay must not use up what real pushes need.
+        return _error(409, "this delivery was already received")
+    if not guard.limiter.allow(guard.clock()):
+        retry = max(1, round(guard.limiter.retry_after()))
+        return _error(429, "too many webhook calls", headers={"Retry-After": str(retry)})
+    guard.deliveries.record(delivery, body)
+    fetch()
+    return JSONResponse({"accepted": True}, status_code=202)
+
+
+async def _read_limited(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The whole body, within `limit` bytes and `timeout_s` seconds, or `_BodyError`.
+
+    A client that leaves mid-body gets nothing verified: its truncated body
+    is an error, never a delivery.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _BodyError(413, f"body larger than {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise _BodyError(408, f"body not complete within {timeout_s:g} s") from None
+    except ClientDisconnect:
+        raise _BodyError(400, "the client left before its body was complete") from None
+    return b"".join(chunks)
+
+
+def _error(code: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse({"error": message}, status_code=code, headers=headers)
+
+
+class Listener:
+    """One of the agent's listeners: `app` served by `httpedge.server` on `host:port` until `stop`."""
+
+    def __init__(self, app: App, host: str, port: int, limits: EdgeLimits = ADMIN_LIMITS) -> None:
+        self.host = host
+        self.port = port
+        self._server = Server(app, limits)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_asked = False
+        self._stopping: asyncio.Task[None] | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._server.started
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        """Serve on `sockets` (bound), else on a socket bound to `host:port`; returns once stopped."""
+        self._loop = asyncio.get_running_loop()
+        if self._stop_asked:
+            return
+        if sockets is None:
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            sockets = [socket.create_server((self.host, self.port), family=family)]
+        await self._server.serve(sockets)
+
+    def stop(self) -> None:
+        """From any thread: stop accepting, let answers in flight end (within a bound); `serve` then returns."""
+        self._stop_asked = True
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._shut_down)
+
+    def _shut_down(self) -> None:
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._server.shutdown(_SHUTDOWN_GRACE_S))
+
+
+def server(app: App, host: str, port: int, limits: EdgeLimits = ADMIN_LIMITS) -> Listener:
+    """A quiet server, bounded by `limits`, to `await server.serve()` on the agent's loop."""
+    return Listener(app, host, port, limits)

@@ -1,0 +1,337 @@
+"""The read-only status page served at `/` on the agent's admin port.
+
+Owned here: one self-contained HTML document (inline CSS and JavaScript, no
+framework, no build step, nothing fetched from outside). The page reads
+`/status` and `/history` from the same origin and redraws every few
+seconds: overall sync status and conditions, watched vs applied commit,
+the environment (with `--environment`: its branch, a sync window holding a
+commit, the promotion's gates), recent history (each commit's newest row has the id `commit-<sha>`, the
+anchor notifications link to), backends with replicas by state and
+version, endpoints with traffic weights drawn as bars, for both the last
+minute's request rate, 5xx share and p99 (and a backend's latest handler
+exception, also under "Last error" while it answers 5xx), every proxy worker (state,
+address, restarts, last error), each rollout's step
+bar (steps passed, the one holding, the ones to come) with its checks, the
+commits a rollback quarantined, the proxies' recent shadow mismatches (from
+`/shadow/mismatches`; the page still draws when that fails), and every error in
+full. With `--commit-url-template` commits link to the forge. It never writes
+(no buttons for sync or suspend: the page is read-only by design).
+
+Not here: the JSON it reads (`gitops.status.rollup`, `gitops.loop.history`) and serving
+it (`gitops.admin.api`). Every value from the JSON is inserted as text, never as
+HTML, so a commit message or error text cannot inject markup.
+"""
+
+from __future__ import annotations
+
+import json
+
+__all__ = ["render_page", "REFRESH_S"]
+
+REFRESH_S = 3.0
+
+_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>ray-gitops status</title>
+<style>
+  :root { --ok: #1a7f37; --warn: #9a6700; --bad: #cf222e; --muted: #57606a; --line: #d0d7de; }
+  body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1100px; padding: 16px; color: #1f2328; }
+  h1 { font-size: 20px; margin: 0 0 4px; }
+  h2 { font-size: 16px; margin: 22px 0 8px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }
+  code, pre { font-family: ui-monospace, monospace; font-size: 12.5px; }
+  pre { white-space: pre-wrap; word-break: break-word; background: #fff8f8; border: 1px solid #ffcecb; padding: 8px; margin: 4px 0; }
+  table { border-collapse: collapse; width: 100%; }
+  th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
+  th { color: var(--muted); font-weight: 600; }
+  .badge { display: inline-block; padding: 2px 10px; border-radius: 12px; color: #fff; font-weight: 600; }
+  .Synced { background: var(--ok); } .Progressing { background: var(--warn); }
+  .Degraded, .Failed { background: var(--bad); } .Suspended { background: var(--muted); }
+  .Held { background: var(--warn); }
+  .muted { color: var(--muted); }
+  .bar { display: flex; align-items: center; gap: 8px; margin: 2px 0; }
+  .bar .track { flex: 0 0 260px; height: 12px; background: #eaeef2; border-radius: 3px; overflow: hidden; }
+  .bar .fill { height: 100%; background: #0969da; }
+  .bar .fill.shadow { background: #8250df; }
+  .state { display: inline-block; margin-right: 8px; }
+  tr.target { background: #fff8c5; }
+  .steps { display: flex; gap: 3px; }
+  .steps span { width: 34px; height: 12px; border-radius: 3px; background: #eaeef2; }
+  .steps span.passed { background: var(--ok); } .steps span.holding { background: var(--warn); }
+  .steps span.failed { background: var(--bad); }
+  #stale { display: none; color: var(--bad); font-weight: 600; }
+</style>
+</head>
+<body>
+<h1>ray-gitops <span id="status" class="badge">…</span></h1>
+<div class="muted"><span id="source"></span> · refreshed <span id="refreshed">never</span>
+  <span id="stale">· agent unreachable, showing the last data</span></div>
+
+<h2>Commits</h2>
+<table><tbody>
+  <tr><th>watched (last attempted)</th><td><code id="watched">–</code></td></tr>
+  <tr><th>applied</th><td><code id="applied">–</code></td></tr>
+</tbody></table>
+
+<h2>Environment</h2>
+<div id="environment"><span class="muted">none (the agent runs without --environment)</span></div>
+
+<h2>Conditions</h2>
+<table><thead><tr><th>type</th><th>status</th><th>reason</th><th>message</th></tr></thead>
+<tbody id="conditions"></tbody></table>
+
+<h2>Last error</h2>
+<div id="errors"><span class="muted">none</span></div>
+
+<h2>Backends</h2>
+<table><thead><tr><th>backend</th><th>version</th><th>commit</th><th>ready / target</th><th>replicas by state</th>
+<th>replicas by version</th><th>restarts</th><th>req/s</th><th>5xx</th><th>p99</th><th>latest exception</th></tr></thead>
+<tbody id="backends"></tbody></table>
+
+<h2>Endpoints</h2>
+<table><thead><tr><th>endpoint</th><th>route</th><th>traffic</th><th>req/s</th><th>5xx</th><th>p99</th></tr></thead>
+<tbody id="endpoints"></tbody></table>
+
+<h2>Proxies</h2>
+<table><thead><tr><th>proxy</th><th>state</th><th>address</th><th>restarts</th><th>last error</th></tr></thead>
+<tbody id="proxies"></tbody></table>
+
+<h2>Rollouts</h2>
+<table><thead><tr><th>endpoint</th><th>phase</th><th>steps</th><th>weights</th><th>checks</th></tr></thead>
+<tbody id="rollouts"></tbody></table>
+
+<h2>Quarantined commits</h2>
+<div id="quarantine"><span class="muted">none</span></div>
+
+<h2>Shadow mismatches</h2>
+<table><thead><tr><th>when</th><th>endpoint</th><th>shadow backend</th><th>path</th><th>statuses</th><th>diff</th></tr></thead>
+<tbody id="mismatches"></tbody></table>
+
+<h2>History</h2>
+<table><thead><tr><th>commit</th><th>finished</th><th>result</th><th>duration</th><th>plan or error</th></tr></thead>
+<tbody id="history"></tbody></table>
+
+<script>
+"use strict";
+const REFRESH_MS = __REFRESH_MS__;
+const COMMIT_URL = __COMMIT_URL_TEMPLATE__;
+let scrolledToTarget = false;
+
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (cls) node.className = cls;
+  return node;
+}
+function row(cells) {
+  const tr = document.createElement("tr");
+  for (const cell of cells) {
+    const td = document.createElement("td");
+    if (cell instanceof Node) td.appendChild(cell); else td.textContent = cell == null ? "–" : String(cell);
+    tr.appendChild(td);
+  }
+  return tr;
+}
+function fill(id, rows, empty) {
+  const body = document.getElementById(id);
+  body.replaceChildren(...rows);
+  if (!rows.length) body.appendChild(row([el("span", empty, "muted")]));
+}
+function short(sha) { return sha ? String(sha).slice(0, 12) : "–"; }
+function commit(sha, text) {
+  if (!sha || !COMMIT_URL) return el("span", text);
+  const link = el("a", text);
+  link.href = COMMIT_URL.split("{sha}").join(encodeURIComponent(sha));
+  return link;
+}
+function counts(map) {
+  const box = el("span");
+  for (const [key, n] of Object.entries(map || {}).sort()) box.appendChild(el("span", key + ": " + n, "state"));
+  return box;
+}
+function bars(weights, shadow) {
+  const box = el("div");
+  for (const [backend, weight] of Object.entries(weights || {}).sort()) {
+    const bar = el("div", null, "bar");
+    const track = el("div", null, "track");
+    const part = el("div", null, shadow ? "fill shadow" : "fill");
+    part.style.width = (Math.max(0, Math.min(1, Number(weight))) * 100).toFixed(1) + "%";
+    track.appendChild(part);
+    bar.append(track, el("span", (shadow ? "shadow " : "") + backend + " " + (Number(weight) * 100).toFixed(1) + "%"));
+    box.appendChild(bar);
+  }
+  return box;
+}
+
+function serving(v) {
+  // The last minute's request rate, 5xx share and p99, as the proxies counted them.
+  if (!v || !v.requests) return ["0", "–", "–"];
+  const rate = v.window_s > 0 ? v.requests / v.window_s : 0;
+  const p99 = v.p99_s < 1 ? (v.p99_s * 1000).toFixed(0) + " ms" : v.p99_s + " s";
+  return [rate.toFixed(1), (100 * v.errors / v.requests).toFixed(0) + "%", p99];
+}
+
+function drawStatus(s) {
+  const badge = document.getElementById("status");
+  badge.textContent = s.status; badge.className = "badge " + s.status;
+  document.getElementById("source").textContent = (s.repo || "") + " @ " + (s.branch || "") + " : " + (s.path || "");
+  const watched = s.watched_revision || s.last_attempted_revision;
+  document.getElementById("watched").replaceChildren(commit(watched, watched || "–"));
+  document.getElementById("applied").replaceChildren(commit(s.last_applied_revision, s.last_applied_revision || "–"));
+  fill("conditions", (s.conditions || []).map(c => row([c.type, c.status, c.reason, c.message])), "no conditions");
+  const errors = [...(s.errors || [])];
+  for (const [name, b] of Object.entries(s.backends || {})) if (b.last_error) errors.push(name + ": " + b.last_error);
+  for (const [name, b] of Object.entries(s.backends || {})) {
+    if (b.latest_exception && b.serving && b.serving.errors) errors.push(name + " (latest exception): " + b.latest_exception);
+  }
+  const box = document.getElementById("errors");
+  box.replaceChildren(...errors.map(e => el("pre", e)));
+  if (!errors.length) box.appendChild(el("span", "none", "muted"));
+  fill("backends", Object.entries(s.backends || {}).sort().map(([name, b]) => row([
+    name, short(b.version), b.commit ? commit(b.commit, b.commit.slice(0, 7)) : "–", (b.ready ?? "–") + " / " + (b.target_replicas ?? "–"),
+    counts(b.replicas), counts(Object.fromEntries(Object.entries(b.versions || {}).map(([v, n]) => [short(v), n]))),
+    counts(b.restarts), ...serving(b.serving), b.latest_exception || "–",
+  ])), "no backends");
+  fill("endpoints", Object.entries(s.endpoints || {}).sort().map(([name, e]) => {
+    const cell = bars(e.traffic, false);
+    if (e.shadow && Object.keys(e.shadow).length) cell.appendChild(bars(e.shadow, true));
+    return row([name, e.route, cell, ...serving(e.serving)]);
+  }), "no endpoints");
+  fill("proxies", Object.entries(s.proxies || {}).sort().map(([id, p]) => row([
+    id, p.state, p.address || "–", p.restarts, p.last_error || "–",
+  ])), "no proxies");
+}
+
+function stepBar(r) {
+  // One box per step: passed, holding (or stopped there), to come.
+  const box = el("div", null, "steps");
+  r.steps.forEach((share, i) => {
+    let cls = i < r.passed ? "passed" : "";
+    if (i === r.passed && r.phase !== "promoted") cls = r.phase === "stepping" ? "holding" : "failed";
+    const part = el("span", null, cls);
+    part.title = "step " + (i + 1) + ": " + (share * 100).toFixed(0) + "% of the change";
+    box.appendChild(part);
+  });
+  const cell = el("div");
+  cell.append(box, el("span", r.message, "muted"));
+  return cell;
+}
+
+function drawRollouts(s) {
+  fill("rollouts", Object.entries(s.rollouts || {}).sort().map(([name, r]) => row([
+    name, r.phase, stepBar(r), bars(r.weights, false), (r.checks || []).join("; ") || "–",
+  ])), "no rollouts");
+  const box = document.getElementById("quarantine");
+  const q = s.quarantine;
+  if (!q) { box.replaceChildren(el("span", "none", "muted")); return; }
+  const line = el("div");
+  line.append("held: ");
+  (q.held || []).forEach((sha, i) => { if (i) line.append(", "); line.append(commit(sha, short(sha))); });
+  line.append(" · rolled back to ", commit(q.good, short(q.good)), " · reason: " + q.reason + (q.detail ? " (" + q.detail + ")" : ""),
+              " · lifted by a newer commit");
+  box.replaceChildren(line);
+}
+
+function drawMismatches(m) {
+  fill("mismatches", (m.mismatches || []).slice(0, 20).map(x => row([
+    new Date(x.at * 1000).toLocaleString(), x.endpoint, x.backend, x.path,
+    x.primary_status + " vs " + x.shadow_status, x.diff,
+  ])), (m.unreachable || []).length ? "proxies unreachable: " + m.unreachable.map(u => u.proxy).join(", ")
+                                     : "no mismatches");
+}
+
+async function refreshMismatches() {
+  try {
+    const r = await fetch("shadow/mismatches", {cache: "no-store"});
+    if (r.ok) drawMismatches(await r.json());
+  } catch (error) { /* the rest of the page does not depend on it */ }
+}
+
+function drawHistory(h) {
+  const entries = Array.isArray(h) ? h : (h.entries || h.history || []);
+  const anchored = new Set();
+  fill("history", entries.slice(0, 20).map(e => {
+    const cell = el("span");
+    cell.append(commit(e.commit, short(e.commit)), e.summary ? " " + e.summary : "");
+    const tr = row([
+      cell,
+      e.finished_at ? new Date(e.finished_at * 1000).toLocaleString() : "–",
+      e.result, e.duration_s == null ? "–" : Number(e.duration_s).toFixed(2) + " s",
+      e.errors && e.errors.length ? e.errors[0] : (e.plan_summary || ""),
+    ]);
+    if (!anchored.has(e.commit)) { tr.id = "commit-" + e.commit; anchored.add(e.commit); }  // the newest row
+    return tr;
+  }), "no commits attempted yet");
+  showTarget();
+}
+
+function showTarget() {
+  // Rows are drawn after the page loads, so the browser cannot scroll to #commit-<sha> itself.
+  const target = location.hash ? document.getElementById(decodeURIComponent(location.hash.slice(1))) : null;
+  if (!target) return;
+  target.classList.add("target");
+  if (!scrolledToTarget) { target.scrollIntoView(); scrolledToTarget = true; }
+}
+
+function drawEnvironment(s) {
+  const box = document.getElementById("environment");
+  const e = s.environment;
+  if (!e) { box.replaceChildren(el("span", "none (the agent runs without --environment)", "muted")); return; }
+  const lines = [el("div", e.name + " · branch " + e.branch)];
+  if (e.held) {
+    const held = el("div");
+    held.append("held by a sync window: ", commit(e.held.commit, short(e.held.commit)),
+                " · until " + (e.held.until || "–") + " · " + e.held.message);
+    lines.push(held);
+  }
+  const p = e.promotion;
+  if (p) {
+    const line = el("div");
+    line.append("promotion to " + p.to + " (" + p.branch + ", " + p.mode + "): " + p.phase + " ",
+                commit(p.commit, short(p.commit)), " · soaked " + p.soaked_s + "s of " + p.soak_s + "s");
+    lines.push(line);
+    for (const g of p.gates || []) {
+      lines.push(el("div", "  " + g.name + ": " + (g.passed === true ? "passed" : g.passed === false ? "failed" : "pending")
+                           + " · " + g.detail, "muted"));
+    }
+    if (p.error) lines.push(el("pre", p.error));
+  }
+  box.replaceChildren(...lines);
+}
+
+async function refresh() {
+  try {
+    const [status, history] = await Promise.all(
+      ["status", "history"].map(p => fetch(p, {cache: "no-store"}).then(r => {
+        if (!r.ok) throw new Error(p + ": HTTP " + r.status);
+        return r.json();
+      })));
+    drawStatus(status); drawEnvironment(status); drawRollouts(status); drawHistory(history);
+    await refreshMismatches();
+    document.getElementById("refreshed").textContent = new Date().toLocaleTimeString();
+    document.getElementById("stale").style.display = "none";
+    document.body.dataset.loaded = "true";
+  } catch (error) {
+    document.getElementById("stale").style.display = "inline";
+  } finally {
+    setTimeout(refresh, REFRESH_MS);
+  }
+}
+refresh();
+</script>
+</body>
+</html>
+"""  # noqa: E501 — the page's CSS and JavaScript, a line per rule
+
+
+def render_page(refresh_s: float = REFRESH_S, commit_url_template: str | None = None) -> str:
+    """The status page; it refreshes itself every `refresh_s` seconds.
+
+    `commit_url_template` (already checked: http(s), with `{sha}`) makes
+    commits links to the forge.
+    """
+    # JSON is a JavaScript literal; "</" is escaped so the value cannot end the <script>.
+    template = json.dumps(commit_url_template).replace("</", "<\\/")
+    return _PAGE.replace("__REFRESH_MS__", str(int(refresh_s * 1000))).replace("__COMMIT_URL_TEMPLATE__", template)

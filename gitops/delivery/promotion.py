@@ -1,0 +1,157 @@
+"""Carrying a promotion out: a fast-forward push, or a GitHub / GitLab pull request.
+
+`gitops.delivery.gates` decides that a commit may move to the next environment;
+a `Promoter` moves it, and says where to in one line (the history row's
+summary). Both modes write to git only through `GitSource.push`, which
+never forces: the target branch (push mode) or the promotion branch
+`gitops/promote-TO` (pull_request mode) moves only as a fast-forward.
+
+- `PushPromoter`: the target branch itself is moved to the commit.
+- `PullRequestPromoter`: the commit goes to `gitops/promote-TO`, then a pull
+  request (GitHub: `GET`/`POST /repos/{owner}/{repo}/pulls`, `PATCH
+  .../pulls/{number}`) or merge request (GitLab: `GET`/`POST
+  /projects/:id/merge_requests`, `PUT .../merge_requests/:iid`) from it to
+  the target branch is opened, or updated when one is open already (found
+  by head and base). Its body is the evidence and the plan for the target
+  environment (`gitops.delivery.gates.promotion_body`).
+
+The credential is `--promote-token-file`: the git password of the push and
+the API token. Without it the agent never writes to git.
+Blocking calls: the agent runs them in a thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+from urllib.parse import quote
+
+import httpx
+
+from gitops.errors import GitopsError
+from gitops.delivery.gates import PromotionSettings
+from gitops.redaction import redact
+
+__all__ = [
+    "PromotionError",
+    "PromotionRequest",
+    "Promoter",
+    "PushPromoter",
+    "PullRequestPromoter",
+    "promotion_branch",
+    "DEFAULT_API_URLS",
+]
+
+DEFAULT_API_URLS = {"github": "https://api.github.com", "gitlab": "https://gitlab.com/api/v4"}
+
+# Pushes `commit` to `branch` of the remote, as a fast-forward only (GitSource.push).
+Push = Callable[[str, str], None]
+
+
+class PromotionError(GitopsError):
+    """A promotion that did not happen; the message says what refused it."""
+
+
+@dataclass(frozen=True)
+class PromotionRequest:
+    commit: str
+    summary: str  # the commit's subject line
+    settings: PromotionSettings
+    title: str
+    body: str  # markdown: the evidence and the target environment's plan
+
+
+class Promoter(Protocol):
+    def promote(self, request: PromotionRequest) -> str:
+        """Move the commit; return where it went (e.g. a pull request's URL). Raises PromotionError."""
+        ...
+
+
+def promotion_branch(settings: PromotionSettings) -> str:
+    return f"gitops/promote-{settings.to}"
+
+
+class PushPromoter:
+    def __init__(self, push: Push) -> None:
+        self._push = push
+
+    def promote(self, request: PromotionRequest) -> str:
+        branch = request.settings.branch
+        try:
+            self._push(request.commit, branch)
+        except GitopsError as error:
+            raise PromotionError(str(error)) from None
+        return f"pushed {request.commit[:7]} to {branch} (fast-forward)"
+
+
+class PullRequestPromoter:
+    def __init__(self, push: Push, token: str, timeout_s: float = 30.0) -> None:
+        self._push = push
+        self._token = token
+        self._timeout_s = timeout_s
+
+    def promote(self, request: PromotionRequest) -> str:
+        settings = request.settings
+        head = promotion_branch(settings)
+        try:
+            self._push(request.commit, head)
+        except GitopsError as error:
+            raise PromotionError(str(error)) from None
+        try:
+            with httpx.Client(timeout=self._timeout_s) as client:
+                if settings.provider == "gitlab":
+                    return self._gitlab(client, request, head)
+                return self._github(client, request, head)
+        except httpx.HTTPError as error:
+            raise PromotionError(redact(f"{settings.provider} API: {type(error).__name__}: {error}")) from None
+
+    def _github(self, client: httpx.Client, request: PromotionRequest, head: str) -> str:
+        settings = request.settings
+        base_url = (settings.api_url or DEFAULT_API_URLS["github"]).rstrip("/")
+        repository = settings.repository or ""
+        owner = repository.partition("/")[0]
+        pulls = f"{base_url}/repos/{repository}/pulls"
+        headers = {
+            "Authorization": f"Bearer {self._token}",
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": "2022-11-28",
+        }
+        found = _json(
+            client.get(pulls, params={"head": f"{owner}:{head}", "base": settings.branch, "state": "open"}, headers=headers)
+        )
+        fields = {"title": request.title, "body": request.body}
+        if isinstance(found, list) and found:
+            number = found[0]["number"]
+            answer = _json(client.patch(f"{pulls}/{number}", json=fields, headers=headers))
+            return f"updated pull request {answer.get('html_url') or number}"
+        answer = _json(client.post(pulls, json={**fields, "head": head, "base": settings.branch}, headers=headers))
+        return f"opened pull request {answer.get('html_url') or answer.get('number')}"
+
+    def _gitlab(self, client: httpx.Client, request: PromotionRequest, head: str) -> str:
+        settings = request.settings
+        base_url = (settings.api_url or DEFAULT_API_URLS["gitlab"]).rstrip("/")
+        project = quote(settings.repository or "", safe="")
+        requests = f"{base_url}/projects/{project}/merge_requests"
+        headers = {"PRIVATE-TOKEN": self._token}
+        query = {"source_branch": head, "target_branch": settings.branch, "state": "opened"}
+        found = _json(client.get(requests, params=query, headers=headers))
+        if isinstance(found, list) and found:
+            iid = found[0]["iid"]
+            answer = _json(
+                client.put(f"{requests}/{iid}", json={"title": request.title, "description": request.body}, headers=headers)
+            )
+            return f"updated merge request {answer.get('web_url') or iid}"
+        fields = {"source_branch": head, "target_branch": settings.branch, "title": request.title, "description": request.body}
+        answer = _json(client.post(requests, json=fields, headers=headers))
+        return f"opened merge request {answer.get('web_url') or answer.get('iid')}"
+
+
+def _json(answer: httpx.Response) -> Any:
+    if answer.status_code >= 300:
+        raise PromotionError(
+            redact(f"{answer.request.method} {answer.request.url.path}: HTTP {answer.status_code}: {answer.text[:200]}")
+        )
+    try:
+        return answer.json()
+    except ValueError:
+        raise PromotionError(f"{answer.request.method} {answer.request.url.path}: the answer is not JSON") from None

@@ -1,0 +1,70 @@
+"""What one reconcile of a commit came to: `Outcome`, and `HistoryEntry`, the
+row the history ledger keeps of it.
+
+Plain values shared by the agent, its status, metrics, rollbacks and the
+admin API; `gitops.loop.history` stores them in SQLite. Pure: no storage, no clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gitops.errors import ErrorKind
+
+__all__ = ["Outcome", "HistoryEntry"]
+
+
+class Outcome(str, enum.Enum):
+    """What one reconcile of a commit came to."""
+
+    APPLIED = "applied"  # the plan ran and every goal was met
+    NOOP = "noop"  # nothing to change
+    INVALID = "invalid"  # the specs have errors; nothing was touched
+    FAILED = "failed"  # an action or goal failed; the rest was not applied
+    SUPERSEDED = "superseded"  # a newer commit arrived mid-apply
+    UNVERIFIED = "unverified"  # --verify-commits: unsigned or untrusted; nothing was touched
+    ABORTED = "aborted"  # applied, then a rollout check failed: traffic went back (or paused)
+    STEP = "step"  # applied, and one of its rollout steps passed its checks
+    PROMOTED = "promoted"  # served here, passed the gates, moved to the next environment (gitops.delivery.gates)
+    WINDOW_OVERRIDE = "window_override"  # applied during a sync window by `gitops sync --override-window`
+
+    @property
+    def ok(self) -> bool:
+        return self in (Outcome.APPLIED, Outcome.NOOP, Outcome.STEP)
+
+    @property
+    def error_kind(self) -> ErrorKind | None:
+        """What can help a failed commit: only a new commit (invalid), or a retry (failed)."""
+        return {
+            Outcome.INVALID: ErrorKind.STALLED,
+            Outcome.UNVERIFIED: ErrorKind.STALLED,
+            Outcome.FAILED: ErrorKind.RETRY,
+        }.get(self)
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    commit: str
+    branch: str
+    author_time: float
+    summary: str
+    started_at: float
+    finished_at: float
+    result: Outcome
+    plan_summary: str = ""
+    actions: int = 0
+    errors: tuple[str, ...] = ()
+    id: int | None = field(default=None, compare=False)
+
+    @property
+    def duration_s(self) -> float:
+        return self.finished_at - self.started_at
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["result"] = self.result.value
+        data["errors"] = list(self.errors)
+        data["duration_s"] = round(self.duration_s, 3)
+        return data
