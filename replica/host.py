@@ -86,6 +86,7 @@ from vocabulary.wire import DataAddress
 from datalink.private_dirs import private_base
 from ray_gitops.registry import begin_models, install, install_models, install_multiplex, install_secrets
 from vocabulary.serving import ReplicaContext
+from vocabulary.configs import BackendConfig
 from vocabulary.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.status import HandlerError, ModelStaging
 
@@ -276,40 +277,33 @@ class Replica:
 
     def __init__(
         self,
-        backend: str,
+        config: BackendConfig,
         replica_id: str,
-        version: str,
-        import_path: str,
-        init_args: tuple[Any, ...] = (),
-        init_kwargs: dict[str, Any] | None = None,
-        user_config: Any = None,
+        *,
         namespace: str = "",
-        commit: str | None = None,
-        multiplex: tuple[str, int] | None = None,
-        models: dict[str, dict[str, Any]] | None = None,
-        model_cache: tuple[str | None, int | None] = (None, None),
-        memory_limit: int | None = None,
         otlp_endpoint: str | None = None,
+        model_cache: tuple[str | None, int | None] = (None, None),
     ) -> None:
-        """`namespace` is where the controller runs, for this replica's handles;
-        `commit` the one the backend's config came from (for `context()` and traces);
-        `memory_limit` (bytes) what user code may allocate (`cap_private_memory`);
-        `otlp_endpoint` where its spans go (`replica.tracing`; None: tracing off)."""
-        self.backend = backend
+        """`config` is the backend as the controller holds it, one value: what the
+        replica needs of a backend it reads from there (its code, arguments,
+        `user_config`, commit, models, multiplexing, `ray_actor_options.memory`,
+        the limit its user code may allocate: `cap_private_memory`). The rest is
+        the controller's, not the backend's: `namespace` where it runs, for this
+        replica's handles; `otlp_endpoint` where spans go (`replica.tracing`;
+        None: tracing off); `model_cache` the node's model cache (its directory,
+        its cap in bytes)."""
+        self._config = config
+        self.backend = backend = config.name
         self.replica_id = replica_id
-        self.version = version
-        self._commit = commit
-        self._import_path = import_path
-        self._init_args = tuple(init_args)
-        self._init_kwargs = dict(init_kwargs or {})
-        self._user_config = user_config
+        self.version = config.version
+        self._user_config = config.user_config  # until `reconfigure` brings another
         self._handler: Any = None
         self._handler_is_async = False  # `_is_async(self._handler)`, decided once it is loaded
         self._serve: Callable[[Any, WireRequest], Any] = functools.partial(call_handler, is_async=False)
         self._lifespan: Lifespan | None = None
         self._tracing = (
             None if otlp_endpoint is None
-            else ReplicaTracing(ReplicaTracing.provider(otlp_endpoint), backend, replica_id, commit)
+            else ReplicaTracing(ReplicaTracing.provider(otlp_endpoint), backend, replica_id, config.commit)
         )
         self._handles = HandleRouter(f"handles:{replica_id}", namespace, random.Random(), self._tracing)
         self._streams = StreamTable(replica_id)
@@ -326,13 +320,11 @@ class Replica:
         self._output: OwnOutput | None = None  # this process's stdout and stderr files (under Ray)
         self._marking: asyncio.Task[None] | None = None
         self._fetching: dict[str, FetchProgress] = {}  # models being fetched now, for `staging()`
-        # `[backends.X.multiplex]`: (header, max_models_per_replica), for `@ray_gitops.serving.multiplexed`.
-        self._multiplex = multiplex
-        # `models`: ModelConfig as JSON by name, staged before user code runs (replica.models).
-        self._models = dict(models or {})
         self._model_cache_settings = model_cache
         self._model_cache: ModelCache | None = None
-        self._memory_limit = memory_limit
+        # `ray_actor_options.memory`, which Ray only schedules by, the replica enforces.
+        memory = config.ray_actor_options.get("memory")
+        self._memory_limit: int | None = int(memory) if memory else None
         self._memory_capped = False
 
     async def secrets_recipient(self) -> str:
@@ -365,32 +357,34 @@ class Replica:
         if secrets is not None:
             self._secrets.open(secrets)
         if self._handler is None:
-            if self._models and self._model_cache is None:
+            models = self._config.model_sources  # staged before user code runs (replica.models)
+            if models and self._model_cache is None:
                 # Before any user code, bounded by each model's load_timeout_s: a model that
                 # cannot be fetched or verified fails the start with one line (replica.models).
                 self._model_cache, staged = await stage_models(
-                    self._models, *self._model_cache_settings, fetching=self._fetching
+                    models, *self._model_cache_settings, fetching=self._fetching
                 )
                 install_models({done.name: str(done.path) for done in staged})
-            elif not self._models:
+            elif not models:
                 install_models({})
             install_secrets(self._secrets)
-            if self._multiplex is not None:
-                install_multiplex(*self._multiplex)
+            multiplex = self._config.multiplex  # for `@ray_gitops.serving.multiplexed`
+            if multiplex is not None:
+                install_multiplex(multiplex.header, multiplex.max_models_per_replica)
             self._handles.attach(asyncio.get_running_loop())
-            install(ReplicaContext(self.backend, self.replica_id, self.version, self._commit), self._handles)
+            install(ReplicaContext(self.backend, self.replica_id, self.version, self._config.commit), self._handles)
             if self._memory_limit is not None and not self._memory_capped:
                 cap_private_memory(self._memory_limit)  # after staging: the model cache's buffers are ours
                 self._memory_capped = True
             try:
                 handler = await asyncio.to_thread(
-                    load_callable, self._import_path, self._init_args, self._init_kwargs
+                    load_callable, self._config.import_path, tuple(self._config.init_args), dict(self._config.init_kwargs)
                 )
             except MemoryError as err:
                 if self._memory_limit is None:
                     raise
                 raise MemoryLimitExceeded(
-                    f"{self._import_path} allocated past the replica's memory limit "
+                    f"{self._config.import_path} allocated past the replica's memory limit "
                     f"(ray_actor_options.memory = {self._memory_limit} bytes) in its constructor"
                 ) from err
             if self._user_config is not None:

@@ -35,13 +35,14 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 from urllib.parse import unquote, urlsplit
 
 from replica.model_fetching import FetchError, FetchProgress, fetch
+from vocabulary.configs import ModelConfig
 from vocabulary.model_digests import ManifestEntry, is_directory, manifest_digest
 from vocabulary.model_stats import CACHE_DIR_NAME, STATS_FILE, ModelCacheStats
 
@@ -315,10 +316,10 @@ def _remove(path: Path) -> None:
 
 
 async def stage_models(
-    models: dict[str, dict[str, Any]], cache_dir: str | None, max_bytes: int | None,
+    models: Mapping[str, ModelConfig], cache_dir: str | None, max_bytes: int | None,
     fetching: dict[str, FetchProgress] | None = None,
 ) -> tuple[ModelCache, list[Staged]]:
-    """Every model of a backend (`ModelConfig` as JSON, by name) staged in the
+    """Every model of a backend (its `model_sources`, by name) staged in the
     node's cache, each within its own `load_timeout_s`; the cache keeps them
     held (not evictable) until `ModelCache.release`. `fetching` is filled with
     the models being fetched meanwhile, and how far each is."""
@@ -326,8 +327,8 @@ async def stage_models(
     staged: list[Staged] = []
     try:
         for name, model in sorted(models.items()):
-            deadline = time.monotonic() + float(model["load_timeout_s"])
-            done = await asyncio.to_thread(cache.stage, name, model["source"], model["sha256"], deadline)
+            deadline = time.monotonic() + model.load_timeout_s
+            done = await asyncio.to_thread(cache.stage, name, model.source, model.sha256, deadline)
             _LOG.info(
                 "model %s: %s (%d bytes fetched in %.1fs)",
                 name, "fetched" if done.fetched_bytes else "cached", done.fetched_bytes, done.seconds,

@@ -81,25 +81,6 @@ def error_text(err: BaseException) -> str:
     return lines[-1] if lines else type(err).__name__
 
 
-def _model_arguments(config: BackendConfig, cache: tuple[str | None, int | None]) -> dict[str, Any]:
-    """A replica's models to stage before its code runs, and its multiplexing
-    (`(header, max_models_per_replica)`); none: the arguments are left out."""
-    arguments: dict[str, Any] = {}
-    if config.multiplex is not None:
-        arguments["multiplex"] = (config.multiplex.header, config.multiplex.max_models_per_replica)
-    if not config.model_sources:
-        return arguments
-    models = {name: model.model_dump(mode="json") for name, model in config.model_sources.items()}
-    return {**arguments, "models": models, "model_cache": cache}
-
-
-def _memory_argument(config: BackendConfig) -> dict[str, Any]:
-    """The replica's memory limit: `ray_actor_options.memory`, which Ray only
-    schedules by, the replica enforces (none: the argument is left out)."""
-    memory = config.ray_actor_options.get("memory")
-    return {"memory_limit": int(memory)} if memory else {}
-
-
 def _outcome(future: Future) -> Probe:
     try:
         answer = future.result()
@@ -332,12 +313,10 @@ class RayAdapter:
             runtime_env=self._runtime_env(config),
             **_actor_resources(config.ray_actor_options),
         )
+        # The backend's config crosses as one value: what a replica needs of it, it reads there.
         handle = cls.remote(
-            config.name, effect.replica_id, config.version, config.import_path,
-            tuple(config.init_args), dict(config.init_kwargs), config.user_config,
-            namespace=self.namespace, commit=config.commit, otlp_endpoint=self._otlp_endpoint,
-            **_model_arguments(config, self._model_cache),
-            **_memory_argument(config),
+            config, effect.replica_id,
+            namespace=self.namespace, otlp_endpoint=self._otlp_endpoint, model_cache=self._model_cache,
         )
         self._handles[effect.actor_name] = handle
         if config.secret_digests:

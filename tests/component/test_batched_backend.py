@@ -20,6 +20,7 @@ from proxy.pool.replica_calls import ReplicaCalls
 from proxy.settings import ProxySettings
 from proxy.routes.subscriptions import Subscriptions
 from replica.host import Replica
+from vocabulary.configs import BackendConfig
 from vocabulary.configs import BatchingConfig, EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from vocabulary.wire import TimedRequest, CallResult, WireRequest, WireResponse
 
@@ -53,7 +54,7 @@ class InProcess:
 
 
 async def post_all(handler: str, bodies: list[str]) -> list[httpx.Response]:
-    replica = Replica("model", "r1", "v1", f"{__name__}:{handler}")
+    replica = Replica(BackendConfig(name="model", version="v1", import_path=f"{__name__}:{handler}"), "r1")
     await replica.initialize()
     settings, rng = ProxySettings(), random.Random(0)
     app = ProxyApp(ReplicaCalls(InProcess(), 1, 0.005), settings, rng, None)

@@ -23,6 +23,7 @@ from proxy.pool.calling import HandlerError, ReplicaDiedError
 from proxy.pool.replica_calls import ReplicaCalls
 from proxy.pool.socketcalls import DataConnections
 from replica.host import Replica
+from vocabulary.configs import BackendConfig
 from tests.component.data_path import APPS, App, Calls, FakeHandle, RecordingFallback
 from datalink.frames import BODY_PIECE_BYTES, PIECES_ABOVE, Frame, FrameDecoder, Kind, Opening, Window, encode, encode_piece
 from vocabulary.wire import DataAddress
@@ -55,7 +56,7 @@ def run(
 ) -> None:
     async def main() -> None:
         App.started, App.cancelled = asyncio.Event(), asyncio.Event()
-        replica = Replica("echo", "r1", "v1", f"{APPS}:{handler}")
+        replica = Replica(BackendConfig(name="echo", version="v1", import_path=f"{APPS}:{handler}"), "r1")
         await replica.initialize()
         extra = {} if replica_max_frame is None else {"max_frame": replica_max_frame}
         path = await replica.serve_frames([tempfile.gettempdir()], **extra)

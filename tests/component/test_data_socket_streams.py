@@ -25,6 +25,7 @@ from proxy.pool.calling import HandlerError, ReplicaDiedError
 from proxy.pool.socketcalls import DataConnections
 from proxy.pipeline.streaming import StreamEnd, relay
 from replica.host import Replica
+from vocabulary.configs import BackendConfig
 from tests.component.data_path import Calls, FakeHandle, RecordingFallback
 from datalink.frames import Frame, FrameDecoder, Kind, Opening, Window, encode
 from vocabulary.wire import DataAddress
@@ -163,7 +164,7 @@ def via(request: pytest.FixtureRequest) -> str:
 def run(scenario: Callable[[Scene], Awaitable[None]], handler: str = "Streamer", window: Window = Window()) -> None:
     async def main() -> None:
         Probe.produced, Probe.stopped, Probe.seen_close = 0, asyncio.Event(), []
-        replica = Replica("streams", "r1", "v1", f"{MODULE}:{handler}")
+        replica = Replica(BackendConfig(name="streams", version="v1", import_path=f"{MODULE}:{handler}"), "r1")
         await replica.initialize()
         tcp = _via[0] == "tcp"
         path = await replica.serve_frames([tempfile.gettempdir()], tcp_host="127.0.0.1" if tcp else None)

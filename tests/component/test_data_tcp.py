@@ -19,6 +19,7 @@ from vocabulary.actor_apis import ReplicaHandle
 from proxy.pool.calling import ReplicaDiedError
 from proxy.pool.socketcalls import DataConnections, connect_tcp
 from replica.host import Replica
+from vocabulary.configs import BackendConfig
 from tests.component.data_path import APPS, App, Calls, FakeHandle, RecordingFallback
 from datalink.frames import Kind, encode
 from datalink.handshake import HELLO_BYTES, MAGIC, Handshake, Role
@@ -94,7 +95,7 @@ def run(
     async def main() -> None:
         App.started, App.cancelled = asyncio.Event(), asyncio.Event()
         DETONATED.clear()
-        replica = Replica("echo", "r1", "v1", f"{APPS}:{handler}")
+        replica = Replica(BackendConfig(name="echo", version="v1", import_path=f"{APPS}:{handler}"), "r1")
         await replica.initialize()
         await replica.serve_frames([tempfile.gettempdir()], tcp_host=LOOPBACK)
         assert replica._data is not None
@@ -167,7 +168,7 @@ def test_the_replica_listens_at_the_address_it_is_given_and_never_on_a_wildcard(
         host, port = scene.address.tcp  # type: ignore[misc]
         assert host == LOOPBACK and port > 0 and len(scene.address.secret) == 32
         assert scene.address.secret.hex() not in repr(scene.address) + repr(scene.replica._data)
-        wildcard = Replica("echo", "r2", "v1", f"{APPS}:App")
+        wildcard = Replica(BackendConfig(name="echo", version="v1", import_path=f"{APPS}:App"), "r2")
         await wildcard.initialize()
         await wildcard.serve_frames([tempfile.gettempdir()], tcp_host="0.0.0.0")
         address = await wildcard.data_address()
@@ -179,7 +180,7 @@ def test_the_replica_listens_at_the_address_it_is_given_and_never_on_a_wildcard(
 
 def test_the_tcp_listener_opens_only_when_a_proxy_on_another_node_asks_and_never_while_draining() -> None:
     async def main() -> None:
-        replica = Replica("echo", "r3", "v1", f"{APPS}:App")
+        replica = Replica(BackendConfig(name="echo", version="v1", import_path=f"{APPS}:App"), "r3")
         await replica.initialize()
         await replica.serve_frames([tempfile.gettempdir()])
         replica._tcp_host = LOOPBACK  # what `initialize` takes from Ray: the node's address
@@ -192,7 +193,7 @@ def test_the_tcp_listener_opens_only_when_a_proxy_on_another_node_asks_and_never
         await replica.prepare_for_shutdown(0)
         assert await replica.data_address(for_node="node-c") is None  # draining: no way in, none opened
 
-        late = Replica("echo", "r4", "v1", f"{APPS}:App")
+        late = Replica(BackendConfig(name="echo", version="v1", import_path=f"{APPS}:App"), "r4")
         await late.initialize()
         await late.serve_frames([tempfile.gettempdir()])
         late._tcp_host = LOOPBACK

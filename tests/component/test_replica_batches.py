@@ -10,6 +10,7 @@ import pytest
 from starlette.requests import Request
 
 from replica.host import Replica
+from vocabulary.configs import BackendConfig
 from vocabulary.wire import TimedRequest, CallOutcome, CallResult, make_request
 
 MODULE = __name__
@@ -47,7 +48,7 @@ class OneUnserialisable:
 
 def batch(handler: str, bodies: list[bytes], limit_s: float = 10) -> list[CallResult]:
     async def scenario() -> list[CallResult]:
-        replica = Replica("model", "r1", "v1", f"{MODULE}:{handler}")
+        replica = Replica(BackendConfig(name="model", version="v1", import_path=f"{MODULE}:{handler}"), "r1")
         await replica.initialize()
         items: list[TimedRequest] = [(make_request("POST", "/m", body=body), limit_s) for body in bodies]
         return await replica.handle_batch(items)

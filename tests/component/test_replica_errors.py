@@ -8,6 +8,7 @@ import pytest
 from starlette.requests import Request
 
 from replica.host import Replica
+from vocabulary.configs import BackendConfig
 from vocabulary.wire import make_request
 
 MODULE = __name__
@@ -22,7 +23,7 @@ class Boom:
 
 def test_a_raising_handler_is_the_replicas_latest_error_with_its_file_and_line() -> None:
     async def scenario():
-        replica = Replica("boom", "boom#1", "v1", f"{MODULE}:Boom")
+        replica = Replica(BackendConfig(name="boom", version="v1", import_path=f"{MODULE}:Boom"), "boom#1")
         await replica.initialize()
         assert await replica.check_health() is None
         with pytest.raises(ZeroDivisionError):

@@ -1,4 +1,4 @@
-"""A replica given `memory_limit` caps its own process before user code loads:
+"""A replica whose backend sets `ray_actor_options.memory` caps its own process before user code loads:
 a constructor allocating past it fails the start with a clear reason, one
 allocating within it starts. Each case runs in a process of its own (the cap
 is an rlimit of the whole process, never this test runner's)."""
@@ -14,6 +14,7 @@ MiB = 2**20
 SCRIPT = '''
 import asyncio, resource, sys
 from replica.host import MemoryLimitExceeded, Replica, private_memory_bytes
+from vocabulary.configs import BackendConfig
 
 class Hog:
     def __init__(self, size):
@@ -23,7 +24,9 @@ class Hog:
         return "ok"
 
 async def main(size, limit):
-    replica = Replica("hog", "hog#1", "v1", "__main__:Hog", (size,), memory_limit=limit)
+    config = BackendConfig(name="hog", version="v1", import_path="__main__:Hog", init_args=(size,),
+                           ray_actor_options={"memory": limit})
+    replica = Replica(config, "hog#1")
     held = private_memory_bytes()
     try:
         await replica.initialize()

@@ -13,6 +13,7 @@ import pytest
 from ray_gitops import serving
 from replica.host import Replica
 from replica.models import ModelError
+from vocabulary.configs import BackendConfig, ModelConfig
 
 MODULE = __name__
 CONSTRUCTED: list[str] = []
@@ -26,16 +27,16 @@ class Reader:
         return "ok"
 
 
-def _models(source: Path, digest: str) -> dict[str, dict[str, object]]:
-    return {"weights": {"name": "weights", "source": source.as_uri(), "sha256": digest, "load_timeout_s": 30.0}}
+def _reader(source: Path, digest: str) -> BackendConfig:
+    weights = ModelConfig(name="weights", source=source.as_uri(), sha256=digest, load_timeout_s=30.0)
+    return BackendConfig(name="b", version="v1", import_path=f"{MODULE}:Reader", model_sources={"weights": weights})
 
 
 def test_models_are_staged_before_the_constructor_runs(tmp_path: Path) -> None:
     source = tmp_path / "w.txt"
     source.write_text("weights v1")
     digest = hashlib.sha256(b"weights v1").hexdigest()
-    replica = Replica("b", "r1", "v1", f"{MODULE}:Reader", models=_models(source, digest),
-                      model_cache=(str(tmp_path / "cache"), None))
+    replica = Replica(_reader(source, digest), "r1", model_cache=(str(tmp_path / "cache"), None))
     asyncio.run(replica.initialize())
     assert CONSTRUCTED[-1] == "weights v1"
     assert serving.model_path("weights") == str(tmp_path / "cache" / "entries" / digest / "w.txt")
@@ -47,8 +48,7 @@ def test_a_wrong_digest_fails_initialize_before_user_code(tmp_path: Path) -> Non
     source = tmp_path / "w.txt"
     source.write_text("weights v1")
     constructed = len(CONSTRUCTED)
-    replica = Replica("b", "r1", "v1", f"{MODULE}:Reader", models=_models(source, "0" * 64),
-                      model_cache=(str(tmp_path / "cache"), None))
+    replica = Replica(_reader(source, "0" * 64), "r1", model_cache=(str(tmp_path / "cache"), None))
     line = r"^model weights \(file://.*/w.txt\): its bytes have sha256 [0-9a-f]{64}, but git pins 0{64}$"
     with pytest.raises(ModelError, match=line):
         asyncio.run(replica.initialize())

@@ -16,6 +16,7 @@ from starlette.responses import StreamingResponse
 
 from replica.asgi import is_asgi_app
 from replica.host import Replica
+from vocabulary.configs import BackendConfig
 from replica.streams import StreamTable
 from vocabulary.wire import StreamStart, make_request, with_root_path
 
@@ -97,7 +98,7 @@ class AsgiClass:
 
 
 async def streamed(target: str) -> tuple[StreamStart, list[bytes]]:
-    replica = Replica("b", "r1", "v1", f"{__name__}:{target}")
+    replica = Replica(BackendConfig(name="b", version="v1", import_path=f"{__name__}:{target}"), "r1")
     await replica.initialize()
     start = await replica.handle_request(make_request("GET", "/s"))
     assert isinstance(start, StreamStart)
@@ -122,7 +123,7 @@ def test_a_sync_generator_streams_its_chunks() -> None:
 
 def test_chunks_a_fast_producer_has_ready_travel_together_in_order() -> None:
     async def scenario() -> tuple[StreamStart, list[bytes]]:
-        replica = Replica("b", "r1", "v1", f"{__name__}:Firehose")
+        replica = Replica(BackendConfig(name="b", version="v1", import_path=f"{__name__}:Firehose"), "r1")
         await replica.initialize()
         start = await replica.handle_request(make_request("GET", "/s"))
         assert isinstance(start, StreamStart)
@@ -142,7 +143,7 @@ def test_a_streaming_response_keeps_its_media_type() -> None:
 
 def test_an_asgi_app_sees_the_route_prefix_as_its_root_path() -> None:
     async def scenario() -> Any:
-        replica = Replica("b", "r1", "v1", f"{__name__}:api")
+        replica = Replica(BackendConfig(name="b", version="v1", import_path=f"{__name__}:api"), "r1")
         await replica.initialize()
         return await replica.handle_request(make_request("GET", "/api/where", headers=with_root_path([], "/api")))
 
@@ -177,7 +178,7 @@ def test_a_stream_nobody_claims_in_time_is_closed() -> None:
 
 def test_an_apps_startup_runs_before_its_first_request_and_its_shutdown_when_the_replica_drains() -> None:
     async def scenario() -> tuple[Any, list[str]]:
-        replica = Replica("b", "r1", "v1", f"{__name__}:with_lifespan")
+        replica = Replica(BackendConfig(name="b", version="v1", import_path=f"{__name__}:with_lifespan"), "r1")
         await replica.initialize()
         answer = await replica.handle_request(make_request("GET", "/seen"))
         await replica.prepare_for_shutdown(0)
@@ -189,7 +190,7 @@ def test_an_apps_startup_runs_before_its_first_request_and_its_shutdown_when_the
 
 
 def test_an_app_whose_startup_fails_never_becomes_ready_and_says_why() -> None:
-    replica = Replica("b", "r1", "v1", f"{__name__}:failing_startup")
+    replica = Replica(BackendConfig(name="b", version="v1", import_path=f"{__name__}:failing_startup"), "r1")
     with pytest.raises(Exception, match="no model file"):
         asyncio.run(replica.initialize())
 
@@ -216,7 +217,7 @@ class Endless:
 def test_a_handler_that_raises_mid_stream_ends_its_stream_with_its_error() -> None:
     async def scenario() -> list[bytes]:
         Endless.stopped, Endless.made = asyncio.Event(), 0
-        replica = Replica("b", "r1", "v1", f"{__name__}:Endless")
+        replica = Replica(BackendConfig(name="b", version="v1", import_path=f"{__name__}:Endless"), "r1")
         await replica.initialize()
         start = await replica.handle_request(make_request("GET", "/boom"))
         assert isinstance(start, StreamStart)
@@ -232,7 +233,7 @@ def test_a_handler_that_raises_mid_stream_ends_its_stream_with_its_error() -> No
 def test_a_stream_that_is_never_read_stops_its_app_when_let_go_and_waits_meanwhile() -> None:
     async def scenario() -> None:
         Endless.stopped, Endless.made = asyncio.Event(), 0
-        replica = Replica("b", "r1", "v1", f"{__name__}:Endless")
+        replica = Replica(BackendConfig(name="b", version="v1", import_path=f"{__name__}:Endless"), "r1")
         await replica.initialize()
         start = await replica.handle_request(make_request("GET", "/"))
         assert isinstance(start, StreamStart)

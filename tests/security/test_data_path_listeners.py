@@ -24,13 +24,14 @@ import pytest
 from replica import data_socket
 from vocabulary.actor_apis import ReplicaHandle
 from replica.host import Replica
+from vocabulary.configs import BackendConfig
 from tests.component.data_path import APPS
 
 LOOPBACK = "127.0.0.1"
 
 
 async def _replica() -> Replica:
-    replica = Replica("echo", "r1", "v1", f"{APPS}:App")
+    replica = Replica(BackendConfig(name="echo", version="v1", import_path=f"{APPS}:App"), "r1")
     await replica.initialize()
     await replica.serve_frames([tempfile.gettempdir()], tcp_host=LOOPBACK)
     return replica
@@ -136,7 +137,7 @@ def _websocket_over_the_data_socket(scenario: Any) -> None:
 
     async def main() -> None:
         Reader.go, Reader.received, Reader.disconnect = asyncio.Event(), [], []
-        replica = Replica("ws", "r1", "v1", f"{__name__}:slow_reader")
+        replica = Replica(BackendConfig(name="ws", version="v1", import_path=f"{__name__}:slow_reader"), "r1")
         await replica.initialize()
         path = await replica.serve_frames([tempfile.gettempdir()])
         assert path is not None
