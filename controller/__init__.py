@@ -9,7 +9,9 @@ each room):
 
 - `client`: the agent's handle — find or start the actor, `GoalAPI` over
   Ray calls, claim the namespace, the documented reset.
-- `actor`: the thin RPC façade and the control loop: observe, decide in
+- `actor`: the thin RPC façade, its methods grouped by the room each
+  delegates to.
+- `loop`: the control loop and what each call changes: observe, decide in
   the state machines, checkpoint, carry the effects out, judge goals.
 - `cluster` (starting or joining Ray, token auth) and `testing` (a fake
   adapter and storage for tests).
@@ -21,7 +23,9 @@ each room):
   versioned JSON, written before any actor is started or stopped) and its
   storage in Ray's internal KV (`persistence.ray_kv`).
 - `state`: the pure state machines — goals and what "met" means for each
-  (`state.goals`, `state.judging`), the proxy fleet, endpoints, rollouts,
+  (`state.goals`, `state.judging`), what the proxies are told
+  (`state.publishing`), what the checkpoint holds (`state.checkpointed`),
+  the proxy fleet, endpoints, rollouts,
   long poll, ownership, secrets, and `state.backend_state` (replicas as a
   transition table, the rolling-update step, health checks, backoff).
 - `policies`: pure policies — autoscaling, how a rollout step passes,

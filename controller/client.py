@@ -162,7 +162,7 @@ def start_or_connect(
     """Find the named detached controller in `namespace`, or start it.
 
     Needs a connected Ray (`controller.cluster.init_ray`). `options` is the
-    flat dict `controller.actor.ControllerOptions.from_dict` takes; it only
+    flat dict `controller.loop.ControllerOptions.from_dict` takes; it only
     applies when the controller is started here (settings an agent changes
     on a running controller have their own calls, e.g. `set_prometheus_url`).
     """

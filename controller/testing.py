@@ -1,7 +1,7 @@
 """Fakes of the controller's two edges, for tests of every tier.
 
 `FakeAdapter` is a cluster in memory that satisfies
-`controller.actor.ClusterAdapter` (and so `backend_state.Observer`):
+`controller.loop.ClusterAdapter` (and so `backend_state.Observer`):
 replicas it is told to start are ready at once (or fail with `start_error`),
 probes can be set per actor, and it records what it was asked to do.
 `MemoryStorage` is a checkpoint storage in memory.

@@ -1,8 +1,9 @@
 """The controller's checkpoint: versioned JSON behind a small storage interface.
 
 Owns the checkpoint's envelope (schema version, written-at), encoding and
-decoding (JSON only, never pickle), and the `Storage` protocol the controller
-writes through. Pure: the storages live at the edges (Ray's internal KV in
+decoding (JSON only, never pickle), the `Storage` protocol the controller
+writes through, and the `Checkpointer` that writes through it only what
+changed. Pure: the storages live at the edges (Ray's internal KV in
 `controller.persistence.ray_kv`, an in-memory one in `controller.testing`). What goes
 inside is the state modules' `to_json` output; this module does not
 interpret it.
@@ -19,6 +20,7 @@ __all__ = [
     "RESET_HINT",
     "CheckpointError",
     "Storage",
+    "Checkpointer",
     "encode",
     "decode",
 ]
@@ -44,6 +46,29 @@ class Storage(Protocol):
     def get(self) -> bytes | None: ...
 
     def delete(self) -> None: ...
+
+
+class Checkpointer:
+    """The controller's one checkpoint in a `Storage`: read at start, written when it changed."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+        self._saved: dict[str, Any] | None = None
+
+    def load(self) -> dict[str, Any] | None:
+        """The stored body (None: no checkpoint); `CheckpointError` when it cannot be read."""
+        data = self._storage.get()
+        return None if data is None else decode(data)
+
+    def save(self, body: dict[str, Any]) -> None:
+        if body == self._saved:
+            # An idempotent repeat changed nothing: no write.
+            return
+        self._storage.put(encode(body))
+        self._saved = body
+
+    def delete(self) -> None:
+        self._storage.delete()
 
 
 def encode(body: dict[str, Any]) -> bytes:

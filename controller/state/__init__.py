@@ -7,7 +7,10 @@ the storage `controller.persistence`'s). All but `secrets` cross restarts
 through their JSON form in the checkpoint. Layers, from the top
 (a contract in `pyproject.toml` keeps them):
 
-- `judging`: what "met" means for each goal kind, over the machines below.
+- `judging`: what "met" means for each goal kind, over the machines below;
+  `publishing`: what the proxies are told (the long-poll keys published from
+  the machines, only what changed); `checkpointed`: what the checkpoint
+  holds, as one value with its JSON body.
 - `proxy_fleet` (N proxy workers per node), `endpoint_state` (routes,
   traffic, shadows), `rollout_state` (each endpoint's rollout and its
   request totals), `goals` (what a call asked for), `longpoll` (per-key

@@ -42,7 +42,7 @@ def test_a_controller_recovers_from_a_checkpoint_written_before_its_modules_move
         assert status.controller_restarts == 1
         assert owner is not None and owner["agent_id"] == "agent-1"
         assert status.rollouts["api"].target == {"v1": 0.5, "v2": 0.5} and status.rollouts["api"].step == 0
-        assert ctl._prometheus_url == "http://prom:9090"
+        assert ctl._loop.held.prometheus_url == "http://prom:9090"
         assert adapter.started == [] and adapter.killed == []  # both replicas adopted, none replaced
 
     asyncio.run(scenario())

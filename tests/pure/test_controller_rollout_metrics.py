@@ -125,7 +125,7 @@ def test_an_unreachable_prometheus_holds_the_step_visibly_in_status() -> None:
 def test_a_new_prometheus_url_is_logged_without_its_credentials(caplog: pytest.LogCaptureFixture) -> None:
     async def scenario() -> None:
         ctl = controller(FakePrometheus(0.0), MemoryStorage())
-        with caplog.at_level(logging.INFO, logger="controller.actor"):
+        with caplog.at_level(logging.INFO, logger="controller.loop"):
             await ctl.set_prometheus_url("http://scraper:s3cret@prom:9090")
         await stop(ctl)
 

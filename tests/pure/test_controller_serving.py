@@ -85,7 +85,7 @@ def test_replica_output_asks_every_replica_of_the_backend() -> None:
 
 
 def test_a_handler_error_older_than_the_window_is_no_longer_shown() -> None:
-    from controller.actor import _recent_error_only
+    from controller.loop import _recent_error_only
     from vocabulary.status import BackendStatus, HandlerError
 
     raised = HandlerError(type="KeyError", message="'x'", where="deployments/a.py:3", at=1000.0)

@@ -49,8 +49,7 @@ async def poll(ctl: ControllerActor, done, timeout_s: float = 5.0) -> ClusterSta
 
 
 async def stop(ctl: ControllerActor) -> None:
-    ctl._stopping = True
-    ctl._loop_task.cancel()
+    ctl._stop_loop()
 
 
 def test_every_replica_is_in_the_checkpoint_before_it_is_started():
