@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gitops.admin import address as agent_address
-from gitops.process import ray_versions as rayversions
+from gitops.process import ray_versions
 from gitops.loop import statedir
 from gitops.errors import UsageError, UserError
 from gitops.process.logs import configure_logging
@@ -45,6 +45,8 @@ from gitops.process.supervising import CHILD_ENV, supervise, watch_ray
 from vocabulary.proxy_workers import NODE_IP
 
 if TYPE_CHECKING:
+    from controller.client import ControllerClient
+    from gitops.sources.repos import GitSource
     from vocabulary.ownership import Owner
     from gitops.sources.verifying import CommitVerifier
     from gitops.loop.metrics import AgentMetrics
@@ -157,7 +159,7 @@ def join_ray(start: Callable[[], None], address: str | None) -> None:
     try:
         start()
     except RuntimeError as error:
-        line = rayversions.mismatch_line(str(error))
+        line = ray_versions.mismatch_line(str(error))
         if line is None:
             raise
         raise UserError(f"--ray-address {address}: {line}") from None
@@ -199,7 +201,7 @@ def _sigterm_interrupts() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def _controller(args: argparse.Namespace, embedded_state: Path | None) -> Any:
+def _controller(args: argparse.Namespace, embedded_state: Path | None) -> ControllerClient:
     from controller.client import CheckpointError, start_or_connect
 
     options = {
@@ -233,7 +235,7 @@ def otlp_endpoint(flag: str | None, environ: Mapping[str, str]) -> str | None:
     return url.rstrip("/")
 
 
-def take_charge(client: Any, args: argparse.Namespace, source: Any, agent_id: str) -> Owner:
+def take_charge(client: ControllerClient, args: argparse.Namespace, source: GitSource, agent_id: str) -> Owner:
     """Become the namespace's one agent, then give the controller this start's
     `--prometheus-url`: one already running (a restarted agent, a joined
     cluster) must not keep an earlier agent's. Refused: the controller is untouched."""
@@ -242,7 +244,7 @@ def take_charge(client: Any, args: argparse.Namespace, source: Any, agent_id: st
     return owner
 
 
-def _claim(client: Any, args: argparse.Namespace, source: Any, agent_id: str) -> Owner:
+def _claim(client: ControllerClient, args: argparse.Namespace, source: GitSource, agent_id: str) -> Owner:
     """Become the namespace's one agent, or a one-line error naming the agent that is."""
     from vocabulary.ownership import Owner
 
@@ -261,7 +263,9 @@ def _claim(client: Any, args: argparse.Namespace, source: Any, agent_id: str) ->
     return owner
 
 
-async def _watch_ownership(client: Any, agent_id: str, namespace: str, interval_s: float, stop: asyncio.Event) -> None:
+async def _watch_ownership(
+    client: ControllerClient, agent_id: str, namespace: str, interval_s: float, stop: asyncio.Event
+) -> None:
     """Stop this agent once another one took its namespace over (`--take-over`)."""
     while not stop.is_set():
         await asyncio.sleep(interval_s)
@@ -283,7 +287,7 @@ def _proxy_addresses_free(args: argparse.Namespace) -> None:
     check_addresses_free(args.proxy_host, ports, joined=args.ray_address is not None)
 
 
-def _proxies_started(client: Any, embedded: bool, agent_id: str) -> None:
+def _proxies_started(client: ControllerClient, embedded: bool, agent_id: str) -> None:
     """Nothing is applied while no proxy can serve it: a proxy that cannot
     start (its address in use) stops the agent with one line (gitops.process.proxy_start)."""
     from gitops.process.proxy_start import status_of, wait_for_proxies
@@ -296,7 +300,7 @@ def _proxies_started(client: Any, embedded: bool, agent_id: str) -> None:
         raise
 
 
-def _release_quietly(client: Any, agent_id: str) -> None:
+def _release_quietly(client: ControllerClient, agent_id: str) -> None:
     """A clean stop frees the namespace: the next agent needs no --take-over."""
     try:
         client.release(agent_id)
@@ -304,7 +308,7 @@ def _release_quietly(client: Any, agent_id: str) -> None:
         _LOG.error(f"gitops: releasing the namespace: {type(error).__name__}: {error}")
 
 
-def _stop_quietly(client: Any) -> None:
+def _stop_quietly(client: ControllerClient | None) -> None:
     if client is None:
         return
     try:
@@ -316,8 +320,8 @@ def _stop_quietly(client: Any) -> None:
 async def _serve(
     args: argparse.Namespace,
     state: statedir.StateDir,
-    source: Any,
-    client: Any,
+    source: GitSource,
+    client: ControllerClient,
     agent_id: str,
     secret: bytes | None,
     token: bytes | None,
@@ -325,8 +329,8 @@ async def _serve(
     links: Links,
     channels: Sequence[Channel],
 ) -> None:
-    from gitops.admin import api as admin
-    from gitops.reconcile import planner as planning
+    from gitops.admin import api
+    from gitops.reconcile import planner
     from gitops.admin.access import AccessPolicy
     from gitops.loop.agent import Agent, AgentSettings, Trigger
     from gitops.loop.history import History
@@ -361,7 +365,7 @@ async def _serve(
         SecretDelivery(client, load),
         History(state.history),
         load=load,
-        plan=planning.plan,
+        plan=planner.plan,
         metrics=metrics,
         settings=AgentSettings(
             spec_path=args.path,
@@ -375,13 +379,13 @@ async def _serve(
         duties=duties,
         traces=traces,
     )
-    guard = admin.WebhookGuard(secret, RateLimiter()) if secret else None
+    guard = api.WebhookGuard(secret, RateLimiter()) if secret else None
 
     def webhook_fetch() -> None:
         agent.notify(Trigger.WEBHOOK)
 
     separate_webhook = len(sockets) > 1
-    app = admin.build_app(
+    app = api.build_app(
         agent,
         sync=lambda: agent.notify(Trigger.SYNC),
         webhook_fetch=webhook_fetch,
@@ -394,9 +398,9 @@ async def _serve(
         override_window=(lambda who: agent.sync(override_window_by=who)) if duties else None,
         apply_traces=lambda commit: [trace_json(trace) for trace in traces.of_commit(commit)],
     )
-    servers = [admin.server(app, args.admin_host, args.admin_port)]
+    servers = [api.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:
-        servers.append(admin.server(admin.build_webhook_app(guard, webhook_fetch), args.webhook_host, args.webhook_port))
+        servers.append(api.server(api.build_webhook_app(guard, webhook_fetch), args.webhook_host, args.webhook_port))
     if agent.suspended:
         _LOG.warning("gitops: reconciliation is suspended (since before this start); `gitops resume` resumes it")
     admin_url = agent_address.connectable_url(args.admin_host, args.admin_port)

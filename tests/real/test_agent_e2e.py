@@ -21,7 +21,7 @@ import ray
 
 from controller.client import start_or_connect
 from vocabulary.configs import ServingState
-from gitops.reconcile import planner as planning
+from gitops.reconcile import planner
 from gitops.admin.api import WebhookGuard, build_app, server
 from gitops.loop.agent import Agent, AgentSettings, Trigger
 from gitops.reconcile.applying import Deadlines, apply
@@ -97,7 +97,7 @@ def empty_cluster(cluster):
     # Leave nothing behind for the next test, whatever this one did.
     async def clear() -> None:
         actual = await client.get_state()
-        await apply(planning.plan(ServingState(), actual), client, actual=actual)
+        await apply(planner.plan(ServingState(), actual), client, actual=actual)
 
     asyncio.run(clear())
 
@@ -186,7 +186,7 @@ def make_agent(
         client,
         History(state_dir / "history.db"),
         load=loader.load_tree,
-        plan=planning.plan,
+        plan=planner.plan,
         metrics=AgentMetrics(),
         settings=AgentSettings(interval_s=interval_s, resync_interval_s=resync_s, watch=watch,
                                deadlines=Deadlines(backend_s=60.0, endpoint_s=15.0), **settings),
