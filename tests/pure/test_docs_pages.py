@@ -1,5 +1,5 @@
 """docs/ is one map: every page is reachable from docs/index.md, every relative
-link lands on a file, the README stays a door (200 lines at most), nothing is
+link lands on a file and every folder of ours a page names is there, the README stays a door (200 lines at most), nothing is
 said twice (no table documented on two pages), and the glossary of
 docs/architecture.md names types the code has.
 
@@ -44,6 +44,17 @@ def test_every_relative_link_lands_on_a_file() -> None:
     broken = [f"{page.relative_to(ROOT)} -> {target}"
               for page in pages() for target in links(page) if not (page.parent / target).exists()]
     assert broken == []
+
+
+def test_every_directory_a_page_names_is_there() -> None:
+    """`gitops/reconcile/`, `contrib/kubernetes/`: a room or folder of ours that moved is named where it is now."""
+    ours = {path.name for path in ROOT.iterdir() if path.is_dir() and not path.name.startswith(".")}
+    gone = [
+        f"{page.relative_to(ROOT)} names {folder}" for page in pages()
+        for folder in re.findall(r"`((?:[\w.-]+/)+)`", _FENCE.sub("", page.read_text()))
+        if folder.split("/")[0] in ours and not (ROOT / folder).is_dir()
+    ]
+    assert gone == []
 
 
 def reachable(start: Path) -> set[Path]:
