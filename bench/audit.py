@@ -76,8 +76,8 @@ def otlp_receiver() -> Iterator[str]:
 def controller(otlp_endpoint: str | None) -> Iterator[tuple[Any, str, str]]:
     """Our controller with one proxy worker and the noop backend; (client, proxy URL, metrics URL)."""
     from controller.client import start_or_connect
-    from vocabulary.configs import BackendConfig
-    from vocabulary.goal_api import PROXY_CLASS
+    from vocabulary.spec.backends import BackendConfig
+    from vocabulary.control.goal_api import PROXY_CLASS
 
     port, metrics_port = free_port(), free_port()
     options: dict[str, Any] = {
@@ -95,7 +95,7 @@ def controller(otlp_endpoint: str | None) -> Iterator[tuple[Any, str, str]]:
 
 
 async def _met(client: Any, goal: Any) -> None:
-    from vocabulary.configs import GoalState
+    from vocabulary.control.goals import GoalState
 
     result = await client.wait_for_goal(await goal, 120)
     if result.state != GoalState.MET:
@@ -104,7 +104,7 @@ async def _met(client: Any, goal: Any) -> None:
 
 def serve_endpoint(client: Any, url: str, **fields: Any) -> None:
     """The endpoint with `fields` (tracing, capture), once the proxy serves it."""
-    from vocabulary.configs import EndpointConfig
+    from vocabulary.spec.endpoints import EndpointConfig
 
     config = EndpointConfig(name="bench", route="/", traffic={"bench": 1.0}, **fields)
     asyncio.run(_met(client, client.apply_endpoint(config)))
@@ -136,7 +136,7 @@ def load(url: str, script: Path, duration_s: float, connections: int, warmup_s: 
 
 
 def measure(args: Any) -> list[dict[str, Any]]:
-    from vocabulary.configs import CaptureConfig, TracingConfig
+    from vocabulary.spec.endpoints import CaptureConfig, TracingConfig
 
     own_ray()
     rows: list[dict[str, Any]] = []

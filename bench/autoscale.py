@@ -27,7 +27,7 @@ if __name__ == "__main__" and Path(sys.path[0]).resolve() == ROOT / "bench":
     sys.path[0] = str(ROOT)
 
 from tests.conftest import GitRepo
-from vocabulary.configs import ReplicaState
+from vocabulary.control.longpoll import ReplicaState
 from tests.real.apps.autoscale_stack import (
     APP_SOURCE,
     AgentProcess,

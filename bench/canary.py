@@ -33,8 +33,9 @@ import ray
 from controller.shell.ray_adapter import PROXY_PREFIX
 from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
 from controller.client import result
-from vocabulary.actor_apis import ProxyAPI, Remote
-from vocabulary.configs import EndpointConfig, RolloutConfig
+from vocabulary.control.actor_apis import ProxyAPI, Remote
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.rollout_config import RolloutConfig
 
 
 async def paced(url: str, rate: float, duration_s: float) -> list[tuple[float, str, int]]:

@@ -20,11 +20,13 @@ sys.path.insert(0, str(ROOT))
 
 import ray
 
-from vocabulary.goal_api import PROXY_CLASS
+from vocabulary.control.goal_api import PROXY_CLASS
 from controller.client import ControllerClient, start_or_connect
 from controller.cluster import init_ray
-from vocabulary.actor_apis import ControllerAPI
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
+from vocabulary.control.actor_apis import ControllerAPI
+from vocabulary.control.goals import GoalState
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
 
 APPS = str(ROOT / "tests" / "real" / "apps")
 OPTIONS = {"proxy_class": PROXY_CLASS}

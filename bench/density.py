@@ -64,8 +64,10 @@ def ours(replicas: int) -> dict[str, Any]:
 
     from controller.client import start_or_connect
     from controller.cluster import init_ray, shutdown_ray
-    from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
-    from vocabulary.goal_api import CONTROLLER_NAME, PROXY_CLASS, LongPollKey
+    from vocabulary.control.goals import GoalState
+    from vocabulary.spec.backends import BackendConfig
+    from vocabulary.spec.endpoints import EndpointConfig
+    from vocabulary.control.goal_api import CONTROLLER_NAME, PROXY_CLASS, LongPollKey
 
     stacks.own_ray()
     namespace = f"bench-{uuid.uuid4().hex[:6]}"

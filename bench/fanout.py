@@ -24,9 +24,10 @@ SIZES = (10, 100, 1_000)
 
 
 async def pushed_bytes(client: Any, sizes: tuple[int, ...]) -> list[dict[str, int]]:
-    from vocabulary.actor_apis import ControllerAPI
-    from vocabulary.configs import BackendConfig, EndpointConfig
-    from vocabulary.goal_api import LongPollKey
+    from vocabulary.control.actor_apis import ControllerAPI
+    from vocabulary.spec.backends import BackendConfig
+    from vocabulary.spec.endpoints import EndpointConfig
+    from vocabulary.control.goal_api import LongPollKey
 
     for name in ("b0", "b1"):
         backend = BackendConfig(name=name, version="v1", import_path="bench.proxy_apps:noop", num_replicas=0)

@@ -169,8 +169,8 @@ def loads_in_process(mix: list[str], affinity: bool, seed: int = 7) -> int:
 
     from ray_gitops.model_slots import ModelSlots
     from proxy.pool.replicas import ReplicaPool
-    from vocabulary.configs import MultiplexConfig
-    from vocabulary.multiplexing import RequestModels
+    from vocabulary.spec.routing import MultiplexConfig
+    from vocabulary.request_path.multiplexing import RequestModels
 
     async def load(model_id: str) -> str:
         return model_id

@@ -109,8 +109,10 @@ def probe(url: str, handler: str) -> str:
 def _ours(handler: str, replicas: int, proxy_workers: int | None) -> Iterator[list[str]]:
     """`proxy_workers` None: the controller's default (the node's cores, capped)."""
     from controller.client import start_or_connect
-    from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
-    from vocabulary.goal_api import PROXY_CLASS
+    from vocabulary.control.goals import GoalState
+    from vocabulary.spec.backends import BackendConfig
+    from vocabulary.spec.endpoints import EndpointConfig
+    from vocabulary.control.goal_api import PROXY_CLASS
 
     port = free_port()
     options: dict[str, Any] = {"proxy_class": PROXY_CLASS, "proxy_max_connections": MAX_CONNECTIONS}

@@ -40,7 +40,7 @@ from bench import results, stats
 from gitops.reconcile.planner import plan
 from gitops.sources.trees import CommitTree
 from gitops.specs.loading import Loader
-from vocabulary.configs import ServingState
+from vocabulary.spec.state import ServingState
 
 SIZES = (10, 100, 1_000, 5_000, 10_000)
 SPEC_PATH = "deployments"

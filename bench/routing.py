@@ -143,8 +143,11 @@ def measure_ours(conversations: int, turns: int, replicas: int = REPLICAS) -> li
     """Ours: the proxy in front of `replicas` simulator replicas, one fresh backend per (workload, policy)."""
     from controller.client import start_or_connect
     from controller.cluster import init_ray, shutdown_ray
-    from vocabulary.configs import BackendConfig, EndpointConfig, GoalState, RoutingConfig
-    from vocabulary.goal_api import PROXY_CLASS
+    from vocabulary.control.goals import GoalState
+    from vocabulary.spec.backends import BackendConfig
+    from vocabulary.spec.endpoints import EndpointConfig
+    from vocabulary.spec.routing import RoutingConfig
+    from vocabulary.control.goal_api import PROXY_CLASS
 
     own_ray()
     init_ray(namespace=f"bench-{uuid.uuid4().hex[:6]}")
@@ -259,10 +262,10 @@ def decision_request() -> tuple[str, str, bytes, list[tuple[bytes, bytes]], byte
 def measure_decision() -> list[dict[str, Any]]:
     """CPU microseconds per routing decision, key read included (4 replicas; best of 7 x 2000), for each
     policy and key kind; for a `json:` key also the read alone, and the whole-body parse it replaced."""
-    from vocabulary.policies import policy_for
-    from vocabulary.request_keys import KeyReader, json_bytes, json_field
-    from vocabulary.choosing import pick_replica
-    from vocabulary.configs import RoutingConfig
+    from vocabulary.request_path.policies import policy_for
+    from vocabulary.request_path.request_keys import KeyReader, json_bytes, json_field
+    from vocabulary.request_path.choosing import pick_replica
+    from vocabulary.spec.routing import RoutingConfig
 
     rng = random.Random(0)
     ids = [f"sim#r{n}" for n in range(REPLICAS)]

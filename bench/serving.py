@@ -113,8 +113,10 @@ def ours() -> Iterator[Callable[[str], str]]:
     """Our controller, proxy and replicas on a local Ray; every app deployed up front."""
     from controller.client import start_or_connect
     from controller.cluster import init_ray, shutdown_ray
-    from vocabulary.configs import BackendConfig, BatchingConfig, EndpointConfig, GoalState
-    from vocabulary.goal_api import PROXY_CLASS
+    from vocabulary.control.goals import GoalState
+    from vocabulary.spec.backends import BackendConfig, BatchingConfig
+    from vocabulary.spec.endpoints import EndpointConfig
+    from vocabulary.control.goal_api import PROXY_CLASS
 
     own_ray()
     namespace = f"bench-{uuid.uuid4().hex[:6]}"

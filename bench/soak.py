@@ -120,7 +120,7 @@ def leaked_actors(world: World) -> list[str]:
     from controller.client import connect
     from tests.real.support import run
     from tests.reliability.faults import leaked_replicas
-    from vocabulary.goal_api import DEFAULT_NAMESPACE
+    from vocabulary.control.goal_api import DEFAULT_NAMESPACE
 
     os.environ["RAY_AUTH_MODE"] = "disabled"
     ray.init(address=world.head.address, logging_level=logging.ERROR, log_to_driver=False)

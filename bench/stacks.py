@@ -157,7 +157,7 @@ class Ours:
     def _controller(self) -> Any:
         import ray
 
-        from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
+        from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 
         return ray.get_actor(CONTROLLER_NAME, namespace=DEFAULT_NAMESPACE)
 

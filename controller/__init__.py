@@ -2,8 +2,8 @@
 
 One detached, named Ray actor per namespace. The agent reaches it only
 through `client` (and starts or joins Ray with `cluster`); the proxies and
-replicas share only the vocabulary with it (`vocabulary.goal_api`,
-`vocabulary.configs`). Layers, from the top (each imports only the layers
+replicas share only the vocabulary with it (`vocabulary.control.goal_api`,
+`vocabulary.spec`). Layers, from the top (each imports only the layers
 below it; contracts in `pyproject.toml` keep them, and the layers inside
 each room):
 

@@ -1,6 +1,6 @@
 """The controller actor: the Ray façade over the control loop and its rooms.
 
-Owns the Ray-facing methods of `vocabulary.goal_api.GoalAPI` plus
+Owns the Ray-facing methods of `vocabulary.control.goal_api.GoalAPI` plus
 `listen_for_change`, load reports, status, secrets and the lifecycle hooks,
 grouped below by the room each delegates to; and wiring those rooms
 together at start. What a call changes, and in which order it is
@@ -25,11 +25,14 @@ from typing import Any
 from controller.loop import Asker, ClusterAdapter, ControlLoop, ControllerOptions
 from controller.persistence.checkpoint import Checkpointer, Storage
 from controller.state.secrets import SecretKeeper
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
-from vocabulary.goal_api import CONTROLLER_NAME
-from vocabulary.ownership import Owner
-from vocabulary.replica_output import OutputCursor, ReplicaOutput
-from vocabulary.status import ClusterStatus
+from vocabulary.control.goals import GoalResult
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.state import ServingState
+from vocabulary.control.goal_api import CONTROLLER_NAME
+from vocabulary.control.ownership import Owner
+from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
+from vocabulary.control.status import ClusterStatus
 
 __all__ = ["ControllerActor", "ControllerOptions", "ClusterAdapter"]
 

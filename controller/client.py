@@ -7,11 +7,11 @@ rather than an actor that dies at start), forwarding each `GoalAPI` call to
 it, turning Ray's wrapped errors back into the plain `ValueError` the
 controller raised, `shutdown`, which stops the controller, its proxies and
 its replicas, `discard_checkpoint`, the documented reset, the owning
-agent's record (`claim`, `owner`, `release` of a `vocabulary.ownership.Owner`;
+agent's record (`claim`, `owner`, `release` of a `vocabulary.control.ownership.Owner`;
 see `controller.state.ownership`), its settings that outlive a controller start
 (`set_prometheus_url`), and asking a proxy worker for its node's shadow
 mismatches over Ray (`proxy_mismatches`: the sample is never on a proxy's
-public port). Calls go through the typed handle (`vocabulary.actor_apis.Remote`
+public port). Calls go through the typed handle (`vocabulary.control.actor_apis.Remote`
 over `ControllerAPI`); `result` waits for one such call in a plain thread;
 `replica_output` reads every replica's own output for `gitops logs`.
 """
@@ -27,13 +27,16 @@ from ray.exceptions import RayError, RayTaskError
 
 from controller.actor import ControllerActor
 from controller.persistence.checkpoint import CheckpointError, decode
-from vocabulary.ownership import Owner
+from vocabulary.control.ownership import Owner
 from controller.persistence.ray_kv import RayKVStorage
-from vocabulary.actor_apis import ControllerAPI, ProxyAPI, Remote
-from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, ServingState
-from vocabulary.replica_output import OutputCursor, ReplicaOutput
-from vocabulary.status import ClusterStatus
+from vocabulary.control.actor_apis import ControllerAPI, ProxyAPI, Remote
+from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
+from vocabulary.control.goals import GoalResult
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.state import ServingState
+from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
+from vocabulary.control.status import ClusterStatus
 
 _HEAD_NODE_RESOURCE = "node:__internal_head__"
 
@@ -45,7 +48,7 @@ R = TypeVar("R")
 
 
 class ControllerClient:
-    """Implements `vocabulary.goal_api.GoalAPI` by forwarding to the controller actor."""
+    """Implements `vocabulary.control.goal_api.GoalAPI` by forwarding to the controller actor."""
 
     def __init__(self, handle: ActorHandle[Any], namespace: str) -> None:
         self.handle = handle
@@ -196,7 +199,7 @@ def start_or_connect(
 
 
 def result(ref: Awaitable[R], timeout_s: float = 60) -> R:
-    """The result of a typed handle's call (`vocabulary.actor_apis.Remote`), waited for in this thread."""
+    """The result of a typed handle's call (`vocabulary.control.actor_apis.Remote`), waited for in this thread."""
     return ray.get(cast("ObjectRef[R]", ref), timeout=timeout_s)  # what `Remote.call` returns is Ray's ObjectRef
 
 

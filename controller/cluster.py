@@ -15,7 +15,7 @@ token can connect, submit work or call the controller. A join
 environment, which this module leaves as they are.
 
 Environment: an embedded Ray's processes, replicas included, start with
-`vocabulary.replica_env.inherited` of this process's environment (an
+`vocabulary.replicas.replica_env.inherited` of this process's environment (an
 allow-list: never the agent's `GITOPS_*` settings and secrets), not all of
 it. The variables left out are taken away only while `ray.init` starts GCS
 and raylet (the raylet passes its environment on to every worker it
@@ -34,8 +34,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
-from vocabulary.replica_env import inherited
-from vocabulary.goal_api import DEFAULT_NAMESPACE
+from vocabulary.replicas.replica_env import inherited
+from vocabulary.control.goal_api import DEFAULT_NAMESPACE
 
 __all__ = [
     "init_ray", "shutdown_ray", "ray_token_path", "ray_endpoints", "descendants", "mute_pushed_errors", "TOKEN_FILE",

@@ -38,14 +38,16 @@ from controller.state.longpoll import ANONYMOUS, LongPollHost
 from controller.state.ownership import claim
 from controller.state.proxy_fleet import ProxyEffect, ProxyFleet, ProxySpec, StopProxy
 from controller.state.publishing import Publisher
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult
-from vocabulary.goal_api import PROXY_CLASS
-from vocabulary.ownership import Owner
-from vocabulary.proxy_workers import DEFAULT_MAX_CONNECTIONS
-from vocabulary.replica_output import OutputCursor, ReplicaOutput
-from vocabulary.request_stats import RequestStats
-from vocabulary.rollouts import MetricQuery, MetricReading
-from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, GoalTiming, ReplicaFailure
+from vocabulary.control.goals import GoalResult
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.control.goal_api import PROXY_CLASS
+from vocabulary.control.ownership import Owner
+from vocabulary.control.proxy_workers import DEFAULT_MAX_CONNECTIONS
+from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
+from vocabulary.control.request_stats import RequestStats
+from vocabulary.control.rollouts import MetricQuery, MetricReading
+from vocabulary.control.status import BackendStatus, ClusterStatus, EndpointStatus, GoalTiming, ReplicaFailure
 
 __all__ = ["Asker", "ClusterAdapter", "ControlLoop", "ControllerOptions"]
 
@@ -65,7 +67,7 @@ class ControllerOptions:
     # Each node's proxies serve their Prometheus metrics on this port of the node (None: off).
     proxy_metrics_port: int | None = None
     # Proxy workers per node, sharing the proxy port (SO_REUSEPORT); 0: the
-    # node's CPUs, at most vocabulary.proxy_workers.DEFAULT_WORKERS_CAP.
+    # node's CPUs, at most vocabulary.control.proxy_workers.DEFAULT_WORKERS_CAP.
     proxy_workers: int = 1
     # Open connections each proxy worker takes; past it, 503 with Retry-After.
     proxy_max_connections: int = DEFAULT_MAX_CONNECTIONS

@@ -25,8 +25,8 @@ from controller.state.backend_state import (
 )
 from controller.persistence.checkpoint import Storage
 from controller.state.proxy_fleet import ProxyEffect
-from vocabulary.replica_output import OutputCursor, ReplicaOutput
-from vocabulary.status import ModelStaging
+from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
+from vocabulary.control.status import ModelStaging
 
 __all__ = ["FakeAdapter", "MemoryStorage"]
 

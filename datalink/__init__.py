@@ -3,7 +3,7 @@
 Ray stays the control plane and the fallback; a proxy sends a replica its
 requests as frames over one persistent connection — the replica's private
 Unix socket on the same node, authenticated TCP from another. This package
-is what both ends share; it imports only `vocabulary` (the `vocabulary.wire`
+is what both ends share; it imports only `vocabulary` (the `vocabulary.request_path.wire`
 tuples the frames carry), and only `proxy` and `replica` import it.
 
 - `frames`: the frame format (length, kind, call id, pickled payload), the

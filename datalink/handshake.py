@@ -2,7 +2,7 @@
 
 A replica serves `datalink.frames` on a private Unix socket for a proxy on
 its own node and on TCP, at its node's IP address, for proxies on other nodes;
-its `vocabulary.wire.DataAddress` (asked over Ray, the control plane) names both, and the TCP
+its `vocabulary.request_path.wire.DataAddress` (asked over Ray, the control plane) names both, and the TCP
 listener's `secret`. The frames carry pickles, and unpickling runs whatever
 the bytes say, so on TCP — where any host that reaches the port can connect —
 both ends prove they know the secret before either decodes a single frame:

@@ -3,8 +3,8 @@
 Nothing in this package defines or runs Ray actors. It reaches the
 controller only through `controller.client` (the goal API over Ray calls)
 and `controller.cluster` (starting or joining Ray); what else it shares
-with the controller is vocabulary (`vocabulary.goal_api`,
-`vocabulary.ownership`, `vocabulary.proxy_workers`). `__version__` is the
+with the controller is vocabulary (`vocabulary.control.goal_api`,
+`vocabulary.control.ownership`, `vocabulary.control.proxy_workers`). `__version__` is the
 installed distribution's version, so `gitops --version` says what pip
 installed.
 

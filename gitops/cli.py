@@ -17,14 +17,19 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from vocabulary.proxy_workers import DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKERS_CAP, MAX_CONNECTIONS_CEILING, MAX_PROXY_WORKERS
+from vocabulary.control.proxy_workers import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_WORKERS_CAP,
+    MAX_CONNECTIONS_CEILING,
+    MAX_PROXY_WORKERS,
+)
 from gitops import __version__
 from gitops.errors import GitopsError
 from gitops.printable import printable
 from gitops.specs.limits import DEFAULT_MAX_REPLICAS
 from gitops.admin.address import AGENT_ADDRESS_HINT, DEFAULT_AGENT, DEFAULT_STATE_DIR
 from gitops.process.supervising import ARGV_ENV
-from vocabulary.goal_api import DEFAULT_NAMESPACE
+from vocabulary.control.goal_api import DEFAULT_NAMESPACE
 
 __all__ = ["main", "build_parser"]
 

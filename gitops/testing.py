@@ -1,6 +1,6 @@
 """Test doubles for the agent, shipped with the package (not used in production).
 
-- `FakeController`: the one fake of `vocabulary.goal_api.GoalAPI`. It holds
+- `FakeController`: the one fake of `vocabulary.control.goal_api.GoalAPI`. It holds
   the serving state as plain values, records every call, and meets every
   goal unless told otherwise: `failing` (name -> the replica's error: the
   goal fails), `stuck` (goals stay pending), `refuse` (name -> the
@@ -26,10 +26,14 @@ from gitops.errors import SourceError
 from gitops.sources.exports import Exports
 from gitops.sources.source import Revision
 from gitops.sources.hashing import MemoryTree
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, GoalState, ReplicaState, ServingState
-from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
-from vocabulary.rollouts import Rollout
-from vocabulary.request_stats import RequestStats
+from vocabulary.control.goals import GoalResult, GoalState
+from vocabulary.control.longpoll import ReplicaState
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.state import ServingState
+from vocabulary.control.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
+from vocabulary.control.rollouts import Rollout
+from vocabulary.control.request_stats import RequestStats
 
 __all__ = ["FakeController", "MemorySource"]
 

@@ -14,7 +14,7 @@ own docstring names its modules):
 - `settings`: tunables, with `httpedge.limits`.
 
 The choices (weighted backend, shadow sampling, power-of-two replica, queue
-admission) are `vocabulary.choosing`, and a backend's routing policy and the
-key it reads `vocabulary.policies` and `vocabulary.request_keys`, all shared
-with the replicas' handles; the proxy <-> replica tuples are `vocabulary.wire`.
+admission) are `vocabulary.request_path.choosing`, and a backend's routing policy and the
+key it reads `vocabulary.request_path.policies` and `vocabulary.request_path.request_keys`, all shared
+with the replicas' handles; the proxy <-> replica tuples are `vocabulary.request_path.wire`.
 """

@@ -49,7 +49,7 @@ from proxy.shell.shared_buckets import SharedBuckets
 from proxy.observability.tracing import RequestTracing, SpansSent, exporting_tracer
 from proxy.observability.capture import CaptureWriter
 from proxy.routes.subscriptions import Subscriptions
-from vocabulary.goal_api import proxy_id
+from vocabulary.control.goal_api import proxy_id
 
 __all__ = ["ProxyActor"]
 

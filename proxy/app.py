@@ -50,7 +50,7 @@ from typing import Any, AsyncGenerator, Callable, Protocol, Sequence
 from httpedge.asgi import Receive, Scope, Send
 from proxy.pool.calling import Caller, HandlerError, ReplicaDiedError
 from proxy.pipeline.running_calls import ClientLeft, RunningCalls
-from vocabulary.choosing import Random
+from vocabulary.request_path.choosing import Random
 from proxy.routes.snapshot import ServedEndpoint, Snapshot
 from proxy.observability.metrics import ShadowResult
 from proxy.pool.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
@@ -64,10 +64,18 @@ from proxy.observability.tracing import RequestTracing, Traced
 from proxy.observability.capture import CaptureWriter
 from proxy.observability.redacting import Exchange, Flow, ShadowAnswer
 from proxy.observability.shadow_compare import Comparison, Mismatch, MismatchLog, compare
-from vocabulary.configs import ShadowCompare
-from vocabulary.request_stats import RequestStats
-from vocabulary.multiplexing import ModelReport
-from vocabulary.wire import LOAD_HEADER, MODELS_HEADER, Reply, StreamStart, WireRequest, WireResponse, with_root_path
+from vocabulary.spec.endpoints import ShadowCompare
+from vocabulary.control.request_stats import RequestStats
+from vocabulary.request_path.multiplexing import ModelReport
+from vocabulary.request_path.wire import (
+    LOAD_HEADER,
+    MODELS_HEADER,
+    Reply,
+    StreamStart,
+    WireRequest,
+    WireResponse,
+    with_root_path,
+)
 
 __all__ = ["ProxyApp", "Recorder", "NullRecorder"]
 

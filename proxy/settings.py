@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from httpedge.limits import EdgeLimits
-from vocabulary.configs import MAX_BODY_BYTES_CEILING
+from vocabulary.spec.endpoints import MAX_BODY_BYTES_CEILING
 
 __all__ = ["ProxySettings"]
 

@@ -7,7 +7,7 @@ that `ModelSlots` keeps at most `max_models_per_replica` (the backend's
 asked for while it loads is loaded once (the askers share that load); an
 evicted model is dropped, its `unload()` called (and awaited) when it has
 one. Each load and eviction is noted in the current request's
-`vocabulary.multiplexing.RequestModels`, which the replica's answer reports
+`vocabulary.request_path.multiplexing.RequestModels`, which the replica's answer reports
 to the proxy. Runs inside a replica only; no I/O.
 """
 
@@ -20,7 +20,7 @@ from collections import OrderedDict
 from typing import Any, Awaitable, Callable, Generic, TypeVar
 
 from ray_gitops.registry import current_request, installed_multiplex, register
-from vocabulary.multiplexing import RequestModels
+from vocabulary.request_path.multiplexing import RequestModels
 
 __all__ = ["ModelSlots", "multiplexed"]
 

@@ -12,8 +12,8 @@ replica host (`replica.host`) fills them, once at start-up (per request for
 nothing is installed and every reader says so.
 
 The values themselves (`ReplicaContext`, `Handle`, `RequestModels`, the
-multiplex report's format...) are `vocabulary.serving`'s and
-`vocabulary.multiplexing`'s; this module holds the state. No I/O.
+multiplex report's format...) are `vocabulary.replicas.serving`'s and
+`vocabulary.request_path.multiplexing`'s; this module holds the state. No I/O.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import contextvars
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-from vocabulary.multiplexing import MultiplexSettings, RequestModels
-from vocabulary.serving import HandleCalls, ModelMissing, ReplicaContext, ReportedLoad, SecretStore
+from vocabulary.request_path.multiplexing import MultiplexSettings, RequestModels
+from vocabulary.replicas.serving import HandleCalls, ModelMissing, ReplicaContext, ReportedLoad, SecretStore
 
 __all__ = [
     "install",

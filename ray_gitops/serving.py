@@ -26,7 +26,7 @@ its traceback; so does a call whose callee replica died under it, and the
 handle leaves that replica out of its choices from then on. Handles follow config changes (weights, replicas) as the
 proxy does. A thin façade: the machinery is installed by the replica host
 (`ray_gitops.registry`), so this module imports nothing but the vocabulary's values
-(`vocabulary.serving`), that registry and `ray_gitops.model_slots` (the loader `@multiplexed` wraps).
+(`vocabulary.replicas.serving`), that registry and `ray_gitops.model_slots` (the loader `@multiplexed` wraps).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from ray_gitops.registry import (
     installed_model,
     installed_secrets,
 )
-from vocabulary.serving import BackpressureError, Handle, HandleError, ModelMissing, ReplicaContext
+from vocabulary.replicas.serving import BackpressureError, Handle, HandleError, ModelMissing, ReplicaContext
 
 T = TypeVar("T")
 

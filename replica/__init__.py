@@ -3,8 +3,8 @@
 Owns loading a backend's handler from its commit's code, calling it with a
 Starlette request, turning its return value into a wire response, health
 checks, reconfigure and graceful drain. Started and stopped by the
-controller's Ray adapter by class path (`vocabulary.goal_api.REPLICA_CLASS`);
-talks to the proxy only through `vocabulary.wire` (as Ray calls, or as
+controller's Ray adapter by class path (`vocabulary.control.goal_api.REPLICA_CLASS`);
+talks to the proxy only through `vocabulary.request_path.wire` (as Ray calls, or as
 `datalink.frames` over its data-path connection).
 
 - `host`: the replica actor (load, call, reconfigure, health check, drain).

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncGenerator, Mapping
 
 from httpedge.asgi import App, Message
-from vocabulary.wire import WireRequest, WireResponse, split_root_path
+from vocabulary.request_path.wire import WireRequest, WireResponse, split_root_path
 
 __all__ = ["AppError", "BodyStream", "Lifespan", "WebSocketSession", "is_asgi_app", "serve_http", "websocket_scope"]
 

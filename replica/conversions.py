@@ -15,9 +15,9 @@ The route prefix the request was routed by is the request's `root_path`.
 Once user code has reported a load (`ray_gitops.serving.report_load`, kept in
 `ray_gitops.registry.REPORTED_LOAD`), every
 answer (streamed ones too) carries the newest value as its last header,
-`vocabulary.wire.LOAD_HEADER`, which the proxy takes off; a multiplexed
+`vocabulary.request_path.wire.LOAD_HEADER`, which the proxy takes off; a multiplexed
 replica's answers carry its loaded models after it
-(`vocabulary.wire.MODELS_HEADER`, `vocabulary.multiplexing.report`).
+(`vocabulary.request_path.wire.MODELS_HEADER`, `vocabulary.request_path.multiplexing.report`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from starlette.responses import Response, StreamingResponse
 
 from replica.asgi import BodyStream, serve_http
 from ray_gitops.registry import REPORTED_LOAD, loaded_ids
-from vocabulary.multiplexing import RequestModels
-from vocabulary.multiplexing import report as models_report
-from vocabulary.wire import LOAD_HEADER, MODELS_HEADER, WireRequest, WireResponse, split_root_path
+from vocabulary.request_path.multiplexing import RequestModels
+from vocabulary.request_path.multiplexing import report as models_report
+from vocabulary.request_path.wire import LOAD_HEADER, MODELS_HEADER, WireRequest, WireResponse, split_root_path
 
 __all__ = ["to_starlette_request", "to_wire_response", "to_reply"]
 

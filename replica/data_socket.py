@@ -72,11 +72,11 @@ from datalink.frames import (
     encode,
     item_bytes,
 )
-from vocabulary.wire import DataAddress
+from vocabulary.request_path.wire import DataAddress
 from datalink.handshake import Handshake, Role, new_secret
 from datalink.peers import peer_allowed, peer_uid
-from vocabulary.configs import MAX_BODY_BYTES_CEILING
-from vocabulary.wire import TimedRequest, CallOutcome, CallResult, Reply, StreamStart, WireRequest
+from vocabulary.spec.endpoints import MAX_BODY_BYTES_CEILING
+from vocabulary.request_path.wire import TimedRequest, CallOutcome, CallResult, Reply, StreamStart, WireRequest
 
 __all__ = ["DataSocket", "Serving", "socket_dir", "SUN_PATH_MAX"]
 

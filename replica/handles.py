@@ -1,13 +1,13 @@
 """Handle calls from user code in a replica: choice and calls over Ray, config by long poll.
 
-`HandleRouter` is the `vocabulary.serving.HandleCalls` the replica host
+`HandleRouter` is the `vocabulary.replicas.serving.HandleCalls` the replica host
 installs. A target may name an endpoint or a backend, so its first call
 subscribes to both controller keys (`endpoint:<name>`, `replicas:<name>`)
 and waits for their first answer; a background long poll on the controller
 keeps every subscribed key current, as the proxy's does. A call to an
 endpoint draws a backend by its traffic weights; then the callee backend's
 own routing policy chooses among its replicas with room, as the proxy's
-does (`vocabulary.policies`; power_of_two, `vocabulary.choosing`, by
+does (`vocabulary.request_path.policies`; power_of_two, `vocabulary.request_path.choosing`, by
 default), with the key it reads from the call's first argument
 (`KeyReader.read_call`: a `json:` field of a dict or a JSON body); room is
 the callee's `max_concurrent_queries` less this replica's calls in flight
@@ -28,13 +28,15 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnschedulableError, RayActorError, RayTaskError
 
-from vocabulary.actor_apis import ControllerAPI, Remote, ReplicaAPI
-from vocabulary.choosing import Random, WeightedChoice, pick_replica
-from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RoutingConfig
-from vocabulary.goal_api import CONTROLLER_NAME, LongPollKey
-from vocabulary.policies import Policy, policy_for
-from vocabulary.request_keys import KeyReader
-from vocabulary.serving import HandleOutcome
+from vocabulary.control.actor_apis import ControllerAPI, Remote, ReplicaAPI
+from vocabulary.request_path.choosing import Random, WeightedChoice, pick_replica
+from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.routing import RoutingConfig
+from vocabulary.control.goal_api import CONTROLLER_NAME, LongPollKey
+from vocabulary.request_path.policies import Policy, policy_for
+from vocabulary.request_path.request_keys import KeyReader
+from vocabulary.replicas.serving import HandleOutcome
 from replica.tracing import ReplicaTracing
 
 __all__ = ["HandleRouter"]

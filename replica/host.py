@@ -3,7 +3,7 @@
 Owns loading the user's callable (`import_path` "module:attr", resolved from
 the working_dir Ray puts on sys.path), calling it with a Starlette request,
 `reconfigure`, `check_health` (whose answer is the latest exception a
-handler raised, `vocabulary.status.HandlerError`; the traceback goes to the
+handler raised, `vocabulary.control.status.HandlerError`; the traceback goes to the
 replica's stderr too, at most one a second), `output` (its own stdout and
 stderr lines, `replica.own_output`, for `gitops logs`) and graceful draining. It does not know about
 routing, retries or its own lifecycle: `controller.shell.ray_adapter` wraps this
@@ -63,7 +63,7 @@ import time
 import traceback
 from typing import Any, AsyncGenerator, Callable, Iterator
 
-from vocabulary.wire import (
+from vocabulary.request_path.wire import (
     TimedRequest,
     CallOutcome,
     CallResult,
@@ -82,13 +82,13 @@ from replica.own_output import OwnOutput
 from replica.secrets import SecretBox
 from replica.tracing import Carrier, ReplicaTracing
 from datalink.frames import MAX_FRAME_BYTES
-from vocabulary.wire import DataAddress
+from vocabulary.request_path.wire import DataAddress
 from datalink.private_dirs import private_base
 from ray_gitops.registry import begin_models, install, install_models, install_multiplex, install_secrets
-from vocabulary.serving import ReplicaContext
-from vocabulary.configs import BackendConfig
-from vocabulary.replica_output import OutputCursor, ReplicaOutput
-from vocabulary.status import HandlerError, ModelStaging
+from vocabulary.replicas.serving import ReplicaContext
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
+from vocabulary.control.status import HandlerError, ModelStaging
 
 # A large reply held for the proxy to stream leaves in slices of this size.
 _HELD_SLICE_BYTES = 1024 * 1024

@@ -30,7 +30,7 @@ import obstore
 from obstore.exceptions import NotSupportedError
 from obstore.store import HTTPStore, S3Store
 
-from vocabulary.model_digests import is_directory
+from vocabulary.replicas.model_digests import is_directory
 
 __all__ = ["FetchError", "FetchProgress", "fetch"]
 

@@ -42,9 +42,9 @@ from typing import IO
 from urllib.parse import unquote, urlsplit
 
 from replica.model_fetching import FetchError, FetchProgress, fetch
-from vocabulary.configs import ModelConfig
-from vocabulary.model_digests import ManifestEntry, is_directory, manifest_digest
-from vocabulary.model_stats import CACHE_DIR_NAME, STATS_FILE, ModelCacheStats
+from vocabulary.spec.backends import ModelConfig
+from vocabulary.replicas.model_digests import ManifestEntry, is_directory, manifest_digest
+from vocabulary.replicas.model_stats import CACHE_DIR_NAME, STATS_FILE, ModelCacheStats
 
 __all__ = ["DEFAULT_CACHE_DIR", "ModelCache", "ModelError", "Staged", "digest_of", "eviction_order", "stage_models"]
 
@@ -127,7 +127,7 @@ class ModelCache:
 
     def stage(self, name: str, source: str, digest: str, deadline: float) -> Staged:
         """The model's verified local path, fetched if need be, by `deadline` (monotonic);
-        counted in the node's stats (`vocabulary.model_stats`)."""
+        counted in the node's stats (`vocabulary.replicas.model_stats`)."""
         staged = self._stage(name, source, digest, deadline)
         self._count(staged)
         return staged

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections import deque
 
-from vocabulary.replica_output import MAX_READ_BYTES, OutputCursor, ReplicaOutput, ray_noise
+from vocabulary.replicas.replica_output import MAX_READ_BYTES, OutputCursor, ReplicaOutput, ray_noise
 
 __all__ = ["OwnOutput", "TAIL_BYTES"]
 

@@ -33,7 +33,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from telemetry.otlp import HEADERS, batch_processor, says_sampled
-from vocabulary.wire import WireRequest
+from vocabulary.request_path.wire import WireRequest
 
 __all__ = ["ReplicaTracing", "Carrier"]
 

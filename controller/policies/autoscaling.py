@@ -56,7 +56,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from vocabulary.configs import AutoscalingConfig
+from vocabulary.spec.backends import AutoscalingConfig
 
 __all__ = [
     "Autoscaler",

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Mapping
 
-from vocabulary.request_stats import RequestStats
+from vocabulary.control.request_stats import RequestStats
 
 __all__ = ["RecentRequests", "WINDOW_S"]
 

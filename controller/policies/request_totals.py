@@ -17,7 +17,7 @@ from typing import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vocabulary.request_stats import RequestStats
+from vocabulary.control.request_stats import RequestStats
 
 __all__ = ["RequestTotals"]
 

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from string import Template
 from typing import Mapping
 
-from vocabulary.configs import EndpointConfig, MetricCheck, OnFailure, RolloutConfig
-from vocabulary.request_stats import RequestStats
-from vocabulary.rollouts import Check, CheckName, MetricQuery, MetricReading, Rollout, RolloutPhase, StepRecord
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.rollout_config import MetricCheck, OnFailure, RolloutConfig
+from vocabulary.control.request_stats import RequestStats
+from vocabulary.control.rollouts import Check, CheckName, MetricQuery, MetricReading, Rollout, RolloutPhase, StepRecord
 
 __all__ = ["Decision", "Readings", "begin", "on_config", "advance", "judge", "due_queries", "RETRY_S"]
 

@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable
 
 import httpx
 
-from vocabulary.rollouts import MetricQuery, MetricReading
+from vocabulary.control.rollouts import MetricQuery, MetricReading
 
 __all__ = ["ask", "ask_all", "asker", "NO_PROMETHEUS"]
 

@@ -52,11 +52,11 @@ from controller.state.proxy_fleet import (
 )
 from controller.shell.ray_private import available_resources_per_node, session_dir, upload_working_dir
 from controller.state.secrets import SecretKeeper
-from vocabulary.configs import BackendConfig
-from vocabulary.actor_apis import ProxyAPI, Remote, ReplicaAPI
-from vocabulary.goal_api import REPLICA_CLASS
-from vocabulary.replica_output import OutputCursor, ReplicaOutput
-from vocabulary.status import HandlerError, ModelStaging
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.control.actor_apis import ProxyAPI, Remote, ReplicaAPI
+from vocabulary.control.goal_api import REPLICA_CLASS
+from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
+from vocabulary.control.status import HandlerError, ModelStaging
 
 __all__ = ["RayAdapter", "error_text"]
 

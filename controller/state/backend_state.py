@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from controller.policies.autoscaling import initial_replicas
-from vocabulary.configs import BackendConfig, ReplicaState, UpdateConfig
-from vocabulary.status import BackendStatus, HandlerError, ModelStaging, ReplicaFailure, ReplicaStatus
+from vocabulary.control.longpoll import ReplicaState
+from vocabulary.spec.backends import BackendConfig, UpdateConfig
+from vocabulary.control.status import BackendStatus, HandlerError, ModelStaging, ReplicaFailure, ReplicaStatus
 
 __all__ = [
     "BackendState",

@@ -17,7 +17,7 @@ from controller.state.backend_state import BackendOptions, BackendState
 from controller.state.endpoint_state import EndpointState
 from controller.state.goals import GoalTable
 from controller.state.rollout_state import RolloutState
-from vocabulary.ownership import Owner
+from vocabulary.control.ownership import Owner
 
 __all__ = ["Checkpointed"]
 

@@ -3,7 +3,7 @@
 Owns the configured endpoints, the validation that protects them and the
 route table the proxies match against. The serving rules (unknown backends,
 weights that do not sum to 1, clashing routes, deleting a backend that still
-receives traffic) are `vocabulary.serving_rules`'; this module turns their
+receives traffic) are `vocabulary.spec.serving_rules`'; this module turns their
 problems into its messages. Every invalid request raises `ValueError` with a
 clear message and changes nothing. No Ray here.
 """
@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Collection
 
-from vocabulary.configs import EndpointConfig, RouteEntry, RouteTable
-from vocabulary.serving_rules import backend_in_use, taken_routes, unknown_backends, unknown_match_backends, weight_sum
-from vocabulary.status import EndpointStatus
+from vocabulary.control.longpoll import RouteEntry, RouteTable
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.serving_rules import backend_in_use, taken_routes, unknown_backends, unknown_match_backends, weight_sum
+from vocabulary.control.status import EndpointStatus
 
 __all__ = ["EndpointState", "check_backend_deletable"]
 

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from vocabulary.configs import GoalResult, GoalState
+from vocabulary.control.goals import GoalResult, GoalState
 
 __all__ = ["GoalKind", "Goal", "Judgement", "GoalTable", "PENDING"]
 

@@ -12,9 +12,11 @@ import hashlib
 import json
 from typing import Iterable
 
-from vocabulary.goal_api import LongPollKey
+from vocabulary.control.goal_api import LongPollKey
 from controller.state.backend_state import BackendState
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
+from vocabulary.control.goals import GoalState
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
 from controller.state.endpoint_state import EndpointState
 from controller.state.goals import PENDING, Goal, GoalKind, Judgement
 from controller.state.longpoll import LongPollHost

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from vocabulary.goal_api import LongPollKey
+from vocabulary.control.goal_api import LongPollKey
 
 __all__ = ["LongPollHost", "ANONYMOUS"]
 

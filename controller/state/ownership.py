@@ -1,7 +1,7 @@
 """Which agent owns a controller (one agent per Ray namespace). Pure.
 
 Owns the decision `claim` makes over the owner record
-(`vocabulary.ownership.Owner`, which the controller keeps in its
+(`vocabulary.control.ownership.Owner`, which the controller keeps in its
 checkpoint): a controller with no owner, or owned by the same agent id (the
 same agent restarted: its id lives in its state dir), is granted; another
 agent's is refused unless it takes over. Two agents reconciling one
@@ -10,7 +10,7 @@ namespace would delete each other's backends every tick. Must not: do I/O.
 
 from __future__ import annotations
 
-from vocabulary.ownership import Owner
+from vocabulary.control.ownership import Owner
 
 __all__ = ["claim"]
 

@@ -1,7 +1,7 @@
 """The proxy fleet: `workers` proxy processes per alive node, as a pure state machine.
 
 Each node runs `ProxySpec.workers` proxies (0: as many as the node has CPUs,
-at most `vocabulary.proxy_workers.DEFAULT_WORKERS_CAP`), all listening on the same port with
+at most `vocabulary.control.proxy_workers.DEFAULT_WORKERS_CAP`), all listening on the same port with
 SO_REUSEPORT so the kernel spreads new connections over them. Each worker
 is a proxy of its own everywhere the controller keys one: by its proxy id
 (`proxy_id`: the node id for worker 0, "node:worker" for the others, so a
@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from controller.state.backend_state import Probe, ProbeStatus
-from vocabulary.goal_api import proxy_id
-from vocabulary.proxy_workers import DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS, NODE_IP
-from vocabulary.status import ProxyState, ProxyStatus
+from vocabulary.control.goal_api import proxy_id
+from vocabulary.control.proxy_workers import DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS, NODE_IP
+from vocabulary.control.status import ProxyState, ProxyStatus
 
 __all__ = [
     "PROXY_PREFIX",

@@ -16,8 +16,8 @@ from controller.state.backend_state import BackendState
 from controller.state.endpoint_state import EndpointState
 from controller.state.longpoll import LongPollHost
 from controller.state.rollout_state import RolloutState
-from vocabulary.configs import ReplicaInfo, ReplicaSet
-from vocabulary.goal_api import LongPollKey
+from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet
+from vocabulary.control.goal_api import LongPollKey
 
 __all__ = ["Publisher"]
 

@@ -18,9 +18,9 @@ import logging
 from collections import Counter
 from typing import Any, Mapping
 
-from vocabulary.configs import EndpointConfig
-from vocabulary.request_stats import RequestStats
-from vocabulary.rollouts import CheckCount, MetricQuery, MetricReading, Rollout
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.control.request_stats import RequestStats
+from vocabulary.control.rollouts import CheckCount, MetricQuery, MetricReading, Rollout
 from controller.policies.request_totals import RequestTotals
 from controller.policies.rollouts import advance, due_queries, on_config
 

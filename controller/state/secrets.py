@@ -21,7 +21,7 @@ from typing import Callable
 
 import pyrage
 
-from vocabulary.configs import BackendConfig
+from vocabulary.spec.backends import BackendConfig
 
 __all__ = ["SecretKeeper", "SecretsNotHeld"]
 

@@ -50,7 +50,7 @@ from gitops.admin.webhooks import (
 from httpedge.limits import EdgeLimits
 from httpedge.asgi import App
 from httpedge.server import Server
-from vocabulary.replica_output import OutputCursor, ReplicaOutput
+from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
 
 # `controller.client.ControllerClient.replica_output`: (backend, since, cursors) -> each replica's output.
 ReplicaOutputReader = Callable[[str, "float | None", dict[str, OutputCursor]], Awaitable[list[ReplicaOutput]]]

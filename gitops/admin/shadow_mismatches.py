@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable
 
-from vocabulary.status import ClusterStatus, ProxyState
+from vocabulary.control.status import ClusterStatus, ProxyState
 
 __all__ = ["Ask", "collector", "collect", "merge", "proxies_to_ask", "LIMIT"]
 

@@ -1,7 +1,7 @@
 """`gitops models digest PATH|URL`: the sha256 to commit in a `[models.NAME]` table.
 
 A file's digest is its sha256; a directory's is the sha256 of its manifest
-(`vocabulary.model_digests`), the rule every node's cache checks, so a user
+(`vocabulary.replicas.model_digests`), the rule every node's cache checks, so a user
 never computes a manifest by hand. PATH is a local file or directory;
 file:///… is the same; s3://bucket/key, s3://bucket/prefix/ and https://
 (http:// on loopback) are read as a stream with obstore, as a node fetches
@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 from gitops.errors import UserError
 from gitops.printable import printable
-from vocabulary.model_digests import (
+from vocabulary.replicas.model_digests import (
     ManifestEntry,
     is_directory,
     manifest_digest,

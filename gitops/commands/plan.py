@@ -28,7 +28,7 @@ from datetime import datetime, UTC
 from pathlib import Path
 from typing import Mapping
 
-from vocabulary.configs import ServingState
+from vocabulary.spec.state import ServingState
 from gitops.errors import UserError
 from gitops.printable import printable_lines
 from gitops.loop.secrets import FileDigests, assume_unchanged

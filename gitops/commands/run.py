@@ -5,7 +5,7 @@ errors before anything starts), register the secrets it was given for
 redaction and take them out of its own command line, lock the state dir,
 start or join Ray quietly in `--namespace` (an embedded Ray with only the
 allow-listed part of this process's environment, `--replica-env` adding
-names: `vocabulary.replica_env`), start or find the controller
+names: `vocabulary.replicas.replica_env`), start or find the controller
 (which starts the proxies) and claim it as its one agent (refused with one
 line when another agent owns it, unless `--take-over`; stopped when taken
 over), wait for the proxies (one that cannot start, e.g. its port in use, is
@@ -42,12 +42,12 @@ from gitops.errors import UsageError, UserError
 from gitops.process.logs import configure_logging
 from gitops.process.quieting import quiet_ray_output
 from gitops.process.supervising import CHILD_ENV, supervise, watch_ray
-from vocabulary.proxy_workers import NODE_IP
+from vocabulary.control.proxy_workers import NODE_IP
 
 if TYPE_CHECKING:
     from controller.client import ControllerClient
     from gitops.sources.repos import GitSource
-    from vocabulary.ownership import Owner
+    from vocabulary.control.ownership import Owner
     from gitops.sources.verifying import CommitVerifier
     from gitops.loop.metrics import AgentMetrics
     from gitops.notifications.config import Channel
@@ -246,7 +246,7 @@ def take_charge(client: ControllerClient, args: argparse.Namespace, source: GitS
 
 def _claim(client: ControllerClient, args: argparse.Namespace, source: GitSource, agent_id: str) -> Owner:
     """Become the namespace's one agent, or a one-line error naming the agent that is."""
-    from vocabulary.ownership import Owner
+    from vocabulary.control.ownership import Owner
 
     owner = Owner(
         agent_id=agent_id, repo=source.location, branch=source.branch, path=args.path,
@@ -538,7 +538,7 @@ def _check_intervals(args: argparse.Namespace) -> None:
 
 
 def _check_proxy_workers(workers: int) -> None:
-    from vocabulary.proxy_workers import DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
+    from vocabulary.control.proxy_workers import DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
 
     if not 0 <= workers <= MAX_PROXY_WORKERS:
         raise UsageError(
@@ -548,7 +548,7 @@ def _check_proxy_workers(workers: int) -> None:
 
 
 def _check_max_connections(connections: int) -> None:
-    from vocabulary.proxy_workers import MAX_CONNECTIONS_CEILING
+    from vocabulary.control.proxy_workers import MAX_CONNECTIONS_CEILING
 
     if not 1 <= connections <= MAX_CONNECTIONS_CEILING:
         raise UsageError(f"--proxy-max-connections must be 1 to {MAX_CONNECTIONS_CEILING}, not {connections}")
@@ -586,7 +586,7 @@ def _check_namespace(namespace: str) -> None:
 
 def _replica_env(value: str) -> list[str]:
     """`--replica-env` as names and PREFIX_* patterns; a bad one is a usage error."""
-    from vocabulary.replica_env import check_patterns
+    from vocabulary.replicas.replica_env import check_patterns
 
     patterns = [pattern.strip() for pattern in value.split(",") if pattern.strip()]
     problems = check_patterns(patterns)

@@ -23,8 +23,8 @@ from gitops.redaction import Credentials
 from gitops.sources.repos import GitSource
 from gitops.specs.environments import EnvironmentSettings
 from gitops.specs.loading import Loader
-from vocabulary.configs import ServingState
-from vocabulary.status import ClusterStatus
+from vocabulary.spec.state import ServingState
+from vocabulary.control.status import ClusterStatus
 
 __all__ = ["build_duties", "target_plan", "SettingsPromoter"]
 

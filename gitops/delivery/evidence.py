@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from vocabulary.status import ClusterStatus
+from vocabulary.control.status import ClusterStatus
 
 __all__ = ["Counts", "counts", "metrics_urls", "scrape"]
 

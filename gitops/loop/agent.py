@@ -83,9 +83,9 @@ from gitops.loop.ticks import (
     progress_line,
     write_metrics,
 )
-from vocabulary.configs import ServingState
-from vocabulary.goal_api import GoalAPI
-from vocabulary.status import ClusterStatus
+from vocabulary.spec.state import ServingState
+from vocabulary.control.goal_api import GoalAPI
+from vocabulary.control.status import ClusterStatus
 
 __all__ = ["Agent", "AgentSettings", "Trigger", "Loader", "Planner"]
 

@@ -34,8 +34,8 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gitops.status.rollup import SyncStatus
-from vocabulary.configs import ReplicaState
-from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus
+from vocabulary.control.longpoll import ReplicaState
+from vocabulary.control.status import BackendStatus, ClusterStatus, EndpointStatus
 
 __all__ = [
     "AgentMetrics",
@@ -281,7 +281,7 @@ class AgentMetrics:
     # --- observed cluster -----------------------------------------------------
 
     def cluster_observed(self, cluster: ClusterStatus) -> None:
-        """Mirror the controller's observed state (`vocabulary.status.ClusterStatus`)."""
+        """Mirror the controller's observed state (`vocabulary.control.status.ClusterStatus`)."""
         for name in self._backends - set(cluster.backends):
             self._forget_backend(name)
         for name, backend in cluster.backends.items():

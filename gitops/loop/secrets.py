@@ -34,9 +34,12 @@ from gitops.specs.documents import SpecError
 from gitops.specs.imports import module_files
 from gitops.specs.loading import LoadResult
 from gitops.loop.statedir import private_file
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, SecretChange, ServingState
-from vocabulary.goal_api import GoalAPI
-from vocabulary.status import ClusterStatus
+from vocabulary.control.goals import GoalResult
+from vocabulary.spec.backends import BackendConfig, SecretChange
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.state import ServingState
+from vocabulary.control.goal_api import GoalAPI
+from vocabulary.control.status import ClusterStatus
 
 __all__ = [
     "Identity", "load_identities", "digest_key", "keyed_hash", "decrypt", "SecretsLoader", "SecretDelivery",

@@ -30,8 +30,8 @@ from gitops.loop.metrics import AgentMetrics
 from gitops.notifications.events import TickOutcome
 from gitops.reconcile.plans import Plan
 from gitops.sources.source import Revision
-from vocabulary.configs import ServingState
-from vocabulary.status import ClusterStatus
+from vocabulary.spec.state import ServingState
+from vocabulary.control.status import ClusterStatus
 
 if TYPE_CHECKING:  # the loader reads git; a report only holds its result
     from gitops.specs.loading import LoadResult

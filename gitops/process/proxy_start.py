@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 from gitops.errors import UserError
 from gitops.process.port_holders import holder_of
-from vocabulary.status import ClusterStatus, ProxyState, ProxyStatus
+from vocabulary.control.status import ClusterStatus, ProxyState, ProxyStatus
 
 if TYPE_CHECKING:
     from controller.client import ControllerClient

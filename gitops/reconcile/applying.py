@@ -22,8 +22,9 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Iterable, Sequence
 
-from vocabulary.goal_api import GoalAPI
-from vocabulary.configs import GoalResult, GoalState, ServingState
+from vocabulary.control.goal_api import GoalAPI
+from vocabulary.control.goals import GoalResult, GoalState
+from vocabulary.spec.state import ServingState
 from gitops.reconcile.outcomes import Outcome
 from gitops.reconcile.plans import Action, ActionKind, Plan
 

@@ -45,7 +45,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from vocabulary.configs import SOURCE_FIELDS, BackendConfig, EndpointConfig, ServingState
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.base import SOURCE_FIELDS
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.state import ServingState
 from gitops.reconcile.plans import Action, ActionKind, FieldChange, Plan
 
 __all__ = ["plan", "backend_changes", "endpoint_changes", "secret_changes", "model_changes"]

@@ -15,8 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vocabulary.configs import BackendConfig, EndpointConfig, UpdateConfig
-from vocabulary.model_digests import short
+from vocabulary.spec.backends import BackendConfig, UpdateConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.replicas.model_digests import short
 
 __all__ = ["ActionKind", "Action", "FieldChange", "Plan", "PlanSummary"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from vocabulary.configs import ServingState
+from vocabulary.spec.state import ServingState
 
 __all__ = ["PRUNE_ALL_TRAILER", "says_prune_all", "prune_refusal"]
 

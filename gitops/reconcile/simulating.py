@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
-from vocabulary.configs import EndpointConfig, ServingState
-from vocabulary.serving_rules import Rule, ServingProblem, state_problems
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.state import ServingState
+from vocabulary.spec.serving_rules import Rule, ServingProblem, state_problems
 from gitops.reconcile.plans import Action, ActionKind
 
 __all__ = ["SimulationError", "apply_action", "apply_plan", "unsafe_reasons"]
@@ -68,7 +69,7 @@ def _check_target(state: ServingState, action: Action) -> None:
 def unsafe_reasons(state: ServingState) -> list[str]:
     """Why a proxy serving `state` could fail a request; empty when it is safe.
 
-    The invariants are the serving rules of `vocabulary.serving_rules`."""
+    The invariants are the serving rules of `vocabulary.spec.serving_rules`."""
     endpoints = dict(sorted(state.endpoints.items()))
     problems = state_problems(state.backends, endpoints)
     reasons = [

@@ -1,6 +1,6 @@
 """TOML spec files -> declared backends and endpoints, with every error that
 needs no code: syntax, table contents, names, and the rules across files
-(duplicate names, and the serving rules of `vocabulary.serving_rules`:
+(duplicate names, and the serving rules of `vocabulary.spec.serving_rules`:
 routes, traffic sums, references, zero-replica targets, the names a
 backend `uses`).
 
@@ -27,7 +27,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from vocabulary.serving_rules import (
+from vocabulary.spec.serving_rules import (
     ServingProblem,
     taken_routes,
     unknown_backends,
@@ -300,7 +300,7 @@ def _declare(
 
 
 def _cross_file_errors(backends: dict[str, Declared], endpoints: dict[str, Declared]) -> list[SpecError]:
-    """The serving rules of `vocabulary.serving_rules`, located in the files."""
+    """The serving rules of `vocabulary.spec.serving_rules`, located in the files."""
     scaled = {name: declared.spec for name, declared in backends.items()}
     valid: dict[str, EndpointSpec] = {}
     errors: list[SpecError] = []

@@ -2,7 +2,7 @@
 
 The spec tree is the same for every environment. An environment file may
 set, per backend and endpoint, only the keys whose field is declared
-`ENVIRONMENT_OVERRIDABLE` in `vocabulary.configs` (or, inside a table with
+`ENVIRONMENT_OVERRIDABLE` in `vocabulary.spec` (or, inside a table with
 keys of its own such as `runtime_env`, in `gitops.specs.models`): one
 declaration, one schema. Any other key is an error at its FILE:LINE:COL.
 
@@ -34,7 +34,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from vocabulary.configs import ENVIRONMENT_OVERRIDABLE, BackendConfig, EndpointConfig
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.base import ENVIRONMENT_OVERRIDABLE
+from vocabulary.spec.endpoints import EndpointConfig
 from gitops.delivery.cron import CronError, parse_cron
 from gitops.delivery.gates import PromotionSettings, Requirement, RequirementError, parse_requirement
 from gitops.specs.documents import Declared, ParsedFile, SpecError

@@ -3,7 +3,7 @@
 Public API (other modules code against exactly this): a `Loader`, with
 `load_tree(tree, spec_path)`, `load_commit(repo, rev, spec_path)` and
 `load_directory(path, root)`, each returning a `LoadResult` of a
-`DesiredState` (a fully resolved `vocabulary.configs.ServingState`) or
+`DesiredState` (a fully resolved `vocabulary.spec.state.ServingState`) or
 `SpecError`s. Trees are read only through `gitops.sources.trees.Tree`.
 
 Loading never raises on bad input: TOML syntax, table contents
@@ -40,7 +40,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Hashable, Iterator, Mapping
 
-from vocabulary.configs import BackendConfig, EndpointConfig, ModelConfig, SecretConfig, ServingState
+from vocabulary.spec.backends import BackendConfig, ModelConfig, SecretConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.state import ServingState
 from gitops.specs.code import CodeIndex
 from gitops.specs.imports import AttributeKind, ResolvedImport, module_files, resolve_import
 from gitops.specs.documents import Documents, ParsedFile, SpecError, combine, oversized_file, parse_file

@@ -6,7 +6,7 @@ at a time and knows nothing about files, line numbers, other files, git or
 Ray: cross-file rules and locations belong to `gitops.specs.documents`.
 
 A table's keys are not declared here: they are the fields of the runtime
-config in `vocabulary.configs` (same name, default, range and description),
+config in `vocabulary.spec` (same name, default, range and description),
 less the fields the loader derives (`DERIVED_BACKEND_FIELDS`,
 `DERIVED_ENDPOINT_FIELDS`). This module adds only what a file needs: strict
 typing (TOML `"2"` is not the integer 2, `true` is not 1), unknown keys
@@ -46,34 +46,29 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, to_jsonable_python
 
-from vocabulary.configs import (
-    ENVIRONMENT_OVERRIDABLE,
+from vocabulary.spec.backends import (
     AutoscalingConfig,
     BackendConfig,
     BatchingConfig,
+    ModelConfig,
+    SecretChange,
+    SecretConfig,
+    UpdateConfig,
+)
+from vocabulary.spec.base import ENVIRONMENT_OVERRIDABLE
+from vocabulary.spec.endpoints import (
+    CaptureConfig,
     EndpointConfig,
     LimitsConfig,
     MatchRule,
-    MetricCheck,
-    MultiplexConfig,
-    OnFailure,
-    RolloutConfig,
-    ModelConfig,
-    RoutingConfig,
-    RoutingPolicy,
-    SecretChange,
-    SecretConfig,
     ShadowCompare,
     TracingConfig,
-    CaptureConfig,
-    UpdateConfig,
-    bounded_check,
-    keyed_routing,
-    multiplex_alone,
     one_match_source,
 )
-from vocabulary.model_digests import digest_problem, source_problem
-from vocabulary.serving_rules import route_problem, zero_replica_reason
+from vocabulary.spec.rollout_config import MetricCheck, OnFailure, RolloutConfig, bounded_check
+from vocabulary.spec.routing import MultiplexConfig, RoutingConfig, RoutingPolicy, keyed_routing, multiplex_alone
+from vocabulary.replicas.model_digests import digest_problem, source_problem
+from vocabulary.spec.serving_rules import route_problem, zero_replica_reason
 from gitops.specs.limits import DEFAULT_MAX_REPLICAS
 
 __all__ = [

@@ -17,7 +17,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 
-from vocabulary.configs import BackendConfig, ModelConfig
+from vocabulary.spec.backends import BackendConfig, ModelConfig
 
 __all__ = ["bind_models", "models_version"]
 

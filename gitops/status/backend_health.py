@@ -17,7 +17,7 @@ from typing import Mapping, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from vocabulary.request_stats import RequestStats
+from vocabulary.control.request_stats import RequestStats
 
 __all__ = ["BACKEND_ERRORS", "ERROR_SHARE", "Serving", "erring", "erring_message", "ErrorLog"]
 

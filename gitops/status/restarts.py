@@ -11,7 +11,7 @@ said (each is said once, from the first observation that shows it).
 
 from __future__ import annotations
 
-from vocabulary.status import ClusterStatus
+from vocabulary.control.status import ClusterStatus
 
 __all__ = ["restart_lines"]
 

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Iterable, Mapping
 
 from gitops.reconcile.outcomes import HistoryEntry, Outcome
-from vocabulary.rollouts import Rollout, RolloutPhase
+from vocabulary.control.rollouts import Rollout, RolloutPhase
 
 __all__ = ["STOPPED", "stopped", "step_entries", "aborted_entry", "rollout_message", "rollouts_moved"]
 

@@ -36,9 +36,9 @@ from gitops.reconcile.outcomes import HistoryEntry, Outcome
 from gitops.redaction import redact
 from gitops.reconcile.rollback import Quarantine
 from gitops.status.rollouts import rollout_message
-from vocabulary.rollouts import Rollout
-from vocabulary.request_stats import RequestStats
-from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ProxyStatus, staging_lines
+from vocabulary.control.rollouts import Rollout
+from vocabulary.control.request_stats import RequestStats
+from vocabulary.control.status import BackendStatus, ClusterStatus, EndpointStatus, ProxyStatus, staging_lines
 
 __all__ = [
     "SyncStatus", "Condition", "StatusFacts", "Serving", "BackendSummary", "EndpointSummary", "RolloutSummary", "ProxySummary",
@@ -106,7 +106,7 @@ class BackendSummary(_Value):
     last_error: str | None = None
     serving: Serving = Field(default_factory=Serving)
     latest_exception: str | None = None  # its replicas' latest handler exception: "Type: message at file:line"
-    # Models its starting replicas fetch now: "Staging model m: 1.2 / 4.0 GB on 2 nodes" (vocabulary.status).
+    # Models its starting replicas fetch now: "Staging model m: 1.2 / 4.0 GB on 2 nodes" (vocabulary.control.status).
     staging: tuple[str, ...] = ()
 
     def problem(self) -> str:

@@ -33,9 +33,9 @@ import orjson
 
 from proxy.observability.capture_s3 import S3Batches, StoreFor
 from proxy.observability.redacting import Exchange, Redaction, capture_record
-from vocabulary.choosing import Random
-from vocabulary.configs import CaptureConfig
-from vocabulary.wire import WireRequest
+from vocabulary.request_path.choosing import Random
+from vocabulary.spec.endpoints import CaptureConfig
+from vocabulary.request_path.wire import WireRequest
 
 __all__ = ["CaptureWriter", "encoded", "sink_directory", "DEFAULT_CAPACITY"]
 

@@ -3,7 +3,7 @@
 Owns `gitops_model_fetch_bytes_total{model}`, `gitops_model_fetch_seconds{model}`
 (a summary: seconds spent fetching and verifying, and how many fetches),
 `gitops_model_cache_hits_total` and `gitops_model_cache_bytes`. The replicas
-that stage models write the numbers (`vocabulary.model_stats`, in the cache
+that stage models write the numbers (`vocabulary.replicas.model_stats`, in the cache
 directory: `replica.models`); each proxy worker reads the file at a scrape,
 so whichever worker answers, the numbers are the node's. No file yet (no
 model staged on the node): zeros, without per-model series. An I/O shell
@@ -25,7 +25,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import CollectorRegistry
 
-from vocabulary.model_stats import CACHE_DIR_NAME, STATS_FILE, ModelCacheStats
+from vocabulary.replicas.model_stats import CACHE_DIR_NAME, STATS_FILE, ModelCacheStats
 
 __all__ = ["register_model_metrics"]
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, UTC
 from typing import Any
 
-from vocabulary.configs import CaptureConfig
-from vocabulary.wire import WireRequest, split_root_path
+from vocabulary.spec.endpoints import CaptureConfig
+from vocabulary.request_path.wire import WireRequest, split_root_path
 
 __all__ = ["Exchange", "Flow", "ShadowAnswer", "Redaction", "capture_record", "REDACTED", "ALWAYS_REDACTED"]
 

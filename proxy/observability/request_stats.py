@@ -2,7 +2,7 @@
 
 One `RequestCounter` per proxy, fed once per request from the request path
 (a few integer increments, no allocation) and read by the load reporter as
-`vocabulary.request_stats.RequestStats` values, cumulative since the proxy
+`vocabulary.control.request_stats.RequestStats` values, cumulative since the proxy
 started. Counts are per backend, whatever endpoint the request came in by
 (rollout checks and the status judge these), and per endpoint (`by_endpoint`,
 for the status).
@@ -13,7 +13,7 @@ its lifetime is no latency and goes in no bucket. No I/O.
 
 from __future__ import annotations
 
-from vocabulary.request_stats import LATENCY_BOUNDS_S, RequestStats, bucket_of
+from vocabulary.control.request_stats import LATENCY_BOUNDS_S, RequestStats, bucket_of
 
 __all__ = ["RequestCounter"]
 

@@ -19,8 +19,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from vocabulary.configs import ShadowCompare
-from vocabulary.wire import WireResponse
+from vocabulary.spec.endpoints import ShadowCompare
+from vocabulary.request_path.wire import WireResponse
 
 __all__ = ["Comparison", "Mismatch", "MismatchLog", "compare", "DIFF_LIMIT"]
 

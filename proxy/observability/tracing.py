@@ -32,7 +32,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from telemetry.otlp import HEADERS, SpansSent, batch_processor, says_sampled
-from vocabulary.choosing import Random
+from vocabulary.request_path.choosing import Random
 
 __all__ = ["RequestTracing", "Traced", "SpansSent", "exporting_tracer", "TRACE_HEADERS"]
 

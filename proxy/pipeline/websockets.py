@@ -53,9 +53,9 @@ from proxy.observability.request_stats import RequestCounter
 from httpedge.asgi import Receive, Scope, Send
 from proxy.routes.routing import Resolution, normalise_path, resolve
 from proxy.routes.snapshot import Snapshot
-from vocabulary.actor_apis import ReplicaHandle
-from vocabulary.choosing import Random
-from vocabulary.wire import WireRequest, with_root_path
+from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.request_path.choosing import Random
+from vocabulary.request_path.wire import WireRequest, with_root_path
 from proxy.observability.redacting import Exchange, Flow
 
 if TYPE_CHECKING:  # handed in by the app: this module does no I/O itself

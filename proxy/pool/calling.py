@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, AsyncGenerator, Protocol
 
-from vocabulary.actor_apis import ReplicaHandle
-from vocabulary.wire import StreamStart, WireRequest, WireResponse
+from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.request_path.wire import StreamStart, WireRequest, WireResponse
 
 __all__ = ["Batching", "Caller", "ReplicaCaller", "StreamCaller", "ReplicaDiedError", "HandlerError"]
 

@@ -32,8 +32,8 @@ import asyncio
 from typing import Any, Awaitable, Callable, Protocol
 
 from proxy.pool.calling import HandlerError, ReplicaDiedError
-from vocabulary.actor_apis import ReplicaHandle
-from vocabulary.wire import TimedRequest, CallOutcome, CallResult, Reply, WireRequest
+from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.request_path.wire import TimedRequest, CallOutcome, CallResult, Reply, WireRequest
 
 __all__ = ["ReplicaMethods", "Coalescer", "Waiting", "deliver"]
 

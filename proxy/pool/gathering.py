@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable
 
-from vocabulary.actor_apis import ReplicaHandle
+from vocabulary.control.actor_apis import ReplicaHandle
 from proxy.pool.calling import Batching
 from proxy.pool.coalescing import Waiting, deliver
-from vocabulary.wire import TimedRequest, CallResult, Reply, WireRequest
+from vocabulary.request_path.wire import TimedRequest, CallResult, Reply, WireRequest
 
 __all__ = ["Gatherer"]
 

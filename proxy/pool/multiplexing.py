@@ -3,7 +3,7 @@
 A multiplexed backend (`[backends.X.multiplex]`, docs/guides/models.md) keeps up to
 `max_models_per_replica` models loaded on each replica; loading one is slow,
 so a request for model M goes to a replica that has M loaded (each answer
-tells the proxy which models its replica holds: `vocabulary.multiplexing`),
+tells the proxy which models its replica holds: `vocabulary.request_path.multiplexing`),
 the least busy of them. It leaves them only when that replica is full (at
 `max_concurrent_queries`) or overloaded: its in-flight count above
 `MAX_IMBALANCE` × the least loaded replica's (counted as at least 1); then,
@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 from typing import Collection, Sequence
 
-from vocabulary.choosing import Random, pick_replica
+from vocabulary.request_path.choosing import Random, pick_replica
 
 __all__ = ["MAX_IMBALANCE", "ModelAffinity", "hot_ongoing"]
 

@@ -26,8 +26,8 @@ from proxy.pool.calling import Batching, ReplicaDiedError, StreamCaller
 from proxy.pool.coalescing import Coalescer, ReplicaMethods
 from proxy.pool.gathering import Gatherer
 from proxy.pool.socketcalls import DataConnections, ReplicaConnection
-from vocabulary.actor_apis import ReplicaHandle
-from vocabulary.wire import TimedRequest, CallResult, Reply, StreamStart, WireRequest
+from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.request_path.wire import TimedRequest, CallResult, Reply, StreamStart, WireRequest
 
 __all__ = ["ReplicaCalls"]
 

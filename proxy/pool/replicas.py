@@ -23,9 +23,9 @@ cancelled (the request path retries the idempotent ones elsewhere, answers
 504 to the rest: `cancelled_by_stall`), and it is listed by `stalled()` for
 the controller, which replaces it, until the controller stops listing it.
 
-Decisions come from `vocabulary.choosing` (power_of_two, the default, called
+Decisions come from `vocabulary.request_path.choosing` (power_of_two, the default, called
 directly so its path costs what it always did) or from the backend's routing
-policy (`vocabulary.policies`), which also sees the request's key (`vocabulary.request_keys`);
+policy (`vocabulary.request_path.policies`), which also sees the request's key (`vocabulary.request_path.request_keys`);
 a request waiting in line keeps its key, so the policy decides for it too when a
 slot frees. A multiplexed backend (`[backends.X.multiplex]`) is routed by
 `proxy.pool.multiplexing` instead, its key the request's model id: each slot keeps
@@ -44,14 +44,15 @@ from typing import Callable, Iterable
 
 from proxy.pool.calling import Batching
 from proxy.pool.multiplexing import ModelAffinity, hot_ongoing
-from vocabulary.policies import Policy, policy_for
-from vocabulary.request_keys import KeyReader
+from vocabulary.request_path.policies import Policy, policy_for
+from vocabulary.request_path.request_keys import KeyReader
 from proxy.pool.stalls import ReplicaProgress, Stall
-from vocabulary.choosing import Admission, Random, admit, pick_replica
-from vocabulary.actor_apis import ReplicaHandle
-from vocabulary.configs import BatchingConfig, MultiplexConfig, RoutingConfig
-from vocabulary.multiplexing import ModelReport, parse_report
-from vocabulary.wire import WireRequest
+from vocabulary.request_path.choosing import Admission, Random, admit, pick_replica
+from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.spec.backends import BatchingConfig
+from vocabulary.spec.routing import MultiplexConfig, RoutingConfig
+from vocabulary.request_path.multiplexing import ModelReport, parse_report
+from vocabulary.request_path.wire import WireRequest
 
 __all__ = ["ReplicaSlot", "ReplicaPool", "NoReplicaError", "QueueFullError", "REPLACEMENT_WAIT_S"]
 

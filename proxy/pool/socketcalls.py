@@ -68,12 +68,12 @@ from datalink.frames import (
     encode,
     item_bytes,
 )
-from vocabulary.actor_apis import ReplicaHandle
-from vocabulary.wire import DataAddress
+from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.request_path.wire import DataAddress
 from datalink.handshake import Handshake, Role
 from datalink.peers import peer_allowed, peer_uid
 from proxy.pool.calling import HandlerError, ReplicaDiedError
-from vocabulary.wire import TimedRequest, CallResult, Reply, StreamStart, WireRequest
+from vocabulary.request_path.wire import TimedRequest, CallResult, Reply, StreamStart, WireRequest
 
 __all__ = ["Address", "DataConnections", "ReplicaConnection", "connect", "connect_tcp"]
 

@@ -26,8 +26,8 @@ import math
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from vocabulary.configs import LimitsConfig
-from vocabulary.request_keys import KeyReader
+from vocabulary.spec.endpoints import LimitsConfig
+from vocabulary.request_path.request_keys import KeyReader
 
 __all__ = ["Buckets", "LocalBuckets", "TenantLimit", "node_share", "take_token"]
 

@@ -14,8 +14,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from vocabulary.configs import DEFAULT_MAX_BODY_BYTES, CaptureConfig, EndpointConfig, RouteTable, ShadowCompare
-from vocabulary.choosing import Random, ShadowSampler, WeightedChoice
+from vocabulary.control.longpoll import RouteTable
+from vocabulary.spec.endpoints import CaptureConfig, DEFAULT_MAX_BODY_BYTES, EndpointConfig, ShadowCompare
+from vocabulary.request_path.choosing import Random, ShadowSampler, WeightedChoice
 from proxy.routes.rate_limits import TenantLimit
 from proxy.pool.replicas import ReplicaPool
 from proxy.routes.routing import Route, RouteIndex

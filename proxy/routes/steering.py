@@ -1,11 +1,11 @@
 """Which backend a request goes to before and instead of a random draw: header or JSON match, sticky key.
 
 An endpoint's `[[match]]` rules are checked in order; the first whose header
-(or top-level JSON body field, `vocabulary.request_keys.json_key`) carries
+(or top-level JSON body field, `vocabulary.request_path.request_keys.json_key`) carries
 exactly its value names the backend. Before the body is read, a JSON rule
 cannot match, so the rules are checked again once it is (`reads_body`). Otherwise a sticky endpoint
 hashes the request's key (a header or a cookie) to a fixed point in [0, 1)
-and uses it as the draw into the weights (`vocabulary.choosing.WeightedChoice`),
+and uses it as the draw into the weights (`vocabulary.request_path.choosing.WeightedChoice`),
 so one key always lands on one backend while the keys as a whole follow the
 weights exactly. When weights move (a rollout), a key only ever moves toward
 the backend gaining weight. A request without the key is drawn at random.
@@ -19,8 +19,9 @@ import hashlib
 from dataclasses import dataclass
 from typing import Sequence
 
-from vocabulary.request_keys import cookie_value, json_key
-from vocabulary.configs import EndpointConfig, StickyKey
+from vocabulary.request_path.request_keys import cookie_value, json_key
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.keys import KeyKind
 
 __all__ = ["Headers", "Steering", "sticky_point", "cookie_value"]
 
@@ -41,7 +42,7 @@ class Steering:
 
     # (header name, value, backend); a JSON rule has b"" for the name and its field in `json_rules`.
     rules: tuple[tuple[bytes, bytes, str], ...] = ()
-    sticky_kind: StickyKey | None = None
+    sticky_kind: KeyKind | None = None
     sticky_name: bytes = b""
     # Index in `rules` -> the JSON field that rule reads.
     json_rules: tuple[tuple[int, str], ...] = ()
@@ -89,9 +90,9 @@ class Steering:
         return None if key is None else sticky_point(key)
 
     def _key(self, headers: Headers) -> bytes | None:
-        if self.sticky_kind is StickyKey.HEADER:
+        if self.sticky_kind is KeyKind.HEADER:
             return next((value for key, value in headers if key == self.sticky_name), None)
-        if self.sticky_kind is StickyKey.COOKIE:
+        if self.sticky_kind is KeyKind.COOKIE:
             for key, value in headers:
                 found = cookie_value(value, self.sticky_name) if key == b"cookie" else None
                 if found is not None:

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from vocabulary.actor_apis import Remote
-from vocabulary.goal_api import LongPollKey
-from vocabulary.configs import EndpointConfig, ReplicaSet, RouteTable
-from vocabulary.choosing import Random
+from vocabulary.control.actor_apis import Remote
+from vocabulary.control.goal_api import LongPollKey
+from vocabulary.control.longpoll import ReplicaSet, RouteTable
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.request_path.choosing import Random
 from proxy.routes.snapshot import Snapshot, build_snapshot
 from proxy.pool.replicas import ReplicaPool
 from proxy.settings import ProxySettings

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import ray
 
-from vocabulary.actor_apis import ControllerAPI, Remote
+from vocabulary.control.actor_apis import ControllerAPI, Remote
 
 __all__ = ["ControllerLink"]
 

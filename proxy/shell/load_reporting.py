@@ -7,7 +7,7 @@ so a hot model held by few replicas scales the backend up.
 The controller's autoscaler reads the load (`report_load(proxy_id, {backend:
 (ongoing, queued)}, requests, {backend: reported})`); reports expire there after a few seconds, so a
 missed one costs nothing and failures are only logged once per streak. The
-request counts (`vocabulary.request_stats.RequestStats` as JSON, cumulative
+request counts (`vocabulary.control.request_stats.RequestStats` as JSON, cumulative
 since the proxy started) are what rollout checks judge; the same per endpoint
 go to the status. Replicas the proxy found stalled (`proxy.pool.stalls`) are
 reported with every load until the controller stops listing them; it
@@ -21,8 +21,8 @@ import logging
 from typing import Callable
 
 from proxy.shell.controller_link import ControllerLink
-from vocabulary.actor_apis import ControllerAPI
-from vocabulary.request_stats import RequestStats
+from vocabulary.control.actor_apis import ControllerAPI
+from vocabulary.control.request_stats import RequestStats
 
 __all__ = ["report_load_forever"]
 

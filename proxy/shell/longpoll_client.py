@@ -19,7 +19,7 @@ from proxy.routes.snapshot import Snapshot
 from proxy.shell.controller_link import ControllerLink
 from proxy.settings import ProxySettings
 from proxy.routes.subscriptions import Subscriptions
-from vocabulary.actor_apis import ControllerAPI
+from vocabulary.control.actor_apis import ControllerAPI
 
 __all__ = ["LongPollClient"]
 

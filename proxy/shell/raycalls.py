@@ -31,8 +31,8 @@ from ray.exceptions import ActorUnschedulableError, RayActorError, RayTaskError
 from proxy.pool.calling import HandlerError, ReplicaDiedError
 from proxy.pool.replica_calls import ReplicaCalls
 from proxy.pool.socketcalls import Address, DataConnections
-from vocabulary.actor_apis import ReplicaAPI, ReplicaHandle
-from vocabulary.wire import TimedRequest, CallResult, StreamStart, WireRequest, WireResponse
+from vocabulary.control.actor_apis import ReplicaAPI, ReplicaHandle
+from vocabulary.request_path.wire import TimedRequest, CallResult, StreamStart, WireRequest, WireResponse
 
 Y = TypeVar("Y")
 

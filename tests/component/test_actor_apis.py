@@ -1,4 +1,4 @@
-"""The actor classes answer their protocols in `vocabulary.actor_apis`, and `Remote` calls them by them.
+"""The actor classes answer their protocols in `vocabulary.control.actor_apis`, and `Remote` calls them by them.
 
 Ray calls an actor's method by its name with the caller's arguments, so a
 method renamed (or a parameter added, renamed or reordered) on one side only
@@ -20,8 +20,8 @@ import pytest
 from controller.actor import ControllerActor
 from proxy.actor import ProxyActor
 from replica.host import Replica
-from vocabulary.actor_apis import ControllerAPI, ProxyAPI, Remote, ReplicaAPI
-from vocabulary.goal_api import GoalAPI
+from vocabulary.control.actor_apis import ControllerAPI, ProxyAPI, Remote, ReplicaAPI
+from vocabulary.control.goal_api import GoalAPI
 
 PAIRS = [(Replica, ReplicaAPI), (ProxyActor, ProxyAPI), (ControllerActor, ControllerAPI)]
 

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import pytest
 
-from vocabulary.configs import ServingState
+from vocabulary.spec.state import ServingState
 from gitops.loop.agent import Agent, AgentSettings, Planner, Trigger
 from gitops.loop.history import History
 from gitops.reconcile.outcomes import Outcome

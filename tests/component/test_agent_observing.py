@@ -9,7 +9,7 @@ import logging
 from gitops.loop.agent import Trigger
 from gitops.testing import FakeController
 from tests.component.test_agent_loop import make_agent, spec_repo, until  # noqa: F401 — spec_repo is a fixture
-from vocabulary.request_stats import RequestStats
+from vocabulary.control.request_stats import RequestStats
 
 
 class Lines(logging.Handler):
@@ -68,7 +68,7 @@ def test_a_rollout_seen_stopping_between_polls_is_recorded_at_once(spec_repo, tm
     from gitops.reconcile.outcomes import Outcome
     from tests.component.test_agent_loop import spec
     from tests.component.test_agent_rollouts import rollout
-    from vocabulary.rollouts import RolloutPhase
+    from vocabulary.control.rollouts import RolloutPhase
 
     controller = FakeController()
     agent = make_agent(spec_repo, tmp_path, controller, watch=False, observe_interval_s=0.05)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 
-from vocabulary.configs import RolloutConfig
-from vocabulary.rollouts import Check, CheckName, Rollout, RolloutPhase
+from vocabulary.spec.rollout_config import RolloutConfig
+from vocabulary.control.rollouts import Check, CheckName, Rollout, RolloutPhase
 from gitops.admin.api import build_app
 from gitops.reconcile.outcomes import Outcome
 from gitops.testing import FakeController, MemorySource

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vocabulary.configs import RolloutConfig
-from vocabulary.rollouts import Check, CheckName, Rollout, RolloutPhase, StepRecord
+from vocabulary.spec.rollout_config import RolloutConfig
+from vocabulary.control.rollouts import Check, CheckName, Rollout, RolloutPhase, StepRecord
 from gitops.reconcile.outcomes import Outcome
 from gitops.status.rollup import SyncStatus
 from gitops.testing import FakeController, MemorySource

@@ -19,7 +19,7 @@ import uvloop
 from datalink.frames import BODY_PIECE_BYTES, PIECES_ABOVE, Frame, FrameDecoder, Kind, encode, encode_piece
 from proxy.pool.calling import ReplicaDiedError
 from proxy.pool.socketcalls import ReplicaConnection, connect
-from vocabulary.wire import make_request
+from vocabulary.request_path.wire import make_request
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 SIZE = 2 * BODY_PIECE_BYTES + 3

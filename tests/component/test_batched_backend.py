@@ -14,15 +14,17 @@ import httpx
 import pytest
 from starlette.requests import Request
 
-from vocabulary.actor_apis import ReplicaHandle
+from vocabulary.control.actor_apis import ReplicaHandle
 from proxy.app import ProxyApp
 from proxy.pool.replica_calls import ReplicaCalls
 from proxy.settings import ProxySettings
 from proxy.routes.subscriptions import Subscriptions
 from replica.host import Replica
-from vocabulary.configs import BackendConfig
-from vocabulary.configs import BatchingConfig, EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
-from vocabulary.wire import TimedRequest, CallResult, WireRequest, WireResponse
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from vocabulary.spec.backends import BatchingConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.request_path.wire import TimedRequest, CallResult, WireRequest, WireResponse
 
 
 class Upper:

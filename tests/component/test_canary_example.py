@@ -8,7 +8,8 @@ from pathlib import Path
 
 from starlette.requests import Request
 
-from vocabulary.configs import OnFailure, ShadowCompare
+from vocabulary.spec.endpoints import ShadowCompare
+from vocabulary.spec.rollout_config import OnFailure
 from gitops.specs.loading import Loader
 from deployments.apps.greeter import Greeter
 

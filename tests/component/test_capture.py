@@ -22,8 +22,9 @@ from proxy.observability.redacting import Exchange, Redaction
 from proxy.settings import ProxySettings
 from proxy.routes.subscriptions import Subscriptions
 from tests.component.test_proxy_app import FakeCaller, FakeReplica, replica_set
-from vocabulary.configs import CaptureConfig, EndpointConfig, RouteEntry, RouteTable
-from vocabulary.wire import WireRequest, WireResponse
+from vocabulary.control.longpoll import RouteEntry, RouteTable
+from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig
+from vocabulary.request_path.wire import WireRequest, WireResponse
 
 SECRETS = ("hunter2-password", "4111-1111-1111-1111", "sk-live-api-key", "Bearer tok-xyz", "session=abc123",
            "resp-token-42", "nested-list-secret")

@@ -20,8 +20,9 @@ from proxy.settings import ProxySettings
 from proxy.routes.subscriptions import Subscriptions
 from tests.component.test_capture import Counts
 from tests.component.test_proxy_app import FakeCaller, FakeReplica, replica_set
-from vocabulary.configs import CaptureConfig, EndpointConfig, RouteEntry, RouteTable
-from vocabulary.wire import WireRequest, WireResponse
+from vocabulary.control.longpoll import RouteEntry, RouteTable
+from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig
+from vocabulary.request_path.wire import WireRequest, WireResponse
 
 
 @pytest.fixture()

@@ -23,8 +23,9 @@ from tests.component.test_proxy_streaming import Client as StreamClient
 from tests.component.test_proxy_streaming import StreamingCaller, StreamingReplica
 from tests.component.test_proxy_websockets import Client as SocketClient
 from tests.component.test_proxy_websockets import EchoReplica, SocketCaller
-from vocabulary.configs import CaptureConfig, EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
-from vocabulary.wire import WireRequest, WireResponse
+from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig
+from vocabulary.request_path.wire import WireRequest, WireResponse
 
 
 def _capture(tmp_path: Path, **settings: Any) -> CaptureConfig:

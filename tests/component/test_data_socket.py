@@ -18,16 +18,16 @@ from typing import Awaitable, Callable
 import pytest
 import uvloop
 
-from vocabulary.actor_apis import ReplicaHandle
+from vocabulary.control.actor_apis import ReplicaHandle
 from proxy.pool.calling import HandlerError, ReplicaDiedError
 from proxy.pool.replica_calls import ReplicaCalls
 from proxy.pool.socketcalls import DataConnections
 from replica.host import Replica
-from vocabulary.configs import BackendConfig
+from vocabulary.spec.backends import BackendConfig
 from tests.component.data_path import APPS, App, Calls, FakeHandle, RecordingFallback
 from datalink.frames import BODY_PIECE_BYTES, PIECES_ABOVE, Frame, FrameDecoder, Kind, Opening, Window, encode, encode_piece
-from vocabulary.wire import DataAddress
-from vocabulary.wire import StreamStart, WireRequest, make_request
+from vocabulary.request_path.wire import DataAddress
+from vocabulary.request_path.wire import StreamStart, WireRequest, make_request
 
 
 

@@ -4,22 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from vocabulary.configs import (
-    LimitsConfig,
-    MatchRule,
-    MultiplexConfig,
-    RoutingConfig,
-    AutoscalingConfig,
-    BackendConfig,
-    CaptureConfig,
-    BatchingConfig,
-    EndpointConfig,
-    MetricCheck,
-    ModelConfig,
-    RolloutConfig,
-    TracingConfig,
-    UpdateConfig,
-)
+from vocabulary.spec.backends import AutoscalingConfig, BackendConfig, BatchingConfig, ModelConfig, UpdateConfig
+from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig, LimitsConfig, MatchRule, TracingConfig
+from vocabulary.spec.rollout_config import MetricCheck, RolloutConfig
+from vocabulary.spec.routing import MultiplexConfig, RoutingConfig
 from gitops.specs.loading import DesiredState, LoadResult, Loader, SpecError
 from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS, DERIVED_MODEL_FIELDS
 from gitops.sources.trees import MemoryTree

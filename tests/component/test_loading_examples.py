@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vocabulary.configs import ServingState
+from vocabulary.spec.state import ServingState
 from gitops.specs.loading import Loader
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

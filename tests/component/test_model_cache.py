@@ -18,7 +18,7 @@ import pytest
 
 from replica.model_fetching import fetch
 from replica.models import ModelCache, ModelError, digest_of, eviction_order
-from vocabulary.model_digests import manifest_digest
+from vocabulary.replicas.model_digests import manifest_digest
 
 WEIGHTS = b"w" * 300_000
 

@@ -15,7 +15,7 @@ import pytest
 from gitops.sources.trees import MemoryTree
 from gitops.specs.loading import Loader
 from tests.conftest import GitRepo
-from vocabulary.model_digests import manifest_digest
+from vocabulary.replicas.model_digests import manifest_digest
 
 A, B = "a" * 64, "b" * 64
 APP = "class S:\n    def __call__(self, r):\n        return 1\n"

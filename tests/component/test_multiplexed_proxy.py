@@ -16,9 +16,10 @@ from proxy.app import NullRecorder
 from proxy.observability.metrics import ProxyMetrics
 from replica.host import call_handler
 from tests.component.test_proxy_app import FakeReplica, Proxy, get, run
-from vocabulary.configs import MultiplexConfig, ReplicaInfo, ReplicaSet
-from vocabulary.multiplexing import RequestModels, parse_report, report
-from vocabulary.wire import LOAD_HEADER, MODELS_HEADER, WireRequest, WireResponse
+from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet
+from vocabulary.spec.routing import MultiplexConfig
+from vocabulary.request_path.multiplexing import RequestModels, parse_report, report
+from vocabulary.request_path.wire import LOAD_HEADER, MODELS_HEADER, WireRequest, WireResponse
 
 
 class Served(NullRecorder):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gitops.delivery.evidence import Counts, counts, metrics_urls
 
 from gitops.delivery.gates import Evidence, PromotionSettings, PromotionState, advance, parse_requirement, promotion_body
-from vocabulary.status import ClusterStatus, ProxyState, ProxyStatus
+from vocabulary.control.status import ClusterStatus, ProxyState, ProxyStatus
 
 PAGE = """\
 # HELP gitops_http_requests_total Requests answered by the proxy.

@@ -8,14 +8,15 @@ from typing import Any, Awaitable, Callable
 
 import httpx
 
-from vocabulary.actor_apis import ReplicaHandle
-from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from vocabulary.spec.endpoints import EndpointConfig
 from proxy.app import ProxyApp
 from proxy.observability.metrics import ShadowResult
 from proxy.pool.calling import Batching, HandlerError, ReplicaDiedError
 from proxy.settings import ProxySettings
 from proxy.routes.subscriptions import Subscriptions
-from vocabulary.wire import WireRequest, WireResponse
+from vocabulary.request_path.wire import WireRequest, WireResponse
 
 Handler = Callable[[WireRequest], Awaitable[WireResponse]]
 

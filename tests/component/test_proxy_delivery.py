@@ -11,12 +11,13 @@ from typing import Any
 
 import httpx
 
-from vocabulary.configs import EndpointConfig, RouteEntry, RouteTable
+from vocabulary.control.longpoll import RouteEntry, RouteTable
+from vocabulary.spec.endpoints import EndpointConfig
 from proxy.app import ProxyApp
 from proxy.observability.metrics import ShadowResult
 from proxy.settings import ProxySettings
 from proxy.routes.subscriptions import Subscriptions
-from vocabulary.wire import WireRequest, WireResponse
+from vocabulary.request_path.wire import WireRequest, WireResponse
 from tests.component.test_proxy_app import FakeCaller, FakeReplica, replica_set
 
 

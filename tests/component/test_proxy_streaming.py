@@ -11,9 +11,10 @@ from proxy.app import ProxyApp
 from proxy.pool.calling import Batching, ReplicaDiedError
 from proxy.settings import ProxySettings
 from proxy.routes.subscriptions import Subscriptions
-from vocabulary.actor_apis import ReplicaHandle
-from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
-from vocabulary.wire import Reply, StreamStart, WireRequest
+from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.request_path.wire import Reply, StreamStart, WireRequest
 
 SSE = [(b"content-type", b"text/event-stream")]
 

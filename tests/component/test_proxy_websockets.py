@@ -23,9 +23,10 @@ from proxy.observability.metrics import ProxyMetrics
 from proxy.settings import ProxySettings
 from proxy.routes.subscriptions import Subscriptions
 from tests.pure.test_metrics_proxy import value
-from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
-from vocabulary.actor_apis import ReplicaHandle
-from vocabulary.wire import WireRequest
+from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.request_path.wire import WireRequest
 
 Message = dict[str, Any]
 

@@ -12,7 +12,8 @@ from proxy.observability.metrics import ProxyMetrics
 from proxy.routes.rate_limits import LocalBuckets, TenantLimit, node_share, take_token
 from proxy.shell.shared_buckets import SharedBuckets
 from tests.component.test_proxy_app import FakeReplica, Proxy, replica_set, run
-from vocabulary.configs import EndpointConfig, LimitsConfig, RouteEntry, RouteTable
+from vocabulary.control.longpoll import RouteEntry, RouteTable
+from vocabulary.spec.endpoints import EndpointConfig, LimitsConfig
 
 
 def test_a_bucket_grants_its_burst_then_one_token_per_interval() -> None:

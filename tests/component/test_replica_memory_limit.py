@@ -14,7 +14,7 @@ MiB = 2**20
 SCRIPT = '''
 import asyncio, resource, sys
 from replica.host import MemoryLimitExceeded, Replica, private_memory_bytes
-from vocabulary.configs import BackendConfig
+from vocabulary.spec.backends import BackendConfig
 
 class Hog:
     def __init__(self, size):

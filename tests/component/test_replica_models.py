@@ -13,7 +13,7 @@ import pytest
 from ray_gitops import serving
 from replica.host import Replica
 from replica.models import ModelError
-from vocabulary.configs import BackendConfig, ModelConfig
+from vocabulary.spec.backends import BackendConfig, ModelConfig
 
 MODULE = __name__
 CONSTRUCTED: list[str] = []

@@ -15,7 +15,7 @@ from gitops.redaction import MASK, register_secret
 from replica.own_output import TAIL_BYTES, OwnOutput
 from tests.component.test_admin import FakeAgent
 from tests.security.listeners import serving
-from vocabulary.replica_output import OutputCursor, ReplicaOutput
+from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ from starlette.responses import StreamingResponse
 
 from replica.asgi import is_asgi_app
 from replica.host import Replica
-from vocabulary.configs import BackendConfig
+from vocabulary.spec.backends import BackendConfig
 from replica.streams import StreamTable
-from vocabulary.wire import StreamStart, make_request, with_root_path
+from vocabulary.request_path.wire import StreamStart, make_request, with_root_path
 
 class AsyncTicks:
     async def __call__(self, request: Request) -> AsyncIterator[str]:

@@ -7,8 +7,8 @@ import pytest
 from replica.conversions import to_wire_response
 from tests.component.test_proxy_app import FakeReplica, Proxy, get, run
 from ray_gitops.registry import REPORTED_LOAD
-from vocabulary.serving import ReportedLoad
-from vocabulary.wire import LOAD_HEADER, WireRequest, WireResponse
+from vocabulary.replicas.serving import ReportedLoad
+from vocabulary.request_path.wire import LOAD_HEADER, WireRequest, WireResponse
 
 
 @pytest.mark.parametrize("bad", [-1, float("inf"), float("nan")])

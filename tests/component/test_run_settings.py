@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from controller.state.ownership import claim
-from vocabulary.ownership import Owner
+from vocabulary.control.ownership import Owner
 from gitops.commands.run import take_charge
 from gitops.errors import UserError
 

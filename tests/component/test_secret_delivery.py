@@ -17,7 +17,8 @@ from ray_gitops.serving import Secret
 from gitops.sources.trees import MemoryTree
 from gitops.specs.loading import Loader
 from replica.secrets import SecretBox, SecretMissing
-from vocabulary.configs import BackendConfig, ServingState
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.state import ServingState
 
 SPEC = '[secrets.db]\nfile = "s/db.age"\n[backends.vault]\nimport_path = "apps.vault:Vault"\nsecrets = ["db"]\n'
 APP = "class Vault:\n    def reconfigure_secrets(self):\n        pass\n    def __call__(self, r):\n        return 1\n"

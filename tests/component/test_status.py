@@ -8,8 +8,8 @@ import pytest
 
 from gitops.reconcile.outcomes import HistoryEntry, Outcome
 from gitops.status.rollup import AgentStatus, StatusFacts, SyncStatus, roll_up
-from vocabulary.configs import ReplicaState
-from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
+from vocabulary.control.longpoll import ReplicaState
+from vocabulary.control.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
 
 SHA_A = "a" * 40
 SHA_B = "b" * 40

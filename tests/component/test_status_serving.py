@@ -9,8 +9,8 @@ from gitops.commands.remote import render_status
 from gitops.status.backend_health import ErrorLog, Serving
 from gitops.status.rollup import SyncStatus, roll_up
 from tests.component.test_status import BASE, cluster
-from vocabulary.request_stats import RequestStats, bucket_of
-from vocabulary.status import HandlerError
+from vocabulary.control.request_stats import RequestStats, bucket_of
+from vocabulary.control.status import HandlerError
 
 RAISED = HandlerError(type="ZeroDivisionError", message="division by zero", where="deployments/boom.py:7",
                       at=100.0, replica_id="echo#1")

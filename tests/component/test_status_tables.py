@@ -6,9 +6,10 @@ from gitops.commands.remote import render_history, render_status
 from gitops.reconcile.outcomes import HistoryEntry, Outcome
 from gitops.reconcile.rollback import Quarantine, RollbackReason
 from gitops.status.rollup import AgentStatus, StatusFacts, roll_up
-from vocabulary.configs import ReplicaState, RolloutConfig
-from vocabulary.rollouts import Check, CheckName, Rollout, StepRecord
-from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, ProxyState, ProxyStatus, ReplicaStatus
+from vocabulary.control.longpoll import ReplicaState
+from vocabulary.spec.rollout_config import RolloutConfig
+from vocabulary.control.rollouts import Check, CheckName, Rollout, StepRecord
+from vocabulary.control.status import BackendStatus, ClusterStatus, EndpointStatus, ProxyState, ProxyStatus, ReplicaStatus
 
 SHA = "0123456789abcdef" * 2 + "01234567"
 

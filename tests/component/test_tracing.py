@@ -18,8 +18,9 @@ from proxy.routes.subscriptions import Subscriptions
 from proxy.observability.tracing import RequestTracing
 from replica.tracing import ReplicaTracing
 from tests.component.test_proxy_app import FakeCaller, FakeReplica, replica_set
-from vocabulary.configs import EndpointConfig, MatchRule, RouteEntry, RouteTable, TracingConfig
-from vocabulary.wire import WireRequest, WireResponse
+from vocabulary.control.longpoll import RouteEntry, RouteTable
+from vocabulary.spec.endpoints import EndpointConfig, MatchRule, TracingConfig
+from vocabulary.request_path.wire import WireRequest, WireResponse
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"

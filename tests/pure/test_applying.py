@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.state import ServingState
 from gitops.reconcile.outcomes import Outcome
 from gitops.reconcile.applying import Deadlines, Progress, ProgressKind, apply
 from gitops.reconcile.planner import plan

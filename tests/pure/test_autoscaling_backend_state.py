@@ -8,7 +8,7 @@ the count back to `num_replicas`.
 from __future__ import annotations
 
 from controller.state.backend_state import BackendState
-from vocabulary.configs import AutoscalingConfig, BackendConfig
+from vocabulary.spec.backends import AutoscalingConfig, BackendConfig
 
 
 def backend(autoscaling: AutoscalingConfig | None = None, num_replicas: int = 1, **fields) -> BackendConfig:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.policies.autoscaling import Autoscaler, ScalingDirection
-from vocabulary.configs import AutoscalingConfig
+from vocabulary.spec.backends import AutoscalingConfig
 
 TICK_S = 0.5
 BACKEND = "api"

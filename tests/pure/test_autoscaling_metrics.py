@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from gitops.loop.metrics import AgentMetrics
-from vocabulary.status import BackendStatus, ClusterStatus
+from vocabulary.control.status import BackendStatus, ClusterStatus
 
 
 def status(target: int, up: int, down: int) -> ClusterStatus:

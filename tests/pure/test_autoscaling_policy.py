@@ -14,7 +14,7 @@ from controller.policies.autoscaling import (
     upscale_limit,
     wanted_replicas,
 )
-from vocabulary.configs import AutoscalingConfig
+from vocabulary.spec.backends import AutoscalingConfig
 
 
 def config(**overrides: float) -> AutoscalingConfig:

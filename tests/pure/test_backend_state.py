@@ -19,7 +19,8 @@ from controller.state.backend_state import (
     IllegalTransition,
 )
 from controller.testing import FakeAdapter
-from vocabulary.configs import BackendConfig, ReplicaState, UpdateConfig
+from vocabulary.control.longpoll import ReplicaState
+from vocabulary.spec.backends import BackendConfig, UpdateConfig
 
 OK = Probe(ProbeStatus.OK)
 
@@ -408,7 +409,7 @@ def test_stopped_is_the_only_final_state():
 
 
 def test_a_health_check_answer_carries_the_replicas_latest_handler_error_into_the_status():
-    from vocabulary.status import HandlerError
+    from vocabulary.control.status import HandlerError
 
     state, world = BackendState(), FakeAdapter()
     state.apply(config(replicas=1))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from vocabulary.choosing import Admission, ShadowSampler, WeightedChoice, admit, pick_replica
+from vocabulary.request_path.choosing import Admission, ShadowSampler, WeightedChoice, admit, pick_replica
 
 # Chi-square critical value for one degree of freedom at p = 0.001.
 CHI2_DF1_P001 = 10.83

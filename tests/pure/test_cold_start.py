@@ -8,8 +8,9 @@ import random
 import pytest
 
 from proxy.pool.replicas import NoReplicaError, ReplicaPool
-from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig
-from vocabulary.serving_rules import state_problems
+from vocabulary.spec.backends import AutoscalingConfig, BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.serving_rules import state_problems
 
 
 def cold_pool(cold_start_s: float, max_queued: int = 10) -> ReplicaPool:

@@ -12,8 +12,8 @@ import pytest
 from controller.actor import ControllerActor
 from controller.testing import FakeAdapter, MemoryStorage
 from tests.pure.test_goals_api import OPTIONS, stop
-from vocabulary.configs import BackendConfig
-from vocabulary.request_stats import RequestStats
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.control.request_stats import RequestStats
 
 
 async def with_backend(adapter: FakeAdapter) -> ControllerActor:
@@ -86,7 +86,7 @@ def test_replica_output_asks_every_replica_of_the_backend() -> None:
 
 def test_a_handler_error_older_than_the_window_is_no_longer_shown() -> None:
     from controller.loop import _recent_error_only
-    from vocabulary.status import BackendStatus, HandlerError
+    from vocabulary.control.status import BackendStatus, HandlerError
 
     raised = HandlerError(type="KeyError", message="'x'", where="deployments/a.py:3", at=1000.0)
     status = BackendStatus(version="1", target_replicas=1, latest_error=raised)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vocabulary.configs import EndpointConfig
+from vocabulary.spec.endpoints import EndpointConfig
 from controller.state.endpoint_state import EndpointState, check_backend_deletable
 
 BACKENDS = {"a", "b"}

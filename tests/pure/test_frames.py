@@ -23,7 +23,7 @@ from datalink.frames import (
     piece_head,
 )
 from datalink.peers import peer_allowed
-from vocabulary.wire import CallOutcome, StreamStart, make_request
+from vocabulary.request_path.wire import CallOutcome, StreamStart, make_request
 
 class Decoder:
     """A `FrameDecoder` whose `feed` answers the frames that bytes completed."""

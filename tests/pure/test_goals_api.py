@@ -16,8 +16,10 @@ from controller.state.backend_state import Probe, ProbeStatus, replica_actor_nam
 from controller.state.proxy_fleet import ProxySpec, StartProxy
 from controller.persistence.checkpoint import decode
 from controller.testing import FakeAdapter, MemoryStorage
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
-from vocabulary.status import ClusterStatus, ProxyState, ProxyStatus
+from vocabulary.control.goals import GoalState
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.control.status import ClusterStatus, ProxyState, ProxyStatus
 
 OPTIONS = {"tick_s": 0.01, "proxy_class": None, "backoff_base_s": 0.01, "backoff_max_s": 0.02}
 

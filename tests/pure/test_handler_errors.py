@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from vocabulary.status import HandlerError
+from vocabulary.control.status import HandlerError
 
 
 def raise_from_library() -> None:

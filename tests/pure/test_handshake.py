@@ -18,7 +18,7 @@ from datalink.handshake import (
     Role,
     new_secret,
 )
-from vocabulary.wire import DataAddress
+from vocabulary.request_path.wire import DataAddress
 
 SECRET = b"s" * 32
 

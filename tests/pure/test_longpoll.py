@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import pickle
 
-from vocabulary.configs import EndpointConfig, RouteEntry, RouteTable
+from vocabulary.control.longpoll import RouteEntry, RouteTable
+from vocabulary.spec.endpoints import EndpointConfig
 from controller.state.longpoll import LongPollHost
 
 

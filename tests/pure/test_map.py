@@ -3,7 +3,7 @@
 - Every package's `__init__.py` docstring names each of its modules and
   subpackages (as `name`, `name/`, `name.attribute` or `package.name`) and
   names no module of its own that does not exist; a dotted name of ours
-  (`vocabulary.wire`, `vocabulary.goal_api.REPLICA_CLASS`) must resolve.
+  (`vocabulary.request_path.wire`, `vocabulary.control.goal_api.REPLICA_CLASS`) must resolve.
 - docs/architecture.md: its package picture shows every top-level package
   of `[tool.setuptools.packages.find]`, and each package's bullet names
   every sub-package directly in it; any module a bullet names is there.
@@ -38,7 +38,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# A backticked module name: `configs`, `sources/`, `vocabulary.goal_api.REPLICA_CLASS`.
+# A backticked module name: `configs`, `sources/`, `vocabulary.control.goal_api.REPLICA_CLASS`.
 _NAME = re.compile(r"`([a-z_][a-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)/?`")
 # A cited repository path: `docs/reference/spec.md`, tests/pure/test_map.py, README.md,
 # not part of a longer path, URL or pattern (`*.py`, `<verb>.py`, `/etc/x.toml`).

@@ -12,8 +12,9 @@ from gitops.reconcile.planner import plan
 from gitops.reconcile.plans import ActionKind
 from gitops.specs.documents import combine, parse_file
 from gitops.specs.pinned_models import bind_models, models_version
-from vocabulary.configs import BackendConfig, ModelConfig, ServingState
-from vocabulary.model_digests import (
+from vocabulary.spec.backends import BackendConfig, ModelConfig
+from vocabulary.spec.state import ServingState
+from vocabulary.replicas.model_digests import (
     digest_problem,
     is_directory,
     manifest_digest,
@@ -144,7 +145,7 @@ def test_a_new_backend_with_a_model_shows_its_digest() -> None:
 
 
 def test_cache_stats_count_fetches_per_model_and_hits() -> None:
-    from vocabulary.model_stats import ModelCacheStats
+    from vocabulary.replicas.model_stats import ModelCacheStats
 
     stats = ModelCacheStats.from_json("")
     stats.staged("a", 100, 1.5, cache_bytes=100)

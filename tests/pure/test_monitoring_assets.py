@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gitops.loop.metrics import AgentMetrics
 from proxy.observability.metrics import ProxyMetrics
-from vocabulary.status import BackendStatus, ClusterStatus, EndpointStatus, RestartReason
+from vocabulary.control.status import BackendStatus, ClusterStatus, EndpointStatus, RestartReason
 
 MONITORING = Path(__file__).resolve().parents[2] / "monitoring"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from controller.state.ownership import claim
-from vocabulary.ownership import Owner
+from vocabulary.control.ownership import Owner
 
 
 def owner(agent_id: str) -> Owner:

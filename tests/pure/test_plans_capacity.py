@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vocabulary.configs import BackendConfig, UpdateConfig
+from vocabulary.spec.backends import BackendConfig, UpdateConfig
 from gitops.reconcile.plans import Action, ActionKind, FieldChange
 
 

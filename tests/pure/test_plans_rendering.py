@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.state import ServingState
 from gitops.reconcile.planner import plan
 from gitops.reconcile.plans import Action, ActionKind, FieldChange, Plan, PlanSummary
 

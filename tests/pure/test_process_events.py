@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gitops.status.restarts import restart_lines
-from vocabulary.status import ClusterStatus, ProxyState, ProxyStatus, ReplicaFailure
+from vocabulary.control.status import ClusterStatus, ProxyState, ProxyStatus, ReplicaFailure
 
 
 def failure(serial: int, replica_id: str = "7") -> ReplicaFailure:

@@ -7,7 +7,7 @@ import pytest
 from gitops.errors import UserError
 from gitops.process.port_holders import describe, listening_inodes
 from gitops.process.proxy_start import failure_line, start_verdict, wait_for_proxies
-from vocabulary.status import ClusterStatus, ProxyState, ProxyStatus
+from vocabulary.control.status import ClusterStatus, ProxyState, ProxyStatus
 
 # /proc/net/tcp: 127.0.0.1:18200 listening (inode 111), 0.0.0.0:8000 listening (222),
 # 127.0.0.1:18200 established (333, not a listener).

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 
-from vocabulary.configs import BatchingConfig, EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from vocabulary.spec.backends import BatchingConfig
+from vocabulary.spec.endpoints import EndpointConfig
 from proxy.pool.calling import Batching
 from proxy.routes.routing import Resolution, resolve
 from proxy.settings import ProxySettings

@@ -15,10 +15,10 @@ from controller.state.proxy_fleet import (
     workers_on,
 )
 from controller.actor import ControllerActor
-from vocabulary.proxy_workers import DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
+from vocabulary.control.proxy_workers import DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
 from controller.testing import FakeAdapter, MemoryStorage
 from tests.pure.test_goals_api import poll, stop
-from vocabulary.status import ProxyState
+from vocabulary.control.status import ProxyState
 
 SPEC = ProxySpec("proxy.actor:ProxyActor", "controller", "127.0.0.1", 8000, workers=3)
 OK = Probe(ProbeStatus.OK)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from gitops.reconcile.prune_guard import prune_refusal, says_prune_all
-from vocabulary.configs import BackendConfig, EndpointConfig, ServingState
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.state import ServingState
 
 RUNNING = ServingState(
     backends={"b": BackendConfig(name="b", version="1", import_path="m:f")},

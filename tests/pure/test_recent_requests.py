@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from controller.policies.recent_requests import RecentRequests
-from vocabulary.request_stats import RequestStats
+from vocabulary.control.request_stats import RequestStats
 
 
 def totals(requests: int, errors: int = 0) -> dict[str, RequestStats]:

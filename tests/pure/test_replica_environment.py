@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from controller.cluster import _only
-from vocabulary.replica_env import check_patterns, inherited
+from vocabulary.replicas.replica_env import check_patterns, inherited
 
 AGENT = {
     "PATH": "/usr/bin", "HOME": "/home/agent", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",

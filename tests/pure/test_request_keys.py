@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vocabulary.configs import RoutingKey
-from vocabulary.request_keys import KeyReader, json_bytes, json_field, json_key
+from vocabulary.spec.keys import KeyKind
+from vocabulary.request_path.request_keys import KeyReader, json_bytes, json_field, json_key
 
 
 def whole_parse(body: bytes, field: str, limit: int | None = None) -> bytes | None:
@@ -109,9 +109,9 @@ def test_a_handle_call_s_key_is_a_json_field_of_its_first_argument(
     args: tuple[object, ...], limit: int | None, expected: bytes | None,
 ) -> None:
     field = "messages" if limit else "user"
-    assert KeyReader(RoutingKey.JSON, field, limit).read_call(args) == expected
+    assert KeyReader(KeyKind.JSON, field, limit).read_call(args) == expected
 
 
 def test_a_handle_call_carries_no_header_cookie_or_query_key() -> None:
-    for kind in (RoutingKey.HEADER, RoutingKey.COOKIE, RoutingKey.QUERY):
+    for kind in (KeyKind.HEADER, KeyKind.COOKIE, KeyKind.QUERY):
         assert KeyReader(kind, "user").read_call(({"user": "ada"},)) is None

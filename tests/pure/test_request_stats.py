@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vocabulary.request_stats import LATENCY_BOUNDS_S, RequestStats, bucket_of
+from vocabulary.control.request_stats import LATENCY_BOUNDS_S, RequestStats, bucket_of
 from controller.policies.request_totals import RequestTotals
 from proxy.observability.request_stats import RequestCounter
 

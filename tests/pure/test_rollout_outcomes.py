@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from vocabulary.configs import RolloutConfig
-from vocabulary.rollouts import Check, CheckName, Rollout, RolloutPhase, StepRecord
+from vocabulary.spec.rollout_config import RolloutConfig
+from vocabulary.control.rollouts import Check, CheckName, Rollout, RolloutPhase, StepRecord
 from gitops.reconcile.outcomes import HistoryEntry, Outcome
 from gitops.status.rollouts import aborted_entry, rollout_message, rollouts_moved, step_entries
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from vocabulary.configs import EndpointConfig, RolloutConfig
-from vocabulary.request_stats import LATENCY_BOUNDS_S, RequestStats
-from vocabulary.rollouts import CheckName, RolloutPhase
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.rollout_config import RolloutConfig
+from vocabulary.control.request_stats import LATENCY_BOUNDS_S, RequestStats
+from vocabulary.control.rollouts import CheckName, RolloutPhase
 from controller.state.rollout_state import RolloutState
 
 ROLLOUT = RolloutConfig(steps=(0.5, 1.0), step_interval_s=10, min_requests=10, max_error_ratio=0.1)

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from vocabulary.configs import EndpointConfig, MetricCheck, OnFailure, RolloutConfig
-from vocabulary.request_stats import LATENCY_BOUNDS_S, RequestStats, bucket_of
-from vocabulary.rollouts import CheckName, MetricReading, Rollout, RolloutPhase, interpolate
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.rollout_config import MetricCheck, OnFailure, RolloutConfig
+from vocabulary.control.request_stats import LATENCY_BOUNDS_S, RequestStats, bucket_of
+from vocabulary.control.rollouts import CheckName, MetricReading, Rollout, RolloutPhase, interpolate
 from controller.policies.rollouts import RETRY_S, advance, begin, due_queries, judge, on_config
 
 OLD = {"v1": 1.0}

@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 
 from gitops.specs.models import check_backend, check_endpoint
-from vocabulary.policies import ConsistentHash, LeastLoaded, PrefixAffinity, RoundRobin, policy_for
+from vocabulary.request_path.policies import ConsistentHash, LeastLoaded, PrefixAffinity, RoundRobin, policy_for
 from proxy.pool.replicas import ReplicaPool
-from vocabulary.request_keys import KeyReader, json_bytes
+from vocabulary.request_path.request_keys import KeyReader, json_bytes
 from proxy.routes.steering import Steering
-from vocabulary.configs import EndpointConfig, RoutingConfig, RoutingKey, RoutingPolicy
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.keys import KeyKind
+from vocabulary.spec.routing import RoutingConfig, RoutingPolicy
 
 IDS = [f"backend#r{n}" for n in range(8)]
 KEYS = [f"user-{n}".encode() for n in range(4000)]
@@ -255,7 +257,7 @@ def test_routing_keys_are_checked_with_their_place() -> None:
 
 def test_a_header_key_is_case_insensitive() -> None:
     config = RoutingConfig(policy=RoutingPolicy.CONSISTENT_HASH, key="header:X-User")
-    assert config.key_source() == (RoutingKey.HEADER, "x-user")
+    assert config.key_source() == (KeyKind.HEADER, "x-user")
 
 
 # --- JSON match ------------------------------------------------------------------

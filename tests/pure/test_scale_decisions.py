@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controller.state.backend_state import ReplicaRecord, ScaleDecisions, StopDecision, scale_decisions
-from vocabulary.configs import ReplicaState
+from vocabulary.control.longpoll import ReplicaState
 
 S = ReplicaState
 # Each replica is (id, version, state); the backend wants `target` of version "v2".

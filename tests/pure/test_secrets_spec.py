@@ -6,7 +6,8 @@ from __future__ import annotations
 from gitops.reconcile.planner import plan
 from gitops.specs.documents import combine, parse_file
 from gitops.specs.secrets import age_file_problem
-from vocabulary.configs import BackendConfig, ServingState
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.state import ServingState
 
 SPEC = b'''[secrets.db]
 file = "secrets/db.age"

@@ -9,7 +9,7 @@ import pytest
 
 from ray_gitops import serving
 from ray_gitops.registry import install
-from vocabulary.serving import HandleOutcome, ReplicaContext
+from vocabulary.replicas.serving import HandleOutcome, ReplicaContext
 
 
 class ScriptedCalls:

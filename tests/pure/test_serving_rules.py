@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig
-from vocabulary.serving_rules import (
+from vocabulary.spec.backends import AutoscalingConfig, BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.serving_rules import (
     Rule,
     backend_in_use,
     route_key,
@@ -108,7 +109,7 @@ def test_a_state_reports_every_rule_it_breaks() -> None:
 
 
 def test_uses_that_go_round_in_a_circle_are_one_problem_per_cycle() -> None:
-    from vocabulary.serving_rules import circular_uses
+    from vocabulary.spec.serving_rules import circular_uses
 
     uses = {"a": ["b"], "b": ["api"], "c": ["c"], "d": ["a"], "e": []}
     problems = circular_uses(uses, {"api": {"a"}})

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from vocabulary.configs import ShadowCompare
+from vocabulary.spec.endpoints import ShadowCompare
 from proxy.observability.shadow_compare import DIFF_LIMIT, Comparison, Mismatch, MismatchLog, compare
 
 

@@ -8,7 +8,9 @@ import pytest
 
 from pydantic import BaseModel
 
-from vocabulary.configs import AutoscalingConfig, BackendConfig, EndpointConfig, MatchRule, RolloutConfig, UpdateConfig
+from vocabulary.spec.backends import AutoscalingConfig, BackendConfig, UpdateConfig
+from vocabulary.spec.endpoints import EndpointConfig, MatchRule
+from vocabulary.spec.rollout_config import RolloutConfig
 from gitops.specs.models import (
     DERIVED_BACKEND_FIELDS,
     DERIVED_ENDPOINT_FIELDS,

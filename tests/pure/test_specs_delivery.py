@@ -6,8 +6,10 @@ from typing import Any
 
 import pytest
 
-from vocabulary.configs import EndpointConfig, OnFailure, ShadowCompare, StickyKey
-from vocabulary.serving_rules import backend_in_use, state_problems
+from vocabulary.spec.endpoints import EndpointConfig, ShadowCompare
+from vocabulary.spec.keys import KeyKind
+from vocabulary.spec.rollout_config import OnFailure
+from vocabulary.spec.serving_rules import backend_in_use, state_problems
 from gitops.specs.models import check_backend, check_endpoint
 
 EP = ("endpoints", "e")
@@ -70,9 +72,9 @@ def test_a_match_rule_needs_a_header_name() -> None:
 
 @pytest.mark.parametrize(
     ("written", "kind", "name"),
-    [("header:X-User-Id", StickyKey.HEADER, "x-user-id"), ("cookie:Session", StickyKey.COOKIE, "Session")],
+    [("header:X-User-Id", KeyKind.HEADER, "x-user-id"), ("cookie:Session", KeyKind.COOKIE, "Session")],
 )
-def test_sticky_names_a_header_or_a_cookie(written: str, kind: StickyKey, name: str) -> None:
+def test_sticky_names_a_header_or_a_cookie(written: str, kind: KeyKind, name: str) -> None:
     config = EndpointConfig(name="e", route="/e", traffic={"b": 1.0}, sticky=written)
     assert config.sticky_key() == (kind, name)
 

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from vocabulary.configs import EndpointConfig
-from vocabulary.choosing import WeightedChoice
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.request_path.choosing import WeightedChoice
 from proxy.routes.steering import Steering, cookie_value, sticky_point
 
 KEYS = [f"user-{n}".encode() for n in range(10_000)]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ray_gitops import model_slots, registry, serving
-from vocabulary.serving import HandleOutcome, ReplicaContext
+from vocabulary.replicas.serving import HandleOutcome, ReplicaContext
 
 MOVED = [("gitops.serving", serving), ("gitops.model_slots", model_slots)]
 

@@ -23,7 +23,7 @@ import ray
 from controller.client import ControllerClient
 from tests.real.support import AgentProcess
 from tests.reliability.gitservers import Remote
-from vocabulary.goal_api import CONTROLLER_NAME
+from vocabulary.control.goal_api import CONTROLLER_NAME
 
 __all__ = ["APP", "EnvironmentAgent", "echo_spec", "promoted", "remote_head"]
 

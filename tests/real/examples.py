@@ -18,7 +18,10 @@ import httpx
 from controller.client import ControllerClient
 from gitops.specs.loading import Loader
 from tests.real.support import met, run, proxy_url, start_controller
-from vocabulary.configs import BackendConfig, EndpointConfig, ReplicaState, ServingState
+from vocabulary.control.longpoll import ReplicaState
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.state import ServingState
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Test speed on a shared machine: no CPU reserved, quick health checks and stops.

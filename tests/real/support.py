@@ -24,11 +24,12 @@ from typing import Any, Callable, Coroutine, Iterator, Sequence, TypeVar
 import httpx
 import ray
 
-from vocabulary import goal_api
-from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
+from vocabulary.control import goal_api
+from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from controller.client import ControllerClient, start_or_connect
 from controller.state.proxy_fleet import PROXY_PREFIX
-from vocabulary.configs import BackendConfig, GoalState
+from vocabulary.control.goals import GoalState
+from vocabulary.spec.backends import BackendConfig
 
 __all__ = [
     "APPS",

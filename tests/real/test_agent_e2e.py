@@ -20,7 +20,7 @@ import pytest
 import ray
 
 from controller.client import start_or_connect
-from vocabulary.configs import ServingState
+from vocabulary.spec.state import ServingState
 from gitops.reconcile import planner
 from gitops.admin.api import WebhookGuard, build_app, server
 from gitops.loop.agent import Agent, AgentSettings, Trigger

@@ -20,8 +20,8 @@ from typing import Iterator
 import pytest
 
 from tests.conftest import GitRepo
-from vocabulary.configs import ReplicaState
-from vocabulary.status import BackendStatus
+from vocabulary.control.longpoll import ReplicaState
+from vocabulary.control.status import BackendStatus
 from tests.real.apps.autoscale_stack import APP_SOURCE, AgentProcess, Load, controller_status
 
 pytestmark = pytest.mark.real

@@ -48,7 +48,7 @@ import ray
 from tests.conftest import GitRepo
 from controller.state.backend_state import REPLICA_PREFIX
 from tests.real.support import AgentProcess, named_actors
-from vocabulary.goal_api import DEFAULT_NAMESPACE
+from vocabulary.control.goal_api import DEFAULT_NAMESPACE
 
 pytestmark = pytest.mark.real
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.real.examples import ShippedExamples, serve_shipped_examples
 from tests.real.support import eventually
-from vocabulary.configs import BatchingConfig
+from vocabulary.spec.backends import BatchingConfig
 
 pytestmark = pytest.mark.real
 

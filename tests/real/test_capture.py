@@ -24,7 +24,8 @@ from tests.real.examples import ShippedExamples, serve_shipped_examples
 from tests.real.otlp import OtlpReceiver, ReceivedSpan
 from tests.real.s3 import s3_server
 from tests.real.support import eventually, met, run
-from vocabulary.configs import CaptureConfig, EndpointConfig, RolloutConfig, ShadowCompare
+from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig, ShadowCompare
+from vocabulary.spec.rollout_config import RolloutConfig
 
 pytestmark = pytest.mark.real
 

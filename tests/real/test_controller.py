@@ -18,10 +18,12 @@ import ray
 
 from controller.state.backend_state import REPLICA_PREFIX
 from controller.client import ControllerClient
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
-from vocabulary.status import RestartReason
+from vocabulary.control.goals import GoalState
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.control.status import RestartReason
 from controller.state.proxy_fleet import PROXY_PREFIX
-from vocabulary.wire import make_request
+from vocabulary.request_path.wire import make_request
 from tests.real.support import eventually, met, named_actors, occupied_port, quick_backend, run, start_controller
 
 pytestmark = pytest.mark.real

@@ -22,10 +22,10 @@ from typing import Any, Iterator
 import pytest
 import ray
 
-from vocabulary.actor_apis import Remote, ReplicaHandle
+from vocabulary.control.actor_apis import Remote, ReplicaHandle
 from proxy.shell.raycalls import RayCaller
 from replica.host import Replica
-from vocabulary.wire import make_request
+from vocabulary.request_path.wire import make_request
 
 pytestmark = pytest.mark.real
 

@@ -24,8 +24,8 @@ from controller.state.backend_state import REPLICA_PREFIX
 from tests.conftest import GitRepo
 from tests.real.s3 import s3_server
 from tests.real.support import AgentProcess, named_actors
-from vocabulary.goal_api import DEFAULT_NAMESPACE
-from vocabulary.model_digests import manifest_digest
+from vocabulary.control.goal_api import DEFAULT_NAMESPACE
+from vocabulary.replicas.model_digests import manifest_digest
 
 pytestmark = pytest.mark.real
 

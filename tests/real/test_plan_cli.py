@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from vocabulary.goal_api import DEFAULT_NAMESPACE
+from vocabulary.control.goal_api import DEFAULT_NAMESPACE
 from controller.client import start_or_connect
 from gitops.specs.loading import Loader
 from tests.conftest import GitRepo

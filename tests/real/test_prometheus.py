@@ -35,7 +35,7 @@ import pytest
 import ray
 import yaml
 
-from vocabulary.goal_api import DEFAULT_NAMESPACE
+from vocabulary.control.goal_api import DEFAULT_NAMESPACE
 from proxy.observability.metrics import ProxyMetrics
 from tests.real.otlp import OtlpReceiver
 from tests.real.prometheus import MONITORING, Prometheus

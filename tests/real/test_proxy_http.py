@@ -20,7 +20,8 @@ import httpx
 import pytest
 import ray
 
-from vocabulary.configs import EndpointConfig, ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from vocabulary.spec.endpoints import EndpointConfig
 from replica.host import Replica
 from httpedge.limits import EdgeLimits
 from proxy.actor import ProxyActor

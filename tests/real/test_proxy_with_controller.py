@@ -21,9 +21,10 @@ import ray
 
 from controller.state.backend_state import REPLICA_PREFIX
 from controller.client import ControllerClient
-from vocabulary.configs import EndpointConfig, ReplicaState
+from vocabulary.control.longpoll import ReplicaState
+from vocabulary.spec.endpoints import EndpointConfig
 from controller.state.proxy_fleet import PROXY_PREFIX
-from vocabulary.proxy_workers import DEFAULT_MAX_CONNECTIONS
+from vocabulary.control.proxy_workers import DEFAULT_MAX_CONNECTIONS
 from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
 
 pytestmark = pytest.mark.real
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.real
 CHI2_DF1_P001 = 10.83
 TEN_MIB = 10 * 1024 * 1024
 SIXTEEN_MIB = 16 * 1024 * 1024
-# More than a proxy worker takes unless told (vocabulary.proxy_workers.DEFAULT_MAX_CONNECTIONS).
+# More than a proxy worker takes unless told (vocabulary.control.proxy_workers.DEFAULT_MAX_CONNECTIONS).
 MANY_CONNECTIONS = DEFAULT_MAX_CONNECTIONS + 200
 
 

@@ -25,8 +25,8 @@ import ray
 
 from controller.client import ControllerClient
 from controller.state.proxy_fleet import proxy_actor_name
-from vocabulary.configs import EndpointConfig
-from vocabulary.status import ProxyState
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.control.status import ProxyState
 from tests.real.prometheus import Prometheus
 from tests.real.support import eventually, free_port, met, quick_backend, run, start_controller
 

@@ -16,8 +16,8 @@ import pytest
 
 from controller.client import ControllerClient
 from tests.real.support import eventually, free_port, met, quick_backend, run, start_controller
-from vocabulary.configs import EndpointConfig, LimitsConfig
-from vocabulary.status import ProxyState
+from vocabulary.spec.endpoints import EndpointConfig, LimitsConfig
+from vocabulary.control.status import ProxyState
 
 pytestmark = pytest.mark.real
 

@@ -17,8 +17,8 @@ from typing import Iterator
 import httpx
 import pytest
 
-from vocabulary.configs import MetricCheck, RolloutConfig
-from vocabulary.rollouts import CheckName, MetricQuery, MetricReading, Rollout, RolloutPhase
+from vocabulary.spec.rollout_config import MetricCheck, RolloutConfig
+from vocabulary.control.rollouts import CheckName, MetricQuery, MetricReading, Rollout, RolloutPhase
 from controller.shell.prometheus import ask_all
 from controller.policies.rollouts import advance, begin, due_queries
 from proxy.observability.metrics import ProxyMetrics

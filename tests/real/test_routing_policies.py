@@ -19,7 +19,9 @@ import pytest
 
 from controller.client import ControllerClient
 from tests.real.support import eventually, met, quick_backend, run, proxy_url, start_controller
-from vocabulary.configs import AutoscalingConfig, EndpointConfig, RoutingConfig
+from vocabulary.spec.backends import AutoscalingConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.routing import RoutingConfig
 
 pytestmark = pytest.mark.real
 

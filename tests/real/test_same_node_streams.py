@@ -17,7 +17,7 @@ from websockets.sync.client import connect
 from controller.state.backend_state import REPLICA_PREFIX
 from tests.real.examples import ShippedExamples, serve_shipped_examples
 from tests.real.support import eventually
-from vocabulary.actor_apis import Remote, ReplicaAPI
+from vocabulary.control.actor_apis import Remote, ReplicaAPI
 
 pytestmark = pytest.mark.real
 

@@ -24,7 +24,7 @@ from tests.conftest import GitRepo
 from controller.state.backend_state import REPLICA_PREFIX
 from tests.real.receivers import Receiver
 from tests.real.support import AgentProcess, named_actors
-from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
+from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 
 pytestmark = pytest.mark.real
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.real.examples import ShippedExamples, serve_shipped_examples
 from tests.real.support import eventually, met, quick_backend, run
-from vocabulary.configs import EndpointConfig
+from vocabulary.spec.endpoints import EndpointConfig
 
 pytestmark = pytest.mark.real
 

@@ -16,7 +16,7 @@ import ray
 from ray.actor import ActorHandle
 
 from controller.state.backend_state import REPLICA_PREFIX
-from vocabulary.status import ClusterStatus
+from vocabulary.control.status import ClusterStatus
 
 __all__ = ["actor_pid", "kill9", "leaked_replicas", "leftover_actors"]
 

@@ -31,8 +31,10 @@ from controller.state.proxy_fleet import proxy_actor_name
 from tests.real.support import APPS, FAST_CONTROLLER_OPTIONS, eventually
 from tests.reliability.faults import leaked_replicas
 from tests.reliability.load import LoadReport, SteadyLoad
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalState
-from vocabulary.status import ClusterStatus, ReplicaStatus
+from vocabulary.control.goals import GoalState
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.control.status import ClusterStatus, ReplicaStatus
 
 NAMESPACE = "gitops-reliability-multinode"
 

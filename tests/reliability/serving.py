@@ -18,9 +18,9 @@ from controller.state.backend_state import REPLICA_PREFIX
 from controller.state.proxy_fleet import PROXY_PREFIX
 from tests.real.support import eventually, free_port, met, quick_backend, run, start_controller
 from tests.reliability.faults import leaked_replicas, leftover_actors
-from vocabulary.configs import EndpointConfig
-from vocabulary.goal_api import CONTROLLER_NAME
-from vocabulary.status import ClusterStatus, ReplicaStatus
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.control.goal_api import CONTROLLER_NAME
+from vocabulary.control.status import ClusterStatus, ReplicaStatus
 
 __all__ = ["Serving"]
 

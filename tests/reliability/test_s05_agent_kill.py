@@ -18,7 +18,7 @@ from tests.real.support import AgentProcess, eventually, run
 from tests.reliability.agents import LOAD_PATH, write_service
 from tests.reliability.load import SteadyLoad
 from tests.reliability.scenario import record_run, under_load
-from vocabulary.status import ReplicaStatus
+from vocabulary.control.status import ReplicaStatus
 
 NEW_VERSION_DELAY_S = 2.0
 

@@ -14,7 +14,7 @@ from tests.real.support import run
 from tests.reliability.load import SteadyLoad
 from tests.reliability.scenario import record_run, under_load
 from tests.reliability.serving import Serving
-from vocabulary.configs import GoalResult, GoalState
+from vocabulary.control.goals import GoalResult, GoalState
 
 WATCH_S = 5.0
 # With the test backoff (0.2 s doubling to 1 s) a crash loop restarts at most

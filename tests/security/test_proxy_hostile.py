@@ -17,8 +17,8 @@ from proxy.settings import ProxySettings
 from tests.component.test_proxy_app import FakeReplica, Proxy, run
 from tests.component.test_proxy_delivery import answering, get_all, settle
 from tests.component.test_proxy_delivery import proxy as delivery_proxy
-from vocabulary.configs import EndpointConfig
-from vocabulary.wire import WireRequest, WireResponse
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.request_path.wire import WireRequest, WireResponse
 
 
 def served(settings: ProxySettings = ProxySettings()) -> tuple[Proxy, FakeReplica]:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import httpx
 
-from vocabulary.actor_apis import ControllerAPI, Remote
-from vocabulary.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
-from vocabulary.status import ClusterStatus
+from vocabulary.control.actor_apis import ControllerAPI, Remote
+from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
+from vocabulary.control.status import ClusterStatus
 from tests.real.support import AgentProcess
 
 __all__ = ["AgentProcess", "Load", "Answer", "controller_status", "APP_SOURCE"]

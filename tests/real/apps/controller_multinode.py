@@ -25,8 +25,10 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from controller.client import start_or_connect  # noqa: E402
 from gitops.admin.shadow_mismatches import collect, proxies_to_ask  # noqa: E402
-from vocabulary.configs import BackendConfig, EndpointConfig, LimitsConfig, ReplicaState  # noqa: E402
-from vocabulary.status import ClusterStatus, ProxyState, ReplicaStatus  # noqa: E402
+from vocabulary.control.longpoll import ReplicaState
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig, LimitsConfig
+from vocabulary.control.status import ClusterStatus, ProxyState, ReplicaStatus  # noqa: E402
 
 NAMESPACE = "gitops-multinode"
 

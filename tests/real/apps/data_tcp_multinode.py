@@ -22,8 +22,9 @@ from ray.cluster_utils import Cluster
 
 from controller.state.backend_state import REPLICA_PREFIX
 from controller.client import start_or_connect
-from vocabulary.configs import BackendConfig, EndpointConfig
-from vocabulary.status import ProxyState
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.control.status import ProxyState
 
 NAMESPACE = "gitops-data-tcp"
 

@@ -27,8 +27,8 @@ import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from controller.client import start_or_connect  # noqa: E402
-from vocabulary.configs import BackendConfig, ModelConfig  # noqa: E402
-from vocabulary.model_stats import CACHE_DIR_NAME, STATS_FILE  # noqa: E402
+from vocabulary.spec.backends import BackendConfig, ModelConfig
+from vocabulary.replicas.model_stats import CACHE_DIR_NAME, STATS_FILE  # noqa: E402
 
 NAMESPACE = "gitops-models-multinode"
 DATA = os.urandom(3 * 1024 * 1024)

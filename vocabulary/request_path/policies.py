@@ -6,7 +6,7 @@ index from the replicas' in-flight counts, the cap (`max_concurrent_queries`)
 and the request's key (bytes, or None when the request carries none). It
 never returns a replica at the cap; None means every replica is full.
 
-- `power_of_two` is `vocabulary.choosing.pick_replica` itself; the pool calls
+- `power_of_two` is `vocabulary.request_path.choosing.pick_replica` itself; the pool calls
   it directly (no policy object), so today's hot path is unchanged.
 - `round_robin`: each replica in turn, skipping full ones.
 - `least_loaded`: the fewest in flight (ties broken from a random start); once
@@ -40,8 +40,8 @@ import collections
 import hashlib
 from typing import Protocol, Sequence
 
-from vocabulary.choosing import Random, pick_replica
-from vocabulary.configs import RoutingConfig, RoutingPolicy
+from vocabulary.request_path.choosing import Random, pick_replica
+from vocabulary.spec.routing import RoutingConfig, RoutingPolicy
 
 __all__ = [
     "Policy",

@@ -108,7 +108,7 @@ class ModelMissing(LookupError):
 class ReportedLoad:
     """The load user code last reported (`ray_gitops.serving.report_load`): a
     finite number >= 0 (KV-cache use, queue depth...), or None before any
-    report. The replica's answers carry it to the proxy (`vocabulary.wire.LOAD_HEADER`)."""
+    report. The replica's answers carry it to the proxy (`vocabulary.request_path.wire.LOAD_HEADER`)."""
 
     __slots__ = ("value",)
 

@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from typing import Sequence
 from urllib.parse import parse_qsl
 
-from vocabulary.configs import RoutingConfig, RoutingKey, RoutingPolicy
-from vocabulary.wire import WireRequest
+from vocabulary.spec.keys import KeyKind
+from vocabulary.spec.routing import RoutingConfig, RoutingPolicy
+from vocabulary.request_path.wire import WireRequest
 
 __all__ = ["KeyReader", "json_key", "json_field", "json_bytes", "cookie_value"]
 
@@ -227,7 +228,7 @@ def _header(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> bytes | None
 class KeyReader:
     """Where one backend's routing key is read."""
 
-    kind: RoutingKey
+    kind: KeyKind
     name: str
     # How many bytes of a JSON value the policy reads (prefix_affinity); None: all.
     limit: int | None = None
@@ -243,16 +244,16 @@ class KeyReader:
     def read(self, request: WireRequest) -> bytes | None:
         """The request's key, or None when it carries none."""
         _method, _path, query, headers, body = request
-        if self.kind is RoutingKey.HEADER:
+        if self.kind is KeyKind.HEADER:
             return _header(headers, self.name.encode("latin-1"))
-        if self.kind is RoutingKey.COOKIE:
+        if self.kind is KeyKind.COOKIE:
             wanted = self.name.encode("latin-1")
             for key, value in headers:
                 found = cookie_value(value, wanted) if key == b"cookie" else None
                 if found is not None:
                     return found
             return None
-        if self.kind is RoutingKey.QUERY:
+        if self.kind is KeyKind.QUERY:
             for name, text in parse_qsl(query.decode("latin-1"), keep_blank_values=True, encoding="latin-1"):
                 if name == self.name:
                     return text.encode("latin-1")
@@ -264,7 +265,7 @@ class KeyReader:
         a JSON body (bytes or text); None otherwise, as a handle call carries no
         header, cookie or query (it is then routed by power_of_two)."""
         first = args[0] if args else None
-        if self.kind is not RoutingKey.JSON or first is None:
+        if self.kind is not KeyKind.JSON or first is None:
             return None
         if isinstance(first, dict):
             found = json_bytes(first.get(self.name, _MISSING), self.limit)

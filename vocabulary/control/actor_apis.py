@@ -3,7 +3,7 @@
 `ReplicaAPI` is what the replica actor (`replica.host:Replica`) answers,
 `ProxyAPI` what the proxy actor (`proxy.actor:ProxyActor`) answers, and
 `ControllerAPI` what the controller actor (`controller.actor:ControllerActor`)
-answers: `vocabulary.goal_api.GoalAPI` plus the calls of its agent, its
+answers: `vocabulary.control.goal_api.GoalAPI` plus the calls of its agent, its
 proxies and the tests. Each method is written as its caller meets it: every
 Ray call is awaited, so a method the actor defines plainly is `async` here;
 a streaming method (an async generator on the actor) returns an
@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator, Awaitable, Callable, Concatenate, Generic, Mapping, ParamSpec, Protocol, TypeVar
 
-from vocabulary.goal_api import GoalAPI
-from vocabulary.wire import DataAddress
-from vocabulary.replica_output import OutputCursor, ReplicaOutput
-from vocabulary.status import ModelStaging
-from vocabulary.wire import TimedRequest, CallResult, StreamStart, WireRequest, WireResponse
+from vocabulary.control.goal_api import GoalAPI
+from vocabulary.request_path.wire import DataAddress
+from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
+from vocabulary.control.status import ModelStaging
+from vocabulary.request_path.wire import TimedRequest, CallResult, StreamStart, WireRequest, WireResponse
 
 __all__ = [
     "ReplicaAPI", "ProxyAPI", "ControllerAPI", "Remote", "ReplicaHandle", "ProxyHandle", "ControllerHandle",

@@ -30,9 +30,10 @@ from typing import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vocabulary.configs import GoalState, ReplicaState
-from vocabulary.request_stats import RequestStats
-from vocabulary.rollouts import CheckCount, Rollout
+from vocabulary.control.goals import GoalState
+from vocabulary.control.longpoll import ReplicaState
+from vocabulary.control.request_stats import RequestStats
+from vocabulary.control.rollouts import CheckCount, Rollout
 
 __all__ = [
     "Health",

@@ -90,7 +90,7 @@ ROOT_PATH_HEADER = b":root-path"
 # an answer; the proxy takes it off before the answer goes on (a colon: no HTTP name).
 LOAD_HEADER = b":load"
 # A multiplexed replica's loaded models and what the request made it load and
-# evict (`vocabulary.multiplexing.report`), after `LOAD_HEADER` when both are there.
+# evict (`vocabulary.request_path.multiplexing.report`), after `LOAD_HEADER` when both are there.
 MODELS_HEADER = b":models"
 
 

@@ -32,8 +32,12 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from vocabulary.configs import BackendConfig, EndpointConfig, GoalResult, RouteTable, ServingState
-from vocabulary.status import ClusterStatus
+from vocabulary.control.goals import GoalResult
+from vocabulary.control.longpoll import RouteTable
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.state import ServingState
+from vocabulary.control.status import ClusterStatus
 
 __all__ = [
     "GoalAPI", "LongPollKey", "CONTROLLER_NAME", "DEFAULT_NAMESPACE", "PROXY_CLASS", "REPLICA_CLASS", "proxy_id",
@@ -102,4 +106,4 @@ class GoalAPI(Protocol):
         """The configured state: what the planner diffs against."""
 
     async def get_status(self) -> ClusterStatus:
-        """Observed state for status pages and metrics (`vocabulary.status`)."""
+        """Observed state for status pages and metrics (`vocabulary.control.status`)."""

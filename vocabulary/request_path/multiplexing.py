@@ -7,7 +7,7 @@ a model or evict some). The replica host keeps these per process and per
 request (`ray_gitops.registry`), and the loader user code decorates with
 `@ray_gitops.serving.multiplexed` (`ray_gitops.model_slots`) notes in them
 what it did. Every answer of a multiplexed replica carries `report(...)` as its
-`vocabulary.wire.MODELS_HEADER`: the models loaded now, and this request's
+`vocabulary.request_path.wire.MODELS_HEADER`: the models loaded now, and this request's
 load and evictions, which the proxy routes and counts by (`parse_report`).
 Values only: no state, no I/O, no event loop.
 """

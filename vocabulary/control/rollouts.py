@@ -17,8 +17,8 @@ from typing import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vocabulary.configs import RolloutConfig
-from vocabulary.request_stats import RequestStats
+from vocabulary.spec.rollout_config import RolloutConfig
+from vocabulary.control.request_stats import RequestStats
 
 __all__ = ["RolloutPhase", "CheckName", "Check", "CheckCount", "MetricQuery", "MetricReading", "StepRecord", "Rollout",
            "interpolate"]

@@ -18,7 +18,7 @@ raises them as its `ValueError`; the simulator (`gitops.reconcile.simulating`) u
 them as the invariants of every step of a plan. No I/O here.
 
 The rules read only the attributes below, so both the runtime configs of
-`vocabulary.configs` and the file specs of `gitops.specs.models` fit.
+`vocabulary.spec` and the file specs of `gitops.specs.models` fit.
 """
 
 from __future__ import annotations

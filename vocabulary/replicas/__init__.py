@@ -1,0 +1,14 @@
+"""What a replica is given and what it says, as values.
+
+- `serving`: what user code in a replica meets (`ray_gitops.serving`): its
+  context, handles to other backends and endpoints, their errors.
+- `replica_env`: what an embedded Ray's processes, replicas included,
+  inherit of the agent's environment (an allow-list, never `GITOPS_*`), for
+  `--replica-env` and the cluster starter alike.
+- `replica_output`: a replica's own stdout and stderr lines, as `gitops logs`
+  reads them.
+- `model_digests`: a model's digest (a file's sha256, a directory's
+  manifest) and the sources a `[models.NAME]` table may name;
+  `model_stats`: what a node's model cache did, in the file its replicas
+  write and its proxies read.
+"""

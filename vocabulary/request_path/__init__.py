@@ -1,0 +1,13 @@
+"""The request path's values, for the proxy and for handles alike.
+
+- `wire`: the proxy <-> replica request/response tuples (the frames they
+  travel in over the data path are `datalink`'s).
+- `choosing`: the request path's choices (backend by weight, replica by
+  power of two, queue admission).
+- `policies`: the replica a backend's routing policy chooses (round robin,
+  least loaded, rendezvous hashing, prefix affinity), and `request_keys`:
+  the key it reads (a header, cookie, query parameter or JSON body field of
+  a request; a JSON field of a handle call's argument).
+- `multiplexing`: a multiplexed backend's settings, each request's model
+  record, and what its answers tell the proxy.
+"""

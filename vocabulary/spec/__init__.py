@@ -1,0 +1,19 @@
+"""The desired state as values: what the agent asks for, the controller runs and checkpoints as JSON.
+
+Each field of a spec table is declared once, in these frozen models, with
+its default, its range and a description (what a user reads about the spec
+key of the same name). The spec file format (`gitops.specs.models`) derives
+its tables from them and adds only file concerns.
+
+- `base`: `Value`, the base of every model here, and the field markers.
+- `keys`: the one grammar of `KIND:NAME` request keys, and `HTTP_TOKEN`.
+- `backends`: `BackendConfig` and its tables (autoscaling, batching,
+  updates, secrets, models).
+- `routing`: a backend's `[routing]` (policy and key) and `[multiplex]`.
+- `endpoints`: `EndpointConfig` and its tables (match rules, sticky,
+  shadows, limits, tracing, capture).
+- `rollout_config`: an endpoint's `[rollout]` table and its metric checks.
+- `state`: `ServingState`, a whole configuration.
+- `serving_rules`: the rules a serving state keeps (traffic sums, known
+  backends, zero-replica targets, unique routes), as located problems.
+"""

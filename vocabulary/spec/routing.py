@@ -1,0 +1,132 @@
+"""How the proxy chooses a backend's replica: the `[routing]` and `[multiplex]` tables.
+
+`RoutingConfig` (a policy and, for the hashing ones, the request key it
+reads, in the grammar of `spec.keys`) and `MultiplexConfig` (many models
+per replica, routed by a header), with the rules a spec table
+(`gitops.specs.models`) applies too: `keyed_routing`, `multiplex_alone`.
+Values only.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field, model_validator
+
+from vocabulary.spec.base import Value
+from vocabulary.spec.keys import HTTP_TOKEN, KeyKind, ROUTING_KINDS, key_forms, request_key, split_key
+
+__all__ = [
+    "RoutingPolicy",
+    "RoutingConfig",
+    "keyed_routing",
+    "MultiplexConfig",
+    "multiplex_alone",
+]
+
+
+def _routing_key(key: str | None) -> str | None:
+    return request_key(key, ROUTING_KINDS)
+
+
+class RoutingPolicy(str, enum.Enum):
+    """How the proxy chooses a backend's replica for each request."""
+
+    POWER_OF_TWO = "power_of_two"  # the less busy of two random replicas
+    ROUND_ROBIN = "round_robin"  # each replica in turn
+    LEAST_LOADED = "least_loaded"  # the replica with the fewest requests in flight
+    CONSISTENT_HASH = "consistent_hash"  # rendezvous hashing of the request's key
+    PREFIX_AFFINITY = "prefix_affinity"  # requests sharing a key prefix go to one replica
+
+
+_KEYED_POLICIES = frozenset({RoutingPolicy.CONSISTENT_HASH, RoutingPolicy.PREFIX_AFFINITY})
+
+
+def keyed_routing(routing: Any) -> Any:
+    """A hashing policy needs a key, and only a hashing policy reads one; the
+    spec table (`gitops.specs.models`) applies this rule too."""
+    policy = RoutingPolicy(routing.policy)
+    if policy in _KEYED_POLICIES and routing.key is None:
+        raise ValueError(f"policy '{policy.value}' needs a key ({key_forms(ROUTING_KINDS)})")
+    if policy not in _KEYED_POLICIES and routing.key is not None:
+        raise ValueError(f"policy '{policy.value}' reads no key (only consistent_hash and prefix_affinity do)")
+    return routing
+
+
+class RoutingConfig(Value):
+    """How the proxy chooses among a backend's replicas (docs/guides/llm.md)."""
+
+    policy: RoutingPolicy = Field(
+        default=RoutingPolicy.POWER_OF_TWO,
+        description="power_of_two (the less busy of two random replicas), round_robin, least_loaded, "
+        "consistent_hash (a key stays on one replica) or prefix_affinity (requests sharing a key prefix "
+        "go to one replica unless it is overloaded); changed in place.",
+    )
+    key: Annotated[str | None, AfterValidator(_routing_key)] = Field(
+        default=None,
+        description="consistent_hash and prefix_affinity: 'header:NAME', 'cookie:NAME', 'query:NAME' or "
+        "'json:FIELD' (a top-level field of a JSON body); a request without it is routed by power_of_two.",
+    )
+    prefix_bytes: int = Field(
+        default=1024,
+        ge=1,
+        le=1_048_576,
+        description="prefix_affinity: how many bytes of the key's serialised value (compact JSON for json:) "
+        "make up the prefix.",
+    )
+    max_imbalance: float = Field(
+        default=2.0,
+        ge=1.0,
+        le=1000.0,
+        description="prefix_affinity: leave the preferred replica when its in-flight count exceeds "
+        "the least loaded replica's (counted as at least 1) times this.",
+    )
+
+    _keyed = model_validator(mode="after")(keyed_routing)
+
+    def key_source(self) -> tuple[KeyKind, str] | None:
+        """Where the key is read: (header, cookie, query or json, its name)."""
+        if self.key is None:
+            return None
+        return split_key(self.key)
+
+
+def _model_header(name: str) -> str:
+    if HTTP_TOKEN.fullmatch(name) is None:
+        raise ValueError(f"must be an HTTP header name (letters, digits, '-'...; got {name!r})")
+    return name
+
+
+class MultiplexConfig(Value):
+    """Many models per replica (docs/guides/models.md): a request names its model in a header, the
+    replica's `@ray_gitops.serving.multiplexed` loader keeps the most recently used ones loaded,
+    and the proxy sends a model to a replica that has it loaded."""
+
+    max_models_per_replica: int = Field(
+        default=4,
+        ge=1,
+        le=10_000,
+        description="Most models one replica keeps loaded; loading one more evicts the least recently used. "
+        "A change restarts the replicas.",
+    )
+    header: Annotated[str, AfterValidator(_model_header)] = Field(
+        default="X-Model-Id",
+        description="The request header naming the model (read by `ray_gitops.serving.model_id()`); "
+        "a request without it is routed as usual and its handler's model_id() is None.",
+    )
+
+    def header_key(self) -> bytes:
+        """The header's name as requests carry it (ASGI: lower-case bytes)."""
+        return self.header.lower().encode("latin-1")
+
+
+def multiplex_alone(backend: Any) -> Any:
+    """A multiplexed backend routes by its model header: no `routing` table, no batching
+    (a batch mixes models). The spec table (`gitops.specs.models`) applies this rule too."""
+    if getattr(backend, "multiplex", None) is not None:
+        if backend.routing is not None:
+            raise ValueError("multiplex and routing cannot both be set: a multiplexed backend routes by its model")
+        if backend.batching is not None:
+            raise ValueError("multiplex and batching cannot both be set: a batch would mix models")
+    return backend
