@@ -12,7 +12,9 @@ a time, so memory stays bounded whatever the model's size. Every failure is
 a `FetchError` with one line a user can act on (no such key, access denied,
 timed out). A `FetchProgress` passed as `progress` is also told how many
 bytes to expect, once known (a directory's: all its files', listed first),
-so a starting replica can say how far its fetch is. An I/O shell.
+so a starting replica can say how far its fetch is; one given a limit (the
+cache's cap) stops the fetch once past it, so a download never holds more
+than the cache may. An I/O shell.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from obstore.store import HTTPStore, S3Store
 
 from vocabulary.replicas.model_digests import is_directory
 
-__all__ = ["FetchError", "FetchProgress", "fetch"]
+__all__ = ["FetchError", "FetchProgress", "TooLarge", "fetch"]
 
 PART_BYTES = 8 * 1024 * 1024  # one ranged read
 PARALLEL_PARTS = 8  # ranged reads in flight at once: at most 64 MiB held
@@ -47,17 +49,23 @@ Progress = Callable[[int], None]
 
 class FetchProgress:
     """Bytes fetched so far and bytes expected (0 until known); written by the
-    fetching thread, read by another (plain ints: each read sees a whole value)."""
+    fetching thread, read by another (plain ints: each read sees a whole value).
+    With a `limit`, a fetch expected or grown past it stops (`TooLarge`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self.done = 0
         self.total = 0
+        self.limit = limit
 
     def __call__(self, count: int) -> None:
         self.done += count
+        if self.limit is not None and self.done > self.limit:
+            raise TooLarge(f"more than the cache's cap of {self.limit} bytes: the download stopped there")
 
     def expect(self, total: int) -> None:
         self.total += total
+        if self.limit is not None and self.total > self.limit:
+            raise TooLarge(f"{self.total} bytes, more than the cache's cap of {self.limit} bytes: not downloaded")
 
 
 def _expect(progress: Progress, total: int) -> None:
@@ -67,6 +75,10 @@ def _expect(progress: Progress, total: int) -> None:
 
 class FetchError(Exception):
     """A source that could not be fetched: one line, no credentials."""
+
+
+class TooLarge(FetchError):
+    """A source larger than the cache may hold (`FetchProgress.limit`)."""
 
 
 def fetch(source: str, dest: Path, deadline: float, progress: Progress = lambda _n: None) -> None:

@@ -8,18 +8,28 @@ cache does not hold them. Layout under the cache directory:
 - `entries/DIGEST/` — a staged model: the file (named as in its source) or
   the directory's files; read-only. It appears by a rename only once fully
   fetched and verified, so a partial download is never visible.
-- `tmp/` — downloads in progress (removed when they fail).
+- `tmp/` — downloads in progress (removed when they fail, and swept when
+  the process that started one is gone).
 - `locks/DIGEST` — held exclusively while one process checks or fetches
   that digest: however many replicas (of however many backends) start at
   once on a node, one downloads and the others wait and reuse it.
+- `failed/DIGEST` — downloads whose bytes did not match the digest (or
+  would not fit the cap): how many, and when the last ended. Another
+  download of it waits for a back-off that doubles each time (30 s up to an
+  hour), so a wrong pin costs a bounded number of downloads, not one per
+  replica restart.
 - `use/DIGEST` — each replica using the model holds a shared lock on it
   for its lifetime (the kernel drops it when the process dies), and its
   modification time is when a replica last staged it: least recently used
   entries no replica holds are evicted first when `max_bytes` is exceeded.
 
-Every stage verifies the entry's bytes against the digest (a cache hit
-fetches 0 bytes but reads them once); a corrupt or tampered entry is
-removed and fetched again. A failure is a `ModelError` with one line naming
+The cache directory and its folders are 0700 and this user's: one another
+local user made first (or a link) is refused with an error naming it, never
+used (`datalink.private_dirs.own_dir`). Every stage verifies the entry's
+bytes against the digest (a cache hit fetches 0 bytes but reads them once),
+and that nothing in it is a link or another user's; a corrupt or tampered
+entry is removed and fetched again. With a cap, a download stops once past
+it: a model larger than the cap is refused, not written whole. A failure is a `ModelError` with one line naming
 the model, its source and, for a wrong digest, both digests. An I/O shell.
 """
 
@@ -27,6 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
+import stat
 import fcntl
 import hashlib
 import logging
@@ -41,18 +53,26 @@ from pathlib import Path
 from typing import IO
 from urllib.parse import unquote, urlsplit
 
-from replica.model_fetching import FetchError, FetchProgress, fetch
+from datalink.private_dirs import own_dir
+from replica.model_fetching import FetchError, FetchProgress, TooLarge, fetch
 from vocabulary.spec.backends import ModelConfig
 from vocabulary.replicas.model_digests import ManifestEntry, is_directory, manifest_digest
 from vocabulary.replicas.model_stats import CACHE_DIR_NAME, STATS_FILE, ModelCacheStats
 
-__all__ = ["DEFAULT_CACHE_DIR", "ModelCache", "ModelError", "Staged", "digest_of", "eviction_order", "stage_models"]
+__all__ = [
+    "DEFAULT_CACHE_DIR", "ModelCache", "ModelError", "Staged", "backoff_s", "digest_of", "eviction_order", "stage_models",
+]
 
 _LOG = logging.getLogger(__name__)
 _CHUNK = 1024 * 1024
 _LOCK_POLL_S = 0.05
 # Where a replica caches models when the agent names no --model-cache-dir (a node-local path).
 DEFAULT_CACHE_DIR = os.path.join(tempfile.gettempdir(), CACHE_DIR_NAME)
+
+# A digest whose download failed verification waits BACKOFF_S * 2**(failures - 1), at most BACKOFF_MAX_S.
+BACKOFF_S = 30.0
+BACKOFF_MAX_S = 3600.0
+_FOLDERS = ("entries", "tmp", "locks", "use", "failed")
 
 Fetcher = Callable[[str, Path, float, Callable[[int], None]], None]
 
@@ -122,8 +142,20 @@ class ModelCache:
         # The models this process is fetching now, by name: how far each is (read by another thread).
         self.fetching: dict[str, FetchProgress] = {} if fetching is None else fetching
         self._held: dict[str, IO[bytes]] = {}  # digest -> its use file, locked shared while this process lives
-        for folder in ("entries", "tmp", "locks", "use"):
-            (root / folder).mkdir(parents=True, exist_ok=True)
+        for path in (root, *(root / folder for folder in _FOLDERS)):
+            try:
+                os.close(own_dir(str(path)))
+            except PermissionError as error:
+                raise ModelError(f"model cache: {error} (gitops run --model-cache-dir names another)") from None
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Remove downloads left by processes that are gone (a replica killed mid-fetch)."""
+        for temp in (self.root / "tmp").iterdir():
+            parts = temp.name.split(".")
+            if len(parts) == 3 and parts[1].isdigit() and not _alive(int(parts[1])):
+                _LOG.info("model cache: removing %s, a download its process left behind", temp.name)
+                _remove(temp)
 
     def stage(self, name: str, source: str, digest: str, deadline: float) -> Staged:
         """The model's verified local path, fetched if need be, by `deadline` (monotonic);
@@ -157,6 +189,7 @@ class ModelCache:
                 _LOG.warning("model %s: the cached copy of %s… is corrupt; fetching it again", name, digest[:12])
                 _remove(entry)
                 path = entry if directory else entry / _source_name(source)
+            self._check_backoff(name, source, digest)
             fetched = self._fetch_verified(name, source, digest, directory, deadline)
             return Staged(name, digest, path, fetched, time.monotonic() - started)
 
@@ -174,18 +207,23 @@ class ModelCache:
     def _fetch_verified(self, name: str, source: str, digest: str, directory: bool, deadline: float) -> int:
         temp = self.root / "tmp" / f"{digest}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
         target = temp if directory else temp / _source_name(source)
-        progress = FetchProgress()
+        progress = FetchProgress(limit=self.max_bytes)
         self.fetching[name] = progress
         try:
             try:
                 self._fetch(source, target, deadline, progress)
+            except TooLarge as error:
+                self._failed(digest)
+                raise ModelError(f"model {name} ({source}): {error}") from None
             except FetchError as error:
                 raise ModelError(f"model {name} ({source}): {error}") from None
             if time.monotonic() > deadline:
                 raise ModelError(f"model {name} ({source}): timed out (load_timeout_s)")
             got = digest_of(target, directory)
             if got != digest:
+                self._failed(digest)
                 raise ModelError(f"model {name} ({source}): its bytes have sha256 {got}, but git pins {digest}")
+            (self.root / "failed" / digest).unlink(missing_ok=True)
             _read_only(temp)
             self._evict_for(progress.done, keep=digest)
             os.rename(temp, self.root / "entries" / digest)
@@ -197,9 +235,37 @@ class ModelCache:
 
     def _verified(self, path: Path, directory: bool, digest: str) -> bool:
         try:
-            return digest_of(path, directory) == digest
+            return _owned(path.parent if not directory else path) and digest_of(path, directory) == digest
         except (OSError, ValueError):
             return False
+
+    # --- failed downloads -----------------------------------------------------------
+
+    def _failures(self, digest: str) -> tuple[int, float]:
+        try:
+            record = json.loads((self.root / "failed" / digest).read_text())
+            return int(record["count"]), float(record["at"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 0, 0.0
+
+    def _failed(self, digest: str) -> None:
+        count, _ = self._failures(digest)
+        path = self.root / "failed" / digest
+        temp = path.with_suffix(f".{os.getpid()}.tmp")
+        temp.write_text(json.dumps({"count": count + 1, "at": time.time()}))
+        os.replace(temp, path)
+
+    def _check_backoff(self, name: str, source: str, digest: str) -> None:
+        count, at = self._failures(digest)
+        if not count:
+            return
+        wait = backoff_s(count) - (time.time() - at)
+        if wait > 0:
+            raise ModelError(
+                f"model {name} ({source}): {count} download(s) of it did not verify against the pinned sha256 "
+                f"{digest} (or did not fit the cache's cap); not downloaded again for {wait:.0f}s (back-off): "
+                "fix the pin or the source"
+            )
 
     # --- eviction -------------------------------------------------------------------
 
@@ -296,6 +362,32 @@ def _wait_for(stream: IO[bytes], mode: int, deadline: float, message: str) -> No
         if time.monotonic() > deadline:
             raise ModelError(message)
         time.sleep(_LOCK_POLL_S)
+
+
+def backoff_s(failures: int) -> float:
+    """How long after its `failures`-th failed download a digest waits before another."""
+    return min(BACKOFF_S * 2 ** max(failures - 1, 0), BACKOFF_MAX_S)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _owned(entry: Path) -> bool:
+    """Everything under `entry` (and it) this user's, no link, nothing others may write."""
+    uid = os.getuid()
+    for folder, dirs, files in os.walk(entry):
+        for path in (folder, *(os.path.join(folder, name) for name in (*dirs, *files))):
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode) or info.st_uid != uid or info.st_mode & 0o022:
+                return False
+    return True
 
 
 def _read_only(path: Path) -> None:
