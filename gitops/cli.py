@@ -192,6 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="credential for promoting to the next environment ([promotion] of the environment file): "
         "a git token for push, an API token for pull_request (default: none; the agent never writes to git)",
     )
+    run.add_argument(
+        "--promote-api-url", action="append", default=None, metavar="URL",
+        help="a forge API the promotion token may be sent to (repeatable); an api_url in the environment file "
+        "must be one of them (default: only https://api.github.com and https://gitlab.com/api/v4)",
+    )
     _max_replicas_flag(run)
     _age_identity_flag(run, "decrypts the secrets ([secrets.NAME]) the replicas receive")
     run.set_defaults(func=_command("run", "run_command"))

@@ -2,7 +2,7 @@
 
 Builds the `gitops.loop.environment_duties.EnvironmentDuties` of an agent from
 its flags: the promoter (only with `--promote-token-file`: a push or a pull
-request, as `[promotion] mode` says), the proxies' counters as evidence
+request, as `[promotion] mode` says, its API only one of `--promote-api-url`), the proxies' counters as evidence
 (`gitops.delivery.evidence`), and the plan for the target environment in markdown
 (the commit against the target branch's newest commit, both loaded with the
 target's environment file, as `gitops plan --environment TO --format
@@ -35,9 +35,10 @@ _TOKEN_USERS = {"github": "x-access-token", "gitlab": "oauth2"}
 class SettingsPromoter:
     """Pushes or opens a pull request, as the promoted commit's `[promotion] mode` says."""
 
-    def __init__(self, source: GitSource, token: str) -> None:
+    def __init__(self, source: GitSource, token: str, api_urls: tuple[str, ...] = ()) -> None:
         self._source = source
         self._token = token
+        self._api_urls = api_urls  # --promote-api-url: the only APIs the token may go to
 
     def promote(self, request: PromotionRequest) -> str:
         settings = request.settings
@@ -50,7 +51,7 @@ class SettingsPromoter:
             return PushPromoter(push).promote(request)
         if settings.provider not in _TOKEN_USERS:
             raise PromotionError(f"pull_request mode needs provider github or gitlab (got {settings.provider})")
-        return PullRequestPromoter(push, self._token).promote(request)
+        return PullRequestPromoter(push, self._token, api_urls=self._api_urls).promote(request)
 
 
 def target_plan(source: GitSource, spec_path: str, commit: str, settings: EnvironmentSettings) -> str:
@@ -83,7 +84,7 @@ def build_duties(
     return EnvironmentDuties(
         args.environment,
         source.branch,
-        promoter=SettingsPromoter(source, token) if token is not None else None,
+        promoter=SettingsPromoter(source, token, tuple(args.promote_api_url or ())) if token is not None else None,
         counters=counters,
         plan_markdown=plan_markdown,
     )

@@ -16,7 +16,13 @@ never forces: the target branch (push mode) or the promotion branch
   environment (`gitops.delivery.gates.promotion_body`).
 
 The credential is `--promote-token-file`: the git password of the push and
-the API token. Without it the agent never writes to git.
+the API token. Without it the agent never writes to git. Where that token
+may be sent is the agent's to say, never the repository's: an `api_url` in
+the environment file (which any committer writes) is used only when it is
+one of the agent's `--promote-api-url` (`allowed_api_url`), else the
+promotion stops before anything is pushed or sent, saying where the setting
+belongs; with no `--promote-api-url`, only the public APIs
+(`DEFAULT_API_URLS`) are allowed.
 Blocking calls: the agent runs them in a thread.
 """
 
@@ -24,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -39,6 +45,7 @@ __all__ = [
     "PushPromoter",
     "PullRequestPromoter",
     "promotion_branch",
+    "allowed_api_url",
     "DEFAULT_API_URLS",
 ]
 
@@ -71,6 +78,29 @@ def promotion_branch(settings: PromotionSettings) -> str:
     return f"gitops/promote-{settings.to}"
 
 
+def _same_url(url: str) -> tuple[str, str, int | None, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port, parts.path.rstrip("/")
+
+
+def allowed_api_url(settings: PromotionSettings, allowed: tuple[str, ...]) -> str:
+    """The API base URL the token goes to: the environment file's `api_url`
+    (else the provider's public API) when it is one the agent allows
+    (`allowed`: its `--promote-api-url`s; none given: the public APIs).
+    Raises PromotionError naming the setting and where it belongs."""
+    provider = settings.provider or "github"
+    wanted = (settings.api_url or DEFAULT_API_URLS[provider]).rstrip("/")
+    permitted = allowed or tuple(DEFAULT_API_URLS.values())
+    if any(_same_url(wanted) == _same_url(url) for url in permitted):
+        return wanted
+    named = f"api_url '{wanted}'" if settings.api_url else f"the default {provider} API {wanted}"
+    raise PromotionError(
+        f"[promotion] {named} in environments/{settings.source}.toml is not an API this agent sends its promotion "
+        "token to: where the token may go is the agent's setting, not the repository's "
+        f"(gitops run --promote-api-url URL; allowed now: {', '.join(permitted)})"
+    )
+
+
 class PushPromoter:
     def __init__(self, push: Push) -> None:
         self._push = push
@@ -85,13 +115,15 @@ class PushPromoter:
 
 
 class PullRequestPromoter:
-    def __init__(self, push: Push, token: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, push: Push, token: str, timeout_s: float = 30.0, api_urls: tuple[str, ...] = ()) -> None:
         self._push = push
         self._token = token
         self._timeout_s = timeout_s
+        self._api_urls = api_urls  # the agent's --promote-api-url: where the token may go
 
     def promote(self, request: PromotionRequest) -> str:
         settings = request.settings
+        base_url = allowed_api_url(settings, self._api_urls)  # before anything is pushed or sent
         head = promotion_branch(settings)
         try:
             self._push(request.commit, head)
@@ -100,14 +132,13 @@ class PullRequestPromoter:
         try:
             with httpx.Client(timeout=self._timeout_s) as client:
                 if settings.provider == "gitlab":
-                    return self._gitlab(client, request, head)
-                return self._github(client, request, head)
+                    return self._gitlab(client, request, head, base_url)
+                return self._github(client, request, head, base_url)
         except httpx.HTTPError as error:
             raise PromotionError(redact(f"{settings.provider} API: {type(error).__name__}: {error}")) from None
 
-    def _github(self, client: httpx.Client, request: PromotionRequest, head: str) -> str:
+    def _github(self, client: httpx.Client, request: PromotionRequest, head: str, base_url: str) -> str:
         settings = request.settings
-        base_url = (settings.api_url or DEFAULT_API_URLS["github"]).rstrip("/")
         repository = settings.repository or ""
         owner = repository.partition("/")[0]
         pulls = f"{base_url}/repos/{repository}/pulls"
@@ -127,9 +158,8 @@ class PullRequestPromoter:
         answer = _json(client.post(pulls, json={**fields, "head": head, "base": settings.branch}, headers=headers))
         return f"opened pull request {answer.get('html_url') or answer.get('number')}"
 
-    def _gitlab(self, client: httpx.Client, request: PromotionRequest, head: str) -> str:
+    def _gitlab(self, client: httpx.Client, request: PromotionRequest, head: str, base_url: str) -> str:
         settings = request.settings
-        base_url = (settings.api_url or DEFAULT_API_URLS["gitlab"]).rstrip("/")
         project = quote(settings.repository or "", safe="")
         requests = f"{base_url}/projects/{project}/merge_requests"
         headers = {"PRIVATE-TOKEN": self._token}

@@ -105,7 +105,7 @@ def test_pull_request_mode_opens_then_updates_a_github_pull_request(
         commit = repo.commit("v2")
         repo.git("push", "-q", "origin", "HEAD:refs/heads/env/staging")
         source = staging_source(server, tmp_path)  # the agent has served the commit: its cache holds it
-        promoter = SettingsPromoter(source, TOKEN)
+        promoter = SettingsPromoter(source, TOKEN, api_urls=(forge.url,))
         where = promoter.promote(request(commit, settings("pull_request", "github", forge.url), "body one"))
         assert where == "opened pull request https://github.example/acme/pull/1"
         newer = repo.commit("v3")
@@ -146,8 +146,8 @@ def test_pull_request_mode_opens_then_updates_a_gitlab_merge_request(
     try:
         commit = repo.commit("v2")
         repo.git("push", "-q", "origin", "HEAD:refs/heads/env/staging")
-        promoter = SettingsPromoter(staging_source(server, tmp_path), TOKEN)
         api = forge.url + "/api/v4"
+        promoter = SettingsPromoter(staging_source(server, tmp_path), TOKEN, api_urls=(api,))
         assert promoter.promote(request(commit, settings("pull_request", "gitlab", api), "one")) == (
             "opened merge request https://gitlab.example/merge_requests/1"
         )
@@ -180,7 +180,7 @@ def test_an_api_error_is_a_promotion_error_with_the_status(
     _, server = remote
     forge = Forge("github")
     try:
-        promoter = SettingsPromoter(staging_source(server, tmp_path), TOKEN)
+        promoter = SettingsPromoter(staging_source(server, tmp_path), TOKEN, api_urls=(forge.url,))
         promotion = PromotionSettings(
             source="staging",
             to="prod",

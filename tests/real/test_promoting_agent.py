@@ -11,7 +11,13 @@ server, posing as GitLab's API) opens a merge request, and the next one
 updates it. The requests have the shapes each API documents; their bodies
 hold the evidence (every gate with its numbers, the soak) and prod's plan
 in markdown; the token is sent to the API and nowhere else: not in the
-agent's log, status, status page, metrics or history.
+agent's log, status, status page, metrics or history. Both APIs are ones
+the agent allows (`--promote-api-url`).
+
+Issue 50, row 2: where the token goes is not the committer's to say. A
+commit naming another `api_url` (a loopback receiver standing in for a
+committer's server) gets no request at all, no push of the promotion
+branch, and an error saying the setting is the agent's.
 """
 
 from __future__ import annotations
@@ -72,11 +78,26 @@ class Setup(NamedTuple):
 @pytest.fixture
 def setup(ray_session: str, repo: GitRepo, tmp_path: Path) -> Iterator[Setup]:
     github, gitlab = Forge("github"), Forge("gitlab")
+    allowed = ("--promote-api-url", github.url, "--promote-api-url", gitlab.url + "/api/v4/")
+    yield from _setup(repo, tmp_path, github, gitlab, staging_file("github", github.url), allowed)
+
+
+@pytest.fixture
+def hostile(ray_session: str, repo: GitRepo, tmp_path: Path) -> Iterator[Setup]:
+    """The agent allows the public APIs only; the committer's file names the receiver."""
+    receiver, unused = Forge("github"), Forge("gitlab")
+    text = staging_file("github", receiver.url).replace('require = ["rollouts", "no_backend_errors"]', "require = []")
+    yield from _setup(repo, tmp_path, receiver, unused, text, ())
+
+
+def _setup(
+    repo: GitRepo, tmp_path: Path, github: Forge, gitlab: Forge, staging: str, flags: tuple[str, ...]
+) -> Iterator[Setup]:
     repo.write("deployments/__init__.py", "")
     repo.write("deployments/apps/__init__.py", "")
     repo.write("deployments/apps/echo.py", APP)
     repo.write("deployments/echo.toml", echo_spec("v1"))
-    repo.write("environments/staging.toml", staging_file("github", github.url))
+    repo.write("environments/staging.toml", staging)
     repo.write("environments/prod.toml", PROD)
     base = repo.commit("v1")
     remote = Remote(tmp_path / "served", repo)
@@ -91,7 +112,7 @@ def setup(ray_session: str, repo: GitRepo, tmp_path: Path) -> Iterator[Setup]:
     token.chmod(0o600)
     agent = EnvironmentAgent(
         server.url("remote.git"), tmp_path / "staging", ray.get_runtime_context().gcs_address, "staging",
-        "--promote-token-file", str(token),
+        "--promote-token-file", str(token), *flags,
     )
     try:
         yield Setup(repo, remote, agent, github, gitlab, base)
@@ -229,3 +250,19 @@ def assert_gitlab(calls: list[Call], third: str, fourth: str, base: str) -> None
     assert set(updated) == {"title", "description"}
     assert updated["title"] == f"Promote {fourth[:7]} from staging to prod: v4"
     assert_body(updated["description"], fourth, "v4", "v4", base)
+
+
+def test_row2_an_api_url_the_committer_names_never_receives_the_token(hostile: Setup) -> None:
+    repo, remote, agent, receiver, _, _ = hostile
+    commit = repo.head()
+    said = "is not an API this agent sends its promotion token to"
+    agent.wait("the promotion refused", lambda: said in agent.log_path.read_text(), timeout_s=120)
+    status = json.dumps(agent.get("/status"))
+    assert said in status and "gitops run --promote-api-url URL" in status, status[:2000]
+    assert f"api_url '{receiver.url}' in environments/staging.toml" in status
+    time.sleep(2)  # a retry, had there been one, would have come by now
+    assert receiver.calls == []  # not a request, let alone the token
+    assert remote_head(remote, "gitops/promote-prod") == ""  # and nothing pushed either
+    assert promoted(agent, commit) is None
+    shown = [agent.log_path.read_text(), status, json.dumps(agent.history())]
+    assert not [text[:200] for text in shown if TOKEN in text]
