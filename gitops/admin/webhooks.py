@@ -4,7 +4,10 @@ Pure: no HTTP, no clock of its own (the limiter is given the time). The
 admin app turns a `Verdict` into a status code; a verified webhook only
 ever triggers a fetch, so nothing in the payload is trusted or read.
 `DeliveryLog` remembers the recent accepted deliveries, so a captured
-delivery sent again is refused before it can drain the rate limit.
+delivery sent again is refused before it can drain the rate limit; given a
+`store`, it hands its keys over after each record (`gitops run` keeps them
+in the state dir, `StateDir.webhook_deliveries`, and `restore`s them at
+start), so a delivery is refused after a restart too.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import enum
 import hashlib
 import hmac
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,14 +90,25 @@ class DeliveryLog:
     """
 
     capacity: int = 1024
+    store: Callable[[list[str]], None] | None = None  # told every key after each record, oldest first
     _seen: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
 
     def seen(self, delivery: str | None, body: bytes) -> bool:
         return any(key in self._seen for key in _keys(delivery, body))
 
     def record(self, delivery: str | None, body: bytes) -> None:
-        for key in _keys(delivery, body):
+        self._add(_keys(delivery, body))
+        if self.store is not None:
+            self.store(list(self._seen))
+
+    def restore(self, keys: Iterable[str]) -> None:
+        """Remember the keys a `store` was given (by an earlier process); anything else is skipped."""
+        self._add(key for key in keys if key.startswith(("body:", "id:")) and len(key) <= 300)
+
+    def _add(self, keys: Iterable[str]) -> None:
+        for key in keys:
             self._seen[key] = None
+            self._seen.move_to_end(key)
         while len(self._seen) > self.capacity:
             self._seen.popitem(last=False)
 

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from gitops.notifications.config import Channel
     from gitops.notifications.delivering import HttpSender, Notifier
     from gitops.notifications.links import Links
+    from gitops.admin.webhooks import DeliveryLog
     from gitops.process.tracing import OtlpTraceSink
 
 __all__ = ["run_command", "join_ray", "take_charge", "bind_socket", "start_logging", "otlp_endpoint"]
@@ -379,7 +380,7 @@ async def _serve(
         duties=duties,
         traces=traces,
     )
-    guard = api.WebhookGuard(secret, RateLimiter()) if secret else None
+    guard = api.WebhookGuard(secret, RateLimiter(), deliveries=_delivery_log(state.webhook_deliveries)) if secret else None
 
     def webhook_fetch() -> None:
         agent.notify(Trigger.WEBHOOK)
@@ -457,6 +458,26 @@ async def _announce_ready(agent: Any, args: argparse.Namespace, admin_url: str) 
         partial = path.with_name(path.name + ".partial")
         partial.write_text(admin_url + "\n", encoding="utf-8")
         os.replace(partial, path)
+
+
+def _delivery_log(path: Path) -> DeliveryLog:
+    """The webhook deliveries accepted so far, kept in the state dir (0600) so
+    that a delivery replayed after a restart is refused too."""
+    from gitops.admin.webhooks import DeliveryLog
+
+    def store(keys: list[str]) -> None:
+        temp = statedir.private_file(path.with_name(path.name + ".tmp"))
+        temp.write_text("".join(key + "\n" for key in keys), encoding="utf-8")
+        os.replace(temp, path)
+
+    log = DeliveryLog(store=store)
+    try:
+        log.restore(path.read_text(encoding="utf-8").split())
+    except FileNotFoundError:
+        pass
+    except (OSError, UnicodeDecodeError) as error:
+        _LOG.warning("webhook deliveries in %s not read (%s): replays are refused from now on only", path, error)
+    return log
 
 
 def _remove_quietly(path: Path) -> None:

@@ -2,7 +2,8 @@
 
 `gitops run --state-dir` (default `.gitops-state/`, often inside the watched
 repository) holds the history ledger, the clone cache of a remote
-repository, the code exports, the suspend marker, the quarantine and the
+repository, the code exports, the suspend marker, the quarantine, the
+webhook deliveries already accepted (replays refused across restarts) and the
 admin address for client commands (`gitops.admin.address`). `prepare` creates it
 readable by its owner only (0700) with a `.gitignore` of `*`, so `git
 status` never shows it and `git add -A` never commits it, and creates the
@@ -51,6 +52,10 @@ class StateDir:
     @property
     def quarantine(self) -> Path:
         return self.root / "quarantine.json"
+
+    @property
+    def webhook_deliveries(self) -> Path:
+        return self.root / "webhook-deliveries"
 
 
 def prepare(root: Path) -> StateDir:
