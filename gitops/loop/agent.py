@@ -459,7 +459,7 @@ class Agent:
         if not loaded.ok or loaded.state is None:
             errors = tuple(TickError(Stage.LOAD, ErrorKind.STALLED, str(e)) for e in loaded.errors)
             return replace(report, errors=report.errors + errors, reconciled_at=time.time())
-        if self._duties is not None and self._held_by_window(loaded, revision):
+        if self._duties is not None and await self._held_by_window(loaded, revision):
             return replace(report, reconciled_at=time.time())  # no outcome: nothing recorded, the status says Held
         with self._stages.timed("plan"):
             try:
@@ -547,9 +547,24 @@ class Agent:
             self._duties.request_override(override_window_by)
         self.notify(Trigger.SYNC)
 
-    def _held_by_window(self, loaded: LoadResult, revision: Revision) -> bool:
+    async def _know_applied(self, commit: str) -> None:
+        """Tell the duties the applied commit's environment settings, loading it when they lack them."""
+        assert self._duties is not None
+        if self._duties.knows_applied(commit):
+            return
+        try:
+            tree = await asyncio.to_thread(self._source.tree, self._source.revision(commit))
+            loaded = await asyncio.to_thread(self._load, tree, self._settings.spec_path)
+        except Exception as error:  # noqa: BLE001 — a commit no longer fetched: the new commit's windows judge alone
+            self._log.warning("%s: the applied commit's environment settings not read: %s", commit[:7], error)
+            return
+        self._duties.applied_settings(commit, loaded.environment)
+
+    async def _held_by_window(self, loaded: LoadResult, revision: Revision) -> bool:
         assert self._duties is not None
         applied = self._history.last_applied()
+        if applied is not None and applied.commit != revision.sha:
+            await self._know_applied(applied.commit)
         held, override = self._duties.hold(loaded, revision.sha, applied.commit if applied else None)
         if override is not None:
             self._history.record(override)
@@ -564,6 +579,7 @@ class Agent:
         applied = self._history.last_applied()
         if applied is None:
             return
+        await self._know_applied(applied.commit)
         status = self.status().status
         synced = status is SyncStatus.SYNCED and self._watched is not None and self._watched.sha == applied.commit
         row = await self._duties.after_tick(Served(applied, synced, tuple(self._history.recent(_STEP_ROWS_SEEN))))

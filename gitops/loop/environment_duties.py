@@ -6,7 +6,10 @@ The agent (`gitops.loop.agent`) owns one `EnvironmentDuties` when it runs with
 - `hold(loaded, commit, applied)`, before a new commit is applied: the
   sync window holding it (`gitops.delivery.windows`), or None; a `gitops sync
   --override-window` asked for since lets it through once, and the apply
-  is recorded in history as a `window_override` row naming who asked.
+  is recorded in history as a `window_override` row naming who asked. The
+  windows are the applied commit's as well as the new commit's own (each
+  may hold it): a commit that deletes or widens `[[sync_windows]]` is held
+  by the windows it would remove until they allow it, or an override.
 - `after_tick(...)`, once a tick is over: the commit served (the last one
   applied) moves through the promotion gates (`gitops.delivery.gates.advance`)
   on the evidence the agent has: how long it has been applied and Synced,
@@ -14,6 +17,12 @@ The agent (`gitops.loop.agent`) owns one `EnvironmentDuties` when it runs with
   and the proxies' request and shadow counters since it began to serve
   (`gitops.delivery.evidence`). When every gate passed, the `Promoter`
   (`gitops.delivery.promotion`) moves it, and a `promoted` row is recorded.
+  The gates and the soak are the served commit's and, as strict, those of
+  the commit applied before it (`stricter`): a commit cannot lower the bar
+  it is itself judged by.
+
+The agent tells it each applied commit's settings (`applied_settings`,
+loading the applied commit when it does not know them, after a restart).
 
 It keeps the small state this needs (the window's hold, an override asked
 for, the commit's promotion state and its counter baseline); the decisions
@@ -35,12 +44,14 @@ from gitops.errors import GitopsError
 from gitops.delivery.evidence import Counts
 from gitops.reconcile.outcomes import HistoryEntry, Outcome
 from gitops.delivery.promotion import PromotionError, PromotionRequest, Promoter
-from gitops.delivery.gates import Evidence, Phase, PromotionState, advance, promoted, promotion_body
+from gitops.delivery.gates import (
+    Evidence, Phase, PromotionSettings, PromotionState, advance, promoted, promotion_body,
+)
 from gitops.specs.environments import EnvironmentSettings
 from gitops.specs.loading import LoadResult
 from gitops.delivery.windows import Hold, hold_at
 
-__all__ = ["EnvironmentDuties", "HeldCommit", "Served"]
+__all__ = ["EnvironmentDuties", "HeldCommit", "Served", "stricter"]
 
 _LOG = logging.getLogger("gitops.environments")
 # A promotion that failed (the remote refused, the API answered an error) is tried again after this.
@@ -79,7 +90,9 @@ class EnvironmentDuties:
         self._counters = counters
         self._plan_markdown = plan_markdown
         self._clock = clock
-        self._settings: EnvironmentSettings | None = None
+        self._settings: EnvironmentSettings | None = None  # the newest loaded commit's
+        self._applied: tuple[str, EnvironmentSettings | None] | None = None  # the applied commit, its settings
+        self._before: EnvironmentSettings | None = None  # the settings of the commit applied before it
         self.held: HeldCommit | None = None
         self._override_by: str | None = None
         self.promotion = PromotionState()
@@ -93,17 +106,33 @@ class EnvironmentDuties:
         """`gitops sync --override-window`: the next commit a window holds is applied anyway."""
         self._override_by = who
 
+    def knows_applied(self, commit: str) -> bool:
+        return self._applied is not None and self._applied[0] == commit
+
+    def applied_settings(self, commit: str, settings: EnvironmentSettings | None) -> None:
+        """`commit` is the applied one now, with these settings (None: no environment file)."""
+        if self.knows_applied(commit):
+            return
+        if self._applied is not None:
+            self._before = self._applied[1]
+        self._applied = (commit, settings)
+
     def hold(self, loaded: LoadResult, commit: str, applied: str | None) -> tuple[Hold | None, HistoryEntry | None]:
-        """Whether a sync window holds `commit` now; or the `window_override` row
-        of an override that lets it through (the agent records it, then applies)."""
+        """Whether a sync window holds `commit` now, the applied commit's or its
+        own; or the `window_override` row of an override that lets it through
+        (the agent records it, then applies)."""
         if loaded.environment is not None:
             self._settings = loaded.environment
-        settings = self._settings
-        if settings is None or commit == applied:
-            self.held = None if commit == applied else self.held
+        if commit == applied:
+            self.applied_settings(commit, loaded.environment)
+            self.held = None
             return None, None
+        judged = [self._settings]
+        if self._applied is not None and applied is not None and self._applied[0] == applied:
+            judged.insert(0, self._applied[1])  # the windows in force: a commit's change to them waits for them
         now = self._clock()
-        found = hold_at(settings.sync_windows, datetime.fromtimestamp(now, UTC))
+        at = datetime.fromtimestamp(now, UTC)
+        found = next((hold for hold in (hold_at(s.sync_windows, at) for s in judged if s) if hold), None)
         if found is None:
             self.held = None
             return None, None
@@ -121,9 +150,20 @@ class EnvironmentDuties:
 
     # --- promotion ------------------------------------------------------------------------
 
+    def _promotion_settings(self) -> PromotionSettings | None:
+        """The served commit's `[promotion]`, its gates and soak no laxer than the commit applied before's."""
+        settings = self._applied[1] if self._applied is not None else self._settings
+        if settings is None or settings.promotion is None:
+            return None
+        before = self._before.promotion if self._before is not None else None
+        return stricter(settings.promotion, before)
+
+    def _served_settings(self) -> EnvironmentSettings | None:
+        return self._applied[1] if self._applied is not None else self._settings
+
     async def after_tick(self, served: Served | None) -> HistoryEntry | None:
         """Advance the served commit through the gates; the `promoted` row when it moved."""
-        settings = self._settings.promotion if self._settings else None
+        settings = self._promotion_settings()
         if settings is None or served is None:
             return None
         commit = served.entry.commit
@@ -165,10 +205,10 @@ class EnvironmentDuties:
         )
 
     async def _promote(self, entry: HistoryEntry, now: float) -> HistoryEntry | None:
-        assert self._promoter is not None and self._settings is not None and self._settings.promotion is not None
-        settings = self._settings.promotion
+        environment, settings = self._served_settings(), self._promotion_settings()
+        assert self._promoter is not None and environment is not None and settings is not None
         try:
-            plan = await asyncio.to_thread(self._plan_markdown, entry.commit, self._settings) if self._plan_markdown else ""
+            plan = await asyncio.to_thread(self._plan_markdown, entry.commit, environment) if self._plan_markdown else ""
         except GitopsError as error:
             self._failed_at, self.last_error = now, f"the plan for {settings.to}: {error}"
             _LOG.warning("promotion of %s to %s waits: %s", entry.commit[:7], settings.to, self.last_error)
@@ -198,7 +238,7 @@ class EnvironmentDuties:
 
     def status(self) -> EnvironmentSummary:
         """The environment as `gitops status` and the status page show it."""
-        promotion = self._settings.promotion if self._settings else None
+        promotion = self._promotion_settings()
         held = None
         if self.held is not None:
             until = self.held.hold.until
@@ -216,3 +256,12 @@ class EnvironmentDuties:
                 gates=tuple(GateSummary(name=g.name, passed=g.passed, detail=g.detail) for g in state.gates),
             )
         return EnvironmentSummary(name=self.name, branch=self.branch, held=held, promotion=summary)
+
+
+def stricter(own: PromotionSettings, before: PromotionSettings | None) -> PromotionSettings:
+    """`own` with the gates of `before` added and the longer soak: the bar the
+    commit applied before set, which the served commit's change cannot lower."""
+    if before is None:
+        return own
+    require = tuple(dict.fromkeys((*own.require, *before.require)))
+    return replace(own, require=require, soak_s=max(own.soak_s, before.soak_s))

@@ -192,3 +192,76 @@ def test_a_restarted_agent_does_not_promote_a_commit_again(source: MemorySource,
     asyncio.run(again.tick())
     asyncio.run(again.tick())
     assert promoter_after_restart.requests == [] and duties.promotion.phase.value == "Promoted"
+
+
+def test_row50_5_a_commit_deleting_the_deny_window_is_held_by_the_window_in_force(
+    source: MemorySource, tmp_path: Path
+) -> None:
+    # Issue 50, row 5: the windows were read from the commit being judged, so deleting them escaped them.
+    agent, _, _, _ = make(source, tmp_path, [Counts()])
+    asyncio.run(agent.tick())
+    source.write("environments/staging.toml", PROMOTION + ALWAYS_DENY)
+    frozen = source.commit("freeze")
+    assert asyncio.run(agent.tick()) is None  # its own window holds it
+    agent.sync(override_window_by="admin token sha256:0123456789ab")
+    asyncio.run(agent.tick())
+    assert agent.status().last_applied_revision == frozen
+    source.write("environments/staging.toml", PROMOTION)  # the window deleted ...
+    source.write("deployments/echo.toml", spec({"v1": 0.5, "v2": 0.5}))  # ... and a backend changed with it
+    escape = source.commit("unfreeze and ship")
+    assert asyncio.run(agent.tick()) is None
+    status = agent.status()
+    assert (status.status, status.conditions[0].reason) == (SyncStatus.HELD, "SyncWindow")
+    assert status.environment is not None and status.environment.held is not None
+    assert status.environment.held.commit == escape
+    assert agent.history(1)[0].commit == frozen and status.last_applied_revision == frozen
+    # Only an override lets it through, and it is recorded.
+    agent.sync(override_window_by="admin token sha256:0123456789ab")
+    applied = asyncio.run(agent.tick())
+    assert applied is not None and applied.commit == escape
+    rows = agent.history(2)
+    assert (rows[1].commit, rows[1].result) == (escape, Outcome.WINDOW_OVERRIDE)
+    # Once applied, its own (no) windows are the ones in force.
+    source.write("deployments/echo.toml", spec({"v1": 1.0}))
+    after = source.commit("back to v1")
+    applied = asyncio.run(agent.tick())
+    assert applied is not None and applied.commit == after
+
+
+def test_row50_5_a_restarted_agent_judges_by_the_applied_commits_windows(source: MemorySource, tmp_path: Path) -> None:
+    agent, _, _, _ = make(source, tmp_path, [Counts()])
+    source.write("environments/staging.toml", PROMOTION + ALWAYS_DENY)
+    source.commit("freeze")
+    asyncio.run(agent.tick())
+    agent.sync(override_window_by="admin token sha256:0123456789ab")
+    asyncio.run(agent.tick())
+    source.write("environments/staging.toml", PROMOTION)
+    escape = source.commit("unfreeze")
+    again, _, _, _ = make(source, tmp_path, [Counts()])  # a new agent process: the applied commit is read back
+    assert asyncio.run(again.tick()) is None
+    held = again.status().environment
+    assert held is not None and held.held is not None and held.held.commit == escape
+
+
+def test_row50_5_a_commit_lowering_its_gates_is_judged_by_the_gates_before_it(source: MemorySource, tmp_path: Path) -> None:
+    counts = [Counts(compared=10)]
+    agent, duties, promoter, clock = make(source, tmp_path, counts)
+    asyncio.run(agent.tick())
+    source.write("environments/staging.toml", '[promotion]\nto = "prod"\nbranch = "env/prod"\nsoak_s = 0\n')
+    source.write("deployments/echo.toml", spec({"v1": 0.5, "v2": 0.5}))
+    lax = source.commit("no soak, no gates")
+    asyncio.run(agent.tick())
+    clock.now += 5
+    asyncio.run(agent.tick())
+    assert promoter.requests == [] and duties.promotion.commit == lax
+    assert duties.promotion.phase.value == "Soaking"
+    environment = agent.status().environment
+    assert environment is not None and environment.promotion is not None and environment.promotion.soak_s == 60
+    counts[0] = Counts(requests=10, compared=20)
+    clock.now += 60
+    asyncio.run(agent.tick())
+    (request,) = promoter.requests
+    assert request.commit == lax and request.settings.soak_s == 60
+    assert [gate.name for gate in duties.promotion.gates if gate.name != "soak"] == [
+        "rollouts", "no_backend_errors", "shadow_agreement>=0.99",
+    ]
