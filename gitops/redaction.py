@@ -4,7 +4,9 @@ Owns the one redaction every surface applies (`redact`): the userinfo of
 any URL in a text is stripped (`https://user:TOKEN@host/x.git` becomes
 `https://host/x.git`) and every secret registered at start-up (tokens read
 from files, every part of a URL's userinfo: `register_url_credentials`) is
-masked as `***`. Passwords and tokens are masked wherever they appear; a
+masked as `***`; a decrypted secret value in every form it may take in
+text (`register_secret_value`: repr, base64, percent-encoding ...,
+`vocabulary.replicas.secret_forms`). Passwords and tokens are masked wherever they appear; a
 URL's user name only where it stands as a word of its own: it is the token
 in `https://TOKEN@host`, but a user `deploy` must not mask the word in
 `deployments`. Also owns splitting a repository URL into the URL git is
@@ -21,12 +23,15 @@ import threading
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from vocabulary.replicas.secret_forms import secret_forms
+
 __all__ = [
     "Credentials",
     "MASK",
     "SshPasswordError",
     "redact",
     "register_secret",
+    "register_secret_value",
     "register_url_credentials",
     "split_credentials",
 ]
@@ -76,6 +81,16 @@ def register_secret(secret: str | bytes, whole_word: bool = False) -> None:
             _names_pattern = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
         else:
             _secrets = tuple(sorted(set(_secrets) | forms, key=len, reverse=True))
+
+
+def register_secret_value(value: bytes) -> None:
+    """Mask a decrypted value, and each form of it (`vocabulary.replicas.secret_forms`), from now on."""
+    global _secrets
+    forms = secret_forms(value)
+    if not forms:
+        return
+    with _lock:
+        _secrets = tuple(sorted(set(_secrets) | forms, key=len, reverse=True))
 
 
 def register_url_credentials(url: str) -> None:

@@ -108,6 +108,8 @@ class Serving:
     # A WebSocket's app: what it sends; and one message from its client (False: no such socket).
     websocket: Callable[[str, WireRequest], AsyncGenerator[dict[str, Any], None]]
     websocket_message: Callable[[str, dict[str, Any]], Awaitable[bool]]
+    # An ERROR frame's text (a user code's traceback) as it may leave: the replica's secrets masked.
+    redact: Callable[[str], str] = str
 
 
 def socket_dir(bases: list[str]) -> str | None:
@@ -465,6 +467,8 @@ class _ProxyConnection(FrameConnection):
         if self._closing():
             return False
         sent = True
+        if kind is Kind.ERROR and isinstance(payload, str):
+            payload = self._owner._serving.redact(payload)
         try:
             frame = encode(kind, call_id, payload)
         except Exception:  # noqa: BLE001 — e.g. an unpicklable value in a handler's headers

@@ -432,6 +432,7 @@ class Replica:
                 Serving(
                     self.handle_request, self.handle_batch, self._hold,
                     self.stream, self.close_stream, self.websocket, self.websocket_message,
+                    self._secrets.redact,
                 ),
                 max_frame,
             )
@@ -478,6 +479,9 @@ class Replica:
                 reply = await self._tracing.serve(wire, functools.partial(self._serve, self._handler, wire))
         except Exception as error:
             self._raised(error)
+            hidden = self._secrets.hiding(error)
+            if hidden is not None:
+                raise hidden from None
             raise
         finally:
             self._end(1)
@@ -587,13 +591,18 @@ class Replica:
             except TimeoutError:
                 return [(CallOutcome.TIMEOUT, "")] * len(batch)
             except BatchLengthError as error:
-                text = f"backend {self.backend}: {error}"
+                text = self._secrets.redact(f"backend {self.backend}: {error}")
                 logger.error("%s", text)
                 return [(CallOutcome.ERROR, text)] * len(batch)
             except Exception as error:  # noqa: BLE001 — user code may raise anything; the proxy logs it
                 self._raised(error)
-                return [(CallOutcome.ERROR, traceback.format_exc())] * len(batch)
-        return [_converted(result) for result in results]
+                return [(CallOutcome.ERROR, self._secrets.redact(traceback.format_exc()))] * len(batch)
+        return [self._redacted(_converted(result)) for result in results]
+
+    def _redacted(self, result: CallResult) -> CallResult:
+        """A result whose error text (a traceback) leaves this replica with no secret value in it."""
+        outcome, payload = result
+        return (outcome, self._secrets.redact(payload)) if outcome is CallOutcome.ERROR and isinstance(payload, str) else result
 
     async def handle_coalesced(self, items: list[TimedRequest]) -> list[CallResult]:
         """Several requests in one Ray call, answered in order.
@@ -611,7 +620,7 @@ class Replica:
         except TimeoutError:
             return CallOutcome.TIMEOUT, ""
         except Exception:  # noqa: BLE001 — user code may raise anything; the proxy logs it
-            return CallOutcome.ERROR, traceback.format_exc()  # handle_request kept it as the latest error
+            return CallOutcome.ERROR, self._secrets.redact(traceback.format_exc())  # kept as the latest error too
 
     async def reconfigure(self, user_config: Any) -> None:
         self._user_config = user_config
@@ -629,15 +638,18 @@ class Replica:
     def _raised(self, error: Exception) -> None:
         """Keep `error`, raised by user code, as this replica's latest handler error, and
         write its traceback to this replica's stderr (`gitops logs`), at most once a second."""
-        self._latest_error = HandlerError.of(error, self.replica_id, time.time(), os.getcwd())
+        latest = HandlerError.of(error, self.replica_id, time.time(), os.getcwd())
+        self._latest_error = latest.model_copy(update={"message": self._secrets.redact(latest.message)})
         now = time.monotonic()
         if now - self._shown_at < 1.0:
             self._not_shown += 1
             return
         left_out = f" ({self._not_shown} more left out since the last one)" if self._not_shown else ""
         self._shown_at, self._not_shown = now, 0
-        sys.stderr.write(f"backend {self.backend} replica {self.replica_id}: a request's handler raised{left_out}\n"
-                         + "".join(traceback.format_exception(error)))
+        sys.stderr.write(self._secrets.redact(
+            f"backend {self.backend} replica {self.replica_id}: a request's handler raised{left_out}\n"
+            + "".join(traceback.format_exception(error))
+        ))
         sys.stderr.flush()
 
     async def output(self, since: float | None = None, cursor: OutputCursor | None = None) -> ReplicaOutput:
@@ -645,7 +657,11 @@ class Replica:
         `since` (wall-clock seconds), or the last few kilobytes."""
         if self._output is None:
             self._output = OwnOutput()
-        return self._output.read(self.replica_id, _node_id(), since, cursor)
+        read = self._output.read(self.replica_id, _node_id(), since, cursor)
+        return read.model_copy(update={
+            "out": tuple(self._secrets.redact(line) for line in read.out),
+            "err": tuple(self._secrets.redact(line) for line in read.err),
+        })
 
     async def _mark_output(self) -> None:
         """Note the output files' sizes every few seconds, for `output(since=...)`."""

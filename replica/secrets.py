@@ -11,23 +11,36 @@ new values arrive, and `close` removes the directory when the replica stops
 (a directory left by a replica killed outright is removed by the next
 replica that makes one on the node). User code reads them through
 `ray_gitops.serving.secret` and `secret_path`.
+
+Owns too the replica's redaction (`redact`): every value held, in each
+form it may take in text (`vocabulary.replicas.secret_forms`), is masked in what
+the replica sends or writes about its user code (the latest exception, the
+tracebacks the proxy and stderr get, `gitops logs`); and, once it holds a
+value, this process writes no core dump (`no_core_dumps`: RLIMIT_CORE 0,
+and not dumpable, where the kernel has `prctl`).
 """
 
 from __future__ import annotations
 
 import base64
+import ctypes
 import json
 import os
+import resource
 import shutil
 import tempfile
+import traceback
 from pathlib import Path
 
 import pyrage
 
-__all__ = ["SecretBox", "SecretMissing"]
+from vocabulary.replicas.secret_forms import longest_first, mask, secret_forms
+
+__all__ = ["SecretBox", "SecretMissing", "no_core_dumps"]
 
 _DIR_PREFIX = "gitops-secrets-"
 _TMPFS = "/dev/shm"
+_PR_SET_DUMPABLE = 4
 
 
 class SecretMissing(LookupError):
@@ -39,6 +52,7 @@ class SecretBox:
         self._backend = backend
         self._identity = pyrage.x25519.Identity.generate()
         self._values: dict[str, bytes] = {}
+        self._forms: tuple[str, ...] = ()  # every value's forms in text, longest first
         self._serial = -1  # of the values held: older ones arriving late are ignored
         self._dir: Path | None = None
 
@@ -54,6 +68,10 @@ class SecretBox:
             return False
         self._serial = bundle["serial"]
         self._values = {name: base64.b64decode(text) for name, text in bundle["values"].items()}
+        if self._values:
+            no_core_dumps()
+        # The old values' forms stay masked too: a rotated value is still a secret.
+        self._forms = longest_first({*self._forms, *(form for v in self._values.values() for form in secret_forms(v))})
         if self._dir is not None:
             for entry in self._dir.iterdir():
                 if entry.name not in self._values:
@@ -61,6 +79,21 @@ class SecretBox:
             for name in self._values:
                 self._write(name)
         return True
+
+    def redact(self, text: str) -> str:
+        """`text` with every value this replica was sent (in any of its forms) masked."""
+        return mask(text, self._forms) if self._forms else text
+
+    def hiding(self, error: BaseException) -> Exception | None:
+        """An exception to raise instead of `error` when its text holds a value
+        (its message and traceback masked), else None: `error` may go as it is."""
+        if not self._forms:
+            return None
+        text = "".join(traceback.format_exception(error))
+        masked = self.redact(text)
+        if masked == text:
+            return None
+        return RuntimeError(f"{type(error).__name__}: {self.redact(str(error))} (a secret value masked)\n{masked}")
 
     def names(self) -> list[str]:
         return sorted(self._values)
@@ -96,6 +129,20 @@ class SecretBox:
     def _missing(self, name: str) -> str:
         listed = ", ".join(self.names()) or "none"
         return f"backend {self._backend} has no secret '{name}' (it lists: {listed}); add it to the backend's secrets"
+
+
+def no_core_dumps() -> None:
+    """This process writes no core dump (which would hold its secrets) and, where
+    the kernel allows, is not dumpable (no ptrace or /proc/PID/mem by others of its user)."""
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ValueError, OSError):
+        pass
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # no prctl (not Linux): the limit alone
 
 
 def _private_dir() -> Path:

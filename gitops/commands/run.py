@@ -78,7 +78,9 @@ def run_command(args: argparse.Namespace) -> int:
         raise UsageError("--promote-token-file promotes from an environment: give --environment too")
     _register_secrets(args.repo, token, secret, git_token, args.promote_token)
     _redact_command_line()
-    from gitops.loop.secrets import load_identities
+    from gitops.loop.secrets import load_identities, no_core_dumps
+
+    no_core_dumps()  # it holds tokens, and the secrets' values once decrypted
 
     load_identities(args.age_identity)  # a bad identity file stops run before anything starts
     if args.ray_address is not None and not os.environ.get(CHILD_ENV):

@@ -4,7 +4,10 @@ Owns reading age identity files (`load_identities`: each must be readable by
 its owner only), the per-agent HMAC key in the state dir (`digest_key`, 0600)
 that tells a changed value without showing it, decrypting every declared
 secret of a commit (`decrypt`: a failure names the secret and its file,
-never content), `SecretsLoader` (the agent's loader: the spec loader's
+never content; each value is registered with the redactor at once,
+`gitops.redaction.register_secret_value`, so no status, history row, log
+line or error shows it), `no_core_dumps` (the agent holds tokens and
+values: no core dump, not dumpable), `SecretsLoader` (the agent's loader: the spec loader's
 desired state with each backend's keyed hashes filled in, and for a backend
 that restarts on a secret change, the hash folded into its version), and
 `SecretDelivery` (the goal API the agent uses: before a backend is applied,
@@ -17,10 +20,12 @@ from __future__ import annotations
 
 import ast
 import base64
+import ctypes
 import hashlib
 import hmac
 import json
 import os
+import resource
 import secrets as random_bytes
 import stat
 from pathlib import Path
@@ -29,6 +34,7 @@ from typing import Any, Callable, Protocol, Sequence
 import pyrage
 
 from gitops.errors import UserError
+from gitops.redaction import register_secret_value
 from gitops.sources.hashing import Tree
 from gitops.specs.documents import SpecError
 from gitops.specs.imports import module_files
@@ -42,6 +48,7 @@ from vocabulary.control.goal_api import GoalAPI
 from vocabulary.control.status import ClusterStatus
 
 __all__ = [
+    "no_core_dumps",
     "Identity", "load_identities", "digest_key", "keyed_hash", "decrypt", "SecretsLoader", "SecretDelivery",
     "defines_hook", "FileDigests", "assume_unchanged",
 ]
@@ -87,6 +94,20 @@ def keyed_hash(key: bytes, name: str, value: bytes) -> str:
     return hmac.new(key, name.encode() + b"\0" + value, hashlib.sha256).hexdigest()[:16]
 
 
+def no_core_dumps() -> None:
+    """This process writes no core dump (it would hold the tokens and values) and,
+    where the kernel has prctl, is not dumpable (no ptrace or /proc/PID/mem by
+    others of its user). The replica host does the same for its values."""
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ValueError, OSError):
+        pass
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (OSError, AttributeError):
+        pass
+
+
 def decrypt(
     tree: Tree, state: ServingState, identities: Sequence[Identity], only: set[str] | None = None
 ) -> tuple[dict[str, bytes], list[SpecError]]:
@@ -99,6 +120,7 @@ def decrypt(
         data = tree.read_files([declared.file])[declared.file]
         try:
             values[name] = pyrage.decrypt(_binary(data), list(identities))
+            register_secret_value(values[name])
         except (pyrage.DecryptError, ValueError):
             why = "no --age-identity given" if not identities else "no --age-identity given opens it, or it is corrupt"
             errors.append(SpecError(declared.file, 1, 1, f"secret '{name}' ({declared.file}) does not decrypt: {why}"))

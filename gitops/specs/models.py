@@ -121,6 +121,8 @@ DERIVED_MODEL_FIELDS = frozenset({"name"})
 # Environment variables whose names say they hold a credential: a literal
 # value there is a secret in plain text (docs/guides/secrets.md says what to do).
 _CREDENTIAL_NAME = re.compile(r".*(PASSWORD|PASSWD|TOKEN|SECRET|CREDENTIAL).*|.*_KEY|KEY", re.IGNORECASE)
+# scheme://user:password@host — a credential whatever the variable's name.
+_URL_PASSWORD = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s@:]*:[^/?#\s@]+@")
 _IMPORT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 
@@ -493,7 +495,14 @@ ModelSpec = create_model(
 
 def literal_credential(name: str, value: str) -> str | None:
     """Why an environment variable holds a credential in plain text, or None:
-    a name like *PASSWORD*, *TOKEN*, *SECRET* or *_KEY with a literal value."""
+    a name like *PASSWORD*, *TOKEN*, *SECRET* or *_KEY with a literal value,
+    or any value holding a URL with a password (`postgres://app:pw@host/db`)."""
+    if _URL_PASSWORD.search(value or "") is not None:
+        return (
+            f"'{name}' holds a URL with a password in it (scheme://user:PASSWORD@host): plain text in git, "
+            "in Ray and in every plan; declare the URL as [secrets.NAME] with an age-encrypted file and list it "
+            "in the backend's secrets (docs/guides/secrets.md)"
+        )
     if _CREDENTIAL_NAME.fullmatch(name) is None or not value:
         return None
     return (

@@ -11,4 +11,6 @@
   manifest) and the sources a `[models.NAME]` table may name;
   `model_stats`: what a node's model cache did, in the file its replicas
   write and its proxies read.
+- `secret_forms`: the forms a secret value takes in text (repr, base64,
+  percent-encoding ...), for the agent's and the replica's redaction.
 """
