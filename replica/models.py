@@ -213,7 +213,7 @@ class ModelCache:
             try:
                 self._fetch(source, target, deadline, progress)
             except TooLarge as error:
-                self._failed(digest)
+                self._failed(digest, str(error))
                 raise ModelError(f"model {name} ({source}): {error}") from None
             except FetchError as error:
                 raise ModelError(f"model {name} ({source}): {error}") from None
@@ -221,8 +221,9 @@ class ModelCache:
                 raise ModelError(f"model {name} ({source}): timed out (load_timeout_s)")
             got = digest_of(target, directory)
             if got != digest:
-                self._failed(digest)
-                raise ModelError(f"model {name} ({source}): its bytes have sha256 {got}, but git pins {digest}")
+                why = f"its bytes have sha256 {got}, but git pins {digest}"
+                self._failed(digest, why)
+                raise ModelError(f"model {name} ({source}): {why}")
             (self.root / "failed" / digest).unlink(missing_ok=True)
             _read_only(temp)
             self._evict_for(progress.done, keep=digest)
@@ -241,30 +242,29 @@ class ModelCache:
 
     # --- failed downloads -----------------------------------------------------------
 
-    def _failures(self, digest: str) -> tuple[int, float]:
+    def _failures(self, digest: str) -> tuple[int, float, str]:
         try:
             record = json.loads((self.root / "failed" / digest).read_text())
-            return int(record["count"]), float(record["at"])
+            return int(record["count"]), float(record["at"]), str(record.get("why", ""))
         except (OSError, ValueError, KeyError, TypeError):
-            return 0, 0.0
+            return 0, 0.0, ""
 
-    def _failed(self, digest: str) -> None:
-        count, _ = self._failures(digest)
+    def _failed(self, digest: str, why: str) -> None:
+        count, _, _ = self._failures(digest)
         path = self.root / "failed" / digest
         temp = path.with_suffix(f".{os.getpid()}.tmp")
-        temp.write_text(json.dumps({"count": count + 1, "at": time.time()}))
+        temp.write_text(json.dumps({"count": count + 1, "at": time.time(), "why": why[:500]}))
         os.replace(temp, path)
 
     def _check_backoff(self, name: str, source: str, digest: str) -> None:
-        count, at = self._failures(digest)
+        count, at, why = self._failures(digest)
         if not count:
             return
         wait = backoff_s(count) - (time.time() - at)
         if wait > 0:
             raise ModelError(
-                f"model {name} ({source}): {count} download(s) of it did not verify against the pinned sha256 "
-                f"{digest} (or did not fit the cache's cap); not downloaded again for {wait:.0f}s (back-off): "
-                "fix the pin or the source"
+                f"model {name} ({source}): {why or 'its download did not verify'} ({count} download(s) so far; "
+                f"not downloaded again for {wait:.0f}s, a back-off: fix the pin or the source)"
             )
 
     # --- eviction -------------------------------------------------------------------
