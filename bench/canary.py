@@ -31,7 +31,7 @@ import httpx
 import ray
 
 from controller.shell.ray_adapter import PROXY_PREFIX
-from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
+from tests.support.stack import eventually, met, named_actors, quick_backend, run, start_controller
 from controller.client import result
 from vocabulary.control.actor_apis import ProxyAPI, Remote
 from vocabulary.spec.endpoints import EndpointConfig

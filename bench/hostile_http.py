@@ -202,7 +202,7 @@ def signed_push(port: int) -> int:
 @contextlib.contextmanager
 def proxy_stack() -> Iterator[str]:
     from controller.cluster import init_ray, shutdown_ray
-    from tests.real.examples import serve_shipped_examples
+    from tests.support.examples import serve_shipped_examples
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["RAY_ADDRESS"] = "local"  # a Ray of our own, never another user's

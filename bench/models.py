@@ -205,7 +205,7 @@ def loads_real_stack(mix: list[str]) -> dict[str, Any]:
     from bench.stacks import own_ray
     from controller.cluster import init_ray, shutdown_ray
     from tests.conftest import GitRepo
-    from tests.real.support import AgentProcess
+    from tests.support.stack import AgentProcess
 
     work = Path(tempfile.mkdtemp(prefix="bench-multiplex-"))
     own_ray()

@@ -118,8 +118,8 @@ def leaked_actors(world: World) -> list[str]:
     import ray
 
     from controller.client import connect
-    from tests.real.support import run
-    from tests.reliability.faults import leaked_replicas
+    from tests.support.stack import run
+    from tests.support.faults import leaked_replicas
     from vocabulary.control.goal_api import DEFAULT_NAMESPACE
 
     os.environ["RAY_AUTH_MODE"] = "disabled"

@@ -21,7 +21,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from bench.soak_plan import Failure, Traffic
-from tests.reliability.load import FailureKind, classify
+from tests.support.load import FailureKind, classify
 
 __all__ = ["MixedLoad", "STREAM_EVENTS", "SESSION_MESSAGES"]
 

@@ -12,7 +12,7 @@ agent comes back where the clients connect, its state dir on a small tmpfs
 when root), finding each component's processes below this cluster's
 raylets (never another test's Ray), judging whether the cluster is whole,
 and doing each `soak_plan.FaultKind`. Reuses the reliability scenarios' parts
-(`tests.reliability.rayheads`, `.gitservers`, `.faults`).
+(`tests.support.rayheads`, `.gitservers`, `.faults`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import httpx
 from bench import machine
 from bench.soak_plan import FaultKind
 from tests.conftest import GitRepo
-from tests.real.support import free_port
-from tests.reliability.gitservers import HttpGitServer, Mode, Remote
-from tests.reliability.rayheads import RayHead, RedisServer
+from tests.support.stack import free_port
+from tests.support.gitservers import HttpGitServer, Mode, Remote
+from tests.support.rayheads import RayHead, RedisServer
 
 __all__ = ["World", "EXPECTED_REPLICAS", "NODE_IPS"]
 

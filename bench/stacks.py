@@ -1,6 +1,6 @@
 """The two systems as an operator runs them, for the update, rollout, fault and memory measurements.
 
-- `Ours`: `gitops run` (as a user starts it, `tests.real.support.AgentProcess`)
+- `Ours`: `gitops run` (as a user starts it, `tests.support.stack.AgentProcess`)
   on a throw-away git repository, joined to a local Ray this process starts;
   changes are git commits.
 - `Serve`: Ray Serve 2.60 on a local Ray with its dashboard, driven as from CI:
@@ -113,7 +113,7 @@ class Ours:
     def __init__(self, replicas: int = 1, two_backends: bool = False) -> None:
         from controller.cluster import init_ray
         from tests.conftest import GitRepo
-        from tests.real.support import AgentProcess
+        from tests.support.stack import AgentProcess
 
         import ray
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from bench.report import MEASUREMENTS, NO_PLOTS
 from bench import stacks
+from bench.report import MEASUREMENTS, NO_PLOTS
 
 ROOT = Path(__file__).resolve().parents[2]
 

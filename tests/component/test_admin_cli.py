@@ -14,8 +14,8 @@ from starlette.routing import Route
 from gitops.admin.access import AccessPolicy
 from gitops.admin.api import build_app
 from gitops.cli import main
-from tests.component.test_admin import FakeAgent
-from tests.security.listeners import serving
+from tests.support.admin import FakeAgent
+from tests.support.listeners import serving
 
 TOKEN = "cli-admin-token"
 

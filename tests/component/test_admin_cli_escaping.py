@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from gitops.cli import main
 from gitops.status.rollup import StatusFacts, roll_up
-from tests.security.listeners import serving
+from tests.support.listeners import serving
 
 RETITLE = "\x1b]0;owned\x07"
 CLEAR = "\x1b[2J\x9b3J"

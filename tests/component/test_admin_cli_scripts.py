@@ -18,9 +18,9 @@ from gitops.admin.access import AccessPolicy
 from gitops.admin.api import build_app, server
 from gitops.cli import main
 from gitops.reconcile.outcomes import HistoryEntry, Outcome
-from gitops.status.rollup import roll_up, StatusFacts
-from tests.component.test_admin import FakeAgent
-from tests.security.listeners import serving
+from gitops.status.rollup import StatusFacts, roll_up
+from tests.support.admin import FakeAgent
+from tests.support.listeners import serving
 
 APPLIED = HistoryEntry(commit="c" * 40, branch="main", author_time=1.0, summary="s", started_at=2.0,
                        finished_at=3.0, result=Outcome.APPLIED)

@@ -9,20 +9,20 @@ from pathlib import Path
 
 import pytest
 
+from gitops.delivery.evidence import Counts
+from gitops.delivery.promotion import PromotionError, PromotionRequest
 from gitops.loop.agent import Agent, AgentSettings
 from gitops.loop.environment_duties import EnvironmentDuties
-from gitops.delivery.evidence import Counts
 from gitops.loop.history import History
-from gitops.reconcile.outcomes import Outcome
 from gitops.loop.metrics import AgentMetrics
+from gitops.notifications.events import EventKind
+from gitops.reconcile.outcomes import Outcome
 from gitops.reconcile.planner import plan
-from gitops.delivery.promotion import PromotionError, PromotionRequest
 from gitops.specs.loading import Loader
 from gitops.status.rollup import SyncStatus
 from gitops.testing import FakeController, MemorySource
-from gitops.notifications.events import EventKind
-from tests.component.test_agent_loop import APP, spec
-from tests.component.test_agent_notifications import RecordingNotifier
+from tests.support.agent_loop import APP, spec
+from tests.support.notifiers import RecordingNotifier
 
 ALWAYS_DENY = '[[sync_windows]]\nkind = "deny"\nschedule = "* * * * *"\nduration_s = 120\ntimezone = "Europe/Berlin"\n'
 PROMOTION = (

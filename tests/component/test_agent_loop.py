@@ -8,80 +8,13 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable
 
-import pytest
-
-from vocabulary.spec.state import ServingState
-from gitops.loop.agent import Agent, AgentSettings, Planner, Trigger
-from gitops.loop.history import History
+from gitops.loop.agent import Trigger
 from gitops.reconcile.outcomes import Outcome
-from gitops.specs.loading import Loader
-from gitops.loop.metrics import AgentMetrics
 from gitops.reconcile.planner import plan
-from gitops.testing import FakeController, MemorySource
-
-APP = '''
-class Echo:
-    def __init__(self, label):
-        self.label = label
-
-    def __call__(self, request):
-        return self.label
-'''
-
-
-def spec(traffic: dict[str, float], backends: tuple[str, ...] = ("v1", "v2")) -> str:
-    text = ""
-    for name in backends:
-        text += f'[backends.{name}]\nimport_path = "deployments.apps.echo:Echo"\ninit_args = ["{name}"]\n\n'
-    weights = ", ".join(f"{k} = {v}" for k, v in traffic.items())
-    return text + f'[endpoints.echo]\nroute = "/echo"\ntraffic = {{ {weights} }}\n'
-
-
-@pytest.fixture
-def spec_repo(tmp_path: Path) -> MemorySource:
-    source = MemorySource(tmp_path / "exports")
-    source.write("deployments/__init__.py", "")
-    source.write("deployments/apps/__init__.py", "")
-    source.write("deployments/apps/echo.py", APP)
-    source.write("deployments/echo.toml", spec({"v1": 1.0}))
-    source.commit("v1 only")
-    return source
-
-
-def make_agent(
-    spec_repo: MemorySource, tmp_path: Path, controller: FakeController, *, planner: Planner = plan,
-    log: logging.Logger | None = None, **settings: Any,
-) -> Agent:
-    return Agent(
-        spec_repo,
-        controller,
-        History(tmp_path / "state" / "history.db"),
-        load=Loader().load_tree,
-        plan=planner,
-        metrics=AgentMetrics(),
-        settings=AgentSettings(**{"interval_s": 30.0, "resync_interval_s": 60.0, **settings}),
-        **({"log": log} if log is not None else {}),
-    )
-
-
-async def until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
-
-
-def tick(agent: Agent, full: bool = True):
-    return asyncio.run(agent.tick(full=full))
-
-
-def metric(agent: Agent, name: str) -> float:
-    for line in agent.metrics.render().decode().splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} not exported")
+from gitops.testing import FakeController
+from tests.support.agent_loop import APP, make_agent, metric, spec, tick, until
+from vocabulary.spec.state import ServingState
 
 
 def test_first_tick_applies_the_commit_and_reports_synced(spec_repo, tmp_path) -> None:

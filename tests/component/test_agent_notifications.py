@@ -9,32 +9,12 @@ from typing import Any
 from gitops.loop.agent import Agent, AgentSettings
 from gitops.loop.history import History
 from gitops.loop.metrics import AgentMetrics
-from gitops.notifications.events import Event, EventKind, TickOutcome, events_for
+from gitops.notifications.events import EventKind
 from gitops.reconcile.planner import plan
 from gitops.specs.loading import Loader
 from gitops.testing import FakeController, MemorySource
-from tests.component.test_agent_loop import spec, spec_repo, tick  # noqa: F401 (spec_repo: fixture)
-
-
-class RecordingNotifier:
-    """Stands in for `Notifier`: keeps every event, those announced and those of each tick's outcome."""
-
-    def __init__(self) -> None:
-        self.events: list[Event] = []
-        self._previous: TickOutcome | None = None
-
-    def publish(self, event: Event) -> None:
-        self.events.append(event)
-
-    def observe(self, outcome: TickOutcome) -> None:
-        self.events += events_for(self._previous, outcome)
-        self._previous = outcome
-
-    def health(self) -> dict[str, Any]:
-        return {}
-
-    def kinds(self, commit: str) -> list[EventKind]:
-        return [event.kind for event in self.events if event.commit == commit]
+from tests.support.agent_loop import spec, spec_repo, tick  # noqa: F401 (spec_repo: fixture)
+from tests.support.notifiers import RecordingNotifier
 
 
 def agent_with(spec_repo: MemorySource, tmp_path: Path, controller: FakeController, **settings: Any):

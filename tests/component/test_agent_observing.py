@@ -8,7 +8,7 @@ import logging
 
 from gitops.loop.agent import Trigger
 from gitops.testing import FakeController
-from tests.component.test_agent_loop import make_agent, spec_repo, until  # noqa: F401 — spec_repo is a fixture
+from tests.support.agent_loop import make_agent, spec_repo, until  # noqa: F401 — spec_repo is a fixture
 from vocabulary.control.request_stats import RequestStats
 
 
@@ -66,8 +66,8 @@ def test_ready_is_set_once_the_first_tick_is_over(spec_repo, tmp_path) -> None:
 def test_a_rollout_seen_stopping_between_polls_is_recorded_at_once(spec_repo, tmp_path) -> None:
     """The poll is 30 s away; the observer's reading of the abort brings the tick that records it."""
     from gitops.reconcile.outcomes import Outcome
-    from tests.component.test_agent_loop import spec
-    from tests.component.test_agent_rollouts import rollout
+    from tests.support.agent_loop import spec
+    from tests.support.rollouts import rollout
     from vocabulary.control.rollouts import RolloutPhase
 
     controller = FakeController()

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import httpx
 
-from vocabulary.spec.rollout_config import RolloutConfig
-from vocabulary.control.rollouts import Check, CheckName, Rollout, RolloutPhase
 from gitops.admin.api import build_app
 from gitops.reconcile.outcomes import Outcome
 from gitops.testing import FakeController, MemorySource
-from tests.component.test_agent_loop import make_agent, metric, spec, spec_repo, tick  # noqa: F401 (fixture)
+from tests.support.agent_loop import make_agent, metric, spec, spec_repo, tick  # noqa: F401 (fixture)
+from vocabulary.control.rollouts import Check, CheckName, Rollout, RolloutPhase
+from vocabulary.spec.rollout_config import RolloutConfig
 
 
 def reverting(spec_repo: MemorySource, tmp_path: Path, controller: FakeController):

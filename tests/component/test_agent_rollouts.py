@@ -5,19 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vocabulary.spec.rollout_config import RolloutConfig
-from vocabulary.control.rollouts import Check, CheckName, Rollout, RolloutPhase, StepRecord
 from gitops.reconcile.outcomes import Outcome
 from gitops.status.rollup import SyncStatus
 from gitops.testing import FakeController, MemorySource
-from tests.component.test_agent_loop import make_agent, spec, spec_repo, tick  # noqa: F401 (spec_repo: fixture)
-
-BROKEN = Check(name=CheckName.ERROR_RATIO, backend="v2", measured=0.2, threshold=0.01, passed=False)
-
-
-def rollout(phase: RolloutPhase) -> Rollout:
-    return Rollout(endpoint="echo", before={"v1": 1.0}, target={"v1": 0.5, "v2": 0.5}, config=RolloutConfig(),
-                   phase=phase, step_started_at=0.0, checks=(BROKEN,) if phase is RolloutPhase.ABORTED else ())
+from tests.support.agent_loop import make_agent, spec, spec_repo, tick  # noqa: F401 (spec_repo: fixture)
+from tests.support.rollouts import rollout
+from vocabulary.control.rollouts import Check, CheckName, RolloutPhase, StepRecord
 
 
 def test_an_aborted_rollout_is_recorded_once_against_the_applied_commit(spec_repo: MemorySource, tmp_path: Path) -> None:

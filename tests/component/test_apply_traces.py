@@ -9,26 +9,25 @@ import asyncio
 from pathlib import Path
 from typing import Sequence
 
+import httpx
+import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gitops.loop.agent import Agent, AgentSettings
-import httpx
-import pytest
-
 from gitops.admin.access import AccessPolicy
 from gitops.admin.api import build_app
-from gitops.reconcile.apply_traces import APPLY_SPAN, SpanRecord, TraceRing, trace_json
 from gitops.commands.remote import render_trace
-from tests.component.test_admin import FakeAgent
-from tests.real.receivers import Receiver
+from gitops.loop.agent import Agent, AgentSettings
 from gitops.loop.history import History
 from gitops.loop.metrics import AgentMetrics
+from gitops.process.tracing import OtlpTraceSink
+from gitops.reconcile.apply_traces import APPLY_SPAN, SpanRecord, TraceRing, trace_json
 from gitops.reconcile.planner import plan
 from gitops.specs.loading import Loader
 from gitops.testing import FakeController, MemorySource
-from gitops.process.tracing import OtlpTraceSink
-from tests.component.test_agent_loop import spec, spec_repo  # noqa: F401 — the fixture
+from tests.support.admin import FakeAgent
+from tests.support.agent_loop import spec, spec_repo  # noqa: F401 — the fixture
+from tests.support.receivers import Receiver
 
 __all__ = ["spec_repo"]
 

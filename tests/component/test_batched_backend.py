@@ -14,17 +14,16 @@ import httpx
 import pytest
 from starlette.requests import Request
 
-from vocabulary.control.actor_apis import ReplicaHandle
 from proxy.app import ProxyApp
 from proxy.pool.replica_calls import ReplicaCalls
-from proxy.settings import ProxySettings
 from proxy.routes.subscriptions import Subscriptions
+from proxy.settings import ProxySettings
 from replica.host import Replica
-from vocabulary.spec.backends import BackendConfig
+from vocabulary.control.actor_apis import ReplicaHandle
 from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
-from vocabulary.spec.backends import BatchingConfig
+from vocabulary.request_path.wire import CallResult, TimedRequest, WireRequest, WireResponse
+from vocabulary.spec.backends import BackendConfig, BatchingConfig
 from vocabulary.spec.endpoints import EndpointConfig
-from vocabulary.request_path.wire import TimedRequest, CallResult, WireRequest, WireResponse
 
 
 class Upper:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from starlette.requests import Request
 
+from deployments.apps.greeter import Greeter
+from gitops.specs.loading import Loader
 from vocabulary.spec.endpoints import ShadowCompare
 from vocabulary.spec.rollout_config import OnFailure
-from gitops.specs.loading import Loader
-from deployments.apps.greeter import Greeter
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,12 +19,13 @@ from pydantic import ValidationError
 from proxy.app import ProxyApp
 from proxy.observability.capture import CaptureWriter
 from proxy.observability.redacting import Exchange, Redaction
-from proxy.settings import ProxySettings
 from proxy.routes.subscriptions import Subscriptions
-from tests.component.test_proxy_app import FakeCaller, FakeReplica, replica_set
+from proxy.settings import ProxySettings
+from tests.support.capture import Counts
+from tests.support.proxy_app import FakeCaller, FakeReplica, replica_set
 from vocabulary.control.longpoll import RouteEntry, RouteTable
-from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig
 from vocabulary.request_path.wire import WireRequest, WireResponse
+from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig
 
 SECRETS = ("hunter2-password", "4111-1111-1111-1111", "sk-live-api-key", "Bearer tok-xyz", "session=abc123",
            "resp-token-42", "nested-list-secret")
@@ -59,14 +60,6 @@ async def _post(app: ProxyApp, body: bytes, headers: dict[str, str] | None = Non
 
 def _records(directory: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for path in sorted(directory.glob("*.jsonl")) for line in path.read_text().splitlines()]
-
-
-class Counts:
-    def __init__(self) -> None:
-        self.results: list[str] = []
-
-    def __call__(self, result: str) -> None:
-        self.results.append(result)
 
 
 def test_records_carry_the_commit_and_never_a_redacted_field(tmp_path: Path) -> None:

@@ -16,13 +16,13 @@ import pytest
 
 from proxy.app import ProxyApp
 from proxy.observability.capture import CaptureWriter
-from proxy.settings import ProxySettings
 from proxy.routes.subscriptions import Subscriptions
-from tests.component.test_capture import Counts
-from tests.component.test_proxy_app import FakeCaller, FakeReplica, replica_set
+from proxy.settings import ProxySettings
+from tests.support.capture import Counts
+from tests.support.proxy_app import FakeCaller, FakeReplica, replica_set
 from vocabulary.control.longpoll import RouteEntry, RouteTable
-from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig
 from vocabulary.request_path.wire import WireRequest, WireResponse
+from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig
 
 
 @pytest.fixture()

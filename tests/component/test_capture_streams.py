@@ -16,16 +16,16 @@ import httpx
 
 from proxy.app import ProxyApp
 from proxy.observability.capture import CaptureWriter
-from proxy.settings import ProxySettings
 from proxy.routes.subscriptions import Subscriptions
-from tests.component.test_proxy_app import FakeCaller, FakeReplica, replica_set
-from tests.component.test_proxy_streaming import Client as StreamClient
-from tests.component.test_proxy_streaming import StreamingCaller, StreamingReplica
-from tests.component.test_proxy_websockets import Client as SocketClient
-from tests.component.test_proxy_websockets import EchoReplica, SocketCaller
+from proxy.settings import ProxySettings
+from tests.support.proxy_app import FakeCaller, FakeReplica, replica_set
+from tests.support.streams import Client as StreamClient
+from tests.support.streams import StreamingCaller, StreamingReplica
+from tests.support.websockets import Client as SocketClient
+from tests.support.websockets import EchoReplica, SocketCaller
 from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
-from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig
 from vocabulary.request_path.wire import WireRequest, WireResponse
+from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig
 
 
 def _capture(tmp_path: Path, **settings: Any) -> CaptureConfig:

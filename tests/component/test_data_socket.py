@@ -18,17 +18,15 @@ from typing import Awaitable, Callable
 import pytest
 import uvloop
 
-from vocabulary.control.actor_apis import ReplicaHandle
+from datalink.frames import BODY_PIECE_BYTES, PIECES_ABOVE, Frame, FrameDecoder, Kind, Opening, Window, encode, encode_piece
 from proxy.pool.calling import HandlerError, ReplicaDiedError
 from proxy.pool.replica_calls import ReplicaCalls
 from proxy.pool.socketcalls import DataConnections
 from replica.host import Replica
+from tests.support.data_path import APPS, App, Calls, FakeHandle, RecordingFallback
+from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.request_path.wire import DataAddress, StreamStart, WireRequest, make_request
 from vocabulary.spec.backends import BackendConfig
-from tests.component.data_path import APPS, App, Calls, FakeHandle, RecordingFallback
-from datalink.frames import BODY_PIECE_BYTES, PIECES_ABOVE, Frame, FrameDecoder, Kind, Opening, Window, encode, encode_piece
-from vocabulary.request_path.wire import DataAddress
-from vocabulary.request_path.wire import StreamStart, WireRequest, make_request
-
 
 
 class Scene:

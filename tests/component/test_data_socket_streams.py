@@ -20,16 +20,15 @@ import uvloop
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from vocabulary.control.actor_apis import ReplicaHandle
+from datalink.frames import Frame, FrameDecoder, Kind, Opening, Window, encode
+from proxy.pipeline.streaming import StreamEnd, relay
 from proxy.pool.calling import HandlerError, ReplicaDiedError
 from proxy.pool.socketcalls import DataConnections
-from proxy.pipeline.streaming import StreamEnd, relay
 from replica.host import Replica
+from tests.support.data_path import Calls, FakeHandle, RecordingFallback
+from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.request_path.wire import CallResult, DataAddress, StreamStart, TimedRequest, WireRequest, make_request
 from vocabulary.spec.backends import BackendConfig
-from tests.component.data_path import Calls, FakeHandle, RecordingFallback
-from datalink.frames import Frame, FrameDecoder, Kind, Opening, Window, encode
-from vocabulary.request_path.wire import DataAddress
-from vocabulary.request_path.wire import TimedRequest, CallResult, StreamStart, WireRequest, make_request
 
 MODULE = __name__
 

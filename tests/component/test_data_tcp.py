@@ -15,16 +15,15 @@ from typing import Any, Awaitable, Callable
 import pytest
 import uvloop
 
-from vocabulary.control.actor_apis import ReplicaHandle
+from datalink.frames import Kind, encode
+from datalink.handshake import HELLO_BYTES, MAGIC, Handshake, Role
 from proxy.pool.calling import ReplicaDiedError
 from proxy.pool.socketcalls import DataConnections, connect_tcp
 from replica.host import Replica
+from tests.support.data_path import APPS, App, Calls, FakeHandle, RecordingFallback
+from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.request_path.wire import DataAddress, StreamStart, WireRequest, make_request
 from vocabulary.spec.backends import BackendConfig
-from tests.component.data_path import APPS, App, Calls, FakeHandle, RecordingFallback
-from datalink.frames import Kind, encode
-from datalink.handshake import HELLO_BYTES, MAGIC, Handshake, Role
-from vocabulary.request_path.wire import DataAddress
-from vocabulary.request_path.wire import StreamStart, WireRequest, make_request
 
 LOOPBACK = "127.0.0.1"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import ast
 import re
 import shutil
-import tomllib
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -20,8 +20,8 @@ from gitops.cli import main
 from gitops.commands.init import SCAFFOLD
 from gitops.loop.metrics import AgentMetrics
 from proxy.observability.metrics import ProxyMetrics
+from tests.support.docs import ROOT
 
-ROOT = docgen.ROOT
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 # A TOML block preceded by one of these comments is left out: a deliberate fragment (say, one
 # table of a larger spec), or another TOML file (a notify file, an editor's config).

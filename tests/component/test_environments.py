@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from gitops.specs.environments import overridable_keys
-from gitops.specs.loading import Loader
-from gitops.sources.trees import MemoryTree
 from gitops.delivery.gates import Requirement, RequirementKind
 from gitops.delivery.windows import WindowKind
-from tests.component.test_loading import ECHO_PY, ECHO_TOML
+from gitops.sources.trees import MemoryTree
+from gitops.specs.environments import overridable_keys
+from gitops.specs.loading import Loader
+from tests.support.specs import ECHO_PY, ECHO_TOML
 
 
 def tree(environments: dict[str, str]) -> MemoryTree:

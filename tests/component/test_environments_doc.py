@@ -8,7 +8,7 @@ import re
 from gitops.sources.trees import MemoryTree
 from gitops.specs.environments import overridable_keys
 from gitops.specs.loading import Loader
-from tests.component.test_docs import ROOT
+from tests.support.docs import ROOT
 
 PAGE = (ROOT / "docs" / "guides" / "environments.md").read_text()
 BLOCKS = re.findall(r"```toml\n(.*?)```", PAGE, re.DOTALL)

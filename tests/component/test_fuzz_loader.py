@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gitops.specs.loading import LoadResult, Loader
 from gitops.sources.trees import MemoryTree
+from gitops.specs.loading import Loader, LoadResult
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 APP = "class Echo:\n    def __call__(self, request):\n        return 1\n\ndef hello(request):\n    return 1\n"

@@ -40,7 +40,7 @@ from docgen import ROOT
 from gitops.cli import build_parser
 from gitops.errors import UserError
 from gitops.loop.secrets import load_identities
-from tests.component.kustomize_subset import load_documents, render
+from tests.support.kustomize_subset import load_documents, render
 
 KUBE = ROOT / "contrib" / "kubernetes"
 ENVIRONMENTS = ("dev", "staging", "prod")

@@ -1,4 +1,4 @@
-"""The kustomize subset of tests/component/kustomize_subset.py renders as kustomize does,
+"""The kustomize subset of tests/support/kustomize_subset.py renders as kustomize does,
 and refuses what it does not implement, naming the file."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.component.kustomize_subset import (
+from tests.support.kustomize_subset import (
     KustomizeError,
     json_merge,
     render,

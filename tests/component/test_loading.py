@@ -4,49 +4,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from gitops.sources.trees import MemoryTree
+from gitops.specs.loading import DesiredState, Loader, LoadResult, SpecError
+from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS, DERIVED_MODEL_FIELDS
+from tests.support.specs import ECHO_PY, ECHO_TOML
 from vocabulary.spec.backends import AutoscalingConfig, BackendConfig, BatchingConfig, ModelConfig, UpdateConfig
 from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig, LimitsConfig, MatchRule, TracingConfig
 from vocabulary.spec.rollout_config import MetricCheck, RolloutConfig
 from vocabulary.spec.routing import MultiplexConfig, RoutingConfig
-from gitops.specs.loading import DesiredState, LoadResult, Loader, SpecError
-from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS, DERIVED_MODEL_FIELDS
-from gitops.sources.trees import MemoryTree
-
-ECHO_PY = """
-class Echo:
-    def __init__(self, label):
-        self.label = label
-
-    async def __call__(self, request):
-        return self.label
-
-
-def hello(request):
-    return "hello"
-"""
-
-ECHO_TOML = """
-[backends.echo-v1]
-import_path = "apps.echo:Echo"
-init_args = ["v1"]
-num_replicas = 2
-user_config = { greeting = "hi" }
-ray_actor_options = { num_cpus = 0.1 }
-runtime_env = { env_vars = { MODE = "prod" } }
-
-[backends.echo-v2]
-import_path = "apps.echo:Echo"
-init_args = ["v2"]
-
-[backends.echo-v2.autoscaling]
-min_replicas = 1
-max_replicas = 4
-target_ongoing_requests = 3
-
-[endpoints.echo]
-route = "/echo"
-traffic = { echo-v1 = 0.9, echo-v2 = 0.1 }
-"""
 
 
 def tree(specs: dict[str, str], code: dict[str, str] | None = None) -> MemoryTree:

@@ -4,8 +4,8 @@ their locations) is the one a fresh loader gives."""
 
 from __future__ import annotations
 
-from gitops.specs.loading import LoadResult, Loader
 from gitops.sources.trees import MemoryTree
+from gitops.specs.loading import Loader, LoadResult
 
 APP = """
 class Echo:

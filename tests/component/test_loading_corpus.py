@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gitops.specs.loading import Loader
 from gitops.sources.trees import MemoryTree
+from gitops.specs.loading import Loader
 
 CORPUS = Path(__file__).resolve().parent.parent / "spec_corpus"
 SHARED = CORPUS / "_shared"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from vocabulary.spec.state import ServingState
 from gitops.specs.loading import Loader
+from vocabulary.spec.state import ServingState
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

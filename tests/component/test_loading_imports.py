@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gitops.specs.imports import AttributeKind, resolve_import
 from gitops.sources.trees import MemoryTree
+from gitops.specs.imports import AttributeKind, resolve_import
 
 MODULE = '''
 import os as operating_system

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from gitops.reconcile.applying import ApplyResult, Progress, ProgressKind
-from gitops.sources.source import Revision
 from gitops.loop.ticks import TickReport, Trigger, progress_line, reconcile_event
-from gitops.reconcile.outcomes import HistoryEntry, Outcome
 from gitops.process.logs import configure_logging, event_fields, with_fields
+from gitops.reconcile.applying import ApplyResult, Progress, ProgressKind
+from gitops.reconcile.outcomes import HistoryEntry, Outcome
 from gitops.reconcile.plans import Action, ActionKind, Plan
+from gitops.sources.source import Revision
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ from gitops.commands.remote import render_status
 from gitops.status.rollup import StatusFacts, roll_up
 from replica.model_fetching import FetchProgress, fetch
 from replica.models import ModelCache
-from vocabulary.spec.backends import BackendConfig, ModelConfig
-from vocabulary.replicas.model_digests import manifest_digest
 from vocabulary.control.status import BackendStatus, ClusterStatus, ModelStaging, staging_lines
+from vocabulary.replicas.model_digests import manifest_digest
+from vocabulary.spec.backends import BackendConfig, ModelConfig
 
 DIGEST = "9f86d081" + "0" * 56
 

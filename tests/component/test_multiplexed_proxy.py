@@ -9,17 +9,17 @@ import json
 from collections import OrderedDict
 from typing import Sequence
 
+from proxy.app import NullRecorder
+from proxy.observability.metrics import ProxyMetrics
 from ray_gitops import registry
 from ray_gitops.model_slots import ModelSlots
 from ray_gitops.registry import current_model_id, current_request
-from proxy.app import NullRecorder
-from proxy.observability.metrics import ProxyMetrics
 from replica.host import call_handler
-from tests.component.test_proxy_app import FakeReplica, Proxy, get, run
+from tests.support.proxy_app import FakeReplica, Proxy, get, run
 from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet
-from vocabulary.spec.routing import MultiplexConfig
 from vocabulary.request_path.multiplexing import RequestModels, parse_report, report
 from vocabulary.request_path.wire import LOAD_HEADER, MODELS_HEADER, WireRequest, WireResponse
+from vocabulary.spec.routing import MultiplexConfig
 
 
 class Served(NullRecorder):

@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from proxy.shell.shared_ports import private_dir
 from proxy.observability.node_mismatches import NodeMismatchLog
 from proxy.observability.shadow_compare import Mismatch
+from proxy.shell.shared_ports import private_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 OTHER_WORKER = """

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from gitops.delivery.evidence import Counts, counts, metrics_urls
-
 from gitops.delivery.gates import Evidence, PromotionSettings, PromotionState, advance, parse_requirement, promotion_body
 from vocabulary.control.status import ClusterStatus, ProxyState, ProxyStatus
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from vocabulary.control.actor_apis import ReplicaHandle
 from proxy.pool.calling import HandlerError, ReplicaDiedError
 from proxy.pool.coalescing import Coalescer
-from vocabulary.request_path.wire import TimedRequest, CallOutcome, CallResult, WireRequest, WireResponse, make_request
+from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.request_path.wire import CallOutcome, CallResult, TimedRequest, WireRequest, WireResponse, make_request
 
 WINDOW_S = 0.05
 

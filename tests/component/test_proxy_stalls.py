@@ -16,12 +16,12 @@ import httpx
 
 from proxy.app import NullRecorder, ProxyApp
 from proxy.pool.calling import Batching
-from proxy.settings import ProxySettings
 from proxy.routes.subscriptions import Subscriptions
+from proxy.settings import ProxySettings
 from vocabulary.control.actor_apis import ReplicaHandle
 from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
-from vocabulary.spec.endpoints import EndpointConfig
 from vocabulary.request_path.wire import WireRequest, WireResponse
+from vocabulary.spec.endpoints import EndpointConfig
 
 
 class Replica:

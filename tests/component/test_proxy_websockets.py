@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import random
 import socket
-from typing import Any, AsyncGenerator, AsyncIterator
+from typing import Any, AsyncIterator
 
 import pytest
 from websockets.asyncio.client import connect as ws_connect
@@ -18,57 +18,13 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from httpedge.server import Server
 from proxy.app import ProxyApp
-from proxy.pool.calling import HandlerError, ReplicaDiedError
 from proxy.observability.metrics import ProxyMetrics
-from proxy.settings import ProxySettings
 from proxy.routes.subscriptions import Subscriptions
-from tests.pure.test_metrics_proxy import value
+from proxy.settings import ProxySettings
+from tests.support.metrics import value
+from tests.support.websockets import Client, EchoReplica, Message, Recorded, SocketCaller
 from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from vocabulary.spec.endpoints import EndpointConfig
-from vocabulary.control.actor_apis import ReplicaHandle
-from vocabulary.request_path.wire import WireRequest
-
-Message = dict[str, Any]
-
-
-class EchoReplica:
-    """Accepts, then echoes each client message until the client leaves (or it dies)."""
-
-    def __init__(self, dies: bool = False, refuses: bool = False, raises: bool = False,
-                 gone: bool = False) -> None:
-        self.dies = dies
-        self.gone = gone  # dead before it answers the handshake (killed moments before the proxy learned)
-        self.refuses = refuses
-        self.raises = raises
-        self.pushed: list[Message] = []
-        self.requests: list[WireRequest] = []
-        self.inbox: asyncio.Queue[Message] = asyncio.Queue()
-
-
-class SocketCaller:
-    async def open_websocket(self, handle: ReplicaHandle, websocket_id: str,
-                          request: WireRequest) -> AsyncGenerator[Message, None]:
-        handle.actor.requests.append(request)
-        if handle.actor.gone:
-            raise ReplicaDiedError("gone before the handshake")
-        if handle.actor.refuses:
-            yield {"type": "websocket.close", "code": 1000}
-            return
-        yield {"type": "websocket.accept"}
-        if handle.actor.dies:
-            raise ReplicaDiedError("gone")
-        if handle.actor.raises:
-            raise HandlerError("boom")
-        while True:
-            message = await handle.actor.inbox.get()
-            if message["type"] == "websocket.disconnect":
-                return
-            yield {"type": "websocket.send", "text": "echo: " + message["text"]}
-
-    async def push(self, handle: ReplicaHandle, websocket_id: str, message: Message) -> bool:
-        handle.actor.pushed.append(message)
-        handle.actor.inbox.put_nowait(message)
-        return True
 
 
 def proxy(replica: EchoReplica | None, recorder: Any = None, *more: EchoReplica, seed: int = 0) -> ProxyApp:
@@ -83,50 +39,6 @@ def proxy(replica: EchoReplica | None, recorder: Any = None, *more: EchoReplica,
         "replicas:v1": (3, ReplicaSet(backend="v1", max_concurrent_queries=10, replicas=replicas)),
     }))
     return app
-
-
-class Recorded:
-    """A recorder that keeps what it was told."""
-
-    def __init__(self) -> None:
-        self.sessions: list[tuple[str, str, int]] = []
-        self.first_bytes: list[tuple[str, str]] = []
-        self.requests: list[tuple[str, str, int]] = []
-
-    def session_done(self, endpoint: str, backend: str, code: int) -> None:
-        self.sessions.append((endpoint, backend, code))
-
-    def first_byte(self, endpoint: str, backend: str, seconds: float) -> None:
-        assert seconds >= 0
-        self.first_bytes.append((endpoint, backend))
-
-    def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None:
-        self.requests.append((endpoint, backend, code))
-
-
-class Client:
-    """Sends `script` after connecting; leaves (a disconnect in the script) only
-    once `echoes` messages came back; stays connected when the script is done."""
-
-    def __init__(self, script: list[Message], echoes: int = 0) -> None:
-        self.script = [{"type": "websocket.connect"}, *script]
-        self.echoes = echoes
-        self.sent: list[Message] = []
-        self.echoed = asyncio.Event()
-        if echoes == 0:
-            self.echoed.set()
-
-    async def receive(self) -> Message:
-        if not self.script:
-            return await asyncio.get_running_loop().create_future()  # never leaves
-        if self.script[0]["type"] == "websocket.disconnect":
-            await self.echoed.wait()
-        return self.script.pop(0)
-
-    async def send(self, message: Message) -> None:
-        self.sent.append(message)
-        if sum(m["type"] == "websocket.send" for m in self.sent) == self.echoes:
-            self.echoed.set()
 
 
 class Realistic(Client):

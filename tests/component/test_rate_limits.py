@@ -11,7 +11,7 @@ from gitops.specs.models import check_endpoint
 from proxy.observability.metrics import ProxyMetrics
 from proxy.routes.rate_limits import LocalBuckets, TenantLimit, node_share, take_token
 from proxy.shell.shared_buckets import SharedBuckets
-from tests.component.test_proxy_app import FakeReplica, Proxy, replica_set, run
+from tests.support.proxy_app import FakeReplica, Proxy, replica_set, run
 from vocabulary.control.longpoll import RouteEntry, RouteTable
 from vocabulary.spec.endpoints import EndpointConfig, LimitsConfig
 

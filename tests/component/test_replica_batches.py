@@ -10,8 +10,8 @@ import pytest
 from starlette.requests import Request
 
 from replica.host import Replica
+from vocabulary.request_path.wire import CallOutcome, CallResult, TimedRequest, make_request
 from vocabulary.spec.backends import BackendConfig
-from vocabulary.request_path.wire import TimedRequest, CallOutcome, CallResult, make_request
 
 MODULE = __name__
 

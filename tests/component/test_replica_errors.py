@@ -8,8 +8,8 @@ import pytest
 from starlette.requests import Request
 
 from replica.host import Replica
-from vocabulary.spec.backends import BackendConfig
 from vocabulary.request_path.wire import make_request
+from vocabulary.spec.backends import BackendConfig
 
 MODULE = __name__
 

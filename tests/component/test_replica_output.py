@@ -13,8 +13,8 @@ from gitops.commands.remote import parse_duration
 from gitops.errors import UsageError
 from gitops.redaction import MASK, register_secret
 from replica.own_output import TAIL_BYTES, OwnOutput
-from tests.component.test_admin import FakeAgent
-from tests.security.listeners import serving
+from tests.support.admin import FakeAgent
+from tests.support.listeners import serving
 from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
 
 

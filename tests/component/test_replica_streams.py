@@ -9,16 +9,16 @@ import contextlib
 from typing import Any, AsyncIterator, Iterator
 
 import pytest
-
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from replica.asgi import is_asgi_app
 from replica.host import Replica
-from vocabulary.spec.backends import BackendConfig
 from replica.streams import StreamTable
 from vocabulary.request_path.wire import StreamStart, make_request, with_root_path
+from vocabulary.spec.backends import BackendConfig
+
 
 class AsyncTicks:
     async def __call__(self, request: Request) -> AsyncIterator[str]:

@@ -8,7 +8,7 @@ import pytest
 
 from gitops.commands.run import join_ray
 from gitops.errors import UserError
-from tests.pure.test_rayversions import RAY_ERROR
+from tests.support.rayversions import RAY_ERROR
 
 
 def refuse(message: str) -> Callable[[], None]:

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 
 from controller.state.ownership import claim
-from vocabulary.control.ownership import Owner
 from gitops.commands.run import take_charge
 from gitops.errors import UserError
+from vocabulary.control.ownership import Owner
 
 SOURCE = SimpleNamespace(location="/srv/repo", branch="main")
 

@@ -13,9 +13,9 @@ import pytest
 
 from controller.state.secrets import SecretKeeper, SecretsNotHeld
 from gitops.loop.secrets import SecretDelivery, SecretsLoader, keyed_hash
-from ray_gitops.serving import Secret
 from gitops.sources.trees import MemoryTree
 from gitops.specs.loading import Loader
+from ray_gitops.serving import Secret
 from replica.secrets import SecretBox, SecretMissing
 from vocabulary.spec.backends import BackendConfig
 from vocabulary.spec.state import ServingState

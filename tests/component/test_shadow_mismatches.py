@@ -16,7 +16,7 @@ import httpx
 from gitops.admin.access import AccessPolicy
 from gitops.admin.api import build_app
 from gitops.admin.shadow_mismatches import collector, merge, proxies_to_ask
-from tests.component.test_admin import FakeAgent
+from tests.support.admin import FakeAgent
 from vocabulary.control.status import ClusterStatus, ProxyState, ProxyStatus
 
 TOKEN = b"admin-token"

@@ -6,36 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from gitops.reconcile.outcomes import HistoryEntry, Outcome
+from gitops.reconcile.outcomes import Outcome
 from gitops.status.rollup import AgentStatus, StatusFacts, SyncStatus, roll_up
+from tests.support.status import BASE, SHA_A, cluster, entry
 from vocabulary.control.longpoll import ReplicaState
-from vocabulary.control.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
+from vocabulary.control.status import ReplicaStatus
 
-SHA_A = "a" * 40
 SHA_B = "b" * 40
-
-
-def entry(commit: str = SHA_A, result: Outcome = Outcome.APPLIED, errors: tuple[str, ...] = ()) -> HistoryEntry:
-    return HistoryEntry(
-        commit=commit, branch="main", author_time=1.0, summary="msg", started_at=10.0,
-        finished_at=11.0, result=result, errors=errors,
-    )
-
-
-def running(replica_id: str, version: str = "v1") -> ReplicaStatus:
-    return ReplicaStatus(replica_id=replica_id, state=ReplicaState.RUNNING, version=version, node_id="n")
-
-
-def cluster(ready: int = 2, target: int = 2, last_error: str = "", extra: tuple[ReplicaStatus, ...] = ()) -> ClusterStatus:
-    replicas = tuple(running(f"r{i}") for i in range(ready)) + extra
-    return ClusterStatus(
-        backends={"echo": BackendStatus(version="v1", target_replicas=target, replicas=replicas, last_error=last_error)},
-        endpoints={"echo": EndpointStatus(route="/echo", traffic={"echo": 1.0})},
-    )
-
-
-BASE = StatusFacts(repo="/r", branch="main", path="deployments", last_attempt=entry(), last_applied=entry(),
-                   cluster=cluster())
 
 
 @pytest.mark.parametrize(
@@ -102,7 +79,6 @@ def test_json_form_uses_flux_field_names() -> None:
         "message": f"applied revision main@{SHA_A[:7]}",
     }
     assert data["last_applied_revision"] == SHA_A
-
 
 
 def test_json_form_parses_back_into_the_same_status() -> None:

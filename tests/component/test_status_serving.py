@@ -8,7 +8,7 @@ from dataclasses import replace
 from gitops.commands.remote import render_status
 from gitops.status.backend_health import ErrorLog, Serving
 from gitops.status.rollup import SyncStatus, roll_up
-from tests.component.test_status import BASE, cluster
+from tests.support.status import BASE, cluster
 from vocabulary.control.request_stats import RequestStats, bucket_of
 from vocabulary.control.status import HandlerError
 

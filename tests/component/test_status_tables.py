@@ -3,31 +3,12 @@
 from __future__ import annotations
 
 from gitops.commands.remote import render_history, render_status
-from gitops.reconcile.outcomes import HistoryEntry, Outcome
 from gitops.reconcile.rollback import Quarantine, RollbackReason
 from gitops.status.rollup import AgentStatus, StatusFacts, roll_up
-from vocabulary.control.longpoll import ReplicaState
-from vocabulary.spec.rollout_config import RolloutConfig
+from tests.support.status_tables import SHA, agent_status
 from vocabulary.control.rollouts import Check, CheckName, Rollout, StepRecord
-from vocabulary.control.status import BackendStatus, ClusterStatus, EndpointStatus, ProxyState, ProxyStatus, ReplicaStatus
-
-SHA = "0123456789abcdef" * 2 + "01234567"
-
-
-def agent_status(**facts) -> AgentStatus:
-    version = "abcdef1234567890"
-    replicas = tuple(
-        ReplicaStatus(replica_id=f"r{i}", state=ReplicaState.RUNNING, version=version) for i in range(2)
-    )
-    cluster = ClusterStatus(
-        backends={"echo-v1": BackendStatus(version=version, target_replicas=2, replicas=replicas, commit=SHA)},
-        endpoints={"echo": EndpointStatus(route="/echo", traffic={"echo-v1": 0.9, "echo-v2": 0.1})},
-    )
-    entry = HistoryEntry(commit=SHA, branch="main", author_time=0, summary="s", started_at=0, finished_at=1,
-                         result=Outcome.APPLIED)
-    base = dict(repo="/srv/repo", branch="main", path="deployments", last_attempt=entry, last_applied=entry,
-                cluster=cluster)
-    return roll_up(StatusFacts(**{**base, **facts}))
+from vocabulary.control.status import ClusterStatus, ProxyState, ProxyStatus
+from vocabulary.spec.rollout_config import RolloutConfig
 
 
 def test_status_table_shows_status_commits_backends_and_traffic() -> None:

@@ -13,14 +13,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from proxy.app import ProxyApp
-from proxy.settings import ProxySettings
-from proxy.routes.subscriptions import Subscriptions
 from proxy.observability.tracing import RequestTracing
+from proxy.routes.subscriptions import Subscriptions
+from proxy.settings import ProxySettings
 from replica.tracing import ReplicaTracing
-from tests.component.test_proxy_app import FakeCaller, FakeReplica, replica_set
+from tests.support.proxy_app import FakeCaller, FakeReplica, replica_set
 from vocabulary.control.longpoll import RouteEntry, RouteTable
-from vocabulary.spec.endpoints import EndpointConfig, MatchRule, TracingConfig
 from vocabulary.request_path.wire import WireRequest, WireResponse
+from vocabulary.spec.endpoints import EndpointConfig, MatchRule, TracingConfig
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
@@ -199,7 +199,7 @@ def test_the_replica_records_nothing_for_an_unsampled_or_missing_parent() -> Non
 
 def test_a_traced_websocket_spans_the_session_and_hands_its_context_to_the_replica() -> None:
     from proxy.pipeline.websockets import WebSocketCarrier
-    from tests.component.test_proxy_websockets import Client, EchoReplica, Recorded, SocketCaller
+    from tests.support.websockets import Client, EchoReplica, Recorded, SocketCaller
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

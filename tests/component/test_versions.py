@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gitops.specs.loading import Loader
 from gitops.sources.trees import MemoryTree
+from gitops.specs.loading import Loader
 from gitops.specs.models import check_backend
 from gitops.specs.versions import code_paths, derive_version
 

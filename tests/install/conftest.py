@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.install.support import Installed, build_wheel
+from tests.support.install import Installed, build_wheel
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ import ray
 
 from tests.conftest import GitRepo
 from tests.install.conftest import Built
-from tests.install.support import Installed
-from tests.real.support import _shutdown_controller, eventually, free_port
+from tests.support.install import Installed
+from tests.support.stack import _shutdown_controller, eventually, free_port
 
 pytestmark = pytest.mark.real
 

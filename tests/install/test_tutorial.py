@@ -24,8 +24,8 @@ import pytest
 import ray
 
 from docgen import ROOT
-from tests.install.support import Installed
-from tests.real.support import _shutdown_controller, eventually, free_port
+from tests.support.install import Installed
+from tests.support.stack import _shutdown_controller, eventually, free_port
 
 pytestmark = pytest.mark.real
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from vocabulary.spec.backends import BackendConfig
-from vocabulary.spec.endpoints import EndpointConfig
-from vocabulary.spec.state import ServingState
-from gitops.reconcile.outcomes import Outcome
 from gitops.reconcile.applying import Deadlines, Progress, ProgressKind, apply
+from gitops.reconcile.outcomes import Outcome
 from gitops.reconcile.planner import plan
 from gitops.reconcile.plans import ActionKind
 from gitops.testing import FakeController
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.state import ServingState
 
 
 def backend(name: str, version: str = "v1", replicas: int = 1) -> BackendConfig:

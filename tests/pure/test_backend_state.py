@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from controller.state.backend_state import (
+    TRANSITIONS,
     BackendOptions,
     BackendState,
     CheckHealth,
+    IllegalTransition,
     KillReplica,
     Probe,
     ProbeStatus,
@@ -15,8 +17,6 @@ from controller.state.backend_state import (
     ReplicaRecord,
     StartReplica,
     StopReplica,
-    TRANSITIONS,
-    IllegalTransition,
 )
 from controller.testing import FakeAdapter
 from vocabulary.control.longpoll import ReplicaState

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from vocabulary.control.actor_apis import ReplicaHandle
 from proxy.pool.calling import Batching, HandlerError
 from proxy.pool.gathering import Gatherer
-from vocabulary.request_path.wire import TimedRequest, CallOutcome, CallResult, WireResponse, make_request
+from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.request_path.wire import CallOutcome, CallResult, TimedRequest, WireResponse, make_request
 
 
 class ListTransport:

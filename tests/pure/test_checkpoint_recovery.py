@@ -16,7 +16,7 @@ from pathlib import Path
 
 from controller.actor import ControllerActor
 from controller.testing import FakeAdapter, MemoryStorage
-from tests.pure.test_goals_api import OPTIONS, poll, stop
+from tests.support.goals import OPTIONS, poll, stop
 
 WRITTEN_BEFORE = Path(__file__).with_name("checkpoint_before_rooms.json")
 REPLICAS = {"gitops-replica-v1-1-0", "gitops-replica-v2-1-1"}

@@ -18,11 +18,11 @@ import pytest
 from controller.actor import ControllerActor
 from controller.persistence.checkpoint import Storage
 from controller.testing import FakeAdapter, MemoryStorage
+from tests.support.goals import OPTIONS, poll, stop
+from vocabulary.control.rollouts import MetricQuery, MetricReading, RolloutPhase
 from vocabulary.spec.backends import BackendConfig
 from vocabulary.spec.endpoints import EndpointConfig
 from vocabulary.spec.rollout_config import MetricCheck, RolloutConfig
-from vocabulary.control.rollouts import MetricQuery, MetricReading, RolloutPhase
-from tests.pure.test_goals_api import OPTIONS, poll, stop
 
 CHECK = MetricCheck(name="error-share", query='errors{backend="$backend"}', max=0.1)
 

@@ -11,9 +11,9 @@ import pytest
 
 from controller.actor import ControllerActor
 from controller.testing import FakeAdapter, MemoryStorage
-from tests.pure.test_goals_api import OPTIONS, stop
-from vocabulary.spec.backends import BackendConfig
+from tests.support.goals import OPTIONS, stop
 from vocabulary.control.request_stats import RequestStats
+from vocabulary.spec.backends import BackendConfig
 
 
 async def with_backend(adapter: FakeAdapter) -> ControllerActor:

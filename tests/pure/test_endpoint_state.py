@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vocabulary.spec.endpoints import EndpointConfig
 from controller.state.endpoint_state import EndpointState, check_backend_deletable
+from vocabulary.spec.endpoints import EndpointConfig
 
 BACKENDS = {"a", "b"}
 

@@ -6,13 +6,14 @@ import pickle
 import struct
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from datalink.frames import (
     HEADER_BYTES,
+    MAX_FRAME_BYTES,
     PIECES_ABOVE,
     Frame,
-    MAX_FRAME_BYTES,
     FrameDecoder,
     FrameError,
     Kind,
@@ -24,6 +25,7 @@ from datalink.frames import (
 )
 from datalink.peers import peer_allowed
 from vocabulary.request_path.wire import CallOutcome, StreamStart, make_request
+
 
 class Decoder:
     """A `FrameDecoder` whose `feed` answers the frames that bytes completed."""

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from vocabulary.control.goal_api import LongPollKey
 from controller.state.backend_state import BackendState
-from vocabulary.control.goals import GoalState
-from vocabulary.spec.backends import BackendConfig
-from vocabulary.spec.endpoints import EndpointConfig
 from controller.state.endpoint_state import EndpointState
 from controller.state.goals import PENDING, GoalKind, GoalTable, Judgement
 from controller.state.judging import fingerprint, judge
 from controller.state.longpoll import LongPollHost
 from controller.testing import FakeAdapter
+from vocabulary.control.goal_api import LongPollKey
+from vocabulary.control.goals import GoalState
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
 
 MET = Judgement(GoalState.MET)
 

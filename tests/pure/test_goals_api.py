@@ -12,16 +12,15 @@ import asyncio
 import pytest
 
 from controller.actor import ControllerActor
+from controller.persistence.checkpoint import decode
 from controller.state.backend_state import Probe, ProbeStatus, replica_actor_name
 from controller.state.proxy_fleet import ProxySpec, StartProxy
-from controller.persistence.checkpoint import decode
 from controller.testing import FakeAdapter, MemoryStorage
+from tests.support.goals import OPTIONS, poll, stop
 from vocabulary.control.goals import GoalState
+from vocabulary.control.status import ProxyState, ProxyStatus
 from vocabulary.spec.backends import BackendConfig
 from vocabulary.spec.endpoints import EndpointConfig
-from vocabulary.control.status import ClusterStatus, ProxyState, ProxyStatus
-
-OPTIONS = {"tick_s": 0.01, "proxy_class": None, "backoff_base_s": 0.01, "backoff_max_s": 0.02}
 
 
 def checkpointed(data: bytes | None) -> set[str]:
@@ -37,21 +36,6 @@ def backend(version: str = "v1", replicas: int = 2) -> BackendConfig:
 
 def controller(storage: MemoryStorage, adapter: FakeAdapter) -> ControllerActor:
     return ControllerActor("ns", OPTIONS, storage=storage, adapter=adapter)
-
-
-async def poll(ctl: ControllerActor, done, timeout_s: float = 5.0) -> ClusterStatus:
-    """The controller's status once `done(status)` holds; fails after `timeout_s`."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        status = await ctl.get_status()
-        if done(status):
-            return status
-        assert asyncio.get_running_loop().time() < deadline, f"status never matched: {status}"
-        await asyncio.sleep(0.01)
-
-
-async def stop(ctl: ControllerActor) -> None:
-    ctl._stop_loop()
 
 
 def test_every_replica_is_in_the_checkpoint_before_it_is_started():

@@ -6,7 +6,8 @@ refused at the first byte that gives it away."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from datalink.frames import Kind, encode
 from datalink.handshake import (

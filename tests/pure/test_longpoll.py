@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import pickle
 
+from controller.state.longpoll import LongPollHost
 from vocabulary.control.longpoll import RouteEntry, RouteTable
 from vocabulary.spec.endpoints import EndpointConfig
-from controller.state.longpoll import LongPollHost
 
 
 def endpoint(i: int, weight: float = 1.0) -> EndpointConfig:

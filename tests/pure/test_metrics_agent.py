@@ -7,9 +7,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gitops.loop.metrics import AgentMetrics, restart_increments
 from vocabulary.control.longpoll import ReplicaState
+from vocabulary.control.rollouts import CheckCount, CheckName, Rollout, RolloutPhase
 from vocabulary.control.status import BackendStatus, ClusterStatus, EndpointStatus, ProxyState, ProxyStatus, ReplicaStatus
 from vocabulary.spec.rollout_config import RolloutConfig
-from vocabulary.control.rollouts import CheckCount, CheckName, Rollout, RolloutPhase
 
 
 def samples(metrics: AgentMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -6,17 +6,8 @@ import urllib.request
 
 import pytest
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from proxy.observability.metrics import REQUEST_BUCKETS, ProxyMetrics, ShadowResult
-
-
-def value(metrics: ProxyMetrics, name: str, **labels: str) -> float | None:
-    for family in text_string_to_metric_families(metrics.render().decode()):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return sample.value
-    return None
+from tests.support.metrics import value
 
 
 def test_finished_requests_are_counted_by_endpoint_backend_and_code() -> None:

@@ -12,8 +12,6 @@ from gitops.reconcile.planner import plan
 from gitops.reconcile.plans import ActionKind
 from gitops.specs.documents import combine, parse_file
 from gitops.specs.pinned_models import bind_models, models_version
-from vocabulary.spec.backends import BackendConfig, ModelConfig
-from vocabulary.spec.state import ServingState
 from vocabulary.replicas.model_digests import (
     digest_problem,
     is_directory,
@@ -22,6 +20,8 @@ from vocabulary.replicas.model_digests import (
     parse_manifest,
     source_problem,
 )
+from vocabulary.spec.backends import BackendConfig, ModelConfig
+from vocabulary.spec.state import ServingState
 
 A, B = "9f86d081" + "0" * 56, "1b4e28ba" + "1" * 56
 

@@ -15,11 +15,11 @@ from gitops.specs.documents import combine, parse_file
 from gitops.specs.pinned_models import bind_models
 from proxy.pool.multiplexing import ModelAffinity, hot_ongoing
 from proxy.pool.replicas import ReplicaPool
-from vocabulary.spec.backends import BackendConfig
-from vocabulary.spec.routing import MultiplexConfig
 from ray_gitops import registry
 from ray_gitops.model_slots import ModelSlots, multiplexed
 from vocabulary.request_path.multiplexing import RequestModels, parse_report, report
+from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.routing import MultiplexConfig
 
 IDS = ["b#r0", "b#r1"]
 

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from vocabulary.spec.backends import AutoscalingConfig, BackendConfig
-from vocabulary.spec.endpoints import EndpointConfig
-from vocabulary.spec.state import ServingState
 from gitops.reconcile.planner import plan
 from gitops.reconcile.plans import ActionKind, FieldChange
 from gitops.reconcile.simulating import apply_plan, unsafe_reasons
+from vocabulary.spec.backends import AutoscalingConfig, BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.state import ServingState
 
 
 def backend(name: str, **fields: Any) -> BackendConfig:

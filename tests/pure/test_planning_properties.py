@@ -12,12 +12,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vocabulary.spec.backends import AutoscalingConfig, BackendConfig
-from vocabulary.spec.endpoints import EndpointConfig
-from vocabulary.spec.state import ServingState
 from gitops.reconcile.planner import plan
 from gitops.reconcile.plans import ActionKind
 from gitops.reconcile.simulating import apply_plan, unsafe_reasons
+from vocabulary.spec.backends import AutoscalingConfig, BackendConfig
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.state import ServingState
 
 BACKEND_NAMES = ["a", "b", "c", "d", "e"]
 ENDPOINT_NAMES = ["p", "q", "r", "s"]

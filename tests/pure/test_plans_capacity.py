@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vocabulary.spec.backends import BackendConfig, UpdateConfig
 from gitops.reconcile.plans import Action, ActionKind, FieldChange
+from vocabulary.spec.backends import BackendConfig, UpdateConfig
 
 
 def restart(update: UpdateConfig | None, replicas: int = 2) -> Action:

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from gitops.reconcile.planner import plan
+from gitops.reconcile.plans import Action, ActionKind, FieldChange, Plan, PlanSummary
 from vocabulary.spec.backends import BackendConfig
 from vocabulary.spec.endpoints import EndpointConfig
 from vocabulary.spec.state import ServingState
-from gitops.reconcile.planner import plan
-from gitops.reconcile.plans import Action, ActionKind, FieldChange, Plan, PlanSummary
 
 
 def backend(name: str, version: str = "v1", num_replicas: int = 1) -> BackendConfig:

@@ -6,8 +6,8 @@ import pytest
 
 from controller.state.backend_state import Probe, ProbeStatus
 from controller.state.proxy_fleet import PingProxy, ProxyFleet, ProxyRestarted, ProxySpec, StartProxy, StopProxy
-from vocabulary.control.status import ProxyState, ProxyStatus
 from vocabulary.control.proxy_workers import NODE_IP
+from vocabulary.control.status import ProxyState, ProxyStatus
 
 SPEC = ProxySpec("proxy.actor:ProxyActor", "controller", "127.0.0.1", 8000)
 OK = Probe(ProbeStatus.OK)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import random
 
+from proxy.pool.calling import Batching
+from proxy.routes.routing import Resolution, resolve
+from proxy.routes.subscriptions import UNSEEN, Subscriptions
+from proxy.settings import ProxySettings
 from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from vocabulary.spec.backends import BatchingConfig
 from vocabulary.spec.endpoints import EndpointConfig
-from proxy.pool.calling import Batching
-from proxy.routes.routing import Resolution, resolve
-from proxy.settings import ProxySettings
-from proxy.routes.subscriptions import UNSEEN, Subscriptions
 
 
 def subs() -> Subscriptions:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from controller.actor import ControllerActor
 from controller.state.backend_state import Probe, ProbeStatus
 from controller.state.proxy_fleet import (
     PingProxy,
@@ -14,10 +15,9 @@ from controller.state.proxy_fleet import (
     StopProxy,
     workers_on,
 )
-from controller.actor import ControllerActor
-from vocabulary.control.proxy_workers import DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
 from controller.testing import FakeAdapter, MemoryStorage
-from tests.pure.test_goals_api import poll, stop
+from tests.support.goals import poll, stop
+from vocabulary.control.proxy_workers import DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKERS_CAP, MAX_PROXY_WORKERS
 from vocabulary.control.status import ProxyState
 
 SPEC = ProxySpec("proxy.actor:ProxyActor", "controller", "127.0.0.1", 8000, workers=3)

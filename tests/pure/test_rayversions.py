@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 from gitops.process.ray_versions import Runtime, compare, mismatch_line
+from tests.support.rayversions import RAY_ERROR
 
 # As ray.init raises it (ray._private.utils.check_version_info).
-RAY_ERROR = (
-    "Version mismatch: The cluster was started with:\n"
-    "    Ray: 2.52.0\n"
-    "    Python: 3.11.9\n"
-    "This process on node 10.0.0.5 was started with:\n"
-    "    Ray: 2.60.0\n"
-    "    Python: 3.11.7\n"
-)
 
 
 def test_same_versions_are_compatible() -> None:

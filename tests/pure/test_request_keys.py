@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vocabulary.spec.keys import KeyKind
 from vocabulary.request_path.request_keys import KeyReader, json_bytes, json_field, json_key
+from vocabulary.spec.keys import KeyKind
 
 
 def whole_parse(body: bytes, field: str, limit: int | None = None) -> bytes | None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from vocabulary.control.request_stats import LATENCY_BOUNDS_S, RequestStats, bucket_of
 from controller.policies.request_totals import RequestTotals
 from proxy.observability.request_stats import RequestCounter
+from vocabulary.control.request_stats import LATENCY_BOUNDS_S, RequestStats, bucket_of
 
 
 def stats(latencies: list[float], errors: int = 0) -> RequestStats:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from vocabulary.spec.rollout_config import RolloutConfig
-from vocabulary.control.rollouts import Check, CheckName, Rollout, RolloutPhase, StepRecord
 from gitops.reconcile.outcomes import HistoryEntry, Outcome
 from gitops.status.rollouts import aborted_entry, rollout_message, rollouts_moved, step_entries
+from vocabulary.control.rollouts import Check, CheckName, Rollout, RolloutPhase, StepRecord
+from vocabulary.spec.rollout_config import RolloutConfig
 
 APPLIED = HistoryEntry(commit="c2", branch="main", author_time=1.0, summary="canary", started_at=2.0,
                        finished_at=3.0, result=Outcome.APPLIED, plan_summary="1 to update", actions=1)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from vocabulary.spec.endpoints import EndpointConfig
-from vocabulary.spec.rollout_config import RolloutConfig
+from controller.state.rollout_state import RolloutState
 from vocabulary.control.request_stats import LATENCY_BOUNDS_S, RequestStats
 from vocabulary.control.rollouts import CheckName, RolloutPhase
-from controller.state.rollout_state import RolloutState
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.rollout_config import RolloutConfig
 
 ROLLOUT = RolloutConfig(steps=(0.5, 1.0), step_interval_s=10, min_requests=10, max_error_ratio=0.1)
 OLD = {"v1": 1.0}

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from vocabulary.spec.endpoints import EndpointConfig
-from vocabulary.spec.rollout_config import MetricCheck, OnFailure, RolloutConfig
+from controller.policies.rollouts import RETRY_S, advance, begin, due_queries, judge, on_config
 from vocabulary.control.request_stats import LATENCY_BOUNDS_S, RequestStats, bucket_of
 from vocabulary.control.rollouts import CheckName, MetricReading, Rollout, RolloutPhase, interpolate
-from controller.policies.rollouts import RETRY_S, advance, begin, due_queries, judge, on_config
+from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.rollout_config import MetricCheck, OnFailure, RolloutConfig
 
 OLD = {"v1": 1.0}
 NEW = {"v1": 0.5, "v2": 0.5}

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from gitops.specs.models import check_backend, check_endpoint
-from vocabulary.request_path.policies import ConsistentHash, LeastLoaded, PrefixAffinity, RoundRobin, policy_for
 from proxy.pool.replicas import ReplicaPool
-from vocabulary.request_path.request_keys import KeyReader, json_bytes
 from proxy.routes.steering import Steering
+from vocabulary.request_path.policies import ConsistentHash, LeastLoaded, PrefixAffinity, RoundRobin, policy_for
+from vocabulary.request_path.request_keys import KeyReader, json_bytes
 from vocabulary.spec.endpoints import EndpointConfig
 from vocabulary.spec.keys import KeyKind
 from vocabulary.spec.routing import RoutingConfig, RoutingPolicy

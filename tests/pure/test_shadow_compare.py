@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from vocabulary.spec.endpoints import ShadowCompare
 from proxy.observability.shadow_compare import DIFF_LIMIT, Comparison, Mismatch, MismatchLog, compare
+from vocabulary.spec.endpoints import ShadowCompare
 
 
 def reply(body: Any, status: int = 200) -> tuple[int, list[tuple[bytes, bytes]], bytes]:

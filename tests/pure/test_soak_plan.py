@@ -4,8 +4,22 @@ the memory slopes and the verdict."""
 from __future__ import annotations
 
 from bench.soak_plan import (
-    MIN_SLOPE_SPAN_S, SLOPE_BOUND_MB_PER_H, WARMUP_S, Failure, FaultKind, Injected, Planned, Sample, Slope, Soak, Traffic,
-    explain, render, schedule, slope, verdict,
+    MIN_SLOPE_SPAN_S,
+    SLOPE_BOUND_MB_PER_H,
+    WARMUP_S,
+    Failure,
+    FaultKind,
+    Injected,
+    Planned,
+    Sample,
+    Slope,
+    Soak,
+    Traffic,
+    explain,
+    render,
+    schedule,
+    slope,
+    verdict,
 )
 
 

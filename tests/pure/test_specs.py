@@ -5,27 +5,26 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from pydantic import BaseModel
 
-from vocabulary.spec.backends import AutoscalingConfig, BackendConfig, UpdateConfig
-from vocabulary.spec.endpoints import EndpointConfig, MatchRule
-from vocabulary.spec.rollout_config import RolloutConfig
 from gitops.specs.models import (
     DERIVED_BACKEND_FIELDS,
     DERIVED_ENDPOINT_FIELDS,
     AutoscalingSpec,
-    MatchSpec,
-    RolloutSpec,
-    UpdateSpec,
     BackendSpec,
     EndpointSpec,
+    MatchSpec,
     RayActorOptionsSpec,
+    RolloutSpec,
     RuntimeEnvSpec,
+    UpdateSpec,
     check_backend,
     check_endpoint,
     is_valid_name,
 )
+from vocabulary.spec.backends import AutoscalingConfig, BackendConfig, UpdateConfig
+from vocabulary.spec.endpoints import EndpointConfig, MatchRule
+from vocabulary.spec.rollout_config import RolloutConfig
 
 AT = ("backends", "b")
 EP = ("endpoints", "e")

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
+from gitops.specs.models import check_backend, check_endpoint
 from vocabulary.spec.endpoints import EndpointConfig, ShadowCompare
 from vocabulary.spec.keys import KeyKind
 from vocabulary.spec.rollout_config import OnFailure
 from vocabulary.spec.serving_rules import backend_in_use, state_problems
-from gitops.specs.models import check_backend, check_endpoint
 
 EP = ("endpoints", "e")
 AT = ("backends", "b")

@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from vocabulary.spec.endpoints import EndpointConfig
-from vocabulary.request_path.choosing import WeightedChoice
 from proxy.routes.steering import Steering, cookie_value, sticky_point
+from vocabulary.request_path.choosing import WeightedChoice
+from vocabulary.spec.endpoints import EndpointConfig
 
 KEYS = [f"user-{n}".encode() for n in range(10_000)]
 # Chi-square critical values at p = 0.001, by degrees of freedom.

@@ -9,7 +9,11 @@ tier imports nothing of it) writes what it collected through
 - no test outside `real` and `slow` (what `make check` runs with
   `-m "not real and not slow"`) uses a Ray fixture or calls something that
   starts Ray or an agent; and `-m` sees the tier marks (they are added
-  before pytest deselects).
+  before pytest deselects);
+- no test module imports another test module, or a module of another
+  tier's folder: what tests share is in tests/support. The imports of test
+  modules not yet moved there are listed in `NOT_YET_IN_SUPPORT`; the list
+  only shrinks (a new one fails, and so does one that is gone but listed).
 """
 
 from __future__ import annotations
@@ -23,9 +27,29 @@ from typing import Any
 
 import pytest
 
-from tests.support.tiers import REAL_FOLDERS, SLOW_FILES, TIERS, markers_for, starts_ray, tier_of
+from tests.support.tiers import (
+    REAL_FOLDERS,
+    SLOW_FILES,
+    TIERS,
+    crossing,
+    imported_modules,
+    markers_for,
+    starts_ray,
+    tier_of,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# (test file, the test module it imports): helpers still to move to tests/support.
+NOT_YET_IN_SUPPORT = {
+    ("tests/real/test_agent_rollouts.py", "tests.real.test_agent_e2e"),
+    ("tests/real/test_cli_subdirectories.py", "tests.real.test_validate_cli"),
+    ("tests/real/test_notifications_http.py", "tests.real.test_agent_loop"),
+    ("tests/real/test_rollout_metrics.py", "tests.real.test_progressive_delivery"),
+    ("tests/real/test_statuspage_environment.py", "tests.real.test_statuspage"),
+    ("tests/real/test_statuspage_links.py", "tests.real.test_statuspage"),
+    ("tests/real/test_validate_cli_trees.py", "tests.real.test_validate_cli"),
+}
 
 
 def collect(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -101,3 +125,25 @@ def test_the_tier_marks_are_there_when_pytest_deselects(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     paths = {json.loads(line)["path"] for line in (tmp_path / "c.jsonl").read_text().splitlines()}
     assert paths == {component}
+
+
+def test_a_test_module_may_import_support_and_its_own_folders_helpers_only() -> None:
+    assert not crossing("tests.real.test_x", "tests.support.stack")
+    assert not crossing("tests.real.test_x", "tests.conftest")
+    assert not crossing("tests.install.test_x", "tests.install.conftest")
+    assert not crossing("tests.real.test_x", "controller.cluster")
+    assert crossing("tests.real.test_x", "tests.real.test_y")
+    assert crossing("tests.security.test_x", "tests.component.test_admin")
+    assert crossing("tests.reliability.test_x", "tests.real.apps.proxy_fakes")
+    assert imported_modules("import a.b\nfrom c import d\nfrom . import e\n") == {"a.b", "c"}
+
+
+def test_no_test_module_imports_another_or_another_tiers_folder() -> None:
+    found = set()
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        relative = path.relative_to(ROOT)
+        importer = ".".join(relative.with_suffix("").parts)
+        found |= {(relative.as_posix(), module) for module in imported_modules(path.read_text())
+                  if crossing(importer, module)}
+    assert sorted(found - NOT_YET_IN_SUPPORT) == [], "move the helpers these import to tests/support"
+    assert sorted(NOT_YET_IN_SUPPORT - found) == [], "gone: remove them from NOT_YET_IN_SUPPORT"

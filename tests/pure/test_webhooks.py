@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gitops.errors import UserError
 from gitops.admin.webhooks import RateLimiter, Verdict, read_secret, sign, verify
+from gitops.errors import UserError
 
 SECRET = b"s3cret"
 BODY = b'{"ref": "refs/heads/main"}'

@@ -20,18 +20,18 @@ import pytest
 import ray
 
 from controller.client import start_or_connect
-from vocabulary.spec.state import ServingState
-from gitops.reconcile import planner
 from gitops.admin.api import WebhookGuard, build_app, server
-from gitops.loop.agent import Agent, AgentSettings, Trigger
-from gitops.reconcile.applying import Deadlines, apply
-from gitops.loop.history import History
-from gitops.reconcile.outcomes import Outcome
-from gitops.specs.loading import Loader
-from gitops.loop.metrics import AgentMetrics
-from gitops.sources.repos import GitSource
 from gitops.admin.webhooks import sign
-from tests.real.support import eventually, free_port
+from gitops.loop.agent import Agent, AgentSettings, Trigger
+from gitops.loop.history import History
+from gitops.loop.metrics import AgentMetrics
+from gitops.reconcile import planner
+from gitops.reconcile.applying import Deadlines, apply
+from gitops.reconcile.outcomes import Outcome
+from gitops.sources.repos import GitSource
+from gitops.specs.loading import Loader
+from tests.support.stack import eventually, free_port
+from vocabulary.spec.state import ServingState
 
 pytestmark = pytest.mark.real
 

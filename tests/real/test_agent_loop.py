@@ -5,20 +5,19 @@ does is tested over an in-memory source in tests/component/test_agent_loop.py.""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from gitops.loop.agent import Agent, AgentSettings
 from gitops.loop.history import History
-from gitops.specs.loading import Loader
 from gitops.loop.metrics import AgentMetrics
 from gitops.reconcile.planner import plan
 from gitops.sources.repos import GitSource
+from gitops.specs.loading import Loader
 from gitops.testing import FakeController
-from tests.component.test_agent_loop import APP, spec
+from tests.support.agent_loop import APP, spec, tick, until
 
 pytestmark = pytest.mark.real
 
@@ -43,17 +42,6 @@ def make_agent(spec_repo, tmp_path: Path, controller: FakeController, **settings
         metrics=AgentMetrics(),
         settings=AgentSettings(**{"interval_s": 30.0, "resync_interval_s": 60.0, **settings}),
     )
-
-
-async def until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
-
-
-def tick(agent: Agent, full: bool = True):
-    return asyncio.run(agent.tick(full=full))
 
 
 def test_backends_get_the_commits_export_as_working_dir(spec_repo, tmp_path) -> None:

@@ -28,7 +28,7 @@ from tests.real.test_agent_e2e import (  # noqa: F401 (cluster, empty_cluster: f
     make_agent,
     wait_for,
 )
-from tests.real.support import free_port
+from tests.support.stack import free_port
 
 pytestmark = pytest.mark.real
 

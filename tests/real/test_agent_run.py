@@ -19,7 +19,7 @@ import pytest
 import ray
 
 from controller.cluster import descendants
-from tests.real.support import AgentProcess, free_port, occupied_port
+from tests.support.stack import AgentProcess, free_port, occupied_port
 
 pytestmark = pytest.mark.real
 

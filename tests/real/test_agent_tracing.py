@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from tests.conftest import GitRepo
-from tests.real.otlp import OtlpReceiver, ReceivedSpan
-from tests.real.support import AgentProcess
+from tests.support.otlp import OtlpReceiver, ReceivedSpan
+from tests.support.stack import AgentProcess
 
 pytestmark = pytest.mark.real
 

@@ -16,8 +16,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from controller.state.backend_state import REPLICA_PREFIX
-from tests.real.examples import ShippedExamples, serve_shipped_examples
-from tests.real.support import eventually, free_port
+from tests.support.examples import ShippedExamples, serve_shipped_examples
+from tests.support.stack import eventually, free_port
 
 pytestmark = pytest.mark.real
 

@@ -20,9 +20,9 @@ from typing import Iterator
 import pytest
 
 from tests.conftest import GitRepo
+from tests.real.apps.autoscale_stack import APP_SOURCE, AgentProcess, Load, controller_status
 from vocabulary.control.longpoll import ReplicaState
 from vocabulary.control.status import BackendStatus
-from tests.real.apps.autoscale_stack import APP_SOURCE, AgentProcess, Load, controller_status
 
 pytestmark = pytest.mark.real
 

@@ -45,9 +45,9 @@ import pyrage
 import pytest
 import ray
 
-from tests.conftest import GitRepo
 from controller.state.backend_state import REPLICA_PREFIX
-from tests.real.support import AgentProcess, named_actors
+from tests.conftest import GitRepo
+from tests.support.stack import AgentProcess, named_actors
 from vocabulary.control.goal_api import DEFAULT_NAMESPACE
 
 pytestmark = pytest.mark.real

@@ -8,8 +8,8 @@ from typing import Iterator
 import httpx
 import pytest
 
-from tests.real.examples import ShippedExamples, serve_shipped_examples
-from tests.real.support import eventually
+from tests.support.examples import ShippedExamples, serve_shipped_examples
+from tests.support.stack import eventually
 from vocabulary.spec.backends import BatchingConfig
 
 pytestmark = pytest.mark.real

@@ -2,7 +2,7 @@
 `[capture]` on its endpoint write redacted records to a file sink on this node,
 and `gitops capture grep` finds them by commit. Through the same Ray-hosted proxy:
 an `s3://` sink sends batched objects to an S3-compatible server on loopback
-(moto's, `tests.real.s3`, with the models' credentials); mid-rollout, records and
+(moto's, `tests.support.s3`, with the models' credentials); mid-rollout, records and
 the proxy's span (exported to a loopback OTLP receiver) say the step the
 controller serves; a comparing shadow's answer and verdict ride in its primary's
 record. One controller, proxy and OTLP receiver for the module."""
@@ -20,10 +20,10 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from tests.real.examples import ShippedExamples, serve_shipped_examples
-from tests.real.otlp import OtlpReceiver, ReceivedSpan
-from tests.real.s3 import s3_server
-from tests.real.support import eventually, met, run
+from tests.support.examples import ShippedExamples, serve_shipped_examples
+from tests.support.otlp import OtlpReceiver, ReceivedSpan
+from tests.support.s3 import s3_server
+from tests.support.stack import eventually, met, run
 from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig, ShadowCompare
 from vocabulary.spec.rollout_config import RolloutConfig
 

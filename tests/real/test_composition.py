@@ -12,9 +12,9 @@ import pytest
 import ray
 
 from controller.state.backend_state import REPLICA_PREFIX
-from tests.real.examples import ShippedExamples, serve_shipped_examples
-from tests.real.support import eventually
-from tests.reliability.faults import kill9
+from tests.support.examples import ShippedExamples, serve_shipped_examples
+from tests.support.faults import kill9
+from tests.support.stack import eventually
 
 pytestmark = pytest.mark.real
 

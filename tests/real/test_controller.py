@@ -16,15 +16,15 @@ import httpx
 import pytest
 import ray
 
-from controller.state.backend_state import REPLICA_PREFIX
 from controller.client import ControllerClient
+from controller.state.backend_state import REPLICA_PREFIX
+from controller.state.proxy_fleet import PROXY_PREFIX
+from tests.support.stack import eventually, met, named_actors, occupied_port, quick_backend, run, start_controller
 from vocabulary.control.goals import GoalState
+from vocabulary.control.status import RestartReason
+from vocabulary.request_path.wire import make_request
 from vocabulary.spec.backends import BackendConfig
 from vocabulary.spec.endpoints import EndpointConfig
-from vocabulary.control.status import RestartReason
-from controller.state.proxy_fleet import PROXY_PREFIX
-from vocabulary.request_path.wire import make_request
-from tests.real.support import eventually, met, named_actors, occupied_port, quick_backend, run, start_controller
 
 pytestmark = pytest.mark.real
 

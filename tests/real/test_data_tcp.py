@@ -22,9 +22,9 @@ from typing import Any, Iterator
 import pytest
 import ray
 
-from vocabulary.control.actor_apis import Remote, ReplicaHandle
 from proxy.shell.raycalls import RayCaller
 from replica.host import Replica
+from vocabulary.control.actor_apis import Remote, ReplicaHandle
 from vocabulary.request_path.wire import make_request
 
 pytestmark = pytest.mark.real

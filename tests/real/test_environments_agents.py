@@ -37,8 +37,8 @@ import pytest
 import ray
 
 from tests.conftest import GitRepo
-from tests.real.environments import APP, EnvironmentAgent, echo_spec, promoted, remote_head
-from tests.reliability.gitservers import HttpGitServer, Remote
+from tests.support.environments import APP, EnvironmentAgent, echo_spec, promoted, remote_head
+from tests.support.gitservers import HttpGitServer, Remote
 
 pytestmark = pytest.mark.real
 

@@ -21,7 +21,7 @@ import pytest
 import ray
 
 from tests.conftest import GitRepo
-from tests.real.support import AgentProcess
+from tests.support.stack import AgentProcess
 
 pytestmark = pytest.mark.real
 

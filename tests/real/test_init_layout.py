@@ -18,7 +18,7 @@ import ray
 from controller.state.backend_state import REPLICA_PREFIX
 from gitops.commands.init import SCAFFOLD, write_scaffold
 from tests.conftest import GitRepo
-from tests.real.support import AgentProcess, eventually
+from tests.support.stack import AgentProcess, eventually
 
 pytestmark = pytest.mark.real
 

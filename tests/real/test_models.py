@@ -22,15 +22,15 @@ import ray
 
 from controller.state.backend_state import REPLICA_PREFIX
 from tests.conftest import GitRepo
-from tests.real.s3 import s3_server
-from tests.real.support import AgentProcess, named_actors
+from tests.support.s3 import s3_server
+from tests.support.stack import AgentProcess, named_actors
 from vocabulary.control.goal_api import DEFAULT_NAMESPACE
 from vocabulary.replicas.model_digests import manifest_digest
 
 pytestmark = pytest.mark.real
 
 # Replicas inherit the Ray session's environment, which starts after collection:
-# the S3 endpoint and throwaway credentials are set before it by tests.real.s3
+# the S3 endpoint and throwaway credentials are set before it by tests.support.s3
 # (one endpoint for every module that needs S3), as an operator sets them on each node.
 _RECORDING = os.path.join(tempfile.mkdtemp(prefix="moto-recording-"), "requests")
 os.environ.update(MOTO_RECORDER_FILEPATH=_RECORDING)

@@ -17,20 +17,20 @@ from pydantic import SecretStr
 
 from gitops.loop.agent import Agent, AgentSettings
 from gitops.loop.history import History
-from gitops.reconcile.outcomes import Outcome
 from gitops.loop.metrics import AgentMetrics
 from gitops.notifications.config import Channel, GitHubProvider, GitLabProvider, SlackProvider, WebhookProvider
 from gitops.notifications.delivering import HttpSender, Notifier, RetryPolicy
 from gitops.notifications.events import Event, EventKind
 from gitops.notifications.formats import GITHUB_API_VERSION, Context
 from gitops.notifications.links import Links
+from gitops.reconcile.outcomes import Outcome
 from gitops.reconcile.planner import plan
 from gitops.sources.repos import GitSource
 from gitops.specs.loading import Loader
-from tests.conftest import GitRepo
-from tests.real.receivers import Receiver
 from gitops.testing import FakeController
+from tests.conftest import GitRepo
 from tests.real.test_agent_loop import APP, spec
+from tests.support.receivers import Receiver
 
 pytestmark = pytest.mark.real
 

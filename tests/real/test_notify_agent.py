@@ -14,8 +14,8 @@ import pytest
 import ray
 
 from tests.conftest import GitRepo
-from tests.real.receivers import Receiver
-from tests.real.support import AgentProcess
+from tests.support.receivers import Receiver
+from tests.support.stack import AgentProcess
 
 pytestmark = pytest.mark.real
 

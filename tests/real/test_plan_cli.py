@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import ray
 
-from vocabulary.control.goal_api import DEFAULT_NAMESPACE
 from controller.client import start_or_connect
 from gitops.specs.loading import Loader
 from tests.conftest import GitRepo
+from vocabulary.control.goal_api import DEFAULT_NAMESPACE
 
 pytestmark = pytest.mark.real
 

@@ -23,13 +23,13 @@ import ray
 from controller.client import ControllerClient
 from controller.shell.ray_adapter import PROXY_PREFIX
 from gitops.admin.shadow_mismatches import collect, proxies_to_ask
+from tests.support.stack import eventually, met, named_actors, quick_backend, run, start_controller
 from vocabulary.control.goals import GoalState
 from vocabulary.control.longpoll import ReplicaState
+from vocabulary.control.rollouts import CheckName, Rollout, RolloutPhase
 from vocabulary.spec.backends import UpdateConfig
 from vocabulary.spec.endpoints import EndpointConfig
 from vocabulary.spec.rollout_config import RolloutConfig
-from vocabulary.control.rollouts import CheckName, Rollout, RolloutPhase
-from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
 
 pytestmark = pytest.mark.real
 

@@ -35,11 +35,11 @@ import pytest
 import ray
 import yaml
 
-from vocabulary.control.goal_api import DEFAULT_NAMESPACE
 from proxy.observability.metrics import ProxyMetrics
-from tests.real.otlp import OtlpReceiver
-from tests.real.prometheus import MONITORING, Prometheus
-from tests.real.support import AgentProcess, free_port
+from tests.support.otlp import OtlpReceiver
+from tests.support.prometheus import MONITORING, Prometheus
+from tests.support.stack import AgentProcess, free_port
+from vocabulary.control.goal_api import DEFAULT_NAMESPACE
 
 pytestmark = pytest.mark.real
 

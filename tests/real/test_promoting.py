@@ -10,12 +10,12 @@ from typing import Iterator
 import pytest
 
 from gitops.commands.run_environment import SettingsPromoter
-from gitops.delivery.promotion import PromotionError, PromotionRequest
 from gitops.delivery.gates import PromotionSettings, parse_requirement
+from gitops.delivery.promotion import PromotionError, PromotionRequest
 from gitops.sources.repos import GitSource
 from tests.conftest import GitRepo
-from tests.real.forges import Forge
-from tests.reliability.gitservers import HttpGitServer, Remote
+from tests.support.forges import Forge
+from tests.support.gitservers import HttpGitServer, Remote
 
 pytestmark = pytest.mark.real
 

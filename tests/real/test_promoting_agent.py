@@ -3,7 +3,7 @@
 A staging agent (`gitops run --environment staging --promote-token-file`)
 watches `env/staging` of a bare remote served by `git http-backend`;
 `environments/staging.toml` promotes to prod by pull request, its API a
-loopback server posing as GitHub's (`tests.real.forges`). A commit that
+loopback server posing as GitHub's (`tests.support.forges`). A commit that
 soaks and passes its gates is pushed to `gitops/promote-prod` and a pull
 request from it to `env/prod` is opened; a newer passing commit updates
 that pull request. A commit switching the file to GitLab (another loopback
@@ -35,9 +35,9 @@ import pytest
 import ray
 
 from tests.conftest import GitRepo
-from tests.real.environments import APP, EnvironmentAgent, echo_spec, promoted, remote_head
-from tests.real.forges import Call, Forge
-from tests.reliability.gitservers import HttpGitServer, Remote
+from tests.support.environments import APP, EnvironmentAgent, echo_spec, promoted, remote_head
+from tests.support.forges import Call, Forge
+from tests.support.gitservers import HttpGitServer, Remote
 
 pytestmark = pytest.mark.real
 

@@ -9,25 +9,24 @@ controller's long poll and publishes exactly the payloads each test needs.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import asyncio
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator
 
 import httpx
 import pytest
 import ray
 
-from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
-from vocabulary.spec.endpoints import EndpointConfig
-from replica.host import Replica
 from httpedge.limits import EdgeLimits
 from proxy.actor import ProxyActor
 from proxy.settings import ProxySettings
+from replica.host import Replica
 from tests.real.apps.proxy_fakes import FakeController
-from tests.security.listeners import RawClient
+from tests.support.listeners import RawClient
+from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
+from vocabulary.spec.endpoints import EndpointConfig
 
 pytestmark = pytest.mark.real
 

@@ -10,10 +10,10 @@ import pytest
 import ray
 
 from proxy.actor import ProxyActor
-from vocabulary.control.longpoll import RouteTable
-from vocabulary.control.goal_api import LongPollKey
 from tests.real.apps.proxy_fakes import FakeController
-from tests.real.support import eventually, occupied_port
+from tests.support.stack import eventually, occupied_port
+from vocabulary.control.goal_api import LongPollKey
+from vocabulary.control.longpoll import RouteTable
 
 pytestmark = pytest.mark.real
 

@@ -19,13 +19,13 @@ import httpx
 import pytest
 import ray
 
-from controller.state.backend_state import REPLICA_PREFIX
 from controller.client import ControllerClient
-from vocabulary.control.longpoll import ReplicaState
-from vocabulary.spec.endpoints import EndpointConfig
+from controller.state.backend_state import REPLICA_PREFIX
 from controller.state.proxy_fleet import PROXY_PREFIX
+from tests.support.stack import eventually, met, named_actors, quick_backend, run, start_controller
+from vocabulary.control.longpoll import ReplicaState
 from vocabulary.control.proxy_workers import DEFAULT_MAX_CONNECTIONS
-from tests.real.support import eventually, met, named_actors, quick_backend, run, start_controller
+from vocabulary.spec.endpoints import EndpointConfig
 
 pytestmark = pytest.mark.real
 

@@ -25,10 +25,10 @@ import ray
 
 from controller.client import ControllerClient
 from controller.state.proxy_fleet import proxy_actor_name
-from vocabulary.spec.endpoints import EndpointConfig
+from tests.support.prometheus import Prometheus
+from tests.support.stack import eventually, free_port, met, quick_backend, run, start_controller
 from vocabulary.control.status import ProxyState
-from tests.real.prometheus import Prometheus
-from tests.real.support import eventually, free_port, met, quick_backend, run, start_controller
+from vocabulary.spec.endpoints import EndpointConfig
 
 pytestmark = pytest.mark.real
 

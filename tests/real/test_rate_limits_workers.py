@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from controller.client import ControllerClient
-from tests.real.support import eventually, free_port, met, quick_backend, run, start_controller
-from vocabulary.spec.endpoints import EndpointConfig, LimitsConfig
+from tests.support.stack import eventually, free_port, met, quick_backend, run, start_controller
 from vocabulary.control.status import ProxyState
+from vocabulary.spec.endpoints import EndpointConfig, LimitsConfig
 
 pytestmark = pytest.mark.real
 

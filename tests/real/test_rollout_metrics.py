@@ -17,14 +17,14 @@ from typing import Iterator
 import httpx
 import pytest
 
-from vocabulary.spec.rollout_config import MetricCheck, RolloutConfig
-from vocabulary.control.rollouts import CheckName, MetricQuery, MetricReading, Rollout, RolloutPhase
-from controller.shell.prometheus import ask_all
 from controller.policies.rollouts import advance, begin, due_queries
+from controller.shell.prometheus import ask_all
 from proxy.observability.metrics import ProxyMetrics
-from tests.real.prometheus import Prometheus
-from tests.real.support import eventually, free_port
 from tests.real.test_progressive_delivery import Cluster, Traffic, answered
+from tests.support.prometheus import Prometheus
+from tests.support.stack import eventually, free_port
+from vocabulary.control.rollouts import CheckName, MetricQuery, MetricReading, Rollout, RolloutPhase
+from vocabulary.spec.rollout_config import MetricCheck, RolloutConfig
 
 pytestmark = pytest.mark.real
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from controller.client import ControllerClient
-from tests.real.support import eventually, met, quick_backend, run, proxy_url, start_controller
+from tests.support.stack import eventually, met, proxy_url, quick_backend, run, start_controller
 from vocabulary.spec.backends import AutoscalingConfig
 from vocabulary.spec.endpoints import EndpointConfig
 from vocabulary.spec.routing import RoutingConfig

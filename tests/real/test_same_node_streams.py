@@ -15,8 +15,8 @@ from ray.actor import ActorHandle
 from websockets.sync.client import connect
 
 from controller.state.backend_state import REPLICA_PREFIX
-from tests.real.examples import ShippedExamples, serve_shipped_examples
-from tests.real.support import eventually
+from tests.support.examples import ShippedExamples, serve_shipped_examples
+from tests.support.stack import eventually
 from vocabulary.control.actor_apis import Remote, ReplicaAPI
 
 pytestmark = pytest.mark.real

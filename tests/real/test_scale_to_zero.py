@@ -9,7 +9,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from tests.real.examples import ShippedExamples, serve_shipped_examples
+from tests.support.examples import ShippedExamples, serve_shipped_examples
 
 pytestmark = pytest.mark.real
 

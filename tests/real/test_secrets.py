@@ -20,10 +20,10 @@ import pytest
 import ray
 
 from controller.persistence.ray_kv import RayKVStorage
-from tests.conftest import GitRepo
 from controller.state.backend_state import REPLICA_PREFIX
-from tests.real.receivers import Receiver
-from tests.real.support import AgentProcess, named_actors
+from tests.conftest import GitRepo
+from tests.support.receivers import Receiver
+from tests.support.stack import AgentProcess, named_actors
 from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 
 pytestmark = pytest.mark.real

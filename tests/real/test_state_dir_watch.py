@@ -17,7 +17,7 @@ import pytest
 from gitops.loop import statedir
 from gitops.sources.watching import RefWatcher, is_ref_path
 from tests.conftest import GitRepo
-from tests.real.support import eventually
+from tests.support.stack import eventually
 
 pytestmark = pytest.mark.real
 

@@ -25,9 +25,9 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route
 
-from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from gitops.admin.page import render_page
-from tests.real.support import free_port
+from tests.support.stack import free_port
+from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 
 pytestmark = pytest.mark.real
 

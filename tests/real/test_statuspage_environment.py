@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.real.test_statuspage import STATUS, browser, fixture_agent, text, wait_loaded  # noqa: F401 — fixtures
-from tests.component.test_status_environment import ENVIRONMENT
+from tests.support.status_environment import ENVIRONMENT
 
 pytestmark = pytest.mark.real
 

@@ -18,8 +18,8 @@ from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route
 
 from gitops.admin.page import render_page
-from tests.real.support import free_port
 from tests.real.test_statuspage import STATUS, browser, wait_loaded  # noqa: F401 — `browser` is a fixture
+from tests.support.stack import free_port
 
 pytestmark = pytest.mark.real
 

@@ -12,8 +12,8 @@ from typing import Iterator
 import httpx
 import pytest
 
-from tests.real.examples import ShippedExamples, serve_shipped_examples
-from tests.real.support import eventually, met, quick_backend, run
+from tests.support.examples import ShippedExamples, serve_shipped_examples
+from tests.support.stack import eventually, met, quick_backend, run
 from vocabulary.spec.endpoints import EndpointConfig
 
 pytestmark = pytest.mark.real

@@ -1,6 +1,6 @@
 """Traces end to end: a real controller, proxy and replicas (the shipped pipeline,
 which calls a backend and an endpoint through handles) exporting over OTLP/HTTP to
-a loopback receiver that decodes the protobuf (`tests.real.otlp`)."""
+a loopback receiver that decodes the protobuf (`tests.support.otlp`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Iterator
 import httpx
 import pytest
 
-from tests.real.examples import ShippedExamples, serve_shipped_examples
-from tests.real.otlp import OtlpReceiver, ReceivedSpan
+from tests.support.examples import ShippedExamples, serve_shipped_examples
+from tests.support.otlp import OtlpReceiver, ReceivedSpan
 
 pytestmark = pytest.mark.real
 

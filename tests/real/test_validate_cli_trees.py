@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gitops.errors import UserError
-from gitops.specs.loading import Loader
 from gitops.sources.trees import CommitTree, DirectoryTree, resolve_revision
+from gitops.specs.loading import Loader
 from tests.conftest import GitRepo
 from tests.real.test_validate_cli import APP, SPEC
 

@@ -18,9 +18,9 @@ from typing import Iterator
 
 import pytest
 
-from tests.real.support import run
-from tests.reliability.results import load_window_s
-from tests.reliability.serving import Serving
+from tests.support.results import load_window_s
+from tests.support.serving import Serving
+from tests.support.stack import run
 
 
 @pytest.fixture(scope="session")

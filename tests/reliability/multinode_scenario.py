@@ -28,13 +28,13 @@ from ray.cluster_utils import Cluster
 
 from controller.client import ControllerClient, start_or_connect
 from controller.state.proxy_fleet import proxy_actor_name
-from tests.real.support import APPS, FAST_CONTROLLER_OPTIONS, eventually
-from tests.reliability.faults import leaked_replicas
-from tests.reliability.load import LoadReport, SteadyLoad
+from tests.support.faults import leaked_replicas
+from tests.support.load import LoadReport, SteadyLoad
+from tests.support.stack import APPS, FAST_CONTROLLER_OPTIONS, eventually
 from vocabulary.control.goals import GoalState
+from vocabulary.control.status import ClusterStatus, ReplicaStatus
 from vocabulary.spec.backends import BackendConfig
 from vocabulary.spec.endpoints import EndpointConfig
-from vocabulary.control.status import ClusterStatus, ReplicaStatus
 
 NAMESPACE = "gitops-reliability-multinode"
 

@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from tests.reliability.results import ScenarioResult, load_window_s, read, results_path
+from tests.support.results import ScenarioResult, load_window_s, read, results_path
 
 __all__ = ["render", "main"]
 

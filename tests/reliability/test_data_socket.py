@@ -10,11 +10,11 @@ import time
 import httpx
 import ray
 
-from tests.real.support import eventually
-from tests.reliability.faults import kill9
-from tests.reliability.load import SteadyLoad
-from tests.reliability.scenario import under_load
-from tests.reliability.serving import Serving
+from tests.support.faults import kill9
+from tests.support.load import SteadyLoad
+from tests.support.scenario import under_load
+from tests.support.serving import Serving
+from tests.support.stack import eventually
 
 
 def frames_served(serving: Serving, replica_id: str) -> int:

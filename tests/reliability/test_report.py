@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.reliability.report import render
-from tests.reliability.results import ScenarioResult, read, record
+from tests.support.results import ScenarioResult, read, record
 
 
 def _result(scenario: str, failed: int = 0) -> ScenarioResult:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
-from tests.real.support import eventually
-from tests.reliability.faults import kill9
-from tests.reliability.load import SteadyLoad
-from tests.reliability.scenario import record_run, under_load
-from tests.reliability.serving import Serving
+from tests.support.faults import kill9
+from tests.support.load import SteadyLoad
+from tests.support.scenario import record_run, under_load
+from tests.support.serving import Serving
+from tests.support.stack import eventually
 
 
 def test_killing_one_of_two_replicas_fails_no_request(serving: Serving, backend: str, window_s: float) -> None:

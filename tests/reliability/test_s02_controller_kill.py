@@ -10,11 +10,11 @@ import time
 
 import ray
 
-from tests.real.support import eventually, met
-from tests.reliability.faults import kill9
-from tests.reliability.load import SteadyLoad
-from tests.reliability.scenario import record_run, under_load
-from tests.reliability.serving import Serving
+from tests.support.faults import kill9
+from tests.support.load import SteadyLoad
+from tests.support.scenario import record_run, under_load
+from tests.support.serving import Serving
+from tests.support.stack import eventually, met
 
 DRAIN_S = 3.0
 # Requests long enough that an old replica still has some in flight when it drains.

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from tests.real.support import met
-from tests.reliability.load import SteadyLoad
-from tests.reliability.scenario import record_run, under_load
-from tests.reliability.serving import Serving
+from tests.support.load import SteadyLoad
+from tests.support.scenario import record_run, under_load
+from tests.support.serving import Serving
+from tests.support.stack import met
 
 
 @pytest.mark.parametrize(("replicas", "row"), [(2, "3a"), (4, "3b")])

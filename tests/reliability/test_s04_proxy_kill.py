@@ -16,11 +16,11 @@ import httpx
 
 from proxy.app import ProxyApp
 from proxy.shell.raycalls import RayCaller
-from tests.real.support import eventually
-from tests.reliability.faults import kill9
-from tests.reliability.load import FailureKind, SteadyLoad
-from tests.reliability.scenario import record_run, under_load
-from tests.reliability.serving import Serving
+from tests.support.faults import kill9
+from tests.support.load import FailureKind, SteadyLoad
+from tests.support.scenario import record_run, under_load
+from tests.support.serving import Serving
+from tests.support.stack import eventually
 
 # The issue asks for 1 s on one node. Measured from the SIGKILL: Ray starts
 # the new worker process in 0.6 s quiet, ~1.9 s on this loaded 2-core machine;

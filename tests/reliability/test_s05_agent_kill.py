@@ -14,10 +14,10 @@ import ray
 
 from controller.client import connect
 from tests.conftest import GitRepo
-from tests.real.support import AgentProcess, eventually, run
-from tests.reliability.agents import LOAD_PATH, write_service
-from tests.reliability.load import SteadyLoad
-from tests.reliability.scenario import record_run, under_load
+from tests.support.agents import LOAD_PATH, write_service
+from tests.support.load import SteadyLoad
+from tests.support.scenario import record_run, under_load
+from tests.support.stack import AgentProcess, eventually, run
 from vocabulary.control.status import ReplicaStatus
 
 NEW_VERSION_DELAY_S = 2.0

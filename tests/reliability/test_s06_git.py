@@ -20,11 +20,11 @@ import pytest
 import yaml
 
 from tests.conftest import GitRepo
-from tests.reliability.agents import write_service
-from tests.reliability.gitfaults import LAST_FETCH, SECRET, World, break_and_recover, start_agent
-from tests.reliability.gitservers import HttpGitServer, Mode, Remote
-from tests.reliability.load import SteadyLoad
-from tests.reliability.scenario import record_run, under_load
+from tests.support.agents import write_service
+from tests.support.gitfaults import LAST_FETCH, SECRET, World, break_and_recover, start_agent
+from tests.support.gitservers import HttpGitServer, Mode, Remote
+from tests.support.load import SteadyLoad
+from tests.support.scenario import record_run, under_load
 
 ALERTS = Path(__file__).parents[2] / "monitoring" / "alerts.yml"
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import GitRepo
-from tests.reliability.agents import write_service
-from tests.reliability.gitservers import GitDaemon, Remote
-from tests.reliability.gitfaults import World, break_and_recover, start_agent
+from tests.support.agents import write_service
+from tests.support.gitfaults import World, break_and_recover, start_agent
+from tests.support.gitservers import GitDaemon, Remote
 
 
 def test_a_deleted_branch_keeps_serving_and_recovers_when_pushed_again(

@@ -16,11 +16,11 @@ from typing import Iterator
 import pytest
 
 from tests.conftest import GitRepo
-from tests.real.support import AgentProcess
-from tests.reliability.agents import LOAD_PATH, write_service
-from tests.reliability.load import SteadyLoad
-from tests.reliability.rayheads import RayHead
-from tests.reliability.scenario import record_run, under_load
+from tests.support.agents import LOAD_PATH, write_service
+from tests.support.load import SteadyLoad
+from tests.support.rayheads import RayHead
+from tests.support.scenario import record_run, under_load
+from tests.support.stack import AgentProcess
 
 # Ray's own start-up (~10 s here) plus the resync interval (2 s) and a
 # replica start, on a loaded 2-core machine.

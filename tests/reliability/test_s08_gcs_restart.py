@@ -17,11 +17,11 @@ import httpx
 import pytest
 
 from tests.conftest import GitRepo
-from tests.real.support import AgentProcess
-from tests.reliability.agents import LOAD_PATH, write_service
-from tests.reliability.load import SteadyLoad
-from tests.reliability.rayheads import RayHead, RedisServer
-from tests.reliability.scenario import record_run, under_load
+from tests.support.agents import LOAD_PATH, write_service
+from tests.support.load import SteadyLoad
+from tests.support.rayheads import RayHead, RedisServer
+from tests.support.scenario import record_run, under_load
+from tests.support.stack import AgentProcess
 
 
 def _serving_pids(url: str) -> set[int]:

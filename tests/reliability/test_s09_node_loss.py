@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.reliability.results import ScenarioResult, record
+from tests.support.results import ScenarioResult, record
 
 ROOT = Path(__file__).parents[2]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.real.support import run
-from tests.reliability.load import SteadyLoad
-from tests.reliability.scenario import record_run, under_load
-from tests.reliability.serving import Serving
+from tests.support.load import SteadyLoad
+from tests.support.scenario import record_run, under_load
+from tests.support.serving import Serving
+from tests.support.stack import run
 from vocabulary.control.goals import GoalResult, GoalState
 
 WATCH_S = 5.0

@@ -22,9 +22,9 @@ from ray.experimental import internal_kv
 
 from controller.client import discard_checkpoint
 from gitops.loop.history import History, HistoryError
-from tests.real.support import APPS, eventually, run, start_controller
-from tests.reliability.faults import leftover_actors
-from tests.reliability.results import ScenarioResult, record
+from tests.support.faults import leftover_actors
+from tests.support.results import ScenarioResult, record
+from tests.support.stack import APPS, eventually, run, start_controller
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHECKPOINT_KEY = "gitops-controller-checkpoint"

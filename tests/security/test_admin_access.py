@@ -14,7 +14,7 @@ import httpx
 from gitops.admin.access import AccessPolicy
 from gitops.admin.api import WebhookGuard, build_webhook_app
 from gitops.admin.webhooks import sign
-from tests.component.test_admin import BODY, SECRET, FakeAgent, request
+from tests.support.admin import BODY, SECRET, FakeAgent, request
 
 TOKEN = b"s3cret-admin-token"
 GUARDED = AccessPolicy.build(TOKEN, "127.0.0.1")

@@ -12,10 +12,10 @@ from typing import Iterator
 
 import pytest
 
-from gitops.cli import main
 from gitops.admin.webhooks import sign
+from gitops.cli import main
 from tests.conftest import GitRepo
-from tests.real.support import AgentProcess, eventually, free_port
+from tests.support.stack import AgentProcess, eventually, free_port
 
 pytestmark = pytest.mark.real
 

@@ -21,8 +21,8 @@ import pytest
 
 from gitops.cli import main
 from tests.conftest import GitRepo
-from tests.real.support import AgentProcess
-from tests.security.gitserver import CommandLines, GitHttpServer, serving
+from tests.support.gitserver import CommandLines, GitHttpServer, serving
+from tests.support.stack import AgentProcess
 
 pytestmark = pytest.mark.real
 

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from replica import data_socket
-from vocabulary.control.actor_apis import ReplicaHandle
 from replica.host import Replica
+from tests.support.data_path import APPS
+from vocabulary.control.actor_apis import ReplicaHandle
 from vocabulary.spec.backends import BackendConfig
-from tests.component.data_path import APPS
 
 LOOPBACK = "127.0.0.1"
 
@@ -130,10 +130,9 @@ async def slow_reader(scope: dict[str, Any], receive: Any, send: Any) -> None:
 def _websocket_over_the_data_socket(scenario: Any) -> None:
     """`scenario(calls, handle, replica, outbound)` against a real replica whose
     `slow_reader` app accepted a WebSocket that came over its Unix socket."""
-    from vocabulary.request_path.wire import DataAddress
     from proxy.pool.socketcalls import DataConnections
-    from tests.component.data_path import Calls, FakeHandle, RecordingFallback
-    from vocabulary.request_path.wire import make_request
+    from tests.support.data_path import Calls, FakeHandle, RecordingFallback
+    from vocabulary.request_path.wire import DataAddress, make_request
 
     async def main() -> None:
         Reader.go, Reader.received, Reader.disconnect = asyncio.Event(), [], []

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GitRepo
-from tests.security.gitserver import CommandLines, serving
+from tests.support.gitserver import CommandLines, serving
 
 pytestmark = pytest.mark.real
 

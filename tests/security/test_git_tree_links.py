@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from gitops.loop.agent import Agent
 from gitops.cli import main
+from gitops.loop.agent import Agent
 from gitops.loop.history import History
-from gitops.reconcile.outcomes import Outcome
 from gitops.loop.metrics import AgentMetrics
+from gitops.reconcile.outcomes import Outcome
 from gitops.reconcile.planner import plan
-from gitops.specs.loading import Loader
 from gitops.sources.repos import GitSource, SourceError
 from gitops.sources.trees import MemoryTree
+from gitops.specs.loading import Loader
 from gitops.testing import FakeController
 
 ECHO_PY = "class Echo:\n    def __call__(self, request):\n        return 'hi'\n"

@@ -19,12 +19,12 @@ import pytest
 
 from gitops.admin.api import WebhookGuard, build_app, build_webhook_app
 from httpedge.answers import LINGER_S
-from httpedge.limits import EdgeLimits
 from httpedge.asgi import App, Receive, Scope, Send
+from httpedge.limits import EdgeLimits
 from proxy.settings import ProxySettings
-from tests.component.test_admin import SECRET, FakeAgent
-from tests.component.test_proxy_app import FakeReplica, Proxy
-from tests.security.listeners import RawClient, serving, serving_proxy
+from tests.support.admin import SECRET, FakeAgent
+from tests.support.listeners import RawClient, serving, serving_proxy
+from tests.support.proxy_app import FakeReplica, Proxy
 
 pytestmark = pytest.mark.real
 

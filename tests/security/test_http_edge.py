@@ -15,8 +15,8 @@ import pytest
 from gitops.admin.api import WebhookGuard, build_app
 from gitops.admin.webhooks import sign
 from httpedge.limits import EdgeLimits
-from tests.component.test_admin import SECRET, FakeAgent
-from tests.security.listeners import RawClient, serving
+from tests.support.admin import SECRET, FakeAgent
+from tests.support.listeners import RawClient, serving
 
 pytestmark = pytest.mark.real
 

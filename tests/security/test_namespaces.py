@@ -19,7 +19,7 @@ import pytest
 
 from controller.client import connect
 from tests.conftest import GitRepo
-from tests.real.support import AgentProcess, free_port
+from tests.support.stack import AgentProcess, free_port
 
 pytestmark = pytest.mark.real
 

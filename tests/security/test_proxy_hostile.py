@@ -14,11 +14,11 @@ import pytest
 
 from httpedge.limits import EdgeLimits
 from proxy.settings import ProxySettings
-from tests.component.test_proxy_app import FakeReplica, Proxy, run
-from tests.component.test_proxy_delivery import answering, get_all, settle
-from tests.component.test_proxy_delivery import proxy as delivery_proxy
-from vocabulary.spec.endpoints import EndpointConfig
+from tests.support.delivery import answering, get_all, settle
+from tests.support.delivery import proxy as delivery_proxy
+from tests.support.proxy_app import FakeReplica, Proxy, run
 from vocabulary.request_path.wire import WireRequest, WireResponse
+from vocabulary.spec.endpoints import EndpointConfig
 
 
 def served(settings: ProxySettings = ProxySettings()) -> tuple[Proxy, FakeReplica]:

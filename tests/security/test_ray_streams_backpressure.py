@@ -18,9 +18,9 @@ import ray
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from vocabulary.control.actor_apis import Remote
 from proxy.shell.raycalls import GENERATOR_BACKPRESSURE_ITEMS, RayStreams
 from replica.host import Replica
+from vocabulary.control.actor_apis import Remote
 from vocabulary.request_path.wire import StreamStart, make_request
 
 pytestmark = pytest.mark.real

@@ -26,8 +26,8 @@ import httpx
 import pytest
 
 from tests.conftest import GitRepo
-from tests.real.support import free_port
-from tests.security.gitserver import GitHttpServer, serving
+from tests.support.gitserver import GitHttpServer, serving
+from tests.support.stack import free_port
 
 pytestmark = pytest.mark.real
 

@@ -21,14 +21,14 @@ from urllib.parse import quote
 
 import pyrage
 
-from gitops.redaction import redact
-from gitops.specs.documents import combine, parse_file
 from gitops.loop.secrets import decrypt
+from gitops.redaction import redact
 from gitops.sources.trees import MemoryTree
+from gitops.specs.documents import combine, parse_file
 from gitops.specs.loading import Loader
 from replica.secrets import SecretBox
-from vocabulary.replicas.secret_forms import secret_forms
 from vocabulary.control.status import HandlerError
+from vocabulary.replicas.secret_forms import secret_forms
 
 VALUE = b"PLAINTEXT-7f3e9a1c'quoted\\"
 

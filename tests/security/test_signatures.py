@@ -24,7 +24,7 @@ import pytest
 from gitops.cli import main
 from gitops.sources.verifying import CommitVerifier, Verdict
 from tests.conftest import GitRepo
-from tests.real.support import AgentProcess
+from tests.support.stack import AgentProcess
 
 
 def make_key(path: Path) -> Path:

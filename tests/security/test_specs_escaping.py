@@ -14,8 +14,8 @@ import pytest
 
 from gitops.cli import main
 from gitops.process.logs import JsonFormatter, TextFormatter
-from gitops.specs.loading import Loader
 from gitops.sources.trees import MemoryTree
+from gitops.specs.loading import Loader
 from tests.conftest import GitRepo
 
 ECHO_PY = "class Echo:\n    def __call__(self, request):\n        return 'hi'\n"

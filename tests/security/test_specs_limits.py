@@ -14,8 +14,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from gitops.specs.loading import LoadResult, Loader
 from gitops.sources.trees import MemoryTree
+from gitops.specs.loading import Loader, LoadResult
 
 ECHO_PY = "class Echo:\n    def __call__(self, request):\n        return 'hi'\n"
 HEADER = '[backends.echo]\nimport_path = "apps.echo:Echo"\n'

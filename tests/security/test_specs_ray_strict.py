@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gitops.cli import main
-from gitops.specs.loading import LoadResult, Loader
 from gitops.sources.trees import MemoryTree
+from gitops.specs.loading import Loader, LoadResult
 
 ECHO_PY = "class Echo:\n    def __call__(self, request):\n        return 'hi'\n"
 HEADER = '[backends.echo]\nimport_path = "apps.echo:Echo"\n'

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gitops.specs.loading import Loader
 from gitops.sources.trees import MemoryTree
+from gitops.specs.loading import Loader
 
 ECHO_PY = "class Echo:\n    def __call__(self, request):\n        return 'hi'\n"
 BACKEND = '[backends.echo]\nimport_path = "apps.echo:Echo"\n\n'

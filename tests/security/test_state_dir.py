@@ -15,8 +15,8 @@ import pytest
 
 from gitops.cli import main
 from gitops.loop.history import History
-from gitops.sources.repos import GitSource
 from gitops.loop.statedir import lock, prepare, private_file
+from gitops.sources.repos import GitSource
 from tests.conftest import GitRepo
 
 

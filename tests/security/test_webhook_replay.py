@@ -8,7 +8,7 @@ from pathlib import Path
 from gitops.admin.webhooks import RateLimiter, sign
 from gitops.commands.run import _delivery_log
 from gitops.loop.statedir import prepare
-from tests.component.test_admin import BODY, SECRET, FakeAgent, guard, request
+from tests.support.admin import BODY, SECRET, FakeAgent, guard, request
 
 
 def push(agent: FakeAgent, hook: object, body: bytes, delivery: str) -> int:

@@ -82,3 +82,26 @@ def starts_ray(fixture_names: Iterable[str], sources: Iterable[str]) -> list[str
     for source in sources:
         why += sorted(calls_in(source) & RAY_STARTERS)
     return sorted(set(why))
+
+
+def imported_modules(source: str) -> set[str]:
+    """The absolute module names `source` imports (`from a.b import c` as `a.b`)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+    return found
+
+
+def crossing(importer: str, imported: str) -> bool:
+    """Whether test module `importer` (dotted, `tests.real.test_x`) importing
+    `imported` imports another test module or a module of another tier's
+    folder (tests.support and the top conftest are for everyone)."""
+    parts = imported.split(".")
+    if parts[0] != "tests" or len(parts) < 3 or parts[1] == "support":
+        return False
+    if parts[-1].startswith("test_"):
+        return True
+    return parts[1] != importer.split(".")[1]

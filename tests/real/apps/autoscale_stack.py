@@ -1,7 +1,7 @@
 """`gitops run` against a tmp git repository, plus a loopback load generator.
 
 For the autoscaling real test and benchmark: the agent (`AgentProcess`,
-from tests/real/support.py, re-exported here for the benchmark) runs as a
+from tests/support/stack.py, re-exported here for the benchmark) runs as a
 user starts it, joined to an existing Ray (the test session's), and
 everything it started is stopped again. `Load` is a closed-loop client: N workers,
 each sending its next request when the previous one answered, recording
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.stack import AgentProcess
 from vocabulary.control.actor_apis import ControllerAPI, Remote
 from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from vocabulary.control.status import ClusterStatus
-from tests.real.support import AgentProcess
 
 __all__ = ["AgentProcess", "Load", "Answer", "controller_status", "APP_SOURCE"]
 

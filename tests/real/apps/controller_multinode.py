@@ -16,19 +16,17 @@ import json
 import sys
 import uuid
 
-from cluster_scenario import APPS, wait  # a sibling: sets Ray's environment, so before Ray
-
 import httpx  # noqa: E402
-
 import ray  # noqa: E402
+from cluster_scenario import APPS, wait  # a sibling: sets Ray's environment, so before Ray
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from controller.client import start_or_connect  # noqa: E402
 from gitops.admin.shadow_mismatches import collect, proxies_to_ask  # noqa: E402
 from vocabulary.control.longpoll import ReplicaState
+from vocabulary.control.status import ClusterStatus, ProxyState, ReplicaStatus  # noqa: E402
 from vocabulary.spec.backends import BackendConfig
 from vocabulary.spec.endpoints import EndpointConfig, LimitsConfig
-from vocabulary.control.status import ClusterStatus, ProxyState, ReplicaStatus  # noqa: E402
 
 NAMESPACE = "gitops-multinode"
 

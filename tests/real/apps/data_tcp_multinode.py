@@ -14,17 +14,16 @@ import asyncio
 import json
 import sys
 
-from cluster_scenario import APPS, wait  # a sibling: sets Ray's environment, so before Ray
-
 import httpx
 import ray
+from cluster_scenario import APPS, wait  # a sibling: sets Ray's environment, so before Ray
 from ray.cluster_utils import Cluster
 
-from controller.state.backend_state import REPLICA_PREFIX
 from controller.client import start_or_connect
+from controller.state.backend_state import REPLICA_PREFIX
+from vocabulary.control.status import ProxyState
 from vocabulary.spec.backends import BackendConfig
 from vocabulary.spec.endpoints import EndpointConfig
-from vocabulary.control.status import ProxyState
 
 NAMESPACE = "gitops-data-tcp"
 

@@ -21,14 +21,13 @@ import tempfile
 import threading
 from pathlib import Path
 
-from cluster_scenario import APPS  # a sibling: sets Ray's environment, so before Ray
-
 import ray  # noqa: E402
+from cluster_scenario import APPS  # a sibling: sets Ray's environment, so before Ray
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from controller.client import start_or_connect  # noqa: E402
-from vocabulary.spec.backends import BackendConfig, ModelConfig
 from vocabulary.replicas.model_stats import CACHE_DIR_NAME, STATS_FILE  # noqa: E402
+from vocabulary.spec.backends import BackendConfig, ModelConfig
 
 NAMESPACE = "gitops-models-multinode"
 DATA = os.urandom(3 * 1024 * 1024)

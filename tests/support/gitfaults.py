@@ -18,11 +18,11 @@ from typing import Callable
 import ray
 
 from tests.conftest import GitRepo
-from tests.real.support import AgentProcess
-from tests.reliability.agents import LOAD_PATH, conditions, write_service
-from tests.reliability.gitservers import HttpGitServer, Remote
-from tests.reliability.load import SteadyLoad
-from tests.reliability.scenario import record_run, under_load
+from tests.support.agents import LOAD_PATH, conditions, write_service
+from tests.support.gitservers import HttpGitServer, Remote
+from tests.support.load import SteadyLoad
+from tests.support.scenario import record_run, under_load
+from tests.support.stack import AgentProcess
 
 __all__ = ["FETCH_TIMEOUT_S", "SECRET", "LAST_FETCH", "World", "start_agent", "break_and_recover"]
 

@@ -17,10 +17,10 @@ import base64
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
-from contextlib import contextmanager
 
 __all__ = ["CommandLines", "GitHttpServer", "serving"]
 

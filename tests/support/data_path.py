@@ -12,11 +12,11 @@ from typing import Any, Awaitable
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from vocabulary.control.actor_apis import ReplicaHandle
 from proxy.pool.calling import StreamCaller
 from proxy.pool.replica_calls import ReplicaCalls
 from proxy.pool.socketcalls import DataConnections
-from vocabulary.request_path.wire import TimedRequest, CallOutcome, CallResult, Reply, WireRequest
+from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.request_path.wire import CallOutcome, CallResult, Reply, TimedRequest, WireRequest
 
 APPS = __name__
 

@@ -24,10 +24,10 @@ from typing import Any, Callable, Coroutine, Iterator, Sequence, TypeVar
 import httpx
 import ray
 
-from vocabulary.control import goal_api
-from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from controller.client import ControllerClient, start_or_connect
 from controller.state.proxy_fleet import PROXY_PREFIX
+from vocabulary.control import goal_api
+from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 from vocabulary.control.goals import GoalState
 from vocabulary.spec.backends import BackendConfig
 
@@ -50,7 +50,7 @@ __all__ = [
 T = TypeVar("T")
 
 # User code of the controller tests, shipped to replicas as their working_dir.
-APPS = str(Path(__file__).parent / "apps")
+APPS = str(Path(__file__).resolve().parents[1] / "real" / "apps")
 
 # Ticks, polls and backoffs short enough that a goal is met in about a
 # second, yet long enough not to starve the two cores other tests share.

@@ -16,11 +16,11 @@ import ray
 
 from controller.state.backend_state import REPLICA_PREFIX
 from controller.state.proxy_fleet import PROXY_PREFIX
-from tests.real.support import eventually, free_port, met, quick_backend, run, start_controller
-from tests.reliability.faults import leaked_replicas, leftover_actors
-from vocabulary.spec.endpoints import EndpointConfig
+from tests.support.faults import leaked_replicas, leftover_actors
+from tests.support.stack import eventually, free_port, met, quick_backend, run, start_controller
 from vocabulary.control.goal_api import CONTROLLER_NAME
 from vocabulary.control.status import ClusterStatus, ReplicaStatus
+from vocabulary.spec.endpoints import EndpointConfig
 
 __all__ = ["Serving"]
 

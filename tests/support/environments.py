@@ -21,8 +21,8 @@ import httpx
 import ray
 
 from controller.client import ControllerClient
-from tests.real.support import AgentProcess
-from tests.reliability.gitservers import Remote
+from tests.support.gitservers import Remote
+from tests.support.stack import AgentProcess
 from vocabulary.control.goal_api import CONTROLLER_NAME
 
 __all__ = ["APP", "EnvironmentAgent", "echo_spec", "promoted", "remote_head"]

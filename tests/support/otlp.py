@@ -1,6 +1,6 @@
 """A loopback OTLP/HTTP trace receiver for tests: what the exporters sent, decoded.
 
-`OtlpReceiver` is `tests.real.receivers.Receiver` on 127.0.0.1 (the path
+`OtlpReceiver` is `tests.support.receivers.Receiver` on 127.0.0.1 (the path
 `/v1/traces`, protobuf bodies, as the OpenTelemetry SDK's OTLP/HTTP exporter
 sends them), decoding each `ExportTraceServiceRequest` with
 `opentelemetry-proto` into `ReceivedSpan`s: a Collector or Jaeger binary
@@ -16,7 +16,7 @@ from typing import Any, Callable
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from tests.real.receivers import Receiver
+from tests.support.receivers import Receiver
 
 __all__ = ["OtlpReceiver", "ReceivedSpan"]
 

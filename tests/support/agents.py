@@ -2,7 +2,7 @@
 
 Owns the repository content (a two-replica backend `svc` behind `/svc`, its
 code versioned by a constant so every change is a code rollout) and what a
-scenario asks of a running `gitops run` (`tests.real.support.AgentProcess`):
+scenario asks of a running `gitops run` (`tests.support.stack.AgentProcess`):
 its status conditions and the controller's replicas.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.conftest import GitRepo
-from tests.real.support import AgentProcess
+from tests.support.stack import AgentProcess
 
 __all__ = ["write_service", "conditions", "LOAD_PATH"]
 

@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from tests.real.support import free_port
+from tests.support.stack import free_port
 
 __all__ = ["S3_PORT", "s3_server"]
 

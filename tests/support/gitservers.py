@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tests.conftest import GitRepo
-from tests.real.support import eventually, free_port
+from tests.support.stack import eventually, free_port
 
 __all__ = ["Remote", "HttpGitServer", "GitDaemon", "Mode"]
 

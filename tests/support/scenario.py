@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from tests.real.support import eventually
-from tests.reliability.load import LoadReport, SteadyLoad
-from tests.reliability.results import ScenarioResult, record
+from tests.support.load import LoadReport, SteadyLoad
+from tests.support.results import ScenarioResult, record
+from tests.support.stack import eventually
 
 __all__ = ["under_load", "record_run"]
 

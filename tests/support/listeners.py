@@ -18,8 +18,8 @@ import time
 from typing import Iterator
 
 from gitops.admin.api import ADMIN_LIMITS, server
-from httpedge.limits import EdgeLimits
 from httpedge.asgi import App
+from httpedge.limits import EdgeLimits
 from httpedge.server import Server
 
 __all__ = ["serving", "serving_proxy", "RawClient"]

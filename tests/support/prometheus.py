@@ -11,7 +11,7 @@ from typing import Any, Callable
 import httpx
 import yaml
 
-from tests.real.support import free_port
+from tests.support.stack import free_port
 
 __all__ = ["MONITORING", "Prometheus"]
 

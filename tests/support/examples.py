@@ -17,7 +17,7 @@ import httpx
 
 from controller.client import ControllerClient
 from gitops.specs.loading import Loader
-from tests.real.support import met, run, proxy_url, start_controller
+from tests.support.stack import met, proxy_url, run, start_controller
 from vocabulary.control.longpoll import ReplicaState
 from vocabulary.spec.backends import BackendConfig
 from vocabulary.spec.endpoints import EndpointConfig

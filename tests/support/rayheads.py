@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-from tests.real.support import eventually, free_port
+from tests.support.stack import eventually, free_port
 
 __all__ = ["RayHead", "RedisServer"]
 
