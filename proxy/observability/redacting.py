@@ -6,14 +6,20 @@ it never says. Pure: `Exchange` is what the request path hands over (raw),
 off the request path (on the capture writer's thread), before it leaves
 the proxy process.
 
-Never recorded: the values of `Authorization`, `Proxy-Authorization`,
-`Cookie`, `Set-Cookie` and every `header:NAME` rule (replaced by
-"[redacted]"); the keys of `json:$.a.b` rules in JSON bodies, request's and
-response's (replaced the same way; a key along the path that holds a list
-applies the rest of the path to each element); with any `json:` rule, a
-body that is not JSON (withheld whole, since no rule could be checked on
+Never recorded: the values of every credential-looking header
+(`credential_like`: `Authorization`, `Cookie`, `X-Api-Key`, `X-Auth`, any
+name with auth, key, token, secret, password, session, credential or cookie
+in it) and of every `header:NAME` rule (replaced by "[redacted]"); the query
+and fragment of `Referer`, `Location` and `Content-Location`; the keys of
+`json:$.a.b` rules in JSON bodies, request's and response's (replaced the
+same way; a key along the path that holds a list applies the rest of the
+path to each element); with any `json:` rule, a body that is not JSON, or
+larger than `PARSED_MAX_BYTES`, or nested deeper than `PARSED_MAX_DEPTH`
+(withheld whole, never parsed past the bound: no rule could be checked on
 it); the query string (it often carries keys). Bodies are cut at
-`max_body_bytes` after redaction, and the record says so. A streamed answer
+`max_body_bytes` after redaction, and the record says so; each side's
+headers are kept up to `max_body_bytes` too (names and values), the rest
+counted in `headers_cut`. A streamed answer
 or a WebSocket is recorded with its chunks or messages counted (`Flow`) and
 its start kept up to `max_body_bytes`; shadow copies' answers ride in their
 primary's record (`ShadowAnswer`), redacted by the same rules, their
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, UTC
 from typing import Any
@@ -31,11 +38,48 @@ from typing import Any
 from vocabulary.spec.endpoints import CaptureConfig
 from vocabulary.request_path.wire import WireRequest, split_root_path
 
-__all__ = ["Exchange", "Flow", "ShadowAnswer", "Redaction", "capture_record", "REDACTED", "ALWAYS_REDACTED"]
+__all__ = [
+    "Exchange", "Flow", "ShadowAnswer", "Redaction", "capture_record", "credential_like", "REDACTED",
+    "ALWAYS_REDACTED", "PARSED_MAX_BYTES", "PARSED_MAX_DEPTH", "kept", "needed", "too_deep",
+]
 
 REDACTED = "[redacted]"
 ALWAYS_REDACTED = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
+# A header name with one of these in it (lower case, `_` read as `-`) is a credential's.
+CREDENTIAL_PARTS = ("auth", "key", "token", "secret", "password", "passwd", "session", "credential", "cookie")
+QUERY_REDACTED = frozenset({"referer", "location", "content-location"})  # URLs: their query and fragment go
+PARSED_MAX_BYTES = 1 << 20  # a larger body is withheld under `json:` rules, never parsed
+PARSED_MAX_DEPTH = 64  # so is one nested deeper than this (checked before parsing)
 Headers = list[tuple[bytes, bytes]]
+
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_LEAVES = re.compile(rb"\[\]|\{\}")
+
+
+def credential_like(name: str | bytes) -> bool:
+    """Whether a header named `name` carries a credential, by its name: `X-Api_Key`, `x-auth`, `Cookie`..."""
+    text = (name.decode("latin-1") if isinstance(name, bytes) else name).lower().replace("_", "-")
+    return any(part in text for part in CREDENTIAL_PARTS)
+
+
+def too_deep(body: bytes, depth: int = PARSED_MAX_DEPTH) -> bool:
+    """Whether `body`'s brackets (outside strings) nest deeper than `depth`, or do not pair up:
+    each pass removes the innermost pairs, in C, so the check never recurses."""
+    brackets = _STRINGS.sub(b"", body).translate(None, _NOT_BRACKETS)
+    for _ in range(depth):
+        if not brackets:
+            return False
+        shorter = _LEAVES.sub(b"", brackets)
+        if len(shorter) == len(brackets):
+            return True  # unpaired: no JSON
+        brackets = shorter
+    return bool(brackets)
+
+
+def _without_query(value: str) -> str:
+    cut = min((i for i in (value.find("?"), value.find("#")) if i >= 0), default=-1)
+    return value if cut < 0 else value[:cut] + "?" + REDACTED
 
 
 @dataclass(frozen=True)
@@ -55,20 +99,43 @@ class Redaction:
                 paths.append(tuple(target.split(".")[1:]))  # "$.a.b" -> ("a", "b")
         return cls(frozenset(headers), tuple(paths), config.max_body_bytes)
 
-    def header_values(self, headers: Headers) -> list[list[str]]:
-        shown = []
+    def header_values(self, headers: Headers) -> dict[str, Any]:
+        """`{"headers": [[name, value], ...]}`, redacted, kept up to `max_body_bytes` (names and
+        values), and, when some did not fit, `headers_cut`: how many and their bytes."""
+        shown, room, cut, cut_bytes = [], self.max_body_bytes, 0, 0
         for name, value in headers:
             text = name.decode("latin-1").lower()
-            shown.append([text, REDACTED if text in self.headers else value.decode("latin-1")])
-        return shown
+            if text in self.headers or credential_like(text):
+                kept = REDACTED
+            elif text in QUERY_REDACTED:
+                kept = _without_query(value.decode("latin-1"))
+            else:
+                kept = value.decode("latin-1")
+            size = len(text) + len(kept)
+            if size > room:
+                cut, cut_bytes, room = cut + 1, cut_bytes + len(name) + len(value), 0
+                continue
+            room -= size
+            shown.append([text, kept])
+        fields: dict[str, Any] = {"headers": shown}
+        if cut:
+            fields["headers_cut"] = {"headers": cut, "bytes": cut_bytes}
+        return fields
 
     def body(self, body: bytes, whole: int | None = None) -> dict[str, Any]:
         """The body as a record holds it: text (or base64), cut, with its size before the cut;
         `whole`: the size of the body `body` is the start of (a stream's, a message's)."""
         if whole is not None and whole > len(body):
+            if self.json_paths and whole > PARSED_MAX_BYTES:
+                return {"withheld": f"larger than the {PARSED_MAX_BYTES} bytes parsed for redaction", "bytes": whole}
             prefix = self.body(body)  # a prefix: JSON rules withhold it unless it is whole JSON
             return {**prefix, "bytes": whole, "truncated": True}
         if self.json_paths and body:
+            if len(body) > PARSED_MAX_BYTES:
+                return {"withheld": f"larger than the {PARSED_MAX_BYTES} bytes parsed for redaction", "bytes": len(body)}
+            if too_deep(body):
+                return {"withheld": f"nested deeper than the {PARSED_MAX_DEPTH} levels parsed for redaction",
+                        "bytes": len(body)}
             try:
                 document = json.loads(body)
             except ValueError:
@@ -135,6 +202,7 @@ class ShadowAnswer:
     result: str  # ok, error, timeout (proxy.observability.metrics' ShadowResult)
     response: tuple[int, Headers, bytes] | None = None
     matched: bool | None = None  # None: not compared
+    body_bytes: int | None = None  # the answer's whole size when `response` holds only its start
     diff: str = ""  # where they differ: JSON paths and types, never values
 
 
@@ -161,6 +229,9 @@ class Exchange:
     client: Flow | None = None  # a WebSocket's messages from the client
     app: Flow | None = None  # a WebSocket's messages from the app
     shadows: list[ShadowAnswer] = field(default_factory=list)
+    # The bodies' whole sizes once the writer's queue holds only what the record needs of them (`kept`).
+    request_bytes: int | None = None
+    response_bytes: int | None = None
     # The primary's record waits for its shadows' answers (`proxy.app`): copies still out, and whether it was answered.
     shadows_out: int = 0
     answered: bool = False
@@ -190,11 +261,14 @@ def capture_record(exchange: Exchange, worker: str) -> dict[str, Any]:
         "worker": worker,
         "status": exchange.status,
         "latency_ms": round(exchange.latency_s * 1000, 3),
-        "request": {"method": method, "path": path, "headers": rules.header_values(headers), "body": rules.body(body)},
+        "request": {
+            "method": method, "path": path, **rules.header_values(headers),
+            "body": rules.body(body, exchange.request_bytes),
+        },
         "kind": exchange.kind,
         "response": {
-            "headers": rules.header_values(exchange.response_headers or []),
-            "body": rules.body(exchange.response_body),
+            **rules.header_values(exchange.response_headers or []),
+            "body": rules.body(exchange.response_body, exchange.response_bytes),
         },
     }
     if exchange.stream is not None:
@@ -212,7 +286,45 @@ def _shadow(answer: ShadowAnswer, rules: Redaction) -> dict[str, Any]:
     shown: dict[str, Any] = {"backend": answer.backend, "result": answer.result}
     if answer.response is not None:
         status, headers, body = answer.response
-        shown |= {"status": status, "headers": rules.header_values(headers), "body": rules.body(body)}
+        shown |= {"status": status, **rules.header_values(headers), "body": rules.body(body, answer.body_bytes)}
     if answer.matched is not None:
         shown["compared"] = {"matched": answer.matched, "diff": answer.diff}
     return shown
+
+
+def needed(rules: Redaction, body: bytes) -> bytes:
+    """What a record can show of `body`: its start up to `max_body_bytes` (without `json:`
+    rules), the whole (with them, up to `PARSED_MAX_BYTES`), or nothing (past that: withheld)."""
+    if rules.json_paths:
+        return body if len(body) <= PARSED_MAX_BYTES else b""
+    return body[: rules.max_body_bytes]
+
+
+def kept(exchange: Exchange) -> int:
+    """Cut `exchange`'s bodies to what its record needs (their whole sizes kept beside them), so
+    that a queued record holds at most about `PARSED_MAX_BYTES` a body; its size in bytes, about."""
+    rules = exchange.redaction
+    method, path, query, headers, body = exchange.request
+    start = needed(rules, body)
+    if len(start) < len(body):
+        exchange.request, exchange.request_bytes = (method, path, query, headers, start), len(body)
+    start = needed(rules, exchange.response_body)
+    if len(start) < len(exchange.response_body):
+        exchange.response_body, exchange.response_bytes = start, len(exchange.response_body)
+    size = 512 + len(start) + len(exchange.request[4]) + _headers_size(headers)
+    size += _headers_size(exchange.response_headers or [])
+    for answer in exchange.shadows:
+        if answer.response is not None:
+            status, answer_headers, answer_body = answer.response
+            start = needed(rules, answer_body)
+            if len(start) < len(answer_body):
+                answer.response, answer.body_bytes = (status, answer_headers, start), len(answer_body)
+            size += 256 + len(start) + _headers_size(answer_headers)
+    for flow in (exchange.stream, exchange.client, exchange.app):
+        if flow is not None:
+            size += sum(64 + len(piece) for piece, _ in flow.kept)
+    return size
+
+
+def _headers_size(headers: Headers) -> int:
+    return sum(64 + len(name) + len(value) for name, value in headers)

@@ -134,7 +134,7 @@ def test_a_full_queue_drops_and_counts_and_never_waits(tmp_path: Path) -> None:
             writing.set()
             release.wait(10)  # the writer's thread is held here: the queue fills up
 
-    writer = CaptureWriter("w", random.Random(0), counted, capacity=2)
+    writer = CaptureWriter("w", random.Random(0), counted, capacity_bytes=2 * 600)
     redaction = Redaction.of(CaptureConfig(sink=f"file://{tmp_path}"))
 
     def exchange() -> Exchange:

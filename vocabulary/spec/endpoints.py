@@ -173,7 +173,8 @@ class CaptureConfig(Value):
         default=(),
         description="'header:NAME' (the header's value) and 'json:$.a.b' (that key of a JSON body, request or "
         "response) replaced by \"[redacted]\" before a record leaves the proxy; with json rules a body that is "
-        "not JSON is withheld. Authorization, Proxy-Authorization, Cookie and Set-Cookie are always redacted.",
+        "not JSON (or larger than 1 MiB, or nested deeper than 64 levels) is withheld. Credential-looking headers "
+        "(a name with auth, key, token, secret, password, session, credential or cookie in it) are always redacted.",
     )
 
 
