@@ -23,10 +23,10 @@ each gap between chunks; it is never copied to shadows or compared.
 WebSocket connections are handed to `proxy.pipeline.websockets`.
 
 Hop-by-hop headers are dropped both ways; shadow copies also lose every
-credential-looking header (`Authorization`, `Proxy-Authorization`,
-`Cookie`, and any name with `token`, `secret`, `api-key`, `apikey`,
-`password`, `session` or `credential` in it: no endpoint can opt back in, a
-candidate backend is not trusted with users' credentials) and the query
+credential-looking header (`proxy.observability.redacting.credential_like`,
+by pattern: any name with auth, key, token, secret, password, session,
+credential or cookie in it once `_` reads as `-`: no endpoint can opt back
+in, a candidate backend is not trusted with users' credentials) and the query
 string unless the endpoint sets `shadow_query`.
 
 Deliberately a bare ASGI callable rather than a Starlette app: the hot path
@@ -62,7 +62,7 @@ from proxy.pipeline.websockets import WebSocketCarrier
 from proxy.pipeline.streaming import StreamEnd, relay, stream_code
 from proxy.observability.tracing import RequestTracing, Traced
 from proxy.observability.capture import CaptureWriter
-from proxy.observability.redacting import Exchange, Flow, ShadowAnswer
+from proxy.observability.redacting import Exchange, Flow, ShadowAnswer, credential_like
 from proxy.observability.shadow_compare import Comparison, Mismatch, MismatchLog, compare
 from vocabulary.spec.endpoints import ShadowCompare
 from vocabulary.control.request_stats import RequestStats
@@ -89,8 +89,6 @@ _CLOSE = [(b"connection", b"close")]
 _HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"te", b"trailer", b"transfer-encoding", b"upgrade"}
 )
-_SHADOW_WITHHELD = frozenset({b"authorization", b"proxy-authorization", b"cookie"})
-_SHADOW_WITHHELD_PARTS = (b"token", b"secret", b"api-key", b"apikey", b"password", b"session", b"credential")
 CLIENT_LEFT = 499  # nginx's code for a client that closed the connection first
 _WATCH_AFTER_S = 0.05  # a request running longer than this is watched for its client leaving
 _DEADLINE_SLACK_S = 0.01  # a cancellation this close to a call's deadline is the deadline's
@@ -533,7 +531,7 @@ class ProxyApp:
         reply is set on (None when nothing is compared). A captured request's
         record waits for its copies' answers (and verdicts) and carries them."""
         method, path, query, headers, body = request
-        kept = [(name, value) for name, value in headers if not _withheld(name)]
+        kept = [(name, value) for name, value in headers if not credential_like(name)]
         request = (method, path, query if served.shadow_query else b"", kept, body)
         primary: asyncio.Future[WireResponse] | None = None
         for backend in served.shadow.sample(self._rng):
@@ -652,11 +650,6 @@ def _commit(snapshot: Snapshot, backend: str) -> str | None:
     """The commit `backend`'s replicas run, as its replica set says."""
     pool = snapshot.pools.get(backend)
     return None if pool is None else pool.commit
-
-
-def _withheld(name: bytes) -> bool:
-    """A header no shadow copy carries: a credential, by its name or a credential-looking part of it."""
-    return name in _SHADOW_WITHHELD or any(part in name for part in _SHADOW_WITHHELD_PARTS)
 
 
 def _took_load(slot: ReplicaSlot, reply: Reply, served: Callable[[ModelReport], None] | None = None) -> Reply:

@@ -137,6 +137,9 @@ CREDENTIALS = {
     "Authorization": "Bearer user-secret", "Proxy-Authorization": "Basic eA==", "Cookie": "session=abc",
     "X-Api-Key": "k1", "X-Auth-Token": "t1", "X-Csrf-Token": "t2", "X-Client-Secret": "s1", "Api-Key": "k2",
     "X-Apikey": "k3", "X-Session-Id": "s2", "X-Password": "p",
+    # Issue 50 row 12: by pattern, not by listed fragments (`_` read as `-`).
+    "x-api_key": "k4", "x-access-key": "k5", "x-auth": "a1", "X-Refresh_Token": "t3", "X-Db-Passwd": "p2",
+    "X-Aws-Credentials": "c1", "X-Upstream-Cookie": "c2",
 }
 
 
