@@ -54,7 +54,7 @@ from vocabulary.request_path.choosing import Random
 from proxy.routes.snapshot import ServedEndpoint, Snapshot
 from proxy.observability.metrics import ShadowResult
 from proxy.pool.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
-from proxy.routes.rate_limits import Buckets, LocalBuckets, TenantLimit
+from proxy.routes.rate_limits import AmbiguousTenant, Buckets, LocalBuckets, TenantLimit
 from proxy.observability.request_stats import RequestCounter
 from proxy.routes.routing import Resolution, normalise_path, resolve
 from proxy.settings import ProxySettings
@@ -355,10 +355,14 @@ class ProxyApp:
             primary.set_result((status, headers, payload))
 
     async def _refused_by_limit(self, limit: TenantLimit, scope: Scope, send: Send) -> bool:
-        """Whether the request's tenant is over the endpoint's limit; if so, it is answered 429 here."""
-        wait_s = self._buckets.take(
-            limit.slot(scope["query_string"], scope["headers"]), limit.rate, limit.burst, time.monotonic()
-        )
+        """Whether the request's tenant is over the endpoint's limit, or ambiguous (its key sent
+        twice); if so, it is answered here: 429, or 400 saying which key."""
+        try:
+            slot = limit.slot(scope["query_string"], scope["headers"])
+        except AmbiguousTenant as error:
+            await _send(send, 400, _TEXT, f"Bad Request: {error}".encode())
+            return True
+        wait_s = self._buckets.take(slot, limit.rate, limit.burst, time.monotonic())
         if not wait_s:
             return False
         self._recorder.rate_limited(limit.endpoint)

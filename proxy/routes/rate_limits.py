@@ -7,6 +7,17 @@ parameter; `key` unset: one bucket for the endpoint) is hashed with the
 endpoint's name into a 64-bit slot id at once: the key itself is never kept,
 logged or put in a metric.
 
+The key is read as the app will read it, or the request is refused: a key
+that appears more than once (a query parameter, a cookie across every
+`Cookie` header, a header) is ambiguous, since frameworks disagree on which
+one counts (Starlette takes the last query parameter and cookie, the first
+header), so it is answered 400 (`AmbiguousTenant`) rather than one bucket
+charged for another's requests. An `Authorization` or
+`Proxy-Authorization` key is read with its scheme in lower case and the
+whitespace around and after it collapsed (`Bearer  X`, `bearer X` and
+`BEARER X` are one tenant); any header's value without its surrounding
+whitespace; a cookie's as Starlette unquotes it.
+
 Owned here: the bucket arithmetic (`take_token`), the slot id (`TenantLimit`),
 the `Buckets` interface and `LocalBuckets`, one process's own table (bounded;
 the least recently used bucket is forgotten, and a forgotten bucket comes
@@ -24,12 +35,14 @@ import collections
 import hashlib
 import math
 from dataclasses import dataclass
+from http.cookies import _unquote  # what Starlette's cookie_parser unquotes with
 from typing import Protocol, Sequence
+from urllib.parse import parse_qsl
 
 from vocabulary.spec.endpoints import LimitsConfig
-from vocabulary.request_path.request_keys import KeyReader
+from vocabulary.spec.keys import KeyKind
 
-__all__ = ["Buckets", "LocalBuckets", "TenantLimit", "node_share", "take_token"]
+__all__ = ["AmbiguousTenant", "Buckets", "LocalBuckets", "TenantLimit", "node_share", "take_token", "tenant_key"]
 
 _LOCAL_BUCKETS = 65_536
 
@@ -71,6 +84,51 @@ class LocalBuckets:
         return wait_s
 
 
+class AmbiguousTenant(ValueError):
+    """The tenant key appears more than once: the request is refused (400) with this text."""
+
+
+_SCHEMED = frozenset({b"authorization", b"proxy-authorization"})
+
+
+def tenant_key(kind: KeyKind, name: str, query: bytes, headers: Sequence[tuple[bytes, bytes]]) -> bytes | None:
+    """The tenant's key as the app reads it (see the module docstring), None when the request
+    carries none; `AmbiguousTenant` when it carries it more than once."""
+    found: list[bytes] = []
+    if kind is KeyKind.HEADER:
+        wanted = name.lower().encode("latin-1")
+        found = [value.strip(b" \t") for key, value in headers if key.lower() == wanted]
+        if wanted in _SCHEMED:
+            found = [b" ".join(_schemed(value.split())) for value in found]
+        what = f"header {name}"
+    elif kind is KeyKind.COOKIE:
+        for key, value in headers:
+            if key.lower() == b"cookie":
+                found += [_cookie(pair) for pair in value.split(b";") if _cookie_name(pair) == name]
+        what = f"cookie {name}"
+    else:  # KeyKind.QUERY: as Starlette's QueryParams parse it
+        pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
+        found = [value.encode() for key, value in pairs if key == name]
+        what = f"query parameter {name}"
+    if len(found) > 1:
+        raise AmbiguousTenant(f"the {what} appears {len(found)} times: this endpoint's limit reads it once")
+    return found[0] if found else None
+
+
+def _schemed(words: list[bytes]) -> list[bytes]:
+    return [words[0].lower(), *words[1:]] if words else []
+
+
+def _cookie_name(pair: bytes) -> str:
+    """A `Cookie` pair's name as Starlette's cookie_parser reads it (a pair without `=` has none)."""
+    return pair.partition(b"=")[0].strip().decode("latin-1") if b"=" in pair else ""
+
+
+def _cookie(pair: bytes) -> bytes:
+    _, _, value = pair.partition(b"=")
+    return str(_unquote(value.strip().decode("latin-1"))).encode("latin-1", "replace")
+
+
 @dataclass(frozen=True)
 class TenantLimit:
     """An endpoint's limit, ready for the request path."""
@@ -78,21 +136,20 @@ class TenantLimit:
     endpoint: str
     rate: float
     burst: int
-    reader: KeyReader | None
+    source: tuple[KeyKind, str] | None
 
     @classmethod
     def from_config(cls, endpoint: str, config: LimitsConfig | None, nodes: int = 1) -> TenantLimit | None:
         """The limit this node's proxies enforce: its share when `nodes` nodes run proxies."""
         if config is None:
             return None
-        source = config.key_source()
-        reader = None if source is None else KeyReader(source[0], source[1])
         rate, burst = node_share(config, nodes)
-        return cls(endpoint, rate, burst, reader)
+        return cls(endpoint, rate, burst, config.key_source())
 
     def slot(self, query: bytes, headers: Sequence[tuple[bytes, bytes]]) -> int:
-        """The bucket of the request's tenant: a nonzero 64-bit hash of the endpoint and the key."""
-        key = None if self.reader is None else self.reader.read(("", "", query, list(headers), b""))
+        """The bucket of the request's tenant: a nonzero 64-bit hash of the endpoint and the key;
+        `AmbiguousTenant` when the request carries the key more than once."""
+        key = None if self.source is None else tenant_key(*self.source, query, headers)
         named = self.endpoint.encode() + (b"\0" if key is None else b"\1" + key)
         digest = hashlib.blake2b(named, digest_size=8, person=b"gitops-limits").digest()
         return int.from_bytes(digest, "big") or 1
