@@ -83,6 +83,8 @@ num_replicas = 1
 [backends.echo-v2.multiplex]
 max_models_per_replica = 4
 header = "X-Model-Id"
+models = ["en-fr", "en-de"]
+model_pattern = "[a-z]{2}-[a-z]{2}"
 
 [endpoints.echo]
 route = "/echo"
@@ -168,7 +170,8 @@ def render_spec() -> str:
         "  `max_surge` and `max_unavailable` to 0;",
         "- `num_replicas` and `[autoscaling]` exclude each other, and `min_replicas <= max_replicas`;",
         "- `[multiplex]` excludes `[routing]` and `[batching]`; its `max_models_per_replica` is part of",
-        "  the backend's version (a change restarts the replicas), its `header` changes in place;",
+        "  the backend's version (a change restarts the replicas), its `header`, `models` and",
+        "  `model_pattern` change in place;",
         "- `import_path` is `package.module:attribute`, resolved from the repository root at the",
         "  commit (the module is parsed, never imported); `code_paths` are relative paths that exist;",
         "- `route` starts with `/`, is unique, and `/-/` is reserved for the proxy's own paths;",

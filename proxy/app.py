@@ -445,7 +445,11 @@ class ProxyApp:
             raise _Reply(503, "No replica available", self._retry_after)
         attempts = 2 if request[0] in _IDEMPOTENT else 1
         key = pool.request_key(request)  # None unless the backend's routing policy reads a key
-        served = None if pool.multiplex is None or key is None else self._model_served(pool.backend, key)
+        served = None
+        if pool.multiplex is not None and key is not None:
+            if not pool.multiplex.accepts(key.decode("utf-8", "replace")):
+                raise _Reply(400, f"Bad Request: the {pool.multiplex.header} header names no model this backend serves")
+            served = self._model_served(pool.backend, key, pool.multiplex.label)
         task: asyncio.Task[object] | None = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
@@ -496,14 +500,15 @@ class ProxyApp:
             raise _Reply(504, "Gateway Timeout: the replica stalled")
         raise _Reply(502, "Bad Gateway: the replica died")
 
-    def _model_served(self, backend: str, key: bytes) -> Callable[[ModelReport], None]:
-        """Counts a multiplexed request under its model, once its replica holds it (so a
-        client's made-up ids never become metric labels), with the load and evictions it caused."""
+    def _model_served(self, backend: str, key: bytes, label: Callable[[str], str]) -> Callable[[ModelReport], None]:
+        """Counts a multiplexed request under its model's `label` (the model when the spec
+        names it, else 'other': a client's ids never become metric labels), once its replica
+        holds it, with the load and evictions it caused."""
         model = key.decode("utf-8", "replace")
 
         def served(report: ModelReport) -> None:
             if model in report.loaded:
-                self._recorder.model_served(backend, model, report.loaded_now, report.evicted)
+                self._recorder.model_served(backend, label(model), report.loaded_now, [label(m) for m in report.evicted])
 
         return served
 

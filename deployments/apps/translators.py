@@ -4,9 +4,11 @@ Each request names its language pair in `X-Model-Id` (`en-fr`, `en-de`, ...).
 `translator` is the loader: `@serving.multiplexed` keeps at most
 `max_models_per_replica` pairs loaded on a replica, least recently used out
 first, and the proxy sends a pair's requests to the replica that has it
-loaded. A real loader would read the pair's weights here, for instance from
-`serving.model_path("translators") + f"/{model_id}.bin"` (docs/guides/models.md);
-this one builds a tiny dictionary, after a pause that stands for the load.
+loaded. A real loader would look the pair up in what it knows (a table from
+id to file, never a path built from the id: ids come from clients, and the
+proxy only checks them against `model_pattern` and `models`) and read that
+file under `serving.model_path("translators")` (docs/guides/models.md); this
+one builds a tiny dictionary, after a pause that stands for the load.
 """
 
 from __future__ import annotations

@@ -208,7 +208,8 @@ RoutingSpec = create_model(
     **_file_keys(RoutingConfig, frozenset(), {"policy": _one_of(RoutingPolicy)}),
 )
 MultiplexSpec = create_model(
-    "MultiplexSpec", __base__=_Spec, __doc__=MultiplexConfig.__doc__, **_file_keys(MultiplexConfig, frozenset(), {})
+    "MultiplexSpec", __base__=_Spec, __doc__=MultiplexConfig.__doc__,
+    **_file_keys(MultiplexConfig, frozenset(), {"models": list[str]}),
 )
 UpdateSpec = create_model(
     "UpdateSpec", __base__=_Spec, __doc__=UpdateConfig.__doc__, **_file_keys(UpdateConfig, frozenset(), {})

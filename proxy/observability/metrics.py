@@ -127,7 +127,7 @@ COMPARISON_LABELS = ("endpoint", "backend", "result")
 ONGOING_LABELS = ("backend",)
 BATCH_LABELS = ("backend",)
 LIMITED_LABELS = ("endpoint",)
-# A multiplexed backend's models: only ids a replica loaded become labels, never a client's made-up ones.
+# A multiplexed backend's models: only ids its spec lists (and a replica loaded) become labels; others are 'other'.
 MODEL_LABELS = ("backend", "model")
 # Between two chunks of a streamed answer: one output token of an LLM (a few ms
 # to ~100 ms) up to a slow producer's pause.
@@ -311,19 +311,22 @@ class ProxyMetrics:
         )
         self._model_requests = Counter(
             "gitops_model_requests",
-            "Requests a multiplexed backend answered for a model its replica held, by backend and model.",
+            "Requests a multiplexed backend answered for a model its replica held, by backend and model "
+            "(the ids its `models` lists; any other: 'other').",
             MODEL_LABELS,
             registry=r,
         )
         self._model_loads = Counter(
             "gitops_model_loads",
-            "Models a multiplexed backend's replicas loaded to answer a request (`@multiplexed`), by model.",
+            "Models a multiplexed backend's replicas loaded to answer a request (`@multiplexed`), by model "
+            "(listed ids; any other: 'other').",
             MODEL_LABELS,
             registry=r,
         )
         self._model_evictions = Counter(
             "gitops_model_evictions",
-            "Models a multiplexed backend's replicas evicted (least recently used) to load another, by model.",
+            "Models a multiplexed backend's replicas evicted (least recently used) to load another, by model "
+            "(listed ids; any other: 'other').",
             MODEL_LABELS,
             registry=r,
         )

@@ -297,7 +297,7 @@ load_timeout_s = 30
 import_path = "apps.echo:hello"
 autoscaling = { min_replicas = 2, max_replicas = 5, target_ongoing_requests = 4, upscale_delay_s = 1, downscale_delay_s = 2, target_reported_load = 3 }
 cold_start_timeout_s = 5
-multiplex = { max_models_per_replica = 3, header = "X-Adapter" }
+multiplex = { max_models_per_replica = 3, header = "X-Adapter", models = ["a1"], model_pattern = "a[0-9]" }
 
 [endpoints.full]
 route = "/full"

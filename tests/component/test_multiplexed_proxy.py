@@ -50,13 +50,16 @@ def lru_replica(name: str, capacity: int) -> FakeReplica:
     return FakeReplica(name, handler)
 
 
-def multiplexed_proxy(replicas: list[FakeReplica], capacity: int) -> tuple[Proxy, Served]:
+def multiplexed_proxy(
+    replicas: list[FakeReplica], capacity: int, models: tuple[str, ...] = ("a", "b", "c", "d")
+) -> tuple[Proxy, Served]:
+    """`models`: the ids the backend declares (the only metric labels, and the only ids accepted)."""
     proxy = Proxy()
     served = Served()
     proxy.app._recorder = served
     proxy.serve("e", "/e", {"b": replicas})
     proxy.publish(replicas__b=ReplicaSet(
-        backend="b", max_concurrent_queries=100, multiplex=MultiplexConfig(max_models_per_replica=capacity),
+        backend="b", max_concurrent_queries=100, multiplex=MultiplexConfig(max_models_per_replica=capacity, models=models),
         replicas=tuple(ReplicaInfo(replica_id=r.name, actor_name=r.name, handle=r) for r in replicas),
     ))
     return proxy, served
@@ -87,7 +90,7 @@ def test_a_model_a_replica_never_loaded_is_no_metric_label() -> None:
     async def refuses(request: WireRequest) -> WireResponse:
         return 404, [(MODELS_HEADER, report([], RequestModels("made-up")))], b"no such model"
 
-    proxy, served = multiplexed_proxy([FakeReplica("r0", refuses)], 2)
+    proxy, served = multiplexed_proxy([FakeReplica("r0", refuses)], 2, models=())
     assert run(get(proxy, "/e", headers={"x-model-id": "made-up"})).status_code == 404
     assert served.served == []
 

@@ -10,6 +10,8 @@ Values only.
 from __future__ import annotations
 
 import enum
+import functools
+import re
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, model_validator
@@ -92,6 +94,24 @@ class RoutingConfig(Value):
         return split_key(self.key)
 
 
+# A model id unless the backend declares its own: a letter or digit, then up to 127 letters, digits,
+# '.', '_', ':' or '-': no '/', so no path, and never '.' or '..'.
+DEFAULT_MODEL_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}"
+
+
+@functools.lru_cache(maxsize=64)
+def _model_id_pattern(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def _model_pattern_shape(pattern: str) -> str:
+    try:
+        _model_id_pattern(pattern)
+    except re.error as error:
+        raise ValueError(f"must be a regular expression ({error})") from None
+    return pattern
+
+
 def _model_header(name: str) -> str:
     if HTTP_TOKEN.fullmatch(name) is None:
         raise ValueError(f"must be an HTTP header name (letters, digits, '-'...; got {name!r})")
@@ -116,9 +136,31 @@ class MultiplexConfig(Value):
         "a request without it is routed as usual and its handler's model_id() is None.",
     )
 
+    models: tuple[str, ...] = Field(
+        default=(), max_length=10_000,
+        description="The model ids this backend serves: a request naming another is refused (400), and only "
+        "these become metric labels. Empty: any id that matches `model_pattern`, counted under the label 'other'.",
+    )
+    model_pattern: Annotated[str, AfterValidator(_model_pattern_shape)] = Field(
+        default=DEFAULT_MODEL_ID_PATTERN,
+        description="A regular expression every model id must match whole, or the request is refused (400) before "
+        "any replica or loader sees it. The default: a letter or digit, then up to 127 letters, digits, '.', '_', "
+        "':' or '-' (no '/', so an id is never a path).",
+    )
+
     def header_key(self) -> bytes:
         """The header's name as requests carry it (ASGI: lower-case bytes)."""
         return self.header.lower().encode("latin-1")
+
+    def accepts(self, model: str) -> bool:
+        """Whether a request may name `model`: it matches `model_pattern` and, when `models` is given, is one of them."""
+        return _model_id_pattern(self.model_pattern).fullmatch(model) is not None and (
+            not self.models or model in self.models
+        )
+
+    def label(self, model: str) -> str:
+        """`model` as a metric label: itself when `models` names it, else 'other'."""
+        return model if model in self.models else "other"
 
 
 def multiplex_alone(backend: Any) -> Any:
