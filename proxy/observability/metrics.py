@@ -70,8 +70,8 @@ import os
 import socket
 import threading
 import warnings
+import gzip
 from typing import Any, Callable, Collection, Iterable, Mapping
-from wsgiref.simple_server import make_server
 
 from prometheus_client import (
     CollectorRegistry,
@@ -82,7 +82,10 @@ from prometheus_client import (
     generate_latest,
     values,
 )
-from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler, make_wsgi_app
+from prometheus_client.exposition import choose_encoder
+
+from httpedge.limits import EdgeLimits
+from httpedge.server import Server
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
@@ -348,7 +351,8 @@ class ProxyMetrics:
         self._sessions: dict[tuple[str, str, int], Any] = {}
         self._first_bytes: dict[tuple[str, str], Any] = {}
         self._ongoing_backends: set[str] = set()
-        self._server: Any = None
+        self._server: Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._claim = -1
 
@@ -522,46 +526,73 @@ class ProxyMetrics:
         register_model_metrics(served, self._model_cache_dir)
         return served
 
-    def serve(self, host: str = "127.0.0.1", port: int = DEFAULT_METRICS_PORT) -> int:
+    def serve(self, host: str = "127.0.0.1", port: int = DEFAULT_METRICS_PORT, limits: EdgeLimits = EdgeLimits()) -> int:
         """Serve `/metrics` on a background thread; returns the bound port.
 
-        In shared mode the port is shared (SO_REUSEPORT, `proxy.shell.shared_ports`)
-        with the node's other proxy workers: whichever answers, it answers the
-        node's sum. Port 0 picks a free port (tests). Call `close()` when the
-        proxy stops.
+        Served by the bounded server of every other listener (`httpedge.server`, on
+        its own event loop on that thread): idle connections closed after
+        `limits.keep_alive_s`, headers due within `limits.header_timeout_s`, at most
+        `limits.max_connections` at once, no thread per connection. In shared mode
+        the port is shared (SO_REUSEPORT, `proxy.shell.shared_ports`) with the node's
+        other proxy workers: whichever answers, it answers the node's sum. Port 0
+        picks a free port (tests). Call `close()` when the proxy stops.
         """
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-
-        class Server(_SharedPortServer if self._shared is not None else ThreadingWSGIServer):  # type: ignore[misc]  # a base chosen at run time
-            address_family = family
-
         try:
             if self._shared is not None:
                 self._claim = shared_ports.claim(host, port, self._shared)
-            self._server = make_server(host, port, make_wsgi_app(self._served()), Server, handler_class=_SilentHandler)
+            listening = _listening(host, port, shared=self._shared is not None)
         except OSError as error:
             shared_ports.release(self._claim)
             self._claim = -1
             raise OSError(f"proxy metrics cannot listen on {host}:{port}: {error.strerror or error}") from None
-        self._thread = threading.Thread(target=self._server.serve_forever, name="proxy-metrics", daemon=True)
+        server = self._server = Server(self._asgi, limits)
+        loop = self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=loop.run_until_complete, args=(server.serve([listening]),), name="proxy-metrics", daemon=True
+        )
         self._thread.start()
-        return int(self._server.server_port)
+        return int(listening.getsockname()[1])
+
+    async def _asgi(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        """Any path: the metrics (as prometheus_client's WSGI app served them), gzipped when asked."""
+        if scope["type"] != "http":
+            return
+        headers = {name.lower(): value.decode("latin-1") for name, value in scope["headers"]}
+        encoder, content_type = choose_encoder(headers.get(b"accept", ""))
+        body = encoder(self._served())
+        head = [(b"content-type", content_type.encode())]
+        if "gzip" in headers.get(b"accept-encoding", ""):
+            body, head = gzip.compress(body), [*head, (b"content-encoding", b"gzip")]
+        await send({"type": "http.response.start", "status": 200, "headers": head})
+        await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        server, loop, thread = self._server, self._loop, self._thread
+        if server is not None and loop is not None and thread is not None:
+            try:
+                asyncio.run_coroutine_threadsafe(server.shutdown(1.0), loop).result(5.0)
+            except RuntimeError:  # the loop has already stopped
+                pass
+            thread.join(5.0)
+            loop.close()
+        self._server = self._loop = self._thread = None
         shared_ports.release(self._claim)
         self._claim = -1
 
 
-class _SharedPortServer(ThreadingWSGIServer):
-    """prometheus_client's threading WSGI server, its port shared by the node's proxy workers."""
-
-    def server_bind(self) -> None:
-        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        super().server_bind()
+def _listening(host: str, port: int, shared: bool) -> socket.socket:
+    """A bound socket for the metrics port; shared: its port shared by the node's proxy workers."""
+    listening = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if shared:
+            listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        listening.bind((host, port))
+        listening.listen(128)
+    except OSError:
+        listening.close()
+        raise
+    return listening
 
 
 def _remove_where(
