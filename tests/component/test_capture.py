@@ -19,47 +19,16 @@ from pydantic import ValidationError
 from proxy.app import ProxyApp
 from proxy.observability.capture import CaptureWriter
 from proxy.observability.redacting import Exchange, Redaction
-from proxy.routes.subscriptions import Subscriptions
-from proxy.settings import ProxySettings
 from tests.support.capture import Counts
-from tests.support.proxy_app import FakeCaller, FakeReplica, replica_set
-from vocabulary.control.longpoll import RouteEntry, RouteTable
-from vocabulary.request_path.wire import WireRequest, WireResponse
-from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig
+from tests.support.capture import capture_app as _app
+from tests.support.capture import records as _records
+from vocabulary.spec.endpoints import CaptureConfig
 
 SECRETS = ("hunter2-password", "4111-1111-1111-1111", "sk-live-api-key", "Bearer tok-xyz", "session=abc123",
            "resp-token-42", "nested-list-secret")
-RULES = ("header:x-api-key", "json:$.password", "json:$.card.number", "json:$.token", "json:$.items.secret")
-
-
-async def _answer_with_a_secret(request: WireRequest) -> WireResponse:
-    body = json.dumps({"ok": True, "token": "resp-token-42", "got_bytes": len(request[4])})
-    return 200, [(b"content-type", b"application/json"), (b"set-cookie", b"session=abc123")], body.encode()
-
-
-def _app(tmp_path: Path, writer: CaptureWriter, rollout_step: int = 0, **capture: Any) -> ProxyApp:
-    rng = random.Random(0)
-    app = ProxyApp(FakeCaller(), ProxySettings(), rng, capture=writer)
-    config = EndpointConfig(
-        name="login", route="/login", traffic={"v1": 1.0},
-        capture=CaptureConfig(**{"sample": 1.0, "sink": f"file://{tmp_path}/sink", "redact": RULES, **capture}),
-        rollout_step=rollout_step,
-    )
-    table = RouteTable(entries=(RouteEntry(route="/login", methods=("GET", "POST"), endpoint="login"),))
-    replicas = replica_set("v1", [FakeReplica("r1", _answer_with_a_secret)]).model_copy(update={"commit": "c0ffee"})
-    app.install(Subscriptions(ProxySettings(), rng).apply(
-        {"routes": (1, table), "endpoint:login": (2, config), "replicas:v1": (3, replicas)}
-    ))
-    return app
-
-
 async def _post(app: ProxyApp, body: bytes, headers: dict[str, str] | None = None) -> httpx.Response:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
         return await client.post("/login", content=body, headers=headers)
-
-
-def _records(directory: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for path in sorted(directory.glob("*.jsonl")) for line in path.read_text().splitlines()]
 
 
 def test_records_carry_the_commit_and_never_a_redacted_field(tmp_path: Path) -> None:

@@ -24,8 +24,10 @@ import pytest
 import proxy.observability.capture as capture
 from proxy.observability.capture import CaptureWriter
 from proxy.observability.redacting import Exchange, Redaction, credential_like, too_deep
-from tests.component.test_capture import Counts, _app, _records
-from tests.component.test_proxy_app import FakeReplica
+from tests.support.capture import Counts
+from tests.support.capture import capture_app as _app
+from tests.support.capture import records as _records
+from tests.support.proxy_app import FakeReplica
 from vocabulary.spec.endpoints import CaptureConfig
 
 MIB = 1 << 20

@@ -9,8 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from proxy.observability.metrics import ProxyMetrics
-from tests.component.test_multiplexed_proxy import Served, lru_replica
-from tests.component.test_proxy_app import Proxy, get, run
+from tests.support.proxy_app import Proxy, Served, get, lru_replica, run
 from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet
 from vocabulary.spec.routing import MultiplexConfig
 

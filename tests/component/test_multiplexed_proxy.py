@@ -6,48 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import OrderedDict
-from typing import Sequence
 
-from proxy.app import NullRecorder
 from proxy.observability.metrics import ProxyMetrics
 from ray_gitops import registry
 from ray_gitops.model_slots import ModelSlots
 from ray_gitops.registry import current_model_id, current_request
 from replica.host import call_handler
-from tests.support.proxy_app import FakeReplica, Proxy, get, run
+from tests.support.proxy_app import FakeReplica, Proxy, Served, get, lru_replica, run
 from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet
 from vocabulary.request_path.multiplexing import RequestModels, parse_report, report
-from vocabulary.request_path.wire import LOAD_HEADER, MODELS_HEADER, WireRequest, WireResponse
+from vocabulary.request_path.wire import MODELS_HEADER, WireRequest, WireResponse
 from vocabulary.spec.routing import MultiplexConfig
-
-
-class Served(NullRecorder):
-    def __init__(self) -> None:
-        self.served: list[tuple[str, str, bool, tuple[str, ...]]] = []
-
-    def model_served(self, backend: str, model: str, loaded: bool, evicted: Sequence[str]) -> None:
-        self.served.append((backend, model, loaded, tuple(evicted)))
-
-
-def lru_replica(name: str, capacity: int) -> FakeReplica:
-    """A fake replica with a real LRU of `capacity` models, reporting as a multiplexed replica does."""
-    held: OrderedDict[str, None] = OrderedDict()
-
-    async def handler(request: WireRequest) -> WireResponse:
-        model = dict(request[3]).get(b"x-model-id", b"").decode()
-        record = RequestModels(model or None)
-        if model and model in held:
-            held.move_to_end(model)
-        elif model:
-            held[model] = None
-            record.loaded = True
-            while len(held) > capacity:
-                record.evicted.append(held.popitem(last=False)[0])
-        value = json.dumps([list(held), record.loaded, record.evicted]).encode()
-        return 200, [(b"content-type", b"text/plain"), (LOAD_HEADER, b"1.0"), (MODELS_HEADER, value)], name.encode()
-
-    return FakeReplica(name, handler)
 
 
 def multiplexed_proxy(

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from starlette.requests import Request
 
 from proxy.routes.rate_limits import AmbiguousTenant, TenantLimit, tenant_key
-from tests.component.test_proxy_app import FakeReplica, Proxy, replica_set, run
+from tests.support.proxy_app import FakeReplica, Proxy, replica_set, run
 from vocabulary.control.longpoll import RouteEntry, RouteTable
 from vocabulary.spec.endpoints import EndpointConfig, LimitsConfig
 from vocabulary.spec.keys import KeyKind

@@ -9,7 +9,8 @@ never from another test module or another tier's folder
 - `agent_loop`: The reconcile loop driven by hand, for the agent tests of every tier: the echo app
   and a spec of it,.
 - `agents`: The service the agent-driven scenarios serve from git, and reads of the agent.
-- `capture`: Counts of what request capture wrote, for the capture tests.
+- `capture`: What the capture tests share: counts of what request capture wrote, and the proxy app
+  capturing an endpoint to a tmp directory (`capture_app`) with its records read back (`records`).
 - `collected`: A pytest plugin that writes what was collected, one JSON line per test.
 - `data_path`: What the data-path tests share: the replica's apps, a stand-in for a Ray.
 - `delivery`: A proxy delivering to answering replicas, and reads of what it delivered, for the

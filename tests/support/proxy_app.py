@@ -1,23 +1,27 @@
-"""The proxy app over fake replicas and callers, run in one process, for the proxy tests of every tier.
+"""The proxy app over fake replicas and callers, run in one process, for the proxy tests of every tier;
+and a multiplexed fake replica with a real LRU (`lru_replica`) with a recorder of its models (`Served`).
 
 Moved out of tests/component/test_proxy_app.py, whose tests use them too."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
-from typing import Any, Awaitable, Callable
+from collections import OrderedDict
+from typing import Any, Awaitable, Callable, Sequence
 
 import httpx
 
-from proxy.app import ProxyApp
+from proxy.app import NullRecorder, ProxyApp
 from proxy.observability.metrics import ShadowResult
 from proxy.pool.calling import Batching
 from proxy.routes.subscriptions import Subscriptions
 from proxy.settings import ProxySettings
 from vocabulary.control.actor_apis import ReplicaHandle
 from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
-from vocabulary.request_path.wire import WireRequest, WireResponse
+from vocabulary.request_path.multiplexing import RequestModels
+from vocabulary.request_path.wire import LOAD_HEADER, MODELS_HEADER, WireRequest, WireResponse
 from vocabulary.spec.endpoints import EndpointConfig
 
 Handler = Callable[[WireRequest], Awaitable[WireResponse]]
@@ -104,3 +108,33 @@ def run(coro: Awaitable[Any]) -> Any:
 async def get(proxy: Proxy, path: str, **kwargs: Any) -> httpx.Response:
     async with proxy.client() as client:
         return await client.get(path, **kwargs)
+
+
+class Served(NullRecorder):
+    """A recorder that keeps what multiplexed requests were counted under: (backend, model, loaded, evicted)."""
+
+    def __init__(self) -> None:
+        self.served: list[tuple[str, str, bool, tuple[str, ...]]] = []
+
+    def model_served(self, backend: str, model: str, loaded: bool, evicted: Sequence[str]) -> None:
+        self.served.append((backend, model, loaded, tuple(evicted)))
+
+
+def lru_replica(name: str, capacity: int) -> FakeReplica:
+    """A fake replica with a real LRU of `capacity` models, reporting as a multiplexed replica does."""
+    held: OrderedDict[str, None] = OrderedDict()
+
+    async def handler(request: WireRequest) -> WireResponse:
+        model = dict(request[3]).get(b"x-model-id", b"").decode()
+        record = RequestModels(model or None)
+        if model and model in held:
+            held.move_to_end(model)
+        elif model:
+            held[model] = None
+            record.loaded = True
+            while len(held) > capacity:
+                record.evicted.append(held.popitem(last=False)[0])
+        value = json.dumps([list(held), record.loaded, record.evicted]).encode()
+        return 200, [(b"content-type", b"text/plain"), (LOAD_HEADER, b"1.0"), (MODELS_HEADER, value)], name.encode()
+
+    return FakeReplica(name, handler)
