@@ -4,7 +4,7 @@ One `pytest --collect-only` of the whole suite (in a child process, so this
 tier imports nothing of it) writes what it collected through
 `tests.support.collected`, with each test's marks; the checks read that:
 
-- every test under tests/real or tests/reliability is marked `real` or
+- every test under tests/real, tests/reliability or tests/bench is marked `real` or
   `slow`, and every test carries exactly one tier;
 - no test outside `real` and `slow` (what `make check` runs with
   `-m "not real and not slow"`) uses a Ray fixture or calls something that

@@ -5,7 +5,7 @@
 - `component`: in-process, no Ray (tests/component, and the tests of
   tests/security and tests/bench that are not marked `real`).
 - `real`: a real local Ray, agents, browsers or external programs
-  (tests/real, tests/reliability, and anything marked `real`).
+  (tests/real, tests/reliability, tests/bench, and anything marked `real`).
 - `slow`: real tests that are long by nature (the bench smoke, the short
   soak, the Ray and GCS restarts): named in `SLOW_FILES` or marked `slow`.
   A slow test is a real test too, so `-m "not real"` leaves it out.
@@ -22,8 +22,9 @@ from collections.abc import Iterable
 
 TIERS = ("pure", "component", "real", "slow")
 
-# Every test under these folders is real (or slow): they all start Ray.
-REAL_FOLDERS = ("tests/real/", "tests/reliability/")
+# Every test under these folders is real (or slow): they start Ray (the bench
+# smoke; the bench's own arithmetic is tested in tests/component).
+REAL_FOLDERS = ("tests/real/", "tests/reliability/", "tests/bench/")
 
 # Long by nature: each starts its own Ray (or several) or loads for a minute.
 SLOW_FILES = frozenset({
