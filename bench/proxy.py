@@ -184,9 +184,10 @@ def _forwarder(handler: str, replicas: int) -> Iterator[list[str]]:
     import ray
 
     from replica.host import Replica
+    from vocabulary.spec.backends import BackendConfig
 
-    handles = [_started(ray.remote(Replica).options(num_cpus=0).remote("bench", f"bench-{i}", "v1",
-                                                                      f"bench.proxy_apps:{handler}"))
+    handles = [_started(ray.remote(Replica).options(num_cpus=0).remote(
+        BackendConfig(name="bench", version="v1", import_path=f"bench.proxy_apps:{handler}"), f"bench-{i}"))
                for i in range(replicas)]
     ray.get([h.initialize.remote() for h in handles])
     port = free_port()

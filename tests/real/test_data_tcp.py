@@ -24,6 +24,7 @@ import ray
 
 from proxy.shell.raycalls import RayCaller
 from replica.host import Replica
+from vocabulary.spec.backends import BackendConfig
 from vocabulary.control.actor_apis import Remote, ReplicaHandle
 from vocabulary.request_path.wire import make_request
 
@@ -53,7 +54,9 @@ def test_requests_to_a_proxy_reach_a_replica_on_another_node_over_its_tcp_listen
 @pytest.fixture(scope="module")
 def replica(ray_session: str) -> Iterator[Any]:
     # The driver's sys.path reaches its workers: the test app imports as a module of this repository.
-    handle = ray.remote(Replica).options(num_cpus=0).remote("echo", "tcp-r1", "v1", "tests.real.apps.proxy_handlers:Echo")
+    handle = ray.remote(Replica).options(num_cpus=0).remote(
+        BackendConfig(name="echo", version="v1", import_path="tests.real.apps.proxy_handlers:Echo"), "tcp-r1"
+    )
     ray.get(handle.initialize.remote(), timeout=120)
     yield handle
     ray.kill(handle)

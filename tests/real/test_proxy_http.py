@@ -23,6 +23,7 @@ from httpedge.limits import EdgeLimits
 from proxy.actor import ProxyActor
 from proxy.settings import ProxySettings
 from replica.host import Replica
+from vocabulary.spec.backends import BackendConfig
 from tests.real.apps.proxy_fakes import FakeController
 from tests.support.listeners import RawClient
 from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
@@ -55,7 +56,8 @@ class Stack:
         for _ in range(count):
             replica_id = f"{backend}-{uuid.uuid4().hex[:6]}"
             handle = ray.remote(Replica).options(num_cpus=0, max_restarts=0).remote(
-                backend, replica_id, "v", f"{APPS}:{handler}", init_args
+                BackendConfig(name=backend, version="v", import_path=f"{APPS}:{handler}", init_args=init_args),
+                replica_id,
             )
             self.replicas.append(handle)
             infos.append(ReplicaInfo(replica_id=replica_id, actor_name=replica_id, handle=handle))

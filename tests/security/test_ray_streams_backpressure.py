@@ -20,6 +20,7 @@ from starlette.responses import StreamingResponse
 
 from proxy.shell.raycalls import GENERATOR_BACKPRESSURE_ITEMS, RayStreams
 from replica.host import Replica
+from vocabulary.spec.backends import BackendConfig
 from vocabulary.control.actor_apis import Remote
 from vocabulary.request_path.wire import StreamStart, make_request
 
@@ -46,7 +47,9 @@ class Firehose:
 
 @pytest.fixture(scope="module")
 def replica(ray_session: str) -> Iterator[Any]:
-    handle = ray.remote(Replica).options(num_cpus=0).remote("firehose", "firehose-r1", "v1", f"{__name__}:Firehose")
+    handle = ray.remote(Replica).options(num_cpus=0).remote(
+        BackendConfig(name="firehose", version="v1", import_path=f"{__name__}:Firehose"), "firehose-r1"
+    )
     ray.get(handle.initialize.remote(), timeout=120)
     yield handle
     ray.kill(handle)
@@ -102,7 +105,9 @@ async def chatterbox(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 @pytest.fixture(scope="module")
 def websocket_replica(ray_session: str) -> Iterator[Any]:
-    handle = ray.remote(Replica).options(num_cpus=0).remote("chatter", "chatter-r1", "v1", f"{__name__}:chatterbox")
+    handle = ray.remote(Replica).options(num_cpus=0).remote(
+        BackendConfig(name="chatter", version="v1", import_path=f"{__name__}:chatterbox"), "chatter-r1"
+    )
     ray.get(handle.initialize.remote(), timeout=120)
     yield handle
     ray.kill(handle)
