@@ -16,7 +16,9 @@ dev and staging agents hold `--promote-token-file` and promote by push.
 - a commit whose rollout aborts in dev is never promoted;
 - a deny window holds an apply in prod; `gitops sync --override-window`
   without the admin token is refused, with it the commit applies and history
-  records who asked (the admin token's fingerprint).
+  records who asked (the admin token's fingerprint); a next commit deleting
+  the window (and changing what serves) is held by the window in force, not
+  let through by its own deletion (issue 50, row 5).
 """
 
 from __future__ import annotations
@@ -282,6 +284,14 @@ def test_a_commit_is_promoted_from_dev_to_staging_to_prod(
     assert [r["commit"] for r in overrides] == [frozen]
     assert overrides[0]["plan_summary"].startswith(f"sync window overridden by admin token sha256:{fingerprint}: deny window")
     assert ADMIN_TOKEN not in json.dumps(prod.history()) + prod.log_path.read_text()
+    # Issue 50, row 5: the windows are the applied commit's; deleting them does not escape them.
+    repo.write("environments/prod.toml", PROD.replace('ENVIRONMENT = "prod"', 'ENVIRONMENT = "prod-unfrozen"'))
+    escape = repo.commit("prod: unfreeze and ship")
+    repo.git("push", "-q", "origin", "HEAD:refs/heads/env/prod")
+    prod.wait("the unfreezing commit held",
+              lambda: (s := prod.get("/status"))["status"] == "Held" and s["environment"]["held"]["commit"] == escape)
+    assert prod.get("/status")["last_applied_revision"] == frozen
+    assert not any(row["commit"] == escape for row in prod.history())
 
     time.sleep(max(0.0, SOAK_S + 3 - (time.monotonic() - aborted_at)))
     assert promoted(dev, broken) is None
