@@ -1,7 +1,19 @@
-"""The request path's pieces beyond the app: the stages a request passes, in order, and
-what carries a request past its one reply.
+"""The request path as a chain of stages, and what carries a request past its one reply.
 
-- `websockets`: a WebSocket carried to one replica for its lifetime;
+The stages, each one concern, each left out of an endpoint's chain when its
+feature is off there (their one order is `proxy.app.ProxyApp.stages`):
+- `admit`: the endpoint's `[limits]`, 429 for a tenant over its rate;
+- `steer`: the backend a request goes to (weights, header and JSON rules);
+- `trace`: the request's span, begun, carried to the replica, ended;
+- `capture`: sampled request/response records, filled in and offered;
+- `shadow`: copies to shadow backends, compared with the answer;
+- `count`: every answer reported (`Recorder`) and counted.
+
+What they share and what runs between them:
+- `stage`: what a stage is (its hooks) and an endpoint's `Chain` of them;
+- `transit`: a request in transit (what its stages share), proxy-made answers;
+- `body`: a request's body read, bounded in size, time and the worker's budget;
+- `running_calls`: the calls on one event loop, their deadlines and clients;
 - `streaming`: a streamed answer relayed chunk by chunk, its gaps bounded;
-- `running_calls`: the calls on one event loop, their deadlines and clients.
+- `websockets`: a WebSocket carried to one replica for its lifetime.
 """

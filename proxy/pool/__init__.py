@@ -1,5 +1,7 @@
 """Replica pools and the calls made to their replicas.
 
+- `sending`: the one call the request path makes: a request to a replica of a
+  backend (slot, stall check, one retry for idempotent requests, release);
 - `replicas`: per-backend pools, the wait queue, dead and stalled replicas;
 - `stalls`: per-replica progress and the rule that finds a hung replica (pure);
 - `multiplexing`: a multiplexed backend's model to a replica holding it (pure);

@@ -88,6 +88,26 @@ class Snapshot:
     # proxy starting up serves from the first complete snapshot on.
     complete: bool = True
 
+    def backend_load(self) -> dict[str, dict[str, float]]:
+        """Per backend: requests in flight on replicas, waiting in the queue,
+        and turned away in the last second because it had no replica; the
+        sum of its replicas' reported loads, once one has reported; and for a
+        multiplexed backend its hottest model's in-flight load (`hot`)."""
+        loads: dict[str, dict[str, float]] = {}
+        for name, pool in self.pools.items():
+            load: dict[str, float] = {"ongoing": pool.ongoing(), "queued": pool.queued(), "unserved": pool.unserved()}
+            if pool.multiplex is not None:
+                load["hot"] = pool.scaling_ongoing()  # what the autoscaler is told (proxy.pool.multiplexing)
+            reported = pool.reported()
+            if reported is not None:
+                load["reported"] = reported
+            loads[name] = load
+        return loads
+
+    def stalled_replicas(self) -> dict[str, dict[str, str]]:
+        """Per backend, the replicas found stalled that the controller still lists (id -> what was seen)."""
+        return {name: hung for name, pool in self.pools.items() if (hung := pool.stalled())}
+
 
 def build_snapshot(
     table: RouteTable,

@@ -1,0 +1,135 @@
+"""Reading a request's body, bounded: in size, in time, and in the bodies one worker holds at once.
+
+The size limit is the endpoint's `max_body_bytes` under the proxy's ceiling
+(413 at once when Content-Length says more, 413 as soon as more arrives);
+the time limit the edge's `body_timeout_s` (408); the budget
+(`BodyBudget`) the bytes a worker's requests hold from their first byte read
+until they end (503 and Retry-After past it). A client that leaves before
+its body is read causes no replica call (`ClientLeft`); a truncated body is
+never forwarded. A request without a body (RFC 9112 6.3) reads its one
+empty message at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from typing import Any
+
+from httpedge.asgi import Receive, Scope
+from proxy.pipeline.running_calls import ClientLeft
+from proxy.pipeline.transit import CLOSE, Refusal
+
+__all__ = ["BodyBudget", "read", "read_body", "request_message", "framed", "declared_length"]
+
+
+async def read(scope: Scope, receive: Receive, limit: int, timeout_s: float, budget: BodyBudget) -> bytes:
+    """The request's body (b"" without one), taken from `budget` (the caller gives back its length
+    when the request ends): 413 past `limit` (at once when its Content-Length says more: not one
+    byte of it is read), 503 past the budget, 408 past `timeout_s`, `ClientLeft` if the client left."""
+    if not framed(scope["headers"]):
+        request_message(await receive())  # no body: the server hands its one empty message over at once
+        return b""
+    declared = declared_length(scope["headers"])
+    if declared > limit:
+        raise Refusal(413, "Request body too large")
+    return await read_body(receive, limit, timeout_s, budget, declared)
+
+
+def framed(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether the request says it has a body (Content-Length other than 0, or Transfer-Encoding)."""
+    for name, value in headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
+
+
+def declared_length(headers: list[tuple[bytes, bytes]]) -> int:
+    """The body's length its Content-Length says; 0 without one (or one that is no number, which the
+    server refuses before the app is called)."""
+    for name, value in headers:
+        if name == b"content-length":
+            return int(value) if value.strip().isdigit() else 0
+    return 0
+
+
+class BodyBudget:
+    """The request body bytes one worker holds at once, from their first byte read until their
+    request ends: every endpoint's limit times every connection would be far more memory than a
+    worker has, so past the budget a body is refused (503, Retry-After) as it arrives."""
+
+    __slots__ = ("free", "_refusal_headers")
+
+    def __init__(self, size: int, retry_after: list[tuple[bytes, bytes]]) -> None:
+        self.free = size
+        self._refusal_headers = [*retry_after, *CLOSE]
+
+    def take(self, size: int) -> None:
+        if size > self.free:
+            raise Refusal(503, "Too many request bodies in flight", self._refusal_headers)
+        self.free -= size
+
+    def give(self, size: int) -> None:
+        self.free += size
+
+
+async def read_body(
+    receive: Receive, limit: int, timeout_s: float, budget: BodyBudget, declared: int = 0
+) -> bytes:
+    """The whole body of a request that frames one, taken from `budget` as it arrives (the caller
+    gives it back; a body its Content-Length `declared` is taken whole once it comes in more than
+    one message, when its buffer is made): 413 past `limit`, 503 past the budget, 408 past
+    `timeout_s`, `ClientLeft` if the client went away (what was taken of a body not read whole is
+    given back here)."""
+    taken = [0]
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read_all(receive, limit, budget, taken, declared)
+    except TimeoutError:
+        budget.give(taken[0])
+        raise Refusal(408, "Request body not complete in time", CLOSE) from None
+    except BaseException:
+        budget.give(taken[0])
+        raise
+
+
+def request_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The request's first message; `ClientLeft` when it says the client went away."""
+    if message["type"] == "http.disconnect":
+        raise ClientLeft("before its request was read; no replica called")
+    return message
+
+
+async def _read_all(receive: Receive, limit: int, budget: BodyBudget, taken: list[int], declared: int) -> bytes:
+    message = request_message(await receive())
+    body: bytes = message.get("body", b"")
+    if len(body) > limit:
+        raise Refusal(413, "Request body too large")
+    budget.take(len(body))
+    taken[0] = len(body)
+    if not message.get("more_body", False):
+        return body
+    # Written into one buffer that getvalue() hands over as the body: a list of chunks joined at
+    # the end would hold a large body twice while it is joined. With a Content-Length it is made
+    # at its size, bytes shared with nobody, which CPython's BytesIO fills in place; growing it
+    # chunk by chunk instead cost 34-48 ms per 16 MiB body in 64-256 KiB chunks (3 ms presized).
+    if declared > len(body):
+        budget.take(declared - len(body))
+        taken[0] = declared
+        chunks = io.BytesIO(bytes(declared))
+    else:
+        chunks = io.BytesIO()
+    chunks.write(body)
+    while message.get("more_body", False):
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientLeft("before its body was read; no replica called")  # a truncated body is never forwarded
+        chunk = message.get("body", b"")
+        if chunks.tell() + len(chunk) > limit:
+            raise Refusal(413, "Request body too large")
+        if chunks.tell() + len(chunk) > taken[0]:
+            budget.take(chunks.tell() + len(chunk) - taken[0])  # beyond what was taken (no Content-Length)
+            taken[0] = chunks.tell() + len(chunk)
+        chunks.write(chunk)
+    chunks.truncate()  # never past what came (the server ends a body short of its length as a disconnect)
+    return chunks.getvalue()

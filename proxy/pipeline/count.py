@@ -1,0 +1,102 @@
+"""The counting stage, and the `Recorder` every outcome is reported to (the one place metrics hook in).
+
+Always on, last: every answer is reported (`Recorder.request_done`, and a
+client that left as 499) and counted for rollout checks and the status
+(`proxy.observability.request_stats.RequestCounter`; a client that left a
+stream is not counted there, its replica's answer being unknown).
+`NullRecorder` records nothing: a proxy started without a metrics port.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Protocol, Sequence
+
+from proxy.observability.request_stats import RequestCounter
+from proxy.pipeline.stage import Headers, Stage
+from proxy.pipeline.transit import CLIENT_LEFT, Transit
+from proxy.routes.snapshot import ServedEndpoint
+
+if TYPE_CHECKING:  # its values are the shadow stage's to give
+    from proxy.observability.metrics import ShadowResult
+
+__all__ = ["Counting", "Recorder", "NullRecorder"]
+
+
+class Recorder(Protocol):
+    """Where the outcome of every request and shadow copy is reported (`proxy.observability.metrics.ProxyMetrics`)."""
+
+    def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None: ...
+
+    def shadow_done(self, endpoint: str, backend: str, result: ShadowResult) -> None: ...
+
+    def shadow_compared(self, endpoint: str, backend: str, matched: bool) -> None: ...
+
+    def first_byte(self, endpoint: str, backend: str, seconds: float) -> None:
+        """A streamed answer's time to its first chunk, or a WebSocket's to its accept."""
+
+    def session_done(self, endpoint: str, backend: str, code: int) -> None:
+        """A WebSocket session ended (`proxy.pipeline.websockets` says with which code)."""
+
+    def rate_limited(self, endpoint: str) -> None:
+        """A request was refused (429): its tenant was over the endpoint's limit."""
+
+    def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:
+        """A streamed answer ended: the gap before each chunk after its head."""
+
+    def replica_stalled(self, backend: str) -> None:
+        """A replica of `backend` was found stalled (`proxy.pool.stalls`) and taken out of routing."""
+
+    def model_served(self, backend: str, model: str, loaded: bool, evicted: Sequence[str]) -> None:
+        """A multiplexed backend answered a request for `model`: whether its replica loaded
+        it for this request, and the models it evicted to make room."""
+
+
+class NullRecorder:
+    """Records nothing: a proxy started without a metrics port."""
+
+    def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None:
+        pass
+
+    def shadow_done(self, endpoint: str, backend: str, result: ShadowResult) -> None:
+        pass
+
+    def shadow_compared(self, endpoint: str, backend: str, matched: bool) -> None:
+        pass
+
+    def first_byte(self, endpoint: str, backend: str, seconds: float) -> None:
+        pass
+
+    def session_done(self, endpoint: str, backend: str, code: int) -> None:
+        pass
+
+    def rate_limited(self, endpoint: str) -> None:
+        pass
+
+    def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:
+        pass
+
+    def replica_stalled(self, backend: str) -> None:
+        pass
+
+    def model_served(self, backend: str, model: str, loaded: bool, evicted: Sequence[str]) -> None:
+        pass
+
+
+class Counting(Stage):
+    """Reports and counts every answer."""
+
+    def __init__(self, recorder: Recorder, counts: RequestCounter) -> None:
+        self._recorder = recorder
+        self._counts = counts
+
+    def hooks(self, served: ServedEndpoint) -> Iterable[str]:
+        return ("answered", "left")
+
+    def answered(self, transit: Transit, status: int, headers: Headers, payload: bytes) -> None:
+        name, backend, duration_s = transit.served.name, transit.backend, transit.duration_s
+        self._recorder.request_done(name, backend, status, duration_s)
+        if status != CLIENT_LEFT or transit.held is None:
+            self._counts.record(backend, status, duration_s, name)
+
+    def left(self, transit: Transit) -> None:
+        self._recorder.request_done(transit.served.name, transit.backend, CLIENT_LEFT, transit.duration_s)

@@ -1,0 +1,222 @@
+"""One call: send this request to a replica of a backend, and bring its answer back.
+
+`Sender.send` is the only way the request path reaches a replica for a plain
+request: it takes a slot (`ReplicaPool.free_slot`, else waiting in line with
+`acquire`), tells the slot's progress (`proxy.pool.stalls`) the call was
+sent and answered, notes the load and models the replica reported on its
+answer (`took_load`), checks a call that ran out its deadline for a stalled
+replica, and, for an idempotent request whose replica died or stalled, tries
+once more on another replica. The slot is released when the call ends, except
+under a streamed answer: `Held` keeps it until the stream ends.
+
+What went wrong is said by the exceptions below; the request path turns
+them into its status codes (docs/reference/http.md). The call's deadline is the
+caller's (`proxy.pipeline.running_calls`): a cancellation at it is passed on.
+No HTTP here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from proxy.pool.calling import Caller, HandlerError, ReplicaDiedError
+from proxy.pool.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
+from vocabulary.request_path.multiplexing import ModelReport
+from vocabulary.request_path.wire import LOAD_HEADER, MODELS_HEADER, Reply, StreamStart, WireRequest, WireResponse
+
+__all__ = [
+    "Sender", "Held", "took_load", "NoBackend", "NoReplica", "QueueFull", "UnknownModel", "HandlerFailed", "ReplicaDied",
+    "ReplicaStalled", "NoTimeLeft", "SendError",
+]
+
+logger = logging.getLogger(__name__)
+
+DEADLINE_SLACK_S = 0.01  # a cancellation this close to a call's deadline is the deadline's
+
+
+class SendError(Exception):
+    """Why no answer came back (each kind is one status code of the request path)."""
+
+
+class NoBackend(SendError):
+    """The backend has no replica set at all (503)."""
+
+
+class NoReplica(SendError):
+    """No replica now, nor within the wait the pool allows (503; 504 when `after_stall`)."""
+
+    def __init__(self, after_stall: bool) -> None:
+        super().__init__("no replica")
+        self.after_stall = after_stall
+
+
+class QueueFull(SendError):
+    """Every replica is full and so is the wait queue (503)."""
+
+
+class UnknownModel(SendError):
+    """A multiplexed backend's request names no model its spec serves (400)."""
+
+    def __init__(self, header: str) -> None:
+        super().__init__(header)
+        self.header = header
+
+
+class HandlerFailed(SendError):
+    """The replica's handler raised (500); its text went to the log."""
+
+
+class ReplicaDied(SendError):
+    """The replica died under the call, and no retry was due or left (502)."""
+
+
+class ReplicaStalled(SendError):
+    """The replica stalled under the call, and no retry was due or left (504)."""
+
+
+class NoTimeLeft(SendError):
+    """The replica stalled under another call with no time left to retry (504)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A streamed answer's head, with the replica slot it keeps until the stream ends."""
+
+    pool: ReplicaPool
+    slot: ReplicaSlot
+    start: StreamStart
+
+
+class Sender:
+    """Sends requests to the replicas of a backend's pool: one `send` per request."""
+
+    __slots__ = ("_caller", "_stalled", "_model_served")
+
+    def __init__(
+        self, caller: Caller, stalled: Callable[[str], None],
+        model_served: Callable[[str, str, bool, Sequence[str]], None],
+    ) -> None:
+        """`stalled(backend)`: a replica of it was found stalled; `model_served(backend, model, loaded,
+        evicted)`: a multiplexed backend answered a request for a model its replica holds."""
+        self._caller = caller
+        self._stalled = stalled
+        self._model_served = model_served
+
+    async def send(
+        self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float, retry: bool,
+        seen: Callable[[str], None] | None = None,
+    ) -> WireResponse | Held:
+        """The answer of a replica of `pool`'s backend; `retry`: once more on another replica
+        when the first died or stalled (idempotent requests); `seen(replica_id)`: told of each
+        replica tried. Must run in the task the deadline cancels."""
+        if pool is None:
+            raise NoBackend()
+        key = pool.request_key(request)  # None unless the backend's routing policy reads a key
+        served = None
+        if pool.multiplex is not None and key is not None:
+            if not pool.multiplex.accepts(key.decode("utf-8", "replace")):
+                raise UnknownModel(pool.multiplex.header)
+            served = self._served(pool.backend, key, pool.multiplex.label)
+        task: asyncio.Task[object] | None = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        stalled = False
+        for _ in range(2 if retry else 1):
+            slot = pool.free_slot(key) or await _acquire(pool, key, stalled)
+            if seen is not None:
+                seen(slot.replica_id)
+            held = False
+            progress = slot.progress  # proxy.pool.stalls: sent, answered, outstanding since when
+            progress.on_sent(task, loop.time())
+            try:
+                remaining = deadline_at - loop.time()
+                reply: Reply = took_load(
+                    slot, await self._caller.call(slot.handle, request, remaining, pool.batching), served
+                )
+                progress.on_answered(task, loop.time())
+                if isinstance(reply, StreamStart):
+                    held = True  # the slot stays taken until the stream ends
+                    return Held(pool, slot, reply)
+                return reply
+            except ReplicaDiedError as error:
+                pool.drop(slot)
+                logger.warning("replica %s of %s died under a request: %s", slot.replica_id, pool.backend, error)
+            except HandlerError as error:
+                progress.on_answered(task, loop.time())
+                logger.error("handler of backend %s raised:\n%s", pool.backend, error)
+                raise HandlerFailed() from None
+            except asyncio.CancelledError:
+                if not pool.cancelled_by_stall(task):
+                    if loop.time() >= deadline_at - DEADLINE_SLACK_S:
+                        self._check_stall(pool, slot, task, loop.time())
+                    raise
+                # Its replica stalled under another request: retry (idempotent) or 504, not a
+                # cancellation; unless its own deadline or client ended it too (their answer stands).
+                if task.uncancel() > 0:
+                    raise
+                if loop.time() >= deadline_at - DEADLINE_SLACK_S:
+                    raise NoTimeLeft() from None
+                stalled = True
+            finally:
+                progress.on_ended(task)
+                if not held:
+                    pool.release(slot)
+        if stalled:
+            raise ReplicaStalled()
+        raise ReplicaDied()
+
+    def _served(self, backend: str, key: bytes, label: Callable[[str], str]) -> Callable[[ModelReport], None]:
+        """Counts a multiplexed request under its model's `label` (the model when the spec
+        names it, else 'other': a client's ids never become metric labels), once its replica
+        holds it, with the load and evictions it caused."""
+        model = key.decode("utf-8", "replace")
+        model_served = self._model_served
+
+        def served(report: ModelReport) -> None:
+            if model in report.loaded:
+                model_served(backend, label(model), report.loaded_now, [label(m) for m in report.evicted])
+
+        return served
+
+    def _check_stall(self, pool: ReplicaPool, slot: ReplicaSlot, task: asyncio.Task[object], now: float) -> None:
+        """A call ran out its endpoint's timeout: when its replica answered nothing
+        meanwhile, it is stalled (`proxy.pool.stalls`): out of routing, reported, counted."""
+        stall = pool.timed_out(slot, task, now)
+        if stall is not None:
+            logger.warning("backend %s: replica %s stalled (%s); taken out of routing", pool.backend,
+                           slot.replica_id, stall.message())
+            self._stalled(pool.backend)
+
+
+async def _acquire(pool: ReplicaPool, key: bytes | None, after_stall: bool) -> ReplicaSlot:
+    try:
+        return await pool.acquire(key)
+    except NoReplicaError:
+        raise NoReplica(after_stall) from None
+    except QueueFullError:
+        raise QueueFull() from None
+
+
+def took_load(slot: ReplicaSlot, reply: Reply, served: Callable[[ModelReport], None] | None = None) -> Reply:
+    """`reply` without the load its replica reported and, for a multiplexed backend,
+    the models it holds (its last headers, if any), which the replica's slot keeps
+    for the routing policies; `served` is told what the request made it load."""
+    headers = reply.headers if isinstance(reply, StreamStart) else reply[1]
+    end = len(headers)
+    if end and headers[end - 1][0] == MODELS_HEADER:
+        report = slot.note_models(headers[end - 1][1])
+        if report is not None and served is not None:
+            served(report)
+        end -= 1
+    if end and headers[end - 1][0] == LOAD_HEADER:
+        slot.note_load(headers[end - 1][1])
+        end -= 1
+    if end == len(headers):
+        return reply
+    if isinstance(reply, StreamStart):
+        return dataclasses.replace(reply, headers=headers[:end])
+    return reply[0], headers[:end], reply[2]
