@@ -24,6 +24,10 @@ paths handed to APIs that need one (a socket's address, prometheus_client's
 directory) lie under it, where only this user can change anything, and the
 temp dir's sticky bit keeps others from renaming the base itself.
 
+What a process left under a private directory (a replica's secrets, a
+download into the model cache) is swept by the next process once its owner
+is gone: `process_alive` is that one test.
+
 The I/O shell of private directories; `candidates` and `is_private` are the pure rules.
 """
 
@@ -175,3 +179,14 @@ def subdir(base: PrivateBase, name: str) -> tuple[str, int]:
     if fd is None:
         raise PermissionError(f"{os.path.join(base.path, name)} is not a private directory of this user (0700)")
     return os.path.join(base.path, name), fd
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` still exists (one of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

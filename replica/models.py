@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import IO
 from urllib.parse import unquote, urlsplit
 
-from datalink.private_dirs import own_dir
+from datalink.private_dirs import own_dir, process_alive
 from replica.model_fetching import FetchError, FetchProgress, TooLarge, fetch
 from vocabulary.spec.backends import ModelConfig
 from vocabulary.replicas.model_digests import ManifestEntry, is_directory, manifest_digest
@@ -153,7 +153,7 @@ class ModelCache:
         """Remove downloads left by processes that are gone (a replica killed mid-fetch)."""
         for temp in (self.root / "tmp").iterdir():
             parts = temp.name.split(".")
-            if len(parts) == 3 and parts[1].isdigit() and not _alive(int(parts[1])):
+            if len(parts) == 3 and parts[1].isdigit() and not process_alive(int(parts[1])):
                 _LOG.info("model cache: removing %s, a download its process left behind", temp.name)
                 _remove(temp)
 
@@ -367,16 +367,6 @@ def _wait_for(stream: IO[bytes], mode: int, deadline: float, message: str) -> No
 def backoff_s(failures: int) -> float:
     """How long after its `failures`-th failed download a digest waits before another."""
     return min(BACKOFF_S * 2 ** max(failures - 1, 0), BACKOFF_MAX_S)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _owned(entry: Path) -> bool:

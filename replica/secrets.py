@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pyrage
 
+from datalink.private_dirs import process_alive
 from vocabulary.replicas.secret_forms import longest_first, mask, secret_forms
 
 __all__ = ["SecretBox", "SecretMissing", "no_core_dumps"]
@@ -156,17 +157,7 @@ def _sweep(base: Path) -> None:
     for entry in base.glob(f"{_DIR_PREFIX}*"):
         try:
             pid = int(entry.name[len(_DIR_PREFIX):].split("-", 1)[0])
-            if entry.stat().st_uid == os.getuid() and not _alive(pid):
+            if entry.stat().st_uid == os.getuid() and not process_alive(pid):
                 shutil.rmtree(entry, ignore_errors=True)
         except (ValueError, OSError):
             continue
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
