@@ -20,7 +20,7 @@ import pytest
 import ray
 
 from tests.conftest import GitRepo
-from tests.support.stack import AgentProcess
+from tests.support.stack import AgentProcess, gitops_cli as gitops
 
 pytestmark = pytest.mark.real
 
@@ -51,12 +51,6 @@ ray_actor_options = { num_cpus = 0.1 }
 route = "/boom"
 traffic = { boom = 1.0 }
 '''
-
-
-def gitops(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("GITOPS_AGENT", "GITOPS_TOKEN")}
-    return subprocess.run([sys.executable, "-m", "gitops", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=240)
 
 
 @pytest.fixture

@@ -11,9 +11,6 @@ while the exception is still shown, masked as `***`.
 from __future__ import annotations
 
 import base64
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from urllib.parse import quote
@@ -24,7 +21,7 @@ import pytest
 import ray
 
 from tests.conftest import GitRepo
-from tests.support.stack import AgentProcess
+from tests.support.stack import AgentProcess, gitops_cli as gitops
 
 pytestmark = pytest.mark.real
 
@@ -49,12 +46,6 @@ ray_actor_options = { num_cpus = 0 }
 route = "/parse"
 traffic = { parse = 1.0 }
 """
-
-
-def gitops(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("GITOPS_AGENT", "GITOPS_TOKEN")}
-    return subprocess.run([sys.executable, "-m", "gitops", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=240)
 
 
 def _files_holding(root: Path, needles: list[bytes]) -> list[str]:

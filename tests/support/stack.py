@@ -4,7 +4,8 @@ Owned here: how a test starts a controller at test speed and waits on it
 (`start_controller`, `met`, `eventually`, `named_actors`, `proxy_url`), the test-speed
 backend every controller test deploys from tests/real/apps (`quick_backend`),
 loopback ports free or taken (`free_port`, `occupied_port`), and `gitops run` as a user starts it, joined to the session's Ray
-(`AgentProcess`). A plain module rather than fixtures: each test module
+(`AgentProcess`), and the other verbs as a user types them in the spec
+repository, which finds that agent through its state dir (`gitops_cli`). A plain module rather than fixtures: each test module
 decides its own fixture scope and cleanup.
 """
 
@@ -45,6 +46,7 @@ __all__ = [
     "free_port",
     "occupied_port",
     "AgentProcess",
+    "gitops_cli",
 ]
 
 T = TypeVar("T")
@@ -247,6 +249,14 @@ class AgentProcess:
             self.process.wait(5)
         self._log.close()
         _shutdown_controller()
+
+
+def gitops_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`gitops ARGS...` run in `cwd` with neither GITOPS_AGENT nor GITOPS_TOKEN set, so the
+    command finds its agent as a user's would: through the state dir of the repository it stands in."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GITOPS_AGENT", "GITOPS_TOKEN")}
+    return subprocess.run([sys.executable, "-m", "gitops", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=240)
 
 
 def _history_entries(history: Any) -> list[dict[str, Any]]:
