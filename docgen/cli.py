@@ -1,4 +1,4 @@
-"""docs/reference/cli.md from the argument parser: every command, every flag, its help and default."""
+"""docs/reference/cli.md from the argument parser: every command and subcommand, every flag, its help and default."""
 
 from __future__ import annotations
 
@@ -24,13 +24,21 @@ def render_cli(parser: argparse.ArgumentParser) -> str:
         "",
         "`gitops --version` prints the installed version; `gitops COMMAND --help` prints what follows.",
     ]
-    for name, sub in _subcommands(parser).items():
-        about = sub.description or ""
-        lines += ["", f"## {parser.prog} {name}", "", f"{about[:1].upper()}{about[1:]}.", "", "```", _usage(sub), "```"]
-        rows = [_row(action) for action in sub._actions if not isinstance(action, argparse._HelpAction)]
-        if rows:
-            lines += ["", "| argument | what | default |", "| --- | --- | --- |", *rows]
+    for sub in _subcommands(parser).values():
+        lines += _command(sub, "##")
     return "\n".join(lines) + "\n"
+
+
+def _command(parser: argparse.ArgumentParser, heading: str) -> list[str]:
+    """A command's section, then one a level down for each of its own subcommands (`secret keygen`)."""
+    about = (parser.description or "").rstrip(".")
+    lines = ["", f"{heading} {parser.prog}", "", f"{about[:1].upper()}{about[1:]}.", "", "```", _usage(parser), "```"]
+    rows = [_row(action) for action in parser._actions if not isinstance(action, argparse._HelpAction)]
+    if rows:
+        lines += ["", "| argument | what | default |", "| --- | --- | --- |", *rows]
+    for sub in _subcommands(parser).values():
+        lines += _command(sub, heading + "#")
+    return lines
 
 
 def _usage(parser: argparse.ArgumentParser) -> str:

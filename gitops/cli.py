@@ -219,7 +219,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     secret = verb("secret", "encrypt or edit an age-encrypted secret file (docs/guides/secrets.md)")
     secret_verbs = secret.add_subparsers(
-        dest="secret_verb", metavar="{encrypt,edit}", required=True, help="encrypt: a new age file; edit: change one"
+        dest="secret_verb", metavar="{keygen,encrypt,edit}", required=True,
+        help="keygen: a new age identity; encrypt: a new age file; edit: change one",
+    )
+    keygen = secret_verbs.add_parser(
+        "keygen", help="make an age identity (the key that decrypts) and print its recipient (the public key)",
+        description="make an age identity in a new 0600 file and print its recipient (age1...) on stdout; "
+        "the secret key itself is printed only with --output -",
+    )
+    keygen.add_argument(
+        "--output", "-o", default=None, metavar="FILE",
+        help="the new identity file, created 0600 in a directory made 0700 (an existing file is never "
+        "overwritten); '-' prints the identity on stdout and the recipient on stderr (default: "
+        "$XDG_CONFIG_HOME/gitops/age-identity.txt, else ~/.config/gitops/age-identity.txt)",
     )
     encrypt = secret_verbs.add_parser(
         "encrypt", help="encrypt IN (default: stdin) to the recipients; the age file goes to stdout",

@@ -1,7 +1,11 @@
-"""`gitops secret encrypt [IN] --recipients FILE > OUT` and `gitops secret edit FILE`.
+"""`gitops secret keygen [--output FILE]`, `gitops secret encrypt [IN] --recipients FILE > OUT`
+and `gitops secret edit FILE`.
 
 Authoring help for secrets in git (docs/guides/secrets.md), with the `pyrage`
-library (age in Rust), no age binary. Recipients are age public keys, one a
+library (age in Rust), no age binary. `keygen` writes a new X25519 identity in
+age-keygen's file format to a new 0600 file (never over an existing one) and
+prints its recipient; the secret key reaches stdout only with `--output -`.
+Recipients are age public keys, one a
 line (`#` comments allowed), read from `--recipients` or `.gitops-recipients`
 at the repository root. `edit` decrypts FILE (when it exists) with
 `--age-identity` into a 0600 file in a private directory on a tmpfs, runs
@@ -12,6 +16,7 @@ the plaintext; the value is never printed.
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import shlex
 import shutil
@@ -26,12 +31,14 @@ from gitops.errors import UserError
 from gitops.loop.secrets import load_identities
 from gitops.sources.trees import find_toplevel
 
-__all__ = ["secret_command", "read_recipients"]
+__all__ = ["secret_command", "read_recipients", "default_identity_path", "identity_text"]
 
 RECIPIENTS_FILE = ".gitops-recipients"
 
 
 def secret_command(args: argparse.Namespace) -> int:
+    if args.secret_verb == "keygen":
+        return _keygen(args.output)
     if args.secret_verb == "encrypt":
         data = Path(args.input).read_bytes() if args.input else sys.stdin.buffer.read()
         sys.stdout.buffer.write(pyrage.encrypt(data, read_recipients(args.recipients, Path.cwd())))
@@ -90,4 +97,41 @@ def _edit(target: Path, args: argparse.Namespace) -> int:
         target.write_bytes(pyrage.encrypt(scratch.read_bytes(), recipients))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+def default_identity_path(env: dict[str, str] | os._Environ[str] = os.environ) -> Path:
+    """Where `keygen` writes without --output: $XDG_CONFIG_HOME/gitops, else ~/.config/gitops."""
+    config = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(config) / "gitops" / "age-identity.txt"
+
+
+def identity_text(identity: pyrage.x25519.Identity, now: datetime.datetime) -> str:
+    """An identity file as age-keygen writes it: two comment lines, then the key."""
+    created = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"# created: {created}\n# public key: {identity.to_public()}\n{identity}\n"
+
+
+def _keygen(output: str | None) -> int:
+    identity = pyrage.x25519.Identity.generate()
+    text = identity_text(identity, datetime.datetime.now(datetime.UTC))
+    if output == "-":
+        sys.stdout.write(text)
+        print(f"public key: {identity.to_public()}", file=sys.stderr)
+        return 0
+    path = Path(output) if output is not None else default_identity_path()
+    if output is None:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        raise UserError(f"{path} exists: not overwritten (remove it first, or choose another --output)") from None
+    except OSError as error:
+        raise UserError(f"--output {path}: cannot create it ({error.strerror})") from None
+    with os.fdopen(descriptor, "w") as file:
+        os.fchmod(file.fileno(), 0o600)  # whatever the umask
+        file.write(text)
+    print(identity.to_public())
+    print(f"wrote the identity to {path} (mode 0600); its recipient is above: add it to {RECIPIENTS_FILE}",
+          file=sys.stderr)
     return 0

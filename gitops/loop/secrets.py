@@ -71,7 +71,7 @@ def load_identities(paths: Sequence[str]) -> list[Identity]:
             raise UserError(f"--age-identity {path}: others can read it (mode {stat.S_IMODE(mode):04o}); chmod 600 it")
         keys = [line.strip() for line in text.splitlines() if line.strip().startswith("AGE-SECRET-KEY-")]
         if not keys:
-            raise UserError(f"--age-identity {path}: holds no AGE-SECRET-KEY line (make one with `age-keygen`)")
+            raise UserError(f"--age-identity {path}: holds no AGE-SECRET-KEY line (make one with `gitops secret keygen`)")
         for key in keys:
             try:
                 identities.append(pyrage.x25519.Identity.from_str(key))

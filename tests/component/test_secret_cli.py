@@ -114,8 +114,50 @@ def test_run_stops_before_anything_starts_for_an_identity_it_cannot_use(tmp_path
     (tmp_path / "empty.txt").chmod(0o600)
     for path, why in [
         (tmp_path / "missing.txt", "cannot read it (No such file or directory)"),
-        (tmp_path / "empty.txt", "holds no AGE-SECRET-KEY line (make one with `age-keygen`)"),
+        (tmp_path / "empty.txt", "holds no AGE-SECRET-KEY line (make one with `gitops secret keygen`)"),
     ]:
         done = gitops("run", "--admin-port", "0", "--age-identity", str(path), cwd=root)
         assert (done.returncode, done.stdout) == (1, b"")
         assert done.stderr.decode() == f"gitops run: --age-identity {path}: {why}\n"
+
+
+def test_keygen_writes_a_0600_identity_prints_its_recipient_and_never_the_key(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    made = gitops("secret", "keygen", "--output", str(tmp_path / "agent.txt"), cwd=root)
+    assert made.returncode == 0, made.stderr
+    key_file = tmp_path / "agent.txt"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    text = key_file.read_text()
+    secret_line = next(line for line in text.splitlines() if line.startswith("AGE-SECRET-KEY-1"))
+    identity = pyrage.x25519.Identity.from_str(secret_line)
+    recipient = made.stdout.decode().strip()
+    assert recipient == str(identity.to_public()) and f"# public key: {recipient}" in text
+    assert secret_line.encode() not in made.stdout + made.stderr
+    # The recipient goes into .gitops-recipients; what is encrypted to it opens with the file.
+    (root / ".gitops-recipients").write_text(f"{recipient}\n")
+    (tmp_path / "plain.txt").write_bytes(b"hunter2")
+    encrypted = gitops("secret", "encrypt", str(tmp_path / "plain.txt"), cwd=root)
+    assert encrypted.returncode == 0, encrypted.stderr
+    assert pyrage.decrypt(encrypted.stdout, [identity]) == b"hunter2"
+    # An existing file is never overwritten.
+    again = gitops("secret", "keygen", "--output", str(key_file), cwd=root)
+    assert again.returncode == 1 and key_file.read_text() == text
+    assert again.stderr.decode().strip() == (
+        f"gitops secret: {key_file} exists: not overwritten (remove it first, or choose another --output)"
+    )
+
+
+def test_keygen_writes_to_the_config_dir_by_default_and_to_stdout_only_when_asked(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    made = gitops("secret", "keygen", cwd=tmp_path, env={"XDG_CONFIG_HOME": str(config)})
+    assert made.returncode == 0, made.stderr
+    key_file = config / "gitops" / "age-identity.txt"
+    assert key_file.stat().st_mode & 0o777 == 0o600 and key_file.parent.stat().st_mode & 0o777 == 0o700
+    assert b"AGE-SECRET-KEY-" not in made.stdout + made.stderr
+    assert made.stdout.decode().strip().startswith("age1")
+    printed = gitops("secret", "keygen", "--output", "-", cwd=tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    identity = pyrage.x25519.Identity.from_str(printed.stdout.decode().splitlines()[-1])
+    assert printed.stderr.decode().strip() == f"public key: {identity.to_public()}"
