@@ -134,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--admin-token-file", default=None, help="file holding the bearer token the admin API requires (default: none)"
     )
     run.add_argument(
+        "--admin-tokens-file", default=None, metavar="FILE",
+        help="named admin tokens with roles, one `NAME ROLE SHA256 [SCOPE]` a line, read again when it changes "
+        "(docs/guides/security.md; default: none)",
+    )
+    run.add_argument(
         "--admin-allowed-hosts", default="", help="more Host names the admin API answers, comma-separated (default: none)"
     )
     run.add_argument(

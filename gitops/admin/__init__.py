@@ -2,7 +2,9 @@
 
 - `api`: the HTTP API (status, history, metrics, the verbs, the webhook)
   and the listener it is served on.
-- `access`: who may use it: bearer token, Host allow-list, Origin check.
+- `access`: who may use it: bearer tokens, Host allow-list, Origin check.
+- `roles`: the roles and the one table of the role each route needs, scopes.
+- `tokens`: the named tokens' file (`NAME ROLE SHA256 [SCOPE]`), read again on change.
 - `webhooks`: push signatures (HMAC-SHA256), replays and a rate limit.
 - `page`: the read-only status page served at `/`.
 - `shadow_mismatches`: `GET /shadow/mismatches`, every proxy's sample in one list.

@@ -1,12 +1,16 @@
-"""Who may use the agent's admin API: bearer token, Host allow-list, Origin check.
+"""Who may use the agent's admin API: bearer tokens, Host allow-list, Origin check.
 
-Pure: `check` is a function of the policy and one request's method, path and
-headers, and answers with the `Refusal` to send or None. The admin server
-(`gitops.admin.api`) applies it to every request before any route runs.
+`check` is a function of the policy and one request's method, path and
+headers, and answers with the `Refusal` to send or None; `authenticate`
+finds who a request's bearer is (`gitops.admin.roles.Principal`) or the 401
+to send. The admin server (`gitops.admin.api`) applies both to every request
+before any route runs, then `gitops.admin.roles.refusal` with the route's row.
 
-- Token: with one configured, every path but the open ones (`/metrics`,
-  `/healthz`, and `/hooks/git`, which has its own HMAC signature) needs
-  `Authorization: Bearer TOKEN`, compared in constant time.
+- Tokens: with any configured (`--admin-token-file`, one admin token;
+  `--admin-tokens-file`, named tokens with roles, `gitops.admin.tokens`; an
+  OIDC issuer, `verifier`), every route the role table does not open needs
+  `Authorization: Bearer TOKEN`, matched by its digest in constant time.
+  Without any, every caller that passes the Host check is `anonymous`, admin.
 - Host: against DNS rebinding, a request's `Host` must name an allowed host
   (loopback names, the bound address, `--admin-allowed-hosts`; `*` allows any).
 - Origin: a POST from a browser page of another origin is refused (CSRF);
@@ -16,26 +20,28 @@ headers, and answers with the `Refusal` to send or None. The admin server
   port (a scheme's default port when `Host` names none) and the `Host`
   header's name or another allowed name. A page on another port of the
   same host (an app the proxy serves on :8000) is another origin.
-Must not: do I/O beyond reading the token file in `read_token`.
+Must not: do I/O beyond reading the token file in `read_token` (the token
+file's reload is `gitops.admin.tokens`, the issuer's keys `verifier`'s).
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Awaitable, Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
+from gitops.admin.roles import Principal, Role
+from gitops.admin.tokens import TokenTable
 from gitops.errors import UserError
 
-__all__ = ["AccessPolicy", "Refusal", "check", "is_loopback", "read_token", "OPEN_PATHS"]
+__all__ = ["AccessPolicy", "Refusal", "check", "authenticate", "is_loopback", "read_token",
+           "ANONYMOUS", "BearerRefused"]
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
-OPEN_PATHS = frozenset({"/metrics", "/healthz", "/hooks/git"})
 ANY_HOST = "*"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -47,22 +53,77 @@ class Refusal:
     headers: tuple[tuple[str, str], ...] = ()
 
 
+ANONYMOUS = Principal("anonymous", Role.ADMIN, via="loopback")  # no credentials configured at all
+
+
+class BearerRefused(Exception):
+    """A bearer a verifier refuses; the message says why, never the bearer."""
+
+
+# An OIDC verifier (gitops.admin.oidc): a JWT to its principal, or BearerRefused.
+Verifier = Callable[[str], Awaitable[Principal]]
+
+
 @dataclass(frozen=True)
 class AccessPolicy:
-    token: bytes | None
     hosts: frozenset[str]
+    tokens: tuple[Callable[[], TokenTable], ...] = ()
+    environment: str | None = None
+    verifier: Verifier | None = None
 
     @classmethod
-    def build(cls, token: bytes | None, bound_host: str, extra_hosts: Iterable[str] = ()) -> AccessPolicy:
-        """Loopback names, the bound address unless a wildcard, and `extra_hosts`."""
+    def build(cls, token: bytes | None, bound_host: str, extra_hosts: Iterable[str] = (), *,
+              tokens: Callable[[], TokenTable] | None = None, environment: str | None = None,
+              verifier: Verifier | None = None) -> AccessPolicy:
+        """Loopback names, the bound address unless a wildcard, and `extra_hosts`; `token`
+        is the old single admin token, `tokens` a token file's table, `verifier` OIDC."""
         hosts = set(LOOPBACK_NAMES) | {_bare(host) for host in extra_hosts if host.strip()}
         if bound_host not in _WILDCARDS:
             hosts.add(_bare(bound_host))
-        return cls(token, frozenset(hosts))
+        sources: list[Callable[[], TokenTable]] = []
+        if token is not None:
+            single = TokenTable.single(token, legacy_name(token))
+            sources.append(lambda: single)
+        if tokens is not None:
+            sources.append(tokens)
+        return cls(frozenset(hosts), tuple(sources), environment, verifier)
+
+    @property
+    def guarded(self) -> bool:
+        """Whether any credential is configured (else every caller is `ANONYMOUS`)."""
+        return bool(self.tokens) or self.verifier is not None
+
+
+def legacy_name(token: bytes) -> str:
+    """The old single token's name in history: its fingerprint, never its value."""
+    return f"admin token sha256:{hashlib.sha256(token).hexdigest()[:12]}"
+
+
+async def authenticate(policy: AccessPolicy, headers: Mapping[str, str]) -> Principal | Refusal:
+    """Who the request's bearer is, or the 401 to send."""
+    if not policy.guarded:
+        return ANONYMOUS
+    scheme, _, given = (headers.get("authorization") or "").partition(" ")
+    given = given.strip()
+    if scheme.lower() == "bearer" and given:
+        for table in policy.tokens:
+            found = table().find(given)
+            if found is not None:
+                return found
+        if policy.verifier is not None and given.count(".") == 2:
+            try:
+                return await policy.verifier(given)
+            except BearerRefused as error:
+                return _unauthorized(f"bearer token refused: {error}")
+    return _unauthorized("missing or wrong bearer token (gitops: --token-file or GITOPS_TOKEN)")
+
+
+def _unauthorized(message: str) -> Refusal:
+    return Refusal(401, message, (("www-authenticate", "Bearer"),))
 
 
 def check(policy: AccessPolicy, method: str, path: str, headers: Mapping[str, str]) -> Refusal | None:
-    """The refusal for this request, or None when it may proceed."""
+    """The Host and Origin refusal for this request, or None when it may go on to authentication."""
     if path == "/hooks/git":
         return None  # a forge's push names whatever host it was given; the HMAC signature guards it
     host = headers.get("host")
@@ -70,9 +131,6 @@ def check(policy: AccessPolicy, method: str, path: str, headers: Mapping[str, st
         return Refusal(403, f"Host {host!r} is not allowed (add it with --admin-allowed-hosts)")
     if method == "POST" and not _origin_allowed(headers.get("origin"), host, policy.hosts):
         return Refusal(403, f"cross-origin POST from {headers.get('origin')!r} refused")
-    if policy.token is not None and path not in OPEN_PATHS and not _bearer_matches(policy.token, headers.get("authorization")):
-        return Refusal(401, "missing or wrong bearer token (gitops: --token-file or GITOPS_TOKEN)",
-                       (("www-authenticate", "Bearer"),))
     return None
 
 
@@ -94,14 +152,6 @@ def read_token(path: str | Path, flag: str) -> bytes:
     if not token:
         raise UserError(f"{flag} {path}: the file is empty")
     return token
-
-
-def _bearer_matches(expected: bytes, header: str | None) -> bool:
-    scheme, _, given = (header or "").partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    # Digests first: equal lengths, so the comparison leaks nothing, not even the length.
-    return hmac.compare_digest(hashlib.sha256(expected).digest(), hashlib.sha256(given.strip().encode()).digest())
 
 
 def _origin_allowed(origin: str | None, host: str | None, hosts: frozenset[str]) -> bool:

@@ -18,21 +18,22 @@ Must not: reconcile or touch git; it only asks the agent.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
+from urllib.parse import parse_qsl
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gitops.admin.access import AccessPolicy, check
+from gitops.admin.access import AccessPolicy, Refusal, authenticate, check
+from gitops.admin.roles import Principal, refusal, rule_for
 from gitops.reconcile.outcomes import HistoryEntry
 from gitops.redaction import redact
 from gitops.reconcile.rollback import Quarantine, RollbackRefused
@@ -140,7 +141,7 @@ def build_app(
         if request.query_params.get("override_window") in ("1", "true"):
             if override_window is None:
                 return _error(409, "this agent runs without --environment: it has no sync window to override")
-            who = requester(policy)
+            who = requester(request)
             override_window(who)
             return JSONResponse({"accepted": True, "override_window": True, "by": who}, status_code=202)
         sync()
@@ -211,7 +212,7 @@ def build_app(
         return HTMLResponse(render_page(commit_url_template=commit_url_template))
 
     routes.append(Route("/", status_page))
-    return _Guarded(Starlette(routes=routes), policy)
+    return _Guarded(Starlette(routes=routes), routes, policy)
 
 
 def _redacted(output: ReplicaOutput) -> ReplicaOutput:
@@ -221,11 +222,10 @@ def _redacted(output: ReplicaOutput) -> ReplicaOutput:
     })
 
 
-def requester(policy: AccessPolicy) -> str:
-    """Who asked, as history records it: the admin API has one token, named by its fingerprint."""
-    if policy.token is None:
-        return "a loopback client (no admin token configured)"
-    return f"admin token sha256:{hashlib.sha256(policy.token).hexdigest()[:12]}"
+def requester(request: Request) -> str:
+    """Who asked, as history records it: the token's name or the OIDC subject (never a token)."""
+    principal: Principal | None = getattr(request.state, "principal", None)
+    return principal.name if principal is not None else "anonymous"
 
 
 def build_webhook_app(webhook: WebhookGuard, webhook_fetch: Callable[[], None]) -> ASGIApp:
@@ -238,10 +238,13 @@ def build_webhook_app(webhook: WebhookGuard, webhook_fetch: Callable[[], None]) 
 
 
 class _Guarded:
-    """Applies the access policy to every HTTP request before routing."""
+    """Applies the access policy to every HTTP request before routing: Host and
+    Origin, then who the bearer is, then the route's row of the role table
+    (`gitops.admin.roles.ROUTES`). The principal goes on in `request.state`."""
 
-    def __init__(self, app: ASGIApp, policy: AccessPolicy) -> None:
+    def __init__(self, app: ASGIApp, routes: list[Route], policy: AccessPolicy) -> None:
         self._app = app
+        self.routes = routes  # what the role table must cover (tests walk it)
         self._policy = policy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -249,12 +252,40 @@ class _Guarded:
             headers: dict[str, str] = {}
             for name, value in scope["headers"]:  # the first of repeated headers counts
                 headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
-            refusal = check(self._policy, scope["method"], scope["path"], headers)
-            if refusal is not None:
-                response = _error(refusal.status, refusal.message, dict(refusal.headers))
+            refused = check(self._policy, scope["method"], scope["path"], headers)
+            if refused is None:
+                refused = await self._authorize(scope, headers)
+            if refused is not None:
+                response = _error(refused.status, refused.message, dict(refused.headers))
                 await response(scope, receive, send)
                 return
         await self._app(scope, receive, send)
+
+    async def _authorize(self, scope: Scope, headers: dict[str, str]) -> Refusal | None:
+        template, params = self._route_of(scope)
+        rule = rule_for(scope["method"], template)
+        if rule.role is None:
+            return None
+        found = await authenticate(self._policy, headers)
+        if isinstance(found, Refusal):
+            return found
+        target = None
+        if rule.target is not None:
+            query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+            target = params.get(rule.target) or query.get(rule.target)
+        reason = refusal(found, rule, environment=self._policy.environment, target=target)
+        if reason is not None:
+            return Refusal(403, reason)
+        scope.setdefault("state", {})["principal"] = found
+        return None
+
+    def _route_of(self, scope: Scope) -> tuple[str | None, dict[str, Any]]:
+        """The path of the route `scope` is for, as declared (`/logs/{backend}`), and its parameters."""
+        for route in self.routes:
+            match, child = route.matches(scope)
+            if match is not Match.NONE:
+                return route.path, dict(child.get("path_params", {}))
+        return None, {}
 
 
 class _BodyError(Exception):

@@ -89,6 +89,7 @@ def run_command(args: argparse.Namespace) -> int:
         start_logging(args.log_format)
         return supervise(args.argv, args.ray_address)
     _check_exposure(args, token, secret)
+    args.admin_tokens = _token_file(args.admin_tokens_file)
     _check_intervals(args)
     if args.max_replicas < 1:
         raise UsageError(f"--max-replicas must be at least 1, not {args.max_replicas}")
@@ -395,7 +396,9 @@ async def _serve(
         metrics=lambda: (metrics.render(), CONTENT_TYPE),
         webhook=None if separate_webhook else guard,
         commit_url_template=links.commit_url_template,
-        policy=AccessPolicy.build(token, args.admin_host, _hosts(args.admin_allowed_hosts)),
+        policy=AccessPolicy.build(token, args.admin_host, _hosts(args.admin_allowed_hosts),
+                                  tokens=args.admin_tokens.table if args.admin_tokens else None,
+                                  environment=args.environment),
         shadow_mismatches=collector(client.proxy_mismatches, lambda: proxies_to_ask(agent.observed())),
         replica_output=client.replica_output,
         override_window=(lambda who: agent.sync(override_window_by=who)) if duties else None,
@@ -581,13 +584,22 @@ def _check_exposure(args: argparse.Namespace, token: bytes | None, secret: bytes
     """Usage errors (exit 2) for listeners that would be open to the network unguarded."""
     from gitops.admin.access import is_loopback
 
-    if token is None and not is_loopback(args.admin_host):
+    if token is None and not args.admin_tokens_file and not is_loopback(args.admin_host):
         raise UsageError(
-            f"--admin-host {args.admin_host} is not loopback: give --admin-token-file "
+            f"--admin-host {args.admin_host} is not loopback: give --admin-token-file or --admin-tokens-file "
             "(the admin API can sync and suspend the agent)"
         )
     if args.webhook_port is not None and secret is None:
         raise UsageError("--webhook-port needs --webhook-secret-file (the webhook accepts only signed calls)")
+
+
+def _token_file(path: str | None) -> Any:
+    """The named tokens' file (`gitops.admin.tokens.TokenFile`), or None; a bad file stops run (FILE:LINE)."""
+    if not path:
+        return None
+    from gitops.admin.tokens import TokenFile
+
+    return TokenFile(path)
 
 
 def _verifier(args: argparse.Namespace) -> CommitVerifier | None:
