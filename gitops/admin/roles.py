@@ -3,7 +3,7 @@
 Pure. `ROUTES` maps every route of the admin API (method and path as the
 router declares it) to the least role it needs; a route the table does not
 name needs `admin`, so a route added without a row is closed, not open, and
-`tests/component/test_admin_roles.py` walks the router to prove every
+`tests/security/test_admin_roles.py` walks the router to prove every
 route has its row. Roles are ordered: `viewer` reads (status, history,
 plans, logs, traces), `operator` also acts (sync, suspend, resume, roll
 back, override a window), `admin` also reads what holds clients' data (the
