@@ -324,8 +324,17 @@ def build_parser() -> argparse.ArgumentParser:
         ("resume", "resume reconciliation"),
         ("rollback", "apply the last applied (or given) commit and hold the newer ones back"),
         ("trace", "the spans of a commit's apply (fetch, load, plan, apply, each goal), as the agent kept them"),
+        ("audit", "the audit trail (every sync, suspend, resume, rollback: who, from where, why) as JSON lines"),
     ]:
         admin = verb(name, help_text)
+        if name in ("sync", "suspend", "resume", "rollback"):
+            admin.add_argument("--reason", default="", metavar="TEXT",
+                               help="why, recorded in history with who asked (at most 500 characters)")
+        if name == "history":
+            admin.add_argument("--actor", default=None, metavar="NAME",
+                               help="only the actions of NAME (a token's name or an OIDC subject)")
+        if name == "audit":
+            admin.add_argument("--after", type=int, default=0, metavar="ID", help="only actions after this id")
         if name == "rollback":
             admin.add_argument("commit", nargs="?", default=None, help="a commit applied before (default: the last)")
         if name == "trace":

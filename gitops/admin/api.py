@@ -4,7 +4,9 @@ Owns the routes of the admin API and how they map onto the agent: `GET /`
 (the status page), `GET /status`, `GET /history`, `GET /metrics`,
 `GET /healthz`, `GET /logs/BACKEND[?since=T&cursors=JSON]` (its replicas'
 own output, redacted), `GET /traces?commit=SHA` (the agent's kept apply traces),
-`POST /sync`, `/suspend`, `/resume`, `/rollback[?commit=SHA]`, and `POST /hooks/git`,
+`GET /audit[?after=ID]` (the audit trail as JSON lines), `POST /sync`,
+`/suspend`, `/resume`, `/rollback[?commit=SHA]` (each with an optional
+`reason=TEXT`, recorded with who asked and from where), and `POST /hooks/git`,
 which only wakes the agent to fetch (the payload is never read for specs)
 and only with a valid GitHub-style signature, once per delivery. Every
 request passes `gitops.admin.access.check` first (token, Host, Origin).
@@ -34,7 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gitops.admin.access import AccessPolicy, Refusal, authenticate, check
 from gitops.admin.roles import Principal, refusal, rule_for
-from gitops.reconcile.outcomes import HistoryEntry
+from gitops.reconcile.outcomes import MAX_REASON_CHARS, Action, HistoryEntry
 from gitops.redaction import redact
 from gitops.reconcile.rollback import Quarantine, RollbackRefused
 from gitops.status.rollup import AgentStatus
@@ -56,7 +58,7 @@ from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
 # `controller.client.ControllerClient.replica_output`: (backend, since, cursors) -> each replica's output.
 ReplicaOutputReader = Callable[[str, "float | None", dict[str, OutputCursor]], Awaitable[list[ReplicaOutput]]]
 
-__all__ = ["AdminTarget", "Listener", "WebhookGuard", "build_app", "build_webhook_app", "server", "ADMIN_LIMITS", "requester"]
+__all__ = ["AdminTarget", "AuditTrail", "Listener", "WebhookGuard", "build_app", "build_webhook_app", "server", "ADMIN_LIMITS", "requester"]
 
 # An admin API has a handful of clients: few connections, short deadlines.
 ADMIN_LIMITS = EdgeLimits(header_timeout_s=5.0, body_timeout_s=10.0, max_connections=64)
@@ -64,6 +66,7 @@ LOOPBACK_POLICY = AccessPolicy.build(None, "127.0.0.1")
 _SHUTDOWN_GRACE_S = 5.0  # for answers in flight when the agent stops
 
 _HISTORY_LIMIT_MAX = 1000
+_AUDIT_EXPORT_MAX = 100_000  # the actions one /audit answer holds at most; page on with ?after=ID
 
 
 class AdminTarget(Protocol):
@@ -81,6 +84,14 @@ class AdminTarget(Protocol):
     def resume(self) -> None: ...
 
     def rollback(self, commit: str | None = None) -> Quarantine: ...
+
+
+class AuditTrail(Protocol):
+    """Where the admin API records who did what (`gitops.loop.agent.Agent` has it)."""
+
+    def record_action(self, action: Action) -> Action: ...
+
+    def actions(self, limit: int = 50, actor: str | None = None, after: int = 0) -> list[Action]: ...
 
 
 @dataclass
@@ -108,10 +119,12 @@ def build_app(
     replica_output: ReplicaOutputReader | None = None,
     override_window: Callable[[str], None] | None = None,
     apply_traces: Callable[[str], list[Any]] | None = None,
+    audit: AuditTrail | None = None,
 ) -> ASGIApp:
     """The admin app behind `policy`; `sync` and `webhook_fetch` wake the agent;
     `shadow_mismatches` gathers the proxies' samples (`gitops.admin.shadow_mismatches`);
-    `apply_traces` answers a commit's kept apply traces (`gitops.reconcile.apply_traces.TraceRing`).
+    `apply_traces` answers a commit's kept apply traces (`gitops.reconcile.apply_traces.TraceRing`);
+    `audit` records every mutating call with who, from where and why, and answers `/audit`.
 
     Without `webhook` (no secret, or the webhook on its own listener)
     `/hooks/git` answers 404 here.
@@ -129,13 +142,44 @@ def build_app(
         except ValueError:
             return _error(400, "limit must be an integer")
         limit = max(1, min(limit, _HISTORY_LIMIT_MAX))
-        return JSONResponse({"entries": [entry.to_json() for entry in agent.history(limit)]})
+        actor = request.query_params.get("actor") or None
+        actions = [action.to_json() for action in audit.actions(limit, actor)] if audit is not None else []
+        entries = [] if actor is not None else [entry.to_json() for entry in agent.history(limit)]
+        return JSONResponse({"entries": entries, "actions": actions})
+
+    async def audit_export(request: Request) -> Response:
+        """The audit trail as JSON lines, oldest first, after id `after`."""
+        try:
+            after = int(request.query_params.get("after", "0"))
+        except ValueError:
+            return _error(400, "after must be an integer (an action's id)")
+        found = audit.actions(_AUDIT_EXPORT_MAX, None, after) if audit is not None else []
+        body = "".join(json.dumps(action.to_json(), separators=(",", ":")) + "\n" for action in reversed(found))
+        return Response(body, media_type="application/x-ndjson")
+
+    def attributed(request: Request, verb: str, detail: str = "", result: str = "accepted") -> None:
+        if audit is None:
+            return
+        principal: Principal | None = getattr(request.state, "principal", None)
+        audit.record_action(Action(
+            at=time.time(), actor=requester(request), via=principal.via if principal else "loopback",
+            peer=request.client.host if request.client else "", verb=verb, detail=detail,
+            reason=request.query_params.get("reason", ""), result=result,
+        ))
+
+    def bad_reason(request: Request) -> Response | None:
+        reason = request.query_params.get("reason", "")
+        if len(reason) > MAX_REASON_CHARS:
+            return _error(400, f"reason longer than {MAX_REASON_CHARS} characters")
+        return None
 
     async def metrics_page(request: Request) -> Response:
         body, content_type = metrics()
         return Response(body, media_type=content_type)
 
     async def do_sync(request: Request) -> Response:
+        if (refused := bad_reason(request)) is not None:
+            return refused
         if agent.suspended:
             return _error(409, "reconciliation is suspended; resume it first")
         if request.query_params.get("override_window") in ("1", "true"):
@@ -143,23 +187,36 @@ def build_app(
                 return _error(409, "this agent runs without --environment: it has no sync window to override")
             who = requester(request)
             override_window(who)
+            attributed(request, "sync", "past any sync window")
             return JSONResponse({"accepted": True, "override_window": True, "by": who}, status_code=202)
         sync()
+        attributed(request, "sync")
         return JSONResponse({"accepted": True}, status_code=202)
 
     async def do_suspend(request: Request) -> Response:
+        if (refused := bad_reason(request)) is not None:
+            return refused
         agent.suspend()
+        attributed(request, "suspend")
         return JSONResponse({"status": agent.status().status.value})
 
     async def do_resume(request: Request) -> Response:
+        if (refused := bad_reason(request)) is not None:
+            return refused
         agent.resume()
+        attributed(request, "resume")
         return JSONResponse({"status": agent.status().status.value})
 
     async def do_rollback(request: Request) -> Response:
+        if (refused := bad_reason(request)) is not None:
+            return refused
         try:
             held = agent.rollback(request.query_params.get("commit") or None)
         except RollbackRefused as error:
+            attributed(request, "rollback", request.query_params.get("commit", ""), f"refused: {error}")
             return _error(409, str(error))
+        attributed(request, "rollback", f"to {held.good[:7]}, holding "
+                   + ", ".join(sorted(sha[:7] for sha in held.held)))
         return JSONResponse(held.to_json())
 
     async def mismatches(request: Request) -> Response:
@@ -206,6 +263,7 @@ def build_app(
         Route("/shadow/mismatches", mismatches),
         Route("/logs/{backend}", logs),
         Route("/traces", traces),
+        Route("/audit", audit_export),
         Route("/hooks/git", hook, methods=["POST"]),
     ]
     async def status_page(request: Request) -> Response:

@@ -7,7 +7,7 @@ name needs `admin`, so a route added without a row is closed, not open, and
 route has its row. Roles are ordered: `viewer` reads (status, history,
 plans, logs, traces), `operator` also acts (sync, suspend, resume, roll
 back, override a window), `admin` also reads what holds clients' data (the
-shadow sample).
+shadow sample, the audit export with callers' addresses).
 
 A principal may carry one scope: `environment=NAME` (only an agent serving
 that environment accepts it) or `endpoint=NAME` (its acting rights hold
@@ -71,6 +71,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("POST", "/resume"): Rule(Role.OPERATOR, mutating=True),
     ("POST", "/rollback"): Rule(Role.OPERATOR, mutating=True),
     ("GET", "/shadow/mismatches"): Rule(Role.ADMIN),
+    ("GET", "/audit"): Rule(Role.ADMIN),  # every action with its caller's address
 }
 
 _CLOSED = Rule(Role.ADMIN, mutating=True)

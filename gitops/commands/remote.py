@@ -1,4 +1,4 @@
-"""`gitops status|history|sync|suspend|resume|rollback|wait|logs`: the running agent's admin API.
+"""`gitops status|history|sync|suspend|resume|rollback|audit|wait|logs`: the running agent's admin API.
 
 Owns the client side of the admin API and the human tables: `/status` is
 parsed into the agent's own `AgentStatus` model before it is drawn; `--json`
@@ -14,6 +14,9 @@ exits as terraform's plan does: 0 Synced, 2 any other status, 1 an error;
 up or only a new commit could change it (2). `logs` prints a backend's
 replicas' own output (`/logs/BACKEND`), each line after its replica's id,
 from every node; `--follow` asks again every second from where each left off.
+The verbs that change the agent send `--reason` with the call, and history
+records it with who asked; `history --actor NAME` shows NAME's actions and
+`audit` prints the whole trail as JSON lines (`/audit`).
 Must not: reconcile or read git.
 """
 
@@ -42,6 +45,8 @@ from gitops.status.rollup import AgentStatus, SyncStatus
 __all__ = [
     "status_command",
     "history_command",
+    "audit_command",
+    "render_actions",
     "sync_command",
     "suspend_command",
     "resume_command",
@@ -171,8 +176,49 @@ def _one_line(status: AgentStatus) -> str:
 
 
 def history_command(args: argparse.Namespace) -> int:
-    data = _call(args, "GET", "/history")
-    print(json.dumps(data, indent=2) if args.json else render_history(data.get("entries", [])))
+    actor = getattr(args, "actor", None)
+    data = _call(args, "GET", "/history" + (f"?actor={urllib.parse.quote(actor)}" if actor else ""))
+    if args.json:
+        print(json.dumps(data, indent=2))
+    elif actor:
+        print(render_actions(data.get("actions", [])) if data.get("actions") else printable(f"No actions by {actor}."))
+    else:
+        print(render_history(data.get("entries", [])))
+        if data.get("actions"):
+            print("\n" + render_actions(data["actions"]))
+    return 0
+
+
+def render_actions(actions: list[dict[str, Any]]) -> str:
+    """The audit trail, newest first: when, who, from where, what, why."""
+    rows = [
+        [
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(action["at"])),
+            action["actor"], action["peer"] or "-",
+            action["verb"] + (f" ({action['detail']})" if action.get("detail") else "")
+            + ("" if action.get("result") == "accepted" else f", {action.get('result')}"),
+            action.get("reason") or "",
+        ]
+        for action in actions
+    ]
+    return printable_lines(_table(["AT", "ACTOR", "FROM", "ACTION", "REASON"], rows))
+
+
+def audit_command(args: argparse.Namespace) -> int:
+    """The audit trail as the agent exports it: one JSON object a line, oldest first."""
+    agent = _agent(args)
+    url = agent.url.rstrip("/") + f"/audit?after={int(args.after)}"
+    try:
+        response = httpx.get(url, headers=_authorization(args.token_file), timeout=_TIMEOUT_S)
+    except httpx.HTTPError as error:
+        raise _Unreachable(f"no agent answering at {agent.url} ({type(error).__name__})") from None
+    if response.status_code >= 400:
+        try:
+            message = response.json().get("error", response.reason_phrase)
+        except ValueError:
+            message = response.reason_phrase
+        raise UserError(f"{url}: {message}")
+    sys.stdout.write(response.text)
     return 0
 
 
@@ -206,9 +252,17 @@ def render_trace(spans: list[dict[str, Any]]) -> str:
     return printable(f"commit {commit}") + "\n   start     took   span\n" + "\n".join(lines)
 
 
+def _with_reason(args: argparse.Namespace, path: str) -> str:
+    """`path` with the `--reason` the user gave, if any."""
+    reason = getattr(args, "reason", "") or ""
+    if not reason:
+        return path
+    return path + ("&" if "?" in path else "?") + "reason=" + urllib.parse.quote(reason)
+
+
 def sync_command(args: argparse.Namespace) -> int:
     if getattr(args, "override_window", False):
-        data = _call(args, "POST", "/sync?override_window=1")
+        data = _call(args, "POST", _with_reason(args, "/sync?override_window=1"))
         if args.json:
             print(json.dumps(data, indent=2))
         else:
@@ -227,7 +281,7 @@ def resume_command(args: argparse.Namespace) -> int:
 
 def rollback_command(args: argparse.Namespace) -> int:
     path = "/rollback" + (f"?commit={urllib.parse.quote(args.commit)}" if args.commit else "")
-    data = _call(args, "POST", path)
+    data = _call(args, "POST", _with_reason(args, path))
     held = ", ".join(sha[:7] for sha in data["held"])
     print(json.dumps(data) if args.json else printable(
         f"rolling back to {data['good'][:7]}; holding {held} until a newer commit"))
@@ -235,7 +289,7 @@ def rollback_command(args: argparse.Namespace) -> int:
 
 
 def _verb(args: argparse.Namespace, path: str, done: str) -> int:
-    data = _call(args, "POST", path)
+    data = _call(args, "POST", _with_reason(args, path))
     print(json.dumps(data) if args.json else done)
     return 0
 

@@ -403,6 +403,7 @@ async def _serve(
         replica_output=client.replica_output,
         override_window=(lambda who: agent.sync(override_window_by=who)) if duties else None,
         apply_traces=lambda commit: [trace_json(trace) for trace in traces.of_commit(commit)],
+        audit=agent,
     )
     servers = [api.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:

@@ -45,7 +45,7 @@ from gitops.reconcile.applying import ApplyResult, Deadlines, Progress, apply
 from gitops.reconcile.apply_traces import StageClock, TraceSink, apply_trace
 from gitops.errors import ErrorKind, SourceError
 from gitops.loop.history import History
-from gitops.reconcile.outcomes import HistoryEntry, Outcome
+from gitops.reconcile.outcomes import Action, HistoryEntry, Outcome
 from gitops.loop.quarantine_file import QuarantineFile
 from gitops.reconcile.rollback import (
     Quarantine,
@@ -231,6 +231,19 @@ class Agent:
 
     def history(self, limit: int = 50) -> list[HistoryEntry]:
         return self._history.recent(limit)
+
+    def record_action(self, action: Action) -> Action:
+        """An admin API call that changed something: into the audit trail, the log and the notifications."""
+        recorded = self._history.record_action(action)
+        self._log.info("action: %s", recorded.describe())
+        if self._notifier is not None:
+            self._notifier.publish(Event(EventKind.ACTION, None, self._source.branch, self.status().status.value,
+                                         (recorded.describe(),), actor=recorded.actor))
+        return recorded
+
+    def actions(self, limit: int = 50, actor: str | None = None, after: int = 0) -> list[Action]:
+        """The audit trail, newest first."""
+        return self._history.actions(limit, actor, after)
 
     # --- the loop ----------------------------------------------------------------
 

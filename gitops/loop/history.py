@@ -1,7 +1,10 @@
 """The history ledger: every attempted commit, in an embedded SQLite file.
 
 Owns `<state-dir>/history.db`. One row per attempt: commit, author time,
-apply start and end, result, plan summary, errors. It survives agent and
+apply start and end, result, plan summary, errors; and one row per action
+someone took through the admin API (`Action`: who, from where, why), the
+audit trail, kept apart so that status, which reads the attempts, is not
+changed by it (`record_action`, `actions`). It survives agent and
 Ray restarts, and it is the only thing a restarted agent reads from its
 previous run (the last applied revision). It keeps the newest `keep`
 attempts (and always the last applied one), so a long-lived agent's file
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Iterator
 
 from gitops.errors import UserError
-from gitops.reconcile.outcomes import HistoryEntry, Outcome
+from gitops.reconcile.outcomes import Action, HistoryEntry, Outcome
 from gitops.redaction import redact
 from gitops.loop.statedir import private_file
 
@@ -60,6 +63,20 @@ CREATE TABLE IF NOT EXISTS attempts (
     # Version 3 brings `promoted` and `window_override` rows (environments); the
     # index serves finding a commit's rows (its rollout evidence, its promotion).
     "CREATE INDEX IF NOT EXISTS attempts_by_commit ON attempts (commit_sha, id)",
+    # Version 4 brings the audit trail: every action through the admin API, attributed.
+    """
+CREATE TABLE IF NOT EXISTS actions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    actor TEXT NOT NULL,
+    via TEXT NOT NULL,
+    peer TEXT NOT NULL,
+    verb TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    result TEXT NOT NULL
+)
+""",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -101,6 +118,33 @@ class History:
                 ((cursor.lastrowid or 0) - self._keep,),  # an INSERT always sets lastrowid
             )
         return HistoryEntry(**{**asdict(entry), "errors": entry.errors, "id": cursor.lastrowid})
+
+    def record_action(self, action: Action) -> Action:
+        """One action of the audit trail, its text redacted; the newest `keep` are kept."""
+        action = replace(action, detail=redact(action.detail), reason=redact(action.reason),
+                         result=redact(action.result))
+        row = (action.at, action.actor, action.via, action.peer, action.verb, action.detail, action.reason,
+               action.result)
+        with self._lock, _transaction(self._db):
+            cursor = self._db.execute(
+                "INSERT INTO actions (at, actor, via, peer, verb, detail, reason, result)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+            self._db.execute("DELETE FROM actions WHERE id <= ?", ((cursor.lastrowid or 0) - self._keep,))
+        return replace(action, id=cursor.lastrowid)
+
+    def actions(self, limit: int = 50, actor: str | None = None, after: int = 0) -> list[Action]:
+        """Newest first; only `actor`'s when given; only those after id `after`."""
+        clause, params = "WHERE id > ?", list[int | str]([after])
+        if actor is not None:
+            clause += " AND actor = ?"
+            params.append(actor)
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, at, actor, via, peer, verb, detail, reason, result FROM actions"
+                f" {clause} ORDER BY id DESC LIMIT ?", (*params, limit)).fetchall()
+        return [Action(at=at, actor=who, via=via, peer=peer, verb=verb, detail=detail, reason=reason,
+                       result=result, id=id_)
+                for (id_, at, who, via, peer, verb, detail, reason, result) in rows]
 
     def recent(self, limit: int = 50) -> list[HistoryEntry]:
         """Newest first."""

@@ -8,7 +8,9 @@ Synced from Degraded or Failed becomes `synced`; a git error that was not
 there before becomes `git_unreachable`. The agent announces the rest
 itself as they happen: a new commit `seen` (commit status pending) and
 `applying` (running), and after a rollback (`rollback_events`) the commit
-`rolled_back` and every other commit held back `commit_quarantined`. Must not: do I/O, know providers or
+`rolled_back` and every other commit held back `commit_quarantined`; and an
+`action` someone took through the admin API (sync, suspend, resume,
+rollback, a window override), with its actor. Must not: do I/O, know providers or
 keep state (the notifier keeps the previous outcome).
 """
 
@@ -35,6 +37,7 @@ class EventKind(str, enum.Enum):
     SYNCED = "synced"
     GIT_UNREACHABLE = "git_unreachable"
     PROMOTED = "promoted"  # passed this environment's gates and moved to the next (gitops.delivery.gates)
+    ACTION = "action"  # someone synced, suspended, resumed or rolled back through the admin API
 
 
 class CommitState(str, enum.Enum):
@@ -106,6 +109,7 @@ class Event:
     branch: str
     status: str
     errors: tuple[str, ...] = ()
+    actor: str = ""  # who asked, for an action (a token's name or an OIDC subject)
 
     @property
     def commit_state(self) -> CommitState | None:
@@ -119,6 +123,7 @@ class Event:
             "branch": self.branch,
             "status": self.status,
             "errors": list(self.errors),
+            "actor": self.actor or None,
             "message": describe(self),
         }
 
@@ -163,6 +168,7 @@ _SAYS = {
     EventKind.SYNCED: "back to Synced",
     EventKind.GIT_UNREACHABLE: "git unreachable",
     EventKind.PROMOTED: "promoted",
+    EventKind.ACTION: "action",
 }
 
 

@@ -1,5 +1,6 @@
 """What one reconcile of a commit came to: `Outcome`, and `HistoryEntry`, the
-row the history ledger keeps of it.
+row the history ledger keeps of it; and `Action`, its row of a call someone
+made through the admin API (who, from where, why, what came of it).
 
 Plain values shared by the agent, its status, metrics, rollbacks and the
 admin API; `gitops.loop.history` stores them in SQLite. Pure: no storage, no clock.
@@ -13,7 +14,9 @@ from typing import Any
 
 from gitops.errors import ErrorKind
 
-__all__ = ["Outcome", "HistoryEntry"]
+__all__ = ["Outcome", "HistoryEntry", "Action", "MAX_REASON_CHARS"]
+
+MAX_REASON_CHARS = 500  # an action's `--reason`; longer is refused
 
 
 class Outcome(str, enum.Enum):
@@ -68,3 +71,32 @@ class HistoryEntry:
         data["errors"] = list(self.errors)
         data["duration_s"] = round(self.duration_s, 3)
         return data
+
+
+@dataclass(frozen=True)
+class Action:
+    """One call that changes the agent (sync, suspend, resume, rollback, a window
+    override), attributed: `actor` is a token's name or an OIDC subject (never a
+    token), `via` how it was known (token, oidc, loopback), `peer` the caller's
+    address, `reason` what the caller said, `result` what came of it."""
+
+    at: float
+    actor: str
+    via: str
+    peer: str
+    verb: str
+    detail: str = ""
+    reason: str = ""
+    result: str = "accepted"
+    id: int | None = field(default=None, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line for people: `rollback (to abc1234) by otto from 127.0.0.1: reason`."""
+        what = self.verb + (f" ({self.detail})" if self.detail else "")
+        text = f"{what} by {self.actor} from {self.peer or 'an unknown address'}"
+        if self.result != "accepted":
+            text += f", {self.result}"
+        return text + (f": {self.reason}" if self.reason else "")

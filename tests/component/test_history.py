@@ -73,4 +73,20 @@ def test_a_version_1_ledger_is_migrated_so_older_agents_refuse_its_step_rows(tmp
     assert [e.result for e in history.recent()] == [Outcome.STEP, Outcome.APPLIED]
     history.close()
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+
+
+def test_a_version_3_ledger_gains_the_audit_trail_and_keeps_its_rows(tmp_path: Path) -> None:
+    from gitops.reconcile.outcomes import Action
+
+    path = tmp_path / "history.db"
+    with sqlite3.connect(path) as db:
+        for statement in _MIGRATIONS[:3]:
+            db.execute(statement)
+        db.execute("PRAGMA user_version = 3")
+    History(path).record(entry("a", Outcome.APPLIED))
+    history = History(path)
+    history.record_action(Action(at=1.0, actor="otto", via="token", peer="127.0.0.1", verb="suspend"))
+    assert [e.commit for e in history.recent()] == ["a"]
+    assert [(a.actor, a.verb) for a in history.actions()] == [("otto", "suspend")]
+    assert history.actions(actor="nobody") == []

@@ -102,7 +102,7 @@ events = ["applied", "deployed"]
         "notify.toml:3:1: providers.gh.repository: must be OWNER/REPO (got 'specs')",
         "notify.toml:5:1: providers.gh: unknown key 'colour'",
         "notify.toml:10:22: providers.chat.events.1: must be one of seen, applying, applied, invalid, apply_failed, "
-        "rollout_aborted, rolled_back, commit_quarantined, synced, git_unreachable, promoted",
+        "rollout_aborted, rolled_back, commit_quarantined, synced, git_unreachable, promoted, action",
     ]
 
 
