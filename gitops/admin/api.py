@@ -58,7 +58,10 @@ from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
 # `controller.client.ControllerClient.replica_output`: (backend, since, cursors) -> each replica's output.
 ReplicaOutputReader = Callable[[str, "float | None", dict[str, OutputCursor]], Awaitable[list[ReplicaOutput]]]
 
-__all__ = ["AdminTarget", "AuditTrail", "Listener", "WebhookGuard", "build_app", "build_webhook_app", "server", "ADMIN_LIMITS", "requester"]
+__all__ = [
+    "AdminTarget", "AuditTrail", "Listener", "WebhookGuard", "build_app", "build_webhook_app", "server", "ADMIN_LIMITS",
+    "requester",
+]
 
 # An admin API has a handful of clients: few connections, short deadlines.
 ADMIN_LIMITS = EdgeLimits(header_timeout_s=5.0, body_timeout_s=10.0, max_connections=64)
