@@ -105,6 +105,16 @@ requests_per_s = 10
 burst = 20
 key = "header:authorization"
 
+[endpoints.echo.retries]
+attempts = 3
+retry_on = ["replica-died", "replica-stalled", "502", "503", "504"]
+methods = ["GET", "HEAD"]
+non_idempotent = false
+budget_percent = 20
+min_retries = 3
+backoff_s = 0.025
+max_backoff_s = 0.25
+
 [endpoints.echo.rollout]
 steps = [0.05, 0.25, 0.5, 1.0]
 step_interval_s = 30

@@ -14,8 +14,8 @@ chain when its feature is off for it. Between the stages' `begin` and
 and the worker's budget; a client that leaves before it is read causes no
 replica call, recorded as 499; a truncated body is never forwarded); then the
 request is forwarded: one call to the replica pool (`proxy.pool.sending`:
-a slot, waiting in the bounded queue if needed; a retry on another replica
-for an idempotent request whose replica died or stalled), under the
+a slot, waiting in the bounded queue if needed; retries on other replicas
+as the endpoint's `[retries]` policy says, `proxy.pool.retrying`), under the
 endpoint's timeout (the deadline, and the client's leaving, kept by
 `proxy.pipeline.running_calls`; a client that leaves while its call runs
 cancels it, 499). Every outcome maps to the status codes of docs/reference/http.md.
@@ -73,7 +73,6 @@ __all__ = ["ProxyApp", "Recorder", "NullRecorder", "CLIENT_LEFT"]
 
 logger = logging.getLogger(__name__)
 
-_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS"})
 _JSON = [(b"content-type", b"application/json")]
 _WATCH_AFTER_S = 0.05  # a request running longer than this is watched for its client leaving
 
@@ -100,6 +99,9 @@ class ProxyApp:
         self._sender = Sender(  # looked up when called: a recorder need only have what its proxy uses
             caller, lambda backend: self._recorder.replica_stalled(backend),
             lambda backend, model, loaded, evicted: self._recorder.model_served(backend, model, loaded, evicted),
+            lambda backend, outcome: self._recorder.retried(backend, outcome),
+            lambda backend: self._recorder.retry_budget_spent(backend),
+            rng,
         )
         self._websockets = WebSocketCarrier(caller, rng, recorder, self._counts, tracing, capture)
         self._calls = RunningCalls(_WATCH_AFTER_S)
@@ -203,8 +205,7 @@ class ProxyApp:
             running = self._calls.enter(receive, served.timeout_s)
             try:
                 reply = await self._sender.send(
-                    snapshot.pools.get(transit.backend), transit.request, running.deadline_at,
-                    scope["method"] in _IDEMPOTENT, seen,
+                    snapshot.pools.get(transit.backend), transit.request, running.deadline_at, served.retries, seen,
                 )
             except asyncio.CancelledError:
                 instead = self._calls.why_cancelled(running)

@@ -67,6 +67,7 @@ from vocabulary.spec.endpoints import (
 )
 from vocabulary.spec.rollout_config import MetricCheck, OnFailure, RolloutConfig, bounded_check
 from vocabulary.spec.routing import MultiplexConfig, RoutingConfig, RoutingPolicy, keyed_routing, multiplex_alone
+from vocabulary.spec.traffic_policy import RetriesConfig, retries_consistent
 from vocabulary.replicas.model_digests import digest_problem, source_problem
 from vocabulary.spec.serving_rules import route_problem, zero_replica_reason
 from gitops.specs.limits import DEFAULT_MAX_REPLICAS
@@ -86,6 +87,7 @@ __all__ = [
     "CaptureSpec",
     "MatchSpec",
     "LimitsSpec",
+    "RetriesSpec",
     "RayActorOptionsSpec",
     "RuntimeEnvSpec",
     "BackendSpec",
@@ -243,6 +245,13 @@ MatchSpec = create_model(
 )
 TracingSpec = create_model(
     "TracingSpec", __base__=_Spec, __doc__=TracingConfig.__doc__, **_file_keys(TracingConfig, frozenset(), {})
+)
+RetriesSpec = create_model(
+    "RetriesSpec",
+    __base__=_Spec,
+    __doc__=RetriesConfig.__doc__,
+    __validators__={"_checked": model_validator(mode="after")(retries_consistent)},  # type: ignore[dict-item]  # pydantic types __validators__ as plain callables, its decorators return proxies
+    **_file_keys(RetriesConfig, frozenset(), {"retry_on": list[str], "methods": list[str]}),
 )
 CaptureSpec = create_model(
     "CaptureSpec", __base__=_Spec, __doc__=CaptureConfig.__doc__,
@@ -438,6 +447,7 @@ _EndpointKeys = create_model(
             "limits": LimitsSpec | None,
             "tracing": TracingSpec | None,
             "capture": CaptureSpec | None,
+            "retries": RetriesSpec | None,
         },
     ),
 )

@@ -312,6 +312,20 @@ class ProxyMetrics:
             ONGOING_LABELS,
             registry=r,
         )
+        self._retries = Counter(
+            "gitops_proxy_retries",
+            "Failed tries the proxy sent again to another replica ([endpoints.X.retries]), by backend and the "
+            "outcome retried (replica-died, replica-stalled, or the status code answered).",
+            ["backend", "outcome"],
+            registry=r,
+        )
+        self._budget_spent = Counter(
+            "gitops_proxy_retry_budget_exhausted",
+            "Retries due but not sent because the backend's retry budget (budget_percent of its requests over "
+            "10 s, per proxy worker) was spent.",
+            ONGOING_LABELS,
+            registry=r,
+        )
         self._model_requests = Counter(
             "gitops_model_requests",
             "Requests a multiplexed backend answered for a model its replica held, by backend and model "
@@ -419,6 +433,12 @@ class ProxyMetrics:
     def replica_stalled(self, backend: str) -> None:
         self._stalls.labels(backend).inc()
 
+    def retried(self, backend: str, outcome: str) -> None:
+        self._retries.labels(backend, outcome).inc()
+
+    def retry_budget_spent(self, backend: str) -> None:
+        self._budget_spent.labels(backend).inc()
+
     def model_served(self, backend: str, model: str, loaded: bool, evicted: Collection[str]) -> None:
         self._model_requests.labels(backend, model).inc()
         if loaded:
@@ -483,6 +503,8 @@ class ProxyMetrics:
             _remove_where(metric, names, "backend", backend)
         _remove_where(self._ongoing, ONGOING_LABELS, "backend", backend)
         _remove_where(self._batch_size, BATCH_LABELS, "backend", backend)
+        _remove_where(self._retries, ("backend", "outcome"), "backend", backend)
+        _remove_where(self._budget_spent, ONGOING_LABELS, "backend", backend)
         for counter in (self._model_requests, self._model_loads, self._model_evictions):
             _remove_where(counter, MODEL_LABELS, "backend", backend)
 

@@ -46,6 +46,12 @@ class Recorder(Protocol):
     def replica_stalled(self, backend: str) -> None:
         """A replica of `backend` was found stalled (`proxy.pool.stalls`) and taken out of routing."""
 
+    def retried(self, backend: str, outcome: str) -> None:
+        """A failed try of a request to `backend` was sent again (`outcome`: 'replica-died', '503', ...)."""
+
+    def retry_budget_spent(self, backend: str) -> None:
+        """A retry to `backend` was due but not sent: its retry budget was spent."""
+
     def model_served(self, backend: str, model: str, loaded: bool, evicted: Sequence[str]) -> None:
         """A multiplexed backend answered a request for `model`: whether its replica loaded
         it for this request, and the models it evicted to make room."""
@@ -76,6 +82,12 @@ class NullRecorder:
         pass
 
     def replica_stalled(self, backend: str) -> None:
+        pass
+
+    def retried(self, backend: str, outcome: str) -> None:
+        pass
+
+    def retry_budget_spent(self, backend: str) -> None:
         pass
 
     def model_served(self, backend: str, model: str, loaded: bool, evicted: Sequence[str]) -> None:

@@ -1,7 +1,8 @@
 """Replica pools and the calls made to their replicas.
 
 - `sending`: the one call the request path makes: a request to a replica of a
-  backend (slot, stall check, one retry for idempotent requests, release);
+  backend (slot, stall check, retries by the endpoint's policy, release);
+- `retrying`: an endpoint's retry policy and a backend's retry budget (pure);
 - `replicas`: per-backend pools, the wait queue, dead and stalled replicas;
 - `stalls`: per-replica progress and the rule that finds a hung replica (pure);
 - `multiplexing`: a multiplexed backend's model to a replica holding it (pure);

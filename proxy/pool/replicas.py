@@ -46,6 +46,7 @@ from proxy.pool.calling import Batching
 from proxy.pool.multiplexing import ModelAffinity, hot_ongoing
 from vocabulary.request_path.policies import Policy, policy_for
 from vocabulary.request_path.request_keys import KeyReader
+from proxy.pool.retrying import RetryBudget
 from proxy.pool.stalls import ReplicaProgress, Stall
 from vocabulary.request_path.choosing import Admission, Random, admit, pick_replica
 from vocabulary.control.actor_apis import ReplicaHandle
@@ -139,6 +140,8 @@ class ReplicaPool:
         self._stalled: dict[str, Stall] = {}
         self._stall_cancelled: weakref.WeakSet[asyncio.Task[object]] = weakref.WeakSet()
         self.stalls = 0  # replicas of this backend found stalled since the proxy started
+        # Requests and retries of the last seconds (proxy.pool.retrying): what retries may still spend.
+        self.retry_budget = RetryBudget()
 
     # --- what autoscaling and metrics read ---------------------------------
 
@@ -283,11 +286,16 @@ class ReplicaPool:
             self._unserved.append(self._clock())
         return self.free_slot(key)
 
-    def free_slot(self, key: bytes | None = None) -> ReplicaSlot | None:
+    def free_slot(self, key: bytes | None = None, avoid: frozenset[str] = frozenset()) -> ReplicaSlot | None:
         """A slot at once when one has room and nobody waits in line; else None
-        (nothing recorded: `acquire` then waits or refuses)."""
+        (nothing recorded: `acquire` then waits or refuses). `avoid`: replicas a
+        retry should not go to, unless no other has room."""
         if self._waiters or not self._slots:
             return None
+        if avoid and self._models is None:
+            slot = self._take(key, avoid)
+            if slot is not None:
+                return slot
         return self._take(key)
 
     async def acquire(self, key: bytes | None = None) -> ReplicaSlot:
@@ -327,17 +335,22 @@ class ReplicaPool:
         if self._waiters:
             self._serve_waiters()
 
-    def _take(self, key: bytes | None = None) -> ReplicaSlot | None:
+    def _take(self, key: bytes | None = None, avoid: frozenset[str] = frozenset()) -> ReplicaSlot | None:
         slots = self._slots
         policy = self._policy
         if self._models is not None:
             return self._take_for_model(key)
+        full = self.max_concurrent
+        # A replica to avoid counts as full, so no policy picks it.
+        in_flight = [full if s.replica_id in avoid else s.in_flight for s in slots] if avoid else [
+            s.in_flight for s in slots
+        ]
         if policy is None:
-            index = pick_replica([s.in_flight for s in slots], self.max_concurrent, self._rng)
+            index = pick_replica(in_flight, full, self._rng)
         else:
             reported = [s.reported for s in slots if s.reported is not None]
             loads = reported if len(reported) == len(slots) else None  # every replica reported, or none counts
-            index = policy.choose([s.in_flight for s in slots], self.max_concurrent, key, self._rng, loads)
+            index = policy.choose(in_flight, full, key, self._rng, loads)
         if index is None:
             return None
         slot = slots[index]

@@ -5,8 +5,12 @@ request: it takes a slot (`ReplicaPool.free_slot`, else waiting in line with
 `acquire`), tells the slot's progress (`proxy.pool.stalls`) the call was
 sent and answered, notes the load and models the replica reported on its
 answer (`took_load`), checks a call that ran out its deadline for a stalled
-replica, and, for an idempotent request whose replica died or stalled, tries
-once more on another replica. The slot is released when the call ends, except
+replica, and tries a failed request again on another replica as its
+endpoint's retry policy says (`proxy.pool.retrying`: which outcomes, how many
+tries for its method, within the backend's retry budget and the deadline,
+after a jittered backoff; without `[retries]`, a GET, HEAD or OPTIONS whose
+replica died or stalled once more). A reply is tried again only before any of
+it reached the client: a streamed answer never is. The slot is released when the call ends, except
 under a streamed answer: `Held` keeps it until the stream ends.
 
 What went wrong is said by the exceptions below; the request path turns
@@ -20,11 +24,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import random
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from proxy.pool.calling import Caller, HandlerError, ReplicaDiedError
 from proxy.pool.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
+from proxy.pool.retrying import DEFAULT_POLICY, Outcome, RetryPolicy
+from vocabulary.request_path.choosing import Random
 from vocabulary.request_path.multiplexing import ModelReport
 from vocabulary.request_path.wire import LOAD_HEADER, MODELS_HEADER, Reply, StreamStart, WireRequest, WireResponse
 
@@ -94,25 +101,35 @@ class Held:
 class Sender:
     """Sends requests to the replicas of a backend's pool: one `send` per request."""
 
-    __slots__ = ("_caller", "_stalled", "_model_served")
+    __slots__ = ("_caller", "_stalled", "_model_served", "_retried", "_budget_spent", "_rng")
 
     def __init__(
         self, caller: Caller, stalled: Callable[[str], None],
         model_served: Callable[[str, str, bool, Sequence[str]], None],
+        retried: Callable[[str, str], None] = lambda backend, outcome: None,
+        budget_spent: Callable[[str], None] = lambda backend: None,
+        rng: Random | None = None,
     ) -> None:
         """`stalled(backend)`: a replica of it was found stalled; `model_served(backend, model, loaded,
-        evicted)`: a multiplexed backend answered a request for a model its replica holds."""
+        evicted)`: a multiplexed backend answered a request for a model its replica holds;
+        `retried(backend, outcome)`: a retry was sent after `outcome` ('replica-died', '503', ...);
+        `budget_spent(backend)`: a retry was due but its backend's retry budget was spent;
+        `rng`: the jitter of the waits before retries."""
         self._caller = caller
         self._stalled = stalled
         self._model_served = model_served
+        self._retried = retried
+        self._budget_spent = budget_spent
+        self._rng = rng or random.Random()
 
     async def send(
-        self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float, retry: bool,
-        seen: Callable[[str], None] | None = None,
+        self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float,
+        policy: RetryPolicy = DEFAULT_POLICY, seen: Callable[[str], None] | None = None,
     ) -> WireResponse | Held:
-        """The answer of a replica of `pool`'s backend; `retry`: once more on another replica
-        when the first died or stalled (idempotent requests); `seen(replica_id)`: told of each
-        replica tried. Must run in the task the deadline cancels."""
+        """The answer of a replica of `pool`'s backend, tried again on another replica as the endpoint's
+        retry `policy` says (`proxy.pool.retrying`: outcomes, tries for the request's method, the
+        backend's budget, backoff within the deadline); a streamed answer is never tried again.
+        `seen(replica_id)`: told of each replica tried. Must run in the task the deadline cancels."""
         if pool is None:
             raise NoBackend()
         key = pool.request_key(request)  # None unless the backend's routing policy reads a key
@@ -124,9 +141,17 @@ class Sender:
         task: asyncio.Task[object] | None = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
-        stalled = False
-        for _ in range(2 if retry else 1):
-            slot = pool.free_slot(key) or await _acquire(pool, key, stalled)
+        tries = policy.tries(request[0])
+        budgeted = policy.budget_percent is not None
+        if budgeted:
+            pool.retry_budget.requested(loop.time())
+        failed: frozenset[str] = frozenset()  # replicas that failed this request: a retry goes elsewhere
+        last: WireResponse | SendError = ReplicaDied()
+        outcome = ""
+        for attempt in range(tries):
+            if attempt and not await self._may_retry(pool, policy, attempt, outcome, deadline_at):
+                break
+            slot = pool.free_slot(key, failed) or await _acquire(pool, key, isinstance(last, ReplicaStalled))
             if seen is not None:
                 seen(slot.replica_id)
             held = False
@@ -139,35 +164,68 @@ class Sender:
                 )
                 progress.on_answered(task, loop.time())
                 if isinstance(reply, StreamStart):
-                    held = True  # the slot stays taken until the stream ends
+                    held = True  # the slot stays taken until the stream ends; never tried again
                     return Held(pool, slot, reply)
+                if attempt + 1 < tries and reply[0] in policy.statuses:
+                    last, outcome = reply, str(reply[0])
+                    failed |= {slot.replica_id}
+                    continue
                 return reply
             except ReplicaDiedError as error:
                 pool.drop(slot)
                 logger.warning("replica %s of %s died under a request: %s", slot.replica_id, pool.backend, error)
+                last, outcome = ReplicaDied(), Outcome.REPLICA_DIED.value
+                if Outcome.REPLICA_DIED not in policy.outcomes:
+                    raise last from None
             except HandlerError as error:
                 progress.on_answered(task, loop.time())
                 logger.error("handler of backend %s raised:\n%s", pool.backend, error)
-                raise HandlerFailed() from None
+                if attempt + 1 >= tries or 500 not in policy.statuses:
+                    raise HandlerFailed() from None
+                last, outcome = HandlerFailed(), "500"
             except asyncio.CancelledError:
                 if not pool.cancelled_by_stall(task):
                     if loop.time() >= deadline_at - DEADLINE_SLACK_S:
                         self._check_stall(pool, slot, task, loop.time())
                     raise
-                # Its replica stalled under another request: retry (idempotent) or 504, not a
-                # cancellation; unless its own deadline or client ended it too (their answer stands).
+                # Its replica stalled under another request: retry or 504, not a cancellation;
+                # unless its own deadline or client ended it too (their answer stands).
                 if task.uncancel() > 0:
                     raise
                 if loop.time() >= deadline_at - DEADLINE_SLACK_S:
                     raise NoTimeLeft() from None
-                stalled = True
+                last, outcome = ReplicaStalled(), Outcome.REPLICA_STALLED.value
+                if Outcome.REPLICA_STALLED not in policy.outcomes:
+                    raise last from None
             finally:
                 progress.on_ended(task)
                 if not held:
                     pool.release(slot)
-        if stalled:
-            raise ReplicaStalled()
-        raise ReplicaDied()
+            failed |= {slot.replica_id}
+        if isinstance(last, SendError):
+            raise last
+        return last
+
+    async def _may_retry(
+        self, pool: ReplicaPool, policy: RetryPolicy, attempt: int, outcome: str, deadline_at: float,
+    ) -> bool:
+        """Whether the `attempt`-th retry goes out: within the backend's budget and the deadline,
+        after its backoff (counted as sent, or as refused by the budget)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if policy.budget_percent is not None:
+            if not pool.retry_budget.allows(now, policy.budget_percent, policy.min_retries):
+                self._budget_spent(pool.backend)
+                return False
+        wait = policy.backoff(attempt, self._rng)
+        if now + wait >= deadline_at - DEADLINE_SLACK_S:
+            return False
+        if policy.budget_percent is not None:
+            pool.retry_budget.retried(now)
+        self._retried(pool.backend, outcome)
+        if wait > 0:
+            await asyncio.sleep(wait)
+        return True
 
     def _served(self, backend: str, key: bytes, label: Callable[[str], str]) -> Callable[[ModelReport], None]:
         """Counts a multiplexed request under its model's `label` (the model when the spec

@@ -19,6 +19,7 @@ from vocabulary.spec.endpoints import CaptureConfig, DEFAULT_MAX_BODY_BYTES, End
 from vocabulary.request_path.choosing import Random, ShadowSampler, WeightedChoice
 from proxy.routes.rate_limits import TenantLimit
 from proxy.pool.replicas import ReplicaPool
+from proxy.pool.retrying import DEFAULT_POLICY, RetryPolicy
 from proxy.routes.routing import Route, RouteIndex
 from proxy.routes.steering import Headers, Steering
 
@@ -41,6 +42,7 @@ class ServedEndpoint:
     capture: CaptureConfig | None = None  # sampled request/response records (proxy.observability.capture)
     rollout_step: int = 0  # the progressive rollout's 1-based step these weights are (0: none runs)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # a larger request body is 413
+    retries: RetryPolicy = DEFAULT_POLICY  # which failed tries are sent again (proxy.pool.retrying)
 
     @classmethod
     def from_config(cls, config: EndpointConfig, nodes: int = 1) -> ServedEndpoint:
@@ -60,6 +62,7 @@ class ServedEndpoint:
             config.capture,
             config.rollout_step,
             config.max_body_bytes,
+            RetryPolicy.from_config(config.retries),
         )
 
     def pick(self, headers: Headers, rng: Random, body: bytes | None = None) -> str:

@@ -49,7 +49,7 @@ class FakeCaller:
             handle.actor.cancelled += 1
             raise
 
-class Recorded:
+class Recorded(NullRecorder):
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, int]] = []
         self.shadows: list[tuple[str, str, str]] = []
@@ -84,11 +84,12 @@ class Proxy:
     def serve(
         self, name: str, route: str, backends: dict[str, list[FakeReplica]], *,
         traffic: dict[str, float] | None = None, shadow: dict[str, float] | None = None,
-        methods: tuple[str, ...] = ("GET", "POST"), timeout_s: float = 5.0, cap: int = 100,
+        methods: tuple[str, ...] = ("GET", "POST"), timeout_s: float = 5.0, cap: int = 100, **endpoint: Any,
     ) -> None:
+        """`endpoint`: further keys of its `EndpointConfig` (`retries=RetriesConfig(...)`, ...)."""
         traffic = traffic or {next(iter(backends)): 1.0}
         config = EndpointConfig(name=name, route=route, methods=methods, traffic=traffic,
-                                shadow=shadow or {}, timeout_s=timeout_s)
+                                shadow=shadow or {}, timeout_s=timeout_s, **endpoint)
         table = RouteTable(entries=(RouteEntry(route=route, methods=methods, endpoint=name),))
         self.publish(routes=table, **{f"endpoint__{name}": config})
         self.publish(**{f"replicas__{b}": replica_set(b, reps, cap) for b, reps in backends.items()})

@@ -13,6 +13,7 @@ its tables from them and adds only file concerns.
 - `endpoints`: `EndpointConfig` and its tables (match rules, sticky,
   shadows, limits, tracing, capture).
 - `rollout_config`: an endpoint's `[rollout]` table and its metric checks.
+- `traffic_policy`: an endpoint's `[retries]` (outcomes, attempts, budget, backoff).
 - `state`: `ServingState`, a whole configuration.
 - `serving_rules`: the rules a serving state keeps (traffic sums, known
   backends, zero-replica targets, unique routes), as located problems.

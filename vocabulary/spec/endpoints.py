@@ -2,7 +2,7 @@
 
 Match rules, the sticky key, shadows and their comparison, the per-tenant
 `[limits]`, `[tracing]`, `[capture]` and the body limit; its `[rollout]`
-table is `spec.rollout_config`'s. Request keys (`sticky`, `[limits] key`)
+table is `spec.rollout_config`'s, its `[retries]` `spec.traffic_policy`'s. Request keys (`sticky`, `[limits] key`)
 use the one grammar of `spec.keys`. Values only.
 """
 
@@ -17,6 +17,7 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from vocabulary.spec.base import ENVIRONMENT_OVERRIDABLE, Value
 from vocabulary.spec.keys import KeyKind, LIMIT_KINDS, STICKY_KINDS, header_name, request_key, split_key
 from vocabulary.spec.rollout_config import RolloutConfig
+from vocabulary.spec.traffic_policy import RetriesConfig
 
 __all__ = [
     "TracingConfig",
@@ -247,6 +248,11 @@ class EndpointConfig(Value):
 
     capture: CaptureConfig | None = Field(
         default=None, description="Record a share of the requests and their answers, redacted; none: nothing."
+    )
+    retries: RetriesConfig | None = Field(
+        default=None,
+        description="Try failed requests again on another replica, within a budget (`spec.traffic_policy`); "
+        "none: a GET, HEAD or OPTIONS whose replica died or stalled is tried once more.",
     )
     rollout_step: int = Field(
         default=0, ge=0,
