@@ -12,6 +12,7 @@ from vocabulary.spec.backends import AutoscalingConfig, BackendConfig, BatchingC
 from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig, LimitsConfig, MatchRule, TracingConfig
 from vocabulary.spec.rollout_config import MetricCheck, RolloutConfig
 from vocabulary.spec.routing import MultiplexConfig, RoutingConfig
+from vocabulary.spec.traffic_policy import RetriesConfig
 
 
 def tree(specs: dict[str, str], code: dict[str, str] | None = None) -> MemoryTree:
@@ -316,6 +317,7 @@ limits = { requests_per_s = 5, burst = 7, key = "query:tenant" }
 rollout = { steps = [0.2, 1.0], step_interval_s = 5, min_requests = 3, max_error_ratio = 0.5, max_p99_latency_s = 2, on_failure = "pause", metrics = [{ name = "errors", query = "up", min = 0, max = 1 }] }
 tracing = { sample = 0.25 }
 capture = { sample = 0.5, sink = "file:///tmp/capture", max_body_bytes = 10, redact = ["json:$.password"] }
+retries = { attempts = 3, retry_on = ["503"], methods = ["PUT", "POST"], non_idempotent = true, budget_percent = 10, min_retries = 1, backoff_s = 0.05, max_backoff_s = 0.5 }
 """  # noqa: E501 — a TOML line as a user writes it
 
 
@@ -342,6 +344,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
     checks = [check for rollout in rollouts for check in rollout.metrics]
     tracing = [e.tracing for e in endpoints if e.tracing is not None]
     capture = [e.capture for e in endpoints if e.capture is not None]
+    retries = [e.retries for e in endpoints if e.retries is not None]
     expected = [
         (BackendConfig, backends, DERIVED_BACKEND_FIELDS),
         (EndpointConfig, endpoints, DERIVED_ENDPOINT_FIELDS),
@@ -357,6 +360,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
         (ModelConfig, list(state.models.values()), DERIVED_MODEL_FIELDS),
         (TracingConfig, tracing, frozenset()),
         (CaptureConfig, capture, frozenset()),
+        (RetriesConfig, retries, frozenset()),
     ]
     for model, values, derived in expected:
         assert _set_by_the_file(model, values, derived) == set(model.model_fields) - derived, model.__name__
