@@ -21,6 +21,10 @@ it. The variables left out are taken away only while `ray.init` starts GCS
 and raylet (the raylet passes its environment on to every worker it
 starts) and put back right after, for the agent itself. A joined cluster's
 processes have the environment their nodes were started with.
+
+Ports: an embedded Ray's GCS and worker ports are Ray's random choice unless
+`gitops run --ray-port` / `--ray-min-worker-port` / `--ray-max-worker-port`
+(`gitops.process.ray_ports`) chose them.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import os
 import secrets
 import signal
 import stat
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
@@ -59,14 +63,20 @@ def init_ray(
     namespace: str = DEFAULT_NAMESPACE,
     state_dir: Path | None = None,
     replica_env: Iterable[str] = (),
+    gcs_port: int | None = None,
+    worker_ports: tuple[int, int] | None = None,
 ) -> None:
     """Connect this process to Ray: join `address`, or start a local instance.
 
     A local instance's token is kept in `state_dir` (without one, Ray's own
     default, `~/.ray/auth_token`); its processes inherit only the allow-listed
-    part of this process's environment, plus the names `replica_env` adds.
+    part of this process's environment, plus the names `replica_env` adds; its
+    GCS listens on `gcs_port` and its workers take ports in `worker_ports`
+    (lowest, highest) when given, else on ports Ray picks.
     """
     import ray
+
+    from controller.shell.ray_private import local_ray_ports
 
     for key, value in _QUIET_ENV.items():
         os.environ.setdefault(key, value)
@@ -87,7 +97,8 @@ def init_ray(
         options["address"] = address
     try:
         with _only(inherited(os.environ, replica_env) if address is None else os.environ):
-            ray.init(**options)
+            with local_ray_ports(gcs_port, worker_ports) if address is None else nullcontext():
+                ray.init(**options)
     except ConnectionError as error:
         if _refused_for_auth(error):
             raise ConnectionError(

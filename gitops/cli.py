@@ -83,6 +83,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--ray-address", default=None, help="join this Ray cluster (default: start an embedded local Ray)"
     )
     run.add_argument(
+        "--ray-port", type=int, default=None, metavar="PORT",
+        help="the embedded Ray's GCS port, where other nodes would join it (1024..65535; default: Ray picks a free "
+        "one; not with --ray-address)",
+    )
+    run.add_argument(
+        "--ray-min-worker-port", type=int, default=None, metavar="PORT",
+        help="lowest port of the embedded Ray's worker processes (controller, proxies, replicas: one each), with "
+        "--ray-max-worker-port, a range of at least 16 (default: Ray picks free ones)",
+    )
+    run.add_argument(
+        "--ray-max-worker-port", type=int, default=None, metavar="PORT",
+        help="highest port of the embedded Ray's worker processes, with --ray-min-worker-port (default: Ray picks "
+        "free ones)",
+    )
+    run.add_argument(
         "--replica-env", default=None, metavar="NAMES",
         help="more environment variables an embedded Ray's replicas inherit, comma-separated; PREFIX_* for a "
         "prefix (default: only the allow-list of docs/guides/security.md; GITOPS_* never)",

@@ -9,7 +9,9 @@ for, so a Ray upgrade that moves one of them breaks here and nowhere else:
   context where Ray has `get_session_name` (2.53 and later);
 - `started_local_ray`, `kill_local_ray`: whether this process started its
   local Ray, and killing what it started;
-- `mute_pushed_errors`: stop this driver printing the errors Ray pushes to it.
+- `mute_pushed_errors`: stop this driver printing the errors Ray pushes to it;
+- `local_ray_ports`: the GCS port and worker port range of the local Ray that
+  `ray.init` starts (its public arguments have none: `ray start` has them).
 
 Every other module uses Ray's public API only (a pure test checks it).
 """
@@ -19,14 +21,15 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import ray
 from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
 
 __all__ = [
     "upload_working_dir", "available_resources_per_node", "session_dir", "started_local_ray", "kill_local_ray",
-    "mute_pushed_errors",
+    "mute_pushed_errors", "local_ray_ports",
 ]
 
 # Honour the export's .gitignore files on every supported Ray: later releases
@@ -88,3 +91,31 @@ def mute_pushed_errors() -> None:
     import ray._private.worker
 
     ray._private.worker._worker_logs_enabled = False
+
+
+@contextmanager
+def local_ray_ports(gcs_port: int | None, worker_ports: tuple[int, int] | None) -> Iterator[None]:
+    """While in the block, a local Ray that `ray.init` starts listens with its
+    GCS on `gcs_port` and gives its workers ports in `worker_ports` (both
+    included): the parameters `ray start --port --min-worker-port
+    --max-worker-port` set, which `ray.init` builds without them."""
+    if gcs_port is None and worker_ports is None:
+        yield
+        return
+    from ray._private import parameter
+
+    original = parameter.RayParams
+
+    class _Chosen(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            if gcs_port is not None:
+                kwargs["gcs_server_port"] = gcs_port
+            if worker_ports is not None:
+                kwargs["min_worker_port"], kwargs["max_worker_port"] = worker_ports
+            super().__init__(*args, **kwargs)
+
+    parameter.RayParams = _Chosen  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        parameter.RayParams = original  # type: ignore[misc]

@@ -5,7 +5,8 @@ errors before anything starts), register the secrets it was given for
 redaction and take them out of its own command line, lock the state dir,
 start or join Ray quietly in `--namespace` (an embedded Ray with only the
 allow-listed part of this process's environment, `--replica-env` adding
-names: `vocabulary.replicas.replica_env`), start or find the controller
+names: `vocabulary.replicas.replica_env`; on the ports `--ray-port` and
+`--ray-min/max-worker-port` ask: `gitops.process.ray_ports`), start or find the controller
 (which starts the proxies) and claim it as its one agent (refused with one
 line when another agent owns it, unless `--take-over`; stopped when taken
 over), wait for the proxies (one that cannot start, e.g. its port in use, is
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from gitops.notifications.links import Links
     from gitops.admin.webhooks import DeliveryLog
     from gitops.process.tracing import OtlpTraceSink
+    from gitops.process.ray_ports import RayPorts
 
 __all__ = ["run_command", "join_ray", "take_charge", "bind_socket", "start_logging", "otlp_endpoint"]
 
@@ -96,6 +98,7 @@ def run_command(args: argparse.Namespace) -> int:
     _check_proxy_workers(args.proxy_workers)
     otlp_endpoint(args.otlp_endpoint, os.environ)  # a bad URL is refused before Ray starts
     _check_max_connections(args.proxy_max_connections)
+    ports = _ray_ports(args)
     replica_env = _replica_env(args.replica_env or "")
     links = _links(args)
     channels = _notify_channels(args.notify, args.repo) if args.notify else ()
@@ -127,7 +130,8 @@ def run_command(args: argparse.Namespace) -> int:
         try:
             join_ray(
                 lambda: init_ray(args.ray_address, namespace=args.namespace, state_dir=state.root,
-                                 replica_env=replica_env),
+                                 replica_env=replica_env, gcs_port=ports.gcs,
+                                 worker_ports=ports.workers),
                 args.ray_address,
             )
         except ConnectionError as error:
@@ -562,6 +566,30 @@ def _check_intervals(args: argparse.Namespace) -> None:
     ):
         if value <= 0:
             raise UserError(f"{flag} must be a positive number of seconds, not {value:g}")
+
+
+def _ray_ports(args: argparse.Namespace) -> RayPorts:
+    """The embedded Ray's ports as the flags ask, checked, and the GCS port free on this host."""
+    from gitops.process.port_holders import holder_of
+    from gitops.process.ray_ports import ray_ports
+
+    taken = {"--proxy-port": args.proxy_port, "--proxy-metrics-port": args.proxy_metrics_port,
+             "--admin-port": args.admin_port}
+    if args.webhook_port is not None:
+        taken["--webhook-port"] = args.webhook_port
+    ports = ray_ports(args.ray_port, args.ray_min_worker_port, args.ray_max_worker_port,
+                      joined=args.ray_address is not None, taken=taken)
+    if ports.gcs is not None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("0.0.0.0", ports.gcs))
+            except OSError:
+                raise UserError(
+                    f"the embedded Ray cannot listen on port {ports.gcs}: {holder_of('0.0.0.0', ports.gcs)} "
+                    "(use --ray-port)"
+                ) from None
+    return ports
 
 
 def _check_proxy_workers(workers: int) -> None:

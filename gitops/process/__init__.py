@@ -6,6 +6,7 @@
   start is a one-line error naming who holds its port (`port_holders`).
 - `port_holders`: who listens on a TCP address.
 - `ray_versions`: agent and cluster Ray versions agree, or one clear line.
+- `ray_ports`: the embedded Ray's GCS and worker ports the flags ask, checked.
 - `quieting`: Ray's raw C++ log lines kept out of the agent's output.
 - `logs`: structured logs, one line per event, text or JSON.
 - `tracing`: applied commits' traces sent over OTLP/HTTP.

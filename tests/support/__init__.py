@@ -34,6 +34,8 @@ never from another test module or another tier's folder
 - `metrics`: Reading one value out of a metrics page.
 - `notifiers`: A notifier that records what it was sent, for the agent tests.
 - `otlp`: A loopback OTLP/HTTP trace receiver for tests: what the exporters sent, decoded.
+- `process_ports`: The TCP ports processes listen on, from /proc, for the tests of who takes which
+  port.
 - `prometheus`: A real Prometheus on loopback for the real tier: the Debian `prometheus`.
 - `proxy_app`: The proxy app over fake replicas and callers, run in one process, for the proxy tests
   of every tier.

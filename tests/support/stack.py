@@ -3,7 +3,8 @@
 Owned here: how a test starts a controller at test speed and waits on it
 (`start_controller`, `met`, `eventually`, `named_actors`, `proxy_url`), the test-speed
 backend every controller test deploys from tests/real/apps (`quick_backend`),
-loopback ports free or taken (`free_port`, `occupied_port`), and `gitops run` as a user starts it, joined to the session's Ray
+loopback ports free or taken (`free_port`, `free_port_range`, `occupied_port`),
+and `gitops run` as a user starts it, joined to the session's Ray
 (`AgentProcess`), and the other verbs as a user types them in the spec
 repository, which finds that agent through its state dir (`gitops_cli`). A plain module rather than fixtures: each test module
 decides its own fixture scope and cleanup.
@@ -44,6 +45,7 @@ __all__ = [
     "met",
     "quick_backend",
     "free_port",
+    "free_port_range",
     "occupied_port",
     "AgentProcess",
     "gitops_cli",
@@ -145,6 +147,28 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_port_range(count: int) -> tuple[int, int]:
+    """`count` consecutive ports free on every address, below the kernel's ephemeral
+    range (so `free_port` of a parallel test never hands one out): lowest, highest."""
+    import random
+
+    for _ in range(200):
+        low = random.randrange(20000, 32000 - count)
+        probes: list[socket.socket] = []
+        try:
+            for port in range(low, low + count):
+                probe = socket.socket()
+                probes.append(probe)
+                probe.bind(("0.0.0.0", port))
+        except OSError:
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
+        return low, low + count - 1
+    raise RuntimeError(f"no {count} consecutive free ports found")
 
 
 @contextlib.contextmanager
