@@ -61,7 +61,7 @@ from gitops.notifications.delivering import Notifier
 from gitops.notifications.events import Event, EventKind, rollback_events
 from gitops.reconcile.prune_guard import prune_refusal
 from gitops.reconcile.plans import Plan
-from gitops.status.restarts import restart_lines
+from gitops.status.restarts import FailureLog, restart_lines
 from gitops.sources.hashing import Tree
 from gitops.sources.source import Revision, Source
 from gitops.sources.watching import RefWatcher, backoff, jittered
@@ -109,6 +109,11 @@ class AgentSettings:
     deadlines: Deadlines = field(default_factory=Deadlines)
     # After a transient error: retry after this, doubling, never later than the poll.
     retry_base_s: float = 1.0
+    # After a failed apply (it would fail the same way again at once: a wrong model
+    # digest, an __init__ that raises): retry after this, doubling, at most the
+    # cap; no other wake-up but a new commit or `gitops sync` tries it sooner.
+    apply_retry_base_s: float = 5.0
+    apply_retry_max_s: float = 300.0
     # --auto-revert: after a failed apply or an aborted rollout, go back to the last
     # applied commit and hold the newer ones back (kept in `quarantine_file`).
     auto_revert: bool = False
@@ -170,6 +175,10 @@ class Agent:
         self._applying: _Applying | None = None
         self._retries = 0  # transient failures in a row
         self._retry: asyncio.TimerHandle | None = None
+        # A failed apply's commit and the monotonic time before which only a new commit
+        # or `gitops sync` applies it again (the backoff's next try).
+        self._apply_hold: tuple[str, float] | None = None
+        self._failure_log = FailureLog()  # a replica failing the same way: one line per interval
         self.ticks = 0
         self.reconciled = asyncio.Event()  # set once the first tick is over: the agent is ready
         self._error_log = ErrorLog()  # when the log says a backend answers 5xx
@@ -298,17 +307,46 @@ class Agent:
         Only a tick that reconciled without failing, or one stopped by an error no
         retry can help, ends a run of failures: a poll that finds the failed commit
         still at the head attempts nothing, and must not send the next retry back
-        to the shortest delay."""
+        to the shortest delay. A failed apply backs off longer (from
+        `apply_retry_base_s` up to `apply_retry_max_s`), says when it tries
+        next, and holds its commit back from the ticks of other wake-ups until
+        then (`_held_back`)."""
         if report.error_kind is not ErrorKind.RETRY:
             if report.attempted or report.stopped_by is not None:
                 self._retries = 0
+                self._apply_hold = None
             return
         self._retries += 1
-        # Jittered, so that many agents behind one git host do not retry in step.
-        delay = jittered(backoff(self._retries, self._settings.retry_base_s, self._settings.interval_s), 0.2)
+        settings = self._settings
+        failed_apply = report.attempted and report.revision is not None and report.error(Stage.APPLY) is not None
+        if failed_apply:
+            cap = max(settings.apply_retry_max_s, settings.interval_s)
+            delay = jittered(backoff(self._retries, settings.apply_retry_base_s, cap), 0.2)
+        elif report.attempted:
+            self._apply_hold = None
+            # Jittered, so that many agents behind one git host do not retry in step.
+            delay = jittered(backoff(self._retries, settings.retry_base_s, settings.interval_s), 0.2)
+        else:
+            delay = jittered(backoff(self._retries, settings.retry_base_s, settings.interval_s), 0.2)
+        if failed_apply and report.revision is not None:
+            self._apply_hold = (report.revision.sha, time.monotonic() + delay)
+            at = time.strftime("%H:%M:%S", time.localtime(time.time() + delay))
+            self._log.warning(
+                "%s failed to apply (%d in a row): next try in %.0fs, at %s, unless a new commit or "
+                "`gitops sync` comes first", report.revision.short, self._retries, delay, at,
+            )
         if self._retry is not None:
             self._retry.cancel()
         self._retry = asyncio.get_running_loop().call_later(delay, self.notify, Trigger.RETRY)
+
+    def _held_back(self, commit: str, triggers: frozenset[Trigger]) -> bool:
+        """Whether this tick leaves `commit` alone: it failed to apply and its next try
+        (a RETRY wake-up) is not due yet; `gitops sync` and the agent's start go ahead."""
+        if self._apply_hold is None or self._apply_hold[0] != commit:
+            return False
+        if triggers & {Trigger.RETRY, Trigger.SYNC, Trigger.START}:
+            return False
+        return time.monotonic() < self._apply_hold[1]
 
     async def _every(self, interval_s: float, trigger: Trigger, jitter: float) -> None:
         while True:
@@ -339,7 +377,7 @@ class Agent:
         if read < self._read_taken:
             return  # a tick's reading, overtaken by the observer's newer one
         self._read_taken = read
-        for text in restart_lines(self._cluster, observed):
+        for text in restart_lines(self._cluster, observed, self._failure_log, time.monotonic()):
             self._log.warning(text)
         self._cluster = observed
         for text in self._error_log.lines(self.status().backends, time.monotonic()):
@@ -377,7 +415,9 @@ class Agent:
             if (last is None or last.commit != report.revision.sha) and self._announced != report.revision.sha:
                 self._announced = report.revision.sha
                 self._announce(EventKind.SEEN, report.revision.sha)
-            if full or last is None or last.commit != report.revision.sha:
+            if (full or last is None or last.commit != report.revision.sha) and not self._held_back(
+                report.revision.sha, triggers
+            ):
                 report = await self._reconcile(replace(report, attempted=True))
         report = await self._observe(report)
         report = replace(report, duration_s=time.monotonic() - clock)

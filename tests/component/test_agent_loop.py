@@ -297,7 +297,8 @@ def test_a_failing_apply_is_retried_with_growing_delays_that_polls_in_between_do
     """Polls every 0.4 s find the failed commit still at the head and attempt nothing; the
     retries still back off 0.1, 0.2, 0.4 s (+-20%) instead of starting over at 0.1 after each."""
     controller = FakeController()
-    agent = make_agent(spec_repo, tmp_path, controller, watch=False, interval_s=0.4, retry_base_s=0.1)
+    agent = make_agent(spec_repo, tmp_path, controller, watch=False, interval_s=0.4, apply_retry_base_s=0.1,
+                       apply_retry_max_s=0.4)
     tick(agent)
     controller.failing["v3"] = "ImportError: cannot import name 'Echo3'"
     spec_repo.write("deployments/echo.toml", spec({"v3": 1.0}, backends=("v1", "v3")))
@@ -324,6 +325,54 @@ def test_a_failing_apply_is_retried_with_growing_delays_that_polls_in_between_do
     gaps = [later - earlier for earlier, later in zip(attempts, attempts[1:])]
     # From the third retry on, each waits the cap (0.4 s +-20%), never the first delay again.
     assert all(gap > 0.3 for gap in gaps[3:]), gaps
+
+
+def test_a_failed_apply_backs_off_past_the_poll_says_when_it_tries_next_and_resyncs_do_not_try_sooner(
+    spec_repo, tmp_path
+) -> None:
+    """Issue 49 row 5: polls every 0.1 s and a resync (a full tick) every 0.15 s do not apply the
+    failed commit again before its next try; the delays double from 0.3 s past the poll interval,
+    and each failure's log line says when the next try is."""
+    controller = FakeController()
+    records: list[logging.LogRecord] = []
+    log = logging.getLogger(f"test.agent.{tmp_path.name}")
+    log.addHandler(_Collect(records))
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    agent = make_agent(spec_repo, tmp_path, controller, log=log, watch=False, interval_s=0.1,
+                       resync_interval_s=0.15, apply_retry_base_s=0.3, apply_retry_max_s=10.0)
+    tick(agent)
+    controller.failing["v3"] = "ImportError: cannot import name 'Echo3'"
+    spec_repo.write("deployments/echo.toml", spec({"v3": 1.0}, backends=("v1", "v3")))
+    spec_repo.commit("move traffic to v3, which cannot start")
+    attempts: list[float] = []
+    apply_backend = controller.apply_backend
+
+    async def timed(config):  # type: ignore[no-untyped-def]
+        if config.name == "v3":
+            attempts.append(time.monotonic())
+        return await apply_backend(config)
+
+    controller.apply_backend = timed  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        runner = asyncio.ensure_future(agent.run())
+        try:
+            await until(lambda: len(attempts) >= 4, timeout_s=10)
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+
+    asyncio.run(scenario())
+    gaps = [later - earlier for earlier, later in zip(attempts, attempts[1:])]
+    # 0.3, 0.6, 1.2 s (each +-20%): each longer than the one before, none cut short by a resync.
+    assert gaps[0] > 0.2 and all(later > 1.25 * earlier for earlier, later in zip(gaps, gaps[1:])), gaps
+    said = [r.getMessage() for r in records if "next try in" in r.getMessage()]
+    assert len(said) >= 3 and all(r.levelno == logging.WARNING for r in records if "next try in" in r.getMessage())
+    head = spec_repo.head()[:7]
+    assert said[0].startswith(f"{head} failed to apply (1 in a row): next try in 0s, at ")
+    assert said[2].startswith(f"{head} failed to apply (3 in a row): next try in 1s, at ")
+    assert said[0].endswith(", unless a new commit or `gitops sync` comes first")
 
 
 def test_an_invalid_commit_is_stalled_until_a_new_commit(spec_repo, tmp_path) -> None:

@@ -232,7 +232,7 @@ class ReplicaFailure(_Observed):
 
     def message(self) -> str:
         what = {"died": "died", "health_check": "failed its health check", "lost": "was lost",
-                "stalled": "stalled"}.get(
+                "stalled": "stalled", "startup_failed": "failed to start"}.get(
             self.reason, self.reason)
         detail = f": {self.error}" if self.error and self.error != self.reason else ""
         return f"replica {self.replica_id} of backend {self.backend} {what}{detail}; a replacement starts"
