@@ -12,10 +12,15 @@ SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver redis-server gnupg st
 
 .PHONY: run check test test-repeat test-ray-oldest docs lint lint-imports typecheck ruff system-deps bench reliability soak clean
 
+# The checkout installed editable. setuptools maps the packages of this flat layout with an
+# import finder and prints a notice ("Editable installation ... folders with the same name as
+# your package may take precedence"): here those folders are the packages, so that one notice
+# is silenced; its alternative, the checkout's root on sys.path, would let the example
+# `deployments` package shadow a served repository's own.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
 
 # Flags go through ARGS: make run ARGS="--proxy-port 18000 --admin-port 18001"

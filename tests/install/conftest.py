@@ -1,4 +1,4 @@
-"""The install tier's session fixtures: the wheel, built once, installed once."""
+"""The install tier's session fixtures: the wheel, built once, installed once by the README's lines."""
 
 from __future__ import annotations
 
@@ -24,4 +24,5 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
 @pytest.fixture(scope="session")
 def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    return Installed.create(tmp_path_factory.mktemp("user") / "venv", built.wheel)
+    """Installed by the README's install lines, as written."""
+    return Installed.as_documented(tmp_path_factory.mktemp("user") / "home", built.wheel)

@@ -1,9 +1,9 @@
 """A stranger's first hour, on the wheel as pip installs it: no extras, no checkout.
 
 The wheel is built from this checkout and installed into a fresh virtualenv
-in a temp dir; every command runs from a new git repository elsewhere, as
-the README's quick start tells a user to: `gitops --version`, `init`,
-`validate`, `run` (joined to the test session's Ray, which runs the same Ray
+in a temp dir by the README's install lines, as written; every command
+runs from a new git repository elsewhere, as the README tells a user to:
+`gitops --version`, `init`, `validate`, `run` (joined to the test session's Ray, which runs the same Ray
 and Python as the wheel's; tests/real/test_agent_run.py covers an embedded
 Ray, and starting a second one would double this tier's cost), a request
 through the proxy, `status`, `history`, `sync`, `suspend`, `resume`, and
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -25,7 +26,7 @@ import ray
 
 from tests.conftest import GitRepo
 from tests.install.conftest import Built
-from tests.support.install import Installed
+from tests.support.install import REPO_ROOT, Installed, clean_env
 from tests.support.stack import _shutdown_controller, eventually, free_port
 
 pytestmark = pytest.mark.real
@@ -76,6 +77,27 @@ def running(installed: Installed, project: GitRepo, ray_session: str) -> Iterato
 def test_the_wheel_builds_without_a_warning(built: Built) -> None:
     warnings = [line for line in built.output.splitlines() if "warning" in line.lower()]
     assert warnings == [], built.output
+
+
+def test_the_checkouts_own_install_prints_no_setuptools_notice(tmp_path: Path) -> None:
+    """`make run` and `make test` install the checkout editable: the Makefile's lines, run in a
+    fresh clone (without the dependencies, which change nothing of the build), say nothing of
+    setuptools."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(clone)], check=True)
+    venv = tmp_path / "venv"
+    recipe = subprocess.run(
+        ["make", "-n", "--always-make", f"{venv}/.installed", f"VENV={venv}", f"PYTHON={sys.executable}"],
+        cwd=clone, capture_output=True, text=True, check=True,
+    ).stdout.splitlines()
+    assert any("pip install" in line and " -e " in line for line in recipe), recipe
+    env = {**clean_env(), "PIP_NO_DEPS": "1"}
+    for line in recipe:
+        done = subprocess.run(["bash", "-c", line], cwd=clone, capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+        said = done.stdout + done.stderr
+        assert not any(word in said for word in ("setuptools", "BuildBackendWarning", "Editable installation")), said
+    assert (venv / "bin" / "gitops").exists()
 
 
 def test_version_is_the_installed_package_version(installed: Installed, tmp_path: Path) -> None:

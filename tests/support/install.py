@@ -4,19 +4,26 @@
 is a fresh virtualenv outside the checkout with that wheel installed
 without extras (pip may use its cache), and runs its console scripts from
 a directory of the test's choosing with an environment free of this test
-session's Ray and virtualenv. A plain module: the test modules choose
-their fixture scopes.
+session's Ray and virtualenv. `Installed.as_documented` makes it by running
+the README's install block as written (`install_block`: the one marked
+`<!-- install -->`, the same in docs/tutorial.md), in a shell whose home is
+a temp dir and whose directory holds the wheel, as a user's does after the
+download. A plain module: the test modules choose their fixture scopes.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["REPO_ROOT", "build_wheel", "Installed", "clean_env"]
+__all__ = ["REPO_ROOT", "build_wheel", "Installed", "clean_env", "install_block"]
+
+_INSTALL_BLOCK = re.compile(r"<!-- install -->\n```sh\n(?P<body>.*?)```", re.DOTALL)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,6 +56,13 @@ def build_wheel(outdir: Path) -> tuple[Path, str]:
     return wheels[0], output
 
 
+def install_block(page: Path) -> str:
+    """The shell lines of `page`'s one block marked `<!-- install -->`."""
+    blocks = [match["body"] for match in _INSTALL_BLOCK.finditer(page.read_text())]
+    assert len(blocks) == 1, f"{page}: {len(blocks)} install blocks"
+    return blocks[0]
+
+
 @dataclass(frozen=True)
 class Installed:
     """A virtualenv with the wheel installed, and nothing else of ours."""
@@ -56,13 +70,26 @@ class Installed:
     venv: Path
 
     @classmethod
-    def create(cls, venv: Path, wheel: Path) -> Installed:
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=clean_env())
+    def as_documented(cls, home: Path, wheel: Path) -> Installed:
+        """The README's install block run as written: `~` is `home`, the wheel downloaded
+        into the shell's directory; the venv is the one the block makes."""
+        downloads = home / "Downloads"
+        downloads.mkdir(parents=True)
+        shutil.copy(wheel, downloads / wheel.name)
+        env = {**clean_env(), "HOME": str(home)}
+        if shutil.which("python3.11", path=env.get("PATH")) is None and sys.version_info[:2] == (3, 11):
+            shims = home / "shims"  # this interpreter under the name the page uses
+            shims.mkdir()
+            (shims / "python3.11").symlink_to(sys.executable)
+            env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
+        block = install_block(REPO_ROOT / "README.md")
         done = subprocess.run(
-            [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(wheel)],
-            capture_output=True, text=True, env=clean_env(), timeout=900,
+            ["bash", "-c", f"set -euo pipefail\n{block}"], cwd=downloads, capture_output=True, text=True,
+            env=env, timeout=900,
         )
-        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.returncode == 0, f"{block}\n{done.stdout}\n{done.stderr}"
+        venv = home / ".venvs" / "gitops"
+        assert (venv / "bin" / "gitops").exists(), f"{block} made no {venv}"
         return cls(venv)
 
     @property
