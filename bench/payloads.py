@@ -5,7 +5,9 @@ reads it and answers 1 KiB. Each is POSTed bodies of 1 KiB, 64 KiB, 1 MiB
 and 16 MiB by `wrk` (a Lua script sets the body) at 1 and 32 connections,
 one replica, behind the systems of `bench.proxy` started by its code:
 
-- ours: the proxy and a replica started by our controller;
+- ours: the proxy and a replica started by our controller; ours-observed
+  (asked for by name, never by default): the same with every request captured
+  and shadowed, compared byte for byte (`bench.proxy`);
 - serve-direct / serve-haproxy: Ray Serve 2.60 at its fastest (direct
   ingress; its bundled HAProxy), `max_ongoing_requests=100`, access log off;
 - uvicorn / granian: Starlette answering by itself, no Ray.

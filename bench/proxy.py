@@ -6,6 +6,9 @@ on loopback at 1, 8, 32 and 128 connections:
 
 - ours: `gitops`' controller starts the proxy and the replicas, as for a user
   (its default proxy workers per node); ours-1w: the same with one proxy worker;
+  ours-observed (asked for by name, never by default): ours with every request
+  captured (`[capture] sample = 1.0` to a temporary directory) and shadowed to a
+  second backend of the same handler, compared byte for byte (`exact`);
 - forwarder: uvicorn in an async actor making one Ray call per request;
 - serve-default / serve-100: Ray Serve through its Python proxy, with its
   defaults and with `max_ongoing_requests=100`;
@@ -87,8 +90,8 @@ def serving(system: str, handler: str) -> Iterator[list[str]]:
     own_ray()
     init_ray(namespace=f"bench-{uuid.uuid4().hex[:6]}")
     try:
-        if system in ("ours", "ours-1w"):
-            with _ours(handler, replicas, 1 if system == "ours-1w" else None) as urls:
+        if system in ("ours", "ours-1w", "ours-observed"):
+            with _ours(handler, replicas, 1 if system == "ours-1w" else None, system == "ours-observed") as urls:
                 yield urls
         elif system == "forwarder":
             with _forwarder(handler, replicas) as urls:
@@ -106,12 +109,15 @@ def probe(url: str, handler: str) -> str:
 
 
 @contextlib.contextmanager
-def _ours(handler: str, replicas: int, proxy_workers: int | None) -> Iterator[list[str]]:
-    """`proxy_workers` None: the controller's default (the node's cores, capped)."""
+def _ours(handler: str, replicas: int, proxy_workers: int | None, observed: bool = False) -> Iterator[list[str]]:
+    """`proxy_workers` None: the controller's default (the node's cores, capped); `observed`:
+    every request captured and shadowed to a second backend, compared byte for byte."""
+    import tempfile
+
     from controller.client import start_or_connect
     from vocabulary.control.goals import GoalState
     from vocabulary.spec.backends import BackendConfig
-    from vocabulary.spec.endpoints import EndpointConfig
+    from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig, ShadowCompare
     from vocabulary.control.goal_api import PROXY_CLASS
 
     port = free_port()
@@ -119,14 +125,21 @@ def _ours(handler: str, replicas: int, proxy_workers: int | None) -> Iterator[li
     if proxy_workers is not None:
         options["proxy_workers"] = proxy_workers
     client = start_or_connect(namespace=f"bench-{uuid.uuid4().hex[:6]}", proxy_port=port, options=options)
+    records = tempfile.TemporaryDirectory(prefix="bench-capture-")
+    observing: dict[str, Any] = {} if not observed else {
+        "capture": CaptureConfig(sample=1.0, sink=f"file://{records.name}"),
+        "shadow": {"bench-shadow": 1.0}, "shadow_compare": ShadowCompare.EXACT,
+    }
 
     async def deploy() -> None:
-        backend = BackendConfig(name="bench", version="v1", import_path=f"bench.proxy_apps:{handler}",
-                                num_replicas=replicas, ray_actor_options={"num_cpus": 0},
-                                max_concurrent_queries=CONCURRENCY.get(handler, 100))
-        for goal in (await client.apply_backend(backend),
-                     await client.apply_endpoint(EndpointConfig(
-                         name="bench", route="/", traffic={"bench": 1.0}, max_body_bytes=MAX_BODY_BYTES))):
+        backends = ["bench", "bench-shadow"] if observed else ["bench"]
+        goals = [await client.apply_backend(BackendConfig(
+            name=name, version="v1", import_path=f"bench.proxy_apps:{handler}", num_replicas=replicas,
+            ray_actor_options={"num_cpus": 0}, max_concurrent_queries=CONCURRENCY.get(handler, 100),
+        )) for name in backends]
+        goals.append(await client.apply_endpoint(EndpointConfig(
+            name="bench", route="/", traffic={"bench": 1.0}, max_body_bytes=MAX_BODY_BYTES, **observing)))
+        for goal in goals:
             result = await client.wait_for_goal(goal, 120)
             if result.state != GoalState.MET:
                 raise RuntimeError(f"goal not met: {result}")
@@ -138,6 +151,7 @@ def _ours(handler: str, replicas: int, proxy_workers: int | None) -> Iterator[li
         yield [url]
     finally:
         client.shutdown()
+        records.cleanup()
 
 
 class ForwardApp:
