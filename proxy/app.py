@@ -42,6 +42,7 @@ import random
 import time
 
 from httpedge.asgi import Receive, Scope, Send
+from proxy.observability.bodies import EMPTY, BodyView
 from proxy.observability.capture import CaptureWriter
 from proxy.observability.request_stats import RequestCounter
 from proxy.observability.shadow_compare import MismatchLog
@@ -235,8 +236,9 @@ class ProxyApp:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
         transit.duration_s = time.perf_counter() - transit.started
+        sent = BodyView.one(payload)  # the stages read the very bytes the client was sent, never a copy
         for answered in stages.answered:
-            answered(transit, status, headers, payload)
+            answered(transit, status, headers, sent)
 
     async def _stream(self, transit: Transit, stages: Chain, receive: Receive, send: Send) -> None:
         held, served, backend = transit.held, transit.served, transit.backend
@@ -263,7 +265,7 @@ class ProxyApp:
             logger.warning("stream of %s from backend %s ended early: %s", served.name, backend, status.value)
         transit.duration_s = time.perf_counter() - transit.started
         for answered in stages.answered:
-            answered(transit, code, end_to_end(start.headers), b"")
+            answered(transit, code, end_to_end(start.headers), EMPTY)
 
     # --- the proxy's own routes ------------------------------------------------
 

@@ -8,5 +8,7 @@
   sink's batched objects, with obstore);
 - `request_stats`: answers counted for rollout checks and the status;
 - `shadow_compare`: shadow replies against the primary's (pure), and `node_mismatches`
-  (a node's shadow mismatches, shared by its workers).
+  (a node's shadow mismatches, shared by its workers);
+- `bodies`: a body as the pieces it came in (`BodyView`), the one interface capture,
+  shadow comparison and tracing read it through, never joined past a bound (pure).
 """

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, UTC
 from typing import Any
 
+from proxy.observability.bodies import EMPTY, BodyView
 from vocabulary.spec.endpoints import CaptureConfig
 from vocabulary.request_path.wire import WireRequest, split_root_path
 
@@ -122,29 +123,35 @@ class Redaction:
             fields["headers_cut"] = {"headers": cut, "bytes": cut_bytes}
         return fields
 
-    def body(self, body: bytes, whole: int | None = None) -> dict[str, Any]:
+    def body(self, body: bytes | BodyView, whole: int | None = None) -> dict[str, Any]:
         """The body as a record holds it: text (or base64), cut, with its size before the cut;
-        `whole`: the size of the body `body` is the start of (a stream's, a message's)."""
-        if whole is not None and whole > len(body):
+        `whole`: the size of the body `body` is the start of (a stream's, a message's). Read
+        through its view: one buffer is made only of what the record shows (the cut, at most
+        `max_body_bytes`) and, with `json:` rules, of the body parsed (at most `PARSED_MAX_BYTES`)."""
+        view = BodyView.of(body)
+        if whole is not None and whole > len(view):
             if self.json_paths and whole > PARSED_MAX_BYTES:
                 return {"withheld": f"larger than the {PARSED_MAX_BYTES} bytes parsed for redaction", "bytes": whole}
-            prefix = self.body(body)  # a prefix: JSON rules withhold it unless it is whole JSON
+            prefix = self.body(view)  # a prefix: JSON rules withhold it unless it is whole JSON
             return {**prefix, "bytes": whole, "truncated": True}
-        if self.json_paths and body:
-            if len(body) > PARSED_MAX_BYTES:
-                return {"withheld": f"larger than the {PARSED_MAX_BYTES} bytes parsed for redaction", "bytes": len(body)}
-            if too_deep(body):
+        size = len(view)
+        if self.json_paths and view:
+            parsed = view.whole(PARSED_MAX_BYTES)  # its one piece, or a bounded copy of its pieces
+            if parsed is None:
+                return {"withheld": f"larger than the {PARSED_MAX_BYTES} bytes parsed for redaction", "bytes": size}
+            if too_deep(parsed):
                 return {"withheld": f"nested deeper than the {PARSED_MAX_DEPTH} levels parsed for redaction",
-                        "bytes": len(body)}
+                        "bytes": size}
             try:
-                document = json.loads(body)
+                document = json.loads(parsed)
             except ValueError:
-                return {"withheld": "not JSON, and the endpoint redacts JSON keys", "bytes": len(body)}
+                return {"withheld": "not JSON, and the endpoint redacts JSON keys", "bytes": size}
             for path in self.json_paths:
                 _redact(document, path)
-            body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
-        cut = body[: self.max_body_bytes]
-        shown: dict[str, Any] = {"bytes": len(body), "truncated": len(cut) < len(body)}
+            view = BodyView.one(json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode())
+            size = len(view)
+        cut = view.prefix(self.max_body_bytes)  # the record's own copy, at most max_body_bytes
+        shown: dict[str, Any] = {"bytes": size, "truncated": len(cut) < size}
         try:
             shown["text"] = cut.decode()
         except UnicodeDecodeError:
@@ -186,8 +193,12 @@ class Flow:
             self.kept.append((piece, len(data)))
             self._room -= len(piece)
 
+    def start(self) -> BodyView:
+        """The kept start, as one body: a view of the pieces as they went (a stream's chunks)."""
+        return BodyView(piece for piece, _ in self.kept)
+
     def shown(self, rules: Redaction, messages: bool) -> dict[str, Any]:
-        """Counts and bytes, and the kept start: one body (a stream's chunks joined) or each message."""
+        """Counts and bytes, and the kept start: one body (a stream's chunks) or each message."""
         if messages:
             return {"messages": self.count, "bytes": self.size,
                     "first": [rules.body(piece, whole) for piece, whole in self.kept]}
@@ -200,7 +211,7 @@ class ShadowAnswer:
 
     backend: str
     result: str  # ok, error, timeout (proxy.observability.metrics' ShadowResult)
-    response: tuple[int, Headers, bytes] | None = None
+    response: tuple[int, Headers, bytes | BodyView] | None = None
     matched: bool | None = None  # None: not compared
     body_bytes: int | None = None  # the answer's whole size when `response` holds only its start
     diff: str = ""  # where they differ: JSON paths and types, never values
@@ -223,7 +234,7 @@ class Exchange:
     status: int = 0
     latency_s: float = 0.0
     response_headers: Headers | None = None
-    response_body: bytes = b""
+    response_body: BodyView = EMPTY  # the answer's body as the client was sent it: a view, not a copy
     kind: str = "http"  # "http", "stream" (a streamed answer) or "websocket"
     stream: Flow | None = None  # a streamed answer's chunks, its head's included
     client: Flow | None = None  # a WebSocket's messages from the client
@@ -272,8 +283,7 @@ def capture_record(exchange: Exchange, worker: str) -> dict[str, Any]:
         },
     }
     if exchange.stream is not None:
-        joined = b"".join(piece for piece, _ in exchange.stream.kept)
-        record["response"]["body"] = rules.body(joined, exchange.stream.size)
+        record["response"]["body"] = rules.body(exchange.stream.start(), exchange.stream.size)
         record["stream"] = exchange.stream.shown(rules, messages=False)
     if exchange.client is not None and exchange.app is not None:
         record["websocket"] = {"client": exchange.client.shown(rules, True), "app": exchange.app.shown(rules, True)}
@@ -292,12 +302,14 @@ def _shadow(answer: ShadowAnswer, rules: Redaction) -> dict[str, Any]:
     return shown
 
 
-def needed(rules: Redaction, body: bytes) -> bytes:
+def needed(rules: Redaction, body: bytes | BodyView) -> BodyView:
     """What a record can show of `body`: its start up to `max_body_bytes` (without `json:`
-    rules), the whole (with them, up to `PARSED_MAX_BYTES`), or nothing (past that: withheld)."""
+    rules: a copy of at most that, so that the queue does not hold the whole answer), the whole
+    (with them, up to `PARSED_MAX_BYTES`: the same pieces, uncopied), or nothing (past that: withheld)."""
+    view = BodyView.of(body)
     if rules.json_paths:
-        return body if len(body) <= PARSED_MAX_BYTES else b""
-    return body[: rules.max_body_bytes]
+        return view if len(view) <= PARSED_MAX_BYTES else EMPTY
+    return view if len(view) <= rules.max_body_bytes else BodyView.one(view.prefix(rules.max_body_bytes))
 
 
 def kept(exchange: Exchange) -> int:
@@ -305,9 +317,9 @@ def kept(exchange: Exchange) -> int:
     that a queued record holds at most about `PARSED_MAX_BYTES` a body; its size in bytes, about."""
     rules = exchange.redaction
     method, path, query, headers, body = exchange.request
-    start = needed(rules, body)
-    if len(start) < len(body):
-        exchange.request, exchange.request_bytes = (method, path, query, headers, start), len(body)
+    cut = needed(rules, body)
+    if len(cut) < len(body):
+        exchange.request, exchange.request_bytes = (method, path, query, headers, cut.prefix(len(cut))), len(body)
     start = needed(rules, exchange.response_body)
     if len(start) < len(exchange.response_body):
         exchange.response_body, exchange.response_bytes = start, len(exchange.response_body)

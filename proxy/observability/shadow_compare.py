@@ -1,12 +1,16 @@
 """Shadow replies compared with the primary's, and a bounded sample of the mismatches.
 
-`compare` is pure: two `WireResponse`s and the endpoint's mode in, a
+`compare` is pure: two replies (`Answer`: status, headers, body) and the endpoint's mode in, a
 `Comparison` (match or mismatch, and a one-line diff) out. Modes: `status`
 compares status codes; `json` also compares the bodies as JSON with the
 `shadow_ignore` keys left out at any depth; `exact` compares status and
 body bytes. A diff names where the bodies differ (a JSON path, a byte
 offset) and the JSON types there, never the values (users' data) unless
-the endpoint opts in (`shadow_values`). `MismatchLog` keeps the most
+the endpoint opts in (`shadow_values`). Bodies are read through their view
+(`proxy.observability.bodies.BodyView`): `exact` compares them piece against
+piece, never joined; `json` parses each as one buffer, a body's one piece
+uncopied, and a body past `PARSED_MAX_BYTES` (more than any answer the data
+link carries) is compared as bytes instead of parsed. `MismatchLog` keeps the most
 recent mismatches (path, both statuses, the diff) for the admin API and
 the status page; it holds no bodies, only the short diff. The proxy compares after the primary's reply
 has been sent, so a comparison never delays it.
@@ -19,12 +23,16 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+from proxy.observability.bodies import BodyView
 from vocabulary.spec.endpoints import ShadowCompare
-from vocabulary.request_path.wire import WireResponse
 
-__all__ = ["Comparison", "Mismatch", "MismatchLog", "compare", "DIFF_LIMIT"]
+__all__ = ["Comparison", "Mismatch", "MismatchLog", "compare", "Answer", "DIFF_LIMIT", "PARSED_MAX_BYTES"]
 
 DIFF_LIMIT = 200  # characters of a diff kept per mismatch
+# A body parsed as JSON is at most this long: the largest answer the data link carries (its frame bound).
+PARSED_MAX_BYTES = 100 * 1024 * 1024
+Headers = list[tuple[bytes, bytes]]
+Answer = tuple[int, Headers, bytes | BodyView]  # a reply as compared: status, headers, body (bytes or a view)
 _MISSING = object()
 
 
@@ -38,23 +46,33 @@ _MATCH = Comparison(True)
 
 
 def compare(
-    mode: ShadowCompare, ignore: frozenset[str], primary: WireResponse, shadow: WireResponse, values: bool = False
+    mode: ShadowCompare, ignore: frozenset[str], primary: Answer, shadow: Answer, values: bool = False
 ) -> Comparison:
     """`values`: the diff shows the differing JSON values; else their paths and types only."""
     if primary[0] != shadow[0]:
         return Comparison(False, f"status {primary[0]} != {shadow[0]}")
     if mode is ShadowCompare.JSON:
-        return _compare_json(ignore, primary[2], shadow[2], _show if values else _kind)
-    if mode is ShadowCompare.EXACT and primary[2] != shadow[2]:
-        return Comparison(False, _byte_diff(primary[2], shadow[2]))
+        return _compare_json(ignore, BodyView.of(primary[2]), BodyView.of(shadow[2]), _show if values else _kind)
+    if mode is ShadowCompare.EXACT:
+        return _compare_bytes(BodyView.of(primary[2]), BodyView.of(shadow[2]))
     return _MATCH
 
 
-def _compare_json(ignore: frozenset[str], primary: bytes, shadow: bytes, show: Callable[[Any], str]) -> Comparison:
+def _compare_bytes(primary: BodyView, shadow: BodyView) -> Comparison:
+    offset = primary.differs_at(shadow)
+    if offset is None:
+        return _MATCH
+    return Comparison(False, f"bodies differ from byte {offset} ({len(primary)} vs {len(shadow)} bytes)")
+
+
+def _compare_json(ignore: frozenset[str], primary: BodyView, shadow: BodyView, show: Callable[[Any], str]) -> Comparison:
+    left_text, right_text = primary.whole(PARSED_MAX_BYTES), shadow.whole(PARSED_MAX_BYTES)
+    if left_text is None or right_text is None:
+        return _MATCH if primary.same(shadow) else Comparison(False, "bodies differ and are too large to parse as JSON")
     try:
-        left, right = json.loads(primary), json.loads(shadow)
+        left, right = json.loads(left_text), json.loads(right_text)
     except ValueError:
-        return _MATCH if primary == shadow else Comparison(False, "bodies differ and are not both JSON")
+        return _MATCH if primary.same(shadow) else Comparison(False, "bodies differ and are not both JSON")
     found = _first_difference("$", _without(left, ignore), _without(right, ignore), show)
     return _MATCH if found is None else Comparison(False, found[: DIFF_LIMIT])
 
@@ -112,11 +130,6 @@ def _show(value: Any) -> str:
         return "(missing)"
     text = json.dumps(value)
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _byte_diff(primary: bytes, shadow: bytes) -> str:
-    offset = next((i for i, (a, b) in enumerate(zip(primary, shadow)) if a != b), min(len(primary), len(shadow)))
-    return f"bodies differ from byte {offset} ({len(primary)} vs {len(shadow)} bytes)"
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, AsyncGenerator, Iterable
 
 from proxy.observability.redacting import Exchange, Flow
+from proxy.observability.bodies import BodyView
 from proxy.pipeline.stage import Headers, Stage
 from proxy.pipeline.transit import CLIENT_LEFT, Transit
 from proxy.routes.snapshot import ServedEndpoint
@@ -43,7 +44,7 @@ class Capture(Stage):
         captured.kind, captured.stream = "stream", Flow(captured.redaction.max_body_bytes)
         captured.stream.add(held.start.first_chunk)
 
-    def answered(self, transit: Transit, status: int, headers: Headers, payload: bytes) -> None:
+    def answered(self, transit: Transit, status: int, headers: Headers, payload: BodyView) -> None:
         captured = transit.captured
         if captured is None or (transit.held is not None and status == CLIENT_LEFT):
             return

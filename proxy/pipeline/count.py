@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable, Protocol, Sequence
 
 from proxy.observability.request_stats import RequestCounter
+from proxy.observability.bodies import BodyView
 from proxy.pipeline.stage import Headers, Stage
 from proxy.pipeline.transit import CLIENT_LEFT, Transit
 from proxy.routes.snapshot import ServedEndpoint
@@ -104,7 +105,7 @@ class Counting(Stage):
     def hooks(self, served: ServedEndpoint) -> Iterable[str]:
         return ("answered", "left")
 
-    def answered(self, transit: Transit, status: int, headers: Headers, payload: bytes) -> None:
+    def answered(self, transit: Transit, status: int, headers: Headers, payload: BodyView) -> None:
         name, backend, duration_s = transit.served.name, transit.backend, transit.duration_s
         self._recorder.request_done(name, backend, status, duration_s)
         if status != CLIENT_LEFT or transit.held is None:

@@ -9,7 +9,8 @@ credential or cookie in it once `_` reads as `-`: no endpoint can opt back
 in, a candidate backend is not trusted with users' credentials) and without the
 query string unless the endpoint sets `shadow_query`. With a comparison, each
 copy's answer is compared with the primary's once that has gone out (never a
-stream's), mismatches kept in the `MismatchLog`. A captured request's record
+stream's), the primary's body read through its view (`BodyView`: the very
+piece its client was sent, not a copy), mismatches kept in the `MismatchLog`. A captured request's record
 waits for its copies' answers (and verdicts) and carries them.
 """
 
@@ -21,7 +22,8 @@ from typing import Callable, Iterable, Protocol
 
 from proxy.observability.metrics import ShadowResult
 from proxy.observability.redacting import Exchange, ShadowAnswer, credential_like
-from proxy.observability.shadow_compare import Comparison, Mismatch, MismatchLog, compare
+from proxy.observability.shadow_compare import Answer, Comparison, Mismatch, MismatchLog, compare
+from proxy.observability.bodies import BodyView
 from proxy.pipeline.stage import Headers, Stage
 from proxy.pipeline.transit import TEXT, Transit
 from proxy.pool.calling import Caller, HandlerError, ReplicaDiedError
@@ -68,7 +70,7 @@ class Shadowing(Stage):
         if transit.primary is not None:
             transit.primary.cancel()  # a stream is never compared
 
-    def answered(self, transit: Transit, status: int, headers: Headers, payload: bytes) -> None:
+    def answered(self, transit: Transit, status: int, headers: Headers, payload: BodyView) -> None:
         if transit.primary is not None and transit.held is None:
             # Compared only now: the primary's answer has already gone out.
             transit.primary.set_result((status, headers, payload))
@@ -80,13 +82,13 @@ class Shadowing(Stage):
 
     def _copy(
         self, snapshot: Snapshot, served: ServedEndpoint, request: WireRequest, captured: Exchange | None,
-    ) -> asyncio.Future[WireResponse] | None:
+    ) -> asyncio.Future[Answer] | None:
         """Start the shadow copies; with a comparison, the future the primary's
         reply is set on (None when nothing is compared)."""
         method, path, query, headers, body = request
         kept = [(name, value) for name, value in headers if not credential_like(name)]
         request = (method, path, query if served.shadow_query else b"", kept, body)
-        primary: asyncio.Future[WireResponse] | None = None
+        primary: asyncio.Future[Answer] | None = None
         for backend in served.shadow.sample(self._rng):
             pool = snapshot.pools.get(backend)
             slot = self._slot(backend, pool)
@@ -115,7 +117,7 @@ class Shadowing(Stage):
 
     async def _shadow(
         self, served: ServedEndpoint, pool: ReplicaPool, slot: ReplicaSlot, request: WireRequest,
-        primary: asyncio.Future[WireResponse] | None, captured: Exchange | None = None,
+        primary: asyncio.Future[Answer] | None, captured: Exchange | None = None,
     ) -> None:
         result = ShadowResult.OK
         reply: WireResponse | None = None
@@ -153,7 +155,7 @@ class Shadowing(Stage):
                 self._captured_done(captured)
 
     async def _compare(
-        self, served: ServedEndpoint, backend: str, path: str, primary: asyncio.Future[WireResponse], reply: WireResponse
+        self, served: ServedEndpoint, backend: str, path: str, primary: asyncio.Future[Answer], reply: WireResponse
     ) -> tuple[Comparison, Comparison] | None:
         """The comparison as the mismatch sample shows it and as a capture record may
         (paths and types only); None when there was nothing to compare with."""

@@ -10,7 +10,9 @@ here nothing is awaited):
 - `formed`: the body is read and the wire request formed, before it is sent;
 - `streaming`: a streamed answer's head came back, before it is relayed;
 - `answered(status, headers, payload)`: the answer went out (a stream's at
-  its end, with its final code, its head's headers and no payload);
+  its end, with its final code, its head's headers and no payload); the
+  payload is a `BodyView` (`proxy.observability.bodies`): the pieces the
+  client was sent, which a stage reads without joining or copying them whole;
 - `left`: the client left before its answer (499).
 
 A stage says per endpoint which hooks it takes (`hooks`): none when its
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Sequence
 
+from proxy.observability.bodies import BodyView
 from proxy.pipeline.transit import Transit
 from proxy.routes.snapshot import ServedEndpoint
 
@@ -50,7 +53,7 @@ class Stage:
     def streaming(self, transit: Transit) -> None:
         pass
 
-    def answered(self, transit: Transit, status: int, headers: Headers, payload: bytes) -> None:
+    def answered(self, transit: Transit, status: int, headers: Headers, payload: BodyView) -> None:
         pass
 
     def left(self, transit: Transit) -> None:
@@ -71,7 +74,7 @@ class Chain:
         self.begin: tuple[Callable[[Transit], None], ...] = chained("begin")
         self.formed: tuple[Callable[[Transit], None], ...] = chained("formed")
         self.streaming: tuple[Callable[[Transit], None], ...] = chained("streaming")
-        self.answered: tuple[Callable[[Transit, int, Headers, bytes], None], ...] = chained("answered")
+        self.answered: tuple[Callable[[Transit, int, Headers, BodyView], None], ...] = chained("answered")
         self.left: tuple[Callable[[Transit], None], ...] = chained("left")
 
     def stages(self, hook: str) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
+from proxy.observability.bodies import BodyView
 from proxy.pipeline.stage import Headers, Stage
 from proxy.pipeline.transit import CLIENT_LEFT, Transit
 from proxy.routes.snapshot import ServedEndpoint
@@ -45,7 +46,7 @@ class Tracing(Stage):
         method, path, query, headers, body = request
         transit.request = (method, path, query, traced.carry(headers), body)
 
-    def answered(self, transit: Transit, status: int, headers: Headers, payload: bytes) -> None:
+    def answered(self, transit: Transit, status: int, headers: Headers, payload: BodyView) -> None:
         traced = transit.traced
         if traced is None:
             return

@@ -18,7 +18,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from httpedge.asgi import Scope, Send
-from vocabulary.request_path.wire import WireRequest, WireResponse
+from vocabulary.request_path.wire import WireRequest
 
 from proxy.pool.sending import (
     NoBackend, NoReplica, NoTimeLeft, QueueFull, ReplicaDied, ReplicaStalled, SendError, UnknownModel,
@@ -26,6 +26,7 @@ from proxy.pool.sending import (
 
 if TYPE_CHECKING:
     from proxy.observability.redacting import Exchange
+    from proxy.observability.shadow_compare import Answer
     from proxy.observability.tracing import Traced
     from proxy.pool.sending import Held
     from proxy.routes.snapshot import ServedEndpoint, Snapshot
@@ -67,7 +68,7 @@ class Transit:
         self.request: WireRequest | None = None  # formed once its body is read
         self.traced: Traced | None = None  # its span, when traced
         self.captured: Exchange | None = None  # its capture record, when captured
-        self.primary: asyncio.Future[WireResponse] | None = None  # what its shadow copies compare with
+        self.primary: asyncio.Future[Answer] | None = None  # what its shadow copies compare with
         self.held: Held | None = None  # a streamed answer's head, with its replica slot
         self.duration_s = 0.0  # from its route to its answer sent (a stream: to its end)
 
