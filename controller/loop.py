@@ -513,8 +513,21 @@ class ControlLoop:
     async def replica_output(
         self, backend: str, since: float | None, cursors: dict[str, OutputCursor],
     ) -> list[ReplicaOutput]:
-        wanted = [(r.replica_id, r.actor_name, cursors.get(r.replica_id)) for r in self.held.backends.replicas(backend)]
-        return await self._adapter.replica_output(wanted, since)
+        """The output of `backend`'s replicas now, then how each of its replicas replaced
+        since this controller started ended (of the last 100 replaced), oldest first: a
+        backend deleted since (its commit failed) still shows why its replicas failed."""
+        ended = [
+            ReplicaOutput(replica_id=f.replica_id, ended=f.ending(), err=tuple((f.error or f.reason).splitlines()))
+            for f in self._failures if f.backend == backend
+        ]
+        try:
+            records = self.held.backends.replicas(backend)
+        except ValueError:
+            if not ended:
+                raise
+            records = []
+        wanted = [(r.replica_id, r.actor_name, cursors.get(r.replica_id)) for r in records]
+        return [*await self._adapter.replica_output(wanted, since), *ended]
 
     # --- stopping --------------------------------------------------------------------
 

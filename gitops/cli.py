@@ -382,9 +382,17 @@ def build_parser() -> argparse.ArgumentParser:
     _agent_flags(wait)
     wait.set_defaults(func=_command("remote", "wait_command"))
 
-    logs = verb("logs", "a backend's replicas' own output and tracebacks, from every node")
+    logs = verb(
+        "logs", "a backend's replicas' own output and tracebacks, from every node, and the errors of those that "
+        "failed to start",
+    )
     logs.add_argument("backend", help="the backend whose replicas' output is printed")
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing what the replicas write")
+    logs.add_argument(
+        "--previous", "-p", action="store_true",
+        help="the replicas replaced since the controller started (before a restart: died, failed to start, "
+        "failed health checks), how each ended and its error, instead of the running ones",
+    )
     logs.add_argument(
         "--since", default=None, metavar="DURATION",
         help="what was written in the last DURATION (30s, 5m, 2h; default: each replica's last lines)",

@@ -112,26 +112,52 @@ _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def logs_command(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -> int:
-    """The replicas' own output: the last lines (or those since `--since`), then with `--follow` what comes."""
+    """The replicas' own output: the last lines (or those since `--since`), then with `--follow`
+    what comes; with them, the replicas that failed to start and their errors. `--previous`: the
+    replicas replaced since the controller started (before a restart), how each ended. An answer
+    with nothing to print says why, on stderr; exit 1 when no replica ever ran."""
     since = time.time() - parse_duration(args.since) if args.since else None
     started = time.time()
     cursors: dict[str, dict[str, int]] = {}
     said_missing: set[str] = set()
+    said_ended: set[str] = set()
+    printed = False
+    first = True
     path = "/logs/" + urllib.parse.quote(args.backend, safe="")
     while True:
         query = urllib.parse.urlencode({
             **({"since": repr(since)} if since is not None else {}), "cursors": json.dumps(cursors),
         })
-        for output in _call(args, "GET", f"{path}?{query}")["replicas"]:
+        outputs = _call(args, "GET", f"{path}?{query}")["replicas"]
+        live = [output for output in outputs if not output.get("ended")]
+        ended = [output for output in outputs if output.get("ended")]
+        shown_ended = ended if args.previous else [o for o in ended if o["ended"] in _START_FAILURES]
+        for output in shown_ended:
+            replica = output["replica_id"]
+            if replica in said_ended:
+                continue
+            said_ended.add(replica)
+            lines = output["err"] or ("",)
+            print(printable(f"{replica} | {output['ended']}: {lines[0]}"), flush=True)
+            for line in lines[1:]:
+                print(printable(f"{replica} | {line}"), flush=True)
+            printed = True
+        for output in [] if args.previous else live:
             replica = output["replica_id"]
             for line in [*output["out"], *output["err"]]:
                 print(printable(f"{replica} | {line}"), flush=True)
+                printed = True
             if output["missing"]:
                 if replica not in said_missing:
                     print(printable(f"gitops logs: {replica}: {output['missing']}"), file=sys.stderr)
                 said_missing.add(replica)
             else:
                 cursors[replica] = output["cursor"]
+        if first and not printed and not said_missing:
+            print(printable(f"gitops logs: {_why_empty(args, live, ended)}"), file=sys.stderr)
+            if not args.follow and not args.previous and not live and not ended:
+                return 1
+        first = False
         if not args.follow:
             return 0
         # A replica started while following shows from when the following began.
@@ -140,6 +166,26 @@ def logs_command(args: argparse.Namespace, sleep: Callable[[float], None] = time
             sleep(_FOLLOW_EVERY_S)
         except KeyboardInterrupt:
             return 0
+
+
+# How a replica that never served ended (vocabulary.control.status.ReplicaFailure.ending).
+_START_FAILURES = frozenset({"failed to start", "startup_timeout"})
+
+
+def _why_empty(args: argparse.Namespace, live: list[dict[str, Any]], ended: list[dict[str, Any]]) -> str:
+    """Why `gitops logs` has nothing to print, in one line."""
+    backend = args.backend
+    if args.previous:
+        return (f"no replica of {backend} was replaced since the controller started (it keeps the last 100 "
+                "replaced); without --previous: the replicas running now")
+    if not live:
+        if ended:
+            return (f"no replica of {backend} runs now; {len(ended)} replaced since the controller started "
+                    "(--previous shows how each ended)")
+        return f"no replica of {backend} has run since the controller started (scaled to zero, or none started yet)"
+    window = f"in the last {args.since}" if args.since else "yet"
+    replicas = "its replica" if len(live) == 1 else f"its {len(live)} replicas"
+    return f"{backend}: {replicas} wrote nothing {window}"
 
 
 def parse_duration(text: str) -> float:

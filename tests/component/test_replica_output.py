@@ -143,3 +143,72 @@ def test_follow_asks_again_from_where_each_replica_left_off(logs_agent, capsys) 
     assert [cursors for _, _, cursors in replicas.asked[1:]] == [{"boom#1": OutputCursor(out=6, err=60)}]
     assert all(since is not None for _, since, _ in replicas.asked[1:])  # new replicas: since following began
     assert capsys.readouterr().out.count("boom#1 | hello") == 1
+
+
+class Failing:
+    """Stands in for the controller of issue 49 row 3: `hello-v1` has one replica running and
+    quiet, and two replaced (one failed to start, one died); `gone` was deleted after its replicas
+    failed to start; `idle` has no replica."""
+
+    async def __call__(self, backend: str, since: float | None, cursors: dict[str, OutputCursor]):
+        start_failed = ReplicaOutput(replica_id="r2", ended="failed to start", err=(
+            "RuntimeError: model weights: sha256 mismatch (deployments/hello.py:12)",))
+        died = ReplicaOutput(replica_id="r1", ended="died", err=("exit SIGKILL",))
+        if backend == "hello-v1":
+            return [ReplicaOutput(replica_id="r3", node_id="n1"), died, start_failed]
+        if backend == "gone":
+            return [start_failed]
+        if backend == "idle":
+            return []
+        raise ValueError(f"unknown backend {backend!r}")
+
+
+@pytest.fixture
+def failing_agent():
+    app = build_app(FakeAgent(), sync=lambda: None, webhook_fetch=lambda: None, metrics=lambda: (b"", "text/plain"),
+                    policy=AccessPolicy.build(None, "127.0.0.1"), replica_output=Failing())
+    with serving(app) as port:
+        yield f"http://127.0.0.1:{port}"
+
+
+def test_logs_shows_the_replicas_that_failed_to_start_with_their_errors(failing_agent, capsys) -> None:
+    assert main(["logs", "hello-v1", "--since", "5m", "--agent", failing_agent]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.splitlines() == [
+        "r2 | failed to start: RuntimeError: model weights: sha256 mismatch (deployments/hello.py:12)"
+    ]
+    assert main(["logs", "gone", "--agent", failing_agent]) == 0  # deleted since its commit failed
+    assert capsys.readouterr().out.startswith("r2 | failed to start: RuntimeError")
+
+
+def test_logs_previous_shows_how_each_replaced_replica_ended(failing_agent, capsys) -> None:
+    assert main(["logs", "hello-v1", "--previous", "--agent", failing_agent]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "r1 | died: exit SIGKILL",
+        "r2 | failed to start: RuntimeError: model weights: sha256 mismatch (deployments/hello.py:12)",
+    ]
+
+
+def test_an_empty_answer_says_why(failing_agent, capsys) -> None:
+    assert main(["logs", "idle", "--since", "5m", "--agent", failing_agent]) == 1
+    printed = capsys.readouterr()
+    assert (printed.out, printed.err.strip()) == (
+        "", "gitops logs: no replica of idle has run since the controller started (scaled to zero, or none "
+        "started yet)",
+    )
+    assert main(["logs", "idle", "--previous", "--agent", failing_agent]) == 0
+    assert capsys.readouterr().err.strip() == (
+        "gitops logs: no replica of idle was replaced since the controller started (it keeps the last 100 "
+        "replaced); without --previous: the replicas running now"
+    )
+
+
+def test_quiet_replicas_say_so_with_the_window(capsys) -> None:
+    async def quiet(backend: str, since: float | None, cursors: dict[str, OutputCursor]):
+        return [ReplicaOutput(replica_id="r3", node_id="n1"), ReplicaOutput(replica_id="r4", node_id="n1")]
+
+    app = build_app(FakeAgent(), sync=lambda: None, webhook_fetch=lambda: None, metrics=lambda: (b"", "text/plain"),
+                    policy=AccessPolicy.build(None, "127.0.0.1"), replica_output=quiet)
+    with serving(app) as port:
+        assert main(["logs", "hello-v1", "--since", "5m", "--agent", f"http://127.0.0.1:{port}"]) == 0
+    assert capsys.readouterr().err.strip() == "gitops logs: hello-v1: its 2 replicas wrote nothing in the last 5m"

@@ -84,6 +84,32 @@ def test_replica_output_asks_every_replica_of_the_backend() -> None:
     assert [(o.replica_id, o.out) for o in found] == [(replica_id, ("loading model",))]
 
 
+def test_replica_output_ends_with_the_replaced_replicas_also_of_a_backend_deleted_since() -> None:
+    """Issue 49 row 3: replicas that failed to start have no output of their own to read; how each
+    ended is shown, also once the failed commit's backend was deleted."""
+    async def scenario():
+        adapter = FakeAdapter(start_error="RuntimeError: model weights: sha256 mismatch (deployments/hello.py:12)")
+        ctl = ControllerActor("ns", dict(OPTIONS), storage=MemoryStorage(), adapter=adapter)
+        config = BackendConfig(name="broken", version="1", import_path="m:f", num_replicas=1)
+        goal = await ctl.apply_backend(config)
+        await ctl.wait_for_goal(goal, 10.0)
+        while_there = await ctl.replica_output("broken")
+        await ctl.wait_for_goal(await ctl.delete_backend("broken"), 10.0)
+        gone = await ctl.replica_output("broken")
+        with pytest.raises(ValueError, match="unknown backend 'nope'"):
+            await ctl.replica_output("nope")
+        await stop(ctl)
+        return while_there, gone
+
+    while_there, gone = asyncio.run(scenario())
+    ended = [o for o in while_there if o.ended]
+    assert ended and all(
+        (o.ended, o.err) == ("failed to start", ("RuntimeError: model weights: sha256 mismatch (deployments/hello.py:12)",))
+        for o in ended
+    )
+    assert [o.replica_id for o in gone] == [o.replica_id for o in ended] and all(o.ended for o in gone)
+
+
 def test_a_handler_error_older_than_the_window_is_no_longer_shown() -> None:
     from controller.loop import _recent_error_only
     from vocabulary.control.status import BackendStatus, HandlerError

@@ -139,3 +139,49 @@ def test_a_raising_handler_shows_as_backend_errors_with_its_exception_in_status_
     finally:
         follower.terminate()
         follower.wait(timeout=10)
+
+
+BROKEN = '''\
+class Broken:
+    def __init__(self) -> None:
+        raise RuntimeError("model weights: sha256 mismatch")
+'''
+BROKEN_SPEC = '''\
+[backends.broken]
+import_path = "deployments.broken:Broken"
+ray_actor_options = { num_cpus = 0.1 }
+'''
+
+
+def test_logs_of_replicas_that_failed_to_start_shows_their_errors_and_an_empty_answer_says_why(
+    agent: AgentProcess, repo: GitRepo, tmp_path: Path
+) -> None:
+    """Issue 49 row 3: the commit adding `broken` fails (its replicas cannot start) and is
+    reverted, so the backend is gone, yet `gitops logs broken` shows why its replicas failed."""
+    inside = repo.root / "deployments"
+    agent.wait("the ready file", lambda: (tmp_path / "ready").is_file(), timeout_s=180)
+    quiet = gitops("logs", "boom", "--previous", cwd=inside)
+    assert (quiet.returncode, quiet.stdout) == (0, ""), quiet.stderr
+    assert quiet.stderr.strip() == (
+        "gitops logs: no replica of boom was replaced since the controller started (it keeps the last 100 "
+        "replaced); without --previous: the replicas running now"
+    )
+    repo.write("deployments/broken.py", BROKEN)
+    repo.write("deployments/broken.toml", BROKEN_SPEC)
+    commit = repo.commit("a backend whose replicas cannot start")
+
+    def failed() -> bool:
+        history = agent.get("/history")
+        entries = history if isinstance(history, list) else history.get("entries", [])
+        return any(entry["commit"] == commit and entry["result"] == "failed" for entry in entries)
+
+    agent.wait(f"{commit[:7]} failed", failed, timeout_s=120)
+    logs = gitops("logs", "broken", "--since", "5m", cwd=inside)
+    assert logs.returncode == 0, logs.stderr
+    failed = [line for line in logs.stdout.splitlines() if " | failed to start: " in line]
+    assert failed and all(
+        line.endswith("| failed to start: RuntimeError: model weights: sha256 mismatch (deployments/broken.py:3)")
+        for line in failed
+    ), logs.stdout
+    previous = gitops("logs", "broken", "--previous", cwd=inside)
+    assert previous.returncode == 0 and previous.stdout.count("failed to start: RuntimeError") >= len(failed)

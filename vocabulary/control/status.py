@@ -230,12 +230,14 @@ class ReplicaFailure(_Observed):
     reason: str  # a RestartReason value
     error: str = ""
 
+    def ending(self) -> str:
+        """How the replica ended, in words: "died", "failed to start"..."""
+        return {"died": "died", "health_check": "failed its health check", "lost": "was lost",
+                "stalled": "stalled", "startup_failed": "failed to start"}.get(self.reason, self.reason)
+
     def message(self) -> str:
-        what = {"died": "died", "health_check": "failed its health check", "lost": "was lost",
-                "stalled": "stalled", "startup_failed": "failed to start"}.get(
-            self.reason, self.reason)
         detail = f": {self.error}" if self.error and self.error != self.reason else ""
-        return f"replica {self.replica_id} of backend {self.backend} {what}{detail}; a replacement starts"
+        return f"replica {self.replica_id} of backend {self.backend} {self.ending()}{detail}; a replacement starts"
 
 
 class GoalTiming(_Observed):

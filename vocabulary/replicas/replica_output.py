@@ -6,7 +6,10 @@ actor runs; a replica reads its own (`replica.host.Replica.output`) and the
 answer travels back over Ray, so every node's replicas are read alike.
 `OutputCursor` is where a reader stopped in both files; `ReplicaOutput` the
 whole lines read since, without the marker lines Ray writes into them
-(`ray_noise`). Plain values; no I/O.
+(`ray_noise`); a replica the controller replaced (it failed to start, died,
+failed its health checks) is one too, with `ended` saying how and its error
+(the exception with the file and line of the user's code) as its stderr.
+Plain values; no I/O.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ class ReplicaOutput(BaseModel):
     err: tuple[str, ...] = ()  # whole lines of stderr (tracebacks land here)
     cursor: OutputCursor = OutputCursor()
     missing: str = ""  # why nothing could be read ("" when it could)
+    # A replica replaced since the controller started: how it ended ("failed to start",
+    # "died"...), its error in `err`; "" for a replica of now, whose own output this is.
+    ended: str = ""
 
 
 def ray_noise(line: str) -> bool:
