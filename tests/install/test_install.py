@@ -12,6 +12,7 @@ SIGTERM. The tests run in file order against one agent; the last stops it.
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -98,6 +99,27 @@ def test_the_checkouts_own_install_prints_no_setuptools_notice(tmp_path: Path) -
         said = done.stdout + done.stderr
         assert not any(word in said for word in ("setuptools", "BuildBackendWarning", "Editable installation")), said
     assert (venv / "bin" / "gitops").exists()
+
+
+def test_the_readmes_git_install_line_installs_the_release_tag(tmp_path: Path) -> None:
+    """The README's other way, `pip install "ray-gitops @ git+URL@TAG"`, with this repository as
+    the forge (a clone tagged as the release) and without the dependencies, which the wheel's test
+    installs."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    [line] = {m[0] for m in re.finditer(r'pip install "ray-gitops @ git\+(\S+)@(v[\w.]+)"', readme)}
+    [(url, tag)] = re.findall(r'pip install "ray-gitops @ git\+(\S+)@(v[\w.]+)"', line)
+    assert tag == f"v{version('ray-gitops')}"
+    forge = tmp_path / "forge" / "ray-gitops"
+    subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(forge)], check=True)
+    subprocess.run(["git", "-C", str(forge), "tag", tag], check=True)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=clean_env())
+    command = line.replace(url, f"file://localhost{forge}")  # a host, as the https URL has
+    done = subprocess.run(["bash", "-c", f"{venv}/bin/{command}"], capture_output=True, text=True,
+                          env={**clean_env(), "PIP_NO_DEPS": "1"}, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    shown = subprocess.run([str(venv / "bin" / "pip"), "show", "-f", "ray-gitops"], capture_output=True, text=True)
+    assert f"Version: {version('ray-gitops')}" in shown.stdout and "gitops/cli.py" in shown.stdout, shown.stdout
 
 
 def test_version_is_the_installed_package_version(installed: Installed, tmp_path: Path) -> None:
