@@ -145,6 +145,9 @@ BROKEN = '''\
 class Broken:
     def __init__(self) -> None:
         raise RuntimeError("model weights: sha256 mismatch")
+
+    async def __call__(self, request):
+        return "never"
 '''
 BROKEN_SPEC = '''\
 [backends.broken]
