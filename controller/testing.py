@@ -13,7 +13,7 @@ without Ray; nothing here is used in production.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Sequence
+from typing import Awaitable, Sequence
 
 from controller.state.backend_state import (
     Effect,
@@ -27,6 +27,7 @@ from controller.persistence.checkpoint import Storage
 from controller.state.proxy_fleet import ProxyEffect
 from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.control.status import ModelStaging
+from vocabulary.spec.backends import BackendConfig
 
 __all__ = ["FakeAdapter", "MemoryStorage"]
 
@@ -107,7 +108,7 @@ class FakeAdapter:
     def node_alive(self, node_id: str) -> bool:
         return node_id not in self.dead_nodes
 
-    def cannot_fit(self, ray_actor_options: dict[str, Any], count: int) -> str:
+    def cannot_fit(self, config: BackendConfig, count: int) -> str:
         return self.no_room
 
     # --- the rest of ClusterAdapter --------------------------------------------

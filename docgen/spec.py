@@ -79,6 +79,12 @@ max_unavailable = 0
 import_path = "deployments.apps.echo:Echo"
 init_args = ["v2"]
 num_replicas = 1
+max_replicas_per_node = 1
+ray_actor_options = { num_gpus = 1, accelerator_type = "A100" }
+
+[backends.echo-v2.placement]
+bundles = [{ GPU = 1, CPU = 1 }, { GPU = 1 }]
+strategy = "STRICT_PACK"
 
 [backends.echo-v2.multiplex]
 max_models_per_replica = 4

@@ -1,7 +1,9 @@
 """Every `ray.*` call the controller makes, behind one class.
 
 Owns creating, finding, calling and killing replica and proxy actors (named,
-detached, in the controller's namespace), carrying out the effects the pure
+detached, in the controller's namespace) and each replica's placement group
+(named as its actor, reserved before the actor starts, removed when the actor
+is killed or found dead, swept when no replica owns it), carrying out the effects the pure
 state machines decide (`controller.state.backend_state`, `controller.state.proxy_fleet`),
 turning finished Ray calls into `Probe`s for them, node facts, and the
 resource check before scale-up. It decides nothing: reads only read, and
@@ -27,7 +29,8 @@ import ray
 from ray import ObjectRef
 from ray.actor import ActorHandle
 from ray.exceptions import RayActorError, RayTaskError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from controller.state.backend_state import (
     REPLICA_PREFIX,
@@ -53,6 +56,13 @@ from controller.state.proxy_fleet import (
 from controller.shell.ray_private import available_resources_per_node, session_dir, upload_working_dir
 from controller.state.secrets import SecretKeeper
 from vocabulary.spec.backends import BackendConfig
+from vocabulary.spec.placement import (
+    PlacementStrategy,
+    actor_needs,
+    replica_bundles,
+    spread_node,
+    unplaceable,
+)
 from vocabulary.control.actor_apis import ProxyAPI, Remote, ReplicaAPI
 from vocabulary.control.goal_api import REPLICA_CLASS
 from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
@@ -142,6 +152,9 @@ class RayAdapter:
         self._cpus: dict[str, int] = {}
         self._uploaded: dict[str, str] = {}
         self._dead_nodes: set[str] = set()
+        self._backend_of: dict[str, str] = {}  # replica actor name -> its backend (for max_replicas_per_node)
+        self._assigned: dict[str, str] = {}  # replica actor name -> the node it was sent to, before it says
+        self._groups: dict[str, PlacementGroup] = {}  # replica actor name -> its placement group
         # The backends' secret values, sealed to each replica it starts (controller.state.secrets).
         self.secrets = SecretKeeper()
         # Replicas waiting for values the agent has not sent yet (after a controller
@@ -218,17 +231,43 @@ class RayAdapter:
         """Each alive node's CPUs as Ray counts them, as of the last `refresh_nodes`."""
         return dict(self._cpus)
 
-    def cannot_fit(self, ray_actor_options: dict[str, Any], count: int) -> str:
-        needs = _resource_needs(ray_actor_options)
-        if not needs:
-            return ""
+    def cannot_fit(self, config: BackendConfig, count: int) -> str:
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-        per_node = available_resources_per_node()
-        for node_id, available in per_node.items():
-            if node_id in alive and all(available.get(k, 0.0) >= v * count for k, v in needs.items()):
+        if config.max_replicas_per_node is not None:
+            per_node = self._replicas_per_node(config.name)
+            if spread_node(per_node, self._can_host(config), config.max_replicas_per_node) is None:
+                return (f"every node that could take it runs max_replicas_per_node = "
+                        f"{config.max_replicas_per_node} replicas of {config.name}")
+        if config.placement is None:
+            needs = actor_needs(config.ray_actor_options)
+            if not needs:
                 return ""
-        wanted = ", ".join(f"{k}={v:g}" for k, v in sorted(needs.items()))
-        return f"no alive node has {wanted} available"
+            available = available_resources_per_node()
+            for node_id, free in available.items():
+                if node_id in alive and all(free.get(k, 0.0) >= v * count for k, v in needs.items()):
+                    return ""
+            wanted = ", ".join(f"{k}={v:g}" for k, v in sorted(needs.items()))
+            return f"no alive node has {wanted} available"
+        free_nodes = [free for node_id, free in available_resources_per_node().items() if node_id in alive]
+        return unplaceable(_bundles(config) * count, config.placement.strategy if count == 1 else
+                           PlacementStrategy.PACK, free_nodes)
+
+    def _can_host(self, config: BackendConfig) -> list[str]:
+        """The alive nodes with room now for a replica's actor (its first bundle, with a [placement])."""
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        bundles = _bundles(config)
+        first = bundles[0] if bundles else {}
+        return sorted(node_id for node_id, free in available_resources_per_node().items()
+                      if node_id in alive and all(free.get(k, 0.0) >= v for k, v in first.items()))
+
+    def _replicas_per_node(self, backend: str) -> dict[str, int]:
+        """The nodes this controller placed `backend`'s live replicas on, and how many on each."""
+        counts: dict[str, int] = {}
+        for actor_name, name in self._backend_of.items():
+            node = self._nodes.get(actor_name) or self._assigned.get(actor_name, "")
+            if name == backend and node:
+                counts[node] = counts.get(node, 0) + 1
+        return counts
 
     # --- reads for people -----------------------------------------------------
 
@@ -301,8 +340,28 @@ class RayAdapter:
             )
 
     def _start(self, effect: StartReplica) -> None:
-        """Get-or-create the named actor, then (re)run its idempotent initialize."""
+        """Get-or-create the named actor (in its placement group's first bundle,
+        reserved first, when the backend has a [placement]), then (re)run its
+        idempotent initialize."""
         config = effect.config
+        self._backend_of[effect.actor_name] = config.name
+        node = None
+        if config.max_replicas_per_node is not None:
+            node = spread_node(self._replicas_per_node(config.name), self._can_host(config),
+                               config.max_replicas_per_node)
+            if node is not None:
+                self._assigned[effect.actor_name] = node
+        options: dict[str, Any] = _actor_resources(config.ray_actor_options)
+        if config.placement is not None:
+            group = (self._groups.get(effect.actor_name) or _named_group(self._group_name(effect.actor_name))
+                     or self._reserve(effect.actor_name, config, node))
+            options.pop("accelerator_type", None)  # the group's GPU bundles ask for it
+            options.setdefault("num_cpus", 0)  # else Ray asks the first bundle for 1 CPU to schedule it
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                group, placement_group_bundle_index=0, placement_group_capture_child_tasks=True,
+            )
+        elif node is not None:
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         cls = _replica_class().options(
             name=effect.actor_name,
             namespace=self.namespace,
@@ -311,7 +370,7 @@ class RayAdapter:
             max_restarts=0,
             max_concurrency=_REPLICA_CONCURRENCY,
             runtime_env=self._runtime_env(config),
-            **_actor_resources(config.ray_actor_options),
+            **options,
         )
         # The backend's config crosses as one value: what a replica needs of it, it reads there.
         handle = cls.remote(
@@ -323,6 +382,33 @@ class RayAdapter:
             self._starts[effect.actor_name] = self._sealed(handle, config, handle.initialize.remote)
         else:
             self._starts[effect.actor_name] = _call(handle.initialize.remote())
+
+    def _reserve(self, actor_name: str, config: BackendConfig, node: str | None) -> PlacementGroup:
+        """The replica's placement group, detached (it outlives a controller restart, as the
+        replica does) and named as the replica; on `node` (its first bundle) when given."""
+        assert config.placement is not None
+        bundles = _bundles(config)
+        selectors = [{NODE_ID_LABEL: node}] + [{} for _ in bundles[1:]] if node is not None else None
+        group = placement_group(
+            bundles, strategy=config.placement.strategy.value, name=self._group_name(actor_name), lifetime="detached",
+            bundle_label_selector=selectors,
+        )
+        self._groups[actor_name] = group
+        return group
+
+    def _group_name(self, actor_name: str) -> str:
+        """A replica's placement group's name: Ray's table of groups does not say their
+        namespace, so the name does (a sweep must never take another namespace's)."""
+        return f"{self.namespace}/{actor_name}"
+
+    def _release(self, actor_name: str) -> None:
+        """Remove the replica's placement group (it holds the GPUs the replica held)."""
+        group = self._groups.pop(actor_name, None) or _named_group(self._group_name(actor_name))
+        if group is not None:
+            try:
+                remove_placement_group(group)
+            except Exception:  # noqa: BLE001 — already removed
+                pass
 
     def _sealed(self, handle: ActorHandle[Any], config: BackendConfig, submit: Callable[[bytes], Any]) -> _Call:
         """`submit(sealed)` once the replica told its public key: the backend's
@@ -387,6 +473,7 @@ class RayAdapter:
         self._health.pop(effect.actor_name, None)
         handle = self._replica_handle(effect.actor_name)
         if handle is None:
+            self._release(effect.actor_name)  # its process is gone: its group must not outlive it
             return
         if effect.graceful_timeout_s <= 0:
             self._kill(effect.actor_name)
@@ -398,11 +485,15 @@ class RayAdapter:
     def _kill(self, actor_name: str) -> None:
         handle = self._handles.pop(actor_name, None) or self._find(actor_name)
         self._nodes.pop(actor_name, None)
+        self._assigned.pop(actor_name, None)
+        self._backend_of.pop(actor_name, None)
         if handle is not None:
             try:
                 ray.kill(handle, no_restart=True)
             except Exception:  # noqa: BLE001 — already gone
                 pass
+        if actor_name.startswith(REPLICA_PREFIX):
+            self._release(actor_name)
 
     # --- finding actors --------------------------------------------------------
 
@@ -439,6 +530,11 @@ class RayAdapter:
         ]
         for name in leaked:
             self._kill(name)
+        own = f"{self.namespace}/"
+        for group_name in _group_names():
+            actor_name = group_name[len(own):]
+            if group_name.startswith(own + REPLICA_PREFIX) and actor_name not in known:
+                self._release(actor_name)
         return leaked
 
     # --- proxies --------------------------------------------------------------
@@ -567,22 +663,38 @@ def _named_actors(namespace: str) -> list[str]:
 
 
 
+NODE_ID_LABEL = "ray.io/node-id"  # the label every Ray node carries: its id
+ACCELERATOR_PREFIX = "accelerator_type:"  # the resource a node started with an accelerator type offers
+
+
+def _bundles(config: BackendConfig) -> list[dict[str, float]]:
+    """The replica's placement bundles as Ray takes them: each GPU bundle asks for the
+    backend's accelerator_type, as an actor's own accelerator_type would."""
+    bundles = replica_bundles(config.placement, config.ray_actor_options)
+    accelerator = config.ray_actor_options.get("accelerator_type")
+    if accelerator:
+        bundles = [{**b, f"{ACCELERATOR_PREFIX}{accelerator}": 0.001} if b.get("GPU") else b for b in bundles]
+    return bundles
+
+
+def _group_names() -> list[str]:
+    """The names of the cluster's placement groups that are not removed."""
+    return [group["name"] for group in placement_group_table().values()
+            if group.get("state") != "REMOVED" and group.get("name")]
+
+
+def _named_group(name: str) -> PlacementGroup | None:
+    try:
+        return ray.util.get_placement_group(name)
+    except ValueError:
+        return None
+
+
 def _load_class(path: str) -> Any:
     module, _, attr = path.partition(":")
     return getattr(importlib.import_module(module), attr)
 
 
-_RESOURCE_KEYS = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
-
-
-def _resource_needs(options: dict[str, Any]) -> dict[str, float]:
-    needs = {_RESOURCE_KEYS[k]: float(v) for k, v in options.items() if k in _RESOURCE_KEYS and v}
-    for key, value in (options.get("resources") or {}).items():
-        if value:
-            needs[key] = float(value)
-    return needs
-
-
 def _actor_resources(options: dict[str, Any]) -> dict[str, Any]:
-    allowed = ("num_cpus", "num_gpus", "memory", "resources")
+    allowed = ("num_cpus", "num_gpus", "memory", "resources", "accelerator_type")
     return {k: v for k, v in options.items() if k in allowed}

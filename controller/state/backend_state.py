@@ -27,6 +27,7 @@ from typing import Any, Protocol, Sequence
 from controller.policies.autoscaling import initial_replicas
 from vocabulary.control.longpoll import ReplicaState
 from vocabulary.spec.backends import BackendConfig, UpdateConfig
+from vocabulary.spec.placement import replica_gpus
 from vocabulary.control.status import BackendStatus, HandlerError, ModelStaging, ReplicaFailure, ReplicaStatus
 
 __all__ = [
@@ -90,8 +91,9 @@ class Observer(Protocol):
     def node_alive(self, node_id: str) -> bool:
         """False once the cluster has declared `node_id` dead."""
 
-    def cannot_fit(self, ray_actor_options: dict[str, Any], count: int) -> str:
-        """Why `count` more replicas cannot be placed now; "" when they can."""
+    def cannot_fit(self, config: BackendConfig, count: int) -> str:
+        """Why `count` more replicas of `config` (its actor's resources, its
+        placement's bundles, its max_replicas_per_node) cannot be placed now; "" when they can."""
 
 
 # --- effects ------------------------------------------------------------------
@@ -219,6 +221,7 @@ class _Backend:
     backoff_until: float = 0.0
     unschedulable: str = ""
     unschedulable_since: float | None = None
+    pending: str = ""  # why a replica it wants waits to be placed, now: "Pending: no node offers ..."
     restarts: Counter = field(default_factory=Counter)
     replicas: list[ReplicaRecord] = field(default_factory=list)
 
@@ -358,6 +361,7 @@ class BackendState:
             last_error=backend.last_error,
             failures=backend.failures,
             unschedulable=backend.unschedulable,
+            pending=backend.pending,
             latest_error=backend.latest_error,
             staging=tuple(
                 staged for r in backend.replicas if r.state == ReplicaState.STARTING for staged in r.staging
@@ -505,11 +509,18 @@ class BackendState:
             max_surge=update.max_surge, max_unavailable=update.max_unavailable,
         )
         records = {r.replica_id: r for r in backend.replicas}
+        why = observer.cannot_fit(backend.config, 1) if decisions.start > 0 else ""
+        if why and not decisions.stop and _surge_blocked(backend, update):
+            # No spare GPUs for a surge replica: the update goes one at a time, in place.
+            decisions = scale_decisions(
+                backend.live(), backend.target, backend.config.version,
+                max_surge=0, max_unavailable=max(1, update.max_unavailable),
+            )
         for stop in decisions.stop:
             self._stop(records[stop.replica_id], now, force=stop.force)
+        backend.pending = f"Pending: {why}" if why else ""
         if decisions.start <= 0 or now < backend.backoff_until:
             return
-        why = observer.cannot_fit(backend.config.ray_actor_options, 1)
         if why and _draining(backend):
             # Its own replicas are stopping and give their resources back (max_surge = 0
             # replaces in place on a full cluster): wait for them, that is not unschedulable.
@@ -701,6 +712,15 @@ def _backend_from(item: dict[str, Any]) -> _Backend:
             for r in item["replicas"]
         ],
     )
+
+
+def _surge_blocked(backend: _Backend, update: UpdateConfig) -> bool:
+    """A rolling update of a GPU backend whose surge replica finds no room: it may
+    replace its old replicas one at a time instead (docs/guides/llm.md)."""
+    if update.max_surge == 0 or replica_gpus(backend.config.placement, backend.config.ray_actor_options) <= 0:
+        return False
+    version = backend.config.version
+    return any(r.version != version and r.state == ReplicaState.RUNNING for r in backend.live())
 
 
 def _draining(backend: _Backend) -> bool:

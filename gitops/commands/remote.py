@@ -406,6 +406,7 @@ def render_status(status: AgentStatus) -> str:
         lines += [f"Latest exception of {name}: {b.latest_exception}"
                   for name, b in sorted(status.backends.items()) if b.latest_exception and b.serving.errors]
         lines += [f"{name}: {line}" for name, b in sorted(status.backends.items()) for line in b.staging]
+        lines += [f"{name}: {b.pending}" for name, b in sorted(status.backends.items()) if b.pending]
     if status.endpoints:
         lines += ["", _table(["ENDPOINT", "ROUTE", "TRAFFIC", "SHADOW", *_SERVING], [
             [name, e.route, _percent(e.traffic), _percent(e.shadow), *_serving(e.serving)]

@@ -65,6 +65,7 @@ from vocabulary.spec.endpoints import (
     TracingConfig,
     one_match_source,
 )
+from vocabulary.spec.placement import PlacementConfig, PlacementStrategy, actor_needs, bundle_text
 from vocabulary.spec.rollout_config import MetricCheck, OnFailure, RolloutConfig, bounded_check
 from vocabulary.spec.routing import MultiplexConfig, RoutingConfig, RoutingPolicy, keyed_routing, multiplex_alone
 from vocabulary.spec.traffic_policy import RetriesConfig, retries_consistent
@@ -89,6 +90,7 @@ __all__ = [
     "LimitsSpec",
     "RetriesSpec",
     "RayActorOptionsSpec",
+    "PlacementSpec",
     "RuntimeEnvSpec",
     "BackendSpec",
     "EndpointSpec",
@@ -275,6 +277,14 @@ class RayActorOptionsSpec(_Spec):
         description="Custom Ray resources reserved for each replica: name -> amount "
         "(not CPU, GPU or memory: num_cpus, num_gpus and memory say those).",
     )
+    accelerator_type: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$",
+        description="The GPU model each replica needs, as Ray names it (A100, H100, L4, ...): only nodes "
+        "started with that accelerator type take the replica (with [placement], its GPU bundles).",
+    )
 
     @field_validator("resources")
     @classmethod
@@ -286,6 +296,47 @@ class RayActorOptionsSpec(_Spec):
             if not name.strip():
                 raise ValueError("a resource name must not be empty")
         return value
+
+
+def _bundle_shape(bundle: dict[str, float]) -> dict[str, float]:
+    for name in bundle:
+        if not name.strip() or len(name) > 128:
+            raise ValueError(f"'{name}' is not a resource name (1-128 characters)")
+    if not any(bundle.values()):
+        raise ValueError("a bundle must ask for some resource (e.g. {GPU = 1})")
+    return bundle
+
+
+PlacementSpec = create_model(
+    "PlacementSpec",
+    __base__=_Spec,
+    __doc__=PlacementConfig.__doc__,
+    **_file_keys(
+        PlacementConfig,
+        frozenset(),
+        {
+            "bundles": list[Annotated[dict[str, ResourceAmount], AfterValidator(_bundle_shape)]],
+            "strategy": _one_of(PlacementStrategy),
+        },
+    ),
+)
+
+
+def placement_fits_actor(spec: Any) -> Any:
+    """The replica's actor runs in the first bundle: what its ray_actor_options ask must fit there."""
+    placement = getattr(spec, "placement", None)
+    if placement is None:
+        return spec
+    options = spec.ray_actor_options
+    options = options.model_dump(exclude_none=True) if isinstance(options, BaseModel) else dict(options)
+    first = placement.bundles[0]
+    over = {k: v for k, v in actor_needs(options).items() if first.get(k, 0.0) < v}
+    if over:
+        raise ValueError(
+            f"ray_actor_options asks for {bundle_text(over)}, more than the first bundle of [placement] "
+            f"{bundle_text(first)} offers: the replica's actor runs in that bundle"
+        )
+    return spec
 
 
 class RuntimeEnvSpec(_Spec):
@@ -355,6 +406,7 @@ _BackendKeys = create_model(
             "init_args": list[Any],
             "uses": list[str],
             "ray_actor_options": RayActorOptionsSpec,
+            "placement": PlacementSpec | None,
             "runtime_env": RuntimeEnvSpec,
             "autoscaling": AutoscalingSpec | None,
             "batching": BatchingSpec | None,
@@ -383,6 +435,7 @@ class BackendSpec(_BackendKeys):  # type: ignore[misc,valid-type]  # create_mode
     )
 
     _multiplex_alone = model_validator(mode="after")(multiplex_alone)
+    _placement_fits_actor = model_validator(mode="after")(placement_fits_actor)
 
     @field_validator("import_path")
     @classmethod

@@ -18,7 +18,9 @@ from gitops.specs.models import BackendSpec
 
 __all__ = ["CODE_FIELDS", "VERSION_LENGTH", "default_code_path", "code_paths", "derive_version"]
 
-CODE_FIELDS = frozenset({"import_path", "init_args", "init_kwargs", "ray_actor_options", "runtime_env"})
+CODE_FIELDS = frozenset({
+    "import_path", "init_args", "init_kwargs", "ray_actor_options", "runtime_env", "placement", "max_replicas_per_node",
+})
 VERSION_LENGTH = 12
 
 

@@ -108,11 +108,12 @@ class BackendSummary(_Value):
     latest_exception: str | None = None  # its replicas' latest handler exception: "Type: message at file:line"
     # Models its starting replicas fetch now: "Staging model m: 1.2 / 4.0 GB on 2 nodes" (vocabulary.control.status).
     staging: tuple[str, ...] = ()
+    pending: str | None = None  # why a replica it wants waits to be placed: "Pending: no node offers {GPU: 4} ..."
 
     def problem(self) -> str:
         """Why the backend is unhealthy, or "" when it is not."""
         if self.ready < self.target_replicas:
-            why = "; ".join(self.staging) or self.last_error
+            why = "; ".join(self.staging) or self.pending or self.last_error
             detail = f": {why}" if why else ""
             return f"{self.ready}/{self.target_replicas} replicas ready{detail}"
         return ""
@@ -220,6 +221,7 @@ def _overall(facts: StatusFacts, backends: Mapping[str, BackendSummary]) -> tupl
         return SyncStatus.SUSPENDED, "Suspended", "reconciliation is suspended"
     if facts.applying:
         staging = [line for _, backend in sorted(backends.items()) for line in backend.staging]
+        staging += [f"{name}: {backend.pending}" for name, backend in sorted(backends.items()) if backend.pending]
         applying = f"applying {facts.applying[:7]} {facts.progress}".strip()
         return SyncStatus.PROGRESSING, "Progressing", "; ".join([applying, *staging])
     if facts.git_error:
@@ -310,6 +312,7 @@ def _backend(observed: BackendStatus, stats: RequestStats | None, window_s: floa
         serving=Serving.of(stats or RequestStats(), window_s),
         latest_exception=redact(observed.latest_error.describe()) if observed.latest_error else None,
         staging=tuple(staging_lines(observed.staging)),
+        pending=observed.pending or None,
     )
 
 

@@ -187,6 +187,7 @@ class BackendStatus(_Observed):
     last_error: str = ""
     failures: int = 0
     unschedulable: str = ""
+    pending: str = ""  # why a replica it wants waits to be placed now ("Pending: no node offers {GPU: 4} ...")
     scaling_decisions: dict[str, int] = Field(default_factory=dict)  # direction (up|down) -> count
     latest_error: HandlerError | None = None  # the newest exception its replicas' handlers raised in the last minute
     staging: tuple[ModelStaging, ...] = ()  # models its starting replicas are fetching now

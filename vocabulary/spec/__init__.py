@@ -15,6 +15,8 @@ its tables from them and adds only file concerns.
 - `rollout_config`: an endpoint's `[rollout]` table and its metric checks.
 - `traffic_policy`: an endpoint's `[retries]` (outcomes, attempts, budget, backoff).
 - `state`: `ServingState`, a whole configuration.
+- `placement`: a backend's `[placement]` (bundles, strategy) and whether
+  nodes can offer a replica's bundles.
 - `serving_rules`: the rules a serving state keeps (traffic sums, known
   backends, zero-replica targets, unique routes), as located problems.
 """

@@ -1,7 +1,8 @@
 """A backend as the controller runs it (`BackendConfig`) and its tables.
 
 Its replica count bounds and autoscaling target, batching, rolling updates,
-the secrets and models it is given. Each field is declared here once, with
+the secrets and models it is given, where its replicas run (its
+`[placement]` is `spec.placement`'s). Each field is declared here once, with
 its default, its range and the description a spec's reader sees.
 `BackendConfig.code_identity()` says what forces a restart and
 `BackendConfig.comparable()` is what the planner diffs. Its routing and
@@ -16,6 +17,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, model_validator
 
 from vocabulary.spec.base import ENVIRONMENT_OVERRIDABLE, SOURCE_FIELDS, Value
+from vocabulary.spec.placement import PlacementConfig
 from vocabulary.spec.routing import MultiplexConfig, RoutingConfig, multiplex_alone
 from vocabulary.spec.serving_rules import refused_traffic_reason, zero_replica_reason
 
@@ -184,7 +186,20 @@ class BackendConfig(Value):
     )
     ray_actor_options: dict[str, Any] = Field(
         default_factory=dict,
-        description="Resources of each replica's Ray actor: num_cpus, num_gpus, memory (bytes), resources.",
+        description="Resources of each replica's Ray actor: num_cpus, num_gpus, memory (bytes), resources, "
+        "accelerator_type.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
+    )
+    placement: PlacementConfig | None = Field(
+        default=None,
+        description="Bundles of resources each replica reserves as one Ray placement group before it starts "
+        "(docs/guides/llm.md); none: the replica's actor reserves its ray_actor_options alone.",
+        json_schema_extra=ENVIRONMENT_OVERRIDABLE,
+    )
+    max_replicas_per_node: int | None = Field(
+        default=None, ge=1, le=100,
+        description="Most replicas of this backend on one node (counted by where each replica's actor runs); "
+        "none: no bound.",
         json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     runtime_env: dict[str, Any] = Field(
