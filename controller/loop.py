@@ -47,7 +47,7 @@ from vocabulary.control.proxy_workers import DEFAULT_MAX_CONNECTIONS
 from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.control.request_stats import RequestStats
 from vocabulary.control.rollouts import MetricQuery, MetricReading
-from vocabulary.control.status import BackendStatus, ClusterStatus, EndpointStatus, GoalTiming, ReplicaFailure
+from vocabulary.control.status import BackendStatus, ClusterStatus, EndpointStatus, GoalTiming, NodeResources, ReplicaFailure
 
 __all__ = ["Asker", "ClusterAdapter", "ControlLoop", "ControllerOptions"]
 
@@ -111,6 +111,9 @@ class ClusterAdapter(Observer, Protocol):
 
     def node_cpus(self) -> dict[str, int]:
         """Each alive node's CPUs, as of the last `refresh_nodes`."""
+
+    def node_resources(self) -> dict[str, NodeResources]:
+        """Each alive node's resources and what is free of them now."""
 
     def apply(self, effects: Sequence[Effect | ProxyEffect]) -> None: ...
 
@@ -479,7 +482,13 @@ class ControlLoop:
         held = self.held
         window_s, serving = self._recent.last_minute(held.rollouts.totals(), now)
         _, endpoint_serving = self._recent_endpoints.last_minute(self._endpoint_totals.totals, now)
+        try:
+            nodes = self._adapter.node_resources()
+        except Exception:  # noqa: BLE001 — a status without node facts rather than none
+            self.errors["nodes"] += 1
+            nodes = {}
         return ClusterStatus(
+            nodes=nodes,
             backends={
                 n: _recent_error_only(held.backends.status(n), time.time()).model_copy(
                     update={"scaling_decisions": self.autoscaler.decisions(n)})

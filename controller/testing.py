@@ -26,7 +26,7 @@ from controller.state.backend_state import (
 from controller.persistence.checkpoint import Storage
 from controller.state.proxy_fleet import ProxyEffect
 from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
-from vocabulary.control.status import ModelStaging
+from vocabulary.control.status import ModelStaging, NodeResources
 from vocabulary.spec.backends import BackendConfig
 
 __all__ = ["FakeAdapter", "MemoryStorage"]
@@ -142,6 +142,10 @@ class FakeAdapter:
 
     def node_cpus(self) -> dict[str, int]:
         return {node: self.cpus for node in (self.node, *self.other_nodes)}
+
+    def node_resources(self) -> dict[str, NodeResources]:
+        return {node: NodeResources(total={"CPU": float(self.cpus)}, available={"CPU": float(self.cpus)})
+                for node in (self.node, *self.other_nodes)}
 
     def adopt(self, actor_names: set[str]) -> set[str]:
         return actor_names & self.alive

@@ -66,7 +66,7 @@ from vocabulary.spec.placement import (
 from vocabulary.control.actor_apis import ProxyAPI, Remote, ReplicaAPI
 from vocabulary.control.goal_api import REPLICA_CLASS
 from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
-from vocabulary.control.status import HandlerError, ModelStaging
+from vocabulary.control.status import HandlerError, ModelStaging, NodeResources
 
 __all__ = ["RayAdapter", "error_text"]
 
@@ -150,6 +150,7 @@ class RayAdapter:
         self._staging: dict[str, tuple[_Call | None, tuple[ModelStaging, ...]]] = {}
         self._proxies: dict[str, _Proxy] = {}  # by proxy id (one per worker)
         self._cpus: dict[str, int] = {}
+        self._totals: dict[str, dict[str, float]] = {}
         self._uploaded: dict[str, str] = {}
         self._dead_nodes: set[str] = set()
         self._backend_of: dict[str, str] = {}  # replica actor name -> its backend (for max_replicas_per_node)
@@ -224,12 +225,19 @@ class RayAdapter:
         nodes = ray.nodes()
         self._dead_nodes = {n["NodeID"] for n in nodes if not n.get("Alive")}
         self._cpus = {n["NodeID"]: int((n.get("Resources") or {}).get("CPU", 0)) for n in nodes if n.get("Alive")}
+        self._totals = {n["NodeID"]: _plain_resources(n.get("Resources") or {}) for n in nodes if n.get("Alive")}
         return {n["NodeID"]: n.get("NodeManagerAddress", "") for n in sorted(nodes, key=lambda n: n["NodeID"])
                 if n.get("Alive")}
 
     def node_cpus(self) -> dict[str, int]:
         """Each alive node's CPUs as Ray counts them, as of the last `refresh_nodes`."""
         return dict(self._cpus)
+
+    def node_resources(self) -> dict[str, NodeResources]:
+        """Each alive node's resources (as of the last `refresh_nodes`) and what is free of them now."""
+        free = available_resources_per_node()
+        return {node_id: NodeResources(total=total, available=_plain_resources(free.get(node_id, {})))
+                for node_id, total in self._totals.items()}
 
     def cannot_fit(self, config: BackendConfig, count: int) -> str:
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
@@ -665,6 +673,12 @@ def _named_actors(namespace: str) -> list[str]:
 
 NODE_ID_LABEL = "ray.io/node-id"  # the label every Ray node carries: its id
 ACCELERATOR_PREFIX = "accelerator_type:"  # the resource a node started with an accelerator type offers
+
+
+def _plain_resources(resources: dict[str, Any]) -> dict[str, float]:
+    """A node's resources without Ray's markers (`node:IP`, `node:__internal_head__`) and the object store."""
+    return {k: float(v) for k, v in resources.items()
+            if not k.startswith("node:") and k != "object_store_memory"}
 
 
 def _bundles(config: BackendConfig) -> list[dict[str, float]]:

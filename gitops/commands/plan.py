@@ -10,6 +10,10 @@ apply order, each marked restart or in place); spec errors go to stderr as
 `FILE:LINE:COL: message` with exit 1 (and, in markdown, into the comment).
 Between two commits, a restarting update names the code files whose change
 made its new version (`code changed: deployments/hello.py`).
+A backend that reserves GPUs gets a line saying how many the change needs
+(`gitops.reconcile.gpus`); with `--live`, how many are free and whether a
+rolling update has spare GPUs for its surge replica or goes one replica at a
+time, and a bundle larger than any node of the cluster is an error (exit 1).
 Exit 0 otherwise, or with `--exit-code` 0 for no change, 2 for changes.
 With `--environment NAME` both sides are loaded with `environments/NAME.toml`
 on top, the markdown title names the environment, and a sync window holding
@@ -35,7 +39,9 @@ from gitops.loop.secrets import FileDigests, assume_unchanged
 from gitops.specs.code import CodeIndex, changed_files
 from gitops.specs.loading import LoadResult, Loader
 from gitops.sources.trees import CommitTree, Tree
+from gitops.reconcile.gpus import capacity_problems, gpu_lines
 from gitops.reconcile.planner import plan
+from vocabulary.control.status import NodeResources
 from gitops.sources.trees import find_toplevel
 from gitops.reconcile.plans import Action, ActionKind, Plan
 from gitops.delivery.windows import Hold, hold_at
@@ -67,19 +73,32 @@ def plan_command(args: argparse.Namespace) -> int:
         if output == "markdown":
             sys.stdout.write(render_markdown_errors({args.from_rev: actual_errors, args.to_rev: desired_errors}))
         return EXIT_ERRORS
+    nodes: Mapping[str, NodeResources] | None = None
     if args.live:
-        actual = _live_state(args.ray_address)
+        actual, nodes = _live_state(args.ray_address)
         desired = assume_unchanged(desired, actual)
+        too_big = capacity_problems(desired, nodes)
+        if too_big:
+            loaded = loader.load_commit(repo, rev=args.to_rev, spec_path=args.path)
+            errors = [str(loaded.placement_error(name, problem)) for name, problem in too_big.items()]
+            _print_errors(args.to_rev, errors)
+            if output == "markdown":
+                sys.stdout.write(render_markdown_errors({args.to_rev: errors}))
+            return EXIT_ERRORS
     result = plan(desired, actual)
+    gpus = gpu_lines(result, desired, actual, nodes)
     if args.from_rev is not None and not args.live:
         result = code_changes(result, repo, args.path, (args.from_rev, actual_code), (args.to_rev, desired_code))
     held = _held(loader, repo, args.to_rev, args.path) if args.environment else None
     if output == "markdown":
         markdown = render_markdown(result, "live" if args.live else args.from_rev, args.to_rev, args.environment)
-        sys.stdout.write(markdown + (f"\n> **Held** ({held.reason}): {_cell(held.message)}\n" if held else ""))
+        sys.stdout.write(markdown + "".join(f"\n> {_cell(line)}\n" for line in gpus)
+                         + (f"\n> **Held** ({held.reason}): {_cell(held.message)}\n" if held else ""))
     else:
         # Values from the repository may hold C1 controls or bidi marks, which JSON keeps.
         sys.stdout.write(result.render_json() if output == "json" else printable_lines(result.render_text()))
+        if gpus and output == "text":
+            sys.stdout.write(printable_lines("".join(f"{line}\n" for line in gpus)))
         if held is not None and output == "text":
             sys.stdout.write(printable_lines(f"Held ({held.reason}): {held.message}\n"))
     return EXIT_CHANGES if args.exit_code and result else EXIT_NO_CHANGES
@@ -137,8 +156,8 @@ def _print_errors(rev: str | None, errors: list[str]) -> None:
         print(line, file=sys.stderr)
 
 
-def _live_state(address: str) -> ServingState:
-    """What the running controller is configured with; read-only."""
+def _live_state(address: str) -> tuple[ServingState, Mapping[str, NodeResources]]:
+    """What the running controller is configured with, and its cluster's nodes; read-only."""
     # Ray is imported only here: the offline plan never pays its start-up.
     from controller.client import connect
     from controller.cluster import init_ray
@@ -152,7 +171,11 @@ def _live_state(address: str) -> ServingState:
         client = connect()
     except LookupError as error:
         raise UserError(f"--live: {error}") from None
-    return asyncio.run(client.get_state())
+
+    async def both() -> tuple[ServingState, Mapping[str, NodeResources]]:
+        return await client.get_state(), (await client.get_status()).nodes
+
+    return asyncio.run(both())
 
 
 # --- markdown, for a pull-request comment ----------------------------------------------

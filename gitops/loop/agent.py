@@ -44,6 +44,7 @@ from typing import Callable
 from gitops.reconcile.applying import ApplyResult, Deadlines, Progress, apply
 from gitops.reconcile.apply_traces import StageClock, TraceSink, apply_trace
 from gitops.errors import ErrorKind, SourceError
+from gitops.reconcile.gpus import capacity_problems
 from gitops.loop.history import History
 from gitops.reconcile.outcomes import Action, HistoryEntry, Outcome
 from gitops.loop.quarantine_file import QuarantineFile
@@ -525,6 +526,13 @@ class Agent:
                 refusal = TickError(Stage.LOAD, ErrorKind.STALLED, str(spec_error))
                 return replace(report, loaded=LoadResult(None, (spec_error,)), actual=actual,
                                errors=report.errors + (refusal,), reconciled_at=time.time())
+            nodes = self._cluster.nodes if self._cluster is not None else {}
+            too_big = capacity_problems(loaded.state, nodes)
+            if too_big:  # no node of the cluster could ever hold a replica: a spec error, never applied
+                spec_errors = tuple(loaded.placement_error(name, problem) for name, problem in too_big.items())
+                refusals = tuple(TickError(Stage.LOAD, ErrorKind.STALLED, str(e)) for e in spec_errors)
+                return replace(report, loaded=LoadResult(None, spec_errors), actual=actual,
+                               errors=report.errors + refusals, reconciled_at=time.time())
             plan = self._plan(loaded.state, actual)
         report = replace(report, actual=actual, plan=plan)
         if not plan:

@@ -9,6 +9,8 @@
 - `rollback`: which commit applies when the newest one is held back (pure).
 - `prune_guard`: a commit that deletes everything applies only with a
   `gitops: prune-all` trailer (pure).
+- `gpus`: the GPUs a plan needs, whether a rolling update has spare ones, and
+  the bundles no node of the cluster could hold (pure).
 - `simulating`: a pure model of the controller's configured state, for
   property tests and dry runs.
 

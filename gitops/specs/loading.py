@@ -78,6 +78,14 @@ class LoadResult:
     # The loader's environment's settings ([promotion], [[sync_windows]]), when it has one.
     environment: EnvironmentSettings | None = None
     code_paths: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Per backend that reserves GPUs or has a [placement]: where that is written, for an error
+    # the cluster's nodes give at plan time (`gitops.reconcile.gpus.capacity_problems`).
+    placements: Mapping[str, tuple[str, int, int]] = field(default_factory=dict)
+
+    def placement_error(self, backend: str, message: str) -> SpecError:
+        """`message` about `backend`'s placement, at the line that says it (else the spec path's first)."""
+        file, line, col = self.placements.get(backend, ("", 1, 1))
+        return SpecError(file, line, col, f"backends.{backend}: {message}")
 
     @property
     def ok(self) -> bool:
@@ -381,7 +389,19 @@ def _resolve(tree: Tree, documents: Documents, before: _Built, code: CodeIndex) 
         models=models,
     )
     paths = {name: tuple(path for path, _ in hashes) for name, (_, hashes, _) in built.items()}
-    return LoadResult(state, code_paths=paths), _Built(built, endpoints)
+    return LoadResult(state, code_paths=paths, placements=_placements(documents)), _Built(built, endpoints)
+
+
+def _placements(documents: Documents) -> dict[str, tuple[str, int, int]]:
+    """Where each backend's [placement] (else its ray_actor_options) is written, for those reserving GPUs."""
+    where = {}
+    for name, declared in documents.backends.items():
+        spec = declared.spec
+        if spec is None or (spec.placement is None and not spec.ray_actor_options.num_gpus):
+            continue
+        key = "placement" if spec.placement is not None else "ray_actor_options"
+        where[name] = (declared.file, *declared.locations.find(("backends", name, key)))
+    return where
 
 
 def _secret_files(tree: Tree, documents: Documents) -> tuple[dict[str, SecretConfig], list[SpecError]]:

@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from gitops.commands.remote import render_status
+from gitops.reconcile.gpus import capacity_problems
 from gitops.specs.loading import Loader
 from gitops.status.rollup import StatusFacts, roll_up
-from vocabulary.control.status import BackendStatus, ClusterStatus
+from vocabulary.control.status import BackendStatus, ClusterStatus, NodeResources
 from vocabulary.spec.placement import PlacementConfig
 
 SPEC = """\
@@ -80,3 +81,13 @@ def test_the_agent_status_says_why_a_replica_waits_to_be_placed() -> None:
         "applying 3f2a9c1 waiting for backend chat; chat: Pending: no node offers {GPU: 4} in one bundle set")
     assert status.backends["chat"].problem() == "0/2 replicas ready: Pending: no node offers {GPU: 4} in one bundle set"
     assert "chat: Pending: no node offers {GPU: 4} in one bundle set" in render_status(status)
+
+
+def test_a_bundle_larger_than_any_node_is_refused_at_plan_time_with_file_line(tmp_path: Path) -> None:
+    """What the agent (and `gitops plan --live`) says of a commit once it knows the cluster's nodes."""
+    loaded = load(tmp_path, bundles="[{GPU = 4}]")
+    nodes = {n: NodeResources(total={"GPU": 2, "CPU": 8}) for n in ("a", "b")}
+    problems = capacity_problems(loaded.state, nodes)
+    assert [str(loaded.placement_error(name, problem)) for name, problem in problems.items()] == [
+        "deployments/chat.toml:7:1: backends.chat: a bundle asks for 4 GPU but the largest node of the cluster has 2",
+    ]

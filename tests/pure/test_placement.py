@@ -1,11 +1,17 @@
 """A backend's [placement]: what one replica reserves,
 why nodes cannot offer it (the status's Pending line), where max_replicas_per_node sends
-a replica, and the one-at-a-time update of a GPU backend with no spare GPUs."""
+a replica, the one-at-a-time update of a GPU backend with no spare GPUs, and what a plan
+says of GPUs."""
 
 from __future__ import annotations
 
 from controller.state.backend_state import BackendOptions, BackendState, Probe, ProbeStatus, StartReplica, StopReplica
 from controller.testing import FakeAdapter
+from gitops.reconcile.gpus import capacity_problems, gpu_lines
+from gitops.reconcile.planner import plan
+from gitops.reconcile.plans import Plan
+from vocabulary.control.status import NodeResources
+from vocabulary.spec.state import ServingState
 from vocabulary.spec.backends import BackendConfig, UpdateConfig
 from vocabulary.spec.placement import (
     PlacementConfig,
@@ -110,3 +116,41 @@ def test_a_cpu_backend_on_a_full_cluster_still_fails_as_before() -> None:
     assert not [e for e in effects if isinstance(e, StopReplica)]
     state.tick(now + 2, world)
     assert state.readiness("chat", "v2")[0] == "failed"
+
+
+def nodes(*free_gpus: float, total: float = 2) -> dict[str, NodeResources]:
+    return {f"n{i}": NodeResources(total={"GPU": total, "CPU": 8}, available={"GPU": gpus, "CPU": 8})
+            for i, gpus in enumerate(free_gpus)}
+
+
+def update_plan(old: BackendConfig, new: BackendConfig) -> tuple[Plan, ServingState, ServingState]:
+    actual, desired = ServingState(backends={"chat": old}), ServingState(backends={"chat": new})
+    return plan(desired, actual), desired, actual
+
+
+def test_plan_says_the_gpus_a_change_needs_and_that_an_update_with_none_spare_goes_one_at_a_time() -> None:
+    result, desired, actual = update_plan(gpu_backend("v1"), gpu_backend("v2"))
+    assert gpu_lines(result, desired, actual, nodes(0, 0)) == [
+        "GPUs of chat: 2 × 1 = 2 GPU (now 2); 0 GPU free in the cluster",
+        "rolling update of chat: no spare GPUs for a surge replica ({GPU: 1} not free: no node offers {GPU: 1} "
+        "in one bundle set); the update goes one replica at a time",
+    ]
+    assert gpu_lines(result, desired, actual, nodes(1, 0))[1] == (
+        "rolling update of chat: 1 surge replica(s) fit in the free GPUs")
+    assert gpu_lines(result, desired, actual, None)[1] == (
+        "rolling update of chat: whether GPUs are free for a surge replica is known with --live")
+
+
+def test_plan_says_nothing_of_gpus_for_a_backend_without_any() -> None:
+    cpu = BackendConfig(name="chat", version="v1", import_path="m:C")
+    result, desired, actual = update_plan(cpu, cpu.model_copy(update={"version": "v2"}))
+    assert result and gpu_lines(result, desired, actual, nodes(2)) == []
+
+
+def test_a_bundle_larger_than_every_node_is_a_capacity_problem() -> None:
+    big = gpu_backend("v1").model_copy(update={"placement": PlacementConfig(bundles=({"GPU": 4},))})
+    desired = ServingState(backends={"chat": big})
+    assert capacity_problems(desired, nodes(2, 2)) == {
+        "chat": "a bundle asks for 4 GPU but the largest node of the cluster has 2"}
+    assert capacity_problems(desired, nodes(2, 2, total=4)) == {}
+    assert capacity_problems(desired, {}) == {}  # the cluster is not known yet: nothing refused

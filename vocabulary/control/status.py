@@ -251,7 +251,16 @@ class GoalTiming(_Observed):
     duration_s: float
 
 
+class NodeResources(_Observed):
+    """One alive node's Ray resources (CPU, GPU, memory, custom; not Ray's per-node markers):
+    what it has, and what is free now."""
+
+    total: dict[str, float] = Field(default_factory=dict)
+    available: dict[str, float] = Field(default_factory=dict)
+
+
 class ClusterStatus(_Observed):
+    nodes: dict[str, NodeResources] = Field(default_factory=dict)  # alive nodes by id: placement's and plan's view
     backends: dict[str, BackendStatus] = Field(default_factory=dict)
     endpoints: dict[str, EndpointStatus] = Field(default_factory=dict)
     proxies: dict[str, ProxyStatus] = Field(default_factory=dict)  # by proxy id: "node" for worker 0, else "node:worker"
