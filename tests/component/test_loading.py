@@ -277,6 +277,8 @@ health_check_period_s = 2
 health_check_timeout_s = 3
 startup_timeout_s = 30
 ray_actor_options = { num_cpus = 0.5 }
+max_replicas_per_node = 2
+placement = { bundles = [{ CPU = 1 }], strategy = "SPREAD" }
 runtime_env = { env_vars = { A = "b" } }
 batching = { max_batch_size = 4, batch_wait_timeout_s = 0.5 }
 update = { max_surge = 0, max_unavailable = 2 }

@@ -66,13 +66,6 @@ def test_strict_spread_puts_one_replica_s_bundles_on_two_nodes(observed):
     assert answer["worker"]["node"] != answer["node"]  # the worker ran in the other bundle, on the other node
 
 
-def test_max_replicas_per_node_spreads_replicas_and_a_replica_with_no_node_left_says_why(observed):
-    assert observed["solo_goal"] == "met"
-    assert sorted(a["node"] for a in observed["solo_answers"]) == observed["gpu_nodes"]
-    assert "max_replicas_per_node = 1" in observed["solo_pending"]
-    assert observed["solo_3_goal"] == "failed"
-
-
 def test_a_group_no_node_can_hold_is_pending_with_the_reason(observed):
     assert observed["big_pending"] == "Pending: no node offers {GPU: 4} in one bundle set"
     assert observed["big_goal"] == "failed"

@@ -36,7 +36,7 @@ __all__ = [
 
 MAX_BUNDLES = 64
 # ray_actor_options keys and the Ray resource each reserves.
-ACTOR_RESOURCE_KEYS = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
+ACTOR_RESOURCE_KEYS = (("num_cpus", "CPU"), ("num_gpus", "GPU"), ("memory", "memory"))
 
 
 class PlacementStrategy(str, enum.Enum):
@@ -68,7 +68,8 @@ class PlacementConfig(Value):
 
 def actor_needs(ray_actor_options: Mapping[str, Any]) -> dict[str, float]:
     """The Ray resources a replica's actor asks for in its ray_actor_options (none given: none)."""
-    needs = {ACTOR_RESOURCE_KEYS[k]: float(v) for k, v in ray_actor_options.items() if k in ACTOR_RESOURCE_KEYS and v}
+    needs = {resource: float(ray_actor_options[key]) for key, resource in ACTOR_RESOURCE_KEYS
+             if ray_actor_options.get(key)}
     for key, value in (ray_actor_options.get("resources") or {}).items():
         if value:
             needs[key] = float(value)

@@ -112,15 +112,6 @@ def main() -> None:
         out["spread_groups"] = groups()
         out["spread_answers"] = [ask(r) for r in running(client, "spread")]
         delete(client, "spread")
-        # 4. max_replicas_per_node = 1: two single-GPU replicas on two nodes; a third waits, saying why.
-        solo = backend("solo", [{"GPU": 1}], replicas=2, max_replicas_per_node=1)
-        out["solo_goal"] = apply(client, solo)
-        out["solo_answers"] = [ask(r) for r in running(client, "solo")]
-        goal = asyncio.run(client.apply_backend(solo.model_copy(update={"num_replicas": 3})))
-        out["solo_pending"] = wait(
-            lambda: asyncio.run(client.get_status()).backends["solo"].pending, 20)
-        out["solo_3_goal"] = asyncio.run(client.wait_for_goal(goal, 30)).state.value
-        delete(client, "solo")
         # 5. A group no node can hold says so in the status instead of waiting silently.
         goal = asyncio.run(client.apply_backend(backend("big", [{"GPU": 1}] * 4, "STRICT_PACK")))
         out["big_pending"] = wait(lambda: asyncio.run(client.get_status()).backends["big"].pending, 20)
