@@ -4,9 +4,11 @@
 - the tiers: each collected test is marked with its tier (`pure`,
   `component`, `real`, `slow`) from its folder, its marks and the named slow
   files (`tests.support.tiers`), so `-m` selects a tier and no file can be
-  forgotten.
+  forgotten. A real test is also put in its file's xdist group (one worker
+  runs a file, so module fixtures are built once), or marked `serial`.
 - `ray_session`: one real local Ray for the whole test session (started on
-  first use, shut down at the end), so the real tier pays Ray's start-up once.
+  first use, shut down at the end), so the real tier pays Ray's start-up once
+  per xdist worker (each worker is a session with a Ray of its own).
   Its token auth is on, as `gitops run`'s: the token is in a temp state dir,
   and `RAY_AUTH_MODE` / `RAY_AUTH_TOKEN_PATH` in this process's environment
   let the agents the tests start (`--ray-address`) join it.
@@ -21,18 +23,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tiers import markers_for, tier_of
+from tests.support.tiers import group_of, is_serial, markers_for, tier_of
 
 _ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks every test with its tier, before `-m` deselects."""
+    """Marks every test with its tier (and a real one with its xdist group, or
+    `serial`), before `-m` deselects and before xdist reads the groups."""
     for item in items:
         relpath = Path(str(item.path)).resolve().relative_to(_ROOT).as_posix()
-        for marker in markers_for(tier_of(relpath, (mark.name for mark in item.iter_markers()))):
+        marks = [mark.name for mark in item.iter_markers()]
+        tier = tier_of(relpath, marks)
+        for marker in markers_for(tier):
             item.add_marker(marker)
+        if tier == "real" and is_serial(relpath, marks) and "serial" not in marks:
+            item.add_marker(pytest.mark.serial)
+        if tier in ("real", "slow") and "xdist_group" not in marks:
+            item.add_marker(pytest.mark.xdist_group(group_of(relpath)))
 
 
 class GitRepo:

@@ -29,10 +29,13 @@ import pytest
 
 from tests.support.tiers import (
     REAL_FOLDERS,
+    SERIAL_FILES,
     SLOW_FILES,
     TIERS,
     crossing,
+    group_of,
     imported_modules,
+    is_serial,
     markers_for,
     starts_ray,
     tier_of,
@@ -90,6 +93,25 @@ def test_tests_are_tiered_from_their_folder() -> None:
 
 def test_the_named_slow_files_exist() -> None:
     assert [path for path in SLOW_FILES if not (ROOT / path).is_file()] == []
+
+
+def test_the_named_serial_files_exist_and_are_real() -> None:
+    assert [path for path in SERIAL_FILES if not (ROOT / path).is_file()] == []
+    assert [path for path in SERIAL_FILES if tier_of(path, []) != "real"] == []
+
+
+def test_a_real_file_runs_whole_on_one_worker_and_the_install_folder_together() -> None:
+    assert group_of("tests/real/test_x.py") == "tests/real/test_x.py"
+    assert group_of("tests/reliability/test_s01_replica_kill.py") == "tests/reliability/test_s01_replica_kill.py"
+    assert group_of("tests/install/test_install.py") == group_of("tests/install/test_tutorial.py") == "tests/install"
+    assert is_serial("tests/real/test_x.py", ["serial"])
+    assert not is_serial("tests/real/test_x.py", ["real"])
+
+
+def test_every_real_test_is_in_an_xdist_group(everything: list[dict[str, Any]]) -> None:
+    real = [test for test in everything if "real" in test["marks"]]
+    assert len(real) > 300
+    assert [test["nodeid"] for test in real if "xdist_group" not in test["marks"]] == []
 
 
 def test_a_test_starts_ray_through_a_fixture_or_a_call() -> None:

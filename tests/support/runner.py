@@ -9,11 +9,17 @@ test-artifacts/tiers/). A tier that collects nothing (pytest's exit 5) is
 empty, not failed. `--before-real CMD` runs CMD (the system packages) just
 before the first real or slow tier, so the fast tiers do not wait for it.
 Exits non-zero when a tier failed.
+
+The real tier is two pytest runs: its tests on `GITOPS_TEST_WORKERS` xdist
+workers (default 2: most real tests wait on Ray, so they overlap well on two
+cores), each file on one worker (`--dist loadgroup`, groups from
+tests.support.tiers), then its `serial` tests alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import subprocess
 import sys
@@ -21,12 +27,19 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-# What each tier runs: pytest's arguments after `-q -p no:cacheprovider`.
+WORKERS = os.environ.get("GITOPS_TEST_WORKERS", "2")
+
+# What each tier runs: one or more pytest runs, by name, each with its
+# arguments after `-q -p no:cacheprovider`.
 TIER_ARGS = {
-    "pure": ["-m", "pure", "tests/pure"],
-    "component": ["-m", "component", "tests", "--ignore=tests/pure"],
-    "real": ["-m", "real and not slow", "tests", "--ignore=tests/pure"],
-    "slow": ["-m", "slow", "tests", "--ignore=tests/pure"],
+    "pure": {"pure": ["-m", "pure", "tests/pure"]},
+    "component": {"component": ["-m", "component", "tests", "--ignore=tests/pure"]},
+    "real": {
+        "real": ["-m", "real and not slow and not serial", "-n", WORKERS, "--dist", "loadgroup",
+                 "tests", "--ignore=tests/pure"],
+        "real-serial": ["-m", "real and not slow and serial", "tests", "--ignore=tests/pure"],
+    },
+    "slow": {"slow": ["-m", "slow", "tests", "--ignore=tests/pure"]},
 }
 NO_TESTS_COLLECTED = 5
 SLOWEST = 30
@@ -63,17 +76,18 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(("system packages", 0.0, "failed"))
                 break
             before = ""
-        report = args.artifacts / f"{tier}.xml"
-        report.unlink(missing_ok=True)
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-                   "-o", "junit_family=xunit1", *TIER_ARGS[tier], *extra]
-        print(f"\n== tier {tier}: {shlex.join(command[1:])}", flush=True)
-        started = time.monotonic()
-        code = subprocess.run(command).returncode
-        elapsed = time.monotonic() - started
-        outcome = "passed" if code == 0 else "empty" if code == NO_TESTS_COLLECTED else f"failed (exit {code})"
-        results.append((tier, elapsed, outcome))
-        reports.append(report)
+        for name, tier_args in TIER_ARGS[tier].items():
+            report = args.artifacts / f"{name}.xml"
+            report.unlink(missing_ok=True)
+            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+                       "-o", "junit_family=xunit1", *tier_args, *extra]
+            print(f"\n== tier {name}: {shlex.join(command[1:])}", flush=True)
+            started = time.monotonic()
+            code = subprocess.run(command).returncode
+            elapsed = time.monotonic() - started
+            outcome = "passed" if code == 0 else "empty" if code == NO_TESTS_COLLECTED else f"failed (exit {code})"
+            results.append((name, elapsed, outcome))
+            reports.append(report)
     print(f"\n== the {SLOWEST} slowest tests")
     for seconds, name in slowest(reports):
         print(f"{seconds:8.2f}s  {name}")

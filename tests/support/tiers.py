@@ -13,6 +13,12 @@
 `make check` runs `-m "not real and not slow"`; `make test` runs the tiers
 in that order, fastest first. `tier_of` is pure: the conftest hook gives it
 each test's path and marks.
+
+The real tier runs under pytest-xdist (`--dist loadgroup`): `group_of` puts
+each file's tests in one group (one worker, so its module fixtures and the
+worker's session Ray are built once), and the files named in `SHARED_GROUPS`
+together. A real test that needs the machine to itself is `serial`
+(`SERIAL_FILES` or the mark): it runs after the parallel pass, alone.
 """
 
 from __future__ import annotations
@@ -34,6 +40,16 @@ SLOW_FILES = frozenset({
     "tests/reliability/test_s12_soak.py",  # 45 s of mixed load with seeded faults
 })
 
+# Real files that must not share the machine with other tests: they run in a
+# serial pass after the parallel one. Each entry says why.
+SERIAL_FILES: frozenset[str] = frozenset()
+
+# Folders whose files share session fixtures: one xdist group each, so the
+# fixture is built on one worker only.
+SHARED_GROUPS = {
+    "tests/install/": "tests/install",  # the wheel, built once and installed once for the folder
+}
+
 # Fixtures that start Ray or need one started (a test's fixture closure is
 # checked, so a fixture built on one of these counts too).
 RAY_FIXTURES = frozenset({"ray_session", "serving"})
@@ -54,6 +70,19 @@ def tier_of(relpath: str, marks: Iterable[str]) -> str:
     if relpath.startswith("tests/pure/"):
         return "pure"
     return "component"
+
+
+def is_serial(relpath: str, marks: Iterable[str]) -> bool:
+    """Whether the real test at `relpath` carrying `marks` runs alone, after the parallel pass."""
+    return "serial" in set(marks) or relpath in SERIAL_FILES
+
+
+def group_of(relpath: str) -> str:
+    """The xdist group of a test at `relpath`: its folder's shared group, else its file."""
+    for folder, group in SHARED_GROUPS.items():
+        if relpath.startswith(folder):
+            return group
+    return relpath
 
 
 def markers_for(tier: str) -> tuple[str, ...]:
