@@ -11,7 +11,7 @@ before the first real or slow tier, so the fast tiers do not wait for it.
 Exits non-zero when a tier failed.
 
 The real tier is two pytest runs: its tests on `GITOPS_TEST_WORKERS` xdist
-workers (default 2: most real tests wait on Ray, so they overlap well on two
+workers (default 3: most real tests wait on Ray, so they overlap well on two
 cores), each file on one worker (`--dist loadgroup`, groups from
 tests.support.tiers), then its `serial` tests alone.
 """
@@ -27,7 +27,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-WORKERS = os.environ.get("GITOPS_TEST_WORKERS", "2")
+WORKERS = os.environ.get("GITOPS_TEST_WORKERS", "3")
 
 # What each tier runs: one or more pytest runs, by name, each with its
 # arguments after `-q -p no:cacheprovider`.
