@@ -44,6 +44,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group_of(relpath)))
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under `--dist loadgroup`, one worker runs each group of `tests.support.tiers.group_of`
+    (a file, or a folder sharing session fixtures) whole. xdist's own loadgroup reads
+    `xdist_group` marks through a node-id rewrite that pytest 9 no longer honours, so the
+    groups are given to its scope scheduler here."""
+    if config.getoption("dist", None) != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid.split("::", 1)[0])
+
+    return ByGroup(config, log)
+
+
 class GitRepo:
     """A real git repository that tests write to and commit in."""
 
