@@ -51,7 +51,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     groups are given to its scope scheduler here."""
     if config.getoption("dist", None) != "loadgroup":
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
     class ByGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
