@@ -332,6 +332,8 @@ NOT_DRIVEN = {
     "panel:Requests refused by tenant limits (5m):A": "a tenant over its limit (tests/real/test_rate_limits_workers.py)",
     **{f"panel:Multiplexed models: requests, loads and evictions per second:{ref}":
        "a multiplexed backend (tests/real/test_multiplexing.py)" for ref in "ABC"},
+    **{f"panel:Retries and retry budget (per second):{ref}":
+       "a retried request: only tests/component/test_proxy_retries.py makes one, no real test yet" for ref in "AB"},
 }
 
 
