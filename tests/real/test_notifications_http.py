@@ -98,6 +98,7 @@ def test_webhook_posts_the_event_as_json_signed_like_flux_generic_hmac() -> None
         "message": f"3f2a9c1 on main: invalid, nothing changed: {ERRORS[0]} (and 6 more)",
         "commit_url": f"https://forge.example.com/c/{SHA}",
         "history_url": f"https://gitops.example.com/#commit-{SHA}",
+        "actor": None,  # the agent's own event: no person asked for it
     }
 
 

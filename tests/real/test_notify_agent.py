@@ -62,7 +62,7 @@ def test_a_notify_file_with_mistakes_stops_run_with_every_error_located(repo: Gi
         f"{notify}:4:1: providers.gh.token_file: cannot read /nonexistent: No such file or directory",
         f"{notify}:9:11: providers.chat.events.0: must be one of seen, applying, applied, invalid, apply_failed, "
         "rollout_aborted, "
-        "rolled_back, commit_quarantined, synced, git_unreachable, promoted",
+        "rolled_back, commit_quarantined, synced, git_unreachable, promoted, action",
     ]
 
 
