@@ -37,6 +37,7 @@ COPY httpedge ./httpedge
 COPY datalink ./datalink
 COPY telemetry ./telemetry
 COPY ray_gitops ./ray_gitops
+COPY hardening ./hardening
 RUN pip wheel --no-cache-dir --disable-pip-version-check --no-deps --wheel-dir /dist .
 
 # Stage 2: the wheel installed into a virtualenv, without compilers or sources.

@@ -13,7 +13,9 @@ state that the checkpoint and a look at live actors cannot rebuild. Ray
 itself is reached only through the adapter and storage, which default to
 `controller.shell.ray_adapter` and `controller.persistence.ray_kv`, imported
 when first built, so this module loads without Ray (tests pass
-`controller.testing` fakes).
+`controller.testing` fakes). Started by Ray, it turns core dumps off for
+its process first (`hardening.core_dumps`): it holds the secret values it
+seals for replicas.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 from controller.loop import Asker, ClusterAdapter, ControlLoop, ControllerOptions
 from controller.persistence.checkpoint import Checkpointer, Storage
 from controller.state.secrets import SecretKeeper
+from hardening.core_dumps import no_core_dumps
 from vocabulary.control.goals import GoalResult
 from vocabulary.spec.backends import BackendConfig
 from vocabulary.spec.endpoints import EndpointConfig
@@ -66,6 +69,8 @@ class ControllerActor:
         """`storage`, `adapter` and `asker` default to Ray's KV, Ray and
         Prometheus over HTTP (built when first needed); tests pass fakes."""
         settings = ControllerOptions.from_dict(options)
+        if adapter is None:  # Ray's own actor: it holds the values it seals (a test's in-process one, fakes)
+            no_core_dumps()
         self._secrets = SecretKeeper()  # in memory only: never in the checkpoint (controller.state.secrets)
         self._loop = ControlLoop(
             settings, controller_name, Checkpointer(storage or _ray_storage(namespace)),

@@ -18,8 +18,9 @@ server is our lean HTTP/1.1 one, bounded at the socket (header size and
 time, connection cap: `max_connections`, for which the constructor raises
 the process's open-files limit as far as the hard limit allows) and handing WebSockets to uvicorn's. The
 constructor also puts the process back at normal CPU priority, which Ray
-lowers for every worker, where the node allows it. Owns the proxy's
-lifecycle only; the request path is `proxy.app`.
+lowers for every worker, where the node allows it, and turns core dumps off
+(`hardening.core_dumps`: a worker holds the data link's handshake secrets
+and clients' credentials in flight). Owns the proxy's lifecycle only; the request path is `proxy.app`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import resource
 import socket
 from typing import Any, Callable, Coroutine
 
+from hardening.core_dumps import no_core_dumps
 from httpedge.server import Server
 from proxy.app import ProxyApp
 from proxy.routes.snapshot import Snapshot
@@ -81,6 +83,7 @@ class ProxyActor:
         max_connections: int | None = None,
     ) -> None:
         """`max_connections`: open connections this worker holds (None: the settings' edge says)."""
+        no_core_dumps()  # it holds the data link's handshake secrets and clients' credentials in flight
         settings = settings or ProxySettings()
         if max_connections is not None:
             settings = dataclasses.replace(settings, edge=dataclasses.replace(settings.edge, max_connections=max_connections))

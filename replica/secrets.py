@@ -16,17 +16,15 @@ Owns too the replica's redaction (`redact`): every value held, in each
 form it may take in text (`vocabulary.replicas.secret_forms`), is masked in what
 the replica sends or writes about its user code (the latest exception, the
 tracebacks the proxy and stderr get, `gitops logs`); and, once it holds a
-value, this process writes no core dump (`no_core_dumps`: RLIMIT_CORE 0,
-and not dumpable, where the kernel has `prctl`).
+value, this process writes no core dump and is not dumpable
+(`hardening.core_dumps.no_core_dumps`).
 """
 
 from __future__ import annotations
 
 import base64
-import ctypes
 import json
 import os
-import resource
 import shutil
 import tempfile
 import traceback
@@ -35,13 +33,13 @@ from pathlib import Path
 import pyrage
 
 from datalink.private_dirs import process_alive
+from hardening.core_dumps import no_core_dumps
 from vocabulary.replicas.secret_forms import longest_first, mask, secret_forms
 
-__all__ = ["SecretBox", "SecretMissing", "no_core_dumps"]
+__all__ = ["SecretBox", "SecretMissing"]
 
 _DIR_PREFIX = "gitops-secrets-"
 _TMPFS = "/dev/shm"
-_PR_SET_DUMPABLE = 4
 
 
 class SecretMissing(LookupError):
@@ -130,20 +128,6 @@ class SecretBox:
     def _missing(self, name: str) -> str:
         listed = ", ".join(self.names()) or "none"
         return f"backend {self._backend} has no secret '{name}' (it lists: {listed}); add it to the backend's secrets"
-
-
-def no_core_dumps() -> None:
-    """This process writes no core dump (which would hold its secrets) and, where
-    the kernel allows, is not dumpable (no ptrace or /proc/PID/mem by others of its user)."""
-    try:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    except (ValueError, OSError):
-        pass
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # no prctl (not Linux): the limit alone
 
 
 def _private_dir() -> Path:

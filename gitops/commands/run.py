@@ -80,7 +80,8 @@ def run_command(args: argparse.Namespace) -> int:
         raise UsageError("--promote-token-file promotes from an environment: give --environment too")
     _register_secrets(args.repo, token, secret, git_token, args.promote_token)
     _redact_command_line()
-    from gitops.loop.secrets import load_identities, no_core_dumps
+    from gitops.loop.secrets import load_identities
+    from hardening.core_dumps import no_core_dumps
 
     no_core_dumps()  # it holds tokens, and the secrets' values once decrypted
 

@@ -6,8 +6,7 @@ that tells a changed value without showing it, decrypting every declared
 secret of a commit (`decrypt`: a failure names the secret and its file,
 never content; each value is registered with the redactor at once,
 `gitops.redaction.register_secret_value`, so no status, history row, log
-line or error shows it), `no_core_dumps` (the agent holds tokens and
-values: no core dump, not dumpable), `SecretsLoader` (the agent's loader: the spec loader's
+line or error shows it), `SecretsLoader` (the agent's loader: the spec loader's
 desired state with each backend's keyed hashes filled in, and for a backend
 that restarts on a secret change, the hash folded into its version), and
 `SecretDelivery` (the goal API the agent uses: before a backend is applied,
@@ -20,12 +19,10 @@ from __future__ import annotations
 
 import ast
 import base64
-import ctypes
 import hashlib
 import hmac
 import json
 import os
-import resource
 import secrets as random_bytes
 import stat
 from pathlib import Path
@@ -48,7 +45,6 @@ from vocabulary.control.goal_api import GoalAPI
 from vocabulary.control.status import ClusterStatus
 
 __all__ = [
-    "no_core_dumps",
     "Identity", "load_identities", "digest_key", "keyed_hash", "decrypt", "SecretsLoader", "SecretDelivery",
     "defines_hook", "FileDigests", "assume_unchanged",
 ]
@@ -92,20 +88,6 @@ def digest_key(state_root: Path) -> bytes:
 def keyed_hash(key: bytes, name: str, value: bytes) -> str:
     """What tells a changed value: HMAC-SHA256 under the agent's key, never a plain hash."""
     return hmac.new(key, name.encode() + b"\0" + value, hashlib.sha256).hexdigest()[:16]
-
-
-def no_core_dumps() -> None:
-    """This process writes no core dump (it would hold the tokens and values) and,
-    where the kernel has prctl, is not dumpable (no ptrace or /proc/PID/mem by
-    others of its user). The replica host does the same for its values."""
-    try:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    except (ValueError, OSError):
-        pass
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
-    except (OSError, AttributeError):
-        pass
 
 
 def decrypt(

@@ -293,7 +293,8 @@ def _escaping_links(tree: Tree, paths: list[str]) -> list[SpecError]:
 
 # Top-level modules a replica imports besides the user's: Python's own, ray-gitops' and Ray's.
 _OWN_PACKAGES = frozenset(
-    {"gitops", "controller", "proxy", "replica", "vocabulary", "httpedge", "datalink", "telemetry", "ray_gitops"}
+    {"gitops", "controller", "proxy", "replica", "vocabulary", "httpedge", "datalink", "telemetry", "ray_gitops",
+     "hardening"}
 )
 _TAKEN_MODULES = frozenset(sys.stdlib_module_names) | _OWN_PACKAGES | {"ray"}
 

@@ -5,12 +5,16 @@ whose message holds the value. It was shown by `gitops status` (latest
 exception), `/status`, the status page, `gitops logs`, the agent's log and
 the proxy worker's log. Now the value (or its repr, base64, percent-encoded
 form) appears in none of them, nor anywhere in Ray's session directory,
-while the exception is still shown, masked as `***`.
+while the exception is still shown, masked as `***`. And no process that
+holds the value writes a core dump: the agent (its supervisor and the child
+that runs the loop), the controller actor, the replica and the proxy worker
+each read "Max core file size 0" in their /proc/PID/limits.
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import uuid
 from pathlib import Path
 from urllib.parse import quote
@@ -20,8 +24,12 @@ import pyrage
 import pytest
 import ray
 
+from controller.state.backend_state import REPLICA_PREFIX
+from controller.state.proxy_fleet import PROXY_PREFIX
 from tests.conftest import GitRepo
-from tests.support.stack import AgentProcess, gitops_cli as gitops
+from tests.support.faults import actor_pid
+from tests.support.stack import AgentProcess, gitops_cli as gitops, named_actors
+from vocabulary.control.goal_api import CONTROLLER_NAME
 
 pytestmark = pytest.mark.real
 
@@ -59,6 +67,46 @@ def _files_holding(root: Path, needles: list[bytes]) -> list[str]:
     return found
 
 
+def _core_limit(pid: int) -> str:
+    """The soft and hard "Max core file size" of `pid`, as /proc/PID/limits says them."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max core file size"):
+            return " ".join(line.split()[4:6])
+    raise AssertionError(f"/proc/{pid}/limits has no core size line")
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process whose ancestry leads to `pid`."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def _holders(namespace: str, agent: AgentProcess) -> dict[str, int]:
+    """The pid of each process holding the value (or the agent's tokens)."""
+    handles = {
+        "controller": ray.get_actor(CONTROLLER_NAME, namespace=namespace),
+        "replica": ray.get_actor(sorted(named_actors(namespace, REPLICA_PREFIX))[0], namespace=namespace),
+        "proxy worker": ray.get_actor(sorted(named_actors(namespace, PROXY_PREFIX))[0], namespace=namespace),
+    }
+    pids = {name: actor_pid(handle) for name, handle in handles.items()}
+    pids["agent"] = agent.process.pid
+    for child in _descendants(agent.process.pid):
+        if b"gitops" in Path(f"/proc/{child}/cmdline").read_bytes():
+            pids[f"agent's child {child}"] = child
+    return pids
+
+
 def test_row3_a_value_in_a_handlers_exception_is_shown_nowhere(ray_session: str, repo: GitRepo, tmp_path: Path) -> None:
     identity = pyrage.x25519.Identity.generate()
     identity_file = tmp_path / "age-identity.txt"
@@ -72,8 +120,10 @@ def test_row3_a_value_in_a_handlers_exception_is_shown_nowhere(ray_session: str,
     (repo.root / "secrets").mkdir()
     (repo.root / "secrets" / "db.age").write_bytes(pyrage.encrypt(value.encode(), [identity.to_public()]))
     commit = repo.commit("a backend that puts its secret in an exception")
+    namespace = f"secret-redaction-{uuid.uuid4().hex[:8]}"
     agent = AgentProcess(repo.root, tmp_path, ray.get_runtime_context().gcs_address, extra_args=[
         "--age-identity", str(identity_file), "--state-dir", str(repo.root / ".gitops-state"),
+        "--namespace", namespace,
     ])
     inside = repo.root / "deployments"
     try:
@@ -99,8 +149,12 @@ def test_row3_a_value_in_a_handlers_exception_is_shown_nowhere(ray_session: str,
             "gitops logs": logs.stdout + logs.stderr,
             "agent log": agent.log_path.read_text(),
         }
+        holders = _holders(namespace, agent)
+        assert any(name.startswith("agent's child") for name in holders), holders  # the loop runs in a child
+        limits = {name: _core_limit(pid) for name, pid in holders.items()}
     finally:
         agent.stop()
+    assert limits and all(limit == "0 0" for limit in limits.values()), limits
     for name, text in surfaces.items():
         assert text, name
         for needle in needles:

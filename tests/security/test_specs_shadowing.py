@@ -12,7 +12,7 @@ from gitops.specs.loading import Loader, LoadResult
 
 ECHO_PY = "class Echo:\n    def __call__(self, request):\n        return 'hi'\n"
 SPEC = '[backends.echo]\nimport_path = "apps.echo:Echo"\n'
-OWN = ("gitops", "controller", "proxy", "replica", "vocabulary", "httpedge", "datalink", "telemetry", "ray_gitops")
+OWN = ("gitops", "controller", "proxy", "replica", "vocabulary", "httpedge", "datalink", "telemetry", "ray_gitops", "hardening")
 
 
 def load(extra: dict[str, str], spec: str = SPEC) -> LoadResult:
