@@ -6,7 +6,11 @@ that `ModelSlots` keeps at most `max_models_per_replica` (the backend's
 `ray_gitops.registry`) loaded, least recently used out first; a model
 asked for while it loads is loaded once (the askers share that load); an
 evicted model is dropped, its `unload()` called (and awaited) when it has
-one. Each load and eviction is noted in the current request's
+one. An id the backend does not accept (its `models` / `model_pattern`, or
+the default safe set) is refused with `ModelRefused` before the loader sees
+it, whoever asks: the proxy checks a request's header, but a handle call
+from another backend, or an id user code read from a body, reaches the
+loader only through here. Each load and eviction is noted in the current request's
 `vocabulary.request_path.multiplexing.RequestModels`, which the replica's answer reports
 to the proxy. Runs inside a replica only; no I/O.
 """
@@ -21,6 +25,7 @@ from typing import Any, Awaitable, Callable, Generic, TypeVar
 
 from ray_gitops.registry import current_request, installed_multiplex, register
 from vocabulary.request_path.multiplexing import RequestModels
+from vocabulary.replicas.serving import ModelRefused
 
 __all__ = ["ModelSlots", "multiplexed"]
 
@@ -94,13 +99,16 @@ def multiplexed(loader: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[
         owner, model_id = (args[0], args[1]) if len(args) == 2 else (None, args[0])
         if not isinstance(model_id, str):
             raise TypeError(f"{loader.__qualname__}: the model id must be a str (got {type(model_id).__name__})")
+        settings = installed_multiplex()
+        if settings is None:
+            raise RuntimeError(
+                f"{loader.__qualname__} is @multiplexed, but this backend has no [backends.NAME.multiplex] table"
+            )
+        if not settings.accepts(model_id):
+            shown = model_id if len(model_id) <= 80 else model_id[:80] + "..."
+            raise ModelRefused(f"{loader.__qualname__}: model id {shown!r} refused: this backend accepts {settings.accepted}")
         slots = by_owner.get(id(owner))
         if slots is None:
-            settings = installed_multiplex()
-            if settings is None:
-                raise RuntimeError(
-                    f"{loader.__qualname__} is @multiplexed, but this backend has no [backends.NAME.multiplex] table"
-                )
             bound: Callable[[str], Awaitable[T]] = (
                 functools.partial(loader, owner) if owner is not None else loader
             )

@@ -105,9 +105,16 @@ _REQUEST: contextvars.ContextVar[RequestModels | None] = contextvars.ContextVar(
 _HOLDERS: list[Callable[[], list[str]]] = []  # each loader's `loaded()`: normally one
 
 
-def install_multiplex(header: str, max_models: int) -> None:
-    """Called by the replica host, before user code runs, for a multiplexed backend."""
-    _SETTINGS[:] = [MultiplexSettings(header.lower().encode("latin-1"), max_models)]
+def install_multiplex(
+    header: str, max_models: int, accepts: Callable[[str], bool] | None = None, accepted: str = "any id"
+) -> None:
+    """Called by the replica host, before user code runs, for a multiplexed backend;
+    `accepts`: the ids its loader may be asked for (`MultiplexConfig.accepts`), said as `accepted`."""
+    encoded = header.lower().encode("latin-1")
+    settings = MultiplexSettings(encoded, max_models) if accepts is None else (
+        MultiplexSettings(encoded, max_models, accepts, accepted)
+    )
+    _SETTINGS[:] = [settings]
 
 
 def installed_multiplex() -> MultiplexSettings | None:

@@ -42,13 +42,20 @@ from ray_gitops.registry import (
     installed_model,
     installed_secrets,
 )
-from vocabulary.replicas.serving import BackpressureError, Handle, HandleError, ModelMissing, ReplicaContext
+from vocabulary.replicas.serving import (
+    BackpressureError,
+    Handle,
+    HandleError,
+    ModelMissing,
+    ModelRefused,
+    ReplicaContext,
+)
 
 T = TypeVar("T")
 
 __all__ = [
     "handle", "context", "secret", "secret_path", "model_path", "ModelMissing", "report_load", "Secret", "Handle",
-    "HandleError", "BackpressureError", "multiplexed", "model_id",
+    "HandleError", "BackpressureError", "multiplexed", "model_id", "ModelRefused",
     "ReplicaContext",
 ]
 

@@ -370,7 +370,9 @@ class Replica:
             install_secrets(self._secrets)
             multiplex = self._config.multiplex  # for `@ray_gitops.serving.multiplexed`
             if multiplex is not None:
-                install_multiplex(multiplex.header, multiplex.max_models_per_replica)
+                install_multiplex(
+                    multiplex.header, multiplex.max_models_per_replica, multiplex.id_rule().accepts, multiplex.accepted()
+                )
             self._handles.attach(asyncio.get_running_loop())
             install(ReplicaContext(self.backend, self.replica_id, self.version, self._config.commit), self._handles)
             if self._memory_limit is not None and not self._memory_capped:

@@ -51,7 +51,7 @@ from proxy.pool.stalls import ReplicaProgress, Stall
 from vocabulary.request_path.choosing import Admission, Random, admit, pick_replica
 from vocabulary.control.actor_apis import ReplicaHandle
 from vocabulary.spec.backends import BatchingConfig
-from vocabulary.spec.routing import MultiplexConfig, RoutingConfig
+from vocabulary.spec.routing import ModelIdRule, MultiplexConfig, RoutingConfig
 from vocabulary.request_path.multiplexing import ModelReport, parse_report
 from vocabulary.request_path.wire import WireRequest
 
@@ -127,6 +127,7 @@ class ReplicaPool:
         self._key_reader: KeyReader | None = None
         # Many models per replica: where the model id is read, and the routing by it; None: not multiplexed.
         self.multiplex: MultiplexConfig | None = None
+        self.model_ids: ModelIdRule | None = None  # its ids as checked per request (set with `multiplex`)
         self._models: ModelAffinity | None = None
         self._rng = rng
         self._max_queued = max_queued
@@ -188,6 +189,7 @@ class ReplicaPool:
         self.max_concurrent = max_concurrent
         if multiplex != self.multiplex:
             self.multiplex = multiplex
+            self.model_ids = None if multiplex is None else multiplex.id_rule()
             self._models = None if multiplex is None else ModelAffinity()
         if routing != self.routing:
             self.routing = routing

@@ -134,10 +134,10 @@ class Sender:
             raise NoBackend()
         key = pool.request_key(request)  # None unless the backend's routing policy reads a key
         served = None
-        if pool.multiplex is not None and key is not None:
-            if not pool.multiplex.accepts(key.decode("utf-8", "replace")):
+        if pool.multiplex is not None and pool.model_ids is not None and key is not None:
+            if not pool.model_ids.accepts(key.decode("utf-8", "replace")):
                 raise UnknownModel(pool.multiplex.header)
-            served = self._served(pool.backend, key, pool.multiplex.label)
+            served = self._served(pool.backend, key, pool.model_ids.label)
         task: asyncio.Task[object] | None = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
+
+import pytest
 
 from proxy.observability.metrics import ProxyMetrics
 from ray_gitops import registry
-from ray_gitops.model_slots import ModelSlots
+from ray_gitops.model_slots import ModelSlots, multiplexed
 from ray_gitops.registry import current_model_id, current_request
+from ray_gitops.serving import ModelRefused
 from replica.host import call_handler
 from tests.support.proxy_app import FakeReplica, Proxy, Served, get, lru_replica, run
 from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet
@@ -139,3 +143,38 @@ def test_the_translators_example_serves_pairs_from_at_most_four_loaded() -> None
     assert held is not None and held.loaded == {"en-de", "en-es", "en-it", "en-nl"} and held.evicted == ("en-fr",)
     refused = answers[5]
     assert isinstance(refused, tuple) and refused[0] == 404
+
+
+def test_a_replica_host_refuses_an_id_from_elsewhere_than_the_checked_header() -> None:
+    # The proxy checks the header; an id user code reads from a body (or a handle call's
+    # argument) reaches the loader unchecked by it, and is refused there.
+    config = MultiplexConfig(models=("en-fr", "en-de"))
+    loaded: list[str] = []
+
+    class Translators:
+        @multiplexed
+        async def model(self, model_id: str) -> str:
+            loaded.append(model_id)
+            return model_id
+
+        async def __call__(self, request: Any) -> dict[str, str]:
+            return {"model": await self.model((await request.body()).decode())}
+
+    app = Translators()
+
+    async def ask(model: str) -> object:
+        wire: WireRequest = ("POST", "/", b"", [(b"x-model-id", b"en-fr")], model.encode())
+        return await call_handler(app, wire, is_async=True)
+
+    registry.install_multiplex(config.header, 2, config.id_rule().accepts, config.accepted())
+    try:
+        answer = asyncio.run(ask("en-de"))
+        with pytest.raises(ModelRefused, match=r"'\.\./\.\./etc/passwd' refused"):
+            asyncio.run(ask("../../etc/passwd"))
+        with pytest.raises(ModelRefused, match=r"listed in models \(en-fr, en-de\)"):
+            asyncio.run(ask("en-es"))
+    finally:
+        registry._SETTINGS.clear()
+        registry._HOLDERS.clear()
+    assert isinstance(answer, tuple) and json.loads(answer[2]) == {"model": "en-de"}
+    assert loaded == ["en-de"]

@@ -17,6 +17,7 @@ from proxy.pool.multiplexing import ModelAffinity, hot_ongoing
 from proxy.pool.replicas import ReplicaPool
 from ray_gitops import registry
 from ray_gitops.model_slots import ModelSlots, multiplexed
+from ray_gitops.serving import ModelRefused
 from vocabulary.request_path.multiplexing import RequestModels, parse_report, report
 from vocabulary.spec.backends import BackendConfig
 from vocabulary.spec.routing import MultiplexConfig
@@ -262,3 +263,41 @@ def test_the_pool_reads_the_configured_header_and_keeps_a_model_where_it_was_sen
     assert pool.try_acquire(key) is first
     first.note_models(report([], RequestModels("x", loaded=False)))  # the replica says what it holds
     assert first.models == frozenset()
+
+
+def test_the_loader_refuses_an_id_its_backend_does_not_accept_before_loading_it() -> None:
+    loaded: list[str] = []
+
+    class Server:
+        @multiplexed
+        async def load(self, model_id: str) -> str:
+            loaded.append(model_id)
+            return model_id.upper()
+
+    default, listed = MultiplexConfig(), MultiplexConfig(models=("en-fr", "en-de"), model_pattern="[a-z]{2}-[a-z]{2}")
+    try:
+        registry.install_multiplex(default.header, 2, default.id_rule().accepts, default.accepted())
+        server = Server()
+        assert asyncio.run(server.load("m0")) == "M0"
+        for bad in ["../../etc/passwd", "", "a" * 200, "x\ny"]:
+            with pytest.raises(ModelRefused, match=r"refused: this backend accepts ids matching model_pattern"):
+                asyncio.run(server.load(bad))
+        registry.install_multiplex(listed.header, 2, listed.id_rule().accepts, listed.accepted())
+        with pytest.raises(ModelRefused, match=r"'en-es' refused: .* and listed in models \(en-fr, en-de\)"):
+            asyncio.run(Server().load("en-es"))
+        assert asyncio.run(Server().load("en-de")) == "EN-DE"
+    finally:
+        registry._SETTINGS.clear()
+        registry._HOLDERS.clear()
+    assert loaded == ["m0", "en-de"]  # no refused id reached the loader
+    assert issubclass(ModelRefused, ValueError)
+
+
+def test_an_id_rule_is_the_configs_rule_built_once() -> None:
+    config = MultiplexConfig(models=tuple(f"m{i}" for i in range(50)))
+    rule = config.id_rule()
+    for model in ["m0", "m49", "m50", "../x", ""]:
+        assert rule.accepts(model) == config.accepts(model)
+        assert rule.label(model) == config.label(model)
+    assert rule.accepts("m49") and not rule.accepts("m50") and rule.label("m50") == "other"
+    assert MultiplexConfig().id_rule().accepts("anything-safe") and MultiplexConfig().id_rule().label("x") == "other"

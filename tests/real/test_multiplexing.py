@@ -2,7 +2,9 @@
 
 Each answer names the replica that gave it and lists every model it loaded and
 unloaded so far (`apps/multiplex_handlers.py`), so the tests see where the
-proxy sent each model's requests and what each replica kept loaded.
+proxy sent each model's requests and what each replica kept loaded. A composition
+call (one backend calling the multiplexed one through a handle, which no proxy
+checks) with a hostile model id is refused by the callee's loader.
 """
 
 from __future__ import annotations
@@ -109,6 +111,34 @@ def test_at_most_n_models_stay_loaded_least_recently_used_out_first(cluster: Clu
         assert answer["loads"] == ["a", "b", "c", "b"] and answer["unloads"] == ["b", "a"]
         # The default header is not this backend's: no model named.
         assert _ask(client, "/lru", "a")["model"] is None
+
+
+def test_a_handle_call_with_a_model_id_the_backend_does_not_accept_is_refused_by_its_loader(
+    cluster: Cluster,
+) -> None:
+    cluster.serve("callee", 1, MultiplexConfig(max_models_per_replica=2))
+    met(cluster.client, run(cluster.client.apply_backend(quick_backend("composer", "multiplex_handlers:Composer"))))
+    met(cluster.client, run(cluster.client.apply_endpoint(
+        EndpointConfig(name="composer", route="/composer", traffic={"composer": 1.0})
+    )))
+    with httpx.Client(base_url=cluster.url, timeout=20) as client:
+        def ask(model: str) -> dict[str, Any]:
+            answer = client.get("/composer", params={"target": "callee", "model": model})
+            assert answer.status_code == 200, answer.text
+            body: dict[str, Any] = answer.json()
+            return body
+
+        eventually(lambda: client.get("/composer", params={"target": "callee", "model": "m0"}).status_code == 200
+                   or None, 30)
+        assert ask("m0")["answer"] == {"model": "m0", "loads": ["m0"]}
+        refused = ask("../../etc/passwd")
+        assert "error" in refused, refused
+        assert "ModelRefused" in refused["error"] and "'../../etc/passwd' refused" in refused["error"], refused
+        assert "model_pattern" in refused["error"], refused
+        # The loader never saw it: its loads are still the one good id.
+        assert ask("m1")["answer"] == {"model": "m1", "loads": ["m0", "m1"]}
+        # Through the proxy the header is checked as before.
+        assert client.get("/callee", headers={"x-model-id": "../../etc/passwd"}).status_code == 400
 
 
 def test_a_hot_model_on_one_replica_scales_an_autoscaled_backend_up(cluster: Cluster) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "Handle",
     "SecretStore",
     "ModelMissing",
+    "ModelRefused",
     "ReportedLoad",
 ]
 
@@ -103,6 +104,12 @@ class SecretStore(Protocol):
 
 class ModelMissing(LookupError):
     """User code asked for a model its backend does not list."""
+
+
+class ModelRefused(ValueError):
+    """A multiplexed loader was asked for a model id its backend does not accept
+    (`[backends.X.multiplex]` `models` / `model_pattern`): from a handle call, or
+    an id user code took from elsewhere than the checked header."""
 
 
 class ReportedLoad:

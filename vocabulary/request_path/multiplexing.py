@@ -1,7 +1,8 @@
 """Many models per replica, as values: a request's model record, the settings, and what the proxy is told.
 
 A multiplexed backend's `[backends.X.multiplex]` settings (`MultiplexSettings`:
-the header naming a request's model, at most how many stay loaded); one
+the header naming a request's model, at most how many stay loaded, which ids
+its loader accepts: `vocabulary.spec.routing.MultiplexConfig.accepts`); one
 request's `RequestModels` (its model id, and whether it made the replica load
 a model or evict some). The replica host keeps these per process and per
 request (`ray_gitops.registry`), and the loader user code decorates with
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 __all__ = [
     "RequestModels",
@@ -27,10 +28,16 @@ __all__ = [
 ]
 
 
+def _any_id(model_id: str) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class MultiplexSettings:
     header: bytes  # lower-case, as requests carry it
     max_models: int
+    accepts: Callable[[str], bool] = _any_id  # the backend's rule (MultiplexConfig.accepts)
+    accepted: str = "any id"  # what `accepts` lets through, as an error says it
 
     def model_id(self, headers: Sequence[tuple[bytes, bytes]]) -> str | None:
         """The model a request's headers name (None: they name none)."""
