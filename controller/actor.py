@@ -34,6 +34,7 @@ from vocabulary.spec.endpoints import EndpointConfig
 from vocabulary.spec.state import ServingState
 from vocabulary.control.goal_api import CONTROLLER_NAME
 from vocabulary.control.ownership import Owner
+from vocabulary.control.request_stats import RequestStats
 from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.control.status import ClusterStatus
 
@@ -141,6 +142,10 @@ class ControllerActor:
         `stalled`: per backend, the replicas the proxy found hung (`proxy.pool.stalls`),
         replaced at the next tick."""
         self._loop.report_load(proxy_id, loads, requests, endpoint_requests, reported, stalled)
+
+    async def endpoint_totals(self) -> dict[str, RequestStats]:
+        """Each endpoint's answers and shadow comparisons so far, over every proxy (promotions' evidence)."""
+        return self._loop.endpoint_totals()
 
     async def get_load(self) -> dict[str, dict[str, tuple[int, int]]]:
         return dict(self._loop.loads)

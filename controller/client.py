@@ -36,6 +36,7 @@ from vocabulary.spec.backends import BackendConfig
 from vocabulary.spec.endpoints import EndpointConfig
 from vocabulary.spec.state import ServingState
 from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
+from vocabulary.control.request_stats import RequestStats
 from vocabulary.control.status import ClusterStatus
 
 _HEAD_NODE_RESOURCE = "node:__internal_head__"
@@ -95,6 +96,11 @@ class ControllerClient:
 
     async def secrets_missing(self) -> list[str]:
         return await self._call(ControllerAPI.secrets_missing)
+
+    async def endpoint_totals(self) -> dict[str, RequestStats]:
+        """Each endpoint's answers, 5xx and shadow comparisons, cumulative since the proxies
+        started, as they reported them to the controller (what promotions are judged on)."""
+        return await self._call(ControllerAPI.endpoint_totals)
 
     async def report_load(self, proxy_id: str, loads: dict[str, tuple[int, int]]) -> None:
         await self._call(ControllerAPI.report_load, proxy_id, loads)

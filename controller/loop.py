@@ -169,6 +169,8 @@ class ControlLoop:
         self._recent = RecentRequests()  # each backend's requests in the last minute, for status
         self._serving_versions: dict[str, str] = {}  # backend -> the version all its replicas ran at the last look
         self._endpoint_totals = RequestTotals()  # each endpoint's, summed over proxies (not checkpointed)
+        # The same reports added up in full (a proxy's first report too): what promotions are judged on.
+        self._endpoint_outcomes = RequestTotals()
         self._recent_endpoints = RecentRequests()  # each endpoint's requests in the last minute, for status
         self.held = self._recover()
         self.publisher.endpoints(self.held.endpoints, self.held.rollouts)
@@ -465,9 +467,15 @@ class ControlLoop:
         if endpoint_requests is not None:  # an empty first report too: the proxy starts from nothing
             report = {name: RequestStats.model_validate(stats) for name, stats in endpoint_requests.items()}
             self._endpoint_totals = self._endpoint_totals.absorb_after_first(proxy_id, report)
+            self._endpoint_outcomes = self._endpoint_outcomes.absorb(proxy_id, report)
         self.autoscaler.record_report(
             proxy_id, self.loads[proxy_id], time.monotonic(), {b: float(r) for b, r in (reported or {}).items()}
         )
+
+    def endpoint_totals(self) -> dict[str, RequestStats]:
+        """Each endpoint's answers and shadow comparisons, every proxy's reports added up, each
+        from its first: cumulative since the proxies started (a gone proxy's share stays in)."""
+        return dict(self._endpoint_outcomes.totals)
 
     def set_target_replicas(self, backend: str, target: int) -> None:
         if not self.held.backends.exists(backend):

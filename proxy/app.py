@@ -111,6 +111,7 @@ class ProxyApp:
         self._shadows = Shadowing(
             caller, rng, recorder, mismatches if mismatches is not None else MismatchLog(),
             settings.max_shadow_in_flight, captured.done if captured is not None else lambda _: None,
+            self._counts.record_comparison,
         )
         self.mismatches = self._shadows.mismatches
         # The request path's stages, in their one order (proxy.pipeline.stage); None: off in this proxy.
@@ -152,7 +153,8 @@ class ProxyApp:
         return self._counts.snapshot()
 
     def endpoint_request_stats(self) -> dict[str, RequestStats]:
-        """Per endpoint, the answers counted since this proxy started (for the status)."""
+        """Per endpoint, the answers and shadow comparisons counted since this proxy started
+        (for the status and promotions' evidence)."""
         return self._counts.by_endpoint()
 
     # --- the request side ----------------------------------------------------

@@ -366,7 +366,7 @@ async def _serve(
     if args.environment:
         from gitops.commands.run_environment import build_duties
 
-        duties = build_duties(args, source, lambda: agent.observed(), args.promote_token)
+        duties = build_duties(args, source, client, args.promote_token)
     exported = _apply_traces(otlp_endpoint(args.otlp_endpoint, os.environ), metrics)
     traces = TraceRing(forward=exported)
     agent = Agent(

@@ -2,8 +2,9 @@
 
 Builds the `gitops.loop.environment_duties.EnvironmentDuties` of an agent from
 its flags: the promoter (only with `--promote-token-file`: a push or a pull
-request, as `[promotion] mode` says, its API only one of `--promote-api-url`), the proxies' counters as evidence
-(`gitops.delivery.evidence`), and the plan for the target environment in markdown
+request, as `[promotion] mode` says, its API only one of `--promote-api-url`), the per-endpoint
+totals the controller adds up from the proxies' reports as evidence
+(`gitops.delivery.evidence`; None when the controller does not answer), and the plan for the target environment in markdown
 (the commit against the target branch's newest commit, both loaded with the
 target's environment file, as `gitops plan --environment TO --format
 markdown` prints it). Must not: decide anything; wiring only.
@@ -12,21 +13,30 @@ markdown` prints it). Must not: decide anything; wiring only.
 from __future__ import annotations
 
 import argparse
-from typing import Callable
+import logging
+from typing import Awaitable, Callable, Protocol
 
 from gitops.commands.plan import render_markdown
 from gitops.loop.environment_duties import EnvironmentDuties
-from gitops.delivery.evidence import Counts, metrics_urls, scrape
+from gitops.delivery.evidence import Counts, of_totals
 from gitops.reconcile.planner import plan
 from gitops.delivery.promotion import PromotionError, PromotionRequest, PullRequestPromoter, PushPromoter
 from gitops.redaction import Credentials
 from gitops.sources.repos import GitSource
 from gitops.specs.environments import EnvironmentSettings
 from gitops.specs.loading import Loader
+from vocabulary.control.request_stats import RequestStats
 from vocabulary.spec.state import ServingState
-from vocabulary.control.status import ClusterStatus
 
-__all__ = ["build_duties", "target_plan", "SettingsPromoter"]
+__all__ = ["build_duties", "evidence_counters", "target_plan", "SettingsPromoter", "EndpointTotals"]
+
+_LOG = logging.getLogger(__name__)
+
+
+class EndpointTotals(Protocol):
+    """Where the evidence comes from: `controller.client.ControllerClient` (tests pass fakes)."""
+
+    async def endpoint_totals(self) -> dict[str, RequestStats]: ...
 
 # The user name a forge wants with a token as the password of an https push.
 _TOKEN_USERS = {"github": "x-access-token", "gitlab": "oauth2"}
@@ -72,19 +82,30 @@ def target_plan(source: GitSource, spec_path: str, commit: str, settings: Enviro
     return render_markdown(result, head[:12] if head else None, commit[:12], promotion.to)
 
 
+def evidence_counters(controller: EndpointTotals) -> Callable[[], Awaitable[Counts | None]]:
+    """The promotion's counters: every endpoint's totals as the controller adds them up
+    from the proxies' reports; None (no evidence, judge nothing) when it does not answer."""
+
+    async def counters() -> Counts | None:
+        try:
+            return of_totals(await controller.endpoint_totals())
+        except Exception as error:  # noqa: BLE001 — no answer is no evidence, never a crash of the tick
+            _LOG.debug("no promotion evidence from the controller: %s", error)
+            return None
+
+    return counters
+
+
 def build_duties(
-    args: argparse.Namespace, source: GitSource, observed: Callable[[], ClusterStatus | None], token: str | None
+    args: argparse.Namespace, source: GitSource, controller: EndpointTotals, token: str | None
 ) -> EnvironmentDuties:
     def plan_markdown(commit: str, settings: EnvironmentSettings) -> str:
         return target_plan(source, args.path, commit, settings)
-
-    async def counters() -> Counts | None:
-        return await scrape(metrics_urls(observed(), "127.0.0.1", args.proxy_metrics_port))
 
     return EnvironmentDuties(
         args.environment,
         source.branch,
         promoter=SettingsPromoter(source, token, tuple(args.promote_api_url or ())) if token is not None else None,
-        counters=counters,
+        counters=evidence_counters(controller),
         plan_markdown=plan_markdown,
     )

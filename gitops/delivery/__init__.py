@@ -6,12 +6,12 @@
 - `gates`: the promotion gates: when a commit served here may move to the
   next environment (pure).
 - `evidence`: the numbers the gates judge: requests, 5xx and shadow
-  comparisons read from the proxies.
+  comparisons, as the controller adds up the proxies' reports (pure).
 - `promotion`: carrying a promotion out: a fast-forward push, or a GitHub /
   GitLab pull request.
 
 Owns the vocabulary of environments (the spec loader reads TOML into these
-values) and the two I/O steps of a promotion. Must not: import specs, the
+values) and the I/O step of a promotion. Must not: import specs, the
 loop or the CLI; `gitops.loop.environment_duties` puts these together around
 its ticks (docs/guides/environments.md).
 """

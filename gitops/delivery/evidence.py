@@ -1,27 +1,24 @@
-"""The numbers a promotion is judged on: requests, 5xx and shadow comparisons, from the proxies.
+"""The numbers a promotion is judged on: requests, 5xx and shadow comparisons, as the controller holds them.
 
-Each node's proxy serves its counters on its metrics port
-(`gitops_http_requests_total{endpoint,backend,code}`,
-`gitops_shadow_comparisons_total{endpoint,backend,result}`). `counts`
-(pure) reads one scrape into `Counts`; `scrape` asks every proxy of the last
-observed cluster status and adds them up. The counters are cumulative
-since each proxy started: the promotion subtracts the counts taken when
-the commit began to serve (`Counts.since`). A proxy that does not answer
-makes the whole scrape None: a gate is never passed on partial numbers.
+Each proxy counts every answer and every shadow reply compared, per
+endpoint, and reports them to the controller with its load (the one route
+request outcomes take: rollouts read the same reports, per backend); the
+controller adds up every proxy's reports (`controller.client.ControllerClient.endpoint_totals`).
+`of_totals` (pure) reads those per-endpoint totals into `Counts`. The totals
+are cumulative since the proxies started: the promotion subtracts the counts
+taken when the commit began to serve (`Counts.since`). A controller that
+does not answer gives no counts: a gate is never passed on partial numbers.
 Must not: decide anything (`gitops.delivery.gates` does).
 """
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
+from typing import Mapping
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
+from vocabulary.control.request_stats import RequestStats
 
-from vocabulary.control.status import ClusterStatus
-
-__all__ = ["Counts", "counts", "metrics_urls", "scrape"]
+__all__ = ["Counts", "of_totals"]
 
 
 @dataclass(frozen=True)
@@ -47,44 +44,9 @@ class Counts:
         )
 
 
-def counts(text: str) -> Counts:
-    """One proxy's /metrics page as counts."""
+def of_totals(totals: Mapping[str, RequestStats]) -> Counts:
+    """Every endpoint's totals (`endpoint_totals`) added up as counts."""
     total = Counts()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "gitops_http_requests_total":
-                value = int(sample.value)
-                is_error = sample.labels.get("code", "").startswith("5")
-                total = total.plus(Counts(requests=value, errors=value if is_error else 0))
-            elif sample.name == "gitops_shadow_comparisons_total":
-                value = int(sample.value)
-                total = total.plus(Counts(compared=value, mismatched=value if sample.labels.get("result") == "mismatch" else 0))
+    for stats in totals.values():
+        total = total.plus(Counts(stats.requests, stats.errors, stats.compared, stats.mismatched))
     return total
-
-
-def metrics_urls(cluster: ClusterStatus | None, own_host: str, metrics_port: int) -> list[str]:
-    """Each node's proxy metrics URL, each once; the agent's own node's until a status names one."""
-    hosts = {proxy.address.rpartition(":")[0] for proxy in (cluster.proxies.values() if cluster else ()) if proxy.address}
-    reachable = sorted(host if host not in ("", "0.0.0.0", "::") else "127.0.0.1" for host in hosts) or [own_host]
-    return [f"http://{host}:{metrics_port}/metrics" for host in reachable]
-
-
-async def scrape(urls: list[str], timeout_s: float = 2.0) -> Counts | None:
-    """Every proxy's counts added up; None when one of them did not answer."""
-    async with httpx.AsyncClient(timeout=timeout_s) as client:
-        pages = await asyncio.gather(*(_page(client, url) for url in urls))
-    if any(page is None for page in pages):
-        return None
-    total = Counts()
-    for page in pages:
-        assert page is not None
-        total = total.plus(counts(page))
-    return total
-
-
-async def _page(client: httpx.AsyncClient, url: str) -> str | None:
-    try:
-        answer = await client.get(url)
-    except httpx.HTTPError:
-        return None
-    return answer.text if answer.status_code == 200 else None

@@ -5,7 +5,9 @@ One `RequestCounter` per proxy, fed once per request from the request path
 `vocabulary.control.request_stats.RequestStats` values, cumulative since the proxy
 started. Counts are per backend, whatever endpoint the request came in by
 (rollout checks and the status judge these), and per endpoint (`by_endpoint`,
-for the status).
+for the status and a promotion's evidence), which also counts the shadow
+replies compared with their primary's answer and those that differed
+(`record_comparison`).
 A WebSocket session (`record_session`) is one request, and one error when it
 failed as a 5xx would (no free replica, the replica died, the app raised);
 its lifetime is no latency and goes in no bucket. No I/O.
@@ -25,6 +27,7 @@ class RequestCounter:
         # backend -> [requests, 5xx, bucket 0, bucket 1, ...]
         self._counts: dict[str, list[int]] = {}
         self._endpoints: dict[str, list[int]] = {}  # endpoint -> the same
+        self._comparisons: dict[str, list[int]] = {}  # endpoint -> [shadow replies compared, mismatched]
 
     def record(self, backend: str, status: int, duration_s: float, endpoint: str = "") -> None:
         bucket = 2 + bucket_of(duration_s)
@@ -50,12 +53,26 @@ class RequestCounter:
             counts[0] += 1
             counts[1] += status >= 500
 
+    def record_comparison(self, endpoint: str, matched: bool) -> None:
+        """A shadow reply of `endpoint` was compared with its primary's answer."""
+        counts = self._comparisons.get(endpoint)
+        if counts is None:
+            counts = self._comparisons[endpoint] = [0, 0]
+        counts[0] += 1
+        counts[1] += not matched
+
     def snapshot(self) -> dict[str, RequestStats]:
         return _stats(self._counts)
 
     def by_endpoint(self) -> dict[str, RequestStats]:
-        """The same counts per endpoint (requests recorded without one count under "")."""
-        return _stats(self._endpoints)
+        """The same counts per endpoint (requests recorded without one count under ""),
+        with its shadow comparisons."""
+        stats = _stats(self._endpoints)
+        for endpoint, (compared, mismatched) in self._comparisons.items():
+            stats[endpoint] = stats.get(endpoint, RequestStats()).model_copy(
+                update={"compared": compared, "mismatched": mismatched}
+            )
+        return stats
 
 
 def _stats(table: dict[str, list[int]]) -> dict[str, RequestStats]:

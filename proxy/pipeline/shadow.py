@@ -47,15 +47,17 @@ class Shadowing(Stage):
 
     def __init__(
         self, caller: Caller, rng: Random, recorder: ShadowRecorder, mismatches: MismatchLog, max_in_flight: int,
-        captured_done: Callable[[Exchange], None],
+        captured_done: Callable[[Exchange], None], counted: Callable[[str, bool], None] = lambda endpoint, matched: None,
     ) -> None:
-        """`captured_done(record)`: a copy of a captured request answered (`proxy.pipeline.capture.Capture.done`)."""
+        """`captured_done(record)`: a copy of a captured request answered (`proxy.pipeline.capture.Capture.done`);
+        `counted(endpoint, matched)`: a reply compared, counted for the controller (`RequestCounter.record_comparison`)."""
         self._caller = caller
         self._rng = rng
         self._recorder = recorder
         self.mismatches = mismatches
         self._max_in_flight = max_in_flight
         self._captured_done = captured_done
+        self._counted = counted
         self.tasks: set[asyncio.Task[None]] = set()
         self._in_flight: dict[str, int] = {}
 
@@ -170,6 +172,7 @@ class Shadowing(Stage):
             raise
         found = compare(served.compare, served.ignore, answered, reply, served.shadow_values)
         self._recorder.shadow_compared(served.name, backend, found.matched)
+        self._counted(served.name, found.matched)
         if not found.matched:
             self.mismatches.record(Mismatch(time.time(), served.name, backend, path, answered[0], reply[0], found.diff))
         recordable = found if not served.shadow_values else compare(served.compare, served.ignore, answered, reply, False)

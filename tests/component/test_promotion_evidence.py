@@ -1,26 +1,42 @@
-"""The proxies' counters as promotion evidence, and the pull request's body."""
+"""Promotion evidence as the controller holds it, and the pull request's body.
+
+The proxies count answers, 5xx and shadow comparisons per endpoint and report
+them with their load; the controller adds the reports up and the promotion's
+counters read them through its client: one route, the one rollouts' counts
+take too. Here a proxy's real `RequestCounter` reports to an in-process
+controller (fakes for Ray and its storage), and the agent's counters read
+its totals."""
 
 from __future__ import annotations
 
-from gitops.delivery.evidence import Counts, counts, metrics_urls
-from gitops.delivery.gates import Evidence, PromotionSettings, PromotionState, advance, parse_requirement, promotion_body
-from vocabulary.control.status import ClusterStatus, ProxyState, ProxyStatus
+import asyncio
+from typing import Any
 
-PAGE = """\
-# HELP gitops_http_requests_total Requests answered by the proxy.
-# TYPE gitops_http_requests_total counter
-gitops_http_requests_total{endpoint="echo",backend="v1",code="200"} 90.0
-gitops_http_requests_total{endpoint="echo",backend="v2",code="503"} 3.0
-gitops_http_requests_total{endpoint="echo",backend="v2",code="404"} 7.0
-# HELP gitops_shadow_comparisons_total Shadow replies compared.
-# TYPE gitops_shadow_comparisons_total counter
-gitops_shadow_comparisons_total{endpoint="echo",backend="v2",result="match"} 40.0
-gitops_shadow_comparisons_total{endpoint="echo",backend="v2",result="mismatch"} 2.0
-"""
+from controller.actor import ControllerActor
+from controller.testing import FakeAdapter, MemoryStorage
+from gitops.commands.run_environment import evidence_counters
+from gitops.delivery.evidence import Counts, of_totals
+from gitops.delivery.gates import (
+    Evidence,
+    Phase,
+    PromotionSettings,
+    PromotionState,
+    advance,
+    parse_requirement,
+    promotion_body,
+)
+from proxy.observability.request_stats import RequestCounter
+from tests.support.goals import OPTIONS, stop
+from vocabulary.control.request_stats import RequestStats
 
 
-def test_a_metrics_page_counts_requests_5xx_and_shadow_comparisons() -> None:
-    assert counts(PAGE) == Counts(requests=100, errors=3, compared=42, mismatched=2)
+def test_endpoint_totals_count_requests_5xx_and_shadow_comparisons() -> None:
+    totals = {
+        "echo": RequestStats(requests=90, errors=3, compared=40, mismatched=2),
+        "other": RequestStats(requests=10, compared=2),
+    }
+    assert of_totals(totals) == Counts(requests=100, errors=3, compared=42, mismatched=2)
+    assert of_totals({}) == Counts()
 
 
 def test_counts_since_a_baseline_and_after_a_proxy_restart() -> None:
@@ -30,14 +46,63 @@ def test_counts_since_a_baseline_and_after_a_proxy_restart() -> None:
     assert restarted.since(Counts(100, 3, 42, 2)) == restarted
 
 
-def test_each_node_is_scraped_once_on_the_metrics_port() -> None:
-    cluster = ClusterStatus(proxies={
-        "n1": ProxyStatus(actor_name="p1", state=ProxyState.RUNNING, address="10.0.0.1:8000"),
-        "n1:1": ProxyStatus(actor_name="p1b", worker=1, state=ProxyState.RUNNING, address="10.0.0.1:8000"),
-        "n2": ProxyStatus(actor_name="p2", state=ProxyState.RUNNING, address="0.0.0.0:8000"),
-    })
-    assert metrics_urls(cluster, "127.0.0.1", 8002) == ["http://10.0.0.1:8002/metrics", "http://127.0.0.1:8002/metrics"]
-    assert metrics_urls(None, "127.0.0.1", 9) == ["http://127.0.0.1:9/metrics"]
+class _Client:
+    """The agent's view of the controller: `ControllerClient.endpoint_totals` without Ray."""
+
+    def __init__(self, controller: ControllerActor | None) -> None:
+        self.controller = controller
+
+    async def endpoint_totals(self) -> dict[str, RequestStats]:
+        if self.controller is None:
+            raise ConnectionError("the controller did not answer")
+        return await self.controller.endpoint_totals()
+
+
+def _report(counter: RequestCounter) -> dict[str, Any]:
+    """What the load reporter sends (`proxy.shell.load_reporting`): JSON, per endpoint."""
+    return {name: stats.model_dump(mode="json") for name, stats in counter.by_endpoint().items()}
+
+
+def test_the_promotion_reads_the_totals_the_controller_adds_up_from_the_proxies_reports() -> None:
+    async def scenario() -> tuple[Counts | None, Counts | None, Counts | None]:
+        controller = ControllerActor("ns", OPTIONS, storage=MemoryStorage(), adapter=FakeAdapter())
+        counters = evidence_counters(_Client(controller))
+        try:
+            one, two = RequestCounter(), RequestCounter()  # two proxy workers
+            for status in (200, 200, 503):
+                one.record("v2", status, 0.01, "echo")
+            one.record_comparison("echo", matched=True)
+            one.record_comparison("echo", matched=False)
+            two.record("v1", 200, 0.01, "api")
+            two.record_comparison("api", matched=True)
+            await controller.report_load("p1", {}, endpoint_requests=_report(one))  # a first report counts in full
+            await controller.report_load("p2", {}, endpoint_requests=_report(two))
+            first = await counters()
+            one.record("v2", 200, 0.01, "echo")
+            one.record_comparison("echo", matched=True)
+            await controller.report_load("p1", {}, endpoint_requests=_report(one))  # cumulative: only the new ones add
+            await controller.report_load("p2", {}, endpoint_requests=_report(two))
+            second = await counters()
+        finally:
+            await stop(controller)
+        return first, second, await evidence_counters(_Client(None))()
+
+    first, second, unanswered = asyncio.run(scenario())
+    assert first == Counts(requests=4, errors=1, compared=3, mismatched=1)
+    assert second == Counts(requests=5, errors=1, compared=4, mismatched=1)
+    assert unanswered is None  # no controller, no evidence: nothing is judged on partial numbers
+    # The gate judges those numbers as it judged the scraped ones.
+    settings = PromotionSettings(source="staging", to="prod", branch="env/prod", soak_s=0,
+                                 require=(parse_requirement("shadow_agreement >= 0.7"),))
+    assert second is not None and first is not None
+    counted = second.since(Counts())
+    evidence = Evidence(commit="c" * 40, synced=True, backend_requests=counted.requests,
+                        backend_errors=counted.errors, shadow_compared=counted.compared,
+                        shadow_mismatched=counted.mismatched)
+    state = advance(advance(PromotionState(), settings, evidence, 0), settings, evidence, 1)
+    assert state.phase is Phase.READY, state
+    assert [(gate.name, gate.passed) for gate in state.gates] == [("soak", True), ("shadow_agreement>=0.7", True)]
+    assert state.gates[1].detail.startswith("0.7500 agreement over 4 compared replies"), state.gates[1]
 
 
 def test_the_pull_request_body_holds_every_gate_with_its_numbers_then_the_plan() -> None:

@@ -48,6 +48,9 @@ def test_shadow_replies_are_compared_with_the_primary_s_and_mismatches_sampled()
 
     asyncio.run(scenario())
     assert recorded.compared == [("e", "v2", False)] * 3
+    # Counted too for the load reports (what the controller adds up for promotions' evidence).
+    stats = app.endpoint_request_stats()["e"]
+    assert (stats.requests, stats.compared, stats.mismatched) == (3, 3, 3)
     sample = app.mismatches.recent()[0]
     assert (sample.path, sample.primary_status, sample.shadow_status, sample.diff) == (
         "/e", 200, 200, "$.n: number values differ")

@@ -28,6 +28,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Concatenate, Generic
 from vocabulary.control.goal_api import GoalAPI
 from vocabulary.request_path.wire import DataAddress
 from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
+from vocabulary.control.request_stats import RequestStats
 from vocabulary.control.status import ModelStaging
 from vocabulary.request_path.wire import TimedRequest, CallResult, StreamStart, WireRequest, WireResponse
 
@@ -180,6 +181,9 @@ class ControllerAPI(GoalAPI, Protocol):
 
     async def get_load(self) -> dict[str, dict[str, tuple[int, int]]]:
         """The latest loads, per proxy."""
+
+    async def endpoint_totals(self) -> dict[str, RequestStats]:
+        """Each endpoint's answers and shadow comparisons, every proxy's reports added up."""
 
     async def set_target_replicas(self, backend: str, target: int) -> None:
         """The autoscaler's knob: how many replicas `backend` wants."""

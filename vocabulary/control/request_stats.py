@@ -1,8 +1,11 @@
-"""Per-backend request counts as a proxy reports them: answers, 5xx answers, latency buckets.
+"""Request counts as a proxy reports them: answers, 5xx answers, latency buckets, shadow comparisons.
 
 `RequestStats` is cumulative since the proxy started; it rides on the load
 reports to the controller, which subtracts an earlier report to get the
-requests of an interval (`since`) and adds up proxies (`plus`). The latency
+requests of an interval (`since`) and adds up proxies (`plus`). Per
+endpoint it also counts the shadow replies compared with their primary's
+answer and how many of those differed (`compared`, `mismatched`: what a
+promotion's shadow gate judges); per backend these stay 0. The latency
 histogram has fixed bounds (`LATENCY_BOUNDS_S`) so any two stats add up
 bucket by bucket and a p99 is read without the raw samples. Plain values;
 the counting itself is `proxy.observability.request_stats`'.
@@ -38,23 +41,32 @@ class RequestStats(BaseModel):
     requests: int = Field(default=0, ge=0)
     errors: int = Field(default=0, ge=0)
     buckets: tuple[int, ...] = (0,) * _BUCKETS
+    compared: int = Field(default=0, ge=0)  # shadow replies compared (per endpoint)
+    mismatched: int = Field(default=0, ge=0)  # of those, the ones that differed
 
     def plus(self, other: RequestStats) -> RequestStats:
         return RequestStats(
             requests=self.requests + other.requests,
             errors=self.errors + other.errors,
             buckets=tuple(a + b for a, b in zip(self.buckets, other.buckets)),
+            compared=self.compared + other.compared,
+            mismatched=self.mismatched + other.mismatched,
         )
 
     def since(self, earlier: RequestStats) -> RequestStats:
         """What was counted after `earlier`. A count that went down means the
         counter restarted (a new proxy): then everything counted is new."""
-        if self.requests < earlier.requests or any(a < b for a, b in zip(self.buckets, earlier.buckets)):
+        if (
+            self.requests < earlier.requests or self.compared < earlier.compared
+            or any(a < b for a, b in zip(self.buckets, earlier.buckets))
+        ):
             return self
         return RequestStats(
             requests=self.requests - earlier.requests,
             errors=max(self.errors - earlier.errors, 0),
             buckets=tuple(a - b for a, b in zip(self.buckets, earlier.buckets)),
+            compared=self.compared - earlier.compared,
+            mismatched=max(self.mismatched - earlier.mismatched, 0),
         )
 
     def error_ratio(self) -> float:
