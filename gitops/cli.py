@@ -154,6 +154,21 @@ def build_parser() -> argparse.ArgumentParser:
         "(docs/guides/security.md; default: none)",
     )
     run.add_argument(
+        "--oidc-issuer", default=None, metavar="URL",
+        help="accept OIDC bearer tokens (JWTs) from this issuer on the admin API: https, or http to loopback "
+        "(docs/guides/security.md; default: none)",
+    )
+    run.add_argument("--oidc-audience", default=None, metavar="AUD",
+                     help="the `aud` the issuer's tokens must carry (required with --oidc-issuer)")
+    run.add_argument("--oidc-group-role", action="append", default=[], metavar="GROUP=ROLE",
+                     help="a group of the token's groups claim and the role it gives (viewer, operator, admin); "
+                     "repeat for several")
+    run.add_argument("--oidc-groups-claim", default="groups", metavar="CLAIM",
+                     help="the claim holding the token's groups (default: groups)")
+    run.add_argument("--oidc-client-id", default=None, metavar="ID",
+                     help="the status page's client id at the issuer, for its login (authorization code + PKCE; "
+                     "default: no login)")
+    run.add_argument(
         "--admin-allowed-hosts", default="", help="more Host names the admin API answers, comma-separated (default: none)"
     )
     run.add_argument(

@@ -4,8 +4,10 @@
   and the listener it is served on.
 - `access`: who may use it: bearer tokens, Host allow-list, Origin check.
 - `roles`: the roles and the one table of the role each route needs, scopes.
+- `oidc`: OIDC bearer tokens (JWTs): the issuer's keys, the checks, groups to roles.
 - `tokens`: the named tokens' file (`NAME ROLE SHA256 [SCOPE]`), read again on change.
 - `webhooks`: push signatures (HMAC-SHA256), replays and a rate limit.
+- `login`: the status page's sign-in (authorization code + PKCE) and its sessions.
 - `page`: the read-only status page served at `/`.
 - `shadow_mismatches`: `GET /shadow/mismatches`, every proxy's sample in one list.
 - `address`: where client commands find the running agent's API.

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Awaitable, Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
+from gitops.admin.login import COOKIE, CSRF_HEADER, Session
 from gitops.admin.roles import Principal, Role
 from gitops.admin.tokens import TokenTable
 from gitops.errors import UserError
@@ -70,11 +71,13 @@ class AccessPolicy:
     tokens: tuple[Callable[[], TokenTable], ...] = ()
     environment: str | None = None
     verifier: Verifier | None = None
+    sessions: Callable[[str | None], Session | None] | None = None  # the status page's sign-ins
 
     @classmethod
     def build(cls, token: bytes | None, bound_host: str, extra_hosts: Iterable[str] = (), *,
               tokens: Callable[[], TokenTable] | None = None, environment: str | None = None,
-              verifier: Verifier | None = None) -> AccessPolicy:
+              verifier: Verifier | None = None,
+              sessions: Callable[[str | None], Session | None] | None = None) -> AccessPolicy:
         """Loopback names, the bound address unless a wildcard, and `extra_hosts`; `token`
         is the old single admin token, `tokens` a token file's table, `verifier` OIDC."""
         hosts = set(LOOPBACK_NAMES) | {_bare(host) for host in extra_hosts if host.strip()}
@@ -86,12 +89,12 @@ class AccessPolicy:
             sources.append(lambda: single)
         if tokens is not None:
             sources.append(tokens)
-        return cls(frozenset(hosts), tuple(sources), environment, verifier)
+        return cls(frozenset(hosts), tuple(sources), environment, verifier, sessions)
 
     @property
     def guarded(self) -> bool:
         """Whether any credential is configured (else every caller is `ANONYMOUS`)."""
-        return bool(self.tokens) or self.verifier is not None
+        return bool(self.tokens) or self.verifier is not None or self.sessions is not None
 
 
 def legacy_name(token: bytes) -> str:
@@ -99,12 +102,19 @@ def legacy_name(token: bytes) -> str:
     return f"admin token sha256:{hashlib.sha256(token).hexdigest()[:12]}"
 
 
-async def authenticate(policy: AccessPolicy, headers: Mapping[str, str]) -> Principal | Refusal:
-    """Who the request's bearer is, or the 401 to send."""
+async def authenticate(policy: AccessPolicy, headers: Mapping[str, str], method: str = "GET") -> Principal | Refusal:
+    """Who the request's bearer (or its sign-in session's cookie) is, or the 401 (403) to send.
+    A POST on a session must carry the session's CSRF token in `X-CSRF-Token`."""
     if not policy.guarded:
         return ANONYMOUS
     scheme, _, given = (headers.get("authorization") or "").partition(" ")
     given = given.strip()
+    if not given and policy.sessions is not None:
+        session = policy.sessions(_cookie(headers.get("cookie"), COOKIE))
+        if session is not None:
+            if method not in ("GET", "HEAD") and not session.csrf_matches(headers.get(CSRF_HEADER)):
+                return Refusal(403, "missing or wrong X-CSRF-Token for this session")
+            return session.principal
     if scheme.lower() == "bearer" and given:
         for table in policy.tokens:
             found = table().find(given)
@@ -116,6 +126,14 @@ async def authenticate(policy: AccessPolicy, headers: Mapping[str, str]) -> Prin
             except BearerRefused as error:
                 return _unauthorized(f"bearer token refused: {error}")
     return _unauthorized("missing or wrong bearer token (gitops: --token-file or GITOPS_TOKEN)")
+
+
+def _cookie(header: str | None, name: str) -> str | None:
+    for part in (header or "").split(";"):
+        key, sep, value = part.strip().partition("=")
+        if sep and key == name:
+            return value
+    return None
 
 
 def _unauthorized(message: str) -> Refusal:

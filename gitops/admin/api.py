@@ -25,7 +25,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
@@ -35,6 +35,8 @@ from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gitops.admin.access import AccessPolicy, Refusal, authenticate, check
+from gitops.admin.access import BearerRefused
+from gitops.admin.login import COOKIE, Logins, challenge_of
 from gitops.admin.roles import Principal, refusal, rule_for
 from gitops.reconcile.outcomes import MAX_REASON_CHARS, Action, HistoryEntry
 from gitops.redaction import redact
@@ -59,8 +61,8 @@ from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
 ReplicaOutputReader = Callable[[str, "float | None", dict[str, OutputCursor]], Awaitable[list[ReplicaOutput]]]
 
 __all__ = [
-    "AdminTarget", "AuditTrail", "Listener", "WebhookGuard", "build_app", "build_webhook_app", "server", "ADMIN_LIMITS",
-    "requester",
+    "AdminTarget", "AuditTrail", "Listener", "SignIn", "WebhookGuard", "build_app", "build_webhook_app", "server",
+    "ADMIN_LIMITS", "requester",
 ]
 
 # An admin API has a handful of clients: few connections, short deadlines.
@@ -87,6 +89,17 @@ class AdminTarget(Protocol):
     def resume(self) -> None: ...
 
     def rollback(self, commit: str | None = None) -> Quarantine: ...
+
+
+class SignIn(Protocol):
+    """The status page's sign-in: the issuer (`gitops.admin.oidc.OidcVerifier`) and the sessions."""
+
+    logins: Logins
+    client_id: str
+
+    async def endpoints(self) -> tuple[str, str]: ...
+
+    async def exchange(self, code: str, verifier: str, redirect_uri: str) -> tuple[Principal, dict[str, Any]]: ...
 
 
 class AuditTrail(Protocol):
@@ -123,11 +136,13 @@ def build_app(
     override_window: Callable[[str], None] | None = None,
     apply_traces: Callable[[str], list[Any]] | None = None,
     audit: AuditTrail | None = None,
+    sign_in: SignIn | None = None,
 ) -> ASGIApp:
     """The admin app behind `policy`; `sync` and `webhook_fetch` wake the agent;
     `shadow_mismatches` gathers the proxies' samples (`gitops.admin.shadow_mismatches`);
     `apply_traces` answers a commit's kept apply traces (`gitops.reconcile.apply_traces.TraceRing`);
-    `audit` records every mutating call with who, from where and why, and answers `/audit`.
+    `audit` records every mutating call with who, from where and why, and answers `/audit`;
+    `sign_in` is the status page's login at the OIDC issuer (`/login`, `/login/callback`).
 
     Without `webhook` (no secret, or the webhook on its own listener)
     `/hooks/git` answers 404 here.
@@ -248,6 +263,45 @@ def build_app(
             return _error(400, "commit must be 4 or more hex digits of a commit")
         return JSONResponse({"traces": apply_traces(commit) if apply_traces is not None else []})
 
+    async def whoami(request: Request) -> Response:
+        principal: Principal | None = getattr(request.state, "principal", None)
+        session = sign_in.logins.session(request.cookies.get(COOKIE)) if sign_in is not None else None
+        return JSONResponse({
+            "name": principal.name if principal else None, "role": principal.role.label if principal else None,
+            "via": principal.via if principal else None,
+            "csrf": session.csrf if session is not None and principal is session.principal else None,
+        }, headers={"Cache-Control": "no-store"})
+
+    async def login(request: Request) -> Response:
+        if sign_in is None:
+            return _error(404, "no sign-in: the agent runs without --oidc-issuer and --oidc-client-id")
+        try:
+            authorize, _ = await sign_in.endpoints()
+        except BearerRefused as error:
+            return _error(502, str(error))
+        redirect_uri = _callback_url(request)
+        state, verifier = sign_in.logins.begin(redirect_uri)
+        query = urlencode({"response_type": "code", "client_id": sign_in.client_id, "redirect_uri": redirect_uri,
+                           "scope": "openid", "state": state, "code_challenge": challenge_of(verifier),
+                           "code_challenge_method": "S256"})
+        return Response(status_code=302, headers={"Location": f"{authorize}?{query}", "Cache-Control": "no-store"})
+
+    async def login_callback(request: Request) -> Response:
+        if sign_in is None:
+            return _error(404, "no sign-in: the agent runs without --oidc-issuer and --oidc-client-id")
+        pending = sign_in.logins.finish(request.query_params.get("state", ""))
+        code = request.query_params.get("code", "")
+        if pending is None or not code:
+            return _error(400, "unknown or expired sign-in (state); start again at /login")
+        try:
+            principal, claims = await sign_in.exchange(code, pending.verifier, pending.redirect_uri)
+        except BearerRefused as error:
+            return _error(403, f"sign-in refused: {error}")
+        session = sign_in.logins.open(principal, float(claims.get("exp", 0)))
+        secure = "; Secure" if pending.redirect_uri.startswith("https:") else ""
+        cookie = f"{COOKIE}={session.id}; Path=/; HttpOnly; SameSite=Lax{secure}"
+        return Response(status_code=303, headers={"Location": "/", "Set-Cookie": cookie, "Cache-Control": "no-store"})
+
     async def hook(request: Request) -> Response:
         if webhook is None:
             return _error(404, "no webhook on this listener (it needs --webhook-secret-file; "
@@ -267,6 +321,9 @@ def build_app(
         Route("/logs/{backend}", logs),
         Route("/traces", traces),
         Route("/audit", audit_export),
+        Route("/login", login),
+        Route("/session", whoami),
+        Route("/login/callback", login_callback),
         Route("/hooks/git", hook, methods=["POST"]),
     ]
     async def status_page(request: Request) -> Response:
@@ -274,6 +331,12 @@ def build_app(
 
     routes.append(Route("/", status_page))
     return _Guarded(Starlette(routes=routes), routes, policy)
+
+
+def _callback_url(request: Request) -> str:
+    """Where the issuer sends the browser back: this listener, as the browser named it."""
+    scheme = "https" if request.headers.get("x-forwarded-proto") == "https" else request.url.scheme
+    return f"{scheme}://{request.headers.get('host', '127.0.0.1')}/login/callback"
 
 
 def _redacted(output: ReplicaOutput) -> ReplicaOutput:
@@ -327,7 +390,7 @@ class _Guarded:
         rule = rule_for(scope["method"], template)
         if rule.role is None:
             return None
-        found = await authenticate(self._policy, headers)
+        found = await authenticate(self._policy, headers, scope["method"])
         if isinstance(found, Refusal):
             return found
         target = None

@@ -61,9 +61,12 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/healthz"): Rule(OPEN),
     ("GET", "/metrics"): Rule(OPEN),
     ("POST", "/hooks/git"): Rule(OPEN),  # guarded by its HMAC signature
+    ("GET", "/login"): Rule(OPEN),  # the status page's sign-in at the OIDC issuer (404 without one)
+    ("GET", "/login/callback"): Rule(OPEN),  # the issuer's answer: state and PKCE verifier checked
     ("GET", "/"): Rule(Role.VIEWER),
     ("GET", "/status"): Rule(Role.VIEWER),
     ("GET", "/history"): Rule(Role.VIEWER),
+    ("GET", "/session"): Rule(Role.VIEWER),  # who the caller is, and a sign-in's CSRF token
     ("GET", "/logs/{backend}"): Rule(Role.VIEWER),
     ("GET", "/traces"): Rule(Role.VIEWER),
     ("POST", "/sync"): Rule(Role.OPERATOR, mutating=True),

@@ -93,6 +93,7 @@ def run_command(args: argparse.Namespace) -> int:
         return supervise(args.argv, args.ray_address)
     _check_exposure(args, token, secret)
     args.admin_tokens = _token_file(args.admin_tokens_file)
+    args.oidc = _oidc_settings(args)
     _check_intervals(args)
     if args.max_replicas < 1:
         raise UsageError(f"--max-replicas must be at least 1, not {args.max_replicas}")
@@ -394,6 +395,7 @@ async def _serve(
         agent.notify(Trigger.WEBHOOK)
 
     separate_webhook = len(sockets) > 1
+    oidc = _oidc_verifier(args.oidc)
     app = api.build_app(
         agent,
         sync=lambda: agent.notify(Trigger.SYNC),
@@ -403,12 +405,14 @@ async def _serve(
         commit_url_template=links.commit_url_template,
         policy=AccessPolicy.build(token, args.admin_host, _hosts(args.admin_allowed_hosts),
                                   tokens=args.admin_tokens.table if args.admin_tokens else None,
-                                  environment=args.environment),
+                                  environment=args.environment, verifier=oidc,
+                                  sessions=oidc.logins.session if oidc is not None and args.oidc.client_id else None),
         shadow_mismatches=collector(client.proxy_mismatches, lambda: proxies_to_ask(agent.observed())),
         replica_output=client.replica_output,
         override_window=(lambda who: agent.sync(override_window_by=who)) if duties else None,
         apply_traces=lambda commit: [trace_json(trace) for trace in traces.of_commit(commit)],
         audit=agent,
+        sign_in=oidc if oidc is not None and args.oidc.client_id else None,
     )
     servers = [api.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:
@@ -614,13 +618,39 @@ def _check_exposure(args: argparse.Namespace, token: bytes | None, secret: bytes
     """Usage errors (exit 2) for listeners that would be open to the network unguarded."""
     from gitops.admin.access import is_loopback
 
-    if token is None and not args.admin_tokens_file and not is_loopback(args.admin_host):
+    if token is None and not args.admin_tokens_file and not args.oidc_issuer and not is_loopback(args.admin_host):
         raise UsageError(
-            f"--admin-host {args.admin_host} is not loopback: give --admin-token-file or --admin-tokens-file "
+            f"--admin-host {args.admin_host} is not loopback: give --admin-token-file, --admin-tokens-file "
+            "or --oidc-issuer "
             "(the admin API can sync and suspend the agent)"
         )
     if args.webhook_port is not None and secret is None:
         raise UsageError("--webhook-port needs --webhook-secret-file (the webhook accepts only signed calls)")
+
+
+def _oidc_settings(args: argparse.Namespace) -> Any:
+    """The OIDC issuer's settings from the flags (`gitops.admin.oidc.OidcSettings`), or None; usage errors first."""
+    if not args.oidc_issuer:
+        if args.oidc_audience or args.oidc_group_role or args.oidc_client_id:
+            raise UsageError("--oidc-audience, --oidc-group-role and --oidc-client-id need --oidc-issuer")
+        return None
+    from gitops.admin.oidc import OidcSettings, check_issuer_url, parse_group_roles
+
+    if not args.oidc_audience:
+        raise UsageError("--oidc-issuer needs --oidc-audience (the `aud` its tokens carry for this agent)")
+    if not args.oidc_group_role:
+        raise UsageError("--oidc-issuer needs at least one --oidc-group-role GROUP=ROLE")
+    return OidcSettings(issuer=check_issuer_url(args.oidc_issuer), audience=args.oidc_audience,
+                        group_roles=parse_group_roles(args.oidc_group_role), groups_claim=args.oidc_groups_claim,
+                        client_id=args.oidc_client_id)
+
+
+def _oidc_verifier(settings: Any) -> Any:
+    if settings is None:
+        return None
+    from gitops.admin.oidc import OidcVerifier
+
+    return OidcVerifier(settings)
 
 
 def _token_file(path: str | None) -> Any:

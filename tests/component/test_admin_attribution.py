@@ -17,21 +17,8 @@ from gitops.admin.tokens import parse_tokens
 from gitops.loop.history import History
 from gitops.notifications.events import Event, EventKind, describe
 from gitops.reconcile.outcomes import Action
-from tests.support.admin import FakeAgent
+from tests.support.admin import AuditedAgent as Audited
 
-
-class Audited(FakeAgent):
-    """The fake agent with the real ledger for its audit trail."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__()
-        self.ledger = History(path)
-
-    def record_action(self, action: Action) -> Action:
-        return self.ledger.record_action(action)
-
-    def actions(self, limit: int = 50, actor: str | None = None, after: int = 0) -> list[Action]:
-        return self.ledger.actions(limit, actor, after)
 
 
 def tokens():

@@ -61,3 +61,27 @@ def test_row16_a_bad_replica_env_is_a_usage_error(tmp_path: Path, pattern: str, 
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "--replica-env" in done.stderr and problem in done.stderr, done.stderr
     assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize(("flags", "code", "says"), [
+    (["--oidc-issuer", "http://id.example.com", "--oidc-audience", "a", "--oidc-group-role", "g=viewer"], 1,
+     "must be an https:// URL (http:// only to a loopback address)"),
+    (["--oidc-issuer", "https://id.example.com"], 2, "--oidc-issuer needs --oidc-audience"),
+    (["--oidc-issuer", "https://id.example.com", "--oidc-audience", "a"], 2, "at least one --oidc-group-role"),
+    (["--oidc-issuer", "https://id.example.com", "--oidc-audience", "a", "--oidc-group-role", "g=root"], 1,
+     "unknown role 'root'"),
+    (["--oidc-audience", "a"], 2, "need --oidc-issuer"),
+])
+def test_bad_oidc_flags_are_one_line_errors_before_anything_starts(tmp_path: Path, flags: list[str], code: int,
+                                                                   says: str) -> None:
+    done = gitops_run(tmp_path, *flags)
+    assert done.returncode == code and done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_bad_tokens_file_line_stops_run_at_its_line(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("ada admin not-a-digest\n")
+    done = gitops_run(tmp_path, "--admin-tokens-file", str(tokens))
+    assert done.returncode == 1 and f"{tokens}:1: the third field must be the token's SHA-256" in done.stderr
+    assert not (tmp_path / "state").exists()

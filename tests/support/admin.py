@@ -11,7 +11,10 @@ import httpx
 
 from gitops.admin.access import AccessPolicy
 from gitops.admin.api import WebhookGuard, build_app
-from gitops.reconcile.outcomes import HistoryEntry, Outcome
+from pathlib import Path
+
+from gitops.loop.history import History
+from gitops.reconcile.outcomes import Action, HistoryEntry, Outcome
 from gitops.reconcile.rollback import Quarantine, RollbackReason, RollbackRefused
 from gitops.status.rollup import StatusFacts, roll_up
 
@@ -43,6 +46,19 @@ class FakeAgent:
         if commit == "0000000":
             raise RollbackRefused("commit 0000000 was never applied here")
         return Quarantine(good=commit or "b" * 40, held=frozenset({"c" * 40}), reason=RollbackReason.MANUAL)
+
+class AuditedAgent(FakeAgent):
+    """The stand-in agent with a real ledger for its audit trail (`gitops.admin.api.AuditTrail`)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.ledger = History(path)
+
+    def record_action(self, action: Action) -> Action:
+        return self.ledger.record_action(action)
+
+    def actions(self, limit: int = 50, actor: str | None = None, after: int = 0) -> list[Action]:
+        return self.ledger.actions(limit, actor, after)
 
 LOOPBACK_ONLY = AccessPolicy.build(None, "127.0.0.1")
 
