@@ -221,10 +221,34 @@ def resolve_revision(repo: str | Path | git.Repo, rev: str) -> str:
 
 
 def _commit(opened: git.Repo, rev: str) -> git.Commit:
+    """The one resolver of a revision a user typed (`plan --from/--to`, `validate --rev`).
+
+    As `git checkout` does, a branch name with no local branch is the
+    remote-tracking branch of that name when exactly one remote has one
+    (`env/dev` -> `origin/env/dev`, the ordinary clone's case); when several
+    do, the error names them (`did you mean origin/env/dev?`)."""
     try:
         return opened.commit(rev)
     except (gitdb.exc.ODBError, ValueError, git.GitError):
-        raise UserError(f"revision '{rev}' not found in {opened.working_dir or opened.git_dir}") from None
+        pass
+    tracking = _remote_branches(opened, rev)
+    if len(tracking) == 1:
+        return opened.commit(tracking[0])
+    hint = f"; did you mean {' or '.join(tracking)}?" if tracking else ""
+    raise UserError(f"revision '{rev}' not found in {opened.working_dir or opened.git_dir}{hint}") from None
+
+
+def _remote_branches(opened: git.Repo, name: str) -> list[str]:
+    """`REMOTE/name` for each remote with a remote-tracking branch `name`."""
+    if not name or name.startswith(("-", "/")) or name == "HEAD":
+        return []
+    found = []
+    for remote in sorted(remote.name for remote in opened.remotes):
+        ref = f"refs/remotes/{remote}/{name}"
+        sha = opened.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}", with_exceptions=False)
+        if sha:
+            found.append(f"{remote}/{name}")
+    return found
 
 
 def tree_sha(repo: str | Path | git.Repo, rev: str, path: str) -> str | None:
