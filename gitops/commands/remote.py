@@ -399,7 +399,8 @@ def render_status(status: AgentStatus) -> str:
     ]
     if status.backends:
         lines += ["", _table(["BACKEND", "VERSION", "COMMIT", "READY", "REPLICAS", *_SERVING, "LAST ERROR"], [
-            [name, (b.version or "-")[:12], _short(b.commit), f"{b.ready}/{b.target_replicas}", _pairs(b.replicas),
+            # The whole version, as plan and the JSON show it (`a1669410361a+mfcaf984a` with models).
+            [name, b.version or "-", _short(b.commit), f"{b.ready}/{b.target_replicas}", _pairs(b.replicas),
              *_serving(b.serving), b.last_error or ""]
             for name, b in sorted(status.backends.items())
         ])]
@@ -434,14 +435,17 @@ def render_status(status: AgentStatus) -> str:
     return printable_lines("\n".join(lines))
 
 
-_SERVING = ["REQ/S", "5XX", "P99"]  # over the last minute
+# Counted over WINDOW seconds: an endpoint's last minute, a backend's since its
+# current version came to run (shorter just after a rollout), so the two can differ.
+_SERVING = ["REQ/S", "5XX", "P99", "WINDOW"]
 
 
 def _serving(serving: Serving) -> list[str]:
+    window = f"{serving.window_s:.0f}s"
     if not serving.requests:
-        return ["0", "-", "-"]
+        return ["0", "-", "-", window]
     p99 = f"{serving.p99_s * 1000:.0f}ms" if serving.p99_s < 1 else f"{serving.p99_s:g}s"
-    return [f"{serving.rate():.1f}", f"{serving.error_share():.0%}", p99]
+    return [f"{serving.rate():.1f}", f"{serving.error_share():.0%}", p99, window]
 
 
 def _step_bar(step: int, passed: int, steps: int) -> str:

@@ -54,8 +54,8 @@ class SettingsPromoter:
         settings = request.settings
         credentials = Credentials(_TOKEN_USERS.get(settings.provider or "", "git"), self._token)
 
-        def push(sha: str, branch: str) -> None:
-            self._source.push(sha, branch, credentials)
+        def push(sha: str, branch: str) -> bool:
+            return self._source.push(sha, branch, credentials)
 
         if settings.mode == "push":
             return PushPromoter(push).promote(request)

@@ -51,8 +51,9 @@ __all__ = [
 
 DEFAULT_API_URLS = {"github": "https://api.github.com", "gitlab": "https://gitlab.com/api/v4"}
 
-# Pushes `commit` to `branch` of the remote, as a fast-forward only (GitSource.push).
-Push = Callable[[str, str], None]
+# Pushes `commit` to `branch` of the remote, as a fast-forward only (GitSource.push);
+# False when the branch was already at the commit (nothing moved).
+Push = Callable[[str, str], bool]
 
 
 class PromotionError(GitopsError):
@@ -108,9 +109,11 @@ class PushPromoter:
     def promote(self, request: PromotionRequest) -> str:
         branch = request.settings.branch
         try:
-            self._push(request.commit, branch)
+            moved = self._push(request.commit, branch)
         except GitopsError as error:
             raise PromotionError(str(error)) from None
+        if not moved:
+            return f"{branch} already at {request.commit[:7]} (nothing pushed)"
         return f"pushed {request.commit[:7]} to {branch} (fast-forward)"
 
 

@@ -180,24 +180,28 @@ class GitSource:
         self._remote_git("fetch", "--quiet", "--no-tags", self._url, f"+refs/heads/{branch}:refs/gitops/branches/{branch}")
         return str(self._repo.git.rev_parse(f"refs/gitops/branches/{branch}^{{commit}}")).strip()
 
-    def push(self, sha: str, branch: str, credentials: Credentials | None = None) -> None:
+    def push(self, sha: str, branch: str, credentials: Credentials | None = None) -> bool:
         """Move `branch` of the remote to `sha`, only as a fast-forward: never
         a force push, so git refuses when the branch has commits `sha` lacks.
-        `credentials` (a promotion's token) are used for this push alone."""
+        `credentials` (a promotion's token) are used for this push alone.
+        True when the branch moved; False when it was already at `sha`."""
         env = dict(self._env)
         if credentials is not None and self.remote:
             env.update(credential_env(self._url, credentials))
         try:
             with self._repo.git.custom_environment(**env):
-                self._repo.git.push(
-                    "--quiet", "--no-verify", self._url, f"{sha}:refs/heads/{branch}",
+                # --porcelain: one line per ref, '=' first when it was already there.
+                answer = str(self._repo.git.push(
+                    "--porcelain", "--no-verify", self._url, f"{sha}:refs/heads/{branch}",
                     kill_after_timeout=self._fetch_timeout_s,
-                )
+                ))
         except git.GitCommandError as error:
             message = self._timeout_or(error)
-            if "non-fast-forward" in str(error.stderr) or "fetch first" in str(error.stderr):
+            said = f"{error.stdout}\n{error.stderr}"  # with --porcelain, the refused ref is on stdout
+            if "non-fast-forward" in said or "fetch first" in said:
                 message = f"{branch} has commits that {sha[:7]} does not (not a fast-forward); nothing was pushed"
             raise SourceError(redact(f"push {self.location} {branch}: {message}"), "PushRefused") from None
+        return not any(line.startswith("=\t") for line in answer.splitlines())
 
     def _branch_missing(self) -> bool:
         """True when the remote answers and lists no such branch (False if it does not answer)."""

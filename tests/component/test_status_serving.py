@@ -66,6 +66,27 @@ def test_a_backend_counted_since_its_new_version_says_so_and_its_rate_is_over_th
                                                  "ZeroDivisionError: division by zero at deployments/boom.py:7")
 
 
+def test_the_table_labels_each_rows_window_so_a_backend_and_its_endpoint_can_differ() -> None:
+    """Issue 49 row 9: a backend at 69% 5xx beside its endpoint at 9%, with no word that the windows differ."""
+    observed = serving(50, 1)
+    fresh = replace(observed, cluster=observed.cluster.model_copy(update={"serving_windows": {"echo": 5.0}}))
+    lines = render_status(roll_up(fresh)).splitlines()
+    for table in ("BACKEND", "ENDPOINT"):
+        header = next(line for line in lines if line.startswith(table))
+        assert header.split()[-3 if table == "BACKEND" else -1] == "WINDOW", header  # BACKEND ends LAST ERROR
+    backend = next(line for line in lines if line.startswith("echo ") and "v1" in line)
+    endpoint = next(line for line in lines if line.startswith("echo ") and "/echo" in line)
+    assert backend.split()[-1] == "5s" and endpoint.split()[-1] == "60s", (backend, endpoint)
+
+
+def test_the_table_shows_the_whole_version_as_plan_and_json_do() -> None:
+    observed = serving(50, 1)
+    versioned = {"echo": observed.cluster.backends["echo"].model_copy(update={"version": "a1669410361a+mfcaf984a"})}
+    status = roll_up(replace(observed, cluster=observed.cluster.model_copy(update={"backends": versioned})))
+    row = next(line for line in render_status(status).splitlines() if line.startswith("echo ") and "+m" in line)
+    assert row.split()[1] == "a1669410361a+mfcaf984a" == status.backends["echo"].version
+
+
 def test_a_rare_5xx_below_the_share_is_no_degradation() -> None:
     assert roll_up(serving(1000, 5)).status is SyncStatus.SYNCED
 

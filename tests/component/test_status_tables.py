@@ -15,7 +15,7 @@ def test_status_table_shows_status_commits_backends_and_traffic() -> None:
     text = render_status(agent_status())
     assert text.splitlines()[0].startswith("Status:     Synced (ReconciliationSucceeded")
     assert f"Applied:    {SHA[:7]}" in text
-    assert f"echo-v1  abcdef123456  {SHA[:7]}  2/2    RUNNING=2" in text
+    assert f"echo-v1  abcdef1234567890  {SHA[:7]}  2/2    RUNNING=2" in text  # the whole version
     assert "echo      /echo  echo-v1=90% echo-v2=10%" in text
 
 

@@ -77,6 +77,17 @@ def test_push_mode_fast_forwards_the_target_branch(remote: tuple[Remote, HttpGit
     assert remote_head(bare, "env/prod") == commit
 
 
+def test_push_mode_says_when_the_target_already_had_the_commit(
+    remote: tuple[Remote, HttpGitServer], repo: GitRepo, tmp_path: Path
+) -> None:
+    """Issue 49 row 9: history said `pushed ... (fast-forward)` when nothing moved."""
+    bare, server = remote
+    commit = repo.head()  # env/staging and env/prod are both at it
+    where = SettingsPromoter(staging_source(server, tmp_path), TOKEN).promote(request(commit, settings()))
+    assert where == f"env/prod already at {commit[:7]} (nothing pushed)"
+    assert remote_head(bare, "env/prod") == commit
+
+
 def test_push_mode_refuses_what_is_not_a_fast_forward(
     remote: tuple[Remote, HttpGitServer], repo: GitRepo, tmp_path: Path
 ) -> None:
