@@ -4,8 +4,12 @@ PATH defaults to `deployments` at the top level of the repository holding the
 current directory, so it works from any subdirectory, as git does.
 
 Exit 0 when valid, 1 when invalid, 2 for a usage error, in every format:
-- text: every error on stderr as FILE:LINE:COL: message, a one-line summary on stdout;
-- json: one JSON document on stdout (`valid`, counts, `errors` with file, line, col, message);
+- text: every error on stderr as FILE:LINE:COL: message, a one-line summary on stdout, last;
+  before it, for a valid tree, what was checked (`Checked`): the spec files, the
+  environments each checked on top, the secrets (decrypted with `--age-identity`,
+  or only found without it), the models pinned by digest, and the automation the
+  environments declare ([promotion], [[sync_windows]]);
+- json: one JSON document on stdout (`valid`, counts, `checked`, `errors` with file, line, col, message);
 - github: GitHub Actions workflow commands on stdout,
   `::error file=F,line=L,col=C::message`, so errors show on the pull
   request's diff (FILE is relative to the repository root, as Actions wants).
@@ -26,6 +30,8 @@ import os
 import sys
 from pathlib import Path
 
+from dataclasses import dataclass
+
 from gitops.errors import UserError
 from gitops.specs.documents import SpecError
 from gitops.printable import printable
@@ -33,7 +39,9 @@ from gitops.specs.limits import SpecLimits
 from gitops.specs.loading import LoadResult, Loader, environment_names
 from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel
 
-__all__ = ["validate_command", "default_spec_dir", "render_json", "render_github", "escape_data", "escape_property"]
+__all__ = [
+    "validate_command", "default_spec_dir", "Checked", "render_json", "render_github", "escape_data", "escape_property",
+]
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -47,16 +55,18 @@ def validate_command(args: argparse.Namespace) -> int:
         tree, spec_path = _tree(path, args.rev, args.root)
         names = [environment] if environment is not None else [None, *environment_names(tree)]
         loaders = [_loader(limits, args.age_identity, name) for name in names]
-        result = _merged([loader.load_tree(tree, spec_path) for loader in loaders])
+        results = [loader.load_tree(tree, spec_path) for loader in loaders]
+        result = _merged(results)
     except _UsageError as error:
         print(printable(f"gitops validate: {error}"), file=sys.stderr)
         return EXIT_USAGE
+    checked = Checked.of(tree, spec_path, names, results, decrypted=bool(args.age_identity))
     if args.format == "json":
-        sys.stdout.write(render_json(args.path, result))
+        sys.stdout.write(render_json(args.path, result, checked))
     elif args.format == "github":
         sys.stdout.write(render_github(args.path, result))
     else:
-        _report(args.path, result)
+        _report(args.path, result, checked)
     return EXIT_VALID if _valid(result) else EXIT_INVALID
 
 
@@ -71,6 +81,87 @@ def default_spec_dir(cwd: Path) -> Path:
 
 class _UsageError(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What a run of validate looked at, so that its answer says so."""
+
+    spec_files: int = 0
+    environments: tuple[str, ...] = ()
+    secrets: tuple[str, ...] = ()
+    decrypted: bool = False
+    models: tuple[str, ...] = ()
+    promotions: tuple[str, ...] = ()  # "dev -> staging", one per environment that promotes
+    sync_windows: int = 0
+
+    @classmethod
+    def of(
+        cls, tree: Tree, spec_path: str, names: list[str | None], results: list[LoadResult], decrypted: bool
+    ) -> Checked:
+        states = [result.state for result in results if result.state is not None]
+        settings = [result.environment for result in results if result.environment is not None]
+        files = [path for path in _tree_files(tree, spec_path) if path.endswith(".toml") and not path.startswith("environments/")]
+        return cls(
+            spec_files=len(files),
+            environments=tuple(name for name in names if name is not None),
+            secrets=tuple(sorted({name for state in states for name in state.secrets})),
+            decrypted=decrypted,
+            models=tuple(sorted({name for state in states for name in state.models})),
+            promotions=tuple(
+                f"{one.promotion.source} -> {one.promotion.to}" for one in settings if one.promotion is not None
+            ),
+            sync_windows=sum(len(one.sync_windows) for one in settings),
+        )
+
+    def lines(self) -> list[str]:
+        """One line per kind of thing checked, for the text answer."""
+        environments = (
+            f"{', '.join(self.environments)} (each on top of the specs)" if self.environments
+            else "none (no environments/NAME.toml)"
+        )
+        if not self.secrets:
+            secrets = "none"
+        elif self.decrypted:
+            secrets = f"{_listed(self.secrets)}, each decrypted with --age-identity"
+        else:
+            secrets = f"{_listed(self.secrets)}, files found but not decrypted (pass --age-identity to check they open)"
+        models = f"{_listed(self.models)}, each pinned by sha256 (fetched by the agent)" if self.models else "none"
+        lines = [
+            f"  specs:        {_plural(self.spec_files, 'file')} (keys, types, routes, traffic, imports, code paths)",
+            f"  environments: {environments}",
+            f"  secrets:      {secrets}",
+            f"  models:       {models}",
+        ]
+        automation = [*(f"promotion {one}" for one in self.promotions)]
+        if self.sync_windows:
+            automation.append(_plural(self.sync_windows, "sync window"))
+        if automation:
+            lines.append(f"  automation:   {'; '.join(automation)}")
+        return lines
+
+    def json(self) -> dict[str, object]:
+        return {
+            "spec_files": self.spec_files,
+            "environments": list(self.environments),
+            "secrets": list(self.secrets),
+            "secrets_decrypted": self.decrypted and bool(self.secrets),
+            "models": list(self.models),
+            "promotions": list(self.promotions),
+            "sync_windows": self.sync_windows,
+        }
+
+
+def _tree_files(tree: Tree, spec_path: str) -> list[str]:
+    try:
+        return tree.files(spec_path) if tree.exists(spec_path) else []
+    except OSError:
+        return []
+
+
+def _listed(names: tuple[str, ...]) -> str:
+    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+    return f"{len(names)} ({shown})"
 
 
 class _DecryptingLoader(Loader):
@@ -152,10 +243,14 @@ def _valid(result: LoadResult) -> bool:
     return result.ok and result.state is not None
 
 
-def _report(label: str, result: LoadResult) -> None:
+def _report(label: str, result: LoadResult, checked: Checked) -> None:
     for error in result.errors:
         print(error, file=sys.stderr)
-    # The summary goes to stdout so that stderr holds nothing but errors.
+    # What was checked, then the summary, last (`tail -1` is the verdict), go to
+    # stdout so that stderr holds nothing but errors.
+    if _valid(result):
+        for line in ["Checked:", *checked.lines()]:
+            print(printable(line))
     print(printable(_summary(label, result)))
 
 
@@ -166,13 +261,14 @@ def _summary(label: str, result: LoadResult) -> str:
     return f"{label}: {_plural(backends, 'backend')}, {_plural(endpoints, 'endpoint')}, valid"
 
 
-def render_json(label: str, result: LoadResult) -> str:
+def render_json(label: str, result: LoadResult, checked: Checked | None = None) -> str:
     state = result.state if _valid(result) else None
     document = {
         "path": label,
         "valid": state is not None,
         "backends": len(state.backends) if state else None,
         "endpoints": len(state.endpoints) if state else None,
+        "checked": (checked or Checked()).json() if state is not None else None,
         "errors": [_error_json(error) for error in result.errors],
     }
     return json.dumps(document, indent=2) + "\n"

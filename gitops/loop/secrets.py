@@ -18,6 +18,7 @@ for the newest commits loaded. docs/guides/secrets.md has the design.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import base64
 import hashlib
 import hmac
@@ -172,7 +173,8 @@ class SecretsLoader:
         digests = {name: keyed_hash(self._key, name, value) for name, value in values.items()}
         self._held = {digests[name]: values[name] for name in named}
         backends = {name: self._with_digests(tree, config, digests) for name, config in state.backends.items()}
-        return LoadResult(state.model_copy(update={"backends": backends}))
+        # The environment's settings and the code paths stay: only the backends gain their digests.
+        return dataclasses.replace(result, state=state.model_copy(update={"backends": backends}))
 
     def _with_digests(self, tree: Tree, config: BackendConfig, digests: dict[str, str]) -> BackendConfig:
         if not config.secrets:
@@ -216,7 +218,8 @@ class FileDigests(SecretsLoader):
             for name, declared in state.secrets.items()
         }
         backends = {name: self._with_digests(tree, config, digests) for name, config in state.backends.items()}
-        return LoadResult(state.model_copy(update={"backends": backends}))
+        # The environment's settings and the code paths stay: only the backends gain their digests.
+        return dataclasses.replace(result, state=state.model_copy(update={"backends": backends}))
 
 
 def assume_unchanged(desired: ServingState, actual: ServingState) -> ServingState:

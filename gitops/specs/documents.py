@@ -40,7 +40,17 @@ from vocabulary.spec.serving_rules import (
 from gitops.printable import printable
 from gitops.specs.limits import SpecLimits, size_text
 from gitops.specs.locating import LazyLocations, Locations, locate_later
-from gitops.specs.models import NAME_PATTERN, EndpointSpec, Loc, check_backend, check_endpoint, check_model, check_secret, dotted
+from gitops.specs.models import (
+    NAME_PATTERN,
+    EndpointSpec,
+    Loc,
+    check_backend,
+    check_endpoint,
+    check_model,
+    check_secret,
+    did_you_mean,
+    dotted,
+)
 
 __all__ = ["SpecError", "Declared", "Documents", "ParsedFile", "parse_file", "combine", "oversized_file"]
 
@@ -76,8 +86,9 @@ class Declared:
     spec: Any = None
     raw: Any = None
 
-    def error(self, loc: Loc, message: str) -> SpecError:
-        line, col = self.locations.find(loc)
+    def error(self, loc: Loc, message: str, at_value: bool = False) -> SpecError:
+        """`message` at the key `loc`, or (`at_value`) at the value written there."""
+        line, col = self.locations.find_value(loc) if at_value else self.locations.find(loc)
         return SpecError(self.file, line, col, message)
 
     def where(self, loc: Loc) -> str:
@@ -233,7 +244,8 @@ def _tables(
     for key, value in document.items():
         if key not in _SECTIONS:
             expected = "expected [backends.NAME], [endpoints.NAME], [secrets.NAME] or [models.NAME]"
-            errors.append(SpecError(path, *locations.find((key,)), f"unknown table '{key}' ({expected})"))
+            hint = did_you_mean(key, _SECTIONS)
+            errors.append(SpecError(path, *locations.find((key,)), f"unknown table '{key}' ({expected}){hint}"))
         elif not isinstance(value, dict):
             errors.append(SpecError(path, *locations.find((key,)), f"'{key}' must be a table of named {key}"))
         else:
@@ -264,7 +276,7 @@ def _check_table(
         spec, problems = check_model(raw, (section, name))
     else:
         spec, problems = check_endpoint(raw, (section, name))
-    errors.extend(declared.error(problem.loc, problem.message) for problem in problems)
+    errors.extend(declared.error(problem.loc, problem.message, problem.at_value) for problem in problems)
     return replace(declared, spec=spec)
 
 

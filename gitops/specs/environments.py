@@ -49,7 +49,9 @@ from gitops.specs.models import (
     Loc,
     check_backend,
     check_endpoint,
+    did_you_mean,
     dotted,
+    known_keys,
 )
 from gitops.delivery.windows import SyncWindow, WindowKind
 
@@ -241,8 +243,9 @@ class EnvironmentFile:
     settings: EnvironmentSettings | None = None
     errors: tuple[SpecError, ...] = ()
 
-    def error(self, loc: Loc, message: str) -> SpecError:
-        return SpecError(self.path, *self.locations.find(loc), message)
+    def error(self, loc: Loc, message: str, at_value: bool = False) -> SpecError:
+        position = self.locations.find_value(loc) if at_value else self.locations.find(loc)
+        return SpecError(self.path, *position, message)
 
 
 def parse_environment(name: str, data: bytes | None, limits: SpecLimits = SpecLimits()) -> EnvironmentFile:
@@ -288,7 +291,8 @@ def _overrides(file: EnvironmentFile, document: dict[str, Any], errors: list[Spe
             continue
         if key not in _SECTIONS:
             expected = "expected [backends.NAME], [endpoints.NAME], [promotion] or [[sync_windows]]"
-            errors.append(file.error((key,), f"unknown table '{key}' ({expected})"))
+            hint = did_you_mean(key, (*_SECTIONS, *_SETTINGS))
+            errors.append(file.error((key,), f"unknown table '{key}' ({expected}){hint}"))
             continue
         if not isinstance(value, dict):
             errors.append(file.error((key,), f"'{key}' must be a table of named {key}"))
@@ -311,15 +315,17 @@ def _key_problems(at: Loc, table: dict[str, Any], allowed: Mapping[str, frozense
     listed = ", ".join(sorted(allowed))
     for key, value in table.items():
         if key not in allowed:
-            problems.append(((*at, key), f"{dotted((*at, key))}: not overridable per environment (these are: {listed})"))
+            hint = did_you_mean(key, allowed)
+            problems.append(((*at, key), f"{dotted((*at, key))}: not overridable per environment (these are: {listed}){hint}"))
             continue
         sub_keys = allowed[key]
         if sub_keys is not None and isinstance(value, dict):
             for sub in value:
                 if sub not in sub_keys:
                     where = (*at, key, sub)
+                    hint = did_you_mean(sub, sub_keys)
                     problems.append(
-                        (where, f"{dotted(where)}: not overridable per environment (in {key}: {', '.join(sorted(sub_keys))})")
+                        (where, f"{dotted(where)}: not overridable per environment (in {key}: {', '.join(sorted(sub_keys))}){hint}")
                     )
     return problems
 
@@ -364,7 +370,7 @@ def _validated(file: EnvironmentFile, model: type[_Strict], raw: Any, at: Loc, e
             loc = (*at, *detail["loc"])
             message = detail["msg"].removeprefix("Value error, ")
             if detail["type"] == "extra_forbidden":
-                message = f"unknown key '{loc[-1]}'"
+                message = f"unknown key '{loc[-1]}'{did_you_mean(loc[-1], known_keys(model, tuple(detail['loc'][:-1])))}"
             elif detail["type"] == "missing":
                 message = f"missing required key '{loc[-1]}'"
             errors.append(file.error(loc, f"{dotted(loc)}: {message}"))
@@ -382,11 +388,11 @@ class Overridden(Declared):
     environment: EnvironmentFile | None = None
     override: Mapping[str, Any] = field(default_factory=dict)
 
-    def error(self, loc: Loc, message: str) -> SpecError:
+    def error(self, loc: Loc, message: str, at_value: bool = False) -> SpecError:
         inside = loc[2:]
         if self.environment is not None and inside and inside[0] in self.override:
-            return self.environment.error(loc, message)
-        return super().error(loc, message)
+            return self.environment.error(loc, message, at_value)
+        return super().error(loc, message, at_value)
 
 
 # Keys that say the same thing two ways: an environment setting one drops the tree's other.
@@ -456,5 +462,5 @@ def _recheck(
         spec, problems = check_backend(raw, at, limits.max_replicas)
     else:
         spec, problems = check_endpoint(raw, at)
-    errors.extend(layered.error(problem.loc, problem.message) for problem in problems)
+    errors.extend(layered.error(problem.loc, problem.message, problem.at_value) for problem in problems)
     return replace(layered, spec=spec)

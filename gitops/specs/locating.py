@@ -20,6 +20,8 @@ and `locate_later` scans on the first `find` only.
 
 Key paths are tuples like `("backends", "echo-v1", "autoscaling")`, with
 integer indexes for array elements, matching pydantic's error locations.
+Each key's value is located too (`find_value`): a wrong value is reported
+where the value is written, a wrong or missing key where the key is.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class Locations:
 
     positions: dict[_Path, Position] = field(default_factory=dict)
     too_deep: Position | None = None
+    values: dict[_Path, Position] = field(default_factory=dict)
 
     def find(self, path: _Path) -> Position:
         """The position of `path`, or of its nearest written parent, or 1:1."""
@@ -62,6 +65,11 @@ class Locations:
             if found is not None:
                 return found
         return (1, 1)
+
+    def find_value(self, path: _Path) -> Position:
+        """Where the value of `path` starts; where `path` is (`find`) if not recorded."""
+        found = self.values.get(tuple(path))
+        return found if found is not None else self.find(path)
 
 
 def cannot_nest_deeper(text: str, max_depth: int = MAX_DEPTH) -> bool:
@@ -89,6 +97,11 @@ class LazyLocations:
             self._scanned = locate(self._text, self._max_depth)
         return self._scanned.find(path)
 
+    def find_value(self, path: _Path) -> Position:
+        if self._scanned is None:
+            self._scanned = locate(self._text, self._max_depth)
+        return self._scanned.find_value(path)
+
 
 def locate_later(text: str, max_depth: int = MAX_DEPTH) -> Locations | LazyLocations:
     """What `locate` gives, scanned now only when `text` might nest deeper
@@ -101,10 +114,10 @@ def locate(text: str, max_depth: int = MAX_DEPTH) -> Locations:
     try:
         scanner.document()
     except _TooDeep as error:
-        return Locations(scanner.found, scanner.position(error.offset))
+        return Locations(scanner.found, scanner.position(error.offset), scanner.values)
     except (IndexError, ValueError, RecursionError):
         pass  # lenient by design: keep what was found before the surprise
-    return Locations(scanner.found)
+    return Locations(scanner.found, values=scanner.values)
 
 
 class _TooDeep(Exception):
@@ -119,6 +132,7 @@ class _Scanner:
         self.max_depth = max_depth
         self.pos = 0
         self.found: dict[_Path, Position] = {}
+        self.values: dict[_Path, Position] = {}
         self.array_tables: dict[_Path, int] = {}
         self.line_starts = [0] + [match.end() for match in _NEWLINE.finditer(text)]
 
@@ -214,6 +228,8 @@ class _Scanner:
         self.value(path)
 
     def value(self, path: _Path) -> None:
+        if path not in self.values:
+            self.values[path] = self.position(self.pos)
         char = self.peek()
         if char == "{":
             self.inline_table(path)

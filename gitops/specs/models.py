@@ -25,7 +25,9 @@ credentials, and replica counts stay under the agent's `--max-replicas`.
 
 from __future__ import annotations
 
+import difflib
 import enum
+import functools
 import math
 import re
 from copy import copy
@@ -75,6 +77,8 @@ from gitops.specs.limits import DEFAULT_MAX_REPLICAS
 
 __all__ = [
     "NAME_PATTERN",
+    "did_you_mean",
+    "known_keys",
     "HTTP_METHODS",
     "DERIVED_BACKEND_FIELDS",
     "DERIVED_ENDPOINT_FIELDS",
@@ -584,10 +588,13 @@ _S = TypeVar("_S", bound=_Spec)
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong in a table; `loc` is the key path inside the table."""
+    """One thing wrong in a table; `loc` is the key path inside the table.
+    `at_value`: the value written at `loc` is wrong (a type, a range, not one
+    of the allowed values), so it is located at the value, not at its key."""
 
     loc: Loc
     message: str
+    at_value: bool = False
 
 
 def check_backend(
@@ -612,7 +619,7 @@ def check_secret(raw: Any, at: Loc) -> tuple[Any, tuple[Problem, ...]]:
         except ValueError:
             where = (*at, "file")
             message = f"{dotted(where)}: must be a relative path inside the repository (got {_short(raw['file'])})"
-            rules = (Problem(where, message),)
+            rules = (Problem(where, message, at_value=True),)
     spec, problems = _check(SecretSpec, raw, at, rules)
     if spec is not None:
         spec = spec.model_copy(update={"file": _normalise_code_path(spec.file)})  # type: ignore[attr-defined]  # create_model builds SecretSpec: its fields are unknown to mypy
@@ -630,7 +637,7 @@ def check_model(raw: Any, at: Loc) -> tuple[Any, tuple[Problem, ...]]:
             if why is not None:
                 where = (*at, key)
                 got = f" (got {_short(raw[key])})" if key == "sha256" else ""
-                rules.append(Problem(where, f"{dotted(where)}: {why}{got}"))
+                rules.append(Problem(where, f"{dotted(where)}: {why}{got}", at_value=True))
     return _check(ModelSpec, raw, at, tuple(rules))
 
 
@@ -640,7 +647,7 @@ def _check(
     try:
         spec = model.model_validate(raw)
     except ValidationError as error:
-        return None, tuple(_describe(detail, at) for detail in error.errors()) + rules
+        return None, tuple(_describe(detail, at, model) for detail in error.errors()) + rules
     return (None if rules else spec), rules
 
 
@@ -690,7 +697,7 @@ def _replica_cap(raw: Any, at: Loc, max_replicas: int) -> tuple[Problem, ...]:
     if isinstance(scaling, Mapping):
         counts.append(((*at, "autoscaling", "max_replicas"), scaling.get("max_replicas")))
     return tuple(
-        Problem(loc, f"{dotted(loc)}: {count} is above this agent's --max-replicas ({max_replicas})")
+        Problem(loc, f"{dotted(loc)}: {count} is above this agent's --max-replicas ({max_replicas})", at_value=True)
         for loc, count in counts
         if _is_int(count) and count > max_replicas
     )
@@ -716,20 +723,76 @@ def _literal_text(ctx: Mapping[str, Any]) -> str:
     return f"must be {ctx['expected']}"
 
 
-def _describe(detail: ErrorDetails, at: Loc) -> Problem:
+def _describe(detail: ErrorDetails, at: Loc, model: type[BaseModel] | None = None) -> Problem:
     loc = (*at, *detail["loc"])
     kind, ctx = detail["type"], detail.get("ctx", {})
     if kind == "extra_forbidden":
-        return Problem(loc, f"{dotted(loc[:-1])}: unknown key '{loc[-1]}'")
+        known = known_keys(model, tuple(detail["loc"][:-1])) if model is not None else ()
+        return Problem(loc, f"{dotted(loc[:-1])}: unknown key '{loc[-1]}'{did_you_mean(loc[-1], known)}")
     if kind == "missing":
         return Problem(loc, f"{dotted(loc[:-1])}: missing required key '{loc[-1]}'")
     if kind == "value_error":
-        return Problem(loc, f"{dotted(loc)}: {ctx['error']}")
+        return Problem(loc, f"{dotted(loc)}: {ctx['error']}")  # a rule's own words say what and where
     if kind == "literal_error":
-        return Problem(loc, f"{dotted(loc)}: {_literal_text(ctx)} (got {_short(detail['input'])})")
+        got = detail["input"]
+        hint = did_you_mean(got, _QUOTED.findall(str(ctx.get("expected", "")))) if isinstance(got, str) else ""
+        return Problem(loc, f"{dotted(loc)}: {_literal_text(ctx)} (got {_short(got)}){hint}", at_value=True)
     bound = next((f"{op} {_number(ctx[key])}" for key, op in _BOUNDS if key in ctx), None)
     text = f"must be {bound}" if bound else _MESSAGES.get(kind, detail["msg"])
-    return Problem(loc, f"{dotted(loc)}: {text} (got {_short(detail['input'])})")
+    return Problem(loc, f"{dotted(loc)}: {text} (got {_short(detail['input'])})", at_value=True)
+
+
+_QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
+
+
+def did_you_mean(word: object, known: Any) -> str:
+    """` (did you mean 'X'?)` for the known word closest to `word`, or nothing."""
+    if not isinstance(word, str) or not word or len(word) > 100:  # a hostile key costs no search
+        return ""
+    close = difflib.get_close_matches(word, [str(item) for item in known], n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def known_keys(model: type[BaseModel], path: tuple[str | int, ...]) -> tuple[str, ...]:
+    """The keys the spec format allows in the table at `path` inside a `model`
+    table (read from its JSON schema; none where the table is free-form)."""
+    schema = _schema_of(model)
+    node: Any = schema
+    for part in path:
+        node = _table_schema(schema, node, isinstance(part, int))
+        if node is None:
+            return ()
+        if isinstance(part, int):
+            node = node.get("items")
+        else:
+            properties = node.get("properties", {})
+            node = properties.get(part, node.get("additionalProperties"))
+        if not isinstance(node, dict):
+            return ()
+    found = _table_schema(schema, node, False)
+    return tuple(found.get("properties", {})) if found is not None else ()
+
+
+@functools.cache
+def _schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    return model.model_json_schema()
+
+
+def _table_schema(root: dict[str, Any], node: Any, array: bool) -> dict[str, Any] | None:
+    """`node` with its `$ref` followed and its `anyOf` (optional values) narrowed
+    to the branch that is a table (or, for `array`, an array)."""
+    for _ in range(8):  # references never chain this deep in the spec's schema
+        if not isinstance(node, dict):
+            return None
+        if "$ref" in node:
+            node = root.get("$defs", {}).get(str(node["$ref"]).rsplit("/", 1)[-1])
+        elif "anyOf" in node:
+            wanted = "array" if array else "object"
+            branches = [_table_schema(root, branch, array) for branch in node["anyOf"]]
+            node = next((b for b in branches if b is not None and (b.get("type") == wanted or "properties" in b)), None)
+        else:
+            return node
+    return None
 
 
 _BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))

@@ -95,7 +95,7 @@ def test_a_file_that_is_not_utf8_is_an_error() -> None:
 def test_an_error_is_located_at_the_offending_key() -> None:
     text = ECHO_TOML.replace("num_replicas = 2", "num_replicas = -2")
     assert errors(load_tree(tree({"echo.toml": text}))) == [
-        "deployments/echo.toml:5:1: backends.echo-v1.num_replicas: must be >= 0 (got -2)"
+        "deployments/echo.toml:5:16: backends.echo-v1.num_replicas: must be >= 0 (got -2)"
     ]
 
 
@@ -169,7 +169,7 @@ def test_shadow_to_an_undefined_backend_is_an_error() -> None:
 def test_an_invalid_backend_does_not_also_count_as_undefined() -> None:
     text = ECHO_TOML.replace("init_args = [\"v2\"]", "init_args = \"v2\"")
     assert errors(load_tree(tree({"echo.toml": text}))) == [
-        "deployments/echo.toml:12:1: backends.echo-v2.init_args: must be an array (got 'v2')"
+        "deployments/echo.toml:12:13: backends.echo-v2.init_args: must be an array (got 'v2')"
     ]
 
 
@@ -200,7 +200,7 @@ def test_zero_traffic_to_a_backend_with_zero_replicas_is_fine() -> None:
 def test_an_unknown_top_level_table_is_an_error() -> None:
     assert errors(load_tree(tree({"x.toml": "[backend.echo]\nimport_path = 'a:b'\n"}))) == [
         "deployments/x.toml:1:1: unknown table 'backend' "
-        "(expected [backends.NAME], [endpoints.NAME], [secrets.NAME] or [models.NAME])"
+        "(expected [backends.NAME], [endpoints.NAME], [secrets.NAME] or [models.NAME]) (did you mean 'backends'?)"
     ]
 
 

@@ -71,7 +71,7 @@ def test_an_unchanged_file_with_an_error_keeps_its_error_and_location() -> None:
     changed = tree({**broken, "deployments/svc-2.toml": service(2, greeting="changed")})
     result = loader.load_tree(changed)
     assert [str(e) for e in result.errors] == [
-        "deployments/svc-1.toml:3:1: backends.svc-1: unknown key 'init_argz'"
+        "deployments/svc-1.toml:3:1: backends.svc-1: unknown key 'init_argz' (did you mean 'init_args'?)"
     ]
     assert "deployments/svc-1.toml" not in changed.reads
 

@@ -64,7 +64,7 @@ def test_validate_locates_a_bad_model_table(tmp_path: Path) -> None:
     result = _gitops("validate", "deployments", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     lines = sorted(result.stdout.splitlines() + result.stderr.splitlines())
-    assert any(line.startswith("deployments/s.toml:3:1: models.sentiment.sha256: must be 64 hex digits") for line in lines)
+    assert any(line.startswith("deployments/s.toml:3:10: models.sentiment.sha256: must be 64 hex digits") for line in lines)
     assert any(line.startswith("deployments/s.toml:7:11: backends.s.models[0]: no [models.nope]") for line in lines)
     assert "Traceback" not in result.stderr
 

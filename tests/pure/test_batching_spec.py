@@ -29,4 +29,4 @@ def test_a_batch_size_below_one_is_an_error_at_its_key() -> None:
 
 def test_an_unknown_batching_key_is_an_error() -> None:
     _, problems = check_backend({"import_path": "m:Model", "batching": {"max_size": 4}}, AT)
-    assert [p.message for p in problems] == ["backends.model.batching: unknown key 'max_size'"]
+    assert [p.message for p in problems] == ["backends.model.batching: unknown key 'max_size' (did you mean 'max_batch_size'?)"]

@@ -58,16 +58,17 @@ load_timeout_s = 0
 import_path = "apps.s:S"
 models = ["a", "c", "a"]
 '''
+    # A wrong value is located at the value, not at its key's column 1.
     assert _errors(spec) == [
         "deployments/m.toml:12:16: backends.s.models[1]: no [models.c] is declared (declared: a, b)",
         "deployments/m.toml:12:1: backends.s.models: names 'a' twice",
-        "deployments/m.toml:2:1: models.a.source: must be an s3://, https:// or file:/// URL (got scheme 'ftp')",
-        "deployments/m.toml:3:1: models.a.sha256: must be lower-case hex (got '9F86D081884C7D659A2FEAA0C55AD015A3BF...)",
-        ("deployments/m.toml:6:1: models.b.source: http:// is allowed only on a loopback host (127.0.0.1, ::1, "
+        "deployments/m.toml:2:10: models.a.source: must be an s3://, https:// or file:/// URL (got scheme 'ftp')",
+        "deployments/m.toml:3:10: models.a.sha256: must be lower-case hex (got '9F86D081884C7D659A2FEAA0C55AD015A3BF...)",
+        ("deployments/m.toml:6:10: models.b.source: http:// is allowed only on a loopback host (127.0.0.1, ::1, "
         "localhost); use https://"),
-        ("deployments/m.toml:7:1: models.b.sha256: must be the 64 hex digits alone, without 'sha256:' (got "
+        ("deployments/m.toml:7:10: models.b.sha256: must be the 64 hex digits alone, without 'sha256:' (got "
         "'sha256:abc')"),
-        "deployments/m.toml:8:1: models.b.load_timeout_s: must be > 0 (got 0)",
+        "deployments/m.toml:8:18: models.b.load_timeout_s: must be > 0 (got 0)",
     ]
 
 

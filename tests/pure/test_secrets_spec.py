@@ -50,7 +50,7 @@ def test_secrets_may_be_declared_in_another_file_but_only_once() -> None:
 def test_a_secret_table_needs_a_file_inside_the_repository_and_nothing_else() -> None:
     errors = _errors(("d/s.toml", b'[secrets.a]\nfile = "../outside.age"\n[secrets.b]\nvalue = "x"\n'))
     assert errors == [
-        "d/s.toml:2:1: secrets.a.file: must be a relative path inside the repository (got '../outside.age')",
+        "d/s.toml:2:8: secrets.a.file: must be a relative path inside the repository (got '../outside.age')",
         "d/s.toml:3:1: secrets.b: missing required key 'file'",
         "d/s.toml:4:1: secrets.b: unknown key 'value'",
     ]
@@ -59,7 +59,7 @@ def test_a_secret_table_needs_a_file_inside_the_repository_and_nothing_else() ->
 def test_on_secret_change_is_reconfigure_or_restart() -> None:
     bad = b'[backends.a]\nimport_path = "m:A"\non_secret_change = "reload"\n'
     assert _errors(("d/a.toml", bad)) == [
-        "d/a.toml:3:1: backends.a.on_secret_change: must be 'reconfigure' or 'restart' (got 'reload')"
+        "d/a.toml:3:20: backends.a.on_secret_change: must be 'reconfigure' or 'restart' (got 'reload')"
     ]
 
 

@@ -74,8 +74,8 @@ def test_an_integer_is_accepted_where_a_float_is_expected() -> None:
 
 def test_unknown_keys_are_rejected_at_every_level() -> None:
     assert messages(backend(replicas=2, ray_actor_options={"cpus": 1})) == [
-        "backends.b.ray_actor_options: unknown key 'cpus'",
-        "backends.b: unknown key 'replicas'",
+        "backends.b.ray_actor_options: unknown key 'cpus' (did you mean 'num_cpus'?)",
+        "backends.b: unknown key 'replicas' (did you mean 'num_replicas'?)",
     ]
 
 

@@ -110,7 +110,7 @@ def test_a_real_agent_notifies_a_bad_commit_and_the_good_one_after_it(
     events = [(request.json()["event"], request.json()["commit"]) for request in received]
     assert events == [("applied", first), ("invalid", bad), ("applied", good), ("synced", good)]
     invalid = received[1].json()
-    assert invalid["errors"] == ["deployments/hello.toml:3:1: backends.hello-v1.num_replicas: must be >= 0 (got -1)"]
+    assert invalid["errors"] == ["deployments/hello.toml:3:16: backends.hello-v1.num_replicas: must be >= 0 (got -1)"]
     assert invalid["commit_url"] == TEMPLATE.format(sha=bad)
     assert invalid["history_url"] == f"https://gitops.example.com/#commit-{bad}"
     for request in received:

@@ -57,7 +57,8 @@ def echo_repo(repo: GitRepo) -> GitRepo:
 
 def test_a_valid_tree_exits_0_with_a_summary(echo_repo: GitRepo) -> None:
     done = gitops(cwd=echo_repo.root)
-    assert (done.returncode, done.stdout, done.stderr) == (0, "deployments: 1 backend, 1 endpoint, valid\n", "")
+    assert (done.returncode, done.stdout.splitlines()[-1], done.stderr) == (0, "deployments: 1 backend, 1 endpoint, valid", "")
+    assert done.stdout.startswith("Checked:\n  specs:        1 file")
 
 
 def test_an_invalid_tree_exits_1_with_every_error_on_stderr(echo_repo: GitRepo) -> None:
@@ -65,7 +66,7 @@ def test_an_invalid_tree_exits_1_with_every_error_on_stderr(echo_repo: GitRepo) 
     done = gitops(cwd=echo_repo.root)
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
-        'deployments/echo.toml:4:1: backends.echo-v1.num_replicas: must be an integer (got \'2\')',
+        'deployments/echo.toml:4:16: backends.echo-v1.num_replicas: must be an integer (got \'2\')',
         "deployments/echo.toml:8:1: endpoints.echo.traffic: weights sum to 0.5, not 1",
     ]
     assert done.stdout == "deployments: 2 errors, invalid\n"

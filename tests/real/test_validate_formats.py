@@ -71,7 +71,7 @@ def test_github_format_prints_one_escaped_error_annotation_per_error(broken_repo
     assert done.stdout == (
         "::error file=deployments/echo%2Cv2.toml,line=4,col=1,title=gitops validate::"
         f"backends.Echo\\nv2: {NAME_RULE}\n"
-        "::error file=deployments/echo%2Cv2.toml,line=9,col=13,title=gitops validate::"
+        "::error file=deployments/echo%2Cv2.toml,line=9,col=20,title=gitops validate::"
         "endpoints.echo.traffic.echo: must be a number (got '100%25')\n"
         "deployments: 2 errors, invalid\n"
     )
@@ -90,9 +90,10 @@ def test_json_format_prints_one_document_with_every_error(broken_repo: GitRepo) 
         "valid": False,
         "backends": None,
         "endpoints": None,
+        "checked": None,
         "errors": [
             {"file": "deployments/echo,v2.toml", "line": 4, "col": 1, "message": f"backends.Echo\nv2: {NAME_RULE}"},
-            {"file": "deployments/echo,v2.toml", "line": 9, "col": 13,
+            {"file": "deployments/echo,v2.toml", "line": 9, "col": 20,
              "message": "endpoints.echo.traffic.echo: must be a number (got '100%')"},
         ],
     }
@@ -103,6 +104,8 @@ def test_json_format_of_a_valid_tree_counts_what_it_declares(good_repo: GitRepo)
     assert done.returncode == 0
     assert json.loads(done.stdout) == {
         "path": "deployments", "valid": True, "backends": 1, "endpoints": 1, "errors": [],
+        "checked": {"spec_files": 1, "environments": [], "secrets": [], "secrets_decrypted": False, "models": [],
+                    "promotions": [], "sync_windows": 0},
     }
 
 
@@ -111,7 +114,7 @@ def test_text_format_keeps_errors_on_stderr_and_the_summary_on_stdout(broken_rep
     assert (done.returncode, done.stdout) == (1, "deployments: 2 errors, invalid\n")
     assert done.stderr == (
         f"deployments/echo,v2.toml:4:1: backends.Echo\\nv2: {NAME_RULE}\n"
-        "deployments/echo,v2.toml:9:13: endpoints.echo.traffic.echo: must be a number (got '100%')\n"
+        "deployments/echo,v2.toml:9:20: endpoints.echo.traffic.echo: must be a number (got '100%')\n"
     )
 
 

@@ -73,7 +73,7 @@ def test_validate_reports_a_file_whose_name_is_not_utf8(tmp_path: Path, capsys: 
     code = main(["validate", str(tmp_path / "deployments"), "--root", str(tmp_path)])
     captured = capsys.readouterr()
     assert code == 1
-    assert captured.err.splitlines() == ["deployments/bad\\xff.toml:2:1: backends.x.import_path: must be a string (got 1)"]
+    assert captured.err.splitlines() == ["deployments/bad\\xff.toml:2:15: backends.x.import_path: must be a string (got 1)"]
 
 
 def test_a_usage_error_naming_a_path_with_control_characters_is_escaped(

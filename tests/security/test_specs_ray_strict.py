@@ -40,7 +40,7 @@ def test_a_timeout_of_nan_is_refused() -> None:
 
 def test_num_gpus_beyond_rays_fixed_point_range_is_refused() -> None:
     assert errors("ray_actor_options = { num_gpus = 1e308 }\n") == [
-        "deployments/echo.toml:3:23: backends.echo.ray_actor_options.num_gpus: must be <= 922337000000000 (got 1e+308)"
+        "deployments/echo.toml:3:34: backends.echo.ray_actor_options.num_gpus: must be <= 922337000000000 (got 1e+308)"
     ]
 
 
@@ -98,13 +98,13 @@ def test_plain_requirements_are_accepted() -> None:
 
 def test_num_replicas_above_the_default_cap_of_1000_is_refused() -> None:
     assert errors("num_replicas = 100000\n") == [
-        "deployments/echo.toml:3:1: backends.echo.num_replicas: 100000 is above this agent's --max-replicas (1000)"
+        "deployments/echo.toml:3:16: backends.echo.num_replicas: 100000 is above this agent's --max-replicas (1000)"
     ]
 
 
 def test_autoscaling_max_replicas_above_the_cap_is_refused() -> None:
     assert errors("autoscaling = { max_replicas = 1001 }\n") == [
-        "deployments/echo.toml:3:17: backends.echo.autoscaling.max_replicas: "
+        "deployments/echo.toml:3:32: backends.echo.autoscaling.max_replicas: "
         "1001 is above this agent's --max-replicas (1000)"
     ]
 
@@ -118,7 +118,7 @@ def test_validate_max_replicas_sets_the_cap(tmp_path: Path, capsys: pytest.Captu
     assert main([*args, "--max-replicas", "8"]) == 0
     assert main([*args, "--max-replicas", "4"]) == 1
     assert capsys.readouterr().err.splitlines() == [
-        "deployments/echo.toml:3:1: backends.echo.num_replicas: 8 is above this agent's --max-replicas (4)"
+        "deployments/echo.toml:3:16: backends.echo.num_replicas: 8 is above this agent's --max-replicas (4)"
     ]
 
 
