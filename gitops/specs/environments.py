@@ -323,10 +323,9 @@ def _key_problems(at: Loc, table: dict[str, Any], allowed: Mapping[str, frozense
             for sub in value:
                 if sub not in sub_keys:
                     where = (*at, key, sub)
+                    listed_sub = ", ".join(sorted(sub_keys))
                     hint = did_you_mean(sub, sub_keys)
-                    problems.append(
-                        (where, f"{dotted(where)}: not overridable per environment (in {key}: {', '.join(sorted(sub_keys))}){hint}")
-                    )
+                    problems.append((where, f"{dotted(where)}: not overridable per environment (in {key}: {listed_sub}){hint}"))
     return problems
 
 

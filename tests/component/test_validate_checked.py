@@ -149,7 +149,9 @@ def test_errors_say_what_to_type_at_the_column_of_the_value(repository: Path) ->
 
 
 def test_an_environment_file_gets_the_same_hints(repository: Path) -> None:
-    (repository / "environments" / "prod.toml").write_text('[backends.hello-v1]\nnum_replics = 2\n\n[promotion]\nto = "x"\nbrnch = "y"\nsoak_s = 1\n')
+    (repository / "environments" / "prod.toml").write_text(
+        '[backends.hello-v1]\nnum_replics = 2\n\n[promotion]\nto = "x"\nbrnch = "y"\nsoak_s = 1\n'
+    )
     done = _gitops(repository, "validate", "--environment", "prod")
     assert done.returncode == 1
     assert "(did you mean 'num_replicas'?)" in done.stderr, done.stderr
