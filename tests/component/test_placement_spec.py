@@ -55,7 +55,7 @@ def test_bad_placements_are_refused_with_file_line_and_why(tmp_path: Path) -> No
         "deployments/chat.toml:8:12: backends.chat.placement.bundles[0]: a bundle must ask for some resource "
         "(e.g. {GPU = 1})",
         "deployments/chat.toml:8:23: backends.chat.placement.bundles[1]: '' is not a resource name (1-128 characters)",
-        "deployments/chat.toml:9:1: backends.chat.placement.strategy: must be 'PACK', 'STRICT_PACK', 'SPREAD' or "
+        "deployments/chat.toml:9:12: backends.chat.placement.strategy: must be 'PACK', 'STRICT_PACK', 'SPREAD' or "
         "'STRICT_SPREAD' (got 'WIDE')",
     ]
     assert [str(e) for e in load(tmp_path, bundles="[]").errors] == [
