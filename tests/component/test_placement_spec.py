@@ -59,7 +59,7 @@ def test_bad_placements_are_refused_with_file_line_and_why(tmp_path: Path) -> No
         "'STRICT_SPREAD' (got 'WIDE')",
     ]
     assert [str(e) for e in load(tmp_path, bundles="[]").errors] == [
-        "deployments/chat.toml:8:1: backends.chat.placement.bundles: List should have at least 1 item after "
+        "deployments/chat.toml:8:11: backends.chat.placement.bundles: List should have at least 1 item after "
         "validation, not 0 (got [])",
     ]
 
