@@ -291,6 +291,34 @@ def test_an_unreachable_git_server_is_retried_with_backoff_before_the_next_poll(
     assert agent.status().status.value == "Synced"
 
 
+def _apply_attempts(controller: FakeController, backend: str) -> list[float]:
+    """The monotonic times at which the agent asks `controller` to apply `backend`, filled as it runs."""
+    attempts: list[float] = []
+    apply_backend = controller.apply_backend
+
+    async def timed(config):  # type: ignore[no-untyped-def]
+        if config.name == backend:
+            attempts.append(time.monotonic())
+        return await apply_backend(config)
+
+    controller.apply_backend = timed  # type: ignore[method-assign]
+    return attempts
+
+
+def _run_until(agent, condition) -> None:  # type: ignore[no-untyped-def]
+    """Runs the agent's loop until `condition()` holds (10 s at most), then stops it."""
+
+    async def scenario() -> None:
+        runner = asyncio.ensure_future(agent.run())
+        try:
+            await until(condition, timeout_s=10)
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
 def test_a_failing_apply_is_retried_with_growing_delays_that_polls_in_between_do_not_reset(
     spec_repo, tmp_path
 ) -> None:
@@ -303,25 +331,8 @@ def test_a_failing_apply_is_retried_with_growing_delays_that_polls_in_between_do
     controller.failing["v3"] = "ImportError: cannot import name 'Echo3'"
     spec_repo.write("deployments/echo.toml", spec({"v3": 1.0}, backends=("v1", "v3")))
     spec_repo.commit("move traffic to v3, which cannot start")
-    attempts: list[float] = []
-    apply_backend = controller.apply_backend
-
-    async def timed(config):  # type: ignore[no-untyped-def]
-        if config.name == "v3":
-            attempts.append(time.monotonic())
-        return await apply_backend(config)
-
-    controller.apply_backend = timed  # type: ignore[method-assign]
-
-    async def scenario() -> None:
-        runner = asyncio.ensure_future(agent.run())
-        try:
-            await until(lambda: len(attempts) >= 7, timeout_s=10)
-        finally:
-            runner.cancel()
-            await asyncio.gather(runner, return_exceptions=True)
-
-    asyncio.run(scenario())
+    attempts = _apply_attempts(controller, "v3")
+    _run_until(agent, lambda: len(attempts) >= 7)
     gaps = [later - earlier for earlier, later in zip(attempts, attempts[1:])]
     # From the third retry on, each waits the cap (0.4 s +-20%), never the first delay again.
     assert all(gap > 0.3 for gap in gaps[3:]), gaps
@@ -345,25 +356,8 @@ def test_a_failed_apply_backs_off_past_the_poll_says_when_it_tries_next_and_resy
     controller.failing["v3"] = "ImportError: cannot import name 'Echo3'"
     spec_repo.write("deployments/echo.toml", spec({"v3": 1.0}, backends=("v1", "v3")))
     spec_repo.commit("move traffic to v3, which cannot start")
-    attempts: list[float] = []
-    apply_backend = controller.apply_backend
-
-    async def timed(config):  # type: ignore[no-untyped-def]
-        if config.name == "v3":
-            attempts.append(time.monotonic())
-        return await apply_backend(config)
-
-    controller.apply_backend = timed  # type: ignore[method-assign]
-
-    async def scenario() -> None:
-        runner = asyncio.ensure_future(agent.run())
-        try:
-            await until(lambda: len(attempts) >= 4, timeout_s=10)
-        finally:
-            runner.cancel()
-            await asyncio.gather(runner, return_exceptions=True)
-
-    asyncio.run(scenario())
+    attempts = _apply_attempts(controller, "v3")
+    _run_until(agent, lambda: len(attempts) >= 4)
     gaps = [later - earlier for earlier, later in zip(attempts, attempts[1:])]
     # 0.3, 0.6, 1.2 s (each +-20%): each longer than the one before, none cut short by a resync.
     assert gaps[0] > 0.2 and all(later > 1.25 * earlier for earlier, later in zip(gaps, gaps[1:])), gaps
