@@ -89,7 +89,7 @@ def test_the_checkouts_own_install_prints_no_setuptools_notice(tmp_path: Path) -
     venv = tmp_path / "venv"
     recipe = subprocess.run(
         ["make", "-n", "--always-make", f"{venv}/.installed", f"VENV={venv}", f"PYTHON={sys.executable}"],
-        cwd=clone, capture_output=True, text=True, check=True,
+        cwd=clone, capture_output=True, text=True, check=True, env=clean_env(),
     ).stdout.splitlines()
     assert any("pip install" in line and " -e " in line for line in recipe), recipe
     env = {**clean_env(), "PIP_NO_DEPS": "1"}

@@ -34,9 +34,10 @@ _RAY_CREDENTIALS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
 def clean_env() -> dict[str, str]:
     """The environment a user's shell would have: no venv, no Ray settings of this
-    session but the cluster's token ones, and byte-compiling on (build warns
-    when PYTHONDONTWRITEBYTECODE is set)."""
-    dropped = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
+    session but the cluster's token ones, byte-compiling on (build warns
+    when PYTHONDONTWRITEBYTECODE is set), and no enclosing `make` (whose
+    MAKELEVEL makes a `make` run inside it print "Entering directory")."""
+    dropped = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "MAKELEVEL", "MAKEFLAGS", "MFLAGS")
     return {
         k: v for k, v in os.environ.items()
         if (not k.startswith("RAY_") or k in _RAY_CREDENTIALS) and k not in dropped
