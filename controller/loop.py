@@ -29,7 +29,7 @@ from controller.policies.autoscaling import Autoscaler
 from controller.policies.recent_requests import WINDOW_S, RecentRequests
 from controller.policies.request_totals import RequestTotals
 from controller.shell import malloc_arenas
-from controller.state.backend_state import BackendOptions, Effect, Observer, Probe
+from controller.state.backend_state import BackendOptions, Effect, Observer, Probe, replica_actor_name
 from controller.state.checkpointed import Checkpointed
 from controller.state.endpoint_state import check_backend_deletable
 from controller.state.goals import GoalKind
@@ -135,6 +135,9 @@ class ClusterAdapter(Observer, Protocol):
         self, replicas: Sequence[tuple[str, str, OutputCursor | None]], since: float | None,
     ) -> list[ReplicaOutput]:
         """Each replica's own output ((replica id, actor name, cursor) each), for `gitops logs`."""
+
+    def last_words(self, actor_name: str) -> ReplicaOutput | None:
+        """What a replica replaced as broken had written, read just before its kill (None: not read)."""
 
 
 # Asks rollouts' PromQL checks of the Prometheus at a base URL (None: none):
@@ -269,7 +272,7 @@ class ControlLoop:
     def _log_failures(self) -> None:
         for failure in self.held.backends.take_failures():
             logger.warning("%s", failure.message())
-            self._failures.append(failure)
+            self._failures.append(failure.model_copy(update={"at": time.time()}))
 
     def _step_rollouts(self) -> None:
         """Advance every rollout; checkpoint a step before proxies are told of it."""
@@ -531,20 +534,30 @@ class ControlLoop:
         self, backend: str, since: float | None, cursors: dict[str, OutputCursor],
     ) -> list[ReplicaOutput]:
         """The output of `backend`'s replicas now, then how each of its replicas replaced
-        since this controller started ended (of the last 100 replaced), oldest first: a
-        backend deleted since (its commit failed) still shows why its replicas failed."""
+        since this controller started ended (of the last 100 replaced; since `since`, when
+        given), oldest first, with its own last lines where they were read before the kill:
+        a backend deleted since (its commit failed) still shows why its replicas failed."""
+        replaced = [f for f in self._failures if f.backend == backend]
         ended = [
-            ReplicaOutput(replica_id=f.replica_id, ended=f.ending(), err=tuple((f.error or f.reason).splitlines()))
-            for f in self._failures if f.backend == backend
+            ReplicaOutput(
+                replica_id=f.replica_id, ended=f.ending(), err=tuple((f.error or f.reason).splitlines()),
+                last_output=self._last_lines(f.replica_id),
+            )
+            for f in replaced if since is None or f.at >= since
         ]
         try:
             records = self.held.backends.replicas(backend)
         except ValueError:
-            if not ended:
+            if not replaced:
                 raise
             records = []
         wanted = [(r.replica_id, r.actor_name, cursors.get(r.replica_id)) for r in records]
         return [*await self._adapter.replica_output(wanted, since), *ended]
+
+    def _last_lines(self, replica_id: str) -> tuple[str, ...]:
+        """A replaced replica's own last stdout then stderr lines, if they were read before its kill."""
+        words = self._adapter.last_words(replica_actor_name(replica_id))
+        return () if words is None else (*words.out, *words.err)
 
     # --- stopping --------------------------------------------------------------------
 

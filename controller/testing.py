@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Sequence
 
 from controller.state.backend_state import (
+    REPLICA_PREFIX,
     Effect,
     KillReplica,
     Probe,
@@ -65,7 +66,8 @@ class FakeAdapter:
       `other_nodes`: more alive nodes (id -> IP), each with `cpus`.
     - `alive`: replica actors that exist; `started`, `killed`, `applied`: what it was asked.
     - `storage`: when given, `checkpoints_at_start` holds its content at each start.
-    - `output`: each replica's own output lines (`replica_output` answers them all at every read).
+    - `output`: each replica's own output lines (`replica_output` answers them all at every read;
+      a replica stopped as `failed` leaves them as its `last_words`).
     - `stagings`: what each starting replica says it is fetching (`staging`; none when absent).
     """
 
@@ -87,6 +89,7 @@ class FakeAdapter:
     checkpoints_at_start: list[bytes | None] = field(default_factory=list)
     output: dict[str, tuple[str, ...]] = field(default_factory=dict)
     stagings: dict[str, tuple[ModelStaging, ...]] = field(default_factory=dict)
+    last: dict[str, ReplicaOutput] = field(default_factory=dict)  # by actor name: read at a `failed` stop
 
     # --- Observer ---------------------------------------------------------------
 
@@ -119,6 +122,10 @@ class FakeAdapter:
             if isinstance(effect, StartReplica):
                 self._start(effect.actor_name)
             elif isinstance(effect, (StopReplica, KillReplica)):
+                if isinstance(effect, StopReplica) and effect.failed and effect.actor_name in self.alive:
+                    replica_id = effect.actor_name.removeprefix(REPLICA_PREFIX)
+                    self.last[effect.actor_name] = ReplicaOutput(
+                        replica_id=replica_id, out=self.output.get(replica_id, ()))
                 self.alive.discard(effect.actor_name)
                 if isinstance(effect, KillReplica):
                     self.killed.append(effect.actor_name)
@@ -166,6 +173,9 @@ class FakeAdapter:
 
     def stop_everything(self, replica_names: set[str]) -> None:
         self.alive.clear()
+
+    def last_words(self, actor_name: str) -> ReplicaOutput | None:
+        return self.last.get(actor_name)
 
     async def replica_output(
         self, replicas: Sequence[tuple[str, str, OutputCursor | None]], since: float | None,

@@ -406,11 +406,12 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument(
         "--previous", "-p", action="store_true",
         help="the replicas replaced since the controller started (before a restart: died, failed to start, "
-        "failed health checks), how each ended and its error, instead of the running ones",
+        "failed health checks), how each ended, its error and the last lines it wrote, instead of the running ones",
     )
     logs.add_argument(
         "--since", default=None, metavar="DURATION",
-        help="what was written in the last DURATION (30s, 5m, 2h; default: each replica's last lines)",
+        help="what was written, and the replicas replaced, in the last DURATION (30s, 5m, 2h; default: "
+        "each replica's last lines)",
     )
     _agent_flags(logs)
     logs.set_defaults(func=_command("remote", "logs_command"))

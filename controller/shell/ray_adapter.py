@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable, Sequence, cast
@@ -146,6 +147,9 @@ class RayAdapter:
         self._nodes: dict[str, str] = {}
         self._health: dict[str, _Call] = {}
         self._drains: dict[str, _Call] = {}
+        # Replicas replaced as broken: the call reading their last output before the kill, the
+        # latest `_LAST_WORDS_KEPT` kept (`gitops logs --previous`), by actor name.
+        self._last_words: OrderedDict[str, _Call] = OrderedDict()
         # Starting replicas' model fetches: the call asking how far they are, and the last answer.
         self._staging: dict[str, tuple[_Call | None, tuple[ModelStaging, ...]]] = {}
         self._proxies: dict[str, _Proxy] = {}  # by proxy id (one per worker)
@@ -296,6 +300,15 @@ class RayAdapter:
             return answer
 
         return list(await asyncio.gather(*(one(*replica) for replica in replicas)))
+
+    def last_words(self, actor_name: str) -> ReplicaOutput | None:
+        """The output a replica replaced as broken had written, read just before it was
+        killed; None when it was not read (its process was gone, or it did not answer)."""
+        call = self._last_words.get(actor_name)
+        if call is None or not call.future.done() or call.future.exception() is not None:
+            return None
+        answer = call.future.result()
+        return answer if isinstance(answer, ReplicaOutput) else None
 
     # --- effects --------------------------------------------------------------
 
@@ -483,6 +496,14 @@ class RayAdapter:
         if handle is None:
             self._release(effect.actor_name)  # its process is gone: its group must not outlive it
             return
+        if effect.graceful_timeout_s <= 0 and effect.failed:
+            # Killed once its last output is read (or the state machine's grace ran out): the
+            # output a crashing or hung replica wrote goes with it otherwise.
+            reading = _call(_replica(handle).call(ReplicaAPI.output, None, None))
+            self._drains[effect.actor_name] = self._last_words[effect.actor_name] = reading
+            while len(self._last_words) > _LAST_WORDS_KEPT:
+                self._last_words.popitem(last=False)
+            return
         if effect.graceful_timeout_s <= 0:
             self._kill(effect.actor_name)
             return
@@ -646,6 +667,10 @@ def _replica(handle: ActorHandle[Any]) -> Remote[ReplicaAPI]:
 
 def _proxy(handle: ActorHandle[Any]) -> Remote[ProxyAPI]:
     return Remote(handle)
+
+
+# As many as the controller keeps of replaced replicas (`controller.loop`, its failures).
+_LAST_WORDS_KEPT = 100
 
 
 def _call(ref: Awaitable[Any]) -> _Call:

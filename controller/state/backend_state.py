@@ -109,7 +109,10 @@ class StartReplica:
 @dataclass(frozen=True)
 class StopReplica:
     actor_name: str
-    graceful_timeout_s: float  # 0 = kill at once
+    graceful_timeout_s: float  # 0 = kill at once (after reading its last output, when `failed`)
+    # Replaced as broken: its last output is read before it is killed (`gitops logs --previous`),
+    # for at most `BackendOptions.stop_grace_s`.
+    failed: bool = False
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,7 @@ class ReplicaRecord:
     last_health: float = 0.0
     health_in_flight: bool = False
     force_stop: bool = False
+    failed: bool = False  # replaced as broken (`_fail`): its last output is kept
     checked_ok: bool = False
     staging: tuple[ModelStaging, ...] = ()  # while starting: the models it fetches, how far each is
 
@@ -497,6 +501,7 @@ class BackendState:
             delay = self.options.backoff_base_s * 2 ** (backend.failures - 1)
             backend.backoff_until = now + min(delay, self.options.backoff_max_s)
         record.force_stop = True
+        record.failed = True
         record.health_in_flight = False
         record.move(ReplicaState.SHOULD_STOP, now)
         self.dirty = True
@@ -557,7 +562,7 @@ class BackendState:
                 record.move(ReplicaState.STARTING, now)
             elif record.state == ReplicaState.SHOULD_STOP:
                 timeout = 0.0 if record.force_stop else backend.config.graceful_shutdown_timeout_s
-                effects.append(StopReplica(record.actor_name, timeout))
+                effects.append(StopReplica(record.actor_name, timeout, failed=record.failed))
                 record.move(ReplicaState.STOPPING, now)
                 if record.force_stop:
                     # A killed replica has nothing to drain; don't wait out the grace.

@@ -342,7 +342,7 @@ def _callback_url(request: Request) -> str:
 def _redacted(output: ReplicaOutput) -> ReplicaOutput:
     return output.model_copy(update={
         "out": tuple(redact(line) for line in output.out), "err": tuple(redact(line) for line in output.err),
-        "missing": redact(output.missing),
+        "last_output": tuple(redact(line) for line in output.last_output), "missing": redact(output.missing),
     })
 
 

@@ -114,8 +114,9 @@ _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 def logs_command(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -> int:
     """The replicas' own output: the last lines (or those since `--since`), then with `--follow`
     what comes; with them, the replicas that failed to start and their errors. `--previous`: the
-    replicas replaced since the controller started (before a restart), how each ended. An answer
-    with nothing to print says why, on stderr; exit 1 when no replica ever ran."""
+    replicas replaced since the controller started (before a restart), how each ended and the
+    last lines each wrote (where they could be read before it was killed). An answer with
+    nothing to print says why, on stderr; exit 1 when no replica ever ran."""
     since = time.time() - parse_duration(args.since) if args.since else None
     started = time.time()
     cursors: dict[str, dict[str, int]] = {}
@@ -140,6 +141,8 @@ def logs_command(args: argparse.Namespace, sleep: Callable[[float], None] = time
             lines = output["err"] or ("",)
             print(printable(f"{replica} | {output['ended']}: {lines[0]}"), flush=True)
             for line in lines[1:]:
+                print(printable(f"{replica} | {line}"), flush=True)
+            for line in output.get("last_output", ()) if args.previous else ():
                 print(printable(f"{replica} | {line}"), flush=True)
             printed = True
         for output in [] if args.previous else live:
@@ -176,7 +179,8 @@ def _why_empty(args: argparse.Namespace, live: list[dict[str, Any]], ended: list
     """Why `gitops logs` has nothing to print, in one line."""
     backend = args.backend
     if args.previous:
-        return (f"no replica of {backend} was replaced since the controller started (it keeps the last 100 "
+        window = f"in the last {args.since}" if args.since else "since the controller started"
+        return (f"no replica of {backend} was replaced {window} (it keeps the last 100 "
                 "replaced); without --previous: the replicas running now")
     if not live:
         if ended:

@@ -154,6 +154,8 @@ class Failing:
         start_failed = ReplicaOutput(replica_id="r2", ended="failed to start", err=(
             "RuntimeError: model weights: sha256 mismatch (deployments/hello.py:12)",))
         died = ReplicaOutput(replica_id="r1", ended="died", err=("exit SIGKILL",))
+        start_failed = start_failed.model_copy(update={"last_output": (
+            "fetching weights with token=s3cr3t-previous-token", "Traceback (most recent call last):")})
         if backend == "hello-v1":
             return [ReplicaOutput(replica_id="r3", node_id="n1"), died, start_failed]
         if backend == "gone":
@@ -181,11 +183,16 @@ def test_logs_shows_the_replicas_that_failed_to_start_with_their_errors(failing_
     assert capsys.readouterr().out.startswith("r2 | failed to start: RuntimeError")
 
 
-def test_logs_previous_shows_how_each_replaced_replica_ended(failing_agent, capsys) -> None:
+def test_logs_previous_shows_how_each_replaced_replica_ended_and_its_last_lines_redacted(
+    failing_agent, capsys
+) -> None:
+    register_secret("s3cr3t-previous-token")
     assert main(["logs", "hello-v1", "--previous", "--agent", failing_agent]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "r1 | died: exit SIGKILL",
+        "r1 | died: exit SIGKILL",  # its process was gone: no last lines were read
         "r2 | failed to start: RuntimeError: model weights: sha256 mismatch (deployments/hello.py:12)",
+        f"r2 | fetching weights with token={MASK}",
+        "r2 | Traceback (most recent call last):",
     ]
 
 

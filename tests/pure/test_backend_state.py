@@ -110,6 +110,7 @@ def test_rolling_update_starts_one_new_replica_before_draining_any_old_one():
     world.starts[starts(effects)[0].actor_name] = OK
     effects = state.tick(1.1, world)
     assert len(stops(effects)) == 1 and stops(effects)[0].graceful_timeout_s == 2.0
+    assert not stops(effects)[0].failed  # replaced by a new version, not broken: no last output kept
     assert len(starts(effects)) == 1
 
 
@@ -228,6 +229,7 @@ def test_failed_health_check_replaces_the_replica_and_counts_the_reason():
     world.health[check.actor_name] = Probe(ProbeStatus.FAILED, "RuntimeError: sick")
     effects = state.tick(1.6, world)
     assert stops(effects)[0].actor_name == check.actor_name
+    assert stops(effects)[0].failed  # its last output is read before the kill (gitops logs --previous)
     assert state.status("echo").restarts == {"health_check": 1}
     assert state.status("echo").last_error == "RuntimeError: sick"
 

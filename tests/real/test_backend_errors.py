@@ -144,6 +144,7 @@ def test_a_raising_handler_shows_as_backend_errors_with_its_exception_in_status_
 BROKEN = '''\
 class Broken:
     def __init__(self) -> None:
+        print("loading weights from /models/broken", flush=True)
         raise RuntimeError("model weights: sha256 mismatch")
 
     async def __call__(self, request):
@@ -183,8 +184,15 @@ def test_logs_of_replicas_that_failed_to_start_shows_their_errors_and_an_empty_a
     assert logs.returncode == 0, logs.stderr
     failed = [line for line in logs.stdout.splitlines() if " | failed to start: " in line]
     assert failed and all(
-        line.endswith("| failed to start: RuntimeError: model weights: sha256 mismatch (deployments/broken.py:3)")
+        line.endswith("| failed to start: RuntimeError: model weights: sha256 mismatch (deployments/broken.py:4)")
         for line in failed
     ), logs.stdout
+    assert "loading weights" not in logs.stdout  # a replaced replica's own lines: with --previous
     previous = gitops("logs", "broken", "--previous", cwd=inside)
     assert previous.returncode == 0 and previous.stdout.count("failed to start: RuntimeError") >= len(failed)
+    # What each wrote before it was replaced, read just before the kill.
+    assert previous.stdout.count("| loading weights from /models/broken") >= len(failed), previous.stdout
+    time.sleep(2)
+    recent = gitops("logs", "broken", "--previous", "--since", "1s", cwd=inside)
+    assert (recent.returncode, recent.stdout) == (0, ""), recent
+    assert recent.stderr.startswith("gitops logs: no replica of broken was replaced in the last 1s"), recent.stderr

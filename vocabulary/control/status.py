@@ -230,6 +230,7 @@ class ReplicaFailure(_Observed):
     replica_id: str
     reason: str  # a RestartReason value
     error: str = ""
+    at: float = 0.0  # when the controller replaced it, in wall-clock seconds (0: not recorded)
 
     def ending(self) -> str:
         """How the replica ended, in words: "died", "failed to start"..."""

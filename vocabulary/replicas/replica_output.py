@@ -8,7 +8,8 @@ answer travels back over Ray, so every node's replicas are read alike.
 whole lines read since, without the marker lines Ray writes into them
 (`ray_noise`); a replica the controller replaced (it failed to start, died,
 failed its health checks) is one too, with `ended` saying how and its error
-(the exception with the file and line of the user's code) as its stderr.
+(the exception with the file and line of the user's code) as its stderr and,
+when it could still be read before the kill, its own last lines.
 Plain values; no I/O.
 """
 
@@ -43,6 +44,9 @@ class ReplicaOutput(BaseModel):
     # A replica replaced since the controller started: how it ended ("failed to start",
     # "died"...), its error in `err`; "" for a replica of now, whose own output this is.
     ended: str = ""
+    # An ended replica's own last lines (stdout, then stderr), read just before it was killed;
+    # empty when it could not be read (its process was already gone).
+    last_output: tuple[str, ...] = ()
 
 
 def ray_noise(line: str) -> bool:
