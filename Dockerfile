@@ -38,6 +38,8 @@ COPY datalink ./datalink
 COPY telemetry ./telemetry
 COPY ray_gitops ./ray_gitops
 COPY hardening ./hardening
+# The apps of `gitops init --example` (gitops/commands/init-examples/*/deployments/apps/ link to them).
+COPY deployments/apps ./deployments/apps
 RUN pip wheel --no-cache-dir --disable-pip-version-check --no-deps --wheel-dir /dist .
 
 # Stage 2: the wheel installed into a virtualenv, without compilers or sources.

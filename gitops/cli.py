@@ -72,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="directory to scaffold in (default: the top level of the git repository holding the current "
         "directory, else the current directory)",
     )
+    init.add_argument(
+        "--example", nargs="?", const="", default=None, metavar="NAME",
+        help="write a working example instead: models, multiplexing, llm, secrets or environments "
+        "(without NAME: list them)",
+    )
     init.set_defaults(func=_command("init", "init_command"))
 
     run = verb("run", "the agent: watch git and reconcile the cluster")

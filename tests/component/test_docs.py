@@ -24,8 +24,9 @@ from tests.support.docs import ROOT
 
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 # A TOML block preceded by one of these comments is left out: a deliberate fragment (say, one
-# table of a larger spec), or another TOML file (a notify file, an editor's config).
-SKIP_MARKERS = ("<!-- partial -->", "<!-- not a spec -->")
+# table of a larger spec), another TOML file (a notify file, an editor's config), or a file of a
+# `gitops init --example` (tests/component/test_init_examples.py checks it is that file, and validates it whole).
+SKIP_MARKERS = ("<!-- partial -->", "<!-- not a spec -->", "<!-- example: ")
 _TOML_BLOCK = re.compile(r"(?P<before>[^\n]*)\n+```toml\n(?P<body>.*?)```", re.DOTALL)
 
 
@@ -34,7 +35,7 @@ def toml_blocks() -> list[tuple[str, str]]:
     for page in PAGES:
         text = page.read_text()
         for n, match in enumerate(_TOML_BLOCK.finditer("\n" + text)):
-            if match["before"].strip() not in SKIP_MARKERS:
+            if not match["before"].strip().startswith(SKIP_MARKERS):
                 blocks.append((f"{page.relative_to(ROOT)}#{n + 1}", match["body"]))
     return blocks
 

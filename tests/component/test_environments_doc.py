@@ -33,14 +33,15 @@ def load(environment: str, text: str) -> list[str]:
     return [str(error) for error in Loader(environment=environment).load_tree(tree).errors]
 
 
-def test_the_prod_file_gives_the_error_the_page_shows() -> None:
+def test_the_prod_file_with_the_pages_mistake_gives_the_error_the_page_shows() -> None:
     shown = re.search(r"```\n(environments/prod\.toml:\d+:\d+: .*)\n```", PAGE)
-    assert shown is not None
-    assert load("prod", block("# environments/prod.toml")) == [shown.group(1)]
+    assert shown is not None and "(here with `num_replicas = 4` added to prod's file)" in PAGE
+    mistaken = block("# environments/prod.toml").replace("[backends.echo-v1]\n", "[backends.echo-v1]\nnum_replicas = 4\n", 1)
+    assert load("prod", mistaken) == [shown.group(1)]
 
 
-def test_the_prod_file_without_its_mistake_is_valid() -> None:
-    assert load("prod", block("# environments/prod.toml").replace("num_replicas = 4\n", "")) == []
+def test_the_prod_file_as_shown_is_valid() -> None:
+    assert load("prod", block("# environments/prod.toml")) == []
 
 
 def test_the_promotion_and_sync_window_files_are_valid() -> None:

@@ -25,6 +25,7 @@ import httpx
 import pytest
 import ray
 
+from gitops.commands.init import EXAMPLES, example_files
 from tests.conftest import GitRepo
 from tests.install.conftest import Built
 from tests.support.install import REPO_ROOT, Installed, clean_env
@@ -125,6 +126,16 @@ def test_the_readmes_git_install_line_installs_the_release_tag(tmp_path: Path) -
 def test_version_is_the_installed_package_version(installed: Installed, tmp_path: Path) -> None:
     done = installed.gitops("--version", cwd=tmp_path)
     assert (done.returncode, done.stdout.strip()) == (0, f"gitops {version('ray-gitops')}")
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_the_wheel_writes_each_example_as_the_checkout_has_it(installed: Installed, tmp_path: Path, name: str) -> None:
+    """The examples are package data (their apps linked from deployments/apps/ in the checkout, bytes in the
+    wheel), and pip's byte-compiled copies of their modules are not written."""
+    done = installed.gitops("init", "--example", name, str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    written = {path.relative_to(tmp_path).as_posix(): path.read_text() for path in tmp_path.rglob("*") if path.is_file()}
+    assert written == example_files(name)
 
 
 def test_the_scaffold_validates(installed: Installed, project: GitRepo) -> None:

@@ -1,0 +1,1 @@
+../../../../../../deployments/apps/llm_sim.py
