@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import signal
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -121,6 +122,24 @@ def test_the_readmes_git_install_line_installs_the_release_tag(tmp_path: Path) -
     assert done.returncode == 0, done.stdout + done.stderr
     shown = subprocess.run([str(venv / "bin" / "pip"), "show", "-f", "ray-gitops"], capture_output=True, text=True)
     assert f"Version: {version('ray-gitops')}" in shown.stdout and "gitops/cli.py" in shown.stdout, shown.stdout
+
+
+def test_the_readmes_pipx_line_installs_a_working_gitops(built: Built, tmp_path: Path) -> None:
+    """The README's third way, `pipx install ./WHEEL`, as written, into a pipx home of the test's own
+    (dependencies and all, as a user gets them)."""
+    readme = " ".join((REPO_ROOT / "README.md").read_text().split())  # the sentence may wrap
+    [line] = set(re.findall(r"`(pipx install \./ray_gitops-[\w.]+-py3-none-any\.whl)`", readme))
+    assert line.endswith(built.wheel.name), (line, built.wheel.name)
+    shutil.copy(built.wheel, tmp_path / built.wheel.name)
+    pipx = Path(sys.executable).with_name("pipx")
+    env = {**clean_env(), "PIPX_HOME": str(tmp_path / "pipx"), "PIPX_BIN_DIR": str(tmp_path / "bin"),
+           "PIPX_MAN_DIR": str(tmp_path / "man"), "PIPX_DEFAULT_PYTHON": sys.executable}
+    done = subprocess.run(["bash", "-c", line.replace("pipx", str(pipx), 1)], cwd=tmp_path, capture_output=True,
+                          text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    shown = subprocess.run([str(tmp_path / "bin" / "gitops"), "--version"], capture_output=True, text=True,
+                           env=clean_env(), timeout=120)
+    assert (shown.returncode, shown.stdout.strip()) == (0, f"gitops {version('ray-gitops')}"), shown.stderr
 
 
 def test_version_is_the_installed_package_version(installed: Installed, tmp_path: Path) -> None:
