@@ -8,7 +8,11 @@
 - `tokens`: the named tokens' file (`NAME ROLE SHA256 [SCOPE]`), read again on change.
 - `webhooks`: push signatures (HMAC-SHA256), replays and a rate limit.
 - `login`: the status page's sign-in (authorization code + PKCE) and its sessions.
-- `page`: the read-only status page served at `/`.
+- `page`: the status page served at `/`: read it, and act from it.
+- `page_view`: what the page offers its reader (buttons from the role table), its
+  Content-Security-Policy, the history filters, a plan as diff lines.
+- `csrf`: the page's CSRF tokens, bound to the principal.
+- `events`: `GET /events`, the page's live updates (server-sent events), bounded.
 - `shadow_mismatches`: `GET /shadow/mismatches`, every proxy's sample in one list.
 - `address`: where client commands find the running agent's API.
 

@@ -1,7 +1,10 @@
 """The agent's admin HTTP API: status, history, metrics, verbs and the webhook.
 
 Owns the routes of the admin API and how they map onto the agent: `GET /`
-(the status page), `GET /status`, `GET /history`, `GET /metrics`,
+(the status page, drawn for its reader: `gitops.admin.page_view`, with a
+Content-Security-Policy and the reader's CSRF token), `GET /events` (its
+live updates, `gitops.admin.events`), `GET /plan` (the plan of the commit
+a sync window holds), `GET /status`, `GET /history[?actor=&kind=]`, `GET /metrics`,
 `GET /healthz`, `GET /logs/BACKEND[?since=T&cursors=JSON]` (its replicas'
 own output, redacted), `GET /traces?commit=SHA` (the agent's kept apply traces),
 `GET /audit[?after=ID]` (the audit trail as JSON lines), `POST /sync`,
@@ -9,7 +12,9 @@ own output, redacted), `GET /traces?commit=SHA` (the agent's kept apply traces),
 `reason=TEXT`, recorded with who asked and from where), and `POST /hooks/git`,
 which only wakes the agent to fetch (the payload is never read for specs)
 and only with a valid GitHub-style signature, once per delivery. Every
-request passes `gitops.admin.access.check` first (token, Host, Origin).
+request passes `gitops.admin.access.check` first (token, Host, Origin),
+then the role table; a mutating request from a browser (`gitops.admin.csrf.from_browser`)
+also needs its page's CSRF token in `X-CSRF-Token` (403 without it).
 `build_webhook_app` is `/hooks/git` alone, for its own listener
 (`--webhook-port`), so publishing the webhook publishes nothing else.
 Serving is `server`: the HTTP edge the proxy uses (`httpedge.server`, its
@@ -21,28 +26,33 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 from urllib.parse import parse_qsl, urlencode
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gitops.admin.access import AccessPolicy, Refusal, authenticate, check
 from gitops.admin.access import BearerRefused
-from gitops.admin.login import COOKIE, Logins, challenge_of
+from gitops.admin.csrf import CsrfKey, from_browser
+from gitops.admin.events import EventLimits, EventStreams, frames
+from gitops.admin.login import COOKIE, CSRF_HEADER, Logins, challenge_of
+from gitops.admin.page_view import PAGE_HEADERS, content_security_policy, filter_history, offered, plan_lines
 from gitops.admin.roles import Principal, refusal, rule_for
 from gitops.reconcile.outcomes import MAX_REASON_CHARS, Action, HistoryEntry
+from gitops.reconcile.plans import PendingPlan
 from gitops.redaction import redact
 from gitops.reconcile.rollback import Quarantine, RollbackRefused
 from gitops.status.rollup import AgentStatus
-from gitops.admin.page import render_page
+from gitops.admin.page import PageView, render_page
 from gitops.admin.webhooks import (
     DELIVERY_HEADER,
     MAX_BODY_BYTES,
@@ -68,6 +78,7 @@ __all__ = [
 # An admin API has a handful of clients: few connections, short deadlines.
 ADMIN_LIMITS = EdgeLimits(header_timeout_s=5.0, body_timeout_s=10.0, max_connections=64)
 LOOPBACK_POLICY = AccessPolicy.build(None, "127.0.0.1")
+EVENT_LIMITS = EventLimits()
 _SHUTDOWN_GRACE_S = 5.0  # for answers in flight when the agent stops
 
 _HISTORY_LIMIT_MAX = 1000
@@ -137,19 +148,63 @@ def build_app(
     apply_traces: Callable[[str], list[Any]] | None = None,
     audit: AuditTrail | None = None,
     sign_in: SignIn | None = None,
+    pending_plan: Callable[[], PendingPlan | None] | None = None,
+    events: EventLimits = EVENT_LIMITS,
+    csrf: CsrfKey | None = None,
 ) -> ASGIApp:
     """The admin app behind `policy`; `sync` and `webhook_fetch` wake the agent;
     `shadow_mismatches` gathers the proxies' samples (`gitops.admin.shadow_mismatches`);
     `apply_traces` answers a commit's kept apply traces (`gitops.reconcile.apply_traces.TraceRing`);
     `audit` records every mutating call with who, from where and why, and answers `/audit`;
-    `sign_in` is the status page's login at the OIDC issuer (`/login`, `/login/callback`).
+    `sign_in` is the status page's login at the OIDC issuer (`/login`, `/login/callback`);
+    `pending_plan` the plan of the commit a sync window holds (`/plan`, the page's stream);
+    `events` bounds the page's live streams; `csrf` makes and checks the page's CSRF tokens.
 
     Without `webhook` (no secret, or the webhook on its own listener)
     `/hooks/git` answers 404 here.
     """
 
+    csrf_key = csrf if csrf is not None else CsrfKey()
+    streams = EventStreams(events)
+
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True})
+
+    def plan_json() -> dict[str, Any] | None:
+        found = pending_plan() if pending_plan is not None else None
+        if found is None:
+            return None
+        return {"commit": found.commit, "why": found.why, "lines": plan_lines(found.text)}
+
+    async def plan(request: Request) -> Response:
+        return JSONResponse(plan_json(), headers={"Cache-Control": "no-store"})
+
+    taken: list[Any] = [float("-inf"), None]  # when the last snapshot was taken, and it
+
+    def snapshot() -> dict[str, Any]:
+        """What the streams send, taken at most once per poll however many streams look."""
+        now = time.monotonic()
+        if now - taken[0] >= events.poll_s / 2:
+            newest = agent.history(1)
+            acted = audit.actions(1) if audit is not None else []
+            taken[:] = [now, {"status": agent.status().model_dump(mode="json"), "plan": plan_json(),
+                              "history": [newest[0].id if newest else None, acted[0].id if acted else None]}]
+        return taken[1]
+
+    async def live(request: Request) -> Response:
+        who = requester(request)
+        refused = streams.acquire(who)
+        if refused is not None:
+            retry = str(max(1, round(events.lifetime_s / 10)))
+            return _error(503, f"{refused}; the page asks every few seconds instead", {"Retry-After": retry})
+        return _EventStream(frames(snapshot, events), lambda: streams.release(who))
+
+    def page_csrf(request: Request, principal: Principal) -> str:
+        """The session's token on a sign-in's session, else one bound to the principal."""
+        session = sign_in.logins.session(request.cookies.get(COOKIE)) if sign_in is not None else None
+        if session is not None and session.principal is principal:
+            return session.csrf
+        return csrf_key.token(principal)
 
     async def status(request: Request) -> Response:
         return JSONResponse(agent.status().model_dump(mode="json"))
@@ -161,9 +216,16 @@ def build_app(
             return _error(400, "limit must be an integer")
         limit = max(1, min(limit, _HISTORY_LIMIT_MAX))
         actor = request.query_params.get("actor") or None
-        actions = [action.to_json() for action in audit.actions(limit, actor)] if audit is not None else []
-        entries = [] if actor is not None else [entry.to_json() for entry in agent.history(limit)]
-        return JSONResponse({"entries": entries, "actions": actions})
+        kind = request.query_params.get("kind") or None
+        wide = _HISTORY_LIMIT_MAX if kind is not None else limit  # a kind is picked from more rows
+        found = audit.actions(wide, actor) if audit is not None else []
+        try:
+            entries, actions = filter_history([] if actor is not None else agent.history(wide), found,
+                                              actor=actor, kind=kind, limit=limit)
+        except ValueError as error:
+            return _error(400, str(error))
+        return JSONResponse({"entries": [entry.to_json() for entry in entries],
+                             "actions": [action.to_json() for action in actions]})
 
     async def audit_export(request: Request) -> Response:
         """The audit trail as JSON lines, oldest first, after id `after`."""
@@ -265,11 +327,10 @@ def build_app(
 
     async def whoami(request: Request) -> Response:
         principal: Principal | None = getattr(request.state, "principal", None)
-        session = sign_in.logins.session(request.cookies.get(COOKIE)) if sign_in is not None else None
         return JSONResponse({
             "name": principal.name if principal else None, "role": principal.role.label if principal else None,
             "via": principal.via if principal else None,
-            "csrf": session.csrf if session is not None and principal is session.principal else None,
+            "csrf": page_csrf(request, principal) if principal else None,
         }, headers={"Cache-Control": "no-store"})
 
     async def login(request: Request) -> Response:
@@ -320,6 +381,8 @@ def build_app(
         Route("/shadow/mismatches", mismatches),
         Route("/logs/{backend}", logs),
         Route("/traces", traces),
+        Route("/events", live),
+        Route("/plan", plan),
         Route("/audit", audit_export),
         Route("/login", login),
         Route("/session", whoami),
@@ -327,10 +390,18 @@ def build_app(
         Route("/hooks/git", hook, methods=["POST"]),
     ]
     async def status_page(request: Request) -> Response:
-        return HTMLResponse(render_page(commit_url_template=commit_url_template))
+        principal: Principal = request.state.principal
+        nonce = secrets.token_urlsafe(18)
+        mismatches = refusal(principal, rule_for("GET", "/shadow/mismatches"), environment=policy.environment,
+                             target=None) is None
+        view = PageView(nonce=nonce, csrf=page_csrf(request, principal),
+                        who=f"{principal.name} ({principal.role.label})",
+                        actions=offered(principal, policy.environment), reads_mismatches=mismatches)
+        return HTMLResponse(render_page(commit_url_template=commit_url_template, view=view),
+                            headers={**PAGE_HEADERS, "Content-Security-Policy": content_security_policy(nonce)})
 
     routes.append(Route("/", status_page))
-    return _Guarded(Starlette(routes=routes), routes, policy)
+    return _Guarded(Starlette(routes=routes), routes, policy, csrf_key)
 
 
 def _callback_url(request: Request) -> str:
@@ -366,10 +437,11 @@ class _Guarded:
     Origin, then who the bearer is, then the route's row of the role table
     (`gitops.admin.roles.ROUTES`). The principal goes on in `request.state`."""
 
-    def __init__(self, app: ASGIApp, routes: list[Route], policy: AccessPolicy) -> None:
+    def __init__(self, app: ASGIApp, routes: list[Route], policy: AccessPolicy, csrf: CsrfKey) -> None:
         self._app = app
         self.routes = routes  # what the role table must cover (tests walk it)
         self._policy = policy
+        self._csrf = csrf
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -400,8 +472,17 @@ class _Guarded:
         reason = refusal(found, rule, environment=self._policy.environment, target=target)
         if reason is not None:
             return Refusal(403, reason)
+        if rule.mutating and from_browser(headers) and not self._on_session(headers):
+            # A sign-in's session had its own token checked by `authenticate`.
+            if not self._csrf.valid(found, headers.get(CSRF_HEADER)):
+                return Refusal(403, "missing or wrong X-CSRF-Token for this caller (the status page's: reload it)")
         scope.setdefault("state", {})["principal"] = found
         return None
+
+    def _on_session(self, headers: dict[str, str]) -> bool:
+        """Whether `authenticate` took the caller by its sign-in session (no bearer given)."""
+        bearer = (headers.get("authorization") or "").partition(" ")[2].strip()
+        return self._policy.sessions is not None and self._policy.guarded and not bearer
 
     def _route_of(self, scope: Scope) -> tuple[str | None, dict[str, Any]]:
         """The path of the route `scope` is for, as declared (`/logs/{backend}`), and its parameters."""
@@ -410,6 +491,21 @@ class _Guarded:
             if match is not Match.NONE:
                 return route.path, dict(child.get("path_params", {}))
         return None, {}
+
+
+class _EventStream(StreamingResponse):
+    """`text/event-stream` from `body`; `release` runs however the stream ends (done, left, cancelled)."""
+
+    def __init__(self, body: AsyncIterator[bytes], release: Callable[[], None]) -> None:
+        super().__init__(body, media_type="text/event-stream", headers={
+            "Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Content-Type-Options": "nosniff"})
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 class _BodyError(Exception):

@@ -1,42 +1,59 @@
-"""The read-only status page served at `/` on the agent's admin port.
+"""The status page served at `/` on the agent's admin port: read it, and act from it.
 
-Owned here: one self-contained HTML document (inline CSS and JavaScript, no
-framework, no build step, nothing fetched from outside). The page reads
-`/status` and `/history` from the same origin and redraws every few
-seconds: overall sync status and conditions, watched vs applied commit,
-the environment (with `--environment`: its branch, a sync window holding a
-commit, the promotion's gates), recent history (each commit's newest row has the id `commit-<sha>`, the
-anchor notifications link to), backends with replicas by state and
-version, endpoints with traffic weights drawn as bars, for both the last
+Owned here: one self-contained HTML document (its CSS and JavaScript carry
+the response's CSP nonce; no framework, no build step, nothing fetched from
+outside). The page reads `/status` and `/history` from the same origin,
+then follows `/events` (server-sent events, `gitops.admin.events`) and
+redraws on each update; where the stream is refused or gone it asks every
+few seconds instead. It shows: overall sync status and conditions, watched
+vs applied commit, the environment (with `--environment`: its branch, a
+sync window holding a commit, the promotion's gates), the plan of the
+commit a sync window holds as a diff (from the stream, or `/plan`), the
+actions the reader may take (`gitops.admin.page_view`: drawn on the server,
+only those the role table lets the reader call, each a button opening a
+confirm form with a reason; the confirm posts to the route the CLI's verb
+uses, with the page's CSRF token in `X-CSRF-Token`), recent history with
+filters by actor and by kind (each commit's newest row has the id
+`commit-<sha>`, the anchor notifications link to) and the actions with who
+took them, backends with replicas by state and version and the commit they
+run, endpoints with traffic weights drawn as bars, for both the last
 minute's request rate, 5xx share and p99 (and a backend's latest handler
-exception, also under "Last error" while it answers 5xx), every proxy worker (state,
-address, restarts, last error), each rollout's step
-bar (steps passed, the one holding, the ones to come) with its checks, the
+exception, also under "Last error" while it answers 5xx), every proxy
+worker (state, address, restarts, last error), each rollout's step bar
+(steps passed, the one holding, the ones to come) with its checks, the
 commits a rollback quarantined, the proxies' recent shadow mismatches (from
-`/shadow/mismatches`; the page still draws when that fails), and every error in
-full. With `--commit-url-template` commits link to the forge. It never writes
-(no buttons for sync or suspend: the page is read-only by design).
+`/shadow/mismatches`, for a role that may read them), and every error in
+full. With `--commit-url-template` commits link to the forge.
 
-Not here: the JSON it reads (`gitops.status.rollup`, `gitops.loop.history`) and serving
-it (`gitops.admin.api`). Every value from the JSON is inserted as text, never as
-HTML, so a commit message or error text cannot inject markup.
+Not here: the JSON it reads (`gitops.status.rollup`, `gitops.loop.history`),
+who may do what (`gitops.admin.page_view`, from `gitops.admin.roles`) and
+serving it (`gitops.admin.api`, with the Content-Security-Policy). Every
+value from the JSON is inserted as text, never as HTML, so a commit message
+or error text cannot inject markup.
 """
 
 from __future__ import annotations
 
+import html
 import json
+import re
+from dataclasses import dataclass
 
-__all__ = ["render_page", "REFRESH_S"]
+from gitops.admin.page_view import HISTORY_KINDS, PageAction, actions_html
+
+__all__ = ["render_page", "PageView", "REFRESH_S"]
 
 REFRESH_S = 3.0
+_PLACEHOLDER = re.compile(r"__[A-Z_]+__")
 
 _PAGE = """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="gitops-csrf" content="__CSRF__">
 <title>ray-gitops status</title>
-<style>
+<style nonce="__NONCE__">
   :root { --ok: #1a7f37; --warn: #9a6700; --bad: #cf222e; --muted: #57606a; --line: #d0d7de; }
   body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1100px; padding: 16px; color: #1f2328; }
   h1 { font-size: 20px; margin: 0 0 4px; }
@@ -62,12 +79,29 @@ _PAGE = """<!doctype html>
   .steps span.passed { background: var(--ok); } .steps span.holding { background: var(--warn); }
   .steps span.failed { background: var(--bad); }
   #stale { display: none; color: var(--bad); font-weight: 600; }
+  #action-buttons { display: flex; gap: 8px; flex-wrap: wrap; margin: 4px 0; }
+  form.confirm { border: 1px solid var(--warn); background: #fff8c5; padding: 8px; margin: 6px 0; }
+  form.confirm p { margin: 0 0 6px; }
+  form.confirm input { width: 320px; }
+  #action-result { margin: 6px 0; font-weight: 600; }
+  #action-result.refused { color: var(--bad); }
+  pre.diff { background: #f6f8fa; border: 1px solid var(--line); }
+  pre.diff span { display: block; }
+  pre.diff .add { color: var(--ok); } pre.diff .del { color: var(--bad); } pre.diff .chg { color: var(--warn); }
+  .filters { display: flex; gap: 12px; margin: 4px 0 8px; }
 </style>
 </head>
 <body>
 <h1>ray-gitops <span id="status" class="badge">…</span></h1>
 <div class="muted"><span id="source"></span> · refreshed <span id="refreshed">never</span>
+  <span id="live"></span> · <span id="who">__WHO__</span>
   <span id="stale">· agent unreachable, showing the last data</span></div>
+
+<h2>Actions</h2>
+<section id="actions">__ACTIONS__</section>
+
+<h2>Pending plan</h2>
+<div id="plan"><span class="muted">none: no commit waits</span></div>
 
 <h2>Commits</h2>
 <table><tbody>
@@ -110,14 +144,27 @@ _PAGE = """<!doctype html>
 <tbody id="mismatches"></tbody></table>
 
 <h2>History</h2>
+<form class="filters" id="history-filter">
+  <label>by <select id="filter-actor"><option value="">anyone</option></select></label>
+  <label>kind <select id="filter-kind"><option value="">any</option>__KINDS__</select></label>
+</form>
 <table><thead><tr><th>commit</th><th>finished</th><th>result</th><th>duration</th><th>plan or error</th></tr></thead>
 <tbody id="history"></tbody></table>
+<h3>Actions taken</h3>
+<table><thead><tr><th>when</th><th>action</th><th>by</th><th>from</th><th>reason</th><th>result</th></tr></thead>
+<tbody id="actions-log"></tbody></table>
 
-<script>
+<script nonce="__NONCE__">
 "use strict";
 const REFRESH_MS = __REFRESH_MS__;
 const COMMIT_URL = __COMMIT_URL_TEMPLATE__;
+const READS_MISMATCHES = __READS_MISMATCHES__;
+const CSRF = document.querySelector('meta[name="gitops-csrf"]').content;
 let scrolledToTarget = false;
+let lastStatus = null;
+let historyMark = null;
+let polling = null;
+const actors = new Set();
 
 function el(tag, text, cls) {
   const node = document.createElement(tag);
@@ -243,6 +290,7 @@ function drawMismatches(m) {
 }
 
 async function refreshMismatches() {
+  if (!READS_MISMATCHES) { fill("mismatches", [], "the shadow sample holds clients' data: an admin's to read"); return; }
   try {
     const r = await fetch("shadow/mismatches", {cache: "no-store"});
     if (r.ok) drawMismatches(await r.json());
@@ -251,6 +299,7 @@ async function refreshMismatches() {
 
 function drawHistory(h) {
   const entries = Array.isArray(h) ? h : (h.entries || h.history || []);
+  drawActionsLog(Array.isArray(h) ? [] : (h.actions || []));
   const anchored = new Set();
   fill("history", entries.slice(0, 20).map(e => {
     const cell = el("span");
@@ -301,37 +350,195 @@ function drawEnvironment(s) {
   box.replaceChildren(...lines);
 }
 
-async function refresh() {
-  try {
-    const [status, history] = await Promise.all(
-      ["status", "history"].map(p => fetch(p, {cache: "no-store"}).then(r => {
-        if (!r.ok) throw new Error(p + ": HTTP " + r.status);
-        return r.json();
-      })));
-    drawStatus(status); drawEnvironment(status); drawRollouts(status); drawHistory(history);
-    await refreshMismatches();
-    document.getElementById("refreshed").textContent = new Date().toLocaleTimeString();
-    document.getElementById("stale").style.display = "none";
-    document.body.dataset.loaded = "true";
-  } catch (error) {
-    document.getElementById("stale").style.display = "inline";
-  } finally {
-    setTimeout(refresh, REFRESH_MS);
+function drawActionsLog(actions) {
+  for (const a of actions) actors.add(a.actor);
+  const select = document.getElementById("filter-actor");
+  const have = new Set([...select.options].map(o => o.value));
+  for (const name of [...actors].sort()) {
+    if (!have.has(name)) { const o = el("option", name); o.value = name; select.appendChild(o); }
+  }
+  fill("actions-log", actions.slice(0, 20).map(a => row([
+    new Date(a.at * 1000).toLocaleString(), a.verb + (a.detail ? " (" + a.detail + ")" : ""),
+    a.actor + " (" + a.via + ")", a.peer || "–", a.reason || "–", a.result,
+  ])), "no actions taken");
+}
+
+function drawPlan(p) {
+  const box = document.getElementById("plan");
+  if (!p) { box.replaceChildren(el("span", "none: no commit waits", "muted")); return; }
+  const head = el("div");
+  head.append(commit(p.commit, short(p.commit)), " · " + p.why);
+  const pre = el("pre", null, "diff");
+  for (const [sign, line] of p.lines || []) {
+    pre.appendChild(el("span", line, sign === "+" ? "add" : sign === "-" ? "del" : sign === "~" ? "chg" : ""));
+  }
+  box.replaceChildren(head, pre);
+}
+
+function showActions(s) {
+  // Which of the buttons this reader was given fit the agent's state now.
+  const suspended = s.status === "Suspended";
+  const held = !!(s.environment && s.environment.held);
+  for (const button of document.querySelectorAll("button.act")) {
+    const when = button.dataset.when;
+    button.hidden = !(when === "always" || (when === "running" && !suspended) || (when === "suspended" && suspended)
+                      || (when === "held" && held));
   }
 }
-refresh();
+
+function historyQuery() {
+  const q = new URLSearchParams();
+  const actor = document.getElementById("filter-actor").value;
+  const kind = document.getElementById("filter-kind").value;
+  if (actor) q.set("actor", actor);
+  if (kind) q.set("kind", kind);
+  const text = q.toString();
+  return "history" + (text ? "?" + text : "");
+}
+
+async function getJson(path) {
+  const r = await fetch(path, {cache: "no-store"});
+  if (!r.ok) throw new Error(path + ": HTTP " + r.status);
+  return r.json();
+}
+
+async function loadHistory() {
+  drawHistory(await getJson(historyQuery()));
+}
+
+function drawAll(status) {
+  lastStatus = status;
+  drawStatus(status); drawEnvironment(status); drawRollouts(status); showActions(status);
+}
+
+function loaded() {
+  document.getElementById("refreshed").textContent = new Date().toLocaleTimeString();
+  document.getElementById("stale").style.display = "none";
+  document.body.dataset.loaded = "true";
+}
+
+async function refresh() {
+  try {
+    const [status, history] = await Promise.all([getJson("status"), getJson(historyQuery())]);
+    drawAll(status); drawHistory(history);
+    try { drawPlan(await getJson("plan")); } catch (error) { /* an agent without /plan */ }
+    await refreshMismatches();
+    loaded();
+  } catch (error) {
+    document.getElementById("stale").style.display = "inline";
+  }
+}
+
+function poll() {
+  // Without a live stream (refused, or a server without one): ask every few seconds.
+  if (polling !== null) return;
+  document.getElementById("live").textContent = "· every " + (REFRESH_MS / 1000) + " s";
+  const again = async () => { await refresh(); polling = setTimeout(again, REFRESH_MS); };
+  polling = setTimeout(again, REFRESH_MS);
+}
+
+function follow() {
+  if (!window.EventSource) { poll(); return; }
+  const events = new EventSource("events");
+  events.addEventListener("update", async (message) => {
+    const data = JSON.parse(message.data);
+    if (polling !== null) { clearTimeout(polling); polling = null; }
+    document.getElementById("live").textContent = "· live";
+    drawAll(data.status); drawPlan(data.plan);
+    if (JSON.stringify(data.history) !== historyMark) {
+      historyMark = JSON.stringify(data.history);
+      try { await loadHistory(); await refreshMismatches(); } catch (error) { /* the next update tries again */ }
+    }
+    loaded();
+  });
+  events.addEventListener("error", () => {
+    if (events.readyState === EventSource.CLOSED) poll();  // refused: the browser will not connect again
+    else document.getElementById("live").textContent = "· reconnecting";
+  });
+}
+
+for (const button of document.querySelectorAll("button.act")) {
+  button.addEventListener("click", () => {
+    for (const form of document.querySelectorAll("form.confirm")) form.hidden = true;
+    const form = document.getElementById("confirm-" + button.dataset.key);
+    form.hidden = false;
+    form.querySelector("input[name=reason]").focus();
+  });
+}
+for (const form of document.querySelectorAll("form.confirm")) {
+  form.querySelector("button.cancel").addEventListener("click", () => { form.hidden = true; });
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const go = form.querySelector("button.go");
+    const result = document.getElementById("action-result");
+    const reason = form.querySelector("input[name=reason]").value;
+    const path = form.dataset.path + (reason ? (form.dataset.path.includes("?") ? "&" : "?")
+                                        + "reason=" + encodeURIComponent(reason) : "");
+    go.disabled = true;
+    try {
+      const r = await fetch(path, {method: "POST", cache: "no-store", headers: {"X-CSRF-Token": CSRF}});
+      const body = await r.json().catch(() => ({}));
+      const what = form.id.replace("confirm-", "");
+      result.className = r.ok ? "" : "refused";
+      result.textContent = r.ok ? what + ": done" + (body.good ? " (back to " + short(body.good) + ")" : "")
+        : what + " refused (HTTP " + r.status + "): " + (body.error || "") + (r.status === 403 && /CSRF/.test(body.error || "")
+          ? " (reload the page)" : "");
+      form.hidden = r.ok ? true : form.hidden;
+      form.querySelector("input[name=reason]").value = "";
+      await loadHistory();
+    } catch (error) {
+      result.className = "refused";
+      result.textContent = "the agent did not answer: " + error;
+    } finally {
+      go.disabled = false;
+    }
+  });
+}
+document.getElementById("filter-actor").addEventListener("change", () => loadHistory().catch(() => {}));
+document.getElementById("filter-kind").addEventListener("change", () => loadHistory().catch(() => {}));
+
+refresh().then(follow);
 </script>
 </body>
 </html>
 """  # noqa: E501 — the page's CSS and JavaScript, a line per rule
 
 
-def render_page(refresh_s: float = REFRESH_S, commit_url_template: str | None = None) -> str:
-    """The status page; it refreshes itself every `refresh_s` seconds.
+@dataclass(frozen=True)
+class PageView:
+    """What one reader's page holds besides the data: its nonce, its CSRF token, who it is,
+    the actions it may take (`gitops.admin.page_view.offered`) and whether it reads mismatches."""
+
+    nonce: str = ""
+    csrf: str = ""
+    who: str = ""
+    actions: tuple[PageAction, ...] = ()
+    reads_mismatches: bool = True
+
+
+READ_ONLY = PageView()
+
+
+def render_page(refresh_s: float = REFRESH_S, commit_url_template: str | None = None,
+                view: PageView = READ_ONLY) -> str:
+    """The status page; without the live stream it refreshes itself every `refresh_s` seconds.
 
     `commit_url_template` (already checked: http(s), with `{sha}`) makes
-    commits links to the forge.
+    commits links to the forge; `view` is the reader's (no actions: read-only).
     """
     # JSON is a JavaScript literal; "</" is escaped so the value cannot end the <script>.
     template = json.dumps(commit_url_template).replace("</", "<\\/")
-    return _PAGE.replace("__REFRESH_MS__", str(int(refresh_s * 1000))).replace("__COMMIT_URL_TEMPLATE__", template)
+    actions = actions_html(view.actions) or '<span class="muted">read-only: your role may take no action here</span>'
+    kinds = "".join(f'<option value="{html.escape(kind)}">{html.escape(kind)}</option>' for kind in HISTORY_KINDS)
+    values = {
+        "__REFRESH_MS__": str(int(refresh_s * 1000)),
+        "__COMMIT_URL_TEMPLATE__": template,
+        "__READS_MISMATCHES__": "true" if view.reads_mismatches else "false",
+        "__NONCE__": html.escape(view.nonce),
+        "__CSRF__": html.escape(view.csrf),
+        "__WHO__": html.escape(view.who) if view.who else "",
+        "__ACTIONS__": actions,
+        "__KINDS__": kinds,
+    }
+    # One pass: a value holding a placeholder's name (a commit URL template can) stays as it is.
+    return _PLACEHOLDER.sub(lambda found: values[found.group(0)], _PAGE)

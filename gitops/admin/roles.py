@@ -7,7 +7,9 @@ name needs `admin`, so a route added without a row is closed, not open, and
 route has its row. Roles are ordered: `viewer` reads (status, history,
 plans, logs, traces), `operator` also acts (sync, suspend, resume, roll
 back, override a window), `admin` also reads what holds clients' data (the
-shadow sample, the audit export with callers' addresses).
+shadow sample, the audit export with callers' addresses). The status
+page draws a button only where this table lets its reader call the route
+(`gitops.admin.page_view.offered`).
 
 A principal may carry one scope: `environment=NAME` (only an agent serving
 that environment accepts it) or `endpoint=NAME` (its acting rights hold
@@ -69,6 +71,8 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/session"): Rule(Role.VIEWER),  # who the caller is, and a sign-in's CSRF token
     ("GET", "/logs/{backend}"): Rule(Role.VIEWER),
     ("GET", "/traces"): Rule(Role.VIEWER),
+    ("GET", "/events"): Rule(Role.VIEWER),  # the status page's live updates (server-sent events)
+    ("GET", "/plan"): Rule(Role.VIEWER),  # the plan of the commit a sync window holds
     ("POST", "/sync"): Rule(Role.OPERATOR, mutating=True),
     ("POST", "/suspend"): Rule(Role.OPERATOR, mutating=True),
     ("POST", "/resume"): Rule(Role.OPERATOR, mutating=True),

@@ -413,6 +413,7 @@ async def _serve(
         apply_traces=lambda commit: [trace_json(trace) for trace in traces.of_commit(commit)],
         audit=agent,
         sign_in=oidc if oidc is not None and args.oidc.client_id else None,
+        pending_plan=agent.pending_plan,
     )
     servers = [api.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:

@@ -61,7 +61,7 @@ from gitops.loop.metrics import AgentMetrics
 from gitops.notifications.delivering import Notifier
 from gitops.notifications.events import Event, EventKind, rollback_events
 from gitops.reconcile.prune_guard import prune_refusal
-from gitops.reconcile.plans import Plan
+from gitops.reconcile.plans import PendingPlan, Plan
 from gitops.status.restarts import FailureLog, restart_lines
 from gitops.sources.hashing import Tree
 from gitops.sources.source import Revision, Source
@@ -173,6 +173,7 @@ class Agent:
         self._last: TickReport | None = None  # the last finished tick
         self._watched: Revision | None = None  # the newest revision seen by any tick
         self._cluster: ClusterStatus | None = None  # the newest observed status
+        self._pending: PendingPlan | None = None  # the plan of the commit a sync window holds
         self._applying: _Applying | None = None
         self._retries = 0  # transient failures in a row
         self._retry: asyncio.TimerHandle | None = None
@@ -241,6 +242,10 @@ class Agent:
 
     def history(self, limit: int = 50) -> list[HistoryEntry]:
         return self._history.recent(limit)
+
+    def pending_plan(self) -> PendingPlan | None:
+        """What applying the commit a sync window holds would do (planned when it was held); None when none waits."""
+        return self._pending
 
     def record_action(self, action: Action) -> Action:
         """An admin API call that changed something: into the audit trail, the log and the notifications."""
@@ -511,10 +516,12 @@ class Agent:
             loaded = await asyncio.to_thread(self._load, tree, self._settings.spec_path)
         report = replace(report, loaded=loaded)
         if not loaded.ok or loaded.state is None:
+            self._pending = None  # a newer commit that does not load: nothing of it waits to apply
             errors = tuple(TickError(Stage.LOAD, ErrorKind.STALLED, str(e)) for e in loaded.errors)
             return replace(report, errors=report.errors + errors, reconciled_at=time.time())
         if self._duties is not None and await self._held_by_window(loaded, revision):
             return replace(report, reconciled_at=time.time())  # no outcome: nothing recorded, the status says Held
+        self._pending = None
         with self._stages.timed("plan"):
             try:
                 actual = await self._client.get_state()
@@ -632,7 +639,18 @@ class Agent:
             self._log.warning("%s: %s", revision.short, override.plan_summary)
         elif held is not None:
             self._log.info("%s held: %s", revision.short, held.message)
+            self._pending = await self._plan_held(loaded, revision, held.message)
         return held is not None
+
+    async def _plan_held(self, loaded: LoadResult, revision: Revision, why: str) -> PendingPlan | None:
+        """The plan of a held commit against what runs now, for the status page; None if the controller is away."""
+        if loaded.state is None:
+            return None
+        try:
+            actual = await self._client.get_state()
+        except Exception:  # noqa: BLE001 — the status says the controller is unreachable; the plan waits
+            return None
+        return PendingPlan(revision.sha, f"held: {why}", self._plan(loaded.state, actual).render_text())
 
     async def _promotion_step(self) -> None:
         """The served commit through the promotion gates; a promotion recorded and announced."""

@@ -4,13 +4,15 @@ A `Plan` is produced by `gitops.reconcile.planner.plan` (pure) and carried out b
 `gitops.reconcile.applying` (I/O). Each `Action` says what it does to which object,
 carries the full new config for creates and updates, and knows whether it
 restarts replicas. Rendering for humans (like `terraform plan`) and JSON
-lives beside the values; nothing here decides what goes into a plan.
+lives beside the values, and `PendingPlan`, the rendered plan of a commit a
+sync window holds (the status page shows it); nothing here decides what goes into a plan.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,7 +21,7 @@ from vocabulary.spec.backends import BackendConfig, UpdateConfig
 from vocabulary.spec.endpoints import EndpointConfig
 from vocabulary.replicas.model_digests import short
 
-__all__ = ["ActionKind", "Action", "FieldChange", "Plan", "PlanSummary"]
+__all__ = ["ActionKind", "Action", "FieldChange", "Plan", "PlanSummary", "PendingPlan"]
 
 
 class ActionKind(str, enum.Enum):
@@ -197,6 +199,15 @@ class Plan(BaseModel):
 
     def render_json(self) -> str:
         return json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n"
+
+
+@dataclass(frozen=True)
+class PendingPlan:
+    """The plan of a commit that waits (a sync window holds it): what applying it would do now."""
+
+    commit: str
+    why: str
+    text: str  # `Plan.render_text`
 
 
 def _json(value: Any) -> str:

@@ -105,6 +105,23 @@ def test_a_deny_window_holds_a_new_commit_and_an_override_applies_it_on_record(s
     assert agent.status().status is SyncStatus.SYNCED and agent.status().last_applied_revision == held
 
 
+def test_a_held_commit_is_planned_against_what_runs_for_the_status_page(source: MemorySource, tmp_path: Path) -> None:
+    agent, _, _, _ = make(source, tmp_path, [Counts()])
+    asyncio.run(agent.tick())
+    assert agent.pending_plan() is None
+    source.write("environments/staging.toml", ALWAYS_DENY)
+    source.write("deployments/echo.toml", spec({"v1": 0.5, "v2": 0.5}))
+    held = source.commit("v2 takes half, during a freeze")
+    assert asyncio.run(agent.tick()) is None
+    pending = agent.pending_plan()
+    assert pending is not None and pending.commit == held and pending.why.startswith("held: deny window")
+    assert "~ endpoint echo" in pending.text and '"v2": 0.5' in pending.text
+    assert pending.text.rstrip().endswith("Plan: 0 to create, 1 to update, 0 to delete.")
+    agent.sync(override_window_by="otto")
+    asyncio.run(agent.tick())
+    assert agent.pending_plan() is None  # applied: nothing waits
+
+
 def test_the_served_commit_is_promoted_once_after_its_soak(source: MemorySource, tmp_path: Path) -> None:
     counts = [Counts(requests=100, compared=100)]
     notifier = RecordingNotifier()

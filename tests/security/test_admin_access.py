@@ -14,7 +14,7 @@ import httpx
 from gitops.admin.access import AccessPolicy
 from gitops.admin.api import WebhookGuard, build_webhook_app
 from gitops.admin.webhooks import sign
-from tests.support.admin import BODY, SECRET, FakeAgent, request
+from tests.support.admin import ANONYMOUS_PAGE, BODY, SECRET, FakeAgent, request
 
 TOKEN = b"s3cret-admin-token"
 GUARDED = AccessPolicy.build(TOKEN, "127.0.0.1")
@@ -87,10 +87,22 @@ def test_a_post_from_an_opaque_origin_is_403() -> None:
     assert response.status_code == 403 and untouched(agent)
 
 
-def test_a_post_from_the_agents_own_page_is_allowed() -> None:
+def test_a_post_from_the_agents_own_page_is_allowed_with_the_pages_csrf_token() -> None:
     agent = FakeAgent()
-    response = request(agent, "POST", "/suspend", headers={"Host": "127.0.0.1:8001", "Origin": "http://127.0.0.1:8001"})
+    response = request(agent, "POST", "/suspend",
+                       headers={"Host": "127.0.0.1:8001", "Origin": "http://127.0.0.1:8001", **ANONYMOUS_PAGE})
     assert response.status_code == 200 and agent.suspended
+
+
+def test_a_same_origin_post_without_the_pages_csrf_token_is_403() -> None:
+    # A page of the agent's own origin (a script injected there, or a viewer's hand-made
+    # request in the browser's console) cannot act without the token the page was given.
+    for extra in ({}, {"X-CSRF-Token": "1700000000.deadbeef"}, {"X-CSRF-Token": ""}):
+        agent = FakeAgent()
+        response = request(agent, "POST", "/rollback",
+                           headers={"Host": "127.0.0.1:8001", "Origin": "http://127.0.0.1:8001", **extra})
+        assert response.status_code == 403 and "X-CSRF-Token" in response.json()["error"], extra
+        assert untouched(agent)
 
 
 def test_an_allowed_extra_host_is_answered() -> None:
@@ -153,7 +165,8 @@ def test_row9_a_page_on_another_loopback_port_cannot_post() -> None:
 def test_row9_the_listener_s_own_origin_under_any_allowed_name_may_post() -> None:
     for origin in ("http://127.0.0.1:8001", "http://localhost:8001", "http://[::1]:8001"):
         agent = FakeAgent()
-        response = request(agent, "POST", "/suspend", headers={"Host": "127.0.0.1:8001", "Origin": origin})
+        response = request(agent, "POST", "/suspend",
+                           headers={"Host": "127.0.0.1:8001", "Origin": origin, **ANONYMOUS_PAGE})
         assert response.status_code == 200 and agent.suspended, origin
 
 
@@ -161,7 +174,7 @@ def test_row9_a_reverse_proxy_s_https_origin_on_its_default_port_may_post() -> N
     policy = AccessPolicy.build(None, "127.0.0.1", ["gitops.internal"])
     agent = FakeAgent()
     response = request(agent, "POST", "/suspend", policy=policy,
-                       headers={"Host": "gitops.internal", "Origin": "https://gitops.internal"})
+                       headers={"Host": "gitops.internal", "Origin": "https://gitops.internal", **ANONYMOUS_PAGE})
     assert response.status_code == 200 and agent.suspended
     agent = FakeAgent()
     response = request(agent, "POST", "/suspend", policy=policy,

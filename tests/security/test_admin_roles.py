@@ -16,6 +16,7 @@ import pytest
 
 from gitops.admin.access import AccessPolicy
 from gitops.admin.api import build_app
+from gitops.admin.events import EventLimits
 from gitops.admin.roles import ROUTES, Role, rule_for
 from gitops.admin.tokens import TokenFile, parse_tokens
 from gitops.errors import UserError
@@ -38,10 +39,14 @@ def three_tokens(tmp_path: Path) -> TokenFile:
     return TokenFile(token_file(tmp_path, [f"{name} {role} {digest(tok)}" for name, (role, tok) in TOKENS.items()]))
 
 
+# The page's live stream ends after 0.2 s here: the in-process transport answers once the app is done.
+SHORT_STREAMS = EventLimits(lifetime_s=0.2, poll_s=0.05)
+
+
 def app_with(policy: AccessPolicy):
     agent = FakeAgent()
     return agent, build_app(agent, sync=lambda: None, webhook_fetch=lambda: None,
-                            metrics=lambda: (b"", "text/plain"), policy=policy)
+                            metrics=lambda: (b"", "text/plain"), policy=policy, events=SHORT_STREAMS)
 
 
 def call(app, method: str, path: str, token: str | None) -> httpx.Response:

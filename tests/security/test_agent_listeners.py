@@ -110,5 +110,9 @@ def test_row9_a_page_on_the_proxy_s_port_cannot_post_to_the_admin_listener(expos
         response = agent.http.post(agent.admin + path, headers={**BEARER, "Origin": page})
         assert response.status_code == 403 and "cross-origin" in response.json()["error"], path
     assert agent.http.get(agent.admin + "/status", headers=BEARER).json()["status"] != "Suspended"
-    own = agent.http.post(agent.admin + "/sync", headers={**BEARER, "Origin": agent.admin})
+    # The admin listener's own page may: with the CSRF token the page was given (`/session` answers it too).
+    csrf = agent.http.get(agent.admin + "/session", headers=BEARER).json()["csrf"]
+    forged = agent.http.post(agent.admin + "/sync", headers={**BEARER, "Origin": agent.admin})
+    assert forged.status_code == 403 and "X-CSRF-Token" in forged.json()["error"], forged.text
+    own = agent.http.post(agent.admin + "/sync", headers={**BEARER, "Origin": agent.admin, "X-CSRF-Token": csrf})
     assert own.status_code == 202, own.text

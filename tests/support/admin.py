@@ -9,7 +9,8 @@ from typing import Any
 
 import httpx
 
-from gitops.admin.access import AccessPolicy
+from gitops.admin.access import ANONYMOUS, AccessPolicy
+from gitops.admin.csrf import CsrfKey
 from gitops.admin.api import WebhookGuard, build_app
 from pathlib import Path
 
@@ -61,6 +62,8 @@ class AuditedAgent(FakeAgent):
         return self.ledger.actions(limit, actor, after)
 
 LOOPBACK_ONLY = AccessPolicy.build(None, "127.0.0.1")
+PAGE_CSRF = CsrfKey(b"k" * 32)  # one key for every app `request` builds: a page's token outlives one call
+ANONYMOUS_PAGE = {"X-CSRF-Token": PAGE_CSRF.token(ANONYMOUS)}  # the loopback page's token, no credentials set
 
 def request(agent: FakeAgent, method: str, path: str, webhook: WebhookGuard | None = None,
             policy: AccessPolicy = LOOPBACK_ONLY, **kwargs: Any) -> httpx.Response:
@@ -71,7 +74,7 @@ def request(agent: FakeAgent, method: str, path: str, webhook: WebhookGuard | No
         agent.fetches += 1
 
     app = build_app(agent, sync=sync, webhook_fetch=fetch, metrics=lambda: (b"gitops_x 1\n", "text/plain"),
-                    webhook=webhook, policy=policy)
+                    webhook=webhook, policy=policy, csrf=PAGE_CSRF)
 
     async def go() -> httpx.Response:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:

@@ -1,0 +1,141 @@
+"""What the status page offers whoever reads it, and the page's filters. Pure.
+
+- `PAGE_ACTIONS`: the page's buttons, each the admin route the CLI's verb
+  calls (`POST /sync`, `/sync?override_window=1`, `/suspend`, `/resume`,
+  `/rollback`). `offered` keeps those the principal may call, judged by the
+  role table (`gitops.admin.roles.ROUTES` through `refusal`, scopes
+  included): the table is the one source, so a viewer's page holds no
+  action at all. `actions_html` draws them: each a button that opens its
+  confirm form (what it does, a reason, "Confirm" or "Cancel"); nothing
+  is sent before the confirm.
+- `content_security_policy`: the page's policy (`default-src 'self'`,
+  scripts and styles only with the response's nonce, no framing), and
+  `PAGE_HEADERS`, the other headers the page goes with.
+- `HISTORY_KINDS` and `filter_history`: the history the page shows, by
+  actor (an action's caller) and by kind (a commit's outcome or an
+  action's verb), as `GET /history?actor=&kind=` answers it.
+- `plan_lines`: a plan's text as diff lines, each with its sign.
+
+Not here: serving (`gitops.admin.api`), the page's markup and script
+(`gitops.admin.page`). Every text put into markup here is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Sequence
+
+from gitops.admin.roles import Principal, refusal, rule_for
+from gitops.reconcile.outcomes import Action, HistoryEntry, Outcome
+
+__all__ = [
+    "PageAction", "PAGE_ACTIONS", "offered", "actions_html", "content_security_policy", "PAGE_HEADERS",
+    "HISTORY_KINDS", "ACTION_VERBS", "filter_history", "plan_lines",
+]
+
+
+@dataclass(frozen=True)
+class PageAction:
+    """One button: the route it posts to (as the CLI's verb does), what it says, when it shows."""
+
+    key: str  # the element ids' stem: act-KEY, confirm-KEY
+    path: str  # the route, relative to the page (no leading slash: a reverse proxy's prefix stays)
+    label: str
+    confirm: str  # what it does, asked before it is sent
+    when: str  # "always", "running" (not suspended), "suspended", "held" (a sync window holds a commit)
+
+    @property
+    def route(self) -> str:
+        """The route's path as the role table names it."""
+        return "/" + self.path.partition("?")[0]
+
+
+PAGE_ACTIONS: tuple[PageAction, ...] = (
+    PageAction("sync", "sync", "Sync now", "Fetch the branch and apply its newest commit now.", "always"),
+    PageAction("override", "sync?override_window=1", "Sync past the window",
+               "Apply the commit the sync window holds now, past the window (recorded with your name).", "held"),
+    PageAction("suspend", "suspend", "Suspend", "Stop reconciling: nothing is applied until someone resumes.",
+               "running"),
+    PageAction("resume", "resume", "Resume", "Reconcile again, from the branch's newest commit.", "suspended"),
+    PageAction("rollback", "rollback", "Roll back",
+               "Apply the last commit applied before the current one, and hold the newer commits back "
+               "until a newer commit arrives.", "always"),
+)
+
+ACTION_VERBS = ("sync", "suspend", "resume", "rollback")
+HISTORY_KINDS = tuple(outcome.value for outcome in Outcome) + ACTION_VERBS
+
+
+def offered(principal: Principal, environment: str | None) -> tuple[PageAction, ...]:
+    """The page's actions `principal` may take on an agent serving `environment`."""
+    return tuple(action for action in PAGE_ACTIONS
+                 if refusal(principal, rule_for("POST", action.route), environment=environment, target=None) is None)
+
+
+def actions_html(actions: Sequence[PageAction]) -> str:
+    """The buttons and their confirm forms; empty without actions (the page is then read-only)."""
+    if not actions:
+        return ""
+    buttons, forms = [], []
+    for action in actions:
+        key, label = html.escape(action.key), html.escape(action.label)
+        buttons.append(f'<button type="button" class="act" id="act-{key}" data-key="{key}" '
+                       f'data-when="{html.escape(action.when)}">{label}…</button>')
+        forms.append(
+            f'<form class="confirm" id="confirm-{key}" data-path="{html.escape(action.path)}" hidden>'
+            f"<p><strong>{label}?</strong> {html.escape(action.confirm)}</p>"
+            f'<label>reason <input name="reason" maxlength="500" placeholder="optional, kept in history"></label> '
+            f'<button type="submit" class="go" id="go-{key}">Confirm: {label}</button> '
+            f'<button type="button" class="cancel">Cancel</button></form>'
+        )
+    return ('<div id="action-buttons">' + " ".join(buttons) + "</div>\n" + "\n".join(forms)
+            + '\n<div id="action-result" role="status"></div>')
+
+
+def content_security_policy(nonce: str) -> str:
+    """Only the page's own scripts and styles (with this response's nonce) run; nothing frames it."""
+    return "; ".join([
+        "default-src 'self'", f"script-src 'nonce-{nonce}'", f"style-src 'nonce-{nonce}'",
+        "img-src 'self' data:", "connect-src 'self'", "object-src 'none'", "base-uri 'none'",
+        "form-action 'self'", "frame-ancestors 'none'",
+    ])
+
+
+PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def filter_history(entries: Sequence[HistoryEntry], actions: Sequence[Action], *, actor: str | None,
+                   kind: str | None, limit: int) -> tuple[list[HistoryEntry], list[Action]]:
+    """The commits' rows and the actions the page shows: an actor's are only actions
+    (a commit has no caller); a kind is a commit outcome or an action's verb."""
+    if kind is not None and kind not in HISTORY_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(HISTORY_KINDS)}")
+    shown_entries = [] if actor is not None or kind in ACTION_VERBS else [
+        entry for entry in entries if kind is None or entry.result.value == kind]
+    shown_actions = [] if kind is not None and kind not in ACTION_VERBS else [
+        action for action in actions
+        if (actor is None or action.actor == actor) and (kind is None or action.verb == kind)]
+    return shown_entries[:limit], shown_actions[:limit]
+
+
+def plan_lines(text: str) -> list[tuple[str, str]]:
+    """A plan's text as diff lines: ("+", line) creates, ("-", line) deletes, ("~", line)
+    updates and their changed fields, ("", line) the rest (the summary)."""
+    lines: list[tuple[str, str]] = []
+    sign = ""
+    for line in text.splitlines():
+        stripped = line.lstrip()
+        if line and not line[0].isspace():
+            sign = line[0] if line[:2] in ("+ ", "- ", "~ ") else ""
+            lines.append((sign, line))
+        elif stripped[:2] in ("+ ", "- ", "~ "):
+            lines.append((stripped[0], line))
+        else:
+            lines.append((sign if stripped else "", line))
+    return lines

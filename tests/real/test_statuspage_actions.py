@@ -1,0 +1,213 @@
+"""The status page you can act from, in a real headless Chromium against a real agent (issue 47 item 4).
+
+A `gitops run` with `--admin-tokens-file` (a viewer, an operator; digests
+only) serves two commits. The browser reaches it as a browser behind a
+reverse proxy that adds the reader's bearer header does (Chromium's own
+`Network.setExtraHTTPHeaders`, on every request of the page, its stream
+included):
+
+- the viewer's page draws the agent's status live (server-sent events) with
+  no action button, and a POST it forges from the page's own origin, with
+  or without the page's CSRF token, is 403 and changes nothing;
+- the operator clicks "Roll back", confirms with a reason, and the rollback
+  is in the page's actions (filtered by actor and by kind) and in
+  `/history?actor=otto` with the operator's token name as actor; the page
+  redraws the agent Held without a reload;
+- the page runs under its Content-Security-Policy with no violation
+  reported, and no token is in the page's source or its event stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import ray
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+from tests.conftest import GitRepo
+from tests.support.stack import AgentProcess
+
+pytestmark = pytest.mark.real
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+TOKENS = {"vera": ("viewer", "tok-viewer-page-7c41d9a2e0"), "otto": ("operator", "tok-operator-page-3b8e60f1c5")}
+
+APP = '''
+class Echo:
+    def __init__(self, version):
+        self.version = version
+
+    def __call__(self, request):
+        return {"version": self.version}
+'''
+
+SPEC = '''
+[backends.echo]
+import_path = "deployments.echo:Echo"
+init_args = ["{version}"]
+ray_actor_options = {{ num_cpus = 0.01 }}
+graceful_shutdown_timeout_s = 1
+
+[endpoints.echo]
+route = "/echo"
+traffic = {{ echo = 1.0 }}
+'''
+
+
+def write(repo: GitRepo, version: str) -> str:
+    repo.write("deployments/__init__.py", "")
+    repo.write("deployments/echo.py", APP)
+    repo.write("deployments/echo.toml", SPEC.format(version=version))
+    return repo.commit(f"echo {version}")
+
+
+@pytest.fixture
+def chromium(tmp_path: Path):
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--no-first-run", f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1200,1600",
+    ]:
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.execute_cdp_cmd("Network.enable", {})
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def as_reader(driver: webdriver.Chrome, name: str, url: str) -> None:
+    """Load the page as `name`: every request of the page carries its bearer, as a reverse proxy adds it."""
+    driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Bearer {TOKENS[name][1]}"}})
+    driver.get(url)
+
+
+def until(what: str, done, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if done():
+                return
+        except Exception:  # noqa: BLE001 — the page may be between redraws
+            pass
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.2)
+
+
+def text(driver: webdriver.Chrome, element_id: str) -> str:
+    return driver.find_element(By.ID, element_id).text
+
+
+FORGE = """
+const [path, withToken, done] = arguments;
+const headers = withToken ? {"X-CSRF-Token": document.querySelector('meta[name="gitops-csrf"]').content} : {};
+fetch(path, {method: "POST", headers}).then(r => r.text().then(body => done([r.status, body])));
+"""
+
+
+def test_a_viewer_cannot_act_and_an_operators_rollback_from_the_page_is_attributed(
+    ray_session: str, repo: GitRepo, tmp_path: Path, chromium: webdriver.Chrome, artifacts_dir: Path
+) -> None:
+    table = tmp_path / "admin-tokens"
+    table.write_text("".join(f"{name} {role} {hashlib.sha256(tok.encode()).hexdigest()}\n"
+                             for name, (role, tok) in TOKENS.items()))
+    first = write(repo, "v1")
+    agent = AgentProcess(repo.root, tmp_path, ray.get_runtime_context().gcs_address,
+                         extra_args=["--admin-tokens-file", str(table)])
+    otto = {"Authorization": f"Bearer {TOKENS['otto'][1]}"}
+    http = httpx.Client(timeout=30, headers=otto)
+    page = agent.admin + "/"
+    try:
+        agent.wait("v1 applied", lambda: http.get(agent.admin + "/status").json()["last_applied_revision"] == first)
+        second = write(repo, "v2")
+        agent.wait("v2 applied", lambda: http.get(agent.admin + "/status").json()["last_applied_revision"] == second)
+
+        # The viewer: the status, live, and no button.
+        as_reader(chromium, "vera", page)
+        until("the viewer's page drawn", lambda: chromium.execute_script("return document.body.dataset.loaded") == "true")
+        until("the page following the live stream", lambda: text(chromium, "live") == "· live")
+        assert text(chromium, "status") == "Synced" and text(chromium, "applied") == second
+        assert "vera (viewer)" in text(chromium, "who")
+        assert chromium.find_elements(By.CSS_SELECTOR, "#actions button") == []
+        assert "read-only" in text(chromium, "actions")
+        chromium.save_screenshot(str(artifacts_dir / "statuspage-viewer.png"))
+        for with_token in (False, True):
+            status, body = chromium.execute_async_script(FORGE, "rollback", with_token)
+            assert status == 403 and "vera is viewer; this needs operator" in body, (with_token, body)
+        viewer_source = chromium.page_source
+
+        # The operator: the buttons, a confirm, the rollback.
+        as_reader(chromium, "otto", page)
+        until("the operator's page drawn", lambda: chromium.execute_script("return document.body.dataset.loaded") == "true")
+        assert "otto (operator)" in text(chromium, "who")
+        shown = [b.get_attribute("id") for b in chromium.find_elements(By.CSS_SELECTOR, "#action-buttons button")
+                 if b.is_displayed()]
+        assert shown == ["act-sync", "act-suspend", "act-rollback"]  # resume while suspended, override while held
+        status, body = chromium.execute_async_script(FORGE, "rollback", False)
+        assert status == 403 and "X-CSRF-Token" in body  # the operator's own page, but no token: forged
+        chromium.find_element(By.ID, "act-rollback").click()
+        confirm = chromium.find_element(By.ID, "confirm-rollback")
+        assert confirm.is_displayed() and "hold the newer commits back" in confirm.text
+        assert http.get(agent.admin + "/history?kind=rollback").json()["actions"] == []  # nothing sent before the confirm
+        confirm.find_element(By.NAME, "reason").send_keys("v2 breaks checkout")
+        chromium.find_element(By.ID, "go-rollback").click()
+        until("the rollback done", lambda: text(chromium, "action-result").startswith("rollback: done"))
+        assert f"back to {first[:12]}" in text(chromium, "action-result")
+        until("the page redrawn Held without a reload", lambda: text(chromium, "status") == "Held")
+        until("the rollback in the page's actions", lambda: "otto (token)" in text(chromium, "actions-log"))
+        chromium.save_screenshot(str(artifacts_dir / "statuspage-operator-rolled-back.png"))
+
+        # History filters: by actor, by kind.
+        http.post(agent.admin + "/sync", params={"reason": "after the rollback"})
+        until("the sync listed", lambda: "sync" in text(chromium, "actions-log"))
+        Select(chromium.find_element(By.ID, "filter-kind")).select_by_value("rollback")
+        until("only rollbacks", lambda: "rollback (to " in text(chromium, "actions-log")
+              and "sync" not in text(chromium, "actions-log"))
+        assert "no commits attempted yet" in text(chromium, "history")  # a verb's filter shows no commit
+        Select(chromium.find_element(By.ID, "filter-kind")).select_by_value("")
+        Select(chromium.find_element(By.ID, "filter-actor")).select_by_value("otto")
+        until("otto's actions only", lambda: "rollback (to " in text(chromium, "actions-log")
+              and "sync" in text(chromium, "actions-log"))
+        operator_source = chromium.page_source
+        logs = chromium.get_log("browser")
+
+        # The agent's own record: the operator's name, the reason, the address.
+        (rollback,) = http.get(agent.admin + "/history", params={"actor": "otto", "kind": "rollback"}).json()["actions"]
+        assert (rollback["actor"], rollback["via"], rollback["reason"], rollback["peer"]) == (
+            "otto", "token", "v2 breaks checkout", "127.0.0.1")
+        assert rollback["detail"].startswith(f"to {first[:7]}, holding {second[:7]}")
+        assert http.get(agent.admin + "/history", params={"actor": "vera"}).json()["actions"] == []
+
+        # What the stream sends, and the raw page.
+        stream = b""
+        with http.stream("GET", agent.admin + "/events") as events:
+            assert events.headers["content-type"].startswith("text/event-stream")
+            for chunk in events.iter_bytes():
+                stream += chunk
+                if b"event: update" in stream and stream.endswith(b"\n\n"):
+                    break
+        raw_page = http.get(page)
+        assert "frame-ancestors 'none'" in raw_page.headers["content-security-policy"]
+    finally:
+        http.close()
+        agent.stop()
+    assert b'"status":"Held"' in stream
+    violations = [entry["message"] for entry in logs if "Content Security Policy" in entry["message"]]
+    assert violations == []
+    for where, seen in {"viewer's page": viewer_source, "operator's page": operator_source,
+                        "raw page": raw_page.text, "event stream": stream.decode()}.items():
+        for _, token in TOKENS.values():
+            assert token not in seen, f"{where} shows a token"
