@@ -109,6 +109,7 @@ shadow_values = false
 [endpoints.echo.limits]
 requests_per_s = 10
 burst = 20
+tokens_per_minute = 100000
 key = "header:authorization"
 
 [endpoints.echo.retries]

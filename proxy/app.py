@@ -6,7 +6,7 @@ Retry-After until a first complete route table came), then pass the request
 through its endpoint's chain of stages (`proxy.pipeline.stage`), in the one
 order `ProxyApp.__init__` lists them:
 
-    admission (limits) -> steering -> tracing -> capture -> shadow -> [forward] -> counting
+    admission (limits) -> token budget -> steering -> tracing -> capture -> shadow -> [forward] -> counting
 
 Each stage is a module of `proxy.pipeline` and is left out of an endpoint's
 chain when its feature is off for it. Between the stages' `begin` and
@@ -49,13 +49,14 @@ from proxy.observability.shadow_compare import MismatchLog
 from proxy.observability.tracing import RequestTracing
 from proxy.pipeline.admit import Admission
 from proxy.pipeline.body import BodyBudget, read
-from proxy.pipeline.capture import Capture, tapped
+from proxy.pipeline.budget import TokenBudgeting
+from proxy.pipeline.capture import Capture
 from proxy.pipeline.count import Counting, NullRecorder, Recorder
 from proxy.pipeline.running_calls import ClientLeft, RunningCalls
 from proxy.pipeline.shadow import Shadowing
 from proxy.pipeline.stage import Chain, Stage, chains
 from proxy.pipeline.steer import Steering
-from proxy.pipeline.streaming import StreamEnd, relay, stream_code
+from proxy.pipeline.streaming import StreamEnd, observed, relay, stream_code
 from proxy.pipeline.trace import Tracing
 from proxy.pipeline.transit import CLIENT_LEFT, TEXT, Refusal, Transit, end_to_end, refusal_for, send_answer
 from proxy.pipeline.websockets import WebSocketCarrier
@@ -115,8 +116,15 @@ class ProxyApp:
         )
         self.mismatches = self._shadows.mismatches
         # The request path's stages, in their one order (proxy.pipeline.stage); None: off in this proxy.
+        buckets = buckets if buckets is not None else LocalBuckets()
         stages = (
-            Admission(buckets if buckets is not None else LocalBuckets(), lambda endpoint: self._recorder.rate_limited(endpoint)),
+            Admission(buckets, lambda endpoint: self._recorder.rate_limited(endpoint)),
+            TokenBudgeting(
+                buckets,
+                lambda endpoint, tenant, tokens: self._recorder.tokens_admitted(endpoint, tenant, tokens),
+                lambda endpoint, tenant, tokens: self._recorder.tokens_charged(endpoint, tenant, tokens),
+                lambda endpoint, tenant: self._recorder.token_limited(endpoint, tenant),
+            ),
             Steering(rng),
             None if tracing is None else Tracing(tracing),
             captured,
@@ -189,7 +197,7 @@ class ProxyApp:
             for hook in stages.begin:
                 hook(transit)
         except Refusal as refused:  # before the body: answered, not counted
-            await send_answer(send, refused.status, [*TEXT, *refused.headers], refused.text.encode())
+            await send_answer(send, refused.status, *refused.answer())
             return
         held = 0  # body bytes this request counts against the worker's budget until it ends
         try:
@@ -225,7 +233,7 @@ class ProxyApp:
                 return
             status, headers, payload = reply[0], end_to_end(reply[1]), reply[2]
         except Refusal as refused:
-            status, headers, payload = refused.status, [*TEXT, *refused.headers], refused.text.encode()
+            status, (headers, payload) = refused.status, refused.answer()
         except ClientLeft as left:
             logger.info("%s %s: client left %s (499)", scope["method"], path, left)
             transit.duration_s = time.perf_counter() - transit.started
@@ -253,8 +261,8 @@ class ProxyApp:
             await send({"type": "http.response.body", "body": start.first_chunk, "more_body": True})
             self._recorder.first_byte(served.name, backend, time.perf_counter() - transit.started)
             chunks = self._caller.stream(held.slot.handle, start)
-            if transit.captured is not None and transit.captured.stream is not None:
-                chunks = tapped(chunks, transit.captured.stream)
+            if transit.observers is not None:  # the capture record, the token budget's usage
+                chunks = observed(chunks, transit.observers)
             gaps: list[float] = []
             status = await relay(chunks, send, served.timeout_s, receive, start.status, gaps)
         finally:

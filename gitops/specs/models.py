@@ -65,6 +65,7 @@ from vocabulary.spec.endpoints import (
     MatchRule,
     ShadowCompare,
     TracingConfig,
+    one_limit_set,
     one_match_source,
 )
 from vocabulary.spec.placement import PlacementConfig, PlacementStrategy, actor_needs, bundle_text
@@ -240,7 +241,11 @@ RolloutSpec = create_model(
     ),
 )
 LimitsSpec = create_model(
-    "LimitsSpec", __base__=_Spec, __doc__=LimitsConfig.__doc__, **_file_keys(LimitsConfig, frozenset(), {})
+    "LimitsSpec",
+    __base__=_Spec,
+    __doc__=LimitsConfig.__doc__,
+    __validators__={"_one_limit": model_validator(mode="after")(one_limit_set)},  # type: ignore[dict-item]  # pydantic types __validators__ as plain callables, its decorators return proxies
+    **_file_keys(LimitsConfig, frozenset(), {}),
 )
 MatchSpec = create_model(
     "MatchSpec",

@@ -6,9 +6,11 @@ docs/reference/metrics.md ("Proxy": `gitops_http_requests_total`,
 `gitops_shadow_comparisons_total`, `gitops_backend_ongoing_requests`, `gitops_batch_size`,
 `gitops_http_time_to_first_byte_seconds`, `gitops_http_rate_limited_total`,
 `gitops_stream_inter_chunk_seconds`, `gitops_stream_chunks`,
-`gitops_capture_records_total`, `gitops_proxy_trace_spans_total`, and per model of a
+`gitops_capture_records_total`, `gitops_proxy_trace_spans_total`, per model of a
 multiplexed backend `gitops_model_requests_total`, `gitops_model_loads_total`,
-`gitops_model_evictions_total`), and serving them. Not here: when a
+`gitops_model_evictions_total`, and per tenant of a token budget
+`gitops_tenant_tokens_admitted_total`, `gitops_tenant_tokens_charged_total`,
+`gitops_tenant_token_limited_total`), and serving them. Not here: when a
 request counts as finished (the proxy's request path calls
 `request_finished` from exactly one place, `proxy.pipeline.websockets` calls
 `session_finished` once per WebSocket).
@@ -54,6 +56,12 @@ is two dict lookups, one counter increment and one histogram observation.
 A finished WebSocket session is one dict lookup and one increment; a time to
 first byte one lookup and one observation (children cached the same way,
 dropped with the endpoint or backend).
+
+Tenants: the token budget's counters are labelled by tenant, its label 8 hex
+digits of the hashed key (`proxy.routes.token_budgets.tenant_label`), never
+the key; each worker gives its own label to the first `TENANT_LABELS`
+tenants of an endpoint it sees and counts any other as `other`, so an
+endpoint has at most `TENANT_LABELS` × workers tenant series per counter.
 
 Cardinality per endpoint × backend pair: one request counter per status
 code seen (a handful), one histogram (len(REQUEST_BUCKETS) + 3 series), one
@@ -130,6 +138,10 @@ COMPARISON_LABELS = ("endpoint", "backend", "result")
 ONGOING_LABELS = ("backend",)
 BATCH_LABELS = ("backend",)
 LIMITED_LABELS = ("endpoint",)
+TENANT_LABELS_NAMES = ("endpoint", "tenant")
+# Tenants of one endpoint a worker labels by their own hash; the rest are counted as 'other'.
+TENANT_LABELS = 64
+OTHER_TENANT = "other"
 # A multiplexed backend's models: only ids its spec lists (and a replica loaded) become labels; others are 'other'.
 MODEL_LABELS = ("backend", "model")
 # Between two chunks of a streamed answer: one output token of an LLM (a few ms
@@ -305,6 +317,29 @@ class ProxyMetrics:
             registry=r,
         )
         self._limited: dict[str, Any] = {}
+        self._tokens_admitted = Counter(
+            "gitops_tenant_tokens_admitted",
+            "LLM tokens requests were admitted on under an endpoint's tokens_per_minute (the estimate: body "
+            "bytes / 4 plus max_tokens), by tenant (8 hex digits of its hashed key; past 64 per worker, 'other').",
+            TENANT_LABELS_NAMES,
+            registry=r,
+        )
+        self._tokens_charged = Counter(
+            "gitops_tenant_tokens_charged",
+            "LLM tokens the answers' usage reported (prompt + completion) and their tenants' budgets were "
+            "charged, by tenant (as gitops_tenant_tokens_admitted_total).",
+            TENANT_LABELS_NAMES,
+            registry=r,
+        )
+        self._token_limited = Counter(
+            "gitops_tenant_token_limited",
+            "Requests refused with 429 because their tenant was over the endpoint's tokens_per_minute, by "
+            "tenant (as gitops_tenant_tokens_admitted_total).",
+            TENANT_LABELS_NAMES,
+            registry=r,
+        )
+        # endpoint -> tenant label -> its (admitted, charged, limited) children
+        self._tenants: dict[str, dict[str, tuple[Any, Any, Any]]] = {}
         self._stalls = Counter(
             "gitops_replica_stalls",
             "Replicas a proxy found stalled (two calls ran out the endpoint's timeout and the replica "
@@ -430,6 +465,34 @@ class ProxyMetrics:
         if counter is None:
             counter = self._limited[endpoint] = self._rate_limited.labels(endpoint)
         counter.inc()
+
+    def tokens_admitted(self, endpoint: str, tenant: str, tokens: int) -> None:
+        self._tenant(endpoint, tenant)[0].inc(tokens)
+
+    def tokens_charged(self, endpoint: str, tenant: str, tokens: int) -> None:
+        self._tenant(endpoint, tenant)[1].inc(tokens)
+
+    def token_limited(self, endpoint: str, tenant: str) -> None:
+        self._tenant(endpoint, tenant)[2].inc()
+
+    def _tenant(self, endpoint: str, tenant: str) -> tuple[Any, Any, Any]:
+        """A tenant's counters: its own among an endpoint's first TENANT_LABELS tenants, else 'other''s."""
+        tenants = self._tenants.get(endpoint)
+        if tenants is None:
+            tenants = self._tenants[endpoint] = {}
+        children = tenants.get(tenant)
+        if children is None:
+            if len(tenants) >= TENANT_LABELS:
+                tenant = OTHER_TENANT
+                children = tenants.get(tenant)
+            if children is None:
+                children = tenants[tenant] = (
+                    self._tokens_admitted.labels(endpoint, tenant),
+                    self._tokens_charged.labels(endpoint, tenant),
+                    self._token_limited.labels(endpoint, tenant),
+                )
+        return children
+
     def replica_stalled(self, backend: str) -> None:
         self._stalls.labels(backend).inc()
 
@@ -492,6 +555,9 @@ class ProxyMetrics:
             _remove_where(metric, names, "endpoint", endpoint)
         if self._limited.pop(endpoint, None) is not None:
             _remove_where(self._rate_limited, LIMITED_LABELS, "endpoint", endpoint)
+        if self._tenants.pop(endpoint, None) is not None:
+            for counter in (self._tokens_admitted, self._tokens_charged, self._token_limited):
+                _remove_where(counter, TENANT_LABELS_NAMES, "endpoint", endpoint)
 
     def forget_backend(self, backend: str) -> None:
         """Drop a deleted backend's series."""
@@ -512,7 +578,7 @@ class ProxyMetrics:
         """Forget every series of an endpoint or backend the proxy no longer
         serves, so config churn cannot grow cardinality; called per snapshot."""
         self._serving = (set(endpoints), set(backends))
-        for endpoint in (self._labelled("endpoint") | set(self._limited)) - set(endpoints):
+        for endpoint in (self._labelled("endpoint") | set(self._limited) | set(self._tenants)) - set(endpoints):
             self.forget_endpoint(endpoint)
         for backend in self._labelled("backend") - set(backends):
             self.forget_backend(backend)

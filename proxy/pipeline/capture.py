@@ -9,7 +9,7 @@ too (`done`, which the shadow stage calls as each copy answers).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, AsyncGenerator, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from proxy.observability.redacting import Exchange, Flow
 from proxy.observability.bodies import BodyView
@@ -20,7 +20,7 @@ from proxy.routes.snapshot import ServedEndpoint
 if TYPE_CHECKING:  # handed in by the app: the writer's thread and files are its own
     from proxy.observability.capture import CaptureWriter
 
-__all__ = ["Capture", "tapped"]
+__all__ = ["Capture"]
 
 
 class Capture(Stage):
@@ -43,6 +43,7 @@ class Capture(Stage):
             return
         captured.kind, captured.stream = "stream", Flow(captured.redaction.max_body_bytes)
         captured.stream.add(held.start.first_chunk)
+        transit.observe(captured.stream.add)
 
     def answered(self, transit: Transit, status: int, headers: Headers, payload: BodyView) -> None:
         captured = transit.captured
@@ -59,13 +60,3 @@ class Capture(Stage):
         """Offer the record once the primary answered and no shadow copy is still out (exactly once)."""
         if captured.answered and captured.shadows_out == 0:
             self._writer.offer(captured)
-
-
-async def tapped(chunks: AsyncGenerator[bytes, None], flow: Flow) -> AsyncGenerator[bytes, None]:
-    """`chunks` as they come, each counted (and the first bytes kept) for a capture record."""
-    try:
-        async for chunk in chunks:
-            flow.add(chunk)
-            yield chunk
-    finally:
-        await chunks.aclose()

@@ -41,6 +41,15 @@ class Recorder(Protocol):
     def rate_limited(self, endpoint: str) -> None:
         """A request was refused (429): its tenant was over the endpoint's limit."""
 
+    def tokens_admitted(self, endpoint: str, tenant: str, tokens: int) -> None:
+        """A request was admitted on `tokens` estimated tokens of its tenant's budget (tenant: its label)."""
+
+    def tokens_charged(self, endpoint: str, tenant: str, tokens: int) -> None:
+        """An answer's `usage` said `tokens`, charged to its tenant's budget."""
+
+    def token_limited(self, endpoint: str, tenant: str) -> None:
+        """A request was refused (429): its tenant was over the endpoint's tokens_per_minute."""
+
     def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:
         """A streamed answer ended: the gap before each chunk after its head."""
 
@@ -77,6 +86,15 @@ class NullRecorder:
         pass
 
     def rate_limited(self, endpoint: str) -> None:
+        pass
+
+    def tokens_admitted(self, endpoint: str, tenant: str, tokens: int) -> None:
+        pass
+
+    def tokens_charged(self, endpoint: str, tenant: str, tokens: int) -> None:
+        pass
+
+    def token_limited(self, endpoint: str, tenant: str) -> None:
         pass
 
     def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:

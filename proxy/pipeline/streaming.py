@@ -13,6 +13,9 @@ the monotonic clock): for a token stream, the time per output token. The
 idle bound is one timer per stream, moved on only when it fires, not one
 armed and cancelled per chunk.
 
+`observed` hands each chunk, as it passes, to the request's observers
+(`proxy.pipeline.transit.Transit.observe`: the capture record, the token budget's usage).
+
 Not here: the call that produced the head (`proxy.app`), Ray (`proxy.shell.raycalls`).
 """
 
@@ -22,12 +25,12 @@ import asyncio
 import enum
 import logging
 import time
-from typing import AsyncGenerator
+from typing import AsyncGenerator, Callable, Sequence
 
 from httpedge.asgi import Receive, Send
 from proxy.pool.calling import HandlerError, ReplicaDiedError
 
-__all__ = ["StreamEnd", "relay", "stream_code"]
+__all__ = ["StreamEnd", "observed", "relay", "stream_code"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +50,19 @@ _CODES = {
     StreamEnd.HANDLER_RAISED: 500,
     StreamEnd.CLIENT_LEFT: 499,
 }
+
+
+async def observed(
+    chunks: AsyncGenerator[bytes, None], observers: Sequence[Callable[[bytes], None]]
+) -> AsyncGenerator[bytes, None]:
+    """`chunks` as they come, each given to every observer first (none kept here)."""
+    try:
+        async for chunk in chunks:
+            for observer in observers:
+                observer(chunk)
+            yield chunk
+    finally:
+        await chunks.aclose()
 
 
 def stream_code(end: StreamEnd, status: int) -> int:

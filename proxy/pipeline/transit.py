@@ -3,11 +3,13 @@
 `Transit` is what the stages of one request share (`proxy.pipeline.stage`):
 the endpoint it resolved to, the backend chosen for it, the wire request once
 formed, and what the stages that are on keep about it (its span, its capture
-record, the future its shadow copies compare with). Allocated once per
+record, the future its shadow copies compare with, its token debit, what
+watches its streamed answer's chunks). Allocated once per
 request; a stage that is off never touches it.
 
 `Refusal` ends a request with an answer of the proxy's own (a status code of
-docs/reference/http.md and a line of text; `refusal_for` a replica call's failure). `send_answer` writes a whole answer;
+docs/reference/http.md and a line of text, or a body of its own; `refusal_for`
+a replica call's failure). `send_answer` writes a whole answer;
 `end_to_end` drops hop-by-hop headers (both ways).
 Pure: values and the ASGI `send` it is given.
 """
@@ -15,7 +17,7 @@ Pure: values and the ASGI `send` it is given.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from httpedge.asgi import Scope, Send
 from vocabulary.request_path.wire import WireRequest
@@ -29,9 +31,10 @@ if TYPE_CHECKING:
     from proxy.observability.shadow_compare import Answer
     from proxy.observability.tracing import Traced
     from proxy.pool.sending import Held
+    from proxy.routes.token_budgets import UsageWatch
     from proxy.routes.snapshot import ServedEndpoint, Snapshot
 
-__all__ = ["Transit", "Refusal", "refusal_for", "send_answer", "end_to_end", "TEXT", "CLOSE", "CLIENT_LEFT"]
+__all__ = ["Transit", "Debit", "Refusal", "refusal_for", "send_answer", "end_to_end", "TEXT", "CLOSE", "CLIENT_LEFT"]
 
 TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 CLOSE = [(b"connection", b"close")]
@@ -45,18 +48,40 @@ _HOP_BY_HOP = frozenset(
 class Refusal(Exception):
     """Ends a request early with a proxy-made answer."""
 
-    def __init__(self, status: int, text: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    def __init__(
+        self, status: int, text: str, headers: list[tuple[bytes, bytes]] | None = None, body: bytes | None = None,
+    ) -> None:
+        """`body`: answered instead of `text`, with `headers` (its content type among them)."""
         super().__init__(text)
         self.status = status
         self.text = text
         self.headers = headers or []
+        self.body = body
+
+    def answer(self) -> tuple[list[tuple[bytes, bytes]], bytes]:
+        """The answer's headers and body."""
+        if self.body is None:
+            return [*TEXT, *self.headers], self.text.encode()
+        return self.headers, self.body
+
+
+class Debit:
+    """The tokens a request was admitted on (`proxy.pipeline.budget`), settled once it is answered."""
+
+    __slots__ = ("slot", "tenant", "estimated", "watch")
+
+    def __init__(self, slot: int, tenant: str, estimated: int) -> None:
+        self.slot = slot
+        self.tenant = tenant  # its metric label
+        self.estimated = estimated
+        self.watch: UsageWatch | None = None  # a streamed answer's usage, read as its chunks pass
 
 
 class Transit:
     """One request on its way: what its stages share, from its route to its answer."""
 
     __slots__ = ("scope", "path", "snapshot", "served", "backend", "started", "request", "traced", "captured",
-                 "primary", "held", "duration_s")
+                 "primary", "held", "duration_s", "debit", "observers")
 
     def __init__(self, scope: Scope, path: str, snapshot: Snapshot, served: ServedEndpoint, started: float) -> None:
         self.scope = scope
@@ -71,6 +96,15 @@ class Transit:
         self.primary: asyncio.Future[Answer] | None = None  # what its shadow copies compare with
         self.held: Held | None = None  # a streamed answer's head, with its replica slot
         self.duration_s = 0.0  # from its route to its answer sent (a stream: to its end)
+        self.debit: Debit | None = None  # the tokens it was admitted on, when its endpoint has a token budget
+        self.observers: list[Callable[[bytes], None]] | None = None  # given each chunk of a streamed answer
+
+    def observe(self, observer: Callable[[bytes], None]) -> None:
+        """Have `observer` given each chunk of the streamed answer as it is relayed (its head's first chunk
+        excepted: a stage's `streaming` hook reads that one)."""
+        if self.observers is None:
+            self.observers = []
+        self.observers.append(observer)
 
     def commit(self) -> str | None:
         """The commit the chosen backend's replicas run, as its replica set says."""

@@ -21,6 +21,7 @@ from proxy.routes.rate_limits import TenantLimit
 from proxy.pool.replicas import ReplicaPool
 from proxy.pool.retrying import DEFAULT_POLICY, RetryPolicy
 from proxy.routes.routing import Route, RouteIndex
+from proxy.routes.token_budgets import TokenBudget
 from proxy.routes.steering import Headers, Steering
 
 __all__ = ["ServedEndpoint", "Snapshot", "build_snapshot"]
@@ -43,10 +44,12 @@ class ServedEndpoint:
     rollout_step: int = 0  # the progressive rollout's 1-based step these weights are (0: none runs)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # a larger request body is 413
     retries: RetryPolicy = DEFAULT_POLICY  # which failed tries are sent again (proxy.pool.retrying)
+    token_budget: TokenBudget | None = None  # LLM tokens per tenant (else not counted)
 
     @classmethod
     def from_config(cls, config: EndpointConfig, nodes: int = 1) -> ServedEndpoint:
-        """`nodes`: the nodes running proxies, which share `[limits]` (`RouteTable.nodes`)."""
+        """`nodes`: the nodes running proxies, which share `[limits]` (`RouteTable.nodes`): its request
+        rate (`limits`) and its token budget (`token_budget`)."""
         return cls(
             config.name,
             WeightedChoice.from_weights(config.traffic),
@@ -63,6 +66,7 @@ class ServedEndpoint:
             config.rollout_step,
             config.max_body_bytes,
             RetryPolicy.from_config(config.retries),
+            TokenBudget.from_config(config.name, config.limits, nodes),
         )
 
     def pick(self, headers: Headers, rng: Random, body: bytes | None = None) -> str:

@@ -2,7 +2,8 @@
 
 A node's proxy workers are separate processes behind one port
 (SO_REUSEPORT): a tenant's connections may reach any of them. For the
-tenant's limit to hold per node, its bucket is one slot of a table the
+tenant's limit (its request rate, and its token budget: `take` many tokens at
+once, `charge` the difference once the answer says how many it used) to hold per node, its bucket is one slot of a table the
 workers share: `rate_buckets.bin` in the node's shared directory (the
 per-node, 0700 directory the workers' metrics live in), `_SLOTS` slots of 24
 bytes (the slot id, tokens, the time of the last update on the system-wide
@@ -51,7 +52,13 @@ class SharedBuckets:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._map = mmap.mmap(self._fd, size)
 
-    def take(self, slot: int, rate: float, burst: int, now: float) -> float:
+    def take(self, slot: int, rate: float, burst: int, now: float, amount: float = 1.0) -> float:
+        return self._update(slot, rate, burst, now, amount, False)
+
+    def charge(self, slot: int, rate: float, burst: int, now: float, amount: float) -> None:
+        self._update(slot, rate, burst, now, amount, True)
+
+    def _update(self, slot: int, rate: float, burst: int, now: float, amount: float, force: bool) -> float:
         table, entry, slots = self._map, _ENTRY, self._slots
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
@@ -71,7 +78,7 @@ class SharedBuckets:
                     oldest_at, oldest_stamp = index, stamp
             if chosen < 0:
                 chosen, tokens, stamp = oldest_at, float(burst), now
-            tokens, wait_s = take_token(tokens, stamp, now, rate, burst)
+            tokens, wait_s = take_token(tokens, stamp, now, rate, burst, amount, force)
             entry.pack_into(table, chosen * entry.size, slot, tokens, now)
             return wait_s
         finally:

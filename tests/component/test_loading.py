@@ -315,7 +315,7 @@ shadow_compare = "json"
 shadow_ignore = ["at"]
 shadow_query = true
 shadow_values = true
-limits = { requests_per_s = 5, burst = 7, key = "query:tenant" }
+limits = { requests_per_s = 5, burst = 7, tokens_per_minute = 9000, key = "query:tenant" }
 rollout = { steps = [0.2, 1.0], step_interval_s = 5, min_requests = 3, max_error_ratio = 0.5, max_p99_latency_s = 2, on_failure = "pause", metrics = [{ name = "errors", query = "up", min = 0, max = 1 }] }
 tracing = { sample = 0.25 }
 capture = { sample = 0.5, sink = "file:///tmp/capture", max_body_bytes = 10, redact = ["json:$.password"] }

@@ -23,11 +23,11 @@ def names(app: ProxyApp) -> list[str]:
 
 
 def test_the_stages_run_in_one_order_and_those_the_proxy_lacks_are_not_there() -> None:
-    assert names(ProxyApp(FakeCaller())) == ["Admission", "Steering", "Shadowing", "Counting"]
+    assert names(ProxyApp(FakeCaller())) == ["Admission", "TokenBudgeting", "Steering", "Shadowing", "Counting"]
     rng = random.Random(0)
     full = ProxyApp(FakeCaller(), ProxySettings(), rng, tracing=RequestTracing(TracerProvider().get_tracer("t"), rng),
                     capture=CaptureWriter("node1:0", rng))
-    assert names(full) == ["Admission", "Steering", "Tracing", "Capture", "Shadowing", "Counting"]
+    assert names(full) == ["Admission", "TokenBudgeting", "Steering", "Tracing", "Capture", "Shadowing", "Counting"]
 
 
 def test_a_plain_endpoint_s_requests_pass_steering_and_counting_only() -> None:
@@ -47,14 +47,15 @@ def test_each_feature_an_endpoint_turns_on_puts_its_stage_in_its_place() -> None
                    capture=CaptureWriter("node1:0", rng))
     config = EndpointConfig(
         name="busy", route="/busy", traffic={"a": 0.5, "b": 0.5}, shadow={"c": 1.0},
-        limits=LimitsConfig(requests_per_s=5), capture=CaptureConfig(sink="file:///nowhere"),
+        limits=LimitsConfig(requests_per_s=5, tokens_per_minute=1000), capture=CaptureConfig(sink="file:///nowhere"),
         match=[MatchRule(json="model", value="m", backend="b")],
     )
     served = ServedEndpoint.from_config(config)
     chain = Chain(app.stages, served)
     assert chain.stages("begin") == ["Admission", "Steering", "Tracing"]
-    # The body is read between: JSON rules pick again, then the span names the backend and the copies go.
-    assert chain.stages("formed") == ["Steering", "Tracing", "Capture", "Shadowing"]
-    assert chain.stages("streaming") == ["Capture", "Shadowing"]
-    assert chain.stages("answered") == ["Tracing", "Capture", "Shadowing", "Counting"]
+    # The body is read between: its tokens are admitted, JSON rules pick again, then the span names the
+    # backend and the copies go.
+    assert chain.stages("formed") == ["TokenBudgeting", "Steering", "Tracing", "Capture", "Shadowing"]
+    assert chain.stages("streaming") == ["TokenBudgeting", "Capture", "Shadowing"]
+    assert chain.stages("answered") == ["TokenBudgeting", "Tracing", "Capture", "Shadowing", "Counting"]
     assert chain.stages("left") == ["Tracing", "Counting"]

@@ -106,7 +106,10 @@ def test_limits_are_checked_with_their_place() -> None:
         return [p.message for p in check_endpoint(endpoint, ("endpoints", "e"))[1]]
 
     assert messages({"requests_per_s": 10, "burst": 20, "key": "header:authorization"}) == []
-    assert messages({"burst": 2}) == ["endpoints.e.limits: missing required key 'requests_per_s'"]
+    assert messages({"burst": 2}) == ["endpoints.e.limits: needs requests_per_s, tokens_per_minute or both"]
+    assert messages({"tokens_per_minute": 1000, "key": "header:authorization"}) == []
+    assert messages({"tokens_per_minute": 0})[0].startswith("endpoints.e.limits.tokens_per_minute: must be >= 1")
+    assert messages({"tokens_per_minute": 1.5})[0].startswith("endpoints.e.limits.tokens_per_minute: must be an integer")
     assert messages({"requests_per_s": 1, "key": "json:user"}) == [
         "endpoints.e.limits.key: must be 'header:NAME', 'cookie:NAME' or 'query:NAME' (got 'json:user')"
     ]

@@ -155,7 +155,7 @@ def test_a_table_copied_to_another_page_is_found_and_a_table_sharing_a_row_is_no
 GLOSSARY_WORDS = (
     "backend", "endpoint", "replica", "route", "traffic split", "shadow", "goal", "tick", "plan", "apply",
     "rollout", "evidence", "promotion", "environment", "sync window", "snapshot", "long poll", "handle", "limits",
-    "body view",
+    "body view", "token budget",
 )
 
 

@@ -79,6 +79,10 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_model_requests_total": ("counter", frozenset({"backend", "model"})),
     "gitops_model_loads_total": ("counter", frozenset({"backend", "model"})),
     "gitops_model_evictions_total": ("counter", frozenset({"backend", "model"})),
+    # Added with issue 43's token budgets: per tenant (a hash of its key, bounded per worker) of an endpoint.
+    "gitops_tenant_tokens_admitted_total": ("counter", frozenset({"endpoint", "tenant"})),
+    "gitops_tenant_tokens_charged_total": ("counter", frozenset({"endpoint", "tenant"})),
+    "gitops_tenant_token_limited_total": ("counter", frozenset({"endpoint", "tenant"})),
 }
 
 # Labels Prometheus itself adds (target labels) or that histograms carry.

@@ -1,7 +1,7 @@
 """An endpoint (`EndpointConfig`): its route, traffic split and the tables of its requests.
 
 Match rules, the sticky key, shadows and their comparison, the per-tenant
-`[limits]`, `[tracing]`, `[capture]` and the body limit; its `[rollout]`
+`[limits]` (a request rate, a token budget or both), `[tracing]`, `[capture]` and the body limit; its `[rollout]`
 table is `spec.rollout_config`'s, its `[retries]` `spec.traffic_policy`'s. Request keys (`sticky`, `[limits] key`)
 use the one grammar of `spec.keys`. Values only.
 """
@@ -26,6 +26,7 @@ __all__ = [
     "MAX_BODY_BYTES_CEILING",
     "MatchRule",
     "LimitsConfig",
+    "one_limit_set",
     "one_match_source",
     "ShadowCompare",
     "EndpointConfig",
@@ -94,23 +95,41 @@ DEFAULT_MAX_BODY_BYTES = 10 * _MIB
 MAX_BODY_BYTES_CEILING = 256 * _MIB
 
 
-class LimitsConfig(Value):
-    """Requests each tenant may send to the endpoint: a token bucket per key; with N nodes, each node's
-    proxies enforce 1/N of it (docs/guides/llm.md)."""
+def one_limit_set(limits: Any) -> Any:
+    """A `[limits]` table limits something: a request rate, a token budget or both; the spec
+    table (`gitops.specs.models`) applies this rule too."""
+    if limits.requests_per_s is None and limits.tokens_per_minute is None:
+        raise ValueError("needs requests_per_s, tokens_per_minute or both")
+    return limits
 
-    requests_per_s: float = Field(
-        gt=0, le=1_000_000, description="Requests per second each key may send, on average, across the cluster "
-        "(each of N nodes' proxies allow 1/N of it); beyond it, 429 with Retry-After."
+
+class LimitsConfig(Value):
+    """What each tenant may send to the endpoint: requests (a token bucket per key) and LLM tokens (a budget
+    per key); with N nodes, each node's proxies enforce 1/N of each (docs/guides/llm.md)."""
+
+    requests_per_s: float | None = Field(
+        default=None, gt=0, le=1_000_000, description="Requests per second each key may send, on average, across "
+        "the cluster (each of N nodes' proxies allow 1/N of it); beyond it, 429 with Retry-After; none: no request "
+        "rate (a token budget alone)."
     )
     burst: int = Field(
         default=1, ge=1, le=1_000_000, description="Requests a key may send at once after being idle (the bucket's "
         "size; each of N nodes' proxies allow 1/N of it, rounded up)."
+    )
+    tokens_per_minute: int | None = Field(
+        default=None, ge=1, le=1_000_000_000,
+        description="LLM tokens (prompt + completion, as the reply's `usage` counts them) each key may spend per "
+        "minute across the cluster, up to one minute's worth at once; a request is admitted on an estimate (its "
+        "body's bytes / 4, plus its `max_tokens`) and charged its `usage` once answered; beyond it, 429 with "
+        "Retry-After and an OpenAI error body; none: tokens are not counted.",
     )
     key: Annotated[str | None, AfterValidator(_limit_key)] = Field(
         default=None,
         description="Who a tenant is: 'header:NAME', 'cookie:NAME' or 'query:NAME' (hashed, never logged); "
         "requests without it share one bucket; none: one bucket for the whole endpoint.",
     )
+
+    _one_limit = model_validator(mode="after")(one_limit_set)
 
     def key_source(self) -> tuple[KeyKind, str] | None:
         if self.key is None:
@@ -237,7 +256,8 @@ class EndpointConfig(Value):
         json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     limits: LimitsConfig | None = Field(
-        default=None, description="A request rate per tenant (token buckets at the proxy); none: unlimited."
+        default=None, description="A request rate and/or an LLM token budget per tenant (token buckets at the proxy); "
+        "none: unlimited."
     )
 
     tracing: TracingConfig | None = Field(
