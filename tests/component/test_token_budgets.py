@@ -18,7 +18,7 @@ from proxy.routes.subscriptions import Subscriptions
 from proxy.routes.rate_limits import LocalBuckets
 from proxy.settings import ProxySettings
 from proxy.shell.shared_buckets import SharedBuckets
-from tests.support.proxy_app import FakeReplica, Proxy, Recorded, run
+from tests.support.proxy_app import FakeReplica, Proxy, Recorded, replica_set, run
 from tests.support.streams import StreamingCaller, StreamingReplica
 from vocabulary.control.longpoll import ReplicaInfo, ReplicaSet, RouteEntry, RouteTable
 from vocabulary.request_path.wire import WireRequest, WireResponse
@@ -284,3 +284,26 @@ def test_the_counters_are_per_tenant_up_to_a_bound_then_other() -> None:
     assert 'gitops_tenant_tokens_admitted_total{endpoint="chat",tenant="other"} 6.0' in text
     metrics.retain([], [])
     assert "gitops_tenant_tokens_admitted_total{" not in metrics.render().decode()
+
+
+def test_the_proxy_enforces_the_share_of_a_budget_the_route_table_names() -> None:
+    """The controller's route table says how many nodes share the budget: with 2, this node's
+    proxies hold 300 of 600 tokens, room for one answer of 200, not two."""
+    proxy = Proxy()
+    config = EndpointConfig(name="chat", route="/v1", traffic={"sim": 1.0}, limits=BUDGET)
+
+    def publish(nodes: int) -> None:
+        table = RouteTable(entries=(RouteEntry(route="/v1", methods=("GET", "POST"), endpoint="chat"),), nodes=nodes)
+        proxy.publish(routes=table, endpoint__chat=config)
+
+    async def statuses(tenant: str, count: int) -> list[Any]:
+        return [await post(proxy, tenant, chat(max_tokens=170)) for _ in range(count)]
+
+    publish(nodes=1)
+    proxy.publish(replicas__sim=replica_set("sim", [usage_replica(200)]))
+    alone = run(statuses("ada", 3))
+    publish(nodes=2)
+    shared = run(statuses("bob", 2))
+    assert [answer.status_code for answer in alone] == [200, 200, 200]
+    assert [answer.status_code for answer in shared] == [200, 429]
+    assert "limit 600" in shared[1].json()["error"]["message"]  # the limit as written: the cluster's
