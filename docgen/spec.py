@@ -92,6 +92,18 @@ header = "X-Model-Id"
 models = ["en-fr", "en-de"]
 model_pattern = "[a-z]{2}-[a-z]{2}"
 
+[backends.iris]
+import_path = "deployments.apps.linear:Linear"
+protocol = "v2"
+models = ["linear"]
+
+[backends.iris.v2]
+name = "iris"
+platform = "numpy"
+model = "linear"
+inputs = [{ name = "x", datatype = "FP32", shape = [-1, 4] }]
+outputs = [{ name = "y", datatype = "FP32", shape = [-1, 3] }, { name = "label", datatype = "BYTES", shape = [-1] }]
+
 [endpoints.echo]
 route = "/echo"
 methods = ["GET", "POST"]
@@ -151,6 +163,10 @@ file = "secrets/db.age"
 source = "s3://models/sentiment/2026-11-20/"
 sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 load_timeout_s = 600
+
+[models.linear]
+source = "s3://models/iris-linear/weights.json"
+sha256 = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"
 """  # noqa: E501 — a PromQL query, one line as a user writes it
 
 
@@ -186,6 +202,9 @@ def render_spec() -> str:
         "- `rollout.steps` rise strictly within (0, 1] and end at 1.0; `[update]` may not set both",
         "  `max_surge` and `max_unavailable` to 0;",
         "- `num_replicas` and `[autoscaling]` exclude each other, and `min_replicas <= max_replicas`;",
+        "- `protocol = \"v2\"` and a `[v2]` table go together ([v2](../guides/v2.md)): `import_path` then names a",
+        "  model class with `predict`, `v2.model` is one of the backend's `models`, and there is no",
+        "  `[batching]` or `[multiplex]`;",
         "- `[multiplex]` excludes `[routing]` and `[batching]`; its `max_models_per_replica` is part of",
         "  the backend's version (a change restarts the replicas), its `header`, `models` and",
         "  `model_pattern` change in place;",

@@ -7,6 +7,9 @@
   `@serving.multiplexed` and the request's model id.
 - `model_slots`: the models a multiplexed replica keeps loaded (least
   recently used out), behind `@serving.multiplexed`.
+- `v2`: the Open Inference Protocol (KServe's and Triton's v2 REST API) a
+  `protocol = "v2"` backend's replicas serve around its model class: the
+  tensor codec, the messages, the ASGI app the replica host builds.
 - `registry`: what the replica host installs in its process before user
   code runs (context, handle calls, secrets, models, multiplex settings,
   each request's model record, the reported load); `serving` reads it back.

@@ -1,7 +1,8 @@
 """The replica actor: hosts one backend's user code and serves its requests.
 
 Owns loading the user's callable (`import_path` "module:attr", resolved from
-the working_dir Ray puts on sys.path), calling it with a Starlette request,
+the working_dir Ray puts on sys.path; for `protocol = "v2"` a model class,
+served by the v2 app around it, `ray_gitops.v2.app`), calling it with a Starlette request,
 `reconfigure`, `check_health` (whose answer is the latest exception a
 handler raised, `vocabulary.control.status.HandlerError`; the traceback goes to the
 replica's stderr too, at most one a second), `output` (its own stdout and
@@ -379,9 +380,7 @@ class Replica:
                 cap_private_memory(self._memory_limit)  # after staging: the model cache's buffers are ours
                 self._memory_capped = True
             try:
-                handler = await asyncio.to_thread(
-                    load_callable, self._config.import_path, tuple(self._config.init_args), dict(self._config.init_kwargs)
-                )
+                handler = await asyncio.to_thread(self._load_user_code)
             except MemoryError as err:
                 if self._memory_limit is None:
                     raise
@@ -420,6 +419,16 @@ class Replica:
                 # connections before, 3 ms after, bench.proxy noop).
                 gc.freeze()
         return _node_id()
+
+    def _load_user_code(self) -> Any:
+        """The backend's callable; for `protocol = "v2"`, the v2 app around its model class."""
+        config = self._config
+        target = load_callable(config.import_path, tuple(config.init_args), dict(config.init_kwargs))
+        if config.protocol is None:
+            return target
+        from ray_gitops.v2.app import V2App  # numpy and the v2 codec: loaded by v2 backends only
+
+        return V2App.around(target, config)
 
     async def serve_frames(
         self, bases: list[str], max_frame: int = MAX_FRAME_BYTES, tcp_host: str | None = None

@@ -41,7 +41,9 @@ def module_files(module: str) -> tuple[str, str]:
     return f"{base}/__init__.py", f"{base}.py"
 
 
-def resolve_import(tree: Tree, import_path: str) -> ResolvedImport:
+def resolve_import(tree: Tree, import_path: str, method: str = "__call__") -> ResolvedImport:
+    """Where `import_path` leads; a class there must define `method` (its handler:
+    `__call__`, or a v2 model's `predict`) unless it may inherit it."""
     module, _, attribute = import_path.partition(":")
     candidates = module_files(module)
     found = next((path for path in candidates if tree.exists(path) and not tree.is_dir(path)), None)
@@ -59,7 +61,7 @@ def resolve_import(tree: Tree, import_path: str) -> ResolvedImport:
     kind = names.get(attribute, AttributeKind.UNKNOWN if has_star else None)
     if kind is None:
         return ResolvedImport(found, None, f"'{attribute}' is not defined at module level in {found}")
-    problem = _class_error(syntax.body, attribute, found) if kind is AttributeKind.CLASS else None
+    problem = _class_error(syntax.body, attribute, found, method) if kind is AttributeKind.CLASS else None
     return ResolvedImport(found, kind, problem)
 
 
@@ -114,14 +116,15 @@ def _bound_names(targets: list[ast.expr]) -> list[str]:
     return found
 
 
-def _class_error(body: list[ast.stmt], name: str, module_file: str) -> str | None:
-    """A class without bases must define `__call__` itself to handle requests."""
+def _class_error(body: list[ast.stmt], name: str, module_file: str, method: str) -> str | None:
+    """A class without bases must define `method` itself to handle requests."""
     last = _module_classes(body)[name]
     if any(not (isinstance(base, ast.Name) and base.id == "object") for base in last.bases):
-        return None  # `__call__` may be inherited; only run time can tell
-    if "__call__" in _module_names(last.body)[0]:
+        return None  # `method` may be inherited; only run time can tell
+    if method in _module_names(last.body)[0]:
         return None
-    return f"class '{name}' in {module_file} has no __call__ method to handle requests"
+    purpose = "to handle requests" if method == "__call__" else "(a v2 model's predict(inputs) -> outputs)"
+    return f"class '{name}' in {module_file} has no {method} method {purpose}"
 
 
 def _module_classes(body: list[ast.stmt]) -> dict[str, ast.ClassDef]:

@@ -360,15 +360,16 @@ class _Built:
 def _resolve(tree: Tree, documents: Documents, before: _Built, code: CodeIndex) -> tuple[LoadResult, _Built]:
     errors = list(documents.errors)
     built: dict[str, tuple[BackendSpec, _CodeHashes, BackendConfig]] = {}
-    imports: dict[str, ResolvedImport] = {}  # one tree: an import path resolves once
+    imports: dict[tuple[str, str], ResolvedImport] = {}  # one tree: an import path resolves once
     for name, declared in documents.backends.items():
         if declared.spec is None:
             continue
         import_path = declared.spec.import_path
-        if import_path not in imports:
-            imports[import_path] = resolve_import(tree, import_path)
+        method = "__call__" if declared.spec.protocol is None else "predict"  # protocol = "v2": a model class
+        if (import_path, method) not in imports:
+            imports[import_path, method] = resolve_import(tree, import_path, method)
         resolved, problems = _resolve_backend(
-            tree, name, declared.spec, imports[import_path], before.backends.get(name), code
+            tree, name, declared.spec, imports[import_path, method], before.backends.get(name), code
         )
         errors.extend(declared.error(loc, message) for loc, message in problems)
         if resolved is not None:
@@ -438,7 +439,14 @@ def _resolve_backend(
     problems: list[tuple[Loc, str]] = []
     if target.error is not None:
         problems.append(((*at, "import_path"), f"backends.{name}.import_path: {target.error}"))
-    if target.kind is AttributeKind.FUNCTION:
+    if target.kind is AttributeKind.FUNCTION and spec.protocol is not None:
+        attribute = spec.import_path.partition(":")[2]
+        problems.append((
+            (*at, "import_path"),
+            f"backends.{name}.import_path: '{attribute}' is a function; protocol = \"v2\" needs a model class "
+            "with predict(inputs) -> outputs",
+        ))
+    elif target.kind is AttributeKind.FUNCTION:
         attribute = spec.import_path.partition(":")[2]
         for key in ("init_args", "init_kwargs"):
             if getattr(spec, key):

@@ -72,6 +72,16 @@ from vocabulary.spec.placement import PlacementConfig, PlacementStrategy, actor_
 from vocabulary.spec.rollout_config import MetricCheck, OnFailure, RolloutConfig, bounded_check
 from vocabulary.spec.routing import MultiplexConfig, RoutingConfig, RoutingPolicy, keyed_routing, multiplex_alone
 from vocabulary.spec.traffic_policy import RetriesConfig, retries_consistent
+from vocabulary.spec.v2 import (
+    BackendProtocol,
+    TensorConfig,
+    TensorDatatype,
+    V2Config,
+    tensor_name,
+    tensor_shape,
+    tensors_problem,
+    v2_problem,
+)
 from vocabulary.replicas.model_digests import digest_problem, source_problem
 from vocabulary.spec.serving_rules import route_problem, zero_replica_reason
 from gitops.specs.limits import DEFAULT_MAX_REPLICAS
@@ -96,6 +106,7 @@ __all__ = [
     "RetriesSpec",
     "RayActorOptionsSpec",
     "PlacementSpec",
+    "V2Spec",
     "RuntimeEnvSpec",
     "BackendSpec",
     "EndpointSpec",
@@ -348,6 +359,40 @@ def placement_fits_actor(spec: Any) -> Any:
     return spec
 
 
+TensorSpec = create_model(
+    "TensorSpec",
+    __base__=_Spec,
+    __doc__=TensorConfig.__doc__,
+    __validators__={
+        "_name": field_validator("name")(lambda value: tensor_name(value)),
+        "_shape": field_validator("shape")(lambda value: tensor_shape(value)),
+    },
+    **_file_keys(
+        TensorConfig,
+        frozenset(),
+        {"datatype": _one_of(TensorDatatype), "shape": list[int]},
+    ),
+)
+V2Spec = create_model(
+    "V2Spec",
+    __base__=_Spec,
+    __doc__=V2Config.__doc__,
+    __validators__={
+        "_name": field_validator("name")(lambda value: None if value is None else tensor_name(value)),
+        "_tensors": field_validator("inputs", "outputs")(lambda value: tensors_problem(value)),
+    },
+    **_file_keys(V2Config, frozenset(), {"inputs": list[TensorSpec], "outputs": list[TensorSpec]}),  # type: ignore[valid-type]  # create_model builds it: a variable to mypy
+)
+
+
+def v2_fits_backend(spec: Any) -> Any:
+    """`protocol = "v2"` and its `[v2]` table go together and fit the backend (`vocabulary.spec.v2.v2_problem`)."""
+    problem = v2_problem(spec, spec.models)
+    if problem is not None:
+        raise ValueError(problem)
+    return spec
+
+
 class RuntimeEnvSpec(_Spec):
     """The runtime_env keys a backend may set.
 
@@ -416,6 +461,8 @@ _BackendKeys = create_model(
             "uses": list[str],
             "ray_actor_options": RayActorOptionsSpec,
             "placement": PlacementSpec | None,
+            "protocol": _one_of(BackendProtocol) | None,
+            "v2": V2Spec | None,
             "runtime_env": RuntimeEnvSpec,
             "autoscaling": AutoscalingSpec | None,
             "batching": BatchingSpec | None,
@@ -445,6 +492,7 @@ class BackendSpec(_BackendKeys):  # type: ignore[misc,valid-type]  # create_mode
 
     _multiplex_alone = model_validator(mode="after")(multiplex_alone)
     _placement_fits_actor = model_validator(mode="after")(placement_fits_actor)
+    _v2_fits_backend = model_validator(mode="after")(v2_fits_backend)
 
     @field_validator("import_path")
     @classmethod

@@ -20,6 +20,7 @@ __all__ = ["CODE_FIELDS", "VERSION_LENGTH", "default_code_path", "code_paths", "
 
 CODE_FIELDS = frozenset({
     "import_path", "init_args", "init_kwargs", "ray_actor_options", "runtime_env", "placement", "max_replicas_per_node",
+    "protocol", "v2",  # a v2 model's replicas are built around its metadata
 })
 VERSION_LENGTH = 12
 

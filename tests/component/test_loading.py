@@ -13,6 +13,7 @@ from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig, LimitsConfi
 from vocabulary.spec.rollout_config import MetricCheck, RolloutConfig
 from vocabulary.spec.routing import MultiplexConfig, RoutingConfig
 from vocabulary.spec.traffic_policy import RetriesConfig
+from vocabulary.spec.v2 import TensorConfig, V2Config
 
 
 def tree(specs: dict[str, str], code: dict[str, str] | None = None) -> MemoryTree:
@@ -302,6 +303,12 @@ autoscaling = { min_replicas = 2, max_replicas = 5, target_ongoing_requests = 4,
 cold_start_timeout_s = 5
 multiplex = { max_models_per_replica = 3, header = "X-Adapter", models = ["a1"], model_pattern = "a[0-9]" }
 
+[backends.model]
+import_path = "apps.model:Model"
+protocol = "v2"
+models = ["weights"]
+v2 = { name = "iris", platform = "onnx", model = "weights", inputs = [{ name = "x", datatype = "FP16", shape = [-1, 4] }], outputs = [{ name = "y", datatype = "BYTES", shape = [2] }] }
+
 [endpoints.full]
 route = "/full"
 methods = ["PUT"]
@@ -331,7 +338,10 @@ def _set_by_the_file(model: type[BaseModel], values: list[BaseModel], derived: f
 
 
 def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
-    files = tree({"full.toml": EVERY_KEY_TOML}, {"apps/echo.py": ECHO_PY, "secrets/db.age": "age-encryption.org/v1\n"})
+    files = tree({"full.toml": EVERY_KEY_TOML}, {
+        "apps/echo.py": ECHO_PY, "apps/model.py": "class Model:\n    def predict(self, inputs): ...\n",
+        "secrets/db.age": "age-encryption.org/v1\n",
+    })
     state = load_tree(files).state
     assert state is not None
     backends, endpoints = list(state.backends.values()), list(state.endpoints.values())
@@ -347,6 +357,8 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
     tracing = [e.tracing for e in endpoints if e.tracing is not None]
     capture = [e.capture for e in endpoints if e.capture is not None]
     retries = [e.retries for e in endpoints if e.retries is not None]
+    v2 = [b.v2 for b in backends if b.v2 is not None]
+    tensors = [tensor for table in v2 for tensor in (*table.inputs, *table.outputs)]
     expected = [
         (BackendConfig, backends, DERIVED_BACKEND_FIELDS),
         (EndpointConfig, endpoints, DERIVED_ENDPOINT_FIELDS),
@@ -363,6 +375,8 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
         (TracingConfig, tracing, frozenset()),
         (CaptureConfig, capture, frozenset()),
         (RetriesConfig, retries, frozenset()),
+        (V2Config, v2, frozenset()),
+        (TensorConfig, tensors, frozenset()),
     ]
     for model, values, derived in expected:
         assert _set_by_the_file(model, values, derived) == set(model.model_fields) - derived, model.__name__

@@ -17,6 +17,9 @@ its tables from them and adds only file concerns.
 - `state`: `ServingState`, a whole configuration.
 - `placement`: a backend's `[placement]` (bundles, strategy) and whether
   nodes can offer a replica's bundles.
+- `v2`: a backend's `protocol = "v2"` and `[v2]` table (the Open Inference
+  Protocol's model metadata: name, platform, version, tensors) and its rule
+  against the rest of the backend.
 - `serving_rules`: the rules a serving state keeps (traffic sums, known
   backends, zero-replica targets, unique routes), as located problems.
 """

@@ -2,7 +2,8 @@
 
 Its replica count bounds and autoscaling target, batching, rolling updates,
 the secrets and models it is given, where its replicas run (its
-`[placement]` is `spec.placement`'s). Each field is declared here once, with
+`[placement]` is `spec.placement`'s), the protocol it speaks (its `protocol`
+and `[v2]` are `spec.v2`'s). Each field is declared here once, with
 its default, its range and the description a spec's reader sees.
 `BackendConfig.code_identity()` says what forces a restart and
 `BackendConfig.comparable()` is what the planner diffs. Its routing and
@@ -20,6 +21,7 @@ from vocabulary.spec.base import ENVIRONMENT_OVERRIDABLE, SOURCE_FIELDS, Value
 from vocabulary.spec.placement import PlacementConfig
 from vocabulary.spec.routing import MultiplexConfig, RoutingConfig, multiplex_alone
 from vocabulary.spec.serving_rules import refused_traffic_reason, zero_replica_reason
+from vocabulary.spec.v2 import BackendProtocol, V2Config
 
 __all__ = [
     "AutoscalingConfig",
@@ -225,6 +227,16 @@ class BackendConfig(Value):
     routing: RoutingConfig | None = Field(
         default=None,
         description="How the proxy chooses a replica for each request; none: power_of_two, changed in place.",
+    )
+    protocol: BackendProtocol | None = Field(
+        default=None,
+        description="v2: serve the Open Inference Protocol (KServe/Triton v2 REST) over import_path's "
+        "predict(inputs) -> outputs, as its [v2] table describes (docs/guides/v2.md); none: import_path handles "
+        "each HTTP request.",
+    )
+    v2: V2Config | None = Field(
+        default=None,
+        description="With protocol = \"v2\": the model's name, platform, version and input and output tensors.",
     )
     multiplex: MultiplexConfig | None = Field(
         default=None,

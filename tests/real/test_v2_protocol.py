@@ -1,0 +1,160 @@
+"""The Open Inference Protocol (v2) end to end: a `protocol = "v2"` spec loaded as the agent
+loads it, its model pinned by digest (file://), served by real Ray replicas behind our
+controller and proxy on 127.0.0.1, and used with Triton's official HTTP client
+(`tritonclient.http`): server and model readiness, server and model metadata (the version is
+the model's digest), inference with JSON tensors and with binary tensors, and refusals."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import uuid
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+from gitops.specs.loading import Loader
+from tests.support.examples import REPO_ROOT, TEST_SPEED
+from tests.support.stack import met, proxy_url, run, start_controller
+from vocabulary.spec.state import ServingState
+
+tritonclient_http = pytest.importorskip("tritonclient.http")
+from tritonclient.utils import InferenceServerException  # noqa: E402 — after the skip: the client is a test extra
+
+pytestmark = pytest.mark.real
+
+WEIGHTS = {
+    "w": [[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1]], "b": [0.0, 0.5, -0.5], "labels": ["setosa", "versicolor", "virginica"],
+}
+SPEC = """\
+[models.linear]
+source = "{source}"
+sha256 = "{digest}"
+
+[backends.iris]
+import_path = "deployments.apps.linear:Linear"
+protocol = "v2"
+models = ["linear"]
+
+[backends.iris.v2]
+name = "iris"
+platform = "numpy"
+model = "linear"
+inputs = [{{ name = "x", datatype = "FP32", shape = [-1, 4] }}]
+outputs = [{{ name = "y", datatype = "FP32", shape = [-1, 3] }}, {{ name = "label", datatype = "BYTES", shape = [-1] }}]
+
+[endpoints.v2]
+route = "/v2"
+traffic = {{ iris = 1.0 }}
+"""
+
+
+def expected(x: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+    y = x @ np.asarray(WEIGHTS["w"], dtype=np.float32) + np.asarray(WEIGHTS["b"], dtype=np.float32)
+    return y, [WEIGHTS["labels"][column].encode() for column in y.argmax(axis=1)]
+
+
+class Served:
+    def __init__(self, client: object, state: ServingState, code: str, digest: str, url: str) -> None:
+        self.client, self.state, self.code, self.digest, self.url = client, state, code, digest, url
+        self.triton = tritonclient_http.InferenceServerClient(url=url.removeprefix("http://"), network_timeout=30)
+
+
+@pytest.fixture(scope="module")
+def served(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tree = tmp_path_factory.mktemp("v2-tree")
+    weights = tree / "weights.json"
+    weights.write_bytes(json.dumps(WEIGHTS).encode())
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    (tree / "deployments" / "apps").mkdir(parents=True)
+    for package in ("deployments/__init__.py", "deployments/apps/__init__.py"):
+        (tree / package).write_text("")
+    shutil.copy(REPO_ROOT / "deployments" / "apps" / "linear.py", tree / "deployments" / "apps" / "linear.py")
+    (tree / "deployments" / "iris.toml").write_text(SPEC.format(source=weights.as_uri(), digest=digest))
+    loaded = Loader().load_directory(tree / "deployments", root=tree)
+    assert loaded.state is not None, [str(error) for error in loaded.errors]
+    namespace = f"{ray_session}-v2-{uuid.uuid4().hex[:6]}"
+    client = start_controller(namespace, proxies=True)
+    try:
+        yield Served(client, loaded.state, str(tree), digest, proxy_url(namespace))
+    finally:
+        client.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ready(served: Served) -> Served:
+    """The v2 backend and its /v2 endpoint applied; before that, the proxy says not ready."""
+    assert served.triton.is_server_live() is False  # no route to any v2 backend yet: the proxy's 404
+    assert served.triton.is_server_ready() is False
+    backend = served.state.backends["iris"].model_copy(update={"working_dir": served.code, **TEST_SPEED})
+    met(served.client, run(served.client.apply_backend(backend)))
+    met(served.client, run(served.client.apply_endpoint(served.state.endpoints["v2"])))
+    return served
+
+
+def test_health_follows_the_backend_and_its_model(ready: Served) -> None:
+    assert ready.triton.is_server_live() and ready.triton.is_server_ready()
+    assert ready.triton.is_model_ready("iris") and ready.triton.is_model_ready("iris", ready.digest)
+    assert not ready.triton.is_model_ready("iris", "1")
+    assert not ready.triton.is_model_ready("resnet")
+
+
+def test_metadata_says_the_spec_with_the_models_digest_as_its_version(ready: Served) -> None:
+    server = ready.triton.get_server_metadata()
+    assert server["name"] == "ray-gitops" and "binary_tensor_data" in server["extensions"]
+    assert ready.triton.get_model_metadata("iris") == {
+        "name": "iris",
+        "versions": [ready.digest],
+        "platform": "numpy",
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+        "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}, {"name": "label", "datatype": "BYTES", "shape": [-1]}],
+    }
+    assert ready.triton.get_model_metadata("iris", ready.digest)["versions"] == [ready.digest]
+    with pytest.raises(InferenceServerException, match="model 'iris' has no version '2'") as refused:
+        ready.triton.get_model_metadata("iris", "2")
+    assert refused.value.status() == "404"
+
+
+def infer(ready: Served, x: np.ndarray, binary: bool, **options: object) -> object:
+    tensor = tritonclient_http.InferInput("x", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x, binary_data=binary)
+    outputs = [tritonclient_http.InferRequestedOutput(name, binary_data=binary) for name in ("y", "label")]
+    return ready.triton.infer("iris", [tensor], outputs=outputs, **options)
+
+
+def test_inference_with_json_tensors(ready: Served) -> None:
+    x = np.array([[1, 2, 3, 4], [4, 3, 2, 1.5]], dtype=np.float32)
+    result = infer(ready, x, binary=False, request_id="json-1")
+    y, labels = expected(x)
+    assert np.array_equal(result.as_numpy("y"), y)
+    assert result.as_numpy("label").tolist() == [label.decode() for label in labels]  # JSON BYTES: the client's str
+    response = result.get_response()
+    assert response["id"] == "json-1" and response["model_version"] == ready.digest
+    assert "data" in response["outputs"][0]  # answered as JSON, as asked
+
+
+def test_inference_with_binary_tensors_of_a_large_batch(ready: Served) -> None:
+    x = np.random.default_rng(7).random((20_000, 4), dtype=np.float32)  # 320 kB in, 240 kB out
+    result = infer(ready, x, binary=True)
+    y, labels = expected(x)
+    assert result.as_numpy("y").shape == (20_000, 3)
+    assert np.allclose(result.as_numpy("y"), y) and result.as_numpy("label").tolist() == labels
+    assert result.get_output("y")["parameters"]["binary_data_size"] == 20_000 * 3 * 4
+
+
+def test_every_output_comes_binary_when_none_is_named(ready: Served) -> None:
+    tensor = tritonclient_http.InferInput("x", [1, 4], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+    result = ready.triton.infer("iris", [tensor])  # the client asks binary_data_output
+    assert result.as_numpy("y").tolist() == [[2.0, 2.5, 1.5]] and result.as_numpy("label").tolist() == [b"versicolor"]
+
+
+def test_a_tensor_that_does_not_fit_the_metadata_is_refused_with_400(ready: Served) -> None:
+    tensor = tritonclient_http.InferInput("x", [2, 3], "FP32")
+    tensor.set_data_from_numpy(np.ones((2, 3), dtype=np.float32))
+    does_not_fit = r"input 'x': shape \[2, 3\] does not fit the model's \[-1, 4\]"
+    with pytest.raises(InferenceServerException, match=does_not_fit) as refused:
+        ready.triton.infer("iris", [tensor])
+    assert refused.value.status() == "400"
