@@ -154,6 +154,11 @@ class ControllerActor:
         """For the autoscaler: the one knob for how many replicas a backend wants."""
         self._loop.set_target_replicas(backend, target)
 
+    async def decide_rollout(self, endpoint: str, verb: str, who: str) -> str:
+        """Promote (`verb` "promote") or abort a running rollout by hand; its message.
+        ValueError when there is none running (the agent says why)."""
+        return self._loop.decide_rollout(endpoint, verb, who)
+
     # --- what it shows: status and replicas' output ------------------------------------
 
     async def get_status(self) -> ClusterStatus:

@@ -114,6 +114,10 @@ class ControllerClient:
     async def set_target_replicas(self, backend: str, target: int) -> None:
         await self._call(ControllerAPI.set_target_replicas, backend, target)
 
+    async def decide_rollout(self, endpoint: str, verb: str, who: str) -> str:
+        """Promote or abort a running rollout by hand; ValueError saying why not."""
+        return await self._call(ControllerAPI.decide_rollout, endpoint, verb, who)
+
     async def proxy_mismatches(self, actor_name: str) -> list[dict[str, Any]] | str:
         """The shadow mismatches of the proxy worker `actor_name`'s node, or why it gave none."""
         try:

@@ -396,6 +396,13 @@ class ControlLoop:
         self.publish_endpoint(config.name)
         return goal_id
 
+    def decide_rollout(self, endpoint: str, verb: str, who: str) -> str:
+        """Promote or abort a running rollout by hand; checkpointed before proxies are told."""
+        message = self.held.rollouts.decide(endpoint, verb, who)
+        self.save()
+        self.publish_endpoint(endpoint)
+        return message
+
     def delete_endpoint(self, name: str) -> str:
         self.held.endpoints.delete(name)
         self.held.rollouts.forget(name)

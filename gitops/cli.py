@@ -358,11 +358,13 @@ def build_parser() -> argparse.ArgumentParser:
         ("suspend", "pause reconciliation"),
         ("resume", "resume reconciliation"),
         ("rollback", "apply the last applied (or given) commit and hold the newer ones back"),
+        ("promote", "move a running rollout's traffic to its target now, skipping its steps left"),
+        ("abort", "stop a running rollout: its endpoint's traffic goes back to where it was"),
         ("trace", "the spans of a commit's apply (fetch, load, plan, apply, each goal), as the agent kept them"),
-        ("audit", "the audit trail (every sync, suspend, resume, rollback: who, from where, why) as JSON lines"),
+        ("audit", "the audit trail (every sync, suspend, resume, rollback, promote, abort: who, from where, why) as JSON lines"),
     ]:
         admin = verb(name, help_text)
-        if name in ("sync", "suspend", "resume", "rollback"):
+        if name in ("sync", "suspend", "resume", "rollback", "promote", "abort"):
             admin.add_argument("--reason", default="", metavar="TEXT",
                                help="why, recorded in history with who asked (at most 500 characters)")
         if name == "history":
@@ -374,6 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
             admin.add_argument("commit", nargs="?", default=None, help="a commit applied before (default: the last)")
         if name == "trace":
             admin.add_argument("commit", metavar="COMMIT", help="the commit (4 or more hex digits)")
+        if name in ("promote", "abort"):
+            admin.add_argument("endpoint", metavar="ENDPOINT", help="the endpoint whose rollout runs")
         if name == "status":
             admin.add_argument(
                 "--exit-code", action="store_true",

@@ -31,7 +31,8 @@ from vocabulary.spec.rollout_config import MetricCheck, OnFailure, RolloutConfig
 from vocabulary.control.request_stats import RequestStats
 from vocabulary.control.rollouts import Check, CheckName, MetricQuery, MetricReading, Rollout, RolloutPhase, StepRecord
 
-__all__ = ["Decision", "Readings", "begin", "on_config", "advance", "judge", "due_queries", "RETRY_S"]
+__all__ = ["Decision", "Readings", "begin", "on_config", "advance", "judge", "due_queries", "by_hand", "HAND_VERBS",
+           "RETRY_S"]
 
 Totals = Mapping[str, RequestStats]
 # The newest reading of each (check, backend) of one endpoint's rollout.
@@ -183,6 +184,23 @@ def judge(config: RolloutConfig, measured: Mapping[str, RequestStats]) -> tuple[
             p99, slowest = stats.quantile(0.99), config.max_p99_latency_s
             checks.append(_check(CheckName.P99_LATENCY, backend, p99, slowest, p99 <= slowest))
     return tuple(checks)
+
+
+HAND_VERBS = ("promote", "abort")
+
+
+def by_hand(rollout: Rollout | None, endpoint: str, verb: str, who: str) -> Rollout:
+    """A running (stepping or paused) rollout promoted to its target at once, or aborted
+    (traffic back where it was), by `who`; ValueError saying why not."""
+    if verb not in HAND_VERBS:
+        raise ValueError(f"{verb!r} is not promote or abort")
+    if rollout is None:
+        raise ValueError(f"endpoint {endpoint} has no rollout")
+    if rollout.phase not in (RolloutPhase.STEPPING, RolloutPhase.PAUSED):
+        raise ValueError(f"the rollout of endpoint {endpoint} is over ({rollout.phase.value})")
+    phase = RolloutPhase.PROMOTED if verb == "promote" else RolloutPhase.ABORTED
+    return rollout.model_copy(update={"phase": phase, "by_hand": who, "checks": (), "analysis_error": None,
+                                      "next_target": None, "next_config": None})
 
 
 def _check(name: CheckName, backend: str, measured: float, threshold: float, passed: bool) -> Check:

@@ -22,7 +22,7 @@ from vocabulary.spec.endpoints import EndpointConfig
 from vocabulary.control.request_stats import RequestStats
 from vocabulary.control.rollouts import CheckCount, MetricQuery, MetricReading, Rollout
 from controller.policies.request_totals import RequestTotals
-from controller.policies.rollouts import advance, due_queries, on_config
+from controller.policies.rollouts import advance, by_hand, due_queries, on_config
 
 __all__ = ["RolloutState"]
 
@@ -102,6 +102,13 @@ class RolloutState:
                 moved.append(name)
             self._set(name, decision.rollout)
         return moved
+
+    def decide(self, endpoint: str, verb: str, who: str) -> str:
+        """Promote or abort `endpoint`'s running rollout by hand; its message (ValueError: why not)."""
+        decided = by_hand(self._rollouts.get(endpoint), endpoint, verb, who)
+        logger.info("rollout %s", decided.message())
+        self._set(endpoint, decided)
+        return decided.message()
 
     def totals(self) -> dict[str, RequestStats]:
         """Every backend's requests counted so far, summed over proxies."""

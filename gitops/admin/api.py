@@ -8,7 +8,8 @@ a sync window holds), `GET /status`, `GET /history[?actor=&kind=]`, `GET /metric
 `GET /healthz`, `GET /logs/BACKEND[?since=T&cursors=JSON]` (its replicas'
 own output, redacted), `GET /traces?commit=SHA` (the agent's kept apply traces),
 `GET /audit[?after=ID]` (the audit trail as JSON lines), `POST /sync`,
-`/suspend`, `/resume`, `/rollback[?commit=SHA]` (each with an optional
+`/suspend`, `/resume`, `/rollback[?commit=SHA]`, `/rollouts/ENDPOINT/promote`
+and `/rollouts/ENDPOINT/abort` (a running rollout, by hand) (each with an optional
 `reason=TEXT`, recorded with who asked and from where), and `POST /hooks/git`,
 which only wakes the agent to fetch (the payload is never read for specs)
 and only with a valid GitHub-style signature, once per delivery. Every
@@ -149,6 +150,7 @@ def build_app(
     audit: AuditTrail | None = None,
     sign_in: SignIn | None = None,
     pending_plan: Callable[[], PendingPlan | None] | None = None,
+    decide_rollout: Callable[[str, str, str], Awaitable[str]] | None = None,
     events: EventLimits = EVENT_LIMITS,
     csrf: CsrfKey | None = None,
 ) -> ASGIApp:
@@ -158,6 +160,7 @@ def build_app(
     `audit` records every mutating call with who, from where and why, and answers `/audit`;
     `sign_in` is the status page's login at the OIDC issuer (`/login`, `/login/callback`);
     `pending_plan` the plan of the commit a sync window holds (`/plan`, the page's stream);
+    `decide_rollout` promotes or aborts a running rollout by hand (endpoint, verb, who);
     `events` bounds the page's live streams; `csrf` makes and checks the page's CSRF tokens.
 
     Without `webhook` (no secret, or the webhook on its own listener)
@@ -299,6 +302,21 @@ def build_app(
                    + ", ".join(sorted(sha[:7] for sha in held.held)))
         return JSONResponse(held.to_json())
 
+    async def by_hand(request: Request) -> Response:
+        if (refused := bad_reason(request)) is not None:
+            return refused
+        endpoint = request.path_params["endpoint"]
+        verb = request.url.path.rpartition("/")[2]
+        if decide_rollout is None:
+            return _error(404, "this agent has no controller to ask")
+        try:
+            message = await decide_rollout(endpoint, verb, requester(request))
+        except ValueError as error:
+            attributed(request, verb, f"endpoint {endpoint}", f"refused: {error}")
+            return _error(409, str(error))
+        attributed(request, verb, message)
+        return JSONResponse({"endpoint": endpoint, "message": message})
+
     async def mismatches(request: Request) -> Response:
         if shadow_mismatches is None:
             return JSONResponse({"mismatches": [], "unreachable": []})
@@ -378,6 +396,8 @@ def build_app(
         Route("/suspend", do_suspend, methods=["POST"]),
         Route("/resume", do_resume, methods=["POST"]),
         Route("/rollback", do_rollback, methods=["POST"]),
+        Route("/rollouts/{endpoint}/promote", by_hand, methods=["POST"]),
+        Route("/rollouts/{endpoint}/abort", by_hand, methods=["POST"]),
         Route("/shadow/mismatches", mismatches),
         Route("/logs/{backend}", logs),
         Route("/traces", traces),
@@ -396,7 +416,9 @@ def build_app(
                              target=None) is None
         view = PageView(nonce=nonce, csrf=page_csrf(request, principal),
                         who=f"{principal.name} ({principal.role.label})",
-                        actions=offered(principal, policy.environment), reads_mismatches=mismatches)
+                        actions=offered(principal, policy.environment), reads_mismatches=mismatches,
+                        rollout_scope=principal.scope.name if principal.scope and principal.scope.kind == "endpoint"
+                        else None)
         return HTMLResponse(render_page(commit_url_template=commit_url_template, view=view),
                             headers={**PAGE_HEADERS, "Content-Security-Policy": content_security_policy(nonce)})
 

@@ -10,9 +10,10 @@ vs applied commit, the environment (with `--environment`: its branch, a
 sync window holding a commit, the promotion's gates), the plan of the
 commit a sync window holds as a diff (from the stream, or `/plan`), the
 actions the reader may take (`gitops.admin.page_view`: drawn on the server,
-only those the role table lets the reader call, each a button opening a
-confirm form with a reason; the confirm posts to the route the CLI's verb
-uses, with the page's CSRF token in `X-CSRF-Token`), recent history with
+only those the role table lets the reader call, a running rollout's promote
+and abort on its row; each a button opening a confirm form with a reason,
+whose confirm posts to the route the CLI's verb uses, with the page's CSRF
+token in `X-CSRF-Token`), recent history with
 filters by actor and by kind (each commit's newest row has the id
 `commit-<sha>`, the anchor notifications link to) and the actions with who
 took them, backends with replicas by state and version and the commit they
@@ -133,7 +134,7 @@ _PAGE = """<!doctype html>
 <tbody id="proxies"></tbody></table>
 
 <h2>Rollouts</h2>
-<table><thead><tr><th>endpoint</th><th>phase</th><th>steps</th><th>weights</th><th>checks</th></tr></thead>
+<table><thead><tr><th>endpoint</th><th>phase</th><th>steps</th><th>weights</th><th>checks</th><th></th></tr></thead>
 <tbody id="rollouts"></tbody></table>
 
 <h2>Quarantined commits</h2>
@@ -159,6 +160,7 @@ _PAGE = """<!doctype html>
 const REFRESH_MS = __REFRESH_MS__;
 const COMMIT_URL = __COMMIT_URL_TEMPLATE__;
 const READS_MISMATCHES = __READS_MISMATCHES__;
+const ROLLOUT_SCOPE = __ROLLOUT_SCOPE__;  // an endpoint-scoped reader acts on its endpoint's rollout only
 const CSRF = document.querySelector('meta[name="gitops-csrf"]').content;
 let scrolledToTarget = false;
 let lastStatus = null;
@@ -266,9 +268,25 @@ function stepBar(r) {
   return cell;
 }
 
+function rolloutButtons(name, r) {
+  // Promote or abort a running rollout: the reader's buttons (if its role has them) on this row.
+  const box = el("span");
+  if ((r.phase !== "stepping" && r.phase !== "paused") || (ROLLOUT_SCOPE !== null && ROLLOUT_SCOPE !== name)) return box;
+  for (const key of ["promote", "abort"]) {
+    const form = document.getElementById("confirm-" + key);
+    if (!form) continue;
+    const button = el("button", key === "promote" ? "Promote…" : "Abort…", "act-rollout");
+    button.type = "button";
+    button.id = "act-" + key + "-" + name;
+    button.addEventListener("click", () => openConfirm(form, name));
+    box.append(button, " ");
+  }
+  return box;
+}
+
 function drawRollouts(s) {
   fill("rollouts", Object.entries(s.rollouts || {}).sort().map(([name, r]) => row([
-    name, r.phase, stepBar(r), bars(r.weights, false), (r.checks || []).join("; ") || "–",
+    name, r.phase, stepBar(r), bars(r.weights, false), (r.checks || []).join("; ") || "–", rolloutButtons(name, r),
   ])), "no rollouts");
   const box = document.getElementById("quarantine");
   const q = s.quarantine;
@@ -457,13 +475,16 @@ function follow() {
   });
 }
 
+function openConfirm(form, endpoint) {
+  for (const other of document.querySelectorAll("form.confirm")) other.hidden = true;
+  form.dataset.endpoint = endpoint || "";
+  const target = form.querySelector("span.target");
+  if (target) target.textContent = "endpoint " + endpoint;
+  form.hidden = false;
+  form.querySelector("input[name=reason]").focus();
+}
 for (const button of document.querySelectorAll("button.act")) {
-  button.addEventListener("click", () => {
-    for (const form of document.querySelectorAll("form.confirm")) form.hidden = true;
-    const form = document.getElementById("confirm-" + button.dataset.key);
-    form.hidden = false;
-    form.querySelector("input[name=reason]").focus();
-  });
+  button.addEventListener("click", () => openConfirm(document.getElementById("confirm-" + button.dataset.key)));
 }
 for (const form of document.querySelectorAll("form.confirm")) {
   form.querySelector("button.cancel").addEventListener("click", () => { form.hidden = true; });
@@ -472,8 +493,8 @@ for (const form of document.querySelectorAll("form.confirm")) {
     const go = form.querySelector("button.go");
     const result = document.getElementById("action-result");
     const reason = form.querySelector("input[name=reason]").value;
-    const path = form.dataset.path + (reason ? (form.dataset.path.includes("?") ? "&" : "?")
-                                        + "reason=" + encodeURIComponent(reason) : "");
+    const base = form.dataset.path.replace("{endpoint}", encodeURIComponent(form.dataset.endpoint || ""));
+    const path = base + (reason ? (base.includes("?") ? "&" : "?") + "reason=" + encodeURIComponent(reason) : "");
     go.disabled = true;
     try {
       const r = await fetch(path, {method: "POST", cache: "no-store", headers: {"X-CSRF-Token": CSRF}});
@@ -481,6 +502,7 @@ for (const form of document.querySelectorAll("form.confirm")) {
       const what = form.id.replace("confirm-", "");
       result.className = r.ok ? "" : "refused";
       result.textContent = r.ok ? what + ": done" + (body.good ? " (back to " + short(body.good) + ")" : "")
+                                 + (body.message ? " (" + body.message + ")" : "")
         : what + " refused (HTTP " + r.status + "): " + (body.error || "") + (r.status === 403 && /CSRF/.test(body.error || "")
           ? " (reload the page)" : "");
       form.hidden = r.ok ? true : form.hidden;
@@ -514,6 +536,7 @@ class PageView:
     who: str = ""
     actions: tuple[PageAction, ...] = ()
     reads_mismatches: bool = True
+    rollout_scope: str | None = None  # an endpoint-scoped reader's endpoint
 
 
 READ_ONLY = PageView()
@@ -534,6 +557,7 @@ def render_page(refresh_s: float = REFRESH_S, commit_url_template: str | None = 
         "__REFRESH_MS__": str(int(refresh_s * 1000)),
         "__COMMIT_URL_TEMPLATE__": template,
         "__READS_MISMATCHES__": "true" if view.reads_mismatches else "false",
+        "__ROLLOUT_SCOPE__": json.dumps(view.rollout_scope).replace("</", "<\\/"),
         "__NONCE__": html.escape(view.nonce),
         "__CSRF__": html.escape(view.csrf),
         "__WHO__": html.escape(view.who) if view.who else "",

@@ -2,7 +2,8 @@
 
 - `PAGE_ACTIONS`: the page's buttons, each the admin route the CLI's verb
   calls (`POST /sync`, `/sync?override_window=1`, `/suspend`, `/resume`,
-  `/rollback`). `offered` keeps those the principal may call, judged by the
+  `/rollback`), and `ROLLOUT_ACTIONS`, each running rollout's (`POST
+  /rollouts/ENDPOINT/promote`, `/abort`). `offered` keeps those the principal may call, judged by the
   role table (`gitops.admin.roles.ROUTES` through `refusal`, scopes
   included): the table is the one source, so a viewer's page holds no
   action at all. `actions_html` draws them: each a button that opens its
@@ -30,7 +31,7 @@ from gitops.admin.roles import Principal, refusal, rule_for
 from gitops.reconcile.outcomes import Action, HistoryEntry, Outcome
 
 __all__ = [
-    "PageAction", "PAGE_ACTIONS", "offered", "actions_html", "content_security_policy", "PAGE_HEADERS",
+    "PageAction", "PAGE_ACTIONS", "ROLLOUT_ACTIONS", "offered", "actions_html", "content_security_policy", "PAGE_HEADERS",
     "HISTORY_KINDS", "ACTION_VERBS", "filter_history", "plan_lines",
 ]
 
@@ -50,6 +51,11 @@ class PageAction:
         """The route's path as the role table names it."""
         return "/" + self.path.partition("?")[0]
 
+    @property
+    def on_rollout(self) -> bool:
+        """Whether it acts on one endpoint's rollout (its button is on that rollout's row)."""
+        return "{endpoint}" in self.path
+
 
 PAGE_ACTIONS: tuple[PageAction, ...] = (
     PageAction("sync", "sync", "Sync now", "Fetch the branch and apply its newest commit now.", "always"),
@@ -63,14 +69,29 @@ PAGE_ACTIONS: tuple[PageAction, ...] = (
                "until a newer commit arrives.", "always"),
 )
 
-ACTION_VERBS = ("sync", "suspend", "resume", "rollback")
+# A running (stepping or paused) rollout's buttons: on its row, for the endpoint it names.
+ROLLOUT_ACTIONS: tuple[PageAction, ...] = (
+    PageAction("promote", "rollouts/{endpoint}/promote", "Promote",
+               "Move this endpoint's traffic to its target split now, skipping the steps and checks left.",
+               "rollout"),
+    PageAction("abort", "rollouts/{endpoint}/abort", "Abort",
+               "Stop this rollout and send the endpoint's traffic back to where it was before it "
+               "(the commit is recorded as aborted).", "rollout"),
+)
+
+ACTION_VERBS = ("sync", "suspend", "resume", "rollback", "promote", "abort")
 HISTORY_KINDS = tuple(outcome.value for outcome in Outcome) + ACTION_VERBS
 
 
 def offered(principal: Principal, environment: str | None) -> tuple[PageAction, ...]:
-    """The page's actions `principal` may take on an agent serving `environment`."""
-    return tuple(action for action in PAGE_ACTIONS
-                 if refusal(principal, rule_for("POST", action.route), environment=environment, target=None) is None)
+    """The page's actions `principal` may take on an agent serving `environment`; a rollout's
+    for an endpoint-scoped principal only on its endpoint (the page shows them on that row only)."""
+    scoped = principal.scope.name if principal.scope is not None and principal.scope.kind == "endpoint" else None
+    return tuple(
+        action for action in (*PAGE_ACTIONS, *ROLLOUT_ACTIONS)
+        if refusal(principal, rule_for("POST", action.route), environment=environment,
+                   target=scoped if action.on_rollout else None) is None
+    )
 
 
 def actions_html(actions: Sequence[PageAction]) -> str:
@@ -80,11 +101,13 @@ def actions_html(actions: Sequence[PageAction]) -> str:
     buttons, forms = [], []
     for action in actions:
         key, label = html.escape(action.key), html.escape(action.label)
-        buttons.append(f'<button type="button" class="act" id="act-{key}" data-key="{key}" '
-                       f'data-when="{html.escape(action.when)}">{label}…</button>')
+        if not action.on_rollout:  # a rollout's button is drawn on its row
+            buttons.append(f'<button type="button" class="act" id="act-{key}" data-key="{key}" '
+                           f'data-when="{html.escape(action.when)}">{label}…</button>')
+        what = f'{label} <span class="target"></span>?' if action.on_rollout else f"{label}?"
         forms.append(
             f'<form class="confirm" id="confirm-{key}" data-path="{html.escape(action.path)}" hidden>'
-            f"<p><strong>{label}?</strong> {html.escape(action.confirm)}</p>"
+            f"<p><strong>{what}</strong> {html.escape(action.confirm)}</p>"
             f'<label>reason <input name="reason" maxlength="500" placeholder="optional, kept in history"></label> '
             f'<button type="submit" class="go" id="go-{key}">Confirm: {label}</button> '
             f'<button type="button" class="cancel">Cancel</button></form>'

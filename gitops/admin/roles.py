@@ -6,7 +6,7 @@ name needs `admin`, so a route added without a row is closed, not open, and
 `tests/security/test_admin_roles.py` walks the router to prove every
 route has its row. Roles are ordered: `viewer` reads (status, history,
 plans, logs, traces), `operator` also acts (sync, suspend, resume, roll
-back, override a window), `admin` also reads what holds clients' data (the
+back, override a window, promote or abort a rollout), `admin` also reads what holds clients' data (the
 shadow sample, the audit export with callers' addresses). The status
 page draws a button only where this table lets its reader call the route
 (`gitops.admin.page_view.offered`).
@@ -77,6 +77,8 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("POST", "/suspend"): Rule(Role.OPERATOR, mutating=True),
     ("POST", "/resume"): Rule(Role.OPERATOR, mutating=True),
     ("POST", "/rollback"): Rule(Role.OPERATOR, mutating=True),
+    ("POST", "/rollouts/{endpoint}/promote"): Rule(Role.OPERATOR, mutating=True, target="endpoint"),
+    ("POST", "/rollouts/{endpoint}/abort"): Rule(Role.OPERATOR, mutating=True, target="endpoint"),
     ("GET", "/shadow/mismatches"): Rule(Role.ADMIN),
     ("GET", "/audit"): Rule(Role.ADMIN),  # every action with its caller's address
 }

@@ -1,4 +1,4 @@
-"""`gitops status|history|sync|suspend|resume|rollback|audit|wait|logs`: the running agent's admin API.
+"""`gitops status|history|sync|suspend|resume|rollback|promote|abort|audit|wait|logs`: the running agent's admin API.
 
 Owns the client side of the admin API and the human tables: `/status` is
 parsed into the agent's own `AgentStatus` model before it is drawn; `--json`
@@ -51,6 +51,8 @@ __all__ = [
     "suspend_command",
     "resume_command",
     "rollback_command",
+    "promote_command",
+    "abort_command",
     "wait_command",
     "logs_command",
     "parse_duration",
@@ -335,6 +337,21 @@ def rollback_command(args: argparse.Namespace) -> int:
     held = ", ".join(sha[:7] for sha in data["held"])
     print(json.dumps(data) if args.json else printable(
         f"rolling back to {data['good'][:7]}; holding {held} until a newer commit"))
+    return 0
+
+
+def promote_command(args: argparse.Namespace) -> int:
+    return _by_hand(args, "promote")
+
+
+def abort_command(args: argparse.Namespace) -> int:
+    return _by_hand(args, "abort")
+
+
+def _by_hand(args: argparse.Namespace, verb: str) -> int:
+    """A running rollout promoted or aborted (`POST /rollouts/ENDPOINT/VERB`), as the status page does."""
+    data = _call(args, "POST", _with_reason(args, f"/rollouts/{urllib.parse.quote(args.endpoint, safe='')}/{verb}"))
+    print(json.dumps(data) if args.json else printable(data["message"]))
     return 0
 
 

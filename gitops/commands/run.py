@@ -414,6 +414,7 @@ async def _serve(
         audit=agent,
         sign_in=oidc if oidc is not None and args.oidc.client_id else None,
         pending_plan=agent.pending_plan,
+        decide_rollout=lambda endpoint, verb, who: _decide_rollout(client, agent, endpoint, verb, who),
     )
     servers = [api.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:
@@ -452,6 +453,16 @@ async def _serve(
     for task in (reconciling, *serving):
         if not task.cancelled() and task.exception() is not None:
             _LOG.error(f"gitops: {type(task.exception()).__name__}: {task.exception()}")
+
+
+async def _decide_rollout(client: Any, agent: Any, endpoint: str, verb: str, who: str) -> str:
+    """A running rollout promoted or aborted by hand at the controller; the agent then looks
+    at once, so an abort's history row and --auto-revert come now, not at the next poll."""
+    from gitops.loop.agent import Trigger
+
+    message: str = await client.decide_rollout(endpoint, verb, who)
+    agent.notify(Trigger.POLL)
+    return message
 
 
 async def _announce_ready(agent: Any, args: argparse.Namespace, admin_url: str) -> None:

@@ -31,6 +31,7 @@ from tests.support.listeners import serving
 TOKENS = {"vera": ("viewer", "tok-viewer-page-1"), "otto": ("operator", "tok-operator-page-2"),
           "ada": ("admin", "tok-admin-page-3")}
 EXTRA = {f"op{i}": ("operator", f"tok-op{i}-page") for i in range(5)}  # callers enough to fill 16 streams
+EXTRA["echo-ci"] = ("operator", "tok-echo-ci-page")  # scoped: endpoint=echo
 ALL = {**TOKENS, **EXTRA}
 PAGE_ORIGIN = {"Origin": "http://127.0.0.1"}
 PLAN = PendingPlan("d" * 40, "held: sync window 'freeze' until 18:00",
@@ -41,14 +42,30 @@ SHORT = EventLimits(lifetime_s=0.2, poll_s=0.05)
 
 def policy() -> AccessPolicy:
     table = parse_tokens("\n".join(f"{name} {role} {hashlib.sha256(tok.encode()).hexdigest()}"
+                                   + (" endpoint=echo" if name == "echo-ci" else "")
                                    for name, (role, tok) in ALL.items()), "tokens")
     return AccessPolicy.build(None, "127.0.0.1", tokens=lambda: table)
 
 
-def app_for(tmp_path: Path, events: EventLimits = SHORT):
+class Rollouts:
+    """A controller's answer to a rollout promoted or aborted by hand: echo's runs, no other."""
+
+    def __init__(self) -> None:
+        self.decided: list[tuple[str, str, str]] = []
+
+    async def __call__(self, endpoint: str, verb: str, who: str) -> str:
+        if endpoint != "echo" or self.decided:
+            raise ValueError(f"endpoint {endpoint} has no rollout" if endpoint != "echo"
+                             else "the rollout of endpoint echo is over (aborted)")
+        self.decided.append((endpoint, verb, who))
+        return f"endpoint echo: {verb} by hand by {who}"
+
+
+def app_for(tmp_path: Path, events: EventLimits = SHORT, rollouts: Rollouts | None = None):
     agent = AuditedAgent(tmp_path / "history.db")
     app = build_app(agent, sync=lambda: None, webhook_fetch=lambda: None, metrics=lambda: (b"", "text/plain"),
-                    policy=policy(), audit=agent, pending_plan=lambda: PLAN, events=events, csrf=CsrfKey(b"k" * 32))
+                    policy=policy(), audit=agent, pending_plan=lambda: PLAN, events=events, csrf=CsrfKey(b"k" * 32),
+                    decide_rollout=rollouts)
     return agent, app
 
 
@@ -126,6 +143,31 @@ def test_a_viewer_forging_the_post_with_its_own_page_token_is_403(tmp_path: Path
         response = call(app, "POST", path, "vera", {**PAGE_ORIGIN, "X-CSRF-Token": token})
         assert response.status_code == 403 and "vera is viewer; this needs operator" in response.json()["error"], path
     assert agent.actions() == [] and not agent.suspended
+
+
+def test_a_rollout_is_promoted_or_aborted_by_its_route_with_the_callers_name(tmp_path: Path) -> None:
+    rollouts = Rollouts()
+    agent, app = app_for(tmp_path, rollouts=rollouts)
+    assert call(app, "POST", "/rollouts/echo/abort", "vera").status_code == 403
+    other = call(app, "POST", "/rollouts/api/abort", "echo-ci")
+    assert other.status_code == 403 and "scoped to endpoint echo" in other.json()["error"]
+    token = csrf_of(call(app, "GET", "/", "echo-ci").text)
+    done = call(app, "POST", "/rollouts/echo/abort?reason=p99", "echo-ci", {**PAGE_ORIGIN, "X-CSRF-Token": token})
+    assert done.status_code == 200 and done.json()["message"] == "endpoint echo: abort by hand by echo-ci"
+    assert rollouts.decided == [("echo", "abort", "echo-ci")]
+    again = call(app, "POST", "/rollouts/echo/promote", "otto")
+    assert again.status_code == 409 and "is over (aborted)" in again.json()["error"]
+    rows = call(app, "GET", "/history?kind=abort", "vera").json()["actions"]
+    assert [(r["actor"], r["reason"], r["result"]) for r in rows] == [("echo-ci", "p99", "accepted")]
+    assert call(app, "GET", "/history?kind=promote", "vera").json()["actions"][0]["result"].startswith("refused: ")
+
+
+def test_an_endpoint_scoped_readers_page_acts_on_its_rollout_only(tmp_path: Path) -> None:
+    _, app = app_for(tmp_path)
+    page = call(app, "GET", "/", "echo-ci").text
+    assert 'id="confirm-abort"' in page and 'id="confirm-promote"' in page and 'id="act-sync"' not in page
+    assert 'const ROLLOUT_SCOPE = "echo";' in page
+    assert "const ROLLOUT_SCOPE = null;" in call(app, "GET", "/", "otto").text
 
 
 def test_session_answers_the_same_token_as_the_page(tmp_path: Path) -> None:

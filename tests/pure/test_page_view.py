@@ -11,7 +11,8 @@ import pytest
 from gitops.admin.csrf import CSRF_LIFETIME_S, CsrfKey, from_browser
 from gitops.admin.events import EventLimits, EventStreams, frames
 from gitops.admin.page_view import (
-    HISTORY_KINDS, PAGE_ACTIONS, actions_html, content_security_policy, filter_history, offered, plan_lines,
+    HISTORY_KINDS, PAGE_ACTIONS, ROLLOUT_ACTIONS, actions_html, content_security_policy, filter_history, offered,
+    plan_lines,
 )
 from gitops.admin.roles import Principal, Role, Scope
 from gitops.reconcile.outcomes import Action, HistoryEntry, Outcome
@@ -27,25 +28,28 @@ def keys(principal: Principal, environment: str | None = None) -> list[str]:
 
 def test_a_viewer_is_offered_no_action_and_an_operator_every_one() -> None:
     assert keys(VIEWER) == [] and actions_html(offered(VIEWER, None)) == ""
-    every = [action.key for action in PAGE_ACTIONS]
-    assert keys(OPERATOR) == every == keys(ADMIN) == ["sync", "override", "suspend", "resume", "rollback"]
+    every = [action.key for action in (*PAGE_ACTIONS, *ROLLOUT_ACTIONS)]
+    assert keys(OPERATOR) == every == keys(ADMIN) == [
+        "sync", "override", "suspend", "resume", "rollback", "promote", "abort"]
 
 
 def test_a_scope_the_role_table_narrows_takes_the_buttons_away() -> None:
     endpoint_only = Principal("ci", Role.OPERATOR, Scope("endpoint", "echo"))
-    assert keys(endpoint_only) == []  # no verb of the page names an endpoint
+    assert keys(endpoint_only) == ["promote", "abort"]  # only a rollout's verbs name an endpoint (the page: echo's)
     prod_only = Principal("ci", Role.OPERATOR, Scope("environment", "prod"))
     assert keys(prod_only, "prod") == keys(OPERATOR) and keys(prod_only, "staging") == []
 
 
 def test_each_button_posts_to_the_route_the_cli_uses_and_only_after_its_confirm() -> None:
     markup = actions_html(offered(OPERATOR, None))
-    for action in PAGE_ACTIONS:
-        assert f'id="act-{action.key}"' in markup and f'id="confirm-{action.key}"' in markup
-        assert f'data-path="{action.path}"' in markup
-    assert markup.count("<form") == len(PAGE_ACTIONS) == markup.count(" hidden>")  # every confirm starts hidden
+    for action in (*PAGE_ACTIONS, *ROLLOUT_ACTIONS):
+        assert f'id="confirm-{action.key}"' in markup and f'data-path="{action.path}"' in markup
+        # The agent's buttons are in the bar; a rollout's are drawn on its row by the page.
+        assert (f'id="act-{action.key}"' in markup) is not action.on_rollout
+    assert markup.count("<form") == len(PAGE_ACTIONS) + len(ROLLOUT_ACTIONS) == markup.count(" hidden>")
     assert "onclick" not in markup and "<script" not in markup
-    assert {action.route for action in PAGE_ACTIONS} == {"/sync", "/suspend", "/resume", "/rollback"}
+    assert {action.route for action in (*PAGE_ACTIONS, *ROLLOUT_ACTIONS)} == {
+        "/sync", "/suspend", "/resume", "/rollback", "/rollouts/{endpoint}/promote", "/rollouts/{endpoint}/abort"}
 
 
 def test_the_policy_allows_only_the_nonced_scripts_and_no_framing() -> None:

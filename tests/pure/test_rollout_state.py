@@ -88,3 +88,13 @@ def test_a_deleted_endpoint_forgets_its_rollout() -> None:
     state = rolling()
     state.forget("api")
     assert state.rollouts() == {} and state.dirty
+
+
+def test_an_abort_by_hand_is_served_at_once_and_survives_a_restart() -> None:
+    state = rolling()
+    assert state.decide("api", "abort", "otto") == "endpoint api: aborted by hand by otto at step 1/2, traffic back"
+    assert state.dirty and state.served(config(NEW)).traffic == {"v1": 1.0, "v2": 0.0}
+    again = RolloutState.from_json(state.to_json())
+    assert again.rollouts()["api"].by_hand == "otto" and again.served(config(NEW)).traffic == {"v1": 1.0, "v2": 0.0}
+    state.on_endpoint(config(NEW), {"v1": 1.0}, now=5.0)  # the same commit applied again: not retried
+    assert state.rollouts()["api"].phase is RolloutPhase.ABORTED

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from controller.policies.rollouts import RETRY_S, advance, begin, due_queries, judge, on_config
+from controller.policies.rollouts import RETRY_S, advance, begin, by_hand, due_queries, judge, on_config
 from vocabulary.control.request_stats import LATENCY_BOUNDS_S, RequestStats, bucket_of
 from vocabulary.control.rollouts import CheckName, MetricReading, Rollout, RolloutPhase, interpolate
 from vocabulary.spec.endpoints import EndpointConfig
@@ -263,3 +263,33 @@ def test_the_step_passes_once_prometheus_answers_again_and_forgets_the_error() -
     held = advance(started(WITH_METRIC), {"v2": stats(20)}, now=HELD, readings=reading(None, error="down")).rollout
     decision = advance(held, {"v2": stats(20)}, now=HELD + 6, readings=reading(0.0, at=HELD + 6))
     assert decision.rollout.step == 1 and decision.rollout.analysis_error is None
+
+
+# --- by hand (`gitops promote|abort`, the status page) ----------------------------------
+
+
+def test_a_running_rollout_promoted_by_hand_serves_its_target_at_once() -> None:
+    promoted = by_hand(started(), "api", "promote", "otto")
+    assert (promoted.phase, promoted.weights(), promoted.display_step()) == (RolloutPhase.PROMOTED, NEW, 0)
+    assert promoted.message() == "endpoint api: promoted by hand by otto, its steps skipped"
+    assert advance(promoted, {"v2": stats(100, errors=100)}, now=1e9).rollout == promoted  # no check judges it again
+
+
+def test_a_running_or_paused_rollout_aborted_by_hand_sends_traffic_back() -> None:
+    paused = started(CONFIG.model_copy(update={"on_failure": OnFailure.PAUSE}))
+    paused = advance(paused, {"v2": stats(20, errors=20)}, now=101.0).rollout
+    assert paused.phase is RolloutPhase.PAUSED
+    for rollout in (started(), paused):
+        aborted = by_hand(rollout, "api", "abort", "otto")
+        assert (aborted.phase, aborted.weights()) == (RolloutPhase.ABORTED, OLD)
+        assert aborted.message() == "endpoint api: aborted by hand by otto at step 1/3, traffic back"
+
+
+def test_by_hand_needs_a_running_rollout_and_a_known_verb() -> None:
+    with pytest.raises(ValueError, match="endpoint api has no rollout"):
+        by_hand(None, "api", "abort", "otto")
+    over = by_hand(started(), "api", "abort", "otto")
+    with pytest.raises(ValueError, match=r"the rollout of endpoint api is over \(aborted\)"):
+        by_hand(over, "api", "promote", "otto")
+    with pytest.raises(ValueError, match="'pause' is not promote or abort"):
+        by_hand(started(), "api", "pause", "otto")

@@ -14,7 +14,11 @@ included):
   `/history?actor=otto` with the operator's token name as actor; the page
   redraws the agent Held without a reload;
 - the page runs under its Content-Security-Policy with no violation
-  reported, and no token is in the page's source or its event stream.
+  reported, and no token is in the page's source or its event stream;
+- on a second agent whose endpoint rolls out in two steps, the viewer's
+  rollout row has no button; the operator aborts the running rollout from
+  its row (confirmed, with a reason), the endpoint's traffic goes back, the
+  commit is recorded `aborted` and the action carries the operator's name.
 """
 
 from __future__ import annotations
@@ -211,3 +215,81 @@ def test_a_viewer_cannot_act_and_an_operators_rollback_from_the_page_is_attribut
                         "raw page": raw_page.text, "event stream": stream.decode()}.items():
         for _, token in TOKENS.values():
             assert token not in seen, f"{where} shows a token"
+
+
+ROLLOUT_SPEC = '''
+[backends.echo-v1]
+import_path = "deployments.echo:Echo"
+init_args = ["v1"]
+ray_actor_options = {{ num_cpus = 0.01 }}
+graceful_shutdown_timeout_s = 1
+
+[backends.echo-v2]
+import_path = "deployments.echo:Echo"
+init_args = ["v2"]
+ray_actor_options = {{ num_cpus = 0.01 }}
+graceful_shutdown_timeout_s = 1
+
+[endpoints.echo]
+route = "/echo"
+traffic = {{ {traffic} }}
+
+[endpoints.echo.rollout]
+steps = [0.5, 1.0]
+step_interval_s = 600
+min_requests = 10
+'''
+
+
+def test_an_operator_aborts_a_running_rollout_from_its_row_and_the_traffic_goes_back(
+    ray_session: str, repo: GitRepo, tmp_path: Path, chromium: webdriver.Chrome, artifacts_dir: Path
+) -> None:
+    table = tmp_path / "admin-tokens"
+    table.write_text("".join(f"{name} {role} {hashlib.sha256(tok.encode()).hexdigest()}\n"
+                             for name, (role, tok) in TOKENS.items()))
+    repo.write("deployments/__init__.py", "")
+    repo.write("deployments/echo.py", APP)
+    repo.write("deployments/echo.toml", ROLLOUT_SPEC.format(traffic='"echo-v1" = 1.0'))
+    first = repo.commit("v1 serves")
+    agent = AgentProcess(repo.root, tmp_path, ray.get_runtime_context().gcs_address,
+                         extra_args=["--admin-tokens-file", str(table)])
+    http = httpx.Client(timeout=30, headers={"Authorization": f"Bearer {TOKENS['otto'][1]}"})
+
+    def status() -> dict:
+        return http.get(agent.admin + "/status").json()
+
+    try:
+        agent.wait("v1 applied", lambda: status()["last_applied_revision"] == first)
+        repo.write("deployments/echo.toml", ROLLOUT_SPEC.format(traffic='"echo-v1" = 0.0, "echo-v2" = 1.0'))
+        second = repo.commit("v2 takes over, in two steps")
+        agent.wait("the rollout at its first step", lambda: status()["rollouts"]["echo"]["phase"] == "stepping"
+                   and status()["last_applied_revision"] == second)
+        as_reader(chromium, "vera", agent.admin + "/")
+        until("the viewer's page drawn", lambda: "stepping" in text(chromium, "rollouts"))
+        assert chromium.find_elements(By.CSS_SELECTOR, "#rollouts button") == []  # a viewer's row has none
+
+        as_reader(chromium, "otto", agent.admin + "/")
+        until("the operator's row buttons", lambda: chromium.find_element(By.ID, "act-abort-echo").is_displayed())
+        assert chromium.find_element(By.ID, "act-promote-echo").is_displayed()
+        chromium.find_element(By.ID, "act-abort-echo").click()
+        confirm = chromium.find_element(By.ID, "confirm-abort")
+        assert "Abort endpoint echo?" in confirm.text and status()["rollouts"]["echo"]["phase"] == "stepping"
+        confirm.find_element(By.NAME, "reason").send_keys("v2 p99 too high")
+        chromium.find_element(By.ID, "go-abort").click()
+        until("the abort done", lambda: text(chromium, "action-result").startswith("abort: done"))
+        assert "aborted by hand by otto at step 1/2, traffic back" in text(chromium, "action-result")
+        until("the row redrawn aborted, its buttons gone", lambda: "aborted" in text(chromium, "rollouts")
+              and chromium.find_elements(By.CSS_SELECTOR, "#rollouts button") == [])
+        until("the endpoint back on v1", lambda: "echo-v1 100.0%" in text(chromium, "endpoints"))
+        chromium.save_screenshot(str(artifacts_dir / "statuspage-rollout-aborted.png"))
+        agent.wait("the commit recorded aborted", lambda: any(
+            e["commit"] == second and e["result"] == "aborted" for e in http.get(agent.admin + "/history").json()["entries"]))
+        (abort,) = http.get(agent.admin + "/history", params={"kind": "abort"}).json()["actions"]
+        assert (abort["actor"], abort["reason"], abort["result"]) == ("otto", "v2 p99 too high", "accepted")
+        assert status()["endpoints"]["echo"]["traffic"] == {"echo-v1": 1.0, "echo-v2": 0.0}
+        # The CLI's verb is the same route: the rollout is over now, and it says so.
+        refused = http.post(agent.admin + "/rollouts/echo/promote")
+        assert refused.status_code == 409 and "is over (aborted)" in refused.json()["error"]
+    finally:
+        http.close()
+        agent.stop()

@@ -188,6 +188,9 @@ class ControllerAPI(GoalAPI, Protocol):
     async def set_target_replicas(self, backend: str, target: int) -> None:
         """The autoscaler's knob: how many replicas `backend` wants."""
 
+    async def decide_rollout(self, endpoint: str, verb: str, who: str) -> str:
+        """Promote or abort `endpoint`'s running rollout by hand, as `who`; its message."""
+
     async def ping(self) -> str:
         """Liveness."""
 

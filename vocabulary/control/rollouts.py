@@ -152,6 +152,7 @@ class Rollout(BaseModel):
     # bad query): the step holds, visibly, rather than passing unjudged.
     analysis_error: str | None = None
     passed: tuple[StepRecord, ...] = ()  # the steps passed so far, oldest first
+    by_hand: str | None = None  # who promoted or aborted it by hand (`gitops promote|abort`, the status page)
 
     def weights(self) -> Weights:
         """The split the proxies serve now."""
@@ -175,6 +176,8 @@ class Rollout(BaseModel):
     def message(self) -> str:
         steps = len(self.config.steps)
         if self.phase is RolloutPhase.PROMOTED:
+            if self.by_hand is not None:
+                return f"endpoint {self.endpoint}: promoted by hand by {self.by_hand}, its steps skipped"
             return f"endpoint {self.endpoint}: promoted through {steps} step(s)"
         if self.phase is RolloutPhase.STEPPING:
             share = self.config.steps[self.step]
@@ -183,4 +186,6 @@ class Rollout(BaseModel):
         failures = "; ".join(check.describe() for check in self.failed())
         if self.phase is RolloutPhase.PAUSED:
             return f"endpoint {self.endpoint}: paused at step {self.step + 1}/{steps}: {failures}"
+        if self.by_hand is not None:
+            return f"endpoint {self.endpoint}: aborted by hand by {self.by_hand} at step {self.step + 1}/{steps}, traffic back"
         return f"endpoint {self.endpoint}: aborted at step {self.step + 1}/{steps}, traffic back: {failures}"
