@@ -134,14 +134,16 @@ class ControllerActor:
         endpoint_requests: dict[str, Any] | None = None,
         reported: dict[str, float] | None = None,
         stalled: dict[str, dict[str, str]] | None = None,
+        ejected: dict[str, dict[str, dict[str, Any]]] | None = None,
     ) -> None:
         """Latest (ongoing, queued) per backend from one proxy; policy lives elsewhere.
         `requests`: the proxy's answers counted per backend, for rollout checks;
         `endpoint_requests`: the same per endpoint, for the status; `reported`: the
         sum of the loads the backend's replicas reported, as this proxy saw them;
         `stalled`: per backend, the replicas the proxy found hung (`proxy.pool.stalls`),
-        replaced at the next tick."""
-        self._loop.report_load(proxy_id, loads, requests, endpoint_requests, reported, stalled)
+        replaced at the next tick; `ejected`: per backend, the replicas the proxy ejected as outliers
+        (`proxy.pool.outliers`), shown in the status, and replaced when ejected too often."""
+        self._loop.report_load(proxy_id, loads, requests, endpoint_requests, reported, stalled, ejected)
 
     async def endpoint_totals(self) -> dict[str, RequestStats]:
         """Each endpoint's answers and shadow comparisons so far, over every proxy (promotions' evidence)."""

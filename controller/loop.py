@@ -47,7 +47,9 @@ from vocabulary.control.proxy_workers import DEFAULT_MAX_CONNECTIONS
 from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.control.request_stats import RequestStats
 from vocabulary.control.rollouts import MetricQuery, MetricReading
-from vocabulary.control.status import BackendStatus, ClusterStatus, EndpointStatus, GoalTiming, NodeResources, ReplicaFailure
+from vocabulary.control.status import (
+    BackendStatus, ClusterStatus, EndpointStatus, GoalTiming, NodeResources, ReplicaEjection, ReplicaFailure, RestartReason,
+)
 
 __all__ = ["Asker", "ClusterAdapter", "ControlLoop", "ControllerOptions"]
 
@@ -162,6 +164,8 @@ class ControlLoop:
         self.publisher = Publisher(self.longpoll, adapter.handle)
         self.errors: Counter = Counter()
         self.loads: dict[str, dict[str, tuple[int, int]]] = {}
+        # Per proxy, per backend, the replicas it ejected as outliers: id -> (reason, count, until), monotonic.
+        self._ejections: dict[str, dict[str, dict[str, tuple[str, int, float]]]] = {}
         self.autoscaler = Autoscaler()
         self.kill_at: str | None = None
         self.ticked = asyncio.Event()
@@ -358,6 +362,7 @@ class ControlLoop:
                 self.longpoll.forget(effect.proxy_id)
                 if not effect.error:
                     self.loads.pop(effect.proxy_id, None)
+                    self._ejections.pop(effect.proxy_id, None)
 
     def _judge(self, goal: Any) -> Any:
         held = self.held
@@ -466,11 +471,24 @@ class ControlLoop:
     def report_load(
         self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None,
         endpoint_requests: dict[str, Any] | None, reported: dict[str, float] | None,
-        stalled: dict[str, dict[str, str]] | None,
+        stalled: dict[str, dict[str, str]] | None, ejected: dict[str, dict[str, dict[str, Any]]] | None = None,
     ) -> None:
+        now = time.monotonic()
         for backend, replicas in (stalled or {}).items():
             for replica_id, seen in replicas.items():
-                self.held.backends.replace_stalled(backend, str(replica_id), str(seen), time.monotonic())
+                self.held.backends.replace_stalled(backend, str(replica_id), str(seen), now)
+        out: dict[str, dict[str, tuple[str, int, float]]] = {}
+        for backend, ejections in (ejected or {}).items():
+            for replica_id, ejection in ejections.items():
+                reason, count = str(ejection.get("reason", "")), int(ejection.get("count", 1))
+                if ejection.get("replace"):
+                    self.held.backends.replace_stalled(
+                        backend, str(replica_id), f"ejected {count} times as an outlier, the last: {reason}", now,
+                        RestartReason.EJECTED.value,
+                    )
+                else:
+                    out.setdefault(backend, {})[str(replica_id)] = (reason, count, now + float(ejection["back_in_s"]))
+        self._ejections[proxy_id] = out
         self.loads[proxy_id] = {b: (int(o), int(q)) for b, (o, q) in loads.items()}
         if requests:
             self.held.rollouts.record(proxy_id, requests)
@@ -509,7 +527,8 @@ class ControlLoop:
             nodes=nodes,
             backends={
                 n: _recent_error_only(held.backends.status(n), time.time()).model_copy(
-                    update={"scaling_decisions": self.autoscaler.decisions(n)})
+                    update={"scaling_decisions": self.autoscaler.decisions(n),
+                            "ejections": _ejections(self._ejections, n, now)})
                 for n in held.backends.names()
             },
             endpoints=self._endpoint_status(),
@@ -576,6 +595,22 @@ class ControlLoop:
                 await asyncio.wait([asyncio.ensure_future(_awaited(ref)) for ref in stage], timeout=6.0)
         self._adapter.stop_everything(self.held.backends.all_actor_names())
         self._checkpointer.delete()
+
+
+def _ejections(
+    reports: dict[str, dict[str, dict[str, tuple[str, int, float]]]], backend: str, now: float,
+) -> tuple[ReplicaEjection, ...]:
+    """`backend`'s replicas ejected now by any proxy worker, each once (the latest-ending
+    ejection of it a worker reported), by replica id."""
+    latest: dict[str, tuple[str, int, float]] = {}
+    for report in reports.values():
+        for replica_id, seen in report.get(backend, {}).items():
+            if seen[2] > now and (replica_id not in latest or seen[2] > latest[replica_id][2]):
+                latest[replica_id] = seen
+    return tuple(
+        ReplicaEjection(replica_id=rid, reason=reason, count=count, back_in_s=until - now)
+        for rid, (reason, count, until) in sorted(latest.items())
+    )
 
 
 def _recent_error_only(status: BackendStatus, now: float) -> BackendStatus:

@@ -134,6 +134,16 @@ min_retries = 3
 backoff_s = 0.025
 max_backoff_s = 0.25
 
+[endpoints.echo.outliers]
+consecutive_errors = 5
+success_rate_stdev = 1.9
+success_rate_min_requests = 50
+success_rate_min_replicas = 5
+interval_s = 10
+base_ejection_s = 30
+max_ejection_percent = 50
+replace_after = 3
+
 [endpoints.echo.rollout]
 steps = [0.05, 0.25, 0.5, 1.0]
 step_interval_s = 30

@@ -129,7 +129,7 @@ class ProxyActor:
             loop.create_task(
                 report_load_forever(
                     link, me, self._app.backend_load, settings.load_report_interval_s, self._app.request_stats,
-                    self._app.endpoint_request_stats, self._app.stalled_replicas,
+                    self._app.endpoint_request_stats, self._app.stalled_replicas, self._app.ejected_replicas,
                 )
             ),
         ]

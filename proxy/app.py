@@ -40,6 +40,7 @@ import asyncio
 import logging
 import random
 import time
+from typing import Any
 
 from httpedge.asgi import Receive, Scope, Send
 from proxy.observability.bodies import EMPTY, BodyView
@@ -104,6 +105,7 @@ class ProxyApp:
             lambda backend, outcome: self._recorder.retried(backend, outcome),
             lambda backend: self._recorder.retry_budget_spent(backend),
             rng,
+            lambda backend, ejection: self._recorder.replica_ejected(backend),
         )
         self._websockets = WebSocketCarrier(caller, rng, recorder, self._counts, tracing, capture)
         self._calls = RunningCalls(_WATCH_AFTER_S)
@@ -155,6 +157,9 @@ class ProxyApp:
 
     def stalled_replicas(self) -> dict[str, dict[str, str]]:
         return self._snapshot.stalled_replicas()
+
+    def ejected_replicas(self) -> dict[str, dict[str, dict[str, Any]]]:
+        return self._snapshot.ejected_replicas()
 
     def request_stats(self) -> dict[str, RequestStats]:
         """Per backend, the answers counted since this proxy started (for rollout checks)."""
@@ -217,6 +222,7 @@ class ProxyApp:
             try:
                 reply = await self._sender.send(
                     snapshot.pools.get(transit.backend), transit.request, running.deadline_at, served.retries, seen,
+                    served.outliers,
                 )
             except asyncio.CancelledError:
                 instead = self._calls.why_cancelled(running)

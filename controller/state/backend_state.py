@@ -380,16 +380,17 @@ class BackendState:
             if record.state == ReplicaState.RUNNING and not record.health_in_flight:
                 record.last_health = float("-inf")
 
-    def replace_stalled(self, name: str, replica_id: str, error: str, now: float) -> bool:
+    def replace_stalled(self, name: str, replica_id: str, error: str, now: float, reason: str = "stalled") -> bool:
         """A proxy found `replica_id` hung (`proxy.pool.stalls`: its calls time out and it answers
-        nothing, though its health check may pass): replace it like a failed one, reason
-        `stalled`. False when it is not a running replica of `name` (already replaced, or
-        a repeat report from another proxy)."""
+        nothing, though its health check may pass), or (`reason` "ejected") ejected it as an outlier
+        too often (`proxy.pool.outliers`): replace it like a failed one, with that reason.
+        False when it is not a running replica of `name` (already replaced, or a repeat report
+        from another proxy)."""
         backend = self._backends.get(name)
         for record in backend.replicas if backend is not None else ():
             if record.replica_id == replica_id and record.state == ReplicaState.RUNNING:
                 assert backend is not None
-                self._fail(backend, record, now, "stalled", error, counts=True)
+                self._fail(backend, record, now, reason, error, counts=True)
                 return True
         return False
 

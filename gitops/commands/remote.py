@@ -429,6 +429,7 @@ def render_status(status: AgentStatus) -> str:
                   for name, b in sorted(status.backends.items()) if b.latest_exception and b.serving.errors]
         lines += [f"{name}: {line}" for name, b in sorted(status.backends.items()) for line in b.staging]
         lines += [f"{name}: {b.pending}" for name, b in sorted(status.backends.items()) if b.pending]
+        lines += [f"{name}: {line}" for name, b in sorted(status.backends.items()) for line in b.ejections]
     if status.endpoints:
         lines += ["", _table(["ENDPOINT", "ROUTE", "TRAFFIC", "SHADOW", *_SERVING], [
             [name, e.route, _percent(e.traffic), _percent(e.shadow), *_serving(e.serving)]

@@ -71,7 +71,7 @@ from vocabulary.spec.endpoints import (
 from vocabulary.spec.placement import PlacementConfig, PlacementStrategy, actor_needs, bundle_text
 from vocabulary.spec.rollout_config import MetricCheck, OnFailure, RolloutConfig, bounded_check
 from vocabulary.spec.routing import MultiplexConfig, RoutingConfig, RoutingPolicy, keyed_routing, multiplex_alone
-from vocabulary.spec.traffic_policy import RetriesConfig, retries_consistent
+from vocabulary.spec.traffic_policy import OutliersConfig, RetriesConfig, retries_consistent
 from vocabulary.spec.v2 import (
     BackendProtocol,
     TensorConfig,
@@ -104,6 +104,7 @@ __all__ = [
     "MatchSpec",
     "LimitsSpec",
     "RetriesSpec",
+    "OutliersSpec",
     "RayActorOptionsSpec",
     "PlacementSpec",
     "V2Spec",
@@ -274,6 +275,9 @@ RetriesSpec = create_model(
     __doc__=RetriesConfig.__doc__,
     __validators__={"_checked": model_validator(mode="after")(retries_consistent)},  # type: ignore[dict-item]  # pydantic types __validators__ as plain callables, its decorators return proxies
     **_file_keys(RetriesConfig, frozenset(), {"retry_on": list[str], "methods": list[str]}),
+)
+OutliersSpec = create_model(
+    "OutliersSpec", __base__=_Spec, __doc__=OutliersConfig.__doc__, **_file_keys(OutliersConfig, frozenset(), {})
 )
 CaptureSpec = create_model(
     "CaptureSpec", __base__=_Spec, __doc__=CaptureConfig.__doc__,
@@ -558,6 +562,7 @@ _EndpointKeys = create_model(
             "tracing": TracingSpec | None,
             "capture": CaptureSpec | None,
             "retries": RetriesSpec | None,
+            "outliers": OutliersSpec | None,
         },
     ),
 )

@@ -109,6 +109,8 @@ class BackendSummary(_Value):
     # Models its starting replicas fetch now: "Staging model m: 1.2 / 4.0 GB on 2 nodes" (vocabulary.control.status).
     staging: tuple[str, ...] = ()
     pending: str | None = None  # why a replica it wants waits to be placed: "Pending: no node offers {GPU: 4} ..."
+    # Its replicas a proxy ejected as outliers now: "replica r-3 ejected: 5 consecutive errors, back in 30 s".
+    ejections: tuple[str, ...] = ()
 
     def problem(self) -> str:
         """Why the backend is unhealthy, or "" when it is not."""
@@ -313,6 +315,7 @@ def _backend(observed: BackendStatus, stats: RequestStats | None, window_s: floa
         latest_exception=redact(observed.latest_error.describe()) if observed.latest_error else None,
         staging=tuple(staging_lines(observed.staging)),
         pending=observed.pending or None,
+        ejections=tuple(ejection.message() for ejection in observed.ejections),
     )
 
 

@@ -6,7 +6,9 @@ docs/reference/metrics.md ("Proxy": `gitops_http_requests_total`,
 `gitops_shadow_comparisons_total`, `gitops_backend_ongoing_requests`, `gitops_batch_size`,
 `gitops_http_time_to_first_byte_seconds`, `gitops_http_rate_limited_total`,
 `gitops_stream_inter_chunk_seconds`, `gitops_stream_chunks`,
-`gitops_capture_records_total`, `gitops_proxy_trace_spans_total`, per model of a
+`gitops_capture_records_total`, `gitops_proxy_trace_spans_total`,
+`gitops_proxy_retries_total`, `gitops_proxy_retry_budget_exhausted_total`,
+`gitops_proxy_outlier_ejections_total`, `gitops_proxy_ejected_replicas`, per model of a
 multiplexed backend `gitops_model_requests_total`, `gitops_model_loads_total`,
 `gitops_model_evictions_total`, and per tenant of a token budget
 `gitops_tenant_tokens_admitted_total`, `gitops_tenant_tokens_charged_total`,
@@ -361,6 +363,22 @@ class ProxyMetrics:
             ONGOING_LABELS,
             registry=r,
         )
+        self._ejections = Counter(
+            "gitops_proxy_outlier_ejections",
+            "Replicas the proxy ejected from routing as outliers ([endpoints.X.outliers]: errors in a row, or a "
+            "success rate below its backend's), each ejection once.",
+            ONGOING_LABELS,
+            registry=r,
+        )
+        self._ejected = Gauge(
+            "gitops_proxy_ejected_replicas",
+            "Replicas of a backend ejected as outliers now, summed over the node's proxy workers (each worker "
+            "ejects on its own).",
+            ONGOING_LABELS,
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self._ejected_backends: set[str] = set()
         self._model_requests = Counter(
             "gitops_model_requests",
             "Requests a multiplexed backend answered for a model its replica held, by backend and model "
@@ -502,6 +520,9 @@ class ProxyMetrics:
     def retry_budget_spent(self, backend: str) -> None:
         self._budget_spent.labels(backend).inc()
 
+    def replica_ejected(self, backend: str) -> None:
+        self._ejections.labels(backend).inc()
+
     def model_served(self, backend: str, model: str, loaded: bool, evicted: Collection[str]) -> None:
         self._model_requests.labels(backend, model).inc()
         if loaded:
@@ -536,6 +557,10 @@ class ProxyMetrics:
         for backend, load in loads.items():
             self.set_ongoing(backend, int(load.get("ongoing", 0) + load.get("queued", 0)))  # counts; "reported" is the float
         self._ongoing_backends = set(loads)
+        # Ejected replicas: a backend that had some keeps its series (at 0) while it is served.
+        self._ejected_backends = (self._ejected_backends & set(loads)) | {b for b, load in loads.items() if "ejected" in load}
+        for backend in self._ejected_backends:
+            self._ejected.labels(backend).set(int(loads[backend].get("ejected", 0)))
 
     async def sample_load_forever(
         self, loads: Callable[[], Mapping[str, Mapping[str, float]]], interval_s: float = 1.0
@@ -571,6 +596,11 @@ class ProxyMetrics:
         _remove_where(self._batch_size, BATCH_LABELS, "backend", backend)
         _remove_where(self._retries, ("backend", "outcome"), "backend", backend)
         _remove_where(self._budget_spent, ONGOING_LABELS, "backend", backend)
+        _remove_where(self._ejections, ONGOING_LABELS, "backend", backend)
+        if backend in self._ejected_backends:
+            self._ejected.labels(backend).set(0)  # shared files keep a removed series: zero it first
+            self._ejected_backends.discard(backend)
+        _remove_where(self._ejected, ONGOING_LABELS, "backend", backend)
         for counter in (self._model_requests, self._model_loads, self._model_evictions):
             _remove_where(counter, MODEL_LABELS, "backend", backend)
 

@@ -62,6 +62,9 @@ class Recorder(Protocol):
     def retry_budget_spent(self, backend: str) -> None:
         """A retry to `backend` was due but not sent: its retry budget was spent."""
 
+    def replica_ejected(self, backend: str) -> None:
+        """A replica of `backend` was ejected as an outlier (`proxy.pool.outliers`)."""
+
     def model_served(self, backend: str, model: str, loaded: bool, evicted: Sequence[str]) -> None:
         """A multiplexed backend answered a request for `model`: whether its replica loaded
         it for this request, and the models it evicted to make room."""
@@ -107,6 +110,9 @@ class NullRecorder:
         pass
 
     def retry_budget_spent(self, backend: str) -> None:
+        pass
+
+    def replica_ejected(self, backend: str) -> None:
         pass
 
     def model_served(self, backend: str, model: str, loaded: bool, evicted: Sequence[str]) -> None:

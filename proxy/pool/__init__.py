@@ -3,7 +3,8 @@
 - `sending`: the one call the request path makes: a request to a replica of a
   backend (slot, stall check, retries by the endpoint's policy, release);
 - `retrying`: an endpoint's retry policy and a backend's retry budget (pure);
-- `replicas`: per-backend pools, the wait queue, dead and stalled replicas;
+- `outliers`: outlier ejection: the replicas failing far more than their backend's others (pure);
+- `replicas`: per-backend pools, the wait queue, dead, stalled and ejected replicas;
 - `stalls`: per-replica progress and the rule that finds a hung replica (pure);
 - `multiplexing`: a multiplexed backend's model to a replica holding it (pure);
 - `calling`: the caller seam and its errors;

@@ -31,6 +31,13 @@ slot frees. A multiplexed backend (`[backends.X.multiplex]`) is routed by
 `proxy.pool.multiplexing` instead, its key the request's model id: each slot keeps
 the models its replica last said it holds (`note_models`), plus the ones sent
 to it since (so the requests that follow a model's first go where it loads).
+A replica that fails far more than the backend's others is ejected for a
+while (`proxy.pool.outliers`, as the endpoint's `[outliers]` says): the
+request path tells `answered` each call's success or error; while ejected a
+replica is skipped by every pick as if it were full (unless every replica of
+the backend is ejected), and one ejected too often is listed by `ejected()`
+as worn out, for the controller to replace like a stalled one.
+
 This module only keeps the state and wakes waiters. No Ray, no HTTP.
 """
 
@@ -40,18 +47,20 @@ import asyncio
 import collections
 import time
 import weakref
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from proxy.pool.calling import Batching
 from proxy.pool.multiplexing import ModelAffinity, hot_ongoing
 from vocabulary.request_path.policies import Policy, policy_for
 from vocabulary.request_path.request_keys import KeyReader
+from proxy.pool.outliers import Ejection, OutlierDetector
 from proxy.pool.retrying import RetryBudget
 from proxy.pool.stalls import ReplicaProgress, Stall
 from vocabulary.request_path.choosing import Admission, Random, admit, pick_replica
 from vocabulary.control.actor_apis import ReplicaHandle
 from vocabulary.spec.backends import BatchingConfig
 from vocabulary.spec.routing import ModelIdRule, MultiplexConfig, RoutingConfig
+from vocabulary.spec.traffic_policy import OutliersConfig
 from vocabulary.request_path.multiplexing import ModelReport, parse_report
 from vocabulary.request_path.wire import WireRequest
 
@@ -143,6 +152,8 @@ class ReplicaPool:
         self.stalls = 0  # replicas of this backend found stalled since the proxy started
         # Requests and retries of the last seconds (proxy.pool.retrying): what retries may still spend.
         self.retry_budget = RetryBudget()
+        # Replicas failing far more than the others, out of routing for a while (proxy.pool.outliers).
+        self.outliers = OutlierDetector()
 
     # --- what autoscaling and metrics read ---------------------------------
 
@@ -249,6 +260,33 @@ class ReplicaPool:
         self.drop(slot)
         return stall
 
+    # --- outliers (proxy.pool.outliers) ----------------------------------------------
+
+    def answered(self, slot: ReplicaSlot, failed: bool, config: OutliersConfig) -> list[Ejection]:
+        """A call to `slot`'s replica ended in a success or an error (`failed`: a 5xx, a handler that
+        raised, a call past its timeout), judged by its endpoint's `[outliers]`: the ejections it made."""
+        return self.outliers.answered(slot.replica_id, failed, self._clock(), config, self.replica_ids())
+
+    def ejected(self) -> dict[str, dict[str, Any]]:
+        """The replicas ejected now (the worn out ones included, until the controller stops listing them),
+        as the controller is told: id -> reason, count, seconds left (`back_in_s`), whether to `replace` it."""
+        if not self.outliers.any():
+            return {}
+        now = self._clock()
+        return {
+            rid: {"reason": e.reason, "count": e.count, "back_in_s": max(0.0, e.until - now), "replace": e.replace}
+            for rid, e in self.outliers.ejected(now).items()
+        }
+
+    def _out(self) -> frozenset[str]:
+        """The ejected replicas a pick skips now: none when that would leave no replica."""
+        if not self.outliers.any():
+            return frozenset()
+        out = frozenset(self.outliers.ejected(self._clock()))
+        if all(slot.replica_id in out for slot in self._slots):
+            return frozenset()
+        return out
+
     def cancelled_by_stall(self, call: asyncio.Task[object]) -> bool:
         """Whether `call` was cancelled because its replica stalled (asked once per cancellation)."""
         if call not in self._stall_cancelled:
@@ -257,6 +295,7 @@ class ReplicaPool:
         return True
 
     def _after_membership_change(self) -> None:
+        self.outliers.members([slot.replica_id for slot in self._slots])
         if self._policy is not None:
             self._policy.members([slot.replica_id for slot in self._slots])
         if self._models is not None:
@@ -343,7 +382,10 @@ class ReplicaPool:
         if self._models is not None:
             return self._take_for_model(key)
         full = self.max_concurrent
-        # A replica to avoid counts as full, so no policy picks it.
+        out = self._out()
+        if out:
+            avoid = avoid | out
+        # A replica to avoid (or ejected) counts as full, so no policy picks it.
         in_flight = [full if s.replica_id in avoid else s.in_flight for s in slots] if avoid else [
             s.in_flight for s in slots
         ]
@@ -363,8 +405,11 @@ class ReplicaPool:
         assert self._models is not None
         slots = self._slots
         model = None if key is None else key.decode("utf-8", "replace")
+        out = self._out()
+        full = self.max_concurrent
         index = self._models.choose(
-            [s.in_flight for s in slots], self.max_concurrent, model, self._rng, [s.models for s in slots]
+            [full if s.replica_id in out else s.in_flight for s in slots], full, model, self._rng,
+            [s.models for s in slots],
         )
         if index is None:
             return None

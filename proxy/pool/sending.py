@@ -11,7 +11,9 @@ tries for its method, within the backend's retry budget and the deadline,
 after a jittered backoff; without `[retries]`, a GET, HEAD or OPTIONS whose
 replica died or stalled once more). A reply is tried again only before any of
 it reached the client: a streamed answer never is. The slot is released when the call ends, except
-under a streamed answer: `Held` keeps it until the stream ends.
+under a streamed answer: `Held` keeps it until the stream ends. Under an endpoint's `[outliers]`
+each call's success or error (a 5xx, a handler that raised, a call past its deadline) is told to
+the pool (`ReplicaPool.answered`, `proxy.pool.outliers`), which may eject the replica.
 
 What went wrong is said by the exceptions below; the request path turns
 them into its status codes (docs/reference/http.md). The call's deadline is the
@@ -29,11 +31,13 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from proxy.pool.calling import Caller, HandlerError, ReplicaDiedError
+from proxy.pool.outliers import Ejection
 from proxy.pool.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
 from proxy.pool.retrying import DEFAULT_POLICY, Outcome, RetryPolicy
 from vocabulary.request_path.choosing import Random
 from vocabulary.request_path.multiplexing import ModelReport
 from vocabulary.request_path.wire import LOAD_HEADER, MODELS_HEADER, Reply, StreamStart, WireRequest, WireResponse
+from vocabulary.spec.traffic_policy import OutliersConfig
 
 __all__ = [
     "Sender", "Held", "took_load", "NoBackend", "NoReplica", "QueueFull", "UnknownModel", "HandlerFailed", "ReplicaDied",
@@ -101,7 +105,7 @@ class Held:
 class Sender:
     """Sends requests to the replicas of a backend's pool: one `send` per request."""
 
-    __slots__ = ("_caller", "_stalled", "_model_served", "_retried", "_budget_spent", "_rng")
+    __slots__ = ("_caller", "_stalled", "_model_served", "_retried", "_budget_spent", "_ejected", "_rng")
 
     def __init__(
         self, caller: Caller, stalled: Callable[[str], None],
@@ -109,27 +113,32 @@ class Sender:
         retried: Callable[[str, str], None] = lambda backend, outcome: None,
         budget_spent: Callable[[str], None] = lambda backend: None,
         rng: Random | None = None,
+        ejected: Callable[[str, Ejection], None] = lambda backend, ejection: None,
     ) -> None:
         """`stalled(backend)`: a replica of it was found stalled; `model_served(backend, model, loaded,
         evicted)`: a multiplexed backend answered a request for a model its replica holds;
         `retried(backend, outcome)`: a retry was sent after `outcome` ('replica-died', '503', ...);
         `budget_spent(backend)`: a retry was due but its backend's retry budget was spent;
-        `rng`: the jitter of the waits before retries."""
+        `rng`: the jitter of the waits before retries; `ejected(backend, ejection)`: a replica of it was
+        ejected (`proxy.pool.outliers`)."""
         self._caller = caller
         self._stalled = stalled
         self._model_served = model_served
         self._retried = retried
         self._budget_spent = budget_spent
+        self._ejected = ejected
         self._rng = rng or random.Random()
 
     async def send(
         self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float,
         policy: RetryPolicy = DEFAULT_POLICY, seen: Callable[[str], None] | None = None,
+        outliers: OutliersConfig | None = None,
     ) -> WireResponse | Held:
         """The answer of a replica of `pool`'s backend, tried again on another replica as the endpoint's
         retry `policy` says (`proxy.pool.retrying`: outcomes, tries for the request's method, the
         backend's budget, backoff within the deadline); a streamed answer is never tried again.
-        `seen(replica_id)`: told of each replica tried. Must run in the task the deadline cancels."""
+        `seen(replica_id)`: told of each replica tried; `outliers`: the endpoint's `[outliers]`, each
+        try's success or error judged by it. Must run in the task the deadline cancels."""
         if pool is None:
             raise NoBackend()
         key = pool.request_key(request)  # None unless the backend's routing policy reads a key
@@ -163,6 +172,9 @@ class Sender:
                     slot, await self._caller.call(slot.handle, request, remaining, pool.batching), served
                 )
                 progress.on_answered(task, loop.time())
+                status = reply.status if isinstance(reply, StreamStart) else reply[0]
+                if outliers is not None:
+                    self._judge(pool, slot, status >= 500, outliers)
                 if isinstance(reply, StreamStart):
                     held = True  # the slot stays taken until the stream ends; never tried again
                     return Held(pool, slot, reply)
@@ -179,6 +191,8 @@ class Sender:
                     raise last from None
             except HandlerError as error:
                 progress.on_answered(task, loop.time())
+                if outliers is not None:
+                    self._judge(pool, slot, True, outliers)
                 logger.error("handler of backend %s raised:\n%s", pool.backend, error)
                 if attempt + 1 >= tries or 500 not in policy.statuses:
                     raise HandlerFailed() from None
@@ -186,6 +200,8 @@ class Sender:
             except asyncio.CancelledError:
                 if not pool.cancelled_by_stall(task):
                     if loop.time() >= deadline_at - DEADLINE_SLACK_S:
+                        if outliers is not None:
+                            self._judge(pool, slot, True, outliers)
                         self._check_stall(pool, slot, task, loop.time())
                     raise
                 # Its replica stalled under another request: retry or 504, not a cancellation;
@@ -226,6 +242,12 @@ class Sender:
         if wait > 0:
             await asyncio.sleep(wait)
         return True
+
+    def _judge(self, pool: ReplicaPool, slot: ReplicaSlot, failed: bool, outliers: OutliersConfig) -> None:
+        """Tell the pool's outlier detector how a call to `slot` ended; log and count the ejections made."""
+        for ejection in pool.answered(slot, failed, outliers):
+            logger.warning("backend %s: %s", pool.backend, ejection.message(ejection.at))
+            self._ejected(pool.backend, ejection)
 
     def _served(self, backend: str, key: bytes, label: Callable[[str], str]) -> Callable[[ModelReport], None]:
         """Counts a multiplexed request under its model's `label` (the model when the spec

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 from vocabulary.control.longpoll import RouteTable
 from vocabulary.spec.endpoints import CaptureConfig, DEFAULT_MAX_BODY_BYTES, EndpointConfig, ShadowCompare
+from vocabulary.spec.traffic_policy import OutliersConfig
 from vocabulary.request_path.choosing import Random, ShadowSampler, WeightedChoice
 from proxy.routes.rate_limits import TenantLimit
 from proxy.pool.replicas import ReplicaPool
@@ -45,6 +46,7 @@ class ServedEndpoint:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # a larger request body is 413
     retries: RetryPolicy = DEFAULT_POLICY  # which failed tries are sent again (proxy.pool.retrying)
     token_budget: TokenBudget | None = None  # LLM tokens per tenant (else not counted)
+    outliers: OutliersConfig | None = None  # when a replica is ejected (proxy.pool.outliers); None: never
 
     @classmethod
     def from_config(cls, config: EndpointConfig, nodes: int = 1) -> ServedEndpoint:
@@ -67,6 +69,7 @@ class ServedEndpoint:
             config.max_body_bytes,
             RetryPolicy.from_config(config.retries),
             TokenBudget.from_config(config.name, config.limits, nodes),
+            config.outliers,
         )
 
     def pick(self, headers: Headers, rng: Random, body: bytes | None = None) -> str:
@@ -105,6 +108,8 @@ class Snapshot:
             load: dict[str, float] = {"ongoing": pool.ongoing(), "queued": pool.queued(), "unserved": pool.unserved()}
             if pool.multiplex is not None:
                 load["hot"] = pool.scaling_ongoing()  # what the autoscaler is told (proxy.pool.multiplexing)
+            if pool.outliers.any():
+                load["ejected"] = len(pool.ejected())
             reported = pool.reported()
             if reported is not None:
                 load["reported"] = reported
@@ -114,6 +119,11 @@ class Snapshot:
     def stalled_replicas(self) -> dict[str, dict[str, str]]:
         """Per backend, the replicas found stalled that the controller still lists (id -> what was seen)."""
         return {name: hung for name, pool in self.pools.items() if (hung := pool.stalled())}
+
+    def ejected_replicas(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Per backend, the replicas ejected now (`proxy.pool.outliers`), the worn out ones included,
+        as the controller is told (`ReplicaPool.ejected`)."""
+        return {name: out for name, pool in self.pools.items() if (out := pool.ejected())}
 
 
 def build_snapshot(

@@ -11,14 +11,15 @@ request counts (`vocabulary.control.request_stats.RequestStats` as JSON, cumulat
 since the proxy started) are what rollout checks judge; the same per endpoint
 go to the status. Replicas the proxy found stalled (`proxy.pool.stalls`) are
 reported with every load until the controller stops listing them; it
-replaces them.
+replaces them. So are the replicas it ejected as outliers (`proxy.pool.outliers`),
+for the status, and those ejected too often, for the controller to replace.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from typing import Any, Callable
 
 from proxy.shell.controller_link import ControllerLink
 from vocabulary.control.actor_apis import ControllerAPI
@@ -36,6 +37,7 @@ async def report_load_forever(
     requests: Callable[[], dict[str, RequestStats]],
     endpoint_requests: Callable[[], dict[str, RequestStats]] | None = None,
     stalled: Callable[[], dict[str, dict[str, str]]] | None = None,
+    ejected: Callable[[], dict[str, dict[str, dict[str, Any]]]] | None = None,
 ) -> None:
     failing = False
     while True:
@@ -51,12 +53,14 @@ async def report_load_forever(
         counted = {backend: stats.model_dump(mode="json") for backend, stats in requests().items()}
         by_endpoint = {name: stats.model_dump(mode="json") for name, stats in (endpoint_requests or dict)().items()}
         hung = (stalled or dict)()
+        out = (ejected or dict)()
         try:
             controller = await link.get()
-            # By name: four optional parts of one report, easy to swap by position.
+            # By name: five optional parts of one report, easy to swap by position.
             await controller.call(
                 ControllerAPI.report_load, proxy_id, report,
                 requests=counted, endpoint_requests=by_endpoint, reported=reported, stalled=hung or None,
+                ejected=out or None,
             )
         except asyncio.CancelledError:
             raise

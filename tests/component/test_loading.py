@@ -12,7 +12,7 @@ from vocabulary.spec.backends import AutoscalingConfig, BackendConfig, BatchingC
 from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig, LimitsConfig, MatchRule, TracingConfig
 from vocabulary.spec.rollout_config import MetricCheck, RolloutConfig
 from vocabulary.spec.routing import MultiplexConfig, RoutingConfig
-from vocabulary.spec.traffic_policy import RetriesConfig
+from vocabulary.spec.traffic_policy import OutliersConfig, RetriesConfig
 from vocabulary.spec.v2 import TensorConfig, V2Config
 
 
@@ -327,6 +327,7 @@ rollout = { steps = [0.2, 1.0], step_interval_s = 5, min_requests = 3, max_error
 tracing = { sample = 0.25 }
 capture = { sample = 0.5, sink = "file:///tmp/capture", max_body_bytes = 10, redact = ["json:$.password"] }
 retries = { attempts = 3, retry_on = ["503"], methods = ["PUT", "POST"], non_idempotent = true, budget_percent = 10, min_retries = 1, backoff_s = 0.05, max_backoff_s = 0.5 }
+outliers = { consecutive_errors = 4, success_rate_stdev = 1.5, success_rate_min_requests = 20, success_rate_min_replicas = 4, interval_s = 5, base_ejection_s = 10, max_ejection_percent = 34, replace_after = 2 }
 """  # noqa: E501 — a TOML line as a user writes it
 
 
@@ -359,6 +360,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
     retries = [e.retries for e in endpoints if e.retries is not None]
     v2 = [b.v2 for b in backends if b.v2 is not None]
     tensors = [tensor for table in v2 for tensor in (*table.inputs, *table.outputs)]
+    outliers = [e.outliers for e in endpoints if e.outliers is not None]
     expected = [
         (BackendConfig, backends, DERIVED_BACKEND_FIELDS),
         (EndpointConfig, endpoints, DERIVED_ENDPOINT_FIELDS),
@@ -377,6 +379,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
         (RetriesConfig, retries, frozenset()),
         (V2Config, v2, frozenset()),
         (TensorConfig, tensors, frozenset()),
+        (OutliersConfig, outliers, frozenset()),
     ]
     for model, values, derived in expected:
         assert _set_by_the_file(model, values, derived) == set(model.model_fields) - derived, model.__name__

@@ -40,6 +40,9 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     # Added with issue 46 (traffic policy): retries sent and retries the budget refused.
     "gitops_proxy_retries_total": ("counter", frozenset({"backend", "outcome"})),
     "gitops_proxy_retry_budget_exhausted_total": ("counter", frozenset({"backend"})),
+    # Added with issue 46's outlier ejection: ejections made, and replicas ejected now.
+    "gitops_proxy_outlier_ejections_total": ("counter", frozenset({"backend"})),
+    "gitops_proxy_ejected_replicas": ("gauge", frozenset({"backend"})),
     "gitops_replica_restarts_total": ("counter", frozenset({"backend", "reason"})),
     # Added with issue 16 (reliability), which asks for the replica restarts' analogue
     # for the controller and the proxies.

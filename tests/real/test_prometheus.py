@@ -333,7 +333,9 @@ NOT_DRIVEN = {
     **{f"panel:Multiplexed models: requests, loads and evictions per second:{ref}":
        "a multiplexed backend (tests/real/test_multiplexing.py)" for ref in "ABC"},
     **{f"panel:Retries and retry budget (per second):{ref}":
-       "a retried request: only tests/component/test_proxy_retries.py makes one, no real test yet" for ref in "AB"},
+       "a retried request (tests/real/test_traffic_policy.py)" for ref in "AB"},
+    **{f"panel:Outlier ejections:{ref}": "a replica failing as an outlier (tests/real/test_traffic_policy.py)"
+       for ref in "AB"},
 }
 
 

@@ -174,10 +174,13 @@ class ControllerAPI(GoalAPI, Protocol):
         self, proxy_id: str, loads: dict[str, tuple[int, int]], requests: dict[str, Any] | None = None,
         endpoint_requests: dict[str, Any] | None = None, reported: dict[str, float] | None = None,
         stalled: dict[str, dict[str, str]] | None = None,
+        ejected: dict[str, dict[str, dict[str, Any]]] | None = None,
     ) -> None:
         """One proxy's (ongoing, queued) per backend, its answers counted per backend and endpoint,
         the loads its replicas reported, and (`stalled`) per backend the replicas it found hung
-        (id -> what it saw), for the controller to replace."""
+        (id -> what it saw), for the controller to replace; (`ejected`) per backend the replicas it
+        ejected as outliers (id -> `{"reason", "count", "back_in_s", "replace"}`), for the status,
+        and those to replace (`replace` true: ejected too often)."""
 
     async def get_load(self) -> dict[str, dict[str, tuple[int, int]]]:
         """The latest loads, per proxy."""

@@ -14,7 +14,8 @@ requests over the last minute, from the proxies' own counts.
 
 `ModelStaging` is how far a starting replica's fetch of a model is (its
 `staging()` answer); `staging_lines` rolls a backend's up per model, one
-line each: `Staging model sentiment: 1.2 / 4.0 GB on 2 nodes`.
+line each: `Staging model sentiment: 1.2 / 4.0 GB on 2 nodes`. `ReplicaEjection`
+is a replica a proxy ejected as an outlier, for now (`proxy.pool.outliers`).
 
 `Health` orders health codes from best to worst, as Argo's gitops-engine
 does, and `worst()` rolls several up into one.
@@ -23,6 +24,7 @@ does, and `worst()` rolls several up into one.
 from __future__ import annotations
 
 import enum
+import math
 import posixpath
 import traceback
 from types import TracebackType
@@ -44,6 +46,7 @@ __all__ = [
     "HandlerError",
     "ModelStaging",
     "staging_lines",
+    "ReplicaEjection",
     "BackendStatus",
     "EndpointStatus",
     "ProxyStatus",
@@ -85,6 +88,7 @@ class RestartReason(str, enum.Enum):
     NODE_LOST = "node_lost"
     LOST = "lost"
     STALLED = "stalled"  # a proxy saw its calls time out with nothing answered (proxy.pool.stalls)
+    EJECTED = "ejected"  # a proxy ejected it `replace_after` times as an outlier (proxy.pool.outliers)
 
 
 class ProxyState(str, enum.Enum):
@@ -177,6 +181,20 @@ def staging_lines(stagings: Iterable[ModelStaging]) -> list[str]:
     return lines
 
 
+class ReplicaEjection(_Observed):
+    """A replica a proxy took out of routing for a while as an outlier (`proxy.pool.outliers`)."""
+
+    replica_id: str
+    reason: str  # "5 consecutive errors", "success rate 52% over 10 s, its backend's mean 84%"
+    count: int = 1  # its ejections so far, this one included
+    back_in_s: float = 0.0  # seconds until it takes requests again, when the status was made
+
+    def message(self) -> str:
+        """`replica r-3 ejected: 5 consecutive errors, back in 30 s`."""
+        times = "" if self.count == 1 else f" (ejection {self.count})"
+        return f"replica {self.replica_id} ejected{times}: {self.reason}, back in {math.ceil(self.back_in_s)} s"
+
+
 class BackendStatus(_Observed):
     version: str
     commit: str | None = None  # the commit the backend's config (its replicas' version) was applied from
@@ -191,6 +209,7 @@ class BackendStatus(_Observed):
     scaling_decisions: dict[str, int] = Field(default_factory=dict)  # direction (up|down) -> count
     latest_error: HandlerError | None = None  # the newest exception its replicas' handlers raised in the last minute
     staging: tuple[ModelStaging, ...] = ()  # models its starting replicas are fetching now
+    ejections: tuple[ReplicaEjection, ...] = ()  # its replicas a proxy ejected as outliers, now
 
     def ready(self) -> int:
         """Replicas RUNNING the backend's current version."""
@@ -235,7 +254,8 @@ class ReplicaFailure(_Observed):
     def ending(self) -> str:
         """How the replica ended, in words: "died", "failed to start"..."""
         return {"died": "died", "health_check": "failed its health check", "lost": "was lost",
-                "stalled": "stalled", "startup_failed": "failed to start"}.get(self.reason, self.reason)
+                "stalled": "stalled", "startup_failed": "failed to start",
+                "ejected": "was ejected as an outlier too often"}.get(self.reason, self.reason)
 
     def message(self) -> str:
         detail = f": {self.error}" if self.error and self.error != self.reason else ""

@@ -1,9 +1,9 @@
 """An endpoint (`EndpointConfig`): its route, traffic split and the tables of its requests.
 
 Match rules, the sticky key, shadows and their comparison, the per-tenant
-`[limits]` (a request rate, a token budget or both), `[tracing]`, `[capture]` and the body limit; its `[rollout]`
-table is `spec.rollout_config`'s, its `[retries]` `spec.traffic_policy`'s. Request keys (`sticky`, `[limits] key`)
-use the one grammar of `spec.keys`. Values only.
+`[limits]` (a request rate, a token budget or both), `[tracing]`, `[capture]` and the body limit; its
+`[rollout]` table is `spec.rollout_config`'s, its `[retries]` and `[outliers]` `spec.traffic_policy`'s.
+Request keys (`sticky`, `[limits] key`) use the one grammar of `spec.keys`. Values only.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from vocabulary.spec.base import ENVIRONMENT_OVERRIDABLE, Value
 from vocabulary.spec.keys import KeyKind, LIMIT_KINDS, STICKY_KINDS, header_name, request_key, split_key
 from vocabulary.spec.rollout_config import RolloutConfig
-from vocabulary.spec.traffic_policy import RetriesConfig
+from vocabulary.spec.traffic_policy import OutliersConfig, RetriesConfig
 
 __all__ = [
     "TracingConfig",
@@ -273,6 +273,11 @@ class EndpointConfig(Value):
         default=None,
         description="Try failed requests again on another replica, within a budget (`spec.traffic_policy`); "
         "none: a GET, HEAD or OPTIONS whose replica died or stalled is tried once more.",
+    )
+    outliers: OutliersConfig | None = Field(
+        default=None,
+        description="Take replicas that fail far more than their backend's others out of routing for a while "
+        "(`spec.traffic_policy`); none: only dead and stalled replicas leave routing.",
     )
     rollout_step: int = Field(
         default=0, ge=0,

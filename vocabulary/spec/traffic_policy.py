@@ -1,9 +1,13 @@
-"""An endpoint's policy for failing replicas: `[retries]` (`RetriesConfig`).
+"""An endpoint's policy for failing replicas: `[retries]` (`RetriesConfig`) and `[outliers]` (`OutliersConfig`).
 
 Which outcomes are tried again on another replica, how often, for which
 methods, and the budget that keeps retries from multiplying the load on a
-backend that is failing as a whole (Envoy's retry budget). Values only; the
-proxy applies them in `proxy.pool.sending` (its rules in `proxy.pool.retrying`).
+backend that is failing as a whole (Envoy's retry budget). Which replicas
+answer so much worse than their backend's others that they leave routing for
+a while (Envoy's outlier detection: consecutive errors, a success rate below
+the others'), and how many ejections make the controller replace one. Values
+only; the proxy applies them in `proxy.pool.sending` (its rules in
+`proxy.pool.retrying` and `proxy.pool.outliers`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ from pydantic import AfterValidator, Field, model_validator
 
 from vocabulary.spec.base import Value
 
-__all__ = ["RetriesConfig", "RETRY_OUTCOMES", "IDEMPOTENT_METHODS", "DEFAULT_RETRY_ON", "retry_status", "retries_consistent"]
+__all__ = [
+    "RetriesConfig", "OutliersConfig", "RETRY_OUTCOMES", "IDEMPOTENT_METHODS", "DEFAULT_RETRY_ON", "retry_status",
+    "retries_consistent",
+]
 
 
 # What can go wrong with one try that a retry may fix, besides an answer's 5xx status code.
@@ -116,3 +123,50 @@ class RetriesConfig(Value):
     )
 
     _checked = model_validator(mode="after")(retries_consistent)
+
+
+class OutliersConfig(Value):
+    """Take a replica that fails far more than its backend's others out of routing for a while (outlier
+    ejection, per proxy worker): after `consecutive_errors` errors in a row (a 5xx answer, a handler that
+    raised, a call that ran out the endpoint's timeout), or when its success rate over `interval_s` falls
+    `success_rate_stdev` standard deviations below the mean of its backend's replicas."""
+
+    consecutive_errors: int = Field(
+        default=5, ge=0, le=1000,
+        description="Errors in a row (5xx answers, handlers that raised, calls past the timeout) that eject "
+        "a replica; 0: this detector is off.",
+    )
+    success_rate_stdev: float = Field(
+        default=1.9, ge=0, le=10,
+        description="Eject a replica whose success rate over `interval_s` is more than this many standard "
+        "deviations below the mean of its backend's replicas (each with `success_rate_min_requests`), and by more "
+        "than chance (3 standard errors of its count); 0: this detector is off. One replica of n is at most "
+        "(n-1)/sqrt(n) deviations below the others (1.15 for 3, 2.04 for 6): with few replicas "
+        "`consecutive_errors` is the detector that acts.",
+    )
+    success_rate_min_requests: int = Field(
+        default=50, ge=1, le=100_000,
+        description="Requests a replica must have answered over `interval_s` for its success rate to count.",
+    )
+    success_rate_min_replicas: int = Field(
+        default=5, ge=2, le=1000,
+        description="Replicas with `success_rate_min_requests` needed before success rates are compared.",
+    )
+    interval_s: float = Field(
+        default=10.0, gt=0, le=600,
+        description="The window success rates are measured over, and how often they are compared.",
+    )
+    base_ejection_s: float = Field(
+        default=30.0, gt=0, le=3600,
+        description="How long an ejection lasts, times the replica's ejections so far (30 s, 60 s, 90 s...).",
+    )
+    max_ejection_percent: float = Field(
+        default=50.0, ge=0, le=100,
+        description="At most this share of a backend's replicas ejected at once (at least one when above 0), "
+        "and never its last routable replica.",
+    )
+    replace_after: int = Field(
+        default=3, ge=0, le=100,
+        description="Ejections after which the controller replaces the replica, as it does a stalled one; "
+        "0: never.",
+    )
