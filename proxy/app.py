@@ -49,7 +49,7 @@ from proxy.observability.request_stats import RequestCounter
 from proxy.observability.shadow_compare import MismatchLog
 from proxy.observability.tracing import RequestTracing
 from proxy.pipeline.admit import Admission
-from proxy.pipeline.body import BodyBudget, read
+from proxy.pipeline.body import BodyBudget, framed, read, unframed
 from proxy.pipeline.budget import TokenBudgeting
 from proxy.pipeline.capture import Capture
 from proxy.pipeline.count import Counting, NullRecorder, Recorder
@@ -206,8 +206,10 @@ class ProxyApp:
             return
         held = 0  # body bytes this request counts against the worker's budget until it ends
         try:
-            limit = min(served.max_body_bytes, self._settings.max_body_bytes)
-            body = await read(scope, receive, limit, self._settings.edge.body_timeout_s, self._bodies)
+            if framed(scope["headers"]):
+                body = await read(scope, receive, served.max_body_bytes, self._settings, self._bodies)
+            else:  # most requests (a GET): no coroutine of their own
+                body = unframed(await receive())
             held = len(body)
             transit.request = (
                 scope["method"], path, scope["query_string"], with_root_path(end_to_end(scope["headers"]), route.prefix),
@@ -252,7 +254,8 @@ class ProxyApp:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
         transit.duration_s = time.perf_counter() - transit.started
-        sent = BodyView.one(payload)  # the stages read the very bytes the client was sent, never a copy
+        # The stages read the very bytes the client was sent, never a copy; none of a plain endpoint's does.
+        sent = BodyView.one(payload) if stages.reads_answers else EMPTY
         for answered in stages.answered:
             answered(transit, status, headers, sent)
 

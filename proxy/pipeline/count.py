@@ -122,6 +122,8 @@ class NullRecorder:
 class Counting(Stage):
     """Reports and counts every answer."""
 
+    reads_answers = False  # its status and time, not its body
+
     def __init__(self, recorder: Recorder, counts: RequestCounter) -> None:
         self._recorder = recorder
         self._counts = counts

@@ -47,6 +47,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEADLINE_SLACK_S = 0.01  # a cancellation this close to a call's deadline is the deadline's
+_NONE: frozenset[str] = frozenset()  # no replica failed the request yet
 
 
 class SendError(Exception):
@@ -154,8 +155,9 @@ class Sender:
         budgeted = policy.budget_percent is not None
         if budgeted:
             pool.retry_budget.requested(loop.time())
-        failed: frozenset[str] = frozenset()  # replicas that failed this request: a retry goes elsewhere
-        last: WireResponse | SendError = ReplicaDied()
+        failed = _NONE  # replicas that failed this request: a retry goes elsewhere
+        # What the latest failed try ended with: None until one fails (a request that succeeds makes no error).
+        last: WireResponse | SendError | None = None
         outcome = ""
         for attempt in range(tries):
             if attempt and not await self._may_retry(pool, policy, attempt, outcome, deadline_at):
@@ -218,8 +220,8 @@ class Sender:
                 if not held:
                     pool.release(slot)
             failed |= {slot.replica_id}
-        if isinstance(last, SendError):
-            raise last
+        if last is None or isinstance(last, SendError):
+            raise last or ReplicaDied()
         return last
 
     async def _may_retry(

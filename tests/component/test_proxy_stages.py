@@ -37,6 +37,7 @@ def test_a_plain_endpoint_s_requests_pass_steering_and_counting_only() -> None:
     assert chain.stages("begin") == ["Steering"]
     assert chain.stages("formed") == chain.stages("streaming") == []
     assert chain.stages("answered") == chain.stages("left") == ["Counting"]
+    assert not chain.reads_answers  # counting reads no body: no view of one is made per answer
     assert run(get(proxy, "/plain")).content == b"r1"
     assert proxy.recorded.requests == [("plain", "b", 200)]
 
@@ -59,3 +60,4 @@ def test_each_feature_an_endpoint_turns_on_puts_its_stage_in_its_place() -> None
     assert chain.stages("streaming") == ["TokenBudgeting", "Capture", "Shadowing"]
     assert chain.stages("answered") == ["TokenBudgeting", "Tracing", "Capture", "Shadowing", "Counting"]
     assert chain.stages("left") == ["Tracing", "Counting"]
+    assert chain.reads_answers
