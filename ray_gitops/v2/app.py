@@ -19,7 +19,8 @@ means loaded and, when the model has a `ready` attribute (KServe's
 `Model.ready`) or method, what it says. The v2 paths are found after the
 endpoint's route (`/iris/v2/...` for route `/iris`), or as they are when
 the route lies inside them (`/v2`, `/v2/models/iris`). Errors are
-`{"error": "..."}`: 400 for a request the protocol or the metadata refuses,
+`{"error": "..."}`: 400 for a request the protocol or the metadata refuses
+(or a compressed one: bodies are taken uncompressed),
 404 for a path, model or version there is not, 500 when predict() raised
 (its traceback goes to the replica's stderr, for `gitops logs`) or returned
 what the metadata does not say. The model's `reconfigure`, `check_health`
@@ -155,9 +156,12 @@ class V2App:
 
     async def _infer(self, scope: Scope, receive: Receive) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         body = await _body(receive)
-        header_length = next(
-            (value.decode("latin-1") for key, value in scope.get("headers", ()) if key.lower() == _HEADER_LENGTH), None
-        )
+        headers = {key.lower(): value for key, value in scope.get("headers", ())}
+        encoding = headers.get(b"content-encoding", b"identity").strip().lower()
+        if encoding != b"identity":
+            shown = encoding.decode("latin-1")[:40]
+            return _error(400, f"Content-Encoding {shown} is not accepted: send the request uncompressed")
+        header_length = headers[_HEADER_LENGTH].decode("latin-1") if _HEADER_LENGTH in headers else None
         try:
             request = read_request(body, header_length, self.metadata)
         except RequestError as error:

@@ -225,6 +225,8 @@ def test_binary_data_output_makes_every_output_binary(client: Client) -> None:
         (orjson.dumps(infer_body(outputs=[{"name": "sum", "parameters": {"binary_data": 1}}])), {},
          "output 'sum': parameter 'binary_data' must be true or false"),
         (b"{}", {"Inference-Header-Content-Length": "abc"}, "Inference-Header-Content-Length must be a number of bytes"),
+        (orjson.dumps(infer_body()), {"Content-Encoding": "gzip"},
+         "Content-Encoding gzip is not accepted: send the request uncompressed"),
         (b"{}", {"Inference-Header-Content-Length": "99999999999"},
          "Inference-Header-Content-Length is 99999999999; the body has 2 bytes"),
     ],
