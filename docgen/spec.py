@@ -103,6 +103,20 @@ platform = "numpy"
 model = "linear"
 inputs = [{ name = "x", datatype = "FP32", shape = [-1, 4] }]
 outputs = [{ name = "y", datatype = "FP32", shape = [-1, 3] }, { name = "label", datatype = "BYTES", shape = [-1] }]
+[backends.chat]
+models = ["llama"]
+
+[backends.chat.placement]
+bundles = [{ CPU = 1 }, { GPU = 1 }, { GPU = 1 }]
+strategy = "STRICT_PACK"
+
+[backends.chat.llm]
+engine = "vllm"
+model = "llama"
+served_model_name = "llama-3.1-8b-instruct"
+tensor_parallel_size = 2
+max_model_len = 8192
+engine_args = { dtype = "bfloat16", gpu_memory_utilization = 0.9 }
 
 [endpoints.echo]
 route = "/echo"
@@ -177,6 +191,10 @@ load_timeout_s = 600
 [models.linear]
 source = "s3://models/iris-linear/weights.json"
 sha256 = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"
+[models.llama]
+source = "s3://models/llama-3.1-8b-instruct/"
+sha256 = "60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752"
+load_timeout_s = 1800
 """  # noqa: E501 — a PromQL query, one line as a user writes it
 
 

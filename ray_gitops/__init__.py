@@ -10,6 +10,9 @@
 - `v2`: the Open Inference Protocol (KServe's and Triton's v2 REST API) a
   `protocol = "v2"` backend's replicas serve around its model class: the
   tensor codec, the messages, the ASGI app the replica host builds.
+- `llm`: the built-in OpenAI-compatible backend a backend's `[llm]` table
+  runs: the engine interface, OpenAI's wire shapes, the HTTP layer, token
+  metrics, and the CPU (n-gram) and vLLM engines.
 - `registry`: what the replica host installs in its process before user
   code runs (context, handle calls, secrets, models, multiplex settings,
   each request's model record, the reported load); `serving` reads it back.

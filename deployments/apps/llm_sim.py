@@ -18,6 +18,8 @@ show what an LLM's replica placement costs:
   queue depth) to the proxy (`ray_gitops.serving.report_load`), so
   `least_loaded` and `[autoscaling] target_reported_load` can use it.
 
+The OpenAI shapes (answers, chunks, SSE, the error shape) are
+`ray_gitops.llm.openai_wire`'s, which the built-in OpenAI backend serves too.
 `"stream": true` answers server-sent events (`chat.completion.chunk`s, one
 per token, then `data: [DONE]`); otherwise one `chat.completion`. `usage`
 says how many prompt tokens came from the cache
@@ -44,6 +46,8 @@ from typing import Any, AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ray_gitops.llm.openai_wire import SSE_DONE, OpenAIError, chat_chunk, chat_completion, sse
 
 BLOCK_TOKENS = 16
 DEFAULTS: dict[str, float] = {
@@ -167,39 +171,27 @@ class LLMSim:
             await asyncio.sleep(max_tokens * self.settings["decode_s_per_token"])
         finally:
             self.sequences -= 1
-        return JSONResponse({
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": " ".join(_words(max_tokens))},
-                "finish_reason": "length",
-            }],
-            "usage": usage,
-        })
+        return JSONResponse(chat_completion(
+            f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), model, " ".join(_words(max_tokens)), "length", usage
+        ))
 
-    async def _events(self, model: str, max_tokens: int, usage: dict[str, Any]) -> AsyncIterator[str]:
+    async def _events(self, model: str, max_tokens: int, usage: dict[str, Any]) -> AsyncIterator[bytes]:
         ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         try:
             for n, word in enumerate(_words(max_tokens)):
                 await asyncio.sleep(self.settings["decode_s_per_token"])
                 last = n == max_tokens - 1
-                chunk = {
-                    "id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
-                    "choices": [{"index": 0, "delta": {"content": word if n == 0 else " " + word},
-                                 "finish_reason": "length" if last else None}],
-                    **({"usage": usage} if last else {}),
-                }
-                yield f"data: {json.dumps(chunk)}\n\n"
+                yield sse(chat_chunk(
+                    ident, created, model, {"content": word if n == 0 else " " + word},
+                    "length" if last else None, usage if last else None,
+                ))
         finally:
             self.sequences -= 1
-        yield "data: [DONE]\n\n"
+        yield SSE_DONE
 
 
 def _bad_request(error: Exception) -> Response:
-    return JSONResponse({"error": {"message": f"bad request: {error}", "type": "invalid_request_error"}}, 400)
+    return JSONResponse(OpenAIError(400, f"bad request: {error}").body(), 400)
 
 
 def _words(count: int) -> list[str]:

@@ -39,6 +39,9 @@ def render_schema() -> str:
 def spec_file_schema() -> dict[str, Any]:
     (backend, endpoint, secret, model), document = _models(BackendSpec, EndpointSpec, SecretSpec, ModelSpec)
     name = f"^(?:{NAME_PATTERN.pattern})$"
+    definitions = _draft_4(document.get("$defs", {}))
+    # A backend runs import_path's code or the built-in OpenAI app of its [llm] table: one is required.
+    definitions["BackendSpec"]["anyOf"] = [{"required": ["import_path"]}, {"required": ["llm"]}]
     return {
         "$schema": _DRAFT_4,
         "title": "ray-gitops spec file",
@@ -55,7 +58,7 @@ def spec_file_schema() -> dict[str, Any]:
                 name, model, "A model: weights pinned by digest, staged on a node before its replicas start."
             ),
         },
-        "definitions": _draft_4(document.get("$defs", {})),
+        "definitions": definitions,
     }
 
 

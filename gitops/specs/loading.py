@@ -332,7 +332,7 @@ def _dependency_paths(documents: Documents) -> list[str]:
     """Every path whose content can change a backend's import check or version."""
     paths: set[str] = set()
     for declared in documents.backends.values():
-        if declared.spec is None:
+        if declared.spec is None or declared.spec.import_path is None:  # an [llm] backend runs no code of the tree
             continue
         module = declared.spec.import_path.partition(":")[0]
         for candidate in module_files(module):
@@ -366,11 +366,13 @@ def _resolve(tree: Tree, documents: Documents, before: _Built, code: CodeIndex) 
             continue
         import_path = declared.spec.import_path
         method = "__call__" if declared.spec.protocol is None else "predict"  # protocol = "v2": a model class
-        if (import_path, method) not in imports:
-            imports[import_path, method] = resolve_import(tree, import_path, method)
-        resolved, problems = _resolve_backend(
-            tree, name, declared.spec, imports[import_path, method], before.backends.get(name), code
-        )
+        if import_path is None:  # [llm]: the built-in OpenAI app, installed with ray-gitops
+            target = ResolvedImport(None, AttributeKind.CLASS, None)
+        else:
+            if (import_path, method) not in imports:
+                imports[import_path, method] = resolve_import(tree, import_path, method)
+            target = imports[import_path, method]
+        resolved, problems = _resolve_backend(tree, name, declared.spec, target, before.backends.get(name), code)
         errors.extend(declared.error(loc, message) for loc, message in problems)
         if resolved is not None:
             built[name] = resolved
@@ -440,14 +442,14 @@ def _resolve_backend(
     if target.error is not None:
         problems.append(((*at, "import_path"), f"backends.{name}.import_path: {target.error}"))
     if target.kind is AttributeKind.FUNCTION and spec.protocol is not None:
-        attribute = spec.import_path.partition(":")[2]
+        attribute = spec.runs().partition(":")[2]
         problems.append((
             (*at, "import_path"),
             f"backends.{name}.import_path: '{attribute}' is a function; protocol = \"v2\" needs a model class "
             "with predict(inputs) -> outputs",
         ))
     elif target.kind is AttributeKind.FUNCTION:
-        attribute = spec.import_path.partition(":")[2]
+        attribute = spec.runs().partition(":")[2]
         for key in ("init_args", "init_kwargs"):
             if getattr(spec, key):
                 problems.append(
@@ -477,6 +479,8 @@ def _backend_config(name: str, version: str, spec: BackendSpec) -> BackendConfig
     """Every key a file set goes to the config field of the same name;
     autoscaled backends start at their minimum."""
     keys = spec.model_dump(include=_BACKEND_KEYS, exclude_none=True)
+    if spec.llm is not None:  # the built-in OpenAI app, given its [llm] table
+        keys.update(import_path=spec.runs(), init_kwargs={"llm": spec.llm.model_dump(mode="json")})
     return BackendConfig.model_validate(
         {**keys, "name": name, "version": version, "num_replicas": spec.replica_target()}
     )

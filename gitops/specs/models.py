@@ -68,6 +68,7 @@ from vocabulary.spec.endpoints import (
     one_limit_set,
     one_match_source,
 )
+from vocabulary.spec.llm import BUILTIN_APP, LLMConfig, LLMEngine, llm_problem
 from vocabulary.spec.placement import PlacementConfig, PlacementStrategy, actor_needs, bundle_text
 from vocabulary.spec.rollout_config import MetricCheck, OnFailure, RolloutConfig, bounded_check
 from vocabulary.spec.routing import MultiplexConfig, RoutingConfig, RoutingPolicy, keyed_routing, multiplex_alone
@@ -108,6 +109,7 @@ __all__ = [
     "RayActorOptionsSpec",
     "PlacementSpec",
     "V2Spec",
+    "LLMSpec",
     "RuntimeEnvSpec",
     "BackendSpec",
     "EndpointSpec",
@@ -397,6 +399,36 @@ def v2_fits_backend(spec: Any) -> Any:
     return spec
 
 
+LLMSpec = create_model(
+    "LLMSpec",
+    __base__=_Spec,
+    __doc__=LLMConfig.__doc__,
+    **_file_keys(LLMConfig, frozenset(), {"engine": _one_of(LLMEngine), "engine_args": dict[str, Any]}),
+)
+
+
+def llm_or_import_path(spec: Any) -> Any:
+    """A backend runs its own code (import_path) or the built-in LLM app ([llm]), and an [llm]
+    table fits the backend's models and GPUs (`vocabulary.spec.llm.llm_problem`)."""
+    llm = getattr(spec, "llm", None)
+    if llm is None:
+        if spec.import_path is None:
+            raise ValueError("missing required key 'import_path' (or an [llm] table: the built-in OpenAI-compatible backend)")
+        return spec
+    if spec.import_path is not None:
+        raise ValueError("import_path and [llm] cannot both be set: an [llm] backend runs the built-in OpenAI app")
+    for key in ("init_args", "init_kwargs", "batching", "multiplex", "protocol"):
+        if getattr(spec, key):
+            raise ValueError(f"{key} cannot be set with [llm]: the built-in OpenAI app takes its settings from [llm]")
+    options = spec.ray_actor_options
+    options = options.model_dump(exclude_none=True) if isinstance(options, BaseModel) else dict(options)
+    placement = None if spec.placement is None else PlacementConfig.model_validate(spec.placement.model_dump())
+    problem = llm_problem(LLMConfig.model_validate(llm.model_dump()), spec.models, placement, options)
+    if problem is not None:
+        raise ValueError(problem)
+    return spec
+
+
 class RuntimeEnvSpec(_Spec):
     """The runtime_env keys a backend may set.
 
@@ -467,6 +499,7 @@ _BackendKeys = create_model(
             "placement": PlacementSpec | None,
             "protocol": _one_of(BackendProtocol) | None,
             "v2": V2Spec | None,
+            "llm": LLMSpec | None,
             "runtime_env": RuntimeEnvSpec,
             "autoscaling": AutoscalingSpec | None,
             "batching": BatchingSpec | None,
@@ -493,15 +526,19 @@ class BackendSpec(_BackendKeys):  # type: ignore[misc,valid-type]  # create_mode
     version: str | None = Field(
         default=None, description="The code's version, when set by hand; default: derived from the code paths."
     )
+    import_path: str | None = Field(  # a file may leave it to [llm]
+        default=None, description=BackendConfig.model_fields["import_path"].description
+    )
 
     _multiplex_alone = model_validator(mode="after")(multiplex_alone)
     _placement_fits_actor = model_validator(mode="after")(placement_fits_actor)
     _v2_fits_backend = model_validator(mode="after")(v2_fits_backend)
+    _llm_or_import_path = model_validator(mode="after")(llm_or_import_path)
 
     @field_validator("import_path")
     @classmethod
-    def _import_path_shape(cls, value: str) -> str:
-        if _IMPORT_PATH.fullmatch(value) is None:
+    def _import_path_shape(cls, value: str | None) -> str | None:
+        if value is not None and _IMPORT_PATH.fullmatch(value) is None:
             raise ValueError(f"must look like 'package.module:attribute' (got '{value}')")
         return value
 
@@ -535,6 +572,10 @@ class BackendSpec(_BackendKeys):  # type: ignore[misc,valid-type]  # create_mode
     def replica_target(self) -> int:
         """Replicas to start with: autoscaled backends start at their minimum."""
         return self.autoscaling.min_replicas if self.autoscaling else self.num_replicas
+
+    def runs(self) -> str:
+        """The import path its replicas run: its own, or the built-in OpenAI app's for an [llm] backend."""
+        return BUILTIN_APP if self.import_path is None else self.import_path
 
 
 def _normalise_code_path(path: str) -> str:

@@ -21,6 +21,7 @@ __all__ = ["CODE_FIELDS", "VERSION_LENGTH", "default_code_path", "code_paths", "
 CODE_FIELDS = frozenset({
     "import_path", "init_args", "init_kwargs", "ray_actor_options", "runtime_env", "placement", "max_replicas_per_node",
     "protocol", "v2",  # a v2 model's replicas are built around its metadata
+    "llm",  # an [llm] backend's replicas are built around its engine and its arguments
 })
 VERSION_LENGTH = 12
 

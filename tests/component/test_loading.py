@@ -8,6 +8,7 @@ from gitops.sources.trees import MemoryTree
 from gitops.specs.loading import DesiredState, Loader, LoadResult, SpecError
 from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS, DERIVED_MODEL_FIELDS
 from tests.support.specs import ECHO_PY, ECHO_TOML
+from vocabulary.spec.llm import LLMConfig
 from vocabulary.spec.backends import AutoscalingConfig, BackendConfig, BatchingConfig, ModelConfig, UpdateConfig
 from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig, LimitsConfig, MatchRule, TracingConfig
 from vocabulary.spec.rollout_config import MetricCheck, RolloutConfig
@@ -309,6 +310,11 @@ protocol = "v2"
 models = ["weights"]
 v2 = { name = "iris", platform = "onnx", model = "weights", inputs = [{ name = "x", datatype = "FP16", shape = [-1, 4] }], outputs = [{ name = "y", datatype = "BYTES", shape = [2] }] }
 
+[backends.chat]
+models = ["weights"]
+placement = { bundles = [{ CPU = 1 }, { GPU = 1 }, { GPU = 1 }], strategy = "STRICT_PACK" }
+llm = { engine = "vllm", model = "weights", served_model_name = "w", tensor_parallel_size = 2, max_model_len = 64, engine_args = { dtype = "half" } }
+
 [endpoints.full]
 route = "/full"
 methods = ["PUT"]
@@ -361,6 +367,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
     v2 = [b.v2 for b in backends if b.v2 is not None]
     tensors = [tensor for table in v2 for tensor in (*table.inputs, *table.outputs)]
     outliers = [e.outliers for e in endpoints if e.outliers is not None]
+    llms = [b.llm for b in backends if b.llm is not None]
     expected = [
         (BackendConfig, backends, DERIVED_BACKEND_FIELDS),
         (EndpointConfig, endpoints, DERIVED_ENDPOINT_FIELDS),
@@ -380,6 +387,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
         (V2Config, v2, frozenset()),
         (TensorConfig, tensors, frozenset()),
         (OutliersConfig, outliers, frozenset()),
+        (LLMConfig, llms, frozenset()),
     ]
     for model, values, derived in expected:
         assert _set_by_the_file(model, values, derived) == set(model.model_fields) - derived, model.__name__

@@ -21,6 +21,8 @@ its tables from them and adds only file concerns.
 - `v2`: a backend's `protocol = "v2"` and `[v2]` table (the Open Inference
   Protocol's model metadata: name, platform, version, tensors) and its rule
   against the rest of the backend.
+- `llm`: a backend's `[llm]` (the built-in OpenAI-compatible backend: engine,
+  model, engine arguments) and its rule against the backend's GPUs.
 - `serving_rules`: the rules a serving state keeps (traffic sums, known
   backends, zero-replica targets, unique routes), as located problems.
 """

@@ -3,7 +3,8 @@
 Its replica count bounds and autoscaling target, batching, rolling updates,
 the secrets and models it is given, where its replicas run (its
 `[placement]` is `spec.placement`'s), the protocol it speaks (its `protocol`
-and `[v2]` are `spec.v2`'s). Each field is declared here once, with
+and `[v2]` are `spec.v2`'s), the built-in LLM it serves (its `[llm]` is
+`spec.llm`'s). Each field is declared here once, with
 its default, its range and the description a spec's reader sees.
 `BackendConfig.code_identity()` says what forces a restart and
 `BackendConfig.comparable()` is what the planner diffs. Its routing and
@@ -18,6 +19,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, model_validator
 
 from vocabulary.spec.base import ENVIRONMENT_OVERRIDABLE, SOURCE_FIELDS, Value
+from vocabulary.spec.llm import LLMConfig
 from vocabulary.spec.placement import PlacementConfig
 from vocabulary.spec.routing import MultiplexConfig, RoutingConfig, multiplex_alone
 from vocabulary.spec.serving_rules import refused_traffic_reason, zero_replica_reason
@@ -147,7 +149,7 @@ class BackendConfig(Value):
     )
     import_path: str = Field(
         description="`package.module:attribute` of the class or function that handles requests, "
-        "resolved from the repository root."
+        "resolved from the repository root; required unless the backend has an [llm] table (the built-in app)."
     )
     init_args: tuple[Any, ...] = Field(
         default=(), description="Positional arguments for the class's constructor (a class only)."
@@ -237,6 +239,11 @@ class BackendConfig(Value):
     v2: V2Config | None = Field(
         default=None,
         description="With protocol = \"v2\": the model's name, platform, version and input and output tensors.",
+    )
+    llm: LLMConfig | None = Field(
+        default=None,
+        description="Serve an OpenAI-compatible API from a built-in engine (docs/guides/llm.md): no import_path "
+        "is written; none: the replicas run import_path.",
     )
     multiplex: MultiplexConfig | None = Field(
         default=None,

@@ -1,0 +1,14 @@
+"""The built-in OpenAI-compatible backend (a backend's `[llm]` table, docs/guides/llm.md).
+
+- `engine`: the interface every engine adapter implements (generate deltas
+  with usage; models; optionally embed) and its values.
+- `openai_wire`: OpenAI's request checks, answers, stream chunks, SSE and
+  error shape; the simulator (`deployments/apps/llm_sim.py`) shares it.
+- `http`: the OpenAI routes as an ASGI app over any engine.
+- `token_stats`: time to first token, inter-token time and tokens/s per model.
+- `ngram`: the CPU engine (a word n-gram model, trained at start-up).
+- `vllm_engine`: the vLLM adapter (vLLM imported only when used).
+- `app`: `OpenAIBackend`, what an `[llm]` backend's replicas run.
+
+Like the rest of `ray_gitops` it imports only the vocabulary and itself.
+"""

@@ -1,0 +1,51 @@
+"""The vLLM adapter (ray_gitops.llm.vllm_engine) against vLLM's own interfaces.
+
+vLLM is not a dependency of ray-gitops and does not install on this project's CPU
+machines, so these tests skip with that reason there. Where vLLM installs, its own
+`AsyncEngineArgs` and `SamplingParams` must take what the adapter builds from an
+[llm] table; where a GPU is also available (and `RAY_GITOPS_VLLM_MODEL` names a local
+model directory), the adapter streams real tokens and aborts a closed request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+
+import pytest
+
+from ray_gitops.llm.engine import Prompt, SamplingParams
+from ray_gitops.llm.vllm_engine import VLLMEngine, engine_kwargs, sampling_kwargs
+
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed (not a dependency: it needs a CUDA machine)")
+
+
+def test_vllm_takes_the_arguments_the_adapter_builds() -> None:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.sampling_params import RequestOutputKind
+
+    args = AsyncEngineArgs(**engine_kwargs("/models/m", "m", 2, 2048, {"dtype": "float16"}))
+    assert (args.tensor_parallel_size, args.max_model_len, args.distributed_executor_backend) == (2, 2048, "ray")
+    params = vllm.SamplingParams(**sampling_kwargs(SamplingParams(max_tokens=4, stop=("x",))),
+                                 output_kind=RequestOutputKind.DELTA)
+    assert params.max_tokens == 4 and params.stop == ["x"]
+
+
+def _gpu_model() -> str | None:
+    return os.environ.get("RAY_GITOPS_VLLM_MODEL") if shutil.which("nvidia-smi") else None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpu_model() is None, reason="needs a GPU (nvidia-smi) and RAY_GITOPS_VLLM_MODEL, a local model")
+def test_vllm_streams_real_tokens_and_aborts_a_closed_request() -> None:
+    engine = VLLMEngine(engine_kwargs(str(_gpu_model()), "m", 1, 1024, {}))
+
+    async def run() -> None:
+        deltas = [d async for d in engine.generate(Prompt(text="Hello"), SamplingParams(max_tokens=8, temperature=0), "a")]
+        assert deltas[-1].usage is not None and deltas[-1].usage.completion_tokens == 8
+        stream = engine.generate(Prompt(text="Hello"), SamplingParams(max_tokens=512), "b")
+        await stream.__anext__()
+        await stream.aclose()  # aborts "b" in vLLM
+
+    asyncio.run(run())
