@@ -200,7 +200,7 @@ def build_app(
         if refused is not None:
             retry = str(max(1, round(events.lifetime_s / 10)))
             return _error(503, f"{refused}; the page asks every few seconds instead", {"Retry-After": retry})
-        return _EventStream(frames(snapshot, events), lambda: streams.release(who))
+        return _EventStream(frames(snapshot, events, closing=lambda: streams.closing), lambda: streams.release(who))
 
     def page_csrf(request: Request, principal: Principal) -> str:
         """The session's token on a sign-in's session, else one bound to the principal."""
@@ -423,7 +423,7 @@ def build_app(
                             headers={**PAGE_HEADERS, "Content-Security-Policy": content_security_policy(nonce)})
 
     routes.append(Route("/", status_page))
-    return _Guarded(Starlette(routes=routes), routes, policy, csrf_key)
+    return _Guarded(Starlette(routes=routes), routes, policy, csrf_key, streams)
 
 
 def _callback_url(request: Request) -> str:
@@ -459,11 +459,17 @@ class _Guarded:
     Origin, then who the bearer is, then the route's row of the role table
     (`gitops.admin.roles.ROUTES`). The principal goes on in `request.state`."""
 
-    def __init__(self, app: ASGIApp, routes: list[Route], policy: AccessPolicy, csrf: CsrfKey) -> None:
+    def __init__(self, app: ASGIApp, routes: list[Route], policy: AccessPolicy, csrf: CsrfKey,
+                 streams: EventStreams) -> None:
         self._app = app
         self.routes = routes  # what the role table must cover (tests walk it)
         self._policy = policy
         self._csrf = csrf
+        self._streams = streams
+
+    def close_streams(self) -> None:
+        """End the status page's event streams (the listener stops: it need not wait for them)."""
+        self._streams.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -593,6 +599,7 @@ class Listener:
     def __init__(self, app: App, host: str, port: int, limits: EdgeLimits = ADMIN_LIMITS) -> None:
         self.host = host
         self.port = port
+        self._app = app
         self._server = Server(app, limits)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_asked = False
@@ -619,6 +626,9 @@ class Listener:
             self._loop.call_soon_threadsafe(self._shut_down)
 
     def _shut_down(self) -> None:
+        close_streams = getattr(self._app, "close_streams", None)
+        if close_streams is not None:  # the admin app's page streams end within a poll, not at the grace
+            close_streams()
         if self._stopping is None:
             self._stopping = asyncio.ensure_future(self._server.shutdown(_SHUTDOWN_GRACE_S))
 

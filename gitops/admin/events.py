@@ -9,7 +9,9 @@ comment line as a heartbeat after `heartbeat_s` of silence (so proxies and
 the browser see it alive), and an `end` event when the stream has lived
 `lifetime_s` (5 minutes): the browser's EventSource then connects again, so
 no client holds a connection longer than that, whatever it does. A client
-that leaves ends its stream at once (the server says so). The snapshot is
+that leaves ends its stream at once (the server says so); `close` (the
+listener stopping) ends every stream at its next look and refuses new ones,
+so a stop does not wait for them. The snapshot is
 what `/status` and the pending plan already answer (redacted there), and
 names no caller but by name: no token ever goes into a stream.
 Must not: touch the agent (the snapshot is given).
@@ -43,6 +45,7 @@ class EventStreams:
     def __init__(self, limits: EventLimits) -> None:
         self.limits = limits
         self._open: Counter[str] = Counter()
+        self.closing = False
 
     @property
     def open(self) -> int:
@@ -50,12 +53,18 @@ class EventStreams:
 
     def acquire(self, who: str) -> str | None:
         """Take a stream for `who`; None when taken, else why not."""
+        if self.closing:
+            return "the agent is stopping"
         if self.open >= self.limits.max_streams:
             return f"{self.limits.max_streams} event streams are open already"
         if self._open[who] >= self.limits.per_principal:
             return f"{who} has {self.limits.per_principal} event streams open already"
         self._open[who] += 1
         return None
+
+    def close(self) -> None:
+        """End every stream at its next look (the listener stops)."""
+        self.closing = True
 
     def release(self, who: str) -> None:
         self._open[who] -= 1
@@ -68,12 +77,12 @@ def frame(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-async def frames(snapshot: Callable[[], Any], limits: EventLimits,
-                 clock: Callable[[], float] = time.monotonic) -> AsyncIterator[bytes]:
+async def frames(snapshot: Callable[[], Any], limits: EventLimits, clock: Callable[[], float] = time.monotonic,
+                 closing: Callable[[], bool] = lambda: False) -> AsyncIterator[bytes]:
     yield f"retry: {limits.retry_ms}\n\n".encode()
     started = quiet_since = clock()
     last: Any = None
-    while clock() - started < limits.lifetime_s:
+    while clock() - started < limits.lifetime_s and not closing():
         now = clock()
         data = snapshot()
         if data != last:

@@ -294,3 +294,19 @@ def test_a_stream_sends_the_status_beats_and_ends_at_its_lifetime_with_no_token(
     assert b'"status":' in update and b'"plan":{"commit":"' + b"d" * 40 in update
     for _, token in ALL.values():
         assert token.encode() not in received
+
+
+def test_a_stopping_listener_ends_its_streams_instead_of_waiting_out_its_grace(tmp_path: Path) -> None:
+    _, app = app_for(tmp_path, EventLimits(lifetime_s=300.0))  # the default look, once a second
+    stopping = serving(app)
+    port = stopping.__enter__()
+    sock, status, head = open_stream(port, "otto")
+    assert status == 200
+    read_until(sock, b"event: update", 5, head)
+    started = time.monotonic()
+    stopping.__exit__(None, None, None)
+    took = time.monotonic() - started
+    received = read_until(sock, b"event: end", 5)
+    sock.close()
+    assert took < 2.0, took  # the grace for answers in flight is 5 s
+    assert b"event: end" in received
