@@ -158,6 +158,10 @@ base_ejection_s = 30
 max_ejection_percent = 50
 replace_after = 3
 
+[endpoints.echo.circuit]
+max_pending_requests = 100
+max_retries = 3
+
 [endpoints.echo.rollout]
 steps = [0.05, 0.25, 0.5, 1.0]
 step_interval_s = 30

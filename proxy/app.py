@@ -106,6 +106,7 @@ class ProxyApp:
             lambda backend: self._recorder.retry_budget_spent(backend),
             rng,
             lambda backend, ejection: self._recorder.replica_ejected(backend),
+            lambda backend, limit: self._recorder.circuit_open(backend, limit),
         )
         self._websockets = WebSocketCarrier(caller, rng, recorder, self._counts, tracing, capture)
         self._calls = RunningCalls(_WATCH_AFTER_S)
@@ -224,7 +225,7 @@ class ProxyApp:
             try:
                 reply = await self._sender.send(
                     snapshot.pools.get(transit.backend), transit.request, running.deadline_at, served.retries, seen,
-                    served.outliers,
+                    served.outliers, served.circuit,
                 )
             except asyncio.CancelledError:
                 instead = self._calls.why_cancelled(running)

@@ -72,7 +72,7 @@ from vocabulary.spec.llm import BUILTIN_APP, LLMConfig, LLMEngine, llm_problem
 from vocabulary.spec.placement import PlacementConfig, PlacementStrategy, actor_needs, bundle_text
 from vocabulary.spec.rollout_config import MetricCheck, OnFailure, RolloutConfig, bounded_check
 from vocabulary.spec.routing import MultiplexConfig, RoutingConfig, RoutingPolicy, keyed_routing, multiplex_alone
-from vocabulary.spec.traffic_policy import OutliersConfig, RetriesConfig, retries_consistent
+from vocabulary.spec.traffic_policy import CircuitConfig, OutliersConfig, RetriesConfig, retries_consistent
 from vocabulary.spec.v2 import (
     BackendProtocol,
     TensorConfig,
@@ -106,6 +106,7 @@ __all__ = [
     "LimitsSpec",
     "RetriesSpec",
     "OutliersSpec",
+    "CircuitSpec",
     "RayActorOptionsSpec",
     "PlacementSpec",
     "V2Spec",
@@ -280,6 +281,9 @@ RetriesSpec = create_model(
 )
 OutliersSpec = create_model(
     "OutliersSpec", __base__=_Spec, __doc__=OutliersConfig.__doc__, **_file_keys(OutliersConfig, frozenset(), {})
+)
+CircuitSpec = create_model(
+    "CircuitSpec", __base__=_Spec, __doc__=CircuitConfig.__doc__, **_file_keys(CircuitConfig, frozenset(), {})
 )
 CaptureSpec = create_model(
     "CaptureSpec", __base__=_Spec, __doc__=CaptureConfig.__doc__,
@@ -604,6 +608,7 @@ _EndpointKeys = create_model(
             "capture": CaptureSpec | None,
             "retries": RetriesSpec | None,
             "outliers": OutliersSpec | None,
+            "circuit": CircuitSpec | None,
         },
     ),
 )

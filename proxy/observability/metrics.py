@@ -8,7 +8,8 @@ docs/reference/metrics.md ("Proxy": `gitops_http_requests_total`,
 `gitops_stream_inter_chunk_seconds`, `gitops_stream_chunks`,
 `gitops_capture_records_total`, `gitops_proxy_trace_spans_total`,
 `gitops_proxy_retries_total`, `gitops_proxy_retry_budget_exhausted_total`,
-`gitops_proxy_outlier_ejections_total`, `gitops_proxy_ejected_replicas`, per model of a
+`gitops_proxy_outlier_ejections_total`, `gitops_proxy_ejected_replicas`,
+`gitops_proxy_circuit_open_total`, per model of a
 multiplexed backend `gitops_model_requests_total`, `gitops_model_loads_total`,
 `gitops_model_evictions_total`, and per tenant of a token budget
 `gitops_tenant_tokens_admitted_total`, `gitops_tenant_tokens_charged_total`,
@@ -379,6 +380,13 @@ class ProxyMetrics:
             multiprocess_mode="livesum",
         )
         self._ejected_backends: set[str] = set()
+        self._circuit_open = Counter(
+            "gitops_proxy_circuit_open",
+            "Requests answered 503 because a circuit limit of their endpoint ([endpoints.X.circuit]) was reached, "
+            "by backend and limit (pending: requests waiting for a replica; retries: retries in flight).",
+            ["backend", "limit"],
+            registry=r,
+        )
         self._model_requests = Counter(
             "gitops_model_requests",
             "Requests a multiplexed backend answered for a model its replica held, by backend and model "
@@ -523,6 +531,9 @@ class ProxyMetrics:
     def replica_ejected(self, backend: str) -> None:
         self._ejections.labels(backend).inc()
 
+    def circuit_open(self, backend: str, limit: str) -> None:
+        self._circuit_open.labels(backend, limit).inc()
+
     def model_served(self, backend: str, model: str, loaded: bool, evicted: Collection[str]) -> None:
         self._model_requests.labels(backend, model).inc()
         if loaded:
@@ -597,6 +608,7 @@ class ProxyMetrics:
         _remove_where(self._retries, ("backend", "outcome"), "backend", backend)
         _remove_where(self._budget_spent, ONGOING_LABELS, "backend", backend)
         _remove_where(self._ejections, ONGOING_LABELS, "backend", backend)
+        _remove_where(self._circuit_open, ("backend", "limit"), "backend", backend)
         if backend in self._ejected_backends:
             self._ejected.labels(backend).set(0)  # shared files keep a removed series: zero it first
             self._ejected_backends.discard(backend)

@@ -65,6 +65,9 @@ class Recorder(Protocol):
     def replica_ejected(self, backend: str) -> None:
         """A replica of `backend` was ejected as an outlier (`proxy.pool.outliers`)."""
 
+    def circuit_open(self, backend: str, limit: str) -> None:
+        """A request to `backend` was turned away by a circuit limit ('pending', 'retries': `proxy.pool.circuit`)."""
+
     def model_served(self, backend: str, model: str, loaded: bool, evicted: Sequence[str]) -> None:
         """A multiplexed backend answered a request for `model`: whether its replica loaded
         it for this request, and the models it evicted to make room."""
@@ -113,6 +116,9 @@ class NullRecorder:
         pass
 
     def replica_ejected(self, backend: str) -> None:
+        pass
+
+    def circuit_open(self, backend: str, limit: str) -> None:
         pass
 
     def model_served(self, backend: str, model: str, loaded: bool, evicted: Sequence[str]) -> None:

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Callable
 from httpedge.asgi import Scope, Send
 from vocabulary.request_path.wire import WireRequest
 
+from proxy.pool.circuit import Limit
 from proxy.pool.sending import (
-    NoBackend, NoReplica, NoTimeLeft, QueueFull, ReplicaDied, ReplicaStalled, SendError, UnknownModel,
+    CircuitOpen, NoBackend, NoReplica, NoTimeLeft, QueueFull, ReplicaDied, ReplicaStalled, SendError, UnknownModel,
 )
 
 if TYPE_CHECKING:
@@ -125,6 +126,9 @@ def refusal_for(error: SendError, retry_after: list[tuple[bytes, bytes]]) -> Ref
         return Refusal(503, "No replica available", retry_after)
     if isinstance(error, QueueFull):
         return Refusal(503, "Backend queue is full", retry_after)
+    if isinstance(error, CircuitOpen):
+        held = "requests waiting" if error.limit is Limit.PENDING else "retries in flight"
+        return Refusal(503, f"Backend circuit open: too many {held}", retry_after)
     if isinstance(error, (NoReplica, ReplicaStalled)):  # the retry of a call its replica stalled under
         return Refusal(504, "Gateway Timeout: the replica stalled")
     if isinstance(error, NoTimeLeft):

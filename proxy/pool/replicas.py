@@ -36,7 +36,9 @@ while (`proxy.pool.outliers`, as the endpoint's `[outliers]` says): the
 request path tells `answered` each call's success or error; while ejected a
 replica is skipped by every pick as if it were full (unless every replica of
 the backend is ejected), and one ejected too often is listed by `ejected()`
-as worn out, for the controller to replace like a stalled one.
+as worn out, for the controller to replace like a stalled one. Its `circuit`
+(`proxy.pool.circuit`) counts the retries in flight to the backend, which the
+request path holds, with the queue's length, against an endpoint's `[circuit]`.
 
 This module only keeps the state and wakes waiters. No Ray, no HTTP.
 """
@@ -53,6 +55,7 @@ from proxy.pool.calling import Batching
 from proxy.pool.multiplexing import ModelAffinity, hot_ongoing
 from vocabulary.request_path.policies import Policy, policy_for
 from vocabulary.request_path.request_keys import KeyReader
+from proxy.pool.circuit import Circuit
 from proxy.pool.outliers import Ejection, OutlierDetector
 from proxy.pool.retrying import RetryBudget
 from proxy.pool.stalls import ReplicaProgress, Stall
@@ -154,6 +157,8 @@ class ReplicaPool:
         self.retry_budget = RetryBudget()
         # Replicas failing far more than the others, out of routing for a while (proxy.pool.outliers).
         self.outliers = OutlierDetector()
+        # Retries in flight, against the endpoints' [circuit] limits (proxy.pool.circuit).
+        self.circuit = Circuit()
 
     # --- what autoscaling and metrics read ---------------------------------
 

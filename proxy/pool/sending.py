@@ -13,7 +13,9 @@ replica died or stalled once more). A reply is tried again only before any of
 it reached the client: a streamed answer never is. The slot is released when the call ends, except
 under a streamed answer: `Held` keeps it until the stream ends. Under an endpoint's `[outliers]`
 each call's success or error (a 5xx, a handler that raised, a call past its deadline) is told to
-the pool (`ReplicaPool.answered`, `proxy.pool.outliers`), which may eject the replica.
+the pool (`ReplicaPool.answered`, `proxy.pool.outliers`), which may eject the replica. Under its
+`[circuit]` (`proxy.pool.circuit`) a request that would wait in line behind `max_pending_requests`
+others, or a retry beyond `max_retries` in flight to the backend, is turned away (`CircuitOpen`).
 
 What went wrong is said by the exceptions below; the request path turns
 them into its status codes (docs/reference/http.md). The call's deadline is the
@@ -31,17 +33,18 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from proxy.pool.calling import Caller, HandlerError, ReplicaDiedError
+from proxy.pool.circuit import Limit
 from proxy.pool.outliers import Ejection
 from proxy.pool.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
 from proxy.pool.retrying import DEFAULT_POLICY, Outcome, RetryPolicy
 from vocabulary.request_path.choosing import Random
 from vocabulary.request_path.multiplexing import ModelReport
 from vocabulary.request_path.wire import LOAD_HEADER, MODELS_HEADER, Reply, StreamStart, WireRequest, WireResponse
-from vocabulary.spec.traffic_policy import OutliersConfig
+from vocabulary.spec.traffic_policy import CircuitConfig, OutliersConfig
 
 __all__ = [
     "Sender", "Held", "took_load", "NoBackend", "NoReplica", "QueueFull", "UnknownModel", "HandlerFailed", "ReplicaDied",
-    "ReplicaStalled", "NoTimeLeft", "SendError",
+    "ReplicaStalled", "NoTimeLeft", "CircuitOpen", "SendError",
 ]
 
 logger = logging.getLogger(__name__)
@@ -94,6 +97,14 @@ class NoTimeLeft(SendError):
     """The replica stalled under another call with no time left to retry (504)."""
 
 
+class CircuitOpen(SendError):
+    """A limit of the endpoint's `[circuit]` turned the request away (503 with `Retry-After`)."""
+
+    def __init__(self, limit: Limit) -> None:
+        super().__init__(limit.value)
+        self.limit = limit
+
+
 @dataclass(frozen=True, slots=True)
 class Held:
     """A streamed answer's head, with the replica slot it keeps until the stream ends."""
@@ -106,7 +117,9 @@ class Held:
 class Sender:
     """Sends requests to the replicas of a backend's pool: one `send` per request."""
 
-    __slots__ = ("_caller", "_stalled", "_model_served", "_retried", "_budget_spent", "_ejected", "_rng")
+    __slots__ = (
+        "_caller", "_stalled", "_model_served", "_retried", "_budget_spent", "_ejected", "_circuit_open", "_rng",
+    )
 
     def __init__(
         self, caller: Caller, stalled: Callable[[str], None],
@@ -115,31 +128,35 @@ class Sender:
         budget_spent: Callable[[str], None] = lambda backend: None,
         rng: Random | None = None,
         ejected: Callable[[str, Ejection], None] = lambda backend, ejection: None,
+        circuit_open: Callable[[str, str], None] = lambda backend, limit: None,
     ) -> None:
         """`stalled(backend)`: a replica of it was found stalled; `model_served(backend, model, loaded,
         evicted)`: a multiplexed backend answered a request for a model its replica holds;
         `retried(backend, outcome)`: a retry was sent after `outcome` ('replica-died', '503', ...);
         `budget_spent(backend)`: a retry was due but its backend's retry budget was spent;
         `rng`: the jitter of the waits before retries; `ejected(backend, ejection)`: a replica of it was
-        ejected (`proxy.pool.outliers`)."""
+        ejected (`proxy.pool.outliers`); `circuit_open(backend, limit)`: a circuit limit ('pending',
+        'retries') turned a request away (`proxy.pool.circuit`)."""
         self._caller = caller
         self._stalled = stalled
         self._model_served = model_served
         self._retried = retried
         self._budget_spent = budget_spent
         self._ejected = ejected
+        self._circuit_open = circuit_open
         self._rng = rng or random.Random()
 
     async def send(
         self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float,
         policy: RetryPolicy = DEFAULT_POLICY, seen: Callable[[str], None] | None = None,
-        outliers: OutliersConfig | None = None,
+        outliers: OutliersConfig | None = None, circuit: CircuitConfig | None = None,
     ) -> WireResponse | Held:
         """The answer of a replica of `pool`'s backend, tried again on another replica as the endpoint's
         retry `policy` says (`proxy.pool.retrying`: outcomes, tries for the request's method, the
         backend's budget, backoff within the deadline); a streamed answer is never tried again.
         `seen(replica_id)`: told of each replica tried; `outliers`: the endpoint's `[outliers]`, each
-        try's success or error judged by it. Must run in the task the deadline cancels."""
+        try's success or error judged by it; `circuit`: the endpoint's `[circuit]`, to which the backend's
+        requests in line and retries in flight are held. Must run in the task the deadline cancels."""
         if pool is None:
             raise NoBackend()
         key = pool.request_key(request)  # None unless the backend's routing policy reads a key
@@ -160,9 +177,15 @@ class Sender:
         last: WireResponse | SendError | None = None
         outcome = ""
         for attempt in range(tries):
-            if attempt and not await self._may_retry(pool, policy, attempt, outcome, deadline_at):
+            # A retry holds a place of the backend's circuit from `_may_retry` until its try ends.
+            if attempt and not await self._may_retry(pool, policy, attempt, outcome, deadline_at, circuit):
                 break
-            slot = pool.free_slot(key, failed) or await _acquire(pool, key, isinstance(last, ReplicaStalled))
+            try:
+                slot = pool.free_slot(key, failed) or await self._in_line(pool, key, last, circuit)
+            except BaseException:
+                if attempt:
+                    pool.circuit.retry_ended()
+                raise
             if seen is not None:
                 seen(slot.replica_id)
             held = False
@@ -219,16 +242,30 @@ class Sender:
                 progress.on_ended(task)
                 if not held:
                     pool.release(slot)
+                if attempt:
+                    pool.circuit.retry_ended()
             failed |= {slot.replica_id}
         if last is None or isinstance(last, SendError):
             raise last or ReplicaDied()
         return last
 
+    async def _in_line(
+        self, pool: ReplicaPool, key: bytes | None, last: WireResponse | SendError | None,
+        circuit: CircuitConfig | None,
+    ) -> ReplicaSlot:
+        """A slot after waiting in line, unless the endpoint's circuit allows no more requests waiting."""
+        if not pool.circuit.may_wait(pool.queued(), circuit):
+            self._circuit_open(pool.backend, Limit.PENDING.value)
+            raise CircuitOpen(Limit.PENDING)
+        return await _acquire(pool, key, isinstance(last, ReplicaStalled))
+
     async def _may_retry(
         self, pool: ReplicaPool, policy: RetryPolicy, attempt: int, outcome: str, deadline_at: float,
+        circuit: CircuitConfig | None,
     ) -> bool:
-        """Whether the `attempt`-th retry goes out: within the backend's budget and the deadline,
-        after its backoff (counted as sent, or as refused by the budget)."""
+        """Whether the `attempt`-th retry goes out: within the backend's budget and the deadline, then
+        the endpoint's circuit (else `CircuitOpen`), after its backoff (counted as sent, or as refused by
+        the budget). When it goes out it holds a place of the backend's circuit until its try ends."""
         loop = asyncio.get_running_loop()
         now = loop.time()
         if policy.budget_percent is not None:
@@ -238,11 +275,19 @@ class Sender:
         wait = policy.backoff(attempt, self._rng)
         if now + wait >= deadline_at - DEADLINE_SLACK_S:
             return False
+        if not pool.circuit.may_retry(circuit):
+            self._circuit_open(pool.backend, Limit.RETRIES.value)
+            raise CircuitOpen(Limit.RETRIES)
         if policy.budget_percent is not None:
             pool.retry_budget.retried(now)
         self._retried(pool.backend, outcome)
+        pool.circuit.retry_started()
         if wait > 0:
-            await asyncio.sleep(wait)
+            try:
+                await asyncio.sleep(wait)
+            except BaseException:
+                pool.circuit.retry_ended()
+                raise
         return True
 
     def _judge(self, pool: ReplicaPool, slot: ReplicaSlot, failed: bool, outliers: OutliersConfig) -> None:

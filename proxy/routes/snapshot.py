@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from vocabulary.control.longpoll import RouteTable
 from vocabulary.spec.endpoints import CaptureConfig, DEFAULT_MAX_BODY_BYTES, EndpointConfig, ShadowCompare
-from vocabulary.spec.traffic_policy import OutliersConfig
+from vocabulary.spec.traffic_policy import CircuitConfig, OutliersConfig
 from vocabulary.request_path.choosing import Random, ShadowSampler, WeightedChoice
 from proxy.routes.rate_limits import TenantLimit
 from proxy.pool.replicas import ReplicaPool
@@ -47,6 +47,7 @@ class ServedEndpoint:
     retries: RetryPolicy = DEFAULT_POLICY  # which failed tries are sent again (proxy.pool.retrying)
     token_budget: TokenBudget | None = None  # LLM tokens per tenant (else not counted)
     outliers: OutliersConfig | None = None  # when a replica is ejected (proxy.pool.outliers); None: never
+    circuit: CircuitConfig | None = None  # requests waiting and retries in flight (proxy.pool.circuit); None: unbounded
 
     @classmethod
     def from_config(cls, config: EndpointConfig, nodes: int = 1) -> ServedEndpoint:
@@ -70,6 +71,7 @@ class ServedEndpoint:
             RetryPolicy.from_config(config.retries),
             TokenBudget.from_config(config.name, config.limits, nodes),
             config.outliers,
+            config.circuit,
         )
 
     def pick(self, headers: Headers, rng: Random, body: bytes | None = None) -> str:

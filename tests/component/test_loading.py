@@ -13,7 +13,7 @@ from vocabulary.spec.backends import AutoscalingConfig, BackendConfig, BatchingC
 from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig, LimitsConfig, MatchRule, TracingConfig
 from vocabulary.spec.rollout_config import MetricCheck, RolloutConfig
 from vocabulary.spec.routing import MultiplexConfig, RoutingConfig
-from vocabulary.spec.traffic_policy import OutliersConfig, RetriesConfig
+from vocabulary.spec.traffic_policy import CircuitConfig, OutliersConfig, RetriesConfig
 from vocabulary.spec.v2 import TensorConfig, V2Config
 
 
@@ -334,6 +334,7 @@ tracing = { sample = 0.25 }
 capture = { sample = 0.5, sink = "file:///tmp/capture", max_body_bytes = 10, redact = ["json:$.password"] }
 retries = { attempts = 3, retry_on = ["503"], methods = ["PUT", "POST"], non_idempotent = true, budget_percent = 10, min_retries = 1, backoff_s = 0.05, max_backoff_s = 0.5 }
 outliers = { consecutive_errors = 4, success_rate_stdev = 1.5, success_rate_min_requests = 20, success_rate_min_replicas = 4, interval_s = 5, base_ejection_s = 10, max_ejection_percent = 34, replace_after = 2 }
+circuit = { max_pending_requests = 7, max_retries = 2 }
 """  # noqa: E501 — a TOML line as a user writes it
 
 
@@ -368,6 +369,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
     tensors = [tensor for table in v2 for tensor in (*table.inputs, *table.outputs)]
     outliers = [e.outliers for e in endpoints if e.outliers is not None]
     llms = [b.llm for b in backends if b.llm is not None]
+    circuits = [e.circuit for e in endpoints if e.circuit is not None]
     expected = [
         (BackendConfig, backends, DERIVED_BACKEND_FIELDS),
         (EndpointConfig, endpoints, DERIVED_ENDPOINT_FIELDS),
@@ -388,6 +390,7 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
         (TensorConfig, tensors, frozenset()),
         (OutliersConfig, outliers, frozenset()),
         (LLMConfig, llms, frozenset()),
+        (CircuitConfig, circuits, frozenset()),
     ]
     for model, values, derived in expected:
         assert _set_by_the_file(model, values, derived) == set(model.model_fields) - derived, model.__name__

@@ -43,6 +43,8 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     # Added with issue 46's outlier ejection: ejections made, and replicas ejected now.
     "gitops_proxy_outlier_ejections_total": ("counter", frozenset({"backend"})),
     "gitops_proxy_ejected_replicas": ("gauge", frozenset({"backend"})),
+    # And its circuit limits: requests turned away, by the limit reached.
+    "gitops_proxy_circuit_open_total": ("counter", frozenset({"backend", "limit"})),
     "gitops_replica_restarts_total": ("counter", frozenset({"backend", "reason"})),
     # Added with issue 16 (reliability), which asks for the replica restarts' analogue
     # for the controller and the proxies.

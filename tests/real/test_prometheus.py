@@ -336,6 +336,8 @@ NOT_DRIVEN = {
        "a retried request (tests/real/test_traffic_policy.py)" for ref in "AB"},
     **{f"panel:Outlier ejections:{ref}": "a replica failing as an outlier (tests/real/test_traffic_policy.py)"
        for ref in "AB"},
+    "panel:Circuit limits: requests turned away (per second):A":
+        "a circuit limit reached: only tests/component/test_proxy_circuit.py reaches one, no real test yet",
 }
 
 

@@ -13,8 +13,8 @@ its tables from them and adds only file concerns.
 - `endpoints`: `EndpointConfig` and its tables (match rules, sticky,
   shadows, limits, tracing, capture).
 - `rollout_config`: an endpoint's `[rollout]` table and its metric checks.
-- `traffic_policy`: an endpoint's `[retries]` (outcomes, attempts, budget, backoff) and `[outliers]`
-  (ejection rules, their times and bounds).
+- `traffic_policy`: an endpoint's `[retries]` (outcomes, attempts, budget, backoff), `[outliers]`
+  (ejection rules, their times and bounds) and `[circuit]` (pending requests, retries in flight).
 - `state`: `ServingState`, a whole configuration.
 - `placement`: a backend's `[placement]` (bundles, strategy) and whether
   nodes can offer a replica's bundles.

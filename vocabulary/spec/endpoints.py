@@ -2,7 +2,7 @@
 
 Match rules, the sticky key, shadows and their comparison, the per-tenant
 `[limits]` (a request rate, a token budget or both), `[tracing]`, `[capture]` and the body limit; its
-`[rollout]` table is `spec.rollout_config`'s, its `[retries]` and `[outliers]` `spec.traffic_policy`'s.
+`[rollout]` table is `spec.rollout_config`'s, its `[retries]`, `[outliers]` and `[circuit]` `spec.traffic_policy`'s.
 Request keys (`sticky`, `[limits] key`) use the one grammar of `spec.keys`. Values only.
 """
 
@@ -17,7 +17,7 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from vocabulary.spec.base import ENVIRONMENT_OVERRIDABLE, Value
 from vocabulary.spec.keys import KeyKind, LIMIT_KINDS, STICKY_KINDS, header_name, request_key, split_key
 from vocabulary.spec.rollout_config import RolloutConfig
-from vocabulary.spec.traffic_policy import OutliersConfig, RetriesConfig
+from vocabulary.spec.traffic_policy import CircuitConfig, OutliersConfig, RetriesConfig
 
 __all__ = [
     "TracingConfig",
@@ -278,6 +278,11 @@ class EndpointConfig(Value):
         default=None,
         description="Take replicas that fail far more than their backend's others out of routing for a while "
         "(`spec.traffic_policy`); none: only dead and stalled replicas leave routing.",
+    )
+    circuit: CircuitConfig | None = Field(
+        default=None,
+        description="Answer 503 with `Retry-After` before a backend holds too many waiting requests or retries "
+        "(`spec.traffic_policy`); none: only the proxy's own bound on a backend's queue.",
     )
     rollout_step: int = Field(
         default=0, ge=0,

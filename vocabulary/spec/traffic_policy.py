@@ -1,13 +1,16 @@
-"""An endpoint's policy for failing replicas: `[retries]` (`RetriesConfig`) and `[outliers]` (`OutliersConfig`).
+"""An endpoint's policy for failing replicas: `[retries]`, `[outliers]` and `[circuit]`.
 
 Which outcomes are tried again on another replica, how often, for which
 methods, and the budget that keeps retries from multiplying the load on a
 backend that is failing as a whole (Envoy's retry budget). Which replicas
 answer so much worse than their backend's others that they leave routing for
 a while (Envoy's outlier detection: consecutive errors, a success rate below
-the others'), and how many ejections make the controller replace one. Values
-only; the proxy applies them in `proxy.pool.sending` (its rules in
-`proxy.pool.retrying` and `proxy.pool.outliers`).
+the others'), and how many ejections make the controller replace one
+(`OutliersConfig`). How many requests may wait for a backend's replicas, and
+how many retries be in flight to it, before requests are turned away with
+503 (`CircuitConfig`, Envoy's circuit breakers). Values only; the proxy
+applies them in `proxy.pool.sending` (its rules in `proxy.pool.retrying`,
+`proxy.pool.outliers` and `proxy.pool.circuit`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from vocabulary.spec.base import Value
 
 __all__ = [
     "RetriesConfig", "OutliersConfig", "RETRY_OUTCOMES", "IDEMPOTENT_METHODS", "DEFAULT_RETRY_ON", "retry_status",
-    "retries_consistent",
+    "retries_consistent", "CircuitConfig",
 ]
 
 
@@ -169,4 +172,20 @@ class OutliersConfig(Value):
         default=3, ge=0, le=100,
         description="Ejections after which the controller replaces the replica, as it does a stalled one; "
         "0: never.",
+    )
+
+
+class CircuitConfig(Value):
+    """Turn requests away with 503 and `Retry-After` before a backend is asked to hold too much (circuit limits,
+    per proxy worker and backend): requests waiting for a replica slot, and retries in flight to it."""
+
+    max_pending_requests: int = Field(
+        default=100, ge=0, le=100_000,
+        description="Requests that may wait for a replica slot of the backend (every replica full); one more "
+        "is answered 503 with `Retry-After` at once (0: none waits).",
+    )
+    max_retries: int = Field(
+        default=3, ge=0, le=100_000,
+        description="Retries in flight to the backend at once; a request whose retry would be one more is "
+        "answered 503 with `Retry-After` instead (0: no retry is sent).",
     )
