@@ -187,6 +187,9 @@ redact = ["header:x-api-key", "json:$.password", "json:$.card.number"]
 [secrets.db]
 file = "secrets/db.age"
 
+[secrets.hub-token]
+file = "secrets/hub-token.age"
+
 [models.sentiment]
 source = "s3://models/sentiment/2026-11-20/"
 sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
@@ -199,6 +202,13 @@ sha256 = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"
 source = "s3://models/llama-3.1-8b-instruct/"
 sha256 = "60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752"
 load_timeout_s = 1800
+
+[models.summarizer]
+source = "hf://acme/summarizer-small@5d3c0a4f8e1b2c9d7a6f5e4d3c2b1a0f9e8d7c6b"
+sha256 = "1b4e28ba2fa1d5a0c7a1b1e1e9a4f8e3c2d1b0a9f8e7d6c5b4a3f2e1d0c9b8a7"
+include = ["*.json", "*.safetensors"]
+exclude = ["onnx/"]
+token_secret = "hub-token"
 """  # noqa: E501 — a PromQL query, one line as a user writes it
 
 

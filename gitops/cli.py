@@ -290,7 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     models = verb("models", "help with [models.NAME] tables (docs/guides/models.md)")
     model_verbs = models.add_subparsers(
-        dest="models_verb", metavar="{digest}", required=True, help="digest: the sha256 to commit"
+        dest="models_verb", metavar="{digest,resolve}", required=True,
+        help="digest: the sha256 to commit; resolve: the pin of a moving reference"
     )
     digest = model_verbs.add_parser(
         "digest", help="print the sha256 of a model file, or of a directory's manifest",
@@ -301,6 +302,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="a local file or directory, file:///…, s3://bucket/key, s3://bucket/prefix/ or https://host/file "
         "(S3 with the AWS_* variables)",
     )
+    resolve = model_verbs.add_parser(
+        "resolve", help="print the pinned source and sha256 of a moving reference (an hf:// branch or tag)",
+        description="print the [models.NAME] source and sha256 that pin REF as it is today: for "
+        "hf://ORG/NAME@BRANCH_OR_TAG, the commit the Hub names for it and the digest of the selected files "
+        "(HF_ENDPOINT, or huggingface.co)",
+    )
+    resolve.add_argument("reference", metavar="REF", help="hf://ORG/NAME@REVISION (a branch, a tag or a commit)")
+    resolve.add_argument("--include", action="append", default=[], metavar="GLOB",
+                         help="a glob of the files the model holds (repeatable; none: every file)")
+    resolve.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                         help="a glob of files left out (repeatable)")
+    resolve.add_argument("--token-file", default=None, metavar="FILE",
+                         help="a file holding the Hub token (default: HF_TOKEN, else the Hub's token file)")
     models.set_defaults(func=_command("models", "models_command"))
 
     plan = verb("plan", "the changes between two commits' desired states")

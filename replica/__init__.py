@@ -26,5 +26,6 @@ talks to the proxy only through `vocabulary.request_path.wire` (as Ray calls, or
 - `models`: the node's model cache (content-addressed by digest, one
   download per node, verified, LRU-evicted), which stages a backend's
   models before its user code runs; `model_fetching`: the bytes from
-  S3, HTTP(S) or file sources (obstore).
+  S3, HTTP(S) or file sources (obstore); `hub_fetching`: an hf:// model's
+  selected files from a Hugging Face Hub (its HTTP API, httpx, resumable).
 """

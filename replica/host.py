@@ -363,7 +363,7 @@ class Replica:
                 # Before any user code, bounded by each model's load_timeout_s: a model that
                 # cannot be fetched or verified fails the start with one line (replica.models).
                 self._model_cache, staged = await stage_models(
-                    models, *self._model_cache_settings, fetching=self._fetching
+                    models, *self._model_cache_settings, fetching=self._fetching, secret=self._secrets.value
                 )
                 install_models({done.name: str(done.path) for done in staged})
             elif not models:

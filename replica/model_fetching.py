@@ -14,7 +14,8 @@ timed out). A `FetchProgress` passed as `progress` is also told how many
 bytes to expect, once known (a directory's: all its files', listed first),
 so a starting replica can say how far its fetch is; one given a limit (the
 cache's cap) stops the fetch once past it, so a download never holds more
-than the cache may. An I/O shell.
+than the cache may. hf:// sources are `replica.hub_fetching`'s (the Hub's
+HTTP API with httpx), called from here. An I/O shell.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import unquote, urlsplit
 
 import obstore
@@ -33,6 +34,9 @@ from obstore.exceptions import NotSupportedError
 from obstore.store import HTTPStore, S3Store
 
 from vocabulary.replicas.model_digests import is_directory
+
+if TYPE_CHECKING:
+    from replica.hub_fetching import HubOptions
 
 __all__ = ["FetchError", "FetchProgress", "TooLarge", "fetch"]
 
@@ -81,9 +85,17 @@ class TooLarge(FetchError):
     """A source larger than the cache may hold (`FetchProgress.limit`)."""
 
 
-def fetch(source: str, dest: Path, deadline: float, progress: Progress = lambda _n: None) -> None:
-    """The source's bytes at `dest` (a file, or a directory for a source ending in `/`)."""
+def fetch(
+    source: str, dest: Path, deadline: float, progress: Progress = lambda _n: None, hub: HubOptions | None = None
+) -> None:
+    """The source's bytes at `dest` (a file, or a directory for a source ending in `/`
+    or an hf:// one, whose selection and token `hub` gives: `replica.hub_fetching`)."""
     parts = urlsplit(source)
+    if parts.scheme == "hf":
+        from replica.hub_fetching import HubOptions, fetch_hub  # it builds on this module's errors
+
+        fetch_hub(source, dest, deadline, progress, hub or HubOptions())
+        return
     try:
         if parts.scheme == "file":
             _copy(Path(unquote(parts.path)), dest, deadline, progress)

@@ -9,7 +9,11 @@ cache does not hold them. Layout under the cache directory:
   the directory's files; read-only. It appears by a rename only once fully
   fetched and verified, so a partial download is never visible.
 - `tmp/` — downloads in progress (removed when they fail, and swept when
-  the process that started one is gone).
+  the process that started one is gone). An hf:// download is
+  `tmp/DIGEST.partial/` instead, kept when it breaks off (a network error,
+  a timeout, its replica killed) so the next fetch of that digest continues
+  it (`replica.hub_fetching`); removed when its bytes do not verify, and
+  swept a day after it was last written.
 - `locks/DIGEST` — held exclusively while one process checks or fetches
   that digest: however many replicas (of however many backends) start at
   once on a node, one downloads and the others wait and reuse it.
@@ -54,13 +58,15 @@ from typing import IO
 from urllib.parse import unquote, urlsplit
 
 from datalink.private_dirs import own_dir, process_alive
+from replica.hub_fetching import HubOptions, node_token
 from replica.model_fetching import FetchError, FetchProgress, TooLarge, fetch
 from vocabulary.spec.backends import ModelConfig
 from vocabulary.replicas.model_digests import ManifestEntry, is_directory, manifest_digest
 from vocabulary.replicas.model_stats import CACHE_DIR_NAME, STATS_FILE, ModelCacheStats
 
 __all__ = [
-    "DEFAULT_CACHE_DIR", "ModelCache", "ModelError", "Staged", "backoff_s", "digest_of", "eviction_order", "stage_models",
+    "DEFAULT_CACHE_DIR", "ModelCache", "ModelError", "Staged", "backoff_s", "digest_of", "eviction_order", "hub_options",
+    "stage_models",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -74,7 +80,9 @@ BACKOFF_S = 30.0
 BACKOFF_MAX_S = 3600.0
 _FOLDERS = ("entries", "tmp", "locks", "use", "failed")
 
-Fetcher = Callable[[str, Path, float, Callable[[int], None]], None]
+Fetcher = Callable[..., None]  # (source, dest, deadline, progress[, hub=HubOptions]): `model_fetching.fetch`
+PARTIAL_SUFFIX = ".partial"
+PARTIAL_KEPT_S = 24 * 3600.0  # an hf:// download left this long unwritten is swept
 
 
 class ModelError(Exception):
@@ -156,11 +164,17 @@ class ModelCache:
             if len(parts) == 3 and parts[1].isdigit() and not process_alive(int(parts[1])):
                 _LOG.info("model cache: removing %s, a download its process left behind", temp.name)
                 _remove(temp)
+            elif temp.name.endswith(PARTIAL_SUFFIX) and time.time() - _last_written(temp) > PARTIAL_KEPT_S:
+                with _try_exclusive(self.root / "locks" / temp.name.removesuffix(PARTIAL_SUFFIX)) as free:
+                    if free:
+                        _LOG.info("model cache: removing %s, a download not continued for a day", temp.name)
+                        _remove(temp)
 
-    def stage(self, name: str, source: str, digest: str, deadline: float) -> Staged:
+    def stage(self, name: str, source: str, digest: str, deadline: float, hub: HubOptions | None = None) -> Staged:
         """The model's verified local path, fetched if need be, by `deadline` (monotonic);
-        counted in the node's stats (`vocabulary.replicas.model_stats`)."""
-        staged = self._stage(name, source, digest, deadline)
+        counted in the node's stats (`vocabulary.replicas.model_stats`). `hub`: an hf://
+        source's selection and token."""
+        staged = self._stage(name, source, digest, deadline, hub)
         self._count(staged)
         return staged
 
@@ -173,7 +187,7 @@ class ModelCache:
             temp.write_text(stats.to_json())
             os.replace(temp, path)
 
-    def _stage(self, name: str, source: str, digest: str, deadline: float) -> Staged:
+    def _stage(self, name: str, source: str, digest: str, deadline: float, hub: HubOptions | None) -> Staged:
         started = time.monotonic()
         directory = is_directory(source)
         self._hold(digest, deadline, name, source)
@@ -190,7 +204,7 @@ class ModelCache:
                 _remove(entry)
                 path = entry if directory else entry / _source_name(source)
             self._check_backoff(name, source, digest)
-            fetched = self._fetch_verified(name, source, digest, directory, deadline)
+            fetched = self._fetch_verified(name, source, digest, directory, deadline, hub)
             return Staged(name, digest, path, fetched, time.monotonic() - started)
 
     def release(self) -> None:
@@ -204,18 +218,25 @@ class ModelCache:
 
     # --- inside the digest's lock -------------------------------------------------
 
-    def _fetch_verified(self, name: str, source: str, digest: str, directory: bool, deadline: float) -> int:
-        temp = self.root / "tmp" / f"{digest}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    def _fetch_verified(
+        self, name: str, source: str, digest: str, directory: bool, deadline: float, hub: HubOptions | None
+    ) -> int:
+        resumable = source.startswith("hf://")
+        temp = self.root / "tmp" / (
+            f"{digest}{PARTIAL_SUFFIX}" if resumable else f"{digest}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        )
         target = temp if directory else temp / _source_name(source)
         progress = FetchProgress(limit=self.max_bytes)
         self.fetching[name] = progress
+        keep = False  # an hf:// download that broke off: the next fetch continues it
         try:
             try:
-                self._fetch(source, target, deadline, progress)
+                self._fetch(source, target, deadline, progress, *(() if hub is None else (hub,)))
             except TooLarge as error:
                 self._failed(digest, str(error))
                 raise ModelError(f"model {name} ({source}): {error}") from None
             except FetchError as error:
+                keep = resumable
                 raise ModelError(f"model {name} ({source}): {error}") from None
             if time.monotonic() > deadline:
                 raise ModelError(f"model {name} ({source}): timed out (load_timeout_s)")
@@ -230,7 +251,7 @@ class ModelCache:
             os.rename(temp, self.root / "entries" / digest)
         finally:
             self.fetching.pop(name, None)
-            if temp.exists():
+            if temp.exists() and not keep:
                 _remove(temp)
         return progress.done
 
@@ -388,6 +409,13 @@ def _read_only(path: Path) -> None:
         os.chmod(folder, 0o555)
 
 
+def _last_written(path: Path) -> float:
+    try:
+        return max([path.stat().st_mtime, *(p.stat().st_mtime for p in path.rglob("*"))])
+    except OSError:
+        return time.time()
+
+
 def _remove(path: Path) -> None:
     """Remove an entry or a partial download, read-only or not."""
     if not path.exists():
@@ -397,20 +425,40 @@ def _remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def hub_options(model: ModelConfig, secret: Callable[[str], bytes] | None) -> HubOptions | None:
+    """An hf:// model's selection and token: its `token_secret`'s value (delivered
+    with the backend's secrets), else the node's (`replica.hub_fetching.node_token`)."""
+    if not model.source.startswith("hf://"):
+        return None
+    if model.token_secret is not None and secret is not None:
+        try:
+            token: str | None = secret(model.token_secret).decode().strip()
+        except (LookupError, UnicodeDecodeError):
+            raise ModelError(
+                f"model {model.name} ({model.source}): its token_secret '{model.token_secret}' was not "
+                "delivered to this replica, or is not text"
+            ) from None
+    else:
+        token = node_token()
+    return HubOptions(model.include, model.exclude, token)
+
+
 async def stage_models(
     models: Mapping[str, ModelConfig], cache_dir: str | None, max_bytes: int | None,
-    fetching: dict[str, FetchProgress] | None = None,
+    fetching: dict[str, FetchProgress] | None = None, secret: Callable[[str], bytes] | None = None,
 ) -> tuple[ModelCache, list[Staged]]:
     """Every model of a backend (its `model_sources`, by name) staged in the
     node's cache, each within its own `load_timeout_s`; the cache keeps them
     held (not evictable) until `ModelCache.release`. `fetching` is filled with
-    the models being fetched meanwhile, and how far each is."""
+    the models being fetched meanwhile, and how far each is; `secret` reads
+    the backend's delivered secrets (an hf:// model's `token_secret`)."""
     cache = ModelCache(Path(cache_dir or DEFAULT_CACHE_DIR), max_bytes, fetching=fetching)
     staged: list[Staged] = []
     try:
         for name, model in sorted(models.items()):
             deadline = time.monotonic() + model.load_timeout_s
-            done = await asyncio.to_thread(cache.stage, name, model.source, model.sha256, deadline)
+            hub = hub_options(model, secret)
+            done = await asyncio.to_thread(cache.stage, name, model.source, model.sha256, deadline, hub)
             _LOG.info(
                 "model %s: %s (%d bytes fetched in %.1fs)",
                 name, "fetched" if done.fetched_bytes else "cached", done.fetched_bytes, done.seconds,

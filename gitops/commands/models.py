@@ -1,4 +1,4 @@
-"""`gitops models digest PATH|URL`: the sha256 to commit in a `[models.NAME]` table.
+"""`gitops models digest PATH|URL` and `gitops models resolve REF`: what to commit in a `[models.NAME]` table.
 
 A file's digest is its sha256; a directory's is the sha256 of its manifest
 (`vocabulary.replicas.model_digests`), the rule every node's cache checks, so a user
@@ -6,6 +6,17 @@ never computes a manifest by hand. PATH is a local file or directory;
 file:///… is the same; s3://bucket/key, s3://bucket/prefix/ and https://
 (http:// on loopback) are read as a stream with obstore, as a node fetches
 them, with the same AWS_* variables. Nothing is written.
+
+`resolve` pins a moving reference: `hf://ORG/NAME@BRANCH_OR_TAG` (or a
+commit) becomes the `source` at the commit the Hub names for it today and
+the `sha256` of the selection `--include`/`--exclude` make
+(`vocabulary.replicas.hub_sources`), printed as the TOML lines to commit.
+The Hub's metadata gives each large (LFS) file's sha256 and size; the small
+files are read to hash them (every node checks the whole selection on
+fetch). The Hub is `HF_ENDPOINT` or huggingface.co; the token comes from
+`--token-file`, else `HF_TOKEN`, else the Hub's token file, and is never
+printed. `hub_commit` is what `gitops validate` uses to say which commit a
+refused branch names today.
 """
 
 from __future__ import annotations
@@ -13,11 +24,27 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import json
+from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Any, TypeVar
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from gitops.errors import UserError
 from gitops.printable import printable
+from vocabulary.replicas.hub_sources import (
+    DEFAULT_ENDPOINT,
+    HubRevision,
+    HubSource,
+    endpoint_problem,
+    file_url,
+    parse_hub_source,
+    parse_revision,
+    revision_url,
+    selected,
+    token_path,
+)
 from vocabulary.replicas.model_digests import (
     ManifestEntry,
     is_directory,
@@ -25,13 +52,17 @@ from vocabulary.replicas.model_digests import (
     source_problem,
 )
 
-__all__ = ["file_sha256", "local_digest", "models_command", "remote_digest"]
+__all__ = ["HubPin", "file_sha256", "hub_commit", "hub_pin", "hub_token", "local_digest", "models_command", "remote_digest"]
 
 _CHUNK = 1024 * 1024
 
 
 def models_command(args: argparse.Namespace) -> int:
+    if args.models_verb == "resolve":
+        return _resolve(args)
     target: str = args.target
+    if target.startswith("hf://"):
+        raise UserError(f"{printable(target)}: an hf:// model's digest is its selection's: `gitops models resolve` prints it")
     parts = urlsplit(target)
     if parts.scheme == "file":
         path = Path(unquote(parts.path))
@@ -119,3 +150,125 @@ def remote_digest(source: str) -> str:
     except Exception as error:  # noqa: BLE001 — obstore's errors, one line for the user
         text = " ".join(str(error).split("Debug source:")[0].split())[:300]
         raise UserError(f"{printable(source)}: cannot read it ({text})") from None
+
+
+@dataclass(frozen=True)
+class HubPin:
+    source: HubSource  # at the commit
+    sha256: str  # the selection's manifest digest
+    files: int
+
+
+def _resolve(args: argparse.Namespace) -> int:
+    reference: str = args.reference
+    if not reference.startswith("hf://"):
+        raise UserError(
+            f"{printable(reference)}: resolve takes hf://ORG/NAME@REVISION (S3 prefixes and OCI tags are not supported yet)"
+        )
+    try:
+        source = parse_hub_source(reference)
+    except ValueError as error:
+        raise UserError(f"{printable(reference)}: {error}") from None
+    token = hub_token(args.token_file)
+    pin = hub_pin(source, tuple(args.include), tuple(args.exclude), token)
+    print(f'source = "{pin.source.url()}"')
+    print(f'sha256 = "{pin.sha256}"')
+    for key in ("include", "exclude"):
+        if getattr(args, key):
+            print(f"{key} = {json.dumps(getattr(args, key))}")
+    return 0
+
+
+def hub_token(token_file: str | None) -> str | None:
+    """The Hub token: `token_file`'s, else `HF_TOKEN`, else the Hub's token file, else none."""
+    if token_file is not None:
+        try:
+            return Path(token_file).read_text().strip() or None
+        except (OSError, UnicodeDecodeError) as error:
+            raise UserError(f"--token-file {printable(token_file)}: cannot read it ({error.__class__.__name__})") from None
+    token = os.environ.get("HF_TOKEN", "").strip()
+    if token:
+        return token
+    try:
+        return Path(token_path(os.environ, os.path.expanduser("~"))).read_text().strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def hub_pin(
+    source: HubSource, include: tuple[str, ...], exclude: tuple[str, ...], token: str | None, timeout_s: float = 60.0
+) -> HubPin:
+    """The commit `source`'s revision names on the Hub today, and the digest of the selection there."""
+    return _with_hub(source, token, timeout_s, lambda client, endpoint, revision: _pin(
+        client, endpoint, source, revision, include, exclude
+    ))
+
+
+def hub_commit(source: HubSource, token: str | None, timeout_s: float) -> str:
+    """The commit `source`'s revision names on the Hub today (its metadata only)."""
+    return _with_hub(source, token, timeout_s, lambda _client, _endpoint, revision: revision.commit)
+
+
+_T = TypeVar("_T")
+
+
+def _with_hub(
+    source: HubSource, token: str | None, timeout_s: float, then: Callable[[Any, str, HubRevision], _T]
+) -> _T:
+    """`then(client, endpoint, revision)` with `source`'s revision read from the Hub; UserError when it cannot be."""
+    import httpx
+
+    endpoint = os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
+    problem = endpoint_problem(endpoint)
+    if problem is not None:
+        raise UserError(problem)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    where = printable(source.url())
+    try:
+        with httpx.Client(headers=headers, timeout=timeout_s, follow_redirects=True, trust_env=False) as client:
+            answer = client.get(revision_url(endpoint, source))
+            if answer.status_code in (401, 403):
+                raise UserError(f"{where}: access denied ({answer.status_code}) by the Hub: pass --token-file or set HF_TOKEN")
+            if answer.status_code == 404:
+                raise UserError(f"{where}: not found (404): no such repository or revision on {endpoint}")
+            if answer.status_code != 200:
+                raise UserError(f"{where}: the Hub answered {answer.status_code}")
+            try:
+                revision = parse_revision(answer.json())
+            except ValueError as error:
+                raise UserError(f"{where}: {error}") from None
+            return then(client, endpoint, revision)
+    except httpx.HTTPError as error:
+        raise UserError(f"{where}: cannot reach the Hub at {endpoint} ({type(error).__name__})") from None
+
+
+def _pin(
+    client: Any, endpoint: str, source: HubSource, revision: HubRevision,
+    include: tuple[str, ...], exclude: tuple[str, ...],
+) -> HubPin:
+    where = printable(source.url())
+    files = selected(revision.files, include, exclude)
+    if not files:
+        raise UserError(f"{where}: include/exclude select none of the revision's {len(revision.files)} files")
+    entries: list[ManifestEntry] = []
+    for file in files:
+        if file.sha256 is None:  # a small file: read it
+            entries.append((file.path, *_read_file(client, file_url(endpoint, source.repo, revision.commit, file.path))))
+        else:
+            entries.append((file.path, file.size, file.sha256))
+    try:
+        digest = manifest_digest(entries)
+    except ValueError as error:
+        raise UserError(f"{where}: {error}") from None
+    return HubPin(HubSource(source.repo, revision.commit), digest, len(entries))
+
+
+def _read_file(client: Any, url: str) -> tuple[int, str]:
+    digest, size = hashlib.sha256(), 0
+    with client.stream("GET", url) as body:
+        if body.status_code != 200:
+            raise UserError(f"{printable(url)}: the Hub answered {body.status_code}")
+        for chunk in body.iter_bytes(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()

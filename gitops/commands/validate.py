@@ -14,6 +14,9 @@ Exit 0 when valid, 1 when invalid, 2 for a usage error, in every format:
   `::error file=F,line=L,col=C::message`, so errors show on the pull
   request's diff (FILE is relative to the repository root, as Actions wants).
 Only reads: the working tree, or with `--rev` a commit of the repository holding PATH.
+Offline but for one case: an hf:// model source naming a branch or tag is
+refused, and validate asks the Hub (HF_ENDPOINT, at most 10 s) which commit
+it names today, so the error says it (`gitops models resolve` prints the pin).
 `--max-replicas` is the agent's cap on replica counts (default 1,000): pass
 the value the agent runs with.
 
@@ -30,7 +33,7 @@ import os
 import sys
 from pathlib import Path
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gitops.errors import UserError
 from gitops.specs.documents import SpecError
@@ -38,12 +41,14 @@ from gitops.printable import printable
 from gitops.specs.limits import SpecLimits
 from gitops.specs.loading import LoadResult, Loader, environment_names
 from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel
+from vocabulary.replicas.hub_sources import HubSource
 
 __all__ = [
     "validate_command", "default_spec_dir", "Checked", "render_json", "render_github", "escape_data", "escape_property",
 ]
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+_PIN_TIMEOUT_S = 10.0  # asking the Hub which commit a refused hf:// branch names
 
 
 def validate_command(args: argparse.Namespace) -> int:
@@ -56,7 +61,7 @@ def validate_command(args: argparse.Namespace) -> int:
         names = [environment] if environment is not None else [None, *environment_names(tree)]
         loaders = [_loader(limits, args.age_identity, name) for name in names]
         results = [loader.load_tree(tree, spec_path) for loader in loaders]
-        result = _merged(results)
+        result = _with_pins(_merged(results))
     except _UsageError as error:
         print(printable(f"gitops validate: {error}"), file=sys.stderr)
         return EXIT_USAGE
@@ -195,6 +200,28 @@ def _merged(results: list[LoadResult]) -> LoadResult:
     """The tree's result (the first), with every environment's errors too, each once."""
     errors = sorted({error for result in results for error in result.errors}, key=SpecError.sort_key)
     return LoadResult(results[0].state if not errors else None, tuple(errors))
+
+
+def _with_pins(result: LoadResult) -> LoadResult:
+    """Each error refusing an hf:// branch or tag says the commit it names today,
+    when the Hub answers (`gitops models resolve`); otherwise it stays as it is."""
+    from gitops.commands.models import hub_commit, hub_token
+    from vocabulary.replicas.hub_sources import moving_revision
+
+    pins: dict[HubSource, str | None] = {}
+    errors = []
+    for error in result.errors:
+        moving = moving_revision(error.message)
+        if moving is not None and moving not in pins:
+            try:
+                pins[moving] = hub_commit(moving, hub_token(None), _PIN_TIMEOUT_S)
+            except UserError:
+                pins[moving] = None
+        commit = pins.get(moving) if moving is not None else None
+        if commit is not None:
+            error = replace(error, message=f"{error.message}; today '{moving.revision}' is commit {commit}")  # type: ignore[union-attr]  # moving is set with commit
+        errors.append(error)
+    return replace(result, errors=tuple(errors))
 
 
 def _tree(path: Path, rev: str | None, root: str | None) -> tuple[Tree, str]:

@@ -142,6 +142,7 @@ def combine(
     found.extend(_cross_file_errors(backends, endpoints))
     found.extend(_undeclared(backends, secrets, "secrets"))
     found.extend(_undeclared(backends, tables["models"], "models"))
+    found.extend(_undeclared_tokens(tables["models"], secrets))
     return Documents(backends, endpoints, tuple(found), secrets, tables["models"])
 
 
@@ -368,6 +369,21 @@ def _undeclared(backends: dict[str, Declared], tables: dict[str, Declared], sect
                         f"backends.{name}.{section}[{index}]: no [{section}.{item}] is declared (declared: {known})",
                     )
                 )
+    return errors
+
+
+def _undeclared_tokens(models: dict[str, Declared], secrets: dict[str, Declared]) -> list[SpecError]:
+    """A model's `token_secret` names a declared [secrets.NAME]."""
+    errors: list[SpecError] = []
+    for name, declared in models.items():
+        item = declared.raw.get("token_secret") if isinstance(declared.raw, dict) else None
+        if isinstance(item, str) and item not in secrets:
+            known = ", ".join(sorted(secrets)) or "none is declared"
+            errors.append(declared.error(
+                ("models", name, "token_secret"),
+                f"models.{name}.token_secret: no [secrets.{item}] is declared (declared: {known})",
+                True,
+            ))
     return errors
 
 

@@ -661,7 +661,7 @@ ModelSpec = create_model(
     "ModelSpec",
     __base__=_Spec,
     __doc__=ModelConfig.__doc__,
-    **_file_keys(ModelConfig, DERIVED_MODEL_FIELDS, {}),
+    **_file_keys(ModelConfig, DERIVED_MODEL_FIELDS, {"include": list[str], "exclude": list[str]}),
 )
 
 
@@ -730,8 +730,12 @@ def check_secret(raw: Any, at: Loc) -> tuple[Any, tuple[Problem, ...]]:
     return spec, problems
 
 
+_HUB_ONLY = ("include", "exclude", "token_secret")
+
+
 def check_model(raw: Any, at: Loc) -> tuple[Any, tuple[Problem, ...]]:
-    """A `[models.NAME]` table: a source every node can fetch and a sha256 digest."""
+    """A `[models.NAME]` table: a source every node can fetch and a sha256 digest;
+    `include`, `exclude` and `token_secret` only for an hf:// source."""
     rules: list[Problem] = []
     if isinstance(raw, Mapping):
         for key, why in (
@@ -742,6 +746,18 @@ def check_model(raw: Any, at: Loc) -> tuple[Any, tuple[Problem, ...]]:
                 where = (*at, key)
                 got = f" (got {_short(raw[key])})" if key == "sha256" else ""
                 rules.append(Problem(where, f"{dotted(where)}: {why}{got}", at_value=True))
+        source = raw.get("source")
+        if isinstance(source, str) and not source.startswith("hf://"):
+            for key in _HUB_ONLY:
+                if key in raw:
+                    where = (*at, key)
+                    rules.append(Problem(where, f"{dotted(where)}: only an hf:// source takes {key}"))
+        for key in ("include", "exclude"):
+            globs = raw.get(key)
+            for index, glob in enumerate(globs if isinstance(globs, list) else ()):
+                if isinstance(glob, str) and (not glob or "\0" in glob):
+                    where = (*at, key, index)
+                    rules.append(Problem(where, f"{dotted(where)}: must be a non-empty glob", at_value=True))
     return _check(ModelSpec, raw, at, tuple(rules))
 
 

@@ -5,7 +5,9 @@ Owns the rule that a model's digest is part of a backend's version
 digest and load timeout in `model_sources`, and `+m` and a short hash of
 their digests appended to its version, so a new digest in git restarts
 exactly the replicas that use that model (a rolling update), and a new
-source with the same digest restarts nothing. Likewise a multiplexed
+source with the same digest restarts nothing. A model's `token_secret`
+(an hf:// source's Hub token) is added to the backend's `secrets`, so the
+agent delivers it to the replicas that fetch the model. Likewise a multiplexed
 backend's `max_models_per_replica` (`[backends.X.multiplex]`), which its
 replicas are started with: `+x` and the number are appended, so changing
 it restarts the replicas (its header is the proxy's, changed in place). Pure.
@@ -38,4 +40,8 @@ def bind_models(backend: BackendConfig, models: Mapping[str, ModelConfig]) -> Ba
     if not backend.models:
         return backend if version == backend.version else backend.model_copy(update={"version": version})
     mine = {name: models[name] for name in backend.models}
-    return backend.model_copy(update={"model_sources": mine, "version": models_version(version, mine)})
+    tokens = [model.token_secret for _, model in sorted(mine.items()) if model.token_secret is not None]
+    secrets = (*backend.secrets, *(name for name in dict.fromkeys(tokens) if name not in backend.secrets))
+    return backend.model_copy(
+        update={"model_sources": mine, "version": models_version(version, mine), "secrets": secrets}
+    )

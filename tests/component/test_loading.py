@@ -298,6 +298,13 @@ source = "s3://models/weights/"
 sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 load_timeout_s = 30
 
+[models.hub]
+source = "hf://acme/tiny@0123456789abcdef0123456789abcdef01234567"
+sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+include = ["*.json"]
+exclude = ["onnx/"]
+token_secret = "db"
+
 [backends.scaled]
 import_path = "apps.echo:hello"
 autoscaling = { min_replicas = 2, max_replicas = 5, target_ongoing_requests = 4, upscale_delay_s = 1, downscale_delay_s = 2, target_reported_load = 3 }

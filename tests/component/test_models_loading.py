@@ -44,7 +44,8 @@ def test_a_backend_carries_its_models_and_a_new_digest_is_a_new_version_of_it_on
     version_a, plain_a, sources = _load(A)
     version_b, plain_b, _ = _load(B)
     assert sources == {
-        "sentiment": {"name": "sentiment", "source": "s3://models/sentiment/", "sha256": A, "load_timeout_s": 600.0}
+        "sentiment": {"name": "sentiment", "source": "s3://models/sentiment/", "sha256": A, "load_timeout_s": 600.0,
+                      "include": [], "exclude": [], "token_secret": None}
     }
     assert "+m" in version_a and version_a != version_b
     assert plain_a == plain_b and "+m" not in plain_a

@@ -9,6 +9,8 @@
   reads them.
 - `model_digests`: a model's digest (a file's sha256, a directory's
   manifest) and the sources a `[models.NAME]` table may name;
+  `hub_sources`: an hf://ORG/NAME@COMMIT source, the files its
+  include/exclude globs select, and the Hub's HTTP API as values;
   `model_stats`: what a node's model cache did, in the file its replicas
   write and its proxies read.
 - `secret_forms`: the forms a secret value takes in text (repr, base64,

@@ -120,17 +120,33 @@ class ModelConfig(Value):
     name: str = Field(description="The model's name: the key of its [models.NAME] table.")
     source: str = Field(
         description="Where every node fetches it: s3://bucket/key, s3://bucket/prefix/ (a directory), "
-        "https://host/file or file:///path (on every node); S3 credentials and endpoint come from the "
+        "https://host/file, file:///path (on every node) or hf://ORG/NAME@COMMIT (a Hugging Face Hub "
+        "repository at a full commit hash: a directory); S3 credentials and endpoint come from the "
         "node's AWS_* variables, never from git."
     )
     sha256: str = Field(
         description="A single file: its sha256; a directory: the sha256 of its manifest (sorted "
-        "\"path\\tsize\\tsha256\\n\" lines). `gitops models digest PATH|URL` prints it."
+        "\"path\\tsize\\tsha256\\n\" lines), for hf:// of the selected files. `gitops models digest PATH|URL` "
+        "prints it (`gitops models resolve hf://…` for hf://)."
     )
     load_timeout_s: float = Field(
         default=600.0,
         gt=0,
         description="Seconds fetching and verifying may take on a node; health checks start after it.",
+    )
+    include: tuple[str, ...] = Field(
+        default=(),
+        description="hf:// only: globs of the repository's files the model holds (fnmatch, `*` crosses '/', "
+        "a pattern ending in '/' takes everything under it); none: every file.",
+    )
+    exclude: tuple[str, ...] = Field(
+        default=(), description="hf:// only: globs of files left out of what `include` selects."
+    )
+    token_secret: str | None = Field(
+        default=None,
+        description="hf:// only: the [secrets.NAME] holding the Hub token (delivered to the replicas of the "
+        "backends that list the model); none: the node's HF_TOKEN, else its token file (HF_TOKEN_PATH, "
+        "HF_HOME/token), else no token.",
     )
 
 
