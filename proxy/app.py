@@ -266,6 +266,7 @@ class ProxyApp:
         start = held.start
         for hook in stages.streaming:
             hook(transit)
+        status = StreamEnd.CLIENT_LEFT  # unless the relay says how it ended
         try:
             await send({"type": "http.response.start", "status": start.status, "headers": end_to_end(start.headers)})
             await send({"type": "http.response.body", "body": start.first_chunk, "more_body": True})
@@ -276,6 +277,11 @@ class ProxyApp:
             gaps: list[float] = []
             status = await relay(chunks, send, served.timeout_s, receive, start.status, gaps)
         finally:
+            if status is StreamEnd.CLIENT_LEFT:
+                # A client gone before the stream's rest was first read leaves it unclaimed, and the
+                # replica would keep producing it until it gives unclaimed streams up; a claimed
+                # stream was closed by the relay already, and letting it go again changes nothing.
+                self._caller.discard(held.slot.handle, start)
             held.pool.release(held.slot)
         self._recorder.stream_done(served.name, backend, gaps)
         if status == StreamEnd.REPLICA_DIED:

@@ -127,6 +127,29 @@ def test_a_client_that_leaves_mid_stream_closes_the_replicas_stream() -> None:
     assert not client.complete() and replica.closed_early == 1
 
 
+def test_a_client_gone_before_the_streams_rest_is_read_has_the_replica_let_it_go_at_once() -> None:
+    """The client left as the head went out: the relay stops before it first asks for the rest, so
+    the replica (which holds an unclaimed stream until it gives it up, 30 s) is told to let it go."""
+    replica = StreamingReplica([b"x"] * 100, gap_s=0.01)
+    client = Client()
+    client.leave.set()  # its disconnect is there as soon as the relay watches for it
+
+    async def scenario() -> None:
+        app, _ = proxy({"v1": replica})
+        await request(app, client)
+
+    asyncio.run(scenario())
+    assert not client.complete() and replica.discarded == ["s1"]
+
+
+def test_a_stream_that_completes_is_not_discarded() -> None:
+    replica = StreamingReplica([b"a;", b"b;"])
+    app, _ = proxy({"v1": replica})
+    client = Client()
+    asyncio.run(request(app, client))
+    assert client.complete() and replica.discarded == []
+
+
 def test_a_shadow_copy_that_streams_is_discarded_unread() -> None:
     shadow = StreamingReplica([b"never read"])
     app, recorded = proxy({"v1": StreamingReplica([]), "v2": shadow}, shadow={"v2": 1.0})
