@@ -337,7 +337,7 @@ NOT_DRIVEN = {
     **{f"panel:Outlier ejections:{ref}": "a replica failing as an outlier (tests/real/test_traffic_policy.py)"
        for ref in "AB"},
     "panel:Circuit limits: requests turned away (per second):A":
-        "a circuit limit reached: only tests/component/test_proxy_circuit.py reaches one, no real test yet",
+        "a circuit limit reached (tests/real/test_traffic_policy.py)",
 }
 
 

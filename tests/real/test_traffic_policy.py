@@ -1,6 +1,7 @@
-"""Traffic policy under load (issue 46, items 1, 2 and 5): one replica of three answering 500 to half its
+"""Traffic policy under load (issue 46, items 1, 2, 4 and 5): one replica of three answering 500 to half its
 requests is ejected within seconds, the client sees >= 99.5 % success with retries on, the retry budget is
-never exceeded, and the replica, ejected three times, is replaced.
+never exceeded, and the replica, ejected three times, is replaced; and requests beyond a backend's circuit
+limit of requests waiting are answered 503 with Retry-After at once.
 
 A real `gitops run` (two proxy workers) joined to the session's Ray serves the bench's fault backend
 (`bench.fault_apps.Faulty`, mode "5xx", fraction 0.5): the first of its three replicas to start claims the
@@ -216,3 +217,66 @@ def test_a_replica_failing_half_its_requests_is_ejected_retried_around_and_repla
     assert len(set(served_after) - started) == 1, ("a new replica id in place of the replaced one", started)
     agent.wait("the restart reason in the agent's metrics",
                lambda: 'gitops_replica_restarts_total{backend="faulty",reason="ejected"} 1.0' in agent.metrics())
+
+
+CIRCUIT_SPEC = '''\
+[backends.stalling]
+import_path = "deployments.faulty:Faulty"
+init_args = ["stall", 1.0]
+num_replicas = 1
+max_concurrent_queries = 1
+ray_actor_options = {{ num_cpus = 0.1 }}
+
+[endpoints.stalling]
+route = "/stalling"
+methods = ["GET"]
+timeout_s = 3
+traffic = {{ stalling = 1.0 }}
+
+[endpoints.stalling.circuit]
+max_pending_requests = {pending}
+'''
+PENDING = 2
+
+
+@pytest.fixture
+def stalling_agent(ray_session: str, repo: GitRepo, tmp_path: Path):
+    repo.write("deployments/__init__.py", "")
+    repo.write("deployments/faulty.py", APP)
+    repo.write("deployments/stalling.toml", CIRCUIT_SPEC.format(pending=PENDING))
+    repo.commit("one replica taking one request at a time, never answering; at most 2 requests wait")
+    running = AgentProcess(repo.root, tmp_path, ray.get_runtime_context().gcs_address,
+                           extra_args=["--proxy-workers", str(WORKERS)])
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_requests_beyond_the_circuits_pending_limit_are_answered_503_at_once(stalling_agent: AgentProcess) -> None:
+    agent = stalling_agent
+    agent.wait("the stalling replica ready", lambda: agent.get("/status")["backends"]["stalling"]["ready"] == 1,
+               timeout_s=120)
+
+    async def twenty() -> list[tuple[int, float, httpx.Response]]:
+        async with httpx.AsyncClient(timeout=15, limits=httpx.Limits(max_connections=20)) as client:
+            async def one() -> tuple[int, float, httpx.Response]:
+                began = time.monotonic()
+                answer = await client.get(agent.proxy + "/stalling")
+                return answer.status_code, time.monotonic() - began, answer
+            return list(await asyncio.gather(*(one() for _ in range(20))))
+
+    answers = asyncio.run(twenty())
+    refused = [(seconds, answer) for code, seconds, answer in answers if code == 503]
+    others = sorted(code for code, _, _ in answers if code != 503)
+    print(f"\n{len(refused)} of 20 answered 503 by the circuit, the others {others}")
+    # Each proxy worker holds one request on the replica and PENDING in line; the rest are turned away.
+    assert len(refused) >= 20 - WORKERS * (1 + PENDING), answers
+    assert all(answer.headers.get("retry-after") and "Backend circuit open: too many requests waiting" in answer.text
+               for _, answer in refused)
+    assert all(seconds < 2 for seconds, _ in refused), "turned away at once, not after the endpoint's timeout"
+    # The held ones end as the never-answering replica's calls do (504 at the endpoint's timeout; a call cut
+    # as the replica is found stalled may come back 500): none is a 200 or the circuit's 503.
+    assert others and set(others) <= {500, 504}, others
+    metrics = httpx.get(f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=10).text
+    assert _sum(metrics, "gitops_proxy_circuit_open_total", backend="stalling", limit="pending") == len(refused)
