@@ -338,6 +338,9 @@ NOT_DRIVEN = {
        for ref in "AB"},
     "panel:Circuit limits: requests turned away (per second):A":
         "a circuit limit reached (tests/real/test_traffic_policy.py)",
+    **{f"panel:LLM tokens per tenant (per second):{ref}":
+       "an endpoint with a token budget (tests/real/test_token_budgets.py)" for ref in "AB"},
+    "panel:Requests refused by token budgets (5m):A": "a tenant over its token budget (tests/real/test_token_budgets.py)",
 }
 
 
