@@ -285,8 +285,6 @@ class ReplicaPool:
 
     def _out(self) -> frozenset[str]:
         """The ejected replicas a pick skips now: none when that would leave no replica."""
-        if not self.outliers.any():
-            return frozenset()
         out = frozenset(self.outliers.ejected(self._clock()))
         if all(slot.replica_id in out for slot in self._slots):
             return frozenset()
@@ -387,9 +385,8 @@ class ReplicaPool:
         if self._models is not None:
             return self._take_for_model(key)
         full = self.max_concurrent
-        out = self._out()
-        if out:
-            avoid = avoid | out
+        if self.outliers.any():  # asked first: a backend with no replica ejected pays one call a pick
+            avoid = avoid | self._out()
         # A replica to avoid (or ejected) counts as full, so no policy picks it.
         in_flight = [full if s.replica_id in avoid else s.in_flight for s in slots] if avoid else [
             s.in_flight for s in slots
@@ -410,7 +407,7 @@ class ReplicaPool:
         assert self._models is not None
         slots = self._slots
         model = None if key is None else key.decode("utf-8", "replace")
-        out = self._out()
+        out = self._out() if self.outliers.any() else frozenset()
         full = self.max_concurrent
         index = self._models.choose(
             [full if s.replica_id in out else s.in_flight for s in slots], full, model, self._rng,

@@ -197,8 +197,8 @@ class Sender:
                     slot, await self._caller.call(slot.handle, request, remaining, pool.batching), served
                 )
                 progress.on_answered(task, loop.time())
-                status = reply.status if isinstance(reply, StreamStart) else reply[0]
                 if outliers is not None:
+                    status = reply.status if isinstance(reply, StreamStart) else reply[0]
                     self._judge(pool, slot, status >= 500, outliers)
                 if isinstance(reply, StreamStart):
                     held = True  # the slot stays taken until the stream ends; never tried again
