@@ -13,6 +13,8 @@
 - `llm`: the built-in OpenAI-compatible backend a backend's `[llm]` table
   runs: the engine interface, OpenAI's wire shapes, the HTTP layer, token
   metrics, and the CPU (n-gram) and vLLM engines.
+- `asgi`: what those two built-in apps share of ASGI (a request's whole body,
+  a lifespan with nothing to start).
 - `registry`: what the replica host installs in its process before user
   code runs (context, handle calls, secrets, models, multiplex settings,
   each request's model record, the reported load); `serving` reads it back.

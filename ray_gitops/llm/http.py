@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, AsyncGenerator, Awaitable, Callable, MutableMapping
+from typing import Any, AsyncGenerator, Callable
 
+from ray_gitops.asgi import Receive, Scope, Send, no_lifespan, whole_body
 from ray_gitops.llm.engine import Delta, Embedder, Engine, EngineRefused, Prompt, SamplingParams, Usage
 from ray_gitops.llm.openai_wire import (
     SSE_DONE,
@@ -47,10 +48,6 @@ from ray_gitops.llm.openai_wire import (
 from ray_gitops.llm.token_stats import Timing, TokenStats
 
 __all__ = ["OpenAIApp", "DEFAULT_MAX_TOKENS"]
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 # Output tokens when a request names no max_tokens.
 DEFAULT_MAX_TOKENS = 256
@@ -79,7 +76,7 @@ class OpenAIApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await no_lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -264,16 +261,11 @@ def _allow(method: str, allowed: str) -> None:
 
 
 async def _body(receive: Receive) -> Any:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise OpenAIError(400, "the client went away", "invalid_request_error")
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            break
+    body = await whole_body(receive)
+    if body is None:
+        raise OpenAIError(400, "the client went away", "invalid_request_error")
     try:
-        return json.loads(b"".join(chunks))
+        return json.loads(body)
     except ValueError as error:
         raise OpenAIError(400, f"We could not parse the JSON body of your request: {error}",
                           "invalid_request_error", None, "invalid_json") from None
@@ -286,13 +278,3 @@ async def _json(send: Send, status: int, body: Any) -> None:
 
 async def _chunk(send: Send, obj: Any, final: bool = False) -> None:
     await send({"type": "http.response.body", "body": sse(obj), "more_body": not final})
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

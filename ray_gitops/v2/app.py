@@ -33,11 +33,12 @@ import asyncio
 import inspect
 import logging
 from importlib import metadata as package_metadata
-from typing import Any, Awaitable, Callable, MutableMapping
+from typing import Any, Callable
 from urllib.parse import unquote
 
 import orjson
 
+from ray_gitops.asgi import Receive, Scope, Send, no_lifespan, whole_body
 from ray_gitops.v2.protocol import AnswerError, ModelMetadata, RequestError, read_request, write_answer
 from vocabulary.spec.backends import BackendConfig
 
@@ -49,10 +50,6 @@ SERVER_NAME = "ray-gitops"
 EXTENSIONS = ("binary_tensor_data",)
 _HEADER_LENGTH = b"inference-header-content-length"
 _JSON = [(b"content-type", b"application/json")]
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 def _server_version() -> str:
@@ -108,7 +105,7 @@ class V2App:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await no_lifespan(receive, send)
             return
         if scope["type"] != "http":
             return  # a WebSocket: refused by closing before accepting
@@ -155,7 +152,7 @@ class V2App:
         return _error(404, f"no v2 path /v2/{'/'.join(parts)[:200]}")
 
     async def _infer(self, scope: Scope, receive: Receive) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        body = await _body(receive)
+        body = await whole_body(receive) or b""  # None: the client left mid-body; refused as empty below
         headers = {key.lower(): value for key, value in scope.get("headers", ())}
         encoding = headers.get(b"content-encoding", b"identity").strip().lower()
         if encoding != b"identity":
@@ -220,26 +217,3 @@ def _optional(model: Any, method: str, *args: Any) -> Any:
 
 def _error(status: int, message: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     return status, list(_JSON), orjson.dumps({"error": message})
-
-
-async def _body(receive: Receive) -> bytes:
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    """Nothing to start or stop: the model loaded with the app."""
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
