@@ -33,14 +33,14 @@ import httpx
 
 from replica.model_fetching import FetchError, FetchProgress, Progress
 from vocabulary.replicas.hub_sources import (
-    DEFAULT_ENDPOINT,
     HubFile,
-    endpoint_problem,
+    endpoint_in,
     file_url,
     parse_hub_source,
     parse_revision,
     revision_url,
     selected,
+    token_in,
     token_path,
 )
 
@@ -59,17 +59,16 @@ class HubOptions:
 
 def hub_endpoint() -> str:
     """`HF_ENDPOINT`, else the public Hub; a FetchError when it is no Hub to fetch from."""
-    endpoint = os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
-    problem = endpoint_problem(endpoint)
-    if problem is not None:
-        raise FetchError(problem)
-    return endpoint.rstrip("/")
+    try:
+        return endpoint_in(os.environ)
+    except ValueError as error:
+        raise FetchError(str(error)) from None
 
 
 def node_token() -> str | None:
     """The node's Hub token, as the Hub's own client finds it: `HF_TOKEN`, else
     the file `HF_TOKEN_PATH`, else `HF_HOME/token` (`~/.cache/huggingface/token`)."""
-    token = os.environ.get("HF_TOKEN", "").strip()
+    token = token_in(os.environ)
     if token:
         return token
     try:

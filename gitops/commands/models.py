@@ -34,15 +34,15 @@ from urllib.parse import unquote, urlsplit
 from gitops.errors import UserError
 from gitops.printable import printable
 from vocabulary.replicas.hub_sources import (
-    DEFAULT_ENDPOINT,
     HubRevision,
     HubSource,
-    endpoint_problem,
+    endpoint_in,
     file_url,
     parse_hub_source,
     parse_revision,
     revision_url,
     selected,
+    token_in,
     token_path,
 )
 from vocabulary.replicas.model_digests import (
@@ -186,7 +186,7 @@ def hub_token(token_file: str | None) -> str | None:
             return Path(token_file).read_text().strip() or None
         except (OSError, UnicodeDecodeError) as error:
             raise UserError(f"--token-file {printable(token_file)}: cannot read it ({error.__class__.__name__})") from None
-    token = os.environ.get("HF_TOKEN", "").strip()
+    token = token_in(os.environ)
     if token:
         return token
     try:
@@ -218,10 +218,10 @@ def _with_hub(
     """`then(client, endpoint, revision)` with `source`'s revision read from the Hub; UserError when it cannot be."""
     import httpx
 
-    endpoint = os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
-    problem = endpoint_problem(endpoint)
-    if problem is not None:
-        raise UserError(problem)
+    try:
+        endpoint = endpoint_in(os.environ)
+    except ValueError as error:
+        raise UserError(str(error)) from None
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     where = printable(source.url())
     try:

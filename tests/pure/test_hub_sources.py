@@ -12,6 +12,7 @@ from gitops.specs.pinned_models import bind_models
 from vocabulary.replicas.hub_sources import (
     HubFile,
     HubSource,
+    endpoint_in,
     endpoint_problem,
     file_url,
     hub_source_problem,
@@ -20,6 +21,7 @@ from vocabulary.replicas.hub_sources import (
     parse_revision,
     revision_url,
     selected,
+    token_in,
     token_path,
 )
 from vocabulary.replicas.model_digests import is_directory, source_problem
@@ -128,6 +130,15 @@ def test_the_hubs_urls_and_endpoint() -> None:
     assert token_path({}, "/home/u") == "/home/u/.cache/huggingface/token"
     assert token_path({"HF_HOME": "/hf"}, "/home/u") == "/hf/token"
     assert token_path({"HF_HOME": "/hf", "HF_TOKEN_PATH": "/run/t"}, "/home/u") == "/run/t"
+
+
+def test_the_environment_names_the_hub_and_its_token() -> None:
+    assert endpoint_in({}) == "https://huggingface.co"
+    assert endpoint_in({"HF_ENDPOINT": "http://127.0.0.1:8080/"}) == "http://127.0.0.1:8080"
+    with pytest.raises(ValueError, match="loopback"):
+        endpoint_in({"HF_ENDPOINT": "http://hub.internal"})
+    assert token_in({"HF_TOKEN": " hf_abc\n"}) == "hf_abc"
+    assert token_in({"HF_TOKEN": "  "}) is None and token_in({}) is None
 
 
 def test_a_models_token_secret_is_delivered_to_the_backends_listing_the_model_once() -> None:

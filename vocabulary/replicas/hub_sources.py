@@ -31,6 +31,8 @@ from urllib.parse import quote, urlsplit
 __all__ = [
     "COMMIT",
     "DEFAULT_ENDPOINT",
+    "endpoint_in",
+    "token_in",
     "HubFile",
     "HubRevision",
     "HubSource",
@@ -124,6 +126,21 @@ def token_path(environ: Mapping[str, str], home: str) -> str:
     else `HF_HOME/token`, else `~/.cache/huggingface/token` (`home` is `~`)."""
     hf_home = environ.get("HF_HOME") or f"{home.rstrip('/')}/.cache/huggingface"
     return environ.get("HF_TOKEN_PATH") or f"{hf_home.rstrip('/')}/token"
+
+
+def endpoint_in(environ: Mapping[str, str]) -> str:
+    """The Hub `environ` names (`HF_ENDPOINT`, else the public Hub), without a trailing '/';
+    ValueError (`endpoint_problem`'s words) when it is no Hub to fetch from."""
+    endpoint = environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
+    problem = endpoint_problem(endpoint)
+    if problem is not None:
+        raise ValueError(problem)
+    return endpoint.rstrip("/")
+
+
+def token_in(environ: Mapping[str, str]) -> str | None:
+    """The token `environ` gives (`HF_TOKEN`), or None: then the Hub's token file (`token_path`) is read."""
+    return environ.get("HF_TOKEN", "").strip() or None
 
 
 def endpoint_problem(endpoint: str) -> str | None:
