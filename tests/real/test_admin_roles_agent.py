@@ -29,6 +29,7 @@ import ray
 
 from gitops.admin.roles import ROUTES, Role
 from tests.conftest import GitRepo
+from tests.support.agents import commit_versioned_echo
 from tests.support.oidc import Issuer, unsigned
 from tests.support.stack import AgentProcess, gitops_cli as gitops
 
@@ -40,15 +41,6 @@ TOKENS = {
     "ada": ("admin", "tok-admin-8e3c55a1b0"),
 }
 OLD_TOKEN = "tok-old-single-0d9e7c6b5a"
-
-APP = '''
-class Echo:
-    def __init__(self, version):
-        self.version = version
-
-    def __call__(self, request):
-        return {"version": self.version}
-'''
 
 SPEC = '''
 [backends.echo]
@@ -65,10 +57,7 @@ capture = {{ sample = 1.0, sink = "file://{sink}" }}
 
 
 def write(repo: GitRepo, version: str, sink: Path) -> str:
-    repo.write("deployments/__init__.py", "")
-    repo.write("deployments/echo.py", APP)
-    repo.write("deployments/echo.toml", SPEC.format(version=version, sink=sink))
-    return repo.commit(f"echo {version}")
+    return commit_versioned_echo(repo, SPEC.format(version=version, sink=sink), version)
 
 
 def gitops_with(bearer: str, *args: str, cwd: Path):

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import uvicorn
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from starlette.applications import Starlette
 from starlette.responses import HTMLResponse, JSONResponse
@@ -27,12 +26,11 @@ from starlette.routing import Route
 
 from gitops.admin.page import render_page
 from tests.support.stack import free_port
+from tests.support.browser import headless_chromium
 from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
 
 pytestmark = pytest.mark.real
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 
 STATUS = {
     "status": "Degraded",
@@ -97,19 +95,8 @@ def fixture_agent(served_status: dict) -> Iterator[str]:
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in [
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--no-first-run", f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1200,1400",
-    ]:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
+    with headless_chromium(tmp_path / "chromium") as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def wait_loaded(driver: webdriver.Chrome, timeout_s: float = 15) -> None:

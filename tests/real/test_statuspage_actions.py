@@ -31,28 +31,18 @@ import httpx
 import pytest
 import ray
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
 from tests.conftest import GitRepo
+from tests.support.browser import headless_chromium
+from tests.support.agents import commit_versioned_echo
 from tests.support.stack import AgentProcess
 
 pytestmark = pytest.mark.real
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 
 TOKENS = {"vera": ("viewer", "tok-viewer-page-7c41d9a2e0"), "otto": ("operator", "tok-operator-page-3b8e60f1c5")}
-
-APP = '''
-class Echo:
-    def __init__(self, version):
-        self.version = version
-
-    def __call__(self, request):
-        return {"version": self.version}
-'''
 
 SPEC = '''
 [backends.echo]
@@ -68,29 +58,14 @@ traffic = {{ echo = 1.0 }}
 
 
 def write(repo: GitRepo, version: str) -> str:
-    repo.write("deployments/__init__.py", "")
-    repo.write("deployments/echo.py", APP)
-    repo.write("deployments/echo.toml", SPEC.format(version=version))
-    return repo.commit(f"echo {version}")
+    return commit_versioned_echo(repo, SPEC.format(version=version), version)
 
 
 @pytest.fixture
 def chromium(tmp_path: Path):
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in [
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--no-first-run", f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1200,1600",
-    ]:
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.execute_cdp_cmd("Network.enable", {})
-    try:
+    with headless_chromium(tmp_path / "chromium", height=1600, browser_log=True) as driver:
+        driver.execute_cdp_cmd("Network.enable", {})
         yield driver
-    finally:
-        driver.quit()
 
 
 def as_reader(driver: webdriver.Chrome, name: str, url: str) -> None:
@@ -247,10 +222,7 @@ def test_an_operator_aborts_a_running_rollout_from_its_row_and_the_traffic_goes_
     table = tmp_path / "admin-tokens"
     table.write_text("".join(f"{name} {role} {hashlib.sha256(tok.encode()).hexdigest()}\n"
                              for name, (role, tok) in TOKENS.items()))
-    repo.write("deployments/__init__.py", "")
-    repo.write("deployments/echo.py", APP)
-    repo.write("deployments/echo.toml", ROLLOUT_SPEC.format(traffic='"echo-v1" = 1.0'))
-    first = repo.commit("v1 serves")
+    first = commit_versioned_echo(repo, ROLLOUT_SPEC.format(traffic='"echo-v1" = 1.0'), "v1 serves")
     agent = AgentProcess(repo.root, tmp_path, ray.get_runtime_context().gcs_address,
                          extra_args=["--admin-tokens-file", str(table)])
     http = httpx.Client(timeout=30, headers={"Authorization": f"Bearer {TOKENS['otto'][1]}"})

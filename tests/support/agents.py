@@ -3,7 +3,9 @@
 Owns the repository content (a two-replica backend `svc` behind `/svc`, its
 code versioned by a constant so every change is a code rollout) and what a
 scenario asks of a running `gitops run` (`tests.support.stack.AgentProcess`):
-its status conditions and the controller's replicas.
+its status conditions and the controller's replicas. Also a backend that
+answers its version (`VERSIONED_ECHO`, committed by `commit_versioned_echo`),
+for tests that need only something to serve, roll out and roll back.
 """
 
 from __future__ import annotations
@@ -58,3 +60,21 @@ def write_service(repo: GitRepo, code: str, start_delay_s: float = 0.0) -> str:
 
 def conditions(agent: AgentProcess) -> list[dict[str, Any]]:
     return list(agent.get("/status").get("conditions", []))
+
+
+VERSIONED_ECHO = '''
+class Echo:
+    def __init__(self, version):
+        self.version = version
+
+    def __call__(self, request):
+        return {"version": self.version}
+'''
+
+
+def commit_versioned_echo(repo: GitRepo, spec: str, version: str) -> str:
+    """Commit `deployments/echo.py` (`VERSIONED_ECHO`) with `spec` as `deployments/echo.toml`."""
+    repo.write("deployments/__init__.py", "")
+    repo.write("deployments/echo.py", VERSIONED_ECHO)
+    repo.write("deployments/echo.toml", spec)
+    return repo.commit(f"echo {version}")
