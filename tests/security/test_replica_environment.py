@@ -15,6 +15,7 @@ cannot POST to it.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -155,4 +156,13 @@ def test_row9_without_a_token_a_page_on_the_proxy_port_cannot_post(agent: Agent,
         response = httpx.post(agent.admin + path, headers={"Origin": agent.proxy}, timeout=10)
         assert response.status_code == 403 and "cross-origin" in response.json()["error"], path
     assert httpx.get(agent.admin + "/status", timeout=10).json()["status"] != "Suspended"
-    assert httpx.post(agent.admin + "/sync", headers={"Origin": agent.admin}, timeout=10).status_code == 202
+    # The agent's own page may post, with the CSRF token its markup carries; a same-origin
+    # POST without it is refused too (a page injected on the admin port has no token).
+    same_origin = {"Origin": agent.admin}
+    refused = httpx.post(agent.admin + "/sync", headers=same_origin, timeout=10)
+    assert refused.status_code == 403 and "X-CSRF-Token" in refused.json()["error"]
+    page = httpx.get(agent.admin + "/", timeout=10).text
+    token = re.search(r'<meta name="gitops-csrf" content="([^"]+)">', page)
+    assert token is not None, "the status page carries no CSRF token"
+    answer = httpx.post(agent.admin + "/sync", headers={**same_origin, "X-CSRF-Token": token[1]}, timeout=10)
+    assert answer.status_code == 202, answer.text
