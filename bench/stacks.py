@@ -13,6 +13,8 @@ stay inside this process's tree: other users' Ray processes are never touched.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import importlib.util
 import os
 import socket
@@ -100,9 +102,20 @@ def answer(http: httpx.Client, url: str) -> dict[str, Any]:
     return response.json() if response.status_code == 200 else {}
 
 
+@functools.cache
 def serve_installed() -> bool:
-    """Ray Serve with its HTTP dependencies (the `bench` extra's `ray[serve]`), not just Ray's own code."""
-    return all(importlib.util.find_spec(name) is not None for name in ("ray.serve", "fastapi", "aiohttp"))
+    """Ray Serve with its dependencies (the `bench` extra's `ray[serve]`), not just Ray's own code.
+
+    Importing it is the test: Ray always ships `ray.serve`'s code, and other
+    extras bring some of its dependencies (fastapi, aiohttp) but not all (grpcio).
+    """
+    if not all(importlib.util.find_spec(name) is not None for name in ("fastapi", "aiohttp")):
+        return False
+    try:
+        importlib.import_module("ray.serve")
+    except ImportError:
+        return False
+    return True
 
 
 class Ours:
