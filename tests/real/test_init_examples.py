@@ -72,8 +72,12 @@ def test_every_example_serves_from_a_fresh_repository(ray_session: str, s3: Any,
         extra_args=["--age-identity", str(key), "--model-cache-dir", str(tmp_path / "models"), "--environment", "dev"],
     )
     try:
-        took = agent.wait(f"{commit[:7]} applied", lambda: (s := agent.get("/status"))["last_applied_revision"] == commit
-                          and s["status"] == "Synced", timeout_s=300)
+        try:  # 8-20 s on a quiet machine; well inside the test's own timeout, so a failure shows why
+            took = agent.wait(f"{commit[:7]} applied", lambda: (s := agent.get("/status"))["last_applied_revision"]
+                              == commit and s["status"] == "Synced", timeout_s=150)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\nstatus: {agent.get('/status')}\n"
+                                 f"Ray's free resources: {ray.available_resources()}") from None
         print(f"every example applied {took:.1f} s after the agent started")
         http = httpx.Client(base_url=agent.proxy, timeout=30)
 
