@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 
 from ray_gitops import serving
 
@@ -63,8 +64,12 @@ class CalledWhoAmI:
 
 
 class Relay:
-    """Calls backend `?to=NAME` through a handle with the request's JSON body, as a dict; answers its answer."""
+    """Calls backend `?to=NAME` through a handle with the request's JSON body, as a dict; answers its answer,
+    or 502 with the handle's error (its type and message), so a failing test says why."""
 
     async def __call__(self, request: Request) -> object:
         body = await request.json()
-        return await serving.handle(request.query_params["to"]).remote(body)
+        try:
+            return await serving.handle(request.query_params["to"]).remote(body)
+        except Exception as error:  # noqa: BLE001 — the caller's test shows it
+            return JSONResponse({"error": f"{type(error).__name__}: {error}"}, status_code=502)
