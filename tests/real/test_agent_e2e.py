@@ -164,7 +164,11 @@ class RequestLoop:
     def _run(self, url: str) -> None:
         with httpx.Client(timeout=10) as http:
             while not self._stop.is_set():
-                response = http.get(url)
+                try:
+                    response = http.get(url)
+                except httpx.TransportError:
+                    self.codes[0] += 1  # no answer at all: a failed request, counted as status 0
+                    continue
                 self.codes[response.status_code] += 1
                 if response.status_code == 200:
                     self.bodies.append(response.json())
@@ -289,7 +293,7 @@ def test_broken_commit_fails_no_request_and_the_next_good_commit_applies(specs, 
     requests = RequestLoop(f"{url}/echo")
     specs.write({"v1": 0.5, "v9": 0.5}, labels=("v1",))
     broken = specs.repo.commit("traffic to a backend that does not exist")
-    wait_for(lambda: agent.history(1)[0].commit == broken, timeout_s=10, what="broken commit seen")
+    wait_for(lambda: [row.commit for row in agent.history(1)] == [broken], timeout_s=10, what="broken commit seen")
     status = agent.status()
     assert status.status.value == "Failed" and status.last_applied_revision != broken
     assert any(e.startswith("deployments/echo.toml:") and specs.name("v9") in e for e in status.errors)

@@ -279,6 +279,9 @@ def test_a_hanging_receiver_delays_only_its_own_provider() -> None:
         stuck.hang()
         deliver([webhook(stuck.url, name="stuck"), webhook(healthy.url, name="healthy")], [INVALID],
                 delivered("healthy"))
+        # The stuck one has its request (both were sent at once; under load it may land after
+        # the healthy one was answered), and is still holding it.
+        stuck.wait_for(1)
         assert len(stuck.requests) == 1 and len(healthy.requests) == 1
 
 
