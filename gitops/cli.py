@@ -303,18 +303,30 @@ def build_parser() -> argparse.ArgumentParser:
         "(S3 with the AWS_* variables)",
     )
     resolve = model_verbs.add_parser(
-        "resolve", help="print the pinned source and sha256 of a moving reference (an hf:// branch or tag)",
+        "resolve", help="print the pinned source and sha256 of a moving reference (an hf:// branch or tag, "
+        "or the model a rule picks under an s3:// prefix)",
         description="print the [models.NAME] source and sha256 that pin REF as it is today: for "
         "hf://ORG/NAME@BRANCH_OR_TAG, the commit the Hub names for it and the digest of the selected files "
-        "(HF_ENDPOINT, or huggingface.co)",
+        "(HF_ENDPOINT, or huggingface.co); for s3://BUCKET/PREFIX/, the file or directory under the prefix "
+        "that --pick names, and its digest (the AWS_* variables). OCI tags are not supported yet.",
     )
-    resolve.add_argument("reference", metavar="REF", help="hf://ORG/NAME@REVISION (a branch, a tag or a commit)")
+    resolve.add_argument("reference", metavar="REF",
+                         help="hf://ORG/NAME@REVISION (a branch, a tag or a commit), or s3://BUCKET/PREFIX/")
     resolve.add_argument("--include", action="append", default=[], metavar="GLOB",
                          help="a glob of the files the model holds (repeatable; none: every file)")
     resolve.add_argument("--exclude", action="append", default=[], metavar="GLOB",
                          help="a glob of files left out (repeatable)")
     resolve.add_argument("--token-file", default=None, metavar="FILE",
                          help="a file holding the Hub token (default: HF_TOKEN, else the Hub's token file)")
+    resolve.add_argument("--pick", choices=["newest", "highest-version"], default=None,
+                         help="s3://: the entry last modified latest, or the one with the highest version number "
+                         "in its name (v2 < v10, 1.9 < 1.10)")
+    resolve.add_argument("--match", default=None, metavar="REGEX",
+                         help="s3://: only entries whose name (relative to the prefix; a directory's ends in /) "
+                         "the regex is found in; its group 'version' (or first group) holds the version")
+    resolve.add_argument("--kind", choices=["file", "directory"], default=None,
+                         help="s3://: pick among the files, or the directories, directly under the prefix "
+                         "(default: whichever the prefix holds)")
     models.set_defaults(func=_command("models", "models_command"))
 
     plan = verb("plan", "the changes between two commits' desired states")

@@ -17,6 +17,15 @@ fetch). The Hub is `HF_ENDPOINT` or huggingface.co; the token comes from
 `--token-file`, else `HF_TOKEN`, else the Hub's token file, and is never
 printed. `hub_commit` is what `gitops validate` uses to say which commit a
 refused branch names today.
+
+`resolve s3://BUCKET/PREFIX/ --pick newest|highest-version [--match REGEX]
+[--kind file|directory]` pins one model a pipeline published under a prefix:
+it lists the prefix with obstore (the same AWS_* variables as `digest`),
+picks a file or a directory by the rule (`vocabulary.replicas.s3_picks`,
+pure), and prints its `source` and the digest `digest` computes for it.
+OCI tags are not resolved yet. Malformed arguments (a bad regex, no --pick)
+exit 2 as usage errors; what the store says (no such bucket, access denied,
+nothing matches) exits 1 like every `GitopsError`.
 """
 
 from __future__ import annotations
@@ -24,14 +33,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import json
 from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any, TypeVar
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from gitops.errors import UserError
+from gitops.errors import UsageError, UserError
 from gitops.printable import printable
 from vocabulary.replicas.hub_sources import (
     HubRevision,
@@ -51,8 +59,22 @@ from vocabulary.replicas.model_digests import (
     manifest_digest,
     source_problem,
 )
+from vocabulary.replicas.s3_picks import (
+    Listed,
+    NoPick,
+    candidates,
+    compile_match,
+    parse_s3_prefix,
+    pick,
+    pin_lines,
+    pinned_source,
+    store_error_line,
+)
 
-__all__ = ["HubPin", "file_sha256", "hub_commit", "hub_pin", "hub_token", "local_digest", "models_command", "remote_digest"]
+__all__ = [
+    "HubPin", "file_sha256", "hub_commit", "hub_pin", "hub_token", "local_digest", "models_command", "remote_digest",
+    "s3_listing",
+]
 
 _CHUNK = 1024 * 1024
 
@@ -118,10 +140,7 @@ def remote_digest(source: str) -> str:
     parts = urlsplit(source)
     try:
         if parts.scheme == "s3":
-            endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
-            store: S3Store | HTTPStore = S3Store(
-                parts.netloc, client_options={"allow_http": endpoint.startswith("http://")}
-            )
+            store: S3Store | HTTPStore = _s3_store(parts.netloc)
             key = unquote(parts.path.lstrip("/"))
         else:
             base, _, name = source.rpartition("/")
@@ -148,8 +167,7 @@ def remote_digest(source: str) -> str:
     except UserError:
         raise
     except Exception as error:  # noqa: BLE001 — obstore's errors, one line for the user
-        text = " ".join(str(error).split("Debug source:")[0].split())[:300]
-        raise UserError(f"{printable(source)}: cannot read it ({text})") from None
+        raise UserError(f"{printable(source)}: cannot read it ({store_error_line(str(error))})") from None
 
 
 @dataclass(frozen=True)
@@ -161,22 +179,73 @@ class HubPin:
 
 def _resolve(args: argparse.Namespace) -> int:
     reference: str = args.reference
+    if reference.startswith("s3://"):
+        return _resolve_s3(args)
     if not reference.startswith("hf://"):
         raise UserError(
-            f"{printable(reference)}: resolve takes hf://ORG/NAME@REVISION (S3 prefixes and OCI tags are not supported yet)"
+            f"{printable(reference)}: resolve takes hf://ORG/NAME@REVISION or s3://BUCKET/PREFIX/ "
+            "(OCI tags are not supported yet)"
         )
+    for flag in ("pick", "match", "kind"):
+        if getattr(args, flag, None) is not None:
+            raise UsageError(f"--{flag} is for an s3:// prefix; an hf:// revision names one commit")
     try:
         source = parse_hub_source(reference)
     except ValueError as error:
         raise UserError(f"{printable(reference)}: {error}") from None
     token = hub_token(args.token_file)
     pin = hub_pin(source, tuple(args.include), tuple(args.exclude), token)
-    print(f'source = "{pin.source.url()}"')
-    print(f'sha256 = "{pin.sha256}"')
-    for key in ("include", "exclude"):
-        if getattr(args, key):
-            print(f"{key} = {json.dumps(getattr(args, key))}")
+    print(pin_lines(pin.source.url(), pin.sha256, {"include": args.include, "exclude": args.exclude}), end="")
     return 0
+
+
+def _resolve_s3(args: argparse.Namespace) -> int:
+    """The model under an S3 prefix that `--pick` (`vocabulary.replicas.s3_picks`) names, and its digest."""
+    reference: str = args.reference
+    where = printable(reference)
+    for flag, given in (("include", args.include), ("exclude", args.exclude), ("token-file", args.token_file)):
+        if given:
+            raise UsageError(f"--{flag} is for an hf:// repository; an s3:// model is every object under its source")
+    if args.pick is None:
+        raise UsageError(f"{where}: say which model under the prefix to pin: --pick newest or --pick highest-version")
+    try:
+        bucket, prefix = parse_s3_prefix(reference)
+        match = compile_match(args.match)
+    except ValueError as error:
+        raise UsageError(f"{where}: {error}") from None
+    try:
+        entry = pick(candidates(s3_listing(bucket, prefix)), args.pick, match, args.kind)
+    except NoPick as error:
+        raise UserError(f"{where}: {error}") from None
+    source = pinned_source(bucket, prefix, entry)
+    problem = source_problem(source)
+    if problem is not None:
+        raise UserError(f"{printable(source)}: {problem}")
+    print(pin_lines(source, remote_digest(source)), end="")
+    return 0
+
+
+def s3_listing(bucket: str, prefix: str) -> list[Listed]:
+    """Every object under `prefix` in `bucket` (keys relative to it), as a node's S3 client sees them."""
+    import obstore
+
+    try:
+        return [
+            Listed(meta["path"][len(prefix) :], int(meta["size"]), meta["last_modified"])
+            for batch in obstore.list(_s3_store(bucket), prefix or None)
+            for meta in batch
+        ]
+    except Exception as error:  # noqa: BLE001 — obstore's errors, one line for the user
+        where = printable(f"s3://{bucket}/{prefix}")
+        raise UserError(f"{where}: cannot list it ({store_error_line(str(error))})") from None
+
+
+def _s3_store(bucket: str) -> Any:
+    """obstore's S3 client for `bucket`, with the AWS_* variables (plain http when AWS_ENDPOINT_URL says so)."""
+    from obstore.store import S3Store
+
+    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+    return S3Store(bucket, client_options={"allow_http": endpoint.startswith("http://")})
 
 
 def hub_token(token_file: str | None) -> str | None:

@@ -132,8 +132,9 @@ def test_resolve_prints_the_pinned_source_and_the_selections_digest(hub: FakeHub
     assert refused.returncode != 0
     assert "access denied (401) by the Hub" in refused.stderr
     assert "hf_wrongTOKEN42" not in refused.stderr + refused.stdout
-    other = _gitops("models", "resolve", "s3://bucket/prefix/", cwd=tmp_path, env=dict(os.environ))
-    assert "resolve takes hf://ORG/NAME@REVISION" in other.stderr
+    other = _gitops("models", "resolve", "oci://registry.example/model:latest", cwd=tmp_path, env=dict(os.environ))
+    assert other.returncode == 1
+    assert "resolve takes hf://ORG/NAME@REVISION or s3://BUCKET/PREFIX/ (OCI tags are not supported yet)" in other.stderr
 
 
 def test_validate_refuses_a_branch_at_its_line_and_says_which_commit_it_names_today(
