@@ -3,8 +3,9 @@
 Owns the routes of the admin API and how they map onto the agent: `GET /`
 (the status page, drawn for its reader: `gitops.admin.page_view`, with a
 Content-Security-Policy and the reader's CSRF token), `GET /events` (its
-live updates, `gitops.admin.events`), `GET /plan` (the plan of the commit
-a sync window holds), `GET /status`, `GET /history[?actor=&kind=]`, `GET /metrics`,
+live updates, `gitops.admin.events`), `GET /plan` (the plan of the
+branch's head that waits unapplied: held by a sync window, suspended,
+quarantined), `GET /status`, `GET /history[?actor=&kind=]`, `GET /metrics`,
 `GET /healthz`, `GET /logs/BACKEND[?since=T&cursors=JSON]` (its replicas'
 own output, redacted), `GET /traces?commit=SHA` (the agent's kept apply traces),
 `GET /audit[?after=ID]` (the audit trail as JSON lines), `POST /sync`,
@@ -159,7 +160,7 @@ def build_app(
     `apply_traces` answers a commit's kept apply traces (`gitops.reconcile.apply_traces.TraceRing`);
     `audit` records every mutating call with who, from where and why, and answers `/audit`;
     `sign_in` is the status page's login at the OIDC issuer (`/login`, `/login/callback`);
-    `pending_plan` the plan of the commit a sync window holds (`/plan`, the page's stream);
+    `pending_plan` the plan of the head that waits unapplied, and why (`/plan`, the page's stream);
     `decide_rollout` promotes or aborts a running rollout by hand (endpoint, verb, who);
     `events` bounds the page's live streams; `csrf` makes and checks the page's CSRF tokens.
 

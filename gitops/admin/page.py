@@ -8,7 +8,9 @@ redraws on each update; where the stream is refused or gone it asks every
 few seconds instead. It shows: overall sync status and conditions, watched
 vs applied commit, the environment (with `--environment`: its branch, a
 sync window holding a commit, the promotion's gates), the plan of the
-commit a sync window holds as a diff (from the stream, or `/plan`), the
+branch's head that waits unapplied as a diff, with why (held by a sync
+window, the agent suspended, quarantined by a rollback; from the stream,
+or `/plan`), the
 actions the reader may take (`gitops.admin.page_view`: drawn on the server,
 only those the role table lets the reader call, a running rollout's promote
 and abort on its row; each a button opening a confirm form with a reason,

@@ -72,7 +72,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/logs/{backend}"): Rule(Role.VIEWER),
     ("GET", "/traces"): Rule(Role.VIEWER),
     ("GET", "/events"): Rule(Role.VIEWER),  # the status page's live updates (server-sent events)
-    ("GET", "/plan"): Rule(Role.VIEWER),  # the plan of the commit a sync window holds
+    ("GET", "/plan"): Rule(Role.VIEWER),  # the plan of the head that waits unapplied
     ("POST", "/sync"): Rule(Role.OPERATOR, mutating=True),
     ("POST", "/suspend"): Rule(Role.OPERATOR, mutating=True),
     ("POST", "/resume"): Rule(Role.OPERATOR, mutating=True),

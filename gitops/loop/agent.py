@@ -26,6 +26,10 @@ A commit applies whole or not at all: when a step of its plan fails, the
 agent plans and applies the way back to the state the apply began from
 (`_undo`), and the failed attempt's error ends with `reverted to <sha>`.
 
+The branch's head that waits unapplied (a sync window holds it, the agent
+is suspended, or a rollback quarantined it) is planned against what runs,
+for the status page (`pending_plan`, its `why` saying which).
+
 A restart needs nothing from the previous run except the history ledger:
 the plan is always made against what the controller reports, so an apply
 cut short is completed, never repeated. Must not: touch git, Ray or HTTP
@@ -93,6 +97,7 @@ __all__ = ["Agent", "AgentSettings", "Trigger", "Loader", "Planner"]
 _LOG = logging.getLogger("gitops.agent")
 # Step rows already recorded are looked for among this many newest rows.
 _STEP_ROWS_SEEN = 200
+SUSPENDED = "suspended"  # why the head waits, while the agent is suspended (`PendingPlan.why`)
 Logger = logging.Logger | logging.LoggerAdapter
 
 Loader = Callable[[Tree, str], LoadResult]  # (a revision's files, spec path)
@@ -173,7 +178,7 @@ class Agent:
         self._last: TickReport | None = None  # the last finished tick
         self._watched: Revision | None = None  # the newest revision seen by any tick
         self._cluster: ClusterStatus | None = None  # the newest observed status
-        self._pending: PendingPlan | None = None  # the plan of the commit a sync window holds
+        self._pending: PendingPlan | None = None  # the plan of the head that waits (window, suspended, quarantine)
         self._applying: _Applying | None = None
         self._retries = 0  # transient failures in a row
         self._retry: asyncio.TimerHandle | None = None
@@ -202,9 +207,11 @@ class Agent:
         if self._settings.suspend_marker is not None:
             private_file(self._settings.suspend_marker)
         self._publish_status()
+        self.notify(Trigger.POLL)  # the loop, suspended, reads the head and plans it (`watch_head`)
 
     def resume(self) -> None:
         self._suspended = False
+        self._pending = None  # "suspended" no longer says why; the resumed tick plans what still waits
         if self._settings.suspend_marker is not None:
             self._settings.suspend_marker.unlink(missing_ok=True)
         self.notify(Trigger.SYNC)
@@ -244,7 +251,9 @@ class Agent:
         return self._history.recent(limit)
 
     def pending_plan(self) -> PendingPlan | None:
-        """What applying the commit a sync window holds would do (planned when it was held); None when none waits."""
+        """What applying the branch's head would do, while it waits unapplied: a sync window
+        holds it, the agent is suspended or a rollback quarantined it (planned when last
+        seen waiting; `why` says which); None when the head is applied or does not load."""
         return self._pending
 
     def record_action(self, action: Action) -> Action:
@@ -425,6 +434,8 @@ class Agent:
                 report.revision.sha, triggers
             ):
                 report = await self._reconcile(replace(report, attempted=True))
+                if report.held_head is not None and self._quarantine is not None:
+                    self._pending = await self._plan_head(report.held_head, self._quarantine.holding())
         report = await self._observe(report)
         report = replace(report, duration_s=time.monotonic() - clock)
         self._finish(report)
@@ -451,11 +462,19 @@ class Agent:
 
     async def watch_head(self) -> None:
         """While suspended: read the branch's head (nothing is applied), so
-        the status shows the commit waiting for `gitops resume`."""
+        the status shows the commit waiting for `gitops resume`, and the
+        status page its plan (none once the head is the applied commit)."""
         try:
-            self._head = (await asyncio.to_thread(self._source.newest)).sha
+            head = await asyncio.to_thread(self._source.newest)
         except SourceError:
             return  # shown once reconciliation resumes
+        self._head = head.sha
+        applied = self._history.last_applied()
+        waiting = None
+        if applied is None or applied.commit != head.sha:
+            waiting = await self._plan_waiting(head, SUSPENDED)
+        if self._suspended:  # not resumed meanwhile: the resumed tick says what waits
+            self._pending = waiting
 
     def rollback(self, commit: str | None = None) -> Quarantine:
         """`gitops rollback [COMMIT]`: apply the last applied (or the given) commit's
@@ -639,18 +658,35 @@ class Agent:
             self._log.warning("%s: %s", revision.short, override.plan_summary)
         elif held is not None:
             self._log.info("%s held: %s", revision.short, held.message)
-            self._pending = await self._plan_held(loaded, revision, held.message)
+            self._pending = await self._plan_waiting(revision, f"held: {held.message}", loaded)
         return held is not None
 
-    async def _plan_held(self, loaded: LoadResult, revision: Revision, why: str) -> PendingPlan | None:
-        """The plan of a held commit against what runs now, for the status page; None if the controller is away."""
-        if loaded.state is None:
+    async def _plan_head(self, commit: str, why: str) -> PendingPlan | None:
+        try:
+            revision = await asyncio.to_thread(self._source.revision, commit)
+        except SourceError:
+            return None
+        return await self._plan_waiting(revision, why)
+
+    async def _plan_waiting(self, revision: Revision, why: str, loaded: LoadResult | None = None) -> PendingPlan | None:
+        """The plan of a commit that waits (`why`) against what runs now, for the status page
+        (the planning is `self._plan`'s); None if it does not load, is not verified, or the
+        controller is away."""
+        if revision.unverified:
+            return None  # never loaded: its history row says why
+        if loaded is None:
+            try:
+                tree = await asyncio.to_thread(self._source.tree, revision)
+                loaded = await asyncio.to_thread(self._load, tree, self._settings.spec_path)
+            except Exception:  # noqa: BLE001 — a plan for the page must never stop the loop (run() awaits it)
+                return None
+        if not loaded.ok or loaded.state is None:
             return None
         try:
             actual = await self._client.get_state()
         except Exception:  # noqa: BLE001 — the status says the controller is unreachable; the plan waits
             return None
-        return PendingPlan(revision.sha, f"held: {why}", self._plan(loaded.state, actual).render_text())
+        return PendingPlan(revision.sha, why, self._plan(loaded.state, actual).render_text())
 
     async def _promotion_step(self) -> None:
         """The served commit through the promotion gates; a promotion recorded and announced."""

@@ -4,8 +4,9 @@ A `Plan` is produced by `gitops.reconcile.planner.plan` (pure) and carried out b
 `gitops.reconcile.applying` (I/O). Each `Action` says what it does to which object,
 carries the full new config for creates and updates, and knows whether it
 restarts replicas. Rendering for humans (like `terraform plan`) and JSON
-lives beside the values, and `PendingPlan`, the rendered plan of a commit a
-sync window holds (the status page shows it); nothing here decides what goes into a plan.
+lives beside the values, and `PendingPlan`, the rendered plan of the branch's
+head that waits unapplied (a sync window, a suspension or a quarantine holds it;
+the status page shows it); nothing here decides what goes into a plan.
 """
 
 from __future__ import annotations
@@ -203,7 +204,9 @@ class Plan(BaseModel):
 
 @dataclass(frozen=True)
 class PendingPlan:
-    """The plan of a commit that waits (a sync window holds it): what applying it would do now."""
+    """The plan of the branch's head that waits, not applied, and `why`: a sync window
+    holds it (`held: ...`), the agent is suspended (`suspended`) or a rollback holds it
+    back (`quarantined: ...`). What applying it would do now."""
 
     commit: str
     why: str

@@ -53,6 +53,17 @@ class Quarantine:
     reason: RollbackReason
     detail: str = ""
 
+    def holding(self) -> str:
+        """Why a held commit is not applied, as its pending plan says: `quarantined: ...`."""
+        cause = {
+            RollbackReason.APPLY_FAILED: "auto-revert after a failed apply",
+            RollbackReason.ANALYSIS: "auto-revert after an aborted rollout",
+            RollbackReason.MANUAL: "rolled back by hand",
+        }[self.reason]
+        detail = self.detail if len(self.detail) <= 200 else self.detail[:199] + "…"
+        detail = f" ({detail})" if detail else ""
+        return f"quarantined: {cause}{detail}; {self.good[:7]} is applied instead until a newer commit arrives"
+
     def to_json(self) -> dict[str, object]:
         return {"good": self.good, "held": sorted(self.held), "reason": self.reason.value, "detail": self.detail}
 

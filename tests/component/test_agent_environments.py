@@ -122,6 +122,26 @@ def test_a_held_commit_is_planned_against_what_runs_for_the_status_page(source: 
     assert agent.pending_plan() is None  # applied: nothing waits
 
 
+def test_a_held_commit_says_suspended_while_the_agent_is_and_held_again_once_resumed(
+    source: MemorySource, tmp_path: Path
+) -> None:
+    agent, _, _, _ = make(source, tmp_path, [Counts()])
+    asyncio.run(agent.tick())
+    source.write("environments/staging.toml", ALWAYS_DENY)
+    source.write("deployments/echo.toml", spec({"v1": 0.5, "v2": 0.5}))
+    held = source.commit("v2 takes half, during a freeze")
+    asyncio.run(agent.tick())
+    agent.suspend()
+    asyncio.run(agent.watch_head())
+    pending = agent.pending_plan()
+    assert pending is not None and (pending.commit, pending.why) == (held, "suspended")
+    assert "~ endpoint echo" in pending.text
+    agent.resume()
+    asyncio.run(agent.tick())
+    pending = agent.pending_plan()
+    assert pending is not None and pending.commit == held and pending.why.startswith("held: deny window")
+
+
 def test_the_served_commit_is_promoted_once_after_its_soak(source: MemorySource, tmp_path: Path) -> None:
     counts = [Counts(requests=100, compared=100)]
     notifier = RecordingNotifier()
