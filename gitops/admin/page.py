@@ -13,7 +13,8 @@ window, the agent suspended, quarantined by a rollback; from the stream,
 or `/plan`), the
 actions the reader may take (`gitops.admin.page_view`: drawn on the server,
 only those the role table lets the reader call, a running rollout's promote
-and abort on its row; each a button opening a confirm form with a reason,
+and abort on its row, "roll back to" on each history row of an applied
+commit other than the current one (it posts `/rollback?commit=SHA`); each a button opening a confirm form with a reason,
 whose confirm posts to the route the CLI's verb uses, with the page's CSRF
 token in `X-CSRF-Token`), recent history with
 filters by actor and by kind (each commit's newest row has the id
@@ -42,7 +43,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from gitops.admin.page_view import HISTORY_KINDS, PageAction, actions_html
+from gitops.admin.page_view import APPLIED_RESULTS, HISTORY_KINDS, PageAction, actions_html
 
 __all__ = ["render_page", "PageView", "REFRESH_S"]
 
@@ -151,7 +152,7 @@ _PAGE = """<!doctype html>
   <label>by <select id="filter-actor"><option value="">anyone</option></select></label>
   <label>kind <select id="filter-kind"><option value="">any</option>__KINDS__</select></label>
 </form>
-<table><thead><tr><th>commit</th><th>finished</th><th>result</th><th>duration</th><th>plan or error</th></tr></thead>
+<table><thead><tr><th>commit</th><th>finished</th><th>result</th><th>duration</th><th>plan or error</th><th></th></tr></thead>
 <tbody id="history"></tbody></table>
 <h3>Actions taken</h3>
 <table><thead><tr><th>when</th><th>action</th><th>by</th><th>from</th><th>reason</th><th>result</th></tr></thead>
@@ -163,6 +164,7 @@ const REFRESH_MS = __REFRESH_MS__;
 const COMMIT_URL = __COMMIT_URL_TEMPLATE__;
 const READS_MISMATCHES = __READS_MISMATCHES__;
 const ROLLOUT_SCOPE = __ROLLOUT_SCOPE__;  // an endpoint-scoped reader acts on its endpoint's rollout only
+const APPLIED_RESULTS = __APPLIED_RESULTS__;  // a history row of these results may be rolled back to
 const CSRF = document.querySelector('meta[name="gitops-csrf"]').content;
 let scrolledToTarget = false;
 let lastStatus = null;
@@ -280,7 +282,7 @@ function rolloutButtons(name, r) {
     const button = el("button", key === "promote" ? "Promote…" : "Abort…", "act-rollout");
     button.type = "button";
     button.id = "act-" + key + "-" + name;
-    button.addEventListener("click", () => openConfirm(form, name));
+    button.addEventListener("click", () => openConfirm(form, name, "endpoint " + name));
     box.append(button, " ");
   }
   return box;
@@ -317,10 +319,27 @@ async function refreshMismatches() {
   } catch (error) { /* the rest of the page does not depend on it */ }
 }
 
+function rollbackTo(e, offered) {
+  // "Roll back to" on a commit's newest applied row, unless it is what runs (if the reader's role has it).
+  const box = el("span");
+  const form = document.getElementById("confirm-rollback-to");
+  const current = lastStatus ? lastStatus.last_applied_revision : null;
+  if (!form || !e.commit || e.commit === current || !APPLIED_RESULTS.includes(e.result) || offered.has(e.commit)) return box;
+  offered.add(e.commit);
+  const button = el("button", "Roll back to this…", "act-history");
+  button.type = "button";
+  button.id = "act-rollback-to-" + e.commit;
+  button.dataset.commit = e.commit;
+  button.addEventListener("click", () => openConfirm(form, e.commit, "commit " + short(e.commit)));
+  box.appendChild(button);
+  return box;
+}
+
 function drawHistory(h) {
   const entries = Array.isArray(h) ? h : (h.entries || h.history || []);
   drawActionsLog(Array.isArray(h) ? [] : (h.actions || []));
   const anchored = new Set();
+  const offered = new Set();
   fill("history", entries.slice(0, 20).map(e => {
     const cell = el("span");
     cell.append(commit(e.commit, short(e.commit)), e.summary ? " " + e.summary : "");
@@ -328,7 +347,7 @@ function drawHistory(h) {
       cell,
       e.finished_at ? new Date(e.finished_at * 1000).toLocaleString() : "–",
       e.result, e.duration_s == null ? "–" : Number(e.duration_s).toFixed(2) + " s",
-      e.errors && e.errors.length ? e.errors[0] : (e.plan_summary || ""),
+      e.errors && e.errors.length ? e.errors[0] : (e.plan_summary || ""), rollbackTo(e, offered),
     ]);
     if (!anchored.has(e.commit)) { tr.id = "commit-" + e.commit; anchored.add(e.commit); }  // the newest row
     return tr;
@@ -477,11 +496,12 @@ function follow() {
   });
 }
 
-function openConfirm(form, endpoint) {
+function openConfirm(form, target, label) {
+  // `target`: the endpoint of a rollout's form, the commit of a history row's; `label` says it in the question.
   for (const other of document.querySelectorAll("form.confirm")) other.hidden = true;
-  form.dataset.endpoint = endpoint || "";
-  const target = form.querySelector("span.target");
-  if (target) target.textContent = "endpoint " + endpoint;
+  form.dataset.target = target || "";
+  const shown = form.querySelector("span.target");
+  if (shown) shown.textContent = label || "";
   form.hidden = false;
   form.querySelector("input[name=reason]").focus();
 }
@@ -495,7 +515,8 @@ for (const form of document.querySelectorAll("form.confirm")) {
     const go = form.querySelector("button.go");
     const result = document.getElementById("action-result");
     const reason = form.querySelector("input[name=reason]").value;
-    const base = form.dataset.path.replace("{endpoint}", encodeURIComponent(form.dataset.endpoint || ""));
+    const target = encodeURIComponent(form.dataset.target || "");
+    const base = form.dataset.path.replace("{endpoint}", target).replace("{commit}", target);
     const path = base + (reason ? (base.includes("?") ? "&" : "?") + "reason=" + encodeURIComponent(reason) : "");
     go.disabled = true;
     try {
@@ -560,6 +581,7 @@ def render_page(refresh_s: float = REFRESH_S, commit_url_template: str | None = 
         "__COMMIT_URL_TEMPLATE__": template,
         "__READS_MISMATCHES__": "true" if view.reads_mismatches else "false",
         "__ROLLOUT_SCOPE__": json.dumps(view.rollout_scope).replace("</", "<\\/"),
+        "__APPLIED_RESULTS__": json.dumps(list(APPLIED_RESULTS)),
         "__NONCE__": html.escape(view.nonce),
         "__CSRF__": html.escape(view.csrf),
         "__WHO__": html.escape(view.who) if view.who else "",

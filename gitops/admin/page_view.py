@@ -3,12 +3,15 @@
 - `PAGE_ACTIONS`: the page's buttons, each the admin route the CLI's verb
   calls (`POST /sync`, `/sync?override_window=1`, `/suspend`, `/resume`,
   `/rollback`), and `ROLLOUT_ACTIONS`, each running rollout's (`POST
-  /rollouts/ENDPOINT/promote`, `/abort`). `offered` keeps those the principal may call, judged by the
+  /rollouts/ENDPOINT/promote`, `/abort`), and `HISTORY_ACTIONS`, each history row's of
+  an applied commit other than the current one (`POST /rollback?commit=SHA`, "roll back
+  to this"). `offered` keeps those the principal may call, judged by the
   role table (`gitops.admin.roles.ROUTES` through `refusal`, scopes
   included): the table is the one source, so a viewer's page holds no
   action at all. `actions_html` draws them: each a button that opens its
   confirm form (what it does, a reason, "Confirm" or "Cancel"); nothing
-  is sent before the confirm.
+  is sent before the confirm. A rollout's and a history row's buttons are
+  drawn by the page on their rows, for the forms it was given.
 - `content_security_policy`: the page's policy (`default-src 'self'`,
   scripts and styles only with the response's nonce, no framing), and
   `PAGE_HEADERS`, the other headers the page goes with.
@@ -31,7 +34,8 @@ from gitops.admin.roles import Principal, refusal, rule_for
 from gitops.reconcile.outcomes import Action, HistoryEntry, Outcome
 
 __all__ = [
-    "PageAction", "PAGE_ACTIONS", "ROLLOUT_ACTIONS", "offered", "actions_html", "content_security_policy", "PAGE_HEADERS",
+    "PageAction", "PAGE_ACTIONS", "ROLLOUT_ACTIONS", "HISTORY_ACTIONS", "APPLIED_RESULTS", "offered",
+    "actions_html", "content_security_policy", "PAGE_HEADERS",
     "HISTORY_KINDS", "ACTION_VERBS", "filter_history", "plan_lines",
 ]
 
@@ -44,7 +48,8 @@ class PageAction:
     path: str  # the route, relative to the page (no leading slash: a reverse proxy's prefix stays)
     label: str
     confirm: str  # what it does, asked before it is sent
-    when: str  # "always", "running" (not suspended), "suspended", "held" (a sync window holds a commit)
+    when: str  # "always", "running" (not suspended), "suspended", "held" (a sync window holds a commit),
+    # "rollout" (a running rollout's row), "history" (an applied commit's history row)
 
     @property
     def route(self) -> str:
@@ -55,6 +60,16 @@ class PageAction:
     def on_rollout(self) -> bool:
         """Whether it acts on one endpoint's rollout (its button is on that rollout's row)."""
         return "{endpoint}" in self.path
+
+    @property
+    def on_history(self) -> bool:
+        """Whether it acts on one commit (its button is on that commit's history row)."""
+        return "{commit}" in self.path
+
+    @property
+    def on_row(self) -> bool:
+        """Whether the page draws its button on a row (a rollout's, a commit's), not in the bar."""
+        return self.on_rollout or self.on_history
 
 
 PAGE_ACTIONS: tuple[PageAction, ...] = (
@@ -79,6 +94,15 @@ ROLLOUT_ACTIONS: tuple[PageAction, ...] = (
                "(the commit is recorded as aborted).", "rollout"),
 )
 
+# An applied commit's history row (not the current one's): roll back to that commit.
+HISTORY_ACTIONS: tuple[PageAction, ...] = (
+    PageAction("rollback-to", "rollback?commit={commit}", "Roll back to",
+               "Apply this commit's state again, and hold every commit attempted after it back "
+               "until a newer commit arrives.", "history"),
+)
+# A history row of one of these results is a commit `gitops rollback COMMIT` may go back to.
+APPLIED_RESULTS = tuple(outcome.value for outcome in Outcome if outcome.ok)
+
 ACTION_VERBS = ("sync", "suspend", "resume", "rollback", "promote", "abort")
 HISTORY_KINDS = tuple(outcome.value for outcome in Outcome) + ACTION_VERBS
 
@@ -88,7 +112,7 @@ def offered(principal: Principal, environment: str | None) -> tuple[PageAction, 
     for an endpoint-scoped principal only on its endpoint (the page shows them on that row only)."""
     scoped = principal.scope.name if principal.scope is not None and principal.scope.kind == "endpoint" else None
     return tuple(
-        action for action in (*PAGE_ACTIONS, *ROLLOUT_ACTIONS)
+        action for action in (*PAGE_ACTIONS, *ROLLOUT_ACTIONS, *HISTORY_ACTIONS)
         if refusal(principal, rule_for("POST", action.route), environment=environment,
                    target=scoped if action.on_rollout else None) is None
     )
@@ -101,10 +125,10 @@ def actions_html(actions: Sequence[PageAction]) -> str:
     buttons, forms = [], []
     for action in actions:
         key, label = html.escape(action.key), html.escape(action.label)
-        if not action.on_rollout:  # a rollout's button is drawn on its row
+        if not action.on_row:  # a rollout's or a commit's button is drawn on its row
             buttons.append(f'<button type="button" class="act" id="act-{key}" data-key="{key}" '
                            f'data-when="{html.escape(action.when)}">{label}…</button>')
-        what = f'{label} <span class="target"></span>?' if action.on_rollout else f"{label}?"
+        what = f'{label} <span class="target"></span>?' if action.on_row else f"{label}?"
         forms.append(
             f'<form class="confirm" id="confirm-{key}" data-path="{html.escape(action.path)}" hidden>'
             f"<p><strong>{what}</strong> {html.escape(action.confirm)}</p>"

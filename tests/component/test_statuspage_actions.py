@@ -113,6 +113,34 @@ def test_a_viewer_gets_no_action_and_an_operator_each_with_its_confirm(tmp_path:
     assert "const READS_MISMATCHES = true" in call(app, "GET", "/", "ada").text
 
 
+def test_only_a_role_that_may_roll_back_gets_the_history_rows_roll_back_to(tmp_path: Path) -> None:
+    _, app = app_for(tmp_path)
+    viewer = call(app, "GET", "/", "vera").text
+    assert 'id="confirm-rollback-to"' not in viewer and "rollback?commit=" not in viewer
+    scoped = call(app, "GET", "/", "echo-ci").text  # an endpoint's operator may not roll the agent back
+    assert 'id="confirm-rollback-to"' not in scoped
+    for name in ("otto", "ada"):
+        page = call(app, "GET", "/", name).text
+        form = re.search(r'<form class="confirm" id="confirm-rollback-to" data-path="([^"]*)" hidden>(.*?)</form>',
+                         page, re.S)
+        assert form is not None and form.group(1) == "rollback?commit={commit}", name
+        assert "Roll back to <span class=\"target\"></span>?" in form.group(2) and 'id="go-rollback-to"' in form.group(2)
+        assert 'id="act-rollback-to"' not in page  # drawn by the page on each applied commit's row, not in the bar
+        assert 'const APPLIED_RESULTS = ["applied", "noop", "step"];' in page
+        assert 'document.getElementById("confirm-rollback-to")' in page
+
+
+def test_a_rollback_to_a_chosen_commit_from_the_page_is_attributed(tmp_path: Path) -> None:
+    agent, app = app_for(tmp_path)
+    token = csrf_of(call(app, "GET", "/", "otto").text)
+    done = call(app, "POST", "/rollback?commit=abc1234&reason=back%20to%20it", "otto",
+                {**PAGE_ORIGIN, "X-CSRF-Token": token})
+    assert done.status_code == 200, done.text
+    assert done.json()["good"] == "abc1234"
+    (row,) = agent.actions()
+    assert (row.verb, row.actor, row.reason, row.detail) == ("rollback", "otto", "back to it", f"to abc1234, holding {'c' * 7}")
+
+
 def test_no_token_is_in_the_page(tmp_path: Path) -> None:
     _, app = app_for(tmp_path)
     for name, (_, token) in TOKENS.items():

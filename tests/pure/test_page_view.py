@@ -11,7 +11,8 @@ import pytest
 from gitops.admin.csrf import CSRF_LIFETIME_S, CsrfKey, from_browser
 from gitops.admin.events import EventLimits, EventStreams, frames
 from gitops.admin.page_view import (
-    HISTORY_KINDS, PAGE_ACTIONS, ROLLOUT_ACTIONS, actions_html, content_security_policy, filter_history, offered,
+    APPLIED_RESULTS, HISTORY_ACTIONS, HISTORY_KINDS, PAGE_ACTIONS, ROLLOUT_ACTIONS, actions_html,
+    content_security_policy, filter_history, offered,
     plan_lines,
 )
 from gitops.admin.roles import Principal, Role, Scope
@@ -28,9 +29,9 @@ def keys(principal: Principal, environment: str | None = None) -> list[str]:
 
 def test_a_viewer_is_offered_no_action_and_an_operator_every_one() -> None:
     assert keys(VIEWER) == [] and actions_html(offered(VIEWER, None)) == ""
-    every = [action.key for action in (*PAGE_ACTIONS, *ROLLOUT_ACTIONS)]
+    every = [action.key for action in (*PAGE_ACTIONS, *ROLLOUT_ACTIONS, *HISTORY_ACTIONS)]
     assert keys(OPERATOR) == every == keys(ADMIN) == [
-        "sync", "override", "suspend", "resume", "rollback", "promote", "abort"]
+        "sync", "override", "suspend", "resume", "rollback", "promote", "abort", "rollback-to"]
 
 
 def test_a_scope_the_role_table_narrows_takes_the_buttons_away() -> None:
@@ -42,14 +43,24 @@ def test_a_scope_the_role_table_narrows_takes_the_buttons_away() -> None:
 
 def test_each_button_posts_to_the_route_the_cli_uses_and_only_after_its_confirm() -> None:
     markup = actions_html(offered(OPERATOR, None))
-    for action in (*PAGE_ACTIONS, *ROLLOUT_ACTIONS):
+    every = (*PAGE_ACTIONS, *ROLLOUT_ACTIONS, *HISTORY_ACTIONS)
+    for action in every:
         assert f'id="confirm-{action.key}"' in markup and f'data-path="{action.path}"' in markup
-        # The agent's buttons are in the bar; a rollout's are drawn on its row by the page.
-        assert (f'id="act-{action.key}"' in markup) is not action.on_rollout
-    assert markup.count("<form") == len(PAGE_ACTIONS) + len(ROLLOUT_ACTIONS) == markup.count(" hidden>")
+        # The agent's buttons are in the bar; a rollout's and a commit's are drawn on their rows by the page.
+        assert (f'id="act-{action.key}"' in markup) is not action.on_row
+    assert markup.count("<form") == len(every) == markup.count(" hidden>")
     assert "onclick" not in markup and "<script" not in markup
-    assert {action.route for action in (*PAGE_ACTIONS, *ROLLOUT_ACTIONS)} == {
+    assert {action.route for action in every} == {
         "/sync", "/suspend", "/resume", "/rollback", "/rollouts/{endpoint}/promote", "/rollouts/{endpoint}/abort"}
+
+
+def test_a_history_rows_rollback_names_its_commit_to_the_cli_route() -> None:
+    (to_this,) = HISTORY_ACTIONS
+    assert (to_this.path, to_this.route, to_this.on_history, to_this.on_rollout) == (
+        "rollback?commit={commit}", "/rollback", True, False)
+    markup = actions_html((to_this,))
+    assert '<strong>Roll back to <span class="target"></span>?</strong>' in markup
+    assert set(APPLIED_RESULTS) == {"applied", "noop", "step"}  # what `gitops rollback COMMIT` accepts
 
 
 def test_the_policy_allows_only_the_nonced_scripts_and_no_framing() -> None:
