@@ -15,6 +15,13 @@ included):
   redraws the agent Held without a reload;
 - the page runs under its Content-Security-Policy with no violation
   reported, and no token is in the page's source or its event stream;
+- on another agent that applied v1, a docs-only commit and v2, the
+  operator rolls back to v1 with the "roll back to this" button of v1's
+  history row (not the last commit applied before, which the bar's
+  "Roll back" would pick), confirmed; history records it with the
+  operator's name and the chosen commit, and v1 runs again; then, the agent
+  suspended, a new commit's plan shows as a diff with why "suspended"
+  (no CSP violation on the way);
 - on a second agent whose endpoint rolls out in two steps, the viewer's
   rollout row has no button; the operator aborts the running rollout from
   its row (confirmed, with a reason), the endpoint's traffic goes back, the
@@ -190,6 +197,72 @@ def test_a_viewer_cannot_act_and_an_operators_rollback_from_the_page_is_attribut
                         "raw page": raw_page.text, "event stream": stream.decode()}.items():
         for _, token in TOKENS.values():
             assert token not in seen, f"{where} shows a token"
+
+
+def test_an_operator_rolls_back_to_a_chosen_commit_and_a_suspended_agent_shows_the_heads_plan(
+    ray_session: str, repo: GitRepo, tmp_path: Path, chromium: webdriver.Chrome, artifacts_dir: Path
+) -> None:
+    table = tmp_path / "admin-tokens"
+    table.write_text("".join(f"{name} {role} {hashlib.sha256(tok.encode()).hexdigest()}\n"
+                             for name, (role, tok) in TOKENS.items()))
+    first = write(repo, "v1")
+    agent = AgentProcess(repo.root, tmp_path, ray.get_runtime_context().gcs_address,
+                         extra_args=["--admin-tokens-file", str(table)])
+    http = httpx.Client(timeout=30, headers={"Authorization": f"Bearer {TOKENS['otto'][1]}"})
+
+    def applied() -> str:
+        return http.get(agent.admin + "/status").json()["last_applied_revision"]
+
+    try:
+        agent.wait("v1 applied", lambda: applied() == first)
+        repo.write("README.md", "echo, served by ray-gitops\n")
+        docs = repo.commit("docs only: nothing to change")
+        agent.wait("the docs commit attempted", lambda: applied() == docs)
+        second = write(repo, "v2")
+        agent.wait("v2 applied", lambda: applied() == second)
+
+        # A viewer's history rows have no button.
+        as_reader(chromium, "vera", agent.admin + "/")
+        until("the viewer's history drawn", lambda: first[:12] in text(chromium, "history"))
+        assert chromium.find_elements(By.CSS_SELECTOR, "#history button") == []
+
+        # The operator: a button on each applied commit's row but the current one's.
+        as_reader(chromium, "otto", agent.admin + "/")
+        until("the operator's row buttons", lambda: chromium.find_element(By.ID, f"act-rollback-to-{first}").is_displayed())
+        rows = {b.get_attribute("data-commit") for b in chromium.find_elements(By.CSS_SELECTOR, "#history button")}
+        assert rows == {first, docs}  # v2 runs: no button on its row
+        chromium.find_element(By.ID, f"act-rollback-to-{first}").click()
+        confirm = chromium.find_element(By.ID, "confirm-rollback-to")
+        assert confirm.is_displayed() and f"Roll back to commit {first[:12]}?" in confirm.text
+        assert http.get(agent.admin + "/history?kind=rollback").json()["actions"] == []  # nothing sent before the confirm
+        confirm.find_element(By.NAME, "reason").send_keys("v1 was the last good one")
+        chromium.find_element(By.ID, "go-rollback-to").click()
+        until("the rollback done", lambda: text(chromium, "action-result").startswith("rollback-to: done"))
+        assert f"back to {first[:12]}" in text(chromium, "action-result")
+        agent.wait("v1 applied again", lambda: applied() == first)
+        (rollback,) = http.get(agent.admin + "/history", params={"actor": "otto", "kind": "rollback"}).json()["actions"]
+        assert (rollback["actor"], rollback["reason"], rollback["result"]) == ("otto", "v1 was the last good one", "accepted")
+        assert rollback["detail"] == f"to {first[:7]}, holding {', '.join(sorted([docs[:7], second[:7]]))}"
+        newest = http.get(agent.admin + "/history").json()["entries"][0]
+        assert (newest["commit"], newest["result"]) == (first, "applied")
+        until("the rollback in the page's actions", lambda: "otto (token)" in text(chromium, "actions-log"))
+        chromium.save_screenshot(str(artifacts_dir / "statuspage-rolled-back-to.png"))
+
+        # Suspended: the new head is not applied, and the page shows its plan and why.
+        assert http.post(agent.admin + "/suspend").status_code == 200
+        third = write(repo, "v3")
+        until("the head's plan on the page", lambda: f"{third[:12]} · suspended" in text(chromium, "plan"), timeout_s=20)
+        diff = text(chromium, "plan")
+        assert "~ backend echo" in diff and '"v3"' in diff
+        assert chromium.find_elements(By.CSS_SELECTOR, "#plan pre.diff span.chg")
+        plan = http.get(agent.admin + "/plan").json()
+        assert (plan["commit"], plan["why"]) == (third, "suspended") and applied() == first
+        chromium.save_screenshot(str(artifacts_dir / "statuspage-suspended-plan.png"))
+        logs = chromium.get_log("browser")
+    finally:
+        http.close()
+        agent.stop()
+    assert [entry["message"] for entry in logs if "Content Security Policy" in entry["message"]] == []
 
 
 ROLLOUT_SPEC = '''
