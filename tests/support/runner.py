@@ -13,7 +13,8 @@ Exits non-zero when a tier failed.
 The real tier is two pytest runs: its tests on `GITOPS_TEST_WORKERS` xdist
 workers (default 3: most real tests wait on Ray, so they overlap well on two
 cores), each file on one worker (`--dist loadgroup`, groups from
-tests.support.tiers), then its `serial` tests alone.
+tests.support.tiers), then its `serial` tests alone. The slow tier runs on
+`GITOPS_SLOW_TEST_WORKERS` (default 2) the same way.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 WORKERS = os.environ.get("GITOPS_TEST_WORKERS", "3")
+# The slow tier on two workers: the bench smoke (its own group, ~4 minutes) beside the
+# restart scenarios and the soak (~2.5 minutes together), instead of after them.
+SLOW_WORKERS = os.environ.get("GITOPS_SLOW_TEST_WORKERS", "2")
 
 # What each tier runs: one or more pytest runs, by name, each with its
 # arguments after `-q -p no:cacheprovider`.
@@ -39,7 +43,7 @@ TIER_ARGS = {
                  "tests", "--ignore=tests/pure"],
         "real-serial": ["-m", "real and not slow and serial", "tests", "--ignore=tests/pure"],
     },
-    "slow": {"slow": ["-m", "slow", "tests", "--ignore=tests/pure"]},
+    "slow": {"slow": ["-m", "slow", "-n", SLOW_WORKERS, "--dist", "loadgroup", "tests", "--ignore=tests/pure"]},
 }
 NO_TESTS_COLLECTED = 5
 SLOWEST = 30
