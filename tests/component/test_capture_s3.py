@@ -19,6 +19,7 @@ from proxy.observability.capture import CaptureWriter
 from proxy.routes.subscriptions import Subscriptions
 from proxy.settings import ProxySettings
 from tests.support.capture import Counts
+from tests.support.moto_s3 import loopback_s3
 from tests.support.proxy_app import FakeCaller, FakeReplica, replica_set
 from vocabulary.control.longpoll import RouteEntry, RouteTable
 from vocabulary.request_path.wire import WireRequest, WireResponse
@@ -27,23 +28,8 @@ from vocabulary.spec.endpoints import CaptureConfig, EndpointConfig
 
 @pytest.fixture()
 def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)  # the node's variables, as a proxy's environment has them
-    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                          aws_access_key_id="k", aws_secret_access_key="s")
-    client.create_bucket(Bucket="audit")
-    try:
+    with loopback_s3(monkeypatch, "audit") as client:
         yield client
-    finally:
-        server.stop()
 
 
 async def _answer(request: WireRequest) -> WireResponse:

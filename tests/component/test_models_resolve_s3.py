@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 import tomllib
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,30 +20,14 @@ from typing import Any
 import pytest
 
 from replica.models import ModelCache
+from tests.support.moto_s3 import loopback_s3
 from vocabulary.replicas.model_digests import manifest_digest, source_problem
 
 
 @pytest.fixture()
 def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
-    # Moto keeps its buckets in the process, across servers: start from none.
-    urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/moto-api/reset", method="POST"), timeout=10)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)  # the user's variables, which the command inherits
-    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                          aws_access_key_id="k", aws_secret_access_key="s")
-    client.create_bucket(Bucket="models")
-    try:
+    with loopback_s3(monkeypatch, "models") as client:
         yield client
-    finally:
-        server.stop()
 
 
 def _resolve(*args: str) -> subprocess.CompletedProcess[str]:
