@@ -34,6 +34,7 @@ from obstore.exceptions import NotSupportedError
 from obstore.store import HTTPStore, S3Store
 
 from vocabulary.replicas.model_digests import is_directory
+from vocabulary.replicas.s3_picks import store_error_line
 
 if TYPE_CHECKING:
     from replica.hub_fetching import HubOptions
@@ -138,15 +139,13 @@ def _client(deadline: float, endpoint: str) -> dict[str, Any]:
 
 
 def _store_error(error: Exception) -> str:
-    """obstore's error as one line: what happened, never its debug dump."""
-    text = " ".join(str(error).split("Debug source:")[0].split())
-    if isinstance(error, FileNotFoundError) or "404" in text:
+    """obstore's error as one line: its type when it says enough, else its text as
+    `gitops models` reads it (`store_error_line`), never its debug dump."""
+    if isinstance(error, FileNotFoundError):
         return "not found (no such key or file)"
-    if isinstance(error, PermissionError) or "403" in text or "401" in text:
+    if isinstance(error, PermissionError):
         return "access denied (403): check the node's AWS_* credentials"
-    if "timed out" in text.lower() or "timeout" in text.lower():
-        return "timed out"
-    return text[:300] or type(error).__name__
+    return store_error_line(str(error)) or type(error).__name__
 
 
 def _check(deadline: float) -> None:
