@@ -64,6 +64,15 @@ traffic = {{ echo = 1.0 }}
 '''
 
 
+def agent_with_tokens(repo: GitRepo, tmp_path: Path) -> AgentProcess:
+    """A `gitops run` on the session's Ray whose admin API knows `TOKENS` (their hashes, by name and role)."""
+    table = tmp_path / "admin-tokens"
+    table.write_text("".join(f"{name} {role} {hashlib.sha256(tok.encode()).hexdigest()}\n"
+                             for name, (role, tok) in TOKENS.items()))
+    return AgentProcess(repo.root, tmp_path, ray.get_runtime_context().gcs_address,
+                        extra_args=["--admin-tokens-file", str(table)])
+
+
 def write(repo: GitRepo, version: str) -> str:
     return commit_versioned_echo(repo, SPEC.format(version=version), version)
 
@@ -107,12 +116,8 @@ fetch(path, {method: "POST", headers}).then(r => r.text().then(body => done([r.s
 def test_a_viewer_cannot_act_and_an_operators_rollback_from_the_page_is_attributed(
     ray_session: str, repo: GitRepo, tmp_path: Path, chromium: webdriver.Chrome, artifacts_dir: Path
 ) -> None:
-    table = tmp_path / "admin-tokens"
-    table.write_text("".join(f"{name} {role} {hashlib.sha256(tok.encode()).hexdigest()}\n"
-                             for name, (role, tok) in TOKENS.items()))
     first = write(repo, "v1")
-    agent = AgentProcess(repo.root, tmp_path, ray.get_runtime_context().gcs_address,
-                         extra_args=["--admin-tokens-file", str(table)])
+    agent = agent_with_tokens(repo, tmp_path)
     otto = {"Authorization": f"Bearer {TOKENS['otto'][1]}"}
     http = httpx.Client(timeout=30, headers=otto)
     page = agent.admin + "/"
@@ -202,12 +207,8 @@ def test_a_viewer_cannot_act_and_an_operators_rollback_from_the_page_is_attribut
 def test_an_operator_rolls_back_to_a_chosen_commit_and_a_suspended_agent_shows_the_heads_plan(
     ray_session: str, repo: GitRepo, tmp_path: Path, chromium: webdriver.Chrome, artifacts_dir: Path
 ) -> None:
-    table = tmp_path / "admin-tokens"
-    table.write_text("".join(f"{name} {role} {hashlib.sha256(tok.encode()).hexdigest()}\n"
-                             for name, (role, tok) in TOKENS.items()))
     first = write(repo, "v1")
-    agent = AgentProcess(repo.root, tmp_path, ray.get_runtime_context().gcs_address,
-                         extra_args=["--admin-tokens-file", str(table)])
+    agent = agent_with_tokens(repo, tmp_path)
     http = httpx.Client(timeout=30, headers={"Authorization": f"Bearer {TOKENS['otto'][1]}"})
 
     def applied() -> str:
