@@ -18,7 +18,13 @@ a slot, waiting in the bounded queue if needed; retries on other replicas
 as the endpoint's `[retries]` policy says, `proxy.pool.retrying`), under the
 endpoint's timeout (the deadline, and the client's leaving, kept by
 `proxy.pipeline.running_calls`; a client that leaves while its call runs
-cancels it, 499). Every outcome maps to the status codes of docs/reference/http.md.
+cancels it, 499). A client's `X-Request-Timeout` (read in the one pass over
+the headers that also says whether a body follows, `proxy.pipeline.body.framing`;
+400 when it is no number of seconds) shortens that deadline, counted from when
+its route was resolved; one that passed before a replica was called is answered 504 without a call,
+and what is left of it travels with each replica call (`proxy.pool.sending`),
+so the replica's code and its handle calls see it. Every 504 for a passed
+deadline is counted (`Recorder.deadline_exceeded`). Every outcome maps to the status codes of docs/reference/http.md.
 The route prefix goes along with each request (`with_root_path`), so an ASGI
 app in the replica serves under it.
 
@@ -49,7 +55,7 @@ from proxy.observability.request_stats import RequestCounter
 from proxy.observability.shadow_compare import MismatchLog
 from proxy.observability.tracing import RequestTracing
 from proxy.pipeline.admit import Admission
-from proxy.pipeline.body import BodyBudget, framed, read, unframed
+from proxy.pipeline.body import BodyBudget, framing, read, unframed
 from proxy.pipeline.budget import TokenBudgeting
 from proxy.pipeline.capture import Capture
 from proxy.pipeline.count import Counting, NullRecorder, Recorder
@@ -62,7 +68,7 @@ from proxy.pipeline.trace import Tracing
 from proxy.pipeline.transit import CLIENT_LEFT, TEXT, Refusal, Transit, end_to_end, refusal_for, send_answer
 from proxy.pipeline.websockets import WebSocketCarrier
 from proxy.pool.calling import Caller
-from proxy.pool.sending import Held, SendError, Sender
+from proxy.pool.sending import Held, NoTimeLeft, SendError, Sender
 
 from proxy.routes.rate_limits import Buckets, LocalBuckets
 from proxy.routes.routing import Resolution, normalise_path, resolve
@@ -70,6 +76,7 @@ from proxy.routes.snapshot import Snapshot
 from proxy.settings import ProxySettings
 from vocabulary.request_path.choosing import Random
 from vocabulary.control.request_stats import RequestStats
+from vocabulary.request_path.deadlines import BadTimeout, capped, parse_timeout
 from vocabulary.request_path.wire import with_root_path
 
 __all__ = ["ProxyApp", "Recorder", "NullRecorder", "CLIENT_LEFT"]
@@ -207,7 +214,9 @@ class ProxyApp:
             return
         held = 0  # body bytes this request counts against the worker's budget until it ends
         try:
-            if framed(scope["headers"]):
+            has_body, timeout = framing(scope["headers"])
+            client_s = None if timeout is None else _client_timeout(timeout)
+            if has_body:
                 body = await read(scope, receive, served.max_body_bytes, self._settings, self._bodies)
             else:  # most requests (a GET): no coroutine of their own
                 body = unframed(await receive())
@@ -221,18 +230,30 @@ class ProxyApp:
             # Forward: one call to the pool (proxy.pool.sending), awaited here between `RunningCalls.enter`
             # and `leave` (no wrapper coroutine), its failures as the proxy's answers.
             seen = None if transit.traced is None and transit.captured is None else transit.seen
-            running = self._calls.enter(receive, served.timeout_s)
+            if client_s is None:
+                running = self._calls.enter(receive, served.timeout_s)
+            else:  # the client's deadline, counted from its route, never past the endpoint's timeout
+                left_s = capped(client_s, served.timeout_s) - (time.perf_counter() - transit.started)
+                if left_s <= 0:
+                    self._recorder.deadline_exceeded(served.name, "not-started")
+                    raise refusal_for(NoTimeLeft(started=False), self._retry_after)
+                running = self._calls.enter(receive, left_s)
             try:
                 reply = await self._sender.send(
                     snapshot.pools.get(transit.backend), transit.request, running.deadline_at, served.retries, seen,
-                    served.outliers, served.circuit,
+                    served.outliers, served.circuit, client_s is not None, client_s is not None and client_s < served.timeout_s,
                 )
             except asyncio.CancelledError:
                 instead = self._calls.why_cancelled(running)
                 if instead is None:
                     raise
-                raise (Refusal(504, "Gateway Timeout") if isinstance(instead, TimeoutError) else instead) from None
+                if isinstance(instead, TimeoutError):
+                    self._recorder.deadline_exceeded(served.name, "expired")
+                    raise Refusal(504, "Gateway Timeout") from None
+                raise instead from None
             except SendError as error:
+                if isinstance(error, NoTimeLeft):
+                    self._recorder.deadline_exceeded(served.name, "expired" if error.started else "not-started")
                 raise refusal_for(error, self._retry_after) from None
             finally:
                 self._calls.leave(running)
@@ -310,3 +331,11 @@ class ProxyApp:
 
     async def stop_shadows(self) -> None:
         await self._shadows.stop()
+
+
+def _client_timeout(value: bytes) -> float:
+    """The seconds the client's X-Request-Timeout allows; 400 with the reason when it is no number of them."""
+    try:
+        return parse_timeout(value)
+    except BadTimeout as bad:
+        raise Refusal(400, str(bad)) from None

@@ -6,9 +6,11 @@ secrets (`replica.secrets.SecretBox`), the local paths of its staged
 models, and for a multiplexed backend its `[backends.X.multiplex]`
 settings, each request's `RequestModels` (a context variable, set by
 `begin_models` from the request's header) and the loaders that hold models
-(`register`). `REPORTED_LOAD` is the load user code last reported. The
+(`register`), and each request's or handle call's `Deadline` (a context
+variable, set by `begin_deadline` from what the call carried, until `end_deadline`; the handle
+calls user code makes from there read it, `current_deadline`). `REPORTED_LOAD` is the load user code last reported. The
 replica host (`replica.host`) fills them, once at start-up (per request for
-`begin_models`); `serving` and `model_slots` read them. Outside a replica
+`begin_models` and `begin_deadline`); `serving` and `model_slots` read them. Outside a replica
 nothing is installed and every reader says so.
 
 The values themselves (`ReplicaContext`, `Handle`, `RequestModels`, the
@@ -22,6 +24,7 @@ import contextvars
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
+from vocabulary.request_path.deadlines import Deadline
 from vocabulary.request_path.multiplexing import MultiplexSettings, RequestModels
 from vocabulary.replicas.serving import HandleCalls, ModelMissing, ReplicaContext, ReportedLoad, SecretStore
 
@@ -41,6 +44,9 @@ __all__ = [
     "current_model_id",
     "register",
     "loaded_ids",
+    "begin_deadline",
+    "end_deadline",
+    "current_deadline",
 ]
 
 _installed: dict[str, Any] = {}
@@ -148,3 +154,24 @@ def register(holder: Callable[[], list[str]]) -> None:
 def loaded_ids() -> list[str]:
     """Every model loaded now, least recently used first (normally one loader's)."""
     return [model_id for holder in _HOLDERS for model_id in holder()]
+
+
+# --- deadlines ------------------------------------------------------------------------
+
+_DEADLINE: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar("gitops_deadline", default=None)
+
+
+def begin_deadline(deadline: Deadline | None) -> contextvars.Token[Deadline | None]:
+    """Start a request or handle call that must be answered by `deadline` (None: it carries none). Set in
+    the task that runs its user code: the tasks and threads that code starts (handle calls, a sync
+    handler's thread) inherit it. Pair with `end_deadline(token)` once its user code is done."""
+    return _DEADLINE.set(deadline)
+
+
+def end_deadline(token: contextvars.Token[Deadline | None]) -> None:
+    """The request `begin_deadline` started is over: the task's deadline is what it was before."""
+    _DEADLINE.reset(token)
+
+
+def current_deadline() -> Deadline | None:
+    return _DEADLINE.get()

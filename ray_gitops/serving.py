@@ -1,6 +1,6 @@
 """The API user code inside a replica imports: `handle(name)`, `context()`,
 `secret(name)`, `secret_path(name)`, `model_path(name)`, `report_load(value)`,
-and for a multiplexed backend `@multiplexed` and `model_id()`.
+`time_left()`, and for a multiplexed backend `@multiplexed` and `model_id()`.
 
     from ray_gitops import serving
 
@@ -26,16 +26,19 @@ its traceback; so does a call whose callee replica died under it, and the
 handle leaves that replica out of its choices from then on. Handles follow config changes (weights, replicas) as the
 proxy does. A thin façade: the machinery is installed by the replica host
 (`ray_gitops.registry`), so this module imports nothing but the vocabulary's values
-(`vocabulary.replicas.serving`), that registry and `ray_gitops.model_slots` (the loader `@multiplexed` wraps).
+(`vocabulary.replicas.serving`), that registry and `ray_gitops.model_slots` (the loader `@multiplexed` wraps),
+and the clock `time_left` reads.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Awaitable, Callable, TypeVar
 
 from ray_gitops.model_slots import multiplexed as _multiplexed
 from ray_gitops.registry import (
     REPORTED_LOAD,
+    current_deadline,
     current_model_id,
     installed_calls,
     installed_context,
@@ -44,6 +47,7 @@ from ray_gitops.registry import (
 )
 from vocabulary.replicas.serving import (
     BackpressureError,
+    DeadlineExceeded,
     Handle,
     HandleError,
     ModelMissing,
@@ -56,7 +60,7 @@ T = TypeVar("T")
 __all__ = [
     "handle", "context", "secret", "secret_path", "model_path", "ModelMissing", "report_load", "Secret", "Handle",
     "HandleError", "BackpressureError", "multiplexed", "model_id", "ModelRefused",
-    "ReplicaContext",
+    "ReplicaContext", "time_left", "DeadlineExceeded",
 ]
 
 
@@ -133,3 +137,14 @@ def context() -> ReplicaContext:
     follows in-place changes (no restart) and stays put for commits that
     leave the backend as it was."""
     return installed_context()
+
+
+def time_left() -> float | None:
+    """Seconds left until the deadline of the request (or handle call) this code serves, never below 0;
+    None when it has none. A client sets one with `X-Request-Timeout: SECONDS`, capped by its endpoint's
+    `timeout_s`; it travels with the request to this replica and on with the handle calls made while
+    serving it, each of which carries what is left (docs/guides/traffic-policy.md). Past it the proxy
+    has answered the client 504: stop, rather than finish work no one reads. Inside a replica's code
+    (elsewhere: None)."""
+    deadline = current_deadline()
+    return None if deadline is None else deadline.left(time.monotonic())

@@ -14,7 +14,11 @@ the callee's `max_concurrent_queries` less this replica's calls in flight
 to it, leaving out a replica that died under one of this replica's calls
 (as the proxy drops it from its pool) until the controller stops listing
 it. No room anywhere is backpressure, answered at once rather than
-queued. The call is `handle_call` on the callee replica.
+queued. The call is `handle_call` on the callee replica. Made while serving a
+request (or a call) that has a deadline, it carries the seconds left of it
+(`ray_gitops.registry.current_deadline`): none left, it is not made; run out
+while the callee works, it is given up and the callee's task cancelled
+(`HandleOutcome.DEADLINE`, `DeadlineExceeded` in user code).
 
 Owns the Ray side of handles; the user-facing API is `ray_gitops.serving`.
 """
@@ -22,7 +26,9 @@ Owns the Ray side of handles; the user-facing API is `ray_gitops.serving`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from typing import Any
 
 import ray
@@ -36,7 +42,9 @@ from vocabulary.spec.routing import RoutingConfig
 from vocabulary.control.goal_api import CONTROLLER_NAME, LongPollKey
 from vocabulary.request_path.policies import Policy, policy_for
 from vocabulary.request_path.request_keys import KeyReader
-from vocabulary.replicas.serving import HandleOutcome
+from ray_gitops.registry import current_deadline
+from vocabulary.replicas.serving import DeadlineExceeded, HandleOutcome
+from vocabulary.request_path.deadlines import Deadline
 from replica.tracing import ReplicaTracing
 
 __all__ = ["HandleRouter"]
@@ -89,6 +97,9 @@ class HandleRouter:
         self._hold([key])
 
     async def call(self, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> HandleResult:
+        deadline = current_deadline()  # the request's, or the handle call's, this code serves
+        if deadline is not None and deadline.passed(time.monotonic()):
+            return HandleOutcome.DEADLINE, "the request's deadline passed before the call; it was not made"
         try:
             backend = await self._backend_for(target)
         except TimeoutError:
@@ -96,7 +107,7 @@ class HandleRouter:
         replica_set = self._payloads.get(LongPollKey.replicas(backend))
         if not isinstance(replica_set, ReplicaSet):
             return HandleOutcome.UNAVAILABLE, f"there is no backend or endpoint named '{target}'"
-        return await self._call_replica(target, replica_set, args, kwargs)
+        return await self._call_replica(target, replica_set, args, kwargs, deadline)
 
     async def _backend_for(self, target: str) -> str:
         """The backend to call: `target` itself, or one drawn by the endpoint's weights."""
@@ -108,7 +119,8 @@ class HandleRouter:
         return WeightedChoice.from_weights(endpoint.traffic).pick(self._rng.random()) or ""
 
     async def _call_replica(
-        self, target: str, replica_set: ReplicaSet, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, target: str, replica_set: ReplicaSet, args: tuple[Any, ...], kwargs: dict[str, Any],
+        deadline: Deadline | None = None,
     ) -> HandleResult:
         replicas = tuple(r for r in replica_set.replicas if r.replica_id not in self._dead)
         if not replicas:
@@ -130,11 +142,17 @@ class HandleRouter:
         self._in_flight[chosen.replica_id] = self._in_flight.get(chosen.replica_id, 0) + 1
         try:
             callee: Remote[ReplicaAPI] = Remote(chosen.handle)
+            if deadline is not None:
+                return await self._call_within(callee, target, replica_set.backend, chosen.replica_id, args, kwargs,
+                                               deadline)
             if self._tracing is None:
                 return HandleOutcome.OK, await callee.call(ReplicaAPI.handle_call, args, kwargs)
             with self._tracing.handle_call(target, replica_set.backend, chosen.replica_id) as carried:
                 return HandleOutcome.OK, await callee.call(ReplicaAPI.handle_call, args, kwargs, carried)
         except RayTaskError as error:
+            cause = getattr(error, "cause", None)
+            if isinstance(cause, DeadlineExceeded):  # the callee found the deadline passed
+                return HandleOutcome.DEADLINE, str(cause)
             return HandleOutcome.ERROR, str(error)
         except (RayActorError, ActorUnschedulableError) as error:
             if isinstance(error, ActorDiedError):  # gone for good: the next calls go elsewhere at once
@@ -142,6 +160,34 @@ class HandleRouter:
             return HandleOutcome.UNAVAILABLE, f"replica {chosen.replica_id} of '{replica_set.backend}' died: {error}"
         finally:
             self._in_flight[chosen.replica_id] -= 1
+
+    async def _call_within(
+        self, callee: Remote[ReplicaAPI], target: str, backend: str, replica_id: str, args: tuple[Any, ...],
+        kwargs: dict[str, Any], deadline: Deadline,
+    ) -> HandleResult:
+        """The call carrying the seconds left of `deadline`, waited for no longer than them: at the deadline
+        the callee's task is cancelled (it also stops itself there, on its own clock)."""
+        left = deadline.left(time.monotonic())
+        if left <= 0:
+            return HandleOutcome.DEADLINE, "the request's deadline passed before the call; it was not made"
+        with contextlib.ExitStack() as stack:
+            carried = None if self._tracing is None else stack.enter_context(
+                self._tracing.handle_call(target, backend, replica_id)
+            )
+            ref = callee.call(ReplicaAPI.handle_call, args, kwargs, carried, deadline_s=left)
+            try:
+                async with asyncio.timeout(left):
+                    return HandleOutcome.OK, await ref
+            except TimeoutError:
+                pass
+            except asyncio.CancelledError:  # the caller's own request ended (its deadline, its client left)
+                _cancel(ref)
+                raise
+        _cancel(ref)
+        return HandleOutcome.DEADLINE, (
+            f"the request's deadline ({left:.3f} s left when it was made) passed while replica {replica_id} "
+            f"of '{backend}' ran the call; it was cancelled"
+        )
 
     def _routing_of(self, replica_set: ReplicaSet, replicas: tuple[ReplicaInfo, ...]) -> _Routing:
         """The backend's policy, rebuilt when its routing changes, told its live `replicas` (the ones
@@ -203,6 +249,12 @@ class HandleRouter:
             self._in_flight = {rid: n for rid, n in self._in_flight.items() if n or rid in listed}
             self._answered.set()
             self._answered = asyncio.Event()
+
+
+def _cancel(ref: object) -> None:
+    """Cancel a handle call's task on its callee; best effort: the callee stops at the deadline by itself anyway."""
+    with contextlib.suppress(Exception):
+        ray.cancel(ref)
 
 
 class _Routing:

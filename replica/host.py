@@ -26,7 +26,13 @@ at the node's IP address for proxies on other nodes (opened when the first
 of them asks, and authenticated with a secret only `data_address` tells); a
 proxy asks `data_address` where they are; it stops listening when draining.
 Other replicas' handles (`ray_gitops.serving.handle`) call `handle_call`, which
-passes their arguments to the handler as they are. Before any user code
+passes their arguments to the handler as they are. A request (as its last
+header, `vocabulary.request_path.deadlines`) or a handle call may carry the
+seconds left of its client's deadline: anchored on this process's clock, it
+is what `ray_gitops.serving.time_left()` answers and what the handle calls
+its code makes inherit; one that comes with no time left is not started,
+user code still running at it is cancelled, and either way the answer is a
+504 (a handle call: `DeadlineExceeded`), counted in `late_answers`. Before any user code
 runs, the replica installs its context and its own handles
 (`replica.handles`) for `ray_gitops.serving`, in `ray_gitops.registry`.
 
@@ -85,8 +91,11 @@ from replica.tracing import Carrier, ReplicaTracing
 from datalink.frames import MAX_FRAME_BYTES
 from vocabulary.request_path.wire import DataAddress
 from datalink.private_dirs import private_base
-from ray_gitops.registry import begin_models, install, install_models, install_multiplex, install_secrets
-from vocabulary.replicas.serving import ReplicaContext
+from ray_gitops.registry import (
+    begin_deadline, begin_models, end_deadline, install, install_models, install_multiplex, install_secrets,
+)
+from vocabulary.replicas.serving import DeadlineExceeded, ReplicaContext
+from vocabulary.request_path.deadlines import DEADLINE_HEADER, Deadline, split_deadline
 from vocabulary.spec.backends import BackendConfig
 from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.control.status import HandlerError, ModelStaging
@@ -99,6 +108,11 @@ _MARK_EVERY_S = 2.0
 
 # Long enough for every proxy to receive the replica set without this replica.
 _DRAIN_LINGER_S = 1.0
+
+_TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
+# What a request whose deadline passed is answered (the proxy answered its client 504 already, or will).
+_NOT_STARTED: WireResponse = (504, _TEXT, b"Gateway Timeout: the request's deadline passed before the replica started it")
+_DROPPED: WireResponse = (504, _TEXT, b"Gateway Timeout: the request's deadline passed while the replica ran it")
 
 __all__ = ["Replica", "BatchLengthError", "load_callable", "call_handler", "call_batch_handler"]
 
@@ -322,6 +336,9 @@ class Replica:
         self._marking: asyncio.Task[None] | None = None
         self._fetching: dict[str, FetchProgress] = {}  # models being fetched now, for `staging()`
         self._model_cache_settings = model_cache
+        # Requests and handle calls whose deadline passed before they started or while they ran: their
+        # answer dropped (the caller answered, or gave up, at that deadline).
+        self.late_answers = 0
         self._model_cache: ModelCache | None = None
         # `ray_actor_options.memory`, which Ray only schedules by, the replica enforces.
         memory = config.ray_actor_options.get("memory")
@@ -481,6 +498,35 @@ class Replica:
         return StreamStart(status, headers, b"", self._streams.hold(_slices(body)))
 
     async def handle_request(self, wire: WireRequest) -> WireResponse | StreamStart:
+        headers = wire[3]
+        if headers and headers[-1][0] == DEADLINE_HEADER:  # a client's deadline came with it
+            return await self._within_deadline(wire)
+        return await self._handle_request(wire)
+
+    async def _within_deadline(self, wire: WireRequest) -> WireResponse | StreamStart:
+        """A request that carries the seconds left of its deadline: refused (504) when none are, else run
+        with that deadline (`ray_gitops.serving.time_left()`, inherited by its handle calls) and cancelled at
+        it; an answer past it is dropped for a 504 (the proxy has answered the client by then)."""
+        wire, left = split_deadline(wire)
+        assert left is not None
+        if left <= 0:
+            self.late_answers += 1
+            return _NOT_STARTED
+        token = begin_deadline(Deadline.after(left, time.monotonic()))
+        try:
+            async with asyncio.timeout(left) as within:
+                return await self._handle_request(wire)
+        except TimeoutError:
+            if not within.expired():
+                raise
+        except DeadlineExceeded:  # a handle call of its code ran out the same deadline
+            pass
+        finally:
+            end_deadline(token)
+        self.late_answers += 1
+        return _DROPPED
+
+    async def _handle_request(self, wire: WireRequest) -> WireResponse | StreamStart:
         # `_serving`'s counting, spelt out: the context manager costs more than a noop request.
         self._begin(1)
         try:
@@ -563,13 +609,41 @@ class Replica:
         if self._ongoing == 0:
             self._idle.set()
 
-    async def handle_call(self, args: tuple[Any, ...], kwargs: dict[str, Any], trace: Carrier | None = None) -> Any:
+    async def handle_call(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], trace: Carrier | None = None,
+        deadline_s: float | None = None,
+    ) -> Any:
         """A handle's call: the arguments go to the handler as they are, and
         its return value goes back as it is; user exceptions propagate.
-        `trace`: the caller's trace context (`replica.tracing`), when it traces."""
+        `trace`: the caller's trace context (`replica.tracing`), when it traces;
+        `deadline_s`: the seconds left of the caller's deadline, when it has one: the call is
+        not started when none are, and is cancelled when they run out (`DeadlineExceeded` either way)."""
+        if deadline_s is not None:
+            return await self._call_within(args, kwargs, trace, deadline_s)
         if self._tracing is not None and trace is not None:
             return await self._tracing.called(trace, functools.partial(self._call_handler, args, kwargs))
         return await self._call_handler(args, kwargs)
+
+    async def _call_within(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], trace: Carrier | None, left: float
+    ) -> Any:
+        if left <= 0:
+            self.late_answers += 1
+            raise DeadlineExceeded(f"replica {self.replica_id}: the caller's deadline passed before the call started")
+        token = begin_deadline(Deadline.after(left, time.monotonic()))
+        try:
+            async with asyncio.timeout(left) as within:
+                return await self.handle_call(args, kwargs, trace)
+        except TimeoutError:
+            if not within.expired():
+                raise
+        finally:
+            end_deadline(token)
+        self.late_answers += 1
+        raise DeadlineExceeded(
+            f"replica {self.replica_id}: the caller's deadline ({left:.3f} s left when the call came) passed; "
+            "the call was cancelled"
+        )
 
     async def _call_handler(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         with self._serving(1):

@@ -9,7 +9,7 @@ docs/reference/metrics.md ("Proxy": `gitops_http_requests_total`,
 `gitops_capture_records_total`, `gitops_proxy_trace_spans_total`,
 `gitops_proxy_retries_total`, `gitops_proxy_retry_budget_exhausted_total`,
 `gitops_proxy_outlier_ejections_total`, `gitops_proxy_ejected_replicas`,
-`gitops_proxy_circuit_open_total`, per model of a
+`gitops_proxy_circuit_open_total`, `gitops_proxy_deadline_exceeded_total`, per model of a
 multiplexed backend `gitops_model_requests_total`, `gitops_model_loads_total`,
 `gitops_model_evictions_total`, and per tenant of a token budget
 `gitops_tenant_tokens_admitted_total`, `gitops_tenant_tokens_charged_total`,
@@ -387,6 +387,14 @@ class ProxyMetrics:
             ["backend", "limit"],
             registry=r,
         )
+        self._deadline_exceeded = Counter(
+            "gitops_proxy_deadline_exceeded",
+            "Requests answered 504 because their deadline passed (the client's X-Request-Timeout capped by the "
+            "endpoint's timeout_s, or that timeout), by endpoint and when (not-started: before any replica call; "
+            "expired: while it waited for a replica or one ran it, whose answer, if it comes, is dropped).",
+            ["endpoint", "when"],
+            registry=r,
+        )
         self._model_requests = Counter(
             "gitops_model_requests",
             "Requests a multiplexed backend answered for a model its replica held, by backend and model "
@@ -534,6 +542,9 @@ class ProxyMetrics:
     def circuit_open(self, backend: str, limit: str) -> None:
         self._circuit_open.labels(backend, limit).inc()
 
+    def deadline_exceeded(self, endpoint: str, when: str) -> None:
+        self._deadline_exceeded.labels(endpoint, when).inc()
+
     def model_served(self, backend: str, model: str, loaded: bool, evicted: Collection[str]) -> None:
         self._model_requests.labels(backend, model).inc()
         if loaded:
@@ -591,6 +602,7 @@ class ProxyMetrics:
             _remove_where(metric, names, "endpoint", endpoint)
         if self._limited.pop(endpoint, None) is not None:
             _remove_where(self._rate_limited, LIMITED_LABELS, "endpoint", endpoint)
+        _remove_where(self._deadline_exceeded, ("endpoint", "when"), "endpoint", endpoint)
         if self._tenants.pop(endpoint, None) is not None:
             for counter in (self._tokens_admitted, self._tokens_charged, self._token_limited):
                 _remove_where(counter, TENANT_LABELS_NAMES, "endpoint", endpoint)

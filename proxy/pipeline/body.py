@@ -7,7 +7,10 @@ the time limit the edge's `body_timeout_s` (408); the budget
 until they end (503 and Retry-After past it). A client that leaves before
 its body is read causes no replica call (`ClientLeft`); a truncated body is
 never forwarded. A request without a body (RFC 9112 6.3) reads its one
-empty message at once (`unframed`).
+empty message at once (`unframed`). Whether it has one is read in the same
+pass over its headers as its client's `X-Request-Timeout` (`framing`): a
+GET's headers are read to the end for the first anyway, so a request
+without the second pays one comparison a header for it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from proxy.pipeline.running_calls import ClientLeft
 from proxy.pipeline.transit import CLOSE, Refusal
 from proxy.settings import ProxySettings
 
-__all__ = ["BodyBudget", "read", "unframed", "read_body", "request_message", "framed", "declared_length"]
+__all__ = ["BodyBudget", "read", "unframed", "read_body", "request_message", "framed", "framing", "declared_length"]
 
 
 async def read(scope: Scope, receive: Receive, endpoint_limit: int, settings: ProxySettings, budget: BodyBudget) -> bytes:
@@ -47,10 +50,19 @@ def unframed(message: dict[str, Any]) -> bytes:
 
 def framed(headers: list[tuple[bytes, bytes]]) -> bool:
     """Whether the request says it has a body (Content-Length other than 0, or Transfer-Encoding)."""
+    return framing(headers)[0]
+
+
+def framing(headers: list[tuple[bytes, bytes]]) -> tuple[bool, bytes | None]:
+    """Whether the request says it has a body (`framed`), and the value of its first `X-Request-Timeout`
+    (`vocabulary.request_path.deadlines.TIMEOUT_HEADER`; None: it sent none): one pass over the headers."""
+    has_body, timeout = False, None
     for name, value in headers:
         if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
-            return True
-    return False
+            has_body = True
+        elif name == b"x-request-timeout" and timeout is None:  # TIMEOUT_HEADER, as a constant: no global lookup
+            timeout = value
+    return has_body, timeout
 
 
 def declared_length(headers: list[tuple[bytes, bytes]]) -> int:

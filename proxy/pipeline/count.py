@@ -68,6 +68,11 @@ class Recorder(Protocol):
     def circuit_open(self, backend: str, limit: str) -> None:
         """A request to `backend` was turned away by a circuit limit ('pending', 'retries': `proxy.pool.circuit`)."""
 
+    def deadline_exceeded(self, endpoint: str, when: str) -> None:
+        """A request to `endpoint` was answered 504 because its deadline passed: 'not-started' (before a
+        replica call began: none was made), 'expired' (while it waited for a replica or a replica ran it:
+        the call was cancelled, and an answer that comes after is dropped)."""
+
     def model_served(self, backend: str, model: str, loaded: bool, evicted: Sequence[str]) -> None:
         """A multiplexed backend answered a request for `model`: whether its replica loaded
         it for this request, and the models it evicted to make room."""
@@ -119,6 +124,9 @@ class NullRecorder:
         pass
 
     def circuit_open(self, backend: str, limit: str) -> None:
+        pass
+
+    def deadline_exceeded(self, endpoint: str, when: str) -> None:
         pass
 
     def model_served(self, backend: str, model: str, loaded: bool, evicted: Sequence[str]) -> None:

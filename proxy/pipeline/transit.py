@@ -40,6 +40,7 @@ __all__ = ["Transit", "Debit", "Refusal", "refusal_for", "send_answer", "end_to_
 TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 CLOSE = [(b"connection", b"close")]
 CLIENT_LEFT = 499  # nginx's code for a client that closed the connection first
+_NOT_STARTED = "Gateway Timeout: the request's deadline passed before a replica was called"
 # RFC 9110 7.6.1: meaningful for one connection only, never forwarded.
 _HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"te", b"trailer", b"transfer-encoding", b"upgrade"}
@@ -132,7 +133,7 @@ def refusal_for(error: SendError, retry_after: list[tuple[bytes, bytes]]) -> Ref
     if isinstance(error, (NoReplica, ReplicaStalled)):  # the retry of a call its replica stalled under
         return Refusal(504, "Gateway Timeout: the replica stalled")
     if isinstance(error, NoTimeLeft):
-        return Refusal(504, "Gateway Timeout")
+        return Refusal(504, "Gateway Timeout" if error.started else _NOT_STARTED)
     if isinstance(error, UnknownModel):
         return Refusal(400, f"Bad Request: the {error.header} header names no model this backend serves")
     if isinstance(error, ReplicaDied):

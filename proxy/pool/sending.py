@@ -13,7 +13,9 @@ replica died or stalled once more). A reply is tried again only before any of
 it reached the client: a streamed answer never is. The slot is released when the call ends, except
 under a streamed answer: `Held` keeps it until the stream ends. Under an endpoint's `[outliers]`
 each call's success or error (a 5xx, a handler that raised, a call past its deadline) is told to
-the pool (`ReplicaPool.answered`, `proxy.pool.outliers`), which may eject the replica. Under its
+the pool (`ReplicaPool.answered`, `proxy.pool.outliers`), which may eject the replica (a call that ran
+out a client's shorter deadline is not the replica's error). A request with a client's deadline carries
+the seconds left of it with each try, and a try with none left is not sent. Under its
 `[circuit]` (`proxy.pool.circuit`) a request that would wait in line behind `max_pending_requests`
 others, or a retry beyond `max_retries` in flight to the backend, is turned away (`CircuitOpen`).
 
@@ -38,6 +40,7 @@ from proxy.pool.outliers import Ejection
 from proxy.pool.replicas import NoReplicaError, QueueFullError, ReplicaPool, ReplicaSlot
 from proxy.pool.retrying import DEFAULT_POLICY, Outcome, RetryPolicy
 from vocabulary.request_path.choosing import Random
+from vocabulary.request_path.deadlines import with_deadline
 from vocabulary.request_path.multiplexing import ModelReport
 from vocabulary.request_path.wire import LOAD_HEADER, MODELS_HEADER, Reply, StreamStart, WireRequest, WireResponse
 from vocabulary.spec.traffic_policy import CircuitConfig, OutliersConfig
@@ -94,7 +97,12 @@ class ReplicaStalled(SendError):
 
 
 class NoTimeLeft(SendError):
-    """The replica stalled under another call with no time left to retry (504)."""
+    """No time left (504): the replica stalled under another call with none left to retry (`started`), or the
+    deadline passed before a replica was called (not `started`: none was)."""
+
+    def __init__(self, started: bool = True) -> None:
+        super().__init__("no time left")
+        self.started = started
 
 
 class CircuitOpen(SendError):
@@ -150,13 +158,18 @@ class Sender:
         self, pool: ReplicaPool | None, request: WireRequest, deadline_at: float,
         policy: RetryPolicy = DEFAULT_POLICY, seen: Callable[[str], None] | None = None,
         outliers: OutliersConfig | None = None, circuit: CircuitConfig | None = None,
+        travels: bool = False, clients: bool = False,
     ) -> WireResponse | Held:
         """The answer of a replica of `pool`'s backend, tried again on another replica as the endpoint's
         retry `policy` says (`proxy.pool.retrying`: outcomes, tries for the request's method, the
         backend's budget, backoff within the deadline); a streamed answer is never tried again.
         `seen(replica_id)`: told of each replica tried; `outliers`: the endpoint's `[outliers]`, each
         try's success or error judged by it; `circuit`: the endpoint's `[circuit]`, to which the backend's
-        requests in line and retries in flight are held. Must run in the task the deadline cancels."""
+        requests in line and retries in flight are held; `travels`: each try carries the seconds left to the
+        deadline (`vocabulary.request_path.deadlines.with_deadline`; a batched backend's do not, their list
+        carries each one's time), and is not sent when none are; `clients`: the deadline is the client's,
+        shorter than the endpoint's timeout, so a call it ends is neither an outlier's error nor a stall's
+        strike. Must run in the task the deadline cancels."""
         if pool is None:
             raise NoBackend()
         key = pool.request_key(request)  # None unless the backend's routing policy reads a key
@@ -193,8 +206,13 @@ class Sender:
             progress.on_sent(task, loop.time())
             try:
                 remaining = deadline_at - loop.time()
+                wire = request
+                if travels and pool.batching is None:
+                    if remaining <= 0:
+                        raise NoTimeLeft(started=False)
+                    wire = with_deadline(request, remaining)
                 reply: Reply = took_load(
-                    slot, await self._caller.call(slot.handle, request, remaining, pool.batching), served
+                    slot, await self._caller.call(slot.handle, wire, remaining, pool.batching), served
                 )
                 progress.on_answered(task, loop.time())
                 if outliers is not None:
@@ -224,7 +242,7 @@ class Sender:
                 last, outcome = HandlerFailed(), "500"
             except asyncio.CancelledError:
                 if not pool.cancelled_by_stall(task):
-                    if loop.time() >= deadline_at - DEADLINE_SLACK_S:
+                    if not clients and loop.time() >= deadline_at - DEADLINE_SLACK_S:
                         if outliers is not None:
                             self._judge(pool, slot, True, outliers)
                         self._check_stall(pool, slot, task, loop.time())

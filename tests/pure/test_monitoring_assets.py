@@ -45,6 +45,8 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_proxy_ejected_replicas": ("gauge", frozenset({"backend"})),
     # And its circuit limits: requests turned away, by the limit reached.
     "gitops_proxy_circuit_open_total": ("counter", frozenset({"backend", "limit"})),
+    # And its deadlines that travel: requests answered 504 because their deadline passed.
+    "gitops_proxy_deadline_exceeded_total": ("counter", frozenset({"endpoint", "when"})),
     "gitops_replica_restarts_total": ("counter", frozenset({"backend", "reason"})),
     # Added with issue 16 (reliability), which asks for the replica restarts' analogue
     # for the controller and the proxies.

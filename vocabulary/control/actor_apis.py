@@ -93,10 +93,12 @@ class ReplicaAPI(Protocol):
         """A client's message to `websocket_id`, answered once the app has room; False when it is gone."""
 
     async def handle_call(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], trace: dict[str, str] | None = None
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], trace: dict[str, str] | None = None,
+        deadline_s: float | None = None,
     ) -> Any:
         """A call from another replica's `ray_gitops.serving` handle; the user code's result.
-        `trace`: the caller's W3C trace context (`traceparent`, ...) when the call is traced."""
+        `trace`: the caller's W3C trace context (`traceparent`, ...) when the call is traced;
+        `deadline_s`: the seconds left of the caller's deadline, when it has one."""
 
     async def handle_batch(self, batch: list[TimedRequest]) -> list[CallResult]:
         """A batched handler's list, in one call."""

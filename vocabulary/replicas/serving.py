@@ -30,6 +30,7 @@ __all__ = [
     "HandleCalls",
     "HandleError",
     "BackpressureError",
+    "DeadlineExceeded",
     "Handle",
     "SecretStore",
     "ModelMissing",
@@ -53,6 +54,7 @@ class HandleOutcome(str, enum.Enum):
     ERROR = "error"  # the callee raised; with its traceback text
     BACKPRESSURE = "backpressure"  # every replica of the target is full; with why
     UNAVAILABLE = "unavailable"  # no such backend or endpoint, or no replica; with why
+    DEADLINE = "deadline"  # the caller's deadline passed before the call or while it ran; with which
 
 
 class HandleCalls(Protocol):
@@ -73,6 +75,11 @@ class BackpressureError(HandleError):
     """Every replica of the callee is busy: try again later, or shed the load."""
 
 
+class DeadlineExceeded(HandleError, TimeoutError):
+    """The request's deadline (its client's `X-Request-Timeout`) passed: before a handle call was made
+    (it was not), or while the callee ran it (it was cancelled there). Also a `TimeoutError`."""
+
+
 class Handle:
     """Calls one backend or endpoint: `await handle.remote(*args, **kwargs)`."""
 
@@ -86,6 +93,8 @@ class Handle:
             return value
         if outcome == HandleOutcome.BACKPRESSURE:
             raise BackpressureError(f"handle to '{self.target}': {value}")
+        if outcome == HandleOutcome.DEADLINE:
+            raise DeadlineExceeded(f"handle to '{self.target}': {value}")
         if outcome == HandleOutcome.ERROR:
             raise HandleError(f"handle to '{self.target}': the callee raised:\n{value}")
         raise HandleError(f"handle to '{self.target}': {value}")

@@ -10,4 +10,6 @@
   a request; a JSON field of a handle call's argument).
 - `multiplexing`: a multiplexed backend's settings, each request's model
   record, and what its answers tell the proxy.
+- `deadlines`: a request's deadline as it travels (the client's
+  `X-Request-Timeout`, the seconds left on the wire, re-anchored on receipt).
 """
