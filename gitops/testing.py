@@ -31,7 +31,7 @@ from vocabulary.control.longpoll import ReplicaState
 from vocabulary.spec.backends import BackendConfig
 from vocabulary.spec.endpoints import EndpointConfig
 from vocabulary.spec.state import ServingState
-from vocabulary.control.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaStatus
+from vocabulary.control.status import BackendStatus, ClusterStatus, EndpointStatus, ReplicaEjection, ReplicaStatus
 from vocabulary.control.rollouts import Rollout
 from vocabulary.control.request_stats import RequestStats
 
@@ -58,6 +58,7 @@ class FakeController:
         self.configs: list[BackendConfig] = []  # every backend config applied, in order
         self.rollouts: dict[str, Rollout] = {}  # reported as the controller's, by endpoint
         self.serving: dict[str, RequestStats] = {}  # each backend's requests of the last minute, as reported
+        self.ejections: dict[str, tuple[ReplicaEjection, ...]] = {}  # each backend's replicas ejected now, as reported
         self._goals: dict[str, str] = {}  # goal id -> object name
         self._deletes: set[str] = set()  # the goal ids of deletes: `failing` fails the others (a delete always ends)
 
@@ -103,7 +104,10 @@ class FakeController:
     async def get_status(self) -> ClusterStatus:
         self._reachable()
         return ClusterStatus(
-            backends={name: _running(name, b) for name, b in self.state.backends.items()},
+            backends={
+                name: _running(name, b).model_copy(update={"ejections": self.ejections.get(name, ())})
+                for name, b in self.state.backends.items()
+            },
             endpoints={
                 name: EndpointStatus(route=e.route, methods=e.methods, traffic=dict(e.traffic),
                                      shadow=dict(e.shadow), timeout_s=e.timeout_s)

@@ -5,7 +5,8 @@ Owns the routes of the admin API and how they map onto the agent: `GET /`
 Content-Security-Policy and the reader's CSRF token), `GET /events` (its
 live updates, `gitops.admin.events`), `GET /plan` (the plan of the
 branch's head that waits unapplied: held by a sync window, suspended,
-quarantined), `GET /status`, `GET /history[?actor=&kind=]`, `GET /metrics`,
+quarantined), `GET /status`, `GET /history[?actor=&kind=]` (the commits' rows, the actions taken
+and the replicas proxies ejected as outliers), `GET /metrics`,
 `GET /healthz`, `GET /logs/BACKEND[?since=T&cursors=JSON]` (its replicas'
 own output, redacted), `GET /traces?commit=SHA` (the agent's kept apply traces),
 `GET /audit[?after=ID]` (the audit trail as JSON lines), `POST /sync`,
@@ -47,9 +48,11 @@ from gitops.admin.access import BearerRefused
 from gitops.admin.csrf import CsrfKey, from_browser
 from gitops.admin.events import EventLimits, EventStreams, frames
 from gitops.admin.login import COOKIE, CSRF_HEADER, Logins, challenge_of
-from gitops.admin.page_view import PAGE_HEADERS, content_security_policy, filter_history, offered, plan_lines
+from gitops.admin.page_view import (
+    PAGE_HEADERS, content_security_policy, filter_ejections, filter_history, offered, plan_lines,
+)
 from gitops.admin.roles import Principal, refusal, rule_for
-from gitops.reconcile.outcomes import MAX_REASON_CHARS, Action, HistoryEntry
+from gitops.reconcile.outcomes import MAX_REASON_CHARS, Action, Ejection, HistoryEntry
 from gitops.reconcile.plans import PendingPlan
 from gitops.redaction import redact
 from gitops.reconcile.rollback import Quarantine, RollbackRefused
@@ -154,6 +157,7 @@ def build_app(
     decide_rollout: Callable[[str, str, str], Awaitable[str]] | None = None,
     events: EventLimits = EVENT_LIMITS,
     csrf: CsrfKey | None = None,
+    ejections: Callable[[int], list[Ejection]] | None = None,
 ) -> ASGIApp:
     """The admin app behind `policy`; `sync` and `webhook_fetch` wake the agent;
     `shadow_mismatches` gathers the proxies' samples (`gitops.admin.shadow_mismatches`);
@@ -162,7 +166,8 @@ def build_app(
     `sign_in` is the status page's login at the OIDC issuer (`/login`, `/login/callback`);
     `pending_plan` the plan of the head that waits unapplied, and why (`/plan`, the page's stream);
     `decide_rollout` promotes or aborts a running rollout by hand (endpoint, verb, who);
-    `events` bounds the page's live streams; `csrf` makes and checks the page's CSRF tokens.
+    `events` bounds the page's live streams; `csrf` makes and checks the page's CSRF tokens;
+    `ejections` answers the replicas proxies ejected as outliers, newest first (in `/history`).
 
     Without `webhook` (no secret, or the webhook on its own listener)
     `/hooks/git` answers 404 here.
@@ -191,8 +196,10 @@ def build_app(
         if now - taken[0] >= events.poll_s / 2:
             newest = agent.history(1)
             acted = audit.actions(1) if audit is not None else []
+            ejected = ejections(1) if ejections is not None else []
             taken[:] = [now, {"status": agent.status().model_dump(mode="json"), "plan": plan_json(),
-                              "history": [newest[0].id if newest else None, acted[0].id if acted else None]}]
+                              "history": [newest[0].id if newest else None, acted[0].id if acted else None,
+                                          ejected[0].id if ejected else None]}]
         return taken[1]
 
     async def live(request: Request) -> Response:
@@ -228,8 +235,11 @@ def build_app(
                                               actor=actor, kind=kind, limit=limit)
         except ValueError as error:
             return _error(400, str(error))
+        ejected = filter_ejections(ejections(limit) if ejections is not None else [], actor=actor, kind=kind,
+                                   limit=limit)
         return JSONResponse({"entries": [entry.to_json() for entry in entries],
-                             "actions": [action.to_json() for action in actions]})
+                             "actions": [action.to_json() for action in actions],
+                             "ejections": [ejection.to_json() for ejection in ejected]})
 
     async def audit_export(request: Request) -> Response:
         """The audit trail as JSON lines, oldest first, after id `after`."""

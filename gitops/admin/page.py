@@ -18,9 +18,10 @@ commit other than the current one (it posts `/rollback?commit=SHA`); each a butt
 whose confirm posts to the route the CLI's verb uses, with the page's CSRF
 token in `X-CSRF-Token`), recent history with
 filters by actor and by kind (each commit's newest row has the id
-`commit-<sha>`, the anchor notifications link to) and the actions with who
-took them, backends with replicas by state and version and the commit they
-run, endpoints with traffic weights drawn as bars, for both the last
+`commit-<sha>`, the anchor notifications link to), the actions with who
+took them and the replicas proxies ejected as outliers (when, why, for how
+long), backends with replicas by state and version, the commit they
+run and the replicas ejected now, endpoints with traffic weights drawn as bars, for both the last
 minute's request rate, 5xx share and p99 (and a backend's latest handler
 exception, also under "Last error" while it answers 5xx), every proxy
 worker (state, address, restarts, last error), each rollout's step bar
@@ -125,7 +126,8 @@ _PAGE = """<!doctype html>
 
 <h2>Backends</h2>
 <table><thead><tr><th>backend</th><th>version</th><th>commit</th><th>ready / target</th><th>replicas by state</th>
-<th>replicas by version</th><th>restarts</th><th>req/s</th><th>5xx</th><th>p99</th><th>latest exception</th></tr></thead>
+<th>replicas by version</th><th>restarts</th><th>req/s</th><th>5xx</th><th>p99</th><th>latest exception</th>
+<th>ejected now</th></tr></thead>
 <tbody id="backends"></tbody></table>
 
 <h2>Endpoints</h2>
@@ -157,6 +159,9 @@ _PAGE = """<!doctype html>
 <h3>Actions taken</h3>
 <table><thead><tr><th>when</th><th>action</th><th>by</th><th>from</th><th>reason</th><th>result</th></tr></thead>
 <tbody id="actions-log"></tbody></table>
+<h3>Replicas ejected</h3>
+<table><thead><tr><th>when</th><th>backend</th><th>replica</th><th>ejection</th><th>reason</th><th>out for</th></tr></thead>
+<tbody id="ejections-log"></tbody></table>
 
 <script nonce="__NONCE__">
 "use strict";
@@ -226,6 +231,14 @@ function serving(v) {
   return [rate.toFixed(1), (100 * v.errors / v.requests).toFixed(0) + "%", p99];
 }
 
+function ejectedNow(lines) {
+  // The replicas a proxy holds out of routing as outliers now, one line each ("replica r-3 ejected: ...").
+  if (!lines || !lines.length) return el("span", "none", "muted");
+  const box = el("div");
+  for (const line of lines) box.appendChild(el("div", line, "ejected"));
+  return box;
+}
+
 function drawStatus(s) {
   const badge = document.getElementById("status");
   badge.textContent = s.status; badge.className = "badge " + s.status;
@@ -245,7 +258,7 @@ function drawStatus(s) {
   fill("backends", Object.entries(s.backends || {}).sort().map(([name, b]) => row([
     name, short(b.version), b.commit ? commit(b.commit, b.commit.slice(0, 7)) : "–", (b.ready ?? "–") + " / " + (b.target_replicas ?? "–"),
     counts(b.replicas), counts(Object.fromEntries(Object.entries(b.versions || {}).map(([v, n]) => [short(v), n]))),
-    counts(b.restarts), ...serving(b.serving), b.latest_exception || "–",
+    counts(b.restarts), ...serving(b.serving), b.latest_exception || "–", ejectedNow(b.ejections),
   ])), "no backends");
   fill("endpoints", Object.entries(s.endpoints || {}).sort().map(([name, e]) => {
     const cell = bars(e.traffic, false);
@@ -338,6 +351,7 @@ function rollbackTo(e, offered) {
 function drawHistory(h) {
   const entries = Array.isArray(h) ? h : (h.entries || h.history || []);
   drawActionsLog(Array.isArray(h) ? [] : (h.actions || []));
+  drawEjectionsLog(Array.isArray(h) ? [] : (h.ejections || []));
   const anchored = new Set();
   const offered = new Set();
   fill("history", entries.slice(0, 20).map(e => {
@@ -400,6 +414,13 @@ function drawActionsLog(actions) {
     new Date(a.at * 1000).toLocaleString(), a.verb + (a.detail ? " (" + a.detail + ")" : ""),
     a.actor + " (" + a.via + ")", a.peer || "–", a.reason || "–", a.result,
   ])), "no actions taken");
+}
+
+function drawEjectionsLog(ejections) {
+  fill("ejections-log", ejections.slice(0, 20).map(x => row([
+    new Date(x.at * 1000).toLocaleString(), x.backend, x.replica_id, x.count, x.reason,
+    Math.max(0, Math.round(x.back_in_s)) + " s",
+  ])), "no replica ejected");
 }
 
 function drawPlan(p) {

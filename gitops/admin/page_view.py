@@ -15,9 +15,10 @@
 - `content_security_policy`: the page's policy (`default-src 'self'`,
   scripts and styles only with the response's nonce, no framing), and
   `PAGE_HEADERS`, the other headers the page goes with.
-- `HISTORY_KINDS` and `filter_history`: the history the page shows, by
-  actor (an action's caller) and by kind (a commit's outcome or an
-  action's verb), as `GET /history?actor=&kind=` answers it.
+- `HISTORY_KINDS`, `filter_history` and `filter_ejections`: the history the
+  page shows, by actor (an action's caller) and by kind (a commit's outcome,
+  an action's verb, or `ejected`: the replicas proxies ejected as
+  outliers), as `GET /history?actor=&kind=` answers it.
 - `plan_lines`: a plan's text as diff lines, each with its sign.
 
 Not here: serving (`gitops.admin.api`), the page's markup and script
@@ -31,12 +32,12 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from gitops.admin.roles import Principal, refusal, rule_for
-from gitops.reconcile.outcomes import Action, HistoryEntry, Outcome
+from gitops.reconcile.outcomes import Action, Ejection, HistoryEntry, Outcome
 
 __all__ = [
     "PageAction", "PAGE_ACTIONS", "ROLLOUT_ACTIONS", "HISTORY_ACTIONS", "APPLIED_RESULTS", "offered",
     "actions_html", "content_security_policy", "PAGE_HEADERS",
-    "HISTORY_KINDS", "ACTION_VERBS", "filter_history", "plan_lines",
+    "HISTORY_KINDS", "ACTION_VERBS", "EJECTED", "filter_history", "filter_ejections", "plan_lines",
 ]
 
 
@@ -104,7 +105,8 @@ HISTORY_ACTIONS: tuple[PageAction, ...] = (
 APPLIED_RESULTS = tuple(outcome.value for outcome in Outcome if outcome.ok)
 
 ACTION_VERBS = ("sync", "suspend", "resume", "rollback", "promote", "abort")
-HISTORY_KINDS = tuple(outcome.value for outcome in Outcome) + ACTION_VERBS
+EJECTED = "ejected"  # the kind of a replica's outlier ejection (`Ejection`), neither a commit's nor an action's
+HISTORY_KINDS = tuple(outcome.value for outcome in Outcome) + ACTION_VERBS + (EJECTED,)
 
 
 def offered(principal: Principal, environment: str | None) -> tuple[PageAction, ...]:
@@ -169,6 +171,14 @@ def filter_history(entries: Sequence[HistoryEntry], actions: Sequence[Action], *
         action for action in actions
         if (actor is None or action.actor == actor) and (kind is None or action.verb == kind)]
     return shown_entries[:limit], shown_actions[:limit]
+
+
+def filter_ejections(ejections: Sequence[Ejection], *, actor: str | None, kind: str | None,
+                     limit: int) -> list[Ejection]:
+    """The ejections the page shows: none for an actor (a proxy ejects, nobody calls it) or another kind."""
+    if actor is not None or (kind is not None and kind != EJECTED):
+        return []
+    return list(ejections[:limit])
 
 
 def plan_lines(text: str) -> list[tuple[str, str]]:

@@ -47,6 +47,7 @@ __all__ = [
     "history_command",
     "audit_command",
     "render_actions",
+    "render_ejections",
     "sync_command",
     "suspend_command",
     "resume_command",
@@ -238,7 +239,22 @@ def history_command(args: argparse.Namespace) -> int:
         print(render_history(data.get("entries", [])))
         if data.get("actions"):
             print("\n" + render_actions(data["actions"]))
+        if data.get("ejections"):
+            print("\n" + render_ejections(data["ejections"]))
     return 0
+
+
+def render_ejections(ejections: list[dict[str, Any]]) -> str:
+    """The replicas proxies ejected as outliers, newest first: when, which, the how-many-th time, why, how long."""
+    rows = [
+        [
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ejection["at"])),
+            ejection["backend"], ejection["replica_id"], str(ejection["count"]), ejection["reason"],
+            f"{max(0, round(ejection.get('back_in_s', 0)))} s",
+        ]
+        for ejection in ejections
+    ]
+    return printable_lines(_table(["EJECTED AT", "BACKEND", "REPLICA", "EJECTION", "REASON", "OUT FOR"], rows))
 
 
 def render_actions(actions: list[dict[str, Any]]) -> str:

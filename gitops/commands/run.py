@@ -415,6 +415,7 @@ async def _serve(
         sign_in=oidc if oidc is not None and args.oidc.client_id else None,
         pending_plan=agent.pending_plan,
         decide_rollout=lambda endpoint, verb, who: _decide_rollout(client, agent, endpoint, verb, who),
+        ejections=agent.ejections,
     )
     servers = [api.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:

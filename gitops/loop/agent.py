@@ -18,7 +18,8 @@ new commit.
 Between ticks the agent reads the controller's status every few seconds
 (`AgentSettings.observe_interval_s`), so the status, the status page and the
 log (replica restarts; backends answering 5xx, rate-limited by
-`gitops.status.backend_health.ErrorLog`) are seconds old, not a reconcile old; a
+`gitops.status.backend_health.ErrorLog`) are seconds old, not a reconcile old (and
+each outlier ejection a proxy made is a row of the history ledger, `gitops.status.ejections`); a
 rollout seen passing a step or stopping brings a tick at once, which records
 it (and, with --auto-revert, reverts an abort).
 
@@ -50,7 +51,7 @@ from gitops.reconcile.apply_traces import StageClock, TraceSink, apply_trace
 from gitops.errors import ErrorKind, SourceError
 from gitops.reconcile.gpus import capacity_problems
 from gitops.loop.history import History
-from gitops.reconcile.outcomes import Action, HistoryEntry, Outcome
+from gitops.reconcile.outcomes import Action, Ejection, HistoryEntry, Outcome
 from gitops.loop.quarantine_file import QuarantineFile
 from gitops.reconcile.rollback import (
     Quarantine,
@@ -67,6 +68,7 @@ from gitops.notifications.events import Event, EventKind, rollback_events
 from gitops.reconcile.prune_guard import prune_refusal
 from gitops.reconcile.plans import PendingPlan, Plan
 from gitops.status.restarts import FailureLog, restart_lines
+from gitops.status.ejections import EjectionsSeen
 from gitops.sources.hashing import Tree
 from gitops.sources.source import Revision, Source
 from gitops.sources.watching import RefWatcher, backoff, jittered
@@ -97,6 +99,7 @@ __all__ = ["Agent", "AgentSettings", "Trigger", "Loader", "Planner"]
 _LOG = logging.getLogger("gitops.agent")
 # Step rows already recorded are looked for among this many newest rows.
 _STEP_ROWS_SEEN = 200
+_EJECTION_ROWS_SEEN = 200  # an agent that starts afresh knows the ejections it wrote before among these
 SUSPENDED = "suspended"  # why the head waits, while the agent is suspended (`PendingPlan.why`)
 Logger = logging.Logger | logging.LoggerAdapter
 
@@ -160,6 +163,7 @@ class Agent:
         self._source = source
         self._client = client
         self._history = history
+        self._ejections = EjectionsSeen()  # the outlier ejections the last status showed (gitops.status.ejections)
         self._load = load
         self._plan = plan
         self.metrics = metrics
@@ -268,6 +272,10 @@ class Agent:
     def actions(self, limit: int = 50, actor: str | None = None, after: int = 0) -> list[Action]:
         """The audit trail, newest first."""
         return self._history.actions(limit, actor, after)
+
+    def ejections(self, limit: int = 50) -> list[Ejection]:
+        """The replicas proxies ejected as outliers, as the agent saw them, newest first."""
+        return self._history.ejections(limit)
 
     # --- the loop ----------------------------------------------------------------
 
@@ -388,10 +396,12 @@ class Agent:
                 self.notify(Trigger.POLL)
 
     def _take_observed(self, observed: ClusterStatus, read: int) -> None:
-        """A newer observed status: its replica restarts and backends answering 5xx go to the log."""
+        """A newer observed status: its replica restarts and backends answering 5xx go to the log, its new
+        outlier ejections to the history ledger and the log."""
         if read < self._read_taken:
             return  # a tick's reading, overtaken by the observer's newer one
         self._read_taken = read
+        self._record_ejections(observed, time.time())
         for text in restart_lines(self._cluster, observed, self._failure_log, time.monotonic()):
             self._log.warning(text)
         self._cluster = observed
@@ -772,6 +782,13 @@ class Agent:
             self._history.record(step)
         stopped = aborted_entry(rollouts, self._history.last(), report.started_at + report.duration_s)
         return recorded if stopped is None else self._history.record(stopped)
+
+    def _record_ejections(self, observed: ClusterStatus, now: float) -> None:
+        """Each outlier ejection the controller's status shows for the first time: a row of its own, and a line."""
+        self._ejections.seed(self._history.ejections(_EJECTION_ROWS_SEEN), now)
+        for ejection in self._ejections.new(observed.backends, now):
+            recorded = self._history.record_ejection(ejection)
+            self._log.info("%s", recorded.describe())
 
     def _publish_status(self) -> None:
         self.metrics.sync_status(self.status().status.value)

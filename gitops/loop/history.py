@@ -1,16 +1,18 @@
 """The history ledger: every attempted commit, in an embedded SQLite file.
 
 Owns `<state-dir>/history.db`. One row per attempt: commit, author time,
-apply start and end, result, plan summary, errors; and one row per action
+apply start and end, result, plan summary, errors; one row per action
 someone took through the admin API (`Action`: who, from where, why), the
 audit trail, kept apart so that status, which reads the attempts, is not
-changed by it (`record_action`, `actions`). It survives agent and
+changed by it (`record_action`, `actions`); and, apart too, one row per
+replica a proxy ejected as an outlier (`Ejection`: `record_ejection`,
+`ejections`). It survives agent and
 Ray restarts, and it is the only thing a restarted agent reads from its
 previous run (the last applied revision). It keeps the newest `keep`
 attempts (and always the last applied one), so a long-lived agent's file
 stays small. The file and its WAL/SHM are private to their user (0600),
 and errors are stored redacted (`gitops.redaction`). Must not: decide what
-to record; the agent calls `record` once at the end of a tick.
+to record; the agent calls `record` (and `record_ejection`) at the end of a tick.
 
 The file carries its schema version in `PRAGMA user_version`; opening it
 runs the migrations it has not had yet, each in one transaction, so an
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Iterator
 
 from gitops.errors import UserError
-from gitops.reconcile.outcomes import Action, HistoryEntry, Outcome
+from gitops.reconcile.outcomes import Action, Ejection, HistoryEntry, Outcome
 from gitops.redaction import redact
 from gitops.loop.statedir import private_file
 
@@ -75,6 +77,18 @@ CREATE TABLE IF NOT EXISTS actions (
     detail TEXT NOT NULL,
     reason TEXT NOT NULL,
     result TEXT NOT NULL
+)
+""",
+    # Version 5 brings the replicas proxies ejected as outliers, as the agent saw them.
+    """
+CREATE TABLE IF NOT EXISTS ejections (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    backend TEXT NOT NULL,
+    replica_id TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    back_in_s REAL NOT NULL
 )
 """,
 )
@@ -145,6 +159,27 @@ class History:
         return [Action(at=at, actor=who, via=via, peer=peer, verb=verb, detail=detail, reason=reason,
                        result=result, id=id_)
                 for (id_, at, who, via, peer, verb, detail, reason, result) in rows]
+
+    def record_ejection(self, ejection: Ejection) -> Ejection:
+        """One replica ejected as an outlier; the newest `keep` are kept."""
+        row = (ejection.at, ejection.backend, ejection.replica_id, ejection.count, redact(ejection.reason),
+               ejection.back_in_s)
+        with self._lock, _transaction(self._db):
+            cursor = self._db.execute(
+                "INSERT INTO ejections (at, backend, replica_id, count, reason, back_in_s) VALUES (?, ?, ?, ?, ?, ?)",
+                row)
+            self._db.execute("DELETE FROM ejections WHERE id <= ?", ((cursor.lastrowid or 0) - self._keep,))
+        return replace(ejection, reason=row[4], id=cursor.lastrowid)
+
+    def ejections(self, limit: int = 50) -> list[Ejection]:
+        """Newest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, at, backend, replica_id, count, reason, back_in_s FROM ejections ORDER BY id DESC LIMIT ?",
+                (limit,)).fetchall()
+        return [Ejection(at=at, backend=backend, replica_id=replica, count=count, reason=reason, back_in_s=back,
+                         id=id_)
+                for (id_, at, backend, replica, count, reason, back) in rows]
 
     def recent(self, limit: int = 50) -> list[HistoryEntry]:
         """Newest first."""

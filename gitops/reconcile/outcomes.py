@@ -1,6 +1,7 @@
 """What one reconcile of a commit came to: `Outcome`, and `HistoryEntry`, the
-row the history ledger keeps of it; and `Action`, its row of a call someone
-made through the admin API (who, from where, why, what came of it).
+row the history ledger keeps of it; `Action`, its row of a call someone
+made through the admin API (who, from where, why, what came of it); and
+`Ejection`, its row of a replica a proxy ejected as an outlier.
 
 Plain values shared by the agent, its status, metrics, rollbacks and the
 admin API; `gitops.loop.history` stores them in SQLite. Pure: no storage, no clock.
@@ -14,7 +15,7 @@ from typing import Any
 
 from gitops.errors import ErrorKind
 
-__all__ = ["Outcome", "HistoryEntry", "Action", "MAX_REASON_CHARS"]
+__all__ = ["Outcome", "HistoryEntry", "Action", "Ejection", "MAX_REASON_CHARS"]
 
 MAX_REASON_CHARS = 500  # an action's `--reason`; longer is refused
 
@@ -100,3 +101,27 @@ class Action:
         if self.result != "accepted":
             text += f", {self.result}"
         return text + (f": {self.reason}" if self.reason else "")
+
+
+@dataclass(frozen=True)
+class Ejection:
+    """A replica a proxy took out of routing as an outlier ([endpoints.X.outliers]), as the agent first saw
+    it in the controller's status: `at` (wall clock), its backend, its ejections so far (`count`, this one
+    included), why, and for how long it was out when seen (`back_in_s`)."""
+
+    at: float
+    backend: str
+    replica_id: str
+    count: int
+    reason: str
+    back_in_s: float = 0.0
+    id: int | None = field(default=None, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """`replica r-3 of backend chat ejected (ejection 2): 5 consecutive errors, out for 60 s`."""
+        times = "" if self.count == 1 else f" (ejection {self.count})"
+        return (f"replica {self.replica_id} of backend {self.backend} ejected{times}: {self.reason}, "
+                f"out for {max(0, round(self.back_in_s))} s")

@@ -9,6 +9,8 @@
 - `rollouts`: what the controller's rollouts mean for the history ledger and
   the status.
 - `restarts`: what the agent says of processes that died and came back.
+- `ejections`: which of the replicas proxies ejected as outliers are new,
+  for the history ledger (each ejection one row).
 
 Owns the words of the status. Must not: do I/O (no clock, files, HTTP or
 Ray), or import the loop, the admin API or the CLI; they read it.

@@ -73,7 +73,7 @@ def test_a_version_1_ledger_is_migrated_so_older_agents_refuse_its_step_rows(tmp
     assert [e.result for e in history.recent()] == [Outcome.STEP, Outcome.APPLIED]
     history.close()
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
 
 
 def test_a_version_3_ledger_gains_the_audit_trail_and_keeps_its_rows(tmp_path: Path) -> None:
@@ -90,3 +90,25 @@ def test_a_version_3_ledger_gains_the_audit_trail_and_keeps_its_rows(tmp_path: P
     assert [e.commit for e in history.recent()] == ["a"]
     assert [(a.actor, a.verb) for a in history.actions()] == [("otto", "suspend")]
     assert history.actions(actor="nobody") == []
+
+
+def test_a_version_4_ledger_gains_the_ejections_and_keeps_its_rows(tmp_path: Path) -> None:
+    from gitops.reconcile.outcomes import Action, Ejection
+
+    path = tmp_path / "history.db"
+    with sqlite3.connect(path) as db:
+        for statement in _MIGRATIONS[:4]:
+            db.execute(statement)
+        db.execute("PRAGMA user_version = 4")
+    old = History(path)
+    old.record(entry("a", Outcome.APPLIED))
+    old.record_action(Action(at=1.0, actor="otto", via="token", peer="127.0.0.1", verb="suspend"))
+    old.close()
+    history = History(path, keep=2)
+    for count in (1, 2, 3):
+        history.record_ejection(Ejection(at=float(count), backend="chat", replica_id="r-3", count=count,
+                                         reason="5 consecutive errors", back_in_s=30.0 * count))
+    assert [(e.count, e.back_in_s) for e in history.ejections()] == [(3, 90.0), (2, 60.0)]  # the newest `keep`
+    assert history.ejections(1)[0].id is not None
+    assert [e.commit for e in history.recent()] == ["a"] and len(history.actions()) == 1
+    assert history.last().result is Outcome.APPLIED  # an ejection is no attempt: status and rollbacks read those

@@ -45,7 +45,8 @@ STATUS = {
     "errors": ["Traceback (most recent call last):\n  File \"echo.py\", line 3\nImportError: no module <b>x</b>"],
     "backends": {
         "echo-v1": {"version": "v1abc", "target_replicas": 2, "ready": 2, "replicas": {"RUNNING": 2},
-                    "versions": {"v1abc": 2}, "restarts": {}, "last_error": None},
+                    "versions": {"v1abc": 2}, "restarts": {}, "last_error": None,
+                    "ejections": ["replica echo-v1-2 ejected (ejection 2): 5 consecutive errors, back in 58 s"]},
     },
     "endpoints": {"echo": {"route": "/echo", "traffic": {"echo-v1": 0.75, "echo-v2": 0.25}, "shadow": {}}},
     "rollouts": {"echo": {"phase": "stepping", "step": 3, "steps": [0.1, 0.5, 0.75, 1.0], "passed": 2,
@@ -61,10 +62,17 @@ STATUS = {
 MISMATCHES = {"mismatches": [{"at": 1700000000.0, "endpoint": "echo", "backend": "echo-v3", "path": "/echo/x",
                               "primary_status": 200, "shadow_status": 500, "diff": "status 200 vs 500",
                               "proxy": "http://127.0.0.1:8000"}], "unreachable": []}
-HISTORY = [
-    {"commit": "a" * 40, "summary": "roll out v1", "finished_at": 1700000000.0, "result": "applied",
-     "duration_s": 1.5, "plan_summary": "1 backend created", "errors": []},
-]
+HISTORY = {
+    "entries": [
+        {"commit": "a" * 40, "summary": "roll out v1", "finished_at": 1700000000.0, "result": "applied",
+         "duration_s": 1.5, "plan_summary": "1 backend created", "errors": []},
+    ],
+    "actions": [],
+    "ejections": [
+        {"at": 1700000100.0, "backend": "echo-v1", "replica_id": "echo-v1-2", "count": 2,
+         "reason": "5 consecutive <b>errors</b>", "back_in_s": 60.0},
+    ],
+}
 
 
 @pytest.fixture
@@ -123,6 +131,10 @@ def test_status_page_shows_the_agents_status_in_a_real_browser(
     assert "ImportError: no module <b>x</b>" in text(browser, "errors")
     assert "echo-v1" in text(browser, "backends") and "RUNNING: 2" in text(browser, "backends")
     assert "roll out v1" in text(browser, "history")
+    # Outlier ejections: the one running now on its backend's row, and each one in the history, as text.
+    assert "replica echo-v1-2 ejected (ejection 2): 5 consecutive errors, back in 58 s" in text(browser, "backends")
+    ejections = text(browser, "ejections-log")
+    assert "echo-v1 echo-v1-2 2 5 consecutive <b>errors</b> 60 s" in ejections, ejections
     assert "echo-v1 75.0%" in text(browser, "endpoints")
     proxies = text(browser, "proxies").splitlines()
     assert proxies[0].startswith("node-a running http://10.0.0.5:8000 0")

@@ -7,7 +7,7 @@ A real `gitops run` (two proxy workers) joined to the session's Ray serves the b
 (`bench.fault_apps.Faulty`, mode "5xx", fraction 0.5): the first of its three replicas to start claims the
 fault, its replacement is healthy. An async httpx client on 127.0.0.1 keeps 16 requests in flight through
 the real proxy; the test reads the proxy's metrics (ejections, retries, requests), the agent's status (the
-ejection line, the restart reason) and the answers (which replica served them).
+ejection line, the restart reason) and history (the ejections' rows) and the answers (which replica served them).
 """
 
 from __future__ import annotations
@@ -217,6 +217,11 @@ def test_a_replica_failing_half_its_requests_is_ejected_retried_around_and_repla
     assert len(set(served_after) - started) == 1, ("a new replica id in place of the replaced one", started)
     agent.wait("the restart reason in the agent's metrics",
                lambda: 'gitops_replica_restarts_total{backend="faulty",reason="ejected"} 1.0' in agent.metrics())
+    # Each ejection the agent saw is a row of its history ledger (an ejection shorter than the agent's
+    # status reads may pass unseen: at least one, and each of the faulty replica).
+    rows = agent.get("/history?kind=ejected")["ejections"]
+    assert rows and {row["replica_id"] for row in rows} == {bad}, rows
+    assert all(row["backend"] == "faulty" and "consecutive errors" in row["reason"] for row in rows), rows
 
 
 CIRCUIT_SPEC = '''\
