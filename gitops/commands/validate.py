@@ -20,6 +20,10 @@ it names today, so the error says it (`gitops models resolve` prints the pin).
 `--max-replicas` is the agent's cap on replica counts (default 1,000): pass
 the value the agent runs with.
 
+`automation.toml` at the repository root (docs/guides/automation.md), when
+there is one, is checked too: its `[automation.NAME]` tables, and that each
+`model` names a `[models.NAME]` of the spec files.
+
 Environments (docs/guides/environments.md): without `--environment` the tree is
 checked as written and with each `environments/NAME.toml` on top, every
 error reported once; `--environment NAME` checks that environment alone.
@@ -62,6 +66,7 @@ def validate_command(args: argparse.Namespace) -> int:
         loaders = [_loader(limits, args.age_identity, name) for name in names]
         results = [loader.load_tree(tree, spec_path) for loader in loaders]
         result = _with_pins(_merged(results))
+        result = _with_automation(tree, result)
     except _UsageError as error:
         print(printable(f"gitops validate: {error}"), file=sys.stderr)
         return EXIT_USAGE
@@ -106,7 +111,8 @@ class Checked:
     ) -> Checked:
         states = [result.state for result in results if result.state is not None]
         settings = [result.environment for result in results if result.environment is not None]
-        files = [path for path in _tree_files(tree, spec_path) if path.endswith(".toml") and not path.startswith("environments/")]
+        files = [path for path in _tree_files(tree, spec_path) if path.endswith(".toml") and not path.startswith("environments/")
+                 and path != "automation.toml"]
         return cls(
             spec_files=len(files),
             environments=tuple(name for name in names if name is not None),
@@ -200,6 +206,23 @@ def _merged(results: list[LoadResult]) -> LoadResult:
     """The tree's result (the first), with every environment's errors too, each once."""
     errors = sorted({error for result in results for error in result.errors}, key=SpecError.sort_key)
     return LoadResult(results[0].state if not errors else None, tuple(errors))
+
+
+def _with_automation(tree: Tree, result: LoadResult) -> LoadResult:
+    """`automation.toml`'s own errors, and each automation whose model no spec file declares."""
+    from gitops.specs.automation import AUTOMATION_PATH, parse_automation, unknown_models
+
+    if not tree.exists(AUTOMATION_PATH):
+        return result
+    data = tree.read_files([AUTOMATION_PATH]).get(AUTOMATION_PATH, b"")
+    parsed = parse_automation(data)
+    errors = list(parsed.errors)
+    if result.state is not None:
+        errors += unknown_models(data, parsed.automations, result.state.models)
+    if not errors:
+        return result
+    merged = sorted({*result.errors, *errors}, key=SpecError.sort_key)
+    return LoadResult(None, tuple(merged))
 
 
 def _with_pins(result: LoadResult) -> LoadResult:

@@ -9,6 +9,8 @@
   comparisons, as the controller adds up the proxies' reports (pure).
 - `promotion`: carrying a promotion out: a fast-forward push, or a GitHub /
   GitLab pull request.
+- `automation`: artifact automation's settings and pure decisions (which
+  digests are quarantined, what its commits and pull requests say).
 
 Owns the vocabulary of environments (the spec loader reads TOML into these
 values) and the I/O step of a promotion. Must not: import specs, the

@@ -43,6 +43,7 @@ from typing import Hashable, Iterator, Mapping
 from vocabulary.spec.backends import BackendConfig, ModelConfig, SecretConfig
 from vocabulary.spec.endpoints import EndpointConfig
 from vocabulary.spec.state import ServingState
+from gitops.specs.automation import AUTOMATION_PATH
 from gitops.specs.code import CodeIndex
 from gitops.specs.imports import AttributeKind, ResolvedImport, module_files, resolve_import
 from gitops.specs.documents import Documents, ParsedFile, SpecError, combine, oversized_file, parse_file
@@ -514,8 +515,9 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _is_environment_file(path: str) -> bool:
-    """An environment file is never a spec file, even with the repository root as the spec path."""
-    return path.startswith(f"{ENVIRONMENTS_PATH}/")
+    """An environment file, or `automation.toml` (`gitops.specs.automation`), is never a spec file,
+    even with the repository root as the spec path."""
+    return path.startswith(f"{ENVIRONMENTS_PATH}/") or path == AUTOMATION_PATH
 
 
 def environment_names(tree: Tree) -> list[str]:
