@@ -67,6 +67,11 @@ class PromotionRequest:
     settings: PromotionSettings
     title: str
     body: str  # markdown: the evidence and the target environment's plan
+    # The branch the pull request comes from (default: `promotion_branch`); artifact
+    # automation's is `gitops/automation-NAME` (`gitops.delivery.automation`).
+    head: str | None = None
+    # Where the settings were written, for an error about api_url (default: the environment file).
+    settings_file: str | None = None
 
 
 class Promoter(Protocol):
@@ -84,7 +89,7 @@ def _same_url(url: str) -> tuple[str, str, int | None, str]:
     return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port, parts.path.rstrip("/")
 
 
-def allowed_api_url(settings: PromotionSettings, allowed: tuple[str, ...]) -> str:
+def allowed_api_url(settings: PromotionSettings, allowed: tuple[str, ...], settings_file: str | None = None) -> str:
     """The API base URL the token goes to: the environment file's `api_url`
     (else the provider's public API) when it is one the agent allows
     (`allowed`: its `--promote-api-url`s; none given: the public APIs).
@@ -95,9 +100,10 @@ def allowed_api_url(settings: PromotionSettings, allowed: tuple[str, ...]) -> st
     if any(_same_url(wanted) == _same_url(url) for url in permitted):
         return wanted
     named = f"api_url '{wanted}'" if settings.api_url else f"the default {provider} API {wanted}"
+    where, whose = (settings_file, "automation") if settings_file else (f"environments/{settings.source}.toml", "promotion")
     raise PromotionError(
-        f"[promotion] {named} in environments/{settings.source}.toml is not an API this agent sends its promotion "
-        "token to: where the token may go is the agent's setting, not the repository's "
+        f"{'[promotion] ' if settings_file is None else ''}{named} in {where} is not an API this agent sends its "
+        f"{whose} token to: where the token may go is the agent's setting, not the repository's "
         f"(gitops run --promote-api-url URL; allowed now: {', '.join(permitted)})"
     )
 
@@ -126,8 +132,8 @@ class PullRequestPromoter:
 
     def promote(self, request: PromotionRequest) -> str:
         settings = request.settings
-        base_url = allowed_api_url(settings, self._api_urls)  # before anything is pushed or sent
-        head = promotion_branch(settings)
+        base_url = allowed_api_url(settings, self._api_urls, request.settings_file)  # before anything is pushed or sent
+        head = request.head or promotion_branch(settings)
         try:
             self._push(request.commit, head)
         except GitopsError as error:

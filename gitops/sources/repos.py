@@ -15,6 +15,9 @@ remote that accepts and never answers costs one timeout, not the agent. A
 failed fetch is a `SourceError` with reason GitUnreachable, or BranchNotFound
 when the remote answers without the watched branch.
 
+`commit_file` writes one new commit (a file changed on a parent) into the
+object database alone, for artifact automation to push.
+
 `GitSource` implements `gitops.sources.source.Source`: `tree` reads a
 commit's files for the loader, `export` writes a commit's tree, without
 `.git`, into the content-addressed `Exports` for replicas' runtime_env
@@ -49,6 +52,7 @@ import os
 import re
 import subprocess
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
 from urllib.parse import urlsplit
@@ -70,6 +74,11 @@ DEFAULT_FETCH_TIMEOUT_S = 60.0
 _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
 # Never wait for a password or a host-key prompt: the agent runs unattended.
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}
+# Who the commits the agent writes (artifact automation's pins) are by.
+_COMMITTER = {
+    "GIT_AUTHOR_NAME": "ray-gitops automation", "GIT_AUTHOR_EMAIL": "ray-gitops@localhost",
+    "GIT_COMMITTER_NAME": "ray-gitops automation", "GIT_COMMITTER_EMAIL": "ray-gitops@localhost",
+}
 _SSH_OPTIONS = "-o BatchMode=yes"
 # git runs a helper starting with `!` through the shell, with `get`, `store`
 # or `erase`; only `get` is answered, from this git call's environment.
@@ -202,6 +211,32 @@ class GitSource:
                 message = f"{branch} has commits that {sha[:7]} does not (not a fast-forward); nothing was pushed"
             raise SourceError(redact(f"push {self.location} {branch}: {message}"), "PushRefused") from None
         return not any(line.startswith("=\t") for line in answer.splitlines())
+
+    def commit_file(self, parent: str, path: str, data: bytes, message: str) -> str:
+        """A new commit on `parent` whose tree is `parent`'s with the file at `path` holding `data`
+        (its mode kept), written into this repository's object database only: no working tree,
+        no index and no ref is touched (a push moves a branch to it). Returns its sha."""
+        try:
+            with tempfile.TemporaryDirectory(prefix="gitops-commit-") as scratch:
+                content, said = Path(scratch) / "content", Path(scratch) / "message"
+                content.write_bytes(data)
+                said.write_text(message)
+                env = {**self._env, "GIT_INDEX_FILE": str(Path(scratch) / "index"), **_COMMITTER}
+                with self._repo.git.custom_environment(**env):
+                    blob = str(self._repo.git.hash_object("-w", "--no-filters", str(content))).strip()
+                    self._repo.git.read_tree(parent)
+                    listed = str(self._repo.git.ls_files("-s", "--", path)).split()
+                    mode = listed[0] if listed else "100644"
+                    self._repo.git.update_index("--add", "--cacheinfo", f"{mode},{blob},{path}")
+                    tree = str(self._repo.git.write_tree()).strip()
+                    return str(self._repo.git.commit_tree(tree, "-p", parent, "-F", str(said))).strip()
+        except git.GitCommandError as error:
+            raise SourceError(redact(f"commit {path} on {parent[:7]}: {_git_message(error)}")) from None
+
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        """True when `older` is `newer` or one of its ancestors."""
+        found = self._repo.git.merge_base("--is-ancestor", older, newer, with_exceptions=False, with_extended_output=True)
+        return found[0] == 0
 
     def _branch_missing(self) -> bool:
         """True when the remote answers and lists no such branch (False if it does not answer)."""
