@@ -234,8 +234,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--promote-api-url", action="append", default=None, metavar="URL",
-        help="a forge API the promotion token may be sent to (repeatable); an api_url in the environment file "
-        "must be one of them (default: only https://api.github.com and https://gitlab.com/api/v4)",
+        help="a forge API the promotion or automation token may be sent to (repeatable); an api_url in the "
+        "environment file or automation.toml must be one of them (default: only https://api.github.com and "
+        "https://gitlab.com/api/v4)",
+    )
+    run.add_argument(
+        "--automation-token-file", default=None, metavar="FILE",
+        help="credential for artifact automation (automation.toml): the git password of its pushes and the API "
+        "token of its pull requests (default: none; commit mode pushes with the repository's own credentials, "
+        "pull_request mode reports an error)",
     )
     _max_replicas_flag(run)
     _age_identity_flag(run, "decrypts the secrets ([secrets.NAME]) the replicas receive")
@@ -328,6 +335,38 @@ def build_parser() -> argparse.ArgumentParser:
                          help="s3://: pick among the files, or the directories, directly under the prefix "
                          "(default: whichever the prefix holds)")
     models.set_defaults(func=_command("models", "models_command"))
+
+    automation = verb("automation", "artifact automation: the [automation.NAME] tables of automation.toml "
+                      "(docs/guides/automation.md)")
+    automation_verbs = automation.add_subparsers(
+        dest="automation_verb", metavar="{run}", required=True,
+        help="run: look at each automation's moving reference once and propose the new pin",
+    )
+    automation_run = automation_verbs.add_parser(
+        "run", help="look at each automation once: push a commit or open/update a pull request for a new pin",
+        description="look at each [automation.NAME] of automation.toml (on --branch) once, as the agent does on "
+        "its interval: resolve its reference (S3 prefix and rule, hf:// branch) and, when it names another pin "
+        "than [models.NAME] has, write the new pin into the spec file and push a commit or open (update) a pull "
+        "request. A digest the agent's history records as failed (--state-dir) is not proposed again.",
+        formatter_class=_HelpFormatter,
+    )
+    automation_run.add_argument("--repo", default=".", help="repository: a path (any directory inside it) or a URL")
+    automation_run.add_argument("--branch", default=None, help="branch holding automation.toml and the specs "
+                                "(default: the repository's current or default branch)")
+    automation_run.add_argument("--path", default="deployments", help="spec path inside the repository")
+    automation_run.add_argument("--name", action="append", default=[], metavar="NAME",
+                                help="only this automation (repeatable; default: every one)")
+    automation_run.add_argument("--dry-run", action="store_true",
+                                help="print what would change, as a diff, and write nothing")
+    automation_run.add_argument("--token-file", default=None, metavar="FILE",
+                                help="the forge token: the git password of the push, the API token of the pull "
+                                "request (default: none; pull_request mode then fails)")
+    automation_run.add_argument("--api-url", action="append", default=None, metavar="URL",
+                                help="a forge API the token may be sent to (repeatable; default: only "
+                                "https://api.github.com and https://gitlab.com/api/v4)")
+    automation_run.add_argument("--state-dir", default=DEFAULT_STATE_DIR,
+                                help="the agent's state dir, whose history says which digests failed")
+    automation.set_defaults(func=_command("automation", "automation_command"))
 
     plan = verb("plan", "the changes between two commits' desired states")
     plan.add_argument("--repo", default=".", help="repository path (any directory inside it)")

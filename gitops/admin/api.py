@@ -158,6 +158,7 @@ def build_app(
     events: EventLimits = EVENT_LIMITS,
     csrf: CsrfKey | None = None,
     ejections: Callable[[int], list[Ejection]] | None = None,
+    automation: Callable[[], dict[str, Any]] | None = None,
 ) -> ASGIApp:
     """The admin app behind `policy`; `sync` and `webhook_fetch` wake the agent;
     `shadow_mismatches` gathers the proxies' samples (`gitops.admin.shadow_mismatches`);
@@ -167,7 +168,8 @@ def build_app(
     `pending_plan` the plan of the head that waits unapplied, and why (`/plan`, the page's stream);
     `decide_rollout` promotes or aborts a running rollout by hand (endpoint, verb, who);
     `events` bounds the page's live streams; `csrf` makes and checks the page's CSRF tokens;
-    `ejections` answers the replicas proxies ejected as outliers, newest first (in `/history`).
+    `ejections` answers the replicas proxies ejected as outliers, newest first (in `/history`);
+    `automation` the last look of each artifact automation, shown in `/status` as `automation`.
 
     Without `webhook` (no secret, or the webhook on its own listener)
     `/hooks/git` answers 404 here.
@@ -218,7 +220,10 @@ def build_app(
         return csrf_key.token(principal)
 
     async def status(request: Request) -> Response:
-        return JSONResponse(agent.status().model_dump(mode="json"))
+        shown = agent.status().model_dump(mode="json")
+        if automation is not None:
+            shown["automation"] = automation()
+        return JSONResponse(shown)
 
     async def history(request: Request) -> Response:
         try:

@@ -14,6 +14,8 @@
 - `reset`: discard the controller's stored state (`reset-controller`).
 - `run_environment`: puts together the environment duties of `gitops run
   --environment`.
+- `automation`: `gitops automation run`, and the artifact automation loop
+  `gitops run` starts, put together.
 - `capture`: `gitops capture tail` and `gitops capture grep`, reading the
   request/response records of a file capture sink.
 """

@@ -461,6 +461,10 @@ def render_status(status: AgentStatus) -> str:
             [f"{p.node[:12]}:{p.worker}", p.state, p.address or "-", str(p.restarts), p.last_error]
             for p in sorted(status.proxies.values(), key=lambda p: (p.node, p.worker))
         ])]
+    if status.automation:
+        looks = status.automation.get("automations", [])
+        lines += ["", *(f"Automation {look['automation']}: {look['result']}: {look['detail']}" for look in looks),
+                  *(f"automation.toml: {error}" for error in status.automation.get("errors", []))]
     if status.quarantine:
         held = ", ".join(_short(sha) for sha in status.quarantine.get("held", []))
         lines += ["", f"Quarantined: {held} (rolled back to {_short(status.quarantine.get('good'))}, "

@@ -11,7 +11,8 @@ names: `vocabulary.replicas.replica_env`; on the ports `--ray-port` and
 line when another agent owns it, unless `--take-over`; stopped when taken
 over), wait for the proxies (one that cannot start, e.g. its port in use, is
 a one-line error: `gitops.process.proxy_start`) and give it this start's
-`--prometheus-url`, run the agent and the admin server on one event loop,
+`--prometheus-url`, run the agent, its artifact automation (`automation.toml`,
+`gitops.commands.automation`, off the apply path) and the admin server on one event loop,
 write the admin URL in the state dir for client commands
 (`gitops.admin.address`), say `gitops: ready` (and write `--ready-file`) once
 the first reconcile is over, and on Ctrl-C / SIGTERM stop all of it cleanly:
@@ -78,7 +79,9 @@ def run_command(args: argparse.Namespace) -> int:
     args.promote_token = read_token(promote, "--promote-token-file").decode() if promote else None
     if promote and not args.environment:
         raise UsageError("--promote-token-file promotes from an environment: give --environment too")
-    _register_secrets(args.repo, token, secret, git_token, args.promote_token)
+    automation = getattr(args, "automation_token_file", None)
+    args.automation_token = read_token(automation, "--automation-token-file").decode() if automation else None
+    _register_secrets(args.repo, token, secret, git_token, args.promote_token, args.automation_token)
     _redact_command_line()
     from gitops.loop.secrets import load_identities
     from hardening.core_dumps import no_core_dumps
@@ -370,10 +373,11 @@ async def _serve(
         duties = build_duties(args, source, client, args.promote_token)
     exported = _apply_traces(otlp_endpoint(args.otlp_endpoint, os.environ), metrics)
     traces = TraceRing(forward=exported)
+    history = History(state.history)
     agent = Agent(
         source,
         SecretDelivery(client, load),
-        History(state.history),
+        history,
         load=load,
         plan=planner.plan,
         metrics=metrics,
@@ -389,6 +393,11 @@ async def _serve(
         duties=duties,
         traces=traces,
     )
+    # Artifact automation (automation.toml): on its own timer, never in a tick (gitops.loop.automation).
+    from gitops.commands.automation import build_loop
+
+    automation = build_loop(source, args.path, args.environment, getattr(args, "automation_token", None),
+                            tuple(args.promote_api_url or ()), history, metrics)
     guard = api.WebhookGuard(secret, RateLimiter(), deliveries=_delivery_log(state.webhook_deliveries)) if secret else None
 
     def webhook_fetch() -> None:
@@ -416,6 +425,7 @@ async def _serve(
         pending_plan=agent.pending_plan,
         decide_rollout=lambda endpoint, verb, who: _decide_rollout(client, agent, endpoint, verb, who),
         ejections=agent.ejections,
+        automation=automation.status,
     )
     servers = [api.server(app, args.admin_host, args.admin_port)]
     if separate_webhook and guard is not None:
@@ -430,10 +440,12 @@ async def _serve(
     stopping = asyncio.create_task(stop.wait())
     watching = asyncio.create_task(_watch_ownership(client, agent_id, args.namespace, args.interval, stop))
     notifying = asyncio.create_task(notifier.run()) if notifier else None
+    automating = asyncio.create_task(automation.run())
     await asyncio.wait([stopping, reconciling, *serving], return_when=asyncio.FIRST_COMPLETED)
     _LOG.info("gitops: stopping")
     # An apply cut short here is safe: the next run plans from the controller's state.
     reconciling.cancel()
+    automating.cancel()
     stopping.cancel()
     watching.cancel()
     announcing.cancel()
@@ -442,7 +454,7 @@ async def _serve(
         _remove_quietly(Path(args.ready_file))
     for server in servers:
         server.stop()
-    await asyncio.gather(reconciling, *serving, stopping, watching, announcing, return_exceptions=True)
+    await asyncio.gather(reconciling, *serving, stopping, watching, announcing, automating, return_exceptions=True)
     if notifying is not None and notifier is not None:
         await notifier.drain(_NOTIFY_DRAIN_S)  # e.g. the commit status of the last apply
         notifying.cancel()

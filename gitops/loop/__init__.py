@@ -4,6 +4,8 @@
 - `ticks`: one tick as a value (`ticks.TickReport`), and what is written from it.
 - `environment_duties`: what an environment's agent does around its ticks:
   sync windows before an apply, promotion after.
+- `automation`: artifact automation at run time: each moving reference looked
+  at on its own timer, off the apply path, and the new pin proposed.
 - `history`: the history ledger, every attempted commit, in SQLite.
 - `quarantine_file`: the quarantine on disk, kept across restarts.
 - `statedir`: the state dir's layout, private and out of git.

@@ -220,6 +220,22 @@ class AgentMetrics:
             "gitops_rollout_step", "Current rollout step of an endpoint (1-based); 0 when none runs.",
             ["endpoint"], registry=r,
         )
+        self._automation_runs = Counter(
+            "gitops_automation_runs",
+            "Looks of artifact automation at its moving reference, by automation and result (up_to_date, proposed, "
+            "proposed_already, quarantined, error).",
+            ["automation", "result"],
+            registry=r,
+        )
+        self._automation_proposals = Counter(
+            "gitops_automation_proposals",
+            "New pins artifact automation proposed, by automation and mode (commit, pull_request).",
+            ["automation", "mode"],
+            registry=r,
+        )
+        self._automation_errors = Counter(
+            "gitops_automation_errors", "Looks of artifact automation that ended in an error.", ["automation"], registry=r
+        )
         self._rollout_checks = Counter(
             "gitops_rollout_checks",
             "Rollout step checks decided, by endpoint, backend, check and result (pass, fail).",
@@ -273,6 +289,15 @@ class AgentMetrics:
     def spans_sent(self, result: str, count: int) -> None:
         """Apply-trace spans exported or failed (`gitops.process.tracing`, on the exporter's thread)."""
         self._spans.labels(result=result).inc(count)
+
+    def automation_run(self, automation: str, result: str) -> None:
+        """One look of an automation (`gitops.loop.automation`); an error also counts in the errors."""
+        self._automation_runs.labels(automation=automation, result=result).inc()
+        if result == "error":
+            self._automation_errors.labels(automation=automation).inc()
+
+    def automation_proposal(self, automation: str, mode: str) -> None:
+        self._automation_proposals.labels(automation=automation, mode=mode).inc()
 
     def notification_finished(self, provider: str, result: str) -> None:
         """One notification delivered, given up on, or dropped (`gitops.notifications`)."""

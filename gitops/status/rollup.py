@@ -169,6 +169,9 @@ class AgentStatus(_Value):
     quarantine: dict[str, Any] | None = None  # good commit, held commits, reason (Quarantine.to_json)
     proxies: dict[str, ProxySummary] = Field(default_factory=dict)  # by proxy id: node, or node:worker past the first
     environment: EnvironmentSummary | None = None  # branch, a sync window's hold, the promotion
+    # Artifact automation's last look at each reference, and automation.toml's errors
+    # (`gitops.loop.automation.automation_status`); set by the admin API when the agent runs it.
+    automation: dict[str, Any] | None = None
 
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)

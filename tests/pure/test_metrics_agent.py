@@ -83,7 +83,21 @@ def test_every_agent_metric_of_the_product_contract_is_exported_with_its_type() 
         "gitops_rollout_checks": "counter",
         "gitops_rollbacks": "counter",
         "gitops_trace_spans": "counter",
+        "gitops_automation_runs": "counter",
+        "gitops_automation_proposals": "counter",
+        "gitops_automation_errors": "counter",
     }
+
+
+def test_automation_looks_are_counted_by_result_and_errors_apart() -> None:
+    metrics = AgentMetrics()
+    metrics.automation_run("sentiment", "proposed")
+    metrics.automation_proposal("sentiment", "pull_request")
+    metrics.automation_run("sentiment", "error")
+    assert value(metrics, "gitops_automation_runs_total", automation="sentiment", result="proposed") == 1
+    assert value(metrics, "gitops_automation_runs_total", automation="sentiment", result="error") == 1
+    assert value(metrics, "gitops_automation_errors_total", automation="sentiment") == 1
+    assert value(metrics, "gitops_automation_proposals_total", automation="sentiment", mode="pull_request") == 1
 
 
 def test_reconciles_are_counted_by_result_and_timed() -> None:

@@ -1,0 +1,202 @@
+"""`gitops automation run [--dry-run]`, and the automation loop of `gitops run`, put together.
+
+Wiring only (the decisions are `gitops.delivery.automation`'s, the look is
+`gitops.loop.automation.AutomationRunner`'s):
+
+- the resolver: an `s3://` prefix listed and picked by the automation's rule,
+  an `hf://` branch resolved at the Hub with the model's include/exclude —
+  the very functions of `gitops models resolve` (`gitops.commands.models`);
+- the repository: the watched repository's `GitSource` (read a commit's
+  spec files, write a commit, push it as a fast-forward with the token as
+  the git password for https remotes);
+- the pull request: `gitops.delivery.promotion.PullRequestPromoter`, the
+  promotion's own GitHub / GitLab code, its API only one the agent allows
+  (`--promote-api-url`; none given: the public APIs);
+- the failed commits: the agent's history ledger (`--state-dir`).
+
+`gitops automation run` looks at every automation of `automation.toml` (on
+`--branch`, default the repository's) once, prints one line each, and with
+`--dry-run` the edit it would make as a diff, writing nothing. It exits 1
+when any automation's look ended in an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from gitops.delivery.automation import Automation, FailedCommit, Pin, failed_commits
+from gitops.delivery.promotion import PromotionRequest, PullRequestPromoter
+from gitops.errors import UsageError, UserError
+from gitops.loop.automation import AutomationLoop, AutomationMetrics, AutomationRunner, is_spec_file
+from gitops.printable import printable
+from gitops.redaction import Credentials, register_secret
+from gitops.sources.repos import GitSource
+from gitops.specs.automation import AUTOMATION_PATH, parse_automation
+from gitops.specs.pin_edits import DeclaredModel
+
+__all__ = ["automation_command", "build_loop", "resolve_pin", "SourceRepository"]
+
+# The user name a forge wants with a token as the password of an https push.
+_TOKEN_USERS = {"github": "x-access-token", "gitlab": "oauth2"}
+
+
+class SourceRepository:
+    """`gitops.loop.automation.Repository` over a `GitSource`."""
+
+    def __init__(self, source: GitSource, token: str | None = None, provider: str | None = None) -> None:
+        self._source = source
+        self._credentials = Credentials(_TOKEN_USERS.get(provider or "", "git"), token) if token else None
+
+    def branch_head(self, branch: str) -> str | None:
+        if branch == self._source.branch:
+            return self._source.newest().sha if self._source.remote else self._source.branch_head(branch)
+        return self._source.branch_head(branch)
+
+    def spec_files(self, commit: str, spec_path: str) -> dict[str, bytes]:
+        tree = self._source.tree(self._source.revision(commit))
+        if tree.hash(spec_path) is None:
+            return {}
+        return tree.read_files([path for path in tree.files(spec_path) if is_spec_file(path)])
+
+    def read(self, commit: str, path: str) -> bytes | None:
+        tree = self._source.tree(self._source.revision(commit))
+        return tree.read_files([path]).get(path) if tree.exists(path) else None
+
+    def commit_file(self, parent: str, path: str, data: bytes, message: str) -> str:
+        return self._source.commit_file(parent, path, data, message)
+
+    def push(self, commit: str, branch: str) -> bool:
+        return self._source.push(commit, branch, self._credentials)
+
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        return self._source.is_ancestor(older, newer)
+
+
+def resolve_pin(automation: Automation, declared: DeclaredModel, hub_token: str | None = None) -> Pin:
+    """What `automation`'s reference names now: `gitops models resolve`'s code."""
+    from gitops.commands.models import hub_pin, remote_digest, s3_listing
+    from vocabulary.replicas.hub_sources import parse_hub_source
+    from vocabulary.replicas.model_digests import source_problem
+    from vocabulary.replicas.s3_picks import NoPick, candidates, compile_match, parse_s3_prefix, pick, pinned_source
+
+    where = printable(automation.watch)
+    if automation.watch.startswith("hf://"):
+        try:
+            source = parse_hub_source(automation.watch)
+        except ValueError as error:
+            raise UserError(f"{where}: {error}") from None
+        pinned = hub_pin(source, declared.include, declared.exclude, hub_token)
+        return Pin(pinned.source.url(), pinned.sha256)
+    try:
+        bucket, prefix = parse_s3_prefix(automation.watch)
+        entry = pick(candidates(s3_listing(bucket, prefix)), automation.pick or "", compile_match(automation.match),
+                     automation.kind)
+    except (NoPick, ValueError) as error:
+        raise UserError(f"{where}: {error}") from None
+    url = pinned_source(bucket, prefix, entry)
+    problem = source_problem(url)
+    if problem is not None:
+        raise UserError(f"{printable(url)}: {problem}")
+    return Pin(url, remote_digest(url))
+
+
+def _history_failures(state_dir: Path | None) -> list[FailedCommit]:
+    if state_dir is None or not (state_dir / "history.db").exists():
+        return []
+    from gitops.loop.history import History
+
+    history = History(state_dir / "history.db")
+    try:
+        return failed_commits(history.recent(1000))
+    finally:
+        history.close()
+
+
+def _opener(
+    source: GitSource, token: str | None, api_urls: tuple[str, ...], provider: str | None
+) -> Callable[[PromotionRequest], str] | None:
+    if token is None:
+        return None
+    repository = SourceRepository(source, token, provider)
+
+    def open_request(request: PromotionRequest) -> str:
+        return PullRequestPromoter(repository.push, token, api_urls=api_urls).promote(request)
+
+    return open_request
+
+
+def build_loop(
+    source: GitSource, spec_path: str, environment: str | None, token: str | None, api_urls: tuple[str, ...],
+    history: object, metrics: AutomationMetrics,
+) -> AutomationLoop:
+    """The loop `gitops run` starts: automation.toml read on the watched branch."""
+    from gitops.loop.history import History
+
+    assert isinstance(history, History)
+    repository = SourceRepository(source, token)
+    runner = _runner(source, repository, spec_path, token, api_urls, lambda: failed_commits(history.recent(1000)))
+    return AutomationLoop(runner, repository, branch=source.branch, environment=environment, metrics=metrics)
+
+
+def _runner(source: GitSource, repository: SourceRepository, spec_path: str, token: str | None,
+            api_urls: tuple[str, ...], failures: Callable[[], list[FailedCommit]]) -> AutomationRunner:
+    from gitops.commands.models import hub_token
+
+    def resolve(automation: Automation, declared: DeclaredModel) -> Pin:
+        return resolve_pin(automation, declared, hub_token(None) if automation.watch.startswith("hf://") else None)
+
+    def open_request(request: PromotionRequest) -> str:
+        opener = _opener(source, token, api_urls, request.settings.provider)
+        assert opener is not None
+        return opener(request)
+
+    return AutomationRunner(
+        repository, resolve, spec_path=spec_path, default_branch=source.branch,
+        open_request=open_request if token is not None else None, failed_commits=failures,
+    )
+
+
+def automation_command(args: argparse.Namespace) -> int:
+    token = None
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text().strip() or None
+        except OSError as error:
+            raise UsageError(f"--token-file {printable(args.token_file)}: cannot read it ({error.strerror})") from None
+        if token:
+            register_secret(token)
+    state_dir = Path(args.state_dir) if args.state_dir else None
+    with tempfile.TemporaryDirectory(prefix="gitops-automation-") as cache:
+        source = GitSource(args.repo, args.branch, Path(cache), password=token)
+        return _run_once(args, source, token, state_dir)
+
+
+def _run_once(args: argparse.Namespace, source: GitSource, token: str | None, state_dir: Path | None) -> int:
+    repository = SourceRepository(source, token)
+    runner = _runner(source, repository, args.path, token, tuple(args.api_url or ()),
+                     lambda: _history_failures(state_dir))
+    head = repository.branch_head(source.branch)
+    if head is None:
+        raise UserError(f"{source.location}: no branch {source.branch}")
+    parsed = parse_automation(repository.read(head, AUTOMATION_PATH))
+    for error in parsed.errors:
+        print(error, file=sys.stderr)
+    if parsed.errors:
+        return 1
+    chosen = [a for a in parsed.automations if not args.name or a.name in args.name]
+    if not chosen:
+        named = f" named {', '.join(args.name)}" if args.name else ""
+        print(f"no automation in {AUTOMATION_PATH} on {source.branch}{named}")
+        return 0
+    failed = False
+    for automation in chosen:
+        result = runner.run(automation, dry_run=args.dry_run)
+        print(printable(f"{automation.name}: {result.result}: {result.detail}"))
+        if result.diff:
+            sys.stdout.write(result.diff)
+        failed = failed or result.result == "error"
+    return 1 if failed else 0
