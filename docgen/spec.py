@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gitops.specs.automation import AutomationSpec
 from gitops.specs.models import BackendSpec, EndpointSpec, ModelSpec, SecretSpec
 
 __all__ = ["EXAMPLE", "TABLES", "render_spec"]
@@ -212,6 +213,19 @@ token_secret = "hub-token"
 """  # noqa: E501 — a PromQL query, one line as a user writes it
 
 
+AUTOMATION_EXAMPLE = """\
+[automation.sentiment]
+model = "sentiment"
+watch = "s3://models/sentiment/"
+pick = "highest-version"
+match = "^v[0-9]+/$"
+interval_s = 300
+mode = "pull_request"
+provider = "github"
+repository = "acme/serving"
+"""
+
+
 def render_spec() -> str:
     example = tomllib.loads(EXAMPLE)
     lines = [
@@ -260,6 +274,24 @@ def render_spec() -> str:
     for table, heading, model in TABLES:
         name = next(iter(example[table]))
         lines += _section(heading, model, example[table][name], (table, name))
+    automation = tomllib.loads(AUTOMATION_EXAMPLE)
+    lines += [
+        "",
+        "# automation.toml",
+        "",
+        "`automation.toml`, at the repository root beside `environments/`, is not a spec file: its",
+        "`[automation.NAME]` tables watch a moving reference (an S3 prefix and a rule, an hf:// branch;",
+        "OCI tags not yet) and move a `[models.NAME]` pin when it moves, by a commit or a pull request",
+        "([automation](../guides/automation.md)). `gitops validate` checks it (`FILE:LINE:COL: message`),",
+        "and that each `model` names a `[models.NAME]` of the spec files; one automation per model.",
+        "",
+        "<!-- not a spec -->",
+        "```toml",
+        AUTOMATION_EXAMPLE.rstrip(),
+        "```",
+    ]
+    lines += _section("[automation.NAME]", AutomationSpec, automation["automation"]["sentiment"],
+                      ("automation", "sentiment"))
     return "\n".join(lines) + "\n"
 
 
@@ -308,7 +340,7 @@ def _example(prop: dict[str, Any], example: dict[str, Any], key: str, at: tuple[
 def _siblings(at: tuple[str, ...]) -> list[dict[str, Any]]:
     """Other entries of the same table in EXAMPLE (a key one backend cannot show, another does)."""
     document = tomllib.loads(EXAMPLE)
-    table = document[at[0]]
+    table = document.get(at[0], {})
     found = []
     for entry in table.values():
         for part in at[2:]:
