@@ -6,6 +6,8 @@ Wiring only (the decisions are `gitops.delivery.automation`'s, the look is
 - the resolver: an `s3://` prefix listed and picked by the automation's rule,
   an `hf://` branch resolved at the Hub with the model's include/exclude —
   the very functions of `gitops models resolve` (`gitops.commands.models`);
+  an S3 model whose objects are listed as last time (keys, sizes, times) is
+  not read again to hash it;
 - the repository: the watched repository's `GitSource` (read a commit's
   spec files, write a commit, push it as a fast-forward with the token as
   the git password for https remotes);
@@ -76,8 +78,15 @@ class SourceRepository:
         return self._source.is_ancestor(older, newer)
 
 
-def resolve_pin(automation: Automation, declared: DeclaredModel, hub_token: str | None = None) -> Pin:
-    """What `automation`'s reference names now: `gitops models resolve`'s code."""
+# (source, its objects' (key, size, last modified)) -> digest: an unchanged listing is not read again.
+DigestCache = dict[tuple[str, tuple[tuple[str, int, str], ...]], str]
+
+
+def resolve_pin(
+    automation: Automation, declared: DeclaredModel, hub_token: str | None = None, digests: DigestCache | None = None
+) -> Pin:
+    """What `automation`'s reference names now: `gitops models resolve`'s code. With `digests`, an
+    S3 model whose objects (keys, sizes, times) are as last time is not read again to hash it."""
     from gitops.commands.models import hub_pin, remote_digest, s3_listing
     from vocabulary.replicas.hub_sources import parse_hub_source
     from vocabulary.replicas.model_digests import source_problem
@@ -93,15 +102,23 @@ def resolve_pin(automation: Automation, declared: DeclaredModel, hub_token: str 
         return Pin(pinned.source.url(), pinned.sha256)
     try:
         bucket, prefix = parse_s3_prefix(automation.watch)
-        entry = pick(candidates(s3_listing(bucket, prefix)), automation.pick or "", compile_match(automation.match),
-                     automation.kind)
+        listed = s3_listing(bucket, prefix)
+        entry = pick(candidates(listed), automation.pick or "", compile_match(automation.match), automation.kind)
     except (NoPick, ValueError) as error:
         raise UserError(f"{where}: {error}") from None
     url = pinned_source(bucket, prefix, entry)
     problem = source_problem(url)
     if problem is not None:
         raise UserError(f"{printable(url)}: {problem}")
-    return Pin(url, remote_digest(url))
+    held = tuple(sorted((item.path, item.size, item.modified.isoformat()) for item in listed
+                        if item.path == entry.name or (entry.is_directory and item.path.startswith(entry.name))))
+    key = (url, held)
+    if digests is not None and key in digests:
+        return Pin(url, digests[key])
+    digest = remote_digest(url)
+    if digests is not None:
+        digests[key] = digest
+    return Pin(url, digest)
 
 
 def _history_failures(state_dir: Path | None) -> list[FailedCommit]:
@@ -146,8 +163,13 @@ def _runner(source: GitSource, repository: SourceRepository, spec_path: str, tok
             api_urls: tuple[str, ...], failures: Callable[[], list[FailedCommit]]) -> AutomationRunner:
     from gitops.commands.models import hub_token
 
+    digests: DigestCache = {}
+
     def resolve(automation: Automation, declared: DeclaredModel) -> Pin:
-        return resolve_pin(automation, declared, hub_token(None) if automation.watch.startswith("hf://") else None)
+        if len(digests) > 256:
+            digests.clear()
+        token = hub_token(None) if automation.watch.startswith("hf://") else None
+        return resolve_pin(automation, declared, token, digests)
 
     def open_request(request: PromotionRequest) -> str:
         opener = _opener(source, token, api_urls, request.settings.provider)

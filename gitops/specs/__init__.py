@@ -9,7 +9,7 @@
 - `limits`: every bound on what a spec tree may hold;
 - `secrets`: a `[secrets.NAME]` file's age shape and size, checked without a key;
 - `environments`: `environments/NAME.toml` on top of the tree (overrides, promotion, sync windows);
-- `automation`: `automation.toml`'s `[automation.NAME]` tables, checked;
+- `automation`: the `[automation.NAME]` tables of the repository's automation file, checked;
 - `pin_edits`: a model's new pin written into its spec file, comments and layout kept;
 - `pinned_models`: `[models.NAME]` bound to the backends naming them, a
   model's digest part of their version;

@@ -268,3 +268,27 @@ def test_validate_reports_automation_errors_at_their_line(tmp_path: Path, capsys
     (tmp_path / "automation.toml").write_text(
         '[automation.sentiment]\nmodel = "sentiment"\nwatch = "s3://models/sentiment/"\npick = "newest"\nmode = "commit"\n')
     assert main(["validate", str(tmp_path / "deployments"), "--root", str(tmp_path)]) == 0
+
+
+def test_the_cli_looks_once_dry_run_writes_nothing(
+    tmp_path: Path, s3: Any, forge: Forge, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gitops.cli import main
+
+    world = World(tmp_path, s3, forge, mode="commit")
+    files, second = model("v2")
+    world.publish("v2/", files)
+    before = world.git("rev-parse", "main").strip()
+    args = ["automation", "run", "--repo", f"file://{world.remote}", "--state-dir", str(tmp_path / "none")]
+    assert main([*args, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"sentiment: dry_run: would move sentiment {world.first[:12]} -> {second[:12]} (commit to main)")
+    assert f'-sha256 = "{world.first}"\n+sha256 = "{second}"' in out.replace(
+        '+source = "s3://models/sentiment/v2/"  # published by the training pipeline\n', "").replace(
+        '-source = "s3://models/sentiment/v1/"  # published by the training pipeline\n', "")
+    assert world.git("rev-parse", "main").strip() == before
+    assert main(args) == 0
+    assert capsys.readouterr().out.startswith("sentiment: proposed: pushed ")
+    assert world.git("rev-parse", "main^").strip() == before
+    assert main(args) == 0
+    assert capsys.readouterr().out.startswith(f"sentiment: up_to_date: sentiment is at {second[:12]}")
