@@ -21,7 +21,8 @@
 
 `AutomationLoop` runs the runner inside `gitops run`, off the apply path: on
 its own timer, each automation every `interval_s`, the blocking work in a
-thread. It reads `automation.toml` at the watched branch's head each time,
+thread. It reads `automation.toml` at the watched branch's head when a look
+is due (every 30 s while it names none),
 runs the automations naming this agent's environment, counts runs,
 proposals and errors (`gitops.loop.metrics`), logs each outcome and keeps
 the last one per automation for `/status`. Any error is one result (redacted,
@@ -67,6 +68,7 @@ __all__ = [
 ]
 
 _LOG = logging.getLogger("gitops.automation")
+_IDLE_READ_S = 30.0  # with no automation (or an invalid file): how often automation.toml is read again
 
 # What a reference resolves to now (the commands' S3 and Hub code); raises GitopsError.
 Resolve = Callable[[Automation, DeclaredModel], Pin]
@@ -260,6 +262,7 @@ class AutomationLoop:
         self._errors: list[str] = []  # automation.toml's own errors, as last read
         self._due: dict[str, float] = {}  # name -> monotonic time of its next look
         self._proposed: dict[str, Pin] = {}  # name -> the pin last proposed (not proposed again)
+        self._next_read = 0.0  # monotonic time automation.toml is read again
 
     def status(self) -> dict[str, object]:
         return automation_status(self._results, self._errors)
@@ -274,16 +277,26 @@ class AutomationLoop:
             await asyncio.sleep(self._tick_s)
 
     async def once(self, now: Callable[[], float] = time.monotonic) -> None:
+        """Look at the automations that are due. The file is read (the branch fetched) only
+        when one may be: at the soonest look, or every `_IDLE_READ_S` when none is set."""
+        if now() < self._next_read:
+            return
         automations = await asyncio.to_thread(self._automations)
         for automation in automations:
             if self._due.get(automation.name, 0.0) > now():
                 continue
             self._due[automation.name] = now() + automation.interval_s
-            result = await asyncio.to_thread(self._look, automation)
+            try:
+                result = await asyncio.to_thread(self._look, automation)
+            except Exception as error:  # noqa: BLE001 — a bug or an odd answer is this automation's error, no more
+                result = RunResult(automation.name, "error", redact(f"{type(error).__name__}: {error}"))
             self._record(automation, result)
         names = {automation.name for automation in automations}
         for gone in set(self._results) - names:
             del self._results[gone]
+        for gone in set(self._due) - names:
+            del self._due[gone]
+        self._next_read = min(self._due.values(), default=now() + _IDLE_READ_S)
 
     def _look(self, automation: Automation) -> RunResult:
         before = self._proposed.get(automation.name)

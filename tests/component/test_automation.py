@@ -254,7 +254,8 @@ def test_validate_reports_automation_errors_at_their_line(tmp_path: Path, capsys
     (tmp_path / "deployments" / "apps").mkdir(parents=True)
     (tmp_path / "deployments" / "__init__.py").write_text("")
     (tmp_path / "deployments" / "apps" / "__init__.py").write_text("")
-    (tmp_path / "deployments" / "apps" / "sentiment.py").write_text("class Sentiment:\n    def __call__(self, request):\n        return {}\n")
+    app = "class Sentiment:\n    def __call__(self, request):\n        return {}\n"
+    (tmp_path / "deployments" / "apps" / "sentiment.py").write_text(app)
     (tmp_path / "deployments" / "sentiment.toml").write_text(
         spec("s3://models/sentiment/v1/", "a" * 64).replace("apps.sentiment", "deployments.apps.sentiment"))
     (tmp_path / "automation.toml").write_text(
