@@ -61,7 +61,7 @@ models = ["sentiment"]
 
 
 def automation_file(api_url: str, mode: str = "pull_request", watch: str = "s3://models/sentiment/",
-                    pick: str = "highest-version") -> str:
+                    pick: str = "highest-version", provider: str = "github") -> str:
     return f"""\
 [automation.sentiment]
 model = "sentiment"
@@ -69,7 +69,7 @@ watch = "{watch}"
 pick = "{pick}"
 interval_s = 1
 mode = "{mode}"
-provider = "github"
+provider = "{provider}"
 repository = "acme/serving"
 api_url = "{api_url}"
 """
@@ -78,6 +78,7 @@ api_url = "{api_url}"
 class World:
     def __init__(self, tmp: Path, s3: Any, forge: Forge, mode: str = "pull_request", first: str = "v1/",
                  watch: str = "s3://models/sentiment/", pick: str = "highest-version") -> None:
+        api_url = forge.url if forge.kind == "github" else f"{forge.url}/api/v4"
         self.s3, self.forge = s3, forge
         self.work = GitRepo(tmp / "work")
         if first.endswith("/"):  # a model directory
@@ -87,7 +88,7 @@ class World:
             s3.put_object(Bucket="models", Key=f"sentiment/{first}", Body=b"weights v1")
             self.first = hashlib.sha256(b"weights v1").hexdigest()
         self.work.write("deployments/sentiment.toml", spec(f"{watch}{first}", self.first))
-        self.work.write("automation.toml", automation_file(forge.url, mode, watch, pick))
+        self.work.write("automation.toml", automation_file(api_url, mode, watch, pick, forge.kind))
         self.work.commit("sentiment v1")
         self.remote = tmp / "remote.git"
         subprocess.run(["git", "clone", "-q", "--bare", str(self.work.root), str(self.remote)], check=True)
@@ -96,7 +97,7 @@ class World:
         register_secret(TOKEN)
         source = GitSource(f"file://{self.remote}", "main", tmp / "state")
         self.loop: AutomationLoop = build_loop(
-            source, "deployments", None, TOKEN, (forge.url,), self.history, self.metrics,
+            source, "deployments", None, TOKEN, (api_url,), self.history, self.metrics,
         )
 
     def publish(self, directory: str, files: dict[str, bytes]) -> None:
@@ -177,6 +178,27 @@ def test_a_new_model_opens_one_pull_request_and_a_newer_one_updates_it(tmp_path:
     metrics = world.metrics.render().decode()
     assert 'gitops_automation_proposals_total{automation="sentiment",mode="pull_request"} 2.0' in metrics
     assert 'gitops_automation_runs_total{automation="sentiment",result="proposed_already"} 1.0' in metrics
+
+
+def test_gitlab_gets_one_merge_request_opened_then_updated(tmp_path: Path, s3: Any) -> None:
+    gitlab = Forge("gitlab")
+    try:
+        world = World(tmp_path, s3, gitlab)
+        for label in ("v2", "v3"):
+            files, digest = model(label)
+            world.publish(f"{label}/", files)
+            assert world.look()["result"] == "proposed"
+        assert [(c.method, c.raw_path) for c in gitlab.calls] == [
+            ("GET", "/api/v4/projects/acme%2Fserving/merge_requests"),
+            ("POST", "/api/v4/projects/acme%2Fserving/merge_requests"),
+            ("GET", "/api/v4/projects/acme%2Fserving/merge_requests"),
+            ("PUT", "/api/v4/projects/acme%2Fserving/merge_requests/1"),
+        ]
+        (request,) = gitlab.opened
+        assert (request["source_branch"], request["target_branch"]) == ("gitops/automation-sentiment", "main")
+        assert digest in request["description"] and gitlab.calls[0].headers["private-token"] == TOKEN
+    finally:
+        gitlab.close()
 
 
 def test_a_model_republished_at_its_key_changes_only_the_digest_line(tmp_path: Path, s3: Any, forge: Forge) -> None:
