@@ -11,6 +11,11 @@ posing as GitHub's pull-request API (`tests.support.forges`).
   and where they came from.
 - A digest whose rollout the history records as aborted is not proposed again, and
   the status says why.
+- An hf:// branch moves the pin to the commit the Hub names for it now, with the
+  digest of the model's own include/exclude selection (a loopback Hub).
+- GitLab gets one merge request, opened then updated.
+- `gitops validate` reports `automation.toml`'s errors at their line, and
+  `gitops automation run --dry-run` writes nothing.
 - A broken store or forge is an error result (counted, in the status, redacted),
   never an exception out of the loop.
 """
@@ -315,3 +320,47 @@ def test_the_cli_looks_once_dry_run_writes_nothing(
     assert world.git("rev-parse", "main^").strip() == before
     assert main(args) == 0
     assert capsys.readouterr().out.startswith(f"sentiment: up_to_date: sentiment is at {second[:12]}")
+
+
+def test_an_hf_branch_moves_the_pin_to_its_new_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.hub import FakeHub
+
+    hub = FakeHub().start()
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_TOKEN_PATH", "/nonexistent/token")
+    try:
+        first = hub.commit("acme/llm", {"config.json": b"{}", "model.safetensors": b"w1" * 1000, "README.md": b"x"})
+        work = GitRepo(tmp_path / "work")
+        text = f"""\
+# The LLM, followed on its main branch.
+[models.llm]
+source = "hf://acme/llm@{first}"
+sha256 = "{'0' * 64}"
+include = ["*.json", "*.safetensors"]
+"""
+        work.write("deployments/llm.toml", text)
+        work.write("automation.toml", '[automation.llm]\nmodel = "llm"\nwatch = "hf://acme/llm@main"\nmode = "commit"\n')
+        work.commit("llm")
+        remote = tmp_path / "remote.git"
+        subprocess.run(["git", "clone", "-q", "--bare", str(work.root), str(remote)], check=True)
+        loop = build_loop(GitSource(f"file://{remote}", "main", tmp_path / "state"), "deployments", None, None, (),
+                          History(tmp_path / "history.db"), AgentMetrics())
+        second = hub.commit("acme/llm", {"config.json": b"{}", "model.safetensors": b"w2" * 1000, "README.md": b"y"})
+        asyncio.run(loop.once(now=lambda: float("inf")))
+        (shown,) = loop.status()["automations"]  # type: ignore[misc]
+        assert shown["result"] == "proposed", shown
+        assert shown["new_source"] == f"hf://acme/llm@{second}"
+        selected = {"config.json": b"{}", "model.safetensors": b"w2" * 1000}  # the model's include, README left out
+        assert shown["new_sha256"] == manifest_digest(
+            [(p, len(d), hashlib.sha256(d).hexdigest()) for p, d in selected.items()])
+        diff = subprocess.run(["git", "--git-dir", str(remote), "diff", "-U0", "main^", "main"], check=True,
+                              capture_output=True, text=True).stdout
+        assert [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("---", "+++")] == [
+            f'-source = "hf://acme/llm@{first}"', f'-sha256 = "{"0" * 64}"',
+            f'+source = "hf://acme/llm@{second}"', f'+sha256 = "{shown["new_sha256"]}"',
+        ]
+    finally:
+        hub.stop()
