@@ -51,7 +51,8 @@ class SourceRepository:
 
     def __init__(self, source: GitSource, token: str | None = None, provider: str | None = None) -> None:
         self._source = source
-        self._credentials = Credentials(_TOKEN_USERS.get(provider or "", "git"), token) if token else None
+        self._token = token
+        self._provider = provider
 
     def branch_head(self, branch: str) -> str | None:
         if branch == self._source.branch:
@@ -71,8 +72,10 @@ class SourceRepository:
     def commit_file(self, parent: str, path: str, data: bytes, message: str) -> str:
         return self._source.commit_file(parent, path, data, message)
 
-    def push(self, commit: str, branch: str) -> bool:
-        return self._source.push(commit, branch, self._credentials)
+    def push(self, commit: str, branch: str, provider: str | None = None) -> bool:
+        """A fast-forward push; with a token, as the git password (the user name the forge wants with one)."""
+        user = _TOKEN_USERS.get(provider or self._provider or "", "git")
+        return self._source.push(commit, branch, Credentials(user, self._token) if self._token else None)
 
     def is_ancestor(self, older: str, newer: str) -> bool:
         return self._source.is_ancestor(older, newer)
