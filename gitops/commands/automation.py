@@ -157,6 +157,7 @@ def build_loop(
     from gitops.loop.history import History
 
     assert isinstance(history, History)
+    source = source.twin()  # the loop's thread never shares the ticks' git processes
     repository = SourceRepository(source, token)
     runner = _runner(source, repository, spec_path, token, api_urls, lambda: failed_commits(history.recent(1000)))
     return AutomationLoop(runner, repository, branch=source.branch, environment=environment, metrics=metrics)

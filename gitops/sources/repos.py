@@ -16,7 +16,8 @@ failed fetch is a `SourceError` with reason GitUnreachable, or BranchNotFound
 when the remote answers without the watched branch.
 
 `commit_file` writes one new commit (a file changed on a parent) into the
-object database alone, for artifact automation to push.
+object database alone, for artifact automation to push; automation runs on
+its own thread through a `twin` (GitPython's readers are not thread-safe).
 
 `GitSource` implements `gitops.sources.source.Source`: `tree` reads a
 commit's files for the loader, `export` writes a commit's tree, without
@@ -46,6 +47,7 @@ without userinfo. Must not: parse specs or talk to Ray.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import os
@@ -211,6 +213,15 @@ class GitSource:
                 message = f"{branch} has commits that {sha[:7]} does not (not a fast-forward); nothing was pushed"
             raise SourceError(redact(f"push {self.location} {branch}: {message}"), "PushRefused") from None
         return not any(line.startswith("=\t") for line in answer.splitlines())
+
+    def twin(self) -> GitSource:
+        """The same repository, branch and credentials with git processes of its own: GitPython's
+        object readers are one stream per `git.Repo` and must not be shared between threads, so
+        work on another thread than the agent's ticks (artifact automation) reads through a twin."""
+        twin = copy.copy(self)
+        twin._repo = git.Repo(self._repo.git_dir)
+        twin._refused = {}
+        return twin
 
     def commit_file(self, parent: str, path: str, data: bytes, message: str) -> str:
         """A new commit on `parent` whose tree is `parent`'s with the file at `path` holding `data`
