@@ -90,6 +90,10 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_tenant_tokens_admitted_total": ("counter", frozenset({"endpoint", "tenant"})),
     "gitops_tenant_tokens_charged_total": ("counter", frozenset({"endpoint", "tenant"})),
     "gitops_tenant_token_limited_total": ("counter", frozenset({"endpoint", "tenant"})),
+    # Added with issue 44's artifact automation: its looks, proposals and errors, per automation.
+    "gitops_automation_runs_total": ("counter", frozenset({"automation", "result"})),
+    "gitops_automation_proposals_total": ("counter", frozenset({"automation", "mode"})),
+    "gitops_automation_errors_total": ("counter", frozenset({"automation"})),
 }
 
 # Labels Prometheus itself adds (target labels) or that histograms carry.
