@@ -17,13 +17,14 @@
    fast-forward), and either pushed to the branch (`commit`) or pushed to
    `gitops/automation-NAME` with a pull request opened or updated through
    the promotion's own code (`gitops.delivery.promotion.PullRequestPromoter`).
-   A pin already proposed and still on its branch is not proposed again.
 
 `AutomationLoop` runs the runner inside `gitops run`, off the apply path: on
 its own timer, each automation every `interval_s`, the blocking work in a
-thread. It reads `automation.toml` at the watched branch's head when a look
-is due (every 30 s while it names none),
-runs the automations naming this agent's environment, counts runs,
+thread (reading git through its own `GitSource` twin). It reads
+`automation.toml` at the watched branch's head when a look is due (every
+30 s while it names none), runs the automations naming this agent's
+environment, does not propose the pin it proposed last again (until the
+branch has it), counts runs,
 proposals and errors (`gitops.loop.metrics`), logs each outcome and keeps
 the last one per automation for `/status`. Any error is one result (redacted,
 `gitops.redaction`), never an exception out of the loop: an automation
