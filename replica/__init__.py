@@ -27,5 +27,7 @@ talks to the proxy only through `vocabulary.request_path.wire` (as Ray calls, or
   download per node, verified, LRU-evicted), which stages a backend's
   models before its user code runs; `model_fetching`: the bytes from
   S3, HTTP(S) or file sources (obstore); `hub_fetching`: an hf:// model's
-  selected files from a Hugging Face Hub (its HTTP API, httpx, resumable).
+  selected files from a Hugging Face Hub (its HTTP API, httpx, resumable);
+  `oci_fetching`: an oci:// model's directory from an OCI registry (its
+  distribution API, httpx: blobs verified as they stream, safe tar extraction).
 """

@@ -15,7 +15,8 @@ bytes to expect, once known (a directory's: all its files', listed first),
 so a starting replica can say how far its fetch is; one given a limit (the
 cache's cap) stops the fetch once past it, so a download never holds more
 than the cache may. hf:// sources are `replica.hub_fetching`'s (the Hub's
-HTTP API with httpx), called from here. An I/O shell.
+HTTP API with httpx) and oci:// ones `replica.oci_fetching`'s (a registry's
+distribution API with httpx), called from here. An I/O shell.
 """
 
 from __future__ import annotations
@@ -90,12 +91,18 @@ def fetch(
     source: str, dest: Path, deadline: float, progress: Progress = lambda _n: None, hub: HubOptions | None = None
 ) -> None:
     """The source's bytes at `dest` (a file, or a directory for a source ending in `/`
-    or an hf:// one, whose selection and token `hub` gives: `replica.hub_fetching`)."""
+    or an hf:// one, whose selection and token `hub` gives: `replica.hub_fetching`;
+    or an oci:// one, whose registry credentials are `hub`'s token: `replica.oci_fetching`)."""
     parts = urlsplit(source)
     if parts.scheme == "hf":
         from replica.hub_fetching import HubOptions, fetch_hub  # it builds on this module's errors
 
         fetch_hub(source, dest, deadline, progress, hub or HubOptions())
+        return
+    if parts.scheme == "oci":
+        from replica.oci_fetching import fetch_oci  # it builds on this module's errors
+
+        fetch_oci(source, dest, deadline, progress, hub.token if hub is not None else None)
         return
     try:
         if parts.scheme == "file":

@@ -427,8 +427,10 @@ def _remove(path: Path) -> None:
 
 def hub_options(model: ModelConfig, secret: Callable[[str], bytes] | None) -> HubOptions | None:
     """An hf:// model's selection and token: its `token_secret`'s value (delivered
-    with the backend's secrets), else the node's (`replica.hub_fetching.node_token`)."""
-    if not model.source.startswith("hf://"):
+    with the backend's secrets), else the node's (`replica.hub_fetching.node_token`);
+    an oci:// model's registry credentials (USER:PASSWORD) as the token: its
+    `token_secret`'s value, else none (an anonymous pull)."""
+    if not model.source.startswith(("hf://", "oci://")):
         return None
     if model.token_secret is not None and secret is not None:
         try:
@@ -439,7 +441,7 @@ def hub_options(model: ModelConfig, secret: Callable[[str], bytes] | None) -> Hu
                 "delivered to this replica, or is not text"
             ) from None
     else:
-        token = node_token()
+        token = node_token() if model.source.startswith("hf://") else None
     return HubOptions(model.include, model.exclude, token)
 
 

@@ -730,12 +730,13 @@ def check_secret(raw: Any, at: Loc) -> tuple[Any, tuple[Problem, ...]]:
     return spec, problems
 
 
-_HUB_ONLY = ("include", "exclude", "token_secret")
+# The keys only some sources take: the Hub's globs, and a registry's or the Hub's credentials.
+_ONLY = {"include": ("hf://",), "exclude": ("hf://",), "token_secret": ("hf://", "oci://")}
 
 
 def check_model(raw: Any, at: Loc) -> tuple[Any, tuple[Problem, ...]]:
     """A `[models.NAME]` table: a source every node can fetch and a sha256 digest;
-    `include`, `exclude` and `token_secret` only for an hf:// source."""
+    `include` and `exclude` only for an hf:// source, `token_secret` for an hf:// or oci:// one."""
     rules: list[Problem] = []
     if isinstance(raw, Mapping):
         for key, why in (
@@ -747,11 +748,12 @@ def check_model(raw: Any, at: Loc) -> tuple[Any, tuple[Problem, ...]]:
                 got = f" (got {_short(raw[key])})" if key == "sha256" else ""
                 rules.append(Problem(where, f"{dotted(where)}: {why}{got}", at_value=True))
         source = raw.get("source")
-        if isinstance(source, str) and not source.startswith("hf://"):
-            for key in _HUB_ONLY:
-                if key in raw:
+        if isinstance(source, str):
+            for key, schemes in _ONLY.items():
+                if key in raw and not source.startswith(schemes):
                     where = (*at, key)
-                    rules.append(Problem(where, f"{dotted(where)}: only an hf:// source takes {key}"))
+                    takes = " or ".join(f"an {scheme}" for scheme in schemes)
+                    rules.append(Problem(where, f"{dotted(where)}: only {takes} source takes {key}"))
         for key in ("include", "exclude"):
             globs = raw.get(key)
             for index, glob in enumerate(globs if isinstance(globs, list) else ()):

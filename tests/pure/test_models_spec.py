@@ -62,7 +62,7 @@ models = ["a", "c", "a"]
     assert _errors(spec) == [
         "deployments/m.toml:12:16: backends.s.models[1]: no [models.c] is declared (declared: a, b)",
         "deployments/m.toml:12:1: backends.s.models: names 'a' twice",
-        "deployments/m.toml:2:10: models.a.source: must be an s3://, https://, hf:// or file:/// URL (got scheme 'ftp')",
+        "deployments/m.toml:2:10: models.a.source: must be an s3://, https://, hf://, oci:// or file:/// URL (got scheme 'ftp')",
         "deployments/m.toml:3:10: models.a.sha256: must be lower-case hex (got '9F86D081884C7D659A2FEAA0C55AD015A3BF...)",
         ("deployments/m.toml:6:10: models.b.source: http:// is allowed only on a loopback host (127.0.0.1, ::1, "
         "localhost); use https://"),
@@ -86,7 +86,7 @@ models = ["a", "c", "a"]
         ("file://relative/m.bin", "file:// needs an absolute path (file:///data/models/…)"),
         ("https://host/dir/", "https:// names a single file (a directory can come from s3:// or file:///)"),
         ("https://host/m.bin?sig=1", "must have no query or fragment"),
-        ("models/m.bin", "must be an s3://, https://, hf:// or file:/// URL (got scheme 'none')"),
+        ("models/m.bin", "must be an s3://, https://, hf://, oci:// or file:/// URL (got scheme 'none')"),
     ],
 )
 def test_sources(source: str, why: str | None) -> None:

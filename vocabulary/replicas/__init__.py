@@ -11,6 +11,9 @@
   manifest) and the sources a `[models.NAME]` table may name;
   `hub_sources`: an hf://ORG/NAME@COMMIT source, the files its
   include/exclude globs select, and the Hub's HTTP API as values;
+  `oci_sources`: an oci://REGISTRY/REPO@sha256:… source, the manifest that
+  holds its model (a modelcar's /models, an artifact's files), the tar
+  members a layer may hold, and the distribution API as values;
   `s3_picks`: which file or directory under an S3 prefix `gitops models
   resolve` pins (newest, highest version, `--match`), and the lines it prints;
   `model_stats`: what a node's model cache did, in the file its replicas

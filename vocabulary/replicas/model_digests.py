@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from vocabulary.replicas.hub_sources import hub_source_problem
+from vocabulary.replicas.oci_sources import oci_source_problem
 
 __all__ = [
     "DIGEST",
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 DIGEST = re.compile(r"[0-9a-f]{64}")
-SCHEMES = ("s3", "https", "http", "file", "hf")
+SCHEMES = ("s3", "https", "http", "file", "hf", "oci")
 
 # (path relative to the model's directory, size in bytes, sha256 hex)
 ManifestEntry = tuple[str, int, str]
@@ -89,17 +90,20 @@ def source_problem(source: str) -> str | None:
 
     s3://bucket/key (or s3://bucket/prefix/ for a directory), https://host/…,
     file:///absolute/path, hf://ORG/NAME@COMMIT (a directory:
-    `vocabulary.replicas.hub_sources`); http:// only on a loopback host
+    `vocabulary.replicas.hub_sources`), oci://REGISTRY/REPO@sha256:… (a
+    directory: `vocabulary.replicas.oci_sources`); http:// only on a loopback host
     (tests and a server on every node), since nothing else would protect the
     bytes in transit before they are verified. No credentials in the URL:
-    they come from the node's environment (or, for hf://, a secret).
+    they come from the node's environment (or, for hf:// and oci://, a secret).
     """
     if source.startswith("hf://"):
         return hub_source_problem(source)
+    if source.startswith("oci://"):
+        return oci_source_problem(source)
     parts = urlsplit(source)
     scheme = parts.scheme
     if scheme not in SCHEMES:
-        return f"must be an s3://, https://, hf:// or file:/// URL (got scheme '{scheme or 'none'}')"
+        return f"must be an s3://, https://, hf://, oci:// or file:/// URL (got scheme '{scheme or 'none'}')"
     if parts.username is not None or parts.password is not None:
         return "must not hold credentials; S3 takes them from the node's AWS_* variables"
     if parts.query or parts.fragment:
@@ -119,8 +123,8 @@ def source_problem(source: str) -> str | None:
 
 
 def is_directory(source: str) -> bool:
-    """A source ending in `/` is a directory (its digest is a manifest's), and so is an hf:// one."""
-    return source.startswith("hf://") or urlsplit(source).path.endswith("/")
+    """A source ending in `/` is a directory (its digest is a manifest's), and so is an hf:// or oci:// one."""
+    return source.startswith(("hf://", "oci://")) or urlsplit(source).path.endswith("/")
 
 
 def short(digest: str) -> str:

@@ -120,14 +120,16 @@ class ModelConfig(Value):
     name: str = Field(description="The model's name: the key of its [models.NAME] table.")
     source: str = Field(
         description="Where every node fetches it: s3://bucket/key, s3://bucket/prefix/ (a directory), "
-        "https://host/file, file:///path (on every node) or hf://ORG/NAME@COMMIT (a Hugging Face Hub "
-        "repository at a full commit hash: a directory); S3 credentials and endpoint come from the "
+        "https://host/file, file:///path (on every node), hf://ORG/NAME@COMMIT (a Hugging Face Hub "
+        "repository at a full commit hash: a directory) or oci://REGISTRY/REPO@sha256:DIGEST (an OCI "
+        "artifact, or a modelcar image's /models: a directory); S3 credentials and endpoint come from the "
         "node's AWS_* variables, never from git."
     )
     sha256: str = Field(
         description="A single file: its sha256; a directory: the sha256 of its manifest (sorted "
-        "\"path\\tsize\\tsha256\\n\" lines), for hf:// of the selected files. `gitops models digest PATH|URL` "
-        "prints it (`gitops models resolve hf://…` for hf://)."
+        "\"path\\tsize\\tsha256\\n\" lines), for hf:// of the selected files, for oci:// of the model "
+        "directory the image holds. `gitops models digest PATH|URL` prints it (`gitops models resolve` for hf:// "
+        "and oci://)."
     )
     load_timeout_s: float = Field(
         default=600.0,
@@ -144,9 +146,10 @@ class ModelConfig(Value):
     )
     token_secret: str | None = Field(
         default=None,
-        description="hf:// only: the [secrets.NAME] holding the Hub token (delivered to the replicas of the "
-        "backends that list the model); none: the node's HF_TOKEN, else its token file (HF_TOKEN_PATH, "
-        "HF_HOME/token), else no token.",
+        description="hf:// and oci:// only: the [secrets.NAME] holding the Hub token, or the registry's "
+        "credentials as USER:PASSWORD (delivered to the replicas of the backends that list the model); none: "
+        "for hf://, the node's HF_TOKEN, else its token file (HF_TOKEN_PATH, HF_HOME/token), else no token; "
+        "for oci://, an anonymous pull.",
     )
 
 

@@ -1,0 +1,357 @@
+"""Fetching an `oci://REGISTRY/REPO@sha256:…` model from an OCI registry, over the distribution HTTP API with httpx.
+
+Owns the replica's end of OCI sources (docs/guides/models.md): the manifest
+by its digest (an image index names its linux/amd64 manifest, fetched by
+digest too), then each layer's blob by digest, each checked against its
+sha256 and size as it streams, so a byte the registry changed fails the
+fetch. A modelcar image's tar layers are read as a stream (tarfile's stream
+mode: no layer is kept on disk) and only the members under `/models` are
+written, each first judged by `vocabulary.replicas.oci_sources.layer_member`
+(no absolute path, no `..`, no link, no device); an artifact's layers are
+written as the files their titles name. The bytes written are bounded by the
+cache's cap (`FetchProgress.limit`), whatever a gzip layer expands to, and a
+layer's members by `MAX_MEMBERS`.
+
+Authentication is the registries' own flow: a request answered 401 with
+`WWW-Authenticate: Bearer realm=…` asks that token service for a pull token
+(anonymously, or with the model's credentials), and one answered with
+`Basic` is sent the credentials. The credentials (`USER:PASSWORD`, from the
+model's `token_secret`) go only into the Authorization header of the
+registry or its token service: never into a URL, an error or a log line, and
+httpx drops the header on a redirect to another host (a registry's blob
+storage). Never verifies the model's digest: the cache does. An I/O shell.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shutil
+import tarfile
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from replica.model_fetching import FetchError, FetchProgress, Progress, TooLarge
+from vocabulary.replicas.oci_sources import (
+    ACCEPT,
+    MAX_MANIFEST_BYTES,
+    MAX_MEMBERS,
+    Blob,
+    OciReference,
+    blob_url,
+    child_manifest,
+    layer_compression,
+    layer_member,
+    manifest_url,
+    parse_challenge,
+    parse_image,
+    parse_oci_reference,
+    sizes,
+    split_credentials,
+    title_path,
+    token_from,
+    token_request,
+)
+
+__all__ = ["Registry", "fetch_oci"]
+
+_CHUNK = 1024 * 1024
+
+
+def _status_error(status: int, what: str) -> FetchError:
+    if status in (401, 403):
+        return FetchError(
+            f"access denied ({status}) by the registry: give the model a token_secret holding USER:PASSWORD"
+        )
+    if status == 404:
+        return FetchError(f"not found (404): no such {what}")
+    return FetchError(f"the registry answered {status} for {what}")
+
+
+class Registry:
+    """One repository of a registry, as httpx requests with its authentication flow."""
+
+    def __init__(self, reference: OciReference, credentials: str | None, client: httpx.Client) -> None:
+        self.reference = reference
+        self.client = client
+        self._basic: tuple[str, str] | None = None
+        if credentials:
+            try:
+                self._basic = split_credentials(credentials)
+            except ValueError as error:
+                raise FetchError(str(error)) from None
+        self._authorization: str | None = None
+
+    def open(self, url: str, accept: str | None = None) -> httpx.Response:
+        """A streamed GET of `url`, authorized as the registry asks; the caller closes it."""
+        for attempt in range(2):
+            headers = {"Accept": accept} if accept else {}
+            if self._authorization:
+                headers["Authorization"] = self._authorization
+            response = self.client.send(self.client.build_request("GET", url, headers=headers), stream=True)
+            if response.status_code != 401 or attempt:
+                return response
+            challenge = parse_challenge(response.headers.get("www-authenticate", ""))
+            response.close()
+            if challenge is None:
+                raise _status_error(401, "authentication the registry names")
+            self._authorization = self._authorize(challenge)
+        raise AssertionError("unreachable")
+
+    def _authorize(self, challenge: Any) -> str:
+        if challenge.scheme == "basic":
+            if self._basic is None:
+                raise _status_error(401, "anonymous pull")
+            return "Basic " + base64.b64encode(":".join(self._basic).encode()).decode()
+        try:
+            url = token_request(challenge, self.reference.repository)
+        except ValueError as error:
+            raise FetchError(str(error)) from None
+        answer = self.client.get(url, auth=self._basic) if self._basic else self.client.get(url)
+        if answer.status_code != 200:
+            raise _status_error(answer.status_code, "token from the registry's token service")
+        try:
+            return f"Bearer {token_from(answer.json())}"
+        except ValueError as error:
+            raise FetchError(str(error)) from None
+
+    def manifest(self, digest: str) -> tuple[bytes, str]:
+        """The manifest `digest` names, checked against it, and its Content-Type."""
+        response = self.open(manifest_url(self.reference, digest), ACCEPT)
+        try:
+            if response.status_code != 200:
+                raise _status_error(response.status_code, f"manifest {digest} in {self.reference.repository}")
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > MAX_MANIFEST_BYTES:
+                    raise FetchError(f"the manifest {digest} is larger than {MAX_MANIFEST_BYTES} bytes")
+        finally:
+            response.close()
+        if f"sha256:{hashlib.sha256(body).hexdigest()}" != digest:
+            raise FetchError(f"the registry's manifest does not have the digest {digest}: refused")
+        return bytes(body), response.headers.get("content-type", "")
+
+    def blob(self, blob: Blob, deadline: float, progress: Progress) -> _Verified:
+        """`blob`'s bytes as a stream checked against its digest and size (`_Verified.finish`)."""
+        response = self.open(blob_url(self.reference, blob.digest))
+        if response.status_code != 200:
+            response.close()
+            raise _status_error(response.status_code, f"blob {blob.digest}")
+        return _Verified(response, blob, deadline, progress)
+
+
+class _Verified:
+    """A blob's body as a file object for tarfile, hashed and counted as it is read."""
+
+    def __init__(self, response: httpx.Response, blob: Blob, deadline: float, progress: Progress) -> None:
+        self.response = response
+        self.blob = blob
+        self.deadline = deadline
+        self.progress = progress
+        self.hash = hashlib.sha256()
+        self.size = 0
+        self._chunks: Iterator[bytes] = response.iter_bytes(_CHUNK)
+        self._buffer = b""
+        self._at = 0
+
+    def _next(self) -> bytes:
+        if time.monotonic() > self.deadline:
+            raise FetchError("timed out (load_timeout_s)")
+        chunk = next(self._chunks, b"")
+        if chunk:
+            self.size += len(chunk)
+            if self.size > self.blob.size:
+                raise FetchError(f"the blob {self.blob.digest} is longer than the manifest's {self.blob.size} bytes")
+            self.hash.update(chunk)
+            self.progress(len(chunk))
+        return chunk
+
+    def read(self, count: int = -1) -> bytes:
+        out = bytearray()
+        while count is None or count < 0 or len(out) < count:
+            if self._at == len(self._buffer):
+                self._buffer, self._at = self._next(), 0
+                if not self._buffer:
+                    break
+            take = len(self._buffer) - self._at if count is None or count < 0 else count - len(out)
+            out += self._buffer[self._at : self._at + take]
+            self._at = min(self._at + take, len(self._buffer))
+        return bytes(out)
+
+    def chunks(self) -> Iterator[bytes]:
+        if self._at < len(self._buffer):
+            yield self._buffer[self._at :]
+        self._buffer, self._at = b"", 0
+        while chunk := self._next():
+            yield chunk
+
+    def finish(self) -> None:
+        """Read what is left (a tar's padding) and check the whole blob; FetchError if it is not the pinned one."""
+        try:
+            for _ in self.chunks():
+                pass
+        finally:
+            self.response.close()
+        got = f"sha256:{self.hash.hexdigest()}"
+        if self.size != self.blob.size or got != self.blob.digest:
+            raise FetchError(
+                f"the blob {self.blob.digest} the registry sent has {self.size} bytes and digest {got}: refused"
+            )
+
+    def close(self) -> None:
+        self.response.close()
+
+
+def fetch_oci(source: str, dest: Path, deadline: float, progress: Progress, credentials: str | None) -> None:
+    """The model directory of `source`'s image (or artifact) under `dest`."""
+    try:
+        reference = parse_oci_reference(source)
+    except ValueError as error:
+        raise FetchError(str(error)) from None
+    if reference.digest is None:
+        raise FetchError("an oci:// source needs @sha256:… (`gitops models resolve` prints it)")
+    remaining = max(deadline - time.monotonic(), 0.001)
+    timeout = httpx.Timeout(remaining, connect=min(remaining, 10.0))
+    try:
+        with httpx.Client(timeout=timeout, follow_redirects=True, trust_env=False) as client:
+            registry = Registry(reference, credentials, client)
+            body, content_type = registry.manifest(reference.digest)
+            try:
+                child = child_manifest(body, content_type)
+                if child is not None:
+                    body, content_type = registry.manifest(child)
+                image = parse_image(body, content_type)
+            except ValueError as error:
+                raise FetchError(str(error)) from None
+            if isinstance(progress, FetchProgress):
+                progress.expect(sizes(image.layers))
+            dest.mkdir(parents=True, exist_ok=True)
+            limit = progress.limit if isinstance(progress, FetchProgress) else None
+            written = _Written(limit)
+            for layer in image.layers:
+                stream = registry.blob(layer, deadline, progress)
+                try:
+                    if image.modelcar:
+                        _extract(stream, layer_compression(layer.media_type), dest, written)
+                    else:
+                        _write(stream.chunks(), _inside(dest, title_path(layer.title or "")), written)
+                    stream.finish()
+                finally:
+                    stream.close()
+            if not any(path.is_file() for path in dest.rglob("*")):
+                raise FetchError("the image holds no file under /models (a modelcar keeps its model there)")
+    except httpx.TimeoutException:
+        raise FetchError("timed out") from None
+    except httpx.HTTPError as error:
+        raise FetchError(f"cannot reach the registry ({type(error).__name__}: {_plain(error)})") from None
+
+
+def _plain(error: Exception) -> str:
+    return " ".join(str(error).split())[:200]
+
+
+def _inside(dest: Path, relative: str) -> Path:
+    return dest.joinpath(*relative.split("/")) if relative else dest
+
+
+class _Written:
+    """The bytes written so far, against the cache's cap (a gzip layer may expand far past its size)."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.bytes = 0
+
+    def add(self, count: int) -> None:
+        self.bytes += count
+        if self.limit is not None and self.bytes > self.limit:
+            raise TooLarge(f"the image's model expands past the cache's cap of {self.limit} bytes: stopped there")
+
+
+def _write(chunks: Iterator[bytes], target: Path, written: _Written) -> None:
+    _clear(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("wb") as out:
+        for chunk in chunks:
+            written.add(len(chunk))
+            out.write(chunk)
+
+
+def _clear(target: Path) -> None:
+    """Room for a later layer's entry where an earlier one put something else."""
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    elif target.exists() or target.is_symlink():
+        target.unlink()
+
+
+def _extract(stream: _Verified, compression: str, dest: Path, written: _Written) -> None:
+    """A modelcar layer's members under /models into `dest`, as an overlay on the layers before it."""
+    ours: set[str] = set()  # what this layer wrote: its own whiteouts do not remove it
+    try:
+        with tarfile.open(fileobj=stream, mode=f"r|{compression}", bufsize=_CHUNK) as tar:  # type: ignore[call-overload]  # a file object by duck typing
+            for count, member in enumerate(tar, start=1):
+                if count > MAX_MEMBERS:
+                    raise FetchError(f"a layer has more than {MAX_MEMBERS} entries: refused")
+                try:
+                    action = layer_member(member.name, _kind(member), member.linkname)
+                except ValueError as error:
+                    raise FetchError(f"layer {stream.blob.digest[:19]}…: {error}") from None
+                target = _inside(dest, action.path)
+                if action.action == "skip" or (action.action == "dir" and not action.path):
+                    continue
+                if action.action == "dir":
+                    if not target.is_dir():
+                        _clear(target)
+                    target.mkdir(parents=True, exist_ok=True)
+                elif action.action == "file":
+                    source = tar.extractfile(member)
+                    if source is None:
+                        raise FetchError(f"layer {stream.blob.digest[:19]}…: /models/{action.path} cannot be read")
+                    _write(_reads(source), target, written)
+                elif action.action == "link":
+                    linked = _inside(dest, action.target)
+                    if not linked.is_file() or linked.is_symlink():
+                        raise FetchError(f"/models/{action.path} is a hard link to no file of the model")
+                    written.add(linked.stat().st_size)
+                    _clear(target)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(linked, target)
+                elif action.action == "whiteout":
+                    if action.path not in ours:
+                        _clear(target)
+                    continue
+                elif action.action == "opaque":
+                    if target.is_dir():
+                        for child in list(target.iterdir()):
+                            relative = child.relative_to(dest).as_posix()
+                            if relative not in ours and not any(mine.startswith(relative + "/") for mine in ours):
+                                _clear(child)
+                    continue
+                ours.add(action.path)
+    except (tarfile.TarError, zlib.error, EOFError) as error:
+        raise FetchError(f"layer {stream.blob.digest[:19]}… is no tar ({_plain(error)})") from None
+    except OSError as error:
+        raise FetchError(f"layer {stream.blob.digest[:19]}…: cannot write it ({error.strerror or error})") from None
+
+
+def _reads(source: Any) -> Iterator[bytes]:
+    while chunk := source.read(_CHUNK):
+        yield chunk
+
+
+def _kind(member: tarfile.TarInfo) -> str:
+    if member.isreg():
+        return "file"
+    if member.isdir():
+        return "dir"
+    if member.issym():
+        return "symlink"
+    if member.islnk():
+        return "hardlink"
+    return "device, fifo or other special file"
