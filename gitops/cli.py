@@ -311,20 +311,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     resolve = model_verbs.add_parser(
         "resolve", help="print the pinned source and sha256 of a moving reference (an hf:// branch or tag, "
-        "or the model a rule picks under an s3:// prefix)",
+        "the model a rule picks under an s3:// prefix, or an OCI tag)",
         description="print the [models.NAME] source and sha256 that pin REF as it is today: for "
         "hf://ORG/NAME@BRANCH_OR_TAG, the commit the Hub names for it and the digest of the selected files "
         "(HF_ENDPOINT, or huggingface.co); for s3://BUCKET/PREFIX/, the file or directory under the prefix "
-        "that --pick names, and its digest (the AWS_* variables). OCI tags are not supported yet.",
+        "that --pick names, and its digest (the AWS_* variables); for oci://REGISTRY/REPO:TAG, the manifest "
+        "digest the registry names for the tag and the digest of the model directory (a modelcar's /models, or "
+        "an artifact's files).",
     )
     resolve.add_argument("reference", metavar="REF",
-                         help="hf://ORG/NAME@REVISION (a branch, a tag or a commit), or s3://BUCKET/PREFIX/")
+                         help="hf://ORG/NAME@REVISION (a branch, a tag or a commit), s3://BUCKET/PREFIX/, or "
+                         "oci://REGISTRY/REPO:TAG")
     resolve.add_argument("--include", action="append", default=[], metavar="GLOB",
                          help="a glob of the files the model holds (repeatable; none: every file)")
     resolve.add_argument("--exclude", action="append", default=[], metavar="GLOB",
                          help="a glob of files left out (repeatable)")
     resolve.add_argument("--token-file", default=None, metavar="FILE",
-                         help="a file holding the Hub token (default: HF_TOKEN, else the Hub's token file)")
+                         help="a file holding the Hub token (default: HF_TOKEN, else the Hub's token file); for "
+                         "oci://, the registry's USER:PASSWORD (default: an anonymous pull)")
     resolve.add_argument("--pick", choices=["newest", "highest-version"], default=None,
                          help="s3://: the entry last modified latest, or the one with the highest version number "
                          "in its name (v2 < v10, 1.9 < 1.10)")

@@ -10,7 +10,8 @@
 - `secret`: `gitops secret encrypt` and `gitops secret edit`, authoring
   age-encrypted secret files.
 - `models`: `gitops models digest PATH|URL`, the digest a `[models.NAME]`
-  table pins.
+  table pins, and `gitops models resolve REF`, the pin of a moving reference;
+  `models_oci`: its OCI tags (the registry's manifest and the model's digest).
 - `reset`: discard the controller's stored state (`reset-controller`).
 - `run_environment`: puts together the environment duties of `gitops run
   --environment`.

@@ -23,9 +23,11 @@ refused branch names today.
 it lists the prefix with obstore (the same AWS_* variables as `digest`),
 picks a file or a directory by the rule (`vocabulary.replicas.s3_picks`,
 pure), and prints its `source` and the digest `digest` computes for it.
-OCI tags are not resolved yet. Malformed arguments (a bad regex, no --pick)
-exit 2 as usage errors; what the store says (no such bucket, access denied,
-nothing matches) exits 1 like every `GitopsError`.
+`resolve oci://REGISTRY/REPO:TAG` pins an OCI tag: the manifest's digest
+and the model directory's (`gitops.commands.models_oci`). Malformed
+arguments (a bad regex, no --pick) exit 2 as usage errors; what the store
+says (no such bucket, access denied, nothing matches) exits 1 like every
+`GitopsError`.
 """
 
 from __future__ import annotations
@@ -85,6 +87,9 @@ def models_command(args: argparse.Namespace) -> int:
     target: str = args.target
     if target.startswith("hf://"):
         raise UserError(f"{printable(target)}: an hf:// model's digest is its selection's: `gitops models resolve` prints it")
+    if target.startswith("oci://"):
+        raise UserError(f"{printable(target)}: an oci:// model's digest is its image's model directory's: "
+                        "`gitops models resolve` prints it")
     parts = urlsplit(target)
     if parts.scheme == "file":
         path = Path(unquote(parts.path))
@@ -181,10 +186,12 @@ def _resolve(args: argparse.Namespace) -> int:
     reference: str = args.reference
     if reference.startswith("s3://"):
         return _resolve_s3(args)
+    if reference.startswith("oci://"):
+        return _resolve_oci(args)
     if not reference.startswith("hf://"):
         raise UserError(
-            f"{printable(reference)}: resolve takes hf://ORG/NAME@REVISION or s3://BUCKET/PREFIX/ "
-            "(OCI tags are not supported yet)"
+            f"{printable(reference)}: resolve takes hf://ORG/NAME@REVISION, s3://BUCKET/PREFIX/ or "
+            "oci://REGISTRY/REPO:TAG"
         )
     for flag in ("pick", "match", "kind"):
         if getattr(args, flag, None) is not None:
@@ -196,6 +203,27 @@ def _resolve(args: argparse.Namespace) -> int:
     token = hub_token(args.token_file)
     pin = hub_pin(source, tuple(args.include), tuple(args.exclude), token)
     print(pin_lines(pin.source.url(), pin.sha256, {"include": args.include, "exclude": args.exclude}), end="")
+    return 0
+
+
+def _resolve_oci(args: argparse.Namespace) -> int:
+    """The manifest an OCI tag names today, and its model directory's digest (`gitops.commands.models_oci`)."""
+    from gitops.commands.models_oci import oci_credentials, oci_pin
+    from vocabulary.replicas.oci_sources import parse_oci_reference
+
+    reference: str = args.reference
+    for flag, given in (("include", args.include), ("exclude", args.exclude), ("pick", args.pick),
+                        ("match", args.match), ("kind", args.kind)):
+        if given:
+            raise UsageError(f"--{flag} is not for an oci:// image: its model is the image's /models or its files")
+    try:
+        parsed = parse_oci_reference(reference)
+    except ValueError as error:
+        raise UsageError(f"{printable(reference)}: {error}") from None
+    if parsed.tag is None and parsed.digest is None:
+        raise UsageError(f"{printable(reference)}: name a tag (oci://REGISTRY/REPO:TAG) or a digest (@sha256:…)")
+    pin = oci_pin(parsed, oci_credentials(args.token_file))
+    print(pin_lines(pin.reference.url(), pin.sha256), end="")
     return 0
 
 

@@ -132,9 +132,9 @@ def test_resolve_prints_the_pinned_source_and_the_selections_digest(hub: FakeHub
     assert refused.returncode != 0
     assert "access denied (401) by the Hub" in refused.stderr
     assert "hf_wrongTOKEN42" not in refused.stderr + refused.stdout
-    other = _gitops("models", "resolve", "oci://registry.example/model:latest", cwd=tmp_path, env=dict(os.environ))
+    other = _gitops("models", "resolve", "gs://bucket/model/", cwd=tmp_path, env=dict(os.environ))
     assert other.returncode == 1
-    assert "resolve takes hf://ORG/NAME@REVISION or s3://BUCKET/PREFIX/ (OCI tags are not supported yet)" in other.stderr
+    assert "resolve takes hf://ORG/NAME@REVISION, s3://BUCKET/PREFIX/ or oci://REGISTRY/REPO:TAG" in other.stderr
 
 
 def test_validate_refuses_a_branch_at_its_line_and_says_which_commit_it_names_today(
