@@ -3,14 +3,17 @@
 Owns the replica's end of OCI sources (docs/guides/models.md): the manifest
 by its digest (an image index names its linux/amd64 manifest, fetched by
 digest too), then each layer's blob by digest, each checked against its
-sha256 and size as it streams, so a byte the registry changed fails the
-fetch. A modelcar image's tar layers are read as a stream (tarfile's stream
-mode: no layer is kept on disk) and only the members under `/models` are
-written, each first judged by `vocabulary.replicas.oci_sources.layer_member`
-(no absolute path, no `..`, no link, no device); an artifact's layers are
-written as the files their titles name. The bytes written are bounded by the
-cache's cap (`FetchProgress.limit`), whatever a gzip layer expands to, and a
-layer's members by `MAX_MEMBERS`.
+sha256 and size as it streams (hashed in a thread beside the download), so
+a byte the registry changed fails the fetch. A modelcar image's tar layer is
+saved beside the model directory (`DEST-layer`, one layer at a time) and
+verified whole before it is parsed; then only its members under `/models`
+are written, each first judged by
+`vocabulary.replicas.oci_sources.layer_member` (no absolute path, no `..`,
+no link, no device): a plain tar's files copied by the kernel from their
+offsets in the layer, a gzip'd one's read in tarfile's stream mode. An
+artifact's layers are written straight to the files their titles name. The
+bytes written are bounded by the cache's cap (`FetchProgress.limit`),
+whatever a gzip layer expands to, and a layer's members by `MAX_MEMBERS`.
 
 Authentication is the registries' own flow: a request answered 401 with
 `WWW-Authenticate: Bearer realm=…` asks that token service for a pull token
@@ -26,13 +29,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
+import queue
 import shutil
 import tarfile
+import threading
 import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import httpx
 
@@ -61,6 +67,7 @@ from vocabulary.replicas.oci_sources import (
 __all__ = ["Registry", "fetch_oci"]
 
 _CHUNK = 1024 * 1024
+_HASH_BATCH = 1024 * 1024
 
 
 def _status_error(status: int, what: str) -> FetchError:
@@ -137,75 +144,55 @@ class Registry:
             raise FetchError(f"the registry's manifest does not have the digest {digest}: refused")
         return bytes(body), response.headers.get("content-type", "")
 
-    def blob(self, blob: Blob, deadline: float, progress: Progress) -> _Verified:
-        """`blob`'s bytes as a stream checked against its digest and size (`_Verified.finish`)."""
+    def blob(self, blob: Blob) -> httpx.Response:
+        """A streamed GET of `blob`; the caller checks it against its digest and size (`_save`)."""
         response = self.open(blob_url(self.reference, blob.digest))
         if response.status_code != 200:
             response.close()
             raise _status_error(response.status_code, f"blob {blob.digest}")
-        return _Verified(response, blob, deadline, progress)
+        return response
 
 
-class _Verified:
-    """A blob's body as a file object for tarfile, hashed and counted as it is read."""
+def _save(response: httpx.Response, blob: Blob, target: Path, deadline: float, progress: Progress,
+          written: _Written | None = None) -> None:
+    """`blob`'s body into `target`, hashed as it streams (in a thread of its own, beside the
+    download and the writes); FetchError unless it has the manifest's size and digest."""
+    digest = hashlib.sha256()
+    batches: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=16)
+    hasher = threading.Thread(target=_hash, args=(batches, digest), name="oci-blob-sha256", daemon=True)
+    hasher.start()
+    size, batch, batched = 0, [], 0
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("wb") as out:
+            for chunk in response.iter_bytes():
+                if time.monotonic() > deadline:
+                    raise FetchError("timed out (load_timeout_s)")
+                size += len(chunk)
+                if size > blob.size:
+                    raise FetchError(f"the blob {blob.digest} is longer than the manifest's {blob.size} bytes")
+                if written is not None:
+                    written.add(len(chunk))
+                out.write(chunk)
+                progress(len(chunk))
+                batch.append(chunk)
+                batched += len(chunk)
+                if batched >= _HASH_BATCH:  # one hash call per MiB: the hasher holds the GIL rarely
+                    batches.put(batch)
+                    batch, batched = [], 0
+            batches.put(batch)
+    finally:
+        batches.put(None)
+        hasher.join()
+        response.close()
+    got = f"sha256:{digest.hexdigest()}"
+    if size != blob.size or got != blob.digest:
+        raise FetchError(f"the blob {blob.digest} the registry sent has {size} bytes and digest {got}: refused")
 
-    def __init__(self, response: httpx.Response, blob: Blob, deadline: float, progress: Progress) -> None:
-        self.response = response
-        self.blob = blob
-        self.deadline = deadline
-        self.progress = progress
-        self.hash = hashlib.sha256()
-        self.size = 0
-        self._chunks: Iterator[bytes] = response.iter_bytes(_CHUNK)
-        self._buffer = b""
-        self._at = 0
 
-    def _next(self) -> bytes:
-        if time.monotonic() > self.deadline:
-            raise FetchError("timed out (load_timeout_s)")
-        chunk = next(self._chunks, b"")
-        if chunk:
-            self.size += len(chunk)
-            if self.size > self.blob.size:
-                raise FetchError(f"the blob {self.blob.digest} is longer than the manifest's {self.blob.size} bytes")
-            self.hash.update(chunk)
-            self.progress(len(chunk))
-        return chunk
-
-    def read(self, count: int = -1) -> bytes:
-        out = bytearray()
-        while count is None or count < 0 or len(out) < count:
-            if self._at == len(self._buffer):
-                self._buffer, self._at = self._next(), 0
-                if not self._buffer:
-                    break
-            take = len(self._buffer) - self._at if count is None or count < 0 else count - len(out)
-            out += self._buffer[self._at : self._at + take]
-            self._at = min(self._at + take, len(self._buffer))
-        return bytes(out)
-
-    def chunks(self) -> Iterator[bytes]:
-        if self._at < len(self._buffer):
-            yield self._buffer[self._at :]
-        self._buffer, self._at = b"", 0
-        while chunk := self._next():
-            yield chunk
-
-    def finish(self) -> None:
-        """Read what is left (a tar's padding) and check the whole blob; FetchError if it is not the pinned one."""
-        try:
-            for _ in self.chunks():
-                pass
-        finally:
-            self.response.close()
-        got = f"sha256:{self.hash.hexdigest()}"
-        if self.size != self.blob.size or got != self.blob.digest:
-            raise FetchError(
-                f"the blob {self.blob.digest} the registry sent has {self.size} bytes and digest {got}: refused"
-            )
-
-    def close(self) -> None:
-        self.response.close()
+def _hash(batches: queue.Queue[list[bytes] | None], digest: Any) -> None:
+    while (batch := batches.get()) is not None:
+        digest.update(b"".join(batch))
 
 
 def fetch_oci(source: str, dest: Path, deadline: float, progress: Progress, credentials: str | None) -> None:
@@ -234,16 +221,18 @@ def fetch_oci(source: str, dest: Path, deadline: float, progress: Progress, cred
             dest.mkdir(parents=True, exist_ok=True)
             limit = progress.limit if isinstance(progress, FetchProgress) else None
             written = _Written(limit)
+            blob_file = dest.parent / f"{dest.name}-layer"  # beside the model: swept with it if we die
             for layer in image.layers:
-                stream = registry.blob(layer, deadline, progress)
+                if not image.modelcar:
+                    target = _inside(dest, title_path(layer.title or ""))
+                    _save(registry.blob(layer), layer, target, deadline, progress, written)
+                    continue
                 try:
-                    if image.modelcar:
-                        _extract(stream, layer_compression(layer.media_type), dest, written)
-                    else:
-                        _write(stream.chunks(), _inside(dest, title_path(layer.title or "")), written)
-                    stream.finish()
+                    # Verified whole before a byte of it is parsed, then extracted from the file.
+                    _save(registry.blob(layer), layer, blob_file, deadline, progress)
+                    _extract(blob_file, layer, dest, written)
                 finally:
-                    stream.close()
+                    blob_file.unlink(missing_ok=True)
             if not any(path.is_file() for path in dest.rglob("*")):
                 raise FetchError("the image holds no file under /models (a modelcar keeps its model there)")
     except httpx.TimeoutException:
@@ -274,6 +263,7 @@ class _Written:
 
 
 def _write(chunks: Iterator[bytes], target: Path, written: _Written) -> None:
+    """A file of the model from `chunks` (a gzip'd layer's member), counted against the cap."""
     _clear(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("wb") as out:
@@ -290,18 +280,23 @@ def _clear(target: Path) -> None:
         target.unlink()
 
 
-def _extract(stream: _Verified, compression: str, dest: Path, written: _Written) -> None:
-    """A modelcar layer's members under /models into `dest`, as an overlay on the layers before it."""
+def _extract(blob_file: Path, layer: Blob, dest: Path, written: _Written) -> None:
+    """A verified modelcar layer's members under /models into `dest`, as an overlay on the layers before it.
+    A plain tar's files are copied by the kernel from their offsets in the layer; a gzip'd one is read as a stream."""
     ours: set[str] = set()  # what this layer wrote: its own whiteouts do not remove it
+    plain = layer_compression(layer.media_type) == ""
+    where = f"layer {layer.digest[:19]}…"
     try:
-        with tarfile.open(fileobj=stream, mode=f"r|{compression}", bufsize=_CHUNK) as tar:  # type: ignore[call-overload]  # a file object by duck typing
+        with blob_file.open("rb") as raw, tarfile.open(
+            fileobj=raw, mode="r:" if plain else "r|gz", bufsize=_CHUNK
+        ) as tar:
             for count, member in enumerate(tar, start=1):
                 if count > MAX_MEMBERS:
                     raise FetchError(f"a layer has more than {MAX_MEMBERS} entries: refused")
                 try:
                     action = layer_member(member.name, _kind(member), member.linkname)
                 except ValueError as error:
-                    raise FetchError(f"layer {stream.blob.digest[:19]}…: {error}") from None
+                    raise FetchError(f"{where}: {error}") from None
                 target = _inside(dest, action.path)
                 if action.action == "skip" or (action.action == "dir" and not action.path):
                     continue
@@ -310,10 +305,13 @@ def _extract(stream: _Verified, compression: str, dest: Path, written: _Written)
                         _clear(target)
                     target.mkdir(parents=True, exist_ok=True)
                 elif action.action == "file":
-                    source = tar.extractfile(member)
-                    if source is None:
-                        raise FetchError(f"layer {stream.blob.digest[:19]}…: /models/{action.path} cannot be read")
-                    _write(_reads(source), target, written)
+                    if plain and not member.issparse():
+                        _copy_range(raw, member.offset_data, member.size, target, written)
+                    else:
+                        source = tar.extractfile(member)
+                        if source is None:
+                            raise FetchError(f"{where}: /models/{action.path} cannot be read")
+                        _write(_reads(source), target, written)
                 elif action.action == "link":
                     linked = _inside(dest, action.target)
                     if not linked.is_file() or linked.is_symlink():
@@ -335,9 +333,23 @@ def _extract(stream: _Verified, compression: str, dest: Path, written: _Written)
                     continue
                 ours.add(action.path)
     except (tarfile.TarError, zlib.error, EOFError) as error:
-        raise FetchError(f"layer {stream.blob.digest[:19]}… is no tar ({_plain(error)})") from None
+        raise FetchError(f"{where} is no tar ({_plain(error)})") from None
     except OSError as error:
-        raise FetchError(f"layer {stream.blob.digest[:19]}…: cannot write it ({error.strerror or error})") from None
+        raise FetchError(f"{where}: cannot write it ({error.strerror or error})") from None
+
+
+def _copy_range(raw: BinaryIO, offset: int, size: int, target: Path, written: _Written) -> None:
+    """`size` bytes at `offset` of the layer file into `target`, copied in the kernel."""
+    written.add(size)
+    _clear(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("wb") as out:
+        done = 0
+        while done < size:
+            copied = os.copy_file_range(raw.fileno(), out.fileno(), min(size - done, 1 << 30), offset + done)
+            if copied == 0:
+                raise FetchError("the layer ends inside a file")
+            done += copied
 
 
 def _reads(source: Any) -> Iterator[bytes]:
