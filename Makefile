@@ -7,8 +7,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-SYSTEM_TOOLS := prometheus promtool wrk chromium chromedriver redis-server gpg strace
-SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver redis-server gnupg strace
+SYSTEM_TOOLS := prometheus promtool wrk chromium chromedriver redis-server gpg strace docker-registry
+SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver redis-server gnupg strace docker-registry
 
 .PHONY: run check test test-repeat test-ray-oldest docs lint lint-imports typecheck ruff system-deps bench reliability soak clean
 
@@ -126,7 +126,7 @@ test-ray-oldest: system-deps
 # mode (ray[serve] ships one too; the Debian one is installed when root).
 bench: $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
-	@$(MAKE) --no-print-directory system-deps SYSTEM_TOOLS="wrk haproxy" SYSTEM_PACKAGES="wrk haproxy"
+	@$(MAKE) --no-print-directory system-deps SYSTEM_TOOLS="wrk haproxy docker-registry" SYSTEM_PACKAGES="wrk haproxy docker-registry"
 	$(PY) -m bench.report
 
 clean:
