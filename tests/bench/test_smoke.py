@@ -185,6 +185,9 @@ def test_models_bench_fetches_once_and_affinity_loads_fewer_models_than_random(
     got = figures(measured, "models")
     assert got["cold_fetched_bytes"] > 0 and got["hit_fetched_bytes"] == 0
     assert got["four_at_once_fetched_bytes"] == got["cold_fetched_bytes"]  # one fetch per node
+    oci = got["oci"]  # an oci:// modelcar from a loopback docker-registry, beside a plain blob download
+    assert oci["cold_fetched_bytes"] > 8 * 1024 * 1024 and oci["hit_fetched_bytes"] == 0
+    assert oci["fetch_vs_plain"] > 0 and oci["cold_stage_vs_plain"] > 0
     plex = got["multiplexing"]
     # 8 models fit in 2 replicas x 4 slots: with affinity each loads once, on the real stack too.
     assert plex["real_replicas_used"] == 2
