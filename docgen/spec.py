@@ -191,6 +191,9 @@ file = "secrets/db.age"
 [secrets.hub-token]
 file = "secrets/hub-token.age"
 
+[secrets.registry]
+file = "secrets/registry.age"
+
 [models.sentiment]
 source = "s3://models/sentiment/2026-11-20/"
 sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
@@ -210,6 +213,11 @@ sha256 = "1b4e28ba2fa1d5a0c7a1b1e1e9a4f8e3c2d1b0a9f8e7d6c5b4a3f2e1d0c9b8a7"
 include = ["*.json", "*.safetensors"]
 exclude = ["onnx/"]
 token_secret = "hub-token"
+
+[models.toxicity]
+source = "oci://registry.example.com/acme/toxicity-modelcar@sha256:5025ffc9da2076141d7c9c97d0ee870b9b1d25a62942cfdb3592bc8a9af016fd"
+sha256 = "4b495367d7dcf4b2065c2cd0c38ec618bae12150575b88e24f14baac22d4941f"
+token_secret = "registry"
 """  # noqa: E501 — a PromQL query, one line as a user writes it
 
 
