@@ -13,7 +13,8 @@ no link, no device): a plain tar's files copied by the kernel from their
 offsets in the layer, a gzip'd one's read in tarfile's stream mode. An
 artifact's layers are written straight to the files their titles name. The
 bytes written are bounded by the cache's cap (`FetchProgress.limit`),
-whatever a gzip layer expands to, and a layer's members by `MAX_MEMBERS`.
+whatever a gzip layer expands to, and with no cap by `EXPANSION_RATIO` times
+the layers' size (and `EXPANSION_SLACK`); a layer's members by `MAX_MEMBERS`.
 
 Authentication is the registries' own flow: a request answered 401 with
 `WWW-Authenticate: Bearer realm=…` asks that token service for a pull token
@@ -64,10 +65,14 @@ from vocabulary.replicas.oci_sources import (
     token_request,
 )
 
-__all__ = ["Registry", "fetch_oci"]
+__all__ = ["EXPANSION_RATIO", "EXPANSION_SLACK", "Registry", "fetch_oci"]
 
 _CHUNK = 1024 * 1024
 _HASH_BATCH = 1024 * 1024
+# What a modelcar's layers may expand to however large the cache: weights hardly compress,
+# text a few times; gzip can reach 1,000 x, and hard links to one file more.
+EXPANSION_RATIO = 100
+EXPANSION_SLACK = 64 * 1024 * 1024
 
 
 def _status_error(status: int, what: str) -> FetchError:
@@ -220,7 +225,7 @@ def fetch_oci(source: str, dest: Path, deadline: float, progress: Progress, cred
                 progress.expect(sizes(image.layers))
             dest.mkdir(parents=True, exist_ok=True)
             limit = progress.limit if isinstance(progress, FetchProgress) else None
-            written = _Written(limit)
+            written = _Written(limit, EXPANSION_SLACK + EXPANSION_RATIO * sizes(image.layers))
             blob_file = dest.parent / f"{dest.name}-layer"  # beside the model: swept with it if we die
             for layer in image.layers:
                 if not image.modelcar:
@@ -250,16 +255,23 @@ def _inside(dest: Path, relative: str) -> Path:
 
 
 class _Written:
-    """The bytes written so far, against the cache's cap (a gzip layer may expand far past its size)."""
+    """The bytes written so far, against the cache's cap and `bound` (a gzip layer, or hard links
+    to one file, may expand far past the layers' size: a bomb stops here even with no cap)."""
 
-    def __init__(self, limit: int | None) -> None:
+    def __init__(self, limit: int | None, bound: int | None = None) -> None:
         self.limit = limit
+        self.bound = bound
         self.bytes = 0
 
     def add(self, count: int) -> None:
         self.bytes += count
         if self.limit is not None and self.bytes > self.limit:
             raise TooLarge(f"the image's model expands past the cache's cap of {self.limit} bytes: stopped there")
+        if self.bound is not None and self.bytes > self.bound:
+            raise FetchError(
+                f"the image's layers expand past {self.bound} bytes ({EXPANSION_RATIO} x their size and "
+                f"{EXPANSION_SLACK // 2**20} MiB): refused as a decompression bomb"
+            )
 
 
 def _write(chunks: Iterator[bytes], target: Path, written: _Written) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import os
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import pytest
 from replica.hub_fetching import HubOptions
 from replica.model_fetching import FetchError, FetchProgress
 from replica.models import ModelCache, ModelError
+from replica import oci_fetching
 from replica.oci_fetching import fetch_oci
 from tests.support.oci_registry import LoopbackRegistry, modelcar_layer, oci_registry, token_front
 from vocabulary.replicas.model_digests import manifest_digest
@@ -192,14 +194,21 @@ def test_a_hostile_layer_is_refused_and_writes_nothing_outside_the_download(
     assert not (tmp_path / "escaped.bin").exists()
 
 
-def test_a_gzip_bomb_stops_at_the_caches_cap_and_whiteouts_remove_a_lower_layers_files(
-    registry: LoopbackRegistry, tmp_path: Path
+def test_a_gzip_bomb_stops_at_the_caches_cap_or_its_ratio_and_whiteouts_remove_a_lower_layers_files(
+    registry: LoopbackRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    big = gzip.compress(modelcar_layer({"zeros.bin": bytes(64 * 1024 * 1024)}, compress=False), compresslevel=9)
-    assert len(big) < 200_000  # 64 MiB of zeros in a small blob
-    bomb = registry.push_image("acme/bomb", "v1", [(TAR_GZIP, big)])
+    packed = io.BytesIO()
+    with gzip.GzipFile(fileobj=packed, mode="wb", compresslevel=6) as squeezed, \
+            tarfile.open(fileobj=squeezed, mode="w|") as tar:
+        tar.addfile(_info("models/zeros.bin", size=32 * 1024 * 1024), _Zeros())
+    assert len(packed.getvalue()) < 100_000  # 32 MiB of zeros in a small blob
+    bomb = registry.push_image("acme/bomb", "v1", [(TAR_GZIP, packed.getvalue())])
     with pytest.raises(FetchError, match="expands past the cache's cap of 8388608 bytes"):
         _fetch(registry, f"acme/bomb@{bomb}", tmp_path / "bomb", progress=FetchProgress(limit=8 * 1024 * 1024))
+    # With no cap, a bomb stops at 100 x the layers' size and a slack (64 MiB; 1 MiB here, to keep it small).
+    monkeypatch.setattr(oci_fetching, "EXPANSION_SLACK", 1024 * 1024)
+    with pytest.raises(FetchError, match="refused as a decompression bomb"):
+        _fetch(registry, f"acme/bomb@{bomb}", tmp_path / "uncapped")
 
     lower = modelcar_layer({"keep.bin": b"keep", "old.bin": b"old", "sub/a.bin": b"a", "sub/b.bin": b"b"},
                            compress=False)
@@ -215,6 +224,11 @@ def test_a_gzip_bomb_stops_at_the_caches_cap_and_whiteouts_remove_a_lower_layers
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout == f'source = "oci://{registry.host}/acme/layered@{manifest}"\nsha256 = "{_digest(expected)}"\n'
+
+
+class _Zeros:
+    def read(self, count: int = -1) -> bytes:
+        return bytes(count if count >= 0 else 0)
 
 
 def _resolve(*args: str) -> subprocess.CompletedProcess[str]:
