@@ -10,6 +10,8 @@ cache will check it: an artifact's from its layers' digests and sizes (each
 layer is one file), a modelcar's by reading its tar layers as a stream and
 hashing the files under /models, each blob checked against its digest, with
 whiteouts applied and nothing written. The credentials are never printed.
+`oci_tag_digest` is what `gitops validate` uses to say which digest a
+refused tag names today.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from vocabulary.replicas.oci_sources import (
     token_request,
 )
 
-__all__ = ["OciPin", "oci_credentials", "oci_pin"]
+__all__ = ["OciPin", "oci_credentials", "oci_pin", "oci_tag_digest"]
 
 _CHUNK = 1024 * 1024
 
@@ -104,6 +106,19 @@ def oci_pin(reference: OciReference, credentials: str | None, timeout_s: float =
             return OciPin(reference.pinned(digest), manifest_digest(entries), len(entries))
     except httpx.HTTPError as error:
         raise UserError(f"{where}: cannot reach the registry {reference.registry} ({type(error).__name__})") from None
+
+
+def oci_tag_digest(reference: OciReference, credentials: str | None, timeout_s: float) -> str:
+    """The digest of the manifest `reference`'s tag names today (that manifest only: what
+    `gitops validate` adds to a refused tag); UserError when the registry does not say."""
+    import httpx
+
+    try:
+        with httpx.Client(timeout=timeout_s, follow_redirects=True, trust_env=False) as client:
+            body, _ = _Registry(client, reference, credentials).manifest(reference.tag or "")
+    except httpx.HTTPError as error:
+        raise UserError(f"{printable(reference.url())}: cannot reach the registry ({type(error).__name__})") from None
+    return f"sha256:{hashlib.sha256(body).hexdigest()}"
 
 
 class _Registry:

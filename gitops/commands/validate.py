@@ -14,9 +14,11 @@ Exit 0 when valid, 1 when invalid, 2 for a usage error, in every format:
   `::error file=F,line=L,col=C::message`, so errors show on the pull
   request's diff (FILE is relative to the repository root, as Actions wants).
 Only reads: the working tree, or with `--rev` a commit of the repository holding PATH.
-Offline but for one case: an hf:// model source naming a branch or tag is
+Offline but for two cases: an hf:// model source naming a branch or tag is
 refused, and validate asks the Hub (HF_ENDPOINT, at most 10 s) which commit
-it names today, so the error says it (`gitops models resolve` prints the pin).
+it names today, so the error says it (`gitops models resolve` prints the pin);
+an oci:// source naming a tag likewise asks the registry (an anonymous pull,
+at most 10 s) which manifest digest the tag names today.
 `--max-replicas` is the agent's cap on replica counts (default 1,000): pass
 the value the agent runs with.
 
@@ -46,13 +48,14 @@ from gitops.specs.limits import SpecLimits
 from gitops.specs.loading import LoadResult, Loader, environment_names
 from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel
 from vocabulary.replicas.hub_sources import HubSource
+from vocabulary.replicas.oci_sources import OciReference
 
 __all__ = [
     "validate_command", "default_spec_dir", "Checked", "render_json", "render_github", "escape_data", "escape_property",
 ]
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
-_PIN_TIMEOUT_S = 10.0  # asking the Hub which commit a refused hf:// branch names
+_PIN_TIMEOUT_S = 10.0  # asking the Hub (the registry) which commit (digest) a refused branch (tag) names
 
 
 def validate_command(args: argparse.Namespace) -> int:
@@ -227,11 +230,16 @@ def _with_automation(tree: Tree, result: LoadResult) -> LoadResult:
 
 def _with_pins(result: LoadResult) -> LoadResult:
     """Each error refusing an hf:// branch or tag says the commit it names today,
-    when the Hub answers (`gitops models resolve`); otherwise it stays as it is."""
+    when the Hub answers, and each refusing an OCI tag the digest it names today,
+    when the registry answers an anonymous pull (`gitops models resolve`);
+    otherwise it stays as it is."""
     from gitops.commands.models import hub_commit, hub_token
+    from gitops.commands.models_oci import oci_tag_digest
     from vocabulary.replicas.hub_sources import moving_revision
+    from vocabulary.replicas.oci_sources import moving_tag
 
     pins: dict[HubSource, str | None] = {}
+    tags: dict[OciReference, str | None] = {}
     errors = []
     for error in result.errors:
         moving = moving_revision(error.message)
@@ -243,6 +251,15 @@ def _with_pins(result: LoadResult) -> LoadResult:
         commit = pins.get(moving) if moving is not None else None
         if commit is not None:
             error = replace(error, message=f"{error.message}; today '{moving.revision}' is commit {commit}")  # type: ignore[union-attr]  # moving is set with commit
+        tag = moving_tag(error.message)
+        if tag is not None and tag not in tags:
+            try:
+                tags[tag] = oci_tag_digest(tag, None, _PIN_TIMEOUT_S)
+            except UserError:
+                tags[tag] = None
+        digest = tags.get(tag) if tag is not None else None
+        if digest is not None:
+            error = replace(error, message=f"{error.message}; today '{tag.tag}' is {digest}")  # type: ignore[union-attr]  # tag is set with digest
         errors.append(error)
     return replace(result, errors=tuple(errors))
 

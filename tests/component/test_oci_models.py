@@ -272,3 +272,29 @@ def test_resolve_pins_a_tag_to_the_digest_and_sha256_the_cache_then_stages(
         assert f"@{second}" in private.stdout and "pa55" not in private.stdout + private.stderr
         denied = _resolve(f"oci://{front.host}/acme/moving:stable")
         assert denied.returncode == 1 and "--token-file" in denied.stderr
+
+
+def test_validate_refuses_a_tag_at_its_line_and_says_which_digest_it_names_today(
+    registry: LoopbackRegistry, tmp_path: Path
+) -> None:
+    manifest = registry.push_modelcar("acme/validated", "v3", {"w.bin": b"weights"})
+    (tmp_path / "deployments").mkdir()
+
+    def validate(host: str) -> subprocess.CompletedProcess[str]:
+        (tmp_path / "deployments" / "m.toml").write_text(f'''[models.tiny]
+source = "oci://{host}/acme/validated:v3"
+sha256 = "{"a" * 64}"
+''')
+        return subprocess.run([sys.executable, "-m", "gitops", "validate", "deployments", "--root", str(tmp_path)],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+    answered = validate(registry.host)
+    assert answered.returncode == 1
+    assert (
+        f"deployments/m.toml:2:10: models.tiny.source: the tag 'v3' of oci://{registry.host}/acme/validated is not a "
+        f"digest (a tag moves): pin one as @sha256:… (`gitops models resolve oci://{registry.host}/acme/validated:v3` "
+        f"prints it and the sha256); today 'v3' is {manifest}"
+    ) in answered.stderr
+    silent = validate("127.0.0.1:9")  # no registry there: the refusal alone
+    assert silent.returncode == 1
+    assert "models.tiny.source: the tag 'v3'" in silent.stderr and "today" not in silent.stderr
