@@ -105,7 +105,7 @@ model = "linear"
 inputs = [{ name = "x", datatype = "FP32", shape = [-1, 4] }]
 outputs = [{ name = "y", datatype = "FP32", shape = [-1, 3] }, { name = "label", datatype = "BYTES", shape = [-1] }]
 [backends.chat]
-models = ["llama"]
+models = ["llama", "sql-lora"]
 
 [backends.chat.placement]
 bundles = [{ CPU = 1 }, { GPU = 1 }, { GPU = 1 }]
@@ -117,7 +117,9 @@ model = "llama"
 served_model_name = "llama-3.1-8b-instruct"
 tensor_parallel_size = 2
 max_model_len = 8192
-engine_args = { dtype = "bfloat16", gpu_memory_utilization = 0.9 }
+lora_adapters = ["sql-lora"]
+max_loras = 4
+engine_args = { dtype = "bfloat16", gpu_memory_utilization = 0.9, max_lora_rank = 16 }
 
 [endpoints.echo]
 route = "/echo"
@@ -206,6 +208,10 @@ sha256 = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"
 source = "s3://models/llama-3.1-8b-instruct/"
 sha256 = "60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752"
 load_timeout_s = 1800
+
+[models.sql-lora]
+source = "s3://models/llama-3.1-8b-sql-lora/"
+sha256 = "3f1c8e2a9b7d6c5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e"
 
 [models.summarizer]
 source = "hf://acme/summarizer-small@5d3c0a4f8e1b2c9d7a6f5e4d3c2b1a0f9e8d7c6b"

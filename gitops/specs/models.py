@@ -407,7 +407,9 @@ LLMSpec = create_model(
     "LLMSpec",
     __base__=_Spec,
     __doc__=LLMConfig.__doc__,
-    **_file_keys(LLMConfig, frozenset(), {"engine": _one_of(LLMEngine), "engine_args": dict[str, Any]}),
+    **_file_keys(LLMConfig, frozenset(), {
+        "engine": _one_of(LLMEngine), "engine_args": dict[str, Any], "lora_adapters": list[str],
+    }),
 )
 
 

@@ -38,7 +38,7 @@ def test_an_llm_backend_runs_the_builtin_openai_app_given_its_table(tmp_path: Pa
     assert chat.import_path == BUILTIN_APP
     assert chat.init_kwargs["llm"] == {
         "engine": "ngram", "model": "tiny", "served_model_name": None, "tensor_parallel_size": 1,
-        "max_model_len": 512, "engine_args": {"order": 4},
+        "max_model_len": 512, "lora_adapters": [], "max_loras": 4, "engine_args": {"order": 4},
     }
     assert chat.llm is not None and chat.llm.max_model_len == 512
     assert "tiny" in chat.model_sources

@@ -7,7 +7,10 @@ built-in app (`BUILTIN_APP`, `ray_gitops.llm.app`), which is given the table
 as its `llm` keyword. `llm_problem` is the rule between the table, the
 backend's models and the GPUs its replica reserves (its `[placement]`, else its
 `ray_actor_options`): vLLM's `tensor_parallel_size` is what the placement
-offers. Values only.
+offers. `lora_adapters` names more `[models.NAME]` entries, LoRA adapters
+over the base model, which a request selects by its JSON `model` field; the
+proxy routes such a request to a replica that has its adapter loaded
+(`adapter_models`), and `llm_problem` checks them too. Values only.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ from pydantic import Field
 from vocabulary.spec.base import Value
 from vocabulary.spec.placement import PlacementConfig
 
-__all__ = ["BUILTIN_APP", "LLMEngine", "LLMConfig", "llm_problem"]
+__all__ = ["BUILTIN_APP", "LLMEngine", "LLMConfig", "llm_problem", "adapter_models", "DEFAULT_MAX_LORAS"]
+
+# LoRA adapters one replica keeps loaded unless `max_loras` says otherwise.
+DEFAULT_MAX_LORAS = 4
 
 # The class every [llm] backend's replicas run (the user writes no import_path).
 BUILTIN_APP = "ray_gitops.llm.app:OpenAIBackend"
@@ -57,6 +63,18 @@ class LLMConfig(Value):
         description="Most tokens of prompt plus completion; a longer request is answered 400 "
         "context_length_exceeded. none: the engine's default.",
     )
+    lora_adapters: tuple[str, ...] = Field(
+        default=(), max_length=1000,
+        description="LoRA adapters over the base model: [models.NAME] entries (each in the backend's `models`), "
+        "selected by a request's `model` (the entry's name) and listed by /v1/models. A replica loads one on its "
+        "first request, without restarting its engine, and the proxy sends the adapter's requests to a replica "
+        "that has it loaded.",
+    )
+    max_loras: int = Field(
+        default=DEFAULT_MAX_LORAS, ge=1, le=1024,
+        description="Most LoRA adapters one replica keeps loaded; loading one more unloads the least recently used "
+        "(vllm: its max_loras).",
+    )
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description="More of the engine's own arguments, passed as they are (vllm: AsyncEngineArgs fields such as "
@@ -64,7 +82,12 @@ class LLMConfig(Value):
     )
 
 
-_RESERVED_ARGS = frozenset({"model", "served_model_name", "tensor_parallel_size", "max_model_len"})
+_RESERVED_ARGS = frozenset({"model", "served_model_name", "tensor_parallel_size", "max_model_len", "max_loras"})
+
+
+def adapter_models(llm: LLMConfig | None) -> frozenset[str]:
+    """The model names an [llm] backend's requests select adapters by (its `lora_adapters`); empty for none."""
+    return frozenset() if llm is None else frozenset(llm.lora_adapters)
 
 
 def llm_problem(
@@ -75,7 +98,8 @@ def llm_problem(
 ) -> str | None:
     """Why this `[llm]` table cannot run as written, or None.
 
-    The model must be one of the backend's `models`; an engine argument that
+    The model must be one of the backend's `models`, and so must each LoRA
+    adapter, named once, other than the base model and its served name; an engine argument that
     has its own key is written there; ngram runs on one CPU process; vllm needs
     GPUs: with `tensor_parallel_size` = 1 the replica's own (`num_gpus`, or its
     placement's), above 1 a `[placement]` whose bundles hold exactly that many
@@ -85,6 +109,9 @@ def llm_problem(
         return f"llm.model '{llm.model}' is not in this backend's models: add it (models = [\"{llm.model}\"])"
     if llm.model is None and llm.engine is LLMEngine.VLLM:
         return "llm.model is required for engine 'vllm': name the [models.NAME] entry holding its weights"
+    problem = _adapters_problem(llm, models)
+    if problem is not None:
+        return problem
     doubled = sorted(_RESERVED_ARGS & set(llm.engine_args))
     if doubled:
         return f"llm.engine_args.{doubled[0]}: write it as llm.{doubled[0]}"
@@ -107,4 +134,21 @@ def llm_problem(
     if own_gpus:
         return (f"llm.tensor_parallel_size = {tp}: the replica's ray_actor_options.num_gpus must be 0, "
                 "the engine's workers take the bundles' GPUs")
+    return None
+
+
+def _adapters_problem(llm: LLMConfig, models: Sequence[str]) -> str | None:
+    seen: set[str] = set()
+    base = llm.served_model_name or llm.model or "ngram"
+    for adapter in llm.lora_adapters:
+        if adapter in seen:
+            return f"llm.lora_adapters names '{adapter}' twice"
+        seen.add(adapter)
+        if adapter == llm.model:
+            return f"llm.lora_adapters: '{adapter}' is the base model (llm.model), not an adapter over it"
+        if adapter == base:
+            return f"llm.lora_adapters: '{adapter}' is the base model's served name: clients could not tell them apart"
+        if adapter not in models:
+            return (f"llm.lora_adapters: '{adapter}' is not in this backend's models: add it "
+                    f"(models = [..., \"{adapter}\"]), declared as a [models.{adapter}] table")
     return None

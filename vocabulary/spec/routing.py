@@ -194,10 +194,15 @@ class ModelIdRule:
 
 def multiplex_alone(backend: Any) -> Any:
     """A multiplexed backend routes by its model header: no `routing` table, no batching
-    (a batch mixes models). The spec table (`gitops.specs.models`) applies this rule too."""
+    (a batch mixes models); nor does an [llm] backend with LoRA adapters take a `routing` table (it routes by
+    the JSON `model`). The spec table (`gitops.specs.models`) applies this rule too."""
     if getattr(backend, "multiplex", None) is not None:
         if backend.routing is not None:
             raise ValueError("multiplex and routing cannot both be set: a multiplexed backend routes by its model")
         if backend.batching is not None:
             raise ValueError("multiplex and batching cannot both be set: a batch would mix models")
+    llm = getattr(backend, "llm", None)
+    if llm is not None and llm.lora_adapters and backend.routing is not None:
+        raise ValueError("llm.lora_adapters and routing cannot both be set: a backend with LoRA adapters routes "
+                         "each request by its `model` (to a replica that has the adapter loaded)")
     return backend
