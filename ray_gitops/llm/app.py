@@ -5,24 +5,33 @@ and passes its `[llm]` table as the `llm` keyword. This module builds the
 engine the table names, over the model staged for the replica
 (`ray_gitops.serving.model_path`), and serves it through the engine-agnostic
 OpenAI layer (`ray_gitops.llm.http.OpenAIApp`), an ASGI app; the requests
-running are the load the replica reports to the proxy.
+running are the load the replica reports to the proxy. The table's LoRA
+adapters (`lora_adapters`, each staged like the model) are loaded into that
+engine when first asked for (`ray_gitops.llm.adapters`); `ENGINE_STARTS`
+counts the engines this process built, which `/v1/stats` says (a loaded
+adapter never adds one).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from ray_gitops import serving
-from ray_gitops.llm.engine import Engine
+from ray_gitops.llm.adapters import Adapters
+from ray_gitops.llm.engine import AdapterEngine, Engine
 from ray_gitops.llm.http import OpenAIApp
 from vocabulary.spec.llm import LLMConfig, LLMEngine
 
-__all__ = ["OpenAIBackend", "build_engine"]
+__all__ = ["OpenAIBackend", "build_engine", "build_adapters", "ENGINE_STARTS"]
+
+# Engines built in this process (one per replica: a replica's process runs one).
+ENGINE_STARTS = [0]
 
 
 def build_engine(config: LLMConfig, model_path: str | None) -> Engine:
     """The engine `config` names, its weights (or training text) at `model_path`."""
     name = config.served_model_name or config.model or "ngram"
+    ENGINE_STARTS[0] += 1
     if config.engine is LLMEngine.NGRAM:
         from ray_gitops.llm.ngram import NgramEngine
 
@@ -32,7 +41,20 @@ def build_engine(config: LLMConfig, model_path: str | None) -> Engine:
     if model_path is None:
         raise ValueError("engine 'vllm' needs llm.model")
     return VLLMEngine(engine_kwargs(model_path, name, config.tensor_parallel_size, config.max_model_len,
-                                    config.engine_args))
+                                    config.engine_args, config.max_loras if config.lora_adapters else None))
+
+
+def build_adapters(config: LLMConfig, engine: Engine, paths: Mapping[str, str]) -> Adapters | None:
+    """The table's LoRA adapters over `engine`, staged at `paths` by name; None when it has none."""
+    if not config.lora_adapters:
+        return None
+    if not isinstance(engine, AdapterEngine):
+        raise ValueError(f"engine '{config.engine.value}' cannot load LoRA adapters")
+    return Adapters(engine, {name: paths[name] for name in config.lora_adapters}, config.max_loras)
+
+
+def _about() -> dict[str, Any]:
+    return {"starts": ENGINE_STARTS[0]}
 
 
 def _report(running: int) -> None:
@@ -48,7 +70,9 @@ class OpenAIBackend:
     def __init__(self, llm: dict[str, Any]) -> None:
         config = LLMConfig.model_validate(llm)
         path = serving.model_path(config.model) if config.model is not None else None
-        self.app = OpenAIApp(build_engine(config, path), on_load=_report)
+        engine = build_engine(config, path)
+        adapters = build_adapters(config, engine, {name: serving.model_path(name) for name in config.lora_adapters})
+        self.app = OpenAIApp(engine, on_load=_report, adapters=adapters, about=_about)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self.app(scope, receive, send)

@@ -9,6 +9,12 @@ the engine. An engine that can embed offers `embed`. A request the engine
 refuses before generating (a prompt longer than its context) raises
 `EngineRefused` from the iterator's first step, before any text.
 
+An engine that serves LoRA adapters is an `AdapterEngine`: it loads one by
+name from a local path (`load_adapter`) and unloads it (`unload_adapter`)
+while it runs, never restarting, and generates with a loaded one when asked
+(`generate(..., adapter=NAME)`); which adapters stay loaded is the caller's
+choice (`ray_gitops.llm.adapters`).
+
 Adapters: `ray_gitops.llm.ngram` (CPU), `ray_gitops.llm.vllm_engine` (vLLM).
 Values and a protocol only.
 """
@@ -18,7 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AsyncGenerator, Mapping, Protocol, Sequence, runtime_checkable
 
-__all__ = ["SamplingParams", "Prompt", "Usage", "Delta", "Embedded", "EngineRefused", "Engine", "Embedder"]
+__all__ = [
+    "SamplingParams", "Prompt", "Usage", "Delta", "Embedded", "EngineRefused", "Engine", "Embedder", "AdapterEngine",
+]
 
 
 @dataclass(frozen=True)
@@ -88,3 +96,26 @@ class Embedder(Protocol):
     """An engine that also embeds (`/v1/embeddings`)."""
 
     async def embed(self, texts: Sequence[str]) -> Embedded: ...
+
+
+@runtime_checkable
+class AdapterEngine(Protocol):
+    """An engine that applies LoRA adapters over its base model, loaded and unloaded while it runs."""
+
+    def models(self) -> Sequence[str]: ...
+
+    async def load_adapter(self, name: str, path: str) -> None:
+        """Load the adapter at `path` (a local file or directory) as `name`; the engine keeps running."""
+        ...
+
+    async def unload_adapter(self, name: str) -> None: ...
+
+    def adapters(self) -> Sequence[str]:
+        """The adapters loaded now."""
+        ...
+
+    def generate(
+        self, prompt: Prompt, params: SamplingParams, request_id: str, adapter: str | None = None
+    ) -> AsyncGenerator[Delta, None]:
+        """As `Engine.generate`, with the loaded adapter `adapter` applied (None: the base model)."""
+        ...

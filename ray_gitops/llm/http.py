@@ -10,6 +10,15 @@ one JSON answer or an SSE stream (`data: {chunk}` ..., then `data: [DONE]`),
 and every failure into OpenAI's error shape with its status (a model it does
 not serve: 404 `model_not_found`; an engine's refusal: 400 with its code).
 
+LoRA adapters (`ray_gitops.llm.adapters`): a request whose `model` names one
+is generated with it, loaded first if it is not (the engine keeps running);
+/v1/models lists them after the base model, each with its `parent`. Every
+answer of such an app ends its headers with the multiplexing report
+(`vocabulary.request_path.wire.MODELS_HEADER`: the adapters loaded now, and
+what this request loaded or unloaded), which the proxy takes off and routes
+the adapters' requests by. `GET .../stats` also says the engine's process
+and starts (`about`) and the adapters loaded, loads and evictions.
+
 Cancellation: when the client goes away the replica cancels the app's task
 (ASGI 2.4, `replica.asgi`); the engine's iterator is then closed
 (`aclose()`), which stops the request in the engine. `on_load` is told the
@@ -20,11 +29,13 @@ proxy: `ray_gitops.serving.report_load`).
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
-from typing import Any, AsyncGenerator, Callable
+from typing import Any, AsyncGenerator, Callable, Mapping
 
 from ray_gitops.asgi import Receive, Scope, Send, no_lifespan, whole_body
+from ray_gitops.llm.adapters import Adapters
 from ray_gitops.llm.engine import Delta, Embedder, Engine, EngineRefused, Prompt, SamplingParams, Usage
 from ray_gitops.llm.openai_wire import (
     SSE_DONE,
@@ -46,6 +57,8 @@ from ray_gitops.llm.openai_wire import (
     usage_dict,
 )
 from ray_gitops.llm.token_stats import Timing, TokenStats
+from vocabulary.request_path.multiplexing import RequestModels, report
+from vocabulary.request_path.wire import MODELS_HEADER
 
 __all__ = ["OpenAIApp", "DEFAULT_MAX_TOKENS"]
 
@@ -66,8 +79,14 @@ class OpenAIApp:
         wall: Callable[[], float] = time.time,
         on_load: Callable[[int], None] | None = None,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
+        adapters: Adapters | None = None,
+        about: Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
+        """`adapters`: the LoRA adapters it serves over `engine` (None: none); `about`: what
+        /stats says of the engine (`engine`), beside its process id."""
         self.engine = engine
+        self.adapters = adapters
+        self._about = about
         self.stats = TokenStats(clock)
         self._wall = wall
         self._on_load = on_load
@@ -80,53 +99,96 @@ class OpenAIApp:
             return
         if scope["type"] != "http":
             return
+        record = None
+        if self.adapters is not None:
+            record = RequestModels(None)
+            send = _reporting(send, self.adapters, record)
         try:
-            await self._route(scope, receive, send)
+            await self._route(scope, receive, send, record)
         except OpenAIError as error:
             await _json(send, error.status, error.body())
 
-    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _route(self, scope: Scope, receive: Receive, send: Send, record: RequestModels | None) -> None:
         path, method = scope["path"].rstrip("/"), scope["method"]
-        posts = {"/chat/completions": self._chat, "/completions": self._completion, "/embeddings": self._embeddings}
+        posts = {"/chat/completions": self._chat, "/completions": self._completion}
         for suffix, handler in posts.items():
             if path.endswith(suffix):
                 _allow(method, "POST")
-                await handler(await _body(receive), send)
+                await handler(await _body(receive), send, record)
                 return
+        if path.endswith("/embeddings"):
+            _allow(method, "POST")
+            await self._embeddings(await _body(receive), send)
+            return
         if path.endswith("/stats"):
             _allow(method, "GET")
-            await _json(send, 200, self.stats.snapshot())
+            await _json(send, 200, self._stats())
             return
         _, sep, name = path.partition("/models/")
         if path.endswith("/models") or sep:
             _allow(method, "GET")
             if not sep:
-                await _json(send, 200, model_list(list(self.engine.models()), self._created))
+                await _json(send, 200, model_list(self._names(), self._created, self._parents()))
                 return
             self._served(name)
-            await _json(send, 200, model_card(name, self._created))
+            await _json(send, 200, model_card(name, self._created, parent=self._parents().get(name)))
             return
         raise OpenAIError(404, f"Unknown path {scope['path']}: this backend serves /v1/chat/completions, "
                           "/v1/completions, /v1/models and /v1/embeddings", "invalid_request_error", None, "not_found")
 
+    def _names(self) -> list[str]:
+        """Every model clients may name: the engine's, then the adapters."""
+        return [*self.engine.models(), *(self.adapters.names() if self.adapters is not None else ())]
+
+    def _parents(self) -> dict[str, str]:
+        """Each adapter's base model (what /v1/models says is its `parent`)."""
+        if self.adapters is None:
+            return {}
+        base = self.engine.models()[0]
+        return {name: base for name in self.adapters.names()}
+
     def _served(self, model: str) -> None:
-        if model not in self.engine.models():
-            raise OpenAIError(404, f"The model `{model}` does not exist (served: {', '.join(self.engine.models())}).",
+        if model not in self.engine.models() and (self.adapters is None or model not in self.adapters):
+            raise OpenAIError(404, f"The model `{model}` does not exist (served: {', '.join(self._names())}).",
                               "invalid_request_error", "model", "model_not_found")
 
-    async def _chat(self, body: Any, send: Send) -> None:
+    def _stats(self) -> dict[str, Any]:
+        snapshot = self.stats.snapshot()
+        snapshot["engine"] = {"pid": os.getpid(), **(self._about() if self._about is not None else {})}
+        if self.adapters is not None:
+            snapshot["adapters"] = {"served": self.adapters.names(), "loaded": self.adapters.loaded(),
+                                    **self.adapters.counts()}
+        return snapshot
+
+    async def _adapter(self, model: str, record: RequestModels | None) -> str | None:
+        """The adapter `model` names, loaded now; None for the base model."""
+        if self.adapters is None or model not in self.adapters:
+            return None
+        try:
+            await self.adapters.ensure(model, record)
+        except Exception as error:  # noqa: BLE001 — a file the engine cannot read: the server's fault, said whole
+            raise OpenAIError(500, f"the adapter `{model}` could not be loaded: {error}", "server_error", "model",
+                              "adapter_load_failed") from None
+        return model
+
+    async def _chat(self, body: Any, send: Send, record: RequestModels | None = None) -> None:
         request = read_chat(body)
         self._served(request.model)
-        await self._generate(request, Prompt(messages=request.messages), send)
+        adapter = await self._adapter(request.model, record)
+        await self._generate(request, Prompt(messages=request.messages), send, adapter)
 
-    async def _completion(self, body: Any, send: Send) -> None:
+    async def _completion(self, body: Any, send: Send, record: RequestModels | None = None) -> None:
         request = read_completion(body)
         self._served(request.model)
-        await self._generate(request, Prompt(text=request.prompt), send)
+        adapter = await self._adapter(request.model, record)
+        await self._generate(request, Prompt(text=request.prompt), send, adapter)
 
     async def _embeddings(self, body: Any, send: Send) -> None:
         request = read_embeddings(body)
         self._served(request.model)
+        if self.adapters is not None and request.model in self.adapters:
+            raise OpenAIError(400, f"The model `{request.model}` is a LoRA adapter: embed with its base model "
+                              f"`{self.engine.models()[0]}`.", "invalid_request_error", "model", "embeddings_unsupported")
         if not isinstance(self.engine, Embedder):
             raise OpenAIError(400, f"The model `{request.model}` does not support embeddings.",
                               "invalid_request_error", "model", "embeddings_unsupported")
@@ -137,7 +199,9 @@ class OpenAIApp:
         await _json(send, 200, embedding_list(request.model, embedded.vectors, embedded.prompt_tokens,
                                               request.encoding_format))
 
-    async def _generate(self, request: ChatRequest | CompletionRequest, prompt: Prompt, send: Send) -> None:
+    async def _generate(
+        self, request: ChatRequest | CompletionRequest, prompt: Prompt, send: Send, adapter: str | None = None
+    ) -> None:
         chat = isinstance(request, ChatRequest)
         ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         params = SamplingParams(
@@ -146,7 +210,10 @@ class OpenAIApp:
         )
         timing = self.stats.start(request.model)
         self._report()
-        deltas = self.engine.generate(prompt, params, ident)
+        if adapter is None or self.adapters is None:
+            deltas = self.engine.generate(prompt, params, ident)
+        else:
+            deltas = self.adapters.engine.generate(prompt, params, ident, adapter=adapter)
         try:
             try:
                 first = await _first(deltas)
@@ -236,6 +303,18 @@ class _Answer:
         if self.chat:
             return chat_chunk(self.ident, self.created, self.model, content, finish_reason)
         return completion_chunk(self.ident, self.created, self.model, content, finish_reason)
+
+
+def _reporting(send: Send, adapters: Adapters, record: RequestModels) -> Send:
+    """`send` that ends an answer's headers with the adapters' report to the proxy."""
+
+    async def sending(message: Any) -> None:
+        if message.get("type") == "http.response.start":
+            headers = [*message.get("headers", ()), (MODELS_HEADER, report(adapters.loaded(), record))]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
 
 
 async def _first(deltas: AsyncGenerator[Delta, None]) -> Delta:

@@ -13,7 +13,13 @@ as `role: content` lines followed by `assistant:`.
 
 It implements `ray_gitops.llm.engine.Engine` and `Embedder` (hashed
 bag-of-words vectors, unit length): the OpenAI layer cannot tell it from
-vLLM. Generation yields to the event loop after every token, so concurrent
+vLLM. It is an `AdapterEngine` too: a LoRA adapter here is a text (a
+`[models.NAME]` file or directory, as the base's) whose n-gram counts are
+added to the base model's, `ADAPTER_SCALE` times over, wherever it knows a
+context (`AdaptedModel`: the base's weights plus a delta, as a LoRA's
+`W + BA`); so an adapter's text changes the engine's output, deterministically
+at temperature 0, and loading one trains only the adapter, never the base.
+Generation yields to the event loop after every token, so concurrent
 requests interleave and a cancelled request stops at its next token;
 `aborted` lists the requests closed before they finished.
 """
@@ -32,13 +38,18 @@ from typing import Any, AsyncGenerator, Mapping, Sequence
 
 from ray_gitops.llm.engine import Delta, Embedded, EngineRefused, Prompt, SamplingParams, Usage
 
-__all__ = ["NgramModel", "NgramEngine", "tokenize", "detokenize", "training_text", "EMBEDDING_DIMENSIONS"]
+__all__ = [
+    "NgramModel", "AdaptedModel", "NgramEngine", "tokenize", "detokenize", "training_text", "EMBEDDING_DIMENSIONS",
+    "ADAPTER_SCALE",
+]
 
 _TOKEN = re.compile(r"[A-Za-z0-9_'’-]+|[^\sA-Za-z0-9_'’-]")
 _NO_SPACE_BEFORE = frozenset(".,;:!?)]}%")
 _NO_SPACE_AFTER = frozenset("([{")
 EMBEDDING_DIMENSIONS = 64
 DEFAULT_MAX_MODEL_LEN = 4096
+# How much an adapter's counts weigh against the base model's where both know a context.
+ADAPTER_SCALE = 100
 
 
 def tokenize(text: str) -> list[str]:
@@ -96,18 +107,50 @@ class NgramModel:
                 return found
         return self._followers[()]
 
+    def known(self, context: tuple[str, ...]) -> list[tuple[str, int]] | None:
+        """The followers of exactly `context`, or None."""
+        return self._followers.get(context)
+
     def sample(self, context: Sequence[str], temperature: float, top_p: float, rng: random.Random) -> str:
-        followers = self.followers(context)
-        if temperature == 0:
-            return followers[0][0]
-        weights = [count ** (1.0 / temperature) for _, count in followers]
-        if top_p < 1.0:
-            total, kept, running = sum(weights), 0, 0.0
-            while kept < len(weights) and running < top_p * total:
-                running += weights[kept]
-                kept += 1
-            followers, weights = followers[:kept], weights[:kept]
-        return rng.choices([token for token, _ in followers], weights=weights)[0]
+        return _sample(self.followers(context), temperature, top_p, rng)
+
+
+class AdaptedModel:
+    """A base model with an adapter's counts added (`ADAPTER_SCALE` times) at each context either knows:
+    the longest suffix of the context that the base or the adapter knows decides, as in `NgramModel`."""
+
+    def __init__(self, base: NgramModel, adapter: NgramModel, scale: int = ADAPTER_SCALE) -> None:
+        self.base, self.adapter, self.scale = base, adapter, scale
+
+    def followers(self, context: Sequence[str]) -> list[tuple[str, int]]:
+        for size in range(min(self.base.order - 1, len(context)), -1, -1):
+            suffix = tuple(context[len(context) - size:])
+            base, delta = self.base.known(suffix), self.adapter.known(suffix)
+            if not delta:
+                if base:
+                    return base
+                continue
+            merged: dict[str, int] = dict(base or ())
+            for token, count in delta:
+                merged[token] = merged.get(token, 0) + count * self.scale
+            return sorted(merged.items(), key=lambda item: (-item[1], item[0]))
+        return self.base.followers(())
+
+    def sample(self, context: Sequence[str], temperature: float, top_p: float, rng: random.Random) -> str:
+        return _sample(self.followers(context), temperature, top_p, rng)
+
+
+def _sample(followers: list[tuple[str, int]], temperature: float, top_p: float, rng: random.Random) -> str:
+    if temperature == 0:
+        return followers[0][0]
+    weights = [count ** (1.0 / temperature) for _, count in followers]
+    if top_p < 1.0:
+        total, kept, running = sum(weights), 0, 0.0
+        while kept < len(weights) and running < top_p * total:
+            running += weights[kept]
+            kept += 1
+        followers, weights = followers[:kept], weights[:kept]
+    return rng.choices([token for token, _ in followers], weights=weights)[0]
 
 
 def _chat_tokens(messages: Sequence[Mapping[str, str]]) -> list[str]:
@@ -127,6 +170,8 @@ class NgramEngine:
         self.name = name
         self.max_model_len = max_model_len or DEFAULT_MAX_MODEL_LEN
         self._seed = seed
+        self._order = order
+        self._adapters: dict[str, NgramModel] = {}
         self.aborted: list[str] = []
 
     @classmethod
@@ -139,7 +184,26 @@ class NgramEngine:
     def models(self) -> Sequence[str]:
         return [self.name]
 
-    async def generate(self, prompt: Prompt, params: SamplingParams, request_id: str) -> AsyncGenerator[Delta, None]:
+    async def load_adapter(self, name: str, path: str) -> None:
+        """Train the adapter's counts on the text at `path` (in a thread: the engine keeps serving)."""
+        text = await asyncio.to_thread(training_text, path)
+        self._adapters[name] = await asyncio.to_thread(NgramModel, text, self._order)
+
+    async def unload_adapter(self, name: str) -> None:
+        self._adapters.pop(name, None)
+
+    def adapters(self) -> Sequence[str]:
+        return list(self._adapters)
+
+    async def generate(
+        self, prompt: Prompt, params: SamplingParams, request_id: str, adapter: str | None = None
+    ) -> AsyncGenerator[Delta, None]:
+        model: NgramModel | AdaptedModel = self.model
+        if adapter is not None:
+            delta = self._adapters.get(adapter)
+            if delta is None:
+                raise EngineRefused(f"the adapter `{adapter}` is not loaded", "model_not_found", "model")
+            model = AdaptedModel(self.model, delta)
         tokens = _chat_tokens(prompt.messages) if prompt.messages is not None else tokenize(prompt.text or "")
         if len(tokens) + params.max_tokens > self.max_model_len:
             raise EngineRefused(
@@ -156,7 +220,7 @@ class NgramEngine:
         finished = False
         try:
             while produced < params.max_tokens:
-                token = self.model.sample(context, params.temperature, params.top_p, rng)
+                token = model.sample(context, params.temperature, params.top_p, rng)
                 piece = detokenize(previous, token)
                 produced += 1
                 stop = _stop_at(text + piece, len(text), params.stop)

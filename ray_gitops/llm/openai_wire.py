@@ -300,12 +300,17 @@ def usage_chunk(ident: str, created: int, model: str, obj: str, usage: Mapping[s
     return {"id": ident, "object": obj, "created": created, "model": model, "choices": [], "usage": dict(usage)}
 
 
-def model_card(name: str, created: int, owned_by: str = "ray-gitops") -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": created, "owned_by": owned_by}
+def model_card(name: str, created: int, owned_by: str = "ray-gitops", parent: str | None = None) -> dict[str, Any]:
+    """A model as /v1/models lists it; a LoRA adapter names its base model as `parent` (as vLLM does)."""
+    card: dict[str, Any] = {"id": name, "object": "model", "created": created, "owned_by": owned_by}
+    if parent is not None:
+        card["parent"] = parent
+    return card
 
 
-def model_list(names: Sequence[str], created: int) -> dict[str, Any]:
-    return {"object": "list", "data": [model_card(name, created) for name in names]}
+def model_list(names: Sequence[str], created: int, parents: Mapping[str, str] | None = None) -> dict[str, Any]:
+    parents = parents or {}
+    return {"object": "list", "data": [model_card(name, created, parent=parents.get(name)) for name in names]}
 
 
 def embedding_list(

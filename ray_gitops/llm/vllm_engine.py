@@ -9,7 +9,11 @@ backend's `runtime_env.pip`). `engine_kwargs` and `sampling_kwargs` map the
 With `tensor_parallel_size` above 1 the engine runs its workers through Ray
 (`distributed_executor_backend = "ray"`) in the replica's placement group,
 whose bundles hold one GPU per worker (`vocabulary.spec.llm.llm_problem`).
-Closing a request's iterator before it finished aborts it in vLLM.
+Closing a request's iterator before it finished aborts it in vLLM. LoRA
+adapters: with `lora_adapters`, the engine starts with `enable_lora` and
+`max_loras`; an adapter is loaded into the running engine with
+`add_lora(LoRARequest(...))` (`lora_request_kwargs`), unloaded with
+`remove_lora`, and a request for it is generated with its `lora_request`.
 
 Never run on a GPU in this project's CI: see docs/guides/llm.md.
 """
@@ -20,14 +24,15 @@ from typing import Any, AsyncGenerator, Mapping, Sequence
 
 from ray_gitops.llm.engine import Delta, EngineRefused, Prompt, SamplingParams, Usage
 
-__all__ = ["engine_kwargs", "sampling_kwargs", "VLLMEngine"]
+__all__ = ["engine_kwargs", "sampling_kwargs", "lora_request_kwargs", "VLLMEngine"]
 
 
 def engine_kwargs(
     model_path: str, served_model_name: str, tensor_parallel_size: int, max_model_len: int | None,
-    engine_args: Mapping[str, Any],
+    engine_args: Mapping[str, Any], max_loras: int | None = None,
 ) -> dict[str, Any]:
-    """`AsyncEngineArgs(**...)` for an [llm] table whose model is staged at `model_path`."""
+    """`AsyncEngineArgs(**...)` for an [llm] table whose model is staged at `model_path`;
+    `max_loras`: the table has LoRA adapters, at most that many loaded at once (None: none)."""
     kwargs: dict[str, Any] = {
         "model": model_path,
         "served_model_name": [served_model_name],
@@ -38,7 +43,16 @@ def engine_kwargs(
         kwargs["max_model_len"] = max_model_len
     if tensor_parallel_size > 1:
         kwargs.setdefault("distributed_executor_backend", "ray")
+    if max_loras is not None:
+        kwargs["enable_lora"] = True
+        kwargs["max_loras"] = max_loras
     return kwargs
+
+
+def lora_request_kwargs(name: str, int_id: int, path: str) -> dict[str, Any]:
+    """`vllm.lora.request.LoRARequest(**...)` for the adapter `name` staged at `path`; `int_id`
+    is vLLM's own id for it, unique in the engine and at least 1."""
+    return {"lora_name": name, "lora_int_id": int_id, "lora_path": path}
 
 
 def sampling_kwargs(params: SamplingParams) -> dict[str, Any]:
@@ -67,6 +81,24 @@ class VLLMEngine:
         self._engine: Any = engine_class.from_engine_args(args)
         self._names = list(kwargs["served_model_name"])
         self._tokenizer: Any = None
+        self._loras: dict[str, Any] = {}  # name -> its LoRARequest, while loaded
+        self._next_lora_id = 1
+
+    async def load_adapter(self, name: str, path: str) -> None:
+        from vllm.lora.request import LoRARequest
+
+        request = LoRARequest(**lora_request_kwargs(name, self._next_lora_id, path))
+        self._next_lora_id += 1
+        await self._engine.add_lora(request)
+        self._loras[name] = request
+
+    async def unload_adapter(self, name: str) -> None:
+        request = self._loras.pop(name, None)
+        if request is not None:
+            await self._engine.remove_lora(request.lora_int_id)
+
+    def adapters(self) -> Sequence[str]:
+        return list(self._loras)
 
     def models(self) -> Sequence[str]:
         return self._names
@@ -80,16 +112,21 @@ class VLLMEngine:
             [dict(m) for m in prompt.messages], tokenize=False, add_generation_prompt=True
         ))
 
-    async def generate(self, prompt: Prompt, params: SamplingParams, request_id: str) -> AsyncGenerator[Delta, None]:
+    async def generate(
+        self, prompt: Prompt, params: SamplingParams, request_id: str, adapter: str | None = None
+    ) -> AsyncGenerator[Delta, None]:
         from vllm import SamplingParams as VllmSampling
         from vllm.sampling_params import RequestOutputKind
 
         sampling = VllmSampling(**sampling_kwargs(params), output_kind=RequestOutputKind.DELTA)
+        lora = None if adapter is None else self._loras.get(adapter)
+        if adapter is not None and lora is None:
+            raise EngineRefused(f"the adapter `{adapter}` is not loaded", "model_not_found", "model")
         text = await self._text(prompt)
         produced, finished = 0, False
         try:
             try:
-                outputs = self._engine.generate(text, sampling, request_id)
+                outputs = self._engine.generate(text, sampling, request_id, lora_request=lora)
                 async for output in outputs:
                     choice = output.outputs[0]
                     produced += len(choice.token_ids)

@@ -2,8 +2,8 @@
 
 vLLM is not a dependency of ray-gitops and does not install on this project's CPU
 machines, so these tests skip with that reason there. Where vLLM installs, its own
-`AsyncEngineArgs` and `SamplingParams` must take what the adapter builds from an
-[llm] table; where a GPU is also available (and `RAY_GITOPS_VLLM_MODEL` names a local
+`AsyncEngineArgs`, `SamplingParams` and `LoRARequest` must take what the adapter builds
+from an [llm] table; where a GPU is also available (and `RAY_GITOPS_VLLM_MODEL` names a local
 model directory), the adapter streams real tokens and aborts a closed request.
 """
 
@@ -16,7 +16,7 @@ import shutil
 import pytest
 
 from ray_gitops.llm.engine import Prompt, SamplingParams
-from ray_gitops.llm.vllm_engine import VLLMEngine, engine_kwargs, sampling_kwargs
+from ray_gitops.llm.vllm_engine import VLLMEngine, engine_kwargs, lora_request_kwargs, sampling_kwargs
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (not a dependency: it needs a CUDA machine)")
 
@@ -30,6 +30,16 @@ def test_vllm_takes_the_arguments_the_adapter_builds() -> None:
     params = vllm.SamplingParams(**sampling_kwargs(SamplingParams(max_tokens=4, stop=("x",))),
                                  output_kind=RequestOutputKind.DELTA)
     assert params.max_tokens == 4 and params.stop == ["x"]
+
+
+def test_vllm_takes_the_lora_arguments_the_adapter_builds() -> None:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.lora.request import LoRARequest
+
+    args = AsyncEngineArgs(**engine_kwargs("/models/m", "m", 1, None, {}, max_loras=2))
+    assert (args.enable_lora, args.max_loras) == (True, 2)
+    request = LoRARequest(**lora_request_kwargs("sql", 1, "/models/sql"))
+    assert (request.lora_name, request.lora_int_id, request.lora_path) == ("sql", 1, "/models/sql")
 
 
 def _gpu_model() -> str | None:
