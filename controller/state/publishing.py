@@ -43,7 +43,9 @@ class Publisher:
             commit = config.commit if config else None
             routing = config.routing if config else None
             multiplex = config.multiplex if config else None
-            key = (mcq, batching, cold_start_s, commit, routing, multiplex, tuple(r.replica_id for r in running))
+            adapters = tuple(config.llm.lora_adapters) if config and config.llm else ()
+            key = (mcq, batching, cold_start_s, commit, routing, multiplex, adapters,
+                   tuple(r.replica_id for r in running))
             if self._longpoll.fingerprint(LongPollKey.replicas(name)) == key:
                 continue
             infos = tuple(
@@ -53,7 +55,7 @@ class Publisher:
             payload = ReplicaSet(
                 backend=name, max_concurrent_queries=mcq, replicas=infos,
                 batching=batching, cold_start_timeout_s=cold_start_s, commit=commit, routing=routing,
-                multiplex=multiplex,
+                multiplex=multiplex, llm_adapters=adapters,
             )
             self._longpoll.publish(LongPollKey.replicas(name), payload, key)
         for name in self._backends - names:

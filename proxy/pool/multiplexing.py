@@ -1,5 +1,8 @@
 """Which replica of a multiplexed backend takes a model's request, and how hot its hottest model is.
 
+The same routing serves an [llm] backend's LoRA adapters, the model read from
+the JSON body's `model` (`proxy.pool.replicas`).
+
 A multiplexed backend (`[backends.X.multiplex]`, docs/guides/models.md) keeps up to
 `max_models_per_replica` models loaded on each replica; loading one is slow,
 so a request for model M goes to a replica that has M loaded (each answer

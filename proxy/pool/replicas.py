@@ -31,6 +31,9 @@ slot frees. A multiplexed backend (`[backends.X.multiplex]`) is routed by
 `proxy.pool.multiplexing` instead, its key the request's model id: each slot keeps
 the models its replica last said it holds (`note_models`), plus the ones sent
 to it since (so the requests that follow a model's first go where it loads).
+An [llm] backend with LoRA adapters (`llm_adapters`) is routed the same way,
+its key the JSON body's `model` field when it names one of the adapters (a
+request for the base model, or any other, is routed by power_of_two).
 A replica that fails far more than the backend's others is ejected for a
 while (`proxy.pool.outliers`, as the endpoint's `[outliers]` says): the
 request path tells `answered` each call's success or error; while ejected a
@@ -55,6 +58,7 @@ from proxy.pool.calling import Batching
 from proxy.pool.multiplexing import ModelAffinity, hot_ongoing
 from vocabulary.request_path.policies import Policy, policy_for
 from vocabulary.request_path.request_keys import KeyReader
+from vocabulary.spec.keys import KeyKind
 from proxy.pool.circuit import Circuit
 from proxy.pool.outliers import Ejection, OutlierDetector
 from proxy.pool.retrying import RetryBudget
@@ -141,6 +145,9 @@ class ReplicaPool:
         self.multiplex: MultiplexConfig | None = None
         self.model_ids: ModelIdRule | None = None  # its ids as checked per request (set with `multiplex`)
         self._models: ModelAffinity | None = None
+        # An [llm] backend's LoRA adapters, routed like models by the body's `model`; empty: none.
+        self.adapters: frozenset[str] = frozenset()
+        self._adapter_reader: KeyReader | None = None
         self._rng = rng
         self._max_queued = max_queued
         self._slots: list[ReplicaSlot] = []
@@ -164,6 +171,10 @@ class ReplicaPool:
 
     def ongoing(self) -> int:
         return sum(slot.in_flight for slot in self._slots)
+
+    def by_model(self) -> bool:
+        """Whether requests are routed by their model (multiplexed, or an [llm] backend's adapters)."""
+        return self._models is not None
 
     def scaling_ongoing(self) -> int:
         """What the autoscaler is told is in flight: `ongoing()`, or for a multiplexed
@@ -200,13 +211,17 @@ class ReplicaPool:
         cold_start_s: float | None = None,
         routing: RoutingConfig | None = None,
         multiplex: MultiplexConfig | None = None,
+        llm_adapters: Iterable[str] = (),
     ) -> None:
         """Adopt the controller's RUNNING set and settings; counts of kept replicas carry over."""
         self.max_concurrent = max_concurrent
-        if multiplex != self.multiplex:
+        adapters = frozenset(llm_adapters)
+        if multiplex != self.multiplex or adapters != self.adapters:
             self.multiplex = multiplex
             self.model_ids = None if multiplex is None else multiplex.id_rule()
-            self._models = None if multiplex is None else ModelAffinity()
+            self.adapters = adapters
+            self._adapter_reader = KeyReader(KeyKind.JSON, "model") if adapters else None
+            self._models = None if multiplex is None and not adapters else ModelAffinity()
         if routing != self.routing:
             self.routing = routing
             self._policy = policy_for(routing)
@@ -313,13 +328,17 @@ class ReplicaPool:
 
     def request_key(self, request: WireRequest) -> bytes | None:
         """The key this backend's routing policy reads from `request` (a multiplexed
-        backend: its model id); None when the policy reads none or the request carries none."""
+        backend: its model id; an [llm] backend with adapters: the adapter its `model` names);
+        None when the policy reads none or the request carries none."""
         if self.multiplex is not None:
             wanted = self.multiplex.header_key()
             for name, value in request[3]:
                 if name == wanted:
                     return value
             return None
+        if self._adapter_reader is not None:
+            model = self._adapter_reader.read(request)
+            return model if model is not None and model.decode("utf-8", "replace") in self.adapters else None
         reader = self._key_reader
         return None if reader is None else reader.read(request)
 

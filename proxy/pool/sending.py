@@ -178,6 +178,8 @@ class Sender:
             if not pool.model_ids.accepts(key.decode("utf-8", "replace")):
                 raise UnknownModel(pool.multiplex.header)
             served = self._served(pool.backend, key, pool.model_ids.label)
+        elif pool.adapters and key is not None:  # an [llm] adapter: the spec names it, so it is its own label
+            served = self._served(pool.backend, key, _own_label)
         task: asyncio.Task[object] | None = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
@@ -335,6 +337,10 @@ class Sender:
             logger.warning("backend %s: replica %s stalled (%s); taken out of routing", pool.backend,
                            slot.replica_id, stall.message())
             self._stalled(pool.backend)
+
+
+def _own_label(model: str) -> str:
+    return model
 
 
 async def _acquire(pool: ReplicaPool, key: bytes | None, after_stall: bool) -> ReplicaSlot:

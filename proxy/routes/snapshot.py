@@ -108,7 +108,7 @@ class Snapshot:
         loads: dict[str, dict[str, float]] = {}
         for name, pool in self.pools.items():
             load: dict[str, float] = {"ongoing": pool.ongoing(), "queued": pool.queued(), "unserved": pool.unserved()}
-            if pool.multiplex is not None:
+            if pool.by_model():
                 load["hot"] = pool.scaling_ongoing()  # what the autoscaler is told (proxy.pool.multiplexing)
             if pool.outliers.any():
                 load["ejected"] = len(pool.ejected())

@@ -103,6 +103,7 @@ class Subscriptions:
             replica_set.cold_start_timeout_s,
             replica_set.routing,
             replica_set.multiplex,
+            replica_set.llm_adapters,
         )
         pool.commit = replica_set.commit
 

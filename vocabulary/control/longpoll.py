@@ -60,6 +60,9 @@ class ReplicaSet(Value):
     routing: RoutingConfig | None = None
     # Many models per replica: where the model id is read, how many a replica keeps; None: not multiplexed.
     multiplex: MultiplexConfig | None = None
+    # An [llm] backend's LoRA adapters: a request whose JSON `model` names one goes to a replica
+    # that has it loaded, as a multiplexed backend's model does; empty: none.
+    llm_adapters: tuple[str, ...] = ()
     # Seconds a request may wait for a first replica; None: 503 at once.
     cold_start_timeout_s: float | None = None
     # The commit the backend's config was last applied from (`BackendConfig.commit`).
