@@ -318,9 +318,9 @@ models = ["weights"]
 v2 = { name = "iris", platform = "onnx", model = "weights", inputs = [{ name = "x", datatype = "FP16", shape = [-1, 4] }], outputs = [{ name = "y", datatype = "BYTES", shape = [2] }] }
 
 [backends.chat]
-models = ["weights"]
+models = ["weights", "hub"]
 placement = { bundles = [{ CPU = 1 }, { GPU = 1 }, { GPU = 1 }], strategy = "STRICT_PACK" }
-llm = { engine = "vllm", model = "weights", served_model_name = "w", tensor_parallel_size = 2, max_model_len = 64, engine_args = { dtype = "half" } }
+llm = { engine = "vllm", model = "weights", served_model_name = "w", tensor_parallel_size = 2, max_model_len = 64, lora_adapters = ["hub"], max_loras = 2, engine_args = { dtype = "half" } }
 
 [endpoints.full]
 route = "/full"
