@@ -130,6 +130,7 @@ timeout_s = 10
 max_body_bytes = 16777216
 match = [{ header = "x-canary", value = "always", backend = "echo-v2" }, { json = "model", value = "small", backend = "echo-v2" }]
 sticky = "header:x-user-id"
+grpc_service = "demo.Echo"
 shadow_compare = "json"
 shadow_ignore = ["timestamp"]
 shadow_query = false

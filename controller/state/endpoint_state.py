@@ -14,7 +14,9 @@ from typing import Any, Collection
 
 from vocabulary.control.longpoll import RouteEntry, RouteTable
 from vocabulary.spec.endpoints import EndpointConfig
-from vocabulary.spec.serving_rules import backend_in_use, taken_routes, unknown_backends, unknown_match_backends, weight_sum
+from vocabulary.spec.serving_rules import (
+    backend_in_use, taken_grpc_services, taken_routes, unknown_backends, unknown_match_backends, weight_sum,
+)
 from vocabulary.control.status import EndpointStatus
 
 __all__ = ["EndpointState", "check_backend_deletable"]
@@ -47,6 +49,11 @@ class EndpointState:
         taken = taken_routes({**others, config.name: config})
         if taken:
             raise ValueError(f"{where}: route {config.route} is already used by endpoint {taken[0].other!r}")
+        served = taken_grpc_services({**others, config.name: config})
+        if served:
+            raise ValueError(
+                f"{where}: gRPC service {config.grpc_service} is already served by endpoint {served[0].other!r}"
+            )
 
     def apply(self, config: EndpointConfig, backends: Collection[str]) -> bool:
         """Validate and store; False when nothing changed."""

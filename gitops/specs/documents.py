@@ -29,6 +29,7 @@ from typing import Any, Mapping
 
 from vocabulary.spec.serving_rules import (
     ServingProblem,
+    taken_grpc_services,
     taken_routes,
     unknown_backends,
     circular_uses,
@@ -327,6 +328,10 @@ def _cross_file_errors(backends: dict[str, Declared], endpoints: dict[str, Decla
     for problem in taken_routes(valid):
         owner = endpoints[str(problem.other)]
         first = owner.where(("endpoints", owner.name, "route"))
+        errors.append(endpoints[str(problem.endpoint)].error(problem.path, f"{problem.message} ({first})"))
+    for problem in taken_grpc_services(valid):
+        owner = endpoints[str(problem.other)]
+        first = owner.where(("endpoints", owner.name, "grpc_service"))
         errors.append(endpoints[str(problem.endpoint)].error(problem.path, f"{problem.message} ({first})"))
     for name, declared in backends.items():
         uses = declared.raw.get("uses") if isinstance(declared.raw, dict) else None

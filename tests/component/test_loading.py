@@ -331,6 +331,7 @@ timeout_s = 9
 max_body_bytes = 1048576
 match = [{ header = "x-canary", value = "yes", backend = "scaled" }, { json = "model", value = "small", backend = "scaled" }]
 sticky = "cookie:user"
+grpc_service = "helloworld.Greeter"
 shadow_compare = "json"
 shadow_ignore = ["at"]
 shadow_query = true

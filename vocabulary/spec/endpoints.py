@@ -3,6 +3,7 @@
 Match rules, the sticky key, shadows and their comparison, the per-tenant
 `[limits]` (a request rate, a token budget or both), `[tracing]`, `[capture]` and the body limit; its
 `[rollout]` table is `spec.rollout_config`'s, its `[retries]`, `[outliers]` and `[circuit]` `spec.traffic_policy`'s.
+Its `grpc_service` names the gRPC service it also serves (`grpc_service_name`: a full name).
 Request keys (`sticky`, `[limits] key`) use the one grammar of `spec.keys`. Values only.
 """
 
@@ -30,6 +31,7 @@ __all__ = [
     "one_match_source",
     "ShadowCompare",
     "EndpointConfig",
+    "grpc_service_name",
 ]
 
 
@@ -43,6 +45,19 @@ def _limit_key(key: str | None) -> str | None:
 
 def _header_name_or_none(name: str | None) -> str | None:
     return None if name is None else header_name(name)
+
+
+# A protobuf full name: dot-separated identifiers (`package.Service`, or `Service` without a package).
+_GRPC_SERVICE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def grpc_service_name(name: str | None) -> str | None:
+    """`name` when it is a gRPC service's full name as clients call it (`pkg.Service`)."""
+    if name is not None and _GRPC_SERVICE.fullmatch(name) is None:
+        raise ValueError(
+            f"'{name}' is not a gRPC service's full name: dot-separated identifiers, as in 'helloworld.Greeter'"
+        )
+    return name
 
 
 class ShadowCompare(str, enum.Enum):
@@ -233,6 +248,12 @@ class EndpointConfig(Value):
         default=None,
         description="'header:NAME' or 'cookie:NAME': requests with the same key go to the same backend; "
         "none: each request is drawn on its own.",
+    )
+    grpc_service: Annotated[str | None, AfterValidator(grpc_service_name)] = Field(
+        default=None,
+        description="The gRPC service (its full name, 'package.Service') this endpoint also serves on the "
+        "proxy's gRPC port (`gitops run --grpc-port`): each call goes to the backend's method of the same "
+        "name, with the same traffic split and limits; none: HTTP only.",
     )
     shadow_compare: ShadowCompare = Field(
         default=ShadowCompare.NONE,

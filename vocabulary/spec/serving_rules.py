@@ -7,7 +7,8 @@ backends that exist, no backend that can have 0 replicas gets positive
 traffic (unless it scales up from zero and requests wait for its cold start,
 `waits_for_cold_start`), a backend `uses` only backends and endpoints
 that exist, no two endpoints hold the same route (compared after
-`route_key`), and no backend an endpoint still names is deleted.
+`route_key`) or the same gRPC service (`taken_grpc_services`), and no
+backend an endpoint still names is deleted.
 
 Each rule is a pure function over plain values returning `ServingProblem`s:
 which rule, the endpoint (and backend) concerned, the key path in the spec
@@ -47,6 +48,7 @@ __all__ = [
     "weight_sum",
     "zero_replica_traffic",
     "taken_routes",
+    "taken_grpc_services",
     "backend_in_use",
     "state_problems",
 ]
@@ -59,6 +61,7 @@ class Rule(str, enum.Enum):
     WEIGHT_SUM = "weight_sum"
     ZERO_REPLICA_TRAFFIC = "zero_replica_traffic"
     ROUTE_TAKEN = "route_taken"
+    GRPC_SERVICE_TAKEN = "grpc_service_taken"
     BACKEND_IN_USE = "backend_in_use"
     UNKNOWN_CALLEE = "unknown_callee"
     CIRCULAR_USES = "circular_uses"
@@ -70,7 +73,7 @@ KeyPath = tuple[str | int, ...]
 @dataclass(frozen=True)
 class ServingProblem:
     """One broken rule. `other` is the endpoint already holding a route
-    (ROUTE_TAKEN); `endpoints` are those still naming a backend (BACKEND_IN_USE)."""
+    (ROUTE_TAKEN) or a gRPC service (GRPC_SERVICE_TAKEN); `endpoints` are those still naming a backend (BACKEND_IN_USE)."""
 
     rule: Rule
     path: KeyPath
@@ -321,6 +324,24 @@ def taken_routes(endpoints: Mapping[str, Routed]) -> list[ServingProblem]:
     return problems
 
 
+def taken_grpc_services(endpoints: Mapping[str, Routed]) -> list[ServingProblem]:
+    """Each endpoint whose `grpc_service` an earlier one (in `endpoints`' order) already serves:
+    a gRPC call names its service only, so one service is one endpoint's."""
+    owners: dict[str, str] = {}
+    problems: list[ServingProblem] = []
+    for name, endpoint in endpoints.items():
+        service = getattr(endpoint, "grpc_service", None)
+        if service is None:
+            continue
+        owner = owners.setdefault(service, name)
+        if owner != name:
+            message = f"endpoints.{name}.grpc_service: '{service}' is already served by endpoint '{owner}'"
+            problems.append(ServingProblem(
+                Rule.GRPC_SERVICE_TAKEN, ("endpoints", name, "grpc_service"), message, endpoint=name, other=owner,
+            ))
+    return problems
+
+
 def backend_in_use(backend: str, endpoints: Mapping[str, Routed]) -> list[ServingProblem]:
     """Deleting `backend` while endpoints still send it traffic, matched requests or shadow copies."""
     users = tuple(sorted(name for name, e in endpoints.items() if backend in _named(e)))
@@ -343,4 +364,4 @@ def state_problems(backends: Mapping[str, Scaled], endpoints: Mapping[str, Route
         problems += unknown_match_backends(name, [rule.backend for rule in endpoint.match], backends)
         problems += weight_sum(name, endpoint.traffic)
         problems += zero_replica_traffic(name, endpoint.traffic, backends)
-    return problems + taken_routes(endpoints)
+    return problems + taken_routes(endpoints) + taken_grpc_services(endpoints)
