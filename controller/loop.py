@@ -73,6 +73,8 @@ class ControllerOptions:
     proxy_workers: int = 1
     # Open connections each proxy worker takes; past it, 503 with Retry-After.
     proxy_max_connections: int = DEFAULT_MAX_CONNECTIONS
+    # Each node's proxies also serve gRPC on this port (`gitops run --grpc-port`; None: off).
+    proxy_grpc_port: int | None = None
     # Where rollouts' PromQL checks are asked until a checkpoint or the agent
     # (`set_prometheus_url`, its --prometheus-url) says otherwise; None: nowhere.
     prometheus_url: str | None = None
@@ -339,7 +341,8 @@ class ControlLoop:
         if opts.proxy_class is None:
             return None
         return ProxySpec(opts.proxy_class, self._name, opts.proxy_host, opts.proxy_port,
-                         opts.proxy_metrics_port, opts.proxy_workers, opts.proxy_max_connections)
+                         opts.proxy_metrics_port, opts.proxy_workers, opts.proxy_max_connections,
+                         opts.proxy_grpc_port)
 
     def _check_proxies(self, now: float) -> None:
         """Refresh node facts and keep each alive node's proxy workers; a stopped worker's acks are

@@ -130,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="each node's proxy /metrics port (Prometheus), shared by its proxy workers",
     )
     run.add_argument(
+        "--grpc-port", type=int, default=None, metavar="PORT",
+        help="also serve gRPC on this port of every node, at --proxy-host: calls go to the endpoint whose "
+        "grpc_service names their service (docs/guides/grpc.md; default: no gRPC)",
+    )
+    run.add_argument(
         "--proxy-workers", type=int, default=0, metavar="N",
         help=f"proxy processes per node, sharing --proxy-port (1..{MAX_PROXY_WORKERS}; "
         f"0: the node's CPUs, at most {DEFAULT_WORKERS_CAP})",

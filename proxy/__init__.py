@@ -4,6 +4,8 @@ Map, as a floor plan (each room imports only the rooms below it; each room's
 own docstring names its modules):
 - `actor`: `httpedge.server` inside the Ray actor, wiring the app, the callers
   and the long poll together;
+- `grpc_ingress`: the gRPC server's one generic handler: a call routed by its
+  service to an endpoint, then the app's stages and replica pools;
 - `app`: the ASGI app, the request path in order;
 - `pipeline`: the request's stages, streamed answers and WebSockets;
 - `observability`: metrics, traces, capture records, shadow verdicts;

@@ -13,7 +13,9 @@ the agent's, never on the public port) the node's mismatches
 (`proxy.observability.node_mismatches`). The constructor binds the listening
 socket (so a taken port fails the actor's creation with a clear error) and
 starts tasks on the actor's event loop: the HTTP server, the long poll, the
-load reports and, given a metrics port, the metrics' load sampler. The
+load reports and, given a metrics port, the metrics' load sampler; given a
+gRPC port (`gitops run --grpc-port`), grpcio's server on it (`proxy.grpc_ingress`),
+shared by the node's workers as the HTTP port is. The
 server is our lean HTTP/1.1 one, bounded at the socket (header size and
 time, connection cap: `max_connections`, for which the constructor raises
 the process's open-files limit as far as the hard limit allows) and handing WebSockets to uvicorn's. The
@@ -37,7 +39,10 @@ from typing import Any, Callable, Coroutine
 
 from hardening.core_dumps import no_core_dumps
 from httpedge.server import Server
+import grpc.aio
+
 from proxy.app import ProxyApp
+from proxy.grpc_ingress import serve_grpc
 from proxy.routes.snapshot import Snapshot
 from proxy.shell.controller_link import ControllerLink
 from proxy.shell.load_reporting import report_load_forever
@@ -81,8 +86,10 @@ class ProxyActor:
         model_cache_dir: str | None = None,
         otlp_endpoint: str | None = None,
         max_connections: int | None = None,
+        grpc_port: int | None = None,
     ) -> None:
-        """`max_connections`: open connections this worker holds (None: the settings' edge says)."""
+        """`max_connections`: open connections this worker holds (None: the settings' edge says);
+        `grpc_port`: serve gRPC there too, on `host` (None: no gRPC port)."""
         no_core_dumps()  # it holds the data link's handshake secrets and clients' credentials in flight
         settings = settings or ProxySettings()
         if max_connections is not None:
@@ -124,6 +131,13 @@ class ProxyActor:
         # A worker sharing the port listens (joins the kernel's spread) only once it can route: a replacement
         # that listened at once would answer its share of new connections 503 until its first route table.
         self._server_task = loop.create_task(_after(configured, serving) if shared_dir is not None else serving)
+        # The gRPC port (proxy.grpc_ingress) joins the node's workers' spread like the HTTP port: once routed.
+        self._grpc: grpc.aio.Server | None = None
+        self._grpc_port = grpc_port
+        self._grpc_task: asyncio.Task[None] | None = None
+        if grpc_port is not None:
+            starting = self._serve_grpc(host, grpc_port, settings, shared_dir is not None)
+            self._grpc_task = loop.create_task(_after(configured, starting) if shared_dir is not None else starting)
         self._background = [
             loop.create_task(longpoll.run()),
             loop.create_task(
@@ -141,19 +155,31 @@ class ProxyActor:
         # before, 3 ms after).
         gc.freeze()
 
+    async def _serve_grpc(self, host: str, port: int, settings: ProxySettings, shared: bool) -> None:
+        self._grpc, self._grpc_port = await serve_grpc(self._app, host, port, settings.grpc, shared)
+
     def _install(self, snapshot: Snapshot) -> None:
         self._app.install(snapshot)
         if self._metrics is not None:
             self._metrics.retain(snapshot.endpoints, snapshot.pools)
 
     async def ready(self) -> str:
-        """Returns `host:port` once the HTTP server listens; raises if it failed."""
+        """Returns `host:port` once the HTTP server listens (and the gRPC port, if any); raises if either failed."""
         while not self._server.started:
             if self._server_task.done():
                 self._server_task.result()
                 raise RuntimeError(f"proxy HTTP server on {self._host}:{self._port} stopped before it started")
             await asyncio.sleep(_READY_POLL_S)
+        if self._grpc_task is not None:
+            await asyncio.shield(self._grpc_task)  # raises the gRPC server's failure to start (its port taken)
         return f"{self._host}:{self._port}"
+
+    async def grpc_address(self) -> str | None:
+        """`host:port` of the gRPC port once it listens; None when this proxy serves no gRPC."""
+        if self._grpc_task is None:
+            return None
+        await asyncio.shield(self._grpc_task)
+        return f"{self._host}:{self._grpc_port}"
 
     async def shadow_mismatches(self) -> list[dict[str, Any]]:
         """The newest shadow mismatches of this node's proxy workers, newest first (for the agent)."""
@@ -169,6 +195,8 @@ class ProxyActor:
         for task in self._background:
             task.cancel()
         await self._server.shutdown(_SHUTDOWN_GRACE_S)
+        if self._grpc is not None:
+            await self._grpc.stop(_SHUTDOWN_GRACE_S)
         await self._app.stop_shadows()
         await asyncio.to_thread(self._capture.close)  # the records queued are written
         self._socket.close()

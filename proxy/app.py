@@ -142,8 +142,14 @@ class ProxyApp:
             Counting(recorder, self._counts),
         )
         self.stages: tuple[Stage, ...] = tuple(stage for stage in stages if stage is not None)
+        # A gRPC call's stages (`proxy.grpc_ingress`): limits, steering and counting; tracing, capture,
+        # shadows and token budgets read HTTP bodies and headers, and are not on for gRPC calls yet.
+        self.grpc_stages: tuple[Stage, ...] = tuple(
+            stage for stage in self.stages if isinstance(stage, (Admission, Steering, Counting))
+        )
         self._snapshot = Snapshot()
         self._chains: dict[str, Chain] = {}
+        self.grpc_chains: dict[str, Chain] = {}
         # Until its first complete route table arrives a proxy (new, or restarted) does not know which
         # paths exist: it answers 503 + Retry-After (never a 404 a client would cache) and is not healthy.
         self._routed = False
@@ -153,12 +159,38 @@ class ProxyApp:
     def install(self, snapshot: Snapshot) -> None:
         """Serve `snapshot` from the next request on, its endpoints' chains built once here."""
         self._chains = chains(self.stages, snapshot.endpoints.values())
+        self.grpc_chains = chains(
+            self.grpc_stages, [snapshot.endpoints[name] for name in snapshot.grpc_services.values()]
+        )
         self._snapshot = snapshot
         self._routed = self._routed or snapshot.complete
 
     @property
     def snapshot(self) -> Snapshot:
         return self._snapshot
+
+    @property
+    def routed(self) -> bool:
+        """Whether a first complete route table came (until then every request is 503)."""
+        return self._routed
+
+    # What the gRPC ingress (`proxy.grpc_ingress`) shares with the HTTP path: one pool call, one caller,
+    # one recorder, one Retry-After, so a gRPC call is routed, limited and counted as a request is.
+    @property
+    def sender(self) -> Sender:
+        return self._sender
+
+    @property
+    def caller(self) -> Caller:
+        return self._caller
+
+    @property
+    def recorder(self) -> Recorder:
+        return self._recorder
+
+    @property
+    def retry_after(self) -> list[tuple[bytes, bytes]]:
+        return self._retry_after
 
     def backend_load(self) -> dict[str, dict[str, float]]:
         return self._snapshot.backend_load()

@@ -1,4 +1,4 @@
-"""Tunables of one proxy: HTTP edge bounds, body limit, queue bounds, shadow bounds, long-poll backoff.
+"""Tunables of one proxy: HTTP edge bounds, the gRPC port's bounds, body limit, queue bounds, shadow bounds, long-poll backoff.
 
 A frozen value passed into the app and the actor, so tests can shrink every
 bound without patching. Nothing here does I/O.
@@ -11,7 +11,22 @@ from dataclasses import dataclass
 from httpedge.limits import EdgeLimits
 from vocabulary.spec.endpoints import MAX_BODY_BYTES_CEILING
 
-__all__ = ["ProxySettings"]
+__all__ = ["GrpcLimits", "ProxySettings"]
+
+
+@dataclass(frozen=True)
+class GrpcLimits:
+    """What one client may hold of the gRPC port (`proxy.grpc_ingress`), enforced by grpcio's server."""
+
+    # The largest request or reply message (an endpoint's own `max_body_bytes` applies below it):
+    # a larger request is refused with RESOURCE_EXHAUSTED before it is routed.
+    max_message_bytes: int = 4 * 1024 * 1024
+    # Concurrent calls (HTTP/2 streams) one connection may open; the client waits for more (SETTINGS frame).
+    max_concurrent_streams: int = 100
+    # The metadata (headers) of one call, in bytes; past it the call is refused.
+    max_metadata_bytes: int = 16 * 1024
+    # Calls one worker runs at once, every connection together; past it, RESOURCE_EXHAUSTED.
+    max_concurrent_calls: int = 4096
 
 
 @dataclass(frozen=True)
@@ -21,6 +36,8 @@ class ProxySettings:
     # 30 s are 408, connections past 4096 (`gitops run --proxy-max-connections`)
     # are 503 with Retry-After.
     edge: EdgeLimits = EdgeLimits()
+    # The gRPC port's bounds (`gitops run --grpc-port`): message size, streams per connection, metadata size.
+    grpc: GrpcLimits = GrpcLimits()
     # The most any endpoint's request body may be, whatever its `max_body_bytes`
     # says (the endpoint's own limit applies below it): 413 above.
     max_body_bytes: int = MAX_BODY_BYTES_CEILING

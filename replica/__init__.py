@@ -12,6 +12,8 @@ talks to the proxy only through `vocabulary.request_path.wire` (as Ray calls, or
   socket on its node, and over TCP to proxies on other nodes.
 - `conversions`: wire tuples to and from the Starlette requests and
   responses user code sees.
+- `grpc_calls`: a call from the proxy's gRPC port, run by the backend's
+  method of the same name (bytes or protobuf messages in and out).
 - `asgi`: running ASGI callables (an app's HTTP request or WebSocket).
 - `streams`: the streams held between the call that starts them and the
   calls that read them.

@@ -16,7 +16,8 @@ is the caller's choice (`proxy.pool.coalescing`); the replica runs what it is gi
 A handler (or an ASGI app, which serves everything under its route) that
 streams answers `handle_request` with a `StreamStart`; the proxy pulls the
 rest with `stream` (a Ray streaming generator; cancelling it stops the user
-code) or lets it go with `close_stream`. A WebSocket lives in `websocket` (a
+code) or lets it go with `close_stream`. A call from the proxy's gRPC port comes to `handle_request` too, marked as one, and
+goes to the backend's method of its name (`replica.grpc_calls`). A WebSocket lives in `websocket` (a
 streaming generator of what the app sends) and `websocket_message` (what the
 client sent), both on this one replica for the connection's lifetime.
 Under Ray, the replica also serves the same calls as frames — streams'
@@ -81,6 +82,7 @@ from vocabulary.request_path.wire import (
 from replica.data_socket import DataSocket, Serving
 from replica.asgi import BodyStream, Lifespan, WebSocketSession, is_asgi_app, serve_http
 from replica.conversions import to_reply, to_starlette_request, to_wire_response
+from replica.grpc_calls import GrpcMethods
 from replica.streams import StreamTable
 from replica.handles import HandleRouter
 from replica.model_fetching import FetchProgress
@@ -90,6 +92,7 @@ from replica.secrets import SecretBox
 from replica.tracing import Carrier, ReplicaTracing
 from datalink.frames import MAX_FRAME_BYTES
 from vocabulary.request_path.wire import DataAddress
+from vocabulary.request_path.grpc_calls import is_grpc_call
 from datalink.private_dirs import private_base
 from ray_gitops.registry import (
     begin_deadline, begin_models, end_deadline, install, install_models, install_multiplex, install_secrets,
@@ -315,6 +318,7 @@ class Replica:
         self._handler: Any = None
         self._handler_is_async = False  # `_is_async(self._handler)`, decided once it is loaded
         self._serve: Callable[[Any, WireRequest], Any] = functools.partial(call_handler, is_async=False)
+        self._grpc: GrpcMethods | None = None  # its gRPC methods (replica.grpc_calls), once it is loaded
         self._lifespan: Lifespan | None = None
         self._tracing = (
             None if otlp_endpoint is None
@@ -419,6 +423,7 @@ class Replica:
             else:
                 self._serve = functools.partial(call_handler, is_async=self._handler_is_async)
             self._handler = handler
+            self._grpc = GrpcMethods(handler)
             import ray
 
             # Only under Ray can a proxy find the socket; tests of this class run without one.
@@ -530,7 +535,9 @@ class Replica:
         # `_serving`'s counting, spelt out: the context manager costs more than a noop request.
         self._begin(1)
         try:
-            if self._tracing is None:
+            if self._grpc is not None and is_grpc_call(wire):  # a call from the proxy's gRPC port
+                reply = await self._grpc.call(wire)
+            elif self._tracing is None:
                 reply = await self._serve(self._handler, wire)
             else:
                 reply = await self._tracing.serve(wire, functools.partial(self._serve, self._handler, wire))

@@ -608,7 +608,7 @@ class RayAdapter:
             spec.controller_name, self.namespace, node_id, spec.listen_host(effect.node_ip), spec.port,
             metrics_port=spec.metrics_port, worker=effect.worker, shared_dir=self._shared_dir(node_id),
             model_cache_dir=self._model_cache[0], otlp_endpoint=self._otlp_endpoint,
-            max_connections=spec.max_connections,
+            max_connections=spec.max_connections, grpc_port=spec.grpc_port,
         )
         return _Proxy(handle, _call(_proxy(handle).call(ProxyAPI.ready)))
 

@@ -87,6 +87,7 @@ class ProxySpec:
     metrics_port: int | None = None
     workers: int = 1  # per node; 0: the node's CPUs, at most DEFAULT_WORKERS_CAP
     max_connections: int = DEFAULT_MAX_CONNECTIONS  # open connections per worker
+    grpc_port: int | None = None  # the gRPC port on the same host (None: no gRPC)
 
     def listen_host(self, node_ip: str) -> str:
         """The address a proxy on the node at `node_ip` binds: that address itself for `NODE_IP`."""

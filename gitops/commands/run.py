@@ -222,6 +222,7 @@ def _controller(args: argparse.Namespace, embedded_state: Path | None) -> Contro
         "proxy_workers": args.proxy_workers,
         "otlp_endpoint": otlp_endpoint(args.otlp_endpoint, os.environ),
         "proxy_max_connections": args.proxy_max_connections,
+        "proxy_grpc_port": args.grpc_port,
     }
     # Each node's model cache: the flag's, else inside the state dir when Ray is ours (docs/guides/models.md).
     cache_dir = args.model_cache_dir
@@ -297,6 +298,8 @@ def _proxy_addresses_free(args: argparse.Namespace) -> None:
     if args.proxy_host == NODE_IP:
         return  # no address before Ray runs: a taken port fails the proxy's start, which says so
     ports = {"--proxy-port": args.proxy_port, "--proxy-metrics-port": args.proxy_metrics_port}
+    if args.grpc_port is not None:
+        ports["--grpc-port"] = args.grpc_port
     check_addresses_free(args.proxy_host, ports, joined=args.ray_address is not None)
 
 
@@ -607,6 +610,8 @@ def _ray_ports(args: argparse.Namespace) -> RayPorts:
              "--admin-port": args.admin_port}
     if args.webhook_port is not None:
         taken["--webhook-port"] = args.webhook_port
+    if args.grpc_port is not None:
+        taken["--grpc-port"] = args.grpc_port
     ports = ray_ports(args.ray_port, args.ray_min_worker_port, args.ray_max_worker_port,
                       joined=args.ray_address is not None, taken=taken)
     if ports.gcs is not None:

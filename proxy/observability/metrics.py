@@ -252,7 +252,8 @@ class ProxyMetrics:
         self._requests = Counter(
             "gitops_http_requests",
             "Requests answered by the proxy, by endpoint, backend and status code; "
-            "a WebSocket session is one request, counted when it ends (101: the app accepted it).",
+            "a WebSocket session is one request, counted when it ends (101: the app accepted it); so is a gRPC "
+            "call, its code the HTTP status its gRPC status stands for (200: OK, 429: RESOURCE_EXHAUSTED, ...).",
             REQUEST_LABELS,
             registry=r,
         )

@@ -1,6 +1,6 @@
 """The proxy's serving snapshot: one immutable object a request reads once.
 
-`Snapshot` bundles the route index, each endpoint's traffic/shadow/timeout/body limit
+`Snapshot` bundles the route index (and the gRPC services' endpoints), each endpoint's traffic/shadow/timeout/body limit
 and the replica pool of every backend in use. The long-poll side builds a new
 snapshot from the controller's payloads and swaps it in with one assignment,
 so a request sees either the old or the new table, never a mix. Pools are
@@ -48,6 +48,7 @@ class ServedEndpoint:
     token_budget: TokenBudget | None = None  # LLM tokens per tenant (else not counted)
     outliers: OutliersConfig | None = None  # when a replica is ejected (proxy.pool.outliers); None: never
     circuit: CircuitConfig | None = None  # requests waiting and retries in flight (proxy.pool.circuit); None: unbounded
+    grpc_service: str | None = None  # the gRPC service it serves on the gRPC port (proxy.grpc_ingress); None: none
 
     @classmethod
     def from_config(cls, config: EndpointConfig, nodes: int = 1) -> ServedEndpoint:
@@ -72,6 +73,7 @@ class ServedEndpoint:
             TokenBudget.from_config(config.name, config.limits, nodes),
             config.outliers,
             config.circuit,
+            config.grpc_service,
         )
 
     def pick(self, headers: Headers, rng: Random, body: bytes | None = None) -> str:
@@ -99,6 +101,8 @@ class Snapshot:
     # Every route of the table has its endpoint's config and replicas: a
     # proxy starting up serves from the first complete snapshot on.
     complete: bool = True
+    # gRPC service (`package.Service`) -> the endpoint serving it, for the gRPC port (proxy.grpc_ingress).
+    grpc_services: Mapping[str, str] = field(default_factory=dict)
 
     def backend_load(self) -> dict[str, dict[str, float]]:
         """Per backend: requests in flight on replicas, waiting in the queue,
@@ -143,4 +147,5 @@ def build_snapshot(
     routes = RouteIndex.build(Route.build(e.route, e.methods, e.endpoint) for e in entries)
     listing = {e.route: {"endpoint": e.endpoint, "methods": list(e.methods)} for e in entries}
     complete = len(entries) == len(table.entries)
-    return Snapshot(routes, plans, dict(pools), json.dumps(listing, sort_keys=True).encode(), complete)
+    services = {plan.grpc_service: name for name, plan in plans.items() if plan.grpc_service is not None}
+    return Snapshot(routes, plans, dict(pools), json.dumps(listing, sort_keys=True).encode(), complete, services)

@@ -12,4 +12,6 @@
   record, and what its answers tell the proxy.
 - `deadlines`: a request's deadline as it travels (the client's
   `X-Request-Timeout`, the seconds left on the wire, re-anchored on receipt).
+- `grpc_calls`: a gRPC call as a wire request (its marker, a streamed
+  reply's message framing) and the gRPC codes of the proxy's refusals.
 """

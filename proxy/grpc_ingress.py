@@ -1,0 +1,313 @@
+"""The proxy's gRPC port: grpcio's aio server with one generic handler that routes every call by its service.
+
+Off unless `gitops run --grpc-port` gives a port (`proxy.actor` starts it beside
+the HTTP server, on the same host). grpcio does HTTP/2, gRPC's framing,
+deadlines and flow control; its server options bound what a client may hold
+(`proxy.settings.GrpcLimits`: message size, concurrent streams per connection,
+metadata size, calls per worker). The handler never deserializes: each call's
+one request message and its replies pass as bytes.
+
+A call `/package.Service/Method` goes to the endpoint whose `grpc_service` is
+`package.Service` (`Snapshot.grpc_services`; none: UNIMPLEMENTED, grpcio's own
+answer), through the same pieces as an HTTP request of that endpoint: its
+chain of the gRPC stages (`ProxyApp.grpc_stages`: its `[limits]`, the backend
+steered by its weights and header rules on the call's metadata, counting),
+then one call to the replica pool (`proxy.pool.sending`: slot, queue,
+retries, the data connection). It crosses as a wire request marked as a gRPC
+call (`vocabulary.request_path.grpc_calls`), and the replica calls the backend's
+method of that name (`replica.grpc_calls`). The endpoint's `timeout_s` and the
+client's `grpc-timeout`, whichever ends first, bound the call (and each gap of a
+streamed reply by `timeout_s`); the replica is told the seconds left, as for an HTTP
+request with a deadline (`vocabulary.request_path.deadlines`).
+
+Every handler is a server-streaming one: a unary call's reply is its one
+message, which a unary client reads the same way; a reply the replica streams
+(`FRAMED`) is relayed message by message as it comes. Our refusals are gRPC
+status codes (`code_for_status` of the HTTP path's status: a limit
+RESOURCE_EXHAUSTED, no replica UNAVAILABLE with `retry-after` in the trailers,
+the deadline DEADLINE_EXCEEDED, the user's code raising INTERNAL), and every
+call is counted as a request of its endpoint with that HTTP status (the
+metrics' `code` label; a client that left, 499).
+
+Not here yet: client-streaming and bidirectional calls, shadows, capture,
+tracing and token budgets for gRPC calls, TLS on the gRPC port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from typing import Any, AsyncGenerator, Sequence
+
+import grpc
+import grpc.aio
+
+from proxy.app import ProxyApp
+from proxy.observability.bodies import EMPTY
+from proxy.pipeline.stage import Chain
+from proxy.pipeline.transit import CLIENT_LEFT, Refusal, Transit, refusal_for
+from proxy.pool.calling import HandlerError, ReplicaDiedError
+from proxy.pool.sending import Held, SendError
+from proxy.settings import GrpcLimits
+from vocabulary.request_path.grpc_calls import FRAMED, FramingError, Unframer, code_for_status, grpc_call, service_of
+
+__all__ = ["GrpcIngress", "grpc_status", "serve_grpc"]
+
+logger = logging.getLogger(__name__)
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+_HTTP_STATUS = {  # a gRPC status a call ended with, as the metrics count it (its HTTP twin)
+    grpc.StatusCode.OK: 200,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+}
+
+
+def grpc_status(http_status: int) -> grpc.StatusCode:
+    """The gRPC status code an answer with `http_status` is."""
+    return _CODES[code_for_status(http_status)]
+
+
+class _Ended(Exception):
+    """A call ends with this gRPC status, counted as `status` (its HTTP twin)."""
+
+    def __init__(self, status: int, details: str, trailers: Sequence[tuple[str, str]] = ()) -> None:
+        super().__init__(details)
+        self.status = status
+        self.details = details
+        self.trailers = tuple(trailers)
+
+    @classmethod
+    def of(cls, refused: Refusal) -> _Ended:
+        trailers = [(name.decode(), value.decode()) for name, value in refused.headers if name == b"retry-after"]
+        return cls(refused.status, refused.text, trailers)
+
+
+class GrpcIngress(grpc.GenericRpcHandler):
+    """The one handler of every method: routes a call by its service, through `app`'s stages and pools."""
+
+    def __init__(self, app: ProxyApp, limits: GrpcLimits) -> None:
+        self._app = app
+        self._limits = limits
+        self._starting = grpc.unary_stream_rpc_method_handler(self._not_routed)
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        """The handler of a call, by its method's path; None (grpcio answers UNIMPLEMENTED) when
+        no endpoint serves its service."""
+        app = self._app
+        if not app.routed:
+            return self._starting
+        path: str = handler_call_details.method
+        service = service_of(path)
+        if service is None or service not in app.snapshot.grpc_services:
+            return None
+        return grpc.unary_stream_rpc_method_handler(functools.partial(self._call, path))
+
+    async def _not_routed(self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncGenerator[bytes, None]:
+        context.set_trailing_metadata((("retry-after", self._app.retry_after[0][1].decode()),))
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "Starting: no route table yet")
+        yield b""  # never reached: an async generator, as every handler here is
+
+    async def _call(
+        self, path: str, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncGenerator[bytes, None]:
+        app = self._app
+        snapshot, chains = app.snapshot, app.grpc_chains
+        name = snapshot.grpc_services.get(service_of(path) or "")
+        if name is None or name not in chains:  # the table changed since the call was routed
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"no endpoint serves {path}")
+        assert name is not None
+        served, stages = snapshot.endpoints[name], chains[name]
+        headers = _headers(context.invocation_metadata() or ())
+        scope = {"type": "grpc", "method": "POST", "path": path, "headers": headers, "query_string": b""}
+        transit = Transit(scope, path, snapshot, served, time.perf_counter())
+        try:
+            for hook in stages.begin:
+                hook(transit)
+        except Refusal as refused:  # before the message is taken: answered, not counted (as HTTP)
+            await _end(context, _Ended.of(refused))
+        status = CLIENT_LEFT  # unless it ends otherwise
+        try:
+            if len(request) > served.max_body_bytes:
+                raise _Ended(413, f"the request message of {len(request)} bytes is over the endpoint's "
+                             f"max_body_bytes ({served.max_body_bytes})")
+            transit.request = grpc_call(path, headers, request)
+            for hook in stages.formed:
+                hook(transit)
+            async for message in self._replies(transit, context):
+                yield message
+            status = 200
+        except _Ended as ended:
+            status = ended.status
+            _answered(transit, stages, status)
+            await _end(context, ended)
+        finally:
+            if status == CLIENT_LEFT:
+                transit.duration_s = time.perf_counter() - transit.started
+                for hook in stages.left:
+                    hook(transit)
+        _answered(transit, stages, status)
+
+    async def _replies(
+        self, transit: Transit, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncGenerator[bytes, None]:
+        """The reply messages of the call, as they come; raises `_Ended` for any other end."""
+        app, served = self._app, transit.served
+        assert transit.request is not None
+        remaining = context.time_remaining()
+        timeout_s = served.timeout_s if remaining is None else min(served.timeout_s, remaining)
+        loop = asyncio.get_running_loop()
+        deadline_at = loop.time() + timeout_s
+        pool = transit.snapshot.pools.get(transit.backend)
+        if pool is not None and pool.batching is not None:  # its handler takes lists of HTTP requests
+            raise _Ended(501, f"backend {transit.backend} batches its requests: it serves no gRPC calls")
+        try:
+            async with asyncio.timeout_at(deadline_at):
+                reply = await app.sender.send(
+                    pool, transit.request, deadline_at, served.retries, None, served.outliers, served.circuit,
+                    # The replica is told the seconds left (its code's `time_left()`, and cancelled at it);
+                    # a client's deadline shorter than timeout_s ending a call blames no replica.
+                    travels=True, clients=timeout_s < served.timeout_s,
+                )
+        except TimeoutError:
+            raise _Ended(504, "Deadline Exceeded: no reply within the call's deadline") from None
+        except SendError as error:
+            raise _Ended.of(refusal_for(error, app.retry_after)) from None
+        if isinstance(reply, Held):
+            transit.held = reply
+            async for message in self._streamed(transit, reply, deadline_at):
+                yield message
+            return
+        status, headers, body = reply
+        if status != 200:  # the replica's own refusal (no such method)
+            raise _Ended(status, body.decode("utf-8", "replace"))
+        if _content_type(headers) != FRAMED:
+            yield body
+            return
+        unframer = Unframer(self._limits.max_message_bytes)
+        try:
+            messages = unframer.feed(body)
+            unframer.finish()
+        except FramingError as error:
+            raise _Ended(500, f"the replica's reply is broken: {error}") from None
+        for message in messages:
+            yield message
+
+    async def _streamed(self, transit: Transit, held: Held, deadline_at: float) -> AsyncGenerator[bytes, None]:
+        """A reply the replica streams: its messages as they come (FRAMED), or one large message whole."""
+        app, served, start = self._app, transit.served, held.start
+        framed = _content_type(start.headers) == FRAMED
+        limit = self._limits.max_message_bytes
+        unframer = Unframer(limit)
+        whole: list[bytes] = [start.first_chunk]
+        size = len(start.first_chunk)
+        died = claimed = False
+        gaps: list[float] = []
+        loop = asyncio.get_running_loop()
+        try:
+            app.recorder.first_byte(served.name, transit.backend, time.perf_counter() - transit.started)
+            if framed:
+                for message in unframer.feed(start.first_chunk):
+                    yield message
+            chunks = app.caller.stream(held.slot.handle, start)
+            claimed = True
+            last = time.perf_counter()
+            try:
+                while True:
+                    # Each gap bounded by the endpoint's timeout_s, the whole by the call's deadline.
+                    wait_s = min(served.timeout_s, deadline_at - loop.time())
+                    try:
+                        chunk = await asyncio.wait_for(anext(chunks), max(wait_s, 0.0))
+                    except StopAsyncIteration:
+                        break
+                    now = time.perf_counter()
+                    gaps.append(now - last)
+                    last = now
+                    if framed:
+                        for message in unframer.feed(chunk):
+                            yield message
+                        continue
+                    size += len(chunk)
+                    if size > limit:
+                        raise _Ended(500, f"the reply is over the gRPC port's message limit ({limit} bytes)")
+                    whole.append(chunk)
+            finally:
+                await chunks.aclose()
+            if framed:
+                unframer.finish()
+            else:
+                yield b"".join(whole)
+        except TimeoutError:
+            raise _Ended(504, "Deadline Exceeded: the replica's stream stopped within the call's deadline") from None
+        except ReplicaDiedError:
+            died = True
+            raise _Ended(502, "the replica died during the reply") from None
+        except HandlerError as error:
+            logger.error("a streaming gRPC method raised:\n%s", error)
+            raise _Ended(500, "the backend's method raised") from None
+        except FramingError as error:
+            raise _Ended(500, f"the replica's reply is broken: {error}") from None
+        finally:
+            if not claimed:
+                app.caller.discard(held.slot.handle, start)
+            held.pool.release(held.slot)
+            if died:
+                held.pool.drop(held.slot)
+            app.recorder.stream_done(served.name, transit.backend, gaps)
+
+
+def _answered(transit: Transit, stages: Chain, status: int) -> None:
+    transit.duration_s = time.perf_counter() - transit.started
+    for hook in stages.answered:
+        hook(transit, status, [], EMPTY)
+
+
+async def _end(context: grpc.aio.ServicerContext[Any, Any], ended: _Ended) -> None:
+    if ended.trailers:
+        context.set_trailing_metadata(ended.trailers)
+    await context.abort(grpc_status(ended.status), ended.details)
+
+
+def _headers(metadata: Sequence[tuple[str, str | bytes]]) -> list[tuple[bytes, bytes]]:
+    """A call's metadata as the request's headers (a `-bin` key's value is bytes already)."""
+    return [
+        (key.encode("latin-1"), value if isinstance(value, bytes) else value.encode("latin-1"))
+        for key, value in metadata
+    ]
+
+
+def _content_type(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    for name, value in headers:
+        if name == b"content-type":
+            return value
+    return None
+
+
+async def serve_grpc(
+    app: ProxyApp, host: str, port: int, limits: GrpcLimits, shared: bool
+) -> tuple[grpc.aio.Server, int]:
+    """grpcio's server on `host:port` (0: a free port), started, routing every call through `app`, and
+    the port it listens on; `shared`: the node's proxy workers share the port (SO_REUSEPORT), else a
+    taken port is an error."""
+    server = grpc.aio.server(
+        handlers=[GrpcIngress(app, limits)],
+        options=[
+            ("grpc.max_receive_message_length", limits.max_message_bytes),
+            ("grpc.max_send_message_length", limits.max_message_bytes),
+            ("grpc.max_concurrent_streams", limits.max_concurrent_streams),
+            ("grpc.max_metadata_size", limits.max_metadata_bytes),
+            ("grpc.absolute_max_metadata_size", limits.max_metadata_bytes),
+            ("grpc.so_reuseport", 1 if shared else 0),
+        ],
+        maximum_concurrent_rpcs=limits.max_concurrent_calls,
+    )
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as error:
+        raise OSError(f"proxy cannot serve gRPC on {address}: {error}") from None
+    if bound == 0:
+        raise OSError(f"proxy cannot serve gRPC on {address}: the port is taken")
+    await server.start()
+    return server, bound

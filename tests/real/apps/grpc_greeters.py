@@ -1,0 +1,33 @@
+"""Test user code for the gRPC ingress's real test: a servicer as a Ray Serve user writes one, its
+methods named as the gRPC methods, raw bytes in and out (no generated code)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncGenerator
+
+from starlette.requests import Request
+
+__all__ = ["Greeter"]
+
+
+class Greeter:
+    """`demo.Greeter`: SayHello answers with its backend's name, Count streams, Slow sleeps."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __call__(self, request: Request) -> str:  # its endpoint's HTTP route
+        return self._name
+
+    async def SayHello(self, request: bytes) -> bytes:  # noqa: N802 — named as the gRPC method
+        return f"{self._name}: hello {request.decode()}".encode()
+
+    async def Count(self, request: bytes) -> AsyncGenerator[bytes, None]:  # noqa: N802
+        for n in range(int(request)):
+            await asyncio.sleep(0.05)
+            yield f"{self._name} {n}".encode()
+
+    async def Slow(self, request: bytes) -> bytes:  # noqa: N802
+        await asyncio.sleep(float(request))
+        return b"late"

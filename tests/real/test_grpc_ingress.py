@@ -1,0 +1,116 @@
+"""gRPC through the proxy end to end: the real controller and proxy with its gRPC port on 127.0.0.1,
+real Ray replicas of a servicer class (tests/real/apps/grpc_greeters.py), and a real grpcio client
+calling with raw bytes: unary and server-streaming calls, a 90/10 split over 200 calls and its
+rollback, `grpc-timeout`, a tenant's limit, an unknown service and an oversized message."""
+
+from __future__ import annotations
+
+import collections
+import uuid
+from typing import Iterator
+
+import grpc
+import pytest
+import ray
+
+from controller.state.proxy_fleet import PROXY_PREFIX
+from tests.support.stack import eventually, free_port, met, named_actors, quick_backend, run, start_controller
+from vocabulary.spec.endpoints import EndpointConfig, LimitsConfig
+
+pytestmark = pytest.mark.real
+
+SERVICE = "demo.Greeter"
+GREETER = "grpc_greeters:Greeter"
+
+
+class Served:
+    def __init__(self, client: object, channel: grpc.Channel) -> None:
+        self.client, self.channel = client, channel
+
+    def unary(self, method: str, request: bytes, service: str = SERVICE, **options: object) -> bytes:
+        return self.channel.unary_unary(f"/{service}/{method}")(request, **options)  # type: ignore[no-any-return]
+
+    def streamed(self, method: str, request: bytes) -> list[bytes]:
+        return list(self.channel.unary_stream(f"/{SERVICE}/{method}")(request, timeout=30))
+
+
+def greeting(name: str, **endpoint: object) -> EndpointConfig:
+    return EndpointConfig(name=name, route=f"/{name}", grpc_service=SERVICE, **endpoint)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def served(ray_session: str) -> Iterator[Served]:
+    namespace = f"{ray_session}-grpc-{uuid.uuid4().hex[:6]}"
+    port = free_port()
+    client = start_controller(namespace, proxies=True, proxy_grpc_port=port)
+    try:
+        names = eventually(lambda: named_actors(namespace, PROXY_PREFIX), 60, what="a proxy")
+        proxy = ray.get_actor(min(names), namespace=namespace)
+        assert ray.get(proxy.grpc_address.remote(), timeout=30) == f"127.0.0.1:{port}"
+        for name in ("a", "b"):
+            backend = quick_backend(name, GREETER, init_args=[name], version=name)
+            met(client, run(client.apply_backend(backend)))
+        met(client, run(client.apply_endpoint(greeting("greet", traffic={"a": 0.9, "b": 0.1}))))
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield Served(client, channel)
+    finally:
+        client.shutdown()
+
+
+def test_a_unary_call_through_the_proxy(served: Served) -> None:
+    answer = served.unary("SayHello", b"ada", timeout=30)
+    assert answer in (b"a: hello ada", b"b: hello ada")
+
+
+def test_a_server_streaming_call_relays_each_message(served: Served) -> None:
+    messages = served.streamed("Count", b"4")
+    backend = messages[0].split()[0]
+    assert messages == [backend + f" {n}".encode() for n in range(4)]
+
+
+def test_a_90_10_split_then_its_rollback(served: Served) -> None:
+    seen = collections.Counter(served.unary("SayHello", b"x", timeout=30).split(b":")[0] for _ in range(200))
+    assert seen.keys() == {b"a", b"b"} and 160 <= seen[b"a"] <= 196, seen  # 180 expected; ±~4 sigma
+    met(served.client, run(served.client.apply_endpoint(greeting("greet", traffic={"a": 1.0, "b": 0.0}))))
+    after = eventually(
+        lambda: all(served.unary("SayHello", b"x", timeout=30).startswith(b"a:") for _ in range(50)), 30,
+        what="every call on a once the split is rolled back",
+    )
+    assert after
+    met(served.client, run(served.client.apply_endpoint(greeting("greet", traffic={"a": 0.9, "b": 0.1}))))
+
+
+def test_grpc_timeout_is_honoured(served: Served) -> None:
+    with pytest.raises(grpc.RpcError) as late:
+        served.unary("Slow", b"5", timeout=0.5)
+    assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
+
+
+def test_unknown_service_and_method_are_unimplemented(served: Served) -> None:
+    for service, method in (("demo.Nobody", "SayHello"), (SERVICE, "Missing")):
+        with pytest.raises(grpc.RpcError) as refused:
+            served.unary(method, b"x", service=service, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]
+
+
+def test_an_oversized_message_is_refused(served: Served) -> None:
+    with pytest.raises(grpc.RpcError) as refused:
+        served.unary("SayHello", b"x" * (5 * 1024 * 1024), timeout=30)  # over the port's 4 MiB
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
+
+
+def test_a_tenant_over_its_limit_is_resource_exhausted(served: Served) -> None:
+    limits = LimitsConfig(requests_per_s=0.001, burst=3, key="header:x-tenant")
+    met(served.client, run(served.client.apply_endpoint(greeting("greet", traffic={"a": 0.9, "b": 0.1}, limits=limits))))
+    try:
+        ada = (("x-tenant", "ada"),)
+        codes = []
+        for _ in range(5):
+            try:
+                served.unary("SayHello", b"x", metadata=ada, timeout=30)
+                codes.append(grpc.StatusCode.OK)
+            except grpc.RpcError as error:
+                codes.append(error.code())  # type: ignore[attr-defined]
+        assert codes == [grpc.StatusCode.OK] * 3 + [grpc.StatusCode.RESOURCE_EXHAUSTED] * 2
+    finally:
+        met(served.client, run(served.client.apply_endpoint(greeting("greet", traffic={"a": 0.9, "b": 0.1}))))
