@@ -270,6 +270,7 @@ def render_spec() -> str:
         "- every name in a backend's `uses` is a backend or an endpoint; callees are created and updated",
         "  before the backends that use them (backends that use each other, together);",
         "- a `match` rule names a defined backend; `shadow_ignore` needs `shadow_compare = \"json\"`;",
+        "- two endpoints never serve the same `grpc_service` ([gRPC](../guides/grpc.md));",
         "- `rollout.steps` rise strictly within (0, 1] and end at 1.0; `[update]` may not set both",
         "  `max_surge` and `max_unavailable` to 0;",
         "- `num_replicas` and `[autoscaling]` exclude each other, and `min_replicas <= max_replicas`;",
