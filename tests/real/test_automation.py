@@ -10,7 +10,8 @@ request from `gitops/automation-sentiment` to `main` is opened, whose diff is th
 pin's two lines (the source names the new directory, the sha256 its digest) and
 nothing else, comments and layout kept. Merging it (a fast-forward of `main`)
 rolls the backend to the new weights with no failed request under a steady load.
-The token goes to the API and nowhere a person or a scraper reads.
+The token goes to the API and nowhere a person or a scraper reads. A prefix
+emptied is an error look, counted (the shipped automation alert's series).
 """
 
 from __future__ import annotations
@@ -164,7 +165,15 @@ def test_an_automation_opens_a_pull_request_whose_merge_rolls_the_model(
                  *(json.dumps(call.body) for call in forge.calls)]
         assert not [text[:200] for text in shown if TOKEN in text]
         assert all(call.headers["authorization"] == f"Bearer {TOKEN}" for call in forge.calls)
-        assert 'gitops_automation_proposals_total{automation="sentiment",mode="pull_request"} 1.0' in agent.metrics()
+        metrics = agent.metrics()
+        assert 'gitops_automation_proposals_total{automation="sentiment",mode="pull_request"} 1.0' in metrics
+        assert 'gitops_automation_runs_total{automation="sentiment",result="proposed"} 1.0' in metrics
+        # The pipeline's prefix emptied: the next look is an error, counted for the shipped alert.
+        for version, files in (("v1", files1), ("v2", files2)):
+            for path in files:
+                s3.delete_object(Bucket="models", Key=f"sentiment/{version}/{path}")
+        agent.wait("the look that finds nothing", lambda: _look(agent) == "error", timeout_s=INTERVAL_S + 30)
+        assert 'gitops_automation_errors_total{automation="sentiment"} 1.0' in agent.metrics()
     finally:
         agent.stop()
 

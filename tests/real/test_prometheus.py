@@ -301,6 +301,10 @@ def _traffic(agent: AgentProcess, codes: Counter[int]) -> None:
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         batched = list(pool.map(lambda _: agent.http.get(agent.proxy + "/batched").status_code, range(32)))
     assert batched == [200] * 32
+    # A client whose deadline has passed on arrival: 504, never started (the deadlines panel).
+    late = agent.http.get(agent.proxy + "/hello", headers={"X-Request-Timeout": "0"})
+    assert late.status_code == 504, late.text
+    codes[late.status_code] += 1
     # Streamed answers, so the time-to-first-byte panel has data.
     streamed = [agent.http.get(agent.proxy + "/ticks") for _ in range(5)]
     assert [(r.status_code, r.text) for r in streamed] == [(200, "data: 0\n\ndata: 1\n\ndata: 2\n\n")] * 5
@@ -341,6 +345,9 @@ NOT_DRIVEN = {
     **{f"panel:LLM tokens per tenant (per second):{ref}":
        "an endpoint with a token budget (tests/real/test_token_budgets.py)" for ref in "AB"},
     "panel:Requests refused by token budgets (5m):A": "a tenant over its token budget (tests/real/test_token_budgets.py)",
+    **{f"panel:Artifact automation {panel}": "an automation.toml (tests/real/test_automation.py)"
+       for panel in ("looks by result (1h):A", "proposals and errors (1h):A", "proposals and errors (1h):B")},
+    "alert:GitopsAutomationFailing": "an automation that fails (tests/real/test_automation.py)",
 }
 
 

@@ -128,6 +128,9 @@ class ProxyAPI(Protocol):
     async def ready(self) -> str:
         """`host:port` once its HTTP server listens."""
 
+    async def grpc_address(self) -> str | None:
+        """`host:port` of its gRPC port once that listens; None when it serves no gRPC."""
+
     async def ping(self) -> int:
         """Its process id: a restart shows as a new answer."""
 
