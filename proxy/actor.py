@@ -35,14 +35,12 @@ import os
 import random
 import resource
 import socket
-from typing import Any, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 from hardening.core_dumps import no_core_dumps
 from httpedge.server import Server
-import grpc.aio
 
 from proxy.app import ProxyApp
-from proxy.grpc_ingress import serve_grpc
 from proxy.routes.snapshot import Snapshot
 from proxy.shell.controller_link import ControllerLink
 from proxy.shell.load_reporting import report_load_forever
@@ -57,6 +55,9 @@ from proxy.observability.tracing import RequestTracing, SpansSent, exporting_tra
 from proxy.observability.capture import CaptureWriter
 from proxy.routes.subscriptions import Subscriptions
 from vocabulary.control.goal_api import proxy_id
+
+if TYPE_CHECKING:
+    import grpc.aio
 
 __all__ = ["ProxyActor"]
 
@@ -136,6 +137,8 @@ class ProxyActor:
         self._grpc_port = grpc_port
         self._grpc_task: asyncio.Task[None] | None = None
         if grpc_port is not None:
+            import proxy.grpc_ingress  # noqa: F401 — grpcio (about 7 MB) only in a proxy with a gRPC port, loaded before gc.freeze()
+
             starting = self._serve_grpc(host, grpc_port, settings, shared_dir is not None)
             self._grpc_task = loop.create_task(_after(configured, starting) if shared_dir is not None else starting)
         self._background = [
@@ -156,6 +159,8 @@ class ProxyActor:
         gc.freeze()
 
     async def _serve_grpc(self, host: str, port: int, settings: ProxySettings, shared: bool) -> None:
+        from proxy.grpc_ingress import serve_grpc  # imported already, before gc.freeze() (see __init__)
+
         self._grpc, self._grpc_port = await serve_grpc(self._app, host, port, settings.grpc, shared)
 
     def _install(self, snapshot: Snapshot) -> None:

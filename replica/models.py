@@ -54,15 +54,17 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from datalink.private_dirs import own_dir, process_alive
-from replica.hub_fetching import HubOptions, node_token
 from replica.model_fetching import FetchError, FetchProgress, TooLarge, fetch
 from vocabulary.spec.backends import ModelConfig
 from vocabulary.replicas.model_digests import ManifestEntry, is_directory, manifest_digest
 from vocabulary.replicas.model_stats import CACHE_DIR_NAME, STATS_FILE, ModelCacheStats
+
+if TYPE_CHECKING:
+    from replica.hub_fetching import HubOptions
 
 __all__ = [
     "DEFAULT_CACHE_DIR", "ModelCache", "ModelError", "Staged", "backoff_s", "digest_of", "eviction_order", "hub_options",
@@ -432,6 +434,8 @@ def hub_options(model: ModelConfig, secret: Callable[[str], bytes] | None) -> Hu
     `token_secret`'s value, else none (an anonymous pull)."""
     if not model.source.startswith(("hf://", "oci://")):
         return None
+    from replica.hub_fetching import HubOptions, node_token  # httpx: only where a model comes from a Hub or a registry
+
     if model.token_secret is not None and secret is not None:
         try:
             token: str | None = secret(model.token_secret).decode().strip()

@@ -19,11 +19,11 @@ import logging
 import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import unquote, urlsplit
 
-import obstore
-from obstore.store import S3Store
+if TYPE_CHECKING:
+    from obstore.store import S3Store
 
 __all__ = ["S3Batches", "MAX_RECORDS", "MAX_BYTES", "MAX_AGE_S"]
 
@@ -41,7 +41,10 @@ StoreFor = Callable[[str], Any]  # bucket -> an obstore store
 
 
 def _store(bucket: str) -> S3Store:
-    """The bucket's store as the models' fetches make it: obstore reads the AWS_* variables."""
+    """The bucket's store as the models' fetches make it: obstore reads the AWS_* variables.
+    obstore (about 4 MB of a worker's memory) is loaded here, by a worker's first s3:// batch."""
+    from obstore.store import S3Store
+
     options: dict[str, Any] = {"timeout": timedelta(seconds=10), "connect_timeout": timedelta(seconds=5)}
     if os.environ.get("AWS_ENDPOINT_URL", "").startswith("http://"):
         options["allow_http"] = True  # an S3-compatible server on loopback, as for models (docs/guides/models.md)
@@ -95,6 +98,8 @@ class S3Batches:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         key = "/".join(p for p in (prefix, f"{self._worker}-{stamp}-{self._sent}.jsonl") if p)
         try:
+            import obstore  # loaded by `_store` already, or by the test's `store_for`
+
             store = self._stores.get(parts.netloc)
             if store is None:
                 store = self._stores[parts.netloc] = self._store_for(parts.netloc)
