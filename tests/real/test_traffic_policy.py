@@ -1,7 +1,9 @@
 """Traffic policy under load (issue 46, items 1, 2, 4 and 5): one replica of three answering 500 to half its
 requests is ejected within seconds, the client sees >= 99.5 % success with retries on, the retry budget is
 never exceeded, and the replica, ejected three times, is replaced; and requests beyond a backend's circuit
-limit of requests waiting are answered 503 with Retry-After at once.
+limit of requests waiting are answered 503 with Retry-After at once; and with every replica failing, the
+retries a 20 % budget allows keep the calls the replicas receive (counted by the replicas themselves)
+within 1.2 times the requests the clients sent.
 
 A real `gitops run` (two proxy workers) joined to the session's Ray serves the bench's fault backend
 (`bench.fault_apps.Faulty`, mode "5xx", fraction 0.5): the first of its three replicas to start claims the
@@ -30,11 +32,25 @@ from tests.support.stack import AgentProcess
 pytestmark = pytest.mark.real
 
 APP = '''\
+import os
+
 from bench.fault_apps import Faulty as _Faulty
 
 
 class Faulty(_Faulty):
     async def __call__(self, request):
+        return await super().__call__(request)
+
+
+class Counted(_Faulty):
+    """Faulty, writing one byte per call it receives to a file of its own under `calls_dir`."""
+
+    def __init__(self, mode, fraction, calls_dir):
+        super().__init__(mode, fraction)
+        self._calls = open(os.path.join(calls_dir, self.replica_id), "ab", buffering=0)
+
+    async def __call__(self, request):
+        self._calls.write(b".")
         return await super().__call__(request)
 '''
 
@@ -285,3 +301,56 @@ def test_requests_beyond_the_circuits_pending_limit_are_answered_503_at_once(sta
     assert others and set(others) <= {500, 504}, others
     metrics = httpx.get(f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=10).text
     assert _sum(metrics, "gitops_proxy_circuit_open_total", backend="stalling", limit="pending") == len(refused)
+
+
+FAILING_SPEC = '''\
+[backends.failing]
+import_path = "deployments.faulty:Counted"
+init_args = ["5xx", 1.0, {calls!r}]
+num_replicas = 2
+ray_actor_options = {{ num_cpus = 0.1 }}
+
+[endpoints.failing]
+route = "/failing"
+methods = ["GET"]
+timeout_s = 5
+traffic = {{ failing = 1.0 }}
+
+[endpoints.failing.retries]
+attempts = 3
+retry_on = ["500"]
+budget_percent = {budget}
+min_retries = 0
+backoff_s = 0.005
+max_backoff_s = 0.05
+'''
+
+
+def test_with_every_replica_failing_the_retry_budget_holds_the_backends_load_to_its_share(
+    ray_session: str, repo: GitRepo, tmp_path: Path
+) -> None:
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    repo.write("deployments/__init__.py", "")
+    repo.write("deployments/faulty.py", APP)
+    repo.write("deployments/failing.toml", FAILING_SPEC.format(calls=str(calls), budget=BUDGET_PERCENT))
+    repo.commit("two replicas answering 500 to every request; three attempts, a 20 % retry budget")
+    agent = AgentProcess(repo.root, tmp_path, ray.get_runtime_context().gcs_address,
+                         extra_args=["--proxy-workers", str(WORKERS)])
+    try:
+        agent.wait("two failing replicas ready",
+                   lambda: agent.get("/status")["backends"]["failing"]["ready"] == 2, timeout_s=120)
+        with Load(agent.proxy + "/failing") as load:
+            time.sleep(6)
+        time.sleep(0.5)  # the last retries' calls reach their replicas
+        offered = sum(load.codes.values()) + len(load.failures)
+        received = sum(path.stat().st_size for path in calls.iterdir())
+        metrics = httpx.get(f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=10).text
+        refused = _sum(metrics, "gitops_proxy_retry_budget_exhausted_total", backend="failing")
+        print(f"\n{offered} requests offered in {load.seconds:.1f} s {dict(load.codes)}; the replicas received "
+              f"{received} calls ({received / max(1, offered):.3f} x); {refused:.0f} retries refused by the budget")
+        assert offered > 100 and set(load.codes) == {500}, (dict(load.codes), load.failures[:5])
+        assert offered <= received <= offered * (1 + BUDGET_PERCENT / 100), (received, offered)
+        assert refused > 0, "the budget, not the attempts, bounded the retries"
+    finally:
+        agent.stop()
