@@ -18,7 +18,7 @@ from vocabulary.spec.endpoints import EndpointConfig
 
 pytestmark = pytest.mark.real
 
-INTERVAL_S = 0.2
+INTERVAL_S = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_server_sent_events_arrive_as_they_are_produced_and_in_order(served: Shi
             arrived = list(events(response, 5))
     assert [payload["tick"] for _, payload in arrived] == [0, 1, 2, 3, 4]
     first = arrived[0][0] - sent
-    assert first < INTERVAL_S / 2, f"first event after {first:.3f} s"
+    assert first < INTERVAL_S, f"first event after {first:.3f} s"  # before the replica made the second
     gaps = [later - earlier for (earlier, _), (later, _) in zip(arrived, arrived[1:])]
     assert all(gap > INTERVAL_S / 2 for gap in gaps), gaps  # each came when made, not all at the end
 
