@@ -1,6 +1,6 @@
 """The benchmark runner: every measurement, one results file, one report with plots.
 
-    python -m bench.report [--tiny] [--out bench/results] [--only proxy,reconcile] [--render-only]
+    python -m bench.report [--tiny] [--jobs 2] [--out bench/results] [--only proxy,reconcile] [--render-only]
 
 The measurements: `proxy` (HTTP throughput and latency), `update_latency`,
 `rollout`, `faults`, `reconcile`, `fanout`, `memory`, `serving`,
@@ -12,9 +12,10 @@ simulator, next to Ray Serve's PrefixCacheAffinityRouter) and issue 31's
 `audit` (the proxy's throughput with tracing and capture on, against off).
 
 Runs each measurement module (`bench.<name>`) in its own process with
-`--json`, collects their files into `latest.json` (with the machine and the
-command of each), and renders `REPORT.md` and the PNG plots from that file
-alone: nothing in the report is typed by hand. A measurement that fails is
+`--json` (one at a time; `--jobs N` runs N at once, for the smoke),
+collects their files into `latest.json` (with the machine and the command
+of each), and renders `REPORT.md` and the PNG plots from that file alone:
+nothing in the report is typed by hand. A measurement that fails is
 recorded with its error and the others still run. `--only` re-runs some
 measurements and keeps the others of an existing `latest.json`;
 `--render-only` re-renders from it.
@@ -28,6 +29,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,35 +46,48 @@ NOISE = ("The machine is shared with other work and noisy (see the load average)
          "ratios within this run, not as absolutes.")
 
 
-def run_all(names: list[str], tiny: bool, out: Path) -> dict[str, Any]:
-    """Run every named measurement; returns the combined results document."""
+def run_all(names: list[str], tiny: bool, out: Path, jobs: int = 1) -> dict[str, Any]:
+    """Run every named measurement, `jobs` at a time; returns the combined results document.
+
+    More than one job is for the smoke (`--tiny`): measurements that share the machine disturb
+    each other's figures, so a full run keeps the default of one.
+    """
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     document: dict[str, Any] = {
         "command": " ".join(["python", "-m", "bench.report", *sys.argv[1:]]),
         "started_at": _now(), "machine": machine.describe(), "measurements": {}, "failures": {},
     }
-    for name in names:
-        path = out / f"{name}.json"
-        path.unlink(missing_ok=True)
-        shown = os.path.relpath(path.resolve(), ROOT)  # run from ROOT: the report names no machine's paths
-        command = [sys.executable, "-m", f"bench.{name}", "--json", shown, *(["--tiny"] if tiny else [])]
-        print(f"== bench.{name}", flush=True)
-        started = time.monotonic()
-        error = _run(command, path, TIMEOUT_S.get(name, 900), env)
-        if error:  # a local Ray that did not start on a busy machine: once more
-            print(f"   bench.{name} failed, once more: {error.splitlines()[-1] if error else ''}", flush=True)
-            error = _run(command, path, TIMEOUT_S.get(name, 900), env)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        outcomes = list(pool.map(lambda name: _measure(name, tiny, out, env), names))
+    for name, figures, error in outcomes:  # in the order asked, whichever finished first
         if error:
-            print(f"   bench.{name} failed: {error}", flush=True)
             document["failures"][name] = error
         else:
-            document["measurements"][name] = json.loads(path.read_text())
-            document["measurements"][name]["wall_s"] = time.monotonic() - started
-            path.unlink()
+            document["measurements"][name] = figures
     document["finished_at"] = _now()
     document["load_average_end"] = machine.describe()["load_average_1m"]
     return document
+
+
+def _measure(name: str, tiny: bool, out: Path, env: dict[str, str]) -> tuple[str, dict[str, Any], str]:
+    """One measurement's (name, figures, error); its figures carry the wall time it took."""
+    path = out / f"{name}.json"
+    path.unlink(missing_ok=True)
+    shown = os.path.relpath(path.resolve(), ROOT)  # run from ROOT: the report names no machine's paths
+    command = [sys.executable, "-m", f"bench.{name}", "--json", shown, *(["--tiny"] if tiny else [])]
+    print(f"== bench.{name}", flush=True)
+    started = time.monotonic()
+    error = _run(command, path, TIMEOUT_S.get(name, 900), env)
+    if error:  # a local Ray that did not start on a busy machine: once more
+        print(f"   bench.{name} failed, once more: {error.splitlines()[-1] if error else ''}", flush=True)
+        error = _run(command, path, TIMEOUT_S.get(name, 900), env)
+    if error:
+        print(f"   bench.{name} failed: {error}", flush=True)
+        return name, {}, error
+    figures = {**json.loads(path.read_text()), "wall_s": time.monotonic() - started}
+    path.unlink()
+    return name, figures, ""
 
 
 def merged(previous: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -698,6 +713,8 @@ def main() -> int:
     parser.add_argument("--tiny", action="store_true", help="every measurement at its smoke-test size")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--only", default=",".join(MEASUREMENTS))
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="measurements run at once (the smoke's; figures of a full run want 1)")
     parser.add_argument("--render-only", action="store_true", help="re-render REPORT.md from latest.json")
     args = parser.parse_args()
     latest = args.out / "latest.json"
@@ -705,7 +722,7 @@ def main() -> int:
     if args.render_only:
         document = json.loads(latest.read_text())
     else:
-        document = run_all(names, args.tiny, args.out)
+        document = run_all(names, args.tiny, args.out, args.jobs)
         if latest.exists():
             previous = json.loads(latest.read_text())
             document = with_before(document, previous, names)

@@ -1,7 +1,8 @@
 """Every benchmark runs at its tiny size and the runner turns the figures into the report.
 
-One run of `python -m bench.report --tiny` (each measurement in its own
-process, real Ray, real HTTP on loopback) feeds every test below. Ray Serve
+One run of `python -m bench.report --tiny --jobs 2` (each measurement in its
+own process, two at a time, real Ray, real HTTP on loopback) feeds every
+test below. Ray Serve
 is measured too when it is installed (the `bench` extra), at this size only
 by the proxy bench (`bench.stacks.TINY_WITH_SERVE`: the other
 Serve stacks run in `make bench`, which keeps `make test` in its budget);
@@ -34,7 +35,7 @@ pytestmark = [pytest.mark.real, pytest.mark.timeout(2400)]
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bench")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "-m", "bench.report", "--tiny", "--out", str(out)],
+    subprocess.run([sys.executable, "-m", "bench.report", "--tiny", "--jobs", "2", "--out", str(out)],
                    cwd=ROOT, env=env, check=True, timeout=2300)
     return out
 

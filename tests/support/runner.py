@@ -10,9 +10,11 @@ empty, not failed. `--before-real CMD` runs CMD (the system packages) just
 before the first real or slow tier, so the fast tiers do not wait for it.
 Exits non-zero when a tier failed.
 
-The real tier is two pytest runs: its tests on `GITOPS_TEST_WORKERS` xdist
-workers (default 3: most real tests wait on Ray, so they overlap well on two
-cores), each file on one worker (`--dist loadgroup`, groups from
+The component tier runs on `GITOPS_CHECK_WORKERS` xdist workers (default
+2, one per core; the pure tier runs in one process, as its conftest checks
+what the session imported). The real tier is two pytest runs: its tests on
+`GITOPS_TEST_WORKERS` xdist workers (default 3: most real tests wait on
+Ray, so they overlap well on two cores), each file on one worker (`--dist loadgroup`, groups from
 tests.support.tiers), then its `serial` tests alone. The slow tier runs on
 `GITOPS_SLOW_TEST_WORKERS` (default 2) the same way.
 """
@@ -28,6 +30,8 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+# The component tier on two workers: 1,410 tests of about 0.1 s each, CPU-bound, one per core.
+CHECK_WORKERS = os.environ.get("GITOPS_CHECK_WORKERS", "2")
 WORKERS = os.environ.get("GITOPS_TEST_WORKERS", "3")
 # The slow tier on two workers: the bench smoke (its own group, ~4 minutes) beside the
 # restart scenarios and the soak (~2.5 minutes together), instead of after them.
@@ -37,7 +41,7 @@ SLOW_WORKERS = os.environ.get("GITOPS_SLOW_TEST_WORKERS", "2")
 # arguments after `-q -p no:cacheprovider`.
 TIER_ARGS = {
     "pure": {"pure": ["-m", "pure", "tests/pure"]},
-    "component": {"component": ["-m", "component", "tests", "--ignore=tests/pure"]},
+    "component": {"component": ["-m", "component", "-n", CHECK_WORKERS, "tests", "--ignore=tests/pure"]},
     "real": {
         "real": ["-m", "real and not slow and not serial", "-n", WORKERS, "--dist", "loadgroup",
                  "tests", "--ignore=tests/pure"],
