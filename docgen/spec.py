@@ -238,6 +238,13 @@ interval_s = 300
 mode = "pull_request"
 provider = "github"
 repository = "acme/serving"
+
+[automation.tiny]
+model = "tiny"
+watch = "oci://registry.example.com/acme/tiny"  # or oci://…/acme/tiny:stable: follow one tag
+pick = "semver"                                 # the highest release among the repository's tags
+match = "^v1[.]"                                # only 1.x (a pre-release only when match reaches past its '-')
+mode = "commit"
 """
 
 
@@ -296,10 +303,12 @@ def render_spec() -> str:
         "# automation.toml",
         "",
         "`automation.toml`, at the repository root beside `environments/`, is not a spec file: its",
-        "`[automation.NAME]` tables watch a moving reference (an S3 prefix and a rule, an hf:// branch;",
-        "OCI tags not yet) and move a `[models.NAME]` pin when it moves, by a commit or a pull request",
-        "([automation](../guides/automation.md)). `gitops validate` checks it (`FILE:LINE:COL: message`),",
-        "and that each `model` names a `[models.NAME]` of the spec files; one automation per model.",
+        "`[automation.NAME]` tables watch a moving reference (an S3 prefix and a rule, an hf:// branch, an",
+        "OCI tag, or an OCI repository's tags and a rule) and move a `[models.NAME]` pin when it moves, by a",
+        "commit or a pull request ([automation](../guides/automation.md)). `gitops validate` checks it",
+        "(`FILE:LINE:COL: message`; `pick`, `match` and `kind` only where the reference takes them), and that",
+        "each `model` names a `[models.NAME]` of the spec files; one automation per model. An oci:// pin is",
+        "the chosen tag's manifest digest in `source` (`oci://REGISTRY/REPO@sha256:…`) and its model's `sha256`.",
         "",
         "<!-- not a spec -->",
         "```toml",

@@ -249,6 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
         "token of its pull requests (default: none; commit mode pushes with the repository's own credentials, "
         "pull_request mode reports an error)",
     )
+    run.add_argument(
+        "--automation-registry-token-file", default=None, metavar="FILE",
+        help="USER:PASSWORD for the OCI registries artifact automation watches (oci:// in automation.toml; "
+        "default: anonymous pulls)",
+    )
     _max_replicas_flag(run)
     _age_identity_flag(run, "decrypts the secrets ([secrets.NAME]) the replicas receive")
     run.set_defaults(func=_command("run", "run_command"))
@@ -354,7 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     automation_run = automation_verbs.add_parser(
         "run", help="look at each automation once: push a commit or open/update a pull request for a new pin",
         description="look at each [automation.NAME] of automation.toml (on --branch) once, as the agent does on "
-        "its interval: resolve its reference (S3 prefix and rule, hf:// branch) and, when it names another pin "
+        "its interval: resolve its reference (S3 prefix and rule, hf:// branch, oci:// tag, oci:// repository and "
+        "rule) and, when it names another pin "
         "than [models.NAME] has, write the new pin into the spec file and push a commit or open (update) a pull "
         "request. A digest the agent's history records as failed (--state-dir) is not proposed again.",
         formatter_class=_HelpFormatter,
@@ -370,6 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     automation_run.add_argument("--token-file", default=None, metavar="FILE",
                                 help="the forge token: the git password of the push, the API token of the pull "
                                 "request (default: none; pull_request mode then fails)")
+    automation_run.add_argument("--registry-token-file", default=None, metavar="FILE",
+                                help="USER:PASSWORD for the OCI registries the automations watch (oci://; "
+                                "default: anonymous pulls)")
     automation_run.add_argument("--api-url", action="append", default=None, metavar="URL",
                                 help="a forge API the token may be sent to (repeatable; default: only "
                                 "https://api.github.com and https://gitlab.com/api/v4)")

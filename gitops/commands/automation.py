@@ -4,10 +4,16 @@ Wiring only (the decisions are `gitops.delivery.automation`'s, the look is
 `gitops.loop.automation.AutomationRunner`'s):
 
 - the resolver: an `s3://` prefix listed and picked by the automation's rule,
-  an `hf://` branch resolved at the Hub with the model's include/exclude —
-  the very functions of `gitops models resolve` (`gitops.commands.models`);
-  an S3 model whose objects are listed as last time (keys, sizes, times) is
-  not read again to hash it;
+  an `hf://` branch resolved at the Hub with the model's include/exclude, an
+  `oci://` tag's manifest digest, or an `oci://` repository's tag list picked
+  by its rule (`vocabulary.replicas.oci_tags`) and that tag's digest — the
+  very functions of `gitops models resolve` (`gitops.commands.models`,
+  `gitops.commands.models_oci`); an S3 model whose objects are listed as last
+  time (keys, sizes, times) is not read again to hash it, nor an OCI manifest
+  the spec pins already or that was hashed before (a digest names its bytes);
+  the registry's credentials are `USER:PASSWORD` from a file
+  (`--registry-token-file`, `gitops run --automation-registry-token-file`),
+  as `gitops models resolve --token-file` takes them, and never printed;
 - the repository: the watched repository's `GitSource` (read a commit's
   spec files, write a commit, push it as a fast-forward with the token as
   the git password for https remotes);
@@ -28,6 +34,7 @@ import argparse
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gitops.delivery.automation import Automation, FailedCommit, Pin, failed_commits
@@ -40,7 +47,7 @@ from gitops.sources.repos import GitSource
 from gitops.specs.automation import AUTOMATION_PATH, parse_automation
 from gitops.specs.pin_edits import DeclaredModel
 
-__all__ = ["automation_command", "build_loop", "resolve_pin", "SourceRepository"]
+__all__ = ["RegistryAccess", "SourceRepository", "automation_command", "build_loop", "registry_access", "resolve_pin"]
 
 # The user name a forge wants with a token as the password of an https push.
 _TOKEN_USERS = {"github": "x-access-token", "gitlab": "oauth2"}
@@ -86,7 +93,8 @@ DigestCache = dict[tuple[str, tuple[tuple[str, int, str], ...]], str]
 
 
 def resolve_pin(
-    automation: Automation, declared: DeclaredModel, hub_token: str | None = None, digests: DigestCache | None = None
+    automation: Automation, declared: DeclaredModel, hub_token: str | None = None, digests: DigestCache | None = None,
+    registry: RegistryAccess | None = None,
 ) -> Pin:
     """What `automation`'s reference names now: `gitops models resolve`'s code. With `digests`, an
     S3 model whose objects (keys, sizes, times) are as last time is not read again to hash it."""
@@ -96,6 +104,8 @@ def resolve_pin(
     from vocabulary.replicas.s3_picks import NoPick, candidates, compile_match, parse_s3_prefix, pick, pinned_source
 
     where = printable(automation.watch)
+    if automation.watch.startswith("oci://"):
+        return _oci_pin(automation, declared, registry or RegistryAccess(), digests)
     if automation.watch.startswith("hf://"):
         try:
             source = parse_hub_source(automation.watch)
@@ -122,6 +132,64 @@ def resolve_pin(
     if digests is not None:
         digests[key] = digest
     return Pin(url, digest)
+
+
+@dataclass(frozen=True)
+class RegistryAccess:
+    """How the automations reach OCI registries: the credentials (USER:PASSWORD, or None: anonymous),
+    the flag a person gives them with (named in the errors that ask for them), the time one look may take."""
+
+    credentials: str | None = None
+    flag: str = "--registry-token-file"
+    timeout_s: float = 600.0
+
+
+def registry_access(token_file: str | None, flag: str) -> RegistryAccess:
+    """The registry credentials in `token_file` (USER:PASSWORD, given as `flag`), masked from now on
+    wherever this process would show them; no file: anonymous pulls."""
+    from gitops.commands.models_oci import oci_credentials
+    from gitops.redaction import register_secret_value
+    from vocabulary.replicas.oci_sources import split_credentials
+
+    credentials = oci_credentials(token_file, flag)
+    if credentials is not None:
+        register_secret_value(credentials.encode())
+        register_secret_value(split_credentials(credentials)[1].encode())
+    return RegistryAccess(credentials, flag)
+
+
+def _oci_pin(automation: Automation, declared: DeclaredModel, access: RegistryAccess,
+             digests: DigestCache | None) -> Pin:
+    """The manifest an oci:// tag names now (the tag the rule picks, for a repository), and its
+    model directory's digest; a manifest pinned already or hashed before is not read again."""
+    from gitops.commands.models_oci import oci_pin, oci_tag_digest, oci_tags
+    from vocabulary.replicas.oci_sources import parse_oci_reference
+    from vocabulary.replicas.oci_tags import NoTag, pick_tag
+    from vocabulary.replicas.s3_picks import compile_match
+
+    where = printable(automation.watch)
+    try:
+        reference = parse_oci_reference(automation.watch)
+        named_by = None
+        if reference.tag is None:
+            tags = oci_tags(reference, access.credentials, access.timeout_s, flag=access.flag)
+            tag = pick_tag(tags, automation.pick or "", compile_match(automation.match))
+            reference = replace(reference, tag=tag)
+            named_by = reference.url()
+    except (NoTag, ValueError) as error:
+        raise UserError(f"{where}: {error}") from None
+    digest = oci_tag_digest(reference, access.credentials, access.timeout_s, flag=access.flag)
+    pinned = reference.pinned(digest)
+    source = pinned.url()
+    if source == declared.source:
+        return Pin(source, declared.sha256, named_by)
+    key = (source, ())
+    if digests is not None and key in digests:
+        return Pin(source, digests[key], named_by)
+    found = oci_pin(pinned, access.credentials, access.timeout_s, flag=access.flag)
+    if digests is not None:
+        digests[key] = found.sha256
+    return Pin(source, found.sha256, named_by)
 
 
 def _history_failures(state_dir: Path | None) -> list[FailedCommit]:
@@ -151,7 +219,7 @@ def _opener(
 
 def build_loop(
     source: GitSource, spec_path: str, environment: str | None, token: str | None, api_urls: tuple[str, ...],
-    history: object, metrics: AutomationMetrics,
+    history: object, metrics: AutomationMetrics, registry: RegistryAccess | None = None,
 ) -> AutomationLoop:
     """The loop `gitops run` starts: automation.toml read on the watched branch."""
     from gitops.loop.history import History
@@ -159,12 +227,14 @@ def build_loop(
     assert isinstance(history, History)
     source = source.twin()  # the loop's thread never shares the ticks' git processes
     repository = SourceRepository(source, token)
-    runner = _runner(source, repository, spec_path, token, api_urls, lambda: failed_commits(history.recent(1000)))
+    runner = _runner(source, repository, spec_path, token, api_urls, lambda: failed_commits(history.recent(1000)),
+                     registry or RegistryAccess(flag="--automation-registry-token-file"))
     return AutomationLoop(runner, repository, branch=source.branch, environment=environment, metrics=metrics)
 
 
 def _runner(source: GitSource, repository: SourceRepository, spec_path: str, token: str | None,
-            api_urls: tuple[str, ...], failures: Callable[[], list[FailedCommit]]) -> AutomationRunner:
+            api_urls: tuple[str, ...], failures: Callable[[], list[FailedCommit]],
+            registry: RegistryAccess) -> AutomationRunner:
     from gitops.commands.models import hub_token
 
     digests: DigestCache = {}
@@ -173,7 +243,7 @@ def _runner(source: GitSource, repository: SourceRepository, spec_path: str, tok
         if len(digests) > 256:
             digests.clear()
         token = hub_token(None) if automation.watch.startswith("hf://") else None
-        return resolve_pin(automation, declared, token, digests)
+        return resolve_pin(automation, declared, token, digests, registry)
 
     def open_request(request: PromotionRequest) -> str:
         opener = _opener(source, token, api_urls, request.settings.provider)
@@ -195,16 +265,18 @@ def automation_command(args: argparse.Namespace) -> int:
             raise UsageError(f"--token-file {printable(args.token_file)}: cannot read it ({error.strerror})") from None
         if token:
             register_secret(token)
+    registry = registry_access(getattr(args, "registry_token_file", None), "--registry-token-file")
     state_dir = Path(args.state_dir) if args.state_dir else None
     with tempfile.TemporaryDirectory(prefix="gitops-automation-") as cache:
         source = GitSource(args.repo, args.branch, Path(cache), password=token)
-        return _run_once(args, source, token, state_dir)
+        return _run_once(args, source, token, state_dir, registry)
 
 
-def _run_once(args: argparse.Namespace, source: GitSource, token: str | None, state_dir: Path | None) -> int:
+def _run_once(args: argparse.Namespace, source: GitSource, token: str | None, state_dir: Path | None,
+              registry: RegistryAccess) -> int:
     repository = SourceRepository(source, token)
     runner = _runner(source, repository, args.path, token, tuple(args.api_url or ()),
-                     lambda: _history_failures(state_dir))
+                     lambda: _history_failures(state_dir), registry)
     head = repository.branch_head(source.branch)
     if head is None:
         raise UserError(f"{source.location}: no branch {source.branch}")

@@ -11,7 +11,10 @@ layer is one file), a modelcar's by reading its tar layers as a stream and
 hashing the files under /models, each blob checked against its digest, with
 whiteouts applied and nothing written. The credentials are never printed.
 `oci_tag_digest` is what `gitops validate` uses to say which digest a
-refused tag names today.
+refused tag names today, and artifact automation to see whether a watched
+tag moved (`gitops.commands.automation`); `oci_tags` reads a repository's
+tag list, page by page (`vocabulary.replicas.oci_tags`), for an automation
+that picks a tag by its version.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 from gitops.errors import UserError
 from gitops.printable import printable
 from vocabulary.replicas.model_digests import ManifestEntry, manifest_digest
+from vocabulary.replicas.oci_tags import MAX_TAG_PAGES, MAX_TAGS, TAG_PAGE_SIZE, next_page, page_tags, tags_url
 from vocabulary.replicas.oci_sources import (
     ACCEPT,
     MAX_MANIFEST_BYTES,
@@ -47,7 +51,7 @@ from vocabulary.replicas.oci_sources import (
     token_request,
 )
 
-__all__ = ["OciPin", "oci_credentials", "oci_pin", "oci_tag_digest"]
+__all__ = ["OciPin", "oci_credentials", "oci_pin", "oci_tag_digest", "oci_tags"]
 
 _CHUNK = 1024 * 1024
 
@@ -59,21 +63,22 @@ class OciPin:
     files: int
 
 
-def oci_credentials(token_file: str | None) -> str | None:
-    """`USER:PASSWORD` from `token_file`, or None (an anonymous pull)."""
+def oci_credentials(token_file: str | None, flag: str = "--token-file") -> str | None:
+    """`USER:PASSWORD` from `token_file` (given as `flag`), or None (an anonymous pull)."""
     if token_file is None:
         return None
     try:
         text = Path(token_file).read_text().strip()
         split_credentials(text)
     except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"--token-file {printable(token_file)}: cannot read it ({error.__class__.__name__})") from None
+        raise UserError(f"{flag} {printable(token_file)}: cannot read it ({error.__class__.__name__})") from None
     except ValueError:
-        raise UserError(f"--token-file {printable(token_file)}: for a registry it holds USER:PASSWORD") from None
+        raise UserError(f"{flag} {printable(token_file)}: for a registry it holds USER:PASSWORD") from None
     return text
 
 
-def oci_pin(reference: OciReference, credentials: str | None, timeout_s: float = 600.0) -> OciPin:
+def oci_pin(reference: OciReference, credentials: str | None, timeout_s: float = 600.0,
+            flag: str = "--token-file") -> OciPin:
     """The manifest `reference`'s tag (or digest) names today, and its model directory's digest."""
     import httpx
 
@@ -81,7 +86,7 @@ def oci_pin(reference: OciReference, credentials: str | None, timeout_s: float =
     pin = reference.digest or reference.tag or ""
     try:
         with httpx.Client(timeout=timeout_s, follow_redirects=True, trust_env=False) as client:
-            registry = _Registry(client, reference, credentials)
+            registry = _Registry(client, reference, credentials, flag)
             body, content_type = registry.manifest(pin)
             digest = f"sha256:{hashlib.sha256(body).hexdigest()}"
             if reference.digest is not None and digest != reference.digest:
@@ -108,22 +113,56 @@ def oci_pin(reference: OciReference, credentials: str | None, timeout_s: float =
         raise UserError(f"{where}: cannot reach the registry {reference.registry} ({type(error).__name__})") from None
 
 
-def oci_tag_digest(reference: OciReference, credentials: str | None, timeout_s: float) -> str:
+def oci_tag_digest(reference: OciReference, credentials: str | None, timeout_s: float,
+                   flag: str = "--token-file") -> str:
     """The digest of the manifest `reference`'s tag names today (that manifest only: what
     `gitops validate` adds to a refused tag); UserError when the registry does not say."""
     import httpx
 
     try:
         with httpx.Client(timeout=timeout_s, follow_redirects=True, trust_env=False) as client:
-            body, _ = _Registry(client, reference, credentials).manifest(reference.tag or "")
+            body, _ = _Registry(client, reference, credentials, flag).manifest(reference.tag or "")
     except httpx.HTTPError as error:
         raise UserError(f"{printable(reference.url())}: cannot reach the registry ({type(error).__name__})") from None
     return f"sha256:{hashlib.sha256(body).hexdigest()}"
 
 
+def oci_tags(reference: OciReference, credentials: str | None, timeout_s: float,
+             page_size: int = TAG_PAGE_SIZE, flag: str = "--token-file") -> list[str]:
+    """Every tag of `reference`'s repository, following the registry's `Link` pages (at most
+    `MAX_TAG_PAGES` pages and `MAX_TAGS` tags: more is an error, never a partial list)."""
+    import httpx
+
+    where = printable(f"oci://{reference.registry}/{reference.repository}")
+    tags: list[str] = []
+    url: str | None = tags_url(reference, page_size)
+    try:
+        with httpx.Client(timeout=timeout_s, follow_redirects=True, trust_env=False) as client:
+            registry = _Registry(client, reference, credentials, flag)
+            for _ in range(MAX_TAG_PAGES):
+                if url is None:
+                    return tags
+                body, link = registry.tag_page(url)
+                try:
+                    tags += page_tags(body)
+                    url = next_page(url, link)
+                except ValueError as error:
+                    raise UserError(f"{where}: {error}") from None
+                if len(tags) > MAX_TAGS:
+                    break
+    except httpx.HTTPError as error:
+        raise UserError(f"{where}: cannot reach the registry {reference.registry} ({type(error).__name__})") from None
+    if url is None and len(tags) <= MAX_TAGS:
+        return tags
+    raise UserError(f"{where}: the tag list is longer than {MAX_TAGS} tags or {MAX_TAG_PAGES} pages: "
+                    "watch one tag (oci://REGISTRY/REPO:TAG) instead")
+
+
 class _Registry:
-    def __init__(self, client: Any, reference: OciReference, credentials: str | None) -> None:
+    def __init__(self, client: Any, reference: OciReference, credentials: str | None,
+                 flag: str = "--token-file") -> None:
         self.client = client
+        self.flag = flag  # where a person gives the credentials, for the errors that ask for them
         self.reference = reference
         self.where = printable(reference.url())
         self.basic = split_credentials(credentials) if credentials else None
@@ -142,12 +181,12 @@ class _Registry:
             if challenge is None:
                 break
             self.authorization = self._authorize(challenge)
-        raise UserError(f"{self.where}: access denied (401) by the registry: pass --token-file (USER:PASSWORD)")
+        raise UserError(f"{self.where}: access denied (401) by the registry: pass {self.flag} (USER:PASSWORD)")
 
     def _authorize(self, challenge: Challenge) -> str:
         if challenge.scheme == "basic":
             if self.basic is None:
-                raise UserError(f"{self.where}: the registry asks for credentials: pass --token-file (USER:PASSWORD)")
+                raise UserError(f"{self.where}: the registry asks for credentials: pass {self.flag} (USER:PASSWORD)")
             return "Basic " + base64.b64encode(":".join(self.basic).encode()).decode()
         try:
             url = token_request(challenge, self.reference.repository)
@@ -157,12 +196,32 @@ class _Registry:
         if answer.status_code != 200:
             raise UserError(
                 f"{self.where}: the registry's token service answered {answer.status_code}"
-                + (": pass --token-file (USER:PASSWORD)" if answer.status_code in (401, 403) else "")
+                + (f": pass {self.flag} (USER:PASSWORD)" if answer.status_code in (401, 403) else "")
             )
         try:
             return f"Bearer {token_from(answer.json())}"
         except ValueError as error:
             raise UserError(f"{self.where}: {error}") from None
+
+    def tag_page(self, url: str) -> tuple[bytes, str | None]:
+        """One page of the tag list, and its `Link` header."""
+        response = self.open(url, "application/json")
+        try:
+            if response.status_code == 404:
+                raise UserError(f"{self.where}: not found (404): no repository {self.reference.repository}")
+            if response.status_code != 200:
+                raise UserError(f"{self.where}: the registry answered {response.status_code} for the tag list")
+            return self._body(response, "tag list"), response.headers.get("link")
+        finally:
+            response.close()
+
+    def _body(self, response: Any, what: str) -> bytes:
+        body = bytearray()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > MAX_MANIFEST_BYTES:
+                raise UserError(f"{self.where}: the {what} is larger than {MAX_MANIFEST_BYTES} bytes")
+        return bytes(body)
 
     def manifest(self, pin: str) -> tuple[bytes, str]:
         response = self.open(manifest_url(self.reference, pin), ACCEPT)
@@ -171,12 +230,7 @@ class _Registry:
                 raise UserError(f"{self.where}: not found (404): no manifest {printable(pin)} in {self.reference.repository}")
             if response.status_code != 200:
                 raise UserError(f"{self.where}: the registry answered {response.status_code} for the manifest")
-            body = bytearray()
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > MAX_MANIFEST_BYTES:
-                    raise UserError(f"{self.where}: the manifest is larger than {MAX_MANIFEST_BYTES} bytes")
-            return bytes(body), response.headers.get("content-type", "")
+            return self._body(response, "manifest"), response.headers.get("content-type", "")
         finally:
             response.close()
 

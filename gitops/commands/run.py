@@ -82,6 +82,10 @@ def run_command(args: argparse.Namespace) -> int:
     automation = getattr(args, "automation_token_file", None)
     args.automation_token = read_token(automation, "--automation-token-file").decode() if automation else None
     _register_secrets(args.repo, token, secret, git_token, args.promote_token, args.automation_token)
+    from gitops.commands.automation import registry_access
+
+    args.automation_registry = registry_access(getattr(args, "automation_registry_token_file", None),
+                                               "--automation-registry-token-file")
     _redact_command_line()
     from gitops.loop.secrets import load_identities
     from hardening.core_dumps import no_core_dumps
@@ -400,7 +404,8 @@ async def _serve(
     from gitops.commands.automation import build_loop
 
     automation = build_loop(source, args.path, args.environment, getattr(args, "automation_token", None),
-                            tuple(args.promote_api_url or ()), history, metrics)
+                            tuple(args.promote_api_url or ()), history, metrics,
+                            getattr(args, "automation_registry", None))
     guard = api.WebhookGuard(secret, RateLimiter(), deliveries=_delivery_log(state.webhook_deliveries)) if secret else None
 
     def webhook_fetch() -> None:

@@ -3,7 +3,9 @@
 An automation (`automation.toml` at the repository root, parsed by
 `gitops.specs.automation`; docs/guides/automation.md) watches a moving
 reference — an S3 prefix and the rule that picks one model under it
-(`vocabulary.replicas.s3_picks`), or an hf:// branch — every `interval_s`,
+(`vocabulary.replicas.s3_picks`), an hf:// branch, an OCI tag, or an OCI
+repository's tags and the rule that picks one (`vocabulary.replicas.oci_tags`)
+— every `interval_s`,
 and when what it resolves to differs from the pin of `[models.MODEL]` in
 git, writes the new pin and pushes a commit or opens (updates) a pull
 request (`gitops.loop.automation` does the I/O).
@@ -11,20 +13,21 @@ request (`gitops.loop.automation` does the I/O).
 Here, pure:
 
 - `Automation`: one table's settings, as values.
-- `Pin`: what a reference resolves to (source, sha256, and where it came from).
+- `Pin`: what a reference resolves to (source, sha256, and the tag that named
+  it, for an OCI repository).
 - `quarantined`: the digests a model must not be proposed at again — those
   of commits whose rollout the agent recorded as aborted (its canary
   failed and traffic went back) or whose apply failed and never applied
   later — each with why.
 - `commit_message`, `request_title`, `request_body`: what the commit and the
-  pull request say: the model, old and new digests and sources, and the
-  reference and rule they came from.
+  pull request say: the model, old and new digests and sources (for oci://,
+  the manifest digests), and the reference, rule and tag they came from.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gitops.reconcile.outcomes import HistoryEntry, Outcome
 
@@ -50,9 +53,9 @@ class Automation:
 
     name: str
     model: str  # the [models.MODEL] table it moves
-    watch: str  # s3://BUCKET/PREFIX/ or hf://ORG/NAME@BRANCH
-    pick: str | None = None  # s3://: newest | highest-version
-    match: str | None = None  # s3://: a regex the entry's name must contain
+    watch: str  # s3://BUCKET/PREFIX/, hf://ORG/NAME@BRANCH, oci://REGISTRY/REPO:TAG or oci://REGISTRY/REPO
+    pick: str | None = None  # s3://: newest | highest-version; oci:// repository: semver
+    match: str | None = None  # s3://: a regex the entry's name must contain; oci://: the tag
     kind: str | None = None  # s3://: file | directory
     interval_s: float = 300.0
     mode: str = "pull_request"  # commit | pull_request
@@ -63,9 +66,13 @@ class Automation:
     environment: str | None = None  # the agent that runs it: the one with this --environment (None: without)
 
     def rule(self) -> str:
-        """How the reference is read, for people: `newest under s3://m/p/ matching 'x'` or `hf://o/n@main`."""
-        if not self.watch.startswith("s3://"):
+        """How the reference is read, for people: `newest under s3://m/p/ matching 'x'`, `hf://o/n@main`,
+        `the highest semver tag of oci://r/p matching 'x'`."""
+        if self.pick is None:
             return self.watch
+        if self.watch.startswith("oci://"):
+            said = f"the highest {self.pick} tag of {self.watch}"
+            return said + (f" matching '{self.match}'" if self.match else "")
         said = f"{self.pick} under {self.watch}"
         if self.match:
             said += f" matching '{self.match}'"
@@ -80,6 +87,9 @@ class Pin:
 
     source: str
     sha256: str
+    # The moving reference that named it, when the rule chose among several (an OCI
+    # repository's tag: oci://r/p:v1.4.0); said in the commit, not part of the pin.
+    named_by: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -130,6 +140,8 @@ def commit_message(automation: Automation, old: Pin, new: Pin) -> str:
         lines.append(f"source: {old.source} -> {new.source}")
     else:
         lines.append(f"source: {new.source}")
+    if new.named_by:
+        lines.append(f"named by: {new.named_by}")
     return "\n".join(lines) + "\n"
 
 
@@ -145,6 +157,7 @@ def request_body(automation: Automation, old: Pin, new: Pin, path: str) -> str:
         "| --- | --- | --- |",
         f"| sha256 | `{old.sha256}` | `{new.sha256}` |",
         f"| source | `{old.source}` | `{new.source}` |",
+        *([f"| named by | | `{new.named_by}` |"] if new.named_by else []),
         "",
         "Merging it applies like any commit: the backends using this model roll with the canary and gates "
         "they declare. A digest whose rollout fails is not proposed again.",

@@ -6,7 +6,8 @@
    head, and the spec file declaring `[models.MODEL]` is found under the
    spec path;
 2. the reference is resolved (`resolve`, given by the command: an S3 prefix
-   by its rule, an hf:// branch — the same code as `gitops models resolve`);
+   by its rule, an hf:// branch, an OCI tag, an OCI repository's tags by
+   their rule — the same code as `gitops models resolve`);
 3. the same pin: nothing to do. A digest the agent's history judged bad (a
    commit pinning it whose rollout aborted, or whose apply failed and never
    applied later: `gitops.delivery.automation.quarantined`) is not proposed

@@ -15,9 +15,12 @@ moving reference to watch and which `[models.NAME]` it moves
     provider = "github"
     repository = "acme/serving"
 
-`watch` is `s3://BUCKET/PREFIX/` (with `pick`) or `hf://ORG/NAME@BRANCH`;
-`oci://` is refused (not supported yet). Whether `model` names a
-`[models.NAME]` of the spec tree is checked against the tree
+`watch` is `s3://BUCKET/PREFIX/` (with `pick`), `hf://ORG/NAME@BRANCH`,
+`oci://REGISTRY/REPO:TAG` (one tag's digest followed) or `oci://REGISTRY/REPO`
+(with `pick = "semver"` and an optional `match`: the highest version among
+the repository's tags, `vocabulary.replicas.oci_tags`). `pick`, `match` and
+`kind` are refused, at their key, where the reference takes none. Whether
+`model` names a `[models.NAME]` of the spec tree is checked against the tree
 (`unknown_models`). Pure: bytes in, values and `SpecError`s out.
 """
 
@@ -29,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gitops.delivery.automation import Automation
 from gitops.specs.documents import SpecError
@@ -38,6 +41,8 @@ from gitops.specs.limits import SpecLimits
 from gitops.specs.locating import locate
 from gitops.specs.models import NAME_PATTERN, did_you_mean, dotted, known_keys
 from vocabulary.replicas.hub_sources import parse_hub_source
+from vocabulary.replicas.oci_sources import parse_oci_reference
+from vocabulary.replicas.oci_tags import TAG_PICKS
 from vocabulary.replicas.s3_picks import PICKS, compile_match, parse_s3_prefix
 
 __all__ = ["AUTOMATION_PATH", "AutomationFile", "parse_automation", "unknown_models"]
@@ -54,9 +59,13 @@ class AutomationSpec(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str = Field(description="The [models.NAME] table (in a spec file) whose pin this automation moves.")
-    watch: str = Field(description="s3://BUCKET/PREFIX/ (with pick) or hf://ORG/NAME@BRANCH; oci:// not yet.")
-    pick: Literal["newest", "highest-version"] | None = Field(default=None, description="s3://: the rule.")
-    match: str | None = Field(default=None, description="s3://: a regex an entry's name must contain.")
+    watch: str = Field(description="s3://BUCKET/PREFIX/ (with pick), hf://ORG/NAME@BRANCH, oci://REGISTRY/REPO:TAG "
+                       "(one tag) or oci://REGISTRY/REPO (with pick = \"semver\": a tag of the repository's).")
+    pick: Literal["newest", "highest-version", "semver"] | None = Field(
+        default=None, description="s3://: newest or highest-version; an oci:// repository: semver (the highest "
+        "release; a pre-release only when match reaches past its '-').")
+    match: str | None = Field(default=None, description="s3:// and an oci:// repository: a regex an entry's name "
+                              "or a tag must contain.")
     kind: Literal["file", "directory"] | None = Field(default=None, description="s3://: files or directories.",
                                                       examples=["directory"])
     interval_s: float = Field(default=300.0, ge=1, description="Seconds between two looks at the reference.")
@@ -100,33 +109,60 @@ class AutomationSpec(BaseModel):
     def _api(cls, value: str | None) -> str | None:
         return PromotionSpec._api_url(value)
 
-    @model_validator(mode="after")
-    def _reference(self) -> AutomationSpec:
-        if self.watch.startswith("oci://"):
-            raise ValueError("watch: oci:// tags are not supported yet (s3://BUCKET/PREFIX/ or hf://ORG/NAME@BRANCH)")
-        if self.watch.startswith("s3://"):
-            try:
-                parse_s3_prefix(self.watch)
-            except ValueError as error:
-                raise ValueError(f"watch: {error}") from None
-            if self.pick is None:
-                raise ValueError(f"an s3:// prefix needs pick ({' or '.join(PICKS)})")
-        elif self.watch.startswith("hf://"):
-            try:
-                parse_hub_source(self.watch)
-            except ValueError as error:
-                raise ValueError(f"watch: {error}") from None
-            if self.pick is not None or self.match is not None or self.kind is not None:
-                raise ValueError("pick, match and kind are for an s3:// prefix; an hf:// branch names one commit")
-        else:
-            raise ValueError("watch must be s3://BUCKET/PREFIX/ or hf://ORG/NAME@BRANCH")
-        if self.mode != "commit" and (self.provider is None or self.repository is None):
-            raise ValueError('mode = "pull_request" needs provider ("github" or "gitlab") and repository')
-        shape = _GITHUB_REPOSITORY if self.provider == "github" else _GITLAB_PROJECT
-        if self.repository is not None and (shape.fullmatch(self.repository) is None or ".." in self.repository):
-            expected = "OWNER/NAME" if self.provider == "github" else "the project's path (GROUP/NAME) or its id"
-            raise ValueError(f"repository must be {expected} (got '{self.repository}')")
-        return self
+def forge_problems(spec: AutomationSpec) -> list[tuple[str | None, str]]:
+    """What is wrong with where the pin goes (a pull request's forge and repository), each with its key."""
+    if spec.mode != "commit" and (spec.provider is None or spec.repository is None):
+        return [(None, 'mode = "pull_request" needs provider ("github" or "gitlab") and repository')]
+    shape = _GITHUB_REPOSITORY if spec.provider == "github" else _GITLAB_PROJECT
+    if spec.repository is not None and (shape.fullmatch(spec.repository) is None or ".." in spec.repository):
+        expected = "OWNER/NAME" if spec.provider == "github" else "the project's path (GROUP/NAME) or its id"
+        return [("repository", f"must be {expected} (got '{spec.repository}')")]
+    return []
+
+
+def reference_problems(spec: AutomationSpec) -> list[tuple[str | None, str]]:
+    """What is wrong with `watch` and the keys that say how it is read, each with its key (None: the table)."""
+    given = [key for key in ("pick", "match", "kind") if getattr(spec, key) is not None]
+    if spec.watch.startswith("s3://"):
+        try:
+            parse_s3_prefix(spec.watch)
+        except ValueError as error:
+            return [("watch", str(error))]
+        if spec.pick is None:
+            return [(None, f"an s3:// prefix needs pick ({' or '.join(PICKS)})")]
+        if spec.pick not in PICKS:
+            return [("pick", f"an s3:// prefix is picked by {' or '.join(PICKS)} ('{spec.pick}' picks an oci:// "
+                             "repository's tags)")]
+        return []
+    if spec.watch.startswith("hf://"):
+        try:
+            parse_hub_source(spec.watch)
+        except ValueError as error:
+            return [("watch", str(error))]
+        return [(key, "is for an s3:// prefix or an oci:// repository; an hf:// branch names one commit")
+                for key in given]
+    if spec.watch.startswith("oci://"):
+        try:
+            reference = parse_oci_reference(spec.watch)
+        except ValueError as error:
+            return [("watch", str(error))]
+        name = f"oci://{reference.registry}/{reference.repository}"
+        if reference.digest is not None:
+            return [("watch", f"a digest never moves: watch a tag ({name}:TAG) or the repository's tags "
+                              f'({name} with pick = "semver")')]
+        if reference.tag is not None:
+            return [(key, f"is for an oci:// repository's tags ({name}); {spec.watch} follows one tag")
+                    for key in given]
+        if spec.pick is None:
+            return [(None, f'an oci:// repository needs pick = "semver" (or watch one tag: {name}:TAG)')]
+        problems: list[tuple[str | None, str]] = []
+        if spec.pick not in TAG_PICKS:
+            problems.append(("pick", f"an oci:// repository's tags are picked by {' or '.join(TAG_PICKS)}"))
+        if spec.kind is not None:
+            problems.append(("kind", "is for an s3:// prefix (files or directories); an oci:// tag names an image"))
+        return problems
+    return [("watch", "must be s3://BUCKET/PREFIX/, hf://ORG/NAME@BRANCH, oci://REGISTRY/REPO:TAG or "
+                      "oci://REGISTRY/REPO")]
 
 
 @dataclass(frozen=True)
@@ -186,6 +222,12 @@ def parse_automation(data: bytes | None, limits: SpecLimits = SpecLimits()) -> A
                 elif detail["type"] == "missing":
                     message = f"missing required key '{loc[-1]}'"
                 errors.append(located(loc, f"{dotted(loc)}: {message}"))
+            continue
+        problems = reference_problems(spec) + forge_problems(spec)
+        for wrong_key, problem in problems:
+            loc = at if wrong_key is None else (*at, wrong_key)
+            errors.append(located(loc, f"{dotted(loc)}: {problem}"))
+        if problems:
             continue
         if spec.model in models:
             errors.append(located((*at, "model"), f"{dotted((*at, 'model'))}: model '{spec.model}' is moved by "

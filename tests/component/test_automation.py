@@ -287,10 +287,12 @@ def test_validate_reports_automation_errors_at_their_line(tmp_path: Path, capsys
         spec("s3://models/sentiment/v1/", "a" * 64).replace("apps.sentiment", "deployments.apps.sentiment"))
     (tmp_path / "automation.toml").write_text(
         '[automation.sentiment]\nmodel = "sentimnet"\nwatch = "s3://models/sentiment/"\npick = "newest"\n'
-        'mode = "commit"\n\n[automation.llm]\nmodel = "sentiment"\nwatch = "oci://r/llm:latest"\nmode = "commit"\n')
+        'mode = "commit"\n\n[automation.llm]\nmodel = "sentiment"\nwatch = "oci://r/llm:latest"\npick = "semver"\n'
+        'mode = "commit"\n')
     assert main(["validate", str(tmp_path / "deployments"), "--root", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert "automation.toml:7:1: automation.llm: watch: oci:// tags are not supported yet" in err
+    assert "automation.toml:10:1: automation.llm.pick: is for an oci:// repository's tags (oci://r/llm); " \
+           "oci://r/llm:latest follows one tag" in err
     assert "automation.toml:2:9: automation.sentiment.model: no [models.sentimnet] in the spec files " \
            "(did you mean 'sentiment'?)" in err
     (tmp_path / "automation.toml").write_text(

@@ -12,6 +12,7 @@ from gitops.delivery.automation import (
     commit_message,
     failed_commits,
     quarantined,
+    request_body,
 )
 from gitops.reconcile.outcomes import HistoryEntry, Outcome
 from gitops.specs.automation import parse_automation, unknown_models
@@ -35,19 +36,34 @@ watch = "hf://acme/llm@main"
 mode = "commit"
 branch = "main"
 environment = "dev"
+
+[automation.tiny]
+model = "tiny"
+watch = "oci://registry.example.com/acme/tiny"
+pick = "semver"
+match = "^v1[.]"
+mode = "commit"
+
+[automation.car]
+model = "car"
+watch = "oci://registry.example.com/acme/car:stable"
+mode = "commit"
 """
 
 
 def test_a_good_file_reads_as_values() -> None:
     parsed = parse_automation(GOOD)
     assert parsed.errors == ()
-    sentiment, llm = parsed.automations
+    sentiment, llm, tiny, car = parsed.automations
     assert sentiment == Automation(
         name="sentiment", model="sentiment", watch="s3://models/sentiment/", pick="highest-version",
         match="^v[0-9]+/$", interval_s=60.0, mode="pull_request", provider="github", repository="acme/serving",
         api_url="http://127.0.0.1:9999",
     )
     assert (llm.mode, llm.branch, llm.environment, llm.interval_s) == ("commit", "main", "dev", 300.0)
+    assert (tiny.watch, tiny.pick, tiny.match) == ("oci://registry.example.com/acme/tiny", "semver", "^v1[.]")
+    assert tiny.rule() == "the highest semver tag of oci://registry.example.com/acme/tiny matching '^v1[.]'"
+    assert (car.watch, car.pick, car.rule()) == ("oci://registry.example.com/acme/car:stable", None, car.watch)
     assert automation_branch(sentiment) == "gitops/automation-sentiment"
     assert parse_automation(None).automations == ()
 
@@ -61,7 +77,9 @@ mdoe = "commit"
 
 [automation.b]
 model = "b"
+mode = "commit"
 watch = "oci://registry/b:latest"
+match = "^v1"
 
 [automation.c]
 model = "c"
@@ -71,6 +89,7 @@ mode = "pull_request"
 
 [automation.d]
 model = "a"
+mode = "commit"
 watch = "hf://acme/d@main"
 pick = "newest"
 
@@ -80,17 +99,57 @@ watch = "s3://models/e/"
 pick = "newest"
 interval_s = 0
 
+[automation.f]
+model = "f"
+watch = "oci://registry/f"
+mode = "commit"
+
+[automation.g]
+model = "g"
+watch = "oci://registry/g"
+pick = "highest-version"
+kind = "file"
+mode = "commit"
+
+[automation.h]
+model = "h"
+watch = "oci://registry/h@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+mode = "commit"
+
+[automation.i]
+model = "i"
+mode = "commit"
+watch = "s3://models/i/"
+pick = "semver"
+
+[automation.j]
+model = "j"
+mode = "commit"
+watch = "ftp://models/j/"
+
 [automations]
 """
     said = [str(error) for error in parse_automation(text).errors]
     assert said == [
-        "automation.toml:27:1: unknown table 'automations' (expected [automation.NAME]) (did you mean 'automation'?)",
+        "automation.toml:58:1: unknown table 'automations' (expected [automation.NAME]) (did you mean 'automation'?)",
         "automation.toml:4:1: automation.a.mdoe: unknown key 'mdoe' (did you mean 'mode'?)",
-        "automation.toml:6:1: automation.b: watch: oci:// tags are not supported yet "
-        "(s3://BUCKET/PREFIX/ or hf://ORG/NAME@BRANCH)",
-        'automation.toml:10:1: automation.c: mode = "pull_request" needs provider ("github" or "gitlab") and repository',
-        "automation.toml:16:1: automation.d: pick, match and kind are for an s3:// prefix; an hf:// branch names one commit",
-        "automation.toml:25:1: automation.e.interval_s: Input should be greater than or equal to 1",
+        "automation.toml:10:1: automation.b.match: is for an oci:// repository's tags (oci://registry/b); "
+        "oci://registry/b:latest follows one tag",
+        'automation.toml:12:1: automation.c: mode = "pull_request" needs provider ("github" or "gitlab") and repository',
+        "automation.toml:22:1: automation.d.pick: is for an s3:// prefix or an oci:// repository; "
+        "an hf:// branch names one commit",
+        "automation.toml:28:1: automation.e.interval_s: Input should be greater than or equal to 1",
+        'automation.toml:30:1: automation.f: an oci:// repository needs pick = "semver" '
+        "(or watch one tag: oci://registry/f:TAG)",
+        "automation.toml:38:1: automation.g.pick: an oci:// repository's tags are picked by semver",
+        "automation.toml:39:1: automation.g.kind: is for an s3:// prefix (files or directories); "
+        "an oci:// tag names an image",
+        "automation.toml:44:1: automation.h.watch: a digest never moves: watch a tag (oci://registry/h:TAG) "
+        'or the repository\'s tags (oci://registry/h with pick = "semver")',
+        "automation.toml:51:1: automation.i.pick: an s3:// prefix is picked by newest or highest-version "
+        "('semver' picks an oci:// repository's tags)",
+        "automation.toml:56:1: automation.j.watch: must be s3://BUCKET/PREFIX/, hf://ORG/NAME@BRANCH, "
+        "oci://REGISTRY/REPO:TAG or oci://REGISTRY/REPO",
     ]
 
 
@@ -137,3 +196,18 @@ def test_the_commit_message_names_both_digests_and_where_they_came_from() -> Non
     assert "newest under s3://models/sentiment/" in message
     assert f"sha256: {'a' * 64} -> {'b' * 64}" in message
     assert "source: s3://models/sentiment/v3/ -> s3://models/sentiment/v4/" in message
+
+
+def test_an_oci_pin_says_the_tag_that_named_it_and_both_manifest_digests() -> None:
+    automation = Automation("tiny", "tiny", "oci://registry.example.com/acme/tiny", pick="semver")
+    old = Pin(f"oci://registry.example.com/acme/tiny@sha256:{'1' * 64}", "a" * 64)
+    new = Pin(f"oci://registry.example.com/acme/tiny@sha256:{'2' * 64}", "b" * 64,
+              named_by="oci://registry.example.com/acme/tiny:v1.4.0")
+    assert new == Pin(new.source, new.sha256)  # the tag says where it came from; the pin is the digests
+    message = commit_message(automation, old, new)
+    assert "moves to what the highest semver tag of oci://registry.example.com/acme/tiny names now." in message
+    assert f"source: {old.source} -> {new.source}" in message
+    assert "named by: oci://registry.example.com/acme/tiny:v1.4.0" in message
+    body = request_body(automation, old, new, "deployments/tiny.toml")
+    assert "| named by | | `oci://registry.example.com/acme/tiny:v1.4.0` |" in body
+    assert f"`{old.source}`" in body and f"`{new.source}`" in body

@@ -18,7 +18,10 @@ request without `Authorization: Bearer TOKEN` is answered 401 with
 TOKEN out only to `USER:PASSWORD` (basic credentials) when it is given
 them, else to anyone (an anonymous pull). Every request it saw is kept
 (path, query, Authorization header), so a test can check where the
-credentials went.
+credentials went. With `tag_page_size`, it hands a repository's tag list out
+in pages as the distribution spec allows (`?n=&last=`, a `Link: <…>;
+rel="next"` header while more follow; registries such as distribution 3,
+Harbor or GHCR do, Debian's 2.8 sends one page).
 """
 
 from __future__ import annotations
@@ -220,6 +223,7 @@ class TokenFront:
     upstream: str  # http://127.0.0.1:PORT of the registry
     token: str
     credentials: str | None  # USER:PASSWORD the token service asks for, or None: anonymous
+    tag_page_size: int | None = None  # tags/list in pages of at most this many (None: as the registry answers)
     port: int = 0
     seen: list[tuple[str, str, str]] = field(default_factory=list)  # (path, query, authorization)
 
@@ -229,8 +233,9 @@ class TokenFront:
 
 
 @contextlib.contextmanager
-def token_front(upstream: str, token: str, credentials: str | None = None) -> Iterator[TokenFront]:
-    front = TokenFront(upstream, token, credentials)
+def token_front(upstream: str, token: str, credentials: str | None = None,
+                tag_page_size: int | None = None) -> Iterator[TokenFront]:
+    front = TokenFront(upstream, token, credentials, tag_page_size)
     proxy = httpx.Client(timeout=60, trust_env=False)
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -260,16 +265,34 @@ def token_front(upstream: str, token: str, credentials: str | None = None) -> It
                 self._answer(200, json.dumps({"token": front.token}).encode(), {"Content-Type": "application/json"})
                 return
             if authorization != f"Bearer {front.token}":
-                repository = re.sub(r"^/v2/(.*)/(manifests|blobs)/[^/]*$", r"\1", parts.path)
+                repository = re.sub(r"^/v2/(.*)/(manifests/[^/]*|blobs/[^/]*|tags/list)$", r"\1", parts.path)
                 challenge = (f'Bearer realm="http://{front.host}/token",service="loopback-registry",'
                              f'scope="repository:{repository}:pull"')
                 self._answer(401, b'{"errors": [{"code": "UNAUTHORIZED"}]}',
                              {"Content-Type": "application/json", "WWW-Authenticate": challenge})
                 return
+            if front.tag_page_size is not None and parts.path.endswith("/tags/list"):
+                self._tag_page(parts.path, parse_qs(parts.query))
+                return
             answer = proxy.get(f"{front.upstream}{self.path}", headers={"Accept": self.headers.get("Accept", "*/*")})
-            headers = {name: answer.headers[name] for name in ("content-type", "docker-content-digest")
+            headers = {name: answer.headers[name] for name in ("content-type", "docker-content-digest", "link")
                        if name in answer.headers}
             self._answer(answer.status_code, answer.content, headers)
+
+        def _tag_page(self, path: str, query: dict[str, list[str]]) -> None:
+            answer = proxy.get(f"{front.upstream}{path}")
+            if answer.status_code != 200:
+                self._answer(answer.status_code, answer.content, {"Content-Type": "application/json"})
+                return
+            document = answer.json()
+            tags = sorted(document.get("tags") or [])
+            last = query.get("last", [""])[0]
+            size = min(int(query.get("n", ["1000"])[0]), front.tag_page_size or 1000)
+            page = [tag for tag in tags if tag > last][:size]
+            headers = {"Content-Type": "application/json"}
+            if page and page[-1] != tags[-1]:
+                headers["Link"] = f'<{path}?n={size}&last={page[-1]}>; rel="next"'
+            self._answer(200, json.dumps({"name": document["name"], "tags": page}).encode(), headers)
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     front.port = server.server_address[1]

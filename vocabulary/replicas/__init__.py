@@ -16,6 +16,8 @@
   members a layer may hold, and the distribution API as values;
   `s3_picks`: which file or directory under an S3 prefix `gitops models
   resolve` pins (newest, highest version, `--match`), and the lines it prints;
+  `oci_tags`: which tag of an OCI repository artifact automation follows
+  (the highest semantic version, narrowed by a regex), and the tag list's pages;
   `model_stats`: what a node's model cache did, in the file its replicas
   write and its proxies read.
 - `secret_forms`: the forms a secret value takes in text (repr, base64,

@@ -1,0 +1,232 @@
+"""Artifact automation watching OCI references, against a real OCI registry on loopback
+(Debian's docker-registry behind the registries' bearer-token flow with credentials,
+tests.support.oci_registry; no Ray, so the real tier only for the external program), a
+bare git remote the runner reads and pushes to (`file://`), and no forge (commit mode).
+
+- A watched tag that moves (`oci://R/REPO:stable`) moves the pin: the spec's source
+  to the new manifest digest and its sha256 to the model's, nothing else of the file,
+  the commit naming the tag and both manifest digests; the next look is up to date
+  and pulls no blob (a manifest the spec pins already is not read again).
+- A watched repository with `pick = "semver"` reads the whole tag list, page by page
+  (Link headers, from the token front: Debian's registry sends one page), and pins the highest release `match` lets in; the
+  commit says which tag named it. A pre-release pushed later is not proposed.
+- Without the registry's credentials, or with wrong ones, a look is an error result
+  naming the flag that gives them; the credentials show in no status, log or commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitops.commands.automation import build_loop, registry_access
+from gitops.commands.models_oci import oci_tags
+from gitops.loop.history import History
+from gitops.loop.metrics import AgentMetrics
+from gitops.sources.repos import GitSource
+from tests.conftest import GitRepo
+from tests.support.oci_registry import LoopbackRegistry, TokenFront, oci_registry, token_front
+from vocabulary.replicas.model_digests import manifest_digest
+from vocabulary.replicas.oci_sources import OciReference
+
+pytestmark = pytest.mark.real  # docker-registry, an external program (`make system-deps`)
+
+CREDENTIALS = "automation-robot:oci-automation-pa55word"
+TOKEN = "registry-token-automation-0123456789"
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LoopbackRegistry, TokenFront]]:
+    with oci_registry(tmp_path_factory.mktemp("registry")) as server:
+        with token_front(server.url, TOKEN, CREDENTIALS, tag_page_size=2) as front:
+            yield server, front
+
+
+def model(label: str) -> tuple[dict[str, bytes], str]:
+    files = {"config.json": b"{}", "weights/model.safetensors": os.urandom(20_000) + label.encode()}
+    return files, manifest_digest([(p, len(d), hashlib.sha256(d).hexdigest()) for p, d in files.items()])
+
+
+SPEC = """\
+# The tiny model, a modelcar; automation.tiny moves its pin.
+[models.tiny]
+source = "{source}"  # pushed by the training pipeline
+sha256 = "{digest}"
+load_timeout_s = 60
+
+[backends.tiny]
+import_path = "apps.tiny:Tiny"
+models = ["tiny"]
+"""
+
+
+class World:
+    """A spec pinning `first`, automation.toml watching `watch`, and the agent's automation loop."""
+
+    def __init__(self, tmp: Path, front: TokenFront, watch: str, first: str, digest: str, extra: str = "",
+                 credentials: str | None = CREDENTIALS) -> None:
+        self.work = GitRepo(tmp / "work")
+        self.work.write("deployments/tiny.toml", SPEC.format(source=first, digest=digest))
+        self.work.write("automation.toml", f'[automation.tiny]\nmodel = "tiny"\nwatch = "{watch}"\n{extra}'
+                                           'interval_s = 1\nmode = "commit"\n')
+        self.work.commit("tiny, and its automation")
+        self.remote = tmp / "remote.git"
+        subprocess.run(["git", "clone", "-q", "--bare", str(self.work.root), str(self.remote)], check=True)
+        token_file = tmp / "registry-credentials"
+        token_file.write_text(f"{credentials}\n" if credentials else "")
+        access = registry_access(str(token_file) if credentials else None, "--automation-registry-token-file")
+        self.loop = build_loop(GitSource(f"file://{self.remote}", "main", tmp / "state"), "deployments", None, None,
+                               (), History(tmp / "history.db"), AgentMetrics(), access)
+
+    def look(self) -> dict[str, Any]:
+        asyncio.run(self.loop.once(now=lambda: float("inf")))  # every automation is due
+        status = self.loop.status()
+        assert status["errors"] == [], status
+        (shown,) = status["automations"]  # type: ignore[misc]
+        return shown  # type: ignore[no-any-return]
+
+    def git(self, *args: str) -> str:
+        return subprocess.run(["git", "--git-dir", str(self.remote), *args], check=True, capture_output=True,
+                              text=True).stdout
+
+    def changed(self, older: str, newer: str) -> list[str]:
+        text = self.git("diff", "-U0", older, newer)
+        return [line for line in text.splitlines() if line[:1] in "+-" and not line.startswith(("---", "+++"))]
+
+
+def _layers(server: LoopbackRegistry, repository: str, manifest: str) -> list[str]:
+    answer = server.client.get(f"{server.url}/v2/{repository}/manifests/{manifest}",
+                               headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+    return [str(layer["digest"]) for layer in answer.json()["layers"]]
+
+
+def test_a_moved_tag_moves_the_pin_lines_only_and_the_commit_names_the_tag_and_both_digests(
+    registry: tuple[LoopbackRegistry, TokenFront], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server, front = registry
+    files1, digest1 = model("v1")
+    files2, digest2 = model("v2")
+    manifest1 = server.push_modelcar("acme/followed", "stable", files1)
+    name = f"oci://{front.host}/acme/followed"
+    world = World(tmp_path, front, f"{name}:stable", f"{name}@{manifest1}", digest1)
+    caplog.set_level(logging.INFO, "gitops.automation")
+    assert world.look()["result"] == "up_to_date"
+    assert [server.blob_gets(layer) for layer in _layers(server, "acme/followed", manifest1)] == [0, 0]
+
+    before = world.git("rev-parse", "main").strip()
+    manifest2 = server.push_modelcar("acme/followed", "stable", files2)  # the tag moves
+    shown = world.look()
+    assert shown["result"] == "proposed", shown
+    assert (shown["new_source"], shown["new_sha256"]) == (f"{name}@{manifest2}", digest2)
+    assert world.changed(before, "main") == [
+        f'-source = "{name}@{manifest1}"  # pushed by the training pipeline',
+        f'-sha256 = "{digest1}"',
+        f'+source = "{name}@{manifest2}"  # pushed by the training pipeline',
+        f'+sha256 = "{digest2}"',
+    ]
+    assert world.git("diff", "--name-only", before, "main").split() == ["deployments/tiny.toml"]
+    message = world.git("log", "-1", "--format=%B", "main")
+    assert f"moves to what {name}:stable names now." in message
+    assert f"source: {name}@{manifest1} -> {name}@{manifest2}" in message
+    assert f"sha256: {digest1} -> {digest2}" in message
+
+    pulled = [server.blob_gets(layer) for layer in _layers(server, "acme/followed", manifest2)]
+    assert world.look()["result"] == "up_to_date"  # the pin git has now: nothing pulled again
+    assert [server.blob_gets(layer) for layer in _layers(server, "acme/followed", manifest2)] == pulled
+    shown_anywhere = caplog.text + str(world.loop.status()) + world.git("log", "--format=%B", "main")
+    assert "pa55word" not in shown_anywhere and TOKEN not in shown_anywhere
+
+
+def test_semver_picks_the_highest_release_from_every_page_of_the_tag_list(
+    registry: tuple[LoopbackRegistry, TokenFront], tmp_path: Path
+) -> None:
+    server, front = registry
+    repository = "acme/versioned"
+    files: dict[str, dict[str, bytes]] = {}
+    digest: dict[str, str] = {}
+    for tag in ("v1.2.0", "v1.9.0", "v1.10.0", "v2.0.0", "latest"):
+        files[tag], digest[tag] = model(tag)
+        server.push_modelcar(repository, tag, files[tag])
+    name = f"oci://{front.host}/{repository}"
+    # The registry hands the list out in pages of two: every page is read, through the token flow.
+    tags = oci_tags(OciReference(front.host, repository), CREDENTIALS, 30)
+    assert tags == ["latest", "v1.10.0", "v1.2.0", "v1.9.0", "v2.0.0"]
+    pages = [query for path, query, authorization in front.seen
+             if path == f"/v2/{repository}/tags/list" and authorization == f"Bearer {TOKEN}"]
+    assert pages == ["n=1000", "n=2&last=v1.10.0", "n=2&last=v1.9.0"]
+
+    manifest = server.push_modelcar(repository, "v1.2.0", files["v1.2.0"])
+    world = World(tmp_path, front, name, f"{name}@{manifest}", digest["v1.2.0"], extra='pick = "semver"\n'
+                  'match = "^v1[.]"\n')
+    before = world.git("rev-parse", "main").strip()
+    shown = world.look()
+    assert shown["result"] == "proposed", shown  # v1.10.0: above v1.9.0, and v2.0.0 is not matched
+    assert shown["new_sha256"] == digest["v1.10.0"]
+    message = world.git("log", "-1", "--format=%B", "main")
+    assert f"moves to what the highest semver tag of {name} matching '^v1[.]' names now." in message
+    assert f"named by: {name}:v1.10.0" in message
+    assert len(world.changed(before, "main")) == 4
+
+    server.push_modelcar(repository, "v1.11.0-rc.1", model("rc")[0])  # a pre-release `^v1[.]` stops short of
+    assert world.look()["result"] == "up_to_date"
+    newest, newest_digest = model("v1.10.1")
+    newest_manifest = server.push_modelcar(repository, "v1.10.1", newest)
+    shown = world.look()
+    assert shown["result"] == "proposed", shown
+    assert (shown["new_source"], shown["new_sha256"]) == (f"{name}@{newest_manifest}", newest_digest)
+    assert f"named by: {name}:v1.10.1" in world.git("log", "-1", "--format=%B", "main")
+
+
+def test_missing_or_wrong_credentials_are_an_error_result_naming_the_flag(
+    registry: tuple[LoopbackRegistry, TokenFront], tmp_path: Path
+) -> None:
+    server, front = registry
+    files, digest = model("private")
+    manifest = server.push_modelcar("acme/private", "stable", files)
+    name = f"oci://{front.host}/acme/private"
+    anonymous = World(tmp_path / "anonymous", front, f"{name}:stable", f"{name}@{manifest}", digest, credentials=None)
+    shown = anonymous.look()
+    assert shown["result"] == "error"
+    assert "the registry's token service answered 401: pass --automation-registry-token-file (USER:PASSWORD)" in (
+        shown["detail"])
+    wrong = World(tmp_path / "wrong", front, f"{name}:stable", f"{name}@{manifest}", digest,
+                  credentials="automation-robot:not-the-pa55word-at-all")
+    shown = wrong.look()
+    assert shown["result"] == "error" and "--automation-registry-token-file" in shown["detail"]
+    assert "not-the-pa55word" not in str(wrong.loop.status())
+
+
+def test_the_cli_takes_the_credentials_from_a_file_and_refuses_a_bad_one(
+    registry: tuple[LoopbackRegistry, TokenFront], tmp_path: Path
+) -> None:
+    server, front = registry
+    files, digest = model("cli")
+    manifest = server.push_modelcar("acme/cli", "stable", files)
+    name = f"oci://{front.host}/acme/cli"
+    world = World(tmp_path, front, f"{name}:stable", f"{name}@{manifest}", digest)
+    newer = server.push_modelcar("acme/cli", "stable", model("cli-2")[0])
+    credentials = tmp_path / "registry-credentials"
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gitops", "automation", "run", "--repo", f"file://{world.remote}",
+                               "--dry-run", "--state-dir", str(tmp_path / "state-dir"), *extra],
+                              capture_output=True, text=True, timeout=120)
+
+    done = run("--registry-token-file", str(credentials))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("tiny: dry_run: would move tiny")
+    assert f'+source = "{name}@{newer}"  # pushed by the training pipeline' in done.stdout
+    assert "pa55word" not in done.stdout + done.stderr
+    credentials.write_text("no-colon-here\n")
+    refused = run("--registry-token-file", str(credentials))
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "--registry-token-file" in refused.stderr and "USER:PASSWORD" in refused.stderr
