@@ -8,7 +8,8 @@ settings, each request's `RequestModels` (a context variable, set by
 `begin_models` from the request's header) and the loaders that hold models
 (`register`), and each request's or handle call's `Deadline` (a context
 variable, set by `begin_deadline` from what the call carried, until `end_deadline`; the handle
-calls user code makes from there read it, `current_deadline`). `REPORTED_LOAD` is the load user code last reported. The
+calls user code makes from there read it, `current_deadline`). `REPORTED_LOAD` is the load user code last reported;
+the token sink (`install_token_sink`) where an OpenAI backend's token counts go (`ray_gitops.llm.publishing`). The
 replica host (`replica.host`) fills them, once at start-up (per request for
 `begin_models` and `begin_deadline`); `serving` and `model_slots` read them. Outside a replica
 nothing is installed and every reader says so.
@@ -26,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 from vocabulary.request_path.deadlines import Deadline
 from vocabulary.request_path.multiplexing import MultiplexSettings, RequestModels
+from vocabulary.replicas.token_counts import ModelTokens
 from vocabulary.replicas.serving import HandleCalls, ModelMissing, ReplicaContext, ReportedLoad, SecretStore
 
 __all__ = [
@@ -47,6 +49,8 @@ __all__ = [
     "begin_deadline",
     "end_deadline",
     "current_deadline",
+    "install_token_sink",
+    "installed_token_sink",
 ]
 
 _installed: dict[str, Any] = {}
@@ -102,6 +106,19 @@ def _require(what: str) -> Any:
 
 # One per process: a replica's process runs one replica.
 REPORTED_LOAD = ReportedLoad()
+
+# Where an OpenAI backend's token counts go (`ray_gitops.llm.publishing`): at most one, the replica host's.
+_TOKEN_SINK: list[Callable[[dict[str, ModelTokens]], None]] = []
+
+
+def install_token_sink(sink: Callable[[dict[str, ModelTokens]], None]) -> None:
+    """Called by the replica host before user code runs: `sink` adds counts per model to the node's file."""
+    _TOKEN_SINK[:] = [sink]
+
+
+def installed_token_sink() -> Callable[[dict[str, ModelTokens]], None] | None:
+    """The replica host's token sink; None outside a replica (a test that builds the app itself)."""
+    return _TOKEN_SINK[0] if _TOKEN_SINK else None
 
 
 # --- a multiplexed backend ------------------------------------------------------------

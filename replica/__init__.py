@@ -34,4 +34,6 @@ talks to the proxy only through `vocabulary.request_path.wire` (as Ray calls, or
   selected files from a Hugging Face Hub (its HTTP API, httpx, resumable);
   `oci_fetching`: an oci:// model's directory from an OCI registry (its
   distribution API, httpx: blobs verified as they stream, safe tar extraction).
+- `token_stats_file`: the node's LLM token counts, which an OpenAI backend's
+  replicas add to and the node's proxies export.
 """

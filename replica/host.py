@@ -50,7 +50,8 @@ Before user code runs it also stages its backend's models (`replica.models`;
 `staging` says how far a fetch is meanwhile) and, for a multiplexed backend,
 installs its `[multiplex]` settings: each request's model id is read from
 its header (`ray_gitops.registry.begin_models`) and every answer says which models
-the replica holds.
+the replica holds. It installs the sink of an OpenAI backend's token counts too:
+the node's file in its model cache directory (`replica.token_stats_file`).
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ from replica.grpc_calls import GrpcMethods
 from replica.streams import StreamTable
 from replica.handles import HandleRouter
 from replica.model_fetching import FetchProgress
-from replica.models import ModelCache, stage_models
+from replica.models import DEFAULT_CACHE_DIR, ModelCache, stage_models
+from replica.token_stats_file import add_token_counts
 from replica.own_output import OwnOutput
 from replica.secrets import SecretBox
 from replica.tracing import Carrier, ReplicaTracing
@@ -96,6 +98,7 @@ from vocabulary.request_path.grpc_calls import is_grpc_call
 from datalink.private_dirs import private_base
 from ray_gitops.registry import (
     begin_deadline, begin_models, end_deadline, install, install_models, install_multiplex, install_secrets,
+    install_token_sink,
 )
 from vocabulary.replicas.serving import DeadlineExceeded, ReplicaContext
 from vocabulary.request_path.deadlines import DEADLINE_HEADER, Deadline, split_deadline
@@ -390,6 +393,10 @@ class Replica:
             elif not models:
                 install_models({})
             install_secrets(self._secrets)
+            # An OpenAI backend's token counts go to the node's file, which its proxies export.
+            install_token_sink(functools.partial(
+                add_token_counts, self._model_cache_settings[0] or DEFAULT_CACHE_DIR, self.backend
+            ))
             multiplex = self._config.multiplex  # for `@ray_gitops.serving.multiplexed`
             if multiplex is not None:
                 install_multiplex(

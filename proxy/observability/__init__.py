@@ -2,6 +2,8 @@
 
 - `metrics`: the Prometheus recorder and the port it is scraped from;
 - `model_metrics`: the node's model cache metrics, read from its stats file;
+- `token_metrics`: the node's LLM token metrics per backend and model, read from the
+  file its OpenAI backends' replicas write;
 - `tracing`: head sampling and the request span, exported over OTLP;
 - `capture`: sampled request/response records, a bounded queue and the writer thread,
   with `redacting` (what a record says, redacted: pure) and `capture_s3` (an `s3://`

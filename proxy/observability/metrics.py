@@ -13,7 +13,9 @@ docs/reference/metrics.md ("Proxy": `gitops_http_requests_total`,
 multiplexed backend `gitops_model_requests_total`, `gitops_model_loads_total`,
 `gitops_model_evictions_total`, and per tenant of a token budget
 `gitops_tenant_tokens_admitted_total`, `gitops_tenant_tokens_charged_total`,
-`gitops_tenant_token_limited_total`), and serving them. Not here: when a
+`gitops_tenant_token_limited_total`), and serving them, with the node's model cache metrics
+(`proxy.observability.model_metrics`) and LLM token metrics (`proxy.observability.token_metrics`),
+both read from files the node's replicas write. Not here: when a
 request counts as finished (the proxy's request path calls
 `request_finished` from exactly one place, `proxy.pipeline.websockets` calls
 `session_finished` once per WebSocket).
@@ -102,6 +104,7 @@ from prometheus_client.registry import Collector
 
 from proxy.shell import shared_ports
 from proxy.observability.model_metrics import register_model_metrics
+from proxy.observability.token_metrics import register_token_metrics
 
 __all__ = [
     "DEFAULT_METRICS_PORT",
@@ -249,6 +252,7 @@ class ProxyMetrics:
         self._serving: tuple[set[str], set[str]] | None = None
         r = self.registry
         register_model_metrics(r, model_cache_dir)
+        register_token_metrics(r, model_cache_dir, self._served_backends)
         self._requests = Counter(
             "gitops_http_requests",
             "Requests answered by the proxy, by endpoint, backend and status code; "
@@ -667,7 +671,11 @@ class ProxyMetrics:
         served = CollectorRegistry(auto_describe=False)
         served.register(_NodeCollector(self._shared, lambda: self._serving))
         register_model_metrics(served, self._model_cache_dir)
+        register_token_metrics(served, self._model_cache_dir, self._served_backends)
         return served
+
+    def _served_backends(self) -> set[str] | None:
+        return self._serving[1] if self._serving is not None else None
 
     def serve(self, host: str = "127.0.0.1", port: int = DEFAULT_METRICS_PORT, limits: EdgeLimits = EdgeLimits()) -> int:
         """Serve `/metrics` on a background thread; returns the bound port.

@@ -8,6 +8,8 @@
 - `adapters`: a replica's LoRA adapters, loaded into the running engine on
   demand (at most the `[llm]` table's limit, least recently used out).
 - `token_stats`: time to first token, inter-token time and tokens/s per model.
+- `publishing`: those counts handed to the node's file (the replica host's
+  sink) within a second of changing, whence the node's proxies export them.
 - `ngram`: the CPU engine (a word n-gram model, trained at start-up).
 - `vllm_engine`: the vLLM adapter (vLLM imported only when used).
 - `app`: `OpenAIBackend`, what an `[llm]` backend's replicas run.

@@ -9,7 +9,11 @@ running are the load the replica reports to the proxy. The table's LoRA
 adapters (`lora_adapters`, each staged like the model) are loaded into that
 engine when first asked for (`ray_gitops.llm.adapters`); `ENGINE_STARTS`
 counts the engines this process built, which `/v1/stats` says (a loaded
-adapter never adds one).
+adapter never adds one). Its token counts per model go to the node's file
+within a second of a request's end (`ray_gitops.llm.publishing`, to the sink
+the replica host installed), whence the node's proxies export them to
+Prometheus; a replica that drains (the ASGI lifespan's shutdown) publishes
+what is left before it stops.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ray_gitops import serving
+from ray_gitops.asgi import Receive, Send
 from ray_gitops.llm.adapters import Adapters
+from ray_gitops.llm.publishing import TokenPublisher
+from ray_gitops.registry import installed_token_sink
 from ray_gitops.llm.engine import AdapterEngine, Engine
 from ray_gitops.llm.http import OpenAIApp
 from vocabulary.spec.llm import LLMConfig, LLMEngine
@@ -72,7 +79,33 @@ class OpenAIBackend:
         path = serving.model_path(config.model) if config.model is not None else None
         engine = build_engine(config, path)
         adapters = build_adapters(config, engine, {name: serving.model_path(name) for name in config.lora_adapters})
-        self.app = OpenAIApp(engine, on_load=_report, adapters=adapters, about=_about)
+        sink = installed_token_sink()
+        publisher: TokenPublisher | None = None
+        self._publisher: TokenPublisher | None = None
+
+        def on_load(running: int) -> None:  # after each request's start and end
+            _report(running)
+            if publisher is not None:
+                publisher.changed()
+
+        self.app = OpenAIApp(engine, on_load=on_load, adapters=adapters, about=_about)
+        if sink is not None:
+            publisher = self._publisher = TokenPublisher(self.app.stats.counts, sink)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan" and self._publisher is not None:
+            await _publishing_at_shutdown(receive, send, self._publisher)
+            return
         await self.app(scope, receive, send)
+
+
+async def _publishing_at_shutdown(receive: Receive, send: Send, publisher: TokenPublisher) -> None:
+    """The lifespan protocol: at its shutdown (the replica drains) the counts not yet published go first."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await publisher.publish()
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -5,8 +5,11 @@ tokens, tokens per second, tokens in and out, requests finished, refused and can
 calls `token(n)` for each delta the engine yields and `done(usage)`,
 `refused()` or `cancelled()` at its end. The clock is given (`time.perf_counter` in a
 replica, a fake in tests), so this module stays pure. `snapshot()` is what
-`GET .../stats` answers. Inter-token gaps are the gaps between the engine's
-deltas divided by the tokens a delta holds.
+`GET .../stats` answers; `counts()` what goes to Prometheus (per model, with
+histograms of time to first token and between tokens:
+`vocabulary.replicas.token_counts`, published by `ray_gitops.llm.publishing`).
+Inter-token gaps are the gaps between the engine's deltas divided by the
+tokens a delta holds (a delta of k tokens is k observations).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ray_gitops.llm.engine import Usage
+from vocabulary.replicas.token_counts import ModelTokens
 
 __all__ = ["TokenStats", "Timing"]
 
@@ -36,23 +40,20 @@ class _Series:
 
 @dataclass
 class _ModelStats:
-    requests: int = 0
-    cancelled: int = 0
-    refused: int = 0
+    counts: ModelTokens = field(default_factory=ModelTokens)  # what Prometheus gets (through the node's file)
     running: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
     decode_s: float = 0.0  # first token to last, summed over requests
     ttft_s: _Series = field(default_factory=_Series)
     inter_token_s: _Series = field(default_factory=_Series)
 
     def snapshot(self) -> dict[str, Any]:
+        counts = self.counts
         return {
-            "requests": self.requests, "cancelled": self.cancelled, "refused": self.refused, "running": self.running,
-            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+            "requests": counts.finished, "cancelled": counts.cancelled, "refused": counts.refused,
+            "running": self.running, "prompt_tokens": counts.prompt_tokens, "completion_tokens": counts.completion_tokens,
             "ttft_s": self.ttft_s.summary(), "inter_token_s": self.inter_token_s.summary(),
             # decode speed: tokens after the first over the time they took
-            "tokens_per_s": (self.completion_tokens - self.ttft_s.count) / self.decode_s if self.decode_s > 0 else 0.0,
+            "tokens_per_s": (counts.completion_tokens - self.ttft_s.count) / self.decode_s if self.decode_s > 0 else 0.0,
         }
 
 
@@ -74,16 +75,18 @@ class Timing:
         if self._first is None:
             self._first = now
             self._stats.ttft_s.add(now - self._start)
+            self._stats.counts.ttft_s.observe(now - self._start)
             count -= 1
         if count > 0:
             self._stats.inter_token_s.add((now - self._last) / count, count)
+            self._stats.counts.inter_token_s.observe((now - self._last) / count, count)
         self._last = now
 
     def done(self, usage: Usage) -> None:
         self._close()
-        self._stats.requests += 1
-        self._stats.prompt_tokens += usage.prompt_tokens
-        self._stats.completion_tokens += usage.completion_tokens
+        self._stats.counts.finished += 1
+        self._stats.counts.prompt_tokens += usage.prompt_tokens
+        self._stats.counts.completion_tokens += usage.completion_tokens
         if self._first is not None:
             self._stats.decode_s += self._last - self._first
 
@@ -91,13 +94,13 @@ class Timing:
         """The engine refused the request before generating (a prompt longer than its context)."""
         if self._open:
             self._close()
-            self._stats.refused += 1
+            self._stats.counts.refused += 1
 
     def cancelled(self) -> None:
         """The request ended unfinished: its client went away, or it failed."""
         if self._open:
             self._close()
-            self._stats.cancelled += 1
+            self._stats.counts.cancelled += 1
 
     def _close(self) -> None:
         if self._open:
@@ -117,6 +120,10 @@ class TokenStats:
 
     def running(self) -> int:
         return sum(m.running for m in self._models.values())
+
+    def counts(self) -> dict[str, ModelTokens]:
+        """Every model's counts so far, copied: what a replica adds to its node's file (less what it added before)."""
+        return {name: stats.counts.copy() for name, stats in self._models.items()}
 
     def snapshot(self) -> dict[str, Any]:
         return {"models": {name: stats.snapshot() for name, stats in sorted(self._models.items())}}

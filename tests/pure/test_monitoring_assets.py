@@ -90,6 +90,11 @@ CONTRACT: dict[str, tuple[str, frozenset[str]]] = {
     "gitops_tenant_tokens_admitted_total": ("counter", frozenset({"endpoint", "tenant"})),
     "gitops_tenant_tokens_charged_total": ("counter", frozenset({"endpoint", "tenant"})),
     "gitops_tenant_token_limited_total": ("counter", frozenset({"endpoint", "tenant"})),
+    # Added with issue 43's token metrics: the engine's, per backend and model (names from the spec, capped).
+    "gitops_llm_time_to_first_token_seconds": ("histogram", frozenset({"backend", "model"})),
+    "gitops_llm_inter_token_seconds": ("histogram", frozenset({"backend", "model"})),
+    "gitops_llm_tokens_total": ("counter", frozenset({"backend", "model", "direction"})),
+    "gitops_llm_requests_total": ("counter", frozenset({"backend", "model", "result"})),
     # Added with issue 44's artifact automation: its looks, proposals and errors, per automation.
     "gitops_automation_runs_total": ("counter", frozenset({"automation", "result"})),
     "gitops_automation_proposals_total": ("counter", frozenset({"automation", "mode"})),

@@ -1,8 +1,9 @@
 """The built-in OpenAI backend end to end: a real agent, our controller and proxy, a
 `[backends.NAME.llm]` backend on the CPU engine trained on a `[models.NAME]` text pinned
 by digest, and the official `openai` client through the proxy: models, chat, streaming
-chat, completions and embeddings, OpenAI's error shape, and a client that leaves a stream
-early stopping the request in the engine."""
+chat, completions and embeddings, OpenAI's error shape, a client that leaves a stream
+early stopping the request in the engine, and the engine's token metrics per model on the
+proxy's /metrics."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import httpx
 import openai
 import pytest
 import ray
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import GitRepo
 from tests.support.stack import AgentProcess
@@ -106,5 +108,30 @@ traffic = {{ chat = 1.0 }}
         assert (measured["cancelled"], measured["running"], measured["refused"]) == (1, 0, 1), measured
         assert measured["requests"] == 3  # chat, streamed chat, completion (embeddings are not generations)
         assert measured["ttft_s"]["count"] >= 3 and measured["tokens_per_s"] > 0
+
+        # The same numbers reach Prometheus through the node's proxy, per backend and model
+        # (published by the replica within a second, read from the node's file at a scrape).
+        def scraped() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+            text = httpx.get(f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=10).text
+            return {(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))): s.value
+                    for family in text_string_to_metric_families(text) if family.name.startswith("gitops_llm_")
+                    for s in family.samples if s.labels.get("le", "+Inf") == "+Inf"}
+
+        def series(name: str, **labels: str) -> float | None:
+            return scraped().get((name, tuple(sorted({"backend": "chat", "model": "tiny-ngram", **labels}.items()))))
+
+        deadline = time.monotonic() + 20
+        while series("gitops_llm_requests_total", result="cancelled") != 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert series("gitops_llm_requests_total", result="cancelled") == 1, scraped()
+        assert series("gitops_llm_requests_total", result="finished") == 3
+        assert series("gitops_llm_requests_total", result="refused") == 1
+        assert series("gitops_llm_tokens_total", direction="completion") == 12 + 12 + 4 == measured["completion_tokens"]
+        assert series("gitops_llm_tokens_total", direction="prompt") == measured["prompt_tokens"] > 20
+        # Every generation that made a token has a time to first token: the three, and the one left early.
+        assert series("gitops_llm_time_to_first_token_seconds_count") == 4
+        assert series("gitops_llm_time_to_first_token_seconds_bucket") == 4  # le="+Inf"
+        assert (series("gitops_llm_inter_token_seconds_count") or 0) >= 11 + 11 + 3 + 199
+        assert (series("gitops_llm_inter_token_seconds_sum") or 0) > 0
     finally:
         agent.stop()

@@ -348,6 +348,10 @@ NOT_DRIVEN = {
     **{f"panel:Artifact automation {panel}": "an automation.toml (tests/real/test_automation.py)"
        for panel in ("looks by result (1h):A", "proposals and errors (1h):A", "proposals and errors (1h):B")},
     "alert:GitopsAutomationFailing": "an automation that fails (tests/real/test_automation.py)",
+    **{f"panel:{panel}:{ref}": "an OpenAI backend's generations (tests/real/test_openai_backend.py)"
+       for panel in ("LLM time to first token at the engine (p50, p99), by model",
+                     "LLM time per output token at the engine (p50, p99), by model",
+                     "LLM tokens and generations per second, by model") for ref in "AB"},
 }
 
 

@@ -19,7 +19,8 @@
   `oci_tags`: which tag of an OCI repository artifact automation follows
   (the highest semantic version, narrowed by a regex), and the tag list's pages;
   `model_stats`: what a node's model cache did, in the file its replicas
-  write and its proxies read.
+  write and its proxies read; `token_counts`: an OpenAI backend's token
+  metrics per model, in another such file.
 - `secret_forms`: the forms a secret value takes in text (repr, base64,
   percent-encoding ...), for the agent's and the replica's redaction.
 """
