@@ -2,8 +2,9 @@
 
 A caller backend calls a callee backend through a handle (`tests/real/apps/deadline_chain.py`); the steady
 load goes through the chain, each request asking the callee for 10 ms. The "fault": 20 requests, one
-after another, ask the callee for 5 s with `X-Request-Timeout: 0.2`. Each is answered 504 at its deadline,
-the callee saw at most 0.2 s left (`serving.time_left()`) and was cancelled there instead of running its
+after another, ask the callee for 5 s with `X-Request-Timeout: 0.2`. Each is answered 504 at its deadline;
+each call that reached the callee (on a loaded machine a few spend their 200 ms on the way and are not
+started) saw at most 0.2 s left (`serving.time_left()`) and was cancelled there instead of running its
 5 s, and the steady load meanwhile loses nothing. Recorded: the time to each 504 (its median and worst in
 the note); no recovery is measured (nothing broke).
 """
@@ -51,22 +52,24 @@ def test_a_chain_whose_callee_takes_5_s_answers_a_200_ms_deadline_at_it_and_stop
     try:
         report, _ = under_load(f"{serving.url}/{backend}?s=0.01", window_s, deadlines)
         def ended_with_a_deadline() -> list[dict[str, Any]] | None:
-            # The proxy answers 504 at the deadline; the callee records its cancellation a moment later.
-            ended = [c for c in httpx.get(f"{serving.url}/{callee}", timeout=10).json()["calls"]
-                     if c["ended"] is not None and c["left"] is not None]
-            return ended if len(ended) >= SLOW else None
+            # The proxy answers 504 at the deadline; the callee records its cancellation a moment later. A
+            # request whose deadline passed on its way (a loaded machine) never reaches the callee at all.
+            reached = [c for c in httpx.get(f"{serving.url}/{callee}", timeout=10).json()["calls"]
+                       if c["left"] is not None]
+            return reached if reached and all(c["ended"] is not None for c in reached) else None
 
-        calls = eventually(ended_with_a_deadline, 10, what=f"the callee's {SLOW} calls with a deadline ended")
+        calls = eventually(ended_with_a_deadline, 10, what="the callee's calls with a deadline ended")
         median_ms, worst_ms = statistics.median(took) * 1000, max(took) * 1000
         record_run(
             "14", "a chain's callee takes 5 s; 20 clients' 200 ms deadlines end at the callee", report, None,
             serving.leaked(),
             note=f"504 after {median_ms:.0f} ms (median), {worst_ms:.0f} ms (worst); the callee cancelled at the "
-                 f"deadline {sum(c['ended'] == 'cancelled' for c in calls)} of {SLOW} times",
+                 f"deadline {sum(c['ended'] == 'cancelled' for c in calls)} of the {len(calls)} times {SLOW} requests reached it",
         )
         assert codes == [504] * SLOW, codes
         assert max(took) < 1.0, took
-        assert len(calls) == SLOW and all(c["ended"] == "cancelled" and 0 < c["left"] <= DEADLINE_S for c in calls)
+        assert SLOW // 2 <= len(calls) <= SLOW, calls
+        assert all(c["ended"] == "cancelled" and 0 < c["left"] <= DEADLINE_S for c in calls), calls
         assert max(c["ran_s"] for c in calls) < 0.5, calls
         assert report.failed == 0, report.summary()
     finally:
