@@ -339,12 +339,14 @@ def build_parser() -> argparse.ArgumentParser:
     resolve.add_argument("--token-file", default=None, metavar="FILE",
                          help="a file holding the Hub token (default: HF_TOKEN, else the Hub's token file); for "
                          "oci://, the registry's USER:PASSWORD (default: an anonymous pull)")
-    resolve.add_argument("--pick", choices=["newest", "highest-version"], default=None,
+    resolve.add_argument("--pick", choices=["newest", "highest-version", "semver"], default=None,
                          help="s3://: the entry last modified latest, or the one with the highest version number "
-                         "in its name (v2 < v10, 1.9 < 1.10)")
+                         "in its name (v2 < v10, 1.9 < 1.10); oci://REGISTRY/REPO (no tag): semver, the tag with "
+                         "the highest semantic version (as artifact automation picks it)")
     resolve.add_argument("--match", default=None, metavar="REGEX",
                          help="s3://: only entries whose name (relative to the prefix; a directory's ends in /) "
-                         "the regex is found in; its group 'version' (or first group) holds the version")
+                         "the regex is found in; its group 'version' (or first group) holds the version; "
+                         "oci://: only tags it is found in (a pre-release only when it reaches past the '-')")
     resolve.add_argument("--kind", choices=["file", "directory"], default=None,
                          help="s3://: pick among the files, or the directories, directly under the prefix "
                          "(default: whichever the prefix holds)")

@@ -24,7 +24,9 @@ it lists the prefix with obstore (the same AWS_* variables as `digest`),
 picks a file or a directory by the rule (`vocabulary.replicas.s3_picks`,
 pure), and prints its `source` and the digest `digest` computes for it.
 `resolve oci://REGISTRY/REPO:TAG` pins an OCI tag: the manifest's digest
-and the model directory's (`gitops.commands.models_oci`). Malformed
+and the model directory's (`gitops.commands.models_oci`);
+`resolve oci://REGISTRY/REPO --pick semver [--match REGEX]` first picks the
+tag as artifact automation does (`vocabulary.replicas.oci_tags`). Malformed
 arguments (a bad regex, no --pick) exit 2 as usage errors; what the store
 says (no such bucket, access denied, nothing matches) exits 1 like every
 `GitopsError`.
@@ -63,6 +65,7 @@ from vocabulary.replicas.model_digests import (
 )
 from vocabulary.replicas.s3_picks import (
     Listed,
+    PICKS,
     NoPick,
     candidates,
     compile_match,
@@ -207,22 +210,39 @@ def _resolve(args: argparse.Namespace) -> int:
 
 
 def _resolve_oci(args: argparse.Namespace) -> int:
-    """The manifest an OCI tag names today, and its model directory's digest (`gitops.commands.models_oci`)."""
-    from gitops.commands.models_oci import oci_credentials, oci_pin
+    """The manifest an OCI tag names today (or the tag `--pick semver` picks among the repository's),
+    and its model directory's digest (`gitops.commands.models_oci`)."""
+    from dataclasses import replace
+
+    from gitops.commands.models_oci import oci_credentials, oci_pin, oci_tags
     from vocabulary.replicas.oci_sources import parse_oci_reference
+    from vocabulary.replicas.oci_tags import NoTag, pick_tag
 
     reference: str = args.reference
-    for flag, given in (("include", args.include), ("exclude", args.exclude), ("pick", args.pick),
-                        ("match", args.match), ("kind", args.kind)):
+    for flag, given in (("include", args.include), ("exclude", args.exclude), ("kind", args.kind)):
         if given:
             raise UsageError(f"--{flag} is not for an oci:// image: its model is the image's /models or its files")
     try:
         parsed = parse_oci_reference(reference)
+        match = compile_match(args.match)
     except ValueError as error:
         raise UsageError(f"{printable(reference)}: {error}") from None
-    if parsed.tag is None and parsed.digest is None:
-        raise UsageError(f"{printable(reference)}: name a tag (oci://REGISTRY/REPO:TAG) or a digest (@sha256:…)")
-    pin = oci_pin(parsed, oci_credentials(args.token_file))
+    named = parsed.tag is not None or parsed.digest is not None
+    if named and (args.pick or args.match):
+        raise UsageError(f"{printable(reference)}: --pick and --match choose among a repository's tags: "
+                         "name no tag (oci://REGISTRY/REPO --pick semver)")
+    if not named and args.pick != "semver":
+        raise UsageError(f"{printable(reference)}: name a tag (oci://REGISTRY/REPO:TAG), a digest (@sha256:…), "
+                         "or --pick semver to pick among the repository's tags")
+    credentials = oci_credentials(args.token_file)
+    if not named:
+        try:
+            tag = pick_tag(oci_tags(parsed, credentials, 600.0), "semver", match)
+        except NoTag as error:
+            raise UserError(f"{printable(reference)}: {error}") from None
+        parsed = replace(parsed, tag=tag)
+        print(f"# {printable(parsed.url())}: the highest semantic version among the repository's tags")
+    pin = oci_pin(parsed, credentials)
     print(pin_lines(pin.reference.url(), pin.sha256), end="")
     return 0
 
@@ -236,6 +256,9 @@ def _resolve_s3(args: argparse.Namespace) -> int:
             raise UsageError(f"--{flag} is for an hf:// repository; an s3:// model is every object under its source")
     if args.pick is None:
         raise UsageError(f"{where}: say which model under the prefix to pin: --pick newest or --pick highest-version")
+    if args.pick not in PICKS:
+        raise UsageError(f"{where}: --pick {args.pick} picks an oci:// repository's tags; an s3:// prefix takes "
+                         "--pick newest or --pick highest-version")
     try:
         bucket, prefix = parse_s3_prefix(reference)
         match = compile_match(args.match)

@@ -12,6 +12,9 @@ bare git remote the runner reads and pushes to (`file://`), and no forge (commit
   commit says which tag named it. A pre-release pushed later is not proposed.
 - Without the registry's credentials, or with wrong ones, a look is an error result
   naming the flag that gives them; the credentials show in no status, log or commit.
+- `gitops automation run --registry-token-file` reads them from a file (a bad one is a
+  usage error, no traceback); `gitops models resolve oci://R/REPO --pick semver` picks
+  the tag the automation would, and says which.
 """
 
 from __future__ import annotations
@@ -230,3 +233,33 @@ def test_the_cli_takes_the_credentials_from_a_file_and_refuses_a_bad_one(
     refused = run("--registry-token-file", str(credentials))
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert "--registry-token-file" in refused.stderr and "USER:PASSWORD" in refused.stderr
+
+
+def test_resolve_picks_the_tag_as_the_automation_does(registry: tuple[LoopbackRegistry, TokenFront],
+                                                      tmp_path: Path) -> None:
+    server, front = registry
+    repository = "acme/resolved"
+    files, digest = model("v1.3.0")
+    for tag, held in (("v1.2.0", model("v1.2.0")[0]), ("v1.3.0", files), ("v2.0.0-rc.1", model("rc")[0])):
+        server.push_modelcar(repository, tag, held)
+    manifest = server.push_modelcar(repository, "v1.3.0", files)
+    credentials = tmp_path / "registry-credentials"
+    credentials.write_text(CREDENTIALS + "\n")
+
+    def resolve(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gitops", "models", "resolve", *args], capture_output=True,
+                              text=True, timeout=120)
+
+    name = f"oci://{front.host}/{repository}"
+    done = resolve(name, "--pick", "semver", "--token-file", str(credentials))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (f"# {name}:v1.3.0: the highest semantic version among the repository's tags\n"
+                           f'source = "{name}@{manifest}"\nsha256 = "{digest}"\n')
+    assert "v2.0.0-rc.1" in resolve(name, "--pick", "semver", "--match=-rc", "--token-file",
+                                    str(credentials)).stdout
+    none = resolve(name, "--pick", "semver", "--match", "^v9", "--token-file", str(credentials))
+    assert none.returncode == 1 and f"{name}: none of its 3 tags matches '^v9'" in none.stderr
+    for wrong in ([f"{name}:v1.3.0", "--pick", "semver"], [name], [name, "--pick", "newest"],
+                  ["s3://models/x/", "--pick", "semver"]):
+        refused = resolve(*wrong)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, (wrong, refused.stderr)
