@@ -8,8 +8,10 @@ The measurements: `proxy` (HTTP throughput and latency), `update_latency`,
 1 KiB–16 MiB), `streams` (thousands of open SSE streams) and `density`
 (100 idle replicas on one node), issue 29's `models` (fetching into a node's
 cache; multiplexing), issue 30's `routing` (routing policies on the LLM
-simulator, next to Ray Serve's PrefixCacheAffinityRouter) and issue 31's
-`audit` (the proxy's throughput with tracing and capture on, against off).
+simulator, next to Ray Serve's PrefixCacheAffinityRouter), issue 31's
+`audit` (the proxy's throughput with tracing and capture on, against off)
+and issue 43's `llm_endpoint` (the OpenAI endpoint's TTFT and tokens/s
+through our proxy against the same CPU engine served directly).
 
 Runs each measurement module (`bench.<name>`) in its own process with
 `--json` (one at a time; `--jobs N` runs N at once, for the smoke),
@@ -38,7 +40,7 @@ from bench.targets import Target, median, targets
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ("proxy", "update_latency", "rollout", "faults", "reconcile", "fanout", "memory", "serving",
-                "proxy_profile", "payloads", "streams", "density", "models", "routing", "audit")
+                "proxy_profile", "payloads", "streams", "density", "models", "routing", "audit", "llm_endpoint")
 TIMEOUT_S = {"proxy": 3600, "reconcile": 1800, "payloads": 3600, "streams": 1800, "density": 2400, "models": 1800,
              "routing": 3600, "audit": 1800}
 NO_PLOTS = "No plots: matplotlib is not installed here (`pip install -e '.[bench]'`, as `make bench` does)."
@@ -150,7 +152,7 @@ def render(document: dict[str, Any], out: Path) -> Path:
              + _work_headline(document["measurements"]) + _targets_table(targets(document)))
     measurements = document["measurements"]
     for section in (_proxy, _update, _rollout, _faults, _reconcile, _fanout, _memory, _serving, _profile, _payloads,
-                    _streams, _density, _models, _routing, _audit):
+                    _streams, _density, _models, _routing, _audit, _llm_endpoint):
         lines += section(measurements, figures)
     if document["failures"]:
         lines += ["## Measurements that failed", ""]
@@ -704,6 +706,40 @@ def _routing(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]
                   "| --- | --- | ---: | ---: | ---: |"]
         lines += [f"| {r['policy']} | {r['key']} | {r['decision_us']:.2f} | {_number(r.get('read_us'), 2)} | "
                   f"{_number(r.get('full_parse_read_us'), 2)} |" for r in decisions]
+        lines.append("")
+    return lines
+
+
+def _llm_endpoint(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
+    doc = measurements.get("llm_endpoint")
+    if not doc:
+        return []
+    f = doc["figures"]
+    before, after = f["load_average"]
+    lines = ["## The OpenAI endpoint through our proxy (issue 43)", "",
+             f"The built-in CPU engine (`{f['engine']}`) behind the built-in OpenAI layer, served directly by uvicorn "
+             "(an engine's own OpenAI server) and as a `[backends.X.llm]` backend of one replica behind our proxy. "
+             f"The same client sends streamed chat completions of {f['max_tokens']} tokens, {f['requests']} per round "
+             f"at each concurrency, the two systems alternating, {f['rounds']} rounds: medians of the rounds "
+             "[min–max]. TTFT: to the first content chunk; a request's tokens/s: its tokens over its whole time "
+             "(median); output: tokens/s over the round. This engine makes about 10⁴ tokens/s, a GPU model 10–100 "
+             "per request: the share of our per-token cost is at its worst here, so the overhead is also said in "
+             "time added, per request and per token. "
+             f"Load average (1 min) {before:.1f} → {after:.1f}. {_command(doc)}", "",
+             "| system | in flight | TTFT p50 ms | TTFT p99 ms | request p50 ms | a request's tokens/s | output tokens/s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in sorted(f["runs"], key=lambda r: (r["concurrency"], r["system"])):
+        lines.append(f"| {r['system']} | {r['concurrency']} | {_spread(r['ttft_p50_s'], 1e3, 2)} | "
+                     f"{_spread(r['ttft_p99_s'], 1e3, 2)} | {_spread(r['request_p50_s'], 1e3, 2)} | "
+                     f"{_spread(r['request_tokens_per_s'], digits=0)} | {_spread(r['output_tokens_per_s'], digits=0)} |")
+    lines.append("")
+    if f["overhead"]:
+        lines += ["| in flight | ours ÷ direct: TTFT p50 | a request's tokens/s | output tokens/s | added: first token ms "
+                  "| a request ms | a token µs |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines += [f"| {o['concurrency']} | ×{o['ttft_ratio']:.2f} | ×{o['tokens_ratio']:.2f} | "
+                  f"×{o['throughput_ratio']:.2f} | {o['ttft_added_s'] * 1e3:+.2f} | {o['request_added_s'] * 1e3:+.2f} | "
+                  f"{o['token_added_s'] * 1e6:+.0f} |" for o in f["overhead"]]
         lines.append("")
     return lines
 

@@ -224,3 +224,17 @@ def test_audit_bench_measures_tracing_and_capture_against_off_without_errors(mea
     assert all(r["rps"] > 0 and r["off_rps"] > 0 and r["non_2xx"] == 0 for r in rows.values())
     assert rows["capture 100%"]["records_written"] + rows["capture 100%"]["records_dropped"] > 0
     assert "## The audit trail's cost (issue 31)" in (report / "REPORT.md").read_text()
+
+
+def test_llm_endpoint_bench_measures_the_proxy_and_the_engine_served_directly(measured: dict[str, Any],
+                                                                              report: Path) -> None:
+    got = figures(measured, "llm_endpoint")
+
+    assert {(r["system"], r["concurrency"]) for r in got["runs"]} == {("direct", 1), ("ours", 1), ("direct", 4),
+                                                                      ("ours", 4)}
+    for r in got["runs"]:
+        assert r["ttft_p50_s"]["n"] == got["rounds"] and 0 < r["ttft_p50_s"]["median"] <= r["ttft_p99_s"]["median"]
+        assert r["ttft_p50_s"]["median"] < r["request_p50_s"]["median"]
+        assert r["request_tokens_per_s"]["median"] > 0 and r["output_tokens_per_s"]["median"] > 0
+    assert [o["concurrency"] for o in got["overhead"]] == [1, 4]
+    assert "## The OpenAI endpoint through our proxy (issue 43)" in (report / "REPORT.md").read_text()

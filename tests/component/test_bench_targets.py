@@ -237,3 +237,23 @@ def test_the_noop_moonshot_is_judged_against_bare_uvicorn_and_a_miss_says_the_cp
     assert "spend 40 + 20 µs of CPU per request (profile), where bare uvicorn, one process, spends at most 40" in (
         moonshot.measured)
     assert verdict(proxy_document([run("ours", 26_000, 3), run("uvicorn", 25_000, 2.4)]), "Noop moonshot") is True
+
+
+def llm_document(ttft_ratio: float, tokens_ratio: float) -> dict[str, Any]:
+    row = {"concurrency": 1, "ttft_added_s": 0.001, "ttft_ratio": ttft_ratio, "tokens_ratio": tokens_ratio,
+           "throughput_ratio": tokens_ratio, "request_added_s": 0.0032, "token_added_s": 0.0001}
+    return {"measurements": {"llm_endpoint": {"figures": {"overhead": [row]}}}}
+
+
+def test_the_openai_endpoint_targets_judge_ttft_and_tokens_per_second_against_the_engine_served_directly() -> None:
+    assert verdict(llm_document(1.04, 0.96), "OpenAI endpoint (issue 43)") is True
+    assert verdict(llm_document(1.04, 0.96), "…a request's tokens/s") is True
+    assert verdict(llm_document(1.30, 0.90), "OpenAI endpoint (issue 43)") is False
+    [missed] = [t for t in targets(llm_document(1.04, 0.90)) if t.target.startswith("…a request's tokens/s")]
+    assert missed.met is False and missed.measured == "×0.90 (+3.20 ms a request)"
+    assert missed.beyond == ("no GPU here: the proxy adds 100 µs a token, 0.5% of a GPU model's 20 ms "
+                             "(assumed, not measured)")
+    [slow] = [t for t in targets(llm_document(1.30, 0.96)) if t.target.startswith("OpenAI endpoint (issue 43)")]
+    assert slow.beyond == ("no GPU here: the proxy adds 1.00 ms to the first token, 1.0% of a GPU model's 100 ms "
+                           "(assumed, not measured)")
+    assert verdict({"measurements": {}}, "OpenAI endpoint (issue 43)") is None
