@@ -24,18 +24,8 @@ import pytest
 from gitops.cli import main
 from gitops.sources.verifying import CommitVerifier, Verdict
 from tests.conftest import GitRepo
+from tests.support.signing_keys import allowed_signers, make_key
 from tests.support.stack import AgentProcess
-
-
-def make_key(path: Path) -> Path:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", path.name, "-f", str(path)], check=True)
-    return path
-
-
-def allowed_signers(path: Path, *keys: Path) -> Path:
-    lines = [f"{key.name}@example.invalid {key.with_suffix('.pub').read_text().strip()}" for key in keys]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def signed_commit(repo: GitRepo, key: Path, message: str) -> str:
