@@ -250,6 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
         "pull_request mode reports an error)",
     )
     run.add_argument(
+        "--signing-key", default=None, metavar="FILE",
+        help="SSH private key (no passphrase, mode 600) that signs every commit the agent writes (artifact "
+        "automation's pins); with --verify-commits, list its public key in --allowed-signers or the agent refuses "
+        "its own commits (default: unsigned commits)",
+    )
+    run.add_argument(
         "--automation-registry-token-file", default=None, metavar="FILE",
         help="USER:PASSWORD for the OCI registries artifact automation watches (oci:// in automation.toml; "
         "default: anonymous pulls)",
@@ -381,6 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
     automation_run.add_argument("--registry-token-file", default=None, metavar="FILE",
                                 help="USER:PASSWORD for the OCI registries the automations watch (oci://; "
                                 "default: anonymous pulls)")
+    automation_run.add_argument("--signing-key", default=None, metavar="FILE",
+                                help="SSH private key (no passphrase, mode 600) that signs the commits written "
+                                "(default: unsigned commits)")
     automation_run.add_argument("--api-url", action="append", default=None, metavar="URL",
                                 help="a forge API the token may be sent to (repeatable; default: only "
                                 "https://api.github.com and https://gitlab.com/api/v4)")

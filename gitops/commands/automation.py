@@ -15,8 +15,9 @@ Wiring only (the decisions are `gitops.delivery.automation`'s, the look is
   (`--registry-token-file`, `gitops run --automation-registry-token-file`),
   as `gitops models resolve --token-file` takes them, and never printed;
 - the repository: the watched repository's `GitSource` (read a commit's
-  spec files, write a commit, push it as a fast-forward with the token as
-  the git password for https remotes);
+  spec files, write a commit — signed with the `--signing-key` when one is
+  given, `gitops.sources.signing` — push it as a fast-forward with the
+  token as the git password for https remotes);
 - the pull request: `gitops.delivery.promotion.PullRequestPromoter`, the
   promotion's own GitHub / GitLab code, its API only one the agent allows
   (`--promote-api-url`; none given: the public APIs);
@@ -44,6 +45,7 @@ from gitops.loop.automation import AutomationLoop, AutomationMetrics, Automation
 from gitops.printable import printable
 from gitops.redaction import Credentials, register_secret
 from gitops.sources.repos import GitSource
+from gitops.sources.signing import SigningKey, load_signing_key
 from gitops.specs.automation import AUTOMATION_PATH, parse_automation
 from gitops.specs.pin_edits import DeclaredModel
 
@@ -56,10 +58,14 @@ _TOKEN_USERS = {"github": "x-access-token", "gitlab": "oauth2"}
 class SourceRepository:
     """`gitops.loop.automation.Repository` over a `GitSource`."""
 
-    def __init__(self, source: GitSource, token: str | None = None, provider: str | None = None) -> None:
+    def __init__(
+        self, source: GitSource, token: str | None = None, provider: str | None = None,
+        signing_key: SigningKey | None = None,
+    ) -> None:
         self._source = source
         self._token = token
         self._provider = provider
+        self._signing_key = signing_key
 
     def branch_head(self, branch: str) -> str | None:
         if branch == self._source.branch:
@@ -77,7 +83,7 @@ class SourceRepository:
         return tree.read_files([path]).get(path) if tree.exists(path) else None
 
     def commit_file(self, parent: str, path: str, data: bytes, message: str) -> str:
-        return self._source.commit_file(parent, path, data, message)
+        return self._source.commit_file(parent, path, data, message, self._signing_key)
 
     def push(self, commit: str, branch: str, provider: str | None = None) -> bool:
         """A fast-forward push; with a token, as the git password (the user name the forge wants with one)."""
@@ -205,11 +211,12 @@ def _history_failures(state_dir: Path | None) -> list[FailedCommit]:
 
 
 def _opener(
-    source: GitSource, token: str | None, api_urls: tuple[str, ...], provider: str | None
+    source: GitSource, token: str | None, api_urls: tuple[str, ...], provider: str | None,
+    signing_key: SigningKey | None = None,
 ) -> Callable[[PromotionRequest], str] | None:
     if token is None:
         return None
-    repository = SourceRepository(source, token, provider)
+    repository = SourceRepository(source, token, provider, signing_key)
 
     def open_request(request: PromotionRequest) -> str:
         return PullRequestPromoter(repository.push, token, api_urls=api_urls).promote(request)
@@ -220,21 +227,23 @@ def _opener(
 def build_loop(
     source: GitSource, spec_path: str, environment: str | None, token: str | None, api_urls: tuple[str, ...],
     history: object, metrics: AutomationMetrics, registry: RegistryAccess | None = None,
+    signing_key: SigningKey | None = None,
 ) -> AutomationLoop:
-    """The loop `gitops run` starts: automation.toml read on the watched branch."""
+    """The loop `gitops run` starts: automation.toml read on the watched branch; every commit
+    it writes signed with `signing_key` (`--signing-key`) when one is given."""
     from gitops.loop.history import History
 
     assert isinstance(history, History)
     source = source.twin()  # the loop's thread never shares the ticks' git processes
-    repository = SourceRepository(source, token)
+    repository = SourceRepository(source, token, signing_key=signing_key)
     runner = _runner(source, repository, spec_path, token, api_urls, lambda: failed_commits(history.recent(1000)),
-                     registry or RegistryAccess(flag="--automation-registry-token-file"))
+                     registry or RegistryAccess(flag="--automation-registry-token-file"), signing_key)
     return AutomationLoop(runner, repository, branch=source.branch, environment=environment, metrics=metrics)
 
 
 def _runner(source: GitSource, repository: SourceRepository, spec_path: str, token: str | None,
             api_urls: tuple[str, ...], failures: Callable[[], list[FailedCommit]],
-            registry: RegistryAccess) -> AutomationRunner:
+            registry: RegistryAccess, signing_key: SigningKey | None = None) -> AutomationRunner:
     from gitops.commands.models import hub_token
 
     digests: DigestCache = {}
@@ -246,7 +255,7 @@ def _runner(source: GitSource, repository: SourceRepository, spec_path: str, tok
         return resolve_pin(automation, declared, token, digests, registry)
 
     def open_request(request: PromotionRequest) -> str:
-        opener = _opener(source, token, api_urls, request.settings.provider)
+        opener = _opener(source, token, api_urls, request.settings.provider, signing_key)
         assert opener is not None
         return opener(request)
 
@@ -266,17 +275,19 @@ def automation_command(args: argparse.Namespace) -> int:
         if token:
             register_secret(token)
     registry = registry_access(getattr(args, "registry_token_file", None), "--registry-token-file")
+    given_key = getattr(args, "signing_key", None)
+    signing_key = load_signing_key(given_key, "--signing-key") if given_key else None
     state_dir = Path(args.state_dir) if args.state_dir else None
     with tempfile.TemporaryDirectory(prefix="gitops-automation-") as cache:
         source = GitSource(args.repo, args.branch, Path(cache), password=token)
-        return _run_once(args, source, token, state_dir, registry)
+        return _run_once(args, source, token, state_dir, registry, signing_key)
 
 
 def _run_once(args: argparse.Namespace, source: GitSource, token: str | None, state_dir: Path | None,
-              registry: RegistryAccess) -> int:
-    repository = SourceRepository(source, token)
+              registry: RegistryAccess, signing_key: SigningKey | None) -> int:
+    repository = SourceRepository(source, token, signing_key=signing_key)
     runner = _runner(source, repository, args.path, token, tuple(args.api_url or ()),
-                     lambda: _history_failures(state_dir), registry)
+                     lambda: _history_failures(state_dir), registry, signing_key)
     head = repository.branch_head(source.branch)
     if head is None:
         raise UserError(f"{source.location}: no branch {source.branch}")

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from controller.client import ControllerClient
     from gitops.sources.repos import GitSource
     from vocabulary.control.ownership import Owner
+    from gitops.sources.signing import SigningKey
     from gitops.sources.verifying import CommitVerifier
     from gitops.loop.metrics import AgentMetrics
     from gitops.notifications.config import Channel
@@ -87,6 +88,7 @@ def run_command(args: argparse.Namespace) -> int:
     args.automation_registry = registry_access(getattr(args, "automation_registry_token_file", None),
                                                "--automation-registry-token-file")
     _redact_command_line()
+    args.signing = _signing_key(args)  # after the command line is shown: the key's path is masked from here on
     from gitops.loop.secrets import load_identities
     from hardening.core_dumps import no_core_dumps
 
@@ -128,6 +130,7 @@ def run_command(args: argparse.Namespace) -> int:
         f"proxy http://{'<node ip>' if args.proxy_host == NODE_IP else args.proxy_host}:{args.proxy_port}, "
         f"admin http://{args.admin_host}:{args.admin_port}"
     )
+    _warn_unlisted_signing_key(args)
     from controller.cluster import init_ray, kill_embedded_ray, mute_pushed_errors, ray_endpoints, shutdown_ray
 
     embedded = args.ray_address is None
@@ -405,7 +408,7 @@ async def _serve(
 
     automation = build_loop(source, args.path, args.environment, getattr(args, "automation_token", None),
                             tuple(args.promote_api_url or ()), history, metrics,
-                            getattr(args, "automation_registry", None))
+                            getattr(args, "automation_registry", None), getattr(args, "signing", None))
     guard = api.WebhookGuard(secret, RateLimiter(), deliveries=_delivery_log(state.webhook_deliveries)) if secret else None
 
     def webhook_fetch() -> None:
@@ -695,6 +698,27 @@ def _token_file(path: str | None) -> Any:
     from gitops.admin.tokens import TokenFile
 
     return TokenFile(path)
+
+
+def _signing_key(args: argparse.Namespace) -> SigningKey | None:
+    """The checked `--signing-key` (a bad one stops run with one line naming the flag)."""
+    from gitops.sources.signing import load_signing_key
+
+    given = getattr(args, "signing_key", None)
+    return load_signing_key(given, "--signing-key") if given else None
+
+
+def _warn_unlisted_signing_key(args: argparse.Namespace) -> None:
+    """With `--verify-commits`, one warning when `--allowed-signers` does not list the
+    `--signing-key`: the agent would refuse the commits its own automation pushes."""
+    from gitops.sources.signing import allowed_by
+
+    key = getattr(args, "signing", None)
+    if key is not None and args.verify_commits and not allowed_by(key, Path(args.allowed_signers)):
+        _LOG.warning(
+            "gitops: the --signing-key's public key is not in --allowed-signers: --verify-commits will refuse the "
+            "commits artifact automation pushes (add the key to the file)"
+        )
 
 
 def _verifier(args: argparse.Namespace) -> CommitVerifier | None:

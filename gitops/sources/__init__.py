@@ -7,10 +7,13 @@ the file system watcher.
 - `trees`: read-only views of a commit's tree, a plain directory or memory,
   with git tree hashes, for the spec loader.
 - `repos`: `GitSource` — clone / fetch a repository, resolve the newest
-  revision of a branch, export a commit's tree.
+  revision of a branch, export a commit's tree, write (and sign) the commits
+  artifact automation pushes.
 - `exports`: content-addressed export directories for replicas' working_dir.
 - `verifying`: commit signatures checked against the operator's trusted
   keys (`git verify-commit`).
+- `signing`: the SSH key the agent signs its own commits with
+  (`--signing-key`), checked at start.
 - `watching`: triggers — polling with jitter and a watchdog observer on a
   local repository's refs.
 """

@@ -16,8 +16,11 @@ failed fetch is a `SourceError` with reason GitUnreachable, or BranchNotFound
 when the remote answers without the watched branch.
 
 `commit_file` writes one new commit (a file changed on a parent) into the
-object database alone, for artifact automation to push; automation runs on
-its own thread through a `twin` (GitPython's readers are not thread-safe).
+object database alone, for artifact automation to push; with a
+`SigningKey` (`--signing-key`, `gitops.sources.signing`) the commit is
+signed with it (`git commit-tree -S`, SSH format), and a commit that could
+not be signed is a `SourceError`, never an unsigned commit. Automation runs
+on its own thread through a `twin` (GitPython's readers are not thread-safe).
 
 `GitSource` implements `gitops.sources.source.Source`: `tree` reads a
 commit's files for the loader, `export` writes a commit's tree, without
@@ -66,9 +69,10 @@ from gitops.errors import SourceError
 from gitops.redaction import Credentials, SshPasswordError, redact, split_credentials
 from gitops.sources.exports import Exports
 from gitops.sources.hashing import escaping_links
+from gitops.sources.signing import SigningKey
 from gitops.sources.source import Revision
 from gitops.sources.trees import CommitTree
-from gitops.sources.verifying import CommitVerifier
+from gitops.sources.verifying import CommitVerifier, SignatureKind, signature_kind
 
 __all__ = ["GitSource", "is_url", "credential_env", "ssh_command", "ssh_env", "DEFAULT_FETCH_TIMEOUT_S"]
 
@@ -82,6 +86,7 @@ _COMMITTER = {
     "GIT_COMMITTER_NAME": "ray-gitops automation", "GIT_COMMITTER_EMAIL": "ray-gitops@localhost",
 }
 _SSH_OPTIONS = "-o BatchMode=yes"
+_SIGN_TIMEOUT_S = 30.0  # ssh-keygen -Y sign: a key never needs long
 # git runs a helper starting with `!` through the shell, with `get`, `store`
 # or `erase`; only `get` is answered, from this git call's environment.
 # `printf` is the shell's own: the secret is never a process's argument.
@@ -223,10 +228,13 @@ class GitSource:
         twin._refused = {}
         return twin
 
-    def commit_file(self, parent: str, path: str, data: bytes, message: str) -> str:
+    def commit_file(
+        self, parent: str, path: str, data: bytes, message: str, signing_key: SigningKey | None = None
+    ) -> str:
         """A new commit on `parent` whose tree is `parent`'s with the file at `path` holding `data`
         (its mode kept), written into this repository's object database only: no working tree,
-        no index and no ref is touched (a push moves a branch to it). Returns its sha."""
+        no index and no ref is touched (a push moves a branch to it). With `signing_key`, signed
+        with it (SSH format); when git cannot sign, a `SourceError` and no commit. Returns its sha."""
         try:
             with tempfile.TemporaryDirectory(prefix="gitops-commit-") as scratch:
                 content, said = Path(scratch) / "content", Path(scratch) / "message"
@@ -240,9 +248,29 @@ class GitSource:
                     mode = listed[0] if listed else "100644"
                     self._repo.git.update_index("--add", "--cacheinfo", f"{mode},{blob},{path}")
                     tree = str(self._repo.git.write_tree()).strip()
-                    return str(self._repo.git.commit_tree(tree, "-p", parent, "-F", str(said))).strip()
+                    if signing_key is None:
+                        return str(self._repo.git.commit_tree(tree, "-p", parent, "-F", str(said))).strip()
+                    return self._signed_commit(tree, parent, said, signing_key)
         except git.GitCommandError as error:
             raise SourceError(redact(f"commit {path} on {parent[:7]}: {_git_message(error)}")) from None
+
+    def _signed_commit(self, tree: str, parent: str, message: Path, key: SigningKey) -> str:
+        """`git commit-tree -S` with the key's options; the commit is checked to carry an SSH
+        signature, so nothing unsigned is ever returned for a push."""
+        try:
+            sha = str(self._repo.git.execute(
+                ["git", *key.git_options(), "commit-tree", "-S", tree, "-p", parent, "-F", str(message)],
+                kill_after_timeout=_SIGN_TIMEOUT_S,
+            )).strip()
+        except git.GitCommandError as error:
+            raise SourceError(redact(
+                f"commit on {parent[:7]}: the --signing-key could not sign it ({_git_message(error)}); nothing pushed"
+            ), "SigningFailed") from None
+        raw = str(self._repo.git.cat_file("commit", sha))
+        if signature_kind(raw) is not SignatureKind.SSH:
+            raise SourceError(f"commit on {parent[:7]}: git wrote {sha[:7]} without an SSH signature; nothing pushed",
+                              "SigningFailed")
+        return sha
 
     def is_ancestor(self, older: str, newer: str) -> bool:
         """True when `older` is `newer` or one of its ancestors."""

@@ -18,6 +18,10 @@ posing as GitHub's pull-request API (`tests.support.forges`).
   `gitops automation run --dry-run` writes nothing.
 - A broken store or forge is an error result (counted, in the status, redacted),
   never an exception out of the loop.
+- With a signing key (`--signing-key`), the pushed commit (commit mode) and the
+  pull request's commit are SSH-signed, and `--verify-commits`' verifier accepts
+  them; a key that cannot sign is an error result naming neither the key's path
+  nor anything pushed, and `gitops automation run --signing-key` signs too.
 """
 
 from __future__ import annotations
@@ -38,9 +42,12 @@ from gitops.loop.metrics import AgentMetrics
 from gitops.reconcile.outcomes import HistoryEntry, Outcome
 from gitops.redaction import register_secret
 from gitops.sources.repos import GitSource
+from gitops.sources.signing import SigningKey, load_signing_key
+from gitops.sources.verifying import CommitVerifier, Verdict
 from tests.conftest import GitRepo
 from tests.support.forges import Forge
 from tests.support.moto_s3 import loopback_s3
+from tests.support.signing_keys import allowed_signers, make_key
 from vocabulary.replicas.model_digests import manifest_digest
 
 TOKEN = "automation-token-5b2e9c0d71f4a386"
@@ -82,7 +89,8 @@ api_url = "{api_url}"
 
 class World:
     def __init__(self, tmp: Path, s3: Any, forge: Forge, mode: str = "pull_request", first: str = "v1/",
-                 watch: str = "s3://models/sentiment/", pick: str = "highest-version") -> None:
+                 watch: str = "s3://models/sentiment/", pick: str = "highest-version",
+                 signing_key: SigningKey | None = None) -> None:
         api_url = forge.url if forge.kind == "github" else f"{forge.url}/api/v4"
         self.s3, self.forge = s3, forge
         self.work = GitRepo(tmp / "work")
@@ -102,7 +110,7 @@ class World:
         register_secret(TOKEN)
         source = GitSource(f"file://{self.remote}", "main", tmp / "state")
         self.loop: AutomationLoop = build_loop(
-            source, "deployments", None, TOKEN, (api_url,), self.history, self.metrics,
+            source, "deployments", None, TOKEN, (api_url,), self.history, self.metrics, signing_key=signing_key,
         )
 
     def publish(self, directory: str, files: dict[str, bytes]) -> None:
@@ -257,6 +265,59 @@ def test_a_pin_whose_canary_failed_is_not_proposed_again(tmp_path: Path, s3: Any
     world.publish("v3/", files)
     shown = world.look()
     assert shown["result"] == "proposed" and shown["new_sha256"] == third
+
+
+@pytest.mark.parametrize("mode", ["commit", "pull_request"])
+def test_with_a_signing_key_the_proposed_commit_is_signed_and_verifies(
+    tmp_path: Path, s3: Any, forge: Forge, mode: str
+) -> None:
+    key = make_key(tmp_path / "automation-key")
+    world = World(tmp_path, s3, forge, mode=mode, signing_key=load_signing_key(str(key), "--signing-key"))
+    files, _ = model("v2")
+    world.publish("v2/", files)
+    assert world.look()["result"] == "proposed"
+    proposed = world.git("rev-parse", "main" if mode == "commit" else "gitops/automation-sentiment").strip()
+    trusting = allowed_signers(tmp_path / "allowed_signers", key)
+    assert CommitVerifier(trusting).verify(world.remote, proposed).verdict is Verdict.VALID
+    verified = subprocess.run(
+        ["git", "--git-dir", str(world.remote), "-c", "gpg.format=ssh", "-c",
+         f"gpg.ssh.allowedSignersFile={trusting}", "verify-commit", proposed], capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stderr
+
+
+def test_a_key_that_cannot_sign_is_an_error_result_and_nothing_is_pushed(
+    tmp_path: Path, s3: Any, forge: Forge
+) -> None:
+    key = make_key(tmp_path / "vanishing-key")
+    world = World(tmp_path, s3, forge, mode="commit", signing_key=load_signing_key(str(key), "--signing-key"))
+    before = world.git("rev-parse", "main").strip()
+    key.unlink()  # checked at start, gone at the look
+    files, _ = model("v2")
+    world.publish("v2/", files)
+    shown = world.look()
+    assert shown["result"] == "error", shown
+    assert shown["detail"].startswith("commit on ") and "the --signing-key could not sign it" in shown["detail"]
+    assert "nothing pushed" in shown["detail"]
+    assert str(key) not in shown["detail"]
+    assert world.git("rev-parse", "main").strip() == before
+    assert 'gitops_automation_errors_total{automation="sentiment"} 1.0' in world.metrics.render().decode()
+
+
+def test_the_cli_signs_with_its_signing_key(
+    tmp_path: Path, s3: Any, forge: Forge, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gitops.cli import main
+
+    key = make_key(tmp_path / "cli-key")
+    world = World(tmp_path, s3, forge, mode="commit")
+    files, _ = model("v2")
+    world.publish("v2/", files)
+    assert main(["automation", "run", "--repo", f"file://{world.remote}", "--state-dir", str(tmp_path / "none"),
+                 "--signing-key", str(key)]) == 0
+    assert capsys.readouterr().out.startswith("sentiment: proposed: pushed ")
+    pushed = world.git("rev-parse", "main").strip()
+    trusting = allowed_signers(tmp_path / "allowed_signers", key)
+    assert CommitVerifier(trusting).verify(world.remote, pushed).verdict is Verdict.VALID
 
 
 def test_errors_are_results_counted_and_redacted(tmp_path: Path, s3: Any, forge: Forge) -> None:
