@@ -15,7 +15,9 @@
 4. else the file is edited in place (`gitops.specs.pin_edits`: only the
    value literals change), committed on the branch's head (or, for an open
    pull request, on its branch `gitops/automation-NAME`, so the push is a
-   fast-forward), and either pushed to the branch (`commit`) or pushed to
+   fast-forward) — signed, when the agent has a `--signing-key`, and a
+   commit that cannot be signed is an error result with nothing pushed —
+   and either pushed to the branch (`commit`) or pushed to
    `gitops/automation-NAME` with a pull request opened or updated through
    the promotion's own code (`gitops.delivery.promotion.PullRequestPromoter`).
 
