@@ -12,6 +12,12 @@ nothing else, comments and layout kept. Merging it (a fast-forward of `main`)
 rolls the backend to the new weights with no failed request under a steady load.
 The token goes to the API and nowhere a person or a scraper reads. A prefix
 emptied is an error look, counted (the shipped automation alert's series).
+
+Signed automation (issue 44 item 4): an agent that verifies commits
+(`--verify-commits --allowed-signers`, the first commit signed by a person's
+key) and signs its own (`--signing-key`), its automation in `commit` mode,
+pushes a signed pin commit for `v2/` that the same agent then applies: Synced at
+that commit, serving the new weights, the key's path nowhere in status or log.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from tests.conftest import GitRepo
 from tests.support.forges import Forge
 from tests.support.load import SteadyLoad
 from tests.support.s3 import s3_server
+from tests.support.signing_keys import allowed_signers, make_key, signed_commit
 from tests.support.stack import AgentProcess
 from vocabulary.replicas.model_digests import manifest_digest
 
@@ -78,7 +85,7 @@ watch = "s3://models/sentiment/"
 pick = "highest-version"
 match = "^v[0-9]+/$"
 interval_s = {interval}
-mode = "pull_request"
+mode = "{mode}"
 provider = "github"
 repository = "acme/serving"
 api_url = "{api_url}"
@@ -117,7 +124,7 @@ def test_an_automation_opens_a_pull_request_whose_merge_rolls_the_model(
     repo.write("apps/__init__.py", "")
     repo.write("apps/sentiment.py", APP)
     repo.write("deployments/sentiment.toml", SPEC.format(version="v1", digest=digest1))
-    repo.write("automation.toml", AUTOMATION.format(interval=INTERVAL_S, api_url=forge.url))
+    repo.write("automation.toml", AUTOMATION.format(interval=INTERVAL_S, api_url=forge.url, mode="pull_request"))
     first = repo.commit("sentiment v1, and its automation")
     remote = tmp_path / "remote.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(repo.root), str(remote)], check=True)
@@ -174,6 +181,57 @@ def test_an_automation_opens_a_pull_request_whose_merge_rolls_the_model(
                 s3.delete_object(Bucket="models", Key=f"sentiment/{version}/{path}")
         agent.wait("the look that finds nothing", lambda: _look(agent) == "error", timeout_s=INTERVAL_S + 30)
         assert 'gitops_automation_errors_total{automation="sentiment"} 1.0' in agent.metrics()
+    finally:
+        agent.stop()
+
+
+def test_a_verifying_agent_applies_the_pin_its_automation_signed_and_pushed(
+    ray_session: str, s3: Any, repo: GitRepo, tmp_path: Path, forge: Forge
+) -> None:
+    files1, digest1 = _model("signed-v1")
+    files2, digest2 = _model("signed-v2")
+    for path, data in files1.items():
+        s3.put_object(Bucket="models", Key=f"signed/v1/{path}", Body=data)
+    person, automation_key = make_key(tmp_path / "person-key"), make_key(tmp_path / "automation-key")
+    allowed = allowed_signers(tmp_path / "allowed_signers", person, automation_key)
+    repo.write("apps/__init__.py", "")
+    repo.write("apps/sentiment.py", APP)
+    repo.write("deployments/sentiment.toml",
+               SPEC.format(version="v1", digest=digest1).replace("s3://models/sentiment/", "s3://models/signed/"))
+    repo.write("automation.toml", AUTOMATION.format(interval=INTERVAL_S, api_url=forge.url, mode="commit").replace(
+        "s3://models/sentiment/", "s3://models/signed/"))
+    first = signed_commit(repo, person, "sentiment v1, and its automation (signed by a person)")
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo.root), str(remote)], check=True)
+    agent = AgentProcess(remote, tmp_path, ray.get_runtime_context().gcs_address, extra_args=[
+        "--verify-commits", "--allowed-signers", str(allowed), "--signing-key", str(automation_key),
+        "--promote-api-url", forge.url,
+    ])
+    try:
+        agent.wait_applied(first)
+        agent.wait("the automation's first look", lambda: _look(agent) == "up_to_date")
+        for path, data in files2.items():
+            s3.put_object(Bucket="models", Key=f"signed/v2/{path}", Body=data)
+        agent.wait("the pin pushed", lambda: _look(agent) == "proposed", timeout_s=INTERVAL_S + 30)
+        pushed = _git(remote, "rev-parse", "main").strip()
+        assert _git(remote, "rev-parse", f"{pushed}^").strip() == first
+        assert f'+sha256 = "{digest2}"' in _git(remote, "diff", "-U0", first, pushed)
+        verified = subprocess.run(
+            ["git", "--git-dir", str(remote), "-c", "gpg.format=ssh", "-c", f"gpg.ssh.allowedSignersFile={allowed}",
+             "verify-commit", pushed], capture_output=True, text=True)
+        assert verified.returncode == 0, verified.stderr
+        assert 'Good "git" signature for automation-key@example.invalid' in verified.stderr
+        # The same agent, verifying, applies its own signed commit: Synced at it, serving v2's weights.
+        agent.wait_applied(pushed)
+        new = hashlib.sha256(files2["weights.bin"]).hexdigest()
+        agent.wait("the new weights", lambda: {_weights(agent) for _ in range(4)} == {new}, timeout_s=120)
+        entries = agent.get("/history")
+        entries = entries["entries"] if isinstance(entries, dict) else entries
+        assert next(e for e in entries if e["commit"] == pushed)["result"] == "applied"
+        assert forge.calls == []
+        shown = [agent.log_path.read_text(), json.dumps(agent.get("/status"))]
+        assert not [text[:200] for text in shown if str(automation_key) in text]
+        assert "is not in --allowed-signers" not in shown[0]  # the key is listed: no warning
     finally:
         agent.stop()
 

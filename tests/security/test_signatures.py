@@ -24,14 +24,8 @@ import pytest
 from gitops.cli import main
 from gitops.sources.verifying import CommitVerifier, Verdict
 from tests.conftest import GitRepo
-from tests.support.signing_keys import allowed_signers, make_key
+from tests.support.signing_keys import allowed_signers, make_key, signed_commit
 from tests.support.stack import AgentProcess
-
-
-def signed_commit(repo: GitRepo, key: Path, message: str) -> str:
-    repo.git("add", "-A")
-    repo.git("-c", "gpg.format=ssh", "-c", f"user.signingkey={key}", "commit", "-q", "--allow-empty", "-S", "-m", message)
-    return repo.head()
 
 
 GPG_SIGNER = "ops@example.invalid"
