@@ -152,7 +152,7 @@ def exported_families(*registries_text: str) -> dict[str, str]:
 
 
 def test_the_metric_modules_export_exactly_the_contracts_metrics() -> None:
-    agent, proxy = AgentMetrics(), ProxyMetrics()
+    agent, proxy = AgentMetrics(), ProxyMetrics(model_cache_dir="/nonexistent/gitops-model-cache")
     agent.goal_finished("apply_backend", 1.0)
     agent.git_fetch("success")
     agent.commit_applied("c", "main", 0.0)
