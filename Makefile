@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 SYSTEM_TOOLS := prometheus promtool wrk chromium chromedriver redis-server gpg strace docker-registry
 SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver redis-server gnupg strace docker-registry
 
-.PHONY: run check test test-repeat test-ray-oldest docs lint lint-imports typecheck ruff system-deps bench reliability soak clean
+.PHONY: run check test test-repeat test-ray-oldest docs v2-proto lint lint-imports typecheck ruff system-deps bench reliability soak clean
 
 # The checkout installed editable. setuptools maps the packages of this flat layout with an
 # import finder and prints a notice ("Editable installation ... folders with the same name as
@@ -108,6 +108,14 @@ soak: $(STAMP) system-deps
 # Regenerates the reference pages of docs/ from the code (a test fails when they are stale).
 docs: $(STAMP)
 	$(PY) -m docgen
+
+# Regenerates the v2 gRPC messages from KServe's vendored .proto (ray_gitops/v2/proto/README.md says
+# why this grpcio-tools: its gencode must match the protobuf runtime's major version). A dev tool only.
+V2_PROTO := ray_gitops/v2/proto
+v2-proto: $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check 'grpcio-tools==1.85.1'
+	cd $(V2_PROTO) && $(abspath $(PY)) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. grpc_predict_v2.proto
+	sed -i 's/_descriptor_pool.Default()/_descriptor_pool.DescriptorPool()/' $(V2_PROTO)/grpc_predict_v2_pb2.py
 
 # The real-tier smoke subset against the oldest Ray of the supported range
 # (the lower bound of `ray` in pyproject.toml), in a venv of its own.
