@@ -25,7 +25,8 @@ message, which a unary client reads the same way; a reply the replica streams
 (`FRAMED`) is relayed message by message as it comes. Our refusals are gRPC
 status codes (`code_for_status` of the HTTP path's status: a limit
 RESOURCE_EXHAUSTED, no replica UNAVAILABLE with `retry-after` in the trailers,
-the deadline DEADLINE_EXCEEDED, the user's code raising INTERNAL), and every
+the deadline DEADLINE_EXCEEDED, the user's code raising INTERNAL), a method's
+own refusal ends the call with the code it chose (`code_of`), and every
 call is counted as a request of its endpoint with that HTTP status (the
 metrics' `code` label; a client that left, 499).
 
@@ -51,9 +52,17 @@ from proxy.pipeline.transit import CLIENT_LEFT, Refusal, Transit, refusal_for
 from proxy.pool.calling import HandlerError, ReplicaDiedError
 from proxy.pool.sending import Held, SendError
 from proxy.settings import GrpcLimits
-from vocabulary.request_path.grpc_calls import FRAMED, FramingError, Unframer, code_for_status, grpc_call, service_of
+from vocabulary.request_path.grpc_calls import (
+    FRAMED,
+    FramingError,
+    Unframer,
+    code_for_status,
+    code_of,
+    grpc_call,
+    service_of,
+)
 
-__all__ = ["GrpcIngress", "grpc_status", "serve_grpc"]
+__all__ = ["GrpcIngress", "serve_grpc"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,19 +73,17 @@ _HTTP_STATUS = {  # a gRPC status a call ended with, as the metrics count it (it
 }
 
 
-def grpc_status(http_status: int) -> grpc.StatusCode:
-    """The gRPC status code an answer with `http_status` is."""
-    return _CODES[code_for_status(http_status)]
-
-
 class _Ended(Exception):
     """A call ends with this gRPC status, counted as `status` (its HTTP twin)."""
 
-    def __init__(self, status: int, details: str, trailers: Sequence[tuple[str, str]] = ()) -> None:
+    def __init__(
+        self, status: int, details: str, trailers: Sequence[tuple[str, str]] = (), code: int | None = None
+    ) -> None:
         super().__init__(details)
         self.status = status
         self.details = details
         self.trailers = tuple(trailers)
+        self.code = _CODES[code_for_status(status) if code is None else code]
 
     @classmethod
     def of(cls, refused: Refusal) -> _Ended:
@@ -180,8 +187,8 @@ class GrpcIngress(grpc.GenericRpcHandler):
                 yield message
             return
         status, headers, body = reply
-        if status != 200:  # the replica's own refusal (no such method)
-            raise _Ended(status, body.decode("utf-8", "replace"))
+        if status != 200:  # the replica's own refusal: no such method, or the method's own status code
+            raise _Ended(status, body.decode("utf-8", "replace"), code=code_of(status, headers))
         if _content_type(headers) != FRAMED:
             yield body
             return
@@ -266,7 +273,7 @@ def _answered(transit: Transit, stages: Chain, status: int) -> None:
 async def _end(context: grpc.aio.ServicerContext[Any, Any], ended: _Ended) -> None:
     if ended.trailers:
         context.set_trailing_metadata(ended.trailers)
-    await context.abort(grpc_status(ended.status), ended.details)
+    await context.abort(ended.code, ended.details)
 
 
 def _headers(metadata: Sequence[tuple[str, str | bytes]]) -> list[tuple[bytes, bytes]]:

@@ -18,7 +18,10 @@ given the request message:
 Only public methods are methods of the service: a name starting with `_`, or
 one of the replica's own hooks (`reconfigure`, `check_health`,
 `reconfigure_secrets`), or one the class does not have, is answered 501
-(UNIMPLEMENTED at the client). Exceptions propagate as a handler's do (the
+(UNIMPLEMENTED at the client). A method ends its call with a status code of
+its own by raising `GrpcAbort(code, details)` (`vocabulary.request_path.grpc_calls`;
+before its first message, for a streaming one): a refusal, answered with the
+code, not an error of the code. Other exceptions propagate as a handler's do (the
 client gets INTERNAL; the traceback goes to the replica's log and status).
 A streamed reply is a `BodyStream` whose chunks are the messages, each framed
 (`frame`), its first message read before the answer's head goes back, so a
@@ -33,7 +36,7 @@ import typing
 from typing import Any, AsyncGenerator, AsyncIterator, Callable, Iterator
 
 from replica.asgi import BodyStream
-from vocabulary.request_path.grpc_calls import FRAMED, frame, method_of
+from vocabulary.request_path.grpc_calls import FRAMED, STATUS_HEADER, GrpcAbort, frame, method_of, status_for_code
 from vocabulary.request_path.wire import WireRequest, WireResponse
 
 __all__ = ["GrpcMethods", "NOT_METHODS"]
@@ -89,15 +92,23 @@ class GrpcMethods:
         if method is None:
             text = f"the backend has no gRPC method {name!r} (a public method of its class)"
             return 501, [(b"content-type", b"text/plain; charset=utf-8")], text.encode()
-        request = wire[4] if method.parse is None else method.parse(wire[4])
-        if method.kind == "async":
-            return 200, _UNARY_HEADERS, _serialized(await method.function(request))
-        if method.kind == "sync":
-            return 200, _UNARY_HEADERS, _serialized(await asyncio.to_thread(method.function, request))
-        replies: AsyncIterator[Any] = (
-            method.function(request) if method.kind == "async-stream" else _in_threads(method.function(request))
-        )
-        return await _stream(replies)
+        try:
+            return await _run(method, wire[4])
+        except GrpcAbort as aborted:
+            headers = [(b"content-type", b"text/plain; charset=utf-8"), (STATUS_HEADER, str(aborted.code).encode())]
+            return status_for_code(aborted.code), headers, aborted.details.encode()
+
+
+async def _run(method: _Method, message: bytes) -> WireResponse | BodyStream:
+    request = message if method.parse is None else method.parse(message)
+    if method.kind == "async":
+        return 200, _UNARY_HEADERS, _serialized(await method.function(request))
+    if method.kind == "sync":
+        return 200, _UNARY_HEADERS, _serialized(await asyncio.to_thread(method.function, request))
+    replies: AsyncIterator[Any] = (
+        method.function(request) if method.kind == "async-stream" else _in_threads(method.function(request))
+    )
+    return await _stream(replies)
 
 
 async def _stream(replies: AsyncIterator[Any]) -> WireResponse | BodyStream:

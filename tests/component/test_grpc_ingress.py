@@ -19,6 +19,8 @@ from replica.asgi import BodyStream
 from replica.grpc_calls import GrpcMethods
 from tests.support.proxy_app import FakeReplica, Proxy
 from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.request_path import grpc_calls
+from vocabulary.request_path.grpc_calls import GrpcAbort
 from vocabulary.request_path.wire import Reply, StreamStart, WireRequest
 from vocabulary.spec.endpoints import LimitsConfig
 
@@ -66,6 +68,9 @@ class Greeter:
 
     def Fails(self, request: bytes) -> bytes:  # noqa: N802
         raise ValueError("the user's code raised")
+
+    async def Refuses(self, request: bytes) -> bytes:  # noqa: N802 — ends its call with a code of its own
+        raise GrpcAbort(grpc_calls.NOT_FOUND, f"no {request.decode()} here")
 
     def reconfigure(self, config: Any) -> None:
         raise AssertionError("a replica hook is never a gRPC method")
@@ -214,6 +219,18 @@ def test_refusals_are_grpc_status_codes() -> None:
         assert code_of(late.value) == grpc.StatusCode.DEADLINE_EXCEEDED
 
     run(proxy, test)
+
+
+def test_a_method_ends_its_call_with_the_code_it_chose_counted_as_its_http_twin() -> None:
+    proxy = proxy_with({"v1": [greeter("v1")]})
+
+    async def test(served: Served) -> None:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await served.unary("Refuses", b"ada")
+        assert (code_of(refused.value), refused.value.details()) == (grpc.StatusCode.NOT_FOUND, "no ada here")
+
+    run(proxy, test)
+    assert proxy.recorded.requests == [("greet", "v1", 404)]
 
 
 def test_the_endpoint_timeout_bounds_a_call_without_a_deadline() -> None:

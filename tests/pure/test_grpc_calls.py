@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from vocabulary.request_path import grpc_calls
 from vocabulary.request_path.grpc_calls import (
-    GRPC_HEADER, FramingError, Unframer, code_for_status, frame, grpc_call, is_grpc_call, method_of, service_of,
+    GRPC_HEADER, STATUS_HEADER, FramingError, Unframer, code_for_status, code_of, frame, grpc_call, is_grpc_call,
+    method_of, service_of, status_for_code,
 )
 from vocabulary.request_path.wire import make_request
 from vocabulary.spec.endpoints import EndpointConfig
@@ -51,6 +52,26 @@ def test_the_method_is_the_last_segment() -> None:
 ])
 def test_refusals_as_grpc_status_codes(status: int, code: int) -> None:
     assert code_for_status(status) == code
+
+
+@pytest.mark.parametrize(("code", "status"), [
+    (grpc_calls.INVALID_ARGUMENT, 400),  # a v2 tensor the metadata refuses
+    (grpc_calls.NOT_FOUND, 404),  # a v2 model the endpoint does not serve
+    (grpc_calls.UNAVAILABLE, 503),  # a v2 model not ready
+    (grpc_calls.RESOURCE_EXHAUSTED, 429),
+    (grpc_calls.UNIMPLEMENTED, 501),
+    (grpc_calls.INTERNAL, 500),
+    (grpc_calls.UNKNOWN, 500),  # unlisted
+])
+def test_a_methods_own_code_is_counted_as_its_http_twin_and_ends_the_call_as_itself(code: int, status: int) -> None:
+    assert status_for_code(code) == status
+    assert code_of(status, [(b"content-type", b"text/plain"), (STATUS_HEADER, str(code).encode())]) == code
+
+
+@pytest.mark.parametrize("value", [b"0", b"17", b"-3", b"x", b""])
+def test_a_status_header_that_is_no_error_code_leaves_the_http_statuss_code(value: bytes) -> None:
+    assert code_of(404, [(STATUS_HEADER, value)]) == grpc_calls.UNIMPLEMENTED
+    assert code_of(404, []) == grpc_calls.UNIMPLEMENTED
 
 
 def test_a_call_crosses_marked_last_and_without_pseudo_headers() -> None:

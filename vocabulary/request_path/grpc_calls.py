@@ -19,7 +19,10 @@ message again however the chunks were cut on the way (`Unframer`).
 `code_for_status` is the gRPC status code a proxy-made answer's HTTP status
 becomes (the mapping gRPC's own `doc/http-grpc-status-mapping.md` gives, and
 429 as RESOURCE_EXHAUSTED); codes are the plain numbers of `grpc.StatusCode`.
-Values only.
+A method in the replica that ends its call with a code of its own raises
+`GrpcAbort`; the replica answers it with the code's HTTP twin
+(`status_for_code`, which the metrics count) and the code itself in
+`STATUS_HEADER`, which the proxy ends the call with (`code_of`). Values only.
 """
 
 from __future__ import annotations
@@ -41,9 +44,13 @@ __all__ = [
     "INTERNAL",
     "UNAVAILABLE",
     "UNAUTHENTICATED",
+    "STATUS_HEADER",
     "FramingError",
+    "GrpcAbort",
     "Unframer",
     "code_for_status",
+    "code_of",
+    "status_for_code",
     "frame",
     "grpc_call",
     "is_grpc_call",
@@ -53,6 +60,8 @@ __all__ = [
 
 GRPC_HEADER = b":grpc"
 FRAMED = b"application/x-gitops-grpc-messages"
+# A replica's answer to a call that a method ended with a status code of its own: the code, in decimal.
+STATUS_HEADER = b"grpc-status"
 
 # grpc.StatusCode's numbers (the gRPC spec's), for our own refusals.
 OK = 0
@@ -81,6 +90,17 @@ _BY_STATUS = (  # (HTTP status, gRPC code): a tuple, the vocabulary keeps no mut
     (503, UNAVAILABLE),
     (504, DEADLINE_EXCEEDED),
 )
+_BY_CODE = (  # (gRPC code, HTTP status): a method's own code, as the metrics count its call
+    (CANCELLED, 499),
+    (INVALID_ARGUMENT, 400),
+    (DEADLINE_EXCEEDED, 504),
+    (NOT_FOUND, 404),
+    (PERMISSION_DENIED, 403),
+    (RESOURCE_EXHAUSTED, 429),
+    (UNIMPLEMENTED, 501),
+    (UNAVAILABLE, 503),
+    (UNAUTHENTICATED, 401),
+)
 _LENGTH_BYTES = 4
 
 
@@ -93,6 +113,33 @@ def code_for_status(status: int) -> int:
         if listed == status:
             return code
     return INTERNAL if status >= 500 else UNKNOWN
+
+
+def status_for_code(code: int) -> int:
+    """The HTTP status a call that a method ended with gRPC `code` is counted as (an unlisted code: 500)."""
+    for listed, status in _BY_CODE:
+        if listed == code:
+            return status
+    return 500
+
+
+def code_of(status: int, headers: list[tuple[bytes, bytes]]) -> int:
+    """The gRPC status code a replica's answer ends its call with: the one its method chose
+    (`STATUS_HEADER`, a code from 1 to 16), else `code_for_status` of its HTTP status."""
+    for name, value in headers:
+        if name == STATUS_HEADER and value.isdigit() and 1 <= int(value) <= UNAUTHENTICATED:
+            return int(value)
+    return code_for_status(status)
+
+
+class GrpcAbort(Exception):
+    """Raised by a gRPC method in the replica: its call ends with `code` (a number of
+    `grpc.StatusCode`) and `details`, as `context.abort` ends a grpcio servicer's."""
+
+    def __init__(self, code: int, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
 
 
 def service_of(path: str) -> str | None:
