@@ -17,7 +17,8 @@ A handler (or an ASGI app, which serves everything under its route) that
 streams answers `handle_request` with a `StreamStart`; the proxy pulls the
 rest with `stream` (a Ray streaming generator; cancelling it stops the user
 code) or lets it go with `close_stream`. A call from the proxy's gRPC port comes to `handle_request` too, marked as one, and
-goes to the backend's method of its name (`replica.grpc_calls`). A WebSocket lives in `websocket` (a
+goes to the backend's method of its name (`replica.grpc_calls`; for `protocol = "v2"`,
+the v2 gRPC service's, `ray_gitops.v2.grpc_service`). A WebSocket lives in `websocket` (a
 streaming generator of what the app sends) and `websocket_message` (what the
 client sent), both on this one replica for the connection's lifetime.
 Under Ray, the replica also serves the same calls as frames — streams'
@@ -430,7 +431,8 @@ class Replica:
             else:
                 self._serve = functools.partial(call_handler, is_async=self._handler_is_async)
             self._handler = handler
-            self._grpc = GrpcMethods(handler)
+            # A v2 backend's gRPC calls are the protocol's service's (ray_gitops.v2.grpc_service), not its model's methods.
+            self._grpc = GrpcMethods(handler if self._config.protocol is None else handler.grpc_service)
             import ray
 
             # Only under Ray can a proxy find the socket; tests of this class run without one.

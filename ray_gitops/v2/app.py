@@ -2,7 +2,7 @@
 
 A backend with `protocol = "v2"` has its replicas run `V2App` around the
 class its `import_path` names (the replica host, `replica.host`, wraps it):
-the model is constructed, its `load()` called if it has one, and then the
+the model is constructed and loaded (`ray_gitops.v2.served`), and then the
 app serves, under the endpoint's route:
 
     GET  /v2/health/live, /v2/health/ready            200, or 400 while not ready
@@ -12,11 +12,8 @@ app serves, under the endpoint's route:
     POST /v2/models/NAME[/versions/V]/infer            inference (JSON or binary tensors)
 
 `infer` reads the request (`ray_gitops.v2.protocol`), calls the model's
-`predict(inputs)` (a dict of input name to numpy array; async, or run in a
-thread when sync; given the request's `parameters` too when it takes a
-`parameters` keyword) and answers its dict of output name to array. Ready
-means loaded and, when the model has a `ready` attribute (KServe's
-`Model.ready`) or method, what it says. The v2 paths are found after the
+`predict(inputs)` (`ServedModel.predict`) and answers its dict of output
+name to array. The v2 paths are found after the
 endpoint's route (`/iris/v2/...` for route `/iris`), or as they are when
 the route lies inside them (`/v2`, `/v2/models/iris`). Errors are
 `{"error": "..."}`: 400 for a request the protocol or the metadata refuses
@@ -25,58 +22,52 @@ the route lies inside them (`/v2`, `/v2/models/iris`). Errors are
 (its traceback goes to the replica's stderr, for `gitops logs`) or returned
 what the metadata does not say. The model's `reconfigure`, `check_health`
 and `reconfigure_secrets` are the replica's as for any backend.
+
+The same model answers the v2 gRPC service (`inference.GRPCInferenceService`)
+through `grpc_service` (`ray_gitops.v2.grpc_service`), which the replica
+host gives the calls of the proxy's gRPC port.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
-from importlib import metadata as package_metadata
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import unquote
 
 import orjson
 
 from ray_gitops.asgi import Receive, Scope, Send, no_lifespan, whole_body
-from ray_gitops.v2.protocol import AnswerError, ModelMetadata, RequestError, read_request, write_answer
+from ray_gitops.v2.grpc_service import V2GrpcService
+from ray_gitops.v2.protocol import (
+    AnswerError,
+    ModelMetadata,
+    RequestError,
+    UnknownModel,
+    known_model,
+    read_request,
+    write_answer,
+)
+from ray_gitops.v2.served import EXTENSIONS, SERVER_NAME, PredictFailed, ServedModel, server_version
 from vocabulary.spec.backends import BackendConfig
 
-__all__ = ["V2App", "SERVER_NAME", "EXTENSIONS"]
+__all__ = ["V2App"]
 
 logger = logging.getLogger(__name__)
 
-SERVER_NAME = "ray-gitops"
-EXTENSIONS = ("binary_tensor_data",)
 _HEADER_LENGTH = b"inference-header-content-length"
 _JSON = [(b"content-type", b"application/json")]
 
 
-def _server_version() -> str:
-    try:
-        return package_metadata.version(SERVER_NAME)
-    except package_metadata.PackageNotFoundError:
-        return "unknown"
-
-
 class V2App:
-    """One v2 model served as an ASGI app (`await app(scope, receive, send)`)."""
+    """One v2 model served as an ASGI app (`await app(scope, receive, send)`), and its gRPC service."""
 
     def __init__(self, model: Any, metadata: ModelMetadata) -> None:
-        predict = getattr(model, "predict", None)
-        if not callable(predict):
-            raise TypeError(f"{type(model).__qualname__} has no predict(inputs) method: protocol = \"v2\" calls it")
+        self.served = ServedModel(model, metadata)
         self.model = model
         self.metadata = metadata
-        self._predict = predict
-        self._predict_is_async = inspect.iscoroutinefunction(predict)
-        self._takes_parameters = _takes_parameters(predict)
-        self._server = orjson.dumps({"name": SERVER_NAME, "version": _server_version(), "extensions": list(EXTENSIONS)})
+        self.grpc_service = V2GrpcService(self.served)
+        self._server = orjson.dumps({"name": SERVER_NAME, "version": server_version(), "extensions": list(EXTENSIONS)})
         self._model_json = orjson.dumps(metadata.as_json())
-        load = getattr(model, "load", None)
-        if callable(load):
-            load()  # KServe's Model.load(): the replica host runs this constructor in a thread
-        self.loaded = True
 
     @classmethod
     def around(cls, model: Any, backend: BackendConfig) -> V2App:
@@ -95,11 +86,7 @@ class V2App:
         return _optional(self.model, "reconfigure_secrets")
 
     def is_ready(self) -> bool:
-        """Loaded, and ready by the model's own `ready` (an attribute or a method) when it has one."""
-        ready = getattr(self.model, "ready", True)
-        if callable(ready):
-            ready = ready()
-        return self.loaded and bool(ready)
+        return self.served.is_ready()
 
     # --- ASGI ----------------------------------------------------------------------
 
@@ -128,17 +115,15 @@ class V2App:
             return 200, [], b""
         if len(parts) < 2 or parts[0] != "models":
             return _error(404, f"no v2 path /v2/{'/'.join(parts)[:200]}")
-        name, rest = parts[1], parts[2:]
-        if name != self.metadata.name:
-            return _error(404, f"unknown model '{name[:128]}': this endpoint serves '{self.metadata.name}'")
+        name, rest, version = parts[1], parts[2:], None
         if rest[:1] == ["versions"]:
             if len(rest) < 2:
                 return _error(404, "no version given after /versions")
-            if rest[1] != self.metadata.version:
-                return _error(
-                    404, f"model '{name}' has no version '{rest[1][:80]}' (it has '{self.metadata.version}')"
-                )
-            rest = rest[2:]
+            version, rest = rest[1], rest[2:]
+        try:
+            known_model(name, version, self.metadata)
+        except UnknownModel as error:
+            return _error(404, str(error))
         if rest == []:
             return (200, list(_JSON), self._model_json) if method == "GET" else _error(405, "GET is allowed here")
         if rest == ["ready"]:
@@ -166,10 +151,9 @@ class V2App:
         if not self.is_ready():
             return _error(400, f"model '{self.metadata.name}' is not ready")
         try:
-            results = await self._run(request.inputs, request.parameters)
-        except Exception as error:  # noqa: BLE001 — the model may raise anything; the client gets its kind, the log its traceback
-            logger.exception("model %s: predict raised", self.metadata.name)
-            return _error(500, f"predict raised {type(error).__name__} (the replica's log has its traceback)")
+            results = await self.served.predict(request.inputs, request.parameters)
+        except PredictFailed as error:
+            return _error(500, str(error))
         try:
             answer, head_length = write_answer(request, results, self.metadata)
         except AnswerError as error:
@@ -181,16 +165,6 @@ class V2App:
             return 200, list(_JSON), answer
         return 200, [(b"content-type", b"application/octet-stream"), (_HEADER_LENGTH, str(head_length).encode())], answer
 
-    async def _run(self, inputs: dict[str, Any], parameters: dict[str, Any]) -> Any:
-        call = (
-            (lambda: self._predict(inputs, parameters=parameters)) if self._takes_parameters
-            else (lambda: self._predict(inputs))
-        )
-        if self._predict_is_async:
-            return await call()
-        result = await asyncio.to_thread(call)
-        return await result if inspect.isawaitable(result) else result
-
 
 def _v2_parts(path: str, root_path: str) -> list[str] | None:
     """The path's segments after its `/v2`: found after the route (`root_path`), else at the
@@ -201,13 +175,6 @@ def _v2_parts(path: str, root_path: str) -> list[str] | None:
         if path == prefix or path.startswith(prefix + "/"):
             return [unquote(part) for part in path[len(prefix):].split("/") if part]
     return None
-
-
-def _takes_parameters(predict: Callable[..., Any]) -> bool:
-    try:
-        return "parameters" in inspect.signature(predict).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _optional(model: Any, method: str, *args: Any) -> Any:

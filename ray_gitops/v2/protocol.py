@@ -1,15 +1,20 @@
-"""The Open Inference Protocol's (v2) REST messages: a model's metadata, an inference request read, its answer written.
+"""The Open Inference Protocol's (v2) messages: a model's metadata, the checks every request and answer pass, REST's.
 
-Owns what the messages hold, as KServe's and Triton's v2 REST API says them:
+Owns what the messages hold, as KServe's and Triton's v2 API says them:
 `ModelMetadata` (name, versions, platform, input and output tensors, from
 the backend's `[v2]` table; its version is the digest of the `[models.NAME]`
-entry it names, else the backend's code version), `read_request` (an
-inference request's JSON and, with the binary tensor data extension, the
-binary tensors after it, split at `Inference-Header-Content-Length`) and
-`write_answer` (outputs in JSON or binary, as each was asked for). A request
-that breaks the protocol or the metadata raises `RequestError` (the client's
-400); an answer predict() got wrong raises `AnswerError` (500). Pure:
-`ray_gitops.v2.app` does the HTTP; `ray_gitops.v2.tensors` each tensor.
+entry it names, else the backend's code version); the checks a request and
+an answer pass over either transport (`known_model`, `declared_input`,
+`fitted_input`, `complete_inputs`, `declared_output`, `answer_arrays`: the
+gRPC side, `ray_gitops.v2.grpc_messages`, uses them too); and the REST
+messages: `read_request` (an inference request's JSON and, with the binary
+tensor data extension, the binary tensors after it, split at
+`Inference-Header-Content-Length`) and `write_answer` (outputs in JSON or
+binary, as each was asked for). A request that breaks the protocol or the
+metadata raises `RequestError` (the client's 400), one for another model or
+version `UnknownModel` (404); an answer predict() got wrong raises
+`AnswerError` (500). Pure: `ray_gitops.v2.app` does the HTTP;
+`ray_gitops.v2.tensors` each tensor.
 """
 
 from __future__ import annotations
@@ -24,11 +29,18 @@ from ray_gitops.v2.tensors import TensorError, as_datatype, from_binary, from_js
 from vocabulary.spec.backends import BackendConfig
 from vocabulary.spec.v2 import TensorConfig
 
-__all__ = ["RequestError", "AnswerError", "ModelMetadata", "InferRequest", "read_request", "write_answer"]
+__all__ = [
+    "RequestError", "UnknownModel", "AnswerError", "ModelMetadata", "InferRequest", "read_request", "write_answer",
+    "known_model", "declared_input", "fitted_input", "complete_inputs", "declared_output", "answer_arrays",
+]
 
 
 class RequestError(ValueError):
     """A request the protocol or the model's metadata refuses; the text is for the client."""
+
+
+class UnknownModel(RequestError):
+    """A model name or version this endpoint does not serve (the client's 404, gRPC's NOT_FOUND)."""
 
 
 class AnswerError(Exception):
@@ -126,7 +138,6 @@ def _parameters(message: Mapping[str, Any], what: str) -> dict[str, Any]:
 def _inputs(raw: Any, binary: memoryview, model: ModelMetadata) -> dict[str, np.ndarray]:
     if not isinstance(raw, list) or not raw:
         raise RequestError("'inputs' must be a list of tensors")
-    declared = {tensor.name: tensor for tensor in model.inputs}
     arrays: dict[str, np.ndarray] = {}
     at = 0
     for index, tensor in enumerate(raw):
@@ -135,21 +146,14 @@ def _inputs(raw: Any, binary: memoryview, model: ModelMetadata) -> dict[str, np.
         name = tensor.get("name")
         if not isinstance(name, str):
             raise RequestError(f"inputs[{index}]: 'name' must be a string")
-        what = f"input '{name[:128]}'"
-        spec = declared.get(name)
-        if spec is None:
-            raise RequestError(f"{what} is not an input of model '{model.name}' (it takes {_names(model.inputs)})")
-        if name in arrays:
-            raise RequestError(f"{what} is given twice")
         datatype, shape = tensor.get("datatype"), tensor.get("shape")
-        if datatype != spec.datatype.value:
-            raise RequestError(f"{what}: datatype must be {spec.datatype.value} (got {str(datatype)[:20]!r})")
+        what, spec = declared_input(name, datatype, model, arrays)
         try:
             size = _parameters(tensor, what).get("binary_data_size")
             if size is None:
                 if "data" not in tensor:
                     raise RequestError(f"{what} has no 'data' (nor a binary_data_size parameter)")
-                array = from_json(what, datatype, shape, tensor["data"])
+                array = from_json(what, spec.datatype.value, shape, tensor["data"])
             else:
                 if type(size) is not int or size < 0:
                     raise RequestError(f"{what}: binary_data_size must be a number of bytes")
@@ -157,57 +161,79 @@ def _inputs(raw: Any, binary: memoryview, model: ModelMetadata) -> dict[str, np.
                     raise RequestError(
                         f"{what}: binary_data_size is {size} bytes; {len(binary) - at} bytes of binary data are left"
                     )
-                array = from_binary(what, datatype, shape, binary[at : at + size])
+                array = from_binary(what, spec.datatype.value, shape, binary[at : at + size])
                 at += size
         except TensorError as error:
             raise RequestError(str(error)) from None
-        if not shape_fits(array.shape, spec.shape):
-            raise RequestError(f"{what}: shape {list(array.shape)} does not fit the model's {list(spec.shape)}")
-        arrays[name] = array
+        arrays[name] = fitted_input(what, array, spec)
     if at != len(binary):
         raise RequestError(f"{len(binary) - at} bytes of binary data follow the JSON that no input's binary_data_size claims")
+    return complete_inputs(arrays, model)
+
+
+# --- the checks every transport's request and answer pass (REST here, gRPC in `grpc_messages`) ---
+
+
+def known_model(name: str, version: str | None, model: ModelMetadata) -> None:
+    """Refuses (`UnknownModel`) a model name or version the endpoint does not serve (`version`
+    None or empty: any)."""
+    if name != model.name:
+        raise UnknownModel(f"unknown model '{name[:128]}': this endpoint serves '{model.name}'")
+    if version and version != model.version:
+        raise UnknownModel(f"model '{name}' has no version '{version[:80]}' (it has '{model.version}')")
+
+
+def declared_input(name: str, datatype: Any, model: ModelMetadata, seen: Mapping[str, Any]) -> tuple[str, TensorConfig]:
+    """How an input named `name` is spoken of in errors, and its declared tensor: refuses an input
+    the model does not take, one already in `seen`, or one of another datatype."""
+    what = f"input '{name[:128]}'"
+    spec = next((tensor for tensor in model.inputs if tensor.name == name), None)
+    if spec is None:
+        raise RequestError(f"{what} is not an input of model '{model.name}' (it takes {_names(model.inputs)})")
+    if name in seen:
+        raise RequestError(f"{what} is given twice")
+    if datatype != spec.datatype.value:
+        raise RequestError(f"{what}: datatype must be {spec.datatype.value} (got {str(datatype)[:20]!r})")
+    return what, spec
+
+
+def fitted_input(what: str, array: np.ndarray, spec: TensorConfig) -> np.ndarray:
+    """`array`, when its shape fits the declared one."""
+    if not shape_fits(array.shape, spec.shape):
+        raise RequestError(f"{what}: shape {list(array.shape)} does not fit the model's {list(spec.shape)}")
+    return array
+
+
+def complete_inputs(arrays: dict[str, np.ndarray], model: ModelMetadata) -> dict[str, np.ndarray]:
+    """`arrays`, when it holds every input the model takes."""
     missing = [tensor.name for tensor in model.inputs if tensor.name not in arrays]
     if missing:
         raise RequestError(f"input '{missing[0]}' is missing (model '{model.name}' takes {_names(model.inputs)})")
     return arrays
 
 
-def _outputs(raw: Any, model: ModelMetadata) -> dict[str, bool]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, list):
-        raise RequestError("'outputs' must be a list")
-    declared = {tensor.name for tensor in model.outputs}
-    asked: dict[str, bool] = {}
-    for index, tensor in enumerate(raw):
-        name = tensor.get("name") if isinstance(tensor, dict) else None
-        if not isinstance(name, str):
-            raise RequestError(f"outputs[{index}]: 'name' must be a string")
-        what = f"output '{name[:128]}'"
-        if name not in declared:
-            raise RequestError(f"{what} is not an output of model '{model.name}' (it has {_names(model.outputs)})")
-        if name in asked:
-            raise RequestError(f"{what} is asked for twice")
-        binary = _parameters(tensor, what).get("binary_data")
-        if binary is not None and not isinstance(binary, bool):
-            raise RequestError(f"{what}: parameter 'binary_data' must be true or false")
-        asked[name] = binary  # type: ignore[assignment]  # None: as the request's binary_data_output says
-    return asked
+def declared_output(name: str, model: ModelMetadata, asked: Mapping[str, Any]) -> str:
+    """How an asked-for output is spoken of in errors: refuses one the model does not have, or asked twice."""
+    what = f"output '{name[:128]}'"
+    if all(tensor.name != name for tensor in model.outputs):
+        raise RequestError(f"{what} is not an output of model '{model.name}' (it has {_names(model.outputs)})")
+    if name in asked:
+        raise RequestError(f"{what} is asked for twice")
+    return what
 
 
-def write_answer(request: InferRequest, results: Any, model: ModelMetadata) -> tuple[bytes, int | None]:
-    """The answer to `request` from what predict() returned (a mapping of output name to
-    array-like): its body, and the length of its JSON when binary outputs follow it."""
+def answer_arrays(request: InferRequest, results: Any, model: ModelMetadata) -> list[tuple[str, str, np.ndarray]]:
+    """The outputs `request` asked for (none named: every output), each as (name, datatype,
+    array), from what predict() returned (a mapping of output name to array-like), checked
+    against the model's outputs (`AnswerError`)."""
     if not isinstance(results, Mapping):
         raise AnswerError(f"predict returned {type(results).__name__}; it must return a dict of output name to array")
     declared = {tensor.name: tensor for tensor in model.outputs}
     unknown = [name for name in results if name not in declared]
     if unknown:
         raise AnswerError(f"predict returned output '{unknown[0]}', which is not in the model's [v2] outputs")
-    wanted = request.outputs or dict.fromkeys(declared)
-    outputs: list[dict[str, Any]] = []
-    tail: list[bytes] = []
-    for name, binary in wanted.items():
+    answered: list[tuple[str, str, np.ndarray]] = []
+    for name in request.outputs or declared:
         spec = declared[name]
         if name not in results:
             raise AnswerError(f"predict returned no output '{name}'")
@@ -219,14 +245,43 @@ def write_answer(request: InferRequest, results: Any, model: ModelMetadata) -> t
             raise AnswerError(str(error)) from None
         if not shape_fits(array.shape, spec.shape):
             raise AnswerError(f"predict returned {what} of shape {list(array.shape)}; the model's is {list(spec.shape)}")
+        answered.append((name, datatype, array))
+    return answered
+
+
+def _outputs(raw: Any, model: ModelMetadata) -> dict[str, bool]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):
+        raise RequestError("'outputs' must be a list")
+    asked: dict[str, bool] = {}
+    for index, tensor in enumerate(raw):
+        name = tensor.get("name") if isinstance(tensor, dict) else None
+        if not isinstance(name, str):
+            raise RequestError(f"outputs[{index}]: 'name' must be a string")
+        what = declared_output(name, model, asked)
+        binary = _parameters(tensor, what).get("binary_data")
+        if binary is not None and not isinstance(binary, bool):
+            raise RequestError(f"{what}: parameter 'binary_data' must be true or false")
+        asked[name] = binary  # type: ignore[assignment]  # None: as the request's binary_data_output says
+    return asked
+
+
+def write_answer(request: InferRequest, results: Any, model: ModelMetadata) -> tuple[bytes, int | None]:
+    """The answer to `request` from what predict() returned (a mapping of output name to
+    array-like): its body, and the length of its JSON when binary outputs follow it."""
+    outputs: list[dict[str, Any]] = []
+    tail: list[bytes] = []
+    for name, datatype, array in answer_arrays(request, results, model):
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
+        binary = request.outputs.get(name)
         if request.binary_default if binary is None else binary:
             data = to_binary(array, datatype)
             entry["parameters"] = {"binary_data_size": len(data)}
             tail.append(data)
         else:
             try:
-                entry["data"] = to_json(what, array, datatype)
+                entry["data"] = to_json(f"output '{name}'", array, datatype)
             except TensorError as error:
                 raise RequestError(str(error)) from None
         outputs.append(entry)

@@ -1,9 +1,12 @@
 """Tensors of the Open Inference Protocol (v2) to and from numpy arrays.
 
-Owns one tensor's conversions, both ways and both encodings: JSON `data`
-(row-major, flattened or nested; BYTES as UTF-8 strings) and the binary
+Owns one tensor's conversions, both ways and in every encoding: JSON `data`
+(row-major, flattened or nested; BYTES as UTF-8 strings), the binary
 tensor data extension (little-endian, row-major, no padding; BOOL one byte
-each; BYTES each a 4-byte little-endian length and its bytes). Every
+each; BYTES each a 4-byte little-endian length and its bytes), which is also
+the gRPC messages' `raw_input_contents` and `raw_output_contents`, and the
+gRPC messages' typed contents (`TYPED_CONTENTS`: the values of one repeated
+field of `InferTensorContents`, row-major, each datatype in its field). Every
 conversion is bounded by what the client sent: a declared shape is checked
 against the data's element count, and a binary size against the shape,
 before anything is allocated, so a hostile `shape` or `binary_data_size`
@@ -33,6 +36,10 @@ __all__ = [
     "as_datatype",
     "to_json",
     "to_binary",
+    "TYPED_CONTENTS",
+    "typed_field",
+    "from_typed",
+    "to_typed",
 ]
 
 
@@ -55,6 +62,21 @@ DATATYPES: dict[str, np.dtype[Any]] = {
     "FP32": np.dtype("<f4"),
     "FP64": np.dtype("<f8"),
     "BYTES": np.dtype(object),
+}
+# Each datatype's field of the gRPC messages' `InferTensorContents` (FP16 has none: raw contents only).
+TYPED_CONTENTS: dict[str, str] = {
+    "BOOL": "bool_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
 }
 _BY_KIND_SIZE = {(dtype.kind, dtype.itemsize): name for name, dtype in DATATYPES.items() if name != "BYTES"}
 _LENGTH = struct.Struct("<I")
@@ -187,6 +209,45 @@ def _bytes_elements(what: str, shape: list[int], count: int, raw: memoryview) ->
     if at != len(raw):
         raise TensorError(f"{what}: {len(raw) - at} bytes are left after its {count} BYTES elements")
     return array.reshape(shape)
+
+
+def typed_field(what: str, datatype: str) -> str:
+    """The `InferTensorContents` field that holds `datatype`'s elements, or TensorError."""
+    field = TYPED_CONTENTS.get(datatype)
+    if field is None:
+        _dtype(what, datatype)  # an unknown datatype says so
+        raise TensorError(f"{what}: {datatype} has no typed contents in the gRPC messages: send it raw")
+    return field
+
+
+def from_typed(what: str, datatype: str, shape: Any, values: Sequence[Any]) -> np.ndarray:
+    """The array a gRPC tensor's typed contents hold: `values` (its datatype's repeated field,
+    row-major) are exactly `shape`'s element count, each in the datatype's range."""
+    field = typed_field(what, datatype)
+    count = element_count(shape, what)
+    if len(values) != count:
+        raise TensorError(f"{what}: shape {_shown(shape)} holds {count} elements; its {field} has {len(values)}")
+    if datatype == "BYTES":
+        array = np.empty(count, dtype=object)
+        array[:] = list(values)
+        return array.reshape(shape)
+    dtype = _dtype(what, datatype)
+    if count == 0:
+        return np.empty(shape, dtype=dtype)
+    if dtype.kind in "iu" and dtype.itemsize < 4:  # INT8, INT16, UINT8, UINT16 travel in 32-bit fields
+        low, high, bounds = min(values), max(values), np.iinfo(dtype)
+        if low < bounds.min or high > bounds.max:
+            wrong = low if low < bounds.min else high
+            raise TensorError(f"{what}: {wrong} is out of range for {datatype} ({bounds.min}..{bounds.max})")
+    return np.array(values, dtype=dtype).reshape(shape)
+
+
+def to_typed(what: str, array: np.ndarray, datatype: str) -> list[Any]:
+    """An array as its datatype's typed contents, flattened row-major."""
+    typed_field(what, datatype)
+    if datatype == "BYTES":
+        return [bytes(element) for element in array.reshape(-1)]
+    return list(array.reshape(-1).tolist())
 
 
 def as_datatype(what: str, value: Any, datatype: str) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""v2 tensors to and from numpy (`ray_gitops.v2.tensors`): every datatype both ways in both encodings,
+"""v2 tensors to and from numpy (`ray_gitops.v2.tensors`): every datatype both ways in every encoding,
 shapes flattened or nested, BYTES, and the refusals that keep a hostile request bounded."""
 
 from __future__ import annotations
@@ -13,15 +13,18 @@ from hypothesis import strategies as st
 
 from ray_gitops.v2.tensors import (
     DATATYPES,
+    TYPED_CONTENTS,
     TensorError,
     as_datatype,
     datatype_of,
     element_count,
     from_binary,
     from_json,
+    from_typed,
     shape_fits,
     to_binary,
     to_json,
+    to_typed,
 )
 
 NUMERIC = [name for name in DATATYPES if name != "BYTES"]
@@ -176,3 +179,47 @@ def test_numpy_dtypes_name_their_v2_datatype() -> None:
     assert datatype_of(np.array(["a"])) == "BYTES"
     with pytest.raises(TensorError, match="complex128 has no v2 datatype"):
         datatype_of(np.zeros(1, dtype=complex))
+
+
+# --- the gRPC messages' typed contents ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("datatype", [name for name in DATATYPES if name != "FP16"])
+def test_typed_contents_round_trip_every_datatype_but_fp16(datatype: str) -> None:
+    if datatype == "BYTES":  # any bytes: typed contents need no UTF-8, unlike JSON
+        array = np.array([b"a", b"", b"\xff\x00", "é".encode(), b"bc", b"d"], dtype=object).reshape(2, 3)
+    else:
+        array = sample(datatype, (2, 3))
+    values = to_typed("output 'y'", array, datatype)
+    assert len(values) == 6 and all(not isinstance(value, np.generic) for value in values)  # plain values
+    back = from_typed("input 'x'", datatype, [2, 3], values)
+    assert back.shape == (2, 3) and back.tolist() == array.tolist()
+    if datatype != "BYTES":
+        assert back.dtype == DATATYPES[datatype]
+
+
+def test_fp16_has_no_typed_contents_either_way() -> None:
+    assert "FP16" not in TYPED_CONTENTS
+    with pytest.raises(TensorError, match=r"input 'x': FP16 has no typed contents in the gRPC messages: send it raw"):
+        from_typed("input 'x'", "FP16", [1], [1.0])
+    with pytest.raises(TensorError, match="FP16 has no typed contents"):
+        to_typed("output 'y'", np.zeros(1, dtype=np.float16), "FP16")
+
+
+@pytest.mark.parametrize(("datatype", "shape", "values", "message"), [
+    ("FP32", [2, 2], [1.0, 2.0, 3.0], r"input 'x': shape \[2, 2\] holds 4 elements; its fp32_contents has 3"),
+    ("INT8", [2], [1, 128], r"input 'x': 128 is out of range for INT8 \(-128\.\.127\)"),
+    ("UINT16", [1], [70000], r"input 'x': 70000 is out of range for UINT16"),
+    ("FP32", [-1], [], r"input 'x': shape \[-1\] must hold sizes >= 0"),
+    ("FP99", [1], [1.0], r"input 'x': datatype 'FP99' is not one of"),
+])
+def test_typed_contents_the_shape_or_the_datatype_refuses(
+    datatype: str, shape: list[int], values: list[object], message: str
+) -> None:
+    with pytest.raises(TensorError, match=message):
+        from_typed("input 'x'", datatype, shape, values)
+
+
+def test_typed_contents_of_no_elements_are_an_empty_array_of_the_shape() -> None:
+    empty = from_typed("input 'x'", "INT16", [0, 3], [])
+    assert empty.shape == (0, 3) and empty.dtype == np.int16
