@@ -6,22 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Any, AsyncGenerator, AsyncIterator, Iterator
+from typing import Any, AsyncGenerator, Iterator
 
 import grpc
 import grpc.aio
 import pytest
 
 from proxy.grpc_ingress import serve_grpc
-from proxy.pool.calling import Batching, HandlerError
 from proxy.settings import GrpcLimits, ProxySettings
-from replica.asgi import BodyStream
 from replica.grpc_calls import GrpcMethods
+from tests.support.grpc_replicas import GrpcCaller
 from tests.support.proxy_app import FakeReplica, Proxy
-from vocabulary.control.actor_apis import ReplicaHandle
 from vocabulary.request_path import grpc_calls
 from vocabulary.request_path.grpc_calls import GrpcAbort
-from vocabulary.request_path.wire import Reply, StreamStart, WireRequest
 from vocabulary.spec.endpoints import LimitsConfig
 
 pytestmark = pytest.mark.component
@@ -74,38 +71,6 @@ class Greeter:
 
     def reconfigure(self, config: Any) -> None:
         raise AssertionError("a replica hook is never a gRPC method")
-
-
-class GrpcCaller:
-    """Runs each call through `replica.grpc_calls` as the replica host does; holds streamed rests."""
-
-    def __init__(self) -> None:
-        self.held: dict[str, AsyncGenerator[bytes, None]] = {}
-
-    async def call(self, handle: ReplicaHandle, request: WireRequest, timeout_s: float,
-                   batching: Batching | None = None) -> Reply:
-        replica: FakeReplica = handle.actor
-        replica.seen.append(request)
-        try:
-            reply = await replica.handler(request)
-        except Exception as error:  # noqa: BLE001 — as the Ray caller says it: the user's code raised
-            raise HandlerError(repr(error)) from None
-        if isinstance(reply, BodyStream):
-            stream_id = f"s{len(self.held)}"
-            self.held[stream_id] = reply.rest
-            return StreamStart(reply.status, reply.headers, reply.first_chunk, stream_id)
-        return reply
-
-    async def stream(self, handle: ReplicaHandle, start: StreamStart) -> AsyncIterator[bytes]:
-        rest = self.held.pop(start.stream_id)
-        try:
-            async for chunk in rest:
-                yield chunk
-        finally:
-            await rest.aclose()
-
-    def discard(self, handle: ReplicaHandle, start: StreamStart) -> None:
-        self.held.pop(start.stream_id, None)
 
 
 def greeter(name: str) -> FakeReplica:

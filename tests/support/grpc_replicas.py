@@ -1,0 +1,48 @@
+"""A caller for the proxy app's gRPC tests (`tests.support.proxy_app`) that runs each call through the replica
+host's gRPC dispatch (`replica.grpc_calls`) in-process, streamed rests held as the Ray caller holds them.
+
+Moved out of tests/component/test_grpc_ingress.py: the v2 gRPC tests (tests/component/test_v2_grpc.py) use it too."""
+
+from __future__ import annotations
+
+from typing import AsyncGenerator, AsyncIterator
+
+from proxy.pool.calling import Batching, HandlerError
+from replica.asgi import BodyStream
+from tests.support.proxy_app import FakeReplica
+from vocabulary.control.actor_apis import ReplicaHandle
+from vocabulary.request_path.wire import Reply, StreamStart, WireRequest
+
+__all__ = ["GrpcCaller"]
+
+
+class GrpcCaller:
+    """Runs each call through `replica.grpc_calls` as the replica host does; holds streamed rests."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, AsyncGenerator[bytes, None]] = {}
+
+    async def call(self, handle: ReplicaHandle, request: WireRequest, timeout_s: float,
+                   batching: Batching | None = None) -> Reply:
+        replica: FakeReplica = handle.actor
+        replica.seen.append(request)
+        try:
+            reply = await replica.handler(request)
+        except Exception as error:  # noqa: BLE001 — as the Ray caller says it: the user's code raised
+            raise HandlerError(repr(error)) from None
+        if isinstance(reply, BodyStream):
+            stream_id = f"s{len(self.held)}"
+            self.held[stream_id] = reply.rest
+            return StreamStart(reply.status, reply.headers, reply.first_chunk, stream_id)
+        return reply
+
+    async def stream(self, handle: ReplicaHandle, start: StreamStart) -> AsyncIterator[bytes]:
+        rest = self.held.pop(start.stream_id)
+        try:
+            async for chunk in rest:
+                yield chunk
+        finally:
+            await rest.aclose()
+
+    def discard(self, handle: ReplicaHandle, start: StreamStart) -> None:
+        self.held.pop(start.stream_id, None)
