@@ -20,9 +20,9 @@ from ray_gitops.v2.app import V2App
 from ray_gitops.v2.grpc_service import SERVICE, V2GrpcService
 from replica.grpc_calls import GrpcMethods
 from replica.host import Replica
-from tests.component.test_v2_app import V2_TABLE, Adder, backend
 from tests.support.grpc_replicas import GrpcCaller
 from tests.support.proxy_app import FakeReplica, Proxy
+from tests.support.v2_models import V2_TABLE, Adder, backend
 from vocabulary.request_path import grpc_calls
 from vocabulary.request_path.grpc_calls import STATUS_HEADER, GrpcAbort, grpc_call
 
