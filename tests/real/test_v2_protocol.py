@@ -1,8 +1,11 @@
 """The Open Inference Protocol (v2) end to end: a `protocol = "v2"` spec loaded as the agent
 loads it, its model pinned by digest (file://), served by real Ray replicas behind our
-controller and proxy on 127.0.0.1, and used with Triton's official HTTP client
-(`tritonclient.http`): server and model readiness, server and model metadata (the version is
-the model's digest), inference with JSON tensors and with binary tensors, and refusals."""
+controller and proxy on 127.0.0.1, and used with Triton's official clients over both
+transports: `tritonclient.http` (server and model readiness, server and model metadata whose
+version is the model's digest, inference with JSON tensors and with binary tensors, refusals)
+and `tritonclient.grpc` through the proxy's gRPC port (the endpoint's `grpc_service =
+"inference.GRPCInferenceService"`: readiness, metadata, inference with raw inputs and with
+typed contents, a wrong shape refused INVALID_ARGUMENT, another model NOT_FOUND)."""
 
 from __future__ import annotations
 
@@ -17,11 +20,14 @@ import pytest
 
 from gitops.specs.loading import Loader
 from tests.support.examples import REPO_ROOT, TEST_SPEED
-from tests.support.stack import met, proxy_url, run, start_controller
+from tests.support.stack import free_port, met, proxy_url, run, start_controller
 from vocabulary.spec.state import ServingState
 
 tritonclient_http = pytest.importorskip("tritonclient.http")
-from tritonclient.utils import InferenceServerException  # noqa: E402 — after the skip: the client is a test extra
+tritonclient_grpc = pytest.importorskip("tritonclient.grpc")
+import grpc  # noqa: E402 — after the skips: the clients are a test extra
+from tritonclient.grpc import service_pb2, service_pb2_grpc  # noqa: E402
+from tritonclient.utils import InferenceServerException  # noqa: E402
 
 pytestmark = pytest.mark.real
 
@@ -47,6 +53,7 @@ outputs = [{{ name = "y", datatype = "FP32", shape = [-1, 3] }}, {{ name = "labe
 
 [endpoints.v2]
 route = "/v2"
+grpc_service = "inference.GRPCInferenceService"
 traffic = {{ iris = 1.0 }}
 """
 
@@ -57,9 +64,11 @@ def expected(x: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
 
 
 class Served:
-    def __init__(self, client: object, state: ServingState, code: str, digest: str, url: str) -> None:
+    def __init__(self, client: object, state: ServingState, code: str, digest: str, url: str, grpc_port: int) -> None:
         self.client, self.state, self.code, self.digest, self.url = client, state, code, digest, url
         self.triton = tritonclient_http.InferenceServerClient(url=url.removeprefix("http://"), network_timeout=30)
+        self.grpc_address = f"127.0.0.1:{grpc_port}"
+        self.triton_grpc = tritonclient_grpc.InferenceServerClient(url=self.grpc_address)
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +85,10 @@ def served(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     loaded = Loader().load_directory(tree / "deployments", root=tree)
     assert loaded.state is not None, [str(error) for error in loaded.errors]
     namespace = f"{ray_session}-v2-{uuid.uuid4().hex[:6]}"
-    client = start_controller(namespace, proxies=True)
+    grpc_port = free_port()
+    client = start_controller(namespace, proxies=True, proxy_grpc_port=grpc_port)
     try:
-        yield Served(client, loaded.state, str(tree), digest, proxy_url(namespace))
+        yield Served(client, loaded.state, str(tree), digest, proxy_url(namespace), grpc_port)
     finally:
         client.shutdown()
 
@@ -158,3 +168,63 @@ def test_a_tensor_that_does_not_fit_the_metadata_is_refused_with_400(ready: Serv
     with pytest.raises(InferenceServerException, match=does_not_fit) as refused:
         ready.triton.infer("iris", [tensor])
     assert refused.value.status() == "400"
+
+
+# --- the same model over gRPC: Triton's gRPC client at the proxy's gRPC port -------------------------
+
+
+def test_grpc_health_follows_the_backend_and_its_model(ready: Served) -> None:
+    triton = ready.triton_grpc
+    assert triton.is_server_live() and triton.is_server_ready()
+    assert triton.is_model_ready("iris") and triton.is_model_ready("iris", ready.digest)
+    with pytest.raises(InferenceServerException, match="unknown model 'resnet': this endpoint serves 'iris'") as unknown:
+        triton.is_model_ready("resnet")
+    assert unknown.value.status() == str(grpc.StatusCode.NOT_FOUND)
+
+
+def test_grpc_metadata_is_the_rest_metadata(ready: Served) -> None:
+    server = ready.triton_grpc.get_server_metadata()
+    assert server.name == "ray-gitops" and "binary_tensor_data" in server.extensions
+    metadata = ready.triton_grpc.get_model_metadata("iris", ready.digest)
+    as_rest = {
+        "name": metadata.name, "versions": list(metadata.versions), "platform": metadata.platform,
+        "inputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in metadata.inputs],
+        "outputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in metadata.outputs],
+    }
+    assert as_rest == ready.triton.get_model_metadata("iris")
+    with pytest.raises(InferenceServerException, match="model 'iris' has no version '2'") as refused:
+        ready.triton_grpc.get_model_metadata("iris", "2")
+    assert refused.value.status() == str(grpc.StatusCode.NOT_FOUND)
+
+
+def test_grpc_inference_with_raw_inputs_of_a_large_batch(ready: Served) -> None:
+    x = np.random.default_rng(11).random((20_000, 4), dtype=np.float32)
+    tensor = tritonclient_grpc.InferInput("x", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)  # the client sends raw_input_contents
+    result = ready.triton_grpc.infer("iris", [tensor], request_id="grpc-1")
+    y, labels = expected(x)
+    assert np.allclose(result.as_numpy("y"), y) and result.as_numpy("label").tolist() == labels
+    response = result.get_response()
+    assert (response.id, response.model_version) == ("grpc-1", ready.digest)
+    assert len(response.raw_output_contents) == 2  # answered raw, as Triton answers
+
+
+def test_grpc_inference_with_typed_contents(ready: Served) -> None:
+    x = np.array([[1, 2, 3, 4], [4, 3, 2, 1.5]], dtype=np.float32)
+    request = service_pb2.ModelInferRequest(model_name="iris")
+    tensor = request.inputs.add(name="x", datatype="FP32", shape=list(x.shape))
+    tensor.contents.fp32_contents.extend(x.reshape(-1).tolist())
+    with grpc.insecure_channel(ready.grpc_address) as channel:  # Triton's generated stub: the client sends raw only
+        response = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+    result = tritonclient_grpc.InferResult(response)
+    y, labels = expected(x)
+    assert np.array_equal(result.as_numpy("y"), y) and result.as_numpy("label").tolist() == labels
+
+
+def test_grpc_a_tensor_that_does_not_fit_the_metadata_is_invalid_argument(ready: Served) -> None:
+    tensor = tritonclient_grpc.InferInput("x", [2, 3], "FP32")
+    tensor.set_data_from_numpy(np.ones((2, 3), dtype=np.float32))
+    does_not_fit = r"input 'x': shape \[2, 3\] does not fit the model's \[-1, 4\]"
+    with pytest.raises(InferenceServerException, match=does_not_fit) as refused:
+        ready.triton_grpc.infer("iris", [tensor])
+    assert refused.value.status() == str(grpc.StatusCode.INVALID_ARGUMENT)
