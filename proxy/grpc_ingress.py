@@ -4,8 +4,8 @@ Off unless `gitops run --grpc-port` gives a port (`proxy.actor` starts it beside
 the HTTP server, on the same host). grpcio does HTTP/2, gRPC's framing,
 deadlines and flow control; its server options bound what a client may hold
 (`proxy.settings.GrpcLimits`: message size, concurrent streams per connection,
-metadata size, calls per worker). The handler never deserializes: each call's
-one request message and its replies pass as bytes.
+metadata size, calls per worker, a fixed HTTP/2 window). The handler never
+deserializes: each call's one request message and its replies pass as bytes.
 
 A call `/package.Service/Method` goes to the endpoint whose `grpc_service` is
 `package.Service` (`Snapshot.grpc_services`; none: UNIMPLEMENTED, grpcio's own
@@ -306,6 +306,9 @@ async def serve_grpc(
             ("grpc.max_metadata_size", limits.max_metadata_bytes),
             ("grpc.absolute_max_metadata_size", limits.max_metadata_bytes),
             ("grpc.so_reuseport", 1 if shared else 0),
+            # The windows fixed at `flow_window_bytes` (`GrpcLimits`), not grown by bandwidth probes.
+            ("grpc.http2.bdp_probe", 0),
+            ("grpc.http2.lookahead_bytes", limits.flow_window_bytes),
         ],
         maximum_concurrent_rpcs=limits.max_concurrent_calls,
     )

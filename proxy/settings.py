@@ -27,6 +27,10 @@ class GrpcLimits:
     max_metadata_bytes: int = 16 * 1024
     # Calls one worker runs at once, every connection together; past it, RESOURCE_EXHAUSTED.
     max_concurrent_calls: int = 4096
+    # The HTTP/2 flow-control window of each stream and of each connection: what a client may send
+    # before the worker has read it. Fixed: grpcio's bandwidth probes would grow it, and it read
+    # that far into an oversized message before refusing it (16 in flight: 40 MB, 4 MB at 1 MiB).
+    flow_window_bytes: int = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,8 @@ class ProxySettings:
     # 30 s are 408, connections past 4096 (`gitops run --proxy-max-connections`)
     # are 503 with Retry-After.
     edge: EdgeLimits = EdgeLimits()
-    # The gRPC port's bounds (`gitops run --grpc-port`): message size, streams per connection, metadata size.
+    # The gRPC port's bounds (`gitops run --grpc-port`): message size, streams per connection, metadata size,
+    # flow-control window.
     grpc: GrpcLimits = GrpcLimits()
     # The most any endpoint's request body may be, whatever its `max_body_bytes`
     # says (the endpoint's own limit applies below it): 413 above.

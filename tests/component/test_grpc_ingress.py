@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
+import sys
 from typing import Any, AsyncGenerator, Iterator
 
 import grpc
@@ -16,6 +18,7 @@ from proxy.grpc_ingress import serve_grpc
 from proxy.settings import GrpcLimits, ProxySettings
 from replica.grpc_calls import GrpcMethods
 from tests.support.grpc_replicas import GrpcCaller
+from tests.support.process_memory import peak_resident_bytes, reset_peak, resident_bytes
 from tests.support.proxy_app import FakeReplica, Proxy
 from vocabulary.request_path import grpc_calls
 from vocabulary.request_path.grpc_calls import GrpcAbort
@@ -252,6 +255,63 @@ def test_oversized_messages_are_refused_before_any_replica_sees_them() -> None:
 
     run(proxy, test, GrpcLimits(max_message_bytes=64 * 1024))
     assert replica.seen == []
+
+
+# A grpcio client in a process of its own (so the test's process is the server's alone): 50 messages
+# of 5 MiB on one channel, 16 in flight, each answered RESOURCE_EXHAUSTED.
+OVERSIZED_CLIENT = """
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+call = grpc.insecure_channel(sys.argv[1]).unary_unary("/demo.Greeter/SayHello")
+message = b"x" * (5 * 1024 * 1024)
+
+def code(_):
+    try:
+        call(message, timeout=60)
+        return "OK"
+    except grpc.RpcError as error:
+        return error.code().name
+
+with ThreadPoolExecutor(16) as pool:
+    print(sorted(set(pool.map(code, range(50)))))
+"""
+
+
+def test_oversized_messages_cost_the_server_little_more_than_their_refusals() -> None:
+    # grpcio refuses a message on its length prefix; what it reads of the message before is what
+    # flow control let the client send. With bandwidth probes growing the windows this process grew
+    # by ~40 MB for the 250 MiB offered; with the windows kept at their start, by ~3 MB.
+    replica = greeter("v1")
+    proxy = proxy_with({"v1": [replica]})
+    pid = os.getpid()
+    seen: dict[str, Any] = {}
+
+    async def test(served: Served) -> None:
+        await served.unary("SayHello", b"warm")  # the server's first call made, before the measure
+        seen["before"] = resident_bytes(pid)
+        reset_peak(pid)
+        client = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", OVERSIZED_CLIENT, seen["address"], stdout=asyncio.subprocess.PIPE)
+        out, _ = await asyncio.wait_for(client.communicate(), 120)
+        seen["peak"] = peak_resident_bytes(pid)
+        seen["codes"] = out.decode().strip()
+
+    async def main() -> None:
+        server, port = await serve_grpc(proxy.app, "127.0.0.1", 0, DEFAULT_LIMITS, shared=False)
+        seen["address"] = f"127.0.0.1:{port}"
+        try:
+            async with grpc.aio.insecure_channel(seen["address"]) as channel:
+                await test(Served(proxy, channel))
+        finally:
+            await server.stop(None)
+
+    asyncio.run(main())
+    assert seen["codes"] == "['RESOURCE_EXHAUSTED']", seen["codes"]
+    assert seen["peak"] - seen["before"] <= 16 * 1024 * 1024, seen
+    assert len(replica.seen) == 1  # the warm call: no oversized message reached a replica
 
 
 def test_metadata_over_the_limit_is_refused() -> None:

@@ -38,6 +38,7 @@ from controller.state.proxy_fleet import PROXY_PREFIX
 from proxy.observability.capture import DEFAULT_CAPACITY_BYTES
 from tests.support.examples import ShippedExamples, serve_shipped_examples
 from tests.support.faults import actor_pid
+from tests.support.process_memory import resident_bytes
 from tests.support.stack import eventually, free_port, met, named_actors, run
 from vocabulary.spec.endpoints import CaptureConfig
 
@@ -66,23 +67,16 @@ def served(ray_session: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield examples, sink, metrics_port
 
 
-def _rss(pid: int) -> int:
-    """Resident memory of `pid`, in bytes (VmRSS of /proc/PID/status)."""
-    found = re.search(r"^VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
-    assert found is not None
-    return int(found.group(1)) * 1024
-
-
 class _Peak:
     """The highest resident memory of a process while it runs, sampled every 20 ms."""
 
     def __init__(self, pid: int) -> None:
-        self.pid, self.peak, self._stop = pid, _rss(pid), threading.Event()
+        self.pid, self.peak, self._stop = pid, resident_bytes(pid), threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
         while not self._stop.wait(0.02):
-            self.peak = max(self.peak, _rss(self.pid))
+            self.peak = max(self.peak, resident_bytes(self.pid))
 
     def __enter__(self) -> _Peak:
         self._thread.start()
@@ -116,7 +110,7 @@ def test_a_hostile_body_and_60_posts_of_4_mib_leave_the_worker_alive_writing_and
         for _ in range(3):  # warm: the route, the replica connection, the writer's file
             assert client.post("/flood", content=b'{"password": "warm"}').status_code == 200
         eventually(lambda: sum(_captured(metrics_port).values()) >= 3 or None, 30, 0.2, what="3 warm records")
-        before = _rss(pid)
+        before = resident_bytes(pid)
         hostile = b"[" * 1500 + b"]" * 1500  # 3 KB, 1,500 levels
         big = b'{"password":"' + b"x" * (BODY_MIB * MIB - 16) + b'"}'
         with _Peak(pid) as peak:
@@ -135,7 +129,7 @@ def test_a_hostile_body_and_60_posts_of_4_mib_leave_the_worker_alive_writing_and
         assert client.post("/flood", content=later).status_code == 200
         eventually(lambda: any('"n":12345' in r["request"]["body"].get("text", "") for r in _records(sink)),
                    30, 0.2, what="a record written after the flood")
-        after = _rss(pid)
+        after = resident_bytes(pid)
     assert actor_pid(worker) == pid  # the same worker: it never died
     assert counted is not None
     assert counted["written"] + counted["dropped"] == sent, counted  # nothing lost uncounted
