@@ -1,60 +1,21 @@
 """gRPC through the proxy end to end: the real controller and proxy with its gRPC port on 127.0.0.1,
-real Ray replicas of a servicer class (tests/real/apps/grpc_greeters.py), and a real grpcio client
-calling with raw bytes: unary and server-streaming calls, a 90/10 split over 200 calls and its
-rollback, `grpc-timeout`, a tenant's limit, an unknown service and an oversized message."""
+real Ray replicas of a servicer class (tests/real/apps/grpc_greeters.py; the stack is
+tests/support/grpc_ingress.py's), and a real grpcio client calling with raw bytes: unary and
+server-streaming calls, a 90/10 split over 200 calls and its rollback, `grpc-timeout`, a tenant's
+limit, an unknown service and an oversized message (hostile clients: tests/security/test_grpc_hostile.py)."""
 
 from __future__ import annotations
 
 import collections
-import uuid
-from typing import Iterator
 
 import grpc
 import pytest
-import ray
 
-from controller.state.proxy_fleet import PROXY_PREFIX
-from tests.support.stack import eventually, free_port, met, named_actors, quick_backend, run, start_controller
-from vocabulary.spec.endpoints import EndpointConfig, LimitsConfig
+from tests.support.grpc_ingress import SERVICE, Served, greeting, served  # noqa: F401 — `served` is a fixture
+from tests.support.stack import eventually, met, run
+from vocabulary.spec.endpoints import LimitsConfig
 
 pytestmark = pytest.mark.real
-
-SERVICE = "demo.Greeter"
-GREETER = "grpc_greeters:Greeter"
-
-
-class Served:
-    def __init__(self, client: object, channel: grpc.Channel) -> None:
-        self.client, self.channel = client, channel
-
-    def unary(self, method: str, request: bytes, service: str = SERVICE, **options: object) -> bytes:
-        return self.channel.unary_unary(f"/{service}/{method}")(request, **options)  # type: ignore[no-any-return]
-
-    def streamed(self, method: str, request: bytes) -> list[bytes]:
-        return list(self.channel.unary_stream(f"/{SERVICE}/{method}")(request, timeout=30))
-
-
-def greeting(name: str, **endpoint: object) -> EndpointConfig:
-    return EndpointConfig(name=name, route=f"/{name}", grpc_service=SERVICE, **endpoint)  # type: ignore[arg-type]
-
-
-@pytest.fixture(scope="module")
-def served(ray_session: str) -> Iterator[Served]:
-    namespace = f"{ray_session}-grpc-{uuid.uuid4().hex[:6]}"
-    port = free_port()
-    client = start_controller(namespace, proxies=True, proxy_grpc_port=port)
-    try:
-        names = eventually(lambda: named_actors(namespace, PROXY_PREFIX), 60, what="a proxy")
-        proxy = ray.get_actor(min(names), namespace=namespace)
-        assert ray.get(proxy.grpc_address.remote(), timeout=30) == f"127.0.0.1:{port}"
-        for name in ("a", "b"):
-            backend = quick_backend(name, GREETER, init_args=[name], version=name)
-            met(client, run(client.apply_backend(backend)))
-        met(client, run(client.apply_endpoint(greeting("greet", traffic={"a": 0.9, "b": 0.1}))))
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield Served(client, channel)
-    finally:
-        client.shutdown()
 
 
 def test_a_unary_call_through_the_proxy(served: Served) -> None:

@@ -4,6 +4,7 @@ methods named as the gRPC methods, raw bytes in and out (no generated code)."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import AsyncGenerator
 
 from starlette.requests import Request
@@ -12,7 +13,8 @@ __all__ = ["Greeter"]
 
 
 class Greeter:
-    """`demo.Greeter`: SayHello answers with its backend's name, Count streams, Slow sleeps."""
+    """`demo.Greeter`: SayHello answers with its backend's name, Count streams, Slow sleeps, Hold waits
+    for a file."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -31,3 +33,10 @@ class Greeter:
     async def Slow(self, request: bytes) -> bytes:  # noqa: N802
         await asyncio.sleep(float(request))
         return b"late"
+
+    async def Hold(self, request: bytes) -> bytes:  # noqa: N802
+        """Holds the call until the file named by the request exists (the test lets every call go at once)."""
+        released = Path(request.decode())
+        while not released.exists():
+            await asyncio.sleep(0.05)
+        return b"released"
