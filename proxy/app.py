@@ -142,10 +142,11 @@ class ProxyApp:
             Counting(recorder, self._counts),
         )
         self.stages: tuple[Stage, ...] = tuple(stage for stage in stages if stage is not None)
-        # A gRPC call's stages (`proxy.grpc_ingress`): limits, steering and counting; tracing, capture,
-        # shadows and token budgets read HTTP bodies and headers, and are not on for gRPC calls yet.
+        # A gRPC call's stages (`proxy.grpc_ingress`): limits, steering, tracing (W3C context from the
+        # call's metadata) and counting; capture, shadows and token budgets read HTTP bodies, and are
+        # not on for gRPC calls yet.
         self.grpc_stages: tuple[Stage, ...] = tuple(
-            stage for stage in self.stages if isinstance(stage, (Admission, Steering, Counting))
+            stage for stage in self.stages if isinstance(stage, (Admission, Steering, Tracing, Counting))
         )
         self._snapshot = Snapshot()
         self._chains: dict[str, Chain] = {}

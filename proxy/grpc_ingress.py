@@ -11,7 +11,8 @@ A call `/package.Service/Method` goes to the endpoint whose `grpc_service` is
 `package.Service` (`Snapshot.grpc_services`; none: UNIMPLEMENTED, grpcio's own
 answer), through the same pieces as an HTTP request of that endpoint: its
 chain of the gRPC stages (`ProxyApp.grpc_stages`: its `[limits]`, the backend
-steered by its weights and header rules on the call's metadata, counting),
+steered by its weights and header rules on the call's metadata, its span from
+the metadata's W3C context, counting),
 then one call to the replica pool (`proxy.pool.sending`: slot, queue,
 retries, the data connection). It crosses as a wire request marked as a gRPC
 call (`vocabulary.request_path.grpc_calls`), and the replica calls the backend's
@@ -30,8 +31,8 @@ own refusal ends the call with the code it chose (`code_of`), and every
 call is counted as a request of its endpoint with that HTTP status (the
 metrics' `code` label; a client that left, 499).
 
-Not here yet: client-streaming and bidirectional calls, shadows, capture,
-tracing and token budgets for gRPC calls, TLS on the gRPC port.
+Not here yet: client-streaming and bidirectional calls, shadows, capture
+and token budgets for gRPC calls, TLS on the gRPC port.
 """
 
 from __future__ import annotations

@@ -545,7 +545,10 @@ class Replica:
         self._begin(1)
         try:
             if self._grpc is not None and is_grpc_call(wire):  # a call from the proxy's gRPC port
-                reply = await self._grpc.call(wire)
+                if self._tracing is None:
+                    reply = await self._grpc.call(wire)
+                else:
+                    reply = await self._tracing.serve(wire, functools.partial(self._grpc.call, wire))
             elif self._tracing is None:
                 reply = await self._serve(self._handler, wire)
             else:

@@ -71,12 +71,13 @@ class Traced:
     _ended: bool = field(default=False, repr=False)
 
     def carry(self, headers: Headers) -> Headers:
-        """`headers` for the replica: the proxy span's trace context instead of the client's."""
+        """`headers` for the replica: the proxy span's trace context instead of the client's, first
+        (a gRPC call's marker stays the last header, `vocabulary.request_path.grpc_calls`)."""
         carrier: dict[str, str] = {}
         _CONTEXT.inject(carrier, self.context, _SET)
         _BAGGAGE.inject(carrier, self.context, _SET)
         kept = [(name, value) for name, value in headers if name not in TRACE_HEADERS]
-        return [*kept, *((name.encode(), value.encode("latin-1")) for name, value in carrier.items())]
+        return [*((name.encode(), value.encode("latin-1")) for name, value in carrier.items()), *kept]
 
     def end(self, status: int, sent_bytes: int, commit: str | None) -> None:
         if self._ended:

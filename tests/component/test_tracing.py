@@ -229,3 +229,44 @@ def test_a_traced_websocket_spans_the_session_and_hands_its_context_to_the_repli
     )
     (request,) = replica.requests
     assert _header(request, b"traceparent") == f"00-{TRACE_ID}-{span.get_span_context().span_id:016x}-01"
+
+
+def test_a_grpc_call_follows_the_traceparent_of_its_metadata_and_hands_its_span_to_the_replica() -> None:
+    import grpc.aio
+
+    from proxy.grpc_ingress import serve_grpc
+    from proxy.settings import GrpcLimits
+    from vocabulary.request_path.deadlines import split_deadline
+    from vocabulary.request_path.grpc_calls import is_grpc_call
+
+    exporter, replica = InMemorySpanExporter(), FakeReplica("r1")
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    rng = random.Random(0)
+    app = ProxyApp(FakeCaller(), ProxySettings(), rng, tracing=RequestTracing(provider.get_tracer("t"), rng))
+    config = EndpointConfig(name="echo", route="/echo", traffic={"v1": 1.0}, grpc_service="demo.Echo")
+    table = RouteTable(entries=(RouteEntry(route="/echo", methods=("GET", "POST"), endpoint="echo"),))
+    replicas = replica_set("v1", [replica]).model_copy(update={"commit": "c0ffee"})
+    app.install(Subscriptions(ProxySettings(), rng).apply(
+        {"routes": (1, table), "endpoint:echo": (2, config), "replicas:v1": (3, replicas)}))
+
+    async def call() -> bytes:
+        server, port = await serve_grpc(app, "127.0.0.1", 0, GrpcLimits(), shared=False)
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                say = channel.unary_unary("/demo.Echo/Say")
+                return await say(b"hi", metadata=(("traceparent", PARENT),), timeout=10)  # type: ignore[no-any-return]
+        finally:
+            await server.stop(None)
+
+    assert asyncio.run(call())
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "proxy.request" and span.parent is not None and span.parent.span_id == int("00f067aa0ba902b7", 16)
+    assert f"{span.context.trace_id:032x}" == TRACE_ID
+    assert span.attributes is not None and span.attributes["url.path"] == "/demo.Echo/Say"
+    assert span.attributes["gitops.endpoint"] == "echo" and span.attributes["http.response.status_code"] == 200
+    (seen,) = replica.seen
+    # The replica gets the proxy span as parent, and the call still reads as a gRPC call (its marker last
+    # once the deadline the proxy adds is taken off, as the replica does).
+    assert _header(seen, b"traceparent") == f"00-{TRACE_ID}-{span.context.span_id:016x}-01"
+    assert is_grpc_call(split_deadline(seen)[0])

@@ -2,7 +2,8 @@
 real Ray replicas of a servicer class (tests/real/apps/grpc_greeters.py; the stack is
 tests/support/grpc_ingress.py's), and a real grpcio client calling with raw bytes: unary and
 server-streaming calls, a 90/10 split over 200 calls and its rollback, `grpc-timeout`, a tenant's
-limit, an unknown service and an oversized message (hostile clients: tests/security/test_grpc_hostile.py)."""
+limit, an unknown service, an oversized message, and a call's trace (hostile clients:
+tests/security/test_grpc_hostile.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import grpc
 import pytest
 
 from tests.support.grpc_ingress import SERVICE, Served, greeting, served  # noqa: F401 — `served` is a fixture
+from tests.support.otlp import ReceivedSpan
 from tests.support.stack import eventually, met, run
 from vocabulary.spec.endpoints import LimitsConfig
 
@@ -75,3 +77,29 @@ def test_a_tenant_over_its_limit_is_resource_exhausted(served: Served) -> None:
         assert codes == [grpc.StatusCode.OK] * 3 + [grpc.StatusCode.RESOURCE_EXHAUSTED] * 2
     finally:
         met(served.client, run(served.client.apply_endpoint(greeting("greet", traffic={"a": 0.9, "b": 0.1}))))
+
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLIENT_SPAN = "00f067aa0ba902b7"
+
+
+def test_a_call_with_a_sampled_traceparent_yields_the_proxy_and_replica_spans_of_an_http_request(
+    served: Served,
+) -> None:
+    traceparent = (("traceparent", f"00-{TRACE_ID}-{CLIENT_SPAN}-01"),)
+    answer = served.unary("SayHello", b"traced", metadata=traceparent, timeout=30)
+    backend = answer.split(b":")[0].decode()
+
+    def in_trace(spans: list[ReceivedSpan]) -> list[ReceivedSpan]:
+        return [span for span in spans if span.trace_id == TRACE_ID]
+
+    spans = in_trace(served.spans.wait_for_spans(lambda found: len(in_trace(found)) >= 2))
+    assert sorted(span.name for span in spans) == ["proxy.request", "replica.request"], spans
+    (proxy,) = [span for span in spans if span.name == "proxy.request"]
+    (replica,) = [span for span in spans if span.name == "replica.request"]
+    assert proxy.service == "gitops-proxy" and proxy.parent_span_id == CLIENT_SPAN
+    assert proxy.attributes["gitops.endpoint"] == "greet" and proxy.attributes["gitops.backend"] == backend
+    assert proxy.attributes["url.path"] == f"/{SERVICE}/SayHello"
+    assert proxy.attributes["http.response.status_code"] == 200
+    assert replica.service == "gitops-replica" and replica.parent_span_id == proxy.span_id
+    assert replica.attributes["gitops.backend"] == backend
