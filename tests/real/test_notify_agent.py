@@ -103,6 +103,12 @@ def test_a_real_agent_notifies_a_bad_commit_and_the_good_one_after_it(
             agent.wait_applied(good)
             received = receiver.wait_for(4, timeout_s=60)
             statuses = forge.wait_for(8, timeout_s=30)
+            # The receiver holds the fourth notification a moment before the agent counts its answer.
+            agent.wait("the fourth delivery counted",
+                       lambda: agent.get("/status")["notifications"]["hook"]["delivered"] == 4, timeout_s=30)
+            agent.wait("the fourth delivery in the metrics",
+                       lambda: 'gitops_notifications_total{provider="hook",result="success"} 4.0' in agent.metrics(),
+                       timeout_s=30)
             status = agent.get("/status")
             metrics = agent.metrics()
         finally:
