@@ -143,10 +143,40 @@ def quick_backend(name: str, import_path: str, **fields: Any) -> BackendConfig:
     return BackendConfig(name=name, import_path=import_path, **{**defaults, **fields})
 
 
+def _above_ephemeral() -> tuple[int, int] | None:
+    """The ports above the kernel's ephemeral range (61000-65535 with Linux's default 32768-60999),
+    when there are enough of them."""
+    try:
+        high = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return (high + 1, 65536) if 65536 - (high + 1) >= 2000 else None
+
+
+# Where `free_port` picks: above the ephemeral ports, as a port that `bind(0)` handed out becomes, once
+# closed, any process's next outgoing connection's own port (CI met a test's proxy port taken by a Ray
+# worker's connection between the check and the proxy's bind), and away from Ray's worker ports
+# (10002-19999 by default) and `free_port_range`'s.
+_SINGLE_PORTS = _above_ephemeral()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on or connects from now (above the ephemeral range when the
+    kernel leaves room there)."""
+    import random
+
+    if _SINGLE_PORTS is not None:
+        for _ in range(200):
+            port = random.randrange(*_SINGLE_PORTS)
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def free_port_range(count: int) -> tuple[int, int]:
