@@ -18,7 +18,7 @@ OCI (`oci://`): Debian's docker-registry on 127.0.0.1 holds a modelcar of
 not compress). Measured: the cold fetch into the cache
 (`ModelCache.stage`: the blob verified as it streams, the tar extracted,
 then the model directory's digest checked) and the fetch alone
-(`replica.oci_fetching.fetch_oci`), each beside a plain HTTP download of the
+(`replica.fetching.oci.fetch_oci`), each beside a plain HTTP download of the
 same blob from the same registry (httpx, streamed to a file, no checks), and
 their ratios (target: at least 0.8).
 
@@ -245,9 +245,9 @@ def measure_oci(mb: int) -> dict[str, Any]:
     """A modelcar of `mb` MiB in a loopback docker-registry: our cold fetch beside a plain blob download."""
     import httpx
 
-    from replica.model_fetching import FetchProgress
+    from replica.fetching.sources import FetchProgress
     from replica.models import ModelCache
-    from replica.oci_fetching import fetch_oci
+    from replica.fetching.oci import fetch_oci
     from tests.support.oci_registry import modelcar_layer, oci_registry
     from vocabulary.replicas.model_digests import manifest_digest
 

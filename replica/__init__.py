@@ -27,12 +27,13 @@ talks to the proxy only through `vocabulary.request_path.wire` (as Ray calls, or
   `gitops logs`.
 - `models`: the node's model cache (content-addressed by digest, one
   download per node, verified, LRU-evicted), which stages a backend's
-  models before its user code runs; `model_fetching`: a model's bytes by
-  its source's scheme (file sources copied there), each scheme's fetcher
-  imported when a model of it is fetched; `store_fetching`: S3 and HTTP(S)
-  sources (obstore); `hub_fetching`: an hf:// model's
-  selected files from a Hugging Face Hub (its HTTP API, httpx, resumable);
-  `oci_fetching`: an oci:// model's directory from an OCI registry (its
+  models before its user code runs, its bytes fetched by the `fetching` room.
+- `fetching`: a model's bytes by its source's scheme (`fetching.sources`: the
+  dispatch, its errors and progress; file sources copied there), each
+  scheme's fetcher imported when a model of it is fetched: `fetching.store`
+  for S3 and HTTP(S) sources (obstore), `fetching.hub` for an hf:// model's
+  selected files from a Hugging Face Hub (its HTTP API, httpx, resumable),
+  `fetching.oci` for an oci:// model's directory from an OCI registry (its
   distribution API, httpx: blobs verified as they stream, safe tar extraction).
 - `token_stats_file`: the node's LLM token counts, which an OpenAI backend's
   replicas add to and the node's proxies export.

@@ -87,7 +87,7 @@ from replica.conversions import to_reply, to_starlette_request, to_wire_response
 from replica.grpc_calls import GrpcMethods
 from replica.streams import StreamTable
 from replica.handles import HandleRouter
-from replica.model_fetching import FetchProgress
+from replica.fetching.sources import FetchProgress
 from replica.models import DEFAULT_CACHE_DIR, ModelCache, stage_models
 from replica.token_stats_file import add_token_counts
 from replica.own_output import OwnOutput

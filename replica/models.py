@@ -2,7 +2,7 @@
 
 Owns staging a model (docs/guides/models.md) before a replica's user code runs:
 `ModelCache.stage` returns a local, read-only path whose bytes match the
-digest git pins, fetching them (`replica.model_fetching`) only when the
+digest git pins, fetching them (`replica.fetching.sources`) only when the
 cache does not hold them. Layout under the cache directory:
 
 - `entries/DIGEST/` — a staged model: the file (named as in its source) or
@@ -12,7 +12,7 @@ cache does not hold them. Layout under the cache directory:
   the process that started one is gone). An hf:// download is
   `tmp/DIGEST.partial/` instead, kept when it breaks off (a network error,
   a timeout, its replica killed) so the next fetch of that digest continues
-  it (`replica.hub_fetching`); removed when its bytes do not verify, and
+  it (`replica.fetching.hub`); removed when its bytes do not verify, and
   swept a day after it was last written.
 - `locks/DIGEST` — held exclusively while one process checks or fetches
   that digest: however many replicas (of however many backends) start at
@@ -58,13 +58,13 @@ from typing import IO, TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from datalink.private_dirs import own_dir, process_alive
-from replica.model_fetching import FetchError, FetchProgress, TooLarge, fetch
+from replica.fetching.sources import FetchError, FetchProgress, TooLarge, fetch
 from vocabulary.spec.backends import ModelConfig
 from vocabulary.replicas.model_digests import ManifestEntry, is_directory, manifest_digest
 from vocabulary.replicas.model_stats import CACHE_DIR_NAME, STATS_FILE, ModelCacheStats
 
 if TYPE_CHECKING:
-    from replica.hub_fetching import HubOptions
+    from replica.fetching.hub import HubOptions
 
 __all__ = [
     "DEFAULT_CACHE_DIR", "ModelCache", "ModelError", "Staged", "backoff_s", "digest_of", "eviction_order", "hub_options",
@@ -82,7 +82,7 @@ BACKOFF_S = 30.0
 BACKOFF_MAX_S = 3600.0
 _FOLDERS = ("entries", "tmp", "locks", "use", "failed")
 
-Fetcher = Callable[..., None]  # (source, dest, deadline, progress[, hub=HubOptions]): `model_fetching.fetch`
+Fetcher = Callable[..., None]  # (source, dest, deadline, progress[, hub=HubOptions]): `replica.fetching.sources.fetch`
 PARTIAL_SUFFIX = ".partial"
 PARTIAL_KEPT_S = 24 * 3600.0  # an hf:// download left this long unwritten is swept
 
@@ -429,12 +429,12 @@ def _remove(path: Path) -> None:
 
 def hub_options(model: ModelConfig, secret: Callable[[str], bytes] | None) -> HubOptions | None:
     """An hf:// model's selection and token: its `token_secret`'s value (delivered
-    with the backend's secrets), else the node's (`replica.hub_fetching.node_token`);
+    with the backend's secrets), else the node's (`replica.fetching.hub.node_token`);
     an oci:// model's registry credentials (USER:PASSWORD) as the token: its
     `token_secret`'s value, else none (an anonymous pull)."""
     if not model.source.startswith(("hf://", "oci://")):
         return None
-    from replica.hub_fetching import HubOptions, node_token  # httpx: only where a model comes from a Hub or a registry
+    from replica.fetching.hub import HubOptions, node_token  # httpx: only where a model comes from a Hub or a registry
 
     if model.token_secret is not None and secret is not None:
         try:

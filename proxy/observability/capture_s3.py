@@ -7,7 +7,7 @@ redacted by `proxy.observability.redacting`) gather per sink and leave as one ob
 `MAX_AGE_S`, and when the writer stops. Credentials, region and endpoint
 are the node's standard `AWS_*` variables (`AWS_ACCESS_KEY_ID`,
 `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`), read by obstore
-as the models' fetches read them (`replica.model_fetching`), never from the
+as the models' fetches read them (`replica.fetching.sources`), never from the
 spec. Runs on the capture writer's thread only (`proxy.observability.capture`): a slow or
 failing store delays no answer; a batch that cannot be sent is dropped and
 its records counted as dropped (logged once per sink). An I/O shell.

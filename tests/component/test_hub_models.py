@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from replica import hub_fetching
-from replica.hub_fetching import HubOptions
+from replica.fetching import hub as hub_fetching
+from replica.fetching.hub import HubOptions
 from replica.models import ModelCache, ModelError
 from tests.support.hub import FakeHub
 from vocabulary.replicas.model_digests import manifest_digest

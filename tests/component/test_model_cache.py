@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from replica.model_fetching import fetch
+from replica.fetching.sources import fetch
 from replica.models import ModelCache, ModelError, digest_of, eviction_order
 from vocabulary.replicas.model_digests import manifest_digest
 

@@ -12,7 +12,7 @@ from controller.state.backend_state import BackendState, Probe, ProbeStatus, Sta
 from controller.testing import FakeAdapter
 from gitops.commands.remote import render_status
 from gitops.status.rollup import StatusFacts, roll_up
-from replica.model_fetching import FetchProgress, fetch
+from replica.fetching.sources import FetchProgress, fetch
 from replica.models import ModelCache
 from vocabulary.control.status import BackendStatus, ClusterStatus, ModelStaging, staging_lines
 from vocabulary.replicas.model_digests import manifest_digest

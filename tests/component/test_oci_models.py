@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from replica.hub_fetching import HubOptions
-from replica.model_fetching import FetchError, FetchProgress
+from replica.fetching.hub import HubOptions
+from replica.fetching.sources import FetchError, FetchProgress
 from replica.models import ModelCache, ModelError
-from replica import oci_fetching
-from replica.oci_fetching import fetch_oci
+from replica.fetching import oci as oci_fetching
+from replica.fetching.oci import fetch_oci
 from tests.support.oci_registry import LoopbackRegistry, modelcar_layer, oci_registry, token_front
 from vocabulary.replicas.model_digests import manifest_digest
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from datalink.private_dirs import FALLBACKS, private_base
-from replica.model_fetching import fetch
+from replica.fetching.sources import fetch
 from replica.models import BACKOFF_S, ModelCache, ModelError, backoff_s
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ selection, as for any directory (`vocabulary.replicas.model_digests`).
 Also owns the Hub's HTTP API as values: the endpoint (`HF_ENDPOINT`, else
 huggingface.co; plain http only on loopback), the URLs of a revision's
 metadata and of a file at a commit, and the metadata's parsing. The replica
-(`replica.hub_fetching`) and the CLI (`gitops models resolve`) do the I/O.
+(`replica.fetching.hub`) and the CLI (`gitops models resolve`) do the I/O.
 Values only.
 """
 

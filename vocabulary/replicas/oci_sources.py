@@ -26,7 +26,7 @@ outside `/models`, a device or a name too long is refused before a byte is
 written. Also owns the distribution API as values: URLs (plain http only on
 a loopback registry), the media types asked for, the `WWW-Authenticate`
 challenge and the token request an anonymous or basic-credential pull makes.
-The replica (`replica.oci_fetching`) and the CLI (`gitops models resolve`)
+The replica (`replica.fetching.oci`) and the CLI (`gitops models resolve`)
 do the I/O. Values only.
 """
 

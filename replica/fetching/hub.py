@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 
 import httpx
 
-from replica.model_fetching import FetchError, FetchProgress, Progress
+from replica.fetching.sources import FetchError, FetchProgress, Progress
 from vocabulary.replicas.hub_sources import (
     HubFile,
     endpoint_in,

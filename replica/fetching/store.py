@@ -2,7 +2,7 @@
 
 Owns the one library that talks to object stores and HTTP servers for
 models (obstore: the Rust `object_store` crate, with retries and back-off
-built in), called by `replica.model_fetching.fetch` for these schemes only,
+built in), called by `replica.fetching.sources.fetch` for these schemes only,
 so a replica whose models come from elsewhere (or that has none) never loads
 it. S3 takes its credentials, region and endpoint from the node's standard
 variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
@@ -24,7 +24,7 @@ import obstore
 from obstore.exceptions import NotSupportedError
 from obstore.store import HTTPStore, S3Store
 
-from replica.model_fetching import FetchError, Progress, check_deadline, expect
+from replica.fetching.sources import FetchError, Progress, check_deadline, expect
 from vocabulary.replicas.model_digests import is_directory
 from vocabulary.replicas.s3_picks import store_error_line
 

@@ -43,7 +43,7 @@ from typing import Any, BinaryIO
 
 import httpx
 
-from replica.model_fetching import FetchError, FetchProgress, Progress, TooLarge
+from replica.fetching.sources import FetchError, FetchProgress, Progress, TooLarge
 from vocabulary.replicas.oci_sources import (
     ACCEPT,
     MAX_MANIFEST_BYTES,

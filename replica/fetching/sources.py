@@ -4,9 +4,9 @@
 directory's files under `dest`, and never verifies anything — the cache
 (`replica.models`) does. Each scheme has its fetcher, imported when a model
 of its scheme is fetched (a replica that fetches none never loads their
-libraries): s3:// and http(s):// are `replica.store_fetching`'s (obstore),
-hf:// `replica.hub_fetching`'s (the Hub's HTTP API with httpx) and oci://
-`replica.oci_fetching`'s (a registry's distribution API with httpx); file://
+libraries): s3:// and http(s):// are `replica.fetching.store`'s (obstore),
+hf:// `replica.fetching.hub`'s (the Hub's HTTP API with httpx) and oci://
+`replica.fetching.oci`'s (a registry's distribution API with httpx); file://
 is copied here. Every failure is a `FetchError` with one line a user can act
 on (no such key, access denied, timed out). A `FetchProgress` passed as
 `progress` is also told how many bytes to expect, once known (a directory's:
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 if TYPE_CHECKING:
-    from replica.hub_fetching import HubOptions
+    from replica.fetching.hub import HubOptions
 
 __all__ = ["FetchError", "FetchProgress", "Progress", "TooLarge", "check_deadline", "expect", "fetch"]
 
@@ -71,21 +71,21 @@ def fetch(
     source: str, dest: Path, deadline: float, progress: Progress = lambda _n: None, hub: HubOptions | None = None
 ) -> None:
     """The source's bytes at `dest` (a file, or a directory for a source ending in `/`
-    or an hf:// one, whose selection and token `hub` gives: `replica.hub_fetching`;
-    or an oci:// one, whose registry credentials are `hub`'s token: `replica.oci_fetching`)."""
+    or an hf:// one, whose selection and token `hub` gives: `replica.fetching.hub`;
+    or an oci:// one, whose registry credentials are `hub`'s token: `replica.fetching.oci`)."""
     parts = urlsplit(source)
     if parts.scheme == "hf":
-        from replica.hub_fetching import HubOptions, fetch_hub  # it builds on this module's errors
+        from replica.fetching.hub import HubOptions, fetch_hub  # it builds on this module's errors
 
         fetch_hub(source, dest, deadline, progress, hub or HubOptions())
         return
     if parts.scheme == "oci":
-        from replica.oci_fetching import fetch_oci  # it builds on this module's errors
+        from replica.fetching.oci import fetch_oci  # it builds on this module's errors
 
         fetch_oci(source, dest, deadline, progress, hub.token if hub is not None else None)
         return
     if parts.scheme in ("s3", "http", "https"):
-        from replica.store_fetching import fetch_store  # it builds on this module's errors
+        from replica.fetching.store import fetch_store  # it builds on this module's errors
 
         fetch_store(source, dest, deadline, progress)
         return
