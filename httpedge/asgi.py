@@ -4,7 +4,7 @@
 and `Send` the two callables an app is given, `App` an ASGI application.
 The proxy's server (`httpedge.server`), its app (`proxy.app`, `proxy.pipeline.streaming`,
 `proxy.pipeline.websockets`, `proxy.pipeline.running_calls`) and the replica's ASGI host
-(`replica.asgi`) all use these. Pure: type aliases only.
+(`replica.calling.asgi`) all use these. Pure: type aliases only.
 """
 
 from __future__ import annotations

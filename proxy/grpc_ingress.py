@@ -16,7 +16,7 @@ the metadata's W3C context, counting),
 then one call to the replica pool (`proxy.pool.sending`: slot, queue,
 retries, the data connection). It crosses as a wire request marked as a gRPC
 call (`vocabulary.request_path.grpc_calls`), and the replica calls the backend's
-method of that name (`replica.grpc_calls`). The endpoint's `timeout_s` and the
+method of that name (`replica.calling.grpc_calls`). The endpoint's `timeout_s` and the
 client's `grpc-timeout`, whichever ends first, bound the call (and each gap of a
 streamed reply by `timeout_s`); the replica is told the seconds left, as for an HTTP
 request with a deadline (`vocabulary.request_path.deadlines`).

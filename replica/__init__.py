@@ -10,13 +10,8 @@ talks to the proxy only through `vocabulary.request_path.wire` (as Ray calls, or
 - `host`: the replica actor (load, call, reconfigure, health check, drain).
 - `data_socket`: its end of the data path: frames over a private Unix
   socket on its node, and over TCP to proxies on other nodes.
-- `conversions`: wire tuples to and from the Starlette requests and
-  responses user code sees.
-- `grpc_calls`: a call from the proxy's gRPC port, run by the backend's
-  method of the same name (bytes or protobuf messages in and out).
-- `asgi`: running ASGI callables (an app's HTTP request or WebSocket).
-- `streams`: the streams held between the call that starts them and the
-  calls that read them.
+- `calling/`: a call from the proxy as user code meets it (the Starlette
+  request and response conversions, ASGI apps, gRPC calls, held streams).
 - `handles`: handle calls from user code to other backends and endpoints
   (`ray_gitops.serving`), over Ray, with config by long poll.
 - `tracing`: its spans (handler, handle calls) in its caller's trace,

@@ -17,7 +17,7 @@ A handler (or an ASGI app, which serves everything under its route) that
 streams answers `handle_request` with a `StreamStart`; the proxy pulls the
 rest with `stream` (a Ray streaming generator; cancelling it stops the user
 code) or lets it go with `close_stream`. A call from the proxy's gRPC port comes to `handle_request` too, marked as one, and
-goes to the backend's method of its name (`replica.grpc_calls`; for `protocol = "v2"`,
+goes to the backend's method of its name (`replica.calling.grpc_calls`; for `protocol = "v2"`,
 the v2 gRPC service's, `ray_gitops.v2.grpc_service`). A WebSocket lives in `websocket` (a
 streaming generator of what the app sends) and `websocket_message` (what the
 client sent), both on this one replica for the connection's lifetime.
@@ -82,10 +82,10 @@ from vocabulary.request_path.wire import (
     WireResponse,
 )
 from replica.data_socket import DataSocket, Serving
-from replica.asgi import BodyStream, Lifespan, WebSocketSession, is_asgi_app, serve_http
-from replica.conversions import to_reply, to_starlette_request, to_wire_response
-from replica.grpc_calls import GrpcMethods
-from replica.streams import StreamTable
+from replica.calling.asgi import BodyStream, Lifespan, WebSocketSession, is_asgi_app, serve_http
+from replica.calling.conversions import to_reply, to_starlette_request, to_wire_response
+from replica.calling.grpc_calls import GrpcMethods
+from replica.calling.streams import StreamTable
 from replica.handles import HandleRouter
 from replica.fetching.sources import FetchProgress
 from replica.models import DEFAULT_CACHE_DIR, ModelCache, stage_models
@@ -322,7 +322,7 @@ class Replica:
         self._handler: Any = None
         self._handler_is_async = False  # `_is_async(self._handler)`, decided once it is loaded
         self._serve: Callable[[Any, WireRequest], Any] = functools.partial(call_handler, is_async=False)
-        self._grpc: GrpcMethods | None = None  # its gRPC methods (replica.grpc_calls), once it is loaded
+        self._grpc: GrpcMethods | None = None  # its gRPC methods (replica.calling.grpc_calls), once it is loaded
         self._lifespan: Lifespan | None = None
         self._tracing = (
             None if otlp_endpoint is None

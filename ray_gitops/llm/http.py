@@ -20,7 +20,7 @@ the adapters' requests by. `GET .../stats` also says the engine's process
 and starts (`about`) and the adapters loaded, loads and evictions.
 
 Cancellation: when the client goes away the replica cancels the app's task
-(ASGI 2.4, `replica.asgi`); the engine's iterator is then closed
+(ASGI 2.4, `replica.calling.asgi`); the engine's iterator is then closed
 (`aclose()`), which stops the request in the engine. `on_load` is told the
 requests running after each start and end (the replica reports it to the
 proxy: `ray_gitops.serving.report_load`).

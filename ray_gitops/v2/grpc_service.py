@@ -3,7 +3,7 @@
 An endpoint with `grpc_service = "inference.GRPCInferenceService"` whose
 backend has `protocol = "v2"` takes the v2 gRPC calls on the proxy's gRPC
 port (`gitops run --grpc-port`). Each reaches a replica as a gRPC call
-(`replica.grpc_calls`), which the replica host gives to this service rather
+(`replica.calling.grpc_calls`), which the replica host gives to this service rather
 than to the model: its methods are the protocol's, named as its RPCs, each
 given the serialized request and answering the serialized response
 (`ray_gitops.v2.grpc_messages`):

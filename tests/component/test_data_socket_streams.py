@@ -261,7 +261,7 @@ def test_a_proxy_that_reads_nothing_gets_at_most_the_window_of_items() -> None:
         assert await proxy.nothing_more()  # no credit granted: the replica waits
         # And so does the user's generator, however fast it is: bounded by the head,
         # the three items sent (each joins at most what the app had waiting) and
-        # what the app may have waiting (64 messages, `replica.asgi`).
+        # what the app may have waiting (64 messages, `replica.calling.asgi`).
         assert await settled(lambda: Probe.produced) <= 2 + 3 * 64 + 64
         sent = b"".join(frame.payload for frame in frames)
         proxy.write(Kind.CREDIT, 2, (2, len(frames[0].payload) + len(frames[1].payload)))

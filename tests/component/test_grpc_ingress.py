@@ -1,5 +1,5 @@
 """The proxy's gRPC port in-process: grpcio's server with the proxy's generic handler over fake replicas
-that run the replica host's gRPC dispatch (`replica.grpc_calls`), called by a real grpcio client on
+that run the replica host's gRPC dispatch (`replica.calling.grpc_calls`), called by a real grpcio client on
 127.0.0.1 with raw bytes (no Ray, no generated code)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from proxy.grpc_ingress import serve_grpc
 from proxy.settings import GrpcLimits, ProxySettings
-from replica.grpc_calls import GrpcMethods
+from replica.calling.grpc_calls import GrpcMethods
 from tests.support.grpc_replicas import GrpcCaller
 from tests.support.process_memory import peak_resident_bytes, reset_peak, resident_bytes
 from tests.support.proxy_app import FakeReplica, Proxy

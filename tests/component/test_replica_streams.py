@@ -13,9 +13,9 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from replica.asgi import is_asgi_app
+from replica.calling.asgi import is_asgi_app
 from replica.host import Replica
-from replica.streams import StreamTable
+from replica.calling.streams import StreamTable
 from vocabulary.request_path.wire import StreamStart, make_request, with_root_path
 from vocabulary.spec.backends import BackendConfig
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ray_gitops.registry import REPORTED_LOAD
-from replica.conversions import to_wire_response
+from replica.calling.conversions import to_wire_response
 from tests.support.proxy_app import FakeReplica, Proxy, get, run
 from vocabulary.replicas.serving import ReportedLoad
 from vocabulary.request_path.wire import LOAD_HEADER, WireRequest, WireResponse

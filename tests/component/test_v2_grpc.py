@@ -18,7 +18,7 @@ from proxy.grpc_ingress import serve_grpc
 from proxy.settings import GrpcLimits
 from ray_gitops.v2.app import V2App
 from ray_gitops.v2.grpc_service import SERVICE, V2GrpcService
-from replica.grpc_calls import GrpcMethods
+from replica.calling.grpc_calls import GrpcMethods
 from replica.host import Replica
 from tests.support.grpc_replicas import GrpcCaller
 from tests.support.proxy_app import FakeReplica, Proxy

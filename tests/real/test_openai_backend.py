@@ -90,7 +90,7 @@ traffic = {{ chat = 1.0 }}
         # A client that leaves a long stream after reading some of it: the engine stops the request.
         # A million tokens take the engine half a minute (~35,000 tokens/s), longer than the wait
         # below, which is shorter than the 30 s after which a replica closes a stream no proxy
-        # claimed (replica.streams): only the client's leaving can end this request in time.
+        # claimed (replica.calling.streams): only the client's leaving can end this request in time.
         with httpx.Client(timeout=30) as http:
             with http.stream("POST", agent.proxy + "/v1/completions",
                              json={"model": "tiny-ngram", "prompt": "the", "max_tokens": 1_000_000, "stream": True}) as r:

@@ -160,7 +160,7 @@ def _websocket_over_the_data_socket(scenario: Any) -> None:
 
 
 def test_row4_a_websocket_client_faster_than_its_app_is_held_back_within_a_byte_budget() -> None:
-    from replica.asgi import WEBSOCKET_BUDGET_BYTES
+    from replica.calling.asgi import WEBSOCKET_BUDGET_BYTES
 
     seen: dict[str, Any] = {}
 
@@ -190,7 +190,7 @@ def test_row4_a_websocket_client_faster_than_its_app_is_held_back_within_a_byte_
 
 
 def test_row4_a_websocket_message_over_the_size_limit_closes_it_with_1009() -> None:
-    from replica.asgi import MESSAGE_TOO_BIG, WEBSOCKET_MAX_MESSAGE_BYTES
+    from replica.calling.asgi import MESSAGE_TOO_BIG, WEBSOCKET_MAX_MESSAGE_BYTES
 
     seen: dict[str, Any] = {}
 

@@ -1,5 +1,5 @@
 """A caller for the proxy app's gRPC tests (`tests.support.proxy_app`) that runs each call through the replica
-host's gRPC dispatch (`replica.grpc_calls`) in-process, streamed rests held as the Ray caller holds them.
+host's gRPC dispatch (`replica.calling.grpc_calls`) in-process, streamed rests held as the Ray caller holds them.
 
 Moved out of tests/component/test_grpc_ingress.py: the v2 gRPC tests (tests/component/test_v2_grpc.py) use it too."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import AsyncGenerator, AsyncIterator
 
 from proxy.pool.calling import Batching, HandlerError
-from replica.asgi import BodyStream
+from replica.calling.asgi import BodyStream
 from tests.support.proxy_app import FakeReplica
 from vocabulary.control.actor_apis import ReplicaHandle
 from vocabulary.request_path.wire import Reply, StreamStart, WireRequest
@@ -17,7 +17,7 @@ __all__ = ["GrpcCaller"]
 
 
 class GrpcCaller:
-    """Runs each call through `replica.grpc_calls` as the replica host does; holds streamed rests."""
+    """Runs each call through `replica.calling.grpc_calls` as the replica host does; holds streamed rests."""
 
     def __init__(self) -> None:
         self.held: dict[str, AsyncGenerator[bytes, None]] = {}

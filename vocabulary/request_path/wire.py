@@ -1,7 +1,7 @@
 """The request/response format between a proxy and a replica.
 
 A request crosses one Ray call as a plain tuple (cheap to pickle, no class
-lookups on the hot path); `replica.conversions` rebuilds a Starlette request
+lookups on the hot path); `replica.calling.conversions` rebuilds a Starlette request
 for user code and turns whatever the handler returned into a response tuple.
 
 Two calls carry lists: `handle_coalesced` (separate requests the proxy
@@ -19,7 +19,7 @@ so a client cannot forge it. A WebSocket is carried as ASGI message dicts
 both ways.
 
 Owned here: the tuple layouts. Not here: the conversions to and from
-Starlette (`replica.conversions`), routing and the ASGI server (`proxy.app`).
+Starlette (`replica.calling.conversions`), routing and the ASGI server (`proxy.app`).
 """
 
 from __future__ import annotations

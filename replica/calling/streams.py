@@ -6,7 +6,7 @@ over the same-node data socket, `replica.data_socket`). A stream nobody
 claims within `unclaimed_s` (its proxy died, or its client left in between,
 or it was a shadow copy's) is closed, which stops the user code producing it.
 
-Not here: producing streams (`replica.asgi`), the Ray methods (`replica.host`).
+Not here: producing streams (`replica.calling.asgi`), the Ray methods (`replica.host`).
 """
 
 from __future__ import annotations

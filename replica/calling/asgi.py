@@ -14,7 +14,7 @@ before the first request, `stop` when the replica drains; an app that does
 not speak the lifespan protocol is served without it.
 
 Not here: keeping streams and sockets between Ray calls (`replica.host`),
-what a handler's plain return values become (`replica.conversions`).
+what a handler's plain return values become (`replica.calling.conversions`).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from typing import Any, AsyncIterable, Iterable, cast
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from replica.asgi import BodyStream, serve_http
+from replica.calling.asgi import BodyStream, serve_http
 from ray_gitops.registry import REPORTED_LOAD, loaded_ids
 from vocabulary.request_path.multiplexing import RequestModels
 from vocabulary.request_path.multiplexing import report as models_report

@@ -35,7 +35,7 @@ import inspect
 import typing
 from typing import Any, AsyncGenerator, AsyncIterator, Callable, Iterator
 
-from replica.asgi import BodyStream
+from replica.calling.asgi import BodyStream
 from vocabulary.request_path.grpc_calls import FRAMED, STATUS_HEADER, GrpcAbort, frame, method_of, status_for_code
 from vocabulary.request_path.wire import WireRequest, WireResponse
 
