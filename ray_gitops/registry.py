@@ -107,18 +107,16 @@ def _require(what: str) -> Any:
 # One per process: a replica's process runs one replica.
 REPORTED_LOAD = ReportedLoad()
 
-# Where an OpenAI backend's token counts go (`ray_gitops.llm.publishing`): at most one, the replica host's.
-_TOKEN_SINK: list[Callable[[dict[str, ModelTokens]], None]] = []
-
-
 def install_token_sink(sink: Callable[[dict[str, ModelTokens]], None]) -> None:
-    """Called by the replica host before user code runs: `sink` adds counts per model to the node's file."""
-    _TOKEN_SINK[:] = [sink]
+    """Called by the replica host before user code runs: `sink` adds counts per model to the node's file
+    (where an OpenAI backend's token counts go, `ray_gitops.llm.publishing`)."""
+    _installed["token_sink"] = sink
 
 
 def installed_token_sink() -> Callable[[dict[str, ModelTokens]], None] | None:
     """The replica host's token sink; None outside a replica (a test that builds the app itself)."""
-    return _TOKEN_SINK[0] if _TOKEN_SINK else None
+    sink: Callable[[dict[str, ModelTokens]], None] | None = _installed.get("token_sink")
+    return sink
 
 
 # --- a multiplexed backend ------------------------------------------------------------

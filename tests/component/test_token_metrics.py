@@ -42,7 +42,7 @@ def value(metrics: ProxyMetrics, name: str, **labels: str) -> float | None:
 
 def test_an_openai_backend_s_requests_reach_the_scrape_per_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
-    monkeypatch.setattr("ray_gitops.registry._TOKEN_SINK", [])  # the replica host's sink, restored after
+    monkeypatch.setattr("ray_gitops.registry._installed", {})  # what the replica host installs, restored after
     monkeypatch.setattr(REPORTED_LOAD, "value", REPORTED_LOAD.value)  # the load the app reports, restored after
     install_token_sink(functools.partial(add_token_counts, str(cache), "chat"))
     backend = OpenAIBackend({"engine": "ngram", "served_model_name": "tiny"})
