@@ -107,6 +107,18 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Loopbac
             yield server, front
 
 
+def _registry_secret(repo: GitRepo, tmp_path: Path) -> Path:
+    """The registry's credentials as the spec's `[secrets.registry]` (secrets/registry.age in `repo`),
+    sealed to a new age identity; returns the identity's file, for the agent's --age-identity."""
+    identity = pyrage.x25519.Identity.generate()
+    identity_file = tmp_path / "age-identity.txt"
+    identity_file.write_text(f"{identity}\n")
+    identity_file.chmod(0o600)
+    (repo.root / "secrets").mkdir()
+    (repo.root / "secrets" / "registry.age").write_bytes(pyrage.encrypt(CREDENTIALS.encode(), [identity.to_public()]))
+    return identity_file
+
+
 def _git(remote: Path, *args: str) -> str:
     return subprocess.run(["git", "--git-dir", str(remote), *args], check=True, capture_output=True, text=True).stdout
 
@@ -119,12 +131,7 @@ def test_a_new_release_tag_makes_the_automation_commit_the_pin_lines_and_the_bac
     files2, digest2 = _model("v1.1.0")
     manifest1 = server.push_modelcar(REPOSITORY, "v1.0.0", files1)
     name = f"oci://{front.host}/{REPOSITORY}"
-    identity = pyrage.x25519.Identity.generate()
-    identity_file = tmp_path / "age-identity.txt"
-    identity_file.write_text(f"{identity}\n")
-    identity_file.chmod(0o600)
-    (repo.root / "secrets").mkdir()
-    (repo.root / "secrets" / "registry.age").write_bytes(pyrage.encrypt(CREDENTIALS.encode(), [identity.to_public()]))
+    identity_file = _registry_secret(repo, tmp_path)
     repo.write("apps/__init__.py", "")
     repo.write("apps/tiny.py", APP)
     repo.write("deployments/tiny.toml", SPEC.format(source=f"{name}@{manifest1}", digest=digest1))
@@ -265,12 +272,7 @@ def test_a_pin_whose_canary_fails_is_not_proposed_again_and_the_history_says_why
     broken_digest = manifest_digest([(p, len(d), hashlib.sha256(d).hexdigest()) for p, d in broken.items()])
     good_manifest = server.push_modelcar(repository, "v1.0.0", good)
     name = f"oci://{front.host}/{repository}"
-    identity = pyrage.x25519.Identity.generate()
-    identity_file = tmp_path / "age-identity.txt"
-    identity_file.write_text(f"{identity}\n")
-    identity_file.chmod(0o600)
-    (repo.root / "secrets").mkdir()
-    (repo.root / "secrets" / "registry.age").write_bytes(pyrage.encrypt(CREDENTIALS.encode(), [identity.to_public()]))
+    identity_file = _registry_secret(repo, tmp_path)
     repo.write("apps/__init__.py", "")
     repo.write("apps/tiny.py", CANARY_APP)
 
