@@ -146,10 +146,17 @@ def ours() -> Iterator[Callable[[str], str]]:
             if result.state != GoalState.MET:
                 raise RuntimeError(f"goal not met: {result}")
 
+    def url(app: str) -> str:
+        base = f"http://127.0.0.1:{port}/{app}"
+        if app != "caller":  # as for Serve: its figure is taken inside it, on the one GET that measures
+            # A goal met is not a warm route: the first call to a replica can take longer than a
+            # tiny run's one second, which would measure nothing at all.
+            wrk.wait_for_http(base)
+        return base
+
     try:
         asyncio.run(deploy())
-        wrk.wait_for_http(f"http://127.0.0.1:{port}/model")
-        yield lambda app: f"http://127.0.0.1:{port}/{app}"
+        yield url
     finally:
         client.shutdown()
         shutdown_ray()
