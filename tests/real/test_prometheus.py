@@ -125,7 +125,7 @@ def spec(traffic: dict[str, float], capture: Path, broken: bool = False) -> str:
         text += (
             f'[backends.hello-{label}]\nimport_path = "apps.hello:Hello"\ninit_args = ["{label}"]\n'
             "num_replicas = 1\nray_actor_options = { num_cpus = 0 }\n"
-            "health_check_period_s = 0.5\nhealth_check_timeout_s = 5\n\n"
+            "health_check_period_s = 0.5\nhealth_check_timeout_s = 20\n\n"
         )
     text += (
         '[backends.batched]\nimport_path = "apps.hello:Batched"\nnum_replicas = 1\n'

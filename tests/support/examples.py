@@ -24,11 +24,12 @@ from vocabulary.spec.endpoints import EndpointConfig
 from vocabulary.spec.state import ServingState
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# Test speed on a shared machine: no CPU reserved, quick health checks and stops.
+# Test speed on a shared machine: no CPU reserved, quick health checks and stops (a check may take
+# 20 s, as in `tests.support.stack.quick_backend`, which says why).
 TEST_SPEED: dict[str, Any] = {
     "ray_actor_options": {"num_cpus": 0},
     "health_check_period_s": 0.5,
-    "health_check_timeout_s": 5.0,
+    "health_check_timeout_s": 20.0,
     "graceful_shutdown_timeout_s": 1.0,
 }
 

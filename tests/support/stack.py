@@ -131,13 +131,16 @@ def quick_backend(name: str, import_path: str, **fields: Any) -> BackendConfig:
 
     `fields` are BackendConfig fields and override these defaults.
     """
+    # A health check answers in milliseconds, but on a loaded 2-core CI machine one can wait seconds
+    # for its turn: 5 s replaced healthy replicas under their callers (a 502 in the routing tests).
+    # No test waits for a check to time out; replicas that die are seen at once.
     defaults: dict[str, Any] = {
         "version": "v1",
         "num_replicas": 1,
         "working_dir": APPS,
         "ray_actor_options": {"num_cpus": 0},
         "health_check_period_s": 0.5,
-        "health_check_timeout_s": 5.0,
+        "health_check_timeout_s": 20.0,
         "graceful_shutdown_timeout_s": 1.0,
     }
     return BackendConfig(name=name, import_path=import_path, **{**defaults, **fields})
