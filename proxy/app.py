@@ -57,7 +57,7 @@ from proxy.observability.tracing import RequestTracing
 from proxy.pipeline.admit import Admission
 from proxy.pipeline.body import BodyBudget, framing, read, unframed
 from proxy.pipeline.budget import TokenBudgeting
-from proxy.pipeline.capture import Capture
+from proxy.pipeline.capture import Capture, GrpcCapture
 from proxy.pipeline.count import Counting, NullRecorder, Recorder
 from proxy.pipeline.running_calls import ClientLeft, RunningCalls
 from proxy.pipeline.shadow import Shadowing
@@ -143,10 +143,11 @@ class ProxyApp:
         )
         self.stages: tuple[Stage, ...] = tuple(stage for stage in stages if stage is not None)
         # A gRPC call's stages (`proxy.grpc_ingress`): limits, steering, tracing (W3C context from the
-        # call's metadata) and counting; capture, shadows and token budgets read HTTP bodies, and are
-        # not on for gRPC calls yet.
+        # call's metadata), capture (its own kind of record), the same shadows (one bound on copies in
+        # flight for both ports) and counting; token budgets read HTTP bodies, and are not on for gRPC calls.
         self.grpc_stages: tuple[Stage, ...] = tuple(
-            stage for stage in self.stages if isinstance(stage, (Admission, Steering, Tracing, Counting))
+            GrpcCapture(capture) if isinstance(stage, Capture) and capture is not None else stage
+            for stage in self.stages if isinstance(stage, (Admission, Steering, Tracing, Capture, Shadowing, Counting))
         )
         self._snapshot = Snapshot()
         self._chains: dict[str, Chain] = {}

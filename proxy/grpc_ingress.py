@@ -12,7 +12,7 @@ A call `/package.Service/Method` goes to the endpoint whose `grpc_service` is
 answer), through the same pieces as an HTTP request of that endpoint: its
 chain of the gRPC stages (`ProxyApp.grpc_stages`: its `[limits]`, the backend
 steered by its weights and header rules on the call's metadata, its span from
-the metadata's W3C context, counting),
+the metadata's W3C context, its capture record, its shadow copies, counting),
 then one call to the replica pool (`proxy.pool.sending`: slot, queue,
 retries, the data connection). It crosses as a wire request marked as a gRPC
 call (`vocabulary.request_path.grpc_calls`), and the replica calls the backend's
@@ -31,8 +31,15 @@ own refusal ends the call with the code it chose (`code_of`), and every
 call is counted as a request of its endpoint with that HTTP status (the
 metrics' `code` label; a client that left, 499).
 
-Not here yet: client-streaming and bidirectional calls, shadows, capture
-and token budgets for gRPC calls, TLS on the gRPC port.
+The stages' `answered` hooks are given the call's trailers (`grpc-status`
+and any `retry-after`) as the answer's headers, and as its body the reply
+message that came whole (a refusal: its text), which the shadow comparison
+and the capture record read; a reply the replica streamed is never compared,
+and a captured call's streamed messages are counted one by one into its
+record (`Exchange.stream`).
+
+Not here yet: client-streaming and bidirectional calls, token budgets for
+gRPC calls, TLS on the gRPC port.
 """
 
 from __future__ import annotations
@@ -47,7 +54,8 @@ import grpc
 import grpc.aio
 
 from proxy.app import ProxyApp
-from proxy.observability.bodies import EMPTY
+from proxy.observability.bodies import EMPTY, BodyView
+from proxy.observability.redacting import Flow
 from proxy.pipeline.stage import Chain
 from proxy.pipeline.transit import CLIENT_LEFT, Refusal, Transit, refusal_for
 from proxy.pool.calling import HandlerError, ReplicaDiedError
@@ -55,6 +63,7 @@ from proxy.pool.sending import Held, SendError
 from proxy.settings import GrpcLimits
 from vocabulary.request_path.grpc_calls import (
     FRAMED,
+    STATUS_HEADER,
     FramingError,
     Unframer,
     code_for_status,
@@ -136,6 +145,7 @@ class GrpcIngress(grpc.GenericRpcHandler):
         except Refusal as refused:  # before the message is taken: answered, not counted (as HTTP)
             await _end(context, _Ended.of(refused))
         status = CLIENT_LEFT  # unless it ends otherwise
+        reply: list[bytes] = []  # the reply as the stages read it: the replica's whole body (not a stream's)
         try:
             if len(request) > served.max_body_bytes:
                 raise _Ended(413, f"the request message of {len(request)} bytes is over the endpoint's "
@@ -143,24 +153,26 @@ class GrpcIngress(grpc.GenericRpcHandler):
             transit.request = grpc_call(path, headers, request)
             for hook in stages.formed:
                 hook(transit)
-            async for message in self._replies(transit, context):
+            async for message in self._replies(transit, stages, context, reply):
                 yield message
             status = 200
         except _Ended as ended:
             status = ended.status
-            _answered(transit, stages, status)
+            _answered(transit, stages, status, [_status_trailer(ended.code.value[0]), *_trailers(ended)],
+                      ended.details.encode())
             await _end(context, ended)
         finally:
             if status == CLIENT_LEFT:
                 transit.duration_s = time.perf_counter() - transit.started
                 for hook in stages.left:
                     hook(transit)
-        _answered(transit, stages, status)
+        _answered(transit, stages, status, [_status_trailer(0)], reply[0] if reply else b"")
 
     async def _replies(
-        self, transit: Transit, context: grpc.aio.ServicerContext[Any, Any]
+        self, transit: Transit, stages: Chain, context: grpc.aio.ServicerContext[Any, Any], reply: list[bytes]
     ) -> AsyncGenerator[bytes, None]:
-        """The reply messages of the call, as they come; raises `_Ended` for any other end."""
+        """The reply messages of the call, as they come; raises `_Ended` for any other end. A reply
+        that came whole is put in `reply` (the shadow comparison and the capture record read it)."""
         app, served = self._app, transit.served
         assert transit.request is not None
         remaining = context.time_remaining()
@@ -170,10 +182,12 @@ class GrpcIngress(grpc.GenericRpcHandler):
         pool = transit.snapshot.pools.get(transit.backend)
         if pool is not None and pool.batching is not None:  # its handler takes lists of HTTP requests
             raise _Ended(501, f"backend {transit.backend} batches its requests: it serves no gRPC calls")
+        # Its span and its capture record name the replica that answered.
+        seen = None if transit.traced is None and transit.captured is None else transit.seen
         try:
             async with asyncio.timeout_at(deadline_at):
-                reply = await app.sender.send(
-                    pool, transit.request, deadline_at, served.retries, None, served.outliers, served.circuit,
+                answer = await app.sender.send(
+                    pool, transit.request, deadline_at, served.retries, seen, served.outliers, served.circuit,
                     # The replica is told the seconds left (its code's `time_left()`, and cancelled at it);
                     # a client's deadline shorter than timeout_s ending a call blames no replica.
                     travels=True, clients=timeout_s < served.timeout_s,
@@ -182,14 +196,17 @@ class GrpcIngress(grpc.GenericRpcHandler):
             raise _Ended(504, "Deadline Exceeded: no reply within the call's deadline") from None
         except SendError as error:
             raise _Ended.of(refusal_for(error, app.retry_after)) from None
-        if isinstance(reply, Held):
-            transit.held = reply
-            async for message in self._streamed(transit, reply, deadline_at):
+        if isinstance(answer, Held):
+            transit.held = answer
+            for hook in stages.streaming:  # a streamed reply is never compared with a shadow's
+                hook(transit)
+            async for message in self._streamed(transit, answer, deadline_at, reply):
                 yield message
             return
-        status, headers, body = reply
+        status, headers, body = answer
         if status != 200:  # the replica's own refusal: no such method, or the method's own status code
             raise _Ended(status, body.decode("utf-8", "replace"), code=code_of(status, headers))
+        reply.append(body)
         if _content_type(headers) != FRAMED:
             yield body
             return
@@ -199,13 +216,20 @@ class GrpcIngress(grpc.GenericRpcHandler):
             unframer.finish()
         except FramingError as error:
             raise _Ended(500, f"the replica's reply is broken: {error}") from None
+        flow = _messages_flow(transit)
         for message in messages:
+            if flow is not None:
+                flow.add(message)
             yield message
 
-    async def _streamed(self, transit: Transit, held: Held, deadline_at: float) -> AsyncGenerator[bytes, None]:
-        """A reply the replica streams: its messages as they come (FRAMED), or one large message whole."""
+    async def _streamed(
+        self, transit: Transit, held: Held, deadline_at: float, reply: list[bytes]
+    ) -> AsyncGenerator[bytes, None]:
+        """A reply the replica streams: its messages as they come (FRAMED), or one large message whole
+        (then put in `reply`)."""
         app, served, start = self._app, transit.served, held.start
         framed = _content_type(start.headers) == FRAMED
+        flow = _messages_flow(transit) if framed else None
         limit = self._limits.max_message_bytes
         unframer = Unframer(limit)
         whole: list[bytes] = [start.first_chunk]
@@ -217,6 +241,8 @@ class GrpcIngress(grpc.GenericRpcHandler):
             app.recorder.first_byte(served.name, transit.backend, time.perf_counter() - transit.started)
             if framed:
                 for message in unframer.feed(start.first_chunk):
+                    if flow is not None:
+                        flow.add(message)
                     yield message
             chunks = app.caller.stream(held.slot.handle, start)
             claimed = True
@@ -234,6 +260,8 @@ class GrpcIngress(grpc.GenericRpcHandler):
                     last = now
                     if framed:
                         for message in unframer.feed(chunk):
+                            if flow is not None:
+                                flow.add(message)
                             yield message
                         continue
                     size += len(chunk)
@@ -245,7 +273,8 @@ class GrpcIngress(grpc.GenericRpcHandler):
             if framed:
                 unframer.finish()
             else:
-                yield b"".join(whole)
+                reply.append(b"".join(whole))
+                yield reply[0]
         except TimeoutError:
             raise _Ended(504, "Deadline Exceeded: the replica's stream stopped within the call's deadline") from None
         except ReplicaDiedError:
@@ -265,10 +294,30 @@ class GrpcIngress(grpc.GenericRpcHandler):
             app.recorder.stream_done(served.name, transit.backend, gaps)
 
 
-def _answered(transit: Transit, stages: Chain, status: int) -> None:
+def _messages_flow(transit: Transit) -> Flow | None:
+    """Where a captured call's streamed reply messages are counted (its record's `stream`); None uncaptured."""
+    captured = transit.captured
+    if captured is None:
+        return None
+    captured.stream = Flow(captured.redaction.max_body_bytes)
+    return captured.stream
+
+
+def _answered(transit: Transit, stages: Chain, status: int, trailers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    """The answered hooks, given the call's trailers as the answer's headers and the reply (or the refusal's
+    text) as its body, read by the shadow comparison and capture; counting reads neither."""
     transit.duration_s = time.perf_counter() - transit.started
+    sent = BodyView.one(body) if body and stages.reads_answers else EMPTY
     for hook in stages.answered:
-        hook(transit, status, [], EMPTY)
+        hook(transit, status, trailers, sent)
+
+
+def _status_trailer(code: int) -> tuple[bytes, bytes]:
+    return STATUS_HEADER, str(code).encode()
+
+
+def _trailers(ended: _Ended) -> list[tuple[bytes, bytes]]:
+    return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in ended.trailers]
 
 
 async def _end(context: grpc.aio.ServicerContext[Any, Any], ended: _Ended) -> None:

@@ -21,7 +21,10 @@ it); the query string (it often carries keys). Bodies are cut at
 headers are kept up to `max_body_bytes` too (names and values), the rest
 counted in `headers_cut`. A streamed answer
 or a WebSocket is recorded with its chunks or messages counted (`Flow`) and
-its start kept up to `max_body_bytes`; shadow copies' answers ride in their
+its start kept up to `max_body_bytes`; a gRPC call (`grpc`) with its service,
+method and status code, its metadata as the request's headers, its request
+message as the body and its reply message (a streamed reply: its messages,
+as a WebSocket's) as the answer's; shadow copies' answers ride in their
 primary's record (`ShadowAnswer`), redacted by the same rules, their
 comparison as JSON paths and types, never values.
 """
@@ -37,6 +40,7 @@ from typing import Any
 
 from proxy.observability.bodies import EMPTY, BodyView
 from vocabulary.spec.endpoints import CaptureConfig
+from vocabulary.request_path.grpc_calls import GRPC_HEADER, STATUS_HEADER, code_name, method_of, service_of
 from vocabulary.request_path.wire import WireRequest, split_root_path
 
 __all__ = [
@@ -235,8 +239,8 @@ class Exchange:
     latency_s: float = 0.0
     response_headers: Headers | None = None
     response_body: BodyView = EMPTY  # the answer's body as the client was sent it: a view, not a copy
-    kind: str = "http"  # "http", "stream" (a streamed answer) or "websocket"
-    stream: Flow | None = None  # a streamed answer's chunks, its head's included
+    kind: str = "http"  # "http", "stream" (a streamed answer), "websocket" or "grpc" (a gRPC call)
+    stream: Flow | None = None  # a streamed answer's chunks, its head's included (a gRPC call's: its reply messages)
     client: Flow | None = None  # a WebSocket's messages from the client
     app: Flow | None = None  # a WebSocket's messages from the app
     shadows: list[ShadowAnswer] = field(default_factory=list)
@@ -260,6 +264,9 @@ def capture_record(exchange: Exchange, worker: str) -> dict[str, Any]:
     """The record of `exchange`, redacted and cut, as `gitops capture` reads it."""
     method, path, _query, headers, body = exchange.request
     headers, _root = split_root_path(headers)
+    grpc = exchange.kind == "grpc"
+    if grpc and headers and headers[-1][0] == GRPC_HEADER:
+        headers = headers[:-1]  # the ingress's marker, no metadata of the client's
     rules = exchange.redaction
     record: dict[str, Any] = {
         "time": datetime.fromtimestamp(exchange.started_at, UTC).isoformat(timespec="milliseconds"),
@@ -282,7 +289,11 @@ def capture_record(exchange: Exchange, worker: str) -> dict[str, Any]:
             "body": rules.body(exchange.response_body, exchange.response_bytes),
         },
     }
-    if exchange.stream is not None:
+    if grpc:
+        record["grpc"] = _grpc_call(path, exchange.response_headers or [])
+        if exchange.stream is not None:  # a streamed reply: its messages, counted, the first ones kept
+            record["stream"] = exchange.stream.shown(rules, messages=True)
+    elif exchange.stream is not None:
         record["response"]["body"] = rules.body(exchange.stream.start(), exchange.stream.size)
         record["stream"] = exchange.stream.shown(rules, messages=False)
     if exchange.client is not None and exchange.app is not None:
@@ -290,6 +301,15 @@ def capture_record(exchange: Exchange, worker: str) -> dict[str, Any]:
     if exchange.shadows:
         record["shadows"] = [_shadow(answer, rules) for answer in exchange.shadows]
     return record
+
+
+def _grpc_call(path: str, trailers: Headers) -> dict[str, Any]:
+    """A gRPC call's service, method and the status code it ended with (its `grpc-status` trailer)."""
+    code = next((int(value) for name, value in trailers if name == STATUS_HEADER and value.isdigit()), None)
+    shown: dict[str, Any] = {"service": service_of(path), "method": method_of(path), "code": code}
+    if code is not None:
+        shown["code_name"] = code_name(code)
+    return shown
 
 
 def _shadow(answer: ShadowAnswer, rules: Redaction) -> dict[str, Any]:

@@ -5,6 +5,9 @@ Draws the record once the request is formed, counts a streamed answer's
 chunks (keeping the first bytes) as they are relayed, and hands the record to
 the writer once the answer went out and its shadow copies, if any, answered
 too (`done`, which the shadow stage calls as each copy answers).
+`GrpcCapture` is the same stage for the gRPC port's calls (`proxy.grpc_ingress`):
+a `grpc` record, whose streamed reply the ingress counts message by message
+(its `Flow`), not chunk by chunk.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable
 
 from proxy.observability.redacting import Exchange, Flow
-from proxy.observability.bodies import BodyView
+from proxy.observability.bodies import EMPTY, BodyView
 from proxy.pipeline.stage import Headers, Stage
 from proxy.pipeline.transit import CLIENT_LEFT, Transit
 from proxy.routes.snapshot import ServedEndpoint
@@ -20,7 +23,7 @@ from proxy.routes.snapshot import ServedEndpoint
 if TYPE_CHECKING:  # handed in by the app: the writer's thread and files are its own
     from proxy.observability.capture import CaptureWriter
 
-__all__ = ["Capture"]
+__all__ = ["Capture", "GrpcCapture"]
 
 
 class Capture(Stage):
@@ -60,3 +63,22 @@ class Capture(Stage):
         """Offer the record once the primary answered and no shadow copy is still out (exactly once)."""
         if captured.answered and captured.shadows_out == 0:
             self._writer.offer(captured)
+
+
+class GrpcCapture(Capture):
+    """Capture of a gRPC call: its record says `grpc`; the ingress counts a streamed reply's messages
+    (`Exchange.stream`) and gives `answered` the call's trailers (`grpc-status` among them)."""
+
+    def hooks(self, served: ServedEndpoint) -> Iterable[str]:
+        return ("formed", "answered") if served.capture is not None else ()
+
+    def formed(self, transit: Transit) -> None:
+        super().formed(transit)
+        if transit.captured is not None:
+            transit.captured.kind = "grpc"
+
+    def answered(self, transit: Transit, status: int, headers: Headers, payload: BodyView) -> None:
+        captured = transit.captured
+        if captured is not None and captured.stream is not None:
+            payload = EMPTY  # a streamed reply: its messages are in its flow, not one body
+        super().answered(transit, status, headers, payload)

@@ -12,6 +12,13 @@ copy's answer is compared with the primary's once that has gone out (never a
 stream's), the primary's body read through its view (`BodyView`: the very
 piece its client was sent, not a copy), mismatches kept in the `MismatchLog`. A captured request's record
 waits for its copies' answers (and verdicts) and carries them.
+
+The gRPC port's calls (`proxy.grpc_ingress`) pass this same stage, so one
+`max_shadow_in_flight` bounds both ports' copies: a call's copy is the same
+gRPC call (its metadata as headers, credential-looking keys dropped) to a
+shadow backend's replica, compared on the replica's reply (status and
+message bytes: `exact` or `status`; a streamed reply never); a batched
+shadow backend serves no gRPC call, and its copy is dropped.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from proxy.pool.replicas import ReplicaPool, ReplicaSlot
 from proxy.pool.sending import took_load
 from proxy.routes.snapshot import ServedEndpoint, Snapshot
 from vocabulary.request_path.choosing import Random
+from vocabulary.request_path.grpc_calls import is_grpc_call
 from vocabulary.spec.endpoints import ShadowCompare
 from vocabulary.request_path.wire import StreamStart, WireRequest, WireResponse
 
@@ -93,6 +101,8 @@ class Shadowing(Stage):
         primary: asyncio.Future[Answer] | None = None
         for backend in served.shadow.sample(self._rng):
             pool = snapshot.pools.get(backend)
+            if pool is not None and pool.batching is not None and is_grpc_call(request):
+                pool = None  # a batched backend's handler takes lists of HTTP requests: no gRPC call
             slot = self._slot(backend, pool)
             if pool is None or slot is None:
                 self._recorder.shadow_done(served.name, backend, ShadowResult.DROPPED)

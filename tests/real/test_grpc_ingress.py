@@ -2,20 +2,24 @@
 real Ray replicas of a servicer class (tests/real/apps/grpc_greeters.py; the stack is
 tests/support/grpc_ingress.py's), and a real grpcio client calling with raw bytes: unary and
 server-streaming calls, a 90/10 split over 200 calls and its rollback, `grpc-timeout`, a tenant's
-limit, an unknown service, an oversized message, and a call's trace (hostile clients:
-tests/security/test_grpc_hostile.py)."""
+limit, an unknown service, an oversized message, a call's trace, and a call's shadow copy and capture
+record (hostile clients: tests/security/test_grpc_hostile.py)."""
 
 from __future__ import annotations
 
 import collections
+import json
+from pathlib import Path
+from typing import Any
 
 import grpc
+import ray
 import pytest
 
 from tests.support.grpc_ingress import SERVICE, Served, greeting, served  # noqa: F401 — `served` is a fixture
 from tests.support.otlp import ReceivedSpan
 from tests.support.stack import eventually, met, run
-from vocabulary.spec.endpoints import LimitsConfig
+from vocabulary.spec.endpoints import CaptureConfig, LimitsConfig, ShadowCompare
 
 pytestmark = pytest.mark.real
 
@@ -103,3 +107,43 @@ def test_a_call_with_a_sampled_traceparent_yields_the_proxy_and_replica_spans_of
     assert proxy.attributes["http.response.status_code"] == 200
     assert replica.service == "gitops-replica" and replica.parent_span_id == proxy.span_id
     assert replica.attributes["gitops.backend"] == backend
+
+
+def _records(sink: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for path in sink.glob("*.jsonl") for line in path.read_text().splitlines()]
+
+
+def test_a_call_is_shadowed_compared_and_captured_as_an_http_request_is(served: Served, tmp_path: Path) -> None:
+    sink = tmp_path / "sink"
+    capture = CaptureConfig(sample=1.0, sink=f"file://{sink}", redact=["header:x-tenant"])
+    shadowed = greeting("greet", traffic={"a": 1.0}, shadow={"b": 1.0}, shadow_compare=ShadowCompare.EXACT,
+                        capture=capture)
+    met(served.client, run(served.client.apply_endpoint(shadowed)))
+    try:
+        metadata = (("x-api-key", "sk-live-grpc"), ("x-tenant", "ada"), ("x-note", "kept"))
+        eventually(lambda: served.unary("SayHello", b"ada", metadata=metadata, timeout=30) == b"a: hello ada"
+                   and _records(sink), 30, 0.3, what="a captured call on a (the applied endpoint)")
+        assert served.streamed("Count", b"3") == [b"a 0", b"a 1", b"a 2"]  # the primary's alone, as they come
+        records = eventually(lambda: (found := [r for r in _records(sink) if r["grpc"]["method"] == "Count"])
+                             and found, 30, what="the streamed call's record")
+    finally:
+        met(served.client, run(served.client.apply_endpoint(greeting("greet", traffic={"a": 0.9, "b": 0.1}))))
+    text = "".join(path.read_text() for path in sink.glob("*.jsonl"))
+    assert "sk-live-grpc" not in text
+    unary = next(r for r in _records(sink) if r["grpc"]["method"] == "SayHello")
+    assert unary["kind"] == "grpc" and unary["grpc"] == {
+        "service": SERVICE, "method": "SayHello", "code": 0, "code_name": "OK"}
+    assert (unary["endpoint"], unary["backend"], unary["status"]) == ("greet", "a", 200)
+    shown = dict(unary["request"]["headers"])
+    assert (shown["x-api-key"], shown["x-tenant"], shown["x-note"]) == ("[redacted]", "[redacted]", "kept")
+    assert unary["request"]["body"]["text"] == "ada" and unary["response"]["body"]["text"] == "a: hello ada"
+    # The copy reached b's replica, which answered its own greeting; compared with a's: a mismatch.
+    (copy,) = unary["shadows"]
+    assert (copy["backend"], copy["result"], copy["body"]["text"]) == ("b", "ok", "b: hello ada")
+    assert copy["compared"]["matched"] is False
+    mismatches = ray.get(served.proxy.shadow_mismatches.remote(), timeout=30)
+    assert any(m["endpoint"] == "greet" and m["path"] == f"/{SERVICE}/SayHello" for m in mismatches), mismatches
+    (streamed,) = records
+    assert streamed["stream"]["messages"] == 3 and [m["text"] for m in streamed["stream"]["first"]] == [
+        "a 0", "a 1", "a 2"]
+    assert streamed["shadows"][0]["result"] == "ok" and "compared" not in streamed["shadows"][0]  # never compared

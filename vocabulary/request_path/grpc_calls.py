@@ -22,7 +22,8 @@ becomes (the mapping gRPC's own `doc/http-grpc-status-mapping.md` gives, and
 A method in the replica that ends its call with a code of its own raises
 `GrpcAbort`; the replica answers it with the code's HTTP twin
 (`status_for_code`, which the metrics count) and the code itself in
-`STATUS_HEADER`, which the proxy ends the call with (`code_of`). Values only.
+`STATUS_HEADER`, which the proxy ends the call with (`code_of`); `code_name`
+is a code's name as grpc spells it. Values only.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ __all__ = [
     "GrpcAbort",
     "Unframer",
     "code_for_status",
+    "code_name",
     "code_of",
     "status_for_code",
     "frame",
@@ -101,6 +103,11 @@ _BY_CODE = (  # (gRPC code, HTTP status): a method's own code, as the metrics co
     (UNAVAILABLE, 503),
     (UNAUTHENTICATED, 401),
 )
+_NAMES = (  # each code's name, as grpc.StatusCode spells it (a capture record shows it)
+    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+    "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+)
 _LENGTH_BYTES = 4
 
 
@@ -121,6 +128,11 @@ def status_for_code(code: int) -> int:
         if listed == code:
             return status
     return 500
+
+
+def code_name(code: int) -> str:
+    """The name of gRPC status code `code` (`NOT_FOUND`); a number past the spec's, as its digits."""
+    return _NAMES[code] if 0 <= code < len(_NAMES) else str(code)
 
 
 def code_of(status: int, headers: list[tuple[bytes, bytes]]) -> int:
