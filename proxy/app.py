@@ -162,7 +162,8 @@ class ProxyApp:
         """Serve `snapshot` from the next request on, its endpoints' chains built once here."""
         self._chains = chains(self.stages, snapshot.endpoints.values())
         self.grpc_chains = chains(
-            self.grpc_stages, [snapshot.endpoints[name] for name in snapshot.grpc_services.values()]
+            self.grpc_stages,
+            [snapshot.endpoints[name] for name in {*snapshot.grpc_services.values(), *snapshot.grpc_models.values()}],
         )
         self._snapshot = snapshot
         self._routed = self._routed or snapshot.complete

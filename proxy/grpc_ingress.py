@@ -5,11 +5,14 @@ the HTTP server, on the same host). grpcio does HTTP/2, gRPC's framing,
 deadlines and flow control; its server options bound what a client may hold
 (`proxy.settings.GrpcLimits`: message size, concurrent streams per connection,
 metadata size, calls per worker, a fixed HTTP/2 window). The handler never
-deserializes: each call's one request message and its replies pass as bytes.
+deserializes: each call's one request message and its replies pass as bytes
+(of a v2 model method's request, only the model's name is read off them).
 
 A call `/package.Service/Method` goes to the endpoint whose `grpc_service` is
 `package.Service` (`Snapshot.grpc_services`; none: UNIMPLEMENTED, grpcio's own
-answer), through the same pieces as an HTTP request of that endpoint: its
+answer; a v2 model method's call, to the endpoint of the model its message
+names when several serve the v2 service, `Snapshot.grpc_models`), through
+the same pieces as an HTTP request of that endpoint: its
 chain of the gRPC stages (`ProxyApp.grpc_stages`: its `[limits]`, the backend
 steered by its weights and header rules on the call's metadata, its span from
 the metadata's W3C context, its capture record, its shadow copies, counting),
@@ -69,8 +72,10 @@ from vocabulary.request_path.grpc_calls import (
     code_for_status,
     code_of,
     grpc_call,
+    method_of,
     service_of,
 )
+from vocabulary.request_path.v2_calls import MODEL_METHODS, V2_SERVICE, model_named
 
 __all__ = ["GrpcIngress", "serve_grpc"]
 
@@ -131,7 +136,10 @@ class GrpcIngress(grpc.GenericRpcHandler):
     ) -> AsyncGenerator[bytes, None]:
         app = self._app
         snapshot, chains = app.snapshot, app.grpc_chains
-        name = snapshot.grpc_services.get(service_of(path) or "")
+        service = service_of(path) or ""
+        name = snapshot.grpc_services.get(service)
+        if snapshot.grpc_models and service == V2_SERVICE and method_of(path) in MODEL_METHODS:
+            name = snapshot.grpc_models.get(model_named(request) or "", name)  # the endpoint of the model named
         if name is None or name not in chains:  # the table changed since the call was routed
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"no endpoint serves {path}")
         assert name is not None

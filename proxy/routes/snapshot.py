@@ -1,6 +1,7 @@
 """The proxy's serving snapshot: one immutable object a request reads once.
 
-`Snapshot` bundles the route index (and the gRPC services' endpoints), each endpoint's traffic/shadow/timeout/body limit
+`Snapshot` bundles the route index (and the gRPC services' endpoints: the v2
+service's by the model its calls name, too), each endpoint's traffic/shadow/timeout/body limit
 and the replica pool of every backend in use. The long-poll side builds a new
 snapshot from the controller's payloads and swaps it in with one assignment,
 so a request sees either the old or the new table, never a mix. Pools are
@@ -18,6 +19,7 @@ from vocabulary.control.longpoll import RouteTable
 from vocabulary.spec.endpoints import CaptureConfig, DEFAULT_MAX_BODY_BYTES, EndpointConfig, ShadowCompare
 from vocabulary.spec.traffic_policy import CircuitConfig, OutliersConfig
 from vocabulary.request_path.choosing import Random, ShadowSampler, WeightedChoice
+from vocabulary.request_path.v2_calls import V2_SERVICE, model_of_route
 from proxy.routes.rate_limits import TenantLimit
 from proxy.pool.replicas import ReplicaPool
 from proxy.pool.retrying import DEFAULT_POLICY, RetryPolicy
@@ -103,6 +105,8 @@ class Snapshot:
     complete: bool = True
     # gRPC service (`package.Service`) -> the endpoint serving it, for the gRPC port (proxy.grpc_ingress).
     grpc_services: Mapping[str, str] = field(default_factory=dict)
+    # The v2 service's model endpoints (`vocabulary.request_path.v2_calls`): model name -> endpoint.
+    grpc_models: Mapping[str, str] = field(default_factory=dict)
 
     def backend_load(self) -> dict[str, dict[str, float]]:
         """Per backend: requests in flight on replicas, waiting in the queue,
@@ -147,5 +151,17 @@ def build_snapshot(
     routes = RouteIndex.build(Route.build(e.route, e.methods, e.endpoint) for e in entries)
     listing = {e.route: {"endpoint": e.endpoint, "methods": list(e.methods)} for e in entries}
     complete = len(entries) == len(table.entries)
-    services = {plan.grpc_service: name for name, plan in plans.items() if plan.grpc_service is not None}
-    return Snapshot(routes, plans, dict(pools), json.dumps(listing, sort_keys=True).encode(), complete, services)
+    services: dict[str, str] = {}
+    models: dict[str, str] = {}
+    for entry in entries:
+        service = plans[entry.endpoint].grpc_service
+        model = model_of_route(entry.route) if service == V2_SERVICE else None
+        if model is not None:
+            models.setdefault(model, entry.endpoint)
+        elif service is not None:
+            services[service] = entry.endpoint
+    if models and V2_SERVICE not in services:  # the server methods' calls: the first model's endpoint
+        services[V2_SERVICE] = models[min(models)]
+    return Snapshot(
+        routes, plans, dict(pools), json.dumps(listing, sort_keys=True).encode(), complete, services, models,
+    )

@@ -32,13 +32,15 @@ from ray_gitops.v2 import grpc_messages as messages
 from ray_gitops.v2.protocol import AnswerError, RequestError, UnknownModel
 from ray_gitops.v2.served import EXTENSIONS, SERVER_NAME, PredictFailed, ServedModel, server_version
 from vocabulary.request_path.grpc_calls import INTERNAL, INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, GrpcAbort
+from vocabulary.request_path.v2_calls import V2_SERVICE
 
 __all__ = ["V2GrpcService", "SERVICE"]
 
 logger = logging.getLogger(__name__)
 
-# The service an endpoint names to take v2 gRPC calls (the proto's package and service).
-SERVICE = "inference.GRPCInferenceService"
+# The service an endpoint names to take v2 gRPC calls (the proto's package and service; the proxy
+# routes its model methods' calls by the model they name, `vocabulary.request_path.v2_calls`).
+SERVICE = V2_SERVICE
 
 
 class V2GrpcService:

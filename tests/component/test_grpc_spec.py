@@ -66,3 +66,40 @@ def test_the_controller_refuses_a_service_another_endpoint_serves() -> None:
     with pytest.raises(ValueError, match="gRPC service helloworld.Greeter is already served by endpoint 'greet'"):
         state.validate(hello, {"g"})
     state.validate(hello.model_copy(update={"grpc_service": "helloworld.Hello"}), {"g"})
+
+
+V2_SPEC = """\
+[backends.greeter]
+import_path = "apps.greeter:Greeter"
+
+[endpoints.iris]
+route = "{first}"
+traffic = {{ greeter = 1.0 }}
+grpc_service = "inference.GRPCInferenceService"
+
+[endpoints.adder]
+route = "{second}"
+traffic = {{ greeter = 1.0 }}
+grpc_service = "inference.GRPCInferenceService"
+"""
+
+
+def load_v2(tmp_path: Path, first: str, second: str):
+    load(tmp_path, "a.A", "b.B")
+    (tmp_path / "deployments" / "greeter.toml").write_text(V2_SPEC.format(first=first, second=second))
+    return Loader().load_directory(tmp_path / "deployments", root=tmp_path)
+
+
+def test_the_v2_service_at_each_model_s_path_is_served_by_several_endpoints(tmp_path: Path) -> None:
+    for first in ("/v2/models/iris", "/v2"):
+        result = load_v2(tmp_path, first, "/v2/models/adder")
+        assert result.state is not None, [str(error) for error in result.errors]
+
+
+def test_two_v2_endpoints_that_are_not_at_models_paths_are_refused_where_written(tmp_path: Path) -> None:
+    result = load_v2(tmp_path, "/v2", "/adder")
+    assert [str(error) for error in result.errors] == [
+        "deployments/greeter.toml:12:1: endpoints.adder.grpc_service: 'inference.GRPCInferenceService' is already "
+        "served by endpoint 'iris'; several endpoints serve it when all but one have the route of the model their "
+        'calls name (route = "/v2/models/NAME") (deployments/greeter.toml:7:1)'
+    ]

@@ -2,7 +2,8 @@
 answers read with Triton's own generated messages (`tritonclient.grpc.service_pb2`, wire-compatible
 with KServe's proto), each method's answer, raw and typed tensors both ways, the same metadata and
 refusals as the REST side as gRPC status codes; the replica host giving a v2 backend's gRPC calls to
-the service; and Triton's asyncio gRPC client through the proxy's gRPC port in-process (127.0.0.1)."""
+the service; and Triton's asyncio gRPC client through the proxy's gRPC port in-process (127.0.0.1), to one
+model or to several, each call routed by the model it names."""
 
 from __future__ import annotations
 
@@ -21,10 +22,12 @@ from ray_gitops.v2.grpc_service import SERVICE, V2GrpcService
 from replica.calling.grpc_calls import GrpcMethods
 from replica.host import Replica
 from tests.support.grpc_replicas import GrpcCaller
-from tests.support.proxy_app import FakeReplica, Proxy
+from tests.support.proxy_app import FakeReplica, Proxy, replica_set
 from tests.support.v2_models import V2_TABLE, Adder, backend
 from vocabulary.request_path import grpc_calls
+from vocabulary.control.longpoll import RouteEntry, RouteTable
 from vocabulary.request_path.grpc_calls import STATUS_HEADER, GrpcAbort, grpc_call
+from vocabulary.spec.endpoints import EndpointConfig
 
 pytestmark = pytest.mark.component
 
@@ -269,3 +272,87 @@ def test_tritons_grpc_client_through_the_proxy() -> None:
 
     asyncio.run(test())
     assert [code for _, _, code in proxy.recorded.requests] == [200, 200, 200, 200, 400, 404]
+
+
+# --- several v2 models behind one gRPC port --------------------------------------------------
+
+
+def two_models(server_endpoint: bool) -> tuple[Proxy, dict[str, FakeReplica]]:
+    """The proxy with endpoints `adder` and `twice` at their models' REST paths, each its own v2 backend
+    (models named so), and with `server_endpoint` a third, `server` at `/v2`, serving `adder` too."""
+    proxy = Proxy()
+    proxy.app._caller = proxy.app._sender._caller = GrpcCaller()  # type: ignore[assignment]
+    replicas = {
+        "adder-v1": FakeReplica("adder-r", GrpcMethods(service()).call),  # type: ignore[arg-type]
+        "twice-v1": FakeReplica("twice-r", GrpcMethods(V2App.around(Adder(), backend(name="twice")).grpc_service).call),  # type: ignore[arg-type]
+    }
+    routes = {"adder": ("/v2/models/adder", "adder-v1"), "twice": ("/v2/models/twice", "twice-v1")}
+    if server_endpoint:
+        replicas["server-v1"] = FakeReplica("server-r", GrpcMethods(service()).call)  # type: ignore[arg-type]
+        routes["server"] = ("/v2", "server-v1")
+    table = RouteTable(entries=tuple(RouteEntry(route=route, methods=("POST",), endpoint=name)
+                                     for name, (route, _) in routes.items()))
+    configs = {f"endpoint__{name}": EndpointConfig(name=name, route=route, traffic={b: 1.0}, grpc_service=SERVICE)
+               for name, (route, b) in routes.items()}
+    proxy.publish(routes=table, **configs)
+    proxy.publish(**{f"replicas__{b}": replica_set(b, [replica]) for b, replica in replicas.items()})
+    return proxy, replicas
+
+
+def test_two_v2_models_on_one_port_each_call_routed_by_the_model_it_names() -> None:
+    proxy, replicas = two_models(server_endpoint=False)
+
+    async def test() -> None:
+        server, port = await serve_grpc(proxy.app, "127.0.0.1", 0, GrpcLimits(), shared=False)
+        client = triton_aio.InferenceServerClient(url=f"127.0.0.1:{port}")
+        try:
+            assert await client.is_server_live()  # a server method: the first model's endpoint
+            for model in ("adder", "twice"):
+                assert await client.is_model_ready(model)
+                assert (await client.get_model_metadata(model, as_json=True))["name"] == model
+                a = triton_grpc.InferInput("a", [1, 2], "FP32")
+                a.set_data_from_numpy(np.array([[1, 2]], dtype=np.float32))
+                words = triton_grpc.InferInput("words", [1], "BYTES")
+                words.set_data_from_numpy(np.array([model.encode()], dtype=object))
+                result = await client.infer(model, [a, words])
+                assert result.get_response().model_name == model and result.as_numpy("upper").tolist() == [
+                    model.upper().encode()]
+            with pytest.raises(InferenceServerException) as unknown:
+                await client.get_model_metadata("nope")  # no endpoint's model: the first's, which knows it not
+            assert unknown.value.status() == str(grpc.StatusCode.NOT_FOUND)
+        finally:
+            await client.close()
+            await server.stop(None)
+
+    asyncio.run(test())
+    assert [(endpoint, code) for endpoint, _, code in proxy.recorded.requests] == [
+        ("adder", 200), ("adder", 200), ("adder", 200), ("adder", 200),
+        ("twice", 200), ("twice", 200), ("twice", 200), ("adder", 404),
+    ]
+    assert [r[1].rpartition("/")[2] for r in replicas["twice-v1"].seen] == ["ModelReady", "ModelMetadata", "ModelInfer"]
+
+
+def test_beside_a_v2_endpoint_the_server_methods_and_unknown_models_go_to_it() -> None:
+    proxy, replicas = two_models(server_endpoint=True)
+    assert proxy.app.snapshot.grpc_services == {SERVICE: "server"}
+    assert proxy.app.snapshot.grpc_models == {"adder": "adder", "twice": "twice"}
+
+    async def test() -> None:
+        server, port = await serve_grpc(proxy.app, "127.0.0.1", 0, GrpcLimits(), shared=False)
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                def method(name: str) -> Any:
+                    return channel.unary_unary(f"/{SERVICE}/{name}")
+                assert pb.ServerReadyResponse.FromString(
+                    await method("ServerReady")(pb.ServerReadyRequest().SerializeToString())).ready
+                assert pb.ModelReadyResponse.FromString(
+                    await method("ModelReady")(pb.ModelReadyRequest(name="twice").SerializeToString())).ready
+                with pytest.raises(grpc.aio.AioRpcError) as broken:  # no message: the replica says so
+                    await method("ModelInfer")(b"\xff\xff")
+                assert broken.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        finally:
+            await server.stop(None)
+
+    asyncio.run(test())
+    assert [endpoint for endpoint, _, _ in proxy.recorded.requests] == ["server", "twice", "server"]
+    assert len(replicas["adder-v1"].seen) == 0

@@ -5,7 +5,8 @@ transports: `tritonclient.http` (server and model readiness, server and model me
 version is the model's digest, inference with JSON tensors and with binary tensors, refusals)
 and `tritonclient.grpc` through the proxy's gRPC port (the endpoint's `grpc_service =
 "inference.GRPCInferenceService"`: readiness, metadata, inference with raw inputs and with
-typed contents, a wrong shape refused INVALID_ARGUMENT, another model NOT_FOUND)."""
+typed contents, a wrong shape refused INVALID_ARGUMENT, another model NOT_FOUND; a second model's
+endpoint at `/v2/models/NAME` beside it, each call routed by the model it names)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ import pytest
 
 from gitops.specs.loading import Loader
 from tests.support.examples import REPO_ROOT, TEST_SPEED
-from tests.support.stack import free_port, met, proxy_url, run, start_controller
+from tests.support.stack import eventually, free_port, met, proxy_url, run, start_controller
+from vocabulary.spec.endpoints import EndpointConfig
 from vocabulary.spec.state import ServingState
 
 tritonclient_http = pytest.importorskip("tritonclient.http")
@@ -228,3 +230,36 @@ def test_grpc_a_tensor_that_does_not_fit_the_metadata_is_invalid_argument(ready:
     with pytest.raises(InferenceServerException, match=does_not_fit) as refused:
         ready.triton_grpc.infer("iris", [tensor])
     assert refused.value.status() == str(grpc.StatusCode.INVALID_ARGUMENT)
+
+
+# --- two models on the one gRPC port: each call routed by the model it names (last: it adds a model) ---
+
+
+def test_grpc_two_models_on_one_port_each_call_routed_by_the_model_it_names(ready: Served) -> None:
+    iris = ready.state.backends["iris"]
+    assert iris.v2 is not None
+    lily = iris.model_copy(update={
+        "name": "lily", "working_dir": ready.code, "v2": iris.v2.model_copy(update={"name": "lily"}), **TEST_SPEED,
+    })
+    met(ready.client, run(ready.client.apply_backend(lily)))
+    at_its_path = EndpointConfig(
+        name="lily", route="/v2/models/lily", traffic={"lily": 1.0}, grpc_service="inference.GRPCInferenceService",
+    )
+    met(ready.client, run(ready.client.apply_endpoint(at_its_path)))
+    triton = ready.triton_grpc
+    eventually(lambda: triton.is_model_ready("lily"), 60, 0.5, what="lily ready over gRPC",
+               retry_on=(InferenceServerException,))
+    x = np.array([[1, 2, 3, 4]], dtype=np.float32)
+    y, labels = expected(x)
+    for model in ("iris", "lily"):
+        assert triton.is_model_ready(model) and triton.get_model_metadata(model).name == model
+        tensor = tritonclient_grpc.InferInput("x", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        result = triton.infer(model, [tensor])
+        assert result.get_response().model_name == model
+        assert np.allclose(result.as_numpy("y"), y) and result.as_numpy("label").tolist() == labels
+    assert triton.is_server_live() and triton.get_server_metadata().name == "ray-gitops"  # the /v2 endpoint's
+    # A model no endpoint serves: the /v2 endpoint's replica says so.
+    with pytest.raises(InferenceServerException, match="unknown model 'resnet': this endpoint serves 'iris'"):
+        triton.get_model_metadata("resnet")
+    assert ready.triton.get_model_metadata("lily")["name"] == "lily"  # and over REST, at its route

@@ -14,4 +14,6 @@
   `X-Request-Timeout`, the seconds left on the wire, re-anchored on receipt).
 - `grpc_calls`: a gRPC call as a wire request (its marker, a streamed
   reply's message framing) and the gRPC codes of the proxy's refusals.
+- `v2_calls`: which endpoint a v2 gRPC call is for when several serve the
+  Open Inference Protocol's service (the model its message names).
 """

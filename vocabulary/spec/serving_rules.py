@@ -7,7 +7,8 @@ backends that exist, no backend that can have 0 replicas gets positive
 traffic (unless it scales up from zero and requests wait for its cold start,
 `waits_for_cold_start`), a backend `uses` only backends and endpoints
 that exist, no two endpoints hold the same route (compared after
-`route_key`) or the same gRPC service (`taken_grpc_services`), and no
+`route_key`) or the same gRPC service (`taken_grpc_services`; the v2
+service's endpoints at its models' paths excepted), and no
 backend an endpoint still names is deleted.
 
 Each rule is a pure function over plain values returning `ServingProblem`s:
@@ -29,6 +30,8 @@ import math
 import re
 from dataclasses import dataclass
 from typing import Callable, Collection, Iterable, Mapping, Protocol, Sequence
+
+from vocabulary.request_path.v2_calls import V2_SERVICE, model_of_route
 
 __all__ = [
     "WEIGHT_TOLERANCE",
@@ -326,16 +329,23 @@ def taken_routes(endpoints: Mapping[str, Routed]) -> list[ServingProblem]:
 
 def taken_grpc_services(endpoints: Mapping[str, Routed]) -> list[ServingProblem]:
     """Each endpoint whose `grpc_service` an earlier one (in `endpoints`' order) already serves:
-    a gRPC call names its service only, so one service is one endpoint's."""
+    a gRPC call names its service only, so one service is one endpoint's. The v2 service
+    (`vocabulary.request_path.v2_calls`) is the exception: its calls name their model, so any
+    number of endpoints at a model's REST path (`/v2/models/NAME`) serve it beside one other."""
     owners: dict[str, str] = {}
     problems: list[ServingProblem] = []
     for name, endpoint in endpoints.items():
         service = getattr(endpoint, "grpc_service", None)
-        if service is None:
+        if service is None or (service == V2_SERVICE and model_of_route(endpoint.route) is not None):
             continue
         owner = owners.setdefault(service, name)
         if owner != name:
             message = f"endpoints.{name}.grpc_service: '{service}' is already served by endpoint '{owner}'"
+            if service == V2_SERVICE:
+                message += (
+                    "; several endpoints serve it when all but one have the route of the model their calls "
+                    "name (route = \"/v2/models/NAME\")"
+                )
             problems.append(ServingProblem(
                 Rule.GRPC_SERVICE_TAKEN, ("endpoints", name, "grpc_service"), message, endpoint=name, other=owner,
             ))
