@@ -10,8 +10,10 @@ The measurements: `proxy` (HTTP throughput and latency), `update_latency`,
 cache; multiplexing), issue 30's `routing` (routing policies on the LLM
 simulator, next to Ray Serve's PrefixCacheAffinityRouter), issue 31's
 `audit` (the proxy's throughput with tracing and capture on, against off)
-and issue 43's `llm_endpoint` (the OpenAI endpoint's TTFT and tokens/s
-through our proxy against the same CPU engine served directly).
+issue 43's `llm_endpoint` (the OpenAI endpoint's TTFT and tokens/s
+through our proxy against the same CPU engine served directly) and issue
+45's `grpc` (unary noop and v2 ModelInfer calls through our proxy's gRPC
+port, against the same servicer on grpcio and Ray Serve's gRPC ingress).
 
 Runs each measurement module (`bench.<name>`) in its own process with
 `--json` (one at a time; `--jobs N` runs N at once, for the smoke),
@@ -40,9 +42,10 @@ from bench.targets import Target, median, targets
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ("proxy", "update_latency", "rollout", "faults", "reconcile", "fanout", "memory", "serving",
-                "proxy_profile", "payloads", "streams", "density", "models", "routing", "audit", "llm_endpoint")
+                "proxy_profile", "payloads", "streams", "density", "models", "routing", "audit", "llm_endpoint",
+                "grpc")
 TIMEOUT_S = {"proxy": 3600, "reconcile": 1800, "payloads": 3600, "streams": 1800, "density": 2400, "models": 1800,
-             "routing": 3600, "audit": 1800}
+             "routing": 3600, "audit": 1800, "grpc": 1800}
 NO_PLOTS = "No plots: matplotlib is not installed here (`pip install -e '.[bench]'`, as `make bench` does)."
 NOISE = ("The machine is shared with other work and noisy (see the load average): read the figures as "
          "ratios within this run, not as absolutes.")
@@ -152,7 +155,7 @@ def render(document: dict[str, Any], out: Path) -> Path:
              + _work_headline(document["measurements"]) + _targets_table(targets(document)))
     measurements = document["measurements"]
     for section in (_proxy, _update, _rollout, _faults, _reconcile, _fanout, _memory, _serving, _profile, _payloads,
-                    _streams, _density, _models, _routing, _audit, _llm_endpoint):
+                    _streams, _density, _models, _routing, _audit, _llm_endpoint, _grpc):
         lines += section(measurements, figures)
     if document["failures"]:
         lines += ["## Measurements that failed", ""]
@@ -253,7 +256,7 @@ def _work_headline(measurements: dict[str, Any]) -> list[str]:
 
 
 def _targets_table(rows: list[Target]) -> list[str]:
-    lines = ["## Where we stand against the targets (issues 15, 19, 30, 31 and 35)", "",
+    lines = ["## Where we stand against the targets (issues 15, 19, 30, 31, 35, 43 and 45)", "",
              "| target | measured | |", "| --- | --- | --- |"]
     for row in rows:
         verdict = {True: "met", False: "**missed**", None: "not measured"}[row.met]
@@ -741,6 +744,41 @@ def _llm_endpoint(measurements: dict[str, Any], figures: dict[str, Any]) -> list
                   f"×{o['throughput_ratio']:.2f} | {o['ttft_added_s'] * 1e3:+.2f} | {o['request_added_s'] * 1e3:+.2f} | "
                   f"{o['token_added_s'] * 1e6:+.0f} |" for o in f["overhead"]]
         lines.append("")
+    return lines
+
+
+def _grpc(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]:
+    doc = measurements.get("grpc")
+    if not doc:
+        return []
+    f = doc["figures"]
+    before, after = f["load_average"]
+    lines = ["## gRPC through our proxy (issue 45)", "",
+             "Unary calls (`bench.grpc_apps`): noop, a `BytesValue` in and a constant one out; v2, an Open Inference "
+             f"Protocol `ModelInfer` of a 1×{f['v2_width']} FP32 tensor (raw contents) to a model answering y = 2x. "
+             "Ours: one replica of each behind our proxy's gRPC port; grpcio: the same servicer and the same v2 "
+             "service on `grpc.aio.server` in a process of its own; serve-direct (serve-proxy): Ray Serve 2.60's "
+             "gRPC ingress (`grpc_servicer_functions`) through each replica's own port, direct ingress (through its "
+             "gRPC proxy), `max_ongoing_requests=100`, access log off. The client is grpcio's asyncio client, the "
+             f"calls in flight spread over {f['channels']} channels, {f['duration_s']:g} s per run; the systems are "
+             f"up at once and alternate within each round ({f['rounds']}): medians of the rounds [min–max]. "
+             "Client cores: "
+             "the client's CPU use (near 1.0, the client was the limit). "
+             f"Load average (1 min) {before:.1f} → {after:.1f}. {_command(doc)}", "",
+             "| system | call | in flight | calls/s | p50 ms | p99 ms | calls | errors | client cores |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in sorted(f["runs"], key=lambda r: (r["call"], r["in_flight"], r["system"])):
+        lines.append(f"| {r['system']} | {r['call']} | {r['in_flight']} | {_spread(r['calls_per_s'], digits=0)} | "
+                     f"{_spread(r['p50_ms'], digits=2)} | {_spread(r['p99_ms'], digits=2)} | {r['calls']:,} | "
+                     f"{r['errors']:,} | {_number(r['client_cores']['median'], 2)} |")
+    lines.append("")
+    if f["ratios"]:
+        lines += ["| call | in flight | ours ÷ grpcio (calls/s) | ours ÷ Serve's fastest (calls/s) |",
+                  "| --- | ---: | ---: | ---: |"]
+        lines += [f"| {r['call']} | {r['in_flight']} | {_times(r['vs_grpcio'])} | {_times(r['vs_serve'])} "
+                  f"({r['serve_fastest'] or '–'}) |" for r in f["ratios"]]
+        lines.append("")
+    lines += _not_measured(f.get("failures"))
     return lines
 
 

@@ -1,4 +1,4 @@
-"""Issues 15, 19, 30, 31, 35 and 43's targets, judged against one results document.
+"""Issues 15, 19, 30, 31, 35, 43 and 45's targets, judged against one results document.
 
 Pure: takes the document `bench.report` writes (plain dicts) and says, for
 each target, what was measured and whether it is met (None: not measured in
@@ -42,6 +42,7 @@ def targets(document: dict[str, Any]) -> list[Target]:
         *_routing(m.get("routing")),
         *_audit(m.get("audit")),
         *_llm_endpoint(m.get("llm_endpoint")),
+        *_grpc(m.get("grpc")),
     ]
 
 
@@ -440,3 +441,36 @@ def _llm_endpoint(doc: dict[str, Any] | None) -> list[Target]:
         Target(names[1], f"×{row['tokens_ratio']:.2f} ({row['request_added_s'] * 1e3:+.2f} ms a request)",
                tokens_met, "" if tokens_met else per_token),
     ]
+
+
+GRPC_VS_GRPCIO = 0.7  # issue 45: gRPC through our proxy at least this share of grpcio serving the servicer itself
+
+
+def _grpc(doc: dict[str, Any] | None) -> list[Target]:
+    """Issue 45's targets: the noop unary call's calls/s through our proxy ahead of Serve's gRPC ingress (its
+    faster configuration) and ≥ 0.7× grpcio's, at the most calls in flight measured; v2 ModelInfer alongside."""
+    names = ("gRPC (issue 45): unary noop calls/s through our proxy ahead of Ray Serve's gRPC ingress",
+             f"…≥ {GRPC_VS_GRPCIO:g}× the same servicer on grpcio directly")
+    f = doc["figures"] if doc else {}
+    rows = f.get("ratios", [])
+    noop = max((r for r in rows if r["call"] == "noop"), key=lambda r: r["in_flight"], default=None)
+    if noop is None:
+        return [Target(name, "–", None) for name in names]
+    v2 = next((r for r in rows if r["call"] == "v2" and r["in_flight"] == noop["in_flight"]), None)
+
+    def calls_per_s(system: str | None, call: str = "noop") -> float | None:
+        return next((r["calls_per_s"]["median"] for r in f["runs"]
+                     if (r["system"], r["call"], r["in_flight"]) == (system, call, noop["in_flight"])), None)
+
+    def judged(name: str, key: str, versus: str | None, wanted: float, strictly: bool) -> Target:
+        ratio = noop[key]
+        if ratio is None:
+            return Target(name, "–", None)
+        measured = (f"×{ratio:.2f} ({calls_per_s('ours'):,.0f} vs {versus} {calls_per_s(versus):,.0f} calls/s, "
+                    f"{noop['in_flight']} in flight)")
+        if v2 and v2[key] is not None:
+            measured += f"; v2 ModelInfer ×{v2[key]:.2f}"
+        return Target(name, measured, ratio > wanted if strictly else ratio >= wanted)
+
+    return [judged(names[0], "vs_serve", noop["serve_fastest"], 1.0, strictly=True),
+            judged(names[1], "vs_grpcio", "grpcio", GRPC_VS_GRPCIO, strictly=False)]

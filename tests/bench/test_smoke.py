@@ -238,3 +238,15 @@ def test_llm_endpoint_bench_measures_the_proxy_and_the_engine_served_directly(me
         assert r["request_tokens_per_s"]["median"] > 0 and r["output_tokens_per_s"]["median"] > 0
     assert [o["concurrency"] for o in got["overhead"]] == [1, 4]
     assert "## The OpenAI endpoint through our proxy (issue 43)" in (report / "REPORT.md").read_text()
+
+
+def test_grpc_bench_calls_our_proxy_and_grpcio_without_errors(measured: dict[str, Any], report: Path) -> None:
+    got = figures(measured, "grpc")
+    expected = {"ours", "grpcio"} | ({"serve-direct"} if "serve" in systems("grpc") else set())
+
+    assert {(r["system"], r["call"]) for r in got["runs"]} == {(s, call) for s in expected for call in ("noop", "v2")}
+    for r in got["runs"]:
+        assert r["calls"] > 0 and r["errors"] == 0, r
+        assert r["calls_per_s"]["n"] == got["rounds"] and 0 < r["p50_ms"]["median"] <= r["p99_ms"]["median"]
+    assert {r["call"] for r in got["ratios"]} == {"noop", "v2"} and all(r["vs_grpcio"] > 0 for r in got["ratios"])
+    assert "## gRPC through our proxy (issue 45)" in (report / "REPORT.md").read_text()

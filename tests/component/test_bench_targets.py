@@ -257,3 +257,25 @@ def test_the_openai_endpoint_targets_judge_ttft_and_tokens_per_second_against_th
     assert slow.beyond == ("no GPU here: the proxy adds 1.00 ms to the first token, 1.0% of a GPU model's 100 ms "
                            "(assumed, not measured)")
     assert verdict({"measurements": {}}, "OpenAI endpoint (issue 43)") is None
+
+
+def grpc_document(calls_per_s: dict[str, float]) -> dict[str, Any]:
+    """Noop and v2 runs at 1 and 32 in flight; at 1 in flight every system makes the same calls/s."""
+    from bench.grpc import ratios
+
+    runs = [{"system": system, "call": call, "in_flight": in_flight,
+             "calls_per_s": spread(value if in_flight == 32 else 1_000)}
+            for system, value in calls_per_s.items() for call in ("noop", "v2") for in_flight in (1, 32)]
+    return {"measurements": {"grpc": {"figures": {"runs": runs, "ratios": ratios(runs)}}}}
+
+
+def test_grpc_targets_judge_the_noop_calls_at_the_most_in_flight_against_serves_faster_ingress_and_grpcio() -> None:
+    document = grpc_document({"ours": 4_000, "grpcio": 5_000, "serve-proxy": 900, "serve-direct": 1_600})
+
+    [serve, grpcio] = [t for t in targets(document) if t.target.startswith(("gRPC (issue 45)", "…≥ 0.7×"))]
+    assert serve.met is True and serve.measured == ("×2.50 (4,000 vs serve-direct 1,600 calls/s, 32 in flight); "
+                                                    "v2 ModelInfer ×2.50")
+    assert grpcio.met is True and grpcio.measured.startswith("×0.80 (4,000 vs grpcio 5,000 calls/s")
+    assert verdict(grpc_document({"ours": 3_000, "grpcio": 5_000}), "…≥ 0.7× the same servicer") is False
+    assert verdict(grpc_document({"ours": 3_000, "grpcio": 5_000}), "gRPC (issue 45)") is None  # no Serve here
+    assert verdict({"measurements": {}}, "gRPC (issue 45)") is None
