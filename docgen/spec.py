@@ -131,6 +131,7 @@ max_body_bytes = 16777216
 match = [{ header = "x-canary", value = "always", backend = "echo-v2" }, { json = "model", value = "small", backend = "echo-v2" }]
 sticky = "header:x-user-id"
 grpc_service = "demo.Echo"
+grpc_streaming = ["Chat"]
 shadow_compare = "json"
 shadow_ignore = ["timestamp"]
 shadow_query = false

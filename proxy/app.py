@@ -149,9 +149,15 @@ class ProxyApp:
             GrpcCapture(capture) if isinstance(stage, Capture) and capture is not None else stage
             for stage in self.stages if isinstance(stage, (Admission, Steering, Tracing, Capture, Shadowing, Counting))
         )
+        # A call whose requests stream (`grpc_streaming`): limits, steering, tracing and counting; its
+        # messages go by as they come, so no stage reads one (capture and shadows are not on for it).
+        self.grpc_stream_stages: tuple[Stage, ...] = tuple(
+            stage for stage in self.stages if isinstance(stage, (Admission, Steering, Tracing, Counting))
+        )
         self._snapshot = Snapshot()
         self._chains: dict[str, Chain] = {}
         self.grpc_chains: dict[str, Chain] = {}
+        self.grpc_stream_chains: dict[str, Chain] = {}
         # Until its first complete route table arrives a proxy (new, or restarted) does not know which
         # paths exist: it answers 503 + Retry-After (never a 404 a client would cache) and is not healthy.
         self._routed = False
@@ -164,6 +170,11 @@ class ProxyApp:
         self.grpc_chains = chains(
             self.grpc_stages,
             [snapshot.endpoints[name] for name in {*snapshot.grpc_services.values(), *snapshot.grpc_models.values()}],
+        )
+        self.grpc_stream_chains = chains(
+            self.grpc_stream_stages,
+            [snapshot.endpoints[name] for name in set(snapshot.grpc_services.values())
+             if snapshot.endpoints[name].grpc_streaming],
         )
         self._snapshot = snapshot
         self._routed = self._routed or snapshot.complete

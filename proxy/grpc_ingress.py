@@ -24,15 +24,25 @@ client's `grpc-timeout`, whichever ends first, bound the call (and each gap of a
 streamed reply by `timeout_s`); the replica is told the seconds left, as for an HTTP
 request with a deadline (`vocabulary.request_path.deadlines`).
 
-Every handler is a server-streaming one: a unary call's reply is its one
-message, which a unary client reads the same way; a reply the replica streams
-(`FRAMED`) is relayed message by message as it comes. Our refusals are gRPC
-status codes (`code_for_status` of the HTTP path's status: a limit
-RESOURCE_EXHAUSTED, no replica UNAVAILABLE with `retry-after` in the trailers,
-the deadline DEADLINE_EXCEEDED, the user's code raising INTERNAL), a method's
-own refusal ends the call with the code it chose (`code_of`), and every
-call is counted as a request of its endpoint with that HTTP status (the
-metrics' `code` label; a client that left, 499).
+A call's handler is a server-streaming one (unless its requests stream, as
+below): a unary call's reply is its one message, which a unary client reads
+the same way; a reply the replica streams (`FRAMED`) is relayed message by
+message as it comes. The methods an endpoint lists in `grpc_streaming` take a
+stream of requests (client-streaming and bidirectional calls): their handler
+is a bidirectional one, and the call rides a WebSocket session with one
+replica (`Caller.open_websocket`, `push`: each request message pushed once the
+replica's session has room for it, the client's half-close as its disconnect,
+each reply relayed as it comes, the close code the call's status,
+`vocabulary.request_path.grpc_calls.code_for_close`), through the endpoint's
+limits, steering, tracing and counting (`ProxyApp.grpc_stream_stages`), within
+its `timeout_s` and the client's deadline.
+
+Our refusals are gRPC status codes (`code_for_status` of the HTTP path's
+status: a limit RESOURCE_EXHAUSTED, no replica UNAVAILABLE with `retry-after`
+in the trailers, the deadline DEADLINE_EXCEEDED, the user's code raising
+INTERNAL), a method's own refusal ends the call with the code it chose
+(`code_of`), and every call is counted as a request of its endpoint with that
+HTTP status (the metrics' `code` label; a client that left, 499).
 
 The stages' `answered` hooks are given the call's trailers (`grpc-status`
 and any `retry-after`) as the answer's headers, and as its body the reply
@@ -41,8 +51,8 @@ and the capture record read; a reply the replica streamed is never compared,
 and a captured call's streamed messages are counted one by one into its
 record (`Exchange.stream`).
 
-Not here yet: client-streaming and bidirectional calls, token budgets for
-gRPC calls, TLS on the gRPC port.
+Not here yet: shadows and capture of calls whose requests stream, token
+budgets for gRPC calls, TLS on the gRPC port.
 """
 
 from __future__ import annotations
@@ -51,7 +61,8 @@ import asyncio
 import functools
 import logging
 import time
-from typing import Any, AsyncGenerator, Sequence
+import uuid
+from typing import Any, AsyncGenerator, AsyncIterator, Sequence
 
 import grpc
 import grpc.aio
@@ -62,19 +73,24 @@ from proxy.observability.redacting import Flow
 from proxy.pipeline.stage import Chain
 from proxy.pipeline.transit import CLIENT_LEFT, Refusal, Transit, refusal_for
 from proxy.pool.calling import HandlerError, ReplicaDiedError
+from proxy.pool.replicas import NoReplicaError, QueueFullError
 from proxy.pool.sending import Held, SendError
 from proxy.settings import GrpcLimits
 from vocabulary.request_path.grpc_calls import (
     FRAMED,
     STATUS_HEADER,
+    STREAM_CLOSE_OK,
     FramingError,
     Unframer,
+    code_for_close,
     code_for_status,
     code_of,
     grpc_call,
     method_of,
     service_of,
+    status_for_code,
 )
+from vocabulary.control.actor_apis import ReplicaHandle
 from vocabulary.request_path.v2_calls import MODEL_METHODS, V2_SERVICE, model_named
 
 __all__ = ["GrpcIngress", "serve_grpc"]
@@ -122,8 +138,12 @@ class GrpcIngress(grpc.GenericRpcHandler):
             return self._starting
         path: str = handler_call_details.method
         service = service_of(path)
-        if service is None or service not in app.snapshot.grpc_services:
+        snapshot = app.snapshot
+        name = None if service is None else snapshot.grpc_services.get(service)
+        if name is None:
             return None
+        if snapshot.endpoints[name].grpc_streaming and method_of(path) in snapshot.endpoints[name].grpc_streaming:
+            return grpc.stream_stream_rpc_method_handler(functools.partial(self._streaming, path))
         return grpc.unary_stream_rpc_method_handler(functools.partial(self._call, path))
 
     async def _not_routed(self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncGenerator[bytes, None]:
@@ -300,6 +320,119 @@ class GrpcIngress(grpc.GenericRpcHandler):
             if died:
                 held.pool.drop(held.slot)
             app.recorder.stream_done(served.name, transit.backend, gaps)
+
+
+    async def _streaming(
+        self, path: str, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncGenerator[bytes, None]:
+        """A call whose requests stream (client-streaming or bidirectional): its endpoint's stream stages,
+        then a session with one replica carrying the messages both ways as they come."""
+        app = self._app
+        snapshot, chains = app.snapshot, app.grpc_stream_chains
+        name = snapshot.grpc_services.get(service_of(path) or "")
+        if name is None or name not in chains:  # the table changed since the call was routed
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"no endpoint serves {path} with streamed requests")
+        assert name is not None
+        served, stages = snapshot.endpoints[name], chains[name]
+        headers = _headers(context.invocation_metadata() or ())
+        scope = {"type": "grpc", "method": "POST", "path": path, "headers": headers, "query_string": b""}
+        transit = Transit(scope, path, snapshot, served, time.perf_counter())
+        try:
+            for hook in stages.begin:
+                hook(transit)
+        except Refusal as refused:
+            await _end(context, _Ended.of(refused))
+        status = CLIENT_LEFT
+        try:
+            transit.request = grpc_call(path, headers, b"")  # the messages follow on the session
+            for hook in stages.formed:
+                hook(transit)
+            async for message in self._session(transit, requests, context):
+                yield message
+            status = 200
+        except _Ended as ended:
+            status = ended.status
+            _answered(transit, stages, status, [], b"")
+            await _end(context, ended)
+        finally:
+            if status == CLIENT_LEFT:
+                transit.duration_s = time.perf_counter() - transit.started
+                for hook in stages.left:
+                    hook(transit)
+        _answered(transit, stages, status, [], b"")
+
+    async def _session(
+        self, transit: Transit, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncGenerator[bytes, None]:
+        """The replies of a streaming-request call's session, as they come; raises `_Ended` for any other end.
+        The whole call is bounded by the endpoint's `timeout_s` and the client's deadline, as a unary one."""
+        app, served = self._app, transit.served
+        assert transit.request is not None
+        remaining = context.time_remaining()
+        loop = asyncio.get_running_loop()
+        deadline_at = loop.time() + (served.timeout_s if remaining is None else min(served.timeout_s, remaining))
+        pool = transit.snapshot.pools.get(transit.backend)
+        if pool is not None and pool.batching is not None:
+            raise _Ended(501, f"backend {transit.backend} batches its requests: it serves no gRPC calls")
+        try:
+            if pool is None:
+                raise NoReplicaError(transit.backend)
+            async with asyncio.timeout_at(deadline_at):
+                slot = await pool.acquire()
+        except (NoReplicaError, QueueFullError):
+            raise _Ended.of(Refusal(503, "No replica available", app.retry_after)) from None
+        except TimeoutError:
+            raise _Ended(504, "Deadline Exceeded: no replica within the call's deadline") from None
+        transit.seen(slot.replica_id)
+        session_id = uuid.uuid4().hex
+        replies = app.caller.open_websocket(slot.handle, session_id, transit.request)
+        pump: asyncio.Task[None] | None = None
+        died = False
+        first = True
+        try:
+            while True:
+                try:
+                    message = await asyncio.wait_for(anext(replies), max(deadline_at - loop.time(), 0.0))
+                except StopAsyncIteration:
+                    return  # the session ended without a close: as a close with OK
+                kind = message.get("type")
+                if kind == "websocket.accept":
+                    pump = asyncio.ensure_future(self._pump(slot.handle, session_id, requests))
+                elif kind == "websocket.send":
+                    if first:
+                        app.recorder.first_byte(served.name, transit.backend, time.perf_counter() - transit.started)
+                        first = False
+                    yield message.get("bytes") or b""
+                elif kind == "websocket.close":
+                    code = code_for_close(int(message.get("code") or STREAM_CLOSE_OK))
+                    if code != grpc.StatusCode.OK.value[0]:
+                        raise _Ended(status_for_code(code), str(message.get("reason") or ""), code=code)
+                    return
+        except TimeoutError:
+            raise _Ended(504, "Deadline Exceeded: the call outlived its deadline") from None
+        except ReplicaDiedError:
+            died = True
+            raise _Ended(502, "the replica died during the call") from None
+        except HandlerError as error:
+            logger.error("a streaming-request gRPC method raised:\n%s", error)
+            raise _Ended(500, "the backend's method raised") from None
+        finally:
+            if pump is not None:
+                pump.cancel()
+                await asyncio.gather(pump, return_exceptions=True)
+            await replies.aclose()  # stops the method if it still runs
+            pool.release(slot)
+            if died:
+                pool.drop(slot)
+
+    async def _pump(self, handle: ReplicaHandle, session_id: str, requests: AsyncIterator[bytes]) -> None:
+        """The client's request messages to the replica's session, each once it has room for it, then the
+        client's half-close; the replica holding no more session ends it."""
+        caller = self._app.caller
+        async for message in requests:
+            if not await caller.push(handle, session_id, {"type": "websocket.receive", "bytes": message}):
+                return
+        await caller.push(handle, session_id, {"type": "websocket.disconnect", "code": STREAM_CLOSE_OK})
 
 
 def _messages_flow(transit: Transit) -> Flow | None:

@@ -20,7 +20,9 @@ code) or lets it go with `close_stream`. A call from the proxy's gRPC port comes
 goes to the backend's method of its name (`replica.calling.grpc_calls`; for `protocol = "v2"`,
 the v2 gRPC service's, `ray_gitops.v2.grpc_service`). A WebSocket lives in `websocket` (a
 streaming generator of what the app sends) and `websocket_message` (what the
-client sent), both on this one replica for the connection's lifetime.
+client sent), both on this one replica for the connection's lifetime; so
+does a gRPC call whose requests stream (client-streaming, bidirectional), given
+to its method's session (`GrpcMethods.session`) instead of the app.
 Under Ray, the replica also serves the same calls as frames — streams'
 rests and WebSockets included, through these same methods — over a private
 Unix socket (`replica.data_socket`) for a proxy on its own node, and on TCP
@@ -590,7 +592,9 @@ class Replica:
         close) until it closes; cancelling the call stops the app."""
         if self._handler is None:
             raise RuntimeError(f"replica {self.replica_id} is not initialized")
-        session = self._websockets[websocket_id] = WebSocketSession(self._handler, wire)
+        # A gRPC call whose requests stream rides a session too, to its method (replica.calling.grpc_calls).
+        app = self._grpc.session if self._grpc is not None and is_grpc_call(wire) else self._handler
+        session = self._websockets[websocket_id] = WebSocketSession(app, wire)
         with self._serving(1):
             try:
                 async for message in session.outbound():

@@ -65,6 +65,7 @@ from vocabulary.spec.endpoints import (
     MatchRule,
     ShadowCompare,
     TracingConfig,
+    grpc_method_name,
     one_limit_set,
     one_match_source,
 )
@@ -604,6 +605,7 @@ _EndpointKeys = create_model(
             "match": list[MatchSpec],  # type: ignore[valid-type]  # create_model builds it: a variable to mypy
             "shadow_compare": _one_of(ShadowCompare),
             "shadow_ignore": list[str],
+            "grpc_streaming": list[Annotated[str, AfterValidator(grpc_method_name)]],
             "rollout": RolloutSpec | None,
             "limits": LimitsSpec | None,
             "tracing": TracingSpec | None,

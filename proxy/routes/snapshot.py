@@ -51,6 +51,7 @@ class ServedEndpoint:
     outliers: OutliersConfig | None = None  # when a replica is ejected (proxy.pool.outliers); None: never
     circuit: CircuitConfig | None = None  # requests waiting and retries in flight (proxy.pool.circuit); None: unbounded
     grpc_service: str | None = None  # the gRPC service it serves on the gRPC port (proxy.grpc_ingress); None: none
+    grpc_streaming: frozenset[str] = frozenset()  # that service's methods whose requests stream
 
     @classmethod
     def from_config(cls, config: EndpointConfig, nodes: int = 1) -> ServedEndpoint:
@@ -76,6 +77,7 @@ class ServedEndpoint:
             config.outliers,
             config.circuit,
             config.grpc_service,
+            frozenset(config.grpc_streaming),
         )
 
     def pick(self, headers: Headers, rng: Random, body: bytes | None = None) -> str:

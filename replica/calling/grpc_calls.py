@@ -26,18 +26,38 @@ client gets INTERNAL; the traceback goes to the replica's log and status).
 A streamed reply is a `BodyStream` whose chunks are the messages, each framed
 (`frame`), its first message read before the answer's head goes back, so a
 method that raises before its first message fails the call as a whole.
+
+A method whose requests stream (its endpoint lists it in `grpc_streaming`:
+client-streaming and bidirectional calls) is given an async iterator of the
+request messages instead of one (parsed when its first parameter is annotated
+`AsyncIterator[SomeMessage]`), as they come; an `async def` returns the one
+reply (client streaming), an async generator yields replies while requests
+still come (bidirectional). Such a call reaches the replica as a WebSocket
+session (`GrpcMethods.session`, an ASGI WebSocket app the replica host runs as
+it runs a WebSocket's): each request message is one message in, the client's
+half-close the disconnect, each reply one message out, and the close code
+says how the call ended (`vocabulary.request_path.grpc_calls.close_for_code`).
+A plain `def` or a plain generator cannot take a stream of requests, nor can
+a method whose first parameter is annotated as one request (`bytes`, a
+message class): UNIMPLEMENTED, as is a method the class lacks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import inspect
 import typing
-from typing import Any, AsyncGenerator, AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Callable, Iterator
 
 from replica.calling.asgi import BodyStream
-from vocabulary.request_path.grpc_calls import FRAMED, STATUS_HEADER, GrpcAbort, frame, method_of, status_for_code
+from vocabulary.request_path.grpc_calls import (
+    FRAMED, STATUS_HEADER, STREAM_CLOSE_OK, UNIMPLEMENTED, GrpcAbort, close_for_code, frame, method_of, status_for_code,
+)
 from vocabulary.request_path.wire import WireRequest, WireResponse
+
+if TYPE_CHECKING:  # the ASGI types the session app is called with (replica.calling.asgi's WebSocketSession)
+    from httpedge.asgi import Receive, Send
 
 __all__ = ["GrpcMethods", "NOT_METHODS"]
 
@@ -46,6 +66,7 @@ NOT_METHODS = frozenset({"reconfigure", "check_health", "reconfigure_secrets"})
 _UNARY_HEADERS = [(b"content-type", b"application/grpc")]
 _STREAM_HEADERS = [(b"content-type", FRAMED)]
 _END = object()
+_ITERATORS = (collections.abc.AsyncIterator, collections.abc.AsyncIterable, collections.abc.AsyncGenerator)
 
 
 class _Method:
@@ -84,6 +105,45 @@ class GrpcMethods:
         if len(self._methods) < 1024:  # a client naming methods at random must not grow it for ever
             self._methods[name] = found
         return found
+
+    async def session(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        """A call whose requests stream, as an ASGI WebSocket app: the method named by the scope's path
+        given the request messages as they are received, its replies sent, the close saying its code."""
+        await receive()  # the session's websocket.connect
+        name = method_of(scope["path"])
+        method = self._method(name)
+        if method is None or method.kind not in ("async", "async-stream") or _takes_one(method):
+            text = (f"the backend has no gRPC method {name!r} (a public method of its class)" if method is None
+                    else f"the gRPC method {name!r} takes one request: its requests cannot stream "
+                    "(an async def or async generator taking an iterator of them can)")
+            await send({"type": "websocket.close", "code": close_for_code(UNIMPLEMENTED), "reason": text})
+            return
+        await send({"type": "websocket.accept"})
+        parse = _stream_parser(method.function)
+
+        async def requests() -> AsyncGenerator[Any, None]:
+            while True:
+                message = await receive()
+                if message["type"] != "websocket.receive":  # the client's half-close (or its leaving)
+                    return
+                data = message.get("bytes") or b""
+                yield data if parse is None else parse(data)
+
+        try:
+            if method.kind == "async":
+                reply = await method.function(requests())
+                await send({"type": "websocket.send", "bytes": _serialized(reply)})
+            else:
+                replies = method.function(requests())
+                try:
+                    async for reply in replies:
+                        await send({"type": "websocket.send", "bytes": _serialized(reply)})
+                finally:
+                    await _close(replies)
+        except GrpcAbort as aborted:
+            await send({"type": "websocket.close", "code": close_for_code(aborted.code), "reason": aborted.details})
+            return
+        await send({"type": "websocket.close", "code": STREAM_CLOSE_OK})
 
     async def call(self, wire: WireRequest) -> WireResponse | BodyStream:
         """Run the method the call names with its request message; its reply, or its stream of replies."""
@@ -163,8 +223,28 @@ def _serialized(reply: Any) -> bytes:
     return bytes(serialize())
 
 
+def _takes_one(method: _Method) -> bool:
+    """Whether the method's first parameter is annotated as one request (`bytes`, a message class)."""
+    return method.parse is not None or _first_annotation(method.function) in (bytes, bytearray, memoryview)
+
+
+def _stream_parser(function: Callable[..., Any]) -> Callable[[bytes], Any] | None:
+    """Each request message's parser when the method's first parameter is annotated with an async iterator
+    of a protobuf message class (`AsyncIterator[HelloRequest]`)."""
+    annotation = _first_annotation(function)
+    arguments = typing.get_args(annotation) if typing.get_origin(annotation) in _ITERATORS else ()
+    from_string = getattr(arguments[0], "FromString", None) if arguments else None
+    return from_string if callable(from_string) else None
+
+
 def _parser(function: Callable[..., Any]) -> Callable[[bytes], Any] | None:
     """The request's parser when the method's first parameter is annotated with a protobuf message class."""
+    from_string = getattr(_first_annotation(function), "FromString", None)
+    return from_string if callable(from_string) else None
+
+
+def _first_annotation(function: Callable[..., Any]) -> Any:
+    """What the function's first parameter is annotated with (resolved), or None."""
     try:
         parameters = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):
@@ -175,6 +255,4 @@ def _parser(function: Callable[..., Any]) -> Callable[[bytes], Any] | None:
         hints = typing.get_type_hints(function)
     except Exception:  # noqa: BLE001 — an annotation that does not resolve: the request stays bytes
         return None
-    annotation = hints.get(parameters[0].name)
-    from_string = getattr(annotation, "FromString", None)
-    return from_string if callable(from_string) else None
+    return hints.get(parameters[0].name)

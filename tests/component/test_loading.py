@@ -332,6 +332,7 @@ max_body_bytes = 1048576
 match = [{ header = "x-canary", value = "yes", backend = "scaled" }, { json = "model", value = "small", backend = "scaled" }]
 sticky = "cookie:user"
 grpc_service = "helloworld.Greeter"
+grpc_streaming = ["Chat"]
 shadow_compare = "json"
 shadow_ignore = ["at"]
 shadow_query = true

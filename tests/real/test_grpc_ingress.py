@@ -2,13 +2,14 @@
 real Ray replicas of a servicer class (tests/real/apps/grpc_greeters.py; the stack is
 tests/support/grpc_ingress.py's), and a real grpcio client calling with raw bytes: unary and
 server-streaming calls, a 90/10 split over 200 calls and its rollback, `grpc-timeout`, a tenant's
-limit, an unknown service, an oversized message, a call's trace, and a call's shadow copy and capture
-record (hostile clients: tests/security/test_grpc_hostile.py)."""
+limit, an unknown service, an oversized message, a call's trace, a call's shadow copy and capture
+record, and client-streaming and bidirectional calls (hostile clients: tests/security/test_grpc_hostile.py)."""
 
 from __future__ import annotations
 
 import collections
 import json
+import queue
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +148,22 @@ def test_a_call_is_shadowed_compared_and_captured_as_an_http_request_is(served: 
     assert streamed["stream"]["messages"] == 3 and [m["text"] for m in streamed["stream"]["first"]] == [
         "a 0", "a 1", "a 2"]
     assert streamed["shadows"][0]["result"] == "ok" and "compared" not in streamed["shadows"][0]  # never compared
+
+
+def test_client_streaming_and_bidirectional_calls_reach_the_methods_listed_in_grpc_streaming(served: Served) -> None:
+    streaming = greeting("greet", traffic={"a": 1.0}, grpc_streaming=("Sum", "Chat"))
+    met(served.client, run(served.client.apply_endpoint(streaming)))
+    try:
+        total = served.channel.stream_unary(f"/{SERVICE}/Sum")
+        eventually(lambda: total(iter([b"1", b"2", b"39"]), timeout=30) == b"a: 42", 30, 0.3,
+                   what="Sum taking a stream once the endpoint lists it", retry_on=(grpc.RpcError,))
+        requests: queue.Queue[bytes | None] = queue.Queue()
+        replies = served.channel.stream_stream(f"/{SERVICE}/Chat")(iter(requests.get, None), timeout=30)
+        for word in ("ada", "bob", "cy"):  # each reply read before the next request is sent
+            requests.put(word.encode())
+            assert next(replies) == f"a heard {word}".encode()
+        requests.put(None)
+        assert list(replies) == [] and replies.code() == grpc.StatusCode.OK
+        assert served.unary("SayHello", b"x", timeout=30) == b"a: hello x"  # unlisted: unary as before
+    finally:
+        met(served.client, run(served.client.apply_endpoint(greeting("greet", traffic={"a": 0.9, "b": 0.1}))))

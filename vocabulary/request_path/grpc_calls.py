@@ -16,6 +16,15 @@ messages each prefixed by their length (`frame`; a 4-byte big-endian length,
 as gRPC's own framing without its flag byte), so the proxy finds every
 message again however the chunks were cut on the way (`Unframer`).
 
+A call whose requests stream (client-streaming or bidirectional: the
+methods an endpoint lists in `grpc_streaming`) crosses instead as a
+WebSocket session to the replica (the same wire request, with no body): each
+request message one binary message up, the client's half-close the
+session's disconnect, each reply one binary message down, and the end of
+the call the session's close, whose code says its status: `STREAM_CLOSE_OK`,
+or 4000 plus the gRPC code a method ended it with (`close_for_code`, a
+WebSocket close code of the private range; `code_for_close` reads it back).
+
 `code_for_status` is the gRPC status code a proxy-made answer's HTTP status
 becomes (the mapping gRPC's own `doc/http-grpc-status-mapping.md` gives, and
 429 as RESOURCE_EXHAUSTED); codes are the plain numbers of `grpc.StatusCode`.
@@ -49,6 +58,9 @@ __all__ = [
     "FramingError",
     "GrpcAbort",
     "Unframer",
+    "STREAM_CLOSE_OK",
+    "close_for_code",
+    "code_for_close",
     "code_for_status",
     "code_name",
     "code_of",
@@ -103,6 +115,9 @@ _BY_CODE = (  # (gRPC code, HTTP status): a method's own code, as the metrics co
     (UNAVAILABLE, 503),
     (UNAUTHENTICATED, 401),
 )
+STREAM_CLOSE_OK = 1000  # a streaming-request call's session closed normally: OK
+_CLOSE_BASE = 4000  # plus a gRPC code: the call ended with that code
+_MESSAGE_TOO_BIG = 1009  # the replica's session refused a message over its limit
 _NAMES = (  # each code's name, as grpc.StatusCode spells it (a capture record shows it)
     "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
     "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
@@ -128,6 +143,20 @@ def status_for_code(code: int) -> int:
         if listed == code:
             return status
     return 500
+
+
+def close_for_code(code: int) -> int:
+    """The close code of a streaming-request call's session that ends it with gRPC `code`."""
+    return STREAM_CLOSE_OK if code == OK else _CLOSE_BASE + code
+
+
+def code_for_close(close: int) -> int:
+    """The gRPC code a streaming-request call's session close says (an unknown close: INTERNAL)."""
+    if close == STREAM_CLOSE_OK:
+        return OK
+    if _CLOSE_BASE < close <= _CLOSE_BASE + UNAUTHENTICATED:
+        return close - _CLOSE_BASE
+    return RESOURCE_EXHAUSTED if close == _MESSAGE_TOO_BIG else INTERNAL
 
 
 def code_name(code: int) -> str:

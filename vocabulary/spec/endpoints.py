@@ -3,7 +3,8 @@
 Match rules, the sticky key, shadows and their comparison, the per-tenant
 `[limits]` (a request rate, a token budget or both), `[tracing]`, `[capture]` and the body limit; its
 `[rollout]` table is `spec.rollout_config`'s, its `[retries]`, `[outliers]` and `[circuit]` `spec.traffic_policy`'s.
-Its `grpc_service` names the gRPC service it also serves (`grpc_service_name`: a full name).
+Its `grpc_service` names the gRPC service it also serves (`grpc_service_name`: a full name), and
+`grpc_streaming` that service's methods whose requests stream (`grpc_method_name`: identifiers).
 Request keys (`sticky`, `[limits] key`) use the one grammar of `spec.keys`. Values only.
 """
 
@@ -32,6 +33,7 @@ __all__ = [
     "ShadowCompare",
     "EndpointConfig",
     "grpc_service_name",
+    "grpc_method_name",
 ]
 
 
@@ -49,6 +51,13 @@ def _header_name_or_none(name: str | None) -> str | None:
 
 # A protobuf full name: dot-separated identifiers (`package.Service`, or `Service` without a package).
 _GRPC_SERVICE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def grpc_method_name(name: str) -> str:
+    """`name` when it is a gRPC method's name (an identifier, as `SayHello`)."""
+    if not name.isidentifier():
+        raise ValueError(f"'{name}' is not a gRPC method's name: an identifier, as in 'SayHello'")
+    return name
 
 
 def grpc_service_name(name: str | None) -> str | None:
@@ -254,6 +263,12 @@ class EndpointConfig(Value):
         description="The gRPC service (its full name, 'package.Service') this endpoint also serves on the "
         "proxy's gRPC port (`gitops run --grpc-port`): each call goes to the backend's method of the same "
         "name, with the same traffic split and limits; none: HTTP only.",
+    )
+    grpc_streaming: tuple[Annotated[str, AfterValidator(grpc_method_name)], ...] = Field(
+        default=(),
+        description="Methods of its grpc_service whose requests stream (client-streaming and bidirectional "
+        "calls): their messages are relayed both ways as they come, to a method taking an async iterator "
+        "of them; the service's other methods are unary or server-streaming.",
     )
     shadow_compare: ShadowCompare = Field(
         default=ShadowCompare.NONE,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import AsyncGenerator
+from typing import AsyncGenerator, AsyncIterator
 
 from starlette.requests import Request
 
@@ -13,8 +13,8 @@ __all__ = ["Greeter"]
 
 
 class Greeter:
-    """`demo.Greeter`: SayHello answers with its backend's name, Count streams, Slow sleeps, Hold waits
-    for a file."""
+    """`demo.Greeter`: SayHello answers with its backend's name, Count streams, Sum takes a stream of
+    numbers, Chat answers each message of a stream as it comes, Slow sleeps, Hold waits for a file."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -29,6 +29,16 @@ class Greeter:
         for n in range(int(request)):
             await asyncio.sleep(0.05)
             yield f"{self._name} {n}".encode()
+
+    async def Sum(self, requests: AsyncIterator[bytes]) -> bytes:  # noqa: N802 — client streaming
+        total = 0
+        async for request in requests:
+            total += int(request)
+        return f"{self._name}: {total}".encode()
+
+    async def Chat(self, requests: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:  # noqa: N802 — bidirectional
+        async for request in requests:
+            yield f"{self._name} heard {request.decode()}".encode()
 
     async def Slow(self, request: bytes) -> bytes:  # noqa: N802
         await asyncio.sleep(float(request))
