@@ -274,10 +274,14 @@ def stalling_agent(ray_session: str, repo: GitRepo, tmp_path: Path):
         running.stop()
 
 
-def test_requests_beyond_the_circuits_pending_limit_are_answered_503_at_once(stalling_agent: AgentProcess) -> None:
+def test_requests_beyond_the_circuits_pending_limit_are_answered_503_at_once(
+    stalling_agent: AgentProcess, repo: GitRepo
+) -> None:
     agent = stalling_agent
     agent.wait("the stalling replica ready", lambda: agent.get("/status")["backends"]["stalling"]["ready"] == 1,
                timeout_s=120)
+    # Ready replicas come before the route: the commit is applied once every proxy worker holds it.
+    agent.wait_applied_though_erring(repo.head())
 
     async def twenty() -> list[tuple[int, float, httpx.Response]]:
         async with httpx.AsyncClient(timeout=15, limits=httpx.Limits(max_connections=20)) as client:
@@ -340,6 +344,9 @@ def test_with_every_replica_failing_the_retry_budget_holds_the_backends_load_to_
     try:
         agent.wait("two failing replicas ready",
                    lambda: agent.get("/status")["backends"]["failing"]["ready"] == 2, timeout_s=120)
+        # Ready replicas come before the route: the commit is applied once every proxy worker holds
+        # it (before, a worker that had not yet heard of /failing answered 404).
+        agent.wait_applied_though_erring(repo.head())
         with Load(agent.proxy + "/failing") as load:
             time.sleep(6)
         time.sleep(0.5)  # the last retries' calls reach their replicas
