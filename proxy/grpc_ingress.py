@@ -386,6 +386,7 @@ class GrpcIngress(grpc.GenericRpcHandler):
         transit.seen(slot.replica_id)
         session_id = uuid.uuid4().hex
         replies = app.caller.open_websocket(slot.handle, session_id, transit.request)
+        oversized: list[int] = []  # the size of a request message over max_body_bytes, once the pump met one
         pump: asyncio.Task[None] | None = None
         died = False
         first = True
@@ -394,16 +395,20 @@ class GrpcIngress(grpc.GenericRpcHandler):
                 try:
                     message = await asyncio.wait_for(anext(replies), max(deadline_at - loop.time(), 0.0))
                 except StopAsyncIteration:
+                    _refuse_oversized(oversized, served.max_body_bytes)
                     return  # the session ended without a close: as a close with OK
                 kind = message.get("type")
                 if kind == "websocket.accept":
-                    pump = asyncio.ensure_future(self._pump(slot.handle, session_id, requests))
+                    pump = asyncio.ensure_future(
+                        self._pump(slot.handle, session_id, requests, served.max_body_bytes, oversized))
                 elif kind == "websocket.send":
+                    _refuse_oversized(oversized, served.max_body_bytes)
                     if first:
                         app.recorder.first_byte(served.name, transit.backend, time.perf_counter() - transit.started)
                         first = False
                     yield message.get("bytes") or b""
                 elif kind == "websocket.close":
+                    _refuse_oversized(oversized, served.max_body_bytes)
                     code = code_for_close(int(message.get("code") or STREAM_CLOSE_OK))
                     if code != grpc.StatusCode.OK.value[0]:
                         raise _Ended(status_for_code(code), str(message.get("reason") or ""), code=code)
@@ -425,14 +430,30 @@ class GrpcIngress(grpc.GenericRpcHandler):
             if died:
                 pool.drop(slot)
 
-    async def _pump(self, handle: ReplicaHandle, session_id: str, requests: AsyncIterator[bytes]) -> None:
+    async def _pump(
+        self, handle: ReplicaHandle, session_id: str, requests: AsyncIterator[bytes], max_bytes: int,
+        oversized: list[int],
+    ) -> None:
         """The client's request messages to the replica's session, each once it has room for it, then the
-        client's half-close; the replica holding no more session ends it."""
+        client's half-close; the replica holding no more session ends it. A message over `max_bytes` (the
+        endpoint's max_body_bytes, as a unary call's one message) is not sent: the requests end there, as
+        a half-close, and its size goes to `oversized`, so the call ends RESOURCE_EXHAUSTED at the
+        replica's next reply or end."""
         caller = self._app.caller
         async for message in requests:
+            if len(message) > max_bytes:
+                oversized.append(len(message))
+                break
             if not await caller.push(handle, session_id, {"type": "websocket.receive", "bytes": message}):
                 return
         await caller.push(handle, session_id, {"type": "websocket.disconnect", "code": STREAM_CLOSE_OK})
+
+
+def _refuse_oversized(oversized: list[int], max_bytes: int) -> None:
+    """Ends a streaming-request call whose pump met a request message over `max_bytes`."""
+    if oversized:
+        raise _Ended(413, f"a request message of {oversized[0]} bytes is over the endpoint's "
+                     f"max_body_bytes ({max_bytes})")
 
 
 def _messages_flow(transit: Transit) -> Flow | None:

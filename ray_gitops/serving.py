@@ -1,6 +1,7 @@
 """The API user code inside a replica imports: `handle(name)`, `context()`,
 `secret(name)`, `secret_path(name)`, `model_path(name)`, `report_load(value)`,
-`time_left()`, and for a multiplexed backend `@multiplexed` and `model_id()`.
+`time_left()`, and for a multiplexed backend `@multiplexed` and `model_id()`;
+`GrpcAbort(code, details)`, raised by a gRPC method to end its call with that status.
 
     from ray_gitops import serving
 
@@ -54,13 +55,14 @@ from vocabulary.replicas.serving import (
     ModelRefused,
     ReplicaContext,
 )
+from vocabulary.request_path.grpc_calls import GrpcAbort
 
 T = TypeVar("T")
 
 __all__ = [
     "handle", "context", "secret", "secret_path", "model_path", "ModelMissing", "report_load", "Secret", "Handle",
     "HandleError", "BackpressureError", "multiplexed", "model_id", "ModelRefused",
-    "ReplicaContext", "time_left", "DeadlineExceeded",
+    "ReplicaContext", "time_left", "DeadlineExceeded", "GrpcAbort",
 ]
 
 

@@ -68,6 +68,7 @@ from vocabulary.spec.endpoints import (
     grpc_method_name,
     one_limit_set,
     one_match_source,
+    streaming_methods_of_a_service,
 )
 from vocabulary.spec.llm import BUILTIN_APP, LLMConfig, LLMEngine, llm_problem
 from vocabulary.spec.placement import PlacementConfig, PlacementStrategy, actor_needs, bundle_text
@@ -620,6 +621,8 @@ _EndpointKeys = create_model(
 
 class EndpointSpec(_EndpointKeys):  # type: ignore[misc,valid-type]  # create_model builds it: a variable to mypy
     """An `[endpoints.NAME]` table: an `EndpointConfig` as a file writes it."""
+
+    _streaming_of_a_service = model_validator(mode="after")(streaming_methods_of_a_service)
 
     @field_validator("route")
     @classmethod

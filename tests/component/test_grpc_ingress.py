@@ -17,11 +17,10 @@ import pytest
 from proxy.grpc_ingress import serve_grpc
 from proxy.settings import GrpcLimits, ProxySettings
 from replica.calling.grpc_calls import GrpcMethods
+from ray_gitops.serving import GrpcAbort
 from tests.support.grpc_replicas import GrpcCaller
 from tests.support.process_memory import peak_resident_bytes, reset_peak, resident_bytes
 from tests.support.proxy_app import FakeReplica, Proxy
-from vocabulary.request_path import grpc_calls
-from vocabulary.request_path.grpc_calls import GrpcAbort
 from vocabulary.spec.endpoints import LimitsConfig
 
 pytestmark = pytest.mark.component
@@ -70,7 +69,7 @@ class Greeter:
         raise ValueError("the user's code raised")
 
     async def Refuses(self, request: bytes) -> bytes:  # noqa: N802 — ends its call with a code of its own
-        raise GrpcAbort(grpc_calls.NOT_FOUND, f"no {request.decode()} here")
+        raise GrpcAbort(grpc.StatusCode.NOT_FOUND, f"no {request.decode()} here")  # as user code writes it
 
     def reconfigure(self, config: Any) -> None:
         raise AssertionError("a replica hook is never a gRPC method")

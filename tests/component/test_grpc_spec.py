@@ -103,3 +103,25 @@ def test_two_v2_endpoints_that_are_not_at_models_paths_are_refused_where_written
         "served by endpoint 'iris'; several endpoints serve it when all but one have the route of the model their "
         'calls name (route = "/v2/models/NAME") (deployments/greeter.toml:7:1)'
     ]
+
+
+def test_grpc_streaming_without_a_service_or_naming_a_method_twice_is_refused_where_it_is_written(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "deployments").mkdir()
+    (tmp_path / "deployments" / "chat.toml").write_text(
+        '[backends.greeter]\nimport_path = "apps.greeter:Greeter"\n\n'
+        '[endpoints.chat]\nroute = "/chat"\ntraffic = { greeter = 1.0 }\ngrpc_streaming = ["Chat"]\n\n'
+        '[endpoints.talk]\nroute = "/talk"\ntraffic = { greeter = 1.0 }\ngrpc_service = "demo.Talk"\n'
+        'grpc_streaming = ["Chat", "Sum", "Chat"]\n'
+    )
+    (tmp_path / "apps").mkdir()
+    (tmp_path / "apps" / "greeter.py").write_text(APP)
+    errors = [str(error) for error in Loader().load_directory(tmp_path / "deployments", root=tmp_path).errors]
+    assert len(errors) == 2, errors
+    assert errors[0].startswith("deployments/chat.toml:4:") and "endpoints.chat" in errors[0], errors
+    assert "grpc_streaming names methods of the endpoint's gRPC service, and it has none" in errors[0], errors
+    assert errors[1].startswith("deployments/chat.toml:9:") and "endpoints.talk" in errors[1], errors
+    assert "grpc_streaming names 'Chat' twice" in errors[1], errors
+    with pytest.raises(ValueError, match="it has none"):  # the controller's own config keeps the rule
+        EndpointConfig(name="e", route="/e", traffic={"b": 1.0}, grpc_streaming=("Chat",))

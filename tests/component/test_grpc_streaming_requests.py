@@ -178,6 +178,30 @@ def test_the_deadline_bounds_a_streaming_request_call_and_the_replica_slot_comes
     run(proxy, test)
 
 
+def test_a_request_message_over_max_body_bytes_ends_the_call_unsent_and_frees_the_replica_slot() -> None:
+    replica = greeter("v1")
+    proxy = proxy_with({"v1": [replica]}, max_body_bytes=8, cap=1)
+
+    async def test(channel: grpc.aio.Channel) -> None:
+        call = channel.stream_stream(f"/{SERVICE}/Chat")()
+        await call.write(b"ada")
+        assert await call.read() == b"v1 heard ada"
+        await call.write(b"x" * 9)  # one byte over, as a unary call's one message would be refused
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            while await call.read() != grpc.aio.EOF:
+                pass
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert refused.value.details() == "a request message of 9 bytes is over the endpoint's max_body_bytes (8)"
+        sum_ = channel.stream_unary(f"/{SERVICE}/Sum")
+        with pytest.raises(grpc.aio.AioRpcError) as summed:
+            await sum_(messages(b"1", b"123456789", b"2"))
+        assert summed.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert await sum_(messages(b"12345678", b"1")) == b"v1: 12345679"  # at the bound; the one slot is free
+
+    run(proxy, test)
+    assert [code for _, _, code in proxy.recorded.requests] == [413, 413, 200]
+
+
 def test_limits_split_and_no_replica_apply_as_for_unary_calls() -> None:
     limits = LimitsConfig(requests_per_s=0.001, burst=1, key="header:x-tenant")
     proxy = proxy_with({"a": [greeter("a")], "b": [greeter("b")]}, traffic={"a": 0.5, "b": 0.5}, limits=limits)

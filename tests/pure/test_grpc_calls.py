@@ -134,3 +134,15 @@ class _Scaled:
     num_replicas = 1
     autoscaling = None
     cold_start_timeout_s = None
+
+
+def test_grpc_abort_takes_a_status_code_or_its_number_and_never_ok() -> None:
+    class StatusCode:  # the shape of grpc.StatusCode's members: value = (number, name)
+        def __init__(self, number: int, name: str) -> None:
+            self.value = (number, name)
+
+    assert grpc_calls.GrpcAbort(StatusCode(5, "not found"), "gone").code == grpc_calls.NOT_FOUND
+    assert grpc_calls.GrpcAbort(grpc_calls.INVALID_ARGUMENT, "bad").code == 3
+    for wrong in (grpc_calls.OK, StatusCode(0, "ok"), 17, "NOT_FOUND"):
+        with pytest.raises(ValueError, match="a gRPC status code other than OK"):
+            grpc_calls.GrpcAbort(wrong, "no")

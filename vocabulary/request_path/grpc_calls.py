@@ -37,6 +37,8 @@ is a code's name as grpc spells it. Values only.
 
 from __future__ import annotations
 
+from typing import Any
+
 from vocabulary.request_path.wire import WireRequest
 
 __all__ = [
@@ -174,12 +176,16 @@ def code_of(status: int, headers: list[tuple[bytes, bytes]]) -> int:
 
 
 class GrpcAbort(Exception):
-    """Raised by a gRPC method in the replica: its call ends with `code` (a number of
-    `grpc.StatusCode`) and `details`, as `context.abort` ends a grpcio servicer's."""
+    """Raised by a gRPC method in the replica: its call ends with `code` (a `grpc.StatusCode`,
+    or its number) and `details`, as `context.abort` ends a grpcio servicer's. User code
+    imports it as `ray_gitops.serving.GrpcAbort`."""
 
-    def __init__(self, code: int, details: str) -> None:
+    def __init__(self, code: Any, details: str) -> None:
         super().__init__(details)
-        self.code = code
+        number = code.value[0] if isinstance(getattr(code, "value", None), tuple) else code
+        if not isinstance(number, int) or not OK < number <= UNAUTHENTICATED:
+            raise ValueError(f"GrpcAbort needs a gRPC status code other than OK, not {code!r}")
+        self.code = number
         self.details = details
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "EndpointConfig",
     "grpc_service_name",
     "grpc_method_name",
+    "streaming_methods_of_a_service",
 ]
 
 
@@ -58,6 +59,20 @@ def grpc_method_name(name: str) -> str:
     if not name.isidentifier():
         raise ValueError(f"'{name}' is not a gRPC method's name: an identifier, as in 'SayHello'")
     return name
+
+
+def streaming_methods_of_a_service(endpoint: Any) -> Any:
+    """`grpc_streaming` names methods of the endpoint's `grpc_service`, each once: without a service
+    no gRPC call reaches the endpoint, so the list would be silently ignored. The spec table
+    (`gitops.specs.models`) applies this rule too."""
+    methods = list(endpoint.grpc_streaming)
+    if methods and endpoint.grpc_service is None:
+        raise ValueError("grpc_streaming names methods of the endpoint's gRPC service, and it has none: "
+                         "set grpc_service = \"package.Service\" or drop grpc_streaming")
+    twice = sorted({method for method in methods if methods.count(method) > 1})
+    if twice:
+        raise ValueError(f"grpc_streaming names '{twice[0]}' twice")
+    return endpoint
 
 
 def grpc_service_name(name: str | None) -> str | None:
@@ -325,6 +340,8 @@ class EndpointConfig(Value):
         description="Set by the controller, never by a file: the 1-based step of the progressive rollout whose "
         "weights `traffic` holds (0: none runs), said by traces and capture records.",
     )
+
+    _streaming_of_a_service = model_validator(mode="after")(streaming_methods_of_a_service)
 
     def backends(self) -> frozenset[str]:
         """Every backend this endpoint sends requests to: by weight, by match or as a shadow."""
