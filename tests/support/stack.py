@@ -153,29 +153,48 @@ def _above_ephemeral() -> tuple[int, int] | None:
         high = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[1])
     except (OSError, IndexError, ValueError):
         return None
-    return (high + 1, 65536) if 65536 - (high + 1) >= 2000 else None
+    if 65536 - (high + 1) < 2000:
+        return None
+    return _slice_of_this_worker(high + 1, 65536)
+
+
+def _slice_of_this_worker(low: int, high: int) -> tuple[int, int]:
+    """This pytest-xdist worker's share of `low`..`high` (all of it outside xdist): a port one worker
+    picked and has not bound yet is never another's pick."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not worker.startswith("gw") or not worker[2:].isdigit() or not count.isdigit() or int(count) < 1:
+        return low, high
+    index, width = int(worker[2:]) % int(count), (high - low) // int(count)
+    return low + index * width, low + (index + 1) * width
 
 
 # Where `free_port` picks: above the ephemeral ports, as a port that `bind(0)` handed out becomes, once
 # closed, any process's next outgoing connection's own port (CI met a test's proxy port taken by a Ray
 # worker's connection between the check and the proxy's bind), and away from Ray's worker ports
-# (10002-19999 by default) and `free_port_range`'s.
+# (10002-19999 by default) and `free_port_range`'s; each xdist worker in its own slice of them.
 _SINGLE_PORTS = _above_ephemeral()
+# Every port `free_port` handed out in this process: never handed out twice, as the three ports of
+# one agent are picked before any is bound (CI met an agent whose admin and proxy metrics ports were
+# the same random pick, and its second listener found the port taken by its first).
+_HANDED_OUT: set[int] = set()
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on or connects from now (above the ephemeral range when the
-    kernel leaves room there)."""
+    """A loopback port nothing listens on or connects from now, and never handed out before by this
+    process (above the ephemeral range when the kernel leaves room there)."""
     import random
 
     if _SINGLE_PORTS is not None:
         for _ in range(200):
             port = random.randrange(*_SINGLE_PORTS)
+            if port in _HANDED_OUT:
+                continue
             with socket.socket() as probe:
                 try:
                     probe.bind(("127.0.0.1", port))
                 except OSError:
                     continue
+                _HANDED_OUT.add(port)
                 return port
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
