@@ -34,8 +34,10 @@ replica (`Caller.open_websocket`, `push`: each request message pushed once the
 replica's session has room for it, the client's half-close as its disconnect,
 each reply relayed as it comes, the close code the call's status,
 `vocabulary.request_path.grpc_calls.code_for_close`), through the endpoint's
-limits, steering, tracing and counting (`ProxyApp.grpc_stream_stages`), within
-its `timeout_s` and the client's deadline.
+limits, steering, tracing and counting (`ProxyApp.grpc_stream_stages`), each
+request message within its `max_body_bytes` (a larger one ends the requests and
+the call, RESOURCE_EXHAUSTED), the whole call within its `timeout_s` and the
+client's deadline.
 
 Our refusals are gRPC status codes (`code_for_status` of the HTTP path's
 status: a limit RESOURCE_EXHAUSTED, no replica UNAVAILABLE with `retry-after`
