@@ -47,6 +47,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -445,7 +446,9 @@ def main() -> int:
     if args.child:
         print(json.dumps(child(args.beside, size)))
         return 0
-    serve_config = ("serve-proxy" if args.serve_proxy else "serve-direct") if serve_measured("grpc", args.tiny) else None
+    # Serve's gRPC ingress imports grpc_reflection (the `bench` extra brings it): without it, ours and grpcio only.
+    with_serve = serve_measured("grpc", args.tiny) and importlib.util.find_spec("grpc_reflection") is not None
+    serve_config = ("serve-proxy" if args.serve_proxy else "serve-direct") if with_serve else None
     load_before = machine.describe()["load_average_1m"]
     print(f"measuring grpcio, {serve_config or 'no Serve'} and ours ...", file=sys.stderr, flush=True)
     try:
@@ -453,8 +456,8 @@ def main() -> int:
     except (RuntimeError, subprocess.TimeoutExpired) as error:
         print(f"failed: {error}", file=sys.stderr)
         return 1
-    if not serve_installed():
-        print("Ray Serve is not installed (`pip install -e '.[bench]'`): ours and grpcio only.")
+    if not serve_installed() or importlib.util.find_spec("grpc_reflection") is None:
+        print("Ray Serve's gRPC ingress is not installed (`pip install -e '.[bench]'`): ours and grpcio only.")
     runs, rows = measured["runs"], ratios(measured["runs"])
     print_figures(runs, rows)
     results.write(args.json, "grpc", args.tiny, {
