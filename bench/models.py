@@ -22,6 +22,14 @@ then the model directory's digest checked) and the fetch alone
 same blob from the same registry (httpx, streamed to a file, no checks), and
 their ratios (target: at least 0.8).
 
+Hugging Face (`hf://`): a loopback Hub (`tests.support.hub`, its HTTP API
+and LFS redirects) holds a repository of `--mb` MiB of weights and a config.
+Measured the same way: the cold fetch into the cache (`ModelCache.stage`:
+each file hashed as it is written, the manifest digest checked) and the
+fetch alone (`replica.fetching.hub.fetch_hub`), each beside a plain HTTP
+download of the weights file from the same server (httpx, following the
+Hub's redirect, streamed to a file, no checks); target at least 0.8.
+
 Multiplexing (`[backends.X.multiplex]`): 8 models, 2 replicas,
 `max_models_per_replica = 4`, a skewed mix (model k drawn with weight
 1/(k+1)^1.1, one seeded sequence for every run): model loads per 1,000
@@ -298,6 +306,81 @@ def measure_oci(mb: int) -> dict[str, Any]:
         _remove_tree(work)
 
 
+def _serve_hub(mb: int, conn: Any) -> None:
+    """The loopback Hub in a process of its own (as a real Hub is: not sharing the client's GIL)."""
+    from tests.support.hub import FakeHub
+    from vocabulary.replicas.model_digests import manifest_digest
+
+    hub = FakeHub().start()
+    files = {"config.json": b'{"bench": true}', "model.safetensors": os.urandom(mb * 1024 * 1024)}
+    commit = hub.commit("bench/model", files)
+    digest = manifest_digest([(p, len(d), hashlib.sha256(d).hexdigest()) for p, d in files.items()])
+    conn.send((hub.url, commit, digest, sum(len(data) for data in files.values())))
+    conn.recv()  # until the bench is done
+    hub.stop()
+
+
+def measure_hub(mb: int) -> dict[str, Any]:
+    """A repository of `mb` MiB on a loopback Hugging Face Hub: our cold fetch beside a plain download."""
+    import httpx
+
+    from replica.fetching.hub import HubOptions, fetch_hub
+    from replica.fetching.sources import FetchProgress
+    from replica.models import ModelCache
+
+    work = Path(tempfile.mkdtemp(prefix="bench-hub-"))
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    server = context.Process(target=_serve_hub, args=(mb, theirs), daemon=True)
+    server.start()
+    endpoint = os.environ.get("HF_ENDPOINT")
+    try:
+        url, commit, digest, size = ours.recv()
+        os.environ["HF_ENDPOINT"] = url
+        weights_url = f"{url}/bench/model/resolve/{commit}/model.safetensors"
+        source = f"hf://bench/model@{commit}"
+
+        def plain() -> float:
+            started = time.monotonic()
+            with httpx.Client(timeout=600, trust_env=False, follow_redirects=True) as client, \
+                    (work / "plain.bin").open("wb") as out:
+                with client.stream("GET", weights_url) as answer:
+                    for chunk in answer.iter_bytes(1024 * 1024):
+                        out.write(chunk)
+            seconds = time.monotonic() - started
+            (work / "plain.bin").unlink()
+            return seconds
+
+        plain_s = min(plain() for _ in range(3))
+        fetch_runs = []
+        for run in range(3):
+            started = time.monotonic()
+            fetch_hub(source, work / f"fetch{run}", time.monotonic() + 600, FetchProgress(), HubOptions())
+            fetch_runs.append(time.monotonic() - started)
+            shutil.rmtree(work / f"fetch{run}")
+        cold = ModelCache(work / "cache").stage("bench", source, digest, time.monotonic() + 600, HubOptions())
+        again = ModelCache(work / "cache").stage("bench", source, digest, time.monotonic() + 600, HubOptions())
+        fetch_s = min(fetch_runs)
+        return {
+            "model_mb": size / 1e6,
+            "plain_download_mb_s": size / 1e6 / plain_s,
+            "fetch_mb_s": size / 1e6 / fetch_s,
+            "cold_stage_mb_s": size / 1e6 / cold.seconds,
+            "fetch_vs_plain": plain_s / fetch_s,
+            "cold_stage_vs_plain": plain_s / cold.seconds,
+            "cold_fetched_bytes": cold.fetched_bytes,
+            "hit_fetched_bytes": again.fetched_bytes,
+        }
+    finally:
+        ours.send("done")
+        server.join(30)
+        if endpoint is None:
+            os.environ.pop("HF_ENDPOINT", None)
+        else:
+            os.environ["HF_ENDPOINT"] = endpoint
+        _remove_tree(work)
+
+
 def _remove_tree(work: Path) -> None:
     for folder, dirs, _files in os.walk(work):
         for name in dirs:
@@ -332,6 +415,7 @@ def main() -> int:
     args = parser.parse_args()
     figures = measure(8 if args.tiny else args.mb)
     figures["oci"] = measure_oci(8 if args.tiny else args.mb)
+    figures["hub"] = measure_hub(8 if args.tiny else args.mb)
     figures["multiplexing"] = measure_multiplexing(300 if args.tiny else args.requests)
     for name, value in figures.items():
         if isinstance(value, dict):

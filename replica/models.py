@@ -30,8 +30,9 @@ cache does not hold them. Layout under the cache directory:
 The cache directory and its folders are 0700 and this user's: one another
 local user made first (or a link) is refused with an error naming it, never
 used (`datalink.private_dirs.own_dir`). Every stage verifies the entry's
-bytes against the digest (a cache hit fetches 0 bytes but reads them once),
-and that nothing in it is a link or another user's; a corrupt or tampered
+bytes against the digest (a cache hit fetches 0 bytes but reads them once;
+a cold fetch is read back only where its fetcher did not hash the bytes as
+it wrote them, `replica.fetching.hashing`), and that nothing in it is a link or another user's; a corrupt or tampered
 entry is removed and fetched again. With a cap, a download stops once past
 it: a model larger than the cap is refused, not written whole. A failure is a `ModelError` with one line naming
 the model, its source and, for a wrong digest, both digests. An I/O shell.
@@ -44,7 +45,6 @@ import errno
 import json
 import stat
 import fcntl
-import hashlib
 import logging
 import os
 import shutil
@@ -58,6 +58,7 @@ from typing import IO, TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from datalink.private_dirs import own_dir, process_alive
+from replica.fetching.hashing import FileDigests, file_sha256
 from replica.fetching.sources import FetchError, FetchProgress, TooLarge, fetch
 from vocabulary.spec.backends import ModelConfig
 from vocabulary.replicas.model_digests import ManifestEntry, is_directory, manifest_digest
@@ -72,7 +73,6 @@ __all__ = [
 ]
 
 _LOG = logging.getLogger(__name__)
-_CHUNK = 1024 * 1024
 _LOCK_POLL_S = 0.05
 # Where a replica caches models when the agent names no --model-cache-dir (a node-local path).
 DEFAULT_CACHE_DIR = os.path.join(tempfile.gettempdir(), CACHE_DIR_NAME)
@@ -100,23 +100,19 @@ class Staged:
     seconds: float
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        while chunk := stream.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+def digest_of(path: Path, directory: bool, hashed: FileDigests | None = None) -> str:
+    """A staged model's digest: the one file's sha256, or the directory's manifest digest.
+    `hashed`: the files a fetch hashed as it wrote them; any other file is read and hashed."""
+    def sha256(file: Path) -> str:
+        return (hashed.sha256(file) if hashed is not None else None) or file_sha256(file)
 
-
-def digest_of(path: Path, directory: bool) -> str:
-    """A staged model's digest: the one file's sha256, or the directory's manifest digest."""
     if not directory:
-        return _file_sha256(path)
+        return sha256(path)
     entries: list[ManifestEntry] = []
     for file in sorted(p for p in path.rglob("*") if not p.is_dir()):
         if file.is_symlink():
             raise ValueError(f"{file} is a symbolic link")
-        entries.append((file.relative_to(path).as_posix(), file.stat().st_size, _file_sha256(file)))
+        entries.append((file.relative_to(path).as_posix(), file.stat().st_size, sha256(file)))
     return manifest_digest(entries)
 
 
@@ -242,7 +238,7 @@ class ModelCache:
                 raise ModelError(f"model {name} ({source}): {error}") from None
             if time.monotonic() > deadline:
                 raise ModelError(f"model {name} ({source}): timed out (load_timeout_s)")
-            got = digest_of(target, directory)
+            got = digest_of(target, directory, progress.file_digests)
             if got != digest:
                 why = f"its bytes have sha256 {got}, but git pins {digest}"
                 self._failed(digest, why)

@@ -14,7 +14,9 @@ fails or its replica dies, `replica.models`), and a connection that breaks
 mid-file is retried from where it stopped, a few times with back-off. A
 commit's files never change, so bytes from an earlier attempt are the
 bytes this one would fetch, and the cache verifies the whole selection
-against the pinned manifest digest anyway.
+against the pinned manifest digest anyway. Each file is hashed as it is
+written (in a thread beside the download) and its sha256 recorded in the
+fetch's `FetchProgress.file_digests`, so the cache does not read it back.
 
 The token (`HubOptions.token`: the model's `token_secret`, else the node's
 `HF_TOKEN`, else its token file) goes only into the Authorization header:
@@ -31,6 +33,7 @@ from pathlib import Path, PurePosixPath
 
 import httpx
 
+from replica.fetching.hashing import StreamHash, prefix_sha256
 from replica.fetching.sources import FetchError, FetchProgress, Progress
 from vocabulary.replicas.hub_sources import (
     HubFile,
@@ -48,6 +51,7 @@ __all__ = ["HubOptions", "fetch_hub", "hub_endpoint", "node_token"]
 
 _ATTEMPTS = 5  # per file, each continuing where the last stopped
 _BACKOFF_S = 0.2
+_CHUNK = 1024 * 1024  # bytes written (and handed to the hasher) at a time
 
 
 @dataclass(frozen=True)
@@ -173,9 +177,18 @@ def _continue(
             progress(-have)
         else:
             raise _status_error(response.status_code, f"file {file.path}")
-        with target.open(mode) as out:
-            for chunk in response.iter_bytes():
-                if time.monotonic() > deadline:
-                    raise FetchError("timed out (load_timeout_s)")
-                out.write(chunk)
-                progress(len(chunk))
+        # Hashed as it is written (the part an earlier try left, read once first), so the cache
+        # need not read the file back (`replica.fetching.hashing`).
+        hashing = StreamHash(prefix_sha256(target, have) if mode == "ab" else None)
+        try:
+            with target.open(mode) as out:
+                for chunk in response.iter_bytes(_CHUNK):
+                    if time.monotonic() > deadline:
+                        raise FetchError("timed out (load_timeout_s)")
+                    out.write(chunk)
+                    hashing.feed(chunk)
+                    progress(len(chunk))
+        finally:
+            sha256 = hashing.finish()
+    if isinstance(progress, FetchProgress) and target.stat().st_size == file.size:
+        progress.file_digests.record(target, sha256)

@@ -11,7 +11,14 @@ are written, each first judged by
 `vocabulary.replicas.oci_sources.layer_member` (no absolute path, no `..`,
 no link, no device): a plain tar's files copied by the kernel from their
 offsets in the layer, a gzip'd one's read in tarfile's stream mode. An
-artifact's layers are written straight to the files their titles name. The
+artifact's layers are written straight to the files their titles name.
+Every file written is hashed once, as its bytes go by, into the fetch's
+`FetchProgress.file_digests` (`replica.fetching.hashing`), so the cache
+does not read the model back: an artifact's file is its blob (whose digest
+is checked anyway); a plain tar's members are hashed by the byte spans they
+occupy while the layer streams (a walk of its headers that keeps no member
+data, its result used only once the layer verifies); a gzip'd one's as they
+are written. The
 bytes written are bounded by the cache's cap (`FetchProgress.limit`),
 whatever a gzip layer expands to, and with no cap by `EXPANSION_RATIO` times
 the layers' size (and `EXPANSION_SLACK`); a layer's members by `MAX_MEMBERS`.
@@ -31,10 +38,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import queue
 import shutil
 import tarfile
-import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -43,6 +48,7 @@ from typing import Any, BinaryIO
 
 import httpx
 
+from replica.fetching.hashing import FileDigests, Spans, StreamHash, tar_spans
 from replica.fetching.sources import FetchError, FetchProgress, Progress, TooLarge
 from vocabulary.replicas.oci_sources import (
     ACCEPT,
@@ -68,7 +74,6 @@ from vocabulary.replicas.oci_sources import (
 __all__ = ["EXPANSION_RATIO", "EXPANSION_SLACK", "Registry", "fetch_oci"]
 
 _CHUNK = 1024 * 1024
-_HASH_BATCH = 1024 * 1024
 # What a modelcar's layers may expand to however large the cache: weights hardly compress,
 # text a few times; gzip can reach 1,000 x, and hard links to one file more.
 EXPANSION_RATIO = 100
@@ -159,14 +164,12 @@ class Registry:
 
 
 def _save(response: httpx.Response, blob: Blob, target: Path, deadline: float, progress: Progress,
-          written: _Written | None = None) -> None:
+          written: _Written | None = None, spans: Spans | None = None) -> None:
     """`blob`'s body into `target`, hashed as it streams (in a thread of its own, beside the
-    download and the writes); FetchError unless it has the manifest's size and digest."""
-    digest = hashlib.sha256()
-    batches: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=16)
-    hasher = threading.Thread(target=_hash, args=(batches, digest), name="oci-blob-sha256", daemon=True)
-    hasher.start()
-    size, batch, batched = 0, [], 0
+    download and the writes); FetchError unless it has the manifest's size and digest.
+    `spans`: filled with the sha256 of each regular member's data, for a plain tar layer."""
+    hashing = StreamHash(walk=None if spans is None else tar_spans(spans, MAX_MEMBERS))
+    size = 0
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("wb") as out:
@@ -180,24 +183,12 @@ def _save(response: httpx.Response, blob: Blob, target: Path, deadline: float, p
                     written.add(len(chunk))
                 out.write(chunk)
                 progress(len(chunk))
-                batch.append(chunk)
-                batched += len(chunk)
-                if batched >= _HASH_BATCH:  # one hash call per MiB: the hasher holds the GIL rarely
-                    batches.put(batch)
-                    batch, batched = [], 0
-            batches.put(batch)
+                hashing.feed(chunk)
     finally:
-        batches.put(None)
-        hasher.join()
+        got = f"sha256:{hashing.finish()}"
         response.close()
-    got = f"sha256:{digest.hexdigest()}"
     if size != blob.size or got != blob.digest:
         raise FetchError(f"the blob {blob.digest} the registry sent has {size} bytes and digest {got}: refused")
-
-
-def _hash(batches: queue.Queue[list[bytes] | None], digest: Any) -> None:
-    while (batch := batches.get()) is not None:
-        digest.update(b"".join(batch))
 
 
 def fetch_oci(source: str, dest: Path, deadline: float, progress: Progress, credentials: str | None) -> None:
@@ -225,17 +216,22 @@ def fetch_oci(source: str, dest: Path, deadline: float, progress: Progress, cred
                 progress.expect(sizes(image.layers))
             dest.mkdir(parents=True, exist_ok=True)
             limit = progress.limit if isinstance(progress, FetchProgress) else None
+            digests = progress.file_digests if isinstance(progress, FetchProgress) else FileDigests()
             written = _Written(limit, EXPANSION_SLACK + EXPANSION_RATIO * sizes(image.layers))
             blob_file = dest.parent / f"{dest.name}-layer"  # beside the model: swept with it if we die
             for layer in image.layers:
                 if not image.modelcar:
                     target = _inside(dest, title_path(layer.title or ""))
                     _save(registry.blob(layer), layer, target, deadline, progress, written)
+                    digests.record(target, layer.digest.removeprefix("sha256:"))
                     continue
                 try:
-                    # Verified whole before a byte of it is parsed, then extracted from the file.
-                    _save(registry.blob(layer), layer, blob_file, deadline, progress)
-                    _extract(blob_file, layer, dest, written)
+                    # Verified whole before a byte of it is parsed, then extracted from the file; a plain
+                    # tar's members are hashed as the blob streams, by the spans of the layer they occupy.
+                    spans: Spans = {}
+                    plain = layer_compression(layer.media_type) == ""
+                    _save(registry.blob(layer), layer, blob_file, deadline, progress, spans=spans if plain else None)
+                    _extract(blob_file, layer, dest, written, spans, digests)
                 finally:
                     blob_file.unlink(missing_ok=True)
             if not any(path.is_file() for path in dest.rglob("*")):
@@ -274,14 +270,17 @@ class _Written:
             )
 
 
-def _write(chunks: Iterator[bytes], target: Path, written: _Written) -> None:
-    """A file of the model from `chunks` (a gzip'd layer's member), counted against the cap."""
+def _write(chunks: Iterator[bytes], target: Path, written: _Written, digests: FileDigests) -> None:
+    """A file of the model from `chunks` (a gzip'd layer's member), counted against the cap, hashed as written."""
     _clear(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
     with target.open("wb") as out:
         for chunk in chunks:
             written.add(len(chunk))
             out.write(chunk)
+            digest.update(chunk)
+    digests.record(target, digest.hexdigest())
 
 
 def _clear(target: Path) -> None:
@@ -292,9 +291,11 @@ def _clear(target: Path) -> None:
         target.unlink()
 
 
-def _extract(blob_file: Path, layer: Blob, dest: Path, written: _Written) -> None:
+def _extract(blob_file: Path, layer: Blob, dest: Path, written: _Written, spans: Spans, digests: FileDigests) -> None:
     """A verified modelcar layer's members under /models into `dest`, as an overlay on the layers before it.
-    A plain tar's files are copied by the kernel from their offsets in the layer; a gzip'd one is read as a stream."""
+    A plain tar's files are copied by the kernel from their offsets in the layer, each taking the sha256 of
+    its span (`spans`, hashed as the layer streamed); a gzip'd one is read as a stream and hashed as written.
+    Each file's sha256 goes into `digests`."""
     ours: set[str] = set()  # what this layer wrote: its own whiteouts do not remove it
     plain = layer_compression(layer.media_type) == ""
     where = f"layer {layer.digest[:19]}…"
@@ -319,11 +320,13 @@ def _extract(blob_file: Path, layer: Blob, dest: Path, written: _Written) -> Non
                 elif action.action == "file":
                     if plain and not member.issparse():
                         _copy_range(raw, member.offset_data, member.size, target, written)
+                        if (hashed := spans.get((member.offset_data, member.size))) is not None:
+                            digests.record(target, hashed)
                     else:
                         source = tar.extractfile(member)
                         if source is None:
                             raise FetchError(f"{where}: /models/{action.path} cannot be read")
-                        _write(_reads(source), target, written)
+                        _write(_reads(source), target, written, digests)
                 elif action.action == "link":
                     linked = _inside(dest, action.target)
                     if not linked.is_file() or linked.is_symlink():
@@ -332,6 +335,8 @@ def _extract(blob_file: Path, layer: Blob, dest: Path, written: _Written) -> Non
                     _clear(target)
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(linked, target)
+                    if (hashed := digests.sha256(linked)) is not None:
+                        digests.record(target, hashed)
                 elif action.action == "whiteout":
                     if action.path not in ours:
                         _clear(target)

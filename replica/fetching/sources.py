@@ -12,7 +12,9 @@ on (no such key, access denied, timed out). A `FetchProgress` passed as
 `progress` is also told how many bytes to expect, once known (a directory's:
 all its files', listed first), so a starting replica can say how far its
 fetch is; one given a limit (the cache's cap) stops the fetch once past it,
-so a download never holds more than the cache may. An I/O shell.
+so a download never holds more than the cache may; and a fetcher that
+hashes what it writes (hf://, oci://) records it there, so a cold fetch is
+read once (`replica.fetching.hashing`). An I/O shell.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
+
+from replica.fetching.hashing import FileDigests
 
 if TYPE_CHECKING:
     from replica.fetching.hub import HubOptions
@@ -35,12 +39,15 @@ Progress = Callable[[int], None]
 class FetchProgress:
     """Bytes fetched so far and bytes expected (0 until known); written by the
     fetching thread, read by another (plain ints: each read sees a whole value).
-    With a `limit`, a fetch expected or grown past it stops (`TooLarge`)."""
+    With a `limit`, a fetch expected or grown past it stops (`TooLarge`).
+    `file_digests`: the files the fetch wrote and hashed as it wrote them
+    (`replica.fetching.hashing`), which the cache need not read back."""
 
     def __init__(self, limit: int | None = None) -> None:
         self.done = 0
         self.total = 0
         self.limit = limit
+        self.file_digests = FileDigests()
 
     def __call__(self, count: int) -> None:
         self.done += count

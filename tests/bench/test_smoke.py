@@ -189,12 +189,17 @@ def test_models_bench_fetches_once_and_affinity_loads_fewer_models_than_random(
     oci = got["oci"]  # an oci:// modelcar from a loopback docker-registry, beside a plain blob download
     assert oci["cold_fetched_bytes"] > 8 * 1024 * 1024 and oci["hit_fetched_bytes"] == 0
     assert oci["fetch_vs_plain"] > 0 and oci["cold_stage_vs_plain"] > 0
+    hub = got["hub"]  # an hf:// repository from a loopback Hub, beside a plain download of its weights
+    assert hub["cold_fetched_bytes"] > 8 * 1024 * 1024 and hub["hit_fetched_bytes"] == 0
+    assert hub["fetch_vs_plain"] > 0 and hub["cold_stage_vs_plain"] > 0
     plex = got["multiplexing"]
     # 8 models fit in 2 replicas x 4 slots: with affinity each loads once, on the real stack too.
     assert plex["real_replicas_used"] == 2
     assert plex["real_affinity_loads_per_1000"] == plex["affinity_loads_per_1000"] == 8 * 1000 / plex["requests"]
     assert plex["random_loads_per_1000"] > 3 * plex["affinity_loads_per_1000"]
-    assert "## Models: fetching into a node's cache, and many models per replica" in (report / "REPORT.md").read_text()
+    text = (report / "REPORT.md").read_text()
+    assert "## Models: fetching into a node's cache, and many models per replica" in text
+    assert "Hugging Face (`hf://`): a repository of" in text
 
 
 def test_routing_bench_measures_each_policy_on_both_workloads_next_to_serves_router(measured: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ import pytest
 
 from replica.fetching.hub import HubOptions
 from replica.fetching.sources import FetchError, FetchProgress
+from replica import models
 from replica.models import ModelCache, ModelError
 from replica.fetching import oci as oci_fetching
 from replica.fetching.oci import fetch_oci
@@ -72,6 +73,24 @@ def test_a_modelcar_by_digest_is_staged_once_per_node_with_only_its_models_direc
     again = ModelCache(tmp_path / "cache").stage("car", source, _digest(files), time.monotonic() + 30)
     assert again.fetched_bytes == 0 and again.path == staged.path
     assert registry.blob_gets(_layer_of(registry, manifest, repository, 1)) == 1
+
+
+@pytest.mark.parametrize("compress", [True, False], ids=["tar+gzip", "tar"])
+def test_a_cold_modelcar_fetch_is_not_read_back_to_check_its_digest(
+    registry: LoopbackRegistry, tmp_path: Path, compress: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = {"config.json": b'{"labels": 3}', "weights/model.safetensors": os.urandom(2 * 1024 * 1024 + 1),
+             "weights/copy.safetensors": b"same"}
+    repository = f"acme/hashed-once-{'gz' if compress else 'tar'}"
+    manifest = registry.push_modelcar(repository, "v1", files, compress=compress)
+    source = f"oci://{registry.host}/{repository}@{manifest}"
+    reads: list[Path] = []
+    real = models.file_sha256
+    monkeypatch.setattr(models, "file_sha256", lambda path: (reads.append(path), real(path))[1])
+    staged = ModelCache(tmp_path / "cache").stage("car", source, _digest(files), time.monotonic() + 30)
+    assert _tree(staged.path) == files and reads == []
+    ModelCache(tmp_path / "cache").stage("car", source, _digest(files), time.monotonic() + 30)
+    assert len(reads) == len(files)  # a cache hit reads each file once
 
 
 def test_an_artifact_is_its_titled_files_and_an_index_names_its_linux_amd64_manifest(

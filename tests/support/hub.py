@@ -46,6 +46,8 @@ class FakeHub:
         self.requests: list[tuple[str, str, str | None]] = []
         self._cuts: dict[str, int] = {}
         self._lfs: dict[str, bytes] = {}
+        # Each file's hashes, computed once when committed (as the Hub keeps them): sha256, git blob id.
+        self._hashes: dict[int, tuple[str, str]] = {}
         hub = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -71,9 +73,15 @@ class FakeHub:
         self.commits.setdefault(repo, {})[sha] = dict(files)
         self.branches.setdefault(repo, {})[branch] = sha
         for data in files.values():
+            self._hashes[id(data)] = (hashlib.sha256(data).hexdigest(),
+                                      hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest())
             if len(data) >= LFS_MIN_BYTES:
-                self._lfs[hashlib.sha256(data).hexdigest()] = data
+                self._lfs[self._sha256(data)] = data
         return sha
+
+    def _sha256(self, data: bytes) -> str:
+        known = self._hashes.get(id(data))
+        return known[0] if known is not None else hashlib.sha256(data).hexdigest()
 
     def cut(self, data: bytes, after: int) -> None:
         """The next download of the file holding `data` stops after `after` bytes of its body."""
@@ -119,10 +127,10 @@ class FakeHub:
         commit, files = found
         siblings = []
         for name, data in sorted(files.items()):
-            sibling: dict[str, object] = {"rfilename": name, "size": len(data),
-                                          "blobId": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()}
+            sha256, blob_id = self._hashes[id(data)]
+            sibling: dict[str, object] = {"rfilename": name, "size": len(data), "blobId": blob_id}
             if len(data) >= LFS_MIN_BYTES:
-                sibling["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+                sibling["lfs"] = {"sha256": sha256, "size": len(data), "pointerSize": 134}
             siblings.append(sibling)
         self._json(handler, 200, {"id": repo, "modelId": repo, "sha": commit, "siblings": siblings})
 
@@ -133,7 +141,7 @@ class FakeHub:
             return self._json(handler, 404, {"error": "Entry not found"})
         if len(data) >= LFS_MIN_BYTES:
             handler.send_response(302)
-            handler.send_header("Location", f"/lfs/{hashlib.sha256(data).hexdigest()}")
+            handler.send_header("Location", f"/lfs/{self._sha256(data)}")
             handler.send_header("Content-Length", "0")
             handler.end_headers()
             return None
@@ -151,7 +159,7 @@ class FakeHub:
         handler.send_header("Content-Length", str(len(body)))
         handler.send_header("Accept-Ranges", "bytes")
         handler.end_headers()
-        cut = self._cuts.pop(hashlib.sha256(data).hexdigest(), None)
+        cut = self._cuts.pop(self._sha256(data), None)
         if cut is not None:
             handler.wfile.write(body[:cut])
             handler.wfile.flush()
