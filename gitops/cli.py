@@ -348,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     resolve.add_argument("--pick", choices=["newest", "highest-version", "semver"], default=None,
                          help="s3://: the entry last modified latest, or the one with the highest version number "
                          "in its name (v2 < v10, 1.9 < 1.10); oci://REGISTRY/REPO (no tag): semver, the tag with "
-                         "the highest semantic version (as artifact automation picks it)")
+                         "the highest semantic version, or highest-version, the tag with the highest version number "
+                         "(build-9 < build-10) (as artifact automation picks them)")
     resolve.add_argument("--match", default=None, metavar="REGEX",
                          help="s3://: only entries whose name (relative to the prefix; a directory's ends in /) "
                          "the regex is found in; its group 'version' (or first group) holds the version; "

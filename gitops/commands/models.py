@@ -210,13 +210,13 @@ def _resolve(args: argparse.Namespace) -> int:
 
 
 def _resolve_oci(args: argparse.Namespace) -> int:
-    """The manifest an OCI tag names today (or the tag `--pick semver` picks among the repository's),
+    """The manifest an OCI tag names today (or the tag `--pick semver|highest-version` picks among the repository's),
     and its model directory's digest (`gitops.commands.models_oci`)."""
     from dataclasses import replace
 
     from gitops.commands.models_oci import oci_credentials, oci_pin, oci_tags
     from vocabulary.replicas.oci_sources import parse_oci_reference
-    from vocabulary.replicas.oci_tags import NoTag, pick_tag
+    from vocabulary.replicas.oci_tags import TAG_PICKS, NoTag, pick_tag
 
     reference: str = args.reference
     for flag, given in (("include", args.include), ("exclude", args.exclude), ("kind", args.kind)):
@@ -231,17 +231,18 @@ def _resolve_oci(args: argparse.Namespace) -> int:
     if named and (args.pick or args.match):
         raise UsageError(f"{printable(reference)}: --pick and --match choose among a repository's tags: "
                          "name no tag (oci://REGISTRY/REPO --pick semver)")
-    if not named and args.pick != "semver":
+    if not named and args.pick not in TAG_PICKS:
         raise UsageError(f"{printable(reference)}: name a tag (oci://REGISTRY/REPO:TAG), a digest (@sha256:…), "
-                         "or --pick semver to pick among the repository's tags")
+                         "or --pick semver or --pick highest-version to pick among the repository's tags")
     credentials = oci_credentials(args.token_file)
     if not named:
         try:
-            tag = pick_tag(oci_tags(parsed, credentials, 600.0), "semver", match)
+            tag = pick_tag(oci_tags(parsed, credentials, 600.0), args.pick, match)
         except NoTag as error:
             raise UserError(f"{printable(reference)}: {error}") from None
         parsed = replace(parsed, tag=tag)
-        print(f"# {printable(parsed.url())}: the highest semantic version among the repository's tags")
+        rule = "semantic version" if args.pick == "semver" else "version number"
+        print(f"# {printable(parsed.url())}: the highest {rule} among the repository's tags")
     pin = oci_pin(parsed, credentials)
     print(pin_lines(pin.reference.url(), pin.sha256), end="")
     return 0

@@ -54,7 +54,7 @@ class Automation:
     name: str
     model: str  # the [models.MODEL] table it moves
     watch: str  # s3://BUCKET/PREFIX/, hf://ORG/NAME@BRANCH, oci://REGISTRY/REPO:TAG or oci://REGISTRY/REPO
-    pick: str | None = None  # s3://: newest | highest-version; oci:// repository: semver
+    pick: str | None = None  # s3://: newest | highest-version; oci:// repository: semver | highest-version
     match: str | None = None  # s3://: a regex the entry's name must contain; oci://: the tag
     kind: str | None = None  # s3://: file | directory
     interval_s: float = 300.0
@@ -67,11 +67,11 @@ class Automation:
 
     def rule(self) -> str:
         """How the reference is read, for people: `newest under s3://m/p/ matching 'x'`, `hf://o/n@main`,
-        `the highest semver tag of oci://r/p matching 'x'`."""
+        `the highest semver tag of oci://r/p matching 'x'`, `the highest-version tag of oci://r/p`."""
         if self.pick is None:
             return self.watch
         if self.watch.startswith("oci://"):
-            said = f"the highest {self.pick} tag of {self.watch}"
+            said = f"the {'highest semver' if self.pick == 'semver' else self.pick} tag of {self.watch}"
             return said + (f" matching '{self.match}'" if self.match else "")
         said = f"{self.pick} under {self.watch}"
         if self.match:

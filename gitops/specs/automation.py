@@ -17,8 +17,8 @@ moving reference to watch and which `[models.NAME]` it moves
 
 `watch` is `s3://BUCKET/PREFIX/` (with `pick`), `hf://ORG/NAME@BRANCH`,
 `oci://REGISTRY/REPO:TAG` (one tag's digest followed) or `oci://REGISTRY/REPO`
-(with `pick = "semver"` and an optional `match`: the highest version among
-the repository's tags, `vocabulary.replicas.oci_tags`). `pick`, `match` and
+(with `pick = "semver"` or `"highest-version"` and an optional `match`: the
+highest version among the repository's tags, `vocabulary.replicas.oci_tags`). `pick`, `match` and
 `kind` are refused, at their key, where the reference takes none. Whether
 `model` names a `[models.NAME]` of the spec tree is checked against the tree
 (`unknown_models`). Pure: bytes in, values and `SpecError`s out.
@@ -60,12 +60,15 @@ class AutomationSpec(BaseModel):
 
     model: str = Field(description="The [models.NAME] table (in a spec file) whose pin this automation moves.")
     watch: str = Field(description="s3://BUCKET/PREFIX/ (with pick), hf://ORG/NAME@BRANCH, oci://REGISTRY/REPO:TAG "
-                       "(one tag) or oci://REGISTRY/REPO (with pick = \"semver\": a tag of the repository's).")
+                       "(one tag) or oci://REGISTRY/REPO (with pick = \"semver\" or \"highest-version\": a tag of the "
+                       "repository's).")
     pick: Literal["newest", "highest-version", "semver"] | None = Field(
         default=None, description="s3://: newest or highest-version; an oci:// repository: semver (the highest "
-        "release; a pre-release only when match reaches past its '-').")
+        "release; a pre-release only when match reaches past its '-') or highest-version (the numbers in the tag, "
+        "or in match's version group: build numbers, dates).")
     match: str | None = Field(default=None, description="s3:// and an oci:// repository: a regex an entry's name "
-                              "or a tag must contain.")
+                              "or a tag must contain; for highest-version, its group 'version' (or first group) "
+                              "holds the version.")
     kind: Literal["file", "directory"] | None = Field(default=None, description="s3://: files or directories.",
                                                       examples=["directory"])
     interval_s: float = Field(default=300.0, ge=1, description="Seconds between two looks at the reference.")
@@ -154,7 +157,8 @@ def reference_problems(spec: AutomationSpec) -> list[tuple[str | None, str]]:
             return [(key, f"is for an oci:// repository's tags ({name}); {spec.watch} follows one tag")
                     for key in given]
         if spec.pick is None:
-            return [(None, f'an oci:// repository needs pick = "semver" (or watch one tag: {name}:TAG)')]
+            return [(None, f'an oci:// repository needs pick = "semver" or "highest-version" (or watch one tag: '
+                           f'{name}:TAG)')]
         problems: list[tuple[str | None, str]] = []
         if spec.pick not in TAG_PICKS:
             problems.append(("pick", f"an oci:// repository's tags are picked by {' or '.join(TAG_PICKS)}"))

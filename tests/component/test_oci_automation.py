@@ -189,6 +189,40 @@ def test_semver_picks_the_highest_release_from_every_page_of_the_tag_list(
     assert f"named by: {name}:v1.10.1" in world.git("log", "-1", "--format=%B", "main")
 
 
+def test_highest_version_follows_timestamped_builds_by_the_version_group_and_resolve_agrees(
+    registry: tuple[LoopbackRegistry, TokenFront], tmp_path: Path
+) -> None:
+    server, front = registry
+    repository = "acme/builds"
+    files: dict[str, dict[str, bytes]] = {}
+    digest: dict[str, str] = {}
+    for tag in ("main-20261203120000-aaaaaaa", "main-20261204093000-3f2a9c1", "pr-7-20271231000000-bbbbbbb",
+                "latest"):
+        files[tag], digest[tag] = model(tag)
+        server.push_modelcar(repository, tag, files[tag])
+    name = f"oci://{front.host}/{repository}"
+    first = server.push_modelcar(repository, "main-20261203120000-aaaaaaa", files["main-20261203120000-aaaaaaa"])
+    world = World(tmp_path, front, name, f"{name}@{first}", digest["main-20261203120000-aaaaaaa"],
+                  extra='pick = "highest-version"\nmatch = \'^main-(?P<version>[0-9]{14})-\'\n')
+    shown = world.look()
+    assert shown["result"] == "proposed", shown  # the newest main build; the PR build's later date is not main's
+    assert shown["new_sha256"] == digest["main-20261204093000-3f2a9c1"]
+    message = world.git("log", "-1", "--format=%B", "main")
+    assert f"moves to what the highest-version tag of {name} matching '^main-(?P<version>[0-9]{{14}})-' names now." \
+        in message
+    assert f"named by: {name}:main-20261204093000-3f2a9c1" in message
+
+    credentials = tmp_path / "registry-credentials"
+    credentials.write_text(CREDENTIALS + "\n")
+    done = subprocess.run([sys.executable, "-m", "gitops", "models", "resolve", name, "--pick", "highest-version",
+                           "--match", "^main-(?P<version>[0-9]{14})-", "--token-file", str(credentials)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"# {name}:main-20261204093000-3f2a9c1: the highest version number among the "
+                                  "repository's tags\n")
+    assert f'sha256 = "{digest["main-20261204093000-3f2a9c1"]}"' in done.stdout
+
+
 def test_missing_or_wrong_credentials_are_an_error_result_naming_the_flag(
     registry: tuple[LoopbackRegistry, TokenFront], tmp_path: Path
 ) -> None:

@@ -107,7 +107,7 @@ mode = "commit"
 [automation.g]
 model = "g"
 watch = "oci://registry/g"
-pick = "highest-version"
+pick = "newest"
 kind = "file"
 mode = "commit"
 
@@ -139,9 +139,9 @@ watch = "ftp://models/j/"
         "automation.toml:22:1: automation.d.pick: is for an s3:// prefix or an oci:// repository; "
         "an hf:// branch names one commit",
         "automation.toml:28:1: automation.e.interval_s: Input should be greater than or equal to 1",
-        'automation.toml:30:1: automation.f: an oci:// repository needs pick = "semver" '
+        'automation.toml:30:1: automation.f: an oci:// repository needs pick = "semver" or "highest-version" '
         "(or watch one tag: oci://registry/f:TAG)",
-        "automation.toml:38:1: automation.g.pick: an oci:// repository's tags are picked by semver",
+        "automation.toml:38:1: automation.g.pick: an oci:// repository's tags are picked by semver or highest-version",
         "automation.toml:39:1: automation.g.kind: is for an s3:// prefix (files or directories); "
         "an oci:// tag names an image",
         "automation.toml:44:1: automation.h.watch: a digest never moves: watch a tag (oci://registry/h:TAG) "

@@ -54,8 +54,33 @@ def test_no_candidate_or_a_tie_is_an_error_that_says_why() -> None:
         pick_tag(["1.4.0", "v1.4.0", "1.3.0"], "semver")
     with pytest.raises(NoTag, match=r"1.4.0\+a, 1.4.0\+b are the same version"):
         pick_tag(["1.4.0+a", "1.4.0+b"], "semver")
-    with pytest.raises(NoTag, match="pick must be one of semver"):
+    with pytest.raises(NoTag, match="pick must be one of semver, highest-version"):
         pick_tag(["v1.0.0"], "newest")
+
+
+def test_highest_version_reads_the_numbers_in_a_tag_as_numbers() -> None:
+    assert pick_tag(["build-9", "build-10", "build-2", "latest"], "highest-version") == "build-10"
+    assert pick_tag(["2026-12-03", "2026-12-04", "2026-11-30"], "highest-version") == "2026-12-04"
+    assert pick_tag(["v1.9", "v1.10", "v1.2.7"], "highest-version") == "v1.10"  # (1, 10) > (1, 9) > (1, 2, 7)
+
+
+def test_highest_version_reads_only_the_version_group_of_match() -> None:
+    tags = ["main-20261204093000-3f2a9c1", "main-20261203120000-aaaaaaa", "pr-7-20271231000000-bbbbbbb", "latest"]
+    timestamp = re.compile(r"^main-(?P<version>[0-9]{14})-")
+    assert pick_tag(tags, "highest-version", timestamp) == "main-20261204093000-3f2a9c1"
+    # Without a group every number of the tag counts, in order: pr-7-2027… is version (7, 2027…), below main's.
+    assert pick_tag(tags, "highest-version", re.compile("^(?:main|pr)-")) == "main-20261204093000-3f2a9c1"
+    first_group = re.compile(r"^main-([0-9]{8})")
+    assert pick_tag(tags, "highest-version", first_group) == "main-20261204093000-3f2a9c1"
+
+
+def test_highest_version_with_no_number_or_a_tie_says_why() -> None:
+    with pytest.raises(NoTag, match="none of its 2 tags has a version number: latest, stable"):
+        pick_tag(["latest", "stable"], "highest-version")
+    with pytest.raises(NoTag, match=r"build-07, build-7 have the same version 7: narrow them with match"):
+        pick_tag(["build-7", "build-07"], "highest-version")
+    with pytest.raises(NoTag, match=r"none of its 1 tag matching has a version number"):
+        pick_tag(["main-x", "v1"], "highest-version", re.compile(r"^main-(?P<version>.*)$"))
 
 
 def test_a_page_of_tags_and_the_link_to_the_next_one() -> None:

@@ -1,4 +1,4 @@
-"""Which tag of an OCI repository an automation follows (`pick = "semver"`), and the tag list's pages.
+"""Which tag of an OCI repository an automation follows (`pick = "semver"` or `"highest-version"`), and the tag list's pages.
 
 An automation watching `oci://REGISTRY/REPO` (no tag; `gitops.specs.automation`,
 docs/guides/automation.md) reads the repository's tag list (the distribution
@@ -25,6 +25,17 @@ of the manifest that tag names (`gitops.commands.models_oci`). The rules:
   same version (`1.4.0+a` and `1.4.0+b`, or `v1.4.0` and `1.4.0`) are a tie:
   an error naming both, never a silent choice.
 
+With `pick = "highest-version"` the tag whose version number is highest, read
+as an `s3://` prefix's entries are (`vocabulary.replicas.s3_picks.version_of`):
+the numbers in the tag, in order, compared as numbers (`build-9` < `build-10`,
+`1.9` < `1.10`); when `match` has a group named `version`, or else a first
+group, only that group's text (so `^main-(?P<version>[0-9]{14})-` follows the
+newest `main-20261204093000-3f2a` build by its timestamp). Tags without a
+number are passed over; two tags with the same version are an error naming
+both. This is the rule for tags that are no semantic versions: build
+numbers, dates, timestamps (Flux's `numerical` and timestamp `alphabetical`
+policies, Argo CD Image Updater's tags sorted by name).
+
 The tag list comes in pages: a registry that has more sends a `Link: <URL>;
 rel="next"` header; `next_page` reads it, refusing a next page on another
 host (the credentials go only to the registry that was named). Values only:
@@ -40,6 +51,7 @@ from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
 from vocabulary.replicas.oci_sources import OciReference, registry_base
+from vocabulary.replicas.s3_picks import version_of
 
 __all__ = [
     "MAX_TAGS",
@@ -55,7 +67,7 @@ __all__ = [
     "tags_url",
 ]
 
-TAG_PICKS = ("semver",)
+TAG_PICKS = ("semver", "highest-version")
 TAG_PAGE_SIZE = 1000  # `n` asked of the registry per page (it may send fewer)
 MAX_TAG_PAGES = 100  # pages of one tag list read at most
 MAX_TAGS = 100_000  # tags of one repository read at most: a longer list is an error, never a partial pick
@@ -107,6 +119,8 @@ def pick_tag(tags: Iterable[str], rule: str, match: re.Pattern[str] | None = Non
     chosen = [tag for tag in listed if match is None or match.search(tag)]
     if not chosen:
         raise NoTag(f"none of its {_count(listed)} matches '{match.pattern if match else ''}': {_some(listed)}")
+    if rule == "highest-version":
+        return _highest_version(chosen, match)
     versions = {tag: parse_semver(tag) for tag in chosen}
     candidates = {tag: version for tag, version in versions.items()
                   if version is not None and _lets_in(tag, version, match)}
@@ -118,6 +132,18 @@ def pick_tag(tags: Iterable[str], rule: str, match: re.Pattern[str] | None = Non
     top = [tag for tag, version in candidates.items() if version.key() == highest]
     if len(top) > 1:
         raise NoTag(f"{_some(top)} are the same version {candidates[top[0]]}: narrow them with match")
+    return top[0]
+
+
+def _highest_version(chosen: list[str], match: re.Pattern[str] | None) -> str:
+    numbers = {tag: version_of(tag, match) for tag in chosen}
+    versioned = {tag: version for tag, version in numbers.items() if version is not None}
+    if not versioned:
+        raise NoTag(f"none of its {_count(chosen)}{' matching' if match else ''} has a version number: {_some(chosen)}")
+    highest = max(versioned.values())
+    top = [tag for tag, version in versioned.items() if version == highest]
+    if len(top) > 1:
+        raise NoTag(f"{_some(top)} have the same version {'.'.join(map(str, highest))}: narrow them with match")
     return top[0]
 
 
