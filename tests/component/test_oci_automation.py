@@ -1,7 +1,8 @@
 """Artifact automation watching OCI references, against a real OCI registry on loopback
 (Debian's docker-registry behind the registries' bearer-token flow with credentials,
 tests.support.oci_registry; no Ray, so the real tier only for the external program), a
-bare git remote the runner reads and pushes to (`file://`), and no forge (commit mode).
+bare git remote the runner reads and pushes to (`file://`), in commit mode, and in
+pull-request mode against a loopback GitHub API (`tests.support.forges`).
 
 - A watched tag that moves (`oci://R/REPO:stable`) moves the pin: the spec's source
   to the new manifest digest and its sha256 to the model's, nothing else of the file,
@@ -10,6 +11,8 @@ bare git remote the runner reads and pushes to (`file://`), and no forge (commit
 - A watched repository with `pick = "semver"` reads the whole tag list, page by page
   (Link headers, from the token front: Debian's registry sends one page), and pins the highest release `match` lets in; the
   commit says which tag named it. A pre-release pushed later is not proposed.
+- In pull-request mode a moved tag opens one pull request whose diff is the pin's two
+  lines; the next look proposes nothing new; a later move updates the same request.
 - Without the registry's credentials, or with wrong ones, a look is an error result
   naming the flag that gives them; the credentials show in no status, log or commit.
 - `gitops automation run --registry-token-file` reads them from a file (a bad one is a
@@ -34,9 +37,11 @@ import pytest
 from gitops.commands.automation import build_loop, registry_access
 from gitops.commands.models_oci import oci_tags
 from gitops.loop.history import History
+from gitops.redaction import register_secret
 from gitops.loop.metrics import AgentMetrics
 from gitops.sources.repos import GitSource
 from tests.conftest import GitRepo
+from tests.support.forges import Forge
 from tests.support.oci_registry import LoopbackRegistry, TokenFront, oci_registry, token_front
 from vocabulary.replicas.model_digests import manifest_digest
 from vocabulary.replicas.oci_sources import OciReference
@@ -45,6 +50,7 @@ pytestmark = pytest.mark.real  # docker-registry, an external program (`make sys
 
 CREDENTIALS = "automation-robot:oci-automation-pa55word"
 TOKEN = "registry-token-automation-0123456789"
+FORGE_TOKEN = "ghp_automationForgeToken0123456789"
 
 
 @pytest.fixture(scope="module")
@@ -76,19 +82,24 @@ class World:
     """A spec pinning `first`, automation.toml watching `watch`, and the agent's automation loop."""
 
     def __init__(self, tmp: Path, front: TokenFront, watch: str, first: str, digest: str, extra: str = "",
-                 credentials: str | None = CREDENTIALS) -> None:
+                 credentials: str | None = CREDENTIALS, forge: Forge | None = None) -> None:
         self.work = GitRepo(tmp / "work")
         self.work.write("deployments/tiny.toml", SPEC.format(source=first, digest=digest))
+        mode = ('mode = "commit"\n' if forge is None else
+                f'mode = "pull_request"\nprovider = "github"\nrepository = "acme/serving"\napi_url = "{forge.url}"\n')
         self.work.write("automation.toml", f'[automation.tiny]\nmodel = "tiny"\nwatch = "{watch}"\n{extra}'
-                                           'interval_s = 1\nmode = "commit"\n')
+                                           f'interval_s = 1\n{mode}')
         self.work.commit("tiny, and its automation")
         self.remote = tmp / "remote.git"
         subprocess.run(["git", "clone", "-q", "--bare", str(self.work.root), str(self.remote)], check=True)
         token_file = tmp / "registry-credentials"
         token_file.write_text(f"{credentials}\n" if credentials else "")
         access = registry_access(str(token_file) if credentials else None, "--automation-registry-token-file")
-        self.loop = build_loop(GitSource(f"file://{self.remote}", "main", tmp / "state"), "deployments", None, None,
-                               (), History(tmp / "history.db"), AgentMetrics(), access)
+        if forge is not None:
+            register_secret(FORGE_TOKEN)
+        self.loop = build_loop(GitSource(f"file://{self.remote}", "main", tmp / "state"), "deployments", None,
+                               None if forge is None else FORGE_TOKEN, () if forge is None else (forge.url,),
+                               History(tmp / "history.db"), AgentMetrics(), access)
 
     def look(self) -> dict[str, Any]:
         asyncio.run(self.loop.once(now=lambda: float("inf")))  # every automation is due
@@ -221,6 +232,49 @@ def test_highest_version_follows_timestamped_builds_by_the_version_group_and_res
     assert done.stdout.startswith(f"# {name}:main-20261204093000-3f2a9c1: the highest version number among the "
                                   "repository's tags\n")
     assert f'sha256 = "{digest["main-20261204093000-3f2a9c1"]}"' in done.stdout
+
+
+def test_a_moved_tag_opens_one_pull_request_changing_the_pin_lines_and_a_later_move_updates_it(
+    registry: tuple[LoopbackRegistry, TokenFront], tmp_path: Path
+) -> None:
+    server, front = registry
+    forge = Forge("github")
+    try:
+        files1, digest1 = model("pr-1")
+        manifest1 = server.push_modelcar("acme/proposed", "stable", files1)
+        name = f"oci://{front.host}/acme/proposed"
+        world = World(tmp_path, front, f"{name}:stable", f"{name}@{manifest1}", digest1, forge=forge)
+        assert world.look()["result"] == "up_to_date" and forge.calls == []
+
+        files2, digest2 = model("pr-2")
+        manifest2 = server.push_modelcar("acme/proposed", "stable", files2)
+        shown = world.look()
+        assert shown["result"] == "proposed", shown
+        assert [(c.method, c.path) for c in forge.calls] == [("GET", "/repos/acme/serving/pulls"),
+                                                            ("POST", "/repos/acme/serving/pulls")]
+        (pull,) = forge.opened
+        assert (pull["head"]["ref"], pull["base"]["ref"]) == ("gitops/automation-tiny", "main")
+        assert digest2 in pull["body"] and f"{name}:stable" in pull["body"]
+        assert forge.calls[0].headers["authorization"] == f"Bearer {FORGE_TOKEN}"
+        assert world.changed("main", "gitops/automation-tiny") == [
+            f'-source = "{name}@{manifest1}"  # pushed by the training pipeline',
+            f'-sha256 = "{digest1}"',
+            f'+source = "{name}@{manifest2}"  # pushed by the training pipeline',
+            f'+sha256 = "{digest2}"',
+        ]
+        assert world.look()["result"] == "proposed_already" and len(forge.calls) == 2
+
+        files3, digest3 = model("pr-3")
+        manifest3 = server.push_modelcar("acme/proposed", "stable", files3)
+        assert world.look()["result"] == "proposed"
+        assert [(c.method, c.path) for c in forge.calls[2:]] == [("GET", "/repos/acme/serving/pulls"),
+                                                                ("PATCH", "/repos/acme/serving/pulls/1")]
+        assert len(forge.opened) == 1 and digest3 in forge.opened[0]["body"]
+        assert world.changed("main", "gitops/automation-tiny")[-2:] == [
+            f'+source = "{name}@{manifest3}"  # pushed by the training pipeline', f'+sha256 = "{digest3}"']
+        assert FORGE_TOKEN not in str(world.loop.status()) and CREDENTIALS not in forge.opened[0]["body"]
+    finally:
+        forge.close()
 
 
 def test_missing_or_wrong_credentials_are_an_error_result_naming_the_flag(
