@@ -6,6 +6,7 @@ both, for the generated module of tests/real/apps/helloworld.proto; and the cont
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterator
@@ -14,7 +15,9 @@ import grpc
 import pytest
 
 from gitops.specs.servicers import missing_methods, resolve_servicer
+from ray_gitops.registry import begin_deadline, end_deadline
 from replica.calling.servicers import RecordingServer, ServicerContext, load_servicer, record_servicer
+from vocabulary.request_path.deadlines import Deadline
 from vocabulary.request_path.grpc_calls import INVALID_ARGUMENT, UNIMPLEMENTED, GrpcAbort
 from vocabulary.spec.endpoints import GrpcMethodKind
 
@@ -130,3 +133,18 @@ def test_the_context_gives_metadata_abort_codes_and_time() -> None:
     ended = context.ended()
     assert ended is not None and (ended.code, ended.details) == (UNIMPLEMENTED, "Method not implemented!")
     assert (context.code(), context.details()) == (UNIMPLEMENTED, "Method not implemented!")
+
+
+def test_the_context_reads_the_deadline_of_the_call_it_was_made_for() -> None:
+    token = begin_deadline(Deadline.after(5.0, time.monotonic()))
+    try:
+        context = ServicerContext([])
+    finally:
+        end_deadline(token)
+    left = context.time_remaining()
+    assert left is not None and 4.0 < left <= 5.0 and context.is_active()
+    token = begin_deadline(Deadline.after(0.0, time.monotonic()))
+    try:
+        assert not ServicerContext([]).is_active()
+    finally:
+        end_deadline(token)
