@@ -293,13 +293,15 @@ class EndpointConfig(Value):
         default=None,
         description="The gRPC service (its full name, 'package.Service') this endpoint also serves on the "
         "proxy's gRPC port (`gitops run --grpc-port`): each call goes to the backend's method of the same "
-        "name, with the same traffic split and limits; none: HTTP only.",
+        "name, with the same traffic split and limits; none: HTTP only, unless its backends name a generated "
+        "servicer (`grpc_servicer`), whose service it then serves.",
     )
     grpc_streaming: tuple[Annotated[str, AfterValidator(grpc_method_name)], ...] = Field(
         default=(),
         description="Methods of its grpc_service whose requests stream (client-streaming and bidirectional "
         "calls): their messages are relayed both ways as they come, to a method taking an async iterator "
-        "of them; the service's other methods are unary or server-streaming.",
+        "of them; the service's other methods are unary or server-streaming. Not needed when its backends name "
+        "their generated servicer (`grpc_servicer`): its methods' kinds are read from it.",
     )
     grpc_methods: dict[str, GrpcMethodKind] = Field(
         default_factory=dict,
