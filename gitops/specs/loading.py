@@ -549,6 +549,13 @@ def _served_service(
                 return (None, ()), [(at, f"endpoints.{name}: its backends' servicers disagree on the kind of "
                                      f"{servicer.service}/{method}: '{first}' has {kinds[method].value}, "
                                      f"'{backend}' {kind.value}")]
+    for method in spec.grpc_streaming:
+        kind = kinds.get(method)
+        if kind is None or not kind.requests_stream:
+            said = "does not declare it" if kind is None else f"declares it {kind.value}: its requests do not stream"
+            return (None, ()), [((*at, "grpc_streaming"), f"endpoints.{name}.grpc_streaming: names '{method}', and "
+                                 f"{servicer.service} (backend '{first}''s grpc_servicer) {said}; a servicer's "
+                                 "methods need no grpc_streaming")]
     return (servicer.service, tuple(sorted(kinds.items()))), []
 
 

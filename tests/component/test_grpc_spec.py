@@ -229,6 +229,15 @@ def test_a_servicer_changes_the_backend_s_version(tmp_path: Path) -> None:
      "deployments/greeter.toml:12:1: endpoints.greet.grpc_service: 'demo.Greeter' is not the service backend 'v1' "
      "serves: its grpc_servicer registers helloworld.Greeter (deployments/greeter.toml:3:1); drop grpc_service or "
      "make them agree"),
+    ("apps.helloworld_pb2_grpc:add_GreeterServicer_to_server", "Greeter",
+     'grpc_service = "helloworld.Greeter"\ngrpc_streaming = ["Sum", "SayHello"]',
+     "deployments/greeter.toml:13:1: endpoints.greet.grpc_streaming: names 'SayHello', and helloworld.Greeter "
+     "(backend 'v1''s grpc_servicer) declares it unary_unary: its requests do not stream; a servicer's methods "
+     "need no grpc_streaming"),
+    ("apps.helloworld_pb2_grpc:add_GreeterServicer_to_server", "Greeter",
+     'grpc_service = "helloworld.Greeter"\ngrpc_streaming = ["Upload"]',
+     "deployments/greeter.toml:13:1: endpoints.greet.grpc_streaming: names 'Upload', and helloworld.Greeter "
+     "(backend 'v1''s grpc_servicer) does not declare it; a servicer's methods need no grpc_streaming"),
     ("apps.greeter:add_OtherServicer_to_server", "Greeter", "",
      "deployments/greeter.toml:9:1: endpoints.greet: its backends' servicers serve different services: "
      "'v1' other.Pinger (deployments/greeter.toml:3:1), 'v2' helloworld.Greeter (deployments/greeter.toml:7:1)"),
