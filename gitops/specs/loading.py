@@ -550,9 +550,10 @@ def _served_service(
                                      f"{servicer.service}/{method}: '{first}' has {kinds[method].value}, "
                                      f"'{backend}' {kind.value}")]
     for method in spec.grpc_streaming:
-        kind = kinds.get(method)
-        if kind is None or not kind.requests_stream:
-            said = "does not declare it" if kind is None else f"declares it {kind.value}: its requests do not stream"
+        declared = kinds.get(method)
+        if declared is None or not declared.requests_stream:
+            said = ("does not declare it" if declared is None
+                    else f"declares it {declared.value}: its requests do not stream")
             return (None, ()), [((*at, "grpc_streaming"), f"endpoints.{name}.grpc_streaming: names '{method}', and "
                                  f"{servicer.service} (backend '{first}''s grpc_servicer) {said}; a servicer's "
                                  "methods need no grpc_streaming")]
