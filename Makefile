@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 SYSTEM_TOOLS := prometheus promtool wrk chromium chromedriver redis-server gpg strace docker-registry
 SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver redis-server gnupg strace docker-registry
 
-.PHONY: run check test test-repeat test-ray-oldest docs v2-proto lint lint-imports typecheck ruff system-deps bench reliability soak clean
+.PHONY: run check test test-repeat test-ray-oldest docs v2-proto hello-proto lint lint-imports typecheck ruff system-deps bench reliability soak clean
 
 # The checkout installed editable. setuptools maps the packages of this flat layout with an
 # import finder and prints a notice ("Editable installation ... folders with the same name as
@@ -116,6 +116,14 @@ v2-proto: $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check 'grpcio-tools==1.85.1'
 	cd $(V2_PROTO) && $(abspath $(PY)) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. grpc_predict_v2.proto
 	sed -i 's/_descriptor_pool.Default()/_descriptor_pool.DescriptorPool()/' $(V2_PROTO)/grpc_predict_v2_pb2.py
+
+# Regenerates the example gRPC service of docs/guides/grpc.md (deployments/apps/helloworld.proto) and the
+# tests' copy (tests/real/apps, imported as top-level modules there), with the same grpcio-tools. A dev tool only.
+hello-proto: $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check 'grpcio-tools==1.85.1'
+	$(abspath $(PY)) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. deployments/apps/helloworld.proto
+	sed -i 's/_descriptor_pool.Default()/_descriptor_pool.DescriptorPool()/' deployments/apps/helloworld_pb2.py
+	cd tests/real/apps && $(abspath $(PY)) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. helloworld.proto
 
 # The real-tier smoke subset against the oldest Ray of the supported range
 # (the lower bound of `ray` in pyproject.toml), in a venv of its own.

@@ -104,6 +104,12 @@ platform = "numpy"
 model = "linear"
 inputs = [{ name = "x", datatype = "FP32", shape = [-1, 4] }]
 outputs = [{ name = "y", datatype = "FP32", shape = [-1, 3] }, { name = "label", datatype = "BYTES", shape = [-1] }]
+
+[backends.greeter]
+import_path = "deployments.apps.hello_servicer:Greeter"
+init_args = ["v1"]
+grpc_servicer = "deployments.apps.helloworld_pb2_grpc:add_GreeterServicer_to_server"
+
 [backends.chat]
 models = ["llama", "sql-lora"]
 

@@ -149,7 +149,7 @@ class ProxyApp:
             GrpcCapture(capture) if isinstance(stage, Capture) and capture is not None else stage
             for stage in self.stages if isinstance(stage, (Admission, Steering, Tracing, Capture, Shadowing, Counting))
         )
-        # A call whose requests stream (`grpc_streaming`): limits, steering, tracing and counting; its
+        # A call whose requests stream (`grpc_streaming`, or a servicer's): limits, steering, tracing and counting; its
         # messages go by as they come, so no stage reads one (capture and shadows are not on for it).
         self.grpc_stream_stages: tuple[Stage, ...] = tuple(
             stage for stage in self.stages if isinstance(stage, (Admission, Steering, Tracing, Counting))

@@ -27,9 +27,11 @@ request with a deadline (`vocabulary.request_path.deadlines`).
 A call's handler is a server-streaming one (unless its requests stream, as
 below): a unary call's reply is its one message, which a unary client reads
 the same way; a reply the replica streams (`FRAMED`) is relayed message by
-message as it comes. The methods an endpoint lists in `grpc_streaming` take a
-stream of requests (client-streaming and bidirectional calls): their handler
-is a bidirectional one, and the call rides a WebSocket session with one
+message as it comes. The methods an endpoint lists in `grpc_streaming`, and
+those its backends' generated servicer declares so (`grpc_methods`, read by
+the agent from the generated code; `ServedEndpoint.grpc_streaming` holds
+both), take a stream of requests (client-streaming and bidirectional calls):
+their handler is a bidirectional one, and the call rides a WebSocket session with one
 replica (`Caller.open_websocket`, `push`: each request message pushed once the
 replica's session has room for it, the client's half-close as its disconnect,
 each reply relayed as it comes, the close code the call's status,

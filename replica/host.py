@@ -87,6 +87,7 @@ from replica.data_socket import DataSocket, Serving
 from replica.calling.asgi import BodyStream, Lifespan, WebSocketSession, is_asgi_app, serve_http
 from replica.calling.conversions import to_reply, to_starlette_request, to_wire_response
 from replica.calling.grpc_calls import GrpcMethods
+from replica.calling.servicers import load_servicer
 from replica.calling.streams import StreamTable
 from replica.handles import HandleRouter
 from replica.fetching.sources import FetchProgress
@@ -434,7 +435,9 @@ class Replica:
                 self._serve = functools.partial(call_handler, is_async=self._handler_is_async)
             self._handler = handler
             # A v2 backend's gRPC calls are the protocol's service's (ray_gitops.v2.grpc_service), not its model's methods.
-            self._grpc = GrpcMethods(handler if self._config.protocol is None else handler.grpc_service)
+            # A backend naming a generated servicer (`grpc_servicer`) serves its methods, as grpcio calls them.
+            servicer = None if self._config.grpc_servicer is None else load_servicer(self._config.grpc_servicer, handler)
+            self._grpc = GrpcMethods(handler if self._config.protocol is None else handler.grpc_service, servicer)
             import ray
 
             # Only under Ray can a proxy find the socket; tests of this class run without one.

@@ -4,6 +4,7 @@
 - `locating`: FILE:LINE:COL for a key path in a TOML document;
 - `documents`: the files of a tree parsed into declared tables, cross-file rules;
 - `imports`: static checks that a backend's import path exists at the commit;
+- `servicers`: a backend's gRPC servicer read without importing it: the service, its methods' kinds;
 - `code`: what a backend's code is in a tree (never the spec files), and its hashes;
 - `versions`: a backend's version derived from git tree hashes;
 - `limits`: every bound on what a spec tree may hold;

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 
 from gitops.sources.hashing import Tree
 
-__all__ = ["AttributeKind", "ResolvedImport", "module_files", "resolve_import"]
+__all__ = [
+    "AttributeKind", "ResolvedImport", "class_methods", "module_files", "module_functions", "module_names",
+    "read_module", "resolve_import",
+]
 
 
 class AttributeKind(str, enum.Enum):
@@ -45,24 +48,60 @@ def resolve_import(tree: Tree, import_path: str, method: str = "__call__") -> Re
     """Where `import_path` leads; a class there must define `method` (its handler:
     `__call__`, or a v2 model's `predict`) unless it may inherit it."""
     module, _, attribute = import_path.partition(":")
-    candidates = module_files(module)
-    found = next((path for path in candidates if tree.exists(path) and not tree.is_dir(path)), None)
-    if found is None:
-        return ResolvedImport(None, None, f"module '{module}' not found (no {' or '.join(candidates)})")
-    try:
-        syntax = _parse(tree.read(found).decode("utf-8"), found)
-    except UnicodeDecodeError:
-        return ResolvedImport(found, None, f"{found} is not valid UTF-8")
-    except SyntaxError as error:
-        return ResolvedImport(found, None, f"{found}:{error.lineno}: cannot parse: {error.msg}")
-    except (ValueError, RecursionError, MemoryError) as error:
-        return ResolvedImport(found, None, f"{found}: cannot parse: {error}")
+    found, syntax, error = read_module(tree, module)
+    if syntax is None or found is None:
+        return ResolvedImport(found, None, error)
     names, has_star = _module_names(syntax.body)
     kind = names.get(attribute, AttributeKind.UNKNOWN if has_star else None)
     if kind is None:
         return ResolvedImport(found, None, f"'{attribute}' is not defined at module level in {found}")
     problem = _class_error(syntax.body, attribute, found, method) if kind is AttributeKind.CLASS else None
     return ResolvedImport(found, kind, problem)
+
+
+def read_module(tree: Tree, module: str) -> tuple[str | None, ast.Module | None, str | None]:
+    """The file holding `module`, its syntax tree, and why there is none (not found, not UTF-8, not Python)."""
+    candidates = module_files(module)
+    found = next((path for path in candidates if tree.exists(path) and not tree.is_dir(path)), None)
+    if found is None:
+        return None, None, f"module '{module}' not found (no {' or '.join(candidates)})"
+    try:
+        return found, _parse(tree.read(found).decode("utf-8"), found), None
+    except UnicodeDecodeError:
+        return found, None, f"{found} is not valid UTF-8"
+    except SyntaxError as error:
+        return found, None, f"{found}:{error.lineno}: cannot parse: {error.msg}"
+    except (ValueError, RecursionError, MemoryError) as error:
+        return found, None, f"{found}: cannot parse: {error}"
+
+
+def class_methods(tree: Tree, import_path: str) -> frozenset[str] | None:
+    """The names a class at `import_path` binds in its body, when that is all it has: None when it has
+    bases other than `object` (they may add methods; only run time can tell) or is no class found."""
+    module, _, attribute = import_path.partition(":")
+    _, syntax, _ = read_module(tree, module)
+    if syntax is None:
+        return None
+    found = _module_classes(syntax.body).get(attribute)
+    if found is None or any(not (isinstance(base, ast.Name) and base.id == "object") for base in found.bases):
+        return None
+    return frozenset(_module_names(found.body)[0])
+
+
+def module_functions(body: list[ast.stmt]) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The functions a module defines (also inside if/try/with), the last definition winning."""
+    found: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found[node.name] = node
+        for nested in _nested_bodies(node):
+            found.update(module_functions(nested))
+    return found
+
+
+def module_names(body: list[ast.stmt]) -> dict[str, AttributeKind]:
+    """The names a module binds at module level and what each is (`AttributeKind`)."""
+    return _module_names(body)[0]
 
 
 def _parse(source: str, filename: str) -> ast.Module:

@@ -8,7 +8,9 @@ Public API (other modules code against exactly this): a `Loader`, with
 
 Loading never raises on bad input: TOML syntax, table contents
 (`gitops.specs.models`), rules across files (`gitops.specs.documents`), import paths
-(`gitops.specs.imports`) and code paths all become `SpecError`s, reported at once.
+(`gitops.specs.imports`), gRPC servicers (`gitops.specs.servicers`: an endpoint's
+`grpc_service` and `grpc_methods` are derived from its backends' `grpc_servicer`)
+and code paths all become `SpecError`s, reported at once.
 A backend's version hashes its code as `gitops.specs.code` says: never the
 spec files.
 
@@ -41,11 +43,12 @@ from pathlib import Path
 from typing import Hashable, Iterator, Mapping
 
 from vocabulary.spec.backends import BackendConfig, ModelConfig, SecretConfig
-from vocabulary.spec.endpoints import EndpointConfig
+from vocabulary.spec.endpoints import EndpointConfig, GrpcMethodKind
 from vocabulary.spec.state import ServingState
 from gitops.specs.automation import AUTOMATION_PATH
 from gitops.specs.code import CodeIndex
-from gitops.specs.imports import AttributeKind, ResolvedImport, module_files, resolve_import
+from gitops.specs.imports import AttributeKind, ResolvedImport, class_methods, module_files, resolve_import
+from gitops.specs.servicers import ResolvedServicer, missing_methods, resolve_servicer
 from gitops.specs.documents import Documents, ParsedFile, SpecError, combine, oversized_file, parse_file
 from gitops.specs.environments import (
     ENVIRONMENTS_PATH,
@@ -335,8 +338,8 @@ def _dependency_paths(documents: Documents) -> list[str]:
     for declared in documents.backends.values():
         if declared.spec is None or declared.spec.import_path is None:  # an [llm] backend runs no code of the tree
             continue
-        module = declared.spec.import_path.partition(":")[0]
-        for candidate in module_files(module):
+        modules = [declared.spec.import_path, declared.spec.grpc_servicer or declared.spec.import_path]
+        for candidate in (file for module in modules for file in module_files(module.partition(":")[0])):
             paths |= {candidate, default_code_path(candidate)}
         paths |= set(declared.spec.code_paths or ())
     # A secret's file: a new value is a new load result (its keyed hash changes).
@@ -345,6 +348,8 @@ def _dependency_paths(documents: Documents) -> list[str]:
 
 
 _CodeHashes = tuple[tuple[str, str | None], ...]
+# What an endpoint's config takes from its backends' servicers: the service, its methods and kinds.
+_Derived = tuple[str | None, tuple[tuple[str, GrpcMethodKind], ...]]
 
 
 @dataclass(frozen=True)
@@ -355,13 +360,14 @@ class _Built:
     again only when one of them changed."""
 
     backends: Mapping[str, tuple[BackendSpec, _CodeHashes, BackendConfig]] = field(default_factory=dict)
-    endpoints: Mapping[str, tuple[EndpointSpec, EndpointConfig]] = field(default_factory=dict)
+    endpoints: Mapping[str, tuple[EndpointSpec, _Derived, EndpointConfig]] = field(default_factory=dict)
 
 
 def _resolve(tree: Tree, documents: Documents, before: _Built, code: CodeIndex) -> tuple[LoadResult, _Built]:
     errors = list(documents.errors)
     built: dict[str, tuple[BackendSpec, _CodeHashes, BackendConfig]] = {}
     imports: dict[tuple[str, str], ResolvedImport] = {}  # one tree: an import path resolves once
+    servicers: dict[str, ResolvedServicer] = {}  # backend -> its grpc_servicer's service and methods
     for name, declared in documents.backends.items():
         if declared.spec is None:
             continue
@@ -373,7 +379,12 @@ def _resolve(tree: Tree, documents: Documents, before: _Built, code: CodeIndex) 
             if (import_path, method) not in imports:
                 imports[import_path, method] = resolve_import(tree, import_path, method)
             target = imports[import_path, method]
-        resolved, problems = _resolve_backend(tree, name, declared.spec, target, before.backends.get(name), code)
+        servicer = None
+        if declared.spec.grpc_servicer is not None:
+            servicer = servicers[name] = resolve_servicer(tree, declared.spec.grpc_servicer)
+        resolved, problems = _resolve_backend(
+            tree, name, declared.spec, target, before.backends.get(name), code, servicer
+        )
         errors.extend(declared.error(loc, message) for loc, message in problems)
         if resolved is not None:
             built[name] = resolved
@@ -381,7 +392,18 @@ def _resolve(tree: Tree, documents: Documents, before: _Built, code: CodeIndex) 
     errors.extend(secret_errors)
     if errors:
         return _failed(errors), before
-    endpoints = {name: _endpoint_built(name, d.spec, before.endpoints.get(name)) for name, d in documents.endpoints.items()}
+    derived: dict[str, _Derived] = {}
+    for name, declared_endpoint in documents.endpoints.items():
+        found, problems = _served_service(name, declared_endpoint.spec, servicers, documents)
+        derived[name] = found
+        errors.extend(declared_endpoint.error(loc, message) for loc, message in problems)
+    errors.extend(_services_served_twice(documents, derived))
+    if errors:
+        return _failed(errors), before
+    endpoints = {
+        name: _endpoint_built(name, d.spec, derived[name], before.endpoints.get(name))
+        for name, d in documents.endpoints.items()
+    }
     models = {
         name: ModelConfig.model_validate({**declared.spec.model_dump(), "name": name})
         for name, declared in sorted(documents.models.items())
@@ -389,7 +411,7 @@ def _resolve(tree: Tree, documents: Documents, before: _Built, code: CodeIndex) 
     }
     state = ServingState(
         backends={name: bind_models(config, models) for name, (_, _, config) in built.items()},
-        endpoints={name: config for name, (_, config) in endpoints.items()},
+        endpoints={name: config for name, (_, _, config) in endpoints.items()},
         secrets=secrets,
         models=models,
     )
@@ -437,9 +459,12 @@ def _resolve_backend(
     target: ResolvedImport,
     before: tuple[BackendSpec, _CodeHashes, BackendConfig] | None,
     code: CodeIndex,
+    servicer: ResolvedServicer | None = None,
 ) -> tuple[tuple[BackendSpec, _CodeHashes, BackendConfig] | None, list[tuple[Loc, str]]]:
     at: Loc = ("backends", name)
     problems: list[tuple[Loc, str]] = []
+    if servicer is not None:
+        problems.extend(_servicer_problems(tree, name, spec, target, servicer))
     if target.error is not None:
         problems.append(((*at, "import_path"), f"backends.{name}.import_path: {target.error}"))
     if target.kind is AttributeKind.FUNCTION and spec.protocol is not None:
@@ -461,19 +486,116 @@ def _resolve_backend(
             problems.append(((*at, "code_paths", index), f"backends.{name}.code_paths: '{path}' does not exist"))
     if problems:
         return None, problems
-    hashes = tuple((path, code.identity(path)) for path in code_paths(spec, target.module_file))
+    servicer_file = None if servicer is None else servicer.module_file
+    hashes = tuple((path, code.identity(path)) for path in code_paths(spec, target.module_file, servicer_file))
     if before is not None and before[0] is spec and before[1] == hashes:
         return before, []
     version = derive_version(spec, dict(hashes))
     return (spec, hashes, _backend_config(name, version, spec)), []
 
 
+def _servicer_problems(
+    tree: Tree, name: str, spec: BackendSpec, target: ResolvedImport, servicer: ResolvedServicer
+) -> list[tuple[Loc, str]]:
+    """Why a backend's `grpc_servicer` cannot serve: it declares no service, the backend runs no class
+    of its own, or its class (with no base classes to inherit from) lacks a method the service declares."""
+    at: Loc = ("backends", name, "grpc_servicer")
+    if servicer.error is not None:
+        return [(at, f"backends.{name}.grpc_servicer: {servicer.error}")]
+    if spec.import_path is None or spec.protocol is not None:
+        return [(at, f"backends.{name}.grpc_servicer: only a class of import_path can be a servicer "
+                 "(not an [llm] backend, nor one with a protocol)")]
+    if target.kind is AttributeKind.FUNCTION:
+        attribute = spec.import_path.partition(":")[2]
+        return [(at, f"backends.{name}.grpc_servicer: '{attribute}' is a function; a servicer is a class "
+                 "implementing the service's methods")]
+    methods = class_methods(tree, spec.import_path)
+    missing = [] if methods is None else missing_methods(servicer, methods)
+    if missing:
+        attribute = spec.import_path.partition(":")[2]
+        return [(at, f"backends.{name}.grpc_servicer: class '{attribute}' has no method {missing[0]!r} of "
+                 f"{servicer.service} (define it, or subclass the generated servicer class, whose methods "
+                 "answer UNIMPLEMENTED)")]
+    return []
+
+
+def _served_service(
+    name: str, spec: EndpointSpec | None, servicers: Mapping[str, ResolvedServicer], documents: Documents
+) -> tuple[_Derived, list[tuple[Loc, str]]]:
+    """The service an endpoint's backends' servicers serve and its methods' kinds, or why they disagree
+    (with one another, or with the endpoint's own `grpc_service`)."""
+    if spec is None:
+        return (None, ()), []
+    at: Loc = ("endpoints", name)
+    named = sorted((backend, servicers[backend]) for backend in _endpoint_backend_names(spec) if backend in servicers)
+    named = [(backend, servicer) for backend, servicer in named if servicer.error is None]
+    if not named:
+        return (None, ()), []
+    first, servicer = named[0]
+    for backend, other in named[1:]:
+        if other.service != servicer.service:
+            return (None, ()), [(at, f"endpoints.{name}: its backends' servicers serve different services: "
+                                 f"'{first}' {servicer.service} ({_where_servicer(documents, first)}), "
+                                 f"'{backend}' {other.service} ({_where_servicer(documents, backend)})")]
+    if spec.grpc_service is not None and spec.grpc_service != servicer.service:
+        return (None, ()), [((*at, "grpc_service"), f"endpoints.{name}.grpc_service: '{spec.grpc_service}' is not "
+                             f"the service backend '{first}' serves: its grpc_servicer registers "
+                             f"{servicer.service} ({_where_servicer(documents, first)}); drop grpc_service or make "
+                             "them agree")]
+    kinds: dict[str, GrpcMethodKind] = {}
+    for backend, other in named:
+        for method, kind in other.methods:
+            if kinds.setdefault(method, kind) is not kind:
+                return (None, ()), [(at, f"endpoints.{name}: its backends' servicers disagree on the kind of "
+                                     f"{servicer.service}/{method}: '{first}' has {kinds[method].value}, "
+                                     f"'{backend}' {kind.value}")]
+    for method in spec.grpc_streaming:
+        declared = kinds.get(method)
+        if declared is None or not declared.requests_stream:
+            said = ("does not declare it" if declared is None
+                    else f"declares it {declared.value}: its requests do not stream")
+            return (None, ()), [((*at, "grpc_streaming"), f"endpoints.{name}.grpc_streaming: names '{method}', and "
+                                 f"{servicer.service} (backend '{first}''s grpc_servicer) {said}; a servicer's "
+                                 "methods need no grpc_streaming")]
+    return (servicer.service, tuple(sorted(kinds.items()))), []
+
+
+def _endpoint_backend_names(spec: EndpointSpec) -> set[str]:
+    """Every backend an endpoint's spec sends requests to: by weight, by match or as a shadow."""
+    return set(spec.traffic) | set(spec.shadow) | {rule.backend for rule in spec.match}
+
+
+def _where_servicer(documents: Documents, backend: str) -> str:
+    return documents.backends[backend].where(("backends", backend, "grpc_servicer"))
+
+
+def _services_served_twice(documents: Documents, derived: Mapping[str, _Derived]) -> list[SpecError]:
+    """A service an endpoint serves only by its backends' servicers, and another endpoint serves too
+    (services written twice are `gitops.specs.documents`' to refuse)."""
+    errors: list[SpecError] = []
+    owners: dict[str, str] = {}
+    for name in sorted(documents.endpoints):
+        spec = documents.endpoints[name].spec
+        if spec is not None and spec.grpc_service is not None:
+            owners.setdefault(spec.grpc_service, name)
+    for name in sorted(documents.endpoints):
+        declared, (service, _) = documents.endpoints[name], derived.get(name, (None, ()))
+        if service is None or declared.spec is None or declared.spec.grpc_service is not None:
+            continue
+        owner = owners.setdefault(service, name)
+        if owner != name:
+            first = documents.endpoints[owner].where(("endpoints", owner))
+            errors.append(declared.error(("endpoints", name), f"endpoints.{name}: its backends' servicers serve "
+                                         f"{service}, already served by endpoint '{owner}' ({first})"))
+    return errors
+
+
 def _endpoint_built(
-    name: str, spec: EndpointSpec, before: tuple[EndpointSpec, EndpointConfig] | None
-) -> tuple[EndpointSpec, EndpointConfig]:
-    if before is not None and before[0] is spec:
+    name: str, spec: EndpointSpec, derived: _Derived, before: tuple[EndpointSpec, _Derived, EndpointConfig] | None
+) -> tuple[EndpointSpec, _Derived, EndpointConfig]:
+    if before is not None and before[0] is spec and before[1] == derived:
         return before
-    return spec, _endpoint_config(name, spec)
+    return spec, derived, _endpoint_config(name, spec, derived)
 
 
 def _backend_config(name: str, version: str, spec: BackendSpec) -> BackendConfig:
@@ -487,8 +609,14 @@ def _backend_config(name: str, version: str, spec: BackendSpec) -> BackendConfig
     )
 
 
-def _endpoint_config(name: str, spec: EndpointSpec) -> EndpointConfig:
-    return EndpointConfig.model_validate({**spec.model_dump(include=_ENDPOINT_KEYS), "name": name})
+def _endpoint_config(name: str, spec: EndpointSpec, derived: _Derived = (None, ())) -> EndpointConfig:
+    """Every key a file set goes to the config field of the same name; the service and its methods'
+    kinds come from the backends' servicers when they name one."""
+    keys = spec.model_dump(include=_ENDPOINT_KEYS)
+    service, methods = derived
+    if service is not None:
+        keys.update(grpc_service=service, grpc_methods=dict(methods))
+    return EndpointConfig.model_validate({**keys, "name": name})
 
 
 _BACKEND_KEYS = set(BackendConfig.model_fields) - DERIVED_BACKEND_FIELDS

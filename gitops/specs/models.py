@@ -141,7 +141,7 @@ HTTP_METHODS = frozenset(
 # Config fields no file sets: the loader derives them (name from the table's
 # key, version from the code, working_dir and commit from the applied commit).
 DERIVED_BACKEND_FIELDS = frozenset({"name", "version", "working_dir", "commit", "secret_digests", "model_sources"})
-DERIVED_ENDPOINT_FIELDS = frozenset({"name", "rollout_step"})
+DERIVED_ENDPOINT_FIELDS = frozenset({"name", "rollout_step", "grpc_methods"})
 DERIVED_SECRET_FIELDS = frozenset({"name"})
 DERIVED_MODEL_FIELDS = frozenset({"name"})
 # Environment variables whose names say they hold a credential: a literal

@@ -22,6 +22,7 @@ CODE_FIELDS = frozenset({
     "import_path", "init_args", "init_kwargs", "ray_actor_options", "runtime_env", "placement", "max_replicas_per_node",
     "protocol", "v2",  # a v2 model's replicas are built around its metadata
     "llm",  # an [llm] backend's replicas are built around its engine and its arguments
+    "grpc_servicer",  # its replicas call the class as that servicer
 })
 VERSION_LENGTH = 12
 
@@ -31,11 +32,13 @@ def default_code_path(module_file: str) -> str:
     return posixpath.dirname(module_file)
 
 
-def code_paths(spec: BackendSpec, module_file: str | None) -> tuple[str, ...]:
-    """The paths whose contents make up a backend's code."""
+def code_paths(spec: BackendSpec, module_file: str | None, *more_files: str | None) -> tuple[str, ...]:
+    """The paths whose contents make up a backend's code: its `code_paths`, else the folders of the
+    imported module and of `more_files` (its `grpc_servicer`'s module)."""
     if spec.code_paths is not None:
         return tuple(spec.code_paths)
-    return () if module_file is None else (default_code_path(module_file),)
+    files = (file for file in (module_file, *more_files) if file is not None)
+    return tuple(dict.fromkeys(default_code_path(file) for file in files))
 
 
 def derive_version(spec: BackendSpec, code_hashes: Mapping[str, str | None]) -> str:

@@ -51,7 +51,8 @@ class ServedEndpoint:
     outliers: OutliersConfig | None = None  # when a replica is ejected (proxy.pool.outliers); None: never
     circuit: CircuitConfig | None = None  # requests waiting and retries in flight (proxy.pool.circuit); None: unbounded
     grpc_service: str | None = None  # the gRPC service it serves on the gRPC port (proxy.grpc_ingress); None: none
-    grpc_streaming: frozenset[str] = frozenset()  # that service's methods whose requests stream
+    # that service's methods whose requests stream: its grpc_streaming and its servicer's (EndpointConfig.streaming_requests)
+    grpc_streaming: frozenset[str] = frozenset()
 
     @classmethod
     def from_config(cls, config: EndpointConfig, nodes: int = 1) -> ServedEndpoint:
@@ -77,7 +78,7 @@ class ServedEndpoint:
             config.outliers,
             config.circuit,
             config.grpc_service,
-            frozenset(config.grpc_streaming),
+            config.streaming_requests(),
         )
 
     def pick(self, headers: Headers, rng: Random, body: bytes | None = None) -> str:

@@ -5,6 +5,8 @@
 - `asgi`: running ASGI callables (an app's HTTP request or WebSocket).
 - `grpc_calls`: a call from the proxy's gRPC port, run by the backend's
   method of the same name (bytes or protobuf messages in and out).
+- `servicers`: a backend's generated gRPC servicer: what its add function
+  registers, and the context its methods are given.
 - `streams`: the streams held between the call that starts them and the
   calls that read them.
 

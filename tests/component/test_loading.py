@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel
 
 from gitops.sources.trees import MemoryTree
@@ -311,6 +313,10 @@ autoscaling = { min_replicas = 2, max_replicas = 5, target_ongoing_requests = 4,
 cold_start_timeout_s = 5
 multiplex = { max_models_per_replica = 3, header = "X-Adapter", models = ["a1"], model_pattern = "a[0-9]" }
 
+[backends.greeter]
+import_path = "apps.greeter:Greeter"
+grpc_servicer = "apps.greeter_pb2_grpc:add_GreeterServicer_to_server"
+
 [backends.model]
 import_path = "apps.model:Model"
 protocol = "v2"
@@ -358,6 +364,9 @@ def test_every_config_field_a_file_may_set_reaches_the_config() -> None:
     files = tree({"full.toml": EVERY_KEY_TOML}, {
         "apps/echo.py": ECHO_PY, "apps/model.py": "class Model:\n    def predict(self, inputs): ...\n",
         "secrets/db.age": "age-encryption.org/v1\n",
+        "apps/greeter.py": "from apps.greeter_pb2_grpc import GreeterServicer\n\n"
+                           "class Greeter(GreeterServicer):\n    def __call__(self, request): ...\n",
+        "apps/greeter_pb2_grpc.py": (Path(__file__).resolve().parents[1] / "real/apps/helloworld_pb2_grpc.py").read_text(),
     })
     state = load_tree(files).state
     assert state is not None

@@ -3,13 +3,17 @@ real Ray replicas of a servicer class (tests/real/apps/grpc_greeters.py; the sta
 tests/support/grpc_ingress.py's), and a real grpcio client calling with raw bytes: unary and
 server-streaming calls, a 90/10 split over 200 calls and its rollback, `grpc-timeout`, a tenant's
 limit, an unknown service, an oversized message, a call's trace, a call's shadow copy and capture
-record, and client-streaming and bidirectional calls (hostile clients: tests/security/test_grpc_hostile.py)."""
+record, client-streaming and bidirectional calls, and a backend naming its generated servicer
+(`grpc_servicer`, tests/real/apps/greeter_servicer.py) called by grpcio's generated stub (hostile clients:
+tests/security/test_grpc_hostile.py)."""
 
 from __future__ import annotations
 
 import collections
 import json
 import queue
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +21,10 @@ import grpc
 import ray
 import pytest
 
+from gitops.specs.loading import Loader
 from tests.support.grpc_ingress import SERVICE, Served, greeting, served  # noqa: F401 — `served` is a fixture
 from tests.support.otlp import ReceivedSpan
-from tests.support.stack import eventually, met, run
+from tests.support.stack import APPS, eventually, met, quick_backend, run
 from vocabulary.spec.endpoints import CaptureConfig, LimitsConfig, ShadowCompare
 
 pytestmark = pytest.mark.real
@@ -167,3 +172,60 @@ def test_client_streaming_and_bidirectional_calls_reach_the_methods_listed_in_gr
         assert served.unary("SayHello", b"x", timeout=30) == b"a: hello x"  # unlisted: unary as before
     finally:
         met(served.client, run(served.client.apply_endpoint(greeting("greet", traffic={"a": 0.9, "b": 0.1}))))
+
+
+SERVICER_SPEC = """\
+[backends.hello]
+import_path = "greeter_servicer:Greeter"
+init_args = ["v1"]
+grpc_servicer = "helloworld_pb2_grpc:add_GreeterServicer_to_server"
+
+[endpoints.hello]
+route = "/hello"
+traffic = { hello = 1.0 }
+"""
+
+
+def test_a_backend_naming_its_generated_servicer_serves_grpcio_stubs_with_no_grpc_streaming(
+    served: Served, tmp_path: Path
+) -> None:
+    for name in ("greeter_servicer.py", "helloworld_pb2.py", "helloworld_pb2_grpc.py"):
+        shutil.copy(Path(APPS) / name, tmp_path / name)
+    (tmp_path / "deployments").mkdir()
+    (tmp_path / "deployments" / "hello.toml").write_text(SERVICER_SPEC)
+    loaded = Loader().load_directory(tmp_path / "deployments", root=tmp_path)  # the agent's spec check
+    assert loaded.state is not None, [str(error) for error in loaded.errors]
+    backend, endpoint = loaded.state.backends["hello"], loaded.state.endpoints["hello"]
+    assert endpoint.grpc_service == "helloworld.Greeter" and endpoint.grpc_streaming == ()
+    client = served.client
+    met(client, run(client.apply_backend(quick_backend(
+        "hello", backend.import_path, init_args=backend.init_args, grpc_servicer=backend.grpc_servicer,
+        version=backend.version,
+    ))))
+    met(client, run(client.apply_endpoint(endpoint)))
+    sys.path.insert(0, APPS)
+    try:
+        import helloworld_pb2
+        import helloworld_pb2_grpc
+
+        stub = helloworld_pb2_grpc.GreeterStub(served.channel)
+        reply = eventually(
+            lambda: stub.SayHello(helloworld_pb2.HelloRequest(name="ada"), timeout=30, metadata=(("tenant", "acme"),)),
+            30, 0.3, what="the servicer's SayHello through the proxy", retry_on=(grpc.RpcError,),
+        )
+        assert reply.message == "v1: hello ada (for acme)"
+        names = iter([helloworld_pb2.HelloRequest(name=name) for name in ("ada", "bob", "cy")])
+        assert stub.Sum(names, timeout=30).message == "v1: 3 names, ada bob cy"  # client streaming, not listed
+        assert [reply.message for reply in stub.SayHellos(helloworld_pb2.HelloRequest(name="z"), timeout=30)] == [
+            "v1: hello #0 z", "v1: hello #1 z", "v1: hello #2 z"]
+        with pytest.raises(grpc.RpcError) as aborted:
+            stub.SayHello(helloworld_pb2.HelloRequest(name=""), timeout=30)
+        assert aborted.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+        assert aborted.value.details() == "a name, please"  # type: ignore[attr-defined]
+        with pytest.raises(grpc.RpcError) as unimplemented:  # Chat: the generated class's stub
+            list(stub.Chat(iter([helloworld_pb2.HelloRequest(name="x")]), timeout=30))
+        assert unimplemented.value.code() == grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]
+    finally:
+        sys.path.remove(APPS)
+        met(client, run(client.delete_endpoint("hello")))
+        met(client, run(client.delete_backend("hello")))

@@ -17,7 +17,8 @@ as gRPC's own framing without its flag byte), so the proxy finds every
 message again however the chunks were cut on the way (`Unframer`).
 
 A call whose requests stream (client-streaming or bidirectional: the
-methods an endpoint lists in `grpc_streaming`) crosses instead as a
+methods an endpoint lists in `grpc_streaming`, or its backends' generated
+servicer declares so) crosses instead as a
 WebSocket session to the replica (the same wire request, with no body): each
 request message one binary message up, the client's half-close the
 session's disconnect, each reply one binary message down, and the end of

@@ -4,8 +4,9 @@ Its replica count bounds and autoscaling target, batching, rolling updates,
 the secrets and models it is given, where its replicas run (its
 `[placement]` is `spec.placement`'s), the protocol it speaks (its `protocol`
 and `[v2]` are `spec.v2`'s), the built-in LLM it serves (its `[llm]` is
-`spec.llm`'s). Each field is declared here once, with
-its default, its range and the description a spec's reader sees.
+`spec.llm`'s), the generated gRPC servicer its class implements
+(`grpc_servicer`). Each field is declared here once, with its default, its
+range and the description a spec's reader sees.
 `BackendConfig.code_identity()` says what forces a restart and
 `BackendConfig.comparable()` is what the planner diffs. Its routing and
 multiplexing tables are `spec.routing`'s. Values only.
@@ -14,6 +15,7 @@ multiplexing tables are `spec.routing`'s. Values only.
 from __future__ import annotations
 
 import enum
+import re
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, model_validator
@@ -153,6 +155,19 @@ class ModelConfig(Value):
     )
 
 
+# `package.module:attribute`, as an import path is written.
+_SERVICER_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _servicer_path_shape(value: str | None) -> str | None:
+    if value is not None and _SERVICER_PATH.fullmatch(value) is None:
+        raise ValueError(
+            f"must look like 'package.module:add_FooServicer_to_server' (the function generated in a "
+            f"*_pb2_grpc.py module), got '{value}'"
+        )
+    return value
+
+
 class BackendConfig(Value):
     """One backend as the controller runs it.
 
@@ -258,6 +273,14 @@ class BackendConfig(Value):
     v2: V2Config | None = Field(
         default=None,
         description="With protocol = \"v2\": the model's name, platform, version and input and output tensors.",
+    )
+    grpc_servicer: Annotated[str | None, AfterValidator(_servicer_path_shape)] = Field(
+        default=None,
+        description="`package.module:add_FooServicer_to_server` (or `package.module:FooServicer`): the function "
+        "protoc's gRPC plugin generates for a service, resolved from the repository root. The class of "
+        "import_path is then that service's servicer: its methods are called as grpcio calls a servicer's, with "
+        "parsed messages and a context, and the endpoint learns the service's name and which methods stream "
+        "(docs/guides/grpc.md); none: gRPC calls go to the class's methods by name, bytes or annotated messages.",
     )
     llm: LLMConfig | None = Field(
         default=None,

@@ -4,7 +4,9 @@ Match rules, the sticky key, shadows and their comparison, the per-tenant
 `[limits]` (a request rate, a token budget or both), `[tracing]`, `[capture]` and the body limit; its
 `[rollout]` table is `spec.rollout_config`'s, its `[retries]`, `[outliers]` and `[circuit]` `spec.traffic_policy`'s.
 Its `grpc_service` names the gRPC service it also serves (`grpc_service_name`: a full name), and
-`grpc_streaming` that service's methods whose requests stream (`grpc_method_name`: identifiers).
+`grpc_streaming` that service's methods whose requests stream (`grpc_method_name`: identifiers);
+`grpc_methods` is each method's kind (`GrpcMethodKind`) when its backends name a generated servicer,
+set by the agent from their `grpc_servicer`, never by a file.
 Request keys (`sticky`, `[limits] key`) use the one grammar of `spec.keys`. Values only.
 """
 
@@ -32,6 +34,7 @@ __all__ = [
     "one_match_source",
     "ShadowCompare",
     "EndpointConfig",
+    "GrpcMethodKind",
     "grpc_service_name",
     "grpc_method_name",
     "streaming_methods_of_a_service",
@@ -82,6 +85,19 @@ def grpc_service_name(name: str | None) -> str | None:
             f"'{name}' is not a gRPC service's full name: dot-separated identifiers, as in 'helloworld.Greeter'"
         )
     return name
+
+
+class GrpcMethodKind(str, enum.Enum):
+    """A gRPC method's kind, as grpcio names its handlers: whether its requests, then its replies, stream."""
+
+    UNARY_UNARY = "unary_unary"
+    UNARY_STREAM = "unary_stream"
+    STREAM_UNARY = "stream_unary"
+    STREAM_STREAM = "stream_stream"
+
+    @property
+    def requests_stream(self) -> bool:
+        return self in (GrpcMethodKind.STREAM_UNARY, GrpcMethodKind.STREAM_STREAM)
 
 
 class ShadowCompare(str, enum.Enum):
@@ -277,13 +293,21 @@ class EndpointConfig(Value):
         default=None,
         description="The gRPC service (its full name, 'package.Service') this endpoint also serves on the "
         "proxy's gRPC port (`gitops run --grpc-port`): each call goes to the backend's method of the same "
-        "name, with the same traffic split and limits; none: HTTP only.",
+        "name, with the same traffic split and limits; none: HTTP only, unless its backends name a generated "
+        "servicer (`grpc_servicer`), whose service it then serves.",
     )
     grpc_streaming: tuple[Annotated[str, AfterValidator(grpc_method_name)], ...] = Field(
         default=(),
         description="Methods of its grpc_service whose requests stream (client-streaming and bidirectional "
         "calls): their messages are relayed both ways as they come, to a method taking an async iterator "
-        "of them; the service's other methods are unary or server-streaming.",
+        "of them; the service's other methods are unary or server-streaming. Not needed when its backends name "
+        "their generated servicer (`grpc_servicer`): its methods' kinds are read from it.",
+    )
+    grpc_methods: dict[str, GrpcMethodKind] = Field(
+        default_factory=dict,
+        description="Set by the agent, never by a file: each method of its grpc_service and its kind, read "
+        "from the generated code its backends name in `grpc_servicer`; a method whose requests stream is "
+        "relayed as those grpc_streaming lists are. Empty: no backend names a servicer.",
     )
     shadow_compare: ShadowCompare = Field(
         default=ShadowCompare.NONE,
@@ -342,6 +366,12 @@ class EndpointConfig(Value):
     )
 
     _streaming_of_a_service = model_validator(mode="after")(streaming_methods_of_a_service)
+
+    def streaming_requests(self) -> frozenset[str]:
+        """The methods of its service whose requests stream: those grpc_streaming lists and those its
+        backends' servicer declares so."""
+        declared = (name for name, kind in self.grpc_methods.items() if kind.requests_stream)
+        return frozenset(self.grpc_streaming) | frozenset(declared)
 
     def backends(self) -> frozenset[str]:
         """Every backend this endpoint sends requests to: by weight, by match or as a shadow."""
