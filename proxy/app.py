@@ -36,9 +36,8 @@ Owns the request path's order, which `ProxyApp.__call__` runs top to bottom:
 Every outcome maps to the status codes of docs/reference/http.md.
 WebSocket connections are handed to `proxy.pipeline.websockets`.
 Hop-by-hop headers are dropped both ways (`proxy.pipeline.transit.end_to_end`).
-The gRPC port (`proxy.grpc_ingress`) shares the app's stages (`ProxyApp.grpc_stages`
-and their chains), snapshot, pool calls (`ProxyApp.sender`), caller, recorder
-and Retry-After.
+The gRPC port (`proxy.grpc_ingress`) shares the app's stages, snapshot, pool
+calls (`ProxyApp.sender`), caller, recorder and Retry-After.
 
 Deliberately a bare ASGI callable rather than a Starlette app: the hot path
 allocates only its `Transit`, the wire tuple and the response events, and logs
@@ -63,7 +62,7 @@ from proxy.observability.tracing import RequestTracing
 from proxy.pipeline.admit import Admission
 from proxy.pipeline.body import BodyBudget, framing, read, unframed
 from proxy.pipeline.budget import TokenBudgeting
-from proxy.pipeline.capture import Capture, GrpcCapture
+from proxy.pipeline.capture import Capture
 from proxy.pipeline.count import Counting, NullRecorder, Recorder
 from proxy.pipeline.forward import Forwarding, client_timeout
 from proxy.pipeline.running_calls import ClientLeft
@@ -139,22 +138,8 @@ class ProxyApp:
             Counting(recorder, self._counts),
         )
         self.stages: tuple[Stage, ...] = tuple(stage for stage in stages if stage is not None)
-        # A gRPC call's stages (`proxy.grpc_ingress`): limits, steering, tracing (W3C context from the
-        # call's metadata), capture (its own kind of record), the same shadows (one bound on copies in
-        # flight for both ports) and counting; token budgets read HTTP bodies, and are not on for gRPC calls.
-        self.grpc_stages: tuple[Stage, ...] = tuple(
-            GrpcCapture(capture) if isinstance(stage, Capture) and capture is not None else stage
-            for stage in self.stages if isinstance(stage, (Admission, Steering, Tracing, Capture, Shadowing, Counting))
-        )
-        # A call whose requests stream (`grpc_streaming`): limits, steering, tracing and counting; its
-        # messages go by as they come, so no stage reads one (capture and shadows are not on for it).
-        self.grpc_stream_stages: tuple[Stage, ...] = tuple(
-            stage for stage in self.stages if isinstance(stage, (Admission, Steering, Tracing, Counting))
-        )
         self._snapshot = Snapshot()
         self._chains: dict[str, Chain] = {}
-        self.grpc_chains: dict[str, Chain] = {}
-        self.grpc_stream_chains: dict[str, Chain] = {}
         # Until its first complete route table arrives a proxy (new, or restarted) does not know which
         # paths exist: it answers 503 + Retry-After (never a 404 a client would cache) and is not healthy.
         self._routed = False
@@ -164,15 +149,6 @@ class ProxyApp:
     def install(self, snapshot: Snapshot) -> None:
         """Serve `snapshot` from the next request on, its endpoints' chains built once here."""
         self._chains = chains(self.stages, snapshot.endpoints.values())
-        self.grpc_chains = chains(
-            self.grpc_stages,
-            [snapshot.endpoints[name] for name in {*snapshot.grpc_services.values(), *snapshot.grpc_models.values()}],
-        )
-        self.grpc_stream_chains = chains(
-            self.grpc_stream_stages,
-            [snapshot.endpoints[name] for name in set(snapshot.grpc_services.values())
-             if snapshot.endpoints[name].grpc_streaming],
-        )
         self._snapshot = snapshot
         self._routed = self._routed or snapshot.complete
 
