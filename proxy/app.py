@@ -106,14 +106,16 @@ class ProxyApp:
         `capture`: where `[capture]` records go (`proxy.observability.capture`; None: nothing is captured)."""
         self._settings = settings
         rng = rng or random.Random()
-        self._recorder = recorder = recorder or NullRecorder()
+        # What the gRPC ingress (`proxy.grpc_ingress`) shares with the HTTP path: one pool call, one caller,
+        # one recorder, one Retry-After, so a gRPC call is routed, limited and counted as a request is.
+        self.recorder = recorder = recorder or NullRecorder()  # the lambdas below look it up at each report
+        self.caller = caller
+        self.retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
+        self._forwarding = Forwarding(caller, rng, self.retry_after, lambda: self.recorder)
+        self.sender: Sender = self._forwarding.sender
         self._counts = RequestCounter()
-        self._retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
-        self._caller = caller
-        self._forwarding = Forwarding(caller, rng, self._retry_after, lambda: self._recorder)
-        self._sender = self._forwarding.sender
         self._websockets = WebSocketCarrier(caller, rng, recorder, self._counts, tracing, capture)
-        self._bodies = BodyBudget(settings.max_bodies_in_flight_bytes, self._retry_after)
+        self._bodies = BodyBudget(settings.max_bodies_in_flight_bytes, self.retry_after)
         captured = None if capture is None else Capture(capture)
         self._shadows = Shadowing(
             caller, rng, recorder, mismatches if mismatches is not None else MismatchLog(),
@@ -124,12 +126,12 @@ class ProxyApp:
         # The request path's stages, in their one order (proxy.pipeline.stage); None: off in this proxy.
         buckets = buckets if buckets is not None else LocalBuckets()
         stages = (
-            Admission(buckets, lambda endpoint: self._recorder.rate_limited(endpoint)),
+            Admission(buckets, lambda endpoint: self.recorder.rate_limited(endpoint)),
             TokenBudgeting(
                 buckets,
-                lambda endpoint, tenant, tokens: self._recorder.tokens_admitted(endpoint, tenant, tokens),
-                lambda endpoint, tenant, tokens: self._recorder.tokens_charged(endpoint, tenant, tokens),
-                lambda endpoint, tenant: self._recorder.token_limited(endpoint, tenant),
+                lambda endpoint, tenant, tokens: self.recorder.tokens_admitted(endpoint, tenant, tokens),
+                lambda endpoint, tenant, tokens: self.recorder.tokens_charged(endpoint, tenant, tokens),
+                lambda endpoint, tenant: self.recorder.token_limited(endpoint, tenant),
             ),
             Steering(rng),
             None if tracing is None else Tracing(tracing),
@@ -160,24 +162,6 @@ class ProxyApp:
     def routed(self) -> bool:
         """Whether a first complete route table came (until then every request is 503)."""
         return self._routed
-
-    # What the gRPC ingress (`proxy.grpc_ingress`) shares with the HTTP path: one pool call, one caller,
-    # one recorder, one Retry-After, so a gRPC call is routed, limited and counted as a request is.
-    @property
-    def sender(self) -> Sender:
-        return self._sender
-
-    @property
-    def caller(self) -> Caller:
-        return self._caller
-
-    @property
-    def recorder(self) -> Recorder:
-        return self._recorder
-
-    @property
-    def retry_after(self) -> list[tuple[bytes, bytes]]:
-        return self._retry_after
 
     def backend_load(self) -> dict[str, dict[str, float]]:
         return self._snapshot.backend_load()
@@ -212,7 +196,7 @@ class ProxyApp:
             await self._admin(path, send)
             return
         if not self._routed:
-            await send_answer(send, 503, [*TEXT, *self._retry_after], b"Starting: no route table yet")
+            await send_answer(send, 503, [*TEXT, *self.retry_after], b"Starting: no route table yet")
             return
         snapshot, chain = self._snapshot, self._chains
         resolution, route = resolve(snapshot.routes, path, scope["method"])
@@ -248,7 +232,7 @@ class ProxyApp:
                 hook(transit)
             reply = await self._forwarding.forward(transit, receive, client_s)
             if isinstance(reply, Held):
-                await answer_stream(transit, reply, stages, self._caller, self._recorder, receive, send)
+                await answer_stream(transit, reply, stages, self.caller, self.recorder, receive, send)
                 return
             status, headers, payload = reply[0], end_to_end(reply[1]), reply[2]
         except Refusal as refused:
