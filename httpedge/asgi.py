@@ -2,8 +2,8 @@
 
 `Scope` is a connection's scope, `Message` one event either way, `Receive`
 and `Send` the two callables an app is given, `App` an ASGI application.
-The proxy's server (`httpedge.server`), its app (`proxy.app`, `proxy.pipeline.streaming`,
-`proxy.pipeline.websockets`, `proxy.pipeline.running_calls`) and the replica's ASGI host
+The proxy's server (`httpedge.server`), its app (`proxy.app`, `proxy.pipeline.forward`,
+`proxy.pipeline.streaming`, `proxy.pipeline.websockets`, `proxy.pipeline.running_calls`) and the replica's ASGI host
 (`replica.calling.asgi`) all use these. Pure: type aliases only.
 """
 

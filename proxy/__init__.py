@@ -7,7 +7,7 @@ own docstring names its modules):
 - `grpc_ingress`: the gRPC server's one generic handler: a call routed by its
   service to an endpoint, then the app's stages and replica pools;
 - `app`: the ASGI app, the request path in order;
-- `pipeline`: the request's stages, streamed answers and WebSockets;
+- `pipeline`: the request's stages, the call forwarded, streamed answers and WebSockets;
 - `observability`: metrics, traces, capture records, shadow verdicts;
 - `shell`: Ray, the controller, the node's shared ports and token buckets;
 - `routes`: the route table (snapshot) a request reads once, and what each

@@ -1,38 +1,43 @@
 """The proxy's ASGI application: one request in, one replica call out, through a chain of stages.
 
-Owns the request path's order: read the snapshot once, normalise the path (400 for
-dot segments and encoded slashes) and resolve the route (404, 405; 503 with
-Retry-After until a first complete route table came), then pass the request
-through its endpoint's chain of stages (`proxy.pipeline.stage`), in the one
-order `ProxyApp.__init__` lists them:
+Owns the request path's order, which `ProxyApp.__call__` runs top to bottom:
 
-    admission (limits) -> token budget -> steering -> tracing -> capture -> shadow -> [forward] -> counting
+1. read the snapshot once, normalise the path (400 for dot segments and
+   encoded slashes), answer the proxy's own `/-/` routes, and resolve the
+   route (`proxy.routes.routing`: 404, 405; 503 with Retry-After until a
+   first complete route table came);
+2. the endpoint's chain of stages (`proxy.pipeline.stage`) takes the request,
+   in the one order `ProxyApp.__init__` lists them:
 
-Each stage is a module of `proxy.pipeline` and is left out of an endpoint's
-chain when its feature is off for it. Between the stages' `begin` and
-`formed` hooks the body is read (`proxy.pipeline.body`: bounded in size, time
-and the worker's budget; a client that leaves before it is read causes no
-replica call, recorded as 499; a truncated body is never forwarded); then the
-request is forwarded: one call to the replica pool (`proxy.pool.sending`:
-a slot, waiting in the bounded queue if needed; retries on other replicas
-as the endpoint's `[retries]` policy says, `proxy.pool.retrying`), under the
-endpoint's timeout (the deadline, and the client's leaving, kept by
-`proxy.pipeline.running_calls`; a client that leaves while its call runs
-cancels it, 499). A client's `X-Request-Timeout` (read in the one pass over
-the headers that also says whether a body follows, `proxy.pipeline.body.framing`;
-400 when it is no number of seconds) shortens that deadline, counted from when
-its route was resolved; one that passed before a replica was called is answered 504 without a call,
-and what is left of it travels with each replica call (`proxy.pool.sending`),
-so the replica's code and its handle calls see it. Every 504 for a passed
-deadline is counted (`Recorder.deadline_exceeded`). Every outcome maps to the status codes of docs/reference/http.md.
-The route prefix goes along with each request (`with_root_path`), so an ASGI
-app in the replica serves under it.
+       admission (limits) -> token budget -> steering -> tracing -> capture -> shadow -> [forward] -> counting
 
-A streaming answer (`StreamStart`, see `proxy.pipeline.streaming`) is sent as it
-comes: the endpoint's `timeout_s` bounds the time to its first chunk and
-each gap between chunks; it is never copied to shadows or compared.
+   each a module of `proxy.pipeline`, left out of an endpoint's chain when
+   its feature is off for it; its `begin` hooks run (a refusal there is
+   answered at once, not counted);
+3. one pass over the headers says whether a body follows and reads the
+   client's `X-Request-Timeout` (`proxy.pipeline.body.framing`,
+   `proxy.pipeline.forward.client_timeout`: 400 when it is no number of
+   seconds); the body is read (`proxy.pipeline.body`: bounded in size, time
+   and the worker's budget; a client that leaves before it is read causes no
+   replica call, recorded as 499; a truncated body is never forwarded);
+4. the wire request is formed, the route prefix going along with it
+   (`with_root_path`, so an ASGI app in the replica serves under it), and
+   the `formed` hooks run;
+5. it is forwarded (`proxy.pipeline.forward`): one call to the replica pool
+   under the endpoint's timeout, shortened by the client's deadline, which
+   travels with the call; a client that leaves while its call runs cancels
+   it, 499; its failures are the proxy's answers;
+6. the answer is sent and the `answered` hooks run; a streamed answer
+   (`StreamStart`, held with its replica slot) is sent as it comes instead
+   (`proxy.pipeline.streaming.answer_stream`: its `timeout_s` bounds the time
+   to its first chunk and each gap between chunks; never copied to shadows
+   or compared); a client that left runs the `left` hooks.
+
+Every outcome maps to the status codes of docs/reference/http.md.
 WebSocket connections are handed to `proxy.pipeline.websockets`.
 Hop-by-hop headers are dropped both ways (`proxy.pipeline.transit.end_to_end`).
+The gRPC port (`proxy.grpc_ingress`) shares the app's stages, snapshot, pool
+calls (`ProxyApp.sender`), caller, recorder and Retry-After.
 
 Deliberately a bare ASGI callable rather than a Starlette app: the hot path
 allocates only its `Transit`, the wire tuple and the response events, and logs
@@ -57,18 +62,19 @@ from proxy.observability.tracing import RequestTracing
 from proxy.pipeline.admit import Admission
 from proxy.pipeline.body import BodyBudget, framing, read, unframed
 from proxy.pipeline.budget import TokenBudgeting
-from proxy.pipeline.capture import Capture, GrpcCapture
+from proxy.pipeline.capture import Capture
 from proxy.pipeline.count import Counting, NullRecorder, Recorder
-from proxy.pipeline.running_calls import ClientLeft, RunningCalls
+from proxy.pipeline.forward import Forwarding, client_timeout
+from proxy.pipeline.running_calls import ClientLeft
 from proxy.pipeline.shadow import Shadowing
 from proxy.pipeline.stage import Chain, Stage, chains
 from proxy.pipeline.steer import Steering
-from proxy.pipeline.streaming import StreamEnd, observed, relay, stream_code
+from proxy.pipeline.streaming import answer_stream
 from proxy.pipeline.trace import Tracing
-from proxy.pipeline.transit import CLIENT_LEFT, TEXT, Refusal, Transit, end_to_end, refusal_for, send_answer
+from proxy.pipeline.transit import CLIENT_LEFT, TEXT, Refusal, Transit, end_to_end, send_answer
 from proxy.pipeline.websockets import WebSocketCarrier
 from proxy.pool.calling import Caller
-from proxy.pool.sending import Held, NoTimeLeft, SendError, Sender
+from proxy.pool.sending import Held, Sender
 
 from proxy.routes.rate_limits import Buckets, LocalBuckets
 from proxy.routes.routing import Resolution, normalise_path, resolve
@@ -76,7 +82,6 @@ from proxy.routes.snapshot import Snapshot
 from proxy.settings import ProxySettings
 from vocabulary.request_path.choosing import Random
 from vocabulary.control.request_stats import RequestStats
-from vocabulary.request_path.deadlines import BadTimeout, capped, parse_timeout
 from vocabulary.request_path.wire import with_root_path
 
 __all__ = ["ProxyApp", "Recorder", "NullRecorder", "CLIENT_LEFT"]
@@ -84,7 +89,6 @@ __all__ = ["ProxyApp", "Recorder", "NullRecorder", "CLIENT_LEFT"]
 logger = logging.getLogger(__name__)
 
 _JSON = [(b"content-type", b"application/json")]
-_WATCH_AFTER_S = 0.05  # a request running longer than this is watched for its client leaving
 
 
 class ProxyApp:
@@ -102,22 +106,16 @@ class ProxyApp:
         `capture`: where `[capture]` records go (`proxy.observability.capture`; None: nothing is captured)."""
         self._settings = settings
         rng = rng or random.Random()
-        self._recorder = recorder = recorder or NullRecorder()
+        # What the gRPC ingress (`proxy.grpc_ingress`) shares with the HTTP path: one pool call, one caller,
+        # one recorder, one Retry-After, so a gRPC call is routed, limited and counted as a request is.
+        self.recorder = recorder = recorder or NullRecorder()  # the lambdas below look it up at each report
+        self.caller = caller
+        self.retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
+        self._forwarding = Forwarding(caller, rng, self.retry_after, lambda: self.recorder)
+        self.sender: Sender = self._forwarding.sender
         self._counts = RequestCounter()
-        self._retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
-        self._caller = caller
-        self._sender = Sender(  # looked up when called: a recorder need only have what its proxy uses
-            caller, lambda backend: self._recorder.replica_stalled(backend),
-            lambda backend, model, loaded, evicted: self._recorder.model_served(backend, model, loaded, evicted),
-            lambda backend, outcome: self._recorder.retried(backend, outcome),
-            lambda backend: self._recorder.retry_budget_spent(backend),
-            rng,
-            lambda backend, ejection: self._recorder.replica_ejected(backend),
-            lambda backend, limit: self._recorder.circuit_open(backend, limit),
-        )
         self._websockets = WebSocketCarrier(caller, rng, recorder, self._counts, tracing, capture)
-        self._calls = RunningCalls(_WATCH_AFTER_S)
-        self._bodies = BodyBudget(settings.max_bodies_in_flight_bytes, self._retry_after)
+        self._bodies = BodyBudget(settings.max_bodies_in_flight_bytes, self.retry_after)
         captured = None if capture is None else Capture(capture)
         self._shadows = Shadowing(
             caller, rng, recorder, mismatches if mismatches is not None else MismatchLog(),
@@ -128,12 +126,12 @@ class ProxyApp:
         # The request path's stages, in their one order (proxy.pipeline.stage); None: off in this proxy.
         buckets = buckets if buckets is not None else LocalBuckets()
         stages = (
-            Admission(buckets, lambda endpoint: self._recorder.rate_limited(endpoint)),
+            Admission(buckets, lambda endpoint: self.recorder.rate_limited(endpoint)),
             TokenBudgeting(
                 buckets,
-                lambda endpoint, tenant, tokens: self._recorder.tokens_admitted(endpoint, tenant, tokens),
-                lambda endpoint, tenant, tokens: self._recorder.tokens_charged(endpoint, tenant, tokens),
-                lambda endpoint, tenant: self._recorder.token_limited(endpoint, tenant),
+                lambda endpoint, tenant, tokens: self.recorder.tokens_admitted(endpoint, tenant, tokens),
+                lambda endpoint, tenant, tokens: self.recorder.tokens_charged(endpoint, tenant, tokens),
+                lambda endpoint, tenant: self.recorder.token_limited(endpoint, tenant),
             ),
             Steering(rng),
             None if tracing is None else Tracing(tracing),
@@ -142,22 +140,8 @@ class ProxyApp:
             Counting(recorder, self._counts),
         )
         self.stages: tuple[Stage, ...] = tuple(stage for stage in stages if stage is not None)
-        # A gRPC call's stages (`proxy.grpc_ingress`): limits, steering, tracing (W3C context from the
-        # call's metadata), capture (its own kind of record), the same shadows (one bound on copies in
-        # flight for both ports) and counting; token budgets read HTTP bodies, and are not on for gRPC calls.
-        self.grpc_stages: tuple[Stage, ...] = tuple(
-            GrpcCapture(capture) if isinstance(stage, Capture) and capture is not None else stage
-            for stage in self.stages if isinstance(stage, (Admission, Steering, Tracing, Capture, Shadowing, Counting))
-        )
-        # A call whose requests stream (`grpc_streaming`, or a servicer's): limits, steering, tracing and counting; its
-        # messages go by as they come, so no stage reads one (capture and shadows are not on for it).
-        self.grpc_stream_stages: tuple[Stage, ...] = tuple(
-            stage for stage in self.stages if isinstance(stage, (Admission, Steering, Tracing, Counting))
-        )
         self._snapshot = Snapshot()
         self._chains: dict[str, Chain] = {}
-        self.grpc_chains: dict[str, Chain] = {}
-        self.grpc_stream_chains: dict[str, Chain] = {}
         # Until its first complete route table arrives a proxy (new, or restarted) does not know which
         # paths exist: it answers 503 + Retry-After (never a 404 a client would cache) and is not healthy.
         self._routed = False
@@ -167,15 +151,6 @@ class ProxyApp:
     def install(self, snapshot: Snapshot) -> None:
         """Serve `snapshot` from the next request on, its endpoints' chains built once here."""
         self._chains = chains(self.stages, snapshot.endpoints.values())
-        self.grpc_chains = chains(
-            self.grpc_stages,
-            [snapshot.endpoints[name] for name in {*snapshot.grpc_services.values(), *snapshot.grpc_models.values()}],
-        )
-        self.grpc_stream_chains = chains(
-            self.grpc_stream_stages,
-            [snapshot.endpoints[name] for name in set(snapshot.grpc_services.values())
-             if snapshot.endpoints[name].grpc_streaming],
-        )
         self._snapshot = snapshot
         self._routed = self._routed or snapshot.complete
 
@@ -187,24 +162,6 @@ class ProxyApp:
     def routed(self) -> bool:
         """Whether a first complete route table came (until then every request is 503)."""
         return self._routed
-
-    # What the gRPC ingress (`proxy.grpc_ingress`) shares with the HTTP path: one pool call, one caller,
-    # one recorder, one Retry-After, so a gRPC call is routed, limited and counted as a request is.
-    @property
-    def sender(self) -> Sender:
-        return self._sender
-
-    @property
-    def caller(self) -> Caller:
-        return self._caller
-
-    @property
-    def recorder(self) -> Recorder:
-        return self._recorder
-
-    @property
-    def retry_after(self) -> list[tuple[bytes, bytes]]:
-        return self._retry_after
 
     def backend_load(self) -> dict[str, dict[str, float]]:
         return self._snapshot.backend_load()
@@ -239,7 +196,7 @@ class ProxyApp:
             await self._admin(path, send)
             return
         if not self._routed:
-            await send_answer(send, 503, [*TEXT, *self._retry_after], b"Starting: no route table yet")
+            await send_answer(send, 503, [*TEXT, *self.retry_after], b"Starting: no route table yet")
             return
         snapshot, chain = self._snapshot, self._chains
         resolution, route = resolve(snapshot.routes, path, scope["method"])
@@ -261,7 +218,7 @@ class ProxyApp:
         held = 0  # body bytes this request counts against the worker's budget until it ends
         try:
             has_body, timeout = framing(scope["headers"])
-            client_s = None if timeout is None else _client_timeout(timeout)
+            client_s = None if timeout is None else client_timeout(timeout)
             if has_body:
                 body = await read(scope, receive, served.max_body_bytes, self._settings, self._bodies)
             else:  # most requests (a GET): no coroutine of their own
@@ -273,39 +230,9 @@ class ProxyApp:
             )
             for hook in stages.formed:
                 hook(transit)
-            # Forward: one call to the pool (proxy.pool.sending), awaited here between `RunningCalls.enter`
-            # and `leave` (no wrapper coroutine), its failures as the proxy's answers.
-            seen = None if transit.traced is None and transit.captured is None else transit.seen
-            if client_s is None:
-                running = self._calls.enter(receive, served.timeout_s)
-            else:  # the client's deadline, counted from its route, never past the endpoint's timeout
-                left_s = capped(client_s, served.timeout_s) - (time.perf_counter() - transit.started)
-                if left_s <= 0:
-                    self._recorder.deadline_exceeded(served.name, "not-started")
-                    raise refusal_for(NoTimeLeft(started=False), self._retry_after)
-                running = self._calls.enter(receive, left_s)
-            try:
-                reply = await self._sender.send(
-                    snapshot.pools.get(transit.backend), transit.request, running.deadline_at, served.retries, seen,
-                    served.outliers, served.circuit, client_s is not None, client_s is not None and client_s < served.timeout_s,
-                )
-            except asyncio.CancelledError:
-                instead = self._calls.why_cancelled(running)
-                if instead is None:
-                    raise
-                if isinstance(instead, TimeoutError):
-                    self._recorder.deadline_exceeded(served.name, "expired")
-                    raise Refusal(504, "Gateway Timeout") from None
-                raise instead from None
-            except SendError as error:
-                if isinstance(error, NoTimeLeft):
-                    self._recorder.deadline_exceeded(served.name, "expired" if error.started else "not-started")
-                raise refusal_for(error, self._retry_after) from None
-            finally:
-                self._calls.leave(running)
+            reply = await self._forwarding.forward(transit, receive, client_s)
             if isinstance(reply, Held):
-                transit.held = reply
-                await self._stream(transit, stages, receive, send)
+                await answer_stream(transit, reply, stages, self.caller, self.recorder, receive, send)
                 return
             status, headers, payload = reply[0], end_to_end(reply[1]), reply[2]
         except Refusal as refused:
@@ -327,39 +254,6 @@ class ProxyApp:
         for answered in stages.answered:
             answered(transit, status, headers, sent)
 
-    async def _stream(self, transit: Transit, stages: Chain, receive: Receive, send: Send) -> None:
-        held, served, backend = transit.held, transit.served, transit.backend
-        assert held is not None
-        start = held.start
-        for hook in stages.streaming:
-            hook(transit)
-        status = StreamEnd.CLIENT_LEFT  # unless the relay says how it ended
-        try:
-            await send({"type": "http.response.start", "status": start.status, "headers": end_to_end(start.headers)})
-            await send({"type": "http.response.body", "body": start.first_chunk, "more_body": True})
-            self._recorder.first_byte(served.name, backend, time.perf_counter() - transit.started)
-            chunks = self._caller.stream(held.slot.handle, start)
-            if transit.observers is not None:  # the capture record, the token budget's usage
-                chunks = observed(chunks, transit.observers)
-            gaps: list[float] = []
-            status = await relay(chunks, send, served.timeout_s, receive, start.status, gaps)
-        finally:
-            if status is StreamEnd.CLIENT_LEFT:
-                # A client gone before the stream's rest was first read leaves it unclaimed, and the
-                # replica would keep producing it until it gives unclaimed streams up; a claimed
-                # stream was closed by the relay already, and letting it go again changes nothing.
-                self._caller.discard(held.slot.handle, start)
-            held.pool.release(held.slot)
-        self._recorder.stream_done(served.name, backend, gaps)
-        if status == StreamEnd.REPLICA_DIED:
-            held.pool.drop(held.slot)
-        code = stream_code(status, start.status)
-        if code != start.status:
-            logger.warning("stream of %s from backend %s ended early: %s", served.name, backend, status.value)
-        transit.duration_s = time.perf_counter() - transit.started
-        for answered in stages.answered:
-            answered(transit, code, end_to_end(start.headers), EMPTY)
-
     # --- the proxy's own routes ------------------------------------------------
 
     async def _admin(self, path: str, send: Send) -> None:
@@ -378,10 +272,3 @@ class ProxyApp:
     async def stop_shadows(self) -> None:
         await self._shadows.stop()
 
-
-def _client_timeout(value: bytes) -> float:
-    """The seconds the client's X-Request-Timeout allows; 400 with the reason when it is no number of them."""
-    try:
-        return parse_timeout(value)
-    except BadTimeout as bad:
-        raise Refusal(400, str(bad)) from None

@@ -13,7 +13,7 @@ A call `/package.Service/Method` goes to the endpoint whose `grpc_service` is
 answer; a v2 model method's call, to the endpoint of the model its message
 names when several serve the v2 service, `Snapshot.grpc_models`), through
 the same pieces as an HTTP request of that endpoint: its
-chain of the gRPC stages (`ProxyApp.grpc_stages`: its `[limits]`, the backend
+chain of the gRPC stages (`GrpcIngress.stages`, of the app's: its `[limits]`, the backend
 steered by its weights and header rules on the call's metadata, its span from
 the metadata's W3C context, its capture record, its shadow copies, counting),
 then one call to the replica pool (`proxy.pool.sending`: slot, queue,
@@ -36,7 +36,7 @@ replica (`Caller.open_websocket`, `push`: each request message pushed once the
 replica's session has room for it, the client's half-close as its disconnect,
 each reply relayed as it comes, the close code the call's status,
 `vocabulary.request_path.grpc_calls.code_for_close`), through the endpoint's
-limits, steering, tracing and counting (`ProxyApp.grpc_stream_stages`), each
+limits, steering, tracing and counting (`GrpcIngress.stream_stages`), each
 request message within its `max_body_bytes` (a larger one ends the requests and
 the call, RESOURCE_EXHAUSTED), the whole call within its `timeout_s` and the
 client's deadline.
@@ -74,11 +74,18 @@ import grpc.aio
 from proxy.app import ProxyApp
 from proxy.observability.bodies import EMPTY, BodyView
 from proxy.observability.redacting import Flow
-from proxy.pipeline.stage import Chain
+from proxy.pipeline.admit import Admission
+from proxy.pipeline.capture import Capture
+from proxy.pipeline.count import Counting
+from proxy.pipeline.shadow import Shadowing
+from proxy.pipeline.stage import Chain, Stage, chains
+from proxy.pipeline.steer import Steering
+from proxy.pipeline.trace import Tracing
 from proxy.pipeline.transit import CLIENT_LEFT, Refusal, Transit, refusal_for
 from proxy.pool.calling import HandlerError, ReplicaDiedError
 from proxy.pool.replicas import NoReplicaError, QueueFullError
 from proxy.pool.sending import Held, SendError
+from proxy.routes.snapshot import Snapshot
 from proxy.settings import GrpcLimits
 from vocabulary.request_path.grpc_calls import (
     FRAMED,
@@ -133,6 +140,29 @@ class GrpcIngress(grpc.GenericRpcHandler):
         self._app = app
         self._limits = limits
         self._starting = grpc.unary_stream_rpc_method_handler(self._not_routed)
+        # A call's stages, of the app's (its one order): limits, steering, tracing (W3C context from the call's
+        # metadata), capture (its own kind of record), the same shadows (one bound on copies in flight for both
+        # ports) and counting; token budgets read HTTP bodies, and are not on for gRPC calls.
+        self.stages: tuple[Stage, ...] = tuple(
+            stage.for_grpc() if isinstance(stage, Capture) else stage
+            for stage in app.stages if isinstance(stage, (Admission, Steering, Tracing, Capture, Shadowing, Counting))
+        )
+        # A call whose requests stream (`grpc_streaming`): limits, steering, tracing and counting; its
+        # messages go by as they come, so no stage reads one (capture and shadows are not on for it).
+        self.stream_stages: tuple[Stage, ...] = tuple(
+            stage for stage in app.stages if isinstance(stage, (Admission, Steering, Tracing, Counting))
+        )
+        self._chained: tuple[Snapshot | None, dict[str, Chain], dict[str, Chain]] = (None, {}, {})
+
+    def _chains(self, snapshot: Snapshot) -> tuple[dict[str, Chain], dict[str, Chain]]:
+        """`snapshot`'s chains of the endpoints that serve gRPC calls, and of those whose requests stream (by
+        endpoint): built once per route table, at its first call."""
+        if self._chained[0] is not snapshot:
+            services = set(snapshot.grpc_services.values())
+            served = [snapshot.endpoints[name] for name in {*services, *snapshot.grpc_models.values()}]
+            streaming = [endpoint for endpoint in served if endpoint.name in services and endpoint.grpc_streaming]
+            self._chained = (snapshot, chains(self.stages, served), chains(self.stream_stages, streaming))
+        return self._chained[1], self._chained[2]
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         """The handler of a call, by its method's path; None (grpcio answers UNIMPLEMENTED) when
@@ -159,7 +189,8 @@ class GrpcIngress(grpc.GenericRpcHandler):
         self, path: str, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncGenerator[bytes, None]:
         app = self._app
-        snapshot, chains = app.snapshot, app.grpc_chains
+        snapshot = app.snapshot
+        chains = self._chains(snapshot)[0]
         service = service_of(path) or ""
         name = snapshot.grpc_services.get(service)
         if snapshot.grpc_models and service == V2_SERVICE and method_of(path) in MODEL_METHODS:
@@ -332,7 +363,8 @@ class GrpcIngress(grpc.GenericRpcHandler):
         """A call whose requests stream (client-streaming or bidirectional): its endpoint's stream stages,
         then a session with one replica carrying the messages both ways as they come."""
         app = self._app
-        snapshot, chains = app.snapshot, app.grpc_stream_chains
+        snapshot = app.snapshot
+        chains = self._chains(snapshot)[1]
         name = snapshot.grpc_services.get(service_of(path) or "")
         if name is None or name not in chains:  # the table changed since the call was routed
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"no endpoint serves {path} with streamed requests")

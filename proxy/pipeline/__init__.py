@@ -14,7 +14,9 @@ What they share and what runs between them:
 - `stage`: what a stage is (its hooks) and an endpoint's `Chain` of them;
 - `transit`: a request in transit (what its stages share), proxy-made answers;
 - `body`: a request's body read, bounded in size, time and the worker's budget;
+- `forward`: a formed request's one call to the replica pool, under its deadline, its failures as answers;
 - `running_calls`: the calls on one event loop, their deadlines and clients;
-- `streaming`: a streamed answer relayed chunk by chunk, its gaps bounded, its observers shown each chunk;
+- `streaming`: a streamed answer sent from its head on, relayed chunk by chunk, its gaps bounded,
+  its observers shown each chunk;
 - `websockets`: a WebSocket carried to one replica for its lifetime.
 """

@@ -64,6 +64,10 @@ class Capture(Stage):
         if captured.answered and captured.shadows_out == 0:
             self._writer.offer(captured)
 
+    def for_grpc(self) -> GrpcCapture:
+        """This capture for gRPC calls (`proxy.grpc_ingress`'s stages): the same writer."""
+        return GrpcCapture(self._writer)
+
 
 class GrpcCapture(Capture):
     """Capture of a gRPC call: its record says `grpc`; the ingress counts a streamed reply's messages

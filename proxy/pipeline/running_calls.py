@@ -18,7 +18,7 @@ deadline, so a deadline fires on time and a call starts watching between
 request (what `asyncio.timeout` arms) was the costliest part of a noop answer
 in the proxy: the event loop's timers are dear to arm and cancel.
 
-Not here: what the request does meanwhile (`proxy.app`).
+Not here: the request path around its call (`proxy.pipeline.forward`, `proxy.app`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Relaying a streaming answer to its client, chunk by chunk, and how it ended.
 
-Owns the body of a streamed response after its head went out: each chunk is
-sent as it arrives; a gap between chunks longer than the endpoint's
-`timeout_s`, a replica that dies, a handler that raises, or a client that
+Owns a streamed response from its head on (`answer_stream`, below);
+`relay`, its body after the head went out: each chunk is sent as it
+arrives; a gap between chunks longer than the endpoint's `timeout_s`, a
+replica that dies, a handler that raises, or a client that
 disconnects ends it. The client's answer has started by then, so an early
 end cannot change its status: the response is left incomplete (the server
 closes the connection, which a client sees as a broken body), and the
@@ -16,7 +17,17 @@ armed and cancelled per chunk.
 `observed` hands each chunk, as it passes, to the request's observers
 (`proxy.pipeline.transit.Transit.observe`: the capture record, the token budget's usage).
 
-Not here: the call that produced the head (`proxy.app`), Ray (`proxy.shell.raycalls`).
+`answer_stream` is the whole of a streamed answer on the HTTP path, once
+its call returned `Held` (a head and the replica slot it keeps): the
+stages' `streaming` hooks, the head sent and its time to first byte
+reported, the rest relayed as above (its observers shown each chunk), the
+slot given back (and dropped when its replica died), an unclaimed stream
+let go when its client left before it was read, the gaps reported, and the
+stages' `answered` hooks given the code it is recorded with. The
+endpoint's `timeout_s` bounds the time to the first chunk (the call's
+deadline) and each gap after it. It is never copied to shadows or compared.
+
+Not here: the call that produced the head (`proxy.pipeline.forward`), Ray (`proxy.shell.raycalls`).
 """
 
 from __future__ import annotations
@@ -25,15 +36,28 @@ import asyncio
 import enum
 import logging
 import time
-from typing import AsyncGenerator, Callable, Sequence
+from typing import TYPE_CHECKING, AsyncGenerator, Callable, Protocol, Sequence
 
 from httpedge.asgi import Receive, Send
-from proxy.pool.calling import HandlerError, ReplicaDiedError
+from proxy.observability.bodies import EMPTY
+from proxy.pipeline.transit import Transit, end_to_end
+from proxy.pool.calling import HandlerError, ReplicaDiedError, StreamCaller
+from proxy.pool.sending import Held
 
-__all__ = ["StreamEnd", "observed", "relay", "stream_code"]
+if TYPE_CHECKING:
+    from proxy.pipeline.stage import Chain
+
+__all__ = ["StreamEnd", "StreamReports", "answer_stream", "observed", "relay", "stream_code"]
 
 logger = logging.getLogger(__name__)
 
+
+class StreamReports(Protocol):
+    """What a streamed answer reports (`proxy.pipeline.count.Recorder` has both)."""
+
+    def first_byte(self, endpoint: str, backend: str, seconds: float) -> None: ...
+
+    def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None: ...
 
 
 class StreamEnd(str, enum.Enum):
@@ -68,6 +92,43 @@ async def observed(
 def stream_code(end: StreamEnd, status: int) -> int:
     """The status a streamed request is recorded with: its own when it completed."""
     return _CODES.get(end, status)
+
+
+async def answer_stream(
+    transit: Transit, held: Held, stages: Chain, caller: StreamCaller, reports: StreamReports,
+    receive: Receive, send: Send,
+) -> None:
+    """Send `transit`'s streamed answer, `held`, to its client (`receive`, `send`) as it comes, to its end."""
+    served, backend, start = transit.served, transit.backend, held.start
+    transit.held = held
+    for hook in stages.streaming:
+        hook(transit)
+    status = StreamEnd.CLIENT_LEFT  # unless the relay says how it ended
+    try:
+        await send({"type": "http.response.start", "status": start.status, "headers": end_to_end(start.headers)})
+        await send({"type": "http.response.body", "body": start.first_chunk, "more_body": True})
+        reports.first_byte(served.name, backend, time.perf_counter() - transit.started)
+        chunks = caller.stream(held.slot.handle, start)
+        if transit.observers is not None:  # the capture record, the token budget's usage
+            chunks = observed(chunks, transit.observers)
+        gaps: list[float] = []
+        status = await relay(chunks, send, served.timeout_s, receive, start.status, gaps)
+    finally:
+        if status is StreamEnd.CLIENT_LEFT:
+            # A client gone before the stream's rest was first read leaves it unclaimed, and the
+            # replica would keep producing it until it gives unclaimed streams up; a claimed
+            # stream was closed by the relay already, and letting it go again changes nothing.
+            caller.discard(held.slot.handle, start)
+        held.pool.release(held.slot)
+    reports.stream_done(served.name, backend, gaps)
+    if status == StreamEnd.REPLICA_DIED:
+        held.pool.drop(held.slot)
+    code = stream_code(status, start.status)
+    if code != start.status:
+        logger.warning("stream of %s from backend %s ended early: %s", served.name, backend, status.value)
+    transit.duration_s = time.perf_counter() - transit.started
+    for answered in stages.answered:
+        answered(transit, code, end_to_end(start.headers), EMPTY)
 
 
 async def relay(

@@ -106,7 +106,7 @@ async def serving(proxy: Proxy, test: Any, limits: GrpcLimits = DEFAULT_LIMITS) 
 
 def proxy_with(backends: dict[str, list[FakeReplica]], **endpoint: Any) -> Proxy:
     proxy = Proxy()
-    proxy.app._caller = proxy.app._sender._caller = GrpcCaller()  # type: ignore[assignment]  # the replica's dispatch in-process
+    proxy.app.caller = proxy.app.sender._caller = GrpcCaller()  # type: ignore[assignment]  # the replica's dispatch in-process
     proxy.serve("greet", "/greet", backends, grpc_service=SERVICE, **endpoint)
     return proxy
 

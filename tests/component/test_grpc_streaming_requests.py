@@ -80,7 +80,7 @@ def greeter(name: str) -> FakeReplica:
 
 def proxy_with(backends: dict[str, list[FakeReplica]], streaming: tuple[str, ...] = STREAMING, **endpoint: Any) -> Proxy:
     proxy = Proxy()
-    proxy.app._caller = proxy.app._sender._caller = GrpcCaller()  # type: ignore[assignment]
+    proxy.app.caller = proxy.app.sender._caller = GrpcCaller()  # type: ignore[assignment]
     proxy.serve("greet", "/greet", backends, grpc_service=SERVICE, grpc_streaming=streaming + ("Fails",), **endpoint)
     return proxy
 
@@ -216,7 +216,7 @@ def test_limits_split_and_no_replica_apply_as_for_unary_calls() -> None:
 
     run(proxy, test)
     empty = Proxy()
-    empty.app._caller = empty.app._sender._caller = GrpcCaller()  # type: ignore[assignment]
+    empty.app.caller = empty.app.sender._caller = GrpcCaller()  # type: ignore[assignment]
     empty.serve("greet", "/greet", {"v1": []}, grpc_service=SERVICE, grpc_streaming=("Sum",))
 
     async def no_replica(channel: grpc.aio.Channel) -> None:

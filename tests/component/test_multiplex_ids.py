@@ -18,7 +18,7 @@ def _proxy(config: MultiplexConfig, capacity: int = 1000) -> tuple[Proxy, Served
     replica = lru_replica("r0", capacity)
     proxy = Proxy()
     served = Served()
-    proxy.app._recorder = served
+    proxy.app.recorder = served
     proxy.serve("e", "/e", {"b": [replica]})
     proxy.publish(replicas__b=ReplicaSet(
         backend="b", max_concurrent_queries=100, multiplex=config,
@@ -59,13 +59,13 @@ def test_only_declared_ids_become_metric_labels_and_the_page_stays_small() -> No
         pattern = "m0" if declared else r"[a-z0-9-]+"
         proxy, served, _ = _proxy(MultiplexConfig(models=declared, model_pattern=pattern), capacity=1000)
         metrics = ProxyMetrics()
-        proxy.app._recorder = metrics
+        proxy.app.recorder = metrics
         assert _status(proxy, "m0")[0] == 200
         assert ('model="m0"' in metrics.render().decode()) == bool(declared)
     # A loader that accepts any id the pattern lets through: 300 of them, each loaded, none a label.
     proxy, served, _ = _proxy(MultiplexConfig(), capacity=1000)
     metrics = ProxyMetrics()
-    proxy.app._recorder = metrics
+    proxy.app.recorder = metrics
     assert _status(proxy, "first")[0] == 200
     small = len(metrics.render())
     for index in range(300):
@@ -73,6 +73,6 @@ def test_only_declared_ids_become_metric_labels_and_the_page_stays_small() -> No
     page = metrics.render().decode()
     assert 'model="other"' in page and "made-up" not in page and 'model="first"' not in page
     assert len(page) - small < 512, len(page) - small
-    proxy.app._recorder = served
+    proxy.app.recorder = served
     _status(proxy, "made-up-again")
     assert served.served == [("b", "other", True, ())]

@@ -29,7 +29,7 @@ def multiplexed_proxy(
     """`models`: the ids the backend declares (the only metric labels, and the only ids accepted)."""
     proxy = Proxy()
     served = Served()
-    proxy.app._recorder = served
+    proxy.app.recorder = served
     proxy.serve("e", "/e", {"b": replicas})
     proxy.publish(replicas__b=ReplicaSet(
         backend="b", max_concurrent_queries=100, multiplex=MultiplexConfig(max_models_per_replica=capacity, models=models),

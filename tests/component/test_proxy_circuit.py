@@ -26,7 +26,7 @@ class Refusals(Recorded):
 def proxy_with(recorder: Refusals) -> Proxy:
     proxy = Proxy()
     proxy.recorded = recorder
-    proxy.app._recorder = recorder  # the app reads its recorder when it reports
+    proxy.app.recorder = recorder  # the app reads its recorder when it reports
     return proxy
 
 

@@ -38,7 +38,7 @@ class Deadlines(Recorded):
 def proxy_with(recorder: Deadlines) -> Proxy:
     proxy = Proxy()
     proxy.recorded = recorder
-    proxy.app._recorder = recorder  # the app reads its recorder when it reports
+    proxy.app.recorder = recorder  # the app reads its recorder when it reports
     return proxy
 
 
@@ -94,7 +94,7 @@ def test_a_deadline_already_passed_is_answered_504_without_calling_a_replica() -
     recorder = Deadlines()
     proxy = Proxy()
     counted = proxy.recorded  # what the counting stage was given
-    proxy.app._recorder = recorder
+    proxy.app.recorder = recorder
     replica = FakeReplica("r1")
     proxy.serve("e", "/e", {"v1": [replica]})
     answer = run(get(proxy, "/e", {"X-Request-Timeout": "0"}))

@@ -39,7 +39,7 @@ async def codes(proxy: Proxy, n: int) -> list[tuple[int, str]]:
 def proxy_with(recorder: Ejections) -> Proxy:
     proxy = Proxy()
     proxy.recorded = recorder
-    proxy.app._recorder = recorder  # the app reads its recorder when it reports
+    proxy.app.recorder = recorder  # the app reads its recorder when it reports
     return proxy
 
 

@@ -35,7 +35,7 @@ def counted_proxy() -> tuple[Proxy, Counted]:
     proxy = Proxy()
     counted = Counted()
     proxy.recorded = counted
-    proxy.app._recorder = counted  # the app reads its recorder when it reports
+    proxy.app.recorder = counted  # the app reads its recorder when it reports
     return proxy, counted
 
 

@@ -66,7 +66,7 @@ def chat(max_tokens: int, pad: int = 0) -> bytes:
 def proxy_with(replica: FakeReplica, limits: LimitsConfig = BUDGET) -> Proxy:
     proxy = Proxy()
     proxy.recorded = Tokens()
-    proxy.app = ProxyApp(proxy.app._caller, ProxySettings(), recorder=proxy.recorded)
+    proxy.app = ProxyApp(proxy.app.caller, ProxySettings(), recorder=proxy.recorded)
     proxy.serve("chat", "/v1", {"sim": [replica]}, limits=limits)
     return proxy
 
@@ -255,7 +255,7 @@ def test_proxies_given_shared_buckets_refuse_a_tenant_the_other_worker_spent(tmp
     apps = []
     for _ in range(2):
         proxy = Proxy()
-        proxy.app = ProxyApp(proxy.app._caller, ProxySettings(), buckets=SharedBuckets(str(tmp_path)))
+        proxy.app = ProxyApp(proxy.app.caller, ProxySettings(), buckets=SharedBuckets(str(tmp_path)))
         proxy.serve("chat", "/v1", {"sim": [replica]}, limits=BUDGET)
         apps.append(proxy)
 

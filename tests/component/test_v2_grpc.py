@@ -240,7 +240,7 @@ def test_the_replica_host_gives_a_v2_backends_grpc_calls_to_the_service() -> Non
 
 def test_tritons_grpc_client_through_the_proxy() -> None:
     proxy = Proxy()
-    proxy.app._caller = proxy.app._sender._caller = GrpcCaller()  # type: ignore[assignment]  # the replica's dispatch in-process
+    proxy.app.caller = proxy.app.sender._caller = GrpcCaller()  # type: ignore[assignment]  # the replica's dispatch in-process
     replica = FakeReplica("v1", GrpcMethods(service()).call)  # type: ignore[arg-type]
     proxy.serve("models", "/models", {"v1": [replica]}, grpc_service=SERVICE)
 
@@ -281,7 +281,7 @@ def two_models(server_endpoint: bool) -> tuple[Proxy, dict[str, FakeReplica]]:
     """The proxy with endpoints `adder` and `twice` at their models' REST paths, each its own v2 backend
     (models named so), and with `server_endpoint` a third, `server` at `/v2`, serving `adder` too."""
     proxy = Proxy()
-    proxy.app._caller = proxy.app._sender._caller = GrpcCaller()  # type: ignore[assignment]
+    proxy.app.caller = proxy.app.sender._caller = GrpcCaller()  # type: ignore[assignment]
     replicas = {
         "adder-v1": FakeReplica("adder-r", GrpcMethods(service()).call),  # type: ignore[arg-type]
         "twice-v1": FakeReplica("twice-r", GrpcMethods(V2App.around(Adder(), backend(name="twice")).grpc_service).call),  # type: ignore[arg-type]
