@@ -147,7 +147,7 @@ class GrpcIngress(grpc.GenericRpcHandler):
             stage.for_grpc() if isinstance(stage, Capture) else stage
             for stage in app.stages if isinstance(stage, (Admission, Steering, Tracing, Capture, Shadowing, Counting))
         )
-        # A call whose requests stream (`grpc_streaming`): limits, steering, tracing and counting; its
+        # A call whose requests stream (`grpc_streaming`, or a servicer's): limits, steering, tracing and counting; its
         # messages go by as they come, so no stage reads one (capture and shadows are not on for it).
         self.stream_stages: tuple[Stage, ...] = tuple(
             stage for stage in app.stages if isinstance(stage, (Admission, Steering, Tracing, Counting))
