@@ -46,7 +46,7 @@ def generated() -> Iterator[tuple[Any, Any]]:
 def proxy_of(servicer: Any) -> Proxy:
     replica = FakeReplica("v1", GrpcMethods(servicer, load_servicer(SERVICER, servicer)).call)  # type: ignore[arg-type]
     proxy = Proxy()
-    proxy.app._caller = proxy.app._sender._caller = GrpcCaller()  # type: ignore[assignment]
+    proxy.app.caller = proxy.app.sender._caller = GrpcCaller()  # type: ignore[assignment]
     proxy.serve("greet", "/greet", {"v1": [replica]}, grpc_service="helloworld.Greeter", grpc_methods=KINDS)
     return proxy
 
