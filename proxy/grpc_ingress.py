@@ -36,7 +36,9 @@ replica (`Caller.open_websocket`, `push`: each request message pushed once the
 replica's session has room for it, the client's half-close as its disconnect,
 each reply relayed as it comes, the close code the call's status,
 `vocabulary.request_path.grpc_calls.code_for_close`), through the endpoint's
-limits, steering, tracing and counting (`GrpcIngress.stream_stages`), each
+limits, steering, tracing, capture (its messages counted both ways, the first
+ones kept: the record's `requests` and `stream`) and counting
+(`GrpcIngress.stream_stages`; no shadows: no copy of the messages is held), each
 request message within its `max_body_bytes` (a larger one ends the requests and
 the call, RESOURCE_EXHAUSTED), the whole call within its `timeout_s` and the
 client's deadline.
@@ -53,10 +55,11 @@ and any `retry-after`) as the answer's headers, and as its body the reply
 message that came whole (a refusal: its text), which the shadow comparison
 and the capture record read; a reply the replica streamed is never compared,
 and a captured call's streamed messages are counted one by one into its
-record (`Exchange.stream`).
+record (`Exchange.stream`; a call's streamed requests into `Exchange.client`).
 
-Not here yet: shadows and capture of calls whose requests stream, token
-budgets for gRPC calls, TLS on the gRPC port.
+Not here: shadows of calls whose requests stream (no copy of their messages
+is held), token budgets for gRPC calls (they read OpenAI usage in HTTP
+bodies), TLS on the gRPC port (the HTTP port has none either).
 """
 
 from __future__ import annotations
@@ -147,10 +150,12 @@ class GrpcIngress(grpc.GenericRpcHandler):
             stage.for_grpc() if isinstance(stage, Capture) else stage
             for stage in app.stages if isinstance(stage, (Admission, Steering, Tracing, Capture, Shadowing, Counting))
         )
-        # A call whose requests stream (`grpc_streaming`, or a servicer's): limits, steering, tracing and counting; its
-        # messages go by as they come, so no stage reads one (capture and shadows are not on for it).
+        # A call whose requests stream (`grpc_streaming`, or a servicer's): limits, steering, tracing, capture (its
+        # messages counted both ways as they go by, the first ones kept) and counting; no copy of the messages is
+        # held for a shadow, so shadows are not on for it (as a streamed answer is never compared).
         self.stream_stages: tuple[Stage, ...] = tuple(
-            stage for stage in app.stages if isinstance(stage, (Admission, Steering, Tracing, Counting))
+            stage.for_grpc() if isinstance(stage, Capture) else stage
+            for stage in app.stages if isinstance(stage, (Admission, Steering, Tracing, Capture, Counting))
         )
         self._chained: tuple[Snapshot | None, dict[str, Chain], dict[str, Chain]] = (None, {}, {})
 
@@ -388,14 +393,15 @@ class GrpcIngress(grpc.GenericRpcHandler):
             status = 200
         except _Ended as ended:
             status = ended.status
-            _answered(transit, stages, status, [], b"")
+            _answered(transit, stages, status, [_status_trailer(ended.code.value[0]), *_trailers(ended)],
+                      ended.details.encode())
             await _end(context, ended)
         finally:
             if status == CLIENT_LEFT:
                 transit.duration_s = time.perf_counter() - transit.started
                 for hook in stages.left:
                     hook(transit)
-        _answered(transit, stages, status, [], b"")
+        _answered(transit, stages, status, [_status_trailer(0)], b"")
 
     async def _session(
         self, transit: Transit, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
@@ -422,6 +428,10 @@ class GrpcIngress(grpc.GenericRpcHandler):
         transit.seen(slot.replica_id)
         session_id = uuid.uuid4().hex
         replies = app.caller.open_websocket(slot.handle, session_id, transit.request)
+        sent = _messages_flow(transit)  # a captured call's replies (its record's `stream`) and requests (`requests`)
+        taken = None
+        if transit.captured is not None:
+            taken = transit.captured.client = Flow(transit.captured.redaction.max_body_bytes)
         oversized: list[int] = []  # the size of a request message over max_body_bytes, once the pump met one
         pump: asyncio.Task[None] | None = None
         died = False
@@ -436,13 +446,16 @@ class GrpcIngress(grpc.GenericRpcHandler):
                 kind = message.get("type")
                 if kind == "websocket.accept":
                     pump = asyncio.ensure_future(
-                        self._pump(slot.handle, session_id, requests, served.max_body_bytes, oversized))
+                        self._pump(slot.handle, session_id, requests, served.max_body_bytes, oversized, taken))
                 elif kind == "websocket.send":
                     _refuse_oversized(oversized, served.max_body_bytes)
                     if first:
                         app.recorder.first_byte(served.name, transit.backend, time.perf_counter() - transit.started)
                         first = False
-                    yield message.get("bytes") or b""
+                    reply = message.get("bytes") or b""
+                    if sent is not None:
+                        sent.add(reply)
+                    yield reply
                 elif kind == "websocket.close":
                     _refuse_oversized(oversized, served.max_body_bytes)
                     code = code_for_close(int(message.get("code") or STREAM_CLOSE_OK))
@@ -468,18 +481,21 @@ class GrpcIngress(grpc.GenericRpcHandler):
 
     async def _pump(
         self, handle: ReplicaHandle, session_id: str, requests: AsyncIterator[bytes], max_bytes: int,
-        oversized: list[int],
+        oversized: list[int], taken: Flow | None = None,
     ) -> None:
         """The client's request messages to the replica's session, each once it has room for it, then the
         client's half-close; the replica holding no more session ends it. A message over `max_bytes` (the
         endpoint's max_body_bytes, as a unary call's one message) is not sent: the requests end there, as
         a half-close, and its size goes to `oversized`, so the call ends RESOURCE_EXHAUSTED at the
-        replica's next reply or end."""
+        replica's next reply or end. `taken`: where a captured call's request messages are counted, each
+        as it is sent on."""
         caller = self._app.caller
         async for message in requests:
             if len(message) > max_bytes:
                 oversized.append(len(message))
                 break
+            if taken is not None:
+                taken.add(message)
             if not await caller.push(handle, session_id, {"type": "websocket.receive", "bytes": message}):
                 return
         await caller.push(handle, session_id, {"type": "websocket.disconnect", "code": STREAM_CLOSE_OK})

@@ -241,7 +241,7 @@ class Exchange:
     response_body: BodyView = EMPTY  # the answer's body as the client was sent it: a view, not a copy
     kind: str = "http"  # "http", "stream" (a streamed answer), "websocket" or "grpc" (a gRPC call)
     stream: Flow | None = None  # a streamed answer's chunks, its head's included (a gRPC call's: its reply messages)
-    client: Flow | None = None  # a WebSocket's messages from the client
+    client: Flow | None = None  # a WebSocket's messages from the client (a gRPC call's streamed requests)
     app: Flow | None = None  # a WebSocket's messages from the app
     shadows: list[ShadowAnswer] = field(default_factory=list)
     # The bodies' whole sizes once the writer's queue holds only what the record needs of them (`kept`).
@@ -293,6 +293,8 @@ def capture_record(exchange: Exchange, worker: str) -> dict[str, Any]:
         record["grpc"] = _grpc_call(path, exchange.response_headers or [])
         if exchange.stream is not None:  # a streamed reply: its messages, counted, the first ones kept
             record["stream"] = exchange.stream.shown(rules, messages=True)
+        if exchange.client is not None:  # streamed requests: the same, the other way
+            record["requests"] = exchange.client.shown(rules, messages=True)
     elif exchange.stream is not None:
         record["response"]["body"] = rules.body(exchange.stream.start(), exchange.stream.size)
         record["stream"] = exchange.stream.shown(rules, messages=False)

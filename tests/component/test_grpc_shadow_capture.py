@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import random
 from pathlib import Path
-from typing import Any, AsyncGenerator
+from typing import Any, AsyncGenerator, AsyncIterator
 
 import grpc
 import grpc.aio
@@ -54,6 +55,10 @@ class Greeter:
 
     async def Refuses(self, request: bytes) -> bytes:  # noqa: N802
         raise GrpcAbort(grpc_calls.NOT_FOUND, f"no {request.decode()} here")
+
+    async def Echo(self, requests: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:  # noqa: N802 — bidirectional
+        async for request in requests:
+            yield f"{self.name} heard {request.decode()}".encode()
 
 
 def greeter(name: str, **behaviour: Any) -> FakeReplica:
@@ -244,6 +249,40 @@ def test_a_streamed_reply_is_recorded_message_by_message(tmp_path: Path) -> None
     assert [first.get("text") for first in stream["first"]] == ["primary 0", "primary 1", "pr"]
     assert stream["first"][2]["truncated"] is True
     assert record["response"]["body"]["bytes"] == 0  # the messages are in `stream`, not one body
+
+
+def test_a_call_whose_requests_stream_is_recorded_message_by_message_both_ways_and_never_shadowed(
+    tmp_path: Path,
+) -> None:
+    writer, endpoint = capturing(tmp_path, max_body_bytes=12)
+    shadow = greeter("shadow")
+    proxy = proxy_with({"v1": [greeter("primary")], "v3": [shadow]}, writer, shadow={"v3": 1.0},
+                       grpc_streaming=("Echo",), **endpoint)
+
+    async def requests() -> AsyncGenerator[bytes, None]:
+        for word in (b"ada", b"bob", b"carmen-lopez"):
+            yield word
+
+    async def test(channel: grpc.aio.Channel) -> None:
+        call = channel.stream_stream(f"/{SERVICE}/Echo")(requests(), metadata=(("x-api-key", SECRET),))
+        assert [reply async for reply in call] == [b"primary heard ada", b"primary heard bob",
+                                                   b"primary heard carmen-lopez"]
+
+    asyncio.run(serving(proxy, test))
+    writer.close()
+    (record,) = records(tmp_path / "sink")
+    assert record["kind"] == "grpc" and record["grpc"]["method"] == "Echo" and record["grpc"]["code"] == 0
+    assert SECRET not in json.dumps(record)
+    assert record["request"]["body"]["bytes"] == 0  # the messages are in `requests`, not one body
+    sent = record["requests"]
+    assert (sent["messages"], sent["bytes"]) == (3, len(b"adabobcarmen-lopez"))
+    # The first messages kept up to max_body_bytes (12): two whole, the third cut at what is left.
+    assert [first.get("text") for first in sent["first"]] == ["ada", "bob", "carmen"]
+    assert sent["first"][2] == {"bytes": 12, "truncated": True, "text": "carmen"}
+    replies = record["stream"]
+    assert (replies["messages"], replies["bytes"]) == (3, 17 + 17 + 26)
+    assert [first.get("text") for first in replies["first"]] == ["primary hear"]  # 12 bytes: the first, cut
+    assert shadow.seen == [] and proxy.recorded.shadows == [] and "shadows" not in record
 
 
 def test_a_captured_call_s_record_carries_its_shadow_copies_and_their_verdicts(tmp_path: Path) -> None:
