@@ -32,10 +32,12 @@ local user made first (or a link) is refused with an error naming it, never
 used (`datalink.private_dirs.own_dir`). Every stage verifies the entry's
 bytes against the digest (a cache hit fetches 0 bytes but reads them once;
 a cold fetch is read back only where its fetcher did not hash the bytes as
-it wrote them, `replica.fetching.hashing`), and that nothing in it is a link or another user's; a corrupt or tampered
-entry is removed and fetched again. With a cap, a download stops once past
-it: a model larger than the cap is refused, not written whole. A failure is a `ModelError` with one line naming
-the model, its source and, for a wrong digest, both digests. An I/O shell.
+it wrote them, `replica.fetching.hashing`), and that nothing in it is a
+link or another user's; a corrupt or tampered entry is removed and fetched
+again. With a cap, a download stops once past it: a model larger than the
+cap is refused, not written whole. A failure is a `ModelError` with one
+line naming the model, its source and, for a wrong digest, both digests.
+An I/O shell.
 """
 
 from __future__ import annotations
