@@ -69,9 +69,6 @@ class FileDigests:
             return None
         return entry[3] if (status.st_size, status.st_mtime_ns, status.st_ino) == entry[:3] else None
 
-    def __len__(self) -> int:
-        return len(self._files)
-
 
 class StreamHash:
     """The sha256 of the bytes `feed` is given, hashed in a thread; `finish()` says it.
