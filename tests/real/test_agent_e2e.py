@@ -81,7 +81,9 @@ def cluster(ray_session):
     """The controller (and its proxy) in a namespace of this module's own."""
     namespace = f"{ray_session}-agent-{uuid.uuid4().hex[:6]}"
     port = free_port()
-    options = {"proxy_metrics_port": free_port(), "startup_timeout_s": 20.0, "backoff_max_s": 2.0}
+    # The product's startup timeout (60 s): a replica's process can take over 20 s to start on a loaded
+    # 2-core CI machine (load 23 seen), and a replica whose import fails must report that error, not a timeout.
+    options = {"proxy_metrics_port": free_port(), "startup_timeout_s": 60.0, "backoff_max_s": 2.0}
     client = start_or_connect(namespace=namespace, proxy_host="127.0.0.1", proxy_port=port, options=options)
     url = f"http://127.0.0.1:{port}"
     # The proxy starts with the controller; wait until it answers.
