@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
 from vocabulary.replicas.oci_sources import OciReference, registry_base
-from vocabulary.replicas.s3_picks import version_of
+from vocabulary.replicas.s3_picks import highest_version
 
 __all__ = [
     "MAX_TAGS",
@@ -136,12 +136,9 @@ def pick_tag(tags: Iterable[str], rule: str, match: re.Pattern[str] | None = Non
 
 
 def _highest_version(chosen: list[str], match: re.Pattern[str] | None) -> str:
-    numbers = {tag: version_of(tag, match) for tag in chosen}
-    versioned = {tag: version for tag, version in numbers.items() if version is not None}
-    if not versioned:
+    highest, top = highest_version(chosen, match)
+    if highest is None:
         raise NoTag(f"none of its {_count(chosen)}{' matching' if match else ''} has a version number: {_some(chosen)}")
-    highest = max(versioned.values())
-    top = [tag for tag, version in versioned.items() if version == highest]
     if len(top) > 1:
         raise NoTag(f"{_some(top)} have the same version {'.'.join(map(str, highest))}: narrow them with match")
     return top[0]

@@ -51,6 +51,7 @@ __all__ = [
     "pin_lines",
     "pinned_source",
     "store_error_line",
+    "highest_version",
     "version_of",
 ]
 
@@ -167,16 +168,26 @@ def pick(
             raise NoPick(f"{_some([e.name for e in top])} were last modified at the same time ({best.isoformat()}): "
                          "narrow them with --match, or --pick highest-version")
         return top[0]
-    versions = {entry.name: version_of(entry.name, match) for entry in chosen}
-    versioned = [entry for entry in chosen if versions[entry.name] is not None]
-    if not versioned:
+    highest, top_names = highest_version([entry.name for entry in chosen], match)
+    if highest is None:
         raise NoPick(f"none of the {_count(chosen)} has a version number in its name: {_some([e.name for e in chosen])}")
-    highest = max(versions[entry.name] or () for entry in versioned)
-    top = [entry for entry in versioned if versions[entry.name] == highest]
+    top = [entry for entry in chosen if entry.name in top_names]
     if len(top) > 1:
         raise NoPick(f"{_some([e.name for e in top])} have the same version {'.'.join(map(str, highest))}: "
                      "narrow them with --match")
     return top[0]
+
+
+def highest_version(
+    names: Iterable[str], match: re.Pattern[str] | None = None
+) -> tuple[tuple[int, ...] | None, list[str]]:
+    """The highest version (`version_of`) among `names`, and the names that have it (more than one: a tie);
+    (None, []) when none has a version. An OCI repository's tags are picked by it too (`oci_tags`)."""
+    versions = {name: version for name in names if (version := version_of(name, match)) is not None}
+    if not versions:
+        return None, []
+    highest = max(versions.values())
+    return highest, [name for name, version in versions.items() if version == highest]
 
 
 def pinned_source(bucket: str, prefix: str, entry: Candidate) -> str:
