@@ -62,6 +62,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from bench import results
@@ -254,10 +255,43 @@ def loads_real_stack(mix: list[str]) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def measure_oci(mb: int) -> dict[str, Any]:
-    """A modelcar of `mb` MiB in a loopback docker-registry: our cold fetch beside a plain blob download."""
+def _against_plain(
+    work: Path, url: str, fetch: Callable[[Path], None], stage: Callable[[Path], Any]
+) -> tuple[float, float, Any, Any]:
+    """(the plain download's seconds, the fetch's, the fastest cold stage, a cache hit after it).
+
+    The plain download is httpx writing `url`'s chunks as they come (re-chunking them to 1 MiB
+    made it about 2x slower here). The three are interleaved, each begun with no write of the one
+    before still queued for the disk (`os.sync`, not timed); the best of three of each."""
     import httpx
 
+    def plain() -> float:
+        started = time.monotonic()
+        with httpx.Client(timeout=600, trust_env=False, follow_redirects=True) as client, \
+                (work / "plain.bin").open("wb") as out:
+            with client.stream("GET", url) as answer:
+                for chunk in answer.iter_bytes():
+                    out.write(chunk)
+        seconds = time.monotonic() - started
+        (work / "plain.bin").unlink()
+        return seconds
+
+    plain_runs, fetch_runs, stages = [], [], []
+    for run in range(3):
+        os.sync()
+        plain_runs.append(plain())
+        os.sync()
+        started = time.monotonic()
+        fetch(work / f"fetch{run}")
+        fetch_runs.append(time.monotonic() - started)
+        shutil.rmtree(work / f"fetch{run}")
+        os.sync()
+        stages.append(stage(work / f"cache{run}"))
+    return min(plain_runs), min(fetch_runs), min(stages, key=lambda staged: staged.seconds), stage(work / "cache0")
+
+
+def measure_oci(mb: int) -> dict[str, Any]:
+    """A modelcar of `mb` MiB in a loopback docker-registry: our cold fetch beside a plain blob download."""
     from replica.fetching.sources import FetchProgress
     from replica.models import ModelCache
     from replica.fetching.oci import fetch_oci
@@ -277,32 +311,11 @@ def measure_oci(mb: int) -> dict[str, Any]:
             del weights, files, layer
             source = f"oci://{registry.host}/bench/model@{manifest}"
 
-            def plain() -> float:
-                started = time.monotonic()
-                with httpx.Client(timeout=600, trust_env=False) as client, (work / "plain.bin").open("wb") as out:
-                    with client.stream("GET", f"{registry.url}/v2/bench/model/blobs/{blob}") as answer:
-                        for chunk in answer.iter_bytes():  # as received: the fastest
-                            out.write(chunk)
-                seconds = time.monotonic() - started
-                (work / "plain.bin").unlink()
-                return seconds
-
-            # Interleaved (plain, fetch, cold stage into an empty cache), each begun with no write of the one
-            # before still queued for the disk (`os.sync`, not timed); the best of three of each.
-            plain_runs, fetch_runs, stages = [], [], []
-            for run in range(3):
-                os.sync()
-                plain_runs.append(plain())
-                os.sync()
-                started = time.monotonic()
-                fetch_oci(source, work / f"fetch{run}", time.monotonic() + 600, FetchProgress(), None)
-                fetch_runs.append(time.monotonic() - started)
-                shutil.rmtree(work / f"fetch{run}")
-                os.sync()
-                stages.append(ModelCache(work / f"cache{run}").stage("bench", source, digest, time.monotonic() + 600))
-            cold = min(stages, key=lambda staged: staged.seconds)
-            again = ModelCache(work / "cache0").stage("bench", source, digest, time.monotonic() + 600)
-            plain_s, fetch_s = min(plain_runs), min(fetch_runs)
+            plain_s, fetch_s, cold, again = _against_plain(
+                work, f"{registry.url}/v2/bench/model/blobs/{blob}",
+                lambda dest: fetch_oci(source, dest, time.monotonic() + 600, FetchProgress(), None),
+                lambda root: ModelCache(root).stage("bench", source, digest, time.monotonic() + 600),
+            )
             return {
                 "layer_mb": size / 1e6,
                 "plain_blob_download_mb_s": size / 1e6 / plain_s,
@@ -333,8 +346,6 @@ def _serve_hub(mb: int, conn: Any) -> None:
 
 def measure_hub(mb: int) -> dict[str, Any]:
     """A repository of `mb` MiB on a loopback Hugging Face Hub: our cold fetch beside a plain download."""
-    import httpx
-
     from replica.fetching.hub import HubOptions, fetch_hub
     from replica.fetching.sources import FetchProgress
     from replica.models import ModelCache
@@ -351,34 +362,11 @@ def measure_hub(mb: int) -> dict[str, Any]:
         weights_url = f"{url}/bench/model/resolve/{commit}/model.safetensors"
         source = f"hf://bench/model@{commit}"
 
-        def plain() -> float:
-            started = time.monotonic()
-            with httpx.Client(timeout=600, trust_env=False, follow_redirects=True) as client, \
-                    (work / "plain.bin").open("wb") as out:
-                with client.stream("GET", weights_url) as answer:
-                    for chunk in answer.iter_bytes():  # as received: the fastest
-                        out.write(chunk)
-            seconds = time.monotonic() - started
-            (work / "plain.bin").unlink()
-            return seconds
-
-        # Interleaved (plain, fetch, cold stage into an empty cache), each begun with no write of the one
-        # before still queued for the disk (`os.sync`, not timed); the best of three of each.
-        plain_runs, fetch_runs, stages = [], [], []
-        for run in range(3):
-            os.sync()
-            plain_runs.append(plain())
-            os.sync()
-            started = time.monotonic()
-            fetch_hub(source, work / f"fetch{run}", time.monotonic() + 600, FetchProgress(), HubOptions())
-            fetch_runs.append(time.monotonic() - started)
-            shutil.rmtree(work / f"fetch{run}")
-            os.sync()
-            stages.append(ModelCache(work / f"cache{run}").stage("bench", source, digest, time.monotonic() + 600,
-                                                                 HubOptions()))
-        cold = min(stages, key=lambda staged: staged.seconds)
-        again = ModelCache(work / "cache0").stage("bench", source, digest, time.monotonic() + 600, HubOptions())
-        plain_s, fetch_s = min(plain_runs), min(fetch_runs)
+        plain_s, fetch_s, cold, again = _against_plain(
+            work, weights_url,
+            lambda dest: fetch_hub(source, dest, time.monotonic() + 600, FetchProgress(), HubOptions()),
+            lambda root: ModelCache(root).stage("bench", source, digest, time.monotonic() + 600, HubOptions()),
+        )
         return {
             "model_mb": size / 1e6,
             "plain_download_mb_s": size / 1e6 / plain_s,
