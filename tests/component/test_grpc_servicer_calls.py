@@ -6,7 +6,6 @@ generated stub of tests/real/apps/helloworld.proto (no Ray)."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
@@ -15,11 +14,9 @@ import grpc
 import grpc.aio
 import pytest
 
-from proxy.grpc_ingress import serve_grpc
-from proxy.settings import GrpcLimits
 from replica.calling.grpc_calls import GrpcMethods
 from replica.calling.servicers import load_servicer
-from tests.support.grpc_replicas import GrpcCaller
+from tests.support.grpc_replicas import GrpcCaller, run_grpc
 from tests.support.proxy_app import FakeReplica, Proxy
 from vocabulary.spec.endpoints import GrpcMethodKind
 
@@ -49,18 +46,6 @@ def proxy_of(servicer: Any) -> Proxy:
     proxy.app.caller = proxy.app.sender._caller = GrpcCaller()  # type: ignore[assignment]
     proxy.serve("greet", "/greet", {"v1": [replica]}, grpc_service="helloworld.Greeter", grpc_methods=KINDS)
     return proxy
-
-
-def run(proxy: Proxy, test: Any) -> None:
-    async def serving() -> None:
-        server, port = await serve_grpc(proxy.app, "127.0.0.1", 0, GrpcLimits(), shared=False)
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                await test(channel)
-        finally:
-            await server.stop(None)
-
-    asyncio.run(serving())
 
 
 def test_each_kind_of_method_is_called_as_grpcio_calls_a_servicer(generated: tuple[Any, Any]) -> None:
@@ -105,5 +90,5 @@ def test_each_kind_of_method_is_called_as_grpcio_calls_a_servicer(generated: tup
         assert unknown.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
     proxy = proxy_of(Greeter())
-    run(proxy, test)
+    run_grpc(proxy, test)
     assert [status for _, _, status in proxy.recorded.requests] == [200, 200, 200, 400, 501, 501]

@@ -12,11 +12,9 @@ import grpc
 import grpc.aio
 import pytest
 
-from proxy.grpc_ingress import serve_grpc
-from proxy.settings import GrpcLimits
 from replica.calling.grpc_calls import GrpcMethods
 from replica.host import Replica
-from tests.support.grpc_replicas import GrpcCaller
+from tests.support.grpc_replicas import GrpcCaller, run_grpc
 from tests.support.proxy_app import FakeReplica, Proxy
 from vocabulary.request_path import grpc_calls
 from vocabulary.request_path.grpc_calls import GrpcAbort, close_for_code, code_for_close, grpc_call
@@ -85,18 +83,6 @@ def proxy_with(backends: dict[str, list[FakeReplica]], streaming: tuple[str, ...
     return proxy
 
 
-def run(proxy: Proxy, test: Any) -> None:
-    async def serving() -> None:
-        server, port = await serve_grpc(proxy.app, "127.0.0.1", 0, GrpcLimits(), shared=False)
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                await test(channel)
-        finally:
-            await server.stop(None)
-
-    asyncio.run(serving())
-
-
 async def messages(*items: bytes, pause_s: float = 0.0) -> AsyncGenerator[bytes, None]:
     for item in items:
         await asyncio.sleep(pause_s)
@@ -112,7 +98,7 @@ def test_a_client_streaming_call_gets_every_request_and_answers_once() -> None:
         assert await sum_(messages(b"1", b"2", b"39"), metadata=(("x-tenant", "t1"),)) == b"v1: 42"
         assert await sum_(messages()) == b"v1: 0"  # no request at all
 
-    run(proxy, test)
+    run_grpc(proxy, test)
     assert proxy.recorded.requests == [("greet", "v1", 200), ("greet", "v1", 200)]
     method, path, _, headers, body = replica.seen[0]
     assert (method, path, body) == ("POST", f"/{SERVICE}/Sum", b"") and (b"x-tenant", b"t1") in headers
@@ -130,7 +116,7 @@ def test_a_bidirectional_call_answers_each_request_before_the_next_is_sent() -> 
         assert await call.read() == grpc.aio.EOF
         assert await call.code() == grpc.StatusCode.OK
 
-    run(proxy, test)
+    run_grpc(proxy, test)
     assert proxy.recorded.requests == [("greet", "v1", 200)]
 
 
@@ -152,7 +138,7 @@ def test_refusals_of_streaming_request_calls_are_status_codes() -> None:
             assert refused.value.code() == code, (method, refused.value)
             assert details in (refused.value.details() or ""), (method, refused.value.details())
 
-    run(proxy, test)
+    run_grpc(proxy, test)
     assert [code for _, _, code in proxy.recorded.requests] == [400, 501, 501, 501, 500]
 
 
@@ -162,7 +148,7 @@ def test_methods_not_listed_stay_unary_and_server_streaming() -> None:
     async def test(channel: grpc.aio.Channel) -> None:
         assert await channel.unary_unary(f"/{SERVICE}/SayHello")(b"ada") == b"v1: hello ada"
 
-    run(proxy, test)
+    run_grpc(proxy, test)
 
 
 def test_the_deadline_bounds_a_streaming_request_call_and_the_replica_slot_comes_back() -> None:
@@ -175,7 +161,7 @@ def test_the_deadline_bounds_a_streaming_request_call_and_the_replica_slot_comes
         assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         assert await sum_(messages(b"5")) == b"v1: 5"  # the one slot is free again
 
-    run(proxy, test)
+    run_grpc(proxy, test)
 
 
 def test_a_request_message_over_max_body_bytes_ends_the_call_unsent_and_frees_the_replica_slot() -> None:
@@ -198,7 +184,7 @@ def test_a_request_message_over_max_body_bytes_ends_the_call_unsent_and_frees_th
         assert summed.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert await sum_(messages(b"12345678", b"1")) == b"v1: 12345679"  # at the bound; the one slot is free
 
-    run(proxy, test)
+    run_grpc(proxy, test)
     assert [code for _, _, code in proxy.recorded.requests] == [413, 413, 200]
 
 
@@ -214,7 +200,7 @@ def test_limits_split_and_no_replica_apply_as_for_unary_calls() -> None:
             await sum_(messages(b"1"), metadata=(("x-tenant", "t0"),))
         assert limited.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
-    run(proxy, test)
+    run_grpc(proxy, test)
     empty = Proxy()
     empty.app.caller = empty.app.sender._caller = GrpcCaller()  # type: ignore[assignment]
     empty.serve("greet", "/greet", {"v1": []}, grpc_service=SERVICE, grpc_streaming=("Sum",))
@@ -225,7 +211,7 @@ def test_limits_split_and_no_replica_apply_as_for_unary_calls() -> None:
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
         assert ("retry-after", "1") in tuple(refused.value.trailing_metadata() or ())
 
-    run(empty, no_replica)
+    run_grpc(empty, no_replica)
 
 
 def test_close_codes_carry_every_grpc_code_and_method_names_are_identifiers() -> None:

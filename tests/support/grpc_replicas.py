@@ -6,16 +6,21 @@ Moved out of tests/component/test_grpc_ingress.py: the v2 gRPC tests (tests/comp
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, AsyncGenerator, AsyncIterator
 
+import grpc.aio
+
+from proxy.grpc_ingress import serve_grpc
 from proxy.pool.calling import Batching, HandlerError
+from proxy.settings import GrpcLimits
 from replica.calling.asgi import BodyStream, WebSocketSession
 from replica.calling.grpc_calls import GrpcMethods
-from tests.support.proxy_app import FakeReplica
+from tests.support.proxy_app import FakeReplica, Proxy
 from vocabulary.control.actor_apis import ReplicaHandle
 from vocabulary.request_path.wire import Reply, StreamStart, WireRequest
 
-__all__ = ["GrpcCaller"]
+__all__ = ["GrpcCaller", "run_grpc"]
 
 
 class GrpcCaller:
@@ -73,3 +78,16 @@ class GrpcCaller:
             return False
         await session.push(message)
         return True
+
+
+def run_grpc(proxy: Proxy, test: Any) -> None:
+    """`test(channel)` against `proxy`'s app served on a gRPC port of its own on 127.0.0.1."""
+    async def serving() -> None:
+        server, port = await serve_grpc(proxy.app, "127.0.0.1", 0, GrpcLimits(), shared=False)
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                await test(channel)
+        finally:
+            await server.stop(None)
+
+    asyncio.run(serving())
