@@ -130,43 +130,44 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Path]]:
     yield seen
 
 
-def test_a_cold_hf_fetch_is_not_read_back_and_a_cache_hit_reads_it_once(
-    reads: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    hub = FakeHub().start()
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    """A Hub on loopback, the one `HF_ENDPOINT` names for the test."""
+    server = FakeHub().start()
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
     try:
-        files = {"config.json": b'{"hidden": 8}', "model.safetensors": os.urandom(2 * 1024 * 1024 + 5)}
-        commit = hub.commit("acme/tiny", files)
-        digest = manifest_digest([(p, len(d), hashlib.sha256(d).hexdigest()) for p, d in files.items()])
-        source = f"hf://acme/tiny@{commit}"
-        cold = ModelCache(tmp_path / "cache").stage("tiny", source, digest, time.monotonic() + 30, HubOptions())
-        assert cold.fetched_bytes == sum(len(d) for d in files.values())
-        assert reads == []
-        hit = ModelCache(tmp_path / "cache").stage("tiny", source, digest, time.monotonic() + 30, HubOptions())
-        assert hit.fetched_bytes == 0 and sorted(p.name for p in reads) == ["config.json", "model.safetensors"]
+        yield server
     finally:
-        hub.stop()
+        server.stop()
+
+
+def test_a_cold_hf_fetch_is_not_read_back_and_a_cache_hit_reads_it_once(
+    reads: list[Path], tmp_path: Path, hub: FakeHub
+) -> None:
+    files = {"config.json": b'{"hidden": 8}', "model.safetensors": os.urandom(2 * 1024 * 1024 + 5)}
+    commit = hub.commit("acme/tiny", files)
+    digest = manifest_digest([(p, len(d), hashlib.sha256(d).hexdigest()) for p, d in files.items()])
+    source = f"hf://acme/tiny@{commit}"
+    cold = ModelCache(tmp_path / "cache").stage("tiny", source, digest, time.monotonic() + 30, HubOptions())
+    assert cold.fetched_bytes == sum(len(d) for d in files.values())
+    assert reads == []
+    hit = ModelCache(tmp_path / "cache").stage("tiny", source, digest, time.monotonic() + 30, HubOptions())
+    assert hit.fetched_bytes == 0 and sorted(p.name for p in reads) == ["config.json", "model.safetensors"]
 
 
 def test_a_continued_hf_download_is_hashed_whole_and_a_wrong_pin_still_fails(
-    reads: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    reads: list[Path], tmp_path: Path, hub: FakeHub
 ) -> None:
-    hub = FakeHub().start()
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    try:
-        weights = os.urandom(1024 * 1024 + 3)
-        files = {"model.safetensors": weights}
-        commit = hub.commit("acme/cut", files)
-        digest = manifest_digest([("model.safetensors", len(weights), hashlib.sha256(weights).hexdigest())])
-        hub.cut(weights, after=300_000)  # the first download breaks off; the fetch continues it with a Range
-        staged = ModelCache(tmp_path / "cache").stage(
-            "cut", f"hf://acme/cut@{commit}", digest, time.monotonic() + 30, HubOptions())
-        assert (staged.path / "model.safetensors").read_bytes() == weights
-        assert reads == []
-        wrong = "0" * 64
-        with pytest.raises(models.ModelError, match="its bytes have sha256"):
-            ModelCache(tmp_path / "other").stage("cut", f"hf://acme/cut@{commit}", wrong, time.monotonic() + 30,
-                                                 HubOptions())
-    finally:
-        hub.stop()
+    weights = os.urandom(1024 * 1024 + 3)
+    files = {"model.safetensors": weights}
+    commit = hub.commit("acme/cut", files)
+    digest = manifest_digest([("model.safetensors", len(weights), hashlib.sha256(weights).hexdigest())])
+    hub.cut(weights, after=300_000)  # the first download breaks off; the fetch continues it with a Range
+    staged = ModelCache(tmp_path / "cache").stage(
+        "cut", f"hf://acme/cut@{commit}", digest, time.monotonic() + 30, HubOptions())
+    assert (staged.path / "model.safetensors").read_bytes() == weights
+    assert reads == []
+    wrong = "0" * 64
+    with pytest.raises(models.ModelError, match="its bytes have sha256"):
+        ModelCache(tmp_path / "other").stage("cut", f"hf://acme/cut@{commit}", wrong, time.monotonic() + 30,
+                                             HubOptions())

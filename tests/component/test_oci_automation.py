@@ -65,6 +65,17 @@ def model(label: str) -> tuple[dict[str, bytes], str]:
     return files, manifest_digest([(p, len(d), hashlib.sha256(d).hexdigest()) for p, d in files.items()])
 
 
+def push_tags(server: LoopbackRegistry, repository: str, tags: tuple[str, ...]
+              ) -> tuple[dict[str, dict[str, bytes]], dict[str, str]]:
+    """A model pushed to `repository` under each tag: each tag's files and model digest."""
+    files: dict[str, dict[str, bytes]] = {}
+    digest: dict[str, str] = {}
+    for tag in tags:
+        files[tag], digest[tag] = model(tag)
+        server.push_modelcar(repository, tag, files[tag])
+    return files, digest
+
+
 SPEC = """\
 # The tiny model, a modelcar; automation.tiny moves its pin.
 [models.tiny]
@@ -165,11 +176,7 @@ def test_semver_picks_the_highest_release_from_every_page_of_the_tag_list(
 ) -> None:
     server, front = registry
     repository = "acme/versioned"
-    files: dict[str, dict[str, bytes]] = {}
-    digest: dict[str, str] = {}
-    for tag in ("v1.2.0", "v1.9.0", "v1.10.0", "v2.0.0", "latest"):
-        files[tag], digest[tag] = model(tag)
-        server.push_modelcar(repository, tag, files[tag])
+    files, digest = push_tags(server, repository, ("v1.2.0", "v1.9.0", "v1.10.0", "v2.0.0", "latest"))
     name = f"oci://{front.host}/{repository}"
     # The registry hands the list out in pages of two: every page is read, through the token flow.
     tags = oci_tags(OciReference(front.host, repository), CREDENTIALS, 30)
@@ -205,12 +212,8 @@ def test_highest_version_follows_timestamped_builds_by_the_version_group_and_res
 ) -> None:
     server, front = registry
     repository = "acme/builds"
-    files: dict[str, dict[str, bytes]] = {}
-    digest: dict[str, str] = {}
-    for tag in ("main-20261203120000-aaaaaaa", "main-20261204093000-3f2a9c1", "pr-7-20271231000000-bbbbbbb",
-                "latest"):
-        files[tag], digest[tag] = model(tag)
-        server.push_modelcar(repository, tag, files[tag])
+    files, digest = push_tags(server, repository, ("main-20261203120000-aaaaaaa", "main-20261204093000-3f2a9c1",
+                                                   "pr-7-20271231000000-bbbbbbb", "latest"))
     name = f"oci://{front.host}/{repository}"
     first = server.push_modelcar(repository, "main-20261203120000-aaaaaaa", files["main-20261203120000-aaaaaaa"])
     world = World(tmp_path, front, name, f"{name}@{first}", digest["main-20261203120000-aaaaaaa"],
