@@ -123,7 +123,7 @@ hello-proto: $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check 'grpcio-tools==1.85.1'
 	$(abspath $(PY)) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. deployments/apps/helloworld.proto
 	sed -i 's/_descriptor_pool.Default()/_descriptor_pool.DescriptorPool()/' deployments/apps/helloworld_pb2.py
-	cd tests/real/apps && $(abspath $(PY)) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. helloworld.proto
+	$(abspath $(PY)) -m grpc_tools.protoc -Ideployments/apps --python_out=tests/real/apps --grpc_python_out=tests/real/apps deployments/apps/helloworld.proto
 
 # The real-tier smoke subset against the oldest Ray of the supported range
 # (the lower bound of `ray` in pyproject.toml), in a venv of its own.

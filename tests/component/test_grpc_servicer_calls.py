@@ -2,7 +2,7 @@
 grpcio's server with the proxy's handler, the endpoint's method kinds as the agent derives them
 (`grpc_methods`, no `grpc_streaming`), fake replicas running the replica host's dispatch over the servicer
 the generated add function registers (`replica.calling.servicers`), and a grpcio client using the
-generated stub of tests/real/apps/helloworld.proto (no Ray)."""
+generated stub of deployments/apps/helloworld.proto (tests/real/apps) (no Ray)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A backend's generated gRPC servicer: what the agent reads of an add_…_to_server function without
 importing it (`gitops.specs.servicers`), and what the replica records by calling it on a stand-in
 server (`replica.calling.servicers`): the service's full name and each method's kind, the same from
-both, for the generated module of tests/real/apps/helloworld.proto; and the context a method gets."""
+both, for the generated module of deployments/apps/helloworld.proto in tests/real/apps; and the context a method gets."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Test user code for the gRPC servicer tests: `helloworld.Greeter`'s servicer as a grpcio user writes one,
-subclassing the class protoc's gRPC plugin generated (helloworld_pb2_grpc.py, from helloworld.proto beside
-it: `make hello-proto`), its methods called as grpcio calls a servicer's: parsed messages, a context."""
+subclassing the class protoc's gRPC plugin generated (helloworld_pb2_grpc.py beside it, from deployments/apps/helloworld.proto:
+`make hello-proto`), its methods called as grpcio calls a servicer's: parsed messages, a context."""
 
 from __future__ import annotations
 
