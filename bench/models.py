@@ -256,9 +256,10 @@ def loads_real_stack(mix: list[str]) -> dict[str, Any]:
 
 
 def _against_plain(
-    work: Path, url: str, fetch: Callable[[Path], None], stage: Callable[[Path], Any]
-) -> tuple[float, float, Any, Any]:
-    """(the plain download's seconds, the fetch's, the fastest cold stage, a cache hit after it).
+    work: Path, url: str, size: int, fetch: Callable[[Path], None], stage: Callable[[Path], Any]
+) -> dict[str, float]:
+    """MB/s of the plain download of `url` (`plain_mb_s`), of `fetch` and of a cold `stage` of `size`
+    bytes, their ratios to the plain download, and the bytes a cold stage and a cache hit fetched.
 
     The plain download is httpx writing `url`'s chunks as they come (re-chunking them to 1 MiB
     made it about 2x slower here). The three are interleaved, each begun with no write of the one
@@ -287,7 +288,18 @@ def _against_plain(
         shutil.rmtree(work / f"fetch{run}")
         os.sync()
         stages.append(stage(work / f"cache{run}"))
-    return min(plain_runs), min(fetch_runs), min(stages, key=lambda staged: staged.seconds), stage(work / "cache0")
+    plain_s, fetch_s = min(plain_runs), min(fetch_runs)
+    cold = min(stages, key=lambda staged: staged.seconds)
+    again = stage(work / "cache0")
+    return {
+        "plain_mb_s": size / 1e6 / plain_s,
+        "fetch_mb_s": size / 1e6 / fetch_s,
+        "cold_stage_mb_s": size / 1e6 / cold.seconds,
+        "fetch_vs_plain": plain_s / fetch_s,
+        "cold_stage_vs_plain": plain_s / cold.seconds,
+        "cold_fetched_bytes": cold.fetched_bytes,
+        "hit_fetched_bytes": again.fetched_bytes,
+    }
 
 
 def measure_oci(mb: int) -> dict[str, Any]:
@@ -311,21 +323,12 @@ def measure_oci(mb: int) -> dict[str, Any]:
             del weights, files, layer
             source = f"oci://{registry.host}/bench/model@{manifest}"
 
-            plain_s, fetch_s, cold, again = _against_plain(
-                work, f"{registry.url}/v2/bench/model/blobs/{blob}",
+            figures = _against_plain(
+                work, f"{registry.url}/v2/bench/model/blobs/{blob}", size,
                 lambda dest: fetch_oci(source, dest, time.monotonic() + 600, FetchProgress(), None),
                 lambda root: ModelCache(root).stage("bench", source, digest, time.monotonic() + 600),
             )
-            return {
-                "layer_mb": size / 1e6,
-                "plain_blob_download_mb_s": size / 1e6 / plain_s,
-                "fetch_mb_s": size / 1e6 / fetch_s,
-                "cold_stage_mb_s": size / 1e6 / cold.seconds,
-                "fetch_vs_plain": plain_s / fetch_s,
-                "cold_stage_vs_plain": plain_s / cold.seconds,
-                "cold_fetched_bytes": cold.fetched_bytes,
-                "hit_fetched_bytes": again.fetched_bytes,
-            }
+            return {"layer_mb": size / 1e6, "plain_blob_download_mb_s": figures.pop("plain_mb_s"), **figures}
     finally:
         _remove_tree(work)
 
@@ -362,21 +365,12 @@ def measure_hub(mb: int) -> dict[str, Any]:
         weights_url = f"{url}/bench/model/resolve/{commit}/model.safetensors"
         source = f"hf://bench/model@{commit}"
 
-        plain_s, fetch_s, cold, again = _against_plain(
-            work, weights_url,
+        figures = _against_plain(
+            work, weights_url, size,
             lambda dest: fetch_hub(source, dest, time.monotonic() + 600, FetchProgress(), HubOptions()),
             lambda root: ModelCache(root).stage("bench", source, digest, time.monotonic() + 600, HubOptions()),
         )
-        return {
-            "model_mb": size / 1e6,
-            "plain_download_mb_s": size / 1e6 / plain_s,
-            "fetch_mb_s": size / 1e6 / fetch_s,
-            "cold_stage_mb_s": size / 1e6 / cold.seconds,
-            "fetch_vs_plain": plain_s / fetch_s,
-            "cold_stage_vs_plain": plain_s / cold.seconds,
-            "cold_fetched_bytes": cold.fetched_bytes,
-            "hit_fetched_bytes": again.fetched_bytes,
-        }
+        return {"model_mb": size / 1e6, "plain_download_mb_s": figures.pop("plain_mb_s"), **figures}
     finally:
         ours.send("done")
         server.join(30)
