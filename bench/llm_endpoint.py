@@ -21,7 +21,11 @@ of the rounds with [min–max]; ours over direct is the overhead (issue 43's
 target: ≤ 5%). The CPU engine makes ~10⁴ tokens/s, far more than a GPU
 model's 10–100 per request, so the per-token share of our cost is at its
 worst here: the overhead rows also say what the proxy adds per request
-and per token, in time.
+and per token, in time. A second series runs the same engine at a GPU
+model's pace (`bench.llm_paced`: the first token after
+`bench.targets.GPU_TTFT_S`, then one each `GPU_TOKEN_S`), the pace an
+endpoint's clients meet; both series are reported, the engine's own speed
+first.
 
     python -m bench.llm_endpoint [--tiny] [--json PATH]
 """
@@ -45,6 +49,7 @@ import httpx
 
 from bench import machine, results, stats
 from bench.stacks import free_port, own_ray, poll
+from bench.targets import GPU_TOKEN_S, GPU_TTFT_S
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("direct", "ours")
@@ -54,6 +59,9 @@ PROMPT = [{"role": "user", "content": "what does the proxy do with a request ?"}
 # (rounds, requests per round and concurrency, concurrencies, max_tokens); tiny: a few seconds of requests.
 FULL = (5, 200, (1, 8), 128)
 TINY = (2, 8, (1, 4), 32)
+# The GPU-paced series: fewer and shorter requests (~30 s a round).
+PACED_FULL = (3, 12, (1, 8), 48)
+PACED_TINY = (2, 3, (1, 4), 8)
 
 
 async def _one(client: httpx.AsyncClient, max_tokens: int) -> tuple[float, float, int]:
@@ -80,14 +88,21 @@ async def run_round(url: str, requests: int, concurrency: int, max_tokens: int) 
     """`requests` streamed completions, `concurrency` at a time (each on a connection of its own)."""
     measured: list[tuple[float, float, int]] = []
 
-    async def session(count: int) -> None:
-        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
-            for _ in range(count):
-                measured.append(await _one(client, max_tokens))
+    async def session(client: httpx.AsyncClient, count: int) -> None:
+        for _ in range(count):
+            measured.append(await _one(client, max_tokens))
 
-    started = time.perf_counter()
-    await asyncio.gather(*(session(len(range(n, requests, concurrency))) for n in range(concurrency)))
-    elapsed = time.perf_counter() - started
+    # Every client is made before any request: making one (its TLS context) takes ~40 ms of this loop,
+    # which would count in the first tokens of the requests already sent.
+    clients = [httpx.AsyncClient(base_url=url, timeout=120) for _ in range(concurrency)]
+    try:
+        started = time.perf_counter()
+        await asyncio.gather(*(session(client, len(range(n, requests, concurrency)))
+                               for n, client in enumerate(clients)))
+        elapsed = time.perf_counter() - started
+    finally:
+        for client in clients:
+            await client.aclose()
     ttft = sorted(m[0] for m in measured)
     return {
         "ttft_p50_s": stats.quantile(ttft, 0.5),
@@ -100,15 +115,17 @@ async def run_round(url: str, requests: int, concurrency: int, max_tokens: int) 
     }
 
 
-def serve_direct(port: int) -> None:
-    """The direct system: the OpenAI app over the CPU engine, served by uvicorn (runs until killed)."""
+def serve_direct(port: int, paced: bool) -> None:
+    """The direct system: the OpenAI app over the CPU engine (at a GPU's pace when `paced`),
+    served by uvicorn (runs until killed)."""
     import uvicorn
 
+    from bench.llm_paced import paced_app
     from ray_gitops.llm.app import build_engine
     from ray_gitops.llm.http import OpenAIApp
     from vocabulary.spec.llm import LLMConfig
 
-    app = OpenAIApp(build_engine(LLMConfig.model_validate(LLM), None))
+    app = paced_app(LLM, GPU_TTFT_S, GPU_TOKEN_S) if paced else OpenAIApp(build_engine(LLMConfig.model_validate(LLM), None))
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off")
 
 
@@ -116,18 +133,19 @@ def _ready(url: str) -> bool:
     return httpx.get(f"{url}/v1/models", timeout=2).json()["data"][0]["id"] == MODEL
 
 
-def start_direct() -> tuple[subprocess.Popen[bytes], str]:
+def start_direct(paced: bool) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    process = subprocess.Popen([sys.executable, "-m", "bench.llm_endpoint", "--serve-direct", str(port)],
-                               cwd=ROOT, env=env)
+    process = subprocess.Popen([sys.executable, "-m", "bench.llm_endpoint", "--serve-direct", str(port),
+                                *(["--paced"] if paced else [])], cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
     poll(lambda: _ready(url), 60, "the direct OpenAI server")
     return process, url
 
 
 def start_ours() -> tuple[Any, str]:
-    """Our controller and proxy on a local Ray of this process's own, the [llm] backend on one replica."""
+    """Our controller and proxy on a local Ray of this process's own, the [llm] backend on one replica
+    under /v1 and the same backend at a GPU's pace (`bench.llm_paced`) under /paced/v1."""
     from controller.client import start_or_connect
     from controller.cluster import init_ray
     from vocabulary.control.goal_api import PROXY_CLASS
@@ -145,8 +163,13 @@ def start_ours() -> tuple[Any, str]:
     async def deploy() -> None:
         backend = BackendConfig(name="chat", version="v1", import_path=BUILTIN_APP, init_kwargs={"llm": LLM},
                                 num_replicas=1, ray_actor_options={"num_cpus": 0})
-        endpoint = EndpointConfig(name="chat", route="/v1", traffic={"chat": 1.0})
-        for goal in [await client.apply_backend(backend), await client.apply_endpoint(endpoint)]:
+        paced = BackendConfig(name="paced", version="v1", import_path="bench.llm_paced:PacedBackend",
+                              init_kwargs={"llm": LLM, "first_s": GPU_TTFT_S, "token_s": GPU_TOKEN_S}, num_replicas=1,
+                              ray_actor_options={"num_cpus": 0})
+        goals = [await client.apply_backend(backend), await client.apply_backend(paced),
+                 await client.apply_endpoint(EndpointConfig(name="chat", route="/v1", traffic={"chat": 1.0})),
+                 await client.apply_endpoint(EndpointConfig(name="paced", route="/paced", traffic={"paced": 1.0}))]
+        for goal in goals:
             result = await client.wait_for_goal(goal, 300)
             if result.state != GoalState.MET:
                 raise RuntimeError(f"goal not met: {result}")
@@ -154,32 +177,45 @@ def start_ours() -> tuple[Any, str]:
     asyncio.run(deploy())
     url = f"http://127.0.0.1:{port}"
     poll(lambda: _ready(url), 60, "our proxy's OpenAI endpoint")
+    poll(lambda: _ready(f"{url}/paced"), 60, "our proxy's GPU-paced OpenAI endpoint")
     return client, url
 
 
-def measure(rounds: int, requests: int, concurrencies: tuple[int, ...], max_tokens: int) -> list[dict[str, Any]]:
-    """Per (system, concurrency): each figure as a spread over the rounds, the systems alternating."""
+Shape = tuple[int, int, tuple[int, ...], int]
+
+
+def measure(shape: Shape, paced: Shape) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Per (system, concurrency): each figure as a spread over the rounds, the systems alternating;
+    the engine at its own speed in the `shape` given, then at a GPU's pace in `paced`."""
     from controller.cluster import shutdown_ray
 
-    direct, direct_url = start_direct()
+    direct, direct_url = start_direct(paced=False)
+    direct_paced, direct_paced_url = start_direct(paced=True)
     client = None
     try:
         client, ours_url = start_ours()
-        urls = {"direct": direct_url, "ours": ours_url}
-        for url in urls.values():  # warm both: connections, the engine's first request
-            asyncio.run(run_round(url, 2, 1, max_tokens))
-        measured: dict[tuple[str, int], list[dict[str, float]]] = {}
-        for _ in range(rounds):
-            for concurrency in concurrencies:
-                for system in SYSTEMS:
-                    figures = asyncio.run(run_round(urls[system], requests, concurrency, max_tokens))
-                    measured.setdefault((system, concurrency), []).append(figures)
+        own = _alternated({"direct": direct_url, "ours": ours_url}, *shape)
+        at_pace = _alternated({"direct": direct_paced_url, "ours": f"{ours_url}/paced"}, *paced)
     finally:
-        direct.kill()
-        direct.wait()
+        for process in (direct, direct_paced):
+            process.kill()
+            process.wait()
         if client is not None:
             client.shutdown()
         shutdown_ray()
+    return own, at_pace
+
+
+def _alternated(urls: dict[str, str], rounds: int, requests: int, concurrencies: tuple[int, ...],
+                max_tokens: int) -> list[dict[str, Any]]:
+    for url in urls.values():  # warm both: connections, the engine's first request
+        asyncio.run(run_round(url, 2, 1, max_tokens))
+    measured: dict[tuple[str, int], list[dict[str, float]]] = {}
+    for _ in range(rounds):
+        for concurrency in concurrencies:
+            for system in SYSTEMS:
+                figures = asyncio.run(run_round(urls[system], requests, concurrency, max_tokens))
+                measured.setdefault((system, concurrency), []).append(figures)
     return [
         {"system": system, "concurrency": concurrency,
          **{name: stats.spread(r[name] for r in runs) for name in runs[0]}}
@@ -227,18 +263,26 @@ def print_runs(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
 def main() -> int:
     parser = results.parser(__doc__.splitlines()[0])
     parser.add_argument("--serve-direct", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--paced", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_direct:
-        serve_direct(args.serve_direct)
+        serve_direct(args.serve_direct, args.paced)
         return 0
-    rounds, requests, concurrencies, max_tokens = TINY if args.tiny else FULL
+    shape, paced_shape = (TINY, PACED_TINY) if args.tiny else (FULL, PACED_FULL)
     before = float(machine.describe()["load_average_1m"])  # type: ignore[arg-type]  # a float there
-    runs = measure(rounds, requests, concurrencies, max_tokens)
-    rows = overheads(runs, max_tokens)
+    runs, paced_runs = measure(shape, paced_shape)
+    rows, paced_rows = overheads(runs, shape[3]), overheads(paced_runs, paced_shape[3])
+    print(f"the engine at its own speed ({LLM['engine']}):")
     print_runs(runs, rows)
+    print(f"\nthe same engine at a GPU model's pace (first token {GPU_TTFT_S * 1e3:g} ms, then {GPU_TOKEN_S * 1e3:g} ms "
+          "each):")
+    print_runs(paced_runs, paced_rows)
+    rounds, requests, _, max_tokens = shape
     results.write(args.json, "llm_endpoint", args.tiny, {
         "runs": runs, "overhead": rows, "rounds": rounds, "requests": requests, "max_tokens": max_tokens,
         "engine": LLM["engine"],
+        "paced": {"first_s": GPU_TTFT_S, "token_s": GPU_TOKEN_S, "runs": paced_runs, "overhead": paced_rows,
+                  "rounds": paced_shape[0], "requests": paced_shape[1], "max_tokens": paced_shape[3]},
         "load_average": [before, float(machine.describe()["load_average_1m"])],  # type: ignore[arg-type]
     })
     return 0

@@ -735,14 +735,28 @@ def _llm_endpoint(measurements: dict[str, Any], figures: dict[str, Any]) -> list
     lines = ["## The OpenAI endpoint through our proxy (issue 43)", "",
              f"The built-in CPU engine (`{f['engine']}`) behind the built-in OpenAI layer, served directly by uvicorn "
              "(an engine's own OpenAI server) and as a `[backends.X.llm]` backend of one replica behind our proxy. "
-             f"The same client sends streamed chat completions of {f['max_tokens']} tokens, {f['requests']} per round "
-             f"at each concurrency, the two systems alternating, {f['rounds']} rounds: medians of the rounds "
+             "The same client sends streamed chat completions, the two systems alternating: medians of the rounds "
              "[min–max]. TTFT: to the first content chunk; a request's tokens/s: its tokens over its whole time "
-             "(median); output: tokens/s over the round. This engine makes about 10⁴ tokens/s, a GPU model 10–100 "
-             "per request: the share of our per-token cost is at its worst here, so the overhead is also said in "
-             "time added, per request and per token. "
+             "(median); output: tokens/s over the round. "
              f"Load average (1 min) {before:.1f} → {after:.1f}. {_command(doc)}", "",
-             "| system | in flight | TTFT p50 ms | TTFT p99 ms | request p50 ms | a request's tokens/s | output tokens/s |",
+             f"**The engine at its own speed**: {f['max_tokens']} tokens a request, {f['requests']} per round at "
+             f"each concurrency, {f['rounds']} rounds. This engine makes about 10⁴ tokens/s, a GPU model 10–100 per "
+             "request: the share of our per-token cost is at its worst here, so the overhead is also said in time "
+             "added, per request and per token.", "",
+             *_llm_series(f)]
+    paced = f.get("paced")
+    if paced:
+        lines += [f"**The same engine at a GPU model's pace** (`bench.llm_paced`): its first token after "
+                  f"{paced['first_s'] * 1e3:g} ms, each later one {paced['token_s'] * 1e3:g} ms after the one before "
+                  "(a GPU's times, assumed: none is here; what our proxy adds at that pace is measured); "
+                  f"{paced['max_tokens']} tokens a request, {paced['requests']} per round at each concurrency, "
+                  f"{paced['rounds']} rounds.", "", *_llm_series(paced)]
+    return lines
+
+
+def _llm_series(f: dict[str, Any]) -> list[str]:
+    """One series' runs and its overhead rows."""
+    lines = ["| system | in flight | TTFT p50 ms | TTFT p99 ms | request p50 ms | a request's tokens/s | output tokens/s |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in sorted(f["runs"], key=lambda r: (r["concurrency"], r["system"])):
         lines.append(f"| {r['system']} | {r['concurrency']} | {_spread(r['ttft_p50_s'], 1e3, 2)} | "

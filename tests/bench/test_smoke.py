@@ -242,7 +242,12 @@ def test_llm_endpoint_bench_measures_the_proxy_and_the_engine_served_directly(me
         assert r["ttft_p50_s"]["median"] < r["request_p50_s"]["median"]
         assert r["request_tokens_per_s"]["median"] > 0 and r["output_tokens_per_s"]["median"] > 0
     assert [o["concurrency"] for o in got["overhead"]] == [1, 4]
-    assert "## The OpenAI endpoint through our proxy (issue 43)" in (report / "REPORT.md").read_text()
+    paced = got["paced"]  # the same engine at a GPU model's pace: a first token no sooner than its prefill
+    assert {(r["system"], r["concurrency"]) for r in paced["runs"]} == {(s, c) for s in ("direct", "ours") for c in (1, 4)}
+    assert all(r["ttft_p50_s"]["median"] >= paced["first_s"] for r in paced["runs"])
+    assert [o["concurrency"] for o in paced["overhead"]] == [1, 4]
+    text = (report / "REPORT.md").read_text()
+    assert "## The OpenAI endpoint through our proxy (issue 43)" in text and "at a GPU model's pace" in text
 
 
 def test_grpc_bench_calls_our_proxy_and_grpcio_without_errors(measured: dict[str, Any], report: Path) -> None:
