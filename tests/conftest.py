@@ -12,6 +12,9 @@
   Its token auth is on, as `gitops run`'s: the token is in a temp state dir,
   and `RAY_AUTH_MODE` / `RAY_AUTH_TOKEN_PATH` in this process's environment
   let the agents the tests start (`--ray-address`) join it.
+- httpx clients made with the default `verify` share one TLS context
+  (`tests.support.httpx_tls`): making one per client was a sixth of a real
+  test process's CPU.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.httpx_tls import share_default_tls_context
 from tests.support.tiers import group_of, is_serial, markers_for, tier_of
+
+share_default_tls_context()
 
 _ROOT = Path(__file__).resolve().parent.parent
 
