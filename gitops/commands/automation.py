@@ -46,8 +46,8 @@ from gitops.printable import printable
 from gitops.redaction import Credentials, register_secret
 from gitops.sources.repos import GitSource
 from gitops.sources.signing import SigningKey, load_signing_key
-from gitops.specs.automation import AUTOMATION_PATH, parse_automation
-from gitops.specs.pin_edits import DeclaredModel
+from gitops.specs.pins.automation import AUTOMATION_PATH, parse_automation
+from gitops.specs.pins.pin_edits import DeclaredModel
 
 __all__ = ["RegistryAccess", "SourceRepository", "automation_command", "build_loop", "registry_access", "resolve_pin"]
 

@@ -213,7 +213,7 @@ def _merged(results: list[LoadResult]) -> LoadResult:
 
 def _with_automation(tree: Tree, result: LoadResult) -> LoadResult:
     """`automation.toml`'s own errors, and each automation whose model no spec file declares."""
-    from gitops.specs.automation import AUTOMATION_PATH, parse_automation, unknown_models
+    from gitops.specs.pins.automation import AUTOMATION_PATH, parse_automation, unknown_models
 
     if not tree.exists(AUTOMATION_PATH):
         return result

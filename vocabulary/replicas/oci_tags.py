@@ -1,6 +1,6 @@
 """Which tag of an OCI repository an automation follows (`pick = "semver"` or `"highest-version"`), and the tag list's pages.
 
-An automation watching `oci://REGISTRY/REPO` (no tag; `gitops.specs.automation`,
+An automation watching `oci://REGISTRY/REPO` (no tag; `gitops.specs.pins.automation`,
 docs/guides/automation.md) reads the repository's tag list (the distribution
 API's `GET /v2/<name>/tags/list`) and picks one tag, as Flux's image policies
 and Argo CD Image Updater's `semver` strategy do; the pin is then the digest
