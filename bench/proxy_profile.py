@@ -40,18 +40,18 @@ CONNECTIONS = 32
 # passed over towards the caller.
 STAGES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("metrics", re.compile(r"^prometheus_client/|^proxy/observability/(metrics|request_stats)\.py"
-                           r"|^proxy/shell/load_reporting\.py|^proxy/pipeline/count\.py")),
+                           r"|^proxy/shell/load_reporting\.py|^proxy/pipeline/stages/count\.py")),
     ("replica: user code", re.compile(r"^bench/proxy_apps\.py")),
     ("data path: frames over the Unix socket", re.compile(r"^proxy/pool/socketcalls\.py|^datalink/"
                                                           r"|^replica/data_socket\.py|^pickle")),
     ("replica: host (Request in, response out)", re.compile(r"^replica/|^starlette/")),
     ("proxy: routing and choice", re.compile(r"^proxy/routes/(routing|snapshot|steering)\.py"
-                                                     r"|^proxy/pool/replicas\.py|^proxy/pipeline/steer\.py|^vocabulary/choosing\.py")),
+                                                     r"|^proxy/pool/replicas\.py|^proxy/pipeline/stages/steer\.py|^vocabulary/choosing\.py")),
     ("Ray: call submit", re.compile(r"^ray/actor\.py|^ray/_private/(auto_init_hook|client_mode_hook|signature)\.py"
                                     r"|^ray/util/tracing/")),
     ("Ray: transport (task loop, serialise, deliver)", re.compile(r"^ray/|_raylet|^cloudpickle/|^msgpack")),
     ("proxy: request path (proxy.app, calls, coalescing)",
-     re.compile(r"^proxy/(app|pipeline/\w+|pool/(calling|sending|replica_calls|coalescing|gathering)|shell/raycalls)\.py")),
+     re.compile(r"^proxy/(app|pipeline/(?:stages/)?\w+|pool/(calling|sending|replica_calls|coalescing|gathering)|shell/raycalls)\.py")),
     ("HTTP: parse and framework (httpedge.server, httptools)",
      re.compile(r"^httpedge/|^uvicorn/|^httptools/|^h11/|^proxy/actor\.py")),
 )

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gitops.specs.automation import AutomationSpec
+from gitops.specs.pins.automation import AutomationSpec
 from gitops.specs.models import BackendSpec, EndpointSpec, ModelSpec, SecretSpec
 
 __all__ = ["EXAMPLE", "TABLES", "render_spec"]

@@ -357,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     resolve.add_argument("--kind", choices=["file", "directory"], default=None,
                          help="s3://: pick among the files, or the directories, directly under the prefix "
                          "(default: whichever the prefix holds)")
-    models.set_defaults(func=_command("models", "models_command"))
+    models.set_defaults(func=_command("models.command", "models_command"))
 
     automation = verb("automation", "artifact automation: the [automation.NAME] tables of automation.toml "
                       "(docs/guides/automation.md)")

@@ -11,7 +11,7 @@ Owns the request path's order, which `ProxyApp.__call__` runs top to bottom:
 
        admission (limits) -> token budget -> steering -> tracing -> capture -> shadow -> [forward] -> counting
 
-   each a module of `proxy.pipeline`, left out of an endpoint's chain when
+   each a module of `proxy.pipeline.stages`, left out of an endpoint's chain when
    its feature is off for it; its `begin` hooks run (a refusal there is
    answered at once, not counted);
 3. one pass over the headers says whether a body follows and reads the
@@ -42,7 +42,7 @@ calls (`ProxyApp.sender`), caller, recorder and Retry-After.
 Deliberately a bare ASGI callable rather than a Starlette app: the hot path
 allocates only its `Transit`, the wire tuple and the response events, and logs
 nothing unless something failed. Results are reported through one `Recorder`
-(`proxy.pipeline.count`), the single place metrics hook in.
+(`proxy.pipeline.stages.count`), the single place metrics hook in.
 """
 
 from __future__ import annotations
@@ -59,18 +59,18 @@ from proxy.observability.capture import CaptureWriter
 from proxy.observability.request_stats import RequestCounter
 from proxy.observability.shadow_compare import MismatchLog
 from proxy.observability.tracing import RequestTracing
-from proxy.pipeline.admit import Admission
+from proxy.pipeline.stages.admit import Admission
 from proxy.pipeline.body import BodyBudget, framing, read, unframed
-from proxy.pipeline.budget import TokenBudgeting
-from proxy.pipeline.capture import Capture
-from proxy.pipeline.count import Counting, NullRecorder, Recorder
+from proxy.pipeline.stages.budget import TokenBudgeting
+from proxy.pipeline.stages.capture import Capture
+from proxy.pipeline.stages.count import Counting, NullRecorder, Recorder
 from proxy.pipeline.forward import Forwarding, client_timeout
 from proxy.pipeline.running_calls import ClientLeft
-from proxy.pipeline.shadow import Shadowing
+from proxy.pipeline.stages.shadow import Shadowing
 from proxy.pipeline.stage import Chain, Stage, chains
-from proxy.pipeline.steer import Steering
+from proxy.pipeline.stages.steer import Steering
 from proxy.pipeline.streaming import answer_stream
-from proxy.pipeline.trace import Tracing
+from proxy.pipeline.stages.trace import Tracing
 from proxy.pipeline.transit import CLIENT_LEFT, TEXT, Refusal, Transit, end_to_end, send_answer
 from proxy.pipeline.websockets import WebSocketCarrier
 from proxy.pool.calling import Caller

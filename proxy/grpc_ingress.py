@@ -77,13 +77,13 @@ import grpc.aio
 from proxy.app import ProxyApp
 from proxy.observability.bodies import EMPTY, BodyView
 from proxy.observability.redacting import Flow
-from proxy.pipeline.admit import Admission
-from proxy.pipeline.capture import Capture
-from proxy.pipeline.count import Counting
-from proxy.pipeline.shadow import Shadowing
+from proxy.pipeline.stages.admit import Admission
+from proxy.pipeline.stages.capture import Capture
+from proxy.pipeline.stages.count import Counting
+from proxy.pipeline.stages.shadow import Shadowing
 from proxy.pipeline.stage import Chain, Stage, chains
-from proxy.pipeline.steer import Steering
-from proxy.pipeline.trace import Tracing
+from proxy.pipeline.stages.steer import Steering
+from proxy.pipeline.stages.trace import Tracing
 from proxy.pipeline.transit import CLIENT_LEFT, Refusal, Transit, refusal_for
 from proxy.pool.calling import HandlerError, ReplicaDiedError
 from proxy.pool.replicas import NoReplicaError, QueueFullError

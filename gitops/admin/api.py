@@ -15,8 +15,8 @@ and `/rollouts/ENDPOINT/abort` (a running rollout, by hand) (each with an option
 `reason=TEXT`, recorded with who asked and from where), and `POST /hooks/git`,
 which only wakes the agent to fetch (the payload is never read for specs)
 and only with a valid GitHub-style signature, once per delivery. Every
-request passes `gitops.admin.access.check` first (token, Host, Origin),
-then the role table; a mutating request from a browser (`gitops.admin.csrf.from_browser`)
+request passes `gitops.admin.auth.access.check` first (token, Host, Origin),
+then the role table; a mutating request from a browser (`gitops.admin.auth.csrf.from_browser`)
 also needs its page's CSRF token in `X-CSRF-Token` (403 without it).
 `build_webhook_app` is `/hooks/git` alone, for its own listener
 (`--webhook-port`), so publishing the webhook publishes nothing else.
@@ -43,15 +43,15 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gitops.admin.access import AccessPolicy, Refusal, authenticate, check
-from gitops.admin.access import BearerRefused
-from gitops.admin.csrf import CsrfKey, from_browser
+from gitops.admin.auth.access import AccessPolicy, Refusal, authenticate, check
+from gitops.admin.auth.access import BearerRefused
+from gitops.admin.auth.csrf import CsrfKey, from_browser
 from gitops.admin.events import EventLimits, EventStreams, frames
-from gitops.admin.login import COOKIE, CSRF_HEADER, Logins, challenge_of
+from gitops.admin.auth.login import COOKIE, CSRF_HEADER, Logins, challenge_of
 from gitops.admin.page_view import (
     PAGE_HEADERS, content_security_policy, filter_ejections, filter_history, offered, plan_lines,
 )
-from gitops.admin.roles import Principal, refusal, rule_for
+from gitops.admin.auth.roles import Principal, refusal, rule_for
 from gitops.reconcile.outcomes import MAX_REASON_CHARS, Action, Ejection, HistoryEntry
 from gitops.reconcile.plans import PendingPlan
 from gitops.redaction import redact
@@ -108,7 +108,7 @@ class AdminTarget(Protocol):
 
 
 class SignIn(Protocol):
-    """The status page's sign-in: the issuer (`gitops.admin.oidc.OidcVerifier`) and the sessions."""
+    """The status page's sign-in: the issuer (`gitops.admin.auth.oidc.OidcVerifier`) and the sessions."""
 
     logins: Logins
     client_id: str
@@ -473,7 +473,7 @@ def build_webhook_app(webhook: WebhookGuard, webhook_fetch: Callable[[], None]) 
 class _Guarded:
     """Applies the access policy to every HTTP request before routing: Host and
     Origin, then who the bearer is, then the route's row of the role table
-    (`gitops.admin.roles.ROUTES`). The principal goes on in `request.state`."""
+    (`gitops.admin.auth.roles.ROUTES`). The principal goes on in `request.state`."""
 
     def __init__(self, app: ASGIApp, routes: list[Route], policy: AccessPolicy, csrf: CsrfKey,
                  streams: EventStreams) -> None:

@@ -31,7 +31,7 @@ commits a rollback quarantined, the proxies' recent shadow mismatches (from
 full. With `--commit-url-template` commits link to the forge.
 
 Not here: the JSON it reads (`gitops.status.rollup`, `gitops.loop.history`),
-who may do what (`gitops.admin.page_view`, from `gitops.admin.roles`) and
+who may do what (`gitops.admin.page_view`, from `gitops.admin.auth.roles`) and
 serving it (`gitops.admin.api`, with the Content-Security-Policy). Every
 value from the JSON is inserted as text, never as HTML, so a commit message
 or error text cannot inject markup.

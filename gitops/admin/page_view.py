@@ -6,7 +6,7 @@
   /rollouts/ENDPOINT/promote`, `/abort`), and `HISTORY_ACTIONS`, each history row's of
   an applied commit other than the current one (`POST /rollback?commit=SHA`, "roll back
   to this"). `offered` keeps those the principal may call, judged by the
-  role table (`gitops.admin.roles.ROUTES` through `refusal`, scopes
+  role table (`gitops.admin.auth.roles.ROUTES` through `refusal`, scopes
   included): the table is the one source, so a viewer's page holds no
   action at all. `actions_html` draws them: each a button that opens its
   confirm form (what it does, a reason, "Confirm" or "Cancel"); nothing
@@ -31,7 +31,7 @@ import html
 from dataclasses import dataclass
 from typing import Sequence
 
-from gitops.admin.roles import Principal, refusal, rule_for
+from gitops.admin.auth.roles import Principal, refusal, rule_for
 from gitops.reconcile.outcomes import Action, Ejection, HistoryEntry, Outcome
 
 __all__ = [

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gitops.admin.access import read_token
+from gitops.admin.auth.access import read_token
 
 __all__ = [
     "Verdict", "verify", "sign", "RateLimiter", "DeliveryLog", "read_secret",

@@ -1,4 +1,4 @@
-"""One module per CLI verb group; each exposes `<verb>_command(args) -> int`.
+"""One module (or, for `models`, one sub-package) per CLI verb group; each exposes `<verb>_command(args) -> int`.
 
 - `run`: the agent process (Ray, controller, reconcile loop, admin API).
 - `validate`: offline spec validation; `plan`: the changes between two
@@ -9,9 +9,10 @@
   commit's apply trace).
 - `secret`: `gitops secret encrypt` and `gitops secret edit`, authoring
   age-encrypted secret files.
-- `models`: `gitops models digest PATH|URL`, the digest a `[models.NAME]`
-  table pins, and `gitops models resolve REF`, the pin of a moving reference;
-  `models_oci`: its OCI tags (the registry's manifest and the model's digest).
+- `models/`: `gitops models digest PATH|URL`, the digest a `[models.NAME]`
+  table pins, and `gitops models resolve REF`, the pin of a moving reference
+  (local files, S3 and HTTP(S), the Hugging Face Hub, OCI registries), which
+  `validate` and `automation` read moving references with too.
 - `reset`: discard the controller's stored state (`reset-controller`).
 - `run_environment`: puts together the environment duties of `gitops run
   --environment`.
@@ -19,4 +20,7 @@
   `gitops run` starts, put together.
 - `capture`: `gitops capture tail` and `gitops capture grep`, reading the
   request/response records of a file capture sink.
+
+`run` is over the other verbs, which are over what some of them read too
+(`models/`, `plan`); a layers contract in `pyproject.toml` keeps the order.
 """

@@ -7,8 +7,8 @@ Wiring only (the decisions are `gitops.delivery.automation`'s, the look is
   an `hf://` branch resolved at the Hub with the model's include/exclude, an
   `oci://` tag's manifest digest, or an `oci://` repository's tag list picked
   by its rule (`vocabulary.replicas.oci_tags`) and that tag's digest — the
-  very functions of `gitops models resolve` (`gitops.commands.models`,
-  `gitops.commands.models_oci`); an S3 model whose objects are listed as last
+  very functions of `gitops models resolve` (`gitops.commands.models.digests`,
+  `gitops.commands.models.oci`); an S3 model whose objects are listed as last
   time (keys, sizes, times) is not read again to hash it, nor an OCI manifest
   the spec pins already or that was hashed before (a digest names its bytes);
   the registry's credentials are `USER:PASSWORD` from a file
@@ -46,8 +46,8 @@ from gitops.printable import printable
 from gitops.redaction import Credentials, register_secret
 from gitops.sources.repos import GitSource
 from gitops.sources.signing import SigningKey, load_signing_key
-from gitops.specs.automation import AUTOMATION_PATH, parse_automation
-from gitops.specs.pin_edits import DeclaredModel
+from gitops.specs.pins.automation import AUTOMATION_PATH, parse_automation
+from gitops.specs.pins.pin_edits import DeclaredModel
 
 __all__ = ["RegistryAccess", "SourceRepository", "automation_command", "build_loop", "registry_access", "resolve_pin"]
 
@@ -104,7 +104,7 @@ def resolve_pin(
 ) -> Pin:
     """What `automation`'s reference names now: `gitops models resolve`'s code. With `digests`, an
     S3 model whose objects (keys, sizes, times) are as last time is not read again to hash it."""
-    from gitops.commands.models import hub_pin, remote_digest, s3_listing
+    from gitops.commands.models.digests import hub_pin, remote_digest, s3_listing
     from vocabulary.replicas.hub_sources import parse_hub_source
     from vocabulary.replicas.model_digests import source_problem
     from vocabulary.replicas.s3_picks import NoPick, candidates, compile_match, parse_s3_prefix, pick, pinned_source
@@ -153,7 +153,7 @@ class RegistryAccess:
 def registry_access(token_file: str | None, flag: str) -> RegistryAccess:
     """The registry credentials in `token_file` (USER:PASSWORD, given as `flag`), masked from now on
     wherever this process would show them; no file: anonymous pulls."""
-    from gitops.commands.models_oci import oci_credentials
+    from gitops.commands.models.oci import oci_credentials
     from gitops.redaction import register_secret_value
     from vocabulary.replicas.oci_sources import split_credentials
 
@@ -168,7 +168,7 @@ def _oci_pin(automation: Automation, declared: DeclaredModel, access: RegistryAc
              digests: DigestCache | None) -> Pin:
     """The manifest an oci:// tag names now (the tag the rule picks, for a repository), and its
     model directory's digest; a manifest pinned already or hashed before is not read again."""
-    from gitops.commands.models_oci import oci_pin, oci_tag_digest, oci_tags
+    from gitops.commands.models.oci import oci_pin, oci_tag_digest, oci_tags
     from vocabulary.replicas.oci_sources import parse_oci_reference
     from vocabulary.replicas.oci_tags import NoTag, pick_tag
     from vocabulary.replicas.s3_picks import compile_match
@@ -244,7 +244,7 @@ def build_loop(
 def _runner(source: GitSource, repository: SourceRepository, spec_path: str, token: str | None,
             api_urls: tuple[str, ...], failures: Callable[[], list[FailedCommit]],
             registry: RegistryAccess, signing_key: SigningKey | None = None) -> AutomationRunner:
-    from gitops.commands.models import hub_token
+    from gitops.commands.models.digests import hub_token
 
     digests: DigestCache = {}
 

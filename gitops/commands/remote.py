@@ -34,7 +34,7 @@ from typing import Any, Callable
 import httpx
 from pydantic import ValidationError
 
-from gitops.admin.access import read_token
+from gitops.admin.auth.access import read_token
 from gitops.admin.address import AGENT_ENV, AgentAddress, resolve
 from gitops.status.environment_view import environment_lines
 from gitops.errors import UsageError, UserError

@@ -68,7 +68,7 @@ _PROXY_START_S = 60.0  # at start, how long the proxies may take before the agen
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from gitops.admin.access import read_token
+    from gitops.admin.auth.access import read_token
     from gitops.sources.repos import GitSource
     from gitops.admin.webhooks import read_secret
 
@@ -354,7 +354,7 @@ async def _serve(
 ) -> None:
     from gitops.admin import api
     from gitops.reconcile import planner
-    from gitops.admin.access import AccessPolicy
+    from gitops.admin.auth.access import AccessPolicy
     from gitops.loop.agent import Agent, AgentSettings, Trigger
     from gitops.loop.history import History
     from gitops.specs.limits import SpecLimits
@@ -654,7 +654,7 @@ def _check_max_connections(connections: int) -> None:
 
 def _check_exposure(args: argparse.Namespace, token: bytes | None, secret: bytes | None) -> None:
     """Usage errors (exit 2) for listeners that would be open to the network unguarded."""
-    from gitops.admin.access import is_loopback
+    from gitops.admin.auth.access import is_loopback
 
     if token is None and not args.admin_tokens_file and not args.oidc_issuer and not is_loopback(args.admin_host):
         raise UsageError(
@@ -667,12 +667,12 @@ def _check_exposure(args: argparse.Namespace, token: bytes | None, secret: bytes
 
 
 def _oidc_settings(args: argparse.Namespace) -> Any:
-    """The OIDC issuer's settings from the flags (`gitops.admin.oidc.OidcSettings`), or None; usage errors first."""
+    """The OIDC issuer's settings from the flags (`gitops.admin.auth.oidc.OidcSettings`), or None; usage errors first."""
     if not args.oidc_issuer:
         if args.oidc_audience or args.oidc_group_role or args.oidc_client_id:
             raise UsageError("--oidc-audience, --oidc-group-role and --oidc-client-id need --oidc-issuer")
         return None
-    from gitops.admin.oidc import OidcSettings, check_issuer_url, parse_group_roles
+    from gitops.admin.auth.oidc import OidcSettings, check_issuer_url, parse_group_roles
 
     if not args.oidc_audience:
         raise UsageError("--oidc-issuer needs --oidc-audience (the `aud` its tokens carry for this agent)")
@@ -686,16 +686,16 @@ def _oidc_settings(args: argparse.Namespace) -> Any:
 def _oidc_verifier(settings: Any) -> Any:
     if settings is None:
         return None
-    from gitops.admin.oidc import OidcVerifier
+    from gitops.admin.auth.oidc import OidcVerifier
 
     return OidcVerifier(settings)
 
 
 def _token_file(path: str | None) -> Any:
-    """The named tokens' file (`gitops.admin.tokens.TokenFile`), or None; a bad file stops run (FILE:LINE)."""
+    """The named tokens' file (`gitops.admin.auth.tokens.TokenFile`), or None; a bad file stops run (FILE:LINE)."""
     if not path:
         return None
-    from gitops.admin.tokens import TokenFile
+    from gitops.admin.auth.tokens import TokenFile
 
     return TokenFile(path)
 

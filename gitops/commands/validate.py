@@ -213,7 +213,7 @@ def _merged(results: list[LoadResult]) -> LoadResult:
 
 def _with_automation(tree: Tree, result: LoadResult) -> LoadResult:
     """`automation.toml`'s own errors, and each automation whose model no spec file declares."""
-    from gitops.specs.automation import AUTOMATION_PATH, parse_automation, unknown_models
+    from gitops.specs.pins.automation import AUTOMATION_PATH, parse_automation, unknown_models
 
     if not tree.exists(AUTOMATION_PATH):
         return result
@@ -233,8 +233,8 @@ def _with_pins(result: LoadResult) -> LoadResult:
     when the Hub answers, and each refusing an OCI tag the digest it names today,
     when the registry answers an anonymous pull (`gitops models resolve`);
     otherwise it stays as it is."""
-    from gitops.commands.models import hub_commit, hub_token
-    from gitops.commands.models_oci import oci_tag_digest
+    from gitops.commands.models.digests import hub_commit, hub_token
+    from gitops.commands.models.oci import oci_tag_digest
     from vocabulary.replicas.hub_sources import moving_revision
     from vocabulary.replicas.oci_sources import moving_tag
 

@@ -1,7 +1,7 @@
 """Artifact automation's vocabulary: what an `[automation.X]` table says, and the pure decisions.
 
 An automation (`automation.toml` at the repository root, parsed by
-`gitops.specs.automation`; docs/guides/automation.md) watches a moving
+`gitops.specs.pins.automation`; docs/guides/automation.md) watches a moving
 reference — an S3 prefix and the rule that picks one model under it
 (`vocabulary.replicas.s3_picks`), an hf:// branch, an OCI tag, or an OCI
 repository's tags and the rule that picks one (`vocabulary.replicas.oci_tags`)

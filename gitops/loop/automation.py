@@ -12,7 +12,7 @@
    commit pinning it whose rollout aborted, or whose apply failed and never
    applied later: `gitops.delivery.automation.quarantined`) is not proposed
    again, and the result says why;
-4. else the file is edited in place (`gitops.specs.pin_edits`: only the
+4. else the file is edited in place (`gitops.specs.pins.pin_edits`: only the
    value literals change), committed on the branch's head (or, for an open
    pull request, on its branch `gitops/automation-NAME`, so the push is a
    fast-forward) — signed, when the agent has a `--signing-key`, and a
@@ -57,9 +57,9 @@ from gitops.delivery.gates import PromotionSettings
 from gitops.delivery.promotion import PromotionRequest
 from gitops.errors import GitopsError
 from gitops.redaction import redact
-from gitops.specs.automation import AUTOMATION_PATH, parse_automation
+from gitops.specs.pins.automation import AUTOMATION_PATH, parse_automation
 from gitops.specs.environments import ENVIRONMENTS_PATH
-from gitops.specs.pin_edits import DeclaredModel, PinEditError, declared_model, edit_pin
+from gitops.specs.pins.pin_edits import DeclaredModel, PinEditError, declared_model, edit_pin
 
 __all__ = [
     "AutomationLoop",

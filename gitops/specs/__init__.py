@@ -10,12 +10,14 @@
 - `limits`: every bound on what a spec tree may hold;
 - `secrets`: a `[secrets.NAME]` file's age shape and size, checked without a key;
 - `environments`: `environments/NAME.toml` on top of the tree (overrides, promotion, sync windows);
-- `automation`: the `[automation.NAME]` tables of the repository's automation file, checked;
-- `pin_edits`: a model's new pin written into its spec file, comments and layout kept;
-- `pinned_models`: `[models.NAME]` bound to the backends naming them, a
-  model's digest part of their version;
+- `pins/`: a model's pin: bound to the backends naming it (its digest part
+  of their version), the `[automation.NAME]` tables that move it, and the
+  new pin written into its spec file, comments and layout kept;
 - `loading`: all of the above, returning a `DesiredState` or every error at once.
 
 No Ray, no HTTP. Pure but for `loading`, which reads the commit's files
-through `gitops.sources.trees`.
+through `gitops.sources.trees`. Each module imports only the layers below
+it (a layers contract in `pyproject.toml`): `loading`; `pins/`, `versions`,
+`code`, `servicers`, `secrets`; `environments`, `imports`; `documents`;
+`models`, `locating`; `limits`.
 """

@@ -45,7 +45,7 @@ from typing import Hashable, Iterator, Mapping
 from vocabulary.spec.backends import BackendConfig, ModelConfig, SecretConfig
 from vocabulary.spec.endpoints import EndpointConfig, GrpcMethodKind
 from vocabulary.spec.state import ServingState
-from gitops.specs.automation import AUTOMATION_PATH
+from gitops.specs.pins.automation import AUTOMATION_PATH
 from gitops.specs.code import CodeIndex
 from gitops.specs.imports import AttributeKind, ResolvedImport, class_methods, module_files, resolve_import
 from gitops.specs.servicers import ResolvedServicer, missing_methods, resolve_servicer
@@ -62,7 +62,7 @@ from gitops.specs.limits import SpecLimits, size_text
 from gitops.sources.hashing import escaping_links, resolve_inside
 from gitops.sources.trees import CommitTree, DirectoryTree, Tree, find_toplevel
 from gitops.specs.models import DERIVED_BACKEND_FIELDS, DERIVED_ENDPOINT_FIELDS, BackendSpec, EndpointSpec, Loc
-from gitops.specs.pinned_models import bind_models
+from gitops.specs.pins.pinned_models import bind_models
 from gitops.specs.secrets import age_file_problem
 from gitops.specs.versions import code_paths, default_code_path, derive_version
 
@@ -643,7 +643,7 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _is_environment_file(path: str) -> bool:
-    """An environment file, or `automation.toml` (`gitops.specs.automation`), is never a spec file,
+    """An environment file, or `automation.toml` (`gitops.specs.pins.automation`), is never a spec file,
     even with the repository root as the spec path."""
     return path.startswith(f"{ENVIRONMENTS_PATH}/") or path == AUTOMATION_PATH
 

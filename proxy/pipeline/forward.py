@@ -44,7 +44,7 @@ from vocabulary.request_path.deadlines import BadTimeout, capped, parse_timeout
 from vocabulary.request_path.wire import WireResponse
 
 if TYPE_CHECKING:
-    from proxy.pipeline.count import Recorder
+    from proxy.pipeline.stages.count import Recorder
 
 __all__ = ["Forwarding", "client_timeout"]
 

@@ -1,7 +1,7 @@
 """What a stage of the request path is, and the chain of them one endpoint's requests pass.
 
 A stage owns one concern (limits, token budgets, steering, tracing, capture,
-shadows, counting) and sees a request at up to five moments, its hooks, each a plain
+shadows, counting; each a module of `proxy.pipeline.stages`) and sees a request at up to five moments, its hooks, each a plain
 call given the request's `Transit` (Envoy's filters decode, then encode;
 here nothing is awaited):
 

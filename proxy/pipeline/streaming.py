@@ -53,7 +53,7 @@ logger = logging.getLogger(__name__)
 
 
 class StreamReports(Protocol):
-    """What a streamed answer reports (`proxy.pipeline.count.Recorder` has both)."""
+    """What a streamed answer reports (`proxy.pipeline.stages.count.Recorder` has both)."""
 
     def first_byte(self, endpoint: str, backend: str, seconds: float) -> None: ...
 

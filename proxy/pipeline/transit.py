@@ -68,7 +68,7 @@ class Refusal(Exception):
 
 
 class Debit:
-    """The tokens a request was admitted on (`proxy.pipeline.budget`), settled once it is answered."""
+    """The tokens a request was admitted on (`proxy.pipeline.stages.budget`), settled once it is answered."""
 
     __slots__ = ("slot", "tenant", "estimated", "watch")
 

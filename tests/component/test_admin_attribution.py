@@ -11,9 +11,9 @@ from pathlib import Path
 
 import httpx
 
-from gitops.admin.access import AccessPolicy
+from gitops.admin.auth.access import AccessPolicy
 from gitops.admin.api import build_app
-from gitops.admin.tokens import parse_tokens
+from gitops.admin.auth.tokens import parse_tokens
 from gitops.loop.history import History
 from gitops.notifications.events import Event, EventKind, describe
 from gitops.reconcile.outcomes import Action

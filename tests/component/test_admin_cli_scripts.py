@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gitops.admin import address as agent_address
-from gitops.admin.access import AccessPolicy
+from gitops.admin.auth.access import AccessPolicy
 from gitops.admin.api import build_app, server
 from gitops.cli import main
 from gitops.reconcile.outcomes import HistoryEntry, Outcome

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 
-from gitops.admin.access import AccessPolicy
+from gitops.admin.auth.access import AccessPolicy
 from gitops.admin.api import build_app
-from gitops.admin.tokens import parse_tokens
+from gitops.admin.auth.tokens import parse_tokens
 from gitops.testing import FakeController
 from tests.support.agent_loop import make_agent, spec_repo, until  # noqa: F401 — spec_repo is a fixture
 from vocabulary.control.status import ReplicaEjection

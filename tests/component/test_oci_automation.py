@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 from gitops.commands.automation import build_loop, registry_access
-from gitops.commands.models_oci import oci_tags
+from gitops.commands.models.oci import oci_tags
 from gitops.loop.history import History
 from gitops.redaction import register_secret
 from gitops.loop.metrics import AgentMetrics

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gitops.admin.access import AccessPolicy
+from gitops.admin.auth.access import AccessPolicy
 from gitops.admin.api import build_app
 from gitops.cli import main
 from gitops.commands.remote import parse_duration

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import httpx
 
-from gitops.admin.access import AccessPolicy
+from gitops.admin.auth.access import AccessPolicy
 from gitops.admin.api import build_app
 from gitops.admin.shadow_mismatches import collector, merge, proxies_to_ask
 from tests.support.admin import FakeAgent

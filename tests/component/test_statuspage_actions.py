@@ -19,11 +19,11 @@ from pathlib import Path
 
 import httpx
 
-from gitops.admin.access import AccessPolicy
+from gitops.admin.auth.access import AccessPolicy
 from gitops.admin.api import build_app
-from gitops.admin.csrf import CsrfKey
+from gitops.admin.auth.csrf import CsrfKey
 from gitops.admin.events import EventLimits
-from gitops.admin.tokens import parse_tokens
+from gitops.admin.auth.tokens import parse_tokens
 from gitops.reconcile.plans import PendingPlan
 from tests.support.admin import AuditedAgent
 from tests.support.listeners import serving

@@ -1,4 +1,4 @@
-"""The token budget stage (`proxy.pipeline.budget`) in the proxy app over fake replicas: a tenant
+"""The token budget stage (`proxy.pipeline.stages.budget`) in the proxy app over fake replicas: a tenant
 over its tokens_per_minute is answered 429 in OpenAI's shape while another is served, whole and
 streamed answers settle on their usage, failures give the estimate back; the node's shared buckets
 hold a budget across workers; the per-tenant counters and their bound."""

@@ -1,4 +1,4 @@
-"""`automation.toml` checked with FILE:LINE:COL errors (`gitops.specs.automation`), and
+"""`automation.toml` checked with FILE:LINE:COL errors (`gitops.specs.pins.automation`), and
 artifact automation's pure decisions (`gitops.delivery.automation`): which digests the
 history quarantines, and what a commit says."""
 
@@ -15,7 +15,7 @@ from gitops.delivery.automation import (
     request_body,
 )
 from gitops.reconcile.outcomes import HistoryEntry, Outcome
-from gitops.specs.automation import parse_automation, unknown_models
+from gitops.specs.pins.automation import parse_automation, unknown_models
 
 GOOD = b"""\
 # Models our pipelines publish.

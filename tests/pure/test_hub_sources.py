@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from gitops.specs.documents import combine, parse_file
-from gitops.specs.pinned_models import bind_models
+from gitops.specs.pins.pinned_models import bind_models
 from vocabulary.replicas.hub_sources import (
     HubFile,
     HubSource,

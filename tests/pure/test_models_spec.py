@@ -11,7 +11,7 @@ import pytest
 from gitops.reconcile.planner import plan
 from gitops.reconcile.plans import ActionKind
 from gitops.specs.documents import combine, parse_file
-from gitops.specs.pinned_models import bind_models, models_version
+from gitops.specs.pins.pinned_models import bind_models, models_version
 from vocabulary.replicas.model_digests import (
     digest_problem,
     is_directory,

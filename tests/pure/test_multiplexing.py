@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gitops.specs.documents import combine, parse_file
-from gitops.specs.pinned_models import bind_models
+from gitops.specs.pins.pinned_models import bind_models
 from proxy.pool.multiplexing import ModelAffinity, hot_ongoing
 from proxy.pool.replicas import ReplicaPool
 from ray_gitops import registry

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from gitops.specs.documents import combine, parse_file
-from gitops.specs.pinned_models import bind_models
+from gitops.specs.pins.pinned_models import bind_models
 from vocabulary.replicas.model_digests import is_directory, source_problem
 from vocabulary.replicas.oci_sources import (
     Member,

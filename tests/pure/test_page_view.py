@@ -8,14 +8,14 @@ import asyncio
 
 import pytest
 
-from gitops.admin.csrf import CSRF_LIFETIME_S, CsrfKey, from_browser
+from gitops.admin.auth.csrf import CSRF_LIFETIME_S, CsrfKey, from_browser
 from gitops.admin.events import EventLimits, EventStreams, frames
 from gitops.admin.page_view import (
     APPLIED_RESULTS, HISTORY_ACTIONS, HISTORY_KINDS, PAGE_ACTIONS, ROLLOUT_ACTIONS, actions_html,
     content_security_policy, filter_history, offered,
     plan_lines,
 )
-from gitops.admin.roles import Principal, Role, Scope
+from gitops.admin.auth.roles import Principal, Role, Scope
 from gitops.reconcile.outcomes import Action, HistoryEntry, Outcome
 
 VIEWER = Principal("vera", Role.VIEWER)

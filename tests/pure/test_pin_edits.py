@@ -1,4 +1,4 @@
-"""Artifact automation's edit of a spec file (`gitops.specs.pin_edits`): the new pin
+"""Artifact automation's edit of a spec file (`gitops.specs.pins.pin_edits`): the new pin
 replaces the value's literal on its line and nothing else; comments, order, blank
 lines and other keys stay byte for byte, and the diff is exactly the changed lines."""
 
@@ -9,7 +9,7 @@ import tomllib
 
 import pytest
 
-from gitops.specs.pin_edits import PinEditError, declared_model, edit_pin
+from gitops.specs.pins.pin_edits import PinEditError, declared_model, edit_pin
 
 OLD = "a" * 64
 NEW = "b" * 64

@@ -4,7 +4,7 @@ A `gitops run` with `--admin-tokens-file` (a viewer, an operator, an admin,
 digests only) beside the old `--admin-token-file`:
 
 - over real HTTP, each of the three tokens gets exactly its role's rights on
-  every route of the role table (`gitops.admin.roles.ROUTES`): 403 where the
+  every route of the role table (`gitops.admin.auth.roles.ROUTES`): 403 where the
   role is too low, never 401 or 403 where it reaches;
 - the operator's `gitops rollback --reason` is in `gitops history --actor`
   and in the admin's `gitops audit` export with its name, address and reason;
@@ -27,7 +27,7 @@ import httpx
 import pytest
 import ray
 
-from gitops.admin.roles import ROUTES, Role
+from gitops.admin.auth.roles import ROUTES, Role
 from tests.conftest import GitRepo
 from tests.support.agents import commit_versioned_echo
 from tests.support.oidc import Issuer, unsigned

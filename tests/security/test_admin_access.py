@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from gitops.admin.access import AccessPolicy
+from gitops.admin.auth.access import AccessPolicy
 from gitops.admin.api import WebhookGuard, build_webhook_app
 from gitops.admin.webhooks import sign
 from tests.support.admin import ANONYMOUS_PAGE, BODY, SECRET, FakeAgent, request

@@ -1,6 +1,6 @@
 """Roles over the admin API (issue 47 item 1), in-process: a matrix generated
 from the router itself, so a route added without a row of the role table
-(`gitops.admin.roles.ROUTES`) fails here; the token file's lines, scopes and
+(`gitops.admin.auth.roles.ROUTES`) fails here; the token file's lines, scopes and
 reload.
 """
 
@@ -14,11 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gitops.admin.access import AccessPolicy
+from gitops.admin.auth.access import AccessPolicy
 from gitops.admin.api import build_app
 from gitops.admin.events import EventLimits
-from gitops.admin.roles import ROUTES, Role, rule_for
-from gitops.admin.tokens import TokenFile, parse_tokens
+from gitops.admin.auth.roles import ROUTES, Role, rule_for
+from gitops.admin.auth.tokens import TokenFile, parse_tokens
 from gitops.errors import UserError
 from tests.support.admin import FakeAgent
 

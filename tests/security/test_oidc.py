@@ -19,10 +19,10 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from gitops.admin.access import AccessPolicy, BearerRefused
+from gitops.admin.auth.access import AccessPolicy, BearerRefused
 from gitops.admin.api import build_app
-from gitops.admin.oidc import OidcSettings, OidcVerifier, check_issuer_url, parse_group_roles
-from gitops.admin.roles import Role
+from gitops.admin.auth.oidc import OidcSettings, OidcVerifier, check_issuer_url, parse_group_roles
+from gitops.admin.auth.roles import Role
 from gitops.errors import UserError
 from tests.support.admin import AuditedAgent as Audited
 from tests.support.oidc import Issuer, unsigned

@@ -11,11 +11,11 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from gitops.admin.access import AccessPolicy
+from gitops.admin.auth.access import AccessPolicy
 from gitops.admin.api import build_app
-from gitops.admin.login import COOKIE, Logins, challenge_of
-from gitops.admin.oidc import OidcSettings, OidcVerifier
-from gitops.admin.roles import Role
+from gitops.admin.auth.login import COOKIE, Logins, challenge_of
+from gitops.admin.auth.oidc import OidcSettings, OidcVerifier
+from gitops.admin.auth.roles import Role
 from tests.support.oidc import Issuer
 from tests.support.admin import AuditedAgent as Audited
 
@@ -116,7 +116,7 @@ def test_pending_sign_ins_expire_are_taken_once_and_sessions_end_at_exp() -> Non
     late, _ = logins.begin("u")
     now[0] += 601
     assert logins.finish(late) is None
-    from gitops.admin.roles import Principal
+    from gitops.admin.auth.roles import Principal
 
     session = logins.open(Principal("alice", Role.VIEWER, via="oidc"), token_expires_at=now[0] + 60)
     assert logins.session(session.id) is session

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from gitops.admin.access import ANONYMOUS, AccessPolicy
-from gitops.admin.csrf import CsrfKey
+from gitops.admin.auth.access import ANONYMOUS, AccessPolicy
+from gitops.admin.auth.csrf import CsrfKey
 from gitops.admin.api import WebhookGuard, build_app
 from pathlib import Path
 

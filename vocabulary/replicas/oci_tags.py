@@ -1,10 +1,10 @@
 """Which tag of an OCI repository an automation follows (`pick = "semver"` or `"highest-version"`), and the tag list's pages.
 
-An automation watching `oci://REGISTRY/REPO` (no tag; `gitops.specs.automation`,
+An automation watching `oci://REGISTRY/REPO` (no tag; `gitops.specs.pins.automation`,
 docs/guides/automation.md) reads the repository's tag list (the distribution
 API's `GET /v2/<name>/tags/list`) and picks one tag, as Flux's image policies
 and Argo CD Image Updater's `semver` strategy do; the pin is then the digest
-of the manifest that tag names (`gitops.commands.models_oci`). The rules:
+of the manifest that tag names (`gitops.commands.models.oci`). The rules:
 
 - **Semantic versions** (semver.org 2.0.0): `MAJOR.MINOR.PATCH`, each a number
   without leading zeros, with an optional `-PRERELEASE` and `+BUILD`, and an

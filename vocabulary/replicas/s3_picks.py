@@ -26,7 +26,7 @@ applied to the entries directly under the prefix, as `aws s3 ls` shows them:
   version) is an error naming both, never a silent choice.
 
 Also the pinned source's URL and the lines printed. Values only: the command
-(`gitops.commands.models`) lists the store and computes the digest.
+(`gitops.commands.models.digests`) lists the store and computes the digest.
 """
 
 from __future__ import annotations

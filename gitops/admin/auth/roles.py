@@ -14,8 +14,8 @@ page draws a button only where this table lets its reader call the route
 A principal may carry one scope: `environment=NAME` (only an agent serving
 that environment accepts it) or `endpoint=NAME` (its acting rights hold
 only on routes that name that endpoint; reads are not narrowed).
-Must not: read headers, files or keys (`gitops.admin.access` and
-`gitops.admin.tokens` find the principal); it only judges one.
+Must not: read headers, files or keys (`gitops.admin.auth.access` and
+`gitops.admin.auth.tokens` find the principal); it only judges one.
 """
 
 from __future__ import annotations

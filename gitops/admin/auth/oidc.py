@@ -1,7 +1,7 @@
 """Single sign-on on the admin API: OIDC bearer tokens (JWTs) from one issuer.
 
 Owns verifying a JWT against the issuer's published keys and mapping its
-groups to a role (`gitops.admin.roles.Role`). The issuer, the audience, the
+groups to a role (`gitops.admin.auth.roles.Role`). The issuer, the audience, the
 groups claim and the group → role map come from `gitops run`'s flags,
 never from the watched repository.
 
@@ -35,9 +35,9 @@ from urllib.parse import urlsplit
 import httpx
 import jwt
 
-from gitops.admin.access import BearerRefused
-from gitops.admin.login import Logins
-from gitops.admin.roles import Principal, Role
+from gitops.admin.auth.access import BearerRefused
+from gitops.admin.auth.login import Logins
+from gitops.admin.auth.roles import Principal, Role
 from gitops.errors import UserError
 
 __all__ = ["OidcSettings", "OidcVerifier", "ALGORITHMS", "parse_group_roles", "check_issuer_url"]

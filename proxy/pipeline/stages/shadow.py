@@ -57,7 +57,7 @@ class Shadowing(Stage):
         self, caller: Caller, rng: Random, recorder: ShadowRecorder, mismatches: MismatchLog, max_in_flight: int,
         captured_done: Callable[[Exchange], None], counted: Callable[[str, bool], None] = lambda endpoint, matched: None,
     ) -> None:
-        """`captured_done(record)`: a copy of a captured request answered (`proxy.pipeline.capture.Capture.done`);
+        """`captured_done(record)`: a copy of a captured request answered (`proxy.pipeline.stages.capture.Capture.done`);
         `counted(endpoint, matched)`: a reply compared, counted for the controller (`RequestCounter.record_comparison`)."""
         self._caller = caller
         self._rng = rng

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
-from gitops.admin.roles import Principal
+from gitops.admin.auth.roles import Principal
 
 __all__ = ["Logins", "Session", "Pending", "COOKIE", "CSRF_HEADER", "challenge_of"]
 

@@ -6,8 +6,8 @@ HMAC-SHA256 over that time and the principal (its name, role, scope and how
 it was known); `valid` takes it back only for the same principal and within
 8 hours, compared in constant time. The page gets its token in its markup
 (and `GET /session` answers it), and sends it in `X-CSRF-Token` with every
-action. A sign-in session (`gitops.admin.login`) has its own token, checked
-by `gitops.admin.access.authenticate`; this one covers every other browser:
+action. A sign-in session (`gitops.admin.auth.login`) has its own token, checked
+by `gitops.admin.auth.access.authenticate`; this one covers every other browser:
 one behind a reverse proxy that adds the bearer header, and the loopback
 agent without credentials. `from_browser` says whether a request came from a
 browser (it carries `Origin`, `Sec-Fetch-*` or a cookie): the command-line
@@ -23,7 +23,7 @@ import secrets
 import time
 from typing import Callable, Mapping
 
-from gitops.admin.roles import Principal
+from gitops.admin.auth.roles import Principal
 
 __all__ = ["CsrfKey", "from_browser", "CSRF_LIFETIME_S"]
 

@@ -2,12 +2,12 @@
 
 `check` is a function of the policy and one request's method, path and
 headers, and answers with the `Refusal` to send or None; `authenticate`
-finds who a request's bearer is (`gitops.admin.roles.Principal`) or the 401
+finds who a request's bearer is (`gitops.admin.auth.roles.Principal`) or the 401
 to send. The admin server (`gitops.admin.api`) applies both to every request
-before any route runs, then `gitops.admin.roles.refusal` with the route's row.
+before any route runs, then `gitops.admin.auth.roles.refusal` with the route's row.
 
 - Tokens: with any configured (`--admin-token-file`, one admin token;
-  `--admin-tokens-file`, named tokens with roles, `gitops.admin.tokens`; an
+  `--admin-tokens-file`, named tokens with roles, `gitops.admin.auth.tokens`; an
   OIDC issuer, `verifier`), every route the role table does not open needs
   `Authorization: Bearer TOKEN`, matched by its digest in constant time.
   Without any, every caller that passes the Host check is `anonymous`, admin.
@@ -21,7 +21,7 @@ before any route runs, then `gitops.admin.roles.refusal` with the route's row.
   header's name or another allowed name. A page on another port of the
   same host (an app the proxy serves on :8000) is another origin.
 Must not: do I/O beyond reading the token file in `read_token` (the token
-file's reload is `gitops.admin.tokens`, the issuer's keys `verifier`'s).
+file's reload is `gitops.admin.auth.tokens`, the issuer's keys `verifier`'s).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Awaitable, Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
-from gitops.admin.login import COOKIE, CSRF_HEADER, Session
-from gitops.admin.roles import Principal, Role
-from gitops.admin.tokens import TokenTable
+from gitops.admin.auth.login import COOKIE, CSRF_HEADER, Session
+from gitops.admin.auth.roles import Principal, Role
+from gitops.admin.auth.tokens import TokenTable
 from gitops.errors import UserError
 
 __all__ = ["AccessPolicy", "Refusal", "check", "authenticate", "is_loopback", "read_token",
@@ -61,7 +61,7 @@ class BearerRefused(Exception):
     """A bearer a verifier refuses; the message says why, never the bearer."""
 
 
-# An OIDC verifier (gitops.admin.oidc): a JWT to its principal, or BearerRefused.
+# An OIDC verifier (gitops.admin.auth.oidc): a JWT to its principal, or BearerRefused.
 Verifier = Callable[[str], Awaitable[Principal]]
 
 

@@ -4,7 +4,7 @@ The file (`gitops run --admin-tokens-file F`) holds one token a line as
 `NAME ROLE SHA256 [SCOPE]`: a name (history records it), `viewer`,
 `operator` or `admin`, the token's SHA-256 in hex (the file never holds a
 token itself: `printf %s "$TOKEN" | sha256sum`), and an optional
-`environment=NAME` or `endpoint=NAME` (`gitops.admin.roles.Scope`). `#`
+`environment=NAME` or `endpoint=NAME` (`gitops.admin.auth.roles.Scope`). `#`
 starts a comment. A bad line is an error naming `FILE:LINE`.
 
 `TokenTable.find` hashes the bearer once and compares it with every
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gitops.admin.roles import Principal, Role, Scope
+from gitops.admin.auth.roles import Principal, Role, Scope
 from gitops.errors import UserError
 
 __all__ = ["TokenTable", "TokenFile", "parse_tokens", "MAX_FILE_BYTES", "MAX_TOKENS"]

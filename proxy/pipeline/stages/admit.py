@@ -2,7 +2,7 @@
 (400 when its key comes twice, naming the key).
 
 On for an endpoint whose limits have a request rate (`requests_per_s`) only;
-its token budget is `proxy.pipeline.budget`'s. The buckets are the proxy's
+its token budget is `proxy.pipeline.stages.budget`'s. The buckets are the proxy's
 (`proxy.routes.rate_limits.LocalBuckets`, or a node's shared ones,
 `proxy.shell.shared_buckets`); the refusal is raised at `begin`, before the
 body is read, and is not counted as an answer of the endpoint.
