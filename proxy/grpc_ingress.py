@@ -471,13 +471,17 @@ class GrpcIngress(grpc.GenericRpcHandler):
             logger.error("a streaming-request gRPC method raised:\n%s", error)
             raise _Ended(500, "the backend's method raised") from None
         finally:
-            if pump is not None:
-                pump.cancel()
-                await asyncio.gather(pump, return_exceptions=True)
-            await replies.aclose()  # stops the method if it still runs
-            pool.release(slot)
-            if died:
-                pool.drop(slot)
+            try:
+                if pump is not None:
+                    pump.cancel()
+                    await asyncio.gather(pump, return_exceptions=True)
+                await replies.aclose()  # stops the method if it still runs
+            finally:
+                # Released even when the call is cancelled during those awaits (its client gone as its deadline
+                # passed): a slot kept would refuse every later call of a capped backend.
+                pool.release(slot)
+                if died:
+                    pool.drop(slot)
 
     async def _pump(
         self, handle: ReplicaHandle, session_id: str, requests: AsyncIterator[bytes], max_bytes: int,

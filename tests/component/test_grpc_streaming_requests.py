@@ -164,6 +164,38 @@ def test_the_deadline_bounds_a_streaming_request_call_and_the_replica_slot_comes
     run_grpc(proxy, test)
 
 
+class SlowToClose(GrpcCaller):
+    """Its sessions take a second to close after they end, as a replica's can while its method winds down."""
+
+    async def open_websocket(
+        self, handle: Any, websocket_id: str, request: Any
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        session = super().open_websocket(handle, websocket_id, request)
+        try:
+            async for message in session:
+                yield message
+        finally:
+            await session.aclose()
+            await asyncio.sleep(1.0)
+
+
+def test_a_call_cancelled_while_its_session_closes_still_frees_the_replica_slot() -> None:
+    """The endpoint's 0.2 s ends the call; its client's 0.6 s deadline then cancels it while the proxy
+    closes the replica's session. The one slot must come back all the same (it once did not: every
+    later call of the backend waited for a slot until its own deadline)."""
+    proxy = proxy_with({"v1": [greeter("v1")]}, cap=1, timeout_s=0.2)
+    proxy.app.caller = proxy.app.sender._caller = SlowToClose()  # type: ignore[assignment]
+
+    async def test(channel: grpc.aio.Channel) -> None:
+        sum_ = channel.stream_unary(f"/{SERVICE}/Sum")
+        with pytest.raises(grpc.aio.AioRpcError) as late:
+            await sum_(messages(b"1", b"2", pause_s=2.0), timeout=0.6)
+        assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert await sum_(messages(b"5")) == b"v1: 5"
+
+    run_grpc(proxy, test)
+
+
 def test_a_request_message_over_max_body_bytes_ends_the_call_unsent_and_frees_the_replica_slot() -> None:
     replica = greeter("v1")
     proxy = proxy_with({"v1": [replica]}, max_body_bytes=8, cap=1)
