@@ -46,7 +46,7 @@ STAGES: tuple[tuple[str, re.Pattern[str]], ...] = (
                                                           r"|^replica/data_socket\.py|^pickle")),
     ("replica: host (Request in, response out)", re.compile(r"^replica/|^starlette/")),
     ("proxy: routing and choice", re.compile(r"^proxy/routes/(routing|snapshot|steering)\.py"
-                                                     r"|^proxy/pool/replicas\.py|^proxy/pipeline/stages/steer\.py|^vocabulary/choosing\.py")),
+                                                     r"|^proxy/pool/replicas\.py|^proxy/pipeline/stages/steer\.py|^vocabulary/request_path/(choosing|policies)\.py")),
     ("Ray: call submit", re.compile(r"^ray/actor\.py|^ray/_private/(auto_init_hook|client_mode_hook|signature)\.py"
                                     r"|^ray/util/tracing/")),
     ("Ray: transport (task loop, serialise, deliver)", re.compile(r"^ray/|_raylet|^cloudpickle/|^msgpack")),
