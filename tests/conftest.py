@@ -13,8 +13,9 @@
   and `RAY_AUTH_MODE` / `RAY_AUTH_TOKEN_PATH` in this process's environment
   let the agents the tests start (`--ray-address`) join it.
 - httpx clients made with the default `verify` share one TLS context
-  (`tests.support.httpx_tls`): making one per client was a sixth of a real
-  test process's CPU.
+  (`tests.support.httpx_tls`) in a session that runs any test outside the
+  pure tier (which must not load httpx): making one per client was a sixth
+  of a real test process's CPU.
 """
 
 from __future__ import annotations
@@ -26,10 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.httpx_tls import share_default_tls_context
 from tests.support.tiers import group_of, is_serial, markers_for, tier_of
-
-share_default_tls_context()
 
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,6 +46,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.serial)
         if tier in ("real", "slow") and "xdist_group" not in marks:
             item.add_marker(pytest.mark.xdist_group(group_of(relpath)))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """httpx's clients share one TLS context once a test outside the pure tier is to run."""
+    if any(item.get_closest_marker("pure") is None for item in session.items):
+        from tests.support.httpx_tls import share_default_tls_context
+
+        share_default_tls_context()
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
