@@ -43,7 +43,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -56,12 +56,22 @@ SYSTEMS = ("direct", "ours")
 MODEL = "tiny-ngram"
 LLM = {"engine": "ngram", "served_model_name": MODEL}
 PROMPT = [{"role": "user", "content": "what does the proxy do with a request ?"}]
-# (rounds, requests per round and concurrency, concurrencies, max_tokens); tiny: a few seconds of requests.
-FULL = (5, 200, (1, 8), 128)
-TINY = (2, 8, (1, 4), 32)
+
+
+class Shape(NamedTuple):
+    """How much one series sends: `rounds` of `requests` at each of `concurrencies`, `max_tokens` each."""
+
+    rounds: int
+    requests: int
+    concurrencies: tuple[int, ...]
+    max_tokens: int
+
+
+FULL = Shape(5, 200, (1, 8), 128)
+TINY = Shape(2, 8, (1, 4), 32)  # a few seconds of requests
 # The GPU-paced series: fewer and shorter requests (~30 s a round).
-PACED_FULL = (3, 12, (1, 8), 48)
-PACED_TINY = (2, 3, (1, 4), 8)
+PACED_FULL = Shape(3, 12, (1, 8), 48)
+PACED_TINY = Shape(2, 3, (1, 4), 8)
 
 
 async def _one(client: httpx.AsyncClient, max_tokens: int) -> tuple[float, float, int]:
@@ -120,12 +130,13 @@ def serve_direct(port: int, paced: bool) -> None:
     served by uvicorn (runs until killed)."""
     import uvicorn
 
-    from bench.llm_paced import paced_app
+    from bench.llm_paced import PacedEngine
     from ray_gitops.llm.app import build_engine
     from ray_gitops.llm.http import OpenAIApp
     from vocabulary.spec.llm import LLMConfig
 
-    app = paced_app(LLM, GPU_TTFT_S, GPU_TOKEN_S) if paced else OpenAIApp(build_engine(LLMConfig.model_validate(LLM), None))
+    engine = build_engine(LLMConfig.model_validate(LLM), None)
+    app = OpenAIApp(PacedEngine(engine, GPU_TTFT_S, GPU_TOKEN_S) if paced else engine)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off")
 
 
@@ -179,9 +190,6 @@ def start_ours() -> tuple[Any, str]:
     poll(lambda: _ready(url), 60, "our proxy's OpenAI endpoint")
     poll(lambda: _ready(f"{url}/paced"), 60, "our proxy's GPU-paced OpenAI endpoint")
     return client, url
-
-
-Shape = tuple[int, int, tuple[int, ...], int]
 
 
 def measure(shape: Shape, paced: Shape) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -271,18 +279,19 @@ def main() -> int:
     shape, paced_shape = (TINY, PACED_TINY) if args.tiny else (FULL, PACED_FULL)
     before = float(machine.describe()["load_average_1m"])  # type: ignore[arg-type]  # a float there
     runs, paced_runs = measure(shape, paced_shape)
-    rows, paced_rows = overheads(runs, shape[3]), overheads(paced_runs, paced_shape[3])
+    rows, paced_rows = overheads(runs, shape.max_tokens), overheads(paced_runs, paced_shape.max_tokens)
     print(f"the engine at its own speed ({LLM['engine']}):")
     print_runs(runs, rows)
     print(f"\nthe same engine at a GPU model's pace (first token {GPU_TTFT_S * 1e3:g} ms, then {GPU_TOKEN_S * 1e3:g} ms "
           "each):")
     print_runs(paced_runs, paced_rows)
-    rounds, requests, _, max_tokens = shape
     results.write(args.json, "llm_endpoint", args.tiny, {
-        "runs": runs, "overhead": rows, "rounds": rounds, "requests": requests, "max_tokens": max_tokens,
+        "runs": runs, "overhead": rows, "rounds": shape.rounds, "requests": shape.requests,
+        "max_tokens": shape.max_tokens,
         "engine": LLM["engine"],
         "paced": {"first_s": GPU_TTFT_S, "token_s": GPU_TOKEN_S, "runs": paced_runs, "overhead": paced_rows,
-                  "rounds": paced_shape[0], "requests": paced_shape[1], "max_tokens": paced_shape[3]},
+                  "rounds": paced_shape.rounds, "requests": paced_shape.requests,
+                  "max_tokens": paced_shape.max_tokens},
         "load_average": [before, float(machine.describe()["load_average_1m"])],  # type: ignore[arg-type]
     })
     return 0

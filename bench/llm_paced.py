@@ -9,7 +9,7 @@ second, and that is the pace an OpenAI endpoint's clients meet.
 (generation only: no embeddings, no adapters). `PacedBackend` is the
 built-in `[llm]` backend (`ray_gitops.llm.app.OpenAIBackend`) over it, so
 "ours" runs what a user's `[backends.X.llm]` replica runs, the engine's pace
-aside; `paced_app` is the same OpenAI layer for the direct server.
+aside; the direct server wraps its engine in `PacedEngine` itself.
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, AsyncGenerator, Sequence
 
-from ray_gitops.llm.app import OpenAIBackend, build_engine
+from ray_gitops.llm.app import OpenAIBackend
 from ray_gitops.llm.engine import Delta, Engine, Prompt, SamplingParams
-from ray_gitops.llm.http import OpenAIApp
-from vocabulary.spec.llm import LLMConfig
 
-__all__ = ["PacedEngine", "PacedBackend", "paced_app"]
+__all__ = ["PacedEngine", "PacedBackend"]
 
 
 class PacedEngine:
@@ -56,7 +54,3 @@ class PacedBackend(OpenAIBackend):
         super().__init__(llm)
         self.app.engine = PacedEngine(self.app.engine, first_s, token_s)
 
-
-def paced_app(llm: dict[str, Any], first_s: float, token_s: float) -> OpenAIApp:
-    """The direct server's app: the OpenAI layer over the same engine at the same pace."""
-    return OpenAIApp(PacedEngine(build_engine(LLMConfig.model_validate(llm), None), first_s, token_s))
