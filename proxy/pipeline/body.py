@@ -44,7 +44,8 @@ def unframed(message: dict[str, Any]) -> bytes:
     the server hands over at once: b"" (`ClientLeft` when the message says the client went away).
     Not a coroutine: most requests (a GET) frame no body, and a coroutine of their own was 1% of a
     noop GET's instructions in the proxy (`bench.proxy_cost`)."""
-    request_message(message)
+    if message["type"] == "http.disconnect":
+        request_message(message)  # raises ClientLeft
     return b""
 
 

@@ -174,12 +174,13 @@ class Sender:
             raise NoBackend()
         key = pool.request_key(request)  # None unless the backend's routing policy reads a key
         served = None
-        if pool.multiplex is not None and pool.model_ids is not None and key is not None:
-            if not pool.model_ids.accepts(key.decode("utf-8", "replace")):
-                raise UnknownModel(pool.multiplex.header)
-            served = self._served(pool.backend, key, pool.model_ids.label)
-        elif pool.adapters and key is not None:  # an [llm] adapter: the spec names it, so it is its own label
-            served = self._served(pool.backend, key, _own_label)
+        if key is not None:
+            if pool.multiplex is not None and pool.model_ids is not None:
+                if not pool.model_ids.accepts(key.decode("utf-8", "replace")):
+                    raise UnknownModel(pool.multiplex.header)
+                served = self._served(pool.backend, key, pool.model_ids.label)
+            elif pool.adapters:  # an [llm] adapter: the spec names it, so it is its own label
+                served = self._served(pool.backend, key, _own_label)
         task: asyncio.Task[object] | None = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()

@@ -86,7 +86,7 @@ class ServedEndpoint:
         rule, else the weights, drawn at the request's sticky point if it has
         one, else at random."""
         steering = self.steering
-        if steering:
+        if steering.steers:
             matched = steering.matched(headers, body)
             if matched is not None:
                 return matched

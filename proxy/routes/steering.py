@@ -16,7 +16,7 @@ Pure: headers (and a body already read) in, a backend name or a draw out; no I/O
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from vocabulary.request_path.request_keys import cookie_value, json_key
@@ -58,8 +58,12 @@ class Steering:
             return cls(rules, json_rules=json_rules)
         return cls(rules, key[0], key[1].encode("latin-1"), json_rules)
 
-    def __bool__(self) -> bool:
-        return bool(self.rules) or self.sticky_kind is not None
+    # Whether any rule or a sticky key can decide before the weights do: read on every request,
+    # so worked out once (`__post_init__`), not asked each time.
+    steers: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steers", bool(self.rules) or self.sticky_kind is not None)
 
     @property
     def reads_body(self) -> bool:

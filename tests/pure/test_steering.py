@@ -68,7 +68,7 @@ def test_cookie_values_are_found_by_exact_name(header: bytes, value: bytes | Non
 
 
 def test_steering_without_rules_or_key_is_empty() -> None:
-    assert not steering() and steering(sticky="cookie:s") and steering(match=MATCH[:1])
+    assert not steering().steers and steering(sticky="cookie:s").steers and steering(match=MATCH[:1]).steers
 
 
 @pytest.mark.parametrize("weights", [{"v1": 0.9, "v2": 0.1}, {"v1": 0.5, "v2": 0.5}, {"a": 0.2, "b": 0.3, "c": 0.5}])
