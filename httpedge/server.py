@@ -628,6 +628,12 @@ class _Exchange:
         self.conn.active = None
 
     async def receive(self) -> Message:
+        if self.body is _ARRIVED and not self.chunks and self.phase is _WAITING and not self.conn.read_paused:
+            # A request without a body (most are: a GET) asked for its one message: nothing to wait
+            # for, to resume or to answer 100 Continue to. Its own short way: the general one below
+            # was 1,300 of the 232,000 instructions of a noop GET through the proxy (`bench.proxy_cost`).
+            self.body = _HANDED
+            return {"type": "http.request", "body": b"", "more_body": False}
         if self.expect_continue:
             self.expect_continue = False
             if self.body is _ARRIVING and self.phase is _WAITING and not self.conn.transport.is_closing():
