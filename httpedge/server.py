@@ -391,7 +391,7 @@ class _Connection(asyncio.Protocol):
             return
         version = parser.get_http_version()
         url = self.url
-        if url[:1] == b"/" and b"#" not in url:
+        if url[:1] == b"/" and url.find(b"#") < 0:  # not `b"#" in url`: on CPython 3.11 it raises a TypeError inside
             raw_path, _, query = url.partition(b"?")
         else:
             parsed = httptools.parse_url(url)

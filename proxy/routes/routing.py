@@ -61,8 +61,12 @@ def normalise_prefix(prefix: str) -> str:
 
 def normalise_path(raw: bytes) -> str | None:
     """The request path to route and forward, or None for a path to refuse (400)."""
-    if b"%" not in raw and b"/." not in raw and b"//" not in raw and b"\\" not in raw:
-        return raw.decode("utf-8", "replace")  # the common case, unchanged
+    # Looked for in the decoded path, whose ASCII is the raw path's: on CPython 3.11 each `bytes in
+    # bytes` first raises and drops a TypeError (is it an int?), four of them 8,400 of the 234,000
+    # instructions of a noop GET through the proxy (`bench.proxy_cost` under callgrind).
+    path = raw.decode("utf-8", "replace")
+    if "%" not in path and "/." not in path and "//" not in path and "\\" not in path:
+        return path  # the common case, unchanged
     segments = []
     for segment in raw.split(b"/"):
         if not segment:
