@@ -145,8 +145,10 @@ async def serve_http(app: App, wire: WireRequest) -> WireResponse | BodyStream:
     except BaseException:
         task.cancel()
         raise
-    return BodyStream(start["status"], list(start.get("headers", [])), bytes(message.get("body", b"")),
-                      _rest(outbox, room, task))
+    # The first chunk takes along what the app has sent already: the rest is only claimed one round
+    # trip later, and an OpenAI chat stream's first message is its role alone, its first token next.
+    first, done = _joined([bytes(message.get("body", b""))], False, outbox, room)
+    return BodyStream(start["status"], list(start.get("headers", [])), first, _rest(outbox, room, task, done))
 
 
 async def _taken(outbox: asyncio.Queue[Any], room: asyncio.Semaphore) -> Any:
@@ -156,29 +158,34 @@ async def _taken(outbox: asyncio.Queue[Any], room: asyncio.Semaphore) -> Any:
 
 
 async def _rest(outbox: asyncio.Queue[Any], room: asyncio.Semaphore,
-                task: asyncio.Future[None]) -> AsyncGenerator[bytes, None]:
-    """The body after its first chunk. Each item waits for one chunk, then
-    joins every chunk the app has already sent (up to `_JOIN_BYTES`): a fast
-    producer pays one Ray object per batch instead of per chunk, while a slow
-    one (server-sent events) still gets each chunk out the moment it exists."""
+                task: asyncio.Future[None], done: bool) -> AsyncGenerator[bytes, None]:
+    """The body after its first chunk (nothing more when it was `done` with it). Each item waits
+    for one chunk, then joins every chunk the app has already sent (`_joined`): a fast producer
+    pays one Ray object per batch instead of per chunk, while a slow one (server-sent events)
+    still gets each chunk out the moment it exists."""
     try:
-        done = False
         while not done:
-            chunks, done = _body_chunks(await _taken(outbox, room))
-            size = sum(map(len, chunks))
-            while not done and size < _JOIN_BYTES and not outbox.empty():
-                more, done = _body_chunks(outbox.get_nowait())
-                room.release()
-                chunks += more
-                size += sum(map(len, more))
-            if size:
-                yield b"".join(chunks)
+            item, done = _joined(*_body_chunks(await _taken(outbox, room)), outbox, room)
+            if item:
+                yield item
         if task.done():
             # Ended by the app returning or raising, not by its last chunk: one
             # that raised breaks the stream (docs/reference/http.md: "handler raised").
             _raise_failure(task)
     finally:
         task.cancel()
+
+
+def _joined(chunks: list[bytes], done: bool, outbox: asyncio.Queue[Any], room: asyncio.Semaphore) -> tuple[bytes, bool]:
+    """`chunks` and every chunk the app has sent since, up to `_JOIN_BYTES`, as one item; and whether
+    the body ended among them."""
+    size = sum(map(len, chunks))
+    while not done and size < _JOIN_BYTES and not outbox.empty():
+        more, done = _body_chunks(outbox.get_nowait())
+        room.release()
+        chunks += more
+        size += sum(map(len, more))
+    return b"".join(chunks) if len(chunks) != 1 else chunks[0], done
 
 
 def _body_chunks(message: Any) -> tuple[list[bytes], bool]:
