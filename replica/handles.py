@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnschedulableError, RayActorError, RayTaskError
@@ -45,7 +45,9 @@ from vocabulary.request_path.request_keys import KeyReader
 from ray_gitops.registry import current_deadline
 from vocabulary.replicas.serving import DeadlineExceeded, HandleOutcome
 from vocabulary.request_path.deadlines import Deadline
-from replica.tracing import ReplicaTracing
+
+if TYPE_CHECKING:
+    from replica.tracing import ReplicaTracing
 
 __all__ = ["HandleRouter"]
 

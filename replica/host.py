@@ -73,7 +73,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any, AsyncGenerator, Callable, Iterator
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Callable, Iterator
 
 from vocabulary.request_path.wire import (
     TimedRequest,
@@ -95,7 +95,6 @@ from replica.models import DEFAULT_CACHE_DIR, ModelCache, stage_models
 from replica.token_stats_file import add_token_counts
 from replica.own_output import OwnOutput
 from replica.secrets import SecretBox
-from replica.tracing import Carrier, ReplicaTracing
 from datalink.frames import MAX_FRAME_BYTES
 from vocabulary.request_path.wire import DataAddress
 from vocabulary.request_path.grpc_calls import is_grpc_call
@@ -109,6 +108,9 @@ from vocabulary.request_path.deadlines import DEADLINE_HEADER, Deadline, split_d
 from vocabulary.spec.backends import BackendConfig
 from vocabulary.replicas.replica_output import OutputCursor, ReplicaOutput
 from vocabulary.control.status import HandlerError, ModelStaging
+
+if TYPE_CHECKING:  # imported when tracing is on (`__init__`): the OpenTelemetry SDK is 57 ms of a replica's start
+    from replica.tracing import Carrier, ReplicaTracing
 
 # A large reply held for the proxy to stream leaves in slices of this size.
 _HELD_SLICE_BYTES = 1024 * 1024
@@ -327,10 +329,11 @@ class Replica:
         self._serve: Callable[[Any, WireRequest], Any] = functools.partial(call_handler, is_async=False)
         self._grpc: GrpcMethods | None = None  # its gRPC methods (replica.calling.grpc_calls), once it is loaded
         self._lifespan: Lifespan | None = None
-        self._tracing = (
-            None if otlp_endpoint is None
-            else ReplicaTracing(ReplicaTracing.provider(otlp_endpoint), backend, replica_id, config.commit)
-        )
+        self._tracing: ReplicaTracing | None = None
+        if otlp_endpoint is not None:
+            from replica.tracing import ReplicaTracing
+
+            self._tracing = ReplicaTracing(ReplicaTracing.provider(otlp_endpoint), backend, replica_id, config.commit)
         self._handles = HandleRouter(f"handles:{replica_id}", namespace, random.Random(), self._tracing)
         self._streams = StreamTable(replica_id)
         self._websockets: dict[str, WebSocketSession] = {}
