@@ -21,7 +21,7 @@ HTTP path (`proxy.app`) and the `Sender` the gRPC ingress shares with it:
 streamed one (`proxy.pipeline.streaming.answer_stream` relays it). It awaits
 the pool call itself, between `enter` and `leave`, with no task, timer or
 coroutine of its own around it; being itself a coroutine the app awaits, it
-costs a noop GET 600 to 1,300 of its some 234,000 instructions (0.3-0.6%,
+costs a noop GET 600 to 1,300 of its some 222,000 instructions (0.3-0.6%,
 `bench.proxy_cost` under callgrind, four interleaved runs), within the noise
 of its CPU time and of `bench.proxy`. Every report looks the proxy's
 recorder up when it is made: a recorder need only have what its proxy uses,
