@@ -220,7 +220,9 @@ class ProxyApp:
             has_body, timeout = framing(scope["headers"])
             client_s = None if timeout is None else client_timeout(timeout)
             if has_body:
-                body = await read(scope, receive, served.max_body_bytes, self._settings, self._bodies)
+                body = await read(
+                    scope, receive, served.max_body_bytes, self._settings, self._bodies, self._forwarding.calls,
+                )
             else:  # most requests (a GET): no coroutine of their own
                 body = unframed(await receive())
             held = len(body)

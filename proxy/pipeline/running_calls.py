@@ -6,7 +6,8 @@ replica call, and `TimeoutError` is raised in it. A call still running after
 `watch_after_s` starts watching its client (a `receive()` waiting for
 `http.disconnect`); when the client leaves, the call is cancelled the same
 way and `ClientLeft` raised. Quick requests never watch: they only enter and
-leave a set. The request path awaits its call itself, between `enter` and
+leave a set. A request's body is read under the same sweep (`watch=False`:
+the read itself sees a client leave), with the edge's body deadline. The request path awaits its call itself, between `enter` and
 `leave`, and asks `why_cancelled` what a CancelledError meant: a coroutine
 wrapped around each call was a noticeable share of a noop answer's cost in
 the proxy.
@@ -83,16 +84,16 @@ class RunningCalls:
     def watching(self) -> int:
         return sum(1 for running in self._running if running.watch is not None)
 
-    def enter(self, receive: Receive, timeout_s: float) -> RunningCall:
+    def enter(self, receive: Receive, timeout_s: float, watch: bool = True) -> RunningCall:
         """The current task's call starts: past `timeout_s` (or once its client,
-        read with `receive`, has left) the task is cancelled. Pair with `leave`."""
+        read with `receive`, has left; unless not `watch`) the task is cancelled. Pair with `leave`."""
         task = asyncio.current_task()
         assert task is not None
         loop = task.get_loop()
         now = loop.time()
-        running = RunningCall(task, receive, now + self._after_s, now + timeout_s)
+        running = RunningCall(task, receive, now + self._after_s if watch else math.inf, now + timeout_s)
         self._running.add(running)
-        self._arm(loop, min(now + self._after_s / 2, running.deadline_at))
+        self._arm(loop, min(now + self._after_s / 2, running.deadline_at) if watch else running.deadline_at)
         return running
 
     @staticmethod

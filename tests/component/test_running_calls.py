@@ -14,10 +14,10 @@ FAR = float("inf")  # no deadline
 T = TypeVar("T")
 
 
-async def run(calls: RunningCalls, receive: Any, deadline_at: float, work: Awaitable[T]) -> T:
-    """`work` as the proxy's request path runs its call: between `enter` and
-    `leave`, a cancellation of the sweep's raised as what it meant."""
-    running = calls.enter(receive, deadline_at - asyncio.get_running_loop().time())
+async def run(calls: RunningCalls, receive: Any, deadline_at: float, work: Awaitable[T], watch: bool = True) -> T:
+    """`work` as the proxy's request path runs its call (or, not `watch`ing, reads a body): between
+    `enter` and `leave`, a cancellation of the sweep's raised as what it meant."""
+    running = calls.enter(receive, deadline_at - asyncio.get_running_loop().time(), watch)
     try:
         return await work
     except asyncio.CancelledError:
@@ -163,5 +163,21 @@ def test_a_call_that_answers_in_time_is_untouched_by_its_deadline() -> None:
         loop = asyncio.get_running_loop()
         assert await run(calls, client.receive, loop.time() + 5, asyncio.sleep(AFTER_S * 3, "answer")) == "answer"
         assert client.asked == 1  # watched meanwhile, as a call past AFTER_S is
+
+    asyncio.run(scenario())
+
+
+def test_a_body_read_is_held_to_its_deadline_and_never_asks_for_its_clients_messages() -> None:
+    # A body read is entered with watch=False: a watch would take the body's own messages.
+    async def scenario() -> None:
+        calls, client, cancelled = RunningCalls(AFTER_S), Client(), asyncio.Event()
+        loop = asyncio.get_running_loop()
+        deadline_at = loop.time() + AFTER_S * 5
+        reading = asyncio.ensure_future(run(calls, client.receive, deadline_at, slow(cancelled), watch=False))
+        await asyncio.sleep(AFTER_S * 3)  # well past when a call would start watching
+        assert client.asked == 0 and calls.watching() == 0 and calls.running() == 1
+        with pytest.raises(TimeoutError):
+            await reading
+        assert cancelled.is_set() and loop.time() >= deadline_at - 0.002 and calls.running() == 0
 
     asyncio.run(scenario())
