@@ -1,4 +1,4 @@
-"""The proxy's own cost per request, in one process: CPU time (or instructions) per GET, no Ray.
+"""The proxy's own cost per request, in one process: CPU time (or instructions) per GET (or POST), no Ray.
 
 `bench.proxy` measures requests per second through the whole system (wrk,
 the proxy worker, the data link, the replica) on a machine other work
@@ -13,6 +13,8 @@ callback). The HTTP bytes wrk sends are fed to one connection's protocol
 size, N times in a row, on uvloop as in a proxy worker.
 
 It prints the CPU time per request (`time.process_time`) after a warm-up.
+`--body N` sends a POST with an N-byte body instead (in the same packet as
+its head, as a small request's comes), for the cost of reading a body.
 For a figure that other processes cannot move, count instructions with
 callgrind: `--callgrind` switches its instrumentation on around the measured
 runs only (`callgrind_control`), and `--loop frozen` runs asyncio's loop
@@ -21,7 +23,7 @@ keep-alive clock: how often they fire under valgrind would depend on the
 machine's load) and the count repeats to within a few instructions per
 request; the instructions per request are the file's total over N:
 
-    python -m bench.proxy_cost [--requests 20000] [--repeats 5] [--loop uvloop|asyncio|frozen]
+    python -m bench.proxy_cost [--requests 20000] [--repeats 5] [--loop uvloop|asyncio|frozen] [--body BYTES]
     PYTHONHASHSEED=0 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/tmp/cg.out \
         python -m bench.proxy_cost --requests 2000 --repeats 1 --loop frozen --callgrind
 
@@ -50,6 +52,11 @@ from vocabulary.spec.endpoints import EndpointConfig
 
 T = TypeVar("T")
 REQUEST = b"GET / HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n\r\n"  # what wrk sends
+
+
+def post(size: int) -> bytes:
+    """A POST of `size` body bytes, head and body in one piece."""
+    return b"POST / HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nContent-Length: %d\r\n\r\n%s" % (size, b"x" * size)
 # The noop handler's answer as the replica sends it (`bench.proxy_apps.noop`: "ok", a Starlette response).
 ANSWER = (200, [(b"content-length", b"2"), (b"content-type", b"text/plain; charset=utf-8")], b"ok")
 
@@ -108,9 +115,12 @@ def _app(settings: ProxySettings) -> ProxyApp:
     return app
 
 
-async def serve(requests: int, repeats: int, around: Callable[[str], None] = lambda _: None) -> list[float]:
-    """CPU seconds per request of each of `repeats` runs of `requests` GETs on one connection;
-    `around("on")` is called before the measured runs, `around("off")` after them."""
+async def serve(
+    requests: int, repeats: int, around: Callable[[str], None] = lambda _: None, request: bytes = REQUEST,
+) -> list[float]:
+    """CPU seconds per request of each of `repeats` runs of `requests` requests (a GET unless `request`
+    says otherwise) on one connection; `around("on")` is called before the measured runs, `around("off")`
+    after them."""
     settings = ProxySettings()
     connection = _Connection(Server(_app(settings), settings.edge))
     transport = _Transport()
@@ -118,7 +128,7 @@ async def serve(requests: int, repeats: int, around: Callable[[str], None] = lam
 
     async def run(count: int) -> None:
         for _ in range(count):
-            connection.data_received(REQUEST)
+            connection.data_received(request)
             task = connection.active.task if connection.active is not None else None
             if task is None:
                 raise AssertionError("the request was not started")
@@ -159,8 +169,10 @@ def main() -> int:
     parser.add_argument("--loop", choices=("uvloop", "asyncio", "frozen"), default="uvloop",
                         help="frozen: asyncio's loop with its clock stopped (no timer fires)")
     parser.add_argument("--callgrind", action="store_true", help="switch callgrind on around the measured runs only")
+    parser.add_argument("--body", type=int, help="POST a body of this many bytes instead of a GET")
     args = parser.parse_args()
-    work = serve(args.requests, args.repeats, _callgrind if args.callgrind else lambda _: None)
+    request = REQUEST if args.body is None else post(args.body)
+    work = serve(args.requests, args.repeats, _callgrind if args.callgrind else lambda _: None, request)
     if args.loop == "uvloop":
         import uvloop
 
@@ -168,7 +180,8 @@ def main() -> int:
     else:
         costs = asyncio.run(_frozen(work) if args.loop == "frozen" else work)
     micros = sorted(cost * 1e6 for cost in costs)
-    print(f"{args.requests} GETs x {args.repeats}: CPU per request {micros[len(micros) // 2]:.2f} us (median; "
+    kind = "GETs" if args.body is None else f"POSTs of {args.body} bytes"
+    print(f"{args.requests} {kind} x {args.repeats}: CPU per request {micros[len(micros) // 2]:.2f} us (median; "
           f"min {micros[0]:.2f}, max {micros[-1]:.2f})")
     return 0
 

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import asyncio
 
-from bench.proxy_cost import ANSWER, _Caller, _frozen, serve
+from bench.proxy_cost import ANSWER, _Caller, _frozen, post, serve
 
 
 def test_every_get_is_answered_and_costs_some_cpu() -> None:
     costs = asyncio.run(serve(200, 2))
     assert len(costs) == 2 and all(cost > 0 for cost in costs)
+
+
+def test_every_post_is_answered_with_its_body_read() -> None:
+    # A refused POST (413, 408) would be answered too, but closes the connection: the driver raises.
+    costs = asyncio.run(serve(200, 1, request=post(1024)))
+    assert len(costs) == 1 and costs[0] > 0
 
 
 def test_on_the_frozen_clock_the_fake_replica_still_answers() -> None:
