@@ -12,6 +12,20 @@ and a body above `datalink.frames.PIECES_ABOVE` goes as BODY pieces
 (`write_pieces`: each a head and a slice of the body, written once what
 went before has drained, so the transport never holds the body twice).
 
+Flow: once `FLUSH_ABOVE` bytes are queued within one iteration they go to
+the transport at once, so its flow control sees them then, not at the end of
+the iteration; `writable()` waits while the transport's buffer is above its
+high-water mark. A producer that can wait (a stream's items, a body's
+pieces) awaits it before it queues more, so what the peer has not read
+waits with that producer, not in one buffer that every call on the
+connection queues behind. Without it, a busy loop (an iteration of a second
+and more) hands the socket only what its kernel buffer holds, ~200 KiB, per
+iteration, and the rest of that iteration's writes queue in user space, in
+front of whatever is written next: with 5,000 open SSE streams through one
+replica (`python -m bench.streams`), its streams produced ~100k events/s,
+~5k/s reached the proxy (idle meanwhile), and each event's delay grew by a
+second every second, to 30 s at the streams' end (issue 48).
+
 It is a `BufferedProtocol`: the transport reads into the decoder's buffers,
 and a large BODY piece straight into its body, where the subclass's `sink`
 says (the call's `datalink.frames.Pieces`); `took_last_piece` then only
@@ -49,6 +63,9 @@ __all__ = ["FrameConnection"]
 
 # What the handshake's messages are read into (each is far smaller).
 _HANDSHAKE_READ_BYTES = 4096
+# Queued within one loop iteration beyond this, frames go to the transport at
+# once: its buffer's high-water mark (asyncio's and uvloop's default).
+FLUSH_ABOVE = 64 * 1024
 
 
 class FrameConnection(asyncio.BufferedProtocol):
@@ -65,6 +82,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._held: list[Frame] | None = None
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes | memoryview] = []
+        self._queued = 0  # bytes in `_out`
         self._vectored = False  # a body's piece is among `_out`
         self._writable: asyncio.Future[None] | None = None  # while the transport's buffer is full
 
@@ -94,13 +112,18 @@ class FrameConnection(asyncio.BufferedProtocol):
         return self._handshake is not None
 
     def write(self, frame: bytes | memoryview) -> None:
-        """Queue one encoded frame (or a part of one): what is queued within one loop iteration leaves in one write."""
+        """Queue one encoded frame (or a part of one): what is queued within one loop
+        iteration leaves in one write, or in one per `FLUSH_ABOVE` bytes."""
         if not self._out:
             self._loop.call_soon(self._flush)
         self._out.append(frame)
+        self._queued += len(frame)
+        if self._queued > FLUSH_ABOVE:
+            self._flush()
 
     def _flush(self) -> None:
         out, self._out = self._out, []
+        self._queued = 0
         vectored, self._vectored = self._vectored, False
         transport = self._transport
         if transport is not None and out and not transport.is_closing():
@@ -122,8 +145,8 @@ class FrameConnection(asyncio.BufferedProtocol):
                 return False
             piece = view[start : start + BODY_PIECE_BYTES]
             self.write(piece_head(call_id, len(piece)))
+            self._vectored = True  # before the piece: a write past FLUSH_ABOVE flushes at once
             self.write(piece)
-            self._vectored = True
         return True
 
     def took_last_piece(self, call_id: int, body: Pieces, piece: bytes | int) -> bool:
@@ -141,6 +164,11 @@ class FrameConnection(asyncio.BufferedProtocol):
     async def drained(self) -> None:
         """Once what was written has gone to the transport and its buffer is below its high-water mark."""
         self._flush()
+        await self.writable()
+
+    async def writable(self) -> None:
+        """Once the transport's buffer is below its high-water mark (at once, mostly): what
+        a producer that can wait awaits before it queues more. Waiters go on in the order they came."""
         while self._writable is not None:
             await asyncio.shield(self._writable)
 

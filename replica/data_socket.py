@@ -392,8 +392,11 @@ class _ProxyConnection(FrameConnection):
         self._owner.streamed += 1
         try:
             while True:
-                # Room first, then the next item: a proxy that reads nothing pauses the producer.
+                # Room first, then the next item: a proxy that reads nothing pauses the producer,
+                # and so does a connection whose buffer is full (the item waits here, in its
+                # producer, not in the transport's buffer in front of every other stream's).
                 await credit.room()
+                await self.writable()
                 try:
                     item = await anext(items)
                 except StopAsyncIteration:

@@ -24,6 +24,7 @@ from datalink.frames import Frame, FrameDecoder, Kind, Opening, Window, encode
 from proxy.pipeline.streaming import StreamEnd, relay
 from proxy.pool.calling import HandlerError, ReplicaDiedError
 from proxy.pool.socketcalls import DataConnections
+from replica.calling.asgi import _AHEAD_MESSAGES
 from replica.host import Replica
 from tests.support.data_path import Calls, FakeHandle, RecordingFallback
 from vocabulary.control.actor_apis import ReplicaHandle
@@ -43,7 +44,9 @@ class Probe:
 
 class Streamer:
     """/count?n: n numbered chunks; /forever: chunks until stopped; /slow-big:
-    300-byte chunks until stopped, each after a pause; /boom: three chunks, then raises."""
+    300-byte chunks until stopped, each after a pause; /paced?n: n 8-byte chunks,
+    each after a pause; /paced-4k: 4 KiB chunks until stopped, each after a pause;
+    /boom: three chunks, then raises."""
 
     async def __call__(self, request: Request) -> Response:
         path = request.url.path
@@ -70,6 +73,10 @@ class Streamer:
             return StreamingResponse(counted(1, None))
         if path == "/slow-big":
             return StreamingResponse(counted(300, None, pause=True))
+        if path == "/paced":
+            return StreamingResponse(counted(8, int(request.query_params["n"]), pause=True))
+        if path == "/paced-4k":
+            return StreamingResponse(counted(4096, None, pause=True))
         return StreamingResponse(counted(1, None, fail_after=3))
 
 
@@ -260,9 +267,9 @@ def test_a_proxy_that_reads_nothing_gets_at_most_the_window_of_items() -> None:
         assert [frame.kind for frame in frames] == [Kind.ITEM] * 3
         assert await proxy.nothing_more()  # no credit granted: the replica waits
         # And so does the user's generator, however fast it is: bounded by the head and
-        # the three items sent (each joins at most what the app had waiting: 64 messages,
+        # the three items sent (each joins at most what the app had waiting: `_AHEAD_MESSAGES`,
         # `replica.calling.asgi`) and what the app may have waiting.
-        assert await settled(lambda: Probe.produced) <= 2 + 64 + 3 * 64 + 64
+        assert await settled(lambda: Probe.produced) <= 2 + _AHEAD_MESSAGES + 3 * _AHEAD_MESSAGES + _AHEAD_MESSAGES
         sent = b"".join(frame.payload for frame in frames)
         proxy.write(Kind.CREDIT, 2, (2, len(frames[0].payload) + len(frames[1].payload)))
         more = await proxy.read_until(2)  # two more, then it waits again
@@ -296,6 +303,73 @@ def test_a_proxy_that_reads_nothing_gets_at_most_the_window_of_bytes() -> None:
         proxy.writer.close()
         assert Probe.stopped is not None
         await Probe.stopped.wait()  # a connection that closes stops its streams
+
+    run(scenario)
+
+
+def test_a_proxy_that_reads_nothing_finds_every_streams_items_waiting_in_their_producers() -> None:
+    async def scenario(scene: Scene) -> None:
+        # 40 streams, each allowed 32 items ahead (some 5 MiB in all): once the
+        # connection's buffer is full, each stream's next item waits in its producer
+        # (a stream of its own pace), not in the replica's transport, where every other
+        # stream's next frame would queue behind it.
+        proxy = await RawProxy.connect(scene.path)
+        for n in range(40):
+            proxy.write(Kind.REQUEST, 2 * n + 1, make_request("GET", "/paced-4k"))
+        heads = await proxy.read_until(40)
+        assert {head.kind for head in heads} == {Kind.RESULT}
+        for n, head in enumerate(heads):
+            proxy.write(Kind.STREAM, 2 * n + 2, Opening(head.payload.stream_id, Window(items=32, bytes=1 << 30)))
+        assert scene.replica._data is not None
+        [connection] = scene.replica._data._connections
+        transport = connection._transport
+        assert transport is not None
+        await settled(lambda: Probe.produced)
+        # Its high-water mark, what joined the buffer within the iteration that
+        # reached it, and at most one item per stream (each at most a few chunks).
+        assert transport.get_write_buffer_size() < 2 * 1024 * 1024
+        proxy.writer.close()
+
+    run(scenario)
+
+
+def test_a_stalled_client_never_delays_another_clients_events() -> None:
+    async def scenario(scene: Scene) -> None:
+        # 200 clients of one replica over one connection; 20 of them read nothing
+        # (their first chunk's send never returns, as a client whose TCP window is
+        # shut). Every other client gets every event, in order, to its end.
+        events, stalled = 30, set(range(0, 200, 10))
+        expected = b"".join(f"{n};".encode().ljust(8, b".") for n in range(events))
+        received: dict[int, list[bytes]] = {n: [] for n in range(200)}
+
+        async def connected() -> dict[str, Any]:
+            await asyncio.Event().wait()
+            return {}
+
+        def client(n: int) -> Callable[[dict[str, Any]], Awaitable[None]]:
+            async def send(message: dict[str, Any]) -> None:
+                if n in stalled:
+                    await asyncio.Event().wait()
+                received[n].append(message["body"])
+
+            return send
+
+        starts = [await scene.start(f"/paced?n={events}") for _ in range(200)]
+        relays = {n: asyncio.ensure_future(relay(scene.calls.stream(scene.handle, start), client(n), 60.0,
+                                                 connected, 200))
+                  for n, start in enumerate(starts)}
+        flowing = [relays[n] for n in relays if n not in stalled]
+        assert set(await asyncio.gather(*flowing)) == {StreamEnd.COMPLETE}
+        for n, start in enumerate(starts):
+            if n not in stalled:
+                assert start.first_chunk + b"".join(received[n]) == expected, n
+        # The stalled ones are still held (their replica waits for their credit), none ended.
+        assert not any(relays[n].done() for n in stalled)
+        assert all(received[n] == [] for n in stalled)
+        for n in stalled:
+            relays[n].cancel()
+        await asyncio.gather(*(relays[n] for n in stalled), return_exceptions=True)
+        await until(lambda: scene.replica.num_ongoing() == 0)  # the clients left: their generators stopped
 
     run(scenario)
 
