@@ -133,7 +133,7 @@ async def serve_http(app: App, wire: WireRequest) -> WireResponse | BodyStream:
         finally:
             outbox.put_nowait(_END)
 
-    task = asyncio.ensure_future(run())
+    task = asyncio.get_running_loop().create_task(run(), name="app")  # named: an unnamed task's name is formatted
     task.add_done_callback(_log_failure)
     try:
         start = await outbox.take()
