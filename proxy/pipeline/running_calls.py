@@ -6,11 +6,11 @@ replica call, and `TimeoutError` is raised in it. A call still running after
 `watch_after_s` starts watching its client (a `receive()` waiting for
 `http.disconnect`); when the client leaves, the call is cancelled the same
 way and `ClientLeft` raised. Quick requests never watch: they only enter and
-leave a set. A request's body is read under the same sweep (`watch=False`:
-the read itself sees a client leave), with the edge's body deadline. The request path awaits its call itself, between `enter` and
-`leave`, and asks `why_cancelled` what a CancelledError meant: a coroutine
-wrapped around each call was a noticeable share of a noop answer's cost in
-the proxy.
+leave a set. A request's body is read under the same sweep, with the edge's
+body deadline (`watch=False`: the read itself sees its client leave). The
+request path awaits its call itself, between `enter` and `leave`, and asks
+`why_cancelled` what a CancelledError meant: a coroutine wrapped around each
+call was a noticeable share of a noop answer's cost in the proxy.
 
 One timer serves every call. It is armed only while calls run, for the
 earlier of the next sweep (every `watch_after_s / 2`) and the earliest
