@@ -52,13 +52,13 @@ from vocabulary.spec.endpoints import EndpointConfig
 
 T = TypeVar("T")
 REQUEST = b"GET / HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n\r\n"  # what wrk sends
+# The noop handler's answer as the replica sends it (`bench.proxy_apps.noop`: "ok", a Starlette response).
+ANSWER = (200, [(b"content-length", b"2"), (b"content-type", b"text/plain; charset=utf-8")], b"ok")
 
 
 def post(size: int) -> bytes:
     """A POST of `size` body bytes, head and body in one piece."""
     return b"POST / HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nContent-Length: %d\r\n\r\n%s" % (size, b"x" * size)
-# The noop handler's answer as the replica sends it (`bench.proxy_apps.noop`: "ok", a Starlette response).
-ANSWER = (200, [(b"content-length", b"2"), (b"content-type", b"text/plain; charset=utf-8")], b"ok")
 
 
 class _Caller:

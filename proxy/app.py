@@ -65,6 +65,7 @@ from proxy.pipeline.stages.budget import TokenBudgeting
 from proxy.pipeline.stages.capture import Capture
 from proxy.pipeline.stages.count import Counting, NullRecorder, Recorder
 from proxy.pipeline.forward import Forwarding, client_timeout
+from proxy.pipeline.running_calls import WATCH_AFTER_S, RunningCalls
 from proxy.pipeline.running_calls import ClientLeft
 from proxy.pipeline.stages.shadow import Shadowing
 from proxy.pipeline.stage import Chain, Stage, chains
@@ -111,7 +112,9 @@ class ProxyApp:
         self.recorder = recorder = recorder or NullRecorder()  # the lambdas below look it up at each report
         self.caller = caller
         self.retry_after = [(b"retry-after", str(settings.retry_after_s).encode())]
-        self._forwarding = Forwarding(caller, rng, self.retry_after, lambda: self.recorder)
+        # This loop's replica calls and body reads, held to their deadlines by one sweep.
+        self._running = RunningCalls(WATCH_AFTER_S)
+        self._forwarding = Forwarding(caller, rng, self.retry_after, lambda: self.recorder, self._running)
         self.sender: Sender = self._forwarding.sender
         self._counts = RequestCounter()
         self._websockets = WebSocketCarrier(caller, rng, recorder, self._counts, tracing, capture)
@@ -221,7 +224,7 @@ class ProxyApp:
             client_s = None if timeout is None else client_timeout(timeout)
             if has_body:
                 body = await read(
-                    scope, receive, served.max_body_bytes, self._settings, self._bodies, self._forwarding.calls,
+                    scope, receive, served.max_body_bytes, self._settings, self._bodies, self._running,
                 )
             else:  # most requests (a GET): no coroutine of their own
                 body = unframed(await receive())

@@ -48,21 +48,21 @@ if TYPE_CHECKING:
 
 __all__ = ["Forwarding", "client_timeout"]
 
-_WATCH_AFTER_S = 0.05  # a request running longer than this is watched for its client leaving
-
 
 class Forwarding:
     """One event loop's replica calls: each request's one call to its backend's pool, under its deadline."""
 
-    __slots__ = ("sender", "retry_after", "calls", "_recorder")
+    __slots__ = ("sender", "retry_after", "_calls", "_recorder")
 
     def __init__(
         self, caller: Caller, rng: Random, retry_after: list[tuple[bytes, bytes]], recorder: Callable[[], Recorder],
+        calls: RunningCalls,
     ) -> None:
-        """`retry_after`: the header a 503 carries; `recorder`: the proxy's recorder, looked up at each report."""
+        """`retry_after`: the header a 503 carries; `recorder`: the proxy's recorder, looked up at each report;
+        `calls`: the loop's running calls, whose sweep holds each call to its deadline and watches its client."""
         self.retry_after = retry_after
         self._recorder = recorder
-        self.calls = RunningCalls(_WATCH_AFTER_S)  # this loop's replica calls and body reads, by one sweep
+        self._calls = calls
         self.sender = Sender(
             caller, lambda backend: recorder().replica_stalled(backend),
             lambda backend, model, loaded, evicted: recorder().model_served(backend, model, loaded, evicted),
@@ -81,20 +81,20 @@ class Forwarding:
         assert request is not None
         seen = None if transit.traced is None and transit.captured is None else transit.seen
         if client_s is None:
-            running = self.calls.enter(receive, served.timeout_s)
+            running = self._calls.enter(receive, served.timeout_s)
         else:  # the client's deadline, counted from its route, never past the endpoint's timeout
             left_s = capped(client_s, served.timeout_s) - (time.perf_counter() - transit.started)
             if left_s <= 0:
                 self._recorder().deadline_exceeded(served.name, "not-started")
                 raise refusal_for(NoTimeLeft(started=False), self.retry_after)
-            running = self.calls.enter(receive, left_s)
+            running = self._calls.enter(receive, left_s)
         try:
             return await self.sender.send(
                 transit.snapshot.pools.get(transit.backend), request, running.deadline_at, served.retries, seen,
                 served.outliers, served.circuit, client_s is not None, client_s is not None and client_s < served.timeout_s,
             )
         except asyncio.CancelledError:
-            instead = self.calls.why_cancelled(running)
+            instead = self._calls.why_cancelled(running)
             if instead is None:
                 raise
             if isinstance(instead, TimeoutError):
@@ -106,7 +106,7 @@ class Forwarding:
                 self._recorder().deadline_exceeded(served.name, "expired" if error.started else "not-started")
             raise refusal_for(error, self.retry_after) from None
         finally:
-            self.calls.leave(running)
+            self._calls.leave(running)
 
 
 def client_timeout(value: bytes) -> float:

@@ -30,7 +30,9 @@ from typing import Any
 
 from httpedge.asgi import Receive
 
-__all__ = ["ClientLeft", "RunningCall", "RunningCalls"]
+__all__ = ["ClientLeft", "RunningCall", "RunningCalls", "WATCH_AFTER_S"]
+
+WATCH_AFTER_S = 0.05  # a request's call running longer than this is watched for its client leaving
 
 _SLACK_S = 0.001  # a timer may fire this much before its time (the loop rounds to its clock's resolution)
 
