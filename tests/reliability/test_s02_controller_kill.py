@@ -15,6 +15,7 @@ from tests.support.load import SteadyLoad
 from tests.support.scenario import record_run, under_load
 from tests.support.serving import Serving
 from tests.support.stack import eventually, met
+from vocabulary.control.status import ReplicaStatus
 
 DRAIN_S = 3.0
 # Requests long enough that an old replica still has some in flight when it drains.
@@ -28,6 +29,18 @@ def _back(serving: Serving) -> float:
     eventually(lambda: ray.get(handle.ping.remote(), timeout=5) == "ok", 60,
                what="the controller answers again", retry_on=(ray.exceptions.RayError,))
     return time.monotonic()
+
+
+def _after_drains(serving: Serving, backend: str, timeout_s: float = DRAIN_S + 30) -> list[ReplicaStatus]:
+    """The backend's replicas once none is draining (or as they are at `timeout_s`).
+
+    A rollout's goal is met when its live replicas all run the new version; the last old replica
+    may still be draining then, for up to its graceful shutdown timeout.
+    """
+    deadline = time.monotonic() + timeout_s
+    while serving.replicas(backend, "SHOULD_STOP", "STOPPING") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return serving.replicas(backend)
 
 
 def test_an_idle_controller_killed_costs_no_request_and_recovers(serving: Serving, backend: str, window_s: float) -> None:
@@ -70,7 +83,7 @@ def test_a_controller_killed_at_every_point_of_a_rollout_completes_it_without_fa
         return time.monotonic() - started
 
     report, rollout_s = under_load(serving.load_url(backend, SLOW_REQUEST_S), window_s, kill_through_a_rollout)
-    replicas = serving.replicas(backend)
+    replicas = _after_drains(serving, backend)
     leaked = serving.leaked()
     record_run("2b", "kill -9 the controller at each point of a rollout, while draining, while recovering",
                report, rollout_s, leaked, "recovery = rollout time with 6 kills")
