@@ -84,6 +84,7 @@ from proxy.pipeline.stages.shadow import Shadowing
 from proxy.pipeline.stage import Chain, Stage, chains
 from proxy.pipeline.stages.steer import Steering
 from proxy.pipeline.stages.trace import Tracing
+from proxy.pipeline.streaming import ChunkGaps
 from proxy.pipeline.transit import CLIENT_LEFT, Refusal, Transit, refusal_for
 from proxy.pool.calling import HandlerError, ReplicaDiedError
 from proxy.pool.replicas import NoReplicaError, QueueFullError
@@ -303,7 +304,7 @@ class GrpcIngress(grpc.GenericRpcHandler):
         whole: list[bytes] = [start.first_chunk]
         size = len(start.first_chunk)
         died = claimed = False
-        gaps: list[float] = []
+        gaps = ChunkGaps(app.recorder.gap_observer(served.name, transit.backend))
         loop = asyncio.get_running_loop()
         try:
             app.recorder.first_byte(served.name, transit.backend, time.perf_counter() - transit.started)
@@ -324,7 +325,8 @@ class GrpcIngress(grpc.GenericRpcHandler):
                     except StopAsyncIteration:
                         break
                     now = time.perf_counter()
-                    gaps.append(now - last)
+                    gaps.count += 1
+                    gaps.observe(now - last)
                     last = now
                     if framed:
                         for message in unframer.feed(chunk):
@@ -359,7 +361,7 @@ class GrpcIngress(grpc.GenericRpcHandler):
             held.pool.release(held.slot)
             if died:
                 held.pool.drop(held.slot)
-            app.recorder.stream_done(served.name, transit.backend, gaps)
+            app.recorder.stream_done(served.name, transit.backend, 1 + gaps.count)  # the head's chunk and the rest
 
 
     async def _streaming(

@@ -485,18 +485,23 @@ class ProxyMetrics:
             histogram = self._first_bytes[key] = self._first_byte.labels(endpoint, backend)
         histogram.observe(seconds)
 
-    def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:
-        """A streamed answer ended after its head and `len(gaps)` more chunks, each `gaps[i]` after the one before."""
+    def gap_observer(self, endpoint: str, backend: str) -> Callable[[float], None]:
+        """Observes a streamed answer's gap before each chunk after its head, as it comes."""
+        return self._stream_children(endpoint, backend)[0].observe
+
+    def stream_done(self, endpoint: str, backend: str, chunks: int) -> None:
+        """A streamed answer ended after `chunks` chunks, its head's included."""
+        self._stream_children(endpoint, backend)[1].observe(chunks)
+
+    def _stream_children(self, endpoint: str, backend: str) -> tuple[Any, Any]:
+        """The inter-chunk and chunks histograms of (`endpoint`, `backend`)."""
         key = (endpoint, backend)
         children = self._streams.get(key)
         if children is None:
             children = self._streams[key] = (
                 self._inter_chunk.labels(endpoint, backend), self._chunks.labels(endpoint, backend)
             )
-        inter_chunk, chunks = children
-        for gap in gaps:
-            inter_chunk.observe(gap)
-        chunks.observe(len(gaps) + 1)
+        return children
 
     def rate_limited(self, endpoint: str) -> None:
         """A request was refused (429): its tenant was over the endpoint's limit."""

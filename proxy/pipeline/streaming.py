@@ -8,11 +8,12 @@ disconnects ends it. The client's answer has started by then, so an early
 end cannot change its status: the response is left incomplete (the server
 closes the connection, which a client sees as a broken body), and the
 request is recorded with the status the failure would have had (`stream_code`).
-Leaving the chunk iterator early cancels the replica's generator. Given a
-list, `relay` appends the gap before each chunk after the head (seconds, on
-the monotonic clock): for a token stream, the time per output token. The
-idle bound is one timer per stream, moved on only when it fires, not one
-armed and cancelled per chunk.
+Leaving the chunk iterator early cancels the replica's generator. Given
+`ChunkGaps`, `relay` hands on the gap before each chunk after the head as it
+comes (seconds, on the monotonic clock: for a token stream, the time per
+output token) and counts the chunks, so a stream holds the same few bytes
+however long it runs. The idle bound is one timer per stream, moved on only
+when it fires, not one armed and cancelled per chunk.
 
 `observed` hands each chunk, as it passes, to the request's observers
 (`proxy.pipeline.transit.Transit.observe`: the capture record, the token budget's usage).
@@ -22,7 +23,7 @@ its call returned `Held` (a head and the replica slot it keeps): the
 stages' `streaming` hooks, the head sent and its time to first byte
 reported, the rest relayed as above (its observers shown each chunk), the
 slot given back (and dropped when its replica died), an unclaimed stream
-let go when its client left before it was read, the gaps reported, and the
+let go when its client left before it was read, its chunks counted, and the
 stages' `answered` hooks given the code it is recorded with. The
 endpoint's `timeout_s` bounds the time to the first chunk (the call's
 deadline) and each gap after it. It is never copied to shadows or compared.
@@ -47,17 +48,33 @@ from proxy.pool.sending import Held
 if TYPE_CHECKING:
     from proxy.pipeline.stage import Chain
 
-__all__ = ["StreamEnd", "StreamReports", "answer_stream", "observed", "relay", "stream_code"]
+__all__ = ["ChunkGaps", "StreamEnd", "StreamReports", "answer_stream", "observed", "relay", "stream_code"]
 
 logger = logging.getLogger(__name__)
 
 
 class StreamReports(Protocol):
-    """What a streamed answer reports (`proxy.pipeline.stages.count.Recorder` has both)."""
+    """What a streamed answer reports (`proxy.pipeline.stages.count.Recorder` has all three)."""
 
     def first_byte(self, endpoint: str, backend: str, seconds: float) -> None: ...
 
-    def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None: ...
+    def gap_observer(self, endpoint: str, backend: str) -> Callable[[float], None]: ...
+
+    def stream_done(self, endpoint: str, backend: str, chunks: int) -> None: ...
+
+
+class ChunkGaps:
+    """A stream's gaps between chunks, each handed to `observe` as it comes, and how many there were.
+
+    Each gap used to wait in a list until the stream ended: 36 bytes per chunk, so a proxy holding
+    1,000 streams of 20 events a second grew by 0.7 KiB per stream each second (`bench.streams`:
+    18 KiB per stream after 8 s, 31.5 after 25 s)."""
+
+    __slots__ = ("observe", "count")
+
+    def __init__(self, observe: Callable[[float], None]) -> None:
+        self.observe = observe
+        self.count = 0
 
 
 class StreamEnd(str, enum.Enum):
@@ -104,6 +121,7 @@ async def answer_stream(
     for hook in stages.streaming:
         hook(transit)
     status = StreamEnd.CLIENT_LEFT  # unless the relay says how it ended
+    gaps = ChunkGaps(reports.gap_observer(served.name, backend))
     try:
         await send({"type": "http.response.start", "status": start.status, "headers": end_to_end(start.headers)})
         await send({"type": "http.response.body", "body": start.first_chunk, "more_body": True})
@@ -111,7 +129,6 @@ async def answer_stream(
         chunks = caller.stream(held.slot.handle, start)
         if transit.observers is not None:  # the capture record, the token budget's usage
             chunks = observed(chunks, transit.observers)
-        gaps: list[float] = []
         status = await relay(chunks, send, served.timeout_s, receive, start.status, gaps)
     finally:
         if status is StreamEnd.CLIENT_LEFT:
@@ -120,7 +137,7 @@ async def answer_stream(
             # stream was closed by the relay already, and letting it go again changes nothing.
             caller.discard(held.slot.handle, start)
         held.pool.release(held.slot)
-    reports.stream_done(served.name, backend, gaps)
+    reports.stream_done(served.name, backend, 1 + gaps.count)  # the head's chunk and the rest
     if status == StreamEnd.REPLICA_DIED:
         held.pool.drop(held.slot)
     code = stream_code(status, start.status)
@@ -133,7 +150,7 @@ async def answer_stream(
 
 async def relay(
     chunks: AsyncGenerator[bytes, None], send: Send, idle_s: float, receive: Receive, status: int,
-    gaps: list[float] | None = None,
+    gaps: ChunkGaps | None = None,
 ) -> StreamEnd:
     """Send `chunks` until they end, and say how they ended; `gaps` gets the time before each chunk."""
     # Named: asyncio formats a name for a task left without one (1,450 instructions).
@@ -152,7 +169,7 @@ async def relay(
 
 
 async def _pump(
-    chunks: AsyncGenerator[bytes, None], send: Send, idle_s: float, gaps: list[float] | None
+    chunks: AsyncGenerator[bytes, None], send: Send, idle_s: float, gaps: ChunkGaps | None
 ) -> StreamEnd:
     idle = _IdleWatch(idle_s)
     last = time.perf_counter()
@@ -171,7 +188,8 @@ async def _pump(
             idle.waiting = False
             if gaps is not None:
                 now = time.perf_counter()
-                gaps.append(now - last)
+                gaps.count += 1
+                gaps.observe(now - last)
                 last = now
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
     except ReplicaDiedError:

@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from proxy.app import ProxyApp
+from proxy.app import NullRecorder, ProxyApp
 from proxy.observability.capture import CaptureWriter
 from proxy.observability.redacting import Exchange
 from proxy.routes.subscriptions import Subscriptions
@@ -37,14 +37,11 @@ class Offered(CaptureWriter):
         super().offer(exchange)
 
 
-class Compared:
+class Compared(NullRecorder):
     """A recorder of the shadow comparisons."""
 
     def __init__(self) -> None:
         self.verdicts: list[bool] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args: None
 
     def shadow_compared(self, endpoint: str, backend: str, matched: bool) -> None:
         self.verdicts.append(matched)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any
+from typing import Any, Callable
 
 from proxy.app import ProxyApp
 from proxy.routes.subscriptions import Subscriptions
@@ -19,7 +19,8 @@ class Recorded:
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, int]] = []
         self.first_bytes: list[tuple[str, str]] = []
-        self.streams: list[tuple[str, str, list[float]]] = []
+        self.gaps: list[tuple[str, str, list[float]]] = []
+        self.streams: list[tuple[str, str, int]] = []
         self.shadows: list[tuple[str, str, str]] = []
 
     def request_done(self, endpoint: str, backend: str, code: int, duration_s: float) -> None:
@@ -34,8 +35,13 @@ class Recorded:
     def first_byte(self, endpoint: str, backend: str, seconds: float) -> None:
         self.first_bytes.append((endpoint, backend))
 
-    def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:
-        self.streams.append((endpoint, backend, gaps))
+    def gap_observer(self, endpoint: str, backend: str) -> Callable[[float], None]:
+        gaps: list[float] = []
+        self.gaps.append((endpoint, backend, gaps))
+        return gaps.append
+
+    def stream_done(self, endpoint: str, backend: str, chunks: int) -> None:
+        self.streams.append((endpoint, backend, chunks))
 
 
 def proxy(backends: dict[str, StreamingReplica], timeout_s: float = 5.0,
@@ -70,9 +76,30 @@ def test_a_streamed_answer_reaches_the_client_chunk_by_chunk_and_completes() -> 
 def test_each_gap_between_chunks_is_recorded_for_the_token_metrics() -> None:
     app, recorded = proxy({"v1": StreamingReplica([b"a;", b"b;", b"c;"], gap_s=0.05)})
     asyncio.run(request(app, Client()))
-    [(endpoint, backend, gaps)] = recorded.streams
+    [(endpoint, backend, gaps)] = recorded.gaps
     assert (endpoint, backend, len(gaps)) == ("e", "v1", 3)  # the head's chunk, then three more
     assert all(0.04 <= gap < 1.0 for gap in gaps), gaps
+    assert recorded.streams == [("e", "v1", 4)]
+
+
+def test_the_gaps_of_a_stream_still_open_are_recorded_as_they_come() -> None:
+    """A long token stream's gaps reach the metrics while it runs; the proxy keeps none of them."""
+    app, recorded = proxy({"v1": StreamingReplica([b"t;"] * 40, gap_s=0.05)})
+    client = Client()
+
+    async def scenario() -> int:
+        streaming = asyncio.ensure_future(request(app, client))
+        while not recorded.gaps or len(recorded.gaps[0][2]) < 3:
+            await asyncio.sleep(0.01)
+        ended_meanwhile = len(recorded.streams)
+        client.leave.set()
+        await streaming
+        return ended_meanwhile
+
+    assert asyncio.run(scenario()) == 0  # three gaps recorded, the stream not ended
+    [(_, _, gaps)] = recorded.gaps
+    assert recorded.streams == [("e", "v1", 1 + len(gaps))]  # ended by its client: the chunks it had
+    assert 3 <= len(gaps) < 40
 
 
 def test_a_gap_between_chunks_above_timeout_s_cuts_the_stream_and_counts_504() -> None:

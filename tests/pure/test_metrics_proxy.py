@@ -166,7 +166,10 @@ def test_a_stream_s_gaps_and_chunks_are_observed_by_endpoint_and_backend() -> No
     from proxy.observability.metrics import ProxyMetrics
 
     metrics = ProxyMetrics(NO_NODE_CACHE)
-    metrics.stream_done("chat", "llm", [0.02, 0.03, 0.02])
+    observe = metrics.gap_observer("chat", "llm")
+    for gap in (0.02, 0.03, 0.02):
+        observe(gap)
+    metrics.stream_done("chat", "llm", 4)
     text = metrics.render().decode()
     assert 'gitops_stream_inter_chunk_seconds_count{backend="llm",endpoint="chat"} 3.0' in text
     assert 'gitops_stream_chunks_sum{backend="llm",endpoint="chat"} 4.0' in text

@@ -9,7 +9,7 @@ stream is not counted there, its replica's answer being unknown).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
 from proxy.observability.request_stats import RequestCounter
 from proxy.observability.bodies import BodyView
@@ -50,8 +50,11 @@ class Recorder(Protocol):
     def token_limited(self, endpoint: str, tenant: str) -> None:
         """A request was refused (429): its tenant was over the endpoint's tokens_per_minute."""
 
-    def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:
-        """A streamed answer ended: the gap before each chunk after its head."""
+    def gap_observer(self, endpoint: str, backend: str) -> Callable[[float], None]:
+        """Where a streamed answer's gap before each chunk after its head goes (seconds), as it comes."""
+
+    def stream_done(self, endpoint: str, backend: str, chunks: int) -> None:
+        """A streamed answer ended after `chunks` chunks, its head's included."""
 
     def replica_stalled(self, backend: str) -> None:
         """A replica of `backend` was found stalled (`proxy.pool.stalls`) and taken out of routing."""
@@ -76,6 +79,10 @@ class Recorder(Protocol):
     def model_served(self, backend: str, model: str, loaded: bool, evicted: Sequence[str]) -> None:
         """A multiplexed backend answered a request for `model`: whether its replica loaded
         it for this request, and the models it evicted to make room."""
+
+
+def _ignore(seconds: float) -> None:
+    """A gap between a stream's chunks, recorded nowhere."""
 
 
 class NullRecorder:
@@ -108,7 +115,10 @@ class NullRecorder:
     def token_limited(self, endpoint: str, tenant: str) -> None:
         pass
 
-    def stream_done(self, endpoint: str, backend: str, gaps: list[float]) -> None:
+    def gap_observer(self, endpoint: str, backend: str) -> Callable[[float], None]:
+        return _ignore
+
+    def stream_done(self, endpoint: str, backend: str, chunks: int) -> None:
         pass
 
     def replica_stalled(self, backend: str) -> None:
