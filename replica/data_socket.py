@@ -564,14 +564,15 @@ def _shown(payload: Any) -> str:
 class _Credit:
     """What one stream may still send: its window less what the proxy has not acknowledged."""
 
+    # A future made only while the stream waits for room, not an `asyncio.Event` (whose deque of
+    # waiters is 760 bytes) held by every open stream.
     __slots__ = ("_window", "_items", "_bytes", "_room")
 
     def __init__(self, window: Window) -> None:
         self._window = window
         self._items = 0
         self._bytes = 0
-        self._room = asyncio.Event()
-        self._room.set()
+        self._room: asyncio.Future[None] | None = None  # the sender, waiting for room
 
     def _full(self) -> bool:
         # Always room for one item, however large: nothing else could ever move it.
@@ -580,15 +581,16 @@ class _Credit:
     def sent(self, size: int) -> None:
         self._items += 1
         self._bytes += size
-        if self._full():
-            self._room.clear()
 
     def grant(self, items: int, size: int) -> None:
         self._items = max(0, self._items - items)
         self._bytes = max(0, self._bytes - size)
-        if not self._full():
-            self._room.set()
+        room = self._room
+        if room is not None and not room.done() and not self._full():
+            room.set_result(None)
 
     async def room(self) -> None:
         while self._full():
-            await self._room.wait()
+            if self._room is None or self._room.done():
+                self._room = asyncio.get_running_loop().create_future()
+            await self._room

@@ -53,7 +53,6 @@ import logging
 import os
 import time
 import weakref
-from collections import deque
 from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine
 
 from datalink.connection import FrameConnection
@@ -97,7 +96,7 @@ class _Flow:
 
     def __init__(self, window: Window) -> None:
         self.window = window
-        self.items: deque[Any] = deque()
+        self.items: list[Any] = []  # at most its window's items (an empty deque is 760 bytes a stream)
         self.outcome: BaseException | None = None  # StopAsyncIteration: it completed
         self.waiter: asyncio.Future[None] | None = None
         self.unacked = 0  # items received and not yet credited back
@@ -199,7 +198,7 @@ class ReplicaConnection(FrameConnection):
                     finally:
                         flow.waiter = None
                     continue
-                item = flow.items.popleft()
+                item = flow.items.pop(0)
                 yield item
                 # Asked for the next one: the consumer has passed this one on.
                 flow.owed_items += 1
