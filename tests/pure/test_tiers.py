@@ -37,6 +37,7 @@ from tests.support.tiers import (
     imported_modules,
     is_serial,
     markers_for,
+    marks_serial,
     starts_ray,
     tier_of,
 )
@@ -106,6 +107,13 @@ def test_a_real_file_runs_whole_on_one_worker_and_the_install_folder_together() 
     assert group_of("tests/install/test_install.py") == group_of("tests/install/test_tutorial.py") == "tests/install"
     assert is_serial("tests/real/test_x.py", ["serial"])
     assert not is_serial("tests/real/test_x.py", ["real"])
+
+
+def test_a_test_marked_serial_is_found_in_its_source_and_a_mention_is_not() -> None:
+    assert marks_serial("import pytest\n\n@pytest.mark.serial\ndef test_x():\n    pass\n")
+    assert marks_serial("import pytest\n\npytestmark = [pytest.mark.real, pytest.mark.serial]\n")
+    assert not marks_serial('"""Not marked: pytest.mark.serial is for tests that need the machine."""\n')
+    assert not marks_serial("import pytest\n\n@pytest.mark.slow\ndef test_x():\n    pass\n")
 
 
 def test_every_real_test_is_in_an_xdist_group(everything: list[dict[str, Any]]) -> None:

@@ -6,7 +6,8 @@ loaded no Ray, git, SQLite or HTTP), goes on after a failing tier so one run
 shows every failure, and ends with the time of each tier and the 30 slowest
 tests of the whole run (from each tier's JUnit XML under
 test-artifacts/tiers/). A tier that collects nothing (pytest's exit 5) is
-empty, not failed. `--before-real CMD` runs CMD (the system packages) just
+empty, not failed; the real tier's serial pass is skipped, empty, when no
+test can be serial. `--before-real CMD` runs CMD (the system packages) just
 before the first real or slow tier, so the fast tiers do not wait for it.
 Exits non-zero when a tier failed.
 
@@ -29,6 +30,8 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from tests.support import tiers
 
 # The component tier on two workers: 1,410 tests of about 0.1 s each, CPU-bound, one per core.
 CHECK_WORKERS = os.environ.get("GITOPS_CHECK_WORKERS", "2")
@@ -65,6 +68,12 @@ def slowest(reports: list[Path], count: int = SLOWEST) -> list[tuple[float, str]
     return sorted(times, reverse=True)[:count]
 
 
+def serial_tests_exist(tests: Path) -> bool:
+    """Whether any test can be `serial`: a file named in `tiers.SERIAL_FILES`, or one marking a test
+    so. Without one, the serial pass is skipped: it would collect the whole suite to run nothing (15 s)."""
+    return bool(tiers.SERIAL_FILES) or any(tiers.marks_serial(path.read_text()) for path in tests.rglob("test_*.py"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tiers", nargs="+", choices=sorted(TIER_ARGS))
@@ -85,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
                 break
             before = ""
         for name, tier_args in TIER_ARGS[tier].items():
+            if name == "real-serial" and not serial_tests_exist(Path("tests")):
+                print(f"\n== tier {name}: no test is serial (tests.support.tiers), skipped", flush=True)
+                results.append((name, 0.0, "empty"))
+                continue
             report = args.artifacts / f"{name}.xml"
             report.unlink(missing_ok=True)
             command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",

@@ -77,6 +77,16 @@ def is_serial(relpath: str, marks: Iterable[str]) -> bool:
     return "serial" in set(marks) or relpath in SERIAL_FILES
 
 
+def marks_serial(source: str) -> bool:
+    """Whether test module `source` marks a test `serial` (`pytest.mark.serial`, as a decorator or in
+    `pytestmark`); a mention in a string or a comment does not count."""
+    return any(
+        isinstance(node, ast.Attribute) and node.attr == "serial"
+        and isinstance(node.value, ast.Attribute) and node.value.attr == "mark"
+        for node in ast.walk(ast.parse(source))
+    )
+
+
 def group_of(relpath: str) -> str:
     """The xdist group of a test at `relpath`: its folder's shared group, else its file."""
     for folder, group in SHARED_GROUPS.items():
