@@ -72,11 +72,12 @@ def init_ray(
     default, `~/.ray/auth_token`); its processes inherit only the allow-listed
     part of this process's environment, plus the names `replica_env` adds; its
     GCS listens on `gcs_port` and its workers take ports in `worker_ports`
-    (lowest, highest) when given, else on ports Ray picks.
+    (lowest, highest) when given, else on ports Ray picks; it runs no log
+    monitor, which only relays workers' output to a driver that asks for it.
     """
     import ray
 
-    from controller.shell.ray_private import local_ray_ports
+    from controller.shell.ray_private import local_ray_params
 
     for key, value in _QUIET_ENV.items():
         os.environ.setdefault(key, value)
@@ -97,7 +98,7 @@ def init_ray(
         options["address"] = address
     try:
         with _only(inherited(os.environ, replica_env) if address is None else os.environ):
-            with local_ray_ports(gcs_port, worker_ports) if address is None else nullcontext():
+            with local_ray_params(gcs_port, worker_ports) if address is None else nullcontext():
                 ray.init(**options)
     except ConnectionError as error:
         if _refused_for_auth(error):

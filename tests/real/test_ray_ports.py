@@ -1,6 +1,7 @@
 """`gitops run --ray-port --ray-min-worker-port --ray-max-worker-port`: the embedded Ray listens
 where it was told (its GCS on the port, every worker process in the range), and a taken port
-is one line before anything starts (issue 49, row 10)."""
+is one line before anything starts (issue 49, row 10). It runs no log monitor: nothing reads
+what one relays, and its globbing costs CPU that grows with every worker the session starts."""
 
 from __future__ import annotations
 
@@ -67,6 +68,9 @@ def test_the_embedded_ray_listens_on_the_ports_it_was_given(tmp_path: Path) -> N
         for pid, listened in workers.items():
             ray_ports = {port for port in listened if port not in (proxy, metrics)}
             assert ray_ports and all(low <= port <= high for port in ray_ports), (command_line(pid), listened)
+        started = [command_line(pid) for pid in descendants(agent.pid)]
+        assert any("raylet" in line for line in started), started
+        assert not [line for line in started if "log_monitor" in line], started
     finally:
         agent.send_signal(signal.SIGTERM)
         out = agent.communicate(timeout=120)[0]
