@@ -335,12 +335,13 @@ def test_a_proxy_that_reads_nothing_finds_every_streams_items_waiting_in_their_p
 
 def test_a_stalled_client_never_delays_another_clients_events() -> None:
     async def scenario(scene: Scene) -> None:
-        # 200 clients of one replica over one connection; 20 of them read nothing
+        # 1,000 clients of one replica over one connection; 100 of them read nothing
         # (their first chunk's send never returns, as a client whose TCP window is
         # shut). Every other client gets every event, in order, to its end.
-        events, stalled = 30, set(range(0, 200, 10))
+        clients = 1000
+        events, stalled = 30, set(range(0, clients, 10))
         expected = b"".join(f"{n};".encode().ljust(8, b".") for n in range(events))
-        received: dict[int, list[bytes]] = {n: [] for n in range(200)}
+        received: dict[int, list[bytes]] = {n: [] for n in range(clients)}
 
         async def connected() -> dict[str, Any]:
             await asyncio.Event().wait()
@@ -354,9 +355,9 @@ def test_a_stalled_client_never_delays_another_clients_events() -> None:
 
             return send
 
-        starts = [await scene.start(f"/paced?n={events}") for _ in range(200)]
+        starts = [await scene.start(f"/paced?n={events}") for _ in range(clients)]
         relays = {n: asyncio.ensure_future(relay(scene.calls.stream(scene.handle, start), client(n), 60.0,
-                                                 connected, 200))
+                                                 connected, clients))
                   for n, start in enumerate(starts)}
         flowing = [relays[n] for n in relays if n not in stalled]
         assert set(await asyncio.gather(*flowing)) == {StreamEnd.COMPLETE}
