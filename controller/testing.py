@@ -69,6 +69,7 @@ class FakeAdapter:
     - `output`: each replica's own output lines (`replica_output` answers them all at every read;
       a replica stopped as `failed` leaves them as its `last_words`).
     - `stagings`: what each starting replica says it is fetching (`staging`; none when absent).
+    - `queued`: starting replicas whose process Ray has not started yet (`came_up` is False).
     """
 
     starts: dict[str, Probe] = field(default_factory=dict)
@@ -89,12 +90,16 @@ class FakeAdapter:
     checkpoints_at_start: list[bytes | None] = field(default_factory=list)
     output: dict[str, tuple[str, ...]] = field(default_factory=dict)
     stagings: dict[str, tuple[ModelStaging, ...]] = field(default_factory=dict)
+    queued: set[str] = field(default_factory=set)  # replica actors whose process Ray has not started yet
     last: dict[str, ReplicaOutput] = field(default_factory=dict)  # by actor name: read at a `failed` stop
 
     # --- Observer ---------------------------------------------------------------
 
     def start_probe(self, actor_name: str) -> Probe:
         return self.starts.get(actor_name, Probe(ProbeStatus.PENDING))
+
+    def came_up(self, actor_name: str) -> bool:
+        return actor_name not in self.queued
 
     def health_probe(self, actor_name: str) -> Probe | None:
         return self.health.pop(actor_name, OK)

@@ -144,6 +144,8 @@ class RayAdapter:
         self._otlp_endpoint = otlp_endpoint
         self._handles: dict[str, ActorHandle[Any]] = {}
         self._starts: dict[str, _Call] = {}
+        # Starting replicas: a call that answers once Ray has the replica's process up (`came_up`).
+        self._up: dict[str, Future] = {}
         self._nodes: dict[str, str] = {}
         self._health: dict[str, _Call] = {}
         self._drains: dict[str, _Call] = {}
@@ -176,11 +178,18 @@ class RayAdapter:
         keeper.when_put(self._values_arrived)
     # --- Observer (read by backend_state.tick) ------------------------------
 
+    def came_up(self, actor_name: str) -> bool:
+        """Whether Ray has the starting replica's process up (or it failed on the way):
+        its first call, a cheap one submitted before `initialize`, has answered."""
+        up = self._up.get(actor_name)
+        return up is None or up.done()
+
     def start_probe(self, actor_name: str) -> Probe:
         call = self._starts.get(actor_name)
         if call is None or not call.future.done():
             return _PENDING
         self._staging.pop(actor_name, None)  # started (or failed): nothing stages any more
+        self._up.pop(actor_name, None)
         probe = _outcome(call.future)
         if probe.status == ProbeStatus.OK:
             self._nodes[actor_name] = call.future.result() or ""
@@ -399,6 +408,8 @@ class RayAdapter:
             namespace=self.namespace, otlp_endpoint=self._otlp_endpoint, model_cache=self._model_cache,
         )
         self._handles[effect.actor_name] = handle
+        # Answered at once by a constructed replica: submitted first, it tells when the process is up.
+        self._up[effect.actor_name] = _call(_replica(handle).call(ReplicaAPI.staging)).future
         if config.secret_digests:
             self._starts[effect.actor_name] = self._sealed(handle, config, handle.initialize.remote)
         else:
@@ -490,6 +501,7 @@ class RayAdapter:
 
     def _stop(self, effect: StopReplica) -> None:
         self._starts.pop(effect.actor_name, None)
+        self._up.pop(effect.actor_name, None)
         self._staging.pop(effect.actor_name, None)
         self._health.pop(effect.actor_name, None)
         handle = self._replica_handle(effect.actor_name)

@@ -77,6 +77,10 @@ class Observer(Protocol):
 
     def start_probe(self, actor_name: str) -> Probe: ...
 
+    def came_up(self, actor_name: str) -> bool:
+        """Whether Ray has a starting replica's process up (its constructor can run): False
+        while the replica waits in Ray's queue of worker processes or its runtime_env's setup."""
+
     def health_probe(self, actor_name: str) -> Probe | None:
         """The last health check's outcome; None when none is in flight."""
 
@@ -147,6 +151,9 @@ Effect = StartReplica | StopReplica | CheckHealth | Reconfigure | KillReplica | 
 @dataclass(frozen=True)
 class BackendOptions:
     startup_timeout_s: float = 60.0
+    # How long Ray may take to bring a replica's process up (its queue of worker starts,
+    # its runtime_env's setup, whose own limit is 600 s), before its startup timeout starts.
+    process_start_timeout_s: float = 600.0
     max_failures: int = 3
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
@@ -200,6 +207,9 @@ class ReplicaRecord:
     failed: bool = False  # replaced as broken (`_fail`): its last output is kept
     checked_ok: bool = False
     staging: tuple[ModelStaging, ...] = ()  # while starting: the models it fetches, how far each is
+    # While starting: when its startup timeout started, the last tick its process was not up
+    # yet (Ray starts worker processes a few at a time); None: not observed yet.
+    up_since: float | None = None
 
     @property
     def actor_name(self) -> str:
@@ -441,6 +451,11 @@ class BackendState:
         self, backend: _Backend, record: ReplicaRecord, now: float, observer: Observer
     ) -> None:
         probe = observer.start_probe(record.actor_name)
+        # The startup timeout is the replica's code's: its clock starts once Ray has the process up.
+        waiting = probe.status == ProbeStatus.PENDING and not observer.came_up(record.actor_name)
+        if waiting or record.up_since is None:
+            record.up_since = now if waiting else record.since
+        up_since = record.up_since
         if probe.status == ProbeStatus.PENDING and backend.config.model_sources:
             record.staging = observer.staging(record.actor_name)  # shown by status, never checkpointed
         if probe.status == ProbeStatus.OK:
@@ -452,8 +467,11 @@ class BackendState:
         elif probe.status in (ProbeStatus.FAILED, ProbeStatus.DEAD):
             reason = "startup_failed" if probe.status == ProbeStatus.FAILED else "died"
             self._fail(backend, record, now, reason, probe.error, counts=True)
-        elif now - record.since >= (limit := _startup_s(backend.config, self.options) + _staging_s(backend.config)):
+        elif now - up_since >= (limit := _startup_s(backend.config, self.options) + _staging_s(backend.config)):
             error = f"replica {record.replica_id} not ready within {limit:g}s"
+            self._fail(backend, record, now, "startup_timeout", error, counts=True)
+        elif waiting and now - record.since >= (waited := self.options.process_start_timeout_s):
+            error = f"replica {record.replica_id}: Ray did not start its process within {waited:g}s"
             self._fail(backend, record, now, "startup_timeout", error, counts=True)
 
     def _observe_running(

@@ -201,6 +201,36 @@ def test_replica_not_ready_within_startup_timeout_is_replaced():
     assert state.status("echo").restarts == {"startup_timeout": 1}
 
 
+def test_the_startup_timeout_starts_once_ray_has_the_replicas_process_up():
+    # 100 replicas on a node of 2 CPUs: Ray starts their processes two at a time, so the
+    # last ones wait their turn for longer than their code may take to start.
+    state = BackendState(BackendOptions(startup_timeout_s=5.0))
+    world = FakeAdapter()
+    state.apply(config(replicas=1))
+    [start] = starts(state.tick(0.0, world))
+    world.queued.add(start.actor_name)
+    for now in (1.0, 5.0, 9.0):
+        assert not stops(state.tick(now, world)), now  # in Ray's queue: its code's clock has not started
+    world.queued.clear()  # up at 9.5
+    assert not stops(state.tick(10.0, world))
+    assert not stops(state.tick(13.9, world))  # 4.9 s since it was last seen queued
+    assert stops(state.tick(14.0, world))
+    assert "not ready within 5s" in state.status("echo").last_error
+
+
+def test_a_replica_whose_process_ray_never_starts_is_given_up():
+    state = BackendState(BackendOptions(startup_timeout_s=5.0, process_start_timeout_s=60.0))
+    world = FakeAdapter()
+    state.apply(config(replicas=1))
+    [start] = starts(state.tick(0.0, world))
+    world.queued.add(start.actor_name)
+    assert not stops(state.tick(59.0, world))
+    effects = state.tick(60.0, world)
+    assert stops(effects) and stops(effects)[0].graceful_timeout_s == 0
+    assert state.status("echo").last_error.endswith("Ray did not start its process within 60s")
+    assert state.status("echo").restarts == {"startup_timeout": 1}
+
+
 def test_a_backends_own_startup_timeout_overrides_the_controllers_and_three_in_a_row_fail_it():
     state = BackendState(BackendOptions(startup_timeout_s=60.0, backoff_base_s=0.1, backoff_max_s=0.1))
     world = FakeAdapter()

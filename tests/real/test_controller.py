@@ -78,6 +78,14 @@ def test_backend_scales_up_and_down_with_exactly_its_target_of_actors(client, na
     eventually(lambda: len(named_actors(namespace, REPLICA_PREFIX)) == 1)
 
 
+def test_replicas_waiting_for_ray_to_start_their_processes_are_not_timed_out_meanwhile(client, namespace):
+    # 20 replicas at once on a node of 2 CPUs: Ray starts worker processes two at a time, so the
+    # last ones wait longer than the 6 s their constructor may take. None is given up for it.
+    met(client, run(client.apply_backend(backend(replicas=20, startup_timeout_s=6.0))), 300)
+    assert len(named_actors(namespace, REPLICA_PREFIX)) == 20
+    assert not run(client.get_status()).backends["echo"].restarts
+
+
 def test_repeating_an_identical_apply_returns_a_met_goal_and_restarts_nothing(client, namespace):
     met(client, run(client.apply_backend(backend())))
     before = named_actors(namespace, REPLICA_PREFIX)

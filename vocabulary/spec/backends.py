@@ -218,8 +218,9 @@ class BackendConfig(Value):
     )
     startup_timeout_s: float | None = Field(
         default=None, gt=0,
-        description="Seconds a replica's constructor may take (after its models are staged) before the replica "
-        "is given up and replaced; three in a row fail the apply. None: the controller's 60.",
+        description="Seconds a replica's constructor may take (after its models are staged, and counted from when "
+        "Ray has its process up) before the replica is given up and replaced; three in a row fail the apply. "
+        "None: the controller's 60.",
         json_schema_extra=ENVIRONMENT_OVERRIDABLE,
     )
     ray_actor_options: dict[str, Any] = Field(
