@@ -9,13 +9,18 @@ ready is `serve.run` returning (every replica RUNNING). Both from one local
 Ray each, in its own process, the clock started once the controller (ours or
 Serve's) is up.
 
+The floor under both (`ray-actor`): as many bare Ray actors of one empty
+class (`num_cpus=0`), ready once each has answered a call. It is what a Ray
+worker holds before a replica imports anything, so neither ours nor Serve can
+go below it without putting several replicas in one process.
+
 Per system: seconds until all are ready, PSS per replica process (mean, from
 /proc/PID/smaps_rollup, read after the stack settled), the proxy's PSS, and
 ours' route-table size: the bytes a proxy receives when it subscribes to the
 route table, the endpoint and the backend's replica set (pickled, as Ray
 sends them).
 
-    python -m bench.density [--tiny] [--json PATH] [--replicas 100] [--systems ours,serve]
+    python -m bench.density [--tiny] [--json PATH] [--replicas 100] [--systems ours,serve,ray-actor]
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from typing import Any, cast
 
 from bench import machine, payloads, proxy, results, stacks
 
-SYSTEMS = ("ours", "serve")
+SYSTEMS = ("ours", "serve", "ray-actor")
 REPLICAS = 100
 SETTLE_S = 5.0
 
@@ -132,6 +137,34 @@ def serve(replicas: int) -> dict[str, Any]:
         shutdown_ray()
 
 
+def ray_actors(replicas: int) -> dict[str, Any]:
+    import ray
+
+    from controller.cluster import init_ray, shutdown_ray
+
+    stacks.own_ray()
+    init_ray(namespace=f"bench-{uuid.uuid4().hex[:6]}")
+
+    class Empty:
+        def ready(self) -> bool:
+            return True
+
+    try:
+        started = time.perf_counter()
+        actors = [ray.remote(num_cpus=0)(Empty).remote() for _ in range(replicas)]
+        ray.get([actor.ready.remote() for actor in actors], timeout=1800)  # type: ignore[attr-defined]
+        ready = time.perf_counter()
+        time.sleep(SETTLE_S)
+        got = figures(started, ready, machine.find(os.getpid(), "ray::Empty"), [], replicas)
+        got["route_table_bytes"] = math.nan
+        return got
+    finally:
+        shutdown_ray()
+
+
+CHILDREN = {"ours": ours, "serve": serve, "ray-actor": ray_actors}
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
     print(f"{'system':<8}{'replicas':>9}{'ready s':>9}{'PSS MB/replica':>16}{'proxy PSS MB':>14}{'route table B':>15}")
     for r in rows:
@@ -148,7 +181,7 @@ def main() -> int:
     if args.tiny:
         args.systems, args.replicas = "ours", 3
     if args.child:
-        got = (ours if args.child == "ours" else serve)(args.replicas)
+        got = CHILDREN[args.child](args.replicas)
         print(json.dumps([{"system": args.child, **got}]))
         return 0
     chosen = [s for s in args.systems.split(",") if s != "serve" or stacks.serve_installed()]

@@ -20,6 +20,7 @@ STYLE = {  # ours stands out; Serve in blues; the limits in greys
     "serve-default": ("#9ecae1", "s", 1.2), "serve-100": ("#6baed6", "s", 1.2),
     "serve-direct": ("#3182bd", "D", 1.5), "serve-haproxy": ("#08519c", "^", 1.5),
     "uvicorn": ("#636363", "x", 1.2), "granian": ("#969696", "+", 1.2), "raw": ("#252525", "*", 1.2),
+    "ray-actor": ("#bdbdbd", "s", 1.2),
 }
 
 

@@ -256,7 +256,7 @@ def _work_headline(measurements: dict[str, Any]) -> list[str]:
 
 
 def _targets_table(rows: list[Target]) -> list[str]:
-    lines = ["## Where we stand against the targets (issues 15, 19, 30, 31, 35, 43 and 45)", "",
+    lines = ["## Where we stand against the targets (issues 15, 19, 30, 31, 35, 43, 45 and 48)", "",
              "| target | measured | |", "| --- | --- | --- |"]
     for row in rows:
         verdict = {True: "met", False: "**missed**", None: "not measured"}[row.met]
@@ -595,7 +595,8 @@ def _density(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]
     lines = ["## Density: idle replicas on one node (issue 35)", "",
              f"{f['replicas']} replicas of one small backend (ours) or deployment (Serve), `num_cpus=0`; ready: "
              "ours' backend and endpoint goals met, Serve's `serve.run` returned; the clock starts once the "
-             "controller answers. PSS read after the stack settled. Route table: the bytes a proxy receives when "
+             "controller answers. `ray-actor` is the floor under both: as many bare Ray actors of an empty class, "
+             "ready once each answered a call. PSS read after the stack settled. Route table: the bytes a proxy receives when "
              f"it subscribes to the routes, the endpoint and its replica set. {_load(doc)} {_command(doc)}", "",
              *([f"![density]({figures['density']})", ""] if "density" in figures else []),
              "| system | replicas | replica processes | ready s | PSS MB per replica | all replicas MB | proxy MB | "

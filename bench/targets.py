@@ -1,4 +1,4 @@
-"""Issues 15, 19, 30, 31, 35, 43 and 45's targets, judged against one results document.
+"""Issues 15, 19, 30, 31, 35, 43, 45 and 48's targets, judged against one results document.
 
 Pure: takes the document `bench.report` writes (plain dicts) and says, for
 each target, what was measured and whether it is met (None: not measured in
@@ -319,6 +319,7 @@ def _streams(doc: dict[str, Any] | None) -> list[Target]:
         beyond = ("the bare app misses it too in the same run"
                   if bare and bare["gap_p99_ms"] > wanted and got <= BARE_NOISE * bare["gap_p99_ms"] else "")
         rows.append(Target(names[1], measured, got <= wanted, beyond))
+    rows += _streams_48(ours, per_stream)
     bad = {r["streams"]: (r["failed"], r["short"], r["starved"]) for r in ours}
     rows.append(Target(names[2], "; ".join(f"{n:,}: {f} failed, {s} short, {st} starved"
                                            for n, (f, s, st) in bad.items()),
@@ -326,20 +327,54 @@ def _streams(doc: dict[str, Any] | None) -> list[Target]:
     return rows
 
 
+def _streams_48(ours: list[dict[str, Any]], per_stream: dict[int, float]) -> list[Target]:
+    """Issue 48's stricter stream targets: ≤ 30 KiB per stream; the p99 gap within 1.5× the
+    period at 1,000 streams and 3× at 5,000."""
+    names = ("Open streams (issue 48): ≤ 30 KiB per open stream across proxy + replica",
+             "…p99 inter-event gap ≤ 1.5× the period at 1,000 streams, ≤ 3× at 5,000")
+    rows = [Target(names[0], ", ".join(f"{kib:.1f} KiB at {n:,}" for n, kib in per_stream.items()),
+                   max(per_stream.values()) <= 30)]
+    allowed = {1000: 1.5, 5000: 3.0}
+    judged = [r for r in ours if r["streams"] in allowed]
+    if not judged:
+        return [*rows, Target(names[1], "–", None)]
+    rows.append(Target(names[1], ", ".join(f"{r['gap_p99_ms']:.0f} ms at {r['streams']:,} (allowed "
+                                           f"{allowed[r['streams']] * r['period_ms']:.0f})" for r in judged),
+                       all(r["gap_p99_ms"] <= allowed[r["streams"]] * r["period_ms"] for r in judged)))
+    return rows
+
+
 def _density(doc: dict[str, Any] | None) -> list[Target]:
-    """Issue 35's density: per-replica memory ≤ 0.6× Serve's, all ready in ≤ 0.5× Serve's time."""
-    names = ("Density (issue 35): PSS per idle replica ≤ 0.6× Serve's", "…all replicas ready in ≤ 0.5× Serve's time")
+    """Density: PSS per idle replica against Serve's (issue 35: ≤ 0.6×; issue 48: ≤ 0.5×), and the
+    time until all are ready (issue 35: ≤ 0.5×; issue 48: ≤ 0.4×).
+
+    A miss is beyond any Ray-hosted replica when a bare Ray actor of the same
+    run (`ray-actor`, the floor under ours and Serve's) misses the target too."""
     runs = {r["system"]: r for r in (doc["figures"]["runs"] if doc else [])}
-    ours, serve = runs.get("ours"), runs.get("serve")
+    return [*_density_rows(runs, "issue 35", 0.6, 0.5), *_density_rows(runs, "issue 48", 0.5, 0.4)]
+
+
+def _density_rows(runs: dict[str, dict[str, Any]], issue: str, memory_limit: float, ready_limit: float) -> list[Target]:
+    names = (f"Density ({issue}): PSS per idle replica ≤ {memory_limit:g}× Serve's",
+             f"…all replicas ready in ≤ {ready_limit:g}× Serve's time")
+    ours, serve, floor = runs.get("ours"), runs.get("serve"), runs.get("ray-actor")
     if not ours or not serve:
         return [Target(n, "–", None) for n in names]
-    memory = ours["replica_pss_mb"] / serve["replica_pss_mb"]
-    ready = ours["ready_s"] / serve["ready_s"]
-    return [
-        Target(names[0], f"×{memory:.2f} ({ours['replica_pss_mb']:.1f} vs {serve['replica_pss_mb']:.1f} MB, "
-                         f"{ours['replicas']} replicas)", memory <= 0.6),
-        Target(names[1], f"×{ready:.2f} ({ours['ready_s']:.1f} vs {serve['ready_s']:.1f} s)", ready <= 0.5),
-    ]
+    rows = []
+    for name, field, unit, limit in ((names[0], "replica_pss_mb", "MB", memory_limit),
+                                     (names[1], "ready_s", "s", ready_limit)):
+        ratio = ours[field] / serve[field]
+        measured = f"×{ratio:.2f} ({ours[field]:.1f} vs {serve[field]:.1f} {unit}"
+        measured += f", {ours['replicas']} replicas)" if unit == "MB" else ")"
+        beyond = ""
+        if floor and floor[field] > limit * serve[field]:
+            beyond = (f"a bare Ray actor alone is ×{floor[field] / serve[field]:.2f} Serve's ({floor[field]:.1f} "
+                      f"{unit}); ours is {ours[field] - floor[field]:.1f} {unit} above it, Serve "
+                      f"{serve[field] - floor[field]:.1f}")
+        elif floor:
+            measured += f"; a bare Ray actor {floor[field]:.1f} {unit}"
+        rows.append(Target(name, measured, ratio <= limit, beyond))
+    return rows
 
 
 DECISION_BUDGET_US = 20.0

@@ -181,6 +181,40 @@ def test_density_compares_memory_and_start_time_with_serve() -> None:
     assert verdict(document, "Density") is True and verdict(document, "…all replicas ready") is False
 
 
+def test_a_density_miss_below_a_bare_ray_actor_is_beyond_any_ray_replica() -> None:
+    runs = [{"system": "ours", "replicas": 100, "replica_pss_mb": 55.0, "ready_s": 40.0},
+            {"system": "serve", "replicas": 100, "replica_pss_mb": 80.0, "ready_s": 60.0},
+            {"system": "ray-actor", "replicas": 100, "replica_pss_mb": 51.0, "ready_s": 20.0}]
+
+    def judged(issue: str) -> list[Any]:
+        rows = targets({"measurements": {"density": {"figures": {"runs": runs}}}})
+        at = next(i for i, t in enumerate(rows) if t.target.startswith(f"Density ({issue})"))
+        return rows[at:at + 2]
+
+    memory, ready = judged("issue 35")
+    assert memory.met is False and memory.measured == "×0.69 (55.0 vs 80.0 MB, 100 replicas)"
+    assert memory.beyond == "a bare Ray actor alone is ×0.64 Serve's (51.0 MB); ours is 4.0 MB above it, Serve 29.0"
+    # 40 s is ×0.67 of Serve's 60: missed, and ours to win (a bare Ray actor is ready in 20 s).
+    assert ready.met is False and ready.beyond == "" and ready.measured == "×0.67 (40.0 vs 60.0 s); a bare Ray actor 20.0 s"
+    memory, ready = judged("issue 48")
+    assert memory.met is False and memory.beyond.startswith("a bare Ray actor alone is ×0.64")
+    assert ready.met is False and ready.beyond == ""  # 0.4× of 60 s is 24 s, above the floor's 20
+    runs[2]["ready_s"] = 30.0  # a floor above 0.4× Serve's: issue 48's miss is beyond any Ray replica
+    assert judged("issue 48")[1].beyond == "a bare Ray actor alone is ×0.50 Serve's (30.0 s); ours is 10.0 s above it, Serve 30.0"
+    runs[2]["replica_pss_mb"] = 35.0  # a floor under both memory targets: the misses are ours
+    assert judged("issue 35")[0].beyond == judged("issue 48")[0].beyond == ""
+
+
+def test_issue_48_judges_30_kib_per_stream_and_the_gap_against_its_period_at_each_size() -> None:
+    runs = [stream_run("ours", 1000, 70, kib=14), stream_run("ours", 5000, 160, kib=12)]
+    document = {"measurements": {"streams": {"figures": {"runs": runs}}}}
+
+    assert verdict(document, "Open streams (issue 48)") is True  # 28 and 24 KiB
+    assert verdict(document, "…p99 inter-event gap ≤ 1.5×") is False  # 160 ms at 5,000 > 3 × 50
+    runs[1]["gap_p99_ms"] = 150
+    assert verdict(document, "…p99 inter-event gap ≤ 1.5×") is True
+
+
 def routing_document(ours_shared: float, p2_shared: float, serve_shared: float, ours_unshared: float,
                      p2_unshared: float, decisions_us: list[float]) -> dict[str, Any]:
     def r(workload: str, system: str, policy: str, ttft: float) -> dict[str, Any]:
