@@ -35,8 +35,9 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from functools import partial
-from typing import Any, cast
+from typing import Any, Iterator, cast
 
 from bench import machine, payloads, proxy, results, stacks
 
@@ -64,19 +65,34 @@ def figures(started: float, ready: float, replicas: list[int], proxies: list[int
     }
 
 
+@contextmanager
+def own_local_ray() -> Iterator[str]:
+    """A local Ray of this process's own, in a fresh namespace (yielded), shut down after."""
+    from controller.cluster import init_ray, shutdown_ray
+
+    stacks.own_ray()
+    namespace = f"bench-{uuid.uuid4().hex[:6]}"
+    init_ray(namespace=namespace)
+    try:
+        yield namespace
+    finally:
+        shutdown_ray()
+
+
 def ours(replicas: int) -> dict[str, Any]:
+    with own_local_ray() as namespace:
+        return _ours(namespace, replicas)
+
+
+def _ours(namespace: str, replicas: int) -> dict[str, Any]:
     import ray
 
     from controller.client import start_or_connect
-    from controller.cluster import init_ray, shutdown_ray
     from vocabulary.control.goals import GoalState
     from vocabulary.spec.backends import BackendConfig
     from vocabulary.spec.endpoints import EndpointConfig
     from vocabulary.control.goal_api import CONTROLLER_NAME, PROXY_CLASS, LongPollKey
 
-    stacks.own_ray()
-    namespace = f"bench-{uuid.uuid4().hex[:6]}"
-    init_ray(namespace=namespace)
     client = start_or_connect(namespace=namespace, proxy_port=stacks.free_port(), options={"proxy_class": PROXY_CLASS})
     backend = BackendConfig(name="small", version="v1", import_path="bench.proxy_apps:noop", num_replicas=replicas,
                             ray_actor_options={"num_cpus": 0})
@@ -106,17 +122,18 @@ def ours(replicas: int) -> dict[str, Any]:
         return got
     finally:
         client.shutdown()
-        shutdown_ray()
 
 
 def serve(replicas: int) -> dict[str, Any]:
+    with own_local_ray():
+        return _serve(replicas)
+
+
+def _serve(replicas: int) -> dict[str, Any]:
     from ray import serve as ray_serve
 
     from bench.proxy_apps import serve_deployment
-    from controller.cluster import init_ray, shutdown_ray
 
-    stacks.own_ray()
-    init_ray(namespace=f"bench-{uuid.uuid4().hex[:6]}")
     port = stacks.free_port()
     ray_serve.start(http_options={"host": "127.0.0.1", "port": port})
     app = serve_deployment("noop").options(num_replicas=replicas, ray_actor_options={"num_cpus": 0},
@@ -134,22 +151,16 @@ def serve(replicas: int) -> dict[str, Any]:
     finally:
         ray_serve.shutdown()
         proxy.kill_haproxy(port)
-        shutdown_ray()
 
 
 def ray_actors(replicas: int) -> dict[str, Any]:
     import ray
 
-    from controller.cluster import init_ray, shutdown_ray
-
-    stacks.own_ray()
-    init_ray(namespace=f"bench-{uuid.uuid4().hex[:6]}")
-
     class Empty:
         def ready(self) -> bool:
             return True
 
-    try:
+    with own_local_ray():
         started = time.perf_counter()
         actors = [ray.remote(num_cpus=0)(Empty).remote() for _ in range(replicas)]
         ray.get([actor.ready.remote() for actor in actors], timeout=1800)  # type: ignore[attr-defined]
@@ -158,8 +169,6 @@ def ray_actors(replicas: int) -> dict[str, Any]:
         got = figures(started, ready, machine.find(os.getpid(), "ray::Empty"), [], replicas)
         got["route_table_bytes"] = math.nan
         return got
-    finally:
-        shutdown_ray()
 
 
 CHILDREN = {"ours": ours, "serve": serve, "ray-actor": ray_actors}

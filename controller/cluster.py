@@ -98,7 +98,11 @@ def init_ray(
         options["address"] = address
     try:
         with _only(inherited(os.environ, replica_env) if address is None else os.environ):
-            with local_ray_params(gcs_port, worker_ports) if address is None else nullcontext():
+            # No log monitor: it only relays workers' output to a driver that asks (this one does
+            # not: `log_to_driver`), and it globs the session's log directory ten times a second,
+            # at a cost that grows with every worker started (150 s of CPU in a test session of
+            # about 400 replicas).
+            with local_ray_params(gcs_port, worker_ports, log_monitor=False) if address is None else nullcontext():
                 ray.init(**options)
     except ConnectionError as error:
         if _refused_for_auth(error):

@@ -145,7 +145,7 @@ class RayAdapter:
         self._handles: dict[str, ActorHandle[Any]] = {}
         self._starts: dict[str, _Call] = {}
         # Starting replicas: a call that answers once Ray has the replica's process up (`came_up`).
-        self._up: dict[str, Future] = {}
+        self._up: dict[str, _Call] = {}
         self._nodes: dict[str, str] = {}
         self._health: dict[str, _Call] = {}
         self._drains: dict[str, _Call] = {}
@@ -182,7 +182,7 @@ class RayAdapter:
         """Whether Ray has the starting replica's process up (or it failed on the way):
         its first call, a cheap one submitted before `initialize`, has answered."""
         up = self._up.get(actor_name)
-        return up is None or up.done()
+        return up is None or up.future.done()
 
     def start_probe(self, actor_name: str) -> Probe:
         call = self._starts.get(actor_name)
@@ -409,7 +409,7 @@ class RayAdapter:
         )
         self._handles[effect.actor_name] = handle
         # Answered at once by a constructed replica: submitted first, it tells when the process is up.
-        self._up[effect.actor_name] = _call(_replica(handle).call(ReplicaAPI.staging)).future
+        self._up[effect.actor_name] = _call(_replica(handle).call(ReplicaAPI.staging))
         if config.secret_digests:
             self._starts[effect.actor_name] = self._sealed(handle, config, handle.initialize.remote)
         else:

@@ -11,7 +11,7 @@ for, so a Ray upgrade that moves one of them breaks here and nowhere else:
   local Ray, and killing what it started;
 - `mute_pushed_errors`: stop this driver printing the errors Ray pushes to it;
 - `local_ray_params`: what `ray.init` cannot say of the local Ray it starts
-  and `ray start` can: the GCS port, the worker port range, and no log monitor.
+  and `ray start` can: the GCS port, the worker port range, the log monitor.
 
 Every other module uses Ray's public API only (a pure test checks it).
 """
@@ -94,18 +94,12 @@ def mute_pushed_errors() -> None:
 
 
 @contextmanager
-def local_ray_params(gcs_port: int | None, worker_ports: tuple[int, int] | None) -> Iterator[None]:
+def local_ray_params(gcs_port: int | None, worker_ports: tuple[int, int] | None, log_monitor: bool) -> Iterator[None]:
     """While in the block, a local Ray that `ray.init` starts listens with its
     GCS on `gcs_port` and gives its workers ports in `worker_ports` (both
-    included), and runs no log monitor: the parameters `ray start --port
-    --min-worker-port --max-worker-port --include-log-monitor=false` set,
-    which `ray.init` builds without them.
-
-    The log monitor only relays workers' output to drivers that ask for it,
-    and the agent never does (`log_to_driver=False`; a replica's output is
-    its own, `replica.own_output`). Left running, it globs the session's log
-    directory ten times a second, a cost that grows with every worker the
-    session has started (150 s of CPU in a test session of 400 replicas)."""
+    included), and runs a log monitor only when `log_monitor`: the parameters
+    `ray start --port --min-worker-port --max-worker-port --include-log-monitor`
+    set, which `ray.init` builds without them."""
     from ray._private import parameter
 
     original = parameter.RayParams
@@ -116,7 +110,7 @@ def local_ray_params(gcs_port: int | None, worker_ports: tuple[int, int] | None)
                 kwargs["gcs_server_port"] = gcs_port
             if worker_ports is not None:
                 kwargs["min_worker_port"], kwargs["max_worker_port"] = worker_ports
-            kwargs["include_log_monitor"] = False
+            kwargs["include_log_monitor"] = log_monitor
             super().__init__(*args, **kwargs)
 
     parameter.RayParams = _Chosen  # type: ignore[misc]
