@@ -15,6 +15,8 @@ tuples the frames carry), and only `proxy` and `replica` import it.
 - `private_dirs`: the per-user private directory (0700, opened once) that a
   node's data-plane files live under: a replica's socket, the proxy
   workers' port claims and shared metrics.
+- `collector`: the cyclic garbage collector in a process at either end,
+  once it has started (what start-up made frozen, full collections rare).
 - `connection`: `FrameConnection`, the asyncio protocol both ends build on
   (handshake first, then frames in order, one write per loop iteration).
 """

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import logging
 import os
 import random
@@ -37,6 +36,7 @@ import resource
 import socket
 from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
+from datalink.collector import settle_collector
 from hardening.core_dumps import no_core_dumps
 from httpedge.server import Server
 
@@ -137,7 +137,7 @@ class ProxyActor:
         self._grpc_port = grpc_port
         self._grpc_task: asyncio.Task[None] | None = None
         if grpc_port is not None:
-            import proxy.grpc_ingress  # noqa: F401 — grpcio (about 7 MB) only in a proxy with a gRPC port, loaded before gc.freeze()
+            import proxy.grpc_ingress  # noqa: F401 — grpcio (about 7 MB) only in a proxy with a gRPC port, loaded before settle_collector()
 
             starting = self._serve_grpc(host, grpc_port, settings, shared_dir is not None)
             self._grpc_task = loop.create_task(_after(configured, starting) if shared_dir is not None else starting)
@@ -152,14 +152,11 @@ class ProxyActor:
         ]
         if self._metrics is not None:
             self._background.append(loop.create_task(self._metrics.sample_load_forever(self._app.backend_load)))
-        # What start-up made (Ray, the server, the metrics) lives as long as
-        # the proxy: out of the collector's sight, so a full collection under
-        # load no longer walks it (bench.proxy noop, 32 connections: p99 28 ms
-        # before, 3 ms after).
-        gc.freeze()
+        # What start-up made (Ray, the server, the metrics) lives as long as the proxy.
+        settle_collector()
 
     async def _serve_grpc(self, host: str, port: int, settings: ProxySettings, shared: bool) -> None:
-        from proxy.grpc_ingress import serve_grpc  # imported already, before gc.freeze() (see __init__)
+        from proxy.grpc_ingress import serve_grpc  # imported already, before settle_collector() (see __init__)
 
         self._grpc, self._grpc_port = await serve_grpc(self._app, host, port, settings.grpc, shared)
 

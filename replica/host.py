@@ -62,7 +62,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import gc
 import importlib
 import inspect
 import logging
@@ -95,6 +94,7 @@ from replica.models import DEFAULT_CACHE_DIR, ModelCache, stage_models
 from replica.token_stats_file import add_token_counts
 from replica.own_output import OwnOutput
 from replica.secrets import SecretBox
+from datalink.collector import settle_collector
 from datalink.frames import MAX_FRAME_BYTES
 from vocabulary.request_path.wire import DataAddress
 from vocabulary.request_path.grpc_calls import is_grpc_call
@@ -452,11 +452,8 @@ class Replica:
                 # Other nodes' proxies reach this node at the address Ray knows it by,
                 # once one asks: a one-node cluster never listens on TCP.
                 self._tcp_host = ray.util.get_node_ip_address()
-                # What start-up made (Ray, the user's code and model) lives as
-                # long as the replica: out of the collector's sight, so a full
-                # collection under load no longer walks it (28 ms p99 at 32
-                # connections before, 3 ms after, bench.proxy noop).
-                gc.freeze()
+                # What start-up made (Ray, the user's code and model) lives as long as the replica.
+                settle_collector()
         return _node_id()
 
     def _load_user_code(self) -> Any:
