@@ -175,8 +175,8 @@ class ReplicaConnection(FrameConnection):
 
     async def items(self, call_id: int, frame: bytes, window: Window) -> AsyncGenerator[Any, None]:
         """A STREAM or WEBSOCKET call (from `frame`, sent at the first `anext`):
-        its items as the replica pushes them. Taking the next item credits the
-        previous one back; leaving early cancels the call on the replica.
+        its items as the replica pushes them. What was passed on is credited
+        back once it is half the window; leaving early cancels the call on the replica.
         Raises ReplicaDiedError or HandlerError."""
         if not self.open:
             raise ReplicaDiedError(f"the data connection to {self.name} is closed: {self.lost}")
@@ -191,7 +191,10 @@ class ReplicaConnection(FrameConnection):
                         if isinstance(flow.outcome, StopAsyncIteration):
                             return
                         raise flow.outcome
-                    self._credit(call_id, flow)  # all passed on: the replica may need it to go on
+                    # Nothing to pass on, and nothing to credit yet: what was passed on and not
+                    # credited is under half the window (below), so the replica has room to go on.
+                    # A credit here went back for every item of a slow stream (one frame each way
+                    # per server-sent event).
                     flow.waiter = self._loop.create_future()
                     try:
                         await flow.waiter
