@@ -293,11 +293,16 @@ def _payloads(doc: dict[str, Any] | None) -> list[Target]:
     return rows
 
 
+# Issues 35 and 48 ask for no starved stream at 1,000 and 5,000 streams; the 10,000-stream
+# point (issue 48) is shown with the streams' figures, not judged.
+STARVED_JUDGED_UP_TO = 5000
+
+
 def _streams(doc: dict[str, Any] | None) -> list[Target]:
     """Issue 35's open streams: memory per stream, the p99 gap at 1,000 streams, none starved."""
     names = ("Open streams (issue 35): ≤ 50 KiB per open stream across proxy + replica",
              "…p99 inter-event gap ≤ 2× the sender's period at 1,000 streams",
-             "…no stream failed, ended short or starved")
+             "…no stream failed, ended short or starved (up to 5,000 streams)")
     runs = doc["figures"]["runs"] if doc else []
     ours = [r for r in runs if r["system"] == "ours"]
     if not ours:
@@ -321,9 +326,10 @@ def _streams(doc: dict[str, Any] | None) -> list[Target]:
         rows.append(Target(names[1], measured, got <= wanted, beyond))
     rows += _streams_48(ours, memory, max(per_stream.values()))
     bad = {r["streams"]: (r["failed"], r["short"], r["starved"]) for r in ours}
+    judged = {n: counts for n, counts in bad.items() if n <= STARVED_JUDGED_UP_TO}
     rows.append(Target(names[2], "; ".join(f"{n:,}: {f} failed, {s} short, {st} starved"
-                                           for n, (f, s, st) in bad.items()),
-                       all(sum(counts) == 0 for counts in bad.values())))
+                                           for n, (f, s, st) in judged.items()),
+                       all(sum(counts) == 0 for counts in judged.values()) if judged else None))
     return rows
 
 
