@@ -24,7 +24,7 @@ from datalink.frames import Frame, FrameDecoder, Kind, Opening, Window, encode
 from proxy.pipeline.streaming import StreamEnd, relay
 from proxy.pool.calling import HandlerError, ReplicaDiedError
 from proxy.pool.socketcalls import DataConnections
-from replica.calling.asgi import _AHEAD_MESSAGES
+from replica.calling.asgi import _AHEAD_MESSAGES, _GATHER_MOST
 from replica.host import Replica
 from tests.support.data_path import Calls, FakeHandle, RecordingFallback
 from vocabulary.control.actor_apis import ReplicaHandle
@@ -267,9 +267,9 @@ def test_a_proxy_that_reads_nothing_gets_at_most_the_window_of_items() -> None:
         assert [frame.kind for frame in frames] == [Kind.ITEM] * 3
         assert await proxy.nothing_more()  # no credit granted: the replica waits
         # And so does the user's generator, however fast it is: bounded by the head and
-        # the three items sent (each joins at most what the app had waiting: `_AHEAD_MESSAGES`,
+        # the three items sent (each joins at most `_GATHER_MOST` of the app's messages,
         # `replica.calling.asgi`) and what the app may have waiting.
-        assert await settled(lambda: Probe.produced) <= 2 + _AHEAD_MESSAGES + 3 * _AHEAD_MESSAGES + _AHEAD_MESSAGES
+        assert await settled(lambda: Probe.produced) <= 2 + _AHEAD_MESSAGES + 3 * _GATHER_MOST + _AHEAD_MESSAGES
         sent = b"".join(frame.payload for frame in frames)
         proxy.write(Kind.CREDIT, 2, (2, len(frames[0].payload) + len(frames[1].payload)))
         more = await proxy.read_until(2)  # two more, then it waits again

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from replica.calling.asgi import _AHEAD_MESSAGES, is_asgi_app
+from replica.calling.asgi import _AHEAD_MESSAGES, _GATHER_MOST, is_asgi_app
 from replica.host import Replica
 from replica.calling.streams import StreamTable
 from vocabulary.request_path.wire import StreamStart, make_request, with_root_path
@@ -56,6 +56,24 @@ class RoleThenTokens:
         yield b"data: {token 1}\n\n"
         await asyncio.sleep(0.05)
         yield b"data: {token 2}\n\n"
+
+
+class Engine:
+    """An LLM engine on a CPU: a token, then a turn of the loop for others, 200 times."""
+
+    async def __call__(self, request: Request) -> AsyncIterator[bytes]:
+        for n in range(200):
+            yield b"data: token %03d\n\n" % n
+            await asyncio.sleep(0)
+
+
+class Paced:
+    """Server-sent events 5 ms apart."""
+
+    async def __call__(self, request: Request) -> AsyncIterator[bytes]:
+        for n in range(10):
+            yield b"data: %d\n\n" % n
+            await asyncio.sleep(0.005)
 
 
 class EventStream:
@@ -144,6 +162,20 @@ def test_chunks_a_fast_producer_has_ready_travel_together_in_order() -> None:
     assert start.first_chunk + b"".join(rest) == b"".join(b"%03d," % n for n in range(200))
     # 199 chunks left, sent as a handful of items: each joins what the app had waiting (at most _AHEAD_MESSAGES).
     assert len(rest) <= 199 // _AHEAD_MESSAGES + 2
+
+
+def test_a_producer_that_yields_a_token_a_turn_has_its_tokens_gathered_into_few_items() -> None:
+    # Read as the data link reads it (one item, then the next): without gathering, each of
+    # the 199 tokens after the first went as an item of its own, a write on every hop.
+    start, rest = asyncio.run(streamed("Engine"))
+    assert start.first_chunk + b"".join(rest) == b"".join(b"data: token %03d\n\n" % n for n in range(200))
+    assert len(rest) <= 199 // _GATHER_MOST + 3
+
+
+def test_chunks_milliseconds_apart_each_leave_at_once_as_an_item_of_their_own() -> None:
+    start, rest = asyncio.run(streamed("Paced"))
+    assert start.first_chunk + b"".join(rest) == b"".join(b"data: %d\n\n" % n for n in range(10))
+    assert rest == [b"data: %d\n\n" % n for n in range(1, 10)]
 
 
 def test_the_first_chunk_carries_what_the_app_had_sent_with_it() -> None:
