@@ -1,4 +1,4 @@
-"""Measurement: 100 idle replicas of one small backend on one node (issue 35).
+"""Measurement: 100 and 300 idle replicas of one small backend on one node (issues 35 and 48).
 
 Ours: one backend (`bench.proxy_apps:noop`, `num_cpus=0`) of `--replicas`
 replicas and an endpoint to it, applied through our controller; ready is the
@@ -14,13 +14,18 @@ class (`num_cpus=0`), ready once each has answered a call. It is what a Ray
 worker holds before a replica imports anything, so neither ours nor Serve can
 go below it without putting several replicas in one process.
 
+Each system at each count, the smaller first; a larger count only where the
+smaller one's PSS per replica says it fits in `FIT_SHARE` of the node's
+memory (on a 24 GB node Serve's 81 MB replicas would need all of it at
+300): what does not fit is named, with its arithmetic, not started.
+
 Per system: seconds until all are ready, PSS per replica process (mean, from
 /proc/PID/smaps_rollup, read after the stack settled), the proxy's PSS, and
 ours' route-table size: the bytes a proxy receives when it subscribes to the
 route table, the endpoint and the backend's replica set (pickled, as Ray
 sends them).
 
-    python -m bench.density [--tiny] [--json PATH] [--replicas 100] [--systems ours,serve,ray-actor]
+    python -m bench.density [--tiny] [--json PATH] [--replicas 100,300] [--systems ours,serve,ray-actor]
 """
 
 from __future__ import annotations
@@ -42,7 +47,10 @@ from typing import Any, Iterator, cast
 from bench import machine, payloads, proxy, results, stacks
 
 SYSTEMS = ("ours", "serve", "ray-actor")
-REPLICAS = 100
+REPLICAS = (100, 300)
+# A larger count is started only when the smaller one's replicas, scaled up, need at most this share of
+# the node's memory: the rest is for Ray, the proxy and the machine itself.
+FIT_SHARE = 0.8
 SETTLE_S = 5.0
 
 
@@ -184,29 +192,44 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def main() -> int:
     parser = results.parser(__doc__.splitlines()[0])
     parser.add_argument("--systems", default=",".join(SYSTEMS))
-    parser.add_argument("--replicas", type=int, default=REPLICAS)
+    parser.add_argument("--replicas", default=",".join(map(str, REPLICAS)), help="counts, comma-separated")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tiny:
-        args.systems, args.replicas = "ours", 3
+        args.systems, args.replicas = "ours", "3"
+    counts = sorted(int(c) for c in str(args.replicas).split(","))
     if args.child:
-        got = CHILDREN[args.child](args.replicas)
+        got = CHILDREN[args.child](counts[0])
         print(json.dumps([{"system": args.child, **got}]))
         return 0
     chosen = [s for s in args.systems.split(",") if s != "serve" or stacks.serve_installed()]
     rows: list[dict[str, Any]] = []
     failures: dict[str, str] = {}
+    unfit: dict[str, str] = {}
+    memory_mb = cast(float, machine.describe()["memory_gb"]) * 1024
     for system in chosen:
-        print(f"measuring {system} ...", file=sys.stderr, flush=True)
-        arguments = ["--replicas", str(args.replicas)]
-        try:
-            rows.extend(proxy.once_or_twice(partial(proxy.run_child, "bench.density", system, arguments, 2400), system))
-        except (RuntimeError, subprocess.TimeoutExpired) as error:
-            failures[system] = str(error)
-            print(f"  {system} failed: {error}", file=sys.stderr)
+        measured: dict[str, Any] | None = None
+        for count in counts:
+            needed_mb = measured["replica_pss_mb"] * count if measured else 0.0
+            if measured and needed_mb > FIT_SHARE * memory_mb:
+                unfit[f"{system} at {count}"] = (f"{count} × {measured['replica_pss_mb']:.1f} MB (its PSS per replica at "
+                                                 f"{measured['replicas']}) = {needed_mb / 1024:.1f} GB, above "
+                                                 f"{FIT_SHARE:.0%} of the node's {memory_mb / 1024:.1f} GB")
+                print(f"  {system} at {count}: not started, {unfit[f'{system} at {count}']}", file=sys.stderr)
+                break
+            print(f"measuring {system} at {count} ...", file=sys.stderr, flush=True)
+            try:
+                at_count = proxy.once_or_twice(partial(proxy.run_child, "bench.density", system,
+                                                       ["--replicas", str(count)], 2400), system)
+            except (RuntimeError, subprocess.TimeoutExpired) as error:
+                failures[f"{system} at {count}"] = str(error)
+                print(f"  {system} at {count} failed: {error}", file=sys.stderr)
+                break
+            rows.extend(at_count)
+            measured = at_count[0]
     print_table(rows)
     results.write(args.json, "density", args.tiny, {
-        "runs": rows, "failures": failures, "replicas": args.replicas,
+        "runs": rows, "failures": failures, "unfit": unfit, "replicas": counts,
         "load_average": machine.describe()["load_average_1m"],
     })
     return 0

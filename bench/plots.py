@@ -208,8 +208,8 @@ def _density(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> st
     import matplotlib.pyplot as plt
 
     runs = doc["figures"]["runs"]
-    systems = [r["system"] for r in runs]
-    colors = [STYLE.get(system, ("#3182bd", "s", 1))[0] for system in systems]
+    systems = [f"{r['system']}\n{r['replicas']}" for r in runs]
+    colors = [STYLE.get(r["system"], ("#3182bd", "s", 1))[0] for r in runs]
     fig, (memory, ready) = plt.subplots(1, 2, figsize=(10, 4.8))
     memory.bar(systems, [r["replica_pss_mb"] for r in runs], color=colors)
     memory.set_ylabel("PSS per replica, MB")
@@ -219,7 +219,8 @@ def _density(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> st
     ready.set_title("All replicas ready (lower is better)")
     for ax in (memory, ready):
         ax.grid(True, axis="y", alpha=0.3)
-    fig.suptitle(f"{doc['figures']['replicas']} idle replicas on one node")
+    counts = doc["figures"]["replicas"]
+    fig.suptitle(f"{' and '.join(map(str, counts)) if isinstance(counts, list) else counts} idle replicas on one node")
     return _saved(fig, doc, machine_info, out, "density.png")
 
 

@@ -6,7 +6,7 @@ The measurements: `proxy` (HTTP throughput and latency), `update_latency`,
 `rollout`, `faults`, `reconcile`, `fanout`, `memory`, `serving`,
 `proxy_profile`, issue 35's work users send: `payloads` (bodies of
 1 KiB–16 MiB), `streams` (thousands of open SSE streams) and `density`
-(100 idle replicas on one node), issue 29's `models` (fetching into a node's
+(100 and 300 idle replicas on one node), issue 29's `models` (fetching into a node's
 cache; multiplexing), issue 30's `routing` (routing policies on the LLM
 simulator, next to Ray Serve's PrefixCacheAffinityRouter), issue 31's
 `audit` (the proxy's throughput with tracing and capture on, against off)
@@ -592,8 +592,11 @@ def _density(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]
     if not doc:
         return []
     f = doc["figures"]
-    lines = ["## Density: idle replicas on one node (issue 35)", "",
-             f"{f['replicas']} replicas of one small backend (ours) or deployment (Serve), `num_cpus=0`; ready: "
+    counts = f["replicas"] if isinstance(f["replicas"], list) else [f["replicas"]]  # one count before issue 48
+    lines = ["## Density: idle replicas on one node (issues 35 and 48)", "",
+             f"{' and '.join(map(str, counts))} replicas of one small backend (ours) or deployment (Serve), "
+             "`num_cpus=0`; a larger count only where the smaller one's PSS per replica says it fits in "
+             "80% of the node's memory. Ready: "
              "ours' backend and endpoint goals met, Serve's `serve.run` returned; the clock starts once the "
              "controller answers. `ray-actor` is the floor under both: as many bare Ray actors of an empty class, "
              "ready once each answered a call. PSS read after the stack settled. Route table: the bytes a proxy receives when "
@@ -606,6 +609,8 @@ def _density(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]
                      f"{_number(r['replica_pss_mb'], 1)} | {_number(r['replicas_pss_mb'])} | "
                      f"{_number(r['proxy_pss_mb'])} | {_number(r.get('route_table_bytes'))} |")
     lines.append("")
+    if f.get("unfit"):
+        lines += ["Not started, as it would not fit: " + "; ".join(f"{key}: {why}" for key, why in f["unfit"].items()), ""]
     lines += _not_measured(f.get("failures"))
     return lines
 

@@ -205,6 +205,16 @@ def test_a_density_miss_below_a_bare_ray_actor_is_beyond_any_ray_replica() -> No
     assert judged("issue 35")[0].beyond == judged("issue 48")[0].beyond == ""
 
 
+def test_density_is_judged_at_100_replicas_and_300_are_shown_not_judged() -> None:
+    runs = [{"system": "ours", "replicas": 100, "replica_pss_mb": 40.0, "ready_s": 20.0},
+            {"system": "serve", "replicas": 100, "replica_pss_mb": 100.0, "ready_s": 60.0},
+            {"system": "ours", "replicas": 300, "replica_pss_mb": 90.0, "ready_s": 200.0}]
+    document = {"measurements": {"density": {"figures": {"runs": runs}}}}
+    memory = next(t for t in targets(document) if t.target.startswith("Density (issue 48)"))
+
+    assert memory.met is True and memory.measured == "×0.40 (40.0 vs 100.0 MB, 100 replicas)"
+
+
 def test_issue_48_judges_30_kib_per_stream_and_the_gap_against_its_period_at_each_size() -> None:
     runs = [stream_run("ours", 1000, 70, kib=14), stream_run("ours", 5000, 160, kib=12)]
     document = {"measurements": {"streams": {"figures": {"runs": runs}}}}
