@@ -219,8 +219,7 @@ def _density(doc: dict[str, Any], machine_info: dict[str, Any], out: Path) -> st
     ready.set_title("All replicas ready (lower is better)")
     for ax in (memory, ready):
         ax.grid(True, axis="y", alpha=0.3)
-    counts = doc["figures"]["replicas"]
-    fig.suptitle(f"{' and '.join(map(str, counts)) if isinstance(counts, list) else counts} idle replicas on one node")
+    fig.suptitle(f"{' and '.join(map(str, doc['figures']['replicas']))} idle replicas on one node")
     return _saved(fig, doc, machine_info, out, "density.png")
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine
+from bench.density import FIT_SHARE
 from bench.targets import Target, median, targets
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -592,11 +593,10 @@ def _density(measurements: dict[str, Any], figures: dict[str, Any]) -> list[str]
     if not doc:
         return []
     f = doc["figures"]
-    counts = f["replicas"] if isinstance(f["replicas"], list) else [f["replicas"]]  # one count before issue 48
     lines = ["## Density: idle replicas on one node (issues 35 and 48)", "",
-             f"{' and '.join(map(str, counts))} replicas of one small backend (ours) or deployment (Serve), "
+             f"{' and '.join(map(str, f['replicas']))} replicas of one small backend (ours) or deployment (Serve), "
              "`num_cpus=0`; a larger count only where the smaller one's PSS per replica says it fits in "
-             "80% of the node's memory. Ready: "
+             f"{FIT_SHARE:.0%} of the node's memory. Ready: "
              "ours' backend and endpoint goals met, Serve's `serve.run` returned; the clock starts once the "
              "controller answers. `ray-actor` is the floor under both: as many bare Ray actors of an empty class, "
              "ready once each answered a call. PSS read after the stack settled. Route table: the bytes a proxy receives when "

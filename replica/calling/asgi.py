@@ -241,7 +241,7 @@ def _joined(chunks: list[bytes], done: bool, outbox: _Outbox) -> tuple[bytes, bo
     """`chunks` and every chunk the app has sent since, up to `_JOIN_BYTES`, as one item; and whether
     the body ended among them."""
     _, done = _taken(chunks, sum(map(len, chunks)), done, outbox)
-    return b"".join(chunks) if len(chunks) != 1 else chunks[0], done
+    return _one(chunks), done
 
 
 async def _gathered(chunks: list[bytes], done: bool, outbox: _Outbox) -> tuple[bytes, bool]:
@@ -254,18 +254,24 @@ async def _gathered(chunks: list[bytes], done: bool, outbox: _Outbox) -> tuple[b
         await asyncio.sleep(0)
         if outbox.empty():
             break
-        size, done = _taken(chunks, size, done, outbox, _GATHER_MOST)
-    return b"".join(chunks) if len(chunks) != 1 else chunks[0], done
+        size, done = _taken(chunks, size, done, outbox)
+    return _one(chunks), done
 
 
-def _taken(chunks: list[bytes], size: int, done: bool, outbox: _Outbox, most: int | None = None) -> tuple[int, bool]:
-    """Onto `chunks` (`size` bytes so far), what the app has sent since, up to `_JOIN_BYTES` (and
-    `most` chunks in all): their size then, and whether the body ended among them."""
-    while not done and size < _JOIN_BYTES and not outbox.empty() and (most is None or len(chunks) < most):
+def _taken(chunks: list[bytes], size: int, done: bool, outbox: _Outbox) -> tuple[int, bool]:
+    """Onto `chunks` (`size` bytes so far), what the app has sent since, up to `_JOIN_BYTES` and
+    `_GATHER_MOST` chunks in all (only gathering reaches that count: the outbox holds fewer): their
+    size then, and whether the body ended among them."""
+    while not done and size < _JOIN_BYTES and len(chunks) < _GATHER_MOST and not outbox.empty():
         more, done = _body_chunks(outbox.take_nowait())
         chunks += more
         size += sum(map(len, more))
     return size, done
+
+
+def _one(chunks: list[bytes]) -> bytes:
+    """The chunks as one item: a lone chunk itself, several joined."""
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _body_chunks(message: Any) -> tuple[list[bytes], bool]:
