@@ -15,7 +15,7 @@ worker holds before a replica imports anything, so neither ours nor Serve can
 go below it without putting several replicas in one process.
 
 Each system at each count, the smaller first; a larger count only where the
-smaller one's PSS per replica says it fits in `FIT_SHARE` of the node's
+smaller one's PSS per replica says it fits in `bench.targets.FIT_SHARE` of the node's
 memory (on a 24 GB node Serve's 81 MB replicas would need all of it at
 300): what does not fit is named, with its arithmetic, not started.
 
@@ -45,12 +45,10 @@ from functools import partial
 from typing import Any, Iterator, cast
 
 from bench import machine, payloads, proxy, results, stacks
+from bench.targets import FIT_SHARE
 
 SYSTEMS = ("ours", "serve", "ray-actor")
 REPLICAS = (100, 300)
-# A larger count is started only when the smaller one's replicas, scaled up, need at most this share of
-# the node's memory: the rest is for Ray, the proxy and the machine itself.
-FIT_SHARE = 0.8
 SETTLE_S = 5.0
 
 

@@ -38,8 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine
-from bench.density import FIT_SHARE
-from bench.targets import Target, median, targets
+from bench.targets import FIT_SHARE, Target, median, targets
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ("proxy", "update_latency", "rollout", "faults", "reconcile", "fanout", "memory", "serving",
