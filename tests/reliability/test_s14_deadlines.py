@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from tests.support.collector import settled
 from tests.support.load import SteadyLoad
 from tests.support.scenario import record_run, under_load
 from tests.support.serving import Serving
@@ -39,14 +40,16 @@ def test_a_chain_whose_callee_takes_5_s_answers_a_200_ms_deadline_at_it_and_stop
         )), 60)
     took: list[float] = []
     codes: list[int] = []
+    own_pauses: list[float] = []  # this process's garbage collections while it timed (tests.support.collector)
 
     def deadlines(_: SteadyLoad) -> None:
-        with httpx.Client(base_url=serving.url, timeout=30) as client:
+        with httpx.Client(base_url=serving.url, timeout=30) as client, settled() as pauses:
             for _ in range(SLOW):
                 started = time.perf_counter()
                 answer = client.get(f"/{backend}?s=5", headers={"X-Request-Timeout": str(DEADLINE_S)})
                 took.append(time.perf_counter() - started)
                 codes.append(answer.status_code)
+        own_pauses.extend(pauses)
         return None
 
     try:
@@ -67,7 +70,7 @@ def test_a_chain_whose_callee_takes_5_s_answers_a_200_ms_deadline_at_it_and_stop
                  f"deadline {sum(c['ended'] == 'cancelled' for c in calls)} of the {len(calls)} times {SLOW} requests reached it",
         )
         assert codes == [504] * SLOW, codes
-        assert max(took) < 1.0, took
+        assert max(took) < 1.0, (took, f"collector pauses of the timing process: {own_pauses}")
         assert SLOW // 2 <= len(calls) <= SLOW, calls
         assert all(c["ended"] == "cancelled" and 0 < c["left"] <= DEADLINE_S for c in calls), calls
         assert max(c["ran_s"] for c in calls) < 0.5, calls
