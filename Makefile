@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 SYSTEM_TOOLS := prometheus promtool wrk chromium chromedriver redis-server gpg strace docker-registry
 SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver redis-server gnupg strace docker-registry
 
-.PHONY: run check test test-repeat test-ray-oldest docs v2-proto hello-proto lint lint-imports typecheck ruff system-deps bench reliability soak clean
+.PHONY: run check test test-repeat test-ray-oldest test-vllm docs v2-proto hello-proto lint lint-imports typecheck ruff system-deps bench reliability soak clean
 
 # The checkout installed editable. setuptools maps the packages of this flat layout with an
 # import finder and prints a notice ("Editable installation ... folders with the same name as
@@ -136,6 +136,16 @@ test-ray-oldest: system-deps
 	$(OLDEST_VENV)/bin/python -c "import ray; assert ray.__version__ == '$(RAY_OLDEST)', ray.__version__"
 	$(OLDEST_VENV)/bin/python -m pytest -q -p no:cacheprovider -m smoke tests/real
 
+# The vLLM adapter's tests against vLLM's own interfaces (tests/component/test_vllm_adapter.py), in a
+# venv of its own: vLLM is no dependency of ray-gitops, and with torch it is gigabytes to download.
+# On a machine with a GPU, RAY_GITOPS_VLLM_MODEL (a local model directory) adds a real generation.
+VLLM_VENV := .venv-vllm
+
+test-vllm:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check -e '.[test,vllm]'
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -rs tests/component/test_vllm_adapter.py
+
 # Every measurement of issue 15, side by side with Ray Serve: writes
 # bench/results/latest.json, bench/results/REPORT.md and its plots (about
 # half an hour on 2 cores). wrk loads HTTP; haproxy is for Serve's HAProxy
@@ -146,4 +156,4 @@ bench: $(STAMP)
 	$(PY) -m bench.report
 
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache .hypothesis .mypy_cache test-artifacts build
+	rm -rf $(VENV) $(OLDEST_VENV) $(VLLM_VENV) .pytest_cache .hypothesis .mypy_cache test-artifacts build

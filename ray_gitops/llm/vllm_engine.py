@@ -24,7 +24,18 @@ from typing import Any, AsyncGenerator, Mapping, Sequence
 
 from ray_gitops.llm.engine import Delta, EngineRefused, Prompt, SamplingParams, Usage
 
-__all__ = ["engine_kwargs", "sampling_kwargs", "lora_request_kwargs", "VLLMEngine"]
+__all__ = ["engine_class", "engine_kwargs", "sampling_kwargs", "lora_request_kwargs", "VLLMEngine"]
+
+
+def engine_class() -> Any:
+    """vLLM's async engine class: its V1 `AsyncLLM`, else (vLLM before it) `AsyncLLMEngine`."""
+    try:
+        from vllm.v1.engine.async_llm import AsyncLLM
+    except ImportError:
+        from vllm.engine.async_llm_engine import AsyncLLMEngine
+
+        return AsyncLLMEngine
+    return AsyncLLM
 
 
 def engine_kwargs(
@@ -73,12 +84,7 @@ class VLLMEngine:
     def __init__(self, kwargs: Mapping[str, Any]) -> None:
         from vllm.engine.arg_utils import AsyncEngineArgs
 
-        args = AsyncEngineArgs(**kwargs)
-        try:
-            from vllm.v1.engine.async_llm import AsyncLLM as engine_class
-        except ImportError:  # vLLM before its V1 engine
-            from vllm.engine.async_llm_engine import AsyncLLMEngine as engine_class
-        self._engine: Any = engine_class.from_engine_args(args)
+        self._engine: Any = engine_class().from_engine_args(AsyncEngineArgs(**kwargs))
         self._names = list(kwargs["served_model_name"])
         self._tokenizer: Any = None
         self._loras: dict[str, Any] = {}  # name -> its LoRARequest, while loaded

@@ -3,7 +3,7 @@ exclusion), the proxy pool routing an adapter's requests by the JSON body's `mod
 replica that has it loaded (and everything else by power_of_two), what the controller
 publishes to the proxies, the CPU engine's adapter changing its output deterministically
 without touching the base model, and the vLLM adapter's LoRA calls against a stand-in of
-vLLM's interfaces (vLLM itself does not install here)."""
+vLLM's interfaces (vLLM itself is checked by `make test-vllm`, in a venv of its own)."""
 
 from __future__ import annotations
 
@@ -186,7 +186,7 @@ def test_the_adapted_model_adds_the_adapters_counts_scaled_where_it_knows_the_co
     assert adapted.followers(["the", "dog"]) == base.followers(["the", "dog"])
 
 
-# --- the vLLM adapter, against a stand-in of vLLM's interfaces (vLLM does not install here) -----------
+# --- the vLLM adapter, against a stand-in of vLLM's interfaces (vLLM itself: `make test-vllm`) ---------
 
 
 def test_vllm_gets_enable_lora_and_max_loras_and_a_lora_request_per_adapter() -> None:
