@@ -5,8 +5,9 @@ tests skip with that reason; `make test-vllm` installs it in a venv of its own a
 (on a CPU machine too: vLLM 0.33.0 installs and imports without a GPU). There, vLLM's own
 `AsyncEngineArgs`, `SamplingParams` and `LoRARequest` must take what the adapter builds
 from an [llm] table, its async engine must take each call the adapter makes (bound to the
-signatures, not run), and its outputs must have the fields the adapter reads; where a GPU is also available (and `RAY_GITOPS_VLLM_MODEL` names a local
-model directory), the adapter streams real tokens and aborts a closed request.
+signatures, not run), and its outputs must have the fields the adapter reads. Where a GPU
+is also available (and `RAY_GITOPS_VLLM_MODEL` names a local model directory), the adapter
+streams real tokens and aborts a closed request.
 """
 
 from __future__ import annotations
