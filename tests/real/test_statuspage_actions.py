@@ -39,6 +39,7 @@ import pytest
 import ray
 from selenium import webdriver
 from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select
 
 from tests.conftest import GitRepo
@@ -104,6 +105,24 @@ def until(what: str, done, timeout_s: float = 60) -> None:
 
 def text(driver: webdriver.Chrome, element_id: str) -> str:
     return driver.find_element(By.ID, element_id).text
+
+
+# The page redraws a table's rows whole (the rollouts' on each update, the history's when it changed, and
+# once more on the live stream's first update after the page's own first read), so a row's button found by
+# one WebDriver call may be replaced before the next: rows are read in one script, and a row's button is
+# clicked again until the confirm it opens shows.
+ROW_COMMITS = "return [...document.querySelectorAll('#history button')].map(b => b.dataset.commit)"
+
+
+def press_row_button(driver: webdriver.Chrome, button_id: str, confirm_id: str) -> WebElement:
+    """The confirm `confirm_id` opened by the row button `button_id`, clicked until it shows."""
+
+    def opened() -> bool:
+        driver.find_element(By.ID, button_id).click()
+        return bool(driver.find_element(By.ID, confirm_id).is_displayed())
+
+    until(f"{confirm_id} opened by {button_id}", opened)
+    return driver.find_element(By.ID, confirm_id)
 
 
 FORGE = """
@@ -234,10 +253,8 @@ def test_an_operator_rolls_back_to_a_chosen_commit_and_a_suspended_agent_shows_t
         # The operator: a button on each applied commit's row but the current one's.
         as_reader(chromium, "otto", agent.admin + "/")
         until("the operator's row buttons", lambda: chromium.find_element(By.ID, f"act-rollback-to-{first}").is_displayed())
-        rows = {b.get_attribute("data-commit") for b in chromium.find_elements(By.CSS_SELECTOR, "#history button")}
-        assert rows == {first, docs}  # v2 runs: no button on its row
-        chromium.find_element(By.ID, f"act-rollback-to-{first}").click()
-        confirm = chromium.find_element(By.ID, "confirm-rollback-to")
+        assert set(chromium.execute_script(ROW_COMMITS)) == {first, docs}  # v2 runs: no button on its row
+        confirm = press_row_button(chromium, f"act-rollback-to-{first}", "confirm-rollback-to")
         assert confirm.is_displayed() and f"Roll back to commit {first[:12]}?" in confirm.text
         assert http.get(agent.admin + "/history?kind=rollback").json()["actions"] == []  # nothing sent before the confirm
         confirm.find_element(By.NAME, "reason").send_keys("v1 was the last good one")
@@ -319,10 +336,9 @@ def test_an_operator_aborts_a_running_rollout_from_its_row_and_the_traffic_goes_
         assert chromium.find_elements(By.CSS_SELECTOR, "#rollouts button") == []  # a viewer's row has none
 
         as_reader(chromium, "otto", agent.admin + "/")
-        until("the operator's row buttons", lambda: chromium.find_element(By.ID, "act-abort-echo").is_displayed())
-        assert chromium.find_element(By.ID, "act-promote-echo").is_displayed()
-        chromium.find_element(By.ID, "act-abort-echo").click()
-        confirm = chromium.find_element(By.ID, "confirm-abort")
+        until("the operator's row buttons", lambda: all(
+            chromium.find_element(By.ID, button).is_displayed() for button in ("act-abort-echo", "act-promote-echo")))
+        confirm = press_row_button(chromium, "act-abort-echo", "confirm-abort")
         assert "Abort endpoint echo?" in confirm.text and status()["rollouts"]["echo"]["phase"] == "stepping"
         confirm.find_element(By.NAME, "reason").send_keys("v2 p99 too high")
         chromium.find_element(By.ID, "go-abort").click()
