@@ -241,7 +241,7 @@ def _joined(chunks: list[bytes], done: bool, outbox: _Outbox) -> tuple[bytes, bo
     """`chunks` and every chunk the app has sent since, up to `_JOIN_BYTES`, as one item; and whether
     the body ended among them."""
     _, done = _taken(chunks, sum(map(len, chunks)), done, outbox)
-    return _one(chunks), done
+    return b"".join(chunks), done
 
 
 async def _gathered(chunks: list[bytes], done: bool, outbox: _Outbox) -> tuple[bytes, bool]:
@@ -255,7 +255,7 @@ async def _gathered(chunks: list[bytes], done: bool, outbox: _Outbox) -> tuple[b
         if outbox.empty():
             break
         size, done = _taken(chunks, size, done, outbox)
-    return _one(chunks), done
+    return b"".join(chunks), done
 
 
 def _taken(chunks: list[bytes], size: int, done: bool, outbox: _Outbox) -> tuple[int, bool]:
@@ -269,13 +269,9 @@ def _taken(chunks: list[bytes], size: int, done: bool, outbox: _Outbox) -> tuple
     return size, done
 
 
-def _one(chunks: list[bytes]) -> bytes:
-    """The chunks as one item: a lone chunk itself, several joined."""
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
 def _body_chunks(message: Any) -> tuple[list[bytes], bool]:
-    """The body bytes a message carries and whether the body ends with it."""
+    """The body bytes a message carries and whether the body ends with it. Always exact `bytes`, so
+    that `b"".join` of a lone chunk is that chunk, uncopied."""
     if message is _END:
         return [], True
     if message.get("type") != "http.response.body":
