@@ -11,7 +11,10 @@ for, so a Ray upgrade that moves one of them breaks here and nowhere else:
   local Ray, and killing what it started;
 - `mute_pushed_errors`: stop this driver printing the errors Ray pushes to it;
 - `local_ray_params`: what `ray.init` cannot say of the local Ray it starts
-  and `ray start` can: the GCS port, the worker port range, the log monitor.
+  and `ray start` can: the GCS port, the worker port range, the log monitor;
+  and the script that starts its workers with a runtime environment
+  (`controller.shell.setup_worker`, used where `setup_worker_fits` says it
+  does what Ray's own would).
 
 Every other module uses Ray's public API only (a pure test checks it).
 """
@@ -27,9 +30,11 @@ from typing import Any, Iterator
 import ray
 from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
 
+from controller.shell import setup_worker
+
 __all__ = [
     "upload_working_dir", "available_resources_per_node", "session_dir", "started_local_ray", "kill_local_ray",
-    "mute_pushed_errors", "local_ray_params",
+    "mute_pushed_errors", "local_ray_params", "setup_worker_fits",
 ]
 
 # Honour the export's .gitignore files on every supported Ray: later releases
@@ -99,7 +104,9 @@ def local_ray_params(gcs_port: int | None, worker_ports: tuple[int, int] | None,
     GCS on `gcs_port` and gives its workers ports in `worker_ports` (both
     included), and runs a log monitor only when `log_monitor`: the parameters
     `ray start --port --min-worker-port --max-worker-port --include-log-monitor`
-    set, which `ray.init` builds without them."""
+    set, which `ray.init` builds without them. Its workers with a runtime
+    environment start through `controller.shell.setup_worker` where it fits
+    this Ray (half the CPU of such a worker's start: Ray's script imports Ray)."""
     from ray._private import parameter
 
     original = parameter.RayParams
@@ -111,6 +118,8 @@ def local_ray_params(gcs_port: int | None, worker_ports: tuple[int, int] | None,
             if worker_ports is not None:
                 kwargs["min_worker_port"], kwargs["max_worker_port"] = worker_ports
             kwargs["include_log_monitor"] = log_monitor
+            if setup_worker_fits():
+                kwargs["setup_worker_path"] = setup_worker.__file__
             super().__init__(*args, **kwargs)
 
     parameter.RayParams = _Chosen  # type: ignore[misc]
@@ -118,3 +127,15 @@ def local_ray_params(gcs_port: int | None, worker_ports: tuple[int, int] | None,
         yield
     finally:
         parameter.RayParams = original  # type: ignore[misc]
+
+
+def setup_worker_fits() -> bool:
+    """Whether `controller.shell.setup_worker` reads what the installed Ray's raylet gives its
+    setup script: the same two options, and a runtime-env context of the same fields."""
+    from ray._private.runtime_env.context import RuntimeEnvContext
+    from ray._private.workers import setup_worker as rays
+
+    options = {option for action in rays.parser._actions for option in action.option_strings}
+    fields = set(inspect.signature(RuntimeEnvContext.__init__).parameters) - {"self"}
+    ours = {option for action in setup_worker.parser()._actions for option in action.option_strings}
+    return options == ours and fields == set(setup_worker.CONTEXT_KEYS)

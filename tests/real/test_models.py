@@ -7,9 +7,11 @@ fetched again by the next replica that needs it."""
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -32,10 +34,14 @@ pytestmark = pytest.mark.real
 # Replicas inherit the Ray session's environment, which starts after collection:
 # the S3 endpoint and throwaway credentials are set before it by tests.support.s3
 # (one endpoint for every module that needs S3), as an operator sets them on each node.
-_RECORDING = os.path.join(tempfile.mkdtemp(prefix="moto-recording-"), "requests")
+# Its directory goes when the process that collected this module exits (every worker collects it).
+_RECORDING_DIR = tempfile.mkdtemp(prefix="moto-recording-")
+atexit.register(shutil.rmtree, _RECORDING_DIR, ignore_errors=True)
+_RECORDING = os.path.join(_RECORDING_DIR, "requests")
 os.environ.update(MOTO_RECORDER_FILEPATH=_RECORDING)
 
 APP = '''\
+import atexit
 import hashlib
 from pathlib import Path
 
@@ -208,6 +214,7 @@ def test_models_from_s3_fetch_once_roll_by_digest_fail_whole_and_heal(
 
 
 FILE_APP = '''\
+import atexit
 import hashlib
 from pathlib import Path
 

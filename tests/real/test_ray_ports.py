@@ -1,7 +1,8 @@
 """`gitops run --ray-port --ray-min-worker-port --ray-max-worker-port`: the embedded Ray listens
 where it was told (its GCS on the port, every worker process in the range), and a taken port
 is one line before anything starts (issue 49, row 10). It runs no log monitor: nothing reads
-what one relays, and its globbing costs CPU that grows with every worker the session starts."""
+what one relays, and its globbing costs CPU that grows with every worker the session starts.
+Its workers with a runtime environment start through controller.shell.setup_worker."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from controller.cluster import descendants
+from controller.shell import setup_worker
 from tests.support.process_ports import command_line, listening_ports
 from tests.support.stack import eventually, free_port, free_port_range, occupied_port
 
@@ -69,7 +71,10 @@ def test_the_embedded_ray_listens_on_the_ports_it_was_given(tmp_path: Path) -> N
             ray_ports = {port for port in listened if port not in (proxy, metrics)}
             assert ray_ports and all(low <= port <= high for port in ray_ports), (command_line(pid), listened)
         started = [command_line(pid) for pid in descendants(agent.pid)]
-        assert any("raylet" in line for line in started), started
+        raylets = [line for line in started if "raylet/raylet" in line]
+        # Its workers with a runtime environment (the hello replica's working_dir, which served) start
+        # through our setup script, which does not import Ray before the worker does.
+        assert len(raylets) == 1 and f"{setup_worker.__file__} " in raylets[0], started
         assert not [line for line in started if "log_monitor" in line], started
     finally:
         agent.send_signal(signal.SIGTERM)

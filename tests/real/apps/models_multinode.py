@@ -16,6 +16,7 @@ import hashlib
 import http.server
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -92,6 +93,7 @@ def main() -> None:
         ray.shutdown()
         cluster.shutdown()
         server.shutdown()
+        shutil.rmtree(work, ignore_errors=True)
     print("RESULT " + json.dumps(out), flush=True)
 
 
