@@ -43,19 +43,22 @@ system-deps:
 	  fi; \
 	fi
 
-# The tiers (tests.support.tiers) one after another, fastest first, each its own
-# pytest; the system packages are installed only before the real tiers. Ends
-# with the time per tier and the 30 slowest tests; fails if any tier failed.
+# The tiers (tests.support.tiers), fastest first, each its own pytest: lint, pure
+# and component side by side (each one's output shown whole when it ends), then
+# the others one after another; the system packages are installed only before
+# the real tiers. Ends with the time per tier and the 30 slowest tests; fails if
+# any tier (or lint) failed.
 TIERS_RUN := $(PY) -m tests.support.runner
+LINT_ALONGSIDE := --alongside "$(MAKE) --no-print-directory lint"
 
-# The gate a contributor runs: lint, then every test that needs no Ray (pure,
+# The gate a contributor runs: lint, and every test that needs no Ray (pure,
 # component, and the no-Ray tests of security and bench); no system packages.
-check: $(STAMP) lint
-	$(TIERS_RUN) pure component
+check: $(STAMP)
+	$(TIERS_RUN) $(LINT_ALONGSIDE) pure component
 
-# The whole suite: lint, pure, component, then (after system-deps) real and slow.
-test: $(STAMP) lint
-	$(TIERS_RUN) --before-real "$(MAKE) --no-print-directory system-deps" pure component real slow
+# The whole suite: lint, pure and component, then (after system-deps) real and slow.
+test: $(STAMP)
+	$(TIERS_RUN) $(LINT_ALONGSIDE) --before-real "$(MAKE) --no-print-directory system-deps" pure component real slow
 
 # The real tier N times in a row (flakes are defects): make test-repeat N=3.
 # REPEAT_TIERS="real slow" repeats the slow tier too.
