@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tiers import group_of, is_serial, markers_for, tier_of
+from tests.support.tiers import group_of, is_serial, markers_for, next_group, tier_of
 
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,7 +60,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     """Under `--dist loadgroup`, one worker runs each group of `tests.support.tiers.group_of`
     (a file, or a folder sharing session fixtures) whole. xdist's own loadgroup reads
     `xdist_group` marks through a node-id rewrite that pytest 9 no longer honours, so the
-    groups are given to its scope scheduler here."""
+    groups are given to its scope scheduler here, the longest known ones first."""
     if config.getoption("dist", None) != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
@@ -68,6 +68,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     class ByGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return group_of(nodeid.split("::", 1)[0])
+
+        def _assign_work_unit(self, node: object) -> None:
+            # The longest named group first (tests.support.tiers.LONGEST_GROUPS).
+            first = next_group(self.workqueue)
+            if first is not None:
+                self.workqueue.move_to_end(first, last=False)
+            super()._assign_work_unit(node)
 
     return ByGroup(config, log)
 

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from tests.support.tiers import (
+    LONGEST_GROUPS,
     REAL_FOLDERS,
     SERIAL_FILES,
     SLOW_FILES,
@@ -38,6 +39,7 @@ from tests.support.tiers import (
     is_serial,
     markers_for,
     marks_serial,
+    next_group,
     starts_ray,
     tier_of,
 )
@@ -107,6 +109,15 @@ def test_a_real_file_runs_whole_on_one_worker_and_the_install_folder_together() 
     assert group_of("tests/install/test_install.py") == group_of("tests/install/test_tutorial.py") == "tests/install"
     assert is_serial("tests/real/test_x.py", ["serial"])
     assert not is_serial("tests/real/test_x.py", ["real"])
+
+
+def test_the_longest_known_groups_are_handed_out_first_and_exist() -> None:
+    waiting = ["tests/real/test_many.py", "tests/real/test_apply_backoff.py", "tests/real/test_controller.py"]
+    assert next_group(waiting) == "tests/real/test_controller.py"
+    assert next_group(["tests/real/test_many.py", "tests/real/test_apply_backoff.py"]) == \
+        "tests/real/test_apply_backoff.py"
+    assert next_group(["tests/real/test_many.py"]) is None  # xdist's own order
+    assert [group for group in LONGEST_GROUPS if not (ROOT / group).exists()] == []
 
 
 def test_a_test_marked_serial_is_found_in_its_source_and_a_mention_is_not() -> None:

@@ -87,6 +87,45 @@ def marks_serial(source: str) -> bool:
     )
 
 
+# The real tier's groups that took longest (seconds, the clean-clone run of 2026-12-07), handed
+# out first, longest first, so the tier does not end on one worker finishing one of them while the
+# others idle: xdist's own order is most tests first, which put single-test files of a minute
+# (test_apply_backoff, scenario 5) among the last. Groups not named follow in xdist's order.
+LONGEST_GROUPS = {
+    "tests/real/test_controller.py": 156,
+    "tests/real/test_bad_commits.py": 114,
+    "tests/install": 110,
+    "tests/real/test_agent_e2e.py": 99,
+    "tests/real/test_models.py": 75,
+    "tests/real/test_agent_run.py": 74,
+    "tests/real/test_routing_policies.py": 72,
+    "tests/real/test_apply_backoff.py": 69,
+    "tests/real/test_traffic_policy.py": 61,
+    "tests/real/test_statuspage_actions.py": 60,
+    "tests/real/test_environments_agents.py": 58,
+    "tests/reliability/test_s06_git.py": 56,
+    "tests/real/test_automation_oci.py": 51,
+    "tests/real/test_progressive_delivery.py": 47,
+    "tests/reliability/test_s05_agent_kill.py": 45,
+    "tests/real/test_automation.py": 44,
+    "tests/real/test_promoting_agent.py": 41,
+    "tests/real/test_prometheus.py": 39,
+    "tests/real/test_backend_errors.py": 37,
+    "tests/real/test_proxy_with_controller.py": 37,
+    "tests/real/test_autoscaling.py": 36,
+    "tests/real/test_placement.py": 34,
+    "tests/real/test_agent_rollouts.py": 34,
+    "tests/real/test_statuspage.py": 31,
+}
+
+
+def next_group(waiting: Iterable[str]) -> str | None:
+    """Of the groups `waiting` (in xdist's order), the one to hand out next when a named long one
+    is among them: the longest of `LONGEST_GROUPS`; None leaves xdist's order."""
+    named = [group for group in waiting if group in LONGEST_GROUPS]
+    return max(named, key=LONGEST_GROUPS.__getitem__) if named else None
+
+
 def group_of(relpath: str) -> str:
     """The xdist group of a test at `relpath`: its folder's shared group, else its file."""
     for folder, group in SHARED_GROUPS.items():
