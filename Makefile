@@ -16,13 +16,11 @@ SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver redis-server gnupg st
 # import finder and prints a notice ("Editable installation ... folders with the same name as
 # your package may take precedence"): here those folders are the packages, so that one notice
 # is silenced; its alternative, the checkout's root on sys.path, would let the example
-# `deployments` package shadow a served repository's own. `--no-compile`: each module's bytecode
-# is written when it is first imported, not all at install (Ray alone has thousands of modules,
-# most never imported): the install takes 26 s instead of 62 s here.
+# `deployments` package shadow a served repository's own.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q --disable-pip-version-check --no-compile -e '.[test]'
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
 
 # Flags go through ARGS: make run ARGS="--proxy-port 18000 --admin-port 18001"
