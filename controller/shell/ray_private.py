@@ -106,7 +106,8 @@ def local_ray_params(gcs_port: int | None, worker_ports: tuple[int, int] | None,
     `ray start --port --min-worker-port --max-worker-port --include-log-monitor`
     set, which `ray.init` builds without them. Its workers with a runtime
     environment start through `controller.shell.setup_worker` where it fits
-    this Ray (half the CPU of such a worker's start: Ray's script imports Ray)."""
+    this Ray (a replica's start then takes about a third less CPU: Ray's own
+    script imports all of Ray before the worker does)."""
     from ray._private import parameter
 
     original = parameter.RayParams
