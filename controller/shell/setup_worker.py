@@ -32,7 +32,8 @@ import sys
 from importlib.util import find_spec
 from typing import Any, Mapping, NoReturn, Sequence
 
-# The keys of a serialized RuntimeEnvContext (its constructor's parameters).
+# The keys of a serialized RuntimeEnvContext (its constructor's parameters), which
+# `ray_private.setup_worker_fits` checks against the installed Ray before this script is used.
 CONTEXT_KEYS = frozenset({"command_prefix", "env_vars", "py_executable", "override_worker_entrypoint", "java_jars"})
 
 
@@ -67,14 +68,12 @@ def main(argv: Sequence[str]) -> NoReturn:
     if args.language != "PYTHON" or sys.platform != "linux":
         _ray_own(argv)
     context = json.loads(args.serialized_runtime_env_context or "{}")
-    if not set(context) <= CONTEXT_KEYS:
-        _ray_own(argv)
     set_variables(context.get("env_vars") or {})
     os.execvp("bash", ["bash", "-c", worker_command(context, passthrough, sys.executable)])
 
 
 def _ray_own(argv: Sequence[str]) -> NoReturn:
-    """Hand the worker to Ray's own setup script (a Java or C++ worker, or a context this does not know)."""
+    """Hand the worker to Ray's own setup script (a Java or C++ worker)."""
     spec = find_spec("ray")  # finds the package without running it
     assert spec is not None and spec.origin is not None
     script = os.path.join(os.path.dirname(spec.origin), "_private", "workers", "setup_worker.py")

@@ -41,7 +41,6 @@ _RECORDING = os.path.join(_RECORDING_DIR, "requests")
 os.environ.update(MOTO_RECORDER_FILEPATH=_RECORDING)
 
 APP = '''\
-import atexit
 import hashlib
 from pathlib import Path
 
@@ -214,7 +213,6 @@ def test_models_from_s3_fetch_once_roll_by_digest_fail_whole_and_heal(
 
 
 FILE_APP = '''\
-import atexit
 import hashlib
 from pathlib import Path
 

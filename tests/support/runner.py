@@ -82,6 +82,16 @@ def serial_tests_exist(tests: Path) -> bool:
     return bool(tiers.SERIAL_FILES) or any(tiers.marks_serial(path.read_text()) for path in tests.rglob("test_*.py"))
 
 
+def junit_xml(artifacts: Path, name: str) -> Path:
+    """Where the pytest run `name` writes its JUnit XML."""
+    return artifacts / f"{name}.xml"
+
+
+def report_of(artifacts: Path, name: str, command: list[str] | str) -> Path | None:
+    """The JUnit XML a job writes: a pytest run's, none for a shell command."""
+    return junit_xml(artifacts, name) if isinstance(command, list) else None
+
+
 def jobs_of(tiers_asked: list[str], artifacts: Path, extra: list[str]) -> list[list[tuple[str, list[str] | str]]]:
     """The run as steps, each a list of (name, pytest arguments or a shell command) run side by side:
     the pure tier beside the component tier (one process beside two workers: the component tier
@@ -89,8 +99,8 @@ def jobs_of(tiers_asked: list[str], artifacts: Path, extra: list[str]) -> list[l
     steps: list[list[tuple[str, list[str] | str]]] = []
     for tier in tiers_asked:
         for name, tier_args in TIER_ARGS[tier].items():
-            report = artifacts / f"{name}.xml"
-            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                       f"--junitxml={junit_xml(artifacts, name)}",
                        "-o", "junit_family=xunit1", *tier_args, *extra]
             if steps and tier in SIDE_BY_SIDE and {job for job, _ in steps[-1]} <= SIDE_BY_SIDE:
                 steps[-1].append((name, command))
@@ -138,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         step, alongside = [*alongside, *step], []
         results.extend(_run_step(step, args.artifacts))
-        reports.extend(args.artifacts / f"{name}.xml" for name, command in step if isinstance(command, list))
+        reports.extend(report for name, command in step if (report := report_of(args.artifacts, name, command)))
     print(f"\n== the {SLOWEST} slowest tests")
     for seconds, name in slowest(reports):
         print(f"{seconds:8.2f}s  {name}")
@@ -153,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run_step(step: list[tuple[str, list[str] | str]], artifacts: Path) -> list[tuple[str, float, str]]:
     """Run a step's jobs side by side; a job beside others writes to its log, shown whole when it ends."""
     for name, command in step:
-        if isinstance(command, list):
-            (artifacts / f"{name}.xml").unlink(missing_ok=True)
+        if report := report_of(artifacts, name, command):
+            report.unlink(missing_ok=True)
     logged = len(step) > 1
     started = time.monotonic()
     running = {name: _start(name, command, artifacts / f"{name}.log" if logged else None) for name, command in step}
