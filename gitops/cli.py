@@ -15,7 +15,7 @@ import importlib
 import json
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from vocabulary.control.proxy_workers import (
     DEFAULT_MAX_CONNECTIONS,
@@ -31,7 +31,11 @@ from gitops.admin.address import AGENT_ADDRESS_HINT, DEFAULT_AGENT, DEFAULT_STAT
 from gitops.process.supervising import ARGV_ENV
 from vocabulary.control.goal_api import DEFAULT_NAMESPACE
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "namespace_of", "NAMESPACE_ENV"]
+
+# The Ray namespace every verb that takes --namespace uses when it is not given.
+NAMESPACE_ENV = "GITOPS_NAMESPACE"
+_NAMESPACE_DEFAULT = f"(default: ${NAMESPACE_ENV}, else {DEFAULT_NAMESPACE})"
 
 
 
@@ -108,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         "prefix (default: only the allow-list of docs/guides/security.md; GITOPS_* never)",
     )
     run.add_argument(
-        "--namespace", default=DEFAULT_NAMESPACE, help="Ray namespace of this agent's controller (one agent each)"
+        "--namespace", default=None, help=f"Ray namespace of this agent's controller, one agent each {_NAMESPACE_DEFAULT}"
     )
     run.add_argument(
         "--verify-commits", action="store_true",
@@ -405,6 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--to", dest="to_rev", default="HEAD", help="commit to plan to")
     plan.add_argument("--live", action="store_true", help="plan from the running controller instead of --from")
     plan.add_argument("--ray-address", default="auto", help="Ray cluster of the running controller (with --live)")
+    plan.add_argument(
+        "--namespace", default=None, help=f"Ray namespace of the running controller (with --live) {_NAMESPACE_DEFAULT}"
+    )
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument(
         "--format", choices=["text", "json", "markdown"], default=None,
@@ -417,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     reset = verb("reset-controller", "discard the controller's stored state (it is rebuilt from git)")
     reset.add_argument("--ray-address", required=True, help="the Ray cluster the controller ran on")
     reset.add_argument(
-        "--namespace", default=DEFAULT_NAMESPACE, help="Ray namespace of the controller whose state is discarded"
+        "--namespace", default=None, help=f"Ray namespace of the controller whose state is discarded {_NAMESPACE_DEFAULT}"
     )
     reset.set_defaults(func=_command("reset", "reset_controller_command"))
 
@@ -577,12 +584,19 @@ def _max_replicas_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def namespace_of(given: str | None, environ: Mapping[str, str]) -> str:
+    """The Ray namespace a verb works in: --namespace, else $GITOPS_NAMESPACE, else ray-gitops."""
+    return given or environ.get(NAMESPACE_ENV) or DEFAULT_NAMESPACE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None and ARGV_ENV in os.environ:
         # A supervised agent: its true command line (credentials included) came
         # by environment, so that its visible argv could be redacted.
         argv = json.loads(os.environ.pop(ARGV_ENV))
     args = build_parser().parse_args(argv)
+    if hasattr(args, "namespace"):
+        args.namespace = namespace_of(args.namespace, os.environ)
     # The command line as given: `gitops run` re-runs it in a supervised child.
     args.argv = list(sys.argv[1:] if argv is None else argv)
     try:

@@ -75,7 +75,7 @@ def plan_command(args: argparse.Namespace) -> int:
         return EXIT_ERRORS
     nodes: Mapping[str, NodeResources] | None = None
     if args.live:
-        actual, nodes = _live_state(args.ray_address)
+        actual, nodes = _live_state(args.ray_address, args.namespace)
         desired = assume_unchanged(desired, actual)
         too_big = capacity_problems(desired, nodes)
         if too_big:
@@ -156,8 +156,8 @@ def _print_errors(rev: str | None, errors: list[str]) -> None:
         print(line, file=sys.stderr)
 
 
-def _live_state(address: str) -> tuple[ServingState, Mapping[str, NodeResources]]:
-    """What the running controller is configured with, and its cluster's nodes; read-only."""
+def _live_state(address: str, namespace: str) -> tuple[ServingState, Mapping[str, NodeResources]]:
+    """What the controller running in `namespace` is configured with, and its cluster's nodes; read-only."""
     # Ray is imported only here: the offline plan never pays its start-up.
     from controller.client import connect
     from controller.cluster import init_ray
@@ -168,7 +168,7 @@ def _live_state(address: str) -> tuple[ServingState, Mapping[str, NodeResources]
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UserError(f"--live: cannot reach Ray at {address}: {first_line}") from None
     try:
-        client = connect()
+        client = connect(namespace)
     except LookupError as error:
         raise UserError(f"--live: {error}") from None
 
