@@ -6,12 +6,17 @@
   files (`tests.support.tiers`), so `-m` selects a tier and no file can be
   forgotten. A real test is also put in its file's xdist group (one worker
   runs a file, so module fixtures are built once), or marked `serial`.
-- `ray_session`: one real local Ray for the whole test session (started on
-  first use, shut down at the end), so the real tier pays Ray's start-up once
-  per xdist worker (each worker is a session with a Ray of its own).
-  Its token auth is on, as `gitops run`'s: the token is in a temp state dir,
-  and `RAY_AUTH_MODE` / `RAY_AUTH_TOKEN_PATH` in this process's environment
-  let the agents the tests start (`--ray-address`) join it.
+- `ray_session`: one real Ray for the whole test session, in a namespace of
+  its own: the Ray the runner holds for all the workers of the real tier's
+  parallel run (`tests.support.shared_ray`), or else a local one started on
+  first use and shut down at the end. On the shared one, the agents the
+  session starts without --namespace get one of their own (GITOPS_NAMESPACE;
+  tests find it with `tests.support.stack.agent_namespace`). Its token auth
+  is on, as `gitops run`'s, and `RAY_AUTH_MODE` / `RAY_AUTH_TOKEN_PATH` in this process's
+  environment let the agents the tests start (`--ray-address`) join it.
+- `node_env_ray`: the session's Ray for a module whose replicas must inherit
+  the session's node environment (the S3 and Hub endpoints); on the shared
+  Ray, which started before they were set, a local Ray of the module's own.
 - httpx clients made with the default `verify` share one TLS context
   (`tests.support.httpx_tls`) in a session that runs any test outside the
   pure tier (which must not load httpx): making one per client was a sixth
@@ -121,13 +126,55 @@ def repo(tmp_path: Path) -> GitRepo:
 
 @pytest.fixture(scope="session")
 def ray_session(tmp_path_factory: pytest.TempPathFactory):
-    """A real local Ray shared by the whole session, in its own namespace."""
+    """A real Ray shared by the whole session, in its own namespace: the one the runner holds for
+    all the run's workers when it gave one (tests.support.shared_ray), else a local one."""
     from controller.cluster import init_ray, shutdown_ray
+    from gitops.cli import NAMESPACE_ENV
+    from tests.support.shared_ray import ADDRESS
 
     namespace = f"gitops-test-{uuid.uuid4().hex[:8]}"
-    init_ray(address=None, namespace=namespace, state_dir=tmp_path_factory.mktemp("ray-state"))
+    if os.environ.get(ADDRESS):
+        init_ray(address=os.environ[ADDRESS], namespace=namespace)
+        # The agents this session starts without --namespace: one of its own, not another worker's.
+        os.environ[NAMESPACE_ENV] = f"{namespace}-agent"
+    else:
+        init_ray(address=None, namespace=namespace, state_dir=tmp_path_factory.mktemp("ray-state"))
     yield namespace
     shutdown_ray()
+
+
+@pytest.fixture(scope="module")
+def node_env_ray(ray_session: str, tmp_path_factory: pytest.TempPathFactory):
+    """The session's Ray, for a module whose replicas and proxies must inherit this session's node
+    environment: the S3 and Hub endpoints `tests.support.s3` and `tests.support.hub` set at collection,
+    as an operator sets them on each node. The runner's shared Ray started before any of them were
+    set, so on it the module gets a local Ray of its own for its duration, and the session joins the
+    shared one again after."""
+    from controller.cluster import init_ray, shutdown_ray
+    from tests.support.shared_ray import ADDRESS
+
+    shared = os.environ.get(ADDRESS)
+    if not shared:
+        yield ray_session
+        return
+    token = os.environ["RAY_AUTH_TOKEN_PATH"]
+    shutdown_ray()
+    init_ray(address=None, namespace=ray_session, state_dir=tmp_path_factory.mktemp("ray-state"))
+    try:
+        yield ray_session
+    finally:
+        shutdown_ray()
+        _use_ray_token(token)
+        init_ray(address=shared, namespace=ray_session)
+
+
+def _use_ray_token(path: str) -> None:
+    """Ray's token from the file at `path` from now on (Ray reads its auth config once, and caches the token)."""
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]  # compiled
+
+    os.environ["RAY_AUTH_TOKEN_PATH"] = path
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
-"""The tier runner (tests.support.runner): which pytest runs go side by side, and a step whose
-jobs run side by side shows each one's output whole and fails with any of them."""
+"""The tier runner (tests.support.runner): which pytest runs go side by side, a step whose
+jobs run side by side shows each one's output whole and fails with any of them, and the Ray
+the real tier's workers share has the logical CPUs their own had together."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.runner import _run_step, jobs_of
+from tests.support.runner import SHARED_RAY_JOBS, _run_step, jobs_of, ray_cpus
 
 
 def test_the_pure_tier_runs_beside_the_component_tier_and_every_other_run_alone(tmp_path: Path) -> None:
@@ -32,3 +33,9 @@ def test_jobs_side_by_side_each_show_their_output_whole_and_a_failing_one_fails(
     assert shown.index("== pure ended: failed (exit 3)") < shown.index("\npure-1\n") < shown.index("== lint ended: passed")
     assert shown.index("== lint ended") < shown.index("\nlint-1\nlint-2\n")
     assert (tmp_path / "lint.log").read_text() == "lint-1\nlint-2\n"
+
+
+def test_only_the_real_tiers_parallel_run_shares_a_ray_with_its_workers_cpus_together() -> None:
+    assert SHARED_RAY_JOBS == {"real"}  # the serial pass and the slow tier's tests start their own
+    assert ray_cpus("3", 2) == 6
+    assert ray_cpus("auto", 2) == 2 and ray_cpus("3", None) == 3

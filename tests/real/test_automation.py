@@ -115,7 +115,7 @@ def _git(remote: Path, *args: str) -> str:
 
 
 def test_an_automation_opens_a_pull_request_whose_merge_rolls_the_model(
-    ray_session: str, s3: Any, repo: GitRepo, tmp_path: Path, forge: Forge
+    node_env_ray: str, s3: Any, repo: GitRepo, tmp_path: Path, forge: Forge
 ) -> None:
     files1, digest1 = _model("v1")
     files2, digest2 = _model("v2")
@@ -186,7 +186,7 @@ def test_an_automation_opens_a_pull_request_whose_merge_rolls_the_model(
 
 
 def test_a_verifying_agent_applies_the_pin_its_automation_signed_and_pushed(
-    ray_session: str, s3: Any, repo: GitRepo, tmp_path: Path, forge: Forge
+    node_env_ray: str, s3: Any, repo: GitRepo, tmp_path: Path, forge: Forge
 ) -> None:
     files1, digest1 = _model("signed-v1")
     files2, digest2 = _model("signed-v2")

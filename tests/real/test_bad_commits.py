@@ -47,8 +47,7 @@ import ray
 
 from controller.state.backend_state import REPLICA_PREFIX
 from tests.conftest import GitRepo
-from tests.support.stack import AgentProcess, named_actors
-from vocabulary.control.goal_api import DEFAULT_NAMESPACE
+from tests.support.stack import AgentProcess, agent_namespace, named_actors
 
 pytestmark = pytest.mark.real
 
@@ -406,7 +405,7 @@ def test_a_hang_in_init_past_the_start_timeout_gives_the_replica_up_and_fails_th
               deployments__target_toml=TARGET_TOML.replace("num_replicas = 1", "num_replicas = 1\nstartup_timeout_s = 3")),
         "failed", "ReconciliationFailed", "not ready within 3s"))
     cluster.agent.wait("only the good replica of target left", lambda: len(
-        named_actors(DEFAULT_NAMESPACE, REPLICA_PREFIX + "target-")) == 1, timeout_s=30)
+        named_actors(agent_namespace(), REPLICA_PREFIX + "target-")) == 1, timeout_s=30)
 
 
 def test_a_commit_whose_every_request_is_500_applies_and_says_backend_errors(cluster: Cluster) -> None:

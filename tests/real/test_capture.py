@@ -46,11 +46,11 @@ def receiver() -> Iterator[OtlpReceiver]:
 
 @pytest.fixture(scope="module")
 def served(
-    ray_session: str, tmp_path_factory: pytest.TempPathFactory, receiver: OtlpReceiver
+    node_env_ray: str, tmp_path_factory: pytest.TempPathFactory, receiver: OtlpReceiver
 ) -> Iterator[tuple[ShippedExamples, Path]]:
     sink = tmp_path_factory.mktemp("capture")
     code = tmp_path_factory.mktemp("code")
-    for examples in serve_shipped_examples(ray_session, code, otlp_endpoint=receiver.url):
+    for examples in serve_shipped_examples(node_env_ray, code, otlp_endpoint=receiver.url):
         examples.backend("echo-v1", "capture-echo", commit="abcdef1234")
         config = examples.state.endpoints["echo"].model_copy(update={
             "name": "capture-echo", "route": "/capture-echo", "traffic": {"capture-echo": 1.0},

@@ -50,7 +50,7 @@ def gitops(repo: GitRepo, *args: str, stdin: bytes | None = None) -> bytes:
     return done.stdout
 
 
-def test_every_example_serves_from_a_fresh_repository(ray_session: str, s3: Any, repo: GitRepo, tmp_path: Path) -> None:
+def test_every_example_serves_from_a_fresh_repository(node_env_ray: str, s3: Any, repo: GitRepo, tmp_path: Path) -> None:
     for name in EXAMPLES:
         assert b"created deployments/" in gitops(repo, "init", "--example", name)
 

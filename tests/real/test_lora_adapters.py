@@ -57,7 +57,7 @@ def _stats_by_replica(proxy: str, replicas: int = 2) -> dict[int, dict[str, Any]
 
 
 def test_an_adapter_selected_by_model_is_served_on_the_replica_that_loaded_it_without_a_restart(
-    ray_session: str, s3: Any, repo: GitRepo, tmp_path: Path
+    node_env_ray: str, s3: Any, repo: GitRepo, tmp_path: Path
 ) -> None:
     digests = {name: _upload(s3, name, text) for name, text in {"base": BASE, **ADAPTERS}.items()}
     models = "\n".join(f'[models.{name}]\nsource = "s3://models/{name}/"\nsha256 = "{digest}"\n'

@@ -25,8 +25,7 @@ import ray
 from controller.state.backend_state import REPLICA_PREFIX
 from tests.conftest import GitRepo
 from tests.support.s3 import s3_server
-from tests.support.stack import AgentProcess, named_actors
-from vocabulary.control.goal_api import DEFAULT_NAMESPACE
+from tests.support.stack import AgentProcess, agent_namespace, named_actors
 from vocabulary.replicas.model_digests import manifest_digest
 
 pytestmark = pytest.mark.real
@@ -119,7 +118,7 @@ def _answers(agent: AgentProcess, count: int = 12) -> list[dict[str, Any]]:
 
 
 def test_models_from_s3_fetch_once_roll_by_digest_fail_whole_and_heal(
-    ray_session: str, s3: Any, repo: GitRepo, tmp_path: Path
+    node_env_ray: str, s3: Any, repo: GitRepo, tmp_path: Path
 ) -> None:
     v1, v2 = os.urandom(3 * 1024 * 1024), os.urandom(3 * 1024 * 1024)
     files1, digest1 = _model(v1)
@@ -197,8 +196,8 @@ def test_models_from_s3_fetch_once_roll_by_digest_fail_whole_and_heal(
         os.chmod(weights, 0o644)
         weights.write_bytes(b"tampered")
         before = _gets("sentiment/v2/weights.bin")
-        for name in named_actors(DEFAULT_NAMESPACE, REPLICA_PREFIX):
-            ray.kill(ray.get_actor(name, namespace=DEFAULT_NAMESPACE), no_restart=True)
+        for name in named_actors(agent_namespace(), REPLICA_PREFIX):
+            ray.kill(ray.get_actor(name, namespace=agent_namespace()), no_restart=True)
         agent.wait(
             "replacement replicas with the right bytes",
             lambda: {a["weights"] for a in _answers(agent, 6)} == {hashlib.sha256(v2).hexdigest()},
@@ -233,7 +232,7 @@ class Scorer:
 '''
 
 
-def test_a_single_file_from_a_plain_http_server_on_loopback(ray_session: str, repo: GitRepo, tmp_path: Path) -> None:
+def test_a_single_file_from_a_plain_http_server_on_loopback(node_env_ray: str, repo: GitRepo, tmp_path: Path) -> None:
     import http.server
 
     served = tmp_path / "served"
@@ -276,7 +275,7 @@ traffic = {{ scorer = 1.0 }}
         server.server_close()
 
 
-def test_status_says_how_far_a_slow_model_fetch_is(ray_session: str, repo: GitRepo, tmp_path: Path) -> None:
+def test_status_says_how_far_a_slow_model_fetch_is(node_env_ray: str, repo: GitRepo, tmp_path: Path) -> None:
     import http.server
     import time
 

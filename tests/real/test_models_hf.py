@@ -80,7 +80,7 @@ def _write_spec(repo: GitRepo, revision: str, digest: str) -> None:
 
 
 def test_an_hf_model_at_a_pinned_commit_is_fetched_once_per_node_served_and_a_wrong_revision_fails_whole(
-    ray_session: str, hub: FakeHub, repo: GitRepo, tmp_path: Path
+    node_env_ray: str, hub: FakeHub, repo: GitRepo, tmp_path: Path
 ) -> None:
     weights = os.urandom(3 * 1024 * 1024)
     files = {"config.json": b'{"labels": ["neg", "pos"]}', "model.safetensors": weights,

@@ -14,7 +14,7 @@ import ray
 from controller.client import start_or_connect
 from gitops.specs.loading import Loader
 from tests.conftest import GitRepo
-from vocabulary.control.goal_api import DEFAULT_NAMESPACE
+from tests.support.stack import agent_namespace
 
 pytestmark = pytest.mark.real
 
@@ -176,7 +176,7 @@ def test_plan_live_without_a_controller_says_so_in_one_line(repo: GitRepo, ray_s
     done = gitops_plan(repo, "--live", "--ray-address", ray.get_runtime_context().gcs_address)
     assert done.returncode == 1
     assert done.stderr.strip() == (
-        f"gitops plan: --live: no gitops controller is running in Ray namespace '{DEFAULT_NAMESPACE}'"
+        f"gitops plan: --live: no gitops controller is running in Ray namespace '{agent_namespace()}'"
     )
 
 
@@ -184,7 +184,7 @@ def test_plan_live_diffs_the_commit_against_the_running_controller(repo: GitRepo
     commit_specs(repo, V1)
     running = Loader().load_commit(repo.root).state.backends["echo-v1"].model_copy(update={"num_replicas": 0})
     # No proxies: this test needs only the controller's configured state.
-    client = start_or_connect(DEFAULT_NAMESPACE, proxy_port=0, options={"proxy_class": None})
+    client = start_or_connect(agent_namespace(), proxy_port=0, options={"proxy_class": None})
     try:
         asyncio.run(client.apply_backend(running))
         done = gitops_plan(repo, "--live", "--ray-address", ray.get_runtime_context().gcs_address)

@@ -219,12 +219,14 @@ def test_shadow_replies_are_compared_and_mismatches_sampled_at_the_proxy(cluster
 
 
 def test_max_surge_zero_updates_a_backend_that_fills_the_cluster_in_place(cluster: Cluster) -> None:
-    """Two replicas take every free CPU: a code update with max_surge = 0 still finishes, one
-    replica at a time, never serving or starting more than the target."""
-    share = float(ray.available_resources().get("CPU", 0.0)) / 2
-    assert share > 0, "the session's Ray has no free CPU to fill"
+    """Two replicas take all the free memory Ray schedules by: a code update with max_surge = 0
+    still finishes, one replica at a time, never serving or starting more than the target.
+    (Memory rather than CPU: the session's Ray may be shared with other workers' tests, which
+    ask for CPU and never for memory.)"""
+    share = int(ray.available_resources().get("memory", 0.0) // 2)
+    assert share > 0, "the session's Ray has no free memory to fill"
     first = quick_backend("inplace", "canary_handlers:Versioned", init_args=("a",), version="a", num_replicas=2,
-                          ray_actor_options={"num_cpus": share})
+                          ray_actor_options={"num_cpus": 0, "memory": share})
     met(cluster.client, run(cluster.client.apply_backend(first)))
     update = UpdateConfig(max_surge=0, max_unavailable=1)
     second = first.model_copy(update={"version": "b", "init_args": ("b",), "update": update})
@@ -242,6 +244,6 @@ def test_max_surge_zero_updates_a_backend_that_fills_the_cluster_in_place(cluste
         eventually(updated, 90, 0.02, what="the in-place update to finish on a full cluster")
         final = run(cluster.client.get_status()).backends["inplace"].replicas
     finally:
-        met(cluster.client, run(cluster.client.delete_backend("inplace")))  # give the CPUs back
+        met(cluster.client, run(cluster.client.delete_backend("inplace")))  # give the memory back
     assert max(active) <= 2
     assert sorted(r.version for r in final if r.state is ReplicaState.RUNNING) == ["b", "b"]

@@ -38,8 +38,7 @@ import yaml
 from proxy.observability.metrics import ProxyMetrics
 from tests.support.otlp import OtlpReceiver
 from tests.support.prometheus import MONITORING, Prometheus
-from tests.support.stack import AgentProcess, free_port
-from vocabulary.control.goal_api import DEFAULT_NAMESPACE
+from tests.support.stack import AgentProcess, agent_namespace, free_port
 
 pytestmark = pytest.mark.real
 
@@ -185,10 +184,10 @@ def _kill_one_replica(backend: str) -> None:
     names = [
         actor["name"]
         for actor in ray.util.list_named_actors(all_namespaces=True)
-        if actor["namespace"] == DEFAULT_NAMESPACE and backend in actor["name"]
+        if actor["namespace"] == agent_namespace() and backend in actor["name"]
     ]
     assert names, f"no replica actor of {backend} found"
-    ray.kill(ray.get_actor(names[0], namespace=DEFAULT_NAMESPACE), no_restart=True)
+    ray.kill(ray.get_actor(names[0], namespace=agent_namespace()), no_restart=True)
 
 
 def _shipped_queries() -> list[tuple[str, str]]:

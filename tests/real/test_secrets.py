@@ -23,8 +23,8 @@ from controller.persistence.ray_kv import RayKVStorage
 from controller.state.backend_state import REPLICA_PREFIX
 from tests.conftest import GitRepo
 from tests.support.receivers import Receiver
-from tests.support.stack import AgentProcess, named_actors
-from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
+from tests.support.stack import AgentProcess, agent_namespace, named_actors
+from vocabulary.control.goal_api import CONTROLLER_NAME
 
 pytestmark = pytest.mark.real
 
@@ -169,9 +169,9 @@ def test_a_secret_reaches_its_replica_only_and_rotates_by_commit_without_a_faile
         # A restarted controller holds no values; the agent sends them again, and a
         # replica replacing a lost one gets them (it waits for them if need be).
         restarted_replica = httpx.get(agent.proxy + "/vault").json()["replica"]
-        ray.kill(ray.get_actor(CONTROLLER_NAME, namespace=DEFAULT_NAMESPACE), no_restart=False)
-        for name in named_actors(DEFAULT_NAMESPACE, REPLICA_PREFIX):
-            ray.kill(ray.get_actor(name, namespace=DEFAULT_NAMESPACE), no_restart=True)
+        ray.kill(ray.get_actor(CONTROLLER_NAME, namespace=agent_namespace()), no_restart=False)
+        for name in named_actors(agent_namespace(), REPLICA_PREFIX):
+            ray.kill(ray.get_actor(name, namespace=agent_namespace()), no_restart=True)
 
         def replaced() -> bool:
             answer = httpx.get(agent.proxy + "/vault", timeout=10).json()
@@ -188,7 +188,7 @@ def test_a_secret_reaches_its_replica_only_and_rotates_by_commit_without_a_faile
                 [sys.executable, "-m", "gitops", "status", "--agent", agent.admin, "--json"],
                 capture_output=True, text=True, timeout=60,
             ).stdout,
-            "controller checkpoint (Ray KV)": (RayKVStorage(DEFAULT_NAMESPACE).get() or b"").decode(errors="replace"),
+            "controller checkpoint (Ray KV)": (RayKVStorage(agent_namespace()).get() or b"").decode(errors="replace"),
             # What `ray list actors --detail` reads (the GCS actor table, runtime envs and all):
             # the test session's Ray runs no dashboard for the state API's HTTP server.
             "GCS actor table": repr(ray._private.state.actors()),

@@ -25,9 +25,9 @@ from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route
 
 from gitops.admin.page import render_page
-from tests.support.stack import free_port
+from tests.support.stack import agent_namespace, free_port
 from tests.support.browser import headless_chromium
-from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
+from vocabulary.control.goal_api import CONTROLLER_NAME
 
 pytestmark = pytest.mark.real
 
@@ -229,11 +229,11 @@ def real_agent(ray_session: str, repo, tmp_path: Path) -> Iterator[tuple[str, ob
         log.close()
         # A joined cluster keeps serving after the agent stops: stop what it ran.
         try:
-            handle = ray.get_actor(CONTROLLER_NAME, namespace=DEFAULT_NAMESPACE)
+            handle = ray.get_actor(CONTROLLER_NAME, namespace=agent_namespace())
         except ValueError:
             pass
         else:
-            ControllerClient(handle, DEFAULT_NAMESPACE).shutdown()
+            ControllerClient(handle, agent_namespace()).shutdown()
 
 
 def wait_for_text(driver: webdriver.Chrome, element_id: str, wanted: str, timeout_s: float = 90) -> None:

@@ -17,14 +17,14 @@ from tests.conftest import GitRepo
 from tests.support.agents import LOAD_PATH, write_service
 from tests.support.load import SteadyLoad
 from tests.support.scenario import record_run, under_load
-from tests.support.stack import AgentProcess, eventually, run
+from tests.support.stack import AgentProcess, agent_namespace, eventually, run
 from vocabulary.control.status import ReplicaStatus
 
 NEW_VERSION_DELAY_S = 2.0
 
 
 def _svc_replicas(state: str | None = None) -> list[ReplicaStatus]:
-    replicas = run(connect().get_status()).backends["svc"].replicas
+    replicas = run(connect(agent_namespace()).get_status()).backends["svc"].replicas
     return [r for r in replicas if state is None or r.state == state]
 
 

@@ -19,13 +19,15 @@ The component tier runs on `GITOPS_CHECK_WORKERS` xdist workers (default
 what the session imported). The real tier is two pytest runs: its tests on
 `GITOPS_TEST_WORKERS` xdist workers (default 3: most real tests wait on
 Ray, so they overlap well on two cores), each file on one worker (`--dist loadgroup`, groups from
-tests.support.tiers), then its `serial` tests alone. The slow tier runs on
+tests.support.tiers), all joined to one Ray the runner holds for the run
+(tests.support.shared_ray), then its `serial` tests alone. The slow tier runs on
 `GITOPS_SLOW_TEST_WORKERS` (default 2) the same way.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import subprocess
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support import tiers
+from tests.support.shared_ray import shared_ray
 
 # The component tier on two workers: 1,410 tests of about 0.1 s each, CPU-bound, one per core.
 CHECK_WORKERS = os.environ.get("GITOPS_CHECK_WORKERS", "2")
@@ -62,6 +65,9 @@ SLOWEST = 30
 SIDE_BY_SIDE = frozenset({"pure", "component"})
 # The pytest runs that need the system packages (`--before-real`).
 REAL_JOBS = frozenset({"real", "real-serial", "slow"})
+# The pytest runs whose xdist workers share one Ray (tests.support.shared_ray) instead of a Ray each,
+# with as many logical CPUs as theirs together. Not the slow tier: its tests start Rays of their own.
+SHARED_RAY_JOBS = frozenset({"real"})
 
 
 def slowest(reports: list[Path], count: int = SLOWEST) -> list[tuple[float, str]]:
@@ -109,7 +115,8 @@ def jobs_of(tiers_asked: list[str], artifacts: Path, extra: list[str]) -> list[l
     return steps
 
 
-def _start(name: str, command: list[str] | str, log: Path | None) -> tuple[subprocess.Popen[bytes], Any]:
+def _start(name: str, command: list[str] | str, log: Path | None,
+           env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Any]:
     """Start a job: its output to `log` when it runs beside others, else to this terminal."""
     if isinstance(command, list):
         print(f"\n== tier {name}: {shlex.join(command[1:])}", flush=True)
@@ -117,7 +124,14 @@ def _start(name: str, command: list[str] | str, log: Path | None) -> tuple[subpr
         print(f"\n== {name}: {command}", flush=True)
     out = open(log, "wb") if log is not None else None
     shell = isinstance(command, str)
-    return subprocess.Popen(command, shell=shell, stdout=out, stderr=subprocess.STDOUT if out else None), out
+    return subprocess.Popen(command, shell=shell, stdout=out, stderr=subprocess.STDOUT if out else None,
+                            env=env), out
+
+
+def ray_cpus(workers: str, cores: int | None) -> int:
+    """The logical CPUs of a Ray shared by `workers` xdist workers: what their own Rays had together
+    (each one the machine's cores)."""
+    return max(1, int(workers) if workers.isdigit() else 1) * max(1, cores or 1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,8 +180,21 @@ def _run_step(step: list[tuple[str, list[str] | str]], artifacts: Path) -> list[
         if report := report_of(artifacts, name, command):
             report.unlink(missing_ok=True)
     logged = len(step) > 1
-    started = time.monotonic()
-    running = {name: _start(name, command, artifacts / f"{name}.log" if logged else None) for name, command in step}
+    started = time.monotonic()  # the shared Ray's start counts in its tier's time
+    with contextlib.ExitStack() as held:
+        env: dict[str, dict[str, str]] = {}
+        for name, _ in step:
+            if name in SHARED_RAY_JOBS:
+                joining = held.enter_context(shared_ray(ray_cpus(WORKERS, os.cpu_count())))
+                env[name] = {**os.environ, **joining}
+        return _run_jobs(step, artifacts, logged, env, started)
+
+
+def _run_jobs(step: list[tuple[str, list[str] | str]], artifacts: Path, logged: bool,
+              env: dict[str, dict[str, str]], started: float) -> list[tuple[str, float, str]]:
+    """Start the jobs (each with its environment in `env`, else this one), and wait for them all."""
+    running = {name: _start(name, command, artifacts / f"{name}.log" if logged else None, env.get(name))
+               for name, command in step}
     outcomes: dict[str, tuple[float, str]] = {}
     while running:
         for name, (process, out) in list(running.items()):

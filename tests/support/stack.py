@@ -27,6 +27,7 @@ import httpx
 import ray
 
 from controller.client import ControllerClient, start_or_connect
+from gitops.cli import NAMESPACE_ENV
 from controller.state.proxy_fleet import PROXY_PREFIX
 from vocabulary.control import goal_api
 from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
@@ -49,6 +50,7 @@ __all__ = [
     "occupied_port",
     "AgentProcess",
     "gitops_cli",
+    "agent_namespace",
 ]
 
 T = TypeVar("T")
@@ -72,6 +74,12 @@ FAST_CONTROLLER_OPTIONS: dict[str, Any] = {
     "unschedulable_grace_s": 0.5,
 }
 PROXY_CLASS = goal_api.PROXY_CLASS
+
+
+def agent_namespace() -> str:
+    """The Ray namespace of an agent started without --namespace here: GITOPS_NAMESPACE, which each
+    session on a shared Ray sets to one of its own (tests/conftest.py), else ray-gitops's default."""
+    return os.environ.get(NAMESPACE_ENV) or DEFAULT_NAMESPACE
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -346,7 +354,7 @@ def _history_entries(history: Any) -> list[dict[str, Any]]:
 def _shutdown_controller() -> None:
     """A joined cluster keeps serving after the agent stops: stop what it ran."""
     try:
-        handle = ray.get_actor(CONTROLLER_NAME, namespace=DEFAULT_NAMESPACE)
+        handle = ray.get_actor(CONTROLLER_NAME, namespace=agent_namespace())
     except ValueError:
         return
-    ControllerClient(handle, DEFAULT_NAMESPACE).shutdown()
+    ControllerClient(handle, agent_namespace()).shutdown()

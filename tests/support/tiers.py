@@ -52,11 +52,11 @@ SHARED_GROUPS = {
 
 # Fixtures that start Ray or need one started (a test's fixture closure is
 # checked, so a fixture built on one of these counts too).
-RAY_FIXTURES = frozenset({"ray_session", "serving"})
+RAY_FIXTURES = frozenset({"ray_session", "node_env_ray", "serving"})
 
 # Calls that start Ray, a Ray head or an agent (`gitops run`) in a test or fixture.
 RAY_STARTERS = frozenset({"init_ray", "ray.init", "AgentProcess", "EnvironmentAgent", "RayHead",
-                          "start_controller", "start_agent", "serve_shipped_examples"})
+                          "start_controller", "start_agent", "serve_shipped_examples", "shared_ray"})
 
 
 def tier_of(relpath: str, marks: Iterable[str]) -> str:

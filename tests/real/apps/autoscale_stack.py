@@ -17,9 +17,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.stack import AgentProcess
+from tests.support.stack import AgentProcess, agent_namespace
 from vocabulary.control.actor_apis import ControllerAPI, Remote
-from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
+from vocabulary.control.goal_api import CONTROLLER_NAME
 from vocabulary.control.status import ClusterStatus
 
 __all__ = ["AgentProcess", "Load", "Answer", "controller_status", "APP_SOURCE"]
@@ -32,7 +32,7 @@ def controller_status() -> ClusterStatus:
 
     from controller.client import result
 
-    controller: Remote[ControllerAPI] = Remote(ray.get_actor(CONTROLLER_NAME, namespace=DEFAULT_NAMESPACE))
+    controller: Remote[ControllerAPI] = Remote(ray.get_actor(CONTROLLER_NAME, namespace=agent_namespace()))
     return result(controller.call(ControllerAPI.get_status), timeout_s=30)
 
 
