@@ -16,7 +16,8 @@
   environment let the agents the tests start (`--ray-address`) join it.
 - `node_env_ray`: the session's Ray for a module whose replicas must inherit
   the session's node environment (the S3 and Hub endpoints); on the shared
-  Ray, which started before they were set, a local Ray of the module's own.
+  Ray, which started before they were set, the session moves to a local Ray
+  of its own first.
 - httpx clients made with the default `verify` share one TLS context
   (`tests.support.httpx_tls`) in a session that runs any test outside the
   pure tier (which must not load httpx): making one per client was a sixth
@@ -143,38 +144,21 @@ def ray_session(tmp_path_factory: pytest.TempPathFactory):
     shutdown_ray()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def node_env_ray(ray_session: str, tmp_path_factory: pytest.TempPathFactory):
-    """The session's Ray, for a module whose replicas and proxies must inherit this session's node
-    environment: the S3 and Hub endpoints `tests.support.s3` and `tests.support.hub` set at collection,
-    as an operator sets them on each node. The runner's shared Ray started before any of them were
-    set, so on it the module gets a local Ray of its own for its duration, and the session joins the
-    shared one again after."""
+    """The session's Ray, for the modules whose replicas and proxies must inherit the session's node
+    environment: the S3 and Hub endpoints `tests.support.s3` and `tests.support.hub` set at
+    collection, as an operator sets them on each node (`tests.support.tiers.NODE_ENV_FILES`). The
+    runner's shared Ray started before any of them were set, so on it the session leaves it for a
+    local Ray of its own, for the rest of the session: those modules are one xdist group, handed out
+    first, so nothing of the shared Ray is held yet (a handle from it would not outlive the switch)."""
     from controller.cluster import init_ray, shutdown_ray
     from tests.support.shared_ray import ADDRESS
 
-    shared = os.environ.get(ADDRESS)
-    if not shared:
-        yield ray_session
-        return
-    token = os.environ["RAY_AUTH_TOKEN_PATH"]
-    shutdown_ray()
-    init_ray(address=None, namespace=ray_session, state_dir=tmp_path_factory.mktemp("ray-state"))
-    try:
-        yield ray_session
-    finally:
+    if os.environ.get(ADDRESS):
         shutdown_ray()
-        _use_ray_token(token)
-        init_ray(address=shared, namespace=ray_session)
-
-
-def _use_ray_token(path: str) -> None:
-    """Ray's token from the file at `path` from now on (Ray reads its auth config once, and caches the token)."""
-    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]  # compiled
-
-    os.environ["RAY_AUTH_TOKEN_PATH"] = path
-    Config.initialize("")
-    AuthenticationTokenLoader.instance().reset_cache()
+        init_ray(address=None, namespace=ray_session, state_dir=tmp_path_factory.mktemp("ray-state"))
+    yield ray_session
 
 
 @pytest.fixture(scope="session")

@@ -29,6 +29,8 @@ import pytest
 
 from tests.support.tiers import (
     LONGEST_GROUPS,
+    NODE_ENV_FILES,
+    NODE_ENV_GROUP,
     REAL_FOLDERS,
     SERIAL_FILES,
     SLOW_FILES,
@@ -118,6 +120,17 @@ def test_the_longest_known_groups_are_handed_out_first_and_exist() -> None:
         "tests/real/test_apply_backoff.py"
     assert next_group(["tests/real/test_many.py"]) is None  # xdist's own order
     assert [group for group in LONGEST_GROUPS if not (ROOT / group).exists()] == []
+
+
+def test_the_files_needing_the_sessions_node_environment_are_one_group_handed_out_before_any_other() -> None:
+    assert {group_of(path) for path in NODE_ENV_FILES} == {NODE_ENV_GROUP}
+    assert [path for path in NODE_ENV_FILES if not (ROOT / path).is_file() or tier_of(path, []) != "real"] == []
+    assert next_group(["tests/real/test_controller.py", NODE_ENV_GROUP, "tests/real/test_many.py"]) == NODE_ENV_GROUP
+    assert not set(NODE_ENV_FILES) & set(LONGEST_GROUPS)  # a file of the group is not a group of its own
+    needing = {path.relative_to(ROOT).as_posix() for folder in REAL_FOLDERS for path in (ROOT / folder).rglob("test_*.py")
+               if imported_modules(path.read_text()) & {"tests.support.s3", "tests.support.hub"}}
+    assert needing == NODE_ENV_FILES
+    assert [path for path in NODE_ENV_FILES if "ray_session" in (ROOT / path).read_text()] == []  # node_env_ray
 
 
 def test_a_test_marked_serial_is_found_in_its_source_and_a_mention_is_not() -> None:

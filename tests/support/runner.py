@@ -185,7 +185,11 @@ def _run_step(step: list[tuple[str, list[str] | str]], artifacts: Path) -> list[
         env: dict[str, dict[str, str]] = {}
         for name, _ in step:
             if name in SHARED_RAY_JOBS:
-                joining = held.enter_context(shared_ray(ray_cpus(WORKERS, os.cpu_count())))
+                try:
+                    joining = held.enter_context(shared_ray(ray_cpus(WORKERS, os.cpu_count())))
+                except RuntimeError as error:
+                    print(f"\n== tier {name}: {error}", flush=True)
+                    return [(job, time.monotonic() - started, "failed (no shared Ray)") for job, _ in step]
                 env[name] = {**os.environ, **joining}
         return _run_jobs(step, artifacts, logged, env, started)
 

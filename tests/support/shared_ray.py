@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -45,9 +46,12 @@ def shared_ray(cpus: int) -> Iterator[dict[str, str]]:
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdin is not None and holder.stdout is not None
     try:
-        line = holder.stdout.readline()
+        ready, _, _ = select.select([holder.stdout], [], [], _START_TIMEOUT_S)
+        line = holder.stdout.readline() if ready else ""
         if not line:
-            raise RuntimeError(f"the shared Ray did not start (its holder exited {holder.wait(_START_TIMEOUT_S)})")
+            exited = holder.poll()
+            why = f"its holder exited {exited}" if exited is not None else f"no answer in {_START_TIMEOUT_S:.0f} s"
+            raise RuntimeError(f"the shared Ray did not start: {why}")
         yield json.loads(line)
     finally:
         holder.stdin.close()

@@ -50,6 +50,21 @@ SHARED_GROUPS = {
     "tests/install/": "tests/install",  # the wheel, built once and installed once for the folder
 }
 
+# Real files whose replicas must inherit their session's node environment (the S3 and Hub
+# endpoints tests.support.s3 and tests.support.hub set at collection) through `node_env_ray`: the
+# runner's shared Ray started before those were set, so their session moves to a Ray of its own.
+# They are one xdist group, handed out before any other, so the session holds nothing of the
+# shared Ray when it moves (a handle from it would not outlive the move).
+NODE_ENV_FILES = frozenset({
+    "tests/real/test_automation.py",
+    "tests/real/test_capture.py",
+    "tests/real/test_init_examples.py",
+    "tests/real/test_lora_adapters.py",
+    "tests/real/test_models.py",
+    "tests/real/test_models_hf.py",
+})
+NODE_ENV_GROUP = "node-env"
+
 # Fixtures that start Ray or need one started (a test's fixture closure is
 # checked, so a fixture built on one of these counts too).
 RAY_FIXTURES = frozenset({"ray_session", "node_env_ray", "serving"})
@@ -96,7 +111,6 @@ LONGEST_GROUPS = {
     "tests/real/test_bad_commits.py": 114,
     "tests/install": 110,
     "tests/real/test_agent_e2e.py": 99,
-    "tests/real/test_models.py": 75,
     "tests/real/test_agent_run.py": 74,
     "tests/real/test_routing_policies.py": 72,
     "tests/real/test_apply_backoff.py": 69,
@@ -107,7 +121,6 @@ LONGEST_GROUPS = {
     "tests/real/test_automation_oci.py": 51,
     "tests/real/test_progressive_delivery.py": 47,
     "tests/reliability/test_s05_agent_kill.py": 45,
-    "tests/real/test_automation.py": 44,
     "tests/real/test_promoting_agent.py": 41,
     "tests/real/test_prometheus.py": 39,
     "tests/real/test_backend_errors.py": 37,
@@ -121,13 +134,19 @@ LONGEST_GROUPS = {
 
 def next_group(waiting: Iterable[str]) -> str | None:
     """Of the groups `waiting` (in xdist's order), the one to hand out next when a named long one
-    is among them: the longest of `LONGEST_GROUPS`; None leaves xdist's order."""
+    is among them: the `NODE_ENV_GROUP`, else the longest of `LONGEST_GROUPS`; None leaves xdist's order."""
+    waiting = list(waiting)
+    if NODE_ENV_GROUP in waiting:
+        return NODE_ENV_GROUP
     named = [group for group in waiting if group in LONGEST_GROUPS]
     return max(named, key=LONGEST_GROUPS.__getitem__) if named else None
 
 
 def group_of(relpath: str) -> str:
-    """The xdist group of a test at `relpath`: its folder's shared group, else its file."""
+    """The xdist group of a test at `relpath`: the node-environment group, its folder's shared group,
+    else its file."""
+    if relpath in NODE_ENV_FILES:
+        return NODE_ENV_GROUP
     for folder, group in SHARED_GROUPS.items():
         if relpath.startswith(folder):
             return group
