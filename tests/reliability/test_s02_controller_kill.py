@@ -32,13 +32,14 @@ def _back(serving: Serving) -> float:
 
 
 def _after_drains(serving: Serving, backend: str, timeout_s: float = DRAIN_S + 30) -> list[ReplicaStatus]:
-    """The backend's replicas once none is draining (or as they are at `timeout_s`).
+    """The backend's replicas once none is draining or stopped (or as they are at `timeout_s`).
 
     A rollout's goal is met when its live replicas all run the new version; the last old replica
-    may still be draining then, for up to its graceful shutdown timeout.
+    may still be draining then, for up to its graceful shutdown timeout, and a stopped one is
+    listed, STOPPED, until the controller's next tick drops it (CI read one so: v1, v2, v2).
     """
     deadline = time.monotonic() + timeout_s
-    while serving.replicas(backend, "SHOULD_STOP", "STOPPING") and time.monotonic() < deadline:
+    while serving.replicas(backend, "SHOULD_STOP", "STOPPING", "STOPPED") and time.monotonic() < deadline:
         time.sleep(0.1)
     return serving.replicas(backend)
 
