@@ -15,9 +15,10 @@ in that order, fastest first. `tier_of` is pure: the conftest hook gives it
 each test's path and marks.
 
 The real tier runs under pytest-xdist (`--dist loadgroup`): `group_of` puts
-each file's tests in one group (one worker, so its module fixtures and the
-worker's session Ray are built once), and the files named in `SHARED_GROUPS`
-together. A real test that needs the machine to itself is `serial`
+each file's tests in one group (one worker, so its module fixtures are built
+once), the files named in `SHARED_GROUPS` together, and the files that need
+their session's node environment (`NODE_ENV_FILES`) together, handed out first.
+A real test that needs the machine to itself is `serial`
 (`SERIAL_FILES` or the mark): it runs after the parallel pass, alone.
 """
 
