@@ -18,7 +18,8 @@ SYSTEM_PACKAGES := prometheus wrk chromium chromium-driver redis-server gnupg st
 # the real tier. Compiling them once here takes about a second. Not the files that are data: the
 # spec corpus (a module with a syntax error on purpose) and the examples `gitops init` copies (the
 # wheel would ship their bytecode, and the copies would carry it).
-SOURCES = gitops controller proxy replica vocabulary httpedge datalink telemetry ray_gitops hardening bench tests
+# The packages are pyproject.toml's, not a copy of its list.
+SOURCES = $(shell $(PYTHON) -c "import tomllib; print(*(p.rstrip('*') for p in tomllib.load(open('pyproject.toml', 'rb'))['tool']['setuptools']['packages']['find']['include']))") bench tests
 
 # The checkout installed editable. setuptools maps the packages of this flat layout with an
 # import finder and prints a notice ("Editable installation ... folders with the same name as

@@ -15,7 +15,7 @@ import importlib
 import json
 import os
 import sys
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 from vocabulary.control.proxy_workers import (
     DEFAULT_MAX_CONNECTIONS,
@@ -29,12 +29,10 @@ from gitops.printable import printable
 from gitops.specs.limits import DEFAULT_MAX_REPLICAS
 from gitops.admin.address import AGENT_ADDRESS_HINT, DEFAULT_AGENT, DEFAULT_STATE_DIR
 from gitops.process.supervising import ARGV_ENV
-from vocabulary.control.goal_api import DEFAULT_NAMESPACE
+from vocabulary.control.goal_api import DEFAULT_NAMESPACE, NAMESPACE_ENV, namespace_of
 
-__all__ = ["main", "build_parser", "namespace_of", "NAMESPACE_ENV"]
+__all__ = ["main", "build_parser"]
 
-# The Ray namespace every verb that takes --namespace uses when it is not given.
-NAMESPACE_ENV = "GITOPS_NAMESPACE"
 _NAMESPACE_DEFAULT = f"(default: ${NAMESPACE_ENV}, else {DEFAULT_NAMESPACE})"
 
 
@@ -582,11 +580,6 @@ def _max_replicas_flag(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_REPLICAS,
         help=f"most replicas a backend may ask for (num_replicas, autoscaling.max_replicas; default {DEFAULT_MAX_REPLICAS})",
     )
-
-
-def namespace_of(given: str | None, environ: Mapping[str, str]) -> str:
-    """The Ray namespace a verb works in: --namespace, else $GITOPS_NAMESPACE, else ray-gitops."""
-    return given or environ.get(NAMESPACE_ENV) or DEFAULT_NAMESPACE
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -130,7 +130,7 @@ def ray_session(tmp_path_factory: pytest.TempPathFactory):
     """A real Ray shared by the whole session, in its own namespace: the one the runner holds for
     all the run's workers when it gave one (tests.support.shared_ray), else a local one."""
     from controller.cluster import init_ray, shutdown_ray
-    from gitops.cli import NAMESPACE_ENV
+    from vocabulary.control.goal_api import NAMESPACE_ENV
     from tests.support.shared_ray import ADDRESS
 
     namespace = f"gitops-test-{uuid.uuid4().hex[:8]}"

@@ -45,7 +45,7 @@ def test_init_is_a_command() -> None:
 
 @pytest.mark.parametrize("verb", ["run", "plan", "reset-controller"])
 def test_a_verbs_namespace_is_the_flag_else_gitops_namespace_else_ray_gitops(verb: str) -> None:
-    from gitops.cli import namespace_of
+    from vocabulary.control.goal_api import namespace_of
 
     assert _verbs()[verb].parse_args(["--ray-address", "head:6379"] if verb == "reset-controller" else []).namespace is None
     assert namespace_of("team-a", {"GITOPS_NAMESPACE": "team-b"}) == "team-a"

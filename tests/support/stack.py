@@ -27,10 +27,9 @@ import httpx
 import ray
 
 from controller.client import ControllerClient, start_or_connect
-from gitops.cli import NAMESPACE_ENV
 from controller.state.proxy_fleet import PROXY_PREFIX
 from vocabulary.control import goal_api
-from vocabulary.control.goal_api import CONTROLLER_NAME, DEFAULT_NAMESPACE
+from vocabulary.control.goal_api import CONTROLLER_NAME, namespace_of
 from vocabulary.control.goals import GoalState
 from vocabulary.spec.backends import BackendConfig
 
@@ -79,7 +78,7 @@ PROXY_CLASS = goal_api.PROXY_CLASS
 def agent_namespace() -> str:
     """The Ray namespace of an agent started without --namespace here: GITOPS_NAMESPACE, which each
     session on a shared Ray sets to one of its own (tests/conftest.py), else ray-gitops's default."""
-    return os.environ.get(NAMESPACE_ENV) or DEFAULT_NAMESPACE
+    return namespace_of(None, os.environ)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

@@ -26,11 +26,15 @@ under the same id. Passing `proxy_id` (one per proxy worker: a node runs
 several) is how the controller knows WHICH proxy acknowledged a snapshot;
 without it endpoint goals ("every live proxy has acked") cannot be met for
 that proxy.
+
+Where the controller is found: `CONTROLLER_NAME` in a Ray namespace, the one
+`--namespace` names, else `$GITOPS_NAMESPACE`, else `DEFAULT_NAMESPACE`
+(`namespace_of`, a function of the environment it is given).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 from vocabulary.control.goals import GoalResult
 from vocabulary.control.longpoll import RouteTable
@@ -40,11 +44,20 @@ from vocabulary.spec.state import ServingState
 from vocabulary.control.status import ClusterStatus
 
 __all__ = [
-    "GoalAPI", "LongPollKey", "CONTROLLER_NAME", "DEFAULT_NAMESPACE", "PROXY_CLASS", "REPLICA_CLASS", "proxy_id",
+    "GoalAPI", "LongPollKey", "CONTROLLER_NAME", "DEFAULT_NAMESPACE", "NAMESPACE_ENV", "PROXY_CLASS", "REPLICA_CLASS",
+    "namespace_of", "proxy_id",
 ]
 
 CONTROLLER_NAME = "gitops-controller"
 DEFAULT_NAMESPACE = "ray-gitops"
+# The Ray namespace every `gitops` verb that takes --namespace uses when it is not given.
+NAMESPACE_ENV = "GITOPS_NAMESPACE"
+
+
+def namespace_of(given: str | None, environ: Mapping[str, str]) -> str:
+    """The Ray namespace a verb works in: --namespace, else $GITOPS_NAMESPACE, else ray-gitops."""
+    return given or environ.get(NAMESPACE_ENV) or DEFAULT_NAMESPACE
+
 # The actor classes the controller starts, named here rather than imported so
 # that the control plane never imports the data plane or the user-code host.
 PROXY_CLASS = "proxy.actor:ProxyActor"
